@@ -1,0 +1,198 @@
+"""Scan results as one tidy DataFrame, from DataFrames or from rmfast's Parquet files.
+
+The tidy frame (one row per model × prompt × candidate)::
+
+    model     str    the reward model's name (manifest ``model.name``)
+    prompt    str    the user prompt
+    token_id  Int64  the vocabulary id; <NA> for text candidates (multi-token strings)
+    text      str    the decoded string that was scored
+    score     float  the reward
+    rank      int64  1 = highest score within model × prompt
+
+Every function here returns the frame plus a :class:`~rmfast.analysis.ledger.Ledger` of
+the rows it dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from os import PathLike
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UserError
+from .ledger import Ledger
+
+TIDY_COLUMNS = ["model", "prompt", "token_id", "text", "score", "rank"]
+REQUIRED = ["model", "prompt", "text", "score"]
+
+
+def add_rank(df: pd.DataFrame, column: str = "rank") -> pd.DataFrame:
+    """Rank scores within model × prompt (1 = highest; ties share the lowest rank).
+
+    >>> d = pd.DataFrame({"model": "m", "prompt": "p", "score": [0.1, 0.9, 0.5]})
+    >>> add_rank(d)["rank"].tolist()
+    [3, 1, 2]
+    """
+    df = df.copy()
+    df[column] = (df.groupby(["model", "prompt"], sort=False)["score"]
+                  .rank(ascending=False, method="min").astype("int64"))
+    return df
+
+
+def validate_scans(df: pd.DataFrame, *, ledger: Ledger | None = None,
+                   recompute_rank: bool = False) -> pd.DataFrame:
+    """Check and normalise a tidy scan frame; rows without a usable score are dropped.
+
+    Adds ``token_id`` (all <NA>) and ``rank`` when absent. Drops (and records in
+    ``ledger``) rows whose model, prompt or text is missing or whose score is not a
+    finite number. Raises :class:`UserError` when a required column is absent or
+    nothing is left.
+
+    >>> d = pd.DataFrame({"model": ["m"] * 3, "prompt": "p", "text": ["a", "b", "c"],
+    ...                   "score": [1.0, float("nan"), 0.0]})
+    >>> led = Ledger(); out = validate_scans(d, ledger=led)
+    >>> len(out), led.total()
+    (2, 1)
+    """
+    ledger = ledger if ledger is not None else Ledger()
+    if not isinstance(df, pd.DataFrame):
+        raise UserError(f"scan results must be a pandas DataFrame, got {type(df).__name__}; "
+                        "use load_scans(paths) for Parquet files")
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise UserError(f"scan results lack column(s) {missing}; expected columns "
+                        f"{TIDY_COLUMNS} (token_id and rank optional)")
+    out = df.copy()
+    if "token_id" not in out.columns:
+        out["token_id"] = pd.array([pd.NA] * len(out), dtype="Int64")
+    else:
+        try:
+            out["token_id"] = pd.to_numeric(out["token_id"], errors="raise").astype("Int64")
+        except (TypeError, ValueError):
+            raise UserError("column token_id must hold integers (or be empty for text "
+                            "candidates); fix the input or drop the column") from None
+    out["score"] = pd.to_numeric(out["score"], errors="coerce").astype("float64")
+    for col in ("model", "prompt", "text"):
+        bad = out[col].isna()
+        for (m, p), n in out[bad].groupby(["model", "prompt"], dropna=False).size().items():
+            ledger.drop("validate", n, f"missing {col}", model=None if pd.isna(m) else str(m),
+                        prompt=None if pd.isna(p) else str(p))
+        out = out[~bad]
+    out["model"] = out["model"].astype(str)
+    out["prompt"] = out["prompt"].astype(str)
+    out["text"] = out["text"].astype(str)
+    bad = ~np.isfinite(out["score"].to_numpy())
+    for (m, p), n in out[bad].groupby(["model", "prompt"]).size().items():
+        ledger.drop("validate", n, "score is missing or not finite", model=m, prompt=p)
+    out = out[~bad]
+    if out.empty:
+        raise UserError("no scored rows left in the scan results (all scores missing?); "
+                        "check the input files")
+    if "rank" not in out.columns or recompute_rank or out["rank"].isna().any():
+        out = add_rank(out)
+    else:
+        out["rank"] = out["rank"].astype("int64")
+    extra = [c for c in out.columns if c not in TIDY_COLUMNS]
+    return out[TIDY_COLUMNS + extra].reset_index(drop=True)
+
+
+def manifest_path(path: str | PathLike) -> Path:
+    """The JSON manifest written beside a scan's Parquet file: ``<path>.json``."""
+    return Path(str(path) + ".json")
+
+
+def _expand(paths: Iterable[str | PathLike] | str | PathLike) -> list[Path]:
+    if isinstance(paths, (str, PathLike)):
+        paths = [paths]
+    files: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            found = sorted(p.rglob("*.parquet"))
+            if not found:
+                raise UserError(f"{p} holds no .parquet files; point at rmfast scan output")
+            files.extend(found)
+        elif p.exists():
+            files.append(p)
+        else:
+            raise UserError(f"{p} does not exist; give scan Parquet files or a folder of them")
+    return files
+
+
+def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
+               ledger: Ledger | None = None) -> pd.DataFrame:
+    """Build the tidy frame from rmfast scan Parquet files (or folders of them).
+
+    Each Parquet holds columns token_id, token, text, score, rank; the manifest beside
+    it (``<path>.json``) gives ``{"model": {"name": ...}, "prompt": ...}``. The raw
+    ``token`` column is kept as an extra column.
+
+    >>> load_scans(["scan.parquet"])  # doctest: +SKIP
+    """
+    files = _expand(paths)
+    if not files:
+        raise UserError("no scan files given; pass Parquet paths or a folder of them")
+    frames = []
+    for f in files:
+        mpath = manifest_path(f)
+        if not mpath.exists():
+            raise UserError(f"{f} has no manifest {mpath.name} beside it; "
+                            "rmfast scan writes one: re-run the scan or add it")
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+            model = manifest["model"]["name"] if isinstance(manifest["model"], dict) \
+                else manifest["model"]
+            prompt = manifest["prompt"]
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise UserError(f"manifest {mpath} is unreadable or lacks model.name/prompt "
+                            f"({exc.__class__.__name__}: {exc}); fix or regenerate it") from None
+        try:
+            part = pd.read_parquet(f)
+        except Exception as exc:  # pyarrow raises many types
+            raise UserError(f"cannot read {f} as Parquet ({exc.__class__.__name__}); "
+                            "is it an rmfast scan file?") from None
+        part.insert(0, "prompt", str(prompt))
+        part.insert(0, "model", str(model))
+        frames.append(part)
+    df = pd.concat(frames, ignore_index=True)
+    dup = df.duplicated(["model", "prompt", "token_id"]) & df["token_id"].notna() \
+        if "token_id" in df.columns else pd.Series(False, index=df.index)
+    if dup.any():
+        raise UserError(f"{int(dup.sum())} rows repeat a (model, prompt, token_id) across the "
+                        "given files; the same scan was given twice — pass each scan once")
+    return validate_scans(df, ledger=ledger)
+
+
+def select(df: pd.DataFrame, *, models: Iterable[str] | None = None,
+           prompts: Iterable[str] | None = None) -> pd.DataFrame:
+    """Keep the named models/prompts; a name not in the data is a UserError listing those that are.
+
+    >>> d = pd.DataFrame({"model": ["a", "b"], "prompt": "p", "text": "x", "score": 1.0})
+    >>> select(d, models=["a"])["model"].tolist()
+    ['a']
+    """
+    for col, wanted in (("model", models), ("prompt", prompts)):
+        if wanted is None:
+            continue
+        wanted = list(wanted)
+        have = list(dict.fromkeys(df[col]))
+        absent = [w for w in wanted if w not in have]
+        if absent:
+            raise UserError(f"{col}(s) {absent} not in the scan results; available: {have}")
+        df = df[df[col].isin(wanted)]
+    return df
+
+
+def check_balance(df: pd.DataFrame, ledger: Ledger) -> None:
+    """Note every model that lacks a prompt other models have (the matrix is unbalanced)."""
+    have = df.groupby("model")["prompt"].unique()
+    prompts = list(dict.fromkeys(df["prompt"]))
+    for m, ps in have.items():
+        lacking = [p for p in prompts if p not in set(ps)]
+        if lacking:
+            ledger.note(f"model {m} has no rows for prompt(s) {lacking}; "
+                        "it is left out of those prompts' comparisons")

@@ -1,0 +1,168 @@
+"""The shared-prompt engine: encode the prompt once, then score candidate rows in big batches.
+
+Every row is ``prefix ⊕ response ⊕ suffix``. The prefix (system + user turn + assistant
+header) is identical for all rows, so it is encoded once (batch 1) and its keys/values are
+kept as ONE copy per layer, (Hkv, P, D). Each batch of rows then runs only its own tokens
+through the layers; attention reads the shared prefix K/V plus the row's own causal suffix
+(:func:`rmfast.ops.shared_prefix_attention`). At the last layer only the positions the head
+reads are computed (queries, output projection, MLP), and the head is fused with the final
+norm. Hugging Face's cache, by contrast, copies the prompt K/V into every row.
+
+Heads:
+    score:   the classifier's own head at the final position of the sequence.
+    logprob: log p(response | prefix) + log p(end-of-turn continuation | prefix, response).
+             For one-token responses the response term comes from the prefix pass (one
+             forward for all candidates); the rest needs the per-row pass.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import ops
+from .kernels.reference import rmsnorm
+from .models.arch import ArchSpec, arch_spec
+from .template import Template
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: (B, H, S, D); cos/sin: (S, D) — same op order as HF's apply_rotary_pos_emb
+    return (x * cos) + (_rotate_half(x) * sin)
+
+
+class Engine:
+    """Scores responses for one (model, template, head).
+
+    Args:
+        model: a loaded HF model on the fast path (see :data:`rmfast.models.arch.SUPPORTED`).
+        template: the split prompt (:func:`rmfast.template.build_template`).
+        head: "score" (classifier head) or "logprob" (causal LM).
+        head_index: which output of a multi-output score head.
+
+    Example:
+        >>> eng = Engine(model, tmpl, head="score")  # doctest: +SKIP
+        >>> eng.score(torch.tensor([[1234], [5678]]))  # (2,) fp32  # doctest: +SKIP
+    """
+
+    def __init__(self, model, template: Template, *, head: str, head_index: int = 0):
+        spec = arch_spec(model)
+        if spec is None:
+            raise ValueError(f"architecture {model.config.model_type!r} is not on the fast path")
+        self.spec: ArchSpec = spec
+        self.model = model
+        self.template = template
+        self.head = head
+        self.head_index = head_index
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        if head == "score" and spec.score_head is None:
+            raise ValueError("head 'score' needs a classifier head (model.score)")
+        if head == "logprob" and spec.lm_head_weight is None:
+            raise ValueError("head 'logprob' needs a language-model head (model.lm_head)")
+        self.suffix = torch.tensor(template.suffix_ids, dtype=torch.long, device=self.device)
+        self.continuation = torch.tensor(template.continuation_ids, dtype=torch.long, device=self.device)
+        self._encode_prefix()
+
+    # ------------------------------------------------------------------ layers
+    @torch.no_grad()
+    def _run_layers(self, h: torch.Tensor, pos0: int, n_out: int, collect_kv: bool = False):
+        """h: (B, S, Dm) embeddings at absolute positions pos0..pos0+S-1.
+
+        Attends to the shared prefix K/V (self.kv) when pos0 > 0. Returns the last layer's
+        residual stream at the final ``n_out`` positions, (B, n_out, Dm), and, if collect_kv,
+        the per-layer (Hkv, S, D) keys/values of batch row 0 (used for the prefix pass).
+        """
+        sp = self.spec
+        B, S, _ = h.shape
+        H, Hkv, D = sp.n_heads, sp.n_kv_heads, sp.head_dim
+        positions = torch.arange(pos0, pos0 + S, device=h.device)
+        rope = sp.rope(positions, h)
+        empty = h.new_zeros(Hkv, 0, D)
+        kvs = []
+        last = len(sp.layers) - 1
+        for li, L in enumerate(sp.layers):
+            Sq = n_out if li == last else S
+            x = L.input_norm(h)  # (B, S, Dm)
+            xq = x[:, S - Sq :] if Sq < S else x
+            q = L.q_proj(xq).view(B, Sq, H, D).transpose(1, 2)  # (B, H, Sq, D)
+            k = L.k_proj(x).view(B, S, Hkv, D).transpose(1, 2)  # (B, Hkv, S, D)
+            v = L.v_proj(x).view(B, S, Hkv, D).transpose(1, 2)
+            if L.q_norm is not None:
+                q, k = L.q_norm(q), L.k_norm(k)
+            cos, sin = rope[L.rope_key]  # (S, D)
+            q = _apply_rope(q, cos[S - Sq :], sin[S - Sq :])
+            k = _apply_rope(k, cos, sin)
+            if collect_kv:
+                kvs.append((k[0].contiguous(), v[0].contiguous()))  # (Hkv, S, D)
+            kp, vp = self.kv[li] if pos0 > 0 else (empty, empty)
+            a = ops.shared_prefix_attention(q, kp, vp, k, v, scale=L.scale, softcap=L.softcap, window=L.window)
+            a = L.o_proj(a.reshape(B, Sq, H * D))  # (B, Sq, Dm)
+            if L.post_attn_norm is not None:
+                a = L.post_attn_norm(a)
+            h = (h[:, S - Sq :] if Sq < S else h) + a
+            m = L.mlp(L.pre_mlp_norm(h))
+            if L.post_mlp_norm is not None:
+                m = L.post_mlp_norm(m)
+            h = h + m
+        return h, kvs
+
+    @torch.no_grad()
+    def _encode_prefix(self) -> None:
+        sp = self.spec
+        ids = torch.tensor([self.template.prefix_ids], dtype=torch.long, device=self.device)  # (1, P)
+        self.kv = None
+        h, kvs = self._run_layers(sp.embed(ids), 0, 1, collect_kv=True)
+        self.kv = kvs  # per layer: (Hkv, P, D) — the ONE shared copy
+        self.P = ids.shape[1]
+        self.prefix_logprobs = None
+        if self.head == "logprob":
+            # log p(first response token | prefix) for every vocabulary id: one row, all of V.
+            # One row over the whole vocabulary: a plain GEMM + log_softmax is the cheapest form.
+            hn = rmsnorm(h[0], sp.final_norm.weight, sp.norm_eps, gemma_style=sp.gemma_norm)  # (1, Dm)
+            logits = (hn @ sp.lm_head_weight.t()).float()[0]  # (V,)
+            if sp.final_logit_softcap is not None:
+                logits = torch.tanh(logits / sp.final_logit_softcap) * sp.final_logit_softcap
+            self.prefix_logprobs = torch.log_softmax(logits, dim=-1)  # (V,) fp32
+
+    # ------------------------------------------------------------------ scoring
+    def tokens_per_row(self, n: int) -> int:
+        """Tokens a row of an n-token response feeds through the layers."""
+        if self.head == "score":
+            return n + len(self.suffix)
+        return n - 1 + len(self.continuation)
+
+    @torch.no_grad()
+    def score(self, responses: torch.Tensor) -> torch.Tensor:
+        """responses: (B, n) token ids, all of one length n >= 1. Returns (B,) fp32 scores."""
+        sp = self.spec
+        responses = responses.to(self.device)
+        B, n = responses.shape
+        if self.head == "score":
+            ids = torch.cat([responses, self.suffix.expand(B, -1)], dim=1)  # (B, n + len(suffix))
+            h, _ = self._run_layers(sp.embed(ids), self.P, 1)  # (B, 1, Dm)
+            hd = sp.score_head
+            out = ops.rmsnorm_head(h[:, 0], sp.final_norm.weight, sp.norm_eps, hd.weight, hd.bias, gemma_style=sp.gemma_norm)
+            return out[:, self.head_index]  # (B,)
+        # logprob head
+        total = self.prefix_logprobs[responses[:, 0]].clone()  # (B,)
+        targets = torch.cat([responses[:, 1:], self.continuation.expand(B, -1)], dim=1)  # (B, n-1+m)
+        T = targets.shape[1]
+        if T == 0:
+            return total
+        ids = torch.cat([responses, self.continuation[:-1].expand(B, -1)], dim=1)[:, :T]  # (B, T)
+        h, _ = self._run_layers(sp.embed(ids), self.P, T)  # (B, T, Dm)
+        lp = ops.rmsnorm_lmhead_logprob(
+            h.reshape(B * T, -1),
+            sp.final_norm.weight,
+            sp.norm_eps,
+            sp.lm_head_weight,
+            targets.reshape(-1),
+            gemma_style=sp.gemma_norm,
+            final_softcap=sp.final_logit_softcap,
+        )
+        return total + lp.view(B, T).sum(-1)

@@ -1,0 +1,63 @@
+"""Atomic file writes and output-path checks. Nothing half-written is ever left under the final name."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import UserError
+
+
+def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
+    """Refuse an existing output (unless overwrite) or an unwritable location, before any work is done."""
+    p = Path(path)
+    if p.exists() and not overwrite:
+        raise UserError(f"output {p} already exists; pass --overwrite to replace it or choose another --out")
+    if p.exists() and p.is_dir():
+        raise UserError(f"output {p} is a directory; give a file path such as {p}/scan.parquet")
+    parent = p.parent if str(p.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the output folder {parent}: {e.strerror}; choose a writable --out") from None
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"cannot write to {parent}: permission denied; choose a writable --out")
+    return p
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    """Write JSON atomically (temp file in the same folder + rename)."""
+
+    def w(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2, default=str)
+            f.write("\n")
+
+    _atomic(Path(path), w)
+
+
+def write_parquet(path: str | os.PathLike, df) -> None:
+    """Write a DataFrame to Parquet atomically."""
+    _atomic(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def manifest_path(parquet_path: str | os.PathLike) -> Path:
+    """The JSON manifest beside a results Parquet: ``<file>.json``."""
+    return Path(str(parquet_path) + ".json")

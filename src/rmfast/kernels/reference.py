@@ -1,0 +1,158 @@
+"""Torch twins of the kernels: the CPU path, and the oracle the Triton kernels are tested against.
+
+Each function states its numerics precisely, because the engine's exactness rests on
+matching Hugging Face's upcast/cast points (fp32 softmax, fp32 RMSNorm statistics).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    """(Sq, K) bool: key visible to query under causal + optional sliding window (HF's rule)."""
+    diff = q_pos[:, None] - k_pos[None, :]  # (Sq, K): query pos - key pos
+    ok = diff >= 0
+    if window is not None:
+        ok &= diff < window  # HF: kv_idx > q_idx - window
+    return ok
+
+
+def shared_prefix_attention(
+    q: torch.Tensor,
+    k_prefix: torch.Tensor,
+    v_prefix: torch.Tensor,
+    k_suffix: torch.Tensor,
+    v_suffix: torch.Tensor,
+    *,
+    scale: float,
+    softcap: float | None = None,
+    window: int | None = None,
+) -> torch.Tensor:
+    """Attention of each row's suffix queries over ONE shared prompt K/V plus the row's own suffix.
+
+    q: (B, H, Sq, D), the queries of the last Sq of the row's S suffix positions.
+    k_prefix, v_prefix: (Hkv, P, D), shared by all rows (absolute positions 0..P-1).
+    k_suffix, v_suffix: (B, Hkv, S, D) (absolute positions P..P+S-1).
+    Returns (B, Sq, H, D) in q.dtype. Scores are formed in q.dtype (as HF eager does), softcapped,
+    masked, and soft-maxed in fp32 over prefix ⊕ suffix keys.
+
+    The prefix product is a GEMM against the single shared copy: queries of all rows are stacked
+    into the M dimension, so the prompt's K/V is read once per kv head, never copied per row.
+
+    Example:
+        >>> import torch
+        >>> q = torch.randn(2, 4, 1, 8); kp = torch.randn(2, 5, 8); ks = torch.randn(2, 2, 3, 8)
+        >>> shared_prefix_attention(q, kp, kp, ks, ks, scale=8**-0.5).shape
+        torch.Size([2, 1, 4, 8])
+    """
+    B, H, Sq, D = q.shape
+    Hkv, P, _ = k_prefix.shape
+    S = k_suffix.shape[2]
+    G = H // Hkv
+    dev = q.device
+    q_pos = torch.arange(P + S - Sq, P + S, device=dev)  # (Sq,)
+
+    # Prefix keys that no query can see (outside every window) are skipped outright.
+    p0 = 0 if window is None else max(0, P + S - Sq - window + 1)
+    kp = k_prefix[:, p0:]  # (Hkv, P', D)
+    vp = v_prefix[:, p0:]
+    Pp = kp.shape[1]
+
+    # (Hkv, B*G*Sq, D): all rows' queries for one kv head form one GEMM operand.
+    qg = q.view(B, Hkv, G, Sq, D).permute(1, 0, 2, 3, 4).reshape(Hkv, B * G * Sq, D)
+    s_pre = torch.bmm(qg, kp.transpose(1, 2))  # (Hkv, B*G*Sq, P')
+    s_pre = s_pre.view(Hkv, B, G, Sq, Pp).permute(1, 0, 2, 3, 4)  # (B, Hkv, G, Sq, P')
+    qs = q.reshape(B, Hkv, G * Sq, D)
+    s_suf = torch.matmul(qs, k_suffix.transpose(2, 3)).view(B, Hkv, G, Sq, S)  # (B, Hkv, G, Sq, S)
+
+    scores = torch.cat([s_pre, s_suf], dim=-1) * scale  # (B, Hkv, G, Sq, P'+S), q.dtype
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    k_pos = torch.cat([torch.arange(p0, P, device=dev), torch.arange(P, P + S, device=dev)])
+    visible = _visible(q_pos, k_pos, window)  # (Sq, P'+S)
+    scores = scores.float().masked_fill(~visible, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, Hkv, G, Sq, P'+S)
+
+    p_pre = probs[..., :Pp].permute(1, 0, 2, 3, 4).reshape(Hkv, B * G * Sq, Pp)
+    out = torch.bmm(p_pre, vp).view(Hkv, B, G, Sq, D).permute(1, 0, 2, 3, 4)  # (B, Hkv, G, Sq, D)
+    p_suf = probs[..., Pp:].reshape(B, Hkv, G * Sq, S)
+    out = out + torch.matmul(p_suf, v_suffix).view(B, Hkv, G, Sq, D)
+    return out.reshape(B, H, Sq, D).transpose(1, 2)  # (B, Sq, H, D)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, gemma_style: bool) -> torch.Tensor:
+    """RMSNorm with HF's cast points. Llama: w * x̂.to(dtype); Gemma: (x̂ * (1 + w)).to(dtype)."""
+    xf = x.float()
+    xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if gemma_style:
+        return (xn * (1.0 + weight.float())).to(x.dtype)
+    return weight * xn.to(x.dtype)
+
+
+def rmsnorm_head(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    head_weight: torch.Tensor,
+    head_bias: torch.Tensor | None = None,
+    *,
+    gemma_style: bool,
+) -> torch.Tensor:
+    """Final norm + K-output linear head at the selected rows: x (N, D) -> (N, K) fp32.
+
+    Example:
+        >>> import torch
+        >>> rmsnorm_head(torch.randn(3, 8), torch.ones(8), 1e-6, torch.randn(1, 8), gemma_style=False).shape
+        torch.Size([3, 1])
+    """
+    y = rmsnorm(x, norm_weight, eps, gemma_style=gemma_style)  # (N, D)
+    out = y @ head_weight.t()
+    if head_bias is not None:
+        out = out + head_bias
+    return out.float()
+
+
+def rmsnorm_lmhead_logprob(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    lm_weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    gemma_style: bool,
+    final_softcap: float | None = None,
+    chunk: int = 8192,
+) -> torch.Tensor:
+    """log softmax(lm_head(norm(x)))[n, targets[n]] as (N,) fp32, streaming over the vocabulary.
+
+    Never materializes (N, V): each chunk of `chunk` vocabulary rows updates a running max and
+    sum-exp, and contributes the target logit if the target falls inside it.
+
+    Example:
+        >>> import torch
+        >>> x = torch.randn(2, 8); W = torch.randn(100, 8)
+        >>> lp = rmsnorm_lmhead_logprob(x, torch.ones(8), 1e-6, W, torch.tensor([3, 7]), gemma_style=False, chunk=32)
+        >>> ref = torch.log_softmax(rmsnorm(x, torch.ones(8), 1e-6, gemma_style=False) @ W.t(), -1)[[0, 1], [3, 7]]
+        >>> bool(torch.allclose(lp, ref, atol=1e-5))
+        True
+    """
+    y = rmsnorm(x, norm_weight, eps, gemma_style=gemma_style)  # (N, D)
+    N = y.shape[0]
+    V = lm_weight.shape[0]
+    m = torch.full((N,), float("-inf"), device=x.device)
+    s = torch.zeros(N, device=x.device)
+    tgt = torch.zeros(N, device=x.device)
+    rows = torch.arange(N, device=x.device)
+    for v0 in range(0, V, chunk):
+        logits = (y @ lm_weight[v0 : v0 + chunk].t()).float()  # (N, C)
+        if final_softcap is not None:
+            logits = torch.tanh(logits / final_softcap) * final_softcap
+        m_new = torch.maximum(m, logits.max(-1).values)
+        s = s * torch.exp(m - m_new) + torch.exp(logits - m_new[:, None]).sum(-1)
+        m = m_new
+        inside = (targets >= v0) & (targets < v0 + logits.shape[1])
+        if inside.any():
+            idx = (targets - v0).clamp(0, logits.shape[1] - 1)
+            tgt = torch.where(inside, logits[rows, idx], tgt)
+    return tgt - (m + torch.log(s))

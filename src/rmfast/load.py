@@ -1,0 +1,526 @@
+"""Load a reward model or causal LM from an embedded alias, a .gguf file, a folder or a hub id.
+
+GGUF files are dequantized once (transformers' GGUF reader is slow: tens of seconds plus the
+tokenizer conversion) and saved as an ordinary float32 Hugging Face folder in the rmfast cache,
+``<cache>/converted/<stem>-<sha256[:16]>/``; later loads read that folder in seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rmfast import embedded
+from rmfast.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = [
+    "LoadedModel",
+    "load",
+    "resolve_dtype",
+    "resolve_device",
+    "cache_root",
+    "gguf_sha256",
+    "convert_gguf",
+    "model_kind",
+]
+
+_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+}
+
+_SOURCE_FILE = "rmfast_source.json"
+_CONVERSION_VERSION = 1  # bump to invalidate converted folders if the format changes
+
+
+@dataclass
+class LoadedModel:
+    model: "PreTrainedModel"  # eval mode, on the requested device and dtype, requires_grad False
+    tokenizer: "PreTrainedTokenizerBase"
+    kind: str  # "classifier" or "causal_lm"
+    source: dict = field(default_factory=dict)  # manifest entry: spec, type, name, path, sha256, revision, alias
+    default_template: str | None = None  # plain "User: {prompt}\nAssistant: {response}" for embedded base models
+
+
+# --------------------------------------------------------------------------------------------
+# cache, device, dtype
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The rmfast cache: ``cache_dir``, else ``$RMFAST_CACHE``, else ``~/.cache/rmfast``."""
+    if cache_dir is not None and str(cache_dir) != "":
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("RMFAST_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "rmfast"
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"``: cuda if available else cpu. ``"cuda"`` without CUDA is a UserError."""
+    if isinstance(device, torch.device):
+        device = str(device)
+    name = (device or "auto").strip().lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise UserError(f"unknown device '{device}': use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"device '{device}' requested but CUDA is not available here: use --device cpu (or auto)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UserError(
+                f"device '{device}' does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif dev.type != "cpu":
+        raise UserError(f"unsupported device '{device}': use auto, cpu, cuda or cuda:N")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device, config_dtype: Any = None) -> torch.dtype:
+    """``"auto"``: bfloat16 on CPU; on CUDA the model config's dtype if bf16/fp16, else bfloat16.
+
+    Explicit names: bfloat16/bf16, float16/fp16, float32/fp32.
+    """
+    if isinstance(dtype, torch.dtype):
+        if dtype in (torch.bfloat16, torch.float16, torch.float32):
+            return dtype
+        raise UserError(f"unsupported dtype {dtype}: use auto, bfloat16, float16 or float32")
+    name = (dtype or "auto").strip().lower().removeprefix("torch.")
+    if name == "auto":
+        if torch.device(device).type != "cuda":
+            return torch.bfloat16
+        cfg = _as_torch_dtype(config_dtype)
+        return cfg if cfg in (torch.bfloat16, torch.float16) else torch.bfloat16
+    if name not in _DTYPES:
+        raise UserError(f"unknown dtype '{dtype}': use auto, bfloat16 (bf16), float16 (fp16) or float32 (fp32)")
+    return _DTYPES[name]
+
+
+def _as_torch_dtype(value: Any) -> torch.dtype | None:
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        return _DTYPES.get(value.lower().removeprefix("torch."))
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# GGUF: hash, convert once, cache
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def gguf_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
+    """sha256 of a file, memoized by (path, size, mtime) in ``<cache>/gguf/sha256-index.json``."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = str(path)
+    index_path = (cache or cache_root()) / "gguf" / "sha256-index.json"
+    index: dict = {}
+    with contextlib.suppress(OSError, ValueError):
+        index = json.loads(index_path.read_text())
+    entry = index.get(key)
+    if isinstance(entry, dict) and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
+        return entry["sha256"]
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    sha = digest.hexdigest()
+    index[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+    with contextlib.suppress(OSError):
+        _write_json_atomic(index_path, index)
+    return sha
+
+
+def _converted_dir(gguf: Path, sha: str, cache: Path) -> Path:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", gguf.stem) or "model"
+    return cache / "converted" / f"{stem}-{sha[:16]}"
+
+
+def _is_complete(folder: Path) -> bool:
+    try:
+        info = json.loads((folder / _SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return info.get("conversion_version") == _CONVERSION_VERSION and (folder / "config.json").is_file()
+
+
+def _load_gguf_direct(gguf: Path, *, tokenizer: bool = True):
+    """Read a GGUF with transformers (dequantized, float32). Slow; used once for the conversion."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        import gguf as _gguf  # noqa: F401
+    except ImportError:
+        raise UserError("reading .gguf files needs the package 'gguf': run `pip install gguf`") from None
+    folder, name = str(gguf.parent), gguf.name
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    except (ValueError, KeyError, RuntimeError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(
+            f"cannot read GGUF '{gguf}': {msg} (transformers reads Llama, Gemma, Qwen2, Mistral and a few other "
+            f"architectures; convert other models to a Hugging Face folder)"
+        ) from None
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name) if tokenizer else None
+    return model, tok
+
+
+def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: str | None = None) -> Path:
+    """Dequantize ``gguf`` once into ``<cache>/converted/<stem>-<sha256[:16]>/`` and return the folder.
+
+    The folder is an ordinary Hugging Face model folder (config.json, float32 model.safetensors,
+    tokenizer files) plus ``rmfast_source.json``. It is built in a temporary folder beside it and
+    renamed into place, so an interrupted conversion never leaves a complete-looking folder.
+    """
+    gguf = Path(gguf).expanduser().resolve()
+    cache = cache or cache_root()
+    sha = sha256 or gguf_sha256(gguf, cache)
+    target = _converted_dir(gguf, sha, cache)
+    if _is_complete(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"rmfast: converting {gguf.name} once into {target} (this takes up to a minute)", file=sys.stderr)
+    t0 = time.perf_counter()
+    model, tok = _load_gguf_direct(gguf)
+    # transformers flags the dequantized model as quantized and refuses save_pretrained; the
+    # weights are plain float32 tensors now, so drop the quantizer and its config.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        delattr(model.config, "quantization_config")
+    model.config.architectures = [type(model).__name__]
+    model.config.dtype = torch.float32
+    if tok.pad_token_id is not None:
+        model.config.pad_token_id = tok.pad_token_id
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        _write_json_atomic(
+            tmp / _SOURCE_FILE,
+            {
+                "conversion_version": _CONVERSION_VERSION,
+                "gguf_path": str(gguf),
+                "gguf_name": gguf.name,
+                "sha256": sha,
+                "size": gguf.stat().st_size,
+                "dtype": "float32",
+                "transformers": __import__("transformers").__version__,
+            },
+        )
+        if target.exists() and not _is_complete(target):
+            shutil.rmtree(target, ignore_errors=True)  # stale or foreign leftover
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not _is_complete(target):  # another process finished first: use its folder
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"rmfast: converted {gguf.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return target
+
+
+# --------------------------------------------------------------------------------------------
+# spec resolution
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        os.sep in spec
+        or (os.altsep is not None and os.altsep in spec)
+        or spec.startswith((".", "~"))
+        or spec.lower().endswith(".gguf")
+    )
+
+
+def _not_found_hub(spec: str) -> UserError:
+    return UserError(
+        f"model '{spec}' not found: not an embedded alias, an existing folder or .gguf file, and not in the "
+        f"local Hugging Face cache (this machine cannot download; pass a local folder)"
+    )
+
+
+def _hub_snapshot(spec: str) -> tuple[Path, str | None]:
+    """The local snapshot folder of a cached hub model and its commit hash (no network)."""
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HFValidationError
+    except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
+        raise _not_found_hub(spec) from None
+    try:
+        folder = Path(snapshot_download(spec, local_files_only=True))
+    except (HFValidationError, OSError, ValueError):
+        raise _not_found_hub(spec) from None
+    except Exception as exc:  # LocalEntryNotFoundError and friends
+        if "LocalEntryNotFound" in type(exc).__name__ or "NotFound" in type(exc).__name__:
+            raise _not_found_hub(spec) from None
+        raise
+    if not (folder / "config.json").is_file():
+        raise _not_found_hub(spec)
+    revision = folder.name if re.fullmatch(r"[0-9a-f]{40}", folder.name) else None
+    return folder, revision
+
+
+def _single_gguf(folder: Path) -> Path | None:
+    files = sorted(folder.glob("*.gguf"))
+    return files[0] if len(files) == 1 else None
+
+
+# --------------------------------------------------------------------------------------------
+# kind and model classes
+
+
+def model_kind(config) -> str:
+    """"classifier" for *ForSequenceClassification / *RewardModel*, "causal_lm" for LM heads."""
+    archs = list(getattr(config, "architectures", None) or [])
+    for arch in archs:
+        if arch.endswith("ForSequenceClassification") or "RewardModel" in arch:
+            return "classifier"
+    for arch in archs:
+        if arch.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")):
+            return "causal_lm"
+    if not archs:
+        return "causal_lm"  # e.g. converted or hand-written configs; AutoModelForCausalLM decides
+    raise UserError(
+        f"model architecture {archs[0]} is neither a sequence classifier / reward model nor a causal LM: "
+        f"pass a *ForSequenceClassification, reward-model or *ForCausalLM checkpoint"
+    )
+
+
+def _auto_class(config, kind: str):
+    import transformers
+
+    auto_map = getattr(config, "auto_map", None) or {}
+    if kind == "classifier":
+        archs = list(getattr(config, "architectures", None) or [])
+        builtin = any(hasattr(transformers, a) for a in archs)
+        if "AutoModelForSequenceClassification" in auto_map or builtin or "AutoModel" not in auto_map:
+            return transformers.AutoModelForSequenceClassification
+        return transformers.AutoModel
+    return transformers.AutoModelForCausalLM
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence transformers' load-time progress bars and 'newly initialized weights' notes."""
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    level = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+def _init_random_head(model, seed: int) -> None:
+    """Initialise the classification head deterministically: normal(0, 0.02) from ``seed``, bias 0."""
+    head = getattr(model, "score", None) or getattr(model, "classifier", None)
+    if head is None or not hasattr(head, "weight"):
+        raise UserError(f"{type(model).__name__} has no 'score' head to initialise with random_head_seed")
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    with torch.no_grad():
+        w = torch.randn(head.weight.shape, generator=gen, dtype=torch.float32) * 0.02
+        head.weight.copy_(w.to(head.weight.dtype))
+        if getattr(head, "bias", None) is not None:
+            head.bias.zero_()
+
+
+def _load_folder(
+    folder: Path,
+    *,
+    dtype: str,
+    device: torch.device,
+    trust_remote_code: bool,
+    random_head_seed: int | None,
+    attn_implementation: str | None,
+):
+    from transformers import AutoConfig, AutoTokenizer
+
+    if not (folder / "config.json").is_file():
+        raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder or a .gguf file")
+    try:
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise UserError(
+                f"model '{folder}' contains custom code: pass --trust-remote-code if you trust it"
+            ) from None
+        raise UserError(f"cannot read the config of '{folder}': {str(exc).splitlines()[0]}") from None
+    kind = model_kind(config)
+    torch_dtype = resolve_dtype(dtype, device, getattr(config, "dtype", None) or getattr(config, "torch_dtype", None))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
+    except (OSError, ValueError, TypeError) as exc:
+        raise UserError(
+            f"cannot load a tokenizer from '{folder}' ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): "
+            f"the folder needs tokenizer files (tokenizer.json or tokenizer_config.json and its vocabulary)"
+        ) from None
+
+    kwargs: dict[str, Any] = dict(
+        dtype=torch_dtype, trust_remote_code=trust_remote_code, local_files_only=True
+    )
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if random_head_seed is not None and kind == "causal_lm":
+        from transformers import AutoModelForSequenceClassification
+
+        cls = AutoModelForSequenceClassification
+        kwargs["num_labels"] = 1
+        kind = "classifier"
+        if tokenizer.pad_token_id is not None:
+            kwargs["pad_token_id"] = tokenizer.pad_token_id
+    else:
+        random_head_seed = None
+        cls = _auto_class(config, kind)
+    with _quiet_transformers():
+        try:
+            model = cls.from_pretrained(folder, **kwargs)
+        except ValueError as exc:
+            text = str(exc)
+            if "trust_remote_code" in text:
+                raise UserError(f"model '{folder}' contains custom code: pass --trust-remote-code if you trust it") from None
+            if "attn_implementation" in text or "attention" in text.lower():
+                raise UserError(
+                    f"model '{folder}' does not support attn_implementation='{attn_implementation}': "
+                    f"{text.splitlines()[0]}"
+                ) from None
+            if "Unrecognized configuration class" in text:
+                raise UserError(
+                    f"model '{folder}' ({type(config).__name__}) cannot be loaded as a "
+                    f"{'sequence classifier' if kind == 'classifier' else 'causal LM'} by transformers"
+                ) from None
+            raise
+    if random_head_seed is not None:
+        _init_random_head(model, random_head_seed)
+    if tokenizer.pad_token_id is not None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model, tokenizer, kind, random_head_seed is not None
+
+
+# --------------------------------------------------------------------------------------------
+# public entry point
+
+
+def load(
+    spec: str,
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    trust_remote_code: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    random_head_seed: int | None = None,
+    attn_implementation: str = "eager",
+) -> LoadedModel:
+    """Load ``spec``: an embedded alias, a .gguf file, a model folder, or a cached hub id.
+
+    The model comes back in eval mode with gradients off, in the resolved dtype on the resolved
+    device. With ``random_head_seed`` a causal LM is returned as a one-label sequence classifier
+    whose ``score`` head is drawn from that seed (backbone unchanged).
+    """
+    if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
+        raise UserError("no model given: pass an embedded alias, a .gguf file, a model folder or a hub id")
+    spec = str(spec).strip()
+    dev = resolve_device(device)
+    resolve_dtype(dtype, dev)  # validate the name before any slow work
+    cache = cache_root(cache_dir)
+    source: dict[str, Any] = {
+        "spec": spec,
+        "type": None,
+        "name": None,
+        "path": None,
+        "sha256": None,
+        "revision": None,
+        "alias": None,
+        "random_head_seed": random_head_seed,
+    }
+    default_template = None
+
+    entry = embedded.get(spec)
+    path = Path(spec).expanduser()
+    if entry is not None:
+        gguf = entry.gguf_path(cache)
+        sha = gguf_sha256(gguf, cache)
+        folder = convert_gguf(gguf, cache, sha256=sha)
+        source.update(type="embedded", name=entry.display_name, path=str(gguf), sha256=sha, alias=entry.alias)
+        default_template = entry.default_template
+    elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file() and _single_gguf(path)):
+        gguf = path if path.is_file() else _single_gguf(path)
+        if gguf.suffix.lower() != ".gguf":
+            raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
+        gguf = gguf.resolve()
+        sha = gguf_sha256(gguf, cache)
+        folder = convert_gguf(gguf, cache, sha256=sha)
+        source.update(type="gguf", name=gguf.stem, path=str(gguf), sha256=sha)
+    elif path.is_dir():
+        folder = path.resolve()
+        source.update(type="folder", name=folder.name, path=str(folder))
+    elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
+        folder, revision = _hub_snapshot(spec)
+        source.update(type="hub", name=spec, path=str(folder), revision=revision)
+    elif _looks_like_path(spec):
+        raise UserError(f"no such model folder or file: {spec}")
+    else:
+        raise _not_found_hub(spec)
+
+    model, tokenizer, kind, seeded = _load_folder(
+        folder,
+        dtype=dtype,
+        device=dev,
+        trust_remote_code=trust_remote_code,
+        random_head_seed=random_head_seed,
+        attn_implementation=attn_implementation,
+    )
+    if not seeded:
+        source["random_head_seed"] = None
+    if getattr(tokenizer, "chat_template", None):
+        default_template = None
+    return LoadedModel(model=model, tokenizer=tokenizer, kind=kind, source=source, default_template=default_template)

@@ -1,0 +1,70 @@
+"""Kernel dispatch: Triton on CUDA, the torch twins elsewhere.
+
+Set ``RMFAST_KERNELS=torch`` to force the torch path on CUDA (for A/B timing), or
+``RMFAST_KERNELS=triton`` to force Triton (on CPU this needs ``TRITON_INTERPRET=1``; tests only).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .kernels import reference as ref
+
+
+def _use_triton(t: torch.Tensor) -> bool:
+    mode = os.environ.get("RMFAST_KERNELS", "auto")
+    if mode == "torch":
+        return False
+    if mode == "triton":
+        return True
+    return t.is_cuda and _triton_available()
+
+
+_TRITON_OK: bool | None = None
+
+
+def _triton_available() -> bool:
+    global _TRITON_OK
+    if _TRITON_OK is None:
+        try:
+            import triton  # noqa: F401
+
+            _TRITON_OK = True
+        except Exception:
+            _TRITON_OK = False
+    return _TRITON_OK
+
+
+def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, softcap=None, window=None):
+    """(B, H, Sq, D) queries over one shared prefix K/V (Hkv, P, D) ⊕ own suffix (B, Hkv, S, D) -> (B, Sq, H, D)."""
+    if _use_triton(q):
+        from .kernels.triton_attention import shared_prefix_attention_triton
+
+        return shared_prefix_attention_triton(
+            q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window
+        )
+    return ref.shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window)
+
+
+def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_style):
+    """Final RMSNorm + K-output head on (N, D) rows -> (N, K) fp32."""
+    if _use_triton(x):
+        from .kernels.triton_norm_head import rmsnorm_head_triton
+
+        return rmsnorm_head_triton(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style)
+    return ref.rmsnorm_head(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style)
+
+
+def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap=None, chunk=8192):
+    """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block."""
+    if _use_triton(x):
+        from .kernels.triton_logprob import rmsnorm_lmhead_logprob_triton
+
+        return rmsnorm_lmhead_logprob_triton(
+            x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk
+        )
+    return ref.rmsnorm_lmhead_logprob(
+        x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk
+    )
