@@ -12,26 +12,22 @@ __version__ = "0.1.0"
 __all__ = ["scan", "ScanResult", "load", "LoadedModel", "build_template", "Template", "Engine", "UserError"]
 
 
+from .errors import UserError  # noqa: E402
+from .scan import ScanResult, scan  # noqa: E402  (binds rmfast.scan to the function, not the module)
+from .template import Template, build_template  # noqa: E402
+
+
 def __getattr__(name):
-    # Lazy: `import rmfast` stays cheap (no torch/transformers import until used).
-    if name in ("scan", "ScanResult"):
-        from . import scan as _s
-
-        return getattr(_s, name)
+    # The loader pulls in gguf/accelerate machinery: import it on first use.
     if name in ("load", "LoadedModel"):
-        from . import load as _l
+        import importlib
 
-        return getattr(_l, name)
-    if name in ("build_template", "Template"):
-        from . import template as _t
-
-        return getattr(_t, name)
+        mod = importlib.import_module(".load", __name__)
+        # Importing the submodule binds rmfast.load to the module; rebind the public names.
+        globals().update(load=mod.load, LoadedModel=mod.LoadedModel)
+        return globals()[name]
     if name == "Engine":
         from .engine import Engine
 
         return Engine
-    if name == "UserError":
-        from .errors import UserError
-
-        return UserError
     raise AttributeError(name)

@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,6 +139,7 @@ def _write_json_atomic(path: Path, data: Any) -> None:
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=1, sort_keys=True)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -202,6 +204,72 @@ def _load_gguf_direct(gguf: Path, *, tokenizer: bool = True):
     return model, tok
 
 
+_TOKENIZER_PROBES = (
+    "Hello world",
+    "",
+    " ",
+    "  two leading spaces\tand\ttabs\n\nand newlines \n",
+    "Ünïcödé, 日本語, emoji 🙂 and Zalgo z̷͔",
+    "<|im_start|>user\nHi there!<|im_end|>\n<|im_start|>assistant\n",
+    "<bos><start_of_turn>user\nhi<end_of_turn>\n<eos>",
+    "1234567890 3.14159 -42 0x1F",
+    "don't STOP    me_now(){}[]",
+)
+
+
+def _same_tokenizer(a, b) -> bool:
+    """Whether two tokenizers behave identically on the probes (encode, decode, specials, template)."""
+    if len(a) != len(b) or a.chat_template != b.chat_template:
+        return False
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
+        if getattr(a, attr, None) != getattr(b, attr, None):
+            return False
+    for text in _TOKENIZER_PROBES:
+        for special in (True, False):
+            ia = a(text, add_special_tokens=special)["input_ids"]
+            if ia != b(text, add_special_tokens=special)["input_ids"]:
+                return False
+            if a.decode(ia) != b.decode(ia):
+                return False
+    ids = list(range(0, len(a), max(1, len(a) // 997)))
+    return a.convert_ids_to_tokens(ids) == b.convert_ids_to_tokens(ids)
+
+
+def _save_tokenizer(tok, folder: Path) -> None:
+    """Save ``tok`` into ``folder`` and check that the saved copy reloads identically.
+
+    Two load-time shortcuts are written into tokenizer_config.json when they give identical
+    results on the probes: the generic TokenizersBackend class (model-specific classes such as
+    GemmaTokenizer rebuild the backend in Python on every load: seconds for 262k tokens), and an
+    explicit ``added_tokens_decoder`` (without it transformers parses the whole tokenizer.json
+    in Python once more just to find the added tokens).
+    """
+    from transformers import AutoTokenizer
+
+    tok.save_pretrained(folder)
+    cfg_path = folder / "tokenizer_config.json"
+    tok_json = folder / "tokenizer.json"
+    original = json.loads(cfg_path.read_text())
+    fast = dict(original)
+    if tok_json.is_file():
+        if fast.get("tokenizer_class") not in (None, "TokenizersBackend", "PreTrainedTokenizerFast"):
+            fast["tokenizer_class"] = "TokenizersBackend"
+        if "added_tokens_decoder" not in fast:
+            added = json.loads(tok_json.read_text(encoding="utf-8")).get("added_tokens") or []
+            fast["added_tokens_decoder"] = {
+                str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added
+            }
+    for cfg in ((fast, original) if fast != original else (original,)):
+        cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        try:
+            if _same_tokenizer(tok, AutoTokenizer.from_pretrained(folder)):
+                return
+        except Exception:  # noqa: BLE001 - try the next configuration
+            if cfg is original:
+                raise
+    raise RuntimeError(f"the tokenizer saved in {folder} does not reload identically")
+
+
 def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: str | None = None) -> Path:
     """Dequantize ``gguf`` once into ``<cache>/converted/<stem>-<sha256[:16]>/`` and return the folder.
 
@@ -216,7 +284,7 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     if _is_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"rmfast: converting {gguf.name} once into {target} (this takes up to a minute)", file=sys.stderr)
+    print(f"rmfast: converting {gguf.name} once into {target} (once; a minute or two)", file=sys.stderr)
     t0 = time.perf_counter()
     model, tok = _load_gguf_direct(gguf)
     # transformers flags the dequantized model as quantized and refuses save_pretrained; the
@@ -231,7 +299,7 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
+        _save_tokenizer(tok, tmp)
         _write_json_atomic(
             tmp / _SOURCE_FILE,
             {
@@ -244,6 +312,9 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
                 "transformers": __import__("transformers").__version__,
             },
         )
+        os.chmod(tmp, 0o755)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
         if target.exists() and not _is_complete(target):
             shutil.rmtree(target, ignore_errors=True)  # stale or foreign leftover
         try:
@@ -360,7 +431,9 @@ def _quiet_transformers():
 
 def _init_random_head(model, seed: int) -> None:
     """Initialise the classification head deterministically: normal(0, 0.02) from ``seed``, bias 0."""
-    head = getattr(model, "score", None) or getattr(model, "classifier", None)
+    head = getattr(model, "score", None)
+    if head is None:
+        head = getattr(model, "classifier", None)
     if head is None or not hasattr(head, "weight"):
         raise UserError(f"{type(model).__name__} has no 'score' head to initialise with random_head_seed")
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
@@ -420,12 +493,12 @@ def _load_folder(
         cls = _auto_class(config, kind)
     with _quiet_transformers():
         try:
-            model = cls.from_pretrained(folder, **kwargs)
+            model, info = cls.from_pretrained(folder, output_loading_info=True, **kwargs)
         except ValueError as exc:
             text = str(exc)
             if "trust_remote_code" in text:
                 raise UserError(f"model '{folder}' contains custom code: pass --trust-remote-code if you trust it") from None
-            if "attn_implementation" in text or "attention" in text.lower():
+            if "attn_implementation" in text or "attention implementation" in text.lower():
                 raise UserError(
                     f"model '{folder}' does not support attn_implementation='{attn_implementation}': "
                     f"{text.splitlines()[0]}"
@@ -436,8 +509,18 @@ def _load_folder(
                     f"{'sequence classifier' if kind == 'classifier' else 'causal LM'} by transformers"
                 ) from None
             raise
+    missing = sorted(info.get("missing_keys") or [])
     if random_head_seed is not None:
         _init_random_head(model, random_head_seed)
+        head = {n for n, _ in model.named_parameters() if n.split(".")[0] in ("score", "classifier")}
+        missing = [k for k in missing if k not in head]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        warnings.warn(
+            f"rmfast: {folder} has no weights for {shown}; they are randomly initialised, so scores are "
+            f"not meaningful (use random_head_seed for a deliberate random head)",
+            stacklevel=3,
+        )
     if tokenizer.pad_token_id is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
     model.to(device)

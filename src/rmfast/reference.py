@@ -79,7 +79,7 @@ def reference_scores(
         bs = batch_size
         if head == "logprob":  # keep the (B, kept, V) fp32 logits block modest
             V = model.config.get_text_config().vocab_size if hasattr(model.config, "get_text_config") else model.config.vocab_size
-            bs = max(1, min(batch_size, int(2e7 // ((n + len(cont) + 1) * V))))
+            bs = max(1, min(batch_size, int(5e7 // ((n + len(cont) + 1) * V))))
         for s in range(0, len(idx), bs):
             rows = idx[s : s + bs]
             ids = torch.tensor(seqs[s : s + bs], dtype=torch.long, device=dev)  # (b, L)

@@ -74,8 +74,10 @@ def load_model_metadata(path: str | PathLike | pd.DataFrame) -> pd.DataFrame:
 
     >>> df = load_model_metadata(pd.DataFrame({"name": ["org/A-8B"], "size": ["8B"],
     ...                                         "base_model": ["Llama"], "reward_bench_rank": [3]}))
-    >>> df.loc[0, ["model", "nickname", "developer", "base_family", "params_b"]].tolist()
-    ['org/A-8B', 'A-8B', 'org', 'Llama', 8.0]
+    >>> df.loc[0, ["model", "nickname", "developer", "base_family"]].tolist()
+    ['org/A-8B', 'A-8B', 'org', 'Llama']
+    >>> float(df.loc[0, "params_b"])
+    8.0
     """
     if isinstance(path, pd.DataFrame):
         raw = path.copy()

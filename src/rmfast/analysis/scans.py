@@ -179,7 +179,7 @@ def select(df: pd.DataFrame, *, models: Iterable[str] | None = None,
         if wanted is None:
             continue
         wanted = list(wanted)
-        have = list(dict.fromkeys(df[col]))
+        have = list(pd.unique(df[col]))
         absent = [w for w in wanted if w not in have]
         if absent:
             raise UserError(f"{col}(s) {absent} not in the scan results; available: {have}")
@@ -190,7 +190,7 @@ def select(df: pd.DataFrame, *, models: Iterable[str] | None = None,
 def check_balance(df: pd.DataFrame, ledger: Ledger) -> None:
     """Note every model that lacks a prompt other models have (the matrix is unbalanced)."""
     have = df.groupby("model")["prompt"].unique()
-    prompts = list(dict.fromkeys(df["prompt"]))
+    prompts = list(pd.unique(df["prompt"]))
     for m, ps in have.items():
         lacking = [p for p in prompts if p not in set(ps)]
         if lacking:

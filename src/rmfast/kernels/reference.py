@@ -54,7 +54,7 @@ def shared_prefix_attention(
     q_pos = torch.arange(P + S - Sq, P + S, device=dev)  # (Sq,)
 
     # Prefix keys that no query can see (outside every window) are skipped outright.
-    p0 = 0 if window is None else max(0, P + S - Sq - window + 1)
+    p0 = 0 if window is None else min(P, max(0, P + S - Sq - window + 1))
     kp = k_prefix[:, p0:]  # (Hkv, P', D)
     vp = v_prefix[:, p0:]
     Pp = kp.shape[1]

@@ -81,17 +81,16 @@ if HAVE_TRITON:
     def _shared_prefix_attn_kernel(
         Q, KP, VP, KS, VS, O,
         stride_qb, stride_qh, stride_qs, stride_qd,
-        stride_kph, stride_kpn, stride_kpd,
-        stride_vph, stride_vpn, stride_vpd,
-        stride_ksb, stride_ksh, stride_kss, stride_ksd,
-        stride_vsb, stride_vsh, stride_vss, stride_vsd,
+        stride_ph, stride_pn, stride_pd,  # k_prefix and v_prefix share strides
+        stride_sb, stride_sh, stride_ss, stride_sd,  # k_suffix and v_suffix share strides
         stride_ob, stride_os, stride_oh, stride_od,
         n_rows,  # B * G * Sq query rows per KV head
-        P, S, Sq, D,
+        P, S, Sq, D, prefix_lo,
         scale, softcap, window,
         G: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr,
         HAS_WINDOW: tl.constexpr,
+        EVEN_D: tl.constexpr,  # D == BLOCK_D: no head-dim masks
         DOT_PRECISION: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
@@ -103,50 +102,60 @@ if HAVE_TRITON:
         # ---- which (b, head, query) each of the BLOCK_M query rows is -------------------
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
         row_ok = rows < n_rows
-        rows_c = tl.where(row_ok, rows, 0)  # keep padded rows' addresses in bounds
-        b = (rows_c // (G * Sq)).to(tl.int64)  # int64: B * stride can exceed 2**31
+        # Padded rows become copies of the last real row: every address stays in bounds, so
+        # loads need no row mask; only the final store is masked.
+        rows_c = tl.minimum(rows, n_rows - 1)
+        b = rows_c // (G * Sq)  # batch row, (BLOCK_M,)
         rem = rows_c % (G * Sq)
         h = kvh * G + rem // Sq  # query head
         qi = rem % Sq  # query index within the last Sq suffix positions
         q_pos = P + S - Sq + qi  # absolute position of each query, (BLOCK_M,)
+        # Addresses are a 64-bit per-program base plus small int32 offsets from the tile's
+        # first batch row b0: 2D int64 pointer tensors kept live across the loops would
+        # cost two registers per element and make the kernel spill.
+        b0 = (pid_m * BLOCK_M) // (G * Sq)
+        b_rel = b - b0  # (BLOCK_M,) in [0, BLOCK_M)
 
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < D  # head dims that are not a power of two are padded and masked
 
-        q_ptrs = Q + b[:, None] * stride_qb + h[:, None] * stride_qh + qi[:, None] * stride_qs \
-            + offs_d[None, :] * stride_qd
-        q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
+        q_off = b_rel[:, None] * stride_qb + h[:, None] * stride_qh + qi[:, None] * stride_qs \
+            + offs_d[None, :] * stride_qd  # (BLOCK_M, BLOCK_D) int32
+        q_base = Q + b0.to(tl.int64) * stride_qb
+        if EVEN_D:
+            q = tl.load(q_base + q_off)  # (BLOCK_M, BLOCK_D)
+        else:
+            q = tl.load(q_base + q_off, mask=d_ok[None, :], other=0.0)
 
         # Online-softmax state.  m starts at a large finite negative (not -inf) so that a
-        # block in which a row sees no key gives exp(-inf - m) = 0 instead of NaN.
+        # tile in which a row sees no key gives exp(-inf - m) = 0 instead of NaN.
         m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
         # ---- phase 1: shared prefix, keys 0..P-1 (always causally visible) -------------
-        kvh64 = kvh.to(tl.int64)
-        kp_base = KP + kvh64 * stride_kph
-        vp_base = VP + kvh64 * stride_vph
-        lo = 0
-        if HAS_WINDOW:
-            # Skip prefix tiles that are outside the window of every query of this program
-            # (the earliest query position is P + S - Sq).
-            lo = tl.maximum(P + S - Sq - window + 1, 0)
-            lo = (lo // BLOCK_N) * BLOCK_N
+        # Every query row of the program reads the same (BLOCK_N, D) prefix tile: one
+        # (BLOCK_M x BLOCK_N) matmul per tile against the single shared copy.
+        p_base = kvh.to(tl.int64) * stride_ph
         offs_n = tl.arange(0, BLOCK_N)
-        for start_n in range(lo, P, BLOCK_N):
+        # prefix_lo (a multiple of BLOCK_N, from the launcher) skips the prefix tiles that lie
+        # outside the sliding window of every query.
+        for start_n in range(prefix_lo, P, BLOCK_N):
             kpos = start_n + offs_n  # (BLOCK_N,) absolute key positions
             k_ok = kpos < P
-            kv_mask = k_ok[:, None] & d_ok[None, :]
-            k = tl.load(kp_base + kpos[:, None] * stride_kpn + offs_d[None, :] * stride_kpd,
-                        mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
-            v = tl.load(vp_base + kpos[:, None] * stride_vpn + offs_d[None, :] * stride_vpd,
-                        mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
+            kv_off = kpos[:, None] * stride_pn + offs_d[None, :] * stride_pd  # (BLOCK_N, BLOCK_D)
+            if EVEN_D:
+                kv_mask = k_ok[:, None]
+            else:
+                kv_mask = k_ok[:, None] & d_ok[None, :]
+            k = tl.load(KP + p_base + kv_off, mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
+            v = tl.load(VP + p_base + kv_off, mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BLOCK_M, BLOCK_N) fp32
             s = _scores(s, scale, softcap, q.dtype, HAS_SOFTCAP)
-            visible = k_ok[None, :] & row_ok[:, None]
             if HAS_WINDOW:
-                visible = visible & (kpos[None, :] > q_pos[:, None] - window)
+                visible = k_ok[None, :] & (kpos[None, :] > q_pos[:, None] - window)
+            else:
+                visible = k_ok[None, :]
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))  # (BLOCK_M,)
             alpha = tl.exp(m_i - m_new)
@@ -156,52 +165,61 @@ if HAVE_TRITON:
             m_i = m_new
 
         # ---- phase 2: each row's own suffix, keys P..P+S-1 (causal + window) -----------
-        # Different query rows belong to different batch rows, so keys are gathered per row,
-        # one suffix position at a time; S is small in this workload.
-        ks_base = KS + b * stride_ksb + kvh64 * stride_ksh  # (BLOCK_M,) pointers
-        vs_base = VS + b * stride_vsb + kvh64 * stride_vsh
-        qf = q.to(tl.float32)
-        ld_mask = row_ok[:, None] & d_ok[None, :]
+        # Query rows of a program belong to different batch rows, so each suffix key/value
+        # is gathered per row, one suffix position at a time (S is small in this workload),
+        # and scored with a row-wise dot product.
+        s_off = b_rel[:, None] * stride_sb + offs_d[None, :] * stride_sd  # (BLOCK_M, BLOCK_D) int32
+        s_base = b0.to(tl.int64) * stride_sb + kvh.to(tl.int64) * stride_sh
         for n in range(0, S):
             kpos_s = P + n
-            k = tl.load(ks_base[:, None] + n * stride_kss + offs_d[None, :] * stride_ksd,
-                        mask=ld_mask, other=0.0).to(tl.float32)  # (BLOCK_M, BLOCK_D)
-            s = _scores(tl.sum(qf * k, 1), scale, softcap, q.dtype, HAS_SOFTCAP)  # (BLOCK_M,)
-            visible = row_ok & (kpos_s <= q_pos)
+            if EVEN_D:
+                k = tl.load(KS + s_base + n * stride_ss + s_off)  # (BLOCK_M, BLOCK_D)
+                v = tl.load(VS + s_base + n * stride_ss + s_off)
+            else:
+                k = tl.load(KS + s_base + n * stride_ss + s_off, mask=d_ok[None, :], other=0.0)
+                v = tl.load(VS + s_base + n * stride_ss + s_off, mask=d_ok[None, :], other=0.0)
+            s = tl.sum(q.to(tl.float32) * k.to(tl.float32), 1)  # (BLOCK_M,)
+            s = _scores(s, scale, softcap, q.dtype, HAS_SOFTCAP)
+            visible = kpos_s <= q_pos
             if HAS_WINDOW:
                 visible = visible & (kpos_s > q_pos - window)
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, s)
             alpha = tl.exp(m_i - m_new)
             p = tl.exp(s - m_new)  # (BLOCK_M,)
-            v = tl.load(vs_base[:, None] + n * stride_vss + offs_d[None, :] * stride_vsd,
-                        mask=ld_mask, other=0.0).to(tl.float32)  # (BLOCK_M, BLOCK_D)
             l_i = l_i * alpha + p
-            acc = acc * alpha[:, None] + p[:, None] * v
+            acc = acc * alpha[:, None] + p[:, None] * v.to(tl.float32)
             m_i = m_new
 
-        # Every real query sees at least itself, so l_i > 0 for real rows; the guard only
-        # keeps padded rows finite.
-        l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-        out = acc / l_safe[:, None]  # (BLOCK_M, BLOCK_D)
-        o_ptrs = O + b[:, None] * stride_ob + qi[:, None] * stride_os + h[:, None] * stride_oh \
+        # Every query sees at least itself, so l_i > 0.
+        out = acc / l_i[:, None]  # (BLOCK_M, BLOCK_D)
+        o_off = b_rel[:, None] * stride_ob + qi[:, None] * stride_os + h[:, None] * stride_oh \
             + offs_d[None, :] * stride_od
-        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+        o_base = O + b0.to(tl.int64) * stride_ob
+        tl.store(o_base + o_off, out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
-def _attn_blocks(block_d: int, on_cuda: bool) -> tuple[int, int, int]:
+def _max_offset(strides, extents) -> int:
+    """Largest element offset reached by indices below `extents` along `strides`."""
+    return sum(st * (n - 1) for st, n in zip(strides, extents) if n > 0)
+
+
+def _attn_blocks(block_d: int, on_cuda: bool, even_d: bool = True) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps).  All >= 16 because tl.dot needs it on GPU.
 
-    Larger head dims get smaller tiles to keep the fp32 accumulator in registers.  The
-    interpreter has a large per-op overhead, so bigger tiles (fewer programs) run faster.
+    Chosen from sm_90 compiles (ptxas resource usage, bf16, aligned contiguous inputs): the
+    largest BLOCK_M (prefix reuse) that keeps the kernel at or under 255 registers without
+    meaningful spills; not yet timed on hardware.  The interpreter has a large per-op
+    overhead, so there bigger tiles (fewer programs) simply run faster.
     """
     if not on_cuda:
         return 32, 32, 4
     if block_d <= 64:
-        return 64, 64, 4
+        return 64, 64, 4  # ~168 registers
     if block_d <= 128:
-        return 64, 32, 4
-    return 32, 32, 8
+        # Padded head dims (e.g. 80, 96) pay for masks: a 64-row tile would spill.
+        return (64, 32, 4) if even_d else (32, 64, 4)  # 255 regs + 8-byte spill / ~205 regs
+    return 32, 64, 8  # D=256: ~171 registers
 
 
 def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
@@ -215,6 +233,7 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
     """
     if not HAVE_TRITON:
         raise RuntimeError("shared_prefix_attention_triton needs triton, which is not installed")
+    _check_device(q, _shared_prefix_attn_kernel)
     B, H, Sq, D = q.shape
     Hkv, P, Dk = k_prefix.shape
     Bs, Hkv_s, S, Ds = k_suffix.shape
@@ -234,27 +253,47 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
     out = torch.empty((B, Sq, H, D), dtype=q.dtype, device=q.device)  # (B, Sq, H, D)
     if B == 0:
         return out
-    block_d = max(16, _next_pow2(D))
-    block_m, block_n, num_warps = _attn_blocks(block_d, q.is_cuda)
-    n_rows = B * G * Sq
-    # fp32 inputs: "ieee" so the GPU does not silently use TF32 (10-bit mantissa) tensor cores.
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    # K and V of each part are read with one set of offsets: give them equal strides.
+    if k_suffix.stride() != v_suffix.stride():
+        k_suffix, v_suffix = k_suffix.contiguous(), v_suffix.contiguous()
     if P == 0:
         # Empty prefix: the prefix loop never runs, but an empty tensor may carry a null data
         # pointer that the launcher rejects, so pass the suffix tensors in its place.
         k_prefix, v_prefix = k_suffix[0], v_suffix[0]  # (Hkv, S, D), never read
+    elif k_prefix.stride() != v_prefix.stride():
+        k_prefix, v_prefix = k_prefix.contiguous(), v_prefix.contiguous()
+
+    block_d = max(16, _next_pow2(D))
+    block_m, block_n, num_warps = _attn_blocks(block_d, q.is_cuda, block_d == D)
+    n_rows = B * G * Sq
+    # In-tile offsets are int32, relative to the tile's first batch row (a tile spans at most
+    # block_m + 1 batch rows) or, for the prefix, to the kv head.
+    b_span = block_m + 1
+    spans = [_max_offset(q.stride(), (b_span, H, Sq, D)),
+             _max_offset(out.stride(), (b_span, Sq, H, D)),
+             _max_offset(k_suffix.stride()[:1] + k_suffix.stride()[2:], (b_span, S, D)),
+             _max_offset(k_prefix.stride()[1:], (P, D))]
+    if max(spans) >= 2**31:
+        raise ValueError("tensor strides too large for the kernel's int32 in-tile offsets")
+    prefix_lo = 0
+    if window is not None:
+        # The earliest query sits at P + S - Sq; keys at or before P + S - Sq - window are
+        # invisible to every query, so whole prefix tiles below that are never loaded.
+        prefix_lo = min(P, max(0, P + S - Sq - window + 1))
+        prefix_lo = (prefix_lo // block_n) * block_n
+    # fp32 inputs: "ieee" so the GPU does not silently use TF32 (10-bit mantissa) tensor cores.
+    precision = "ieee" if q.dtype == torch.float32 else "tf32"
     grid = (triton.cdiv(n_rows, block_m), Hkv)
     _shared_prefix_attn_kernel[grid](
         q, k_prefix, v_prefix, k_suffix, v_suffix, out,
-        *q.stride(), *k_prefix.stride(), *v_prefix.stride(),
-        *k_suffix.stride(), *v_suffix.stride(),
-        out.stride(0), out.stride(1), out.stride(2), out.stride(3),
-        n_rows, P, S, Sq, D,
+        *q.stride(), *k_prefix.stride(), *k_suffix.stride(), *out.stride(),
+        n_rows, P, S, Sq, D, prefix_lo,
         float(scale), float(softcap) if softcap is not None else 1.0,
         int(window) if window is not None else 0,
         G=G,
         HAS_SOFTCAP=softcap is not None,
         HAS_WINDOW=window is not None,
+        EVEN_D=block_d == D,
         DOT_PRECISION=precision,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
         num_warps=num_warps,

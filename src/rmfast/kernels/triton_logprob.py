@@ -131,6 +131,7 @@ def _lmhead_blocks(x: torch.Tensor, chunk: int) -> tuple[int, int, int, int]:
 
 def _launch(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap, chunk,
             num_splits: int | None = None) -> torch.Tensor:
+    _check_device(x, _lmhead_logprob_kernel)
     N, D = x.shape
     V, Dl = lm_weight.shape
     if Dl != D or norm_weight.shape != (D,) or targets.shape != (N,):

@@ -128,6 +128,7 @@ def rmsnorm_head_triton(x, norm_weight, eps: float, head_weight, head_bias=None,
     """
     if not HAVE_TRITON:
         raise RuntimeError("rmsnorm_head_triton needs triton, which is not installed")
+    _check_device(x, _rmsnorm_head_kernel)
     N, D = x.shape
     K, Dh = head_weight.shape
     if Dh != D or norm_weight.shape != (D,):

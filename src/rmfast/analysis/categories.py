@@ -1,0 +1,254 @@
+"""Dictionary categories (Paper B): do model groups prefer different kinds of words?
+
+1. Each dictionary word is found among the scored texts (stripped, lower-cased; several
+   tokens with the same word are combined by ``word_agg``) and ranked within model ×
+   prompt (1 = best): among the matched words (``rank_within="matched"``, as when the
+   dictionary itself was scored) or among everything scored (``"all"``).
+2. The unit of analysis is the median rank per category per model × prompt.
+3. Groups of models (e.g. base family Gemma vs Llama) are compared per category (and
+   framing) by a permutation test on the models' mean median rank: Welch t, group labels
+   permuted over models (exactly when few), two-sided, Bonferroni over the tests.
+4. A linear mixed model ``median_rank ~ group * category * framing`` with a random
+   intercept per model (statsmodels MixedLM).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UserError
+from . import _deps
+from .framing import framing_map
+from .ledger import Ledger
+from .lexicons import load_dictionary, match_dictionary, normalize_word
+from .metadata import load_model_metadata, match_metadata, model_families
+from .results import Result
+from .scans import check_balance, select, validate_scans
+
+
+@dataclass(kw_only=True)
+class CategoryResult(Result):
+    """Tables:
+
+    medians:     model, group, prompt, framing, category, n_words, median_rank,
+                 median_rank_pct (median of rank / words ranked)
+    permutation: framing, category, group_a, group_b, n_a, n_b, mean_a, mean_b, diff,
+                 t, p_value, p_bonferroni, n_perm, exact
+    mixed:       term, coef, se, z, p_value, ci_low, ci_high
+    words:       model, prompt, word, category, score, rank, n_ranked
+    """
+
+    medians: pd.DataFrame = field(default_factory=pd.DataFrame)
+    permutation: pd.DataFrame = field(default_factory=pd.DataFrame)
+    mixed: pd.DataFrame = field(default_factory=pd.DataFrame)
+    words: pd.DataFrame = field(default_factory=pd.DataFrame)
+    measure: str = "median_rank"
+
+
+def _welch_t(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # a, b: (..., n_a), (..., n_b) -> Welch t along the last axis
+    va = a.var(-1, ddof=1) / a.shape[-1]
+    vb = b.var(-1, ddof=1) / b.shape[-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (a.mean(-1) - b.mean(-1)) / np.sqrt(va + vb)
+
+
+def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = 10_000,
+                     seed: int = 0) -> dict:
+    """Two-sided permutation Welch-t test of group A vs the rest (labels permuted).
+
+    Enumerates all C(n, n_a) relabellings when there are no more than ``n_perm``.
+
+    >>> v = np.array([1.0, 1.1, 0.9, 5.0, 5.2, 4.8]); a = np.array([1, 1, 1, 0, 0, 0], bool)
+    >>> r = permutation_test(v, a); r["exact"], round(r["p_value"], 3)
+    (True, 0.1)
+    """
+    values = np.asarray(values, dtype="float64")
+    in_a = np.asarray(in_a, dtype=bool)
+    n, na = len(values), int(in_a.sum())
+    nb = n - na
+    if na < 2 or nb < 2:
+        return {"t": np.nan, "p_value": np.nan, "n_perm": 0, "exact": False}
+    t_obs = float(_welch_t(values[in_a], values[~in_a]))
+    exact = math.comb(n, na) <= n_perm
+    if exact:
+        masks = np.zeros((math.comb(n, na), n), dtype=bool)
+        for i, idx in enumerate(combinations(range(n), na)):
+            masks[i, list(idx)] = True
+    else:
+        rng = np.random.default_rng(seed)
+        masks = np.zeros((n_perm, n), dtype=bool)
+        for i in range(n_perm):
+            masks[i, rng.choice(n, na, replace=False)] = True
+    order = np.argsort(~masks, axis=1, kind="stable")  # group A first in each row
+    perm_vals = values[order]
+    t_perm = _welch_t(perm_vals[:, :na], perm_vals[:, na:])
+    hits = int(np.sum(np.abs(t_perm) >= abs(t_obs) - 1e-12))
+    p = hits / len(masks) if exact else (1 + hits) / (1 + len(masks))
+    return {"t": t_obs, "p_value": float(p), "n_perm": int(len(masks)), "exact": exact}
+
+
+def _groups(models, group_by, metadata) -> dict[str, str]:
+    if isinstance(group_by, dict):
+        missing = [m for m in models if m not in group_by]
+        if missing:
+            raise UserError(f"group mapping lacks model(s) {missing}; give every model a group")
+        return {m: str(group_by[m]) for m in models}
+    meta = load_model_metadata(metadata) if metadata is not None else None
+    if group_by in (None, "base_family"):
+        return model_families(models, meta)
+    if meta is None:
+        raise UserError(f"grouping by {group_by!r} needs model metadata (--metadata)")
+    matched, unmatched = match_metadata(models, meta)
+    if unmatched:
+        raise UserError(f"no metadata for model(s) {unmatched}; add them to the metadata file")
+    if group_by not in matched.columns:
+        raise UserError(f"metadata has no column {group_by!r}; have {list(matched.columns)}")
+    return {m: str(matched.loc[m, group_by]) for m in models}
+
+
+def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata=None,
+               rank_within: str = "matched", word_agg: str = "mean", measure: str = "median_rank",
+               framing=None, n_perm: int = 10_000, seed: int = 0, mixed: bool = True,
+               models=None, prompts=None) -> CategoryResult:
+    """Median rank per dictionary category per model × prompt; group tests; mixed model.
+
+    ``dictionary``: a path (CSV, .dicx, LIWC .dic) or a frame (term, category, wildcard).
+    ``group_by``: "base_family" (metadata, else guessed from the name), another metadata
+    column, or a {model: group} mapping.
+
+    >>> words = ["kind", "warm", "bold", "brave"]
+    >>> dic = pd.DataFrame({"term": words, "category": ["C", "C", "A", "A"], "wildcard": False})
+    >>> d = pd.DataFrame({"model": "m", "prompt": "best?", "text": words,
+    ...                   "score": [4.0, 3.0, 2.0, 1.0]})
+    >>> med = categories(d, dic, mixed=False).medians
+    >>> sorted(med.set_index("category")["median_rank"].items())
+    [('A', 3.5), ('C', 1.5)]
+    """
+    if rank_within not in ("matched", "all"):
+        raise UserError(f"rank_within={rank_within!r}; use 'matched' or 'all'")
+    if word_agg not in ("mean", "max", "first"):
+        raise UserError(f"word_agg={word_agg!r}; use mean, max or first")
+    if measure not in ("median_rank", "median_rank_pct"):
+        raise UserError(f"measure={measure!r}; use median_rank or median_rank_pct")
+    ledger = Ledger()
+    dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
+    if "wildcard" not in dic.columns:
+        dic = dic.assign(wildcard=False)
+    dic = dic.assign(term=dic["term"].map(normalize_word))
+    df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
+    check_balance(df, ledger)
+    frame = framing_map(df["prompt"].unique(), framing)
+    groups = _groups(list(pd.unique(df["model"])), group_by, metadata)
+    df = df.assign(word=df["text"].map(normalize_word))
+    cats = match_dictionary(df["word"], dic)
+    hit = df["word"].isin(set(cats["word"]))
+    for (m, p), n in df[~hit].groupby(["model", "prompt"], sort=False).size().items():
+        ledger.drop("dictionary match", n, "text is not a dictionary word", model=m, prompt=p)
+    words = df[hit]
+    agg = {"mean": "mean", "max": "max", "first": "first"}[word_agg]
+    n_before = len(words)
+    words = words.groupby(["model", "prompt", "word"], sort=False, as_index=False)["score"].agg(agg)
+    if len(words) < n_before:
+        ledger.note(f"{n_before - len(words)} rows were variants of a word already seen "
+                    f"(e.g. ' Love' and 'love'); combined per word by {word_agg}")
+    if rank_within == "matched":
+        g = words.groupby(["model", "prompt"], sort=False)["score"]
+        words["rank"] = g.rank(ascending=False, method="average")
+        words["n_ranked"] = g.transform("size")
+    else:
+        ranks, totals = [], []
+        full = {k: np.sort(g["score"].to_numpy()) for k, g in df.groupby(["model", "prompt"])}
+        for m, p, s in words[["model", "prompt", "score"]].itertuples(index=False):
+            arr = full[(m, p)]
+            ranks.append(1 + len(arr) - np.searchsorted(arr, s, side="right"))
+            totals.append(len(arr))
+        words["rank"] = np.asarray(ranks, dtype="float64")
+        words["n_ranked"] = totals
+    words = words.merge(cats, on="word")
+    words["rank_pct"] = words["rank"] / words["n_ranked"]
+    med = (words.groupby(["model", "prompt", "category"], sort=False)
+           .agg(n_words=("word", "size"), median_rank=("rank", "median"),
+                median_rank_pct=("rank_pct", "median")).reset_index())
+    med["group"] = med["model"].map(groups)
+    med["framing"] = med["prompt"].map(frame)
+    med = med[["model", "group", "prompt", "framing", "category", "n_words", "median_rank",
+               "median_rank_pct"]]
+    res = CategoryResult(medians=med, words=words[["model", "prompt", "word", "category",
+                                                   "score", "rank", "n_ranked"]],
+                         measure=measure)
+    res.permutation = _permutations(med, measure, n_perm, seed, ledger)
+    res.mixed = _mixed(med, measure, ledger) if mixed else pd.DataFrame()
+    res._take(ledger)
+    return res
+
+
+def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
+    group_names = sorted(med["group"].unique())
+    cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "mean_a", "mean_b",
+            "diff", "t", "p_value", "p_bonferroni", "n_perm", "exact"]
+    if len(group_names) < 2:
+        ledger.note(f"all models are in one group ({group_names}); no group test")
+        return pd.DataFrame(columns=cols)
+    framings = list(pd.unique(med["framing"]))
+    levels = (["all"] + framings) if len(framings) > 1 else framings
+    rows = []
+    for fr in levels:
+        sub = med if fr == "all" else med[med["framing"] == fr]
+        per_model = sub.groupby(["category", "model", "group"])[measure].mean().reset_index()
+        for cat, g in per_model.groupby("category", sort=True):
+            for ga, gb in combinations(group_names, 2):
+                g2 = g[g["group"].isin([ga, gb])]
+                in_a = (g2["group"] == ga).to_numpy()
+                vals = g2[measure].to_numpy()
+                out = permutation_test(vals, in_a, n_perm=n_perm, seed=seed)
+                if np.isnan(out["t"]):
+                    ledger.note(f"group test {ga} vs {gb} ({cat}, {fr}): needs at least 2 "
+                                "models per group")
+                rows.append({"framing": fr, "category": cat, "group_a": ga, "group_b": gb,
+                             "n_a": int(in_a.sum()), "n_b": int((~in_a).sum()),
+                             "mean_a": vals[in_a].mean() if in_a.any() else np.nan,
+                             "mean_b": vals[~in_a].mean() if (~in_a).any() else np.nan,
+                             **out})
+    res = pd.DataFrame(rows)
+    res["diff"] = res["mean_a"] - res["mean_b"]
+    m = int(res["p_value"].notna().sum())
+    res["p_bonferroni"] = (res["p_value"] * m).clip(upper=1.0)
+    return res[cols]
+
+
+def _mixed(med, measure, ledger) -> pd.DataFrame:
+    cols = ["term", "coef", "se", "z", "p_value", "ci_low", "ci_high"]
+    terms = [t for t in ("group", "category", "framing") if med[t].nunique() > 1]
+    for t in ("group", "category", "framing"):
+        if t not in terms:
+            ledger.note(f"mixed model: {t} has one level; the term is left out")
+    if med["model"].nunique() < 3 or "category" not in terms:
+        ledger.note("mixed model not fitted: needs at least 3 models and 2 categories")
+        return pd.DataFrame(columns=cols)
+    smf = _deps.require("statsmodels.formula.api", "the mixed model")
+    formula = f"{measure} ~ " + " * ".join(f"C({t})" for t in terms)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fit = smf.mixedlm(formula, med, groups=med["model"]).fit(reml=True)
+        except (np.linalg.LinAlgError, ValueError) as exc:
+            ledger.note(f"mixed model {formula} failed: {exc}")
+            return pd.DataFrame(columns=cols)
+    for w in caught:
+        ledger.note(f"mixed model warning: {str(w.message).splitlines()[0]}")
+    ci = fit.conf_int()
+    names = [n for n in fit.fe_params.index]
+    out = pd.DataFrame({"term": names, "coef": fit.fe_params[names].to_numpy(),
+                        "se": fit.bse_fe[names].to_numpy(),
+                        "z": fit.tvalues[names].to_numpy(), "p_value": fit.pvalues[names].to_numpy(),
+                        "ci_low": ci.loc[names, 0].to_numpy(), "ci_high": ci.loc[names, 1].to_numpy()})
+    ledger.note(f"mixed model: {formula}, random intercept per model ({med['model'].nunique()} "
+                f"models, {len(med)} rows)")
+    return out

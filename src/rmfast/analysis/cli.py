@@ -1,0 +1,221 @@
+"""``rmfast analyze NAME ...`` and ``rmfast report ...``: the analyses from the command line.
+
+The lead's main CLI calls :func:`register` with its argparse subparsers object; each
+subcommand sets ``func(args) -> int``.
+
+Inputs: Parquet scan files or folders of them (``<file>.json`` manifests beside them),
+and/or ``--eloeverything DIR`` (a folder given as an input that holds EloEverything CSVs
+is recognised too). The main table goes to stdout (``--max-rows``), or as CSV to
+``--out``; ``--table`` picks another table of the result. Rows dropped and notes go to
+stderr.
+
+Examples::
+
+    rmfast analyze human --eloeverything ../shared/data/eloeverything
+    rmfast analyze agreement scans/ --metadata models.yaml --table rsa --out rsa.csv
+    rmfast report --eloeverything ../shared/data/eloeverything --out report.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import UserError
+
+ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
+            "categories", "extremes")
+
+
+def _inputs(args):
+    """(scans, human or None, source description) from the CLI inputs."""
+    from .eloeverything import is_eloeverything_dir, load_eloeverything, load_human_scores
+    from .scans import load_scans
+
+    frames, human, sources = [], None, []
+    elo_dirs = list(args.eloeverything or [])
+    scan_paths = []
+    for p in args.inputs or []:
+        (elo_dirs if is_eloeverything_dir(p) else scan_paths).append(p)
+    for d in elo_dirs:
+        data = load_eloeverything(d)
+        frames.append(data.scans)
+        human = data.human if human is None else human
+        sources.append(str(d))
+    if scan_paths:
+        frames.append(load_scans(scan_paths))
+        sources.extend(str(p) for p in scan_paths)
+    if not frames:
+        raise UserError("no inputs: give scan Parquet files/folders or --eloeverything DIR")
+    if getattr(args, "human", None):
+        human = load_human_scores(args.human, item_column=args.human_item,
+                                  score_column=args.human_score)
+    return pd.concat(frames, ignore_index=True), human, ", ".join(sources)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="*", help="scan Parquet files or folders (with .json "
+                   "manifests), or an EloEverything folder")
+    p.add_argument("--eloeverything", action="append", metavar="DIR",
+                   help="folder of EloEverything CSVs (one per prompt)")
+    p.add_argument("--human", metavar="CSV", help="items with a human score (for 'human')")
+    p.add_argument("--human-item", default="name", help="item column of --human (default name)")
+    p.add_argument("--human-score", default="elo_score",
+                   help="score column of --human (default elo_score)")
+    p.add_argument("--metadata", metavar="FILE", help="model metadata YAML/CSV (labels, RSA, "
+                   "groups)")
+    p.add_argument("--afinn", metavar="FILE", help="AFINN lexicon (default: the afinn package, "
+                   "if installed)")
+    p.add_argument("--frequencies", metavar="FILE", help="word-frequency list (BNC format or "
+                   "word,frequency), or 'wordfreq'")
+    p.add_argument("--join", choices=("text", "id"), default="text",
+                   help="shared vocabulary: decoded text (papers) or token id + text")
+    p.add_argument("--k", type=int, default=10, help="rows per top/bottom table (default 10)")
+    p.add_argument("--best", metavar="PROMPT", help="positive prompt for best-worst")
+    p.add_argument("--worst", metavar="PROMPT", help="negative prompt for best-worst")
+    p.add_argument("--framing", action="append", metavar="PROMPT=positive|negative",
+                   help="override a prompt's framing (repeatable)")
+    p.add_argument("--n-perm", type=int, default=10_000, help="permutations (default 10000)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def register(subparsers) -> None:
+    """Add the ``analyze`` and ``report`` subcommands to an argparse subparsers object."""
+    a = subparsers.add_parser("analyze", help="run one analysis, print/write its table",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("name", choices=ANALYSES, help="the analysis")
+    _common(a)
+    a.add_argument("--dictionary", metavar="FILE", help="category dictionary (categories)")
+    a.add_argument("--group-by", default="base_family",
+                   help="metadata column grouping models (categories; default base_family)")
+    a.add_argument("--shared-vocab", action="store_true",
+                   help="extremes: only strings every model shares (papers' option)")
+    a.add_argument("--no-standardize", action="store_true",
+                   help="use raw scores instead of z-scores within model × prompt")
+    a.add_argument("--models", nargs="+", metavar="MODEL", help="only these models")
+    a.add_argument("--prompts", nargs="+", metavar="PROMPT", help="only these prompts")
+    a.add_argument("--table", help="which table of the result (default: the main one)")
+    a.add_argument("--out", metavar="CSV", help="write the table as CSV here")
+    a.add_argument("--max-rows", type=int, default=40, help="rows printed (default 40)")
+    a.set_defaults(func=run_analyze)
+
+    r = subparsers.add_parser("report", help="write one self-contained HTML report",
+                              description="Run every analysis the inputs allow and write one "
+                              "HTML file with embedded plots.")
+    _common(r)
+    r.add_argument("--dictionary", action="append", metavar="FILE",
+                   help="category dictionary (repeatable)")
+    r.add_argument("--title", default="rmfast report")
+    r.add_argument("--out", required=True, metavar="HTML", help="the report file")
+    r.set_defaults(func=run_report)
+
+
+def _run(name: str, args, scans, human):
+    from . import (agreement, best_worst, categories, distributions, exposure, extremes,
+                   human_comparison, sentiment)
+    from .framing import parse_framing_args
+
+    framing = parse_framing_args(args.framing)
+    sel = {"models": args.models, "prompts": args.prompts}
+    std = not args.no_standardize
+    if name == "distributions":
+        return distributions(scans, **sel)
+    if name == "agreement":
+        return agreement(scans, join=args.join, metadata=args.metadata, n_perm=args.n_perm,
+                         seed=args.seed, **sel)
+    if name == "sentiment":
+        return sentiment(scans, args.afinn, standardize=std, framing=framing, **sel)
+    if name == "exposure":
+        if not args.frequencies:
+            raise UserError("exposure needs --frequencies FILE (BNC list or word,frequency) "
+                            "or --frequencies wordfreq")
+        return exposure(scans, args.frequencies, args.afinn, standardize=std, framing=framing,
+                        **sel)
+    if name == "best-worst":
+        if args.prompts:
+            raise UserError("best-worst takes --best and --worst, not --prompts")
+        return best_worst(scans, best=args.best, worst=args.worst, join=args.join,
+                          standardize=std, k=args.k, framing=framing, models=args.models)
+    if name == "human":
+        if human is None:
+            raise UserError("human needs human scores: --eloeverything DIR or --human CSV")
+        return human_comparison(scans, human, k=args.k, **sel)
+    if name == "categories":
+        if not args.dictionary:
+            raise UserError("categories needs --dictionary FILE (CSV, .dicx or LIWC .dic)")
+        return categories(scans, args.dictionary, group_by=args.group_by,
+                          metadata=args.metadata, framing=framing, n_perm=args.n_perm,
+                          seed=args.seed, **sel)
+    if name == "extremes":
+        return extremes(scans, k=args.k, shared_vocab=args.shared_vocab, join=args.join, **sel)
+    raise UserError(f"unknown analysis {name!r}; choose one of {ANALYSES}")  # pragma: no cover
+
+
+def _report_drops(res) -> None:
+    if len(res.dropped):
+        total = int(res.dropped["rows"].sum())
+        print(f"rmfast: {total:,} rows left out:", file=sys.stderr)
+        summary = res.dropped.groupby(["step", "reason"])["rows"].sum()
+        for (step, reason), n in summary.items():
+            print(f"  {step}: {n:,} ({reason})", file=sys.stderr)
+    for n in res.notes:
+        print(f"rmfast: note: {n}", file=sys.stderr)
+
+
+def run_analyze(args) -> int:
+    """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
+    scans, human, _ = _inputs(args)
+    res = _run(args.name, args, scans, human)
+    tables = res.tables()
+    name = args.table or next(iter(tables))
+    if name not in tables:
+        raise UserError(f"{args.name} has no table {name!r}; choose one of {list(tables)}")
+    table = tables[name]
+    _report_drops(res)
+    if args.out:
+        out = Path(args.out)
+        if not out.parent.exists():
+            raise UserError(f"folder {out.parent} does not exist; create it or choose another --out")
+        table.to_csv(out, index=False)
+        print(f"rmfast: wrote {len(table):,} rows of {args.name}/{name} to {out}", file=sys.stderr)
+    else:
+        with pd.option_context("display.width", 200, "display.max_columns", 30,
+                               "display.max_colwidth", 60):
+            print(table.to_string(max_rows=args.max_rows, index=False))
+    return 0
+
+
+def run_report(args) -> int:
+    """``rmfast report``: every applicable analysis in one HTML file."""
+    from ..report import build_report, write_report
+    from .framing import parse_framing_args
+
+    scans, human, source = _inputs(args)
+    text = build_report(scans, human=human, metadata=args.metadata, afinn=args.afinn,
+                        frequencies=args.frequencies, dictionaries=args.dictionary or (),
+                        join=args.join, k=args.k, n_perm=args.n_perm, best=args.best,
+                        worst=args.worst, framing=parse_framing_args(args.framing),
+                        title=args.title, source=source)
+    path = write_report(args.out, text)
+    print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    """Stand-alone entry (for tests and until the main CLI wires :func:`register`)."""
+    parser = argparse.ArgumentParser(prog="rmfast")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(f"rmfast: error: {exc}", file=sys.stderr)
+        return UserError.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

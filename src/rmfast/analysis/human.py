@@ -1,0 +1,156 @@
+"""Human comparison: model scores of items against the items' human scores (EloEverything).
+
+Items are matched by exact text (the papers' de-duplication applies to the model side).
+Per model × prompt: Spearman rho and Kendall tau-b with the human score. Per prompt, the
+consensus model rank (each model ranks the items, the ranks are averaged, the average is
+ranked again) is set against the human rank; the largest differences both ways are the
+items humans value more than the models ("models undervalue") and less.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UserError
+from . import _deps
+from .ledger import Ledger
+from .results import Result
+from .scans import check_balance, select, validate_scans
+from .shared_vocab import dedupe_text
+
+HUMAN = "human"
+
+
+@dataclass(kw_only=True)
+class HumanResult(Result):
+    """Tables:
+
+    correlations: model, prompt, n, spearman_rho, spearman_p, kendall_tau_b, kendall_p
+    differences:  prompt, direction ("humans rank higher" | "models rank higher"),
+                  position, text, human_rank, model_rank, mean_model_rank, rank_diff
+                  (rank_diff = model_rank − human_rank; rank 1 = best; ties averaged)
+    trajectories: prompt, text, group, rater, rank  (rater = "human" or a model; group:
+                  "human top", "human bottom", "model #1")
+    ranks:        prompt, text, human_rank, <one column per model: its rank>, model_rank
+    """
+
+    correlations: pd.DataFrame = field(default_factory=pd.DataFrame)
+    differences: pd.DataFrame = field(default_factory=pd.DataFrame)
+    trajectories: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def _clean_human(human: pd.DataFrame, ledger: Ledger) -> pd.DataFrame:
+    if not {"text", "human_score"} <= set(human.columns):
+        raise UserError("the human frame needs columns text, human_score "
+                        "(see load_human_scores)")
+    h = human[["text", "human_score"]].copy()
+    h["human_score"] = pd.to_numeric(h["human_score"], errors="coerce")
+    bad = h["human_score"].isna() | h["text"].isna()
+    ledger.drop("human scores", int(bad.sum()), "item without a human score or name")
+    h = h[~bad]
+    dup = h["text"].duplicated(keep=False)
+    ledger.drop("human scores", int(dup.sum()), "item name occurs more than once among "
+                "the human scores")
+    h = h[~dup]
+    h["text"] = h["text"].astype(str)
+    return h
+
+
+def human_comparison(scans: pd.DataFrame, human: pd.DataFrame, *, k: int = 20,
+                     n_trajectory: int = 5, models=None, prompts=None) -> HumanResult:
+    """Rank-correlate every model × prompt with human scores; list the largest disagreements.
+
+    >>> h = pd.DataFrame({"text": list("abcd"), "human_score": [4.0, 3, 2, 1]})
+    >>> s = pd.DataFrame({"model": "m", "prompt": "p", "text": list("abcd"),
+    ...                   "score": [4.0, 3, 1, 2]})
+    >>> round(float(human_comparison(s, h).correlations.loc[0, "spearman_rho"]), 2)
+    0.8
+    """
+    stats = _deps.stats()
+    ledger = Ledger()
+    h = _clean_human(human, ledger)
+    df = select(validate_scans(scans, ledger=ledger), models=models, prompts=prompts)
+    check_balance(df, ledger)
+    df = dedupe_text(df, ledger)
+    known = df["text"].isin(set(h["text"]))
+    for (m, p), n in df[~known].groupby(["model", "prompt"], sort=False).size().items():
+        ledger.drop("match items", n, "scored text has no human score", model=m, prompt=p)
+    df = df[known].merge(h, on="text")
+    if df.empty:
+        raise UserError("no scored text matches an item with a human score; "
+                        "do the item names match the scored strings exactly?")
+    corr, diffs, traj, rank_tables = [], [], [], []
+    for p in pd.unique(df["prompt"]):
+        sub = df[df["prompt"] == p]
+        wide = sub.pivot(index="text", columns="model", values="score")
+        models_p = list(pd.unique(sub["model"]))
+        wide = wide[models_p]
+        unscored = len(h) - wide.notna().all(axis=1).sum()
+        if unscored:
+            ledger.note(f"{p!r}: {unscored} of {len(h)} human-scored items are not scored by "
+                        "every model; correlations use each model's items, the rank "
+                        "comparison only items all models scored")
+        hs = h.set_index("text")["human_score"]
+        for m in models_p:
+            col = wide[m].dropna()
+            x = hs.reindex(col.index).to_numpy()
+            y = col.to_numpy()
+            sp = stats.spearmanr(x, y)
+            kt = stats.kendalltau(x, y, variant="b")
+            corr.append({"model": m, "prompt": p, "n": len(y),
+                         "spearman_rho": float(sp.statistic), "spearman_p": float(sp.pvalue),
+                         "kendall_tau_b": float(kt.statistic), "kendall_p": float(kt.pvalue)})
+        full = wide.dropna()
+        ranks = full.rank(ascending=False, method="average")
+        table = pd.DataFrame({"prompt": p, "text": full.index,
+                              "human_rank": hs.reindex(full.index).rank(ascending=False,
+                                                                        method="average")})
+        table = pd.concat([table, ranks], axis=1)
+        table.index.name = None
+        table["mean_model_rank"] = ranks.mean(axis=1)
+        table["model_rank"] = table["mean_model_rank"].rank(method="average")
+        table["rank_diff"] = table["model_rank"] - table["human_rank"]
+        rank_tables.append(table.reset_index(drop=True))
+        for direction, asc in (("humans rank higher", False), ("models rank higher", True)):
+            top = table.sort_values(["rank_diff", "text"], ascending=[asc, True]).head(k)
+            diffs.append(top[["prompt", "text", "human_rank", "model_rank", "mean_model_rank",
+                              "rank_diff"]].assign(direction=direction,
+                                                   position=np.arange(1, len(top) + 1)))
+        traj.append(_trajectories(p, table, models_p, n_trajectory))
+    cols = ["prompt", "direction", "position", "text", "human_rank", "model_rank",
+            "mean_model_rank", "rank_diff"]
+    res = HumanResult(correlations=pd.DataFrame(corr),
+                      differences=pd.concat(diffs, ignore_index=True)[cols],
+                      trajectories=pd.concat(traj, ignore_index=True),
+                      ranks=pd.concat(rank_tables, ignore_index=True))
+    res._take(ledger)
+    return res
+
+
+def _trajectories(prompt: str, table: pd.DataFrame, models: list[str], n: int) -> pd.DataFrame:
+    by_h = table.sort_values(["human_rank", "text"])
+    groups = [("human top", list(by_h["text"].head(n))),
+              ("human bottom", list(by_h["text"].tail(n)))]
+    firsts = []
+    for m in models:
+        t = table.sort_values([m, "text"])["text"].iloc[0]
+        if t not in firsts:
+            firsts.append(t)
+    groups.append(("model #1", firsts))
+    rows, seen = [], set()
+    t_idx = table.set_index("text")
+    for group, items in groups:
+        for t in items:
+            if t in seen:
+                continue
+            seen.add(t)
+            rows.append({"prompt": prompt, "text": t, "group": group, "rater": HUMAN,
+                         "rank": t_idx.loc[t, "human_rank"]})
+            for m in models:
+                rows.append({"prompt": prompt, "text": t, "group": group, "rater": m,
+                             "rank": t_idx.loc[t, m]})
+    return pd.DataFrame(rows)

@@ -1,0 +1,51 @@
+"""Ordinary least squares with classical standard errors (numpy + scipy's t distribution).
+
+Small and dependency-light so that hundreds of model × prompt fits stay fast; tests
+check it against statsmodels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class OLSFit:
+    """Coefficients (intercept first), standard errors, t, two-sided p, n, R²."""
+
+    coef: np.ndarray
+    se: np.ndarray
+    t: np.ndarray
+    p: np.ndarray
+    n: int
+    r2: float
+
+
+def ols(y, *columns) -> OLSFit | None:
+    """Fit y ~ 1 + columns. Returns None when there are too few rows or a column is constant.
+
+    >>> fit = ols([1.0, 3.0, 5.0, 7.1], [0.0, 1.0, 2.0, 3.0])
+    >>> round(float(fit.coef[1]), 2)
+    2.03
+    """
+    from scipy.stats import t as tdist
+
+    y = np.asarray(y, dtype="float64")
+    x = np.column_stack([np.ones(len(y))] + [np.asarray(c, dtype="float64") for c in columns])
+    n, k = x.shape
+    if n <= k or np.linalg.matrix_rank(x) < k:
+        return None
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    dof = n - k
+    sigma2 = float(resid @ resid) / dof
+    cov = sigma2 * np.linalg.inv(x.T @ x)
+    se = np.sqrt(np.diag(cov))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = coef / se
+    p = 2 * tdist.sf(np.abs(t), dof)
+    tss = float(((y - y.mean()) ** 2).sum())
+    r2 = 1 - float(resid @ resid) / tss if tss > 0 else np.nan
+    return OLSFit(coef=coef, se=se, t=t, p=p, n=n, r2=r2)

@@ -1,0 +1,55 @@
+"""Shared steps of the lexicon analyses: standardising scores, joining words to lexicons."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .ledger import Ledger
+from .lexicons import normalize_word
+
+
+def standardize_scores(df: pd.DataFrame, standardize: bool) -> pd.DataFrame:
+    """Add ``value``: the score, z-scored within model × prompt over all its rows if asked.
+
+    z-scoring makes slopes comparable across models whose score scales differ by 100×;
+    it uses every scored row (the whole vocabulary), before any lexicon join.
+
+    >>> d = pd.DataFrame({"model": "m", "prompt": "p", "score": [1.0, 2.0, 3.0]})
+    >>> standardize_scores(d, True)["value"].tolist()
+    [-1.0, 0.0, 1.0]
+    """
+    df = df.copy()
+    if standardize:
+        g = df.groupby(["model", "prompt"], sort=False)["score"]
+        sd = g.transform("std")
+        df["value"] = (df["score"] - g.transform("mean")) / sd.where(sd > 0)
+    else:
+        df["value"] = df["score"]
+    return df
+
+
+def join_words(df: pd.DataFrame, lexicon: pd.DataFrame, *, ledger: Ledger, step: str,
+               what: str) -> pd.DataFrame:
+    """Inner join of scan rows (by normalised text) with a lexicon keyed by ``word``.
+
+    Records per model × prompt how many rows found no entry.
+    """
+    df = df.assign(word=df["text"].map(normalize_word))
+    hit = df["word"].isin(set(lexicon["word"]))
+    for (m, p), n in df[~hit].groupby(["model", "prompt"], sort=False).size().items():
+        ledger.drop(step, n, f"token not in the {what}", model=m, prompt=p)
+    return df[hit].merge(lexicon, on="word", how="left")
+
+
+def units(standardize: bool) -> str:
+    """Label of the score units used."""
+    return "z (SD within model × prompt)" if standardize else "raw score"
+
+
+def drop_unscaled(df: pd.DataFrame, ledger: Ledger) -> pd.DataFrame:
+    """Drop rows whose z-score is undefined (all scores equal in the model × prompt)."""
+    bad = df["value"].isna()
+    for (m, p), n in df[bad].groupby(["model", "prompt"], sort=False).size().items():
+        ledger.drop("standardize", n, "scores constant within model × prompt; z undefined",
+                    model=m, prompt=p)
+    return df[~bad]

@@ -1,0 +1,388 @@
+"""One self-contained HTML report of every analysis that the inputs allow.
+
+``rmfast report INPUTS... --out report.html`` (or :func:`build_report` +
+:func:`write_report`) runs the analyses of :mod:`rmfast.analysis` and writes one HTML
+file: figures embedded as base64 PNG, tables as HTML, no external resources, so it opens
+offline. An analysis whose inputs are missing (no AFINN file, no negative prompt, ...)
+is listed with the reason instead of failing the report. The file is written atomically
+(temporary file in the same folder, then rename).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import os
+import tempfile
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import UserError
+
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;
+color:#222;line-height:1.45;padding:0 16px}
+h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:2em}
+h3{font-size:1.05em;margin-top:1.4em}
+table{border-collapse:collapse;font-size:12px;margin:6px 0 14px}
+th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}
+th{background:#f3f3f3}td.t,th.t{text-align:left}
+.scroll{overflow-x:auto;max-width:100%}
+.figs{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
+.figs img{max-width:100%;border:1px solid #eee}
+.note{color:#555;font-size:13px}.skip{color:#a33}
+details{margin:6px 0}summary{cursor:pointer;color:#225}
+code{background:#f6f6f6;padding:0 3px}
+nav a{margin-right:12px}
+"""
+
+
+def visible(text) -> str:
+    """A decoded token made visible: leading/trailing spaces as ␣, control chars escaped.
+
+    >>> visible(" love\\n")
+    '␣love\\\\n'
+    """
+    s = str(text)
+    core = s.strip(" ")
+    lead = len(s) - len(s.lstrip(" "))
+    trail = len(s) - len(s.rstrip(" ")) if core else 0
+    core = "".join(c if c.isprintable() else repr(c)[1:-1] for c in core)
+    return "␣" * lead + core + "␣" * trail if s else "∅"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        if not np.isfinite(v):
+            return ""
+        a = abs(v)
+        if a != 0 and (a < 1e-3 or a >= 1e6):
+            return f"{v:.2e}"
+        return f"{v:.4g}" if a < 1 else f"{v:,.3f}".rstrip("0").rstrip(".")
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return ""
+    return str(v)
+
+
+def table_html(df: pd.DataFrame, *, max_rows: int = 60, text_cols=("text", "word")) -> str:
+    """An escaped HTML table (first ``max_rows`` rows; the rest counted)."""
+    if df is None or df.empty:
+        return '<p class="note">(empty table)</p>'
+    shown = df.head(max_rows)
+    head = "".join(f'<th class="t">{html.escape(str(c))}</th>' if not pd.api.types.is_numeric_dtype(shown[c])
+                   else f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
+    rows = []
+    for rec in shown.itertuples(index=False):
+        cells = []
+        for c, v in zip(shown.columns, rec):
+            val = visible(v) if c in text_cols and isinstance(v, str) else _fmt(v)
+            cls = ' class="t"' if isinstance(v, str) else ""
+            cells.append(f"<td{cls}>{html.escape(val)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    more = (f'<p class="note">… {len(df) - max_rows:,} more rows (full table: '
+            "<code>rmfast analyze … --out FILE.csv</code>)</p>") if len(df) > max_rows else ""
+    return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>'
+            + "".join(rows) + f"</tbody></table></div>{more}")
+
+
+def img_html(fig, alt: str, width: int | None = None) -> str:
+    """A figure as an embedded base64 PNG <img>."""
+    from .analysis.plots import to_png
+
+    data = base64.b64encode(to_png(fig)).decode("ascii")
+    w = f' width="{width}"' if width else ""
+    return f'<img alt="{html.escape(alt)}"{w} src="data:image/png;base64,{data}">'
+
+
+@dataclass
+class Section:
+    """One analysis in the report."""
+
+    key: str
+    title: str
+    intro: str
+    body: list[str] = field(default_factory=list)
+    skipped: str | None = None
+    result: object = None
+
+
+def _notes_html(res) -> str:
+    parts = []
+    dropped = getattr(res, "dropped", None)
+    notes = getattr(res, "notes", [])
+    if dropped is not None and len(dropped):
+        summary = dropped.groupby(["step", "reason"], dropna=False)["rows"].sum().reset_index()
+        parts.append(f"<details><summary>Rows left out: {int(dropped['rows'].sum()):,} "
+                     "(by step and reason; per model × prompt inside)</summary>"
+                     + table_html(summary, max_rows=40)
+                     + table_html(dropped, max_rows=200) + "</details>")
+    if notes:
+        parts.append("<details><summary>Notes</summary><ul>" + "".join(
+            f"<li>{html.escape(n)}</li>" for n in notes) + "</ul></details>")
+    return "".join(parts)
+
+
+def _label_models(df: pd.DataFrame, styles, cols=("model", "model_a", "model_b", "rater")):
+    df = df.copy()
+    for c in cols:
+        if c in df.columns:
+            df[c] = df[c].map(lambda m: styles.label.get(m, m))
+    return df
+
+
+def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, metadata=None,
+                 afinn=None, frequencies=None, dictionaries=(), join: str = "text", k: int = 10,
+                 n_perm: int = 2000, best: str | None = None, worst: str | None = None,
+                 framing=None, title: str = "rmfast report", source: str = "") -> str:
+    """Run every applicable analysis on ``scans`` and return the report's HTML.
+
+    ``human``: items with human scores (text, human_score) for the human comparison;
+    ``metadata``: model metadata file/frame (labels, colours, RSA, groups);
+    ``afinn``/``frequencies``/``dictionaries``: lexicon paths (see :mod:`rmfast.analysis`).
+
+    >>> from rmfast.analysis import load_eloeverything  # doctest: +SKIP
+    >>> d = load_eloeverything("../shared/data/eloeverything")  # doctest: +SKIP
+    >>> write_report("report.html", build_report(d.scans, human=d.human))  # doctest: +SKIP
+    """
+    from . import analysis as A
+    from .analysis.plots import Styles
+
+    scans = A.validate_scans(scans)
+    meta = A.load_model_metadata(metadata) if metadata is not None else None
+    styles = Styles.build(scans["model"].unique(), meta)
+    prompts = list(pd.unique(scans["prompt"]))
+    sections: list[Section] = []
+
+    def run(key, title, intro, fn):
+        sec = Section(key, title, intro)
+        try:
+            fn(sec)
+        except UserError as exc:
+            sec.skipped = str(exc)
+        sections.append(sec)
+
+    # 1. distributions ----------------------------------------------------------
+    def s_dist(sec):
+        res = A.distributions(scans)
+        sec.result = res
+        sec.body.append(img_html(A.plots.violins(scans, styles), "violin plot of scores"))
+        sec.body.append("<details><summary>Standardised (z within model × prompt): shapes "
+                        "side by side</summary>" + img_html(
+                            A.plots.violins(scans, styles, standardize=True),
+                            "violin plot of z-scores") + "</details>")
+        sec.body.append(table_html(_label_models(res.moments, styles)))
+
+    run("distributions", "Score distributions",
+        "Moments of every model's scores per prompt (variance ddof=1; skew and excess "
+        "kurtosis bias-corrected). Violins show each model's raw score scale (each violin "
+        "from at most 20,000 scores, sampled with a fixed seed).", s_dist)
+
+    # 2. agreement --------------------------------------------------------------
+    def s_agree(sec):
+        res = A.agreement(scans, join=join, metadata=meta, n_perm=n_perm)
+        sec.result = res
+        for p in dict.fromkeys(res.pairs["prompt"]):
+            sec.body.append(img_html(A.plots.agreement_panel(res, p, styles),
+                                     "agreement heatmaps and MDS"))
+        if len(res.rsa):
+            sec.body.append("<h3>RSA against model metadata</h3>")
+            sec.body.append(img_html(A.plots.rsa_bars(res.rsa), "RSA"))
+            sec.body.append(table_html(res.rsa))
+        sec.body.append("<h3>Shared vocabulary</h3>" + table_html(
+            _label_models(res.vocabulary, styles)))
+        sec.body.append("<h3>All pairs</h3>" + table_html(_label_models(res.pairs, styles),
+                                                         max_rows=30))
+
+    rule = ("decoded text, strings occurring more than once within a model dropped "
+            "(papers’ rule)" if join == "text" else "token id and decoded text")
+    run("agreement", "Agreement between models",
+        f"Models joined per prompt on the shared vocabulary ({rule}); "
+        "Kendall tau-b, Spearman rho and rank-biased overlap per pair; MDS of 1 − tau; "
+        "RSA of the tau matrix against metadata similarity (Spearman, label permutation).",
+        s_agree)
+
+    # 3. human ------------------------------------------------------------------
+    def s_human(sec):
+        if human is None:
+            raise UserError("no human scores given (--eloeverything DIR or --human CSV)")
+        res = A.human_comparison(scans, human, k=15)
+        sec.result = res
+        sec.body.append(img_html(A.plots.human_bars(res.correlations, styles), "rho bars"))
+        wide = res.correlations.pivot(index="model", columns="prompt", values="spearman_rho")
+        wide = wide.reindex([m for m in styles.order if m in wide.index])
+        wide.index = [styles.label[m] for m in wide.index]
+        sec.body.append("<h3>Spearman rho with the human score</h3>" + table_html(
+            wide.reset_index(names="model")))
+        for p in dict.fromkeys(res.correlations["prompt"]):
+            sec.body.append(f"<h3>{html.escape(p)}</h3>")
+            sec.body.append(img_html(A.plots.rank_trajectories(res.trajectories, res.correlations,
+                                                               styles, p), "rank trajectories"))
+            d = res.differences[res.differences["prompt"] == p].drop(columns="prompt")
+            parts = [table_html(g.drop(columns="direction"), max_rows=15)
+                     for _, g in d.groupby("direction", sort=False)]
+            heads = list(pd.unique(d["direction"]))
+            sec.body.append('<div class="figs">' + "".join(
+                f"<div><b>{html.escape(h)} than models</b>{t}</div>" if h.startswith("humans")
+                else f"<div><b>{html.escape(h)} than humans</b>{t}</div>"
+                for h, t in zip(heads, parts)) + "</div>")
+        sec.body.append("<h3>All correlations</h3>" + table_html(
+            _label_models(res.correlations, styles)))
+
+    run("human", "Comparison with human preferences",
+        "Items with a human score (EloEverything Elo) against the models' scores of the same "
+        "items: Spearman and Kendall tau-b per model × prompt; the consensus model rank (mean "
+        "of the models' ranks, ranked again) against the human rank, largest differences "
+        "both ways (rank 1 = best).", s_human)
+
+    # 4. sentiment --------------------------------------------------------------
+    def s_sent(sec):
+        if afinn is None:
+            raise UserError("no AFINN lexicon given (--afinn FILE)")
+        res = A.sentiment(scans, afinn, framing=framing)
+        sec.result = res
+        if res.slopes["slope"].isna().all():
+            raise UserError("no valence slope could be fitted (too few AFINN words or one "
+                            "valence level per sign); see the analysis notes")
+        sec.body.append(img_html(A.plots.framing_plot(res.slopes, styles), "framing plot"))
+        top = res.tokens.groupby("model").size().sort_values().index[-1]
+        sec.body.append(img_html(A.plots.valence_scatter(res.tokens, top, styles), "scatter"))
+        sec.body.append(table_html(res.summary))
+        sec.body.append(table_html(_label_models(res.slopes, styles)))
+
+    run("sentiment", "Sentiment and framing",
+        "Tokens (stripped, lower-cased) joined to AFINN-111; per model × prompt × valence sign "
+        "the OLS slope of the z-scored score on valence (± SE).", s_sent)
+
+    # 5. exposure ---------------------------------------------------------------
+    def s_exp(sec):
+        if frequencies is None:
+            raise UserError("no word-frequency list given (--frequencies FILE or wordfreq)")
+        res = A.exposure(scans, frequencies, afinn, framing=framing, use_valence=afinn is not None)
+        sec.result = res
+        sec.body.append(img_html(A.plots.exposure_plot(res.slopes, styles), "exposure"))
+        sec.body.append(table_html(_label_models(res.slopes, styles)))
+
+    run("exposure", "Mere exposure",
+        "Per model × prompt: OLS of the z-scored score on ln(word frequency per million) and "
+        "AFINN valence, over tokens found in both lists.", s_exp)
+
+    # 6. best vs worst ----------------------------------------------------------
+    def s_bw(sec):
+        res = A.best_worst(scans, best=best, worst=worst, join=join, k=k, framing=framing)
+        sec.result = res
+        sec.body.append(img_html(A.plots.best_worst_grid(
+            res.scores, styles, res.best_prompt, res.worst_prompt,
+            units="z-score" if res.units.startswith("z") else "score"), "best vs worst"))
+        sec.body.append(table_html(_label_models(res.correlations, styles)))
+        for measure in ("best+worst", "best-worst"):
+            sub = res.extremes[res.extremes["measure"] == measure]
+            sec.body.append(f"<h3>{measure}</h3>" + _wide_extremes(sub, styles, "value"))
+
+    run("best-worst", "Best vs worst prompt",
+        "The same tokens under the positive and the negative prompt (z-scores within model × "
+        "prompt). best+worst: good (or bad) under both frames; best−worst: the framing axis.",
+        s_bw)
+
+    # 7. categories -------------------------------------------------------------
+    for dpath in dictionaries or ():
+        name = Path(str(dpath)).name
+
+        def s_cat(sec, dpath=dpath):
+            res = A.categories(scans, dpath, metadata=meta, framing=framing, n_perm=n_perm)
+            sec.result = res
+            sec.body.append(img_html(A.plots.category_plot(res.medians, styles), "categories"))
+            sec.body.append("<h3>Group permutation tests</h3>" + table_html(res.permutation))
+            if len(res.mixed):
+                sec.body.append("<h3>Mixed model</h3>" + table_html(res.mixed))
+            sec.body.append("<h3>Median ranks</h3>" + table_html(
+                _label_models(res.medians, styles)))
+
+        run(f"categories-{name}", f"Dictionary categories: {name}",
+            "Dictionary words ranked within model × prompt; median rank per category; models "
+            "grouped by base family (permutation Welch t, Bonferroni) and a mixed model with a "
+            "random intercept per model.", s_cat)
+
+    # 8. extremes ---------------------------------------------------------------
+    def s_ext(sec):
+        for shared in (False, True):
+            try:
+                res = A.extremes(scans, k=k, shared_vocab=shared, join=join)
+            except UserError as exc:
+                sec.body.append(f'<p class="skip">shared vocabulary: {html.escape(str(exc))}</p>')
+                continue
+            sec.result = res if not shared else sec.result
+            label = "shared vocabulary (papers’ rule)" if shared else "everything scored"
+            for p in prompts:
+                sub = res.extremes[res.extremes["prompt"] == p]
+                if sub.empty:
+                    continue
+                sec.body.append(f"<details{' open' if not shared else ''}><summary>"
+                                f"{html.escape(p)} — {label}</summary>"
+                                + _wide_extremes(sub, styles, "score") + "</details>")
+
+    run("extremes", f"Top and bottom {k} per model × prompt",
+        "Highest and lowest scored strings per model (score in brackets), over everything "
+        "scored and over the vocabulary all models share.", s_ext)
+
+    return _page(title, source, scans, styles, sections)
+
+
+def _wide_extremes(sub: pd.DataFrame, styles, value: str) -> str:
+    out = []
+    for end in ("top", "bottom"):
+        e = sub[sub["end"] == end]
+        if e.empty:
+            continue
+        cell = e.assign(cell=[f"{visible(t)} ({v:.3g})" for t, v in zip(e["text"], e[value])])
+        wide = cell.pivot(index="position", columns="model", values="cell")
+        order = [m for m in styles.order if m in wide.columns] + \
+            [m for m in wide.columns if m not in styles.order]
+        wide = wide[order]
+        wide.columns = [styles.label.get(m, m) for m in order]
+        out.append(f"<b>{end}</b>" + table_html(wide.reset_index(), max_rows=200, text_cols=()))
+    return "".join(out)
+
+
+def _page(title, source, scans, styles, sections) -> str:
+    now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    models = ", ".join(styles.label[m] for m in styles.order)
+    head = (f"<h1>{html.escape(title)}</h1><p class='note'>Generated {now} by rmfast"
+            f"{' from ' + html.escape(source) if source else ''}. {len(styles.order)} models "
+            f"({html.escape(models)}); {scans['prompt'].nunique()} prompts; "
+            f"{len(scans):,} scored rows.</p>")
+    nav = "<nav>" + "".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>'
+                            for s in sections) + "</nav>"
+    body = []
+    for s in sections:
+        body.append(f'<h2 id="{s.key}">{html.escape(s.title)}</h2>'
+                    f'<p class="note">{html.escape(s.intro)}</p>')
+        if s.skipped:
+            body.append(f'<p class="skip">Not run: {html.escape(s.skipped)}</p>')
+            continue
+        body.extend(s.body)
+        body.append(_notes_html(s.result))
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
+            + head + nav + "".join(body) + "</body></html>")
+
+
+def write_report(path: str | PathLike, html_text: str) -> Path:
+    """Write the report atomically (temporary file beside it, then rename)."""
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise UserError(f"folder {path.parent} does not exist; create it or choose another --out")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(html_text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path

@@ -1,0 +1,377 @@
+"""Kernels: torch references vs an independent naive computation, Triton kernels vs references.
+
+Without CUDA the Triton kernels run in the Triton interpreter (numpy on CPU tensors): it is
+slow and has no bf16, so interpreter cases use tiny shapes, fp32, and a few fp16 cases
+(fp16 exercises the same reduced-precision rounding points as bf16).  bf16 cases run only
+on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+# triton.jit chooses compiled vs interpreted kernels when a kernel module is imported, so the
+# interpreter flag must be set before anything below imports triton.
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+try:
+    import rmfast  # noqa: F401
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import rmfast.kernels  # noqa: E402
+from rmfast.kernels import reference as ref  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+
+# (kernel, dtype) -> (atol, rtol).  "naive" rows bound the reference against the naive
+# float64 oracle; the others bound Triton against the reference in the same dtype.
+TOLERANCES: dict[tuple[str, torch.dtype], tuple[float, float]] = {
+    # The reference soft-maxes in fp32 even for fp64 inputs (as HF does), hence not ~1e-12.
+    ("naive_attention", torch.float64): (2e-6, 2e-6),
+    ("naive_attention", torch.float32): (2e-5, 2e-5),
+    ("naive_norm_head", torch.float64): (1e-5, 1e-6),  # fp32 output by contract
+    ("naive_logprob", torch.float64): (1e-5, 1e-6),  # fp32 accumulators by contract
+    ("naive_logprob", torch.float32): (2e-5, 2e-5),
+    ("attention", torch.float32): (2e-5, 2e-5),
+    ("attention", torch.float16): (4e-3, 4e-3),  # ~2 fp16 ulps at 1
+    ("attention", torch.bfloat16): (3e-2, 3e-2),  # probs rounded at different points
+    ("norm_head", torch.float32): (2e-5, 2e-5),
+    ("norm_head", torch.float16): (4e-3, 4e-3),
+    ("norm_head", torch.bfloat16): (2e-2, 1e-2),  # 1 bf16 ulp of the rounded head output
+    ("logprob", torch.float32): (3e-5, 2e-5),
+    ("logprob", torch.float16): (3e-3, 1e-3),
+    ("logprob", torch.bfloat16): (3e-2, 1e-2),  # logits rounded to bf16 can flip by 1 ulp
+}
+
+
+def assert_close(actual, expected, kernel: str, dtype: torch.dtype) -> None:
+    atol, rtol = TOLERANCES[(kernel, dtype)]
+    # Compare in float64 so neither side is rounded by the comparison itself.
+    torch.testing.assert_close(actual.double().cpu(), expected.double().cpu(), atol=atol, rtol=rtol)
+
+
+if HAVE_TRITON:
+    from rmfast.kernels import triton_attention, triton_logprob, triton_norm_head
+
+    # If another test module imported the kernel modules before the flag was set, their
+    # kernels were built for the GPU; rebuild them (norm_head first: logprob imports it).
+    if not CUDA and type(triton_attention._shared_prefix_attn_kernel).__name__ != "InterpretedFunction":
+        triton_norm_head = importlib.reload(triton_norm_head)
+        triton_logprob = importlib.reload(triton_logprob)
+        triton_attention = importlib.reload(triton_attention)
+
+requires_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+requires_cuda = pytest.mark.skipif(not (CUDA and HAVE_TRITON), reason="bf16 needs CUDA (no bf16 in the interpreter)")
+
+
+# ----------------------------------------------------------------------------------------
+# Inputs and naive oracles
+# ----------------------------------------------------------------------------------------
+
+def attn_inputs(B, H, Hkv, D, P, S, Sq, dtype, seed=0, device=DEVICE):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, s=1.0):
+        return (torch.randn(*shape, generator=g) * s).to(device=device, dtype=dtype)
+
+    # q scaled up so scores reach softcap territory and the softmax is not flat.
+    return (r(B, H, Sq, D, s=2.0), r(Hkv, P, D), r(Hkv, P, D), r(B, Hkv, S, D), r(B, Hkv, S, D))
+
+
+def naive_attention(q, kp, vp, ks, vs, *, scale, softcap=None, window=None):
+    """Explicit full key set per row: expand the prefix, concatenate, full mask, plain softmax.
+
+    float64 throughout, head-by-head loops, no shared code with the reference.
+    """
+    B, H, Sq, D = q.shape
+    Hkv, P, _ = kp.shape
+    S = ks.shape[2]
+    G = H // Hkv
+    out = torch.empty(B, Sq, H, D, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            kvh = h // G
+            keys = torch.cat([kp[kvh], ks[b, kvh]], 0).double().cpu()  # (P+S, D)
+            vals = torch.cat([vp[kvh], vs[b, kvh]], 0).double().cpu()  # (P+S, D)
+            for i in range(Sq):
+                qpos = P + S - Sq + i
+                s = (keys @ q[b, h, i].double().cpu()) * scale  # (P+S,)
+                if softcap is not None:
+                    s = softcap * torch.tanh(s / softcap)
+                for j in range(P + S):
+                    if j > qpos or (window is not None and j <= qpos - window):
+                        s[j] = float("-inf")
+                p = torch.exp(s - s.max())
+                out[b, i, h] = (p / p.sum()) @ vals
+    return out
+
+
+def naive_rmsnorm(x, w, eps, gemma_style):
+    x = x.double().cpu()
+    w = w.double().cpu()
+    xn = x / torch.sqrt((x * x).sum(-1, keepdim=True) / x.shape[-1] + eps)
+    return xn * (1.0 + w) if gemma_style else xn * w
+
+
+def naive_logprob(x, w, eps, lm, targets, gemma_style, final_softcap):
+    logits = naive_rmsnorm(x, w, eps, gemma_style) @ lm.double().cpu().T  # (N, V), fine at test sizes
+    if final_softcap is not None:
+        logits = final_softcap * torch.tanh(logits / final_softcap)
+    lse = torch.logsumexp(logits, -1)
+    return logits[torch.arange(len(targets)), targets.cpu()] - lse
+
+
+def head_inputs(N, D, K, V, dtype, seed=0, device=DEVICE):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, s=1.0):
+        return (torch.randn(*shape, generator=g) * s).to(device=device, dtype=dtype)
+
+    x = r(N, D, s=3.0)
+    w = r(D, s=0.5) + 1.0
+    hw = r(K, D, s=0.3)
+    hb = r(K)
+    lm = r(V, D, s=0.3)
+    targets = torch.randint(0, V, (N,), generator=g).to(device)
+    return x, w, hw, hb, lm, targets
+
+
+# Attention configs: (B, H, Hkv, D, P, S, Sq, softcap, window).  Chosen to cover every value
+# of every axis and the interesting pairs (GQA x window, softcap x P=0, Sq<S x window...)
+# without a full cartesian product, which the interpreter could not run in time.
+ATTN_CASES = [
+    (1, 4, 4, 16, 0, 1, 1, None, None),   # no prefix, single token
+    (3, 4, 4, 16, 5, 3, 3, None, None),   # MHA
+    (3, 4, 2, 24, 13, 3, 3, None, None),  # GQA G=2, odd D
+    (3, 6, 1, 24, 13, 3, 1, 50.0, None),  # MQA G=6, Sq<S, mild softcap
+    (1, 6, 1, 16, 0, 3, 3, 5.0, None),    # P=0 + strong softcap
+    (3, 4, 2, 64, 13, 3, 3, 5.0, 4),      # window shorter than the prompt
+    (3, 4, 2, 16, 5, 3, 1, None, 2),      # window shorter than the suffix, Sq<S
+    (3, 6, 1, 24, 13, 1, 1, None, 100),   # window longer than P+S
+    (1, 4, 4, 64, 5, 3, 3, 50.0, 6),      # window == P+S-ish with softcap
+    (3, 4, 2, 24, 0, 3, 3, None, 2),      # P=0 with window
+    (1, 4, 2, 16, 40, 1, 1, 5.0, 7),      # prefix spans several tiles, window skips tiles
+    (3, 6, 1, 16, 13, 3, 1, None, 1),     # window 1: each query sees only itself
+]
+
+
+def _ids(cases):
+    return ["B{}-H{}x{}-D{}-P{}-S{}-Sq{}-cap{}-win{}".format(*c) for c in cases]
+
+
+# ----------------------------------------------------------------------------------------
+# The references against the naive oracles (no triton needed)
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("case", ATTN_CASES, ids=_ids(ATTN_CASES))
+def test_reference_attention_matches_naive(case, dtype):
+    B, H, Hkv, D, P, S, Sq, softcap, window = case
+    q, kp, vp, ks, vs = attn_inputs(B, H, Hkv, D, P, S, Sq, dtype, device="cpu")
+    got = ref.shared_prefix_attention(q, kp, vp, ks, vs, scale=D**-0.5, softcap=softcap, window=window)
+    assert got.shape == (B, Sq, H, D) and got.dtype == dtype
+    want = naive_attention(q, kp, vp, ks, vs, scale=D**-0.5, softcap=softcap, window=window)
+    assert_close(got, want, "naive_attention", dtype)
+
+
+@pytest.mark.parametrize("gemma_style", [False, True])
+@pytest.mark.parametrize("K,bias", [(1, True), (3, False)])
+def test_reference_norm_head_matches_naive(gemma_style, K, bias):
+    x, w, hw, hb, _, _ = head_inputs(5, 24, K, 8, torch.float64, device="cpu")
+    got = ref.rmsnorm_head(x, w, 1e-6, hw, hb if bias else None, gemma_style=gemma_style)
+    want = naive_rmsnorm(x, w, 1e-6, gemma_style) @ hw.T + (hb if bias else 0.0)
+    assert got.shape == (5, K) and got.dtype == torch.float32
+    assert_close(got, want, "naive_norm_head", torch.float64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("gemma_style,final_softcap,V,chunk", [
+    (False, None, 1000, 256), (True, 30.0, 1000, 256), (False, 5.0, 999, 1000), (True, None, 7, 3),
+])
+def test_reference_logprob_matches_naive(gemma_style, final_softcap, V, chunk, dtype):
+    x, w, _, _, lm, targets = head_inputs(6, 24, 1, V, dtype, device="cpu")
+    targets[0] = V - 1  # last column, in the ragged final chunk
+    got = ref.rmsnorm_lmhead_logprob(x, w, 1e-6, lm, targets, gemma_style=gemma_style,
+                                     final_softcap=final_softcap, chunk=chunk)
+    want = naive_logprob(x, w, 1e-6, lm, targets, gemma_style, final_softcap)
+    assert got.shape == (6,) and got.dtype == torch.float32
+    assert_close(got, want, "naive_logprob", dtype)
+
+
+# ----------------------------------------------------------------------------------------
+# Triton vs the references
+# ----------------------------------------------------------------------------------------
+
+def _run_attention(case, dtype):
+    B, H, Hkv, D, P, S, Sq, softcap, window = case
+    q, kp, vp, ks, vs = attn_inputs(B, H, Hkv, D, P, S, Sq, dtype)
+    kw = dict(scale=D**-0.5, softcap=softcap, window=window)
+    got = triton_attention.shared_prefix_attention_triton(q, kp, vp, ks, vs, **kw)
+    want = ref.shared_prefix_attention(q, kp, vp, ks, vs, **kw)
+    assert got.shape == want.shape == (B, Sq, H, D) and got.dtype == dtype
+    assert torch.isfinite(got).all()
+    assert_close(got, want, "attention", dtype)
+
+
+@requires_triton
+@pytest.mark.parametrize("case", ATTN_CASES, ids=_ids(ATTN_CASES))
+def test_triton_attention_fp32(case):
+    _run_attention(case, torch.float32)
+
+
+@requires_triton
+@pytest.mark.parametrize("D", [80, 96, 256])
+def test_triton_attention_padded_head_dims(D):
+    # Non-power-of-two (and large) head dims are padded to a power of two and masked.
+    _run_attention((3, 4, 2, D, 13, 3, 3, 5.0, 9), torch.float32)
+
+
+@requires_triton
+@pytest.mark.parametrize("case", [ATTN_CASES[2], ATTN_CASES[5], ATTN_CASES[4]], ids=_ids([ATTN_CASES[i] for i in (2, 5, 4)]))
+def test_triton_attention_fp16(case):
+    # Reduced precision in the interpreter: the scores' rounding points must match the reference.
+    _run_attention(case, torch.float16)
+
+
+@requires_triton
+def test_triton_attention_strided_inputs_and_many_rows():
+    # The engine hands over views: q as (B, S, H, D).transpose(1, 2), K/V sliced out of caches.
+    # B*G*Sq = 8*3*2 = 48 query rows: two row tiles, the boundary inside a batch row's group.
+    B, H, Hkv, D, P, S, Sq = 8, 6, 2, 16, 13, 3, 2
+    q, kp, vp, ks, vs = attn_inputs(B, H, Hkv, D, P, S, Sq, torch.float32)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)  # (B, H, Sq, D) view, strides of (B, Sq, H, D)
+
+    def in_cache(t):  # (Hkv, P, D) -> the same values as a slice of a bigger buffer
+        big = torch.zeros(Hkv, P + 4, D + 8, device=DEVICE)
+        big[:, 2 : 2 + P, :D] = t
+        return big[:, 2 : 2 + P, :D]
+
+    kp, vp = in_cache(kp), in_cache(vp)  # equal, non-contiguous strides: read in place
+    ks = ks.transpose(1, 2).contiguous().transpose(1, 2)  # (B, Hkv, S, D) view of (B, S, Hkv, D)
+    vs = vs.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not (q.is_contiguous() or kp.is_contiguous() or ks.is_contiguous())
+    kw = dict(scale=0.3, softcap=None, window=10)
+    got = triton_attention.shared_prefix_attention_triton(q, kp, vp, ks, vs, **kw)
+    want = ref.shared_prefix_attention(q.contiguous(), kp.contiguous(), vp.contiguous(),
+                                       ks.contiguous(), vs.contiguous(), **kw)
+    assert_close(got, want, "attention", torch.float32)
+
+
+@requires_triton
+@pytest.mark.parametrize("gemma_style", [False, True])
+@pytest.mark.parametrize("N,D,K,bias", [(5, 24, 1, True), (37, 64, 3, False), (3, 200, 1, False), (2, 16, 70, True)])
+def test_triton_norm_head_fp32(gemma_style, N, D, K, bias):
+    # D=200 spans two D chunks; K=70 spans two head-output tiles; N=37 two row tiles.
+    x, w, hw, hb, _, _ = head_inputs(N, D, K, 8, torch.float32)
+    hb = hb if bias else None
+    got = triton_norm_head.rmsnorm_head_triton(x, w, 1e-6, hw, hb, gemma_style=gemma_style)
+    want = ref.rmsnorm_head(x, w, 1e-6, hw, hb, gemma_style=gemma_style)
+    assert got.shape == (N, K) and got.dtype == torch.float32
+    assert_close(got, want, "norm_head", torch.float32)
+
+
+@requires_triton
+@pytest.mark.parametrize("gemma_style", [False, True])
+def test_triton_norm_head_fp16(gemma_style):
+    x, w, hw, hb, _, _ = head_inputs(7, 40, 3, 8, torch.float16)
+    got = triton_norm_head.rmsnorm_head_triton(x, w, 1e-6, hw, hb, gemma_style=gemma_style)
+    want = ref.rmsnorm_head(x, w, 1e-6, hw, hb, gemma_style=gemma_style)
+    assert_close(got, want, "norm_head", torch.float16)
+
+
+LOGPROB_CASES = [
+    # (N, D, V, gemma_style, final_softcap, num_splits)
+    (5, 24, 1000, False, None, None),  # default split count (2 on the interpreter)
+    (19, 64, 1000, True, 30.0, 1),     # one split, two row tiles
+    (3, 40, 999, False, 5.0, 3),       # odd V, strong softcap, three splits
+    (1, 16, 7, True, None, None),      # V smaller than one tile
+    (2, 200, 1000, True, None, 8),     # several D chunks; eight splits
+]
+
+
+@requires_triton
+@pytest.mark.parametrize("N,D,V,gemma_style,final_softcap,num_splits", LOGPROB_CASES)
+def test_triton_logprob_fp32(N, D, V, gemma_style, final_softcap, num_splits):
+    x, w, _, _, lm, targets = head_inputs(N, D, 1, V, torch.float32)
+    targets[0] = V - 1  # last column, in the ragged final tile
+    want = ref.rmsnorm_lmhead_logprob(x, w, 1e-6, lm, targets, gemma_style=gemma_style,
+                                      final_softcap=final_softcap, chunk=256)
+    got = triton_logprob._launch(x, w, 1e-6, lm, targets, gemma_style=gemma_style,
+                                 final_softcap=final_softcap, chunk=256, num_splits=num_splits)
+    assert got.shape == (N,) and got.dtype == torch.float32
+    assert_close(got, want, "logprob", torch.float32)
+
+
+@requires_triton
+def test_triton_logprob_public_launcher_fp16():
+    x, w, _, _, lm, targets = head_inputs(7, 40, 1, 1000, torch.float16)
+    for gemma_style, cap in [(False, None), (True, 30.0)]:
+        kw = dict(gemma_style=gemma_style, final_softcap=cap, chunk=256)
+        got = triton_logprob.rmsnorm_lmhead_logprob_triton(x, w, 1e-6, lm, targets, **kw)
+        want = ref.rmsnorm_lmhead_logprob(x, w, 1e-6, lm, targets, **kw)
+        assert_close(got, want, "logprob", torch.float16)
+
+
+# ----------------------------------------------------------------------------------------
+# bf16: CUDA only
+# ----------------------------------------------------------------------------------------
+
+@requires_cuda
+@pytest.mark.parametrize("case", ATTN_CASES[1:6] + [(64, 8, 2, 128, 300, 4, 1, 50.0, 256)],
+                         ids=_ids(ATTN_CASES[1:6] + [(64, 8, 2, 128, 300, 4, 1, 50.0, 256)]))
+def test_triton_attention_bf16(case):
+    _run_attention(case, torch.bfloat16)
+
+
+@requires_cuda
+@pytest.mark.parametrize("gemma_style", [False, True])
+def test_triton_norm_head_bf16(gemma_style):
+    x, w, hw, hb, _, _ = head_inputs(300, 576, 1, 8, torch.bfloat16)
+    got = triton_norm_head.rmsnorm_head_triton(x, w, 1e-6, hw, hb, gemma_style=gemma_style)
+    want = ref.rmsnorm_head(x, w, 1e-6, hw, hb, gemma_style=gemma_style)
+    assert_close(got, want, "norm_head", torch.bfloat16)
+
+
+@requires_cuda
+@pytest.mark.parametrize("gemma_style,cap", [(False, None), (True, 30.0)])
+def test_triton_logprob_bf16(gemma_style, cap):
+    x, w, _, _, lm, targets = head_inputs(100, 576, 1, 49152, torch.bfloat16)
+    kw = dict(gemma_style=gemma_style, final_softcap=cap)
+    got = triton_logprob.rmsnorm_lmhead_logprob_triton(x, w, 1e-6, lm, targets, **kw)
+    want = ref.rmsnorm_lmhead_logprob(x, w, 1e-6, lm, targets, **kw)
+    assert_close(got, want, "logprob", torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------------------
+# Without triton
+# ----------------------------------------------------------------------------------------
+
+def test_kernel_modules_import_without_triton():
+    # Blocking the import (sys.modules entry None) simulates an install without triton.
+    src = Path(rmfast.kernels.__file__).resolve().parents[2]  # .../src
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "import rmfast.kernels, rmfast.kernels.triton_attention as a, "
+        "rmfast.kernels.triton_norm_head as n, rmfast.kernels.triton_logprob as l\n"
+        "assert not (a.HAVE_TRITON or n.HAVE_TRITON or l.HAVE_TRITON)\n"
+        "try:\n    a.shared_prefix_attention_triton(None, None, None, None, None, scale=1.0)\n"
+        "except RuntimeError as e:\n    assert 'triton' in str(e)\nelse:\n    raise AssertionError\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr

