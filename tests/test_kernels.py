@@ -12,12 +12,12 @@ import os
 
 import torch
 
-# triton.jit chooses compiled vs interpreted kernels when a kernel module is imported, so the
-# interpreter flag must be set before anything below imports triton.
+# triton.jit chooses compiled vs interpreted kernels when a kernel is defined, and
+# triton.language's own helpers are defined when triton is first imported: the interpreter
+# flag must be set before anything imports triton.
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
-import importlib  # noqa: E402
 import importlib.util  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -64,18 +64,19 @@ def assert_close(actual, expected, kernel: str, dtype: torch.dtype) -> None:
     torch.testing.assert_close(actual.double().cpu(), expected.double().cpu(), atol=atol, rtol=rtol)
 
 
+SKIP_TRITON = "" if HAVE_TRITON else "triton is not installed"
 if HAVE_TRITON:
     from rmfast.kernels import triton_attention, triton_logprob, triton_norm_head
 
-    # If another test module imported the kernel modules before the flag was set, their
-    # kernels were built for the GPU; rebuild them (norm_head first: logprob imports it).
+    # If triton was imported before the flag was set (by another test module, or with
+    # TRITON_INTERPRET=0 in the environment), even triton.language's own helpers were built
+    # for the GPU and nothing here can rebuild them: skip rather than fail obscurely.
     if not CUDA and type(triton_attention._shared_prefix_attn_kernel).__name__ != "InterpretedFunction":
-        triton_norm_head = importlib.reload(triton_norm_head)
-        triton_logprob = importlib.reload(triton_logprob)
-        triton_attention = importlib.reload(triton_attention)
+        SKIP_TRITON = "triton was imported before TRITON_INTERPRET=1 was set (see tests/conftest.py)"
 
-requires_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-requires_cuda = pytest.mark.skipif(not (CUDA and HAVE_TRITON), reason="bf16 needs CUDA (no bf16 in the interpreter)")
+requires_triton = pytest.mark.skipif(bool(SKIP_TRITON), reason=SKIP_TRITON or "-")
+requires_cuda = pytest.mark.skipif(not CUDA or bool(SKIP_TRITON),
+                                   reason="bf16 needs CUDA (no bf16 in the interpreter)")
 
 
 # ----------------------------------------------------------------------------------------
@@ -241,7 +242,7 @@ def test_triton_attention_padded_head_dims(D):
 
 
 @requires_triton
-@pytest.mark.parametrize("case", [ATTN_CASES[2], ATTN_CASES[5], ATTN_CASES[4]], ids=_ids([ATTN_CASES[i] for i in (2, 5, 4)]))
+@pytest.mark.parametrize("case", [ATTN_CASES[i] for i in (2, 4, 5)], ids=_ids([ATTN_CASES[i] for i in (2, 4, 5)]))
 def test_triton_attention_fp16(case):
     # Reduced precision in the interpreter: the scores' rounding points must match the reference.
     _run_attention(case, torch.float16)

@@ -43,12 +43,13 @@ def _next_pow2(n: int) -> int:
 def _check_device(t: torch.Tensor, kernel) -> None:
     """CPU tensors only work when the kernel was built by the interpreter.
 
-    triton.jit picks compiled vs interpreted when the module is imported, so
-    TRITON_INTERPRET=1 must already be set then; say so instead of failing obscurely.
+    triton.jit picks compiled vs interpreted when a kernel is defined (triton.language's own
+    helpers: when triton is first imported), so TRITON_INTERPRET=1 must be set before that;
+    say so instead of failing obscurely.
     """
     if not t.is_cuda and type(kernel).__name__ != "InterpretedFunction":
         raise RuntimeError("Triton kernels need CUDA tensors; CPU tensors work only when "
-                           "TRITON_INTERPRET=1 is set before rmfast.kernels.triton_* is imported")
+                           "TRITON_INTERPRET=1 was set before triton was first imported")
 
 
 if HAVE_TRITON:
