@@ -245,3 +245,24 @@ def test_optional_wordfreq_frequencies():
     pytest.importorskip("wordfreq")
     f = load_frequencies("wordfreq", words=["The", "love", "qzxqzxq"]).set_index("word")["frequency"]
     assert list(f.index) == ["love", "the"] and f["the"] > f["love"] > 0
+
+
+def test_manifest_model_name_fallbacks(tmp_path):
+    _write_parquet(tmp_path / "a.parquet", "x", "Best?", ["x"], [0.0])
+    Path(str(tmp_path / "a.parquet") + ".json").write_text(json.dumps(
+        {"model": {"name": None, "alias": "smollm2", "path": "/m.gguf"}, "prompt": "Best?"}))
+    assert load_scans([tmp_path / "a.parquet"])["model"].tolist() == ["smollm2"]
+    Path(str(tmp_path / "a.parquet") + ".json").write_text(json.dumps({"model": {}, "prompt": "p"}))
+    with pytest.raises(UserError, match="lacks model.name/prompt"):
+        load_scans([tmp_path / "a.parquet"])
+
+
+def test_reads_what_rmfast_scan_writes(tmp_path):
+    scan = pytest.importorskip("rmfast.scan")
+    res = scan.ScanResult(np.arange(4), np.array([0.5, 2.0, -1.0, 2.0], dtype=np.float32),
+                          ["▁a", "▁b", "c", "d"], [" a", " b", "c", "d"],
+                          {"model": {"type": "folder", "name": "tiny-rm"}, "prompt": "Best?"})
+    res.to_parquet(tmp_path / "s.parquet")
+    df = load_scans([tmp_path / "s.parquet"])
+    assert df["model"].unique().tolist() == ["tiny-rm"] and df["prompt"].unique().tolist() == ["Best?"]
+    assert df.set_index("text")["rank"].to_dict() == {" a": 3, " b": 1, "c": 4, "d": 1}

@@ -144,9 +144,12 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
                             "rmfast scan writes one: re-run the scan or add it")
         try:
             manifest = json.loads(mpath.read_text(encoding="utf-8"))
-            model = manifest["model"]["name"] if isinstance(manifest["model"], dict) \
-                else manifest["model"]
+            info = manifest["model"]
+            model = next((info.get(k) for k in ("name", "alias", "spec", "path") if info.get(k)),
+                         None) if isinstance(info, dict) else info
             prompt = manifest["prompt"]
+            if not model or prompt is None:
+                raise KeyError("model.name" if not model else "prompt")
         except (KeyError, TypeError, json.JSONDecodeError) as exc:
             raise UserError(f"manifest {mpath} is unreadable or lacks model.name/prompt "
                             f"({exc.__class__.__name__}: {exc}); fix or regenerate it") from None
