@@ -15,19 +15,5 @@ __all__ = ["scan", "ScanResult", "load", "LoadedModel", "build_template", "Templ
 from .errors import UserError  # noqa: E402
 from .scan import ScanResult, scan  # noqa: E402  (binds rmfast.scan to the function, not the module)
 from .template import Template, build_template  # noqa: E402
-
-
-def __getattr__(name):
-    # The loader pulls in gguf/accelerate machinery: import it on first use.
-    if name in ("load", "LoadedModel"):
-        import importlib
-
-        mod = importlib.import_module(".load", __name__)
-        # Importing the submodule binds rmfast.load to the module; rebind the public names.
-        globals().update(load=mod.load, LoadedModel=mod.LoadedModel)
-        return globals()[name]
-    if name == "Engine":
-        from .engine import Engine
-
-        return Engine
-    raise AttributeError(name)
+from .load import LoadedModel, load  # noqa: E402  (binds rmfast.load to the function)
+from .engine import Engine  # noqa: E402

@@ -165,6 +165,9 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
     return np.unique(ids)
 
 
+CHECKPOINT_EVERY_S = 30.0  # how often a long scan saves finished batches
+
+
 def auto_batch_size(device: torch.device, tokens_per_row: int) -> int:
     """CPU: ~4k tokens per batch keeps GEMMs large and activations in cache. CUDA: start big; OOM halves it."""
     if device.type == "cuda":
@@ -314,28 +317,34 @@ def scan(
     t_scan = time.perf_counter()
     last_ck = time.perf_counter()
     i = 0
-    while i < todo.size:
-        rows = todo[i : i + bs]
-        cand = torch.from_numpy(ids[rows])[:, None]  # (b, 1)
-        try:
-            if eng is not None:
-                out = eng.score(cand).float().cpu().numpy()
-            else:
-                out = reference_scores(model, tmpl, cand.tolist(), head=head, head_index=head_index, batch_size=bs).numpy()
-        except torch.OutOfMemoryError:
-            if bs == 1:
-                raise
-            bs = max(1, bs // 2)
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-            bar.set_postfix_str(f"OOM: batch -> {bs}")
-            continue
-        scores[rows] = out
-        i += rows.size
-        bar.update(rows.size)
-        if ck is not None and time.perf_counter() - last_ck > 30:
+    try:
+        while i < todo.size:
+            rows = todo[i : i + bs]
+            cand = torch.from_numpy(ids[rows])[:, None]  # (b, 1)
+            try:
+                if eng is not None:
+                    out = eng.score(cand).float().cpu().numpy()
+                else:
+                    out = reference_scores(model, tmpl, cand.tolist(), head=head, head_index=head_index, batch_size=bs).numpy()
+            except torch.OutOfMemoryError:
+                if bs == 1:
+                    raise
+                bs = max(1, bs // 2)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                bar.set_postfix_str(f"OOM: batch -> {bs}")
+                continue
+            scores[rows] = out
+            i += rows.size
+            bar.update(rows.size)
+            if ck is not None and time.perf_counter() - last_ck > CHECKPOINT_EVERY_S:
+                _save_checkpoint(ck, key, ids, scores)
+                last_ck = time.perf_counter()
+    except BaseException:
+        # Interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun.
+        if ck is not None and i > 0:
             _save_checkpoint(ck, key, ids, scores)
-            last_ck = time.perf_counter()
+        raise
     bar.close()
     scan_s = time.perf_counter() - t_scan
 

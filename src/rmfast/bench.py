@@ -1,0 +1,783 @@
+"""``rmfast bench``: rmfast against the plain Hugging Face baselines and the GEMM peak, in one process.
+
+For each model (same prompt, same candidate ids), in one run:
+
+* **naive** — the papers' pipeline: the full templated sequence per candidate, batched
+  (:func:`rmfast.reference.reference_scores`); the better of a couple of batch sizes.
+* **hf-cache** — the best plain-HF approach: the prompt's K/V computed once with
+  ``model(prefix, use_cache=True)``; per batch the ``DynamicCache`` is deep-copied and
+  ``batch_repeat_interleave(B)``-ed (HF appends to the cache along the sequence axis, so every
+  batch needs its own per-row copy), and candidate + template suffix go through
+  ``model(input_ids=..., past_key_values=cache)``. Score head: ``model.model(...)`` hidden state
+  at the final position -> ``model.score``. Logprob head: the same log-softmax terms the engine sums.
+* **rmfast** — :class:`rmfast.engine.Engine` at ``scan``'s automatic batch size.
+* **GEMM peak** — ``torch.matmul`` throughput on the model's own projection shapes
+  (q/k/v/o, gate/up/down, and the LM-head chunk for the logprob head) with M = the tokens of one
+  rmfast batch, and the candidates/s that peak allows.
+
+Model FLOPs per candidate (the "useful" work, the same number for every method):
+``2 * N_gemm * t`` for the score head, ``2 * (N_gemm + V * D) * t`` for the logprob head, where
+``N_gemm`` is the decoder's projection parameters (non-embedding, norms excluded), ``t`` the tokens
+a candidate row runs through the layers (score: 1 + len(suffix); logprob: len(continuation)),
+``V * D`` the LM head. Attention over the prompt (P * D per token per layer) is not counted.
+
+Every method's scores are checked against rmfast's on the timed candidates (rank correlation and
+max difference); a disagreement makes the command exit 1 after writing its results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DEFAULT_PROMPT = "What, in one word, is the greatest thing ever?"
+DEFAULT_OUT = os.path.join("benchmarks", "out")
+METHODS = ("naive", "hf-cache", "rmfast")
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    """One benchmark configuration: which model, which head, which template."""
+
+    name: str
+    spec: str
+    head: str  # "score" | "logprob" | "auto"
+    template: str | None = None  # None: the tokenizer's chat template, else lm.default_template
+    random_head_seed: int | None = None
+    note: str = ""
+
+
+BENCH_MODELS = {
+    "smollm2-135m-instruct": BenchModel(
+        "smollm2-135m-instruct", "smollm2-135m-instruct", "score", None, 0,
+        "SmolLM2-135M-Instruct as a 1-output classifier, seeded random head (seed 0); chat template",
+    ),
+    "gemma3-270m": BenchModel(
+        "gemma3-270m", "gemma3-270m", "logprob", None, None,
+        "Gemma 3 270M base, logprob head, plain template 'User: {prompt}\\nAssistant: {response}': the suffix is "
+        "empty, so a one-token candidate's log-prob is one entry of the prompt pass's log-softmax (no per-row work)",
+    ),
+    "gemma3-270m@eot": BenchModel(
+        "gemma3-270m@eot", "gemma3-270m", "logprob", "User: {prompt}\nAssistant: {response}<end_of_turn>", None,
+        "Gemma 3 270M base, logprob head, template ending in <end_of_turn>: per row 1 token through the layers "
+        "+ the 262,144-way LM head (log p(response) + log p(<end_of_turn> | response))",
+    ),
+}
+DEFAULT_MODELS = "smollm2-135m-instruct,gemma3-270m,gemma3-270m@eot"
+
+
+# ----------------------------------------------------------------------------- machine, memory, timing
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine_info(device: torch.device) -> dict:
+    """Platform, CPU model, cores, torch threads, GPU name, load average."""
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    fl = set(line.split(":", 1)[1].split())
+                    flags = " ".join(x for x in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if x in fl)
+                    break
+    except OSError:
+        pass
+    info = {
+        "platform": platform.platform(),
+        "cpu_model": cpu,
+        "cpu_flags": flags,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "loadavg_start": _loadavg(),
+    }
+    return info
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def versions() -> dict:
+    import transformers
+
+    from . import __version__
+
+    return {"rmfast": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": sys.version.split()[0], "numpy": np.__version__}
+
+
+class PeakMemory:
+    """Peak memory of a code region: CUDA max_memory_allocated, or the process's peak RSS.
+
+    On Linux the RSS high-water mark is reset through /proc/self/clear_refs, so each region gets
+    its own peak; elsewhere it is the process-wide getrusage maximum (monotone; stated in `how`).
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.how = "cuda.max_memory_allocated" if device.type == "cuda" else "rss"
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.how = "rss (VmHWM, reset per method)"
+        except OSError:
+            self.how = "rss (getrusage ru_maxrss, process-wide max)"
+
+    def read_mib(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return r / 2**20 if sys.platform == "darwin" else r / 1024
+
+
+def _chunks(ids: np.ndarray, bs: int):
+    return [ids[i : i + bs] for i in range(0, ids.size, bs)]
+
+
+def time_batches(fn, ids: np.ndarray, bs: int, device: torch.device, repeats: int) -> tuple[np.ndarray, list[float]]:
+    """Score ``ids`` (one-token responses) in batches of ``bs``, ``repeats`` times; (scores, seconds per pass)."""
+    times, out = [], None
+    for _ in range(max(1, repeats)):
+        _sync(device)
+        t0 = time.perf_counter()
+        parts = [fn(torch.from_numpy(c)[:, None]) for c in _chunks(ids, bs)]
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+        out = torch.cat([p.float().cpu() for p in parts]).numpy()
+    return out, times
+
+
+def pick_batch(fn, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict]:
+    """Warm each batch size up on one batch, time one more; the fastest per candidate wins."""
+    probe = {}
+    for bs in options:
+        bs = int(min(bs, ids.size))
+        if bs in probe:
+            continue
+        batch = torch.from_numpy(ids[:bs])[:, None]
+        fn(batch)  # warm-up (allocator, oneDNN primitives / CUDA kernels for this shape)
+        _sync(device)
+        t0 = time.perf_counter()
+        fn(batch)
+        _sync(device)
+        probe[bs] = round(bs / (time.perf_counter() - t0), 2)
+    best = max(probe, key=probe.get)
+    return best, probe
+
+
+# ----------------------------------------------------------------------------- model arithmetic
+
+
+def model_dims(model, head: str) -> dict:
+    """Projection parameter count and LM-head size, read off the engine's architecture spec."""
+    from .models.arch import arch_spec
+
+    sp = arch_spec(model)
+    if sp is None:
+        raise ValueError(f"architecture {model.config.model_type!r} is not on the fast path")
+    shapes = []  # (K, N) per token per layer: x (M, K) @ W^T (K, N)
+    for L in sp.layers:
+        lin = [L.q_proj, L.k_proj, L.v_proj, L.o_proj]
+        lin += [m for m in L.mlp.modules() if isinstance(m, torch.nn.Linear)]
+        shapes += [(m.in_features, m.out_features) for m in lin]
+    n_gemm = sum(k * n for k, n in shapes)
+    V, D = (sp.lm_head_weight.shape if sp.lm_head_weight is not None else (None, None))
+    return {
+        "n_layers": len(sp.layers),
+        "hidden": sp.layers[0].q_proj.in_features,
+        "n_heads": sp.n_heads,
+        "n_kv_heads": sp.n_kv_heads,
+        "head_dim": sp.head_dim,
+        "gemm_params": n_gemm,
+        "lm_head_params": (V * D) if (head == "logprob" and V is not None) else 0,
+        "vocab": V,
+        "layer_shapes": shapes,
+        "total_params": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def flops_per_candidate(dims: dict, tokens_per_row: int) -> float:
+    """2 * (projection params [+ LM head for logprob]) * tokens per candidate."""
+    return 2.0 * (dims["gemm_params"] + dims["lm_head_params"]) * tokens_per_row
+
+
+def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_chunk: int = 8192,
+              min_time: float = 0.25) -> dict:
+    """torch.matmul throughput on the model's distinct projection shapes at M rows.
+
+    Each distinct (K, N) is timed (best of 3 trials of >= min_time/3 s each); the model-shaped peak
+    is total FLOPs / total time over one token pass of every layer (shapes weighted by how often
+    they occur), i.e. the rate a perfect engine would run those GEMMs at.
+    """
+    counts: dict[tuple[int, int], int] = {}
+    for s in dims["layer_shapes"]:
+        counts[s] = counts.get(s, 0) + 1
+    if dims["lm_head_params"]:
+        V, D = dims["vocab"], dims["hidden"]
+        nchunk = V / lm_chunk
+        counts[(D, min(lm_chunk, V))] = counts.get((D, min(lm_chunk, V)), 0) + nchunk
+    per_shape = {}
+    tot_flops = tot_time = 0.0
+    g = torch.Generator(device="cpu").manual_seed(0)
+    for (K, N), c in counts.items():
+        x = torch.randn(M, K, generator=g).to(device=device, dtype=dtype)
+        w = torch.randn(N, K, generator=g).to(device=device, dtype=dtype)
+        wt = w.t()  # the Linear layout: x @ W^T
+        for _ in range(2):
+            torch.matmul(x, wt)
+        _sync(device)
+        t0 = time.perf_counter()
+        torch.matmul(x, wt)
+        _sync(device)
+        one = max(time.perf_counter() - t0, 1e-6)
+        reps = max(1, int(min_time / 3 / one))
+        best = float("inf")
+        for _ in range(3):
+            _sync(device)
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.matmul(x, wt)
+            _sync(device)
+            best = min(best, (time.perf_counter() - t0) / reps)
+        f = 2.0 * M * K * N
+        per_shape[f"{M}x{K}x{N}"] = round(f / best / 1e9, 1)
+        tot_flops += f * c
+        tot_time += best * c
+        del x, w, wt
+    return {"M": M, "gflops": tot_flops / tot_time / 1e9, "per_shape_gflops": per_shape}
+
+
+# ----------------------------------------------------------------------------- the hf-cache baseline
+
+
+class HFCacheScorer:
+    """Plain Hugging Face with the prompt's KV cache reused: the strongest baseline without rmfast.
+
+    The prompt runs once (``use_cache=True``). Each batch gets a deep copy of that cache repeated
+    per row (``batch_repeat_interleave``), because HF's cache grows along the sequence axis in
+    place; the candidate + template suffix then run with ``past_key_values=cache``.
+    """
+
+    def __init__(self, model, template, *, head: str, head_index: int = 0):
+        self.model, self.template, self.head, self.head_index = model, template, head, head_index
+        self.device = next(model.parameters()).device
+        self.suffix = torch.tensor(template.suffix_ids, dtype=torch.long, device=self.device)
+        self.cont = torch.tensor(template.continuation_ids, dtype=torch.long, device=self.device)
+        prefix = torch.tensor([template.prefix_ids], dtype=torch.long, device=self.device)
+        with torch.no_grad():
+            if head == "score":
+                out = model.model(input_ids=prefix, use_cache=True)
+                self.prefix_lp = None
+            else:
+                out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)
+                self.prefix_lp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # (V,)
+        self.cache = out.past_key_values
+
+    def _cache_for(self, B: int):
+        c = copy.deepcopy(self.cache)
+        c.batch_repeat_interleave(B)
+        return c
+
+    @torch.no_grad()
+    def score(self, responses: torch.Tensor) -> torch.Tensor:
+        responses = responses.to(self.device)
+        B, n = responses.shape
+        if self.head == "score":
+            ids = torch.cat([responses, self.suffix.expand(B, -1)], dim=1)
+            h = self.model.model(input_ids=ids, past_key_values=self._cache_for(B), use_cache=True).last_hidden_state
+            return self.model.score(h[:, -1]).float()[:, self.head_index]
+        total = self.prefix_lp[responses[:, 0]].clone()
+        targets = torch.cat([responses[:, 1:], self.cont.expand(B, -1)], dim=1)
+        T = targets.shape[1]
+        if T == 0:
+            return total
+        ids = torch.cat([responses, self.cont[:-1].expand(B, -1)], dim=1)[:, :T]
+        logits = self.model(input_ids=ids, past_key_values=self._cache_for(B), use_cache=True, logits_to_keep=T).logits
+        lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None])[..., 0]  # (B, T)
+        return total + lp.sum(-1)
+
+
+# ----------------------------------------------------------------------------- agreement
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="stable")
+    r = np.empty(x.size, dtype=np.float64)
+    r[order] = np.arange(x.size, dtype=np.float64)
+    return r
+
+
+def agreement(ref: np.ndarray, other: np.ndarray, k: int = 20) -> dict:
+    """Spearman rho (tie-free ranks), max |diff|, that relative to the score spread, top-k overlap."""
+    ref, other = np.asarray(ref, np.float64), np.asarray(other, np.float64)
+    rho = float(np.corrcoef(_ranks(ref), _ranks(other))[0, 1]) if ref.size > 2 else 1.0
+    d = np.abs(ref - other)
+    spread = float(ref.std()) or 1.0
+    kk = min(k, ref.size)
+    top = len(set(np.argsort(-ref)[:kk]) & set(np.argsort(-other)[:kk])) / kk
+    return {"spearman": round(rho, 6), "max_abs_diff": float(d.max()), "max_diff_over_std": float(d.max() / spread),
+            "frac_exact": float(np.mean(d == 0)), f"top{kk}_overlap": top}
+
+
+def agreement_ok(a: dict, min_rho: float = 0.995, max_rel: float = 0.1) -> bool:
+    return a["spearman"] >= min_rho and a["max_diff_over_std"] <= max_rel
+
+
+# ----------------------------------------------------------------------------- one model
+
+
+def candidate_ids(n_vocab: int, n: int, seed: int = 0) -> np.ndarray:
+    """n ids spread over the whole vocabulary (seeded), in random order so any prefix is a fair sample."""
+    rng = np.random.default_rng(seed)
+    return rng.permutation(n_vocab)[: min(n, n_vocab)].astype(np.int64)
+
+
+def _device_defaults(device: torch.device) -> dict:
+    if device.type == "cuda":
+        return {"n_candidates": 65536, "n_naive": 4096, "naive_batches": (256, 1024), "hf_batches": (512, 2048),
+                "repeats": 3}
+    return {"n_candidates": 2048, "n_naive": 256, "naive_batches": (64, 128), "hf_batches": (256, 1024), "repeats": 2}
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> tuple[list[dict], dict]:
+    """All methods on one model configuration; returns (rows, extras)."""
+    from .engine import Engine
+    from .reference import reference_scores
+    from .scan import auto_batch_size, default_head, scan, vocab_size
+    from .template import build_template
+
+    model, tok = lm.model, lm.tokenizer
+    head = default_head(model) if cfg.head == "auto" else cfg.head
+    tmpl_str = cfg.template if cfg.template is not None else lm.default_template
+    tmpl = build_template(tok, args.prompt, template=tmpl_str)
+    dtype = next(model.parameters()).dtype
+    n_vocab = vocab_size(model, tok)
+    dims = model_dims(model, head)
+    mem = PeakMemory(device)
+    n = args.n_candidates or dflt["n_candidates"]
+    n_naive = min(args.n_naive or dflt["n_naive"], n)
+    reps = args.repeats or dflt["repeats"]
+    ids = candidate_ids(n_vocab, n, seed=args.seed)
+    n = ids.size
+    load_start = _loadavg()
+
+    # --- rmfast
+    mem.reset()
+    _sync(device)
+    t0 = time.perf_counter()
+    eng = Engine(model, tmpl, head=head)
+    _sync(device)
+    setup_rm = time.perf_counter() - t0
+    tpr = eng.tokens_per_row(1)
+    bs_rm = args.batch_size or auto_batch_size(device, max(1, tpr))
+    bs_rm = min(bs_rm, n)
+    eng.score(torch.from_numpy(ids[:bs_rm])[:, None])  # warm-up batch
+    s_rm, t_rm = time_batches(eng.score, ids, bs_rm, device, reps)
+    mem_rm = mem.read_mib()
+    _log(f"  rmfast    batch {bs_rm:5d}: {n / min(t_rm):10.1f} cand/s  (passes {', '.join(f'{t:.2f}' for t in t_rm)} s)")
+
+    # --- GEMM peak at the rmfast batch's M
+    fpc = flops_per_candidate(dims, tpr)
+    peak = None
+    if tpr > 0 and not args.no_peak:
+        peak = gemm_peak(dims, bs_rm * tpr, dtype, device)
+        _log(f"  GEMM peak M={bs_rm * tpr}: {peak['gflops']:.1f} GFLOP/s -> {peak['gflops'] * 1e9 / fpc:.1f} cand/s")
+
+    # --- hf-cache
+    mem.reset()
+    _sync(device)
+    t0 = time.perf_counter()
+    hfc = HFCacheScorer(model, tmpl, head=head)
+    _sync(device)
+    setup_hf = time.perf_counter() - t0
+    bs_hf, probe_hf = pick_batch(hfc.score, ids, dflt["hf_batches"] if not args.hf_batch else (args.hf_batch,), device)
+    s_hf, t_hf = time_batches(hfc.score, ids, bs_hf, device, reps)
+    mem_hf = mem.read_mib()
+    _log(f"  hf-cache  batch {bs_hf:5d}: {n / min(t_hf):10.1f} cand/s  (probe {probe_hf})")
+    del hfc
+
+    # --- naive
+    ids_nv = ids[:n_naive]
+
+    def naive_fn(batch_bs):
+        return lambda b: reference_scores(model, tmpl, b.tolist(), head=head, batch_size=batch_bs)
+
+    mem.reset()
+    probe_nv = {}
+    for bs in (dflt["naive_batches"] if not args.naive_batch else (args.naive_batch,)):
+        bs = min(bs, n_naive)
+        _, p = pick_batch(naive_fn(bs), ids_nv, (bs,), device)
+        probe_nv.update(p)
+    bs_nv = max(probe_nv, key=probe_nv.get)
+    s_nv, t_nv = time_batches(naive_fn(bs_nv), ids_nv, bs_nv, device, reps)
+    mem_nv = mem.read_mib()
+    _log(f"  naive     batch {bs_nv:5d}: {n_naive / min(t_nv):10.1f} cand/s  (probe {probe_nv})")
+
+    # --- agreement with rmfast on the timed candidates
+    agr_hf = agreement(s_rm, s_hf)
+    agr_nv = agreement(s_rm[:n_naive], s_nv)
+
+    # --- optional full-vocabulary scan
+    full = None
+    if args.full:
+        mem.reset()
+        res = scan(model, tok, args.prompt, head=head, template=tmpl, engine="fast", progress=False,
+                   batch_size=args.batch_size or "auto")
+        full = {"n_candidates": int(res.manifest["n_candidates"]), "wall_s": res.manifest["wall_s"],
+                "scan_s": res.manifest["scan_s"], "candidates_per_s": res.manifest["candidates_per_s"],
+                "batch_size": res.manifest["batch_size"], "peak_mem_mib": round(mem.read_mib(), 1)}
+        _log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.1f} s wall, "
+             f"{full['candidates_per_s']} cand/s")
+
+    # --- rows
+    P, S = len(tmpl.prefix_ids), len(tmpl.suffix_ids)
+    cand_rm = n / min(t_rm)
+    common = {
+        "model": cfg.name, "model_spec": cfg.spec, "head": head, "template_kind": tmpl.kind,
+        "prefix_tokens": P, "suffix_tokens": S, "tokens_per_candidate": tpr, "vocab": n_vocab,
+        "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+        "gemm_params": dims["gemm_params"], "lm_head_params": dims["lm_head_params"],
+        "flops_per_candidate": fpc if tpr > 0 else None,
+        "gemm_peak_gflops": round(peak["gflops"], 1) if peak else None,
+        "gemm_peak_M": peak["M"] if peak else None,
+        "peak_bound_cand_per_s": round(peak["gflops"] * 1e9 / fpc, 1) if peak else None,
+        "mem_how": mem.how, "loadavg_start": load_start, "loadavg_end": _loadavg(),
+    }
+    rows = []
+    for method, cnt, times, bs, setup, m, agr, probe, executed in (
+        ("naive", n_naive, t_nv, bs_nv, 0.0, mem_nv, agr_nv, probe_nv, P + 1 + S),
+        ("hf-cache", n, t_hf, bs_hf, setup_hf, mem_hf, agr_hf, probe_hf, tpr),
+        ("rmfast", n, t_rm, bs_rm, setup_rm, mem_rm, None, None, tpr),
+    ):
+        cps = cnt / min(times)
+        row = dict(common)
+        row.update({
+            "method": method, "n_timed": cnt, "batch_size": bs, "batch_probe": probe,
+            "tokens_executed_per_candidate": executed, "repeats": len(times),
+            "pass_s": [round(t, 4) for t in times], "cand_per_s": round(cps, 2),
+            "cand_per_s_median": round(cnt / float(np.median(times)), 2),
+            "rmfast_speedup": round(cand_rm / cps, 2),
+            "useful_gflops": round(fpc * cps / 1e9, 2) if tpr > 0 else None,
+            "frac_gemm_peak": round(fpc * cps / 1e9 / peak["gflops"], 4) if peak else None,
+            "setup_s": round(setup, 4),
+            "est_full_vocab_s": round(setup + n_vocab / cps, 2),
+            "peak_mem_mib": round(m, 1),
+            "agree_spearman": agr["spearman"] if agr else None,
+            "agree_max_abs_diff": agr["max_abs_diff"] if agr else None,
+            "agree_max_diff_over_std": agr["max_diff_over_std"] if agr else None,
+            "agree_ok": agreement_ok(agr) if agr else None,
+        })
+        rows.append(row)
+    if full:
+        row = dict(common)
+        row.update({"method": "rmfast-full", "n_timed": full["n_candidates"], "batch_size": full["batch_size"],
+                    "cand_per_s": full["candidates_per_s"], "full_wall_s": full["wall_s"], "full_scan_s": full["scan_s"],
+                    "peak_mem_mib": full["peak_mem_mib"],
+                    "useful_gflops": round(fpc * full["candidates_per_s"] / 1e9, 2) if tpr > 0 else None})
+        rows.append(row)
+    extras = {"model": cfg.name, "note": cfg.note, "source": lm.source, "template": tmpl.manifest(),
+              "dims": {k: v for k, v in dims.items() if k != "layer_shapes"}, "gemm_peak": peak,
+              "agreement": {"hf-cache_vs_rmfast": agr_hf, "naive_vs_rmfast": agr_nv}, "full": full}
+    if args.profile:
+        extras["profile"] = profile_engine(eng, ids, bs_rm, device, n_batches=args.profile)
+    del eng
+    return rows, extras
+
+
+def profile_engine(eng, ids: np.ndarray, bs: int, device: torch.device, n_batches: int = 3, top: int = 15) -> dict:
+    """torch.profiler over a few engine batches: the top ops by self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    batches = [torch.from_numpy(c)[:, None] for c in _chunks(np.resize(ids, bs * n_batches), bs)][:n_batches]
+    eng.score(batches[0])
+    with profile(activities=acts) as prof:
+        for b in batches:
+            eng.score(b)
+        _sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    ka = prof.key_averages()
+    total = sum(getattr(e, key, 0) for e in ka) or 1
+    rows = []
+    for e in sorted(ka, key=lambda e: getattr(e, key), reverse=True)[:top]:
+        rows.append({"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key) / 1e3, 2),
+                     "self_pct": round(100 * getattr(e, key) / total, 1)})
+    return {"sort": key, "batch_size": bs, "n_batches": n_batches, "top": rows,
+            "table": ka.table(sort_by=key, row_limit=top)}
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+CSV_FIELDS = [
+    "model", "method", "head", "device", "dtype", "n_timed", "batch_size", "tokens_per_candidate",
+    "tokens_executed_per_candidate", "flops_per_candidate", "cand_per_s", "cand_per_s_median", "rmfast_speedup",
+    "useful_gflops", "gemm_peak_gflops", "frac_gemm_peak", "peak_bound_cand_per_s", "setup_s", "est_full_vocab_s",
+    "full_wall_s", "peak_mem_mib", "agree_spearman", "agree_max_abs_diff", "agree_ok", "prefix_tokens",
+    "suffix_tokens", "vocab", "gemm_params", "lm_head_params", "gemm_peak_M", "repeats", "pass_s", "loadavg_start",
+    "loadavg_end", "cpu_model", "cpu_count", "torch_threads", "gpu", "platform", "torch", "transformers", "rmfast",
+    "timestamp",
+]
+
+
+def write_outputs(rows: list[dict], meta: dict, out_dir: Path) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = meta["timestamp"].replace(":", "").replace("-", "")
+    flat = []
+    for r in rows:
+        f = dict(r)
+        f.update({k: meta["machine"].get(k) for k in ("cpu_model", "cpu_count", "torch_threads", "gpu", "platform")})
+        f.update({k: meta["versions"].get(k) for k in ("torch", "transformers", "rmfast")})
+        f["timestamp"] = meta["timestamp"]
+        flat.append(f)
+    paths = {}
+    for name in (f"bench_{stamp}", "bench_latest"):
+        p = out_dir / f"{name}.csv"
+        with open(p, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+            w.writeheader()
+            for f in flat:
+                w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in f.items()})
+        j = out_dir / f"{name}.json"
+        j.write_text(json.dumps({**meta, "rows": flat}, indent=1, default=str))
+        paths[name] = (p, j)
+    return paths
+
+
+def plot(rows: list[dict], path: Path, title: str) -> Path | None:
+    """Bar chart of candidates/s per method per model (log scale) with the GEMM-peak bound."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _log("note: matplotlib is not installed; skipping the plot (pip install matplotlib)")
+        return None
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    colors = {"naive": "#9e9e9e", "hf-cache": "#4c72b0", "rmfast": "#dd8452"}
+    fig, ax = plt.subplots(figsize=(2.2 + 3.0 * len(models), 5.2))
+    width = 0.26
+    ymax = 1.0
+    for i, m in enumerate(models):
+        by = {r["method"]: r for r in rows if r["model"] == m}
+        for j, meth in enumerate(METHODS):
+            r = by.get(meth)
+            if not r:
+                continue
+            x = i + (j - 1) * width
+            v = r["cand_per_s"]
+            ymax = max(ymax, v)
+            ax.bar(x, v, width * 0.92, color=colors[meth], label=meth if i == 0 else None)
+            lab = f"{v:,.0f}" if v >= 10 else f"{v:.1f}"
+            if meth != "rmfast":
+                lab += f"\n(×{r['rmfast_speedup']:,.1f})"
+            ax.text(x, v * 1.08, lab, ha="center", va="bottom", fontsize=8)
+        pk = by.get("rmfast", {}).get("peak_bound_cand_per_s")
+        if pk:
+            ymax = max(ymax, pk)
+            ax.hlines(pk, i - 1.6 * width, i + 1.6 * width, colors="crimson", linestyles="--",
+                      label="GEMM-peak bound" if not any(t.get_label() == "GEMM-peak bound" for t in ax.collections) else None)
+            ax.text(i + 1.6 * width, pk, f" peak\n {pk:,.0f}", color="crimson", fontsize=8, va="center", ha="left")
+    ax.set_yscale("log")
+    ax.set_ylim(top=ymax * 12)
+    ax.set_xticks(range(len(models)))
+    ax.set_xticklabels(models, fontsize=9)
+    ax.set_xlim(-0.6, len(models) - 0.2)
+    ax.set_ylabel("candidates / s (log scale; higher is better)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", which="major", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, labels, loc="upper left", fontsize=8, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def format_table(rows: list[dict]) -> str:
+    """A Markdown table of the measured rows."""
+    head = ("| model | method | batch | cand/s | rmfast × | useful GFLOP/s | % GEMM peak | peak mem MiB | "
+            "est. full vocab | agrees (ρ, max|Δ|) |")
+    out = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for r in rows:
+        if r["method"] == "rmfast-full":
+            out.append(f"| {r['model']} | rmfast full vocab ({r['n_timed']:,}) | {r['batch_size']} | "
+                       f"{r['cand_per_s']:,.1f} | | {r['useful_gflops'] or '–'} | | {r['peak_mem_mib']:,.0f} | "
+                       f"{r['full_wall_s']:.1f} s wall | |")
+            continue
+        fr = f"{100 * r['frac_gemm_peak']:.1f}%" if r.get("frac_gemm_peak") is not None else "–"
+        ug = f"{r['useful_gflops']:,.1f}" if r.get("useful_gflops") is not None else "–"
+        est = r["est_full_vocab_s"]
+        est_s = f"{est / 3600:.1f} h" if est > 7200 else (f"{est / 60:.1f} min" if est > 120 else f"{est:.1f} s")
+        ag = "(reference)" if r.get("agree_ok") is None else (
+            f"{'yes' if r['agree_ok'] else 'NO'} ({r['agree_spearman']:.4f}, {r['agree_max_abs_diff']:.2g})")
+        out.append(f"| {r['model']} | {r['method']} | {r['batch_size']} | {r['cand_per_s']:,.1f} | "
+                   f"{r['rmfast_speedup']:,.1f} | {ug} | {fr} | {r['peak_mem_mib']:,.0f} | {est_s} | {ag} |")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- command
+
+
+def _resolve_models(spec: str) -> list[BenchModel]:
+    out = []
+    for name in [s.strip() for s in spec.split(",") if s.strip()]:
+        out.append(BENCH_MODELS.get(name) or BenchModel(name, name, "auto", None, None, "user-given model"))
+    return out
+
+
+def run(args) -> int:
+    from .errors import UserError
+    from .load import load, resolve_device
+
+    device = resolve_device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but CUDA is not available")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dflt = _device_defaults(device)
+    out_dir = Path(args.out)
+    meta = {
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine_info(device),
+        "versions": versions(),
+        "config": {k: v for k, v in vars(args).items() if k != "func"},
+        "defaults": {k: list(v) if isinstance(v, tuple) else v for k, v in dflt.items()},
+        "formulas": {
+            "flops_per_candidate": "2 * (gemm_params [+ V*D for logprob]) * tokens_per_candidate",
+            "tokens_per_candidate": "score: 1 + len(suffix_ids); logprob: len(continuation_ids) (one-token responses)",
+            "useful_gflops": "flops_per_candidate * cand_per_s / 1e9",
+            "peak_bound_cand_per_s": "gemm_peak_gflops * 1e9 / flops_per_candidate",
+            "cand_per_s": "n_timed / best pass time (warm-up excluded; setup_s = prompt pass, reported apart)",
+        },
+    }
+    models = _resolve_models(args.models)
+    if not models:
+        raise UserError("--models is empty")
+    rows, extras = [], []
+    t_all = time.perf_counter()
+    loaded: dict[tuple, object] = {}
+    for cfg in models:
+        key = (cfg.spec, cfg.random_head_seed)
+        if key not in loaded:
+            loaded.clear()  # one model in memory at a time
+            t0 = time.perf_counter()
+            loaded[key] = load(cfg.spec, dtype=args.dtype, device=str(device), random_head_seed=cfg.random_head_seed)
+            _log(f"{cfg.spec}: loaded in {time.perf_counter() - t0:.1f} s")
+        _log(f"[{cfg.name}] load average {_loadavg()}")
+        r, e = bench_model(cfg, loaded[key], args, device, dflt)
+        rows += r
+        extras.append(e)
+    meta["machine"]["loadavg_end"] = _loadavg()
+    meta["total_s"] = round(time.perf_counter() - t_all, 1)
+    meta["models"] = extras
+    paths = write_outputs(rows, meta, out_dir)
+    title = (f"rmfast bench — {meta['machine']['gpu'] or meta['machine']['cpu_model']}, "
+             f"{meta['machine']['torch_threads']} threads, {rows[0]['dtype']}; load avg {meta['machine']['loadavg_start']}")
+    png = None if args.no_plot else plot(rows, out_dir / "bench_latest.png", title)
+    print(format_table(rows))
+    for e in extras:
+        if e.get("profile"):
+            print(f"\nprofile [{e['model']}], {e['profile']['n_batches']} batches of {e['profile']['batch_size']}:")
+            print(e["profile"]["table"])
+    print(f"\nload average {meta['machine']['loadavg_start']} -> {meta['machine']['loadavg_end']}; total {meta['total_s']} s")
+    print(f"wrote {paths['bench_latest'][0]}, {paths['bench_latest'][1]}" + (f", {png}" if png else ""))
+    bad = [f"{r['model']}/{r['method']}" for r in rows if r.get("agree_ok") is False]
+    if bad:
+        print(f"rmfast bench: scores disagree with rmfast for {', '.join(bad)} (see agreement in the JSON)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", default=DEFAULT_MODELS,
+                   help=f"comma-separated configurations (default {DEFAULT_MODELS}); known: {', '.join(BENCH_MODELS)}; "
+                        "any other loadable spec is benchmarked with its default head and template")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"the user turn (default {DEFAULT_PROMPT!r})")
+    p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
+    p.add_argument("--dtype", default="bfloat16", help="bfloat16|float16|float32 (default bfloat16)")
+    p.add_argument("--n-candidates", type=int, default=None,
+                   help="ids timed for rmfast and hf-cache (default 2048 on CPU, 65536 on CUDA)")
+    p.add_argument("--n-naive", type=int, default=None,
+                   help="ids timed for naive, the first of the same sample (default 256 on CPU, 4096 on CUDA)")
+    p.add_argument("--batch-size", type=int, default=None, help="rmfast rows per batch (default: scan's auto)")
+    p.add_argument("--hf-batch", type=int, default=None, help="hf-cache batch (default: best of 256/1024; CUDA 512/2048)")
+    p.add_argument("--naive-batch", type=int, default=None, help="naive batch (default: best of 64/128; CUDA 256/1024)")
+    p.add_argument("--repeats", type=int, default=None, help="timed passes per method; the best counts (default 2; CUDA 3)")
+    p.add_argument("--seed", type=int, default=0, help="candidate sample seed (default 0)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--full", action="store_true", help="also time the full-vocabulary rmfast scan per model")
+    p.add_argument("--profile", type=int, nargs="?", const=3, default=0, metavar="N",
+                   help="torch.profiler over N rmfast batches per model; top ops by self time (default N=3)")
+    p.add_argument("--no-peak", action="store_true", help="skip the GEMM-peak measurement")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
+
+
+def register(subparsers) -> None:
+    """Add ``rmfast bench`` to the CLI's subparsers."""
+    p = subparsers.add_parser("bench", help="benchmark rmfast vs plain-HF baselines and the GEMM peak")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def main(argv=None) -> int:
+    """Entry point for ``python benchmarks/bench_scan.py``."""
+    ap = argparse.ArgumentParser(prog="bench_scan.py", description=__doc__.split("\n\n")[0])
+    add_arguments(ap)
+    args = ap.parse_args(argv)
+    from .cli import _quiet
+    from .errors import UserError
+
+    _quiet()
+    try:
+        return int(run(args) or 0)
+    except UserError as e:
+        print(f"rmfast: error: {e}", file=sys.stderr)
+        return e.exit_code

@@ -1,0 +1,117 @@
+"""CLI: the scan command end to end, and every bad input -> one line, exit 2, no traceback."""
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from rmfast.cli import main
+
+import tiny_models as T
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, smol_tokenizer):
+    """A tiny Llama reward model saved as a normal HF folder, with the real SmolLM2 tokenizer."""
+    d = tmp_path_factory.mktemp("tiny-rm")
+    m = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
+    m.save_pretrained(d)
+    smol_tokenizer.save_pretrained(d)
+    return d
+
+
+def run(argv, capsys):
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def one_line_error(rc, err):
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("rmfast: error")]
+    return rc == 2 and len(lines) == 1 and "Traceback" not in err
+
+
+def test_scan_writes_parquet_and_manifest(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "r.parquet"
+    rc, so, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "100:400", "--out", str(out),
+                      "--top", "5", "--no-progress"], capsys)
+    assert rc == 0, se
+    df = pd.read_parquet(out)
+    assert list(df.columns) == ["token_id", "token", "text", "score", "rank"]
+    assert df["token_id"].dtype == "int64" and df["score"].dtype == "float32"
+    assert len(df) == 300 and df["rank"].min() == 1
+    man = pd.read_json(str(out) + ".json", typ="series")
+    assert man["head"] == "score" and man["engine"] == "fast" and man["n_candidates"] == 300
+    assert "top 5" in so and "bottom 5" in so
+    # the existing output is refused without --overwrite, and left untouched
+    before = out.read_bytes()
+    rc, _, se = run(["scan", str(tiny_dir), "--token-ids", "0:10", "--out", str(out)], capsys)
+    assert one_line_error(rc, se) and "--overwrite" in se
+    assert out.read_bytes() == before
+
+
+def test_token_id_file_and_exclude_special(tiny_dir, tmp_path, capsys, smol_tokenizer):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("# some ids\n5\n0\n2\n500\n1000\n500\n")
+    out = tmp_path / "s.parquet"
+    rc, _, se = run(["scan", str(tiny_dir), "--token-ids", str(ids), "--exclude-special", "--out", str(out),
+                     "--no-progress", "--top", "0"], capsys)
+    assert rc == 0, se
+    got = pd.read_parquet(out)["token_id"].tolist()
+    special = set(smol_tokenizer.all_special_ids) | set(smol_tokenizer.added_tokens_decoder)
+    assert got == sorted({5, 0, 2, 500, 1000} - special) and 500 in got
+
+
+@pytest.mark.parametrize("case", ["missing-folder", "unknown-hub", "empty-prompt", "no-chat-template", "bad-template",
+                                  "range", "bad-id-file", "id-out-of-range", "unwritable", "bad-dtype"])
+def test_bad_input(case, tiny_dir, tmp_path, capsys):
+    out = str(tmp_path / "o.parquet")
+    base = ["scan", str(tiny_dir), "--out", out, "--no-progress"]
+    if case == "missing-folder":
+        argv = ["scan", str(tmp_path / "nope"), "--out", out]
+    elif case == "unknown-hub":
+        argv = ["scan", "nobody/no-such-model", "--out", out]
+    elif case == "empty-prompt":
+        argv = base + ["--prompt", ""]
+    elif case == "no-chat-template":
+        d = tmp_path / "nochat"
+        import shutil
+        shutil.copytree(tiny_dir, d)
+        cfgp = d / "tokenizer_config.json"
+        import json
+        cfg = json.loads(cfgp.read_text()); cfg.pop("chat_template", None); cfgp.write_text(json.dumps(cfg))
+        for f in ("chat_template.jinja", "chat_template.json"):
+            (d / f).unlink(missing_ok=True)
+        argv = ["scan", str(d), "--out", out]
+    elif case == "bad-template":
+        argv = base + ["--template", "{% for m in messages %}{{ m['content'] | upper }}{% endfor %}"]
+    elif case == "range":
+        argv = base + ["--token-ids", "10:abc"]
+    elif case == "bad-id-file":
+        f = tmp_path / "ids.txt"; f.write_text("1\ntwo\n")
+        argv = base + ["--token-ids", str(f)]
+    elif case == "id-out-of-range":
+        f = tmp_path / "ids.txt"; f.write_text("1\n999999\n")
+        argv = base + ["--token-ids", str(f)]
+    elif case == "unwritable":
+        ro = tmp_path / "ro"; ro.mkdir(); os.chmod(ro, 0o500)
+        argv = base[:-3] + ["--out", str(ro / "sub" / "x.parquet")]
+        if os.geteuid() == 0:  # root ignores permissions: use a path under a file instead
+            (tmp_path / "afile").write_text("x")
+            argv = base[:-3] + ["--out", str(tmp_path / "afile" / "x.parquet")]
+    elif case == "bad-dtype":
+        argv = base + ["--dtype", "int7"]
+    rc, so, se = run(argv, capsys)
+    assert one_line_error(rc, se), (rc, se)
+    assert not os.path.exists(out)
+
+
+def test_no_traceback_in_a_real_process(tmp_path):
+    """The real entry point: exit status 2 and a single line on stderr."""
+    p = subprocess.run([sys.executable, "-m", "rmfast", "scan", str(tmp_path / "missing")], capture_output=True,
+                       text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and p.stderr.startswith("rmfast: error"), p.stderr
