@@ -175,35 +175,47 @@ def _chunks(ids: np.ndarray, bs: int):
     return [ids[i : i + bs] for i in range(0, ids.size, bs)]
 
 
-def time_batches(fn, ids: np.ndarray, bs: int, device: torch.device, repeats: int) -> tuple[np.ndarray, list[float]]:
-    """Score ``ids`` (one-token responses) in batches of ``bs``, ``repeats`` times; (scores, seconds per pass)."""
+def time_calls(fn, device: torch.device, repeats: int) -> tuple[np.ndarray, list[float]]:
+    """Call ``fn() -> list of score tensors`` ``repeats`` times; (scores of the last call, seconds per call)."""
     times, out = [], None
     for _ in range(max(1, repeats)):
         _sync(device)
         t0 = time.perf_counter()
-        parts = [fn(torch.from_numpy(c)[:, None]) for c in _chunks(ids, bs)]
+        parts = fn()
         _sync(device)
         times.append(time.perf_counter() - t0)
         out = torch.cat([p.float().cpu() for p in parts]).numpy()
     return out, times
 
 
-def pick_batch(fn, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict]:
-    """Warm each batch size up on one batch, time one more; the fastest per candidate wins."""
-    probe = {}
-    for bs in options:
-        bs = int(min(bs, ids.size))
-        if bs in probe:
-            continue
-        batch = torch.from_numpy(ids[:bs])[:, None]
-        fn(batch)  # warm-up (allocator, oneDNN primitives / CUDA kernels for this shape)
+def time_batches(fn, ids: np.ndarray, bs: int, device: torch.device, repeats: int) -> tuple[np.ndarray, list[float]]:
+    """Score ``ids`` (one-token responses) in batches of ``bs``, ``repeats`` times; (scores, seconds per pass)."""
+    return time_calls(lambda: [fn(torch.from_numpy(c)[:, None]) for c in _chunks(ids, bs)], device, repeats)
+
+
+def pick_batch(fn, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict | None]:
+    """Warm each batch size up on one batch, time one more; the fastest per candidate wins.
+
+    With a single option it only runs the warm-up batch (no probe).
+    """
+    options = sorted({int(min(b, ids.size)) for b in options})
+    if len(options) == 1:
+        fn(torch.from_numpy(ids[: options[0]])[:, None])  # warm-up
         _sync(device)
-        t0 = time.perf_counter()
-        fn(batch)
-        _sync(device)
-        probe[bs] = round(bs / (time.perf_counter() - t0), 2)
-    best = max(probe, key=probe.get)
-    return best, probe
+        return options[0], None
+    probe = {bs: probe_batch(fn, ids, bs, device) for bs in options}
+    return max(probe, key=probe.get), probe
+
+
+def probe_batch(fn, ids: np.ndarray, bs: int, device: torch.device) -> float:
+    """Candidates/s of one batch of ``bs`` after one warm-up batch of the same shape."""
+    batch = torch.from_numpy(ids[:bs])[:, None]
+    fn(batch)  # warm-up (allocator, oneDNN primitives / CUDA kernels for this shape)
+    _sync(device)
+    t0 = time.perf_counter()
+    fn(batch)
+    _sync(device)
+    return round(bs / (time.perf_counter() - t0), 2)
 
 
 # ----------------------------------------------------------------------------- model arithmetic
@@ -360,8 +372,16 @@ def agreement(ref: np.ndarray, other: np.ndarray, k: int = 20) -> dict:
             "frac_exact": float(np.mean(d == 0)), f"top{kk}_overlap": top}
 
 
-def agreement_ok(a: dict, min_rho: float = 0.995, max_rel: float = 0.1) -> bool:
-    return a["spearman"] >= min_rho and a["max_diff_over_std"] <= max_rel
+def close_ok(ref: np.ndarray, other: np.ndarray, atol: float = 2e-4, rtol: float = 1e-4) -> bool:
+    """fp32 exactness: |other - ref| <= atol + rtol * |ref| everywhere (op order differs, the maths does not)."""
+    ref, other = np.asarray(ref, np.float64), np.asarray(other, np.float64)
+    return bool(np.all(np.abs(other - ref) <= atol + rtol * np.abs(ref)))
+
+
+def _params_to(model, dtype: torch.dtype) -> None:
+    """Cast parameters only (rotary inv_freq and other buffers keep their dtype); bf16 -> fp32 -> bf16 is lossless."""
+    for prm in model.parameters():
+        prm.data = prm.data.to(dtype)
 
 
 # ----------------------------------------------------------------------------- one model
@@ -376,8 +396,10 @@ def candidate_ids(n_vocab: int, n: int, seed: int = 0) -> np.ndarray:
 def _device_defaults(device: torch.device) -> dict:
     if device.type == "cuda":
         return {"n_candidates": 65536, "n_naive": 4096, "naive_batches": (256, 1024), "hf_batches": (512, 2048),
-                "repeats": 3}
-    return {"n_candidates": 2048, "n_naive": 256, "naive_batches": (64, 128), "hf_batches": (256, 1024), "repeats": 2}
+                "repeats": 3, "check_n": 256}
+    # CPU: fixed batches chosen by the sweep in benchmarks/README.md (probing costs more than a pass here)
+    return {"n_candidates": 2048, "n_naive": 128, "naive_batches": (64,), "hf_batches": (512,), "repeats": 2,
+            "check_n": 32}
 
 
 def _log(msg: str) -> None:
@@ -414,12 +436,28 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     _sync(device)
     setup_rm = time.perf_counter() - t0
     tpr = eng.tokens_per_row(1)
-    bs_rm = args.batch_size or auto_batch_size(device, max(1, tpr))
-    bs_rm = min(bs_rm, n)
-    eng.score(torch.from_numpy(ids[:bs_rm])[:, None])  # warm-up batch
-    s_rm, t_rm = time_batches(eng.score, ids, bs_rm, device, reps)
+    # No per-row work (logprob head, empty continuation): every candidate's score is one entry of the
+    # prompt pass's log-softmax. Then the prompt pass IS the work: rmfast and hf-cache are timed over the
+    # whole vocabulary, prompt pass included (setup_s = 0), and candidates/s is the full-scan rate.
+    whole = tpr == 0
+    if whole:
+        ids = candidate_ids(n_vocab, n_vocab, seed=args.seed)  # same permutation: naive's ids are its first ones
+        n = ids.size
+    bs_rm = min(args.batch_size or auto_batch_size(device, max(1, tpr)), n)
+    if whole:
+        def run_rm():
+            e = Engine(model, tmpl, head=head)
+            return [e.score(torch.from_numpy(c)[:, None]) for c in _chunks(ids, bs_rm)]
+
+        run_rm()  # warm-up
+        s_rm, t_rm = time_calls(run_rm, device, reps)
+        setup_rm = 0.0
+    else:
+        eng.score(torch.from_numpy(ids[:bs_rm])[:, None])  # warm-up batch
+        s_rm, t_rm = time_batches(eng.score, ids, bs_rm, device, reps)
     mem_rm = mem.read_mib()
-    _log(f"  rmfast    batch {bs_rm:5d}: {n / min(t_rm):10.1f} cand/s  (passes {', '.join(f'{t:.2f}' for t in t_rm)} s)")
+    _log(f"  rmfast    batch {bs_rm:5d}: {n / min(t_rm):10.1f} cand/s  (passes {', '.join(f'{t:.2f}' for t in t_rm)} s)"
+         + ("  [no per-row work: whole vocabulary, prompt pass included]" if whole else ""))
 
     # --- GEMM peak at the rmfast batch's M
     fpc = flops_per_candidate(dims, tpr)
@@ -435,10 +473,21 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     hfc = HFCacheScorer(model, tmpl, head=head)
     _sync(device)
     setup_hf = time.perf_counter() - t0
-    bs_hf, probe_hf = pick_batch(hfc.score, ids, dflt["hf_batches"] if not args.hf_batch else (args.hf_batch,), device)
-    s_hf, t_hf = time_batches(hfc.score, ids, bs_hf, device, reps)
+    if whole:
+        bs_hf, probe_hf = n, None
+
+        def run_hf():
+            h = HFCacheScorer(model, tmpl, head=head)
+            return [h.score(torch.from_numpy(ids)[:, None])]
+
+        run_hf()  # warm-up
+        s_hf, t_hf = time_calls(run_hf, device, reps)
+        setup_hf = 0.0
+    else:
+        bs_hf, probe_hf = pick_batch(hfc.score, ids, dflt["hf_batches"] if not args.hf_batch else (args.hf_batch,), device)
+        s_hf, t_hf = time_batches(hfc.score, ids, bs_hf, device, reps)
     mem_hf = mem.read_mib()
-    _log(f"  hf-cache  batch {bs_hf:5d}: {n / min(t_hf):10.1f} cand/s  (probe {probe_hf})")
+    _log(f"  hf-cache  batch {bs_hf:5d}: {n / min(t_hf):10.1f} cand/s" + (f"  (probe {probe_hf})" if probe_hf else ""))
     del hfc
 
     # --- naive
@@ -448,19 +497,34 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
         return lambda b: reference_scores(model, tmpl, b.tolist(), head=head, batch_size=batch_bs)
 
     mem.reset()
-    probe_nv = {}
-    for bs in (dflt["naive_batches"] if not args.naive_batch else (args.naive_batch,)):
-        bs = min(bs, n_naive)
-        _, p = pick_batch(naive_fn(bs), ids_nv, (bs,), device)
-        probe_nv.update(p)
-    bs_nv = max(probe_nv, key=probe_nv.get)
+    opts = sorted({min(b, n_naive) for b in (dflt["naive_batches"] if not args.naive_batch else (args.naive_batch,))})
+    probe_nv = None
+    if len(opts) == 1:
+        bs_nv = opts[0]
+        naive_fn(bs_nv)(torch.from_numpy(ids_nv[:bs_nv])[:, None])  # warm-up batch
+    else:  # reference_scores batches internally, so each size gets its own closure
+        probe_nv = {bs: probe_batch(naive_fn(bs), ids_nv, bs, device) for bs in opts}
+        bs_nv = max(probe_nv, key=probe_nv.get)
     s_nv, t_nv = time_batches(naive_fn(bs_nv), ids_nv, bs_nv, device, reps)
     mem_nv = mem.read_mib()
-    _log(f"  naive     batch {bs_nv:5d}: {n_naive / min(t_nv):10.1f} cand/s  (probe {probe_nv})")
+    _log(f"  naive     batch {bs_nv:5d}: {n_naive / min(t_nv):10.1f} cand/s" + (f"  (probe {probe_nv})" if probe_nv else ""))
 
-    # --- agreement with rmfast on the timed candidates
+    # --- agreement with rmfast on the timed candidates (in the benchmark dtype) ...
     agr_hf = agreement(s_rm, s_hf)
     agr_nv = agreement(s_rm[:n_naive], s_nv)
+    floor = agreement(s_hf[:n_naive], s_nv)  # two plain-HF paths: the dtype's own noise floor
+    min_rho = min(0.99, floor["spearman"] - 0.01)
+    for a in (agr_hf, agr_nv):
+        a["ok"] = a["spearman"] >= min_rho
+    # ... and exactness in fp32 on the first check_n of them (same weights, parameters cast up and back)
+    check_n = min(n_naive, dflt["check_n"] if args.check_n is None else args.check_n)
+    exact = None
+    if check_n > 0:
+        exact = fp32_check(model, tmpl, head, ids[:check_n], device, dtype)
+        agr_hf["ok"] = agr_hf["ok"] and exact["hf-cache_ok"]
+        agr_nv["ok"] = agr_nv["ok"] and exact["naive_ok"]
+        _log(f"  fp32 check on {check_n} ids: max |rmfast - hf-cache| {exact['hf-cache_max_abs_diff']:.2e}, "
+             f"max |rmfast - naive| {exact['naive_max_abs_diff']:.2e}")
 
     # --- optional full-vocabulary scan
     full = None
@@ -487,6 +551,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
         "gemm_peak_M": peak["M"] if peak else None,
         "peak_bound_cand_per_s": round(peak["gflops"] * 1e9 / fpc, 1) if peak else None,
         "mem_how": mem.how, "loadavg_start": load_start, "loadavg_end": _loadavg(),
+        "whole_vocab_timed": whole,
     }
     rows = []
     for method, cnt, times, bs, setup, m, agr, probe, executed in (
@@ -510,7 +575,8 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
             "agree_spearman": agr["spearman"] if agr else None,
             "agree_max_abs_diff": agr["max_abs_diff"] if agr else None,
             "agree_max_diff_over_std": agr["max_diff_over_std"] if agr else None,
-            "agree_ok": agreement_ok(agr) if agr else None,
+            "agree_ok": agr["ok"] if agr else None,
+            "fp32_max_abs_diff": (exact[f"{method}_max_abs_diff"] if exact and agr else None),
         })
         rows.append(row)
     if full:
@@ -522,11 +588,35 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
         rows.append(row)
     extras = {"model": cfg.name, "note": cfg.note, "source": lm.source, "template": tmpl.manifest(),
               "dims": {k: v for k, v in dims.items() if k != "layer_shapes"}, "gemm_peak": peak,
-              "agreement": {"hf-cache_vs_rmfast": agr_hf, "naive_vs_rmfast": agr_nv}, "full": full}
+              "agreement": {"hf-cache_vs_rmfast": agr_hf, "naive_vs_rmfast": agr_nv, "naive_vs_hf-cache_floor": floor,
+                            "min_spearman": min_rho, "fp32_check": exact}, "full": full}
     if args.profile:
         extras["profile"] = profile_engine(eng, ids, bs_rm, device, n_batches=args.profile)
     del eng
     return rows, extras
+
+
+def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dtype: torch.dtype) -> dict:
+    """All three methods on ``ids`` with the model's parameters in fp32: the scores must be equal up to
+    fp32 rounding (:func:`close_ok`). The model is cast back to ``dtype`` afterwards."""
+    from .engine import Engine
+    from .reference import reference_scores
+
+    c = torch.from_numpy(ids)[:, None]
+    try:
+        if dtype != torch.float32:
+            _params_to(model, torch.float32)
+        rm = Engine(model, tmpl, head=head).score(c).float().cpu().numpy()
+        hf = HFCacheScorer(model, tmpl, head=head).score(c).float().cpu().numpy()
+        nv = reference_scores(model, tmpl, c.tolist(), head=head, batch_size=len(ids)).numpy()
+    finally:
+        if dtype != torch.float32:
+            _params_to(model, dtype)
+    out = {"n": int(ids.size), "atol": 2e-4, "rtol": 1e-4}
+    for name, x in (("hf-cache", hf), ("naive", nv)):
+        out[f"{name}_max_abs_diff"] = float(np.abs(x.astype(np.float64) - rm).max())
+        out[f"{name}_ok"] = close_ok(rm, x)
+    return out
 
 
 def profile_engine(eng, ids: np.ndarray, bs: int, device: torch.device, n_batches: int = 3, top: int = 15) -> dict:
@@ -558,7 +648,8 @@ CSV_FIELDS = [
     "model", "method", "head", "device", "dtype", "n_timed", "batch_size", "tokens_per_candidate",
     "tokens_executed_per_candidate", "flops_per_candidate", "cand_per_s", "cand_per_s_median", "rmfast_speedup",
     "useful_gflops", "gemm_peak_gflops", "frac_gemm_peak", "peak_bound_cand_per_s", "setup_s", "est_full_vocab_s",
-    "full_wall_s", "peak_mem_mib", "agree_spearman", "agree_max_abs_diff", "agree_ok", "prefix_tokens",
+    "full_wall_s", "peak_mem_mib", "agree_spearman", "agree_max_abs_diff", "fp32_max_abs_diff", "agree_ok",
+    "prefix_tokens",
     "suffix_tokens", "vocab", "gemm_params", "lm_head_params", "gemm_peak_M", "repeats", "pass_s", "loadavg_start",
     "loadavg_end", "cpu_model", "cpu_count", "torch_threads", "gpu", "platform", "torch", "transformers", "rmfast",
     "timestamp",
@@ -643,7 +734,7 @@ def plot(rows: list[dict], path: Path, title: str) -> Path | None:
 def format_table(rows: list[dict]) -> str:
     """A Markdown table of the measured rows."""
     head = ("| model | method | batch | cand/s | rmfast × | useful GFLOP/s | % GEMM peak | peak mem MiB | "
-            "est. full vocab | agrees (ρ, max|Δ|) |")
+            "est. full vocab | agrees with rmfast: bf16 ρ, fp32 max abs diff |")
     out = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in rows:
         if r["method"] == "rmfast-full":
@@ -656,7 +747,8 @@ def format_table(rows: list[dict]) -> str:
         est = r["est_full_vocab_s"]
         est_s = f"{est / 3600:.1f} h" if est > 7200 else (f"{est / 60:.1f} min" if est > 120 else f"{est:.1f} s")
         ag = "(reference)" if r.get("agree_ok") is None else (
-            f"{'yes' if r['agree_ok'] else 'NO'} ({r['agree_spearman']:.4f}, {r['agree_max_abs_diff']:.2g})")
+            f"{'yes' if r['agree_ok'] else 'NO'}: {r['agree_spearman']:.4f}, "
+            + (f"{r['fp32_max_abs_diff']:.1e}" if r.get("fp32_max_abs_diff") is not None else "–"))
         out.append(f"| {r['model']} | {r['method']} | {r['batch_size']} | {r['cand_per_s']:,.1f} | "
                    f"{r['rmfast_speedup']:,.1f} | {ug} | {fr} | {r['peak_mem_mib']:,.0f} | {est_s} | {ag} |")
     return "\n".join(out)
@@ -750,6 +842,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hf-batch", type=int, default=None, help="hf-cache batch (default: best of 256/1024; CUDA 512/2048)")
     p.add_argument("--naive-batch", type=int, default=None, help="naive batch (default: best of 64/128; CUDA 256/1024)")
     p.add_argument("--repeats", type=int, default=None, help="timed passes per method; the best counts (default 2; CUDA 3)")
+    p.add_argument("--check-n", type=int, default=None,
+                   help="ids for the fp32 exactness check of all three methods (default 32 on CPU, 256 on CUDA; 0 skips)")
     p.add_argument("--seed", type=int, default=0, help="candidate sample seed (default 0)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--full", action="store_true", help="also time the full-vocabulary rmfast scan per model")

@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _extensions():
     """Subcommands that live with their own layer (analysis, bench, ...); absent ones are skipped."""
     regs = []
-    for mod in ("rmfast.bench", "rmfast.analysis.cli"):
+    for mod in ("rmfast.bench", "rmfast.analysis.cli", "rmfast.logprobs", "rmfast.implicit", "rmfast.gcg"):
         try:
             m = __import__(mod, fromlist=["register"])
         except ImportError:

@@ -18,9 +18,9 @@ Heads:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from . import ops
-from .kernels.reference import rmsnorm
 from .models.arch import ArchSpec, arch_spec
 from .template import Template
 
@@ -49,7 +49,7 @@ class Engine:
         >>> eng.score(torch.tensor([[1234], [5678]]))  # (2,) fp32  # doctest: +SKIP
     """
 
-    def __init__(self, model, template: Template, *, head: str, head_index: int = 0):
+    def __init__(self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None):
         spec = arch_spec(model)
         if spec is None:
             raise ValueError(f"architecture {model.config.model_type!r} is not on the fast path")
@@ -66,7 +66,26 @@ class Engine:
             raise ValueError("head 'logprob' needs a language-model head (model.lm_head)")
         self.suffix = torch.tensor(template.suffix_ids, dtype=torch.long, device=self.device)
         self.continuation = torch.tensor(template.continuation_ids, dtype=torch.long, device=self.device)
+        if fuse is None:
+            fuse = self.device.type == "cpu"
+        self.fused = self._fuse_weights() if fuse else None
         self._encode_prefix()
+
+    def _fuse_weights(self):
+        """Per layer: (W_qkv, b_qkv, W_gate_up, I), concatenated once. Costs a copy of those weights,
+        so it is the CPU default (small models, GEMM-call overhead matters) and off on CUDA."""
+        out = []
+        for L in self.spec.layers:
+            mlp = L.mlp
+            if not all(hasattr(mlp, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+                return None
+            w = torch.cat([L.q_proj.weight, L.k_proj.weight, L.v_proj.weight])
+            b = None
+            if L.q_proj.bias is not None:
+                b = torch.cat([L.q_proj.bias, L.k_proj.bias, L.v_proj.bias])
+            gu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+            out.append((w, b, gu, mlp.gate_proj.weight.shape[0]))
+        return out
 
     # ------------------------------------------------------------------ layers
     @torch.no_grad()
@@ -88,10 +107,22 @@ class Engine:
         for li, L in enumerate(sp.layers):
             Sq = n_out if li == last else S
             x = L.input_norm(h)  # (B, S, Dm)
-            xq = x[:, S - Sq :] if Sq < S else x
-            q = L.q_proj(xq).view(B, Sq, H, D).transpose(1, 2)  # (B, H, Sq, D)
-            k = L.k_proj(x).view(B, S, Hkv, D).transpose(1, 2)  # (B, Hkv, S, D)
-            v = L.v_proj(x).view(B, S, Hkv, D).transpose(1, 2)
+            fw = self.fused[li] if self.fused is not None else None
+            if fw is not None:
+                # One GEMM for q, k and v (CPU: fewer, larger GEMMs; the extra q rows of the
+                # last layer cost < 1% of the layer).
+                qkv = F.linear(x, fw[0], fw[1])  # (B, S, (H + 2 Hkv) D)
+                q = qkv[..., : H * D]
+                k = qkv[..., H * D : (H + Hkv) * D]
+                v = qkv[..., (H + Hkv) * D :]
+                if Sq < S:
+                    q = q[:, S - Sq :]
+            else:
+                xq = x[:, S - Sq :] if Sq < S else x
+                q, k, v = L.q_proj(xq), L.k_proj(x), L.v_proj(x)
+            q = q.reshape(B, Sq, H, D).transpose(1, 2)  # (B, H, Sq, D)
+            k = k.reshape(B, S, Hkv, D).transpose(1, 2)  # (B, Hkv, S, D)
+            v = v.reshape(B, S, Hkv, D).transpose(1, 2)
             if L.q_norm is not None:
                 q, k = L.q_norm(q), L.k_norm(k)
             cos, sin = rope[L.rope_key]  # (S, D)
@@ -105,7 +136,12 @@ class Engine:
             if L.post_attn_norm is not None:
                 a = L.post_attn_norm(a)
             h = (h[:, S - Sq :] if Sq < S else h) + a
-            m = L.mlp(L.pre_mlp_norm(h))
+            x = L.pre_mlp_norm(h)
+            if fw is not None:
+                gu = F.linear(x, fw[2])  # (B, Sq, 2 I): gate and up in one GEMM
+                m = L.mlp.down_proj(L.mlp.act_fn(gu[..., : fw[3]]) * gu[..., fw[3] :])
+            else:
+                m = L.mlp(x)
             if L.post_mlp_norm is not None:
                 m = L.post_mlp_norm(m)
             h = h + m
@@ -123,7 +159,7 @@ class Engine:
         if self.head == "logprob":
             # log p(first response token | prefix) for every vocabulary id: one row, all of V.
             # One row over the whole vocabulary: a plain GEMM + log_softmax is the cheapest form.
-            hn = rmsnorm(h[0], sp.final_norm.weight, sp.norm_eps, gemma_style=sp.gemma_norm)  # (1, Dm)
+            hn = ops.rmsnorm(h[0], sp.final_norm.weight, sp.norm_eps, gemma_style=sp.gemma_norm)  # (1, Dm)
             logits = (hn @ sp.lm_head_weight.t()).float()[0]  # (V,)
             if sp.final_logit_softcap is not None:
                 logits = torch.tanh(logits / sp.final_logit_softcap) * sp.final_logit_softcap

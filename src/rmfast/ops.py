@@ -48,6 +48,11 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale,
     return ref.shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window)
 
 
+def rmsnorm(x, weight, eps, *, gemma_style):
+    """RMSNorm with HF's upcast/cast points (Llama ``w·x̂`` or Gemma ``(1+w)·x̂``)."""
+    return ref.rmsnorm(x, weight, eps, gemma_style=gemma_style)
+
+
 def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_style):
     """Final RMSNorm + K-output head on (N, D) rows -> (N, K) fp32."""
     if _use_triton(x):

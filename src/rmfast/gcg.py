@@ -1,0 +1,741 @@
+"""Greedy Coordinate Gradient (GCG) search for multi-token responses that maximize or minimize a reward.
+
+Exhaustive scans stop at one token; GCG extends the study to ~20-token responses. One step:
+
+1. Gradient. The reward of the current response is differentiated with respect to its one-hot
+   token matrix ``X`` (L, V): the response embeddings are ``(X @ W_embed) * scale`` (``scale`` is
+   the embedding module's own, e.g. sqrt(hidden) for Gemma), placed between the embedded prefix and
+   suffix, and the WHOLE sequence goes through the Hugging Face model with autograd (no prompt
+   cache in the gradient pass: one row of ~P+L+S tokens costs little next to the evaluation).
+   Score head: the classifier output at the final position. Logprob head:
+   ``sum_i <log p(· | prefix, r_<i), X_i> + log p(continuation | prefix, r)``, so the gradient also
+   sees each position's own log-probability as a target (the exact first-order term).
+2. Direction. The objective is ``+reward`` (maximize) or ``-reward`` (minimize) and the search
+   ascends the objective: minimize DEScends the reward. (The fork the original study used
+   optimized a squared error to a ±30 target with a gradient that always pointed to higher reward.)
+3. Candidates. Per position, the ``topk`` tokens with the largest objective gradient among the
+   allowed ones; ``search_width`` candidates, each replacing ``n_replace`` random positions with
+   random top-k tokens. Already-evaluated sequences are skipped, and (by default) so are those whose
+   decoded text does not re-encode, in template context, to the same ids — the reported text
+   really has the reported score.
+4. Evaluation. All survivors are scored by the shared-prompt :class:`~rmfast.engine.Engine` in a
+   few big batches (the prompt K/V is computed once per run), or by full sequences through
+   ``model(...)`` (``evaluator="full"``: the plain-HF path, used as the benchmark baseline and as
+   the fallback for architectures the engine does not know).
+5. Buffer. The ``buffer_size`` best distinct sequences seen so far are kept. A step starts from the
+   best; after each step without improvement the next step starts from the next buffer entry
+   (round robin), so a stuck best does not exhaust its neighbourhood alone. ``patience`` steps
+   without improvement end a restart.
+
+Example:
+    >>> from rmfast import load  # doctest: +SKIP
+    >>> from rmfast.gcg import GCGConfig, run  # doctest: +SKIP
+    >>> lm = load("smollm2-135m-instruct")  # doctest: +SKIP
+    >>> res = run(lm.model, lm.tokenizer, "What, in one word, is the best thing ever?",
+    ...           GCGConfig(length=8, steps=20, search_width=128, maximize=False))  # doctest: +SKIP
+    >>> res.best_text, res.best_score, res.best_score_reference  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import UserError
+from .template import Template, build_template, response_ids
+
+__all__ = ["GCGConfig", "GCGResult", "RandomSearchResult", "run", "random_search", "allowed_tokens", "register"]
+
+
+# --------------------------------------------------------------------------------------------
+# configuration and result
+
+
+@dataclass
+class GCGConfig:
+    """Every option of a GCG run, with its default.
+
+    Attributes:
+        length: response length in tokens (default 20). Ignored when ``init`` is given: the
+            init text's token count (in template context) is the length.
+        steps: optimization steps per restart (default 250).
+        search_width: candidates sampled per step (default 512).
+        topk: substitutions kept per position from the gradient (default 256).
+        n_replace: positions replaced in each candidate (default 1).
+        buffer_size: best distinct sequences kept; steps start from them (default 4).
+        patience: steps without improvement that end a restart (default 50).
+        restarts: independent restarts; the best over all is reported (default 1).
+        seed: random seed; restart r uses seed + r (default 0).
+        maximize: True to maximize the reward, False to minimize it (default True).
+        allow_non_ascii: allow tokens whose text is not printable ASCII (default False).
+        allow_special: allow special / added tokens (default False).
+        retokenize_filter: drop candidates whose decoded text re-encodes (in template context)
+            to different ids (default True).
+        init: initial response text (default None: random allowed tokens, re-tokenization
+            consistent, a different draw per restart). With ``init``, restart 0 starts from it
+            and later restarts from random draws.
+        eval_batch_size: rows per evaluation batch, or "auto" (default "auto": scan's rule).
+        head: "auto" (default: score for classifiers, logprob for causal LMs), "score" or "logprob".
+        head_index: which output of a multi-output score head (default 0).
+        template: None (the tokenizer's chat template, default), a Jinja template or a plain
+            format such as ``"User: {prompt}\\nAssistant: {response}"``.
+        system: system message (default None).
+        evaluator: "auto" (default: the shared-prompt engine where the architecture is supported,
+            else full sequences), "engine" or "full" (full sequences through ``model(...)``).
+    """
+
+    length: int = 20
+    steps: int = 250
+    search_width: int = 512
+    topk: int = 256
+    n_replace: int = 1
+    buffer_size: int = 4
+    patience: int = 50
+    restarts: int = 1
+    seed: int = 0
+    maximize: bool = True
+    allow_non_ascii: bool = False
+    allow_special: bool = False
+    retokenize_filter: bool = True
+    init: str | None = None
+    eval_batch_size: int | str = "auto"
+    head: str = "auto"
+    head_index: int = 0
+    template: str | None = None
+    system: str | None = None
+    evaluator: str = "auto"
+
+    def validate(self) -> None:
+        """Raise UserError (one line) for an impossible setting."""
+        for name, flag in (("length", "--length"), ("steps", "--steps"), ("search_width", "--search-width"),
+                           ("topk", "--topk"), ("n_replace", "--n-replace"), ("buffer_size", "--buffer-size"),
+                           ("patience", "--patience"), ("restarts", "--restarts")):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise UserError(f"{flag} must be an integer >= 1 (got {v!r})")
+        if self.eval_batch_size != "auto":
+            try:
+                bs = int(self.eval_batch_size)
+            except (TypeError, ValueError):
+                raise UserError(f"--eval-batch-size must be a positive integer or auto (got {self.eval_batch_size!r})") from None
+            if bs < 1:
+                raise UserError(f"--eval-batch-size must be a positive integer or auto (got {bs})")
+        if self.head not in ("auto", "score", "logprob"):
+            raise UserError(f"unknown head {self.head!r}; use auto, score or logprob")
+        if self.head_index < 0:
+            raise UserError("--head-index must be >= 0")
+        if self.evaluator not in ("auto", "engine", "full"):
+            raise UserError(f"unknown evaluator {self.evaluator!r}; use auto, engine or full")
+        if self.init is not None and not self.init.strip():
+            raise UserError("--init is empty; give a starting response text or leave it out")
+
+
+@dataclass
+class GCGResult:
+    """What a GCG run found.
+
+    Attributes:
+        best_ids, best_text, best_score: the best response over all restarts (engine score, or
+            full-sequence score with evaluator "full").
+        best_score_reference: the same ids rescored by the plain-HF reference path.
+        trajectory: best score after each step of the best restart (index 0: the initial response).
+        restarts: per restart: best ids/text/score, trajectory, evaluations, steps run, stop reason.
+        n_evaluated: candidates scored in total (initial responses included).
+        n_skipped_duplicate, n_rejected_retokenize: candidates skipped before evaluation.
+        config: the GCGConfig as a dict. manifest: model, prompt, template, head, dtype, device, versions.
+        timing: wall_s, setup_s, per_step_s and the gradient / filter / evaluation split.
+    """
+
+    best_ids: list[int]
+    best_text: str
+    best_score: float
+    best_score_reference: float | None
+    trajectory: list[float]
+    restarts: list[dict]
+    n_evaluated: int
+    n_skipped_duplicate: int
+    n_rejected_retokenize: int
+    config: dict
+    manifest: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | os.PathLike, overwrite: bool = True) -> Path:
+        """Write the result as JSON, atomically."""
+        from .io import check_output, write_json
+
+        p = check_output(path, overwrite)
+        write_json(p, self.to_dict())
+        return p
+
+    def plot(self, path: str | os.PathLike) -> Path:
+        """Best score per step, one line per restart (PNG)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from .io import _atomic
+
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for i, r in enumerate(self.restarts):
+            ax.plot(range(len(r["trajectory"])), r["trajectory"], lw=1.5, label=f"restart {i}")
+        direction = "maximize" if self.config.get("maximize", True) else "minimize"
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"best reward ({self.manifest.get('head', '?')} head)")
+        name = (self.manifest.get("model") or {}).get("name", "")
+        ax.set_title(f"GCG {direction}: {name}  best {self.best_score:.4f}", fontsize=10)
+        if len(self.restarts) > 1:
+            ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        p = Path(path)
+        _atomic(p, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+        plt.close(fig)
+        return p
+
+
+@dataclass
+class RandomSearchResult:
+    """Best of ``n_evaluated`` random responses (same allowed tokens and filter as GCG)."""
+
+    best_ids: list[int]
+    best_score: float
+    n_evaluated: int
+    scores: list[float]
+
+
+# --------------------------------------------------------------------------------------------
+# tokens
+
+
+def _decode(tokenizer, ids) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def allowed_tokens(tokenizer, n_vocab: int, *, allow_non_ascii: bool = False, allow_special: bool = False) -> torch.Tensor:
+    """(n_vocab,) bool: which ids GCG may place in the response.
+
+    Excluded by default: special / added tokens, and tokens whose text is not non-empty printable
+    ASCII (byte-fallback pieces, newlines, other scripts).
+    """
+    from .scan import special_ids
+
+    mask = torch.ones(n_vocab, dtype=torch.bool)
+    if not allow_non_ascii:
+        texts = tokenizer.batch_decode([[i] for i in range(n_vocab)], skip_special_tokens=False,
+                                       clean_up_tokenization_spaces=False)
+        for i, t in enumerate(texts):
+            if not (t and t.isascii() and t.isprintable()):
+                mask[i] = False
+    if not allow_special:
+        for i in special_ids(tokenizer):
+            if 0 <= i < n_vocab:
+                mask[i] = False
+    return mask
+
+
+class _Retokenizer:
+    """Does the decoded text of ids re-encode, in template context, to the same ids?"""
+
+    def __init__(self, tokenizer, tmpl: Template):
+        self.tokenizer, self.tmpl = tokenizer, tmpl
+
+    def __call__(self, ids) -> bool:
+        ids = list(ids)
+        try:
+            return response_ids(self.tokenizer, self.tmpl, _decode(self.tokenizer, ids)) == ids
+        except UserError:
+            return False
+
+
+# --------------------------------------------------------------------------------------------
+# gradient and evaluation
+
+
+@contextlib.contextmanager
+def _no_pad_pooling(model):
+    """Batch-1 classifier forward with inputs_embeds: pad None makes HF pool the final position, silently."""
+    cfgs = [model.config]
+    text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if text_cfg is not model.config:
+        cfgs.append(text_cfg)
+    saved = [c.pad_token_id for c in cfgs]
+    try:
+        for c in cfgs:
+            c.pad_token_id = None
+        yield
+    finally:
+        for c, s in zip(cfgs, saved):
+            c.pad_token_id = s
+
+
+class _Gradient:
+    """Reward and d reward / d one-hot(response) through the HF model (full sequence, autograd)."""
+
+    def __init__(self, model, tmpl: Template, head: str, head_index: int):
+        self.model, self.head, self.head_index = model, head, head_index
+        self.embed = model.get_input_embeddings()
+        W = self.embed.weight  # (V, D)
+        self.W = W
+        s = getattr(self.embed, "embed_scale", None)
+        self.scale = s.to(W.dtype) if isinstance(s, torch.Tensor) else (1.0 if s is None else s)
+        dev = W.device
+        tail = tmpl.suffix_ids if head == "score" else tmpl.continuation_ids
+        with torch.no_grad():
+            self.pre = self.embed(torch.tensor(tmpl.prefix_ids, dtype=torch.long, device=dev))  # (P, D)
+            self.post = (self.embed(torch.tensor(tail, dtype=torch.long, device=dev)) if tail
+                         else W.new_zeros(0, W.shape[1]))  # (S or m, D)
+        self.cont = torch.tensor(tmpl.continuation_ids, dtype=torch.long, device=dev)  # (m,)
+
+    def __call__(self, ids: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """ids: (L,) long. Returns (reward, (L, V) fp32 gradient of the reward)."""
+        from .reference import _reward_from_outputs
+
+        W = self.W
+        L = ids.shape[0]
+        with torch.enable_grad():
+            oh = torch.zeros(L, W.shape[0], dtype=W.dtype, device=W.device)
+            oh.scatter_(1, ids.to(W.device)[:, None], 1.0)
+            oh.requires_grad_(True)
+            e = (oh @ W) * self.scale  # (L, D), bitwise the embedding module's output
+            x = torch.cat([self.pre, e, self.post], dim=0)[None]  # (1, P+L+T, D)
+            if self.head == "score":
+                with _no_pad_pooling(self.model):
+                    out = self.model(inputs_embeds=x)
+                r = _reward_from_outputs(out, self.head_index)[0]
+            else:
+                m = self.cont.shape[0]
+                logits = self.model(inputs_embeds=x, logits_to_keep=L + m + 1).logits[0].float()  # (L+m+1, V)
+                logp = torch.log_softmax(logits[:-1], dim=-1)  # row j predicts sequence position P+j
+                r = (logp[:L] * oh.float()).sum()
+                if m:
+                    r = r + logp[L:].gather(1, self.cont[:, None]).sum()
+            (g,) = torch.autograd.grad(r, oh)
+        return float(r.detach()), g.float()
+
+
+class _Scorer:
+    """Scores (B, L) candidates: the shared-prompt engine, or full sequences through model(...)."""
+
+    def __init__(self, model, tmpl: Template, head: str, head_index: int, evaluator: str, batch_size, L: int):
+        from .engine import Engine
+        from .models.arch import arch_spec
+        from .scan import auto_batch_size
+
+        spec = arch_spec(model)
+        if evaluator == "auto":
+            ok = spec is not None and (head != "score" or spec.score_head is not None)
+            evaluator = "engine" if ok else "full"
+            if not ok:
+                warnings.warn(f"rmfast: architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; "
+                              "GCG evaluates candidates as full sequences (correct, slower)", stacklevel=3)
+        self.kind = evaluator
+        self.model, self.tmpl, self.head, self.head_index = model, tmpl, head, head_index
+        self.device = next(model.parameters()).device
+        t0 = time.perf_counter()
+        if evaluator == "engine":
+            if spec is None:
+                raise UserError(f"architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; use evaluator full")
+            self.engine = Engine(model, tmpl, head=head, head_index=head_index)
+            tpr = self.engine.tokens_per_row(L)
+        else:
+            self.engine = None
+            tpr = len(tmpl.prefix_ids) + L + len(tmpl.suffix_ids)
+        self.prefix_s = time.perf_counter() - t0
+        self.bs = auto_batch_size(self.device, tpr) if batch_size == "auto" else int(batch_size)
+
+    def __call__(self, cands: torch.Tensor) -> torch.Tensor:
+        from .reference import reference_scores
+
+        out = torch.empty(cands.shape[0], dtype=torch.float32)
+        i = 0
+        while i < cands.shape[0]:
+            rows = cands[i : i + self.bs]
+            try:
+                if self.engine is not None:
+                    s = self.engine.score(rows).float().cpu()
+                else:
+                    s = reference_scores(self.model, self.tmpl, rows.tolist(), head=self.head,
+                                         head_index=self.head_index, batch_size=self.bs)
+            except torch.OutOfMemoryError:
+                if self.bs == 1:
+                    raise
+                self.bs = max(1, self.bs // 2)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                continue
+            out[i : i + rows.shape[0]] = s
+            i += rows.shape[0]
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# the search
+
+
+def _key(ids) -> bytes:
+    return torch.as_tensor(ids, dtype=torch.int32).numpy().tobytes()
+
+
+def _random_init(L: int, allowed_ids: torch.Tensor, gen: torch.Generator, retok: _Retokenizer | None) -> list[int]:
+    """L random allowed tokens whose text re-encodes to themselves (built token by token)."""
+    n = allowed_ids.numel()
+    for _ in range(20):
+        ids: list[int] = []
+        for _ in range(L):
+            for _ in range(64):
+                t = int(allowed_ids[torch.randint(n, (1,), generator=gen)])
+                if retok is None or retok(ids + [t]):
+                    ids.append(t)
+                    break
+            else:
+                break
+        if len(ids) == L:
+            return ids
+    raise UserError(f"found no random {L}-token response that re-tokenizes to itself; pass --init or --no-retokenize-filter")
+
+
+def _sample(start: torch.Tensor, top: torch.Tensor, width: int, n_replace: int, gen: torch.Generator) -> torch.Tensor:
+    """width candidates: start with n_replace random positions set to random top-k tokens. (width, L)."""
+    L, k = top.shape
+    r = min(n_replace, L)
+    pos = torch.rand(width, L, generator=gen).argsort(dim=1)[:, :r]  # (width, r) distinct positions
+    pick = torch.randint(k, (width, r), generator=gen)  # (width, r)
+    cands = start[None].expand(width, L).clone()
+    cands.scatter_(1, pos, top[pos, pick])
+    return cands
+
+
+def _resolve_head(model, head: str) -> str:
+    from .scan import default_head
+
+    if head == "auto":
+        head = default_head(model)
+    if head == "logprob" and not hasattr(model, "lm_head"):
+        raise UserError("--head logprob needs a causal language model; this model has no LM head (use --head score)")
+    return head
+
+
+def _versions() -> dict:
+    from .scan import _versions as v
+
+    return v()
+
+
+def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progress: bool = True,
+        model_info: dict | None = None, template: Template | None = None) -> GCGResult:
+    """Greedy Coordinate Gradient search over ``config.length``-token responses to ``prompt``.
+
+    Args:
+        model: an HF classifier / reward model or causal LM, eval mode (any dtype/device).
+        tokenizer: its tokenizer.
+        prompt: the user turn.
+        config: a :class:`GCGConfig` (default: all defaults).
+        progress: show a progress bar with the current best (default True).
+        model_info: provenance for the manifest (the loader's ``source``; default: config name).
+        template: a prepared :class:`Template` (default: built from prompt, config.template, config.system).
+
+    Returns:
+        GCGResult; ``best_score`` is the evaluator's score of ``best_ids`` and
+        ``best_score_reference`` the plain-HF path's.
+    """
+    from tqdm.auto import tqdm
+
+    from .reference import reference_scores
+    from .scan import vocab_size
+
+    cfg = config or GCGConfig()
+    cfg.validate()
+    t0 = time.perf_counter()
+    tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
+    head = _resolve_head(model, cfg.head)
+    n_vocab = vocab_size(model, tokenizer)
+    allowed = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii, allow_special=cfg.allow_special)
+    allowed_ids = allowed.nonzero()[:, 0]
+    if allowed_ids.numel() == 0:
+        raise UserError("no allowed tokens left (try --allow-non-ascii / --allow-special)")
+    retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
+
+    init_ids = None
+    if cfg.init is not None:
+        init_ids = response_ids(tokenizer, tmpl, cfg.init)
+        bad = [t for t in init_ids if t >= n_vocab or not allowed[t]]
+        if bad:
+            warnings.warn(f"rmfast: --init holds {len(bad)} excluded token(s) (e.g. id {bad[0]}); GCG only replaces them "
+                          "with allowed tokens where a step picks their position", stacklevel=2)
+    L = len(init_ids) if init_ids is not None else cfg.length
+    k = min(cfg.topk, allowed_ids.numel())
+
+    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L)
+    grad_fn = _Gradient(model, tmpl, head, cfg.head_index)
+    sign = 1.0 if cfg.maximize else -1.0
+    neg_inf = torch.tensor(float("-inf"))
+    setup_s = time.perf_counter() - t0
+
+    seen: set[bytes] = set()
+    n_eval = n_dup = n_rej = 0
+    t_grad = t_filter = t_eval = 0.0
+    step_times: list[float] = []
+    restarts: list[dict] = []
+    bar = tqdm(total=cfg.steps * cfg.restarts, unit="step", desc="gcg", disable=not progress, dynamic_ncols=True)
+    global_best: tuple[float, list[int], int] | None = None
+    try:
+        for r in range(cfg.restarts):
+            gen = torch.Generator().manual_seed(cfg.seed + r)
+            start_ids = init_ids if (r == 0 and init_ids is not None) else _random_init(L, allowed_ids, gen, retok)
+            te = time.perf_counter()
+            s0 = float(scorer(torch.tensor([start_ids]))[0])
+            t_eval += time.perf_counter() - te
+            n_eval += 1
+            seen.add(_key(start_ids))
+            buffer = [(s0, list(start_ids))]  # best first by objective sign * score
+            traj, evals = [s0], [n_eval]
+            stale, stop = 0, "steps"
+            for step in range(cfg.steps):
+                ts = time.perf_counter()
+                cur = torch.tensor(buffer[stale % len(buffer)][1], dtype=torch.long)
+                tg = time.perf_counter()
+                _, g = grad_fn(cur)  # (L, V') d reward / d one-hot
+                g = (sign * g[:, :n_vocab]).cpu()  # ascend the objective: +reward or -reward
+                g = torch.where(allowed[None, : g.shape[1]], g, neg_inf)
+                top = g.topk(k, dim=1).indices  # (L, k)
+                t_grad += time.perf_counter() - tg
+                tf = time.perf_counter()
+                cands = _sample(cur, top, cfg.search_width, cfg.n_replace, gen)
+                keep = []
+                for row in cands.tolist():
+                    kb = _key(row)
+                    if kb in seen:
+                        n_dup += 1
+                        continue
+                    seen.add(kb)
+                    if retok is not None and not retok(row):
+                        n_rej += 1
+                        continue
+                    keep.append(row)
+                t_filter += time.perf_counter() - tf
+                best_before = buffer[0][0]
+                if keep:
+                    te = time.perf_counter()
+                    scores = scorer(torch.tensor(keep, dtype=torch.long))
+                    t_eval += time.perf_counter() - te
+                    n_eval += len(keep)
+                    order = torch.argsort(sign * scores, descending=True)[: cfg.buffer_size].tolist()
+                    merged = buffer + [(float(scores[i]), keep[i]) for i in order]
+                    merged.sort(key=lambda e: -sign * e[0])
+                    buffer = merged[: cfg.buffer_size]
+                improved = sign * buffer[0][0] > sign * best_before
+                stale = 0 if improved else stale + 1
+                traj.append(buffer[0][0])
+                evals.append(n_eval)
+                step_times.append(time.perf_counter() - ts)
+                bar.update(1)
+                bar.set_postfix_str(f"restart {r} best {buffer[0][0]:.4f} evals {n_eval}")
+                if stale >= cfg.patience:
+                    stop = "patience"
+                    bar.update(cfg.steps - step - 1)
+                    break
+            best_s, best_ids = buffer[0]
+            restarts.append({
+                "seed": cfg.seed + r,
+                "init_ids": list(start_ids),
+                "init_text": _decode(tokenizer, start_ids),
+                "best_ids": best_ids,
+                "best_text": _decode(tokenizer, best_ids),
+                "best_score": best_s,
+                "trajectory": traj,
+                "evaluated": evals,
+                "steps_run": len(traj) - 1,
+                "stopped": stop,
+            })
+            if global_best is None or sign * best_s > sign * global_best[0]:
+                global_best = (best_s, best_ids, r)
+    finally:
+        bar.close()
+
+    best_s, best_ids, best_r = global_best
+    ref = float(reference_scores(model, tmpl, [best_ids], head=head, head_index=cfg.head_index)[0])
+    wall = time.perf_counter() - t0
+    p = next(model.parameters())
+    info = model_info or {"name": getattr(model.config, "name_or_path", None) or type(model).__name__}
+    n_steps = len(step_times)
+    manifest = {
+        "model": info,
+        "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
+        "prompt": prompt,
+        "template": tmpl.manifest(),
+        "head": head,
+        "head_index": cfg.head_index,
+        "direction": "maximize" if cfg.maximize else "minimize",
+        "length": L,
+        "dtype": str(p.dtype).replace("torch.", ""),
+        "device": str(p.device),
+        "evaluator": scorer.kind,
+        "eval_batch_size": scorer.bs,
+        "n_allowed_tokens": int(allowed_ids.numel()),
+        "gradient": "full sequence through the HF model with autograd (no prompt cache); one-hot @ embedding weight x embedding scale",
+        "versions": _versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    timing = {
+        "wall_s": round(wall, 3),
+        "setup_s": round(setup_s, 3),
+        "prompt_encode_s": round(scorer.prefix_s, 4),
+        "steps": n_steps,
+        "per_step_s": round(sum(step_times) / n_steps, 4) if n_steps else None,
+        "gradient_s": round(t_grad, 3),
+        "sample_filter_s": round(t_filter, 3),
+        "evaluate_s": round(t_eval, 3),
+        "evaluated_per_s": round(n_eval / t_eval, 1) if t_eval > 0 else None,
+        "step_s": [round(x, 4) for x in step_times],
+    }
+    return GCGResult(
+        best_ids=list(best_ids),
+        best_text=_decode(tokenizer, best_ids),
+        best_score=best_s,
+        best_score_reference=ref,
+        trajectory=restarts[best_r]["trajectory"],
+        restarts=restarts,
+        n_evaluated=n_eval,
+        n_skipped_duplicate=n_dup,
+        n_rejected_retokenize=n_rej,
+        config=dataclasses.asdict(cfg),
+        manifest=manifest,
+        timing=timing,
+    )
+
+
+def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None, n_candidates: int = 1000,
+                  *, template: Template | None = None) -> RandomSearchResult:
+    """The baseline: ``n_candidates`` distinct uniformly random responses of ``config.length`` allowed
+    tokens (the same exclusions and re-tokenization filter as GCG), best in ``config``'s direction."""
+    from .scan import vocab_size
+
+    cfg = config or GCGConfig()
+    cfg.validate()
+    tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
+    head = _resolve_head(model, cfg.head)
+    n_vocab = vocab_size(model, tokenizer)
+    allowed_ids = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii,
+                                 allow_special=cfg.allow_special).nonzero()[:, 0]
+    retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
+    L = cfg.length
+    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    seen: set[bytes] = set()
+    keep: list[list[int]] = []
+    tries = 0
+    while len(keep) < n_candidates and tries < 100 * n_candidates:
+        batch = allowed_ids[torch.randint(allowed_ids.numel(), (max(64, n_candidates), L), generator=gen)]
+        for row in batch.tolist():
+            tries += 1
+            kb = _key(row)
+            if kb in seen or (retok is not None and not retok(row)):
+                continue
+            seen.add(kb)
+            keep.append(row)
+            if len(keep) == n_candidates:
+                break
+    scores = scorer(torch.tensor(keep, dtype=torch.long))
+    sign = 1.0 if cfg.maximize else -1.0
+    i = int(torch.argmax(sign * scores))
+    return RandomSearchResult(best_ids=keep[i], best_score=float(scores[i]), n_evaluated=len(keep), scores=scores.tolist())
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+
+
+def _slug(s: str, n: int = 40) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()[:n] or "x"
+
+
+def cmd_gcg(args) -> int:
+    from .cli import _load
+    from .io import check_output
+
+    cfg = GCGConfig(
+        length=args.length, steps=args.steps, search_width=args.search_width, topk=args.topk,
+        n_replace=args.n_replace, buffer_size=args.buffer_size, patience=args.patience, restarts=args.restarts,
+        seed=args.seed, maximize=not args.minimize, allow_non_ascii=args.allow_non_ascii,
+        allow_special=args.allow_special, retokenize_filter=not args.no_retokenize_filter, init=args.init,
+        eval_batch_size=args.eval_batch_size, head=args.head, head_index=args.head_index,
+        template=args.template, system=args.system, evaluator=args.evaluator,
+    )
+    cfg.validate()  # refuse bad settings before loading anything
+    direction = "max" if cfg.maximize else "min"
+    out = args.out or os.path.join("results", f"gcg__{_slug(args.model)}__{_slug(args.prompt)}__{direction}.json")
+    out = check_output(out, args.overwrite)
+    lm = _load(args, random_head_seed=args.random_head_seed)
+    if cfg.template is None and lm.default_template is not None:
+        cfg.template = lm.default_template
+    res = run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source)
+    res.to_json(out, overwrite=args.overwrite)
+    plot = None
+    if not args.no_plot:
+        plot = res.plot(Path(out).with_suffix(".png"))
+    m, t = res.manifest, res.timing
+    print(f"\nGCG {m['direction']} ({m['head']} head, {m['length']} tokens, {m['evaluator']} evaluator, {m['dtype']}, {m['device']})")
+    print(f"best score      {res.best_score:.6f}")
+    print(f"reference score {res.best_score_reference:.6f}  (plain-HF forward of the same ids)")
+    print(f"best text       {res.best_text!r}")
+    print(f"best ids        {res.best_ids}")
+    print(f"start -> best   {res.trajectory[0]:.4f} -> {res.trajectory[-1]:.4f} in {len(res.trajectory) - 1} steps; "
+          f"{res.n_evaluated} evaluated, {res.n_rejected_retokenize} rejected by the retokenization filter")
+    print(f"time            {t['wall_s']:.1f} s total, {t['per_step_s']} s/step "
+          f"(gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, evaluation {t['evaluate_s']:.1f} s)")
+    print(f"wrote {out}" + (f" and {plot}" if plot else ""))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``rmfast gcg`` to the CLI's subparsers."""
+    from .cli import _add_model_args, _add_template_args
+
+    d = GCGConfig()
+    p = subparsers.add_parser("gcg", help="search multi-token responses that maximize/minimize the reward (Greedy Coordinate Gradient)")
+    _add_model_args(p)
+    _add_template_args(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--maximize", action="store_true", help="maximize the reward (default)")
+    g.add_argument("--minimize", action="store_true", help="minimize the reward")
+    p.add_argument("--length", type=int, default=d.length, help=f"response tokens (default {d.length}; --init sets it instead)")
+    p.add_argument("--steps", type=int, default=d.steps, help=f"steps per restart (default {d.steps})")
+    p.add_argument("--search-width", type=int, default=d.search_width, help=f"candidates per step (default {d.search_width})")
+    p.add_argument("--topk", type=int, default=d.topk, help=f"gradient substitutions per position (default {d.topk})")
+    p.add_argument("--n-replace", type=int, default=d.n_replace, help=f"positions changed per candidate (default {d.n_replace})")
+    p.add_argument("--buffer-size", type=int, default=d.buffer_size, help=f"best sequences kept (default {d.buffer_size})")
+    p.add_argument("--patience", type=int, default=d.patience, help=f"steps without improvement that end a restart (default {d.patience})")
+    p.add_argument("--restarts", type=int, default=d.restarts, help=f"independent restarts (default {d.restarts})")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
+    p.add_argument("--init", default=None, help="initial response text (default: random allowed tokens)")
+    p.add_argument("--allow-non-ascii", action="store_true", help="allow tokens that are not printable ASCII (default off)")
+    p.add_argument("--allow-special", action="store_true", help="allow special/added tokens (default off)")
+    p.add_argument("--no-retokenize-filter", action="store_true",
+                   help="keep candidates whose text re-encodes to other ids (default: drop them)")
+    p.add_argument("--eval-batch-size", default="auto", help="rows per evaluation batch, or auto (default)")
+    p.add_argument("--evaluator", default="auto", choices=["auto", "engine", "full"],
+                   help="auto (default): the shared-prompt engine where supported; full: whole sequences through the model")
+    p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
+                   help="auto (default): score for classifiers, logprob for causal LMs")
+    p.add_argument("--head-index", type=int, default=0, help="output of a multi-output score head (default 0)")
+    p.add_argument("--random-head-seed", type=int, default=None,
+                   help="load a causal LM as a classifier with a random score head of this seed (default: off)")
+    p.add_argument("--out", default=None, help="output JSON (default results/gcg__<model>__<prompt>__<max|min>.json); plot beside it (.png)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
+    p.add_argument("--no-plot", action="store_true", help="skip the trajectory PNG")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=cmd_gcg)

@@ -1,0 +1,284 @@
+"""``logprobs``: the next-token log-probability of every vocabulary token as the first response token.
+
+One forward pass over the prompt side of the conversation, then ``log_softmax`` (fp32) of the
+model's own logits at the last position (so Gemma's final-logit softcapping, where a model
+applies it, is included). The result is a :class:`rmfast.scan.ScanResult`, written in the same
+format as ``scan`` (columns token_id, token, text, score, rank; manifest ``head:
+"next_token_logprob"``). The full response log-probability including end-of-turn is
+``scan --head logprob``; this is its first factor only.
+
+What precedes the first response token (the "prompt side"):
+
+* instruction-tuned models (the tokenizer has a chat template, no ``template``): the chat
+  template with the user turn (and ``system``) and ``add_generation_prompt=True``, tokenized
+  by ``apply_chat_template(tokenize=True)`` — what the model sees when it starts to answer;
+* a Jinja ``template``: the same, rendered with that template;
+* a plain ``template`` *with* ``{response}`` (``"User: {prompt}\\nAssistant: {response}"``):
+  the ids before the response slot exactly as :func:`rmfast.template.build_template` splits the
+  full conversation (the prefix ``scan`` uses). A space before ``{response}`` is carried by the
+  response's first token (``" love"``), as the tokenizer would tokenize a real answer, so the
+  prefix ends at ``"Assistant:"``;
+* a plain ``template`` *without* ``{response}`` (``"User: {prompt}\\nAssistant:"``): that text,
+  verbatim (nothing stripped), tokenized with the tokenizer's special tokens (BOS). Candidates
+  that carry their own leading space (``" love"``) are then the natural answers. A text ending
+  in whitespace is kept as given (with a warning): the next token is then conditioned on a
+  lone space token, which real tokenizations of an answer rarely contain;
+* base models without a chat template and no ``template``: the raw prompt (with BOS), as in
+  Paper B.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from . import __version__
+from .errors import UserError
+from .template import _is_plain_format, build_template
+
+__all__ = ["logprobs", "prompt_ids", "next_token_logprobs", "vocab_strings"]
+
+HEAD = "next_token_logprob"
+
+
+def _chat_ids(tokenizer, prompt: str, system: str | None, chat_template: str | None) -> list[int]:
+    messages = ([{"role": "system", "content": system}] if system is not None else []) + [
+        {"role": "user", "content": prompt}
+    ]
+    try:
+        out = tokenizer.apply_chat_template(messages, chat_template=chat_template, add_generation_prompt=True,
+                                            tokenize=True, return_dict=False)
+    except Exception as e:  # jinja errors, templates that refuse roles, ...
+        raise UserError(f"the chat template failed to render ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                        "pass a working --template") from None
+    if isinstance(out, dict) or hasattr(out, "keys"):
+        out = out["input_ids"]
+    if out and isinstance(out[0], list):
+        out = out[0]
+    return [int(i) for i in out]
+
+
+def prompt_ids(tokenizer, prompt: str, *, template: str | None = None, system: str | None = None) -> tuple[list[int], dict]:
+    """The ids that precede the first response token, and a manifest entry describing them.
+
+    See the module docstring for the four cases (chat template + generation prompt, Jinja
+    template, plain format with or without ``{response}``, raw prompt).
+
+    >>> ids, info = prompt_ids(tok, "Best thing?", template="User: {prompt}\\nAssistant:")  # doctest: +SKIP
+    >>> info["kind"]  # doctest: +SKIP
+    'plain_text'
+    """
+    if prompt is None or not prompt.strip():
+        raise UserError("the prompt is empty; pass --prompt 'What, in one word, is the greatest thing ever?'")
+    if template is not None and _is_plain_format(template):
+        tmpl = build_template(tokenizer, prompt, template=template, system=system)
+        ids, kind = list(tmpl.prefix_ids), "plain_prefix"
+    elif template is not None and "{prompt}" in template and "{%" not in template and "{{" not in template:
+        if system is not None and "{system}" not in template:
+            raise UserError("--system given but the plain --template has no {system} placeholder; add one or drop --system")
+        text = template.replace("{system}", system or "").replace("{prompt}", prompt)
+        if text != text.rstrip():
+            warnings.warn(
+                "rmfast: the prompt text ends in whitespace; the next token is conditioned on it (answers such as "
+                "' love' carry their own leading space: usually 'Assistant:' without a trailing space is wanted)",
+                stacklevel=3,
+            )
+        ids, kind = list(tokenizer(text, add_special_tokens=True)["input_ids"]), "plain_text"
+    elif template is not None and ("{%" in template or "{{" in template):
+        ids, kind = _chat_ids(tokenizer, prompt, system, template), "jinja_generation_prompt"
+    elif template is not None:
+        raise UserError("--template needs a {prompt} placeholder, e.g. 'User: {prompt}\\nAssistant:' "
+                        "(or a Jinja chat template)")
+    elif getattr(tokenizer, "chat_template", None):
+        ids, kind = _chat_ids(tokenizer, prompt, system, None), "chat_generation_prompt"
+    else:
+        if system is not None:
+            raise UserError("--system needs a chat template or a --template with a {system} placeholder; "
+                            "this base model gets the raw prompt")
+        ids, kind = list(tokenizer(prompt, add_special_tokens=True)["input_ids"]), "raw_prompt"
+    if not ids:
+        raise UserError("the prompt side tokenized to nothing; check --prompt / --template")
+    info = {"kind": kind, "format": template, "system": system, "prefix_ids": [int(i) for i in ids],
+            "prefix_text": tokenizer.decode(ids)}
+    return ids, info
+
+
+@torch.inference_mode()
+def next_token_logprobs(model, ids) -> torch.Tensor:
+    """fp32 ``log_softmax`` of the model's logits at the last position of ``ids`` (one forward pass).
+
+    Returns a CPU tensor over the model's full output dimension.
+    """
+    p = next(model.parameters())
+    x = torch.as_tensor([list(ids)], dtype=torch.long, device=p.device)
+    mask = torch.ones_like(x)
+    try:
+        out = model(input_ids=x, attention_mask=mask, logits_to_keep=1, use_cache=False)
+    except TypeError:  # models that do not take logits_to_keep
+        out = model(input_ids=x, attention_mask=mask, use_cache=False)
+    logits = getattr(out, "logits", None)
+    if logits is None:
+        raise UserError("this model returns no logits; logprobs needs a causal language model")
+    return torch.log_softmax(logits[0, -1].float(), dim=-1).cpu()
+
+
+_STRINGS: dict = {}  # (id(tokenizer), len(tokenizer)) -> (tokens, texts) over 0..n-1
+
+
+def vocab_strings(tokenizer, ids: np.ndarray) -> tuple[list[str], list[str]]:
+    """(tokens, texts) for ``ids``, exactly as ``scan`` makes them; the full vocabulary is decoded once per tokenizer."""
+    key = (id(tokenizer), len(tokenizer))
+    hit = _STRINGS.get(key)
+    if hit is None or hit[0] is not tokenizer:
+        n = len(tokenizer)
+        toks = tokenizer.convert_ids_to_tokens(list(range(n)))
+        toks = [t if isinstance(t, str) else "" for t in toks]
+        texts = tokenizer.batch_decode([[i] for i in range(n)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if len(_STRINGS) > 4:
+            _STRINGS.clear()
+        hit = _STRINGS[key] = (tokenizer, toks, texts)
+    _, toks, texts = hit
+    return [toks[i] for i in ids], [texts[i] for i in ids]
+
+
+def logprobs(
+    model,
+    tokenizer,
+    prompt: str,
+    *,
+    template: str | None = None,
+    system: str | None = None,
+    token_ids=None,
+    exclude_special: bool = False,
+    model_info: dict | None = None,
+):
+    """Next-token log-probability of every candidate id as the first response token.
+
+    Args:
+        model: a causal LM (eval mode); any dtype — the log-softmax is taken in fp32 (load in
+            float32 for exact references).
+        tokenizer: its tokenizer.
+        prompt: the user turn.
+        template: None (chat template + generation prompt; the raw prompt for models without a
+            chat template), a Jinja chat template, or a plain format such as
+            ``"User: {prompt}\\nAssistant:"`` (see the module docstring for ``{response}``).
+        system: system message (chat templates, or a plain format with ``{system}``).
+        token_ids: None (the whole vocabulary), a range "A:B", a file, or ids (as in ``scan``).
+        exclude_special: drop special / added tokens from the output (they still take part in
+            the softmax: the log-probabilities are the model's, over its full output).
+        model_info: provenance for the manifest (the loader's ``source``).
+
+    Returns:
+        :class:`rmfast.scan.ScanResult` with ``scores`` = log p(token | prompt side), fp32.
+
+    Example:
+        >>> from rmfast import load  # doctest: +SKIP
+        >>> lm = load("smollm2-135m-instruct", dtype="float32")  # doctest: +SKIP
+        >>> res = logprobs(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
+        >>> res.top(5)  # doctest: +SKIP
+    """
+    from .scan import ScanResult, _versions, parse_token_ids, special_ids, vocab_size
+
+    t0 = time.perf_counter()
+    if not hasattr(model, "lm_head") and "CausalLM" not in type(model).__name__:
+        raise UserError("logprobs needs a causal language model; this model has no LM head")
+    ids, info = prompt_ids(tokenizer, prompt, template=template, system=system)
+    n_vocab = vocab_size(model, tokenizer)
+    cand = parse_token_ids(token_ids, n_vocab)
+    if exclude_special:
+        sp = special_ids(tokenizer)
+        cand = cand[~np.isin(cand, np.fromiter(sp, dtype=np.int64, count=len(sp)))]
+    if cand.size == 0:
+        raise UserError("no candidate ids left (check --token-ids / --exclude-special)")
+    t_fwd = time.perf_counter()
+    lp = next_token_logprobs(model, ids)
+    fwd_s = time.perf_counter() - t_fwd
+    if lp.shape[0] < n_vocab:
+        raise UserError(f"the model's output has {lp.shape[0]} logits but the vocabulary has {n_vocab} ids")
+    scores = lp.numpy()[cand].astype(np.float32)
+    tokens, texts = vocab_strings(tokenizer, cand)
+    p = next(model.parameters())
+    manifest = {
+        "rmfast_version": __version__,
+        "model": model_info or {"name": getattr(model.config, "name_or_path", None) or type(model).__name__},
+        "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
+        "prompt": prompt,
+        "template": info,
+        "head": HEAD,
+        "dtype": str(p.dtype).replace("torch.", ""),
+        "logsoftmax_dtype": "float32",
+        "device": str(p.device),
+        "engine": "single_forward",
+        "vocab_size": n_vocab,
+        "n_logits": int(lp.shape[0]),
+        "n_candidates": int(cand.size),
+        "exclude_special": exclude_special,
+        "score_position": "last prompt-side position (next-token distribution of the first response token)",
+        "forward_s": round(fwd_s, 3),
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "versions": _versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return ScanResult(cand, scores, tokens, texts, manifest)
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+
+def cmd_logprobs(args) -> int:
+    from .cli import _load, _print_table, _slug
+    from .io import check_output
+
+    if args.top < 0:
+        raise UserError("--top must be >= 0")
+    lm = _load(args)
+    if lm.kind != "causal_lm":
+        raise UserError(f"{args.model} is a {lm.kind}, not a causal language model; logprobs needs an LM head")
+    out = args.out or f"results/{_slug(lm.source.get('name') or args.model)}__{_slug(args.prompt)}__logprobs.parquet"
+    out = check_output(out, args.overwrite)
+    res = logprobs(lm.model, lm.tokenizer, args.prompt, template=args.template, system=args.system,
+                   token_ids=args.token_ids, exclude_special=args.exclude_special, model_info=lm.source)
+    res.to_parquet(out, overwrite=args.overwrite)
+    m = res.manifest
+    if args.top:
+        _print_table(res.top(args.top), f"top {args.top} next-token log-probabilities ({m['template']['kind']})")
+    print(f"\n{m['n_candidates']} candidates from one forward pass over {len(m['template']['prefix_ids'])} prompt tokens "
+          f"({m['dtype']}, {m['device']}) in {m['wall_s']:.1f} s")
+    print(f"wrote {out} and {out}.json")
+    return 0
+
+
+def _fp32_default(p) -> None:
+    """One forward pass is cheap: default to float32 (exact references) instead of scan's bf16."""
+    p.set_defaults(dtype="float32")
+    for a in p._actions:
+        if a.dest == "dtype":
+            a.help = "float32 (default: one forward pass, exact)|bfloat16|float16|auto"
+
+
+def register(sub) -> None:
+    """Add ``rmfast logprobs`` to the main CLI's subparsers."""
+    from .cli import _add_model_args
+
+    p = sub.add_parser("logprobs", help="next-token log-probability of every vocabulary token (one forward pass)",
+                       description="Log-probability of every vocabulary token as the first response token: the chat "
+                       "template + generation prompt for instruction-tuned models, the raw prompt (or --template) for "
+                       "base models. Same output format as scan; the full response log-probability with end-of-turn "
+                       "is 'rmfast scan --head logprob'.")
+    _add_model_args(p)
+    _fp32_default(p)
+    p.add_argument("--prompt", default="What, in one word, is the greatest thing ever?", help="the user turn")
+    p.add_argument("--template", default=None,
+                   help="plain prompt side such as 'User: {prompt}\\nAssistant:' (a '{response}' slot is allowed: the "
+                   "ids before it are used), or a Jinja chat template (default: the chat template + generation prompt; "
+                   "the raw prompt for base models)")
+    p.add_argument("--system", default=None, help="system message (default: the template's own default)")
+    p.add_argument("--token-ids", default=None, help="subset: a range A:B or a file with one id per line (default: all)")
+    p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens from the output")
+    p.add_argument("--out", default=None, help="output Parquet (default results/<model>__<prompt>__logprobs.parquet)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
+    p.add_argument("--top", type=int, default=20, help="rows in the printed top table (default 20; 0 = none)")
+    p.set_defaults(func=cmd_logprobs)
