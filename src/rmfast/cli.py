@@ -62,7 +62,10 @@ def _print_table(df, title: str) -> None:
 def cmd_scan(args) -> int:
     from .io import check_output
     from .scan import scan
+    from .sweep import cmd_scan_extended, scan_needs_extension
 
+    if scan_needs_extension(args):  # text candidates, vocabulary views, --compat, --device-map, torchrun
+        return cmd_scan_extended(args)
     if args.top < 0:
         raise UserError("--top must be >= 0")
     lm = _load(args)
@@ -107,6 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default="auto", choices=["auto", "fast", "reference"], help="default auto")
     p.add_argument("--top", type=int, default=20, help="rows in the printed top/bottom tables (default 20)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--candidates", default=None, metavar="FILE",
+                   help="score response texts instead of token ids: one per line, or a CSV/TSV/Parquet column (--column)")
+    p.add_argument("--column", default=None, help="the --candidates table's column holding the texts")
+    p.add_argument("--compat", default=None, choices=["decode-retokenize"],
+                   help="the papers' pipeline: decode ids to text and re-tokenize the whole conversation (default off)")
+    p.add_argument("--max-tokens", type=int, default=None, help="longest text candidate in tokens (default 256)")
+    p.add_argument("--wordlike", action="store_true", help="vocabulary view: tokens that are letters only (after the leading space)")
+    p.add_argument("--dedup", action="store_true", help="vocabulary view: drop ids whose decoded text occurs more than once")
+    p.add_argument("--device-map", default=None, help="e.g. auto: spread a large model over the GPUs (accelerate; plain-HF path)")
     p.set_defaults(func=cmd_scan)
 
     for register in _extensions():
@@ -117,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _extensions():
     """Subcommands that live with their own layer (analysis, bench, ...); absent ones are skipped."""
     regs = []
-    for mod in ("rmfast.bench", "rmfast.analysis.cli", "rmfast.logprobs", "rmfast.implicit", "rmfast.gcg"):
+    for mod in ("rmfast.bench", "rmfast.analysis.cli", "rmfast.logprobs", "rmfast.implicit", "rmfast.gcg", "rmfast.sweep"):
         try:
             m = __import__(mod, fromlist=["register"])
         except ImportError:

@@ -1,0 +1,685 @@
+"""Implicit reward between two language models, exhaustively over their shared vocabulary.
+
+For every string t that both models can emit as their first response token (Paper B):
+
+* log ratio  ``log p_a(t) − log p_b(t)`` — the DPO-style implicit reward of model a against
+  reference b (β = 1, one-token responses, first-token log-probabilities);
+* MWLR       ``½ (p_a(t) + p_b(t)) · (log p_a(t) − log p_b(t))`` — the mixture-weighted log
+  ratio, which keeps strings that neither model would say from dominating the extremes.
+
+The log-probabilities come from :func:`rmfast.logprobs.logprobs` (one forward pass per model
+and prompt). Models with different tokenizers are compared on the decoded strings they share:
+
+1. per model, the rows are keyed by their decoded string (``join="text"``, the issue's rule),
+   or by the normalised word (``join="word"``: surrounding whitespace stripped, lower-cased —
+   the analysis layer's dictionary-matching key, so ``"Love"`` after a chat template's
+   ``assistant\\n`` and ``" love"`` after ``Assistant:`` meet);
+2. several tokens with the same key (byte pieces that all decode to U+FFFD, ``"Love"`` and
+   ``" love"`` under ``join="word"``) are collapsed to the **highest** log-probability
+   (``agg="max"``, default). ``agg="logsumexp"`` instead sums their probabilities (the mass of
+   "some token that decodes to this string") — a different quantity, offered for comparison;
+3. the keys present in both models are kept; the result counts tokens, collapsed
+   duplicates, shared keys and the keys each model loses because the other lacks them.
+
+Prompt sweeps read the Paper B YAML (``key: "prompt"`` per line) and write one tidy Parquet
+with ``prompt_id`` and ``prompt`` columns. With a category dictionary (the Big Two nouns) the
+word-level sweep feeds :func:`rmfast.analysis.categories.categories` (median rank per
+category) — see :func:`dictionary_summary` and ``python -m rmfast.implicit --demo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import __version__
+from .errors import UserError
+from .io import _atomic, check_output, manifest_path, write_json, write_parquet
+
+__all__ = [
+    "ImplicitResult",
+    "implicit",
+    "implicit_sweep",
+    "collapse",
+    "join_shared",
+    "reward_terms",
+    "read_prompts",
+    "dictionary_coverage",
+    "dictionary_summary",
+    "agency_communion_demo",
+]
+
+JOINS = ("text", "word")
+AGGS = ("max", "logsumexp")
+COLUMNS = ["text", "token_id_a", "token_id_b", "logp_a", "logp_b", "log_ratio", "mwlr",
+           "rank_a", "rank_b", "rank_log_ratio", "rank_mwlr", "n_tokens_a", "n_tokens_b"]
+DEMO_TEMPLATE_B = "User: {prompt}\nAssistant:"
+
+
+def reward_terms(logp_a, logp_b) -> tuple[np.ndarray, np.ndarray]:
+    """(log ratio, MWLR) from two arrays of log-probabilities, in float64.
+
+    >>> lr, mw = reward_terms(np.log([0.5]), np.log([0.25]))
+    >>> round(float(lr[0]), 6), round(float(mw[0]), 6)  # log 2, ½·0.75·log 2
+    (0.693147, 0.25993)
+    """
+    a = np.asarray(logp_a, dtype=np.float64)
+    b = np.asarray(logp_b, dtype=np.float64)
+    ratio = a - b
+    return ratio, 0.5 * (np.exp(a) + np.exp(b)) * ratio
+
+
+def _key(texts, join: str) -> pd.Series:
+    from .analysis.lexicons import normalize_word
+
+    s = pd.Series(list(texts), dtype=object)
+    return s if join == "text" else s.map(normalize_word)
+
+
+def collapse(res, *, join: str = "text", agg: str = "max") -> pd.DataFrame:
+    """One row per key of a ScanResult: key, text (of the kept token), token_id, logp, n_tokens.
+
+    ``agg="max"`` keeps the most probable token per key (its id and text); ``"logsumexp"``
+    sums the probabilities of all tokens with that key (id/text of the most probable one).
+    Under ``join="word"`` whitespace-only strings (key "") are dropped.
+
+    >>> from rmfast.scan import ScanResult
+    >>> r = ScanResult(np.arange(3), np.log([0.5, 0.2, 0.3]).astype("float32"), ["a", "b", "c"], ["x", "x", "y"])
+    >>> collapse(r)[["key", "token_id", "n_tokens"]].values.tolist()
+    [['x', 0, 2], ['y', 2, 1]]
+    """
+    if join not in JOINS:
+        raise UserError(f"unknown join {join!r}; use one of {JOINS}")
+    if agg not in AGGS:
+        raise UserError(f"unknown agg {agg!r}; use one of {AGGS}")
+    df = pd.DataFrame({
+        "key": _key(res.texts, join).to_numpy(),
+        "text": list(res.texts),
+        "token_id": np.asarray(res.token_ids, dtype=np.int64),
+        "logp": np.asarray(res.scores, dtype=np.float64),
+    })
+    if join == "word":
+        df = df[df["key"] != ""]
+    df = df[np.isfinite(df["logp"].to_numpy())]
+    df = df.sort_values(["logp", "token_id"], ascending=[False, True], kind="stable")
+    g = df.groupby("key", sort=False)
+    out = g.head(1).set_index("key")
+    out["n_tokens"] = g.size()
+    if agg == "logsumexp":
+        top = g["logp"].max()
+        mass = np.exp(df["logp"] - df["key"].map(top)).groupby(df["key"]).sum()
+        out["logp"] = (top + np.log(mass)).reindex(out.index)
+    return out.reset_index()[["key", "text", "token_id", "logp", "n_tokens"]]
+
+
+def join_shared(a, b, *, join: str = "text", agg: str = "max") -> tuple[pd.DataFrame, dict]:
+    """Join two ScanResults of log-probabilities on their shared keys.
+
+    Returns (table, counts): the table has columns :data:`COLUMNS` (``text`` is the key —
+    the shared decoded string, or the normalised word), ranks 1 = highest within the shared
+    set; counts has tokens_a/b (rows given), strings_a/b (distinct keys), collapsed_a/b
+    (tokens folded into a key held by a more probable token), shared, dropped_a/b (keys of
+    one model the other lacks), and under ``join="word"`` blank_a/b (whitespace-only tokens).
+    """
+    ca, cb = collapse(a, join=join, agg=agg), collapse(b, join=join, agg=agg)
+    m = ca.merge(cb, on="key", suffixes=("_a", "_b"))
+    ratio, mwlr = reward_terms(m["logp_a"], m["logp_b"])
+    t = pd.DataFrame({
+        "text": m["key"].astype(str),
+        "token_id_a": m["token_id_a"].astype(np.int64),
+        "token_id_b": m["token_id_b"].astype(np.int64),
+        "logp_a": m["logp_a"].astype(np.float64),
+        "logp_b": m["logp_b"].astype(np.float64),
+        "log_ratio": ratio,
+        "mwlr": mwlr,
+    })
+    for col, src in (("rank_a", "logp_a"), ("rank_b", "logp_b"), ("rank_log_ratio", "log_ratio"), ("rank_mwlr", "mwlr")):
+        t[col] = t[src].rank(ascending=False, method="min").astype(np.int64)
+    t["n_tokens_a"] = m["n_tokens_a"].astype(np.int64)
+    t["n_tokens_b"] = m["n_tokens_b"].astype(np.int64)
+    t = t.sort_values(["rank_log_ratio", "text"], kind="stable").reset_index(drop=True)
+    n_a, n_b = len(a.token_ids), len(b.token_ids)
+    counts = {
+        "join": join, "agg": agg,
+        "tokens_a": int(n_a), "tokens_b": int(n_b),
+        "strings_a": int(len(ca)), "strings_b": int(len(cb)),
+        "collapsed_a": int(ca["n_tokens"].sum() - len(ca)), "collapsed_b": int(cb["n_tokens"].sum() - len(cb)),
+        "shared": int(len(t)),
+        "dropped_a": int(len(ca) - len(t)), "dropped_b": int(len(cb) - len(t)),
+    }
+    if join == "word":
+        counts["blank_a"] = int(n_a - ca["n_tokens"].sum())
+        counts["blank_b"] = int(n_b - cb["n_tokens"].sum())
+    if t.empty:
+        raise UserError(f"the two models share no {'decoded strings' if join == 'text' else 'words'}; nothing to compare")
+    return t, counts
+
+
+@dataclass
+class ImplicitResult:
+    """Implicit reward of model a against model b over their shared strings.
+
+    Attributes:
+        table: text, token_id_a, token_id_b, logp_a, logp_b, log_ratio, mwlr, rank_a, rank_b,
+            rank_log_ratio, rank_mwlr (1 = highest), n_tokens_a/b (tokens collapsed into the
+            key); for sweeps prompt_id and prompt come first.
+        counts: shared / dropped / collapsed counts (one dict; for sweeps a frame per prompt
+            in ``manifest["counts"]``).
+        manifest: both models' logprobs manifests (minus the prefix ids' bulk), join rule, counts.
+    """
+
+    table: pd.DataFrame
+    counts: dict = field(default_factory=dict)
+    manifest: dict = field(default_factory=dict)
+
+    def to_pandas(self) -> pd.DataFrame:
+        return self.table
+
+    def top(self, k: int = 20, by: str = "log_ratio") -> pd.DataFrame:
+        """The k strings with the highest ``by`` (log_ratio, mwlr, logp_a, logp_b)."""
+        return self.table.sort_values([by, "text"], ascending=[False, True]).head(k).reset_index(drop=True)
+
+    def bottom(self, k: int = 20, by: str = "log_ratio") -> pd.DataFrame:
+        return self.table.sort_values([by, "text"], ascending=[True, True]).head(k).reset_index(drop=True)
+
+    def to_parquet(self, path, overwrite: bool = False) -> Path:
+        """Write ``path`` (Parquet) and ``path.json`` (manifest), each atomically."""
+        p = check_output(path, overwrite)
+        write_parquet(p, self.table)
+        write_json(manifest_path(p), self.manifest)
+        return p
+
+
+def _side_manifest(m: dict) -> dict:
+    keep = {k: v for k, v in m.items() if k not in ("versions",)}
+    t = dict(keep.get("template") or {})
+    t["n_prefix_ids"] = len(t.get("prefix_ids") or [])
+    keep["template"] = t
+    return keep
+
+
+def _model_name(m: dict, fallback: str) -> str:
+    model = m.get("model") or {}
+    return str(model.get("name") or model.get("spec") or fallback) if isinstance(model, dict) else str(model)
+
+
+def _as_logprobs(side, prompt, template, system, exclude_special):
+    """A ScanResult of next-token log-probs from a ScanResult or a LoadedModel / (model, tokenizer)."""
+    from .logprobs import logprobs
+    from .scan import ScanResult
+
+    if isinstance(side, ScanResult):
+        head = side.manifest.get("head")
+        if head == "score":
+            raise UserError("an input scan holds reward scores (head 'score'), not log-probabilities; "
+                            "make it with 'rmfast logprobs'")
+        return side
+    if hasattr(side, "model") and hasattr(side, "tokenizer"):
+        model, tok, info = side.model, side.tokenizer, getattr(side, "source", None)
+    elif isinstance(side, tuple) and len(side) == 2:
+        (model, tok), info = side, None
+    else:
+        raise UserError(f"expected a ScanResult, a LoadedModel or (model, tokenizer), got {type(side).__name__}")
+    if prompt is None:
+        raise UserError("a prompt is needed to compute log-probabilities")
+    return logprobs(model, tok, prompt, template=template, system=system, exclude_special=exclude_special,
+                    model_info=info)
+
+
+def implicit(a, b, prompt: str | None = None, *, template_a: str | None = None, template_b: str | None = None,
+             system_a: str | None = None, system_b: str | None = None, join: str = "text", agg: str = "max",
+             exclude_special: bool = False) -> ImplicitResult:
+    """Implicit reward (log ratio, MWLR) of a against b on one prompt.
+
+    ``a`` and ``b``: ScanResults from :func:`rmfast.logprobs.logprobs` (then ``prompt`` etc.
+    are ignored), or loaded models (:class:`rmfast.load.LoadedModel` or ``(model, tokenizer)``)
+    with ``prompt`` and their templates (None: chat template + generation prompt, or the raw
+    prompt for a base model).
+
+    Example:
+        >>> from rmfast import load  # doctest: +SKIP
+        >>> a, b = load("smollm2-135m-instruct", dtype="float32"), load("gemma3-270m", dtype="float32")  # doctest: +SKIP
+        >>> r = implicit(a, b, "What, in one word, is the greatest thing ever?",
+        ...              template_b="User: {prompt}\\nAssistant:")  # doctest: +SKIP
+        >>> r.counts["shared"], r.top(5)  # doctest: +SKIP
+    """
+    ra = _as_logprobs(a, prompt, template_a, system_a, exclude_special)
+    rb = _as_logprobs(b, prompt, template_b, system_b, exclude_special)
+    pa, pb = ra.manifest.get("prompt"), rb.manifest.get("prompt")
+    if pa is not None and pb is not None and pa != pb:
+        raise UserError(f"the two log-prob results are for different prompts ({pa!r} vs {pb!r})")
+    table, counts = join_shared(ra, rb, join=join, agg=agg)
+    manifest = {
+        "rmfast_version": __version__,
+        "kind": "implicit_reward",
+        "prompt": pa if pa is not None else pb,
+        "model_a": _model_name(ra.manifest, "a"),
+        "model_b": _model_name(rb.manifest, "b"),
+        "definition": {"log_ratio": "log p_a - log p_b", "mwlr": "0.5*(p_a+p_b)*(log p_a - log p_b)",
+                       "join": join, "agg": agg, "ranks": "1 = highest, within the shared strings"},
+        "counts": counts,
+        "a": _side_manifest(ra.manifest),
+        "b": _side_manifest(rb.manifest),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return ImplicitResult(table, counts, manifest)
+
+
+def read_prompts(path) -> dict[str, str]:
+    """Prompts from a YAML file: a mapping ``id: prompt`` (the Paper B file), a list, or ``{prompts: ...}``.
+
+    >>> read_prompts("../shared/data/prompts/paper_b_prompts.yaml")["greatest_ever_one"]  # doctest: +SKIP
+    'What, in one word, is the greatest thing ever?'
+    """
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"--prompts-yaml {p}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise UserError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if isinstance(data, dict) and set(data) == {"prompts"}:
+        data = data["prompts"]
+    if isinstance(data, list):
+        data = {f"p{i:02d}": v for i, v in enumerate(data, 1)}
+    if not isinstance(data, dict) or not data:
+        raise UserError(f"{p}: expected a mapping 'id: prompt' (or a list of prompts)")
+    out = {}
+    for k, v in data.items():
+        if not isinstance(v, str) or not v.strip():
+            raise UserError(f"{p}: prompt {k!r} is not a non-empty string")
+        out[str(k)] = v
+    return out
+
+
+def implicit_sweep(a, b, prompts: dict[str, str], *, template_a=None, template_b=None, system_a=None, system_b=None,
+                   join: str = "text", agg: str = "max", exclude_special: bool = False,
+                   progress: bool = False) -> ImplicitResult:
+    """:func:`implicit` over many prompts (two loaded models): one tidy table with prompt_id, prompt.
+
+    ``manifest["counts"]`` lists the per-prompt counts; ``counts`` holds their totals.
+    """
+    frames, per_prompt, first = [], [], None
+    t0 = time.perf_counter()
+    for i, (pid, prompt) in enumerate(prompts.items(), 1):
+        r = implicit(a, b, prompt, template_a=template_a, template_b=template_b, system_a=system_a,
+                     system_b=system_b, join=join, agg=agg, exclude_special=exclude_special)
+        frames.append(r.table.assign(prompt_id=pid, prompt=prompt))
+        per_prompt.append({"prompt_id": pid, "prompt": prompt, **r.counts})
+        first = first or r.manifest
+        if progress:
+            print(f"[{i}/{len(prompts)}] {pid}: {r.counts['shared']} shared", file=sys.stderr, flush=True)
+    table = pd.concat(frames, ignore_index=True)
+    table = table[["prompt_id", "prompt"] + [c for c in table.columns if c not in ("prompt_id", "prompt")]]
+    cdf = pd.DataFrame(per_prompt)
+    counts = {"prompts": len(prompts), "shared_min": int(cdf["shared"].min()), "shared_max": int(cdf["shared"].max())}
+    manifest = {k: v for k, v in first.items() if k not in ("prompt", "counts")}
+    manifest.update({"prompts": dict(prompts), "counts": per_prompt, "wall_s": round(time.perf_counter() - t0, 2)})
+    for side in ("a", "b"):
+        manifest[side] = {k: v for k, v in manifest[side].items() if k != "prompt"}
+        manifest[side]["template"] = {k: v for k, v in manifest[side]["template"].items()
+                                      if k not in ("prefix_ids", "prefix_text")}
+    return ImplicitResult(table, counts, manifest)
+
+
+# ------------------------------------------------------------------------- dictionaries
+
+
+def dictionary_coverage(dictionary: pd.DataFrame, tokenizers: dict) -> pd.DataFrame:
+    """Per category: how many dictionary words each tokenizer can emit as ONE token.
+
+    Columns category, words, then per tokenizer name ``<name>`` (some single-token string
+    normalises to the word: "love", " Love", ...) and ``<name>_space`` (" word" itself is one
+    token), then ``all`` / ``all_space`` (in every tokenizer). Wildcard terms are not counted.
+    """
+    from .analysis.lexicons import normalize_word
+
+    dic = dictionary[~dictionary.get("wildcard", pd.Series(False, index=dictionary.index)).astype(bool)]
+    words = dic[["term", "category"]].drop_duplicates()
+    have, space = {}, {}
+    for name, tok in tokenizers.items():
+        texts = tok.batch_decode([[i] for i in range(len(tok))], skip_special_tokens=False,
+                                 clean_up_tokenization_spaces=False)
+        have[name] = {normalize_word(t) for t in texts}
+        space[name] = set(texts)
+    rows = []
+    for cat, g in words.groupby("category", sort=True):
+        row = {"category": cat, "words": int(len(g))}
+        for name in tokenizers:
+            row[name] = int(g["term"].isin(have[name]).sum())
+            row[f"{name}_space"] = int(g["term"].map(lambda w: " " + w in space[name]).sum())
+        row["all"] = int(g["term"].map(lambda w: all(w in have[n] for n in tokenizers)).sum())
+        row["all_space"] = int(g["term"].map(lambda w: all(" " + w in space[n] for n in tokenizers)).sum())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def dictionary_summary(table: pd.DataFrame, dictionary, *, name_a: str = "a", name_b: str = "b",
+                       prompt: str | None = None, n_perm: int = 10_000, seed: int = 0) -> dict:
+    """Category analysis of a word-level implicit sweep (``join="word"``).
+
+    Four score columns are treated as four "models" of the analysis layer
+    (:func:`rmfast.analysis.categories.categories`, ``rank_within="matched"``): log p_a,
+    log p_b, the log ratio and MWLR; each ranks the dictionary words it shares (1 = highest)
+    within each prompt, and the unit is the median rank per category per prompt.
+
+    Returns a dict of frames:
+        medians: the analysis layer's medians (one row per score × prompt × category);
+        summary: score × framing × category: prompts, words, mean / min / max of the median rank;
+        words:   per word × framing: category, mean log ratio, mean MWLR over prompts;
+        tests:   per framing: difference of median per-word mean log ratio (first category
+                 minus second) and a permutation Welch-t test with category labels permuted
+                 over WORDS (the analysis layer's :func:`permutation_test`) — a test of this
+                 model pair's words, not of model families.
+    """
+    from .analysis.categories import categories, permutation_test
+    from .analysis.framing import framing_map
+    from .analysis.lexicons import load_dictionary, match_dictionary
+
+    dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
+    if "wildcard" not in dic.columns:
+        dic = dic.assign(wildcard=False)
+    if "prompt" not in table.columns:
+        table = table.assign(prompt=prompt or "prompt")
+    cats = match_dictionary(pd.Series(pd.unique(table["text"])), dic)
+    if cats.empty:
+        raise UserError("no dictionary word is among the shared strings (use join='word' for dictionary analysis)")
+    sub = table[table["text"].isin(set(cats["word"]))]
+    scores = {f"log p {name_a}": "logp_a", f"log p {name_b}": "logp_b",
+              f"log ratio ({name_a} - {name_b})": "log_ratio", f"MWLR ({name_a} vs {name_b})": "mwlr"}
+    tidy = pd.concat([pd.DataFrame({"model": label, "prompt": sub["prompt"], "text": sub["text"], "score": sub[col]})
+                      for label, col in scores.items()], ignore_index=True)
+    res = categories(tidy, dic, group_by={m: m for m in scores}, mixed=False, n_perm=1, word_agg="max")
+    med = res.medians
+    summary = (med.groupby(["model", "framing", "category"], sort=False)
+               .agg(prompts=("prompt", "nunique"), words=("n_words", "median"), mean_median_rank=("median_rank", "mean"),
+                    min_median_rank=("median_rank", "min"), max_median_rank=("median_rank", "max")).reset_index())
+    frame = framing_map(sub["prompt"].unique())
+    w = sub.merge(cats.rename(columns={"word": "text"}), on="text").assign(framing=lambda d: d["prompt"].map(frame))
+    levels = ["all"] + sorted(w["framing"].unique()) if w["framing"].nunique() > 1 else sorted(w["framing"].unique())
+    word_rows, tests = [], []
+    cat_names = sorted(w["category"].unique())
+    for fr in levels:
+        ww = w if fr == "all" else w[w["framing"] == fr]
+        per = ww.groupby(["text", "category"], as_index=False).agg(log_ratio=("log_ratio", "mean"), mwlr=("mwlr", "mean"),
+                                                                   prompts=("prompt", "nunique"))
+        word_rows.append(per.assign(framing=fr))
+        if len(cat_names) == 2:
+            c1, c2 = cat_names
+            v = per["log_ratio"].to_numpy()
+            in1 = (per["category"] == c1).to_numpy()
+            t = permutation_test(v, in1, n_perm=n_perm, seed=seed)
+            tests.append({"framing": fr, "category_1": c1, "category_2": c2, "n_1": int(in1.sum()),
+                          "n_2": int((~in1).sum()), "median_log_ratio_1": float(np.median(v[in1])),
+                          "median_log_ratio_2": float(np.median(v[~in1])),
+                          "diff_median": float(np.median(v[in1]) - np.median(v[~in1])),
+                          "mean_diff": float(v[in1].mean() - v[~in1].mean()), "t": t["t"], "p_value": t["p_value"],
+                          "n_perm": t["n_perm"]})
+    return {"medians": med, "summary": summary, "words": pd.concat(word_rows, ignore_index=True),
+            "tests": pd.DataFrame(tests), "notes": [n for n in res.notes if "group test" not in n]}
+
+
+def _summary_text(s: dict, *, score_order=None) -> str:
+    summ = s["summary"]
+    piv = summ.pivot_table(index=["model", "framing"], columns="category", values="mean_median_rank", sort=False)
+    words = summ.pivot_table(index=["model", "framing"], columns="category", values="words", sort=False)
+    piv.columns = [f"{c} median rank" for c in piv.columns]
+    words.columns = [f"{c} words" for c in words.columns]
+    out = pd.concat([piv, words], axis=1)
+    if score_order:
+        out = out.reindex([i for m in score_order for i in out.index if i[0] == m])
+    lines = ["median rank per category (1 = most preferred; mean over prompts of the per-prompt median rank):",
+             out.round(1).to_string()]
+    if len(s["tests"]):
+        t = s["tests"].copy()
+        for c in ("median_log_ratio_1", "median_log_ratio_2", "diff_median", "mean_diff", "t"):
+            t[c] = t[c].round(3)
+        t["p_value"] = t["p_value"].round(4)
+        lines += ["", "per-word mean log ratio, category 1 vs 2 (permutation Welch t over words):", t.to_string(index=False)]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------- demo
+
+
+def _shared_data() -> Path:
+    """``$RMFAST_SHARED_DATA``, else ``../shared/data`` beside the repository, else beside the working directory."""
+    env = os.environ.get("RMFAST_SHARED_DATA")
+    for cand in ([Path(env)] if env else []) + [Path(__file__).resolve().parents[3] / "shared" / "data",
+                                                 Path.cwd().parent / "shared" / "data"]:
+        if cand.is_dir():
+            return cand
+    raise UserError("the shared data folder (../shared/data) was not found; pass --prompts-yaml and --dictionary "
+                    "or set RMFAST_SHARED_DATA")
+
+
+def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None, out=None, overwrite: bool = False,
+                          template_b: str | None = DEMO_TEMPLATE_B, cache_dir=None, progress: bool = True) -> dict:
+    """Big Two (agency vs communion) on the embedded pair: SmolLM2-135M-Instruct (a) vs Gemma 3 270M (b).
+
+    SmolLM2 gets its chat template + generation prompt; Gemma (a base model) gets
+    ``template_b`` (default ``"User: {prompt}\\nAssistant:"``; None = the raw prompt). Words
+    are joined with ``join="word"`` (max log-probability over the single-token spellings of a
+    word) so each model is scored on its natural spelling. Multi-token words cannot be seen by
+    a next-token lens and drop out (counted in ``coverage``). Returns a dict with the result,
+    the coverage table, the :func:`dictionary_summary` frames and a printable ``text``.
+    """
+    from .analysis.lexicons import load_dictionary
+    from .load import load
+
+    root = _shared_data()
+    prompts_yaml = prompts_yaml or root / "prompts" / "paper_b_prompts.yaml"
+    dictionary = dictionary or root / "lexicons" / "big2_nouns.csv"
+    prompts = read_prompts(prompts_yaml)
+    if prompt_ids:
+        missing = [p for p in prompt_ids if p not in prompts]
+        if missing:
+            raise UserError(f"prompt id(s) {missing} not in {prompts_yaml}")
+        prompts = {k: prompts[k] for k in prompt_ids}
+    dic = load_dictionary(dictionary)
+    if out is not None:
+        out = check_output(out, overwrite)
+    a = load("smollm2-135m-instruct", dtype="float32", device="cpu", cache_dir=cache_dir)
+    b = load("gemma3-270m", dtype="float32", device="cpu", cache_dir=cache_dir)
+    na, nb = a.source.get("name") or "a", b.source.get("name") or "b"
+    res = implicit_sweep(a, b, prompts, template_b=template_b, join="word", progress=progress)
+    cov = dictionary_coverage(dic, {na: a.tokenizer, nb: b.tokenizer})
+    summ = dictionary_summary(res.table, dic, name_a=na, name_b=nb)
+    c0 = res.manifest["counts"][0]
+    scores = [f"log p {na}", f"log p {nb}", f"log ratio ({na} - {nb})", f"MWLR ({na} vs {nb})"]
+    text = "\n".join([
+        f"a = {na} (chat template + generation prompt); b = {nb} ({'template ' + repr(template_b) if template_b else 'raw prompt'})",
+        f"{len(prompts)} prompt(s); join on normalised words, max log-prob per word",
+        f"shared words per prompt: {c0['shared']} (a: {c0['strings_a']} words from {c0['tokens_a']} tokens, "
+        f"{c0['dropped_a']} not in b; b: {c0['strings_b']} words from {c0['tokens_b']} tokens, {c0['dropped_b']} not in a)",
+        "",
+        "dictionary words that are a single token (some spelling / ' word' exactly):",
+        cov.to_string(index=False),
+        "",
+        _summary_text(summ, score_order=scores),
+    ])
+    result = {"result": res, "coverage": cov, "summary": summ, "text": text}
+    if out is not None:
+        res.manifest["dictionary"] = {"path": str(dictionary), "coverage": cov.to_dict("records"),
+                                      "tests": summ["tests"].to_dict("records")}
+        res.to_parquet(out, overwrite=overwrite)
+        _write_csv(Path(str(out) + ".categories.csv"), summ["summary"])
+    return result
+
+
+def _write_csv(path: Path, df: pd.DataFrame) -> None:
+    _atomic(path, lambda tmp: df.to_csv(tmp, index=False))
+
+
+# ------------------------------------------------------------------------- CLI
+
+
+def _side(spec: str, args):
+    """A loaded model, or a ScanResult when ``spec`` is a logprobs Parquet file."""
+    from .cli import _load
+    from .scan import ScanResult
+
+    if spec.lower().endswith(".parquet"):
+        if not Path(spec).is_file():
+            raise UserError(f"{spec}: no such file")
+        return ScanResult.from_parquet(spec)
+    lm = _load(argparse.Namespace(model=spec, dtype=args.dtype, device=args.device,
+                                  trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir))
+    if lm.kind != "causal_lm":
+        raise UserError(f"{spec} is a {lm.kind}, not a causal language model; implicit needs two LMs")
+    return lm
+
+
+def cmd_implicit(args) -> int:
+    from .analysis.lexicons import load_dictionary
+    from .cli import _slug
+    from .scan import ScanResult
+
+    if args.top < 0:
+        raise UserError("--top must be >= 0")
+    if args.demo:
+        r = agency_communion_demo(prompts_yaml=args.prompts_yaml, dictionary=args.dictionary, prompt_ids=args.prompt_id,
+                                  out=args.out, overwrite=args.overwrite, cache_dir=args.cache_dir,
+                                  template_b=None if args.template_b == "raw" else (args.template_b or DEMO_TEMPLATE_B))
+        print(r["text"])
+        if args.out:
+            print(f"\nwrote {args.out}, {args.out}.json and {args.out}.categories.csv")
+        return 0
+    if not args.model_a or not args.model_b:
+        raise UserError("give --model-a and --model-b (models, or logprobs Parquet files), or --demo")
+    if args.prompts_yaml and args.prompt:
+        raise UserError("give --prompt or --prompts-yaml, not both")
+    prompts = read_prompts(args.prompts_yaml) if args.prompts_yaml else None
+    if prompts is not None and args.prompt_id:
+        missing = [p for p in args.prompt_id if p not in prompts]
+        if missing:
+            raise UserError(f"prompt id(s) {missing} not in {args.prompts_yaml}")
+        prompts = {k: prompts[k] for k in args.prompt_id}
+    dic = load_dictionary(args.dictionary) if args.dictionary else None
+    a, b = _side(args.model_a, args), _side(args.model_b, args)
+    files = [x for x in (a, b) if isinstance(x, ScanResult)]
+    if files and prompts is not None:
+        raise UserError("a logprobs Parquet input holds one prompt; use --prompt (or compute both sides from models)")
+    prompt = args.prompt
+    for f in files:
+        if prompt is not None and f.manifest.get("prompt") not in (None, prompt):
+            raise UserError(f"--prompt {prompt!r} is not the prompt of the logprobs Parquet input "
+                            f"({f.manifest['prompt']!r}); both sides must answer the same prompt")
+    if prompts is None and prompt is None:
+        prompt = files[0].manifest.get("prompt") if files else None
+        if prompt is None:
+            prompt = "What, in one word, is the greatest thing ever?"
+    names = [_slug((x.manifest.get("model") or {}).get("name", "a") if isinstance(x, ScanResult)
+                   else (x.source.get("name") or s), 24) for x, s in ((a, args.model_a), (b, args.model_b))]
+    tag = _slug(Path(args.prompts_yaml).stem) if prompts is not None else _slug(prompt)
+    out = args.out or f"results/implicit__{names[0]}__{names[1]}__{tag}.parquet"
+    out = check_output(out, args.overwrite)
+    kw = dict(template_a=_tmpl(args.template_a), template_b=_tmpl(args.template_b), system_a=args.system_a,
+              system_b=args.system_b, join=args.join, agg=args.agg, exclude_special=args.exclude_special)
+    if prompts is not None:
+        res = implicit_sweep(a, b, prompts, progress=not args.no_progress, **kw)
+    else:
+        res = implicit(a, b, prompt, **kw)
+    summ = None
+    if dic is not None:
+        summ = dictionary_summary(res.table, dic, name_a=res.manifest["model_a"], name_b=res.manifest["model_b"],
+                                  prompt=prompt)
+        res.manifest["dictionary"] = {"path": str(args.dictionary), "tests": summ["tests"].to_dict("records")}
+    res.to_parquet(out, overwrite=args.overwrite)
+    m = res.manifest
+    print(f"a = {m['model_a']} ({m['a']['template']['kind']}), b = {m['model_b']} ({m['b']['template']['kind']}); "
+          f"join on {args.join}, {args.agg} per key")
+    cts = [m["counts"]] if isinstance(m["counts"], dict) else m["counts"]
+    c = cts[0]
+    print(f"shared {c['shared']} {'strings' if args.join == 'text' else 'words'}"
+          f"{' (first prompt)' if len(cts) > 1 else ''}; a: {c['tokens_a']} tokens -> {c['strings_a']} keys "
+          f"({c['collapsed_a']} collapsed), {c['dropped_a']} dropped; b: {c['tokens_b']} tokens -> {c['strings_b']} keys "
+          f"({c['collapsed_b']} collapsed), {c['dropped_b']} dropped")
+    if args.top and prompts is None:
+        cols = ["text", "logp_a", "logp_b", "log_ratio", "mwlr"]
+        for by in ("log_ratio", "mwlr"):
+            for title, df in ((f"top {args.top} by {by} (a over b)", res.top(args.top, by)),
+                              (f"bottom {args.top} by {by} (b over a)", res.bottom(args.top, by))):
+                view = df[cols].assign(text=df["text"].map(repr)).round(4)
+                print(f"\n{title}\n{view.to_string(index=False)}")
+    if summ is not None:
+        print("\n" + _summary_text(summ))
+        _write_csv(Path(str(out) + ".categories.csv"), summ["summary"])
+    print(f"\nwrote {out} and {out}.json" + (f" and {out}.categories.csv" if summ is not None else ""))
+    return 0
+
+
+def _tmpl(t):
+    return None if t in (None, "raw") else t
+
+
+def register(sub) -> None:
+    """Add ``rmfast implicit`` to the main CLI's subparsers."""
+    from .logprobs import _fp32_default
+
+    p = sub.add_parser("implicit", help="implicit reward (log ratio, MWLR) between two LMs over their shared strings",
+                       description="Per shared string t: log p_a(t) - log p_b(t) (DPO-style implicit reward) and "
+                       "MWLR = 1/2 (p_a + p_b)(log p_a - log p_b), from each model's next-token distribution of the "
+                       "first response token. Different tokenizers are joined on decoded strings (highest log-prob "
+                       "per string).")
+    p.add_argument("--model-a", help="model a: alias, folder, .gguf, hub id, or a logprobs .parquet")
+    p.add_argument("--model-b", help="model b (the reference of the ratio)")
+    p.add_argument("--prompt", default=None, help="the user turn (default: the paper's greatest-thing prompt)")
+    p.add_argument("--prompts-yaml", default=None, help="sweep: a YAML mapping id: prompt (e.g. paper_b_prompts.yaml)")
+    p.add_argument("--prompt-id", action="append", help="with --prompts-yaml: only these ids (repeatable)")
+    for s in ("a", "b"):
+        p.add_argument(f"--template-{s}", default=None,
+                       help=f"model {s}'s prompt side: 'User: {{prompt}}\\nAssistant:', a Jinja template, or 'raw' "
+                       "(default: chat template + generation prompt; the raw prompt for base models)")
+        p.add_argument(f"--system-{s}", default=None, help=f"system message for model {s}")
+    p.add_argument("--join", default="text", choices=list(JOINS),
+                   help="text (default): exact decoded strings; word: stripped, lower-cased (dictionary analyses)")
+    p.add_argument("--agg", default="max", choices=list(AGGS),
+                   help="several tokens with one key: max (default, the highest log-prob) or logsumexp")
+    p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens before the join")
+    p.add_argument("--dictionary", default=None, help="category dictionary (e.g. big2_nouns.csv): median rank per "
+                   "category of log p_a, log p_b, log ratio, MWLR (use with --join word)")
+    p.add_argument("--demo", action="store_true", help="Big Two agency vs communion on the embedded pair "
+                   "(SmolLM2-135M-Instruct vs Gemma 3 270M, all 54 Paper B prompts unless --prompt-id)")
+    p.add_argument("--out", default=None, help="output Parquet (default results/implicit__<a>__<b>__<prompt>.parquet)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
+    p.add_argument("--top", type=int, default=10, help="rows in the printed tables (single prompt; default 10)")
+    p.add_argument("--no-progress", action="store_true", help="no per-prompt progress lines")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code (default off)")
+    p.add_argument("--cache-dir", default=None, help="rmfast cache (default $RMFAST_CACHE or ~/.cache/rmfast)")
+    _fp32_default(p)
+    p.set_defaults(func=cmd_implicit)
+
+
+def main(argv=None) -> int:
+    """``python -m rmfast.implicit [--demo] ...``: the same options as ``rmfast implicit``."""
+    import argparse
+
+    from .cli import _quiet
+
+    ap = argparse.ArgumentParser(prog="python -m rmfast.implicit")
+    sub = ap.add_subparsers(dest="command")
+    register(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(["implicit", *argv])
+    _quiet()
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"rmfast: error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

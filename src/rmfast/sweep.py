@@ -1,0 +1,787 @@
+"""``rmfast sweep CONFIG.yaml``: models × prompts × candidate sets into one resumable results store.
+
+The config (YAML; relative paths are relative to the config file)::
+
+    out: results/paper_b                  # the results store (or --out)
+    defaults:                             # options for every model (each model may override)
+      dtype: bfloat16
+      batch_size: auto
+    models:
+      - smollm2-135m-instruct             # a spec: embedded alias, folder, .gguf, hub id
+      - model: ./models/my-rm             # or a mapping with per-model options:
+        name: my-rm                       #   display name in the results (default from the spec)
+        dtype: float32                    #   auto | bfloat16 | float16 | float32
+        device: auto                      #   auto | cpu | cuda | cuda:N
+        device_map: auto                  #   spread over GPUs with accelerate (plain-HF path)
+        head: score                       #   auto | score | logprob
+        head_index: 0
+        template: "User: {prompt}\\nAssistant: {response}"
+        system: null
+        batch_size: 256                   #   rows per batch, or auto
+        trust_remote_code: false
+        random_head_seed: null
+        engine: auto                      #   auto | fast | reference
+    prompts: ../shared/data/prompts/paper_b_prompts.yaml   # a YAML file (name: text), a mapping, or a list
+    candidates:                           # name: set (default: the whole vocabulary)
+      vocab: vocabulary
+      words: {vocabulary: {exclude_special: true, wordlike: true, dedup: true}}
+      elo: {file: ../shared/data/eloeverything/greatest.csv, column: name}
+      nouns: ../lexicons/big2_nouns.txt
+    compat: null                          # or decode-retokenize (the papers' pipeline)
+    max_tokens: 256                       # longest text candidate, in tokens
+
+Every model × prompt × candidate set is one *part* of the store (:mod:`rmfast.store`); finished
+parts are skipped, so an interrupted sweep resumes where it stopped, and a part in progress
+resumes from its checkpoint. Under torchrun (or ``--shard I/N``) the parts are split across
+ranks (:mod:`rmfast.dist`).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import dist
+from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, file_sha256, read_candidates
+from .errors import UserError
+from .store import SCHEMA_VERSION, PartRef, Store
+
+TOP_KEYS = ("out", "defaults", "models", "prompts", "candidates", "compat", "max_tokens")
+MODEL_KEYS = ("model", "name", "dtype", "device", "device_map", "head", "head_index", "template", "system",
+              "batch_size", "trust_remote_code", "random_head_seed", "engine", "cache_dir")
+RESULT_KEYS = ("name", "model", "dtype", "head", "head_index", "template", "system", "trust_remote_code",
+               "random_head_seed")  # what changes the scores (device, batch size, engine do not)
+VOCAB_KEYS = ("exclude_special", "wordlike", "dedup", "token_ids")
+FILE_KEYS = ("file", "column", "format", "header")
+PART_COLUMNS = ["token_id", "token", "text", "n_tokens", "score", "rank", "token_ids"]
+
+
+# --------------------------------------------------------------------------------------------
+# config
+
+
+@dataclass
+class ModelCfg:
+    name: str
+    slug: str
+    model: str
+    dtype: str = "auto"
+    device: str = "auto"
+    device_map: str | None = None
+    head: str = "auto"
+    head_index: int = 0
+    template: str | None = None
+    system: str | None = None
+    batch_size: int | str = "auto"
+    trust_remote_code: bool = False
+    random_head_seed: int | None = None
+    engine: str = "auto"
+    cache_dir: str | None = None
+
+    def result_fields(self) -> dict:
+        return {k: getattr(self, k) for k in RESULT_KEYS}
+
+
+@dataclass
+class CandSet:
+    name: str
+    slug: str
+    kind: str  # "vocabulary" | "file"
+    view: dict = field(default_factory=dict)  # vocabulary: exclude_special, wordlike, dedup, token_ids
+    file: dict = field(default_factory=dict)  # file: path, column, format, header, sha256
+    texts: Candidates | None = None
+
+    def result_fields(self) -> dict:
+        return {"name": self.name, "kind": self.kind, **({"view": self.view} if self.kind == "vocabulary" else {"file": self.file})}
+
+
+@dataclass
+class SweepConfig:
+    path: Path | None
+    out: Path | None
+    models: list[ModelCfg]
+    prompts: dict[str, str]  # name -> text, in order
+    prompt_slugs: dict[str, str]
+    candidates: list[CandSet]
+    compat: str | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+    def normalized(self) -> dict:
+        """What determines the results (hashed; stored in store.json)."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "models": [m.result_fields() for m in self.models],
+            "prompts": dict(self.prompts),
+            "candidates": [c.result_fields() for c in self.candidates],
+            "compat": self.compat,
+            "max_tokens": self.max_tokens,
+        }
+
+    def config_hash(self) -> str:
+        return _hash(self.normalized())
+
+    def part_key(self, m: ModelCfg, prompt: str, c: CandSet) -> str:
+        return _hash({"schema": SCHEMA_VERSION, "model": m.result_fields(), "prompt": prompt,
+                      "candidates": c.result_fields(), "compat": self.compat, "max_tokens": self.max_tokens})
+
+    def plan(self) -> list[PartRef]:
+        """Every part, model-major (model, then prompt, then candidate set)."""
+        return [PartRef(model=m.name, model_slug=m.slug, prompt_name=pn, prompt_slug=self.prompt_slugs[pn], prompt=pt,
+                        candidates=c.name, candidates_slug=c.slug, key=self.part_key(m, pt, c))
+                for m in self.models for pn, pt in self.prompts.items() for c in self.candidates]
+
+
+def _hash(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _slug(s: str, n: int = 60) -> str:
+    out = re.sub(r"[^A-Za-z0-9._-]+", "-", str(s)).strip("-.")
+    if len(out) > n:
+        out = out[:n - 9].rstrip("-.") + "-" + hashlib.sha256(str(s).encode()).hexdigest()[:8]
+    return out or "x"
+
+
+class _Cfg:
+    """Typed access to one YAML mapping with errors that name the file and the key."""
+
+    def __init__(self, file: str, where: str, data: dict, allowed):
+        self.file, self.where, self.data = file, where, data
+        unknown = [k for k in data if k not in allowed]
+        if unknown:
+            raise UserError(f"{file}: {self._at(unknown[0])}: unknown key (allowed: {', '.join(allowed)})")
+
+    def _at(self, key) -> str:
+        return f"{self.where}.{key}" if self.where else str(key)
+
+    def err(self, key, msg) -> UserError:
+        return UserError(f"{self.file}: {self._at(key)}: {msg}")
+
+    def get(self, key, kind, default=None, *, choices=None, allow_none=True, minimum=None):
+        if key not in self.data:
+            return default
+        v = self.data[key]
+        if v is None:
+            if allow_none:
+                return None
+            raise self.err(key, "must not be empty")
+        ok = {"str": isinstance(v, str), "bool": isinstance(v, bool),
+              "int": isinstance(v, int) and not isinstance(v, bool)}[kind]
+        if not ok:
+            raise self.err(key, f"expected {'a string' if kind == 'str' else 'true/false' if kind == 'bool' else 'an integer'}, "
+                                f"got {type(v).__name__} {v!r}")
+        if choices is not None and v not in choices:
+            raise self.err(key, f"{v!r} is not one of {', '.join(map(str, choices))}")
+        if minimum is not None and v < minimum:
+            raise self.err(key, f"must be >= {minimum}, got {v}")
+        return v
+
+
+def _resolve(base: Path, p: str) -> Path:
+    q = Path(os.path.expanduser(p))
+    return q if q.is_absolute() else (base / q)
+
+
+def _yaml_load(path: Path, what: str):
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{what} {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read {what} {path}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"{path}: not valid YAML{at} ({getattr(e, 'problem', None) or type(e).__name__})") from None
+
+
+def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
+    where = f"models[{i}]"
+    if isinstance(item, str):
+        item = {"model": item}
+    if not isinstance(item, dict):
+        raise UserError(f"{file}: {where}: expected a model spec (string) or a mapping with model:, got {type(item).__name__}")
+    c = _Cfg(file, where, {**defaults, **item}, MODEL_KEYS)
+    spec = c.get("model", "str", allow_none=False)
+    if spec is None or not spec.strip():
+        raise c.err("model", "missing: give the model spec (embedded alias, folder, .gguf file or hub id)")
+    spec = spec.strip()
+    local = _resolve(base, spec)
+    is_path = spec.startswith((".", "/", "~")) or (not Path(spec).is_absolute() and local.exists())
+    if is_path:
+        spec = str(local.resolve()) if local.exists() else str(local)
+    name = c.get("name", "str")
+    if name is None:
+        name = Path(spec).name.removesuffix(".gguf") if is_path else spec
+    bs = c.data.get("batch_size", "auto")
+    if not (bs == "auto" or (isinstance(bs, int) and not isinstance(bs, bool) and bs >= 1)):
+        raise c.err("batch_size", f"expected a positive integer or auto, got {bs!r}")
+    m = ModelCfg(
+        name=name, slug=_slug(name), model=spec,
+        dtype=c.get("dtype", "str", "auto", choices=("auto", "bfloat16", "bf16", "float16", "fp16", "half", "float32",
+                                                       "fp32", "float"), allow_none=False),
+        device=c.get("device", "str", "auto", allow_none=False),
+        device_map=c.get("device_map", "str"),
+        head=c.get("head", "str", "auto", choices=("auto", "score", "logprob"), allow_none=False),
+        head_index=c.get("head_index", "int", 0, minimum=0, allow_none=False),
+        template=c.get("template", "str"),
+        system=c.get("system", "str"),
+        batch_size=bs,
+        trust_remote_code=c.get("trust_remote_code", "bool", False, allow_none=False),
+        random_head_seed=c.get("random_head_seed", "int"),
+        engine=c.get("engine", "str", "auto", choices=("auto", "fast", "reference"), allow_none=False),
+        cache_dir=c.get("cache_dir", "str"),
+    )
+    return m
+
+
+def _prompts(file: str, value, base: Path) -> dict[str, str]:
+    src, where = file, "prompts"
+    if isinstance(value, str):
+        p = _resolve(base, value)
+        value = _yaml_load(p, "prompts file")
+        src, where = str(p), ""
+        if isinstance(value, dict) and set(value) == {"prompts"}:
+            value, where = value["prompts"], "prompts"
+    at = (lambda k: f"{where}.{k}" if where else str(k))
+    if isinstance(value, dict):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(None, v) for v in value]
+    else:
+        raise UserError(f"{src}: {where or 'prompts'}: expected a mapping name: text, a list of prompts, or a YAML file of them")
+    if not items:
+        raise UserError(f"{src}: {where or 'prompts'}: no prompts")
+    out: dict[str, str] = {}
+    for i, (k, v) in enumerate(items):
+        key = at(k) if k is not None else (f"{where}[{i}]" if where else f"[{i}]")
+        if not isinstance(v, str) or not v.strip():
+            raise UserError(f"{src}: {key}: expected a non-empty prompt string, got {v!r}")
+        name = k if k is not None else _slug(v, 48)
+        if name in out:
+            if k is None and out[name] != v:
+                j = 2
+                while f"{name}-{j}" in out:
+                    j += 1
+                name = f"{name}-{j}"
+            else:
+                raise UserError(f"{src}: {key}: repeats the prompt {name!r}")
+        if v in out.values():
+            raise UserError(f"{src}: {key}: the same prompt text appears twice")
+        out[name] = v
+    return out
+
+
+def _cand_set(file: str, name: str, spec, base: Path, where: str) -> CandSet:
+    if spec is None or spec == "vocabulary" or spec is True:
+        spec = {"vocabulary": {}}
+    elif isinstance(spec, str):
+        spec = {"file": spec}
+    if not isinstance(spec, dict):
+        raise UserError(f"{file}: {where}: expected 'vocabulary', a file path, or a mapping with vocabulary: or file:")
+    if "vocabulary" in spec:
+        if len(spec) != 1:
+            extra = next(k for k in spec if k != "vocabulary")
+            raise UserError(f"{file}: {where}.{extra}: unknown key next to vocabulary: (put view options under vocabulary:)")
+        view = spec["vocabulary"]
+        view = {} if view is None or view is True else view
+        if not isinstance(view, dict):
+            raise UserError(f"{file}: {where}.vocabulary: expected a mapping of {', '.join(VOCAB_KEYS)}")
+        c = _Cfg(file, f"{where}.vocabulary", view, VOCAB_KEYS)
+        tids = view.get("token_ids")
+        if tids is not None:
+            if isinstance(tids, list):
+                if not all(isinstance(t, int) and not isinstance(t, bool) for t in tids):
+                    raise c.err("token_ids", "a list must hold integers only")
+            elif isinstance(tids, str):
+                q = _resolve(base, tids)
+                if q.is_file():
+                    tids = {"file": str(q.resolve()), "sha256": file_sha256(q)}
+                elif ":" not in tids:
+                    raise c.err("token_ids", f"{tids!r} is neither a range A:B nor an existing file")
+            else:
+                raise c.err("token_ids", f"expected a range A:B, a file or a list of ids, got {type(tids).__name__}")
+        v = {"exclude_special": c.get("exclude_special", "bool", False, allow_none=False),
+             "wordlike": c.get("wordlike", "bool", False, allow_none=False),
+             "dedup": c.get("dedup", "bool", False, allow_none=False),
+             "token_ids": tids}
+        return CandSet(name=name, slug=_slug(name), kind="vocabulary", view=v)
+    c = _Cfg(file, where, spec, FILE_KEYS)
+    path = c.get("file", "str", allow_none=False)
+    if not path:
+        raise c.err("file", "missing: give the candidate file (or use vocabulary:)")
+    col = spec.get("column")
+    if col is not None and not (isinstance(col, str) or (isinstance(col, int) and not isinstance(col, bool))):
+        raise c.err("column", f"expected a column name, got {type(col).__name__}")
+    fmt = c.get("format", "str", choices=("lines", "csv", "tsv", "parquet"))
+    header = c.get("header", "bool", True, allow_none=False)
+    p = _resolve(base, path)
+    try:
+        cands = read_candidates(p, col, fmt=fmt, header=header)
+    except UserError as e:
+        raise UserError(f"{file}: {where}: {e}") from None
+    f = {"path": str(p.resolve()), "column": None if col is None else str(col), "format": cands.source["format"],
+         "header": header, "sha256": cands.source["sha256"]}
+    return CandSet(name=name, slug=_slug(name), kind="file", file=f, texts=cands)
+
+
+def _cand_sets(file: str, value, base: Path) -> list[CandSet]:
+    if value is None or value == "vocabulary":
+        return [_cand_set(file, "vocab", None, base, "candidates")]
+    items: list[tuple[str, object, str]] = []
+    if isinstance(value, dict):
+        items = [(str(k), v, f"candidates.{k}") for k, v in value.items()]
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if v == "vocabulary":
+                items.append(("vocab", v, f"candidates[{i}]"))
+            elif isinstance(v, str):
+                items.append((Path(v).stem, v, f"candidates[{i}]"))
+            elif isinstance(v, dict) and "name" in v:
+                items.append((str(v["name"]), {k: x for k, x in v.items() if k != "name"}, f"candidates[{i}]"))
+            else:
+                raise UserError(f"{file}: candidates[{i}]: expected 'vocabulary', a file path, or a mapping with name:")
+    else:
+        raise UserError(f"{file}: candidates: expected a mapping name: set (vocabulary, a file, or file:/vocabulary: options)")
+    if not items:
+        raise UserError(f"{file}: candidates: no candidate sets")
+    out = [_cand_set(file, n, v, base, w) for n, v, w in items]
+    slugs = [c.slug.lower() for c in out]
+    for c in out:
+        if slugs.count(c.slug.lower()) > 1:
+            raise UserError(f"{file}: candidates: two sets share the name {c.name!r}; give them distinct names")
+    return out
+
+
+def load_config(path: str | os.PathLike) -> SweepConfig:
+    """Read and check a sweep config; every problem is a one-line UserError naming the file and key."""
+    p = Path(path)
+    data = _yaml_load(p, "sweep config")
+    file = str(p)
+    if not isinstance(data, dict):
+        raise UserError(f"{file}: expected a mapping with models:, prompts: and candidates:, got {type(data).__name__}")
+    top = _Cfg(file, "", data, TOP_KEYS)
+    base = p.resolve().parent
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise UserError(f"{file}: defaults: expected a mapping of model options")
+    _Cfg(file, "defaults", defaults, [k for k in MODEL_KEYS if k not in ("model", "name")])
+    models = data.get("models")
+    if models is None:
+        raise UserError(f"{file}: models: missing; list at least one model")
+    if isinstance(models, (str, dict)):
+        models = [models]
+    if not isinstance(models, list) or not models:
+        raise UserError(f"{file}: models: expected a list of models")
+    mcfgs = [_model_cfg(file, i, m, defaults, base) for i, m in enumerate(models)]
+    seen: dict[str, int] = {}
+    for i, m in enumerate(mcfgs):
+        if m.slug.lower() in seen:
+            raise UserError(f"{file}: models[{i}].name: {m.name!r} clashes with models[{seen[m.slug.lower()]}]; "
+                            "give each model a distinct name:")
+        seen[m.slug.lower()] = i
+    if "prompts" not in data or data["prompts"] is None:
+        raise UserError(f"{file}: prompts: missing; give a mapping name: text, a list, or a YAML file of prompts")
+    prompts = _prompts(file, data["prompts"], base)
+    pslugs: dict[str, str] = {}
+    for n in prompts:
+        s = _slug(n)
+        if s.lower() in {x.lower() for x in pslugs.values()}:
+            raise UserError(f"{file}: prompts: the names {n!r} and another map to the same folder {s!r}; rename one")
+        pslugs[n] = s
+    compat = top.get("compat", "str", choices=COMPAT_MODES)
+    max_tokens = top.get("max_tokens", "int", DEFAULT_MAX_TOKENS, minimum=1, allow_none=False)
+    out = top.get("out", "str")
+    cands = _cand_sets(file, data.get("candidates"), base)
+    return SweepConfig(path=p, out=_resolve(base, out) if out else None, models=mcfgs, prompts=prompts,
+                       prompt_slugs=pslugs, candidates=cands, compat=compat, max_tokens=max_tokens)
+
+
+# --------------------------------------------------------------------------------------------
+# part frames
+
+
+def frame_from_scan(res):
+    """A ScanResult as a store part frame."""
+    df = res.to_pandas()
+    df["token_id"] = df["token_id"].astype("Int64")
+    df["n_tokens"] = np.int64(1)
+    df["token_ids"] = [[int(i)] for i in res.token_ids]
+    return df[PART_COLUMNS]
+
+
+def frame_from_texts(res, tokenizer=None):
+    """A TextScanResult as a store part frame."""
+    import pandas as pd
+
+    df = res.to_pandas()
+    if "token_id" in df:
+        df["token_id"] = df["token_id"].astype("Int64")
+        toks = tokenizer.convert_ids_to_tokens(df["token_id"].astype(int).tolist()) if tokenizer is not None else None
+        df["token"] = [t if isinstance(t, str) else "" for t in toks] if toks is not None else None
+    else:
+        df["token_id"] = pd.array([pd.NA] * len(df), dtype="Int64")
+        df["token"] = pd.Series([None] * len(df), dtype=object)
+    return df[PART_COLUMNS]
+
+
+# --------------------------------------------------------------------------------------------
+# running
+
+
+def _log(d: dist.Dist, msg: str) -> None:
+    tag = f"[{d.tag()}] " if d.world > 1 else ""
+    print(f"rmfast sweep: {tag}{msg}", file=sys.stderr, flush=True)
+
+
+def _score_part(lm, m: ModelCfg, cfg: SweepConfig, prompt: str, c: CandSet, ck: Path, progress: bool, cache: dict):
+    from .candidates import decode_retokenize_scan, score_texts, vocab_ids
+    from .scan import scan, vocab_size
+
+    template = m.template if m.template is not None else lm.default_template
+    engine = dist.engine_for(m.device_map, m.engine)
+    info = {**lm.source, "name": m.name}
+    common = dict(head=m.head, head_index=m.head_index, template=template, system=m.system, batch_size=m.batch_size,
+                  progress=progress, model_info=info, engine=engine, checkpoint=ck)
+    if c.kind == "vocabulary":
+        if c.name not in cache:
+            tids = c.view["token_ids"]
+            if isinstance(tids, dict):
+                tids = tids["file"]
+            cache[c.name] = vocab_ids(lm.tokenizer, vocab_size(lm.model, lm.tokenizer), token_ids=tids,
+                                      exclude_special=c.view["exclude_special"], wordlike=c.view["wordlike"],
+                                      dedup=c.view["dedup"])
+        ids, report = cache[c.name]
+        if cfg.compat:
+            res = decode_retokenize_scan(lm.model, lm.tokenizer, prompt, ids, max_tokens=cfg.max_tokens, **common)
+            df = frame_from_texts(res, lm.tokenizer)
+        else:
+            res = scan(lm.model, lm.tokenizer, prompt, token_ids=ids, **common)
+            df = frame_from_scan(res)
+        res.manifest["vocab_view"] = report
+    else:
+        res = score_texts(lm.model, lm.tokenizer, prompt, c.texts.texts, compat=cfg.compat, max_tokens=cfg.max_tokens,
+                          candidates_info=c.texts.source, **common)
+        df = frame_from_texts(res)
+    return df, res.manifest
+
+
+def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: bool = False, shard: str | None = None,
+              progress: bool = True, dry_run: bool = False) -> dict:
+    """Run (or resume) a sweep into its results store. Returns the store index (parts, done, rows).
+
+    Under torchrun each rank takes every world-th part; rank 0 writes the index after a barrier.
+    """
+    root = Path(out) if out is not None else cfg.out
+    if root is None:
+        raise UserError(f"{cfg.path}: no output directory: set out: in the config or pass --out DIR")
+    d = dist.from_env(shard)
+    plan = cfg.plan()
+    chash = cfg.config_hash()
+    store = Store(root)
+    mode = store.check(chash, cfg.normalized(), force=force)
+    if dry_run:
+        st = store.status(plan) if mode != "new" else [{"done": False} for _ in plan]
+        return {"n_parts": len(plan), "n_done": sum(bool(s["done"]) for s in st), "complete": False, "dry_run": True,
+                "parts": st, "mode": mode}
+    dist.init(d)
+    try:
+        dist.barrier(d)  # every rank has checked the store before rank 0 changes it
+        if d.is_main or not d.group:
+            if mode in ("new", "adopt"):
+                store.create(chash, cfg.normalized(), plan, source=str(cfg.path) if cfg.path else None)
+            if mode == "adopt":
+                removed = store.remove_stale({p.relpath for p in plan})
+                if removed:
+                    _log(d, f"--force: removed {len(removed)} part(s) not in the new config")
+        dist.barrier(d)
+        mine = [p for i, p in enumerate(plan) if i % d.world == d.rank]
+        todo = [p for p in mine if not store.is_done(p)]
+        _log(d, f"{len(plan)} parts ({len(cfg.models)} models × {len(cfg.prompts)} prompts × {len(cfg.candidates)} "
+                f"candidate sets); this process: {len(mine)}, {len(mine) - len(todo)} already done")
+        bars = progress and (d.is_main or not d.group)
+        by_model = {m.name: m for m in cfg.models}
+        order: list[str] = []
+        for p in todo:
+            if p.model not in order:
+                order.append(p.model)
+        cands = {c.name: c for c in cfg.candidates}
+        k = 0
+        for name in order:
+            m = by_model[name]
+            t_load = time.perf_counter()
+            lm = dist.load_model(m.model, dtype=m.dtype, device=dist.device_for(d, m.device), device_map=m.device_map,
+                                 trust_remote_code=m.trust_remote_code, cache_dir=m.cache_dir,
+                                 random_head_seed=m.random_head_seed)
+            _log(d, f"loaded {name} in {time.perf_counter() - t_load:.1f} s")
+            cache: dict = {}
+            for p in [p for p in todo if p.model == name]:
+                k += 1
+                t0 = time.perf_counter()
+                df, man = _score_part(lm, m, cfg, p.prompt, cands[p.candidates], store.checkpoint_path(p), bars, cache)
+                wall = time.perf_counter() - t0
+                store.write_part(p, df, {"model": {**lm.source, "name": m.name}, "prompt": p.prompt,
+                                         "prompt_name": p.prompt_name, "candidates": p.candidates, "rank": d.rank,
+                                         "world": d.world, "wall_s": round(wall, 3), "scan": man})
+                _log(d, f"[{k}/{len(todo)}] {p.model} × {p.prompt_name} × {p.candidates}: {len(df)} rows in {wall:.1f} s")
+                if d.world == 1:
+                    store.write_index(plan, chash)
+            del lm, cache
+            gc.collect()
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+            except Exception:  # pragma: no cover
+                pass
+        dist.barrier(d)
+        if d.is_main or not d.group:
+            idx = store.write_index(plan, chash) if (d.is_main or all(store.is_done(p) for p in plan)) else \
+                {"n_parts": len(plan), "n_done": sum(store.is_done(p) for p in plan), "complete": False, "rows": None}
+        else:
+            idx = {"n_parts": len(plan), "complete": None}
+        return idx
+    finally:
+        dist.finish(d)
+
+
+# --------------------------------------------------------------------------------------------
+# scan with text candidates, vocabulary views, torchrun sharding, device maps
+
+
+def scan_needs_extension(args) -> bool:
+    """Whether ``rmfast scan`` needs this module (new options, or launched by torchrun)."""
+    new = any(getattr(args, k, None) for k in ("candidates", "column", "compat", "wordlike", "dedup", "device_map"))
+    try:
+        world = int(os.environ.get("WORLD_SIZE") or 1)
+    except ValueError:
+        world = 1
+    return bool(new) or world > 1
+
+
+def _print_tables(res, k: int) -> None:
+    import pandas as pd
+
+    for title, df in ((f"top {k}", res.top(k)), (f"bottom {k}", res.bottom(k))):
+        cols = {"rank": df["rank"]}
+        if "token_id" in df:
+            cols["token_id"] = df["token_id"]
+        cols["text"] = [repr(t) for t in df["text"]]
+        if "n_tokens" in df:
+            cols["n_tokens"] = df["n_tokens"]
+        cols["score"] = [f"{s:.4f}" for s in df["score"]]
+        print(f"\n{title} ({res.manifest.get('head')} head)" if title.startswith("top") else f"\n{title}")
+        print(pd.DataFrame(cols).to_string(index=False))
+
+
+def cmd_scan_extended(args) -> int:
+    """``rmfast scan`` with --candidates/--compat/--wordlike/--dedup/--device-map, or under torchrun."""
+    from .candidates import TextScanResult, decode_retokenize_scan, score_texts, vocab_ids
+    from .cli import _slug as cli_slug
+    from .io import check_output, manifest_path, write_json, write_parquet
+    from .scan import ScanResult, scan, vocab_size
+
+    if args.top < 0:
+        raise UserError("--top must be >= 0")
+    if args.candidates is not None:
+        clash = [o for o, v in (("--token-ids", args.token_ids), ("--exclude-special", args.exclude_special),
+                                ("--wordlike", args.wordlike), ("--dedup", args.dedup)) if v]
+        if clash:
+            raise UserError(f"{clash[0]} selects vocabulary ids; it cannot be combined with --candidates (a file of texts)")
+    elif args.column is not None:
+        raise UserError("--column needs --candidates FILE")
+    max_tokens = args.max_tokens if args.max_tokens is not None else DEFAULT_MAX_TOKENS
+    if max_tokens < 1:
+        raise UserError("--max-tokens must be a positive integer")
+    d = dist.from_env()
+    cands = read_candidates(args.candidates, args.column) if args.candidates is not None else None
+    engine = dist.engine_for(args.device_map, args.engine)
+    dist.init(d)
+    try:
+        lm = dist.load_model(args.model, dtype=args.dtype, device=dist.device_for(d, args.device), device_map=args.device_map,
+                             trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir)
+        suffix = f"__{cli_slug(Path(args.candidates).stem)}" if cands is not None else ("__compat" if args.compat else "")
+        out = args.out or os.path.join("results", f"{cli_slug(lm.source.get('name') or args.model)}__{cli_slug(args.prompt)}{suffix}.parquet")
+        out = check_output(out, args.overwrite)
+        template = args.template if args.template is not None else lm.default_template
+        tag = f".{d.tag()}" if d.world > 1 else ""
+        ck = Path(f"{out}.partial{tag}.npz")
+        common = dict(head=args.head, head_index=args.head_index, template=template, system=args.system,
+                      batch_size=args.batch_size, engine=engine, progress=not args.no_progress and d.is_main,
+                      checkpoint=ck, model_info=lm.source)
+        report = None
+        if cands is not None:
+            texts = cands.texts
+            mine = d.mine(len(texts))
+            res = score_texts(lm.model, lm.tokenizer, args.prompt, [texts[i] for i in mine], compat=args.compat,
+                              max_tokens=max_tokens, candidates_info=cands.source, **common)
+        else:
+            ids, report = vocab_ids(lm.tokenizer, vocab_size(lm.model, lm.tokenizer), token_ids=args.token_ids,
+                                    exclude_special=args.exclude_special, wordlike=args.wordlike, dedup=args.dedup)
+            mine = d.mine(ids.size)
+            if args.compat:
+                res = decode_retokenize_scan(lm.model, lm.tokenizer, args.prompt, ids[mine], max_tokens=max_tokens, **common)
+            else:
+                res = scan(lm.model, lm.tokenizer, args.prompt, token_ids=ids[mine], **common)
+            res.manifest["vocab_view"] = report
+        if d.world > 1:
+            shard = out.parent / f".{out.name}{tag}.parquet"
+            df = res.to_pandas()
+            df["_order"] = mine
+            write_parquet(shard, df)
+            write_json(manifest_path(shard), res.manifest)
+            dist.barrier(d)
+            if not d.is_main:
+                return 0
+            import pandas as pd
+
+            frames, mans = [], []
+            for r in range(d.world):
+                sp = out.parent / f".{out.name}.rank{r}-of-{d.world}.parquet"
+                frames.append(pd.read_parquet(sp))
+                mans.append(json.loads(manifest_path(sp).read_text()))
+            df = pd.concat(frames, ignore_index=True).sort_values("_order", kind="stable").reset_index(drop=True)
+            man = dict(mans[0])
+            scan_s = max(float(m.get("scan_s") or 0) for m in mans)
+            man.update({"n_candidates": int(len(df)), "scan_s": round(scan_s, 3),
+                        "candidates_per_s": round(len(df) / scan_s, 2) if scan_s > 0 else None,
+                        "wall_s": max(float(m.get("wall_s") or 0) for m in mans),
+                        "resumed_candidates": sum(int(m.get("resumed_candidates") or 0) for m in mans),
+                        "distributed": {"world": d.world, "split": "index % world == rank",
+                                        "ranks": [{"rank": r, "n": int(len(f)), "scan_s": m.get("scan_s"),
+                                                   "device": m.get("device")} for r, (f, m) in enumerate(zip(frames, mans))]}})
+            if isinstance(res, ScanResult):
+                res = ScanResult(df["token_id"].to_numpy(np.int64), df["score"].to_numpy(np.float32), df["token"].tolist(),
+                                 df["text"].tolist(), man)
+            else:
+                res = TextScanResult(df["text"].tolist(), df["score"].to_numpy(np.float32), df["n_tokens"].to_numpy(np.int64),
+                                     [list(map(int, t)) for t in df["token_ids"]], man,
+                                     df["token_id"].to_numpy(np.int64) if "token_id" in df else None)
+            res.to_parquet(out, overwrite=True)
+            for r in range(d.world):
+                sp = out.parent / f".{out.name}.rank{r}-of-{d.world}.parquet"
+                sp.unlink(missing_ok=True)
+                manifest_path(sp).unlink(missing_ok=True)
+        else:
+            res.to_parquet(out, overwrite=args.overwrite)
+        m = res.manifest
+        if args.top:
+            _print_tables(res, args.top)
+        dev = f", {d.world} ranks" if d.world > 1 else ""
+        print(f"\n{m['n_candidates']} candidates in {m['scan_s']:.1f} s ({m['candidates_per_s']} cand/s; "
+              f"{m['engine']} engine, {m['dtype']}, {m['device']}{dev}); total {m['wall_s']:.1f} s")
+        print(f"wrote {out} and {out}.json")
+        return 0
+    finally:
+        dist.finish(d)
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def cmd_sweep(args) -> int:
+    cfg = load_config(args.config)
+    idx = run_sweep(cfg, args.out, force=args.force, shard=args.shard, progress=not args.no_progress, dry_run=args.dry_run)
+    root = Path(args.out) if args.out else cfg.out
+    if idx.get("dry_run"):
+        print(f"{root}: {idx['n_parts']} parts, {idx['n_done']} done ({idx['mode']} store); nothing run (--dry-run)")
+        for s, p in zip(idx["parts"], cfg.plan()):
+            print(f"  {'done' if s['done'] else 'todo'}  {p.relpath}")
+        return 0
+    if idx.get("complete") is None:
+        return 0
+    rows = f", {idx['rows']} rows" if idx.get("rows") is not None else ""
+    state = "complete" if idx.get("complete") else "incomplete (other shards still running or failed)"
+    print(f"{root}: {idx.get('n_done', '?')}/{idx['n_parts']} parts{rows}; {state}")
+    return 0
+
+
+def summarize(root: str | os.PathLike) -> dict:
+    """What a store holds: config, parts done per model, rows."""
+    st = Store(root)
+    if not Path(root).exists():
+        raise UserError(f"results store {root}: no such directory")
+    info = st.info()
+    if info is None:
+        raise UserError(f"{root} is not an rmfast results store (no readable store.json); give a sweep's output directory")
+    plan = st.plan()
+    status = st.status(plan)
+    return {"root": str(root), "config_file": info.get("config_file"), "config_hash": info.get("config_hash"),
+            "created": info.get("created"), "status": status, "config": info.get("config")}
+
+
+def cmd_results(args) -> int:
+    import pandas as pd
+
+    from .io import check_output, write_parquet
+
+    s = summarize(args.store)
+    status = s["status"]
+    done = sum(x["done"] for x in status)
+    rows = sum(x["rows"] or 0 for x in status)
+    cfg = s["config"] or {}
+    print(f"{s['root']}: config {s['config_file']} (hash {s['config_hash']}, created {s['created']})")
+    print(f"  {len(cfg.get('models', []))} models × {len(cfg.get('prompts', {}))} prompts × "
+          f"{len(cfg.get('candidates', []))} candidate sets = {len(status)} parts; {done} done, {rows} rows")
+    df = pd.DataFrame(status)
+    if not df.empty:
+        g = df.groupby(["model", "candidates"], sort=False).agg(parts=("done", "size"), done=("done", "sum"),
+                                                                 rows=("rows", lambda r: int(pd.to_numeric(r).fillna(0).sum())))
+        print(g.reset_index().to_string(index=False))
+    if args.parts and not df.empty:
+        print()
+        print(df[["done", "model", "prompt_name", "candidates", "rows", "path"]].to_string(index=False))
+    if args.out:
+        from .store import load_results
+
+        tidy = load_results(args.store, token_ids=False)
+        out = check_output(args.out, args.overwrite)
+        if out.suffix.lower() == ".csv":
+            from .io import _atomic
+
+            _atomic(out, lambda tmp: tidy.to_csv(tmp, index=False))
+        else:
+            write_parquet(out, tidy)
+        print(f"wrote {len(tidy)} rows to {out}")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``rmfast sweep`` and ``rmfast results``."""
+    p = subparsers.add_parser("sweep", help="models × prompts × candidate sets into a resumable results store")
+    p.add_argument("config", help="sweep config (YAML): models, prompts, candidates, per-model options")
+    p.add_argument("--out", default=None, help="results store directory (default: out: in the config)")
+    p.add_argument("--force", action="store_true",
+                   help="adopt this config in a store written by another one (unchanged parts are kept, others redone/removed)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only parts with index %% N == I (independent jobs, e.g. a SLURM array); torchrun needs no flag")
+    p.add_argument("--dry-run", action="store_true", help="check the config and the store, list the parts, run nothing")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=cmd_sweep)
+
+    r = subparsers.add_parser("results", help="list what a results store holds; export its tidy table")
+    r.add_argument("store", help="a sweep's results directory")
+    r.add_argument("--parts", action="store_true", help="list every part")
+    r.add_argument("--out", default=None, help="write the tidy table (model, prompt, token_id, text, score, rank, ...) "
+                                               "to this .parquet or .csv")
+    r.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    r.set_defaults(func=cmd_results)
+
+
+__all__ = ["load_config", "run_sweep", "SweepConfig", "register", "cmd_scan_extended", "scan_needs_extension",
+           "summarize"]

@@ -1,0 +1,172 @@
+"""GCG (rmfast.gcg): direction, GCG vs random search, reported score vs an independent forward,
+the retokenization filter, excluded tokens, and the CLI's one-line errors.
+
+Tiny random models (a Llama classifier on the score head, a Gemma 2 causal LM on the logprob head,
+both with the real 49,152-token vocabulary) and the embedded SmolLM2, all fp32, small settings.
+Every run is seeded, so the comparisons are deterministic; the margins seen are wide (GCG's
+best is several random-search spreads beyond random search's best).
+"""
+
+import json
+
+import pytest
+import torch
+
+from rmfast.errors import UserError
+from rmfast.gcg import GCGConfig, _Gradient, allowed_tokens, random_search, run
+from rmfast.reference import reference_scores
+from rmfast.scan import special_ids
+from rmfast.template import build_template, response_ids
+
+import tiny_models as T
+
+PROMPT = "What, in one word, is the best thing ever?"
+SMALL = dict(length=4, steps=10, search_width=64, topk=32, patience=50)
+
+
+@pytest.fixture(scope="module")
+def tmpl(smol_tokenizer):
+    return build_template(smol_tokenizer, PROMPT)
+
+
+@pytest.fixture(scope="module")
+def allowed(smol_tokenizer):
+    return allowed_tokens(smol_tokenizer, T.VOCAB)
+
+
+MODELS = {"llama-score": ("llama", "classifier"), "gemma2-logprob": ("gemma2", "causal_lm")}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def runs(request, smol_tokenizer, tmpl):
+    """One model, GCG in both directions, and random search with the same number of evaluations."""
+    model = T.tiny(*MODELS[request.param])
+    out = {"name": request.param, "model": model}
+    for d, mx in (("max", True), ("min", False)):
+        cfg = GCGConfig(**SMALL, maximize=mx)
+        res = run(model, smol_tokenizer, PROMPT, cfg, progress=False, template=tmpl)
+        rnd = random_search(model, smol_tokenizer, PROMPT, cfg, res.n_evaluated, template=tmpl)
+        out[d], out[f"rand_{d}"] = res, rnd
+    return out
+
+
+def test_maximize_ends_above_minimize(runs):
+    mx, mn = runs["max"], runs["min"]
+    assert mx.best_score > mn.best_score
+    # both start from the same seeded random response and move in their own direction
+    assert mx.trajectory[0] == mn.trajectory[0]
+    assert mx.trajectory[-1] > mx.trajectory[0]
+    assert mn.trajectory[-1] < mn.trajectory[0], "minimize must LOWER the reward (the fork's sign bug)"
+    assert all(b >= a for a, b in zip(mx.trajectory, mx.trajectory[1:]))
+    assert all(b <= a for a, b in zip(mn.trajectory, mn.trajectory[1:]))
+
+
+def test_gcg_beats_random_search_same_budget(runs):
+    for d, sign in (("max", 1), ("min", -1)):
+        res, rnd = runs[d], runs[f"rand_{d}"]
+        assert rnd.n_evaluated == res.n_evaluated
+        spread = torch.tensor(rnd.scores).std().item()
+        # a clear margin: GCG's best is at least half a random-score spread beyond random's best
+        assert sign * (res.best_score - rnd.best_score) > 0.5 * spread, (runs["name"], d, res.best_score, rnd.best_score, spread)
+
+
+def test_reported_score_equals_independent_forward(runs, tmpl):
+    head = "score" if runs["name"].endswith("score") else "logprob"
+    for d in ("max", "min"):
+        res = runs[d]
+        ref = reference_scores(runs["model"], tmpl, [res.best_ids], head=head)[0].item()
+        assert res.best_score == pytest.approx(ref, abs=1e-4)
+        assert res.best_score_reference == pytest.approx(ref, abs=1e-4)
+        for r in res.restarts:  # every restart's best, too
+            assert r["best_score"] == pytest.approx(reference_scores(runs["model"], tmpl, [r["best_ids"]], head=head)[0].item(), abs=1e-4)
+
+
+def test_retokenization_and_excluded_tokens(runs, smol_tokenizer, tmpl, allowed):
+    special = special_ids(smol_tokenizer)
+    for d in ("max", "min"):
+        res = runs[d]
+        assert len(res.best_ids) == SMALL["length"]
+        assert response_ids(smol_tokenizer, tmpl, res.best_text) == res.best_ids
+        assert all(bool(allowed[t]) for t in res.best_ids)
+        assert not special & set(res.best_ids)
+        assert res.best_text.isascii() and res.best_text.isprintable()
+        assert res.n_rejected_retokenize >= 0 and res.n_evaluated > SMALL["search_width"]
+
+
+def test_gradient_pass_computes_the_reward(runs, tmpl):
+    """The autograd path (one-hot @ W x embed scale, inputs_embeds) scores what the reference scores."""
+    head = "score" if runs["name"].endswith("score") else "logprob"
+    ids = runs["max"].best_ids
+    r, g = _Gradient(runs["model"], tmpl, head, 0)(torch.tensor(ids))
+    assert r == pytest.approx(reference_scores(runs["model"], tmpl, [ids], head=head)[0].item(), abs=1e-4)
+    assert g.shape == (len(ids), T.VOCAB) and torch.isfinite(g).all()
+
+
+def test_init_text_and_restarts(smol_tokenizer, tmpl):
+    model = T.tiny("llama")
+    cfg = GCGConfig(length=9, steps=3, search_width=16, topk=8, restarts=2, init=" good great", maximize=False)
+    res = run(model, smol_tokenizer, PROMPT, cfg, progress=False, template=tmpl)
+    init = response_ids(smol_tokenizer, tmpl, " good great")
+    assert res.restarts[0]["init_ids"] == init and len(res.best_ids) == len(init)  # init sets the length
+    assert len(res.restarts) == 2 and res.restarts[1]["init_ids"] != init
+    assert res.best_score == min(r["best_score"] for r in res.restarts)
+    assert res.manifest["evaluator"] == "engine" and res.manifest["length"] == len(init)
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (dict(length=0), "--length"), (dict(topk=0), "--topk"), (dict(search_width=0), "--search-width"),
+    (dict(head="nope"), "head"), (dict(eval_batch_size="x"), "--eval-batch-size"),
+])
+def test_config_errors(bad, msg):
+    with pytest.raises(UserError, match=msg):
+        GCGConfig(**bad).validate()
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--length", "0"], "--length must be"), (["--topk", "0"], "--topk must be"),
+    (["--search-width", "0"], "--search-width must be"),
+])
+def test_cli_errors_are_one_line(argv, msg, capsys, tmp_path):
+    from rmfast.cli import main
+
+    assert main(["gcg", "--out", str(tmp_path / "x.json"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and "\n" not in err
+
+
+def test_cli_refuses_existing_out(capsys, tmp_path):
+    from rmfast.cli import main
+
+    out = tmp_path / "worst.json"
+    out.write_text("{}")
+    assert main(["gcg", "--minimize", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "already exists" in err and "--overwrite" in err and "\n" not in err
+
+
+def test_embedded_smollm2(smollm2, capsys, tmp_path):
+    """The embedded SmolLM2 (logprob head) through the CLI and the API: direction, random search, oracle."""
+    from rmfast.cli import main
+
+    tok, model = smollm2.tokenizer, smollm2.model
+    tmpl = build_template(tok, PROMPT)
+    out = tmp_path / "worst.json"
+    assert main(["gcg", "--dtype", "float32", "--prompt", PROMPT, "--length", "4", "--minimize", "--steps", "6",
+                 "--search-width", "32", "--topk", "32", "--seed", "0", "--no-progress", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "best score" in printed and "reference score" in printed
+    mn = json.loads(out.read_text())
+    assert out.with_suffix(".png").is_file()
+    assert mn["best_score"] == pytest.approx(mn["best_score_reference"], abs=1e-4)
+    assert mn["best_score"] == pytest.approx(reference_scores(model, tmpl, [mn["best_ids"]], head="logprob")[0].item(), abs=1e-4)
+    assert response_ids(tok, tmpl, mn["best_text"]) == mn["best_ids"]
+    assert len(mn["trajectory"]) == 7 and mn["trajectory"][-1] < mn["trajectory"][0]
+    for key in ("config", "timing", "manifest", "restarts", "n_evaluated"):
+        assert key in mn
+
+    mx = run(model, tok, PROMPT, GCGConfig(length=4, steps=6, search_width=32, topk=32), progress=False, template=tmpl)
+    assert mx.best_score > mn["best_score"]
+    assert mx.best_score == pytest.approx(reference_scores(model, tmpl, [mx.best_ids], head="logprob")[0].item(), abs=1e-4)
+    for d, best, n, sign in (("max", mx.best_score, mx.n_evaluated, 1), ("min", mn["best_score"], mn["n_evaluated"], -1)):
+        rnd = random_search(model, tok, PROMPT, GCGConfig(length=4, maximize=sign > 0), n, template=tmpl)
+        assert sign * (best - rnd.best_score) > 0, (d, best, rnd.best_score)

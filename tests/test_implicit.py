@@ -1,0 +1,250 @@
+"""implicit: log ratio / MWLR math, the shared-vocabulary join (on the two real tokenizers), sweeps, CLI."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import tiny_models as T
+from rmfast.cli import main
+from rmfast.errors import UserError
+from rmfast.implicit import (collapse, dictionary_coverage, dictionary_summary, implicit, implicit_sweep, join_shared,
+                             read_prompts, reward_terms)
+from rmfast.logprobs import logprobs, vocab_strings
+from rmfast.scan import ScanResult
+
+PROMPT = "What, in one word, is the greatest thing ever?"
+
+
+def sr(texts, logp, ids=None, prompt=PROMPT):
+    ids = np.arange(len(texts)) if ids is None else np.asarray(ids)
+    return ScanResult(ids.astype(np.int64), np.asarray(logp, dtype=np.float32), list(texts), list(texts),
+                      {"prompt": prompt, "head": "next_token_logprob"})
+
+
+# ------------------------------------------------------------------ math
+
+
+def test_reward_terms_hand_computed():
+    lr, mw = reward_terms(np.log([0.5, 0.1, 0.3]), np.log([0.25, 0.4, 0.3]))
+    np.testing.assert_allclose(lr, [math.log(2), math.log(0.25), 0.0], atol=1e-12)
+    # MWLR = ½(p_a + p_b)(log p_a − log p_b)
+    np.testing.assert_allclose(mw, [0.5 * 0.75 * 0.6931471805599453, 0.5 * 0.5 * -1.3862943611198906, 0.0],
+                               atol=1e-12)
+
+
+def test_join_keeps_highest_and_counts():
+    a = sr(["x", "x", "y", "z", "\ufffd", "\ufffd"], np.log([0.1, 0.4, 0.2, 0.1, 0.05, 0.15]))
+    b = sr(["x", "y", "y", "w"], np.log([0.5, 0.05, 0.4, 0.05]))
+    t, c = join_shared(a, b)
+    assert c == {"join": "text", "agg": "max", "tokens_a": 6, "tokens_b": 4, "strings_a": 4, "strings_b": 3,
+                 "collapsed_a": 2, "collapsed_b": 1, "shared": 2, "dropped_a": 2, "dropped_b": 1}
+    t = t.set_index("text")
+    assert t.loc["x", "token_id_a"] == 1 and t.loc["y", "token_id_b"] == 2  # the most probable token
+    np.testing.assert_allclose(t.loc["x", ["logp_a", "logp_b"]].astype(float), np.log([0.4, 0.5]), rtol=1e-6)
+    np.testing.assert_allclose(t.loc["x", "log_ratio"], math.log(0.4 / 0.5), rtol=1e-6)
+    np.testing.assert_allclose(t.loc["y", "mwlr"], 0.5 * (0.2 + 0.4) * math.log(0.2 / 0.4), rtol=1e-6)
+    # ranks within the shared strings, 1 = highest
+    assert t.loc["x", "rank_log_ratio"] == 1 and t.loc["y", "rank_log_ratio"] == 2
+    assert t.loc["x", "rank_a"] == 1 and t.loc["x", "n_tokens_a"] == 2
+
+
+def test_logsumexp_and_word_join():
+    a = sr(["Love", " love", " ", "hate"], np.log([0.3, 0.1, 0.2, 0.4]))
+    c = collapse(a, join="word").set_index("key")
+    assert "" not in c.index and c.loc["love", "token_id"] == 0 and c.loc["love", "n_tokens"] == 2
+    np.testing.assert_allclose(c.loc["love", "logp"], math.log(0.3), rtol=1e-6)
+    c2 = collapse(a, join="word", agg="logsumexp").set_index("key")
+    np.testing.assert_allclose(c2.loc["love", "logp"], math.log(0.4), rtol=1e-6)
+    np.testing.assert_allclose(c2.loc["hate", "logp"], math.log(0.4), rtol=1e-6)
+    _, counts = join_shared(a, sr(["LOVE"], [0.0]), join="word")
+    assert counts["blank_a"] == 1 and counts["shared"] == 1
+    with pytest.raises(UserError, match="share no"):
+        join_shared(a, sr(["zzz"], [0.0]))
+    with pytest.raises(UserError, match="join"):
+        collapse(a, join="id")
+
+
+# ------------------------------------------------------------------ the two real tokenizers
+
+
+@pytest.fixture(scope="module")
+def gemma_tokenizer():
+    """Gemma 3's tokenizer only, from the converted cache (a first run converts once, ~2 min)."""
+    from transformers import AutoTokenizer
+
+    from rmfast import embedded
+    from rmfast.load import cache_root, convert_gguf
+
+    try:
+        cache = cache_root()
+        folder = convert_gguf(embedded.get("gemma3-270m").gguf_path(cache), cache)
+    except Exception as e:
+        pytest.skip(f"embedded Gemma 3 unavailable: {e}")
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def fake_scan(tok, seed):
+    ids = np.arange(len(tok))
+    tokens, texts = vocab_strings(tok, ids)
+    scores = torch.log_softmax(torch.randn(len(ids), generator=torch.Generator().manual_seed(seed)) * 3, -1)
+    return ScanResult(ids, scores.numpy(), tokens, texts, {"prompt": PROMPT})
+
+
+def test_shared_vocabulary_two_real_tokenizers(smol_tokenizer, gemma_tokenizer):
+    a, b = fake_scan(smol_tokenizer, 0), fake_scan(gemma_tokenizer, 1)
+    assert len(a.texts) == 49152 and len(b.texts) == 262144
+    best = []
+    for r in (a, b):  # independent: a plain dict of the highest log-prob per decoded string
+        d = {}
+        for t, s in zip(r.texts, r.scores.tolist()):
+            if t not in d or s > d[t]:
+                d[t] = s
+        best.append(d)
+    shared = set(best[0]) & set(best[1])
+    t, c = join_shared(a, b)
+    assert c["shared"] == len(shared) == len(t) and set(t["text"]) == shared
+    assert c["strings_a"] == len(best[0]) and c["strings_b"] == len(best[1])
+    assert c["dropped_a"] == len(best[0]) - len(shared) and c["dropped_b"] == len(best[1]) - len(shared)
+    assert c["collapsed_a"] == 49152 - len(best[0]) > 0 and c["collapsed_b"] == 262144 - len(best[1]) > 0
+    assert 40_000 < c["shared"] < 49_152
+    tt = t.set_index("text")
+    for s in (" love", "love", " the", "\n", "\ufffd"):
+        assert s in tt.index, s
+        assert tt.loc[s, "logp_a"] == pytest.approx(best[0][s], abs=1e-6)
+        assert tt.loc[s, "logp_b"] == pytest.approx(best[1][s], abs=1e-6)
+        assert smol_tokenizer.decode([int(tt.loc[s, "token_id_a"])]) == s
+        assert gemma_tokenizer.decode([int(tt.loc[s, "token_id_b"])]) == s
+    assert "<|im_start|>" not in tt.index and "<start_of_turn>" not in tt.index  # each model's own specials
+    np.testing.assert_allclose(t["log_ratio"], t["logp_a"] - t["logp_b"], atol=1e-12)
+    # word join: "Love", " love", " Love" ... meet under one key
+    tw, cw = join_shared(a, b, join="word")
+    assert cw["shared"] < c["shared"] and tw.set_index("text").loc["love", "n_tokens_a"] >= 3
+
+
+def test_big2_coverage_real_tokenizers(smol_tokenizer, gemma_tokenizer, shared_data):
+    from rmfast.analysis.lexicons import load_dictionary
+
+    cov = dictionary_coverage(load_dictionary(shared_data / "lexicons" / "big2_nouns.csv"),
+                              {"smol": smol_tokenizer, "gemma": gemma_tokenizer}).set_index("category")
+    assert cov["words"].to_dict() == {"Agency": 104, "Communion": 159}
+    assert (cov["all"] <= cov[["smol", "gemma"]].min(axis=1)).all()
+    assert (cov["all_space"] <= cov["all"]).all() and (cov["all_space"] > 80).all()
+
+
+# ------------------------------------------------------------------ models, sweeps, CLI
+
+
+@pytest.fixture(scope="module")
+def pair(smol_tokenizer):
+    return (T.tiny("llama", "causal_lm", seed=3), smol_tokenizer), (T.tiny("qwen2", "causal_lm", seed=4), smol_tokenizer)
+
+
+def test_implicit_from_models_matches_logprobs(pair):
+    (ma, tok), (mb, _) = pair
+    r = implicit(pair[0], pair[1], PROMPT, template_b="User: {prompt}\nAssistant:")
+    la = logprobs(ma, tok, PROMPT)
+    lb = logprobs(mb, tok, PROMPT, template="User: {prompt}\nAssistant:")
+    assert r.manifest["a"]["template"]["kind"] == "chat_generation_prompt"
+    assert r.manifest["b"]["template"]["kind"] == "plain_text"
+    ref, _ = join_shared(la, lb)
+    pd.testing.assert_frame_equal(r.table, ref)
+    row = r.table.set_index("text").loc[" love"]
+    i = tok.convert_tokens_to_ids("Ġlove")
+    assert row["token_id_a"] == i
+    assert row["log_ratio"] == pytest.approx(float(la.scores[i]) - float(lb.scores[i]), abs=1e-6)
+    with pytest.raises(UserError, match="different prompts"):
+        implicit(la, logprobs(mb, tok, "Other?"))
+
+
+def test_read_paper_b_prompts(shared_data):
+    from rmfast.analysis.framing import prompt_framing
+
+    p = read_prompts(shared_data / "prompts" / "paper_b_prompts.yaml")
+    assert len(p) == 54 and p["greatest_ever_one"] == PROMPT
+    assert sum(prompt_framing(v) == "negative" for v in p.values()) == 27
+
+
+def test_sweep_and_dictionary_summary(pair):
+    prompts = {"best": "What, in one word, is the best thing ever?", "worst": "What, in one word, is the worst thing ever?"}
+    r = implicit_sweep(pair[0], pair[1], prompts, join="word")
+    assert list(r.table.columns[:2]) == ["prompt_id", "prompt"] and set(r.table["prompt_id"]) == set(prompts)
+    assert len(r.manifest["counts"]) == 2
+    dic = pd.DataFrame({"term": ["love", "power", "friend", "skill", "care"],
+                        "category": ["Communion", "Agency", "Communion", "Agency", "Communion"]})
+    s = dictionary_summary(r.table, dic, name_a="A", name_b="B", n_perm=200)
+    med = s["medians"]
+    assert set(med["model"]) == {"log p A", "log p B", "log ratio (A - B)", "MWLR (A vs B)"}
+    # check one median rank by hand: log ratio, prompt "best", among the 5 words
+    sub = r.table[(r.table["prompt_id"] == "best") & r.table["text"].isin(dic["term"])].set_index("text")
+    rk = sub["log_ratio"].rank(ascending=False)
+    got = med[(med["model"] == "log ratio (A - B)") & (med["prompt"] == prompts["best"])].set_index("category")
+    assert got.loc["Agency", "median_rank"] == rk[["power", "skill"]].median()
+    assert got.loc["Communion", "median_rank"] == rk[["love", "friend", "care"]].median()
+    tests = s["tests"].set_index("framing")
+    assert set(tests.index) == {"all", "positive", "negative"} and tests.loc["all", "n_1"] == 2
+
+
+def test_cli_implicit(pair, tmp_path, shared_data, capsys):
+    (ma, tok), (mb, _) = pair
+    fa, fb = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    logprobs(ma, tok, PROMPT).to_parquet(fa)
+    logprobs(mb, tok, PROMPT).to_parquet(fb)
+    out = tmp_path / "imp.parquet"
+    rc = main(["implicit", "--model-a", str(fa), "--model-b", str(fb), "--out", str(out), "--top", "3"])
+    o = capsys.readouterr()
+    assert rc == 0, o.err
+    assert "shared" in o.out and "top 3 by mwlr" in o.out
+    df = pd.read_parquet(out)
+    assert {"text", "logp_a", "logp_b", "log_ratio", "mwlr", "rank_log_ratio", "rank_mwlr"} <= set(df.columns)
+    man = json.loads((tmp_path / "imp.parquet.json").read_text())
+    assert man["counts"]["shared"] == len(df) and man["prompt"] == PROMPT
+
+    # a sweep from model folders, two ids of the Paper B YAML, with the Big Two dictionary
+    for name, m in (("ma", ma), ("mb", mb)):
+        m.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    out2 = tmp_path / "sweep.parquet"
+    rc = main(["implicit", "--model-a", str(tmp_path / "ma"), "--model-b", str(tmp_path / "mb"),
+               "--prompts-yaml", str(shared_data / "prompts" / "paper_b_prompts.yaml"),
+               "--prompt-id", "best_ever_one", "--prompt-id", "worst_ever_one", "--join", "word",
+               "--dictionary", str(shared_data / "lexicons" / "big2_nouns.csv"), "--out", str(out2), "--no-progress"])
+    o = capsys.readouterr()
+    assert rc == 0, o.err
+    assert "median rank per category" in o.out
+    assert set(pd.read_parquet(out2)["prompt_id"]) == {"best_ever_one", "worst_ever_one"}
+    assert (tmp_path / "sweep.parquet.categories.csv").exists()
+
+    # bad inputs: one line, exit 2
+    for argv, msg in ((["implicit", "--model-a", str(fa)], "--model-b"),
+                      (["implicit", "--model-a", str(fa), "--model-b", str(fb), "--out", str(out)], "already exists"),
+                      (["implicit", "--model-a", str(fa), "--model-b", str(fb), "--prompt", "Other?",
+                        "--out", str(tmp_path / "z.parquet")], "is not the prompt"),
+                      (["implicit", "--model-a", "a", "--model-b", "b", "--prompts-yaml", str(tmp_path / "no.yaml")],
+                       "no such file")):
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and msg in err and err.count("\n") == 1, (argv, err)
+
+
+@pytest.mark.slow
+def test_real_pair_end_to_end(smollm2):
+    """SmolLM2-135M-Instruct vs Gemma 3 270M on one prompt: the log ratio equals plain-HF log-probs."""
+    import rmfast
+
+    gemma = rmfast.load("gemma3-270m", dtype="float32", device="cpu")
+    r = implicit(smollm2, gemma, PROMPT, template_b="User: {prompt}\nAssistant:")
+    c = r.counts
+    assert c["tokens_a"] == 49152 and c["tokens_b"] == 262144 and 40_000 < c["shared"] < 49_152
+    row = r.table.set_index("text").loc[" love"]
+    refs = []
+    for lm, side in ((smollm2, "a"), (gemma, "b")):
+        ids = r.manifest[side]["template"]["prefix_ids"]
+        with torch.no_grad():
+            lp = torch.log_softmax(lm.model(torch.tensor([ids])).logits[0, -1].float(), -1)
+        refs.append(float(lp[int(row[f"token_id_{side}"])]))
+    assert row["logp_a"] == pytest.approx(refs[0], abs=2e-5) and row["logp_b"] == pytest.approx(refs[1], abs=2e-5)
+    assert row["log_ratio"] == pytest.approx(refs[0] - refs[1], abs=4e-5)
