@@ -101,3 +101,19 @@ def test_prefix_kv_is_one_shared_copy(tmpl):
     for k, v in eng.kv:
         assert k.shape == (model.config.num_key_value_heads, P, model.config.head_dim)
         assert v.shape == k.shape
+
+
+@pytest.mark.parametrize("arch,head", [("llama", "score"), ("gemma2", "logprob"), ("gemma3", "score")])
+def test_engine_on_triton_kernels_interpreted(arch, head, short_tmpl, monkeypatch):
+    """The CUDA path's kernels (run by the Triton interpreter on CPU) inside the whole engine."""
+    pytest.importorskip("triton")
+    import os
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("triton imported before TRITON_INTERPRET=1 was set")
+    model = small(arch, "classifier" if head == "score" else "causal_lm")
+    ids = torch.arange(1000, 49152, 1531)[:, None]  # 32 ids
+    ref = reference_scores(model, short_tmpl, ids.tolist(), head=head)
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    fast = Engine(model, short_tmpl, head=head).score(ids)
+    torch.testing.assert_close(fast, ref, atol=5e-5, rtol=1e-5)
