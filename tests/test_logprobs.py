@@ -118,6 +118,13 @@ def test_cli_logprobs(tmp_path, smol_tokenizer, capsys):
     ref = hf_ref(m, prompt_ids(smol_tokenizer, PROMPT)[0])
     np.testing.assert_allclose(df.sort_values("token_id")["score"].to_numpy(), ref.numpy(), atol=1e-5, rtol=0)
     assert "top 3" in capsys.readouterr().out
+    # a shell passes "\n" as two characters: the CLI unescapes it in a plain --template
+    rc = main(["logprobs", str(d), "--template", r"User: {prompt}\nAssistant:", "--token-ids", "0:10",
+               "--out", str(tmp_path / "t.parquet"), "--top", "0"])
+    assert rc == 0
+    man = json.loads((tmp_path / "t.parquet.json").read_text())
+    assert man["template"]["format"] == "User: {prompt}\nAssistant:"
+    assert man["template"]["prefix_ids"] == prompt_ids(smol_tokenizer, PROMPT, template="User: {prompt}\nAssistant:")[0]
     rc = main(["logprobs", str(d), "--out", str(out)])  # exists, no --overwrite
     assert rc == 2 and "already exists" in capsys.readouterr().err
     rc = main(["logprobs", str(d), "--template", "Assistant:", "--out", str(tmp_path / "x.parquet")])

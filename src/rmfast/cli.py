@@ -23,6 +23,13 @@ def _slug(s: str, n: int = 40) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()[:n] or "x"
 
 
+def _unescape_plain(template: str) -> str:
+    """A plain format typed in a shell carries a literal backslash-n: make it a newline (not in Jinja)."""
+    if "{response}" in template and "{%" not in template and "{{" not in template:
+        return template.replace("\\n", "\n").replace("\\t", "\t")
+    return template
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"hub id, local folder, .gguf file or embedded alias (default: {DEFAULT_MODEL})")
@@ -71,7 +78,7 @@ def cmd_scan(args) -> int:
     lm = _load(args)
     out = args.out or os.path.join("results", f"{_slug(lm.source.get('name') or args.model)}__{_slug(args.prompt)}.parquet")
     out = check_output(out, args.overwrite)  # refuse before the work, not after
-    template = args.template if args.template is not None else lm.default_template
+    template = _unescape_plain(args.template) if args.template is not None else lm.default_template
     ck = Path(str(out) + ".partial.npz")
     res = scan(
         lm.model, lm.tokenizer, args.prompt,

@@ -216,6 +216,9 @@ def _as_logprobs(side, prompt, template, system, exclude_special):
     from .scan import ScanResult
 
     if isinstance(side, ScanResult):
+        got = side.manifest.get("prompt")
+        if prompt is not None and got is not None and got != prompt:
+            raise UserError(f"a log-prob result is for the prompt {got!r}, not {prompt!r}")
         head = side.manifest.get("head")
         if head == "score":
             raise UserError("an input scan holds reward scores (head 'score'), not log-probabilities; "
@@ -342,13 +345,13 @@ def dictionary_coverage(dictionary: pd.DataFrame, tokenizers: dict) -> pd.DataFr
     token), then ``all`` / ``all_space`` (in every tokenizer). Wildcard terms are not counted.
     """
     from .analysis.lexicons import normalize_word
+    from .logprobs import vocab_strings
 
     dic = dictionary[~dictionary.get("wildcard", pd.Series(False, index=dictionary.index)).astype(bool)]
     words = dic[["term", "category"]].drop_duplicates()
     have, space = {}, {}
     for name, tok in tokenizers.items():
-        texts = tok.batch_decode([[i] for i in range(len(tok))], skip_special_tokens=False,
-                                 clean_up_tokenization_spaces=False)
+        _, texts = vocab_strings(tok, np.arange(len(tok)))
         have[name] = {normalize_word(t) for t in texts}
         space[name] = set(texts)
     rows = []
@@ -424,8 +427,15 @@ def dictionary_summary(table: pd.DataFrame, dictionary, *, name_a: str = "a", na
                           "diff_median": float(np.median(v[in1]) - np.median(v[~in1])),
                           "mean_diff": float(v[in1].mean() - v[~in1].mean()), "t": t["t"], "p_value": t["p_value"],
                           "n_perm": t["n_perm"]})
+    wins = pd.DataFrame()
+    if len(cat_names) == 2:
+        c1, c2 = cat_names
+        pv = med.pivot_table(index=["model", "framing", "prompt"], columns="category", values="median_rank", sort=False)
+        pv = pv.dropna()
+        wins = (pd.DataFrame({f"{c1} better": pv[c1] < pv[c2], "tie": pv[c1] == pv[c2], f"{c2} better": pv[c1] > pv[c2]})
+                .groupby(level=["model", "framing"], sort=False).sum().astype(int).reset_index())
     return {"medians": med, "summary": summary, "words": pd.concat(word_rows, ignore_index=True),
-            "tests": pd.DataFrame(tests), "notes": [n for n in res.notes if "group test" not in n]}
+            "tests": pd.DataFrame(tests), "prompt_wins": wins, "notes": [n for n in res.notes if "group test" not in n]}
 
 
 def _summary_text(s: dict, *, score_order=None) -> str:
@@ -439,6 +449,11 @@ def _summary_text(s: dict, *, score_order=None) -> str:
         out = out.reindex([i for m in score_order for i in out.index if i[0] == m])
     lines = ["median rank per category (1 = most preferred; mean over prompts of the per-prompt median rank):",
              out.round(1).to_string()]
+    if len(s.get("prompt_wins", [])):
+        w = s["prompt_wins"]
+        if score_order:
+            w = w.set_index("model").loc[[m for m in score_order if m in set(w["model"])]].reset_index()
+        lines += ["", "prompts in which each category has the better (lower) median rank:", w.to_string(index=False)]
     if len(s["tests"]):
         t = s["tests"].copy()
         for c in ("median_log_ratio_1", "median_log_ratio_2", "diff_median", "mean_diff", "t"):
@@ -549,7 +564,7 @@ def cmd_implicit(args) -> int:
     if args.demo:
         r = agency_communion_demo(prompts_yaml=args.prompts_yaml, dictionary=args.dictionary, prompt_ids=args.prompt_id,
                                   out=args.out, overwrite=args.overwrite, cache_dir=args.cache_dir,
-                                  template_b=None if args.template_b == "raw" else (args.template_b or DEMO_TEMPLATE_B))
+                                  template_b=None if args.template_b == "raw" else (_tmpl(args.template_b) or DEMO_TEMPLATE_B))
         print(r["text"])
         if args.out:
             print(f"\nwrote {args.out}, {args.out}.json and {args.out}.categories.csv")
@@ -564,6 +579,8 @@ def cmd_implicit(args) -> int:
         if missing:
             raise UserError(f"prompt id(s) {missing} not in {args.prompts_yaml}")
         prompts = {k: prompts[k] for k in args.prompt_id}
+    if args.dictionary and args.join != "word":
+        raise UserError("--dictionary matches words: add --join word (so 'Love' and ' love' both count as 'love')")
     dic = load_dictionary(args.dictionary) if args.dictionary else None
     a, b = _side(args.model_a, args), _side(args.model_b, args)
     files = [x for x in (a, b) if isinstance(x, ScanResult)]
@@ -619,7 +636,9 @@ def cmd_implicit(args) -> int:
 
 
 def _tmpl(t):
-    return None if t in (None, "raw") else t
+    from .logprobs import cli_template
+
+    return None if t in (None, "raw") else cli_template(t)
 
 
 def register(sub) -> None:
@@ -638,7 +657,7 @@ def register(sub) -> None:
     p.add_argument("--prompt-id", action="append", help="with --prompts-yaml: only these ids (repeatable)")
     for s in ("a", "b"):
         p.add_argument(f"--template-{s}", default=None,
-                       help=f"model {s}'s prompt side: 'User: {{prompt}}\\nAssistant:', a Jinja template, or 'raw' "
+                       help=f"model {s}'s prompt side: 'User: {{prompt}}\\nAssistant:' (\\n unescaped), a Jinja template, or 'raw' "
                        "(default: chat template + generation prompt; the raw prompt for base models)")
         p.add_argument(f"--system-{s}", default=None, help=f"system message for model {s}")
     p.add_argument("--join", default="text", choices=list(JOINS),

@@ -228,6 +228,14 @@ def logprobs(
 # ---------------------------------------------------------------------------------- CLI
 
 
+def cli_template(t: str | None) -> str | None:
+    """A --template from the command line: in a plain format the two-character escapes \\n and \\t
+    become a newline and a tab (shells pass 'User: {prompt}\\nAssistant:' literally); Jinja is left alone."""
+    if t is None or "{%" in t or "{{" in t:
+        return t
+    return t.replace("\\n", "\n").replace("\\t", "\t")
+
+
 def cmd_logprobs(args) -> int:
     from .cli import _load, _print_table, _slug
     from .io import check_output
@@ -239,7 +247,7 @@ def cmd_logprobs(args) -> int:
         raise UserError(f"{args.model} is a {lm.kind}, not a causal language model; logprobs needs an LM head")
     out = args.out or f"results/{_slug(lm.source.get('name') or args.model)}__{_slug(args.prompt)}__logprobs.parquet"
     out = check_output(out, args.overwrite)
-    res = logprobs(lm.model, lm.tokenizer, args.prompt, template=args.template, system=args.system,
+    res = logprobs(lm.model, lm.tokenizer, args.prompt, template=cli_template(args.template), system=args.system,
                    token_ids=args.token_ids, exclude_special=args.exclude_special, model_info=lm.source)
     res.to_parquet(out, overwrite=args.overwrite)
     m = res.manifest
@@ -272,7 +280,7 @@ def register(sub) -> None:
     _fp32_default(p)
     p.add_argument("--prompt", default="What, in one word, is the greatest thing ever?", help="the user turn")
     p.add_argument("--template", default=None,
-                   help="plain prompt side such as 'User: {prompt}\\nAssistant:' (a '{response}' slot is allowed: the "
+                   help="plain prompt side such as 'User: {prompt}\\nAssistant:' (\\n and \\t are unescaped; a '{response}' slot is allowed: the "
                    "ids before it are used), or a Jinja chat template (default: the chat template + generation prompt; "
                    "the raw prompt for base models)")
     p.add_argument("--system", default=None, help="system message (default: the template's own default)")
