@@ -21,7 +21,16 @@ from rmfast.template import build_template, response_ids
 import tiny_models as T
 
 PROMPT = "What, in one word, is the best thing ever?"
-SMALL = dict(length=4, steps=10, search_width=64, topk=32, patience=50)
+SMALL = dict(length=4, steps=8, search_width=48, topk=24, patience=50)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: on this shared 2-core box, two OpenMP threads under load run 4-8x slower."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
@@ -144,15 +153,17 @@ def test_cli_refuses_existing_out(capsys, tmp_path):
     assert "already exists" in err and "--overwrite" in err and "\n" not in err
 
 
-def test_embedded_smollm2(smollm2, capsys, tmp_path):
+def test_embedded_smollm2(smollm2, capsys, tmp_path, monkeypatch):
     """The embedded SmolLM2 (logprob head) through the CLI and the API: direction, random search, oracle."""
+    import rmfast.cli
     from rmfast.cli import main
 
+    monkeypatch.setattr(rmfast.cli, "_load", lambda args, random_head_seed=None: smollm2)  # the fp32 fixture, loaded once
     tok, model = smollm2.tokenizer, smollm2.model
     tmpl = build_template(tok, PROMPT)
     out = tmp_path / "worst.json"
-    assert main(["gcg", "--dtype", "float32", "--prompt", PROMPT, "--length", "4", "--minimize", "--steps", "6",
-                 "--search-width", "32", "--topk", "32", "--seed", "0", "--no-progress", "--out", str(out)]) == 0
+    assert main(["gcg", "--prompt", PROMPT, "--length", "3", "--minimize", "--steps", "4",
+                 "--search-width", "24", "--topk", "24", "--seed", "0", "--no-progress", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "best score" in printed and "reference score" in printed
     mn = json.loads(out.read_text())
@@ -160,13 +171,13 @@ def test_embedded_smollm2(smollm2, capsys, tmp_path):
     assert mn["best_score"] == pytest.approx(mn["best_score_reference"], abs=1e-4)
     assert mn["best_score"] == pytest.approx(reference_scores(model, tmpl, [mn["best_ids"]], head="logprob")[0].item(), abs=1e-4)
     assert response_ids(tok, tmpl, mn["best_text"]) == mn["best_ids"]
-    assert len(mn["trajectory"]) == 7 and mn["trajectory"][-1] < mn["trajectory"][0]
+    assert len(mn["trajectory"]) == 5 and mn["trajectory"][-1] < mn["trajectory"][0]
     for key in ("config", "timing", "manifest", "restarts", "n_evaluated"):
         assert key in mn
 
-    mx = run(model, tok, PROMPT, GCGConfig(length=4, steps=6, search_width=32, topk=32), progress=False, template=tmpl)
+    mx = run(model, tok, PROMPT, GCGConfig(length=3, steps=4, search_width=24, topk=24), progress=False, template=tmpl)
     assert mx.best_score > mn["best_score"]
     assert mx.best_score == pytest.approx(reference_scores(model, tmpl, [mx.best_ids], head="logprob")[0].item(), abs=1e-4)
     for d, best, n, sign in (("max", mx.best_score, mx.n_evaluated, 1), ("min", mn["best_score"], mn["n_evaluated"], -1)):
-        rnd = random_search(model, tok, PROMPT, GCGConfig(length=4, maximize=sign > 0), n, template=tmpl)
+        rnd = random_search(model, tok, PROMPT, GCGConfig(length=3, maximize=sign > 0), n, template=tmpl)
         assert sign * (best - rnd.best_score) > 0, (d, best, rnd.best_score)

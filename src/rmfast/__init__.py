@@ -17,3 +17,4 @@ from .scan import ScanResult, scan  # noqa: E402  (binds rmfast.scan to the func
 from .template import Template, build_template  # noqa: E402
 from .load import LoadedModel, load  # noqa: E402  (binds rmfast.load to the function)
 from .engine import Engine  # noqa: E402
+from . import gcg  # noqa: E402  (rmfast.gcg.run)

@@ -679,14 +679,13 @@ def cmd_gcg(args) -> int:
     direction = "max" if cfg.maximize else "min"
     out = args.out or os.path.join("results", f"gcg__{_slug(args.model)}__{_slug(args.prompt)}__{direction}.json")
     out = check_output(out, args.overwrite)
+    png = None if args.no_plot else check_output(Path(out).with_suffix(".png"), args.overwrite)
     lm = _load(args, random_head_seed=args.random_head_seed)
     if cfg.template is None and lm.default_template is not None:
         cfg.template = lm.default_template
     res = run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source)
     res.to_json(out, overwrite=args.overwrite)
-    plot = None
-    if not args.no_plot:
-        plot = res.plot(Path(out).with_suffix(".png"))
+    plot = res.plot(png) if png is not None else None
     m, t = res.manifest, res.timing
     print(f"\nGCG {m['direction']} ({m['head']} head, {m['length']} tokens, {m['evaluator']} evaluator, {m['dtype']}, {m['device']})")
     print(f"best score      {res.best_score:.6f}")
