@@ -1,7 +1,8 @@
 """Scale-out: ranks from the environment, a barrier, work sharding, and big models over many devices.
 
 Under ``torchrun`` every process sees ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``. rmfast then
-splits the work (a sweep's parts, or a single scan's candidates) by ``index % world == rank``;
+splits the work: a sweep's parts are dealt out by estimated size (:func:`rmfast.sweep.assign`,
+deterministic from the config), a single scan's candidates by ``index % world == rank``;
 each rank writes its own files, and rank 0 finishes (merges shards, writes the store index) after
 a barrier. The barrier is a ``torch.distributed`` **gloo** process group (CPU tensors only, so it
 works the same on CPU and GPU nodes; torchrun's rendezvous gives the address), with a long

@@ -110,8 +110,8 @@ class Store:
         r = self.root
         if r.exists() and not r.is_dir():
             raise UserError(f"results path {r} is a file; give a directory for the results store")
-        if not r.exists() or not any(r.iterdir()):
-            return "new"
+        if not r.exists() or not [x for x in r.iterdir() if not (x.name.startswith(".store.json.") and x.name.endswith(".tmp"))]:
+            return "new"  # empty, or only the temp file of a creation that was killed
         info = self.info()
         if info is None:
             raise UserError(f"{r} exists and is not an rmfast results store (no readable store.json); "
@@ -166,6 +166,19 @@ class Store:
         write_parquet(p, df)
         write_json(m, {**manifest, "key": part.key, "rows": int(len(df)), "schema": SCHEMA_VERSION})
         return p
+
+    def clean_temp(self, part: PartRef) -> int:
+        """Remove temp files a killed writer left in the part's folder (call only for parts this process owns)."""
+        n = 0
+        for t in (self.root / part.relpath).glob(".part.*.tmp"):
+            t.unlink(missing_ok=True)
+            n += 1
+        return n
+
+    def clean_root_temp(self) -> None:
+        """Remove temp files of store.json / manifest.json left by a killed writer (single writer only)."""
+        for t in list(self.root.glob(".store.json.*.tmp")) + list(self.root.glob(".manifest.json.*.tmp")):
+            t.unlink(missing_ok=True)
 
     def remove_stale(self, keep: set[str]) -> list[str]:
         """Delete part folders whose relpath is not in ``keep`` (after --force adopted a new config)."""
@@ -262,6 +275,7 @@ class Store:
         df["score"] = df["score"].astype(np.float32)
         df["rank"] = df["rank"].astype(np.int64)
         df["n_tokens"] = df["n_tokens"].astype(np.int64)
+        df["token"] = df["token"].astype("str")  # missing (text candidates) stays missing
         key = ["model", "prompt", "candidates"]
         has_id = df["token_id"].notna()
         dup = (df[has_id].duplicated(key + ["token_id"]).sum()

@@ -222,7 +222,9 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
     local = _resolve(base, spec)
     is_path = spec.startswith((".", "/", "~")) or (not Path(spec).is_absolute() and local.exists())
     if is_path:
-        spec = str(local.resolve()) if local.exists() else str(local)
+        if not local.exists():
+            raise c.err("model", f"no such model folder or file: {local}")
+        spec = str(local.resolve())
     name = c.get("name", "str")
     if name is None:
         name = Path(spec).name.removesuffix(".gguf") if is_path else spec
@@ -252,7 +254,10 @@ def _prompts(file: str, value, base: Path) -> dict[str, str]:
     src, where = file, "prompts"
     if isinstance(value, str):
         p = _resolve(base, value)
-        value = _yaml_load(p, "prompts file")
+        try:
+            value = _yaml_load(p, "prompts file")
+        except UserError as e:
+            raise UserError(f"{file}: prompts: {e}") from None
         src, where = str(p), ""
         if isinstance(value, dict) and set(value) == {"prompts"}:
             value, where = value["prompts"], "prompts"
@@ -442,6 +447,42 @@ def frame_from_texts(res, tokenizer=None):
 # running
 
 
+def _cost(c: CandSet) -> float:
+    """Rough work of one part of candidate set ``c`` (tokens through the model)."""
+    if c.kind == "file":
+        return float(sum(len(t) for t in c.texts.texts)) / 4.0 + len(c.texts.texts)
+    t = c.view.get("token_ids")
+    if isinstance(t, str) and ":" in t:
+        a, _, b = t.partition(":")
+        try:
+            return float((int(b) if b.strip() else 50_000) - (int(a) if a.strip() else 0))
+        except ValueError:
+            return 50_000.0
+    if isinstance(t, list):
+        return float(len(t))
+    return 50_000.0  # a whole vocabulary (nominal)
+
+
+def assign(plan: list[PartRef], cfg: SweepConfig, world: int) -> list[list[PartRef]]:
+    """Deal the parts to ``world`` ranks: largest first to the least-loaded rank (ties: lowest rank).
+
+    Deterministic from the config alone, so every rank computes the same split without talking,
+    whatever is already finished. Each rank's parts come back in plan order (model-major), so a
+    rank loads each of its models once.
+    """
+    if world <= 1:
+        return [list(plan)]
+    cost = {c.name: _cost(c) for c in cfg.candidates}
+    order = sorted(range(len(plan)), key=lambda i: (-cost[plan[i].candidates], i))
+    load = [0.0] * world
+    owner = [0] * len(plan)
+    for i in order:
+        r = min(range(world), key=lambda k: (load[k], k))
+        owner[i] = r
+        load[r] += cost[plan[i].candidates]
+    return [[p for i, p in enumerate(plan) if owner[i] == r] for r in range(world)]
+
+
 def _log(d: dist.Dist, msg: str) -> None:
     tag = f"[{d.tag()}] " if d.world > 1 else ""
     print(f"rmfast sweep: {tag}{msg}", file=sys.stderr, flush=True)
@@ -483,7 +524,8 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
               progress: bool = True, dry_run: bool = False) -> dict:
     """Run (or resume) a sweep into its results store. Returns the store index (parts, done, rows).
 
-    Under torchrun each rank takes every world-th part; rank 0 writes the index after a barrier.
+    Under torchrun (or ``shard="I/N"``) each rank takes its share of the parts (:func:`assign`); rank 0
+    writes the index after a barrier.
     """
     root = Path(out) if out is not None else cfg.out
     if root is None:
@@ -501,6 +543,8 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
     try:
         dist.barrier(d)  # every rank has checked the store before rank 0 changes it
         if d.is_main or not d.group:
+            if d.world == 1 or d.group:  # the only writer of store.json / manifest.json
+                store.clean_root_temp()
             if mode in ("new", "adopt"):
                 store.create(chash, cfg.normalized(), plan, source=str(cfg.path) if cfg.path else None)
             if mode == "adopt":
@@ -508,7 +552,9 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
                 if removed:
                     _log(d, f"--force: removed {len(removed)} part(s) not in the new config")
         dist.barrier(d)
-        mine = [p for i, p in enumerate(plan) if i % d.world == d.rank]
+        mine = assign(plan, cfg, d.world)[d.rank]
+        for p in mine:  # a kill -9 mid-write leaves a temp file behind; this rank owns these folders
+            store.clean_temp(p)
         todo = [p for p in mine if not store.is_done(p)]
         _log(d, f"{len(plan)} parts ({len(cfg.models)} models × {len(cfg.prompts)} prompts × {len(cfg.candidates)} "
                 f"candidate sets); this process: {len(mine)}, {len(mine) - len(todo)} already done")
@@ -549,12 +595,12 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
             except Exception:  # pragma: no cover
                 pass
         dist.barrier(d)
-        if d.is_main or not d.group:
-            idx = store.write_index(plan, chash) if (d.is_main or all(store.is_done(p) for p in plan)) else \
-                {"n_parts": len(plan), "n_done": sum(store.is_done(p) for p in plan), "complete": False, "rows": None}
-        else:
-            idx = {"n_parts": len(plan), "complete": None}
-        return idx
+        if d.group and not d.is_main:
+            return {"n_parts": len(plan), "complete": None}  # rank 0 reports
+        n_done = sum(store.is_done(p) for p in plan)
+        if d.group or d.world == 1 or n_done == len(plan):  # --shard jobs: only the one that sees it all done
+            return store.write_index(plan, chash)
+        return {"n_parts": len(plan), "n_done": n_done, "complete": False, "rows": None}
     finally:
         dist.finish(d)
 
@@ -608,6 +654,8 @@ def cmd_scan_extended(args) -> int:
     if max_tokens < 1:
         raise UserError("--max-tokens must be a positive integer")
     d = dist.from_env()
+    if args.out:
+        check_output(args.out, args.overwrite)  # refuse before loading anything
     cands = read_candidates(args.candidates, args.column) if args.candidates is not None else None
     engine = dist.engine_for(args.device_map, args.engine)
     dist.init(d)

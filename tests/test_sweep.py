@@ -1,0 +1,310 @@
+"""Sweeps and the results store: end to end, kill -9 and resume, the results command, scan with text
+candidates, and every bad input -> one line naming the file and key, exit 2."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tiny_models as T
+from rmfast.cli import main
+from rmfast.store import load_results
+
+pytestmark = pytest.mark.filterwarnings("ignore:rmfast. texts.txt. 1 duplicate:UserWarning")
+
+PROMPTS = {"greatest": "What, in one word, is the greatest thing ever?",
+           "best": "What, in one word, is the best thing ever?",
+           "worst": "What, in one word, is the worst thing ever?"}
+TEXTS = ["Love", "The universe", "Water", "music and art", "Albert Einstein", "a cup of tea", "Pizza", "sunsets"]
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory, smol_tokenizer):
+    """Two tiny reward models and a tiny causal LM, saved as HF folders with the real SmolLM2 tokenizer."""
+    d = tmp_path_factory.mktemp("sweep-models")
+    for name, arch, kind, seed in (("rm-a", "llama", "classifier", 0), ("rm-b", "qwen2", "classifier", 1),
+                                   ("lm-c", "llama", "causal_lm", 2)):
+        m = T.tiny(arch, kind, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=seed)
+        m.save_pretrained(d / name)
+        smol_tokenizer.save_pretrained(d / name)
+    import yaml
+
+    (d / "prompts.yaml").write_text("# like paper_b_prompts.yaml: name: text\n" + yaml.safe_dump(PROMPTS, sort_keys=False))
+    (d / "texts.txt").write_text("\n".join(TEXTS + ["Love", ""]) + "\n")
+    return d
+
+
+def write_cfg(d: Path, name="sweep.yaml", **over) -> Path:
+    import yaml
+
+    cfg = {
+        "defaults": {"dtype": "float32", "device": "cpu"},
+        "models": ["./rm-a", {"model": "./rm-b", "name": "rm-b", "batch_size": 64}],
+        "prompts": "prompts.yaml",
+        "candidates": {"vocab": {"vocabulary": {"token_ids": "0:200"}},
+                       "words": {"vocabulary": {"token_ids": "0:300", "exclude_special": True, "wordlike": True,
+                                                "dedup": True}},
+                       "texts": "texts.txt"},
+    }
+    cfg.update(over)
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    p = d / name
+    p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return p
+
+
+def run(argv, capsys):
+    rc = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def one_line_error(rc, err):
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("rmfast: error")]
+    return rc == 2 and len(lines) == 1 and "Traceback" not in err
+
+
+def part_files(store: Path):
+    return sorted(store.glob("parts/*/*/*/part.parquet.json"))
+
+
+# ------------------------------------------------------------------ end to end
+
+
+def test_sweep_store_results_and_rerun(models_dir, tmp_path, capsys):
+    cfg = write_cfg(models_dir, "e2e.yaml", models=["./rm-a", {"model": "./lm-c", "head": "logprob"}])
+    store = tmp_path / "store"
+    with pytest.warns(UserWarning, match="1 duplicate"):
+        rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0, se
+    assert "18/18 parts" in so
+    df = load_results(store)
+    assert list(df.columns[:6]) == ["model", "prompt", "token_id", "text", "score", "rank"]
+    assert set(df["model"]) == {"rm-a", "lm-c"} and set(df["prompt"]) == set(PROMPTS.values())
+    sizes = df.groupby(["model", "prompt", "candidates"]).size().unstack()
+    assert (sizes["vocab"] == 200).all() and (sizes["texts"] == len(TEXTS)).all() and (sizes["words"] < 300).all()
+    texts = df[df["candidates"] == "texts"]
+    assert texts["token_id"].isna().all() and (texts["n_tokens"] >= 1).all() and set(texts["text"]) == set(TEXTS)
+    assert df[df["candidates"] == "vocab"]["token_id"].notna().all()
+    assert df.groupby(["model", "prompt", "candidates"])["rank"].min().eq(1).all()
+    # a part equals the same scan run directly
+    from rmfast.load import load
+    from rmfast.scan import scan
+
+    lm = load(str(models_dir / "rm-a"), dtype="float32", device="cpu")
+    direct = scan(lm.model, lm.tokenizer, PROMPTS["best"], token_ids="0:200", progress=False).to_pandas()
+    part = df[(df.model == "rm-a") & (df.prompt == PROMPTS["best"]) & (df.candidates == "vocab")]
+    np.testing.assert_array_equal(part["score"].to_numpy(), direct["score"].to_numpy())
+    # a rerun skips every finished part and rewrites nothing
+    before = {p: p.stat().st_mtime_ns for p in part_files(store)}
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0 and "18 already done" in se
+    assert {p: p.stat().st_mtime_ns for p in part_files(store)} == before
+    # rmfast results: the listing and the tidy export
+    rc, so, se = run(["results", store, "--parts", "--out", tmp_path / "tidy.parquet"], capsys)
+    assert rc == 0, se
+    assert "18 done" in so and "rm-a" in so and "lm-c" in so and "candidates=texts" in so
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tidy.parquet"), df)
+    assert run(["results", store, "--out", tmp_path / "tidy.csv"], capsys)[0] == 0
+    assert (tmp_path / "tidy.csv").read_text().startswith("model,prompt,token_id,text,score,rank,")
+    idx = json.loads((store / "manifest.json").read_text())
+    assert idx["complete"] and idx["n_done"] == 18 and idx["rows"] == len(df)
+
+
+def test_sweep_survives_kill_9(models_dir, tmp_path, capsys):
+    """kill -9 a sweep mid-way (a part in progress holds a checkpoint), rerun: the store equals a clean run."""
+    cfg = write_cfg(models_dir, "kill.yaml", defaults={"dtype": "float32", "device": "cpu", "batch_size": 32},
+                    models=["./rm-a", "./rm-b"], prompts={k: PROMPTS[k] for k in ("greatest", "best")},
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:320"}}, "texts": "texts.txt"})
+    store = tmp_path / "killed"
+    code = ("import importlib, sys; importlib.import_module('rmfast.scan').CHECKPOINT_EVERY_S = 0.0; "
+            "from rmfast.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.Popen([sys.executable, "-c", code, "sweep", str(cfg), "--out", str(store), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if part_files(store) and list(store.glob("parts/*/*/*/part.partial.npz")):
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done_before = part_files(store)
+    checkpoints = list(store.glob("parts/*/*/*/part.partial.npz"))
+    assert 1 <= len(done_before) < 8
+    # resume; then a clean run elsewhere
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0, se
+    assert f"{len(done_before)} already done" in se
+    if checkpoints:  # the part killed mid-way resumed from its checkpoint
+        man = json.loads((checkpoints[0].parent / "part.parquet.json").read_text())
+        assert man["scan"]["resumed_candidates"] > 0
+    assert not list(store.glob("parts/*/*/*/part.partial.npz")) and not list(store.rglob("*.tmp"))
+    rc, so, se = run(["sweep", cfg, "--out", tmp_path / "clean", "--no-progress"], capsys)
+    assert rc == 0, se
+    a = load_results(store, token_ids=True)
+    b = load_results(tmp_path / "clean", token_ids=True)
+    assert len(a) == 2 * 2 * (320 + len(TEXTS))  # no lost rows, no duplicated rows
+    pd.testing.assert_frame_equal(a, b)
+
+
+# ------------------------------------------------------------------ scan with text candidates
+
+
+def test_scan_text_candidates_cli(models_dir, tmp_path, capsys):
+    out = tmp_path / "t.parquet"
+    with pytest.warns(UserWarning, match="1 duplicate"):
+        rc, so, se = run(["scan", models_dir / "rm-a", "--candidates", models_dir / "texts.txt", "--dtype", "float32",
+                          "--out", out, "--no-progress", "--top", "3"], capsys)
+    assert rc == 0, se
+    df = pd.read_parquet(out)
+    assert list(df.columns) == ["text", "n_tokens", "score", "rank", "token_ids"] and len(df) == len(TEXTS)
+    man = json.loads(Path(str(out) + ".json").read_text())
+    assert man["candidates"]["n_duplicates"] == 1 and man["engine"] == "fast"
+    assert "top 3" in so and "n_tokens" in so
+    csv = tmp_path / "c.csv"
+    pd.DataFrame({"id": range(3), "name": ["Water", "Fire", "The Moon"]}).to_csv(csv, index=False)
+    rc, so, se = run(["scan", models_dir / "rm-a", "--candidates", csv, "--column", "name", "--out", tmp_path / "c.parquet",
+                      "--no-progress", "--top", "0"], capsys)
+    assert rc == 0, se
+    assert pd.read_parquet(tmp_path / "c.parquet")["text"].tolist() == ["Water", "Fire", "The Moon"]
+    # vocabulary views and the papers' pipeline on token scans
+    rc, so, se = run(["scan", models_dir / "rm-a", "--token-ids", "0:300", "--wordlike", "--dedup", "--exclude-special",
+                      "--out", tmp_path / "w.parquet", "--no-progress", "--top", "0"], capsys)
+    assert rc == 0, se
+    w = pd.read_parquet(tmp_path / "w.parquet")
+    assert 0 < len(w) < 300 and w["text"].str.lstrip(" ").str.isalpha().all()
+    with pytest.warns(UserWarning, match="merge with the template"):
+        rc, so, se = run(["scan", models_dir / "rm-a", "--token-ids", "190:220", "--compat", "decode-retokenize",
+                          "--out", tmp_path / "k.parquet", "--no-progress", "--top", "0"], capsys)
+    assert rc == 0, se
+    k = pd.read_parquet(tmp_path / "k.parquet")
+    assert k["token_id"].tolist() == list(range(190, 220)) and (k["n_tokens"] >= 1).all()
+
+
+@pytest.mark.parametrize("case", ["empty-file", "missing-file", "column-without-candidates", "candidates-and-ids",
+                                  "over-long", "bad-csv-column"])
+def test_scan_candidates_bad_input(case, models_dir, tmp_path, capsys):
+    out = tmp_path / "o.parquet"
+    base = ["scan", models_dir / "rm-a", "--out", out, "--no-progress"]
+    f = tmp_path / "c.txt"
+    f.write_text("Love\nA much longer candidate with many many tokens in it\n")
+    extra = {"empty-file": ["--candidates", tmp_path / "empty.txt"],
+             "missing-file": ["--candidates", tmp_path / "nope.txt"],
+             "column-without-candidates": ["--column", "name"],
+             "candidates-and-ids": ["--candidates", f, "--token-ids", "0:10"],
+             "over-long": ["--candidates", f, "--max-tokens", "4"],
+             "bad-csv-column": ["--candidates", tmp_path / "c.csv", "--column", "nope"]}[case]
+    (tmp_path / "empty.txt").write_text("")
+    pd.DataFrame({"name": ["x"]}).to_csv(tmp_path / "c.csv", index=False)
+    rc, so, se = run(base + extra, capsys)
+    assert one_line_error(rc, se), se
+    assert not out.exists()
+    if case == "over-long":
+        assert "--max-tokens 4" in se and "candidate 2" in se
+
+
+# ------------------------------------------------------------------ bad configs and foreign stores
+
+
+BAD = {
+    "unknown-top": ({"modles": ["./rm-a"]}, "modles"),
+    "unknown-model-key": ({"models": [{"model": "./rm-a", "dtyp": "float32"}]}, "models[0].dtyp"),
+    "missing-models": ({"models": None}, "models"),
+    "missing-model-spec": ({"models": [{"name": "x"}]}, "models[0].model"),
+    "missing-model-folder": ({"models": ["./rm-a", "./no-such-model"]}, "models[1].model"),
+    "bad-dtype-type": ({"models": [{"model": "./rm-a", "dtype": 16}]}, "models[0].dtype"),
+    "bad-head-index": ({"models": [{"model": "./rm-a", "head_index": "one"}]}, "models[0].head_index"),
+    "bad-batch": ({"models": [{"model": "./rm-a", "batch_size": -3}]}, "models[0].batch_size"),
+    "bad-bool": ({"models": [{"model": "./rm-a", "trust_remote_code": "yes"}]}, "models[0].trust_remote_code"),
+    "dup-model-names": ({"models": ["./rm-a", {"model": "./rm-b", "name": "rm-a"}]}, "models[1].name"),
+    "bad-prompts": ({"prompts": {"a": 3}}, "prompts.a"),
+    "missing-prompts-file": ({"prompts": "nope.yaml"}, "nope.yaml"),
+    "bad-vocab-key": ({"candidates": {"v": {"vocabulary": {"word_like": True}}}}, "candidates.v.vocabulary.word_like"),
+    "empty-cands": ({"candidates": {"e": "empty.txt"}}, "candidates.e"),
+    "missing-cands": ({"candidates": {"e": "missing.txt"}}, "candidates.e"),
+    "bad-compat": ({"compat": "retokenize"}, "compat"),
+    "bad-defaults": ({"defaults": {"model": "x"}}, "defaults.model"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_config(case, models_dir, tmp_path, capsys):
+    (models_dir / "empty.txt").write_text("\n\n")
+    over, key = BAD[case]
+    cfg = write_cfg(models_dir, f"bad-{case}.yaml", **over)
+    rc, so, se = run(["sweep", cfg, "--out", tmp_path / "s"], capsys)
+    assert one_line_error(rc, se), se
+    assert cfg.name in se and key in se, se
+    assert not (tmp_path / "s").exists()
+
+
+def test_bad_yaml_and_foreign_stores(models_dir, tmp_path, capsys):
+    bad = models_dir / "broken.yaml"
+    bad.write_text("models: [./rm-a\nprompts: {a: b}\n")
+    rc, so, se = run(["sweep", bad, "--out", tmp_path / "s"], capsys)
+    assert one_line_error(rc, se) and "broken.yaml" in se and "line" in se
+    # a directory that is not a store is refused
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("mine")
+    small = write_cfg(models_dir, "small.yaml", models=["./rm-a"], prompts={"g": PROMPTS["greatest"]},
+                      candidates={"texts": "texts.txt"})
+    rc, so, se = run(["sweep", small, "--out", tmp_path / "other"], capsys)
+    assert one_line_error(rc, se) and "not an rmfast results store" in se
+    # a store written by another config: refused; --force adopts (unchanged parts kept, stale removed)
+    store = tmp_path / "s"
+    assert run(["sweep", small, "--out", store, "--no-progress"], capsys)[0] == 0
+    kept = store / "parts/model=rm-a/prompt=g/candidates=texts/part.parquet.json"
+    t_kept = kept.stat().st_mtime_ns
+    other = write_cfg(models_dir, "small2.yaml", models=["./rm-a"], prompts={"b": PROMPTS["best"], "g": PROMPTS["greatest"]},
+                      candidates={"texts": "texts.txt"})
+    rc, so, se = run(["sweep", other, "--out", store], capsys)
+    assert one_line_error(rc, se) and "different config" in se and "prompts" in se and "--force" in se
+    rc, so, se = run(["sweep", other, "--out", store, "--force", "--no-progress"], capsys)
+    assert rc == 0, se
+    assert kept.stat().st_mtime_ns == t_kept and "1 already done" in se
+    assert len(load_results(store)) == 2 * len(TEXTS)
+    rc, so, se = run(["results", tmp_path / "nothing"], capsys)
+    assert one_line_error(rc, se)
+
+
+def test_real_prompts_and_candidate_files_plan(shared_data, tmp_path, capsys):
+    """The papers' inputs as a sweep: 54 prompts from paper_b_prompts.yaml × EloEverything × a lexicon (plan only)."""
+    import yaml
+
+    prompts = shared_data / "prompts" / "paper_b_prompts.yaml"
+    elo = sorted((shared_data / "eloeverything").glob("*.csv"))
+    nouns = shared_data / "lexicons" / "big2_nouns.csv"
+    if not (prompts.exists() and elo and nouns.exists()):
+        pytest.skip("shared prompts / EloEverything / lexicons absent")
+    cfg = tmp_path / "paper_b.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "out": "store",
+        "models": ["smollm2-135m-instruct", {"model": "smollm2-135m-instruct", "name": "smollm2-rm", "random_head_seed": 0}],
+        "prompts": str(prompts),
+        "candidates": {"elo": {"file": str(elo[0]), "column": "name"},
+                       "nouns": {"file": str(nouns), "column": "token_decoded"},
+                       "words": {"vocabulary": {"exclude_special": True, "wordlike": True, "dedup": True}}},
+    }))
+    rc, so, se = run(["sweep", cfg, "--dry-run"], capsys)
+    assert rc == 0, se
+    assert "324 parts, 0 done" in so and so.count("todo") == 324  # 2 models × 54 prompts × 3 sets
+    assert "prompt=best_ever_one/candidates=elo" in so and not (tmp_path / "store").exists()
+    from rmfast.sweep import load_config
+
+    c = load_config(cfg)
+    assert len(c.prompts) == 54 and len(c.candidates[0].texts.texts) == 7530
