@@ -286,7 +286,9 @@ def test_conversion_is_atomic_and_cached(smol, tmp_cache, monkeypatch):
     """An interrupted conversion leaves nothing that looks complete; a finished one is reused."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    import rmfast.load as L
+    import importlib
+
+    L = importlib.import_module("rmfast.load")  # the module: rmfast.load is the function
 
     fake = tmp_cache / "fake-model.gguf"
     fake.write_bytes(b"not really a gguf")

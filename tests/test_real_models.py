@@ -45,11 +45,11 @@ def test_smollm2_classifier_fp32_exact(smol_rm, tmpl):
 
 def test_smollm2_bf16_rank_agreement(tmpl):
     lm = rmfast.load("smollm2-135m-instruct", dtype="bfloat16")
-    ids = torch.arange(2000, 49152, 197)[:, None]  # 240 ids
+    ids = torch.arange(2000, 49152, 393)[:, None]  # 120 ids
     fast = Engine(lm.model, tmpl, head="logprob").score(ids).numpy()
-    ref = reference_scores(lm.model, tmpl, ids.tolist(), head="logprob", batch_size=32).numpy()
+    ref = reference_scores(lm.model, tmpl, ids.tolist(), head="logprob", batch_size=64).numpy()
     assert stats.spearmanr(fast, ref).statistic > 0.99
-    assert len(set(np.argsort(-fast)[:20]) & set(np.argsort(-ref)[:20])) >= 16
+    assert len(set(np.argsort(-fast)[:12]) & set(np.argsort(-ref)[:12])) >= 9
 
 
 def test_scan_api_and_resume(smollm2, tmp_path, monkeypatch):
