@@ -11,7 +11,7 @@ import tiny_models as T
 from rmfast.candidates import (TextScanResult, decode_retokenize_scan, is_wordlike, read_candidates, score_texts,
                                vocab_ids)
 from rmfast.errors import UserError
-from rmfast.reference import _no_pad, reference_scores
+from rmfast.reference import pad_token_as, reference_scores
 from rmfast.scan import scan, special_ids
 from rmfast.template import build_template
 
@@ -129,7 +129,7 @@ def test_text_ids_are_chat_template_slices_and_scores_match_reference(tiny_rm, s
     assert res.n_tokens.max() > 10  # multi-token candidates really are multi-token
     ref = reference_scores(tiny_rm, tmpl, res.token_ids, head="score", head_index=1).numpy()
     np.testing.assert_allclose(res.scores, ref, rtol=1e-5, atol=1e-5)
-    with _no_pad(tiny_rm):  # straight from the whole conversation, no template split at all
+    with pad_token_as(tiny_rm, -1):  # straight from the whole conversation, no template split at all
         direct = [tiny_rm(input_ids=torch.tensor([chat_ids(tok, PROMPT, t)])).logits[0, 1].item() for t in TEXTS[:3]]
     np.testing.assert_allclose(res.scores[:3], direct, rtol=1e-5, atol=1e-5)
     df = res.to_pandas()
@@ -153,7 +153,7 @@ def test_off_fast_path_falls_back_with_warning(smol_tokenizer):
         res = score_texts(m, smol_tokenizer, PROMPT, TEXTS[:4], progress=False)
     assert res.manifest["engine"] == "reference"
     tmpl = build_template(smol_tokenizer, PROMPT)
-    with _no_pad(m):
+    with pad_token_as(m, -1):
         direct = [m(input_ids=torch.tensor([chat_ids(smol_tokenizer, PROMPT, t)])).logits[0, 0].item() for t in TEXTS[:4]]
     np.testing.assert_allclose(res.scores, direct, rtol=1e-5, atol=1e-5)
     assert tmpl.sequence(res.token_ids[1]) == chat_ids(smol_tokenizer, PROMPT, TEXTS[1])
@@ -177,7 +177,7 @@ def test_decode_retokenize_compat(tiny_rm, smol_tokenizer):
     df = res.to_pandas()
     assert df["token_id"].tolist() == ids
     # every row is the score of the whole re-tokenized conversation of decode([id])
-    with _no_pad(tiny_rm):
+    with pad_token_as(tiny_rm, -1):
         direct = [tiny_rm(input_ids=torch.tensor([chat_ids(tok, PROMPT, tok.decode([i]))])).logits[0, 0].item() for i in ids]
     np.testing.assert_allclose(res.scores, direct, rtol=1e-5, atol=1e-5)
     # where decode -> re-tokenize gives the id back, compat and the default agree exactly

@@ -756,15 +756,27 @@ def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dt
 
 
 def profile_engine(eng, ids: np.ndarray, bs: int, device: torch.device, n_batches: int = 3, top: int = 15) -> dict:
-    """torch.profiler over a few engine batches: the top ops by self time."""
+    """torch.profiler over a few engine batches: the top ops by self time.
+
+    Without per-row work (tokens_per_row(1) == 0) the prompt pass is the work: each "batch" is then
+    a fresh Engine (prompt pass + log-softmax over the vocabulary) scoring ``bs`` ids.
+    """
     from torch.profiler import ProfilerActivity, profile
+
+    from .engine import Engine
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     batches = [torch.from_numpy(c)[:, None] for c in _chunks(np.resize(ids, bs * n_batches), bs)][:n_batches]
-    eng.score(batches[0])
+    whole = eng.tokens_per_row(1) == 0
+
+    def step(b):
+        e = Engine(eng.model, eng.template, head=eng.head, head_index=eng.head_index) if whole else eng
+        return e.score(b)
+
+    step(batches[0])
     with profile(activities=acts) as prof:
         for b in batches:
-            eng.score(b)
+            step(b)
         _sync(device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     ka = prof.key_averages()
@@ -773,7 +785,7 @@ def profile_engine(eng, ids: np.ndarray, bs: int, device: torch.device, n_batche
     for e in sorted(ka, key=lambda e: getattr(e, key), reverse=True)[:top]:
         rows.append({"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key) / 1e3, 2),
                      "self_pct": round(100 * getattr(e, key) / total, 1)})
-    return {"sort": key, "batch_size": bs, "n_batches": n_batches, "top": rows,
+    return {"sort": key, "batch_size": bs, "n_batches": n_batches, "whole_vocab": whole, "top": rows,
             "table": ka.table(sort_by=key, row_limit=top)}
 
 
@@ -843,7 +855,8 @@ def plot(rows: list[dict], path: Path, title: str) -> Path | None:
             ax.bar(x, v, width * 0.92, color=colors[meth], label=meth if i == 0 else None)
             lab = f"{v:,.0f}" if v >= 10 else f"{v:.1f}"
             if meth != "rmfast":
-                lab += f"\n(×{r['rmfast_speedup']:,.1f})"
+                x_ = r["rmfast_speedup"]
+                lab += f"\n(×{x_:,.0f})" if x_ >= 100 else f"\n(×{x_:.1f})"
             ax.text(x, v * 1.08, lab, ha="center", va="bottom", fontsize=8)
         pk = by.get("rmfast", {}).get("peak_bound_cand_per_s")
         if pk:
@@ -881,9 +894,10 @@ def format_table(rows: list[dict]) -> str:
     out = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in rows:
         if r["method"] == "rmfast-full":
+            ug = f"{r['useful_gflops']:,.1f}" if r.get("useful_gflops") is not None else "–"
             out.append(f"| {r['model']} | rmfast full vocab ({r['n_timed']:,}) | {r['batch_size']} | "
-                       f"{r['cand_per_s']:,.1f} | | {r['useful_gflops'] or '–'} | | {r['peak_mem_mib']:,.0f} | "
-                       f"{r['full_wall_s']:.1f} s wall | |")
+                       f"{r['cand_per_s']:,.1f} | | {ug} | | {r['peak_mem_mib']:,.0f} | "
+                       f"{r['full_wall_s']:.1f} s wall ({r['full_scan_s']:.1f} s scoring) | |")
             continue
         fr = f"{100 * r['frac_gemm_peak']:.1f}%" if r.get("frac_gemm_peak") is not None else "–"
         ug = f"{r['useful_gflops']:,.1f}" if r.get("useful_gflops") is not None else "–"

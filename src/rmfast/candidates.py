@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import __version__
 from .errors import UserError
 from .io import check_output, manifest_path, write_json, write_parquet
 
@@ -431,9 +430,9 @@ def score_texts(
     from tqdm.auto import tqdm
 
     from .engine import Engine
-    from .models.arch import arch_spec
     from .reference import reference_scores
-    from .scan import (CHECKPOINT_EVERY_S, _run_key, _save_checkpoint, _versions, auto_batch_size, default_head)
+    from .scan import (CHECKPOINT_EVERY_S, _run_key, _save_checkpoint, _versions, auto_batch_size, base_manifest,
+                       resolve_engine, resolve_head)
     from .template import Template, build_template
 
     t0 = time.perf_counter()
@@ -466,14 +465,7 @@ def score_texts(
     if max_tokens is None or int(max_tokens) < 1:
         raise UserError("--max-tokens must be a positive integer")
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
-    if head == "auto":
-        head = default_head(model)
-    if head not in ("score", "logprob"):
-        raise UserError(f"unknown head {head!r}; use score or logprob")
-    if head == "logprob" and not hasattr(model, "lm_head"):
-        raise UserError("--head logprob needs a causal language model; this model has no LM head (use --head score)")
-    if head == "score" and head_index < 0:
-        raise UserError("--head-index must be >= 0")
+    head = resolve_head(model, head, head_index)
 
     rows = tokenize_in_context(tokenizer, tmpl, texts, compat=compat, head=head)
     limit = int(max_tokens)
@@ -485,33 +477,12 @@ def score_texts(
             raise UserError(f"candidate {i + 1} {texts[i][:40]!r} is {n} tokens long, over {which}; "
                             "shorten it, drop it, or raise --max-tokens")
 
-    spec = arch_spec(model)
-    if engine == "auto":
-        engine = "fast" if spec is not None and (head != "score" or spec.score_head is not None) else "reference"
-        if engine == "reference":
-            warnings.warn(f"rmfast: architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; "
-                          "using the plain Hugging Face path (correct, slower)", stacklevel=2)
-    elif engine not in ("fast", "reference"):
-        raise UserError(f"unknown engine {engine!r}; use auto, fast or reference")
-    if head == "score" and spec is not None and spec.score_head is not None and head_index >= spec.score_head.out_features:
-        raise UserError(f"--head-index {head_index} is out of range: the score head has {spec.score_head.out_features} outputs")
-
-    p = next(model.parameters())
-    device, dtype = p.device, p.dtype
-    info = model_info or {"name": getattr(model.config, "name_or_path", None) or type(model).__name__}
+    engine = resolve_engine(model, head, head_index, engine)
+    device = next(model.parameters()).device
     n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
     n_odd = sum(r.template is not None for r in rows)
-    manifest = {
-        "rmfast_version": __version__,
-        "model": info,
-        "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
-        "prompt": prompt,
-        "template": tmpl.manifest(),
-        "head": head,
-        "head_index": head_index,
-        "dtype": str(dtype).replace("torch.", ""),
-        "device": str(device),
-        "engine": engine,
+    manifest = base_manifest(model, tmpl, prompt, head=head, head_index=head_index, engine=engine, model_info=model_info)
+    manifest.update({
         "candidate_kind": "vocabulary-decoded" if source_ids is not None else "text",
         "candidates": candidates_info,
         "compat": compat,
@@ -522,8 +493,7 @@ def score_texts(
         "tokenization": ("apply_chat_template(tokenize=True) of the whole conversation, sliced between the template's "
                          "prefix and suffix" if compat is None else
                          "decode-retokenize: the whole re-tokenized conversation is scored as it is"),
-        "score_position": "final position of prefix + response + suffix (never 'last non-pad')",
-    }
+    })
     if n_odd:
         warnings.warn(f"rmfast: {n_odd} candidate(s) merge with the template when re-tokenized; they are scored "
                       "as whole sequences on the plain Hugging Face path", stacklevel=2)

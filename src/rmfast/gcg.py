@@ -38,9 +38,7 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
 import os
 import time
 import warnings
@@ -263,21 +261,11 @@ class _Retokenizer:
 # gradient and evaluation
 
 
-@contextlib.contextmanager
 def _no_pad_pooling(model):
     """Batch-1 classifier forward with inputs_embeds: pad None makes HF pool the final position, silently."""
-    cfgs = [model.config]
-    text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    if text_cfg is not model.config:
-        cfgs.append(text_cfg)
-    saved = [c.pad_token_id for c in cfgs]
-    try:
-        for c in cfgs:
-            c.pad_token_id = None
-        yield
-    finally:
-        for c, s in zip(cfgs, saved):
-            c.pad_token_id = s
+    from .reference import pad_token_as
+
+    return pad_token_as(model, None)
 
 
 class _Gradient:

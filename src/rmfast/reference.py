@@ -22,7 +22,9 @@ from .template import Template
 
 
 @contextlib.contextmanager
-def _no_pad(model):
+def pad_token_as(model, value):
+    """Temporarily set the (text) config's pad_token_id: -1 (never occurs) or None both make HF's
+    sequence-classifier pooling read the final position."""
     cfgs = [model.config]
     text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if text_cfg is not model.config:
@@ -30,7 +32,7 @@ def _no_pad(model):
     saved = [c.pad_token_id for c in cfgs]
     try:
         for c in cfgs:
-            c.pad_token_id = -1
+            c.pad_token_id = value
         yield
     finally:
         for c, s in zip(cfgs, saved):
@@ -84,7 +86,7 @@ def reference_scores(
             rows = idx[s : s + bs]
             ids = torch.tensor(seqs[s : s + bs], dtype=torch.long, device=dev)  # (b, L)
             if head == "score":
-                with _no_pad(model):
+                with pad_token_as(model, -1):
                     res = model(input_ids=ids)
                 out[rows] = _reward_from_outputs(res, head_index).cpu()
             else:

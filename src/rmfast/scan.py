@@ -195,6 +195,55 @@ def _run_key(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def resolve_head(model, head: str, head_index: int) -> str:
+    """Validate the head options; "auto" -> "score" for classifiers, "logprob" for causal LMs."""
+    if head == "auto":
+        head = default_head(model)
+    if head not in ("score", "logprob"):
+        raise UserError(f"unknown head {head!r}; use score or logprob")
+    if head == "logprob" and not hasattr(model, "lm_head"):
+        raise UserError("--head logprob needs a causal language model; this model has no LM head (use --head score)")
+    if head == "score" and head_index < 0:
+        raise UserError("--head-index must be >= 0")
+    return head
+
+
+def resolve_engine(model, head: str, head_index: int, engine: str) -> str:
+    """"auto" -> "fast" where the architecture is on the fast path, else "reference" with a warning."""
+    spec = arch_spec(model)
+    if engine == "auto":
+        engine = "fast" if spec is not None and (head != "score" or spec.score_head is not None) else "reference"
+        if engine == "reference":
+            warnings.warn(
+                f"rmfast: architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; "
+                "using the plain Hugging Face path (correct, slower)",
+                stacklevel=3,
+            )
+    elif engine not in ("fast", "reference"):
+        raise UserError(f"unknown engine {engine!r}; use auto, fast or reference")
+    if head == "score" and spec is not None and spec.score_head is not None and head_index >= spec.score_head.out_features:
+        raise UserError(f"--head-index {head_index} is out of range: the score head has {spec.score_head.out_features} outputs")
+    return engine
+
+
+def base_manifest(model, tmpl: Template, prompt: str, *, head: str, head_index: int, engine: str, model_info=None) -> dict:
+    """The manifest fields every scoring job records (model, prompt, template ids, head, dtype, device)."""
+    p = next(model.parameters())
+    return {
+        "rmfast_version": __version__,
+        "model": model_info or {"name": getattr(model.config, "name_or_path", None) or type(model).__name__},
+        "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
+        "prompt": prompt,
+        "template": tmpl.manifest(),
+        "head": head,
+        "head_index": head_index,
+        "dtype": str(p.dtype).replace("torch.", ""),
+        "device": str(p.device),
+        "engine": engine,
+        "score_position": "final position of prefix + response + suffix (never 'last non-pad')",
+    }
+
+
 def scan(
     model,
     tokenizer,
@@ -246,12 +295,7 @@ def scan(
 
     t0 = time.perf_counter()
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
-    if head == "auto":
-        head = default_head(model)
-    if head not in ("score", "logprob"):
-        raise UserError(f"unknown head {head!r}; use score or logprob")
-    if head == "logprob" and not hasattr(model, "lm_head"):
-        raise UserError("--head logprob needs a causal language model; this model has no LM head (use --head score)")
+    head = resolve_head(model, head, head_index)
     n_vocab = vocab_size(model, tokenizer)
     ids = parse_token_ids(token_ids, n_vocab)
     if exclude_special:
@@ -259,42 +303,10 @@ def scan(
         ids = ids[~np.isin(ids, np.fromiter(sp, dtype=np.int64, count=len(sp)))]
     if ids.size == 0:
         raise UserError("no candidate ids left to score (check --token-ids / --exclude-special)")
-    if head == "score" and head_index < 0:
-        raise UserError("--head-index must be >= 0")
-
-    spec = arch_spec(model)
-    if engine == "auto":
-        engine = "fast" if spec is not None and (head != "score" or spec.score_head is not None) else "reference"
-        if engine == "reference":
-            warnings.warn(
-                f"rmfast: architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; "
-                "using the plain Hugging Face path (correct, slower)",
-                stacklevel=2,
-            )
-    elif engine not in ("fast", "reference"):
-        raise UserError(f"unknown engine {engine!r}; use auto, fast or reference")
-    if head == "score" and spec is not None and spec.score_head is not None and head_index >= spec.score_head.out_features:
-        raise UserError(f"--head-index {head_index} is out of range: the score head has {spec.score_head.out_features} outputs")
-
-    p = next(model.parameters())
-    device, dtype = p.device, p.dtype
-    info = model_info or {"name": getattr(model.config, "name_or_path", None) or type(model).__name__}
-    manifest = {
-        "rmfast_version": __version__,
-        "model": info,
-        "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
-        "prompt": prompt,
-        "template": tmpl.manifest(),
-        "head": head,
-        "head_index": head_index,
-        "dtype": str(dtype).replace("torch.", ""),
-        "device": str(device),
-        "engine": engine,
-        "vocab_size": n_vocab,
-        "n_candidates": int(ids.size),
-        "exclude_special": exclude_special,
-        "score_position": "final position of prefix + response + suffix (never 'last non-pad')",
-    }
+    engine = resolve_engine(model, head, head_index, engine)
+    device = next(model.parameters()).device
+    manifest = base_manifest(model, tmpl, prompt, head=head, head_index=head_index, engine=engine, model_info=model_info)
+    manifest.update({"vocab_size": n_vocab, "n_candidates": int(ids.size), "exclude_special": exclude_special})
 
     scores = np.full(ids.size, np.nan, dtype=np.float32)
     key = _run_key(manifest)
