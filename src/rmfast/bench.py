@@ -343,7 +343,7 @@ def gpu_cost_model(cfg: dict, *, prompt_tokens: int = 50, gemm_frac: float = 0.6
     attention: 4x the K/V bytes per row), whose size also caps its batch.
     """
     L, d, I = cfg["layers"], cfg["d"], cfg["inter"]
-    hq, hkv, hd = cfg["heads"] * cfg["head_dim"], cfg["kv_heads"] * cfg["head_dim"], cfg["head_dim"]
+    hq, hkv = cfg["heads"] * cfg["head_dim"], cfg["kv_heads"] * cfg["head_dim"]
     V, P, t = cfg["vocab"], prompt_tokens, 1 + cfg["suffix"]
     n_proj = L * (d * hq + 2 * d * hkv + hq * d + 3 * d * I)
     n_embed = V * d
