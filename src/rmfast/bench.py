@@ -28,7 +28,6 @@ max difference); a disagreement makes the command exit 1 after writing its resul
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import csv
 import json
@@ -42,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from .reference import flat_lm_head  # shared with the plain-HF reference
 
 DEFAULT_PROMPT = "What, in one word, is the greatest thing ever?"
 DEFAULT_OUT = os.path.join("benchmarks", "out")
@@ -396,37 +397,6 @@ def format_cost_model(rows: list[dict]) -> str:
 # ----------------------------------------------------------------------------- the hf-cache baseline
 
 
-@contextlib.contextmanager
-def flat_lm_head(model):
-    """Run the LM head as one 2-D GEMM while the plain-HF baselines run.
-
-    ``model(..., logits_to_keep=k)`` hands the head a (B, k, D) slice of the hidden states; on CPU,
-    ``F.linear`` on such a 3-D view can fall back to ``bmm`` with the (V, D) weight expanded and
-    COPIED per row (B x 335 MB for Gemma 3's 262,144 x 640 head: 64 rows -> 21 GB and minutes per
-    batch; even one row costs 2.5 s). That is a torch/HF accident, not the method's cost, so the
-    baselines get this fix: the head sees (B*k, D) and its output is viewed back to (B, k, V).
-    Numerically the same GEMM. A no-op for models without an LM head.
-    """
-    head = getattr(model, "lm_head", None)
-    if not isinstance(head, torch.nn.Module):
-        yield
-        return
-    shapes = []
-
-    def pre(mod, a):
-        x = a[0]
-        shapes.append(x.shape[:-1])
-        return (x.reshape(-1, x.shape[-1]), *a[1:])
-
-    def post(mod, a, out):
-        return out.view(*shapes.pop(), out.shape[-1])
-
-    h1, h2 = head.register_forward_pre_hook(pre), head.register_forward_hook(post)
-    try:
-        yield
-    finally:
-        h1.remove()
-        h2.remove()
 
 
 class HFCacheScorer:
