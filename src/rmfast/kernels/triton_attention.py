@@ -28,8 +28,6 @@ from ._triton_common import HAVE_TRITON, _check_device, _next_pow2, tl, triton  
 __all__ = ["HAVE_TRITON", "shared_prefix_attention_triton"]
 
 
-
-
 if HAVE_TRITON:
 
     @triton.jit

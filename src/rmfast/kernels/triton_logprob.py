@@ -33,8 +33,6 @@ if HAVE_TRITON:
 __all__ = ["HAVE_TRITON", "rmsnorm_lmhead_logprob_triton"]
 
 
-
-
 if HAVE_TRITON:
 
     @triton.jit

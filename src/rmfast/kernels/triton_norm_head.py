@@ -23,8 +23,6 @@ from ._triton_common import HAVE_TRITON, _check_device, _next_pow2, tl, triton  
 __all__ = ["HAVE_TRITON", "rmsnorm_head_triton"]
 
 
-
-
 if HAVE_TRITON:
 
     @triton.jit
