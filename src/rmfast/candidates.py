@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .errors import UserError
-from .io import check_output, manifest_path, write_json, write_parquet
+from .io import manifest_path, write_result
 
 DEFAULT_MAX_TOKENS = 256  # response tokens per candidate; --max-tokens raises it
 COMPAT_MODES = ("decode-retokenize",)
@@ -347,10 +347,7 @@ class TextScanResult:
 
     def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write ``path`` (Parquet) and ``path.json`` (manifest), each atomically."""
-        p = check_output(path, overwrite)
-        write_parquet(p, self.to_pandas())
-        write_json(manifest_path(p), self.manifest)
-        return p
+        return write_result(path, self.to_pandas(), self.manifest, overwrite)
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "TextScanResult":

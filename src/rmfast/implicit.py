@@ -683,22 +683,9 @@ def register(sub) -> None:
 
 def main(argv=None) -> int:
     """``python -m rmfast.implicit [--demo] ...``: the same options as ``rmfast implicit``."""
-    import argparse
+    from .cli import main as cli_main
 
-    from .cli import _quiet
-
-    ap = argparse.ArgumentParser(prog="python -m rmfast.implicit")
-    sub = ap.add_subparsers(dest="command")
-    register(sub)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = ap.parse_args(["implicit", *argv])
-    _quiet()
-    try:
-        return int(args.func(args) or 0)
-    except UserError as e:
-        print(f"rmfast: error: {e}", file=sys.stderr)
-        return e.exit_code
-
+    return cli_main(["implicit", *(sys.argv[1:] if argv is None else argv)])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -61,3 +61,12 @@ def write_parquet(path: str | os.PathLike, df) -> None:
 def manifest_path(parquet_path: str | os.PathLike) -> Path:
     """The JSON manifest beside a results Parquet: ``<file>.json``."""
     return Path(str(parquet_path) + ".json")
+
+
+def write_result(path: str | os.PathLike, df, manifest: dict, overwrite: bool = False) -> Path:
+    """A results table: ``path`` (Parquet) and ``path.json`` (manifest), each atomically; refuses an
+    existing output unless overwrite."""
+    p = check_output(path, overwrite)
+    write_parquet(p, df)
+    write_json(manifest_path(p), manifest)
+    return p

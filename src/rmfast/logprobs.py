@@ -180,19 +180,13 @@ def logprobs(
         >>> res = logprobs(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
         >>> res.top(5)  # doctest: +SKIP
     """
-    from .scan import ScanResult, _versions, parse_token_ids, special_ids, vocab_size
+    from .scan import ScanResult, _versions, select_ids
 
     t0 = time.perf_counter()
     if not hasattr(model, "lm_head") and "CausalLM" not in type(model).__name__:
         raise UserError("logprobs needs a causal language model; this model has no LM head")
     ids, info = prompt_ids(tokenizer, prompt, template=template, system=system)
-    n_vocab = vocab_size(model, tokenizer)
-    cand = parse_token_ids(token_ids, n_vocab)
-    if exclude_special:
-        sp = special_ids(tokenizer)
-        cand = cand[~np.isin(cand, np.fromiter(sp, dtype=np.int64, count=len(sp)))]
-    if cand.size == 0:
-        raise UserError("no candidate ids left (check --token-ids / --exclude-special)")
+    cand, n_vocab = select_ids(model, tokenizer, token_ids, exclude_special)
     t_fwd = time.perf_counter()
     lp = next_token_logprobs(model, ids)
     fwd_s = time.perf_counter() - t_fwd

@@ -22,7 +22,7 @@ import torch
 from . import __version__
 from .engine import Engine
 from .errors import UserError
-from .io import check_output, manifest_path, write_json, write_parquet
+from .io import manifest_path, write_result
 from .models.arch import arch_spec
 from .reference import reference_scores
 from .template import Template, build_template
@@ -83,10 +83,7 @@ class ScanResult:
 
     def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write ``path`` (Parquet) and ``path.json`` (manifest), each atomically."""
-        p = check_output(path, overwrite)
-        write_parquet(p, self.to_pandas())
-        write_json(manifest_path(p), self.manifest)
-        return p
+        return write_result(path, self.to_pandas(), self.manifest, overwrite)
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "ScanResult":
@@ -166,6 +163,18 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
 
 
 CHECKPOINT_EVERY_S = 30.0  # how often a long scan saves finished batches
+
+
+def select_ids(model, tokenizer, token_ids, exclude_special: bool) -> tuple[np.ndarray, int]:
+    """Candidate ids (sorted, unique) and the vocabulary size they were checked against."""
+    n_vocab = vocab_size(model, tokenizer)
+    ids = parse_token_ids(token_ids, n_vocab)
+    if exclude_special:
+        sp = special_ids(tokenizer)
+        ids = ids[~np.isin(ids, np.fromiter(sp, dtype=np.int64, count=len(sp)))]
+    if ids.size == 0:
+        raise UserError("no candidate ids left to score (check --token-ids / --exclude-special)")
+    return ids, n_vocab
 
 
 def auto_batch_size(device: torch.device, tokens_per_row: int) -> int:
@@ -296,13 +305,7 @@ def scan(
     t0 = time.perf_counter()
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     head = resolve_head(model, head, head_index)
-    n_vocab = vocab_size(model, tokenizer)
-    ids = parse_token_ids(token_ids, n_vocab)
-    if exclude_special:
-        sp = special_ids(tokenizer)
-        ids = ids[~np.isin(ids, np.fromiter(sp, dtype=np.int64, count=len(sp)))]
-    if ids.size == 0:
-        raise UserError("no candidate ids left to score (check --token-ids / --exclude-special)")
+    ids, n_vocab = select_ids(model, tokenizer, token_ids, exclude_special)
     engine = resolve_engine(model, head, head_index, engine)
     device = next(model.parameters()).device
     manifest = base_manifest(model, tmpl, prompt, head=head, head_index=head_index, engine=engine, model_info=model_info)
