@@ -17,10 +17,15 @@ Heads:
 
 from __future__ import annotations
 
+import types
+import warnings
+
 import torch
 import torch.nn.functional as F
 
 from . import ops
+from .kernels.blockdiag_attention import pack_prefix, visibility_bias
+from .layer import ACTIVATIONS, LayerConsts, LayerWeights, decoder_layer
 from .models.arch import ArchSpec, arch_spec
 from .template import Template
 
@@ -46,6 +51,12 @@ def _apply_rope_sbhd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
     return x * cos[:, None] + torch.roll(x, h, dims=-1) * sin_signed
 
 
+def _own_copy(fn):
+    """fn with its own code object. torch.compile caches graphs (and counts recompiles, limit 8)
+    per code object; an engine's graphs must neither evict nor be evicted by other engines'."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
 class Engine:
     """Scores responses for one (model, template, head).
 
@@ -54,13 +65,20 @@ class Engine:
         template: the split prompt (:func:`rmfast.template.build_template`).
         head: "score" (classifier head) or "logprob" (causal LM).
         head_index: which output of a multi-output score head.
+        fuse: concatenate q|k|v and gate|up weights (default: on CPU).
+        compile: run the batched CPU pass through the compiled decoder layer (:mod:`rmfast.layer`,
+            ``torch.compile``; default False). Pays a one-off compile (seconds) per batch shape, then
+            ~1.8× the eager CPU throughput. Smaller batches are padded to the compiled one; where
+            torch.compile cannot work here, a one-line warning and the eager path.
 
     Example:
         >>> eng = Engine(model, tmpl, head="score")  # doctest: +SKIP
         >>> eng.score(torch.tensor([[1234], [5678]]))  # (2,) fp32  # doctest: +SKIP
     """
 
-    def __init__(self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None):
+    def __init__(
+        self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None, compile: bool = False
+    ):
         spec = arch_spec(model)
         if spec is None:
             raise ValueError(f"architecture {model.config.model_type!r} is not on the fast path")
@@ -80,6 +98,18 @@ class Engine:
         if fuse is None:
             fuse = self.device.type == "cpu"
         self.fused = self._fuse_weights() if fuse else None
+        cfg = model.config
+        self._act_name = (getattr(cfg, "hidden_activation", None) if spec.family in ("gemma2", "gemma3") else None) or getattr(
+            cfg, "hidden_act", None
+        )
+        self.act = ACTIVATIONS.get(self._act_name)
+        self.compile = bool(compile)
+        if self.compile and (why := self._compile_plan()) is not None:
+            warnings.warn(f"rmfast: compiled layers unavailable ({why}); using the eager path", stacklevel=2)
+            self.compile = False
+        self._packs = None
+        self._compiled_rows: dict[int, int] = {}  # S -> rows of the compiled batch shape
+        self._compile_checked = False
         self._encode_prefix()
 
     def _fuse_weights(self):
@@ -109,52 +139,156 @@ class Engine:
         """
         sp = self.spec
         B, S, _ = h.shape
-        H, Hkv, D = sp.n_heads, sp.n_kv_heads, sp.head_dim
-        positions = torch.arange(pos0, pos0 + S, device=h.device)
-        rope = sp.rope(positions, h)
-        empty = h.new_zeros(Hkv, 0, D)
-        kvs = []
+        if pos0 > 0 and self.compile:
+            # One compiled graph per suffix length: smaller batches are padded to the compiled rows.
+            rows = self._compiled_rows.setdefault(S, B)
+            if B < rows:
+                h = torch.cat([h, h[:1].expand(rows - B, -1, -1)])
+            elif B > rows:
+                self._compiled_rows[S] = B
+            if not self._compile_checked:
+                try:
+                    out = self._run_layers_once(h, pos0, n_out, None)
+                except Exception as e:  # no C++ compiler, unsupported platform, ...
+                    warnings.warn(f"rmfast: torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                                  "using the eager path", stacklevel=3)
+                    self.compile = False
+                    return self._run_layers(h[:B], pos0, n_out, collect_kv)
+                self._compile_checked = True
+                return out[:B], None
+            return self._run_layers_once(h, pos0, n_out, None)[:B], None
+        kvs = [] if collect_kv else None
+        return self._run_layers_once(h, pos0, n_out, kvs), kvs
+
+    def _run_layers_once(self, h: torch.Tensor, pos0: int, n_out: int, kvs: list | None) -> torch.Tensor:
+        sp = self.spec
+        S = h.shape[1]
+        rope = sp.rope(torch.arange(pos0, pos0 + S, device=h.device), h)
         last = len(sp.layers) - 1
-        for li, L in enumerate(sp.layers):
-            Sq = n_out if li == last else S
-            x = L.input_norm(h)  # (B, S, Dm)
-            fw = self.fused[li] if self.fused is not None else None
-            cos, sin = rope[L.rope_key]  # (S, D)
-            if fw is not None and L.q_norm is None:
-                # One GEMM for q, k and v, and RoPE on the q|k slab at once (fewer passes; the
-                # last layer's extra q rows cost < 1% of the layer).
-                qkv = F.linear(x, fw[0], fw[1]).view(B, S, H + 2 * Hkv, D)  # (B, S, H+2Hkv, D)
-                qk = _apply_rope_sbhd(qkv[:, :, : H + Hkv], cos, sin)  # (B, S, H+Hkv, D)
-                q = qk[:, S - Sq :, :H].transpose(1, 2)  # (B, H, Sq, D)
-                k = qk[:, :, H:].transpose(1, 2)  # (B, Hkv, S, D)
-                v = qkv[:, :, H + Hkv :].transpose(1, 2)
+        compiled = self._compiled_layers(h, pos0, rope) if pos0 > 0 and self.compile else None
+        for li in range(len(sp.layers)):
+            if compiled is not None and li < last:  # the last layer (final positions only) stays eager
+                h = compiled(li, h)
             else:
-                xq = x[:, S - Sq :] if Sq < S else x
-                q = L.q_proj(xq).view(B, Sq, H, D).transpose(1, 2)  # (B, H, Sq, D)
-                k = L.k_proj(x).view(B, S, Hkv, D).transpose(1, 2)  # (B, Hkv, S, D)
-                v = L.v_proj(x).view(B, S, Hkv, D).transpose(1, 2)
-                if L.q_norm is not None:
-                    q, k = L.q_norm(q), L.k_norm(k)
-                q = _apply_rope(q, cos[S - Sq :], sin[S - Sq :])
-                k = _apply_rope(k, cos, sin)
-            if collect_kv:
-                kvs.append((k[0].contiguous(), v[0].contiguous()))  # (Hkv, S, D)
-            kp, vp = self.kv[li] if pos0 > 0 else (empty, empty)
-            a = ops.shared_prefix_attention(q, kp, vp, k, v, scale=L.scale, softcap=L.softcap, window=L.window)
-            a = L.o_proj(a.reshape(B, Sq, H * D))  # (B, Sq, Dm)
-            if L.post_attn_norm is not None:
-                a = L.post_attn_norm(a)
-            h = (h[:, S - Sq :] if Sq < S else h) + a
-            x = L.pre_mlp_norm(h)
-            if fw is not None:
-                gu = F.linear(x, fw[2])  # (B, Sq, 2 I): gate and up in one GEMM
-                m = L.mlp.down_proj(L.mlp.act_fn(gu[..., : fw[3]]) * gu[..., fw[3] :])
-            else:
-                m = L.mlp(x)
-            if L.post_mlp_norm is not None:
-                m = L.post_mlp_norm(m)
-            h = h + m
-        return h, kvs
+                h = self._layer(li, h, pos0, n_out if li == last else S, rope, kvs)
+        return h
+
+    def _layer(self, li: int, h: torch.Tensor, pos0: int, Sq: int, rope: dict, kvs: list | None) -> torch.Tensor:
+        """Eager layer ``li`` (HF's op order and rounding points): (B, S, Dm) -> (B, Sq, Dm)."""
+        sp = self.spec
+        L = sp.layers[li]
+        B, S, _ = h.shape
+        H, Hkv, D = sp.n_heads, sp.n_kv_heads, sp.head_dim
+        x = L.input_norm(h)  # (B, S, Dm)
+        fw = self.fused[li] if self.fused is not None else None
+        cos, sin = rope[L.rope_key]  # (S, D)
+        if fw is not None and L.q_norm is None:
+            # One GEMM for q, k and v, and RoPE on the q|k slab at once (fewer passes; the
+            # last layer's extra q rows cost < 1% of the layer).
+            qkv = F.linear(x, fw[0], fw[1]).view(B, S, H + 2 * Hkv, D)  # (B, S, H+2Hkv, D)
+            qk = _apply_rope_sbhd(qkv[:, :, : H + Hkv], cos, sin)  # (B, S, H+Hkv, D)
+            q = qk[:, S - Sq :, :H].transpose(1, 2)  # (B, H, Sq, D)
+            k = qk[:, :, H:].transpose(1, 2)  # (B, Hkv, S, D)
+            v = qkv[:, :, H + Hkv :].transpose(1, 2)
+        else:
+            xq = x[:, S - Sq :] if Sq < S else x
+            q = L.q_proj(xq).view(B, Sq, H, D).transpose(1, 2)  # (B, H, Sq, D)
+            k = L.k_proj(x).view(B, S, Hkv, D).transpose(1, 2)  # (B, Hkv, S, D)
+            v = L.v_proj(x).view(B, S, Hkv, D).transpose(1, 2)
+            if L.q_norm is not None:
+                q, k = L.q_norm(q), L.k_norm(k)
+            q = _apply_rope(q, cos[S - Sq :], sin[S - Sq :])
+            k = _apply_rope(k, cos, sin)
+        if kvs is not None:
+            kvs.append((k[0].contiguous(), v[0].contiguous()))  # (Hkv, S, D)
+        if pos0 > 0:
+            kp, vp = self.kv[li]
+        else:
+            kp = vp = h.new_zeros(Hkv, 0, D)
+        a = ops.shared_prefix_attention(q, kp, vp, k, v, scale=L.scale, softcap=L.softcap, window=L.window)
+        a = L.o_proj(a.reshape(B, Sq, H * D))  # (B, Sq, Dm)
+        if L.post_attn_norm is not None:
+            a = L.post_attn_norm(a)
+        h = (h[:, S - Sq :] if Sq < S else h) + a
+        x = L.pre_mlp_norm(h)
+        if fw is not None:
+            gu = F.linear(x, fw[2])  # (B, Sq, 2 I): gate and up in one GEMM
+            m = L.mlp.down_proj(L.mlp.act_fn(gu[..., : fw[3]]) * gu[..., fw[3] :])
+        else:
+            m = L.mlp(x)
+        if L.post_mlp_norm is not None:
+            m = L.post_mlp_norm(m)
+        return h + m
+
+    # ------------------------------------------------------------------ compiled CPU layers
+    def _compile_plan(self) -> str | None:
+        """Why the compiled layer cannot serve this model, or None when it can."""
+        sp = self.spec
+        if self.fused is None:
+            return "the fused q|k|v and gate|up weights are not built (CUDA, or an unusual MLP)"
+        if self.act is None:
+            return f"activation {self._act_name!r} has no compiled form"
+        for L in sp.layers:
+            if any(getattr(L.mlp, n).bias is not None for n in ("gate_proj", "up_proj", "down_proj")):
+                return "MLP biases"
+        return None
+
+    def _layer_weights(self, li: int) -> LayerWeights:
+        sp = self.spec
+        L = sp.layers[li]
+        fw = self.fused[li]
+        g = 1.0 if sp.gemma_norm else 0.0
+
+        def eff(norm):  # the effective fp32 multiplier of an RMSNorm
+            return None if norm is None else norm.weight.float() + g
+
+        qk_norm = None
+        if L.q_norm is not None:
+            qk_norm = torch.cat([eff(L.q_norm).expand(sp.n_heads, -1), eff(L.k_norm).expand(sp.n_kv_heads, -1)])
+        return LayerWeights(
+            norm_in=eff(L.input_norm),
+            w_qkv=fw[0],
+            b_qkv=fw[1],
+            qk_norm=qk_norm,
+            w_o=L.o_proj.weight,
+            b_o=L.o_proj.bias,
+            norm_post_attn=eff(L.post_attn_norm),
+            norm_pre_mlp=eff(L.pre_mlp_norm),
+            w_gate_up=fw[2],
+            w_down=L.mlp.down_proj.weight,
+            norm_post_mlp=eff(L.post_mlp_norm),
+        )
+
+    def _compiled_layers(self, h: torch.Tensor, pos0: int, rope: dict):
+        """A callable (li, h) -> h running layer li through the compiled decoder layer, or None
+        (after a one-line warning) when torch.compile is unavailable here."""
+        sp = self.spec
+        if self._packs is None:
+            self._packs = [pack_prefix(k, v, sp.n_heads) for k, v in self.kv]
+            self._weights = [self._layer_weights(li) for li in range(len(sp.layers))]
+            self._consts = [
+                LayerConsts(
+                    n_heads=sp.n_heads, n_kv_heads=sp.n_kv_heads, head_dim=sp.head_dim, eps=sp.norm_eps,
+                    scale=L.scale, softcap=L.softcap, act=self.act, qk_norm=L.q_norm is not None,
+                    sandwich=L.post_attn_norm is not None,
+                )
+                for L in sp.layers
+            ]
+            self._layer_fn = torch.compile(_own_copy(decoder_layer), dynamic=False)
+        S = h.shape[1]
+        biases = {}
+        for L in sp.layers:
+            if L.window not in biases:
+                biases[L.window] = visibility_bias(self.P, S, S, L.window, torch.float32, h.device)
+
+        def run(li: int, x: torch.Tensor) -> torch.Tensor:
+            L = sp.layers[li]
+            cos, sin = rope[L.rope_key]
+            pre, suf = biases[L.window]
+            k_bd, v_bd = self._packs[li]
+            return self._layer_fn(x, self._weights[li], k_bd, v_bd, cos, sin, pre, suf, self._consts[li], S)
+
+        return run
 
     @torch.no_grad()
     def _encode_prefix(self) -> None:
