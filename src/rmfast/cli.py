@@ -84,7 +84,7 @@ def cmd_scan(args) -> int:
         lm.model, lm.tokenizer, args.prompt,
         head=args.head, head_index=args.head_index, template=template, system=args.system,
         token_ids=args.token_ids, exclude_special=args.exclude_special, batch_size=args.batch_size,
-        engine=args.engine, progress=not args.no_progress, checkpoint=ck, model_info=lm.source,
+        engine=args.engine, progress=not args.no_progress, checkpoint=ck, model_info=lm.source, compile=args.compile,
     )
     res.to_parquet(out, overwrite=args.overwrite)
     m = res.manifest
@@ -92,7 +92,7 @@ def cmd_scan(args) -> int:
         _print_table(res.top(args.top), f"top {args.top} ({m['head']} head)")
         _print_table(res.bottom(args.top), f"bottom {args.top}")
     print(f"\n{m['n_candidates']} candidates in {m['scan_s']:.1f} s ({m['candidates_per_s']} cand/s; "
-          f"{m['engine']} engine, {m['dtype']}, {m['device']}, batch {m['batch_size']}); total {m['wall_s']:.1f} s")
+          f"{m['engine']} engine{' (compiled)' if m.get('compiled') else ''}, {m['dtype']}, {m['device']}, batch {m['batch_size']}); total {m['wall_s']:.1f} s")
     print(f"wrote {out} and {out}.json")
     return 0
 
@@ -115,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens (default: score them)")
     p.add_argument("--batch-size", default="auto", help="rows per batch, or auto (default)")
     p.add_argument("--engine", default="auto", choices=["auto", "fast", "reference"], help="default auto")
+    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
+                   help="torch.compile the CPU decoder layer: auto (default: for big CPU jobs), on, off")
     p.add_argument("--top", type=int, default=20, help="rows in the printed top/bottom tables (default 20)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--candidates", default=None, metavar="FILE",

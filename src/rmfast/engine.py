@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from . import ops
 from .kernels.blockdiag_attention import pack_prefix, visibility_bias
+from .kernels.cpu_logprob import lm_logprob_block
 from .layer import ACTIVATIONS, LayerConsts, LayerWeights, decoder_layer
 from .models.arch import ArchSpec, arch_spec
 from .template import Template
@@ -103,11 +104,9 @@ class Engine:
             cfg, "hidden_act", None
         )
         self.act = ACTIVATIONS.get(self._act_name)
-        self.compile = bool(compile)
-        if self.compile and (why := self._compile_plan()) is not None:
-            warnings.warn(f"rmfast: compiled layers unavailable ({why}); using the eager path", stacklevel=2)
-            self.compile = False
+        self.compile = bool(compile) and self.can_compile(warn=True)
         self._packs = None
+        self._lm_block_fn = None
         self._compiled_rows: dict[int, int] = {}  # S -> rows of the compiled batch shape
         self._compile_checked = False
         self._encode_prefix()
@@ -221,6 +220,13 @@ class Engine:
         return h + m
 
     # ------------------------------------------------------------------ compiled CPU layers
+    def can_compile(self, warn: bool = False) -> bool:
+        """Whether the compiled decoder layer can serve this model (else, with warn, one line why)."""
+        why = self._compile_plan()
+        if why is not None and warn:
+            warnings.warn(f"rmfast: compiled layers unavailable ({why}); using the eager path", stacklevel=3)
+        return why is None
+
     def _compile_plan(self) -> str | None:
         """Why the compiled layer cannot serve this model, or None when it can."""
         sp = self.spec
@@ -258,6 +264,11 @@ class Engine:
             w_down=L.mlp.down_proj.weight,
             norm_post_mlp=eff(L.post_mlp_norm),
         )
+
+    def _compiled_lm_block(self):
+        if self._lm_block_fn is None:
+            self._lm_block_fn = torch.compile(_own_copy(lm_logprob_block), dynamic=False)
+        return self._lm_block_fn
 
     def _compiled_layers(self, h: torch.Tensor, pos0: int, rope: dict):
         """A callable (li, h) -> h running layer li through the compiled decoder layer, or None
@@ -343,5 +354,6 @@ class Engine:
             targets.reshape(-1),
             gemma_style=sp.gemma_norm,
             final_softcap=sp.final_logit_softcap,
+            block_fn=self._compiled_lm_block() if self.compile else None,
         )
         return total + lp.view(B, T).sum(-1)

@@ -62,13 +62,24 @@ def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_styl
     return ref.rmsnorm_head(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style)
 
 
-def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap=None, chunk=8192):
-    """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block."""
+def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap=None, chunk=8192,
+                           block_fn=None):
+    """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block.
+
+    CUDA: the Triton kernel (vocabulary-streaming). CPU: row blocks (:mod:`.kernels.cpu_logprob`),
+    with ``block_fn`` the engine's compiled block when it compiles.
+    """
     if _use_triton(x):
         from .kernels.triton_logprob import rmsnorm_lmhead_logprob_triton
 
         return rmsnorm_lmhead_logprob_triton(
             x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk
+        )
+    if x.device.type == "cpu":
+        from .kernels.cpu_logprob import rmsnorm_lmhead_logprob_rows
+
+        return rmsnorm_lmhead_logprob_rows(
+            x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, block_fn=block_fn
         )
     return ref.rmsnorm_lmhead_logprob(
         x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk

@@ -184,6 +184,37 @@ def auto_batch_size(device: torch.device, tokens_per_row: int) -> int:
     return max(32, min(2048, 4096 // max(1, tokens_per_row)))
 
 
+#: "auto" compiles the CPU layer when a job is at least this many FLOPs (≈15 s of eager work on a
+#: 2-core CPU; the one-off compile costs ~5–12 s, ~3 s once inductor's on-disk cache is warm).
+COMPILE_MIN_FLOPS = 1e13
+
+
+def layer_params(model) -> int:
+    """Parameters of the decoder layers' projections (q, k, v, o, MLP): 2× this = FLOPs per token."""
+    spec = arch_spec(model)
+    if spec is None:
+        return 0
+    mods = [m for L in spec.layers for m in (L.q_proj, L.k_proj, L.v_proj, L.o_proj, L.mlp)]
+    return sum(p.numel() for m in mods for p in m.parameters())
+
+
+def resolve_compile(compile, model, n_tokens: int) -> bool:
+    """"auto" (default) -> compile on CPU for jobs of >= COMPILE_MIN_FLOPS; "on"/"off" or a bool.
+
+    ``RMFAST_COMPILE=0`` turns "auto" off (e.g. where no C++ compiler is installed).
+    """
+    if isinstance(compile, bool):
+        return compile
+    if compile not in ("auto", "on", "off"):
+        raise UserError(f"unknown --compile {compile!r}; use auto, on or off")
+    if compile != "auto":
+        return compile == "on"
+    if os.environ.get("RMFAST_COMPILE", "1") == "0":
+        return False
+    device = next(model.parameters()).device
+    return device.type == "cpu" and 2.0 * layer_params(model) * n_tokens >= COMPILE_MIN_FLOPS
+
+
 def _versions() -> dict:
     import transformers
 
@@ -269,6 +300,7 @@ def scan(
     progress: bool = True,
     checkpoint: str | os.PathLike | None = None,
     model_info: dict | None = None,
+    compile: str | bool = "auto",
 ) -> ScanResult:
     """Score candidate token ids as the one-token assistant response to ``prompt``.
 
@@ -290,6 +322,8 @@ def scan(
         checkpoint: optional path; finished batches are saved there (atomically, every ~30 s) and a
             rerun with the same settings resumes from it. Removed when the scan completes.
         model_info: provenance for the manifest (the loader's ``source``); default: config name.
+        compile: "auto" (default: on CPU, compile the decoder layer with torch.compile when the job is
+            big enough to repay the one-off compile, see :data:`COMPILE_MIN_FLOPS`), "on" or "off".
 
     Returns:
         ScanResult with scores for the selected ids, ascending by id.
@@ -323,7 +357,10 @@ def scan(
             pass  # an unreadable checkpoint is ignored, not trusted
     todo = np.flatnonzero(np.isnan(scores))
 
-    eng = Engine(model, tmpl, head=head, head_index=head_index) if engine == "fast" else None
+    eng = None
+    if engine == "fast":
+        eng = Engine(model, tmpl, head=head, head_index=head_index)
+        eng.compile = resolve_compile(compile, model, todo.size * eng.tokens_per_row(1)) and eng.can_compile(warn=True)
     tpr = eng.tokens_per_row(1) if eng is not None else len(tmpl.prefix_ids) + 1 + len(tmpl.suffix_ids)
     bs = auto_batch_size(device, tpr) if batch_size == "auto" else int(batch_size)
     if bs < 1:
@@ -331,6 +368,9 @@ def scan(
     bar = tqdm(total=ids.size, initial=ids.size - todo.size, unit="cand", desc="scan", disable=not progress, dynamic_ncols=True)
     t_scan = time.perf_counter()
     last_ck = time.perf_counter()
+    first_batch_s = None
+    if eng is not None and eng.compile and todo.size:
+        bar.set_postfix_str("compiling the CPU layer (one-off)")
     i = 0
     try:
         while i < todo.size:
@@ -350,6 +390,9 @@ def scan(
                 bar.set_postfix_str(f"OOM: batch -> {bs}")
                 continue
             scores[rows] = out
+            if first_batch_s is None:
+                first_batch_s = time.perf_counter() - t_scan
+                bar.set_postfix_str("")
             i += rows.size
             bar.update(rows.size)
             if ck is not None and time.perf_counter() - last_ck > CHECKPOINT_EVERY_S:
@@ -370,6 +413,8 @@ def scan(
     manifest.update(
         {
             "batch_size": bs,
+            "compiled": bool(eng is not None and eng.compile),
+            "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,
             "wall_s": round(wall, 3),
             "scan_s": round(scan_s, 3),
             "candidates_per_s": round(todo.size / scan_s, 2) if scan_s > 0 else None,
