@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -51,6 +52,36 @@ def test_scan_writes_parquet_and_manifest(tiny_dir, tmp_path, capsys):
     rc, _, se = run(["scan", str(tiny_dir), "--token-ids", "0:10", "--out", str(out)], capsys)
     assert one_line_error(rc, se) and "--overwrite" in se
     assert out.read_bytes() == before
+
+
+def test_scan_compile_on_matches_off(tiny_dir, tmp_path, capsys):
+    res = {}
+    for mode in ("off", "on"):
+        out = tmp_path / f"{mode}.parquet"
+        rc, so, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "100:700", "--batch-size", "256",
+                          "--compile", mode, "--out", str(out), "--no-progress", "--top", "0"], capsys)
+        assert rc == 0, se
+        man = pd.read_json(str(out) + ".json", typ="series")
+        assert bool(man["compiled"]) == (mode == "on")
+        assert ("(compiled)" in so) == (mode == "on")
+        res[mode] = pd.read_parquet(out)["score"].to_numpy()
+    np.testing.assert_allclose(res["on"], res["off"], atol=2e-5, rtol=0)  # fp32: the same numbers
+
+
+def test_resolve_compile(monkeypatch):
+    from rmfast.errors import UserError
+    from rmfast.scan import COMPILE_MIN_FLOPS, layer_params, resolve_compile
+
+    model = T.tiny("llama")
+    n_small = 1000
+    big = int(COMPILE_MIN_FLOPS / (2 * layer_params(model))) + 1
+    assert resolve_compile("auto", model, n_small) is False  # tiny job: the compile would not pay
+    assert resolve_compile("auto", model, big) is True
+    assert resolve_compile("on", model, 1) is True and resolve_compile("off", model, big) is False
+    monkeypatch.setenv("RMFAST_COMPILE", "0")
+    assert resolve_compile("auto", model, big) is False
+    with pytest.raises(UserError, match="--compile"):
+        resolve_compile("sometimes", model, 1)
 
 
 def test_token_id_file_and_exclude_special(tiny_dir, tmp_path, capsys, smol_tokenizer):

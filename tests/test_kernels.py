@@ -55,6 +55,9 @@ TOLERANCES: dict[tuple[str, torch.dtype], tuple[float, float]] = {
     ("logprob", torch.float32): (3e-5, 2e-5),
     ("logprob", torch.float16): (3e-3, 1e-3),
     ("logprob", torch.bfloat16): (3e-2, 1e-2),  # logits rounded to bf16 can flip by 1 ulp
+    # CPU twins (block-diagonal attention, row-block log-probs) vs the reference in bf16:
+    ("cpu_attention", torch.bfloat16): (3e-2, 3e-2),  # prompt and suffix parts rounded apart
+    ("cpu_logprob", torch.bfloat16): (3e-2, 1e-2),
 }
 
 
@@ -211,6 +214,81 @@ def test_reference_logprob_matches_naive(gemma_style, final_softcap, V, chunk, d
     want = naive_logprob(x, w, 1e-6, lm, targets, gemma_style, final_softcap)
     assert got.shape == (6,) and got.dtype == torch.float32
     assert_close(got, want, "naive_logprob", dtype)
+
+
+# ----------------------------------------------------------------------------------------
+# CPU twins (block-diagonal attention, row-block log-probs) vs the naive oracles / references
+# ----------------------------------------------------------------------------------------
+
+def _blockdiag(case, dtype):
+    from rmfast.kernels.blockdiag_attention import pack_prefix, shared_prefix_attention_blockdiag, visibility_bias
+
+    B, H, Hkv, D, P, S, Sq, softcap, window = case
+    q, kp, vp, ks, vs = attn_inputs(B, H, Hkv, D, P, S, Sq, dtype, device="cpu")
+    k_bd, v_bd = pack_prefix(kp, vp, H)
+    pre, suf = visibility_bias(P, S, Sq, window, torch.float32, "cpu")
+    # The CPU layer's layouts: q (B, Sq, H, D) and suffix K/V (B, S, Hkv, D), both non-contiguous views here.
+    got = shared_prefix_attention_blockdiag(q.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), k_bd, v_bd,
+                                            scale=D**-0.5, softcap=softcap, pre_bias=pre, suf_bias=suf)
+    assert got.shape == (B, Sq, H * D) and got.dtype == dtype
+    return got.view(B, Sq, H, D), (q, kp, vp, ks, vs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("case", ATTN_CASES, ids=_ids(ATTN_CASES))
+def test_blockdiag_attention_matches_naive(case, dtype):
+    got, (q, kp, vp, ks, vs) = _blockdiag(case, dtype)
+    softcap, window = case[7], case[8]
+    want = naive_attention(q, kp, vp, ks, vs, scale=case[3] ** -0.5, softcap=softcap, window=window)
+    assert_close(got, want, "naive_attention", dtype)
+
+
+@pytest.mark.parametrize("case", ATTN_CASES[1:6] + [(64, 9, 3, 64, 42, 3, 3, None, None)],
+                         ids=_ids(ATTN_CASES[1:6] + [(64, 9, 3, 64, 42, 3, 3, None, None)]))
+def test_blockdiag_attention_bf16_matches_reference(case):
+    got, (q, kp, vp, ks, vs) = _blockdiag(case, torch.bfloat16)
+    want = ref.shared_prefix_attention(q, kp, vp, ks, vs, scale=case[3] ** -0.5, softcap=case[7], window=case[8])
+    assert_close(got, want, "cpu_attention", torch.bfloat16)
+
+
+def test_blockdiag_prefix_is_packed_once_per_layer():
+    from rmfast.kernels.blockdiag_attention import pack_prefix
+
+    kp, vp = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    k_bd, v_bd = pack_prefix(kp, vp, n_heads=6)
+    assert k_bd.shape == (6 * 5, 6 * 8) and v_bd.shape == (6 * 8, 6 * 5)
+    # head 4 uses kv head 1 (G = 3); every off-diagonal block is zero
+    torch.testing.assert_close(k_bd[4 * 5 : 5 * 5, 4 * 8 : 5 * 8], kp[1])
+    torch.testing.assert_close(v_bd[4 * 8 : 5 * 8, 4 * 5 : 5 * 5], vp[1].T)
+    assert k_bd.count_nonzero() == kp.count_nonzero() * 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("gemma_style,final_softcap,V,N", [
+    (False, None, 1000, 6), (True, 30.0, 999, 37), (False, 5.0, 7, 3), (True, None, 70000, 9),
+])
+@pytest.mark.parametrize("padded", [False, True])
+def test_cpu_logprob_rows_match_naive(gemma_style, final_softcap, V, N, dtype, padded):
+    from rmfast.kernels.cpu_logprob import block_rows, lm_logprob_block, rmsnorm_lmhead_logprob_rows
+
+    x, w, _, _, lm, targets = head_inputs(N, 24, 1, V, dtype, device="cpu")
+    targets[0] = V - 1
+    # block_fn given: every block padded to block_rows(V) rows (the compiled engine's contract)
+    got = rmsnorm_lmhead_logprob_rows(x, w, 1e-6, lm, targets, gemma_style=gemma_style, final_softcap=final_softcap,
+                                      block_fn=lm_logprob_block if padded else None)
+    want = naive_logprob(x, w, 1e-6, lm, targets, gemma_style, final_softcap)
+    assert got.shape == (N,) and got.dtype == torch.float32
+    assert_close(got, want, "naive_logprob", dtype)
+    assert block_rows(V) * V <= 1 << 24 or block_rows(V) == 8
+
+
+def test_cpu_logprob_rows_bf16_matches_reference():
+    from rmfast.kernels.cpu_logprob import rmsnorm_lmhead_logprob_rows
+
+    x, w, _, _, lm, targets = head_inputs(300, 64, 1, 5000, torch.bfloat16, device="cpu")
+    got = rmsnorm_lmhead_logprob_rows(x, w, 1e-6, lm, targets, gemma_style=True, final_softcap=30.0)
+    want = ref.rmsnorm_lmhead_logprob(x, w, 1e-6, lm, targets, gemma_style=True, final_softcap=30.0)
+    assert_close(got, want, "cpu_logprob", torch.bfloat16)
 
 
 # ----------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def visibility_bias(P: int, S: int, Sq: int, window: int | None, dtype: torch.dt
 
     suf = bias(torch.arange(P, P + S, device=device))
     pre = None
-    if window is not None and P > 0 and P + S - Sq - window + 1 > 0:  # the first query cannot see key 0
+    if window is not None and P > 0 and P + S - 1 >= window:  # the last query cannot see key 0
         pre = bias(torch.arange(P, device=device))
     return pre, suf
 
