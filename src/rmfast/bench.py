@@ -46,7 +46,7 @@ from .reference import flat_lm_head  # shared with the plain-HF reference
 
 DEFAULT_PROMPT = "What, in one word, is the greatest thing ever?"
 DEFAULT_OUT = os.path.join("benchmarks", "out")
-METHODS = ("naive", "hf-cache", "rmfast")
+METHODS = ("naive", "hf-cache", "rmfast-eager", "rmfast")
 
 
 @dataclass(frozen=True)
@@ -275,25 +275,31 @@ def flops_per_candidate(dims: dict, tokens_per_row: int) -> float:
 
 
 def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_chunk: int = 8192,
-              min_time: float = 0.25, shapes: list[tuple[int, int]] | None = None) -> dict:
+              min_time: float = 0.25, shapes: list[tuple[int, int]] | None = None,
+              lm_block_rows: int | None = None) -> dict:
     """torch.matmul throughput on the model's distinct projection shapes at M rows.
 
-    Each distinct (K, N) is timed (best of 3 trials of >= min_time/3 s each); the model-shaped peak
+    Each distinct (M, K, N) is timed (best of 3 trials of >= min_time/3 s each); the model-shaped peak
     is total FLOPs / total time over one token pass of every layer (shapes weighted by how often
-    they occur), i.e. the rate a perfect engine would run those GEMMs at.
+    they occur), i.e. the rate a perfect engine would run those GEMMs at. The logprob head's LM-head
+    GEMM is timed as the engine runs it: in row blocks of ``lm_block_rows`` × the whole vocabulary on
+    CPU (:mod:`rmfast.kernels.cpu_logprob`), else M rows × ``lm_chunk`` vocabulary rows.
     """
-    counts: dict[tuple[int, int], int] = {}
-    for s in shapes or dims["layer_shapes"]:
-        counts[s] = counts.get(s, 0) + 1
+    counts: dict[tuple[int, int, int], float] = {}
+    for K, N in shapes or dims["layer_shapes"]:
+        counts[(M, K, N)] = counts.get((M, K, N), 0) + 1
     if dims["lm_head_params"]:
         V, D = dims["vocab"], dims["hidden"]
-        nchunk = V / lm_chunk
-        counts[(D, min(lm_chunk, V))] = counts.get((D, min(lm_chunk, V)), 0) + nchunk
+        if lm_block_rows:
+            key, c = (lm_block_rows, D, V), M / lm_block_rows
+        else:
+            key, c = (M, D, min(lm_chunk, V)), V / lm_chunk
+        counts[key] = counts.get(key, 0) + c
     per_shape = {}
     tot_flops = tot_time = 0.0
     g = torch.Generator(device="cpu").manual_seed(0)
-    for (K, N), c in counts.items():
-        x = torch.randn(M, K, generator=g).to(device=device, dtype=dtype)
+    for (m, K, N), c in counts.items():
+        x = torch.randn(m, K, generator=g).to(device=device, dtype=dtype)
         w = torch.randn(N, K, generator=g).to(device=device, dtype=dtype)
         wt = w.t()  # the Linear layout: x @ W^T
         for _ in range(2):
@@ -312,8 +318,8 @@ def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_c
                 torch.matmul(x, wt)
             _sync(device)
             best = min(best, (time.perf_counter() - t0) / reps)
-        f = 2.0 * M * K * N
-        per_shape[f"{M}x{K}x{N}"] = round(f / best / 1e9, 1)
+        f = 2.0 * m * K * N
+        per_shape[f"{m}x{K}x{N}"] = round(f / best / 1e9, 1)
         tot_flops += f * c
         tot_time += best * c
         del x, w, wt
@@ -507,7 +513,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     """All methods on one model configuration; returns (rows, extras)."""
     from .engine import Engine
     from .reference import reference_scores
-    from .scan import auto_batch_size, default_head, scan, vocab_size
+    from .scan import auto_batch_size, default_head, even_batch, scan, vocab_size
     from .template import build_template
 
     model, tok = lm.model, lm.tokenizer
@@ -525,11 +531,12 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     n = ids.size
     load_start = _loadavg()
 
-    # --- rmfast
+    # --- rmfast (compiled CPU layer where it applies) and rmfast-eager (the same engine, not compiled)
+    compile_rm = device.type == "cpu" and args.compile != "off"
     mem.reset()
     _sync(device)
     t0 = time.perf_counter()
-    eng = Engine(model, tmpl, head=head)
+    eng = Engine(model, tmpl, head=head, compile=compile_rm)
     _sync(device)
     setup_rm = time.perf_counter() - t0
     tpr = eng.tokens_per_row(1)
@@ -540,7 +547,9 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     if whole:
         ids = candidate_ids(n_vocab, n_vocab, seed=args.seed)  # same permutation: naive's ids are its first ones
         n = ids.size
-    bs_rm = min(args.batch_size or auto_batch_size(device, max(1, tpr)), n)
+    bs_rm = min(args.batch_size or even_batch(n, auto_batch_size(device, max(1, tpr))), n)
+    compile_s = None
+    t_eg = s_eg = None
     if whole:
         def run_rm():
             e = Engine(model, tmpl, head=head)
@@ -549,18 +558,36 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
         run_rm()  # warm-up
         s_rm, t_rm = time_calls(run_rm, device, reps)
         setup_rm = 0.0
+        compile_rm = False
     else:
-        eng.score(torch.from_numpy(ids[:bs_rm])[:, None])  # warm-up batch
+        _sync(device)
+        t0 = time.perf_counter()
+        eng.score(torch.from_numpy(ids[:bs_rm])[:, None])  # warm-up batch (+ the one-off compile)
+        _sync(device)
+        first = time.perf_counter() - t0
+        compile_rm = compile_rm and eng.compile  # False if torch.compile failed here (warned)
         s_rm, t_rm = time_batches(eng.score, ids, bs_rm, device, reps)
+        if compile_rm:
+            compile_s = max(0.0, first - min(t_rm) * bs_rm / n)  # warm-up batch minus a timed batch
+            eager = Engine(model, tmpl, head=head)
+            eager.score(torch.from_numpy(ids[:bs_rm])[:, None])
+            s_eg, t_eg = time_batches(eager.score, ids, bs_rm, device, reps)
+            del eager
     mem_rm = mem.read_mib()
     _log(f"  rmfast    batch {bs_rm:5d}: {n / min(t_rm):10.1f} cand/s  (passes {', '.join(f'{t:.2f}' for t in t_rm)} s)"
+         + (f"  [compiled; compile {compile_s:.1f} s]" if compile_rm else "")
          + ("  [no per-row work: whole vocabulary, prompt pass included]" if whole else ""))
+    if t_eg is not None:
+        _log(f"  rmfast-eager batch {bs_rm:5d}: {n / min(t_eg):10.1f} cand/s")
 
     # --- GEMM peak at the rmfast batch's M
     fpc = flops_per_candidate(dims, tpr)
     peak = None
     if tpr > 0 and not args.no_peak:
-        peak = gemm_peak(dims, bs_rm * tpr, dtype, device, shapes=engine_gemm_shapes(eng, dims))
+        from .kernels.cpu_logprob import block_rows
+
+        lm_rows = block_rows(dims["vocab"]) if (dims["lm_head_params"] and device.type == "cpu") else None
+        peak = gemm_peak(dims, bs_rm * tpr, dtype, device, shapes=engine_gemm_shapes(eng, dims), lm_block_rows=lm_rows)
         _log(f"  GEMM peak M={bs_rm * tpr}: {peak['gflops']:.1f} GFLOP/s -> {peak['gflops'] * 1e9 / fpc:.1f} cand/s")
 
     # --- hf-cache
@@ -615,17 +642,21 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     # --- agreement with rmfast on the timed candidates (in the benchmark dtype) ...
     agr_hf = agreement(s_rm, s_hf)
     agr_nv = agreement(s_rm[:n_naive], s_nv)
+    agr_eg = agreement(s_rm, s_eg) if s_eg is not None else None
     floor = agreement(s_hf[:n_naive], s_nv)  # two plain-HF paths: the dtype's own noise floor
     min_rho = min(0.99, floor["spearman"] - 0.01)
-    for a in (agr_hf, agr_nv):
-        a["ok"] = a["spearman"] >= min_rho
+    for a in (agr_hf, agr_nv, agr_eg):
+        if a is not None:
+            a["ok"] = a["spearman"] >= min_rho
     # ... and exactness in fp32 on the first check_n of them (same weights, parameters cast up and back)
     check_n = min(n_naive, dflt["check_n"] if args.check_n is None else args.check_n)
     exact = None
     if check_n > 0:
-        exact = fp32_check(model, tmpl, head, ids[:check_n], device, dtype)
+        exact = fp32_check(model, tmpl, head, ids[:check_n], device, dtype, compile=compile_rm)
         agr_hf["ok"] = agr_hf["ok"] and exact["hf-cache_ok"]
         agr_nv["ok"] = agr_nv["ok"] and exact["naive_ok"]
+        if agr_eg is not None:
+            agr_eg["ok"] = agr_eg["ok"] and exact["rmfast-eager_ok"]
         _log(f"  fp32 check on {check_n} ids: max |rmfast - hf-cache| {exact['hf-cache_max_abs_diff']:.2e}, "
              f"max |rmfast - naive| {exact['naive_max_abs_diff']:.2e}")
 
@@ -634,10 +665,11 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     if args.full:
         mem.reset()
         res = scan(model, tok, args.prompt, head=head, template=tmpl, engine="fast", progress=False,
-                   batch_size=args.batch_size or "auto")
+                   batch_size=args.batch_size or "auto", compile=args.compile)
         full = {"n_candidates": int(res.manifest["n_candidates"]), "wall_s": res.manifest["wall_s"],
                 "scan_s": res.manifest["scan_s"], "candidates_per_s": res.manifest["candidates_per_s"],
-                "batch_size": res.manifest["batch_size"], "peak_mem_mib": round(mem.read_mib(), 1)}
+                "batch_size": res.manifest["batch_size"], "peak_mem_mib": round(mem.read_mib(), 1),
+                "compiled": res.manifest.get("compiled"), "first_batch_s": res.manifest.get("first_batch_s")}
         _log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.1f} s wall, "
              f"{full['candidates_per_s']} cand/s")
 
@@ -655,13 +687,18 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
         "peak_bound_cand_per_s": round(peak["gflops"] * 1e9 / fpc, 1) if peak else None,
         "mem_how": mem.how, "loadavg_start": load_start, "loadavg_end": _loadavg(),
         "whole_vocab_timed": whole,
+        "rmfast_compiled": bool(compile_rm), "compile_s": round(compile_s, 2) if compile_s is not None else None,
     }
     rows = []
-    for method, cnt, times, bs, setup, m, agr, probe, executed in (
+    methods = [
         ("naive", n_naive, t_nv, bs_nv, 0.0, mem_nv, agr_nv, probe_nv, P + 1 + S),
         ("hf-cache", n, t_hf, bs_hf, setup_hf, mem_hf, agr_hf, probe_hf, tpr),
-        ("rmfast", n, t_rm, bs_rm, setup_rm, mem_rm, None, None, tpr),
-    ):
+    ]
+    if t_eg is not None:
+        methods.append(("rmfast-eager", n, t_eg, bs_rm, setup_rm, mem_rm, agr_eg, None, tpr))
+    # rmfast's one-off compile is part of its cost for one scan: est_full_vocab_s includes it
+    methods.append(("rmfast", n, t_rm, bs_rm, setup_rm + (compile_s or 0.0), mem_rm, None, None, tpr))
+    for method, cnt, times, bs, setup, m, agr, probe, executed in methods:
         cps = cnt / min(times)
         row = dict(common)
         row.update({
@@ -692,6 +729,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     extras = {"model": cfg.name, "note": cfg.note, "source": lm.source, "template": tmpl.manifest(),
               "dims": {k: v for k, v in dims.items() if k != "layer_shapes"}, "gemm_peak": peak,
               "agreement": {"hf-cache_vs_rmfast": agr_hf, "naive_vs_rmfast": agr_nv, "naive_vs_hf-cache_floor": floor,
+                            "rmfast-eager_vs_rmfast": agr_eg,
                             "min_spearman": min_rho, "fp32_check": exact}, "full": full}
     if args.profile:
         extras["profile"] = profile_engine(eng, ids, bs_rm, device, n_batches=args.profile)
@@ -699,9 +737,11 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     return rows, extras
 
 
-def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dtype: torch.dtype) -> dict:
-    """All three methods on ``ids`` with the model's parameters in fp32: the scores must be equal up to
-    fp32 rounding (:func:`close_ok`). The model is cast back to ``dtype`` afterwards."""
+def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dtype: torch.dtype,
+               compile: bool = False) -> dict:
+    """All methods on ``ids`` with the model's parameters in fp32: the scores must be equal up to
+    fp32 rounding (:func:`close_ok`). The model is cast back to ``dtype`` afterwards. With ``compile``
+    rmfast is the compiled engine and the eager engine is checked against it too."""
     from .engine import Engine
     from .reference import reference_scores
 
@@ -709,7 +749,8 @@ def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dt
     try:
         if dtype != torch.float32:
             _params_to(model, torch.float32)
-        rm = Engine(model, tmpl, head=head).score(c).float().cpu().numpy()
+        rm = Engine(model, tmpl, head=head, compile=compile).score(c).float().cpu().numpy()
+        eg = Engine(model, tmpl, head=head).score(c).float().cpu().numpy() if compile else None
         hf = HFCacheScorer(model, tmpl, head=head).score(c).float().cpu().numpy()
         with flat_lm_head(model):
             nv = reference_scores(model, tmpl, c.tolist(), head=head, batch_size=len(ids)).numpy()
@@ -719,7 +760,7 @@ def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dt
     # CPU: the same fp32 maths in another order. CUDA: also other kernels (cuBLAS/Triton split-K, atomics).
     atol, rtol = (2e-4, 1e-4) if device.type == "cpu" else (1e-3, 1e-3)
     out = {"n": int(ids.size), "atol": atol, "rtol": rtol}
-    for name, x in (("hf-cache", hf), ("naive", nv)):
+    for name, x in (("hf-cache", hf), ("naive", nv)) + ((("rmfast-eager", eg),) if eg is not None else ()):
         out[f"{name}_max_abs_diff"] = float(np.abs(x.astype(np.float64) - rm).max())
         out[f"{name}_ok"] = close_ok(rm, x, atol=atol, rtol=rtol)
     return out
@@ -809,9 +850,9 @@ def plot(rows: list[dict], path: Path, title: str) -> Path | None:
         _log("note: matplotlib is not installed; skipping the plot (pip install matplotlib)")
         return None
     models = list(dict.fromkeys(r["model"] for r in rows))
-    colors = {"naive": "#9e9e9e", "hf-cache": "#4c72b0", "rmfast": "#dd8452"}
-    fig, ax = plt.subplots(figsize=(2.2 + 3.0 * len(models), 5.2))
-    width = 0.26
+    colors = {"naive": "#9e9e9e", "hf-cache": "#4c72b0", "rmfast-eager": "#f0b27a", "rmfast": "#dd8452"}
+    fig, ax = plt.subplots(figsize=(2.2 + 3.6 * len(models), 5.2))
+    width = 0.2
     ymax = 1.0
     for i, m in enumerate(models):
         by = {r["method"]: r for r in rows if r["model"] == m}
@@ -819,7 +860,7 @@ def plot(rows: list[dict], path: Path, title: str) -> Path | None:
             r = by.get(meth)
             if not r:
                 continue
-            x = i + (j - 1) * width
+            x = i + (j - 1.5) * width
             v = r["cand_per_s"]
             ymax = max(ymax, v)
             ax.bar(x, v, width * 0.92, color=colors[meth], label=meth if i == 0 else None)
@@ -831,9 +872,9 @@ def plot(rows: list[dict], path: Path, title: str) -> Path | None:
         pk = by.get("rmfast", {}).get("peak_bound_cand_per_s")
         if pk:
             ymax = max(ymax, pk)
-            ax.hlines(pk, i - 1.6 * width, i + 1.6 * width, colors="crimson", linestyles="--",
+            ax.hlines(pk, i - 2.1 * width, i + 2.1 * width, colors="crimson", linestyles="--",
                       label="GEMM-peak bound" if not any(t.get_label() == "GEMM-peak bound" for t in ax.collections) else None)
-            ax.text(i + 1.6 * width, pk, f" peak\n {pk:,.0f}", color="crimson", fontsize=8, va="center", ha="left")
+            ax.text(i + 2.1 * width, pk, f" peak\n {pk:,.0f}", color="crimson", fontsize=8, va="center", ha="left")
     ax.set_yscale("log")
     ax.set_ylim(top=ymax * 12)
     ticks = []
@@ -986,6 +1027,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=int, nargs="?", const=3, default=0, metavar="N",
                    help="torch.profiler over N rmfast batches per model; top ops by self time (default N=3)")
     p.add_argument("--no-peak", action="store_true", help="skip the GEMM-peak measurement")
+    p.add_argument("--compile", default="on", choices=["on", "off", "auto"],
+                   help="rmfast on CPU: the compiled decoder layer, timed beside the eager engine (default on; "
+                        "off: eager only; the full scan follows scan's rule for auto)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--cost-model", action="store_true",
                    help="print the GPU cost model (8B Llama-3 RM, 27B Gemma-2 RM on one H100) and exit; loads no model")

@@ -215,6 +215,17 @@ def resolve_compile(compile, model, n_tokens: int) -> bool:
     return device.type == "cpu" and 2.0 * layer_params(model) * n_tokens >= COMPILE_MIN_FLOPS
 
 
+def even_batch(n: int, bs: int) -> int:
+    """The batch size <= bs that splits n rows into equal batches (the last short by < the batch count).
+
+    The compiled engine pads a short final batch to its compiled shape; equal batches waste nothing.
+    """
+    if n <= 0 or bs <= 0:
+        return bs
+    k = -(-n // bs)  # batches needed
+    return -(-n // k)
+
+
 def _versions() -> dict:
     import transformers
 
@@ -362,7 +373,7 @@ def scan(
         eng = Engine(model, tmpl, head=head, head_index=head_index)
         eng.compile = resolve_compile(compile, model, todo.size * eng.tokens_per_row(1)) and eng.can_compile(warn=True)
     tpr = eng.tokens_per_row(1) if eng is not None else len(tmpl.prefix_ids) + 1 + len(tmpl.suffix_ids)
-    bs = auto_batch_size(device, tpr) if batch_size == "auto" else int(batch_size)
+    bs = even_batch(todo.size, auto_batch_size(device, tpr)) if batch_size == "auto" else int(batch_size)
     if bs < 1:
         raise UserError("--batch-size must be a positive integer or auto")
     bar = tqdm(total=ids.size, initial=ids.size - todo.size, unit="cand", desc="scan", disable=not progress, dynamic_ncols=True)
