@@ -187,3 +187,21 @@ def test_compile_failure_falls_back_to_eager(tmpl, monkeypatch):
         got = eng.score(ids)
     assert not eng.compile
     assert torch.equal(got, want)
+
+
+def test_flat_lm_head_nests(tmpl):
+    """The benchmark wraps reference_scores (which flattens the LM head itself) in flat_lm_head:
+    nested, the head must still come back as (B, k, V) with the same numbers."""
+    from rmfast.reference import flat_lm_head
+
+    model = T.tiny("gemma3", "causal_lm")
+    ids = torch.randint(0, T.VOCAB, (3, 9), generator=torch.Generator().manual_seed(0))
+    want = model(input_ids=ids, logits_to_keep=2).logits
+    with flat_lm_head(model), flat_lm_head(model):
+        got = model(input_ids=ids, logits_to_keep=2).logits
+    assert got.shape == want.shape == (3, 2, T.VOCAB)
+    torch.testing.assert_close(got, want)
+    resp = ids[:, :1].tolist()
+    with flat_lm_head(model):
+        nested = reference_scores(model, tmpl, resp, head="logprob")
+    torch.testing.assert_close(nested, reference_scores(model, tmpl, resp, head="logprob"))

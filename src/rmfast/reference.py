@@ -63,8 +63,8 @@ def flat_lm_head(model):
     Numerically the same GEMM. A no-op for models without an LM head.
     """
     head = getattr(model, "lm_head", None)
-    if not isinstance(head, torch.nn.Module):
-        yield
+    if not isinstance(head, torch.nn.Module) or getattr(head, "_rmfast_flat", False):
+        yield  # no LM head, or already flattened by an enclosing flat_lm_head (nesting must not reshape twice)
         return
     shapes = []
 
@@ -77,11 +77,13 @@ def flat_lm_head(model):
         return out.view(*shapes.pop(), out.shape[-1])
 
     h1, h2 = head.register_forward_pre_hook(pre), head.register_forward_hook(post)
+    head._rmfast_flat = True
     try:
         yield
     finally:
         h1.remove()
         h2.remove()
+        head._rmfast_flat = False
 
 
 @torch.no_grad()
