@@ -264,29 +264,27 @@ def test_blockdiag_prefix_is_packed_once_per_layer():
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("gemma_style,final_softcap,V,N", [
-    (False, None, 1000, 6), (True, 30.0, 999, 37), (False, 5.0, 7, 3), (True, None, 70000, 9),
+@pytest.mark.parametrize("gemma_style,final_softcap,V,N,chunk", [
+    (False, None, 1000, 6, 256), (True, 30.0, 999, 37, 256), (False, 5.0, 7, 3, 3), (True, None, 9000, 9, 4096),
 ])
-@pytest.mark.parametrize("padded", [False, True])
-def test_cpu_logprob_rows_match_naive(gemma_style, final_softcap, V, N, dtype, padded):
-    from rmfast.kernels.cpu_logprob import block_rows, lm_logprob_block, rmsnorm_lmhead_logprob_rows
+@pytest.mark.parametrize("pad_rows", [None, 40])
+def test_cpu_logprob_matches_naive(gemma_style, final_softcap, V, N, chunk, dtype, pad_rows):
+    from rmfast.kernels.cpu_logprob import rmsnorm_lmhead_logprob_cpu
 
     x, w, _, _, lm, targets = head_inputs(N, 24, 1, V, dtype, device="cpu")
-    targets[0] = V - 1
-    # block_fn given: every block padded to block_rows(V) rows (the compiled engine's contract)
-    got = rmsnorm_lmhead_logprob_rows(x, w, 1e-6, lm, targets, gemma_style=gemma_style, final_softcap=final_softcap,
-                                      block_fn=lm_logprob_block if padded else None)
+    targets[0] = V - 1  # last column, in the ragged final chunk
+    got = rmsnorm_lmhead_logprob_cpu(x, w, 1e-6, lm, targets, gemma_style=gemma_style, final_softcap=final_softcap,
+                                     chunk=chunk, pad_rows=pad_rows)
     want = naive_logprob(x, w, 1e-6, lm, targets, gemma_style, final_softcap)
     assert got.shape == (N,) and got.dtype == torch.float32
     assert_close(got, want, "naive_logprob", dtype)
-    assert block_rows(V) * V <= 1 << 24 or block_rows(V) == 8
 
 
-def test_cpu_logprob_rows_bf16_matches_reference():
-    from rmfast.kernels.cpu_logprob import rmsnorm_lmhead_logprob_rows
+def test_cpu_logprob_bf16_matches_reference():
+    from rmfast.kernels.cpu_logprob import rmsnorm_lmhead_logprob_cpu
 
     x, w, _, _, lm, targets = head_inputs(300, 64, 1, 5000, torch.bfloat16, device="cpu")
-    got = rmsnorm_lmhead_logprob_rows(x, w, 1e-6, lm, targets, gemma_style=True, final_softcap=30.0)
+    got = rmsnorm_lmhead_logprob_cpu(x, w, 1e-6, lm, targets, gemma_style=True, final_softcap=30.0, chunk=1024)
     want = ref.rmsnorm_lmhead_logprob(x, w, 1e-6, lm, targets, gemma_style=True, final_softcap=30.0)
     assert_close(got, want, "cpu_logprob", torch.bfloat16)
 

@@ -275,26 +275,21 @@ def flops_per_candidate(dims: dict, tokens_per_row: int) -> float:
 
 
 def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_chunk: int = 8192,
-              min_time: float = 0.25, shapes: list[tuple[int, int]] | None = None,
-              lm_block_rows: int | None = None) -> dict:
+              min_time: float = 0.25, shapes: list[tuple[int, int]] | None = None) -> dict:
     """torch.matmul throughput on the model's distinct projection shapes at M rows.
 
     Each distinct (M, K, N) is timed (best of 3 trials of >= min_time/3 s each); the model-shaped peak
     is total FLOPs / total time over one token pass of every layer (shapes weighted by how often
     they occur), i.e. the rate a perfect engine would run those GEMMs at. The logprob head's LM-head
-    GEMM is timed as the engine runs it: in row blocks of ``lm_block_rows`` × the whole vocabulary on
-    CPU (:mod:`rmfast.kernels.cpu_logprob`), else M rows × ``lm_chunk`` vocabulary rows.
+    GEMM is timed as the engine runs it: M rows × ``lm_chunk`` vocabulary rows, V / lm_chunk times.
     """
     counts: dict[tuple[int, int, int], float] = {}
     for K, N in shapes or dims["layer_shapes"]:
         counts[(M, K, N)] = counts.get((M, K, N), 0) + 1
     if dims["lm_head_params"]:
         V, D = dims["vocab"], dims["hidden"]
-        if lm_block_rows:
-            key, c = (lm_block_rows, D, V), M / lm_block_rows
-        else:
-            key, c = (M, D, min(lm_chunk, V)), V / lm_chunk
-        counts[key] = counts.get(key, 0) + c
+        key = (M, D, min(lm_chunk, V))
+        counts[key] = counts.get(key, 0) + V / lm_chunk
     per_shape = {}
     tot_flops = tot_time = 0.0
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -584,10 +579,10 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     fpc = flops_per_candidate(dims, tpr)
     peak = None
     if tpr > 0 and not args.no_peak:
-        from .kernels.cpu_logprob import block_rows
+        from .kernels.cpu_logprob import CHUNK
 
-        lm_rows = block_rows(dims["vocab"]) if (dims["lm_head_params"] and device.type == "cpu") else None
-        peak = gemm_peak(dims, bs_rm * tpr, dtype, device, shapes=engine_gemm_shapes(eng, dims), lm_block_rows=lm_rows)
+        peak = gemm_peak(dims, bs_rm * tpr, dtype, device, shapes=engine_gemm_shapes(eng, dims),
+                         lm_chunk=CHUNK if device.type == "cpu" else 8192)
         _log(f"  GEMM peak M={bs_rm * tpr}: {peak['gflops']:.1f} GFLOP/s -> {peak['gflops'] * 1e9 / fpc:.1f} cand/s")
 
     # --- hf-cache

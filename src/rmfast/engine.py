@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from . import ops
 from .kernels.blockdiag_attention import pack_prefix, visibility_bias
-from .kernels.cpu_logprob import lm_logprob_block
+from .kernels.cpu_logprob import lse_update
 from .layer import ACTIVATIONS, LayerConsts, LayerWeights, decoder_layer
 from .models.arch import ArchSpec, arch_spec
 from .template import Template
@@ -106,7 +106,7 @@ class Engine:
         self.act = ACTIVATIONS.get(self._act_name)
         self.compile = bool(compile) and self.can_compile(warn=True)
         self._packs = None
-        self._lm_block_fn = None
+        self._lm_update_fn = None
         self._compiled_rows: dict[int, int] = {}  # S -> rows of the compiled batch shape
         self._compile_checked = False
         self._encode_prefix()
@@ -265,10 +265,10 @@ class Engine:
             norm_post_mlp=eff(L.post_mlp_norm),
         )
 
-    def _compiled_lm_block(self):
-        if self._lm_block_fn is None:
-            self._lm_block_fn = torch.compile(_own_copy(lm_logprob_block), dynamic=False)
-        return self._lm_block_fn
+    def _compiled_lm_update(self):
+        if self._lm_update_fn is None:
+            self._lm_update_fn = torch.compile(_own_copy(lse_update), dynamic=False)
+        return self._lm_update_fn
 
     def _compiled_layers(self, h: torch.Tensor, pos0: int, rope: dict):
         """A callable (li, h) -> h running layer li through the compiled decoder layer, or None
@@ -354,6 +354,7 @@ class Engine:
             targets.reshape(-1),
             gemma_style=sp.gemma_norm,
             final_softcap=sp.final_logit_softcap,
-            block_fn=self._compiled_lm_block() if self.compile else None,
+            update_fn=self._compiled_lm_update() if self.compile else None,
+            pad_rows=self._compiled_rows.get(T, B) * T if self.compile else None,
         )
         return total + lp.view(B, T).sum(-1)

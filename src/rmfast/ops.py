@@ -63,11 +63,11 @@ def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_styl
 
 
 def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap=None, chunk=8192,
-                           block_fn=None):
+                           update_fn=None, pad_rows=None):
     """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block.
 
-    CUDA: the Triton kernel (vocabulary-streaming). CPU: row blocks (:mod:`.kernels.cpu_logprob`),
-    with ``block_fn`` the engine's compiled block when it compiles.
+    CUDA: the Triton kernel. CPU: :mod:`.kernels.cpu_logprob` (``update_fn``: the engine's compiled
+    chunk update when it compiles; ``pad_rows``: its compiled row count).
     """
     if _use_triton(x):
         from .kernels.triton_logprob import rmsnorm_lmhead_logprob_triton
@@ -76,10 +76,11 @@ def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_sty
             x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk
         )
     if x.device.type == "cpu":
-        from .kernels.cpu_logprob import rmsnorm_lmhead_logprob_rows
+        from .kernels.cpu_logprob import rmsnorm_lmhead_logprob_cpu
 
-        return rmsnorm_lmhead_logprob_rows(
-            x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, block_fn=block_fn
+        return rmsnorm_lmhead_logprob_cpu(
+            x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap,
+            update_fn=update_fn, pad_rows=pad_rows,
         )
     return ref.rmsnorm_lmhead_logprob(
         x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk
