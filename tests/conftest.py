@@ -38,3 +38,15 @@ def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, smol_tokenizer):
+    """A tiny Llama reward model saved as a normal HF folder, with the real SmolLM2 tokenizer."""
+    import tiny_models as T
+
+    d = tmp_path_factory.mktemp("tiny-rm")
+    m = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
+    m.save_pretrained(d)
+    smol_tokenizer.save_pretrained(d)
+    return d

@@ -7,20 +7,8 @@ comparison is complete and honest (same ids, agreement checks passed, rows for e
 import json
 
 import pandas as pd
-import pytest
 
 from rmfast.bench import main
-
-import tiny_models as T
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smol_tokenizer):
-    d = tmp_path_factory.mktemp("tiny-bench")
-    m = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
-    m.save_pretrained(d)
-    smol_tokenizer.save_pretrained(d)
-    return d
 
 
 def test_bench_runs_every_method_and_writes_rows(tiny_dir, tmp_path, capsys):

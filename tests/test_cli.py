@@ -14,16 +14,6 @@ from rmfast.cli import main
 import tiny_models as T
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, smol_tokenizer):
-    """A tiny Llama reward model saved as a normal HF folder, with the real SmolLM2 tokenizer."""
-    d = tmp_path_factory.mktemp("tiny-rm")
-    m = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
-    m.save_pretrained(d)
-    smol_tokenizer.save_pretrained(d)
-    return d
-
-
 def run(argv, capsys):
     rc = main(argv)
     out = capsys.readouterr()
