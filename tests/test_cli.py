@@ -136,3 +136,17 @@ def test_no_traceback_in_a_real_process(tmp_path):
                        text=True, stdin=subprocess.DEVNULL, timeout=120)
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and p.stderr.startswith("rmfast: error"), p.stderr
+
+
+def test_scan_auto_compile_skips_long_prompts(monkeypatch, smol_tokenizer):
+    """auto: compile for big jobs, but not when the block-diagonal prompt attention would not pay."""
+    import importlib
+
+    scan_mod = importlib.import_module("rmfast.scan")  # the module (rmfast.scan is also the function)
+    monkeypatch.setattr(scan_mod, "COMPILE_MIN_FLOPS", 0.0)  # every job counts as big
+    monkeypatch.setattr(scan_mod, "MAX_BLOCKDIAG_EXTRA", 1.0)  # tiny layers: a 32-token prompt is already 0.53
+    model = T.tiny("llama")
+    short = scan_mod.scan(model, smol_tokenizer, "Hi?", token_ids="0:64", progress=False)
+    assert short.manifest["compiled"] is True
+    long = scan_mod.scan(model, smol_tokenizer, "word " * 300, token_ids="0:64", progress=False)
+    assert long.manifest["compiled"] is False

@@ -205,3 +205,17 @@ def test_flat_lm_head_nests(tmpl):
     with flat_lm_head(model):
         nested = reference_scores(model, tmpl, resp, head="logprob")
     torch.testing.assert_close(nested, reference_scores(model, tmpl, resp, head="logprob"))
+
+
+def test_blockdiag_overhead_grows_with_the_prompt(smol_tokenizer):
+    """scan's auto mode skips the compiled layer when the block-diagonal prompt attention would cost
+    more than MAX_BLOCKDIAG_EXTRA of a layer (H x the prompt-attention FLOPs)."""
+    from rmfast.engine import MAX_BLOCKDIAG_EXTRA
+    from rmfast.scan import resolve_compile  # noqa: F401  (auto path exercised in test_cli)
+
+    model = T.tiny("llama")
+    short = Engine(model, build_template(smol_tokenizer, "Hi?"), head="score")
+    long = Engine(model, build_template(smol_tokenizer, "word " * 300), head="score")
+    P_s, P_l = len(short.template.prefix_ids), len(long.template.prefix_ids)
+    assert long.blockdiag_overhead() == pytest.approx(short.blockdiag_overhead() * P_l / P_s)
+    assert long.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA

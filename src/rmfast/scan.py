@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from . import __version__
-from .engine import Engine
+from .engine import MAX_BLOCKDIAG_EXTRA, Engine
 from .errors import UserError
 from .io import manifest_path, write_result
 from .models.arch import arch_spec
@@ -371,7 +371,10 @@ def scan(
     eng = None
     if engine == "fast":
         eng = Engine(model, tmpl, head=head, head_index=head_index)
-        eng.compile = resolve_compile(compile, model, todo.size * eng.tokens_per_row(1)) and eng.can_compile(warn=True)
+        want = resolve_compile(compile, model, todo.size * eng.tokens_per_row(1))
+        if want and compile == "auto" and eng.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA:
+            want = False  # a long prompt on many heads: the compiled attention would not pay
+        eng.compile = want and eng.can_compile(warn=True)
     tpr = eng.tokens_per_row(1) if eng is not None else len(tmpl.prefix_ids) + 1 + len(tmpl.suffix_ids)
     bs = even_batch(todo.size, auto_batch_size(device, tpr)) if batch_size == "auto" else int(batch_size)
     if bs < 1:
