@@ -141,7 +141,6 @@ class Engine:
         residual stream at the final ``n_out`` positions, (B, n_out, Dm), and, if collect_kv,
         the per-layer (Hkv, S, D) keys/values of batch row 0 (used for the prefix pass).
         """
-        sp = self.spec
         B, S, _ = h.shape
         if pos0 > 0 and self.compile:
             # One compiled graph per suffix length: smaller batches are padded to the compiled rows.
@@ -154,8 +153,9 @@ class Engine:
                 try:
                     out = self._run_layers_once(h, pos0, n_out, None)
                 except Exception as e:  # no C++ compiler, unsupported platform, ...
-                    warnings.warn(f"rmfast: torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                                  "using the eager path", stacklevel=3)
+                    first = (str(e).strip().splitlines() or [""])[0][:200]
+                    warnings.warn(f"rmfast: torch.compile failed ({type(e).__name__}: {first}); using the eager path",
+                                  stacklevel=3)
                     self.compile = False
                     return self._run_layers(h[:B], pos0, n_out, collect_kv)
                 self._compile_checked = True
