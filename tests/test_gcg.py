@@ -124,7 +124,7 @@ def test_init_text_and_restarts(smol_tokenizer, tmpl):
 
 @pytest.mark.parametrize("bad, msg", [
     (dict(length=0), "--length"), (dict(topk=0), "--topk"), (dict(search_width=0), "--search-width"),
-    (dict(head="nope"), "head"), (dict(eval_batch_size="x"), "--eval-batch-size"),
+    (dict(head="nope"), "head"), (dict(eval_batch_size="x"), "--eval-batch-size"), (dict(compile="yes"), "--compile"),
 ])
 def test_config_errors(bad, msg):
     with pytest.raises(UserError, match=msg):
@@ -181,3 +181,14 @@ def test_embedded_smollm2(smollm2, capsys, tmp_path, monkeypatch):
     for d, best, n, sign in (("max", mx.best_score, mx.n_evaluated, 1), ("min", mn["best_score"], mn["n_evaluated"], -1)):
         rnd = random_search(model, tok, PROMPT, GCGConfig(length=3, maximize=sign > 0), n, template=tmpl)
         assert sign * (best - rnd.best_score) > 0, (d, best, rnd.best_score)
+
+
+def test_compiled_engine_evaluator(smol_tokenizer, tmpl):
+    """compile="on": the engine evaluator runs the compiled CPU layer (batches of varying size padded
+    to one graph) and the reported best score still equals a plain-HF forward (fp32)."""
+    model = T.tiny("llama")
+    res = run(model, smol_tokenizer, PROMPT, GCGConfig(**{**SMALL, "steps": 3}, compile="on"), progress=False, template=tmpl)
+    assert res.manifest["compiled"] is True
+    assert res.best_score == pytest.approx(res.best_score_reference, abs=1e-4)
+    ref = reference_scores(model, tmpl, [res.best_ids], head="score")[0].item()
+    assert res.best_score == pytest.approx(ref, abs=1e-4)

@@ -88,6 +88,8 @@ class GCGConfig:
         system: system message (default None).
         evaluator: "auto" (default: the shared-prompt engine where the architecture is supported,
             else full sequences), "engine" or "full" (full sequences through ``model(...)``).
+        compile: the engine evaluator's compiled CPU layer: "auto" (default: scan's rule, applied to
+            steps × search_width × restarts candidates), "on" or "off".
     """
 
     length: int = 20
@@ -110,6 +112,7 @@ class GCGConfig:
     template: str | None = None
     system: str | None = None
     evaluator: str = "auto"
+    compile: str = "auto"
 
     def validate(self) -> None:
         """Raise UserError (one line) for an impossible setting."""
@@ -132,6 +135,8 @@ class GCGConfig:
             raise UserError("--head-index must be >= 0")
         if self.evaluator not in ("auto", "engine", "full"):
             raise UserError(f"unknown evaluator {self.evaluator!r}; use auto, engine or full")
+        if self.compile not in ("auto", "on", "off"):
+            raise UserError(f"unknown --compile {self.compile!r}; use auto, on or off")
         if self.init is not None and not self.init.strip():
             raise UserError("--init is empty; give a starting response text or leave it out")
 
@@ -316,10 +321,11 @@ class _Gradient:
 class _Scorer:
     """Scores (B, L) candidates: the shared-prompt engine, or full sequences through model(...)."""
 
-    def __init__(self, model, tmpl: Template, head: str, head_index: int, evaluator: str, batch_size, L: int):
-        from .engine import Engine
+    def __init__(self, model, tmpl: Template, head: str, head_index: int, evaluator: str, batch_size, L: int,
+                 compile: str = "off", n_evaluations: int = 0):
+        from .engine import MAX_BLOCKDIAG_EXTRA, Engine
         from .models.arch import arch_spec
-        from .scan import auto_batch_size
+        from .scan import auto_batch_size, resolve_compile
 
         spec = arch_spec(model)
         if evaluator == "auto":
@@ -337,6 +343,10 @@ class _Scorer:
                 raise UserError(f"architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; use evaluator full")
             self.engine = Engine(model, tmpl, head=head, head_index=head_index)
             tpr = self.engine.tokens_per_row(L)
+            want = resolve_compile(compile, model, n_evaluations * tpr)
+            if want and compile == "auto" and self.engine.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA:
+                want = False
+            self.engine.compile = want and self.engine.can_compile(warn=True)
         else:
             self.engine = None
             tpr = len(tmpl.prefix_ids) + L + len(tmpl.suffix_ids)
@@ -465,7 +475,8 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     L = len(init_ids) if init_ids is not None else cfg.length
     k = min(cfg.topk, allowed_ids.numel())
 
-    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L)
+    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L,
+                     compile=cfg.compile, n_evaluations=cfg.steps * cfg.search_width * cfg.restarts)
     grad_fn = _Gradient(model, tmpl, head, cfg.head_index)
     sign = 1.0 if cfg.maximize else -1.0
     neg_inf = torch.tensor(float("-inf"))
@@ -570,6 +581,7 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         "dtype": str(p.dtype).replace("torch.", ""),
         "device": str(p.device),
         "evaluator": scorer.kind,
+        "compiled": bool(scorer.engine is not None and scorer.engine.compile),
         "eval_batch_size": scorer.bs,
         "n_allowed_tokens": int(allowed_ids.numel()),
         "gradient": "full sequence through the HF model with autograd (no prompt cache); one-hot @ embedding weight x embedding scale",
@@ -619,7 +631,7 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
                                  allow_special=cfg.allow_special).nonzero()[:, 0]
     retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
     L = cfg.length
-    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L)
+    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L)  # random search: short
     gen = torch.Generator().manual_seed(cfg.seed)
     seen: set[bytes] = set()
     keep: list[list[int]] = []
@@ -661,7 +673,7 @@ def cmd_gcg(args) -> int:
         seed=args.seed, maximize=not args.minimize, allow_non_ascii=args.allow_non_ascii,
         allow_special=args.allow_special, retokenize_filter=not args.no_retokenize_filter, init=args.init,
         eval_batch_size=args.eval_batch_size, head=args.head, head_index=args.head_index,
-        template=args.template, system=args.system, evaluator=args.evaluator,
+        template=args.template, system=args.system, evaluator=args.evaluator, compile=args.compile,
     )
     cfg.validate()  # refuse bad settings before loading anything
     direction = "max" if cfg.maximize else "min"
@@ -716,6 +728,8 @@ def register(subparsers) -> None:
     p.add_argument("--eval-batch-size", default="auto", help="rows per evaluation batch, or auto (default)")
     p.add_argument("--evaluator", default="auto", choices=["auto", "engine", "full"],
                    help="auto (default): the shared-prompt engine where supported; full: whole sequences through the model")
+    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
+                   help="the engine evaluator's compiled CPU layer: auto (default: for long runs), on, off")
     p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
                    help="auto (default): score for classifiers, logprob for causal LMs")
     p.add_argument("--head-index", type=int, default=0, help="output of a multi-output score head (default 0)")
