@@ -55,7 +55,7 @@ TOLERANCES: dict[tuple[str, torch.dtype], tuple[float, float]] = {
     ("logprob", torch.float32): (3e-5, 2e-5),
     ("logprob", torch.float16): (3e-3, 1e-3),
     ("logprob", torch.bfloat16): (3e-2, 1e-2),  # logits rounded to bf16 can flip by 1 ulp
-    # CPU twins (block-diagonal attention, row-block log-probs) vs the reference in bf16:
+    # CPU twins (block-diagonal attention, chunked compiled-form log-probs) vs the reference in bf16:
     ("cpu_attention", torch.bfloat16): (3e-2, 3e-2),  # prompt and suffix parts rounded apart
     ("cpu_logprob", torch.bfloat16): (3e-2, 1e-2),
 }
@@ -217,7 +217,7 @@ def test_reference_logprob_matches_naive(gemma_style, final_softcap, V, chunk, d
 
 
 # ----------------------------------------------------------------------------------------
-# CPU twins (block-diagonal attention, row-block log-probs) vs the naive oracles / references
+# CPU twins (block-diagonal attention, chunked compiled-form log-probs) vs the naive oracles / references
 # ----------------------------------------------------------------------------------------
 
 def _blockdiag(case, dtype):
