@@ -7,7 +7,6 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from rmfast.cli import main
 

@@ -211,7 +211,6 @@ def test_blockdiag_overhead_grows_with_the_prompt(smol_tokenizer):
     """scan's auto mode skips the compiled layer when the block-diagonal prompt attention would cost
     more than MAX_BLOCKDIAG_EXTRA of a layer (H x the prompt-attention FLOPs)."""
     from rmfast.engine import MAX_BLOCKDIAG_EXTRA
-    from rmfast.scan import resolve_compile  # noqa: F401  (auto path exercised in test_cli)
 
     model = T.tiny("llama")
     short = Engine(model, build_template(smol_tokenizer, "Hi?"), head="score")
