@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from rmfast.cli import main
 
@@ -149,3 +150,27 @@ def test_scan_auto_compile_skips_long_prompts(monkeypatch, smol_tokenizer):
     assert short.manifest["compiled"] is True
     long = scan_mod.scan(model, smol_tokenizer, "word " * 300, token_ids="0:64", progress=False)
     assert long.manifest["compiled"] is False
+
+
+def test_oom_batches_halve_and_retry():
+    """scan / text candidates / GCG share this loop: out-of-memory halves the batch, retries the same rows."""
+    from rmfast.scan import oom_batches
+
+    seen, told = [], []
+
+    def score(lo, hi, b):
+        if hi - lo > 3:
+            raise torch.OutOfMemoryError("too big")
+        seen.append((lo, hi))
+        return list(range(lo, hi))
+
+    out = list(oom_batches(10, 8, torch.device("cpu"), score, told.append))
+    assert told == [4, 2]
+    assert [(lo, hi) for lo, hi, _, _ in out] == seen == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    assert [x for *_, o, _ in out for x in o] == list(range(10)) and out[-1][3] == 2
+
+    def never(lo, hi, b):
+        raise torch.OutOfMemoryError("always")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        list(oom_batches(4, 2, torch.device("cpu"), never))

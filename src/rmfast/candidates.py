@@ -428,7 +428,7 @@ def score_texts(
 
     from .engine import Engine
     from .reference import reference_scores
-    from .scan import (CHECKPOINT_EVERY_S, _run_key, _save_checkpoint, _versions, auto_batch_size, base_manifest,
+    from .scan import (CHECKPOINT_EVERY_S, _run_key, _save_checkpoint, _versions, auto_batch_size, base_manifest, oom_batches,
                        resolve_engine, resolve_head)
     from .template import Template, build_template
 
@@ -533,28 +533,19 @@ def score_texts(
                 bs = int(batch_size)
                 if bs < 1:
                     raise UserError("--batch-size must be a positive integer or auto")
-            i = 0
-            while i < todo.size:
-                sel = todo[i:i + bs]
-                try:
-                    if eng is not None and odd is None:
-                        cand = torch.tensor([rows[j].ids for j in sel], dtype=torch.long)
-                        out = eng.score(cand).float().cpu().numpy()
-                    else:
-                        out = reference_scores(model, row_t, [rows[j].ids for j in sel], head=head, head_index=head_index,
-                                               batch_size=bs).numpy()
-                except torch.OutOfMemoryError:
-                    if bs == 1:
-                        raise
-                    bs = max(1, bs // 2)
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                    bar.set_postfix_str(f"OOM: batch -> {bs}")
-                    continue
-                scores[sel] = out
+            def score(lo, hi, b, todo=todo, odd=odd, row_t=row_t):
+                sel = todo[lo:hi]
+                if eng is not None and odd is None:
+                    cand = torch.tensor([rows[j].ids for j in sel], dtype=torch.long)
+                    return eng.score(cand).float().cpu().numpy()
+                return reference_scores(model, row_t, [rows[j].ids for j in sel], head=head, head_index=head_index,
+                                        batch_size=b).numpy()
+
+            for lo, hi, out, bs in oom_batches(todo.size, bs, device, score,
+                                               lambda b: bar.set_postfix_str(f"OOM: batch -> {b}")):
+                scores[todo[lo:hi]] = out
                 work = True
-                i += sel.size
-                bar.update(sel.size)
+                bar.update(hi - lo)
                 if ck is not None and time.perf_counter() - last_ck > CHECKPOINT_EVERY_S:
                     _save_checkpoint(ck, key, order_ids, scores)
                     last_ck = time.perf_counter()

@@ -323,7 +323,7 @@ class _Scorer:
 
     def __init__(self, model, tmpl: Template, head: str, head_index: int, evaluator: str, batch_size, L: int,
                  compile: str = "off", n_evaluations: int = 0):
-        from .engine import MAX_BLOCKDIAG_EXTRA, Engine
+        from .engine import Engine
         from .models.arch import arch_spec
         from .scan import auto_batch_size, resolve_compile
 
@@ -343,10 +343,8 @@ class _Scorer:
                 raise UserError(f"architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; use evaluator full")
             self.engine = Engine(model, tmpl, head=head, head_index=head_index)
             tpr = self.engine.tokens_per_row(L)
-            want = resolve_compile(compile, model, n_evaluations * tpr)
-            if want and compile == "auto" and self.engine.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA:
-                want = False
-            self.engine.compile = want and self.engine.can_compile(warn=True)
+            self.engine.compile = (resolve_compile(compile, model, n_evaluations * tpr, self.engine)
+                                   and self.engine.can_compile(warn=True))
         else:
             self.engine = None
             tpr = len(tmpl.prefix_ids) + L + len(tmpl.suffix_ids)
@@ -355,26 +353,19 @@ class _Scorer:
 
     def __call__(self, cands: torch.Tensor) -> torch.Tensor:
         from .reference import reference_scores
+        from .scan import oom_batches
+
+        def score(lo, hi, b):
+            rows = cands[lo:hi]
+            if self.engine is not None:
+                return self.engine.score(rows).float().cpu()
+            return reference_scores(self.model, self.tmpl, rows.tolist(), head=self.head, head_index=self.head_index,
+                                    batch_size=b)
 
         out = torch.empty(cands.shape[0], dtype=torch.float32)
-        i = 0
-        while i < cands.shape[0]:
-            rows = cands[i : i + self.bs]
-            try:
-                if self.engine is not None:
-                    s = self.engine.score(rows).float().cpu()
-                else:
-                    s = reference_scores(self.model, self.tmpl, rows.tolist(), head=self.head,
-                                         head_index=self.head_index, batch_size=self.bs)
-            except torch.OutOfMemoryError:
-                if self.bs == 1:
-                    raise
-                self.bs = max(1, self.bs // 2)
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
-                continue
-            out[i : i + rows.shape[0]] = s
-            i += rows.shape[0]
+        for lo, hi, s, bs in oom_batches(cands.shape[0], self.bs, self.device, score):
+            out[lo:hi] = s
+            self.bs = bs  # halved after an out-of-memory: later calls start there
         return out
 
 

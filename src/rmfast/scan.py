@@ -198,9 +198,11 @@ def layer_params(model) -> int:
     return sum(p.numel() for m in mods for p in m.parameters())
 
 
-def resolve_compile(compile, model, n_tokens: int) -> bool:
+def resolve_compile(compile, model, n_tokens: int, engine: Engine | None = None) -> bool:
     """"auto" (default) -> compile on CPU for jobs of >= COMPILE_MIN_FLOPS; "on"/"off" or a bool.
 
+    With ``engine``, "auto" also declines when its block-diagonal prompt attention would add more
+    than MAX_BLOCKDIAG_EXTRA of a layer's FLOPs (long prompts on many heads).
     ``RMFAST_COMPILE=0`` turns "auto" off (e.g. where no C++ compiler is installed).
     """
     if isinstance(compile, bool):
@@ -212,7 +214,33 @@ def resolve_compile(compile, model, n_tokens: int) -> bool:
     if os.environ.get("RMFAST_COMPILE", "1") == "0":
         return False
     device = next(model.parameters()).device
+    if engine is not None and engine.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA:
+        return False
     return device.type == "cpu" and 2.0 * layer_params(model) * n_tokens >= COMPILE_MIN_FLOPS
+
+
+def oom_batches(n: int, bs: int, device: torch.device, score, on_oom=None):
+    """Score rows 0..n-1 in batches: yields (lo, hi, out, bs) with ``out = score(lo, hi, bs)``.
+
+    On out-of-memory the batch is halved (``on_oom(new_bs)`` is told) and the same rows retried;
+    at one row the error propagates. Shared by scan, text candidates and GCG's evaluator.
+    """
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + bs)
+        try:
+            out = score(lo, hi, bs)
+        except torch.OutOfMemoryError:
+            if bs == 1:
+                raise
+            bs = max(1, bs // 2)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            if on_oom is not None:
+                on_oom(bs)
+            continue
+        yield lo, hi, out, bs
+        lo = hi
 
 
 def even_batch(n: int, bs: int) -> int:
@@ -371,10 +399,7 @@ def scan(
     eng = None
     if engine == "fast":
         eng = Engine(model, tmpl, head=head, head_index=head_index)
-        want = resolve_compile(compile, model, todo.size * eng.tokens_per_row(1))
-        if want and compile == "auto" and eng.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA:
-            want = False  # a long prompt on many heads: the compiled attention would not pay
-        eng.compile = want and eng.can_compile(warn=True)
+        eng.compile = resolve_compile(compile, model, todo.size * eng.tokens_per_row(1), eng) and eng.can_compile(warn=True)
     tpr = eng.tokens_per_row(1) if eng is not None else len(tmpl.prefix_ids) + 1 + len(tmpl.suffix_ids)
     bs = even_batch(todo.size, auto_batch_size(device, tpr)) if batch_size == "auto" else int(batch_size)
     if bs < 1:
@@ -385,36 +410,28 @@ def scan(
     first_batch_s = None
     if eng is not None and eng.compile and todo.size:
         bar.set_postfix_str("compiling the CPU layer (one-off)")
-    i = 0
+
+    def score(lo, hi, b):
+        cand = torch.from_numpy(ids[todo[lo:hi]])[:, None]  # (b, 1)
+        if eng is not None:
+            return eng.score(cand).float().cpu().numpy()
+        return reference_scores(model, tmpl, cand.tolist(), head=head, head_index=head_index, batch_size=b).numpy()
+
+    done = False
     try:
-        while i < todo.size:
-            rows = todo[i : i + bs]
-            cand = torch.from_numpy(ids[rows])[:, None]  # (b, 1)
-            try:
-                if eng is not None:
-                    out = eng.score(cand).float().cpu().numpy()
-                else:
-                    out = reference_scores(model, tmpl, cand.tolist(), head=head, head_index=head_index, batch_size=bs).numpy()
-            except torch.OutOfMemoryError:
-                if bs == 1:
-                    raise
-                bs = max(1, bs // 2)
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-                bar.set_postfix_str(f"OOM: batch -> {bs}")
-                continue
-            scores[rows] = out
+        for lo, hi, out, bs in oom_batches(todo.size, bs, device, score, lambda b: bar.set_postfix_str(f"OOM: batch -> {b}")):
+            scores[todo[lo:hi]] = out
+            done = True
             if first_batch_s is None:
                 first_batch_s = time.perf_counter() - t_scan
                 bar.set_postfix_str("")
-            i += rows.size
-            bar.update(rows.size)
+            bar.update(hi - lo)
             if ck is not None and time.perf_counter() - last_ck > CHECKPOINT_EVERY_S:
                 _save_checkpoint(ck, key, ids, scores)
                 last_ck = time.perf_counter()
     except BaseException:
         # Interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun.
-        if ck is not None and i > 0:
+        if ck is not None and done:
             _save_checkpoint(ck, key, ids, scores)
         raise
     bar.close()
