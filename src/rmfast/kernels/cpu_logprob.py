@@ -1,8 +1,8 @@
 """Final norm + LM head + log-softmax gather on CPU: vocabulary chunks with one fused update each.
 
-The CPU twin of :func:`rmfast.kernels.reference.rmsnorm_lmhead_logprob`, same algorithm (stream
+The reference's own algorithm (:func:`rmfast.kernels.reference.rmsnorm_lmhead_logprob`: stream
 over vocabulary chunks keeping a running max, sum-exp and the target logit per row, so no (N, V)
-block exists), arranged for ``torch.compile``: the whole per-chunk step — GEMM, softcap, max,
+block exists), run the way the CPU engine needs it: the whole per-chunk step — GEMM, softcap, max,
 rescaled exp-sum, target gather — is ONE function of tensors (:func:`lse_update`; the chunk start
 is a 0-d tensor so every chunk reuses one graph), which inductor turns into the GEMM plus one
 fused loop over the chunk's logits while they are in cache. Eager, the same step is ~6 passes over
@@ -27,39 +27,13 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
-from .reference import rmsnorm
+from .reference import lse_update, rmsnorm_lmhead_logprob
+
+__all__ = ["CHUNK", "lse_update", "rmsnorm_lmhead_logprob_cpu"]
 
 #: vocabulary rows per chunk: the (N, chunk) logits of a ~2k-row batch stay cache-sized.
 CHUNK = 4096
-
-
-def lse_update(
-    y: torch.Tensor,
-    w_chunk: torch.Tensor,
-    v0: torch.Tensor,
-    targets: torch.Tensor,
-    m: torch.Tensor,
-    s: torch.Tensor,
-    tgt: torch.Tensor,
-    final_softcap: float | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One vocabulary chunk: y (N, D) normalised, w_chunk (C, D) from vocabulary row v0 (0-d tensor).
-
-    Updates the running max m, sum-exp s (relative to m) and target logit tgt, all (N,) fp32.
-    Logits are rounded to y.dtype by the GEMM (as HF's lm_head output is), then fp32.
-    """
-    logits = F.linear(y, w_chunk).float()  # (N, C)
-    if final_softcap is not None:
-        logits = torch.tanh(logits / final_softcap) * final_softcap
-    C = logits.shape[1]
-    m_new = torch.maximum(m, logits.amax(-1))
-    s = s * torch.exp(m - m_new) + torch.exp(logits - m_new[:, None]).sum(-1)
-    rel = targets - v0
-    inside = (rel >= 0) & (rel < C)
-    tgt = torch.where(inside, logits.gather(1, rel.clamp(0, C - 1)[:, None])[:, 0], tgt)
-    return m_new, s, tgt
 
 
 def rmsnorm_lmhead_logprob_cpu(
@@ -75,21 +49,15 @@ def rmsnorm_lmhead_logprob_cpu(
     update_fn: Callable | None = None,
     pad_rows: int | None = None,
 ) -> torch.Tensor:
-    """(N, D) final hidden states -> (N,) fp32 log-probabilities of ``targets``.
+    """(N, D) final hidden states -> (N,) fp32 log-probabilities of ``targets``: the reference's
+    stream at CPU's chunk size, with ``update_fn`` (the engine's compiled :func:`lse_update`).
 
-    ``update_fn`` replaces :func:`lse_update` (the engine passes its compiled copy); ``pad_rows``
-    pads N up to that many rows (copies of row 0) so a compiled update never sees a new shape.
+    ``pad_rows`` pads N up to that many rows (copies of row 0) so a compiled update never sees a
+    new shape.
     """
     N = x.shape[0]
     if pad_rows is not None and pad_rows > N:
         x = torch.cat([x, x[:1].expand(pad_rows - N, -1)])
         targets = torch.cat([targets, targets[:1].expand(pad_rows - N)])
-    y = rmsnorm(x, norm_weight, eps, gemma_style=gemma_style)  # (N', D)
-    fn = update_fn or lse_update
-    n = y.shape[0]
-    m = torch.full((n,), float("-inf"), device=x.device)
-    s = torch.zeros(n, device=x.device)
-    tgt = torch.zeros(n, device=x.device)
-    for v0 in range(0, lm_weight.shape[0], chunk):
-        m, s, tgt = fn(y, lm_weight[v0 : v0 + chunk], torch.tensor(v0, device=x.device), targets, m, s, tgt, final_softcap)
-    return (tgt - (m + torch.log(s)))[:N]
+    return rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style,
+                                  final_softcap=final_softcap, chunk=chunk, update_fn=update_fn)[:N]

@@ -7,6 +7,7 @@ matching Hugging Face's upcast/cast points (fp32 softmax, fp32 RMSNorm statistic
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
@@ -113,6 +114,34 @@ def rmsnorm_head(
     return out.float()
 
 
+def lse_update(
+    y: torch.Tensor,
+    w_chunk: torch.Tensor,
+    v0: torch.Tensor,
+    targets: torch.Tensor,
+    m: torch.Tensor,
+    s: torch.Tensor,
+    tgt: torch.Tensor,
+    final_softcap: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One vocabulary chunk of :func:`rmsnorm_lmhead_logprob`: y (N, D) normalised, w_chunk (C, D)
+    starting at vocabulary row v0 (a 0-d tensor, so a compiled copy serves every chunk).
+
+    Updates the running max m, sum-exp s (relative to m) and target logit tgt, all (N,) fp32.
+    Logits are rounded to y.dtype by the GEMM (as HF's lm_head output is), then fp32.
+    """
+    logits = F.linear(y, w_chunk).float()  # (N, C)
+    if final_softcap is not None:
+        logits = torch.tanh(logits / final_softcap) * final_softcap
+    C = logits.shape[1]
+    m_new = torch.maximum(m, logits.amax(-1))
+    s = s * torch.exp(m - m_new) + torch.exp(logits - m_new[:, None]).sum(-1)
+    rel = targets - v0
+    inside = (rel >= 0) & (rel < C)
+    tgt = torch.where(inside, logits.gather(1, rel.clamp(0, C - 1)[:, None])[:, 0], tgt)
+    return m_new, s, tgt
+
+
 def rmsnorm_lmhead_logprob(
     x: torch.Tensor,
     norm_weight: torch.Tensor,
@@ -123,11 +152,13 @@ def rmsnorm_lmhead_logprob(
     gemma_style: bool,
     final_softcap: float | None = None,
     chunk: int = 8192,
+    update_fn=None,
 ) -> torch.Tensor:
     """log softmax(lm_head(norm(x)))[n, targets[n]] as (N,) fp32, streaming over the vocabulary.
 
     Never materializes (N, V): each chunk of `chunk` vocabulary rows updates a running max and
-    sum-exp, and contributes the target logit if the target falls inside it.
+    sum-exp, and contributes the target logit if the target falls inside it (:func:`lse_update`;
+    ``update_fn`` replaces it, e.g. with a compiled copy).
 
     Example:
         >>> import torch
@@ -139,20 +170,10 @@ def rmsnorm_lmhead_logprob(
     """
     y = rmsnorm(x, norm_weight, eps, gemma_style=gemma_style)  # (N, D)
     N = y.shape[0]
-    V = lm_weight.shape[0]
+    fn = update_fn or lse_update
     m = torch.full((N,), float("-inf"), device=x.device)
     s = torch.zeros(N, device=x.device)
     tgt = torch.zeros(N, device=x.device)
-    rows = torch.arange(N, device=x.device)
-    for v0 in range(0, V, chunk):
-        logits = (y @ lm_weight[v0 : v0 + chunk].t()).float()  # (N, C)
-        if final_softcap is not None:
-            logits = torch.tanh(logits / final_softcap) * final_softcap
-        m_new = torch.maximum(m, logits.max(-1).values)
-        s = s * torch.exp(m - m_new) + torch.exp(logits - m_new[:, None]).sum(-1)
-        m = m_new
-        inside = (targets >= v0) & (targets < v0 + logits.shape[1])
-        if inside.any():
-            idx = (targets - v0).clamp(0, logits.shape[1] - 1)
-            tgt = torch.where(inside, logits[rows, idx], tgt)
+    for v0 in range(0, lm_weight.shape[0], chunk):
+        m, s, tgt = fn(y, lm_weight[v0 : v0 + chunk], torch.tensor(v0, device=x.device), targets, m, s, tgt, final_softcap)
     return tgt - (m + torch.log(s))
