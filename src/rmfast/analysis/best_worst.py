@@ -52,23 +52,20 @@ def pick_prompts(prompts, best: str | None, worst: str | None, framing=None) -> 
     for name, given in (("best", best), ("worst", worst)):
         if given is not None and given not in prompts:
             raise UserError(f"{name} prompt {given!r} not in the scan results; have {prompts}")
+    picked = []
     for given, kind, label in ((best, POSITIVE, "best"), (worst, NEGATIVE, "worst")):
-        if given is None and not any(frame[p] == kind for p in prompts):
-            raise UserError(f"best vs worst needs a {kind}ly framed ('{label}') prompt; none of "
-                            f"the {len(prompts)} prompts is one (name it with --{label}, or "
-                            f"--framing PROMPT={kind})")
-    if best is None:
-        pos = [p for p in prompts if frame[p] == POSITIVE]
-        if len(pos) != 1:
-            raise UserError(f"need one positive ('best') prompt, found {len(pos)} ({pos}); "
-                            "name it with best= / --best")
-        best = pos[0]
-    if worst is None:
-        neg = [p for p in prompts if frame[p] == NEGATIVE]
-        if len(neg) != 1:
-            raise UserError(f"need one negative ('worst') prompt, found {len(neg)} ({neg}); "
-                            "name it with worst= / --worst")
-        worst = neg[0]
+        if given is None:
+            found = [p for p in prompts if frame[p] == kind]
+            if not found:
+                raise UserError(f"best vs worst needs a {kind}ly framed ('{label}') prompt; none of "
+                                f"the {len(prompts)} prompts is one (name it with --{label}, or "
+                                f"--framing PROMPT={kind})")
+            if len(found) != 1:
+                raise UserError(f"need one {kind} ('{label}') prompt, found {len(found)} ({found}); "
+                                f"name it with {label}= / --{label}")
+            given = found[0]
+        picked.append(given)
+    best, worst = picked
     if best == worst:
         raise UserError("the best and worst prompts are the same; name two different prompts")
     return best, worst
