@@ -149,18 +149,18 @@ class Engine:
                 h = torch.cat([h, h[:1].expand(rows - B, -1, -1)])
             elif B > rows:
                 self._compiled_rows[S] = B
-            if not self._compile_checked:
-                try:
-                    out = self._run_layers_once(h, pos0, n_out, None)
-                except Exception as e:  # no C++ compiler, unsupported platform, ...
-                    first = (str(e).strip().splitlines() or [""])[0][:200]
-                    warnings.warn(f"rmfast: torch.compile failed ({type(e).__name__}: {first}); using the eager path",
-                                  stacklevel=3)
-                    self.compile = False
-                    return self._run_layers(h[:B], pos0, n_out, collect_kv)
-                self._compile_checked = True
-                return out[:B], None
-            return self._run_layers_once(h, pos0, n_out, None)[:B], None
+            try:
+                out = self._run_layers_once(h, pos0, n_out, None)
+            except Exception as e:  # the first compile failed: no C++ compiler, unsupported platform, ...
+                if self._compile_checked:
+                    raise
+                first = (str(e).strip().splitlines() or [""])[0][:200]
+                warnings.warn(f"rmfast: torch.compile failed ({type(e).__name__}: {first}); using the eager path",
+                              stacklevel=3)
+                self.compile = False
+                return self._run_layers(h[:B], pos0, n_out, collect_kv)
+            self._compile_checked = True
+            return out[:B], None
         kvs = [] if collect_kv else None
         return self._run_layers_once(h, pos0, n_out, kvs), kvs
 
