@@ -33,8 +33,8 @@ import torch
 
 from rmfast.gcg import GCGConfig, run
 from rmfast.io import write_json
-from rmfast.load import load
-from rmfast.scan import _versions
+from rmfast.loader import load
+from rmfast.resolve import versions as _versions
 
 PROMPT = "What, in one word, is the best thing ever?"
 

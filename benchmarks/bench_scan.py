@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 try:
-    from rmfast.bench import main
+    from rmfast.cli.bench import main
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from rmfast.bench import main
+    from rmfast.cli.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,7 +20,7 @@ SHARED_DATA = Path(os.environ.get("RMFAST_SHARED_DATA", REPO.parent / "shared" /
 @pytest.fixture(scope="session")
 def smollm2():
     """The embedded SmolLM2-135M-Instruct (fp32, CPU), converted once and cached."""
-    from rmfast.load import load
+    from rmfast.loader import load
 
     try:
         return load("smollm2-135m-instruct", dtype="float32", device="cpu")

@@ -12,7 +12,8 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from rmfast.analysis.cli import ANALYSES, main, register
+from rmfast.cli import main
+from rmfast.cli.analyze import ANALYSES, register
 
 BEST, WORST = "What, in one word, is the best thing ever?", "What, in one word, is the worst thing ever?"
 

@@ -228,7 +228,7 @@ def test_import_is_light():
     import subprocess
     import sys
 
-    code = ("import sys, rmfast.analysis, rmfast.analysis.cli, rmfast.report; "
+    code = ("import sys, rmfast.analysis, rmfast.cli.analyze, rmfast.analysis.report; "
             "print(sorted(m for m in ('scipy', 'matplotlib', 'statsmodels', 'sklearn') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -258,7 +258,7 @@ def test_manifest_model_name_fallbacks(tmp_path):
 
 
 def test_reads_what_rmfast_scan_writes(tmp_path):
-    scan = pytest.importorskip("rmfast.scan")
+    scan = pytest.importorskip("rmfast.pipeline")
     res = scan.ScanResult(np.arange(4), np.array([0.5, 2.0, -1.0, 2.0], dtype=np.float32),
                           ["▁a", "▁b", "c", "d"], [" a", " b", "c", "d"],
                           {"model": {"type": "folder", "name": "tiny-rm"}, "prompt": "Best?"})

@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 
-from rmfast.bench import main
+from rmfast.cli.bench import main
 
 
 def test_bench_runs_every_method_and_writes_rows(tiny_dir, tmp_path, capsys):

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 import tiny_models as T
-from rmfast.candidates import (TextScanResult, decode_retokenize_scan, is_wordlike, read_candidates, score_texts,
-                               vocab_ids)
+from rmfast.candidates import read_candidates
+from rmfast.pipeline import decode_retokenize_scan, scan, score_texts
+from rmfast.results import TextScanResult
+from rmfast.vocab import is_wordlike, special_ids, vocab_ids
 from rmfast.errors import UserError
 from rmfast.reference import pad_token_as, reference_scores
-from rmfast.scan import scan, special_ids
 from rmfast.template import build_template
 
 PROMPT = "What, in one word, is the greatest thing ever?"

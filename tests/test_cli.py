@@ -60,7 +60,7 @@ def test_scan_compile_on_matches_off(tiny_dir, tmp_path, capsys):
 
 def test_resolve_compile(monkeypatch):
     from rmfast.errors import UserError
-    from rmfast.scan import COMPILE_MIN_FLOPS, layer_params, resolve_compile
+    from rmfast.resolve import COMPILE_MIN_FLOPS, layer_params, resolve_compile
 
     model = T.tiny("llama")
     n_small = 1000
@@ -140,11 +140,10 @@ def test_no_traceback_in_a_real_process(tmp_path):
 
 def test_scan_auto_compile_skips_long_prompts(monkeypatch, smol_tokenizer):
     """auto: compile for big jobs, but not when the block-diagonal prompt attention would not pay."""
-    import importlib
-
-    scan_mod = importlib.import_module("rmfast.scan")  # the module (rmfast.scan is also the function)
-    monkeypatch.setattr(scan_mod, "COMPILE_MIN_FLOPS", 0.0)  # every job counts as big
-    monkeypatch.setattr(scan_mod, "MAX_BLOCKDIAG_EXTRA", 1.0)  # tiny layers: a 32-token prompt is already 0.53
+    from rmfast import pipeline as scan_mod
+    from rmfast import resolve
+    monkeypatch.setattr(resolve, "COMPILE_MIN_FLOPS", 0.0)  # every job counts as big
+    monkeypatch.setattr(resolve, "MAX_BLOCKDIAG_EXTRA", 1.0)  # tiny layers: a 32-token prompt is already 0.53
     model = T.tiny("llama")
     short = scan_mod.scan(model, smol_tokenizer, "Hi?", token_ids="0:64", progress=False)
     assert short.manifest["compiled"] is True
@@ -154,7 +153,7 @@ def test_scan_auto_compile_skips_long_prompts(monkeypatch, smol_tokenizer):
 
 def test_oom_batches_halve_and_retry():
     """scan / text candidates / GCG share this loop: out-of-memory halves the batch, retries the same rows."""
-    from rmfast.scan import oom_batches
+    from rmfast.pipeline import oom_batches
 
     seen, told = [], []
 

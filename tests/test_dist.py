@@ -144,8 +144,8 @@ def test_shard_jobs_fill_one_store(work, one_store, tmp_path, capsys):
 
 
 def test_device_map_auto_on_the_plain_hf_path(work):
-    from rmfast.candidates import score_texts
-    from rmfast.load import load
+    from rmfast.pipeline import score_texts
+    from rmfast.loader import load
 
     big = dist.load_model(str(work / "rm-a"), dtype="float32", device_map="auto")
     assert big.source["device_map"] == "auto"

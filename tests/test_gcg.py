@@ -15,7 +15,7 @@ import torch
 from rmfast.errors import UserError
 from rmfast.gcg import GCGConfig, _Gradient, allowed_tokens, random_search, run
 from rmfast.reference import reference_scores
-from rmfast.scan import special_ids
+from rmfast.vocab import special_ids
 from rmfast.template import build_template, response_ids
 
 import tiny_models as T
@@ -155,10 +155,9 @@ def test_cli_refuses_existing_out(capsys, tmp_path):
 
 def test_embedded_smollm2(smollm2, capsys, tmp_path, monkeypatch):
     """The embedded SmolLM2 (logprob head) through the CLI and the API: direction, random search, oracle."""
-    import rmfast.cli
-    from rmfast.cli import main
+    from rmfast.cli import common, main
 
-    monkeypatch.setattr(rmfast.cli, "_load", lambda args, random_head_seed=None: smollm2)  # the fp32 fixture, loaded once
+    monkeypatch.setattr(common, "load_model", lambda args, random_head_seed=None, **kw: smollm2)  # the fp32 fixture, loaded once
     tok, model = smollm2.tokenizer, smollm2.model
     tmpl = build_template(tok, PROMPT)
     out = tmp_path / "worst.json"

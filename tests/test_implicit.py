@@ -14,7 +14,7 @@ from rmfast.errors import UserError
 from rmfast.implicit import (collapse, dictionary_coverage, dictionary_summary, implicit, implicit_sweep, join_shared,
                              read_prompts, reward_terms)
 from rmfast.logprobs import logprobs, vocab_strings
-from rmfast.scan import ScanResult
+from rmfast.results import ScanResult
 
 PROMPT = "What, in one word, is the greatest thing ever?"
 
@@ -77,7 +77,7 @@ def gemma_tokenizer():
     from transformers import AutoTokenizer
 
     from rmfast import embedded
-    from rmfast.load import cache_root, convert_gguf
+    from rmfast.loader import cache_root, convert_gguf
 
     try:
         cache = cache_root()

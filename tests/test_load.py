@@ -18,7 +18,7 @@ import torch
 
 from rmfast import embedded
 from rmfast.errors import UserError
-from rmfast.load import (
+from rmfast.loader import (
     LoadedModel,
     _same_tokenizer,
     cache_root,
@@ -286,9 +286,7 @@ def test_conversion_is_atomic_and_cached(smol, tmp_cache, monkeypatch):
     """An interrupted conversion leaves nothing that looks complete; a finished one is reused."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    import importlib
-
-    L = importlib.import_module("rmfast.load")  # the module: rmfast.load is the function
+    from rmfast import loader as L
 
     fake = tmp_cache / "fake-model.gguf"
     fake.write_bytes(b"not really a gguf")

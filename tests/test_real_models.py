@@ -6,9 +6,8 @@ import torch
 from scipy import stats
 
 import rmfast
-import importlib
 
-scan_mod = importlib.import_module("rmfast.scan")  # the module (rmfast.scan is the function)
+from rmfast import pipeline as scan_mod
 from rmfast.engine import Engine
 from rmfast.reference import reference_scores
 from rmfast.template import build_template

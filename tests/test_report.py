@@ -16,9 +16,9 @@ pytest.importorskip("scipy")
 pytest.importorskip("matplotlib")
 pytest.importorskip("statsmodels")
 
-from rmfast.analysis.cli import main
+from rmfast.cli import main
 from rmfast.errors import UserError
-from rmfast.report import build_report, table_html, visible, write_report
+from rmfast.analysis.report import build_report, table_html, visible, write_report
 
 BEST, WORST = "What, in one word, is the best thing ever?", "What, in one word, is the worst thing ever?"
 POS = ["love", "joy", "hope", "kind", "peace", "good", "great", "happy"]

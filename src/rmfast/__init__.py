@@ -13,8 +13,8 @@ __all__ = ["scan", "ScanResult", "load", "LoadedModel", "build_template", "Templ
 
 
 from .errors import UserError  # noqa: E402
-from .scan import ScanResult, scan  # noqa: E402  (binds rmfast.scan to the function, not the module)
+from .pipeline import ScanResult, scan  # noqa: E402  (the function; the module is rmfast.pipeline)
 from .template import Template, build_template  # noqa: E402
-from .load import LoadedModel, load  # noqa: E402  (binds rmfast.load to the function)
+from .loader import LoadedModel, load  # noqa: E402  (the function; the module is rmfast.loader)
 from .engine import Engine  # noqa: E402
-from . import gcg  # noqa: E402  (rmfast.gcg.run)
+from . import gcg  # noqa: E402,F401  (rmfast.gcg.run)

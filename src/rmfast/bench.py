@@ -27,7 +27,6 @@ max difference); a disagreement makes the command exit 1 after writing its resul
 
 from __future__ import annotations
 
-import argparse
 import copy
 import csv
 import json
@@ -116,12 +115,12 @@ def machine_info(device: torch.device) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "loadavg_start": _loadavg(),
+        "loadavg_start": loadavg(),
     }
     return info
 
 
-def _loadavg() -> list[float] | None:
+def loadavg() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
@@ -492,7 +491,7 @@ def candidate_ids(n_vocab: int, n: int, seed: int = 0) -> np.ndarray:
     return rng.permutation(n_vocab)[: min(n, n_vocab)].astype(np.int64)
 
 
-def _device_defaults(device: torch.device) -> dict:
+def device_defaults(device: torch.device) -> dict:
     if device.type == "cuda":
         return {"n_candidates": 65536, "n_naive": 4096, "naive_batches": (256, 1024), "hf_batches": (512, 2048),
                 "repeats": 3, "check_n": 256}
@@ -500,7 +499,7 @@ def _device_defaults(device: torch.device) -> dict:
             "repeats": 3, "check_n": 32}
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
@@ -508,7 +507,9 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     """All methods on one model configuration; returns (rows, extras)."""
     from .engine import Engine
     from .reference import reference_scores
-    from .scan import auto_batch_size, default_head, even_batch, scan, vocab_size
+    from .pipeline import scan
+    from .resolve import auto_batch_size, default_head, even_batch
+    from .vocab import vocab_size
     from .template import build_template
 
     model, tok = lm.model, lm.tokenizer
@@ -524,7 +525,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     reps = args.repeats or dflt["repeats"]
     ids = candidate_ids(n_vocab, n, seed=args.seed)
     n = ids.size
-    load_start = _loadavg()
+    load_start = loadavg()
 
     # --- rmfast (compiled CPU layer where it applies) and rmfast-eager (the same engine, not compiled)
     compile_rm = device.type == "cpu" and args.compile != "off"
@@ -569,11 +570,11 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
             s_eg, t_eg = time_batches(eager.score, ids, bs_rm, device, reps)
             del eager
     mem_rm = mem.read_mib()
-    _log(f"  rmfast    batch {bs_rm:5d}: {n / min(t_rm):10.1f} cand/s  (passes {', '.join(f'{t:.2f}' for t in t_rm)} s)"
+    log(f"  rmfast    batch {bs_rm:5d}: {n / min(t_rm):10.1f} cand/s  (passes {', '.join(f'{t:.2f}' for t in t_rm)} s)"
          + (f"  [compiled; compile {compile_s:.1f} s]" if compile_rm else "")
          + ("  [no per-row work: whole vocabulary, prompt pass included]" if whole else ""))
     if t_eg is not None:
-        _log(f"  rmfast-eager batch {bs_rm:5d}: {n / min(t_eg):10.1f} cand/s")
+        log(f"  rmfast-eager batch {bs_rm:5d}: {n / min(t_eg):10.1f} cand/s")
 
     # --- GEMM peak at the rmfast batch's M
     fpc = flops_per_candidate(dims, tpr)
@@ -583,7 +584,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
 
         peak = gemm_peak(dims, bs_rm * tpr, dtype, device, shapes=engine_gemm_shapes(eng, dims),
                          lm_chunk=CHUNK if device.type == "cpu" else 8192)
-        _log(f"  GEMM peak M={bs_rm * tpr}: {peak['gflops']:.1f} GFLOP/s -> {peak['gflops'] * 1e9 / fpc:.1f} cand/s")
+        log(f"  GEMM peak M={bs_rm * tpr}: {peak['gflops']:.1f} GFLOP/s -> {peak['gflops'] * 1e9 / fpc:.1f} cand/s")
 
     # --- hf-cache
     mem.reset()
@@ -606,7 +607,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
         bs_hf, probe_hf = pick_batch(hfc.score, ids, dflt["hf_batches"] if not args.hf_batch else (args.hf_batch,), device)
         s_hf, t_hf = time_batches(hfc.score, ids, bs_hf, device, reps)
     mem_hf = mem.read_mib()
-    _log(f"  hf-cache  batch {bs_hf:5d}: {n / min(t_hf):10.1f} cand/s" + (f"  (probe {probe_hf})" if probe_hf else ""))
+    log(f"  hf-cache  batch {bs_hf:5d}: {n / min(t_hf):10.1f} cand/s" + (f"  (probe {probe_hf})" if probe_hf else ""))
     del hfc
 
     # --- naive
@@ -632,7 +633,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     if head == "logprob":  # the cap reference_scores applies (same formula), so the table shows the real batch
         bs_nv = max(1, min(bs_nv, int(5e7 // ((1 + len(tmpl.continuation_ids) + 1) * model.config.get_text_config().vocab_size))))
     mem_nv = mem.read_mib()
-    _log(f"  naive     batch {bs_nv:5d}: {n_naive / min(t_nv):10.1f} cand/s" + (f"  (probe {probe_nv})" if probe_nv else ""))
+    log(f"  naive     batch {bs_nv:5d}: {n_naive / min(t_nv):10.1f} cand/s" + (f"  (probe {probe_nv})" if probe_nv else ""))
 
     # --- agreement with rmfast on the timed candidates (in the benchmark dtype) ...
     agr_hf = agreement(s_rm, s_hf)
@@ -652,7 +653,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
         agr_nv["ok"] = agr_nv["ok"] and exact["naive_ok"]
         if agr_eg is not None:
             agr_eg["ok"] = agr_eg["ok"] and exact["rmfast-eager_ok"]
-        _log(f"  fp32 check on {check_n} ids: max |rmfast - hf-cache| {exact['hf-cache_max_abs_diff']:.2e}, "
+        log(f"  fp32 check on {check_n} ids: max |rmfast - hf-cache| {exact['hf-cache_max_abs_diff']:.2e}, "
              f"max |rmfast - naive| {exact['naive_max_abs_diff']:.2e}")
 
     # --- optional full-vocabulary scan
@@ -665,7 +666,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
                 "scan_s": res.manifest["scan_s"], "candidates_per_s": res.manifest["candidates_per_s"],
                 "batch_size": res.manifest["batch_size"], "peak_mem_mib": round(mem.read_mib(), 1),
                 "compiled": res.manifest.get("compiled"), "first_batch_s": res.manifest.get("first_batch_s")}
-        _log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.1f} s wall, "
+        log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.1f} s wall, "
              f"{full['candidates_per_s']} cand/s")
 
     # --- rows
@@ -680,7 +681,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
         "gemm_peak_gflops": round(peak["gflops"], 1) if peak else None,
         "gemm_peak_M": peak["M"] if peak else None,
         "peak_bound_cand_per_s": round(peak["gflops"] * 1e9 / fpc, 1) if peak else None,
-        "mem_how": mem.how, "loadavg_start": load_start, "loadavg_end": _loadavg(),
+        "mem_how": mem.how, "loadavg_start": load_start, "loadavg_end": loadavg(),
         "whole_vocab_timed": whole,
         "rmfast_compiled": bool(compile_rm), "compile_s": round(compile_s, 2) if compile_s is not None else None,
     }
@@ -842,7 +843,7 @@ def plot(rows: list[dict], path: Path, title: str) -> Path | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        _log("note: matplotlib is not installed; skipping the plot (pip install matplotlib)")
+        log("note: matplotlib is not installed; skipping the plot (pip install matplotlib)")
         return None
     models = list(dict.fromkeys(r["model"] for r in rows))
     colors = {"naive": "#9e9e9e", "hf-cache": "#4c72b0", "rmfast-eager": "#f0b27a", "rmfast": "#dd8452"}
@@ -920,137 +921,8 @@ def format_table(rows: list[dict]) -> str:
 # ----------------------------------------------------------------------------- command
 
 
-def _resolve_models(spec: str) -> list[BenchModel]:
+def resolve_models(spec: str) -> list[BenchModel]:
     out = []
     for name in [s.strip() for s in spec.split(",") if s.strip()]:
         out.append(BENCH_MODELS.get(name) or BenchModel(name, name, "auto", None, None, "user-given model"))
     return out
-
-
-def run(args) -> int:
-    from .errors import UserError
-    from .load import load, resolve_device
-
-    if args.cost_model:
-        cm = [gpu_cost_model(c, prompt_tokens=args.prompt_tokens, gemm_frac=args.gemm_frac) for c in COST_MODELS.values()]
-        print(f"GPU cost model: {H100_SXM['name']}, {H100_SXM['bf16_dense_tflops']} TFLOP/s bf16 dense at "
-              f"{args.gemm_frac:.0%}, {H100_SXM['hbm_tb_s']} TB/s HBM at 80%, {args.prompt_tokens}-token prompt")
-        print(format_cost_model(cm))
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "cost_model.json").write_text(json.dumps(cm, indent=1))
-        return 0
-
-    device = resolve_device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda but CUDA is not available")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    dflt = _device_defaults(device)
-    out_dir = Path(args.out)
-    meta = {
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine_info(device),
-        "versions": versions(),
-        "config": {k: v for k, v in vars(args).items() if k != "func"},
-        "defaults": {k: list(v) if isinstance(v, tuple) else v for k, v in dflt.items()},
-        "formulas": {
-            "flops_per_candidate": "2 * (gemm_params [+ V*D for logprob]) * tokens_per_candidate",
-            "tokens_per_candidate": "score: 1 + len(suffix_ids); logprob: len(continuation_ids) (one-token responses)",
-            "useful_gflops": "flops_per_candidate * cand_per_s / 1e9",
-            "peak_bound_cand_per_s": "gemm_peak_gflops * 1e9 / flops_per_candidate",
-            "cand_per_s": "n_timed / best pass time (warm-up excluded; setup_s = prompt pass, reported apart)",
-        },
-    }
-    models = _resolve_models(args.models)
-    if not models:
-        raise UserError("--models is empty")
-    rows, extras = [], []
-    t_all = time.perf_counter()
-    loaded: dict[tuple, object] = {}
-    for cfg in models:
-        key = (cfg.spec, cfg.random_head_seed)
-        if key not in loaded:
-            loaded.clear()  # one model in memory at a time
-            t0 = time.perf_counter()
-            loaded[key] = load(cfg.spec, dtype=args.dtype, device=str(device), random_head_seed=cfg.random_head_seed)
-            _log(f"{cfg.spec}: loaded in {time.perf_counter() - t0:.1f} s")
-        _log(f"[{cfg.name}] load average {_loadavg()}")
-        r, e = bench_model(cfg, loaded[key], args, device, dflt)
-        rows += r
-        extras.append(e)
-    meta["machine"]["loadavg_end"] = _loadavg()
-    meta["total_s"] = round(time.perf_counter() - t_all, 1)
-    meta["models"] = extras
-    paths = write_outputs(rows, meta, out_dir)
-    title = (f"rmfast bench — {meta['machine']['gpu'] or meta['machine']['cpu_model']}, "
-             f"{meta['machine']['torch_threads']} threads, {rows[0]['dtype']}; load avg {meta['machine']['loadavg_start']}")
-    png = None if args.no_plot else plot(rows, out_dir / "bench_latest.png", title)
-    print(format_table(rows))
-    for e in extras:
-        if e.get("profile"):
-            print(f"\nprofile [{e['model']}], {e['profile']['n_batches']} batches of {e['profile']['batch_size']}:")
-            print(e["profile"]["table"])
-    print(f"\nload average {meta['machine']['loadavg_start']} -> {meta['machine']['loadavg_end']}; total {meta['total_s']} s")
-    print(f"wrote {paths['bench_latest'][0]}, {paths['bench_latest'][1]}" + (f", {png}" if png else ""))
-    bad = [f"{r['model']}/{r['method']}" for r in rows if r.get("agree_ok") is False]
-    if bad:
-        print(f"rmfast bench: scores disagree with rmfast for {', '.join(bad)} (see agreement in the JSON)", file=sys.stderr)
-        return 1
-    return 0
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--models", default=DEFAULT_MODELS,
-                   help=f"comma-separated configurations (default {DEFAULT_MODELS}); known: {', '.join(BENCH_MODELS)}; "
-                        "any other loadable spec is benchmarked with its default head and template")
-    p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"the user turn (default {DEFAULT_PROMPT!r})")
-    p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
-    p.add_argument("--dtype", default="bfloat16", help="bfloat16|float16|float32 (default bfloat16)")
-    p.add_argument("--n-candidates", type=int, default=None,
-                   help="ids timed for rmfast and hf-cache (default 2048 on CPU, 65536 on CUDA)")
-    p.add_argument("--n-naive", type=int, default=None,
-                   help="ids timed for naive, the first of the same sample (default 128 on CPU, 4096 on CUDA)")
-    p.add_argument("--batch-size", type=int, default=None, help="rmfast rows per batch (default: scan's auto)")
-    p.add_argument("--hf-batch", type=int, default=None, help="hf-cache batch (default: best of 64/128/256; CUDA 512/2048)")
-    p.add_argument("--naive-batch", type=int, default=None, help="naive batch (default: best of 32/64/128; CUDA 256/1024)")
-    p.add_argument("--repeats", type=int, default=None, help="timed passes per method; the best counts (default 3)")
-    p.add_argument("--check-n", type=int, default=None,
-                   help="ids for the fp32 exactness check of all three methods (default 32 on CPU, 256 on CUDA; 0 skips)")
-    p.add_argument("--seed", type=int, default=0, help="candidate sample seed (default 0)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--full", action="store_true", help="also time the full-vocabulary rmfast scan per model")
-    p.add_argument("--profile", type=int, nargs="?", const=3, default=0, metavar="N",
-                   help="torch.profiler over N rmfast batches per model; top ops by self time (default N=3)")
-    p.add_argument("--no-peak", action="store_true", help="skip the GEMM-peak measurement")
-    p.add_argument("--compile", default="on", choices=["on", "off", "auto"],
-                   help="rmfast on CPU: the compiled decoder layer, timed beside the eager engine (default on; "
-                        "off: eager only; the full scan follows scan's rule for auto)")
-    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
-    p.add_argument("--cost-model", action="store_true",
-                   help="print the GPU cost model (8B Llama-3 RM, 27B Gemma-2 RM on one H100) and exit; loads no model")
-    p.add_argument("--gemm-frac", type=float, default=0.6, help="cost model: fraction of bf16 dense peak (default 0.6)")
-    p.add_argument("--prompt-tokens", type=int, default=50, help="cost model: prompt tokens (default 50)")
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
-
-
-def register(subparsers) -> None:
-    """Add ``rmfast bench`` to the CLI's subparsers."""
-    p = subparsers.add_parser("bench", help="benchmark rmfast vs plain-HF baselines and the GEMM peak")
-    add_arguments(p)
-    p.set_defaults(func=run)
-
-
-def main(argv=None) -> int:
-    """Entry point for ``python benchmarks/bench_scan.py``."""
-    ap = argparse.ArgumentParser(prog="bench_scan.py", description=__doc__.split("\n\n")[0])
-    add_arguments(ap)
-    args = ap.parse_args(argv)
-    from .cli import _quiet
-    from .errors import UserError
-
-    _quiet()
-    try:
-        return int(run(args) or 0)
-    except UserError as e:
-        print(f"rmfast: error: {e}", file=sys.stderr)
-        return e.exit_code

@@ -138,15 +138,13 @@ def device_for(d: Dist, device: str) -> str:
 def load_model(spec: str, *, dtype: str = "auto", device: str = "auto", device_map: str | None = None,
                trust_remote_code: bool = False, cache_dir=None, random_head_seed: int | None = None,
                max_memory: dict | None = None):
-    """:func:`rmfast.load.load`, or with ``device_map`` (e.g. "auto") a model spread by accelerate.
+    """:func:`rmfast.loader.load`, or with ``device_map`` (e.g. "auto") a model spread by accelerate.
 
     ``device_map`` applies to model folders and cached hub ids (embedded and GGUF models are small
-    enough for one device). The result is a :class:`rmfast.load.LoadedModel`; score it with
+    enough for one device). The result is a :class:`rmfast.loader.LoadedModel`; score it with
     ``engine="reference"`` (the plain-HF path), which follows accelerate's placement.
     """
-    import importlib
-
-    L = importlib.import_module("rmfast.load")  # the module (rmfast.load is bound to the function)
+    from . import loader as L
 
     if device_map is None or str(device_map).lower() in ("", "none"):
         return L.load(spec, dtype=dtype, device=device, trust_remote_code=trust_remote_code, cache_dir=cache_dir,

@@ -1,6 +1,6 @@
 """Embedded models: small GGUF models carried by pip packages, usable with no network.
 
-Each entry of :data:`EMBEDDED` is an alias that :func:`rmfast.load.load` accepts as a model
+Each entry of :data:`EMBEDDED` is an alias that :func:`rmfast.loader.load` accepts as a model
 spec. The GGUF file comes from an installed package (nothing is downloaded); ``rmfast.load``
 dequantizes it once into the rmfast cache and reads the cached folder afterwards.
 """

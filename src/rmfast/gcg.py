@@ -48,9 +48,12 @@ from pathlib import Path
 import torch
 
 from .errors import UserError
+from .pipeline import oom_batches
+from .resolve import auto_batch_size, resolve_compile, resolve_head, versions
 from .template import Template, build_template, response_ids
+from .vocab import special_ids, vocab_size
 
-__all__ = ["GCGConfig", "GCGResult", "RandomSearchResult", "run", "random_search", "allowed_tokens", "register"]
+__all__ = ["GCGConfig", "GCGResult", "RandomSearchResult", "run", "random_search", "allowed_tokens"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,7 +191,7 @@ class GCGResult:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from .io import _atomic
+        from .io import atomic_write
 
         fig, ax = plt.subplots(figsize=(7, 4))
         for i, r in enumerate(self.restarts):
@@ -203,7 +206,7 @@ class GCGResult:
         ax.grid(alpha=0.3)
         fig.tight_layout()
         p = Path(path)
-        _atomic(p, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+        atomic_write(p, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
         plt.close(fig)
         return p
 
@@ -232,8 +235,6 @@ def allowed_tokens(tokenizer, n_vocab: int, *, allow_non_ascii: bool = False, al
     Excluded by default: special / added tokens, and tokens whose text is not non-empty printable
     ASCII (byte-fallback pieces, newlines, other scripts).
     """
-    from .scan import special_ids
-
     mask = torch.ones(n_vocab, dtype=torch.bool)
     if not allow_non_ascii:
         texts = tokenizer.batch_decode([[i] for i in range(n_vocab)], skip_special_tokens=False,
@@ -325,8 +326,6 @@ class _Scorer:
                  compile: str = "off", n_evaluations: int = 0):
         from .engine import Engine
         from .models.arch import arch_spec
-        from .scan import auto_batch_size, resolve_compile
-
         spec = arch_spec(model)
         if evaluator == "auto":
             ok = spec is not None and (head != "score" or spec.score_head is not None)
@@ -353,8 +352,6 @@ class _Scorer:
 
     def __call__(self, cands: torch.Tensor) -> torch.Tensor:
         from .reference import reference_scores
-        from .scan import oom_batches
-
         def score(lo, hi, b):
             rows = cands[lo:hi]
             if self.engine is not None:
@@ -406,22 +403,6 @@ def _sample(start: torch.Tensor, top: torch.Tensor, width: int, n_replace: int, 
     return cands
 
 
-def _resolve_head(model, head: str) -> str:
-    from .scan import default_head
-
-    if head == "auto":
-        head = default_head(model)
-    if head == "logprob" and not hasattr(model, "lm_head"):
-        raise UserError("--head logprob needs a causal language model; this model has no LM head (use --head score)")
-    return head
-
-
-def _versions() -> dict:
-    from .scan import _versions as v
-
-    return v()
-
-
 def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progress: bool = True,
         model_info: dict | None = None, template: Template | None = None) -> GCGResult:
     """Greedy Coordinate Gradient search over ``config.length``-token responses to ``prompt``.
@@ -442,13 +423,11 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     from tqdm.auto import tqdm
 
     from .reference import reference_scores
-    from .scan import vocab_size
-
     cfg = config or GCGConfig()
     cfg.validate()
     t0 = time.perf_counter()
     tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
-    head = _resolve_head(model, cfg.head)
+    head = resolve_head(model, cfg.head, cfg.head_index)
     n_vocab = vocab_size(model, tokenizer)
     allowed = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii, allow_special=cfg.allow_special)
     allowed_ids = allowed.nonzero()[:, 0]
@@ -576,7 +555,7 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         "eval_batch_size": scorer.bs,
         "n_allowed_tokens": int(allowed_ids.numel()),
         "gradient": "full sequence through the HF model with autograd (no prompt cache); one-hot @ embedding weight x embedding scale",
-        "versions": _versions(),
+        "versions": versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     timing = {
@@ -611,12 +590,10 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
                   *, template: Template | None = None) -> RandomSearchResult:
     """The baseline: ``n_candidates`` distinct uniformly random responses of ``config.length`` allowed
     tokens (the same exclusions and re-tokenization filter as GCG), best in ``config``'s direction."""
-    from .scan import vocab_size
-
     cfg = config or GCGConfig()
     cfg.validate()
     tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
-    head = _resolve_head(model, cfg.head)
+    head = resolve_head(model, cfg.head, cfg.head_index)
     n_vocab = vocab_size(model, tokenizer)
     allowed_ids = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii,
                                  allow_special=cfg.allow_special).nonzero()[:, 0]
@@ -642,92 +619,3 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
     sign = 1.0 if cfg.maximize else -1.0
     i = int(torch.argmax(sign * scores))
     return RandomSearchResult(best_ids=keep[i], best_score=float(scores[i]), n_evaluated=len(keep), scores=scores.tolist())
-
-
-# --------------------------------------------------------------------------------------------
-# command line
-
-
-def _slug(s: str, n: int = 40) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()[:n] or "x"
-
-
-def cmd_gcg(args) -> int:
-    from .cli import _load
-    from .io import check_output
-
-    cfg = GCGConfig(
-        length=args.length, steps=args.steps, search_width=args.search_width, topk=args.topk,
-        n_replace=args.n_replace, buffer_size=args.buffer_size, patience=args.patience, restarts=args.restarts,
-        seed=args.seed, maximize=not args.minimize, allow_non_ascii=args.allow_non_ascii,
-        allow_special=args.allow_special, retokenize_filter=not args.no_retokenize_filter, init=args.init,
-        eval_batch_size=args.eval_batch_size, head=args.head, head_index=args.head_index,
-        template=args.template, system=args.system, evaluator=args.evaluator, compile=args.compile,
-    )
-    cfg.validate()  # refuse bad settings before loading anything
-    direction = "max" if cfg.maximize else "min"
-    out = args.out or os.path.join("results", f"gcg__{_slug(args.model)}__{_slug(args.prompt)}__{direction}.json")
-    out = check_output(out, args.overwrite)
-    png = None if args.no_plot else check_output(Path(out).with_suffix(".png"), args.overwrite)
-    lm = _load(args, random_head_seed=args.random_head_seed)
-    if cfg.template is None and lm.default_template is not None:
-        cfg.template = lm.default_template
-    res = run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source)
-    res.to_json(out, overwrite=args.overwrite)
-    plot = res.plot(png) if png is not None else None
-    m, t = res.manifest, res.timing
-    print(f"\nGCG {m['direction']} ({m['head']} head, {m['length']} tokens, {m['evaluator']} evaluator, {m['dtype']}, {m['device']})")
-    print(f"best score      {res.best_score:.6f}")
-    print(f"reference score {res.best_score_reference:.6f}  (plain-HF forward of the same ids)")
-    print(f"best text       {res.best_text!r}")
-    print(f"best ids        {res.best_ids}")
-    print(f"start -> best   {res.trajectory[0]:.4f} -> {res.trajectory[-1]:.4f} in {len(res.trajectory) - 1} steps; "
-          f"{res.n_evaluated} evaluated, {res.n_rejected_retokenize} rejected by the retokenization filter")
-    print(f"time            {t['wall_s']:.1f} s total, {t['per_step_s']} s/step "
-          f"(gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, evaluation {t['evaluate_s']:.1f} s)")
-    print(f"wrote {out}" + (f" and {plot}" if plot else ""))
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add ``rmfast gcg`` to the CLI's subparsers."""
-    from .cli import _add_model_args, _add_template_args
-
-    d = GCGConfig()
-    p = subparsers.add_parser("gcg", help="search multi-token responses that maximize/minimize the reward (Greedy Coordinate Gradient)")
-    _add_model_args(p)
-    _add_template_args(p)
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--maximize", action="store_true", help="maximize the reward (default)")
-    g.add_argument("--minimize", action="store_true", help="minimize the reward")
-    p.add_argument("--length", type=int, default=d.length, help=f"response tokens (default {d.length}; --init sets it instead)")
-    p.add_argument("--steps", type=int, default=d.steps, help=f"steps per restart (default {d.steps})")
-    p.add_argument("--search-width", type=int, default=d.search_width, help=f"candidates per step (default {d.search_width})")
-    p.add_argument("--topk", type=int, default=d.topk, help=f"gradient substitutions per position (default {d.topk})")
-    p.add_argument("--n-replace", type=int, default=d.n_replace, help=f"positions changed per candidate (default {d.n_replace})")
-    p.add_argument("--buffer-size", type=int, default=d.buffer_size, help=f"best sequences kept (default {d.buffer_size})")
-    p.add_argument("--patience", type=int, default=d.patience, help=f"steps without improvement that end a restart (default {d.patience})")
-    p.add_argument("--restarts", type=int, default=d.restarts, help=f"independent restarts (default {d.restarts})")
-    p.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
-    p.add_argument("--init", default=None, help="initial response text (default: random allowed tokens)")
-    p.add_argument("--allow-non-ascii", action="store_true", help="allow tokens that are not printable ASCII (default off)")
-    p.add_argument("--allow-special", action="store_true", help="allow special/added tokens (default off)")
-    p.add_argument("--no-retokenize-filter", action="store_true",
-                   help="keep candidates whose text re-encodes to other ids (default: drop them)")
-    p.add_argument("--eval-batch-size", default="auto", help="rows per evaluation batch, or auto (default)")
-    p.add_argument("--evaluator", default="auto", choices=["auto", "engine", "full"],
-                   help="auto (default): the shared-prompt engine where supported; full: whole sequences through the model")
-    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
-                   help="the engine evaluator's compiled CPU layer: auto (default: for long runs), on, off")
-    p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
-                   help="auto (default): score for classifiers, logprob for causal LMs")
-    p.add_argument("--head-index", type=int, default=0, help="output of a multi-output score head (default 0)")
-    p.add_argument("--random-head-seed", type=int, default=None,
-                   help="load a causal LM as a classifier with a random score head of this seed (default: off)")
-    p.add_argument("--out", default=None, help="output JSON (default results/gcg__<model>__<prompt>__<max|min>.json); plot beside it (.png)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
-    p.add_argument("--no-plot", action="store_true", help="skip the trajectory PNG")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(func=cmd_gcg)

@@ -24,12 +24,11 @@ and prompt). Models with different tokenizers are compared on the decoded string
 Prompt sweeps read the Paper B YAML (``key: "prompt"`` per line) and write one tidy Parquet
 with ``prompt_id`` and ``prompt`` columns. With a category dictionary (the Big Two nouns) the
 word-level sweep feeds :func:`rmfast.analysis.categories.categories` (median rank per
-category) — see :func:`dictionary_summary` and ``python -m rmfast.implicit --demo``.
+category) — see :func:`dictionary_summary` and ``rmfast implicit --demo``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -41,7 +40,7 @@ import pandas as pd
 
 from . import __version__
 from .errors import UserError
-from .io import _atomic, check_output, manifest_path, write_json, write_parquet
+from .io import check_output, manifest_path, write_csv, write_json, write_parquet
 
 __all__ = [
     "ImplicitResult",
@@ -90,7 +89,7 @@ def collapse(res, *, join: str = "text", agg: str = "max") -> pd.DataFrame:
     sums the probabilities of all tokens with that key (id/text of the most probable one).
     Under ``join="word"`` whitespace-only strings (key "") are dropped.
 
-    >>> from rmfast.scan import ScanResult
+    >>> from rmfast.pipeline import ScanResult
     >>> r = ScanResult(np.arange(3), np.log([0.5, 0.2, 0.3]).astype("float32"), ["a", "b", "c"], ["x", "x", "y"])
     >>> collapse(r)[["key", "token_id", "n_tokens"]].values.tolist()
     [['x', 0, 2], ['y', 2, 1]]
@@ -213,7 +212,7 @@ def _model_name(m: dict, fallback: str) -> str:
 def _as_logprobs(side, prompt, template, system, exclude_special):
     """A ScanResult of next-token log-probs from a ScanResult or a LoadedModel / (model, tokenizer)."""
     from .logprobs import logprobs
-    from .scan import ScanResult
+    from .pipeline import ScanResult
 
     if isinstance(side, ScanResult):
         got = side.manifest.get("prompt")
@@ -242,7 +241,7 @@ def implicit(a, b, prompt: str | None = None, *, template_a: str | None = None, 
     """Implicit reward (log ratio, MWLR) of a against b on one prompt.
 
     ``a`` and ``b``: ScanResults from :func:`rmfast.logprobs.logprobs` (then ``prompt`` etc.
-    are ignored), or loaded models (:class:`rmfast.load.LoadedModel` or ``(model, tokenizer)``)
+    are ignored), or loaded models (:class:`rmfast.loader.LoadedModel` or ``(model, tokenizer)``)
     with ``prompt`` and their templates (None: chat template + generation prompt, or the raw
     prompt for a base model).
 
@@ -438,7 +437,7 @@ def dictionary_summary(table: pd.DataFrame, dictionary, *, name_a: str = "a", na
             "tests": pd.DataFrame(tests), "prompt_wins": wins, "notes": [n for n in res.notes if "group test" not in n]}
 
 
-def _summary_text(s: dict, *, score_order=None) -> str:
+def summary_text(s: dict, *, score_order=None) -> str:
     summ = s["summary"]
     piv = summ.pivot_table(index=["model", "framing"], columns="category", values="mean_median_rank", sort=False)
     words = summ.pivot_table(index=["model", "framing"], columns="category", values="words", sort=False)
@@ -466,11 +465,11 @@ def _summary_text(s: dict, *, score_order=None) -> str:
 # ------------------------------------------------------------------------- demo
 
 
-def _shared_data() -> Path:
-    """``$RMFAST_SHARED_DATA``, else ``../shared/data`` beside the repository, else beside the working directory."""
+def shared_data() -> Path:
+    """The shared data folder: ``$RMFAST_SHARED_DATA``, else ``../shared/data`` or ``shared/data`` from the
+    working directory."""
     env = os.environ.get("RMFAST_SHARED_DATA")
-    for cand in ([Path(env)] if env else []) + [Path(__file__).resolve().parents[3] / "shared" / "data",
-                                                 Path.cwd().parent / "shared" / "data"]:
+    for cand in ([Path(env)] if env else []) + [Path.cwd().parent / "shared" / "data", Path.cwd() / "shared" / "data"]:
         if cand.is_dir():
             return cand
     raise UserError("the shared data folder (../shared/data) was not found; pass --prompts-yaml and --dictionary "
@@ -489,9 +488,9 @@ def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None
     the coverage table, the :func:`dictionary_summary` frames and a printable ``text``.
     """
     from .analysis.lexicons import load_dictionary
-    from .load import load
+    from .loader import load
 
-    root = _shared_data()
+    root = shared_data()
     prompts_yaml = prompts_yaml or root / "prompts" / "paper_b_prompts.yaml"
     dictionary = dictionary or root / "lexicons" / "big2_nouns.csv"
     prompts = read_prompts(prompts_yaml)
@@ -520,172 +519,13 @@ def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None
         "dictionary words that are a single token (some spelling / ' word' exactly):",
         cov.to_string(index=False),
         "",
-        _summary_text(summ, score_order=scores),
+        summary_text(summ, score_order=scores),
     ])
     result = {"result": res, "coverage": cov, "summary": summ, "text": text}
     if out is not None:
         res.manifest["dictionary"] = {"path": str(dictionary), "coverage": cov.to_dict("records"),
                                       "tests": summ["tests"].to_dict("records")}
         res.to_parquet(out, overwrite=overwrite)
-        _write_csv(Path(str(out) + ".categories.csv"), summ["summary"])
+        write_csv(Path(str(out) + ".categories.csv"), summ["summary"])
     return result
 
-
-def _write_csv(path: Path, df: pd.DataFrame) -> None:
-    _atomic(path, lambda tmp: df.to_csv(tmp, index=False))
-
-
-# ------------------------------------------------------------------------- CLI
-
-
-def _side(spec: str, args):
-    """A loaded model, or a ScanResult when ``spec`` is a logprobs Parquet file."""
-    from .cli import _load
-    from .scan import ScanResult
-
-    if spec.lower().endswith(".parquet"):
-        if not Path(spec).is_file():
-            raise UserError(f"{spec}: no such file")
-        return ScanResult.from_parquet(spec)
-    lm = _load(argparse.Namespace(model=spec, dtype=args.dtype, device=args.device,
-                                  trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir))
-    if lm.kind != "causal_lm":
-        raise UserError(f"{spec} is a {lm.kind}, not a causal language model; implicit needs two LMs")
-    return lm
-
-
-def cmd_implicit(args) -> int:
-    from .analysis.lexicons import load_dictionary
-    from .cli import _slug
-    from .scan import ScanResult
-
-    if args.top < 0:
-        raise UserError("--top must be >= 0")
-    if args.demo:
-        r = agency_communion_demo(prompts_yaml=args.prompts_yaml, dictionary=args.dictionary, prompt_ids=args.prompt_id,
-                                  out=args.out, overwrite=args.overwrite, cache_dir=args.cache_dir,
-                                  template_b=None if args.template_b == "raw" else (_tmpl(args.template_b) or DEMO_TEMPLATE_B))
-        print(r["text"])
-        if args.out:
-            print(f"\nwrote {args.out}, {args.out}.json and {args.out}.categories.csv")
-        return 0
-    if not args.model_a or not args.model_b:
-        raise UserError("give --model-a and --model-b (models, or logprobs Parquet files), or --demo")
-    if args.prompts_yaml and args.prompt:
-        raise UserError("give --prompt or --prompts-yaml, not both")
-    prompts = read_prompts(args.prompts_yaml) if args.prompts_yaml else None
-    if prompts is not None and args.prompt_id:
-        missing = [p for p in args.prompt_id if p not in prompts]
-        if missing:
-            raise UserError(f"prompt id(s) {missing} not in {args.prompts_yaml}")
-        prompts = {k: prompts[k] for k in args.prompt_id}
-    if args.dictionary and args.join != "word":
-        raise UserError("--dictionary matches words: add --join word (so 'Love' and ' love' both count as 'love')")
-    dic = load_dictionary(args.dictionary) if args.dictionary else None
-    a, b = _side(args.model_a, args), _side(args.model_b, args)
-    files = [x for x in (a, b) if isinstance(x, ScanResult)]
-    if files and prompts is not None:
-        raise UserError("a logprobs Parquet input holds one prompt; use --prompt (or compute both sides from models)")
-    prompt = args.prompt
-    for f in files:
-        if prompt is not None and f.manifest.get("prompt") not in (None, prompt):
-            raise UserError(f"--prompt {prompt!r} is not the prompt of the logprobs Parquet input "
-                            f"({f.manifest['prompt']!r}); both sides must answer the same prompt")
-    if prompts is None and prompt is None:
-        prompt = files[0].manifest.get("prompt") if files else None
-        if prompt is None:
-            prompt = "What, in one word, is the greatest thing ever?"
-    names = [_slug((x.manifest.get("model") or {}).get("name", "a") if isinstance(x, ScanResult)
-                   else (x.source.get("name") or s), 24) for x, s in ((a, args.model_a), (b, args.model_b))]
-    tag = _slug(Path(args.prompts_yaml).stem) if prompts is not None else _slug(prompt)
-    out = args.out or f"results/implicit__{names[0]}__{names[1]}__{tag}.parquet"
-    out = check_output(out, args.overwrite)
-    kw = dict(template_a=_tmpl(args.template_a), template_b=_tmpl(args.template_b), system_a=args.system_a,
-              system_b=args.system_b, join=args.join, agg=args.agg, exclude_special=args.exclude_special)
-    if prompts is not None:
-        res = implicit_sweep(a, b, prompts, progress=not args.no_progress, **kw)
-    else:
-        res = implicit(a, b, prompt, **kw)
-    summ = None
-    if dic is not None:
-        summ = dictionary_summary(res.table, dic, name_a=res.manifest["model_a"], name_b=res.manifest["model_b"],
-                                  prompt=prompt)
-        res.manifest["dictionary"] = {"path": str(args.dictionary), "tests": summ["tests"].to_dict("records")}
-    res.to_parquet(out, overwrite=args.overwrite)
-    m = res.manifest
-    print(f"a = {m['model_a']} ({m['a']['template']['kind']}), b = {m['model_b']} ({m['b']['template']['kind']}); "
-          f"join on {args.join}, {args.agg} per key")
-    cts = [m["counts"]] if isinstance(m["counts"], dict) else m["counts"]
-    c = cts[0]
-    print(f"shared {c['shared']} {'strings' if args.join == 'text' else 'words'}"
-          f"{' (first prompt)' if len(cts) > 1 else ''}; a: {c['tokens_a']} tokens -> {c['strings_a']} keys "
-          f"({c['collapsed_a']} collapsed), {c['dropped_a']} dropped; b: {c['tokens_b']} tokens -> {c['strings_b']} keys "
-          f"({c['collapsed_b']} collapsed), {c['dropped_b']} dropped")
-    if args.top and prompts is None:
-        cols = ["text", "logp_a", "logp_b", "log_ratio", "mwlr"]
-        for by in ("log_ratio", "mwlr"):
-            for title, df in ((f"top {args.top} by {by} (a over b)", res.top(args.top, by)),
-                              (f"bottom {args.top} by {by} (b over a)", res.bottom(args.top, by))):
-                view = df[cols].assign(text=df["text"].map(repr)).round(4)
-                print(f"\n{title}\n{view.to_string(index=False)}")
-    if summ is not None:
-        print("\n" + _summary_text(summ))
-        _write_csv(Path(str(out) + ".categories.csv"), summ["summary"])
-    print(f"\nwrote {out} and {out}.json" + (f" and {out}.categories.csv" if summ is not None else ""))
-    return 0
-
-
-def _tmpl(t):
-    from .logprobs import cli_template
-
-    return None if t in (None, "raw") else cli_template(t)
-
-
-def register(sub) -> None:
-    """Add ``rmfast implicit`` to the main CLI's subparsers."""
-    from .logprobs import _fp32_default
-
-    p = sub.add_parser("implicit", help="implicit reward (log ratio, MWLR) between two LMs over their shared strings",
-                       description="Per shared string t: log p_a(t) - log p_b(t) (DPO-style implicit reward) and "
-                       "MWLR = 1/2 (p_a + p_b)(log p_a - log p_b), from each model's next-token distribution of the "
-                       "first response token. Different tokenizers are joined on decoded strings (highest log-prob "
-                       "per string).")
-    p.add_argument("--model-a", help="model a: alias, folder, .gguf, hub id, or a logprobs .parquet")
-    p.add_argument("--model-b", help="model b (the reference of the ratio)")
-    p.add_argument("--prompt", default=None, help="the user turn (default: the paper's greatest-thing prompt)")
-    p.add_argument("--prompts-yaml", default=None, help="sweep: a YAML mapping id: prompt (e.g. paper_b_prompts.yaml)")
-    p.add_argument("--prompt-id", action="append", help="with --prompts-yaml: only these ids (repeatable)")
-    for s in ("a", "b"):
-        p.add_argument(f"--template-{s}", default=None,
-                       help=f"model {s}'s prompt side: 'User: {{prompt}}\\nAssistant:' (\\n unescaped), a Jinja template, or 'raw' "
-                       "(default: chat template + generation prompt; the raw prompt for base models)")
-        p.add_argument(f"--system-{s}", default=None, help=f"system message for model {s}")
-    p.add_argument("--join", default="text", choices=list(JOINS),
-                   help="text (default): exact decoded strings; word: stripped, lower-cased (dictionary analyses)")
-    p.add_argument("--agg", default="max", choices=list(AGGS),
-                   help="several tokens with one key: max (default, the highest log-prob) or logsumexp")
-    p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens before the join")
-    p.add_argument("--dictionary", default=None, help="category dictionary (e.g. big2_nouns.csv): median rank per "
-                   "category of log p_a, log p_b, log ratio, MWLR (use with --join word)")
-    p.add_argument("--demo", action="store_true", help="Big Two agency vs communion on the embedded pair "
-                   "(SmolLM2-135M-Instruct vs Gemma 3 270M, all 54 Paper B prompts unless --prompt-id)")
-    p.add_argument("--out", default=None, help="output Parquet (default results/implicit__<a>__<b>__<prompt>.parquet)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
-    p.add_argument("--top", type=int, default=10, help="rows in the printed tables (single prompt; default 10)")
-    p.add_argument("--no-progress", action="store_true", help="no per-prompt progress lines")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code (default off)")
-    p.add_argument("--cache-dir", default=None, help="rmfast cache (default $RMFAST_CACHE or ~/.cache/rmfast)")
-    _fp32_default(p)
-    p.set_defaults(func=cmd_implicit)
-
-
-def main(argv=None) -> int:
-    """``python -m rmfast.implicit [--demo] ...``: the same options as ``rmfast implicit``."""
-    from .cli import main as cli_main
-
-    return cli_main(["implicit", *(sys.argv[1:] if argv is None else argv)])
-
-if __name__ == "__main__":
-    sys.exit(main())

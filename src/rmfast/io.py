@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -27,7 +29,7 @@ def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
     return p
 
 
-def _atomic(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -50,12 +52,17 @@ def write_json(path: str | os.PathLike, obj) -> None:
             json.dump(obj, f, indent=2, default=str)
             f.write("\n")
 
-    _atomic(Path(path), w)
+    atomic_write(Path(path), w)
 
 
 def write_parquet(path: str | os.PathLike, df) -> None:
     """Write a DataFrame to Parquet atomically."""
-    _atomic(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+    atomic_write(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def write_csv(path: str | os.PathLike, df) -> None:
+    """Write a DataFrame to CSV atomically."""
+    atomic_write(Path(path), lambda tmp: df.to_csv(tmp, index=False))
 
 
 def manifest_path(parquet_path: str | os.PathLike) -> Path:
@@ -70,3 +77,23 @@ def write_result(path: str | os.PathLike, df, manifest: dict, overwrite: bool = 
     write_parquet(p, df)
     write_json(manifest_path(p), manifest)
     return p
+
+
+def slug(s: str, n: int = 40, *, exact: bool = False) -> str:
+    """A file-name-safe form of ``s``.
+
+    Default (output file names): lower-case runs of letters and digits joined by '-', cut at n.
+    ``exact=True`` (results-store folders): keeps case, '.', '_' and '-'; a name over n characters
+    ends in a hash of the whole name, so distinct names stay distinct.
+
+    >>> slug("What, in one word, is the greatest thing ever?")
+    'what-in-one-word-is-the-greatest-thing-e'
+    >>> slug("SmolLM2 135M/Instruct", exact=True)
+    'SmolLM2-135M-Instruct'
+    """
+    if not exact:
+        return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()[:n] or "x"
+    out = re.sub(r"[^A-Za-z0-9._-]+", "-", str(s)).strip("-.")
+    if len(out) > n:
+        out = out[:n - 9].rstrip("-.") + "-" + hashlib.sha256(str(s).encode()).hexdigest()[:8]
+    return out or "x"

@@ -2,7 +2,7 @@
 
 One forward pass over the prompt side of the conversation, then ``log_softmax`` (fp32) of the
 model's own logits at the last position (so Gemma's final-logit softcapping, where a model
-applies it, is included). The result is a :class:`rmfast.scan.ScanResult`, written in the same
+applies it, is included). The result is a :class:`rmfast.pipeline.ScanResult`, written in the same
 format as ``scan`` (columns token_id, token, text, score, rank; manifest ``head:
 "next_token_logprob"``). The full response log-probability including end-of-turn is
 ``scan --head logprob``; this is its first factor only.
@@ -37,7 +37,7 @@ import torch
 
 from . import __version__
 from .errors import UserError
-from .template import _is_plain_format, build_template
+from .template import is_plain_format, build_template
 
 __all__ = ["logprobs", "prompt_ids", "next_token_logprobs", "vocab_strings"]
 
@@ -73,7 +73,7 @@ def prompt_ids(tokenizer, prompt: str, *, template: str | None = None, system: s
     """
     if prompt is None or not prompt.strip():
         raise UserError("the prompt is empty; pass --prompt 'What, in one word, is the greatest thing ever?'")
-    if template is not None and _is_plain_format(template):
+    if template is not None and is_plain_format(template):
         tmpl = build_template(tokenizer, prompt, template=template, system=system)
         ids, kind = list(tmpl.prefix_ids), "plain_prefix"
     elif template is not None and "{prompt}" in template and "{%" not in template and "{{" not in template:
@@ -172,7 +172,7 @@ def logprobs(
         model_info: provenance for the manifest (the loader's ``source``).
 
     Returns:
-        :class:`rmfast.scan.ScanResult` with ``scores`` = log p(token | prompt side), fp32.
+        :class:`rmfast.pipeline.ScanResult` with ``scores`` = log p(token | prompt side), fp32.
 
     Example:
         >>> from rmfast import load  # doctest: +SKIP
@@ -180,13 +180,15 @@ def logprobs(
         >>> res = logprobs(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
         >>> res.top(5)  # doctest: +SKIP
     """
-    from .scan import ScanResult, _versions, select_ids
+    from .resolve import versions
+    from .results import ScanResult
+    from .vocab import select_ids
 
     t0 = time.perf_counter()
     if not hasattr(model, "lm_head") and "CausalLM" not in type(model).__name__:
         raise UserError("logprobs needs a causal language model; this model has no LM head")
     ids, info = prompt_ids(tokenizer, prompt, template=template, system=system)
-    cand, n_vocab = select_ids(model, tokenizer, token_ids, exclude_special)
+    cand, n_vocab, _ = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special)
     t_fwd = time.perf_counter()
     lp = next_token_logprobs(model, ids)
     fwd_s = time.perf_counter() - t_fwd
@@ -213,74 +215,7 @@ def logprobs(
         "score_position": "last prompt-side position (next-token distribution of the first response token)",
         "forward_s": round(fwd_s, 3),
         "wall_s": round(time.perf_counter() - t0, 3),
-        "versions": _versions(),
+        "versions": versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     return ScanResult(cand, scores, tokens, texts, manifest)
-
-
-# ---------------------------------------------------------------------------------- CLI
-
-
-def cli_template(t: str | None) -> str | None:
-    """A --template from the command line: in a plain format the two-character escapes \\n and \\t
-    become a newline and a tab (shells pass 'User: {prompt}\\nAssistant:' literally); Jinja is left alone."""
-    if t is None or "{%" in t or "{{" in t:
-        return t
-    return t.replace("\\n", "\n").replace("\\t", "\t")
-
-
-def cmd_logprobs(args) -> int:
-    from .cli import _load, _print_table, _slug
-    from .io import check_output
-
-    if args.top < 0:
-        raise UserError("--top must be >= 0")
-    lm = _load(args)
-    if lm.kind != "causal_lm":
-        raise UserError(f"{args.model} is a {lm.kind}, not a causal language model; logprobs needs an LM head")
-    out = args.out or f"results/{_slug(lm.source.get('name') or args.model)}__{_slug(args.prompt)}__logprobs.parquet"
-    out = check_output(out, args.overwrite)
-    res = logprobs(lm.model, lm.tokenizer, args.prompt, template=cli_template(args.template), system=args.system,
-                   token_ids=args.token_ids, exclude_special=args.exclude_special, model_info=lm.source)
-    res.to_parquet(out, overwrite=args.overwrite)
-    m = res.manifest
-    if args.top:
-        _print_table(res.top(args.top), f"top {args.top} next-token log-probabilities ({m['template']['kind']})")
-    print(f"\n{m['n_candidates']} candidates from one forward pass over {len(m['template']['prefix_ids'])} prompt tokens "
-          f"({m['dtype']}, {m['device']}) in {m['wall_s']:.1f} s")
-    print(f"wrote {out} and {out}.json")
-    return 0
-
-
-def _fp32_default(p) -> None:
-    """One forward pass is cheap: default to float32 (exact references) instead of scan's bf16."""
-    p.set_defaults(dtype="float32")
-    for a in p._actions:
-        if a.dest == "dtype":
-            a.help = "float32 (default: one forward pass, exact)|bfloat16|float16|auto"
-
-
-def register(sub) -> None:
-    """Add ``rmfast logprobs`` to the main CLI's subparsers."""
-    from .cli import _add_model_args
-
-    p = sub.add_parser("logprobs", help="next-token log-probability of every vocabulary token (one forward pass)",
-                       description="Log-probability of every vocabulary token as the first response token: the chat "
-                       "template + generation prompt for instruction-tuned models, the raw prompt (or --template) for "
-                       "base models. Same output format as scan; the full response log-probability with end-of-turn "
-                       "is 'rmfast scan --head logprob'.")
-    _add_model_args(p)
-    _fp32_default(p)
-    p.add_argument("--prompt", default="What, in one word, is the greatest thing ever?", help="the user turn")
-    p.add_argument("--template", default=None,
-                   help="plain prompt side such as 'User: {prompt}\\nAssistant:' (\\n and \\t are unescaped; a '{response}' slot is allowed: the "
-                   "ids before it are used), or a Jinja chat template (default: the chat template + generation prompt; "
-                   "the raw prompt for base models)")
-    p.add_argument("--system", default=None, help="system message (default: the template's own default)")
-    p.add_argument("--token-ids", default=None, help="subset: a range A:B or a file with one id per line (default: all)")
-    p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens from the output")
-    p.add_argument("--out", default=None, help="output Parquet (default results/<model>__<prompt>__logprobs.parquet)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
-    p.add_argument("--top", type=int, default=20, help="rows in the printed top table (default 20; 0 = none)")
-    p.set_defaults(func=cmd_logprobs)

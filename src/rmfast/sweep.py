@@ -21,6 +21,7 @@ The config (YAML; relative paths are relative to the config file)::
         trust_remote_code: false
         random_head_seed: null
         engine: auto                      #   auto | fast | reference
+        compile: auto                     #   auto | on | off (the compiled CPU layer)
     prompts: ../shared/data/prompts/paper_b_prompts.yaml   # a YAML file (name: text), a mapping, or a list
     candidates:                           # name: set (default: the whole vocabulary)
       vocab: vocabulary
@@ -42,7 +43,6 @@ import gc
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -53,11 +53,13 @@ import numpy as np
 from . import dist
 from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, file_sha256, read_candidates
 from .errors import UserError
+from .io import slug
 from .store import SCHEMA_VERSION, PartRef, Store
+from .template import unescape
 
 TOP_KEYS = ("out", "defaults", "models", "prompts", "candidates", "compat", "max_tokens")
 MODEL_KEYS = ("model", "name", "dtype", "device", "device_map", "head", "head_index", "template", "system",
-              "batch_size", "trust_remote_code", "random_head_seed", "engine", "cache_dir")
+              "batch_size", "trust_remote_code", "random_head_seed", "engine", "compile", "cache_dir")
 RESULT_KEYS = ("name", "model", "dtype", "head", "head_index", "template", "system", "trust_remote_code",
                "random_head_seed")  # what changes the scores (device, batch size, engine do not)
 VOCAB_KEYS = ("exclude_special", "wordlike", "dedup", "token_ids")
@@ -85,6 +87,7 @@ class ModelCfg:
     trust_remote_code: bool = False
     random_head_seed: int | None = None
     engine: str = "auto"
+    compile: str = "auto"
     cache_dir: str | None = None
 
     def result_fields(self) -> dict:
@@ -145,10 +148,7 @@ def _hash(obj) -> str:
 
 
 def _slug(s: str, n: int = 60) -> str:
-    out = re.sub(r"[^A-Za-z0-9._-]+", "-", str(s)).strip("-.")
-    if len(out) > n:
-        out = out[:n - 9].rstrip("-.") + "-" + hashlib.sha256(str(s).encode()).hexdigest()[:8]
-    return out or "x"
+    return slug(s, n, exact=True)
 
 
 class _Cfg:
@@ -245,6 +245,7 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
         trust_remote_code=c.get("trust_remote_code", "bool", False, allow_none=False),
         random_head_seed=c.get("random_head_seed", "int"),
         engine=c.get("engine", "str", "auto", choices=("auto", "fast", "reference"), allow_none=False),
+        compile=c.get("compile", "str", "auto", choices=("auto", "on", "off"), allow_none=False),
         cache_dir=c.get("cache_dir", "str"),
     )
     return m
@@ -488,35 +489,28 @@ def _log(d: dist.Dist, msg: str) -> None:
     print(f"rmfast sweep: {tag}{msg}", file=sys.stderr, flush=True)
 
 
-def _score_part(lm, m: ModelCfg, cfg: SweepConfig, prompt: str, c: CandSet, ck: Path, progress: bool, cache: dict):
-    from .candidates import decode_retokenize_scan, score_texts, vocab_ids
-    from .scan import scan, vocab_size
+def _score_part(lm, m: ModelCfg, cfg: SweepConfig, prompt: str, c: CandSet, ck: Path, progress: bool):
+    """One part through the scan pipeline; returns (part frame, manifest). The checkpoint stays
+    until the store has the part."""
+    from .pipeline import Selection, run_scan
 
-    template = m.template if m.template is not None else lm.default_template
-    engine = dist.engine_for(m.device_map, m.engine)
-    info = {**lm.source, "name": m.name}
-    common = dict(head=m.head, head_index=m.head_index, template=template, system=m.system, batch_size=m.batch_size,
-                  progress=progress, model_info=info, engine=engine, checkpoint=ck)
     if c.kind == "vocabulary":
-        if c.name not in cache:
-            tids = c.view["token_ids"]
-            if isinstance(tids, dict):
-                tids = tids["file"]
-            cache[c.name] = vocab_ids(lm.tokenizer, vocab_size(lm.model, lm.tokenizer), token_ids=tids,
-                                      exclude_special=c.view["exclude_special"], wordlike=c.view["wordlike"],
-                                      dedup=c.view["dedup"])
-        ids, report = cache[c.name]
-        if cfg.compat:
-            res = decode_retokenize_scan(lm.model, lm.tokenizer, prompt, ids, max_tokens=cfg.max_tokens, **common)
-            df = frame_from_texts(res, lm.tokenizer)
-        else:
-            res = scan(lm.model, lm.tokenizer, prompt, token_ids=ids, **common)
-            df = frame_from_scan(res)
-        res.manifest["vocab_view"] = report
+        tids = c.view["token_ids"]
+        sel = Selection(token_ids=tids["file"] if isinstance(tids, dict) else tids, exclude_special=c.view["exclude_special"],
+                        wordlike=c.view["wordlike"], dedup=c.view["dedup"], compat=cfg.compat, max_tokens=cfg.max_tokens)
     else:
-        res = score_texts(lm.model, lm.tokenizer, prompt, c.texts.texts, compat=cfg.compat, max_tokens=cfg.max_tokens,
-                          candidates_info=c.texts.source, **common)
+        sel = Selection(texts=c.texts.texts, texts_info=c.texts.source, compat=cfg.compat, max_tokens=cfg.max_tokens)
+    res, _ = run_scan(lm.model, lm.tokenizer, prompt, sel, head=m.head, head_index=m.head_index,
+                      template=unescape(m.template) if m.template is not None else lm.default_template, system=m.system,
+                      batch_size=m.batch_size, progress=progress, model_info={**lm.source, "name": m.name},
+                      engine=dist.engine_for(m.device_map, m.engine), compile=m.compile, checkpoint=ck,
+                      keep_checkpoint=True)
+    if c.kind == "file":
         df = frame_from_texts(res)
+    elif cfg.compat:
+        df = frame_from_texts(res, lm.tokenizer)
+    else:
+        df = frame_from_scan(res)
     return df, res.manifest
 
 
@@ -573,19 +567,20 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
                                  trust_remote_code=m.trust_remote_code, cache_dir=m.cache_dir,
                                  random_head_seed=m.random_head_seed)
             _log(d, f"loaded {name} in {time.perf_counter() - t_load:.1f} s")
-            cache: dict = {}
             for p in [p for p in todo if p.model == name]:
                 k += 1
                 t0 = time.perf_counter()
-                df, man = _score_part(lm, m, cfg, p.prompt, cands[p.candidates], store.checkpoint_path(p), bars, cache)
+                ck = store.checkpoint_path(p)
+                df, man = _score_part(lm, m, cfg, p.prompt, cands[p.candidates], ck, bars)
                 wall = time.perf_counter() - t0
                 store.write_part(p, df, {"model": {**lm.source, "name": m.name}, "prompt": p.prompt,
                                          "prompt_name": p.prompt_name, "candidates": p.candidates, "rank": d.rank,
                                          "world": d.world, "wall_s": round(wall, 3), "scan": man})
+                ck.unlink(missing_ok=True)  # only once the store holds the part
                 _log(d, f"[{k}/{len(todo)}] {p.model} × {p.prompt_name} × {p.candidates}: {len(df)} rows in {wall:.1f} s")
                 if d.world == 1:
                     store.write_index(plan, chash)
-            del lm, cache
+            del lm
             gc.collect()
             try:
                 import torch
@@ -605,160 +600,6 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
         dist.finish(d)
 
 
-# --------------------------------------------------------------------------------------------
-# scan with text candidates, vocabulary views, torchrun sharding, device maps
-
-
-def scan_needs_extension(args) -> bool:
-    """Whether ``rmfast scan`` needs this module (new options, or launched by torchrun)."""
-    new = any(getattr(args, k, None) for k in ("candidates", "column", "compat", "wordlike", "dedup", "device_map"))
-    try:
-        world = int(os.environ.get("WORLD_SIZE") or 1)
-    except ValueError:
-        world = 1
-    return bool(new) or world > 1
-
-
-def _print_tables(res, k: int) -> None:
-    import pandas as pd
-
-    for title, df in ((f"top {k}", res.top(k)), (f"bottom {k}", res.bottom(k))):
-        cols = {"rank": df["rank"]}
-        if "token_id" in df:
-            cols["token_id"] = df["token_id"]
-        cols["text"] = [repr(t) for t in df["text"]]
-        if "n_tokens" in df:
-            cols["n_tokens"] = df["n_tokens"]
-        cols["score"] = [f"{s:.4f}" for s in df["score"]]
-        print(f"\n{title} ({res.manifest.get('head')} head)" if title.startswith("top") else f"\n{title}")
-        print(pd.DataFrame(cols).to_string(index=False))
-
-
-def cmd_scan_extended(args) -> int:
-    """``rmfast scan`` with --candidates/--compat/--wordlike/--dedup/--device-map, or under torchrun."""
-    from .candidates import TextScanResult, decode_retokenize_scan, score_texts, vocab_ids
-    from .cli import _slug as cli_slug
-    from .io import check_output, manifest_path, write_json, write_parquet
-    from .scan import ScanResult, scan, vocab_size
-
-    if args.top < 0:
-        raise UserError("--top must be >= 0")
-    if args.candidates is not None:
-        clash = [o for o, v in (("--token-ids", args.token_ids), ("--exclude-special", args.exclude_special),
-                                ("--wordlike", args.wordlike), ("--dedup", args.dedup)) if v]
-        if clash:
-            raise UserError(f"{clash[0]} selects vocabulary ids; it cannot be combined with --candidates (a file of texts)")
-    elif args.column is not None:
-        raise UserError("--column needs --candidates FILE")
-    max_tokens = args.max_tokens if args.max_tokens is not None else DEFAULT_MAX_TOKENS
-    if max_tokens < 1:
-        raise UserError("--max-tokens must be a positive integer")
-    d = dist.from_env()
-    if args.out:
-        check_output(args.out, args.overwrite)  # refuse before loading anything
-    cands = read_candidates(args.candidates, args.column) if args.candidates is not None else None
-    engine = dist.engine_for(args.device_map, args.engine)
-    dist.init(d)
-    try:
-        lm = dist.load_model(args.model, dtype=args.dtype, device=dist.device_for(d, args.device), device_map=args.device_map,
-                             trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir)
-        suffix = f"__{cli_slug(Path(args.candidates).stem)}" if cands is not None else ("__compat" if args.compat else "")
-        out = args.out or os.path.join("results", f"{cli_slug(lm.source.get('name') or args.model)}__{cli_slug(args.prompt)}{suffix}.parquet")
-        out = check_output(out, args.overwrite)
-        template = args.template if args.template is not None else lm.default_template
-        tag = f".{d.tag()}" if d.world > 1 else ""
-        ck = Path(f"{out}.partial{tag}.npz")
-        common = dict(head=args.head, head_index=args.head_index, template=template, system=args.system,
-                      batch_size=args.batch_size, engine=engine, progress=not args.no_progress and d.is_main,
-                      checkpoint=ck, model_info=lm.source)
-        report = None
-        if cands is not None:
-            texts = cands.texts
-            mine = d.mine(len(texts))
-            res = score_texts(lm.model, lm.tokenizer, args.prompt, [texts[i] for i in mine], compat=args.compat,
-                              max_tokens=max_tokens, candidates_info=cands.source, **common)
-        else:
-            ids, report = vocab_ids(lm.tokenizer, vocab_size(lm.model, lm.tokenizer), token_ids=args.token_ids,
-                                    exclude_special=args.exclude_special, wordlike=args.wordlike, dedup=args.dedup)
-            mine = d.mine(ids.size)
-            if args.compat:
-                res = decode_retokenize_scan(lm.model, lm.tokenizer, args.prompt, ids[mine], max_tokens=max_tokens, **common)
-            else:
-                res = scan(lm.model, lm.tokenizer, args.prompt, token_ids=ids[mine], **common)
-            res.manifest["vocab_view"] = report
-        if d.world > 1:
-            shard = out.parent / f".{out.name}{tag}.parquet"
-            df = res.to_pandas()
-            df["_order"] = mine
-            write_parquet(shard, df)
-            write_json(manifest_path(shard), res.manifest)
-            dist.barrier(d)
-            if not d.is_main:
-                return 0
-            import pandas as pd
-
-            frames, mans = [], []
-            for r in range(d.world):
-                sp = out.parent / f".{out.name}.rank{r}-of-{d.world}.parquet"
-                frames.append(pd.read_parquet(sp))
-                mans.append(json.loads(manifest_path(sp).read_text()))
-            df = pd.concat(frames, ignore_index=True).sort_values("_order", kind="stable").reset_index(drop=True)
-            man = dict(mans[0])
-            scan_s = max(float(m.get("scan_s") or 0) for m in mans)
-            man.update({"n_candidates": int(len(df)), "scan_s": round(scan_s, 3),
-                        "candidates_per_s": round(len(df) / scan_s, 2) if scan_s > 0 else None,
-                        "wall_s": max(float(m.get("wall_s") or 0) for m in mans),
-                        "resumed_candidates": sum(int(m.get("resumed_candidates") or 0) for m in mans),
-                        "distributed": {"world": d.world, "split": "index % world == rank",
-                                        "ranks": [{"rank": r, "n": int(len(f)), "scan_s": m.get("scan_s"),
-                                                   "device": m.get("device")} for r, (f, m) in enumerate(zip(frames, mans))]}})
-            if isinstance(res, ScanResult):
-                res = ScanResult(df["token_id"].to_numpy(np.int64), df["score"].to_numpy(np.float32), df["token"].tolist(),
-                                 df["text"].tolist(), man)
-            else:
-                res = TextScanResult(df["text"].tolist(), df["score"].to_numpy(np.float32), df["n_tokens"].to_numpy(np.int64),
-                                     [list(map(int, t)) for t in df["token_ids"]], man,
-                                     df["token_id"].to_numpy(np.int64) if "token_id" in df else None)
-            res.to_parquet(out, overwrite=True)
-            for r in range(d.world):
-                sp = out.parent / f".{out.name}.rank{r}-of-{d.world}.parquet"
-                sp.unlink(missing_ok=True)
-                manifest_path(sp).unlink(missing_ok=True)
-        else:
-            res.to_parquet(out, overwrite=args.overwrite)
-        m = res.manifest
-        if args.top:
-            _print_tables(res, args.top)
-        dev = f", {d.world} ranks" if d.world > 1 else ""
-        print(f"\n{m['n_candidates']} candidates in {m['scan_s']:.1f} s ({m['candidates_per_s']} cand/s; "
-              f"{m['engine']} engine, {m['dtype']}, {m['device']}{dev}); total {m['wall_s']:.1f} s")
-        print(f"wrote {out} and {out}.json")
-        return 0
-    finally:
-        dist.finish(d)
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-
-
-def cmd_sweep(args) -> int:
-    cfg = load_config(args.config)
-    idx = run_sweep(cfg, args.out, force=args.force, shard=args.shard, progress=not args.no_progress, dry_run=args.dry_run)
-    root = Path(args.out) if args.out else cfg.out
-    if idx.get("dry_run"):
-        print(f"{root}: {idx['n_parts']} parts, {idx['n_done']} done ({idx['mode']} store); nothing run (--dry-run)")
-        for s, p in zip(idx["parts"], cfg.plan()):
-            print(f"  {'done' if s['done'] else 'todo'}  {p.relpath}")
-        return 0
-    if idx.get("complete") is None:
-        return 0
-    rows = f", {idx['rows']} rows" if idx.get("rows") is not None else ""
-    state = "complete" if idx.get("complete") else "incomplete (other shards still running or failed)"
-    print(f"{root}: {idx.get('n_done', '?')}/{idx['n_parts']} parts{rows}; {state}")
-    return 0
-
-
 def summarize(root: str | os.PathLike) -> dict:
     """What a store holds: config, parts done per model, rows."""
     st = Store(root)
@@ -771,65 +612,3 @@ def summarize(root: str | os.PathLike) -> dict:
     status = st.status(plan)
     return {"root": str(root), "config_file": info.get("config_file"), "config_hash": info.get("config_hash"),
             "created": info.get("created"), "status": status, "config": info.get("config")}
-
-
-def cmd_results(args) -> int:
-    import pandas as pd
-
-    from .io import check_output, write_parquet
-
-    s = summarize(args.store)
-    status = s["status"]
-    done = sum(x["done"] for x in status)
-    rows = sum(x["rows"] or 0 for x in status)
-    cfg = s["config"] or {}
-    print(f"{s['root']}: config {s['config_file']} (hash {s['config_hash']}, created {s['created']})")
-    print(f"  {len(cfg.get('models', []))} models × {len(cfg.get('prompts', {}))} prompts × "
-          f"{len(cfg.get('candidates', []))} candidate sets = {len(status)} parts; {done} done, {rows} rows")
-    df = pd.DataFrame(status)
-    if not df.empty:
-        g = df.groupby(["model", "candidates"], sort=False).agg(parts=("done", "size"), done=("done", "sum"),
-                                                                 rows=("rows", lambda r: int(pd.to_numeric(r).fillna(0).sum())))
-        print(g.reset_index().to_string(index=False))
-    if args.parts and not df.empty:
-        print()
-        print(df[["done", "model", "prompt_name", "candidates", "rows", "path"]].to_string(index=False))
-    if args.out:
-        from .store import load_results
-
-        tidy = load_results(args.store, token_ids=False)
-        out = check_output(args.out, args.overwrite)
-        if out.suffix.lower() == ".csv":
-            from .io import _atomic
-
-            _atomic(out, lambda tmp: tidy.to_csv(tmp, index=False))
-        else:
-            write_parquet(out, tidy)
-        print(f"wrote {len(tidy)} rows to {out}")
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add ``rmfast sweep`` and ``rmfast results``."""
-    p = subparsers.add_parser("sweep", help="models × prompts × candidate sets into a resumable results store")
-    p.add_argument("config", help="sweep config (YAML): models, prompts, candidates, per-model options")
-    p.add_argument("--out", default=None, help="results store directory (default: out: in the config)")
-    p.add_argument("--force", action="store_true",
-                   help="adopt this config in a store written by another one (unchanged parts are kept, others redone/removed)")
-    p.add_argument("--shard", default=None, metavar="I/N",
-                   help="run only parts with index %% N == I (independent jobs, e.g. a SLURM array); torchrun needs no flag")
-    p.add_argument("--dry-run", action="store_true", help="check the config and the store, list the parts, run nothing")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.set_defaults(func=cmd_sweep)
-
-    r = subparsers.add_parser("results", help="list what a results store holds; export its tidy table")
-    r.add_argument("store", help="a sweep's results directory")
-    r.add_argument("--parts", action="store_true", help="list every part")
-    r.add_argument("--out", default=None, help="write the tidy table (model, prompt, token_id, text, score, rank, ...) "
-                                               "to this .parquet or .csv")
-    r.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    r.set_defaults(func=cmd_results)
-
-
-__all__ = ["load_config", "run_sweep", "SweepConfig", "register", "cmd_scan_extended", "scan_needs_extension",
-           "summarize"]

@@ -21,8 +21,22 @@ from .errors import UserError
 PROBES = ("hello", "world", "Paris", "blue", "seven")
 
 
-def _is_plain_format(template: str) -> bool:
+def is_plain_format(template: str) -> bool:
+    """A plain format such as ``'User: {prompt}\\nAssistant: {response}'`` (not a Jinja template)."""
     return "{response}" in template and "{%" not in template and "{{" not in template
+
+
+def unescape(template: str | None) -> str | None:
+    r"""A template typed in a shell or a YAML single-quoted string: in a plain format the two-character
+    escapes backslash-n and backslash-t become a newline and a tab; Jinja is left alone.
+
+    >>> print(unescape(r"User: {prompt}\nAssistant: {response}"))
+    User: {prompt}
+    Assistant: {response}
+    """
+    if template is None or "{%" in template or "{{" in template:
+        return template
+    return template.replace("\\n", "\n").replace("\\t", "\t")
 
 
 @dataclass(frozen=True)
@@ -72,9 +86,9 @@ class Template:
         }
 
 
-def _renderer(tokenizer, prompt: str, template: str | None, system: str | None):
+def renderer(tokenizer, prompt: str, template: str | None, system: str | None):
     """Returns (kind, fn(response_text) -> list[int])."""
-    if template is not None and _is_plain_format(template):
+    if template is not None and is_plain_format(template):
         if "{prompt}" not in template:
             raise UserError("--template plain format needs a {prompt} placeholder, e.g. 'User: {prompt}\\nAssistant: {response}'")
         if system is not None and "{system}" not in template:
@@ -110,7 +124,7 @@ def _renderer(tokenizer, prompt: str, template: str | None, system: str | None):
     return kind, render_chat
 
 
-def _common_prefix_len(seqs) -> int:
+def common_prefix_len(seqs) -> int:
     n = min(len(s) for s in seqs)
     i = 0
     while i < n and all(s[i] == seqs[0][i] for s in seqs):
@@ -142,10 +156,10 @@ def build_template(
     """
     if prompt is None or not prompt.strip():
         raise UserError("the prompt is empty; pass --prompt 'What, in one word, is the greatest thing ever?'")
-    kind, render = _renderer(tokenizer, prompt, template, system)
+    kind, render = renderer(tokenizer, prompt, template, system)
     rendered = [render(w) for w in PROBES]
-    n_pre = _common_prefix_len(rendered)
-    n_suf = _common_prefix_len([r[::-1] for r in rendered])
+    n_pre = common_prefix_len(rendered)
+    n_suf = common_prefix_len([r[::-1] for r in rendered])
     shortest = min(len(r) for r in rendered)
     n_suf = min(n_suf, shortest - n_pre - 1) if shortest - n_pre - 1 >= 0 else 0
     prefix = tuple(rendered[0][:n_pre])
@@ -189,7 +203,7 @@ def response_ids(tokenizer, tmpl: Template, text: str) -> list[int]:
     Renders the full conversation with ``text`` as the response and checks that it starts with
     the template's prefix and ends with its suffix; raises UserError otherwise.
     """
-    _, render = _renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system)
+    _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system)
     ids = render(text)
     P, S = len(tmpl.prefix_ids), len(tmpl.suffix_ids)
     if tuple(ids[:P]) != tmpl.prefix_ids or (S and tuple(ids[len(ids) - S :]) != tmpl.suffix_ids) or len(ids) <= P + S:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rmfast import embedded
-from rmfast.errors import UserError
+from . import embedded
+from .errors import UserError
+from .io import write_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -133,20 +134,6 @@ def _as_torch_dtype(value: Any) -> torch.dtype | None:
 # GGUF: hash, convert once, cache
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def gguf_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
     """sha256 of a file, memoized by (path, size, mtime) in ``<cache>/gguf/sha256-index.json``."""
     path = Path(path).resolve()
@@ -166,7 +153,7 @@ def gguf_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
     sha = digest.hexdigest()
     index[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
     with contextlib.suppress(OSError):
-        _write_json_atomic(index_path, index)
+        write_json(index_path, index)
     return sha
 
 
@@ -300,7 +287,7 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         _save_tokenizer(tok, tmp)
-        _write_json_atomic(
+        write_json(
             tmp / _SOURCE_FILE,
             {
                 "conversion_version": _CONVERSION_VERSION,

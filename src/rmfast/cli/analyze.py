@@ -1,7 +1,4 @@
-"""``rmfast analyze NAME ...`` and ``rmfast report ...``: the analyses from the command line.
-
-The lead's main CLI calls :func:`register` with its argparse subparsers object; each
-subcommand sets ``func(args) -> int``.
+"""``rmfast analyze NAME ...`` and ``rmfast report ...``: the analyses (:mod:`rmfast.analysis`) from the command line.
 
 Inputs: Parquet scan files or folders of them (``<file>.json`` manifests beside them),
 and/or ``--eloeverything DIR`` (a folder given as an input that holds EloEverything CSVs
@@ -32,8 +29,8 @@ ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst",
 
 def _inputs(args):
     """(scans, human or None, source description) from the CLI inputs."""
-    from .eloeverything import is_eloeverything_dir, load_eloeverything, load_human_scores
-    from .scans import load_scans
+    from ..analysis.eloeverything import is_eloeverything_dir, load_eloeverything, load_human_scores
+    from ..analysis.scans import load_scans
 
     frames, human, sources = [], None, []
     elo_dirs = list(args.eloeverything or [])
@@ -115,9 +112,9 @@ def register(subparsers) -> None:
 
 
 def _run(name: str, args, scans, human):
-    from . import (agreement, best_worst, categories, distributions, exposure, extremes,
+    from ..analysis import (agreement, best_worst, categories, distributions, exposure, extremes,
                    human_comparison, sentiment)
-    from .framing import parse_framing_args
+    from ..analysis.framing import parse_framing_args
 
     framing = parse_framing_args(args.framing)
     sel = {"models": args.models, "prompts": args.prompts}
@@ -191,8 +188,8 @@ def run_analyze(args) -> int:
 
 def run_report(args) -> int:
     """``rmfast report``: every applicable analysis in one HTML file."""
-    from ..report import build_report, write_report
-    from .framing import parse_framing_args
+    from ..analysis.report import build_report, write_report
+    from ..analysis.framing import parse_framing_args
 
     scans, human, source = _inputs(args)
     text = build_report(scans, human=human, metadata=args.metadata, afinn=args.afinn,
@@ -203,19 +200,3 @@ def run_report(args) -> int:
     path = write_report(args.out, text)
     print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0
-
-
-def main(argv=None) -> int:
-    """Stand-alone entry (for tests and until the main CLI wires :func:`register`)."""
-    parser = argparse.ArgumentParser(prog="rmfast")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except UserError as exc:
-        print(f"rmfast: error: {exc}", file=sys.stderr)
-        return UserError.exit_code
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
-import os
-import tempfile
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -22,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import UserError
+from ..errors import UserError
+from ..io import atomic_write
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;
@@ -92,7 +91,7 @@ def table_html(df: pd.DataFrame, *, max_rows: int = 60, text_cols=("text", "word
 
 def img_html(fig, alt: str, width: int | None = None) -> str:
     """A figure as an embedded base64 PNG <img>."""
-    from .analysis.plots import to_png
+    from .plots import to_png
 
     data = base64.b64encode(to_png(fig)).decode("ascii")
     w = f' width="{width}"' if width else ""
@@ -149,8 +148,8 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     >>> d = load_eloeverything("../shared/data/eloeverything")  # doctest: +SKIP
     >>> write_report("report.html", build_report(d.scans, human=d.human))  # doctest: +SKIP
     """
-    from . import analysis as A
-    from .analysis.plots import Styles
+    from .. import analysis as A
+    from .plots import Styles
 
     scans = A.validate_scans(scans)
     meta = A.load_model_metadata(metadata) if metadata is not None else None
@@ -376,13 +375,5 @@ def write_report(path: str | PathLike, html_text: str) -> Path:
     path = Path(path)
     if path.parent and not path.parent.exists():
         raise UserError(f"folder {path.parent} does not exist; create it or choose another --out")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(html_text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda tmp: Path(tmp).write_text(html_text, encoding="utf-8"))
     return path

@@ -1,0 +1,50 @@
+"""rmfast command line: the top floor. Parses arguments, prints messages, sets exit codes; owns no logic.
+
+One module per subcommand, each with ``register(subparsers)`` and the function it runs; the
+library (everything outside this package) never imports it.
+
+Exit codes: 0 success, 2 bad input (one-line message, no traceback), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from ..errors import UserError
+from . import analyze, bench, common, gcg, implicit, logprobs, scan, sweep
+
+COMMANDS = (scan, logprobs, implicit, gcg, sweep, analyze, bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rmfast", description="Exhaustive, exact, fast reward-model scanning.")
+    ap.add_argument("--version", action="version", version=f"rmfast {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for cmd in COMMANDS:
+        cmd.register(sub)
+    return ap
+
+
+def run(func, args) -> int:
+    """Run a command: a UserError is one line on stderr and its exit code; Ctrl-C is 130."""
+    common.quiet()
+    try:
+        return int(func(args) or 0)
+    except UserError as e:
+        print(f"rmfast: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("rmfast: interrupted; rerun the same command to resume from the checkpoint", file=sys.stderr)
+        return 130
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""``rmfast bench``: rmfast against the plain-HF baselines and the GEMM peak, in one process (:mod:`rmfast.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..bench import (BENCH_MODELS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PROMPT, H100_SXM, device_defaults,
+                     loadavg, log, resolve_models, bench_model, format_cost_model, format_table, gpu_cost_model,
+                     machine_info, plot, versions, write_outputs)
+from ..errors import UserError
+from ..loader import load, resolve_device
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", default=DEFAULT_MODELS,
+                   help=f"comma-separated configurations (default {DEFAULT_MODELS}); known: {', '.join(BENCH_MODELS)}; "
+                        "any other loadable spec is benchmarked with its default head and template")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"the user turn (default {DEFAULT_PROMPT!r})")
+    p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
+    p.add_argument("--dtype", default="bfloat16", help="bfloat16|float16|float32 (default bfloat16)")
+    p.add_argument("--n-candidates", type=int, default=None,
+                   help="ids timed for rmfast and hf-cache (default 2048 on CPU, 65536 on CUDA)")
+    p.add_argument("--n-naive", type=int, default=None,
+                   help="ids timed for naive, the first of the same sample (default 128 on CPU, 4096 on CUDA)")
+    p.add_argument("--batch-size", type=int, default=None, help="rmfast rows per batch (default: scan's auto)")
+    p.add_argument("--hf-batch", type=int, default=None, help="hf-cache batch (default: best of 64/128/256; CUDA 512/2048)")
+    p.add_argument("--naive-batch", type=int, default=None, help="naive batch (default: best of 32/64/128; CUDA 256/1024)")
+    p.add_argument("--repeats", type=int, default=None, help="timed passes per method; the best counts (default 3)")
+    p.add_argument("--check-n", type=int, default=None,
+                   help="ids for the fp32 exactness check of all three methods (default 32 on CPU, 256 on CUDA; 0 skips)")
+    p.add_argument("--seed", type=int, default=0, help="candidate sample seed (default 0)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--full", action="store_true", help="also time the full-vocabulary rmfast scan per model")
+    p.add_argument("--profile", type=int, nargs="?", const=3, default=0, metavar="N",
+                   help="torch.profiler over N rmfast batches per model; top ops by self time (default N=3)")
+    p.add_argument("--no-peak", action="store_true", help="skip the GEMM-peak measurement")
+    p.add_argument("--compile", default="on", choices=["on", "off", "auto"],
+                   help="rmfast on CPU: the compiled decoder layer, timed beside the eager engine (default on; "
+                        "off: eager only; the full scan follows scan's rule for auto)")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--cost-model", action="store_true",
+                   help="print the GPU cost model (8B Llama-3 RM, 27B Gemma-2 RM on one H100) and exit; loads no model")
+    p.add_argument("--gemm-frac", type=float, default=0.6, help="cost model: fraction of bf16 dense peak (default 0.6)")
+    p.add_argument("--prompt-tokens", type=int, default=50, help="cost model: prompt tokens (default 50)")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="benchmark rmfast vs plain-HF baselines and the GEMM peak")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def main(argv=None) -> int:
+    """Entry point for ``python benchmarks/bench_scan.py``."""
+    from . import run as run_command
+
+    ap = argparse.ArgumentParser(prog="bench_scan.py", description="rmfast vs plain-HF baselines and the GEMM peak")
+    add_arguments(ap)
+    args = ap.parse_args(argv)
+    return run_command(run, args)
+
+
+def run(args) -> int:
+    if args.cost_model:
+        cm = [gpu_cost_model(c, prompt_tokens=args.prompt_tokens, gemm_frac=args.gemm_frac) for c in COST_MODELS.values()]
+        print(f"GPU cost model: {H100_SXM['name']}, {H100_SXM['bf16_dense_tflops']} TFLOP/s bf16 dense at "
+              f"{args.gemm_frac:.0%}, {H100_SXM['hbm_tb_s']} TB/s HBM at 80%, {args.prompt_tokens}-token prompt")
+        print(format_cost_model(cm))
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "cost_model.json").write_text(json.dumps(cm, indent=1))
+        return 0
+
+    device = resolve_device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but CUDA is not available")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dflt = device_defaults(device)
+    out_dir = Path(args.out)
+    meta = {
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine_info(device),
+        "versions": versions(),
+        "config": {k: v for k, v in vars(args).items() if k != "func"},
+        "defaults": {k: list(v) if isinstance(v, tuple) else v for k, v in dflt.items()},
+        "formulas": {
+            "flops_per_candidate": "2 * (gemm_params [+ V*D for logprob]) * tokens_per_candidate",
+            "tokens_per_candidate": "score: 1 + len(suffix_ids); logprob: len(continuation_ids) (one-token responses)",
+            "useful_gflops": "flops_per_candidate * cand_per_s / 1e9",
+            "peak_bound_cand_per_s": "gemm_peak_gflops * 1e9 / flops_per_candidate",
+            "cand_per_s": "n_timed / best pass time (warm-up excluded; setup_s = prompt pass, reported apart)",
+        },
+    }
+    models = resolve_models(args.models)
+    if not models:
+        raise UserError("--models is empty")
+    rows, extras = [], []
+    t_all = time.perf_counter()
+    loaded: dict[tuple, object] = {}
+    for cfg in models:
+        key = (cfg.spec, cfg.random_head_seed)
+        if key not in loaded:
+            loaded.clear()  # one model in memory at a time
+            t0 = time.perf_counter()
+            loaded[key] = load(cfg.spec, dtype=args.dtype, device=str(device), random_head_seed=cfg.random_head_seed)
+            log(f"{cfg.spec}: loaded in {time.perf_counter() - t0:.1f} s")
+        log(f"[{cfg.name}] load average {loadavg()}")
+        r, e = bench_model(cfg, loaded[key], args, device, dflt)
+        rows += r
+        extras.append(e)
+    meta["machine"]["loadavg_end"] = loadavg()
+    meta["total_s"] = round(time.perf_counter() - t_all, 1)
+    meta["models"] = extras
+    paths = write_outputs(rows, meta, out_dir)
+    title = (f"rmfast bench — {meta['machine']['gpu'] or meta['machine']['cpu_model']}, "
+             f"{meta['machine']['torch_threads']} threads, {rows[0]['dtype']}; load avg {meta['machine']['loadavg_start']}")
+    png = None if args.no_plot else plot(rows, out_dir / "bench_latest.png", title)
+    print(format_table(rows))
+    for e in extras:
+        if e.get("profile"):
+            print(f"\nprofile [{e['model']}], {e['profile']['n_batches']} batches of {e['profile']['batch_size']}:")
+            print(e["profile"]["table"])
+    print(f"\nload average {meta['machine']['loadavg_start']} -> {meta['machine']['loadavg_end']}; total {meta['total_s']} s")
+    print(f"wrote {paths['bench_latest'][0]}, {paths['bench_latest'][1]}" + (f", {png}" if png else ""))
+    bad = [f"{r['model']}/{r['method']}" for r in rows if r.get("agree_ok") is False]
+    if bad:
+        print(f"rmfast bench: scores disagree with rmfast for {', '.join(bad)} (see agreement in the JSON)", file=sys.stderr)
+        return 1
+    return 0

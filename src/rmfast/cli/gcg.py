@@ -1,0 +1,99 @@
+"""``rmfast gcg``: multi-token responses that maximize or minimize the reward (Greedy Coordinate Gradient)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..io import check_output, slug
+from . import common
+from .common import template_arg
+
+
+def _can_plot() -> bool:
+    """The trajectory PNG needs matplotlib (the analysis extra); without it, one line and no plot."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("rmfast: note: no trajectory plot (matplotlib is not installed: pip install 'rmfast[analysis]'); "
+              "the JSON is written as usual")
+        return False
+    return True
+
+
+def register(subparsers) -> None:
+    from ..gcg import GCGConfig
+
+    d = GCGConfig()
+    p = subparsers.add_parser("gcg", help="search multi-token responses that maximize/minimize the reward (Greedy Coordinate Gradient)")
+    common.add_model_args(p)
+    common.add_template_args(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--maximize", action="store_true", help="maximize the reward (default)")
+    g.add_argument("--minimize", action="store_true", help="minimize the reward")
+    p.add_argument("--length", type=int, default=d.length, help=f"response tokens (default {d.length}; --init sets it instead)")
+    p.add_argument("--steps", type=int, default=d.steps, help=f"steps per restart (default {d.steps})")
+    p.add_argument("--search-width", type=int, default=d.search_width, help=f"candidates per step (default {d.search_width})")
+    p.add_argument("--topk", type=int, default=d.topk, help=f"gradient substitutions per position (default {d.topk})")
+    p.add_argument("--n-replace", type=int, default=d.n_replace, help=f"positions changed per candidate (default {d.n_replace})")
+    p.add_argument("--buffer-size", type=int, default=d.buffer_size, help=f"best sequences kept (default {d.buffer_size})")
+    p.add_argument("--patience", type=int, default=d.patience, help=f"steps without improvement that end a restart (default {d.patience})")
+    p.add_argument("--restarts", type=int, default=d.restarts, help=f"independent restarts (default {d.restarts})")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"random seed (default {d.seed})")
+    p.add_argument("--init", default=None, help="initial response text (default: random allowed tokens)")
+    p.add_argument("--allow-non-ascii", action="store_true", help="allow tokens that are not printable ASCII (default off)")
+    p.add_argument("--allow-special", action="store_true", help="allow special/added tokens (default off)")
+    p.add_argument("--no-retokenize-filter", action="store_true",
+                   help="keep candidates whose text re-encodes to other ids (default: drop them)")
+    p.add_argument("--eval-batch-size", default="auto", help="rows per evaluation batch, or auto (default)")
+    p.add_argument("--evaluator", default="auto", choices=["auto", "engine", "full"],
+                   help="auto (default): the shared-prompt engine where supported; full: whole sequences through the model")
+    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
+                   help="the engine evaluator's compiled CPU layer: auto (default: for long runs), on, off")
+    p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
+                   help="auto (default): score for classifiers, logprob for causal LMs")
+    p.add_argument("--head-index", type=int, default=0, help="output of a multi-output score head (default 0)")
+    p.add_argument("--random-head-seed", type=int, default=None,
+                   help="load a causal LM as a classifier with a random score head of this seed (default: off)")
+    p.add_argument("--out", default=None, help="output JSON (default results/gcg__<model>__<prompt>__<max|min>.json); plot beside it (.png)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
+    p.add_argument("--no-plot", action="store_true", help="skip the trajectory PNG")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from .. import gcg as job
+    from ..gcg import GCGConfig
+
+    cfg = GCGConfig(
+        length=args.length, steps=args.steps, search_width=args.search_width, topk=args.topk,
+        n_replace=args.n_replace, buffer_size=args.buffer_size, patience=args.patience, restarts=args.restarts,
+        seed=args.seed, maximize=not args.minimize, allow_non_ascii=args.allow_non_ascii,
+        allow_special=args.allow_special, retokenize_filter=not args.no_retokenize_filter, init=args.init,
+        eval_batch_size=args.eval_batch_size, head=args.head, head_index=args.head_index,
+        template=template_arg(args), system=args.system, evaluator=args.evaluator, compile=args.compile,
+    )
+    cfg.validate()  # refuse bad settings before loading anything
+    direction = "max" if cfg.maximize else "min"
+    out = args.out or os.path.join("results", f"gcg__{slug(args.model)}__{slug(args.prompt)}__{direction}.json")
+    out = check_output(out, args.overwrite)
+    png = None if args.no_plot or not _can_plot() else check_output(Path(out).with_suffix(".png"), args.overwrite)
+    lm = common.load_model(args, random_head_seed=args.random_head_seed)
+    if cfg.template is None and lm.default_template is not None:
+        cfg.template = lm.default_template
+    res = job.run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source)
+    res.to_json(out, overwrite=args.overwrite)
+    plot = res.plot(png) if png is not None else None
+    m, t = res.manifest, res.timing
+    print(f"\nGCG {m['direction']} ({m['head']} head, {m['length']} tokens, {m['evaluator']} evaluator, {m['dtype']}, {m['device']})")
+    print(f"best score      {res.best_score:.6f}")
+    print(f"reference score {res.best_score_reference:.6f}  (plain-HF forward of the same ids)")
+    print(f"best text       {res.best_text!r}")
+    print(f"best ids        {res.best_ids}")
+    print(f"start -> best   {res.trajectory[0]:.4f} -> {res.trajectory[-1]:.4f} in {len(res.trajectory) - 1} steps; "
+          f"{res.n_evaluated} evaluated, {res.n_rejected_retokenize} rejected by the retokenization filter")
+    print(f"time            {t['wall_s']:.1f} s total, {t['per_step_s']} s/step "
+          f"(gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, evaluation {t['evaluate_s']:.1f} s)")
+    print(f"wrote {out}" + (f" and {plot}" if plot else ""))
+    return 0

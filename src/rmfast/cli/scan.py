@@ -1,0 +1,139 @@
+"""``rmfast scan``: every vocabulary token (or a view, or a file of texts) as the response to a prompt.
+
+One path for every input: the options build a :class:`rmfast.pipeline.Selection`, and
+:func:`rmfast.pipeline.run_scan` scores it; under torchrun each rank scores its share and rank 0
+merges the shards.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .. import dist
+from ..errors import UserError
+from ..io import check_output, manifest_path, slug, write_json, write_parquet
+from . import common
+
+
+def register(sub) -> None:
+    p = sub.add_parser("scan", help="score every vocabulary token (or a file of texts) as the response to a prompt")
+    common.add_model_args(p)
+    common.add_template_args(p)
+    common.add_output_args(p, "results/<model>__<prompt>[__<candidates>].parquet; manifest at <out>.json")
+    p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
+                   help="auto (default): score for classifiers, logprob for causal LMs")
+    p.add_argument("--head-index", type=int, default=0, help="output of a multi-output score head (default 0)")
+    p.add_argument("--token-ids", default=None, help="subset: a range A:B or a file with one id per line (default: all)")
+    p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens (default: score them)")
+    p.add_argument("--wordlike", action="store_true", help="vocabulary view: tokens that are letters only (after the leading space)")
+    p.add_argument("--dedup", action="store_true", help="vocabulary view: drop ids whose decoded text occurs more than once")
+    p.add_argument("--candidates", default=None, metavar="FILE",
+                   help="score response texts instead of token ids: one per line, or a CSV/TSV/Parquet column (--column)")
+    p.add_argument("--column", default=None, help="the --candidates table's column holding the texts")
+    p.add_argument("--compat", default=None, choices=["decode-retokenize"],
+                   help="the papers' pipeline: decode ids to text and re-tokenize the whole conversation (default off)")
+    p.add_argument("--max-tokens", type=int, default=None, help="longest text candidate in tokens (default 256)")
+    p.add_argument("--batch-size", default="auto", help="rows per batch, or auto (default)")
+    p.add_argument("--engine", default="auto", choices=["auto", "fast", "reference"],
+                   help="auto (default): the shared-prompt engine where supported, else plain HF")
+    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
+                   help="torch.compile the CPU decoder layer: auto (default: for big CPU jobs), on, off")
+    p.add_argument("--device-map", default=None,
+                   help="e.g. auto: spread a large model over the GPUs (accelerate; plain-HF path; default off)")
+    p.add_argument("--top", type=int, default=20, help="rows in the printed top/bottom tables (default 20)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=run)
+
+
+def selection(args):
+    """The candidates the options ask for (read before any model is loaded, so bad input fails fast)."""
+    from ..candidates import DEFAULT_MAX_TOKENS, read_candidates
+    from ..pipeline import Selection
+
+    if args.column is not None and args.candidates is None:
+        raise UserError("--column needs --candidates FILE")
+    sel = Selection(token_ids=args.token_ids, exclude_special=args.exclude_special, wordlike=args.wordlike,
+                    dedup=args.dedup, compat=args.compat,
+                    max_tokens=args.max_tokens if args.max_tokens is not None else DEFAULT_MAX_TOKENS)
+    if args.candidates is not None:
+        sel.texts = []  # checked before the file is read
+        sel.check()
+        cands = read_candidates(args.candidates, args.column)
+        sel.texts, sel.texts_info = cands.texts, cands.source
+    sel.check()
+    return sel
+
+
+def run(args) -> int:
+    from ..pipeline import finish, run_scan
+
+    common.check_top(args.top)
+    sel = selection(args)
+    d = dist.from_env()
+    if args.out:
+        check_output(args.out, args.overwrite)  # refuse before loading anything
+    engine = dist.engine_for(args.device_map, args.engine)
+    dist.init(d)
+    try:
+        lm = common.load_model(args, device=dist.device_for(d, args.device), device_map=args.device_map)
+        tag = f"__{slug(sel.tag())}" if sel.tag() else ""
+        out = args.out or os.path.join("results", f"{slug(lm.source.get('name') or args.model)}__{slug(args.prompt)}{tag}.parquet")
+        out = check_output(out, args.overwrite)
+        rank_tag = f".{d.tag()}" if d.world > 1 else ""
+        ck = Path(f"{out}.partial{rank_tag}.npz")
+        res, order = run_scan(
+            lm.model, lm.tokenizer, args.prompt, sel, rows=d.mine if d.world > 1 else None,
+            head=args.head, head_index=args.head_index, template=common.template_arg(args, lm), system=args.system,
+            batch_size=args.batch_size, engine=engine, compile=args.compile, progress=not args.no_progress and d.is_main,
+            checkpoint=ck, keep_checkpoint=True, model_info=lm.source)
+        if d.world > 1:
+            res = _gather(d, out, res, order)
+            if res is None:
+                finish(None, ck)
+                return 0
+        res.to_parquet(out, overwrite=args.overwrite or d.world > 1)
+        finish(res, ck)  # only now: the output and its manifest are in place
+        _print_summary(res, args.top, out, d.world)
+        return 0
+    finally:
+        dist.finish(d)
+
+
+def _gather(d, out: Path, res, order):
+    """Each rank writes its shard; rank 0 merges them after a barrier (returns None on other ranks)."""
+    import json
+
+    import pandas as pd
+
+    from ..results import merge_ranks
+
+    def shard(r):
+        return out.parent / f".{out.name}.rank{r}-of-{d.world}.parquet"
+
+    df = res.to_pandas()
+    df["_order"] = order
+    write_parquet(shard(d.rank), df)
+    write_json(manifest_path(shard(d.rank)), res.manifest)
+    dist.barrier(d)
+    if not d.is_main:
+        return None
+    frames = [pd.read_parquet(shard(r)) for r in range(d.world)]
+    merged = merge_ranks(frames, [json.loads(manifest_path(shard(r)).read_text()) for r in range(d.world)])
+    for r in range(d.world):
+        shard(r).unlink(missing_ok=True)
+        manifest_path(shard(r)).unlink(missing_ok=True)
+    return merged
+
+
+def _print_summary(res, top: int, out, world: int) -> None:
+    m = res.manifest
+    if top:
+        common.print_tables(res, top)
+    ranks = f", {world} ranks" if world > 1 else ""
+    compiled = " (compiled)" if m.get("compiled") else ""
+    batch = f", batch {m['batch_size']}" if m.get("batch_size") not in (None, "auto") else ""
+    rate = f"{m['candidates_per_s']} cand/s; " if m.get("candidates_per_s") else ""
+    print(f"\n{m['n_candidates']} candidates in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "
+          f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s")
+    print(f"wrote {out} and {out}.json")

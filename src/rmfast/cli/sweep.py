@@ -1,0 +1,81 @@
+"""``rmfast sweep`` (models × prompts × candidate sets into a resumable store) and ``rmfast results``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..io import check_output, write_csv, write_parquet
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("sweep", help="models × prompts × candidate sets into a resumable results store")
+    p.add_argument("config", help="sweep config (YAML): models, prompts, candidates, per-model options")
+    p.add_argument("--out", default=None, help="results store directory (default: out: in the config)")
+    p.add_argument("--force", action="store_true",
+                   help="adopt this config in a store written by another one (unchanged parts are kept, others redone/removed)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only parts with index %% N == I (independent jobs, e.g. a SLURM array); torchrun needs no flag")
+    p.add_argument("--dry-run", action="store_true", help="check the config and the store, list the parts, run nothing")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=run)
+
+    r = subparsers.add_parser("results", help="list what a results store holds; export its tidy table")
+    r.add_argument("store", help="a sweep's results directory")
+    r.add_argument("--parts", action="store_true", help="list every part")
+    r.add_argument("--out", default=None, help="write the tidy table (model, prompt, token_id, text, score, rank, ...) "
+                                               "to this .parquet or .csv")
+    r.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    r.set_defaults(func=results)
+
+
+def run(args) -> int:
+    from ..sweep import load_config, run_sweep
+
+    cfg = load_config(args.config)
+    idx = run_sweep(cfg, args.out, force=args.force, shard=args.shard, progress=not args.no_progress, dry_run=args.dry_run)
+    root = Path(args.out) if args.out else cfg.out
+    if idx.get("dry_run"):
+        print(f"{root}: {idx['n_parts']} parts, {idx['n_done']} done ({idx['mode']} store); nothing run (--dry-run)")
+        for s, p in zip(idx["parts"], cfg.plan()):
+            print(f"  {'done' if s['done'] else 'todo'}  {p.relpath}")
+        return 0
+    if idx.get("complete") is None:
+        return 0
+    rows = f", {idx['rows']} rows" if idx.get("rows") is not None else ""
+    state = "complete" if idx.get("complete") else "incomplete (other shards still running or failed)"
+    print(f"{root}: {idx.get('n_done', '?')}/{idx['n_parts']} parts{rows}; {state}")
+    return 0
+
+
+def results(args) -> int:
+    import pandas as pd
+
+    from ..sweep import summarize
+
+    s = summarize(args.store)
+    status = s["status"]
+    done = sum(x["done"] for x in status)
+    rows = sum(x["rows"] or 0 for x in status)
+    cfg = s["config"] or {}
+    print(f"{s['root']}: config {s['config_file']} (hash {s['config_hash']}, created {s['created']})")
+    print(f"  {len(cfg.get('models', []))} models × {len(cfg.get('prompts', {}))} prompts × "
+          f"{len(cfg.get('candidates', []))} candidate sets = {len(status)} parts; {done} done, {rows} rows")
+    df = pd.DataFrame(status)
+    if not df.empty:
+        g = df.groupby(["model", "candidates"], sort=False).agg(parts=("done", "size"), done=("done", "sum"),
+                                                                 rows=("rows", lambda r: int(pd.to_numeric(r).fillna(0).sum())))
+        print(g.reset_index().to_string(index=False))
+    if args.parts and not df.empty:
+        print()
+        print(df[["done", "model", "prompt_name", "candidates", "rows", "path"]].to_string(index=False))
+    if args.out:
+        from ..store import load_results
+
+        tidy = load_results(args.store, token_ids=False)
+        out = check_output(args.out, args.overwrite)
+        if out.suffix.lower() == ".csv":
+            write_csv(out, tidy)
+        else:
+            write_parquet(out, tidy)
+        print(f"wrote {len(tidy)} rows to {out}")
+    return 0

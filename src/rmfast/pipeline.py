@@ -1,0 +1,517 @@
+"""The one scan pipeline: candidates in, scores out, through one resumable batching loop.
+
+What is scored is an input (:class:`Selection`): vocabulary ids (a range, a file, the papers'
+views), response texts, or the papers' decode-retokenize round trip. :func:`run_scan` picks the
+entry point for it; :func:`scan` (token ids) and :func:`score_texts` (texts) turn it into
+*groups* of equal-length rows, and :func:`score_groups` runs every group through the same loop:
+fixed batches, out-of-memory back-off (:func:`oom_batches`), a checkpoint that a rerun resumes
+from, a progress bar, timing. The CLI, sweeps, torchrun shards and GCG's evaluator all come
+through here.
+
+Example:
+    >>> import rmfast  # doctest: +SKIP
+    >>> lm = rmfast.load("smollm2-135m-instruct")  # doctest: +SKIP
+    >>> res = run_scan(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?",
+    ...                Selection(token_ids="0:500", wordlike=True))  # doctest: +SKIP
+    >>> res.top(3)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, ids_digest, max_response_len, tokenize_in_context
+from .engine import Engine
+from .errors import UserError
+from .io import atomic_write
+from .reference import reference_scores
+from .resolve import (auto_batch_size, base_manifest, even_batch, resolve_compile, resolve_engine, resolve_head, run_key,
+                      versions)
+from .results import ScanResult, TextScanResult
+from .template import Template, build_template
+from .vocab import select_ids
+
+#: a long job saves its finished batches at least this often (seconds) ...
+CHECKPOINT_EVERY_S = 30.0
+#: ... and after at least this many newly scored candidates, whichever comes first.
+CHECKPOINT_EVERY_N = 8192
+
+
+# --------------------------------------------------------------------------------------------
+# the loop
+
+
+@dataclass
+class Group:
+    """Rows of one shape scored by one function.
+
+    Attributes:
+        rows: (n,) positions in the job's score array.
+        batch_size: rows per batch (halved on out-of-memory).
+        score: ``score(rows, batch_size) -> (len(rows),) float32 scores``.
+    """
+
+    rows: np.ndarray
+    batch_size: int
+    score: Callable[[np.ndarray, int], np.ndarray]
+
+
+def oom_batches(n: int, bs: int, device: torch.device, score, on_oom=None):
+    """Score rows 0..n-1 in batches: yields (lo, hi, out, bs) with ``out = score(lo, hi, bs)``.
+
+    On out-of-memory the batch is halved (``on_oom(new_bs)`` is told) and the same rows retried;
+    at one row the error propagates.
+    """
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + bs)
+        try:
+            out = score(lo, hi, bs)
+        except torch.OutOfMemoryError:
+            if bs == 1:
+                raise
+            bs = max(1, bs // 2)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            if on_oom is not None:
+                on_oom(bs)
+            continue
+        yield lo, hi, out, bs
+        lo = hi
+
+
+def load_checkpoint(path: Path | None, key: str, ids: np.ndarray) -> np.ndarray:
+    """The scores saved for this job (NaN where not done yet); all NaN when there is none or it is another job's."""
+    scores = np.full(ids.size, np.nan, dtype=np.float32)
+    if path is not None and path.exists():
+        try:
+            z = np.load(path, allow_pickle=False)
+            if str(z["key"]) == key and np.array_equal(z["ids"], ids):
+                scores = z["scores"].astype(np.float32)
+        except Exception:
+            pass  # an unreadable checkpoint is ignored, not trusted
+    return scores
+
+
+def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray) -> None:
+    def w(tmp):
+        with open(tmp, "wb") as f:
+            np.savez(f, key=np.array(key), ids=ids, scores=scores)
+
+    atomic_write(path, w)
+
+
+def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=None, device=None,
+                 progress: bool = True, desc: str = "scan", status: str | None = None) -> tuple[np.ndarray, dict]:
+    """Run every group through fixed batches; returns (scores (N,) float32, timing).
+
+    ``ids`` identifies the job's rows (token ids, or row numbers) for the checkpoint. Batches are
+    cut from each group's full row list, and a batch whose rows a checkpoint already holds is
+    skipped, so a resumed job runs exactly the batches of an uninterrupted one. The checkpoint is
+    written every CHECKPOINT_EVERY_S seconds or CHECKPOINT_EVERY_N candidates, and on any exception
+    (Ctrl-C included); the caller removes it once the output is written.
+    """
+    from tqdm.auto import tqdm
+
+    device = torch.device(device or "cpu")
+    ck = Path(checkpoint) if checkpoint else None
+    scores = load_checkpoint(ck, key, ids)
+    done0 = int((~np.isnan(scores)).sum())
+    bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
+    if status and done0 < ids.size:
+        bar.set_postfix_str(status)
+    t0 = last_ck = time.perf_counter()
+    first_batch_s, n_since_ck = None, 0
+    try:
+        for g in groups:
+            for lo, hi, out, bs in oom_batches(g.rows.size, g.batch_size, device, lambda lo, hi, b, g=g: _batch(g, scores, lo, hi, b),
+                                               lambda b: bar.set_postfix_str(f"OOM: batch -> {b}")):
+                if out is None:  # already in the checkpoint
+                    continue
+                scores[g.rows[lo:hi]] = out
+                if first_batch_s is None:
+                    first_batch_s = time.perf_counter() - t0
+                    bar.set_postfix_str("")
+                bar.update(hi - lo)
+                n_since_ck += hi - lo
+                if ck is not None and (time.perf_counter() - last_ck > CHECKPOINT_EVERY_S or n_since_ck >= CHECKPOINT_EVERY_N):
+                    save_checkpoint(ck, key, ids, scores)
+                    last_ck, n_since_ck = time.perf_counter(), 0
+    except BaseException:
+        # Interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun.
+        if ck is not None and int((~np.isnan(scores)).sum()) > done0:
+            save_checkpoint(ck, key, ids, scores)
+        raise
+    bar.close()
+    scan_s = time.perf_counter() - t0
+    n_new = ids.size - done0
+    return scores, {
+        "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,
+        "scan_s": round(scan_s, 3),
+        "candidates_per_s": round(n_new / scan_s, 2) if scan_s > 0 and n_new else None,
+        "resumed_candidates": done0,
+    }
+
+
+def _batch(g: Group, scores: np.ndarray, lo: int, hi: int, bs: int):
+    rows = g.rows[lo:hi]
+    if not np.isnan(scores[rows]).any():
+        return None
+    return g.score(rows, bs)
+
+
+def finish(res, checkpoint=None):
+    """Drop the checkpoint of a finished job. Call after the output is safely written."""
+    if checkpoint is not None:
+        Path(checkpoint).unlink(missing_ok=True)
+    return res
+
+
+# --------------------------------------------------------------------------------------------
+# token scans
+
+
+def scan(
+    model,
+    tokenizer,
+    prompt: str,
+    *,
+    head: str = "auto",
+    head_index: int = 0,
+    template: str | Template | None = None,
+    system: str | None = None,
+    token_ids=None,
+    exclude_special: bool = False,
+    wordlike: bool = False,
+    dedup: bool = False,
+    batch_size: int | str = "auto",
+    engine: str = "auto",
+    progress: bool = True,
+    checkpoint: str | os.PathLike | None = None,
+    model_info: dict | None = None,
+    compile: str | bool = "auto",
+    keep_checkpoint: bool = False,
+) -> ScanResult:
+    """Score candidate token ids as the one-token assistant response to ``prompt``.
+
+    Args:
+        model: an HF model (``…ForSequenceClassification``, a custom reward model, or a causal LM), eval mode.
+        tokenizer: its tokenizer.
+        prompt: the user turn.
+        head: "auto" (default: "score" for classifiers, "logprob" for causal LMs), "score" or "logprob".
+        head_index: which output of a multi-output score head (default 0).
+        template: None (the tokenizer's chat template), a Jinja template, a plain format such as
+            ``"User: {prompt}\\nAssistant: {response}"``, or a prepared :class:`Template`.
+        system: system message (default None: the template's own default, if any).
+        token_ids: None (every id of the vocabulary, default), a range "A:B", a file path, or ids.
+        exclude_special: drop special / added tokens (default False: they are scored too).
+        wordlike, dedup: the papers' vocabulary views (:func:`rmfast.vocab.vocab_ids`; default off).
+        batch_size: "auto" (default) or rows per batch. On CUDA out-of-memory the batch is halved and retried.
+        engine: "auto" (default: the shared-prompt engine where the architecture is supported, else
+            the plain-HF path with a warning), "fast" or "reference".
+        progress: show a progress bar with candidates/s (default True).
+        checkpoint: optional path; finished batches are saved there (atomically) and a rerun with
+            the same settings resumes from it, bit-identically.
+        model_info: provenance for the manifest (the loader's ``source``); default: config name.
+        compile: "auto" (default: on CPU, compile the decoder layer with torch.compile when the job is
+            big enough to repay the one-off compile, see :data:`rmfast.resolve.COMPILE_MIN_FLOPS`), "on" or "off".
+        keep_checkpoint: leave the checkpoint for the caller to remove once the output is written
+            (:func:`finish`; the CLI does this); default False removes it on return.
+
+    Returns:
+        ScanResult with scores for the selected ids, ascending by id.
+
+    Example:
+        >>> from rmfast import load, scan  # doctest: +SKIP
+        >>> lm = load("smollm2-135m-instruct")  # doctest: +SKIP
+        >>> res = scan(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?", token_ids="0:500")  # doctest: +SKIP
+        >>> res.top(3)  # doctest: +SKIP
+    """
+    t0 = time.perf_counter()
+    tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
+    head = resolve_head(model, head, head_index)
+    ids, n_vocab, view = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special, wordlike=wordlike,
+                                    dedup=dedup)
+    engine = resolve_engine(model, head, head_index, engine)
+    device = next(model.parameters()).device
+    manifest = base_manifest(model, tmpl, prompt, head=head, head_index=head_index, engine=engine, model_info=model_info)
+    manifest.update({"vocab_size": n_vocab, "n_candidates": int(ids.size), "exclude_special": exclude_special})
+    if wordlike or dedup:
+        manifest["vocab_view"] = view
+
+    eng = None
+    if engine == "fast":
+        eng = Engine(model, tmpl, head=head, head_index=head_index)
+        # Decided from the whole job, never from what a resume has left: same job, same path.
+        eng.compile = resolve_compile(compile, model, ids.size * eng.tokens_per_row(1), eng) and eng.can_compile(warn=True)
+    tpr = eng.tokens_per_row(1) if eng is not None else len(tmpl.prefix_ids) + 1 + len(tmpl.suffix_ids)
+    bs = even_batch(ids.size, auto_batch_size(device, tpr)) if batch_size == "auto" else _batch_size(batch_size)
+
+    def score(rows, b):
+        cand = torch.from_numpy(ids[rows])[:, None]  # (b, 1)
+        if eng is not None:
+            return eng.score(cand).float().cpu().numpy()
+        return reference_scores(model, tmpl, cand.tolist(), head=head, head_index=head_index, batch_size=b).numpy()
+
+    compiled = bool(eng is not None and eng.compile)
+    key = run_key(manifest)
+    scores, timing = score_groups([Group(np.arange(ids.size), bs, score)], ids, key=key, checkpoint=checkpoint,
+                                  device=device, progress=progress, desc="scan",
+                                  status="compiling the CPU layer (one-off)" if compiled else None)
+    tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
+    tokens = [t if isinstance(t, str) else "" for t in tokens]
+    texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    manifest.update({"batch_size": bs, "compiled": compiled, **timing, "wall_s": round(time.perf_counter() - t0, 3),
+                     "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    res = ScanResult(ids, scores, tokens, texts, manifest)
+    return res if keep_checkpoint else finish(res, checkpoint)
+
+
+def _batch_size(bs) -> int:
+    try:
+        n = int(bs)
+    except (TypeError, ValueError):
+        raise UserError(f"--batch-size {bs!r} is not a positive integer or auto") from None
+    if n < 1 or str(bs).strip() != str(n):
+        raise UserError(f"--batch-size {bs!r} is not a positive integer or auto")
+    return n
+
+
+# --------------------------------------------------------------------------------------------
+# text candidates
+
+
+def _unique_texts(texts) -> list[str]:
+    if isinstance(texts, str):
+        raise UserError("texts must be a list of strings, not one string")
+    texts = list(texts)
+    bad = [t for t in texts if not isinstance(t, str)]
+    if bad:
+        raise UserError(f"candidates must be strings; got {type(bad[0]).__name__} {bad[0]!r}")
+    uniq = list(dict.fromkeys(texts))
+    if len(uniq) < len(texts):
+        dup = next(t for i, t in enumerate(texts) if t in texts[:i])
+        warnings.warn(f"rmfast: {len(texts) - len(uniq)} duplicate candidate(s) scored once ({dup!r}…)", stacklevel=3)
+    empty = [i for i, t in enumerate(uniq) if not t.strip()]
+    if empty:
+        raise UserError(f"candidate {empty[0] + 1} is empty; every candidate needs some text")
+    return uniq
+
+
+def _check_lengths(rows, texts, model, tmpl, max_tokens) -> int:
+    if max_tokens is None or int(max_tokens) < 1:
+        raise UserError("--max-tokens must be a positive integer")
+    limit, pos_limit = int(max_tokens), max_response_len(model, tmpl)
+    for i, r in enumerate(rows):
+        n = len(r.ids)
+        if n > limit or (pos_limit is not None and n > pos_limit):
+            which = f"--max-tokens {limit}" if n > limit else f"the model's position limit ({pos_limit} response tokens)"
+            raise UserError(f"candidate {i + 1} {texts[i][:40]!r} is {n} tokens long, over {which}; "
+                            "shorten it, drop it, or raise --max-tokens")
+    return limit
+
+
+def _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size) -> list[Group]:
+    """One group per response length on the shared template; one per row that did not split."""
+    by_shape: dict = {}
+    for i, r in enumerate(rows):
+        by_shape.setdefault((len(r.ids), None) if r.template is None else (len(r.ids), i), []).append(i)
+    groups = []
+    for (n, odd), idx in sorted(by_shape.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+        row_t = tmpl if odd is None else rows[odd].template
+        on_engine = eng is not None and odd is None
+        tpr = eng.tokens_per_row(n) if on_engine else len(row_t.prefix_ids) + n + len(row_t.suffix_ids)
+        bs = auto_batch_size(device, tpr) if batch_size == "auto" else _batch_size(batch_size)
+
+        def score(sel, b, on_engine=on_engine, row_t=row_t):
+            if on_engine:
+                return eng.score(torch.tensor([rows[j].ids for j in sel], dtype=torch.long)).float().cpu().numpy()
+            return reference_scores(model, row_t, [rows[j].ids for j in sel], head=head, head_index=head_index,
+                                    batch_size=b).numpy()
+
+        groups.append(Group(np.asarray(idx, dtype=np.int64), bs, score))
+    return groups
+
+
+def score_texts(
+    model,
+    tokenizer,
+    prompt: str,
+    texts,
+    *,
+    head: str = "auto",
+    head_index: int = 0,
+    template=None,
+    system: str | None = None,
+    batch_size: int | str = "auto",
+    progress: bool = True,
+    compat: str | None = None,
+    model_info: dict | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    engine: str = "auto",
+    checkpoint: str | os.PathLike | None = None,
+    source_ids=None,
+    candidates_info: dict | None = None,
+    compile: str | bool = "auto",
+    keep_checkpoint: bool = False,
+) -> TextScanResult:
+    """Score response texts (any number of tokens) as the assistant's answer to ``prompt``.
+
+    Args:
+        model, tokenizer: an HF reward model / causal LM (eval mode) and its tokenizer.
+        prompt: the user turn.
+        texts: the candidates (strings). Exact duplicates are scored once (and reported).
+        head, head_index, template, system, batch_size, engine, progress, checkpoint, compile,
+            keep_checkpoint: as for :func:`scan` (batch_size "auto" is chosen per response length;
+            compile "auto" also needs few distinct lengths: each is one compiled graph).
+        compat: None (default: exact in-context ids; a text that merges with the template is an
+            error) or "decode-retokenize" (score whatever the re-tokenized conversation holds).
+        model_info: provenance for the manifest (the loader's ``source``).
+        max_tokens: longest response accepted, in tokens (default 256; also bounded by the
+            model's position limit). A longer candidate is a UserError naming it.
+        source_ids: vocabulary ids the texts came from (kept as ``token_id``; decode-retokenize scans).
+        candidates_info: where the texts came from (file, column, sha256), for the manifest.
+
+    Returns:
+        TextScanResult in input order (after de-duplication).
+    """
+    t0 = time.perf_counter()
+    if compat is not None and compat not in COMPAT_MODES:
+        raise UserError(f"unknown --compat {compat!r}; use {', '.join(COMPAT_MODES)}")
+    if source_ids is not None:
+        texts, source_ids = list(texts), np.asarray(source_ids, dtype=np.int64)
+        if source_ids.size != len(texts):
+            raise UserError("source_ids must give one vocabulary id per text")
+    else:
+        texts = _unique_texts(texts)
+    if not texts:
+        raise UserError("no candidates to score")
+    tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
+    head = resolve_head(model, head, head_index)
+    rows = tokenize_in_context(tokenizer, tmpl, texts, compat=compat, head=head)
+    limit = _check_lengths(rows, texts, model, tmpl, max_tokens)
+    engine = resolve_engine(model, head, head_index, engine)
+    device = next(model.parameters()).device
+    n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
+    n_odd = sum(r.template is not None for r in rows)
+    manifest = base_manifest(model, tmpl, prompt, head=head, head_index=head_index, engine=engine, model_info=model_info)
+    manifest.update({
+        "candidate_kind": "vocabulary-decoded" if source_ids is not None else "text",
+        "candidates": candidates_info,
+        "compat": compat,
+        "n_candidates": len(texts),
+        "n_tokens": {"min": int(n_tok.min()), "max": int(n_tok.max()), "mean": round(float(n_tok.mean()), 3)},
+        "max_tokens": limit,
+        "rows_not_split": n_odd,
+        "tokenization": ("apply_chat_template(tokenize=True) of the whole conversation, sliced between the template's "
+                         "prefix and suffix" if compat is None else
+                         "decode-retokenize: the whole re-tokenized conversation is scored as it is"),
+    })
+    if n_odd:
+        warnings.warn(f"rmfast: {n_odd} candidate(s) merge with the template when re-tokenized; they are scored "
+                      "as whole sequences on the plain Hugging Face path", stacklevel=2)
+    eng = Engine(model, tmpl, head=head, head_index=head_index) if engine == "fast" else None
+    if eng is not None:
+        n_lengths = len(set(n_tok.tolist()))
+        work = int(sum(eng.tokens_per_row(int(n)) for n in n_tok))
+        eng.compile = (resolve_compile(compile, model, work, eng) and (compile not in ("auto", None) or n_lengths <= 4)
+                       and eng.can_compile(warn=True))
+    groups = _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size)
+    compiled = bool(eng is not None and eng.compile)
+    key = run_key(manifest) + ids_digest(rows)[:16]
+    scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=key, checkpoint=checkpoint,
+                                  device=device, progress=progress, desc="texts")
+    manifest.update({"batch_size": batch_size if batch_size != "auto" else "auto", "compiled": compiled, **timing,
+                     "wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
+                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
+    return res if keep_checkpoint else finish(res, checkpoint)
+
+
+def decode_retokenize_scan(model, tokenizer, prompt: str, ids, **kw) -> TextScanResult:
+    """The papers' vocabulary pipeline: ``tokenizer.decode([id])`` for each id, then score each string
+    with the whole conversation re-tokenized (``compat="decode-retokenize"``). Keyed by ``token_id``."""
+    ids = np.asarray(ids, dtype=np.int64)
+    texts = [tokenizer.decode([int(i)]) for i in ids]
+    kw["compat"] = "decode-retokenize"
+    return score_texts(model, tokenizer, prompt, texts, source_ids=ids, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# one entry point for every kind of candidate
+
+
+@dataclass
+class Selection:
+    """What a scan scores. Vocabulary ids (default: all of them) unless ``texts`` is given.
+
+    Attributes:
+        token_ids: None (all), a range "A:B", a file of ids, or ids (vocabulary scans).
+        exclude_special, wordlike, dedup: vocabulary views (:func:`rmfast.vocab.vocab_ids`).
+        texts: response texts to score instead of vocabulary ids.
+        texts_info: where the texts came from (file, column, sha256), for the manifest.
+        compat: None, or "decode-retokenize" (the papers' pipeline; vocabulary and texts alike).
+        max_tokens: longest text candidate in tokens (default 256).
+    """
+
+    token_ids: object = None
+    exclude_special: bool = False
+    wordlike: bool = False
+    dedup: bool = False
+    texts: list[str] | None = None
+    texts_info: dict | None = None
+    compat: str | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+    def check(self) -> None:
+        if self.texts is not None:
+            clash = [o for o, v in (("--token-ids", self.token_ids), ("--exclude-special", self.exclude_special),
+                                    ("--wordlike", self.wordlike), ("--dedup", self.dedup)) if v]
+            if clash:
+                raise UserError(f"{clash[0]} selects vocabulary ids; it cannot be combined with --candidates (a file of texts)")
+        if self.compat is not None and self.compat not in COMPAT_MODES:
+            raise UserError(f"unknown --compat {self.compat!r}; use {', '.join(COMPAT_MODES)}")
+        if self.max_tokens is None or int(self.max_tokens) < 1:
+            raise UserError("--max-tokens must be a positive integer")
+
+    def tag(self) -> str:
+        """What distinguishes this selection in a default output name ('' for a plain vocabulary scan)."""
+        if self.texts_info and self.texts_info.get("path"):
+            return Path(self.texts_info["path"]).stem
+        return "compat" if self.compat else ""
+
+
+def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, *, rows=None, **options):
+    """Score ``selection`` (default: the whole vocabulary) with :func:`scan` or :func:`score_texts`.
+
+    ``rows``: optional callable ``n -> positions`` taking this process's share of the candidates
+    (:meth:`rmfast.dist.Dist.mine`); ``options``: head, head_index, template, system, batch_size,
+    engine, compile, progress, checkpoint, keep_checkpoint, model_info (as for :func:`scan`).
+    Returns (result, positions of its rows in the whole selection).
+    """
+    sel = selection or Selection()
+    sel.check()
+    if sel.texts is not None:
+        order = rows(len(sel.texts)) if rows else np.arange(len(sel.texts))
+        texts = [sel.texts[i] for i in order]
+        res = score_texts(model, tokenizer, prompt, texts, compat=sel.compat, max_tokens=sel.max_tokens,
+                          candidates_info=sel.texts_info, **options)
+        return res, order
+    ids, _, view = select_ids(model, tokenizer, sel.token_ids, exclude_special=sel.exclude_special,
+                              wordlike=sel.wordlike, dedup=sel.dedup)
+    order = rows(ids.size) if rows else np.arange(ids.size)
+    if sel.compat:
+        res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], max_tokens=sel.max_tokens, **options)
+    else:
+        res = scan(model, tokenizer, prompt, token_ids=ids[order], **options)
+    res.manifest["vocab_view"] = view
+    return res, order
+
