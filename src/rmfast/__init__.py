@@ -7,7 +7,7 @@ Example:
     >>> res.top(10)  # doctest: +SKIP
 """
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402
 
 __all__ = ["scan", "ScanResult", "load", "LoadedModel", "build_template", "Template", "Engine", "UserError"]
 

@@ -130,7 +130,7 @@ def loadavg() -> list[float] | None:
 def versions() -> dict:
     import transformers
 
-    from . import __version__
+    from .version import __version__
 
     return {"rmfast": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": sys.version.split()[0], "numpy": np.__version__}

@@ -35,7 +35,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import __version__
+from .version import __version__
 from .errors import UserError
 from .template import is_plain_format, build_template
 

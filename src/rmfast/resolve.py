@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from . import __version__
+from .version import __version__
 from .engine import MAX_BLOCKDIAG_EXTRA, Engine
 from .errors import UserError
 from .models.arch import arch_spec

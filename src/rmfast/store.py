@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 from .errors import UserError
 from .io import manifest_path, write_json, write_parquet
 

@@ -1,0 +1,24 @@
+"""The import layers stay as pyproject.toml's import-linter contract says (CLI on top, kernels below)."""
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_layers_contract(capsys):
+    cli = pytest.importorskip("importlinter.cli", reason="import-linter is in the test extra: pip install -e '.[test]'")
+    rc = cli.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "1 kept, 0 broken" in out
+
+
+def test_library_never_imports_the_cli():
+    """Nothing outside rmfast.cli imports it (the contract's top layer, spelled out)."""
+    src = ROOT / "src" / "rmfast"
+    offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
+                 if "cli" not in p.relative_to(src).parts[:1] and p.name != "__main__.py"
+                 and any(s in p.read_text() for s in ("from .cli", "from ..cli", "rmfast.cli"))]
+    assert offenders == []
