@@ -173,3 +173,99 @@ def test_oom_batches_halve_and_retry():
 
     with pytest.raises(torch.OutOfMemoryError):
         list(oom_batches(4, 2, torch.device("cpu"), never))
+
+
+def test_every_option_on_every_input(tiny_dir, tmp_path, capsys):
+    """Text candidates and vocabulary views take --compile and an escaped --template like a plain scan."""
+    cands = tmp_path / "c.txt"
+    cands.write_text("love\nthe universe\nhope\n")
+    out = tmp_path / "texts.parquet"
+    rc, so, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--candidates", str(cands), "--compile", "on",
+                      "--template", "User: {prompt}\\nAssistant: {response}", "--out", str(out), "--no-progress"], capsys)
+    assert rc == 0, se
+    man = pd.read_json(str(out) + ".json", typ="series")
+    assert bool(man["compiled"]) and "(compiled)" in so
+    assert man["template"]["format"] == "User: {prompt}\nAssistant: {response}"  # unescaped, as on every path
+    out2 = tmp_path / "words.parquet"
+    rc, so, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:3000", "--wordlike", "--compile", "off",
+                      "--template", "User: {prompt}\\nAssistant: {response}", "--out", str(out2), "--no-progress"], capsys)
+    assert rc == 0, se
+    man = pd.read_json(str(out2) + ".json", typ="series")
+    assert not man["compiled"] and man["vocab_view"]["wordlike"] and 0 < man["n_candidates"] < 3000
+    assert man["template"]["format"] == "User: {prompt}\nAssistant: {response}"
+
+
+def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
+    """A scan killed after two batches and rerun gives exactly the numbers of an uninterrupted one.
+
+    The compile threshold sits between the whole job and what is left after the kill, so a path
+    decided from the remainder (as it once was) would run the resumed part eagerly and differ."""
+    from transformers import AutoModelForSequenceClassification
+
+    from rmfast import pipeline, resolve
+    from rmfast.engine import Engine
+
+    args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:1000", "--batch-size", "128",
+            "--no-progress", "--top", "0"]
+    rc, _, se = run(args + ["--out", str(tmp_path / "whole.parquet")], capsys)
+    assert rc == 0, se
+    tpr = pd.read_json(str(tmp_path / "whole.parquet.json"), typ="series")["tokens_per_row"]
+    flops_row = 2.0 * resolve.layer_params(AutoModelForSequenceClassification.from_pretrained(tiny_dir)) * tpr
+    monkeypatch.setattr(resolve, "COMPILE_MIN_FLOPS", 900 * flops_row)  # the whole job compiles, 744 rows would not
+    monkeypatch.setattr(resolve, "MAX_BLOCKDIAG_EXTRA", 1.0)
+    (tmp_path / "whole.parquet").unlink()
+    rc, so, se = run(args + ["--out", str(tmp_path / "whole.parquet"), "--overwrite"], capsys)
+    assert rc == 0 and pd.read_json(str(tmp_path / "whole.parquet.json"), typ="series")["compiled"], se
+    monkeypatch.setattr(pipeline, "CHECKPOINT_EVERY_N", 1)
+    real, calls = Engine.score, {"n": 0}
+
+    def killed(self, responses):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, responses)
+
+    monkeypatch.setattr(Engine, "score", killed)
+    out = tmp_path / "resumed.parquet"
+    rc, _, se = run(args + ["--out", str(out)], capsys)
+    assert rc == 130 and "resume" in se
+    assert (tmp_path / "resumed.parquet.partial.npz").exists() and not out.exists()
+    monkeypatch.setattr(Engine, "score", real)
+    rc, _, se = run(args + ["--out", str(out)], capsys)
+    assert rc == 0, se
+    assert pd.read_json(str(out) + ".json", typ="series")["resumed_candidates"] == 256
+    whole = pd.read_parquet(tmp_path / "whole.parquet")["score"].to_numpy()
+    np.testing.assert_array_equal(pd.read_parquet(out)["score"].to_numpy(), whole)
+    assert not (tmp_path / "resumed.parquet.partial.npz").exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--token-ids", "10:5"], "needs A < B"),
+    (["--template", "User: {prompt}\\nAssistant:"], "no {response} placeholder"),
+    (["--batch-size", "lots"], "not a positive integer"),
+    (["--batch-size", "2.5"], "not a positive integer"),
+])
+def test_errors_name_the_problem(argv, says, tiny_dir, tmp_path, capsys):
+    rc, _, se = run(["scan", str(tiny_dir), "--out", str(tmp_path / "x.parquet"), "--no-progress"] + argv, capsys)
+    assert one_line_error(rc, se) and says in se, se
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_candidates_without_column_lists_every_column(tiny_dir, tmp_path, capsys):
+    table = tmp_path / "items.csv"
+    cols = [f"c{i}" for i in range(14)]
+    table.write_text(",".join(cols) + "\n" + ",".join("x" for _ in cols) + "\n")
+    rc, _, se = run(["scan", str(tiny_dir), "--candidates", str(table), "--out", str(tmp_path / "x.parquet")], capsys)
+    assert one_line_error(rc, se) and "14 columns" in se and all(repr(c) in se for c in cols)
+
+
+def test_default_template_is_said(tmp_path, capsys, smol_tokenizer):
+    """A model whose tokenizer has no chat template gets the plain default, said in one line."""
+    from rmfast.cli.common import template_arg
+    from types import SimpleNamespace
+
+    lm = SimpleNamespace(default_template="User: {prompt}\nAssistant: {response}")
+    assert template_arg(SimpleNamespace(template=None, model="gemma3-270m"), lm) == lm.default_template
+    assert "has no chat template; using --template" in capsys.readouterr().err
+    assert template_arg(SimpleNamespace(template="A {prompt} B {response}", model="m"), lm) == "A {prompt} B {response}"
+    assert capsys.readouterr().err == ""

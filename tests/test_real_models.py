@@ -83,6 +83,9 @@ def test_scan_api_and_resume(smollm2, tmp_path, monkeypatch):
     assert again.manifest["resumed_candidates"] == 200
     np.testing.assert_allclose(again.scores, res.scores, atol=2e-4)  # other batch sizes: fp32 GEMM blocking
     assert not ck.exists()
+    # The same batches as an uninterrupted run with the same settings: bit-identical, not just close.
+    whole = rmfast.scan(smollm2.model, smollm2.tokenizer, PROMPT, token_ids="0:600", batch_size=100, progress=False)
+    np.testing.assert_array_equal(again.scores, whole.scores)
 
 
 def test_fallback_path_warns_and_matches(smollm2, tmpl, monkeypatch):

@@ -66,6 +66,12 @@ def _format_of(path: Path, fmt: str | None) -> str:
     return _FORMATS.get(path.suffix.lower(), "lines")
 
 
+def _names(cols, n: int = 30) -> str:
+    """Column names for a message: all of them, or the first n and how many more."""
+    names = ", ".join(repr(str(c)) for c in cols[:n])
+    return names + (f", … ({len(cols) - n} more)" if len(cols) > n else "")
+
+
 def read_candidates(path: str | os.PathLike, column: str | int | None = None, *, fmt: str | None = None,
                     header: bool = True) -> Candidates:
     """Read response texts from a text file (one per line), a CSV/TSV column or a Parquet column.
@@ -128,7 +134,7 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         cols = list(df.columns)
         if column is None:
             if len(cols) != 1:
-                raise UserError(f"candidate file {p} has {len(cols)} columns {[str(c) for c in cols][:12]}; "
+                raise UserError(f"candidate file {p} has {len(cols)} columns ({_names(cols)}); "
                                 "pick one with --column NAME (column: in a sweep config)")
             col_used = cols[0]
         else:
@@ -136,7 +142,7 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
             if not header and isinstance(column, str) and column.isdigit():
                 key = int(column)
             if key not in cols:
-                raise UserError(f"candidate file {p} has no column {column!r}; its columns are {[str(c) for c in cols][:12]}")
+                raise UserError(f"candidate file {p} has no column {column!r}; its columns are {_names(cols)}")
             col_used = key
         values = df[col_used].tolist()
     texts: list[str] = []

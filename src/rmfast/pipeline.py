@@ -269,7 +269,7 @@ def scan(
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     tokens = [t if isinstance(t, str) else "" for t in tokens]
     texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    manifest.update({"batch_size": bs, "compiled": compiled, **timing, "wall_s": round(time.perf_counter() - t0, 3),
+    manifest.update({"batch_size": bs, "compiled": compiled, "tokens_per_row": tpr, **timing, "wall_s": round(time.perf_counter() - t0, 3),
                      "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     res = ScanResult(ids, scores, tokens, texts, manifest)
     return res if keep_checkpoint else finish(res, checkpoint)

@@ -100,6 +100,9 @@ def renderer(tokenizer, prompt: str, template: str | None, system: str | None):
 
         return "plain", render_plain
 
+    if template is not None and "{%" not in template and "{{" not in template:
+        raise UserError("--template has no {response} placeholder: a plain format needs {prompt} and {response}, "
+                        "e.g. 'User: {prompt}\\nAssistant: {response}' (or pass a Jinja chat template)")
     chat_template = template
     if chat_template is None and not getattr(tokenizer, "chat_template", None):
         raise UserError(

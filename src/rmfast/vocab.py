@@ -40,6 +40,8 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
                 hi = int(b) if b.strip() else n_vocab
             except ValueError:
                 raise UserError(f"--token-ids {spec!r} is not a range A:B of integers nor an existing file") from None
+            if 0 <= hi <= lo <= n_vocab:
+                raise UserError(f"--token-ids range {lo}:{hi} is empty: A:B is half-open and needs A < B (e.g. {hi}:{lo})")
             if not (0 <= lo < hi <= n_vocab):
                 raise UserError(f"--token-ids range {lo}:{hi} is outside the vocabulary 0:{n_vocab}")
             return np.arange(lo, hi, dtype=np.int64)

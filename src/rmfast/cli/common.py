@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import warnings
 
 from ..template import unescape
@@ -46,9 +47,12 @@ def add_output_args(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def template_arg(args, lm=None):
-    """The --template option as the library takes it: unescaped; else the loaded model's default."""
+    """The --template option as the library takes it: unescaped; else the loaded model's default,
+    said in one line (a base model without a chat template gets a plain format)."""
     t = unescape(getattr(args, "template", None))
-    if t is None and lm is not None:
+    if t is None and lm is not None and lm.default_template is not None:
+        print(f"rmfast: note: {args.model} has no chat template; using --template {lm.default_template!r} "
+              "(pass --template to choose another)", file=sys.stderr)
         return lm.default_template
     return t
 

@@ -133,7 +133,12 @@ def _print_summary(res, top: int, out, world: int) -> None:
     ranks = f", {world} ranks" if world > 1 else ""
     compiled = " (compiled)" if m.get("compiled") else ""
     batch = f", batch {m['batch_size']}" if m.get("batch_size") not in (None, "auto") else ""
-    rate = f"{m['candidates_per_s']} cand/s; " if m.get("candidates_per_s") else ""
-    print(f"\n{m['n_candidates']} candidates in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "
-          f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s")
+    if m.get("tokens_per_row") == 0:  # every score came from the prompt's one forward pass
+        print(f"\n{m['n_candidates']} candidates from one forward pass over the prompt (no per-candidate work: the "
+              f"template has no end-of-turn to score; {m['engine']} engine, {m['dtype']}, {m['device']}); "
+              f"total {m['wall_s']:.1f} s")
+    else:
+        rate = f"{m['candidates_per_s']} cand/s; " if m.get("candidates_per_s") else ""
+        print(f"\n{m['n_candidates']} candidates in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "
+              f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s")
     print(f"wrote {out} and {out}.json")
