@@ -7,7 +7,7 @@ Example:
     >>> res.top(10)  # doctest: +SKIP
 """
 
-from .version import __version__  # noqa: E402
+from .version import __version__  # noqa: F401
 
 __all__ = ["scan", "ScanResult", "load", "LoadedModel", "build_template", "Template", "Engine", "UserError"]
 

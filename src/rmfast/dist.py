@@ -166,7 +166,7 @@ def load_model(spec: str, *, dtype: str = "auto", device: str = "auto", device_m
     if path.is_dir():
         folder, source = path.resolve(), {"type": "folder", "name": path.resolve().name}
     else:
-        folder, revision = L._hub_snapshot(spec)
+        folder, revision = L.hub_snapshot(spec)
         source = {"type": "hub", "name": spec, "revision": revision}
     if not (folder / "config.json").is_file():
         raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder")
@@ -175,12 +175,12 @@ def load_model(spec: str, *, dtype: str = "auto", device: str = "auto", device_m
     first = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = L.resolve_dtype(dtype, first, getattr(config, "dtype", None))
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
-    cls = L._auto_class(config, kind)
+    cls = L.auto_class(config, kind)
     kw = dict(dtype=torch_dtype, trust_remote_code=trust_remote_code, local_files_only=True, device_map=device_map,
               attn_implementation="eager")
     if max_memory:
         kw["max_memory"] = max_memory
-    with L._quiet_transformers():
+    with L.quiet_transformers():
         try:
             model = cls.from_pretrained(folder, **kw)
         except ValueError as exc:

@@ -294,7 +294,7 @@ class _Gradient:
 
     def __call__(self, ids: torch.Tensor) -> tuple[float, torch.Tensor]:
         """ids: (L,) long. Returns (reward, (L, V) fp32 gradient of the reward)."""
-        from .reference import _reward_from_outputs
+        from .reference import reward_from_outputs
 
         W = self.W
         L = ids.shape[0]
@@ -307,7 +307,7 @@ class _Gradient:
             if self.head == "score":
                 with _no_pad_pooling(self.model):
                     out = self.model(inputs_embeds=x)
-                r = _reward_from_outputs(out, self.head_index)[0]
+                r = reward_from_outputs(out, self.head_index)[0]
             else:
                 m = self.cont.shape[0]
                 logits = self.model(inputs_embeds=x, logits_to_keep=L + m + 1).logits[0].float()  # (L+m+1, V)

@@ -339,7 +339,7 @@ def _not_found_hub(spec: str) -> UserError:
     )
 
 
-def _hub_snapshot(spec: str) -> tuple[Path, str | None]:
+def hub_snapshot(spec: str) -> tuple[Path, str | None]:
     """The local snapshot folder of a cached hub model and its commit hash (no network)."""
     try:
         from huggingface_hub import snapshot_download
@@ -386,7 +386,7 @@ def model_kind(config) -> str:
     )
 
 
-def _auto_class(config, kind: str):
+def auto_class(config, kind: str):
     import transformers
 
     auto_map = getattr(config, "auto_map", None) or {}
@@ -400,7 +400,7 @@ def _auto_class(config, kind: str):
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
+def quiet_transformers():
     """Silence transformers' load-time progress bars and 'newly initialized weights' notes."""
     from transformers.utils import logging as hf_logging
 
@@ -477,8 +477,8 @@ def _load_folder(
             kwargs["pad_token_id"] = tokenizer.pad_token_id
     else:
         random_head_seed = None
-        cls = _auto_class(config, kind)
-    with _quiet_transformers():
+        cls = auto_class(config, kind)
+    with quiet_transformers():
         try:
             model, info = cls.from_pretrained(folder, output_loading_info=True, **kwargs)
         except ValueError as exc:
@@ -574,7 +574,7 @@ def load(
         folder = path.resolve()
         source.update(type="folder", name=folder.name, path=str(folder))
     elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
-        folder, revision = _hub_snapshot(spec)
+        folder, revision = hub_snapshot(spec)
         source.update(type="hub", name=spec, path=str(folder), revision=revision)
     elif _looks_like_path(spec):
         raise UserError(f"no such model folder or file: {spec}")

@@ -39,7 +39,7 @@ def pad_token_as(model, value):
             c.pad_token_id = s
 
 
-def _reward_from_outputs(out, head_index: int) -> torch.Tensor:
+def reward_from_outputs(out, head_index: int) -> torch.Tensor:
     """The reward from a classifier's outputs: ``.score`` (ArmoRM/QRM style) or ``.logits[:, i]``."""
     score = getattr(out, "score", None)
     if score is not None:
@@ -123,7 +123,7 @@ def reference_scores(
             if head == "score":
                 with pad_token_as(model, -1):
                     res = model(input_ids=ids)
-                out[rows] = _reward_from_outputs(res, head_index).cpu()
+                out[rows] = reward_from_outputs(res, head_index).cpu()
             else:
                 keep = n + len(cont) + 1  # logits at positions P-1 .. L-1 (the last is unused)
                 with flat_lm_head(model):

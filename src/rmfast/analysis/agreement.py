@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from . import _deps
+from . import deps
 from .ledger import Ledger
 from .mds import mds
 from .metadata import load_model_metadata, match_metadata
@@ -89,7 +89,7 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
     >>> bool(res.matrix().loc["a", "b"] > res.matrix().loc["a", "c"])
     True
     """
-    stats = _deps.stats()
+    stats = deps.stats()
     ledger = Ledger()
     df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
     check_balance(df, ledger)
@@ -142,7 +142,7 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
         join=join, rbo_p=rbo_p)
     if meta is None:
         ledger.note("no model metadata given: RSA not run (pass metadata= / --metadata)")
-    res._take(ledger)
+    res.take_ledger(ledger)
     return res
 
 

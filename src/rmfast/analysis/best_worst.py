@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from . import _deps
+from . import deps
 from .framing import NEGATIVE, POSITIVE, framing_map
 from .ledger import Ledger
 from .results import Result
@@ -84,7 +84,7 @@ def best_worst(df: pd.DataFrame, *, best: str | None = None, worst: str | None =
     """
     if join not in JOIN_RULES:
         raise UserError(f"unknown join rule {join!r}; use one of {JOIN_RULES}")
-    stats = _deps.stats()
+    stats = deps.stats()
     ledger = Ledger()
     df = select(validate_scans(df, ledger=ledger), models=models)
     best, worst = pick_prompts(df["prompt"].unique(), best, worst, framing)
@@ -143,7 +143,7 @@ def best_worst(df: pd.DataFrame, *, best: str | None = None, worst: str | None =
     res = BestWorstResult(extremes=pd.concat(tables, ignore_index=True),
                           correlations=pd.DataFrame(corr), scores=scores,
                           best_prompt=best, worst_prompt=worst, units=units(standardize))
-    res._take(ledger)
+    res.take_ledger(ledger)
     return res
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from . import _deps
+from . import deps
 from .framing import framing_map
 from .ledger import Ledger
 from .lexicons import load_dictionary, match_dictionary, normalize_word
@@ -185,7 +185,7 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
                          measure=measure)
     res.permutation = _permutations(med, measure, n_perm, seed, ledger)
     res.mixed = _mixed(med, measure, ledger) if mixed else pd.DataFrame()
-    res._take(ledger)
+    res.take_ledger(ledger)
     return res
 
 
@@ -232,7 +232,7 @@ def _mixed(med, measure, ledger) -> pd.DataFrame:
     if med["model"].nunique() < 3 or "category" not in terms:
         ledger.note("mixed model not fitted: needs at least 3 models and 2 categories")
         return pd.DataFrame(columns=cols)
-    smf = _deps.require("statsmodels.formula.api", "the mixed model")
+    smf = deps.require("statsmodels.formula.api", "the mixed model")
     formula = f"{measure} ~ " + " * ".join(f"C({t})" for t in terms)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

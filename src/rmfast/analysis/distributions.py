@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import _deps
+from . import deps
 from .ledger import Ledger
 from .results import Result
 from .scans import check_balance, select, validate_scans
@@ -37,7 +37,7 @@ def distributions(df: pd.DataFrame, *, models=None, prompts=None) -> Distributio
     >>> round(float(r.loc[0, "mean"]), 6), round(float(r.loc[0, "variance"]), 6)
     (4.0, 16.666667)
     """
-    stats = _deps.stats()
+    stats = deps.stats()
     ledger = Ledger()
     df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
     check_balance(df, ledger)
@@ -57,5 +57,5 @@ def distributions(df: pd.DataFrame, *, models=None, prompts=None) -> Distributio
             "min": q[0], "q25": q[1], "median": q[2], "q75": q[3], "max": q[4],
         })
     res = DistributionResult(moments=pd.DataFrame(rows))
-    res._take(ledger)
+    res.take_ledger(ledger)
     return res

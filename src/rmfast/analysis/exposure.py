@@ -112,5 +112,5 @@ def exposure(df: pd.DataFrame, frequencies, afinn=None, *, missing_valence: str 
         slopes=pd.DataFrame(rows).reindex(columns=cols),
         tokens=tok[["model", "prompt", "text", "word", "frequency", "log_freq", "valence",
                     "score", "value"]].reset_index(drop=True))
-    res._take(ledger)
+    res.take_ledger(ledger)
     return res

@@ -61,5 +61,5 @@ def extremes(df: pd.DataFrame, *, k: int = 10, shared_vocab: bool = False, join:
                 "text": part["text"].to_numpy(), "token_id": part["token_id"].to_numpy(),
                 "score": part["score"].to_numpy(), "rank": part["rank"].to_numpy()}))
     res = ExtremesResult(extremes=pd.concat(rows, ignore_index=True), shared_vocab=shared_vocab)
-    res._take(ledger)
+    res.take_ledger(ledger)
     return res

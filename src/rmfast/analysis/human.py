@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from . import _deps
+from . import deps
 from .ledger import Ledger
 from .results import Result
 from .scans import check_balance, select, validate_scans
@@ -70,7 +70,7 @@ def human_comparison(scans: pd.DataFrame, human: pd.DataFrame, *, k: int = 20,
     >>> round(float(human_comparison(s, h).correlations.loc[0, "spearman_rho"]), 2)
     0.8
     """
-    stats = _deps.stats()
+    stats = deps.stats()
     ledger = Ledger()
     h = _clean_human(human, ledger)
     df = select(validate_scans(scans, ledger=ledger), models=models, prompts=prompts)
@@ -127,7 +127,7 @@ def human_comparison(scans: pd.DataFrame, human: pd.DataFrame, *, k: int = 20,
                       differences=pd.concat(diffs, ignore_index=True)[cols],
                       trajectories=pd.concat(traj, ignore_index=True),
                       ranks=pd.concat(rank_tables, ignore_index=True))
-    res._take(ledger)
+    res.take_ledger(ledger)
     return res
 
 

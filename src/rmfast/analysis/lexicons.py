@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UserError
-from . import _deps
+from . import deps
 
 
 def normalize_word(text) -> str:
@@ -119,7 +119,7 @@ def load_frequencies(source: str | PathLike, words=None) -> pd.DataFrame:
     234.0
     """
     if str(source) == "wordfreq":
-        wf = _deps.require("wordfreq", "frequencies from wordfreq")
+        wf = deps.require("wordfreq", "frequencies from wordfreq")
         words = sorted({normalize_word(w) for w in (words or [])})
         freq = [wf.word_frequency(w, "en") * 1e6 for w in words]
         df = pd.DataFrame({"word": words, "frequency": freq})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from . import _deps
+from . import deps
 from .metadata import model_families, model_labels, model_order
 
 _FAMILY_MAPS = {"Gemma": "Blues", "Llama": "Oranges", "Qwen": "Greens", "Mistral": "Purples"}
@@ -24,7 +24,7 @@ MAX_POINTS = 20_000  # per violin / scatter panel; larger sets are subsampled (s
 
 
 def _mpl():
-    _deps.require("matplotlib", "plotting")
+    deps.require("matplotlib", "plotting")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -34,6 +34,6 @@ class Result:
         """The main tidy table."""
         return next(iter(self.tables().values()))
 
-    def _take(self, ledger: Ledger) -> None:
+    def take_ledger(self, ledger: Ledger) -> None:
         self.dropped = ledger.frame()
         self.notes = list(ledger.notes)

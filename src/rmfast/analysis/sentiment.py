@@ -109,5 +109,5 @@ def sentiment(df: pd.DataFrame, afinn=None, *, standardize: bool = True, framing
         summary=summarize_by_model(slopes, ["framing", "sign"]),
         tokens=tok[["model", "prompt", "framing", "text", "word", "valence", "score", "value"]]
         .reset_index(drop=True))
-    res._take(ledger)
+    res.take_ledger(ledger)
     return res
