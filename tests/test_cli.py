@@ -269,3 +269,40 @@ def test_default_template_is_said(tmp_path, capsys, smol_tokenizer):
     assert "has no chat template; using --template" in capsys.readouterr().err
     assert template_arg(SimpleNamespace(template="A {prompt} B {response}", model="m"), lm) == "A {prompt} B {response}"
     assert capsys.readouterr().err == ""
+
+
+def test_disk_full_keeps_the_scores(tiny_dir, tmp_path, monkeypatch, capsys):
+    """Writing the output fails (ENOSPC): one line, the scores stay in the checkpoint, and the rerun
+    writes them without scoring again."""
+    import errno
+
+    from rmfast import io
+    from rmfast.engine import Engine
+
+    out = tmp_path / "full.parquet"
+    args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:300", "--out", str(out), "--no-progress"]
+    real_write = io.write_parquet
+
+    def full(path, df):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(io, "write_parquet", full)
+    rc, _, se = run(args, capsys)
+    assert one_line_error(rc, se) and "No space left" in se and "rerun" in se
+    assert (tmp_path / "full.parquet.partial.npz").exists() and not out.exists()
+    monkeypatch.setattr(io, "write_parquet", real_write)
+    monkeypatch.setattr(Engine, "score", lambda self, r: pytest.fail("rescored after a failed write"))
+    rc, _, se = run(args, capsys)
+    assert rc == 0, se
+    assert pd.read_json(str(out) + ".json", typ="series")["resumed_candidates"] == 300
+    assert len(pd.read_parquet(out)) == 300 and not (tmp_path / "full.parquet.partial.npz").exists()
+
+
+def test_second_job_on_one_output_stops_at_once(tiny_dir, tmp_path, capsys):
+    from filelock import FileLock
+
+    out = tmp_path / "busy.parquet"
+    with FileLock(str(out) + ".lock"):  # another job holds the output
+        rc, _, se = run(["scan", str(tiny_dir), "--token-ids", "0:10", "--out", str(out), "--no-progress"], capsys)
+    assert one_line_error(rc, se) and "another rmfast job is writing" in se
+    assert not out.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -27,6 +28,26 @@ def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
     if not os.access(parent, os.W_OK):
         raise UserError(f"cannot write to {parent}: permission denied; choose a writable --out")
     return p
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike):
+    """Hold ``<path>.lock`` while a job writes ``path``: a second job for the same output stops at
+    once with one line instead of doing all the work and then clashing. The lock dies with its
+    process (an OS file lock), so a killed job never leaves a stale one."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise UserError(f"another rmfast job is writing {path} (it holds {path}.lock); wait for it to finish "
+                        "or choose another --out") from None
+    try:
+        yield
+    finally:
+        lock.release()
+        Path(str(path) + ".lock").unlink(missing_ok=True)
 
 
 def atomic_write(path: Path, write) -> None:

@@ -110,14 +110,16 @@ def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray) -
 
 
 def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=None, device=None,
-                 progress: bool = True, desc: str = "scan", status: str | None = None) -> tuple[np.ndarray, dict]:
+                 progress: bool = True, desc: str = "scan", status: str | None = None,
+                 keep_checkpoint: bool = False) -> tuple[np.ndarray, dict]:
     """Run every group through fixed batches; returns (scores (N,) float32, timing).
 
     ``ids`` identifies the job's rows (token ids, or row numbers) for the checkpoint. Batches are
     cut from each group's full row list, and a batch whose rows a checkpoint already holds is
     skipped, so a resumed job runs exactly the batches of an uninterrupted one. The checkpoint is
     written every CHECKPOINT_EVERY_S seconds or CHECKPOINT_EVERY_N candidates, and on any exception
-    (Ctrl-C included); the caller removes it once the output is written.
+    (Ctrl-C included); with ``keep_checkpoint`` also at the end, so that the scores survive until the
+    caller has written its output (and removed the checkpoint, :func:`finish`).
     """
     from tqdm.auto import tqdm
 
@@ -152,6 +154,8 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         raise
     bar.close()
     scan_s = time.perf_counter() - t0
+    if ck is not None and keep_checkpoint and int((~np.isnan(scores)).sum()) > done0:
+        save_checkpoint(ck, key, ids, scores)
     n_new = ids.size - done0
     return scores, {
         "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,
@@ -265,7 +269,8 @@ def scan(
     key = run_key(manifest)
     scores, timing = score_groups([Group(np.arange(ids.size), bs, score)], ids, key=key, checkpoint=checkpoint,
                                   device=device, progress=progress, desc="scan",
-                                  status="compiling the CPU layer (one-off)" if compiled else None)
+                                  status="compiling the CPU layer (one-off)" if compiled else None,
+                                  keep_checkpoint=keep_checkpoint)
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     tokens = [t if isinstance(t, str) else "" for t in tokens]
     texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -428,7 +433,7 @@ def score_texts(
     compiled = bool(eng is not None and eng.compile)
     key = run_key(manifest) + ids_digest(rows)[:16]
     scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=key, checkpoint=checkpoint,
-                                  device=device, progress=progress, desc="texts")
+                                  device=device, progress=progress, desc="texts", keep_checkpoint=keep_checkpoint)
     manifest.update({"batch_size": batch_size if batch_size != "auto" else "auto", "compiled": compiled, **timing,
                      "wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import dist
 from ..errors import UserError
-from ..io import check_output, manifest_path, slug, write_json, write_parquet
+from ..io import check_output, manifest_path, output_lock, slug, write_json, write_parquet
 from . import common
 
 
@@ -82,18 +82,23 @@ def run(args) -> int:
         out = check_output(out, args.overwrite)
         rank_tag = f".{d.tag()}" if d.world > 1 else ""
         ck = Path(f"{out}.partial{rank_tag}.npz")
-        res, order = run_scan(
-            lm.model, lm.tokenizer, args.prompt, sel, rows=d.mine if d.world > 1 else None,
-            head=args.head, head_index=args.head_index, template=common.template_arg(args, lm), system=args.system,
-            batch_size=args.batch_size, engine=engine, compile=args.compile, progress=not args.no_progress and d.is_main,
-            checkpoint=ck, keep_checkpoint=True, model_info=lm.source)
-        if d.world > 1:
-            res = _gather(d, out, res, order)
-            if res is None:
-                finish(None, ck)
-                return 0
-        res.to_parquet(out, overwrite=args.overwrite or d.world > 1)
-        finish(res, ck)  # only now: the output and its manifest are in place
+        with output_lock(f"{out}{rank_tag}"):
+            res, order = run_scan(
+                lm.model, lm.tokenizer, args.prompt, sel, rows=d.mine if d.world > 1 else None,
+                head=args.head, head_index=args.head_index, template=common.template_arg(args, lm), system=args.system,
+                batch_size=args.batch_size, engine=engine, compile=args.compile,
+                progress=not args.no_progress and d.is_main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source)
+            if d.world > 1:
+                res = _gather(d, out, res, order)
+                if res is None:
+                    finish(None, ck)
+                    return 0
+            try:
+                res.to_parquet(out, overwrite=args.overwrite or d.world > 1)
+            except OSError as e:  # a full disk, a read-only folder: the scores stay in the checkpoint
+                raise UserError(f"cannot write {out}: {e.strerror or e}; the scores are kept in {ck} — free space "
+                                "(or fix the folder) and rerun the same command to write them without rescoring") from None
+            finish(res, ck)  # only now: the output and its manifest are in place
         _print_summary(res, args.top, out, d.world)
         return 0
     finally:
