@@ -107,44 +107,74 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         raise UserError(f"cannot read candidate file {p}: {e.strerror}") from None
     if not raw.strip():
         raise UserError(f"candidate file {p} is empty; give one candidate per line (or a CSV/Parquet column)")
-    values: list = []
-    col_used = column
     if kind == "lines":
-        if b"\x00" in raw:
-            raise UserError(f"candidate file {p} is binary, not text; give one candidate per line in UTF-8 "
-                            "(or a .csv/.parquet file)")
-        try:
-            text = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise UserError(f"candidate file {p} is not UTF-8 text (bad byte at offset {e.start}); re-save it as UTF-8") from None
-        values = text.splitlines()
+        values, col_used = _read_lines(p, raw), column
     else:
-        import pandas as pd
+        values, col_used = _read_table_column(p, kind, column, header)
+    texts, rows, n_blank, dups = _dedupe(values)
+    if not texts:
+        raise UserError(f"candidate file {p} holds no candidates (only blank entries)")
+    if dups:
+        shown = ", ".join(repr(d) for d in dups[:3]) + (" …" if len(dups) > 3 else "")
+        warnings.warn(f"rmfast: {p.name}: {len(dups)} duplicate candidate(s) kept once ({shown})", stacklevel=2)
+    source = {
+        "path": str(p),
+        "format": kind,
+        "column": None if col_used is None else str(col_used),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "n_read": len(values),
+        "n_blank": n_blank,
+        "n_duplicates": len(dups),
+        "duplicates": sorted(set(dups))[:50],
+        "n_candidates": len(texts),
+    }
+    return Candidates(texts, rows, source)
 
-        try:
-            if kind == "parquet":
-                df = pd.read_parquet(p)
-            else:
-                df = pd.read_csv(p, sep="," if kind == "csv" else "\t", dtype=str, keep_default_na=False,
-                                 na_filter=False, header=0 if header else None, encoding="utf-8-sig",
-                                 quoting=3 if kind == "tsv" else 0)
-        except Exception as e:  # pandas/pyarrow raise many types for a malformed file
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise UserError(f"cannot read candidate file {p} as {kind.upper()}: {msg[:200]}") from None
-        cols = list(df.columns)
-        if column is None:
-            if len(cols) != 1:
-                raise UserError(f"candidate file {p} has {len(cols)} columns ({_names(cols)}); "
-                                "pick one with --column NAME (column: in a sweep config)")
-            col_used = cols[0]
+
+def _read_lines(p: Path, raw: bytes) -> list[str]:
+    """A text file's lines (UTF-8, a BOM allowed); UserError for a binary or non-UTF-8 file."""
+    if b"\x00" in raw:
+        raise UserError(f"candidate file {p} is binary, not text; give one candidate per line in UTF-8 "
+                        "(or a .csv/.parquet file)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"candidate file {p} is not UTF-8 text (bad byte at offset {e.start}); re-save it as UTF-8") from None
+    return text.splitlines()
+
+
+def _read_table_column(p: Path, kind: str, column: str | int | None, header: bool) -> tuple[list, str | int]:
+    """One column of a CSV/TSV/Parquet file: (its values, the column used)."""
+    import pandas as pd
+
+    try:
+        if kind == "parquet":
+            df = pd.read_parquet(p)
         else:
-            key = column
-            if not header and isinstance(column, str) and column.isdigit():
-                key = int(column)
-            if key not in cols:
-                raise UserError(f"candidate file {p} has no column {column!r}; its columns are {_names(cols)}")
-            col_used = key
-        values = df[col_used].tolist()
+            df = pd.read_csv(p, sep="," if kind == "csv" else "\t", dtype=str, keep_default_na=False,
+                             na_filter=False, header=0 if header else None, encoding="utf-8-sig",
+                             quoting=3 if kind == "tsv" else 0)
+    except Exception as e:  # pandas/pyarrow raise many types for a malformed file
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"cannot read candidate file {p} as {kind.upper()}: {msg[:200]}") from None
+    cols = list(df.columns)
+    if column is None:
+        if len(cols) != 1:
+            raise UserError(f"candidate file {p} has {len(cols)} columns ({_names(cols)}); "
+                            "pick one with --column NAME (column: in a sweep config)")
+        col_used = cols[0]
+    else:
+        key = column
+        if not header and isinstance(column, str) and column.isdigit():
+            key = int(column)
+        if key not in cols:
+            raise UserError(f"candidate file {p} has no column {column!r}; its columns are {_names(cols)}")
+        col_used = key
+    return df[col_used].tolist(), col_used
+
+
+def _dedupe(values: list) -> tuple[list[str], list[int], int, list[str]]:
+    """Stripped, non-blank values, each once (first occurrence): (texts, 1-based rows, blanks, duplicates dropped)."""
     texts: list[str] = []
     rows: list[int] = []
     seen: dict[str, int] = {}
@@ -164,23 +194,7 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         seen[s] = i
         texts.append(s)
         rows.append(i)
-    if not texts:
-        raise UserError(f"candidate file {p} holds no candidates (only blank entries)")
-    if dups:
-        shown = ", ".join(repr(d) for d in dups[:3]) + (" …" if len(dups) > 3 else "")
-        warnings.warn(f"rmfast: {p.name}: {len(dups)} duplicate candidate(s) kept once ({shown})", stacklevel=2)
-    source = {
-        "path": str(p),
-        "format": kind,
-        "column": None if col_used is None else str(col_used),
-        "sha256": hashlib.sha256(raw).hexdigest(),
-        "n_read": len(values),
-        "n_blank": n_blank,
-        "n_duplicates": len(dups),
-        "duplicates": sorted(set(dups))[:50],
-        "n_candidates": len(texts),
-    }
-    return Candidates(texts, rows, source)
+    return texts, rows, n_blank, dups
 
 
 # --------------------------------------------------------------------------------------------

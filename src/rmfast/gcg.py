@@ -39,15 +39,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from .errors import UserError
+from .gcg_result import GCGResult, RandomSearchResult
 from .pipeline import oom_batches
 from .resolve import auto_batch_size, resolve_compile, resolve_head, versions
 from .template import Template, build_template, response_ids
@@ -57,7 +56,7 @@ __all__ = ["GCGConfig", "GCGResult", "RandomSearchResult", "run", "random_search
 
 
 # --------------------------------------------------------------------------------------------
-# configuration and result
+# configuration (the results are in rmfast.gcg_result)
 
 
 @dataclass
@@ -142,83 +141,6 @@ class GCGConfig:
             raise UserError(f"unknown --compile {self.compile!r}; use auto, on or off")
         if self.init is not None and not self.init.strip():
             raise UserError("--init is empty; give a starting response text or leave it out")
-
-
-@dataclass
-class GCGResult:
-    """What a GCG run found.
-
-    Attributes:
-        best_ids, best_text, best_score: the best response over all restarts (engine score, or
-            full-sequence score with evaluator "full").
-        best_score_reference: the same ids rescored by the plain-HF reference path.
-        trajectory: best score after each step of the best restart (index 0: the initial response).
-        restarts: per restart: best ids/text/score, trajectory, evaluations, steps run, stop reason.
-        n_evaluated: candidates scored in total (initial responses included).
-        n_skipped_duplicate, n_rejected_retokenize: candidates skipped before evaluation.
-        config: the GCGConfig as a dict. manifest: model, prompt, template, head, dtype, device, versions.
-        timing: wall_s, setup_s, per_step_s and the gradient / filter / evaluation split.
-    """
-
-    best_ids: list[int]
-    best_text: str
-    best_score: float
-    best_score_reference: float | None
-    trajectory: list[float]
-    restarts: list[dict]
-    n_evaluated: int
-    n_skipped_duplicate: int
-    n_rejected_retokenize: int
-    config: dict
-    manifest: dict = field(default_factory=dict)
-    timing: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self, path: str | os.PathLike, overwrite: bool = True) -> Path:
-        """Write the result as JSON, atomically."""
-        from .io import check_output, write_json
-
-        p = check_output(path, overwrite)
-        write_json(p, self.to_dict())
-        return p
-
-    def plot(self, path: str | os.PathLike) -> Path:
-        """Best score per step, one line per restart (PNG)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from .io import atomic_write
-
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for i, r in enumerate(self.restarts):
-            ax.plot(range(len(r["trajectory"])), r["trajectory"], lw=1.5, label=f"restart {i}")
-        direction = "maximize" if self.config.get("maximize", True) else "minimize"
-        ax.set_xlabel("step")
-        ax.set_ylabel(f"best reward ({self.manifest.get('head', '?')} head)")
-        name = (self.manifest.get("model") or {}).get("name", "")
-        ax.set_title(f"GCG {direction}: {name}  best {self.best_score:.4f}", fontsize=10)
-        if len(self.restarts) > 1:
-            ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        p = Path(path)
-        atomic_write(p, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
-        plt.close(fig)
-        return p
-
-
-@dataclass
-class RandomSearchResult:
-    """Best of ``n_evaluated`` random responses (same allowed tokens and filter as GCG)."""
-
-    best_ids: list[int]
-    best_score: float
-    n_evaluated: int
-    scores: list[float]
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,7 +245,7 @@ class _Scorer:
     """Scores (B, L) candidates: the shared-prompt engine, or full sequences through model(...)."""
 
     def __init__(self, model, tmpl: Template, head: str, head_index: int, evaluator: str, batch_size, L: int,
-                 compile: str = "off", n_evaluations: int = 0):
+                 compile: str = "off", n_evaluations: int = 0, stacklevel: int = 3):
         from .engine import Engine
         from .models.arch import arch_spec
         spec = arch_spec(model)
@@ -332,7 +254,7 @@ class _Scorer:
             evaluator = "engine" if ok else "full"
             if not ok:
                 warnings.warn(f"rmfast: architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; "
-                              "GCG evaluates candidates as full sequences (correct, slower)", stacklevel=3)
+                              "GCG evaluates candidates as full sequences (correct, slower)", stacklevel=stacklevel)
         self.kind = evaluator
         self.model, self.tmpl, self.head, self.head_index = model, tmpl, head, head_index
         self.device = next(model.parameters()).device
@@ -403,6 +325,204 @@ def _sample(start: torch.Tensor, top: torch.Tensor, width: int, n_replace: int, 
     return cands
 
 
+@dataclass
+class _Search:
+    """What every restart and step of one run shares: template, token mask, scorer, gradient, counters."""
+
+    cfg: GCGConfig
+    tokenizer: object
+    tmpl: Template
+    head: str
+    n_vocab: int
+    allowed: torch.Tensor  # (n_vocab,) bool
+    allowed_ids: torch.Tensor  # (n_allowed,) long
+    retok: _Retokenizer | None
+    init_ids: list[int] | None
+    L: int  # response length
+    k: int  # substitutions kept per position
+    scorer: _Scorer
+    grad_fn: _Gradient
+    sign: float  # +1 maximize, -1 minimize: the objective is sign * reward
+    seen: set[bytes] = field(default_factory=set)
+    n_eval: int = 0
+    n_dup: int = 0
+    n_rej: int = 0
+    t_grad: float = 0.0
+    t_filter: float = 0.0
+    t_eval: float = 0.0
+    step_times: list[float] = field(default_factory=list)
+
+
+def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template | None) -> _Search:
+    """Template, head, allowed tokens, the initial ids, the scorer and the gradient of one run."""
+    tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
+    head = resolve_head(model, cfg.head, cfg.head_index)
+    n_vocab = vocab_size(model, tokenizer)
+    allowed = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii, allow_special=cfg.allow_special)
+    allowed_ids = allowed.nonzero()[:, 0]
+    if allowed_ids.numel() == 0:
+        raise UserError("no allowed tokens left (try --allow-non-ascii / --allow-special)")
+    retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
+
+    init_ids = None
+    if cfg.init is not None:
+        init_ids = response_ids(tokenizer, tmpl, cfg.init)
+        bad = [t for t in init_ids if t >= n_vocab or not allowed[t]]
+        if bad:
+            warnings.warn(f"rmfast: --init holds {len(bad)} excluded token(s) (e.g. id {bad[0]}); GCG only replaces them "
+                          "with allowed tokens where a step picks their position", stacklevel=3)
+    L = len(init_ids) if init_ids is not None else cfg.length
+    k = min(cfg.topk, allowed_ids.numel())
+
+    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L,
+                     compile=cfg.compile, n_evaluations=cfg.steps * cfg.search_width * cfg.restarts, stacklevel=4)
+    grad_fn = _Gradient(model, tmpl, head, cfg.head_index)
+    sign = 1.0 if cfg.maximize else -1.0
+    return _Search(cfg, tokenizer, tmpl, head, n_vocab, allowed, allowed_ids, retok, init_ids, L, k, scorer, grad_fn,
+                   sign)
+
+
+def _evaluate(s: _Search, rows: list[list[int]]) -> torch.Tensor:
+    """Score (B, L) rows with the run's scorer, counted and timed. Returns (B,) fp32."""
+    te = time.perf_counter()
+    scores = s.scorer(torch.tensor(rows, dtype=torch.long))
+    s.t_eval += time.perf_counter() - te
+    s.n_eval += len(rows)
+    return scores
+
+
+def _top_substitutions(s: _Search, cur: torch.Tensor) -> torch.Tensor:
+    """Gradient step: per position of ``cur`` (L,), the ``k`` allowed tokens that most raise the objective. (L, k)."""
+    tg = time.perf_counter()
+    _, g = s.grad_fn(cur)  # (L, V') d reward / d one-hot
+    g = (s.sign * g[:, : s.n_vocab]).cpu()  # ascend the objective: +reward or -reward
+    g = torch.where(s.allowed[None, : g.shape[1]], g, torch.tensor(float("-inf")))
+    top = g.topk(s.k, dim=1).indices  # (L, k)
+    s.t_grad += time.perf_counter() - tg
+    return top
+
+
+def _candidates(s: _Search, cur: torch.Tensor, top: torch.Tensor, gen: torch.Generator) -> list[list[int]]:
+    """Sample ``search_width`` candidates around ``cur`` (L,); keep those not seen before that re-tokenize."""
+    tf = time.perf_counter()
+    cands = _sample(cur, top, s.cfg.search_width, s.cfg.n_replace, gen)  # (width, L)
+    keep = []
+    for row in cands.tolist():
+        kb = _key(row)
+        if kb in s.seen:
+            s.n_dup += 1
+            continue
+        s.seen.add(kb)
+        if s.retok is not None and not s.retok(row):
+            s.n_rej += 1
+            continue
+        keep.append(row)
+    s.t_filter += time.perf_counter() - tf
+    return keep
+
+
+def _merge(buffer: list[tuple[float, list[int]]], rows: list[list[int]], scores: torch.Tensor, sign: float,
+           size: int) -> list[tuple[float, list[int]]]:
+    """The buffer: the ``size`` best (score, ids) of the old buffer and the newly scored rows, best first."""
+    order = torch.argsort(sign * scores, descending=True)[:size].tolist()
+    merged = buffer + [(float(scores[i]), rows[i]) for i in order]
+    merged.sort(key=lambda e: -sign * e[0])
+    return merged[:size]
+
+
+def _step(s: _Search, buffer: list[tuple[float, list[int]]], start: list[int],
+          gen: torch.Generator) -> tuple[list[tuple[float, list[int]]], bool]:
+    """One step from ``start``: gradient, candidates, evaluation, buffer. Returns (buffer, improved)."""
+    cur = torch.tensor(start, dtype=torch.long)  # (L,)
+    top = _top_substitutions(s, cur)  # (L, k)
+    keep = _candidates(s, cur, top, gen)
+    best_before = buffer[0][0]
+    if keep:
+        buffer = _merge(buffer, keep, _evaluate(s, keep), s.sign, s.cfg.buffer_size)
+    return buffer, s.sign * buffer[0][0] > s.sign * best_before
+
+
+def _restart(s: _Search, r: int, bar) -> dict:
+    """Restart ``r`` (seed + r): its initial response, then steps until ``steps`` or ``patience``."""
+    cfg = s.cfg
+    gen = torch.Generator().manual_seed(cfg.seed + r)
+    start_ids = s.init_ids if (r == 0 and s.init_ids is not None) else _random_init(s.L, s.allowed_ids, gen, s.retok)
+    s0 = float(_evaluate(s, [start_ids])[0])
+    s.seen.add(_key(start_ids))
+    buffer = [(s0, list(start_ids))]  # best first by objective sign * score
+    traj, evals = [s0], [s.n_eval]
+    stale, stop = 0, "steps"
+    for step in range(cfg.steps):
+        ts = time.perf_counter()
+        buffer, improved = _step(s, buffer, buffer[stale % len(buffer)][1], gen)
+        stale = 0 if improved else stale + 1
+        traj.append(buffer[0][0])
+        evals.append(s.n_eval)
+        s.step_times.append(time.perf_counter() - ts)
+        bar.update(1)
+        bar.set_postfix_str(f"restart {r} best {buffer[0][0]:.4f} evals {s.n_eval}")
+        if stale >= cfg.patience:
+            stop = "patience"
+            bar.update(cfg.steps - step - 1)
+            break
+    best_s, best_ids = buffer[0]
+    return {
+        "seed": cfg.seed + r,
+        "init_ids": list(start_ids),
+        "init_text": _decode(s.tokenizer, start_ids),
+        "best_ids": best_ids,
+        "best_text": _decode(s.tokenizer, best_ids),
+        "best_score": best_s,
+        "trajectory": traj,
+        "evaluated": evals,
+        "steps_run": len(traj) - 1,
+        "stopped": stop,
+    }
+
+
+def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
+    """Model, prompt, template, head, direction, evaluator and versions of a run."""
+    cfg = s.cfg
+    p = next(model.parameters())
+    info = model_info or {"name": getattr(model.config, "name_or_path", None) or type(model).__name__}
+    return {
+        "model": info,
+        "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
+        "prompt": prompt,
+        "template": s.tmpl.manifest(),
+        "head": s.head,
+        "head_index": cfg.head_index,
+        "direction": "maximize" if cfg.maximize else "minimize",
+        "length": s.L,
+        "dtype": str(p.dtype).replace("torch.", ""),
+        "device": str(p.device),
+        "evaluator": s.scorer.kind,
+        "compiled": bool(s.scorer.engine is not None and s.scorer.engine.compile),
+        "eval_batch_size": s.scorer.bs,
+        "n_allowed_tokens": int(s.allowed_ids.numel()),
+        "gradient": "full sequence through the HF model with autograd (no prompt cache); one-hot @ embedding weight x embedding scale",
+        "versions": versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _timing(s: _Search, wall: float, setup_s: float) -> dict:
+    """Wall and setup time, per-step time and the gradient / filter / evaluation split."""
+    n_steps = len(s.step_times)
+    return {
+        "wall_s": round(wall, 3),
+        "setup_s": round(setup_s, 3),
+        "prompt_encode_s": round(s.scorer.prefix_s, 4),
+        "steps": n_steps,
+        "per_step_s": round(sum(s.step_times) / n_steps, 4) if n_steps else None,
+        "gradient_s": round(s.t_grad, 3),
+        "sample_filter_s": round(s.t_filter, 3),
+        "evaluate_s": round(s.t_eval, 3),
+        "evaluated_per_s": round(s.n_eval / s.t_eval, 1) if s.t_eval > 0 else None,
+        "step_s": [round(x, 4) for x in s.step_times],
+    }
+
+
 def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progress: bool = True,
         model_info: dict | None = None, template: Template | None = None) -> GCGResult:
     """Greedy Coordinate Gradient search over ``config.length``-token responses to ``prompt``.
@@ -426,150 +546,24 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     cfg = config or GCGConfig()
     cfg.validate()
     t0 = time.perf_counter()
-    tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
-    head = resolve_head(model, cfg.head, cfg.head_index)
-    n_vocab = vocab_size(model, tokenizer)
-    allowed = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii, allow_special=cfg.allow_special)
-    allowed_ids = allowed.nonzero()[:, 0]
-    if allowed_ids.numel() == 0:
-        raise UserError("no allowed tokens left (try --allow-non-ascii / --allow-special)")
-    retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
-
-    init_ids = None
-    if cfg.init is not None:
-        init_ids = response_ids(tokenizer, tmpl, cfg.init)
-        bad = [t for t in init_ids if t >= n_vocab or not allowed[t]]
-        if bad:
-            warnings.warn(f"rmfast: --init holds {len(bad)} excluded token(s) (e.g. id {bad[0]}); GCG only replaces them "
-                          "with allowed tokens where a step picks their position", stacklevel=2)
-    L = len(init_ids) if init_ids is not None else cfg.length
-    k = min(cfg.topk, allowed_ids.numel())
-
-    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L,
-                     compile=cfg.compile, n_evaluations=cfg.steps * cfg.search_width * cfg.restarts)
-    grad_fn = _Gradient(model, tmpl, head, cfg.head_index)
-    sign = 1.0 if cfg.maximize else -1.0
-    neg_inf = torch.tensor(float("-inf"))
+    s = _prepare(model, tokenizer, prompt, cfg, template)
     setup_s = time.perf_counter() - t0
 
-    seen: set[bytes] = set()
-    n_eval = n_dup = n_rej = 0
-    t_grad = t_filter = t_eval = 0.0
-    step_times: list[float] = []
     restarts: list[dict] = []
     bar = tqdm(total=cfg.steps * cfg.restarts, unit="step", desc="gcg", disable=not progress, dynamic_ncols=True)
     global_best: tuple[float, list[int], int] | None = None
     try:
         for r in range(cfg.restarts):
-            gen = torch.Generator().manual_seed(cfg.seed + r)
-            start_ids = init_ids if (r == 0 and init_ids is not None) else _random_init(L, allowed_ids, gen, retok)
-            te = time.perf_counter()
-            s0 = float(scorer(torch.tensor([start_ids]))[0])
-            t_eval += time.perf_counter() - te
-            n_eval += 1
-            seen.add(_key(start_ids))
-            buffer = [(s0, list(start_ids))]  # best first by objective sign * score
-            traj, evals = [s0], [n_eval]
-            stale, stop = 0, "steps"
-            for step in range(cfg.steps):
-                ts = time.perf_counter()
-                cur = torch.tensor(buffer[stale % len(buffer)][1], dtype=torch.long)
-                tg = time.perf_counter()
-                _, g = grad_fn(cur)  # (L, V') d reward / d one-hot
-                g = (sign * g[:, :n_vocab]).cpu()  # ascend the objective: +reward or -reward
-                g = torch.where(allowed[None, : g.shape[1]], g, neg_inf)
-                top = g.topk(k, dim=1).indices  # (L, k)
-                t_grad += time.perf_counter() - tg
-                tf = time.perf_counter()
-                cands = _sample(cur, top, cfg.search_width, cfg.n_replace, gen)
-                keep = []
-                for row in cands.tolist():
-                    kb = _key(row)
-                    if kb in seen:
-                        n_dup += 1
-                        continue
-                    seen.add(kb)
-                    if retok is not None and not retok(row):
-                        n_rej += 1
-                        continue
-                    keep.append(row)
-                t_filter += time.perf_counter() - tf
-                best_before = buffer[0][0]
-                if keep:
-                    te = time.perf_counter()
-                    scores = scorer(torch.tensor(keep, dtype=torch.long))
-                    t_eval += time.perf_counter() - te
-                    n_eval += len(keep)
-                    order = torch.argsort(sign * scores, descending=True)[: cfg.buffer_size].tolist()
-                    merged = buffer + [(float(scores[i]), keep[i]) for i in order]
-                    merged.sort(key=lambda e: -sign * e[0])
-                    buffer = merged[: cfg.buffer_size]
-                improved = sign * buffer[0][0] > sign * best_before
-                stale = 0 if improved else stale + 1
-                traj.append(buffer[0][0])
-                evals.append(n_eval)
-                step_times.append(time.perf_counter() - ts)
-                bar.update(1)
-                bar.set_postfix_str(f"restart {r} best {buffer[0][0]:.4f} evals {n_eval}")
-                if stale >= cfg.patience:
-                    stop = "patience"
-                    bar.update(cfg.steps - step - 1)
-                    break
-            best_s, best_ids = buffer[0]
-            restarts.append({
-                "seed": cfg.seed + r,
-                "init_ids": list(start_ids),
-                "init_text": _decode(tokenizer, start_ids),
-                "best_ids": best_ids,
-                "best_text": _decode(tokenizer, best_ids),
-                "best_score": best_s,
-                "trajectory": traj,
-                "evaluated": evals,
-                "steps_run": len(traj) - 1,
-                "stopped": stop,
-            })
-            if global_best is None or sign * best_s > sign * global_best[0]:
-                global_best = (best_s, best_ids, r)
+            rec = _restart(s, r, bar)
+            restarts.append(rec)
+            if global_best is None or s.sign * rec["best_score"] > s.sign * global_best[0]:
+                global_best = (rec["best_score"], rec["best_ids"], r)
     finally:
         bar.close()
 
     best_s, best_ids, best_r = global_best
-    ref = float(reference_scores(model, tmpl, [best_ids], head=head, head_index=cfg.head_index)[0])
+    ref = float(reference_scores(model, s.tmpl, [best_ids], head=s.head, head_index=cfg.head_index)[0])
     wall = time.perf_counter() - t0
-    p = next(model.parameters())
-    info = model_info or {"name": getattr(model.config, "name_or_path", None) or type(model).__name__}
-    n_steps = len(step_times)
-    manifest = {
-        "model": info,
-        "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
-        "prompt": prompt,
-        "template": tmpl.manifest(),
-        "head": head,
-        "head_index": cfg.head_index,
-        "direction": "maximize" if cfg.maximize else "minimize",
-        "length": L,
-        "dtype": str(p.dtype).replace("torch.", ""),
-        "device": str(p.device),
-        "evaluator": scorer.kind,
-        "compiled": bool(scorer.engine is not None and scorer.engine.compile),
-        "eval_batch_size": scorer.bs,
-        "n_allowed_tokens": int(allowed_ids.numel()),
-        "gradient": "full sequence through the HF model with autograd (no prompt cache); one-hot @ embedding weight x embedding scale",
-        "versions": versions(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    timing = {
-        "wall_s": round(wall, 3),
-        "setup_s": round(setup_s, 3),
-        "prompt_encode_s": round(scorer.prefix_s, 4),
-        "steps": n_steps,
-        "per_step_s": round(sum(step_times) / n_steps, 4) if n_steps else None,
-        "gradient_s": round(t_grad, 3),
-        "sample_filter_s": round(t_filter, 3),
-        "evaluate_s": round(t_eval, 3),
-        "evaluated_per_s": round(n_eval / t_eval, 1) if t_eval > 0 else None,
-        "step_s": [round(x, 4) for x in step_times],
-    }
     return GCGResult(
         best_ids=list(best_ids),
         best_text=_decode(tokenizer, best_ids),
@@ -577,12 +571,12 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         best_score_reference=ref,
         trajectory=restarts[best_r]["trajectory"],
         restarts=restarts,
-        n_evaluated=n_eval,
-        n_skipped_duplicate=n_dup,
-        n_rejected_retokenize=n_rej,
+        n_evaluated=s.n_eval,
+        n_skipped_duplicate=s.n_dup,
+        n_rejected_retokenize=s.n_rej,
         config=dataclasses.asdict(cfg),
-        manifest=manifest,
-        timing=timing,
+        manifest=_manifest(model, prompt, s, model_info),
+        timing=_timing(s, wall, setup_s),
     )
 
 

@@ -14,6 +14,7 @@ import base64
 import datetime as _dt
 import html
 from dataclasses import dataclass, field
+from functools import partial
 from os import PathLike
 from pathlib import Path
 
@@ -134,6 +135,238 @@ def _label_models(df: pd.DataFrame, styles, cols=("model", "model_a", "model_b",
     return df
 
 
+@dataclass
+class _Inputs:
+    """What the section functions read: the validated scans, their styles and the optional inputs."""
+
+    scans: pd.DataFrame
+    styles: object
+    meta: object
+    prompts: list
+    human: pd.DataFrame | None
+    afinn: object
+    frequencies: object
+    dictionaries: tuple
+    framing: object
+    join: str
+    k: int
+    n_perm: int
+    best: str | None
+    worst: str | None
+
+
+# 1. distributions ------------------------------------------------------------------
+
+
+def _distributions(sec: Section, x: _Inputs) -> None:
+    from .. import analysis as A
+
+    res = A.distributions(x.scans)
+    sec.result = res
+    sec.body.append(img_html(A.plots.violins(x.scans, x.styles), "violin plot of scores"))
+    sec.body.append("<details><summary>Standardised (z within model × prompt): shapes "
+                    "side by side</summary>" + img_html(
+                        A.plots.violins(x.scans, x.styles, standardize=True),
+                        "violin plot of z-scores") + "</details>")
+    sec.body.append(table_html(_label_models(res.moments, x.styles)))
+
+
+# 2. agreement ----------------------------------------------------------------------
+
+
+def _agreement(sec: Section, x: _Inputs) -> None:
+    from .. import analysis as A
+
+    res = A.agreement(x.scans, join=x.join, metadata=x.meta, n_perm=x.n_perm)
+    sec.result = res
+    for p in dict.fromkeys(res.pairs["prompt"]):
+        sec.body.append(img_html(A.plots.agreement_panel(res, p, x.styles),
+                                 "agreement heatmaps and MDS"))
+    if len(res.rsa):
+        sec.body.append("<h3>RSA against model metadata</h3>")
+        sec.body.append(img_html(A.plots.rsa_bars(res.rsa), "RSA"))
+        sec.body.append(table_html(res.rsa))
+    sec.body.append("<h3>Shared vocabulary</h3>" + table_html(
+        _label_models(res.vocabulary, x.styles)))
+    sec.body.append("<h3>All pairs</h3>" + table_html(_label_models(res.pairs, x.styles),
+                                                     max_rows=30))
+
+
+# 3. human --------------------------------------------------------------------------
+
+
+def _human(sec: Section, x: _Inputs) -> None:
+    from .. import analysis as A
+
+    if x.human is None:
+        raise UserError("no human scores given (--eloeverything DIR or --human CSV)")
+    styles = x.styles
+    res = A.human_comparison(x.scans, x.human, k=15)
+    sec.result = res
+    sec.body.append(img_html(A.plots.human_bars(res.correlations, styles), "rho bars"))
+    wide = res.correlations.pivot(index="model", columns="prompt", values="spearman_rho")
+    wide = wide.reindex([m for m in styles.order if m in wide.index])
+    wide.index = [styles.label[m] for m in wide.index]
+    sec.body.append("<h3>Spearman rho with the human score</h3>" + table_html(
+        wide.reset_index(names="model")))
+    for p in dict.fromkeys(res.correlations["prompt"]):
+        sec.body.append(f"<h3>{html.escape(p)}</h3>")
+        sec.body.append(img_html(A.plots.rank_trajectories(res.trajectories, res.correlations,
+                                                           styles, p), "rank trajectories"))
+        d = res.differences[res.differences["prompt"] == p].drop(columns="prompt")
+        parts = [table_html(g.drop(columns="direction"), max_rows=15)
+                 for _, g in d.groupby("direction", sort=False)]
+        heads = list(pd.unique(d["direction"]))
+        sec.body.append('<div class="figs">' + "".join(
+            f"<div><b>{html.escape(h)} than models</b>{t}</div>" if h.startswith("humans")
+            else f"<div><b>{html.escape(h)} than humans</b>{t}</div>"
+            for h, t in zip(heads, parts)) + "</div>")
+    sec.body.append("<h3>All correlations</h3>" + table_html(
+        _label_models(res.correlations, styles)))
+
+
+# 4. sentiment ----------------------------------------------------------------------
+
+
+def _sentiment(sec: Section, x: _Inputs) -> None:
+    from .. import analysis as A
+
+    if x.afinn is None:
+        raise UserError("no AFINN lexicon given (--afinn FILE)")
+    res = A.sentiment(x.scans, x.afinn, framing=x.framing)
+    sec.result = res
+    if res.slopes["slope"].isna().all():
+        raise UserError("no valence slope could be fitted (too few AFINN words or one "
+                        "valence level per sign); see the analysis notes")
+    sec.body.append(img_html(A.plots.framing_plot(res.slopes, x.styles), "framing plot"))
+    top = res.tokens.groupby("model").size().sort_values().index[-1]
+    sec.body.append(img_html(A.plots.valence_scatter(res.tokens, top, x.styles), "scatter"))
+    sec.body.append(table_html(res.summary))
+    sec.body.append(table_html(_label_models(res.slopes, x.styles)))
+
+
+# 5. exposure -----------------------------------------------------------------------
+
+
+def _exposure(sec: Section, x: _Inputs) -> None:
+    from .. import analysis as A
+
+    if x.frequencies is None:
+        raise UserError("no word-frequency list given (--frequencies FILE or wordfreq)")
+    res = A.exposure(x.scans, x.frequencies, x.afinn, framing=x.framing, use_valence=x.afinn is not None)
+    sec.result = res
+    sec.body.append(img_html(A.plots.exposure_plot(res.slopes, x.styles), "exposure"))
+    sec.body.append(table_html(_label_models(res.slopes, x.styles)))
+
+
+# 6. best vs worst ------------------------------------------------------------------
+
+
+def _best_worst(sec: Section, x: _Inputs) -> None:
+    from .. import analysis as A
+
+    res = A.best_worst(x.scans, best=x.best, worst=x.worst, join=x.join, k=x.k, framing=x.framing)
+    sec.result = res
+    sec.body.append(img_html(A.plots.best_worst_grid(
+        res.scores, x.styles, res.best_prompt, res.worst_prompt,
+        units="z-score" if res.units.startswith("z") else "score"), "best vs worst"))
+    sec.body.append(table_html(_label_models(res.correlations, x.styles)))
+    for measure in ("best+worst", "best-worst"):
+        sub = res.extremes[res.extremes["measure"] == measure]
+        sec.body.append(f"<h3>{measure}</h3>" + _wide_extremes(sub, x.styles, "value"))
+
+
+# 7. categories ---------------------------------------------------------------------
+
+
+def _categories(sec: Section, x: _Inputs, dpath) -> None:
+    from .. import analysis as A
+
+    res = A.categories(x.scans, dpath, metadata=x.meta, framing=x.framing, n_perm=x.n_perm)
+    sec.result = res
+    sec.body.append(img_html(A.plots.category_plot(res.medians, x.styles), "categories"))
+    sec.body.append("<h3>Group permutation tests</h3>" + table_html(res.permutation))
+    if len(res.mixed):
+        sec.body.append("<h3>Mixed model</h3>" + table_html(res.mixed))
+    sec.body.append("<h3>Median ranks</h3>" + table_html(
+        _label_models(res.medians, x.styles)))
+
+
+# 8. extremes -----------------------------------------------------------------------
+
+
+def _extremes(sec: Section, x: _Inputs) -> None:
+    from .. import analysis as A
+
+    for shared in (False, True):
+        try:
+            res = A.extremes(x.scans, k=x.k, shared_vocab=shared, join=x.join)
+        except UserError as exc:
+            sec.body.append(f'<p class="skip">shared vocabulary: {html.escape(str(exc))}</p>')
+            continue
+        sec.result = res if not shared else sec.result
+        label = "shared vocabulary (papers’ rule)" if shared else "everything scored"
+        for p in x.prompts:
+            sub = res.extremes[res.extremes["prompt"] == p]
+            if sub.empty:
+                continue
+            sec.body.append(f"<details{' open' if not shared else ''}><summary>"
+                            f"{html.escape(p)} — {label}</summary>"
+                            + _wide_extremes(sub, x.styles, "score") + "</details>")
+
+
+def _section_specs(x: _Inputs) -> list[tuple]:
+    """(key, title, intro, fn(sec, inputs)) of every section, in report order."""
+    rule = ("decoded text, strings occurring more than once within a model dropped "
+            "(papers’ rule)" if x.join == "text" else "token id and decoded text")
+    specs = [
+        ("distributions", "Score distributions",
+         "Moments of every model's scores per prompt (variance ddof=1; skew and excess "
+         "kurtosis bias-corrected). Violins show each model's raw score scale (each violin "
+         "from at most 20,000 scores, sampled with a fixed seed).", _distributions),
+        ("agreement", "Agreement between models",
+         f"Models joined per prompt on the shared vocabulary ({rule}); "
+         "Kendall tau-b, Spearman rho and rank-biased overlap per pair; MDS of 1 − tau; "
+         "RSA of the tau matrix against metadata similarity (Spearman, label permutation).",
+         _agreement),
+        ("human", "Comparison with human preferences",
+         "Items with a human score (EloEverything Elo) against the models' scores of the same "
+         "items: Spearman and Kendall tau-b per model × prompt; the consensus model rank (mean "
+         "of the models' ranks, ranked again) against the human rank, largest differences "
+         "both ways (rank 1 = best).", _human),
+        ("sentiment", "Sentiment and framing",
+         "Tokens (stripped, lower-cased) joined to AFINN-111; per model × prompt × valence sign "
+         "the OLS slope of the z-scored score on valence (± SE).", _sentiment),
+        ("exposure", "Mere exposure",
+         "Per model × prompt: OLS of the z-scored score on ln(word frequency per million) and "
+         "AFINN valence, over tokens found in both lists.", _exposure),
+        ("best-worst", "Best vs worst prompt",
+         "The same tokens under the positive and the negative prompt (z-scores within model × "
+         "prompt). best+worst: good (or bad) under both frames; best−worst: the framing axis.",
+         _best_worst),
+    ]
+    for dpath in x.dictionaries or ():
+        name = Path(str(dpath)).name
+        specs.append((f"categories-{name}", f"Dictionary categories: {name}",
+                      "Dictionary words ranked within model × prompt; median rank per category; models "
+                      "grouped by base family (permutation Welch t, Bonferroni) and a mixed model with a "
+                      "random intercept per model.", partial(_categories, dpath=dpath)))
+    specs.append(("extremes", f"Top and bottom {x.k} per model × prompt",
+                  "Highest and lowest scored strings per model (score in brackets), over everything "
+                  "scored and over the vocabulary all models share.", _extremes))
+    return specs
+
+
+def _run_section(key: str, title: str, intro: str, fn, x: _Inputs) -> Section:
+    """Run one section; a UserError (a missing input) becomes its reason for not running."""
+    sec = Section(key, title, intro)
+    try:
+        fn(sec, x)
+    except UserError as exc:
+        sec.skipped = str(exc)
+    return sec
+
+
 def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, metadata=None,
                  afinn=None, frequencies=None, dictionaries=(), join: str = "text", k: int = 10,
                  n_perm: int = 2000, best: str | None = None, worst: str | None = None,
@@ -155,179 +388,9 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     meta = A.load_model_metadata(metadata) if metadata is not None else None
     styles = Styles.build(scans["model"].unique(), meta)
     prompts = list(pd.unique(scans["prompt"]))
-    sections: list[Section] = []
-
-    def run(key, title, intro, fn):
-        sec = Section(key, title, intro)
-        try:
-            fn(sec)
-        except UserError as exc:
-            sec.skipped = str(exc)
-        sections.append(sec)
-
-    # 1. distributions ----------------------------------------------------------
-    def s_dist(sec):
-        res = A.distributions(scans)
-        sec.result = res
-        sec.body.append(img_html(A.plots.violins(scans, styles), "violin plot of scores"))
-        sec.body.append("<details><summary>Standardised (z within model × prompt): shapes "
-                        "side by side</summary>" + img_html(
-                            A.plots.violins(scans, styles, standardize=True),
-                            "violin plot of z-scores") + "</details>")
-        sec.body.append(table_html(_label_models(res.moments, styles)))
-
-    run("distributions", "Score distributions",
-        "Moments of every model's scores per prompt (variance ddof=1; skew and excess "
-        "kurtosis bias-corrected). Violins show each model's raw score scale (each violin "
-        "from at most 20,000 scores, sampled with a fixed seed).", s_dist)
-
-    # 2. agreement --------------------------------------------------------------
-    def s_agree(sec):
-        res = A.agreement(scans, join=join, metadata=meta, n_perm=n_perm)
-        sec.result = res
-        for p in dict.fromkeys(res.pairs["prompt"]):
-            sec.body.append(img_html(A.plots.agreement_panel(res, p, styles),
-                                     "agreement heatmaps and MDS"))
-        if len(res.rsa):
-            sec.body.append("<h3>RSA against model metadata</h3>")
-            sec.body.append(img_html(A.plots.rsa_bars(res.rsa), "RSA"))
-            sec.body.append(table_html(res.rsa))
-        sec.body.append("<h3>Shared vocabulary</h3>" + table_html(
-            _label_models(res.vocabulary, styles)))
-        sec.body.append("<h3>All pairs</h3>" + table_html(_label_models(res.pairs, styles),
-                                                         max_rows=30))
-
-    rule = ("decoded text, strings occurring more than once within a model dropped "
-            "(papers’ rule)" if join == "text" else "token id and decoded text")
-    run("agreement", "Agreement between models",
-        f"Models joined per prompt on the shared vocabulary ({rule}); "
-        "Kendall tau-b, Spearman rho and rank-biased overlap per pair; MDS of 1 − tau; "
-        "RSA of the tau matrix against metadata similarity (Spearman, label permutation).",
-        s_agree)
-
-    # 3. human ------------------------------------------------------------------
-    def s_human(sec):
-        if human is None:
-            raise UserError("no human scores given (--eloeverything DIR or --human CSV)")
-        res = A.human_comparison(scans, human, k=15)
-        sec.result = res
-        sec.body.append(img_html(A.plots.human_bars(res.correlations, styles), "rho bars"))
-        wide = res.correlations.pivot(index="model", columns="prompt", values="spearman_rho")
-        wide = wide.reindex([m for m in styles.order if m in wide.index])
-        wide.index = [styles.label[m] for m in wide.index]
-        sec.body.append("<h3>Spearman rho with the human score</h3>" + table_html(
-            wide.reset_index(names="model")))
-        for p in dict.fromkeys(res.correlations["prompt"]):
-            sec.body.append(f"<h3>{html.escape(p)}</h3>")
-            sec.body.append(img_html(A.plots.rank_trajectories(res.trajectories, res.correlations,
-                                                               styles, p), "rank trajectories"))
-            d = res.differences[res.differences["prompt"] == p].drop(columns="prompt")
-            parts = [table_html(g.drop(columns="direction"), max_rows=15)
-                     for _, g in d.groupby("direction", sort=False)]
-            heads = list(pd.unique(d["direction"]))
-            sec.body.append('<div class="figs">' + "".join(
-                f"<div><b>{html.escape(h)} than models</b>{t}</div>" if h.startswith("humans")
-                else f"<div><b>{html.escape(h)} than humans</b>{t}</div>"
-                for h, t in zip(heads, parts)) + "</div>")
-        sec.body.append("<h3>All correlations</h3>" + table_html(
-            _label_models(res.correlations, styles)))
-
-    run("human", "Comparison with human preferences",
-        "Items with a human score (EloEverything Elo) against the models' scores of the same "
-        "items: Spearman and Kendall tau-b per model × prompt; the consensus model rank (mean "
-        "of the models' ranks, ranked again) against the human rank, largest differences "
-        "both ways (rank 1 = best).", s_human)
-
-    # 4. sentiment --------------------------------------------------------------
-    def s_sent(sec):
-        if afinn is None:
-            raise UserError("no AFINN lexicon given (--afinn FILE)")
-        res = A.sentiment(scans, afinn, framing=framing)
-        sec.result = res
-        if res.slopes["slope"].isna().all():
-            raise UserError("no valence slope could be fitted (too few AFINN words or one "
-                            "valence level per sign); see the analysis notes")
-        sec.body.append(img_html(A.plots.framing_plot(res.slopes, styles), "framing plot"))
-        top = res.tokens.groupby("model").size().sort_values().index[-1]
-        sec.body.append(img_html(A.plots.valence_scatter(res.tokens, top, styles), "scatter"))
-        sec.body.append(table_html(res.summary))
-        sec.body.append(table_html(_label_models(res.slopes, styles)))
-
-    run("sentiment", "Sentiment and framing",
-        "Tokens (stripped, lower-cased) joined to AFINN-111; per model × prompt × valence sign "
-        "the OLS slope of the z-scored score on valence (± SE).", s_sent)
-
-    # 5. exposure ---------------------------------------------------------------
-    def s_exp(sec):
-        if frequencies is None:
-            raise UserError("no word-frequency list given (--frequencies FILE or wordfreq)")
-        res = A.exposure(scans, frequencies, afinn, framing=framing, use_valence=afinn is not None)
-        sec.result = res
-        sec.body.append(img_html(A.plots.exposure_plot(res.slopes, styles), "exposure"))
-        sec.body.append(table_html(_label_models(res.slopes, styles)))
-
-    run("exposure", "Mere exposure",
-        "Per model × prompt: OLS of the z-scored score on ln(word frequency per million) and "
-        "AFINN valence, over tokens found in both lists.", s_exp)
-
-    # 6. best vs worst ----------------------------------------------------------
-    def s_bw(sec):
-        res = A.best_worst(scans, best=best, worst=worst, join=join, k=k, framing=framing)
-        sec.result = res
-        sec.body.append(img_html(A.plots.best_worst_grid(
-            res.scores, styles, res.best_prompt, res.worst_prompt,
-            units="z-score" if res.units.startswith("z") else "score"), "best vs worst"))
-        sec.body.append(table_html(_label_models(res.correlations, styles)))
-        for measure in ("best+worst", "best-worst"):
-            sub = res.extremes[res.extremes["measure"] == measure]
-            sec.body.append(f"<h3>{measure}</h3>" + _wide_extremes(sub, styles, "value"))
-
-    run("best-worst", "Best vs worst prompt",
-        "The same tokens under the positive and the negative prompt (z-scores within model × "
-        "prompt). best+worst: good (or bad) under both frames; best−worst: the framing axis.",
-        s_bw)
-
-    # 7. categories -------------------------------------------------------------
-    for dpath in dictionaries or ():
-        name = Path(str(dpath)).name
-
-        def s_cat(sec, dpath=dpath):
-            res = A.categories(scans, dpath, metadata=meta, framing=framing, n_perm=n_perm)
-            sec.result = res
-            sec.body.append(img_html(A.plots.category_plot(res.medians, styles), "categories"))
-            sec.body.append("<h3>Group permutation tests</h3>" + table_html(res.permutation))
-            if len(res.mixed):
-                sec.body.append("<h3>Mixed model</h3>" + table_html(res.mixed))
-            sec.body.append("<h3>Median ranks</h3>" + table_html(
-                _label_models(res.medians, styles)))
-
-        run(f"categories-{name}", f"Dictionary categories: {name}",
-            "Dictionary words ranked within model × prompt; median rank per category; models "
-            "grouped by base family (permutation Welch t, Bonferroni) and a mixed model with a "
-            "random intercept per model.", s_cat)
-
-    # 8. extremes ---------------------------------------------------------------
-    def s_ext(sec):
-        for shared in (False, True):
-            try:
-                res = A.extremes(scans, k=k, shared_vocab=shared, join=join)
-            except UserError as exc:
-                sec.body.append(f'<p class="skip">shared vocabulary: {html.escape(str(exc))}</p>')
-                continue
-            sec.result = res if not shared else sec.result
-            label = "shared vocabulary (papers’ rule)" if shared else "everything scored"
-            for p in prompts:
-                sub = res.extremes[res.extremes["prompt"] == p]
-                if sub.empty:
-                    continue
-                sec.body.append(f"<details{' open' if not shared else ''}><summary>"
-                                f"{html.escape(p)} — {label}</summary>"
-                                + _wide_extremes(sub, styles, "score") + "</details>")
-
-    run("extremes", f"Top and bottom {k} per model × prompt",
-        "Highest and lowest scored strings per model (score in brackets), over everything "
-        "scored and over the vocabulary all models share.", s_ext)
-
+    x = _Inputs(scans, styles, meta, prompts, human, afinn, frequencies, dictionaries, framing, join, k, n_perm,
+                best, worst)
+    sections = [_run_section(key, sec_title, intro, fn, x) for key, sec_title, intro, fn in _section_specs(x)]
     return _page(title, source, scans, styles, sections)
 
 

@@ -1,0 +1,42 @@
+"""``rmfast bench``: rmfast against the plain Hugging Face baselines and the GEMM peak, in one process.
+
+For each model (same prompt, same candidate ids), in one run:
+
+* **naive** — the papers' pipeline: the full templated sequence per candidate, batched
+  (:func:`rmfast.reference.reference_scores`); the better of a couple of batch sizes.
+* **hf-cache** — the best plain-HF approach: the prompt's K/V computed once with
+  ``model(prefix, use_cache=True)``; per batch the ``DynamicCache`` is deep-copied and
+  ``batch_repeat_interleave(B)``-ed (HF appends to the cache along the sequence axis, so every
+  batch needs its own per-row copy), and candidate + template suffix go through
+  ``model(input_ids=..., past_key_values=cache)``. Score head: ``model.model(...)`` hidden state
+  at the final position -> ``model.score``. Logprob head: the same log-softmax terms the engine sums.
+* **rmfast** — :class:`rmfast.engine.Engine` at ``scan``'s automatic batch size.
+* **GEMM peak** — ``torch.matmul`` throughput on the model's own projection shapes
+  (q/k/v/o, gate/up/down, and the LM-head chunk for the logprob head) with M = the tokens of one
+  rmfast batch, and the candidates/s that peak allows.
+
+Model FLOPs per candidate (the "useful" work, the same number for every method):
+``2 * N_gemm * t`` for the score head, ``2 * (N_gemm + V * D) * t`` for the logprob head, where
+``N_gemm`` is the decoder's projection parameters (non-embedding, norms excluded), ``t`` the tokens
+a candidate row runs through the layers (score: 1 + len(suffix); logprob: len(continuation)),
+``V * D`` the LM head. Attention over the prompt (P * D per token per layer) is not counted.
+
+Every method's scores are checked against rmfast's on the timed candidates (rank correlation and
+max difference); a disagreement makes the command exit 1 after writing its results.
+
+Modules: :mod:`~rmfast.bench.models` (the configurations), :mod:`~rmfast.bench.machine` (machine,
+memory, timing), :mod:`~rmfast.bench.flops` (FLOPs, GEMM peak, GPU cost model),
+:mod:`~rmfast.bench.baselines` (hf-cache, naive, agreement), :mod:`~rmfast.bench.run` (one model
+through every method), :mod:`~rmfast.bench.output` (CSV/JSON, plot, table). This package
+re-exports what the ``rmfast bench`` command uses.
+"""
+
+from .flops import COST_MODELS, H100_SXM, format_cost_model, gpu_cost_model
+from .machine import loadavg, log, machine_info, versions
+from .models import BENCH_MODELS, DEFAULT_MODELS, DEFAULT_PROMPT, resolve_models
+from .output import DEFAULT_OUT, format_table, plot, write_outputs
+from .run import bench_model, device_defaults
+
+__all__ = ["BENCH_MODELS", "COST_MODELS", "DEFAULT_MODELS", "DEFAULT_OUT", "DEFAULT_PROMPT", "H100_SXM", "bench_model",
+           "device_defaults", "format_cost_model", "format_table", "gpu_cost_model", "loadavg", "log", "machine_info",
+           "plot", "resolve_models", "versions", "write_outputs"]

@@ -1,0 +1,142 @@
+"""The plain Hugging Face baselines of ``rmfast bench`` and the checks that every method agrees.
+
+* **naive**: the full templated sequence per candidate (:func:`naive_scorer`, over
+  :func:`rmfast.reference.reference_scores`).
+* **hf-cache**: the prompt's KV cache reused, copied per row (:class:`HFCacheScorer`).
+* agreement in the benchmark dtype (:func:`agreement`) and exactness in fp32 (:func:`fp32_check`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from ..reference import flat_lm_head  # shared with the plain-HF reference
+
+
+class HFCacheScorer:
+    """Plain Hugging Face with the prompt's KV cache reused: the strongest baseline without rmfast.
+
+    The prompt runs once (``use_cache=True``). Each batch gets a deep copy of that cache repeated
+    per row (``batch_repeat_interleave``), because HF's cache grows along the sequence axis in
+    place; the candidate + template suffix then run with ``past_key_values=cache``. The LM head runs
+    under :func:`flat_lm_head` (a torch CPU accident, not the method's cost).
+    """
+
+    def __init__(self, model, template, *, head: str, head_index: int = 0):
+        self.model, self.template, self.head, self.head_index = model, template, head, head_index
+        self.device = next(model.parameters()).device
+        self.suffix = torch.tensor(template.suffix_ids, dtype=torch.long, device=self.device)
+        self.cont = torch.tensor(template.continuation_ids, dtype=torch.long, device=self.device)
+        prefix = torch.tensor([template.prefix_ids], dtype=torch.long, device=self.device)
+        with torch.no_grad(), flat_lm_head(model):
+            if head == "score":
+                out = model.model(input_ids=prefix, use_cache=True)
+                self.prefix_lp = None
+            else:
+                out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)
+                self.prefix_lp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # (V,)
+        self.cache = out.past_key_values
+
+    def _cache_for(self, B: int):
+        c = copy.deepcopy(self.cache)
+        c.batch_repeat_interleave(B)
+        return c
+
+    @torch.no_grad()
+    def score(self, responses: torch.Tensor) -> torch.Tensor:
+        """(B, n) response ids -> (B,) fp32 scores."""
+        responses = responses.to(self.device)
+        B, n = responses.shape
+        if self.head == "score":
+            ids = torch.cat([responses, self.suffix.expand(B, -1)], dim=1)  # (B, n+S)
+            h = self.model.model(input_ids=ids, past_key_values=self._cache_for(B), use_cache=True).last_hidden_state
+            # h: (B, n+S, D); the score head reads the final position
+            return self.model.score(h[:, -1]).float()[:, self.head_index]
+        total = self.prefix_lp[responses[:, 0]].clone()  # (B,)
+        targets = torch.cat([responses[:, 1:], self.cont.expand(B, -1)], dim=1)  # (B, T)
+        T = targets.shape[1]
+        if T == 0:
+            return total
+        ids = torch.cat([responses, self.cont[:-1].expand(B, -1)], dim=1)[:, :T]  # (B, T)
+        with flat_lm_head(self.model):
+            logits = self.model(input_ids=ids, past_key_values=self._cache_for(B), use_cache=True, logits_to_keep=T).logits
+        # logits: (B, T, V)
+        lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None])[..., 0]  # (B, T)
+        return total + lp.sum(-1)
+
+
+def naive_scorer(model, tmpl, head: str, batch_size: int):
+    """The naive method as ``f((B, 1) ids) -> (B,) scores``: full sequences, ``batch_size`` rows at a time."""
+    from ..reference import reference_scores
+
+    def f(b):  # reference_scores batches internally (logprob: at most ~5e7 fp32 logits per batch)
+        with flat_lm_head(model):
+            return reference_scores(model, tmpl, b.tolist(), head=head, batch_size=batch_size)
+
+    return f
+
+
+# ----------------------------------------------------------------------------- agreement
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="stable")
+    r = np.empty(x.size, dtype=np.float64)
+    r[order] = np.arange(x.size, dtype=np.float64)
+    return r
+
+
+def agreement(ref: np.ndarray, other: np.ndarray, k: int = 20) -> dict:
+    """Spearman rho (tie-free ranks), max |diff|, that relative to the score spread, top-k overlap."""
+    ref, other = np.asarray(ref, np.float64), np.asarray(other, np.float64)
+    rho = float(np.corrcoef(_ranks(ref), _ranks(other))[0, 1]) if ref.size > 2 else 1.0
+    d = np.abs(ref - other)
+    spread = float(ref.std()) or 1.0
+    kk = min(k, ref.size)
+    top = len(set(np.argsort(-ref)[:kk]) & set(np.argsort(-other)[:kk])) / kk
+    return {"spearman": round(rho, 6), "max_abs_diff": float(d.max()), "max_diff_over_std": float(d.max() / spread),
+            "frac_exact": float(np.mean(d == 0)), f"top{kk}_overlap": top}
+
+
+def close_ok(ref: np.ndarray, other: np.ndarray, atol: float = 2e-4, rtol: float = 1e-4) -> bool:
+    """fp32 exactness: |other - ref| <= atol + rtol * |ref| everywhere (op order differs, the maths does not)."""
+    ref, other = np.asarray(ref, np.float64), np.asarray(other, np.float64)
+    return bool(np.all(np.abs(other - ref) <= atol + rtol * np.abs(ref)))
+
+
+def _params_to(model, dtype: torch.dtype) -> None:
+    """Cast parameters only (rotary inv_freq and other buffers keep their dtype); bf16 -> fp32 -> bf16 is lossless."""
+    for prm in model.parameters():
+        prm.data = prm.data.to(dtype)
+
+
+def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dtype: torch.dtype,
+               compile: bool = False) -> dict:
+    """All methods on ``ids`` with the model's parameters in fp32: the scores must be equal up to
+    fp32 rounding (:func:`close_ok`). The model is cast back to ``dtype`` afterwards. With ``compile``
+    rmfast is the compiled engine and the eager engine is checked against it too."""
+    from ..engine import Engine
+    from ..reference import reference_scores
+
+    c = torch.from_numpy(ids)[:, None]
+    try:
+        if dtype != torch.float32:
+            _params_to(model, torch.float32)
+        rm = Engine(model, tmpl, head=head, compile=compile).score(c).float().cpu().numpy()
+        eg = Engine(model, tmpl, head=head).score(c).float().cpu().numpy() if compile else None
+        hf = HFCacheScorer(model, tmpl, head=head).score(c).float().cpu().numpy()
+        with flat_lm_head(model):
+            nv = reference_scores(model, tmpl, c.tolist(), head=head, batch_size=len(ids)).numpy()
+    finally:
+        if dtype != torch.float32:
+            _params_to(model, dtype)
+    # CPU: the same fp32 maths in another order. CUDA: also other kernels (cuBLAS/Triton split-K, atomics).
+    atol, rtol = (2e-4, 1e-4) if device.type == "cpu" else (1e-3, 1e-3)
+    out = {"n": int(ids.size), "atol": atol, "rtol": rtol}
+    for name, x in (("hf-cache", hf), ("naive", nv)) + ((("rmfast-eager", eg),) if eg is not None else ()):
+        out[f"{name}_max_abs_diff"] = float(np.abs(x.astype(np.float64) - rm).max())
+        out[f"{name}_ok"] = close_ok(rm, x, atol=atol, rtol=rtol)
+    return out

@@ -1,0 +1,183 @@
+"""Model arithmetic of ``rmfast bench``: projection shapes, FLOPs per candidate, the measured GEMM
+peak on those shapes, and the analytic GPU cost model (``rmfast bench --cost-model``)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .machine import sync
+
+
+def model_dims(model, head: str) -> dict:
+    """Projection parameter count and LM-head size, read off the engine's architecture spec."""
+    from ..models.arch import arch_spec
+
+    sp = arch_spec(model)
+    if sp is None:
+        raise ValueError(f"architecture {model.config.model_type!r} is not on the fast path")
+    shapes = []  # (K, N) per token per layer: x (M, K) @ W^T (K, N)
+    for L in sp.layers:
+        lin = [L.q_proj, L.k_proj, L.v_proj, L.o_proj]
+        lin += [m for m in L.mlp.modules() if isinstance(m, torch.nn.Linear)]
+        shapes += [(m.in_features, m.out_features) for m in lin]
+    n_gemm = sum(k * n for k, n in shapes)
+    V, D = (sp.lm_head_weight.shape if sp.lm_head_weight is not None else (None, None))
+    return {
+        "n_layers": len(sp.layers),
+        "hidden": sp.layers[0].q_proj.in_features,
+        "n_heads": sp.n_heads,
+        "n_kv_heads": sp.n_kv_heads,
+        "head_dim": sp.head_dim,
+        "gemm_params": n_gemm,
+        "lm_head_params": (V * D) if (head == "logprob" and V is not None) else 0,
+        "vocab": V,
+        "layer_shapes": shapes,
+        "total_params": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def engine_gemm_shapes(eng, dims: dict) -> list[tuple[int, int]]:
+    """The (K, N) projection GEMMs per token as the engine runs them: fused q|k|v and gate|up where it
+    fuses (its CPU default), the model's own Linear shapes otherwise. Same FLOPs either way."""
+    fused = getattr(eng, "fused", None)
+    if not fused:
+        return dims["layer_shapes"]
+    shapes = []
+    for L, fw in zip(eng.spec.layers, fused):
+        if L.q_norm is None:
+            shapes.append((fw[0].shape[1], fw[0].shape[0]))  # q|k|v
+        else:
+            shapes += [(m.in_features, m.out_features) for m in (L.q_proj, L.k_proj, L.v_proj)]
+        shapes.append((L.o_proj.in_features, L.o_proj.out_features))
+        shapes.append((fw[2].shape[1], fw[2].shape[0]))  # gate|up
+        shapes.append((L.mlp.down_proj.in_features, L.mlp.down_proj.out_features))
+    return shapes
+
+
+def flops_per_candidate(dims: dict, tokens_per_row: int) -> float:
+    """2 * (projection params [+ LM head for logprob]) * tokens per candidate."""
+    return 2.0 * (dims["gemm_params"] + dims["lm_head_params"]) * tokens_per_row
+
+
+def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_chunk: int = 8192,
+              min_time: float = 0.25, shapes: list[tuple[int, int]] | None = None) -> dict:
+    """torch.matmul throughput on the model's distinct projection shapes at M rows.
+
+    Each distinct (M, K, N) is timed (best of 3 trials of >= min_time/3 s each); the model-shaped peak
+    is total FLOPs / total time over one token pass of every layer (shapes weighted by how often
+    they occur), i.e. the rate a perfect engine would run those GEMMs at. The logprob head's LM-head
+    GEMM is timed as the engine runs it: M rows × ``lm_chunk`` vocabulary rows, V / lm_chunk times.
+    """
+    counts: dict[tuple[int, int, int], float] = {}
+    for K, N in shapes or dims["layer_shapes"]:
+        counts[(M, K, N)] = counts.get((M, K, N), 0) + 1
+    if dims["lm_head_params"]:
+        V, D = dims["vocab"], dims["hidden"]
+        key = (M, D, min(lm_chunk, V))
+        counts[key] = counts.get(key, 0) + V / lm_chunk
+    per_shape = {}
+    tot_flops = tot_time = 0.0
+    g = torch.Generator(device="cpu").manual_seed(0)
+    for (m, K, N), c in counts.items():
+        x = torch.randn(m, K, generator=g).to(device=device, dtype=dtype)
+        w = torch.randn(N, K, generator=g).to(device=device, dtype=dtype)
+        wt = w.t()  # the Linear layout: x @ W^T
+        for _ in range(2):
+            torch.matmul(x, wt)
+        sync(device)
+        t0 = time.perf_counter()
+        torch.matmul(x, wt)
+        sync(device)
+        one = max(time.perf_counter() - t0, 1e-6)
+        reps = max(1, int(min_time / 3 / one))
+        best = float("inf")
+        for _ in range(3):
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.matmul(x, wt)
+            sync(device)
+            best = min(best, (time.perf_counter() - t0) / reps)
+        f = 2.0 * m * K * N
+        per_shape[f"{m}x{K}x{N}"] = round(f / best / 1e9, 1)
+        tot_flops += f * c
+        tot_time += best * c
+        del x, w, wt
+    return {"M": M, "gflops": tot_flops / tot_time / 1e9, "per_shape_gflops": per_shape}
+
+
+# ----------------------------------------------------------------------------- GPU cost model
+
+H100_SXM = {"name": "H100 SXM 80GB", "bf16_dense_tflops": 989.4, "hbm_tb_s": 3.35, "mem_gb": 80.0}
+
+# Published configs. suffix = template ids after a one-token response (Llama 3: <|eot_id|>; Gemma 2:
+# <end_of_turn>, "\n"); norms = RMSNorms per layer (Gemma 2's sandwich has 4).
+COST_MODELS = {
+    "llama3-8b-rm": {"label": "8B Llama-3 RM", "layers": 32, "d": 4096, "inter": 14336, "heads": 32, "kv_heads": 8,
+                     "head_dim": 128, "vocab": 128256, "suffix": 1, "norms": 2},
+    "gemma2-27b-rm": {"label": "27B Gemma-2 RM", "layers": 46, "d": 4608, "inter": 36864, "heads": 32, "kv_heads": 16,
+                      "head_dim": 128, "vocab": 256000, "suffix": 2, "norms": 4},
+}
+
+
+def gpu_cost_model(cfg: dict, *, prompt_tokens: int = 50, gemm_frac: float = 0.6, hbm_frac: float = 0.8,
+                   gpu: dict = H100_SXM, target_tokens_per_batch: int = 16384) -> dict:
+    """Predicted full-vocabulary scan time for a one-output RM on one GPU (see benchmarks/README.md).
+
+    GEMM time = V * 2 * N_proj * t / (gemm_frac * peak). Memory terms at hbm_frac of HBM bandwidth:
+    weights re-read once per batch; activation traffic of unfused elementwise ops (an upper bound);
+    for hf-cache, the per-row prompt K/V (copied, re-concatenated by the cache update, read by
+    attention: 4x the K/V bytes per row), whose size also caps its batch.
+    """
+    L, d, I = cfg["layers"], cfg["d"], cfg["inter"]
+    hq, hkv = cfg["heads"] * cfg["head_dim"], cfg["kv_heads"] * cfg["head_dim"]
+    V, P, t = cfg["vocab"], prompt_tokens, 1 + cfg["suffix"]
+    n_proj = L * (d * hq + 2 * d * hkv + hq * d + 3 * d * I)
+    n_embed = V * d
+    peak = gpu["bf16_dense_tflops"] * 1e12 * gemm_frac
+    bw = gpu["hbm_tb_s"] * 1e12 * hbm_frac
+    flops_gemm = 2 * n_proj * t
+    flops_attn = L * t * 4 * (P + t) * hq  # QK^T and PV over the prompt + own suffix
+    # bf16 bytes per token per layer through HBM by unfused elementwise ops / GEMM inputs+outputs
+    act_elems = 2 * cfg["norms"] * d + 2 * (hq + 2 * hkv) + 2 * (hq + hkv) + 2 * hq + 10 * d + 6 * I
+    act_bytes_tok = 2 * L * act_elems
+    kv_row = 2 * L * hkv * P * 2  # bytes of the prompt's K and V for one row
+    w_bytes = 2 * (n_proj + n_embed)
+    free = gpu["mem_gb"] * 1e9 - w_bytes - 4e9  # 4 GB for the allocator, activations of small batches
+    act_live_tok = 2 * (3 * I + 6 * d)  # live bytes per token at the MLP (gate, up, act + residuals)
+    rows_rm = max(1, min(target_tokens_per_batch // t, int(free / (t * act_live_tok))))
+    rows_hf = max(1, min(rows_rm, int(free / (2 * kv_row + t * act_live_tok))))  # copy + cat'ed copy
+    out = {"model": cfg["label"], "vocab": V, "prompt_tokens": P, "tokens_per_candidate": t, "proj_params": n_proj,
+           "gflop_per_candidate": flops_gemm / 1e9, "attn_gflop_per_candidate": flops_attn / 1e9,
+           "act_mb_per_candidate": act_bytes_tok * t / 1e6, "kv_mib_per_row": kv_row / 2**20,
+           "weights_gb": w_bytes / 1e9, "gemm_frac": gemm_frac, "hbm_frac": hbm_frac, "gpu": gpu["name"]}
+    t_gemm = V * (flops_gemm + flops_attn) / peak
+    t_act = V * t * act_bytes_tok / bw
+    for name, rows, extra_row_bytes in (("rmfast", rows_rm, 0), ("hf-cache", rows_hf, 4 * kv_row)):
+        t_w = -(-V // rows) * 2 * n_proj / bw
+        t_kv = V * extra_row_bytes / bw
+        out[name] = {"rows_per_batch": rows, "gemm_s": t_gemm, "weights_s": t_w, "activations_s_max": t_act,
+                     "kv_copy_s": t_kv, "total_s_min": t_gemm + t_w + t_kv, "total_s_max": t_gemm + t_w + t_kv + t_act}
+    tn = P + t  # naive: the whole sequence per candidate
+    t_naive = V * (2 * n_proj * tn + L * 4 * tn * tn / 2 * hq) / peak
+    out["naive"] = {"tokens_per_candidate": tn, "gemm_s": t_naive, "total_s_min": t_naive,
+                    "total_s_max": t_naive + V * tn * act_bytes_tok / bw}
+    return out
+
+
+def format_cost_model(rows: list[dict]) -> str:
+    """A Markdown table of :func:`gpu_cost_model` rows: predicted seconds per method and the ratios."""
+    hdr = ("| model | V | t | GFLOP/cand | act. MB/cand (max) | prompt KV MiB/row | rmfast s | hf-cache s | naive s | "
+           "rmfast vs hf-cache | rmfast vs naive |")
+    out = [hdr, "|" + "|".join(["---"] * (hdr.count("|") - 1)) + "|"]
+    for r in rows:
+        rm, hf, nv = r["rmfast"], r["hf-cache"], r["naive"]
+        out.append(
+            f"| {r['model']} | {r['vocab']:,} | {r['tokens_per_candidate']} | {r['gflop_per_candidate']:.1f} | "
+            f"{r['act_mb_per_candidate']:.0f} | {r['kv_mib_per_row']:.2f} | {rm['total_s_min']:.1f}–{rm['total_s_max']:.1f} | "
+            f"{hf['total_s_min']:.1f}–{hf['total_s_max']:.1f} | {nv['total_s_min']:,.0f}–{nv['total_s_max']:,.0f} | "
+            f"{hf['total_s_min'] / rm['total_s_min']:.2f}–{hf['total_s_max'] / rm['total_s_max']:.2f}× | "
+            f"{nv['total_s_min'] / rm['total_s_min']:.0f}–{nv['total_s_max'] / rm['total_s_max']:.0f}× |")
+    return "\n".join(out)

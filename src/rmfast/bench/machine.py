@@ -1,0 +1,161 @@
+"""Machine, memory and timing helpers of ``rmfast bench``: what ran where, how much memory, how fast."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+
+
+def log(msg: str) -> None:
+    """One progress line on stderr (flushed, so it interleaves with the run)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA); a no-op on CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine_info(device: torch.device) -> dict:
+    """Platform, CPU model, cores, torch threads, GPU name, load average."""
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    fl = set(line.split(":", 1)[1].split())
+                    flags = " ".join(x for x in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if x in fl)
+                    break
+    except OSError:
+        pass
+    info = {
+        "platform": platform.platform(),
+        "cpu_model": cpu,
+        "cpu_flags": flags,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "loadavg_start": loadavg(),
+    }
+    return info
+
+
+def loadavg() -> list[float] | None:
+    """The 1/5/15-minute load averages (rounded), or None where the OS has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def versions() -> dict:
+    """rmfast, torch, transformers, python and numpy versions."""
+    import transformers
+
+    from ..version import __version__
+
+    return {"rmfast": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": sys.version.split()[0], "numpy": np.__version__}
+
+
+class PeakMemory:
+    """Peak memory of a code region: CUDA max_memory_allocated, or the process's peak RSS.
+
+    On Linux the RSS high-water mark is reset through /proc/self/clear_refs, so each region gets
+    its own peak; elsewhere it is the process-wide getrusage maximum (monotone; stated in `how`).
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.how = "cuda.max_memory_allocated" if device.type == "cuda" else "rss"
+
+    def reset(self) -> None:
+        """Start a new region: reset the CUDA peak or the RSS high-water mark."""
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self.how = "rss (VmHWM, reset per method)"
+        except OSError:
+            self.how = "rss (getrusage ru_maxrss, process-wide max)"
+
+    def read_mib(self) -> float:
+        """The peak since the last reset, in MiB."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return r / 2**20 if sys.platform == "darwin" else r / 1024
+
+
+
+def chunks(ids: np.ndarray, bs: int) -> list[np.ndarray]:
+    """``ids`` in consecutive slices of ``bs`` (the last one shorter)."""
+    return [ids[i : i + bs] for i in range(0, ids.size, bs)]
+
+
+def time_calls(fn, device: torch.device, repeats: int) -> tuple[np.ndarray, list[float]]:
+    """Call ``fn() -> list of score tensors`` ``repeats`` times; (scores of the last call, seconds per call)."""
+    times, out = [], None
+    for _ in range(max(1, repeats)):
+        sync(device)
+        t0 = time.perf_counter()
+        parts = fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+        out = torch.cat([p.float().cpu() for p in parts]).numpy()
+    return out, times
+
+
+def time_batches(fn, ids: np.ndarray, bs: int, device: torch.device, repeats: int) -> tuple[np.ndarray, list[float]]:
+    """Score ``ids`` (one-token responses) in batches of ``bs``, ``repeats`` times; (scores, seconds per pass)."""
+    return time_calls(lambda: [fn(torch.from_numpy(c)[:, None]) for c in chunks(ids, bs)], device, repeats)
+
+
+def pick_batch(fn, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict | None]:
+    """Warm each batch size up on one batch, time one more; the fastest per candidate wins.
+
+    With a single option it only runs the warm-up batch (no probe).
+    """
+    options = sorted({int(min(b, ids.size)) for b in options})
+    if len(options) == 1:
+        fn(torch.from_numpy(ids[: options[0]])[:, None])  # warm-up
+        sync(device)
+        return options[0], None
+    probe = {bs: probe_batch(fn, ids, bs, device) for bs in options}
+    return max(probe, key=probe.get), probe
+
+
+def probe_batch(fn, ids: np.ndarray, bs: int, device: torch.device) -> float:
+    """Candidates/s of one batch of ``bs`` after one warm-up batch of the same shape."""
+    batch = torch.from_numpy(ids[:bs])[:, None]
+    fn(batch)  # warm-up (allocator, oneDNN primitives / CUDA kernels for this shape)
+    sync(device)
+    t0 = time.perf_counter()
+    fn(batch)
+    sync(device)
+    return round(bs / (time.perf_counter() - t0), 2)

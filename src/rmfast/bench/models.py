@@ -1,0 +1,47 @@
+"""The model configurations ``rmfast bench`` knows, and how ``--models`` names them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PROMPT = "What, in one word, is the greatest thing ever?"
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    """One benchmark configuration: which model, which head, which template."""
+
+    name: str
+    spec: str
+    head: str  # "score" | "logprob" | "auto"
+    template: str | None = None  # None: the tokenizer's chat template, else lm.default_template
+    random_head_seed: int | None = None
+    note: str = ""
+
+
+BENCH_MODELS = {
+    "smollm2-135m-instruct": BenchModel(
+        "smollm2-135m-instruct", "smollm2-135m-instruct", "score", None, 0,
+        "SmolLM2-135M-Instruct as a 1-output classifier, seeded random head (seed 0); chat template",
+    ),
+    "gemma3-270m": BenchModel(
+        "gemma3-270m", "gemma3-270m", "logprob", None, None,
+        "Gemma 3 270M base, logprob head, plain template 'User: {prompt}\\nAssistant: {response}': the suffix is "
+        "empty, so a one-token candidate's log-prob is one entry of the prompt pass's log-softmax (no per-row work)",
+    ),
+    "gemma3-270m@eot": BenchModel(
+        "gemma3-270m@eot", "gemma3-270m", "logprob", "User: {prompt}\nAssistant: {response}<end_of_turn>", None,
+        "Gemma 3 270M base, logprob head, template ending in <end_of_turn>: per row 1 token through the layers "
+        "+ the 262,144-way LM head (log p(response) + log p(<end_of_turn> | response))",
+    ),
+}
+DEFAULT_MODELS = "smollm2-135m-instruct,gemma3-270m,gemma3-270m@eot"
+
+
+def resolve_models(spec: str) -> list[BenchModel]:
+    """``--models``: comma-separated names; a known name is its configuration, any other a loadable spec
+    benchmarked with its default head and template."""
+    out = []
+    for name in [s.strip() for s in spec.split(",") if s.strip()]:
+        out.append(BENCH_MODELS.get(name) or BenchModel(name, name, "auto", None, None, "user-given model"))
+    return out

@@ -1,0 +1,133 @@
+"""What ``rmfast bench`` writes: the CSV and JSON of every row, the bar chart, the Markdown table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+from .machine import log
+
+DEFAULT_OUT = os.path.join("benchmarks", "out")
+METHODS = ("naive", "hf-cache", "rmfast-eager", "rmfast")
+
+
+CSV_FIELDS = [
+    "model", "method", "head", "device", "dtype", "n_timed", "batch_size", "tokens_per_candidate",
+    "tokens_executed_per_candidate", "flops_per_candidate", "cand_per_s", "cand_per_s_median", "rmfast_speedup",
+    "useful_gflops", "gemm_peak_gflops", "frac_gemm_peak", "peak_bound_cand_per_s", "setup_s", "est_full_vocab_s",
+    "full_wall_s", "peak_mem_mib", "agree_spearman", "agree_max_abs_diff", "fp32_max_abs_diff", "agree_ok",
+    "prefix_tokens",
+    "suffix_tokens", "vocab", "gemm_params", "lm_head_params", "gemm_peak_M", "repeats", "pass_s", "loadavg_start",
+    "loadavg_end", "cpu_model", "cpu_count", "torch_threads", "gpu", "platform", "torch", "transformers", "rmfast",
+    "timestamp",
+]
+
+
+def write_outputs(rows: list[dict], meta: dict, out_dir: Path) -> dict:
+    """Rows (with the machine and versions) as CSV and JSON, timestamped and as ``bench_latest``; their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = meta["timestamp"].replace(":", "").replace("-", "")
+    flat = []
+    for r in rows:
+        f = dict(r)
+        f.update({k: meta["machine"].get(k) for k in ("cpu_model", "cpu_count", "torch_threads", "gpu", "platform")})
+        f.update({k: meta["versions"].get(k) for k in ("torch", "transformers", "rmfast")})
+        f["timestamp"] = meta["timestamp"]
+        flat.append(f)
+    paths = {}
+    for name in (f"bench_{stamp}", "bench_latest"):
+        p = out_dir / f"{name}.csv"
+        with open(p, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+            w.writeheader()
+            for f in flat:
+                w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in f.items()})
+        j = out_dir / f"{name}.json"
+        j.write_text(json.dumps({**meta, "rows": flat}, indent=1, default=str))
+        paths[name] = (p, j)
+    return paths
+
+
+def plot(rows: list[dict], path: Path, title: str) -> Path | None:
+    """Bar chart of candidates/s per method per model (log scale) with the GEMM-peak bound."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("note: matplotlib is not installed; skipping the plot (pip install matplotlib)")
+        return None
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    colors = {"naive": "#9e9e9e", "hf-cache": "#4c72b0", "rmfast-eager": "#f0b27a", "rmfast": "#dd8452"}
+    fig, ax = plt.subplots(figsize=(2.2 + 3.6 * len(models), 5.2))
+    width = 0.2
+    ymax = 1.0
+    for i, m in enumerate(models):
+        by = {r["method"]: r for r in rows if r["model"] == m}
+        for j, meth in enumerate(METHODS):
+            r = by.get(meth)
+            if not r:
+                continue
+            x = i + (j - 1.5) * width
+            v = r["cand_per_s"]
+            ymax = max(ymax, v)
+            ax.bar(x, v, width * 0.92, color=colors[meth], label=meth if i == 0 else None)
+            lab = f"{v:,.0f}" if v >= 10 else f"{v:.1f}"
+            if meth != "rmfast":
+                x_ = r["rmfast_speedup"]
+                lab += f"\n(×{x_:,.0f})" if x_ >= 100 else f"\n(×{x_:.1f})"
+            ax.text(x, v * 1.08, lab, ha="center", va="bottom", fontsize=8)
+        pk = by.get("rmfast", {}).get("peak_bound_cand_per_s")
+        if pk:
+            ymax = max(ymax, pk)
+            ax.hlines(pk, i - 2.1 * width, i + 2.1 * width, colors="crimson", linestyles="--",
+                      label="GEMM-peak bound" if not any(t.get_label() == "GEMM-peak bound" for t in ax.collections) else None)
+            ax.text(i + 2.1 * width, pk, f" peak\n {pk:,.0f}", color="crimson", fontsize=8, va="center", ha="left")
+    ax.set_yscale("log")
+    ax.set_ylim(top=ymax * 12)
+    ticks = []
+    for m in models:
+        r = next(r for r in rows if r["model"] == m)
+        sub = ("whole vocab, no per-row work" if r.get("whole_vocab_timed")
+               else f"{r['head']} head, {r['tokens_per_candidate']} tok/cand")
+        ticks.append(f"{m}\n{sub}")
+    ax.set_xticks(range(len(models)))
+    ax.set_xticklabels(ticks, fontsize=9)
+    ax.set_xlim(-0.6, len(models) - 0.2)
+    ax.set_ylabel("candidates / s (log scale; higher is better)")
+    ax.text(0.99, 0.985, "(×N): rmfast is N× faster", transform=ax.transAxes, ha="right", va="top", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", which="major", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, labels, loc="upper left", fontsize=8, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def format_table(rows: list[dict]) -> str:
+    """A Markdown table of the measured rows."""
+    head = ("| model | method | batch | cand/s | rmfast × | useful GFLOP/s | % GEMM peak | peak mem MiB | "
+            "est. full vocab | agrees with rmfast: bf16 ρ, fp32 max abs diff |")
+    out = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for r in rows:
+        if r["method"] == "rmfast-full":
+            ug = f"{r['useful_gflops']:,.1f}" if r.get("useful_gflops") is not None else "–"
+            out.append(f"| {r['model']} | rmfast full vocab ({r['n_timed']:,}) | {r['batch_size']} | "
+                       f"{r['cand_per_s']:,.1f} | | {ug} | | {r['peak_mem_mib']:,.0f} | "
+                       f"{r['full_wall_s']:.1f} s wall ({r['full_scan_s']:.1f} s scoring) | |")
+            continue
+        fr = f"{100 * r['frac_gemm_peak']:.1f}%" if r.get("frac_gemm_peak") is not None else "–"
+        ug = f"{r['useful_gflops']:,.1f}" if r.get("useful_gflops") is not None else "–"
+        est = r["est_full_vocab_s"]
+        est_s = f"{est / 3600:.1f} h" if est > 7200 else (f"{est / 60:.1f} min" if est > 120 else f"{est:.1f} s")
+        ag = "(reference)" if r.get("agree_ok") is None else (
+            f"{'yes' if r['agree_ok'] else 'NO'}: {r['agree_spearman']:.4f}, "
+            + (f"{r['fp32_max_abs_diff']:.1e}" if r.get("fp32_max_abs_diff") is not None else "–"))
+        out.append(f"| {r['model']} | {r['method']} | {r['batch_size']} | {r['cand_per_s']:,.1f} | "
+                   f"{r['rmfast_speedup']:,.1f} | {ug} | {fr} | {r['peak_mem_mib']:,.0f} | {est_s} | {ag} |")
+    return "\n".join(out)

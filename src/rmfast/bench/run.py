@@ -1,0 +1,395 @@
+"""One model configuration through every method: setup, rmfast (compiled and eager), the GEMM peak,
+hf-cache, naive, agreement, the optional full-vocabulary scan, and the rows that record them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .baselines import HFCacheScorer, agreement, fp32_check, naive_scorer
+from .flops import engine_gemm_shapes, flops_per_candidate, gemm_peak, model_dims
+from .machine import PeakMemory, chunks, loadavg, log, pick_batch, probe_batch, sync, time_batches, time_calls
+from .models import BenchModel
+
+
+def candidate_ids(n_vocab: int, n: int, seed: int = 0) -> np.ndarray:
+    """n ids spread over the whole vocabulary (seeded), in random order so any prefix is a fair sample."""
+    rng = np.random.default_rng(seed)
+    return rng.permutation(n_vocab)[: min(n, n_vocab)].astype(np.int64)
+
+
+def device_defaults(device: torch.device) -> dict:
+    """Sample sizes, batch-size options, repeats and fp32-check size for the device type."""
+    if device.type == "cuda":
+        return {"n_candidates": 65536, "n_naive": 4096, "naive_batches": (256, 1024), "hf_batches": (512, 2048),
+                "repeats": 3, "check_n": 256}
+    return {"n_candidates": 2048, "n_naive": 128, "naive_batches": (32, 64, 128), "hf_batches": (64, 128, 256),
+            "repeats": 3, "check_n": 32}
+
+
+@dataclass
+class BenchRun:
+    """The state one model configuration's measurements share.
+
+    ``ids`` (n,) are the timed candidates (naive times its first ``n_naive``). The rmfast step sets
+    ``eng``, ``tpr`` (tokens a candidate row runs through the layers), ``whole`` (no per-row work:
+    the whole vocabulary is timed, prompt pass included), ``compile_rm`` and ``compile_s``.
+    """
+
+    cfg: BenchModel
+    lm: object
+    args: object
+    device: torch.device
+    dflt: dict
+    head: str
+    tmpl: object
+    dtype: torch.dtype
+    n_vocab: int
+    dims: dict
+    mem: PeakMemory
+    n: int
+    n_naive: int
+    reps: int
+    ids: np.ndarray
+    load_start: list[float] | None
+    eng: object = None
+    tpr: int = 0
+    whole: bool = False
+    compile_rm: bool = False
+    compile_s: float | None = None
+
+    @property
+    def model(self):
+        return self.lm.model
+
+
+@dataclass
+class Timed:
+    """One method's measurement: scores of the last pass, seconds per pass, and what it ran with."""
+
+    scores: np.ndarray
+    times: list[float]
+    batch_size: int
+    setup_s: float = 0.0
+    mem_mib: float = 0.0
+    probe: dict | None = None
+
+
+def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> BenchRun:
+    """Head, template, dimensions and the candidate sample of one configuration."""
+    from ..resolve import default_head
+    from ..template import build_template
+    from ..vocab import vocab_size
+
+    model, tok = lm.model, lm.tokenizer
+    head = default_head(model) if cfg.head == "auto" else cfg.head
+    tmpl_str = cfg.template if cfg.template is not None else lm.default_template
+    tmpl = build_template(tok, args.prompt, template=tmpl_str)
+    dtype = next(model.parameters()).dtype
+    n_vocab = vocab_size(model, tok)
+    dims = model_dims(model, head)
+    mem = PeakMemory(device)
+    n = args.n_candidates or dflt["n_candidates"]
+    n_naive = min(args.n_naive or dflt["n_naive"], n)
+    reps = args.repeats or dflt["repeats"]
+    ids = candidate_ids(n_vocab, n, seed=args.seed)
+    n = ids.size
+    return BenchRun(cfg, lm, args, device, dflt, head, tmpl, dtype, n_vocab, dims, mem, n, n_naive, reps, ids,
+                    loadavg())
+
+
+def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
+    """rmfast (the compiled CPU layer where it applies) and rmfast-eager (the same engine, not compiled)."""
+    from ..engine import Engine
+    from ..resolve import auto_batch_size, even_batch
+
+    device, args, model, tmpl, head = b.device, b.args, b.model, b.tmpl, b.head
+    b.compile_rm = device.type == "cpu" and args.compile != "off"
+    b.mem.reset()
+    sync(device)
+    t0 = time.perf_counter()
+    b.eng = eng = Engine(model, tmpl, head=head, compile=b.compile_rm)
+    sync(device)
+    setup_rm = time.perf_counter() - t0
+    b.tpr = eng.tokens_per_row(1)
+    # No per-row work (logprob head, empty continuation): every candidate's score is one entry of the
+    # prompt pass's log-softmax. Then the prompt pass IS the work: rmfast and hf-cache are timed over the
+    # whole vocabulary, prompt pass included (setup_s = 0), and candidates/s is the full-scan rate.
+    b.whole = b.tpr == 0
+    if b.whole:
+        b.ids = candidate_ids(b.n_vocab, b.n_vocab, seed=args.seed)  # same permutation: naive's ids are its first ones
+        b.n = b.ids.size
+    ids, n, reps = b.ids, b.n, b.reps
+    bs_rm = min(args.batch_size or even_batch(n, auto_batch_size(device, max(1, b.tpr))), n)
+    t_eg = s_eg = None
+    if b.whole:
+        def run_rm():
+            e = Engine(model, tmpl, head=head)
+            return [e.score(torch.from_numpy(c)[:, None]) for c in chunks(ids, bs_rm)]
+
+        run_rm()  # warm-up
+        s_rm, t_rm = time_calls(run_rm, device, reps)
+        setup_rm = 0.0
+        b.compile_rm = False
+    else:
+        sync(device)
+        t0 = time.perf_counter()
+        eng.score(torch.from_numpy(ids[:bs_rm])[:, None])  # warm-up batch (+ the one-off compile)
+        sync(device)
+        first = time.perf_counter() - t0
+        b.compile_rm = b.compile_rm and eng.compile  # False if torch.compile failed here (warned)
+        s_rm, t_rm = time_batches(eng.score, ids, bs_rm, device, reps)
+        if b.compile_rm:
+            b.compile_s = max(0.0, first - min(t_rm) * bs_rm / n)  # warm-up batch minus a timed batch
+            eager = Engine(model, tmpl, head=head)
+            eager.score(torch.from_numpy(ids[:bs_rm])[:, None])
+            s_eg, t_eg = time_batches(eager.score, ids, bs_rm, device, reps)
+            del eager
+    mem_rm = b.mem.read_mib()
+    log(f"  rmfast    batch {bs_rm:5d}: {n / min(t_rm):10.1f} cand/s  (passes {', '.join(f'{t:.2f}' for t in t_rm)} s)"
+         + (f"  [compiled; compile {b.compile_s:.1f} s]" if b.compile_rm else "")
+         + ("  [no per-row work: whole vocabulary, prompt pass included]" if b.whole else ""))
+    if t_eg is not None:
+        log(f"  rmfast-eager batch {bs_rm:5d}: {n / min(t_eg):10.1f} cand/s")
+    rm = Timed(s_rm, t_rm, bs_rm, setup_rm, mem_rm)
+    return rm, (Timed(s_eg, t_eg, bs_rm, setup_rm, mem_rm) if t_eg is not None else None)
+
+
+def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
+    """FLOPs per candidate, and the GEMM peak at the rmfast batch's M (None: no per-row work or --no-peak)."""
+    fpc = flops_per_candidate(b.dims, b.tpr)
+    peak = None
+    if b.tpr > 0 and not b.args.no_peak:
+        from ..kernels.cpu_logprob import CHUNK
+
+        M = bs_rm * b.tpr
+        peak = gemm_peak(b.dims, M, b.dtype, b.device, shapes=engine_gemm_shapes(b.eng, b.dims),
+                         lm_chunk=CHUNK if b.device.type == "cpu" else 8192)
+        log(f"  GEMM peak M={M}: {peak['gflops']:.1f} GFLOP/s -> {peak['gflops'] * 1e9 / fpc:.1f} cand/s")
+    return fpc, peak
+
+
+def time_hf_cache(b: BenchRun) -> Timed:
+    """hf-cache: the prompt's cache once (setup), then per batch a per-row copy of it."""
+    device, args, model, tmpl, head, ids = b.device, b.args, b.model, b.tmpl, b.head, b.ids
+    b.mem.reset()
+    sync(device)
+    t0 = time.perf_counter()
+    hfc = HFCacheScorer(model, tmpl, head=head)
+    sync(device)
+    setup_hf = time.perf_counter() - t0
+    if b.whole:
+        bs_hf, probe_hf = b.n, None
+
+        def run_hf():
+            h = HFCacheScorer(model, tmpl, head=head)
+            return [h.score(torch.from_numpy(ids)[:, None])]
+
+        run_hf()  # warm-up
+        s_hf, t_hf = time_calls(run_hf, device, b.reps)
+        setup_hf = 0.0
+    else:
+        options = b.dflt["hf_batches"] if not args.hf_batch else (args.hf_batch,)
+        bs_hf, probe_hf = pick_batch(hfc.score, ids, options, device)
+        s_hf, t_hf = time_batches(hfc.score, ids, bs_hf, device, b.reps)
+    mem_hf = b.mem.read_mib()
+    log(f"  hf-cache  batch {bs_hf:5d}: {b.n / min(t_hf):10.1f} cand/s" + (f"  (probe {probe_hf})" if probe_hf else ""))
+    del hfc
+    return Timed(s_hf, t_hf, bs_hf, setup_hf, mem_hf, probe_hf)
+
+
+def time_naive(b: BenchRun) -> Timed:
+    """naive: full sequences on the first ``n_naive`` ids, at the best of the batch-size options."""
+    device, args, model, tmpl, head, n_naive = b.device, b.args, b.model, b.tmpl, b.head, b.n_naive
+    ids_nv = b.ids[:n_naive]
+    b.mem.reset()
+    opts = sorted({min(x, n_naive) for x in (b.dflt["naive_batches"] if not args.naive_batch else (args.naive_batch,))})
+    probe_nv = None
+    if len(opts) == 1:
+        bs_nv = opts[0]
+        naive_scorer(model, tmpl, head, bs_nv)(torch.from_numpy(ids_nv[:bs_nv])[:, None])  # warm-up batch
+    else:
+        probe_nv = {bs: probe_batch(naive_scorer(model, tmpl, head, bs), ids_nv, bs, device) for bs in opts}
+        bs_nv = max(probe_nv, key=probe_nv.get)
+    s_nv, t_nv = time_calls(lambda: [naive_scorer(model, tmpl, head, bs_nv)(torch.from_numpy(ids_nv)[:, None])],
+                            device, b.reps)
+    if head == "logprob":  # the cap reference_scores applies (same formula), so the table shows the real batch
+        V = model.config.get_text_config().vocab_size
+        bs_nv = max(1, min(bs_nv, int(5e7 // ((1 + len(tmpl.continuation_ids) + 1) * V))))
+    mem_nv = b.mem.read_mib()
+    log(f"  naive     batch {bs_nv:5d}: {n_naive / min(t_nv):10.1f} cand/s" + (f"  (probe {probe_nv})" if probe_nv else ""))
+    return Timed(s_nv, t_nv, bs_nv, 0.0, mem_nv, probe_nv)
+
+
+def check_agreement(b: BenchRun, rm: Timed, eg: Timed | None, hf: Timed, nv: Timed) -> dict:
+    """Agreement with rmfast on the timed candidates (benchmark dtype), then exactness in fp32.
+
+    Returns {"hf", "nv", "eg", "floor", "min_rho", "exact"}; each method's ``ok`` needs both checks.
+    """
+    n_naive = b.n_naive
+    agr_hf = agreement(rm.scores, hf.scores)
+    agr_nv = agreement(rm.scores[:n_naive], nv.scores)
+    agr_eg = agreement(rm.scores, eg.scores) if eg is not None else None
+    floor = agreement(hf.scores[:n_naive], nv.scores)  # two plain-HF paths: the dtype's own noise floor
+    min_rho = min(0.99, floor["spearman"] - 0.01)
+    for a in (agr_hf, agr_nv, agr_eg):
+        if a is not None:
+            a["ok"] = a["spearman"] >= min_rho
+    # ... and exactness in fp32 on the first check_n of them (same weights, parameters cast up and back)
+    check_n = min(n_naive, b.dflt["check_n"] if b.args.check_n is None else b.args.check_n)
+    exact = None
+    if check_n > 0:
+        exact = fp32_check(b.model, b.tmpl, b.head, b.ids[:check_n], b.device, b.dtype, compile=b.compile_rm)
+        agr_hf["ok"] = agr_hf["ok"] and exact["hf-cache_ok"]
+        agr_nv["ok"] = agr_nv["ok"] and exact["naive_ok"]
+        if agr_eg is not None:
+            agr_eg["ok"] = agr_eg["ok"] and exact["rmfast-eager_ok"]
+        log(f"  fp32 check on {check_n} ids: max |rmfast - hf-cache| {exact['hf-cache_max_abs_diff']:.2e}, "
+             f"max |rmfast - naive| {exact['naive_max_abs_diff']:.2e}")
+    return {"hf": agr_hf, "nv": agr_nv, "eg": agr_eg, "floor": floor, "min_rho": min_rho, "exact": exact}
+
+
+def full_scan(b: BenchRun) -> dict | None:
+    """``--full``: the full-vocabulary rmfast scan, as ``rmfast scan`` runs it (None without ``--full``)."""
+    if not b.args.full:
+        return None
+    from ..pipeline import scan
+
+    args = b.args
+    b.mem.reset()
+    res = scan(b.model, b.lm.tokenizer, args.prompt, head=b.head, template=b.tmpl, engine="fast", progress=False,
+               batch_size=args.batch_size or "auto", compile=args.compile)
+    full = {"n_candidates": int(res.manifest["n_candidates"]), "wall_s": res.manifest["wall_s"],
+            "scan_s": res.manifest["scan_s"], "candidates_per_s": res.manifest["candidates_per_s"],
+            "batch_size": res.manifest["batch_size"], "peak_mem_mib": round(b.mem.read_mib(), 1),
+            "compiled": res.manifest.get("compiled"), "first_batch_s": res.manifest.get("first_batch_s")}
+    log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.1f} s wall, "
+         f"{full['candidates_per_s']} cand/s")
+    return full
+
+
+def common_fields(b: BenchRun, fpc: float, peak: dict | None) -> dict:
+    """The columns every row of one configuration shares."""
+    tmpl, tpr, device = b.tmpl, b.tpr, b.device
+    return {
+        "model": b.cfg.name, "model_spec": b.cfg.spec, "head": b.head, "template_kind": tmpl.kind,
+        "prefix_tokens": len(tmpl.prefix_ids), "suffix_tokens": len(tmpl.suffix_ids), "tokens_per_candidate": tpr,
+        "vocab": b.n_vocab, "device": str(device), "dtype": str(b.dtype).replace("torch.", ""),
+        "gemm_params": b.dims["gemm_params"], "lm_head_params": b.dims["lm_head_params"],
+        "flops_per_candidate": fpc if tpr > 0 else None,
+        "gemm_peak_gflops": round(peak["gflops"], 1) if peak else None,
+        "gemm_peak_M": peak["M"] if peak else None,
+        "peak_bound_cand_per_s": round(peak["gflops"] * 1e9 / fpc, 1) if peak else None,
+        "mem_how": b.mem.how, "loadavg_start": b.load_start, "loadavg_end": loadavg(),
+        "whole_vocab_timed": b.whole,
+        "rmfast_compiled": bool(b.compile_rm),
+        "compile_s": round(b.compile_s, 2) if b.compile_s is not None else None,
+    }
+
+
+def method_rows(b: BenchRun, timed: dict[str, Timed], agr: dict, fpc: float, peak: dict | None,
+                full: dict | None) -> list[dict]:
+    """One row per method (naive, hf-cache, [rmfast-eager], rmfast), then the full scan's if it ran."""
+    common = common_fields(b, fpc, peak)
+    tpr, exact, n_vocab = b.tpr, agr["exact"], b.n_vocab
+    rm, eg = timed["rmfast"], timed.get("rmfast-eager")
+    cand_rm = b.n / min(rm.times)
+    P, S = len(b.tmpl.prefix_ids), len(b.tmpl.suffix_ids)
+    # (method, timed, candidates, setup_s, agreement, tokens executed per candidate)
+    methods = [("naive", timed["naive"], b.n_naive, 0.0, agr["nv"], P + 1 + S),
+               ("hf-cache", timed["hf-cache"], b.n, timed["hf-cache"].setup_s, agr["hf"], tpr)]
+    if eg is not None:
+        methods.append(("rmfast-eager", eg, b.n, rm.setup_s, agr["eg"], tpr))
+    # rmfast's one-off compile is part of its cost for one scan: est_full_vocab_s includes it
+    methods.append(("rmfast", rm, b.n, rm.setup_s + (b.compile_s or 0.0), None, tpr))
+    rows = []
+    for method, t, cnt, setup, a, executed in methods:
+        cps = cnt / min(t.times)
+        row = dict(common)
+        row.update({
+            "method": method, "n_timed": cnt, "batch_size": t.batch_size, "batch_probe": t.probe,
+            "tokens_executed_per_candidate": executed, "repeats": len(t.times),
+            "pass_s": [round(x, 4) for x in t.times], "cand_per_s": round(cps, 2),
+            "cand_per_s_median": round(cnt / float(np.median(t.times)), 2),
+            "rmfast_speedup": round(cand_rm / cps, 2),
+            "useful_gflops": round(fpc * cps / 1e9, 2) if tpr > 0 else None,
+            "frac_gemm_peak": round(fpc * cps / 1e9 / peak["gflops"], 4) if peak else None,
+            "setup_s": round(setup, 4),
+            "est_full_vocab_s": round(setup + n_vocab / cps, 2),
+            "peak_mem_mib": round(t.mem_mib, 1),
+            "agree_spearman": a["spearman"] if a else None,
+            "agree_max_abs_diff": a["max_abs_diff"] if a else None,
+            "agree_max_diff_over_std": a["max_diff_over_std"] if a else None,
+            "agree_ok": a["ok"] if a else None,
+            "fp32_max_abs_diff": (exact[f"{method}_max_abs_diff"] if exact and a else None),
+        })
+        rows.append(row)
+    if full:
+        row = dict(common)
+        row.update({"method": "rmfast-full", "n_timed": full["n_candidates"], "batch_size": full["batch_size"],
+                    "cand_per_s": full["candidates_per_s"], "full_wall_s": full["wall_s"], "full_scan_s": full["scan_s"],
+                    "peak_mem_mib": full["peak_mem_mib"],
+                    "useful_gflops": round(fpc * full["candidates_per_s"] / 1e9, 2) if tpr > 0 else None})
+        rows.append(row)
+    return rows
+
+
+def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> tuple[list[dict], dict]:
+    """All methods on one model configuration; returns (rows, extras)."""
+    b = prepare(cfg, lm, args, device, dflt)
+    rm, eg = time_rmfast(b)
+    fpc, peak = measure_peak(b, rm.batch_size)
+    hf = time_hf_cache(b)
+    nv = time_naive(b)
+    agr = check_agreement(b, rm, eg, hf, nv)
+    full = full_scan(b)
+    timed = {"naive": nv, "hf-cache": hf, "rmfast": rm}
+    if eg is not None:
+        timed["rmfast-eager"] = eg
+    rows = method_rows(b, timed, agr, fpc, peak, full)
+    extras = {"model": cfg.name, "note": cfg.note, "source": lm.source, "template": b.tmpl.manifest(),
+              "dims": {k: v for k, v in b.dims.items() if k != "layer_shapes"}, "gemm_peak": peak,
+              "agreement": {"hf-cache_vs_rmfast": agr["hf"], "naive_vs_rmfast": agr["nv"],
+                            "naive_vs_hf-cache_floor": agr["floor"], "rmfast-eager_vs_rmfast": agr["eg"],
+                            "min_spearman": agr["min_rho"], "fp32_check": agr["exact"]}, "full": full}
+    if args.profile:
+        extras["profile"] = profile_engine(b.eng, b.ids, rm.batch_size, device, n_batches=args.profile)
+    b.eng = None
+    return rows, extras
+
+
+def profile_engine(eng, ids: np.ndarray, bs: int, device: torch.device, n_batches: int = 3, top: int = 15) -> dict:
+    """torch.profiler over a few engine batches: the top ops by self time.
+
+    Without per-row work (tokens_per_row(1) == 0) the prompt pass is the work: each "batch" is then
+    a fresh Engine (prompt pass + log-softmax over the vocabulary) scoring ``bs`` ids.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    from ..engine import Engine
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    batches = [torch.from_numpy(c)[:, None] for c in chunks(np.resize(ids, bs * n_batches), bs)][:n_batches]
+    whole = eng.tokens_per_row(1) == 0
+
+    def step(b):
+        e = Engine(eng.model, eng.template, head=eng.head, head_index=eng.head_index) if whole else eng
+        return e.score(b)
+
+    step(batches[0])
+    with profile(activities=acts) as prof:
+        for b in batches:
+            step(b)
+        sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    ka = prof.key_averages()
+    total = sum(getattr(e, key, 0) for e in ka) or 1
+    rows = []
+    for e in sorted(ka, key=lambda e: getattr(e, key), reverse=True)[:top]:
+        rows.append({"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key) / 1e3, 2),
+                     "self_pct": round(100 * getattr(e, key) / total, 1)})
+    return {"sort": key, "batch_size": bs, "n_batches": n_batches, "whole_vocab": whole, "top": rows,
+            "table": ka.table(sort_by=key, row_limit=top)}
