@@ -16,14 +16,17 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_PROMPT = "What, in one word, is the greatest thing ever?"
 
 
-def add_model_args(p: argparse.ArgumentParser, *, dtype_default: str = "auto") -> None:
-    """MODEL, --dtype, --device, --trust-remote-code, --cache-dir."""
-    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
-                   help=f"hub id, local folder, .gguf file or embedded alias (default: {DEFAULT_MODEL})")
+def add_model_args(p: argparse.ArgumentParser, *, dtype_default: str = "auto", positional: bool = True) -> None:
+    """MODEL (unless ``positional=False``: a command that names its models otherwise), --dtype, --device,
+    --trust-remote-code, --cache-dir."""
+    if positional:
+        p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                       help=f"hub id, local folder, .gguf file or embedded alias (default: {DEFAULT_MODEL})")
     if dtype_default == "auto":
         dhelp = "auto|bfloat16|float16|float32 (default auto: bf16 on CPU, the model's on CUDA)"
     else:
-        dhelp = f"{dtype_default} (default)|bfloat16|float16|float32|auto"
+        rest = [d for d in ("bfloat16", "float16", "float32", "auto") if d != dtype_default]
+        dhelp = f"{dtype_default} (default: one forward pass, exact)|" + "|".join(rest)
     p.add_argument("--dtype", default=dtype_default, help=dhelp)
     p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code (default off)")

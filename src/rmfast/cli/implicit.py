@@ -142,8 +142,5 @@ def register(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
     p.add_argument("--top", type=int, default=10, help="rows in the printed tables (single prompt; default 10)")
     p.add_argument("--no-progress", action="store_true", help="no per-prompt progress lines")
-    p.add_argument("--dtype", default="float32", help="float32 (default: one forward pass, exact)|bfloat16|float16|auto")
-    p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code (default off)")
-    p.add_argument("--cache-dir", default=None, help="rmfast cache (default $RMFAST_CACHE or ~/.cache/rmfast)")
+    common.add_model_args(p, dtype_default="float32", positional=False)  # one forward pass per model: exact
     p.set_defaults(func=run)
