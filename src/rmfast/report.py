@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
-import os
-import tempfile
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -23,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UserError
+from .io import atomic_write
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;
@@ -372,17 +371,9 @@ def _page(title, source, scans, styles, sections) -> str:
 
 
 def write_report(path: str | PathLike, html_text: str) -> Path:
-    """Write the report atomically (temporary file beside it, then rename)."""
+    """Write the report atomically (temporary file beside it, then rename), mode 0666 & ~umask."""
     path = Path(path)
     if path.parent and not path.parent.exists():
         raise UserError(f"folder {path.parent} does not exist; create it or choose another --out")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(html_text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda tmp: Path(tmp).write_text(html_text, encoding="utf-8"))
     return path
