@@ -51,7 +51,7 @@ def atomic_write(path: str | os.PathLike, write) -> Path:
     usual umask 022), not the 0600 of ``tempfile.mkstemp``.
 
     Example:
-        >>> import secrets
+        >>> import tempfile
         >>> d = Path(tempfile.mkdtemp())
         >>> atomic_write(d / "out" / "a.txt", lambda tmp: Path(tmp).write_text("hello")).read_text()
         'hello'
