@@ -11,6 +11,7 @@ import torch
 
 from rmfast.cli import main
 
+import rounding as R
 import tiny_models as T
 
 
@@ -45,17 +46,24 @@ def test_scan_writes_parquet_and_manifest(tiny_dir, tmp_path, capsys):
 
 
 def test_scan_compile_on_matches_off(tiny_dir, tmp_path, capsys):
+    prompt = "What, in one word, is the greatest thing ever?"
     res = {}
     for mode in ("off", "on"):
         out = tmp_path / f"{mode}.parquet"
-        rc, so, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "100:700", "--batch-size", "256",
+        rc, so, se = run(["scan", str(tiny_dir), "--prompt", prompt, "--dtype", "float32", "--token-ids", "100:700", "--batch-size", "256",
                           "--compile", mode, "--out", str(out), "--no-progress", "--top", "0"], capsys)
         assert rc == 0, se
         man = pd.read_json(str(out) + ".json", typ="series")
         assert bool(man["compiled"]) == (mode == "on")
         assert ("(compiled)" in so) == (mode == "on")
         res[mode] = pd.read_parquet(out)["score"].to_numpy()
-    np.testing.assert_allclose(res["on"], res["off"], atol=2e-5, rtol=0)  # fp32: the same numbers
+    # fp32 in another order (inductor fuses and re-blocks the sums): equal to rounding, 2E against float64
+    from rmfast.load import load
+    from rmfast.scan import scan
+
+    lm = load(str(tiny_dir), dtype="float32", device="cpu")
+    ref = scan(lm.model.double(), lm.tokenizer, prompt, token_ids="100:700", progress=False).scores
+    R.assert_agree_to_rounding(res["off"], res["on"], ref)
 
 
 def test_resolve_compile(monkeypatch):
