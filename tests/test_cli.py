@@ -45,6 +45,7 @@ def test_scan_writes_parquet_and_manifest(tiny_dir, tmp_path, capsys):
     assert out.read_bytes() == before
 
 
+@pytest.mark.compiles
 def test_scan_compile_on_matches_off(tiny_dir, tmp_path, capsys):
     prompt = "What, in one word, is the greatest thing ever?"
     res = {}
@@ -146,6 +147,7 @@ def test_no_traceback_in_a_real_process(tmp_path):
     assert p.stderr.strip().count("\n") == 0 and p.stderr.startswith("rmfast: error"), p.stderr
 
 
+@pytest.mark.compiles
 def test_scan_auto_compile_skips_long_prompts(monkeypatch, smol_tokenizer):
     """auto: compile for big jobs, but not when the block-diagonal prompt attention would not pay."""
     import importlib
