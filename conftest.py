@@ -38,8 +38,15 @@ collect_ignore = ["src/rmfast/__main__.py"]  # importing it runs the CLI
 _ANALYSIS = ("scipy", "matplotlib", "statsmodels")
 
 
+def _absent(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # a broken install, or a module blocked in sys.modules
+        return True
+
+
 def pytest_collection_modifyitems(config, items):
-    missing = [m for m in _ANALYSIS if importlib.util.find_spec(m) is None]
+    missing = [m for m in _ANALYSIS if _absent(m)]
     for item in items:
         if not isinstance(item, DoctestItem):
             continue
