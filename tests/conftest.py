@@ -13,8 +13,33 @@ except ImportError:  # pragma: no cover
 
 import pytest
 
+# The suite must not depend on the shell it starts in: these change what rmfast does (compile or
+# not, which kernels, a distributed run), so a user's or a launcher's values are dropped here.
+for _k in ("RMFAST_COMPILE", "RMFAST_KERNELS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+    os.environ.pop(_k, None)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RMFAST_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def _cpp_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend would use, or None (then rmfast runs eager)."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        return get_cpp_compiler()
+    except Exception:
+        return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.compiles``: the test needs torch.compile to really compile (a C++ compiler);
+    on a machine without one rmfast falls back to eager, so such a test skips instead of failing."""
+    marked = [it for it in items if it.get_closest_marker("compiles")]
+    if marked and _cpp_compiler() is None:
+        skip = pytest.mark.skip(reason="no C++ compiler for torch.compile (install g++ or set CXX)")
+        for it in marked:
+            it.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

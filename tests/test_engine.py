@@ -129,6 +129,7 @@ def _compiled(model, tmpl, head):
     return eng
 
 
+@pytest.mark.compiles
 @pytest.mark.parametrize("arch", ARCHS)
 def test_compiled_fp32_matches_reference(arch, short_tmpl):
     """Both heads, every architecture (windows shorter than the prompt, softcaps, q/k norms, GQA)."""
@@ -142,6 +143,7 @@ def test_compiled_fp32_matches_reference(arch, short_tmpl):
         torch.testing.assert_close(fast, ref, atol=FP32_ATOL if head == "score" else 5e-5, rtol=0 if head == "score" else 1e-5)
 
 
+@pytest.mark.compiles
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_compiled_multi_token_and_tail_batches(arch, tmpl):
     """Several suffix lengths in one engine (one graph each) and short batches padded to the compiled one."""
@@ -156,6 +158,7 @@ def test_compiled_multi_token_and_tail_batches(arch, tmpl):
         torch.testing.assert_close(tail, full[:10], atol=1e-6, rtol=0)  # only the head's GEMM differs (M)
 
 
+@pytest.mark.compiles
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 def test_compiled_bf16_rank_agreement(arch, tmpl):
     """bf16 compiled path (fp32 inside each fused loop, one rounding) ranks as well as bf16 HF does."""

@@ -182,6 +182,7 @@ def test_embedded_smollm2(smollm2, capsys, tmp_path, monkeypatch):
         assert sign * (best - rnd.best_score) > 0, (d, best, rnd.best_score)
 
 
+@pytest.mark.compiles
 def test_compiled_engine_evaluator(smol_tokenizer, tmpl):
     """compile="on": the engine evaluator runs the compiled CPU layer (batches of varying size padded
     to one graph) and the reported best score still equals a plain-HF forward (fp32)."""

@@ -88,8 +88,9 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
     dropped. Raises UserError for a missing, unreadable or empty file or an unknown column.
 
     Example:
-        >>> c = read_candidates("eloeverything/greatest.csv", column="name")  # doctest: +SKIP
-        >>> len(c.texts)  # doctest: +SKIP
+        >>> c = read_candidates("../shared/data/eloeverything/What, in one word, is the greatest thing ever.csv",
+        ...                     column="name")
+        >>> len(c.texts)
         7530
     """
     p = Path(path)

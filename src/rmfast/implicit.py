@@ -277,7 +277,7 @@ def implicit(a, b, prompt: str | None = None, *, template_a: str | None = None, 
 def read_prompts(path) -> dict[str, str]:
     """Prompts from a YAML file: a mapping ``id: prompt`` (the Paper B file), a list, or ``{prompts: ...}``.
 
-    >>> read_prompts("../shared/data/prompts/paper_b_prompts.yaml")["greatest_ever_one"]  # doctest: +SKIP
+    >>> read_prompts("../shared/data/prompts/paper_b_prompts.yaml")["greatest_ever_one"]
     'What, in one word, is the greatest thing ever?'
     """
     import yaml

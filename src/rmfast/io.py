@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import re
-import tempfile
+import secrets
 from pathlib import Path
 
 from .errors import UserError
@@ -50,12 +50,49 @@ def output_lock(path: str | os.PathLike):
         Path(str(path) + ".lock").unlink(missing_ok=True)
 
 
-def atomic_write(path: Path, write) -> None:
+def _temp_beside(path: Path) -> Path:
+    """Create an empty, new temporary file in ``path``'s folder, mode 0666 & ~umask (as ``open`` would).
+
+    ``tempfile.mkstemp`` would make it 0600, and the rename would carry that onto the result.
+    """
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
+def atomic_write(path: str | os.PathLike, write) -> Path:
+    """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, which
+    is then renamed over ``path``. Nothing half-written is ever left under the final name, and the
+    temporary file is removed if ``write`` fails (or Ctrl-C). The folder is created if missing.
+
+    The file is created as any program would create it: mode 0666 & ~umask (0644 under the
+    usual umask 022), not the 0600 of ``tempfile.mkstemp``.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> atomic_write(d / "out" / "a.txt", lambda tmp: Path(tmp).write_text("hello")).read_text()
+        'hello'
+        >>> def broken(tmp):
+        ...     raise ValueError("disk full")
+        >>> atomic_write(d / "out" / "a.txt", broken)
+        Traceback (most recent call last):
+        ...
+        ValueError: disk full
+        >>> sorted(p.name for p in (d / "out").iterdir())  # the old file, no temporary left
+        ['a.txt']
+        >>> import shutil; shutil.rmtree(d)
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = _temp_beside(path)
     try:
-        write(tmp)
+        write(str(tmp))
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -63,6 +100,7 @@ def atomic_write(path: Path, write) -> None:
         except OSError:
             pass
         raise
+    return path
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

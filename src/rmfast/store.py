@@ -83,8 +83,22 @@ class Store:
     """A results directory (see the module docstring).
 
     Example:
-        >>> st = Store("results/paper_b")  # doctest: +SKIP
-        >>> st.load().head()  # doctest: +SKIP
+        >>> import tempfile
+        >>> import pandas as pd
+        >>> st = Store(Path(tempfile.mkdtemp()) / "paper_b")
+        >>> part = PartRef("rm", "rm", "best", "best", "Best?", "words", "words", key="k1")
+        >>> st.create("cfg1", {"models": ["rm"]}, [part])
+        >>> st.is_done(part)
+        False
+        >>> _ = st.write_part(part, pd.DataFrame({"token_id": pd.array([5, 7], "Int64"), "token": ["Ġa", "Ġb"],
+        ...                   "text": [" a", " b"], "n_tokens": 1, "score": [0.5, -0.5], "rank": [1, 2]}),
+        ...                   {"model": {"name": "rm"}, "prompt": "Best?"})
+        >>> st.is_done(part), st.check("cfg1", {"models": ["rm"]})
+        (True, 'same')
+        >>> st.load()[["model", "prompt", "token_id", "text", "score", "rank", "candidates"]]
+          model prompt  token_id text  score  rank candidates
+        0    rm  Best?         5    a    0.5     1      words
+        1    rm  Best?         7    b   -0.5     2      words
     """
 
     def __init__(self, root: str | os.PathLike):

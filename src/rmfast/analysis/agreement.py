@@ -49,7 +49,14 @@ class AgreementResult(Result):
     def matrix(self, stat: str = "kendall_tau_b", prompt: str | None = None) -> pd.DataFrame:
         """Symmetric model × model matrix of ``stat`` for one prompt (diagonal 1).
 
-        >>> res.matrix("spearman_rho", "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
+        >>> x = np.arange(30.0)
+        >>> d = pd.DataFrame({"model": np.repeat(["a", "b", "c"], 30), "prompt": "Best?",
+        ...                   "text": [f"w{i}" for i in range(30)] * 3, "score": np.r_[x, x, -x]})
+        >>> agreement(d, n_perm=0).matrix("spearman_rho", "Best?")
+             a    b    c
+        a  1.0  1.0 -1.0
+        b  1.0  1.0 -1.0
+        c -1.0 -1.0  1.0
         """
         if stat not in STATS:
             raise UserError(f"unknown agreement statistic {stat!r}; use one of {STATS}")

@@ -64,8 +64,8 @@ def is_eloeverything_dir(path: str | PathLike) -> bool:
 def load_eloeverything(folder: str | PathLike, *, ledger: Ledger | None = None) -> HumanData:
     """Load the EloEverything CSVs (one per prompt) into tidy scans + human scores.
 
-    >>> data = load_eloeverything("../shared/data/eloeverything")  # doctest: +SKIP
-    >>> data.scans.groupby("prompt").size().iloc[0], len(data.human)  # doctest: +SKIP
+    >>> data = load_eloeverything("../shared/data/eloeverything")
+    >>> int(data.scans.groupby("prompt").size().iloc[0]), len(data.human)
     (75300, 7530)
     """
     folder = Path(folder)
@@ -110,7 +110,13 @@ def load_human_scores(path: str | PathLike, *, item_column: str = "name",
                       score_column: str = "elo_score") -> pd.DataFrame:
     """Read a CSV of items with a human score into columns text, human_score (+ the rest).
 
-    >>> load_human_scores("items.csv", item_column="item", score_column="rating")  # doctest: +SKIP
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "items.csv"
+    >>> _ = p.write_text("item,rating,source\\nLove,1700,web\\nTaxes,n/a,web\\n")
+    >>> load_human_scores(p, item_column="item", score_column="rating")
+        text  human_score source
+    0   Love       1700.0    web
+    1  Taxes          NaN    web
     """
     path = Path(path)
     if not path.exists():

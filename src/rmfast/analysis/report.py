@@ -377,9 +377,17 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     ``metadata``: model metadata file/frame (labels, colours, RSA, groups);
     ``afinn``/``frequencies``/``dictionaries``: lexicon paths (see :mod:`rmfast.analysis`).
 
-    >>> from rmfast.analysis import load_eloeverything  # doctest: +SKIP
-    >>> d = load_eloeverything("../shared/data/eloeverything")  # doctest: +SKIP
-    >>> write_report("report.html", build_report(d.scans, human=d.human))  # doctest: +SKIP
+    >>> import tempfile
+    >>> from rmfast.analysis import load_eloeverything
+    >>> d = load_eloeverything("../shared/data/eloeverything")
+    >>> one = d.scans[d.scans["prompt"] == "What, in one word, is the greatest thing ever?"]
+    >>> three = one[one["model"].isin(one["model"].unique()[:3])]  # 3 models: a quick example
+    >>> out = write_report(Path(tempfile.mkdtemp()) / "report.html", build_report(three, human=d.human, n_perm=200))
+    >>> html_text = out.read_text(encoding="utf-8")
+    >>> html_text.startswith("<!DOCTYPE html>"), 'id="human"' in html_text
+    (True, True)
+    >>> html_text.count("Not run:")  # no AFINN, no frequencies, no negative prompt given
+    3
     """
     from .. import analysis as A
     from .plots import Styles

@@ -131,7 +131,16 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
     it (``<path>.json``) gives ``{"model": {"name": ...}, "prompt": ...}``. The raw
     ``token`` column is kept as an extra column.
 
-    >>> load_scans(["scan.parquet"])  # doctest: +SKIP
+    >>> import tempfile
+    >>> from rmfast.io import write_result
+    >>> d = Path(tempfile.mkdtemp())
+    >>> scan = pd.DataFrame({"token_id": [5, 7], "token": ["Ġlove", "Ġwar"], "text": [" love", " war"],
+    ...                      "score": [1.5, -2.0], "rank": [1, 2]})
+    >>> _ = write_result(d / "rm.parquet", scan, {"model": {"name": "org/RM"}, "prompt": "Best?"})
+    >>> load_scans([d])[["model", "prompt", "text", "score", "rank", "token"]]
+        model prompt   text  score  rank  token
+    0  org/RM  Best?   love    1.5     1  Ġlove
+    1  org/RM  Best?    war   -2.0     2   Ġwar
     """
     files = _expand(paths)
     if not files:

@@ -1,0 +1,56 @@
+"""rmfast.io: result files are written atomically and created as any program creates a file
+(mode 0666 & ~umask), not with tempfile's private 0600."""
+
+import os
+import stat
+
+import pandas as pd
+import pytest
+
+from rmfast.io import atomic_write, write_json, write_parquet, write_result
+from rmfast.report import write_report
+
+
+def _mode(p) -> int:
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test, then put the old one back."""
+    old = os.umask(0o022)
+    try:
+        yield os.umask
+    finally:
+        os.umask(old)
+
+
+def _write_everything(d):
+    df = pd.DataFrame({"token_id": [1, 2], "score": [0.5, -0.5]})
+    write_result(d / "scan.parquet", df, {"model": "x"})  # Parquet + its JSON manifest
+    write_json(d / "gcg.json", {"best": 1.0})  # GCGResult.to_json goes through write_json
+    write_parquet(d / "part.parquet", df)
+    write_report(d / "report.html", "<!DOCTYPE html><html></html>")
+    atomic_write(d / "plot.png", lambda tmp: open(tmp, "wb").write(b"\x89PNG"))
+    atomic_write(d / "new" / "sub.csv", lambda tmp: df.to_csv(tmp, index=False))  # folder created
+    return sorted((p for p in d.rglob("*") if p.is_file()), key=lambda p: p.name)
+
+
+@pytest.mark.parametrize("mask,want", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_result_files_honour_the_umask(tmp_path, umask, mask, want):
+    umask(mask)
+    files = _write_everything(tmp_path)
+    assert [p.name for p in files] == ["gcg.json", "part.parquet", "plot.png", "report.html", "scan.parquet",
+                                       "scan.parquet.json", "sub.csv"]
+    assert {p.name: oct(_mode(p)) for p in files} == {p.name: oct(want) for p in files}
+
+
+def test_overwrite_is_atomic_and_leaves_no_temporary(tmp_path, umask):
+    p = tmp_path / "a.json"
+    write_json(p, {"v": 1})
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(p, lambda tmp: (open(tmp, "w").write("half"), (_ for _ in ()).throw(KeyboardInterrupt)))
+    assert p.read_text() == '{\n  "v": 1\n}\n'  # the old content, whole
+    write_json(p, {"v": 2})
+    assert '"v": 2' in p.read_text()
+    assert [x.name for x in tmp_path.iterdir()] == ["a.json"]  # no .a.json.*.tmp left behind
