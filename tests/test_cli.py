@@ -59,8 +59,8 @@ def test_scan_compile_on_matches_off(tiny_dir, tmp_path, capsys):
         assert ("(compiled)" in so) == (mode == "on")
         res[mode] = pd.read_parquet(out)["score"].to_numpy()
     # fp32 in another order (inductor fuses and re-blocks the sums): equal to rounding, 2E against float64
-    from rmfast.load import load
-    from rmfast.scan import scan
+    from rmfast.loader import load
+    from rmfast.pipeline import scan
 
     lm = load(str(tiny_dir), dtype="float32", device="cpu")
     ref = scan(lm.model.double(), lm.tokenizer, prompt, token_ids="100:700", progress=False).scores
@@ -185,6 +185,7 @@ def test_oom_batches_halve_and_retry():
         list(oom_batches(4, 2, torch.device("cpu"), never))
 
 
+@pytest.mark.compiles
 def test_every_option_on_every_input(tiny_dir, tmp_path, capsys):
     """Text candidates and vocabulary views take --compile and an escaped --template like a plain scan."""
     cands = tmp_path / "c.txt"
@@ -205,6 +206,7 @@ def test_every_option_on_every_input(tiny_dir, tmp_path, capsys):
     assert man["template"]["format"] == "User: {prompt}\nAssistant: {response}"
 
 
+@pytest.mark.compiles
 def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
     """A scan killed after two batches and rerun gives exactly the numbers of an uninterrupted one.
 

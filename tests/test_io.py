@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from rmfast.io import atomic_write, write_json, write_parquet, write_result
-from rmfast.report import write_report
+from rmfast.analysis.report import write_report
 
 
 def _mode(p) -> int:
