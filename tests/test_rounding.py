@@ -9,7 +9,6 @@ import copy
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest

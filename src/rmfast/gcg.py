@@ -48,7 +48,8 @@ import torch
 from .errors import UserError
 from .gcg_result import GCGResult, RandomSearchResult
 from .pipeline import oom_batches
-from .resolve import auto_batch_size, resolve_compile, resolve_head, versions
+from .resolve import auto_batch_size, resolve_compile, resolve_head
+from .version import versions
 from .template import Template, build_template, response_ids
 from .vocab import special_ids, vocab_size
 

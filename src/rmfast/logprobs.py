@@ -180,7 +180,7 @@ def logprobs(
         >>> res = logprobs(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
         >>> res.top(5)  # doctest: +SKIP
     """
-    from .resolve import versions
+    from .version import versions
     from .results import ScanResult
     from .vocab import select_ids
 

@@ -33,10 +33,10 @@ from .engine import Engine
 from .errors import UserError
 from .io import atomic_write
 from .reference import reference_scores
-from .resolve import (auto_batch_size, base_manifest, even_batch, resolve_compile, resolve_engine, resolve_head, run_key,
-                      versions)
+from .resolve import auto_batch_size, base_manifest, even_batch, resolve_compile, resolve_engine, resolve_head, run_key
 from .results import ScanResult, TextScanResult
 from .template import Template, build_template
+from .version import versions
 from .vocab import select_ids
 
 #: a long job saves its finished batches at least this often (seconds) ...

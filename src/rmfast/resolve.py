@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
-import sys
 import warnings
 
 import torch
@@ -83,21 +81,6 @@ def even_batch(n: int, bs: int) -> int:
         return bs
     k = -(-n // bs)  # batches needed
     return -(-n // k)
-
-
-def versions() -> dict:
-    import transformers
-
-    return {
-        "rmfast": __version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
 
 
 def run_key(manifest: dict) -> str:

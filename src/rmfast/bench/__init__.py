@@ -32,7 +32,8 @@ re-exports what the ``rmfast bench`` command uses.
 """
 
 from .flops import COST_MODELS, H100_SXM, format_cost_model, gpu_cost_model
-from .machine import loadavg, log, machine_info, versions
+from ..version import versions
+from .machine import loadavg, log, machine_info
 from .models import BENCH_MODELS, DEFAULT_MODELS, DEFAULT_PROMPT, resolve_models
 from .output import DEFAULT_OUT, format_table, plot, write_outputs
 from .run import bench_model, device_defaults

@@ -64,16 +64,6 @@ def loadavg() -> list[float] | None:
         return None
 
 
-def versions() -> dict:
-    """rmfast, torch, transformers, python and numpy versions."""
-    import transformers
-
-    from ..version import __version__
-
-    return {"rmfast": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": sys.version.split()[0], "numpy": np.__version__}
-
-
 class PeakMemory:
     """Peak memory of a code region: CUDA max_memory_allocated, or the process's peak RSS.
 
