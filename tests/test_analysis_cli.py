@@ -67,6 +67,13 @@ def test_analyze_reports_drops_on_stderr(tmp_path, capsys):
     assert "rows left out" in err and "token not in the AFINN lexicon" in err
 
 
+def test_sentiment_without_afinn_file_uses_the_afinn_package(tmp_path, capsys):
+    pytest.importorskip("afinn")  # in the `analysis` extra
+    _write_scans(tmp_path)
+    assert main(["analyze", "sentiment", str(tmp_path)]) == 0
+    assert "token not in the AFINN lexicon" in capsys.readouterr().err
+
+
 def test_analyze_errors_exit_2_with_one_line(tmp_path, capsys):
     _write_scans(tmp_path)
     assert main(["analyze", "human", str(tmp_path)]) == 2
