@@ -115,3 +115,44 @@ def test_table_and_token_rendering():
     assert visible("  a b ") == "␣␣a b␣" and visible("\n") == "\\n" and visible("") == "∅"
     html = table_html(pd.DataFrame({"text": ["<b>", " x"], "score": [1.23456, np.nan]}))
     assert "&lt;b&gt;" in html and "␣x" in html and "1.235" in html
+
+
+def _write_scan_files(scans: pd.DataFrame, folder: Path) -> list[Path]:
+    import json
+
+    folder.mkdir(exist_ok=True)
+    files = []
+    for (m, p), g in scans.groupby(["model", "prompt"]):
+        f = folder / f"{m.replace('/', '_')}_{'best' if p == BEST else 'worst'}.parquet"
+        g.drop(columns=["model", "prompt"]).to_parquet(f)
+        Path(str(f) + ".json").write_text(json.dumps({"model": {"name": m}, "prompt": p}))
+        files.append(f)
+    return files
+
+
+def test_report_with_two_models_and_with_one(tmp_path, capsys):
+    # Below 3 models there is no MDS map (and below 4 no RSA): the report says so in one line
+    # per part instead of ending in a KeyError; one model: the agreement section says why not.
+    scans, human = _inputs(tmp_path)
+    two = scans[scans["model"].isin(["org/Alpha-Gemma-2B", "lab/Gamma-Llama-8B"])]
+    html = build_report(two, human=human, metadata=tmp_path / "meta.csv",
+                        afinn=tmp_path / "afinn.txt", frequencies=tmp_path / "freq.csv",
+                        dictionaries=[tmp_path / "big2.csv"], n_perm=50, k=3)
+    skips = re.findall(r'<p class="skip">([^<]*)', html)
+    assert skips.count("No MDS map for this prompt: MDS needs at least 3 models, this prompt "
+                       "has 2") == 2
+    assert [s for s in skips if s.startswith("Not run:")] == [
+        "Not run: RSA: 2 models with metadata; needs at least 4"]
+    assert len(_images(html)) >= 10  # every section still drew its figures
+    one = scans[scans["model"] == "org/Alpha-Gemma-2B"]
+    html = build_report(one, human=human, n_perm=50, k=3)
+    assert "Not run: no prompt has two models with shared strings" in html
+    # the user's command line: two scan files, no other input
+    files = _write_scan_files(two[two["prompt"] == BEST], tmp_path / "scans")
+    assert len(files) == 2
+    assert main(["report", *map(str, files), "--out", str(tmp_path / "r.html"),
+                 "--n-perm", "50"]) == 0
+    out = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "No MDS map for this prompt: MDS needs at least 3 models, this prompt has 2" in out
+    assert "Not run: no model metadata given (--metadata FILE)" in out
+

@@ -4,8 +4,9 @@
 :func:`write_report`) runs the analyses of :mod:`rmfast.analysis` and writes one HTML
 file: figures embedded as base64 PNG, tables as HTML, no external resources, so it opens
 offline. An analysis whose inputs are missing (no AFINN file, no negative prompt, ...)
-is listed with the reason instead of failing the report. The file is written atomically
-(temporary file in the same folder, then rename).
+is listed with the reason instead of failing the report; so is a part of an analysis the
+inputs do not allow (no MDS map below 3 models, no RSA without metadata). The file is
+written atomically (temporary file in the same folder, then rename).
 """
 
 from __future__ import annotations
@@ -179,17 +180,51 @@ def _agreement(sec: Section, x: _Inputs) -> None:
 
     res = A.agreement(x.scans, join=x.join, metadata=x.meta, n_perm=x.n_perm)
     sec.result = res
-    for p in dict.fromkeys(res.pairs["prompt"]):
+    compared = list(dict.fromkeys(res.pairs["prompt"]))
+    for p in x.prompts:
+        if p not in compared:
+            why = _prompt_notes(res, p) or "no pair of models to compare"
+            sec.body.append(f'<p class="skip">Not compared: {html.escape(p)}: {html.escape(why)}</p>')
+            continue
         sec.body.append(img_html(A.plots.agreement_panel(res, p, x.styles),
                                  "agreement heatmaps and MDS"))
+        if not (res.mds["prompt"] == p).any():
+            why = _prompt_notes(res, p, "MDS") or "MDS not computed"
+            sec.body.append(f'<p class="skip">No MDS map for this prompt: {html.escape(why)}</p>')
+    sec.body.append("<h3>RSA against model metadata</h3>")
     if len(res.rsa):
-        sec.body.append("<h3>RSA against model metadata</h3>")
         sec.body.append(img_html(A.plots.rsa_bars(res.rsa), "RSA"))
         sec.body.append(table_html(res.rsa))
+    else:
+        why = ("no model metadata given (--metadata FILE)" if x.meta is None else
+               _rsa_reason(res, x.prompts))
+        sec.body.append(f'<p class="skip">Not run: {html.escape(why)}</p>')
     sec.body.append("<h3>Shared vocabulary</h3>" + table_html(
         _label_models(res.vocabulary, x.styles)))
     sec.body.append("<h3>All pairs</h3>" + table_html(_label_models(res.pairs, x.styles),
                                                      max_rows=30))
+
+
+def _rsa_reason(res, prompts) -> str:
+    """Why there is no RSA row: the RSA notes, once each (per-prompt wording folded)."""
+    notes = []
+    for n in res.notes:
+        if n.startswith("RSA"):
+            for p in prompts:
+                n = n.replace(f" for {p!r}", "")
+            notes.append(n)
+    return "; ".join(dict.fromkeys(notes)) or "no RSA result"
+
+
+def _prompt_notes(res, prompt: str, topic: str = "") -> str:
+    """The result's notes about ``prompt`` (and ``topic``), without the prompt prefix, joined."""
+    out = []
+    for n in res.notes:
+        for head in (f"prompt {prompt!r}: ", f"prompt {prompt!r} "):
+            if n.startswith(head) and n[len(head):].startswith(topic):
+                out.append(n[len(head):])
+                break
+    return "; ".join(out)
 
 
 # 3. human --------------------------------------------------------------------------
