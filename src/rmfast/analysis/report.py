@@ -5,8 +5,9 @@
 file: figures embedded as base64 PNG, tables as HTML, no external resources, so it opens
 offline. An analysis whose inputs are missing (no AFINN file, no negative prompt, ...)
 is listed with the reason instead of failing the report; so is a part of an analysis the
-inputs do not allow (no MDS map below 3 models, no RSA without metadata). The file is
-written atomically (temporary file in the same folder, then rename).
+inputs do not allow (no MDS map below 3 models, no RSA without metadata). Figures are at
+most 1,210 px wide and scale down with the window. The file is written atomically
+(temporary file in the same folder, then rename).
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ table{border-collapse:collapse;font-size:12px;margin:6px 0 14px}
 th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}
 th{background:#f3f3f3}td.t,th.t{text-align:left}
 .scroll{overflow-x:auto;max-width:100%}
+img{max-width:100%;height:auto}
 .figs{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
-.figs img{max-width:100%;border:1px solid #eee}
+.figs>div{min-width:0;max-width:100%}
+.figs img{border:1px solid #eee}
 .note{color:#555;font-size:13px}.skip{color:#a33}
 details{margin:6px 0}summary{cursor:pointer;color:#225}
 code{background:#f6f6f6;padding:0 3px}
