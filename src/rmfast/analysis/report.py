@@ -157,6 +157,8 @@ class _Inputs:
     n_perm: int
     best: str | None
     worst: str | None
+    scores_source: str = ""
+    human_source: str = ""
 
 
 # 1. distributions ------------------------------------------------------------------
@@ -241,6 +243,9 @@ def _human(sec: Section, x: _Inputs) -> None:
     styles = x.styles
     res = A.human_comparison(x.scans, x.human, k=15)
     sec.result = res
+    sec.body.append(f'<p class="note"><b>Model scores:</b> {html.escape(x.scores_source)}. '
+                    f'<b>Human scores:</b> {html.escape(x.human_source)}. Items are joined on '
+                    "their text.</p>")
     sec.body.append(img_html(A.plots.human_bars(res.correlations, styles), "rho bars"))
     wide = res.correlations.pivot(index="model", columns="prompt", values="spearman_rho")
     wide = wide.reindex([m for m in styles.order if m in wide.index])
@@ -408,12 +413,16 @@ def _run_section(key: str, title: str, intro: str, fn, x: _Inputs) -> Section:
 def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, metadata=None,
                  afinn=None, frequencies=None, dictionaries=(), join: str = "text", k: int = 10,
                  n_perm: int = 2000, best: str | None = None, worst: str | None = None,
-                 framing=None, title: str = "rmfast report", source: str = "") -> str:
+                 framing=None, title: str = "rmfast report", source: str = "",
+                 scores_source: str | None = None, human_source: str | None = None) -> str:
     """Run every applicable analysis on ``scans`` and return the report's HTML.
 
     ``human``: items with human scores (text, human_score) for the human comparison;
     ``metadata``: model metadata file/frame (labels, colours, RSA, groups);
-    ``afinn``/``frequencies``/``dictionaries``: lexicon paths (see :mod:`rmfast.analysis`).
+    ``afinn``/``frequencies``/``dictionaries``: lexicon paths (see :mod:`rmfast.analysis`);
+    ``scores_source``/``human_source``: where the model and the human scores come from, in
+    words, shown by the human comparison (default: what the loaders recorded in
+    ``scans.attrs`` — EloEverything CSVs or rmfast scan files — and "given as a frame").
 
     >>> from rmfast.analysis import load_eloeverything  # doctest: +SKIP
     >>> d = load_eloeverything("../shared/data/eloeverything")  # doctest: +SKIP
@@ -421,13 +430,18 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     """
     from .. import analysis as A
     from .plots import Styles
+    from .scans import SOURCE_ATTR
 
+    scores_source = scores_source or getattr(scans, "attrs", {}).get(SOURCE_ATTR) or \
+        "the scan frame given to build_report (source not stated)"
+    human_source = human_source or (getattr(human, "attrs", {}).get(SOURCE_ATTR) if human is not None
+                                    else None) or "the human frame given to build_report"
     scans = A.validate_scans(scans)
     meta = A.load_model_metadata(metadata) if metadata is not None else None
     styles = Styles.build(scans["model"].unique(), meta)
     prompts = list(pd.unique(scans["prompt"]))
     x = _Inputs(scans, styles, meta, prompts, human, afinn, frequencies, dictionaries, framing, join, k, n_perm,
-                best, worst)
+                best, worst, scores_source, human_source)
     sections = [_run_section(key, sec_title, intro, fn, x) for key, sec_title, intro, fn in _section_specs(x)]
     return _page(title, source, scans, styles, sections)
 
