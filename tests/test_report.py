@@ -157,7 +157,6 @@ def test_report_with_two_models_and_with_one(tmp_path, capsys):
     assert "Not run: no model metadata given (--metadata FILE)" in out
 
 
-
 def _ten_models(scans: pd.DataFrame) -> pd.DataFrame:
     """The four models' scans repeated under ten long, real-looking model names."""
     names = ["nicolinho/QRM-Gemma-2-27B", "Skywork/Skywork-Reward-Gemma-2-27B-v0.2",
@@ -216,3 +215,23 @@ def test_mds_labels_do_not_overlap_each_other_or_the_points():
     legend = ax.get_legend().get_window_extent(renderer)
     assert not any(b.overlaps(legend) for b in boxes)
 
+
+def test_report_announces_each_section_on_stderr(tmp_path, capsys):
+    # `rmfast report` was silent for ~20 s; now each section says it is running (one line per
+    # section when stderr is not a terminal, a tqdm bar when it is); --no-progress: silent.
+    scans, _ = _inputs(tmp_path)
+    one = scans[scans["prompt"] == BEST]
+    build_report(one, n_perm=20, k=3)
+    assert capsys.readouterr().err == ""
+    build_report(one, n_perm=20, k=3, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "rmfast: report 1/7: Score distributions"
+    assert lines[-1] == "rmfast: report 7/7: Top and bottom 3 per model × prompt"
+    assert len(lines) == 7
+    files = _write_scan_files(one, tmp_path / "scans")
+    out = str(tmp_path / "r.html")
+    assert main(["report", *map(str, files), "--out", out, "--n-perm", "20"]) == 0
+    err = capsys.readouterr().err
+    assert "rmfast: report 2/7: Agreement between models" in err and "rmfast: wrote" in err
+    assert main(["report", *map(str, files), "--out", out, "--n-perm", "20", "--no-progress"]) == 0
+    assert "rmfast: report" not in capsys.readouterr().err

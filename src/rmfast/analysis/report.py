@@ -7,7 +7,8 @@ offline. An analysis whose inputs are missing (no AFINN file, no negative prompt
 is listed with the reason instead of failing the report; so is a part of an analysis the
 inputs do not allow (no MDS map below 3 models, no RSA without metadata). Figures are at
 most 1,210 px wide and scale down with the window. The file is written atomically
-(temporary file in the same folder, then rename).
+(temporary file in the same folder, then rename). With ``progress=True`` each section is
+announced on stderr (a tqdm bar on a terminal, one line per section otherwise).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
+import sys
 from dataclasses import dataclass, field
 from functools import partial
 from os import PathLike
@@ -414,7 +416,8 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
                  afinn=None, frequencies=None, dictionaries=(), join: str = "text", k: int = 10,
                  n_perm: int = 2000, best: str | None = None, worst: str | None = None,
                  framing=None, title: str = "rmfast report", source: str = "",
-                 scores_source: str | None = None, human_source: str | None = None) -> str:
+                 scores_source: str | None = None, human_source: str | None = None,
+                 progress: bool = False) -> str:
     """Run every applicable analysis on ``scans`` and return the report's HTML.
 
     ``human``: items with human scores (text, human_score) for the human comparison;
@@ -422,7 +425,8 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     ``afinn``/``frequencies``/``dictionaries``: lexicon paths (see :mod:`rmfast.analysis`);
     ``scores_source``/``human_source``: where the model and the human scores come from, in
     words, shown by the human comparison (default: what the loaders recorded in
-    ``scans.attrs`` — EloEverything CSVs or rmfast scan files — and "given as a frame").
+    ``scans.attrs`` — EloEverything CSVs or rmfast scan files — and "given as a frame");
+    ``progress``: announce each section on stderr.
 
     >>> from rmfast.analysis import load_eloeverything  # doctest: +SKIP
     >>> d = load_eloeverything("../shared/data/eloeverything")  # doctest: +SKIP
@@ -442,8 +446,30 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     prompts = list(pd.unique(scans["prompt"]))
     x = _Inputs(scans, styles, meta, prompts, human, afinn, frequencies, dictionaries, framing, join, k, n_perm,
                 best, worst, scores_source, human_source)
-    sections = [_run_section(key, sec_title, intro, fn, x) for key, sec_title, intro, fn in _section_specs(x)]
+    sections = _run_sections(_section_specs(x), x, progress)
     return _page(title, source, scans, styles, sections)
+
+
+def _run_sections(specs: list[tuple], x: _Inputs, progress: bool) -> list[Section]:
+    """Run the sections in order; with ``progress`` a tqdm bar on stderr when it is a terminal,
+    else one line per section (``rmfast: report 2/8: Agreement between models``)."""
+    if not progress:
+        return [_run_section(key, title, intro, fn, x) for key, title, intro, fn in specs]
+    sections = []
+    if sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        with tqdm(total=len(specs), desc="report", unit="section", file=sys.stderr,
+                  dynamic_ncols=True) as bar:
+            for key, title, intro, fn in specs:
+                bar.set_postfix_str(key)
+                sections.append(_run_section(key, title, intro, fn, x))
+                bar.update()
+        return sections
+    for i, (key, title, intro, fn) in enumerate(specs, 1):
+        print(f"rmfast: report {i}/{len(specs)}: {title}", file=sys.stderr, flush=True)
+        sections.append(_run_section(key, title, intro, fn, x))
+    return sections
 
 
 def _wide_extremes(sub: pd.DataFrame, styles, value: str) -> str:

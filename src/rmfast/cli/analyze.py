@@ -134,6 +134,8 @@ def register(subparsers) -> None:
     r.add_argument("--dictionary", action="append", metavar="FILE",
                    help="category dictionary (repeatable)")
     r.add_argument("--title", default="rmfast report")
+    r.add_argument("--no-progress", action="store_true",
+                   help="do not announce each section on stderr")
     r.add_argument("--out", required=True, metavar="HTML", help="the report file")
     r.set_defaults(func=run_report)
 
@@ -227,7 +229,7 @@ def run_report(args) -> int:
                         join=args.join, k=args.k, n_perm=args.n_perm, best=args.best,
                         worst=args.worst, framing=parse_framing_args(args.framing),
                         title=args.title, source=data.source, scores_source=data.scores_source,
-                        human_source=data.human_source)
+                        human_source=data.human_source, progress=not args.no_progress)
     path = write_report(args.out, text)
     print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0
