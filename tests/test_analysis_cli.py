@@ -67,6 +67,13 @@ def test_analyze_reports_drops_on_stderr(tmp_path, capsys):
     assert "rows left out" in err and "token not in the AFINN lexicon" in err
 
 
+def test_sentiment_without_afinn_file_uses_the_afinn_package(tmp_path, capsys):
+    pytest.importorskip("afinn")  # in the `analysis` extra
+    _write_scans(tmp_path)
+    assert main(["analyze", "sentiment", str(tmp_path)]) == 0
+    assert "token not in the AFINN lexicon" in capsys.readouterr().err
+
+
 def test_analyze_errors_exit_2_with_one_line(tmp_path, capsys):
     _write_scans(tmp_path)
     assert main(["analyze", "human", str(tmp_path)]) == 2
@@ -89,3 +96,67 @@ def test_human_from_eloeverything_folder_as_input(tmp_path, capsys):
     assert main(["analyze", "human", str(tmp_path), "--out", str(out)]) == 0
     rho = pd.read_csv(out).set_index("model")["spearman_rho"]
     assert rho["org/B"] == pytest.approx(1.0) and rho["org/A"] == pytest.approx(0.8)
+
+
+def _elo_folder(folder: Path) -> Path:
+    folder.mkdir()
+    pd.DataFrame({"elo_rank": [1, 2, 3, 4], "elo_score": [1600, 1500, 1400, 1300],
+                  "name": ["Love", "Tea", "War", "Mud"], "elo_matches": 5,
+                  "org/A": [4.0, 3.0, 1.0, 2.0], "org/B": [4.0, 3.0, 2.0, 1.0]}
+                 ).to_csv(folder / "What is best.csv", index=False)
+    return folder
+
+
+def _item_scan(path: Path, model="me/my-rm", prompt="What is best?") -> Path:
+    """An rmfast scan of text candidates (the items), as `rmfast scan --candidates` writes it."""
+    from rmfast.results import TextScanResult
+
+    texts = ["Love", "Tea", "War", "Mud", "Soup"]  # "Soup" has no human score
+    TextScanResult(texts, np.array([1.0, 4.0, 3.0, 2.0, 0.0], dtype=np.float32),
+                   np.ones(5, dtype=np.int64), [[i] for i in range(5)],
+                   {"model": {"name": model}, "prompt": prompt}).to_parquet(path)
+    return path
+
+
+def test_human_says_where_the_model_scores_come_from(tmp_path, capsys):
+    elo = _elo_folder(tmp_path / "elo")
+    # the EloEverything CSVs alone: their stored model columns (the papers' scores) are the scores
+    assert main(["analyze", "human", "--eloeverything", str(elo)]) == 0
+    err = capsys.readouterr().err
+    assert (f"rmfast: note: model scores: the 2 reward models' published scores stored in the "
+            f"EloEverything CSVs in {elo} (paper A), not rmfast scans") in err
+    assert f"rmfast: note: human scores: EloEverything Elo (column elo_score) in {elo}" in err
+    # an rmfast scan of the items with the human Elo from the CSVs: only the scan is compared
+    scan = _item_scan(tmp_path / "items.parquet")
+    out = tmp_path / "h.csv"
+    assert main(["analyze", "human", str(scan), "--eloeverything", str(elo), "--out", str(out)]) == 0
+    table = pd.read_csv(out)
+    assert table["model"].tolist() == ["me/my-rm"] and table["n"].tolist() == [4]
+    assert table["spearman_rho"].iloc[0] == pytest.approx(-0.2)  # ranks 4 1 2 3 against 1 2 3 4
+    err = capsys.readouterr().err
+    assert (f"rmfast: note: model scores: rmfast scans: {scan} (the model scores stored in the "
+            "EloEverything CSVs are not used; the CSVs give the human Elo only)") in err
+    # ... or with the human scores from any CSV (joined on the item text)
+    items = tmp_path / "ratings.csv"
+    pd.DataFrame({"item": ["Love", "Tea", "War", "Mud"], "rating": [4, 3, 2, 1]}).to_csv(items,
+                                                                                      index=False)
+    assert main(["analyze", "human", str(scan), "--human", str(items), "--human-item", "item",
+                 "--human-score", "rating", "--out", str(out)]) == 0
+    assert pd.read_csv(out)["spearman_rho"].iloc[0] == pytest.approx(-0.2)
+    assert (f"human scores: {items} (column rating, items in column item)"
+            in capsys.readouterr().err)
+
+
+def test_report_says_where_the_model_scores_come_from(tmp_path):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("statsmodels")
+    elo = _elo_folder(tmp_path / "elo")
+    scan = _item_scan(tmp_path / "items.parquet")
+    for inputs, says in (([], "the 2 reward models' published scores stored in the EloEverything CSVs"),
+                         ([str(scan)], f"rmfast scans: {scan}")):
+        out = tmp_path / "r.html"
+        assert main(["report", *inputs, "--eloeverything", str(elo), "--out", str(out),
+                     "--n-perm", "20"]) == 0
+        html = out.read_text(encoding="utf-8")
+        assert f"<b>Model scores:</b> {says}" in html.replace("&#x27;", "'")
+        assert ("my-rm" in html) == bool(inputs)  # the scan replaces the CSVs' model scores

@@ -4,6 +4,7 @@ metadata, lexicons, the shared-vocabulary join — each against a known answer."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -233,6 +234,16 @@ def test_import_is_light():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_analysis_extra_installs_the_lexicon_packages():
+    # `analyze sentiment` without --afinn reads the afinn package and `--frequencies wordfreq`
+    # the wordfreq package; `pip install rmfast[analysis]` must bring both.
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extra = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower()
+             for r in meta["project"]["optional-dependencies"]["analysis"]}
+    assert {"afinn", "wordfreq"} <= extra
 
 
 def test_optional_afinn_package():

@@ -115,3 +115,123 @@ def test_table_and_token_rendering():
     assert visible("  a b ") == "␣␣a b␣" and visible("\n") == "\\n" and visible("") == "∅"
     html = table_html(pd.DataFrame({"text": ["<b>", " x"], "score": [1.23456, np.nan]}))
     assert "&lt;b&gt;" in html and "␣x" in html and "1.235" in html
+
+
+def _write_scan_files(scans: pd.DataFrame, folder: Path) -> list[Path]:
+    import json
+
+    folder.mkdir(exist_ok=True)
+    files = []
+    for (m, p), g in scans.groupby(["model", "prompt"]):
+        f = folder / f"{m.replace('/', '_')}_{'best' if p == BEST else 'worst'}.parquet"
+        g.drop(columns=["model", "prompt"]).to_parquet(f)
+        Path(str(f) + ".json").write_text(json.dumps({"model": {"name": m}, "prompt": p}))
+        files.append(f)
+    return files
+
+
+def test_report_with_two_models_and_with_one(tmp_path, capsys):
+    # Below 3 models there is no MDS map (and below 4 no RSA): the report says so in one line
+    # per part instead of ending in a KeyError; one model: the agreement section says why not.
+    scans, human = _inputs(tmp_path)
+    two = scans[scans["model"].isin(["org/Alpha-Gemma-2B", "lab/Gamma-Llama-8B"])]
+    html = build_report(two, human=human, metadata=tmp_path / "meta.csv",
+                        afinn=tmp_path / "afinn.txt", frequencies=tmp_path / "freq.csv",
+                        dictionaries=[tmp_path / "big2.csv"], n_perm=50, k=3)
+    skips = re.findall(r'<p class="skip">([^<]*)', html)
+    assert skips.count("No MDS map for this prompt: MDS needs at least 3 models, this prompt "
+                       "has 2") == 2
+    assert [s for s in skips if s.startswith("Not run:")] == [
+        "Not run: RSA: 2 models with metadata; needs at least 4"]
+    assert len(_images(html)) >= 10  # every section still drew its figures
+    one = scans[scans["model"] == "org/Alpha-Gemma-2B"]
+    html = build_report(one, human=human, n_perm=50, k=3)
+    assert "Not run: no prompt has two models with shared strings" in html
+    # the user's command line: two scan files, no other input
+    files = _write_scan_files(two[two["prompt"] == BEST], tmp_path / "scans")
+    assert len(files) == 2
+    assert main(["report", *map(str, files), "--out", str(tmp_path / "r.html"),
+                 "--n-perm", "50"]) == 0
+    out = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "No MDS map for this prompt: MDS needs at least 3 models, this prompt has 2" in out
+    assert "Not run: no model metadata given (--metadata FILE)" in out
+
+
+def _ten_models(scans: pd.DataFrame) -> pd.DataFrame:
+    """The four models' scans repeated under ten long, real-looking model names."""
+    names = ["nicolinho/QRM-Gemma-2-27B", "Skywork/Skywork-Reward-Gemma-2-27B-v0.2",
+             "Skywork/Skywork-Reward-Gemma-2-27B", "Skywork/Skywork-Reward-Llama-3.1-8B-v0.2",
+             "nicolinho/QRM-Llama3.1-8B", "LxzGordon/URM-LLaMa-3.1-8B",
+             "Ray2333/GRM-Llama3-8B-rewardmodel-ft", "Ray2333/GRM-Llama3.2-3B-rewardmodel-ft",
+             "RLHFlow/ArmoRM-Llama3-8B-v0.1", "Ray2333/GRM-gemma2-2B-rewardmodel-ft"]
+    rng = np.random.default_rng(3)
+    base = scans[scans["model"] == scans["model"].iloc[0]]
+    return pd.concat([base.assign(model=m, score=base["score"] + rng.normal(0, 0.3 + 0.2 * (i % 3),
+                                                                          len(base)))
+                      for i, m in enumerate(names)], ignore_index=True)
+
+
+def test_figures_fit_a_1280px_window(tmp_path):
+    # Ten models with long names: the agreement panel was 1,584 px wide and the rank
+    # trajectories 1,523 px, wider than the 1,280 px column (a horizontal scrollbar at 1,400 px).
+    import io
+
+    from PIL import Image
+
+    scans, human = _inputs(tmp_path)
+    html = build_report(_ten_models(scans), human=human, n_perm=20, k=3)
+    assert "img{max-width:100%;height:auto}" in html  # and images scale down below that
+    sizes = [Image.open(io.BytesIO(png)).size for png in _images(html)]
+    assert len(sizes) >= 8
+    assert max(w for w, _ in sizes) <= 1220, sizes
+
+
+def test_mds_labels_do_not_overlap_each_other_or_the_points():
+    from matplotlib.text import Text
+
+    from rmfast.analysis.plots import Styles, mds_map
+
+    models = ["org/Alpha-Gemma-2B", "org/Beta-Gemma-27B", "lab/Gamma-Llama-8B",
+              "lab/Delta-Llama-3B", "x/Epsilon-Qwen-7B", "x/Zeta-Qwen-72B", "y/Eta-Mistral-7B",
+              "y/Theta-Other-1B"]
+    xy = np.array([[0, 0], [0.001, 0.001], [0.002, -0.001], [0.5, 0.2], [0.51, 0.21],
+                   [-0.4, 0.3], [-0.41, 0.29], [0.0, 0.002]])  # three tight clusters
+    mds = pd.DataFrame({"prompt": "p", "model": models, "x": xy[:, 0], "y": xy[:, 1],
+                        "stress1": 0.1})
+    fig = mds_map(mds, Styles.build(models), "MDS")
+    fig.savefig(__import__("io").BytesIO(), format="png")
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(t, renderer) for t in ax.texts]  # the text, not its leader
+    assert len(boxes) == len(models)
+    frame = ax.get_window_extent(renderer)
+    marker = np.sqrt(90) / 2 * fig.dpi / 72  # the markers' radius in pixels
+    points = ax.transData.transform(xy)
+    for i, b in enumerate(boxes):
+        assert frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1
+        assert not any(b.overlaps(o) for o in boxes[i + 1:]), ax.texts[i].get_text()
+        for px, py in points:
+            assert not (b.x0 - marker < px < b.x1 + marker and b.y0 - marker < py < b.y1 + marker)
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not any(b.overlaps(legend) for b in boxes)
+
+
+def test_report_announces_each_section_on_stderr(tmp_path, capsys):
+    # `rmfast report` was silent for ~20 s; now each section says it is running (one line per
+    # section when stderr is not a terminal, a tqdm bar when it is); --no-progress: silent.
+    scans, _ = _inputs(tmp_path)
+    one = scans[scans["prompt"] == BEST]
+    build_report(one, n_perm=20, k=3)
+    assert capsys.readouterr().err == ""
+    build_report(one, n_perm=20, k=3, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "rmfast: report 1/7: Score distributions"
+    assert lines[-1] == "rmfast: report 7/7: Top and bottom 3 per model × prompt"
+    assert len(lines) == 7
+    files = _write_scan_files(one, tmp_path / "scans")
+    out = str(tmp_path / "r.html")
+    assert main(["report", *map(str, files), "--out", out, "--n-perm", "20"]) == 0
+    err = capsys.readouterr().err
+    assert "rmfast: report 2/7: Agreement between models" in err and "rmfast: wrote" in err
+    assert main(["report", *map(str, files), "--out", out, "--n-perm", "20", "--no-progress"]) == 0
+    assert "rmfast: report" not in capsys.readouterr().err

@@ -134,14 +134,18 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
                 mds_rows.append({"prompt": prompt, "model": m, "x": fit.coords[k, 0],
                                  "y": fit.coords[k, 1], "stress1": fit.stress1})
         elif len(ms) < 3:
-            ledger.note(f"prompt {prompt!r}: MDS needs at least 3 models")
+            ledger.note(f"prompt {prompt!r}: MDS needs at least 3 models, this prompt has {len(ms)}")
+        else:
+            ledger.note(f"prompt {prompt!r}: MDS not computed: a Kendall tau is undefined "
+                        "(a model gives every shared string the same score)")
         if meta is not None:
             rsa_rows.extend(_rsa_rows(prompt, pd.DataFrame(tau, ms, ms), meta, ledger,
                                       n_perm=n_perm, seed=seed, alternative=rsa_alternative))
     if not pair_rows:
         raise UserError("no prompt has two models with shared strings; nothing to compare")
     res = AgreementResult(
-        pairs=pd.DataFrame(pair_rows), mds=pd.DataFrame(mds_rows),
+        pairs=pd.DataFrame(pair_rows),
+        mds=pd.DataFrame(mds_rows, columns=["prompt", "model", "x", "y", "stress1"]),
         rsa=pd.DataFrame(rsa_rows, columns=["prompt", "predictor", "r", "p_value", "n_perm",
                                             "exact", "n_models", "n_pairs"]),
         vocabulary=pd.concat(vocab, ignore_index=True)[

@@ -18,8 +18,8 @@ _EXTRA = {
     "matplotlib": "rmfast[analysis]",
     "statsmodels": "rmfast[analysis]",
     "statsmodels.formula.api": "rmfast[analysis]",
-    "wordfreq": "rmfast[lexicons]",
-    "afinn": "rmfast[lexicons]",
+    "wordfreq": "rmfast[analysis]",
+    "afinn": "rmfast[analysis]",
 }
 
 

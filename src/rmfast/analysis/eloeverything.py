@@ -8,6 +8,13 @@ The folder holds one CSV per prompt, named after the prompt (file names cannot h
 :func:`load_eloeverything` turns them into the tidy scan frame (``token_id`` <NA>,
 ``text`` = item name) plus a human-score frame, and :func:`load_human_scores` reads
 any CSV of items with a human score.
+
+The model scores in these CSVs are the papers' published scores of their reward models,
+not rmfast scans; the loaders record where scores come from in ``DataFrame.attrs``
+(:data:`~rmfast.analysis.scans.SOURCE_ATTR`) and the report shows it. To compare your own
+scans of the items, score the item names with ``rmfast scan MODEL --candidates CSV
+--column name`` and give those Parquet files together with ``--eloeverything DIR``: the
+CSVs then supply only the human Elo.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import pandas as pd
 
 from ..errors import UserError
 from .ledger import Ledger
-from .scans import validate_scans
+from .scans import SOURCE_ATTR, validate_scans
 
 #: Non-model columns of the EloEverything CSVs.
 HUMAN_COLUMNS = ["elo_rank", "elo_score", "name", "elo_matches"]
@@ -103,7 +110,21 @@ def load_eloeverything(folder: str | PathLike, *, ledger: Ledger | None = None) 
         long["prompt"] = prompt_from_filename(f)
         scans.append(long)
     tidy = validate_scans(pd.concat(scans, ignore_index=True), ledger=ledger, recompute_rank=True)
-    return HumanData(scans=tidy, human=human.reset_index(drop=True))
+    tidy.attrs[SOURCE_ATTR] = elo_scores_source(folder, tidy["model"].nunique())
+    human = human.reset_index(drop=True)
+    human.attrs[SOURCE_ATTR] = f"EloEverything Elo (column elo_score) in {folder}"
+    return HumanData(scans=tidy, human=human)
+
+
+def elo_scores_source(folder: str | PathLike, n_models: int) -> str:
+    """Where the model scores of :func:`load_eloeverything` come from, in words: the CSVs'
+    own score columns (the papers' published scores), not rmfast scans.
+
+    >>> elo_scores_source("elo", 10)
+    "the 10 reward models' published scores stored in the EloEverything CSVs in elo (paper A), not rmfast scans"
+    """
+    return (f"the {n_models} reward models' published scores stored in the EloEverything CSVs "
+            f"in {folder} (paper A), not rmfast scans")
 
 
 def load_human_scores(path: str | PathLike, *, item_column: str = "name",
@@ -128,4 +149,5 @@ def load_human_scores(path: str | PathLike, *, item_column: str = "name",
                         f"columns among {list(df.columns)}")
     df = df.rename(columns={item_column: "text", score_column: "human_score"})
     df["human_score"] = pd.to_numeric(df["human_score"], errors="coerce")
+    df.attrs[SOURCE_ATTR] = f"{path} (column {score_column}, items in column {item_column})"
     return df

@@ -64,7 +64,7 @@ def load_afinn(path: str | PathLike | None = None) -> pd.DataFrame:
             text = ref.read_text(encoding="utf-8")
         except (ImportError, ModuleNotFoundError, FileNotFoundError):
             raise UserError("no AFINN file given and the 'afinn' package is not installed; "
-                            "pass --afinn PATH/AFINN-111.txt or pip install afinn") from None
+                            "pass --afinn PATH/AFINN-111.txt or pip install 'rmfast[analysis]'") from None
         where = "afinn package AFINN-111"
     else:
         p = _exists(path)

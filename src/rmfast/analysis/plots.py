@@ -21,6 +21,10 @@ from .metadata import model_families, model_labels, model_order
 _FAMILY_MAPS = {"Gemma": "Blues", "Llama": "Oranges", "Qwen": "Greens", "Mistral": "Purples"}
 _OTHER_MAPS = ["Greens", "Purples", "Greys", "RdPu", "YlGn"]
 MAX_POINTS = 20_000  # per violin / scatter panel; larger sets are subsampled (seeded)
+#: PNG resolution (:func:`to_png`) and the widest figure (inches): 11 in × 110 dpi = 1,210 px, so
+#: every figure fits the report's 1,280 px column (and a 1,280-1,400 px window) unscaled.
+PNG_DPI = 110
+MAX_WIDTH_IN = 11.0
 
 
 def _mpl():
@@ -32,14 +36,14 @@ def _mpl():
 
 
 def new_figure(w: float, h: float):
-    """A constrained-layout Figure on an Agg canvas."""
+    """A constrained-layout Figure on an Agg canvas, at most :data:`MAX_WIDTH_IN` wide."""
     Figure, Canvas = _mpl()
-    fig = Figure(figsize=(w, h), dpi=100, layout="constrained")
+    fig = Figure(figsize=(min(w, MAX_WIDTH_IN), h), dpi=100, layout="constrained")
     Canvas(fig)
     return fig
 
 
-def to_png(fig, dpi: int = 110) -> bytes:
+def to_png(fig, dpi: int = PNG_DPI) -> bytes:
     """PNG bytes of a figure."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
@@ -134,8 +138,9 @@ def violins(scans: pd.DataFrame, styles: Styles, standardize: bool = False):
 
 # ------------------------------------------------------------------ agreement
 def heatmap(matrix: pd.DataFrame, styles: Styles, title: str, vmin: float = -1.0,
-            vmax: float = 1.0, cmap: str = "RdBu_r", ax=None):
-    """Annotated model × model matrix (papers' Figure 2A); draws into ``ax`` if given."""
+            vmax: float = 1.0, cmap: str = "RdBu_r", ax=None, row_labels: bool = True):
+    """Annotated model × model matrix (papers' Figure 2A); draws into ``ax`` if given.
+    ``row_labels=False`` leaves the rows unlabelled (a panel right of one with the same rows)."""
     ms = [m for m in styles.order if m in matrix.index]
     mat = matrix.loc[ms, ms].to_numpy(dtype="float64")
     n = len(ms)
@@ -146,7 +151,7 @@ def heatmap(matrix: pd.DataFrame, styles: Styles, title: str, vmin: float = -1.0
     im = ax.imshow(mat, vmin=vmin, vmax=vmax, cmap=cmap)
     labels = [styles.label[m] for m in ms]
     ax.set_xticks(range(n), labels, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(n), labels, fontsize=8)
+    ax.set_yticks(range(n), labels if row_labels else [], fontsize=8)
     for t, m in zip(ax.get_xticklabels(), ms):
         t.set_color(_dark(styles.color[m]))
     for t, m in zip(ax.get_yticklabels(), ms):
@@ -162,29 +167,33 @@ def heatmap(matrix: pd.DataFrame, styles: Styles, title: str, vmin: float = -1.0
             light = 0.299 * r + 0.587 * g + 0.114 * b > 0.55
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=fs,
                     color="black" if light else "white")
-    ax.figure.colorbar(im, ax=ax, shrink=0.75)
+    # an inset colour bar: exactly as tall as the (square) matrix, whatever the layout gives it
+    ax.figure.colorbar(im, cax=ax.inset_axes([1.03, 0.0, 0.045, 1.0]))
     ax.set_title(wrap(title, 60), fontsize=10)
     return fig if fig is not None else ax
 
 
 def agreement_panel(result, prompt: str, styles: Styles):
-    """Kendall tau-b, Spearman and RBO heatmaps plus the MDS map of one prompt (2 × 2)."""
-    n = len(styles.order)
-    side = max(4.5, 0.45 * n + 2.0)
-    fig = new_figure(2 * side + 1.4, 2 * side * 0.92)
-    axes = fig.subplots(2, 2)
-    heatmap(result.matrix("kendall_tau_b", prompt), styles, "Kendall tau-b", ax=axes[0, 0])
-    heatmap(result.matrix("spearman_rho", prompt), styles, "Spearman rho", ax=axes[0, 1])
-    heatmap(result.matrix("rbo", prompt), styles, f"Rank-biased overlap (p = {result.rbo_p})",
-            vmin=0.0, vmax=1.0, cmap="viridis", ax=axes[1, 0])
+    """Kendall tau-b, Spearman and RBO heatmaps plus the MDS map of one prompt (2 × 2);
+    one row of three heatmaps when the prompt has no MDS (fewer than 3 models)."""
+    n = len(result.matrix("kendall_tau_b", prompt))
     sub = result.mds[result.mds["prompt"] == prompt]
-    if len(sub):
-        mds_map(sub, styles, "MDS of 1 − Kendall tau", ax=axes[1, 1])
+    if len(sub):  # two rows as subfigures: the MDS map's margins do not follow a heatmap's
+        fig = new_figure(MAX_WIDTH_IN, 2 * (0.25 * n + 3.0) + 0.6)
+        axes = [ax for row in fig.subfigures(2, 1) for ax in row.subplots(1, 2)]
     else:
-        axes[1, 1].set_visible(False)
+        fig = new_figure(MAX_WIDTH_IN, 0.25 * n + 4.2)
+        axes = fig.subplots(1, 3)
+    heatmap(result.matrix("kendall_tau_b", prompt), styles, "Kendall tau-b", ax=axes[0])
+    heatmap(result.matrix("spearman_rho", prompt), styles, "Spearman rho (rows as left)",
+            ax=axes[1], row_labels=False)
+    heatmap(result.matrix("rbo", prompt), styles, f"Rank-biased overlap (p = {result.rbo_p})",
+            vmin=0.0, vmax=1.0, cmap="viridis", ax=axes[2], row_labels=bool(len(sub)))
     n_shared = int(result.pairs.loc[result.pairs["prompt"] == prompt, "n_shared"].iloc[0])
     fig.suptitle(f"{wrap(prompt, 100)}\n{n_shared:,} shared strings ({result.join} join)",
                  fontsize=11)
+    if len(sub):  # last: its labels are placed on the finished layout
+        mds_map(sub, styles, "MDS of 1 − Kendall tau", ax=axes[3])
     return fig
 
 
@@ -194,21 +203,22 @@ def _dark(color):
 
 
 def mds_map(mds: pd.DataFrame, styles: Styles, title: str, ax=None):
-    """2-D MDS of 1 − tau; points coloured by model, labelled (papers' Figure 2B)."""
+    """2-D MDS of 1 − tau; points coloured by model, labelled (papers' Figure 2B).
+
+    Labels are pushed apart from each other, from the points and from the legend
+    (:func:`repel_labels`) on the figure's finished layout, which is then frozen: draw this
+    panel last.
+    """
     fig = None
     if ax is None:
         fig = new_figure(6.4, 5.4)
         ax = fig.subplots()
     ms = [m for m in styles.order if m in set(mds["model"])]
-    pts = mds.set_index("model").loc[ms, ["x", "y"]].to_numpy()
+    pts = mds.set_index("model").loc[ms, ["x", "y"]].to_numpy(dtype="float64")
     span = np.ptp(pts, axis=0).max() or 1.0
+    size = 90  # marker area, pt²
     for (x, y), m in zip(pts, ms):
-        ax.scatter([x], [y], s=90, color=styles.color[m], edgecolor="black", zorder=3)
-    offsets = _label_offsets(pts, span)
-    for (x, y), (dx, dy), m in zip(pts, offsets, ms):
-        ax.annotate(styles.label[m], (x, y), xytext=(x + dx, y + dy), fontsize=8,
-                    ha="left" if dx >= 0 else "right", va="center",
-                    arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.6})
+        ax.scatter([x], [y], s=size, color=styles.color[m], edgecolor="black", zorder=3)
     pad = 0.35 * span
     ax.set_xlim(pts[:, 0].min() - pad, pts[:, 0].max() + pad)
     ax.set_ylim(pts[:, 1].min() - pad * 0.6, pts[:, 1].max() + pad * 0.6)
@@ -217,29 +227,84 @@ def mds_map(mds: pd.DataFrame, styles: Styles, title: str, ax=None):
     stress = float(mds["stress1"].iloc[0]) if "stress1" in mds else np.nan
     ax.set_title(wrap(title, 60) + f" (stress-1 = {stress:.2f})", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(handles=styles.legend_handles(), fontsize=8, loc="best")
+    legend = ax.legend(handles=styles.legend_handles(), fontsize=8, loc="best")
+    _label_points(ax, pts, [styles.label[m] for m in ms], marker_pt=np.sqrt(size) / 2 + 1,
+                  obstacles=[legend])
     return fig if fig is not None else ax
 
 
-def _label_offsets(pts: np.ndarray, span: float) -> list[tuple[float, float]]:
-    """Greedy label placement: for each point pick the candidate offset farthest from
-    other points and already placed labels."""
-    cands = [(a, b) for a, b in ((0.06, 0.0), (-0.06, 0.0), (0.05, 0.05), (0.05, -0.05),
-                                 (-0.05, 0.05), (-0.05, -0.05), (0.09, 0.09), (0.09, -0.09),
-                                 (-0.09, 0.09), (-0.09, -0.09), (0.0, 0.08), (0.0, -0.08))]
-    placed: list[np.ndarray] = []
-    out = []
-    for i, p in enumerate(pts):
-        best, best_score = cands[0], -np.inf
-        for c in cands:
-            q = p + np.array(c) * span
-            others = [pts[j] for j in range(len(pts)) if j != i] + placed
-            d = min((np.linalg.norm(q - o) for o in others), default=np.inf)
-            if d > best_score:
-                best, best_score = c, d
-        placed.append(p + np.array(best) * span)
-        out.append((best[0] * span, best[1] * span))
-    return out
+def _label_points(ax, pts: np.ndarray, labels: list[str], *, marker_pt: float, fontsize=8,
+                  obstacles=()) -> None:
+    """Annotate ``pts`` with ``labels``, placed by :func:`repel_labels` in display space."""
+    fig = ax.figure.figure  # the root figure (ax.figure may be a subfigure)
+    for _ in range(2):  # constrained layout settles over passes (subfigures, colour bars)
+        fig.draw_without_rendering()
+    fig.set_layout_engine("none")  # then freeze it: the labels are placed on these positions
+    renderer = fig.canvas.get_renderer()
+    px_per_pt = fig.dpi / 72.0
+    probes = [ax.text(0, 0, t, fontsize=fontsize) for t in labels]
+    sizes = np.array([[b.width, b.height] for b in (p.get_window_extent(renderer) for p in probes)])
+    for p in probes:
+        p.remove()
+    xy = ax.transData.transform(pts)
+    box = ax.get_window_extent(renderer)
+    blocks = [o.get_window_extent(renderer) for o in obstacles]
+    centers = repel_labels(xy, sizes, marker_pt * px_per_pt,
+                           bounds=(box.x0 + 2, box.y0 + 2, box.x1 - 2, box.y1 - 2),
+                           obstacles=[(b.x0, b.y0, b.x1, b.y1) for b in blocks])
+    for (x, y), (cx, cy), (px, py), t in zip(pts, centers, xy, labels):
+        ann = ax.annotate(t, (x, y), xytext=((cx - px) / px_per_pt, (cy - py) / px_per_pt),
+                          textcoords="offset points", ha="center", va="center", fontsize=fontsize,
+                          arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.6,
+                                      "shrinkA": 0, "shrinkB": marker_pt})
+        ann.set_in_layout(False)  # placed inside the axes: the layout must not move for them
+
+
+def repel_labels(points: np.ndarray, sizes: np.ndarray, radius: float, *, bounds=None,
+                 obstacles=(), pad: float = 3.0, reach: int = 8) -> np.ndarray:
+    """Label centres (display units) near their points, off every other label, every point's
+    marker (a square of half-side ``radius``) and the ``obstacles`` ((x0, y0, x1, y1) boxes),
+    inside ``bounds`` (x0, y0, x1, y1) when given. No dependency: labels are placed one at a
+    time, most crowded first, each at the nearest of a grid of offsets (beside the point, left or
+    right, up to three half-widths out; above or below it; up to ``reach`` label heights up or
+    down) that overlaps nothing placed so far, or, failing that, at the one that overlaps least.
+
+    >>> c = repel_labels(np.zeros((2, 2)), np.array([[20.0, 8], [20, 8]]), 4.0)
+    >>> bool(abs(c[0, 1] - c[1, 1]) >= 8 or abs(c[0, 0] - c[1, 0]) >= 20)
+    True
+    """
+    pts = np.asarray(points, dtype="float64").reshape(-1, 2)
+    half = np.asarray(sizes, dtype="float64").reshape(-1, 2) / 2
+    n = len(pts)
+    blocks = [((x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2, (y1 - y0) / 2) for x0, y0, x1, y1 in obstacles]
+    blocks += [(x, y, radius, radius) for x, y in pts]
+    fixed = np.array(blocks, dtype="float64").reshape(-1, 4)
+    d = np.hypot(*(pts[:, None, :] - pts[None, :, :]).transpose(2, 0, 1))
+    crowd = (d < 2 * half[:, :1] + radius).sum(1)
+    centers = np.zeros((n, 2))
+    placed: list[tuple] = []
+    for i in sorted(range(n), key=lambda k: (-crowd[k], k)):
+        w, h = half[i]
+        step = 2 * h + pad
+        side = radius + pad + w
+        xs = np.array([0.0] + [sgn * (side + m * w) for sgn in (1, -1) for m in range(3)])
+        ys = np.arange(-2 * reach, 2 * reach + 1) * step / 2
+        off = np.array([(x, y) for x in xs for y in ys])
+        off = off[(off[:, 0] != 0) | (np.abs(off[:, 1]) >= radius + pad + h)]
+        cand = pts[i] + off
+        others = np.vstack([fixed, np.array(placed).reshape(-1, 4)])
+        ox = np.clip(w + others[:, 2] + pad - np.abs(cand[:, :1] - others[:, 0]), 0, None)
+        oy = np.clip(h + others[:, 3] + pad - np.abs(cand[:, 1:] - others[:, 1]), 0, None)
+        cost = (ox * oy).sum(1)
+        if bounds is not None:
+            x0, y0, x1, y1 = bounds
+            out_x = np.clip(x0 - (cand[:, 0] - w), 0, None) + np.clip(cand[:, 0] + w - x1, 0, None)
+            out_y = np.clip(y0 - (cand[:, 1] - h), 0, None) + np.clip(cand[:, 1] + h - y1, 0, None)
+            cost = cost + 10 * (out_x * 2 * h + out_y * 2 * w)
+        best = np.lexsort((np.hypot(off[:, 0], off[:, 1]), np.round(cost, 6)))[0]
+        centers[i] = cand[best]
+        placed.append((*cand[best], w, h))
+    return centers
 
 
 def rsa_bars(rsa: pd.DataFrame):
@@ -366,9 +431,9 @@ def best_worst_grid(scores: pd.DataFrame, styles: Styles, best: str, worst: str,
                     annotate: int = 2, units: str = "score"):
     """Best-prompt vs worst-prompt score per token, one panel per model (Figure 4)."""
     ms = [m for m in styles.order if m in set(scores["model"])]
-    ncol = min(5, len(ms))
+    ncol = min(4, len(ms))
     nrow = int(np.ceil(len(ms) / ncol))
-    fig = new_figure(2.9 * ncol + 0.4, 2.9 * nrow + 0.9)
+    fig = new_figure(2.65 * ncol + 0.4, 2.65 * nrow + 0.9)
     axes = np.atleast_1d(fig.subplots(nrow, ncol, squeeze=False)).ravel()
     for ax, m in zip(axes, ms):
         g = scores[scores["model"] == m]

@@ -4,8 +4,11 @@
 :func:`write_report`) runs the analyses of :mod:`rmfast.analysis` and writes one HTML
 file: figures embedded as base64 PNG, tables as HTML, no external resources, so it opens
 offline. An analysis whose inputs are missing (no AFINN file, no negative prompt, ...)
-is listed with the reason instead of failing the report. The file is written atomically
-(temporary file in the same folder, then rename).
+is listed with the reason instead of failing the report; so is a part of an analysis the
+inputs do not allow (no MDS map below 3 models, no RSA without metadata). Figures are at
+most 1,210 px wide and scale down with the window. The file is written atomically
+(temporary file in the same folder, then rename). With ``progress=True`` each section is
+announced on stderr (a tqdm bar on a terminal, one line per section otherwise).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
+import sys
 from dataclasses import dataclass, field
 from functools import partial
 from os import PathLike
@@ -33,8 +37,10 @@ table{border-collapse:collapse;font-size:12px;margin:6px 0 14px}
 th,td{border:1px solid #ddd;padding:2px 6px;text-align:right;white-space:nowrap}
 th{background:#f3f3f3}td.t,th.t{text-align:left}
 .scroll{overflow-x:auto;max-width:100%}
+img{max-width:100%;height:auto}
 .figs{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
-.figs img{max-width:100%;border:1px solid #eee}
+.figs>div{min-width:0;max-width:100%}
+.figs img{border:1px solid #eee}
 .note{color:#555;font-size:13px}.skip{color:#a33}
 details{margin:6px 0}summary{cursor:pointer;color:#225}
 code{background:#f6f6f6;padding:0 3px}
@@ -153,6 +159,8 @@ class _Inputs:
     n_perm: int
     best: str | None
     worst: str | None
+    scores_source: str = ""
+    human_source: str = ""
 
 
 # 1. distributions ------------------------------------------------------------------
@@ -179,17 +187,51 @@ def _agreement(sec: Section, x: _Inputs) -> None:
 
     res = A.agreement(x.scans, join=x.join, metadata=x.meta, n_perm=x.n_perm)
     sec.result = res
-    for p in dict.fromkeys(res.pairs["prompt"]):
+    compared = list(dict.fromkeys(res.pairs["prompt"]))
+    for p in x.prompts:
+        if p not in compared:
+            why = _prompt_notes(res, p) or "no pair of models to compare"
+            sec.body.append(f'<p class="skip">Not compared: {html.escape(p)}: {html.escape(why)}</p>')
+            continue
         sec.body.append(img_html(A.plots.agreement_panel(res, p, x.styles),
                                  "agreement heatmaps and MDS"))
+        if not (res.mds["prompt"] == p).any():
+            why = _prompt_notes(res, p, "MDS") or "MDS not computed"
+            sec.body.append(f'<p class="skip">No MDS map for this prompt: {html.escape(why)}</p>')
+    sec.body.append("<h3>RSA against model metadata</h3>")
     if len(res.rsa):
-        sec.body.append("<h3>RSA against model metadata</h3>")
         sec.body.append(img_html(A.plots.rsa_bars(res.rsa), "RSA"))
         sec.body.append(table_html(res.rsa))
+    else:
+        why = ("no model metadata given (--metadata FILE)" if x.meta is None else
+               _rsa_reason(res, x.prompts))
+        sec.body.append(f'<p class="skip">Not run: {html.escape(why)}</p>')
     sec.body.append("<h3>Shared vocabulary</h3>" + table_html(
         _label_models(res.vocabulary, x.styles)))
     sec.body.append("<h3>All pairs</h3>" + table_html(_label_models(res.pairs, x.styles),
                                                      max_rows=30))
+
+
+def _rsa_reason(res, prompts) -> str:
+    """Why there is no RSA row: the RSA notes, once each (per-prompt wording folded)."""
+    notes = []
+    for n in res.notes:
+        if n.startswith("RSA"):
+            for p in prompts:
+                n = n.replace(f" for {p!r}", "")
+            notes.append(n)
+    return "; ".join(dict.fromkeys(notes)) or "no RSA result"
+
+
+def _prompt_notes(res, prompt: str, topic: str = "") -> str:
+    """The result's notes about ``prompt`` (and ``topic``), without the prompt prefix, joined."""
+    out = []
+    for n in res.notes:
+        for head in (f"prompt {prompt!r}: ", f"prompt {prompt!r} "):
+            if n.startswith(head) and n[len(head):].startswith(topic):
+                out.append(n[len(head):])
+                break
+    return "; ".join(out)
 
 
 # 3. human --------------------------------------------------------------------------
@@ -203,6 +245,9 @@ def _human(sec: Section, x: _Inputs) -> None:
     styles = x.styles
     res = A.human_comparison(x.scans, x.human, k=15)
     sec.result = res
+    sec.body.append(f'<p class="note"><b>Model scores:</b> {html.escape(x.scores_source)}. '
+                    f'<b>Human scores:</b> {html.escape(x.human_source)}. Items are joined on '
+                    "their text.</p>")
     sec.body.append(img_html(A.plots.human_bars(res.correlations, styles), "rho bars"))
     wide = res.correlations.pivot(index="model", columns="prompt", values="spearman_rho")
     wide = wide.reindex([m for m in styles.order if m in wide.index])
@@ -370,12 +415,18 @@ def _run_section(key: str, title: str, intro: str, fn, x: _Inputs) -> Section:
 def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, metadata=None,
                  afinn=None, frequencies=None, dictionaries=(), join: str = "text", k: int = 10,
                  n_perm: int = 2000, best: str | None = None, worst: str | None = None,
-                 framing=None, title: str = "rmfast report", source: str = "") -> str:
+                 framing=None, title: str = "rmfast report", source: str = "",
+                 scores_source: str | None = None, human_source: str | None = None,
+                 progress: bool = False) -> str:
     """Run every applicable analysis on ``scans`` and return the report's HTML.
 
     ``human``: items with human scores (text, human_score) for the human comparison;
     ``metadata``: model metadata file/frame (labels, colours, RSA, groups);
-    ``afinn``/``frequencies``/``dictionaries``: lexicon paths (see :mod:`rmfast.analysis`).
+    ``afinn``/``frequencies``/``dictionaries``: lexicon paths (see :mod:`rmfast.analysis`);
+    ``scores_source``/``human_source``: where the model and the human scores come from, in
+    words, shown by the human comparison (default: what the loaders recorded in
+    ``scans.attrs`` — EloEverything CSVs or rmfast scan files — and "given as a frame");
+    ``progress``: announce each section on stderr.
 
     >>> import tempfile
     >>> from rmfast.analysis import load_eloeverything
@@ -391,15 +442,42 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     """
     from .. import analysis as A
     from .plots import Styles
+    from .scans import SOURCE_ATTR
 
+    scores_source = scores_source or getattr(scans, "attrs", {}).get(SOURCE_ATTR) or \
+        "the scan frame given to build_report (source not stated)"
+    human_source = human_source or (getattr(human, "attrs", {}).get(SOURCE_ATTR) if human is not None
+                                    else None) or "the human frame given to build_report"
     scans = A.validate_scans(scans)
     meta = A.load_model_metadata(metadata) if metadata is not None else None
     styles = Styles.build(scans["model"].unique(), meta)
     prompts = list(pd.unique(scans["prompt"]))
     x = _Inputs(scans, styles, meta, prompts, human, afinn, frequencies, dictionaries, framing, join, k, n_perm,
-                best, worst)
-    sections = [_run_section(key, sec_title, intro, fn, x) for key, sec_title, intro, fn in _section_specs(x)]
+                best, worst, scores_source, human_source)
+    sections = _run_sections(_section_specs(x), x, progress)
     return _page(title, source, scans, styles, sections)
+
+
+def _run_sections(specs: list[tuple], x: _Inputs, progress: bool) -> list[Section]:
+    """Run the sections in order; with ``progress`` a tqdm bar on stderr when it is a terminal,
+    else one line per section (``rmfast: report 2/8: Agreement between models``)."""
+    if not progress:
+        return [_run_section(key, title, intro, fn, x) for key, title, intro, fn in specs]
+    sections = []
+    if sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        with tqdm(total=len(specs), desc="report", unit="section", file=sys.stderr,
+                  dynamic_ncols=True) as bar:
+            for key, title, intro, fn in specs:
+                bar.set_postfix_str(key)
+                sections.append(_run_section(key, title, intro, fn, x))
+                bar.update()
+        return sections
+    for i, (key, title, intro, fn) in enumerate(specs, 1):
+        print(f"rmfast: report {i}/{len(specs)}: {title}", file=sys.stderr, flush=True)
+        sections.append(_run_section(key, title, intro, fn, x))
+    return sections
 
 
 def _wide_extremes(sub: pd.DataFrame, styles, value: str) -> str:

@@ -28,6 +28,18 @@ from .ledger import Ledger
 
 TIDY_COLUMNS = ["model", "prompt", "token_id", "text", "score", "rank"]
 REQUIRED = ["model", "prompt", "text", "score"]
+#: ``DataFrame.attrs`` key the loaders set: where the scores come from, in words (the report shows it).
+SOURCE_ATTR = "scores_source"
+
+
+def scans_source(paths) -> str:
+    """Where scores loaded from rmfast scan files come from, in words.
+
+    >>> scans_source(["a.parquet", "b.parquet"])
+    'rmfast scans: a.parquet, b.parquet'
+    """
+    paths = [paths] if isinstance(paths, (str, PathLike)) else list(paths)
+    return "rmfast scans: " + ", ".join(str(p) for p in paths)
 
 
 def add_rank(df: pd.DataFrame, column: str = "rank") -> pd.DataFrame:
@@ -176,7 +188,9 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
     if dup.any():
         raise UserError(f"{int(dup.sum())} rows repeat a (model, prompt, token_id) across the "
                         "given files; the same scan was given twice — pass each scan once")
-    return validate_scans(df, ledger=ledger)
+    out = validate_scans(df, ledger=ledger)
+    out.attrs[SOURCE_ATTR] = scans_source(paths)
+    return out
 
 
 def select(df: pd.DataFrame, *, models: Iterable[str] | None = None,

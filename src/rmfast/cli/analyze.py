@@ -2,13 +2,17 @@
 
 Inputs: Parquet scan files or folders of them (``<file>.json`` manifests beside them),
 and/or ``--eloeverything DIR`` (a folder given as an input that holds EloEverything CSVs
-is recognised too). The main table goes to stdout (``--max-rows``), or as CSV to
+is recognised too). Model scores come from the scan files when any are given (the
+EloEverything CSVs then supply only the human Elo, joined on the item text); with no scan
+files they are the reward-model scores stored in the CSVs (the papers' published scores,
+not rmfast scans). Either way a note says which. The main table goes to stdout (``--max-rows``), or as CSV to
 ``--out``; ``--table`` picks another table of the result. Rows dropped and notes go to
 stderr.
 
 Examples::
 
     rmfast analyze human --eloeverything ../shared/data/eloeverything
+    rmfast analyze human my_items_scan.parquet --eloeverything ../shared/data/eloeverything
     rmfast analyze agreement scans/ --metadata models.yaml --table rsa --out rsa.csv
     rmfast report --eloeverything ../shared/data/eloeverything --out report.html
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -27,30 +32,52 @@ ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst",
             "categories", "extremes")
 
 
-def _inputs(args):
-    """(scans, human or None, source description) from the CLI inputs."""
-    from ..analysis.eloeverything import is_eloeverything_dir, load_eloeverything, load_human_scores
-    from ..analysis.scans import load_scans
+@dataclass
+class _Loaded:
+    """What the CLI inputs give: the scans, the human scores, and where each comes from."""
 
-    frames, human, sources = [], None, []
+    scans: pd.DataFrame
+    human: pd.DataFrame | None
+    source: str  # every input, for the report's header
+    scores_source: str  # where the model scores come from, in words
+    human_source: str | None  # where the human scores come from, in words
+
+
+def _inputs(args) -> _Loaded:
+    """Scans, human scores and their provenance from the CLI inputs.
+
+    Model scores come from the scan files when any are given; EloEverything folders then
+    supply only the human Elo. With no scan files the CSVs' own model columns are the scores.
+    """
+    from ..analysis.eloeverything import (elo_scores_source, is_eloeverything_dir,
+                                          load_eloeverything, load_human_scores)
+    from ..analysis.scans import SOURCE_ATTR, load_scans, scans_source
+
     elo_dirs = list(args.eloeverything or [])
     scan_paths = []
     for p in args.inputs or []:
         (elo_dirs if is_eloeverything_dir(p) else scan_paths).append(p)
-    for d in elo_dirs:
-        data = load_eloeverything(d)
-        frames.append(data.scans)
-        human = data.human if human is None else human
-        sources.append(str(d))
-    if scan_paths:
-        frames.append(load_scans(scan_paths))
-        sources.extend(str(p) for p in scan_paths)
-    if not frames:
+    if not elo_dirs and not scan_paths:
         raise UserError("no inputs: give scan Parquet files/folders or --eloeverything DIR")
+    elo = [(d, load_eloeverything(d)) for d in elo_dirs]
+    human, human_source = (elo[0][1].human, elo[0][1].human.attrs.get(SOURCE_ATTR)) if elo \
+        else (None, None)
+    if scan_paths:
+        scans = load_scans(scan_paths)
+        scores_source = scans_source(scan_paths)
+        if elo:
+            scores_source += (" (the model scores stored in the EloEverything CSVs are not used; "
+                              "the CSVs give the human Elo only)")
+    else:
+        scans = pd.concat([data.scans for _, data in elo], ignore_index=True)
+        scores_source = "; ".join(elo_scores_source(d, data.scans["model"].nunique())
+                                  for d, data in elo)
     if getattr(args, "human", None):
         human = load_human_scores(args.human, item_column=args.human_item,
                                   score_column=args.human_score)
-    return pd.concat(frames, ignore_index=True), human, ", ".join(sources)
+        human_source = human.attrs.get(SOURCE_ATTR)
+    source = ", ".join(str(p) for p in elo_dirs + scan_paths)
+    return _Loaded(scans, human, source, scores_source, human_source)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -107,6 +134,8 @@ def register(subparsers) -> None:
     r.add_argument("--dictionary", action="append", metavar="FILE",
                    help="category dictionary (repeatable)")
     r.add_argument("--title", default="rmfast report")
+    r.add_argument("--no-progress", action="store_true",
+                   help="do not announce each section on stderr")
     r.add_argument("--out", required=True, metavar="HTML", help="the report file")
     r.set_defaults(func=run_report)
 
@@ -165,8 +194,11 @@ def _report_drops(res) -> None:
 
 def run_analyze(args) -> int:
     """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
-    scans, human, _ = _inputs(args)
-    res = _run(args.name, args, scans, human)
+    data = _inputs(args)
+    res = _run(args.name, args, data.scans, data.human)
+    if args.name == "human":
+        res.notes[:0] = [f"model scores: {data.scores_source}",
+                         f"human scores: {data.human_source}"]
     tables = res.tables()
     name = args.table or next(iter(tables))
     if name not in tables:
@@ -191,12 +223,13 @@ def run_report(args) -> int:
     from ..analysis.report import build_report, write_report
     from ..analysis.framing import parse_framing_args
 
-    scans, human, source = _inputs(args)
-    text = build_report(scans, human=human, metadata=args.metadata, afinn=args.afinn,
+    data = _inputs(args)
+    text = build_report(data.scans, human=data.human, metadata=args.metadata, afinn=args.afinn,
                         frequencies=args.frequencies, dictionaries=args.dictionary or (),
                         join=args.join, k=args.k, n_perm=args.n_perm, best=args.best,
                         worst=args.worst, framing=parse_framing_args(args.framing),
-                        title=args.title, source=source)
+                        title=args.title, source=data.source, scores_source=data.scores_source,
+                        human_source=data.human_source, progress=not args.no_progress)
     path = write_report(args.out, text)
     print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0
