@@ -437,8 +437,8 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     >>> html_text = out.read_text(encoding="utf-8")
     >>> html_text.startswith("<!DOCTYPE html>"), 'id="human"' in html_text
     (True, True)
-    >>> html_text.count("Not run:")  # no AFINN, no frequencies, no negative prompt given
-    3
+    >>> html_text.count("Not run:")  # no AFINN, no frequencies, no negative prompt, no model metadata given
+    4
     """
     from .. import analysis as A
     from .plots import Styles
