@@ -143,7 +143,11 @@ class Engine:
         last = len(self.layers) - 1
         for li, (w, c) in enumerate(self.layers):
             cos, sin = rope[c.rope_key]
-            out = layer_fn(h, w, cos, sin, prompts[li], c, n_out if li == last else S, kvs is not None)
+            # The last layer (final positions only) runs the same function eagerly: compiled it would
+            # be a second graph per suffix length (compile time, and torch.compile's recompile limit)
+            # for ~1/n_layers of the work.
+            fn = decoder_layer if li == last else layer_fn
+            out = fn(h, w, cos, sin, prompts[li], c, n_out if li == last else S, kvs is not None)
             if kvs is None:
                 h = out
             else:
