@@ -19,19 +19,20 @@ Attention is pluggable, chosen by the type of the ``prompt`` argument (:func:`at
 (the Triton kernel on CUDA, the ``bmm`` reference on CPU; P = 0 for the prompt pass itself) — or
 :class:`PackedPrompt` — the block-diagonal CPU form (:mod:`rmfast.kernels.blockdiag_attention`).
 
-Numerics (the same op order eager and compiled): each run of elementwise work between two GEMMs
-(RMSNorm, RoPE after the optional q/k norm, SwiGLU, a sandwich norm plus its residual add) is
-written explicitly in fp32 and rounded to the model dtype once, where a GEMM or the residual stream
-reads it. Eager therefore rounds where inductor does, and :func:`compile_layer` turns on inductor's
-``emulate_precision_casts`` so it keeps those roundings inside its fused loops instead of eliding
-them. In fp32 every cast is a no-op and the ops are Hugging Face's, in HF's order; in bf16 this
-rounds less often than HF eager (which rounds after every op), so it is at least as close to fp32
-truth (tests check ranks).
+Numerics, the same eager and compiled: Hugging Face's op order and rounding points. Every op
+rounds its output to the model dtype, as HF eager does (RMSNorm statistics and the softmax in fp32,
+as HF's explicit casts say). Eager, that is simply torch; :func:`compile_layer` turns on inductor's
+``emulate_precision_casts``, so its fused loops round after each op too instead of keeping fp32
+between ops. (The alternative, every elementwise run written in fp32 and rounded once, measured no
+closer to fp32 truth on SmolLM2 bf16 scans — the GEMM outputs and the bf16 residual stream dominate
+the error — and cost the eager paths, CUDA's included, extra cast passes.) What still differs between
+eager and compiled is fp32 summation order inside fused reductions (RMSNorm means, attention sums).
+In fp32 the layer is HF's arithmetic; the attention forms' own roundings are documented with them.
 
 Example:
     >>> import torch
-    >>> c = LayerConsts(n_heads=2, n_kv_heads=1, head_dim=4, eps=1e-6, scale=0.5, softcap=None, act="silu",
-    ...                 qk_norm=False, sandwich=False, window=None, rope_key="default")
+    >>> c = LayerConsts(n_heads=2, n_kv_heads=1, head_dim=4, eps=1e-6, gemma_norm=False, scale=0.5, softcap=None,
+    ...                 act="silu", qk_norm=False, sandwich=False, window=None, rope_key="default")
     >>> w = LayerWeights(torch.ones(8), (torch.randn(16, 8),), None, None, torch.randn(8, 8), None, None,
     ...                  torch.ones(8), (torch.randn(12, 8),), None, torch.randn(8, 6), None, None)
     >>> h = torch.randn(3, 2, 8); cos = torch.ones(2, 4); sin = torch.zeros(2, 4)
@@ -68,6 +69,7 @@ class LayerConsts:
     Attributes:
         n_heads, n_kv_heads, head_dim: attention shape.
         eps: RMSNorm epsilon.
+        gemma_norm: Gemma's RMSNorm ``(x̂ · (1 + w)).to(dtype)`` instead of Llama's ``w · x̂.to(dtype)``.
         scale: score scale (1/sqrt(head_dim), or Gemma's query_pre_attn_scalar**-0.5).
         softcap: Gemma 2 attention-logit softcap, or None.
         act: "silu" | "gelu_tanh" | "gelu" | "relu" (the MLP's gate activation).
@@ -83,6 +85,7 @@ class LayerConsts:
     n_kv_heads: int
     head_dim: int
     eps: float
+    gemma_norm: bool
     scale: float
     softcap: float | None
     act: str
@@ -93,25 +96,25 @@ class LayerConsts:
 
 
 class LayerWeights(NamedTuple):
-    """A layer's tensors. Norm weights are *effective* fp32 multipliers (Gemma's ``1 + w`` folded in).
+    """A layer's tensors, the model's own (norm weights as stored: :func:`rmfast.ops.rmsnorm` applies them).
 
     Projections are tuples: fused ``(W_qkv,)`` / ``(W_gate_up,)`` (one GEMM each, a copy of those
     weights) or the model's own ``(W_q, W_k, W_v)`` / ``(W_gate, W_up)`` (no copy).
     """
 
-    norm_in: torch.Tensor  # (Dm,) fp32
+    norm_in: torch.Tensor  # (Dm,)
     w_qkv: tuple[torch.Tensor, ...]  # (H·D + 2·Hkv·D, Dm) fused, or (H·D, Dm), (Hkv·D, Dm), (Hkv·D, Dm)
     b_qkv: tuple[torch.Tensor, ...] | None  # biases, same split (Qwen2)
-    qk_norm: torch.Tensor | None  # (H + Hkv, D) fp32: q_norm for the q heads, k_norm for the k heads
+    qk_norm: torch.Tensor | None  # (H + Hkv, D): q_norm for the q heads, k_norm for the k heads
     w_o: torch.Tensor  # (Dm, H·D)
     b_o: torch.Tensor | None
-    norm_post_attn: torch.Tensor | None  # (Dm,) fp32 (sandwich)
-    norm_pre_mlp: torch.Tensor  # (Dm,) fp32
+    norm_post_attn: torch.Tensor | None  # (Dm,) (sandwich)
+    norm_pre_mlp: torch.Tensor  # (Dm,)
     w_gate_up: tuple[torch.Tensor, ...]  # (2I, Dm) fused (gate then up), or (I, Dm), (I, Dm)
     b_gate_up: tuple[torch.Tensor, ...] | None
     w_down: torch.Tensor  # (Dm, I)
     b_down: torch.Tensor | None
-    norm_post_mlp: torch.Tensor | None  # (Dm,) fp32 (sandwich)
+    norm_post_mlp: torch.Tensor | None  # (Dm,) (sandwich)
 
 
 class PromptKV(NamedTuple):
@@ -146,10 +149,8 @@ def build_layers(spec, fuse: bool) -> list[tuple[LayerWeights, LayerConsts]]:
 
 
 def _weights(spec, L, fuse: bool) -> LayerWeights:
-    g = 1.0 if spec.gemma_norm else 0.0
-
-    def eff(norm):  # the effective fp32 multiplier of an RMSNorm
-        return None if norm is None else norm.weight.float() + g
+    def norm_w(norm):
+        return None if norm is None else norm.weight
 
     def linears(*mods):  # (weights, biases or None), concatenated when fusing
         ws = [m.weight for m in mods]
@@ -163,21 +164,21 @@ def _weights(spec, L, fuse: bool) -> LayerWeights:
     w_gu, b_gu = linears(L.mlp.gate_proj, L.mlp.up_proj)
     qk_norm = None
     if L.q_norm is not None:
-        qk_norm = torch.cat([eff(L.q_norm).expand(spec.n_heads, -1), eff(L.k_norm).expand(spec.n_kv_heads, -1)])
+        qk_norm = torch.cat([norm_w(L.q_norm).expand(spec.n_heads, -1), norm_w(L.k_norm).expand(spec.n_kv_heads, -1)])
     return LayerWeights(
-        norm_in=eff(L.input_norm),
+        norm_in=norm_w(L.input_norm),
         w_qkv=w_qkv,
         b_qkv=b_qkv,
         qk_norm=qk_norm,
         w_o=L.o_proj.weight,
         b_o=L.o_proj.bias,
-        norm_post_attn=eff(L.post_attn_norm),
-        norm_pre_mlp=eff(L.pre_mlp_norm),
+        norm_post_attn=norm_w(L.post_attn_norm),
+        norm_pre_mlp=norm_w(L.pre_mlp_norm),
         w_gate_up=w_gu,
         b_gate_up=b_gu,
         w_down=L.mlp.down_proj.weight,
         b_down=L.mlp.down_proj.bias,
-        norm_post_mlp=eff(L.post_mlp_norm),
+        norm_post_mlp=norm_w(L.post_mlp_norm),
     )
 
 
@@ -187,6 +188,7 @@ def _consts(spec, L) -> LayerConsts:
         n_kv_heads=spec.n_kv_heads,
         head_dim=spec.head_dim,
         eps=spec.norm_eps,
+        gemma_norm=spec.gemma_norm,
         scale=L.scale,
         softcap=L.softcap,
         act=ACTIVATIONS[spec.act],
@@ -198,33 +200,29 @@ def _consts(spec, L) -> LayerConsts:
 
 
 def compile_layer(fn=None):
-    """``torch.compile`` of :func:`decoder_layer` (or of ``fn``, an own-code copy of it) with eager's
-    rounding points kept inside fused loops (``emulate_precision_casts``; see the module docstring)."""
+    """``torch.compile`` of :func:`decoder_layer` (or of ``fn``, an own-code copy of it) that rounds
+    after each op as eager does (``emulate_precision_casts``; see the module docstring)."""
     return torch.compile(fn or decoder_layer, dynamic=False, options={"emulate_precision_casts": True})
 
 
 # ---------------------------------------------------------------------------------- pieces
 
 
-def _rms32(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm in fp32 with an effective fp32 weight: (..., N) any dtype -> (..., N) fp32, unrounded.
-
-    Same ops and order as HF's (x·rsqrt(mean(x²)+eps), then ·w; in fp32 bit-identical)."""
-    xf = x.float()
-    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w
+def _rms(x: torch.Tensor, w: torch.Tensor, c: LayerConsts) -> torch.Tensor:
+    """The model's RMSNorm over the last dim, with HF's cast points (:func:`rmfast.ops.rmsnorm`)."""
+    return ops.rmsnorm(x, w, c.eps, gemma_style=c.gemma_norm)
 
 
-def _rope32(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE, HF's ``x·cos + rotate_half(x)·sin``, in fp32: x (B, S, n, D) -> (B, S, n, D) fp32.
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (same ops, same roundings): x (B, S, n, D), cos/sin (S, D).
 
-    cos, sin: (S, D) in the model dtype (HF's tables). rotate_half is written over the (2, D/2)
-    halves, so each half is a contiguous vector load when compiled (torch.roll compiles to a gather).
+    rotate_half is written over the (2, D/2) halves, so each half is a contiguous vector load when
+    compiled (torch.roll compiles to a gather); negation and stacking are exact.
     """
     D = x.shape[-1]
-    xf = x.float()
-    xh = xf.unflatten(-1, (2, D // 2))  # (B, S, n, 2, D/2)
+    xh = x.unflatten(-1, (2, D // 2))  # (B, S, n, 2, D/2)
     rot = torch.stack([-xh[..., 1, :], xh[..., 0, :]], dim=-2).flatten(-2)  # rotate_half(x)
-    return xf * cos[:, None].float() + rot * sin[:, None].float()
+    return x * cos[:, None] + rot * sin[:, None]
 
 
 def _act(x: torch.Tensor, act: str) -> torch.Tensor:
@@ -244,34 +242,32 @@ def _linear(x: torch.Tensor, ws: tuple, bs: tuple | None, i: int) -> torch.Tenso
 def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
     """Projections, q/k norm and RoPE: x (B, S, Dm) -> q (B, Sq, H, D), k, v (B, S, Hkv, D).
 
-    Only the last ``Sq = n_out`` positions get queries. q and k leave in x.dtype (one rounding
-    after norm + RoPE); all three are views or fresh tensors, never copies for layout's sake.
+    Only the last ``Sq = n_out`` positions get queries. All three are views or fresh tensors,
+    never copies for layout's sake.
     """
     B, S, _ = x.shape
     H, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
-    dt = x.dtype
     if len(w.w_qkv) == 1:  # fused: one GEMM, then norm + RoPE over the q|k slab at once
         qkv = _linear(x, w.w_qkv, w.b_qkv, 0).view(B, S, H + 2 * Hkv, D)  # (B, S, H+2Hkv, D)
         qk = qkv[:, :, : H + Hkv]
         if c.qk_norm:
-            qk = _rms32(qk, w.qk_norm, c.eps)
-        qk = _rope32(qk, cos, sin).to(dt)  # (B, S, H+Hkv, D); the last layer's extra q rows are < 1%
+            qk = _rms(qk, w.qk_norm, c)
+        qk = _rope(qk, cos, sin)  # (B, S, H+Hkv, D); the last layer's extra q rows are < 1%
         return qk[:, S - n_out :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
     q = _linear(x[:, S - n_out :], w.w_qkv, w.b_qkv, 0).view(B, n_out, H, D)  # (B, Sq, H, D)
     k = _linear(x, w.w_qkv, w.b_qkv, 1).view(B, S, Hkv, D)  # (B, S, Hkv, D)
     v = _linear(x, w.w_qkv, w.b_qkv, 2).view(B, S, Hkv, D)
     if c.qk_norm:
-        q, k = _rms32(q, w.qk_norm[:H], c.eps), _rms32(k, w.qk_norm[H:], c.eps)
-    q = _rope32(q, cos[S - n_out :], sin[S - n_out :]).to(dt)
-    k = _rope32(k, cos, sin).to(dt)
-    return q, k, v
+        q, k = _rms(q, w.qk_norm[:H], c), _rms(k, w.qk_norm[H:], c)
+    return _rope(q, cos[S - n_out :], sin[S - n_out :]), _rope(k, cos, sin), v
 
 
 def attend(q, k, v, prompt: PromptKV | PackedPrompt, c: LayerConsts) -> torch.Tensor:
     """q (B, Sq, H, D) over the prompt's keys ⊕ the row's own k, v (B, S, Hkv, D) -> (B, Sq, H·D).
 
     The queries are the last Sq of the S suffix positions. Both forms soft-max in fp32 over prompt ⊕
-    suffix keys; their roundings differ in bf16 (see each).
+    suffix keys; in bf16 the reference/Triton form rounds scores after each op as HF does, the packed
+    form keeps the scaled scores fp32 (see each).
     """
     B, Sq, H, D = q.shape
     if isinstance(prompt, PackedPrompt):
@@ -287,26 +283,15 @@ def attend(q, k, v, prompt: PromptKV | PackedPrompt, c: LayerConsts) -> torch.Te
     return a.reshape(B, Sq, H * D)
 
 
-def _add_out(h: torch.Tensor, y: torch.Tensor, norm: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """Residual add of a sublayer output y, through the sandwich norm when there is one.
-
-    With the norm, norm and add are one fp32 run rounded once; without, a single add (one rounding
-    in any order, so eager and fused agree)."""
-    if norm is None:
-        return h + y
-    return (h.float() + _rms32(y, norm, eps)).to(h.dtype)
-
-
 def _mlp(x: torch.Tensor, w: LayerWeights, act: str) -> torch.Tensor:
-    """Gated MLP: x (B, Sq, Dm) -> (B, Sq, Dm). act(gate)·up in fp32, rounded once for the down GEMM."""
+    """Gated MLP, HF's ``down(act(gate(x)) · up(x))``: x (B, Sq, Dm) -> (B, Sq, Dm)."""
     if len(w.w_gate_up) == 1:
         gu = _linear(x, w.w_gate_up, w.b_gate_up, 0)  # (B, Sq, 2I): gate then up
         i = gu.shape[-1] // 2
         g, u = gu[..., :i], gu[..., i:]
     else:
         g, u = _linear(x, w.w_gate_up, w.b_gate_up, 0), _linear(x, w.w_gate_up, w.b_gate_up, 1)  # (B, Sq, I)
-    m = (_act(g.float(), act) * u.float()).to(x.dtype)
-    return F.linear(m, w.w_down, w.b_down)
+    return F.linear(_act(g, act) * u, w.w_down, w.b_down)
 
 
 # ---------------------------------------------------------------------------------- the layer
@@ -333,11 +318,12 @@ def decoder_layer(
     Returns (B, n_out, Dm), or (that, k, v) with collect_kv.
     """
     S = h.shape[1]
-    x = _rms32(h, w.norm_in, c.eps).to(h.dtype)  # (B, S, Dm)
-    q, k, v = _q_k_v(x, w, cos, sin, c, n_out)  # (B, Sq, H, D), (B, S, Hkv, D) x2
-    a = attend(q, k, v, prompt, c)  # (B, Sq, H·D)
-    a = F.linear(a, w.w_o, w.b_o)  # (B, Sq, Dm)
-    h = _add_out(h[:, S - n_out :], a, w.norm_post_attn, c.eps)
-    m = _mlp(_rms32(h, w.norm_pre_mlp, c.eps).to(h.dtype), w, c.act)  # (B, Sq, Dm)
-    h = _add_out(h, m, w.norm_post_mlp, c.eps)
-    return (h, k, v) if collect_kv else h
+    q, k, v = _q_k_v(_rms(h, w.norm_in, c), w, cos, sin, c, n_out)  # (B, Sq, H, D), (B, S, Hkv, D) x2
+    a = F.linear(attend(q, k, v, prompt, c), w.w_o, w.b_o)  # (B, Sq, Dm)
+    if c.sandwich:
+        a = _rms(a, w.norm_post_attn, c)
+    h = h[:, S - n_out :] + a
+    m = _mlp(_rms(h, w.norm_pre_mlp, c), w, c.act)  # (B, Sq, Dm)
+    if c.sandwich:
+        m = _rms(m, w.norm_post_mlp, c)
+    return (h + m, k, v) if collect_kv else h + m

@@ -15,8 +15,8 @@ cost H× the (small) prompt-attention FLOPs — ~12 % of a SmolLM2 layer's — b
 which measured faster than the bmm form (1,971 vs 1,722 candidates/s for the whole compiled
 SmolLM2 engine). The prompt is still ONE copy (per layer, in block form), never one per row.
 
-A row's own suffix keys (S ≤ a few) are handled elementwise, in fp32; both parts are soft-maxed
-jointly in fp32 (one max, one sum), so this is exact attention, not an approximation.
+A row's own suffix keys (S ≤ a few) are handled elementwise; both parts are soft-maxed jointly in
+fp32 (one max, one sum), so this is exact attention, not an approximation.
 
 Example:
     >>> import torch
@@ -89,10 +89,8 @@ def shared_prefix_attention_blockdiag(
     k_suffix, v_suffix: (B, S, Hkv, D).
     k_bd, v_bd: from :func:`pack_prefix` (P may be 0: then both have a zero dimension).
     pre_bias (Sq, 1, P), suf_bias (Sq, 1, S): from :func:`visibility_bias` (fp32, 0 / -inf).
-    Returns (B, Sq, H·D) in q.dtype. Scores and softmax in fp32. The prompt part runs as GEMMs in
-    q.dtype (scores rounded by the GEMM, probabilities cast to q.dtype before the value product, as HF
-    eager does); the elementwise suffix part stays fp32 throughout, and the two value sums are added
-    in fp32 and rounded once, so eager and compiled runs round at the same points.
+    Returns (B, Sq, H·D) in q.dtype. Scores and softmax in fp32; the probabilities are cast to
+    q.dtype before the value products (as HF eager does).
     """
     B, Sq, H, D = q.shape
     S, Hkv = k_suffix.shape[1], k_suffix.shape[2]
@@ -101,7 +99,7 @@ def shared_prefix_attention_blockdiag(
     # Suffix scores, elementwise: (B, Sq, Hkv, G, 1, D) · (B, 1, Hkv, 1, S, D) summed over D.
     qg = q.reshape(B, Sq, Hkv, G, 1, D)
     ks = k_suffix.reshape(B, 1, S, Hkv, 1, D).permute(0, 1, 3, 4, 2, 5)  # (B, 1, Hkv, 1, S, D), a view
-    s_suf = (qg.float() * ks.float()).sum(-1).reshape(B, Sq, H, S) * scale  # (B, Sq, H, S) fp32
+    s_suf = (qg * ks).sum(-1).float().reshape(B, Sq, H, S) * scale  # (B, Sq, H, S) fp32
     if softcap is not None:
         s_suf = torch.tanh(s_suf / softcap) * softcap
     if suf_bias is not None:
@@ -119,10 +117,10 @@ def shared_prefix_attention_blockdiag(
     z = e_suf.sum(-1, keepdim=True)
     if P > 0:
         z = z + e_pre.sum(-1, keepdim=True)
-    p_suf = (e_suf / z).reshape(B, Sq, Hkv, G, S, 1)  # fp32
+    p_suf = (e_suf / z).to(q.dtype).reshape(B, Sq, Hkv, G, S, 1)
     vs = v_suffix.reshape(B, 1, S, Hkv, 1, D).permute(0, 1, 3, 4, 2, 5)  # (B, 1, Hkv, 1, S, D), a view
-    out = (p_suf * vs.float()).sum(-2)  # (B, Sq, Hkv, G, D) fp32
+    out = (p_suf * vs).sum(-2)  # (B, Sq, Hkv, G, D)
     if P > 0:
         p_pre = (e_pre / z).to(q.dtype).reshape(B * Sq, H * P)
-        out = out + F.linear(p_pre, v_bd).view(B, Sq, Hkv, G, D).float()
-    return out.to(q.dtype).reshape(B, Sq, H * D)
+        out = out + F.linear(p_pre, v_bd).view(B, Sq, Hkv, G, D)
+    return out.reshape(B, Sq, H * D)
