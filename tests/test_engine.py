@@ -221,3 +221,65 @@ def test_blockdiag_overhead_grows_with_the_prompt(smol_tokenizer):
     P_s, P_l = len(short.template.prefix_ids), len(long.template.prefix_ids)
     assert long.blockdiag_overhead() == pytest.approx(short.blockdiag_overhead() * P_l / P_s)
     assert long.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA
+
+
+# ----------------------------------------------------------------------------------------
+# The one decoder layer (rmfast.layer.decoder_layer): every attention form and weight layout
+# ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+@pytest.mark.parametrize("packed,fuse", [(True, False), (False, True), (False, False)])
+def test_attention_forms_and_weight_layouts_match_reference(arch, packed, fuse, short_tmpl, monkeypatch):
+    """Packed (block-diagonal) or stored prompt K/V (the CUDA form's twin), fused or separate q|k|v
+    and gate|up (CUDA's default): all the same layer, all exact in fp32."""
+    import rmfast.engine as engine_mod
+
+    # the CPU engine uses the block-diagonal form while its overhead is <= this
+    monkeypatch.setattr(engine_mod, "MAX_BLOCKDIAG_EXTRA", float("inf") if packed else -1.0)
+    model = small(arch)
+    ids = torch.arange(11, T.VOCAB, 389)[:, None]
+    eng = Engine(model, short_tmpl, head="score", fuse=fuse)
+    fast = eng.score(ids)
+    assert eng._use_packed(fast) == packed and (eng.fused is not None) == fuse
+    ref = reference_scores(model, short_tmpl, ids.tolist(), head="score")
+    torch.testing.assert_close(fast, ref, atol=FP32_ATOL, rtol=0)
+
+
+def test_mlp_bias_and_unknown_activation(short_tmpl):
+    """MLP biases are part of the layer; an activation the layer has no form for leaves the fast path."""
+    import transformers as tf
+
+    from rmfast.models.arch import arch_spec
+
+    cfg = tf.LlamaConfig(**{**T.COMMON, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2},
+                         mlp_bias=True, num_labels=1, pad_token_id=2)
+    cfg._attn_implementation = "eager"
+    model = tf.LlamaForSequenceClassification(cfg)
+    T._reinit(model, 0)
+    model.eval().requires_grad_(False)
+    ids = torch.arange(5, T.VOCAB, 1021)[:, None]
+    fast = Engine(model, short_tmpl, head="score").score(ids)
+    torch.testing.assert_close(fast, reference_scores(model, short_tmpl, ids.tolist(), head="score"), atol=FP32_ATOL, rtol=0)
+    cfg.hidden_act = "gelu_new"  # HF's explicit tanh formula: not bit-identical to the layer's forms
+    assert arch_spec(model) is None
+
+
+def test_compiled_layer_rounds_where_eager_does(tmpl):
+    """bf16: the compiled layer (emulate_precision_casts) agrees with the same function run eagerly in
+    all but a few elements (fp32 reduction order inside attention); without keeping eager's rounding
+    points, about half of a layer's outputs differed."""
+    from rmfast.engine import _own_copy
+    from rmfast.layer import compile_layer, decoder_layer
+
+    model = T.tiny("llama", dtype=torch.bfloat16)
+    eng = Engine(model, tmpl, head="score", compile=True)
+    ids = torch.arange(0, T.VOCAB, 97)[:256, None]
+    h = eng.spec.embed(torch.cat([ids, eng.suffix.expand(len(ids), -1)], 1))  # (B, S, Dm)
+    S = h.shape[1]
+    rope = eng.spec.rope(torch.arange(eng.P, eng.P + S), h)
+    w, c = eng.layers[0]
+    args = (h, w, *rope[c.rope_key], eng._prompts(S, h)[0], c, S)
+    want = decoder_layer(*args)
+    got = compile_layer(_own_copy(decoder_layer))(*args)
+    assert got.dtype == torch.bfloat16
+    assert (got != want).float().mean().item() < 0.01

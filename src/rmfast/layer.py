@@ -1,29 +1,43 @@
-"""One decoder layer as a pure function of tensors: the CPU path that ``torch.compile`` fuses.
+"""The decoder layer: ONE pure function of tensors, run eagerly or compiled, on CPU or CUDA.
 
-Why a second form of the layer: on CPU the engine's GEMMs run near the machine's peak, and
-the time left goes to ~40 small elementwise passes per layer (casts, RMSNorm statistics, RoPE,
-the softmax, SwiGLU, residual adds), each a round trip through memory. Written as one function
-of plain tensors, the whole layer compiles once (weights are *arguments*, so all layers of a
-model share one graph per batch shape) and inductor fuses each run of elementwise work into
-one vectorised loop, leaving the GEMMs to oneDNN. The attention uses the block-diagonal GEMM
-form (:mod:`rmfast.kernels.blockdiag_attention`), whose layouts need no permute copies.
+Every fast-path architecture (Llama, Mistral, Qwen2, Gemma 1/2/3) is this one function with
+different tensors (:class:`LayerWeights`) and constants (:class:`LayerConsts`), both built once
+from :class:`rmfast.models.arch.ArchSpec` by :func:`build_layers`. The engine runs every layer,
+the prompt pass included, through :func:`decoder_layer`:
 
-Numerics: statistics, softmax and activations in fp32 inside each fused loop, rounded to the
-model dtype once per loop (HF eager rounds after every op). In fp32 this equals the reference to
-float32 reassociation; in bf16 it is at least as close to fp32 truth (tests check ranks).
+    h ─ rms ─ q|k|v GEMM ─ [q/k rms] ─ RoPE ─ attention(prompt K/V ⊕ own suffix) ─ o GEMM ─ [rms] ─ + h
+      ─ rms ─ gate|up GEMM ─ act(gate)·up ─ down GEMM ─ [rms] ─ + h          ([ ]: some architectures)
 
-The eager engine path (:meth:`rmfast.engine.Engine._run_layers`) stays the reference layout and
-the CUDA path; this one serves batched CPU scoring when ``Engine(compile=True)``.
+Why a pure function: on CPU the GEMMs run near the machine's peak and the time left goes to
+~40 small elementwise passes per layer. Written over plain tensors, ``torch.compile`` builds one
+graph per batch shape that all layers share (weights are *arguments*) and inductor fuses each
+run of elementwise work into one loop. Eagerly, the same function is the CUDA path (GEMMs and the
+Triton attention kernel dominate there) and the fallback where compiling is impossible.
+
+Attention is pluggable, chosen by the type of the ``prompt`` argument (:func:`attend`):
+:class:`PromptKV` — the prompt's (Hkv, P, D) keys/values through :func:`rmfast.ops.shared_prefix_attention`
+(the Triton kernel on CUDA, the ``bmm`` reference on CPU; P = 0 for the prompt pass itself) — or
+:class:`PackedPrompt` — the block-diagonal CPU form (:mod:`rmfast.kernels.blockdiag_attention`).
+
+Numerics, the same eager and compiled: Hugging Face's op order and rounding points. Every op
+rounds its output to the model dtype, as HF eager does (RMSNorm statistics and the softmax in fp32,
+as HF's explicit casts say). Eager, that is simply torch; :func:`compile_layer` turns on inductor's
+``emulate_precision_casts``, so its fused loops round after each op too instead of keeping fp32
+between ops. (The alternative, every elementwise run written in fp32 and rounded once, measured no
+closer to fp32 truth on SmolLM2 bf16 scans — the GEMM outputs and the bf16 residual stream dominate
+the error — and cost the eager paths, CUDA's included, extra cast passes.) What still differs between
+eager and compiled is fp32 summation order inside fused reductions (RMSNorm means, attention sums).
+In fp32 the layer is HF's arithmetic; the attention forms' own roundings are documented with them.
 
 Example:
     >>> import torch
-    >>> c = LayerConsts(n_heads=2, n_kv_heads=1, head_dim=4, eps=1e-6, scale=0.5, softcap=None, act="silu",
-    ...                 qk_norm=False, sandwich=False)
-    >>> w = LayerWeights(torch.ones(8), torch.randn(16, 8), None, None, torch.randn(8, 8), None, None,
-    ...                  torch.ones(8), torch.randn(12, 8), torch.randn(8, 6), None)
+    >>> c = LayerConsts(n_heads=2, n_kv_heads=1, head_dim=4, eps=1e-6, gemma_norm=False, scale=0.5, softcap=None,
+    ...                 act="silu", qk_norm=False, sandwich=False, window=None, rope_key="default")
+    >>> w = LayerWeights(torch.ones(8), (torch.randn(16, 8),), None, None, torch.randn(8, 8), None, None,
+    ...                  torch.ones(8), (torch.randn(12, 8),), None, torch.randn(8, 6), None, None)
     >>> h = torch.randn(3, 2, 8); cos = torch.ones(2, 4); sin = torch.zeros(2, 4)
-    >>> k_bd, v_bd = torch.zeros(0, 8), torch.zeros(8, 0)
-    >>> decoder_layer(h, w, k_bd, v_bd, cos, sin, None, None, c, 1).shape
+    >>> prompt = PromptKV(torch.zeros(1, 0, 4), torch.zeros(1, 0, 4))  # no prompt keys
+    >>> decoder_layer(h, w, cos, sin, prompt, c, 1).shape
     torch.Size([3, 1, 8])
 """
 
@@ -35,57 +49,180 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from . import ops
 from .kernels.blockdiag_attention import shared_prefix_attention_blockdiag
 
-#: config activation names -> the one this module computes (others: no compiled path).
-ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+#: config activation names -> the form this module computes (others: not on the fast path).
+ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+}
 
 
 @dataclass(frozen=True)
 class LayerConsts:
-    """The Python constants of a layer (hashable: torch.compile specialises on them).
+    """The Python constants of a layer (torch.compile specialises on the ones the layer reads).
 
     Attributes:
         n_heads, n_kv_heads, head_dim: attention shape.
         eps: RMSNorm epsilon.
+        gemma_norm: Gemma's RMSNorm ``(x̂ · (1 + w)).to(dtype)`` instead of Llama's ``w · x̂.to(dtype)``.
         scale: score scale (1/sqrt(head_dim), or Gemma's query_pre_attn_scalar**-0.5).
         softcap: Gemma 2 attention-logit softcap, or None.
-        act: "silu" | "gelu_tanh" | "gelu" (the MLP's gate activation).
+        act: "silu" | "gelu_tanh" | "gelu" | "relu" (the MLP's gate activation).
         qk_norm: Gemma 3's RMSNorm over head_dim on q and k before RoPE.
         sandwich: Gemma 2/3 norms on the attention and MLP outputs.
+        window: sliding-window length, or None (read by :class:`PromptKV` attention only; the
+            packed form has it in its masks, so compiled layers differing only here share a graph).
+        rope_key: which rotary table the layer uses (Gemma 3: local or global); the caller picks
+            cos/sin with it.
     """
 
     n_heads: int
     n_kv_heads: int
     head_dim: int
     eps: float
+    gemma_norm: bool
     scale: float
     softcap: float | None
     act: str
     qk_norm: bool
     sandwich: bool
+    window: int | None
+    rope_key: str
 
 
 class LayerWeights(NamedTuple):
-    """A layer's tensors. Norm weights are *effective* fp32 multipliers (Gemma's ``1 + w`` folded in)."""
+    """A layer's tensors, the model's own (norm weights as stored: :func:`rmfast.ops.rmsnorm` applies them).
 
-    norm_in: torch.Tensor  # (Dm,) fp32
-    w_qkv: torch.Tensor  # (H·D + 2·Hkv·D, Dm): q, k, v stacked
-    b_qkv: torch.Tensor | None
-    qk_norm: torch.Tensor | None  # (H + Hkv, D) fp32: q_norm for the q heads, k_norm for the k heads
+    Projections are tuples: fused ``(W_qkv,)`` / ``(W_gate_up,)`` (one GEMM each, a copy of those
+    weights) or the model's own ``(W_q, W_k, W_v)`` / ``(W_gate, W_up)`` (no copy).
+    """
+
+    norm_in: torch.Tensor  # (Dm,)
+    w_qkv: tuple[torch.Tensor, ...]  # (H·D + 2·Hkv·D, Dm) fused, or (H·D, Dm), (Hkv·D, Dm), (Hkv·D, Dm)
+    b_qkv: tuple[torch.Tensor, ...] | None  # biases, same split (Qwen2)
+    qk_norm: torch.Tensor | None  # (H + Hkv, D): q_norm for the q heads, k_norm for the k heads
     w_o: torch.Tensor  # (Dm, H·D)
     b_o: torch.Tensor | None
-    norm_post_attn: torch.Tensor | None  # (Dm,) fp32 (sandwich)
-    norm_pre_mlp: torch.Tensor  # (Dm,) fp32
-    w_gate_up: torch.Tensor  # (2I, Dm): gate then up
+    norm_post_attn: torch.Tensor | None  # (Dm,) (sandwich)
+    norm_pre_mlp: torch.Tensor  # (Dm,)
+    w_gate_up: tuple[torch.Tensor, ...]  # (2I, Dm) fused (gate then up), or (I, Dm), (I, Dm)
+    b_gate_up: tuple[torch.Tensor, ...] | None
     w_down: torch.Tensor  # (Dm, I)
-    norm_post_mlp: torch.Tensor | None  # (Dm,) fp32 (sandwich)
+    b_down: torch.Tensor | None
+    norm_post_mlp: torch.Tensor | None  # (Dm,) (sandwich)
 
 
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm in fp32 with an effective fp32 weight, rounded once to x.dtype."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+class PromptKV(NamedTuple):
+    """Attention over the prompt's K/V as stored: :func:`rmfast.ops.shared_prefix_attention`
+    (Triton on CUDA, the per-kv-head ``bmm`` reference on CPU). P may be 0 (the prompt pass)."""
+
+    k: torch.Tensor  # (Hkv, P, D)
+    v: torch.Tensor  # (Hkv, P, D)
+
+
+class PackedPrompt(NamedTuple):
+    """Attention over the block-diagonal prompt K/V (:func:`~rmfast.kernels.blockdiag_attention.pack_prefix`),
+    for all S suffix positions (:func:`~rmfast.kernels.blockdiag_attention.visibility_bias` with Sq = S)."""
+
+    k_bd: torch.Tensor  # (H·P, H·D)
+    v_bd: torch.Tensor  # (H·D, H·P)
+    pre_bias: torch.Tensor | None  # (S, 1, P) fp32, 0 / -inf; None: every prompt key visible
+    suf_bias: torch.Tensor  # (S, 1, S) fp32, 0 / -inf
+
+
+# ---------------------------------------------------------------------------------- building
+
+
+def build_layers(spec, fuse: bool) -> list[tuple[LayerWeights, LayerConsts]]:
+    """Per layer of ``spec`` (:class:`rmfast.models.arch.ArchSpec`): its weights and constants.
+
+    fuse: concatenate q|k|v and gate|up into one GEMM weight each. That costs a copy of those
+    weights (~2/3 of a layer's), so the engine does it on CPU (small models; one GEMM call instead of
+    three saves measurable overhead there) and not on CUDA (big models, big GEMMs).
+    """
+    return [(_weights(spec, L, fuse), _consts(spec, L)) for L in spec.layers]
+
+
+def _weights(spec, L, fuse: bool) -> LayerWeights:
+    def norm_w(norm):
+        return None if norm is None else norm.weight
+
+    def linears(*mods):  # (weights, biases or None), concatenated when fusing
+        ws = [m.weight for m in mods]
+        bs = [m.bias for m in mods]
+        if fuse:
+            ws = [torch.cat(ws)]
+            bs = [torch.cat(bs)] if bs[0] is not None else [None]
+        return tuple(ws), (tuple(bs) if bs[0] is not None else None)
+
+    w_qkv, b_qkv = linears(L.q_proj, L.k_proj, L.v_proj)
+    w_gu, b_gu = linears(L.mlp.gate_proj, L.mlp.up_proj)
+    qk_norm = None
+    if L.q_norm is not None:
+        qk_norm = torch.cat([norm_w(L.q_norm).expand(spec.n_heads, -1), norm_w(L.k_norm).expand(spec.n_kv_heads, -1)])
+    return LayerWeights(
+        norm_in=norm_w(L.input_norm),
+        w_qkv=w_qkv,
+        b_qkv=b_qkv,
+        qk_norm=qk_norm,
+        w_o=L.o_proj.weight,
+        b_o=L.o_proj.bias,
+        norm_post_attn=norm_w(L.post_attn_norm),
+        norm_pre_mlp=norm_w(L.pre_mlp_norm),
+        w_gate_up=w_gu,
+        b_gate_up=b_gu,
+        w_down=L.mlp.down_proj.weight,
+        b_down=L.mlp.down_proj.bias,
+        norm_post_mlp=norm_w(L.post_mlp_norm),
+    )
+
+
+def _consts(spec, L) -> LayerConsts:
+    return LayerConsts(
+        n_heads=spec.n_heads,
+        n_kv_heads=spec.n_kv_heads,
+        head_dim=spec.head_dim,
+        eps=spec.norm_eps,
+        gemma_norm=spec.gemma_norm,
+        scale=L.scale,
+        softcap=L.softcap,
+        act=ACTIVATIONS[spec.act],
+        qk_norm=L.q_norm is not None,
+        sandwich=L.post_attn_norm is not None,
+        window=L.window,
+        rope_key=L.rope_key,
+    )
+
+
+def compile_layer(fn=None):
+    """``torch.compile`` of :func:`decoder_layer` (or of ``fn``, an own-code copy of it) that rounds
+    after each op as eager does (``emulate_precision_casts``; see the module docstring)."""
+    return torch.compile(fn or decoder_layer, dynamic=False, options={"emulate_precision_casts": True})
+
+
+# ---------------------------------------------------------------------------------- pieces
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, c: LayerConsts) -> torch.Tensor:
+    """The model's RMSNorm over the last dim, with HF's cast points (:func:`rmfast.ops.rmsnorm`)."""
+    return ops.rmsnorm(x, w, c.eps, gemma_style=c.gemma_norm)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (same ops, same roundings): x (B, S, n, D), cos/sin (S, D).
+
+    rotate_half is written over the (2, D/2) halves, so each half is a contiguous vector load when
+    compiled (torch.roll compiles to a gather); negation and stacking are exact.
+    """
+    D = x.shape[-1]
+    xh = x.unflatten(-1, (2, D // 2))  # (B, S, n, 2, D/2)
+    rot = torch.stack([-xh[..., 1, :], xh[..., 0, :]], dim=-2).flatten(-2)  # rotate_half(x)
+    return x * cos[:, None] + rot * sin[:, None]
 
 
 def _act(x: torch.Tensor, act: str) -> torch.Tensor:
@@ -93,56 +230,100 @@ def _act(x: torch.Tensor, act: str) -> torch.Tensor:
         return F.silu(x)
     if act == "gelu_tanh":
         return F.gelu(x, approximate="tanh")
+    if act == "relu":
+        return F.relu(x)
     return F.gelu(x)
+
+
+def _linear(x: torch.Tensor, ws: tuple, bs: tuple | None, i: int) -> torch.Tensor:
+    return F.linear(x, ws[i], None if bs is None else bs[i])
+
+
+def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
+    """Projections, q/k norm and RoPE: x (B, S, Dm) -> q (B, Sq, H, D), k, v (B, S, Hkv, D).
+
+    Only the last ``Sq = n_out`` positions get queries. All three are views or fresh tensors,
+    never copies for layout's sake.
+    """
+    B, S, _ = x.shape
+    H, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
+    if len(w.w_qkv) == 1:  # fused: one GEMM, then norm + RoPE over the q|k slab at once
+        qkv = _linear(x, w.w_qkv, w.b_qkv, 0).view(B, S, H + 2 * Hkv, D)  # (B, S, H+2Hkv, D)
+        qk = qkv[:, :, : H + Hkv]
+        if c.qk_norm:
+            qk = _rms(qk, w.qk_norm, c)
+        qk = _rope(qk, cos, sin)  # (B, S, H+Hkv, D); the last layer's extra q rows are < 1%
+        return qk[:, S - n_out :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
+    q = _linear(x[:, S - n_out :], w.w_qkv, w.b_qkv, 0).view(B, n_out, H, D)  # (B, Sq, H, D)
+    k = _linear(x, w.w_qkv, w.b_qkv, 1).view(B, S, Hkv, D)  # (B, S, Hkv, D)
+    v = _linear(x, w.w_qkv, w.b_qkv, 2).view(B, S, Hkv, D)
+    if c.qk_norm:
+        q, k = _rms(q, w.qk_norm[:H], c), _rms(k, w.qk_norm[H:], c)
+    return _rope(q, cos[S - n_out :], sin[S - n_out :]), _rope(k, cos, sin), v
+
+
+def attend(q, k, v, prompt: PromptKV | PackedPrompt, c: LayerConsts) -> torch.Tensor:
+    """q (B, Sq, H, D) over the prompt's keys ⊕ the row's own k, v (B, S, Hkv, D) -> (B, Sq, H·D).
+
+    The queries are the last Sq of the S suffix positions. Both forms soft-max in fp32 over prompt ⊕
+    suffix keys; in bf16 the reference/Triton form rounds scores after each op as HF does, the packed
+    form keeps the scaled scores fp32 (see each).
+    """
+    B, Sq, H, D = q.shape
+    if isinstance(prompt, PackedPrompt):
+        pre = None if prompt.pre_bias is None else prompt.pre_bias[-Sq:]  # (Sq, 1, P)
+        return shared_prefix_attention_blockdiag(
+            q, k, v, prompt.k_bd, prompt.v_bd, scale=c.scale, softcap=c.softcap, pre_bias=pre, suf_bias=prompt.suf_bias[-Sq:]
+        )
+    # ops' layouts: (B, H, Sq, D) queries, (B, Hkv, S, D) suffix K/V — strided views, no copies.
+    a = ops.shared_prefix_attention(
+        q.transpose(1, 2), prompt.k, prompt.v, k.transpose(1, 2), v.transpose(1, 2),
+        scale=c.scale, softcap=c.softcap, window=c.window,
+    )  # (B, Sq, H, D)
+    return a.reshape(B, Sq, H * D)
+
+
+def _mlp(x: torch.Tensor, w: LayerWeights, act: str) -> torch.Tensor:
+    """Gated MLP, HF's ``down(act(gate(x)) · up(x))``: x (B, Sq, Dm) -> (B, Sq, Dm)."""
+    if len(w.w_gate_up) == 1:
+        gu = _linear(x, w.w_gate_up, w.b_gate_up, 0)  # (B, Sq, 2I): gate then up
+        i = gu.shape[-1] // 2
+        g, u = gu[..., :i], gu[..., i:]
+    else:
+        g, u = _linear(x, w.w_gate_up, w.b_gate_up, 0), _linear(x, w.w_gate_up, w.b_gate_up, 1)  # (B, Sq, I)
+    return F.linear(_act(g, act) * u, w.w_down, w.b_down)
+
+
+# ---------------------------------------------------------------------------------- the layer
 
 
 def decoder_layer(
     h: torch.Tensor,
     w: LayerWeights,
-    k_bd: torch.Tensor,
-    v_bd: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    pre_bias: torch.Tensor | None,
-    suf_bias: torch.Tensor | None,
+    prompt: PromptKV | PackedPrompt,
     c: LayerConsts,
     n_out: int,
-) -> torch.Tensor:
-    """One layer over a batch of suffix rows that attend to the packed prompt K/V.
+    collect_kv: bool = False,
+):
+    """One decoder layer over a batch of rows that attend to a shared prompt.
 
-    h: (B, S, Dm) residual stream at absolute positions P..P+S-1.
-    k_bd, v_bd: the prompt's K/V for this layer, block-diagonal (:func:`pack_prefix`).
-    cos, sin: (S, D) RoPE tables (HF's, in h.dtype).
-    pre_bias, suf_bias: visibility masks (:func:`visibility_bias`).
+    h: (B, S, Dm) residual stream at absolute positions P..P+S-1 (P: the prompt's length; 0 for the
+        prompt pass itself, with an empty :class:`PromptKV`).
+    cos, sin: (S, D) RoPE tables for those positions (HF's, in h.dtype; this layer's rope key).
+    prompt: the prompt's K/V for this layer, in the form that picks the attention (:func:`attend`).
     n_out: positions to return (the last n_out); the last layer needs only the read positions.
-    Returns (B, n_out, Dm).
+    collect_kv: also return this layer's roped keys and values (B, S, Hkv, D) (the prompt pass).
+    Returns (B, n_out, Dm), or (that, k, v) with collect_kv.
     """
-    B, S, Dm = h.shape
-    H, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
-    x = _rms(h, w.norm_in, c.eps)  # (B, S, Dm)
-    qkv = F.linear(x, w.w_qkv, w.b_qkv).view(B, S, H + 2 * Hkv, D)  # (B, S, H+2Hkv, D)
-    qk = qkv[:, :, : H + Hkv]
-    if c.qk_norm:
-        qk = _rms(qk, w.qk_norm, c.eps)
-    # RoPE on q and k at once: x·cos + rotate_half(x)·sin, with rotate_half written over the
-    # (2, D/2) halves so each half is a contiguous vector load (torch.roll compiles to a gather).
-    xh = qk.unflatten(-1, (2, D // 2))  # (B, S, H+Hkv, 2, D/2)
-    rot = torch.stack([-xh[..., 1, :], xh[..., 0, :]], dim=-2).flatten(-2)  # rotate_half(qk)
-    qk = qk * cos[:, None] + rot * sin[:, None]  # (B, S, H+Hkv, D)
-    q = qk[:, S - n_out :, :H]  # (B, Sq, H, D)
-    k = qk[:, :, H:]  # (B, S, Hkv, D)
-    v = qkv[:, :, H + Hkv :]  # (B, S, Hkv, D)
-    a = shared_prefix_attention_blockdiag(
-        q, k, v, k_bd, v_bd, scale=c.scale, softcap=c.softcap, pre_bias=pre_bias, suf_bias=suf_bias
-    )  # (B, Sq, H·D)
-    a = F.linear(a, w.w_o, w.b_o)  # (B, Sq, Dm)
+    S = h.shape[1]
+    q, k, v = _q_k_v(_rms(h, w.norm_in, c), w, cos, sin, c, n_out)  # (B, Sq, H, D), (B, S, Hkv, D) x2
+    a = F.linear(attend(q, k, v, prompt, c), w.w_o, w.b_o)  # (B, Sq, Dm)
     if c.sandwich:
-        a = _rms(a, w.norm_post_attn, c.eps)
+        a = _rms(a, w.norm_post_attn, c)
     h = h[:, S - n_out :] + a
-    x = _rms(h, w.norm_pre_mlp, c.eps)
-    gu = F.linear(x, w.w_gate_up)  # (B, Sq, 2I)
-    i = gu.shape[-1] // 2
-    m = F.linear(_act(gu[..., :i], c.act) * gu[..., i:], w.w_down)
+    m = _mlp(_rms(h, w.norm_pre_mlp, c), w, c.act)  # (B, Sq, Dm)
     if c.sandwich:
-        m = _rms(m, w.norm_post_mlp, c.eps)
-    return h + m
+        m = _rms(m, w.norm_post_mlp, c)
+    return (h + m, k, v) if collect_kv else h + m

@@ -1,9 +1,10 @@
 """Shared-prompt attention as two plain GEMMs against a block-diagonal copy of the prompt's K/V.
 
 The CPU twin of :func:`rmfast.kernels.reference.shared_prefix_attention`, laid out for the
-compiled CPU layer (:mod:`rmfast.layer`). The reference multiplies per kv head with ``bmm``, which
-needs the queries permuted into ``(Hkv, B·G·Sq, D)`` and the output permuted back: two layout
-copies per layer, and GEMMs with K = 64, N ≈ P that run far below the machine's GEMM rate.
+decoder layer on CPU (:mod:`rmfast.layer`, eager or compiled). The reference multiplies per kv
+head with ``bmm``, which needs the queries permuted into ``(Hkv, B·G·Sq, D)`` and the output
+permuted back: two layout copies per layer, and GEMMs with K = 64, N ≈ P that run far below the
+machine's GEMM rate.
 
 Here the prompt keys of ALL heads are packed once (when the prompt is encoded) into one
 block-diagonal matrix ``k_bd`` of shape ``(H·P, H·D)``: block ``h`` holds head ``h``'s kv head's

@@ -1,9 +1,10 @@
-"""Per-architecture facts the engine needs, read off a loaded Hugging Face model.
+"""Per-architecture facts the engine needs, read off a loaded Hugging Face model: the ONE place.
 
-The engine does not re-implement layers that are plain torch (embeddings, RMSNorm, MLP):
-it calls the model's own modules, so their numerics are Hugging Face's by construction.
-What it owns is the control flow (a shared prompt, per-row suffixes, only the final
-positions at the last layer) and attention; for those it needs the facts below.
+Everything that differs between the fast-path architectures is recorded here (norm style incl.
+Gemma's ``1 + w``, attention softcap and scale, sliding windows, q/k norms, sandwich norms, the MLP
+activation, which rotary table each layer uses). :func:`rmfast.layer.build_layers` turns it, once,
+into the tensors and constants of the engine's single decoder-layer function; the embeddings, the
+rotary tables and the final norm/heads are the model's own modules and weights.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from ..layer import ACTIVATIONS
 
 # model_type -> family. Anything else takes the generic plain-HF path.
 SUPPORTED = {
@@ -64,6 +67,7 @@ class ArchSpec:
     score_head: nn.Linear | None  # classifiers
     lm_head_weight: torch.Tensor | None  # causal LMs, (V, D)
     final_logit_softcap: float | None
+    act: str  # the MLP's activation, a key of rmfast.layer.ACTIVATIONS
 
     def rope(self, positions: torch.Tensor, like: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """cos/sin tables (L, head_dim) in like.dtype for the given absolute positions, per rope key.
@@ -88,7 +92,9 @@ def backbone_of(model: nn.Module) -> nn.Module:
 
 
 def arch_spec(model: nn.Module) -> ArchSpec | None:
-    """Read the engine's facts off ``model``; None when the architecture is not on the fast path."""
+    """Read the engine's facts off ``model``; None when the architecture is not on the fast path
+    (an unknown model type, or a layer the decoder-layer function has no form for: an activation
+    outside :data:`rmfast.layer.ACTIVATIONS`, an MLP that is not gate/up/down)."""
     cfg = model.config
     mt = getattr(cfg, "model_type", None)
     if mt not in SUPPORTED:
@@ -101,10 +107,18 @@ def arch_spec(model: nn.Module) -> ArchSpec | None:
     n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
     softcap = getattr(cfg, "attn_logit_softcapping", None) if family in ("gemma2", "gemma3") else None
+    # HF's Gemma 2/3 MLPs read hidden_activation, the others hidden_act.
+    act = (getattr(cfg, "hidden_activation", None) if family in ("gemma2", "gemma3") else None) or getattr(
+        cfg, "hidden_act", None
+    )
+    if act not in ACTIVATIONS:
+        return None
     layers = []
     rope_keys = set()
     for i, L in enumerate(bb.layers):
         a = L.self_attn
+        if not all(hasattr(L.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
+            return None
         sandwich = family in ("gemma2", "gemma3")
         window = getattr(a, "sliding_window", None)
         if mt == "mistral":
@@ -153,4 +167,5 @@ def arch_spec(model: nn.Module) -> ArchSpec | None:
         score_head=score if isinstance(score, nn.Linear) else None,
         lm_head_weight=lm_head.weight if isinstance(lm_head, nn.Linear) else None,
         final_logit_softcap=getattr(cfg, "final_logit_softcapping", None),
+        act=act,
     )
