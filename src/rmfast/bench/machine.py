@@ -136,18 +136,41 @@ def time_batches(fn, ids: np.ndarray, bs: int, device: torch.device, repeats: in
     return time_calls(lambda: [fn(torch.from_numpy(c)[:, None]) for c in chunks(ids, bs)], device, repeats)
 
 
-def pick_batch(fn, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict | None]:
+def batch_options(value, default) -> tuple[int, ...]:
+    """``--hf-batch`` / ``--naive-batch``: None -> ``default``; an int or a comma-separated list of ints."""
+    if value is None or value == "":
+        return tuple(default)
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    return tuple(int(v) for v in value)
+
+
+def pick_batch(fn_for, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict | None]:
     """Warm each batch size up on one batch, time one more; the fastest per candidate wins.
 
-    With a single option it only runs the warm-up batch (no probe).
+    ``fn_for(bs)`` is the scorer for batches of ``bs``. With a single option it only runs the warm-up
+    batch (no probe). A batch size that runs out of memory is recorded as ``"oom"`` in the probe and
+    left out (a large model's baseline on a GPU); if every one does, the error propagates.
     """
     options = sorted({int(min(b, ids.size)) for b in options})
     if len(options) == 1:
-        fn(torch.from_numpy(ids[: options[0]])[:, None])  # warm-up
+        fn_for(options[0])(torch.from_numpy(ids[: options[0]])[:, None])  # warm-up
         sync(device)
         return options[0], None
-    probe = {bs: probe_batch(fn, ids, bs, device) for bs in options}
-    return max(probe, key=probe.get), probe
+    probe: dict = {}
+    for bs in options:
+        try:
+            probe[bs] = probe_batch(fn_for(bs), ids, bs, device)
+        except torch.OutOfMemoryError:
+            probe[bs] = "oom"
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    ok = {bs: v for bs, v in probe.items() if v != "oom"}
+    if not ok:
+        raise torch.OutOfMemoryError(f"every batch size of {options} ran out of memory")
+    return max(ok, key=ok.get), probe
 
 
 def probe_batch(fn, ids: np.ndarray, bs: int, device: torch.device) -> float:

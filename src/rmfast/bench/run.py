@@ -11,7 +11,7 @@ import torch
 
 from .baselines import HFCacheScorer, agreement, fp32_check, naive_scorer
 from .flops import engine_gemm_shapes, flops_per_candidate, gemm_peak, model_dims
-from .machine import PeakMemory, chunks, loadavg, log, pick_batch, probe_batch, sync, time_batches, time_calls
+from .machine import PeakMemory, batch_options, chunks, loadavg, log, pick_batch, sync, time_batches, time_calls
 from .models import BenchModel
 
 
@@ -192,8 +192,9 @@ def time_hf_cache(b: BenchRun) -> Timed:
         s_hf, t_hf = time_calls(run_hf, device, b.reps)
         setup_hf = 0.0
     else:
-        options = b.dflt["hf_batches"] if not args.hf_batch else (args.hf_batch,)
-        bs_hf, probe_hf = pick_batch(hfc.score, ids, options, device)
+        options = batch_options(args.hf_batch, b.dflt["hf_batches"])
+        hf_score = hfc.score
+        bs_hf, probe_hf = pick_batch(lambda bs: hf_score, ids, options, device)
         s_hf, t_hf = time_batches(hfc.score, ids, bs_hf, device, b.reps)
     mem_hf = b.mem.read_mib()
     log(f"  hf-cache  batch {bs_hf:5d}: {b.n / min(t_hf):10.1f} cand/s" + (f"  (probe {probe_hf})" if probe_hf else ""))
@@ -206,14 +207,8 @@ def time_naive(b: BenchRun) -> Timed:
     device, args, model, tmpl, head, n_naive = b.device, b.args, b.model, b.tmpl, b.head, b.n_naive
     ids_nv = b.ids[:n_naive]
     b.mem.reset()
-    opts = sorted({min(x, n_naive) for x in (b.dflt["naive_batches"] if not args.naive_batch else (args.naive_batch,))})
-    probe_nv = None
-    if len(opts) == 1:
-        bs_nv = opts[0]
-        naive_scorer(model, tmpl, head, bs_nv)(torch.from_numpy(ids_nv[:bs_nv])[:, None])  # warm-up batch
-    else:
-        probe_nv = {bs: probe_batch(naive_scorer(model, tmpl, head, bs), ids_nv, bs, device) for bs in opts}
-        bs_nv = max(probe_nv, key=probe_nv.get)
+    opts = batch_options(args.naive_batch, b.dflt["naive_batches"])
+    bs_nv, probe_nv = pick_batch(lambda bs: naive_scorer(model, tmpl, head, bs), ids_nv, opts, device)
     s_nv, t_nv = time_calls(lambda: [naive_scorer(model, tmpl, head, bs_nv)(torch.from_numpy(ids_nv)[:, None])],
                             device, b.reps)
     if head == "logprob":  # the cap reference_scores applies (same formula), so the table shows the real batch
