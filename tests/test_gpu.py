@@ -120,7 +120,6 @@ def test_cuda_half_precision_ranks_like_hf(arch, dtype, tmpl):
     assert np.isfinite(fast).all()
     rho_fast, rho_ref = agreement(truth, fast)["spearman"], agreement(truth, ref)["spearman"]
     assert rho_fast > rho_ref - 0.01, (rho_fast, rho_ref)
-    assert rho_fast > 0.9, rho_fast
 
 
 @requires_cuda

@@ -111,6 +111,11 @@ def test_batch_probe_leaves_out_sizes_that_run_out_of_memory():
 
     assert batch_options(None, (1, 2)) == (1, 2) and batch_options("128, 512", ()) == (128, 512)
     assert batch_options(64, ()) == (64,)
+    from rmfast.errors import UserError
+
+    for bad in ("abc", "0", "128,-1"):
+        with pytest.raises(UserError):
+            batch_options(bad, ())
 
     def fn_for(bs):
         def f(batch):

@@ -11,6 +11,8 @@ import time
 import numpy as np
 import torch
 
+from ..errors import UserError
+
 
 def log(msg: str) -> None:
     """One progress line on stderr (flushed, so it interleaves with the run)."""
@@ -144,7 +146,13 @@ def batch_options(value, default) -> tuple[int, ...]:
         return (value,)
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
-    return tuple(int(v) for v in value)
+    try:
+        out = tuple(int(v) for v in value)
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise UserError(f"batch sizes {value!r}: give a positive integer or a comma list of them, e.g. 128,512")
+    return out
 
 
 def pick_batch(fn_for, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict | None]:
