@@ -173,8 +173,8 @@ def pick_batch(fn_for, ids: np.ndarray, options, device: torch.device) -> tuple[
             probe[bs] = probe_batch(fn_for(bs), ids, bs, device)
         except torch.OutOfMemoryError:
             probe[bs] = "oom"
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+        if probe[bs] == "oom" and device.type == "cuda":  # after the except block: its traceback held the tensors
+            torch.cuda.empty_cache()
     ok = {bs: v for bs, v in probe.items() if v != "oom"}
     if not ok:
         raise torch.OutOfMemoryError(f"every batch size of {options} ran out of memory")
