@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.rmfast-installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench gpu-check gpu-check-dry clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,20 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m rmfast bench
+
+# The GPU path proven in one call, on a CUDA machine with only this repo (no pip install, no model hub;
+# PyTorch, Triton, transformers and pytest preinstalled): the CUDA tests, then `rmfast bench --random-init`
+# on full-size Llama-3.2-1B/3.1-8B and Gemma-2-2B/9B/27B, within 10 minutes; results in $(GPU_CHECK_OUT)/.
+# `make gpu-check GPU_CHECK_ARGS="--export $$OUT"` also copies the summary files to $$OUT (the device tool).
+# gpu-check-dry: the same steps on the CPU, tiny (tests/test_gpu_check.py runs it). See benchmarks/README.md.
+GPU_CHECK_OUT ?= benchmarks/out/gpu-check
+GPU_CHECK_PY  ?= $(if $(wildcard $(PY)),$(PY),python3)
+
+gpu-check:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_CHECK_PY) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
+gpu-check-dry:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_CHECK_PY) benchmarks/gpu_check.py --dry-run --out $(GPU_CHECK_OUT)-dry $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) results benchmarks/out

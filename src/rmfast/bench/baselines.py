@@ -114,18 +114,29 @@ def _params_to(model, dtype: torch.dtype) -> None:
 
 
 def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dtype: torch.dtype,
-               compile: bool = False) -> dict:
+               compile: bool = False, truth_ids: np.ndarray | None = None) -> tuple[dict, np.ndarray | None]:
     """All methods on ``ids`` with the model's parameters in fp32: the scores must be equal up to
     fp32 rounding (:func:`close_ok`). The model is cast back to ``dtype`` afterwards. With ``compile``
-    rmfast is the compiled engine and the eager engine is checked against it too."""
+    rmfast is the compiled engine and the eager engine is checked against it too.
+
+    Returns (the check, the fp32 scores of ``truth_ids`` or None): with ``truth_ids`` the same fp32
+    engine (just checked equal to both plain-HF paths) also scores those ids, the fp32 truth that the
+    benchmark-dtype rankings are judged against (:func:`rmfast.bench.run.check_agreement`)."""
     from ..engine import Engine
     from ..reference import reference_scores
 
     c = torch.from_numpy(ids)[:, None]
+    truth = None
     try:
         if dtype != torch.float32:
             _params_to(model, torch.float32)
-        rm = Engine(model, tmpl, head=head, compile=compile).score(c).float().cpu().numpy()
+        rm_eng = Engine(model, tmpl, head=head, compile=compile)
+        rm = rm_eng.score(c).float().cpu().numpy()
+        if truth_ids is not None and truth_ids.size:
+            bs = max(1, ids.size)
+            truth = np.concatenate([rm_eng.score(torch.from_numpy(truth_ids[i : i + bs])[:, None]).float().cpu().numpy()
+                                    for i in range(0, truth_ids.size, bs)])
+        del rm_eng
         eg = Engine(model, tmpl, head=head).score(c).float().cpu().numpy() if compile else None
         hf = HFCacheScorer(model, tmpl, head=head).score(c).float().cpu().numpy()
         with flat_lm_head(model):
@@ -139,4 +150,4 @@ def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dt
     for name, x in (("hf-cache", hf), ("naive", nv)) + ((("rmfast-eager", eg),) if eg is not None else ()):
         out[f"{name}_max_abs_diff"] = float(np.abs(x.astype(np.float64) - rm).max())
         out[f"{name}_ok"] = close_ok(rm, x, atol=atol, rtol=rtol)
-    return out
+    return out, truth

@@ -79,10 +79,10 @@ def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_c
         counts[key] = counts.get(key, 0) + V / lm_chunk
     per_shape = {}
     tot_flops = tot_time = 0.0
-    g = torch.Generator(device="cpu").manual_seed(0)
+    g = torch.Generator(device=device).manual_seed(0)  # operands drawn on the device: no host copy of GBs
     for (m, K, N), c in counts.items():
-        x = torch.randn(m, K, generator=g).to(device=device, dtype=dtype)
-        w = torch.randn(N, K, generator=g).to(device=device, dtype=dtype)
+        x = torch.randn(m, K, generator=g, device=device, dtype=dtype)
+        w = torch.randn(N, K, generator=g, device=device, dtype=dtype)
         wt = w.t()  # the Linear layout: x @ W^T
         for _ in range(2):
             torch.matmul(x, wt)
@@ -180,4 +180,80 @@ def format_cost_model(rows: list[dict]) -> str:
             f"{hf['total_s_min']:.1f}–{hf['total_s_max']:.1f} | {nv['total_s_min']:,.0f}–{nv['total_s_max']:,.0f} | "
             f"{hf['total_s_min'] / rm['total_s_min']:.2f}–{hf['total_s_max'] / rm['total_s_max']:.2f}× | "
             f"{nv['total_s_min'] / rm['total_s_min']:.0f}–{nv['total_s_max'] / rm['total_s_max']:.0f}× |")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- the cost model beside a measurement
+
+def cost_rows(rows: list[dict], cost_configs: dict | None = None, *, hbm_tb_s: float | None = None,
+              gpu_name: str | None = None, mem_gb: float | None = None) -> list[dict]:
+    """One cost-model row per measured row of ``rmfast bench`` (naive, hf-cache, rmfast-eager, rmfast).
+
+    At the GEMM peak measured in the same run (on the model's own shapes, M = one rmfast batch):
+
+    * ``predicted_s``: the timed candidates' useful FLOPs (``flops_per_candidate``, the same for every
+      method) at that peak; ``measured_s``: the best pass; ``fraction`` = predicted / measured
+      (= ``frac_gemm_peak``).
+    * ``executed_*``: the same with the tokens the method really runs per candidate (naive: the
+      whole sequence, P + 1 + S), i.e. how close each method's own work comes to the peak.
+    * ``predicted_full_vocab_s`` = V x useful FLOPs / peak, beside the measured ``est_full_vocab_s``.
+    * With ``cost_configs[model]`` (:data:`COST_MODELS`' form) the analytic model
+      (:func:`gpu_cost_model`) at the measured peak (``gemm_frac`` 1) and, when given, the measured
+      memory bandwidth ``hbm_tb_s`` (``hbm_frac`` 1; else the H100's 3.35 TB/s at 80 %): its
+      full-vocabulary range for the method (``analytic_full_vocab_s_min``/``_max``).
+
+    Rows without a measured peak (``--no-peak``, no per-row work) get ``None`` predictions.
+    """
+    out = []
+    analytic: dict = {}
+    for r in rows:
+        if r.get("method") not in ("naive", "hf-cache", "rmfast-eager", "rmfast"):
+            continue
+        peak = (r.get("gemm_peak_gflops") or 0) * 1e9
+        fpc, t, e = r.get("flops_per_candidate"), r.get("tokens_per_candidate") or 0, r.get("tokens_executed_per_candidate")
+        n, cps = r["n_timed"], r["cand_per_s"]
+        measured = n / cps if cps else None
+        row = {"model": r["model"], "method": r["method"], "n_timed": n, "tokens_per_candidate": t,
+               "tokens_executed_per_candidate": e, "flops_per_candidate": fpc,
+               "executed_flops_per_candidate": (fpc * e / t) if (fpc and t and e) else None,
+               "gemm_peak_gflops": r.get("gemm_peak_gflops"), "measured_s": measured,
+               "predicted_s": None, "fraction": None, "executed_predicted_s": None, "executed_fraction": None,
+               "predicted_full_vocab_s": None, "measured_full_vocab_s": r.get("est_full_vocab_s"),
+               "analytic_full_vocab_s_min": None, "analytic_full_vocab_s_max": None}
+        if peak and fpc and measured:
+            row["predicted_s"] = n * fpc / peak
+            row["fraction"] = row["predicted_s"] / measured
+            row["predicted_full_vocab_s"] = r["vocab"] * fpc / peak
+            if row["executed_flops_per_candidate"]:
+                row["executed_predicted_s"] = n * row["executed_flops_per_candidate"] / peak
+                row["executed_fraction"] = row["executed_predicted_s"] / measured
+        cfg = (cost_configs or {}).get(r["model"])
+        if cfg is not None and peak:
+            if r["model"] not in analytic:
+                gpu = {"name": gpu_name or r.get("gpu") or r.get("device"), "bf16_dense_tflops": peak / 1e12,
+                       "hbm_tb_s": hbm_tb_s or H100_SXM["hbm_tb_s"], "mem_gb": mem_gb or H100_SXM["mem_gb"]}
+                analytic[r["model"]] = gpu_cost_model(cfg, prompt_tokens=r["prefix_tokens"], gemm_frac=1.0,
+                                                      hbm_frac=1.0 if hbm_tb_s else 0.8, gpu=gpu)
+            a = analytic[r["model"]]["rmfast" if r["method"].startswith("rmfast") else r["method"]]
+            row["analytic_full_vocab_s_min"], row["analytic_full_vocab_s_max"] = a["total_s_min"], a["total_s_max"]
+        out.append(row)
+    return out
+
+
+def format_cost_rows(rows: list[dict]) -> str:
+    """A Markdown table of :func:`cost_rows`: FLOPs per candidate, predicted vs measured time, the fraction."""
+    def s(x, fmt="{:.3g}"):
+        return "–" if x is None else fmt.format(x)
+
+    hdr = ("| model | method | GFLOP/cand (executed) | predicted s at peak | measured s | fraction (executed) | "
+           "full vocab s: at peak / analytic / measured |")
+    out = [hdr, "|" + "|".join(["---"] * (hdr.count("|") - 1)) + "|"]
+    for r in rows:
+        gf = s(r["flops_per_candidate"] and r["flops_per_candidate"] / 1e9)
+        ex = s(r["executed_flops_per_candidate"] and r["executed_flops_per_candidate"] / 1e9)
+        an = ("–" if r["analytic_full_vocab_s_min"] is None
+              else f"{r['analytic_full_vocab_s_min']:.3g}–{r['analytic_full_vocab_s_max']:.3g}")
+        out.append(f"| {r['model']} | {r['method']} | {gf} ({ex}) | {s(r['predicted_s'])} | {s(r['measured_s'])} | "
+                   f"{s(r['fraction'], '{:.1%}')} ({s(r['executed_fraction'], '{:.1%}')}) | "
+                   f"{s(r['predicted_full_vocab_s'])} / {an} / {s(r['measured_full_vocab_s'])} |")
     return "\n".join(out)

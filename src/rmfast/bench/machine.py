@@ -11,6 +11,8 @@ import time
 import numpy as np
 import torch
 
+from ..errors import UserError
+
 
 def log(msg: str) -> None:
     """One progress line on stderr (flushed, so it interleaves with the run)."""
@@ -126,18 +128,47 @@ def time_batches(fn, ids: np.ndarray, bs: int, device: torch.device, repeats: in
     return time_calls(lambda: [fn(torch.from_numpy(c)[:, None]) for c in chunks(ids, bs)], device, repeats)
 
 
-def pick_batch(fn, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict | None]:
+def batch_options(value, default) -> tuple[int, ...]:
+    """``--hf-batch`` / ``--naive-batch``: None -> ``default``; an int or a comma-separated list of ints."""
+    if value is None or value == "":
+        return tuple(default)
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    try:
+        out = tuple(int(v) for v in value)
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise UserError(f"batch sizes {value!r}: give a positive integer or a comma list of them, e.g. 128,512")
+    return out
+
+
+def pick_batch(fn_for, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict | None]:
     """Warm each batch size up on one batch, time one more; the fastest per candidate wins.
 
-    With a single option it only runs the warm-up batch (no probe).
+    ``fn_for(bs)`` is the scorer for batches of ``bs``. With a single option it only runs the warm-up
+    batch (no probe). A batch size that runs out of memory is recorded as ``"oom"`` in the probe and
+    left out (a large model's baseline on a GPU); if every one does, the error propagates.
     """
     options = sorted({int(min(b, ids.size)) for b in options})
     if len(options) == 1:
-        fn(torch.from_numpy(ids[: options[0]])[:, None])  # warm-up
+        fn_for(options[0])(torch.from_numpy(ids[: options[0]])[:, None])  # warm-up
         sync(device)
         return options[0], None
-    probe = {bs: probe_batch(fn, ids, bs, device) for bs in options}
-    return max(probe, key=probe.get), probe
+    probe: dict = {}
+    for bs in options:
+        try:
+            probe[bs] = probe_batch(fn_for(bs), ids, bs, device)
+        except torch.OutOfMemoryError:
+            probe[bs] = "oom"
+        if probe[bs] == "oom" and device.type == "cuda":  # after the except block: its traceback held the tensors
+            torch.cuda.empty_cache()
+    ok = {bs: v for bs, v in probe.items() if v != "oom"}
+    if not ok:
+        raise torch.OutOfMemoryError(f"every batch size of {options} ran out of memory")
+    return max(ok, key=ok.get), probe
 
 
 def probe_batch(fn, ids: np.ndarray, bs: int, device: torch.device) -> float:

@@ -18,6 +18,7 @@ CSV_FIELDS = [
     "tokens_executed_per_candidate", "flops_per_candidate", "cand_per_s", "cand_per_s_median", "rmfast_speedup",
     "useful_gflops", "gemm_peak_gflops", "frac_gemm_peak", "peak_bound_cand_per_s", "setup_s", "est_full_vocab_s",
     "full_wall_s", "peak_mem_mib", "agree_spearman", "agree_max_abs_diff", "fp32_max_abs_diff", "agree_ok",
+    "truth_spearman", "rmfast_truth_spearman",
     "prefix_tokens",
     "suffix_tokens", "vocab", "gemm_params", "lm_head_params", "gemm_peak_M", "repeats", "pass_s", "loadavg_start",
     "loadavg_end", "cpu_model", "cpu_count", "torch_threads", "gpu", "platform", "torch", "transformers", "rmfast",
@@ -126,8 +127,10 @@ def format_table(rows: list[dict]) -> str:
         est = r["est_full_vocab_s"]
         est_s = f"{est / 3600:.1f} h" if est > 7200 else (f"{est / 60:.1f} min" if est > 120 else f"{est:.1f} s")
         ag = "(reference)" if r.get("agree_ok") is None else (
-            f"{'yes' if r['agree_ok'] else 'NO'}: {r['agree_spearman']:.4f}, "
-            + (f"{r['fp32_max_abs_diff']:.1e}" if r.get("fp32_max_abs_diff") is not None else "–"))
+            f"{'yes' if r['agree_ok'] else 'NO'}: {r['agree_spearman']:.4f}"
+            + (f" (ρ to fp32 truth: rmfast {r['rmfast_truth_spearman']:.4f}, this {r['truth_spearman']:.4f})"
+               if r.get("truth_spearman") is not None and r["agree_spearman"] < 0.99 else "")
+            + ", " + (f"{r['fp32_max_abs_diff']:.1e}" if r.get("fp32_max_abs_diff") is not None else "–"))
         out.append(f"| {r['model']} | {r['method']} | {r['batch_size']} | {r['cand_per_s']:,.1f} | "
                    f"{r['rmfast_speedup']:,.1f} | {ug} | {fr} | {r['peak_mem_mib']:,.0f} | {est_s} | {ag} |")
     return "\n".join(out)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from ..bench import (BENCH_MODELS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PROMPT, H100_SXM, device_defaults,
+from ..bench import (BENCH_MODELS, RANDOM_INIT_CONFIGS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PROMPT, H100_SXM, device_defaults,
                      loadavg, log, resolve_models, bench_model, format_cost_model, format_table, gpu_cost_model,
-                     machine_info, plot, versions, write_outputs)
+                     machine_info, plot, random_init_bench_models, random_init_model, versions, write_outputs)
 from ..errors import UserError
 from ..loader import load, resolve_device
 
@@ -21,6 +21,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=DEFAULT_MODELS,
                    help=f"comma-separated configurations (default {DEFAULT_MODELS}); known: {', '.join(BENCH_MODELS)}; "
                         "any other loadable spec is benchmarked with its default head and template")
+    p.add_argument("--random-init", default=None, metavar="NAME[,NAME]",
+                   help="instead of --models: full-size architectures with random weights, built on the device from "
+                        f"configs in the repo (no download): {', '.join(RANDOM_INIT_CONFIGS)}")
+    p.add_argument("--layers", type=int, default=None, help="--random-init: decoder layers (default: the model's)")
+    p.add_argument("--tiny", action="store_true",
+                   help="--random-init: each config at a CPU-test size (hidden 64, vocab 1,024), its features kept")
+    p.add_argument("--init-seed", type=int, default=0, help="--random-init: weight seed (default 0)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"the user turn (default {DEFAULT_PROMPT!r})")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
     p.add_argument("--dtype", default="bfloat16", help="bfloat16|float16|float32 (default bfloat16)")
@@ -29,8 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-naive", type=int, default=None,
                    help="ids timed for naive, the first of the same sample (default 128 on CPU, 4096 on CUDA)")
     p.add_argument("--batch-size", type=int, default=None, help="rmfast rows per batch (default: scan's auto)")
-    p.add_argument("--hf-batch", type=int, default=None, help="hf-cache batch (default: best of 64/128/256; CUDA 512/2048)")
-    p.add_argument("--naive-batch", type=int, default=None, help="naive batch (default: best of 32/64/128; CUDA 256/1024)")
+    p.add_argument("--hf-batch", default=None,
+                   help="hf-cache batch, or a comma list to probe (default: best of 64,128,256; CUDA 512,2048)")
+    p.add_argument("--naive-batch", default=None,
+                   help="naive batch, or a comma list to probe (default: best of 32,64,128; CUDA 256,1024)")
     p.add_argument("--repeats", type=int, default=None, help="timed passes per method; the best counts (default 3)")
     p.add_argument("--check-n", type=int, default=None,
                    help="ids for the fp32 exactness check of all three methods (default 32 on CPU, 256 on CUDA; 0 skips)")
@@ -98,7 +107,13 @@ def run(args) -> int:
             "cand_per_s": "n_timed / best pass time (warm-up excluded; setup_s = prompt pass, reported apart)",
         },
     }
-    models = resolve_models(args.models)
+    if args.random_init:
+        try:
+            models = random_init_bench_models(args.random_init, layers=args.layers, tiny=args.tiny)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    else:
+        models = resolve_models(args.models)
     if not models:
         raise UserError("--models is empty")
     rows, extras = [], []
@@ -108,9 +123,15 @@ def run(args) -> int:
         key = (cfg.spec, cfg.random_head_seed)
         if key not in loaded:
             loaded.clear()  # one model in memory at a time
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
             t0 = time.perf_counter()
-            loaded[key] = load(cfg.spec, dtype=args.dtype, device=str(device), random_head_seed=cfg.random_head_seed)
-            log(f"{cfg.spec}: loaded in {time.perf_counter() - t0:.1f} s")
+            if args.random_init:
+                loaded[key] = random_init_model(cfg.spec.removeprefix("random-init:"), device=device, dtype=args.dtype,
+                                                layers=args.layers, tiny=args.tiny, seed=args.init_seed)
+            else:
+                loaded[key] = load(cfg.spec, dtype=args.dtype, device=str(device), random_head_seed=cfg.random_head_seed)
+            log(f"{cfg.spec}: {'built' if args.random_init else 'loaded'} in {time.perf_counter() - t0:.1f} s")
         log(f"[{cfg.name}] load average {loadavg()}")
         r, e = bench_model(cfg, loaded[key], args, device, dflt)
         rows += r

