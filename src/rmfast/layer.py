@@ -51,16 +51,7 @@ import torch.nn.functional as F
 
 from . import ops
 from .kernels.blockdiag_attention import shared_prefix_attention_blockdiag
-
-#: config activation names -> the form this module computes (others: not on the fast path).
-ACTIVATIONS = {
-    "silu": "silu",
-    "swish": "silu",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu": "gelu",
-    "relu": "relu",
-}
-
+from .models.arch import ACTIVATIONS
 
 @dataclass(frozen=True)
 class LayerConsts:

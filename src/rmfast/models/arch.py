@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..layer import ACTIVATIONS
 
 # model_type -> family. Anything else takes the generic plain-HF path.
 SUPPORTED = {
@@ -24,6 +23,16 @@ SUPPORTED = {
     "gemma": "gemma",
     "gemma2": "gemma2",
     "gemma3_text": "gemma3",
+}
+
+
+#: config activation names -> the form the decoder layer (rmfast.layer) computes (others: not on the fast path).
+ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
 }
 
 
@@ -67,7 +76,7 @@ class ArchSpec:
     score_head: nn.Linear | None  # classifiers
     lm_head_weight: torch.Tensor | None  # causal LMs, (V, D)
     final_logit_softcap: float | None
-    act: str  # the MLP's activation, a key of rmfast.layer.ACTIVATIONS
+    act: str  # the MLP's activation, a key of ACTIVATIONS
 
     def rope(self, positions: torch.Tensor, like: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """cos/sin tables (L, head_dim) in like.dtype for the given absolute positions, per rope key.
@@ -94,7 +103,7 @@ def backbone_of(model: nn.Module) -> nn.Module:
 def arch_spec(model: nn.Module) -> ArchSpec | None:
     """Read the engine's facts off ``model``; None when the architecture is not on the fast path
     (an unknown model type, or a layer the decoder-layer function has no form for: an activation
-    outside :data:`rmfast.layer.ACTIVATIONS`, an MLP that is not gate/up/down)."""
+    outside :data:`ACTIVATIONS`, an MLP that is not gate/up/down)."""
     cfg = model.config
     mt = getattr(cfg, "model_type", None)
     if mt not in SUPPORTED:
