@@ -11,6 +11,7 @@ import os
 import torch
 
 from .kernels import reference as ref
+from .kernels import triton_available
 
 
 def _use_triton(t: torch.Tensor) -> bool:
@@ -19,22 +20,7 @@ def _use_triton(t: torch.Tensor) -> bool:
         return False
     if mode == "triton":
         return True
-    return t.is_cuda and _triton_available()
-
-
-_TRITON_OK: bool | None = None
-
-
-def _triton_available() -> bool:
-    global _TRITON_OK
-    if _TRITON_OK is None:
-        try:
-            import triton  # noqa: F401
-
-            _TRITON_OK = True
-        except Exception:
-            _TRITON_OK = False
-    return _TRITON_OK
+    return t.is_cuda and triton_available()
 
 
 def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, softcap=None, window=None):

@@ -6,9 +6,13 @@ that choice before tests can set ``TRITON_INTERPRET=1``.  Pick kernels via
 :mod:`rmfast.ops`.
 """
 
-import importlib.util as _ilu
 
-#: Whether triton is installed (checked without importing it).
-HAVE_TRITON = _ilu.find_spec("triton") is not None
+def triton_available() -> bool:
+    """Whether triton imports here: the one check, made at first use (on a CUDA tensor), when the
+    kernels' shared module (:mod:`.triton_common`) imports it."""
+    from .triton_common import HAVE_TRITON
 
-__all__ = ["HAVE_TRITON"]
+    return HAVE_TRITON
+
+
+__all__ = ["triton_available"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton_common import HAVE_TRITON, _check_device, _next_pow2, tl, triton  # noqa: F401
+from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
 
 __all__ = ["HAVE_TRITON", "shared_prefix_attention_triton"]
 
@@ -210,7 +210,7 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
     """
     if not HAVE_TRITON:
         raise RuntimeError("shared_prefix_attention_triton needs triton, which is not installed")
-    _check_device(q, _shared_prefix_attn_kernel)
+    check_device(q, _shared_prefix_attn_kernel)
     B, H, Sq, D = q.shape
     Hkv, P, Dk = k_prefix.shape
     Bs, Hkv_s, S, Ds = k_suffix.shape
@@ -240,7 +240,7 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
     elif k_prefix.stride() != v_prefix.stride():
         k_prefix, v_prefix = k_prefix.contiguous(), v_prefix.contiguous()
 
-    block_d = max(16, _next_pow2(D))
+    block_d = max(16, next_pow2(D))
     block_m, block_n, num_warps = _attn_blocks(block_d, q.is_cuda, block_d == D)
     n_rows = B * G * Sq
     # In-tile offsets are int32, relative to the tile's first batch row (a tile spans at most

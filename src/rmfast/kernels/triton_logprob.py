@@ -24,11 +24,11 @@ import math
 
 import torch
 
-from ._triton_common import HAVE_TRITON, _check_device, _next_pow2, tl, triton  # noqa: F401
+from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
 
 if HAVE_TRITON:
     # The norm helpers are shared with the norm + score-head kernel so both round alike.
-    from .triton_norm_head import _normed_chunk, _row_rstd
+    from .triton_norm_head import normed_chunk, row_rstd
 
 __all__ = ["HAVE_TRITON", "rmsnorm_lmhead_logprob_triton"]
 
@@ -59,7 +59,7 @@ if HAVE_TRITON:
         rows64 = tl.where(row_ok, rows, 0).to(tl.int64)
         tgt = tl.load(T + rows64 * stride_t, mask=row_ok, other=-1)  # (BLOCK_N,)
 
-        rstd = _row_rstd(X, rows64, row_ok, stride_xn, stride_xd, D, eps, BLOCK_N, BLOCK_D)
+        rstd = row_rstd(X, rows64, row_ok, stride_xn, stride_xd, D, eps, BLOCK_N, BLOCK_D)
 
         m_i = tl.full([BLOCK_N], float("-inf"), tl.float32)  # running max
         se_i = tl.zeros([BLOCK_N], tl.float32)  # running sum of exp(logit - m_i)
@@ -74,7 +74,7 @@ if HAVE_TRITON:
             acc = tl.zeros([BLOCK_N, BLOCK_V], tl.float32)
             for d0 in range(0, D, BLOCK_D):
                 offs_d = d0 + tl.arange(0, BLOCK_D)
-                y = _normed_chunk(X, W, rows64, row_ok, rstd, offs_d, stride_xn, stride_xd, D,
+                y = normed_chunk(X, W, rows64, row_ok, rstd, offs_d, stride_xn, stride_xd, D,
                                   GEMMA)  # (BLOCK_N, BLOCK_D) in x.dtype
                 lm = tl.load(LM + offs_v64[None, :] * stride_lv + offs_d[:, None] * stride_ld,
                              mask=v_ok[None, :] & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_V)
@@ -99,8 +99,8 @@ if HAVE_TRITON:
 
 def _lmhead_blocks(x: torch.Tensor, chunk: int) -> tuple[int, int, int, int]:
     """(BLOCK_N, BLOCK_V, BLOCK_D, num_warps); `chunk` only caps BLOCK_V (registers bound it)."""
-    block_v = min(128, max(16, _next_pow2(chunk)))
-    block_d = min(64, max(16, _next_pow2(x.shape[1])))
+    block_v = min(128, max(16, next_pow2(chunk)))
+    block_d = min(64, max(16, next_pow2(x.shape[1])))
     if x.is_cuda:
         return 64, block_v, block_d, 8
     return 16, block_v, block_d, 4  # interpreter: small row tiles, tests use few rows
@@ -108,7 +108,7 @@ def _lmhead_blocks(x: torch.Tensor, chunk: int) -> tuple[int, int, int, int]:
 
 def _launch(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap, chunk,
             num_splits: int | None = None) -> torch.Tensor:
-    _check_device(x, _lmhead_logprob_kernel)
+    check_device(x, _lmhead_logprob_kernel)
     N, D = x.shape
     V, Dl = lm_weight.shape
     if Dl != D or norm_weight.shape != (D,) or targets.shape != (N,):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton_common import HAVE_TRITON, _check_device, _next_pow2, tl, triton  # noqa: F401
+from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
 
 __all__ = ["HAVE_TRITON", "rmsnorm_head_triton"]
 
@@ -26,7 +26,7 @@ __all__ = ["HAVE_TRITON", "rmsnorm_head_triton"]
 if HAVE_TRITON:
 
     @triton.jit
-    def _row_rstd(X, rows64, row_ok, stride_xn, stride_xd, D, eps,
+    def row_rstd(X, rows64, row_ok, stride_xn, stride_xd, D, eps,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
         """rsqrt(mean(x.float()**2) + eps) for BLOCK_N rows: (BLOCK_N,) fp32."""
         sq = tl.zeros([BLOCK_N], tl.float32)
@@ -39,7 +39,7 @@ if HAVE_TRITON:
         return tl.rsqrt(sq / D + eps)
 
     @triton.jit
-    def _normed_chunk(X, W, rows64, row_ok, rstd, offs_d, stride_xn, stride_xd, D,
+    def normed_chunk(X, W, rows64, row_ok, rstd, offs_d, stride_xn, stride_xd, D,
                       GEMMA: tl.constexpr):
         """Normalised rows for one D chunk, rounded to x.dtype exactly where HF rounds."""
         d_ok = offs_d < D
@@ -76,12 +76,12 @@ if HAVE_TRITON:
         offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)  # (BLOCK_K,)
         k_ok = offs_k < K
 
-        rstd = _row_rstd(X, rows64, row_ok, stride_xn, stride_xd, D, eps, BLOCK_N, BLOCK_D)
+        rstd = row_rstd(X, rows64, row_ok, stride_xn, stride_xd, D, eps, BLOCK_N, BLOCK_D)
 
         acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
         for d0 in range(0, D, BLOCK_D):
             offs_d = d0 + tl.arange(0, BLOCK_D)
-            y = _normed_chunk(X, W, rows64, row_ok, rstd, offs_d, stride_xn, stride_xd, D,
+            y = normed_chunk(X, W, rows64, row_ok, rstd, offs_d, stride_xn, stride_xd, D,
                               GEMMA)  # (BLOCK_N, BLOCK_D) in x.dtype
             hw = tl.load(HW + offs_k[None, :] * stride_hk + offs_d[:, None] * stride_hd,
                          mask=k_ok[None, :] & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_K)
@@ -105,7 +105,7 @@ def rmsnorm_head_triton(x, norm_weight, eps: float, head_weight, head_bias=None,
     """
     if not HAVE_TRITON:
         raise RuntimeError("rmsnorm_head_triton needs triton, which is not installed")
-    _check_device(x, _rmsnorm_head_kernel)
+    check_device(x, _rmsnorm_head_kernel)
     N, D = x.shape
     K, Dh = head_weight.shape
     if Dh != D or norm_weight.shape != (D,):
@@ -117,8 +117,8 @@ def rmsnorm_head_triton(x, norm_weight, eps: float, head_weight, head_bias=None,
     if N == 0 or K == 0:
         return out
     norm_weight = norm_weight.contiguous()
-    block_k = min(64, max(16, _next_pow2(K)))  # tl.dot needs >= 16; reward heads have K ~ 1
-    block_d = min(128, max(16, _next_pow2(D)))
+    block_k = min(64, max(16, next_pow2(K)))  # tl.dot needs >= 16; reward heads have K ~ 1
+    block_d = min(128, max(16, next_pow2(D)))
     block_n = 64 if x.is_cuda else 32
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     grid = (triton.cdiv(N, block_n), triton.cdiv(K, block_k))

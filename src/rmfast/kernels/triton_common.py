@@ -18,11 +18,11 @@ except ImportError:  # pragma: no cover - exercised only on installs without tri
     HAVE_TRITON = False
 
 
-def _next_pow2(n: int) -> int:
+def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _check_device(t: torch.Tensor, kernel) -> None:
+def check_device(t: torch.Tensor, kernel) -> None:
     """CPU tensors only work when the kernel was built by the interpreter.
 
     triton.jit picks compiled vs interpreted when a kernel is defined (triton.language's own
