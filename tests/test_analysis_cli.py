@@ -160,3 +160,12 @@ def test_report_says_where_the_model_scores_come_from(tmp_path):
         html = out.read_text(encoding="utf-8")
         assert f"<b>Model scores:</b> {says}" in html.replace("&#x27;", "'")
         assert ("my-rm" in html) == bool(inputs)  # the scan replaces the CSVs' model scores
+
+
+def test_help_is_for_users(capsys):
+    """`rmfast analyze --help` shows what a user needs, not notes to the developers."""
+    with pytest.raises(SystemExit):
+        main(["analyze", "--help"])
+    out = capsys.readouterr().out
+    assert "rmfast analyze" in out and "lead" not in out and ":func:" not in out and ":mod:" not in out
+    assert "``" not in out

@@ -106,10 +106,18 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def _plain(doc: str) -> str:
+    """A docstring as help text: no reST markup (``code``, :mod:`x`, the '::' of a literal block)."""
+    import re
+
+    doc = re.sub(r":[a-z]+:`([^`]+)`", r"\1", doc).replace("``", "")
+    return doc.replace("Examples::", "Examples:")
+
+
 def register(subparsers) -> None:
     """Add the ``analyze`` and ``report`` subcommands to an argparse subparsers object."""
     a = subparsers.add_parser("analyze", help="run one analysis, print/write its table",
-                              description=__doc__,
+                              description=_plain(__doc__),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("name", choices=ANALYSES, help="the analysis")
     _common(a)
