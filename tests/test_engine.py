@@ -234,7 +234,8 @@ def test_attention_forms_and_weight_layouts_match_reference(arch, packed, fuse, 
     and gate|up (CUDA's default): all the same layer, all exact in fp32."""
     import rmfast.engine as engine_mod
 
-    # the CPU engine uses the block-diagonal form while its overhead is <= this
+    # the eager CPU engine uses the block-diagonal form only when asked, and while its overhead is <= this
+    monkeypatch.setattr(engine_mod, "EAGER_PACKED", packed)
     monkeypatch.setattr(engine_mod, "MAX_BLOCKDIAG_EXTRA", float("inf") if packed else -1.0)
     model = small(arch)
     ids = torch.arange(11, T.VOCAB, 389)[:, None]
