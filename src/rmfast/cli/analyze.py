@@ -15,6 +15,12 @@ Examples::
     rmfast analyze human my_items_scan.parquet --eloeverything ../shared/data/eloeverything
     rmfast analyze agreement scans/ --metadata models.yaml --table rsa --out rsa.csv
     rmfast report --eloeverything ../shared/data/eloeverything --out report.html
+    rmfast analyze trajectory ../shared/data/iclr2026/reward_model_training --out traj/
+    rmfast analyze trajectory sweep_store/parts --dictionary big2_nouns.csv --out traj/
+
+``trajectory`` reads checkpoint tables instead (paper B's rank_results_*.csv, long CSVs with
+step, token, score or rank, or scans of checkpoints named checkpoint-N) and writes every table
+(CSV) and figure (PNG) into the folder ``--out``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import pandas as pd
 from ..errors import UserError
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
-            "categories", "extremes")
+            "categories", "extremes", "trajectory")
 
 
 @dataclass
@@ -200,8 +206,31 @@ def _report_drops(res) -> None:
         print(f"rmfast: note: {n}", file=sys.stderr)
 
 
+def _run_trajectory(args) -> int:
+    """``rmfast analyze trajectory INPUT... --out DIR``: every table and figure into DIR."""
+    from ..analysis.ledger import Ledger
+    from ..analysis.trajectory import load_trajectory_inputs, trajectory, write_trajectory
+
+    if not args.inputs:
+        raise UserError("trajectory needs inputs: rank_results_*.csv, long CSV tables, or scans "
+                        "of checkpoints (files or folders)")
+    if not args.out:
+        raise UserError("trajectory writes several tables and figures: give --out DIR")
+    ledger = Ledger()
+    res = trajectory(load_trajectory_inputs(args.inputs, ledger=ledger), args.dictionary, k=args.k)
+    res.notes[:0] = ledger.notes
+    res.dropped = pd.concat([d for d in (ledger.frame(), res.dropped) if len(d)] or [res.dropped],
+                            ignore_index=True)
+    _report_drops(res)
+    files = write_trajectory(res, args.out)
+    print(f"rmfast: wrote {len(files)} files to {args.out}: {', '.join(files)}", file=sys.stderr)
+    return 0
+
+
 def run_analyze(args) -> int:
     """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
+    if args.name == "trajectory":
+        return _run_trajectory(args)
     data = _inputs(args)
     res = _run(args.name, args, data.scans, data.human)
     if args.name == "human":
