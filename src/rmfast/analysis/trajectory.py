@@ -3,8 +3,8 @@
 Input: one long table, one row per checkpoint × token (or × category), columns
 
     step       number  the checkpoint (``checkpoint`` is accepted too)
-    run        str     optional: the training run (default "run"); base, data_size,
-                       data_source, method: optional run attributes, carried along
+    run        str     optional: the training run (default "run"); model_id, base,
+                       data_size, data_source, method: optional run attributes, carried along
     token      str     token-level input: the token text (``text`` accepted), with
     score | rank       the reward or its rank within run × step (1 = best)
     category   str     optional: the token's dictionary category (or give ``dictionary``)
@@ -41,7 +41,7 @@ from .ledger import Ledger
 from .lexicons import load_dictionary, match_dictionary, normalize_word
 from .results import Result
 
-RUN_ATTRS = ["base", "data_size", "data_source", "method"]
+RUN_ATTRS = ["model_id", "base", "data_size", "data_source", "method"]
 _STEP_RE = re.compile(r"(?:checkpoint|step|ckpt|iter)[-_=]?(\d+)|[-_/](\d+)$", re.IGNORECASE)
 
 
