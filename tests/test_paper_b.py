@@ -195,7 +195,10 @@ def test_fig1_medians_and_paper_tests_equal_the_authors_recipe(tmp_path):
                             sub.loc[sub["base"] == "Llama", "median"], equal_var=False)
         assert r.p_value == pytest.approx(w.pvalue, rel=1e-9)
     # the recorded verdicts are what the tables say
-    assert found[0]["holds"] == bool((tests["p_bonferroni"] < 0.05).all()) or not found[0]["holds"]
+    llama_better = tests["mean_b"] < tests["mean_a"]
+    claimed = (tests["category"] == "Agency") == (tests["framing"] == "positive")
+    assert found[0]["holds"] == bool((llama_better == claimed).all()
+                                     and (tests["p_bonferroni"] < 0.05).all())
     ours_t = pd.read_csv(tmp_path / "B_fig1_tests_rmfast.csv")
     assert (ours_t["n_a"] + ours_t["n_b"] == 10).all()  # models, not model × prompt rows
     assert found[1]["holds"] == bool((ours_t["p_bonferroni"] < 0.05).all())
