@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["BaseModel", "RewardModel", "BASES", "MODELS", "HEADS", "find", "names", "config_of", "count_params", "how_to_get"]
+__all__ = ["BaseModel", "RewardModel", "BASES", "MODELS", "HEADS", "find", "names", "config_of", "count_params",
+           "how_to_get"]
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,10 @@ _GEMMA2_TMPL = ("the tokenizer's Gemma 2 chat template: <start_of_turn>model\\n{
 _QWEN3_TMPL = ("the tokenizer's Qwen3 ChatML template: <|im_start|>assistant\\n{response}<|im_end|>\\n; Qwen3's "
                "template can put an empty <think></think> block before the final assistant turn, see the tokenizer")
 _PAPERS = "papers A/B (RewardBench rank {})"
+#: The replica test of the plain score-head checkpoints: transformers' own class for the checkpoint (the
+#: real weight names) from the registry config shrunk with its features kept, saved as a folder, scanned by
+#: the CLI over the full (shrunk) vocabulary, equal to the full-sequence reference to fp32 rounding.
+_SCORE_REPLICA = "tests/test_registry.py::test_score_head_replica"
 _RB2 = "RewardBench 2 open leader (Skywork-Reward-V2)"
 
 MODELS: dict[str, RewardModel] = {m.alias: m for m in [
@@ -181,41 +186,55 @@ MODELS: dict[str, RewardModel] = {m.alias: m for m in [
                 revision="eef8d852e886240e308a57b61d69f0e58489f0ed", template=_GEMMA2_TMPL +
                 "; gates on <end_of_turn>\\n<start_of_turn>model\\n"),
     RewardModel("S-Gem-27B-v0.2", "Skywork/Skywork-Reward-Gemma-2-27B-v0.2", "gemma-2-27b", "score",
-                "Gemma2ForSequenceClassification", _PAPERS.format(3), params_b=27.2, template=_GEMMA2_TMPL),
+                "Gemma2ForSequenceClassification", _PAPERS.format(3), params_b=27.2, template=_GEMMA2_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("S-Gem-27B", "Skywork/Skywork-Reward-Gemma-2-27B", "gemma-2-27b", "score",
-                "Gemma2ForSequenceClassification", _PAPERS.format(5), template=_GEMMA2_TMPL),
+                "Gemma2ForSequenceClassification", _PAPERS.format(5), template=_GEMMA2_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("S-Lla-8B-v0.2", "Skywork/Skywork-Reward-Llama-3.1-8B-v0.2", "llama-3.1-8b", "score",
-                "LlamaForSequenceClassification", _PAPERS.format(10), params_b=7.5, template=_LLAMA31_TMPL),
+                "LlamaForSequenceClassification", _PAPERS.format(10), params_b=7.5, template=_LLAMA31_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("N-Lla-8B", "nicolinho/QRM-Llama3.1-8B", "llama-3.1-8b", "qrm", "LlamaForRewardModelWithGating",
                 _PAPERS.format(11), revision="74280eebb9580bfecff5d0b2edb81f7d6186a204", template=_LLAMA31_TMPL),
     RewardModel("L-Lla-8B", "LxzGordon/URM-LLaMa-3.1-8B", "llama-3.1-8b", "urm", None, _PAPERS.format(12),
                 template=_LLAMA31_TMPL),
     RewardModel("R-Lla-8B", "Ray2333/GRM-Llama3-8B-rewardmodel-ft", "llama-3-8b", "score",
-                "LlamaForSequenceClassification", _PAPERS.format(17), template=_LLAMA3_TMPL),
+                "LlamaForSequenceClassification", _PAPERS.format(17), template=_LLAMA3_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("R-Lla-3B", "Ray2333/GRM-Llama3.2-3B-rewardmodel-ft", "llama-3.2-3b", "score",
-                "LlamaForSequenceClassification", _PAPERS.format(19), template=_LLAMA31_TMPL),
+                "LlamaForSequenceClassification", _PAPERS.format(19), template=_LLAMA31_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("F-Lla-8B-v0.1", "RLHFlow/ArmoRM-Llama3-8B-v0.1", "llama-3-8b", "armorm",
                 "LlamaForRewardModelWithGating", _PAPERS.format(20),
                 revision="39aadadd6d1b66ab358f0b4ce8899624c35c7434", params_b=7.51, template=_LLAMA3_TMPL),
     RewardModel("R-Gem-2B", "Ray2333/GRM-gemma2-2B-rewardmodel-ft", "gemma-2-2b", "score",
-                "Gemma2ForSequenceClassification", _PAPERS.format(31), template=_GEMMA2_TMPL),
+                "Gemma2ForSequenceClassification", _PAPERS.format(31), template=_GEMMA2_TMPL,
+                replica_test=_SCORE_REPLICA),
     # RewardBench 2's open leaders: Skywork-Reward-V2 (eight models; base models per its model card).
     RewardModel("S-Lla-8B-V2", "Skywork/Skywork-Reward-V2-Llama-3.1-8B", "llama-3.1-8b", "score",
-                "LlamaForSequenceClassification", _RB2, template=_LLAMA31_TMPL),
+                "LlamaForSequenceClassification", _RB2, template=_LLAMA31_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("S-Lla-8B-V2-40M", "Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M", "llama-3.1-8b", "score",
-                "LlamaForSequenceClassification", _RB2, template=_LLAMA31_TMPL),
+                "LlamaForSequenceClassification", _RB2, template=_LLAMA31_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("S-Lla-1B-V2", "Skywork/Skywork-Reward-V2-Llama-3.2-1B", "llama-3.2-1b", "score",
-                "LlamaForSequenceClassification", _RB2, template=_LLAMA31_TMPL),
+                "LlamaForSequenceClassification", _RB2, template=_LLAMA31_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("S-Lla-3B-V2", "Skywork/Skywork-Reward-V2-Llama-3.2-3B", "llama-3.2-3b", "score",
-                "LlamaForSequenceClassification", _RB2, template=_LLAMA31_TMPL),
+                "LlamaForSequenceClassification", _RB2, template=_LLAMA31_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("S-Qwe-0.6B-V2", "Skywork/Skywork-Reward-V2-Qwen3-0.6B", "qwen3-0.6b", "score",
-                "Qwen3ForSequenceClassification", _RB2, template=_QWEN3_TMPL),
+                "Qwen3ForSequenceClassification", _RB2, template=_QWEN3_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("S-Qwe-1.7B-V2", "Skywork/Skywork-Reward-V2-Qwen3-1.7B", "qwen3-1.7b", "score",
-                "Qwen3ForSequenceClassification", _RB2, template=_QWEN3_TMPL),
+                "Qwen3ForSequenceClassification", _RB2, template=_QWEN3_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("S-Qwe-4B-V2", "Skywork/Skywork-Reward-V2-Qwen3-4B", "qwen3-4b", "score",
-                "Qwen3ForSequenceClassification", _RB2, template=_QWEN3_TMPL),
+                "Qwen3ForSequenceClassification", _RB2, template=_QWEN3_TMPL,
+                replica_test=_SCORE_REPLICA),
     RewardModel("S-Qwe-8B-V2", "Skywork/Skywork-Reward-V2-Qwen3-8B", "qwen3-8b", "score",
-                "Qwen3ForSequenceClassification", _RB2, template=_QWEN3_TMPL),
+                "Qwen3ForSequenceClassification", _RB2, template=_QWEN3_TMPL,
+                replica_test=_SCORE_REPLICA),
 ]}
 
 

@@ -39,6 +39,7 @@ import torch
 
 from .. import registry
 from ..loader import LoadedModel
+from ..models.arch import SUPPORTED
 from .models import BenchModel
 
 #: Per model type: the special tokens of the generated tokenizer, the plain template whose suffix is
@@ -170,6 +171,19 @@ def _hf_config(d: dict, **kw):
     return AutoConfig.for_model(d["model_type"], **{k: v for k, v in d.items() if k != "model_type"}, **kw)
 
 
+def _no_default_init():
+    """Skip transformers' own weight init: :func:`_reinit` draws every parameter anyway, and HF's pass was
+    most of the build time (Qwen3-0.6B cut to 2 layers on the CPU: 15 s of 20 s). Buffers (rotary tables,
+    Gemma's embedding scale) are made by the constructors, so the model is the same (checked in tests)."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # older transformers: keep its init
+        import contextlib
+
+        return contextlib.nullcontext()
+    return no_init_weights()
+
+
 def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.bfloat16,
                       layers: int | None = None, tiny: bool = False, seed: int = 0,
                       attn_implementation: str = "eager") -> LoadedModel:
@@ -199,7 +213,7 @@ def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: s
     tok = synthetic_tokenizer(d["vocab_size"], bos=fam["bos"], eos=fam["eos"], pad=fam["pad"], extra=fam["extra"])
     cfg = _hf_config(d, num_labels=1, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                      eos_token_id=tok.eos_token_id)
-    with quiet_transformers(), torch.device(dev):
+    with quiet_transformers(), torch.device(dev), _no_default_init():
         model = AutoModelForSequenceClassification.from_config(cfg, dtype=dt, attn_implementation=attn_implementation)
     _reinit(model, seed)
     model.eval().requires_grad_(False)
@@ -216,6 +230,9 @@ def random_init_bench_models(names: str, *, layers: int | None = None, tiny: boo
     for name in [s.strip() for s in names.split(",") if s.strip()]:
         canonical = resolve(name)[0]
         d = config_dict(name, layers=layers, tiny=tiny)
+        if d["model_type"] not in SUPPORTED:  # the benchmark times the engine, which needs the fast path
+            raise ValueError(f"{canonical} is a {d['model_type']} model, not on rmfast's fast path yet: rmfast bench "
+                             f"measures the fast path (random_init_model({canonical!r}) builds it for the plain-HF path)")
         known = registry.find(canonical)
         what = f"{known.hub_id} ({known.base})" if known else canonical
         head = ("" if known is None or known.head == "score" else
@@ -251,7 +268,6 @@ def cost_model_config(name: str, *, layers: int | None = None, tiny: bool = Fals
     """The config in :data:`rmfast.bench.flops.COST_MODELS`' form, for :func:`~rmfast.bench.flops.gpu_cost_model`."""
     d = config_dict(name, layers=layers, tiny=tiny)
     gemma = d["model_type"] == "gemma2"
-    suffix = len(FAMILIES[d["model_type"]]["template"].split("{response}")[1].replace("\n", "N"))
     return {"label": label(name, layers=layers, tiny=tiny), "layers": d["num_hidden_layers"], "d": d["hidden_size"],
             "inter": d["intermediate_size"], "heads": d["num_attention_heads"], "kv_heads": d["num_key_value_heads"],
             "head_dim": d["head_dim"], "vocab": d["vocab_size"], "suffix": FAMILIES[d["model_type"]]["suffix"], "norms": 4 if gemma else 2}
