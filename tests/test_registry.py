@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 import yaml
 
 from rmfast import embedded, registry
