@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import embedded
+from . import embedded, registry
 from .errors import UserError
 from .io import write_json
 
@@ -340,22 +340,29 @@ def _not_found_hub(spec: str) -> UserError:
 
 
 def hub_snapshot(spec: str) -> tuple[Path, str | None]:
-    """The local snapshot folder of a cached hub model and its commit hash (no network)."""
+    """The local snapshot folder of a cached hub model and its commit hash (no network).
+
+    A known reward model's alias (:mod:`rmfast.registry`) is its hub id at its pinned revision;
+    absent from the cache, a known model's error says how to get it.
+    """
+    known = registry.find(spec)  # a hub id typed in full takes the cache's main, an alias the pinned revision
+    repo, rev = (known.hub_id, known.revision) if known and "/" not in spec else (spec, None)
+    missing = UserError(registry.how_to_get(known)) if known else _not_found_hub(spec)
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import HFValidationError
     except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
-        raise _not_found_hub(spec) from None
+        raise missing from None
     try:
-        folder = Path(snapshot_download(spec, local_files_only=True))
+        folder = Path(snapshot_download(repo, revision=rev, local_files_only=True))
     except (HFValidationError, OSError, ValueError):
-        raise _not_found_hub(spec) from None
+        raise missing from None
     except Exception as exc:  # LocalEntryNotFoundError and friends
         if "LocalEntryNotFound" in type(exc).__name__ or "NotFound" in type(exc).__name__:
-            raise _not_found_hub(spec) from None
+            raise missing from None
         raise
     if not (folder / "config.json").is_file():
-        raise _not_found_hub(spec)
+        raise missing
     revision = folder.name if re.fullmatch(r"[0-9a-f]{40}", folder.name) else None
     return folder, revision
 
@@ -575,7 +582,9 @@ def load(
         source.update(type="folder", name=folder.name, path=str(folder))
     elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
         folder, revision = hub_snapshot(spec)
-        source.update(type="hub", name=spec, path=str(folder), revision=revision)
+        known = registry.find(spec)
+        source.update(type="hub", name=known.hub_id if known else spec, path=str(folder), revision=revision,
+                      alias=known.alias if known else None)
     elif _looks_like_path(spec):
         raise UserError(f"no such model folder or file: {spec}")
     else:
