@@ -65,8 +65,9 @@ def ndcg(true, pred, k: int | None = None, method: str = "rmfast") -> float:
         order = order[:k]
     rel = true[order]
     discounts = np.log2(np.arange(1, len(rel) + 1) + 1)
-    dcg = float(np.sum((2.0 ** rel - 1) / discounts))
     ideal_pool = true[:k] if (k and method == "paper") else true
     ideal = np.sort(ideal_pool)[::-1][: len(rel)]
-    idcg = float(np.sum((2.0 ** ideal - 1) / discounts[: len(ideal)]))
-    return dcg / idcg if idcg > 0 else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):  # scores > ~1000: inf / inf = NaN
+        dcg = float(np.sum((2.0 ** rel - 1) / discounts))
+        idcg = float(np.sum((2.0 ** ideal - 1) / discounts[: len(ideal)]))
+        return dcg / idcg if idcg > 0 else 0.0
