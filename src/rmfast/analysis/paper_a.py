@@ -159,8 +159,8 @@ def _rank_gaps(res: dict, prompts: list[str], out_dir: Path) -> dict:
                     "(Fig. 5B, A7)", "Fig. 5B (GE prompt) and A7 list the ten items with the "
                     "largest model-minus-human rank gap each way, e.g. on GE: Fingering (sexual "
                     "act), Erection, Black people, ... and Fully Automated Luxury Communism, "
-                    "Johan Cruyff, ...", bool(parts) and ok,
-                    ("holds: " if ok else "does not hold: ") + summary, files)
+                    "Johan Cruyff, ...", (ok if parts else None),
+                    (("holds: " if ok else "does not hold: ") if parts else "") + summary, files)
 
 
 def _short(prompt: str) -> str:
