@@ -136,6 +136,9 @@ def register(subparsers) -> None:
                    help="use raw scores instead of z-scores within model × prompt")
     a.add_argument("--models", nargs="+", metavar="MODEL", help="only these models")
     a.add_argument("--prompts", nargs="+", metavar="PROMPT", help="only these prompts")
+    a.add_argument("--method", choices=("rmfast", "paper"), default="rmfast",
+                   help="agreement, sentiment, exposure, human: rmfast's statistic (default) or "
+                   "the paper's exactly (docs/paper_methods.md)")
     a.add_argument("--table", help="which table of the result (default: the main one)")
     a.add_argument("--out", metavar="CSV", help="write the table as CSV here")
     a.add_argument("--max-rows", type=int, default=40, help="rows printed (default 40)")
@@ -161,29 +164,34 @@ def _run(name: str, args, scans, human):
 
     framing = parse_framing_args(args.framing)
     sel = {"models": args.models, "prompts": args.prompts}
-    std = not args.no_standardize
+    std = False if args.no_standardize else None  # None: the method's own default
+    method = {"method": args.method} if name in ("agreement", "sentiment", "exposure",
+                                                  "human") else {}
+    if args.method != "rmfast" and not method:
+        raise UserError(f"--method paper applies to agreement, sentiment, exposure and human, "
+                        f"not {name}")
     if name == "distributions":
         return distributions(scans, **sel)
     if name == "agreement":
         return agreement(scans, join=args.join, metadata=args.metadata, n_perm=args.n_perm,
-                         seed=args.seed, **sel)
+                         seed=args.seed, **method, **sel)
     if name == "sentiment":
-        return sentiment(scans, args.afinn, standardize=std, framing=framing, **sel)
+        return sentiment(scans, args.afinn, standardize=std, framing=framing, **method, **sel)
     if name == "exposure":
         if not args.frequencies:
             raise UserError("exposure needs --frequencies FILE (BNC list or word,frequency) "
                             "or --frequencies wordfreq")
         return exposure(scans, args.frequencies, args.afinn, standardize=std, framing=framing,
-                        **sel)
+                        **method, **sel)
     if name == "best-worst":
         if args.prompts:
             raise UserError("best-worst takes --best and --worst, not --prompts")
         return best_worst(scans, best=args.best, worst=args.worst, join=args.join,
-                          standardize=std, k=args.k, framing=framing, models=args.models)
+                          standardize=std is None, k=args.k, framing=framing, models=args.models)
     if name == "human":
         if human is None:
             raise UserError("human needs human scores: --eloeverything DIR or --human CSV")
-        return human_comparison(scans, human, k=args.k, **sel)
+        return human_comparison(scans, human, k=args.k, **method, **sel)
     if name == "categories":
         if not args.dictionary:
             raise UserError("categories needs --dictionary FILE (CSV, .dicx or LIWC .dic)")
