@@ -220,8 +220,10 @@ def _fig4(data_dir: Path, out: Path) -> list[dict]:
 def reproduce_paper_b(data_dir: Path, out_dir: Path) -> list[dict]:
     """Every paper B finding the published data allow, as CSV + PNG in ``out_dir``.
 
-    ``data_dir``: the iclr2026 folder (its ``dict_big2_nouns/`` and ``reward_model_training/``);
-    the Big Two dictionary is ``data_dir/../lexicons/big2_nouns.csv`` (or ``data_dir/big2_nouns.csv``).
+    ``data_dir``: the iclr2026 folder (its ``dict_big2_nouns/`` and ``reward_model_training/``) or the
+    shared data folder holding it (as :func:`rmfast.analysis.reproduce.run` passes); the Big Two
+    dictionary is ``<iclr2026>/../lexicons/big2_nouns.csv`` (or ``<iclr2026>/big2_nouns.csv``). A missing
+    folder gives one finding saying so.
 
     >>> import tempfile  # doctest: +SKIP
     >>> f = reproduce_paper_b(Path("../shared/data/iclr2026"), Path(tempfile.mkdtemp()))  # doctest: +SKIP
@@ -229,8 +231,12 @@ def reproduce_paper_b(data_dir: Path, out_dir: Path) -> list[dict]:
     ['B-fig1', 'B-fig1-rmfast', 'B-fig1-lmm', 'B-fig4a', 'B-fig4b']
     """
     data_dir, out = Path(data_dir), Path(out_dir)
-    if not data_dir.is_dir():
-        raise UserError(f"{data_dir} is not a folder; give paper B's published data (iclr2026/)")
+    if (data_dir / "iclr2026").is_dir():
+        data_dir = data_dir / "iclr2026"
+    if not (data_dir / "dict_big2_nouns").is_dir():
+        return [{"id": "B-data", "title": "Paper B data", "paper_claim": "(paper B's published data)",
+                 "holds": None, "summary": f"not available: no folder {data_dir / 'dict_big2_nouns'}",
+                 "files": []}]
     dictionary = next((p for p in (data_dir.parent / "lexicons" / "big2_nouns.csv",
                                    data_dir / "big2_nouns.csv") if p.exists()), None)
     if dictionary is None:

@@ -43,7 +43,7 @@ def _paper_functions(papers) -> dict:
 
     out: dict = {"a": reproduce_paper_a}
     try:
-        from .paper_b import reproduce_paper_b  # written beside this module on another branch
+        from .paper_b import reproduce_paper_b
         out["b"] = reproduce_paper_b
     except ImportError:
         out["b"] = "paper B: not available in this build"
