@@ -1,7 +1,7 @@
 """``rmfast reproduce``: regenerate every table and figure the papers' published data allows.
 
 :func:`run` collects findings from the per-paper modules (:func:`.paper_a.reproduce_paper_a`,
-and ``reproduce_paper_b`` from :mod:`.paper_b` when this build has it), each a list of dicts::
+:func:`.paper_b.reproduce_paper_b`), each a list of dicts::
 
     id           "A-fig5b-a7"
     title        what the finding is
@@ -38,15 +38,11 @@ def default_data_dir() -> Path:
 
 
 def _paper_functions(papers) -> dict:
-    """Paper letter → reproduce function, or a message saying why it is not available."""
+    """Paper letter → its reproduce function."""
     from .paper_a import reproduce_paper_a
+    from .paper_b import reproduce_paper_b
 
-    out: dict = {"a": reproduce_paper_a}
-    try:
-        from .paper_b import reproduce_paper_b
-        out["b"] = reproduce_paper_b
-    except ImportError:
-        out["b"] = "paper B: not available in this build"
+    out = {"a": reproduce_paper_a, "b": reproduce_paper_b}
     return {p: out[p] for p in papers}
 
 
