@@ -148,13 +148,22 @@ def _column_keys(df: pd.DataFrame) -> pd.Series:
     return key
 
 
+def _one_tokenizer(df: pd.DataFrame) -> bool:
+    """Whether all models' ids mean the same: each id decodes to one text everywhere, and every two
+    models share at least half of the smaller one's ids (disjoint id ranges are different tokenizers)."""
+    if df.drop_duplicates(["token_id", "text"])["token_id"].duplicated().any():
+        return False
+    ids = [set(g.astype("int64")) for _, g in df.groupby("model", sort=False)["token_id"]]
+    return all(len(a & b) >= 0.5 * min(len(a), len(b)) for k, a in enumerate(ids) for b in ids[k + 1:])
+
+
 def _choose_join(df: pd.DataFrame, join: str) -> str:
     if join not in JOIN_RULES:
         raise UserError(f"unknown join rule {join!r}; use one of {JOIN_RULES}")
     ids_ok = df["token_id"].notna().all()
     if join == "id" and not ids_ok:
         raise UserError("join on token id needs token ids, but some rows are text candidates; use --join text")
-    one_tokenizer = ids_ok and not df.drop_duplicates(["token_id", "text"])["token_id"].duplicated().any()
+    one_tokenizer = ids_ok and _one_tokenizer(df)
     if join == "id" and not one_tokenizer:
         raise UserError("join on token id needs one tokenizer, but an id decodes to different texts in "
                         "different scans; use --join text (or auto)")
@@ -262,8 +271,11 @@ def category_masks(texts, dictionaries) -> tuple[np.ndarray, list[str]]:
     return masks, names
 
 
-def pair_stats(scores: np.ndarray, rbo_p: float = RBO_P) -> list[dict]:
+def pair_stats(scores: np.ndarray, texts=None, rbo_p: float = RBO_P) -> list[dict]:
     """Kendall tau-b, Spearman rho and RBO of every pair of columns, on the rows both have.
+
+    RBO breaks ties by the rows' order; with ``texts`` the rows are taken in text order, as the
+    agreement analysis takes its shared vocabulary, so the two give the same value.
 
     >>> s = np.array([[3, 2, 1, np.nan], [3, 1, 2, 0]], dtype=np.float32)
     >>> p = pair_stats(s)[0]; p["n_shared"], round(p["kendall_tau_b"], 3), round(p["spearman_rho"], 3)
@@ -273,11 +285,13 @@ def pair_stats(scores: np.ndarray, rbo_p: float = RBO_P) -> list[dict]:
     from .analysis.rbo import rbo
 
     st = stats()
+    by_text = np.argsort(np.asarray(texts, dtype=object), kind="stable") if texts is not None else None
     out = []
     for a in range(len(scores)):
         for b in range(a + 1, len(scores)):
             both = ~np.isnan(scores[a]) & ~np.isnan(scores[b])
-            x, y = scores[a][both].astype(np.float64), scores[b][both].astype(np.float64)
+            rows = np.flatnonzero(both) if by_text is None else by_text[both[by_text]]
+            x, y = scores[a][rows].astype(np.float64), scores[b][rows].astype(np.float64)
             row = {"a": a, "b": b, "n_shared": int(both.sum()), "kendall_tau_b": None,
                    "spearman_rho": None, "rbo": None}
             if row["n_shared"] >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
@@ -321,7 +335,7 @@ def build_explorer(df: pd.DataFrame, *, dictionaries=(), join: str = "auto", pai
     cats, names = category_masks(texts, dictionaries)
     return ExplorerData(join=join, columns=columns, texts=texts, ids=ids, id_groups=groups, scores=scores,
                         ranks=ranks, flags=token_flags(texts, pieces), cats=cats, categories=names,
-                        pairs=pair_stats(scores) if pairs and len(columns) > 1 else [], notes=notes,
+                        pairs=pair_stats(scores, texts) if pairs and len(columns) > 1 else [], notes=notes,
                         title=title, source=source)
 
 
