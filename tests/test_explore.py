@@ -104,7 +104,7 @@ def test_round_trip_id_join_and_flags():
 
 
 def test_pair_statistics_are_the_analyses_own():
-    from scipy.stats import kendalltau
+    from scipy.stats import kendalltau, spearmanr
 
     from rmfast.analysis import agreement, rbo
 
@@ -118,6 +118,13 @@ def test_pair_statistics_are_the_analyses_own():
     assert p["n_shared"] == both.sum() == 300 - 2 - 40
     assert p["kendall_tau_b"] == pytest.approx(kendalltau(x, y).statistic, abs=1e-12)
     assert p["rbo"] == pytest.approx(rbo(x, y), abs=1e-12)
+    assert p["spearman_rho"] == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)
+    v = _vocab(500, 3)  # full columns: Spearman from the ranks computed once per column
+    full = build_explorer(pd.concat([_scan("rm", q, v, range(500), s) for s, q in enumerate("abc")]))
+    for q in full.pairs:
+        sa, sb = full.scores[q["a"]].astype(float), full.scores[q["b"]].astype(float)
+        assert q["spearman_rho"] == pytest.approx(spearmanr(sa, sb).statistic, abs=1e-12)
+        assert q["kendall_tau_b"] == pytest.approx(kendalltau(sa, sb).statistic, abs=1e-12)
     # the agreement analysis on the same prompt's shared vocabulary gives the same tau
     ag = agreement(df[df["prompt"] == "Best?"], n_perm=0).pairs.iloc[0]
     assert ag["n_shared"] == p["n_shared"]

@@ -29,9 +29,13 @@
     const hlen = dv.getUint32(4, true);
     const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + hlen)));
     let base = 8 + hlen; base += (8 - base % 8) % 8;
-    const buf = bytes.buffer.slice(bytes.byteOffset + base, bytes.byteOffset + bytes.byteLength);  // aligned copy
     const arrays = {};
-    for (const a of header.arrays) arrays[a.name] = new CTORS[a.dtype](buf, a.offset, a.length);
+    for (const a of header.arrays) {  // byte planes back to little-endian elements
+      const C = CTORS[a.dtype], w = C.BYTES_PER_ELEMENT, n = a.length, out = new Uint8Array(n * w);
+      const src = bytes.subarray(base + a.offset, base + a.offset + n * w);
+      for (let b = 0; b < w; b++) { const plane = src.subarray(b * n, (b + 1) * n); for (let i = 0, o = b; i < n; i++, o += w) out[o] = plane[i]; }
+      arrays[a.name] = new C(out.buffer);
+    }
     return { header, arrays };
   }
 
@@ -95,8 +99,9 @@
       try { re = new RegExp(m[1], m[2].replace(/[gy]/g, "")); } catch (e) { return { error: e.message }; }
       for (let i = 0; i < S.n; i++) out[i] = re.test(S.texts[i]) || re.test(S.idStr[i]) ? 1 : 0;
     } else {
-      const ql = q.toLowerCase();
-      for (let i = 0; i < S.n; i++) out[i] = S.low[i].includes(ql) || S.idStr[i].includes(ql) ? 1 : 0;
+      const ql = q.toLowerCase(), low = S.low;
+      if (/^[0-9 ]+$/.test(ql)) { for (let i = 0; i < S.n; i++) out[i] = low[i].includes(ql) || S.idStr[i].includes(ql) ? 1 : 0; }
+      else { for (let i = 0; i < S.n; i++) out[i] = low[i].includes(ql) ? 1 : 0; }  // ids hold only digits
     }
     return { mask: out };
   }
@@ -463,9 +468,13 @@
     S.low = S.texts.map((t) => t.toLowerCase());
     S.idStr = new Array(n);
     S.idKey = new Float64Array(n);
-    for (let i = 0; i < n; i++) {
-      let s = "", key = -1;
-      for (const ids of S.ids) if (ids[i] >= 0) { if (!s.split(" ").includes(String(ids[i]))) s += (s ? " " : "") + ids[i]; if (key < 0) key = ids[i]; }
+    for (let i = 0; i < n; i++) {  // every distinct id of the row (one per tokenizer), the first one sorts
+      let s = "", key = -1, prev = -1;
+      for (const ids of S.ids) {
+        const v = ids[i];
+        if (v < 0 || v === prev || (S.ids.length > 2 && (" " + s + " ").includes(" " + v + " "))) continue;
+        s = s ? s + " " + v : String(v); if (key < 0) key = v; prev = v;
+      }
       S.idStr[i] = s; S.idKey[i] = key;
     }
     S.nShared = 0;
