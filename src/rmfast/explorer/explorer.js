@@ -140,14 +140,15 @@
 
   // ------------------------------------------------------------------ the grid
   function fitToken() {  // the token column takes the room the numbers leave, within 160..360 px
-    const fixed = (S.hasIds ? 64 : 0) + 66 + 134 * S.C + 18;
-    S.tokenW = Math.max(160, Math.min(360, $("viewport").clientWidth - fixed));
+    S.idW = S.ids.length > 1 ? 112 : 64;  // room for two ids where tokenizers differ (all in the tooltip)
+    const fixed = (S.hasIds ? S.idW : 0) + 66 + 142 * S.C + 18;
+    S.tokenW = Math.max(160, Math.min(420, $("viewport").clientWidth - fixed));
   }
   function gridTemplate() {
     const cols = [S.tokenW + "px"];
-    if (S.hasIds) cols.push("64px");
+    if (S.hasIds) cols.push(S.idW + "px");
     if (S.shiftOn) cols.push("66px");
-    for (let c = 0; c < S.C; c++) cols.push("70px", "64px");
+    for (let c = 0; c < S.C; c++) cols.push("70px", "72px");
     return cols.join(" ");
   }
   function headCell(text, sub, key, cls, title) {
@@ -215,7 +216,7 @@
       cells[0].textContent = visible(S.texts[i]);
       cells[0].title = JSON.stringify(S.texts[i]);
       let j = 1;
-      if (S.hasIds) cells[j++].textContent = S.idStr[i];
+      if (S.hasIds) { cells[j].textContent = S.idStr[i]; cells[j++].title = S.idStr[i]; }
       if (S.shiftOn) {
         const d = S.shift.delta[i], has = S.shift.has[i];
         cells[j].textContent = has ? (d > 0 ? "+" : "") + fmtInt.format(d) : "";
@@ -224,9 +225,9 @@
       }
       for (let c = 0; c < S.C; c++) {
         const v = S.scores[c][i], rk = S.ranks[c][i];
-        cells[j++].textContent = fmtScore(v);
-        cells[j].textContent = rk ? "#" + fmtInt.format(rk) : "";
-        j++;
+        cells[j].textContent = rk ? fmtScore(v) : "—";
+        cells[j++].className = rk ? "n" : "n na";
+        cells[j++].textContent = rk ? "#" + fmtInt.format(rk) : "";
       }
     }
   }
