@@ -13,7 +13,7 @@ import pytest
 
 from rmfast.cli import main
 from rmfast.errors import UserError
-from rmfast.explore import (build_explorer, category_masks, is_special, load_inputs, pair_stats, render_html,
+from rmfast.explore import (build_explorer, category_masks, is_special, load_inputs, render_html,
                             shift_ranks, unpack)
 from rmfast.io import write_result
 

@@ -111,30 +111,33 @@
              rcol: +$("f-rcol").value, rmin: Number.isFinite(rmin) ? rmin : 1,
              rmax: Number.isFinite(rmax) ? rmax : Infinity };
   }
-  function passFn() {
-    const f = readFilters(), tm = S.textMask, fl = S.flags, cats = S.cats;
-    const ranks = S.ranks[f.rcol], ranged = f.rmin > 1 || f.rmax < Infinity;
+  function computeMask() {  // S.mask[i] = 1 where row i passes every filter; null when nothing filters
+    const f = readFilters(), n = S.n, fl = S.flags, cats = S.cats;
     const catBit = f.cat === "" ? -1 : f.cat === "any" ? -2 : f.cat === "none" ? -3 : +f.cat;
-    return (i) => {
-      if (tm && !tm[i]) return false;
-      const g = fl[i];
-      if (f.word && !(g & 1)) return false;
-      if (f.special === "hide" && g & 2) return false;
-      if (f.special === "only" && !(g & 2)) return false;
-      if (catBit !== -1) {
-        const c = cats[i];
-        if (catBit === -2 ? c === 0 : catBit === -3 ? c !== 0 : !((c >>> catBit) & 1)) return false;
-      }
-      if (ranged) { const r = ranks[i]; if (r === 0 || r < f.rmin || r > f.rmax) return false; }
-      return true;
-    };
+    const ranged = f.rmin > 1 || f.rmax < Infinity;
+    if (!S.textMask && !f.word && f.special === "all" && catBit === -1 && !ranged) { S.mask = null; return; }
+    const m = S.maskBuf || (S.maskBuf = new Uint8Array(n));
+    if (S.textMask) m.set(S.textMask); else m.fill(1);
+    if (f.word) for (let i = 0; i < n; i++) m[i] &= fl[i] & 1;
+    if (f.special === "hide") for (let i = 0; i < n; i++) m[i] &= (~fl[i] >> 1) & 1;
+    if (f.special === "only") for (let i = 0; i < n; i++) m[i] &= (fl[i] >> 1) & 1;
+    if (catBit === -2) for (let i = 0; i < n; i++) m[i] &= cats[i] !== 0 ? 1 : 0;
+    if (catBit === -3) for (let i = 0; i < n; i++) m[i] &= cats[i] === 0 ? 1 : 0;
+    if (catBit >= 0) for (let i = 0; i < n; i++) m[i] &= (cats[i] >>> catBit) & 1;
+    if (ranged) {
+      const r = S.ranks[f.rcol], lo = f.rmin, hi = f.rmax;
+      for (let i = 0; i < n; i++) { const v = r[i]; if (v === 0 || v < lo || v > hi) m[i] = 0; }
+    }
+    S.mask = m;
   }
+  function passFn() { const m = S.mask; return m ? (i) => m[i] === 1 : () => true; }
   function rebuildView() {
-    const o = order(S.sortKey), pass = passFn(), view = S.view.length === S.n ? S.view : new Int32Array(S.n);
+    const o = order(S.sortKey), idx = o.idx, m = S.mask, view = S.view.length === S.n ? S.view : new Int32Array(S.n);
     let k = 0;
-    if (S.sortDir === 1) { for (let j = 0; j < o.nPresent; j++) { const i = o.idx[j]; if (pass(i)) view[k++] = i; } }
-    else { for (let j = o.nPresent - 1; j >= 0; j--) { const i = o.idx[j]; if (pass(i)) view[k++] = i; } }
-    for (let j = o.nPresent; j < S.n; j++) { const i = o.idx[j]; if (pass(i)) view[k++] = i; }
+    const take = (j) => { const i = idx[j]; if (!m || m[i]) view[k++] = i; };
+    if (S.sortDir === 1) for (let j = 0; j < o.nPresent; j++) take(j);
+    else for (let j = o.nPresent - 1; j >= 0; j--) take(j);
+    for (let j = o.nPresent; j < S.n; j++) take(j);
     S.view = view; S.nView = k;
   }
 
@@ -245,6 +248,7 @@
       S.searchError = res.error || "";
       S.textMask = res.error ? null : res.mask;
     }
+    computeMask();
     rebuildView();
     if (opts && opts.top) $("viewport").scrollTop = 0;
     render();
