@@ -265,7 +265,7 @@ def run_analyze(args) -> int:
 
 def run_report(args) -> int:
     """``rmfast report``: every applicable analysis in one HTML file."""
-    from ..analysis.report import build_report, write_report
+    from ..analysis.report import build_report, explorer_beside, write_report
     from ..analysis.framing import parse_framing_args
 
     data = _inputs(args)
@@ -274,7 +274,8 @@ def run_report(args) -> int:
                         join=args.join, k=args.k, n_perm=args.n_perm, best=args.best,
                         worst=args.worst, framing=parse_framing_args(args.framing),
                         title=args.title, source=data.source, scores_source=data.scores_source,
-                        human_source=data.human_source, progress=not args.no_progress)
+                        human_source=data.human_source, progress=not args.no_progress,
+                        explorer=explorer_beside(args.out))
     path = write_report(args.out, text)
     print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0
