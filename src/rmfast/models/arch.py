@@ -77,6 +77,14 @@ class ArchSpec:
     lm_head_weight: torch.Tensor | None  # causal LMs, (V, D)
     final_logit_softcap: float | None
     act: str  # the MLP's activation, a key of ACTIVATIONS
+    custom_head: object | None = None  # ArmoRM/QRM/URM: rmfast's head object (rmfast.models.heads)
+
+    @property
+    def score_outputs(self) -> int | None:
+        """Outputs of the reward head (custom heads: 1), None without one."""
+        if self.custom_head is not None:
+            return 1
+        return None if self.score_head is None else self.score_head.out_features
 
     def rope(self, positions: torch.Tensor, like: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """cos/sin tables (L, head_dim) in like.dtype for the given absolute positions, per rope key.
@@ -177,4 +185,5 @@ def arch_spec(model: nn.Module) -> ArchSpec | None:
         lm_head_weight=lm_head.weight if isinstance(lm_head, nn.Linear) else None,
         final_logit_softcap=getattr(cfg, "final_logit_softcapping", None),
         act=act,
+        custom_head=getattr(model, "rmfast_head", None),
     )
