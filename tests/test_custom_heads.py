@@ -142,12 +142,13 @@ def test_bf16_ranks(replicas, name):
     assert rho_fast > rho_orig - 0.01 and rho_fast > 0.9, (rho_fast, rho_orig)
 
 
-@pytest.mark.parametrize("name", ["armorm", "urm"])
+@pytest.mark.parametrize("name", NAMES)
 def test_cli_scan_of_a_replica(replicas, name, tmp_path):
     folder, tok = replicas[name]
     out = tmp_path / "scan.parquet"
+    ids = f"0:{len(tok)}" if len(tok) <= 4096 else "127990:128010"  # Gemma replica: all; Llama 3: words + specials
     p = subprocess.run([sys.executable, "-m", "rmfast", "scan", str(folder), "--prompt", PROMPT, "--dtype", "float32",
-                        "--device", "cpu", "--token-ids", "127990:128010", "--out", str(out), "--no-progress"],
+                        "--device", "cpu", "--token-ids", ids, "--out", str(out), "--no-progress"],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     df = pd.read_parquet(out).sort_values("token_id")

@@ -92,11 +92,12 @@ def test_count_params_is_what_transformers_builds(base):
 
 def test_status_is_computed(monkeypatch):
     armo, sky, qwen = MODELS["F-Lla-8B-v0.1"], MODELS["R-Gem-2B"], MODELS["S-Qwe-0.6B-V2"]
-    assert not support.coverage(armo).fast and "armorm head" in support.coverage(armo).text(armo)
+    assert support.coverage(armo).fast  # rmfast's own ArmoRM head (rmfast.models.heads)
     assert support.coverage(sky).fast == ("gemma2" in SUPPORTED)
     assert support.coverage(qwen).arch == ("qwen3" in SUPPORTED)
-    monkeypatch.setattr(support, "FAST_HEADS", support.FAST_HEADS | {"armorm"})
-    assert support.coverage(armo).fast
+    monkeypatch.setattr(support, "FAST_HEADS", support.FAST_HEADS - {"armorm"})
+    assert not support.coverage(armo).fast and "armorm head" in support.coverage(armo).text(armo)
+    monkeypatch.undo()
     unverified = dataclasses.replace(armo, replica_test=None)
     assert support.coverage(unverified).text(unverified) == "fast path (no replica test)"
     verified = dataclasses.replace(armo, replica_test="tests/test_registry.py::test_score_head_replica")

@@ -179,12 +179,17 @@ _PAPERS = "papers A/B (RewardBench rank {})"
 #: the CLI over the full (shrunk) vocabulary, equal to the full-sequence reference to fp32 rounding.
 _SCORE_REPLICA = "tests/test_registry.py::test_score_head_replica"
 _RB2 = "RewardBench 2 open leader (Skywork-Reward-V2)"
+#: The custom heads' replica test: a replica laid out like the real checkpoint (config keys, architectures,
+#: safetensors names; the real Llama 3 tokenizer for the Llama ones) scanned by the CLI, equal to an
+#: independent re-implementation of the original full-sequence forward (tests/custom_rm_replicas.py).
+_CUSTOM_REPLICA = "tests/test_custom_heads.py::test_cli_scan_of_a_replica"
 
 MODELS: dict[str, RewardModel] = {m.alias: m for m in [
     # The papers' ten (paper_a_reward_models.yaml; METHODS.md for the classes and score reads).
     RewardModel("N-Gem-27B", "nicolinho/QRM-Gemma-2-27B", "gemma-2-27b", "qrm", None, _PAPERS.format(2),
                 revision="eef8d852e886240e308a57b61d69f0e58489f0ed", template=_GEMMA2_TMPL +
-                "; gates on <end_of_turn>\\n<start_of_turn>model\\n"),
+                "; gates on <end_of_turn>\\n<start_of_turn>model\\n",
+                replica_test=_CUSTOM_REPLICA),
     RewardModel("S-Gem-27B-v0.2", "Skywork/Skywork-Reward-Gemma-2-27B-v0.2", "gemma-2-27b", "score",
                 "Gemma2ForSequenceClassification", _PAPERS.format(3), params_b=27.2, template=_GEMMA2_TMPL,
                 replica_test=_SCORE_REPLICA),
@@ -195,9 +200,11 @@ MODELS: dict[str, RewardModel] = {m.alias: m for m in [
                 "LlamaForSequenceClassification", _PAPERS.format(10), params_b=7.5, template=_LLAMA31_TMPL,
                 replica_test=_SCORE_REPLICA),
     RewardModel("N-Lla-8B", "nicolinho/QRM-Llama3.1-8B", "llama-3.1-8b", "qrm", "LlamaForRewardModelWithGating",
-                _PAPERS.format(11), revision="74280eebb9580bfecff5d0b2edb81f7d6186a204", template=_LLAMA31_TMPL),
+                _PAPERS.format(11), revision="74280eebb9580bfecff5d0b2edb81f7d6186a204", template=_LLAMA31_TMPL,
+                replica_test=_CUSTOM_REPLICA),
     RewardModel("L-Lla-8B", "LxzGordon/URM-LLaMa-3.1-8B", "llama-3.1-8b", "urm", None, _PAPERS.format(12),
-                template=_LLAMA31_TMPL),
+                template=_LLAMA31_TMPL,
+                replica_test=_CUSTOM_REPLICA),
     RewardModel("R-Lla-8B", "Ray2333/GRM-Llama3-8B-rewardmodel-ft", "llama-3-8b", "score",
                 "LlamaForSequenceClassification", _PAPERS.format(17), template=_LLAMA3_TMPL,
                 replica_test=_SCORE_REPLICA),
@@ -206,7 +213,8 @@ MODELS: dict[str, RewardModel] = {m.alias: m for m in [
                 replica_test=_SCORE_REPLICA),
     RewardModel("F-Lla-8B-v0.1", "RLHFlow/ArmoRM-Llama3-8B-v0.1", "llama-3-8b", "armorm",
                 "LlamaForRewardModelWithGating", _PAPERS.format(20),
-                revision="39aadadd6d1b66ab358f0b4ce8899624c35c7434", params_b=7.51, template=_LLAMA3_TMPL),
+                revision="39aadadd6d1b66ab358f0b4ce8899624c35c7434", params_b=7.51, template=_LLAMA3_TMPL,
+                replica_test=_CUSTOM_REPLICA),
     RewardModel("R-Gem-2B", "Ray2333/GRM-gemma2-2B-rewardmodel-ft", "gemma-2-2b", "score",
                 "Gemma2ForSequenceClassification", _PAPERS.format(31), template=_GEMMA2_TMPL,
                 replica_test=_SCORE_REPLICA),

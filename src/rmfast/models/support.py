@@ -6,7 +6,7 @@ the head kind is one the engine scores (:data:`FAST_HEADS`), and a test verifies
 
     >>> from rmfast.registry import find
     >>> coverage(find("R-Gem-2B")).arch, coverage(find("F-Lla-8B-v0.1")).head
-    (True, False)
+    (True, True)
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from ..registry import RewardModel
 from .arch import SUPPORTED
 
-#: Head kinds (:data:`rmfast.registry.HEADS`) the engine scores on the fast path. A custom head joins
-#: this set when rmfast implements it (ArmoRM, QRM and URM are being written as rmfast's own heads).
-FAST_HEADS: frozenset[str] = frozenset({"score"})
+#: Head kinds (:data:`rmfast.registry.HEADS`) the engine scores on the fast path: the plain classifier head
+#: and rmfast's own implementations of the custom heads (:mod:`rmfast.models.heads`, recognized by
+#: :mod:`rmfast.models.custom_heads`; no remote code).
+FAST_HEADS: frozenset[str] = frozenset({"score", "armorm", "qrm", "urm"})
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Coverage:
         if self.fast:
             return "fast path, verified on a replica" if self.verified else "fast path (no replica test)"
         if not self.head:
-            return f"not supported: {m.head} head not implemented (its own code needs --trust-remote-code)"
+            return f"not supported: {m.head} head not implemented"
         return f"plain-HF path: {m.model_type} is not on the fast path"
 
 
