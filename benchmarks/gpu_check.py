@@ -13,7 +13,8 @@ budget (default 540 s, so the whole call ends within 10 minutes):
    bf16 against its torch reference; the engine against plain HF on the tiny model of every
    architecture on the GPU (fp32 elementwise over the full vocabulary, bf16/fp16 ranks, both heads,
    Triton and torch kernels); CUDA out-of-memory back-off. On a GPU a skipped test counts as a failure.
-3. **bench**: `rmfast bench --random-init NAME --device cuda` per model, smallest first: full-size
+3. **bench**: `rmfast bench --random-init NAME --device cuda` per model (a base architecture of
+   `rmfast.registry.BASES` or an alias of `rmfast models`), smallest first: full-size
    Llama-3.2-1B, Gemma-2-2B, Llama-3.1-8B, Gemma-2-9B, Gemma-2-27B (the last only where its bf16
    weights leave 12 GiB free) with random weights: rmfast vs the plain-HF baselines (naive,
    hf-cache) and the GEMM peak on the model's shapes, scores checked to agree. A model is skipped,
@@ -272,7 +273,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT.relative_to(REPO)})")
     ap.add_argument("--export", default=None, help="also copy the top-level result files here (e.g. $OUT on the device)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="wall-time budget of the whole check (default 540)")
-    ap.add_argument("--models", default=None, help="comma list of --random-init names (default: all five; dry run: two)")
+    ap.add_argument("--models", default=None,
+                    help="comma list of --random-init names: base architectures or aliases of `rmfast models`, e.g. "
+                         "S-Lla-8B-v0.2,R-Gem-2B (default: the five bases of GPU_PLAN; dry run: two)")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)  # internal: step 1 in its own process

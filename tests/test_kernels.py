@@ -403,6 +403,34 @@ def test_triton_logprob_public_launcher_fp16():
         assert_close(got, want, "logprob", torch.float16)
 
 
+@requires_triton
+@pytest.mark.parametrize("gemma_style", [False, True])
+def test_triton_fp32_heads_on_fp16_inputs(gemma_style):
+    """fp32=True (the engine's default): norm and head in fp32 from half-precision inputs, against the
+    torch twin at fp32 tolerance (the old rounding points would miss it by fp16 steps)."""
+    x, w, hw, hb, lm, targets = head_inputs(7, 40, 3, 1000, torch.float16)
+    got = triton_norm_head.rmsnorm_head_triton(x, w, 1e-6, hw, hb, gemma_style=gemma_style, fp32=True)
+    want = ref.rmsnorm_head(x, w, 1e-6, hw, hb, gemma_style=gemma_style, fp32=True)
+    assert_close(got, want, "norm_head", torch.float32)
+    kw = dict(gemma_style=gemma_style, final_softcap=30.0 if gemma_style else None, chunk=256, fp32=True)
+    got = triton_logprob.rmsnorm_lmhead_logprob_triton(x, w, 1e-6, lm, targets, **kw)
+    want = ref.rmsnorm_lmhead_logprob(x, w, 1e-6, lm, targets, **kw)
+    assert_close(got, want, "logprob", torch.float32)
+
+
+def test_reference_fp32_heads_are_the_fp32_model_maths():
+    """fp32=True on half inputs equals the fp32 computation on the upcast inputs."""
+    x, w, hw, hb, lm, targets = head_inputs(6, 24, 2, 300, torch.float16, device="cpu")
+    for gemma_style in (False, True):
+        got = ref.rmsnorm_head(x, w, 1e-6, hw, hb, gemma_style=gemma_style, fp32=True)
+        want = ref.rmsnorm_head(x.float(), w.float(), 1e-6, hw.float(), hb.float(), gemma_style=gemma_style)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        got = ref.rmsnorm_lmhead_logprob(x, w, 1e-6, lm, targets, gemma_style=gemma_style, fp32=True, chunk=64)
+        want = ref.rmsnorm_lmhead_logprob(x.float(), w.float(), 1e-6, lm.float(), targets, gemma_style=gemma_style,
+                                          chunk=64)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 # ----------------------------------------------------------------------------------------
 # bf16: CUDA only
 # ----------------------------------------------------------------------------------------

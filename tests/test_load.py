@@ -261,8 +261,9 @@ def test_hub_id_from_local_hf_cache(tiny_folder, tmp_path, monkeypatch):
         torch.testing.assert_close(lm.model(input_ids=ids).logits, ref, rtol=0, atol=0)
 
 
-def test_missing_head_weights_warn(smol, tmp_path):
-    """A checkpoint that claims to be a classifier but has no head weights warns loudly."""
+def test_missing_head_weights_are_an_error(smol, tmp_path):
+    """A checkpoint that claims to be a classifier but has no head weights gives no ranking: a UserError
+    (exit 2 in the CLI), unless a random head is asked for."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
@@ -274,9 +275,10 @@ def test_missing_head_weights_warn(smol, tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     config["architectures"] = ["LlamaForSequenceClassification"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.warns(UserWarning, match="no weights for score.weight"):
-        lm = load(str(tmp_path), dtype="float32", device="cpu")
-    assert lm.kind == "classifier"
+    with pytest.raises(UserError, match=r"no weights for its reward head \(score.weight\)"):
+        load(str(tmp_path), dtype="float32", device="cpu")
+    lm = load(str(tmp_path), dtype="float32", device="cpu", random_head_seed=1)
+    assert lm.kind == "classifier" and lm.source["random_head_seed"] == 1
 
 
 # ---------------------------------------------------------------------------- conversion cache

@@ -10,10 +10,16 @@ layer of :mod:`rmfast.layer`. At the last layer only the positions the head read
 cache, by contrast, copies the prompt K/V into every row.
 
 Heads:
-    score:   the classifier's own head at the final position of the sequence.
+    score:   the reward head (:mod:`rmfast.models.heads`) at the final position of the sequence:
+             the classifier's own linear head, or a custom one (ArmoRM/QRM gated, URM). A gated
+             head's prompt part (its gating MLP at the end-of-user-turn position) is computed once in
+             the prefix pass and folded into one (D,) vector, so per row it is a linear head too.
     logprob: log p(response | prefix) + log p(end-of-turn continuation | prefix, response).
              For one-token responses the response term comes from the prefix pass (one
              forward for all candidates); the rest needs the per-row pass.
+
+The final norm and the head run in fp32 by default (``fp32_head``): the layers keep the model's
+dtype, but a bf16 head output would round every score to 8 significant bits.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from .kernels.blockdiag_attention import pack_prefix, visibility_bias
 from .kernels.cpu_logprob import lse_update
 from .layer import PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
 from .models.arch import ArchSpec, arch_spec
+from .models.heads import GatedHead, LinearHead
 from .template import Template
 
 #: The CPU engine uses the block-diagonal prompt attention (:class:`rmfast.layer.PackedPrompt`) while it
@@ -61,6 +68,9 @@ class Engine:
             Pays a one-off compile (seconds) per batch shape, then ~1.8× the eager CPU throughput, with
             the same op order and rounding points as eager. Smaller batches are padded to the compiled
             one; where torch.compile cannot work here, a one-line warning and the eager path.
+        fp32_head: final norm and head (score and logprob) in fp32 with fp32 output (default True);
+            False rounds where HF does (normed rows and head output in the model dtype). Custom
+            heads always run in fp32.
 
     Example:
         >>> eng = Engine(model, tmpl, head="score")  # doctest: +SKIP
@@ -68,7 +78,8 @@ class Engine:
     """
 
     def __init__(
-        self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None, compile: bool = False
+        self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None, compile: bool = False,
+        fp32_head: bool = True,
     ):
         spec = arch_spec(model)
         if spec is None:
@@ -78,10 +89,15 @@ class Engine:
         self.template = template
         self.head = head
         self.head_index = head_index
+        self.fp32_head = bool(fp32_head)
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        if head == "score" and spec.score_head is None:
-            raise ValueError("head 'score' needs a classifier head (model.score)")
+        if head == "score" and spec.score_outputs is None:
+            raise ValueError("head 'score' needs a reward head (model.score or a custom head)")
+        self.score_head = None  # the model's reward head; self.row_head: what each row's final state meets
+        if head == "score":
+            hd = spec.score_head
+            self.score_head = spec.custom_head or LinearHead(hd.weight, hd.bias, head_index)
         if head == "logprob" and spec.lm_head_weight is None:
             raise ValueError("head 'logprob' needs a language-model head (model.lm_head)")
         self.suffix = torch.tensor(template.suffix_ids, dtype=torch.long, device=self.device)
@@ -224,23 +240,77 @@ class Engine:
             self._lm_update_fn = torch.compile(_own_copy(lse_update), dynamic=False)
         return self._lm_update_fn
 
+    def _final_norm(self, h: torch.Tensor, fp32: bool) -> torch.Tensor:
+        sp = self.spec
+        return ops.rmsnorm(h, sp.final_norm.weight, sp.norm_eps, gemma_style=sp.gemma_norm, fp32=fp32)
+
     @torch.no_grad()
     def _encode_prefix(self) -> None:
         sp = self.spec
-        ids = torch.tensor([self.template.prefix_ids], dtype=torch.long, device=self.device)  # (1, P)
+        prefix = list(self.template.prefix_ids)
+        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)  # (1, P)
+        self.P = P = ids.shape[1]
+        self.gate_pos = P - 1  # the first prefix position the head reads (a gated head: its gating position)
+        if isinstance(self.score_head, GatedHead):
+            g = self.score_head.gate_position(prefix)
+            if g is None:
+                raise ValueError(f"the prompt has no gating pattern {self.score_head.pattern}: this gated reward "
+                                 f"model reads its gating position at the end of the user turn (use its chat template)")
+            self.gate_pos = g
         self.kv = None
-        h, kvs = self._run_layers(sp.embed(ids), 0, 1, collect_kv=True)
+        h, kvs = self._run_layers(sp.embed(ids), 0, P - self.gate_pos, collect_kv=True)  # (1, P - gate_pos, Dm)
         self.kv = kvs  # per layer: (Hkv, P, D) — the ONE shared copy
-        self.P = ids.shape[1]
         self.prefix_logprobs = None
+        self.row_head = self.score_head
+        if isinstance(self.score_head, GatedHead):
+            # The gating depends on the prompt only: one (1, D) vector per prompt, score = v . h_final.
+            self.prefix_states = self._final_norm(h[0], True)  # (P - gate_pos, Dm) fp32, from the gating position on
+            v = self.score_head.fold(self.score_head.gate(self.prefix_states[:1]))  # (1, Dm)
+            self.row_head = LinearHead(v)
         if self.head == "logprob":
             # log p(first response token | prefix) for every vocabulary id: one row, all of V.
             # One row over the whole vocabulary: a plain GEMM + log_softmax is the cheapest form.
-            hn = ops.rmsnorm(h[0], sp.final_norm.weight, sp.norm_eps, gemma_style=sp.gemma_norm)  # (1, Dm)
-            logits = (hn @ sp.lm_head_weight.t()).float()[0]  # (V,)
+            hn = self._final_norm(h[0, -1:], self.fp32_head)  # (1, Dm)
+            W = sp.lm_head_weight
+            logits = torch.cat([(hn @ W[v0 : v0 + 32768].to(hn.dtype).t()).float()[0]  # chunks: no fp32 copy of W
+                                for v0 in range(0, W.shape[0], 32768)])  # (V,)
             if sp.final_logit_softcap is not None:
                 logits = torch.tanh(logits / sp.final_logit_softcap) * sp.final_logit_softcap
             self.prefix_logprobs = torch.log_softmax(logits, dim=-1)  # (V,) fp32
+
+    def _head_scores(self, h: torch.Tensor) -> torch.Tensor:
+        """h: (B, Dm) last-layer states at the final position -> (B,) fp32 scores of the row head."""
+        sp, hd = self.spec, self.row_head
+        if isinstance(hd, LinearHead):
+            fp32 = self.fp32_head or self.spec.custom_head is not None
+            out = ops.rmsnorm_head(h, sp.final_norm.weight, sp.norm_eps, hd.weight, hd.bias, gemma_style=sp.gemma_norm,
+                                   fp32=fp32)
+            return out[:, hd.index]
+        return hd(self._final_norm(h, True))  # a nonlinear head (URM): its own fp32 maths
+
+    def _regated_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows whose own tokens hold a later gating pattern (its last occurrence moves there), and
+        that occurrence's absolute start. ids: (B, S)."""
+        pat = torch.tensor(self.score_head.pattern, device=ids.device)
+        L = pat.numel()
+        tail = torch.tensor(self.template.prefix_ids[self.gate_pos + 1 :], dtype=torch.long, device=ids.device)
+        seq = torch.cat([tail.expand(ids.shape[0], -1), ids], dim=1)  # (B, T + S): positions gate_pos+1 ..
+        if seq.shape[1] < L:
+            return ids.new_zeros(0), ids.new_zeros(0)
+        hit = (seq.unfold(1, L, 1) == pat).all(-1)  # (B, W)
+        rows = hit.any(-1).nonzero()[:, 0]
+        last = hit.shape[1] - 1 - hit[rows].flip(-1).int().argmax(-1)  # last window start per row
+        return rows, last + self.gate_pos + 1
+
+    def _score_regated(self, ids: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Scores of rows gated inside their own tokens (or the prompt tail): every position of those rows."""
+        S = ids.shape[1]
+        h, _ = self._run_layers(self.spec.embed(ids[rows]), self.P, S)  # (R, S, Dm)
+        hn = self._final_norm(h, True)  # (R, S, Dm)
+        own = (pos - self.P).clamp(min=0)
+        gate = torch.where((pos >= self.P)[:, None], hn[torch.arange(len(rows)), own],
+                           self.prefix_states[(pos - self.gate_pos).clamp(max=self.prefix_states.shape[0] - 1)])
+        return self.score_head(hn[:, -1], gate)
 
     # ------------------------------------------------------------------ scoring
     def tokens_per_row(self, n: int) -> int:
@@ -258,9 +328,12 @@ class Engine:
         if self.head == "score":
             ids = torch.cat([responses, self.suffix.expand(B, -1)], dim=1)  # (B, n + len(suffix))
             h, _ = self._run_layers(sp.embed(ids), self.P, 1)  # (B, 1, Dm)
-            hd = sp.score_head
-            out = ops.rmsnorm_head(h[:, 0], sp.final_norm.weight, sp.norm_eps, hd.weight, hd.bias, gemma_style=sp.gemma_norm)
-            return out[:, self.head_index]  # (B,)
+            out = self._head_scores(h[:, 0])  # (B,)
+            if isinstance(self.score_head, GatedHead):
+                rows, pos = self._regated_rows(ids)
+                if rows.numel():
+                    out[rows] = self._score_regated(ids, rows, pos)
+            return out
         # logprob head
         total = self.prefix_logprobs[responses[:, 0]].clone()  # (B,)
         targets = torch.cat([responses[:, 1:], self.continuation.expand(B, -1)], dim=1)  # (B, n-1+m)
@@ -279,5 +352,6 @@ class Engine:
             final_softcap=sp.final_logit_softcap,
             update_fn=self._compiled_lm_update() if self.compile else None,
             pad_rows=self._compiled_rows.get(T, B) * T if self.compile else None,
+            fp32=self.fp32_head,
         )
         return total + lp.view(B, T).sum(-1)

@@ -251,7 +251,7 @@ class _Scorer:
         from .models.arch import arch_spec
         spec = arch_spec(model)
         if evaluator == "auto":
-            ok = spec is not None and (head != "score" or spec.score_head is not None)
+            ok = spec is not None and (head != "score" or spec.score_outputs is not None)
             evaluator = "engine" if ok else "full"
             if not ok:
                 warnings.warn(f"rmfast: architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; "

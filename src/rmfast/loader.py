@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import embedded
+from . import embedded, registry
 from .errors import UserError
 from .io import write_json
+from .models import custom_heads
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -340,22 +341,29 @@ def _not_found_hub(spec: str) -> UserError:
 
 
 def hub_snapshot(spec: str) -> tuple[Path, str | None]:
-    """The local snapshot folder of a cached hub model and its commit hash (no network)."""
+    """The local snapshot folder of a cached hub model and its commit hash (no network).
+
+    A known reward model's alias (:mod:`rmfast.registry`) is its hub id at its pinned revision;
+    absent from the cache, a known model's error says how to get it.
+    """
+    known = registry.find(spec)  # a hub id typed in full takes the cache's main, an alias the pinned revision
+    repo, rev = (known.hub_id, known.revision) if known and "/" not in spec else (spec, None)
+    missing = UserError(registry.how_to_get(known)) if known else _not_found_hub(spec)
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import HFValidationError
     except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
-        raise _not_found_hub(spec) from None
+        raise missing from None
     try:
-        folder = Path(snapshot_download(spec, local_files_only=True))
+        folder = Path(snapshot_download(repo, revision=rev, local_files_only=True))
     except (HFValidationError, OSError, ValueError):
-        raise _not_found_hub(spec) from None
+        raise missing from None
     except Exception as exc:  # LocalEntryNotFoundError and friends
         if "LocalEntryNotFound" in type(exc).__name__ or "NotFound" in type(exc).__name__:
-            raise _not_found_hub(spec) from None
+            raise missing from None
         raise
     if not (folder / "config.json").is_file():
-        raise _not_found_hub(spec)
+        raise missing
     revision = folder.name if re.fullmatch(r"[0-9a-f]{40}", folder.name) else None
     return folder, revision
 
@@ -452,7 +460,6 @@ def _load_folder(
                 f"model '{folder}' contains custom code: pass --trust-remote-code if you trust it"
             ) from None
         raise UserError(f"cannot read the config of '{folder}': {str(exc).splitlines()[0]}") from None
-    kind = model_kind(config)
     torch_dtype = resolve_dtype(dtype, device, getattr(config, "dtype", None) or getattr(config, "torch_dtype", None))
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
@@ -461,13 +468,23 @@ def _load_folder(
             f"cannot load a tokenizer from '{folder}' ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): "
             f"the folder needs tokenizer files (tokenizer.json or tokenizer_config.json and its vocabulary)"
         ) from None
+    files = {} if trust_remote_code else custom_heads.weight_files(folder)
+    custom = custom_heads.recognize(config.to_dict(), files)
+    if custom is not None:  # ArmoRM / QRM / URM: transformers' backbone + rmfast's head, no remote code
+        with quiet_transformers():
+            model, missing = custom_heads.load_custom(folder, config, custom, files, tokenizer, torch_dtype=torch_dtype,
+                                                      attn_implementation=attn_implementation)
+        _warn_missing(folder, missing)
+        return _finish(model, tokenizer, device), tokenizer, "classifier", False
+    kind = model_kind(config)
 
     kwargs: dict[str, Any] = dict(
         dtype=torch_dtype, trust_remote_code=trust_remote_code, local_files_only=True
     )
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    if random_head_seed is not None and kind == "causal_lm":
+    seeded = random_head_seed is not None and kind == "causal_lm"
+    if seeded:
         from transformers import AutoModelForSequenceClassification
 
         cls = AutoModelForSequenceClassification
@@ -476,7 +493,6 @@ def _load_folder(
         if tokenizer.pad_token_id is not None:
             kwargs["pad_token_id"] = tokenizer.pad_token_id
     else:
-        random_head_seed = None
         cls = auto_class(config, kind)
     with quiet_transformers():
         try:
@@ -497,23 +513,42 @@ def _load_folder(
                 ) from None
             raise
     missing = sorted(info.get("missing_keys") or [])
-    if random_head_seed is not None:
+    head = {n for n, _ in model.named_parameters() if n.split(".")[0] in ("score", "classifier")}
+    head_missing = [k for k in missing if k in head]
+    if head_missing and random_head_seed is None:
+        # A random head ranks noise: never a ranking unless asked for (random_head_seed / --random-head-seed).
+        raise UserError(
+            f"{folder} has no weights for its reward head ({', '.join(head_missing)}): its scores would come from "
+            f"a random head; pass the complete checkpoint (a random head is drawn only on request: "
+            f"load(..., random_head_seed=N))"
+        )
+    seeded = seeded or bool(head_missing)  # a seed fills a missing head; a trained head is kept
+    if seeded:
         _init_random_head(model, random_head_seed)
-        head = {n for n, _ in model.named_parameters() if n.split(".")[0] in ("score", "classifier")}
         missing = [k for k in missing if k not in head]
+    _warn_missing(folder, missing)
+    return _finish(model, tokenizer, device), tokenizer, kind, seeded
+
+
+def _warn_missing(folder, missing: list[str]) -> None:
+    """Backbone weights absent from the checkpoint (randomly initialised by transformers): one warning."""
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         warnings.warn(
             f"rmfast: {folder} has no weights for {shown}; they are randomly initialised, so scores are "
-            f"not meaningful (use random_head_seed for a deliberate random head)",
-            stacklevel=3,
+            f"not meaningful",
+            stacklevel=4,
         )
+
+
+def _finish(model, tokenizer, device):
+    """Pad id from the tokenizer, on the device, eval mode, no gradients."""
     if tokenizer.pad_token_id is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
     model.to(device)
     model.eval()
     model.requires_grad_(False)
-    return model, tokenizer, kind, random_head_seed is not None
+    return model
 
 
 # --------------------------------------------------------------------------------------------
@@ -575,7 +610,9 @@ def load(
         source.update(type="folder", name=folder.name, path=str(folder))
     elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
         folder, revision = hub_snapshot(spec)
-        source.update(type="hub", name=spec, path=str(folder), revision=revision)
+        known = registry.find(spec)
+        source.update(type="hub", name=known.hub_id if known else spec, path=str(folder), revision=revision,
+                      alias=known.alias if known else None)
     elif _looks_like_path(spec):
         raise UserError(f"no such model folder or file: {spec}")
     else:

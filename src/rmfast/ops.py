@@ -34,40 +34,48 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale,
     return ref.shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window)
 
 
-def rmsnorm(x, weight, eps, *, gemma_style):
-    """RMSNorm with HF's upcast/cast points (Llama ``w·x̂`` or Gemma ``(1+w)·x̂``)."""
-    return ref.rmsnorm(x, weight, eps, gemma_style=gemma_style)
+def rmsnorm(x, weight, eps, *, gemma_style, fp32=False):
+    """RMSNorm with HF's upcast/cast points (Llama ``w·x̂`` or Gemma ``(1+w)·x̂``); ``fp32``: result kept fp32."""
+    return ref.rmsnorm(x, weight, eps, gemma_style=gemma_style, fp32=fp32)
 
 
-def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_style):
-    """Final RMSNorm + K-output head on (N, D) rows -> (N, K) fp32."""
+def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_style, fp32=True):
+    """Final RMSNorm + K-output head on (N, D) rows -> (N, K) fp32.
+
+    fp32 (default): norm and head in fp32, output never rounded to the model dtype (a bf16 output
+    has 8 significant bits: scores in steps of 0.125 near 20, rankings full of ties); False: HF's
+    rounding points.
+    """
     if _use_triton(x):
         from .kernels.triton_norm_head import rmsnorm_head_triton
 
-        return rmsnorm_head_triton(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style)
-    return ref.rmsnorm_head(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style)
+        return rmsnorm_head_triton(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style, fp32=fp32)
+    return ref.rmsnorm_head(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style, fp32=fp32)
 
 
 def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap=None, chunk=8192,
-                           update_fn=None, pad_rows=None):
+                           update_fn=None, pad_rows=None, fp32=True):
     """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block.
 
     CUDA: the Triton kernel. CPU: :mod:`.kernels.cpu_logprob` (``update_fn``: the engine's compiled
-    chunk update when it compiles; ``pad_rows``: its compiled row count).
+    chunk update when it compiles; ``pad_rows``: its compiled row count). fp32 (default): logits
+    from fp32 normed rows and upcast weights, not rounded to the model dtype.
     """
     if _use_triton(x):
         from .kernels.triton_logprob import rmsnorm_lmhead_logprob_triton
 
         return rmsnorm_lmhead_logprob_triton(
-            x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk
+            x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk,
+            fp32=fp32,
         )
     if x.device.type == "cpu":
         from .kernels.cpu_logprob import rmsnorm_lmhead_logprob_cpu
 
         return rmsnorm_lmhead_logprob_cpu(
             x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap,
-            update_fn=update_fn, pad_rows=pad_rows,
+            update_fn=update_fn, pad_rows=pad_rows, fp32=fp32,
         )
     return ref.rmsnorm_lmhead_logprob(
-        x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk
+        x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk,
+        fp32=fp32,
     )

@@ -105,7 +105,7 @@ def resolve_engine(model, head: str, head_index: int, engine: str) -> str:
     """"auto" -> "fast" where the architecture is on the fast path, else "reference" with a warning."""
     spec = arch_spec(model)
     if engine == "auto":
-        engine = "fast" if spec is not None and (head != "score" or spec.score_head is not None) else "reference"
+        engine = "fast" if spec is not None and (head != "score" or spec.score_outputs is not None) else "reference"
         if engine == "reference":
             warnings.warn(
                 f"rmfast: architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; "
@@ -114,8 +114,8 @@ def resolve_engine(model, head: str, head_index: int, engine: str) -> str:
             )
     elif engine not in ("fast", "reference"):
         raise UserError(f"unknown engine {engine!r}; use auto, fast or reference")
-    if head == "score" and spec is not None and spec.score_head is not None and head_index >= spec.score_head.out_features:
-        raise UserError(f"--head-index {head_index} is out of range: the score head has {spec.score_head.out_features} outputs")
+    if head == "score" and spec is not None and spec.score_outputs is not None and head_index >= spec.score_outputs:
+        raise UserError(f"--head-index {head_index} is out of range: the score head has {spec.score_outputs} outputs")
     return engine
 
 

@@ -7,14 +7,19 @@
 2. The unit of analysis is the median rank per category per model × prompt.
 3. Groups of models (e.g. base family Gemma vs Llama) are compared per category (and
    framing) by a permutation test on the models' mean median rank: Welch t, group labels
-   permuted over models (exactly when few), two-sided, Bonferroni over the tests.
+   permuted over models (exactly when few), two-sided, Bonferroni over the tests
+   (``method="rmfast"``, the default). ``method="paper"`` is paper B's test instead: R's
+   ``MKinfer::perm.t.test`` per category × framing panel over ALL model × prompt medians
+   (~270 rows per panel), reporting its parametric Welch p as the paper's script does (the
+   permutation p beside it), Bonferroni over the panels. rmfast's is the default because the
+   prompts of one model are not independent replicates: the paper's test counts each model
+   ~27 times and so overstates the evidence (see docs/paper_methods_b.md).
 4. A linear mixed model ``median_rank ~ group * category * framing`` with a random
    intercept per model (statsmodels MixedLM).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -28,6 +33,7 @@ from .framing import framing_map
 from .ledger import Ledger
 from .lexicons import load_dictionary, match_dictionary, normalize_word
 from .metadata import load_model_metadata, match_metadata, model_families
+from .permutation import bonferroni, mkinfer_perm_t_test, permutation_test
 from .results import Result
 from .scans import check_balance, select, validate_scans
 
@@ -39,7 +45,8 @@ class CategoryResult(Result):
     medians:     model, group, prompt, framing, category, n_words, median_rank,
                  median_rank_pct (median of rank / words ranked)
     permutation: framing, category, group_a, group_b, n_a, n_b, mean_a, mean_b, diff,
-                 t, p_value, p_bonferroni, n_perm, exact
+                 t, p_value, p_bonferroni, n_perm, exact (method="paper" adds df,
+                 perm_p_value, perm_p_bonferroni; its p_value is the Welch p)
     mixed:       term, coef, se, z, p_value, ci_low, ci_high
     words:       model, prompt, word, category, score, rank, n_ranked
     """
@@ -49,49 +56,6 @@ class CategoryResult(Result):
     mixed: pd.DataFrame = field(default_factory=pd.DataFrame)
     words: pd.DataFrame = field(default_factory=pd.DataFrame)
     measure: str = "median_rank"
-
-
-def _welch_t(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    # a, b: (..., n_a), (..., n_b) -> Welch t along the last axis
-    va = a.var(-1, ddof=1) / a.shape[-1]
-    vb = b.var(-1, ddof=1) / b.shape[-1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return (a.mean(-1) - b.mean(-1)) / np.sqrt(va + vb)
-
-
-def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = 10_000,
-                     seed: int = 0) -> dict:
-    """Two-sided permutation Welch-t test of group A vs the rest (labels permuted).
-
-    Enumerates all C(n, n_a) relabellings when there are no more than ``n_perm``.
-
-    >>> v = np.array([1.0, 1.1, 0.9, 5.0, 5.2, 4.8]); a = np.array([1, 1, 1, 0, 0, 0], bool)
-    >>> r = permutation_test(v, a); r["exact"], round(r["p_value"], 3)
-    (True, 0.1)
-    """
-    values = np.asarray(values, dtype="float64")
-    in_a = np.asarray(in_a, dtype=bool)
-    n, na = len(values), int(in_a.sum())
-    nb = n - na
-    if na < 2 or nb < 2:
-        return {"t": np.nan, "p_value": np.nan, "n_perm": 0, "exact": False}
-    t_obs = float(_welch_t(values[in_a], values[~in_a]))
-    exact = math.comb(n, na) <= n_perm
-    if exact:
-        masks = np.zeros((math.comb(n, na), n), dtype=bool)
-        for i, idx in enumerate(combinations(range(n), na)):
-            masks[i, list(idx)] = True
-    else:
-        rng = np.random.default_rng(seed)
-        masks = np.zeros((n_perm, n), dtype=bool)
-        for i in range(n_perm):
-            masks[i, rng.choice(n, na, replace=False)] = True
-    order = np.argsort(~masks, axis=1, kind="stable")  # group A first in each row
-    perm_vals = values[order]
-    t_perm = _welch_t(perm_vals[:, :na], perm_vals[:, na:])
-    hits = int(np.sum(np.abs(t_perm) >= abs(t_obs) - 1e-12))
-    p = hits / len(masks) if exact else (1 + hits) / (1 + len(masks))
-    return {"t": t_obs, "p_value": float(p), "n_perm": int(len(masks)), "exact": exact}
 
 
 def _groups(models, group_by, metadata) -> dict[str, str]:
@@ -116,12 +80,13 @@ def _groups(models, group_by, metadata) -> dict[str, str]:
 def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata=None,
                rank_within: str = "matched", word_agg: str = "mean", measure: str = "median_rank",
                framing=None, n_perm: int = 10_000, seed: int = 0, mixed: bool = True,
-               models=None, prompts=None) -> CategoryResult:
+               models=None, prompts=None, method: str = "rmfast") -> CategoryResult:
     """Median rank per dictionary category per model × prompt; group tests; mixed model.
 
     ``dictionary``: a path (CSV, .dicx, LIWC .dic) or a frame (term, category, wildcard).
     ``group_by``: "base_family" (metadata, else guessed from the name), another metadata
-    column, or a {model: group} mapping.
+    column, or a {model: group} mapping. ``method``: the group test, "rmfast" (default;
+    models are the units) or "paper" (paper B's, over all model × prompt rows; see above).
 
     >>> words = ["kind", "warm", "bold", "brave"]
     >>> dic = pd.DataFrame({"term": words, "category": ["C", "C", "A", "A"], "wildcard": False})
@@ -135,6 +100,9 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
         raise UserError(f"rank_within={rank_within!r}; use 'matched' or 'all'")
     if word_agg not in ("mean", "max", "first"):
         raise UserError(f"word_agg={word_agg!r}; use mean, max or first")
+    if method not in ("rmfast", "paper"):
+        raise UserError(f"method={method!r}; use 'rmfast' (models as units) or 'paper' "
+                        "(paper B's test over every model × prompt)")
     if measure not in ("median_rank", "median_rank_pct"):
         raise UserError(f"measure={measure!r}; use median_rank or median_rank_pct")
     ledger = Ledger()
@@ -183,7 +151,8 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
     res = CategoryResult(medians=med, words=words[["model", "prompt", "word", "category",
                                                    "score", "rank", "n_ranked"]],
                          measure=measure)
-    res.permutation = _permutations(med, measure, n_perm, seed, ledger)
+    tests = _permutations if method == "rmfast" else _permutations_paper
+    res.permutation = tests(med, measure, n_perm, seed, ledger)
     res.mixed = _mixed(med, measure, ledger) if mixed else pd.DataFrame()
     res.take_ledger(ledger)
     return res
@@ -218,8 +187,35 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
                              **out})
     res = pd.DataFrame(rows)
     res["diff"] = res["mean_a"] - res["mean_b"]
-    m = int(res["p_value"].notna().sum())
-    res["p_bonferroni"] = (res["p_value"] * m).clip(upper=1.0)
+    res["p_bonferroni"] = bonferroni(res["p_value"])
+    return res[cols]
+
+
+def _permutations_paper(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
+    """Paper B's tests: ``perm.t.test(median ~ group)`` per category × framing over all rows."""
+    group_names = sorted(med["group"].unique())
+    cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "mean_a", "mean_b",
+            "diff", "t", "df", "p_value", "p_bonferroni", "perm_p_value", "perm_p_bonferroni",
+            "n_perm", "exact"]
+    if len(group_names) != 2:  # R's formula interface needs exactly two levels
+        ledger.note(f"method='paper' compares exactly two groups; have {group_names}")
+        return pd.DataFrame(columns=cols)
+    ga, gb = group_names  # R's factor levels are sorted: x = the first level
+    ledger.note("method='paper': p_value is the parametric Welch p that paper B's script reports "
+                "(perm.t.test(...)$p.value); perm_p_value is its Monte-Carlo permutation p "
+                f"(R = {n_perm}, not R's random stream)")
+    rows = []
+    for (fr, cat), g in med.groupby(["framing", "category"], sort=True):
+        a = g.loc[g["group"] == ga, measure].to_numpy()
+        b = g.loc[g["group"] == gb, measure].to_numpy()
+        out = mkinfer_perm_t_test(a, b, R=n_perm, seed=seed)
+        rows.append({"framing": fr, "category": cat, "group_a": ga, "group_b": gb,
+                     "n_a": len(a), "n_b": len(b), "mean_a": a.mean() if len(a) else np.nan,
+                     "mean_b": b.mean() if len(b) else np.nan, **out})
+    res = pd.DataFrame(rows)
+    res["diff"] = res["mean_a"] - res["mean_b"]
+    res["p_bonferroni"] = bonferroni(res["p_value"], len(res))  # R: pmin(p * n(), 1)
+    res["perm_p_bonferroni"] = bonferroni(res["perm_p_value"], len(res))
     return res[cols]
 
 

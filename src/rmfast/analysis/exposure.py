@@ -4,6 +4,14 @@ Per model × prompt, ordinary least squares score ~ ln(frequency) + valence over
 tokens found in the frequency list (and in AFINN, unless ``missing_valence="zero"``
 treats unlisted words as neutral, AFINN's own convention). The papers found positive
 frequency slopes in almost all models and prompts (their Figure 3D).
+
+``method="paper"`` is paper A's R script: AFINN joined first on ``tolower(token_decoded)``
+(no stripping; every valence, 0 included), then the BNC list joined per lemma *and part of
+speech* as R read it (:func:`~rmfast.analysis.lexicons.load_bnc_rows`: a word listed as noun
+and verb gives two rows with their own frequencies, flagged "98#" values are NA and dropped,
+forms are not matched), raw scores, ``lm(score ~ log(freq) + value)``. rmfast's default
+strips, sums a word's forms over parts of speech (one frequency per word form, as a
+reader meets it), and z-scores within model × prompt.
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ import pandas as pd
 from ..errors import UserError
 from .framing import framing_map
 from .ledger import Ledger
-from .lexicons import load_afinn, load_frequencies, normalize_word
+from .lexicons import load_afinn, load_bnc_rows, load_frequencies, normalize_word
+from .methods import check_method
 from .regression import ols
 from .results import Result
 from .scans import check_balance, select, validate_scans
@@ -39,12 +48,16 @@ class ExposureResult(Result):
 
 
 def exposure(df: pd.DataFrame, frequencies, afinn=None, *, missing_valence: str = "drop",
-             use_valence: bool = True, standardize: bool = True, framing=None,
-             min_words: int = 10, models=None, prompts=None) -> ExposureResult:
+             use_valence: bool = True, standardize: bool | None = None, framing=None,
+             min_words: int = 10, models=None, prompts=None,
+             method: str = "rmfast") -> ExposureResult:
     """score ~ ln(frequency) + valence per model × prompt.
 
     ``frequencies``: a BNC-format list, a word,frequency CSV, ``"wordfreq"``, or a frame
     (word, frequency). ``afinn``: as in :func:`~rmfast.analysis.sentiment.sentiment`.
+    ``standardize``: z-score within model × prompt (default: yes for ``method="rmfast"``, no
+    for ``"paper"``). ``method="paper"`` needs the BNC list (a path) or a frame of its rows
+    (word, frequency; not summed), valence from AFINN (``use_valence``, ``missing_valence="drop"``).
 
     >>> rng = np.random.default_rng(1); w = [f"w{i}" for i in range(50)]
     >>> fq = pd.DataFrame({"word": w, "frequency": np.exp(rng.normal(size=50))})
@@ -57,11 +70,20 @@ def exposure(df: pd.DataFrame, frequencies, afinn=None, *, missing_valence: str 
     """
     if missing_valence not in ("drop", "zero"):
         raise UserError(f"missing_valence={missing_valence!r}; use 'drop' or 'zero'")
+    check_method(method)
+    if method == "paper" and (missing_valence != "drop" or not use_valence):
+        raise UserError("method='paper' joins AFINN first (missing_valence='drop', "
+                        "use_valence=True), as paper A's script did")
+    standardize = (method == "rmfast") if standardize is None else standardize
     ledger = Ledger()
     df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
     check_balance(df, ledger)
     frame = framing_map(df["prompt"].unique(), framing)
-    if isinstance(frequencies, pd.DataFrame):
+    if method == "paper":
+        freq = (frequencies[["word", "frequency"]] if isinstance(frequencies, pd.DataFrame)
+                else load_bnc_rows(frequencies)[["word", "frequency"]])
+        freq = freq.dropna()
+    elif isinstance(frequencies, pd.DataFrame):
         freq = frequencies.assign(word=frequencies["word"].map(normalize_word))
         freq = freq.groupby("word", as_index=False)["frequency"].sum()
     else:
@@ -72,18 +94,14 @@ def exposure(df: pd.DataFrame, frequencies, afinn=None, *, missing_valence: str 
                     "(log undefined)")
     freq = freq[~nonpos]
     df = drop_unscaled(standardize_scores(df, standardize), ledger)
-    tok = join_words(df, freq, ledger=ledger, step="frequency join", what="frequency list")
-    if use_valence:
+    if method == "paper":  # AFINN first, then the BNC rows (R: inner_join, left_join, filter)
         lex = afinn[["word", "valence"]] if isinstance(afinn, pd.DataFrame) else load_afinn(afinn)
-        if missing_valence == "drop":
-            tok = join_words(tok.drop(columns="word"), lex, ledger=ledger, step="afinn join",
-                             what="AFINN lexicon (missing_valence='drop')")
-        else:
-            tok = tok.merge(lex, on="word", how="left")
-            tok["valence"] = tok["valence"].fillna(0).astype(int)
+        tok = join_words(df, lex, ledger=ledger, step="afinn join", what="AFINN lexicon",
+                         method="paper")
+        tok = join_words(tok.drop(columns="word"), freq, ledger=ledger, step="frequency join",
+                         what="BNC list (lemma rows per part of speech)", method="paper")
     else:
-        tok["valence"] = np.nan
-        ledger.note("valence not controlled for (use_valence=False)")
+        tok = _rmfast_join(df, freq, afinn, ledger, missing_valence, use_valence)
     tok = tok.copy()
     tok["log_freq"] = np.log(tok["frequency"])
     if tok.empty:
@@ -114,3 +132,18 @@ def exposure(df: pd.DataFrame, frequencies, afinn=None, *, missing_valence: str 
                     "score", "value"]].reset_index(drop=True))
     res.take_ledger(ledger)
     return res
+
+
+def _rmfast_join(df, freq, afinn, ledger, missing_valence: str, use_valence: bool) -> pd.DataFrame:
+    """rmfast's joins: frequency list first (stripped, lower-cased), then AFINN valence."""
+    tok = join_words(df, freq, ledger=ledger, step="frequency join", what="frequency list")
+    if not use_valence:
+        ledger.note("valence not controlled for (use_valence=False)")
+        return tok.assign(valence=np.nan)
+    lex = afinn[["word", "valence"]] if isinstance(afinn, pd.DataFrame) else load_afinn(afinn)
+    if missing_valence == "drop":
+        return join_words(tok.drop(columns="word"), lex, ledger=ledger, step="afinn join",
+                          what="AFINN lexicon (missing_valence='drop')")
+    tok = tok.merge(lex, on="word", how="left")
+    tok["valence"] = tok["valence"].fillna(0).astype(int)
+    return tok

@@ -2,6 +2,10 @@
 
 Decoded tokens are matched to lexicon entries by :func:`normalize_word` (surrounding
 whitespace stripped, lower-cased): " Love", "love" and "LOVE" all match "love".
+Paper A's R script matched on ``tolower(token_decoded)`` alone (:func:`paper_word`), so a
+space-prefixed token (" love", the common form in BPE vocabularies) matched nothing; and it
+joined the BNC list per lemma and part of speech (:func:`load_bnc_rows`). Those are the
+``method="paper"`` joins of :mod:`.sentiment` and :mod:`.exposure`.
 
 Formats read (inspect your file if a parser complains):
 
@@ -38,6 +42,15 @@ def normalize_word(text) -> str:
     'love'
     """
     return str(text).strip().lower()
+
+
+def paper_word(text) -> str:
+    """Paper A's matching key: lower-cased only (R's ``tolower``), whitespace kept.
+
+    >>> paper_word(" Love"), paper_word("LOVE")
+    (' love', 'love')
+    """
+    return str(text).lower()
 
 
 def _exists(path) -> Path:
@@ -106,6 +119,42 @@ def _parse_bnc(text: str) -> pd.DataFrame:
         except ValueError:
             continue
     return pd.DataFrame(rows, columns=["word", "frequency"])
+
+
+def load_bnc_rows(path: str | PathLike) -> pd.DataFrame:
+    """The BNC lemma list as paper A's R script read it (``read.delim``, header row, columns
+    by position): one row per line, word = the ``Word`` column as written (a lemma, or "@" on
+    the lines listing its forms), pos, frequency = ``as.numeric(Freq)`` (NaN where R gives NA:
+    a "98#" flagged value, a missing field). Lemma rows carry the lemma's total over its forms,
+    one row per part of speech: "love" is a noun row and a verb row.
+
+    >>> b = load_bnc_rows("../shared/data/lexicons/bnc_1_1_all_alpha.txt")
+    >>> b[b["word"] == "love"][["pos", "frequency"]].values.tolist()
+    [['NoC', 150.0], ['Verb', 150.0]]
+    """
+    p = _exists(path)
+    raw = p.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    header = lines[0].split("\t") if lines else []
+    if "Word" not in header or "Freq" not in header:
+        raise UserError(f"{p.name}: not the BNC list format (a header with Word and Freq)")
+    iw, ip, iff = header.index("Word"), header.index("PoS"), header.index("Freq")
+    rows = []
+    for ln in lines[1:]:
+        f = ln.split("\t")  # read.delim fills short lines with NA: fields by position
+        field = (lambda i: f[i] if i < len(f) else None)
+        rows.append((field(iw), field(ip), field(iff)))
+    df = pd.DataFrame(rows, columns=["word", "pos", "freq_text"])
+    df.loc[df["word"] == "NA", "word"] = None  # R reads the string NA as missing
+    # as.numeric(): a number, possibly padded by blanks; anything else ("98#") is NA
+    num = df["freq_text"].fillna("").str.strip()
+    ok = num.str.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+    df["frequency"] = pd.to_numeric(num.where(ok), errors="coerce")
+    return df[["word", "pos", "frequency"]]
 
 
 def load_frequencies(source: str | PathLike, words=None) -> pd.DataFrame:
@@ -241,5 +290,5 @@ def match_dictionary(words: pd.Series, dictionary: pd.DataFrame) -> pd.DataFrame
     return res[["word", "category"]]
 
 
-__all__ = ["normalize_word", "load_afinn", "load_frequencies", "load_dictionary",
-           "match_dictionary"]
+__all__ = ["normalize_word", "paper_word", "load_afinn", "load_frequencies", "load_bnc_rows",
+           "load_dictionary", "match_dictionary"]

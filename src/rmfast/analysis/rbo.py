@@ -49,3 +49,42 @@ def rbo(a, b, p: float = 0.9, depth: int | None = None) -> float:
     weights = np.power(p, d)
     value = agree[-1] * p**k + (1 - p) / p * float(np.sum(agree * weights))
     return float(min(value, 1.0)) if value > 1 - 1e-12 else float(value)
+
+
+def paper_ranking(scores, items) -> list:
+    """Items best first, ordered as paper A's scripts did: pandas ``sort_values(ascending=False)``
+    (its default sort, not stable) over the items in the order given, so tied scores come out
+    in pandas' order for that input order.
+
+    >>> paper_ranking([1.0, 3.0, 2.0], ["a", "b", "c"])
+    ['b', 'c', 'a']
+    """
+    import pandas as pd
+
+    return list(pd.Series(np.asarray(scores, dtype="float64"), index=list(items))
+                .sort_values(ascending=False).index)
+
+
+def rbo_truncated(ranked_a, ranked_b, p: float = 0.9, threshold: float = 1e-6) -> float:
+    """Paper A's RBO: Σ_{d=1..D} (1 − p) p^(d−1) |A_:d ∩ B_:d| / d over two ranked lists,
+    truncated at D = int(ln threshold / ln p) + 1 (132 for p = 0.9), no extrapolation, so
+    identical rankings score 1 − p^D (0.999999...), not 1.
+
+    >>> round(rbo_truncated(list("abc"), list("abc")), 6)  # depth 3 < 132: 1 − 0.9³
+    0.271
+    >>> round(rbo_truncated(list("abcd"), list("dcba"), p=0.5), 4)  # ½(¼·⅔ + ⅛·1)
+    0.1458
+    """
+    if not 0 < p < 1:
+        raise UserError(f"rbo persistence p={p} must lie strictly between 0 and 1")
+    max_depth = min(max(len(ranked_a), len(ranked_b)), int(np.log(threshold) / np.log(p)) + 1)
+    depth = min(len(ranked_a), len(ranked_b), max_depth)
+    seen_a, seen_b, both, total = set(), set(), 0, 0.0
+    for d in range(depth):  # |A_:d ∩ B_:d| grows by the items that are now in both prefixes
+        x, y = ranked_a[d], ranked_b[d]
+        seen_a.add(x)
+        both += x in seen_b
+        seen_b.add(y)
+        both += y in seen_a  # x == y counts once: x was checked before y joined seen_b
+        total += (1 - p) * p**d * both / (d + 1)
+    return float(total)

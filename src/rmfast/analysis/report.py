@@ -417,7 +417,7 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
                  n_perm: int = 2000, best: str | None = None, worst: str | None = None,
                  framing=None, title: str = "rmfast report", source: str = "",
                  scores_source: str | None = None, human_source: str | None = None,
-                 progress: bool = False) -> str:
+                 progress: bool = False, explorer: str | None = None) -> str:
     """Run every applicable analysis on ``scans`` and return the report's HTML.
 
     ``human``: items with human scores (text, human_score) for the human comparison;
@@ -426,7 +426,9 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     ``scores_source``/``human_source``: where the model and the human scores come from, in
     words, shown by the human comparison (default: what the loaders recorded in
     ``scans.attrs`` — EloEverything CSVs or rmfast scan files — and "given as a frame");
-    ``progress``: announce each section on stderr.
+    ``progress``: announce each section on stderr;
+    ``explorer``: the address of an ``rmfast explore`` page to link from the header (relative to
+    the report, e.g. what :func:`explorer_beside` finds).
 
     >>> import tempfile
     >>> from rmfast.analysis import load_eloeverything
@@ -455,7 +457,7 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     x = _Inputs(scans, styles, meta, prompts, human, afinn, frequencies, dictionaries, framing, join, k, n_perm,
                 best, worst, scores_source, human_source)
     sections = _run_sections(_section_specs(x), x, progress)
-    return _page(title, source, scans, styles, sections)
+    return _page(title, source, scans, styles, sections, explorer)
 
 
 def _run_sections(specs: list[tuple], x: _Inputs, progress: bool) -> list[Section]:
@@ -496,13 +498,32 @@ def _wide_extremes(sub: pd.DataFrame, styles, value: str) -> str:
     return "".join(out)
 
 
-def _page(title, source, scans, styles, sections) -> str:
+def explorer_beside(report_path: str | PathLike) -> str | None:
+    """The explorer page beside a report, as a link relative to it: ``<stem>.explorer.html`` or
+    ``explorer.html`` in the report's folder (the first that exists), else None.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); _ = (d / "explorer.html").write_text("")
+    >>> explorer_beside(d / "report.html")
+    'explorer.html'
+    """
+    path = Path(report_path)
+    for name in (f"{path.stem}.explorer.html", "explorer.html"):
+        if (path.parent / name).is_file():
+            return name
+    return None
+
+
+def _page(title, source, scans, styles, sections, explorer=None) -> str:
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     models = ", ".join(styles.label[m] for m in styles.order)
     head = (f"<h1>{html.escape(title)}</h1><p class='note'>Generated {now} by rmfast"
             f"{' from ' + html.escape(source) if source else ''}. {len(styles.order)} models "
             f"({html.escape(models)}); {scans['prompt'].nunique()} prompts; "
             f"{len(scans):,} scored rows.</p>")
+    if explorer:  # the explorer page (rmfast explore): every token, searchable
+        head += (f'<p class="note">Browse every token, search and compare columns: <a href="{html.escape(explorer)}">'
+                 f"{html.escape(explorer)}</a> (rmfast explore).</p>")
     nav = "<nav>" + "".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>'
                             for s in sections) + "</nav>"
     body = []

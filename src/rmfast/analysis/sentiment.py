@@ -5,6 +5,13 @@ prompt × valence sign (positive words: valence > 0; negative words: valence < 0
 valence 0 is left out and counted) a simple linear regression score ~ valence gives the
 slope and its standard error. Framing: positive prompts are expected to be more
 sensitive to positive words, negative prompts to negative words.
+
+``method="paper"`` is paper A's R script (Fig. 3A–C): tokens joined on
+``tolower(token_decoded)`` without stripping (space-prefixed tokens match nothing), valence 0
+counted with the negative words (``value > 0`` is "Positive", the rest "Negative"), raw
+scores (``lm(score ~ value)``). rmfast's default strips (a BPE vocabulary writes most words
+with a leading space, and those are the words a reply starts with), leaves valence 0 out
+(it is neither sign), and z-scores within model × prompt so slopes compare across models.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from ..errors import UserError
 from .framing import framing_map
 from .ledger import Ledger
 from .lexicons import load_afinn
+from .methods import check_method
 from .regression import ols
 from .results import Result
 from .scans import check_balance, select, validate_scans
@@ -56,12 +64,14 @@ def summarize_by_model(slopes: pd.DataFrame, keys: list[str], value: str = "slop
     return out.drop(columns="sd")
 
 
-def sentiment(df: pd.DataFrame, afinn=None, *, standardize: bool = True, framing=None,
-              min_words: int = 3, models=None, prompts=None) -> SentimentResult:
+def sentiment(df: pd.DataFrame, afinn=None, *, standardize: bool | None = None, framing=None,
+              min_words: int = 3, models=None, prompts=None,
+              method: str = "rmfast") -> SentimentResult:
     """Slope of score on AFINN valence per model × prompt × valence sign.
 
     ``afinn``: path of an AFINN file, a frame (word, valence), or None for the ``afinn``
-    package's copy. ``standardize``: z-score scores within model × prompt first.
+    package's copy. ``standardize``: z-score scores within model × prompt first (default:
+    yes for ``method="rmfast"``, no for ``"paper"``). ``method``: see the module docstring.
     ``framing``: {prompt: "positive"|"negative"} overriding the guess from the wording.
 
     >>> lex = pd.DataFrame({"word": ["good", "great", "nice", "bad", "awful", "vile"],
@@ -72,18 +82,27 @@ def sentiment(df: pd.DataFrame, afinn=None, *, standardize: bool = True, framing
     >>> s.set_index("sign")["slope"].round(3).to_dict()
     {'negative': 0.0, 'positive': 1.0}
     """
+    check_method(method)
+    standardize = (method == "rmfast") if standardize is None else standardize
     ledger = Ledger()
     lex = _lexicon(afinn)
     df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
     check_balance(df, ledger)
     frame = framing_map(df["prompt"].unique(), framing)
     df = drop_unscaled(standardize_scores(df, standardize), ledger)
-    tok = join_words(df, lex, ledger=ledger, step="afinn join", what="AFINN lexicon")
+    tok = join_words(df, lex, ledger=ledger, step="afinn join", what="AFINN lexicon",
+                     method=method)
     zero = tok["valence"] == 0
-    for (m, p), n in tok[zero].groupby(["model", "prompt"]).size().items():
-        ledger.drop("valence sign", n, "AFINN valence 0 (neither positive nor negative)",
-                    model=m, prompt=p)
-    tok = tok[~zero].copy()
+    if method == "paper":  # R: if_else(value > 0, "Positive", "Negative")
+        if zero.any():
+            ledger.note(f"{int(zero.sum())} rows of AFINN valence 0 fitted with the negative "
+                        "words (method='paper')")
+    else:
+        for (m, p), n in tok[zero].groupby(["model", "prompt"]).size().items():
+            ledger.drop("valence sign", n, "AFINN valence 0 (neither positive nor negative)",
+                        model=m, prompt=p)
+        tok = tok[~zero]
+    tok = tok.copy()
     tok["framing"] = tok["prompt"].map(frame)
     tok["sign"] = np.where(tok["valence"] > 0, "positive", "negative")
     if tok.empty:

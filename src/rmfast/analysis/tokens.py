@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .ledger import Ledger
-from .lexicons import normalize_word
+from .lexicons import normalize_word, paper_word
 
 
 def standardize_scores(df: pd.DataFrame, standardize: bool) -> pd.DataFrame:
@@ -29,12 +29,21 @@ def standardize_scores(df: pd.DataFrame, standardize: bool) -> pd.DataFrame:
 
 
 def join_words(df: pd.DataFrame, lexicon: pd.DataFrame, *, ledger: Ledger, step: str,
-               what: str) -> pd.DataFrame:
-    """Inner join of scan rows (by normalised text) with a lexicon keyed by ``word``.
+               what: str, method: str = "rmfast") -> pd.DataFrame:
+    """Inner join of scan rows with a lexicon keyed by ``word`` (many-to-many: a word with
+    several lexicon rows, like the BNC's per part of speech, gives several rows).
 
-    Records per model × prompt how many rows found no entry.
+    The key is the text stripped and lower-cased (``method="rmfast"``) or lower-cased only
+    (``"paper"``: paper A's ``tolower(token_decoded)``). Records per model × prompt how many
+    rows found no entry.
+
+    >>> lex = pd.DataFrame({"word": ["love"], "valence": [3]})
+    >>> d = pd.DataFrame({"model": "m", "prompt": "p", "text": [" Love", "love"]})
+    >>> [len(join_words(d, lex, ledger=Ledger(), step="s", what="w", method=m))
+    ...  for m in ("rmfast", "paper")]
+    [2, 1]
     """
-    df = df.assign(word=df["text"].map(normalize_word))
+    df = df.assign(word=df["text"].map(paper_word if method == "paper" else normalize_word))
     hit = df["word"].isin(set(lexicon["word"]))
     for (m, p), n in df[~hit].groupby(["model", "prompt"], sort=False).size().items():
         ledger.drop(step, n, f"token not in the {what}", model=m, prompt=p)

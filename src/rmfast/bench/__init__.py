@@ -28,7 +28,8 @@ Modules: :mod:`~rmfast.bench.models` (the configurations), :mod:`~rmfast.bench.m
 memory, timing), :mod:`~rmfast.bench.flops` (FLOPs, GEMM peak, GPU cost model),
 :mod:`~rmfast.bench.baselines` (hf-cache, naive, agreement), :mod:`~rmfast.bench.run` (one model
 through every method), :mod:`~rmfast.bench.output` (CSV/JSON, plot, table),
-:mod:`~rmfast.bench.random_init` (full-size architectures with random weights: ``--random-init``). This package
+:mod:`~rmfast.bench.random_init` (full-size architectures of :mod:`rmfast.registry` with random weights:
+``--random-init``). This package
 re-exports what the ``rmfast bench`` command uses.
 """
 
@@ -37,11 +38,12 @@ from ..version import versions
 from .machine import loadavg, log, machine_info
 from .models import BENCH_MODELS, DEFAULT_MODELS, DEFAULT_PROMPT, resolve_models
 from .output import DEFAULT_OUT, format_table, plot, write_outputs
-from .random_init import CONFIGS as RANDOM_INIT_CONFIGS
+from .random_init import names as random_init_names
 from .random_init import random_init_bench_models, random_init_model
 from .run import bench_model, device_defaults
 
 __all__ = ["BENCH_MODELS", "COST_MODELS", "DEFAULT_MODELS", "DEFAULT_OUT", "DEFAULT_PROMPT", "H100_SXM",
-           "RANDOM_INIT_CONFIGS", "bench_model", "device_defaults", "format_cost_model", "format_table",
+           "bench_model", "device_defaults", "format_cost_model", "format_table",
            "gpu_cost_model", "loadavg", "log", "machine_info", "plot", "random_init_bench_models", "random_init_model",
+           "random_init_names",
            "resolve_models", "versions", "write_outputs"]

@@ -1,14 +1,19 @@
-"""Full-size reward models with random weights, built from configs committed here: ``rmfast bench --random-init``.
+"""Full-size reward models with random weights, built from the registry's configs: ``rmfast bench --random-init``.
 
-No checkpoint, no hub, no download: :data:`CONFIGS` holds the published architecture of each model
-(hidden size, layers, heads, kv heads, head dim, intermediate size, vocabulary, rope settings; Gemma 2's
-softcaps, sliding window and ``query_pre_attn_scalar``), written out from the models' public
-``config.json``. :func:`random_init_model` builds ``AutoModelForSequenceClassification`` (one output)
-from one of them directly on the device in the target dtype and draws its weights there; the
-tokenizer is generated (:func:`synthetic_tokenizer`) with the model's vocabulary size, so every id is
-a candidate. The scores mean nothing; the work per candidate is the real model's, which is what a
-speed measurement needs. ``tiny=True`` keeps each config's features (GQA ratio, llama3 rope scaling,
-softcaps, a sliding window shorter than the prompt) at a CPU-test size.
+No checkpoint, no hub, no download: a name is a known reward model (an alias of ``rmfast models``, its
+hub id or hub name: :mod:`rmfast.registry`) or one of the registry's base architectures
+(``llama-3.1-8b``, ``gemma-2-27b``, ``qwen3-8b``, ...: :data:`rmfast.registry.BASES`), whose published
+configuration (hidden size, layers, heads, kv heads, head dim, intermediate size, vocabulary, rope
+settings; Gemma 2's softcaps, sliding window and ``query_pre_attn_scalar``; Qwen3's q/k norms) is the
+one place these numbers are written. :func:`random_init_model` builds ``AutoModelForSequenceClassification``
+(one output) from it directly on the device in the target dtype and draws its weights there; the
+tokenizer is generated (:func:`synthetic_tokenizer`) with the model's vocabulary size, so every id is a
+candidate. The scores mean nothing; the work per candidate is the real model's, which is what a speed
+measurement needs. Reward models with a custom head (ArmoRM, QRM, URM) are built as their backbone
+with a plain one-output ``score`` head: the backbone's cost per candidate is theirs, their head's own
+(a few small matrices on the final hidden state) is not measured. ``tiny=True`` keeps each config's
+features (GQA ratio, llama3 rope scaling, softcaps, a sliding window shorter than the prompt) at a
+CPU-test size.
 
 Weights: linear layers ~ N(0, 1/fan_in) except q_proj, N(0, 4/fan_in) (:data:`Q_SCALE`), embeddings
 N(0, 1) (Gemma: N(0, 1/hidden), since it scales them by sqrt(hidden)), RMSNorm weights 1 + N(0, 0.1²)
@@ -19,6 +24,11 @@ doubled query scale makes attention pick a few positions (measured on the CPU, 1
 truth: Llama-3.2-1B score std 0.047 -> 0.15, rank correlation to truth 0.96 -> 0.99 for rmfast and HF
 alike; Gemma-2-2B std 0.085 -> 0.19, 0.965/0.972 -> 0.984/0.987). Scales of 4x and more make it chaotic
 (at 6x: 0.81 to truth).
+
+    >>> from rmfast.bench.random_init import config_dict, label
+    >>> d = config_dict("S-Lla-1B-V2", layers=2)          # Skywork-Reward-V2-Llama-3.2-1B, cut to 2 layers
+    >>> d["hidden_size"], d["vocab_size"], d["num_hidden_layers"], label("S-Lla-1B-V2", layers=2)
+    (2048, 128256, 2, 'S-Lla-1B-V2@random-L2')
 """
 
 from __future__ import annotations
@@ -27,48 +37,22 @@ import math
 
 import torch
 
+from .. import registry
 from ..loader import LoadedModel
+from ..models.arch import SUPPORTED
 from .models import BenchModel
 
-# As published (the models' config.json on the hub; the fields the architecture reads).
-_LLAMA3_ROPE_1B = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                   "original_max_position_embeddings": 8192}
-_LLAMA3_ROPE_8B = {**_LLAMA3_ROPE_1B, "factor": 8.0}
-_GEMMA2 = dict(model_type="gemma2", hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192,
-               rms_norm_eps=1e-6, rope_theta=10000.0, sliding_window=4096, attn_logit_softcapping=50.0,
-               final_logit_softcapping=30.0, attention_bias=False, tie_word_embeddings=True, vocab_size=256000)
-_LLAMA3 = dict(model_type="llama", hidden_act="silu", max_position_embeddings=131072, rms_norm_eps=1e-5,
-               rope_theta=500000.0, attention_bias=False, mlp_bias=False, vocab_size=128256)
-
-CONFIGS: dict[str, dict] = {
-    "llama-3.2-1b": {**_LLAMA3, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-                     "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
-                     "rope_scaling": _LLAMA3_ROPE_1B, "tie_word_embeddings": True},
-    "llama-3.1-8b": {**_LLAMA3, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-                     "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-                     "rope_scaling": _LLAMA3_ROPE_8B, "tie_word_embeddings": False},
-    "gemma-2-2b": {**_GEMMA2, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-                   "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "query_pre_attn_scalar": 256},
-    "gemma-2-9b": {**_GEMMA2, "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
-                   "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "query_pre_attn_scalar": 256},
-    "gemma-2-27b": {**_GEMMA2, "hidden_size": 4608, "intermediate_size": 36864, "num_hidden_layers": 46,
-                    "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
-                    "query_pre_attn_scalar": 144},  # hidden / heads, not head_dim
-}
-
-#: Published parameter counts (billions) of the causal LMs; the classifier drops an untied LM head
-#: and adds a (hidden, 1) score head. tests/test_gpu_check.py checks CONFIGS against these.
-PUBLISHED_PARAMS_B = {"llama-3.2-1b": 1.236, "llama-3.1-8b": 8.030, "gemma-2-2b": 2.614, "gemma-2-9b": 9.242,
-                      "gemma-2-27b": 27.227}
-
-#: Per model family: the special tokens of the generated tokenizer and the plain template whose suffix
-#: is the real chat template's (Llama 3: ``<|eot_id|>``, one token; Gemma 2: ``<end_of_turn>\\n``, two).
+#: Per model type: the special tokens of the generated tokenizer, the plain template whose suffix is
+#: the real chat template's, and that suffix's length in tokens (Llama 3: ``<|eot_id|>``, one token; Gemma 2: ``<end_of_turn>\n``, two;
+#: Qwen3: ``<|im_end|>\n``, two). Qwen's tokenizers add no BOS (``bos=None``).
 FAMILIES = {
     "llama": {"bos": "<|begin_of_text|>", "eos": "<|eot_id|>", "pad": "<|finetune_right_pad_id|>",
               "extra": ("<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>"),
-              "template": "User: {prompt}\nAssistant: {response}<|eot_id|>"},
+              "template": "User: {prompt}\nAssistant: {response}<|eot_id|>", "suffix": 1},
     "gemma2": {"bos": "<bos>", "eos": "<eos>", "pad": "<pad>", "extra": ("<start_of_turn>", "<end_of_turn>"),
-               "template": "User: {prompt}\nAssistant: {response}<end_of_turn>\n"},
+               "template": "User: {prompt}\nAssistant: {response}<end_of_turn>\n", "suffix": 2},
+    "qwen3": {"bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "extra": ("<|im_start|>",),
+              "template": "User: {prompt}\nAssistant: {response}<|im_end|>\n", "suffix": 2},
 }
 
 #: q_proj's init scale relative to 1/sqrt(fan_in): sharper attention, scores that depend on the candidate.
@@ -79,23 +63,34 @@ TINY = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "
         "num_hidden_layers": 4}
 
 
+def names() -> list[str]:
+    """Every name ``--random-init`` takes: the registry's aliases, then its base architectures."""
+    return registry.names() + list(registry.BASES)
+
+
+def resolve(name: str) -> tuple[str, dict]:
+    """(canonical name, full config copy) of a registry alias / hub id, or of a base architecture."""
+    try:
+        return registry.config_of(name)
+    except ValueError as e:
+        raise ValueError(f"unknown random-init model {name!r}: {str(e).split(': ', 1)[1]}") from None
+
+
 def config_dict(name: str, *, layers: int | None = None, tiny: bool = False) -> dict:
-    """The committed config of ``name`` (a copy), with ``layers`` decoder layers; ``tiny``: shrunk.
+    """The registry's config of ``name`` (a copy), with ``layers`` decoder layers; ``tiny``: shrunk.
 
     Shrinking keeps the query/kv head ratio (GQA), the rope scaling, the softcaps and a
     ``query_pre_attn_scalar`` different from the head dim (1.5x), and makes the sliding window 16
     tokens, shorter than the benchmark prompt, so windowed attention over the prompt is exercised.
     """
-    if name not in CONFIGS:
-        raise ValueError(f"unknown random-init model {name!r}; known: {', '.join(CONFIGS)}")
-    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in CONFIGS[name].items()}
+    d = resolve(name)[1]
     if tiny:
         ratio = d["num_attention_heads"] // d["num_key_value_heads"]
         d.update(TINY)
         d["num_key_value_heads"] = max(1, TINY["num_attention_heads"] // ratio)
         if "query_pre_attn_scalar" in d:
             d["query_pre_attn_scalar"] = int(1.5 * TINY["head_dim"])
-        if "sliding_window" in d:
+        if d.get("sliding_window") is not None:
             d["sliding_window"] = 16
     if layers is not None:
         if int(layers) < 1:
@@ -105,27 +100,29 @@ def config_dict(name: str, *, layers: int | None = None, tiny: bool = False) -> 
 
 
 def family(name: str) -> dict:
-    return FAMILIES[CONFIGS[name]["model_type"]]
+    return FAMILIES[resolve(name)[1]["model_type"]]
 
 
 def label(name: str, *, layers: int | None = None, tiny: bool = False) -> str:
-    """The benchmark's name for a configuration: ``gemma-2-9b@random``, ``llama-3.1-8b@random-tiny-L2``."""
-    return f"{name}@random" + ("-tiny" if tiny else "") + (f"-L{layers}" if layers is not None else "")
+    """The benchmark's name for a configuration: ``gemma-2-9b@random``, ``S-Lla-1B-V2@random-tiny-L2``."""
+    return f"{resolve(name)[0]}@random" + ("-tiny" if tiny else "") + (f"-L{layers}" if layers is not None else "")
 
 
-def synthetic_tokenizer(vocab_size: int, *, bos: str, eos: str, pad: str, extra=(), chat_template: str | None = None):
+def synthetic_tokenizer(vocab_size: int, *, bos: str | None, eos: str, pad: str, extra=(),
+                        chat_template: str | None = None):
     """A byte-level tokenizer of exactly ``vocab_size`` ids, made here (no file, no download).
 
     Ids: the special tokens first (bos, eos, pad, then ``extra``), then the 256 byte symbols, then
     filler tokens ``<0>``, ``<1>``, … up to the size. It has no merges, so any text encodes as its
     bytes and decodes back exactly (what :func:`rmfast.template.build_template` checks); the filler
     ids are never produced by text, only scored as candidate ids (they decode to their names).
-    Plain-format text gets ``bos`` prepended (``add_special_tokens=True``), as Llama's and Gemma's do.
+    Plain-format text gets ``bos`` prepended (``add_special_tokens=True``), as Llama's and Gemma's do;
+    ``bos=None``: none, as Qwen's.
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    specials = list(dict.fromkeys([bos, eos, pad, *extra]))
+    specials = [s for s in dict.fromkeys([bos, eos, pad, *extra]) if s is not None]
     vocab = {s: i for i, s in enumerate(specials)}
     for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab[ch] = len(vocab)
@@ -139,8 +136,9 @@ def synthetic_tokenizer(vocab_size: int, *, bos: str, eos: str, pad: str, extra=
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
-    tk.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
-                                                      special_tokens=[(bos, vocab[bos])])
+    if bos is not None:
+        tk.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                                          special_tokens=[(bos, vocab[bos])])
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token=bos, eos_token=eos, pad_token=pad,
                                   extra_special_tokens=[s for s in specials if s not in (bos, eos, pad)])
     if chat_template is not None:
@@ -167,37 +165,62 @@ def _reinit(model: torch.nn.Module, seed: int) -> None:
                 p.zero_()
 
 
+def _hf_config(d: dict, **kw):
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(d["model_type"], **{k: v for k, v in d.items() if k != "model_type"}, **kw)
+
+
+def _no_default_init():
+    """Skip transformers' own weight init: :func:`_reinit` draws every parameter anyway, and HF's pass was
+    most of the build time (Qwen3-0.6B cut to 2 layers on the CPU: 15 s of 20 s). Buffers (rotary tables,
+    Gemma's embedding scale) are made by the constructors, so the model is the same (checked in tests)."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # older transformers: keep its init
+        import contextlib
+
+        return contextlib.nullcontext()
+    return no_init_weights()
+
+
 def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: str | torch.dtype = torch.bfloat16,
                       layers: int | None = None, tiny: bool = False, seed: int = 0,
                       attn_implementation: str = "eager") -> LoadedModel:
     """``name``'s architecture as a one-output classifier with random weights, made on ``device`` in ``dtype``.
 
+    ``name``: an alias of ``rmfast models`` (or its hub id) or a base architecture of the registry.
     The parameters are allocated on the device in the target dtype (``torch.device`` context,
     ``from_config(dtype=...)``), never on the CPU first: a 27B model needs no host copy. Eager
     attention, like :func:`rmfast.loader.load` (Gemma 2's softcapping needs it in the baselines).
 
     Returns a :class:`rmfast.loader.LoadedModel` with the generated tokenizer and the family's plain
-    template as ``default_template``; ``source`` records the config and seed.
+    template as ``default_template``; ``source`` records the config, the alias and the seed.
+
+        >>> lm = random_init_model("S-Qwe-0.6B-V2", layers=1, tiny=True, dtype="float32")
+        >>> lm.model.config.model_type, len(lm.model.model.layers), len(lm.tokenizer), lm.source["name"]
+        ('qwen3', 1, 1024, 'S-Qwe-0.6B-V2@random-tiny-L1')
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
 
     from ..loader import quiet_transformers, resolve_device, resolve_dtype
 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    canonical = resolve(name)[0]
     d = config_dict(name, layers=layers, tiny=tiny)
-    fam = family(name)
+    fam = FAMILIES[d["model_type"]]
     tok = synthetic_tokenizer(d["vocab_size"], bos=fam["bos"], eos=fam["eos"], pad=fam["pad"], extra=fam["extra"])
-    kw = {k: v for k, v in d.items() if k != "model_type"}
-    cfg = AutoConfig.for_model(d["model_type"], **kw, num_labels=1, pad_token_id=tok.pad_token_id,
-                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    with quiet_transformers(), torch.device(dev):
+    cfg = _hf_config(d, num_labels=1, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                     eos_token_id=tok.eos_token_id)
+    with quiet_transformers(), torch.device(dev), _no_default_init():
         model = AutoModelForSequenceClassification.from_config(cfg, dtype=dt, attn_implementation=attn_implementation)
     _reinit(model, seed)
     model.eval().requires_grad_(False)
-    source = {"spec": f"random-init:{name}", "type": "random-init", "name": label(name, layers=layers, tiny=tiny),
-              "path": None, "sha256": None, "revision": None, "alias": None, "random_head_seed": None,
-              "init_seed": int(seed), "config": d}
+    known = registry.find(canonical)
+    source = {"spec": f"random-init:{canonical}", "type": "random-init", "name": label(name, layers=layers, tiny=tiny),
+              "path": None, "sha256": None, "revision": None, "alias": known.alias if known else None,
+              "random_head_seed": None, "init_seed": int(seed), "config": d}
     return LoadedModel(model=model, tokenizer=tok, kind="classifier", source=source, default_template=fam["template"])
 
 
@@ -205,28 +228,40 @@ def random_init_bench_models(names: str, *, layers: int | None = None, tiny: boo
     """``--random-init a,b``: one score-head benchmark configuration per name, on the family's plain template."""
     out = []
     for name in [s.strip() for s in names.split(",") if s.strip()]:
-        if name not in CONFIGS:
-            raise ValueError(f"unknown random-init model {name!r}; known: {', '.join(CONFIGS)}")
+        canonical = resolve(name)[0]
         d = config_dict(name, layers=layers, tiny=tiny)
-        note = (f"{name} architecture ({d['num_hidden_layers']} layers, hidden {d['hidden_size']}, vocab {d['vocab_size']:,}) "
-                "with random weights and a generated byte-level tokenizer: speed only, the scores mean nothing")
-        out.append(BenchModel(label(name, layers=layers, tiny=tiny), f"random-init:{name}", "score",
-                              family(name)["template"], None, note))
+        if d["model_type"] not in SUPPORTED:  # the benchmark times the engine, which needs the fast path
+            raise ValueError(f"{canonical} is a {d['model_type']} model, not on rmfast's fast path yet: rmfast bench "
+                             f"measures the fast path (random_init_model({canonical!r}) builds it for the plain-HF path)")
+        known = registry.find(canonical)
+        what = f"{known.hub_id} ({known.base})" if known else canonical
+        head = ("" if known is None or known.head == "score" else
+                f"; its {known.head} head is built as a plain one-output score head (the backbone's work per "
+                "candidate is the real model's, the custom head's is not measured)")
+        note = (f"{what} architecture ({d['num_hidden_layers']} layers, hidden {d['hidden_size']}, vocab "
+                f"{d['vocab_size']:,}) with random weights and a generated byte-level tokenizer: speed only, the "
+                f"scores mean nothing{head}")
+        out.append(BenchModel(label(name, layers=layers, tiny=tiny), f"random-init:{canonical}", "score",
+                              FAMILIES[d["model_type"]]["template"], None, note))
     return out
 
 
-def param_count(name: str, *, layers: int | None = None, tiny: bool = False) -> int:
-    """Parameters of the classifier ``random_init_model`` builds (counted on the meta device: no memory)."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+def param_count(name: str, *, layers: int | None = None, tiny: bool = False, kind: str = "classifier") -> int:
+    """Parameters of the model ``name``'s config builds (counted on the meta device: no memory).
+
+    ``kind="classifier"``: what :func:`random_init_model` builds (a (hidden, 1) score head, no LM head);
+    ``"causal_lm"``: the base causal LM (the count base models are published with).
+    """
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     from ..loader import quiet_transformers
 
     d = config_dict(name, layers=layers, tiny=tiny)
-    kw = {k: v for k, v in d.items() if k != "model_type"}
-    cfg = AutoConfig.for_model(d["model_type"], **kw, num_labels=1, pad_token_id=0)
+    cls = AutoModelForSequenceClassification if kind == "classifier" else AutoModelForCausalLM
     with quiet_transformers(), torch.device("meta"):
-        model = AutoModelForSequenceClassification.from_config(cfg)
-    return sum(p.numel() for p in model.parameters())
+        model = cls.from_config(_hf_config(d, num_labels=1, pad_token_id=0))
+    # Tied LM heads share the embedding's tensor: count each tensor once.
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 def cost_model_config(name: str, *, layers: int | None = None, tiny: bool = False) -> dict:
@@ -235,4 +270,4 @@ def cost_model_config(name: str, *, layers: int | None = None, tiny: bool = Fals
     gemma = d["model_type"] == "gemma2"
     return {"label": label(name, layers=layers, tiny=tiny), "layers": d["num_hidden_layers"], "d": d["hidden_size"],
             "inter": d["intermediate_size"], "heads": d["num_attention_heads"], "kv_heads": d["num_key_value_heads"],
-            "head_dim": d["head_dim"], "vocab": d["vocab_size"], "suffix": 2 if gemma else 1, "norms": 4 if gemma else 2}
+            "head_dim": d["head_dim"], "vocab": d["vocab_size"], "suffix": FAMILIES[d["model_type"]]["suffix"], "norms": 4 if gemma else 2}

@@ -15,6 +15,12 @@ Examples::
     rmfast analyze human my_items_scan.parquet --eloeverything ../shared/data/eloeverything
     rmfast analyze agreement scans/ --metadata models.yaml --table rsa --out rsa.csv
     rmfast report --eloeverything ../shared/data/eloeverything --out report.html
+    rmfast analyze trajectory ../shared/data/iclr2026/reward_model_training --out traj/
+    rmfast analyze trajectory sweep_store/parts --dictionary big2_nouns.csv --out traj/
+
+``trajectory`` reads checkpoint tables instead (paper B's rank_results_*.csv, long CSVs with
+step, token, score or rank, or scans of checkpoints named checkpoint-N) and writes every table
+(CSV) and figure (PNG) into the folder ``--out``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import pandas as pd
 from ..errors import UserError
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
-            "categories", "extremes")
+            "categories", "extremes", "trajectory")
 
 
 @dataclass
@@ -130,6 +136,9 @@ def register(subparsers) -> None:
                    help="use raw scores instead of z-scores within model × prompt")
     a.add_argument("--models", nargs="+", metavar="MODEL", help="only these models")
     a.add_argument("--prompts", nargs="+", metavar="PROMPT", help="only these prompts")
+    a.add_argument("--method", choices=("rmfast", "paper"), default="rmfast",
+                   help="agreement, sentiment, exposure, human: rmfast's statistic (default) or "
+                   "the paper's exactly (docs/paper_methods.md)")
     a.add_argument("--table", help="which table of the result (default: the main one)")
     a.add_argument("--out", metavar="CSV", help="write the table as CSV here")
     a.add_argument("--max-rows", type=int, default=40, help="rows printed (default 40)")
@@ -155,29 +164,34 @@ def _run(name: str, args, scans, human):
 
     framing = parse_framing_args(args.framing)
     sel = {"models": args.models, "prompts": args.prompts}
-    std = not args.no_standardize
+    std = False if args.no_standardize else None  # None: the method's own default
+    method = {"method": args.method} if name in ("agreement", "sentiment", "exposure",
+                                                  "human") else {}
+    if args.method != "rmfast" and not method:
+        raise UserError(f"--method paper applies to agreement, sentiment, exposure and human, "
+                        f"not {name}")
     if name == "distributions":
         return distributions(scans, **sel)
     if name == "agreement":
         return agreement(scans, join=args.join, metadata=args.metadata, n_perm=args.n_perm,
-                         seed=args.seed, **sel)
+                         seed=args.seed, **method, **sel)
     if name == "sentiment":
-        return sentiment(scans, args.afinn, standardize=std, framing=framing, **sel)
+        return sentiment(scans, args.afinn, standardize=std, framing=framing, **method, **sel)
     if name == "exposure":
         if not args.frequencies:
             raise UserError("exposure needs --frequencies FILE (BNC list or word,frequency) "
                             "or --frequencies wordfreq")
         return exposure(scans, args.frequencies, args.afinn, standardize=std, framing=framing,
-                        **sel)
+                        **method, **sel)
     if name == "best-worst":
         if args.prompts:
             raise UserError("best-worst takes --best and --worst, not --prompts")
         return best_worst(scans, best=args.best, worst=args.worst, join=args.join,
-                          standardize=std, k=args.k, framing=framing, models=args.models)
+                          standardize=std is None, k=args.k, framing=framing, models=args.models)
     if name == "human":
         if human is None:
             raise UserError("human needs human scores: --eloeverything DIR or --human CSV")
-        return human_comparison(scans, human, k=args.k, **sel)
+        return human_comparison(scans, human, k=args.k, **method, **sel)
     if name == "categories":
         if not args.dictionary:
             raise UserError("categories needs --dictionary FILE (CSV, .dicx or LIWC .dic)")
@@ -200,8 +214,31 @@ def _report_drops(res) -> None:
         print(f"rmfast: note: {n}", file=sys.stderr)
 
 
+def _run_trajectory(args) -> int:
+    """``rmfast analyze trajectory INPUT... --out DIR``: every table and figure into DIR."""
+    from ..analysis.ledger import Ledger
+    from ..analysis.trajectory import load_trajectory_inputs, trajectory, write_trajectory
+
+    if not args.inputs:
+        raise UserError("trajectory needs inputs: rank_results_*.csv, long CSV tables, or scans "
+                        "of checkpoints (files or folders)")
+    if not args.out:
+        raise UserError("trajectory writes several tables and figures: give --out DIR")
+    ledger = Ledger()
+    res = trajectory(load_trajectory_inputs(args.inputs, ledger=ledger), args.dictionary, k=args.k)
+    res.notes[:0] = ledger.notes
+    res.dropped = pd.concat([d for d in (ledger.frame(), res.dropped) if len(d)] or [res.dropped],
+                            ignore_index=True)
+    _report_drops(res)
+    files = write_trajectory(res, args.out)
+    print(f"rmfast: wrote {len(files)} files to {args.out}: {', '.join(files)}", file=sys.stderr)
+    return 0
+
+
 def run_analyze(args) -> int:
     """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
+    if args.name == "trajectory":
+        return _run_trajectory(args)
     data = _inputs(args)
     res = _run(args.name, args, data.scans, data.human)
     if args.name == "human":
@@ -228,7 +265,7 @@ def run_analyze(args) -> int:
 
 def run_report(args) -> int:
     """``rmfast report``: every applicable analysis in one HTML file."""
-    from ..analysis.report import build_report, write_report
+    from ..analysis.report import build_report, explorer_beside, write_report
     from ..analysis.framing import parse_framing_args
 
     data = _inputs(args)
@@ -237,7 +274,8 @@ def run_report(args) -> int:
                         join=args.join, k=args.k, n_perm=args.n_perm, best=args.best,
                         worst=args.worst, framing=parse_framing_args(args.framing),
                         title=args.title, source=data.source, scores_source=data.scores_source,
-                        human_source=data.human_source, progress=not args.no_progress)
+                        human_source=data.human_source, progress=not args.no_progress,
+                        explorer=explorer_beside(args.out))
     path = write_report(args.out, text)
     print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0

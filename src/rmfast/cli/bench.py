@@ -10,9 +10,10 @@ from pathlib import Path
 
 import torch
 
-from ..bench import (BENCH_MODELS, RANDOM_INIT_CONFIGS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PROMPT, H100_SXM, device_defaults,
+from ..bench import (BENCH_MODELS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PROMPT, H100_SXM, device_defaults,
                      loadavg, log, resolve_models, bench_model, format_cost_model, format_table, gpu_cost_model,
-                     machine_info, plot, random_init_bench_models, random_init_model, versions, write_outputs)
+                     machine_info, plot, random_init_bench_models, random_init_model, random_init_names, versions,
+                     write_outputs)
 from ..errors import UserError
 from ..loader import load, resolve_device
 
@@ -21,10 +22,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=DEFAULT_MODELS,
                    help=f"comma-separated configurations (default {DEFAULT_MODELS}); known: {', '.join(BENCH_MODELS)}; "
                         "any other loadable spec is benchmarked with its default head and template")
-    p.add_argument("--random-init", default=None, metavar="NAME[,NAME]",
-                   help="instead of --models: full-size architectures with random weights, built on the device from "
-                        f"configs in the repo (no download): {', '.join(RANDOM_INIT_CONFIGS)}")
-    p.add_argument("--layers", type=int, default=None, help="--random-init: decoder layers (default: the model's)")
+    p.add_argument("--random-init", default=None, metavar="ALIAS[,ALIAS]",
+                   help="instead of --models: known reward models (aliases of `rmfast models`) or base architectures, "
+                        "at their published configuration with random weights, built on the device (no download; "
+                        "custom heads as a plain score head); default none. Known: "
+                        f"{', '.join(random_init_names())}")
+    p.add_argument("--layers", type=int, default=None,
+                   help="--random-init: decoder layers, the first N of the real config (default: all the model's)")
     p.add_argument("--tiny", action="store_true",
                    help="--random-init: each config at a CPU-test size (hidden 64, vocab 1,024), its features kept")
     p.add_argument("--init-seed", type=int, default=0, help="--random-init: weight seed (default 0)")

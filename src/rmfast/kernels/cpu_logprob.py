@@ -48,6 +48,7 @@ def rmsnorm_lmhead_logprob_cpu(
     chunk: int = CHUNK,
     update_fn: Callable | None = None,
     pad_rows: int | None = None,
+    fp32: bool = False,
 ) -> torch.Tensor:
     """(N, D) final hidden states -> (N,) fp32 log-probabilities of ``targets``: the reference's
     stream at CPU's chunk size, with ``update_fn`` (the engine's compiled :func:`lse_update`).
@@ -60,4 +61,4 @@ def rmsnorm_lmhead_logprob_cpu(
         x = torch.cat([x, x[:1].expand(pad_rows - N, -1)])
         targets = torch.cat([targets, targets[:1].expand(pad_rows - N)])
     return rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style,
-                                  final_softcap=final_softcap, chunk=chunk, update_fn=update_fn)[:N]
+                                  final_softcap=final_softcap, chunk=chunk, update_fn=update_fn, fp32=fp32)[:N]

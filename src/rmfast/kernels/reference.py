@@ -82,13 +82,17 @@ def shared_prefix_attention(
     return out.reshape(B, H, Sq, D).transpose(1, 2)  # (B, Sq, H, D)
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, gemma_style: bool) -> torch.Tensor:
-    """RMSNorm with HF's cast points. Llama: w * x̂.to(dtype); Gemma: (x̂ * (1 + w)).to(dtype)."""
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, gemma_style: bool, fp32: bool = False) -> torch.Tensor:
+    """RMSNorm with HF's cast points. Llama: w * x̂.to(dtype); Gemma: (x̂ * (1 + w)).to(dtype).
+
+    fp32: no cast back, the result stays fp32 (the heads' input; identical values for fp32 models).
+    """
     xf = x.float()
     xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     if gemma_style:
-        return (xn * (1.0 + weight.float())).to(x.dtype)
-    return weight * xn.to(x.dtype)
+        y = xn * (1.0 + weight.float())
+        return y if fp32 else y.to(x.dtype)
+    return weight.float() * xn if fp32 else weight * xn.to(x.dtype)
 
 
 def rmsnorm_head(
@@ -99,18 +103,22 @@ def rmsnorm_head(
     head_bias: torch.Tensor | None = None,
     *,
     gemma_style: bool,
+    fp32: bool = False,
 ) -> torch.Tensor:
     """Final norm + K-output linear head at the selected rows: x (N, D) -> (N, K) fp32.
+
+    fp32=False rounds where HF does (normed rows and head output in x.dtype); fp32=True keeps the
+    normed rows in fp32 and runs the head on fp32 copies of its weights (output not rounded).
 
     Example:
         >>> import torch
         >>> rmsnorm_head(torch.randn(3, 8), torch.ones(8), 1e-6, torch.randn(1, 8), gemma_style=False).shape
         torch.Size([3, 1])
     """
-    y = rmsnorm(x, norm_weight, eps, gemma_style=gemma_style)  # (N, D)
-    out = y @ head_weight.t()
+    y = rmsnorm(x, norm_weight, eps, gemma_style=gemma_style, fp32=fp32)  # (N, D)
+    out = y @ head_weight.to(y.dtype).t()
     if head_bias is not None:
-        out = out + head_bias
+        out = out + head_bias.to(y.dtype)
     return out.float()
 
 
@@ -128,9 +136,10 @@ def lse_update(
     starting at vocabulary row v0 (a 0-d tensor, so a compiled copy serves every chunk).
 
     Updates the running max m, sum-exp s (relative to m) and target logit tgt, all (N,) fp32.
-    Logits are rounded to y.dtype by the GEMM (as HF's lm_head output is), then fp32.
+    Logits come in y.dtype: rounded by the GEMM as HF's lm_head output is for a bf16 y, exact fp32
+    products (w_chunk upcast) for an fp32 y; then fp32.
     """
-    logits = F.linear(y, w_chunk).float()  # (N, C)
+    logits = F.linear(y, w_chunk.to(y.dtype)).float()  # (N, C)
     if final_softcap is not None:
         logits = torch.tanh(logits / final_softcap) * final_softcap
     C = logits.shape[1]
@@ -153,8 +162,12 @@ def rmsnorm_lmhead_logprob(
     final_softcap: float | None = None,
     chunk: int = 8192,
     update_fn=None,
+    fp32: bool = False,
 ) -> torch.Tensor:
     """log softmax(lm_head(norm(x)))[n, targets[n]] as (N,) fp32, streaming over the vocabulary.
+
+    fp32: the normed rows stay fp32 and each weight chunk is upcast, so logits are not rounded to
+    x.dtype (fp32=False: HF's rounding points).
 
     Never materializes (N, V): each chunk of `chunk` vocabulary rows updates a running max and
     sum-exp, and contributes the target logit if the target falls inside it (:func:`lse_update`;
@@ -168,7 +181,7 @@ def rmsnorm_lmhead_logprob(
         >>> bool(torch.allclose(lp, ref, atol=1e-5))
         True
     """
-    y = rmsnorm(x, norm_weight, eps, gemma_style=gemma_style)  # (N, D)
+    y = rmsnorm(x, norm_weight, eps, gemma_style=gemma_style, fp32=fp32)  # (N, D)
     N = y.shape[0]
     fn = update_fn or lse_update
     m = torch.full((N,), float("-inf"), device=x.device)

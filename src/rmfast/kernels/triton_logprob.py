@@ -47,6 +47,7 @@ if HAVE_TRITON:
         N, D, V, eps, final_softcap, blocks_per_split, n_splits,
         GEMMA: tl.constexpr,
         HAS_SOFTCAP: tl.constexpr,
+        FP32: tl.constexpr,
         DOT_PRECISION: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_V: tl.constexpr,
@@ -75,12 +76,18 @@ if HAVE_TRITON:
             for d0 in range(0, D, BLOCK_D):
                 offs_d = d0 + tl.arange(0, BLOCK_D)
                 y = normed_chunk(X, W, rows64, row_ok, rstd, offs_d, stride_xn, stride_xd, D,
-                                  GEMMA)  # (BLOCK_N, BLOCK_D) in x.dtype
+                                  GEMMA, FP32)  # (BLOCK_N, BLOCK_D) in x.dtype (FP32: fp32)
                 lm = tl.load(LM + offs_v64[None, :] * stride_lv + offs_d[:, None] * stride_ld,
                              mask=v_ok[None, :] & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_V)
-                acc = tl.dot(y.to(lm.dtype), lm, acc, input_precision=DOT_PRECISION)
-            # The reference's matmul runs in x.dtype: round, then go back to fp32.
-            logits = acc.to(LM.dtype.element_ty).to(tl.float32)  # (BLOCK_N, BLOCK_V)
+                if FP32:
+                    acc = tl.dot(y, lm.to(tl.float32), acc, input_precision=DOT_PRECISION)
+                else:
+                    acc = tl.dot(y.to(lm.dtype), lm, acc, input_precision=DOT_PRECISION)
+            if FP32:
+                logits = acc  # fp32 head: the logits are not rounded
+            else:
+                # The reference's matmul runs in x.dtype: round, then go back to fp32.
+                logits = acc.to(LM.dtype.element_ty).to(tl.float32)  # (BLOCK_N, BLOCK_V)
             if HAS_SOFTCAP:
                 logits = final_softcap * _tanh(logits / final_softcap)
             logits = tl.where(v_ok[None, :], logits, float("-inf"))
@@ -107,7 +114,7 @@ def _lmhead_blocks(x: torch.Tensor, chunk: int) -> tuple[int, int, int, int]:
 
 
 def _launch(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap, chunk,
-            num_splits: int | None = None) -> torch.Tensor:
+            num_splits: int | None = None, fp32: bool = False) -> torch.Tensor:
     check_device(x, _lmhead_logprob_kernel)
     N, D = x.shape
     V, Dl = lm_weight.shape
@@ -139,6 +146,7 @@ def _launch(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softc
         blocks_per_split, num_splits,
         GEMMA=bool(gemma_style),
         HAS_SOFTCAP=final_softcap is not None,
+        FP32=bool(fp32),
         DOT_PRECISION=precision,
         BLOCK_N=block_n, BLOCK_V=block_v, BLOCK_D=block_d,
         num_warps=num_warps,
@@ -150,8 +158,11 @@ def _launch(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softc
 
 def rmsnorm_lmhead_logprob_triton(x, norm_weight, eps: float, lm_weight, targets, *,
                                   gemma_style: bool, final_softcap: float | None = None,
-                                  chunk: int = 8192) -> torch.Tensor:
+                                  chunk: int = 8192, fp32: bool = False) -> torch.Tensor:
     """Triton twin of :func:`rmfast.kernels.reference.rmsnorm_lmhead_logprob`.
+
+    fp32: normed rows kept fp32, weight tiles upcast, logits not rounded; for bf16/fp16 models the
+    product runs on tf32 tensor cores (rows enter with 10 mantissa bits, bf16 weights exactly).
 
     x: (N, D); norm_weight: (D,); lm_weight: (V, D) in x.dtype; targets: (N,) int64.
     Returns (N,) fp32 log-probabilities.  `chunk` only caps the vocabulary tile width:
@@ -160,4 +171,4 @@ def rmsnorm_lmhead_logprob_triton(x, norm_weight, eps: float, lm_weight, targets
     if not HAVE_TRITON:
         raise RuntimeError("rmsnorm_lmhead_logprob_triton needs triton, which is not installed")
     return _launch(x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style,
-                   final_softcap=final_softcap, chunk=chunk)
+                   final_softcap=final_softcap, chunk=chunk, fp32=fp32)

@@ -5,6 +5,7 @@ memory:
     Llama style: y = w * (x.float() * rstd).to(x.dtype)
     Gemma style: y = ((x.float() * rstd) * (1 + w.float())).to(x.dtype)
     out = (y @ head_weight.T + head_bias).float()          # (N, K) fp32
+or, with fp32=True (the engine's default), y and the head in fp32 without those casts.
 The rounding points (cast of the normalised row to x.dtype, head output rounded to x.dtype,
 bias added in x.dtype) copy :func:`rmfast.kernels.reference.rmsnorm_head`, which copies
 the HF modules, so that bf16 scores match the model's own to within accumulation order.
@@ -40,14 +41,19 @@ if HAVE_TRITON:
 
     @triton.jit
     def normed_chunk(X, W, rows64, row_ok, rstd, offs_d, stride_xn, stride_xd, D,
-                      GEMMA: tl.constexpr):
-        """Normalised rows for one D chunk, rounded to x.dtype exactly where HF rounds."""
+                      GEMMA: tl.constexpr, FP32: tl.constexpr = False):
+        """Normalised rows for one D chunk, rounded to x.dtype exactly where HF rounds (FP32: kept fp32)."""
         d_ok = offs_d < D
         x = tl.load(X + rows64[:, None] * stride_xn + offs_d[None, :] * stride_xd,
                     mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
         w = tl.load(W + offs_d, mask=d_ok, other=0.0).to(tl.float32)  # (BLOCK_D,)
         xn = x.to(tl.float32) * rstd[:, None]
-        if GEMMA:
+        if FP32:
+            if GEMMA:
+                y = xn * (1.0 + w[None, :])
+            else:
+                y = w[None, :] * xn
+        elif GEMMA:
             # ((x.float() * rstd) * (1 + w.float())).to(x.dtype)
             y = (xn * (1.0 + w[None, :])).to(x.dtype)
         else:
@@ -63,6 +69,7 @@ if HAVE_TRITON:
         N, D, K, eps,
         GEMMA: tl.constexpr,
         HAS_BIAS: tl.constexpr,
+        FP32: tl.constexpr,
         DOT_PRECISION: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
@@ -82,23 +89,32 @@ if HAVE_TRITON:
         for d0 in range(0, D, BLOCK_D):
             offs_d = d0 + tl.arange(0, BLOCK_D)
             y = normed_chunk(X, W, rows64, row_ok, rstd, offs_d, stride_xn, stride_xd, D,
-                              GEMMA)  # (BLOCK_N, BLOCK_D) in x.dtype
+                              GEMMA, FP32)  # (BLOCK_N, BLOCK_D) in x.dtype (FP32: fp32)
             hw = tl.load(HW + offs_k[None, :] * stride_hk + offs_d[:, None] * stride_hd,
                          mask=k_ok[None, :] & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_K)
-            acc = tl.dot(y.to(hw.dtype), hw, acc, input_precision=DOT_PRECISION)
+            if FP32:
+                acc = tl.dot(y, hw.to(tl.float32), acc, input_precision=DOT_PRECISION)
+            else:
+                acc = tl.dot(y.to(hw.dtype), hw, acc, input_precision=DOT_PRECISION)
 
-        # Round where torch's x.dtype matmul and bias add round (no-ops for fp32).
-        out = acc.to(HW.dtype.element_ty)
-        if HAS_BIAS:
-            bias = tl.load(HB + offs_k, mask=k_ok, other=0.0)  # (BLOCK_K,)
-            out = (out.to(tl.float32) + bias.to(tl.float32)[None, :]).to(HW.dtype.element_ty)
+        if FP32:  # fp32 head: no rounding of the products' sum or of the bias add
+            out = acc
+            if HAS_BIAS:
+                out = out + tl.load(HB + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+        else:
+            # Round where torch's x.dtype matmul and bias add round (no-ops for fp32).
+            out = acc.to(HW.dtype.element_ty)
+            if HAS_BIAS:
+                bias = tl.load(HB + offs_k, mask=k_ok, other=0.0)  # (BLOCK_K,)
+                out = (out.to(tl.float32) + bias.to(tl.float32)[None, :]).to(HW.dtype.element_ty)
         tl.store(OUT + rows64[:, None] * stride_on + offs_k[None, :] * stride_ok,
                  out.to(tl.float32), mask=row_ok[:, None] & k_ok[None, :])
 
 
 def rmsnorm_head_triton(x, norm_weight, eps: float, head_weight, head_bias=None, *,
-                        gemma_style: bool) -> torch.Tensor:
-    """Triton twin of :func:`rmfast.kernels.reference.rmsnorm_head`.
+                        gemma_style: bool, fp32: bool = False) -> torch.Tensor:
+    """Triton twin of :func:`rmfast.kernels.reference.rmsnorm_head` (``fp32``: fp32 norm and head, IEEE
+    products: the head has few outputs, so full precision costs nothing).
 
     x: (N, D) in the model dtype; norm_weight: (D,); head_weight: (K, D) in x.dtype;
     head_bias: (K,) or None.  Returns (N, K) fp32.
@@ -120,7 +136,7 @@ def rmsnorm_head_triton(x, norm_weight, eps: float, head_weight, head_bias=None,
     block_k = min(64, max(16, next_pow2(K)))  # tl.dot needs >= 16; reward heads have K ~ 1
     block_d = min(128, max(16, next_pow2(D)))
     block_n = 64 if x.is_cuda else 32
-    precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    precision = "ieee" if x.dtype == torch.float32 or fp32 else "tf32"
     grid = (triton.cdiv(N, block_n), triton.cdiv(K, block_k))
     _rmsnorm_head_kernel[grid](
         x, norm_weight, head_weight, head_bias if head_bias is not None else head_weight, out,
@@ -129,6 +145,7 @@ def rmsnorm_head_triton(x, norm_weight, eps: float, head_weight, head_bias=None,
         N, D, K, float(eps),
         GEMMA=bool(gemma_style),
         HAS_BIAS=head_bias is not None,
+        FP32=bool(fp32),
         DOT_PRECISION=precision,
         BLOCK_N=block_n, BLOCK_K=block_k, BLOCK_D=block_d,
         num_warps=4,

@@ -96,6 +96,14 @@ class ArchSpec:
     final_logit_softcap: float | None
     act: str  # the MLP's activation, a key of ACTIVATIONS
     rope_max_len: int | None = None  # LENGTH_DEPENDENT_ROPE: the longest sequence its tables stay fixed for
+    custom_head: object | None = None  # ArmoRM/QRM/URM: rmfast's head object (rmfast.models.heads)
+
+    @property
+    def score_outputs(self) -> int | None:
+        """Outputs of the reward head (custom heads: 1), None without one."""
+        if self.custom_head is not None:
+            return 1
+        return None if self.score_head is None else self.score_head.out_features
 
     def rope(self, positions: torch.Tensor, like: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """cos/sin tables (L, rotary_dim) in like.dtype for the given absolute positions, per rope key.
@@ -182,6 +190,7 @@ def arch_spec(model: nn.Module) -> ArchSpec | None:
         final_logit_softcap=getattr(cfg, "final_logit_softcapping", None),
         act=act,
         rope_max_len=rope_max_len,
+        custom_head=getattr(model, "rmfast_head", None),
     )
 
 

@@ -1,0 +1,152 @@
+"""``rmfast reproduce``: regenerate every table and figure the papers' published data allows.
+
+:func:`run` collects findings from the per-paper modules (:func:`.paper_a.reproduce_paper_a`,
+:func:`.paper_b.reproduce_paper_b`), each a list of dicts::
+
+    id           "A-fig5b-a7"
+    title        what the finding is
+    paper_claim  the paper's statement of the result
+    holds        True / False / None (None: nothing to judge, or not available)
+    summary      one computed line ("holds: top-10 overlap with the paper's list 10/10 ...")
+    files        CSVs and PNGs written, relative to the output folder
+
+and writes them with an index (``index.md``, ``index.html``: each figure beside the paper's
+statement and the verdict) into one folder, atomically: everything is built in a temporary
+folder beside it and renamed into place, so an interrupted run leaves no half-written output.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..errors import UserError
+
+PAPERS = ("a", "b")
+INDEX_KEYS = ("id", "title", "paper_claim", "holds", "summary", "files")
+
+
+def default_data_dir() -> Path:
+    """``$RMFAST_SHARED_DATA``, else ``../shared/data`` beside the repository of this checkout."""
+    env = os.environ.get("RMFAST_SHARED_DATA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
+
+
+def _paper_functions(papers) -> dict:
+    """Paper letter → its reproduce function."""
+    from .paper_a import reproduce_paper_a
+    from .paper_b import reproduce_paper_b
+
+    out = {"a": reproduce_paper_a, "b": reproduce_paper_b}
+    return {p: out[p] for p in papers}
+
+
+def run(data_dir, out_dir, papers=PAPERS, *, overwrite: bool = False) -> list[dict]:
+    """Reproduce ``papers`` from ``data_dir`` into the folder ``out_dir``; return the findings.
+
+    Refuses an existing ``out_dir`` unless ``overwrite`` (then it is replaced whole).
+    """
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    bad = [p for p in papers if p not in PAPERS]
+    if bad or not papers:
+        raise UserError(f"unknown paper(s) {bad or list(papers)}; choose among {list(PAPERS)}")
+    if not data_dir.is_dir():
+        raise UserError(f"data folder {data_dir} does not exist; pass --data DIR (the folder "
+                        "holding eloeverything/ and iclr2026/)")
+    if out_dir.exists() and not overwrite:
+        raise UserError(f"output {out_dir} already exists; pass --overwrite to replace it or "
+                        "choose another --out")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"output {out_dir} is a file; give a folder for --out")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        findings = []
+        for paper, fn in _paper_functions(papers).items():
+            if isinstance(fn, str):
+                findings.append({"id": f"{paper.upper()}-build", "title": f"Paper {paper.upper()}",
+                                 "paper_claim": "", "holds": None, "summary": fn, "files": []})
+                continue
+            findings += [_checked(f) for f in fn(data_dir, tmp)]
+        (tmp / "index.md").write_text(index_markdown(findings, data_dir), encoding="utf-8")
+        (tmp / "index.html").write_text(index_html(findings, data_dir), encoding="utf-8")
+        _swap_in(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return findings
+
+
+def _checked(f: dict) -> dict:
+    missing = [k for k in INDEX_KEYS if k not in f]
+    if missing:
+        raise ValueError(f"finding {f.get('id')!r} lacks {missing}")  # a programming error
+    return f
+
+
+def _swap_in(tmp: Path, out_dir: Path) -> None:
+    """Rename the finished folder into place; an old one is moved aside first, then removed."""
+    os.chmod(tmp, 0o777 & ~_umask())
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old.{os.getpid()}")
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def verdict(holds) -> str:
+    """Word for a finding's ``holds``.
+
+    >>> [verdict(h) for h in (True, False, None)]
+    ['holds', 'does not hold', '—']
+    """
+    return {True: "holds", False: "does not hold"}.get(holds, "—")
+
+
+def index_markdown(findings: list[dict], data_dir: Path) -> str:
+    """The index as Markdown: a summary table, then each finding with its files."""
+    lines = ["# rmfast reproduce", "", f"Data: `{data_dir}`", "",
+             "| id | finding | verdict | summary |", "|---|---|---|---|"]
+    for f in findings:
+        lines.append(f"| {f['id']} | {f['title']} | {verdict(f['holds'])} | "
+                     f"{f['summary'].replace('|', '/')} |")
+    for f in findings:
+        lines += ["", f"## {f['id']}: {f['title']}", "", f"**Paper:** {f['paper_claim']}", "",
+                  f"**rmfast:** {f['summary']} (**{verdict(f['holds'])}**)", ""]
+        for name in f["files"]:
+            lines.append(f"![{name}]({name})" if name.endswith(".png") else f"- [{name}]({name})")
+    return "\n".join(lines) + "\n"
+
+
+def index_html(findings: list[dict], data_dir: Path) -> str:
+    """The index as one HTML page: each figure beside the paper's statement and the verdict."""
+    e = html.escape
+    color = {True: "#1a7f37", False: "#cf222e"}
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>rmfast reproduce</title>"
+             "<style>body{font-family:sans-serif;max-width:1300px;margin:auto}"
+             ".f{display:flex;gap:1em;border-top:1px solid #ccc;padding:1em 0}"
+             ".t{flex:0 0 380px}.i img{max-width:880px}</style></head><body>",
+             f"<h1>rmfast reproduce</h1><p>Data: <code>{e(str(data_dir))}</code></p>"]
+    for f in findings:
+        v = verdict(f["holds"])
+        imgs = "".join(f"<img src='{e(n)}' alt='{e(n)}'>" for n in f["files"] if n.endswith(".png"))
+        links = " ".join(f"<a href='{e(n)}'>{e(n)}</a>" for n in f["files"] if not n.endswith(".png"))
+        parts.append(f"<div class='f' id='{e(f['id'])}'><div class='t'><h3>{e(f['id'])}: "
+                     f"{e(f['title'])}</h3><p><b>Paper:</b> {e(f['paper_claim'])}</p>"
+                     f"<p><b style='color:{color.get(f['holds'], '#555')}'>{e(v)}</b>: "
+                     f"{e(f['summary'])}</p><p>{links}</p></div><div class='i'>{imgs}</div></div>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

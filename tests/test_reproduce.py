@@ -1,0 +1,86 @@
+"""``rmfast reproduce``: a tiny planted dataset (fast) and the published data (skipped when
+../shared/data is absent)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("scipy.stats")
+pytest.importorskip("matplotlib")
+
+from rmfast.analysis import reproduce
+from rmfast.analysis.paper_a import GE, HP
+from rmfast.cli import main
+from rmfast.errors import UserError
+
+SHARED = Path(os.environ.get("RMFAST_SHARED_DATA",
+                             Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+
+
+def _planted(tmp_path: Path) -> Path:
+    """Two prompts, three models, 12 items; model m1 = the human order, m2 its reverse."""
+    data = tmp_path / "data"
+    (data / "eloeverything").mkdir(parents=True)
+    items = [f"item {i}" for i in range(12)]
+    elo = np.arange(1200, 1080, -10.0)
+    rng = np.random.default_rng(0)
+    for prompt in (GE, HP):
+        df = pd.DataFrame({"elo_rank": range(1, 13), "elo_score": elo, "name": items,
+                           "elo_matches": 5, "org/m1": elo / 100, "org/m2": -elo / 100,
+                           "org/m3": rng.normal(size=12)})
+        df.to_csv(data / "eloeverything" / (prompt.rstrip("?") + ".csv"), index=False)
+    return data
+
+
+def test_reproduce_planted(tmp_path):
+    data, out = _planted(tmp_path), tmp_path / "out"
+    findings = reproduce.run(data, out, ("a", "b"))
+    by_id = {f["id"]: f for f in findings}
+    assert {"A-fig5b-a7", "A-fig5c", "A-figA5", "A-figA6", "A-pvalues", "A-methods",
+            "B-data"} <= set(by_id)
+    assert by_id["B-data"]["summary"].startswith("not available: no folder")  # no iclr2026/ planted
+    # the planted items under the paper's prompts are not the paper's: the verdict is computed
+    assert by_id["A-fig5b-a7"]["holds"] is False
+    assert "GE: paper method 0/0 of 10" in by_id["A-fig5b-a7"]["summary"]
+    assert by_id["A-figA6"]["holds"] is None  # no paper model names in the planted data
+    for f in findings:
+        for name in f["files"]:
+            assert (out / name).stat().st_size > 0
+    rho = pd.read_csv(out / "A-fig5c_spearman.csv").groupby("model")["spearman_rho"]
+    assert rho.min()["org/m1"] == pytest.approx(1.0)  # per prompt: m1 is the human order
+    assert rho.max()["org/m2"] == pytest.approx(-1.0)
+    md, page = (out / "index.md").read_text(), (out / "index.html").read_text()
+    assert "A-figA5_kendall.png" in md and "<img src='A-figA5_kendall.png'" in page
+    with pytest.raises(UserError, match="already exists"):
+        reproduce.run(data, out, ("a",))
+    (out / "stale.txt").write_text("old")
+    reproduce.run(data, out, ("a",), overwrite=True)
+    assert not (out / "stale.txt").exists() and (out / "index.html").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # no temp left
+
+
+def test_reproduce_bad_inputs(tmp_path, capsys):
+    with pytest.raises(UserError, match="does not exist"):
+        reproduce.run(tmp_path / "nowhere", tmp_path / "out", ("a",))
+    with pytest.raises(UserError, match="unknown paper"):
+        reproduce.run(tmp_path, tmp_path / "out", ("c",))
+    assert main(["reproduce", "--data", str(tmp_path / "nowhere"), "--out",
+                 str(tmp_path / "o")]) == 2
+    assert "--data DIR" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (SHARED / "eloeverything").is_dir(), reason="shared data absent")
+def test_reproduce_paper_a_published(tmp_path, capsys):
+    assert main(["reproduce", "--data", str(SHARED), "--papers", "a", "--out",
+                 str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    for fid in ("A-fig5b-a7", "A-fig5c", "A-figA5", "A-figA6"):
+        line = next(ln for ln in err.splitlines() if ln.startswith(fid + " "))
+        assert " holds " in line, line
+    assert "'Black people' on GE: #3 under method='paper'" in err
+    assert "holds" in (tmp_path / "r" / "index.html").read_text()

@@ -1,0 +1,148 @@
+"""The trajectory analysis: planted answers on tiny synthetic runs, the CLI, and paper B's
+published checkpoint ranks (Fig. 4's shape; skipped when ``../shared/data`` is absent)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rmfast.analysis.trajectory import (from_scans, load_trajectory_inputs, step_of, trajectory,
+                                        write_trajectory)
+from rmfast.cli import main
+
+from conftest import SHARED_DATA
+
+TRAIN = SHARED_DATA / "iclr2026" / "reward_model_training"
+real = pytest.mark.skipif(not TRAIN.is_dir(), reason=f"shared data absent ({TRAIN})")
+
+WORDS = ["power", "skill", "drive", "love", "care", "trust"]  # 3 Agency, 3 Communion
+DIC = pd.DataFrame({"term": WORDS, "category": ["Agency"] * 3 + ["Communion"] * 3})
+
+
+def _planted() -> pd.DataFrame:
+    """Two runs over steps 0, 10, 20. 'llama': Agency words climb from the bottom to the top;
+    'gemma': Communion words stay on top. Token 'care' goes from rank 1 to 6 in the llama run."""
+    rows = []
+    orders = {  # best first, per step
+        "llama": {0: ["care", "love", "trust", "power", "skill", "drive"],
+                  10: ["love", "power", "trust", "skill", "drive", "care"],
+                  20: ["power", "skill", "drive", "love", "trust", "care"]},
+        "gemma": {s: ["love", "care", "trust", "power", "skill", "drive"] for s in (0, 10, 20)},
+    }
+    for run, by_step in orders.items():
+        for step, order in by_step.items():
+            for i, w in enumerate(order):
+                rows.append({"run": run, "base": run.capitalize(), "step": step, "token": w,
+                             "score": float(len(order) - i)})
+    return pd.DataFrame(rows)
+
+
+def test_planted_category_medians_gaps_and_changes():
+    r = trajectory(_planted(), DIC, k=2)
+    cat = r.categories.set_index(["run", "step", "category"])["median_rank"]
+    assert cat[("llama", 0, "Agency")] == 5.0 and cat[("llama", 20, "Agency")] == 2.0
+    assert cat[("gemma", 10, "Communion")] == 2.0
+    assert r.categories["sum_rank"].groupby([r.categories["run"], r.categories["step"]]).sum().eq(21).all()
+    gap = r.gaps.set_index(["run", "step"])["gap"]  # Communion minus Agency
+    assert gap[("llama", 0)] == -3.0 and gap[("llama", 20)] == 3.0 and gap[("gemma", 20)] == -3.0
+    ch = r.changes[r.changes["run"] == "llama"].set_index("token")
+    assert ch.loc["care", "change"] == -5.0 and ch.loc["power", "change"] == 3.0
+    assert ch.loc["care", "category"] == "Communion"
+    assert r.changes[r.changes["run"] == "gemma"]["change"].eq(0).all()
+
+
+def test_planted_extremes_and_correlation_with_final():
+    r = trajectory(_planted(), DIC, k=2)
+    ex = r.extremes
+    top = ex[(ex["run"] == "llama") & (ex["step"] == 20) & (ex["end"] == "top")]
+    assert top["token"].tolist() == ["power", "skill"]
+    bottom = ex[(ex["run"] == "llama") & (ex["step"] == 0) & (ex["end"] == "bottom")]
+    assert bottom["token"].tolist() == ["drive", "skill"]  # worst first
+    fc = r.final_corr.set_index(["run", "step"])["spearman"]
+    assert fc[("llama", 20)] == pytest.approx(1.0) and fc[("gemma", 0)] == pytest.approx(1.0)
+    # llama step 0 vs 20: ranks (1..6 for care, love, trust, power, skill, drive) vs
+    # (6, 4, 5, 1, 2, 3): Spearman of these two orderings
+    expect = np.corrcoef([1, 2, 3, 4, 5, 6], [6, 4, 5, 1, 2, 3])[0, 1]
+    assert fc[("llama", 0)] == pytest.approx(expect)
+
+
+def test_dictionary_variants_are_averaged_and_other_tokens_dropped():
+    d = pd.DataFrame({"step": 1, "token": [" Love", "love", "care", "zebra"],
+                      "score": [4.0, 0.0, 1.0, 9.0]})
+    dic = pd.DataFrame({"term": ["love", "care"], "category": ["C", "C"]})
+    r = trajectory(d, dic)
+    assert r.dropped["rows"].sum() == 1  # zebra
+    ranks = r.changes.set_index("token")["rank_first"]
+    assert ranks["love"] == 1.0 and ranks["care"] == 2.0  # love = mean(4, 0) = 2 > 1
+
+
+def test_rank_input_and_category_level_input():
+    d = _planted().drop(columns="score")
+    d["rank"] = d.groupby(["run", "step"]).cumcount() + 1
+    a = trajectory(_planted(), DIC).categories
+    b = trajectory(d, DIC).categories
+    assert a["median_rank"].tolist() == b["median_rank"].tolist()
+    lvl = a[["run", "base", "step", "category", "median_rank"]]
+    r = trajectory(lvl)
+    assert r.categories["median_rank"].tolist() == a.sort_values(
+        ["run", "base", "category", "step"])["median_rank"].tolist()
+    assert r.extremes.empty and any("category-level" in n for n in r.notes)
+
+
+def test_steps_from_checkpoint_names_and_scan_frames():
+    assert step_of("out/checkpoint-250") == 250 and step_of("m_step_3") == 3
+    s = _planted().rename(columns={"token": "text"})
+    s["model"] = "rm-" + s["run"] + "/checkpoint-" + s["step"].astype(str)
+    s["prompt"] = "Best?"
+    t = from_scans(s.drop(columns=["step", "run"]))
+    assert sorted(t["step"].unique()) == [0, 10, 20]
+    assert set(t["run"]) == {"rm-llama | Best?", "rm-gemma | Best?"}
+    assert len(trajectory(t, DIC).categories) == 2 * 3 * 2
+
+
+def test_write_and_cli(tmp_path, capsys):
+    csv = tmp_path / "traj.csv"
+    _planted().to_csv(csv, index=False)
+    files = write_trajectory(trajectory(load_trajectory_inputs([csv]), DIC), tmp_path / "a")
+    assert "trajectory_changes.png" in files and (tmp_path / "a" / "trajectory_gaps.csv").exists()
+    dic = tmp_path / "dic.csv"
+    DIC.rename(columns={"term": "token_decoded", "category": "Category"}).to_csv(dic, index=False)
+    out = tmp_path / "b"
+    assert main(["analyze", "trajectory", str(csv), "--dictionary", str(dic), "--out", str(out)]) == 0
+    got = pd.read_csv(out / "trajectory_changes.csv")
+    assert sorted(got.loc[got["token"] == "care", "change"]) == [-5.0, 0.0]
+    assert main(["analyze", "trajectory", str(csv)]) == 2  # no --out
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"token": ["a"], "score": [1.0]}).to_csv(bad, index=False)
+    assert main(["analyze", "trajectory", str(bad), "--out", str(out)]) == 2
+    assert "step" in capsys.readouterr().err
+
+
+@real
+def test_published_checkpoint_ranks_reproduce_fig4_shape():
+    """Fig. 4 from the authors' CSVs: the analysis equals a direct read of the files, and the
+    Gemma/Llama contrast (Llama ranks Agency higher, Gemma Communion) holds at every checkpoint
+    of the Fig. 4a run and at the final checkpoint of most data sizes."""
+    from rmfast.analysis.paper_b import fig4_shape
+
+    r = trajectory(load_trajectory_inputs([TRAIN]))
+    raw = pd.concat([pd.read_csv(f).assign(run=f.stem.removeprefix("rank_results_"))
+                     for f in sorted(TRAIN.glob("rank_results_*.csv"))])
+    raw = raw.drop_duplicates(["run", "model_id", "Category", "checkpoint"])
+    got = r.categories.merge(raw, left_on=["run", "model_id", "category", "step"],
+                             right_on=["run", "model_id", "Category", "checkpoint"])
+    assert len(got) == len(r.categories) == len(raw)
+    assert (got["median_rank"] == got["sum_value"]).all()
+    shape = fig4_shape(r.categories)
+    assert set(shape["run"]) == set(raw["run"])
+    sky = shape[shape["run"] == "sky_80k"]
+    assert len(sky) == 10 and sky["holds"].all()
+    final = shape.sort_values("step").groupby("run").last()
+    assert final["holds"].sum() > len(final) / 2
+    # the per-category comparison is what the columns say, computed from the raw file
+    last = raw[raw["run"] == "sky_80k"]
+    last = last[last["checkpoint"] == last["checkpoint"].max()]
+    val = {(b, c): v for b, c, v in zip(last["base_model"], last["Category"], last["sum_value"])}
+    assert val[("Llama", "Agency")] < val[("Gemma", "Agency")]
+    assert val[("Gemma", "Communion")] < val[("Llama", "Communion")]
