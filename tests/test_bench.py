@@ -33,8 +33,8 @@ def test_bench_runs_every_method_and_writes_rows(tiny_dir, tmp_path, capsys):
     assert "rmfast-eager" in printed and "| rmfast |" in printed
 
 
-def _random_init_cli(alias, out):
-    return main(["--random-init", alias, "--layers", "2", "--device", "cpu", "--n-candidates", "8", "--n-naive", "4",
+def _random_init_cli(alias, out, *extra):
+    return main([*extra, "--random-init", alias, "--layers", "2", "--device", "cpu", "--n-candidates", "8", "--n-naive", "4",
                  "--naive-batch", "4", "--hf-batch", "8", "--batch-size", "8", "--repeats", "1", "--check-n", "0",
                  "--compile", "off", "--no-peak", "--no-plot", "--threads", "2", "--out", str(out)])
 
@@ -67,7 +67,10 @@ def test_random_init_qwen3_cut(tmp_path, capsys):
     from rmfast.models.arch import SUPPORTED
 
     out = tmp_path / "bench"
-    rc = _random_init_cli("S-Qwe-0.6B-V2", out)
+    # fp32: on 8 candidates of a 2-layer random model, bf16 rounding alone can push the methods' rank
+    # correlation below the bench's 0.99 (measured 0.69-0.94 while rmfast was the closer to fp32 truth);
+    # in fp32 the methods must agree elementwise.
+    rc = _random_init_cli("S-Qwe-0.6B-V2", out, "--dtype", "float32")
     err = capsys.readouterr().err
     if "qwen3" in SUPPORTED:
         assert rc == 0, err

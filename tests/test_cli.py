@@ -26,7 +26,19 @@ def one_line_error(rc, err):
     return rc == 2 and len(lines) == 1 and "Traceback" not in err
 
 
-def test_scan_writes_parquet_and_manifest(tiny_dir, tmp_path, capsys):
+@pytest.fixture(params=["llama", "qwen3", "phi3"])
+def rm_dir(request, tiny_dir, tmp_path_factory, smol_tokenizer):
+    """A tiny reward model of each architecture saved as a normal HF folder (llama: ``tiny_dir``)."""
+    if request.param == "llama":
+        return tiny_dir
+    d = tmp_path_factory.mktemp(f"tiny-{request.param}")
+    T.tiny(request.param, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id).save_pretrained(d)
+    smol_tokenizer.save_pretrained(d)
+    return d
+
+
+def test_scan_writes_parquet_and_manifest(rm_dir, tmp_path, capsys):
+    tiny_dir = rm_dir
     out = tmp_path / "r.parquet"
     rc, so, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "100:400", "--out", str(out),
                       "--top", "5", "--no-progress"], capsys)

@@ -68,7 +68,7 @@ def test_logprob_head_matches_reference(arch, tmpl):
     torch.testing.assert_close(fast, ref, atol=5e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3", "qwen3", "phi3"])
 @pytest.mark.parametrize("head", ["score", "logprob"])
 def test_multi_token_responses(arch, head, tmpl):
     model = T.tiny(arch, "classifier" if head == "score" else "causal_lm")
@@ -103,7 +103,8 @@ def test_prefix_kv_is_one_shared_copy(tmpl):
         assert v.shape == k.shape
 
 
-@pytest.mark.parametrize("arch,head", [("llama", "score"), ("gemma2", "logprob"), ("gemma3", "score")])
+@pytest.mark.parametrize("arch,head", [("llama", "score"), ("gemma2", "logprob"), ("gemma3", "score"), ("qwen3", "logprob"),
+                                       ("phi3", "score")])
 def test_engine_on_triton_kernels_interpreted(arch, head, short_tmpl, monkeypatch):
     """The CUDA path's kernels (run by the Triton interpreter on CPU) inside the whole engine."""
     pytest.importorskip("triton")
@@ -159,7 +160,7 @@ def test_compiled_multi_token_and_tail_batches(arch, tmpl):
 
 
 @pytest.mark.compiles
-@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "qwen3"])
 def test_compiled_bf16_rank_agreement(arch, tmpl):
     """bf16 compiled path (fp32 inside each fused loop, one rounding) ranks as well as bf16 HF does."""
     model = T.tiny(arch)
@@ -227,7 +228,7 @@ def test_blockdiag_overhead_grows_with_the_prompt(smol_tokenizer):
 # The one decoder layer (rmfast.layer.decoder_layer): every attention form and weight layout
 # ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3", "qwen3", "phi3"])
 @pytest.mark.parametrize("packed,fuse", [(True, False), (False, True), (False, False)])
 def test_attention_forms_and_weight_layouts_match_reference(arch, packed, fuse, short_tmpl, monkeypatch):
     """Packed (block-diagonal) or stored prompt K/V (the CUDA form's twin), fused or separate q|k|v
@@ -244,6 +245,30 @@ def test_attention_forms_and_weight_layouts_match_reference(arch, packed, fuse, 
     assert eng._use_packed(fast) == packed and (eng.fused is not None) == fuse
     ref = reference_scores(model, short_tmpl, ids.tolist(), head="score")
     torch.testing.assert_close(fast, ref, atol=FP32_ATOL, rtol=0)
+
+
+def test_length_dependent_rope_is_refused_beyond_its_limit(smol_tokenizer):
+    """LongRoPE (Phi-3) switches every position to its long factors once a sequence passes
+    original_max_position_embeddings (256 here): the shared prompt cannot follow, so one clear error."""
+    from rmfast.errors import UserError
+
+    model = small("phi3")
+    assert Engine(model, build_template(smol_tokenizer, "word " * 200), head="score").score(torch.tensor([[5]])).shape == (1,)
+    with pytest.raises(UserError, match="longer than 256 tokens"):
+        Engine(model, build_template(smol_tokenizer, "word " * 260), head="score")
+
+
+def test_qwen3_tied_lm_head_and_head_dim(tmpl):
+    """The Qwen3 replica's features are really there: head_dim != hidden/heads, q/k norms, per-layer
+    windows (full, then sliding), o_proj bias, the LM head tied to the embeddings."""
+    from rmfast.models.arch import arch_spec
+
+    model = T.tiny("qwen3", "causal_lm")
+    sp = arch_spec(model)
+    assert sp.head_dim * sp.n_heads != model.config.hidden_size
+    assert all(L.q_norm is not None for L in sp.layers) and not sp.gemma_norm
+    assert [L.window for L in sp.layers] == [None, 16, 16] and sp.layers[0].o_proj.bias is not None
+    assert sp.lm_head_weight.data_ptr() == sp.embed.weight.data_ptr()
 
 
 def test_mlp_bias_and_unknown_activation(short_tmpl):

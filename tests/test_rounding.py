@@ -20,7 +20,8 @@ from rmfast.pipeline import scan
 
 PROMPT = "What, in one word, is the greatest thing ever?"
 IDS = np.arange(0, T.VOCAB, 97)[:300]  # 300 ids across the vocabulary
-MODELS = {"llama-score": ("llama", "classifier"), "gemma2-logprob": ("gemma2", "causal_lm")}
+MODELS = {"llama-score": ("llama", "classifier"), "gemma2-logprob": ("gemma2", "causal_lm"),
+          "qwen3-score": ("qwen3", "classifier")}
 
 
 @pytest.fixture(scope="module", params=list(MODELS))

@@ -4,7 +4,10 @@ Weights are re-initialised with O(1) scales (HF's default std 0.02 makes every s
 the same, and a comparison of near-constants proves little). Every architecture gets the
 features that make it different: GQA, qkv bias (Qwen2), sliding windows SHORTER than the
 prompt (Mistral, Gemma 2/3), attention softcapping and query_pre_attn_scalar (Gemma 2),
-q/k norms and local/global rope (Gemma 3), final-logit softcapping (Gemma 2 LM head).
+q/k norms and local/global rope (Gemma 3), final-logit softcapping (Gemma 2 LM head), Llama-style
+q/k norms with head_dim != hidden/heads, per-layer windows from max_window_layers, attention and
+o_proj biases and a tied LM head (Qwen3), fused qkv/gate_up weights, partial rotary and LongRoPE
+with a non-trivial short factor and attention scaling (Phi-3; Phi-4-mini's partial rotary).
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ ARCHS = {
     "llama": (tf.LlamaConfig, dict(), "Llama"),
     "mistral": (tf.MistralConfig, dict(sliding_window=16), "Mistral"),
     "qwen2": (tf.Qwen2Config, dict(use_sliding_window=False), "Qwen2"),
+    "qwen3": (tf.Qwen3Config, dict(head_dim=24, use_sliding_window=True, sliding_window=16, max_window_layers=1,
+                                   attention_bias=True, tie_word_embeddings=True), "Qwen3"),
+    "phi3": (tf.Phi3Config, dict(sliding_window=16, original_max_position_embeddings=256, bos_token_id=0,
+                                 eos_token_id=1), "Phi3"),
     "gemma": (tf.GemmaConfig, dict(head_dim=16, num_key_value_heads=1), "Gemma"),
     "gemma2": (tf.Gemma2Config, dict(head_dim=16, sliding_window=16, attn_logit_softcapping=5.0,
                                      final_logit_softcapping=3.0, query_pre_attn_scalar=24), "Gemma2"),
@@ -30,6 +37,18 @@ ARCHS = {
                                          layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
                "Gemma3Text"),
 }
+
+
+def _longrope(kw: dict) -> dict:
+    """Phi-3's LongRoPE over half of each head (partial rotary 0.5), short factors != 1: one factor
+    per rotated dimension pair, so it follows the head size the config ends up with."""
+    pairs = kw["hidden_size"] // kw["num_attention_heads"] // 4
+    return {"rope_type": "longrope", "partial_rotary_factor": 0.5, "short_factor": [1.0 + 0.25 * i for i in range(pairs)],
+            "long_factor": [4.0] * pairs}
+
+
+#: arch -> config kwargs computed from the others (after COMMON and ARCHS' extras are merged)
+DERIVED = {"phi3": lambda kw: {"rope_scaling": _longrope(kw)}}
 
 
 def _reinit(model: torch.nn.Module, seed: int) -> None:
@@ -49,7 +68,9 @@ def tiny(arch: str, kind: str = "classifier", *, pad_token_id: int = 2, num_labe
          dtype=torch.float32):
     """A tiny random model: kind "classifier" (…ForSequenceClassification) or "causal_lm"."""
     cfg_cls, extra, prefix = ARCHS[arch]
-    cfg = cfg_cls(**{**COMMON, **extra}, num_labels=num_labels, pad_token_id=pad_token_id, tie_word_embeddings=False)
+    kw = {**COMMON, "tie_word_embeddings": False, **extra}
+    kw.update(DERIVED.get(arch, lambda _: {})(kw))
+    cfg = cfg_cls(**kw, num_labels=num_labels, pad_token_id=pad_token_id)
     cfg._attn_implementation = "eager"  # Gemma 2 softcapping needs eager; keep all references alike
     lm_prefix = prefix.replace("Gemma3Text", "Gemma3")  # Gemma3ForCausalLM takes the text config
     cls = getattr(tf, f"{prefix}ForSequenceClassification" if kind == "classifier" else f"{lm_prefix}ForCausalLM")

@@ -226,7 +226,7 @@ class Engine:
         sp = self.spec
         L0 = sp.layers[0]
         H, D, P = sp.n_heads, sp.head_dim, len(self.template.prefix_ids)
-        layer_flops = 2 * sum(p.numel() for m in (L0.q_proj, L0.k_proj, L0.v_proj, L0.o_proj, L0.mlp) for p in m.parameters())
+        layer_flops = 2 * sum(p.numel() for m in L0.linears() for p in m.parameters())
         return 4 * H * H * D * P / layer_flops  # per token per layer: prompt scores + values, all heads' blocks
 
     def _compiled_layer(self):

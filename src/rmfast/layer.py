@@ -1,6 +1,6 @@
 """The decoder layer: ONE pure function of tensors, run eagerly or compiled, on CPU or CUDA.
 
-Every fast-path architecture (Llama, Mistral, Qwen2, Gemma 1/2/3) is this one function with
+Every fast-path architecture (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1/2/3) is this one function with
 different tensors (:class:`LayerWeights`) and constants (:class:`LayerConsts`), both built once
 from :class:`rmfast.models.arch.ArchSpec` by :func:`build_layers`. The engine runs every layer,
 the prompt pass included, through :func:`decoder_layer`:
@@ -64,7 +64,8 @@ class LayerConsts:
         scale: score scale (1/sqrt(head_dim), or Gemma's query_pre_attn_scalar**-0.5).
         softcap: Gemma 2 attention-logit softcap, or None.
         act: "silu" | "gelu_tanh" | "gelu" | "relu" (the MLP's gate activation).
-        qk_norm: Gemma 3's RMSNorm over head_dim on q and k before RoPE.
+        qk_norm: RMSNorm over head_dim on q and k before RoPE (Gemma 3, Qwen3; in the model's
+            norm style, ``gemma_norm``).
         sandwich: Gemma 2/3 norms on the attention and MLP outputs.
         window: sliding-window length, or None (read by :class:`PromptKV` attention only; the
             packed form has it in its masks, so compiled layers differing only here share a graph).
@@ -95,7 +96,7 @@ class LayerWeights(NamedTuple):
 
     norm_in: torch.Tensor  # (Dm,)
     w_qkv: tuple[torch.Tensor, ...]  # (H·D + 2·Hkv·D, Dm) fused, or (H·D, Dm), (Hkv·D, Dm), (Hkv·D, Dm)
-    b_qkv: tuple[torch.Tensor, ...] | None  # biases, same split (Qwen2)
+    b_qkv: tuple[torch.Tensor, ...] | None  # biases, same split (Qwen2; Qwen3 with attention_bias)
     qk_norm: torch.Tensor | None  # (H + Hkv, D): q_norm for the q heads, k_norm for the k heads
     w_o: torch.Tensor  # (Dm, H·D)
     b_o: torch.Tensor | None
@@ -140,37 +141,45 @@ def build_layers(spec, fuse: bool) -> list[tuple[LayerWeights, LayerConsts]]:
 
 
 def _weights(spec, L, fuse: bool) -> LayerWeights:
-    def norm_w(norm):
-        return None if norm is None else norm.weight
-
-    def linears(*mods):  # (weights, biases or None), concatenated when fusing
-        ws = [m.weight for m in mods]
-        bs = [m.bias for m in mods]
-        if fuse:
-            ws = [torch.cat(ws)]
-            bs = [torch.cat(bs)] if bs[0] is not None else [None]
-        return tuple(ws), (tuple(bs) if bs[0] is not None else None)
-
-    w_qkv, b_qkv = linears(L.q_proj, L.k_proj, L.v_proj)
-    w_gu, b_gu = linears(L.mlp.gate_proj, L.mlp.up_proj)
+    H, Hkv, D = spec.n_heads, spec.n_kv_heads, spec.head_dim
+    w_qkv, b_qkv = _group(L.qkv, fuse, (H * D, Hkv * D, Hkv * D))
+    inter = L.down.in_features
+    w_gu, b_gu = _group(L.gate_up, fuse, (inter, inter))
     qk_norm = None
     if L.q_norm is not None:
-        qk_norm = torch.cat([norm_w(L.q_norm).expand(spec.n_heads, -1), norm_w(L.k_norm).expand(spec.n_kv_heads, -1)])
+        qk_norm = torch.cat([L.q_norm.weight.expand(H, -1), L.k_norm.weight.expand(Hkv, -1)])  # (H + Hkv, D)
     return LayerWeights(
-        norm_in=norm_w(L.input_norm),
+        norm_in=L.input_norm.weight,
         w_qkv=w_qkv,
         b_qkv=b_qkv,
         qk_norm=qk_norm,
         w_o=L.o_proj.weight,
         b_o=L.o_proj.bias,
-        norm_post_attn=norm_w(L.post_attn_norm),
-        norm_pre_mlp=norm_w(L.pre_mlp_norm),
+        norm_post_attn=None if L.post_attn_norm is None else L.post_attn_norm.weight,
+        norm_pre_mlp=L.pre_mlp_norm.weight,
         w_gate_up=w_gu,
         b_gate_up=b_gu,
-        w_down=L.mlp.down_proj.weight,
-        b_down=L.mlp.down_proj.bias,
-        norm_post_mlp=norm_w(L.post_mlp_norm),
+        w_down=L.down.weight,
+        b_down=L.down.bias,
+        norm_post_mlp=None if L.post_mlp_norm is None else L.post_mlp_norm.weight,
     )
+
+
+def _group(mods: tuple, fuse: bool, sizes: tuple[int, ...]) -> tuple[tuple, tuple | None]:
+    """Weights and biases (or None) of a projection group (q|k|v or gate|up) in the layout asked for.
+
+    Stored separately: concatenated when fusing (a copy), else as they are. Stored fused (Phi-3):
+    the model's own tensor when fusing (no copy), else row slices of it (views, no copy either).
+    """
+    ws = [m.weight for m in mods]
+    bs = [m.bias for m in mods]
+    if len(mods) == 1 and not fuse:
+        ws = list(ws[0].split(sizes))
+        bs = list(bs[0].split(sizes)) if bs[0] is not None else [None]
+    elif len(mods) > 1 and fuse:
+        ws = [torch.cat(ws)]
+        bs = [torch.cat(bs)] if bs[0] is not None else [None]
+    return tuple(ws), (tuple(bs) if bs[0] is not None else None)
 
 
 def _consts(spec, L) -> LayerConsts:
@@ -205,12 +214,16 @@ def _rms(x: torch.Tensor, w: torch.Tensor, c: LayerConsts) -> torch.Tensor:
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (same ops, same roundings): x (B, S, n, D), cos/sin (S, D).
+    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (same ops, same roundings): x (B, S, n, D), cos/sin (S, Dr).
 
-    rotate_half is written over the (2, D/2) halves, so each half is a contiguous vector load when
-    compiled (torch.roll compiles to a gather); negation and stacking are exact.
+    Dr < D is partial rotary (Phi-4-mini): the first Dr dimensions of each head rotate, the rest
+    pass through, as HF's ``apply_rotary_pos_emb`` does. rotate_half is written over the (2, Dr/2)
+    halves, so each half is a contiguous vector load when compiled (torch.roll compiles to a
+    gather); negation and stacking are exact.
     """
-    D = x.shape[-1]
+    D, Dr = x.shape[-1], cos.shape[-1]
+    if Dr < D:  # shapes are static: no branch in a compiled graph
+        return torch.cat([_rope(x[..., :Dr], cos, sin), x[..., Dr:]], dim=-1)
     xh = x.unflatten(-1, (2, D // 2))  # (B, S, n, 2, D/2)
     rot = torch.stack([-xh[..., 1, :], xh[..., 0, :]], dim=-2).flatten(-2)  # rotate_half(x)
     return x * cos[:, None] + rot * sin[:, None]

@@ -47,7 +47,7 @@ def layer_params(model) -> int:
     spec = arch_spec(model)
     if spec is None:
         return 0
-    mods = [m for L in spec.layers for m in (L.q_proj, L.k_proj, L.v_proj, L.o_proj, L.mlp)]
+    mods = [m for L in spec.layers for m in L.linears()]
     return sum(p.numel() for m in mods for p in m.parameters())
 
 

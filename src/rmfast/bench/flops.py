@@ -11,25 +11,29 @@ from .machine import sync
 
 
 def model_dims(model, head: str) -> dict:
-    """Projection parameter count and LM-head size, read off the engine's architecture spec."""
+    """Projection parameter count and LM-head size, read off the engine's architecture spec.
+
+    FLOPs are counted on the GEMMs (2 per weight per token). The RMSNorms, q/k norms included
+    (Qwen3, Gemma 3: ~4·(H + Hkv)·D per token per layer, < 0.1% of a layer's GEMM FLOPs), RoPE and
+    the activations are elementwise work, not counted; ``qk_norm`` says whether a model has them.
+    """
     from ..models.arch import arch_spec
 
     sp = arch_spec(model)
     if sp is None:
         raise ValueError(f"architecture {model.config.model_type!r} is not on the fast path")
-    shapes = []  # (K, N) per token per layer: x (M, K) @ W^T (K, N)
+    shapes = []  # (K, N) per token per layer: x (M, K) @ W^T (K, N), each projection as the model stores it
     for L in sp.layers:
-        lin = [L.q_proj, L.k_proj, L.v_proj, L.o_proj]
-        lin += [m for m in L.mlp.modules() if isinstance(m, torch.nn.Linear)]
-        shapes += [(m.in_features, m.out_features) for m in lin]
+        shapes += [(m.in_features, m.out_features) for m in L.linears()]
     n_gemm = sum(k * n for k, n in shapes)
     V, D = (sp.lm_head_weight.shape if sp.lm_head_weight is not None else (None, None))
     return {
         "n_layers": len(sp.layers),
-        "hidden": sp.layers[0].q_proj.in_features,
+        "hidden": sp.layers[0].o_proj.out_features,
         "n_heads": sp.n_heads,
         "n_kv_heads": sp.n_kv_heads,
         "head_dim": sp.head_dim,
+        "qk_norm": sp.layers[0].q_norm is not None,
         "gemm_params": n_gemm,
         "lm_head_params": (V * D) if (head == "logprob" and V is not None) else 0,
         "vocab": V,
@@ -39,20 +43,15 @@ def model_dims(model, head: str) -> dict:
 
 
 def engine_gemm_shapes(eng, dims: dict) -> list[tuple[int, int]]:
-    """The (K, N) projection GEMMs per token as the engine runs them: fused q|k|v and gate|up where it
-    fuses (its CPU default), the model's own Linear shapes otherwise. Same FLOPs either way."""
-    fused = getattr(eng, "fused", None)
-    if not fused:
+    """The (K, N) projection GEMMs per token as the engine runs them (:func:`rmfast.layer.build_layers`):
+    one q|k|v and one gate|up GEMM per layer where it fuses (its CPU default; q/k-norm layers too,
+    the norms run on the fused output), the separate ones otherwise. Same FLOPs either way."""
+    if eng is None:
         return dims["layer_shapes"]
     shapes = []
-    for L, fw in zip(eng.spec.layers, fused):
-        if L.q_norm is None:
-            shapes.append((fw[0].shape[1], fw[0].shape[0]))  # q|k|v
-        else:
-            shapes += [(m.in_features, m.out_features) for m in (L.q_proj, L.k_proj, L.v_proj)]
-        shapes.append((L.o_proj.in_features, L.o_proj.out_features))
-        shapes.append((fw[2].shape[1], fw[2].shape[0]))  # gate|up
-        shapes.append((L.mlp.down_proj.in_features, L.mlp.down_proj.out_features))
+    for w, _ in eng.layers:
+        for t in (*w.w_qkv, w.w_o, *w.w_gate_up, w.w_down):
+            shapes.append((t.shape[1], t.shape[0]))  # weight (N, K)
     return shapes
 
 
