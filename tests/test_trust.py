@@ -351,19 +351,22 @@ def test_sweep_disk_full_keeps_the_checkpoint(models_dir, tmp_path, monkeypatch,
 
 
 def test_second_scan_refuses_before_scoring(tiny_dir, tmp_path, monkeypatch, capsys):
-    """The output appears while this job loads its model (another job just finished it): the job
-    refuses once it holds the lock, before scoring anything."""
-    from rmfast.cli import common
+    """Another job on the same --out finishes just as this one takes the lock (after this one's
+    checks): this job refuses holding the lock, before scoring anything."""
+    import contextlib
+
+    from rmfast.cli import scan as scan_cli
 
     out = tmp_path / "both.parquet"
-    real = common.load_model
+    real = scan_cli.output_lock
 
-    def other_job_finishes(*a, **k):
-        lm = real(*a, **k)
+    @contextlib.contextmanager
+    def other_job_just_finished(path):
         out.write_bytes(b"the other job's output")
-        return lm
+        with real(path):
+            yield
 
-    monkeypatch.setattr(common, "load_model", other_job_finishes)
+    monkeypatch.setattr(scan_cli, "output_lock", other_job_just_finished)
     monkeypatch.setattr(Engine, "score", lambda self, r: pytest.fail("scored before refusing"))
     rc, _, se = run(["scan", tiny_dir, "--token-ids", "0:10", "--out", out, "--no-progress"], capsys)
     assert one_line_error(rc, se) and "already exists" in se
