@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
+import rmfast
 from rmfast import io, pipeline, resolve
 from rmfast.cli import main
 from rmfast.engine import Engine
@@ -38,7 +39,7 @@ def one_line_error(rc, err):
 def sub_env():
     """A child process: one thread (so every run sums in the same order), this checkout's rmfast."""
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-                PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO / "tests")]))
+                PYTHONPATH=os.pathsep.join([str(Path(rmfast.__file__).parents[1]), str(REPO / "tests")]))
 
 
 # A child that checkpoints after every batch and takes 50 ms more per batch (so that a kill lands
