@@ -194,6 +194,26 @@ def rows_for(name: str, folder: Path, dtype: str, n: int, device: str, tmp: Path
         yield "dtype", "float32 (the bf16 audit's measure)", lambda: base32[name]
 
 
+def markdown(csv_path: str | Path) -> str:
+    """The CSV as the docs' table: one row per decision, one column per model × dtype, cells
+    ``max |diff| / rank swaps`` ("identical" when bit-identical)."""
+    import pandas as pd
+
+    df = pd.read_csv(csv_path)
+    df["cell"] = [("identical" if str(b) == "True" else f"{m} / {s}") if str(b) in ("True", "False") else str(m)
+                  for m, s, b in zip(df["max_abs_diff"], df["rank_swaps"].astype("Int64"), df["bit_identical"])]
+    cols = list(dict.fromkeys(zip(df["model"], df["dtype"])))
+    out = ["| decision | " + " | ".join(f"{m} {'fp32' if d == 'float32' else 'bf16'}" for m, d in cols) + " |",
+           "|---|" + "---|" * len(cols)]
+    for dec in dict.fromkeys(df["decision"]):
+        cells = []
+        for m, d in cols:
+            hit = df[(df["decision"] == dec) & (df["model"] == m) & (df["dtype"] == d)]
+            cells.append(hit["cell"].iloc[0] if len(hit) else "–")
+        out.append(f"| {dec} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["tiny-llama", "tiny-gemma2", "smollm2-rm"],
@@ -203,7 +223,11 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "determinism.csv"),
                     help="CSV written (default benchmarks/results/determinism.csv)")
+    ap.add_argument("--table", default=None, metavar="CSV", help="print CSV as the docs' markdown table and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        print(markdown(args.table))
+        return 0
     import warnings
 
     warnings.filterwarnings("ignore")
