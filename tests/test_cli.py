@@ -241,6 +241,7 @@ def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
     rc, so, se = run(args + ["--out", str(tmp_path / "whole.parquet"), "--overwrite"], capsys)
     assert rc == 0 and pd.read_json(str(tmp_path / "whole.parquet.json"), typ="series")["compiled"], se
     monkeypatch.setattr(pipeline, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(pipeline, "CHECKPOINT_MIN_S", 0.0)
     real, calls = Engine.score, {"n": 0}
 
     def killed(self, responses):
@@ -300,21 +301,22 @@ def test_disk_full_keeps_the_scores(tiny_dir, tmp_path, monkeypatch, capsys):
     writes them without scoring again."""
     import errno
 
-    from rmfast import io
+    import pyarrow.parquet as pq
+
     from rmfast.engine import Engine
 
     out = tmp_path / "full.parquet"
     args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:300", "--out", str(out), "--no-progress"]
-    real_write = io.write_parquet
+    real_write = pq.write_table
 
-    def full(path, df):
+    def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(io, "write_parquet", full)
+    monkeypatch.setattr(pq, "write_table", full)
     rc, _, se = run(args, capsys)
     assert one_line_error(rc, se) and "No space left" in se and "rerun" in se
     assert (tmp_path / "full.parquet.partial.npz").exists() and not out.exists()
-    monkeypatch.setattr(io, "write_parquet", real_write)
+    monkeypatch.setattr(pq, "write_table", real_write)
     monkeypatch.setattr(Engine, "score", lambda self, r: pytest.fail("rescored after a failed write"))
     rc, _, se = run(args, capsys)
     assert rc == 0, se

@@ -122,7 +122,7 @@ def test_sweep_store_results_and_rerun(models_dir, tmp_path, capsys):
 def test_sweep_survives_kill_9(models_dir, tmp_path, capsys):
     """kill -9 a sweep mid-way (a part in progress holds a checkpoint), rerun: the store holds the rows of a
     clean run, scores equal to fp32 rounding (the killed run had one thread, this process its own
-    count, and a resumed part is re-batched from its checkpoint)."""
+    count; tests/test_trust.py has the bit-identical case, one thread everywhere)."""
     cfg = write_cfg(models_dir, "kill.yaml", defaults={"dtype": "float32", "device": "cpu", "batch_size": 32},
                     models=["./rm-a", "./rm-b"], prompts={k: PROMPTS[k] for k in ("greatest", "best")},
                     candidates={"vocab": {"vocabulary": {"token_ids": "0:320"}}, "texts": "texts.txt"})

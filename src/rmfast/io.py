@@ -114,9 +114,24 @@ def write_json(path: str | os.PathLike, obj) -> None:
     atomic_write(Path(path), w)
 
 
+#: the Parquet schema-metadata key (and the manifest field) that ties a result's two files together
+WRITE_ID = "write_id"
+
+
+def _parquet_file(path, df, write_id: str | None = None) -> None:
+    """``df`` as a Parquet file (no index), with ``write_id`` in its schema metadata when given."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    if write_id is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"rmfast." + WRITE_ID.encode(): write_id.encode()})
+    pq.write_table(table, path)
+
+
 def write_parquet(path: str | os.PathLike, df) -> None:
     """Write a DataFrame to Parquet atomically."""
-    atomic_write(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+    atomic_write(Path(path), lambda tmp: _parquet_file(tmp, df))
 
 
 def write_csv(path: str | os.PathLike, df) -> None:
@@ -130,12 +145,91 @@ def manifest_path(parquet_path: str | os.PathLike) -> Path:
 
 
 def write_result(path: str | os.PathLike, df, manifest: dict, overwrite: bool = False) -> Path:
-    """A results table: ``path`` (Parquet) and ``path.json`` (manifest), each atomically; refuses an
-    existing output unless overwrite."""
+    """A results table: ``path`` (Parquet) and ``path.json`` (manifest), replaced as a pair
+    (:func:`write_pair`); refuses an existing output unless overwrite."""
     p = check_output(path, overwrite)
-    write_parquet(p, df)
-    write_json(manifest_path(p), manifest)
+    write_pair(p, df, manifest)
     return p
+
+
+def write_pair(path: str | os.PathLike, df, manifest: dict) -> dict:
+    """Write ``path`` (Parquet) and its manifest ``path.json`` so that no reader takes one for the
+    other's partner. Returns the manifest as written (with its ``write_id``).
+
+    Both files are written in full to temporary names first (a full disk fails here, and nothing
+    is replaced). Then the old manifest is removed, the Parquet renamed into place, the manifest
+    last. Both carry the same random ``write_id`` (the manifest as a field, the Parquet in its
+    schema metadata), and the reader rule (:func:`read_manifest`) is: a Parquet and a manifest
+    belong together only when their write ids match; a Parquet without its manifest is unfinished.
+    A kill between the renames thus leaves a Parquet without a manifest (unfinished), never a pair
+    that lies.
+
+    Example:
+        >>> import tempfile, pandas as pd
+        >>> p = Path(tempfile.mkdtemp()) / "r.parquet"
+        >>> m = write_pair(p, pd.DataFrame({"score": [1.0]}), {"prompt": "Best?"})
+        >>> read_manifest(p) == m, len(m[WRITE_ID])
+        (True, 16)
+    """
+    p, mp = Path(path), manifest_path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    man = {**manifest, WRITE_ID: secrets.token_hex(8)}
+    tp = _temp_beside(p)
+    tj = None
+    try:
+        _parquet_file(str(tp), df, man[WRITE_ID])
+        tj = _temp_beside(mp)
+        with open(tj, "w") as f:
+            json.dump(man, f, indent=2, default=str)
+            f.write("\n")
+        mp.unlink(missing_ok=True)  # from here until the last rename, the Parquet has no manifest: unfinished
+        os.replace(tp, p)
+        os.replace(tj, mp)
+    except BaseException:
+        for t in (tp, tj):
+            if t is not None:
+                try:
+                    os.unlink(t)
+                except OSError:
+                    pass
+        raise
+    return man
+
+
+def parquet_write_id(path: str | os.PathLike) -> str | None:
+    """The write id in a Parquet file's schema metadata (None for files written without one)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    v = meta.get(b"rmfast." + WRITE_ID.encode())
+    return v.decode() if v is not None else None
+
+
+def read_manifest(path: str | os.PathLike, *, required: bool = True) -> dict | None:
+    """The manifest of the result Parquet ``path``, checked to be its partner (:func:`write_pair`).
+
+    A missing manifest is a UserError (None when not ``required``); one whose write id is not the
+    Parquet's (the pair is being replaced, or a writer died between its renames) is a UserError.
+    Files written before write ids existed (neither carries one) are accepted.
+    """
+    mp = manifest_path(path)
+    try:
+        man = json.loads(mp.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if not required:
+            return None
+        raise UserError(f"{path} has no manifest {mp.name} beside it (unfinished, or being replaced); "
+                        "rerun the job that writes it") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read the manifest {mp}: {e}; rerun the job that writes it") from None
+    try:
+        pid = parquet_write_id(path)
+    except Exception as e:  # pyarrow raises many types for a file that is not Parquet
+        raise UserError(f"cannot read {path} as Parquet ({type(e).__name__}); rerun the job that writes it") from None
+    if isinstance(man, dict) and man.get(WRITE_ID) != pid:
+        raise UserError(f"{path} and its manifest {mp.name} are from different writes (it is being replaced, or a "
+                        "writer was killed between the two); rerun the job that writes it")
+    return man
 
 
 def slug(s: str, n: int = 40, *, exact: bool = False) -> str:

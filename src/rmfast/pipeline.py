@@ -33,16 +33,22 @@ from .engine import Engine
 from .errors import UserError
 from .io import atomic_write
 from .reference import reference_scores
-from .resolve import auto_batch_size, base_manifest, even_batch, resolve_compile, resolve_engine, resolve_head, run_key
+from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
+from .resolve import (auto_batch_size, base_manifest, cap_batch_size, even_batch, resolve_compile, resolve_engine,
+                      resolve_head, row_bytes, run_key)
 from .results import ScanResult, TextScanResult
 from .template import Template, build_template
 from .version import versions
 from .vocab import select_ids
 
-#: a long job saves its finished batches at least this often (seconds) ...
-CHECKPOINT_EVERY_S = 30.0
-#: ... and after at least this many newly scored candidates, whichever comes first.
-CHECKPOINT_EVERY_N = 8192
+#: a long job saves its finished batches at least this often (seconds), so a kill loses at most
+#: this much work plus one batch ...
+CHECKPOINT_EVERY_S = 5.0
+#: ... and after this many newly scored candidates (a CPU batch or a few), but ...
+CHECKPOINT_EVERY_N = 1024
+#: ... never twice within this many seconds: a save (the ids and scores so far, ~2 MB for a
+#: 150k vocabulary) costs a few ms, which fast GPU batches must not pay every time.
+CHECKPOINT_MIN_S = 0.5
 
 
 # --------------------------------------------------------------------------------------------
@@ -88,23 +94,25 @@ def oom_batches(n: int, bs: int, device: torch.device, score, on_oom=None):
         lo = hi
 
 
-def load_checkpoint(path: Path | None, key: str, ids: np.ndarray) -> np.ndarray:
-    """The scores saved for this job (NaN where not done yet); all NaN when there is none or it is another job's."""
-    scores = np.full(ids.size, np.nan, dtype=np.float32)
+def load_checkpoint(path: Path | None, key: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The scores saved for this job (NaN where not done yet) and its groups' batch sizes; all NaN
+    and None when there is none or it is another job's."""
+    scores, sizes = np.full(ids.size, np.nan, dtype=np.float32), None
     if path is not None and path.exists():
         try:
             z = np.load(path, allow_pickle=False)
             if str(z["key"]) == key and np.array_equal(z["ids"], ids):
                 scores = z["scores"].astype(np.float32)
+                sizes = z["batch_sizes"] if "batch_sizes" in z else None
         except Exception:
             pass  # an unreadable checkpoint is ignored, not trusted
-    return scores
+    return scores, sizes
 
 
-def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray) -> None:
+def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray, batch_sizes) -> None:
     def w(tmp):
         with open(tmp, "wb") as f:
-            np.savez(f, key=np.array(key), ids=ids, scores=scores)
+            np.savez(f, key=np.array(key), ids=ids, scores=scores, batch_sizes=np.asarray(batch_sizes, dtype=np.int64))
 
     atomic_write(path, w)
 
@@ -116,16 +124,22 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
 
     ``ids`` identifies the job's rows (token ids, or row numbers) for the checkpoint. Batches are
     cut from each group's full row list, and a batch whose rows a checkpoint already holds is
-    skipped, so a resumed job runs exactly the batches of an uninterrupted one. The checkpoint is
-    written every CHECKPOINT_EVERY_S seconds or CHECKPOINT_EVERY_N candidates, and on any exception
-    (Ctrl-C included); with ``keep_checkpoint`` also at the end, so that the scores survive until the
+    skipped, so a resumed job runs exactly the batches of an uninterrupted one: the checkpoint also
+    holds each group's batch size (a memory-bounded size may differ on a rerun), which the rerun
+    uses. The checkpoint is written every CHECKPOINT_EVERY_S seconds or CHECKPOINT_EVERY_N
+    candidates (not within CHECKPOINT_MIN_S of the last save), and on any exception (Ctrl-C
+    included); with ``keep_checkpoint`` also at the end, so that the scores survive until the
     caller has written its output (and removed the checkpoint, :func:`finish`).
     """
     from tqdm.auto import tqdm
 
     device = torch.device(device or "cpu")
     ck = Path(checkpoint) if checkpoint else None
-    scores = load_checkpoint(ck, key, ids)
+    scores, sizes = load_checkpoint(ck, key, ids)
+    if sizes is not None and len(sizes) == len(groups):
+        for g, b in zip(groups, sizes):
+            g.batch_size = int(b)
+    sizes = [g.batch_size for g in groups]
     done0 = int((~np.isnan(scores)).sum())
     bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
     if status and done0 < ids.size:
@@ -144,24 +158,26 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
                     bar.set_postfix_str("")
                 bar.update(hi - lo)
                 n_since_ck += hi - lo
-                if ck is not None and (time.perf_counter() - last_ck > CHECKPOINT_EVERY_S or n_since_ck >= CHECKPOINT_EVERY_N):
-                    save_checkpoint(ck, key, ids, scores)
+                since = time.perf_counter() - last_ck
+                if ck is not None and (since > CHECKPOINT_EVERY_S or (n_since_ck >= CHECKPOINT_EVERY_N and since >= CHECKPOINT_MIN_S)):
+                    save_checkpoint(ck, key, ids, scores, sizes)
                     last_ck, n_since_ck = time.perf_counter(), 0
     except BaseException:
         # Interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun.
         if ck is not None and int((~np.isnan(scores)).sum()) > done0:
-            save_checkpoint(ck, key, ids, scores)
+            save_checkpoint(ck, key, ids, scores, sizes)
         raise
     bar.close()
     scan_s = time.perf_counter() - t0
     if ck is not None and keep_checkpoint and int((~np.isnan(scores)).sum()) > done0:
-        save_checkpoint(ck, key, ids, scores)
+        save_checkpoint(ck, key, ids, scores, sizes)
     n_new = ids.size - done0
     return scores, {
         "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,
         "scan_s": round(scan_s, 3),
         "candidates_per_s": round(n_new / scan_s, 2) if scan_s > 0 and n_new else None,
         "resumed_candidates": done0,
+        "scored_candidates": int((~np.isnan(scores)).sum()) - done0,
     }
 
 
@@ -257,7 +273,9 @@ def scan(
         # Decided from the whole job, never from what a resume has left: same job, same path.
         eng.compile = resolve_compile(compile, model, ids.size * eng.tokens_per_row(1), eng) and eng.can_compile(warn=True)
     tpr = eng.tokens_per_row(1) if eng is not None else len(tmpl.prefix_ids) + 1 + len(tmpl.suffix_ids)
-    bs = even_batch(ids.size, auto_batch_size(device, tpr)) if batch_size == "auto" else _batch_size(batch_size)
+    per_row = row_bytes(model, tpr, prefix_len=len(tmpl.prefix_ids), head=head, full_sequence=eng is None)
+    bs = (even_batch(ids.size, auto_batch_size(device, tpr, per_row)) if batch_size == "auto"
+          else cap_batch_size(_batch_size(batch_size), device, per_row))
 
     def score(rows, b):
         cand = torch.from_numpy(ids[rows])[:, None]  # (b, 1)
@@ -267,14 +285,15 @@ def scan(
 
     compiled = bool(eng is not None and eng.compile)
     key = run_key(manifest)
-    scores, timing = score_groups([Group(np.arange(ids.size), bs, score)], ids, key=key, checkpoint=checkpoint,
+    group = Group(np.arange(ids.size), bs, score)
+    scores, timing = score_groups([group], ids, key=key, checkpoint=checkpoint,
                                   device=device, progress=progress, desc="scan",
                                   status="compiling the CPU layer (one-off)" if compiled else None,
                                   keep_checkpoint=keep_checkpoint)
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     tokens = [t if isinstance(t, str) else "" for t in tokens]
     texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    manifest.update({"batch_size": bs, "compiled": compiled, "tokens_per_row": tpr, **timing, "wall_s": round(time.perf_counter() - t0, 3),
+    manifest.update({"batch_size": group.batch_size, "compiled": compiled, "tokens_per_row": tpr, **timing, "wall_s": round(time.perf_counter() - t0, 3),
                      "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     res = ScanResult(ids, scores, tokens, texts, manifest)
     return res if keep_checkpoint else finish(res, checkpoint)
@@ -334,7 +353,8 @@ def _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size) -
         row_t = tmpl if odd is None else rows[odd].template
         on_engine = eng is not None and odd is None
         tpr = eng.tokens_per_row(n) if on_engine else len(row_t.prefix_ids) + n + len(row_t.suffix_ids)
-        bs = auto_batch_size(device, tpr) if batch_size == "auto" else _batch_size(batch_size)
+        per_row = row_bytes(model, tpr, prefix_len=len(row_t.prefix_ids), head=head, full_sequence=not on_engine)
+        bs = auto_batch_size(device, tpr, per_row) if batch_size == "auto" else cap_batch_size(_batch_size(batch_size), device, per_row)
 
         def score(sel, b, on_engine=on_engine, row_t=row_t):
             if on_engine:
@@ -494,13 +514,16 @@ class Selection:
         return "compat" if self.compat else ""
 
 
-def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, *, rows=None, **options):
+def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, *, rows=None,
+             audit: int = DEFAULT_AUDIT_N, audit_seed: int = DEFAULT_AUDIT_SEED, **options):
     """Score ``selection`` (default: the whole vocabulary) with :func:`scan` or :func:`score_texts`.
 
     ``rows``: optional callable ``n -> positions`` taking this process's share of the candidates
     (:meth:`rmfast.dist.Dist.mine`); ``options``: head, head_index, template, system, batch_size,
     engine, compile, progress, checkpoint, keep_checkpoint, model_info (as for :func:`scan`).
-    Returns (result, positions of its rows in the whole selection).
+    ``audit``: a bf16/fp16 scan rescores this many of its rows (seeded by ``audit_seed``) in fp32
+    and records the agreement in ``manifest["bf16_audit"]`` (:mod:`rmfast.audit`; default 512,
+    0: no audit). Returns (result, positions of its rows in the whole selection).
     """
     sel = selection or Selection()
     sel.check()
@@ -509,14 +532,37 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
         texts = [sel.texts[i] for i in order]
         res = score_texts(model, tokenizer, prompt, texts, compat=sel.compat, max_tokens=sel.max_tokens,
                           candidates_info=sel.texts_info, **options)
-        return res, order
-    ids, _, view = select_ids(model, tokenizer, sel.token_ids, exclude_special=sel.exclude_special,
-                              wordlike=sel.wordlike, dedup=sel.dedup)
-    order = rows(ids.size) if rows else np.arange(ids.size)
-    if sel.compat:
-        res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], max_tokens=sel.max_tokens, **options)
     else:
-        res = scan(model, tokenizer, prompt, token_ids=ids[order], **options)
-    res.manifest["vocab_view"] = view
+        ids, _, view = select_ids(model, tokenizer, sel.token_ids, exclude_special=sel.exclude_special,
+                                  wordlike=sel.wordlike, dedup=sel.dedup)
+        order = rows(ids.size) if rows else np.arange(ids.size)
+        if sel.compat:
+            res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], max_tokens=sel.max_tokens, **options)
+        else:
+            res = scan(model, tokenizer, prompt, token_ids=ids[order], **options)
+        res.manifest["vocab_view"] = view
+    a = audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options), n=audit, seed=audit_seed,
+                   what="ids" if sel.texts is None else "texts")
+    if a is not None:
+        res.manifest["bf16_audit"] = a
     return res, order
+
+
+def _rescorer(res, tokenizer, prompt: str, sel: Selection, options: dict):
+    """``rescore(fp32_model, rows)``: those rows of ``res`` scored again the same way, by another model
+    (the audit's fp32 copy): eager, auto batch, no checkpoint, no progress bar."""
+    m = res.manifest
+    kw = {"head": m["head"], "head_index": m["head_index"], "engine": m["engine"], "compile": "off", "progress": False,
+          "template": options.get("template"), "system": options.get("system")}
+
+    def rescore(m32, rows):
+        if isinstance(res, ScanResult):
+            return scan(m32, tokenizer, prompt, token_ids=res.token_ids[rows], **kw).scores
+        if res.source_ids is not None:
+            return decode_retokenize_scan(m32, tokenizer, prompt, res.source_ids[rows], max_tokens=sel.max_tokens,
+                                          **kw).scores
+        return score_texts(m32, tokenizer, prompt, [res.texts[i] for i in rows], compat=sel.compat,
+                           max_tokens=sel.max_tokens, **kw).scores
+
+    return rescore
 

@@ -2,19 +2,19 @@
 
 :class:`ScanResult` holds token scans (one vocabulary id per row), :class:`TextScanResult` text
 candidates (any number of tokens per row). Both write ``<out>.parquet`` + ``<out>.parquet.json``
-(the manifest) atomically, and :func:`merge_ranks` joins the shards of a multi-process scan.
+(the manifest) as a pair (:func:`rmfast.io.write_pair`: a reader never takes one for the other's
+partner), and :func:`merge_ranks` joins the shards of a multi-process scan.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .io import manifest_path, write_result
+from .io import read_manifest, write_result
 
 
 @dataclass
@@ -71,16 +71,15 @@ class ScanResult:
         return self.to_pandas().sort_values(["rank", "token_id"], ascending=[False, True]).head(k).reset_index(drop=True)
 
     def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write ``path`` (Parquet) and ``path.json`` (manifest), each atomically."""
+        """Write ``path`` (Parquet) and ``path.json`` (manifest) as a pair (:func:`rmfast.io.write_pair`)."""
         return write_result(path, self.to_pandas(), self.manifest, overwrite)
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "ScanResult":
         import pandas as pd
 
+        manifest = read_manifest(path, required=False) or {}
         df = pd.read_parquet(path).sort_values("token_id")
-        mp = manifest_path(path)
-        manifest = json.loads(mp.read_text()) if mp.exists() else {}
         return cls(
             df["token_id"].to_numpy(np.int64),
             df["score"].to_numpy(np.float32),
@@ -138,16 +137,15 @@ class TextScanResult:
         return df.sort_values("rank", ascending=False, kind="stable").head(k).reset_index(drop=True)
 
     def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write ``path`` (Parquet) and ``path.json`` (manifest), each atomically."""
+        """Write ``path`` (Parquet) and ``path.json`` (manifest) as a pair (:func:`rmfast.io.write_pair`)."""
         return write_result(path, self.to_pandas(), self.manifest, overwrite)
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "TextScanResult":
         import pandas as pd
 
+        manifest = read_manifest(path, required=False) or {}
         df = pd.read_parquet(path)
-        mp = manifest_path(path)
-        manifest = json.loads(mp.read_text()) if mp.exists() else {}
         tids = [list(map(int, r)) for r in df["token_ids"]] if "token_ids" in df else [[] for _ in range(len(df))]
         src = df["token_id"].to_numpy(np.int64) if "token_id" in df else None
         return cls(df["text"].tolist(), df["score"].to_numpy(np.float32), df["n_tokens"].to_numpy(np.int64), tids,
@@ -170,6 +168,7 @@ def merge_ranks(frames: list, manifests: list[dict]):
                 "candidates_per_s": round(len(df) / scan_s, 2) if scan_s > 0 else None,
                 "wall_s": max(float(m.get("wall_s") or 0) for m in manifests),
                 "resumed_candidates": sum(int(m.get("resumed_candidates") or 0) for m in manifests),
+                "scored_candidates": sum(int(m.get("scored_candidates") or 0) for m in manifests),
                 "distributed": {"world": len(frames), "split": "index % world == rank",
                                 "ranks": [{"rank": r, "n": int(len(f)), "scan_s": m.get("scan_s"), "device": m.get("device")}
                                           for r, (f, m) in enumerate(zip(frames, manifests))]}})

@@ -9,13 +9,21 @@ Layout::
           part.parquet                  the part's rows
           part.parquet.json             its manifest; written LAST, so it marks the part finished
           part.partial.npz              checkpoint of a part in progress (removed when it lands)
+          .part.lock                    held by the process computing the part
+      .store.lock                       held while store.json / manifest.json are written
 
-Every file is written atomically (temp file + rename). A part counts as finished only when its
-manifest exists, names the part's key and its Parquet is there: a run killed at any moment
+Every file is written atomically (temp file + rename), a part's Parquet and manifest as a pair
+(:func:`rmfast.io.write_pair`). A part counts as finished only when its manifest exists, names the
+part's key, and its Parquet is there with the manifest's write id: a run killed at any moment
 (``kill -9`` included) leaves either a finished part or none, never half a part, and a rerun
 recomputes exactly the unfinished ones (each part has one fixed file name, so nothing is ever
 written twice). The index ``manifest.json`` is derived from the part manifests and can always be
 rebuilt (:meth:`Store.write_index`).
+
+Several writers may share a store (two sweeps, ``--shard`` jobs): a process computes a part only
+while it holds the part's lock (:meth:`Store.claim`; an OS file lock, released when the process
+dies, so a killed writer never leaves a stale one), and only the lock holder writes or cleans the
+part's folder. store.json and manifest.json are written under the store lock (:meth:`Store.lock`).
 
 Part files hold: token_id (Int64, <NA> for text candidates), token, text, n_tokens, score (float32),
 rank (1 = best within the part), token_ids (the response ids scored). Each part manifest carries
@@ -24,6 +32,7 @@ rank (1 = best within the part), token_ids (the response ids scored). Each part 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -35,7 +44,7 @@ import numpy as np
 
 from .version import __version__
 from .errors import UserError
-from .io import manifest_path, write_json, write_parquet
+from .io import WRITE_ID, manifest_path, parquet_write_id, write_json, write_pair
 
 SCHEMA_VERSION = 1
 PART_FILE = "part.parquet"
@@ -124,8 +133,9 @@ class Store:
         r = self.root
         if r.exists() and not r.is_dir():
             raise UserError(f"results path {r} is a file; give a directory for the results store")
-        if not r.exists() or not [x for x in r.iterdir() if not (x.name.startswith(".store.json.") and x.name.endswith(".tmp"))]:
-            return "new"  # empty, or only the temp file of a creation that was killed
+        if not r.exists() or not [x for x in r.iterdir() if not ((x.name.startswith(".store.json.") and x.name.endswith(".tmp"))
+                                                                 or x.name == ".store.lock")]:
+            return "new"  # empty, or only the temp file (and lock) of a creation that was killed
         info = self.info()
         if info is None:
             raise UserError(f"{r} exists and is not an rmfast results store (no readable store.json); "
@@ -167,22 +177,61 @@ class Store:
     def part_manifest(self, part: PartRef) -> dict | None:
         return _read_json(manifest_path(self.part_path(part)))
 
-    def is_done(self, part: PartRef) -> bool:
+    def done_manifest(self, part: PartRef) -> dict | None:
+        """The manifest of a finished part (its key, its Parquet with the same write id), else None."""
         m = self.part_manifest(part)
-        return bool(m) and m.get("key") == part.key and self.part_path(part).is_file()
+        if not m or m.get("key") != part.key or not self.part_path(part).is_file():
+            return None
+        try:
+            return m if m.get(WRITE_ID) == parquet_write_id(self.part_path(part)) else None
+        except Exception:  # an unreadable Parquet is not a finished part
+            return None
+
+    def is_done(self, part: PartRef) -> bool:
+        return self.done_manifest(part) is not None
 
     def write_part(self, part: PartRef, df, manifest: dict) -> Path:
-        """Parquet first, then the manifest that marks the part finished: both atomic."""
+        """The part's Parquet and the manifest that marks it finished, as a pair (:func:`rmfast.io.write_pair`)."""
         p = self.part_path(part)
-        m = manifest_path(p)
-        if m.exists():  # a stale manifest must not vouch for the new Parquet while it is written
-            m.unlink()
-        write_parquet(p, df)
-        write_json(m, {**manifest, "key": part.key, "rows": int(len(df)), "schema": SCHEMA_VERSION})
+        write_pair(p, df, {**manifest, "key": part.key, "rows": int(len(df)), "schema": SCHEMA_VERSION})
         return p
 
+    # ------------------------------------------------------------------ writers
+    @contextlib.contextmanager
+    def claim(self, part: PartRef, *, wait: bool = False):
+        """Hold the part's lock while computing it: yields True when this process holds it, False when
+        another writer does (with ``wait``, blocks until that one finishes or dies).
+
+        The lock file stays (removing it would let a third writer lock a fresh file while a second
+        waits on the old one).
+        """
+        from filelock import FileLock, Timeout
+
+        d = self.root / part.relpath
+        d.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(d / ".part.lock"))
+        try:
+            lock.acquire(timeout=-1 if wait else 0)
+        except Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold the store lock (blocking) while writing store.json or manifest.json, or cleaning their temps."""
+        from filelock import FileLock
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.root / ".store.lock")):
+            yield
+
     def clean_temp(self, part: PartRef) -> int:
-        """Remove temp files a killed writer left in the part's folder (call only for parts this process owns)."""
+        """Remove temp files a killed writer left in the part's folder. Call only while holding the
+        part's :meth:`claim`: its holder is the only process that writes there."""
         n = 0
         for t in (self.root / part.relpath).glob(".part.*.tmp"):
             t.unlink(missing_ok=True)
@@ -190,7 +239,7 @@ class Store:
         return n
 
     def clean_root_temp(self) -> None:
-        """Remove temp files of store.json / manifest.json left by a killed writer (single writer only)."""
+        """Remove temp files of store.json / manifest.json left by a killed writer (hold :meth:`lock`)."""
         for t in list(self.root.glob(".store.json.*.tmp")) + list(self.root.glob(".manifest.json.*.tmp")):
             t.unlink(missing_ok=True)
 
@@ -214,8 +263,8 @@ class Store:
     def status(self, plan: list[PartRef]) -> list[dict]:
         out = []
         for part in plan:
-            m = self.part_manifest(part) or {}
-            done = m.get("key") == part.key and self.part_path(part).is_file()
+            m = self.done_manifest(part) or {}
+            done = bool(m)
             out.append({"model": part.model, "prompt_name": part.prompt_name, "prompt": part.prompt,
                         "candidates": part.candidates, "path": part.relpath + "/" + PART_FILE, "done": done,
                         "rows": m.get("rows") if done else None, "rank": m.get("rank") if done else None,
@@ -262,8 +311,8 @@ class Store:
         frames = []
         missing = []
         for part in plan:
-            m = self.part_manifest(part)
-            if not m or m.get("key") != part.key or not self.part_path(part).is_file():
+            m = self.done_manifest(part)
+            if m is None:
                 missing.append(part)
                 continue
             try:

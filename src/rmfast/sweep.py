@@ -22,6 +22,7 @@ The config (YAML; relative paths are relative to the config file)::
         random_head_seed: null
         engine: auto                      #   auto | fast | reference
         compile: auto                     #   auto | on | off (the compiled CPU layer)
+        audit: 512                        #   bf16/fp16: rows rescored in fp32 (manifest scan.bf16_audit); 0: off
     prompts: ../shared/data/prompts/paper_b_prompts.yaml   # a YAML file (name: text), a mapping, or a list
     candidates:                           # name: set (default: the whole vocabulary)
       vocab: vocabulary
@@ -51,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from . import dist
+from .audit import DEFAULT_AUDIT_N
 from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, file_sha256, read_candidates
 from .errors import UserError
 from .io import slug
@@ -59,7 +61,7 @@ from .template import unescape
 
 TOP_KEYS = ("out", "defaults", "models", "prompts", "candidates", "compat", "max_tokens")
 MODEL_KEYS = ("model", "name", "dtype", "device", "device_map", "head", "head_index", "template", "system",
-              "batch_size", "trust_remote_code", "random_head_seed", "engine", "compile", "cache_dir")
+              "batch_size", "trust_remote_code", "random_head_seed", "engine", "compile", "cache_dir", "audit")
 RESULT_KEYS = ("name", "model", "dtype", "head", "head_index", "template", "system", "trust_remote_code",
                "random_head_seed")  # what changes the scores (device, batch size, engine do not)
 VOCAB_KEYS = ("exclude_special", "wordlike", "dedup", "token_ids")
@@ -89,6 +91,7 @@ class ModelCfg:
     engine: str = "auto"
     compile: str = "auto"
     cache_dir: str | None = None
+    audit: int = DEFAULT_AUDIT_N
 
     def result_fields(self) -> dict:
         return {k: getattr(self, k) for k in RESULT_KEYS}
@@ -247,6 +250,7 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
         engine=c.get("engine", "str", "auto", choices=("auto", "fast", "reference"), allow_none=False),
         compile=c.get("compile", "str", "auto", choices=("auto", "on", "off"), allow_none=False),
         cache_dir=c.get("cache_dir", "str"),
+        audit=c.get("audit", "int", DEFAULT_AUDIT_N, minimum=0, allow_none=False),
     )
     return m
 
@@ -504,7 +508,7 @@ def _score_part(lm, m: ModelCfg, cfg: SweepConfig, prompt: str, c: CandSet, ck: 
                       template=unescape(m.template) if m.template is not None else lm.default_template, system=m.system,
                       batch_size=m.batch_size, progress=progress, model_info={**lm.source, "name": m.name},
                       engine=dist.engine_for(m.device_map, m.engine), compile=m.compile, checkpoint=ck,
-                      keep_checkpoint=True)
+                      keep_checkpoint=True, audit=m.audit)
     if c.kind == "file":
         df = frame_from_texts(res)
     elif cfg.compat:
@@ -537,67 +541,109 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
     try:
         dist.barrier(d)  # every rank has checked the store before rank 0 changes it
         if d.is_main or not d.group:
-            if d.world == 1 or d.group:  # the only writer of store.json / manifest.json
+            with store.lock():  # another sweep on this store may be starting too
                 store.clean_root_temp()
-            if mode in ("new", "adopt"):
-                store.create(chash, cfg.normalized(), plan, source=str(cfg.path) if cfg.path else None)
-            if mode == "adopt":
-                removed = store.remove_stale({p.relpath for p in plan})
-                if removed:
-                    _log(d, f"--force: removed {len(removed)} part(s) not in the new config")
+                mode = store.check(chash, cfg.normalized(), force=force)
+                if mode in ("new", "adopt"):
+                    store.create(chash, cfg.normalized(), plan, source=str(cfg.path) if cfg.path else None)
+                if mode == "adopt":
+                    removed = store.remove_stale({p.relpath for p in plan})
+                    if removed:
+                        _log(d, f"--force: removed {len(removed)} part(s) not in the new config")
         dist.barrier(d)
         mine = assign(plan, cfg, d.world)[d.rank]
-        for p in mine:  # a kill -9 mid-write leaves a temp file behind; this rank owns these folders
-            store.clean_temp(p)
         todo = [p for p in mine if not store.is_done(p)]
         _log(d, f"{len(plan)} parts ({len(cfg.models)} models × {len(cfg.prompts)} prompts × {len(cfg.candidates)} "
                 f"candidate sets); this process: {len(mine)}, {len(mine) - len(todo)} already done")
-        bars = progress and (d.is_main or not d.group)
-        by_model = {m.name: m for m in cfg.models}
-        order: list[str] = []
-        for p in todo:
-            if p.model not in order:
-                order.append(p.model)
-        cands = {c.name: c for c in cfg.candidates}
-        k = 0
-        for name in order:
-            m = by_model[name]
-            t_load = time.perf_counter()
-            lm = dist.load_model(m.model, dtype=m.dtype, device=dist.device_for(d, m.device), device_map=m.device_map,
-                                 trust_remote_code=m.trust_remote_code, cache_dir=m.cache_dir,
-                                 random_head_seed=m.random_head_seed)
-            _log(d, f"loaded {name} in {time.perf_counter() - t_load:.1f} s")
-            for p in [p for p in todo if p.model == name]:
-                k += 1
-                t0 = time.perf_counter()
-                ck = store.checkpoint_path(p)
-                df, man = _score_part(lm, m, cfg, p.prompt, cands[p.candidates], ck, bars)
-                wall = time.perf_counter() - t0
-                store.write_part(p, df, {"model": {**lm.source, "name": m.name}, "prompt": p.prompt,
-                                         "prompt_name": p.prompt_name, "candidates": p.candidates, "rank": d.rank,
-                                         "world": d.world, "wall_s": round(wall, 3), "scan": man})
-                ck.unlink(missing_ok=True)  # only once the store holds the part
-                _log(d, f"[{k}/{len(todo)}] {p.model} × {p.prompt_name} × {p.candidates}: {len(df)} rows in {wall:.1f} s")
-                if d.world == 1:
-                    store.write_index(plan, chash)
-            del lm
-            gc.collect()
-            try:
-                import torch
-
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-            except Exception:  # pragma: no cover
-                pass
+        run = _PartRunner(store, cfg, d, plan, chash, progress and (d.is_main or not d.group), len(todo))
+        busy = run.parts(todo, wait=False)
+        if busy:  # another writer holds them: wait for it, then take over whatever it did not finish
+            _log(d, f"{len(busy)} part(s) are being computed by another writer; waiting for them")
+            run.parts(busy, wait=True)
         dist.barrier(d)
         if d.group and not d.is_main:
             return {"n_parts": len(plan), "complete": None}  # rank 0 reports
         n_done = sum(store.is_done(p) for p in plan)
         if d.group or d.world == 1 or n_done == len(plan):  # --shard jobs: only the one that sees it all done
-            return store.write_index(plan, chash)
+            with store.lock():
+                return store.write_index(plan, chash)
         return {"n_parts": len(plan), "n_done": n_done, "complete": False, "rows": None}
     finally:
         dist.finish(d)
+
+
+class _PartRunner:
+    """Computes parts of one store, each only while holding its lock (:meth:`rmfast.store.Store.claim`),
+    loading each model once per pass and only when one of its parts is really computed."""
+
+    def __init__(self, store: Store, cfg: SweepConfig, d: dist.Dist, plan: list[PartRef], chash: str, bars: bool, n: int):
+        self.store, self.cfg, self.d, self.plan, self.chash, self.bars, self.n = store, cfg, d, plan, chash, bars, n
+        self.k = 0  # parts computed by this process
+
+    def parts(self, parts: list[PartRef], *, wait: bool) -> list[PartRef]:
+        """Compute ``parts`` (model-major); returns those another writer holds (none with ``wait``)."""
+        busy: list[PartRef] = []
+        by_model = {m.name: m for m in self.cfg.models}
+        for name in dict.fromkeys(p.model for p in parts):
+            lm = None
+            for p in [p for p in parts if p.model == name]:
+                with self.store.claim(p, wait=wait) as held:
+                    if not held:
+                        busy.append(p)
+                    elif not self.store.is_done(p):  # another writer may have finished it meanwhile
+                        lm = lm or self._load(by_model[name])
+                        self._one(lm, by_model[name], p)
+            if lm is not None:
+                del lm
+                _free_memory()
+        return busy
+
+    def _load(self, m: ModelCfg):
+        t_load = time.perf_counter()
+        lm = dist.load_model(m.model, dtype=m.dtype, device=dist.device_for(self.d, m.device), device_map=m.device_map,
+                             trust_remote_code=m.trust_remote_code, cache_dir=m.cache_dir,
+                             random_head_seed=m.random_head_seed)
+        _log(self.d, f"loaded {m.name} in {time.perf_counter() - t_load:.1f} s")
+        return lm
+
+    def _one(self, lm, m: ModelCfg, p: PartRef) -> None:
+        """Compute one claimed part, write it, then drop its checkpoint."""
+        from .audit import audit_line
+
+        store, d = self.store, self.d
+        store.clean_temp(p)  # a killed writer's temp files; this process holds the part's lock
+        self.k += 1
+        t0 = time.perf_counter()
+        ck = store.checkpoint_path(p)
+        df, man = _score_part(lm, m, self.cfg, p.prompt, {c.name: c for c in self.cfg.candidates}[p.candidates], ck,
+                              self.bars)
+        wall = time.perf_counter() - t0
+        try:
+            store.write_part(p, df, {"model": {**lm.source, "name": m.name}, "prompt": p.prompt,
+                                     "prompt_name": p.prompt_name, "candidates": p.candidates, "rank": d.rank,
+                                     "world": d.world, "wall_s": round(wall, 3), "scan": man})
+        except OSError as e:  # a full disk, a read-only folder: the scores stay in the checkpoint
+            raise UserError(f"cannot write {store.part_path(p)}: {e.strerror or e}; the part's scores are kept in "
+                            f"{ck} — free space (or fix the folder) and rerun the sweep to write them without "
+                            "rescoring") from None
+        ck.unlink(missing_ok=True)  # only once the store holds the part
+        line = audit_line(man.get("bf16_audit"))
+        _log(d, f"[{self.k}/{self.n}] {p.model} × {p.prompt_name} × {p.candidates}: {len(df)} rows in {wall:.1f} s"
+                + (f"; {line}" if line else ""))
+        if d.world == 1:
+            with store.lock():
+                store.write_index(self.plan, self.chash)
+
+
+def _free_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # pragma: no cover
+        pass
 
 
 def summarize(root: str | os.PathLike) -> dict:

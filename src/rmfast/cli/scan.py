@@ -41,6 +41,9 @@ def register(sub) -> None:
                    help="torch.compile the CPU decoder layer: auto (default: for big CPU jobs), on, off")
     p.add_argument("--device-map", default=None,
                    help="e.g. auto: spread a large model over the GPUs (accelerate; plain-HF path; default off)")
+    p.add_argument("--audit", type=int, default=512, metavar="N",
+                   help="a bf16/fp16 scan rescores N seeded candidates in fp32 and reports the agreement "
+                        "(manifest bf16_audit; default 512, 0: off)")
     p.add_argument("--top", type=int, default=20, help="rows in the printed top/bottom tables (default 20)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
@@ -69,6 +72,8 @@ def run(args) -> int:
     from ..pipeline import finish, run_scan
 
     common.check_top(args.top)
+    if args.audit < 0:
+        raise UserError(f"--audit {args.audit}: give the number of candidates to rescore in fp32, or 0 for none")
     sel = selection(args)
     d = dist.from_env()
     if args.out:
@@ -83,11 +88,13 @@ def run(args) -> int:
         rank_tag = f".{d.tag()}" if d.world > 1 else ""
         ck = Path(f"{out}.partial{rank_tag}.npz")
         with output_lock(f"{out}{rank_tag}"):
+            check_output(out, args.overwrite)  # again, holding the lock: a job that just finished wrote it
             res, order = run_scan(
                 lm.model, lm.tokenizer, args.prompt, sel, rows=d.mine if d.world > 1 else None,
                 head=args.head, head_index=args.head_index, template=common.template_arg(args, lm), system=args.system,
                 batch_size=args.batch_size, engine=engine, compile=args.compile,
-                progress=not args.no_progress and d.is_main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source)
+                progress=not args.no_progress and d.is_main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source,
+                audit=args.audit)
             if d.world > 1:
                 res = _gather(d, out, res, order)
                 if res is None:
@@ -146,4 +153,9 @@ def _print_summary(res, top: int, out, world: int) -> None:
         rate = f"{m['candidates_per_s']} cand/s; " if m.get("candidates_per_s") else ""
         print(f"\n{m['n_candidates']} candidates in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "
               f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s")
+    from ..audit import audit_line
+
+    line = audit_line(m.get("bf16_audit"))
+    if line:
+        print(line)
     print(f"wrote {out} and {out}.json")
