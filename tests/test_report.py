@@ -87,9 +87,37 @@ def test_report_lists_sections_it_cannot_run(tmp_path):
     one = scans[scans["prompt"] == BEST]
     html = build_report(one, n_perm=50, k=3)
     assert "Not run: no human scores given" in html
-    assert "Not run: no AFINN lexicon given" in html
     assert "needs a negatively framed" in html
     assert 'id="distributions"' in html and len(_images(html)) >= 2
+
+
+def test_report_defaults_to_the_installed_lexicons(tmp_path):
+    """No --afinn / --frequencies: the afinn package's AFINN-111 and wordfreq's list, said in the section."""
+    pytest.importorskip("afinn")
+    pytest.importorskip("wordfreq")
+    scans, _ = _inputs(tmp_path)
+    html = build_report(scans, n_perm=50, k=3)
+    assert "Lexicon: AFINN-111 from the <code>afinn</code> package" in html
+    assert "Frequencies: the <code>wordfreq</code> package" in html
+    assert "no AFINN lexicon given" not in html and "no word-frequency list given" not in html
+
+
+def test_a_failing_section_does_not_end_the_report(tmp_path, monkeypatch, capsys):
+    """An unexpected error in one analysis is that section's reason (and one stderr line); the rest run."""
+    import rmfast.analysis.report as R
+
+    def boom(sec, x):
+        raise ZeroDivisionError("planted")
+
+    specs = R._section_specs
+    monkeypatch.setattr(R, "_section_specs", lambda x: [(k, t, i, boom if k == "agreement" else fn)
+                                                       for k, t, i, fn in specs(x)])
+    scans, _ = _inputs(tmp_path)
+    html = build_report(scans, n_perm=50, k=3, afinn=tmp_path / "afinn.txt")
+    assert "failed: ZeroDivisionError: planted" in html
+    assert 'id="distributions"' in html and 'id="sentiment"' in html and "valence" in html
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "report section" in err[0] and "planted" in err[0]
 
 
 def test_report_cli_and_atomic_write(tmp_path, monkeypatch):

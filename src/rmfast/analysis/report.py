@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
+import importlib.util
 import sys
 from dataclasses import dataclass, field
 from functools import partial
@@ -276,10 +277,13 @@ def _human(sec: Section, x: _Inputs) -> None:
 def _sentiment(sec: Section, x: _Inputs) -> None:
     from .. import analysis as A
 
-    if x.afinn is None:
-        raise UserError("no AFINN lexicon given (--afinn FILE)")
-    res = A.sentiment(x.scans, x.afinn, framing=x.framing)
+    # No --afinn: the afinn package's AFINN-111 (load_afinn(None); a one-line reason when it is absent).
+    afinn = x.afinn if x.afinn is not None else A.load_afinn(None)
+    res = A.sentiment(x.scans, afinn, framing=x.framing)
     sec.result = res
+    if x.afinn is None:
+        sec.body.append("<p class='note'>Lexicon: AFINN-111 from the <code>afinn</code> package "
+                        "(the default; <code>--afinn FILE</code> gives another).</p>")
     if res.slopes["slope"].isna().all():
         raise UserError("no valence slope could be fitted (too few AFINN words or one "
                         "valence level per sign); see the analysis notes")
@@ -296,10 +300,17 @@ def _sentiment(sec: Section, x: _Inputs) -> None:
 def _exposure(sec: Section, x: _Inputs) -> None:
     from .. import analysis as A
 
-    if x.frequencies is None:
-        raise UserError("no word-frequency list given (--frequencies FILE or wordfreq)")
-    res = A.exposure(x.scans, x.frequencies, x.afinn, framing=x.framing, use_valence=x.afinn is not None)
+    freqs = x.frequencies
+    if freqs is None:  # no --frequencies: wordfreq's English list when the package is installed
+        if importlib.util.find_spec("wordfreq") is None:
+            raise UserError("no word-frequency list given: --frequencies FILE (BNC list or word,frequency), "
+                            "or pip install wordfreq")
+        freqs = "wordfreq"
+    res = A.exposure(x.scans, freqs, x.afinn, framing=x.framing, use_valence=x.afinn is not None)
     sec.result = res
+    if x.frequencies is None:
+        sec.body.append("<p class='note'>Frequencies: the <code>wordfreq</code> package's English list "
+                        "(the default; <code>--frequencies FILE</code> gives another, e.g. the BNC).</p>")
     sec.body.append(img_html(A.plots.exposure_plot(res.slopes, x.styles), "exposure"))
     sec.body.append(table_html(_label_models(res.slopes, x.styles)))
 
@@ -403,12 +414,18 @@ def _section_specs(x: _Inputs) -> list[tuple]:
 
 
 def _run_section(key: str, title: str, intro: str, fn, x: _Inputs) -> Section:
-    """Run one section; a UserError (a missing input) becomes its reason for not running."""
+    """Run one section; a UserError (a missing input) becomes its reason for not running, and any other
+    error ends only this section (its reason, and one line on stderr), never the whole report."""
     sec = Section(key, title, intro)
     try:
         fn(sec, x)
     except UserError as exc:
         sec.skipped = str(exc)
+    except Exception as exc:  # noqa: BLE001 - one failing analysis must not lose the others
+        sec.body = []
+        sec.skipped = f"failed: {type(exc).__name__}: {exc}"
+        print(f"rmfast: report section '{title}' failed ({type(exc).__name__}: {exc}); the others are kept",
+              file=sys.stderr)
     return sec
 
 
@@ -439,8 +456,8 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     >>> html_text = out.read_text(encoding="utf-8")
     >>> html_text.startswith("<!DOCTYPE html>"), 'id="human"' in html_text
     (True, True)
-    >>> html_text.count("Not run:")  # no AFINN, no frequencies, no negative prompt, no model metadata given
-    4
+    >>> "Not run:" in html_text  # no negative prompt and no model metadata given: those sections say why
+    True
     """
     from .. import analysis as A
     from .plots import Styles

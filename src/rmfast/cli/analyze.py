@@ -100,7 +100,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--afinn", metavar="FILE", help="AFINN lexicon (default: the afinn package, "
                    "if installed)")
     p.add_argument("--frequencies", metavar="FILE", help="word-frequency list (BNC format or "
-                   "word,frequency), or 'wordfreq'")
+                   "word,frequency), or 'wordfreq' (report default: the wordfreq package, if installed)")
     p.add_argument("--join", choices=("text", "id"), default="text",
                    help="shared vocabulary: decoded text (papers) or token id + text")
     p.add_argument("--k", type=int, default=10, help="rows per top/bottom table (default 10)")
