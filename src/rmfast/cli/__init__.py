@@ -19,9 +19,9 @@ COMMANDS = (scan, logprobs, implicit, gcg, sweep, analyze, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rmfast", description="Exhaustive, exact, fast reward-model scanning.")
+    ap = common.Parser(prog="rmfast", description="Exhaustive, exact, fast reward-model scanning.")
     ap.add_argument("--version", action="version", version=f"rmfast {__version__}")
-    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=common.Parser)
     sub.required = True
     for cmd in COMMANDS:
         cmd.register(sub)
