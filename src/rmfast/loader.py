@@ -44,6 +44,7 @@ __all__ = [
     "model_kind",
     "check_weights",
     "check_gguf_header",
+    "preflight",
 ]
 
 _DTYPES = {
@@ -556,6 +557,35 @@ def _load_folder(
     model.eval()
     model.requires_grad_(False)
     return model, tokenizer, kind, random_head_seed is not None
+
+
+def preflight(spec: str, *, cache_dir: str | os.PathLike | None = None, allow_pickle: bool = False) -> None:
+    """Cheap checks that :func:`load` can read ``spec``'s files, without loading any weights: a GGUF
+    header, or a folder's config.json (valid JSON), safetensors headers and no bare pickles. A job
+    over many models (a sweep) calls this for each before it writes anything; UserError names the
+    broken file. Embedded aliases and names that are not local paths are left to :func:`load`.
+    """
+    if embedded.get(str(spec)) is not None:
+        return
+    path = Path(str(spec)).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        check_gguf_header(path)
+    elif path.is_dir() and (path / "config.json").is_file():
+        try:
+            json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot read the config of '{path}': {str(exc).splitlines()[0]} "
+                            "(fix or re-download config.json)") from None
+        check_weights(path, allow_pickle)
+        from safetensors import safe_open
+
+        for f in sorted(path.glob("*.safetensors")):
+            try:
+                with safe_open(str(f), framework="pt"):
+                    pass
+            except (SafetensorError, OSError) as exc:
+                raise UserError(f"cannot read the weights of '{path}': {f.name}: {str(exc).splitlines()[0][:200]} "
+                                "(a damaged or partial download: fetch the weight files again)") from None
 
 
 # --------------------------------------------------------------------------------------------
