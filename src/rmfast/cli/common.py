@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from ..template import unescape
 
@@ -96,8 +97,6 @@ def writable(path, *, folder: bool = False) -> Path:
     Checked before any work and creating nothing: the nearest existing ancestor must be a folder
     this process may write (a path under a regular file, or in a read-only folder, is refused).
     """
-    from pathlib import Path
-
     from ..errors import UserError
 
     p = Path(path)
