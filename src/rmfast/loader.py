@@ -290,7 +290,6 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     target = _converted_dir(gguf, sha, cache)
     if _is_complete(target):
         return target
-    check_gguf_header(gguf)  # before the "converting" note: a broken file is one line
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"rmfast: converting {gguf.name} once into {target} (once; a minute or two)", file=sys.stderr)
     t0 = time.perf_counter()
@@ -642,6 +641,8 @@ def load(
             raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
         gguf = gguf.resolve()
         sha = gguf_sha256(gguf, cache)
+        if not _is_complete(_converted_dir(gguf, sha, cache)):
+            check_gguf_header(gguf)  # before the conversion and its note: a broken file is one line
         folder = convert_gguf(gguf, cache, sha256=sha)
         source.update(type="gguf", name=gguf.stem, path=str(gguf), sha256=sha)
     elif path.is_dir():
