@@ -42,7 +42,11 @@ def run(func, args) -> int:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UserError as e:  # an unknown option or a bad value (common.Parser)
+        print(f"rmfast: error: {e}", file=sys.stderr)
+        return e.exit_code
     return run(args.func, args)
 
 

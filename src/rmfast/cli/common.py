@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -113,10 +114,14 @@ def writable(path, *, folder: bool = False) -> Path:
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (no usage block), naming the --help to read."""
+    """An argument parser whose errors are a UserError (one line, exit 2, no usage block), naming the
+    --help to read: ``main`` reports them like every other bad input."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        from ..errors import UserError
+
+        message = re.sub(r"^argument (\S+): must be", r"\1 must be", message)  # "--k must be an integer >= 1"
+        raise UserError(f"{message} (see {self.prog} --help)")
 
 
 def int_at_least(lo: int):
