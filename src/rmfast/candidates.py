@@ -259,7 +259,34 @@ def ids_digest(rows: list[Row]) -> str:
     return h.hexdigest()
 
 
-def max_response_len(model, tmpl) -> int | None:
+def max_positions(model) -> int | None:
+    """The model's context length (``max_position_embeddings`` of its text config), None if it has none."""
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     n = getattr(cfg, "max_position_embeddings", None)
-    return None if n is None else int(n) - len(tmpl.prefix_ids) - len(tmpl.suffix_ids)
+    return None if n is None else int(n)
+
+
+def max_response_len(model, tmpl) -> int | None:
+    n = max_positions(model)
+    return None if n is None else n - len(tmpl.prefix_ids) - len(tmpl.suffix_ids)
+
+
+def check_context(model, n_prefix: int, n_response: int = 1, n_suffix: int = 0) -> None:
+    """UserError unless prompt side + response + suffix fit the model's positions.
+
+    A longer sequence would be scored silently past the positions the model was trained on (or
+    fail inside attention); scan, text scans, logprobs, GCG, implicit and sweeps all call this.
+
+    >>> from types import SimpleNamespace
+    >>> m = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=512))
+    >>> check_context(m, 500, 1, 5)
+    >>> check_context(m, 4031, 1, 5)
+    Traceback (most recent call last):
+    rmfast.errors.UserError: the sequence is 4031 prompt + 1 response + 5 suffix = 4037 tokens, over the model's 512 positions (max_position_embeddings): shorten --prompt, --system or --template
+    """
+    limit = max_positions(model)
+    total = n_prefix + n_response + n_suffix
+    if limit is not None and total > limit:
+        raise UserError(f"the sequence is {n_prefix} prompt + {n_response} response + {n_suffix} suffix = {total} tokens, "
+                        f"over the model's {limit} positions (max_position_embeddings): shorten --prompt, --system "
+                        "or --template")

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .candidates import check_context
 from .errors import UserError
 from .gcg_result import GCGResult, RandomSearchResult
 from .pipeline import oom_batches
@@ -373,6 +374,7 @@ def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template |
             warnings.warn(f"rmfast: --init holds {len(bad)} excluded token(s) (e.g. id {bad[0]}); GCG only replaces them "
                           "with allowed tokens where a step picks their position", stacklevel=3)
     L = len(init_ids) if init_ids is not None else cfg.length
+    check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
     k = min(cfg.topk, allowed_ids.numel())
 
     scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L,
@@ -594,6 +596,7 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
                                  allow_special=cfg.allow_special).nonzero()[:, 0]
     retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
     L = cfg.length
+    check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
     scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L)  # random search: short
     gen = torch.Generator().manual_seed(cfg.seed)
     seen: set[bytes] = set()

@@ -11,8 +11,10 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
+import struct
 import sys
 import tempfile
 import time
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors import SafetensorError
 
 from . import embedded, registry
 from .errors import UserError
@@ -40,6 +43,9 @@ __all__ = [
     "gguf_sha256",
     "convert_gguf",
     "model_kind",
+    "check_weights",
+    "check_gguf_header",
+    "preflight",
 ]
 
 _DTYPES = {
@@ -182,14 +188,28 @@ def _load_gguf_direct(gguf: Path, *, tokenizer: bool = True):
     folder, name = str(gguf.parent), gguf.name
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    except (ValueError, KeyError, RuntimeError) as exc:
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name) if tokenizer else None
+    except (ValueError, KeyError, RuntimeError, IndexError, EOFError, OSError, struct.error) as exc:
+        # a damaged file fails inside the GGUF reader with whatever error its bytes lead to
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(
-            f"cannot read GGUF '{gguf}': {msg} (transformers reads Llama, Gemma, Qwen2, Mistral and a few other "
-            f"architectures; convert other models to a Hugging Face folder)"
+            f"cannot read GGUF '{gguf}': {msg[:200]} (a damaged or partial download: fetch the file again; "
+            f"transformers reads Llama, Gemma, Qwen2, Mistral and a few other architectures)"
         ) from None
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name) if tokenizer else None
     return model, tok
+
+
+_GGUF_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata count
+
+
+def check_gguf_header(path: Path) -> None:
+    """UserError unless ``path`` starts with a whole GGUF header (catches empty, truncated and foreign files)."""
+    with open(path, "rb") as fh:
+        head = fh.read(_GGUF_HEADER.size)
+    if len(head) < _GGUF_HEADER.size or head[:4] != b"GGUF":
+        what = "is truncated" if head[:4] == b"GGUF" else "is not a GGUF file (no GGUF magic bytes)"
+        raise UserError(f"'{path}' {what} ({path.stat().st_size} bytes): download the .gguf again, or pass a "
+                        "model folder")
 
 
 _TOKENIZER_PROBES = (
@@ -439,6 +459,19 @@ def _init_random_head(model, seed: int) -> None:
             head.bias.zero_()
 
 
+_PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def check_weights(folder: Path, allow_pickle: bool = False) -> None:
+    """Refuse a folder whose only weights are pickles (unpickling can run code) unless ``allow_pickle``."""
+    if allow_pickle or any(folder.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for pat in _PICKLES for p in folder.glob(pat))
+    if pickles:
+        raise UserError(f"model folder '{folder}' has only pickled weights ({', '.join(pickles[:3])}), and loading a "
+                        "pickle can run code: convert them to safetensors, or pass --allow-pickle if you trust them")
+
+
 def _load_folder(
     folder: Path,
     *,
@@ -447,6 +480,7 @@ def _load_folder(
     trust_remote_code: bool,
     random_head_seed: int | None,
     attn_implementation: str | None,
+    allow_pickle: bool = False,
 ):
     from transformers import AutoConfig, AutoTokenizer
 
@@ -454,12 +488,14 @@ def _load_folder(
         raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder or a .gguf file")
     try:
         config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # transformers reports broken JSON as OSError
         if "trust_remote_code" in str(exc):
             raise UserError(
                 f"model '{folder}' contains custom code: pass --trust-remote-code if you trust it"
             ) from None
-        raise UserError(f"cannot read the config of '{folder}': {str(exc).splitlines()[0]}") from None
+        raise UserError(f"cannot read the config of '{folder}': {str(exc).splitlines()[0]} "
+                        "(fix or re-download config.json)") from None
+    check_weights(folder, allow_pickle)
     torch_dtype = resolve_dtype(dtype, device, getattr(config, "dtype", None) or getattr(config, "torch_dtype", None))
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
@@ -494,9 +530,15 @@ def _load_folder(
             kwargs["pad_token_id"] = tokenizer.pad_token_id
     else:
         cls = auto_class(config, kind)
+    if not allow_pickle:
+        kwargs["use_safetensors"] = True  # never unpickle unless asked (check_weights said why)
     with quiet_transformers():
         try:
             model, info = cls.from_pretrained(folder, output_loading_info=True, **kwargs)
+        except (SafetensorError, OSError, EOFError, pickle.UnpicklingError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UserError(f"cannot read the weights of '{folder}': {msg[:200]} (a damaged or partial download: "
+                            "fetch the weight files again)") from None
         except ValueError as exc:
             text = str(exc)
             if "trust_remote_code" in text:
@@ -551,6 +593,35 @@ def _finish(model, tokenizer, device):
     return model
 
 
+def preflight(spec: str, *, cache_dir: str | os.PathLike | None = None, allow_pickle: bool = False) -> None:
+    """Cheap checks that :func:`load` can read ``spec``'s files, without loading any weights: a GGUF
+    header, or a folder's config.json (valid JSON), safetensors headers and no bare pickles. A job
+    over many models (a sweep) calls this for each before it writes anything; UserError names the
+    broken file. Embedded aliases and names that are not local paths are left to :func:`load`.
+    """
+    if embedded.get(str(spec)) is not None:
+        return
+    path = Path(str(spec)).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        check_gguf_header(path)
+    elif path.is_dir() and (path / "config.json").is_file():
+        try:
+            json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot read the config of '{path}': {str(exc).splitlines()[0]} "
+                            "(fix or re-download config.json)") from None
+        check_weights(path, allow_pickle)
+        from safetensors import safe_open
+
+        for f in sorted(path.glob("*.safetensors")):
+            try:
+                with safe_open(str(f), framework="pt"):
+                    pass
+            except (SafetensorError, OSError) as exc:
+                raise UserError(f"cannot read the weights of '{path}': {f.name}: {str(exc).splitlines()[0][:200]} "
+                                "(a damaged or partial download: fetch the weight files again)") from None
+
+
 # --------------------------------------------------------------------------------------------
 # public entry point
 
@@ -564,12 +635,14 @@ def load(
     cache_dir: str | os.PathLike | None = None,
     random_head_seed: int | None = None,
     attn_implementation: str = "eager",
+    allow_pickle: bool = False,
 ) -> LoadedModel:
     """Load ``spec``: an embedded alias, a .gguf file, a model folder, or a cached hub id.
 
     The model comes back in eval mode with gradients off, in the resolved dtype on the resolved
     device. With ``random_head_seed`` a causal LM is returned as a one-label sequence classifier
-    whose ``score`` head is drawn from that seed (backbone unchanged).
+    whose ``score`` head is drawn from that seed (backbone unchanged). Pickled weights
+    (``pytorch_model.bin``) are refused unless ``allow_pickle`` (loading a pickle can run code).
     """
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise UserError("no model given: pass an embedded alias, a .gguf file, a model folder or a hub id")
@@ -603,6 +676,8 @@ def load(
             raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
         gguf = gguf.resolve()
         sha = gguf_sha256(gguf, cache)
+        if not _is_complete(_converted_dir(gguf, sha, cache)):
+            check_gguf_header(gguf)  # before the conversion and its note: a broken file is one line
         folder = convert_gguf(gguf, cache, sha256=sha)
         source.update(type="gguf", name=gguf.stem, path=str(gguf), sha256=sha)
     elif path.is_dir():
@@ -625,6 +700,7 @@ def load(
         trust_remote_code=trust_remote_code,
         random_head_seed=random_head_seed,
         attn_implementation=attn_implementation,
+        allow_pickle=allow_pickle,
     )
     if not seeded:
         source["random_head_seed"] = None

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from .version import __version__
+from .candidates import check_context
 from .errors import UserError
 from .template import is_plain_format, build_template
 
@@ -188,6 +189,7 @@ def logprobs(
     if not hasattr(model, "lm_head") and "CausalLM" not in type(model).__name__:
         raise UserError("logprobs needs a causal language model; this model has no LM head")
     ids, info = prompt_ids(tokenizer, prompt, template=template, system=system)
+    check_context(model, len(ids), 0)  # the scored token is predicted after the last prompt position
     cand, n_vocab, _ = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special)
     t_fwd = time.perf_counter()
     lp = next_token_logprobs(model, ids)

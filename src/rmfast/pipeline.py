@@ -28,7 +28,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, ids_digest, max_response_len, tokenize_in_context
+from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, check_context, ids_digest, max_response_len,
+                         tokenize_in_context)
 from .engine import Engine
 from .errors import UserError
 from .io import atomic_write
@@ -257,6 +258,7 @@ def scan(
     """
     t0 = time.perf_counter()
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
+    check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))
     head = resolve_head(model, head, head_index)
     ids, n_vocab, view = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special, wordlike=wordlike,
                                     dedup=dedup)
@@ -420,6 +422,7 @@ def score_texts(
     if not texts:
         raise UserError("no candidates to score")
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
+    check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))  # the prompt alone; each text below
     head = resolve_head(model, head, head_index)
     rows = tokenize_in_context(tokenizer, tmpl, texts, compat=compat, head=head)
     limit = _check_lengths(rows, texts, model, tmpl, max_tokens)

@@ -123,7 +123,8 @@ class Store:
         return self.root / "manifest.json"
 
     def info(self) -> dict | None:
-        return _read_json(self.info_path)
+        info = _read_json(self.info_path)
+        return info if isinstance(info, dict) else None  # valid JSON of another shape is not a store.json
 
     def check(self, config_hash: str, config: dict, *, force: bool = False, source: str | None = None) -> str:
         """Whether this directory can hold results of ``config``: "new", "same" or "adopt" (with force).
@@ -291,7 +292,11 @@ class Store:
         info = self.info()
         if info is None:
             raise UserError(f"{self.root} is not an rmfast results store (no readable store.json)")
-        return [PartRef(**p) for p in info.get("parts", [])]
+        try:
+            return [PartRef(**p) for p in info.get("parts", [])]
+        except TypeError:  # a hand-edited or foreign store.json: fields missing or unknown
+            raise UserError(f"{self.info_path} is malformed (its parts do not match this rmfast version); "
+                            "rerun the sweep into a new --out") from None
 
     # ------------------------------------------------------------------ loading
     def load(self, *, token_ids: bool = False, complete: bool = False):

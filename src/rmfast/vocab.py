@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UserError
+from .io import read_text
 
 
 def vocab_size(model, tokenizer) -> int:
@@ -49,7 +50,7 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
         if not path.is_file():
             raise UserError(f"--token-ids {spec!r}: no such file (give a file with one id per line, or a range A:B)")
         vals = []
-        for ln, line in enumerate(path.read_text().splitlines(), 1):
+        for ln, line in enumerate(read_text(path, "--token-ids file").splitlines(), 1):
             s = line.strip()
             if not s or s.startswith("#"):
                 continue

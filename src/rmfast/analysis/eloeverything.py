@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UserError
+from ..io import read_csv
 from .ledger import Ledger
 from .scans import SOURCE_ATTR, validate_scans
 
@@ -61,7 +62,7 @@ def is_eloeverything_dir(path: str | PathLike) -> bool:
     if not p.is_dir():
         return False
     for f in p.glob("*.csv"):
-        with open(f, encoding="utf-8") as fh:
+        with open(f, encoding="utf-8", errors="replace") as fh:
             head = fh.readline()
         if "elo_score" in head and "name" in head:
             return True
@@ -84,7 +85,7 @@ def load_eloeverything(folder: str | PathLike, *, ledger: Ledger | None = None) 
     ledger = ledger if ledger is not None else Ledger()
     scans, human = [], None
     for f in files:
-        wide = pd.read_csv(f)
+        wide = read_csv(f, "EloEverything CSV")
         missing = [c for c in ("name", "elo_score") if c not in wide.columns]
         if missing:
             raise UserError(f"{f.name} lacks column(s) {missing}; EloEverything CSVs have "
@@ -142,7 +143,7 @@ def load_human_scores(path: str | PathLike, *, item_column: str = "name",
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} does not exist; give a CSV of items with a human score")
-    df = pd.read_csv(path)
+    df = read_csv(path, "--human file")
     missing = [c for c in (item_column, score_column) if c not in df.columns]
     if missing:
         raise UserError(f"{path.name} lacks column(s) {missing}; choose the item and score "

@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UserError
+from ..io import read_text
 from . import deps
 
 
@@ -81,7 +82,7 @@ def load_afinn(path: str | PathLike | None = None) -> pd.DataFrame:
         where = "afinn package AFINN-111"
     else:
         p = _exists(path)
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p, "AFINN file")
         where = p.name
     rows = []
     for i, line in enumerate(text.splitlines(), 1):
@@ -175,6 +176,8 @@ def load_frequencies(source: str | PathLike, words=None) -> pd.DataFrame:
         return df[df["frequency"] > 0].reset_index(drop=True)
     p = _exists(source)
     raw = p.read_bytes()
+    if b"\x00" in raw:
+        raise UserError(f"frequency list {p} is binary, not text; give the BNC list or word,frequency rows")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -184,7 +187,10 @@ def load_frequencies(source: str | PathLike, words=None) -> pd.DataFrame:
         df = _parse_bnc(text)
     else:
         dialect = "excel-tab" if "\t" in first else "excel"
-        rows = list(csv.reader(io.StringIO(text), dialect=dialect))
+        try:
+            rows = list(csv.reader(io.StringIO(text), dialect=dialect))
+        except csv.Error as e:
+            raise UserError(f"{p.name}: not a well-formed word,frequency list ({e}); fix the file") from None
         if rows and len(rows[0]) >= 2:
             try:
                 float(rows[0][1])
@@ -240,10 +246,16 @@ def load_dictionary(path: str | PathLike) -> pd.DataFrame:
     """
     p = _exists(path)
     text = p.read_text(encoding="utf-8-sig", errors="replace")
+    if "\x00" in text:
+        raise UserError(f"dictionary {p} is binary, not text; give a CSV, .dicx or LIWC .dic")
     if p.suffix.lower() == ".dic":
         df = _parse_dic(text, p.name)
     else:
-        wide = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=True)
+        try:
+            wide = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=True)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise UserError(f"dictionary {p} is not a well-formed CSV ({msg[:160]}); fix the file") from None
         lower = {c.lower().strip(): c for c in wide.columns}
         if "category" in lower and len(wide.columns) >= 2:
             cat = lower["category"]

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from ..io import read_csv, read_text
 
 META_COLUMNS = ["model", "nickname", "developer", "base", "base_family", "params_b",
                 "leaderboard_rank"]
@@ -90,7 +91,10 @@ def load_model_metadata(path: str | PathLike | pd.DataFrame) -> pd.DataFrame:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            try:
+                data = yaml.safe_load(read_text(path, "--metadata file"))
+            except yaml.YAMLError as e:
+                raise UserError(f"--metadata file {path} is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
             if isinstance(data, dict):
                 data = [{"name": k, **(v or {})} for k, v in data.items()]
             if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
@@ -98,7 +102,7 @@ def load_model_metadata(path: str | PathLike | pd.DataFrame) -> pd.DataFrame:
                                 "mapping name -> fields")
             raw = pd.DataFrame(data)
         else:
-            raw = pd.read_csv(path)
+            raw = read_csv(path, "--metadata file")
     cols = {_norm(c): c for c in raw.columns}
     out = pd.DataFrame(index=raw.index)
     for key, aliases in _ALIASES.items():

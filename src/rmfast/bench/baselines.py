@@ -107,6 +107,36 @@ def close_ok(ref: np.ndarray, other: np.ndarray, atol: float = 2e-4, rtol: float
     return bool(np.all(np.abs(other - ref) <= atol + rtol * np.abs(ref)))
 
 
+U32 = 2.0 ** -24  # fp32 unit roundoff
+
+
+def fp32_rounding_tol(a: np.ndarray, ref64: np.ndarray) -> float:
+    """How far two fp32 evaluations of the same scores may differ by rounding alone: ``2 E`` with
+    ``E = max |a - ref64| + U32 * max |ref64|``, the error of ``a`` measured against a float64
+    evaluation of the same rows (its own error is 2**-29 below fp32's) plus the rounding of that
+    value to fp32; another op order makes errors of the same size (tests/rounding.py derives it).
+
+    >>> fp32_rounding_tol(np.float32([1.0, 2.0]), np.array([1.0, 2.0])) == 2 * 2.0 * U32
+    True
+    """
+    a, r = np.asarray(a, np.float64), np.asarray(ref64, np.float64)
+    return float(2.0 * (np.abs(a - r).max() + U32 * np.abs(r).max()))
+
+
+def float64_scores(model, tmpl, head: str, ids: np.ndarray) -> np.ndarray:
+    """The plain-HF scores of ``ids`` with the whole model (buffers too) in float64; the model is
+    returned to float32 afterwards (only called on fp32 models, so the round trip is lossless)."""
+    from ..reference import reference_scores
+
+    try:
+        model.double()
+        with flat_lm_head(model):
+            return reference_scores(model, tmpl, torch.from_numpy(ids)[:, None].tolist(), head=head,
+                                    batch_size=len(ids)).double().numpy()
+    finally:
+        model.float()
+
+
 def _params_to(model, dtype: torch.dtype) -> None:
     """Cast parameters only (rotary inv_freq and other buffers keep their dtype); bf16 -> fp32 -> bf16 is lossless."""
     for prm in model.parameters():

@@ -19,9 +19,9 @@ COMMANDS = (scan, logprobs, implicit, gcg, sweep, analyze, bench, models, reprod
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rmfast", description="Exhaustive, exact, fast reward-model scanning.")
+    ap = common.Parser(prog="rmfast", description="Exhaustive, exact, fast reward-model scanning.")
     ap.add_argument("--version", action="version", version=f"rmfast {__version__}")
-    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=common.Parser)
     sub.required = True
     for cmd in COMMANDS:
         cmd.register(sub)
@@ -42,7 +42,11 @@ def run(func, args) -> int:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UserError as e:  # an unknown option or a bad value (common.Parser)
+        print(f"rmfast: error: {e}", file=sys.stderr)
+        return e.exit_code
     return run(args.func, args)
 
 

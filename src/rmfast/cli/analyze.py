@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UserError
+from .common import nonneg_int, positive_int, writable
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
             "categories", "extremes", "trajectory")
@@ -103,13 +104,13 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "word,frequency), or 'wordfreq' (report default: the wordfreq package, if installed)")
     p.add_argument("--join", choices=("text", "id"), default="text",
                    help="shared vocabulary: decoded text (papers) or token id + text")
-    p.add_argument("--k", type=int, default=10, help="rows per top/bottom table (default 10)")
+    p.add_argument("--k", type=positive_int, default=10, help="rows per top/bottom table (default 10)")
     p.add_argument("--best", metavar="PROMPT", help="positive prompt for best-worst")
     p.add_argument("--worst", metavar="PROMPT", help="negative prompt for best-worst")
     p.add_argument("--framing", action="append", metavar="PROMPT=positive|negative",
                    help="override a prompt's framing (repeatable)")
-    p.add_argument("--n-perm", type=int, default=10_000, help="permutations (default 10000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-perm", type=positive_int, default=10_000, help="permutations (default 10000)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the permutations (default 0)")
 
 
 def _plain(doc: str) -> str:
@@ -141,7 +142,7 @@ def register(subparsers) -> None:
                    "the paper's exactly (docs/paper_methods.md)")
     a.add_argument("--table", help="which table of the result (default: the main one)")
     a.add_argument("--out", metavar="CSV", help="write the table as CSV here")
-    a.add_argument("--max-rows", type=int, default=40, help="rows printed (default 40)")
+    a.add_argument("--max-rows", type=positive_int, default=40, help="rows printed (default 40)")
     a.set_defaults(func=run_analyze)
 
     r = subparsers.add_parser("report", help="write one self-contained HTML report",
@@ -237,6 +238,8 @@ def _run_trajectory(args) -> int:
 
 def run_analyze(args) -> int:
     """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
+    if args.out:
+        writable(args.out)  # before the work
     if args.name == "trajectory":
         return _run_trajectory(args)
     data = _inputs(args)
@@ -252,8 +255,7 @@ def run_analyze(args) -> int:
     _report_drops(res)
     if args.out:
         out = Path(args.out)
-        if not out.parent.exists():
-            raise UserError(f"folder {out.parent} does not exist; create it or choose another --out")
+        out.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(out, index=False)
         print(f"rmfast: wrote {len(table):,} rows of {args.name}/{name} to {out}", file=sys.stderr)
     else:
@@ -268,6 +270,7 @@ def run_report(args) -> int:
     from ..analysis.report import build_report, explorer_beside, write_report
     from ..analysis.framing import parse_framing_args
 
+    writable(args.out)  # before the work
     data = _inputs(args)
     text = build_report(data.scans, human=data.human, metadata=args.metadata, afinn=args.afinn,
                         frequencies=args.frequencies, dictionaries=args.dictionary or (),
@@ -276,6 +279,7 @@ def run_report(args) -> int:
                         title=args.title, source=data.source, scores_source=data.scores_source,
                         human_source=data.human_source, progress=not args.no_progress,
                         explorer=explorer_beside(args.out))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     path = write_report(args.out, text)
     print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0

@@ -16,6 +16,7 @@ from ..bench import (BENCH_MODELS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEF
                      write_outputs)
 from ..errors import UserError
 from ..loader import load, resolve_device
+from .common import fraction, int_list, nonneg_int, positive_int, writable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,30 +28,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "at their published configuration with random weights, built on the device (no download; "
                         "custom heads as a plain score head); default none. Known: "
                         f"{', '.join(random_init_names())}")
-    p.add_argument("--layers", type=int, default=None,
+    p.add_argument("--layers", type=positive_int, default=None,
                    help="--random-init: decoder layers, the first N of the real config (default: all the model's)")
     p.add_argument("--tiny", action="store_true",
                    help="--random-init: each config at a CPU-test size (hidden 64, vocab 1,024), its features kept")
-    p.add_argument("--init-seed", type=int, default=0, help="--random-init: weight seed (default 0)")
+    p.add_argument("--init-seed", type=nonneg_int, default=0, help="--random-init: weight seed (default 0)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"the user turn (default {DEFAULT_PROMPT!r})")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
     p.add_argument("--dtype", default="bfloat16", help="bfloat16|float16|float32 (default bfloat16)")
-    p.add_argument("--n-candidates", type=int, default=None,
+    p.add_argument("--n-candidates", type=positive_int, default=None,
                    help="ids timed for rmfast and hf-cache (default 2048 on CPU, 65536 on CUDA)")
-    p.add_argument("--n-naive", type=int, default=None,
+    p.add_argument("--n-naive", type=positive_int, default=None,
                    help="ids timed for naive, the first of the same sample (default 128 on CPU, 4096 on CUDA)")
-    p.add_argument("--batch-size", type=int, default=None, help="rmfast rows per batch (default: scan's auto)")
-    p.add_argument("--hf-batch", default=None,
+    p.add_argument("--batch-size", type=positive_int, default=None, help="rmfast rows per batch (default: scan's auto)")
+    p.add_argument("--hf-batch", type=int_list, default=None,
                    help="hf-cache batch, or a comma list to probe (default: best of 64,128,256; CUDA 512,2048)")
-    p.add_argument("--naive-batch", default=None,
+    p.add_argument("--naive-batch", type=int_list, default=None,
                    help="naive batch, or a comma list to probe (default: best of 32,64,128; CUDA 256,1024)")
-    p.add_argument("--repeats", type=int, default=None, help="timed passes per method; the best counts (default 3)")
-    p.add_argument("--check-n", type=int, default=None,
+    p.add_argument("--repeats", type=positive_int, default=None, help="timed passes per method; the best counts (default 3)")
+    p.add_argument("--check-n", type=nonneg_int, default=None,
                    help="ids for the fp32 exactness check of all three methods (default 32 on CPU, 256 on CUDA; 0 skips)")
-    p.add_argument("--seed", type=int, default=0, help="candidate sample seed (default 0)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="candidate sample seed (default 0)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--full", action="store_true", help="also time the full-vocabulary rmfast scan per model")
-    p.add_argument("--profile", type=int, nargs="?", const=3, default=0, metavar="N",
+    p.add_argument("--profile", type=nonneg_int, nargs="?", const=3, default=0, metavar="N",
                    help="torch.profiler over N rmfast batches per model; top ops by self time (default N=3)")
     p.add_argument("--no-peak", action="store_true", help="skip the GEMM-peak measurement")
     p.add_argument("--compile", default="on", choices=["on", "off", "auto"],
@@ -59,8 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--cost-model", action="store_true",
                    help="print the GPU cost model (8B Llama-3 RM, 27B Gemma-2 RM on one H100) and exit; loads no model")
-    p.add_argument("--gemm-frac", type=float, default=0.6, help="cost model: fraction of bf16 dense peak (default 0.6)")
-    p.add_argument("--prompt-tokens", type=int, default=50, help="cost model: prompt tokens (default 50)")
+    p.add_argument("--gemm-frac", type=fraction, default=0.6, help="cost model: fraction of bf16 dense peak (default 0.6)")
+    p.add_argument("--prompt-tokens", type=positive_int, default=50, help="cost model: prompt tokens (default 50)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="load pickled weights (pytorch_model.bin) when a folder has no safetensors; unpickling can "
+                        "run code (default off: refused)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
 
 
@@ -81,6 +85,7 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
+    writable(args.out, folder=True)  # before any measurement
     if args.cost_model:
         cm = [gpu_cost_model(c, prompt_tokens=args.prompt_tokens, gemm_frac=args.gemm_frac) for c in COST_MODELS.values()]
         print(f"GPU cost model: {H100_SXM['name']}, {H100_SXM['bf16_dense_tflops']} TFLOP/s bf16 dense at "
@@ -134,7 +139,8 @@ def run(args) -> int:
                 loaded[key] = random_init_model(cfg.spec.removeprefix("random-init:"), device=device, dtype=args.dtype,
                                                 layers=args.layers, tiny=args.tiny, seed=args.init_seed)
             else:
-                loaded[key] = load(cfg.spec, dtype=args.dtype, device=str(device), random_head_seed=cfg.random_head_seed)
+                loaded[key] = load(cfg.spec, dtype=args.dtype, device=str(device), random_head_seed=cfg.random_head_seed,
+                                   allow_pickle=args.allow_pickle)
             log(f"{cfg.spec}: {'built' if args.random_init else 'loaded'} in {time.perf_counter() - t0:.1f} s")
         log(f"[{cfg.name}] load average {loadavg()}")
         r, e = bench_model(cfg, loaded[key], args, device, dflt)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
+from pathlib import Path
 
 from ..template import unescape
 
@@ -30,6 +32,9 @@ def add_model_args(p: argparse.ArgumentParser, *, dtype_default: str = "auto", p
     p.add_argument("--dtype", default=dtype_default, help=dhelp)
     p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code (default off)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="load pickled weights (pytorch_model.bin) when a folder has no safetensors; unpickling can "
+                        "run code (default off: refused)")
     p.add_argument("--cache-dir", default=None,
                    help="where converted GGUF models are cached (default $RMFAST_CACHE or ~/.cache/rmfast)")
 
@@ -66,7 +71,7 @@ def load_model(args, random_head_seed=None, **kw):
 
     return load(args.model, dtype=args.dtype, device=kw.pop("device", args.device),
                 trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,
-                random_head_seed=random_head_seed, **kw)
+                random_head_seed=random_head_seed, allow_pickle=getattr(args, "allow_pickle", False), **kw)
 
 
 def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) -> None:
@@ -87,11 +92,88 @@ def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) 
         print(pd.DataFrame(cols).to_string(index=False))
 
 
-def check_top(k: int) -> None:
+def writable(path, *, folder: bool = False) -> Path:
+    """``path`` (a file, or with ``folder`` a folder) if it can be written; else one-line UserError.
+
+    Checked before any work and creating nothing: the nearest existing ancestor must be a folder
+    this process may write (a path under a regular file, or in a read-only folder, is refused).
+    """
     from ..errors import UserError
 
-    if k < 0:
-        raise UserError("--top must be >= 0")
+    p = Path(path)
+    if p.is_dir() != folder and p.exists():
+        raise UserError(f"--out {p} is {'a file' if folder else 'a folder'}; give {'a folder' if folder else 'a file path'}")
+    near = p if folder else p.parent
+    while not near.exists():
+        near = near.parent
+    if not near.is_dir():
+        raise UserError(f"cannot write {p}: {near} is a file, not a folder; choose another --out")
+    if not os.access(near, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write {p}: {near} is not writable (permission denied); choose another --out")
+    return p
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are a UserError (one line, exit 2, no usage block), naming the
+    --help to read: ``main`` reports them like every other bad input."""
+
+    def error(self, message: str):
+        from ..errors import UserError
+
+        message = re.sub(r"^argument (\S+): must be", r"\1 must be", message)  # "--k must be an integer >= 1"
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def int_at_least(lo: int):
+    """An argparse ``type=``: an integer >= ``lo``, else a one-line error naming the bound.
+
+    >>> positive_int("3"), nonneg_int("0")
+    (3, 0)
+    >>> positive_int("-5")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be an integer >= 1 (got '-5')
+    """
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except (TypeError, ValueError):
+            n = None
+        if n is None or n < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo} (got {text!r})")
+        return n
+
+    parse.__name__ = f"integer >= {lo}"
+    return parse
+
+
+positive_int = int_at_least(1)
+nonneg_int = int_at_least(0)
+
+
+def fraction(text: str) -> float:
+    """An argparse ``type=``: a number in (0, 1].
+
+    >>> fraction("0.6")
+    0.6
+    """
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not 0.0 < x <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1] (got {text!r})")
+    return x
+
+
+def int_list(text: str) -> str:
+    """An argparse ``type=``: a comma list of positive integers (kept as the text the callee parses).
+
+    >>> int_list("64,128")
+    '64,128'
+    """
+    for part in text.split(","):
+        positive_int(part.strip())
+    return text
 
 
 def quiet() -> None:

@@ -18,9 +18,14 @@ def _side(spec: str, args):
     if spec.lower().endswith(".parquet"):
         if not Path(spec).is_file():
             raise UserError(f"{spec}: no such file")
-        return ScanResult.from_parquet(spec)
+        try:
+            return ScanResult.from_parquet(spec)
+        except (OSError, ValueError) as e:  # pyarrow's errors for a damaged file are OSError / ArrowInvalid
+            raise UserError(f"cannot read {spec} as a logprobs Parquet ({str(e).splitlines()[0][:160]}); "
+                            "rewrite it with 'rmfast logprobs'") from None
     lm = common.load_model(argparse.Namespace(model=spec, dtype=args.dtype, device=args.device,
-                                  trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir))
+                                  trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,
+                                  allow_pickle=args.allow_pickle))
     if lm.kind != "causal_lm":
         raise UserError(f"{spec} is a {lm.kind}, not a causal language model; implicit needs two LMs")
     return lm
@@ -32,7 +37,6 @@ def run(args) -> int:
                             read_prompts, summary_text)
     from ..results import ScanResult
 
-    common.check_top(args.top)
     if args.demo:
         r = agency_communion_demo(prompts_yaml=args.prompts_yaml, dictionary=args.dictionary, prompt_ids=args.prompt_id,
                                   out=args.out, overwrite=args.overwrite, cache_dir=args.cache_dir,
@@ -140,7 +144,7 @@ def register(sub) -> None:
                    "(SmolLM2-135M-Instruct vs Gemma 3 270M, all 54 Paper B prompts unless --prompt-id)")
     p.add_argument("--out", default=None, help="output Parquet (default results/implicit__<a>__<b>__<prompt>.parquet)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
-    p.add_argument("--top", type=int, default=10, help="rows in the printed tables (single prompt; default 10)")
+    p.add_argument("--top", type=common.nonneg_int, default=10, help="rows in the printed tables (single prompt; default 10)")
     p.add_argument("--no-progress", action="store_true", help="no per-prompt progress lines")
     common.add_model_args(p, dtype_default="float32", positional=False)  # one forward pass per model: exact
     p.set_defaults(func=run)

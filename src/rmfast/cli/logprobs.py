@@ -24,14 +24,13 @@ def register(sub) -> None:
     p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens from the output")
     p.add_argument("--out", default=None, help="output Parquet (default results/<model>__<prompt>__logprobs.parquet)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
-    p.add_argument("--top", type=int, default=20, help="rows in the printed top table (default 20; 0 = none)")
+    p.add_argument("--top", type=common.nonneg_int, default=20, help="rows in the printed top table (default 20; 0 = none)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..logprobs import logprobs
 
-    common.check_top(args.top)
     lm = common.load_model(args)
     if lm.kind != "causal_lm":
         raise UserError(f"{args.model} is a {lm.kind}, not a causal language model; logprobs needs an LM head")

@@ -23,7 +23,7 @@ def register(sub) -> None:
     common.add_output_args(p, "results/<model>__<prompt>[__<candidates>].parquet; manifest at <out>.json")
     p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
                    help="auto (default): score for classifiers, logprob for causal LMs")
-    p.add_argument("--head-index", type=int, default=0, help="output of a multi-output score head (default 0)")
+    p.add_argument("--head-index", type=common.nonneg_int, default=0, help="output of a multi-output score head (default 0)")
     p.add_argument("--token-ids", default=None, help="subset: a range A:B or a file with one id per line (default: all)")
     p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens (default: score them)")
     p.add_argument("--wordlike", action="store_true", help="vocabulary view: tokens that are letters only (after the leading space)")
@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--column", default=None, help="the --candidates table's column holding the texts")
     p.add_argument("--compat", default=None, choices=["decode-retokenize"],
                    help="the papers' pipeline: decode ids to text and re-tokenize the whole conversation (default off)")
-    p.add_argument("--max-tokens", type=int, default=None, help="longest text candidate in tokens (default 256)")
+    p.add_argument("--max-tokens", type=common.positive_int, default=None, help="longest text candidate in tokens (default 256)")
     p.add_argument("--batch-size", default="auto", help="rows per batch, or auto (default)")
     p.add_argument("--engine", default="auto", choices=["auto", "fast", "reference"],
                    help="auto (default): the shared-prompt engine where supported, else plain HF")
@@ -41,10 +41,10 @@ def register(sub) -> None:
                    help="torch.compile the CPU decoder layer: auto (default: for big CPU jobs), on, off")
     p.add_argument("--device-map", default=None,
                    help="e.g. auto: spread a large model over the GPUs (accelerate; plain-HF path; default off)")
-    p.add_argument("--audit", type=int, default=512, metavar="N",
+    p.add_argument("--audit", type=common.nonneg_int, default=512, metavar="N",
                    help="a bf16/fp16 scan rescores N seeded candidates in fp32 and reports the agreement "
                         "(manifest bf16_audit; default 512, 0: off)")
-    p.add_argument("--top", type=int, default=20, help="rows in the printed top/bottom tables (default 20)")
+    p.add_argument("--top", type=common.nonneg_int, default=20, help="rows in the printed top/bottom tables (default 20)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
 
@@ -71,9 +71,6 @@ def selection(args):
 def run(args) -> int:
     from ..pipeline import finish, run_scan
 
-    common.check_top(args.top)
-    if args.audit < 0:
-        raise UserError(f"--audit {args.audit}: give the number of candidates to rescore in fp32, or 0 for none")
     sel = selection(args)
     d = dist.from_env()
     if args.out:

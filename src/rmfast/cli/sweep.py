@@ -29,9 +29,12 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from ..loader import preflight
     from ..sweep import load_config, run_sweep
 
     cfg = load_config(args.config)
+    for m in cfg.models:  # a broken model file stops the sweep here, before the store is touched
+        preflight(m.model, cache_dir=m.cache_dir)
     idx = run_sweep(cfg, args.out, force=args.force, shard=args.shard, progress=not args.no_progress, dry_run=args.dry_run)
     root = Path(args.out) if args.out else cfg.out
     if idx.get("dry_run"):

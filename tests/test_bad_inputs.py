@@ -1,0 +1,290 @@
+"""Every bad input, every subcommand: exit 2, one line on stderr, no traceback, nothing written.
+
+A fuzz-style table (issue 18 §3): each row is a subcommand's argv with one prepared bad input
+(a damaged model file, a binary or malformed data file, an impossible option, an un-writable
+--out, a prompt longer than the model's context). Every command runs in-process on tiny models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rmfast.cli import main
+
+import tiny_models as T
+
+CTX = T.COMMON["max_position_embeddings"]  # 512 positions
+LONG_PROMPT = "x" * 4031  # the byte-level test tokenizer: one token per character
+VOCAB = 1024  # small vocabularies keep every load and scan here fast
+
+
+def _save_tiny(d: Path, kind: str = "classifier"):
+    """A tiny Llama of VOCAB ids and a ChatML tokenizer of the same size, saved as a model folder; the model."""
+    m = T.tiny("llama", kind, num_labels=1)
+    m.resize_token_embeddings(VOCAB)
+    m.save_pretrained(d)
+    T.chatml_tokenizer(VOCAB).save_pretrained(d)
+    return m
+
+
+@pytest.fixture(scope="module")
+def fx(tmp_path_factory):
+    """Good and broken inputs, built once: tiny models (a reward model and a causal LM) and their damaged copies."""
+    import torch
+    import yaml
+    from safetensors.torch import load_file
+
+    d = tmp_path_factory.mktemp("bad-inputs")
+    for name, kind in (("rm", "classifier"), ("lm", "causal_lm")):
+        _save_tiny(d / name, kind)
+    f = {k: d / k for k in ("rm", "lm")}
+
+    def clone(src, name):
+        shutil.copytree(d / src, d / name)
+        return d / name
+
+    for src in ("rm", "lm"):  # truncated weights (a partial download), truncated config.json
+        st = clone(src, f"{src}-bad-weights") / "model.safetensors"
+        st.write_bytes(st.read_bytes()[:5000])
+        cfg = clone(src, f"{src}-bad-config") / "config.json"
+        cfg.write_text(cfg.read_text()[:100])
+        f[f"{src}-bad-weights"], f[f"{src}-bad-config"] = st.parent, cfg.parent
+    f["gguf"] = d / "broken.gguf"
+    f["gguf"].write_bytes(b"GGUF\x03\x00\x00\x00\x05")  # the header cut after 9 bytes
+    pk = clone("rm", "pickled")
+    torch.save(load_file(pk / "model.safetensors"), pk / "pytorch_model.bin")
+    (pk / "model.safetensors").unlink()
+    f["pickled"] = pk
+    f["binary"] = d / "binary.txt"
+    f["binary"].write_bytes(bytes(range(256)) * 4)
+    f["binary-yaml"] = d / "binary.yaml"
+    f["binary-yaml"].write_bytes(bytes(range(256)) * 4)
+    f["bad-csv"] = d / "dictionary.csv"
+    f["bad-csv"].write_text('category,word\nAgency,bold\nx,y,z,w\n')  # a row with too many fields
+    f["bad-parquet"] = d / "broken.parquet"
+    f["bad-parquet"].write_bytes(b"PAR1" + os.urandom(200))
+    f["bad-parquet-scan"] = d / "broken-scan.parquet"  # with a manifest, so it is read as a scan
+    f["bad-parquet-scan"].write_bytes(b"PAR1" + os.urandom(200))
+    Path(str(f["bad-parquet-scan"]) + ".json").write_text(json.dumps({"model": {"name": "m"}, "prompt": "p"}))
+    for name, text in (("store-truncated", '{"config": '), ("store-list", "[1, 2]"),
+                       ("store-foreign", '{"parts": [{"x": 1}], "config": {}}')):
+        (d / name).mkdir()
+        (d / name / "store.json").write_text(text)
+        f[name] = d / name
+    f["a-file"] = d / "a-file"
+    f["a-file"].write_text("not a folder")
+    scan = d / "scan.parquet"
+    assert main(["scan", str(f["rm"]), "--dtype", "float32", "--token-ids", "0:50", "--out", str(scan),
+                 "--no-progress", "--top", "0"]) == 0
+    f["scan"] = scan
+    for m in ("rm-bad-weights", "rm-bad-config", "gguf", "pickled"):
+        cfg = {"defaults": {"dtype": "float32", "device": "cpu"}, "models": [str(f[m])], "prompts": {"g": "hi"},
+               "candidates": {"v": {"vocabulary": {"token_ids": "0:10"}}}}
+        (d / f"sweep-{m}.yaml").write_text(yaml.safe_dump(cfg))
+        f[f"sweep-{m}"] = d / f"sweep-{m}.yaml"
+    return f
+
+
+def _model_cases():
+    """A damaged model file in every command that loads one."""
+    runs = {
+        "scan": lambda m, o: ["scan", m, "--token-ids", "0:5", "--out", o / "s.parquet", "--no-progress"],
+        "logprobs": lambda m, o: ["logprobs", m, "--out", o / "l.parquet"],
+        "gcg": lambda m, o: ["gcg", m, "--steps", "1", "--out", o / "g.json", "--no-plot", "--no-progress"],
+        "implicit": lambda m, o: ["implicit", "--model-a", m, "--model-b", "{lm}", "--out", o / "i.parquet"],
+        "bench": lambda m, o: ["bench", "--models", m, "--out", o, "--no-peak", "--no-plot"],
+    }
+    broken = {"bad-weights": "{%s-bad-weights}", "bad-config": "{%s-bad-config}", "gguf": "{gguf}",
+              "pickled": "{pickled}"}
+    for cmd, argv in runs.items():
+        side = "lm" if cmd in ("logprobs", "implicit") else "rm"
+        for what, spec in broken.items():
+            if what == "pickled" and side == "lm":
+                continue  # one pickle case per loader path is enough; the rm folder covers it
+            yield pytest.param(lambda o, argv=argv, spec=spec, side=side: argv(spec.replace("%s", side), o),
+                               id=f"{cmd}-{what}")
+    for what in ("rm-bad-weights", "rm-bad-config", "gguf", "pickled"):
+        yield pytest.param(lambda o, w=what: ["sweep", f"{{sweep-{w}}}", "--out", o / "store", "--no-progress"],
+                           id=f"sweep-{what}")
+
+
+CASES = [
+    *_model_cases(),
+    # prompts longer than the model's 512 positions
+    pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--prompt", LONG_PROMPT, "--out", o / "s.parquet"],
+                 id="scan-prompt-over-context"),
+    pytest.param(lambda o: ["logprobs", "{lm}", "--prompt", LONG_PROMPT, "--out", o / "l.parquet"],
+                 id="logprobs-prompt-over-context"),
+    pytest.param(lambda o: ["gcg", "{rm}", "--prompt", LONG_PROMPT, "--steps", "1", "--out", o / "g.json", "--no-plot"],
+                 id="gcg-prompt-over-context"),
+    pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--prompt", LONG_PROMPT,
+                            "--out", o / "i.parquet"], id="implicit-prompt-over-context"),
+    # data files: binary, malformed, corrupt
+    pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "{binary}", "--out", o / "s.parquet"], id="scan-binary-token-ids"),
+    pytest.param(lambda o: ["logprobs", "{lm}", "--token-ids", "{binary}", "--out", o / "l.parquet"],
+                 id="logprobs-binary-token-ids"),
+    pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--join", "word",
+                            "--dictionary", "{bad-csv}", "--out", o / "i.parquet"], id="implicit-malformed-dictionary"),
+    pytest.param(lambda o: ["implicit", "--model-a", "{bad-parquet}", "--model-b", "{lm}", "--out", o / "i.parquet"],
+                 id="implicit-corrupt-parquet-model-a"),
+    pytest.param(lambda o: ["analyze", "distributions", "{bad-parquet-scan}", "--out", o / "a.csv"],
+                 id="analyze-corrupt-parquet"),
+    pytest.param(lambda o: ["analyze", "human", "{scan}", "--human", "{binary}", "--out", o / "a.csv"],
+                 id="analyze-binary-human"),
+    pytest.param(lambda o: ["analyze", "agreement", "{scan}", "--metadata", "{binary}", "--out", o / "a.csv"],
+                 id="analyze-binary-metadata-csv"),
+    pytest.param(lambda o: ["analyze", "agreement", "{scan}", "--metadata", "{binary-yaml}", "--out", o / "a.csv"],
+                 id="analyze-binary-metadata-yaml"),
+    pytest.param(lambda o: ["analyze", "categories", "{scan}", "--dictionary", "{bad-csv}", "--out", o / "a.csv"],
+                 id="analyze-malformed-dictionary"),
+    pytest.param(lambda o: ["analyze", "sentiment", "{scan}", "--afinn", "{binary}", "--out", o / "a.csv"],
+                 id="analyze-binary-afinn"),
+    pytest.param(lambda o: ["analyze", "exposure", "{scan}", "--frequencies", "{binary}", "--out", o / "a.csv"],
+                 id="analyze-binary-frequencies"),
+    pytest.param(lambda o: ["report", "{scan}", "--human", "{binary}", "--out", o / "r.html", "--no-progress"],
+                 id="report-binary-human"),
+    pytest.param(lambda o: ["results", "{store-truncated}", "--out", o / "t.csv"], id="results-truncated-store-json"),
+    pytest.param(lambda o: ["results", "{store-list}", "--out", o / "t.csv"], id="results-list-store-json"),
+    pytest.param(lambda o: ["results", "{store-foreign}", "--out", o / "t.csv"], id="results-foreign-store-json"),
+    # outputs that cannot be written (a path under a regular file: refused for root too)
+    pytest.param(lambda o: ["analyze", "extremes", "{scan}", "--out", "{a-file}/a.csv"], id="analyze-out-under-file"),
+    pytest.param(lambda o: ["report", "{scan}", "--out", "{a-file}/r.html", "--no-progress"], id="report-out-under-file"),
+    pytest.param(lambda o: ["bench", "--models", "{rm}", "--out", "{a-file}/bench", "--no-peak", "--no-plot"],
+                 id="bench-out-under-file"),
+    pytest.param(lambda o: ["bench", "--cost-model", "--out", "{a-file}/bench"], id="bench-cost-model-out-under-file"),
+    # options: unknown, not a number, or out of range
+    pytest.param(lambda o: ["frobnicate", "--out", o / "x"], id="unknown-command"),
+    pytest.param(lambda o: ["scan", "{rm}", "--bogus", "--out", o / "s.parquet"], id="scan-unknown-option"),
+    pytest.param(lambda o: ["scan", "{rm}", "--head", "both", "--out", o / "s.parquet"], id="scan-bad-choice"),
+    *[pytest.param(lambda o, a=a: ["scan", "{rm}", *a, "--out", o / "s.parquet"], id=f"scan{'-'.join(a)}")
+      for a in (("--batch-size", "lots"), ("--batch-size", "2.5"), ("--batch-size", "0"), ("--top", "-1"),
+                ("--max-tokens", "0"), ("--head-index", "-1"))],
+    *[pytest.param(lambda o, a=a: ["gcg", "{rm}", *a, "--out", o / "g.json"], id=f"gcg{'-'.join(a)}")
+      for a in (("--steps", "-1"), ("--length", "0"), ("--search-width", "x"), ("--eval-batch-size", "lots"),
+                ("--seed", "-2"))],
+    pytest.param(lambda o: ["logprobs", "{lm}", "--top", "-3", "--out", o / "l.parquet"], id="logprobs--top--3"),
+    pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--top", "x", "--out", o / "i.parquet"],
+                 id="implicit--top-x"),
+    *[pytest.param(lambda o, a=a: ["analyze", "extremes", "{scan}", *a, "--out", o / "a.csv"], id=f"analyze{'-'.join(a)}")
+      for a in (("--k", "-3"), ("--n-perm", "0"), ("--max-rows", "-1"), ("--seed", "-1"))],
+    pytest.param(lambda o: ["report", "{scan}", "--k", "0", "--out", o / "r.html"], id="report--k-0"),
+    *[pytest.param(lambda o, a=a: ["bench", "--models", "{rm}", *a, "--out", o, "--no-peak", "--no-plot"],
+                   id=f"bench{'-'.join(a)}")
+      for a in (("--n-candidates", "-5"), ("--n-naive", "0"), ("--batch-size", "lots"), ("--repeats", "0"),
+                ("--check-n", "-1"), ("--threads", "0"), ("--hf-batch", "64,x"), ("--naive-batch", "-32"),
+                ("--gemm-frac", "2"), ("--prompt-tokens", "0"), ("--layers", "0"))],
+]
+
+
+def _fill(arg, fx) -> str:
+    s = str(arg)
+    for k, v in fx.items():
+        s = s.replace("{%s}" % k, str(v))
+    return s
+
+
+@pytest.mark.parametrize("make_argv", CASES)
+def test_bad_input_is_one_line(make_argv, fx, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(tmp_path)  # a default output path would land here, and be seen
+    argv = [_fill(a, fx) for a in make_argv(out)]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2, (rc, err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("rmfast: error: "), err
+    assert list(out.iterdir()) == [], "something was written for a refused input"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    if LONG_PROMPT in argv:  # both lengths named
+        assert f"{CTX} positions" in lines[0] and "tokens" in lines[0], lines[0]
+
+
+def test_read_only_folder(fx, tmp_path, capsys):
+    """An --out inside a folder this user may not write (root may: then there is nothing to refuse)."""
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders; the path-under-a-file rows cover root")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o500)
+    try:
+        for argv in (["report", str(fx["scan"]), "--out", str(ro / "r.html"), "--no-progress"],
+                     ["bench", "--cost-model", "--out", str(ro / "bench")]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "not writable" in err, err
+            assert list(ro.iterdir()) == []
+    finally:
+        os.chmod(ro, 0o700)
+
+
+def test_allow_pickle_loads_the_pickled_folder(fx, tmp_path, capsys):
+    """The refusal is a default, not a dead end: --allow-pickle loads the same folder."""
+    out = tmp_path / "p.parquet"
+    rc = main(["scan", str(fx["pickled"]), "--dtype", "float32", "--token-ids", "0:5", "--allow-pickle",
+               "--out", str(out), "--no-progress", "--top", "0"])
+    assert rc == 0, capsys.readouterr().err
+    assert out.exists()
+
+
+def test_context_check_counts_every_token(fx):
+    """The limit is the whole sequence (prompt side + response + suffix), not the prompt alone."""
+    from rmfast.candidates import check_context
+    from rmfast.errors import UserError
+    from rmfast.loader import load
+
+    model = load(str(fx["rm"]), dtype="float32", device="cpu").model
+    check_context(model, CTX - 3, 1, 2)  # exactly full
+    with pytest.raises(UserError, match=rf"{CTX - 2} prompt \+ 1 response \+ 2 suffix = {CTX + 1} tokens, over "
+                                        rf"the model's {CTX} positions"):
+        check_context(model, CTX - 2, 1, 2)
+
+
+# ------------------------------------------------------------------ misleading exits of bench
+
+BENCH = ["--dtype", "float32", "--compile", "off", "--no-peak", "--no-plot", "--n-candidates", "64", "--n-naive", "32",
+         "--hf-batch", "32", "--naive-batch", "32", "--repeats", "1", "--check-n", "32"]
+
+
+@pytest.fixture(scope="module")
+def ties_dir(tmp_path_factory):
+    """A tiny reward model whose candidates are nearly alike: their fp32 scores tie to within rounding."""
+    import torch
+
+    d = tmp_path_factory.mktemp("ties")
+    m = _save_tiny(d)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        e = m.model.embed_tokens.weight
+        e.copy_(e[:1].expand_as(e) + 1e-5 * torch.randn(e.shape, generator=g))
+    m.save_pretrained(d)
+    return d
+
+
+def test_bench_fp32_ties_agree_to_rounding(ties_dir, tmp_path, capsys):
+    """fp32 paths that differ by rounding alone agree (they used to exit 1 "scores disagree": their
+    ranks of near-tied scores differ); the bound is derived against float64 and recorded."""
+    rc = main(["bench", "--models", str(ties_dir), "--out", str(tmp_path), *BENCH])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    agr = json.loads((tmp_path / "bench_latest.json").read_text())["models"][0]["agreement"]
+    for name in ("hf-cache_vs_rmfast", "naive_vs_rmfast"):
+        a = agr[name]
+        assert a["ok"] and 0 < a["rounding_max_abs_diff"] <= a["rounding_tol"], a
+
+
+def test_bench_fp32_real_disagreement_still_fails(ties_dir, tmp_path, capsys, monkeypatch):
+    """A baseline off by more than rounding is still caught: exit 1, named."""
+    from rmfast.bench import baselines
+
+    real = baselines.HFCacheScorer.score
+    monkeypatch.setattr(baselines.HFCacheScorer, "score", lambda self, c: real(self, c) + 1e-4)
+    rc = main(["bench", "--models", str(ties_dir), "--out", str(tmp_path), *BENCH])
+    err = capsys.readouterr().err
+    assert rc == 1 and "scores disagree" in err and "hf-cache" in err, err
