@@ -288,3 +288,16 @@ def test_bench_fp32_real_disagreement_still_fails(ties_dir, tmp_path, capsys, mo
     rc = main(["bench", "--models", str(ties_dir), "--out", str(tmp_path), *BENCH])
     err = capsys.readouterr().err
     assert rc == 1 and "scores disagree" in err and "hf-cache" in err, err
+
+
+def test_a_sweep_config_can_allow_pickles(fx, tmp_path, capsys):
+    """The sweep's way to --allow-pickle: a per-model (or defaults) key; without it the refusal names it."""
+    import yaml
+
+    cfg = yaml.safe_load(fx["sweep-pickled"].read_text())
+    assert main(["sweep", str(fx["sweep-pickled"]), "--out", str(tmp_path / "refused"), "--no-progress"]) == 2
+    assert "allow_pickle: true" in capsys.readouterr().err
+    cfg["defaults"]["allow_pickle"] = True
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["sweep", str(tmp_path / "ok.yaml"), "--out", str(tmp_path / "store"), "--no-progress"]) == 0
+    assert list((tmp_path / "store").rglob("*.parquet"))

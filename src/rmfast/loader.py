@@ -469,7 +469,7 @@ def check_weights(folder: Path, allow_pickle: bool = False) -> None:
     pickles = sorted(p.name for pat in _PICKLES for p in folder.glob(pat))
     if pickles:
         raise UserError(f"model folder '{folder}' has only pickled weights ({', '.join(pickles[:3])}), and loading a "
-                        "pickle can run code: convert them to safetensors, or pass --allow-pickle if you trust them")
+                        "pickle can run code: convert them to safetensors, or pass --allow-pickle if you trust them (a sweep config: allow_pickle: true)")
 
 
 def _load_folder(

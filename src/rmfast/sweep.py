@@ -61,7 +61,8 @@ from .template import unescape
 
 TOP_KEYS = ("out", "defaults", "models", "prompts", "candidates", "compat", "max_tokens")
 MODEL_KEYS = ("model", "name", "dtype", "device", "device_map", "head", "head_index", "template", "system",
-              "batch_size", "trust_remote_code", "random_head_seed", "engine", "compile", "cache_dir", "audit")
+              "batch_size", "trust_remote_code", "random_head_seed", "engine", "compile", "cache_dir", "audit",
+              "allow_pickle")
 RESULT_KEYS = ("name", "model", "dtype", "head", "head_index", "template", "system", "trust_remote_code",
                "random_head_seed")  # what changes the scores (device, batch size, engine do not)
 VOCAB_KEYS = ("exclude_special", "wordlike", "dedup", "token_ids")
@@ -92,6 +93,7 @@ class ModelCfg:
     compile: str = "auto"
     cache_dir: str | None = None
     audit: int = DEFAULT_AUDIT_N
+    allow_pickle: bool = False  # load pickled pytorch_model.bin weights (unpickling can run code)
 
     def result_fields(self) -> dict:
         return {k: getattr(self, k) for k in RESULT_KEYS}
@@ -251,6 +253,7 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
         compile=c.get("compile", "str", "auto", choices=("auto", "on", "off"), allow_none=False),
         cache_dir=c.get("cache_dir", "str"),
         audit=c.get("audit", "int", DEFAULT_AUDIT_N, minimum=0, allow_none=False),
+        allow_pickle=c.get("allow_pickle", "bool", False, allow_none=False),
     )
     return m
 
@@ -602,7 +605,7 @@ class _PartRunner:
         t_load = time.perf_counter()
         lm = dist.load_model(m.model, dtype=m.dtype, device=dist.device_for(self.d, m.device), device_map=m.device_map,
                              trust_remote_code=m.trust_remote_code, cache_dir=m.cache_dir,
-                             random_head_seed=m.random_head_seed)
+                             random_head_seed=m.random_head_seed, allow_pickle=m.allow_pickle)
         _log(self.d, f"loaded {m.name} in {time.perf_counter() - t_load:.1f} s")
         return lm
 

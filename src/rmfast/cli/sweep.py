@@ -34,7 +34,7 @@ def run(args) -> int:
 
     cfg = load_config(args.config)
     for m in cfg.models:  # a broken model file stops the sweep here, before the store is touched
-        preflight(m.model, cache_dir=m.cache_dir)
+        preflight(m.model, cache_dir=m.cache_dir, allow_pickle=m.allow_pickle)
     idx = run_sweep(cfg, args.out, force=args.force, shard=args.shard, progress=not args.no_progress, dry_run=args.dry_run)
     root = Path(args.out) if args.out else cfg.out
     if idx.get("dry_run"):
