@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
-U32 = 2.0 ** -24  # fp32 unit roundoff (half the spacing of floats in [1, 2))
+from rmfast.bench.baselines import U32, fp32_rounding_tol  # the one definition (rmfast bench uses it too)
 
 
 def fp32_error(a, ref64) -> float:
     """E: the largest error of the fp32 scores ``a`` against their float64 evaluation ``ref64``."""
     a, r = np.asarray(a, np.float64), np.asarray(ref64, np.float64)
     assert a.shape == r.shape and np.isfinite(r).all()
-    return float(np.abs(a - r).max() + U32 * np.abs(r).max())
+    return fp32_rounding_tol(a, r) / 2.0
 
 
 def assert_agree_to_rounding(a, b, ref64, groups=None) -> dict:
