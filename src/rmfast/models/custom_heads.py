@@ -49,17 +49,25 @@ _URM_REQUIRED = ("score.weight",)
 
 def weight_files(folder: Path) -> dict[str, Path]:
     """Tensor name -> safetensors file, from model.safetensors(.index.json); {} without safetensors."""
+    from safetensors import SafetensorError, safe_open
+
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        wm = json.loads(index.read_text())["weight_map"]
+        try:
+            wm = json.loads(index.read_text())["weight_map"]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"cannot read the weights index of '{folder}': {index.name}: {type(exc).__name__} "
+                            "(a damaged or partial download: fetch it again)") from None
         return {k: folder / v for k, v in wm.items()}
     single = folder / "model.safetensors"
     if not single.is_file():
         return {}
-    from safetensors import safe_open
-
-    with safe_open(str(single), "pt") as f:
-        return {k: single for k in f.keys()}
+    try:
+        with safe_open(str(single), "pt") as f:
+            return {k: single for k in f.keys()}
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"cannot read the weights of '{folder}': {single.name}: {str(exc).splitlines()[0][:200]} "
+                        "(a damaged or partial download: fetch it again)") from None
 
 
 def recognize(config: dict, names) -> str | None:
