@@ -149,7 +149,7 @@ def summarize(frame: pd.DataFrame, dictionary=None, *, k: int = 10) -> dict:
     >>> s["scalars"]["rmfast/p/gap/Agency-Communion"], s["top"]["p"], s["bottom"]["p"]
     (-1.0, ['kind'], ['bold'])
     """
-    df = frame.rename(columns={"prompt_name": "run", "text": "token"})[["run", "step", "token", "score"]]
+    df = frame[["prompt_name", "step", "text", "score"]].set_axis(["run", "step", "token", "score"], axis=1)
     out = {"scalars": {}, "top": {}, "bottom": {}}
     ext = trajectory(df, None, k=k).extremes
     for (run, end), g in ext.groupby(["run", "end"]):
