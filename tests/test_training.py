@@ -90,7 +90,7 @@ def _xray(**kw):
 def _digest(tensors) -> str:
     h = hashlib.sha256()
     for t in tensors:
-        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(t.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
