@@ -121,6 +121,10 @@ def test_run_folder_expands_into_its_checkpoints(tmp_path, tok):
 
     t = load_trajectory_inputs(tmp_path / "store" / "parts")
     assert sorted(t["step"].unique()) == [2, 10] and set(t["run"]) == {"rm | " + PROMPT}
+    assert list(t.columns).count("token") == 1  # the decoded text, not also the raw piece
+    assert cli(["analyze", "trajectory", str(tmp_path / "store" / "parts"), "--out", str(tmp_path / "traj")]) == 0
+    corr = pd.read_csv(tmp_path / "traj" / "trajectory_final_corr.csv")
+    assert corr["step"].tolist() == [2, 10] and corr["spearman"].iloc[-1] == pytest.approx(1.0)
 
 
 def test_expand_runs_keeps_plain_models(tmp_path, tok):
