@@ -20,7 +20,7 @@ What it does (all offline; needs ``pip install 'rmfast[train]'``):
    item as the assistant's answer, tokenised exactly as rmfast scores it (the template's own
    tokenisation; the reward read at the final token).
 3. **X-rays** (:class:`rmfast.integrations.trl.XrayCallback`) at step 0 and every checkpoint
-   (``--save-steps``): the vocabulary view (``--vocab``), the Big Two nouns (``--dictionary``)
+   (``--save-steps``): a vocabulary slice (``--vocab-ids``, ``--vocab-view``), the Big Two nouns (``--dictionary``)
    with their Agency/Communion medians and gap, and the held-out items (their scores give the
    held-out pairwise accuracy). Results under ``OUT/xray/``; the run's LoRA checkpoints under
    ``OUT/run/checkpoint-N``.
@@ -116,8 +116,8 @@ def xray_callbacks(args, tok, held_out: pd.DataFrame):
     from rmfast.pipeline import Selection
 
     dic = load_dictionary(args.dictionary)
-    vocab = Selection(token_ids=args.vocab) if ":" in args.vocab else Selection(exclude_special=True, wordlike=True,
-                                                                                dedup=True)
+    word = args.vocab_view == "wordlike"
+    vocab = Selection(token_ids=args.vocab_ids, exclude_special=word, wordlike=word, dedup=word)
     common = dict(prompts={"greatest": args.prompt}, name="elo-rm", every_n_steps=None, k=10)
     return {
         "vocab": XrayCallback(XrayConfig(selection=vocab, out=args.out / "xray" / "vocab", dictionary=dic, **common)),
@@ -211,26 +211,32 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0, help="item split, pair sampling, head and LoRA init (default 0)")
     p.add_argument("--holdout", type=float, default=0.2, help="fraction of items held out (default 0.2)")
     p.add_argument("--min-gap", type=float, default=100.0, help="least Elo difference in a pair (default 100)")
-    p.add_argument("--train-pairs", type=int, default=1024, help="training pairs (default 1024)")
-    p.add_argument("--eval-pairs", type=int, default=500, help="held-out pairs (default 500)")
-    p.add_argument("--steps", type=int, default=120, help="optimizer steps (default 120)")
+    p.add_argument("--train-pairs", type=int, default=480, help="training pairs (default 480: one pass at 60 steps of 8)")
+    p.add_argument("--eval-pairs", type=int, default=300, help="held-out pairs (default 300)")
+    p.add_argument("--steps", type=int, default=60, help="optimizer steps (default 60)")
     p.add_argument("--batch", type=int, default=8, help="pairs per step (default 8)")
     p.add_argument("--lr", type=float, default=2e-4, help="learning rate, constant (default 2e-4)")
     p.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8)")
-    p.add_argument("--save-steps", type=int, default=30, help="checkpoint (and x-ray) every N steps (default 30)")
+    p.add_argument("--save-steps", type=int, default=20, help="checkpoint (and x-ray) every N steps (default 20)")
     p.add_argument("--log-steps", type=int, default=10, help="log the training loss every N steps (default 10)")
-    p.add_argument("--vocab", default="wordlike", help="vocabulary x-ray: 'wordlike' (the papers' word view, deduplicated) "
-                                                       "or an id range A:B (default wordlike)")
+    p.add_argument("--vocab-ids", default="0:4000", help="vocabulary x-ray: the id range (default 0:4000: SmolLM2's "
+                                                         "most frequent merges; a CPU-sized slice of the 49,152)")
+    p.add_argument("--vocab-view", choices=("wordlike", "all"), default="wordlike",
+                   help="wordlike: only whole-word tokens, deduplicated (the papers' view); all: every id (default wordlike)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     p.add_argument("--smoke", action="store_true", help="two steps on 16 pairs, tiny x-rays: checks the pipeline (< 1 min)")
     args = p.parse_args(argv)
     if args.smoke:
         args.train_pairs, args.eval_pairs, args.steps, args.batch, args.save_steps = 16, 16, 2, 4, 1
-        args.log_steps, args.vocab = 1, "0:256"
+        args.log_steps, args.vocab_ids, args.vocab_view = 1, "0:256", "all"
     return args
 
 
 def main(argv=None) -> dict:
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("rmfast.xray").setLevel(logging.INFO)  # one line per x-ray
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     run = train(args)
