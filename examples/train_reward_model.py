@@ -211,15 +211,15 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0, help="item split, pair sampling, head and LoRA init (default 0)")
     p.add_argument("--holdout", type=float, default=0.2, help="fraction of items held out (default 0.2)")
     p.add_argument("--min-gap", type=float, default=100.0, help="least Elo difference in a pair (default 100)")
-    p.add_argument("--train-pairs", type=int, default=480, help="training pairs (default 480: one pass at 60 steps of 8)")
-    p.add_argument("--eval-pairs", type=int, default=300, help="held-out pairs (default 300)")
-    p.add_argument("--steps", type=int, default=60, help="optimizer steps (default 60)")
-    p.add_argument("--batch", type=int, default=8, help="pairs per step (default 8)")
-    p.add_argument("--lr", type=float, default=2e-4, help="learning rate, constant (default 2e-4)")
+    p.add_argument("--train-pairs", type=int, default=64, help="training pairs (default 64: one pass at 16 steps of 4)")
+    p.add_argument("--eval-pairs", type=int, default=150, help="held-out pairs (default 150)")
+    p.add_argument("--steps", type=int, default=16, help="optimizer steps (default 16)")
+    p.add_argument("--batch", type=int, default=4, help="pairs per step (default 4)")
+    p.add_argument("--lr", type=float, default=5e-4, help="learning rate, constant (default 5e-4)")
     p.add_argument("--lora-r", type=int, default=8, help="LoRA rank (default 8)")
-    p.add_argument("--save-steps", type=int, default=20, help="checkpoint (and x-ray) every N steps (default 20)")
-    p.add_argument("--log-steps", type=int, default=10, help="log the training loss every N steps (default 10)")
-    p.add_argument("--vocab-ids", default="0:4000", help="vocabulary x-ray: the id range (default 0:4000: SmolLM2's "
+    p.add_argument("--save-steps", type=int, default=8, help="checkpoint (and x-ray) every N steps (default 8)")
+    p.add_argument("--log-steps", type=int, default=2, help="log the training loss every N steps (default 2)")
+    p.add_argument("--vocab-ids", default="0:2000", help="vocabulary x-ray: the id range (default 0:2000: SmolLM2's "
                                                          "most frequent merges; a CPU-sized slice of the 49,152)")
     p.add_argument("--vocab-view", choices=("wordlike", "all"), default="wordlike",
                    help="wordlike: only whole-word tokens, deduplicated (the papers' view); all: every id (default wordlike)")
