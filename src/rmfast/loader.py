@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors import SafetensorError
 
-from . import embedded, registry
+from . import checkpoints, embedded, registry
 from .errors import UserError
 from .io import write_json
 from .models import custom_heads
@@ -636,6 +636,7 @@ def load(
     random_head_seed: int | None = None,
     attn_implementation: str = "eager",
     allow_pickle: bool = False,
+    base: str | None = None,
 ) -> LoadedModel:
     """Load ``spec``: an embedded alias, a .gguf file, a model folder, or a cached hub id.
 
@@ -643,6 +644,8 @@ def load(
     device. With ``random_head_seed`` a causal LM is returned as a one-label sequence classifier
     whose ``score`` head is drawn from that seed (backbone unchanged). Pickled weights
     (``pytorch_model.bin``) are refused unless ``allow_pickle`` (loading a pickle can run code).
+    A PEFT adapter folder (``adapter_config.json``, e.g. a LoRA ``checkpoint-N``) is loaded on its
+    base (``base``, default the base it names) and merged: see :mod:`rmfast.checkpoints`.
     """
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise UserError("no model given: pass an embedded alias, a .gguf file, a model folder or a hub id")
@@ -680,6 +683,9 @@ def load(
             check_gguf_header(gguf)  # before the conversion and its note: a broken file is one line
         folder = convert_gguf(gguf, cache, sha256=sha)
         source.update(type="gguf", name=gguf.stem, path=str(gguf), sha256=sha)
+    elif checkpoints.is_adapter_folder(path):
+        return _load_adapter(path.resolve(), base, dtype=dtype, device=dev, trust_remote_code=trust_remote_code,
+                             cache_dir=cache_dir, attn_implementation=attn_implementation)
     elif path.is_dir():
         folder = path.resolve()
         source.update(type="folder", name=folder.name, path=str(folder))
@@ -707,3 +713,32 @@ def load(
     if getattr(tokenizer, "chat_template", None):
         default_template = None
     return LoadedModel(model=model, tokenizer=tokenizer, kind=kind, source=source, default_template=default_template)
+
+
+def _load_adapter(folder: Path, base: str | None, *, dtype, device, trust_remote_code, cache_dir,
+                  attn_implementation) -> LoadedModel:
+    """An adapter checkpoint: its base loaded in float32 on the CPU, the adapter merged, then cast and moved."""
+    info = checkpoints.read_adapter(folder)
+    spec = base or info.base
+    if not spec:
+        raise UserError(f"adapter checkpoint {folder} names no base model: pass --base PATH/ALIAS (the model it was trained from)")
+    # a reward-model adapter (SEQ_CLS) on a causal-LM base: a one-label classifier whose head the adapter replaces
+    seq_cls = info.task_type == "SEQ_CLS"
+    try:
+        lm = load(spec, dtype="float32", device="cpu", trust_remote_code=trust_remote_code, cache_dir=cache_dir,
+                  random_head_seed=0 if seq_cls else None, attn_implementation=attn_implementation)
+    except UserError as e:
+        raise UserError(f"adapter checkpoint {folder}: cannot load its base {spec!r} ({e}); "
+                        "pass --base PATH/ALIAS (the model it was trained from)") from None
+    if seq_cls and lm.source.get("random_head_seed") is not None and not checkpoints.adapter_saves_head(folder):
+        raise UserError(f"adapter checkpoint {folder} has no score head (modules_to_save) and its base {spec!r} is not "
+                        "a reward model: its scores would come from a random head")
+    model = checkpoints.merge_adapter(lm.model, folder)
+    model.to(device=device, dtype=resolve_dtype(dtype, device, torch.float32))
+    model.eval()
+    model.requires_grad_(False)
+    source = {"spec": str(folder), "type": "adapter", "name": folder.name, "path": str(folder), "sha256": None,
+              "revision": None, "alias": None, "random_head_seed": None,
+              "base": {k: v for k, v in lm.source.items() if k != "random_head_seed"}, "peft_type": info.peft_type}
+    return LoadedModel(model=model, tokenizer=lm.tokenizer, kind="classifier" if seq_cls else lm.kind, source=source,
+                       default_template=lm.default_template)

@@ -23,6 +23,9 @@ The config (YAML; relative paths are relative to the config file)::
         engine: auto                      #   auto | fast | reference
         compile: auto                     #   auto | on | off (the compiled CPU layer)
         audit: 512                        #   bf16/fp16: rows rescored in fp32 (manifest scan.bf16_audit); 0: off
+        base: null                        #   adapter (LoRA) checkpoints: the base model (default: the one
+                                          #   adapter_config.json names; rmfast sweep --base sets it too)
+      - ./runs/my-rm                      # a training run's folder: one model per checkpoint-N/ (below)
     prompts: ../shared/data/prompts/paper_b_prompts.yaml   # a YAML file (name: text), a mapping, or a list
     candidates:                           # name: set (default: the whole vocabulary)
       vocab: vocabulary
@@ -36,10 +39,16 @@ Every model × prompt × candidate set is one *part* of the store (:mod:`rmfast.
 parts are skipped, so an interrupted sweep resumes where it stopped, and a part in progress
 resumes from its checkpoint. Under torchrun (or ``--shard I/N``) the parts are split across
 ranks (:mod:`rmfast.dist`).
+
+A model that is a training run's output folder (``checkpoint-N/`` subfolders, as the Hugging Face
+Trainer writes them, and no model of its own) becomes one model per checkpoint, named
+``<name>/checkpoint-N``, so ``rmfast analyze trajectory STORE/parts`` reads each one's step;
+PEFT/LoRA adapter checkpoints are merged onto their base (:mod:`rmfast.checkpoints`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
@@ -53,6 +62,7 @@ import numpy as np
 
 from . import dist
 from .audit import DEFAULT_AUDIT_N
+from .checkpoints import expand_runs, is_adapter_folder
 from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, file_sha256, read_candidates
 from .errors import UserError
 from .io import slug
@@ -62,7 +72,7 @@ from .template import unescape
 TOP_KEYS = ("out", "defaults", "models", "prompts", "candidates", "compat", "max_tokens")
 MODEL_KEYS = ("model", "name", "dtype", "device", "device_map", "head", "head_index", "template", "system",
               "batch_size", "trust_remote_code", "random_head_seed", "engine", "compile", "cache_dir", "audit",
-              "allow_pickle")
+              "allow_pickle", "base")
 RESULT_KEYS = ("name", "model", "dtype", "head", "head_index", "template", "system", "trust_remote_code",
                "random_head_seed")  # what changes the scores (device, batch size, engine do not)
 VOCAB_KEYS = ("exclude_special", "wordlike", "dedup", "token_ids")
@@ -94,9 +104,11 @@ class ModelCfg:
     cache_dir: str | None = None
     audit: int = DEFAULT_AUDIT_N
     allow_pickle: bool = False  # load pickled pytorch_model.bin weights (unpickling can run code)
+    base: str | None = None  # the base of an adapter checkpoint (None: the one it names)
 
     def result_fields(self) -> dict:
-        return {k: getattr(self, k) for k in RESULT_KEYS}
+        # base only when set, so stores written before it existed keep their keys
+        return {k: getattr(self, k) for k in RESULT_KEYS} | ({"base": self.base} if self.base else {})
 
 
 @dataclass
@@ -254,8 +266,25 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
         cache_dir=c.get("cache_dir", "str"),
         audit=c.get("audit", "int", DEFAULT_AUDIT_N, minimum=0, allow_none=False),
         allow_pickle=c.get("allow_pickle", "bool", False, allow_none=False),
+        base=_base_spec(c.get("base", "str"), base),
     )
     return m
+
+
+def _base_spec(spec: str | None, base: Path) -> str | None:
+    """An adapter's base: a path relative to the config (when it exists there) or an alias / hub id."""
+    if spec is None or not spec.strip():
+        return None
+    local = _resolve(base, spec.strip())
+    return str(local.resolve()) if local.exists() else spec.strip()
+
+
+def with_base(cfg: SweepConfig, base: str) -> SweepConfig:
+    """``rmfast sweep --base``: ``base`` for every adapter checkpoint whose config gives none."""
+    spec = str(Path(base).resolve()) if Path(base).exists() else base
+    cfg.models = [dataclasses.replace(m, base=spec) if m.base is None and is_adapter_folder(m.model) else m
+                  for m in cfg.models]
+    return cfg
 
 
 def _prompts(file: str, value, base: Path) -> dict[str, str]:
@@ -399,7 +428,7 @@ def load_config(path: str | os.PathLike) -> SweepConfig:
         models = [models]
     if not isinstance(models, list) or not models:
         raise UserError(f"{file}: models: expected a list of models")
-    mcfgs = [_model_cfg(file, i, m, defaults, base) for i, m in enumerate(models)]
+    mcfgs = expand_runs([_model_cfg(file, i, m, defaults, base) for i, m in enumerate(models)], _slug)
     seen: dict[str, int] = {}
     for i, m in enumerate(mcfgs):
         if m.slug.lower() in seen:
@@ -605,7 +634,8 @@ class _PartRunner:
         t_load = time.perf_counter()
         lm = dist.load_model(m.model, dtype=m.dtype, device=dist.device_for(self.d, m.device), device_map=m.device_map,
                              trust_remote_code=m.trust_remote_code, cache_dir=m.cache_dir,
-                             random_head_seed=m.random_head_seed, allow_pickle=m.allow_pickle)
+                             random_head_seed=m.random_head_seed, allow_pickle=m.allow_pickle,
+                             base=m.base)
         _log(self.d, f"loaded {m.name} in {time.perf_counter() - t_load:.1f} s")
         return lm
 

@@ -94,7 +94,9 @@ def from_scans(scans: pd.DataFrame) -> pd.DataFrame:
         df["step"] = df["model"].map(steps)
     stem = df["model"].map(lambda m: _STEP_RE.sub("", str(m)).rstrip("/-_") or "run")
     df["run"] = stem + " | " + df["prompt"].astype(str)
-    return df.rename(columns={"text": "token"}).drop(columns=["model"])
+    # the trajectory's token is the decoded text; scan files and store parts also carry the raw
+    # vocabulary piece as "token", which would otherwise become a second "token" column
+    return df.drop(columns=["model", "token"], errors="ignore").rename(columns={"text": "token"})
 
 
 def _normalise_input(df: pd.DataFrame, ledger: Ledger) -> pd.DataFrame:

@@ -17,6 +17,9 @@ def register(subparsers) -> None:
                    help="run only parts with index %% N == I (independent jobs, e.g. a SLURM array); torchrun needs no flag")
     p.add_argument("--dry-run", action="store_true", help="check the config and the store, list the parts, run nothing")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--base", default=None, metavar="PATH/ALIAS",
+                   help="adapter (LoRA) checkpoints: load them on this base model instead of the one their "
+                        "adapter_config.json names (default: that one; e.g. a hub id not available offline)")
     p.set_defaults(func=run)
 
     r = subparsers.add_parser("results", help="list what a results store holds; export its tidy table")
@@ -29,12 +32,16 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from ..checkpoints import is_adapter_folder
     from ..loader import preflight
-    from ..sweep import load_config, run_sweep
+    from ..sweep import load_config, run_sweep, with_base
 
     cfg = load_config(args.config)
+    if args.base:
+        cfg = with_base(cfg, args.base)
     for m in cfg.models:  # a broken model file stops the sweep here, before the store is touched
-        preflight(m.model, cache_dir=m.cache_dir, allow_pickle=m.allow_pickle)
+        if not is_adapter_folder(m.model):  # an adapter checkpoint is checked when it is loaded on its base
+            preflight(m.model, cache_dir=m.cache_dir, allow_pickle=m.allow_pickle)
     idx = run_sweep(cfg, args.out, force=args.force, shard=args.shard, progress=not args.no_progress, dry_run=args.dry_run)
     root = Path(args.out) if args.out else cfg.out
     if idx.get("dry_run"):
