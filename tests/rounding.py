@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmfast.bench.baselines import U32, fp32_rounding_tol  # the one definition (rmfast bench uses it too)
+from rmfast.bench.baselines import U32, fp32_rounding_tol  # noqa: F401 - the one definition (U32 re-exported)
 
 
 def fp32_error(a, ref64) -> float:
