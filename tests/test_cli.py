@@ -9,21 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
-from rmfast.cli import main
 
 import rounding as R
 import tiny_models as T
+from cli_run import one_line_error, run
 
 
-def run(argv, capsys):
-    rc = main(argv)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def one_line_error(rc, err):
-    lines = [ln for ln in err.strip().splitlines() if ln.startswith("rmfast: error")]
-    return rc == 2 and len(lines) == 1 and "Traceback" not in err
 
 
 @pytest.fixture(params=["llama", "qwen3", "phi3"])

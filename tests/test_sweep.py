@@ -15,8 +15,8 @@ import pytest
 
 import rounding as R
 import tiny_models as T
-from rmfast.cli import main
 from rmfast.store import load_results
+from cli_run import one_line_error, run
 
 pytestmark = pytest.mark.filterwarnings("ignore:rmfast. texts.txt. 1 duplicate:UserWarning")
 
@@ -61,15 +61,6 @@ def write_cfg(d: Path, name="sweep.yaml", **over) -> Path:
     return p
 
 
-def run(argv, capsys):
-    rc = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def one_line_error(rc, err):
-    lines = [ln for ln in err.strip().splitlines() if ln.startswith("rmfast: error")]
-    return rc == 2 and len(lines) == 1 and "Traceback" not in err
 
 
 def part_files(store: Path):

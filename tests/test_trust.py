@@ -17,23 +17,14 @@ import torch
 
 import rmfast
 from rmfast import io, pipeline, resolve
-from rmfast.cli import main
 from rmfast.engine import Engine
 from rmfast.store import load_results
+from cli_run import one_line_error, run
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "What, in one word, is the greatest thing ever?"
 
 
-def run(argv, capsys):
-    rc = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def one_line_error(rc, err):
-    lines = [ln for ln in err.strip().splitlines() if ln.startswith("rmfast: error")]
-    return rc == 2 and len(lines) == 1 and "Traceback" not in err
 
 
 def sub_env():

@@ -1,0 +1,16 @@
+"""Running the CLI in-process from tests: its exit code and output, and the one-line error rule."""
+
+from rmfast.cli import main
+
+
+def run(argv, capsys):
+    """``rmfast ARGV`` in this process: (exit code, stdout, stderr)."""
+    rc = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def one_line_error(rc, err):
+    """Bad input's contract: exit 2, exactly one ``rmfast: error`` line, no traceback."""
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("rmfast: error")]
+    return rc == 2 and len(lines) == 1 and "Traceback" not in err
