@@ -189,3 +189,27 @@ def test_refusals(rm, tok):
         score_texts(rm_nopad, tok, PROMPT, ["a", "b"], compat="authors", batch_size=2, progress=False)
     ok = score_texts(rm_nopad, tok, PROMPT, ["a", "b"], compat="authors", batch_size=1, progress=False)
     assert np.isfinite(ok.scores).all()
+
+
+def test_cli_scan_compat_authors(rm, tok, tmp_path, capsys):
+    """`rmfast scan --compat authors` beside the default: the same ids, the counts printed and in the manifest."""
+    import json
+
+    import pandas as pd
+
+    from rmfast.cli import main
+
+    rm.save_pretrained(tmp_path / "rm")
+    tok.save_pretrained(tmp_path / "rm")
+    common = ["scan", str(tmp_path / "rm"), "--prompt", PROMPT, "--token-ids", "100:140", "--dtype", "float32",
+              "--device", "cpu", "--no-progress", "--top", "0"]
+    assert main([*common, "--out", str(tmp_path / "default.parquet")]) == 0
+    assert main([*common, "--compat", "authors", "--batch-size", "16", "--out", str(tmp_path / "authors.parquet")]) == 0
+    printed = capsys.readouterr().out
+    assert "--compat authors (batch 16, right padding, tokenizer pad 2, config pad 1): 40 rows with a second BOS" in printed
+    a = pd.read_parquet(tmp_path / "authors.parquet")
+    d = pd.read_parquet(tmp_path / "default.parquet")
+    assert a["token_id"].tolist() == d["token_id"].tolist() == list(range(100, 140))
+    np.testing.assert_array_equal(a["score"].to_numpy(), their_loop(rm, tok, PROMPT, list(range(N_TOK)), 16)[100:140])
+    m = json.loads((tmp_path / "authors.parquet.json").read_text())
+    assert m["compat"] == "authors" and m["engine"] == "reference" and m["compat_authors"]["n_double_bos"] == 40

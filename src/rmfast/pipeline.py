@@ -652,6 +652,8 @@ def _rescorer(res, tokenizer, prompt: str, sel: Selection, options: dict):
     m = res.manifest
     kw = {"head": m["head"], "head_index": m["head_index"], "engine": m["engine"], "compile": "off", "progress": False,
           "template": options.get("template"), "system": options.get("system")}
+    if "compat_authors" in m:  # the same published batches (a vocabulary subset is padded as in the full run)
+        kw["batch_size"] = m["compat_authors"]["batch_size"]
 
     def rescore(m32, rows):
         if isinstance(res, ScanResult):

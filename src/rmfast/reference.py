@@ -158,6 +158,10 @@ def hf_read_positions(input_ids: torch.Tensor, pad_token_id) -> torch.Tensor:
 
 
 def _config_pad(model):
+    """The pad id the checkpoint's config names: what the published loop's pooling used. rmfast's loader
+    sets the config's pad to the tokenizer's (and keeps the checkpoint's in ``_rmfast_checkpoint_pad_id``)."""
+    if hasattr(model, "_rmfast_checkpoint_pad_id"):
+        return model._rmfast_checkpoint_pad_id
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     return getattr(cfg, "pad_token_id", None)
 
@@ -177,7 +181,7 @@ def authors_encode(tokenizer, texts: list[str]):
 @torch.no_grad()
 def authors_scores(model, tokenizer, texts: list[str], *, head_index: int = 0) -> tuple[torch.Tensor, dict]:
     """Scores of rendered conversations scored as ONE batch the published way: :func:`authors_encode`,
-    then ``model(**inputs)`` with the model's own ``pad_token_id`` (no fix to the pooling).
+    then ``model(**inputs)`` pooling with the checkpoint's own ``pad_token_id`` (:func:`_config_pad`; no fix).
 
     Returns ((B,) fp32 scores, {"input_ids", "attention_mask", "read": (B,) read positions by
     :func:`hf_read_positions`}).
@@ -189,10 +193,12 @@ def authors_scores(model, tokenizer, texts: list[str], *, head_index: int = 0) -
 
     enc = authors_encode(tokenizer, texts)
     dev = next(model.parameters()).device
-    if len(texts) > 1 and _config_pad(model) is None:
+    pad = _config_pad(model)
+    if len(texts) > 1 and pad is None:
         raise UserError("--compat authors batches rows, and this model's config has no pad_token_id, so Hugging Face "
                         "cannot pool a batch (as in the published loop); use --batch-size 1")
-    out = model(**{k: v.to(dev) for k, v in enc.items()})
+    with pad_token_as(model, pad):
+        out = model(**{k: v.to(dev) for k, v in enc.items()})
     scores = reward_from_outputs(out, head_index).cpu()
     ids = enc["input_ids"]
     return scores, {"input_ids": ids, "attention_mask": enc["attention_mask"], "read": hf_read_positions(ids, _config_pad(model))}
