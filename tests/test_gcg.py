@@ -134,6 +134,9 @@ def test_config_errors(bad, msg):
 @pytest.mark.parametrize("argv, msg", [
     (["--length", "0"], "--length must be"), (["--topk", "0"], "--topk must be"),
     (["--search-width", "0"], "--search-width must be"),
+    (["--greedy-candidates", "--n-replace", "2"], "one position per candidate"),
+    (["--distance-penalty", "-1"], "--distance-penalty must be"),
+    (["--init", "a", "--init-string", "b"], "both given"),
 ])
 def test_cli_errors_are_one_line(argv, msg, capsys, tmp_path):
     from rmfast.cli import main
@@ -192,3 +195,107 @@ def test_compiled_engine_evaluator(smol_tokenizer, tmpl):
     assert res.best_score == pytest.approx(res.best_score_reference, abs=1e-4)
     ref = reference_scores(model, tmpl, [res.best_ids], head="score")[0].item()
     assert res.best_score == pytest.approx(ref, abs=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# the study fork's options (rmfast.gcg_select): greedy pairs, distance penalty, init strings, sign bug
+
+
+def _search(model, tok, tmpl, **kw):
+    from rmfast.gcg import _prepare
+
+    cfg = GCGConfig(**{**SMALL, "retokenize_filter": False, **kw})
+    cfg.validate()
+    return _prepare(model, tok, PROMPT, cfg, tmpl)
+
+
+def test_greedy_pairs_equal_brute_force_top_k():
+    """Planted (L, V) scores with ties: the pairs in order are the brute-force sort of all allowed swaps."""
+    from rmfast.gcg_select import greedy_pairs
+
+    g = torch.Generator().manual_seed(0)
+    L, V = 4, 50
+    sel = torch.randint(-20, 20, (L, V), generator=g).float()  # many ties
+    allowed = torch.rand(V, generator=g) > 0.3
+    cur = torch.tensor([3, 7, 7, 40])
+    brute = sorted(((sel[p, t].item(), p * V + t), (p, t)) for p in range(L) for t in range(V)
+                   if allowed[t] and t != cur[p])
+    assert list(greedy_pairs(sel, allowed, cur)) == [pt for _, pt in brute]
+
+
+def test_greedy_candidates_are_the_best_single_swaps(smol_tokenizer, tmpl):
+    """A greedy step's candidates: the search_width best (position, token) swaps of a planted selection
+    matrix, past the already-seen ones."""
+    from rmfast.gcg import _candidates, _key
+
+    s = _search(T.tiny("llama"), smol_tokenizer, tmpl, greedy=True, search_width=12)
+    cur = torch.tensor([300, 301, 302, 303])
+    sel = torch.randn(4, s.n_vocab, generator=torch.Generator().manual_seed(1))
+    order = sorted(((sel[p, t].item(), p, t) for p in range(4) for t in s.allowed_ids.tolist() if t != cur[p]))
+    rows = [[*cur[:p].tolist(), t, *cur[p + 1:].tolist()] for _, p, t in order]
+    s.seen.add(_key(rows[1]))  # already evaluated: skipped, the 13th best takes its place
+    got = _candidates(s, cur, sel, torch.Generator())
+    assert got == [rows[0]] + rows[2:13] and s.n_dup == 1
+
+
+def test_distance_penalty_formula(smol_tokenizer, tmpl):
+    """The penalty on a planted embedding table, and the selection = loss gradient + penalty."""
+    from rmfast.gcg import _selection
+    from rmfast.gcg_select import distance_penalty
+
+    W = torch.randn(30, 5, generator=torch.Generator().manual_seed(2))
+    cur = torch.tensor([4, 17])
+    want = torch.tensor([[2.5 * sum((W[c, d] - W[v, d]).item() ** 2 for d in range(5)) ** 0.5 for v in range(30)]
+                         for c in cur])
+    torch.testing.assert_close(distance_penalty(W, cur, 2.5), want, rtol=1e-5, atol=1e-5)
+
+    s = _search(T.tiny("llama"), smol_tokenizer, tmpl, distance_penalty=4.5, maximize=False)
+    g = torch.randn(4, s.n_vocab, generator=torch.Generator().manual_seed(3))
+    s.grad_fn = lambda ids: (0.25, g)  # planted reward and gradient
+    cur = torch.tensor([300, 301, 302, 303])
+    torch.testing.assert_close(_selection(s, cur), g + distance_penalty(s.emb, cur, 4.5))  # minimize: loss = +reward
+
+
+def test_authors_sign_bug_only_under_compat(smol_tokenizer, tmpl):
+    """--compat authors: the selection is 2 (r - 30) g in both directions; without it the directions differ."""
+    from rmfast.gcg import _selection
+
+    g = torch.randn(4, T.VOCAB, generator=torch.Generator().manual_seed(4))
+    cur = torch.tensor([300, 301, 302, 303])
+    model = T.tiny("llama")
+    sel = {}
+    for compat in (None, "authors"):
+        for mx in (True, False):
+            s = _search(model, smol_tokenizer, tmpl, maximize=mx, compat=compat)
+            s.grad_fn = lambda ids: (1.5, g)
+            sel[compat, mx] = _selection(s, cur)
+    torch.testing.assert_close(sel["authors", True], 2 * (1.5 - 30) * g)
+    assert torch.equal(sel["authors", True], sel["authors", False])  # the bug: minimizing proposes the same swaps
+    assert torch.equal(sel[None, True], -sel[None, False])
+
+
+def test_short_runs_with_each_fork_option(smol_tokenizer, tmpl):
+    """Each option on a tiny classifier: it runs, moves the reward its way, and reports an exact score."""
+    model = T.tiny("llama")
+    base = dict(steps=4, search_width=16, topk=8, length=4)
+    inits = [" good good good", " bad bad bad", " one two three"]
+    for kw in (dict(greedy=True), dict(distance_penalty=4.5), dict(init_strings=inits),
+               dict(compat="authors", maximize=False), dict(greedy=True, distance_penalty=4.5, compat="authors")):
+        res = run(model, smol_tokenizer, PROMPT, GCGConfig(**{**base, **kw}), progress=False, template=tmpl)
+        ref = reference_scores(model, tmpl, [res.best_ids], head="score")[0].item()
+        assert res.best_score == pytest.approx(ref, abs=1e-4), kw
+        sign = 1 if kw.get("maximize", True) else -1
+        assert sign * (res.trajectory[-1] - res.trajectory[0]) >= 0, kw
+        assert res.config["greedy"] == kw.get("greedy", False) and res.config["compat"] == kw.get("compat")
+    # init strings: restart 0 starts from the best of them
+    res = run(model, smol_tokenizer, PROMPT, GCGConfig(**base, init_strings=inits), progress=False, template=tmpl)
+    ids = [response_ids(smol_tokenizer, tmpl, t) for t in inits]
+    scores = reference_scores(model, tmpl, ids, head="score")
+    assert res.restarts[0]["init_ids"] == ids[int(scores.argmax())]
+
+
+def test_init_strings_of_different_lengths_refused(smol_tokenizer, tmpl):
+    with pytest.raises(UserError, match="different lengths"):
+        _search(T.tiny("llama"), smol_tokenizer, tmpl, init_strings=[" good", " good good"])
+    with pytest.raises(UserError, match="logprob"):
+        _search(T.tiny("llama", kind="causal_lm"), smol_tokenizer, tmpl, compat="authors")

@@ -7,11 +7,21 @@ suffix are the response. Rows are grouped by response length (no padding ever) a
 same shared-prompt :class:`~rmfast.engine.Engine` as token scans, or through the plain-HF path for
 architectures off the fast path.
 
-Compatibility mode ``compat="decode-retokenize"`` reproduces the published pipeline: the
-vocabulary is decoded id by id (``tokenizer.decode([id])``) and each string is put into the
-conversation, which is re-tokenized as a whole; the score is that of the whole re-tokenized
+Compatibility mode ``compat="decode-retokenize"`` reproduces the published pipeline's decode round
+trip: the vocabulary is decoded id by id (``tokenizer.decode([id])``) and each string is put into
+the conversation, which is re-tokenized as a whole; the score is that of the whole re-tokenized
 sequence, whatever ids it holds. Default mode scores the id itself (token scans) and refuses a text
 that merges with the template around it; compat mode scores such rows anyway (plain-HF path).
+
+``compat="authors"`` reproduces the published scoring loop itself (paper A's
+``generate_reward_model_scores.py``), all three of its quirks: (a) the decode round trip above;
+(b) the conversation rendered as TEXT (``apply_chat_template(tokenize=False)``) and re-tokenized
+with the tokenizer's special tokens, so a BOS already in the rendered template gets a second one;
+(c) batches of ``batch_size`` consecutive candidates padded together with the tokenizer's pad token
+(its padding side) and read by the model's own pooling, which finds "the last token that is not
+``config.pad_token_id``": where the config's pad differs from the tokenizer's, the shorter rows of a
+batch are read at a pad position. :func:`authors_batches` builds those batches; the plain-HF
+:func:`rmfast.reference.authors_scores` scores one.
 """
 
 from __future__ import annotations
@@ -27,7 +37,16 @@ import numpy as np
 from .errors import UserError
 
 DEFAULT_MAX_TOKENS = 256  # response tokens per candidate; --max-tokens raises it
-COMPAT_MODES = ("decode-retokenize",)
+COMPAT_MODES = ("decode-retokenize", "authors")
+#: rows padded together per reward model in the published scoring loop (paper A's config/reward_models.yaml);
+#: ``--compat authors`` with ``--batch-size auto`` uses these, and AUTHORS_BATCH_SIZE for any other model.
+PAPER_BATCH_SIZES = {
+    "nicolinho/QRM-Gemma-2-27B": 32, "Skywork/Skywork-Reward-Gemma-2-27B-v0.2": 32, "Skywork/Skywork-Reward-Gemma-2-27B": 32,
+    "Skywork/Skywork-Reward-Llama-3.1-8B-v0.2": 32, "nicolinho/QRM-Llama3.1-8B": 32, "LxzGordon/URM-LLaMa-3.1-8B": 64,
+    "Ray2333/GRM-Llama3-8B-rewardmodel-ft": 64, "Ray2333/GRM-Llama3.2-3B-rewardmodel-ft": 128,
+    "RLHFlow/ArmoRM-Llama3-8B-v0.1": 32, "Ray2333/GRM-gemma2-2B-rewardmodel-ft": 256,
+}
+AUTHORS_BATCH_SIZE = 32  # the published loop's most common batch (five of the ten models)
 _FORMATS = {".csv": "csv", ".dicx": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet"}
 
 
@@ -244,7 +263,85 @@ def tokenize_in_context(tokenizer, tmpl, texts: list[str], *, compat: str | None
                                 "conversation with --compat decode-retokenize") from None
         return rows
     _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system)
-    return [_compat_row(tmpl, render(t), head) for t in texts]
+    return [_compat_row(tmpl, render(t), head) for t in texts]  # authors rows: the same response ids
+
+
+# --------------------------------------------------------------------------------------------
+# the authors' scoring loop (compat="authors")
+
+
+def render_text(tokenizer, tmpl, response: str) -> str:
+    """The conversation as TEXT, as the published loop renders it (``apply_chat_template(tokenize=False)``,
+    no generation prompt; a plain format filled in). Re-tokenizing it adds the tokenizer's specials.
+
+    Example:
+        >>> render_text(tok, tmpl, "love")  # doctest: +SKIP
+        '<|im_start|>system\\n...<|im_start|>assistant\\nlove<|im_end|>\\n'
+    """
+    from .template import is_plain_format
+
+    fmt = tmpl.format
+    if fmt is not None and is_plain_format(fmt):
+        return fmt.replace("{system}", tmpl.system or "").replace("{prompt}", tmpl.prompt).replace("{response}", response)
+    messages = ([{"role": "system", "content": tmpl.system}] if tmpl.system is not None else []) + [
+        {"role": "user", "content": tmpl.prompt}, {"role": "assistant", "content": response}]
+    return tokenizer.apply_chat_template(messages, chat_template=fmt, tokenize=False)
+
+
+def authors_batch_size(batch_size, model_name: str | None) -> tuple[int, str]:
+    """Rows padded together: an explicit ``batch_size``, else the papers' size for a model they scored, else 32.
+    Returns (size, where it came from)."""
+    if batch_size not in ("auto", None):
+        try:
+            n = int(batch_size)
+        except (TypeError, ValueError):
+            n = 0
+        if n < 1:
+            raise UserError(f"--batch-size {batch_size!r} is not a positive integer or auto")
+        return n, "--batch-size"
+    from .registry import find
+
+    known = find(model_name) if model_name else None
+    hub = known.hub_id if known is not None else model_name
+    if hub in PAPER_BATCH_SIZES:
+        return PAPER_BATCH_SIZES[hub], "the papers' configuration for this model"
+    return AUTHORS_BATCH_SIZE, f"default {AUTHORS_BATCH_SIZE} (the papers' most common; set --batch-size)"
+
+
+def tokenizer_order(tokenizer) -> dict[int, int]:
+    """Position of each id in the published loop's vocabulary order (``sorted(get_vocab().items(), by id)``)."""
+    return {i: k for k, i in enumerate(sorted(set(int(v) for v in tokenizer.get_vocab().values())))}
+
+
+def authors_batches(n: int, batch_size: int, source_ids=None, tokenizer=None) -> tuple[list[list], list[tuple[int, int]]]:
+    """The published loop's batches for ``n`` candidates: (members of each batch, (batch, slot) of each candidate).
+
+    Texts: consecutive runs of ``batch_size`` in input order. Vocabulary ids (``source_ids``): the
+    loop's own batches over the whole vocabulary in id order, so that a subset is padded exactly as
+    in the full run; a member outside the subset is an id (int) the caller must score too, a
+    candidate is its row number in a ("row", i) tuple.
+
+    Example:
+        >>> authors_batches(5, 2)
+        ([[('row', 0), ('row', 1)], [('row', 2), ('row', 3)], [('row', 4)]], [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)])
+    """
+    if source_ids is None:
+        members = [[("row", i) for i in range(lo, min(n, lo + batch_size))] for lo in range(0, n, batch_size)]
+        return members, [(i // batch_size, i % batch_size) for i in range(n)]
+    order = tokenizer_order(tokenizer)
+    full = sorted(order, key=order.get)
+    pos = {int(t): i for i, t in enumerate(source_ids)}
+    extra = [int(t) for t in source_ids if int(t) not in order]  # ids past the tokenizer: after it, in input order
+    seq = full + extra
+    where: dict[int, tuple[int, int]] = {}
+    members: list[list] = []
+    for k in sorted({(order[t] if t in order else len(full) + extra.index(t)) // batch_size for t in pos}):
+        batch = seq[k * batch_size:(k + 1) * batch_size]
+        members.append([("row", pos[t]) if t in pos else t for t in batch])
+        for j, t in enumerate(batch):
+            if t in pos:
+                where[pos[t]] = (len(members) - 1, j)
+    return members, [where[i] for i in range(len(source_ids))]
 
 
 # --------------------------------------------------------------------------------------------

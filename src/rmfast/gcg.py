@@ -15,7 +15,10 @@ Exhaustive scans stop at one token; GCG extends the study to ~20-token responses
    optimized a squared error to a ±30 target with a gradient that always pointed to higher reward.)
 3. Candidates. Per position, the ``topk`` tokens with the largest objective gradient among the
    allowed ones; ``search_width`` candidates, each replacing ``n_replace`` random positions with
-   random top-k tokens. Already-evaluated sequences are skipped, and (by default) so are those whose
+   random top-k tokens. Options from the study's fork of nanoGCG (:mod:`rmfast.gcg_select`, off by
+   default): ``distance_penalty`` adds ``w * ||E[cur_p] - E[v]||`` to the loss gradient,
+   ``greedy`` takes the ``search_width`` best (position, token) pairs deterministically, and
+   ``compat="authors"`` uses the fork's loss gradient, sign bug included. Already-evaluated sequences are skipped, and (by default) so are those whose
    decoded text does not re-encode, in template context, to the same ids — the reported text
    really has the reported score.
 4. Evaluation. All survivors are scored by the shared-prompt :class:`~rmfast.engine.Engine` in a
@@ -48,6 +51,7 @@ import torch
 from .candidates import check_context
 from .errors import UserError
 from .gcg_result import GCGResult, RandomSearchResult
+from .gcg_select import distance_penalty, greedy_pairs, loss_gradient
 from .pipeline import oom_batches
 from .resolve import auto_batch_size, resolve_compile, resolve_head
 from .version import versions
@@ -84,6 +88,17 @@ class GCGConfig:
         init: initial response text (default None: random allowed tokens, re-tokenization
             consistent, a different draw per restart). With ``init``, restart 0 starts from it
             and later restarts from random draws.
+        init_strings: several initial responses (default None), all of one token length in
+            context: restart 0 scores them all and starts from the best (its buffer holds the
+            best ``buffer_size``), as the fork's list of initializations. Not with ``init``.
+        greedy: candidates are the ``search_width`` best (position, token) pairs of the whole
+            gradient matrix, one swap each, walking further down past already-seen ones (the
+            fork's "faster" mode; needs n_replace 1; topk unused). Default False: random sampling.
+        distance_penalty: w, adding ``w * ||E[cur_p] - E[v]||_2`` (embedding weight rows) to the loss
+            gradient before choosing (default 0.0: none; the fork used 4.5 on its squared-error
+            gradient, see :mod:`rmfast.gcg_select`).
+        compat: None (default) or "authors": the gradient is the fork's, of ``(reward - 30)**2`` in
+            both directions (its sign bug: minimizing still proposes reward-raising swaps).
         eval_batch_size: rows per evaluation batch, or "auto" (default "auto": scan's rule).
         head: "auto" (default: score for classifiers, logprob for causal LMs), "score" or "logprob".
         head_index: which output of a multi-output score head (default 0).
@@ -110,6 +125,10 @@ class GCGConfig:
     allow_special: bool = False
     retokenize_filter: bool = True
     init: str | None = None
+    init_strings: list[str] | None = None
+    greedy: bool = False
+    distance_penalty: float = 0.0
+    compat: str | None = None
     eval_batch_size: int | str = "auto"
     head: str = "auto"
     head_index: int = 0
@@ -143,6 +162,20 @@ class GCGConfig:
             raise UserError(f"unknown --compile {self.compile!r}; use auto, on or off")
         if self.init is not None and not self.init.strip():
             raise UserError("--init is empty; give a starting response text or leave it out")
+        self._validate_fork_options()
+
+    def _validate_fork_options(self) -> None:
+        if self.init_strings is not None:
+            if self.init is not None:
+                raise UserError("--init and --init-strings both given; use one")
+            if not self.init_strings or any(not isinstance(t, str) or not t.strip() for t in self.init_strings):
+                raise UserError("--init-strings needs one or more non-empty response texts")
+        if self.greedy and self.n_replace != 1:
+            raise UserError(f"--greedy-candidates swaps one position per candidate; drop --n-replace {self.n_replace}")
+        if not isinstance(self.distance_penalty, (int, float)) or self.distance_penalty < 0:
+            raise UserError(f"--distance-penalty must be a number >= 0 (got {self.distance_penalty!r})")
+        if self.compat not in (None, "authors"):
+            raise UserError(f"unknown --compat {self.compat!r} for gcg; use authors")
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,11 +373,13 @@ class _Search:
     allowed_ids: torch.Tensor  # (n_allowed,) long
     retok: _Retokenizer | None
     init_ids: list[int] | None
+    init_list: list[list[int]] | None  # init_strings' ids (all of length L)
     L: int  # response length
     k: int  # substitutions kept per position
     scorer: _Scorer
     grad_fn: _Gradient
     sign: float  # +1 maximize, -1 minimize: the objective is sign * reward
+    emb: torch.Tensor | None = None  # (n_vocab, D) fp32 embedding rows, for the distance penalty
     seen: set[bytes] = field(default_factory=set)
     n_eval: int = 0
     n_dup: int = 0
@@ -366,23 +401,43 @@ def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template |
         raise UserError("no allowed tokens left (try --allow-non-ascii / --allow-special)")
     retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
 
-    init_ids = None
-    if cfg.init is not None:
-        init_ids = response_ids(tokenizer, tmpl, cfg.init)
-        bad = [t for t in init_ids if t >= n_vocab or not allowed[t]]
-        if bad:
-            warnings.warn(f"rmfast: --init holds {len(bad)} excluded token(s) (e.g. id {bad[0]}); GCG only replaces them "
-                          "with allowed tokens where a step picks their position", stacklevel=3)
-    L = len(init_ids) if init_ids is not None else cfg.length
+    init_ids = _init_ids(tokenizer, tmpl, cfg.init, n_vocab, allowed) if cfg.init is not None else None
+    init_list = _init_list(tokenizer, tmpl, cfg.init_strings, n_vocab, allowed) if cfg.init_strings else None
+    L = len(init_ids) if init_ids is not None else len(init_list[0]) if init_list else cfg.length
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
     k = min(cfg.topk, allowed_ids.numel())
 
     scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L,
                      compile=cfg.compile, n_evaluations=cfg.steps * cfg.search_width * cfg.restarts, stacklevel=4)
+    if cfg.compat == "authors" and head != "score":
+        raise UserError("--compat authors reproduces the fork's squared error to a reward of 30 (a score head); "
+                        "drop it for a logprob head")
     grad_fn = _Gradient(model, tmpl, head, cfg.head_index)
     sign = 1.0 if cfg.maximize else -1.0
-    return _Search(cfg, tokenizer, tmpl, head, n_vocab, allowed, allowed_ids, retok, init_ids, L, k, scorer, grad_fn,
-                   sign)
+    emb = grad_fn.W[:n_vocab].detach().float() if cfg.distance_penalty else None
+    return _Search(cfg, tokenizer, tmpl, head, n_vocab, allowed, allowed_ids, retok, init_ids, init_list, L, k, scorer,
+                   grad_fn, sign, emb)
+
+
+def _init_ids(tokenizer, tmpl: Template, text: str, n_vocab: int, allowed: torch.Tensor, what: str = "--init") -> list[int]:
+    """An initial response's ids in template context (a warning if it holds tokens GCG may not place)."""
+    ids = response_ids(tokenizer, tmpl, text)
+    bad = [t for t in ids if t >= n_vocab or not allowed[t]]
+    if bad:
+        warnings.warn(f"rmfast: {what} holds {len(bad)} excluded token(s) (e.g. id {bad[0]}); GCG only replaces them "
+                      "with allowed tokens where a step picks their position", stacklevel=4)
+    return ids
+
+
+def _init_list(tokenizer, tmpl: Template, texts: list[str], n_vocab: int, allowed: torch.Tensor) -> list[list[int]]:
+    """--init-strings' ids; all must have one length (GCG optimizes a fixed-length response)."""
+    rows = [_init_ids(tokenizer, tmpl, t, n_vocab, allowed, "--init-strings") for t in texts]
+    lens = sorted({len(r) for r in rows})
+    if len(lens) > 1:
+        first = next(t for t, r in zip(texts, rows) if len(r) != len(rows[0]))
+        raise UserError(f"--init-strings tokenize to different lengths ({', '.join(map(str, lens))} tokens; e.g. "
+                        f"{texts[0][:30]!r} is {len(rows[0])}, {first[:30]!r} is not); give strings of one token length")
+    return rows
 
 
 def _evaluate(s: _Search, rows: list[list[int]]) -> torch.Tensor:
@@ -394,32 +449,52 @@ def _evaluate(s: _Search, rows: list[list[int]]) -> torch.Tensor:
     return scores
 
 
-def _top_substitutions(s: _Search, cur: torch.Tensor) -> torch.Tensor:
-    """Gradient step: per position of ``cur`` (L,), the ``k`` allowed tokens that most raise the objective. (L, k)."""
+def _selection(s: _Search, cur: torch.Tensor) -> torch.Tensor:
+    """Gradient step: (L, V) estimated loss change of each substitution around ``cur`` (L,), lower is
+    better: the loss gradient (:func:`~rmfast.gcg_select.loss_gradient`) plus the distance penalty."""
     tg = time.perf_counter()
-    _, g = s.grad_fn(cur)  # (L, V') d reward / d one-hot
-    g = (s.sign * g[:, : s.n_vocab]).cpu()  # ascend the objective: +reward or -reward
-    g = torch.where(s.allowed[None, : g.shape[1]], g, torch.tensor(float("-inf")))
-    top = g.topk(s.k, dim=1).indices  # (L, k)
+    r, g = s.grad_fn(cur)  # (L, V') d reward / d one-hot
+    sel = loss_gradient(g[:, : s.n_vocab], r, s.sign, s.cfg.compat)
+    if s.cfg.distance_penalty:
+        sel = sel + distance_penalty(s.emb, cur, s.cfg.distance_penalty).to(sel.device)
     s.t_grad += time.perf_counter() - tg
-    return top
+    return sel.cpu()
 
 
-def _candidates(s: _Search, cur: torch.Tensor, top: torch.Tensor, gen: torch.Generator) -> list[list[int]]:
-    """Sample ``search_width`` candidates around ``cur`` (L,); keep those not seen before that re-tokenize."""
+def _top_substitutions(s: _Search, sel: torch.Tensor) -> torch.Tensor:
+    """Per position, the ``k`` allowed tokens of lowest selection score. (L, k)."""
+    sel = torch.where(s.allowed[None, : sel.shape[1]], -sel, torch.tensor(float("-inf")))
+    return sel.topk(s.k, dim=1).indices  # (L, k)
+
+
+def _admit(s: _Search, row: list[int]) -> bool:
+    """A candidate not evaluated before whose text re-tokenizes to itself (counted either way)."""
+    kb = _key(row)
+    if kb in s.seen:
+        s.n_dup += 1
+        return False
+    s.seen.add(kb)
+    if s.retok is not None and not s.retok(row):
+        s.n_rej += 1
+        return False
+    return True
+
+
+def _candidates(s: _Search, cur: torch.Tensor, sel: torch.Tensor, gen: torch.Generator) -> list[list[int]]:
+    """``search_width`` candidates around ``cur`` (L,) that :func:`_admit` keeps: sampled from the
+    per-position top-k, or (``greedy``) the best (position, token) pairs in order."""
     tf = time.perf_counter()
-    cands = _sample(cur, top, s.cfg.search_width, s.cfg.n_replace, gen)  # (width, L)
-    keep = []
-    for row in cands.tolist():
-        kb = _key(row)
-        if kb in s.seen:
-            s.n_dup += 1
-            continue
-        s.seen.add(kb)
-        if s.retok is not None and not s.retok(row):
-            s.n_rej += 1
-            continue
-        keep.append(row)
+    if s.cfg.greedy:
+        keep, base = [], cur.tolist()
+        for p, t in greedy_pairs(sel, s.allowed, cur):
+            row = base[:p] + [t] + base[p + 1:]
+            if _admit(s, row):
+                keep.append(row)
+                if len(keep) == s.cfg.search_width:
+                    break
+    else:
+        cands = _sample(cur, _top_substitutions(s, sel), s.cfg.search_width, s.cfg.n_replace, gen)  # (width, L)
+        keep = [row for row in cands.tolist() if _admit(s, row)]
     s.t_filter += time.perf_counter() - tf
     return keep
 
@@ -437,8 +512,7 @@ def _step(s: _Search, buffer: list[tuple[float, list[int]]], start: list[int],
           gen: torch.Generator) -> tuple[list[tuple[float, list[int]]], bool]:
     """One step from ``start``: gradient, candidates, evaluation, buffer. Returns (buffer, improved)."""
     cur = torch.tensor(start, dtype=torch.long)  # (L,)
-    top = _top_substitutions(s, cur)  # (L, k)
-    keep = _candidates(s, cur, top, gen)
+    keep = _candidates(s, cur, _selection(s, cur), gen)
     best_before = buffer[0][0]
     if keep:
         buffer = _merge(buffer, keep, _evaluate(s, keep), s.sign, s.cfg.buffer_size)
@@ -449,10 +523,16 @@ def _restart(s: _Search, r: int, bar) -> dict:
     """Restart ``r`` (seed + r): its initial response, then steps until ``steps`` or ``patience``."""
     cfg = s.cfg
     gen = torch.Generator().manual_seed(cfg.seed + r)
-    start_ids = s.init_ids if (r == 0 and s.init_ids is not None) else _random_init(s.L, s.allowed_ids, gen, s.retok)
-    s0 = float(_evaluate(s, [start_ids])[0])
-    s.seen.add(_key(start_ids))
-    buffer = [(s0, list(start_ids))]  # best first by objective sign * score
+    if r == 0 and s.init_list is not None:
+        inits = [list(x) for x in dict.fromkeys(tuple(i) for i in s.init_list)]  # each distinct one once
+        buffer = _merge([], inits, _evaluate(s, inits), s.sign, cfg.buffer_size)  # best first
+        s.seen.update(_key(i) for i in inits)
+        start_ids, s0 = buffer[0][1], buffer[0][0]
+    else:
+        start_ids = s.init_ids if (r == 0 and s.init_ids is not None) else _random_init(s.L, s.allowed_ids, gen, s.retok)
+        s0 = float(_evaluate(s, [start_ids])[0])
+        s.seen.add(_key(start_ids))
+        buffer = [(s0, list(start_ids))]  # best first by objective sign * score
     traj, evals = [s0], [s.n_eval]
     stale, stop = 0, "steps"
     for step in range(cfg.steps):
@@ -504,6 +584,12 @@ def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
         "eval_batch_size": s.scorer.bs,
         "n_allowed_tokens": int(s.allowed_ids.numel()),
         "gradient": "full sequence through the HF model with autograd (no prompt cache); one-hot @ embedding weight x embedding scale",
+        "candidate_selection": {
+            "loss": ("the fork's (reward - 30)^2 in both directions (--compat authors: its sign bug)" if cfg.compat == "authors"
+                     else "-reward" if cfg.maximize else "+reward"),
+            "distance_penalty": cfg.distance_penalty,
+            "candidates": "greedy: best (position, token) pairs" if cfg.greedy else "sampled from per-position top-k",
+        },
         "versions": versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -586,6 +586,8 @@ def _warn_missing(folder, missing: list[str]) -> None:
 def _finish(model, tokenizer, device):
     """Pad id from the tokenizer, on the device, eval mode, no gradients."""
     if tokenizer.pad_token_id is not None:
+        # the checkpoint's own pad id: the published loop pools with it (--compat authors, rmfast.reference)
+        model._rmfast_checkpoint_pad_id = model.config.pad_token_id
         model.config.pad_token_id = tokenizer.pad_token_id
     model.to(device)
     model.eval()

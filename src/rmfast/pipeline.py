@@ -28,12 +28,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, check_context, ids_digest, max_response_len,
-                         tokenize_in_context)
+from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, authors_batch_size, authors_batches, check_context,
+                         ids_digest, max_response_len, render_text, tokenize_in_context)
 from .engine import Engine
 from .errors import UserError
 from .io import atomic_write
-from .reference import reference_scores
+from .reference import authors_encode, authors_scores, hf_read_positions, reference_scores
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
 from .resolve import (auto_batch_size, base_manifest, cap_batch_size, even_batch, resolve_compile, resolve_engine,
                       resolve_head, row_bytes, run_key)
@@ -368,6 +368,72 @@ def _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size) -
     return groups
 
 
+def _authors_plan(tokenizer, tmpl, texts, source_ids, bs: int):
+    """The published loop's batches as rendered conversation texts, and where each candidate sits."""
+    members, where = authors_batches(len(texts), bs, source_ids, tokenizer)
+    convs = [[render_text(tokenizer, tmpl, texts[m[1]] if isinstance(m, tuple) else tokenizer.decode([m]))
+              for m in batch] for batch in members]
+    return convs, where
+
+
+def _authors_diagnostics(model, tokenizer, convs, where) -> dict:
+    """Which candidates the published loop reads at a pad (or before its end) and which get two BOS: from
+    the tokenization alone (:func:`rmfast.reference.hf_read_positions`, the installed transformers' rule)."""
+    from .reference import _config_pad
+
+    n = len(where)
+    pad_read, early_read, double_bos = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+    slot_of = {}
+    for i, (b, j) in enumerate(where):
+        slot_of.setdefault(b, []).append((j, i))
+    bos = tokenizer.bos_token_id
+    for b, pairs in slot_of.items():
+        enc = authors_encode(tokenizer, convs[b])
+        ids, mask = enc["input_ids"], enc["attention_mask"]  # (B, L)
+        read = hf_read_positions(ids, _config_pad(model))  # (B,)
+        for j, i in pairs:
+            real = mask[j].nonzero()[:, 0]  # attended positions
+            pad_read[i] = not bool(mask[j, read[j]])
+            early_read[i] = bool(mask[j, read[j]]) and int(read[j]) != int(real[-1])
+            double_bos[i] = bos is not None and len(real) > 1 and int(ids[j, real[0]]) == bos == int(ids[j, real[1]])
+    return {"pad_read": pad_read, "early_read": early_read, "double_bos": double_bos,
+            "padding_side": tokenizer.padding_side, "tokenizer_pad_id": tokenizer.pad_token_id,
+            "config_pad_id": _config_pad(model)}
+
+
+def _authors_groups(model, tokenizer, convs, where, head_index: int) -> list[Group]:
+    """One group per published batch: every call scores the WHOLE batch (its padding decides the reads)."""
+    by_batch: dict[int, list[tuple[int, int]]] = {}
+    for i, (b, j) in enumerate(where):
+        by_batch.setdefault(b, []).append((j, i))
+    groups = []
+    for b in sorted(by_batch):
+        slot = {i: j for j, i in by_batch[b]}
+
+        def score(sel, _bs, b=b, slot=slot):
+            s, _ = authors_scores(model, tokenizer, convs[b], head_index=head_index)
+            return s.numpy()[[slot[int(i)] for i in sel]]
+
+        rows = np.asarray([i for _, i in sorted(by_batch[b])], dtype=np.int64)
+        groups.append(Group(rows, len(convs[b]), score))
+    return groups
+
+
+def _authors_manifest(diag: dict, bs: int, bs_from: str, source_ids) -> dict:
+    """What the published loop did differently, counted (and which candidates: token ids, else row numbers)."""
+    import transformers
+
+    key = (lambda m: np.asarray(source_ids)[m].tolist()) if source_ids is not None else (lambda m: np.flatnonzero(m).tolist())
+    return {
+        "batch_size": bs, "batch_size_from": bs_from, "padding_side": diag["padding_side"],
+        "tokenizer_pad_id": diag["tokenizer_pad_id"], "config_pad_id": diag["config_pad_id"],
+        "n_double_bos": int(diag["double_bos"].sum()), "n_pad_reads": int(diag["pad_read"].sum()),
+        "n_early_reads": int(diag["early_read"].sum()),
+        "pad_reads": key(diag["pad_read"]), "early_reads": key(diag["early_read"]),
+        "read_rule": f"rightmost token != config pad_token_id (transformers {transformers.__version__})",
+    }
+
+
 def score_texts(
     model,
     tokenizer,
@@ -400,7 +466,11 @@ def score_texts(
             keep_checkpoint: as for :func:`scan` (batch_size "auto" is chosen per response length;
             compile "auto" also needs few distinct lengths: each is one compiled graph).
         compat: None (default: exact in-context ids; a text that merges with the template is an
-            error) or "decode-retokenize" (score whatever the re-tokenized conversation holds).
+            error), "decode-retokenize" (score whatever the re-tokenized conversation holds) or
+            "authors" (the published loop, all its quirks: decode round trip, a second BOS, batches
+            of ``batch_size`` padded together and read by the model's own pooling; ``batch_size``
+            "auto" is the papers' size for their models, else 32; plain-HF path, score head only;
+            ``manifest["compat_authors"]`` counts the double BOS and pad reads).
         model_info: provenance for the manifest (the loader's ``source``).
         max_tokens: longest response accepted, in tokens (default 256; also bounded by the
             model's position limit). A longer candidate is a UserError naming it.
@@ -424,9 +494,12 @@ def score_texts(
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))  # the prompt alone; each text below
     head = resolve_head(model, head, head_index)
+    authors = compat == "authors"
+    if authors:
+        _check_authors(head, engine)
     rows = tokenize_in_context(tokenizer, tmpl, texts, compat=compat, head=head)
     limit = _check_lengths(rows, texts, model, tmpl, max_tokens)
-    engine = resolve_engine(model, head, head_index, engine)
+    engine = "reference" if authors else resolve_engine(model, head, head_index, engine)
     device = next(model.parameters()).device
     n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
     n_odd = sum(r.template is not None for r in rows)
@@ -441,9 +514,15 @@ def score_texts(
         "rows_not_split": n_odd,
         "tokenization": ("apply_chat_template(tokenize=True) of the whole conversation, sliced between the template's "
                          "prefix and suffix" if compat is None else
-                         "decode-retokenize: the whole re-tokenized conversation is scored as it is"),
+                         "decode-retokenize: the whole re-tokenized conversation is scored as it is" if not authors else
+                         "authors: the conversation rendered as text, re-tokenized with special tokens, batches padded"),
     })
-    if n_odd:
+    if authors:
+        bs_a, bs_from = authors_batch_size(batch_size, (model_info or {}).get("name") or getattr(model.config, "name_or_path", None))
+        convs, where = _authors_plan(tokenizer, tmpl, texts, source_ids, bs_a)
+        manifest["compat_authors"] = _authors_manifest(_authors_diagnostics(model, tokenizer, convs, where), bs_a, bs_from,
+                                                       source_ids)
+    elif n_odd:
         warnings.warn(f"rmfast: {n_odd} candidate(s) merge with the template when re-tokenized; they are scored "
                       "as whole sequences on the plain Hugging Face path", stacklevel=2)
     eng = Engine(model, tmpl, head=head, head_index=head_index) if engine == "fast" else None
@@ -452,7 +531,8 @@ def score_texts(
         work = int(sum(eng.tokens_per_row(int(n)) for n in n_tok))
         eng.compile = (resolve_compile(compile, model, work, eng) and (compile not in ("auto", None) or n_lengths <= 4)
                        and eng.can_compile(warn=True))
-    groups = _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size)
+    groups = (_authors_groups(model, tokenizer, convs, where, head_index) if authors else
+              _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size))
     compiled = bool(eng is not None and eng.compile)
     key = run_key(manifest) + ids_digest(rows)[:16]
     scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=key, checkpoint=checkpoint,
@@ -464,12 +544,22 @@ def score_texts(
     return res if keep_checkpoint else finish(res, checkpoint)
 
 
+def _check_authors(head: str, engine: str) -> None:
+    if head != "score":
+        raise UserError("--compat authors reproduces the papers' reward-model scoring loop (score head); for a causal "
+                        "LM's log-probabilities use --compat decode-retokenize")
+    if engine == "fast":
+        raise UserError("--compat authors runs the plain Hugging Face path (it reproduces the published loop, "
+                        "padding included); drop --engine fast")
+
+
 def decode_retokenize_scan(model, tokenizer, prompt: str, ids, **kw) -> TextScanResult:
     """The papers' vocabulary pipeline: ``tokenizer.decode([id])`` for each id, then score each string
-    with the whole conversation re-tokenized (``compat="decode-retokenize"``). Keyed by ``token_id``."""
+    with the whole conversation re-tokenized (``compat="decode-retokenize"``, the default here, or
+    ``compat="authors"``: their whole loop). Keyed by ``token_id``."""
     ids = np.asarray(ids, dtype=np.int64)
     texts = [tokenizer.decode([int(i)]) for i in ids]
-    kw["compat"] = "decode-retokenize"
+    kw.setdefault("compat", "decode-retokenize")
     return score_texts(model, tokenizer, prompt, texts, source_ids=ids, **kw)
 
 
@@ -486,7 +576,8 @@ class Selection:
         exclude_special, wordlike, dedup: vocabulary views (:func:`rmfast.vocab.vocab_ids`).
         texts: response texts to score instead of vocabulary ids.
         texts_info: where the texts came from (file, column, sha256), for the manifest.
-        compat: None, or "decode-retokenize" (the papers' pipeline; vocabulary and texts alike).
+        compat: None, "decode-retokenize" (the papers' decode round trip) or "authors" (their whole
+            scoring loop: :func:`score_texts`); vocabulary and texts alike.
         max_tokens: longest text candidate in tokens (default 256).
     """
 
@@ -530,6 +621,10 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
     """
     sel = selection or Selection()
     sel.check()
+    authors_texts = sel.compat == "authors" and sel.texts is not None
+    if authors_texts and rows is not None:
+        raise UserError("--compat authors pads texts in file-order batches, which a split over processes would change; "
+                        "run it in one process (vocabulary scans split exactly)")
     if sel.texts is not None:
         order = rows(len(sel.texts)) if rows else np.arange(len(sel.texts))
         texts = [sel.texts[i] for i in order]
@@ -540,12 +635,14 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
                                   wordlike=sel.wordlike, dedup=sel.dedup)
         order = rows(ids.size) if rows else np.arange(ids.size)
         if sel.compat:
-            res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], max_tokens=sel.max_tokens, **options)
+            res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], max_tokens=sel.max_tokens,
+                                         compat=sel.compat, **options)
         else:
             res = scan(model, tokenizer, prompt, token_ids=ids[order], **options)
         res.manifest["vocab_view"] = view
-    a = audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options), n=audit, seed=audit_seed,
-                   what="ids" if sel.texts is None else "texts")
+    # A subset of texts re-batches them (other padding), so an authors text scan is not audited.
+    a = None if authors_texts else audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options), n=audit,
+                                              seed=audit_seed, what="ids" if sel.texts is None else "texts")
     if a is not None:
         res.manifest["bf16_audit"] = a
     return res, order
@@ -557,13 +654,15 @@ def _rescorer(res, tokenizer, prompt: str, sel: Selection, options: dict):
     m = res.manifest
     kw = {"head": m["head"], "head_index": m["head_index"], "engine": m["engine"], "compile": "off", "progress": False,
           "template": options.get("template"), "system": options.get("system")}
+    if "compat_authors" in m:  # the same published batches (a vocabulary subset is padded as in the full run)
+        kw["batch_size"] = m["compat_authors"]["batch_size"]
 
     def rescore(m32, rows):
         if isinstance(res, ScanResult):
             return scan(m32, tokenizer, prompt, token_ids=res.token_ids[rows], **kw).scores
         if res.source_ids is not None:
             return decode_retokenize_scan(m32, tokenizer, prompt, res.source_ids[rows], max_tokens=sel.max_tokens,
-                                          **kw).scores
+                                          compat=sel.compat, **kw).scores
         return score_texts(m32, tokenizer, prompt, [res.texts[i] for i in rows], compat=sel.compat,
                            max_tokens=sel.max_tokens, **kw).scores
 

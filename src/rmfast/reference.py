@@ -134,3 +134,71 @@ def reference_scores(
             if progress is not None:
                 progress.update(len(rows))
     return out
+
+
+def hf_read_positions(input_ids: torch.Tensor, pad_token_id) -> torch.Tensor:
+    """(B,) the position a Hugging Face sequence classifier reads in each row of ``input_ids`` (B, L):
+    the rightmost token that is not ``pad_token_id`` (transformers 5.x,
+    ``GenericForSequenceClassification``); the final position when the pad id is None.
+
+    Under transformers 4.x (the papers' 4.43 pin) the rule was "one before the FIRST ``pad_token_id``,
+    modulo L": the same position unless the config's pad id occurs inside the sequence.
+
+    Example:
+        >>> hf_read_positions(torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]]), 0).tolist()
+        [2, 4]
+        >>> hf_read_positions(torch.tensor([[5, 6, 7, 0, 0]]), 3).tolist()  # pads are not the config's pad
+        [4]
+    """
+    L = input_ids.shape[-1]
+    if pad_token_id is None:
+        return torch.full(input_ids.shape[:1], L - 1, dtype=torch.long)
+    keep = (input_ids != pad_token_id).long()  # (B, L)
+    return (torch.arange(L, device=input_ids.device) * keep).argmax(-1)
+
+
+def _config_pad(model):
+    """The pad id the checkpoint's config names: what the published loop's pooling used. rmfast's loader
+    sets the config's pad to the tokenizer's (and keeps the checkpoint's in ``_rmfast_checkpoint_pad_id``)."""
+    if hasattr(model, "_rmfast_checkpoint_pad_id"):
+        return model._rmfast_checkpoint_pad_id
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return getattr(cfg, "pad_token_id", None)
+
+
+def authors_encode(tokenizer, texts: list[str]):
+    """The published loop's tokenization of a batch of rendered conversations: special tokens added
+    (a second BOS where the template has one), padded with the tokenizer's pad on its padding side,
+    truncated at ``model_max_length``. Returns a BatchEncoding of (B, L) tensors."""
+    from .errors import UserError
+
+    if len(texts) > 1 and tokenizer.pad_token_id is None:
+        raise UserError("--compat authors pads each batch with the tokenizer's pad token, and this tokenizer has none; "
+                        "use --batch-size 1 (no padding) or --compat decode-retokenize")
+    return tokenizer(texts, return_tensors="pt", padding=True, truncation=True)
+
+
+@torch.no_grad()
+def authors_scores(model, tokenizer, texts: list[str], *, head_index: int = 0) -> tuple[torch.Tensor, dict]:
+    """Scores of rendered conversations scored as ONE batch the published way: :func:`authors_encode`,
+    then ``model(**inputs)`` pooling with the checkpoint's own ``pad_token_id`` (:func:`_config_pad`; no fix).
+
+    Returns ((B,) fp32 scores, {"input_ids", "attention_mask", "read": (B,) read positions by
+    :func:`hf_read_positions`}).
+
+    Example:
+        >>> authors_scores(model, tok, [render_text(tok, tmpl, "love"), render_text(tok, tmpl, "hope")])  # doctest: +SKIP
+    """
+    from .errors import UserError
+
+    enc = authors_encode(tokenizer, texts)
+    dev = next(model.parameters()).device
+    pad = _config_pad(model)
+    if len(texts) > 1 and pad is None:
+        raise UserError("--compat authors batches rows, and this model's config has no pad_token_id, so Hugging Face "
+                        "cannot pool a batch (as in the published loop); use --batch-size 1")
+    with pad_token_as(model, pad):
+        out = model(**{k: v.to(dev) for k, v in enc.items()})
+    scores = reward_from_outputs(out, head_index).cpu()
+    ids = enc["input_ids"]
+    return scores, {"input_ids": ids, "attention_mask": enc["attention_mask"], "read": hf_read_positions(ids, _config_pad(model))}

@@ -32,7 +32,7 @@ The config (YAML; relative paths are relative to the config file)::
       words: {vocabulary: {exclude_special: true, wordlike: true, dedup: true}}
       elo: {file: ../shared/data/eloeverything/greatest.csv, column: name}
       nouns: ../lexicons/big2_nouns.txt
-    compat: null                          # or decode-retokenize (the papers' pipeline)
+    compat: null                          # or decode-retokenize (the papers' decode round trip), authors (their loop)
     max_tokens: 256                       # longest text candidate, in tokens
 
 Every model × prompt × candidate set is one *part* of the store (:mod:`rmfast.store`); finished

@@ -41,6 +41,18 @@ def register(subparsers) -> None:
     p.add_argument("--restarts", type=common.positive_int, default=d.restarts, help=f"independent restarts (default {d.restarts})")
     p.add_argument("--seed", type=common.nonneg_int, default=d.seed, help=f"random seed (default {d.seed})")
     p.add_argument("--init", default=None, help="initial response text (default: random allowed tokens)")
+    p.add_argument("--init-string", action="append", default=None, metavar="TEXT",
+                   help="one of several initial responses of one token length (repeatable): restart 0 starts from "
+                        "the best of them (default: none)")
+    p.add_argument("--init-strings", default=None, metavar="FILE", help="initial responses, one per line (as --init-string)")
+    p.add_argument("--greedy-candidates", action="store_true",
+                   help="the study fork's candidates: the --search-width best (position, token) pairs of the gradient, "
+                        "one swap each (default: random draws from per-position top-k)")
+    p.add_argument("--distance-penalty", type=float, default=d.distance_penalty, metavar="W",
+                   help="add W x embedding distance to each swap's gradient score (the fork: 4.5; default 0: off)")
+    p.add_argument("--compat", default=None, choices=["authors"],
+                   help="authors: the fork's gradient, of (reward - 30)^2 in both directions, its sign bug included "
+                        "(default off)")
     p.add_argument("--allow-non-ascii", action="store_true", help="allow tokens that are not printable ASCII (default off)")
     p.add_argument("--allow-special", action="store_true", help="allow special/added tokens (default off)")
     p.add_argument("--no-retokenize-filter", action="store_true",
@@ -62,6 +74,16 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _init_strings(args) -> list[str] | None:
+    """--init-string values and --init-strings FILE lines (blank lines skipped), or None."""
+    from ..candidates import read_candidates
+
+    texts = list(args.init_string or [])
+    if args.init_strings is not None:
+        texts += read_candidates(args.init_strings, fmt="lines").texts
+    return texts or None
+
+
 def run(args) -> int:
     from .. import gcg as job
     from ..gcg import GCGConfig
@@ -73,6 +95,8 @@ def run(args) -> int:
         allow_special=args.allow_special, retokenize_filter=not args.no_retokenize_filter, init=args.init,
         eval_batch_size=args.eval_batch_size, head=args.head, head_index=args.head_index,
         template=template_arg(args), system=args.system, evaluator=args.evaluator, compile=args.compile,
+        init_strings=_init_strings(args), greedy=args.greedy_candidates, distance_penalty=args.distance_penalty,
+        compat=args.compat,
     )
     cfg.validate()  # refuse bad settings before loading anything
     direction = "max" if cfg.maximize else "min"

@@ -31,8 +31,10 @@ def register(sub) -> None:
     p.add_argument("--candidates", default=None, metavar="FILE",
                    help="score response texts instead of token ids: one per line, or a CSV/TSV/Parquet column (--column)")
     p.add_argument("--column", default=None, help="the --candidates table's column holding the texts")
-    p.add_argument("--compat", default=None, choices=["decode-retokenize"],
-                   help="the papers' pipeline: decode ids to text and re-tokenize the whole conversation (default off)")
+    p.add_argument("--compat", default=None, choices=["decode-retokenize", "authors"],
+                   help="decode-retokenize: the papers' decode round trip (ids decoded to text, the whole conversation "
+                        "re-tokenized); authors: their whole scoring loop (also a second BOS, and batches of --batch-size "
+                        "padded together: auto = the papers' size for their models, else 32; plain-HF path). Default off")
     p.add_argument("--max-tokens", type=common.positive_int, default=None, help="longest text candidate in tokens (default 256)")
     p.add_argument("--batch-size", default="auto", help="rows per batch, or auto (default)")
     p.add_argument("--engine", default="auto", choices=["auto", "fast", "reference"],
@@ -152,6 +154,11 @@ def _print_summary(res, top: int, out, world: int) -> None:
               f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s")
     from ..audit import audit_line
 
+    ca = m.get("compat_authors")
+    if ca:
+        print(f"--compat authors (batch {ca['batch_size']}, {ca['padding_side']} padding, tokenizer pad "
+              f"{ca['tokenizer_pad_id']}, config pad {ca['config_pad_id']}): {ca['n_double_bos']} rows with a second BOS, "
+              f"{ca['n_pad_reads']} read at a pad position, {ca['n_early_reads']} read before their end")
     line = audit_line(m.get("bf16_audit"))
     if line:
         print(line)
