@@ -239,7 +239,7 @@ def _run_trajectory(args) -> int:
 def run_analyze(args) -> int:
     """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
     if args.out:
-        writable(args.out)  # before the work
+        writable(args.out, folder=args.name == "trajectory")  # before the work (trajectory writes a folder)
     if args.name == "trajectory":
         return _run_trajectory(args)
     data = _inputs(args)
