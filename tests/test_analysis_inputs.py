@@ -93,6 +93,21 @@ def test_load_scans_errors(tmp_path):
         load_scans([tmp_path / "b.parquet", tmp_path / "b.parquet"])
 
 
+def test_load_scans_takes_only_a_parquet_with_its_own_manifest(tmp_path):
+    """The pair rule (io.write_pair): a manifest from another write of the file is refused."""
+    from rmfast.io import write_pair
+
+    df = pd.DataFrame({"token_id": [1, 2], "token": ["x", "y"], "text": ["x", "y"], "score": [1.0, -1.0],
+                       "rank": [1, 2]})
+    p = tmp_path / "a.parquet"
+    first = write_pair(p, df, {"model": {"name": "org/A"}, "prompt": "Best?"})
+    assert list(load_scans([p])["model"].unique()) == ["org/A"]
+    write_pair(p, df, {"model": {"name": "org/A"}, "prompt": "Best?"})
+    Path(str(p) + ".json").write_text(json.dumps(first))  # the old write's manifest beside the new Parquet
+    with pytest.raises(UserError, match="from different writes"):
+        load_scans([p])
+
+
 # ---------------------------------------------------------------- EloEverything format
 def _write_elo(folder: Path, prompt_stem: str, names, elo, models: dict):
     df = pd.DataFrame({"elo_rank": np.arange(1, len(names) + 1), "elo_score": elo,

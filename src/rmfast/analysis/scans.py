@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from ..io import manifest_path, read_manifest
 from .ledger import Ledger
 
 TIDY_COLUMNS = ["model", "prompt", "token_id", "text", "score", "rank"]
@@ -112,11 +113,6 @@ def validate_scans(df: pd.DataFrame, *, ledger: Ledger | None = None,
     return out[TIDY_COLUMNS + extra].reset_index(drop=True)
 
 
-def manifest_path(path: str | PathLike) -> Path:
-    """The JSON manifest written beside a scan's Parquet file: ``<path>.json``."""
-    return Path(str(path) + ".json")
-
-
 def _expand(paths: Iterable[str | PathLike] | str | PathLike) -> list[Path]:
     if isinstance(paths, (str, PathLike)):
         paths = [paths]
@@ -160,11 +156,8 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
     frames = []
     for f in files:
         mpath = manifest_path(f)
-        if not mpath.exists():
-            raise UserError(f"{f} has no manifest {mpath.name} beside it; "
-                            "rmfast scan writes one: re-run the scan or add it")
+        manifest = read_manifest(f)  # only the Parquet's own partner (io.write_pair's write id)
         try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
             info = manifest["model"]
             model = next((info.get(k) for k in ("name", "alias", "spec", "path") if info.get(k)),
                          None) if isinstance(info, dict) else info
