@@ -53,7 +53,7 @@ from .errors import UserError
 from .gcg_result import GCGResult, RandomSearchResult
 from .gcg_select import distance_penalty, greedy_pairs, loss_gradient
 from .pipeline import oom_batches
-from .resolve import auto_batch_size, resolve_compile, resolve_head
+from .resolve import auto_batch_size, cap_batch_size, resolve_compile, resolve_head, row_bytes
 from .version import versions
 from .template import Template, build_template, response_ids
 from .vocab import special_ids, vocab_size
@@ -305,7 +305,9 @@ class _Scorer:
             self.engine = None
             tpr = len(tmpl.prefix_ids) + L + len(tmpl.suffix_ids)
         self.prefix_s = time.perf_counter() - t0
-        self.bs = auto_batch_size(self.device, tpr) if batch_size == "auto" else int(batch_size)
+        per_row = row_bytes(model, tpr, prefix_len=len(tmpl.prefix_ids), head=head, full_sequence=self.engine is None)
+        self.bs = (auto_batch_size(self.device, tpr, per_row) if batch_size == "auto"
+                   else cap_batch_size(int(batch_size), self.device, per_row))
 
     def __call__(self, cands: torch.Tensor) -> torch.Tensor:
         from .reference import reference_scores

@@ -104,7 +104,7 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
 def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
     """rmfast (the compiled CPU layer where it applies) and rmfast-eager (the same engine, not compiled)."""
     from ..engine import Engine
-    from ..resolve import auto_batch_size, even_batch
+    from ..resolve import auto_batch_size, even_batch, row_bytes
 
     device, args, model, tmpl, head = b.device, b.args, b.model, b.tmpl, b.head
     b.compile_rm = device.type == "cpu" and args.compile != "off"
@@ -123,7 +123,8 @@ def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
         b.ids = candidate_ids(b.n_vocab, b.n_vocab, seed=args.seed)  # same permutation: naive's ids are its first ones
         b.n = b.ids.size
     ids, n, reps = b.ids, b.n, b.reps
-    bs_rm = min(args.batch_size or even_batch(n, auto_batch_size(device, max(1, b.tpr))), n)
+    per_row = row_bytes(model, max(1, b.tpr), prefix_len=len(tmpl.prefix_ids), head=head)
+    bs_rm = min(args.batch_size or even_batch(n, auto_batch_size(device, max(1, b.tpr), per_row)), n)
     t_eg = s_eg = None
     if b.whole:
         def run_rm():
