@@ -7,6 +7,7 @@ A fuzz-style table (issue 18 §3): each row is a subcommand's argv with one prep
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -301,3 +302,23 @@ def test_a_sweep_config_can_allow_pickles(fx, tmp_path, capsys):
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump(cfg))
     assert main(["sweep", str(tmp_path / "ok.yaml"), "--out", str(tmp_path / "store"), "--no-progress"]) == 0
     assert list((tmp_path / "store").rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS, errno.EACCES])
+def test_a_write_failing_mid_command_is_one_line(err, capsys):
+    """A full disk, read-only filesystem or denied write met after the up-front checks (bench's rows,
+    the report's HTML): one line, exit 2; any other OSError is a bug and still raises."""
+    from rmfast.cli import run
+
+    def fails(args):
+        raise OSError(err, os.strerror(err), "/out/report.html")
+
+    assert run(fails, None) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"rmfast: error: {os.strerror(err)}: /out/report.html (")
+
+    def bug(args):
+        raise OSError(errno.ENOENT, "No such file or directory", "/nowhere")
+
+    with pytest.raises(FileNotFoundError):
+        run(bug, None)
