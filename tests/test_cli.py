@@ -12,7 +12,7 @@ import torch
 
 import rounding as R
 import tiny_models as T
-from cli_run import one_line_error, run
+from cli_run import interrupt_scoring_at, one_line_error, run
 
 
 
@@ -218,7 +218,6 @@ def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
     from transformers import AutoModelForSequenceClassification
 
     from rmfast import pipeline, resolve
-    from rmfast.engine import Engine
 
     args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:1000", "--batch-size", "128",
             "--no-progress", "--top", "0"]
@@ -233,20 +232,12 @@ def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
     assert rc == 0 and pd.read_json(str(tmp_path / "whole.parquet.json"), typ="series")["compiled"], se
     monkeypatch.setattr(pipeline, "CHECKPOINT_EVERY_N", 1)
     monkeypatch.setattr(pipeline, "CHECKPOINT_MIN_S", 0.0)
-    real, calls = Engine.score, {"n": 0}
-
-    def killed(self, responses):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(self, responses)
-
-    monkeypatch.setattr(Engine, "score", killed)
+    restore = interrupt_scoring_at(monkeypatch, 3)
     out = tmp_path / "resumed.parquet"
     rc, _, se = run(args + ["--out", str(out)], capsys)
     assert rc == 130 and "resume" in se
     assert (tmp_path / "resumed.parquet.partial.npz").exists() and not out.exists()
-    monkeypatch.setattr(Engine, "score", real)
+    restore()
     rc, _, se = run(args + ["--out", str(out)], capsys)
     assert rc == 0, se
     assert pd.read_json(str(out) + ".json", typ="series")["resumed_candidates"] == 256

@@ -19,7 +19,7 @@ import rmfast
 from rmfast import io, pipeline, resolve
 from rmfast.engine import Engine
 from rmfast.store import load_results
-from cli_run import one_line_error, run
+from cli_run import interrupt_scoring_at, one_line_error, run
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "What, in one word, is the greatest thing ever?"
@@ -415,18 +415,10 @@ def test_scan_batches_fit_planted_memory(tiny_dir, monkeypatch):
     monkeypatch.setattr(pipeline, "CHECKPOINT_EVERY_N", 1)
     monkeypatch.setattr(pipeline, "CHECKPOINT_MIN_S", 0.0)
     ck = Path(str(tiny_dir)).parent / f"mem-{os.getpid()}.partial.npz"
-    real, calls = Engine.score, {"n": 0}
-
-    def killed(self, responses):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(self, responses)
-
-    monkeypatch.setattr(Engine, "score", killed)
+    restore = interrupt_scoring_at(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):
         pipeline.scan(lm.model, lm.tokenizer, PROMPT, checkpoint=ck, **kw)
-    monkeypatch.setattr(Engine, "score", real)
+    restore()
     free["b"] = 10**12
     resumed = pipeline.scan(lm.model, lm.tokenizer, PROMPT, checkpoint=ck, **kw)
     assert resumed.manifest["batch_size"] == small and resumed.manifest["resumed_candidates"] == 2 * small
