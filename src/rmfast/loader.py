@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors import SafetensorError
 
-from . import checkpoints, embedded, registry
+from . import checkpoints, cpu, embedded, registry
 from .errors import UserError
 from .io import write_json
 from .models import custom_heads
@@ -38,6 +38,8 @@ __all__ = [
     "LoadedModel",
     "load",
     "resolve_dtype",
+    "dtype_and_choice",
+    "dtype_name",
     "resolve_device",
     "cache_root",
     "gguf_sha256",
@@ -109,24 +111,47 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return dev
 
 
-def resolve_dtype(dtype: str | torch.dtype, device: torch.device, config_dtype: Any = None) -> torch.dtype:
-    """``"auto"``: bfloat16 on CPU; on CUDA the model config's dtype if bf16/fp16, else bfloat16.
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device, config_dtype: Any = None, *, config: Any = None) -> torch.dtype:
+    """The torch dtype of a load: :func:`dtype_and_choice` without the record of the choice."""
+    return dtype_and_choice(dtype, device, config_dtype, config=config)[0]
 
-    Explicit names: bfloat16/bf16, float16/fp16, float32/fp32.
-    """
+
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """``dtype`` checked and normalized ("auto", "bfloat16", "float16" or "float32"), without measuring anything."""
     if isinstance(dtype, torch.dtype):
         if dtype in (torch.bfloat16, torch.float16, torch.float32):
-            return dtype
+            return str(dtype).removeprefix("torch.")
         raise UserError(f"unsupported dtype {dtype}: use auto, bfloat16, float16 or float32")
     name = (dtype or "auto").strip().lower().removeprefix("torch.")
     if name == "auto":
-        if torch.device(device).type != "cuda":
-            return torch.bfloat16
-        cfg = _as_torch_dtype(config_dtype)
-        return cfg if cfg in (torch.bfloat16, torch.float16) else torch.bfloat16
+        return name
     if name not in _DTYPES:
         raise UserError(f"unknown dtype '{dtype}': use auto, bfloat16 (bf16), float16 (fp16) or float32 (fp32)")
-    return _DTYPES[name]
+    return str(_DTYPES[name]).removeprefix("torch.")
+
+
+def dtype_and_choice(dtype: str | torch.dtype, device: torch.device, config_dtype: Any = None, *,
+                     config: Any = None) -> tuple[torch.dtype, "cpu.DtypeChoice | None"]:
+    """The dtype a model is loaded in, and on CPU with ``"auto"`` the measured choice behind it.
+
+    ``"auto"``: on CUDA the model config's dtype if bf16/fp16, else bfloat16; on CPU bfloat16 only where
+    this CPU runs bf16 GEMMs clearly faster than fp32 at the model's shapes (``config``), else float32
+    (:func:`rmfast.cpu.choose_cpu_dtype`: CPU flags or a cached sub-second probe; one line on stderr).
+    An explicit bfloat16 on a CPU where it is slower than fp32 warns with the measured factor.
+    Explicit names: bfloat16/bf16, float16/fp16, float32/fp32.
+    """
+    name = dtype_name(dtype)
+    on_cpu = torch.device(device).type == "cpu"
+    if name == "auto" and not on_cpu:
+        cfg = _as_torch_dtype(config_dtype)
+        return (cfg if cfg in (torch.bfloat16, torch.float16) else torch.bfloat16), None
+    if name == "auto":
+        choice = cpu.choose_cpu_dtype(config, cache_root())
+        cpu.announce(choice)
+        return _DTYPES[choice.dtype], choice
+    if on_cpu and name == "bfloat16":
+        cpu.warn_if_slow(torch.bfloat16, config, cache_root())
+    return _DTYPES[name], None
 
 
 def _as_torch_dtype(value: Any) -> torch.dtype | None:
@@ -496,7 +521,8 @@ def _load_folder(
         raise UserError(f"cannot read the config of '{folder}': {str(exc).splitlines()[0]} "
                         "(fix or re-download config.json)") from None
     check_weights(folder, allow_pickle)
-    torch_dtype = resolve_dtype(dtype, device, getattr(config, "dtype", None) or getattr(config, "torch_dtype", None))
+    torch_dtype, choice = dtype_and_choice(dtype, device, getattr(config, "dtype", None) or getattr(config, "torch_dtype", None),
+                                           config=config)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError, TypeError) as exc:
@@ -511,7 +537,7 @@ def _load_folder(
             model, missing = custom_heads.load_custom(folder, config, custom, files, tokenizer, torch_dtype=torch_dtype,
                                                       attn_implementation=attn_implementation)
         _warn_missing(folder, missing)
-        return _finish(model, tokenizer, device), tokenizer, "classifier", False
+        return _finish(model, tokenizer, device, choice), tokenizer, "classifier", False
     kind = model_kind(config)
 
     kwargs: dict[str, Any] = dict(
@@ -569,7 +595,7 @@ def _load_folder(
         _init_random_head(model, random_head_seed)
         missing = [k for k in missing if k not in head]
     _warn_missing(folder, missing)
-    return _finish(model, tokenizer, device), tokenizer, kind, seeded
+    return _finish(model, tokenizer, device, choice), tokenizer, kind, seeded
 
 
 def _warn_missing(folder, missing: list[str]) -> None:
@@ -583,8 +609,9 @@ def _warn_missing(folder, missing: list[str]) -> None:
         )
 
 
-def _finish(model, tokenizer, device):
-    """Pad id from the tokenizer, on the device, eval mode, no gradients."""
+def _finish(model, tokenizer, device, choice=None):
+    """Pad id from the tokenizer, on the device, eval mode, no gradients; the dtype choice recorded."""
+    cpu.record(model, choice)
     if tokenizer.pad_token_id is not None:
         # the checkpoint's own pad id: the published loop pools with it (--compat authors, rmfast.reference)
         model._rmfast_checkpoint_pad_id = model.config.pad_token_id
@@ -653,7 +680,7 @@ def load(
         raise UserError("no model given: pass an embedded alias, a .gguf file, a model folder or a hub id")
     spec = str(spec).strip()
     dev = resolve_device(device)
-    resolve_dtype(dtype, dev)  # validate the name before any slow work
+    dtype_name(dtype)  # validate the name before any slow work
     cache = cache_root(cache_dir)
     source: dict[str, Any] = {
         "spec": spec,
@@ -736,7 +763,9 @@ def _load_adapter(folder: Path, base: str | None, *, dtype, device, trust_remote
         raise UserError(f"adapter checkpoint {folder} has no score head (modules_to_save) and its base {spec!r} is not "
                         "a reward model: its scores would come from a random head")
     model = checkpoints.merge_adapter(lm.model, folder)
-    model.to(device=device, dtype=resolve_dtype(dtype, device, torch.float32))
+    torch_dtype, choice = dtype_and_choice(dtype, device, torch.float32, config=model.config)
+    model.to(device=device, dtype=torch_dtype)
+    cpu.record(model, choice)
     model.eval()
     model.requires_grad_(False)
     source = {"spec": str(folder), "type": "adapter", "name": folder.name, "path": str(folder), "sha256": None,

@@ -13,6 +13,7 @@ import warnings
 
 import torch
 
+from . import cpu
 from .version import __version__
 from .engine import MAX_BLOCKDIAG_EXTRA, Engine
 from .errors import UserError
@@ -239,6 +240,7 @@ def base_manifest(model, tmpl: Template, prompt: str, *, head: str, head_index: 
         "head": head,
         "head_index": head_index,
         "dtype": str(p.dtype).replace("torch.", ""),
+        **({"dtype_choice": cpu.recorded(model)} if cpu.recorded(model) else {}),
         "device": str(p.device),
         "engine": engine,
         "score_position": "final position of prefix + response + suffix (never 'last non-pad')",

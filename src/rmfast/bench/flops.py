@@ -208,7 +208,7 @@ def cost_rows(rows: list[dict], cost_configs: dict | None = None, *, hbm_tb_s: f
     for r in rows:
         if r.get("method") not in ("naive", "hf-cache", "rmfast-eager", "rmfast"):
             continue
-        peak = (r.get("gemm_peak_gflops") or 0) * 1e9
+        peak = (r.get("bound_gflops") or r.get("gemm_peak_gflops") or 0) * 1e9  # the faster dtype's (rmfast bench)
         fpc, t, e = r.get("flops_per_candidate"), r.get("tokens_per_candidate") or 0, r.get("tokens_executed_per_candidate")
         n, cps = r["n_timed"], r["cand_per_s"]
         measured = n / cps if cps else None

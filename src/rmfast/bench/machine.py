@@ -26,30 +26,16 @@ def sync(device: torch.device) -> None:
 
 
 def machine_info(device: torch.device) -> dict:
-    """Platform, CPU model, cores, torch threads, GPU name, load average."""
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    fl = set(line.split(":", 1)[1].split())
-                    flags = " ".join(x for x in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if x in fl)
-                    break
-    except OSError:
-        pass
+    """Platform, CPU model, kind and bf16-relevant flags (:func:`rmfast.cpu.cpu_info`), cores, torch
+    threads, GPU name, load average."""
+    from ..cpu import cpu_info
+
+    c = cpu_info()
     info = {
         "platform": platform.platform(),
-        "cpu_model": cpu,
-        "cpu_flags": flags,
+        "cpu_model": c.model,
+        "cpu_kind": c.kind,
+        "cpu_flags": " ".join(c.flags),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,

@@ -203,20 +203,23 @@ def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: s
     """
     from transformers import AutoModelForSequenceClassification
 
-    from ..loader import quiet_transformers, resolve_device, resolve_dtype
+    from ..cpu import record
+    from ..loader import dtype_and_choice, dtype_name, quiet_transformers, resolve_device
 
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
+    dtype_name(dtype)  # a bad name fails before any work
     canonical = resolve(name)[0]
     d = config_dict(name, layers=layers, tiny=tiny)
     fam = FAMILIES[d["model_type"]]
     tok = synthetic_tokenizer(d["vocab_size"], bos=fam["bos"], eos=fam["eos"], pad=fam["pad"], extra=fam["extra"])
     cfg = _hf_config(d, num_labels=1, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                      eos_token_id=tok.eos_token_id)
+    dt, choice = dtype_and_choice(dtype, dev, config=cfg)  # auto on CPU: bf16 only where it is fast here
     with quiet_transformers(), torch.device(dev), _no_default_init():
         model = AutoModelForSequenceClassification.from_config(cfg, dtype=dt, attn_implementation=attn_implementation)
     _reinit(model, seed)
     model.eval().requires_grad_(False)
+    record(model, choice)
     known = registry.find(canonical)
     source = {"spec": f"random-init:{canonical}", "type": "random-init", "name": label(name, layers=layers, tiny=tiny),
               "path": None, "sha256": None, "revision": None, "alias": known.alias if known else None,

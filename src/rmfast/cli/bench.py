@@ -35,7 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-seed", type=nonneg_int, default=0, help="--random-init: weight seed (default 0)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"the user turn (default {DEFAULT_PROMPT!r})")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
-    p.add_argument("--dtype", default="bfloat16", help="bfloat16|float16|float32 (default bfloat16)")
+    p.add_argument("--dtype", default="auto",
+                   help="auto|bfloat16|float16|float32 (default auto: what `rmfast scan` takes on this machine; on CPU "
+                        "bf16 only where it multiplies clearly faster than fp32)")
     p.add_argument("--n-candidates", type=positive_int, default=None,
                    help="ids timed for rmfast and hf-cache (default 2048 on CPU, 65536 on CUDA)")
     p.add_argument("--n-naive", type=positive_int, default=None,
@@ -112,7 +114,9 @@ def run(args) -> int:
             "flops_per_candidate": "2 * (gemm_params [+ V*D for logprob]) * tokens_per_candidate",
             "tokens_per_candidate": "score: 1 + len(suffix_ids); logprob: len(continuation_ids) (one-token responses)",
             "useful_gflops": "flops_per_candidate * cand_per_s / 1e9",
-            "peak_bound_cand_per_s": "gemm_peak_gflops * 1e9 / flops_per_candidate",
+            "peak_bound_cand_per_s": "bound_gflops * 1e9 / flops_per_candidate",
+            "bound_gflops": "the GEMM peak of the faster of float32 / bfloat16 on CPU (bound_dtype), of the run's dtype on CUDA",
+            "frac_gemm_peak": "useful_gflops / bound_gflops",
             "cand_per_s": "n_timed / best pass time (warm-up excluded; setup_s = prompt pass, reported apart)",
         },
     }
@@ -150,7 +154,7 @@ def run(args) -> int:
     meta["total_s"] = round(time.perf_counter() - t_all, 1)
     meta["models"] = extras
     paths = write_outputs(rows, meta, out_dir)
-    title = (f"rmfast bench — {meta['machine']['gpu'] or meta['machine']['cpu_model']}, "
+    title = (f"rmfast bench — {meta['machine']['gpu'] or meta['machine']['cpu_model'] + ' [' + meta['machine']['cpu_kind'] + ']'}, "
              f"{meta['machine']['torch_threads']} threads, {rows[0]['dtype']}; load avg {meta['machine']['loadavg_start']}")
     png = None if args.no_plot else plot(rows, out_dir / "bench_latest.png", title)
     print(format_table(rows))

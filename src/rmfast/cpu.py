@@ -1,0 +1,295 @@
+"""The CPU rmfast runs on: its features, how fast it multiplies in each dtype, and the dtype
+``--dtype auto`` takes there.
+
+bf16 halves the memory traffic and, where the CPU multiplies bf16 natively (AMX tiles on Xeon
+Sapphire Rapids and later; AVX-512 BF16 on Cooper Lake, Zen 4 and later), runs 2-10x faster than
+fp32. Where it does not (AVX2-only: most laptops, many cloud VMs, older servers), torch converts
+every bf16 operand to fp32 and back, and bf16 runs several to 30x *slower* than fp32 while
+rounding worse. So on CPU ``auto`` takes bf16 only where a GEMM at the model's own shapes runs
+clearly faster in bf16 than in fp32 on this machine:
+
+- x86 without AVX-512 BF16 or AMX: bf16 is emulated; fp32 is chosen from the flags alone, no probe;
+- otherwise a probe times both dtypes at the model's projection shape (well under a second), and
+  the result is cached per CPU model, flags, torch version, thread count and shape in
+  ``<rmfast cache>/cpu/gemm-probe.json``, so every later job on the machine makes the same choice.
+
+A measured choice is a :class:`DtypeChoice`: one line for the user and a ``dtype_choice`` entry
+for the manifest. An explicit bf16 on a CPU where it is slower gets a one-line warning with the
+measured factor (:func:`warn_if_slow`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from .io import write_json
+
+#: auto takes bf16 only where a bf16 GEMM is at least this much faster than fp32 at the model's
+#: shapes: the GEMMs are most but not all of a scan (norms, attention softmax and the fp32 head run
+#: at the same speed or slower in bf16), and bf16 rounds scores ~2^-8 relative, so a marginal gain
+#: does not pay for it.
+BF16_MIN_GAIN = 1.3
+
+#: the probe's GEMM: the model's MLP projection (hidden x intermediate), capped so one call is at most
+#: ~PROBE_FLOPS (a few ms to a few tens of ms in fp32), with M rows = tokens of one engine batch
+PROBE_FLOPS = 2e9
+PROBE_ROWS = (64, 1024)
+#: seconds each dtype is timed for, per trial (two interleaved trials; the best of each is kept)
+PROBE_SECONDS = 0.08
+
+#: the CPU features that decide how bf16 runs (x86 /proc/cpuinfo names; aarch64 "bf16")
+_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "bf16", "sve")
+
+_PRINTED: set[str] = set()
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What this CPU is: model name, architecture, the bf16-relevant flags, torch's kernel level."""
+
+    model: str
+    arch: str  # platform.machine(): x86_64, aarch64, arm64 ...
+    flags: tuple[str, ...]  # the subset of _FLAGS this CPU has
+    capability: str  # torch.backends.cpu.get_cpu_capability(): DEFAULT, AVX2, AVX512, ...
+
+    @property
+    def kind(self) -> str:
+        """A label for benchmark rows: ``AMX``, ``AVX-512 BF16``, ``AVX-512``, ``AVX2-only``, or the arch."""
+        f = set(self.flags)
+        if self.arch not in ("x86_64", "AMD64", "i686"):
+            return f"{self.arch}{' BF16' if 'bf16' in f else ''}"
+        if "amx_bf16" in f:
+            return "AMX"
+        if "avx512_bf16" in f:
+            return "AVX-512 BF16"
+        if "avx512f" in f:
+            return "AVX-512 (no BF16)"
+        return "AVX2-only" if "avx2" in f else "x86 (no AVX2)"
+
+    @property
+    def native_bf16(self) -> bool | None:
+        """True / False where the flags settle whether bf16 GEMMs run natively (x86); None elsewhere."""
+        if self.arch not in ("x86_64", "AMD64", "i686"):
+            return None
+        return bool({"amx_bf16", "avx512_bf16"} & set(self.flags))
+
+
+@lru_cache(maxsize=1)
+def cpu_info() -> CpuInfo:
+    """This machine's :class:`CpuInfo` (Linux /proc/cpuinfo; elsewhere platform's words, no flags)."""
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model:
+                    model = val.strip()
+                elif key in ("flags", "Features") and not flags:  # x86 / aarch64
+                    flags = set(val.split())
+    except OSError:
+        pass
+    model = model or platform.processor() or platform.machine()
+    try:
+        cap = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # pragma: no cover - very old torch
+        cap = ""
+    return CpuInfo(model=model, arch=platform.machine(),
+                   flags=tuple(x for x in _FLAGS if x in flags), capability=cap)
+
+
+@dataclass
+class DtypeChoice:
+    """The dtype ``auto`` took on this CPU, why, and the measurements behind it (the manifest's ``dtype_choice``)."""
+
+    dtype: str  # "float32" or "bfloat16"
+    source: str  # "flags" (no probe needed), "probe" (measured now) or "cache" (measured earlier on this machine)
+    reason: str  # one clause, e.g. "bf16 GEMMs run 0.2x fp32 here (emulated)"
+    cpu: str
+    cpu_kind: str
+    gflops: dict = field(default_factory=dict)  # {"float32": .., "bfloat16": ..} at ``shape``; empty for "flags"
+    shape: list = field(default_factory=list)  # [M, K, N] of the probe
+    threads: int = 0
+    torch: str = ""
+
+    @property
+    def bf16_factor(self) -> float | None:
+        """bf16 GEMM speed / fp32 GEMM speed, where measured."""
+        g = self.gflops
+        return g["bfloat16"] / g["float32"] if g.get("float32") and g.get("bfloat16") else None
+
+    def line(self) -> str:
+        """The one line printed when a job takes this choice."""
+        return (f"rmfast: --dtype auto -> {self.dtype} on this CPU [{self.cpu_kind}]: {self.reason}"
+                + (" (measured earlier on this machine)" if self.source == "cache" else ""))
+
+    def manifest(self) -> dict:
+        return asdict(self)
+
+
+def probe_shape(hidden: int, intermediate: int) -> tuple[int, int, int]:
+    """The (M, K, N) the probe times: the MLP up-projection, K and N capped, M sized to ~PROBE_FLOPS.
+
+    >>> probe_shape(576, 1536)
+    (1024, 576, 1536)
+    >>> probe_shape(4096, 14336)
+    (244, 2048, 2048)
+    """
+    K, N = min(int(hidden), 2048), min(int(intermediate), 2048)
+    M = int(PROBE_FLOPS // (2 * K * N))
+    return max(PROBE_ROWS[0], min(PROBE_ROWS[1], M)), K, N
+
+
+def measure_gemm(shape: tuple[int, int, int], dtypes=(torch.float32, torch.bfloat16),
+                 seconds: float = PROBE_SECONDS) -> dict[str, float]:
+    """GFLOP/s of ``x @ W^T`` (the Linear layout) at ``shape`` = (M, K, N) per dtype, on this CPU.
+
+    Two interleaved trials of ~``seconds`` each per dtype after one warm-up call; the best trial counts
+    (load from other programs only ever slows a trial down).
+    """
+    M, K, N = shape
+    g = torch.Generator().manual_seed(0)
+    ops = {dt: (torch.randn(M, K, generator=g).to(dt), torch.randn(N, K, generator=g).to(dt).t()) for dt in dtypes}
+    best = {dt: 0.0 for dt in dtypes}
+    for dt, (x, w) in ops.items():
+        torch.matmul(x, w)  # warm-up: oneDNN / BLAS picks and caches its kernel for the shape
+    for _ in range(2):
+        for dt, (x, w) in ops.items():
+            n, t0 = 0, time.perf_counter()
+            while True:
+                torch.matmul(x, w)
+                n += 1
+                el = time.perf_counter() - t0
+                if el >= seconds:
+                    break
+            best[dt] = max(best[dt], 2.0 * M * K * N * n / el / 1e9)
+    return {str(dt).replace("torch.", ""): round(v, 2) for dt, v in best.items()}
+
+
+def _cache_file(cache: Path | None) -> Path | None:
+    return None if cache is None else Path(cache) / "cpu" / "gemm-probe.json"
+
+
+#: environment variables that change which GEMM kernels run (so what the probe measures)
+_ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def _probe_key(info: CpuInfo, shape) -> str:
+    isa = ",".join(f"{k}={os.environ[k]}" for k in _ISA_ENV if os.environ.get(k))
+    return "|".join([info.model, info.arch, ",".join(info.flags), info.capability, isa, torch.__version__,
+                     f"threads={torch.get_num_threads()}", "x".join(str(s) for s in shape)])
+
+
+def _read_cache(path: Path | None) -> dict:
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):  # a damaged cache is re-measured, never an error
+        return {}
+
+
+def measured_rates(shape, cache: Path | None = None) -> tuple[dict[str, float], str]:
+    """(GFLOP/s per dtype at ``shape``, "cache" or "probe"): from the cache, else measured and cached."""
+    info = cpu_info()
+    key, path = _probe_key(info, shape), _cache_file(cache)
+    hit = _read_cache(path).get(key)
+    if isinstance(hit, dict) and hit.get("float32") and hit.get("bfloat16"):
+        return {"float32": float(hit["float32"]), "bfloat16": float(hit["bfloat16"])}, "cache"
+    rates = measure_gemm(tuple(shape))
+    if path is not None:
+        try:
+            data = _read_cache(path)
+            data[key] = {**rates, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, data)
+        except OSError:  # a read-only cache: measure again next time, no error
+            pass
+    return rates, "probe"
+
+
+def mlp_dims(config) -> tuple[int, int] | None:
+    """(hidden, intermediate) of a model config (its text config for multimodal ones), None if unknown."""
+    if config is None:
+        return None
+    c = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hid = getattr(c, "hidden_size", None)
+    if not hid:
+        return None
+    return int(hid), int(getattr(c, "intermediate_size", None) or 4 * hid)
+
+
+def choose_cpu_dtype(config=None, cache: Path | None = None) -> DtypeChoice:
+    """The dtype ``--dtype auto`` takes on this CPU for a model with ``config`` (see the module doc).
+
+    Without a config (its shapes unknown) the probe times a 576 x 1536 projection (SmolLM2's).
+    """
+    info = cpu_info()
+    common = dict(cpu=info.model, cpu_kind=info.kind, threads=torch.get_num_threads(), torch=torch.__version__)
+    if info.native_bf16 is False:
+        return DtypeChoice("float32", "flags", "no AVX-512 BF16 or AMX: bf16 would be emulated, slower than fp32 "
+                           "and less exact", **common)
+    hid, inter = mlp_dims(config) or (576, 1536)
+    shape = probe_shape(hid, inter)
+    rates, source = measured_rates(shape, cache)
+    factor = rates["bfloat16"] / rates["float32"]
+    dtype = "bfloat16" if factor >= BF16_MIN_GAIN else "float32"
+    reason = (f"bf16 GEMMs run {factor:.2g}x as fast as fp32 at the model's {shape[1]}x{shape[2]} projection, "
+              f"{rates['bfloat16']:.0f} vs {rates['float32']:.0f} GFLOP/s"
+              + ("" if dtype == "bfloat16" else f"; auto takes bf16 from {BF16_MIN_GAIN}x"))
+    return DtypeChoice(dtype, source, reason, gflops=rates, shape=list(shape), **common)
+
+
+def announce(choice: DtypeChoice) -> None:
+    """Print the choice's line on stderr, once per process and choice (a sweep loads many models)."""
+    key = choice.dtype + choice.reason
+    if key not in _PRINTED:
+        _PRINTED.add(key)
+        print(choice.line(), file=sys.stderr, flush=True)
+
+
+def warn_if_slow(dtype: torch.dtype, config=None, cache: Path | None = None) -> float | None:
+    """An explicit bf16 on a CPU where bf16 GEMMs are slower than fp32: one warning with the measured factor.
+
+    Returns the factor (bf16 speed / fp32 speed) where it was measured, else None. Measured at a small
+    M where bf16 is emulated, so that the warning costs well under a second even there.
+    """
+    if dtype != torch.bfloat16:
+        return None
+    info = cpu_info()
+    hid, inter = mlp_dims(config) or (576, 1536)
+    M, K, N = probe_shape(hid, inter)
+    shape = (32, K, N) if info.native_bf16 is False else (M, K, N)
+    rates, _ = measured_rates(shape, cache)
+    factor = rates["bfloat16"] / rates["float32"]
+    if factor < 1:
+        warnings.warn(f"rmfast: bfloat16 on this CPU ({info.kind}) runs GEMMs at {factor:.2g}x the speed of float32 "
+                      f"({rates['bfloat16']:.0f} vs {rates['float32']:.0f} GFLOP/s measured): --dtype float32 "
+                      "(or auto) is faster and exact", stacklevel=3)
+    return factor
+
+
+#: the attribute a loaded model carries its DtypeChoice's manifest entry in (read by every job's manifest)
+_ATTR = "_rmfast_dtype_choice"
+
+
+def record(model, choice: DtypeChoice | None) -> None:
+    """Attach ``choice`` to ``model`` (a no-op for None), for :func:`recorded`."""
+    if choice is not None:
+        setattr(model, _ATTR, choice.manifest())
+
+
+def recorded(model) -> dict | None:
+    """The ``dtype_choice`` manifest entry of a model loaded with ``--dtype auto`` on CPU, else None."""
+    return getattr(model, _ATTR, None)

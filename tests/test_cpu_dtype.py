@@ -1,0 +1,149 @@
+"""``--dtype auto`` on CPU chooses by what this CPU does fast (rmfast.cpu): the CPU's flags where they
+settle it, else a GEMM probe at the model's shapes, cached per machine. The probe is faked here (both
+outcomes); no test times anything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli_run import run
+from rmfast import cpu
+from rmfast.loader import dtype_and_choice, load
+
+AVX2 = cpu.CpuInfo(model="Some AVX2 CPU", arch="x86_64", flags=("avx2",), capability="AVX2")
+ZEN4 = cpu.CpuInfo(model="Some BF16 CPU", arch="x86_64", flags=("avx2", "avx512f", "avx512_bf16"), capability="AVX512")
+AMX = cpu.CpuInfo(model="Some AMX CPU", arch="x86_64", flags=("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"),
+                  capability="AVX512")
+
+
+@pytest.fixture
+def fake_cpu(monkeypatch, tmp_path):
+    """Pretend to be a given CPU whose GEMMs run at given rates; count the probe's measurements."""
+    monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def use(info: cpu.CpuInfo, fp32: float = 100.0, bf16: float = 300.0):
+        monkeypatch.setattr(cpu, "cpu_info", lambda: info)
+
+        def measure(shape, dtypes=None, seconds=None):
+            calls.append(tuple(shape))
+            return {"float32": fp32, "bfloat16": bf16}
+
+        monkeypatch.setattr(cpu, "measure_gemm", measure)
+        monkeypatch.setattr(cpu, "_PRINTED", set())
+        return calls
+
+    return use
+
+
+def _cfg(hidden=576, inter=1536):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(hidden_size=hidden, intermediate_size=inter)
+
+
+@pytest.mark.parametrize("fp32, bf16, want", [(100.0, 300.0, torch.bfloat16), (100.0, 20.0, torch.float32),
+                                              (100.0, 110.0, torch.float32)],
+                         ids=["bf16-3x-faster", "bf16-5x-slower", "bf16-marginal"])
+def test_auto_takes_bf16_only_where_the_probe_says_it_is_clearly_faster(fake_cpu, fp32, bf16, want, capsys):
+    calls = fake_cpu(ZEN4, fp32, bf16)
+    dt, choice = dtype_and_choice("auto", torch.device("cpu"), config=_cfg())
+    assert dt is want and choice.dtype == str(want).removeprefix("torch.") and choice.source == "probe"
+    assert calls == [cpu.probe_shape(576, 1536)]  # at the model's own projection
+    assert choice.gflops == {"float32": fp32, "bfloat16": bf16} and choice.bf16_factor == pytest.approx(bf16 / fp32)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"rmfast: --dtype auto -> {choice.dtype} on this CPU [AVX-512 BF16]: ")
+    assert f"{bf16 / fp32:.2g}x" in err[0]
+
+
+def test_the_probe_is_cached_per_machine_and_shape(fake_cpu, tmp_path, capsys):
+    calls = fake_cpu(ZEN4, 100.0, 20.0)
+    first = dtype_and_choice("auto", "cpu", config=_cfg())[1]
+    again = dtype_and_choice("auto", "cpu", config=_cfg())[1]
+    assert len(calls) == 1 and (first.source, again.source) == ("probe", "cache") and again.dtype == first.dtype
+    assert again.gflops == first.gflops
+    other = dtype_and_choice("auto", "cpu", config=_cfg(1024, 4096))[1]  # another model's shapes: measured anew
+    assert len(calls) == 2 and other.source == "probe"
+    cache = json.loads((tmp_path / "cache" / "cpu" / "gemm-probe.json").read_text())
+    assert len(cache) == 2 and all(k.startswith("Some BF16 CPU|x86_64|") for k in cache)
+    assert f"threads={torch.get_num_threads()}" in next(iter(cache)) and torch.__version__ in next(iter(cache))
+
+
+def test_a_damaged_cache_is_measured_again(fake_cpu, tmp_path):
+    calls = fake_cpu(ZEN4)
+    f = tmp_path / "cache" / "cpu" / "gemm-probe.json"
+    f.parent.mkdir(parents=True)
+    f.write_text("{not json")
+    assert dtype_and_choice("auto", "cpu", config=_cfg())[1].source == "probe" and len(calls) == 1
+    assert json.loads(f.read_text())  # and rewritten whole
+
+
+def test_flags_settle_an_avx2_only_cpu_without_a_probe(fake_cpu, capsys):
+    calls = fake_cpu(AVX2)
+    dt, choice = dtype_and_choice("auto", "cpu", config=_cfg())
+    assert dt is torch.float32 and choice.source == "flags" and calls == [] and choice.gflops == {}
+    assert "emulated" in choice.reason and choice.cpu_kind == "AVX2-only"
+
+
+def test_amx_still_measures(fake_cpu):
+    calls = fake_cpu(AMX, 300.0, 2500.0)
+    dt, choice = dtype_and_choice("auto", "cpu", config=_cfg())
+    assert dt is torch.bfloat16 and choice.cpu_kind == "AMX" and len(calls) == 1
+
+
+def test_cuda_auto_needs_no_probe(fake_cpu):
+    calls = fake_cpu(AVX2)
+    assert dtype_and_choice("auto", torch.device("cuda"), "float16") == (torch.float16, None) and calls == []
+
+
+@pytest.mark.parametrize("info, bf16, warns", [(ZEN4, 20.0, True), (ZEN4, 300.0, False), (AVX2, 4.0, True)],
+                         ids=["slow", "fast", "avx2-only"])
+def test_explicit_bf16_where_it_is_slower_warns_with_the_measured_factor(fake_cpu, info, bf16, warns, recwarn):
+    calls = fake_cpu(info, 100.0, bf16)
+    dt, choice = dtype_and_choice("bfloat16", "cpu", config=_cfg())
+    assert dt is torch.bfloat16 and choice is None  # the user's dtype is kept
+    msgs = [str(w.message) for w in recwarn if "rmfast: bfloat16 on this CPU" in str(w.message)]
+    assert len(msgs) == int(warns)
+    if warns:
+        assert f"{bf16 / 100:.2g}x the speed of float32" in msgs[0] and "--dtype float32" in msgs[0]
+        assert calls[0][0] == (32 if info is AVX2 else cpu.probe_shape(576, 1536)[0])  # small M where emulated
+    assert dtype_and_choice("float32", "cpu", config=_cfg())[0] is torch.float32 and len(calls) == 1
+
+
+def test_probe_shape_is_the_mlp_projection_capped():
+    assert cpu.probe_shape(576, 1536) == (1024, 576, 1536)
+    M, K, N = cpu.probe_shape(8192, 28672)
+    assert (K, N) == (2048, 2048) and cpu.PROBE_ROWS[0] <= M <= cpu.PROBE_ROWS[1]
+    assert 2 * M * K * N <= cpu.PROBE_FLOPS * 1.01
+
+
+def test_measure_gemm_returns_both_rates_on_this_cpu():
+    rates = cpu.measure_gemm((64, 32, 48), seconds=0.001)
+    assert set(rates) == {"float32", "bfloat16"} and all(v > 0 for v in rates.values())
+
+
+def test_cpu_info_names_this_machine():
+    info = cpu.cpu_info()
+    assert info.model and info.arch and set(info.flags) <= set(cpu._FLAGS) and info.kind
+
+
+def test_the_choice_is_in_the_model_and_the_scan_manifest(fake_cpu, tiny_dir, tmp_path, capsys):
+    fake_cpu(ZEN4, 100.0, 20.0)
+    lm = load(str(tiny_dir), device="cpu")
+    assert lm.model.dtype == torch.float32 and cpu.recorded(lm.model)["dtype"] == "float32"
+    out = tmp_path / "s.parquet"
+    rc, so, se = run(["scan", tiny_dir, "--token-ids", "0:64", "--compile", "off", "--out", out, "--no-progress",
+                      "--top", "0"], capsys)
+    assert rc == 0, se
+    m = json.loads(Path(str(out) + ".json").read_text())
+    assert m["dtype"] == "float32" and m["dtype_choice"]["dtype"] == "float32"
+    assert m["dtype_choice"]["gflops"] == {"float32": 100.0, "bfloat16": 20.0} and m["dtype_choice"]["source"] in ("probe", "cache")
+    assert "bf16_audit" not in m  # an fp32 scan has nothing to audit
+    # an explicit dtype records no choice
+    rc, so, se = run(["scan", tiny_dir, "--dtype", "float32", "--token-ids", "0:64", "--compile", "off", "--out", out,
+                      "--overwrite", "--no-progress", "--top", "0"], capsys)
+    assert rc == 0 and "dtype_choice" not in json.loads(Path(str(out) + ".json").read_text())
