@@ -7,7 +7,16 @@ Example:
     >>> res.top(10)  # doctest: +SKIP
 """
 
-from .version import __version__  # noqa: F401
+import os as _os
+
+# Bit-identical fp32 results across processes: MKL's GEMMs otherwise pick code paths by the operands'
+# memory alignment, so the same ids scored in two processes can differ in the last bit (measured:
+# 102 of 300 log-probs on a Zen 4, 14 with AVX2 kernels). MKL reads this once, at its first call, so
+# it is set here, before rmfast or its user runs any math through torch; a user's own value is kept.
+# rmfast.cpu.mkl_cbwr() tells whether it took effect (the manifest records it).
+_os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
+from .version import __version__  # noqa: E402,F401
 
 __all__ = ["scan", "ScanResult", "load", "LoadedModel", "build_template", "Template", "Engine", "UserError"]
 

@@ -293,3 +293,23 @@ def record(model, choice: DtypeChoice | None) -> None:
 def recorded(model) -> dict | None:
     """The ``dtype_choice`` manifest entry of a model loaded with ``--dtype auto`` on CPU, else None."""
     return getattr(model, _ATTR, None)
+
+
+def mkl_cbwr() -> str | None:
+    """MKL's conditional-numerical-reproducibility mode in this process ("AUTO,STRICT", "OFF", ...), or
+    None where torch has no MKL or does not expose it. rmfast sets ``MKL_CBWR=AUTO,STRICT`` on import
+    (``rmfast/__init__.py``); a process that ran MKL math before importing rmfast keeps MKL's default
+    ("OFF": fp32 results may then differ in the last bit between processes)."""
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        get = lib.mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    mode = get(-1) & 0xFFFFFFFF  # MKL_CBWR_ALL: the branch in the low bits, STRICT as 0x10000
+    names = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSE4_1", 7: "SSE4_2", 8: "AVX", 9: "AVX2",
+             10: "AVX512_MIC", 11: "AVX512", 12: "AVX512_MIC_E1", 13: "AVX512_E1"}
+    branch = names.get(mode & 0xFF, str(mode & 0xFF))
+    return branch + (",STRICT" if mode & 0x10000 else "")

@@ -241,6 +241,7 @@ def base_manifest(model, tmpl: Template, prompt: str, *, head: str, head_index: 
         "head_index": head_index,
         "dtype": str(p.dtype).replace("torch.", ""),
         **({"dtype_choice": cpu.recorded(model)} if cpu.recorded(model) else {}),
+        **({"mkl_cbwr": cpu.mkl_cbwr()} if p.device.type == "cpu" else {}),
         "device": str(p.device),
         "engine": engine,
         "score_position": "final position of prefix + response + suffix (never 'last non-pad')",

@@ -143,7 +143,27 @@ def test_the_choice_is_in_the_model_and_the_scan_manifest(fake_cpu, tiny_dir, tm
     assert m["dtype"] == "float32" and m["dtype_choice"]["dtype"] == "float32"
     assert m["dtype_choice"]["gflops"] == {"float32": 100.0, "bfloat16": 20.0} and m["dtype_choice"]["source"] in ("probe", "cache")
     assert "bf16_audit" not in m  # an fp32 scan has nothing to audit
+    assert m["mkl_cbwr"] == cpu.mkl_cbwr()  # whether MKL's reproducible mode was in effect
     # an explicit dtype records no choice
     rc, so, se = run(["scan", tiny_dir, "--dtype", "float32", "--token-ids", "0:64", "--compile", "off", "--out", out,
                       "--overwrite", "--no-progress", "--top", "0"], capsys)
     assert rc == 0 and "dtype_choice" not in json.loads(Path(str(out) + ".json").read_text())
+
+
+@pytest.mark.parametrize("math_first, want", [(False, "AUTO,STRICT"), (True, "OFF")], ids=["import-first", "math-first"])
+def test_importing_rmfast_makes_mkl_reproducible(math_first, want):
+    """rmfast sets MKL_CBWR=AUTO,STRICT on import (MKL's GEMMs otherwise choose code paths by memory
+    alignment: two processes' fp32 scores differed in the last bit). MKL reads it at its first call, so a
+    process that multiplied before importing rmfast keeps MKL's default; mkl_cbwr() says which."""
+    import os
+    import subprocess
+    import sys
+
+    if cpu.mkl_cbwr() is None:
+        pytest.skip("this torch has no MKL (or does not expose its mode)")
+    code = ("import torch\n" + ("a = torch.randn(64, 64); a @ a\n" if math_first else "")
+            + "import rmfast\nfrom rmfast import cpu\na = torch.randn(64, 64); a @ a\nprint(cpu.mkl_cbwr())\n")
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == want
