@@ -148,3 +148,18 @@ def test_hf_cache_baseline_passes_no_deprecated_argument(kind, head):
     assert scores.shape == (3,) and torch.isfinite(scores).all()
     said = [str(w.message) for w in caught]
     assert not [s for s in said if "deprecated" in s], said
+
+
+def test_cache_kwarg_follows_the_forward_signature():
+    """A forward from before transformers renamed the argument takes the cache as past_key_values; one after, as cache."""
+    from rmfast.bench.baselines import cache_kwarg
+
+    class Before(torch.nn.Module):
+        def forward(self, input_ids=None, attention_mask=None, past_key_values=None, use_cache=None):
+            return input_ids
+
+    class After(torch.nn.Module):
+        def forward(self, input_ids=None, attention_mask=None, cache=None, use_cache=None, **kwargs):
+            return input_ids
+
+    assert cache_kwarg(Before()) == "past_key_values" and cache_kwarg(After()) == "cache"
