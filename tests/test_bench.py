@@ -127,3 +127,39 @@ def test_the_bound_is_the_faster_dtypes_peak(tiny_dir, tmp_path, capsys, monkeyp
         want = rm["flops_per_candidate"] * rm["cand_per_s"] / 1e9 / max(rates.values())
         assert rm["frac_gemm_peak"] == pytest.approx(want, rel=1e-3, abs=1e-4)
         assert timed == timed_want
+
+
+@pytest.mark.parametrize("kind,head", [("classifier", "score"), ("causal_lm", "logprob")])
+def test_hf_cache_baseline_passes_no_deprecated_argument(kind, head):
+    """hf-cache hands transformers the prompt's KV cache by the name the installed version takes (``cache``
+    where ``past_key_values`` is deprecated, as in 5.24; ``past_key_values`` before the rename), so `rmfast bench`
+    prints no "`past_key_values` is deprecated" warning."""
+    import warnings
+
+    import tiny_models as T
+    from rmfast.bench.baselines import HFCacheScorer
+    from rmfast.template import build_template
+
+    model = T.tiny("llama", kind, num_labels=1)
+    tmpl = build_template(T.chatml_tokenizer(), "What, in one word, is the greatest thing ever?")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scores = HFCacheScorer(model, tmpl, head=head).score(torch.tensor([[40], [41], [42]]))
+    assert scores.shape == (3,) and torch.isfinite(scores).all()
+    said = [str(w.message) for w in caught]
+    assert not [s for s in said if "deprecated" in s], said
+
+
+def test_cache_kwarg_follows_the_forward_signature():
+    """A forward from before transformers renamed the argument takes the cache as past_key_values; one after, as cache."""
+    from rmfast.bench.baselines import cache_kwarg
+
+    class Before(torch.nn.Module):
+        def forward(self, input_ids=None, attention_mask=None, past_key_values=None, use_cache=None):
+            return input_ids
+
+    class After(torch.nn.Module):
+        def forward(self, input_ids=None, attention_mask=None, cache=None, use_cache=None, **kwargs):
+            return input_ids
+
+    assert cache_kwarg(Before()) == "past_key_values" and cache_kwarg(After()) == "cache"

@@ -3,8 +3,11 @@ a real browser (Playwright driving Chromium; skipped with one line where there i
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -221,6 +224,23 @@ def test_report_links_the_explorer_beside_it(tmp_path):
     assert '<a href="report.explorer.html">' not in build_report(df[df["model"] == "org/rm-a"], n_perm=0)
 
 
+def test_page_prints_every_score_with_three_decimals(tmp_path):
+    """The page's score format, "-6.000" beside "-6.026" (never "-6"): its script run under node with a stub
+    document (no browser needed; it stops at the missing data block, as a page without data does)."""
+    from importlib import resources
+
+    node = shutil.which("node") or pytest.skip("node not installed (the browser test checks the page)")
+    values = [-6.0, -6.026, 0.5, 12.3456, -0.02, 1234.5, 3e-05, float("nan")]
+    script = tmp_path / "fmt.js"
+    script.write_text("globalThis.window = {};\n"
+                      "globalThis.document = {getElementById: () => ({textContent: '', dataset: {}})};\n"
+                      + resources.files("rmfast").joinpath("explorer", "explorer.js").read_text(encoding="utf-8")
+                      + f"\nconsole.log(JSON.stringify({json.dumps(values)}.map(window.rmx.fmtScore)));\n")
+    out = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["-6.000", "-6.026", "0.500", "12.346", "-0.020", "1234.500", "0.000", ""]
+
+
 # ---------------------------------------------------------------- the page in a real browser
 def _browser():
     """A Chromium that Playwright can drive, or a skip (one line) saying what is missing."""
@@ -327,5 +347,8 @@ def test_page_in_the_browser(browser, tmp_path):
     assert page.locator("#hists canvas").count() == 5
     caps = page.locator("#hists .cap span").all_inner_texts()
     assert sum(c == "absent" for c in caps) == int(np.isnan(data.scores[:, sel]).sum())
+    # scores with 3 decimals, in the captions as in the table
+    assert all(re.match(r"-?\d+\.\d{3} · #", c) for c in caps if c != "absent"), caps
+    assert page.evaluate("[-6, -6.026].map(rmx.fmtScore)") == ["-6.000", "-6.026"]
     page.screenshot(path=str(tmp_path / "explorer.png"))
     assert (tmp_path / "explorer.png").stat().st_size > 10_000 and errors == []

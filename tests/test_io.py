@@ -1,5 +1,5 @@
 """rmfast.io: result files are written atomically and created as any program creates a file
-(mode 0666 & ~umask), not with tempfile's private 0600."""
+(mode 0666 & ~umask), not with tempfile's private 0600; output names are cut at whole words."""
 
 import os
 import stat
@@ -7,7 +7,9 @@ import stat
 import pandas as pd
 import pytest
 
-from rmfast.io import atomic_write, write_json, write_parquet, write_result
+from cli_run import run
+
+from rmfast.io import atomic_write, slug, write_json, write_parquet, write_result
 from rmfast.analysis.report import write_report
 
 
@@ -54,3 +56,24 @@ def test_overwrite_is_atomic_and_leaves_no_temporary(tmp_path, umask):
     write_json(p, {"v": 2})
     assert '"v": 2' in p.read_text()
     assert [x.name for x in tmp_path.iterdir()] == ["a.json"]  # no .a.json.*.tmp left behind
+
+
+@pytest.mark.parametrize("text,n,want", [
+    ("What, in one word, is the greatest thing ever?", 40, "what-in-one-word-is-the-greatest-thing"),
+    ("one two three", 7, "one-two"),  # the '-' right after n characters: the words before it are whole
+    ("one two three", 6, "one"),
+    ("supercalifragilistic word", 5, "super"),  # one word longer than n: that word is cut
+    ("short", 40, "short"),
+])
+def test_slug_cuts_at_a_word_boundary(text, n, want):
+    assert slug(text, n) == want
+
+
+def test_scan_default_out_names_whole_words(tiny_dir, tmp_path, monkeypatch, capsys):
+    """The default --out, results/<model>__<prompt slug>.parquet, ends on a whole word of the prompt."""
+    monkeypatch.chdir(tmp_path)
+    rc, _, se = run(["scan", tiny_dir, "--token-ids", "0:10", "--no-progress",
+                     "--prompt", "What, in one word, is the greatest thing ever?"], capsys)
+    assert rc == 0, se
+    [out] = (tmp_path / "results").glob("*.parquet")
+    assert out.name.endswith("__what-in-one-word-is-the-greatest-thing.parquet")

@@ -117,6 +117,8 @@ def test_models_command(capsys):
     for m in MODELS.values():
         line = next(ln for ln in out.splitlines() if ln.startswith(m.alias + " "))
         assert m.hub_id in line and f"{m.vocab_size:,}" in line and support.coverage(m).text(m) in line
+        assert line.split()[2] == (m.revision[:12] if m.revision else "-"), m.alias  # the pinned revision
+    assert out.splitlines()[0].split()[:4] == ["alias", "hub", "id", "revision"]
     assert main(["models", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["alias"] for r in rows] == list(MODELS)

@@ -302,3 +302,27 @@ def test_real_prompts_and_candidate_files_plan(shared_data, tmp_path, capsys):
 
     c = load_config(cfg)
     assert len(c.prompts) == 54 and len(c.candidates[0].texts.texts) == 7530
+
+
+def test_help_example_config_is_valid(tmp_path, capsys):
+    """The example config `rmfast sweep --help` shows parses with the sweep's own parser, and README.md
+    shows the same one."""
+    import textwrap
+
+    from rmfast.cli import main
+    from rmfast.sweep import load_config
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = capsys.readouterr().out.split("example config", 1)[1].split("\n", 1)[1]
+    example = textwrap.dedent(text).strip() + "\n"
+    (tmp_path / "sweep.yaml").write_text(example)
+    pd.DataFrame({"name": TEXTS}).to_csv(tmp_path / "items.csv", index=False)  # the file set it names
+    cfg = load_config(tmp_path / "sweep.yaml")
+    assert [m.name for m in cfg.models] == ["smollm2-135m-instruct", "skywork-1b"]
+    assert cfg.models[1].dtype == "float32" and cfg.models[0].batch_size == "auto"
+    assert set(cfg.prompts) == {"greatest", "worst"} and cfg.out == tmp_path.resolve() / "results" / "greatest"
+    assert [c.name for c in cfg.candidates] == ["vocab", "words", "items"]
+    assert list(cfg.candidates[2].texts.texts) == TEXTS
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert textwrap.indent(example, "  ") in readme

@@ -235,21 +235,32 @@ def read_manifest(path: str | os.PathLike, *, required: bool = True) -> dict | N
 def slug(s: str, n: int = 40, *, exact: bool = False) -> str:
     """A file-name-safe form of ``s``.
 
-    Default (output file names): lower-case runs of letters and digits joined by '-', cut at n.
+    Default (output file names): lower-case runs of letters and digits joined by '-', at most n
+    characters, cut after a whole word so a reader sees words, not "…-thing-e" (a first word over n
+    is itself cut at n).
     ``exact=True`` (results-store folders): keeps case, '.', '_' and '-'; a name over n characters
     ends in a hash of the whole name, so distinct names stay distinct.
 
     >>> slug("What, in one word, is the greatest thing ever?")
-    'what-in-one-word-is-the-greatest-thing-e'
+    'what-in-one-word-is-the-greatest-thing'
     >>> slug("SmolLM2 135M/Instruct", exact=True)
     'SmolLM2-135M-Instruct'
     """
     if not exact:
-        return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()[:n] or "x"
+        return _cut_at_word(re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower(), n) or "x"
     out = re.sub(r"[^A-Za-z0-9._-]+", "-", str(s)).strip("-.")
     if len(out) > n:
         out = out[:n - 9].rstrip("-.") + "-" + hashlib.sha256(str(s).encode()).hexdigest()[:8]
     return out or "x"
+
+
+def _cut_at_word(s: str, n: int) -> str:
+    """``s`` (words joined by '-') cut to its longest run of whole words within n characters; where the
+    first word alone is longer than n, its first n characters."""
+    if len(s) <= n:
+        return s
+    end = s.rfind("-", 0, n + 1)  # a '-' at index n means s[:n] already ends on a whole word
+    return s[:end] if end > 0 else s[:n]
 
 
 def read_text(path: str | os.PathLike, what: str) -> str:

@@ -294,9 +294,15 @@ def count_params(config: dict, kind: str = "classifier") -> int:
     return v * d + c["num_hidden_layers"] * layer + d + head
 
 
+def short_revision(revision: str | None) -> str | None:
+    """A pinned commit's first 12 hex digits (enough to tell commits apart, short enough for a table or a
+    message); None where none is pinned."""
+    return revision[:12] if revision else None
+
+
 def how_to_get(m: RewardModel) -> str:
     """One line: how to put ``m`` in this machine's Hugging Face cache."""
     rev = f" --revision {m.revision}" if m.revision else ""
-    return (f"'{m.alias}' is {m.hub_id}{'@' + m.revision[:12] if m.revision else ''}, not in the local Hugging Face "
+    return (f"'{m.alias}' is {m.hub_id}{'@' + short_revision(m.revision) if m.revision else ''}, not in the local Hugging Face "
             f"cache: on a machine with the hub run `hf download {m.hub_id}{rev}`, then copy its cache "
             f"(~/.cache/huggingface/hub, or $HF_HUB_CACHE) here or pass the downloaded folder")

@@ -8,8 +8,9 @@ For each model (same prompt, same candidate ids), in one run:
   ``model(prefix, use_cache=True)``; per batch the ``DynamicCache`` is deep-copied and
   ``batch_repeat_interleave(B)``-ed (HF appends to the cache along the sequence axis, so every
   batch needs its own per-row copy), and candidate + template suffix go through
-  ``model(input_ids=..., past_key_values=cache)``. Score head: ``model.model(...)`` hidden state
-  at the final position -> ``model.score``. Logprob head: the same log-softmax terms the engine sums.
+  ``model(input_ids=..., cache=cache)`` (``past_key_values=`` before transformers renamed it). Score
+  head: ``model.model(...)`` hidden state at the final position -> ``model.score``. Logprob head:
+  the same log-softmax terms the engine sums.
 * **rmfast** — :class:`rmfast.engine.Engine` at ``scan``'s automatic batch size.
 * **GEMM peak** — ``torch.matmul`` throughput on the model's own projection shapes
   (q/k/v/o, gate/up/down, and the LM-head chunk for the logprob head) with M = the tokens of one

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 
 import numpy as np
 import torch
@@ -21,8 +22,8 @@ class HFCacheScorer:
 
     The prompt runs once (``use_cache=True``). Each batch gets a deep copy of that cache repeated
     per row (``batch_repeat_interleave``), because HF's cache grows along the sequence axis in
-    place; the candidate + template suffix then run with ``past_key_values=cache``. The LM head runs
-    under :func:`flat_lm_head` (a torch CPU accident, not the method's cost).
+    place; the candidate + template suffix then run with that cache (:func:`cache_kwarg`). The LM head
+    runs under :func:`flat_lm_head` (a torch CPU accident, not the method's cost).
     """
 
     def __init__(self, model, template, *, head: str, head_index: int = 0):
@@ -31,19 +32,22 @@ class HFCacheScorer:
         self.suffix = torch.tensor(template.suffix_ids, dtype=torch.long, device=self.device)
         self.cont = torch.tensor(template.continuation_ids, dtype=torch.long, device=self.device)
         prefix = torch.tensor([template.prefix_ids], dtype=torch.long, device=self.device)
+        self.net = model.model if head == "score" else model  # what runs the prompt and the rows
+        self.cache_name = cache_kwarg(self.net)
         with torch.no_grad(), flat_lm_head(model):
             if head == "score":
-                out = model.model(input_ids=prefix, use_cache=True)
+                out = self.net(input_ids=prefix, use_cache=True)
                 self.prefix_lp = None
             else:
-                out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)
+                out = self.net(input_ids=prefix, use_cache=True, logits_to_keep=1)
                 self.prefix_lp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # (V,)
-        self.cache = out.past_key_values
+        self.cache = getattr(out, self.cache_name)
 
-    def _cache_for(self, B: int):
+    def _cache_for(self, B: int) -> dict:
+        """The prompt's cache repeated per row, as the keyword argument the model takes it by."""
         c = copy.deepcopy(self.cache)
         c.batch_repeat_interleave(B)
-        return c
+        return {self.cache_name: c}
 
     @torch.no_grad()
     def score(self, responses: torch.Tensor) -> torch.Tensor:
@@ -52,7 +56,7 @@ class HFCacheScorer:
         B, n = responses.shape
         if self.head == "score":
             ids = torch.cat([responses, self.suffix.expand(B, -1)], dim=1)  # (B, n+S)
-            h = self.model.model(input_ids=ids, past_key_values=self._cache_for(B), use_cache=True).last_hidden_state
+            h = self.net(input_ids=ids, **self._cache_for(B), use_cache=True).last_hidden_state
             # h: (B, n+S, D); the score head reads the final position
             return self.model.score(h[:, -1]).float()[:, self.head_index]
         total = self.prefix_lp[responses[:, 0]].clone()  # (B,)
@@ -62,10 +66,18 @@ class HFCacheScorer:
             return total
         ids = torch.cat([responses, self.cont[:-1].expand(B, -1)], dim=1)[:, :T]  # (B, T)
         with flat_lm_head(self.model):
-            logits = self.model(input_ids=ids, past_key_values=self._cache_for(B), use_cache=True, logits_to_keep=T).logits
+            logits = self.net(input_ids=ids, **self._cache_for(B), use_cache=True, logits_to_keep=T).logits
         # logits: (B, T, V)
         lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[..., None])[..., 0]  # (B, T)
         return total + lp.sum(-1)
+
+
+def cache_kwarg(module) -> str:
+    """The name ``module.forward`` takes a KV cache by, and its output returns it under: ``cache`` where the
+    installed transformers has renamed it (5.24 has, and warns on every call that ``past_key_values`` goes
+    in 5.40), ``past_key_values`` in versions before the rename. Asked of the signature, not the version
+    number, so either works without a warning."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
 def naive_scorer(model, tmpl, head: str, batch_size: int):

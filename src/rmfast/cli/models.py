@@ -6,11 +6,12 @@ import json
 
 from ..errors import UserError
 from ..models.support import coverage
-from ..registry import BASES, MODELS, find
+from ..registry import BASES, MODELS, find, short_revision
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("models", help="list the known reward models: alias, hub id, architecture, head, status",
+    p = subparsers.add_parser("models", help="list the known reward models: alias, hub id, pinned revision, "
+                                             "architecture, head, status",
                               description="The papers' ten reward models and RewardBench 2's open leaders. Any alias "
                                           "(or hub id) works wherever a model is named, from the local Hugging Face "
                                           "cache, and with `rmfast bench --random-init ALIAS`.")
@@ -30,9 +31,10 @@ def entry(m) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    cols = [("alias", "alias"), ("hub id", "hub_id"), ("arch", "model_type"), ("head", "head"),
-            ("vocab", "vocab_size"), ("params", "params"), ("status", "status")]
-    fmt = {"vocab_size": lambda v: f"{v:,}", "params": lambda v: f"{v / 1e9:.2f}B"}
+    cols = [("alias", "alias"), ("hub id", "hub_id"), ("revision", "revision"), ("arch", "model_type"),
+            ("head", "head"), ("vocab", "vocab_size"), ("params", "params"), ("status", "status")]
+    fmt = {"vocab_size": lambda v: f"{v:,}", "params": lambda v: f"{v / 1e9:.2f}B",
+           "revision": lambda v: short_revision(v) or "-"}  # "-": none pinned, the hub's newest is used
     cells = [[fmt.get(k, str)(r[k]) for _, k in cols] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (h, _) in enumerate(cols)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731

@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
+import argparse
+import textwrap
 from pathlib import Path
 
 from ..io import check_output, write_csv, write_parquet
 
+#: The sweep config a user first needs to see (``rmfast sweep --help``, README.md's sweep example); a test
+#: parses it with :func:`rmfast.sweep.load_config`, so it stays valid.
+EXAMPLE_CONFIG = """\
+out: results/greatest                 # the results store (or --out)
+defaults: {dtype: auto, batch_size: auto}   # options for every model; each model may override them
+models:
+  - smollm2-135m-instruct             # the embedded model, an alias (rmfast models), folder, .gguf, hub id
+  - model: S-Lla-1B-V2                # or a mapping: the model and its own options
+    name: skywork-1b                  # its name in the results (default: from the model)
+    dtype: float32
+prompts:                              # name: text (or a list, or a YAML file of them)
+  greatest: "What, in one word, is the greatest thing ever?"
+  worst: "What, in one word, is the worst thing ever?"
+candidates:                           # name: set (default: the whole vocabulary)
+  vocab: vocabulary
+  words: {vocabulary: {exclude_special: true, wordlike: true}}
+  items: {file: items.csv, column: name}   # multi-token texts: a CSV's column (or a .txt, one a line)
+"""
+
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("sweep", help="models × prompts × candidate sets into a resumable results store")
+    p = subparsers.add_parser("sweep", help="models × prompts × candidate sets into a resumable results store",
+                              epilog="example config (relative paths are relative to the config file; every "
+                                     "key: docs/scale_out.md):\n\n" + textwrap.indent(EXAMPLE_CONFIG, "  "),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="sweep config (YAML): models, prompts, candidates, per-model options")
     p.add_argument("--out", default=None, help="results store directory (default: out: in the config)")
     p.add_argument("--force", action="store_true",

@@ -49,11 +49,9 @@
       ({ "\n": "\\n", "\t": "\\t", "\r": "\\r" })[c] || "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
     return "␣".repeat(lead) + esc + "␣".repeat(trail);
   }
-  function fmtScore(v) {
-    if (Number.isNaN(v)) return "";
-    const a = Math.abs(v);
-    return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(2) : v.toPrecision(4).replace(/\.?0+$/, (m) => (m.includes(".") ? "" : m));
-  }
+  // Every score with 3 decimals, so a column reads "-6.000" beside "-6.026" (4 significant digits with the
+  // trailing zeros cut printed "-6" there). The one score format: table, captions, and rmx.fmtScore.
+  const fmtScore = (v) => (Number.isNaN(v) ? "" : v.toFixed(3));
   const shortModel = (m) => m.split("/").pop();
 
   // ------------------------------------------------------------------ orders (row indices, present rows first)
@@ -496,7 +494,7 @@
     window.rmx.ready = true;
   }
   window.rmx = {
-    ready: false, state: S, update, visible,
+    ready: false, state: S, update, visible, fmtScore,
     search(q) { $("q").value = q; return update({ search: true, top: true }); },
     sortBy,
     rows: () => Array.from(S.view.subarray(0, S.nView)),
