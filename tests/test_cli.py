@@ -238,9 +238,11 @@ def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
     assert rc == 130 and "resume" in se
     assert (tmp_path / "resumed.parquet.partial.npz").exists() and not out.exists()
     restore()
-    rc, _, se = run(args + ["--out", str(out)], capsys)
+    rc, so, se = run(args + ["--out", str(out)], capsys)
     assert rc == 0, se
     assert pd.read_json(str(out) + ".json", typ="series")["resumed_candidates"] == 256
+    # the summary says what this run scored and what came from the checkpoint
+    assert "744 candidates scored by this run in " in so and "; 256 more from the checkpoint, 1000 in all" in so, so
     whole = pd.read_parquet(tmp_path / "whole.parquet")["score"].to_numpy()
     np.testing.assert_array_equal(pd.read_parquet(out)["score"].to_numpy(), whole)
     assert not (tmp_path / "resumed.parquet.partial.npz").exists()

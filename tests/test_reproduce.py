@@ -56,6 +56,8 @@ def test_reproduce_planted(tmp_path):
     assert rho.max()["org/m2"] == pytest.approx(-1.0)
     md, page = (out / "index.md").read_text(), (out / "index.html").read_text()
     assert "A-figA5_kendall.png" in md and "<img src='A-figA5_kendall.png'" in page
+    # figures scale to their column (a fixed 880 px image overflowed a narrower page)
+    assert ".i img{max-width:100%;height:auto}" in page and ".i{flex:1 1 0;min-width:0}" in page
     with pytest.raises(UserError, match="already exists"):
         reproduce.run(data, out, ("a",))
     (out / "stale.txt").write_text("old")

@@ -184,8 +184,14 @@ def _cache_file(cache: Path | None) -> Path | None:
 _ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
 
 
+def isa_env() -> str:
+    """The environment variables in effect that limit which kernels run ("" for none), e.g.
+    ``ATEN_CPU_CAPABILITY=avx2,ONEDNN_MAX_CPU_ISA=AVX2``: a benchmark row on such a run is labelled."""
+    return ",".join(f"{k}={os.environ[k]}" for k in _ISA_ENV if os.environ.get(k))
+
+
 def _probe_key(info: CpuInfo, shape) -> str:
-    isa = ",".join(f"{k}={os.environ[k]}" for k in _ISA_ENV if os.environ.get(k))
+    isa = isa_env()
     return "|".join([info.model, info.arch, ",".join(info.flags), info.capability, isa, torch.__version__,
                      f"threads={torch.get_num_threads()}", "x".join(str(s) for s in shape)])
 
@@ -313,3 +319,13 @@ def mkl_cbwr() -> str | None:
              10: "AVX512_MIC", 11: "AVX512", 12: "AVX512_MIC_E1", 13: "AVX512_E1"}
     branch = names.get(mode & 0xFF, str(mode & 0xFF))
     return branch + (",STRICT" if mode & 0x10000 else "")
+
+
+def manifest_fields(model) -> dict:
+    """What every job's manifest records about the CPU side of its numbers: the measured dtype choice
+    (models loaded with ``--dtype auto`` on CPU) and MKL's reproducibility mode (CPU jobs)."""
+    p = next(model.parameters())
+    out = {"dtype_choice": recorded(model)} if recorded(model) else {}
+    if p.device.type == "cpu":
+        out["mkl_cbwr"] = mkl_cbwr()
+    return out

@@ -174,7 +174,7 @@ def load_model(spec: str, *, dtype: str = "auto", device: str = "auto", device_m
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
     kind = L.model_kind(config)
     first = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    torch_dtype = L.resolve_dtype(dtype, first, getattr(config, "dtype", None))
+    torch_dtype, choice = L.dtype_and_choice(dtype, first, getattr(config, "dtype", None), config=config)
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
     cls = L.auto_class(config, kind)
     kw = dict(dtype=torch_dtype, trust_remote_code=trust_remote_code, local_files_only=True, device_map=device_map,
@@ -190,6 +190,7 @@ def load_model(spec: str, *, dtype: str = "auto", device: str = "auto", device_m
         model.config.pad_token_id = tok.pad_token_id
     model.eval()
     model.requires_grad_(False)
+    L.cpu.record(model, choice)
     placement = {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {}).items()}
     source.update(spec=spec, path=str(folder), sha256=None, alias=None, random_head_seed=None,
                   device_map=str(device_map), placement=sorted(set(placement.values())))

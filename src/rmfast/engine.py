@@ -24,6 +24,8 @@ dtype, but a bf16 head output would round every score to 8 significant bits.
 
 from __future__ import annotations
 
+import sys
+import time
 import types
 import warnings
 
@@ -137,6 +139,10 @@ class Engine:
                 h = torch.cat([h, h[:1].expand(rows - B, -1, -1)])
             elif B > rows:
                 self._compiled_rows[S] = B
+            if not self._compile_checked:  # the first call compiles: seconds to a minute, say so
+                print("rmfast: compiling the decoder layer for this CPU (one-off; inductor caches it on disk) ...",
+                      file=sys.stderr, flush=True)
+                t0 = time.perf_counter()
             try:
                 out = self._run_stack(h, pos0, n_out, self._compiled_layer(), None)
             except Exception as e:  # the first compile failed: no C++ compiler, unsupported platform, ...
@@ -147,6 +153,9 @@ class Engine:
                               stacklevel=3)
                 self.compile = False
                 return self._run_layers(h[:B], pos0, n_out, collect_kv)
+            if not self._compile_checked:
+                print(f"rmfast: compiled in {time.perf_counter() - t0:.1f} s (with the first batch)", file=sys.stderr,
+                      flush=True)
             self._compile_checked = True
             return out[:B], None
         kvs = [] if collect_kv else None

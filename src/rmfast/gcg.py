@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .candidates import check_context
+from .cpu import manifest_fields
 from .errors import UserError
 from .gcg_result import GCGResult, RandomSearchResult
 from .gcg_select import distance_penalty, greedy_pairs, loss_gradient
@@ -580,6 +581,7 @@ def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
         "direction": "maximize" if cfg.maximize else "minimize",
         "length": s.L,
         "dtype": str(p.dtype).replace("torch.", ""),
+        **manifest_fields(model),
         "device": str(p.device),
         "evaluator": s.scorer.kind,
         "compiled": bool(s.scorer.engine is not None and s.scorer.engine.compile),

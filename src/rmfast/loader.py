@@ -317,9 +317,10 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     if _is_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"rmfast: converting {gguf.name} once into {target} (once; a minute or two)", file=sys.stderr)
+    print(f"rmfast: converting {gguf.name} once into {target} (a minute or two; 3 steps)", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     model, tok = _load_gguf_direct(gguf)
+    print(f"rmfast: 1/3 read and dequantized in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     # transformers flags the dequantized model as quantized and refuses save_pretrained; the
     # weights are plain float32 tensors now, so drop the quantizer and its config.
     model.hf_quantizer = None
@@ -332,7 +333,8 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
-        _save_tokenizer(tok, tmp)
+        print(f"rmfast: 2/3 float32 weights saved ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+        _save_tokenizer(tok, tmp)  # 3/3: saved, and checked to reload identically
         write_json(
             tmp / _SOURCE_FILE,
             {
@@ -358,7 +360,8 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    print(f"rmfast: converted {gguf.name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print(f"rmfast: 3/3 tokenizer saved and checked: converted {gguf.name} in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
     return target
 
 

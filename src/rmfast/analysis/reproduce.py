@@ -138,7 +138,9 @@ def index_html(findings: list[dict], data_dir: Path) -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>rmfast reproduce</title>"
              "<style>body{font-family:sans-serif;max-width:1300px;margin:auto}"
              ".f{display:flex;gap:1em;border-top:1px solid #ccc;padding:1em 0}"
-             ".t{flex:0 0 380px}.i img{max-width:880px}</style></head><body>",
+             ".t{flex:0 0 380px}.i{flex:1 1 0;min-width:0}.i img{max-width:100%;height:auto}"
+             # a figure never widens the page: it shrinks to the space beside its text, or below it
+             "@media (max-width:900px){.f{flex-direction:column}.t{flex:none}}</style></head><body>",
              f"<h1>rmfast reproduce</h1><p>Data: <code>{e(str(data_dir))}</code></p>"]
     for f in findings:
         v = verdict(f["holds"])

@@ -28,7 +28,7 @@ def sync(device: torch.device) -> None:
 def machine_info(device: torch.device) -> dict:
     """Platform, CPU model, kind and bf16-relevant flags (:func:`rmfast.cpu.cpu_info`), cores, torch
     threads, GPU name, load average."""
-    from ..cpu import cpu_info
+    from ..cpu import cpu_info, isa_env
 
     c = cpu_info()
     info = {
@@ -36,6 +36,7 @@ def machine_info(device: torch.device) -> dict:
         "cpu_model": c.model,
         "cpu_kind": c.kind,
         "cpu_flags": " ".join(c.flags),
+        "isa_env": isa_env(),  # kernels limited by the environment (e.g. AVX2 kernels on an AVX-512 CPU)
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,

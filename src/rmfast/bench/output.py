@@ -22,7 +22,7 @@ CSV_FIELDS = [
     "truth_spearman", "rmfast_truth_spearman",
     "prefix_tokens",
     "suffix_tokens", "vocab", "gemm_params", "lm_head_params", "gemm_peak_M", "repeats", "pass_s", "loadavg_start",
-    "loadavg_end", "cpu_model", "cpu_kind", "cpu_flags", "dtype_source", "cpu_count", "torch_threads", "gpu", "platform", "torch", "transformers", "rmfast",
+    "loadavg_end", "cpu_model", "cpu_kind", "cpu_flags", "isa_env", "dtype_source", "cpu_count", "torch_threads", "gpu", "platform", "torch", "transformers", "rmfast",
     "timestamp",
 ]
 
@@ -34,7 +34,7 @@ def write_outputs(rows: list[dict], meta: dict, out_dir: Path) -> dict:
     flat = []
     for r in rows:
         f = dict(r)
-        f.update({k: meta["machine"].get(k) for k in ("cpu_model", "cpu_kind", "cpu_flags", "cpu_count", "torch_threads",
+        f.update({k: meta["machine"].get(k) for k in ("cpu_model", "cpu_kind", "cpu_flags", "isa_env", "cpu_count", "torch_threads",
                                                       "gpu", "platform")})
         f.update({k: meta["versions"].get(k) for k in ("torch", "transformers", "rmfast")})
         f["timestamp"] = meta["timestamp"]

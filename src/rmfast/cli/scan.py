@@ -150,8 +150,11 @@ def _print_summary(res, top: int, out, world: int) -> None:
               f"total {m['wall_s']:.1f} s")
     else:
         rate = f"{m['candidates_per_s']} cand/s; " if m.get("candidates_per_s") else ""
-        print(f"\n{m['n_candidates']} candidates in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "
-              f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s")
+        resumed = int(m.get("resumed_candidates") or 0)
+        what = (f"{m['n_candidates'] - resumed} candidates scored by this run" if resumed else f"{m['n_candidates']} candidates")
+        print(f"\n{what} in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "
+              f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s"
+              + (f"; {resumed} more from the checkpoint, {m['n_candidates']} in all" if resumed else ""))
     from ..audit import audit_line
 
     ca = m.get("compat_authors")
