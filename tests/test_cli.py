@@ -199,6 +199,8 @@ def test_every_option_on_every_input(tiny_dir, tmp_path, capsys):
     assert rc == 0, se
     man = pd.read_json(str(out) + ".json", typ="series")
     assert bool(man["compiled"]) and "(compiled)" in so
+    # the one-off compile is announced before and timed after (it takes seconds to a minute)
+    assert se.count("rmfast: compiling the decoder layer") == 1 and se.count("rmfast: compiled in ") == 1, se
     assert man["template"]["format"] == "User: {prompt}\nAssistant: {response}"  # unescaped, as on every path
     out2 = tmp_path / "words.parquet"
     rc, so, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:3000", "--wordlike", "--compile", "off",

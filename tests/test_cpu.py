@@ -167,3 +167,45 @@ def test_importing_rmfast_makes_mkl_reproducible(math_first, want):
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip().splitlines()[-1] == want
+
+
+_HEAD_UPDATE = """
+import sys, torch
+from rmfast import cpu
+from rmfast.kernels.reference import lse_update
+f = cpu.compile_here(lse_update)
+g = torch.Generator().manual_seed(0)
+N, D, C, V = 2048, 64, 4096, 49152
+y = torch.randn(N, D, generator=g); w = torch.randn(C, D, generator=g) * 0.05
+t = torch.randint(0, V, (N,), generator=g); v0 = torch.tensor(0)
+m = torch.full((N,), -float("inf")); s = torch.zeros(N); tg = torch.zeros(N)
+a, b = f(y, w, v0, t, m, s, tg, None), lse_update(y, w, v0, t, m, s, tg, None)
+print(sum(int(((x - z).abs() > 1e-4 * (1 + z.abs())).sum()) for x, z in zip(a, b)))
+"""
+
+
+@pytest.mark.compiles
+def test_compiled_kernels_are_not_shared_across_kernel_levels(tmp_path):
+    """Inductor's cache key misses ATen's CPU capability: a kernel compiled under AVX2 kernels and then
+    loaded by a process running AVX-512 ones computed garbage (and corrupted the heap). rmfast's compiles
+    use a cache folder per CPU kind and kernel level (cpu.compile_here), so the second process compiles
+    its own. Both processes share one default cache location here (TMPDIR) and must agree with eager."""
+    import os
+    import subprocess
+    import sys
+
+    if "avx512" not in torch.backends.cpu.get_cpu_capability().lower():
+        pytest.skip("this CPU runs AVX2 kernels already: there is no second kernel level to mix")
+    base = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY")}
+    base["TMPDIR"] = str(tmp_path)
+    folders = set()
+    for extra in ({"ATEN_CPU_CAPABILITY": "avx2"}, {}):
+        code = _HEAD_UPDATE + "import os; print(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"
+        p = subprocess.run([sys.executable, "-c", code], env={**base, **extra}, capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
+        bad, folder = p.stdout.split()[-2:]
+        assert bad == "0", f"{extra or 'native'}: {bad} values differ from eager"
+        assert folder.startswith(str(tmp_path)) and os.path.basename(folder).startswith("rmfast-")
+        folders.add(folder)
+    assert len(folders) == 2  # one cache per kernel level

@@ -289,7 +289,7 @@ def test_missing_head_weights_are_an_error(smol, tmp_path):
 # ---------------------------------------------------------------------------- conversion cache
 
 
-def test_conversion_is_atomic_and_cached(smol, tmp_cache, monkeypatch):
+def test_conversion_is_atomic_and_cached(smol, tmp_cache, monkeypatch, capsys):
     """An interrupted conversion leaves nothing that looks complete; a finished one is reused."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -317,7 +317,10 @@ def test_conversion_is_atomic_and_cached(smol, tmp_cache, monkeypatch):
     assert list((tmp_cache / "converted").iterdir()) == []  # no temp folder, no half folder
     monkeypatch.undo()
     monkeypatch.setattr(L, "_load_gguf_direct", fake_direct)
+    capsys.readouterr()
     folder = convert_gguf(fake, tmp_cache)
+    steps = [ln.split(" ", 2)[1] for ln in capsys.readouterr().err.splitlines() if ln.startswith("rmfast: ")]
+    assert steps == ["converting", "1/3", "2/3", "3/3"]  # progress, one line per step
     assert folder.parent == tmp_cache / "converted" and folder.name.startswith("fake-model-")
     assert {"config.json", "model.safetensors", "tokenizer.json", "rmfast_source.json"} <= {
         p.name for p in folder.iterdir()

@@ -329,3 +329,37 @@ def manifest_fields(model) -> dict:
     if p.device.type == "cpu":
         out["mkl_cbwr"] = mkl_cbwr()
     return out
+
+
+def isolate_compile_cache() -> str | None:
+    """Give inductor's on-disk cache a folder of its own per CPU kind and kernel level, unless the
+    user (or an earlier compile in this process) chose one; returns the folder set, else None.
+
+    Why: inductor's cache key does not include ATen's CPU capability, so C++ kernels compiled under
+    one level were loaded under another and computed garbage. Measured on a Zen 4 (AVX-512), torch
+    2.13: after a process with ``ATEN_CPU_CAPABILITY=avx2`` had compiled the log-prob head's chunk
+    update, a normal process loaded its kernel from the shared ``/tmp/torchinductor_<user>``: wrong
+    max/sum-exp in ~all rows, heap corruption ("double free") at other row counts, and a
+    full-vocabulary scan of NaN. The same can happen to a cache shared by two kinds of CPU (a home
+    folder on a cluster). The folder: ``<inductor's default>/rmfast-<hash of CPU model, flags,
+    kernel level, ISA-limiting environment, torch version>``.
+    """
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return None
+    import hashlib
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    info = cpu_info()
+    key = "|".join([info.model, info.arch, ",".join(info.flags), torch.backends.cpu.get_cpu_capability(), isa_env(),
+                    torch.__version__])
+    folder = os.path.join(default_cache_dir(), "rmfast-" + hashlib.sha256(key.encode()).hexdigest()[:12])
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    return folder
+
+
+def compile_here(fn, **options):
+    """``torch.compile(fn, dynamic=False)`` with inductor ``options``, its cache isolated to this CPU
+    kind (:func:`isolate_compile_cache`): every compile of rmfast goes through here."""
+    isolate_compile_cache()
+    return torch.compile(fn, dynamic=False, options=options or None)

@@ -32,6 +32,7 @@ import warnings
 import torch
 
 from . import ops
+from .cpu import compile_here
 from .kernels.blockdiag_attention import pack_prefix, visibility_bias
 from .kernels.cpu_logprob import lse_update
 from .layer import PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
@@ -246,7 +247,7 @@ class Engine:
 
     def _compiled_lm_update(self):
         if self._lm_update_fn is None:
-            self._lm_update_fn = torch.compile(_own_copy(lse_update), dynamic=False)
+            self._lm_update_fn = compile_here(_own_copy(lse_update))
         return self._lm_update_fn
 
     def _final_norm(self, h: torch.Tensor, fp32: bool) -> torch.Tensor:

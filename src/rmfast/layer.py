@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
+from .cpu import compile_here
 from .kernels.blockdiag_attention import shared_prefix_attention_blockdiag
 from .models.arch import ACTIVATIONS
 
@@ -202,7 +203,7 @@ def _consts(spec, L) -> LayerConsts:
 def compile_layer(fn=None):
     """``torch.compile`` of :func:`decoder_layer` (or of ``fn``, an own-code copy of it) that rounds
     after each op as eager does (``emulate_precision_casts``; see the module docstring)."""
-    return torch.compile(fn or decoder_layer, dynamic=False, options={"emulate_precision_casts": True})
+    return compile_here(fn or decoder_layer, emulate_precision_casts=True)
 
 
 # ---------------------------------------------------------------------------------- pieces
