@@ -173,6 +173,8 @@ _HEAD_UPDATE = """
 import sys, torch
 from rmfast import cpu
 from rmfast.kernels.reference import lse_update
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+cache_dir()  # loading a model through transformers fixes the folder like this, before rmfast compiles
 f = cpu.compile_here(lse_update)
 g = torch.Generator().manual_seed(0)
 N, D, C, V = 2048, 64, 4096, 49152
@@ -187,9 +189,9 @@ print(sum(int(((x - z).abs() > 1e-4 * (1 + z.abs())).sum()) for x, z in zip(a, b
 @pytest.mark.compiles
 def test_compiled_kernels_are_not_shared_across_kernel_levels(tmp_path):
     """Inductor's cache key misses ATen's CPU capability: a kernel compiled under AVX2 kernels and then
-    loaded by a process running AVX-512 ones computed garbage (and corrupted the heap). rmfast's compiles
-    use a cache folder per CPU kind and kernel level (cpu.compile_here), so the second process compiles
-    its own. Both processes share one default cache location here (TMPDIR) and must agree with eager."""
+    loaded by a process running AVX-512 ones computed garbage (and corrupted the heap). Importing rmfast
+    points the cache at a folder per CPU kind and kernel level (cpu.isolate_compile_cache), so the second
+    process compiles its own. Both processes share one default cache location here (TMPDIR) and must agree with eager."""
     import os
     import subprocess
     import sys

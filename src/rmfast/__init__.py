@@ -27,3 +27,9 @@ from .template import Template, build_template  # noqa: E402
 from .loader import LoadedModel, load  # noqa: E402  (the function; the module is rmfast.loader)
 from .engine import Engine  # noqa: E402
 from . import gcg  # noqa: E402,F401  (rmfast.gcg.run)
+from .cpu import isolate_compile_cache as _isolate_compile_cache  # noqa: E402
+
+# inductor's on-disk cache, one folder per CPU kind and kernel level (rmfast.cpu.isolate_compile_cache
+# says why): set now, on import, because loading a model through transformers already fixes the
+# folder for the process; a user's own TORCHINDUCTOR_CACHE_DIR is kept.
+_isolate_compile_cache()
