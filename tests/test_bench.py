@@ -114,6 +114,7 @@ def test_the_bound_is_the_faster_dtypes_peak(tiny_dir, tmp_path, capsys, monkeyp
 
         monkeypatch.setattr(bench_run, "gemm_peak", fake_peak)
         monkeypatch.setattr("rmfast.cpu.measure_gemm", lambda shape, dtypes=None, rates=rates: dict(rates))
+        monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "cache"))  # faked rates never reach the real probe cache
         out = tmp_path / f"{run_dtype}-{len(timed_want)}-{want}"
         rc = main(["--models", str(tiny_dir), "--device", "cpu", "--dtype", run_dtype, "--n-candidates", "32",
                    "--n-naive", "8", "--naive-batch", "8", "--hf-batch", "16", "--repeats", "1", "--check-n", "0",

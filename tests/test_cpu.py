@@ -55,6 +55,12 @@ def test_auto_takes_bf16_only_where_the_probe_says_it_is_clearly_faster(fake_cpu
     assert dt is want and choice.dtype == str(want).removeprefix("torch.") and choice.source == "probe"
     assert calls == [cpu.probe_shape(576, 1536)]  # at the model's own projection
     assert choice.gflops == {"float32": fp32, "bfloat16": bf16} and choice.bf16_factor == pytest.approx(bf16 / fp32)
+    assert capsys.readouterr().err == ""  # said only once a model has loaded (cpu.record): bad input stays one line
+    m = torch.nn.Linear(1, 1)
+    cpu.record(m, choice)
+    assert capsys.readouterr().err == ""
+    cpu.say_choice(m)  # jobs say it when their work starts
+    cpu.say_choice(m)  # once per process
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"rmfast: --dtype auto -> {choice.dtype} on this CPU [AVX-512 BF16]: ")
     assert f"{bf16 / fp32:.2g}x" in err[0]
@@ -139,6 +145,7 @@ def test_the_choice_is_in_the_model_and_the_scan_manifest(fake_cpu, tiny_dir, tm
     rc, so, se = run(["scan", tiny_dir, "--token-ids", "0:64", "--compile", "off", "--out", out, "--no-progress",
                       "--top", "0"], capsys)
     assert rc == 0, se
+    assert se.count("rmfast: --dtype auto -> float32 on this CPU [AVX-512 BF16]: ") == 1, se
     m = json.loads(Path(str(out) + ".json").read_text())
     assert m["dtype"] == "float32" and m["dtype_choice"]["dtype"] == "float32"
     assert m["dtype_choice"]["gflops"] == {"float32": 100.0, "bfloat16": 20.0} and m["dtype_choice"]["source"] in ("probe", "cache")

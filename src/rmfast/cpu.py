@@ -291,9 +291,17 @@ _ATTR = "_rmfast_dtype_choice"
 
 
 def record(model, choice: DtypeChoice | None) -> None:
-    """Attach ``choice`` to ``model`` (a no-op for None), for :func:`recorded`."""
+    """Attach ``choice`` to a loaded ``model`` (for :func:`recorded` and :func:`say_choice`); a no-op for None."""
     if choice is not None:
         setattr(model, _ATTR, choice.manifest())
+
+
+def say_choice(model) -> None:
+    """Print the line of the dtype choice ``model`` was loaded with, if any, once per process and choice.
+    Jobs call it when their work starts, after every check of their input: bad input stays one line."""
+    c = recorded(model)
+    if c:
+        announce(DtypeChoice(**c))
 
 
 def recorded(model) -> dict | None:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .candidates import check_context
-from .cpu import manifest_fields
+from .cpu import manifest_fields, say_choice
 from .errors import UserError
 from .gcg_result import GCGResult, RandomSearchResult
 from .gcg_select import distance_penalty, greedy_pairs, loss_gradient
@@ -641,6 +641,7 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     t0 = time.perf_counter()
     s = _prepare(model, tokenizer, prompt, cfg, template)
     setup_s = time.perf_counter() - t0
+    say_choice(model)  # the search starts: every check of the input is behind us
 
     restarts: list[dict] = []
     bar = tqdm(total=cfg.steps * cfg.restarts, unit="step", desc="gcg", disable=not progress, dynamic_ncols=True)

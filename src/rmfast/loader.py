@@ -136,7 +136,8 @@ def dtype_and_choice(dtype: str | torch.dtype, device: torch.device, config_dtyp
 
     ``"auto"``: on CUDA the model config's dtype if bf16/fp16, else bfloat16; on CPU bfloat16 only where
     this CPU runs bf16 GEMMs clearly faster than fp32 at the model's shapes (``config``), else float32
-    (:func:`rmfast.cpu.choose_cpu_dtype`: CPU flags or a cached sub-second probe; one line on stderr).
+    (:func:`rmfast.cpu.choose_cpu_dtype`: CPU flags or a cached sub-second probe; its line is printed
+    by :func:`rmfast.cpu.record` once the model has loaded, so bad input stays a one-line error).
     An explicit bfloat16 on a CPU where it is slower than fp32 warns with the measured factor.
     Explicit names: bfloat16/bf16, float16/fp16, float32/fp32.
     """
@@ -146,8 +147,7 @@ def dtype_and_choice(dtype: str | torch.dtype, device: torch.device, config_dtyp
         cfg = _as_torch_dtype(config_dtype)
         return (cfg if cfg in (torch.bfloat16, torch.float16) else torch.bfloat16), None
     if name == "auto":
-        choice = cpu.choose_cpu_dtype(config, cache_root())
-        cpu.announce(choice)
+        choice = cpu.choose_cpu_dtype(config, cache_root())  # said once the model is loaded (cpu.record)
         return _DTYPES[choice.dtype], choice
     if on_cpu and name == "bfloat16":
         cpu.warn_if_slow(torch.bfloat16, config, cache_root())

@@ -30,6 +30,7 @@ import torch
 
 from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, authors_batch_size, authors_batches, check_context,
                          ids_digest, max_response_len, render_text, tokenize_in_context)
+from .cpu import say_choice
 from .engine import Engine
 from .errors import UserError
 from .io import atomic_write
@@ -288,6 +289,7 @@ def scan(
     compiled = bool(eng is not None and eng.compile)
     key = run_key(manifest)
     group = Group(np.arange(ids.size), bs, score)
+    say_choice(model)  # the work starts: every check of the input is behind us
     scores, timing = score_groups([group], ids, key=key, checkpoint=checkpoint,
                                   device=device, progress=progress, desc="scan",
                                   status="compiling the CPU layer (one-off)" if compiled else None,
@@ -535,6 +537,7 @@ def score_texts(
               _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size))
     compiled = bool(eng is not None and eng.compile)
     key = run_key(manifest) + ids_digest(rows)[:16]
+    say_choice(model)
     scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=key, checkpoint=checkpoint,
                                   device=device, progress=progress, desc="texts", keep_checkpoint=keep_checkpoint)
     manifest.update({"batch_size": batch_size if batch_size != "auto" else "auto", "compiled": compiled, **timing,

@@ -14,6 +14,7 @@ from ..bench import (BENCH_MODELS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEF
                      loadavg, log, resolve_models, bench_model, format_cost_model, format_table, gpu_cost_model,
                      machine_info, plot, random_init_bench_models, random_init_model, random_init_names, versions,
                      write_outputs)
+from ..cpu import say_choice
 from ..errors import UserError
 from ..loader import load, resolve_device
 from .common import fraction, int_list, nonneg_int, positive_int, writable
@@ -146,6 +147,7 @@ def run(args) -> int:
                 loaded[key] = load(cfg.spec, dtype=args.dtype, device=str(device), random_head_seed=cfg.random_head_seed,
                                    allow_pickle=args.allow_pickle)
             log(f"{cfg.spec}: {'built' if args.random_init else 'loaded'} in {time.perf_counter() - t0:.1f} s")
+            say_choice(loaded[key].model)  # --dtype auto on CPU: what it took and why
         log(f"[{cfg.name}] load average {loadavg()}")
         r, e = bench_model(cfg, loaded[key], args, device, dflt)
         rows += r
