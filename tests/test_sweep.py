@@ -247,6 +247,43 @@ def test_bad_config(case, models_dir, tmp_path, capsys):
     assert not (tmp_path / "s").exists()
 
 
+DUPLICATES = {  # a key given twice, at three depths: PyYAML alone keeps the last and drops the first
+    "top": ("models: [./rm-a]\nprompts: {g: hi}\ncandidates: {t: texts.txt}\nmodels: [./rm-b]\n", "'models'", 4, 1),
+    "prompts": ("models: [./rm-a]\nprompts:\n  g: hi\n  b: best\n  g: worst\ncandidates: {t: texts.txt}\n",
+                "'g'", 5, 3),
+    "model-spec": ("models:\n  - model: ./rm-a\n    dtype: float32\n    dtype: bfloat16\nprompts: {g: hi}\n"
+                   "candidates: {t: texts.txt}\n", "'dtype'", 4, 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DUPLICATES))
+def test_duplicate_yaml_key_is_refused(case, models_dir, tmp_path, capsys):
+    """A duplicate key is one line naming the key and both lines, before anything runs (issue 25)."""
+    text, key, line, first = DUPLICATES[case]
+    cfg = models_dir / f"dup-{case}.yaml"
+    cfg.write_text(text)
+    rc, so, se = run(["sweep", cfg, "--out", tmp_path / "s"], capsys)
+    assert one_line_error(rc, se), se
+    assert f"duplicate key {key}" in se and f"line {line}" in se and f"first given at line {first}" in se, se
+    assert cfg.name in se and not (tmp_path / "s").exists()
+
+
+def test_duplicate_key_in_a_prompts_file_is_refused(models_dir, tmp_path, capsys):
+    """The prompts file a config names is read by the same rule."""
+    (tmp_path / "prompts.yaml").write_text("best: What is best?\nbest: What is worst?\n")
+    cfg = write_cfg(models_dir, "dup-prompts-file.yaml", prompts=str(tmp_path / "prompts.yaml"))
+    rc, so, se = run(["sweep", cfg, "--out", tmp_path / "s"], capsys)
+    assert one_line_error(rc, se) and "duplicate key 'best'" in se and "prompts.yaml" in se and "line 2" in se, se
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path):
+    """``<<`` merges defaults that a mapping then overrides: that is not a duplicate."""
+    from rmfast.io import yaml_load_unique
+
+    assert yaml_load_unique("d: &d {dtype: float32, device: cpu}\nm:\n  <<: *d\n  dtype: bfloat16\n")["m"] == \
+        {"dtype": "bfloat16", "device": "cpu"}
+
+
 def test_bad_yaml_and_foreign_stores(models_dir, tmp_path, capsys):
     bad = models_dir / "broken.yaml"
     bad.write_text("models: [./rm-a\nprompts: {a: b}\n")
