@@ -313,6 +313,38 @@ def test_bad_yaml_and_foreign_stores(models_dir, tmp_path, capsys):
     assert one_line_error(rc, se)
 
 
+def test_results_export_refuses_missing_parts(models_dir, tmp_path, capsys):
+    """An export of a store missing parts (one never computed, one whose Parquet was deleted) is refused,
+    naming both, with nothing written; --allow-missing exports the rest and names what it left out."""
+    cfg = write_cfg(models_dir, "missing.yaml", models=["./rm-a"],
+                    prompts={k: PROMPTS[k] for k in ("greatest", "best", "worst")}, candidates={"texts": "texts.txt"})
+    store = tmp_path / "store"
+    rc, so, se = run(["sweep", cfg, "--out", store, "--shard", "0/2", "--no-progress"], capsys)  # parts 0 and 2
+    assert rc == 0, se
+    gone = store / "parts/model=rm-a/prompt=worst/candidates=texts/part.parquet"
+    gone.unlink()
+    out = tmp_path / "tidy.csv"
+    rc, so, se = run(["results", store, "--out", out], capsys)
+    assert one_line_error(rc, se), se
+    assert "2 of 3 parts" in se and "prompt=best/candidates=texts (not computed)" in se, se
+    assert "prompt=worst/candidates=texts (part.parquet missing)" in se and "--allow-missing" in se, se
+    assert not out.exists()
+    rc, so, se = run(["results", store, "--out", out, "--allow-missing"], capsys)
+    assert rc == 0, se
+    assert set(pd.read_csv(out)["prompt"]) == {PROMPTS["greatest"]}
+    [warning] = [ln for ln in se.splitlines() if ln.strip()]
+    assert "warning" in warning and "prompt=best" in warning and "prompt=worst" in warning, se
+
+
+def test_results_help_names_allow_missing_and_its_default(capsys):
+    from rmfast.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["results", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--allow-missing" in text and "default off: refuse" in text
+
+
 def test_real_prompts_and_candidate_files_plan(shared_data, tmp_path, capsys):
     """The papers' inputs as a sweep: 54 prompts from paper_b_prompts.yaml × EloEverything × a lexicon (plan only)."""
     import yaml
