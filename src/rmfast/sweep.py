@@ -65,7 +65,7 @@ from .audit import DEFAULT_AUDIT_N
 from .checkpoints import expand_runs, is_adapter_folder
 from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, file_sha256, read_candidates
 from .errors import UserError
-from .io import slug, yaml_load_unique
+from .io import check_output, slug, yaml_load_unique
 from .store import SCHEMA_VERSION, PartRef, Store
 from .template import unescape
 
@@ -562,6 +562,7 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
     root = Path(out) if out is not None else cfg.out
     if root is None:
         raise UserError(f"{cfg.path}: no output directory: set out: in the config or pass --out DIR")
+    check_output(root, folder=True)
     d = dist.from_env(shard)
     plan = cfg.plan()
     chash = cfg.config_hash()

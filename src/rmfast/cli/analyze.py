@@ -33,7 +33,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UserError
-from .common import nonneg_int, positive_int, writable
+from ..io import check_output, write_csv
+from .common import nonneg_int, positive_int
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
             "categories", "extremes", "trajectory")
@@ -111,6 +112,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="override a prompt's framing (repeatable)")
     p.add_argument("--n-perm", type=positive_int, default=10_000, help="permutations (default 10000)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the permutations (default 0)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out file (default: refuse; a folder --out of trajectory is added to)")
 
 
 def _plain(doc: str) -> str:
@@ -239,7 +242,7 @@ def _run_trajectory(args) -> int:
 def run_analyze(args) -> int:
     """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
     if args.out:
-        writable(args.out, folder=args.name == "trajectory")  # before the work (trajectory writes a folder)
+        check_output(args.out, args.overwrite, folder=args.name == "trajectory")  # before the work
     if args.name == "trajectory":
         return _run_trajectory(args)
     data = _inputs(args)
@@ -255,8 +258,7 @@ def run_analyze(args) -> int:
     _report_drops(res)
     if args.out:
         out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out, index=False)
+        write_csv(out, table)
         print(f"rmfast: wrote {len(table):,} rows of {args.name}/{name} to {out}", file=sys.stderr)
     else:
         with pd.option_context("display.width", 200, "display.max_columns", 30,
@@ -270,7 +272,7 @@ def run_report(args) -> int:
     from ..analysis.report import build_report, explorer_beside, write_report
     from ..analysis.framing import parse_framing_args
 
-    writable(args.out)  # before the work
+    check_output(args.out, args.overwrite)  # before the work
     data = _inputs(args)
     text = build_report(data.scans, human=data.human, metadata=args.metadata, afinn=args.afinn,
                         frequencies=args.frequencies, dictionaries=args.dictionary or (),
