@@ -451,3 +451,31 @@ def test_overwrite_replaces_a_regular_file(cmd, fx, tmp_path, capsys):
     assert main(argv + ["--overwrite"]) == 0, capsys.readouterr().err
     assert out.read_bytes() != fx["scan"].read_bytes()
 
+
+# ------------------------------------------------------------------ report options that a report used to skip, exit 0
+
+GREATEST = "What, in one word, is the greatest thing ever?"  # the prompt of fx["scan"]
+REPORT_OPTIONS = {
+    "framing-value": (["--framing", f"{GREATEST}=sideways"], "the framing is 'sideways'"),
+    "framing-prompt": (["--framing", "nope=positive"], "--framing 'nope' is not a prompt of these scans"),
+    "best": (["--best", "nope"], "--best 'nope' is not a prompt of these scans"),
+    "worst": (["--worst", "nope"], "--worst 'nope' is not a prompt of these scans"),
+    "best-is-worst": (["--best", GREATEST, "--worst", GREATEST], "name the same prompt"),
+    "afinn": (["--afinn", "/no/such/AFINN-111.txt"], "--afinn /no/such/AFINN-111.txt: no such file"),
+    "frequencies": (["--frequencies", "/no/such/bnc.txt"], "--frequencies /no/such/bnc.txt: no such file"),
+    "dictionary": (["--dictionary", "/no/such/big2.csv"], "--dictionary /no/such/big2.csv: no such file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPORT_OPTIONS))
+def test_report_options_are_checked_before_any_section(case, fx, tmp_path, capsys):
+    """A report option it cannot use (a framing that is not positive/negative, a prompt the scans lack, a
+    missing lexicon) stops it in one line, nothing written, instead of a report with that section skipped."""
+    extra, words = REPORT_OPTIONS[case]
+    out = tmp_path / "r.html"
+    rc = main(["report", str(fx["scan"]), "--out", str(out), "--no-progress", *extra])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("rmfast: error: "), err
+    assert words in lines[0], lines[0]
+    assert list(tmp_path.iterdir()) == []
