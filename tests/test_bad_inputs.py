@@ -178,6 +178,12 @@ CASES = [
     pytest.param(lambda o: ["frobnicate", "--out", o / "x"], id="unknown-command"),
     pytest.param(lambda o: ["scan", "{rm}", "--bogus", "--out", o / "s.parquet"], id="scan-unknown-option"),
     pytest.param(lambda o: ["scan", "{rm}", "--head", "both", "--out", o / "s.parquet"], id="scan-bad-choice"),
+    # a chat template that builds a 134-million-character string before rendering the turns
+    pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--dtype", "float32", "--out", o / "s.parquet",
+                            "--template",
+                            "{% set ns = namespace(s='x') %}{% for i in range(27) %}{% set ns.s = ns.s ~ ns.s %}"
+                            "{% endfor %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                            "{% endfor %}"], id="scan-template-over-size-bound"),
     *[pytest.param(lambda o, a=a: ["scan", "{rm}", *a, "--out", o / "s.parquet"], id=f"scan{'-'.join(a)}")
       for a in (("--batch-size", "lots"), ("--batch-size", "2.5"), ("--batch-size", "0"), ("--top", "-1"),
                 ("--max-tokens", "0"), ("--head-index", "-1"))],
