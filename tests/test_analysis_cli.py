@@ -141,7 +141,7 @@ def test_human_says_where_the_model_scores_come_from(tmp_path, capsys):
     pd.DataFrame({"item": ["Love", "Tea", "War", "Mud"], "rating": [4, 3, 2, 1]}).to_csv(items,
                                                                                       index=False)
     assert main(["analyze", "human", str(scan), "--human", str(items), "--human-item", "item",
-                 "--human-score", "rating", "--out", str(out)]) == 0
+                 "--human-score", "rating", "--out", str(out), "--overwrite"]) == 0
     assert pd.read_csv(out)["spearman_rho"].iloc[0] == pytest.approx(-0.2)
     assert (f"human scores: {items} (column rating, items in column item)"
             in capsys.readouterr().err)
@@ -156,7 +156,7 @@ def test_report_says_where_the_model_scores_come_from(tmp_path):
                          ([str(scan)], f"rmfast scans: {scan}")):
         out = tmp_path / "r.html"
         assert main(["report", *inputs, "--eloeverything", str(elo), "--out", str(out),
-                     "--n-perm", "20"]) == 0
+                     "--n-perm", "20", "--overwrite"]) == 0
         html = out.read_text(encoding="utf-8")
         assert f"<b>Model scores:</b> {says}" in html.replace("&#x27;", "'")
         assert ("my-rm" in html) == bool(inputs)  # the scan replaces the CSVs' model scores

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -83,12 +84,27 @@ def fx(tmp_path_factory):
     assert main(["scan", str(f["rm"]), "--dtype", "float32", "--token-ids", "0:50", "--out", str(scan),
                  "--no-progress", "--top", "0"]) == 0
     f["scan"] = scan
-    for m in ("rm-bad-weights", "rm-bad-config", "gguf", "pickled"):
+    f["store"] = _tiny_store(d / "store")
+    for m in ("rm", "rm-bad-weights", "rm-bad-config", "gguf", "pickled"):
         cfg = {"defaults": {"dtype": "float32", "device": "cpu"}, "models": [str(f[m])], "prompts": {"g": "hi"},
                "candidates": {"v": {"vocabulary": {"token_ids": "0:10"}}}}
         (d / f"sweep-{m}.yaml").write_text(yaml.safe_dump(cfg))
         f[f"sweep-{m}"] = d / f"sweep-{m}.yaml"
     return f
+
+
+def _tiny_store(root: Path) -> Path:
+    """A finished results store of one part, written by the store itself (no model needed)."""
+    import pandas as pd
+
+    from rmfast.store import PartRef, Store
+
+    st, part = Store(root), PartRef("rm", "rm", "g", "g", "hi", "v", "v", key="k")
+    st.create("h", {"models": ["rm"]}, [part])
+    st.write_part(part, pd.DataFrame({"token_id": pd.array([5, 7], "Int64"), "token": ["a", "b"], "text": ["a", "b"],
+                                      "n_tokens": 1, "score": [0.5, -0.5], "rank": [1, 2]}),
+                  {"model": {"name": "rm"}, "prompt": "hi"})
+    return root
 
 
 def _model_cases():
@@ -162,6 +178,12 @@ CASES = [
     pytest.param(lambda o: ["frobnicate", "--out", o / "x"], id="unknown-command"),
     pytest.param(lambda o: ["scan", "{rm}", "--bogus", "--out", o / "s.parquet"], id="scan-unknown-option"),
     pytest.param(lambda o: ["scan", "{rm}", "--head", "both", "--out", o / "s.parquet"], id="scan-bad-choice"),
+    # a chat template that builds a 134-million-character string before rendering the turns
+    pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--dtype", "float32", "--out", o / "s.parquet",
+                            "--template",
+                            "{% set ns = namespace(s='x') %}{% for i in range(27) %}{% set ns.s = ns.s ~ ns.s %}"
+                            "{% endfor %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                            "{% endfor %}"], id="scan-template-over-size-bound"),
     *[pytest.param(lambda o, a=a: ["scan", "{rm}", *a, "--out", o / "s.parquet"], id=f"scan{'-'.join(a)}")
       for a in (("--batch-size", "lots"), ("--batch-size", "2.5"), ("--batch-size", "0"), ("--top", "-1"),
                 ("--max-tokens", "0"), ("--head-index", "-1"))],
@@ -322,3 +344,144 @@ def test_a_write_failing_mid_command_is_one_line(err, capsys):
 
     with pytest.raises(FileNotFoundError):
         run(bug, None)
+
+
+# ------------------------------------------------------------------ where an output may be written (issue 25)
+
+#: Every command that writes a file, with OUT for its --out (each checks before any work: io.check_output).
+FILE_OUTPUTS = {
+    "scan": ["scan", "{rm}", "--token-ids", "0:5", "--out", "OUT", "--no-progress", "--top", "0"],
+    "logprobs": ["logprobs", "{lm}", "--out", "OUT", "--top", "0"],
+    "gcg": ["gcg", "{rm}", "--steps", "1", "--out", "OUT", "--no-plot", "--no-progress"],
+    "implicit": ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--out", "OUT"],
+    "results": ["results", "{store}", "--out", "OUT"],
+    "report": ["report", "{scan}", "--out", "OUT", "--no-progress"],
+    "analyze": ["analyze", "extremes", "{scan}", "--out", "OUT"],
+    "explore": ["explore", "{scan}", "--out", "OUT"],
+}
+#: ... and every command that writes a folder (an existing folder is fine; anything else there is refused).
+FOLDER_OUTPUTS = {
+    "bench": ["bench", "--cost-model", "--out", "OUT"],
+    "analyze-trajectory": ["analyze", "trajectory", "{scan}", "--out", "OUT"],
+    "sweep": ["sweep", "{sweep-rm}", "--out", "OUT", "--no-progress"],
+    "reproduce": ["reproduce", "--data", "{rm}", "--out", "OUT"],
+}
+#: what is at --out -> (pass --overwrite?, words the refusal must contain)
+FILE_TARGETS = {"existing-file": (False, "already exists"), "fifo": (True, "a FIFO"),
+                "dev-null": (True, "a character device"), "folder": (True, "a folder"),
+                "symlink": (True, "a symbolic link")}
+FOLDER_TARGETS = {"fifo": (False, "a FIFO"), "file": (False, "a regular file, not a folder")}
+
+
+def _target(kind: str, where: Path, fx) -> Path:
+    """An --out of the given kind: a Parquet of a scan, a FIFO, /dev/null, a folder or a link to a file."""
+    if kind == "dev-null":
+        return Path("/dev/null")
+    p = where / "target"
+    if kind in ("existing-file", "file"):
+        shutil.copy(fx["scan"], p)
+    elif kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "folder":
+        p.mkdir()
+        (p / "mine.txt").write_text("keep")
+    elif kind == "symlink":
+        shutil.copy(fx["scan"], where / "real.parquet")
+        p.symlink_to(where / "real.parquet")
+    return p
+
+
+def _state(p: Path):
+    """What a refused command must leave as it was: the kind of thing at p and, for files, their bytes."""
+    st = os.lstat(p)
+    body = p.read_bytes() if stat.S_ISREG(st.st_mode) and p != Path("/dev/null") else None
+    kids = sorted(x.name for x in p.iterdir()) if stat.S_ISDIR(st.st_mode) else None
+    return stat.S_IFMT(st.st_mode), st.st_rdev, body, kids
+
+
+@pytest.fixture
+def replaces_only_regular_files(monkeypatch):
+    """A safety net under this table (the tests run as root here): renaming or unlinking onto anything
+    but a regular file fails the test instead of destroying it (/dev/null included)."""
+    real_replace, real_rename, real_unlink = os.replace, os.rename, os.unlink
+
+    def guard(dst):
+        try:
+            mode = os.lstat(dst).st_mode
+        except FileNotFoundError:
+            return
+        assert stat.S_ISREG(mode), f"an output was about to replace {dst}, which is not a regular file"
+
+    monkeypatch.setattr(os, "replace", lambda src, dst, **k: (guard(dst), real_replace(src, dst, **k))[1])
+    monkeypatch.setattr(os, "rename", lambda src, dst, **k: (guard(dst), real_rename(src, dst, **k))[1])
+    monkeypatch.setattr(os, "unlink", lambda p, **k: (guard(p), real_unlink(p, **k))[1])
+
+
+def _output_cases():
+    for cmd, argv in FILE_OUTPUTS.items():
+        for kind, (overwrite, words) in FILE_TARGETS.items():
+            yield pytest.param(argv, kind, overwrite, words, id=f"{cmd}-{kind}")
+    for cmd, argv in FOLDER_OUTPUTS.items():
+        for kind, (overwrite, words) in FOLDER_TARGETS.items():
+            yield pytest.param(argv, kind, overwrite, words, id=f"{cmd}-{kind}")
+
+
+@pytest.mark.parametrize("argv, kind, overwrite, words", list(_output_cases()))
+def test_an_output_replaces_only_a_regular_file(argv, kind, overwrite, words, fx, tmp_path, capsys, monkeypatch,
+                                                replaces_only_regular_files):
+    """An existing output without --overwrite, and anything but a regular file even with it (a device, a FIFO,
+    a folder, a link), is refused in one line naming what is there, and left as it was."""
+    monkeypatch.chdir(tmp_path)
+    out = _target(kind, tmp_path, fx)
+    before, listing = _state(out), sorted(p.name for p in tmp_path.iterdir())
+    reader = os.open(out, os.O_RDONLY | os.O_NONBLOCK) if kind == "fifo" else None  # a writer's open never blocks
+    try:
+        argv = [_fill(a, fx) if a != "OUT" else str(out) for a in argv] + (["--overwrite"] if overwrite else [])
+        rc = main(argv)
+    finally:
+        if reader is not None:
+            os.close(reader)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("rmfast: error: "), err
+    assert words in lines[0] and str(out) in lines[0], lines[0]
+    assert _state(out) == before and sorted(p.name for p in tmp_path.iterdir()) == listing
+
+
+@pytest.mark.parametrize("cmd", ["report", "analyze"])
+def test_overwrite_replaces_a_regular_file(cmd, fx, tmp_path, capsys):
+    """report and analyze have --overwrite now (before it they wrote over anything, a scan's Parquet included)."""
+    out = tmp_path / "old.parquet"
+    shutil.copy(fx["scan"], out)
+    argv = [_fill(a, fx) if a != "OUT" else str(out) for a in FILE_OUTPUTS[cmd]]
+    assert main(argv + ["--overwrite"]) == 0, capsys.readouterr().err
+    assert out.read_bytes() != fx["scan"].read_bytes()
+
+
+# ------------------------------------------------------------------ report options that a report used to skip, exit 0
+
+GREATEST = "What, in one word, is the greatest thing ever?"  # the prompt of fx["scan"]
+REPORT_OPTIONS = {
+    "framing-value": (["--framing", f"{GREATEST}=sideways"], "the framing is 'sideways'"),
+    "framing-prompt": (["--framing", "nope=positive"], "--framing 'nope' is not a prompt of these scans"),
+    "best": (["--best", "nope"], "--best 'nope' is not a prompt of these scans"),
+    "worst": (["--worst", "nope"], "--worst 'nope' is not a prompt of these scans"),
+    "best-is-worst": (["--best", GREATEST, "--worst", GREATEST], "name the same prompt"),
+    "afinn": (["--afinn", "/no/such/AFINN-111.txt"], "--afinn /no/such/AFINN-111.txt: no such file"),
+    "frequencies": (["--frequencies", "/no/such/bnc.txt"], "--frequencies /no/such/bnc.txt: no such file"),
+    "dictionary": (["--dictionary", "/no/such/big2.csv"], "--dictionary /no/such/big2.csv: no such file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REPORT_OPTIONS))
+def test_report_options_are_checked_before_any_section(case, fx, tmp_path, capsys):
+    """A report option it cannot use (a framing that is not positive/negative, a prompt the scans lack, a
+    missing lexicon) stops it in one line, nothing written, instead of a report with that section skipped."""
+    extra, words = REPORT_OPTIONS[case]
+    out = tmp_path / "r.html"
+    rc = main(["report", str(fx["scan"]), "--out", str(out), "--no-progress", *extra])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("rmfast: error: "), err
+    assert words in lines[0], lines[0]
+    assert list(tmp_path.iterdir()) == []

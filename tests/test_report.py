@@ -133,7 +133,7 @@ def test_report_cli_and_atomic_write(tmp_path, monkeypatch):
     out = tmp_path / "report.html"
     out.write_text("old")
     assert main(["report", str(d), "--metadata", str(tmp_path / "meta.csv"), "--out", str(out),
-                 "--n-perm", "50", "--k", "3"]) == 0
+                 "--n-perm", "50", "--k", "3", "--overwrite"]) == 0
     assert out.read_text().startswith("<!DOCTYPE html>")
     with pytest.raises(UserError, match="does not exist"):
         write_report(tmp_path / "no" / "r.html", "x")
@@ -261,5 +261,5 @@ def test_report_announces_each_section_on_stderr(tmp_path, capsys):
     assert main(["report", *map(str, files), "--out", out, "--n-perm", "20"]) == 0
     err = capsys.readouterr().err
     assert "rmfast: report 2/7: Agreement between models" in err and "rmfast: wrote" in err
-    assert main(["report", *map(str, files), "--out", out, "--n-perm", "20", "--no-progress"]) == 0
+    assert main(["report", *map(str, files), "--out", out, "--n-perm", "20", "--no-progress", "--overwrite"]) == 0
     assert "rmfast: report" not in capsys.readouterr().err

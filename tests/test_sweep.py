@@ -247,6 +247,43 @@ def test_bad_config(case, models_dir, tmp_path, capsys):
     assert not (tmp_path / "s").exists()
 
 
+DUPLICATES = {  # a key given twice, at three depths: PyYAML alone keeps the last and drops the first
+    "top": ("models: [./rm-a]\nprompts: {g: hi}\ncandidates: {t: texts.txt}\nmodels: [./rm-b]\n", "'models'", 4, 1),
+    "prompts": ("models: [./rm-a]\nprompts:\n  g: hi\n  b: best\n  g: worst\ncandidates: {t: texts.txt}\n",
+                "'g'", 5, 3),
+    "model-spec": ("models:\n  - model: ./rm-a\n    dtype: float32\n    dtype: bfloat16\nprompts: {g: hi}\n"
+                   "candidates: {t: texts.txt}\n", "'dtype'", 4, 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DUPLICATES))
+def test_duplicate_yaml_key_is_refused(case, models_dir, tmp_path, capsys):
+    """A duplicate key is one line naming the key and both lines, before anything runs (issue 25)."""
+    text, key, line, first = DUPLICATES[case]
+    cfg = models_dir / f"dup-{case}.yaml"
+    cfg.write_text(text)
+    rc, so, se = run(["sweep", cfg, "--out", tmp_path / "s"], capsys)
+    assert one_line_error(rc, se), se
+    assert f"duplicate key {key}" in se and f"line {line}" in se and f"first given at line {first}" in se, se
+    assert cfg.name in se and not (tmp_path / "s").exists()
+
+
+def test_duplicate_key_in_a_prompts_file_is_refused(models_dir, tmp_path, capsys):
+    """The prompts file a config names is read by the same rule."""
+    (tmp_path / "prompts.yaml").write_text("best: What is best?\nbest: What is worst?\n")
+    cfg = write_cfg(models_dir, "dup-prompts-file.yaml", prompts=str(tmp_path / "prompts.yaml"))
+    rc, so, se = run(["sweep", cfg, "--out", tmp_path / "s"], capsys)
+    assert one_line_error(rc, se) and "duplicate key 'best'" in se and "prompts.yaml" in se and "line 2" in se, se
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path):
+    """``<<`` merges defaults that a mapping then overrides: that is not a duplicate."""
+    from rmfast.io import yaml_load_unique
+
+    assert yaml_load_unique("d: &d {dtype: float32, device: cpu}\nm:\n  <<: *d\n  dtype: bfloat16\n")["m"] == \
+        {"dtype": "bfloat16", "device": "cpu"}
+
+
 def test_bad_yaml_and_foreign_stores(models_dir, tmp_path, capsys):
     bad = models_dir / "broken.yaml"
     bad.write_text("models: [./rm-a\nprompts: {a: b}\n")
@@ -274,6 +311,38 @@ def test_bad_yaml_and_foreign_stores(models_dir, tmp_path, capsys):
     assert len(load_results(store)) == 2 * len(TEXTS)
     rc, so, se = run(["results", tmp_path / "nothing"], capsys)
     assert one_line_error(rc, se)
+
+
+def test_results_export_refuses_missing_parts(models_dir, tmp_path, capsys):
+    """An export of a store missing parts (one never computed, one whose Parquet was deleted) is refused,
+    naming both, with nothing written; --allow-missing exports the rest and names what it left out."""
+    cfg = write_cfg(models_dir, "missing.yaml", models=["./rm-a"],
+                    prompts={k: PROMPTS[k] for k in ("greatest", "best", "worst")}, candidates={"texts": "texts.txt"})
+    store = tmp_path / "store"
+    rc, so, se = run(["sweep", cfg, "--out", store, "--shard", "0/2", "--no-progress"], capsys)  # parts 0 and 2
+    assert rc == 0, se
+    gone = store / "parts/model=rm-a/prompt=worst/candidates=texts/part.parquet"
+    gone.unlink()
+    out = tmp_path / "tidy.csv"
+    rc, so, se = run(["results", store, "--out", out], capsys)
+    assert one_line_error(rc, se), se
+    assert "2 of 3 parts" in se and "prompt=best/candidates=texts (not computed)" in se, se
+    assert "prompt=worst/candidates=texts (part.parquet missing)" in se and "--allow-missing" in se, se
+    assert not out.exists()
+    rc, so, se = run(["results", store, "--out", out, "--allow-missing"], capsys)
+    assert rc == 0, se
+    assert set(pd.read_csv(out)["prompt"]) == {PROMPTS["greatest"]}
+    [warning] = [ln for ln in se.splitlines() if ln.strip()]
+    assert "warning" in warning and "prompt=best" in warning and "prompt=worst" in warning, se
+
+
+def test_results_help_names_allow_missing_and_its_default(capsys):
+    from rmfast.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["results", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--allow-missing" in text and "default off: refuse" in text
 
 
 def test_real_prompts_and_candidate_files_plan(shared_data, tmp_path, capsys):

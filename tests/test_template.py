@@ -67,3 +67,43 @@ def test_errors(smol_tokenizer):
             build_template(tok, PROMPT)
     finally:
         tok.chat_template = saved
+
+
+# ------------------------------------------------------------------ templates that would run for minutes (issue 25)
+
+TURNS = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+HOSTILE = {  # each renders a valid conversation after its detour (unbounded: seconds to hours, or gigabytes)
+    "nested-loops": ("{% for i in range(3000) %}{% for j in range(3000) %}{% endfor %}{% endfor %}",
+                     "render time limit of 2 s"),
+    "huge-range": ("{% for i in range(10**9) %}{% endfor %}", "range of 1,000,000,000 items, over the limit of 100,000"),
+    "doubling": ("{% set ns = namespace(s='x') %}{% for i in range(27) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                 "string of 2,097,152 characters, over the size limit of 2,000,000"),
+    "repetition": ("{% set s = 'x' * 10**8 %}", "over the size limit of 2,000,000"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_template_over_the_render_bounds_is_refused(case, smol_tokenizer, monkeypatch):
+    """Looping or string-building templates are refused in one UserError naming the bound. The render
+    clock is replaced by one that advances 1 ms per reading, so the time bound does not depend on this
+    machine's speed (the nested loops stop after about 2,000 items, not 9 million)."""
+    import itertools
+
+    from rmfast import template
+
+    ticks = itertools.count()
+    monkeypatch.setattr(template, "_clock", lambda: next(ticks) * 0.001)
+    detour, words = HOSTILE[case]
+    with pytest.raises(UserError, match="the chat template") as e:
+        build_template(smol_tokenizer, PROMPT, template=detour + TURNS)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bounds_leave_real_templates_alone(smol_tokenizer):
+    """The model's own template, and one with transformers' {% generation %} tag, pass the bounded render and
+    split as before (the bounded render is only a check; transformers' render is what is scored)."""
+    tagged = TURNS.replace("{{ m['content'] }}", "{% generation %}{{ m['content'] }}{% endgeneration %}")
+    mid = smol_tokenizer.encode("love", add_special_tokens=False)
+    own = build_template(smol_tokenizer, PROMPT)
+    assert list(own.prefix_ids) + mid + list(own.suffix_ids) == chat_ids(smol_tokenizer, PROMPT, "love")
+    assert response_ids(smol_tokenizer, build_template(smol_tokenizer, PROMPT, template=tagged), "love") == mid

@@ -3,31 +3,87 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
 
 from .errors import UserError
 
 
-def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
-    """Refuse an existing output (unless overwrite) or an unwritable location, before any work is done."""
+def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bool = False) -> Path:
+    """``path`` if a command may write its output there, else a one-line UserError naming the fix.
+
+    The one rule for every command's outputs (and the library's writers), checked before any work,
+    creating nothing:
+
+    - a file output replaces only a regular file, and only with ``overwrite``: a folder, a device
+      (``/dev/null``), a FIFO, a socket or a symbolic link there is refused even with ``overwrite``,
+      since a file renamed over it would destroy it (see :func:`not_a_regular_file`);
+    - a folder output (``folder``: bench, ``analyze trajectory``, a sweep's store, ``reproduce``) may
+      be an existing folder, which the command writes its own files into (``reproduce`` replaces it
+      whole, and only with --overwrite); anything else there is refused;
+    - the nearest existing ancestor must be a folder this process may write (a path under a regular
+      file, or in a read-only folder, is refused).
+    """
     p = Path(path)
-    if p.exists() and not overwrite:
-        raise UserError(f"output {p} already exists; pass --overwrite to replace it or choose another --out")
-    if p.exists() and p.is_dir():
-        raise UserError(f"output {p} is a directory; give a file path such as {p}/scan.parquet")
-    parent = p.parent if str(p.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create the output folder {parent}: {e.strerror}; choose a writable --out") from None
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"cannot write to {parent}: permission denied; choose a writable --out")
+    if folder:
+        if p.exists() and not p.is_dir():
+            raise UserError(f"--out {p} is {describe_path(p)}, not a folder; give a folder")
+    else:
+        other = not_a_regular_file(p)
+        if other:
+            raise UserError(f"--out {p} is {other}, not a regular file; rmfast replaces only regular files (and only "
+                            "with --overwrite), so choose a file path that is free or holds a regular file")
+        if p.exists() and not overwrite:
+            raise UserError(f"output {p} already exists; pass --overwrite to replace it or choose another --out")
+    near = p if folder else p.parent
+    while not near.exists() and near != near.parent:
+        near = near.parent
+    if not near.is_dir():
+        raise UserError(f"cannot write {p}: {near} is a file, not a folder; choose another --out")
+    if not os.access(near, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write {p}: {near} is not writable (permission denied); choose another --out")
     return p
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def describe_path(path: str | os.PathLike) -> str:
+    """What is at ``path``, in words ("a regular file", "a folder", "a character device", ...), the path
+    itself (a symbolic link is named as one); "nothing" where nothing is."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "nothing"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def not_a_regular_file(path: str | os.PathLike) -> str | None:
+    """What is at ``path`` when it is there and not a regular file (a folder, a device, a FIFO, a socket,
+    a symbolic link), in words; None when nothing or a regular file is: the only things rmfast replaces.
+
+    >>> not_a_regular_file("/dev/null"), not_a_regular_file("/no/such/file")
+    ('a character device', None)
+    """
+    what = describe_path(path)
+    return None if what in ("nothing", "a regular file") else what
+
+
+def _check_replaceable(path: Path) -> None:
+    """The writers' last guard (the commands check earlier, :func:`check_output`): never rename a file
+    over anything but a regular file."""
+    other = not_a_regular_file(path)
+    if other:
+        raise UserError(f"{path} is {other}, not a regular file; rmfast replaces only regular files — choose another path")
 
 
 @contextlib.contextmanager
@@ -37,6 +93,7 @@ def output_lock(path: str | os.PathLike):
     process (an OS file lock), so a killed job never leaves a stale one."""
     from filelock import FileLock, Timeout
 
+    Path(path).parent.mkdir(parents=True, exist_ok=True)  # the lock file is the first thing written there
     lock = FileLock(str(path) + ".lock")
     try:
         lock.acquire(timeout=0)
@@ -89,10 +146,12 @@ def atomic_write(path: str | os.PathLike, write) -> Path:
         >>> import shutil; shutil.rmtree(d)
     """
     path = Path(path)
+    _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_beside(path)
     try:
         write(str(tmp))
+        _check_replaceable(path)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -172,6 +231,8 @@ def write_pair(path: str | os.PathLike, df, manifest: dict) -> dict:
         (True, 16)
     """
     p, mp = Path(path), manifest_path(path)
+    _check_replaceable(p)
+    _check_replaceable(mp)
     p.parent.mkdir(parents=True, exist_ok=True)
     man = {**manifest, WRITE_ID: secrets.token_hex(8)}
     tp = _temp_beside(p)
@@ -285,6 +346,50 @@ def read_text(path: str | os.PathLike, what: str) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise UserError(f"{what} {p} is not UTF-8 text (bad byte at offset {e.start}); re-save it as UTF-8") from None
+
+
+def yaml_load_unique(text: str):
+    """``yaml.safe_load(text)``, except that a key given twice in one mapping (at any depth) is a YAML
+    error marked at the second one.
+
+    PyYAML keeps the last of two equal keys, so a config with a model or a prompt listed twice under
+    one key would silently lose the first. Keys that a ``<<`` merge brings in may be overridden (that is
+    what merging is for); only keys written twice in the same mapping are refused.
+
+    >>> yaml_load_unique("a: 1\\nb: {c: 2}\\n")
+    {'a': 1, 'b': {'c': 2}}
+    >>> yaml_load_unique("a: 1\\nb:\\n  c: 2\\n  c: 3\\n")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    yaml.constructor.ConstructorError: ...duplicate key 'c', first given at line 3...
+    """
+    import yaml
+
+    return yaml.load(text, Loader=_unique_key_loader())
+
+
+@functools.lru_cache(maxsize=None)
+def _unique_key_loader():
+    """The SafeLoader subclass behind :func:`yaml_load_unique` (built on first use: yaml is imported lazily)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: the base class says so
+                    break
+                if first is not key_node.start_mark:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}, first given at line {first.line + 1}; give each key once",
+                        key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def read_csv(path: str | os.PathLike, what: str, **kw):

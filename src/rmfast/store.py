@@ -298,6 +298,29 @@ class Store:
             raise UserError(f"{self.info_path} is malformed (its parts do not match this rmfast version); "
                             "rerun the sweep into a new --out") from None
 
+    def missing(self, plan: list[PartRef] | None = None) -> list[tuple[PartRef, str]]:
+        """The parts of the config that the store does not hold, each with why, in words: a part never
+        computed (or still in progress), or one whose manifest is there without its Parquet (deleted,
+        or replaced by another file) — exporting "what is there" would silently leave either out."""
+        out = []
+        for part in self.plan() if plan is None else plan:
+            if self.is_done(part):
+                continue
+            if self.part_manifest(part) is None:
+                why = "not computed"
+            elif not self.part_path(part).is_file():
+                why = f"{PART_FILE} missing"
+            else:
+                why = f"{PART_FILE} does not match its manifest"
+            out.append((part, why))
+        return out
+
+    def missing_text(self, missing: list[tuple[PartRef, str]], n_parts: int, shown: int = 3) -> str:
+        """One line naming the missing parts (the first ``shown`` of them, then how many more)."""
+        names = [f"{part.relpath} ({why})" for part, why in missing[:shown]]
+        more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
+        return f"{len(missing)} of {n_parts} parts of {self.root} are missing: {', '.join(names)}{more}"
+
     # ------------------------------------------------------------------ loading
     def load(self, *, token_ids: bool = False, complete: bool = False):
         """One tidy DataFrame of every finished part.
@@ -308,17 +331,18 @@ class Store:
 
         Args:
             token_ids: also return the response ids scored (a list column).
-            complete: raise UserError if any part of the config is unfinished.
+            complete: raise UserError (before reading any part) if any part of the config is missing
+                (:meth:`missing`); else the missing parts are left out.
         """
         import pandas as pd
 
         plan = self.plan()
+        if complete and (missing := self.missing(plan)):  # before reading any part
+            raise UserError(f"{self.missing_text(missing, len(plan))}; rerun the sweep to finish them")
         frames = []
-        missing = []
         for part in plan:
             m = self.done_manifest(part)
             if m is None:
-                missing.append(part)
                 continue
             try:
                 df = pd.read_parquet(self.part_path(part))
@@ -332,9 +356,6 @@ class Store:
             df["candidates"] = part.candidates
             df["prompt_name"] = part.prompt_name
             frames.append(df)
-        if complete and missing:
-            raise UserError(f"{len(missing)} of {len(plan)} parts in {self.root} are unfinished "
-                            f"(first: {missing[0].relpath}); rerun the sweep to finish them")
         cols = TIDY_COLUMNS + EXTRA_COLUMNS + (["token_ids"] if token_ids else [])
         if not frames:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})

@@ -65,7 +65,7 @@ from .audit import DEFAULT_AUDIT_N
 from .checkpoints import expand_runs, is_adapter_folder
 from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, file_sha256, read_candidates
 from .errors import UserError
-from .io import slug
+from .io import check_output, slug, yaml_load_unique
 from .store import SCHEMA_VERSION, PartRef, Store
 from .template import unescape
 
@@ -209,6 +209,8 @@ def _resolve(base: Path, p: str) -> Path:
 
 
 def _yaml_load(path: Path, what: str):
+    """A YAML file of the config as Python data; one-line UserError naming the file and line (a key given
+    twice in one mapping included: PyYAML would keep only the last)."""
     import yaml
 
     try:
@@ -218,7 +220,7 @@ def _yaml_load(path: Path, what: str):
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read {what} {path}: {getattr(e, 'strerror', None) or e}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml_load_unique(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
@@ -560,6 +562,7 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
     root = Path(out) if out is not None else cfg.out
     if root is None:
         raise UserError(f"{cfg.path}: no output directory: set out: in the config or pass --out DIR")
+    check_output(root, folder=True)
     d = dist.from_env(shard)
     plan = cfg.plan()
     chash = cfg.config_hash()

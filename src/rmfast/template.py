@@ -9,16 +9,32 @@ re-tokenized — so byte-fallback pieces, special tokens and BOS are exactly wha
 If the probes do not share a prefix and suffix (a template that rewrites the response, or a
 tokenizer that merges the response with its surroundings), the template cannot be split and
 we stop with a clear error rather than score the wrong sequence.
+
+A chat template is code. Before transformers renders it, every conversation is rendered once in a
+bounded Jinja sandbox (:func:`check_render_bounds`: time, size, ranges), so a template that loops
+for minutes or builds gigabytes is refused in one line instead.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import time
 from dataclasses import dataclass, field
 
 from .errors import UserError
 
 # Probe words: common, different first and last letters, single words in every tokenizer we know.
 PROBES = ("hello", "world", "Paris", "blue", "seven")
+
+#: Bounds on rendering one conversation with a Jinja chat template. A template is code (from a model
+#: folder, or --template): Jinja's sandbox keeps it from reading what it should not, not from running
+#: for hours (loops nested in loops) or filling the memory (a string doubled in a loop).
+RENDER_SECONDS = 2.0
+RENDER_CHARS = 2_000_000  # any string, list or number it builds, and its output
+RANGE_ITEMS = 100_000  # the items of one range() (the sandbox's own bound)
+_clock = time.monotonic  # (tests replace it with a clock that runs fast)
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("rmfast_render_deadline", default=None)
 
 
 def is_plain_format(template: str) -> bool:
@@ -116,6 +132,7 @@ def renderer(tokenizer, prompt: str, template: str | None, system: str | None):
             {"role": "user", "content": prompt},
             {"role": "assistant", "content": response},
         ]
+        _check_bounds(tokenizer, chat_template, messages)
         try:
             out = tokenizer.apply_chat_template(messages, chat_template=chat_template, tokenize=True, return_dict=False)
         except Exception as e:  # jinja errors, templates that refuse roles, ...
@@ -125,6 +142,171 @@ def renderer(tokenizer, prompt: str, template: str | None, system: str | None):
         return list(out)
 
     return kind, render_chat
+
+
+def _over(what: str) -> UserError:
+    """The one-line refusal of a template that went over a bound (``what`` names it)."""
+    return UserError(f"the chat template {what}; pass a --template that stays within it")
+
+
+def _tick() -> None:
+    """Stop a render that has run past its deadline (called on every loop item, call and output piece)."""
+    d = _deadline.get()
+    if d is not None and _clock() > d:
+        raise _over(f"ran past the render time limit of {RENDER_SECONDS:g} s (a loop too long?)")
+
+
+def _sized(x):
+    """``x``, unless it is a string, list or mapping over the size limit."""
+    if isinstance(x, (str, list, tuple, dict)) and len(x) > RENDER_CHARS:
+        what = "a string of {:,} characters" if isinstance(x, str) else f"a {type(x).__name__} of {{:,}} items"
+        raise _over(f"built {what.format(len(x))}, over the size limit of {RENDER_CHARS:,}")
+    return x
+
+
+def _check_args(args) -> None:
+    """Refuse a number over the size limit given to a string method or filter that sizes its result by it
+    ('x'.ljust(10**9), center(10**9), ...) before it allocates."""
+    for v in args:
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > RENDER_CHARS:
+            raise _over(f"passed the number {v:,} to a function, over the size limit of {RENDER_CHARS:,}")
+
+
+def _check_binop(op: str, a, b) -> None:
+    """Refuse a repetition ('x' * n) or a power (n ** m) whose result is over the size limit, before it is made."""
+    if op == "*":
+        for seq, n in ((a, b), (b, a)):
+            if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > RENDER_CHARS:
+                raise _over(f"repeats {len(seq):,} items {n:,} times, over the size limit of {RENDER_CHARS:,} items")
+    if op == "**" and isinstance(a, int) and isinstance(b, int) and abs(a) > 1 and \
+            abs(a).bit_length() * b > 4 * RENDER_CHARS:
+        raise _over(f"raises a number to the power {b:,}, over the size limit of {RENDER_CHARS:,}")
+
+
+def _bounded_range(*args) -> range:
+    """``range`` for templates: refused over :data:`RANGE_ITEMS`, naming the limit (the sandbox's own
+    refusal is an OverflowError that would read as a broken template)."""
+    r = range(*args)
+    if len(r) > RANGE_ITEMS:
+        raise _over(f"asked for a range of {len(r):,} items, over the limit of {RANGE_ITEMS:,}")
+    return r
+
+
+def _each(items):
+    """A loop's items, one deadline check each (the filter every ``{% for %}`` is rewritten to go through)."""
+    for x in items:
+        _tick()
+        yield x
+
+
+def _bounded_filter(f):
+    """Jinja filter ``f`` with the bounds: a deadline check, its numbers (center(10**9)) and its result sized."""
+    @functools.wraps(f)  # keeps jinja's pass_context / pass_environment marks
+    def run(*args, **kwargs):
+        _tick()
+        _check_args([*args[1:], *kwargs.values()])
+        return _sized(f(*args, **kwargs))
+    return run
+
+
+@functools.lru_cache(maxsize=1)
+def _bounded_env():
+    """A Jinja sandbox like transformers' (trim_blocks, lstrip_blocks, loop controls, ``{% generation %}``,
+    raise_exception, strftime_now) whose every loop item, call, filter, ``*``, ``**``, ``+`` and ``~`` is
+    checked against the bounds above."""
+    from datetime import datetime
+
+    from jinja2 import TemplateError
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):  # transformers' assistant-mask tag: here only its body
+        tags = {"generation"}
+
+        def parse(self, parser):
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    class Bounded(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**", "+"})
+
+        def call_binop(self, context, operator, left, right):
+            _tick()
+            _check_binop(operator, left, right)
+            return _sized(super().call_binop(context, operator, left, right))
+
+        def call(self, context, obj, /, *args, **kwargs):
+            _tick()
+            if isinstance(getattr(obj, "__self__", None), str) or obj is self.globals.get("lipsum"):
+                _check_args([*args, *kwargs.values()])  # 'x'.ljust(n), lipsum(n): n sizes the result
+            return _sized(super().call(context, obj, *args, **kwargs))
+
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, Generation])
+    env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
+    env.filters.update(rmfast_each=_each, rmfast_sized=_sized)
+    env.globals.update(range=_bounded_range, raise_exception=raise_exception,
+                       strftime_now=lambda fmt: datetime.now().strftime(fmt))
+    return env
+
+
+@functools.lru_cache(maxsize=16)
+def _bounded_template(source: str):
+    """``source`` compiled in the bounded sandbox, every ``{% for %}`` iterating through ``rmfast_each``
+    and every ``~`` through ``rmfast_sized`` (Python's own loops and joins cannot be interrupted)."""
+    from jinja2 import nodes
+    from jinja2.visitor import NodeTransformer
+
+    def wrap(node, name):
+        return nodes.Filter(node, name, [], [], None, None, lineno=node.lineno)
+
+    class Bound(NodeTransformer):
+        def visit_For(self, node):
+            node = self.generic_visit(node)
+            node.iter = wrap(node.iter, "rmfast_each")
+            return node
+
+        def visit_Concat(self, node):
+            return wrap(self.generic_visit(node), "rmfast_sized")
+
+    env = _bounded_env()
+    return env.from_string(Bound().visit(env.parse(source)))
+
+
+def check_render_bounds(source: str, **context) -> None:
+    """Render ``source`` with ``context`` in the bounded sandbox and refuse, in one line naming the limit,
+    a template that runs past :data:`RENDER_SECONDS` or builds more than :data:`RENDER_CHARS`.
+
+    Only the bounds are judged here: a template that fails for any other reason is left to
+    transformers' own rendering, which says why (and which stays the one that is scored).
+    """
+    token = _deadline.set(_clock() + RENDER_SECONDS)
+    try:
+        total = 0
+        for piece in _bounded_template(source).generate(**context):
+            total += len(piece)
+            if total > RENDER_CHARS:
+                raise _over(f"wrote more than {RENDER_CHARS:,} characters, over the size limit")
+            _tick()
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - not a bound: transformers' render reports it
+        return
+    finally:
+        _deadline.reset(token)
+
+
+def _check_bounds(tokenizer, chat_template: str | None, messages) -> None:
+    """:func:`check_render_bounds` for the template and variables ``apply_chat_template`` renders with."""
+    try:
+        source = tokenizer.get_chat_template(chat_template)
+    except Exception:  # noqa: BLE001 - no template: apply_chat_template says so
+        return
+    if isinstance(source, str):
+        check_render_bounds(source, messages=messages, add_generation_prompt=False, tools=None, documents=None,
+                            **dict(getattr(tokenizer, "special_tokens_map", {}) or {}))
 
 
 def common_prefix_len(seqs) -> int:

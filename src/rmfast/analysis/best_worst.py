@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..errors import UserError
 from . import deps
-from .framing import NEGATIVE, POSITIVE, framing_map
+from .framing import NEGATIVE, POSITIVE, check_named_prompts, framing_map
 from .ledger import Ledger
 from .results import Result
 from .scans import select, validate_scans
@@ -49,9 +49,7 @@ def pick_prompts(prompts, best: str | None, worst: str | None, framing=None) -> 
     """The (best, worst) prompt pair: as given, else the only positive and negative prompts."""
     prompts = list(prompts)
     frame = framing_map(prompts, framing)
-    for name, given in (("best", best), ("worst", worst)):
-        if given is not None and given not in prompts:
-            raise UserError(f"{name} prompt {given!r} not in the scan results; have {prompts}")
+    check_named_prompts(prompts, [("best prompt", best), ("worst prompt", worst)])
     picked = []
     for given, kind, label in ((best, POSITIVE, "best"), (worst, NEGATIVE, "worst")):
         if given is None:

@@ -48,11 +48,38 @@ def framing_map(prompts: Iterable[str], overrides: Mapping[str, str] | None = No
 
 
 def parse_framing_args(items: Iterable[str] | None) -> dict[str, str]:
-    """Parse CLI ``PROMPT=positive|negative`` items into a mapping."""
+    """Parse CLI ``PROMPT=positive|negative`` items into a mapping; any other framing is refused here,
+    before any work (a report would otherwise skip every section that reads it and still exit 0).
+
+    >>> parse_framing_args(["Odd?=Negative"])
+    {'Odd?': 'negative'}
+    >>> parse_framing_args(["x=sideways"])
+    Traceback (most recent call last):
+    rmfast.errors.UserError: --framing 'x=sideways': the framing is 'sideways'; write PROMPT=positive or PROMPT=negative
+    """
     out = {}
     for item in items or []:
         if "=" not in item:
             raise UserError(f"--framing {item!r}: write PROMPT=positive or PROMPT=negative")
         p, v = item.rsplit("=", 1)
-        out[p] = v.strip().lower()
+        v = v.strip().lower()
+        if v not in (POSITIVE, NEGATIVE):
+            raise UserError(f"--framing {item!r}: the framing is {v!r}; write PROMPT=positive or PROMPT=negative")
+        out[p] = v
     return out
+
+
+def check_named_prompts(prompts: Iterable[str], named: Iterable[tuple[str, str | None]]) -> None:
+    """Each prompt that an option names (``(option, prompt)`` pairs; None: not given) is one of the
+    scans' prompts, else a one-line UserError naming the option and the prompts there are.
+
+    >>> check_named_prompts(["Best?", "Worst?"], [("--best", "Best?"), ("--worst", None)])
+    >>> check_named_prompts(["Best?", "Worst?"], [("--best", "nope")])
+    Traceback (most recent call last):
+    rmfast.errors.UserError: --best 'nope' is not a prompt of these scans; choose one of ['Best?', 'Worst?']
+    """
+    prompts = list(prompts)
+    for option, given in named:
+        if given is not None and given not in prompts:
+            have = repr(prompts[:6])[:-1] + (f", … ({len(prompts)} in all)]" if len(prompts) > 6 else "]")
+            raise UserError(f"{option} {given!r} is not a prompt of these scans; choose one of {have}")

@@ -471,10 +471,22 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     meta = A.load_model_metadata(metadata) if metadata is not None else None
     styles = Styles.build(scans["model"].unique(), meta)
     prompts = list(pd.unique(scans["prompt"]))
+    _check_prompt_options(prompts, best, worst, framing)
     x = _Inputs(scans, styles, meta, prompts, human, afinn, frequencies, dictionaries, framing, join, k, n_perm,
                 best, worst, scores_source, human_source)
     sections = _run_sections(_section_specs(x), x, progress)
     return _page(title, source, scans, styles, sections, explorer)
+
+
+def _check_prompt_options(prompts: list[str], best, worst, framing) -> None:
+    """The prompts that best/worst/framing name are the scans', and best is not worst: refused before any
+    section runs (a section that cannot use them would only say so in the page, and the report exit 0)."""
+    from .framing import check_named_prompts, framing_map
+
+    check_named_prompts(prompts, [("--best", best), ("--worst", worst)] + [("--framing", p) for p in framing or {}])
+    framing_map(prompts, framing)  # the values: positive or negative
+    if best is not None and best == worst:
+        raise UserError("--best and --worst name the same prompt; name two different prompts")
 
 
 def _run_sections(specs: list[tuple], x: _Inputs, progress: bool) -> list[Section]:

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import UserError
+from ..io import check_output
 
 PAPERS = ("a", "b")
 INDEX_KEYS = ("id", "title", "paper_claim", "holds", "summary", "files")
@@ -58,11 +59,10 @@ def run(data_dir, out_dir, papers=PAPERS, *, overwrite: bool = False) -> list[di
     if not data_dir.is_dir():
         raise UserError(f"data folder {data_dir} does not exist; pass --data DIR (the folder "
                         "holding eloeverything/ and iclr2026/)")
-    if out_dir.exists() and not overwrite:
+    check_output(out_dir, folder=True)
+    if out_dir.exists() and not overwrite:  # the folder is replaced whole
         raise UserError(f"output {out_dir} already exists; pass --overwrite to replace it or "
                         "choose another --out")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"output {out_dir} is a file; give a folder for --out")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:

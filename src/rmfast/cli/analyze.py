@@ -33,7 +33,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UserError
-from .common import nonneg_int, positive_int, writable
+from ..io import check_output, write_csv
+from .common import nonneg_int, positive_int
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
             "categories", "extremes", "trajectory")
@@ -111,6 +112,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="override a prompt's framing (repeatable)")
     p.add_argument("--n-perm", type=positive_int, default=10_000, help="permutations (default 10000)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the permutations (default 0)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out file (default: refuse; a folder --out of trajectory is added to)")
 
 
 def _plain(doc: str) -> str:
@@ -236,10 +239,27 @@ def _run_trajectory(args) -> int:
     return 0
 
 
+def _check_options(args) -> dict[str, str]:
+    """What analyze and report can check before reading any input: the files the options name exist, and
+    --framing is PROMPT=positive|negative (returned as a mapping). A report skips a section it cannot
+    run and still exits 0, so a mistyped option must stop it here."""
+    from ..analysis.framing import parse_framing_args
+
+    dictionaries = args.dictionary if isinstance(args.dictionary, list) else [args.dictionary]
+    files = [("--human", args.human), ("--metadata", args.metadata), ("--afinn", args.afinn),
+             ("--frequencies", None if args.frequencies == "wordfreq" else args.frequencies),
+             *(("--dictionary", d) for d in dictionaries)]
+    for option, path in files:
+        if path is not None and not Path(path).is_file():
+            raise UserError(f"{option} {path}: no such file; give an existing file")
+    return parse_framing_args(args.framing)
+
+
 def run_analyze(args) -> int:
     """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
     if args.out:
-        writable(args.out, folder=args.name == "trajectory")  # before the work (trajectory writes a folder)
+        check_output(args.out, args.overwrite, folder=args.name == "trajectory")  # before the work
+    _check_options(args)
     if args.name == "trajectory":
         return _run_trajectory(args)
     data = _inputs(args)
@@ -255,8 +275,7 @@ def run_analyze(args) -> int:
     _report_drops(res)
     if args.out:
         out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out, index=False)
+        write_csv(out, table)
         print(f"rmfast: wrote {len(table):,} rows of {args.name}/{name} to {out}", file=sys.stderr)
     else:
         with pd.option_context("display.width", 200, "display.max_columns", 30,
@@ -268,14 +287,14 @@ def run_analyze(args) -> int:
 def run_report(args) -> int:
     """``rmfast report``: every applicable analysis in one HTML file."""
     from ..analysis.report import build_report, explorer_beside, write_report
-    from ..analysis.framing import parse_framing_args
 
-    writable(args.out)  # before the work
+    check_output(args.out, args.overwrite)  # before the work
+    framing = _check_options(args)
     data = _inputs(args)
     text = build_report(data.scans, human=data.human, metadata=args.metadata, afinn=args.afinn,
                         frequencies=args.frequencies, dictionaries=args.dictionary or (),
                         join=args.join, k=args.k, n_perm=args.n_perm, best=args.best,
-                        worst=args.worst, framing=parse_framing_args(args.framing),
+                        worst=args.worst, framing=framing,
                         title=args.title, source=data.source, scores_source=data.scores_source,
                         human_source=data.human_source, progress=not args.no_progress,
                         explorer=explorer_beside(args.out))

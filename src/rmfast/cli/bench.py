@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -16,8 +15,9 @@ from ..bench import (BENCH_MODELS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEF
                      write_outputs)
 from ..cpu import say_choice
 from ..errors import UserError
+from ..io import check_output, write_json
 from ..loader import load, resolve_device
-from .common import fraction, int_list, nonneg_int, positive_int, writable
+from .common import fraction, int_list, nonneg_int, positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,14 +88,13 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
-    writable(args.out, folder=True)  # before any measurement
+    check_output(args.out, folder=True)  # before any measurement; bench adds its files to the folder
     if args.cost_model:
         cm = [gpu_cost_model(c, prompt_tokens=args.prompt_tokens, gemm_frac=args.gemm_frac) for c in COST_MODELS.values()]
         print(f"GPU cost model: {H100_SXM['name']}, {H100_SXM['bf16_dense_tflops']} TFLOP/s bf16 dense at "
               f"{args.gemm_frac:.0%}, {H100_SXM['hbm_tb_s']} TB/s HBM at 80%, {args.prompt_tokens}-token prompt")
         print(format_cost_model(cm))
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "cost_model.json").write_text(json.dumps(cm, indent=1))
+        write_json(Path(args.out) / "cost_model.json", cm)
         return 0
 
     device = resolve_device(args.device)

@@ -10,7 +10,6 @@ import os
 import re
 import sys
 import warnings
-from pathlib import Path
 
 from ..template import unescape
 
@@ -91,27 +90,6 @@ def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) 
         cols["score"] = [f"{s:.4f}" for s in df["score"]]
         print(f"\n{name}")
         print(pd.DataFrame(cols).to_string(index=False))
-
-
-def writable(path, *, folder: bool = False) -> Path:
-    """``path`` (a file, or with ``folder`` a folder) if it can be written; else one-line UserError.
-
-    Checked before any work and creating nothing: the nearest existing ancestor must be a folder
-    this process may write (a path under a regular file, or in a read-only folder, is refused).
-    """
-    from ..errors import UserError
-
-    p = Path(path)
-    if p.is_dir() != folder and p.exists():
-        raise UserError(f"--out {p} is {'a file' if folder else 'a folder'}; give {'a folder' if folder else 'a file path'}")
-    near = p if folder else p.parent
-    while not near.exists():
-        near = near.parent
-    if not near.is_dir():
-        raise UserError(f"cannot write {p}: {near} is a file, not a folder; choose another --out")
-    if not os.access(near, os.W_OK | os.X_OK):
-        raise UserError(f"cannot write {p}: {near} is not writable (permission denied); choose another --out")
-    return p
 
 
 class Parser(argparse.ArgumentParser):

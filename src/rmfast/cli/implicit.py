@@ -58,6 +58,8 @@ def run(args) -> int:
     if args.dictionary and args.join != "word":
         raise UserError("--dictionary matches words: add --join word (so 'Love' and ' love' both count as 'love')")
     dic = load_dictionary(args.dictionary) if args.dictionary else None
+    if args.out:
+        check_output(args.out, args.overwrite)  # before loading the models
     a, b = _side(args.model_a, args), _side(args.model_b, args)
     files = [x for x in (a, b) if isinstance(x, ScanResult)]
     if files and prompts is not None:

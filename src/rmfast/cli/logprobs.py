@@ -31,6 +31,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..logprobs import logprobs
 
+    if args.out:
+        check_output(args.out, args.overwrite)  # before loading anything
     lm = common.load_model(args)
     if lm.kind != "causal_lm":
         raise UserError(f"{args.model} is a {lm.kind}, not a causal language model; logprobs needs an LM head")

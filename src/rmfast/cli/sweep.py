@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 from pathlib import Path
 
@@ -52,6 +53,9 @@ def register(subparsers) -> None:
     r.add_argument("--out", default=None, help="write the tidy table (model, prompt, token_id, text, score, rank, ...) "
                                                "to this .parquet or .csv")
     r.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    r.add_argument("--allow-missing", action="store_true",
+                   help="with --out, export the parts that are there when some are missing (never computed, or their "
+                        "Parquet gone), naming them in one line (default off: refuse, naming them)")
     r.set_defaults(func=results)
 
 
@@ -87,6 +91,7 @@ def results(args) -> int:
     from ..sweep import summarize
 
     s = summarize(args.store)
+    missing = _export_checks(args)
     status = s["status"]
     done = sum(x["done"] for x in status)
     rows = sum(x["rows"] or 0 for x in status)
@@ -106,10 +111,35 @@ def results(args) -> int:
         from ..store import load_results
 
         tidy = load_results(args.store, token_ids=False)
-        out = check_output(args.out, args.overwrite)
+        out = Path(args.out)
         if out.suffix.lower() == ".csv":
             write_csv(out, tidy)
         else:
             write_parquet(out, tidy)
         print(f"wrote {len(tidy)} rows to {out}")
+        if missing:
+            print(f"rmfast: warning: exported without them: {missing}", file=sys.stderr)
     return 0
+
+
+def _export_checks(args) -> str | None:
+    """Before any part is read: --out may be written, and the store holds every part (else, with
+    --allow-missing, the line naming what the export leaves out; without it, that line is the error)."""
+    from ..errors import UserError
+    from ..store import Store
+
+    if args.allow_missing and not args.out:
+        raise UserError("--allow-missing applies to an export: add --out FILE")
+    if not args.out:
+        return None
+    check_output(args.out, args.overwrite)
+    st = Store(args.store)
+    plan = st.plan()
+    missing = st.missing(plan)
+    if not missing:
+        return None
+    text = st.missing_text(missing, len(plan))
+    if not args.allow_missing:
+        raise UserError(f"{text}; rerun the sweep to finish them, or pass --allow-missing to export the "
+                        f"{len(plan) - len(missing)} that are there")
+    return text
