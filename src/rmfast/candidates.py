@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UserError
+from .io import file_sha256
 
 DEFAULT_MAX_TOKENS = 256  # response tokens per candidate; --max-tokens raises it
 COMPAT_MODES = ("decode-retokenize", "authors")
@@ -67,14 +68,6 @@ class Candidates:
     texts: list[str]
     rows: list[int]
     source: dict = field(default_factory=dict)
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _format_of(path: Path, fmt: str | None) -> str:

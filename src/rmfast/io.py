@@ -162,6 +162,15 @@ def atomic_write(path: str | os.PathLike, write) -> Path:
     return path
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks (the one definition: candidate files, GGUFs, weights)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def write_json(path: str | os.PathLike, obj) -> None:
     """Write JSON atomically (temp file in the same folder + rename)."""
 

@@ -63,9 +63,9 @@ import numpy as np
 from . import dist
 from .audit import DEFAULT_AUDIT_N
 from .checkpoints import expand_runs, is_adapter_folder
-from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, file_sha256, read_candidates
+from .candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, read_candidates
 from .errors import UserError
-from .io import check_output, slug, yaml_load_unique
+from .io import check_output, file_sha256, slug, yaml_load_unique
 from .store import SCHEMA_VERSION, PartRef, Store
 from .template import unescape
 
