@@ -184,6 +184,11 @@ CASES = [
                             "{% set ns = namespace(s='x') %}{% for i in range(27) %}{% set ns.s = ns.s ~ ns.s %}"
                             "{% endfor %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
                             "{% endfor %}"], id="scan-template-over-size-bound"),
+    # a score head asked of a causal LM (it would read the LM's logit of token 0 as the reward)
+    pytest.param(lambda o: ["scan", "{lm}", "--head", "score", "--dtype", "float32", "--token-ids", "0:5",
+                            "--out", o / "s.parquet", "--no-progress"], id="scan-head-score-on-causal-lm"),
+    pytest.param(lambda o: ["gcg", "{lm}", "--head", "score", "--dtype", "float32", "--steps", "1", "--out",
+                            o / "g.json", "--no-plot", "--no-progress"], id="gcg-head-score-on-causal-lm"),
     *[pytest.param(lambda o, a=a: ["scan", "{rm}", *a, "--out", o / "s.parquet"], id=f"scan{'-'.join(a)}")
       for a in (("--batch-size", "lots"), ("--batch-size", "2.5"), ("--batch-size", "0"), ("--top", "-1"),
                 ("--max-tokens", "0"), ("--head-index", "-1"))],
@@ -485,3 +490,22 @@ def test_report_options_are_checked_before_any_section(case, fx, tmp_path, capsy
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("rmfast: error: "), err
     assert words in lines[0], lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_score_head_needs_a_reward_head():
+    """A causal LM has no reward head: --head score is refused, naming the two ways out; a classifier
+    and the custom heads rmfast runs itself (ArmoRM/QRM gated, URM) keep their score head."""
+    import torch
+
+    from rmfast.errors import UserError
+    from rmfast.models.custom_heads import CustomRewardModel
+    from rmfast.models.heads import URMHead
+    from rmfast.resolve import resolve_head
+
+    with pytest.raises(UserError, match=r"causal LM .*use --head logprob .*--random-head-seed N"):
+        resolve_head(T.tiny("llama", "causal_lm"), "score", 0)
+    assert resolve_head(T.tiny("llama", "causal_lm"), "auto", 0) == "logprob"
+    assert resolve_head(T.tiny("llama", "classifier"), "score", 0) == "score"
+    backbone = T.tiny("llama", "causal_lm").model
+    urm = CustomRewardModel(backbone, URMHead(torch.zeros(2, 64), [(torch.zeros(1, 64), None)]), "urm")
+    assert resolve_head(urm, "score", 0) == "score" and resolve_head(urm, "auto", 0) == "score"

@@ -31,6 +31,13 @@ def default_head(model) -> str:
     return "score"
 
 
+def lm_only(model) -> bool:
+    """A causal LM: an LM head and no reward head (a classifier's ``score``/``classifier``, or the
+    ArmoRM/QRM/URM head rmfast runs, ``rmfast_head``), so nothing for a score head to read."""
+    return isinstance(getattr(model, "lm_head", None), torch.nn.Module) and not any(
+        getattr(model, h, None) is not None for h in ("score", "classifier", "rmfast_head"))
+
+
 #: a batch's estimated activations may take at most this fraction of the memory available when
 #: the job starts (the rest: the allocator's slack, temporaries the estimate leaves out, other programs)
 MEM_FRACTION = 0.5
@@ -198,13 +205,25 @@ def run_key(manifest: dict) -> str:
 
 
 def resolve_head(model, head: str, head_index: int) -> str:
-    """Validate the head options; "auto" -> "score" for classifiers, "logprob" for causal LMs."""
+    """Validate the head options; "auto" -> "score" for classifiers, "logprob" for causal LMs.
+
+    "score" on a causal LM is refused: it has no reward head, and the plain-HF path would read its
+    LM logits at the final position, output ``head_index`` being the logit of that token id: a
+    ranking by "how likely is token 0 next", silently. A classifier head, seeded at random, is what
+    ``random_head_seed`` loads (``rmfast gcg --random-head-seed N``, a sweep's ``random_head_seed``).
+    """
     if head == "auto":
         head = default_head(model)
     if head not in ("score", "logprob"):
         raise UserError(f"unknown head {head!r}; use score or logprob")
     if head == "logprob" and not hasattr(model, "lm_head"):
         raise UserError("--head logprob needs a causal language model; this model has no LM head (use --head score)")
+    if head == "score" and lm_only(model):
+        raise UserError(f"--head score needs a reward model or classifier, and "
+                        f"{getattr(model.config, 'name_or_path', None) or type(model).__name__} is a causal LM (no "
+                        "score head: its next-token logits would be read as rewards); use --head logprob (or auto), "
+                        "or load it with a seeded random score head (rmfast gcg --random-head-seed N; random_head_seed: "
+                        "N in a sweep; rmfast.load(..., random_head_seed=N))")
     if head == "score" and head_index < 0:
         raise UserError("--head-index must be >= 0")
     return head
