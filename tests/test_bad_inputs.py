@@ -34,6 +34,26 @@ def _save_tiny(d: Path, kind: str = "classifier"):
     return m
 
 
+def _gguf_cut_in_its_data(path: Path) -> Path:
+    """A tiny Llama GGUF whose header, metadata and tensor table are whole and whose tensor data is cut
+    short (a partial download that got past the header)."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_context_length(CTX)
+    w.add_embedding_length(8)
+    w.add_tensor("token_embd.weight", np.ones((VOCAB, 8), dtype=np.float32))
+    w.add_tensor("output_norm.weight", np.ones(8, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    path.write_bytes(path.read_bytes()[:-1000])
+    return path
+
+
 @pytest.fixture(scope="module")
 def fx(tmp_path_factory):
     """Good and broken inputs, built once: tiny models (a reward model and a causal LM) and their damaged copies."""
@@ -58,6 +78,7 @@ def fx(tmp_path_factory):
         f[f"{src}-bad-weights"], f[f"{src}-bad-config"] = st.parent, cfg.parent
     f["gguf"] = d / "broken.gguf"
     f["gguf"].write_bytes(b"GGUF\x03\x00\x00\x00\x05")  # the header cut after 9 bytes
+    f["gguf-data"] = _gguf_cut_in_its_data(d / "cut-data.gguf")
     pk = clone("rm", "pickled")
     torch.save(load_file(pk / "model.safetensors"), pk / "pytorch_model.bin")
     (pk / "model.safetensors").unlink()
@@ -85,7 +106,7 @@ def fx(tmp_path_factory):
                  "--no-progress", "--top", "0"]) == 0
     f["scan"] = scan
     f["store"] = _tiny_store(d / "store")
-    for m in ("rm", "rm-bad-weights", "rm-bad-config", "gguf", "pickled"):
+    for m in ("rm", "rm-bad-weights", "rm-bad-config", "gguf", "gguf-data", "pickled"):
         cfg = {"defaults": {"dtype": "float32", "device": "cpu"}, "models": [str(f[m])], "prompts": {"g": "hi"},
                "candidates": {"v": {"vocabulary": {"token_ids": "0:10"}}}}
         (d / f"sweep-{m}.yaml").write_text(yaml.safe_dump(cfg))
@@ -117,7 +138,7 @@ def _model_cases():
         "bench": lambda m, o: ["bench", "--models", m, "--out", o, "--no-peak", "--no-plot"],
     }
     broken = {"bad-weights": "{%s-bad-weights}", "bad-config": "{%s-bad-config}", "gguf": "{gguf}",
-              "pickled": "{pickled}"}
+              "gguf-data": "{gguf-data}", "pickled": "{pickled}"}
     for cmd, argv in runs.items():
         side = "lm" if cmd in ("logprobs", "implicit") else "rm"
         for what, spec in broken.items():
@@ -125,7 +146,7 @@ def _model_cases():
                 continue  # one pickle case per loader path is enough; the rm folder covers it
             yield pytest.param(lambda o, argv=argv, spec=spec, side=side: argv(spec.replace("%s", side), o),
                                id=f"{cmd}-{what}")
-    for what in ("rm-bad-weights", "rm-bad-config", "gguf", "pickled"):
+    for what in ("rm-bad-weights", "rm-bad-config", "gguf", "gguf-data", "pickled"):
         yield pytest.param(lambda o, w=what: ["sweep", f"{{sweep-{w}}}", "--out", o / "store", "--no-progress"],
                            id=f"sweep-{what}")
 

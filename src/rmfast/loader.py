@@ -228,13 +228,35 @@ _GGUF_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata
 
 
 def check_gguf_header(path: Path) -> None:
-    """UserError unless ``path`` starts with a whole GGUF header (catches empty, truncated and foreign files)."""
+    """UserError unless ``path`` is a whole GGUF: its header, its metadata and tensor table, and every
+    tensor's data inside the file (catches empty, truncated, damaged and foreign files).
+
+    Called before a conversion says it starts: a file damaged after an intact header would otherwise
+    print "converting ..." and then its error, two lines. The metadata and table are read with the
+    ``gguf`` package's own reader (transformers reads the file with it), in a second or two; the
+    tensors' bytes are only located, never read.
+    """
     with open(path, "rb") as fh:
         head = fh.read(_GGUF_HEADER.size)
     if len(head) < _GGUF_HEADER.size or head[:4] != b"GGUF":
         what = "is truncated" if head[:4] == b"GGUF" else "is not a GGUF file (no GGUF magic bytes)"
         raise UserError(f"'{path}' {what} ({path.stat().st_size} bytes): download the .gguf again, or pass a "
                         "model folder")
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise UserError("reading .gguf files needs the package 'gguf': run `pip install gguf`") from None
+    size = path.stat().st_size
+    try:
+        tensors = GGUFReader(path).tensors  # a table pointing past the end fails here (a short slice)
+        end = max((t.data_offset + t.n_bytes for t in tensors), default=0)
+    except (ValueError, KeyError, IndexError, OverflowError, TypeError, UnicodeDecodeError, OSError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"cannot read '{path}' past its header ({msg[:200]}): a damaged or partial download (fetch "
+                        "the .gguf again) or a format newer than the installed gguf package; or pass a model folder") from None
+    if end > size:
+        raise UserError(f"'{path}' is truncated: its tensors need {end} bytes, the file has {size}: download the "
+                        ".gguf again, or pass a model folder")
 
 
 _TOKENIZER_PROBES = (
