@@ -193,6 +193,7 @@ def load_model(spec: str, *, dtype: str = "auto", device: str = "auto", device_m
     L.cpu.record(model, choice)
     placement = {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {}).items()}
     source.update(spec=spec, path=str(folder), sha256=None, alias=None, random_head_seed=None,
+                  content_sha256=L.content_sha256(folder, source.get("revision"), L.cache_root(cache_dir)),
                   device_map=str(device_map), placement=sorted(set(placement.values())))
     return L.LoadedModel(model=model, tokenizer=tok, kind=kind, source=source, default_template=None)
 

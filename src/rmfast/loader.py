@@ -28,7 +28,7 @@ from safetensors import SafetensorError
 
 from . import checkpoints, cpu, embedded, registry
 from .errors import UserError
-from .io import write_json
+from .io import file_sha256, write_json
 from .models import custom_heads
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,7 +42,8 @@ __all__ = [
     "dtype_name",
     "resolve_device",
     "cache_root",
-    "gguf_sha256",
+    "cached_sha256",
+    "content_sha256",
     "convert_gguf",
     "model_kind",
     "check_weights",
@@ -166,27 +167,54 @@ def _as_torch_dtype(value: Any) -> torch.dtype | None:
 # GGUF: hash, convert once, cache
 
 
-def gguf_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
-    """sha256 of a file, memoized by (path, size, mtime) in ``<cache>/gguf/sha256-index.json``."""
+def cached_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
+    """sha256 of a file, memoized in ``<cache>/sha256-index.json`` by its path, size, mtime, ctime and inode.
+
+    A model file of many GB is read once, not at every load. Why the memo can be trusted: rewriting a file
+    (in place or by a rename over it) gives it a new ctime, which the kernel sets at every change and no
+    tool sets back (``touch -d`` and ``cp -p`` restore mtime only), so a changed file is hashed again, even
+    one rewritten with the same size a moment later. What it cannot see is a rewrite of the same size
+    within the filesystem's timestamp granularity (milliseconds) of the hashing itself.
+    """
     path = Path(path).resolve()
     st = path.stat()
-    key = str(path)
-    index_path = (cache or cache_root()) / "gguf" / "sha256-index.json"
+    stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+    index_path = (cache or cache_root()) / "sha256-index.json"
     index: dict = {}
     with contextlib.suppress(OSError, ValueError):
         index = json.loads(index_path.read_text())
-    entry = index.get(key)
-    if isinstance(entry, dict) and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
+    entry = index.get(str(path))
+    if isinstance(entry, dict) and all(entry.get(k) == v for k, v in stamp.items()) and entry.get("sha256"):
         return entry["sha256"]
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    sha = digest.hexdigest()
-    index[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+    sha = file_sha256(path)
+    index = {k: v for k, v in index.items() if os.path.exists(k)}  # files since deleted (temporary folders)
+    index[str(path)] = {**stamp, "sha256": sha}
     with contextlib.suppress(OSError):
         write_json(index_path, index)
     return sha
+
+
+#: the files of a model folder whose bytes decide its scores: its config and its weights (safetensors,
+#: and the pickles --allow-pickle reads). Tokenizer files decide ids, which a job's key holds already;
+#: a Trainer checkpoint's optimizer.pt and training_args.bin decide nothing and may be large.
+CONTENT_FILES = ("config.json", "adapter_config.json", "*.safetensors", "pytorch_model*.bin", "adapter_model.bin")
+
+
+def content_sha256(folder: Path, revision: str | None = None, cache: Path | None = None) -> str | None:
+    """What identifies a folder model's content, for its provenance and for a resumed job's key
+    (:func:`rmfast.resolve.run_key`: a folder whose weights changed must not resume the old job).
+
+    None for a hub snapshot at a commit (its ``revision`` names the content); else one sha256 over
+    the name and :func:`cached_sha256` of each of the folder's :data:`CONTENT_FILES`. A hash of every
+    byte, not of names, sizes and times: a model saved again with the same shapes has the same sizes,
+    and can have the same mtime too; the memo makes it cost one read of each file version.
+    """
+    if revision:
+        return None
+    h = hashlib.sha256()
+    for f in sorted({f for pat in CONTENT_FILES for f in Path(folder).glob(pat) if f.is_file()}):
+        h.update(f"{f.name}\0{cached_sha256(f, cache)}\n".encode())
+    return h.hexdigest()
 
 
 def _converted_dir(gguf: Path, sha: str, cache: Path) -> Path:
@@ -334,7 +362,7 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     """
     gguf = Path(gguf).expanduser().resolve()
     cache = cache or cache_root()
-    sha = sha256 or gguf_sha256(gguf, cache)
+    sha = sha256 or cached_sha256(gguf, cache)
     target = _converted_dir(gguf, sha, cache)
     if _is_complete(target):
         return target
@@ -716,6 +744,7 @@ def load(
         "revision": None,
         "alias": None,
         "random_head_seed": random_head_seed,
+        "content_sha256": None,
     }
     default_template = None
 
@@ -723,7 +752,7 @@ def load(
     path = Path(spec).expanduser()
     if entry is not None:
         gguf = entry.gguf_path(cache)
-        sha = gguf_sha256(gguf, cache)
+        sha = cached_sha256(gguf, cache)
         folder = convert_gguf(gguf, cache, sha256=sha)
         source.update(type="embedded", name=entry.display_name, path=str(gguf), sha256=sha, alias=entry.alias)
         default_template = entry.default_template
@@ -732,7 +761,7 @@ def load(
         if gguf.suffix.lower() != ".gguf":
             raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
         gguf = gguf.resolve()
-        sha = gguf_sha256(gguf, cache)
+        sha = cached_sha256(gguf, cache)
         if not _is_complete(_converted_dir(gguf, sha, cache)):
             check_gguf_header(gguf)  # before the conversion and its note: a broken file is one line
         folder = convert_gguf(gguf, cache, sha256=sha)
@@ -764,6 +793,8 @@ def load(
     )
     if not seeded:
         source["random_head_seed"] = None
+    if source["type"] in ("folder", "hub"):  # hashed once loaded: a broken folder fails first, in one line
+        source["content_sha256"] = content_sha256(folder, source["revision"], cache)
     if getattr(tokenizer, "chat_template", None):
         default_template = None
     return LoadedModel(model=model, tokenizer=tokenizer, kind=kind, source=source, default_template=default_template)
@@ -795,6 +826,7 @@ def _load_adapter(folder: Path, base: str | None, *, dtype, device, trust_remote
     model.requires_grad_(False)
     source = {"spec": str(folder), "type": "adapter", "name": folder.name, "path": str(folder), "sha256": None,
               "revision": None, "alias": None, "random_head_seed": None,
+              "content_sha256": content_sha256(folder, cache=cache_root(cache_dir)),
               "base": {k: v for k, v in lm.source.items() if k != "random_head_seed"}, "peft_type": info.peft_type}
     return LoadedModel(model=model, tokenizer=lm.tokenizer, kind="classifier" if seq_cls else lm.kind, source=source,
                        default_template=lm.default_template)

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import warnings
@@ -37,7 +38,7 @@ from .io import atomic_write
 from .reference import authors_encode, authors_scores, hf_read_positions, reference_scores
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
 from .resolve import (auto_batch_size, base_manifest, cap_batch_size, even_batch, resolve_compile, resolve_engine,
-                      resolve_head, row_bytes, run_key)
+                      resolve_head, row_bytes, run_fields, run_key)
 from .results import ScanResult, TextScanResult
 from .template import Template, build_template
 from .version import versions
@@ -96,32 +97,65 @@ def oom_batches(n: int, bs: int, device: torch.device, score, on_oom=None):
         lo = hi
 
 
-def load_checkpoint(path: Path | None, key: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """The scores saved for this job (NaN where not done yet) and its groups' batch sizes; all NaN
-    and None when there is none or it is another job's."""
+def load_checkpoint(path: Path | None, key: str, ids: np.ndarray,
+                    job: dict | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The scores saved for this job (NaN where not done yet) and its groups' batch sizes.
+
+    With no checkpoint, all NaN and None. A checkpoint of another job (another ``key``: model
+    content, prompt, template, head, dtype, engine; or other ``ids``) or an unreadable one is never
+    trusted: the job starts afresh, as it always has, and one note says why (its first save
+    replaces the old file). ``job`` (the fields behind ``key``) lets the note name what changed.
+    """
     scores, sizes = np.full(ids.size, np.nan, dtype=np.float32), None
-    if path is not None and path.exists():
-        try:
-            z = np.load(path, allow_pickle=False)
-            if str(z["key"]) == key and np.array_equal(z["ids"], ids):
-                scores = z["scores"].astype(np.float32)
-                sizes = z["batch_sizes"] if "batch_sizes" in z else None
-        except Exception:
-            pass  # an unreadable checkpoint is ignored, not trusted
+    if path is None or not path.exists():
+        return scores, sizes
+    try:
+        z = np.load(path, allow_pickle=False)
+        why = _other_job(z, key, ids, job)
+        if why is None:
+            scores = z["scores"].astype(np.float32)
+            sizes = z["batch_sizes"] if "batch_sizes" in z else None
+    except Exception:
+        why = "it cannot be read"
+    if why is not None:
+        warnings.warn(f"rmfast: note: not resuming from {path}: {why}; this job starts afresh", stacklevel=3)
     return scores, sizes
 
 
-def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray, batch_sizes) -> None:
+def _other_job(z, key: str, ids: np.ndarray, job: dict | None) -> str | None:
+    """Why the checkpoint ``z`` is not this job's (None: it is)."""
+    if str(z["key"]) == key:
+        return None if np.array_equal(z["ids"], ids) else "it holds other candidates"
+    old = json.loads(str(z["job"])) if "job" in z else None
+    if not isinstance(old, dict) or not old or job is None:
+        return "it was saved by another job"
+    new = json.loads(json.dumps(job, sort_keys=True, default=str))
+    changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if changed == ["model"] and _same_but_content(old["model"], new["model"]):
+        return "the model's files (weights or config) changed since it was saved"
+    return f"it was saved for another {', '.join(changed) or 'job'}"
+
+
+def _same_but_content(a, b) -> bool:
+    """Two model provenances that differ only in what names their content (a folder edited in place)."""
+    content = ("content_sha256", "sha256", "revision")
+    return isinstance(a, dict) and isinstance(b, dict) and (
+        {k: v for k, v in a.items() if k not in content} == {k: v for k, v in b.items() if k not in content})
+
+
+def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray, batch_sizes,
+                    job: dict | None = None) -> None:
     def w(tmp):
         with open(tmp, "wb") as f:
-            np.savez(f, key=np.array(key), ids=ids, scores=scores, batch_sizes=np.asarray(batch_sizes, dtype=np.int64))
+            np.savez(f, key=np.array(key), ids=ids, scores=scores, batch_sizes=np.asarray(batch_sizes, dtype=np.int64),
+                     job=np.array(json.dumps(job or {}, sort_keys=True, default=str)))
 
     atomic_write(path, w)
 
 
 def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=None, device=None,
                  progress: bool = True, desc: str = "scan", status: str | None = None,
-                 keep_checkpoint: bool = False) -> tuple[np.ndarray, dict]:
+                 keep_checkpoint: bool = False, job: dict | None = None) -> tuple[np.ndarray, dict]:
     """Run every group through fixed batches; returns (scores (N,) float32, timing).
 
     ``ids`` identifies the job's rows (token ids, or row numbers) for the checkpoint. Batches are
@@ -131,13 +165,14 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     uses. The checkpoint is written every CHECKPOINT_EVERY_S seconds or CHECKPOINT_EVERY_N
     candidates (not within CHECKPOINT_MIN_S of the last save), and on any exception (Ctrl-C
     included); with ``keep_checkpoint`` also at the end, so that the scores survive until the
-    caller has written its output (and removed the checkpoint, :func:`finish`).
+    caller has written its output (and removed the checkpoint, :func:`finish`). ``job``: the
+    fields behind ``key`` (:func:`rmfast.resolve.run_fields`), saved so that a mismatch can be named.
     """
     from tqdm.auto import tqdm
 
     device = torch.device(device or "cpu")
     ck = Path(checkpoint) if checkpoint else None
-    scores, sizes = load_checkpoint(ck, key, ids)
+    scores, sizes = load_checkpoint(ck, key, ids, job)
     if sizes is not None and len(sizes) == len(groups):
         for g, b in zip(groups, sizes):
             g.batch_size = int(b)
@@ -162,17 +197,17 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
                 n_since_ck += hi - lo
                 since = time.perf_counter() - last_ck
                 if ck is not None and (since > CHECKPOINT_EVERY_S or (n_since_ck >= CHECKPOINT_EVERY_N and since >= CHECKPOINT_MIN_S)):
-                    save_checkpoint(ck, key, ids, scores, sizes)
+                    save_checkpoint(ck, key, ids, scores, sizes, job)
                     last_ck, n_since_ck = time.perf_counter(), 0
     except BaseException:
         # Interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun.
         if ck is not None and int((~np.isnan(scores)).sum()) > done0:
-            save_checkpoint(ck, key, ids, scores, sizes)
+            save_checkpoint(ck, key, ids, scores, sizes, job)
         raise
     bar.close()
     scan_s = time.perf_counter() - t0
     if ck is not None and keep_checkpoint and int((~np.isnan(scores)).sum()) > done0:
-        save_checkpoint(ck, key, ids, scores, sizes)
+        save_checkpoint(ck, key, ids, scores, sizes, job)
     n_new = ids.size - done0
     return scores, {
         "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,
@@ -287,13 +322,12 @@ def scan(
         return reference_scores(model, tmpl, cand.tolist(), head=head, head_index=head_index, batch_size=b).numpy()
 
     compiled = bool(eng is not None and eng.compile)
-    key = run_key(manifest)
     group = Group(np.arange(ids.size), bs, score)
     say_choice(model)  # the work starts: every check of the input is behind us
-    scores, timing = score_groups([group], ids, key=key, checkpoint=checkpoint,
+    scores, timing = score_groups([group], ids, key=run_key(manifest), checkpoint=checkpoint,
                                   device=device, progress=progress, desc="scan",
                                   status="compiling the CPU layer (one-off)" if compiled else None,
-                                  keep_checkpoint=keep_checkpoint)
+                                  keep_checkpoint=keep_checkpoint, job=run_fields(manifest))
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     tokens = [t if isinstance(t, str) else "" for t in tokens]
     texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -536,10 +570,11 @@ def score_texts(
     groups = (_authors_groups(model, tokenizer, convs, where, head_index) if authors else
               _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size))
     compiled = bool(eng is not None and eng.compile)
-    key = run_key(manifest) + ids_digest(rows)[:16]
+    digest = ids_digest(rows)[:16]
     say_choice(model)
-    scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=key, checkpoint=checkpoint,
-                                  device=device, progress=progress, desc="texts", keep_checkpoint=keep_checkpoint)
+    scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=run_key(manifest) + digest,
+                                  checkpoint=checkpoint, device=device, progress=progress, desc="texts",
+                                  keep_checkpoint=keep_checkpoint, job={**run_fields(manifest), "candidates": digest})
     manifest.update({"batch_size": batch_size if batch_size != "auto" else "auto", "compiled": compiled, **timing,
                      "wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})

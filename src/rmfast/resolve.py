@@ -199,9 +199,20 @@ def even_batch(n: int, bs: int) -> int:
     return -(-n // k)
 
 
+#: the manifest fields that decide a job's scores: a checkpoint is resumed only by a job that agrees on all
+RUN_FIELDS = ("model", "prompt", "template", "head", "head_index", "dtype", "engine")
+
+
+def run_fields(manifest: dict) -> dict:
+    """The :data:`RUN_FIELDS` of a job's manifest. ``model`` is the loader's provenance, which names the
+    content (a GGUF's sha256, a hub revision, a folder's :func:`rmfast.loader.content_sha256`): a model
+    whose weights changed is another job, never a resume of the old one's scores."""
+    return {k: manifest[k] for k in RUN_FIELDS if k in manifest}
+
+
 def run_key(manifest: dict) -> str:
-    keep = {k: manifest[k] for k in ("model", "prompt", "template", "head", "head_index", "dtype", "engine") if k in manifest}
-    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """The key a job's checkpoint is saved under: a hash of its :func:`run_fields`."""
+    return hashlib.sha256(json.dumps(run_fields(manifest), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def resolve_head(model, head: str, head_index: int) -> str:
