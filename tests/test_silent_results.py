@@ -1,7 +1,8 @@
-"""Silent wrong results (issue 25): a resume across changed weights.
+"""Silent wrong results (issue 25): a resume across changed weights, and scores that come out NaN or inf.
 
 Each test here failed before its fix: a rerun after the folder's weights changed resumed the old
-model's checkpoint (a mix of two models).
+model's checkpoint (a mix of two models); a NaN score ended the scan in a traceback after all its
+work; explore and analyze dropped NaN rows without a word.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from rmfast import pipeline
+from rmfast.io import write_result
 from cli_run import interrupt_scoring_at, run
 
 import tiny_models as T
@@ -23,10 +26,16 @@ import tiny_models as T
 VOCAB = 1024  # the tests' byte-level tokenizer, and a small scan
 
 
-def save_rm(d: Path, seed: int):
-    """A tiny fp32 Llama reward model of VOCAB ids (random init from ``seed``) and its tokenizer in ``d``."""
+def save_rm(d: Path, seed: int, overflow_ids=()):
+    """A tiny fp32 Llama reward model of VOCAB ids (random init from ``seed``) and its tokenizer in ``d``;
+    the embeddings of ``overflow_ids`` are scaled past float32's range (to inf, as an overflow leaves
+    them), so the first norm multiplies inf by 0."""
     m = T.tiny("llama", "classifier", num_labels=1, seed=seed)
     m.resize_token_embeddings(VOCAB)
+    with torch.no_grad():
+        for i in overflow_ids:
+            m.model.embed_tokens.weight[i] *= 1e38
+            m.model.embed_tokens.weight[i] *= 1e38
     m.save_pretrained(d)
     T.chatml_tokenizer(VOCAB).save_pretrained(d)
     return d
@@ -84,3 +93,75 @@ def test_the_file_hash_memo_sees_a_same_size_rewrite(tmp_path):
     assert cached_sha256(f, tmp_path / "cache") != first
     assert content_sha256(f.parent, cache=tmp_path / "cache") != folder
     assert content_sha256(f.parent, "0" * 40) is None  # a hub snapshot at a commit: its revision names it
+
+
+# ------------------------------------------------------------------ 4. NaN and infinite scores
+
+
+def test_nan_scores_are_kept_counted_and_named(tmp_path, capsys):
+    """A model that overflows on a few ids: the scan finishes (it used to end in a traceback), one
+    warning counts them and names the first ids, the Parquet keeps them as NaN without a rank, the
+    manifest counts them, and the printed tables leave them out."""
+    rm = save_rm(tmp_path / "rm", seed=0, overflow_ids=(7, 300))
+    out = tmp_path / "s.parquet"
+    with pytest.warns(UserWarning, match=r"2 of 600 scores came out NaN or infinite \(token ids 7, 300\)"):
+        rc, so, err = run(["scan", rm, *SCAN[:-1], "5", "--out", out], capsys)
+    assert rc == 0, err
+    df = pd.read_parquet(out).set_index("token_id")
+    assert df.loc[[7, 300], "score"].isna().all() and df.loc[[7, 300], "rank"].isna().all()
+    ranks = df["rank"].dropna()
+    assert df["score"].notna().sum() == len(ranks) == 598 and ranks.min() == 1 and ranks.max() <= 598
+    assert json.loads(Path(f"{out}.json").read_text())["n_nonfinite"] == 2
+    assert not [ln for ln in so.splitlines() if ln.rstrip().endswith("nan")], so  # no NaN in the top/bottom tables
+
+
+def test_infinite_scores_become_nan_batch_by_batch_and_a_resume_keeps_them(tmp_path):
+    """+-inf is stored as NaN as each batch lands; a resumed job does not rescore a row it holds, NaN or not."""
+    ck, ids, calls = tmp_path / "job.partial.npz", np.arange(40), []
+
+    def score(rows, b):
+        calls.append(rows.tolist())
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        out = rows.astype(np.float32)
+        out[rows % 10 == 3] = np.inf
+        out[rows % 10 == 4] = np.nan
+        return out
+
+    def job():
+        return pipeline.score_groups([pipeline.Group(np.arange(ids.size), 10, score)], ids, key="k", checkpoint=ck,
+                                     progress=False)
+
+    with pytest.raises(KeyboardInterrupt):
+        job()
+    scores, timing = job()
+    assert timing["resumed_candidates"] == 20 and [c[0] for c in calls] == [0, 10, 20, 20, 30]
+    assert np.flatnonzero(np.isnan(scores)).tolist() == [3, 4, 13, 14, 23, 24, 33, 34]
+
+
+@pytest.fixture()
+def scan_with_nan(tmp_path):
+    """A scan file (and manifest) whose scores include one NaN and one +inf."""
+    df = pd.DataFrame({"token_id": [1, 2, 3, 4], "token": ["a", "b", "c", "d"], "text": [" a", " b", " c", " d"],
+                       "score": np.array([1.0, np.nan, 0.5, np.inf], np.float32),
+                       "rank": pd.array([1, None, 2, None], dtype="Int64")})
+    path = tmp_path / "nan.parquet"
+    write_result(path, df, {"model": {"name": "m"}, "prompt": "p"}, False)
+    return path
+
+
+def test_explore_says_how_many_rows_it_leaves_out(scan_with_nan, tmp_path, capsys):
+    from rmfast.explore import unpack
+
+    page = tmp_path / "x.html"
+    rc, _, err = run(["explore", scan_with_nan, "--out", page, "--no-pair-stats"], capsys)
+    assert rc == 0, err
+    assert "rmfast: note: 2 rows left out (validate: score is missing or not finite; in 1 scan)" in err
+    assert any("2 rows left out" in n for n in unpack(page.read_text()).notes)  # on the page too
+
+
+def test_analyze_says_how_many_rows_it_leaves_out(scan_with_nan, capsys):
+    pytest.importorskip("scipy")
+    rc, _, err = run(["analyze", "distributions", scan_with_nan], capsys)
+    assert rc == 0, err
+    assert "rmfast: 2 rows left out:" in err and "validate: 2 (score is missing or not finite)" in err

@@ -122,7 +122,7 @@ def audit_bf16(model, scores: np.ndarray, rescore: Callable[[torch.nn.Module, np
 
     Args:
         model: the job's model (bf16 or fp16; otherwise there is nothing to audit and None is returned).
-        scores: (N,) the job's scores, in row order.
+        scores: (N,) the job's scores, in row order; the sample is drawn from the finite ones.
         rescore: ``rescore(fp32_model, rows) -> (len(rows),)`` fp32 scores of those row positions.
         n: rows to rescore (default 512; 0 turns the audit off and returns None).
         seed: the sample's seed (default 0).
@@ -133,10 +133,11 @@ def audit_bf16(model, scores: np.ndarray, rescore: Callable[[torch.nn.Module, np
         "fp32_on", "wall_s"}, or {"skipped": why} when no fp32 copy fits.
     """
     dtype = next(model.parameters()).dtype
-    if n <= 0 or dtype not in LOW_PRECISION or len(scores) == 0:
+    if n <= 0 or dtype not in LOW_PRECISION or not np.isfinite(scores).any():
         return None
     t0 = time.perf_counter()
-    rows = sample_rows(len(scores), n, seed)
+    finite = np.flatnonzero(np.isfinite(scores))  # a NaN score (an overflow) has no ranking to audit
+    rows = finite[sample_rows(finite.size, n, seed)]
     m32, where = fp32_copy(model)
     if m32 is None:
         return {"dtype": str(dtype).replace("torch.", ""), "n": 0, "seed": seed, "skipped": where}

@@ -118,13 +118,15 @@ class ExplorerData:
 
 
 # ---------------------------------------------------------------- inputs
-def load_inputs(paths) -> tuple[pd.DataFrame, str]:
+def load_inputs(paths, ledger=None) -> tuple[pd.DataFrame, str]:
     """The tidy scan frame of scan Parquet files / folders of them, or of one sweep store folder.
 
     A folder with a ``store.json`` is a results store (:func:`rmfast.store.load_results`, finished
-    parts only); anything else goes through :func:`rmfast.analysis.scans.load_scans`.
+    parts only); anything else goes through :func:`rmfast.analysis.scans.load_scans`. Rows left out
+    (a NaN score: a scan whose model overflowed) are recorded in ``ledger``
+    (:class:`rmfast.analysis.ledger.Ledger`), for the caller to say so.
     """
-    from .analysis.scans import load_scans, scans_source
+    from .analysis.scans import load_scans, scans_source, validate_scans
     from .store import load_results
 
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, PathLike)) else paths)]
@@ -137,8 +139,8 @@ def load_inputs(paths) -> tuple[pd.DataFrame, str]:
         df = load_results(stores[0])
         if df.empty:
             raise UserError(f"the store {stores[0]} has no finished parts yet; run the sweep first")
-        return df, f"sweep store {stores[0]}"
-    return load_scans(paths), scans_source(paths)
+        return validate_scans(df, ledger=ledger), f"sweep store {stores[0]}"
+    return load_scans(paths, ledger=ledger), scans_source(paths)
 
 
 def _column_keys(df: pd.DataFrame) -> pd.Series:
@@ -187,7 +189,10 @@ def join_columns(df: pd.DataFrame, join: str = "auto", notes: list | None = None
     from .analysis.scans import validate_scans
     from .analysis.shared_vocab import dedupe_text
 
-    df = validate_scans(df)
+    left_out = Ledger()
+    df = validate_scans(df, ledger=left_out)
+    if notes is not None:
+        notes.extend(left_out.summary())
     join = _choose_join(df, join)
     df = df.assign(_col=_column_keys(df))
     col_keys = list(pd.unique(df["_col"]))

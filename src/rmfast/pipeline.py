@@ -98,28 +98,30 @@ def oom_batches(n: int, bs: int, device: torch.device, score, on_oom=None):
 
 
 def load_checkpoint(path: Path | None, key: str, ids: np.ndarray,
-                    job: dict | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """The scores saved for this job (NaN where not done yet) and its groups' batch sizes.
+                    job: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The scores saved for this job, which rows are done, and its groups' batch sizes.
 
-    With no checkpoint, all NaN and None. A checkpoint of another job (another ``key``: model
-    content, prompt, template, head, dtype, engine; or other ``ids``) or an unreadable one is never
-    trusted: the job starts afresh, as it always has, and one note says why (its first save
+    A done row may hold NaN (a score that came out NaN or infinite), so "done" is kept apart from
+    the scores. With no checkpoint, nothing is done. A checkpoint of another job (another ``key``:
+    model content, prompt, template, head, dtype, engine; or other ``ids``) or an unreadable one is
+    never trusted: the job starts afresh, as it always has, and one note says why (its first save
     replaces the old file). ``job`` (the fields behind ``key``) lets the note name what changed.
     """
-    scores, sizes = np.full(ids.size, np.nan, dtype=np.float32), None
+    scores, done, sizes = np.full(ids.size, np.nan, dtype=np.float32), np.zeros(ids.size, dtype=bool), None
     if path is None or not path.exists():
-        return scores, sizes
+        return scores, done, sizes
     try:
         z = np.load(path, allow_pickle=False)
         why = _other_job(z, key, ids, job)
         if why is None:
             scores = z["scores"].astype(np.float32)
+            done = z["done"].astype(bool) if "done" in z else ~np.isnan(scores)  # older checkpoints: NaN = to do
             sizes = z["batch_sizes"] if "batch_sizes" in z else None
     except Exception:
         why = "it cannot be read"
     if why is not None:
         warnings.warn(f"rmfast: note: not resuming from {path}: {why}; this job starts afresh", stacklevel=3)
-    return scores, sizes
+    return scores, done, sizes
 
 
 def _other_job(z, key: str, ids: np.ndarray, job: dict | None) -> str | None:
@@ -143,11 +145,12 @@ def _same_but_content(a, b) -> bool:
         {k: v for k, v in a.items() if k not in content} == {k: v for k, v in b.items() if k not in content})
 
 
-def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray, batch_sizes,
+def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray, done: np.ndarray, batch_sizes,
                     job: dict | None = None) -> None:
     def w(tmp):
         with open(tmp, "wb") as f:
-            np.savez(f, key=np.array(key), ids=ids, scores=scores, batch_sizes=np.asarray(batch_sizes, dtype=np.int64),
+            np.savez(f, key=np.array(key), ids=ids, scores=scores, done=done,
+                     batch_sizes=np.asarray(batch_sizes, dtype=np.int64),
                      job=np.array(json.dumps(job or {}, sort_keys=True, default=str)))
 
     atomic_write(path, w)
@@ -167,17 +170,24 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     included); with ``keep_checkpoint`` also at the end, so that the scores survive until the
     caller has written its output (and removed the checkpoint, :func:`finish`). ``job``: the
     fields behind ``key`` (:func:`rmfast.resolve.run_fields`), saved so that a mismatch can be named.
+
+    A score that comes out NaN or infinite (an overflow: fp16 activations past 65,504) is stored
+    as NaN, batch by batch; the caller counts and reports them (:func:`count_nonfinite`).
     """
     from tqdm.auto import tqdm
 
     device = torch.device(device or "cpu")
     ck = Path(checkpoint) if checkpoint else None
-    scores, sizes = load_checkpoint(ck, key, ids, job)
+    scores, done, sizes = load_checkpoint(ck, key, ids, job)
     if sizes is not None and len(sizes) == len(groups):
         for g, b in zip(groups, sizes):
             g.batch_size = int(b)
     sizes = [g.batch_size for g in groups]
-    done0 = int((~np.isnan(scores)).sum())
+    done0 = int(done.sum())
+
+    def save():
+        save_checkpoint(ck, key, ids, scores, done, sizes, job)
+
     bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
     if status and done0 < ids.size:
         bar.set_postfix_str(status)
@@ -185,11 +195,13 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     first_batch_s, n_since_ck = None, 0
     try:
         for g in groups:
-            for lo, hi, out, bs in oom_batches(g.rows.size, g.batch_size, device, lambda lo, hi, b, g=g: _batch(g, scores, lo, hi, b),
+            for lo, hi, out, bs in oom_batches(g.rows.size, g.batch_size, device, lambda lo, hi, b, g=g: _batch(g, done, lo, hi, b),
                                                lambda b: bar.set_postfix_str(f"OOM: batch -> {b}")):
                 if out is None:  # already in the checkpoint
                     continue
-                scores[g.rows[lo:hi]] = out
+                out = np.asarray(out, dtype=np.float32)
+                scores[g.rows[lo:hi]] = np.where(np.isfinite(out), out, np.float32(np.nan))
+                done[g.rows[lo:hi]] = True
                 if first_batch_s is None:
                     first_batch_s = time.perf_counter() - t0
                     bar.set_postfix_str("")
@@ -197,32 +209,59 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
                 n_since_ck += hi - lo
                 since = time.perf_counter() - last_ck
                 if ck is not None and (since > CHECKPOINT_EVERY_S or (n_since_ck >= CHECKPOINT_EVERY_N and since >= CHECKPOINT_MIN_S)):
-                    save_checkpoint(ck, key, ids, scores, sizes, job)
+                    save()
                     last_ck, n_since_ck = time.perf_counter(), 0
     except BaseException:
         # Interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun.
-        if ck is not None and int((~np.isnan(scores)).sum()) > done0:
-            save_checkpoint(ck, key, ids, scores, sizes, job)
+        if ck is not None and int(done.sum()) > done0:
+            save()
         raise
     bar.close()
     scan_s = time.perf_counter() - t0
-    if ck is not None and keep_checkpoint and int((~np.isnan(scores)).sum()) > done0:
-        save_checkpoint(ck, key, ids, scores, sizes, job)
+    if ck is not None and keep_checkpoint and int(done.sum()) > done0:
+        save()
     n_new = ids.size - done0
     return scores, {
         "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,
         "scan_s": round(scan_s, 3),
         "candidates_per_s": round(n_new / scan_s, 2) if scan_s > 0 and n_new else None,
         "resumed_candidates": done0,
-        "scored_candidates": int((~np.isnan(scores)).sum()) - done0,
+        "scored_candidates": int(done.sum()) - done0,
     }
 
 
-def _batch(g: Group, scores: np.ndarray, lo: int, hi: int, bs: int):
+def _batch(g: Group, done: np.ndarray, lo: int, hi: int, bs: int):
     rows = g.rows[lo:hi]
-    if not np.isnan(scores[rows]).any():
+    if done[rows].all():
         return None
     return g.score(rows, bs)
+
+
+#: at most this many ids (or texts) are named in the line about non-finite scores
+NONFINITE_SHOWN = 5
+
+
+def count_nonfinite(scores: np.ndarray, labels, what: str) -> int:
+    """How many of a finished job's scores are NaN (non-finite, :func:`score_groups`); when any are, one
+    warning names the first few (``labels[i]`` of row i: token ids or texts), so a model that overflows
+    is seen at once rather than as a hole in the ranking.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as w:
+    ...     warnings.simplefilter("always")
+    ...     count_nonfinite(np.array([1.0, np.nan, 2.0], np.float32), [10, 11, 12], "token ids")
+    1
+    >>> print(w[0].message)  # doctest: +ELLIPSIS
+    rmfast: warning: 1 of 3 scores came out NaN or infinite (token ids 11): ...
+    """
+    bad = np.flatnonzero(np.isnan(scores))
+    if bad.size:
+        label = lambda x: repr(x[:40]) if isinstance(x, str) else str(x)  # noqa: E731
+        shown = ", ".join(label(labels[int(i)]) for i in bad[:NONFINITE_SHOWN]) + (", ..." if bad.size > NONFINITE_SHOWN else "")
+        warnings.warn(f"rmfast: warning: {bad.size} of {scores.size} scores came out NaN or infinite ({what} {shown}): "
+                      "a numeric overflow in the model (float16 overflows past 65,504: try --dtype float32); they are kept "
+                      "as NaN without a rank, counted in the manifest's n_nonfinite", stacklevel=3)
+    return int(bad.size)
 
 
 def finish(res, checkpoint=None):
@@ -328,6 +367,7 @@ def scan(
                                   device=device, progress=progress, desc="scan",
                                   status="compiling the CPU layer (one-off)" if compiled else None,
                                   keep_checkpoint=keep_checkpoint, job=run_fields(manifest))
+    manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids")
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     tokens = [t if isinstance(t, str) else "" for t in tokens]
     texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -575,6 +615,8 @@ def score_texts(
     scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=run_key(manifest) + digest,
                                   checkpoint=checkpoint, device=device, progress=progress, desc="texts",
                                   keep_checkpoint=keep_checkpoint, job={**run_fields(manifest), "candidates": digest})
+    manifest["n_nonfinite"] = (count_nonfinite(scores, source_ids, "token ids") if source_ids is not None
+                               else count_nonfinite(scores, texts, "texts"))
     manifest.update({"batch_size": batch_size if batch_size != "auto" else "auto", "compiled": compiled, **timing,
                      "wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})

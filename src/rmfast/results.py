@@ -17,6 +17,18 @@ import numpy as np
 from .io import read_manifest, write_result
 
 
+def rank_scores(scores: "pd.Series") -> "pd.Series":
+    """Ranks of a score column: 1 = highest, ties share the best rank; int64, or nullable Int64 when
+    some scores are NaN (non-finite, :func:`rmfast.pipeline.count_nonfinite`): those get no rank.
+
+    >>> import pandas as pd
+    >>> rank_scores(pd.Series([0.5, 2.0, 0.5])).tolist(), str(rank_scores(pd.Series([1.0, float("nan")])).dtype)
+    ([2, 1, 2], 'Int64')
+    """
+    r = scores.rank(ascending=False, method="min")
+    return r.astype("Int64") if r.isna().any() else r.astype(np.int64)
+
+
 @dataclass
 class ScanResult:
     """Scores of candidate token ids, with everything needed to reproduce them.
@@ -48,7 +60,8 @@ class ScanResult:
         return float(self.manifest.get("candidates_per_s", float("nan")))
 
     def to_pandas(self):
-        """DataFrame: token_id (int64), token, text, score (float32), rank (1 = highest; ties share the best rank)."""
+        """DataFrame: token_id (int64), token, text, score (float32), rank (1 = highest; ties share the best
+        rank; none for a NaN score: :func:`rank_scores`)."""
         import pandas as pd
 
         df = pd.DataFrame(
@@ -59,7 +72,7 @@ class ScanResult:
                 "score": self.scores.astype(np.float32),
             }
         )
-        df["rank"] = df["score"].rank(ascending=False, method="min").astype(np.int64)
+        df["rank"] = rank_scores(df["score"])
         return df
 
     def top(self, k: int = 20):
@@ -123,7 +136,7 @@ class TextScanResult:
         cols.update({"text": list(self.texts), "n_tokens": np.asarray(self.n_tokens, dtype=np.int64),
                      "score": np.asarray(self.scores, dtype=np.float32)})
         df = pd.DataFrame(cols)
-        df["rank"] = df["score"].rank(ascending=False, method="min").astype(np.int64)
+        df["rank"] = rank_scores(df["score"])
         if token_ids:
             df["token_ids"] = [list(map(int, r)) for r in self.token_ids]
         return df
@@ -169,6 +182,7 @@ def merge_ranks(frames: list, manifests: list[dict]):
                 "wall_s": max(float(m.get("wall_s") or 0) for m in manifests),
                 "resumed_candidates": sum(int(m.get("resumed_candidates") or 0) for m in manifests),
                 "scored_candidates": sum(int(m.get("scored_candidates") or 0) for m in manifests),
+                "n_nonfinite": sum(int(m.get("n_nonfinite") or 0) for m in manifests),
                 "distributed": {"world": len(frames), "split": "index % world == rank",
                                 "ranks": [{"rank": r, "n": int(len(f)), "scan_s": m.get("scan_s"), "device": m.get("device")}
                                           for r, (f, m) in enumerate(zip(frames, manifests))]}})

@@ -362,7 +362,7 @@ class Store:
         df = pd.concat(frames, ignore_index=True)
         df["token_id"] = df["token_id"].astype("Int64")
         df["score"] = df["score"].astype(np.float32)
-        df["rank"] = df["rank"].astype(np.int64)
+        df["rank"] = df["rank"].astype("Int64" if df["rank"].isna().any() else np.int64)  # <NA>: a NaN score
         df["n_tokens"] = df["n_tokens"].astype(np.int64)
         df["token"] = df["token"].astype("str")  # missing (text candidates) stays missing
         key = ["model", "prompt", "candidates"]

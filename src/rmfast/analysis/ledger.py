@@ -60,6 +60,20 @@ class Ledger:
         """Tidy table of the drops: columns step, model, prompt, rows, reason."""
         return pd.DataFrame(self.drops, columns=DROP_COLUMNS)
 
+    def summary(self) -> list[str]:
+        """One line per reason: how many rows were left out, and from how many model × prompt scans.
+
+        >>> led = Ledger(); led.drop("validate", 2, "score is missing or not finite", model="a", prompt="p")
+        >>> led.drop("validate", 1, "score is missing or not finite", model="b", prompt="p"); led.summary()
+        ['3 rows left out (validate: score is missing or not finite; in 2 scans)']
+        """
+        by: dict = {}
+        for d in self.drops:
+            n, scans = by.get((d["step"], d["reason"]), (0, set()))
+            by[(d["step"], d["reason"])] = (n + d["rows"], scans | {(d["model"], d["prompt"])})
+        return [f"{n:,} rows left out ({step}: {reason}; in {len(scans)} scan{'s' if len(scans) > 1 else ''})"
+                for (step, reason), (n, scans) in by.items()]
+
     def total(self) -> int:
         """Total rows dropped."""
         return int(sum(d["rows"] for d in self.drops))

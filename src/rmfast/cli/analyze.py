@@ -49,6 +49,7 @@ class _Loaded:
     source: str  # every input, for the report's header
     scores_source: str  # where the model scores come from, in words
     human_source: str | None  # where the human scores come from, in words
+    left_out: "Ledger"  # rows of the scan files left out when loading (a NaN score)
 
 
 def _inputs(args) -> _Loaded:
@@ -59,8 +60,10 @@ def _inputs(args) -> _Loaded:
     """
     from ..analysis.eloeverything import (elo_scores_source, is_eloeverything_dir,
                                           load_eloeverything, load_human_scores)
+    from ..analysis.ledger import Ledger
     from ..analysis.scans import SOURCE_ATTR, load_scans, scans_source
 
+    left_out = Ledger()
     elo_dirs = list(args.eloeverything or [])
     scan_paths = []
     for p in args.inputs or []:
@@ -71,7 +74,7 @@ def _inputs(args) -> _Loaded:
     human, human_source = (elo[0][1].human, elo[0][1].human.attrs.get(SOURCE_ATTR)) if elo \
         else (None, None)
     if scan_paths:
-        scans = load_scans(scan_paths)
+        scans = load_scans(scan_paths, ledger=left_out)
         scores_source = scans_source(scan_paths)
         if elo:
             scores_source += (" (the model scores stored in the EloEverything CSVs are not used; "
@@ -85,7 +88,7 @@ def _inputs(args) -> _Loaded:
                                   score_column=args.human_score)
         human_source = human.attrs.get(SOURCE_ATTR)
     source = ", ".join(str(p) for p in elo_dirs + scan_paths)
-    return _Loaded(scans, human, source, scores_source, human_source)
+    return _Loaded(scans, human, source, scores_source, human_source, left_out)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -207,6 +210,13 @@ def _run(name: str, args, scans, human):
     raise UserError(f"unknown analysis {name!r}; choose one of {ANALYSES}")  # pragma: no cover
 
 
+def _add_drops(res, ledger) -> None:
+    """Put what loading the inputs left out (``ledger``) ahead of the analysis's own drops and notes."""
+    res.notes[:0] = ledger.notes
+    res.dropped = pd.concat([d for d in (ledger.frame(), res.dropped) if len(d)] or [res.dropped],
+                            ignore_index=True)
+
+
 def _report_drops(res) -> None:
     if len(res.dropped):
         total = int(res.dropped["rows"].sum())
@@ -230,9 +240,7 @@ def _run_trajectory(args) -> int:
         raise UserError("trajectory writes several tables and figures: give --out DIR")
     ledger = Ledger()
     res = trajectory(load_trajectory_inputs(args.inputs, ledger=ledger), args.dictionary, k=args.k)
-    res.notes[:0] = ledger.notes
-    res.dropped = pd.concat([d for d in (ledger.frame(), res.dropped) if len(d)] or [res.dropped],
-                            ignore_index=True)
+    _add_drops(res, ledger)
     _report_drops(res)
     files = write_trajectory(res, args.out)
     print(f"rmfast: wrote {len(files)} files to {args.out}: {', '.join(files)}", file=sys.stderr)
@@ -272,6 +280,7 @@ def run_analyze(args) -> int:
     if name not in tables:
         raise UserError(f"{args.name} has no table {name!r}; choose one of {list(tables)}")
     table = tables[name]
+    _add_drops(res, data.left_out)
     _report_drops(res)
     if args.out:
         out = Path(args.out)
@@ -291,6 +300,8 @@ def run_report(args) -> int:
     check_output(args.out, args.overwrite)  # before the work
     framing = _check_options(args)
     data = _inputs(args)
+    for line in data.left_out.summary():
+        print(f"rmfast: note: {line}", file=sys.stderr)
     text = build_report(data.scans, human=data.human, metadata=args.metadata, afinn=args.afinn,
                         frequencies=args.frequencies, dictionaries=args.dictionary or (),
                         join=args.join, k=args.k, n_perm=args.n_perm, best=args.best,

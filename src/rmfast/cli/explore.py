@@ -36,12 +36,15 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from ..analysis.ledger import Ledger
     from ..explore import build_explorer, load_inputs, render_html, write_explorer
 
     out = check_output(args.out, args.overwrite)
-    df, source = load_inputs(args.inputs)
+    left_out = Ledger()
+    df, source = load_inputs(args.inputs, ledger=left_out)
     data = build_explorer(df, dictionaries=args.dictionary, join=args.join, pairs=not args.no_pair_stats,
                           title=args.title, source=source)
+    data.notes[:0] = left_out.summary()  # on the page and below: never a silent hole
     path = write_explorer(out, render_html(data))
     n_partial = int((data.ranks == 0).any(axis=0).sum())
     print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {data.n_rows:,} tokens × "
