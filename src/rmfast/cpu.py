@@ -360,7 +360,10 @@ def isolate_compile_cache() -> str | None:
         return None
     import hashlib
 
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # a torch without this helper: leave inductor's own choice
+        return None
 
     info = cpu_info()
     key = "|".join([info.model, info.arch, ",".join(info.flags), torch.backends.cpu.get_cpu_capability(), isa_env(),
