@@ -194,10 +194,15 @@ def isa_env() -> str:
     return ",".join(f"{k}={os.environ[k]}" for k in _ISA_ENV if os.environ.get(k))
 
 
+def machine_key(info: CpuInfo | None = None) -> str:
+    """What decides which CPU kernels run here: CPU model, arch, flags, ATen's kernel level, the
+    ISA-limiting environment and torch's version (the probe cache and the compile cache key on it)."""
+    info = info or cpu_info()
+    return "|".join([info.model, info.arch, ",".join(info.flags), info.capability, isa_env(), torch.__version__])
+
+
 def _probe_key(info: CpuInfo, shape) -> str:
-    isa = isa_env()
-    return "|".join([info.model, info.arch, ",".join(info.flags), info.capability, isa, torch.__version__,
-                     f"threads={torch.get_num_threads()}", "x".join(str(s) for s in shape)])
+    return "|".join([machine_key(info), f"threads={torch.get_num_threads()}", "x".join(str(s) for s in shape)])
 
 
 def _read_cache(path: Path | None) -> dict:
@@ -365,10 +370,7 @@ def isolate_compile_cache() -> str | None:
     except ImportError:  # a torch without this helper: leave inductor's own choice
         return None
 
-    info = cpu_info()
-    key = "|".join([info.model, info.arch, ",".join(info.flags), torch.backends.cpu.get_cpu_capability(), isa_env(),
-                    torch.__version__])
-    folder = os.path.join(default_cache_dir(), "rmfast-" + hashlib.sha256(key.encode()).hexdigest()[:12])
+    folder = os.path.join(default_cache_dir(), "rmfast-" + hashlib.sha256(machine_key().encode()).hexdigest()[:12])
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
     return folder
 
