@@ -80,7 +80,7 @@ def main() -> None:
 
     lm = load("smollm2-135m-instruct", dtype="float32", device="cpu", random_head_seed=0)
     if args.config_pad is not None:
-        lm.model._rmfast_checkpoint_pad_id = args.config_pad  # as if the checkpoint's config named it (rmfast.reference._config_pad)
+        lm.model._rmfast_checkpoint_pad_id = args.config_pad  # as if the checkpoint's config named it (rmfast.hf_path._config_pad)
     lo, hi = map(int, args.ids.split(":"))
     out = {"model": "smollm2-135m-instruct, random_head_seed=0", **counts(lm, np.arange(lo, hi), args.batch_size)}
     if args.score_range:

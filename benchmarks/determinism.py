@@ -93,12 +93,12 @@ def cli(args: list[str], out: Path, *, torchrun: int = 0) -> np.ndarray:
 
 def resumed(folder: Path, dtype: str, n: int, device: str, tmp: Path) -> np.ndarray:
     """Interrupted after one batch (the checkpoint holds it), then resumed in this process."""
-    from rmfast import pipeline
+    from rmfast import batching, pipeline
     from rmfast.engine import Engine
 
     ck = tmp / f"resume-{folder.name}-{dtype}.partial.npz"
     real, calls = Engine.score, {"n": 0}
-    saved = pipeline.CHECKPOINT_EVERY_N, pipeline.CHECKPOINT_MIN_S
+    saved = batching.CHECKPOINT_EVERY_N, batching.CHECKPOINT_MIN_S
 
     def interrupted(self, r):
         calls["n"] += 1
@@ -106,14 +106,14 @@ def resumed(folder: Path, dtype: str, n: int, device: str, tmp: Path) -> np.ndar
             raise KeyboardInterrupt
         return real(self, r)
 
-    Engine.score, pipeline.CHECKPOINT_EVERY_N, pipeline.CHECKPOINT_MIN_S = interrupted, 1, 0.0
+    Engine.score, batching.CHECKPOINT_EVERY_N, batching.CHECKPOINT_MIN_S = interrupted, 1, 0.0
     try:
         scan_here(folder, dtype, n, device, checkpoint=ck)
     except KeyboardInterrupt:
         pass
     finally:
         Engine.score = real
-        pipeline.CHECKPOINT_EVERY_N, pipeline.CHECKPOINT_MIN_S = saved
+        batching.CHECKPOINT_EVERY_N, batching.CHECKPOINT_MIN_S = saved
     assert ck.exists(), "the interrupted scan left no checkpoint"
     return scan_here(folder, dtype, n, device, checkpoint=ck)
 

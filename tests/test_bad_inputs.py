@@ -521,7 +521,7 @@ def test_score_head_needs_a_reward_head():
     from rmfast.errors import UserError
     from rmfast.models.custom_heads import CustomRewardModel
     from rmfast.models.heads import URMHead
-    from rmfast.resolve import resolve_head
+    from rmfast.plan import choose_head as resolve_head
 
     with pytest.raises(UserError, match=r"causal LM .*use --head logprob .*--random-head-seed N"):
         resolve_head(T.tiny("llama", "causal_lm"), "score", 0)

@@ -84,7 +84,7 @@ def test_random_init_qwen3_cut(tmp_path, capsys):
         assert set(pd.read_csv(out / "bench_latest.csv")["model"]) == {"S-Qwe-0.6B-V2@random-L2"}
         return
     assert rc == 2 and "not on rmfast's fast path" in err and "Traceback" not in err
-    from rmfast.reference import reference_scores
+    from rmfast.hf_path import hf_scores
     from rmfast.template import build_template
 
     lm = random_init_model("S-Qwe-0.6B-V2", layers=2, dtype="float32")
@@ -92,7 +92,7 @@ def test_random_init_qwen3_cut(tmp_path, capsys):
     assert m.config.model_type == "qwen3" and len(m.model.layers) == 2 and len(lm.tokenizer) == 151936
     assert m.model.layers[0].self_attn.q_norm.weight.shape == (128,)  # Qwen3's q/k norms over head_dim
     tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=lm.default_template)
-    s = reference_scores(m, tmpl, [[i] for i in (300, 5000, 151935)], head="score")
+    s = hf_scores(m, tmpl, [[i] for i in (300, 5000, 151935)], head="score")
     assert torch.isfinite(s).all() and s.std() > 0
 
 

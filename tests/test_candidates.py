@@ -13,7 +13,7 @@ from rmfast.pipeline import decode_retokenize_scan, scan, score_texts
 from rmfast.results import TextScanResult
 from rmfast.vocab import is_wordlike, special_ids, vocab_ids
 from rmfast.errors import UserError
-from rmfast.reference import pad_token_as, reference_scores
+from rmfast.hf_path import pad_token_as, hf_scores
 from rmfast.template import build_template
 
 PROMPT = "What, in one word, is the greatest thing ever?"
@@ -128,7 +128,7 @@ def test_text_ids_are_chat_template_slices_and_scores_match_reference(tiny_rm, s
     for t, ids, n in zip(res.texts, res.token_ids, res.n_tokens):
         assert tmpl.sequence(ids) == chat_ids(tok, PROMPT, t) and n == len(ids)
     assert res.n_tokens.max() > 10  # multi-token candidates really are multi-token
-    ref = reference_scores(tiny_rm, tmpl, res.token_ids, head="score", head_index=1).numpy()
+    ref = hf_scores(tiny_rm, tmpl, res.token_ids, head="score", head_index=1).numpy()
     np.testing.assert_allclose(res.scores, ref, rtol=1e-5, atol=1e-5)
     with pad_token_as(tiny_rm, -1):  # straight from the whole conversation, no template split at all
         direct = [tiny_rm(input_ids=torch.tensor([chat_ids(tok, PROMPT, t)])).logits[0, 1].item() for t in TEXTS[:3]]
@@ -141,7 +141,7 @@ def test_logprob_head_texts(tiny_lm, smol_tokenizer):
     res = score_texts(tiny_lm, smol_tokenizer, PROMPT, TEXTS, progress=False)
     assert res.manifest["head"] == "logprob"
     tmpl = build_template(smol_tokenizer, PROMPT)
-    ref = reference_scores(tiny_lm, tmpl, res.token_ids, head="logprob").numpy()
+    ref = hf_scores(tiny_lm, tmpl, res.token_ids, head="logprob").numpy()
     np.testing.assert_allclose(res.scores, ref, rtol=1e-4, atol=1e-3)
 
 
@@ -152,7 +152,7 @@ def test_off_fast_path_falls_back_with_warning(smol_tokenizer):
     m = __import__("transformers").GPT2ForSequenceClassification(cfg).eval()
     with pytest.warns(UserWarning, match="not on the fast path"):
         res = score_texts(m, smol_tokenizer, PROMPT, TEXTS[:4], progress=False)
-    assert res.manifest["engine"] == "reference"
+    assert res.manifest["engine"] == "hf"
     tmpl = build_template(smol_tokenizer, PROMPT)
     with pad_token_as(m, -1):
         direct = [m(input_ids=torch.tensor([chat_ids(smol_tokenizer, PROMPT, t)])).logits[0, 0].item() for t in TEXTS[:4]]
@@ -259,7 +259,7 @@ def test_eloeverything_and_lexicons_on_smollm2(smollm2, shared_data):
     for t, ids in zip(sample, res.token_ids):
         assert tmpl.sequence(ids) == chat_ids(tok, PROMPT, t)
     assert res.n_tokens.max() >= 5
-    ref = reference_scores(model, tmpl, res.token_ids, head="logprob").numpy()
+    ref = hf_scores(model, tmpl, res.token_ids, head="logprob").numpy()
     np.testing.assert_allclose(res.scores, ref, rtol=1e-4, atol=2e-3)
     if "AFINN-111.txt" in got:
         assert got["AFINN-111.txt"][0] == "abandon" and len(got["AFINN-111.txt"]) > 2400

@@ -70,20 +70,19 @@ def test_scan_compile_on_matches_off(tiny_dir, tmp_path, capsys):
     R.assert_agree_to_rounding(res["off"], res["on"], ref)
 
 
-def test_resolve_compile(monkeypatch):
+def test_compile_is_decided_without_the_job_size():
+    """auto is the eager layer on every job (a job's size never picks the path); on compiles on CPU;
+    on where it cannot apply (the plain-HF engine) says so and runs eagerly."""
     from rmfast.errors import UserError
-    from rmfast.resolve import COMPILE_MIN_FLOPS, layer_params, resolve_compile
+    from rmfast.plan import choose_compile
 
-    model = T.tiny("llama")
-    n_small = 1000
-    big = int(COMPILE_MIN_FLOPS / (2 * layer_params(model))) + 1
-    assert resolve_compile("auto", model, n_small) is False  # tiny job: the compile would not pay
-    assert resolve_compile("auto", model, big) is True
-    assert resolve_compile("on", model, 1) is True and resolve_compile("off", model, big) is False
-    monkeypatch.setenv("RMFAST_COMPILE", "0")
-    assert resolve_compile("auto", model, big) is False
+    cpu = torch.device("cpu")
+    assert choose_compile("auto", cpu, "fast") is False and choose_compile("off", cpu, "fast") is False
+    assert choose_compile("on", cpu, "fast") is True and choose_compile(True, cpu, "fast") is True
+    with pytest.warns(UserWarning, match="plain Hugging Face path"):
+        assert choose_compile("on", cpu, "hf") is False
     with pytest.raises(UserError, match="--compile"):
-        resolve_compile("sometimes", model, 1)
+        choose_compile("sometimes", cpu, "fast")
 
 
 def test_token_id_file_and_exclude_special(tiny_dir, tmp_path, capsys, smol_tokenizer):
@@ -150,23 +149,9 @@ def test_no_traceback_in_a_real_process(tmp_path):
     assert p.stderr.strip().count("\n") == 0 and p.stderr.startswith("rmfast: error"), p.stderr
 
 
-@pytest.mark.compiles
-def test_scan_auto_compile_skips_long_prompts(monkeypatch, smol_tokenizer):
-    """auto: compile for big jobs, but not when the block-diagonal prompt attention would not pay."""
-    from rmfast import pipeline as scan_mod
-    from rmfast import resolve
-    monkeypatch.setattr(resolve, "COMPILE_MIN_FLOPS", 0.0)  # every job counts as big
-    monkeypatch.setattr(resolve, "MAX_BLOCKDIAG_EXTRA", 1.0)  # tiny layers: a 32-token prompt is already 0.53
-    model = T.tiny("llama")
-    short = scan_mod.scan(model, smol_tokenizer, "Hi?", token_ids="0:64", progress=False)
-    assert short.manifest["compiled"] is True
-    long = scan_mod.scan(model, smol_tokenizer, "word " * 300, token_ids="0:64", progress=False)
-    assert long.manifest["compiled"] is False
-
-
 def test_oom_batches_halve_and_retry():
     """scan / text candidates / GCG share this loop: out-of-memory halves the batch, retries the same rows."""
-    from rmfast.pipeline import oom_batches
+    from rmfast.batching import oom_batches
 
     seen, told = [], []
 
@@ -213,27 +198,16 @@ def test_every_option_on_every_input(tiny_dir, tmp_path, capsys):
 
 @pytest.mark.compiles
 def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
-    """A scan killed after two batches and rerun gives exactly the numbers of an uninterrupted one.
-
-    The compile threshold sits between the whole job and what is left after the kill, so a path
-    decided from the remainder (as it once was) would run the resumed part eagerly and differ."""
-    from transformers import AutoModelForSequenceClassification
-
-    from rmfast import pipeline, resolve
+    """A compiled scan killed after two batches and rerun gives exactly the numbers of an uninterrupted
+    one (its last batch, 1000 = 7 x 128 + 104 rows, padded to the compiled shape in both)."""
+    from rmfast import batching
 
     args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:1000", "--batch-size", "128",
-            "--no-progress", "--top", "0"]
-    rc, _, se = run(args + ["--out", str(tmp_path / "whole.parquet")], capsys)
-    assert rc == 0, se
-    tpr = pd.read_json(str(tmp_path / "whole.parquet.json"), typ="series")["tokens_per_row"]
-    flops_row = 2.0 * resolve.layer_params(AutoModelForSequenceClassification.from_pretrained(tiny_dir)) * tpr
-    monkeypatch.setattr(resolve, "COMPILE_MIN_FLOPS", 900 * flops_row)  # the whole job compiles, 744 rows would not
-    monkeypatch.setattr(resolve, "MAX_BLOCKDIAG_EXTRA", 1.0)
-    (tmp_path / "whole.parquet").unlink()
-    rc, so, se = run(args + ["--out", str(tmp_path / "whole.parquet"), "--overwrite"], capsys)
+            "--compile", "on", "--no-progress", "--top", "0"]
+    rc, so, se = run(args + ["--out", str(tmp_path / "whole.parquet")], capsys)
     assert rc == 0 and pd.read_json(str(tmp_path / "whole.parquet.json"), typ="series")["compiled"], se
-    monkeypatch.setattr(pipeline, "CHECKPOINT_EVERY_N", 1)
-    monkeypatch.setattr(pipeline, "CHECKPOINT_MIN_S", 0.0)
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
     restore = interrupt_scoring_at(monkeypatch, 3)
     out = tmp_path / "resumed.parquet"
     rc, _, se = run(args + ["--out", str(out)], capsys)

@@ -16,7 +16,7 @@ import torch
 from rmfast.candidates import authors_batch_size, authors_batches, render_text
 from rmfast.errors import UserError
 from rmfast.pipeline import Selection, run_scan, score_texts
-from rmfast.reference import authors_encode, hf_read_positions
+from rmfast.hf_path import authors_encode, hf_read_positions
 from rmfast.template import build_template
 
 from tiny_models import CHATML, tiny
@@ -212,4 +212,4 @@ def test_cli_scan_compat_authors(rm, tok, tmp_path, capsys):
     assert a["token_id"].tolist() == d["token_id"].tolist() == list(range(100, 140))
     np.testing.assert_array_equal(a["score"].to_numpy(), their_loop(rm, tok, PROMPT, list(range(N_TOK)), 16)[100:140])
     m = json.loads((tmp_path / "authors.parquet.json").read_text())
-    assert m["compat"] == "authors" and m["engine"] == "reference" and m["compat_authors"]["n_double_bos"] == 40
+    assert m["compat"] == "authors" and m["engine"] == "hf" and m["compat_authors"]["n_double_bos"] == 40

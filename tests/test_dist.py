@@ -174,7 +174,7 @@ def test_device_map_auto_on_the_plain_hf_path(work):
         engine = dist.engine_for("auto", "auto")
     a = score_texts(big.model, big.tokenizer, PROMPTS["best"], TEXTS, engine=engine, progress=False)
     b = score_texts(small.model, small.tokenizer, PROMPTS["best"], TEXTS, progress=False)
-    assert a.manifest["engine"] == "reference"
+    assert a.manifest["engine"] == "hf"
     np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-5)
     with pytest.raises(UserError, match="embedded"):
         dist.load_model("smollm2-135m-instruct", device_map="auto")

@@ -10,7 +10,7 @@ import torch
 from scipy import stats
 
 from rmfast.engine import Engine
-from rmfast.reference import reference_scores
+from rmfast.hf_path import hf_scores
 from rmfast.template import build_template
 
 import tiny_models as T
@@ -53,7 +53,7 @@ def test_full_vocab_fp32_matches_reference(arch, short_tmpl):
     assert len(short_tmpl.prefix_ids) > 8  # the window (8) is shorter than the prompt
     ids = torch.arange(T.VOCAB)
     fast = Engine(model, short_tmpl, head="score", head_index=1).score(ids[:, None])
-    ref = reference_scores(model, short_tmpl, ids[:, None].tolist(), head="score", head_index=1, batch_size=8192)
+    ref = hf_scores(model, short_tmpl, ids[:, None].tolist(), head="score", head_index=1, batch_size=8192)
     assert ref.std() > 1e-3, "degenerate model: scores barely vary"
     torch.testing.assert_close(fast, ref, atol=FP32_ATOL, rtol=0)
 
@@ -64,7 +64,7 @@ def test_logprob_head_matches_reference(arch, tmpl):
     ids = torch.randint(0, T.VOCAB, (300,), generator=torch.Generator().manual_seed(1))
     eng = Engine(model, tmpl, head="logprob")
     fast = eng.score(ids[:, None])
-    ref = reference_scores(model, tmpl, ids[:, None].tolist(), head="logprob")
+    ref = hf_scores(model, tmpl, ids[:, None].tolist(), head="logprob")
     torch.testing.assert_close(fast, ref, atol=5e-5, rtol=1e-5)
 
 
@@ -74,7 +74,7 @@ def test_multi_token_responses(arch, head, tmpl):
     model = T.tiny(arch, "classifier" if head == "score" else "causal_lm")
     resp = torch.randint(0, T.VOCAB, (40, 5), generator=torch.Generator().manual_seed(2))
     fast = Engine(model, tmpl, head=head).score(resp)
-    ref = reference_scores(model, tmpl, resp.tolist(), head=head)
+    ref = hf_scores(model, tmpl, resp.tolist(), head=head)
     torch.testing.assert_close(fast, ref, atol=5e-5, rtol=1e-5)
 
 
@@ -83,10 +83,10 @@ def test_bf16_rank_agreement(arch, tmpl):
     """bf16 fast path ranks candidates as well as bf16 HF does, judged against fp32 truth."""
     model = T.tiny(arch)
     ids = torch.arange(0, T.VOCAB, 16)  # 3,072 ids across the vocabulary
-    truth = reference_scores(model, tmpl, ids[:, None].tolist(), head="score", batch_size=4096).numpy()
+    truth = hf_scores(model, tmpl, ids[:, None].tolist(), head="score", batch_size=4096).numpy()
     model = model.to(torch.bfloat16)
     fast = Engine(model, tmpl, head="score").score(ids[:, None]).numpy()
-    ref = reference_scores(model, tmpl, ids[:, None].tolist(), head="score", batch_size=4096).numpy()
+    ref = hf_scores(model, tmpl, ids[:, None].tolist(), head="score", batch_size=4096).numpy()
     rho_fast = stats.spearmanr(fast, truth).statistic
     rho_ref = stats.spearmanr(ref, truth).statistic
     assert rho_fast > rho_ref - 0.01, (rho_fast, rho_ref)
@@ -114,7 +114,7 @@ def test_engine_on_triton_kernels_interpreted(arch, head, short_tmpl, monkeypatc
         pytest.skip("triton imported before TRITON_INTERPRET=1 was set")
     model = small(arch, "classifier" if head == "score" else "causal_lm")
     ids = torch.arange(1000, 49152, 1531)[:, None]  # 32 ids
-    ref = reference_scores(model, short_tmpl, ids.tolist(), head=head)
+    ref = hf_scores(model, short_tmpl, ids.tolist(), head=head)
     monkeypatch.setenv("RMFAST_KERNELS", "triton")
     fast = Engine(model, short_tmpl, head=head).score(ids)
     torch.testing.assert_close(fast, ref, atol=5e-5, rtol=1e-5)
@@ -140,7 +140,7 @@ def test_compiled_fp32_matches_reference(arch, short_tmpl):
         eng = _compiled(model, short_tmpl, head)
         fast = eng.score(ids)
         assert eng._compile_checked and eng.compile  # it really ran compiled, no silent fallback
-        ref = reference_scores(model, short_tmpl, ids.tolist(), head=head, head_index=0 if head == "logprob" else 0)
+        ref = hf_scores(model, short_tmpl, ids.tolist(), head=head, head_index=0 if head == "logprob" else 0)
         torch.testing.assert_close(fast, ref, atol=FP32_ATOL if head == "score" else 5e-5, rtol=0 if head == "score" else 1e-5)
 
 
@@ -153,7 +153,7 @@ def test_compiled_multi_token_and_tail_batches(arch, tmpl):
     for n in (1, 4):
         resp = torch.randint(0, T.VOCAB, (64, n), generator=torch.Generator().manual_seed(n))
         full = eng.score(resp)
-        ref = reference_scores(model, tmpl, resp.tolist(), head="score")
+        ref = hf_scores(model, tmpl, resp.tolist(), head="score")
         torch.testing.assert_close(full, ref, atol=5e-5, rtol=1e-5)
         tail = eng.score(resp[:10])  # padded to the 64-row compiled batch (no new graph)
         torch.testing.assert_close(tail, full[:10], atol=1e-6, rtol=0)  # only the head's GEMM differs (M)
@@ -165,10 +165,10 @@ def test_compiled_bf16_rank_agreement(arch, tmpl):
     """bf16 compiled path (fp32 inside each fused loop, one rounding) ranks as well as bf16 HF does."""
     model = T.tiny(arch)
     ids = torch.arange(0, T.VOCAB, 16)
-    truth = reference_scores(model, tmpl, ids[:, None].tolist(), head="score", batch_size=4096).numpy()
+    truth = hf_scores(model, tmpl, ids[:, None].tolist(), head="score", batch_size=4096).numpy()
     model = model.to(torch.bfloat16)
     fast = _compiled(model, tmpl, "score").score(ids[:, None]).numpy()
-    ref = reference_scores(model, tmpl, ids[:, None].tolist(), head="score", batch_size=4096).numpy()
+    ref = hf_scores(model, tmpl, ids[:, None].tolist(), head="score", batch_size=4096).numpy()
     rho_fast = stats.spearmanr(fast, truth).statistic
     rho_ref = stats.spearmanr(ref, truth).statistic
     assert rho_fast > rho_ref - 0.01, (rho_fast, rho_ref)
@@ -194,9 +194,9 @@ def test_compile_failure_falls_back_to_eager(tmpl, monkeypatch):
 
 
 def test_flat_lm_head_nests(tmpl):
-    """The benchmark wraps reference_scores (which flattens the LM head itself) in flat_lm_head:
+    """The benchmark wraps hf_scores (which flattens the LM head itself) in flat_lm_head:
     nested, the head must still come back as (B, k, V) with the same numbers."""
-    from rmfast.reference import flat_lm_head
+    from rmfast.hf_path import flat_lm_head
 
     model = T.tiny("gemma3", "causal_lm")
     ids = torch.randint(0, T.VOCAB, (3, 9), generator=torch.Generator().manual_seed(0))
@@ -207,8 +207,8 @@ def test_flat_lm_head_nests(tmpl):
     torch.testing.assert_close(got, want)
     resp = ids[:, :1].tolist()
     with flat_lm_head(model):
-        nested = reference_scores(model, tmpl, resp, head="logprob")
-    torch.testing.assert_close(nested, reference_scores(model, tmpl, resp, head="logprob"))
+        nested = hf_scores(model, tmpl, resp, head="logprob")
+    torch.testing.assert_close(nested, hf_scores(model, tmpl, resp, head="logprob"))
 
 
 def test_blockdiag_overhead_grows_with_the_prompt(smol_tokenizer):
@@ -242,8 +242,8 @@ def test_attention_forms_and_weight_layouts_match_reference(arch, packed, fuse, 
     ids = torch.arange(11, T.VOCAB, 389)[:, None]
     eng = Engine(model, short_tmpl, head="score", fuse=fuse)
     fast = eng.score(ids)
-    assert eng._use_packed(fast) == packed and (eng.fused is not None) == fuse
-    ref = reference_scores(model, short_tmpl, ids.tolist(), head="score")
+    assert eng._use_packed(fast) == packed and (len(eng.layers[0][0].w_qkv) == 1) == fuse
+    ref = hf_scores(model, short_tmpl, ids.tolist(), head="score")
     torch.testing.assert_close(fast, ref, atol=FP32_ATOL, rtol=0)
 
 
@@ -285,7 +285,7 @@ def test_mlp_bias_and_unknown_activation(short_tmpl):
     model.eval().requires_grad_(False)
     ids = torch.arange(5, T.VOCAB, 1021)[:, None]
     fast = Engine(model, short_tmpl, head="score").score(ids)
-    torch.testing.assert_close(fast, reference_scores(model, short_tmpl, ids.tolist(), head="score"), atol=FP32_ATOL, rtol=0)
+    torch.testing.assert_close(fast, hf_scores(model, short_tmpl, ids.tolist(), head="score"), atol=FP32_ATOL, rtol=0)
     cfg.hidden_act = "gelu_new"  # HF's explicit tanh formula: not bit-identical to the layer's forms
     assert arch_spec(model) is None
 

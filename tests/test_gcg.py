@@ -14,7 +14,7 @@ import torch
 
 from rmfast.errors import UserError
 from rmfast.gcg import GCGConfig, _Gradient, allowed_tokens, random_search, run
-from rmfast.reference import reference_scores
+from rmfast.hf_path import hf_scores
 from rmfast.vocab import special_ids
 from rmfast.template import build_template, response_ids
 
@@ -83,11 +83,11 @@ def test_reported_score_equals_independent_forward(runs, tmpl):
     head = "score" if runs["name"].endswith("score") else "logprob"
     for d in ("max", "min"):
         res = runs[d]
-        ref = reference_scores(runs["model"], tmpl, [res.best_ids], head=head)[0].item()
+        ref = hf_scores(runs["model"], tmpl, [res.best_ids], head=head)[0].item()
         assert res.best_score == pytest.approx(ref, abs=1e-4)
         assert res.best_score_reference == pytest.approx(ref, abs=1e-4)
         for r in res.restarts:  # every restart's best, too
-            assert r["best_score"] == pytest.approx(reference_scores(runs["model"], tmpl, [r["best_ids"]], head=head)[0].item(), abs=1e-4)
+            assert r["best_score"] == pytest.approx(hf_scores(runs["model"], tmpl, [r["best_ids"]], head=head)[0].item(), abs=1e-4)
 
 
 def test_retokenization_and_excluded_tokens(runs, smol_tokenizer, tmpl, allowed):
@@ -107,7 +107,7 @@ def test_gradient_pass_computes_the_reward(runs, tmpl):
     head = "score" if runs["name"].endswith("score") else "logprob"
     ids = runs["max"].best_ids
     r, g = _Gradient(runs["model"], tmpl, head, 0)(torch.tensor(ids))
-    assert r == pytest.approx(reference_scores(runs["model"], tmpl, [ids], head=head)[0].item(), abs=1e-4)
+    assert r == pytest.approx(hf_scores(runs["model"], tmpl, [ids], head=head)[0].item(), abs=1e-4)
     assert g.shape == (len(ids), T.VOCAB) and torch.isfinite(g).all()
 
 
@@ -119,12 +119,12 @@ def test_init_text_and_restarts(smol_tokenizer, tmpl):
     assert res.restarts[0]["init_ids"] == init and len(res.best_ids) == len(init)  # init sets the length
     assert len(res.restarts) == 2 and res.restarts[1]["init_ids"] != init
     assert res.best_score == min(r["best_score"] for r in res.restarts)
-    assert res.manifest["evaluator"] == "engine" and res.manifest["length"] == len(init)
+    assert res.manifest["engine"] == "fast" and res.manifest["length"] == len(init)
 
 
 @pytest.mark.parametrize("bad, msg", [
     (dict(length=0), "--length"), (dict(topk=0), "--topk"), (dict(search_width=0), "--search-width"),
-    (dict(head="nope"), "head"), (dict(eval_batch_size="x"), "--eval-batch-size"), (dict(compile="yes"), "--compile"),
+    (dict(head="nope"), "head"), (dict(batch_size="x"), "--eval-batch-size"), (dict(compile="yes"), "--compile"),
 ])
 def test_config_errors(bad, msg):
     with pytest.raises(UserError, match=msg):
@@ -171,7 +171,7 @@ def test_embedded_smollm2(smollm2, capsys, tmp_path, monkeypatch):
     mn = json.loads(out.read_text())
     assert out.with_suffix(".png").is_file()
     assert mn["best_score"] == pytest.approx(mn["best_score_reference"], abs=1e-4)
-    assert mn["best_score"] == pytest.approx(reference_scores(model, tmpl, [mn["best_ids"]], head="logprob")[0].item(), abs=1e-4)
+    assert mn["best_score"] == pytest.approx(hf_scores(model, tmpl, [mn["best_ids"]], head="logprob")[0].item(), abs=1e-4)
     assert response_ids(tok, tmpl, mn["best_text"]) == mn["best_ids"]
     assert len(mn["trajectory"]) == 5 and mn["trajectory"][-1] < mn["trajectory"][0]
     for key in ("config", "timing", "manifest", "restarts", "n_evaluated"):
@@ -179,7 +179,7 @@ def test_embedded_smollm2(smollm2, capsys, tmp_path, monkeypatch):
 
     mx = run(model, tok, PROMPT, GCGConfig(length=3, steps=4, search_width=24, topk=24), progress=False, template=tmpl)
     assert mx.best_score > mn["best_score"]
-    assert mx.best_score == pytest.approx(reference_scores(model, tmpl, [mx.best_ids], head="logprob")[0].item(), abs=1e-4)
+    assert mx.best_score == pytest.approx(hf_scores(model, tmpl, [mx.best_ids], head="logprob")[0].item(), abs=1e-4)
     for d, best, n, sign in (("max", mx.best_score, mx.n_evaluated, 1), ("min", mn["best_score"], mn["n_evaluated"], -1)):
         rnd = random_search(model, tok, PROMPT, GCGConfig(length=3, maximize=sign > 0), n, template=tmpl)
         assert sign * (best - rnd.best_score) > 0, (d, best, rnd.best_score)
@@ -193,7 +193,7 @@ def test_compiled_engine_evaluator(smol_tokenizer, tmpl):
     res = run(model, smol_tokenizer, PROMPT, GCGConfig(**{**SMALL, "steps": 3}, compile="on"), progress=False, template=tmpl)
     assert res.manifest["compiled"] is True
     assert res.best_score == pytest.approx(res.best_score_reference, abs=1e-4)
-    ref = reference_scores(model, tmpl, [res.best_ids], head="score")[0].item()
+    ref = hf_scores(model, tmpl, [res.best_ids], head="score")[0].item()
     assert res.best_score == pytest.approx(ref, abs=1e-4)
 
 
@@ -282,7 +282,7 @@ def test_short_runs_with_each_fork_option(smol_tokenizer, tmpl):
     for kw in (dict(greedy=True), dict(distance_penalty=4.5), dict(init_strings=inits),
                dict(compat="authors", maximize=False), dict(greedy=True, distance_penalty=4.5, compat="authors")):
         res = run(model, smol_tokenizer, PROMPT, GCGConfig(**{**base, **kw}), progress=False, template=tmpl)
-        ref = reference_scores(model, tmpl, [res.best_ids], head="score")[0].item()
+        ref = hf_scores(model, tmpl, [res.best_ids], head="score")[0].item()
         assert res.best_score == pytest.approx(ref, abs=1e-4), kw
         sign = 1 if kw.get("maximize", True) else -1
         assert sign * (res.trajectory[-1] - res.trajectory[0]) >= 0, kw
@@ -290,7 +290,7 @@ def test_short_runs_with_each_fork_option(smol_tokenizer, tmpl):
     # init strings: restart 0 starts from the best of them
     res = run(model, smol_tokenizer, PROMPT, GCGConfig(**base, init_strings=inits), progress=False, template=tmpl)
     ids = [response_ids(smol_tokenizer, tmpl, t) for t in inits]
-    scores = reference_scores(model, tmpl, ids, head="score")
+    scores = hf_scores(model, tmpl, ids, head="score")
     assert res.restarts[0]["init_ids"] == ids[int(scores.argmax())]
 
 

@@ -15,7 +15,7 @@ import torch
 
 from rmfast.bench.baselines import agreement
 from rmfast.engine import Engine
-from rmfast.reference import reference_scores
+from rmfast.hf_path import hf_scores
 from rmfast.template import build_template
 
 import tiny_models as T
@@ -67,7 +67,7 @@ def test_smoke_engine_matches_hf_on_this_device(arch, head, tmpl):
     model = on_device(arch, "classifier" if head == "score" else "causal_lm")
     ids = torch.arange(3, T.VOCAB, 1531)[:, None]  # 33 ids across the vocabulary
     fast = Engine(model, tmpl, head=head).score(ids)
-    ref = reference_scores(model, tmpl, ids.tolist(), head=head)
+    ref = hf_scores(model, tmpl, ids.tolist(), head=head)
     torch.testing.assert_close(fast.cpu(), ref.cpu(), atol=LP_ATOL, rtol=LP_RTOL)
 
 
@@ -79,7 +79,7 @@ def test_cuda_full_vocab_fp32_matches_hf(arch, kernels, tmpl):
     model = on_device(arch)
     ids = torch.arange(T.VOCAB)[:, None]
     fast = Engine(model, tmpl, head="score", head_index=1).score(ids)
-    ref = reference_scores(model, tmpl, ids.tolist(), head="score", head_index=1, batch_size=8192)
+    ref = hf_scores(model, tmpl, ids.tolist(), head="score", head_index=1, batch_size=8192)
     assert ref.std() > 1e-3, "degenerate model: scores barely vary"
     torch.testing.assert_close(fast.float().cpu(), ref.float().cpu(), atol=SCORE_ATOL, rtol=0)
 
@@ -91,7 +91,7 @@ def test_cuda_logprob_head_matches_hf(arch, kernels, tmpl):
     model = on_device(arch, "causal_lm")
     ids = torch.randint(0, T.VOCAB, (512, 1), generator=torch.Generator().manual_seed(1))
     fast = Engine(model, tmpl, head="logprob").score(ids)
-    ref = reference_scores(model, tmpl, ids.tolist(), head="logprob")
+    ref = hf_scores(model, tmpl, ids.tolist(), head="logprob")
     torch.testing.assert_close(fast.float().cpu(), ref.float().cpu(), atol=LP_ATOL, rtol=LP_RTOL)
 
 
@@ -102,7 +102,7 @@ def test_cuda_multi_token_responses(arch, head, tmpl):
     model = on_device(arch, "classifier" if head == "score" else "causal_lm")
     resp = torch.randint(0, T.VOCAB, (64, 5), generator=torch.Generator().manual_seed(2))
     fast = Engine(model, tmpl, head=head).score(resp)
-    ref = reference_scores(model, tmpl, resp.tolist(), head=head)
+    ref = hf_scores(model, tmpl, resp.tolist(), head=head)
     torch.testing.assert_close(fast.float().cpu(), ref.float().cpu(), atol=LP_ATOL, rtol=LP_RTOL)
 
 
@@ -113,10 +113,10 @@ def test_cuda_half_precision_ranks_like_hf(arch, dtype, tmpl):
     """In bf16/fp16 the engine ranks candidates as well as HF in the same dtype, judged against fp32 truth."""
     model = on_device(arch)
     ids = torch.arange(0, T.VOCAB, 16)[:, None]  # 3,072 ids across the vocabulary
-    truth = reference_scores(model, tmpl, ids.tolist(), head="score", batch_size=4096).float().cpu().numpy()
+    truth = hf_scores(model, tmpl, ids.tolist(), head="score", batch_size=4096).float().cpu().numpy()
     model = model.to(dtype)
     fast = Engine(model, tmpl, head="score").score(ids).float().cpu().numpy()
-    ref = reference_scores(model, tmpl, ids.tolist(), head="score", batch_size=4096).float().cpu().numpy()
+    ref = hf_scores(model, tmpl, ids.tolist(), head="score", batch_size=4096).float().cpu().numpy()
     assert np.isfinite(fast).all()
     rho_fast, rho_ref = agreement(truth, fast)["spearman"], agreement(truth, ref)["spearman"]
     assert rho_fast > rho_ref - 0.01, (rho_fast, rho_ref)
@@ -126,7 +126,8 @@ def test_cuda_half_precision_ranks_like_hf(arch, dtype, tmpl):
 def test_cuda_out_of_memory_halves_the_batch(tok, tmpl):
     """A real CUDA out-of-memory (memory capped 64 MiB above what is held) halves the batch and
     retries the same rows, in the loop every job uses and in `scan` itself; the scores are unchanged."""
-    from rmfast.pipeline import oom_batches, scan
+    from rmfast.batching import oom_batches
+    from rmfast.pipeline import scan
 
     model = on_device("llama")
     eng = Engine(model, tmpl, head="score")

@@ -7,9 +7,10 @@ from scipy import stats
 
 import rmfast
 
+from rmfast import batching
 from rmfast import pipeline as scan_mod
 from rmfast.engine import Engine
-from rmfast.reference import reference_scores
+from rmfast.hf_path import hf_scores
 from rmfast.template import build_template
 
 PROMPT = "What, in one word, is the greatest thing ever?"
@@ -25,7 +26,7 @@ def tmpl(smollm2):
 def test_smollm2_logprob_fp32_exact(smollm2, tmpl):
     ids = torch.tensor(SUBSET)[:, None]
     fast = Engine(smollm2.model, tmpl, head="logprob").score(ids)
-    ref = reference_scores(smollm2.model, tmpl, ids.tolist(), head="logprob", batch_size=16)
+    ref = hf_scores(smollm2.model, tmpl, ids.tolist(), head="logprob", batch_size=16)
     torch.testing.assert_close(fast, ref, atol=2e-4, rtol=1e-5)
 
 
@@ -37,7 +38,7 @@ def smol_rm():
 def test_smollm2_classifier_fp32_exact(smol_rm, tmpl):
     ids = torch.tensor(SUBSET)[:, None]
     fast = Engine(smol_rm.model, tmpl, head="score").score(ids)
-    ref = reference_scores(smol_rm.model, tmpl, ids.tolist(), head="score", batch_size=32)
+    ref = hf_scores(smol_rm.model, tmpl, ids.tolist(), head="score", batch_size=32)
     assert ref.std() > 1e-3
     torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-5)
 
@@ -46,7 +47,7 @@ def test_smollm2_bf16_rank_agreement(tmpl):
     lm = rmfast.load("smollm2-135m-instruct", dtype="bfloat16")
     ids = torch.arange(2000, 49152, 393)[:, None]  # 120 ids
     fast = Engine(lm.model, tmpl, head="logprob").score(ids).numpy()
-    ref = reference_scores(lm.model, tmpl, ids.tolist(), head="logprob", batch_size=64).numpy()
+    ref = hf_scores(lm.model, tmpl, ids.tolist(), head="logprob", batch_size=64).numpy()
     assert stats.spearmanr(fast, ref).statistic > 0.99
     assert len(set(np.argsort(-fast)[:12]) & set(np.argsort(-ref)[:12])) >= 9
 
@@ -64,7 +65,7 @@ def test_scan_api_and_resume(smollm2, tmp_path, monkeypatch):
 
     # Interrupt after two batches: the checkpoint keeps them, and the rerun scores only the rest.
     ck = tmp_path / "ck.npz"
-    monkeypatch.setattr(scan_mod, "CHECKPOINT_EVERY_S", 0.0)
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_S", 0.0)
     calls = {"n": 0}
     real = Engine.score
 
@@ -96,7 +97,7 @@ def test_fallback_path_warns_and_matches(smollm2, tmpl, monkeypatch):
     monkeypatch.setattr(arch, "SUPPORTED", {})
     with pytest.warns(UserWarning, match="not on the fast path"):
         res = rmfast.scan(smollm2.model, smollm2.tokenizer, PROMPT, token_ids="3000:3040", progress=False)
-    assert res.manifest["engine"] == "reference"
+    assert res.manifest["engine"] == "hf"
     monkeypatch.undo()
     fast = rmfast.scan(smollm2.model, smollm2.tokenizer, PROMPT, token_ids="3000:3040", progress=False)
     np.testing.assert_allclose(res.scores, fast.scores, atol=2e-4)
@@ -113,5 +114,5 @@ def test_gemma3_270m_logprob_exact():
     assert t.n_continuation == 1
     ids = torch.tensor([2, 100, 5000, 100000, 262143, 236761, 17128])[:, None]
     fast = Engine(lm.model, t, head="logprob").score(ids)
-    ref = reference_scores(lm.model, t, ids.tolist(), head="logprob", batch_size=4)
+    ref = hf_scores(lm.model, t, ids.tolist(), head="logprob", batch_size=4)
     torch.testing.assert_close(fast, ref, atol=2e-4, rtol=1e-5)

@@ -170,7 +170,7 @@ def test_score_head_replica(base, aliases, tmp_path, capsys):
     """The plain score-head checkpoints, on replicas: `rmfast scan` of the saved folder (fast path) over
     the full vocabulary equals the full-sequence reference to fp32 rounding (2E, E measured against the
     float64 reference: tests/rounding.py)."""
-    from rmfast.reference import reference_scores
+    from rmfast.hf_path import hf_scores
     from rmfast.template import build_template
 
     m = MODELS[aliases[0]]
@@ -186,8 +186,8 @@ def test_score_head_replica(base, aliases, tmp_path, capsys):
     got = pd.read_parquet(out).sort_values("token_id")["score"].to_numpy(np.float64)
     tmpl = build_template(lm.tokenizer, PROMPT, template=tmpl_text)
     ids = [[i] for i in range(RI.TINY["vocab_size"])]
-    ref32 = reference_scores(lm.model, tmpl, ids, head="score", batch_size=1024).numpy()
-    ref64 = reference_scores(lm.model.double(), tmpl, ids, head="score", batch_size=1024).numpy()
+    ref32 = hf_scores(lm.model, tmpl, ids, head="score", batch_size=1024).numpy()
+    ref64 = hf_scores(lm.model.double(), tmpl, ids, head="score", batch_size=1024).numpy()
     assert ref64.std() > 1e-3
     R.assert_agree_to_rounding(ref32, got, ref64)
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from rmfast import pipeline
+from rmfast import batching, pipeline
 from rmfast.io import write_result
 from cli_run import interrupt_scoring_at, run
 
@@ -57,8 +57,8 @@ def test_changed_weights_never_resume_the_old_checkpoint(tmp_path, monkeypatch, 
     result is a fresh scan of the new weights (one note says why the checkpoint was not used)."""
     rm = save_rm(tmp_path / "rm", seed=0)
     weights = rm / "model.safetensors"
-    monkeypatch.setattr(pipeline, "CHECKPOINT_EVERY_N", 1)
-    monkeypatch.setattr(pipeline, "CHECKPOINT_MIN_S", 0.0)
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
     out = tmp_path / "s.parquet"
     restore = interrupt_scoring_at(monkeypatch, 3)
     rc, _, err = run(["scan", rm, *SCAN, "--out", out], capsys)
@@ -129,7 +129,7 @@ def test_infinite_scores_become_nan_batch_by_batch_and_a_resume_keeps_them(tmp_p
         return out
 
     def job():
-        return pipeline.score_groups([pipeline.Group(np.arange(ids.size), 10, score)], ids, key="k", checkpoint=ck,
+        return batching.score_groups([batching.Group(np.arange(ids.size), 10, score)], ids, key="k", checkpoint=ck,
                                      progress=False)
 
     with pytest.raises(KeyboardInterrupt):

@@ -118,7 +118,7 @@ def test_sweep_survives_kill_9(models_dir, tmp_path, capsys):
                     models=["./rm-a", "./rm-b"], prompts={k: PROMPTS[k] for k in ("greatest", "best")},
                     candidates={"vocab": {"vocabulary": {"token_ids": "0:320"}}, "texts": "texts.txt"})
     store = tmp_path / "killed"
-    code = ("import sys; import rmfast.pipeline; rmfast.pipeline.CHECKPOINT_EVERY_S = 0.0; "
+    code = ("import sys; import rmfast.batching; rmfast.batching.CHECKPOINT_EVERY_S = 0.0; "
             "from rmfast.cli import main; sys.exit(main(sys.argv[1:]))")
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen([sys.executable, "-c", code, "sweep", str(cfg), "--out", str(store), "--no-progress"],

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import rmfast
-from rmfast import io, pipeline, resolve
+from rmfast import batching, io, memory, pipeline
 from rmfast.engine import Engine
 from rmfast.store import load_results
 from cli_run import interrupt_scoring_at, one_line_error, run
@@ -253,7 +253,7 @@ def test_checkpoint_by_candidates_not_only_time(tmp_path, monkeypatch):
         def perf_counter():
             return clock["t"]
 
-    monkeypatch.setattr(pipeline, "time", FakeTime)
+    monkeypatch.setattr(batching, "time", FakeTime)
     ck = tmp_path / "job.partial.npz"
     ids = np.arange(4096)
     seen = []
@@ -267,7 +267,7 @@ def test_checkpoint_by_candidates_not_only_time(tmp_path, monkeypatch):
         return rows.astype(np.float32)
 
     with pytest.raises(KeyboardInterrupt):
-        pipeline.score_groups([pipeline.Group(np.arange(ids.size), 512, score)], ids, key="k", checkpoint=ck,
+        batching.score_groups([batching.Group(np.arange(ids.size), 512, score)], ids, key="k", checkpoint=ck,
                               progress=False)
     assert seen and seen[0] >= 1024  # saved after two 512-row batches, 2 s of work
 
@@ -378,19 +378,19 @@ def test_row_bytes_and_memory_cap_planted():
     T, P, D = 5, 40, 64
     act = T * (4 * 576 + (9 + 2 * 3) * D + 3 * 1536) * 2
     att = 2 * 9 * T * (P + T) * 4
-    assert resolve.row_bytes(m, T, prefix_len=P) == act + att
-    assert resolve.row_bytes(m, T, prefix_len=P, head="logprob") == act + att + 2 * T * 8192 * 4
-    full = resolve.row_bytes(m, T, prefix_len=P, full_sequence=True)
+    assert memory.row_bytes(m, T, prefix_len=P) == act + att
+    assert memory.row_bytes(m, T, prefix_len=P, head="logprob") == act + att + 2 * T * 8192 * 4
+    full = memory.row_bytes(m, T, prefix_len=P, full_sequence=True)
     L = T + P
     assert full == L * (4 * 576 + (9 + 2 * 3) * D + 3 * 1536) * 2 + 2 * 9 * L * L * 4 + 30 * L * 2 * 3 * D * 2
     cpu = torch.device("cpu")
-    per = resolve.row_bytes(m, T, prefix_len=P)
-    assert resolve.memory_cap(cpu, per, available=100 * per) == 50  # half of the free memory
-    assert resolve.auto_batch_size(cpu, T, per, available=100 * per) == 50
-    assert resolve.auto_batch_size(cpu, T, per, available=10**15) == resolve.auto_batch_size(cpu, T)
+    per = memory.row_bytes(m, T, prefix_len=P)
+    assert memory.memory_cap(cpu, per, available=100 * per) == 50  # half of the free memory
+    assert memory.auto_batch_size(cpu, T, per, available=100 * per) == 50
+    assert memory.auto_batch_size(cpu, T, per, available=10**15) == memory.auto_batch_size(cpu, T)
     with pytest.warns(UserWarning, match="--batch-size 500 needs .* using 50"):
-        assert resolve.cap_batch_size(500, cpu, per, available=100 * per) == 50
-    assert resolve.cap_batch_size(20, cpu, per, available=100 * per) == 20
+        assert memory.cap_batch_size(500, cpu, per, available=100 * per) == 50
+    assert memory.cap_batch_size(20, cpu, per, available=100 * per) == 20
 
 
 def test_scan_batches_fit_planted_memory(tiny_dir, monkeypatch):
@@ -400,20 +400,20 @@ def test_scan_batches_fit_planted_memory(tiny_dir, monkeypatch):
 
     lm = load(str(tiny_dir), dtype="float32", device="cpu")
     free = {"b": 10**12}
-    monkeypatch.setattr(resolve, "available_memory", lambda device: free["b"])
+    monkeypatch.setattr(memory, "available_memory", lambda device: free["b"])
     kw = dict(token_ids="0:400", compile="off", progress=False)
     big = pipeline.scan(lm.model, lm.tokenizer, PROMPT, **kw).manifest["batch_size"]
     tpr = pipeline.scan(lm.model, lm.tokenizer, PROMPT, token_ids="0:2", compile="off", progress=False).manifest["tokens_per_row"]
     tmpl_p = len(pipeline.build_template(lm.tokenizer, PROMPT).prefix_ids)
-    per = resolve.row_bytes(lm.model, tpr, prefix_len=tmpl_p)
+    per = memory.row_bytes(lm.model, tpr, prefix_len=tmpl_p)
     free["b"] = 2 * 37 * per  # room for 37 rows
     small = pipeline.scan(lm.model, lm.tokenizer, PROMPT, **kw).manifest["batch_size"]
     assert big > 37 and small <= 37
     with pytest.warns(UserWarning, match="--batch-size 300 needs"):
         assert pipeline.scan(lm.model, lm.tokenizer, PROMPT, batch_size=300, **kw).manifest["batch_size"] == 37
     # interrupted with little memory, resumed with plenty: the checkpoint's batches, bit-identical
-    monkeypatch.setattr(pipeline, "CHECKPOINT_EVERY_N", 1)
-    monkeypatch.setattr(pipeline, "CHECKPOINT_MIN_S", 0.0)
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
     ck = Path(str(tiny_dir)).parent / f"mem-{os.getpid()}.partial.npz"
     restore = interrupt_scoring_at(monkeypatch, 3)
     with pytest.raises(KeyboardInterrupt):

@@ -21,7 +21,7 @@ with the tokenizer's special tokens, so a BOS already in the rendered template g
 (its padding side) and read by the model's own pooling, which finds "the last token that is not
 ``config.pad_token_id``": where the config's pad differs from the tokenizer's, the shorter rows of a
 batch are read at a pad position. :func:`authors_batches` builds those batches; the plain-HF
-:func:`rmfast.reference.authors_scores` scores one.
+:func:`rmfast.hf_path.authors_scores` scores one.
 """
 
 from __future__ import annotations

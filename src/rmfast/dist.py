@@ -142,7 +142,7 @@ def load_model(spec: str, *, dtype: str = "auto", device: str = "auto", device_m
 
     ``device_map`` applies to model folders and cached hub ids (embedded and GGUF models are small
     enough for one device). The result is a :class:`rmfast.loader.LoadedModel`; score it with
-    ``engine="reference"`` (the plain-HF path), which follows accelerate's placement.
+    ``engine="hf"`` (the plain-HF path), which follows accelerate's placement.
     """
     from . import loader as L
 
@@ -203,8 +203,8 @@ def engine_for(device_map: str | None, engine: str) -> str:
     if device_map is None or str(device_map).lower() in ("", "none"):
         return engine
     if engine == "fast":
-        raise UserError("--engine fast needs the whole model on one device; drop --device-map or use --engine reference")
+        raise UserError("--engine fast needs the whole model on one device; drop --device-map or use --engine hf")
     if engine == "auto":
         warnings.warn("rmfast: --device-map: scoring on the plain Hugging Face path (the fast engine needs one device)",
                       stacklevel=2)
-    return "reference"
+    return "hf"

@@ -33,16 +33,14 @@ import torch
 
 from . import ops
 from .cpu import compile_here
-from .kernels.blockdiag_attention import pack_prefix, visibility_bias
-from .kernels.cpu_logprob import lse_update
 from .layer import PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
 from .models.arch import ArchSpec, arch_spec
 from .models.heads import GatedHead, LinearHead
 from .template import Template
 
-#: The CPU engine uses the block-diagonal prompt attention (:class:`rmfast.layer.PackedPrompt`) while it
-#: adds at most this fraction of a layer's projection FLOPs (:meth:`Engine.blockdiag_overhead`), and
-#: scan's compile="auto" skips compiling beyond it (the compiled layer always uses that form).
+#: The eager CPU engine (with EAGER_PACKED) uses the block-diagonal prompt attention
+#: (:class:`rmfast.layer.PackedPrompt`) while it adds at most this fraction of a layer's projection
+#: FLOPs (:meth:`Engine.blockdiag_overhead`); the compiled layer always uses that form.
 MAX_BLOCKDIAG_EXTRA = 0.5
 #: whether the eager CPU path also uses the block-diagonal form (default False: measured slower eager;
 #: tests switch it on to check that form without compiling).
@@ -67,10 +65,11 @@ class Engine:
         head: "score" (classifier head) or "logprob" (causal LM).
         head_index: which output of a multi-output score head.
         fuse: concatenate q|k|v and gate|up weights (default: on CPU; see :func:`rmfast.layer.build_layers`).
-        compile: run the batched CPU pass through ``torch.compile`` of the decoder layer (default False).
-            Pays a one-off compile (seconds) per batch shape, then ~1.8× the eager CPU throughput, with
-            the same op order and rounding points as eager. Smaller batches are padded to the compiled
-            one; where torch.compile cannot work here, a one-line warning and the eager path.
+        compile: run the batched CPU pass through ``torch.compile`` of the decoder layer (default False;
+            :func:`rmfast.plan.choose_compile` decides it for jobs). A one-off compile (seconds) per batch
+            shape; the same rounding points as eager but another summation order (docs/determinism.md).
+            Smaller batches are padded to the compiled one; where torch.compile fails here, a one-line
+            warning and the eager path. CPU only (ignored elsewhere).
         fp32_head: final norm and head (score and logprob) in fp32 with fp32 output (default True);
             False rounds where HF does (normed rows and head output in the model dtype). Custom
             heads always run in fp32.
@@ -108,20 +107,13 @@ class Engine:
         if fuse is None:
             fuse = self.device.type == "cpu"
         self.layers = build_layers(spec, fuse)  # per layer: (LayerWeights, LayerConsts), built once
-        self.compile = bool(compile) and self.can_compile(warn=True)
+        self.compile = bool(compile) and self.device.type == "cpu"  # on CUDA: eager around the Triton kernels
         self._packs = None  # per layer: the block-diagonal prompt K/V, built on first use
         self._layer_fn = None  # the compiled decoder layer, built on first use
         self._lm_update_fn = None
         self._compiled_rows: dict[int, int] = {}  # S -> rows of the compiled batch shape
         self._compile_checked = False
         self._encode_prefix()
-
-    @property
-    def fused(self) -> list[tuple] | None:
-        """Per layer (W_qkv, b_qkv, W_gate_up, I) when q|k|v and gate|up are fused, else None."""
-        if len(self.layers[0][0].w_qkv) != 1:
-            return None
-        return [(w.w_qkv[0], None if w.b_qkv is None else w.b_qkv[0], w.w_gate_up[0], w.w_down.shape[1]) for w, _ in self.layers]
 
     # ------------------------------------------------------------------ layers
     @torch.no_grad()
@@ -196,12 +188,12 @@ class Engine:
         if not self._use_packed(h):
             return [PromptKV(k, v) for k, v in self.kv]
         if self._packs is None:
-            self._packs = [pack_prefix(k, v, self.spec.n_heads) for k, v in self.kv]
+            self._packs = [ops.pack_prefix(k, v, self.spec.n_heads) for k, v in self.kv]
         masks = {}  # window -> (pre_bias, suf_bias) for all S query positions
         out = []
         for (k_bd, v_bd), (_, c) in zip(self._packs, self.layers):
             if c.window not in masks:
-                masks[c.window] = visibility_bias(self.P, S, S, c.window, torch.float32, h.device)
+                masks[c.window] = ops.visibility_bias(self.P, S, S, c.window, torch.float32, h.device)
             out.append(PackedPrompt(k_bd, v_bd, *masks[c.window]))
         return out
 
@@ -209,30 +201,16 @@ class Engine:
         """Block-diagonal prompt attention: on CPU when compiling (its layouts are the compiled layer's,
         and inductor fuses the rest); eager, its H-fold zero blocks cost more than the ``bmm`` form
         saves (SmolLM2 bf16 eager, 1,024 rows: 5.2 s vs 4.8 s per batch), so elsewhere ops' kernels."""
-        if h.device.type != "cpu" or ops._use_triton(h):
+        if h.device.type != "cpu" or ops.uses_triton(h):
             return False
         return self.compile or (EAGER_PACKED and self.blockdiag_overhead() <= MAX_BLOCKDIAG_EXTRA)
 
     # ------------------------------------------------------------------ compiled CPU layers
-    def can_compile(self, warn: bool = False) -> bool:
-        """Whether the compiled decoder layer can serve this model (else, with warn, one line why)."""
-        why = self._compile_plan()
-        if why is not None and warn:
-            warnings.warn(f"rmfast: compiled layers unavailable ({why}); using the eager path", stacklevel=3)
-        return why is None
-
-    def _compile_plan(self) -> str | None:
-        """Why the compiled layer cannot serve this model, or None when it can."""
-        if self.device.type != "cpu":
-            # On CUDA the GEMMs and the Triton attention kernel dominate; the layer runs eagerly.
-            return f"compiling is for CPU; on {self.device.type} the layer runs eagerly around the Triton kernels"
-        return None
-
     def blockdiag_overhead(self) -> float:
         """Extra FLOPs of the block-diagonal prompt attention, as a fraction of a layer's projection
         FLOPs: H x the prompt-attention work, so it grows with prompt length and head count (SmolLM2,
-        42-token prompt: 0.12; Llama-3-8B, 50 tokens: 0.06; 1,000 tokens: 1.2). The CPU engine uses
-        that form, and ``scan(compile="auto")`` compiles, only while this is <= :data:`MAX_BLOCKDIAG_EXTRA`."""
+        42-token prompt: 0.12; Llama-3-8B, 50 tokens: 0.06; 1,000 tokens: 1.2). The eager CPU engine
+        uses that form (with EAGER_PACKED) only while this is <= :data:`MAX_BLOCKDIAG_EXTRA`."""
         sp = self.spec
         L0 = sp.layers[0]
         H, D, P = sp.n_heads, sp.head_dim, len(self.template.prefix_ids)
@@ -247,7 +225,7 @@ class Engine:
 
     def _compiled_lm_update(self):
         if self._lm_update_fn is None:
-            self._lm_update_fn = compile_here(_own_copy(lse_update))
+            self._lm_update_fn = compile_here(_own_copy(ops.lse_update))
         return self._lm_update_fn
 
     def _final_norm(self, h: torch.Tensor, fp32: bool) -> torch.Tensor:

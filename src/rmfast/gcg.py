@@ -49,12 +49,13 @@ from dataclasses import dataclass, field
 import torch
 
 from .candidates import check_context
-from .cpu import manifest_fields, say_choice
+from .cpu import say_choice
 from .errors import UserError
 from .gcg_result import GCGResult, RandomSearchResult
 from .gcg_select import distance_penalty, greedy_pairs, loss_gradient
-from .pipeline import oom_batches
-from .resolve import auto_batch_size, cap_batch_size, resolve_compile, resolve_head, row_bytes
+from .batching import oom_batches
+from .memory import parse_batch_size
+from .plan import ScoringPlan, choose_head, engine_name, plan_scoring
 from .version import versions
 from .template import Template, build_template, response_ids
 from .vocab import special_ids, vocab_size
@@ -100,16 +101,15 @@ class GCGConfig:
             gradient, see :mod:`rmfast.gcg_select`).
         compat: None (default) or "authors": the gradient is the fork's, of ``(reward - 30)**2`` in
             both directions (its sign bug: minimizing still proposes reward-raising swaps).
-        eval_batch_size: rows per evaluation batch, or "auto" (default "auto": scan's rule).
+        batch_size: rows per evaluation batch, or "auto" (default "auto": :mod:`rmfast.plan`'s rule).
         head: "auto" (default: score for classifiers, logprob for causal LMs), "score" or "logprob".
         head_index: which output of a multi-output score head (default 0).
         template: None (the tokenizer's chat template, default), a Jinja template or a plain
             format such as ``"User: {prompt}\\nAssistant: {response}"``.
         system: system message (default None).
-        evaluator: "auto" (default: the shared-prompt engine where the architecture is supported,
-            else full sequences), "engine" or "full" (full sequences through ``model(...)``).
-        compile: the engine evaluator's compiled CPU layer: "auto" (default: scan's rule, applied to
-            steps × search_width × restarts candidates), "on" or "off".
+        engine: how candidates are scored: "auto" (default: the shared-prompt engine "fast" where the
+            architecture is supported, else "hf": full sequences through ``model(...)``), "fast" or "hf".
+        compile: the fast engine's compiled CPU layer: "auto" (default, = "off"), "on" or "off".
     """
 
     length: int = 20
@@ -130,12 +130,12 @@ class GCGConfig:
     greedy: bool = False
     distance_penalty: float = 0.0
     compat: str | None = None
-    eval_batch_size: int | str = "auto"
+    batch_size: int | str = "auto"
     head: str = "auto"
     head_index: int = 0
     template: str | None = None
     system: str | None = None
-    evaluator: str = "auto"
+    engine: str = "auto"
     compile: str = "auto"
 
     def validate(self) -> None:
@@ -146,19 +146,12 @@ class GCGConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise UserError(f"{flag} must be an integer >= 1 (got {v!r})")
-        if self.eval_batch_size != "auto":
-            try:
-                bs = int(self.eval_batch_size)
-            except (TypeError, ValueError):
-                raise UserError(f"--eval-batch-size must be a positive integer or auto (got {self.eval_batch_size!r})") from None
-            if bs < 1:
-                raise UserError(f"--eval-batch-size must be a positive integer or auto (got {bs})")
+        parse_batch_size(self.batch_size)
         if self.head not in ("auto", "score", "logprob"):
             raise UserError(f"unknown head {self.head!r}; use auto, score or logprob")
         if self.head_index < 0:
             raise UserError("--head-index must be >= 0")
-        if self.evaluator not in ("auto", "engine", "full"):
-            raise UserError(f"unknown evaluator {self.evaluator!r}; use auto, engine or full")
+        engine_name(self.engine)
         if self.compile not in ("auto", "on", "off"):
             raise UserError(f"unknown --compile {self.compile!r}; use auto, on or off")
         if self.init is not None and not self.init.strip():
@@ -227,7 +220,7 @@ class _Retokenizer:
 
 def _no_pad_pooling(model):
     """Batch-1 classifier forward with inputs_embeds: pad None makes HF pool the final position, silently."""
-    from .reference import pad_token_as
+    from .hf_path import pad_token_as
 
     return pad_token_as(model, None)
 
@@ -252,7 +245,7 @@ class _Gradient:
 
     def __call__(self, ids: torch.Tensor) -> tuple[float, torch.Tensor]:
         """ids: (L,) long. Returns (reward, (L, V) fp32 gradient of the reward)."""
-        from .reference import reward_from_outputs
+        from .hf_path import reward_from_outputs
 
         W = self.W
         L = ids.shape[0]
@@ -277,53 +270,17 @@ class _Gradient:
         return float(r.detach()), g.float()
 
 
-class _Scorer:
-    """Scores (B, L) candidates: the shared-prompt engine, or full sequences through model(...)."""
-
-    def __init__(self, model, tmpl: Template, head: str, head_index: int, evaluator: str, batch_size, L: int,
-                 compile: str = "off", n_evaluations: int = 0, stacklevel: int = 3):
-        from .engine import Engine
-        from .models.arch import arch_spec
-        spec = arch_spec(model)
-        if evaluator == "auto":
-            ok = spec is not None and (head != "score" or spec.score_outputs is not None)
-            evaluator = "engine" if ok else "full"
-            if not ok:
-                warnings.warn(f"rmfast: architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; "
-                              "GCG evaluates candidates as full sequences (correct, slower)", stacklevel=stacklevel)
-        self.kind = evaluator
-        self.model, self.tmpl, self.head, self.head_index = model, tmpl, head, head_index
-        self.device = next(model.parameters()).device
-        t0 = time.perf_counter()
-        if evaluator == "engine":
-            if spec is None:
-                raise UserError(f"architecture {getattr(model.config, 'model_type', '?')!r} is not on the fast path; use evaluator full")
-            self.engine = Engine(model, tmpl, head=head, head_index=head_index)
-            tpr = self.engine.tokens_per_row(L)
-            self.engine.compile = (resolve_compile(compile, model, n_evaluations * tpr, self.engine)
-                                   and self.engine.can_compile(warn=True))
-        else:
-            self.engine = None
-            tpr = len(tmpl.prefix_ids) + L + len(tmpl.suffix_ids)
-        self.prefix_s = time.perf_counter() - t0
-        per_row = row_bytes(model, tpr, prefix_len=len(tmpl.prefix_ids), head=head, full_sequence=self.engine is None)
-        self.bs = (auto_batch_size(self.device, tpr, per_row) if batch_size == "auto"
-                   else cap_batch_size(int(batch_size), self.device, per_row))
-
-    def __call__(self, cands: torch.Tensor) -> torch.Tensor:
-        from .reference import reference_scores
-        def score(lo, hi, b):
-            rows = cands[lo:hi]
-            if self.engine is not None:
-                return self.engine.score(rows).float().cpu()
-            return reference_scores(self.model, self.tmpl, rows.tolist(), head=self.head, head_index=self.head_index,
-                                    batch_size=b)
-
-        out = torch.empty(cands.shape[0], dtype=torch.float32)
-        for lo, hi, s, bs in oom_batches(cands.shape[0], self.bs, self.device, score):
-            out[lo:hi] = s
-            self.bs = bs  # halved after an out-of-memory: later calls start there
-        return out
+def _score_all(plan: ScoringPlan, cands: torch.Tensor) -> torch.Tensor:
+    """(B, L) candidates -> (B,) fp32 scores, in the plan's batches (halved on out-of-memory; later
+    calls keep the smaller size)."""
+    L = cands.shape[1]
+    out = torch.empty(cands.shape[0], dtype=torch.float32)
+    bs = plan.rows_per_batch(L)
+    for lo, hi, s, b in oom_batches(cands.shape[0], bs, plan.device, lambda lo, hi, b: plan.score(cands[lo:hi], b)):
+        out[lo:hi] = torch.from_numpy(s)
+        if b < bs:
+            plan._rows[(L, None)] = b
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,7 +336,8 @@ class _Search:
     init_list: list[list[int]] | None  # init_strings' ids (all of length L)
     L: int  # response length
     k: int  # substitutions kept per position
-    scorer: _Scorer
+    plan: ScoringPlan
+    prefix_s: float
     grad_fn: _Gradient
     sign: float  # +1 maximize, -1 minimize: the objective is sign * reward
     emb: torch.Tensor | None = None  # (n_vocab, D) fp32 embedding rows, for the distance penalty
@@ -396,7 +354,7 @@ class _Search:
 def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template | None) -> _Search:
     """Template, head, allowed tokens, the initial ids, the scorer and the gradient of one run."""
     tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
-    head = resolve_head(model, cfg.head, cfg.head_index)
+    head = choose_head(model, cfg.head, cfg.head_index)
     n_vocab = vocab_size(model, tokenizer)
     allowed = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii, allow_special=cfg.allow_special)
     allowed_ids = allowed.nonzero()[:, 0]
@@ -410,15 +368,17 @@ def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template |
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
     k = min(cfg.topk, allowed_ids.numel())
 
-    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L,
-                     compile=cfg.compile, n_evaluations=cfg.steps * cfg.search_width * cfg.restarts, stacklevel=4)
+    t0 = time.perf_counter()
+    plan = plan_scoring(model, tmpl, head=head, head_index=cfg.head_index, engine=cfg.engine, compile=cfg.compile,
+                        batch_size=cfg.batch_size, stacklevel=4)
+    prefix_s = time.perf_counter() - t0
     if cfg.compat == "authors" and head != "score":
         raise UserError("--compat authors reproduces the fork's squared error to a reward of 30 (a score head); "
                         "drop it for a logprob head")
     grad_fn = _Gradient(model, tmpl, head, cfg.head_index)
     sign = 1.0 if cfg.maximize else -1.0
     emb = grad_fn.W[:n_vocab].detach().float() if cfg.distance_penalty else None
-    return _Search(cfg, tokenizer, tmpl, head, n_vocab, allowed, allowed_ids, retok, init_ids, init_list, L, k, scorer,
+    return _Search(cfg, tokenizer, tmpl, head, n_vocab, allowed, allowed_ids, retok, init_ids, init_list, L, k, plan, prefix_s,
                    grad_fn, sign, emb)
 
 
@@ -446,7 +406,7 @@ def _init_list(tokenizer, tmpl: Template, texts: list[str], n_vocab: int, allowe
 def _evaluate(s: _Search, rows: list[list[int]]) -> torch.Tensor:
     """Score (B, L) rows with the run's scorer, counted and timed. Returns (B,) fp32."""
     te = time.perf_counter()
-    scores = s.scorer(torch.tensor(rows, dtype=torch.long))
+    scores = _score_all(s.plan, torch.tensor(rows, dtype=torch.long))
     s.t_eval += time.perf_counter() - te
     s.n_eval += len(rows)
     return scores
@@ -567,25 +527,14 @@ def _restart(s: _Search, r: int, bar) -> dict:
 
 
 def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
-    """Model, prompt, template, head, direction, evaluator and versions of a run."""
+    """The plan's fields (model, prompt, template, head, dtype, engine, ...), the direction, length,
+    batch size, the selection rule and versions of a run."""
     cfg = s.cfg
-    p = next(model.parameters())
-    info = model_info or {"name": getattr(model.config, "name_or_path", None) or type(model).__name__}
     return {
-        "model": info,
-        "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
-        "prompt": prompt,
-        "template": s.tmpl.manifest(),
-        "head": s.head,
-        "head_index": cfg.head_index,
+        **s.plan.manifest(prompt, model_info),
         "direction": "maximize" if cfg.maximize else "minimize",
         "length": s.L,
-        "dtype": str(p.dtype).replace("torch.", ""),
-        **manifest_fields(model),
-        "device": str(p.device),
-        "evaluator": s.scorer.kind,
-        "compiled": bool(s.scorer.engine is not None and s.scorer.engine.compile),
-        "eval_batch_size": s.scorer.bs,
+        "batch_size": s.plan.rows_per_batch(s.L),
         "n_allowed_tokens": int(s.allowed_ids.numel()),
         "gradient": "full sequence through the HF model with autograd (no prompt cache); one-hot @ embedding weight x embedding scale",
         "candidate_selection": {
@@ -605,7 +554,7 @@ def _timing(s: _Search, wall: float, setup_s: float) -> dict:
     return {
         "wall_s": round(wall, 3),
         "setup_s": round(setup_s, 3),
-        "prompt_encode_s": round(s.scorer.prefix_s, 4),
+        "prompt_encode_s": round(s.prefix_s, 4),
         "steps": n_steps,
         "per_step_s": round(sum(s.step_times) / n_steps, 4) if n_steps else None,
         "gradient_s": round(s.t_grad, 3),
@@ -635,7 +584,7 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     """
     from tqdm.auto import tqdm
 
-    from .reference import reference_scores
+    from .hf_path import hf_scores
     cfg = config or GCGConfig()
     cfg.validate()
     t0 = time.perf_counter()
@@ -656,7 +605,7 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         bar.close()
 
     best_s, best_ids, best_r = global_best
-    ref = float(reference_scores(model, s.tmpl, [best_ids], head=s.head, head_index=cfg.head_index)[0])
+    ref = float(hf_scores(model, s.tmpl, [best_ids], head=s.head, head_index=cfg.head_index)[0])
     wall = time.perf_counter() - t0
     return GCGResult(
         best_ids=list(best_ids),
@@ -681,14 +630,14 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
     cfg = config or GCGConfig()
     cfg.validate()
     tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
-    head = resolve_head(model, cfg.head, cfg.head_index)
     n_vocab = vocab_size(model, tokenizer)
     allowed_ids = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii,
                                  allow_special=cfg.allow_special).nonzero()[:, 0]
     retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
     L = cfg.length
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
-    scorer = _Scorer(model, tmpl, head, cfg.head_index, cfg.evaluator, cfg.eval_batch_size, L)  # random search: short
+    plan = plan_scoring(model, tmpl, head=cfg.head, head_index=cfg.head_index, engine=cfg.engine, compile=cfg.compile,
+                        batch_size=cfg.batch_size, stacklevel=3)
     gen = torch.Generator().manual_seed(cfg.seed)
     seen: set[bytes] = set()
     keep: list[list[int]] = []
@@ -704,7 +653,7 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
             keep.append(row)
             if len(keep) == n_candidates:
                 break
-    scores = scorer(torch.tensor(keep, dtype=torch.long))
+    scores = _score_all(plan, torch.tensor(keep, dtype=torch.long))
     sign = 1.0 if cfg.maximize else -1.0
     i = int(torch.argmax(sign * scores))
     return RandomSearchResult(best_ids=keep[i], best_score=float(scores[i]), n_evaluated=len(keep), scores=scores.tolist())

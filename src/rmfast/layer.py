@@ -51,7 +51,6 @@ import torch.nn.functional as F
 
 from . import ops
 from .cpu import compile_here
-from .kernels.blockdiag_attention import shared_prefix_attention_blockdiag
 from .models.arch import ACTIVATIONS
 
 @dataclass(frozen=True)
@@ -277,7 +276,7 @@ def attend(q, k, v, prompt: PromptKV | PackedPrompt, c: LayerConsts) -> torch.Te
     B, Sq, H, D = q.shape
     if isinstance(prompt, PackedPrompt):
         pre = None if prompt.pre_bias is None else prompt.pre_bias[-Sq:]  # (Sq, 1, P)
-        return shared_prefix_attention_blockdiag(
+        return ops.shared_prefix_attention_blockdiag(
             q, k, v, prompt.k_bd, prompt.v_bd, scale=c.scale, softcap=c.softcap, pre_bias=pre, suf_bias=prompt.suf_bias[-Sq:]
         )
     # ops' layouts: (B, H, Sq, D) queries, (B, Hkv, S, D) suffix K/V — strided views, no copies.

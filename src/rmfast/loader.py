@@ -666,7 +666,7 @@ def _finish(model, tokenizer, device, choice=None):
     """Pad id from the tokenizer, on the device, eval mode, no gradients; the dtype choice recorded."""
     cpu.record(model, choice)
     if tokenizer.pad_token_id is not None:
-        # the checkpoint's own pad id: the published loop pools with it (--compat authors, rmfast.reference)
+        # the checkpoint's own pad id: the published loop pools with it (--compat authors, rmfast.hf_path)
         model._rmfast_checkpoint_pad_id = model.config.pad_token_id
         model.config.pad_token_id = tokenizer.pad_token_id
     model.to(device)

@@ -1,4 +1,5 @@
-"""Kernel dispatch: Triton on CUDA, the torch twins elsewhere.
+"""Kernel dispatch: Triton on CUDA, the torch twins elsewhere. The only door into :mod:`rmfast.kernels`:
+the layer and the engine call these functions, never a kernel module.
 
 Set ``RMFAST_KERNELS=torch`` to force the torch path on CUDA (for A/B timing), or
 ``RMFAST_KERNELS=triton`` to force Triton (on CPU this needs ``TRITON_INTERPRET=1``; tests only).
@@ -10,11 +11,23 @@ import os
 
 import torch
 
+from .kernels import blockdiag_attention as bd
 from .kernels import reference as ref
 from .kernels import triton_available
+from .kernels.cpu_logprob import lse_update
+
+__all__ = ["uses_triton", "shared_prefix_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
+           "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update"]
+
+#: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
+#: the prompt K/V packed once per layer, a visibility bias per window, the attention itself
+pack_prefix = bd.pack_prefix
+visibility_bias = bd.visibility_bias
+shared_prefix_attention_blockdiag = bd.shared_prefix_attention_blockdiag
 
 
-def _use_triton(t: torch.Tensor) -> bool:
+def uses_triton(t: torch.Tensor) -> bool:
+    """Whether the kernels run as Triton for a tensor like ``t`` (CUDA with Triton, or ``RMFAST_KERNELS``)."""
     mode = os.environ.get("RMFAST_KERNELS", "auto")
     if mode == "torch":
         return False
@@ -25,7 +38,7 @@ def _use_triton(t: torch.Tensor) -> bool:
 
 def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, softcap=None, window=None):
     """(B, H, Sq, D) queries over one shared prefix K/V (Hkv, P, D) ⊕ own suffix (B, Hkv, S, D) -> (B, Sq, H, D)."""
-    if _use_triton(q):
+    if uses_triton(q):
         from .kernels.triton_attention import shared_prefix_attention_triton
 
         return shared_prefix_attention_triton(
@@ -46,7 +59,7 @@ def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_styl
     has 8 significant bits: scores in steps of 0.125 near 20, rankings full of ties); False: HF's
     rounding points.
     """
-    if _use_triton(x):
+    if uses_triton(x):
         from .kernels.triton_norm_head import rmsnorm_head_triton
 
         return rmsnorm_head_triton(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style, fp32=fp32)
@@ -61,7 +74,7 @@ def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_sty
     chunk update when it compiles; ``pad_rows``: its compiled row count). fp32 (default): logits
     from fp32 normed rows and upcast weights, not rounded to the model dtype.
     """
-    if _use_triton(x):
+    if uses_triton(x):
         from .kernels.triton_logprob import rmsnorm_lmhead_logprob_triton
 
         return rmsnorm_lmhead_logprob_triton(

@@ -32,244 +32,15 @@ import torch
 from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, authors_batch_size, authors_batches, check_context,
                          ids_digest, max_response_len, render_text, tokenize_in_context)
 from .cpu import say_choice
-from .engine import Engine
 from .errors import UserError
-from .io import atomic_write
-from .reference import authors_encode, authors_scores, hf_read_positions, reference_scores
+from .batching import CHECKPOINT_EVERY_N, Group, count_nonfinite, drop_checkpoint, score_groups  # noqa: F401
+from .hf_path import authors_encode, authors_scores, hf_read_positions
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
-from .resolve import (auto_batch_size, base_manifest, cap_batch_size, even_batch, resolve_compile, resolve_engine,
-                      resolve_head, row_bytes, run_fields, run_key)
+from .plan import ScoringPlan, engine_name, plan_scoring, run_fields, run_key
 from .results import ScanResult, TextScanResult
 from .template import Template, build_template
 from .version import versions
 from .vocab import select_ids
-
-#: a long job saves its finished batches at least this often (seconds), so a kill loses at most
-#: this much work plus one batch ...
-CHECKPOINT_EVERY_S = 5.0
-#: ... and after this many newly scored candidates (a CPU batch or a few), but ...
-CHECKPOINT_EVERY_N = 1024
-#: ... never twice within this many seconds: a save (the ids and scores so far, ~2 MB for a
-#: 150k vocabulary) costs a few ms, which fast GPU batches must not pay every time.
-CHECKPOINT_MIN_S = 0.5
-
-
-# --------------------------------------------------------------------------------------------
-# the loop
-
-
-@dataclass
-class Group:
-    """Rows of one shape scored by one function.
-
-    Attributes:
-        rows: (n,) positions in the job's score array.
-        batch_size: rows per batch (halved on out-of-memory).
-        score: ``score(rows, batch_size) -> (len(rows),) float32 scores``.
-    """
-
-    rows: np.ndarray
-    batch_size: int
-    score: Callable[[np.ndarray, int], np.ndarray]
-
-
-def oom_batches(n: int, bs: int, device: torch.device, score, on_oom=None):
-    """Score rows 0..n-1 in batches: yields (lo, hi, out, bs) with ``out = score(lo, hi, bs)``.
-
-    On out-of-memory the batch is halved (``on_oom(new_bs)`` is told) and the same rows retried;
-    at one row the error propagates.
-    """
-    lo = 0
-    while lo < n:
-        hi = min(n, lo + bs)
-        try:
-            out = score(lo, hi, bs)
-        except torch.OutOfMemoryError:
-            if bs == 1:
-                raise
-            bs = max(1, bs // 2)
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-            if on_oom is not None:
-                on_oom(bs)
-            continue
-        yield lo, hi, out, bs
-        lo = hi
-
-
-def load_checkpoint(path: Path | None, key: str, ids: np.ndarray,
-                    job: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The scores saved for this job, which rows are done, and its groups' batch sizes.
-
-    A done row may hold NaN (a score that came out NaN or infinite), so "done" is kept apart from
-    the scores. With no checkpoint, nothing is done. A checkpoint of another job (another ``key``:
-    model content, prompt, template, head, dtype, engine; or other ``ids``) or an unreadable one is
-    never trusted: the job starts afresh, as it always has, and one note says why (its first save
-    replaces the old file). ``job`` (the fields behind ``key``) lets the note name what changed.
-    """
-    scores, done, sizes = np.full(ids.size, np.nan, dtype=np.float32), np.zeros(ids.size, dtype=bool), None
-    if path is None or not path.exists():
-        return scores, done, sizes
-    try:
-        z = np.load(path, allow_pickle=False)
-        why = _other_job(z, key, ids, job)
-        if why is None:
-            scores = z["scores"].astype(np.float32)
-            done = z["done"].astype(bool) if "done" in z else ~np.isnan(scores)  # older checkpoints: NaN = to do
-            sizes = z["batch_sizes"] if "batch_sizes" in z else None
-    except Exception:
-        why = "it cannot be read"
-    if why is not None:
-        warnings.warn(f"rmfast: note: not resuming from {path}: {why}; this job starts afresh", stacklevel=3)
-    return scores, done, sizes
-
-
-def _other_job(z, key: str, ids: np.ndarray, job: dict | None) -> str | None:
-    """Why the checkpoint ``z`` is not this job's (None: it is)."""
-    if str(z["key"]) == key:
-        return None if np.array_equal(z["ids"], ids) else "it holds other candidates"
-    old = json.loads(str(z["job"])) if "job" in z else None
-    if not isinstance(old, dict) or not old or job is None:
-        return "it was saved by another job"
-    new = json.loads(json.dumps(job, sort_keys=True, default=str))
-    changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    if changed == ["model"] and _same_but_content(old["model"], new["model"]):
-        return "the model's files (weights or config) changed since it was saved"
-    return f"it was saved for another {', '.join(changed) or 'job'}"
-
-
-def _same_but_content(a, b) -> bool:
-    """Two model provenances that differ only in what names their content (a folder edited in place)."""
-    content = ("content_sha256", "sha256", "revision")
-    return isinstance(a, dict) and isinstance(b, dict) and (
-        {k: v for k, v in a.items() if k not in content} == {k: v for k, v in b.items() if k not in content})
-
-
-def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray, done: np.ndarray, batch_sizes,
-                    job: dict | None = None) -> None:
-    def w(tmp):
-        with open(tmp, "wb") as f:
-            np.savez(f, key=np.array(key), ids=ids, scores=scores, done=done,
-                     batch_sizes=np.asarray(batch_sizes, dtype=np.int64),
-                     job=np.array(json.dumps(job or {}, sort_keys=True, default=str)))
-
-    atomic_write(path, w)
-
-
-def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=None, device=None,
-                 progress: bool = True, desc: str = "scan", status: str | None = None,
-                 keep_checkpoint: bool = False, job: dict | None = None) -> tuple[np.ndarray, dict]:
-    """Run every group through fixed batches; returns (scores (N,) float32, timing).
-
-    ``ids`` identifies the job's rows (token ids, or row numbers) for the checkpoint. Batches are
-    cut from each group's full row list, and a batch whose rows a checkpoint already holds is
-    skipped, so a resumed job runs exactly the batches of an uninterrupted one: the checkpoint also
-    holds each group's batch size (a memory-bounded size may differ on a rerun), which the rerun
-    uses. The checkpoint is written every CHECKPOINT_EVERY_S seconds or CHECKPOINT_EVERY_N
-    candidates (not within CHECKPOINT_MIN_S of the last save), and on any exception (Ctrl-C
-    included); with ``keep_checkpoint`` also at the end, so that the scores survive until the
-    caller has written its output (and removed the checkpoint, :func:`finish`). ``job``: the
-    fields behind ``key`` (:func:`rmfast.resolve.run_fields`), saved so that a mismatch can be named.
-
-    A score that comes out NaN or infinite (an overflow: fp16 activations past 65,504) is stored
-    as NaN, batch by batch; the caller counts and reports them (:func:`count_nonfinite`).
-    """
-    from tqdm.auto import tqdm
-
-    device = torch.device(device or "cpu")
-    ck = Path(checkpoint) if checkpoint else None
-    scores, done, sizes = load_checkpoint(ck, key, ids, job)
-    if sizes is not None and len(sizes) == len(groups):
-        for g, b in zip(groups, sizes):
-            g.batch_size = int(b)
-    sizes = [g.batch_size for g in groups]
-    done0 = int(done.sum())
-
-    def save():
-        save_checkpoint(ck, key, ids, scores, done, sizes, job)
-
-    bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
-    if status and done0 < ids.size:
-        bar.set_postfix_str(status)
-    t0 = last_ck = time.perf_counter()
-    first_batch_s, n_since_ck = None, 0
-    try:
-        for g in groups:
-            for lo, hi, out, bs in oom_batches(g.rows.size, g.batch_size, device, lambda lo, hi, b, g=g: _batch(g, done, lo, hi, b),
-                                               lambda b: bar.set_postfix_str(f"OOM: batch -> {b}")):
-                if out is None:  # already in the checkpoint
-                    continue
-                out = np.asarray(out, dtype=np.float32)
-                scores[g.rows[lo:hi]] = np.where(np.isfinite(out), out, np.float32(np.nan))
-                done[g.rows[lo:hi]] = True
-                if first_batch_s is None:
-                    first_batch_s = time.perf_counter() - t0
-                    bar.set_postfix_str("")
-                bar.update(hi - lo)
-                n_since_ck += hi - lo
-                since = time.perf_counter() - last_ck
-                if ck is not None and (since > CHECKPOINT_EVERY_S or (n_since_ck >= CHECKPOINT_EVERY_N and since >= CHECKPOINT_MIN_S)):
-                    save()
-                    last_ck, n_since_ck = time.perf_counter(), 0
-    except BaseException:
-        # Interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun.
-        if ck is not None and int(done.sum()) > done0:
-            save()
-        raise
-    bar.close()
-    scan_s = time.perf_counter() - t0
-    if ck is not None and keep_checkpoint and int(done.sum()) > done0:
-        save()
-    n_new = ids.size - done0
-    return scores, {
-        "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,
-        "scan_s": round(scan_s, 3),
-        "candidates_per_s": round(n_new / scan_s, 2) if scan_s > 0 and n_new else None,
-        "resumed_candidates": done0,
-        "scored_candidates": int(done.sum()) - done0,
-    }
-
-
-def _batch(g: Group, done: np.ndarray, lo: int, hi: int, bs: int):
-    rows = g.rows[lo:hi]
-    if done[rows].all():
-        return None
-    return g.score(rows, bs)
-
-
-#: at most this many ids (or texts) are named in the line about non-finite scores
-NONFINITE_SHOWN = 5
-
-
-def count_nonfinite(scores: np.ndarray, labels, what: str) -> int:
-    """How many of a finished job's scores are NaN (non-finite, :func:`score_groups`); when any are, one
-    warning names the first few (``labels[i]`` of row i: token ids or texts), so a model that overflows
-    is seen at once rather than as a hole in the ranking.
-
-    >>> import warnings
-    >>> with warnings.catch_warnings(record=True) as w:
-    ...     warnings.simplefilter("always")
-    ...     count_nonfinite(np.array([1.0, np.nan, 2.0], np.float32), [10, 11, 12], "token ids")
-    1
-    >>> print(w[0].message)  # doctest: +ELLIPSIS
-    rmfast: warning: 1 of 3 scores came out NaN or infinite (token ids 11): ...
-    """
-    bad = np.flatnonzero(np.isnan(scores))
-    if bad.size:
-        label = lambda x: repr(x[:40]) if isinstance(x, str) else str(x)  # noqa: E731
-        shown = ", ".join(label(labels[int(i)]) for i in bad[:NONFINITE_SHOWN]) + (", ..." if bad.size > NONFINITE_SHOWN else "")
-        warnings.warn(f"rmfast: warning: {bad.size} of {scores.size} scores came out NaN or infinite ({what} {shown}): "
-                      "a numeric overflow in the model (float16 overflows past 65,504: try --dtype float32); they are kept "
-                      "as NaN without a rank, counted in the manifest's n_nonfinite", stacklevel=3)
-    return int(bad.size)
-
-
-def finish(res, checkpoint=None):
-    """Drop the checkpoint of a finished job. Call after the output is safely written."""
-    if checkpoint is not None:
-        Path(checkpoint).unlink(missing_ok=True)
-    return res
-
 
 # --------------------------------------------------------------------------------------------
 # token scans
@@ -312,15 +83,16 @@ def scan(
         wordlike, dedup: the papers' vocabulary views (:func:`rmfast.vocab.vocab_ids`; default off).
         batch_size: "auto" (default) or rows per batch. On CUDA out-of-memory the batch is halved and retried.
         engine: "auto" (default: the shared-prompt engine where the architecture is supported, else
-            the plain-HF path with a warning), "fast" or "reference".
+            the plain-HF path with a warning), "fast" or "hf" (the plain-HF path; "reference": its old name).
         progress: show a progress bar with candidates/s (default True).
         checkpoint: optional path; finished batches are saved there (atomically) and a rerun with
             the same settings resumes from it, bit-identically.
         model_info: provenance for the manifest (the loader's ``source``); default: config name.
-        compile: "auto" (default: on CPU, compile the decoder layer with torch.compile when the job is
-            big enough to repay the one-off compile, see :data:`rmfast.resolve.COMPILE_MIN_FLOPS`), "on" or "off".
+        compile: "auto" (default, = "off": the eager layer on every job, so a token's score never depends
+            on the job's size), "on" (torch.compile the CPU decoder layer: a one-off compile of seconds;
+            see :mod:`rmfast.plan`) or "off".
         keep_checkpoint: leave the checkpoint for the caller to remove once the output is written
-            (:func:`finish`; the CLI does this); default False removes it on return.
+            (:func:`drop_checkpoint`; the CLI does this); default False removes it on return.
 
     Returns:
         ScanResult with scores for the selected ids, ascending by id.
@@ -331,60 +103,49 @@ def scan(
         >>> res = scan(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?", token_ids="0:500")  # doctest: +SKIP
         >>> res.top(3)  # doctest: +SKIP
     """
+    ids, n_vocab, view = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special, wordlike=wordlike,
+                                    dedup=dedup)
+    res = score_ids(model, tokenizer, prompt, ids, head=head, head_index=head_index, template=template, system=system,
+                    batch_size=batch_size, engine=engine, progress=progress, checkpoint=checkpoint, model_info=model_info,
+                    compile=compile, keep_checkpoint=keep_checkpoint, vocab_size=n_vocab)
+    res.manifest["exclude_special"] = exclude_special
+    if wordlike or dedup:
+        res.manifest["vocab_view"] = view
+    return res
+
+
+def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "auto", head_index: int = 0,
+              template=None, system: str | None = None, batch_size="auto", engine: str = "auto", progress: bool = True,
+              checkpoint=None, model_info: dict | None = None, compile="auto", keep_checkpoint: bool = False,
+              vocab_size: int | None = None) -> ScanResult:
+    """Score vocabulary ids already selected (:func:`rmfast.vocab.select_ids`), one token each: the
+    body of :func:`scan` (same options), called once per job by :func:`run_scan`."""
     t0 = time.perf_counter()
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))
-    head = resolve_head(model, head, head_index)
-    ids, n_vocab, view = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special, wordlike=wordlike,
-                                    dedup=dedup)
-    engine = resolve_engine(model, head, head_index, engine)
-    device = next(model.parameters()).device
-    manifest = base_manifest(model, tmpl, prompt, head=head, head_index=head_index, engine=engine, model_info=model_info)
-    manifest.update({"vocab_size": n_vocab, "n_candidates": int(ids.size), "exclude_special": exclude_special})
-    if wordlike or dedup:
-        manifest["vocab_view"] = view
+    plan = plan_scoring(model, tmpl, head=head, head_index=head_index, engine=engine, compile=compile,
+                        batch_size=batch_size, stacklevel=4)
+    manifest = plan.manifest(prompt, model_info)
+    manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size)})
 
-    eng = None
-    if engine == "fast":
-        eng = Engine(model, tmpl, head=head, head_index=head_index)
-        # Decided from the whole job, never from what a resume has left: same job, same path.
-        eng.compile = resolve_compile(compile, model, ids.size * eng.tokens_per_row(1), eng) and eng.can_compile(warn=True)
-    tpr = eng.tokens_per_row(1) if eng is not None else len(tmpl.prefix_ids) + 1 + len(tmpl.suffix_ids)
-    per_row = row_bytes(model, tpr, prefix_len=len(tmpl.prefix_ids), head=head, full_sequence=eng is None)
-    bs = (even_batch(ids.size, auto_batch_size(device, tpr, per_row)) if batch_size == "auto"
-          else cap_batch_size(_batch_size(batch_size), device, per_row))
+    def score(rows, b):  # rows of the job -> their (len(rows),) scores, in batches of b rows
+        return plan.score(torch.from_numpy(ids[rows])[:, None], b)
 
-    def score(rows, b):
-        cand = torch.from_numpy(ids[rows])[:, None]  # (b, 1)
-        if eng is not None:
-            return eng.score(cand).float().cpu().numpy()
-        return reference_scores(model, tmpl, cand.tolist(), head=head, head_index=head_index, batch_size=b).numpy()
-
-    compiled = bool(eng is not None and eng.compile)
-    group = Group(np.arange(ids.size), bs, score)
+    group = Group(np.arange(ids.size), plan.rows_per_batch(1), score)
     say_choice(model)  # the work starts: every check of the input is behind us
     scores, timing = score_groups([group], ids, key=run_key(manifest), checkpoint=checkpoint,
-                                  device=device, progress=progress, desc="scan",
-                                  status="compiling the CPU layer (one-off)" if compiled else None,
+                                  device=plan.device, progress=progress, desc="scan",
+                                  status="compiling the CPU layer (one-off)" if plan.compile else None,
                                   keep_checkpoint=keep_checkpoint, job=run_fields(manifest))
     manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids")
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     tokens = [t if isinstance(t, str) else "" for t in tokens]
     texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    manifest.update({"batch_size": group.batch_size, "compiled": compiled, "tokens_per_row": tpr, **timing, "wall_s": round(time.perf_counter() - t0, 3),
+    manifest.update({"batch_size": group.batch_size, "compiled": bool(plan.eng is not None and plan.eng.compile),
+                     "tokens_per_row": plan.tokens_per_row(1), **timing, "wall_s": round(time.perf_counter() - t0, 3),
                      "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     res = ScanResult(ids, scores, tokens, texts, manifest)
-    return res if keep_checkpoint else finish(res, checkpoint)
-
-
-def _batch_size(bs) -> int:
-    try:
-        n = int(bs)
-    except (TypeError, ValueError):
-        raise UserError(f"--batch-size {bs!r} is not a positive integer or auto") from None
-    if n < 1 or str(bs).strip() != str(n):
-        raise UserError(f"--batch-size {bs!r} is not a positive integer or auto")
-    return n
+    return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,26 +182,20 @@ def _check_lengths(rows, texts, model, tmpl, max_tokens) -> int:
     return limit
 
 
-def _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size) -> list[Group]:
-    """One group per response length on the shared template; one per row that did not split."""
+def _text_groups(rows, plan: ScoringPlan) -> list[Group]:
+    """One group per response length on the shared template; one per row that did not split (it
+    carries its own template and runs the plain-HF path)."""
     by_shape: dict = {}
     for i, r in enumerate(rows):
         by_shape.setdefault((len(r.ids), None) if r.template is None else (len(r.ids), i), []).append(i)
     groups = []
     for (n, odd), idx in sorted(by_shape.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
-        row_t = tmpl if odd is None else rows[odd].template
-        on_engine = eng is not None and odd is None
-        tpr = eng.tokens_per_row(n) if on_engine else len(row_t.prefix_ids) + n + len(row_t.suffix_ids)
-        per_row = row_bytes(model, tpr, prefix_len=len(row_t.prefix_ids), head=head, full_sequence=not on_engine)
-        bs = auto_batch_size(device, tpr, per_row) if batch_size == "auto" else cap_batch_size(_batch_size(batch_size), device, per_row)
+        row_t = None if odd is None else rows[odd].template
 
-        def score(sel, b, on_engine=on_engine, row_t=row_t):
-            if on_engine:
-                return eng.score(torch.tensor([rows[j].ids for j in sel], dtype=torch.long)).float().cpu().numpy()
-            return reference_scores(model, row_t, [rows[j].ids for j in sel], head=head, head_index=head_index,
-                                    batch_size=b).numpy()
+        def score(sel, b, row_t=row_t):
+            return plan.score([rows[j].ids for j in sel], b, row_t)
 
-        groups.append(Group(np.asarray(idx, dtype=np.int64), bs, score))
+        groups.append(Group(np.asarray(idx, dtype=np.int64), plan.rows_per_batch(n, row_t), score))
     return groups
 
 
@@ -454,8 +209,8 @@ def _authors_plan(tokenizer, tmpl, texts, source_ids, bs: int):
 
 def _authors_diagnostics(model, tokenizer, convs, where) -> dict:
     """Which candidates the published loop reads at a pad (or before its end) and which get two BOS: from
-    the tokenization alone (:func:`rmfast.reference.hf_read_positions`, the installed transformers' rule)."""
-    from .reference import _config_pad
+    the tokenization alone (:func:`rmfast.hf_path.hf_read_positions`, the installed transformers' rule)."""
+    from .hf_path import _config_pad
 
     n = len(where)
     pad_read, early_read, double_bos = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
@@ -569,17 +324,19 @@ def score_texts(
         raise UserError("no candidates to score")
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))  # the prompt alone; each text below
-    head = resolve_head(model, head, head_index)
     authors = compat == "authors"
+    # Texts of many lengths would pad every length's batch to full size: their batches are as long as
+    # the texts (a text's fp32 score may then differ in the last bits between jobs; docs/determinism.md).
+    plan = plan_scoring(model, tmpl, head=head, head_index=head_index, engine="hf" if authors else engine,
+                        compile=compile, batch_size=batch_size, fixed_shapes=False, stacklevel=4)
+    head = plan.head
     if authors:
         _check_authors(head, engine)
     rows = tokenize_in_context(tokenizer, tmpl, texts, compat=compat, head=head)
     limit = _check_lengths(rows, texts, model, tmpl, max_tokens)
-    engine = "reference" if authors else resolve_engine(model, head, head_index, engine)
-    device = next(model.parameters()).device
     n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
     n_odd = sum(r.template is not None for r in rows)
-    manifest = base_manifest(model, tmpl, prompt, head=head, head_index=head_index, engine=engine, model_info=model_info)
+    manifest = plan.manifest(prompt, model_info)
     manifest.update({
         "candidate_kind": "vocabulary-decoded" if source_ids is not None else "text",
         "candidates": candidates_info,
@@ -601,19 +358,12 @@ def score_texts(
     elif n_odd:
         warnings.warn(f"rmfast: {n_odd} candidate(s) merge with the template when re-tokenized; they are scored "
                       "as whole sequences on the plain Hugging Face path", stacklevel=2)
-    eng = Engine(model, tmpl, head=head, head_index=head_index) if engine == "fast" else None
-    if eng is not None:
-        n_lengths = len(set(n_tok.tolist()))
-        work = int(sum(eng.tokens_per_row(int(n)) for n in n_tok))
-        eng.compile = (resolve_compile(compile, model, work, eng) and (compile not in ("auto", None) or n_lengths <= 4)
-                       and eng.can_compile(warn=True))
-    groups = (_authors_groups(model, tokenizer, convs, where, head_index) if authors else
-              _text_groups(rows, tmpl, eng, model, head, head_index, device, batch_size))
-    compiled = bool(eng is not None and eng.compile)
+    groups = (_authors_groups(model, tokenizer, convs, where, head_index) if authors else _text_groups(rows, plan))
+    compiled = bool(plan.eng is not None and plan.eng.compile)
     digest = ids_digest(rows)[:16]
     say_choice(model)
     scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=run_key(manifest) + digest,
-                                  checkpoint=checkpoint, device=device, progress=progress, desc="texts",
+                                  checkpoint=checkpoint, device=plan.device, progress=progress, desc="texts",
                                   keep_checkpoint=keep_checkpoint, job={**run_fields(manifest), "candidates": digest})
     manifest["n_nonfinite"] = (count_nonfinite(scores, source_ids, "token ids") if source_ids is not None
                                else count_nonfinite(scores, texts, "texts"))
@@ -621,14 +371,14 @@ def score_texts(
                      "wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
-    return res if keep_checkpoint else finish(res, checkpoint)
+    return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
 
 
 def _check_authors(head: str, engine: str) -> None:
     if head != "score":
         raise UserError("--compat authors reproduces the papers' reward-model scoring loop (score head); for a causal "
                         "LM's log-probabilities use --compat decode-retokenize")
-    if engine == "fast":
+    if engine_name(engine) == "fast":
         raise UserError("--compat authors runs the plain Hugging Face path (it reproduces the published loop, "
                         "padding included); drop --engine fast")
 
@@ -711,14 +461,15 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
         res = score_texts(model, tokenizer, prompt, texts, compat=sel.compat, max_tokens=sel.max_tokens,
                           candidates_info=sel.texts_info, **options)
     else:
-        ids, _, view = select_ids(model, tokenizer, sel.token_ids, exclude_special=sel.exclude_special,
+        ids, n_vocab, view = select_ids(model, tokenizer, sel.token_ids, exclude_special=sel.exclude_special,
                                   wordlike=sel.wordlike, dedup=sel.dedup)
         order = rows(ids.size) if rows else np.arange(ids.size)
         if sel.compat:
             res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], max_tokens=sel.max_tokens,
                                          compat=sel.compat, **options)
         else:
-            res = scan(model, tokenizer, prompt, token_ids=ids[order], **options)
+            res = score_ids(model, tokenizer, prompt, ids[order], vocab_size=n_vocab, **options)
+            res.manifest["exclude_special"] = sel.exclude_special
         res.manifest["vocab_view"] = view
     # A subset of texts re-batches them (other padding), so an authors text scan is not audited.
     a = None if authors_texts else audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options), n=audit,
@@ -730,7 +481,7 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
 
 def _rescorer(res, tokenizer, prompt: str, sel: Selection, options: dict):
     """``rescore(fp32_model, rows)``: those rows of ``res`` scored again the same way, by another model
-    (the audit's fp32 copy): eager, auto batch, no checkpoint, no progress bar."""
+    (the audit's fp32 copy): eager, one batch, no checkpoint, no progress bar."""
     m = res.manifest
     kw = {"head": m["head"], "head_index": m["head_index"], "engine": m["engine"], "compile": "off", "progress": False,
           "template": options.get("template"), "system": options.get("system")}
@@ -738,8 +489,9 @@ def _rescorer(res, tokenizer, prompt: str, sel: Selection, options: dict):
         kw["batch_size"] = m["compat_authors"]["batch_size"]
 
     def rescore(m32, rows):
+        kw.setdefault("batch_size", len(rows))  # the audit's rows in one batch: nothing to pad
         if isinstance(res, ScanResult):
-            return scan(m32, tokenizer, prompt, token_ids=res.token_ids[rows], **kw).scores
+            return score_ids(m32, tokenizer, prompt, res.token_ids[rows], **kw).scores
         if res.source_ids is not None:
             return decode_retokenize_scan(m32, tokenizer, prompt, res.source_ids[rows], max_tokens=sel.max_tokens,
                                           compat=sel.compat, **kw).scores

@@ -20,7 +20,7 @@ The config (YAML; relative paths are relative to the config file)::
         batch_size: 256                   #   rows per batch, or auto
         trust_remote_code: false
         random_head_seed: null
-        engine: auto                      #   auto | fast | reference
+        engine: auto                      #   auto | fast | hf (the plain Hugging Face path)
         compile: auto                     #   auto | on | off (the compiled CPU layer)
         audit: 512                        #   bf16/fp16: rows rescored in fp32 (manifest scan.bf16_audit); 0: off
         base: null                        #   adapter (LoRA) checkpoints: the base model (default: the one
@@ -263,7 +263,7 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
         batch_size=bs,
         trust_remote_code=c.get("trust_remote_code", "bool", False, allow_none=False),
         random_head_seed=c.get("random_head_seed", "int"),
-        engine=c.get("engine", "str", "auto", choices=("auto", "fast", "reference"), allow_none=False),
+        engine=c.get("engine", "str", "auto", choices=("auto", "fast", "hf", "reference"), allow_none=False),
         compile=c.get("compile", "str", "auto", choices=("auto", "on", "off"), allow_none=False),
         cache_dir=c.get("cache_dir", "str"),
         audit=c.get("audit", "int", DEFAULT_AUDIT_N, minimum=0, allow_none=False),

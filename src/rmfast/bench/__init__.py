@@ -3,7 +3,7 @@
 For each model (same prompt, same candidate ids), in one run:
 
 * **naive** — the papers' pipeline: the full templated sequence per candidate, batched
-  (:func:`rmfast.reference.reference_scores`); the better of a couple of batch sizes.
+  (:func:`rmfast.hf_path.hf_scores`); the better of a couple of batch sizes.
 * **hf-cache** — the best plain-HF approach: the prompt's K/V computed once with
   ``model(prefix, use_cache=True)``; per batch the ``DynamicCache`` is deep-copied and
   ``batch_repeat_interleave(B)``-ed (HF appends to the cache along the sequence axis, so every

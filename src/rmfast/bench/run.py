@@ -81,7 +81,7 @@ class Timed:
 
 def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> BenchRun:
     """Head, template, dimensions and the candidate sample of one configuration."""
-    from ..resolve import default_head
+    from ..plan import default_head
     from ..template import build_template
     from ..vocab import vocab_size
 
@@ -105,14 +105,15 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
 def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
     """rmfast (the compiled CPU layer where it applies) and rmfast-eager (the same engine, not compiled)."""
     from ..engine import Engine
-    from ..resolve import auto_batch_size, even_batch, row_bytes
+    from ..plan import plan_scoring
 
     device, args, model, tmpl, head = b.device, b.args, b.model, b.tmpl, b.head
     b.compile_rm = device.type == "cpu" and args.compile != "off"
     b.mem.reset()
     sync(device)
     t0 = time.perf_counter()
-    b.eng = eng = Engine(model, tmpl, head=head, compile=b.compile_rm)
+    plan = plan_scoring(model, tmpl, head=head, compile=b.compile_rm, batch_size=args.batch_size or "auto")
+    b.eng = eng = plan.eng
     sync(device)
     setup_rm = time.perf_counter() - t0
     b.tpr = eng.tokens_per_row(1)
@@ -124,8 +125,7 @@ def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
         b.ids = candidate_ids(b.n_vocab, b.n_vocab, seed=args.seed)  # same permutation: naive's ids are its first ones
         b.n = b.ids.size
     ids, n, reps = b.ids, b.n, b.reps
-    per_row = row_bytes(model, max(1, b.tpr), prefix_len=len(tmpl.prefix_ids), head=head)
-    bs_rm = min(args.batch_size or even_batch(n, auto_batch_size(device, max(1, b.tpr), per_row)), n)
+    bs_rm = min(plan.rows_per_batch(1), n)  # the batch a scan of this model runs (timed unpadded: n / bs passes)
     t_eg = s_eg = None
     if b.whole:
         def run_rm():
@@ -236,7 +236,7 @@ def time_naive(b: BenchRun) -> Timed:
     bs_nv, probe_nv = pick_batch(lambda bs: naive_scorer(model, tmpl, head, bs), ids_nv, opts, device)
     s_nv, t_nv = time_calls(lambda: [naive_scorer(model, tmpl, head, bs_nv)(torch.from_numpy(ids_nv)[:, None])],
                             device, b.reps)
-    if head == "logprob":  # the cap reference_scores applies (same formula), so the table shows the real batch
+    if head == "logprob":  # the cap hf_scores applies (same formula), so the table shows the real batch
         V = model.config.get_text_config().vocab_size
         bs_nv = max(1, min(bs_nv, int(5e7 // ((1 + len(tmpl.continuation_ids) + 1) * V))))
     mem_nv = b.mem.read_mib()

@@ -54,6 +54,22 @@ def add_output_args(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
 
 
+def add_plan_args(p: argparse.ArgumentParser, *, batch_what: str = "rows per batch") -> None:
+    """The scoring plan's options (:mod:`rmfast.plan`), one name and one default on every command."""
+    p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
+                   help="auto (default): score for classifiers, logprob for causal LMs")
+    p.add_argument("--head-index", type=nonneg_int, default=0, help="output of a multi-output score head (default 0)")
+    p.add_argument("--engine", default="auto", choices=["auto", "fast", "hf", "reference"],
+                   help="auto (default): the shared-prompt engine (fast) where supported, else the plain Hugging Face "
+                        "forward of each whole conversation (hf; 'reference' is its old name)")
+    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
+                   help="torch.compile the fast engine's CPU decoder layer: auto (default) = off, so a candidate's score "
+                        "never depends on the job's size; on: a one-off compile of seconds, faster on some CPUs "
+                        "(rmfast bench shows both)")
+    p.add_argument("--batch-size", default="auto", help=f"{batch_what}, or auto (default: ~4k tokens per batch on CPU, "
+                                                        "bounded by free memory)")
+
+
 def template_arg(args, lm=None):
     """The --template option as the library takes it: unescaped; else the loaded model's default,
     said in one line (a base model without a chat template gets a plain format)."""

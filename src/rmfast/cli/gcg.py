@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -57,14 +58,11 @@ def register(subparsers) -> None:
     p.add_argument("--allow-special", action="store_true", help="allow special/added tokens (default off)")
     p.add_argument("--no-retokenize-filter", action="store_true",
                    help="keep candidates whose text re-encodes to other ids (default: drop them)")
-    p.add_argument("--eval-batch-size", default="auto", help="rows per evaluation batch, or auto (default)")
-    p.add_argument("--evaluator", default="auto", choices=["auto", "engine", "full"],
-                   help="auto (default): the shared-prompt engine where supported; full: whole sequences through the model")
-    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
-                   help="the engine evaluator's compiled CPU layer: auto (default: for long runs), on, off")
-    p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
-                   help="auto (default): score for classifiers, logprob for causal LMs")
-    p.add_argument("--head-index", type=common.nonneg_int, default=0, help="output of a multi-output score head (default 0)")
+    common.add_plan_args(p, batch_what="candidates per evaluation batch")
+    # the older names of --batch-size and --engine (engine -> fast, full -> hf)
+    p.add_argument("--eval-batch-size", dest="batch_size", help=argparse.SUPPRESS)
+    p.add_argument("--evaluator", dest="engine", type=lambda v: {"engine": "fast", "full": "hf"}.get(v, v),
+                   help=argparse.SUPPRESS)
     p.add_argument("--random-head-seed", type=common.nonneg_int, default=None,
                    help="load a causal LM as a classifier with a random score head of this seed (default: off)")
     p.add_argument("--out", default=None, help="output JSON (default results/gcg__<model>__<prompt>__<max|min>.json); plot beside it (.png)")
@@ -93,8 +91,8 @@ def run(args) -> int:
         n_replace=args.n_replace, buffer_size=args.buffer_size, patience=args.patience, restarts=args.restarts,
         seed=args.seed, maximize=not args.minimize, allow_non_ascii=args.allow_non_ascii,
         allow_special=args.allow_special, retokenize_filter=not args.no_retokenize_filter, init=args.init,
-        eval_batch_size=args.eval_batch_size, head=args.head, head_index=args.head_index,
-        template=template_arg(args), system=args.system, evaluator=args.evaluator, compile=args.compile,
+        batch_size=args.batch_size, head=args.head, head_index=args.head_index,
+        template=template_arg(args), system=args.system, engine=args.engine, compile=args.compile,
         init_strings=_init_strings(args), greedy=args.greedy_candidates, distance_penalty=args.distance_penalty,
         compat=args.compat,
     )
@@ -110,7 +108,7 @@ def run(args) -> int:
     res.to_json(out, overwrite=args.overwrite)
     plot = res.plot(png) if png is not None else None
     m, t = res.manifest, res.timing
-    print(f"\nGCG {m['direction']} ({m['head']} head, {m['length']} tokens, {m['evaluator']} evaluator, {m['dtype']}, {m['device']})")
+    print(f"\nGCG {m['direction']} ({m['head']} head, {m['length']} tokens, {m['engine']} engine, {m['dtype']}, {m['device']})")
     print(f"best score      {res.best_score:.6f}")
     print(f"reference score {res.best_score_reference:.6f}  (plain-HF forward of the same ids)")
     print(f"best text       {res.best_text!r}")

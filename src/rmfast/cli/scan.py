@@ -21,9 +21,7 @@ def register(sub) -> None:
     common.add_model_args(p)
     common.add_template_args(p)
     common.add_output_args(p, "results/<model>__<prompt>[__<candidates>].parquet; manifest at <out>.json")
-    p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
-                   help="auto (default): score for classifiers, logprob for causal LMs")
-    p.add_argument("--head-index", type=common.nonneg_int, default=0, help="output of a multi-output score head (default 0)")
+    common.add_plan_args(p)
     p.add_argument("--token-ids", default=None, help="subset: a range A:B or a file with one id per line (default: all)")
     p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens (default: score them)")
     p.add_argument("--wordlike", action="store_true", help="vocabulary view: tokens that are letters only (after the leading space)")
@@ -36,11 +34,6 @@ def register(sub) -> None:
                         "re-tokenized); authors: their whole scoring loop (also a second BOS, and batches of --batch-size "
                         "padded together: auto = the papers' size for their models, else 32; plain-HF path). Default off")
     p.add_argument("--max-tokens", type=common.positive_int, default=None, help="longest text candidate in tokens (default 256)")
-    p.add_argument("--batch-size", default="auto", help="rows per batch, or auto (default)")
-    p.add_argument("--engine", default="auto", choices=["auto", "fast", "reference"],
-                   help="auto (default): the shared-prompt engine where supported, else plain HF")
-    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
-                   help="torch.compile the CPU decoder layer: auto (default: for big CPU jobs), on, off")
     p.add_argument("--device-map", default=None,
                    help="e.g. auto: spread a large model over the GPUs (accelerate; plain-HF path; default off)")
     p.add_argument("--audit", type=common.nonneg_int, default=512, metavar="N",
@@ -71,7 +64,7 @@ def selection(args):
 
 
 def run(args) -> int:
-    from ..pipeline import finish, run_scan
+    from ..pipeline import drop_checkpoint, run_scan
 
     sel = selection(args)
     d = dist.from_env()
@@ -97,14 +90,14 @@ def run(args) -> int:
             if d.world > 1:
                 res = _gather(d, out, res, order)
                 if res is None:
-                    finish(None, ck)
+                    drop_checkpoint(None, ck)
                     return 0
             try:
                 res.to_parquet(out, overwrite=args.overwrite or d.world > 1)
             except OSError as e:  # a full disk, a read-only folder: the scores stay in the checkpoint
                 raise UserError(f"cannot write {out}: {e.strerror or e}; the scores are kept in {ck} — free space "
                                 "(or fix the folder) and rerun the same command to write them without rescoring") from None
-            finish(res, ck)  # only now: the output and its manifest are in place
+            drop_checkpoint(res, ck)  # only now: the output and its manifest are in place
         _print_summary(res, args.top, out, d.world)
         return 0
     finally:

@@ -87,7 +87,7 @@ def flat_lm_head(model):
 
 
 @torch.no_grad()
-def reference_scores(
+def hf_scores(
     model,
     template: Template,
     responses: list[list[int]],
@@ -102,7 +102,7 @@ def reference_scores(
     Rows of equal length are batched together (no padding ever).
 
     Example:
-        >>> reference_scores(model, tmpl, [[1234], [5678]], head="score")  # doctest: +SKIP
+        >>> hf_scores(model, tmpl, [[1234], [5678]], head="score")  # doctest: +SKIP
     """
     dev = next(model.parameters()).device
     out = torch.empty(len(responses), dtype=torch.float32)
