@@ -228,9 +228,12 @@ def load_checkpoint_ranks(paths, *, ledger: Ledger | None = None) -> pd.DataFram
     """The authors' training-run category ranks as a long trajectory table.
 
     ``paths``: paper B's data folder, its ``reward_model_training/``, or ``rank_results_*.csv``
-    files. Columns: run (file stem without ``rank_results_``), model_id, base, data_size
-    (thousands of pairs; NaN for a file outside the authors' manifest), data_source, method,
-    step (the checkpoint), category, median_rank (the file's ``sum_value``).
+    files. Columns: run (file stem without ``rank_results_``), same_as (the run an identical file
+    was read as first, else None), model_id, base, data_size (thousands of pairs; the authors'
+    Fig. 4 manifest; NaN for a file outside it), data_source, method, file_data_size and
+    file_data_source (what the file's own columns say, where it has them: grm_80k's say 85k
+    Skywork where the manifest says 550k UltraFeedback + Skywork), step (the checkpoint),
+    category, median_rank (the file's ``sum_value``).
 
     >>> t = load_checkpoint_ranks("../shared/data/iclr2026")
     >>> sorted(t["run"].unique())
@@ -256,19 +259,38 @@ def load_checkpoint_ranks(paths, *, ledger: Ledger | None = None) -> pd.DataFram
             raise UserError(f"{f.name} lacks column(s) {sorted(need - set(raw.columns))}; "
                             "expected paper B's rank_results_*.csv")
         run = re.sub(r"^rank_results_", "", f.stem)
-        body = raw[sorted(need)].to_csv(index=False)
-        if body in seen:
-            ledger.note(f"{f.name} holds exactly the same rows as {seen[body]} (the published "
-                        "files are identical; the two runs cannot be told apart)")
-        seen.setdefault(body, f.name)
         t = raw[["model_id", "Category", "checkpoint", "sum_value"]].drop_duplicates()
         if len(t) < len(raw):
             ledger.drop("load", len(raw) - len(t), "exact duplicate rows", model=run)
+        body = t.sort_values(["model_id", "Category", "checkpoint"]).to_csv(index=False)
+        same_as = seen.get(body)
+        if same_as is not None:
+            ledger.note(f"{f.name} holds exactly the same rows as rank_results_{same_as}.csv (the "
+                        f"published runs {same_as} and {run} cannot be told apart; verdicts count "
+                        "them once)")
+        seen.setdefault(body, run)
         size, source, method = RUNS.get(run, (np.nan, None, None))
+        own = {}
+        for col in ("data_size", "data_source", "method"):
+            vals = raw[col].dropna().unique() if col in raw.columns else []
+            own[col] = vals[0].item() if len(vals) == 1 and hasattr(vals[0], "item") else (
+                vals[0] if len(vals) == 1 else None)
+        manifest = {"data_size": size, "data_source": source, "method": method}
+        differs = [f"{c} {own[c]} (file) vs {manifest[c]} (manifest)" for c in own
+                   if own[c] is not None and manifest[c] is not None
+                   and str(own[c]) != str(manifest[c])]
+        if differs:
+            ledger.note(f"{f.name}: the file's own columns disagree with the authors' Fig. 4 "
+                        f"manifest: {'; '.join(differs)}. data_size/data_source/method are the "
+                        "manifest's (what Fig. 4b plots); file_data_size/file_data_source keep "
+                        "the file's")
         frames.append(pd.DataFrame({
-            "run": run, "model_id": t["model_id"].to_numpy(),
+            "run": run, "same_as": same_as, "model_id": t["model_id"].to_numpy(),
             "base": t["model_id"].map(base_of).to_numpy(), "data_size": size,
             "data_source": source, "method": method,
+            "file_data_size": pd.to_numeric(own["data_size"], errors="coerce")
+            if own["data_size"] is not None else np.nan,
+            "file_data_source": own["data_source"],
             "step": pd.to_numeric(t["checkpoint"]).to_numpy(),
             "category": t["Category"].to_numpy(),
             "median_rank": pd.to_numeric(t["sum_value"]).to_numpy()}))
