@@ -177,6 +177,17 @@ def _fig1_png(med: pd.DataFrame, path: Path, n_words: int | None = None) -> None
     atomic_write(path, lambda tmp, b=to_png(fig): Path(tmp).write_bytes(b))
 
 
+def _try_mixed(med: pd.DataFrame, random_slope: bool) -> tuple[pd.DataFrame, str | None]:
+    """:func:`paper_mixed`, or an empty table and why it could not be fitted (a singular design:
+    too few models for the random effects' covariance, or no variation between models)."""
+    try:
+        return paper_mixed(med, random_slope=random_slope), None
+    except (np.linalg.LinAlgError, ValueError) as exc:
+        empty = pd.DataFrame(columns=["term", "coef", "se", "df", "t", "p_value", "p_z",
+                                      "random_effects", "model_sd", "residual_sd", "converged"])
+        return empty, str(exc).splitlines()[0] or type(exc).__name__
+
+
 def _fmt_p(p: float) -> str:
     return f"{p:.2g}"
 
@@ -201,8 +212,8 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
                         ("avg_ranks", r_avg_ranks(paper.summaries))):
         write_csv(out / f"{tag}_{name}.csv", table)
         files[name] = f"{tag}_{name}.csv"
-    mixed = paper_mixed(med)
-    slope = paper_mixed(med, random_slope=True)
+    mixed, mixed_failed = _try_mixed(med, False)
+    slope, slope_failed = _try_mixed(med, True) if not mixed_failed else (mixed, mixed_failed)
     write_csv(out / f"{tag}_mixed.csv", pd.concat([mixed, slope], ignore_index=True))
     files["mixed"] = f"{tag}_mixed.csv"
     _fig1_png(med, out / f"{tag}.png", n_words)
@@ -229,10 +240,12 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
     mi, ms = mixed.set_index("term"), slope.set_index("term")
     lmm_parts = "; ".join(
         f"{t} {mi.loc[t, 'coef']:+.2f} (random intercept: SE {mi.loc[t, 'se']:.2f}, "
-        f"t({int(mi.loc[t, 'df'])}) = {mi.loc[t, 't']:.2f}, p = {_fmt_p(mi.loc[t, 'p_value'])}; "
-        f"+ random category slope: SE {ms.loc[t, 'se']:.2f}, z = {ms.loc[t, 't']:.2f}, "
-        f"p_z = {_fmt_p(ms.loc[t, 'p_z'])})" for t in inter_terms)
-    slope_note = "" if slope["converged"].all() else " (the random-slope fit did not converge)"
+        f"t({int(mi.loc[t, 'df'])}) = {mi.loc[t, 't']:.2f}, p = {_fmt_p(mi.loc[t, 'p_value'])}"
+        + ("" if slope_failed else f"; + random category slope: SE {ms.loc[t, 'se']:.2f}, z = "
+           f"{ms.loc[t, 't']:.2f}, p_z = {_fmt_p(ms.loc[t, 'p_z'])}") + ")" for t in inter_terms)
+    slope_note = (f" (the random-slope model could not be fitted: {slope_failed})" if slope_failed
+                  else "" if slope["converged"].all()
+                  else " (the random-slope fit did not converge)")
     k = len(pt)
     if big_two:
         paper_claim, holds = CLAIM_FIG1, bool(all(ok) and all(sig))
@@ -262,7 +275,8 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
         {"id": f"{fid}-lmm", "title": f"Fig. {fig} mixed model (base × category × framing)",
          "paper_claim": CLAIM_LMM,
          "holds": bool((mi.loc[inter_terms, "p_value"] < 0.05).any()) if inter_terms else None,
-         "summary": (f"{lmm_parts}{slope_note}; REML, {med['model'].nunique()} models, "
+         "summary": (f"not fitted: {mixed_failed}" if mixed_failed else
+                     f"{lmm_parts}{slope_note}; REML, {med['model'].nunique()} models, "
                      f"{len(med)} rows. The paper fits the random intercept only"),
          "files": [files["mixed"]]},
         {"id": f"{fid}-summaries", "title": f"Fig. {fig}: three summaries of the same medians",
@@ -271,7 +285,7 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
          "holds": None, "summary": _summaries_line(paper.summaries, ga, gb),
          "files": [files["summaries"], files["avg_ranks"]]},
     ]
-    if big_two:
+    if big_two and not slope_failed:
         findings.append({"id": f"{fid}-units", "title": "Why the verdicts differ: what each "
                          "test treats as independent", "paper_claim": CLAIM_FIG1, "holds": None,
                          "summary": _units_paragraph(pt, ours.permutation, mi, ms, inter_terms,
@@ -376,6 +390,10 @@ FIG4_N_RANKED = 1365
 def _fig4(data_dir: Path, out: Path) -> list[dict]:
     from .ledger import Ledger
 
+    if not (data_dir / "reward_model_training").is_dir():
+        return [{"id": "B-fig4", "title": "Fig. 4: RM training runs", "paper_claim": CLAIM_FIG4B,
+                 "holds": None, "files": [], "summary": "not available: no folder "
+                 f"{data_dir / 'reward_model_training'}"}]
     ledger = Ledger()
     table = load_checkpoint_ranks(data_dir, ledger=ledger)
     same = table.drop_duplicates("run").set_index("run")["same_as"].dropna().to_dict()
