@@ -176,7 +176,8 @@ def test_fig1_medians_and_paper_tests_equal_the_authors_recipe(tmp_path):
     from rmfast.analysis.paper_b import reproduce_paper_b
 
     found = reproduce_paper_b(IC, tmp_path)
-    assert [f["id"] for f in found] == ["B-fig1", "B-fig1-rmfast", "B-fig1-lmm", "B-fig4a",
+    assert [f["id"] for f in found] == ["B-fig1", "B-fig1-rmfast", "B-fig1-lmm",
+                                        "B-fig1-summaries", "B-fig1-units", "B-fig1b", "B-fig4a",
                                         "B-fig4b"]
     for f in found:
         assert {"id", "title", "paper_claim", "holds", "summary", "files"} <= set(f)
@@ -218,3 +219,276 @@ def test_fig1_mixed_model_matches_an_independent_statsmodels_fit(tmp_path):
     # same model, terms in another order: compare the sorted coefficients
     assert sorted(out["coef"]) == pytest.approx(sorted(fit.fe_params), rel=1e-6, abs=1e-6)
     assert out.loc["base_modelLlama", "df"] == 8 and out.loc["CategoryCommunion", "df"] == 1064
+
+
+# ---- any dictionary, any file-name prefix, from the command line (issue 26) ---------------
+
+FOUNDATIONS = ("Care", "Fairness", "Loyalty")
+
+
+def _mfd_like(root, *, n_models: int = 4, seed: int = 0):
+    """A synthetic MFD-like set in the authors' layout: score CSVs under two prefixes (as the
+    authors' dict_MFD_20/ folder), a wide .dicx with <Foundation>_Virtue/_Vice columns, one word
+    listed under two categories (the R script ranks it twice). Llama RMs score Care words up."""
+    rng = np.random.default_rng(seed)
+    folder = root / "dict_MFD_20"
+    folder.mkdir(parents=True)
+    cols = [f"{f}_{k}" for f in FOUNDATIONS for k in ("Virtue", "Vice")]
+    terms, rows = [], []
+    for i, c in enumerate(cols):
+        for j in range(6):
+            t = f"{c.lower()}{j}"
+            terms.append((t, c))
+    terms.append(("carefair", "Care_Virtue"))
+    terms.append(("carefair", "Fairness_Virtue"))
+    dic = pd.DataFrame({"DicTerm": sorted({t for t, _ in terms})})
+    for c in cols:
+        dic[c] = ["X" if (t, c) in set(terms) else "" for t in dic["DicTerm"]]
+    dicx = root / "mfd.dicx"
+    dic.to_csv(dicx, index=False)
+    words = list(dic["DicTerm"]) + ["notaword", "another"]
+    prompts = [f"{a}_ever_one" for a in ("best", "good", "worst", "terrible")]
+    names = [("org_Gemma-A", "MFD20"), ("org_Gemma-B", "big2"), ("org_Llama-A", "MFD20"),
+             ("org_Llama-B", "big2"), ("org_Llama-C", "big2"), ("org_Gemma-C", "MFD20")][:n_models]
+    for key, prefix in names:
+        up = 2.0 if "Llama" in key else 0.0
+        w = pd.DataFrame({"response": words})
+        for p in prompts:
+            w[p] = [rng.normal() + (up if x.startswith("care") else 0.0) for x in words]
+        w.to_csv(folder / f"{prefix}_rewards_{key}.csv", index=False)
+    return folder, dicx
+
+
+def _authors_mfd(folder, dicx, keep: bool = False) -> pd.DataFrame:
+    """The authors' MFD recipe in plain pandas: inner join on DicTerm, one row per word ×
+    marked column, distinct, rank(-score) over those rows within model × prompt, then the
+    category cut at '_' (sub("_.*", "", ...)), median per model × prompt × category."""
+    import re
+
+    parts = []
+    for f in sorted(folder.glob("*.csv")):
+        w = pd.read_csv(f, keep_default_na=False)
+        long = w.melt(id_vars="response", var_name="prompt", value_name="score")
+        long["model"] = re.sub(r"^.*?_rewards_", "", f.stem)
+        parts.append(long)
+    dic = pd.read_csv(dicx, dtype=str, keep_default_na=False)
+    cats = [c for c in dic.columns if c != "DicTerm"]
+    d = pd.concat(parts).merge(dic, left_on="response", right_on="DicTerm")
+    d = d.melt(id_vars=["model", "prompt", "response", "score"], value_vars=cats,
+               var_name="cat", value_name="value")
+    d = d[d["value"] == "X"].drop_duplicates()
+    d["rank"] = d.groupby(["model", "prompt"])["score"].rank(ascending=False)
+    if not keep:
+        d["cat"] = d["cat"].str.replace(r"_.*", "", regex=True)
+    return d.groupby(["model", "prompt", "cat"])["rank"].median().rename("median").reset_index()
+
+
+def _cli(args, capsys):
+    from rmfast.cli import main
+
+    rc = main([str(a) for a in args])
+    return rc, capsys.readouterr().err
+
+
+def test_cli_categories_on_a_new_dictionary_equals_the_authors_recipe(tmp_path, capsys):
+    folder, dicx = _mfd_like(tmp_path)
+    out = tmp_path / "x.csv"
+    rc, err = _cli(["analyze", "categories", folder, "--dictionary", dicx, "--method", "paper",
+                    "--n-perm", "99", "--out", out], capsys)
+    assert rc == 0, err
+    # every file counted in one note, under both prefixes
+    assert "read 4 (2 MFD20_rewards_*, 2 big2_rewards_*), skipped 0" in err
+    got = pd.read_csv(out)
+    assert list(got.columns[:5]) == ["model", "prompt", "category", "median_rank", "framing"]
+    assert got["model"].nunique() == 4 and set(got["category"]) == set(FOUNDATIONS)
+    assert set(got["group"]) == {"Gemma", "Llama"}
+    ref = _authors_mfd(folder, dicx)
+    ref["model"] = ref["model"].str.replace("_", "/", n=1)
+    m = got.merge(ref, left_on=["model", "prompt", "category"],
+                  right_on=["model", "prompt", "cat"], validate="1:1")
+    assert len(m) == len(ref) == len(got) == 4 * 4 * 3
+    assert m["median_rank"].to_numpy() == pytest.approx(m["median"].to_numpy())
+    # the ten columns kept on request
+    rc, err = _cli(["analyze", "categories", folder, "--dictionary", dicx, "--method", "paper",
+                    "--virtue-vice", "keep", "--n-perm", "99", "--out", tmp_path / "ten.csv"],
+                   capsys)
+    ten = pd.read_csv(tmp_path / "ten.csv")
+    assert rc == 0 and ten["category"].nunique() == 6
+    ref10 = _authors_mfd(folder, dicx, keep=True)
+    assert sorted(ten["median_rank"]) == pytest.approx(sorted(ref10["median"]))
+    # the planted effect: Llama RMs rank Care words higher (lower rank)
+    tests = pd.read_csv(tmp_path / "x.csv")
+    care = tests[tests["category"] == "Care"].groupby("group")["median_rank"].mean()
+    assert care["Llama"] < care["Gemma"]
+
+
+def test_cli_categories_refuses_a_skipped_file_that_drops_a_model(tmp_path, capsys):
+    folder, dicx = _mfd_like(tmp_path)
+    (folder / "README.md").write_text("notes")  # counted, not a model
+    pd.DataFrame({"word": ["a"], "best_ever_one": [1.0]}).to_csv(
+        folder / "MFD20_rewards_org_Llama-Z.csv", index=False)  # no 'response': a lost model
+    args = ["analyze", "categories", folder, "--dictionary", dicx, "--method", "paper",
+            "--n-perm", "99", "--out", tmp_path / "x.csv"]
+    rc, err = _cli(args, capsys)
+    assert rc == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert "MFD20_rewards_org_Llama-Z.csv" in err and "--allow-skipped" in err
+    rc, err = _cli(args + ["--allow-skipped"], capsys)
+    assert rc == 0
+    assert "read 4 (2 MFD20_rewards_*, 2 big2_rewards_*), skipped 2" in err
+    assert "models with no file read: org_Llama-Z" in err
+    assert pd.read_csv(tmp_path / "x.csv")["model"].nunique() == 4
+    # the same model twice (the authors' two prefixes for one RM) is refused
+    (folder / "MFD20_rewards_org_Llama-Z.csv").unlink()
+    import shutil
+    shutil.copy(folder / "big2_rewards_org_Gemma-B.csv", folder / "MFD20_rewards_org_Gemma-B.csv")
+    rc, err = _cli(args + ["--overwrite"], capsys)
+    assert rc == 2 and "both hold scores for model org_Gemma-B" in err
+
+
+def test_summaries_name_three_statistics_that_differ_on_planted_data():
+    """Model m1: skewed ranks over prompts, so a median over prompts differs from the mean."""
+    from rmfast.analysis.categories import STATISTICS, group_summaries
+
+    med = pd.DataFrame({"model": ["g1"] * 3 + ["l1"] * 3, "prompt": ["p1", "p2", "p3"] * 2,
+                        "category": "A", "median_rank": [1.0, 2.0, 9.0, 4.0, 4.0, 4.0],
+                        "framing": "positive", "group": ["G"] * 3 + ["L"] * 3})
+    words = pd.DataFrame({"model": ["g1"] * 6 + ["l1"] * 6, "prompt": ["p1", "p1", "p2", "p2",
+                          "p3", "p3"] * 2, "category": "A", "rank": [1, 1, 2, 2, 3, 15,
+                          4, 4, 4, 4, 4, 4], "n_ranked": 20, "framing": "positive",
+                          "group": ["G"] * 6 + ["L"] * 6})
+    s = group_summaries(med, words).set_index("statistic")
+    assert set(s.index) == set(STATISTICS)
+    assert s.loc["mean_of_model_prompt_medians", "value_a"] == pytest.approx(4.0)
+    assert s.loc["mean_of_model_medians_over_prompts", "value_a"] == pytest.approx(2.0)
+    assert s.loc["r_avg_ranks", "value_a"] == pytest.approx(2.0)  # median of 1,1,2,2,3,15
+    assert s.loc["r_avg_ranks", "diff"] == pytest.approx(2.0)  # L − G
+
+
+@real
+def test_three_statistics_reproduce_the_issue_numbers_and_r_avg_ranks_exactly():
+    from rmfast.analysis.iclr2026 import load_big2_rewards
+    from rmfast.analysis.paper_b import r_avg_ranks
+
+    s = load_big2_rewards(IC)
+    res = categories(s, DIC, group_by=dict(zip(s["model"], s["base"])),
+                     framing=dict(zip(s["prompt"], s["framing"])), method="paper", mixed=False,
+                     n_perm=99)
+    summ = res.summaries
+    pa = summ[(summ["framing"] == "positive") & (summ["category"] == "Agency")].set_index(
+        "statistic")["diff"]
+    assert round(pa["mean_of_model_prompt_medians"], 2) == -4.17
+    assert round(pa["mean_of_model_medians_over_prompts"], 2) == -5.81
+    assert round(pa["r_avg_ranks"], 2) == -4.21
+    # the R block, recomputed independently: per model × category × framing the median over
+    # all word × prompt ranks, then the mean per base
+    dic = pd.read_csv(DIC)
+    rows = []
+    for f in sorted((IC / "dict_big2_nouns").glob("big2_rewards_*.csv")):
+        w = pd.read_csv(f, keep_default_na=False).melt(id_vars="response", var_name="prompt",
+                                                        value_name="score")
+        rows.append(w.assign(model=f.stem))
+    d = pd.concat(rows).merge(dic, left_on="response", right_on="token_decoded")
+    d["rank"] = d.groupby(["model", "prompt"])["score"].rank(ascending=False)
+    d["base"] = np.where(d["model"].str.contains("gemma", case=False), "Gemma", "Llama")
+    d["fr"] = np.where(d["prompt"].str.split("_").str[0].isin(["best", "greatest", "good"]),
+                       "positive", "negative")
+    ref = (d.groupby(["model", "base", "Category", "fr"])["rank"].median()
+           .groupby(["fr", "Category", "base"]).mean().unstack("base"))
+    tab = r_avg_ranks(summ).set_index(["prompt_framing", "Category"])
+    assert list(tab.index.get_level_values(0)[:2]) == ["positive", "positive"]  # R's level order
+    for (fr, cat), r in ref.iterrows():
+        assert tab.loc[(fr, cat), "Gemma"] == pytest.approx(r["Gemma"], rel=1e-12)
+        assert tab.loc[(fr, cat), "diff"] == pytest.approx(r["Llama"] - r["Gemma"], rel=1e-12)
+
+
+def test_random_slope_widens_the_interaction_se_when_models_differ_in_category_preference():
+    from rmfast.analysis.paper_b import paper_mixed
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(10):
+        base = "Llama" if i % 2 else "Gemma"
+        slope = rng.normal(0, 6.0)  # each model's own category preference
+        for p in range(20):
+            fr = "negative" if p % 2 else "positive"
+            for cat in ("Agency", "Communion"):
+                y = (100 + 3.0 * (base == "Llama") * (cat == "Communion")
+                     + slope * (cat == "Communion") + rng.normal(0, 1.0))
+                rows.append((f"m{i}", base, f"p{p}", fr, cat, y))
+    med = pd.DataFrame(rows, columns=["model", "group", "prompt", "framing", "category",
+                                      "median_rank"])
+    a = paper_mixed(med).set_index("term")
+    b = paper_mixed(med, random_slope=True).set_index("term")
+    t = "base_modelLlama:CategoryCommunion"
+    assert b.loc[t, "se"] > 4 * a.loc[t, "se"]  # the unit is now the model
+    assert b.loc[t, "coef"] == pytest.approx(a.loc[t, "coef"], abs=0.5)
+    assert (a["random_effects"] == "intercept per model").all()
+    assert (b["random_effects"] == "intercept + category slope per model").all()
+
+
+def _big2_like(root, rng):
+    folder = root / "iclr2026" / "dict_big2_nouns"
+    folder.mkdir(parents=True)
+    words = [f"ag{i}" for i in range(8)] + [f"co{i}" for i in range(8)]
+    (root / "lexicons").mkdir()
+    pd.DataFrame({"Category": ["Agency"] * 8 + ["Communion"] * 8,
+                  "token_decoded": words}).to_csv(root / "lexicons" / "big2_nouns.csv",
+                                                  index=False)
+    prompts = [f"{a}_ever_one" for a in ("best", "good", "worst", "terrible")]
+    for key in ("org_Gemma-A", "org_Gemma-B", "org_Llama-A", "org_Llama-B"):
+        w = pd.DataFrame({"response": words})
+        for p in prompts:
+            w[p] = rng.normal(size=len(words))
+        w.to_csv(folder / f"big2_rewards_{key}.csv", index=False)
+
+
+def test_reproduce_gains_fig1b_when_mfd_scores_are_given(tmp_path):
+    from rmfast.analysis import reproduce
+
+    data = tmp_path / "data"
+    _big2_like(data, np.random.default_rng(0))
+    found = reproduce.run(data, tmp_path / "out0", ("b",))
+    by = {f["id"]: f for f in found}
+    assert by["B-fig1b"]["holds"] is None and "not available" in by["B-fig1b"]["summary"]
+    assert "not available" in by["B-fig4"]["summary"]
+    folder, dicx = _mfd_like(data / "iclr2026")
+    dicx.rename(folder / "mfd.dicx")  # a .dicx inside dict_MFD_20/ is used first
+    out = tmp_path / "out"
+    found = reproduce.run(data, out, ("b",))
+    by = {f["id"]: f for f in found}
+    assert {"B-fig1b", "B-fig1b-rmfast", "B-fig1b-lmm", "B-fig1b-summaries"} <= set(by)
+    med = pd.read_csv(out / "B_fig1b_medians.csv")
+    assert set(med["category"]) == set(FOUNDATIONS) and med["model"].nunique() == 4
+    ref = _authors_mfd(folder, folder / "mfd.dicx")
+    assert sorted(med["median_rank"]) == pytest.approx(sorted(ref["median"]))
+    assert "read 4 (2 MFD20_rewards_*, 2 big2_rewards_*)" in by["B-fig1b"]["summary"]
+    assert "[mean_of_model_prompt_medians]" in by["B-fig1b"]["summary"]
+    for f in found:
+        assert all((out / x).exists() for x in f["files"])
+    md = (out / "index.md").read_text()
+    assert "[r_avg_ranks" in md and "B_fig1b.png" in md
+
+
+@real
+def test_published_findings_name_statistics_count_distinct_runs_and_reconcile(tmp_path):
+    from rmfast.analysis.paper_b import reproduce_paper_b
+
+    by = {f["id"]: f for f in reproduce_paper_b(IC, tmp_path)}
+    assert "[mean_of_model_prompt_medians]" in by["B-fig1"]["summary"]
+    assert "[mean_of_model_means]" in by["B-fig1-rmfast"]["summary"]
+    assert "-4.17 / -5.81 / -4.21" in by["B-fig1-summaries"]["summary"]
+    units = by["B-fig1-units"]["summary"]
+    assert "independent" in units and "random slope" in units
+    mixed = pd.read_csv(tmp_path / "B_fig1_mixed.csv")
+    t = mixed[mixed["term"] == "base_modelLlama:CategoryCommunion"].set_index("random_effects")
+    assert t.loc["intercept per model", "coef"] == pytest.approx(8.35, abs=0.01)
+    ratio = t.loc["intercept + category slope per model", "se"] / t.loc["intercept per model", "se"]
+    assert 3 < ratio < 5  # "roughly quadruples"
+    assert by["B-fig1-lmm"]["summary"].count("SE") >= 2
+    f4 = by["B-fig4b"]["summary"]
+    assert "4/5 distinct runs" in f4 and "uf_13 = uf_27" in f4
+    assert "the file's own columns say 85k skywork" in f4
+    shape = pd.read_csv(tmp_path / "B_fig4_shape.csv")
+    assert set(shape.loc[shape["same_as"].notna(), "run"]) == {"uf_27"}
+    assert (tmp_path / "B_fig1.png").stat().st_size > 0

@@ -46,7 +46,7 @@ def test_reproduce_planted(tmp_path):
     assert by_id["B-data"]["summary"].startswith("not available: no folder")  # no iclr2026/ planted
     # the planted items under the paper's prompts are not the paper's: the verdict is computed
     assert by_id["A-fig5b-a7"]["holds"] is False
-    assert "GE: paper method 0/0 of 10" in by_id["A-fig5b-a7"]["summary"]
+    assert "GE: paper method 0/10 and 0/10, rmfast's 0/10 and 0/10" in by_id["A-fig5b-a7"]["summary"]
     assert by_id["A-figA6"]["holds"] is None  # no paper model names in the planted data
     for f in findings:
         for name in f["files"]:

@@ -16,10 +16,21 @@
    ~27 times and so overstates the evidence (see docs/paper_methods_b.md).
 4. A linear mixed model ``median_rank ~ group * category * framing`` with a random
    intercept per model (statsmodels MixedLM).
+
+``method="paper"`` also ranks as the authors' R script does: over the rows of the word ×
+category join within model × prompt (a word listed under k categories is ranked k times), and
+merges MFD 2.0's ``<Foundation>_Virtue`` / ``<Foundation>_Vice`` categories into the five
+foundations (``virtue_vice="merge"``; ``"keep"`` keeps the ten) after ranking, as the script
+does.
+
+Every number is named by its statistic (:data:`STATISTICS`): the ``summaries`` table gives, per
+framing × category × group, the three summaries that differ on paper B's data (positive
+framing, Agency, Llama − Gemma: −4.17 / −5.81 / −4.21 ranks).
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -37,6 +48,35 @@ from .permutation import bonferroni, mkinfer_perm_t_test, permutation_test
 from .results import Result
 from .scans import check_balance, select, validate_scans
 
+#: Names of the group summaries of median ranks, as they appear in the tables.
+STATISTICS = {
+    "mean_of_model_prompt_medians": "mean over the model × prompt median ranks (each model × "
+    "prompt one value; paper B's permutation test and Fig. 1 black diamond; the mixed model's "
+    "base coefficient on balanced data)",
+    "mean_of_model_medians_over_prompts": "each model's median over prompts of its median "
+    "ranks, averaged over the group's models",
+    "r_avg_ranks": "each model's median over all its word × prompt ranks, averaged over the "
+    "group's models (the authors' R script's 'avg ranks' block, exactly)",
+    "mean_of_model_means": "each model's mean over prompts of its median ranks, averaged over "
+    "the group's models (rmfast's models-as-units test)",
+}
+
+_VV = re.compile(r"^(?P<f>.+?)[ _.-](virtue|vice)$", re.I)
+
+
+def merge_virtue_vice(categories) -> dict[str, str]:
+    """Reported category per dictionary category: ``<Foundation>_Virtue``/``_Vice`` → the
+    foundation (as paper B's script: ``sub("_.*", "", category)``), others unchanged.
+
+    >>> merge_virtue_vice(["Care_Virtue", "Care_Vice", "Agency"])
+    {'Care_Virtue': 'Care', 'Care_Vice': 'Care', 'Agency': 'Agency'}
+    """
+    out = {}
+    for c in categories:
+        m = _VV.match(str(c))
+        out[c] = m.group("f") if m else c
+    return out
+
 
 @dataclass(kw_only=True)
 class CategoryResult(Result):
@@ -48,12 +88,17 @@ class CategoryResult(Result):
                  t, p_value, p_bonferroni, n_perm, exact (method="paper" adds df,
                  perm_p_value, perm_p_bonferroni; its p_value is the Welch p)
     mixed:       term, coef, se, z, p_value, ci_low, ci_high
+    summaries:   framing, category, statistic, group_a, group_b, value_a, value_b, diff
+                 (value_b − value_a), n_models_a, n_models_b (statistics: :data:`STATISTICS`)
     words:       model, prompt, word, category, score, rank, n_ranked
+
+    The permutation table's ``statistic`` column names what mean_a/mean_b are.
     """
 
     medians: pd.DataFrame = field(default_factory=pd.DataFrame)
     permutation: pd.DataFrame = field(default_factory=pd.DataFrame)
     mixed: pd.DataFrame = field(default_factory=pd.DataFrame)
+    summaries: pd.DataFrame = field(default_factory=pd.DataFrame)
     words: pd.DataFrame = field(default_factory=pd.DataFrame)
     measure: str = "median_rank"
 
@@ -80,13 +125,16 @@ def _groups(models, group_by, metadata) -> dict[str, str]:
 def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata=None,
                rank_within: str = "matched", word_agg: str = "mean", measure: str = "median_rank",
                framing=None, n_perm: int = 10_000, seed: int = 0, mixed: bool = True,
-               models=None, prompts=None, method: str = "rmfast") -> CategoryResult:
+               models=None, prompts=None, method: str = "rmfast",
+               virtue_vice: str | None = None) -> CategoryResult:
     """Median rank per dictionary category per model × prompt; group tests; mixed model.
 
     ``dictionary``: a path (CSV, .dicx, LIWC .dic) or a frame (term, category, wildcard).
     ``group_by``: "base_family" (metadata, else guessed from the name), another metadata
     column, or a {model: group} mapping. ``method``: the group test, "rmfast" (default;
-    models are the units) or "paper" (paper B's, over all model × prompt rows; see above).
+    models are the units) or "paper" (paper B's, over all model × prompt rows, with its
+    ranking; see above). ``virtue_vice``: "merge" MFD-style ``X_Virtue``/``X_Vice`` categories
+    into X, or "keep" them (default: merge for ``method="paper"``, keep for rmfast).
 
     >>> words = ["kind", "warm", "bold", "brave"]
     >>> dic = pd.DataFrame({"term": words, "category": ["C", "C", "A", "A"], "wildcard": False})
@@ -103,6 +151,10 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
     if method not in ("rmfast", "paper"):
         raise UserError(f"method={method!r}; use 'rmfast' (models as units) or 'paper' "
                         "(paper B's test over every model × prompt)")
+    if virtue_vice is None:
+        virtue_vice = "merge" if method == "paper" else "keep"
+    if virtue_vice not in ("merge", "keep"):
+        raise UserError(f"virtue_vice={virtue_vice!r}; use 'merge' (five foundations) or 'keep'")
     if measure not in ("median_rank", "median_rank_pct"):
         raise UserError(f"measure={measure!r}; use median_rank or median_rank_pct")
     ledger = Ledger()
@@ -126,10 +178,21 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
     if len(words) < n_before:
         ledger.note(f"{n_before - len(words)} rows were variants of a word already seen "
                     f"(e.g. ' Love' and 'love'); combined per word by {word_agg}")
-    if rank_within == "matched":
+    if method == "paper" and rank_within == "matched":
+        # the authors' script ranks the rows of the word × category join (R: rank(-score))
+        words = words.merge(cats, on="word")
         g = words.groupby(["model", "prompt"], sort=False)["score"]
         words["rank"] = g.rank(ascending=False, method="average")
         words["n_ranked"] = g.transform("size")
+        multi = int((cats.groupby("word").size() > 1).sum())
+        if multi:
+            ledger.note(f"method='paper': {multi} words are listed under several categories and "
+                        "are ranked once per category, as the authors' script does")
+    elif rank_within == "matched":
+        g = words.groupby(["model", "prompt"], sort=False)["score"]
+        words["rank"] = g.rank(ascending=False, method="average")
+        words["n_ranked"] = g.transform("size")
+        words = words.merge(cats, on="word")
     else:
         ranks, totals = [], []
         full = {k: np.sort(g["score"].to_numpy()) for k, g in df.groupby(["model", "prompt"])}
@@ -139,20 +202,33 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
             totals.append(len(arr))
         words["rank"] = np.asarray(ranks, dtype="float64")
         words["n_ranked"] = totals
-    words = words.merge(cats, on="word")
+        words = words.merge(cats, on="word")
+    if virtue_vice == "merge":
+        to = merge_virtue_vice(pd.unique(words["category"]))
+        if any(k != v for k, v in to.items()):
+            words["category"] = words["category"].map(to)
+            if method != "paper":  # one row per word and reported category
+                words = words.drop_duplicates(["model", "prompt", "word", "category"])
+            ledger.note(f"{sum(k != v for k, v in to.items())} Virtue/Vice categories merged into "
+                        f"{len(set(v for k, v in to.items() if k != v))} foundations "
+                        f"({', '.join(sorted(set(v for k, v in to.items() if k != v)))}); "
+                        "virtue_vice='keep' keeps them apart")
     words["rank_pct"] = words["rank"] / words["n_ranked"]
     med = (words.groupby(["model", "prompt", "category"], sort=False)
            .agg(n_words=("word", "size"), median_rank=("rank", "median"),
                 median_rank_pct=("rank_pct", "median")).reset_index())
     med["group"] = med["model"].map(groups)
     med["framing"] = med["prompt"].map(frame)
-    med = med[["model", "group", "prompt", "framing", "category", "n_words", "median_rank",
+    med = med[["model", "prompt", "category", "median_rank", "framing", "group", "n_words",
                "median_rank_pct"]]
     res = CategoryResult(medians=med, words=words[["model", "prompt", "word", "category",
                                                    "score", "rank", "n_ranked"]],
                          measure=measure)
     tests = _permutations if method == "rmfast" else _permutations_paper
     res.permutation = tests(med, measure, n_perm, seed, ledger)
+    res.summaries = group_summaries(med, res.words.assign(framing=res.words["prompt"].map(frame),
+                                                          group=res.words["model"].map(groups)),
+                                    measure)
     res.mixed = _mixed(med, measure, ledger) if mixed else pd.DataFrame()
     res.take_ledger(ledger)
     return res
@@ -160,8 +236,8 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
 
 def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
     group_names = sorted(med["group"].unique())
-    cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "mean_a", "mean_b",
-            "diff", "t", "p_value", "p_bonferroni", "n_perm", "exact"]
+    cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
+            "mean_b", "diff", "t", "p_value", "p_bonferroni", "n_perm", "exact"]
     if len(group_names) < 2:
         ledger.note(f"all models are in one group ({group_names}); no group test")
         return pd.DataFrame(columns=cols)
@@ -186,6 +262,7 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
                              "mean_b": vals[~in_a].mean() if (~in_a).any() else np.nan,
                              **out})
     res = pd.DataFrame(rows)
+    res["statistic"] = "mean_of_model_means"
     res["diff"] = res["mean_a"] - res["mean_b"]
     res["p_bonferroni"] = bonferroni(res["p_value"])
     return res[cols]
@@ -194,8 +271,8 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
 def _permutations_paper(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
     """Paper B's tests: ``perm.t.test(median ~ group)`` per category × framing over all rows."""
     group_names = sorted(med["group"].unique())
-    cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "mean_a", "mean_b",
-            "diff", "t", "df", "p_value", "p_bonferroni", "perm_p_value", "perm_p_bonferroni",
+    cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
+            "mean_b", "diff", "t", "df", "p_value", "p_bonferroni", "perm_p_value", "perm_p_bonferroni",
             "n_perm", "exact"]
     if len(group_names) != 2:  # R's formula interface needs exactly two levels
         ledger.note(f"method='paper' compares exactly two groups; have {group_names}")
@@ -213,10 +290,58 @@ def _permutations_paper(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
                      "n_a": len(a), "n_b": len(b), "mean_a": a.mean() if len(a) else np.nan,
                      "mean_b": b.mean() if len(b) else np.nan, **out})
     res = pd.DataFrame(rows)
+    res["statistic"] = "mean_of_model_prompt_medians"
     res["diff"] = res["mean_a"] - res["mean_b"]
     res["p_bonferroni"] = bonferroni(res["p_value"], len(res))  # R: pmin(p * n(), 1)
     res["perm_p_bonferroni"] = bonferroni(res["perm_p_value"], len(res))
     return res[cols]
+
+
+def group_summaries(med: pd.DataFrame, words: pd.DataFrame,
+                    measure: str = "median_rank") -> pd.DataFrame:
+    """The group summaries of :data:`STATISTICS` per framing × category, for every pair of
+    groups: value_a, value_b and diff = value_b − value_a (for Gemma vs Llama: Llama − Gemma, the
+    R script's ``diff``).
+
+    ``med``: the medians table; ``words``: per-word ranks with model, prompt, category, rank,
+    framing, group (``r_avg_ranks`` needs them; with ``measure="median_rank_pct"`` it uses
+    rank / words ranked).
+    """
+    cols = ["framing", "category", "statistic", "group_a", "group_b", "value_a", "value_b",
+            "diff", "n_models_a", "n_models_b"]
+    names = sorted(med["group"].dropna().unique())
+    if len(names) < 2:
+        return pd.DataFrame(columns=cols)
+    per_model = {
+        "mean_of_model_prompt_medians": None,
+        "mean_of_model_medians_over_prompts": med.groupby(
+            ["framing", "category", "group", "model"])[measure].median(),
+        "r_avg_ranks": (words.assign(_r=words["rank"] if measure == "median_rank"
+                                     else words["rank"] / words["n_ranked"])
+                        .groupby(["framing", "category", "group", "model"])["_r"].median()),
+        "mean_of_model_means": med.groupby(["framing", "category", "group", "model"])[
+            measure].mean(),
+    }
+    rows = []
+    for (fr, cat), g in med.groupby(["framing", "category"], sort=True):
+        for stat, pm in per_model.items():
+            val, n = {}, {}
+            for grp in names:
+                if pm is None:
+                    v = g.loc[g["group"] == grp, measure]
+                    val[grp], n[grp] = v.mean(), g.loc[g["group"] == grp, "model"].nunique()
+                else:
+                    try:
+                        v = pm.loc[(fr, cat, grp)]
+                    except KeyError:
+                        v = pd.Series(dtype=float)
+                    val[grp], n[grp] = v.mean(), len(v)
+            for ga, gb in combinations(names, 2):
+                rows.append({"framing": fr, "category": cat, "statistic": stat, "group_a": ga,
+                             "group_b": gb, "value_a": val[ga], "value_b": val[gb],
+                             "diff": val[gb] - val[ga], "n_models_a": n[ga],
+                             "n_models_b": n[gb]})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _mixed(med, measure, ledger) -> pd.DataFrame:

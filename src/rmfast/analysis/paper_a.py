@@ -149,8 +149,9 @@ def _rank_gaps(res: dict, prompts: list[str], out_dir: Path) -> dict:
         if not ov["paper"]:
             continue
         ok &= all(v == 10 for v in ov["paper"].values())
-        parts.append(f"{_short(p)}: paper method {'/'.join(str(v) for v in ov['paper'].values())}"
-                     f" of 10, rmfast's {'/'.join(str(v) for v in ov['rmfast'].values())}")
+        parts.append(f"{_short(p)}: paper method "
+                     f"{' and '.join(f'{v}/10' for v in ov['paper'].values())}, rmfast's "
+                     f"{' and '.join(f'{v}/10' for v in ov['rmfast'].values())}")
     bp = {m: _position(r.ranks, GE, "Black people", m) for m, r in res.items()}
     summary = ("top-10 overlap with the paper's lists (humans higher/models higher): "
                + "; ".join(parts) + f". 'Black people' on GE: #{bp['paper']} under "

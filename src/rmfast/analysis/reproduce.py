@@ -38,19 +38,23 @@ def default_data_dir() -> Path:
     return Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 
-def _paper_functions(papers) -> dict:
+def _paper_functions(papers, *, allow_skipped: bool = False) -> dict:
     """Paper letter → its reproduce function."""
+    from functools import partial
+
     from .paper_a import reproduce_paper_a
     from .paper_b import reproduce_paper_b
 
-    out = {"a": reproduce_paper_a, "b": reproduce_paper_b}
+    out = {"a": reproduce_paper_a, "b": partial(reproduce_paper_b, allow_skipped=allow_skipped)}
     return {p: out[p] for p in papers}
 
 
-def run(data_dir, out_dir, papers=PAPERS, *, overwrite: bool = False) -> list[dict]:
+def run(data_dir, out_dir, papers=PAPERS, *, overwrite: bool = False,
+        allow_skipped: bool = False) -> list[dict]:
     """Reproduce ``papers`` from ``data_dir`` into the folder ``out_dir``; return the findings.
 
     Refuses an existing ``out_dir`` unless ``overwrite`` (then it is replaced whole).
+    ``allow_skipped``: paper B goes on when a skipped score file drops a model.
     """
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     bad = [p for p in papers if p not in PAPERS]
@@ -67,7 +71,7 @@ def run(data_dir, out_dir, papers=PAPERS, *, overwrite: bool = False) -> list[di
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         findings = []
-        for paper, fn in _paper_functions(papers).items():
+        for paper, fn in _paper_functions(papers, allow_skipped=allow_skipped).items():
             if isinstance(fn, str):
                 findings.append({"id": f"{paper.upper()}-build", "title": f"Paper {paper.upper()}",
                                  "paper_claim": "", "holds": None, "summary": fn, "files": []})

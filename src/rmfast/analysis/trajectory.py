@@ -296,9 +296,11 @@ def _label(row: pd.Series, keys) -> str:
     return " ".join(str(row[k]) for k in keys if pd.notna(row[k]) and str(row[k]) != "")
 
 
-def trajectory_figures(res: TrajectoryResult, *, max_runs: int = 30) -> dict:
+def trajectory_figures(res: TrajectoryResult, *, max_runs: int = 30,
+                       n_ranked: int | None = None) -> dict:
     """Figures of a trajectory result by file stem: category medians, gaps and the correlation
-    with the final checkpoint over steps, and the first-vs-final rank changes (top/bottom)."""
+    with the final checkpoint over steps, and the first-vs-final rank changes (top/bottom).
+    ``n_ranked``: how many words were ranked (the y axis then says "1 = best of N")."""
     from .plots import new_figure
 
     figs = {}
@@ -322,7 +324,8 @@ def trajectory_figures(res: TrajectoryResult, *, max_runs: int = 30) -> dict:
             ax.invert_yaxis()  # rank 1 = best at the top, as the paper plots it
             ax.set_title(name)
             ax.set_xlabel("step")
-        axes[0].set_ylabel("median rank (1 = best)")
+        axes[0].set_ylabel("median rank (1 = best)" if n_ranked is None
+                           else f"median rank (1 = best of {n_ranked:,})")
         fig.legend(*axes[0].get_legend_handles_labels(), fontsize=6, loc="outside right upper")
         figs["categories"] = fig
     if len(res.final_corr):
@@ -351,9 +354,10 @@ def trajectory_figures(res: TrajectoryResult, *, max_runs: int = 30) -> dict:
     return figs
 
 
-def write_trajectory(res: TrajectoryResult, out_dir, *, prefix: str = "trajectory_") -> list[str]:
+def write_trajectory(res: TrajectoryResult, out_dir, *, prefix: str = "trajectory_",
+                     n_ranked: int | None = None) -> list[str]:
     """Write every non-empty table as CSV and every figure as PNG into ``out_dir``; returns the
-    file names written (relative to ``out_dir``)."""
+    file names written (relative to ``out_dir``). ``n_ranked``: see :func:`trajectory_figures`."""
     from ..io import atomic_write, write_csv
     from .plots import to_png
 
@@ -364,7 +368,7 @@ def write_trajectory(res: TrajectoryResult, out_dir, *, prefix: str = "trajector
         if len(table):
             write_csv(out / f"{prefix}{name}.csv", table)
             files.append(f"{prefix}{name}.csv")
-    for name, fig in trajectory_figures(res).items():
+    for name, fig in trajectory_figures(res, n_ranked=n_ranked).items():
         png = to_png(fig)
         atomic_write(out / f"{prefix}{name}.png", lambda tmp, b=png: Path(tmp).write_bytes(b))
         files.append(f"{prefix}{name}.png")

@@ -18,6 +18,18 @@ Examples::
     rmfast analyze trajectory ../shared/data/iclr2026/reward_model_training --out traj/
     rmfast analyze trajectory sweep_store/parts --dictionary big2_nouns.csv --out traj/
 
+``categories`` also reads a folder of paper B's published score CSVs in the authors' layout
+(``<prefix>_rewards_<org>_<model>.csv``: a ``response`` column and one column per prompt key,
+any prefix, e.g. big2_rewards_* or MFD20_rewards_*); every file read or skipped is counted in a
+note, and a skipped file that would drop a model is an error unless --allow-skipped. With
+--method paper it ranks and tests as paper B's R script does, and merges MFD 2.0's
+<Foundation>_Virtue/_Vice categories into the five foundations (--virtue-vice keep: the ten):
+
+    rmfast analyze categories ../shared/data/iclr2026/dict_big2_nouns --dictionary
+        ../shared/data/lexicons/big2_nouns.csv --method paper --out medians.csv
+    rmfast analyze categories dict_MFD_20/ --dictionary mfd2.0.dicx --method paper
+        --table summaries
+
 ``trajectory`` reads checkpoint tables instead (paper B's rank_results_*.csv, long CSVs with
 step, token, score or rank, or scans of checkpoints named checkpoint-N) and writes every table
 (CSV) and figure (PNG) into the folder ``--out``.
@@ -63,13 +75,30 @@ def _inputs(args) -> _Loaded:
     from ..analysis.ledger import Ledger
     from ..analysis.scans import SOURCE_ATTR, load_scans, scans_source
 
+    from ..analysis.iclr2026 import is_published_scores_dir, load_published_scores
+
     left_out = Ledger()
     elo_dirs = list(args.eloeverything or [])
-    scan_paths = []
+    scan_paths, published = [], []
     for p in args.inputs or []:
-        (elo_dirs if is_eloeverything_dir(p) else scan_paths).append(p)
-    if not elo_dirs and not scan_paths:
-        raise UserError("no inputs: give scan Parquet files/folders or --eloeverything DIR")
+        if is_eloeverything_dir(p):
+            elo_dirs.append(p)
+        elif is_published_scores_dir(p):
+            published.append(p)
+        else:
+            scan_paths.append(p)
+    if published:
+        if scan_paths or elo_dirs:
+            raise UserError("give either folders of published score CSVs or scans/EloEverything "
+                            f"folders, not both (published: {', '.join(map(str, published))})")
+        scans = pd.concat([load_published_scores(p, ledger=left_out,
+                                                 allow_skipped=getattr(args, "allow_skipped", False))
+                           for p in published], ignore_index=True)
+        dup = scans.drop_duplicates(["model", "prompt", "text"]).shape[0] < len(scans)
+        if dup and len(published) > 1:
+            raise UserError("the score folders hold the same model twice; give each model once")
+        source = ", ".join(str(p) for p in published)
+        return _Loaded(scans, None, source, f"published score CSVs in {source}", None, left_out)
     elo = [(d, load_eloeverything(d)) for d in elo_dirs]
     human, human_source = (elo[0][1].human, elo[0][1].human.attrs.get(SOURCE_ATTR)) if elo \
         else (None, None)
@@ -144,8 +173,16 @@ def register(subparsers) -> None:
     a.add_argument("--models", nargs="+", metavar="MODEL", help="only these models")
     a.add_argument("--prompts", nargs="+", metavar="PROMPT", help="only these prompts")
     a.add_argument("--method", choices=("rmfast", "paper"), default="rmfast",
-                   help="agreement, sentiment, exposure, human: rmfast's statistic (default) or "
-                   "the paper's exactly (docs/paper_methods.md)")
+                   help="agreement, sentiment, exposure, human, categories: rmfast's statistic "
+                   "(default) or the paper's exactly (docs/paper_methods.md, "
+                   "docs/paper_methods_b.md)")
+    a.add_argument("--virtue-vice", choices=("merge", "keep"), default=None,
+                   help="categories: merge MFD 2.0's <Foundation>_Virtue/_Vice categories into the "
+                   "five foundations, or keep the ten (default: merge with --method paper, keep "
+                   "otherwise)")
+    a.add_argument("--allow-skipped", action="store_true",
+                   help="categories on published score CSVs: go on when a skipped file drops a "
+                   "model (default: refuse)")
     a.add_argument("--table", help="which table of the result (default: the main one)")
     a.add_argument("--out", metavar="CSV", help="write the table as CSV here")
     a.add_argument("--max-rows", type=positive_int, default=40, help="rows printed (default 40)")
@@ -173,10 +210,12 @@ def _run(name: str, args, scans, human):
     sel = {"models": args.models, "prompts": args.prompts}
     std = False if args.no_standardize else None  # None: the method's own default
     method = {"method": args.method} if name in ("agreement", "sentiment", "exposure",
-                                                  "human") else {}
+                                                  "human", "categories") else {}
     if args.method != "rmfast" and not method:
-        raise UserError(f"--method paper applies to agreement, sentiment, exposure and human, "
-                        f"not {name}")
+        raise UserError(f"--method paper applies to agreement, sentiment, exposure, human and "
+                        f"categories, not {name}")
+    if getattr(args, "virtue_vice", None) and name != "categories":
+        raise UserError(f"--virtue-vice applies to categories, not {name}")
     if name == "distributions":
         return distributions(scans, **sel)
     if name == "agreement":
@@ -202,9 +241,20 @@ def _run(name: str, args, scans, human):
     if name == "categories":
         if not args.dictionary:
             raise UserError("categories needs --dictionary FILE (CSV, .dicx or LIWC .dic)")
-        return categories(scans, args.dictionary, group_by=args.group_by,
+        group_by = args.group_by
+        if "base" in scans.columns and group_by == "base_family" and args.metadata is None:
+            # published score files: the paper's base-model rule, else rmfast's guess by name
+            from ..analysis.metadata import model_families
+
+            known = scans.drop_duplicates("model").set_index("model")["base"]
+            guess = model_families(list(known.index[known.isna()]), None) if known.isna().any() \
+                else {}
+            group_by = {m: (b if isinstance(b, str) else guess[m]) for m, b in known.items()}
+        if "framing" in scans.columns:  # the paper's rule for its prompt keys, unless overridden
+            framing = {**dict(zip(scans["prompt"], scans["framing"])), **(framing or {})}
+        return categories(scans, args.dictionary, group_by=group_by,
                           metadata=args.metadata, framing=framing, n_perm=args.n_perm,
-                          seed=args.seed, **sel)
+                          seed=args.seed, virtue_vice=args.virtue_vice, **method, **sel)
     if name == "extremes":
         return extremes(scans, k=args.k, shared_vocab=args.shared_vocab, join=args.join, **sel)
     raise UserError(f"unknown analysis {name!r}; choose one of {ANALYSES}")  # pragma: no cover

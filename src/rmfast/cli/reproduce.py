@@ -2,6 +2,16 @@
 as CSV + PNG in one folder with an index (index.html, index.md) that sets each result beside
 the paper's statement and says whether it holds.
 
+Paper B's data folder (--data DIR/iclr2026, or --data pointing at it):
+
+    dict_big2_nouns/<prefix>_rewards_<org>_<model>.csv   Fig. 1 (Big Two scores)
+    dict_MFD_20/<prefix>_rewards_<org>_<model>.csv       Fig. 1b (MFD 2.0 scores; optional, not in
+                                                         the shared data; any file-name prefix,
+                                                         e.g. the authors' MFD20_rewards_*)
+    reward_model_training/rank_results_<run>.csv         Fig. 4
+    ../lexicons/big2_nouns.csv, ../lexicons/mfd2.0.dicx  the dictionaries (a .dicx inside
+                                                         dict_MFD_20/ is used first)
+
 Examples::
 
     rmfast reproduce --out reproduce/
@@ -31,6 +41,8 @@ def register(subparsers) -> None:
                    help="output folder (default ./reproduce); written atomically")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out "
                    "(default: refuse)")
+    p.add_argument("--allow-skipped", action="store_true", help="paper B: go on when a score "
+                   "file is skipped and its model is missing (default: refuse)")
     p.set_defaults(func=run_reproduce)
 
 
@@ -39,7 +51,8 @@ def run_reproduce(args) -> int:
     from ..analysis.reproduce import run, verdict
 
     papers = tuple(p.strip().lower() for p in args.papers.split(",") if p.strip())
-    findings = run(args.data, args.out, papers, overwrite=args.overwrite)
+    findings = run(args.data, args.out, papers, overwrite=args.overwrite,
+                   allow_skipped=args.allow_skipped)
     for f in findings:
         print(f"{f['id']:<12} {verdict(f['holds']):<14} {f['summary']}", file=sys.stderr)
     print(f"rmfast: wrote {len(findings)} findings to {args.out}/index.html", file=sys.stderr)
