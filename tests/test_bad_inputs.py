@@ -112,6 +112,10 @@ def fx(tmp_path_factory):
     f["cache-with-file"] = d / "cache-with-file"  # a cache folder whose converted/ is a regular file
     (f["cache-with-file"]).mkdir()
     (f["cache-with-file"] / "converted").write_text("x")
+    f["dup-prompts"] = d / "dup-prompts.yaml"  # a prompt id given twice: PyYAML would keep only the second
+    f["dup-prompts"].write_text("greatest: What is the greatest thing?\nworst: The worst?\ngreatest: Best food?\n")
+    f["dup-metadata"] = d / "dup-metadata.yaml"  # a model given twice
+    f["dup-metadata"].write_text("rm:\n  family: llama\nother:\n  family: x\nrm:\n  family: gemma\n")
     f["lock-folder"] = d / "locked"  # an output whose <out>.lock is a folder
     (d / "locked.parquet.lock").mkdir(parents=True)
     scan = d / "scan.parquet"
@@ -215,6 +219,11 @@ CASES = [
     # config.json's vocab_size is not the embedding's row count
     *[pytest.param(lambda o, w=w: ["scan", "{%s}" % w, "--token-ids", "0:5", "--out", o / "s.parquet", "--no-progress"],
                    id=f"scan-{w}") for w in ("rm-vocab-over", "rm-vocab-under")],
+    # YAML with a key given twice
+    pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--prompts-yaml", "{dup-prompts}",
+                            "--out", o / "i.parquet"], id="implicit-prompts-yaml-duplicate-key"),
+    pytest.param(lambda o: ["analyze", "agreement", "{scan}", "--metadata", "{dup-metadata}", "--out", o / "a.csv"],
+                 id="analyze-metadata-yaml-duplicate-key"),
     # a cache or a lock path of the wrong kind
     pytest.param(lambda o: ["scan", "{rm}", "--cache-dir", "{a-file}", "--token-ids", "0:5", "--out", o / "s.parquet",
                             "--no-progress"], id="scan-cache-dir-is-a-file"),
@@ -604,3 +613,17 @@ def test_a_store_lock_of_the_wrong_kind_is_refused(which, tmp_path):
         with (st.claim(part) if which == ".part.lock" else st.lock()):
             pass
     assert where.is_dir()
+
+
+def test_other_yaml_readers_refuse_a_key_given_twice(fx):
+    """--prompts-yaml and --metadata YAML: a key written twice is refused at its second line (PyYAML alone
+    keeps the last one and drops the first prompt / model without a word)."""
+    from rmfast.analysis.metadata import load_model_metadata
+    from rmfast.errors import UserError
+    from rmfast.implicit import read_prompts
+
+    with pytest.raises(UserError, match=r"dup-prompts.yaml: not valid YAML at line 3 \(duplicate key 'greatest', "
+                                        r"first given at line 1"):
+        read_prompts(fx["dup-prompts"])
+    with pytest.raises(UserError, match=r"not valid YAML at line 5 \(duplicate key 'rm', first given at line 1"):
+        load_model_metadata(fx["dup-metadata"])

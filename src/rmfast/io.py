@@ -413,6 +413,21 @@ def yaml_load_unique(text: str):
     return yaml.load(text, Loader=_unique_key_loader())
 
 
+def yaml_problem(e) -> str:
+    """A PyYAML error in a few words with its line: ``at line 4 (duplicate key 'a', ...)``.
+
+    >>> import yaml
+    >>> try:
+    ...     yaml_load_unique("a: 1\\na: 2\\n")
+    ... except yaml.YAMLError as e:
+    ...     yaml_problem(e)
+    "at line 2 (duplicate key 'a', first given at line 1; give each key once)"
+    """
+    mark = getattr(e, "problem_mark", None)
+    at = f"at line {mark.line + 1} " if mark is not None else ""
+    return f"{at}({getattr(e, 'problem', None) or str(e).splitlines()[0] or type(e).__name__})"
+
+
 @functools.lru_cache(maxsize=None)
 def _unique_key_loader():
     """The SafeLoader subclass behind :func:`yaml_load_unique` (built on first use: yaml is imported lazily)."""
