@@ -49,6 +49,9 @@ KINDS = {
     "armorm": ("llama", "LlamaForRewardModelWithGating", "modeling_custom.LlamaForRewardModelWithGating", "armorm"),
     "qrm-llama": ("llama", "LlamaForRewardModelWithGating", "modeling_custom.LlamaForRewardModelWithGating", "qrm"),
     "qrm-gemma": ("gemma2", "Gemma2ForRewardModelWithGating", "modeling_custom.Gemma2ForRewardModelWithGating", "qrm"),
+    # QRM-Gemma-2-27B as published: 5 objectives x 19 quantiles, Dropout between the gating blocks, no transform
+    "qrm-gemma-27b": ("gemma2", "Gemma2ForRewardModelWithGating", "modeling_custom.Gemma2ForRewardModelWithGating",
+                      "qrm-published"),
     "urm": ("llama", "LlamaForSequenceClassificationWithNormal_Weights",
             "modeling_llama.LlamaForSequenceClassificationWithNormal_Weights", "urm"),
 }
@@ -108,9 +111,10 @@ def _head_tensors(kind: str, g) -> tuple[dict, dict]:
             t[f"weights.fc.{2 * i}.bias"] = _randn(g, o, std=0.1)
         return t, {"num_labels": 2 * K, "id2label": {str(i): f"LABEL_{i}" for i in range(2 * K)},
                    "label2id": {f"LABEL_{i}": i for i in range(2 * K)}}
-    Q = 4 if kind == "qrm" else 1
+    Q = {"qrm": 4, "qrm-published": 19}.get(kind, 1)
     t["regression_layer.weight"] = _randn(g, K * Q, D, std=D ** -0.5)
-    t["reward_transform_matrix"] = torch.eye(K) + _randn(g, K, K, std=0.3)  # dense, not the identity
+    if kind != "qrm-published":  # the published QRM-Gemma-2 has no transform matrix
+        t["reward_transform_matrix"] = torch.eye(K) + _randn(g, K, K, std=0.3)  # dense, not the identity
     t["gating.logit_scale"] = torch.tensor([1.7])
     if kind == "armorm":
         dims = [D, H, H, H]
@@ -119,21 +123,23 @@ def _head_tensors(kind: str, g) -> tuple[dict, dict]:
             t[f"gating.layers.{i}.bias"] = _randn(g, dims[i + 1], std=0.1)
         t["gating.layers.3.weight"] = _randn(g, K, H, std=H ** -0.5 * 3)
         t["gating.layers.3.bias"] = _randn(g, K, std=0.5)
-    else:  # QRM: [Linear (no bias), ReLU, BatchNorm1d] x 3, Linear
+    else:  # QRM: [Linear (no bias), ReLU, BatchNorm1d] x 3, Linear; published Gemma: Dropout between blocks
         n_in = D
+        step = 4 if kind == "qrm-published" else 3
         for i in range(3):
-            t[f"gating.layers.{3 * i}.weight"] = _randn(g, H, n_in, std=n_in ** -0.5 * 1.5)
-            bn = f"gating.layers.{3 * i + 2}."
+            t[f"gating.layers.{step * i}.weight"] = _randn(g, H, n_in, std=n_in ** -0.5 * 1.5)
+            bn = f"gating.layers.{step * i + 2}."
             t[bn + "weight"] = 1 + _randn(g, H, std=0.2)
             t[bn + "bias"] = _randn(g, H, std=0.2)
             t[bn + "running_mean"] = _randn(g, H, std=0.3).abs()
             t[bn + "running_var"] = 0.5 + torch.rand(H, generator=g)
             t[bn + "num_batches_tracked"] = torch.tensor(1000)
             n_in = H
-        t["gating.layers.9.weight"] = _randn(g, K, H, std=H ** -0.5 * 3)
-        t["gating.layers.9.bias"] = _randn(g, K, std=0.5)
+        out = 9 if step == 3 else 11  # published Gemma: no Dropout after the last block
+        t[f"gating.layers.{out}.weight"] = _randn(g, K, H, std=H ** -0.5 * 3)
+        t[f"gating.layers.{out}.bias"] = _randn(g, K, std=0.5)
     keys = {"num_objectives": K, "gating_temperature": 2.5, "gating_hidden_dim": H, "gating_n_hidden": 3}
-    if kind == "qrm":
+    if kind in ("qrm", "qrm-published"):
         keys["num_quantiles"] = Q
     return t, keys
 
@@ -192,6 +198,18 @@ class Reference:
                 x = F.linear(x, h[f"gating.layers.{i}.weight"], h[f"gating.layers.{i}.bias"])
                 if i < n - 1:
                     x = F.relu(x)
+        elif "gating.layers.3.weight" not in h:  # published QRM-Gemma-2: ModuleList [Linear, ReLU, BatchNorm1d,
+            # Dropout] x (n_hidden - 1), [Linear, ReLU, BatchNorm1d], Linear; eval mode: Dropout passes x through
+            n = c["gating_n_hidden"]
+            for i in range(n):
+                x = F.relu(F.linear(x, h[f"gating.layers.{4 * i}.weight"], h.get(f"gating.layers.{4 * i}.bias")))
+                bn = f"gating.layers.{4 * i + 2}."
+                x = F.batch_norm(x, h[bn + "running_mean"], h[bn + "running_var"], h[bn + "weight"], h[bn + "bias"],
+                                 training=False, eps=1e-5)
+                if i < n - 1:
+                    x = F.dropout(x, p=0.2, training=False)
+            last = 4 * n - 1
+            x = F.linear(x, h[f"gating.layers.{last}.weight"], h[f"gating.layers.{last}.bias"])
         else:  # QRM: nn.ModuleList [Linear, ReLU, BatchNorm1d] x n_hidden + Linear, applied in order (eval)
             for i in range(c["gating_n_hidden"]):
                 x = F.relu(F.linear(x, h[f"gating.layers.{3 * i}.weight"]))
@@ -222,6 +240,9 @@ class Reference:
             return (rews * w).sum(-1).float()
         pos = [_last_occurrence(self.pattern, r) for r in rows]
         gating = self._gating(hs[torch.arange(B), pos])  # (B, K)
+        if "reward_transform_matrix" not in h:  # published QRM-Gemma-2: gate-weighted mean over each objective's quantiles
+            rewards = F.linear(last, h["regression_layer.weight"]).reshape(-1, c["num_objectives"], c["num_quantiles"])
+            return torch.sum(gating * rewards.mean(dim=2), dim=1).float()
         if "num_quantiles" in c:  # QRM
             rewards = F.linear(last, h["regression_layer.weight"]).reshape(-1, c["num_objectives"], c["num_quantiles"])
             adjusted = rewards.mean(dim=2) @ h["reward_transform_matrix"]

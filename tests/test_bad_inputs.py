@@ -101,6 +101,23 @@ def fx(tmp_path_factory):
         f[name] = d / name
     f["a-file"] = d / "a-file"
     f["a-file"].write_text("not a folder")
+    for name, text in (("ids-over", "5\n7\n1024\n"), ("ids-negative", "5\n-3\n"),
+                       ("ids-int64-overflow", "5\n99999999999999999999\n")):
+        f[name] = d / f"{name}.txt"  # ids out of the vocabulary 0:1024; the last one past int64
+        f[name].write_text(text)
+    for name, vocab in (("rm-vocab-over", VOCAB * 2), ("rm-vocab-under", VOCAB // 2)):  # config vs embedding rows
+        cfg = clone("rm", name) / "config.json"
+        cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "vocab_size": vocab}))
+        f[name] = cfg.parent
+    f["cache-with-file"] = d / "cache-with-file"  # a cache folder whose converted/ is a regular file
+    (f["cache-with-file"]).mkdir()
+    (f["cache-with-file"] / "converted").write_text("x")
+    f["dup-prompts"] = d / "dup-prompts.yaml"  # a prompt id given twice: PyYAML would keep only the second
+    f["dup-prompts"].write_text("greatest: What is the greatest thing?\nworst: The worst?\ngreatest: Best food?\n")
+    f["dup-metadata"] = d / "dup-metadata.yaml"  # a model given twice
+    f["dup-metadata"].write_text("rm:\n  family: llama\nother:\n  family: x\nrm:\n  family: gemma\n")
+    f["lock-folder"] = d / "locked"  # an output whose <out>.lock is a folder
+    (d / "locked.parquet.lock").mkdir(parents=True)
     scan = d / "scan.parquet"
     assert main(["scan", str(f["rm"]), "--dtype", "float32", "--token-ids", "0:50", "--out", str(scan),
                  "--no-progress", "--top", "0"]) == 0
@@ -195,6 +212,27 @@ CASES = [
     pytest.param(lambda o: ["bench", "--models", "{rm}", "--out", "{a-file}/bench", "--no-peak", "--no-plot"],
                  id="bench-out-under-file"),
     pytest.param(lambda o: ["bench", "--cost-model", "--out", "{a-file}/bench"], id="bench-cost-model-out-under-file"),
+    # id files with ids out of the vocabulary (one past its end, negative, past int64)
+    *[pytest.param(lambda o, w=w: [cmd, "{rm}" if cmd == "scan" else "{lm}", "--token-ids", "{%s}" % w, "--out",
+                                   o / "s.parquet", "--dtype", "float32"], id=f"{cmd}-{w}")
+      for w in ("ids-over", "ids-negative", "ids-int64-overflow") for cmd in ("scan", "logprobs")],
+    # config.json's vocab_size is not the embedding's row count
+    *[pytest.param(lambda o, w=w: ["scan", "{%s}" % w, "--token-ids", "0:5", "--out", o / "s.parquet", "--no-progress"],
+                   id=f"scan-{w}") for w in ("rm-vocab-over", "rm-vocab-under")],
+    # YAML with a key given twice
+    pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--prompts-yaml", "{dup-prompts}",
+                            "--out", o / "i.parquet"], id="implicit-prompts-yaml-duplicate-key"),
+    pytest.param(lambda o: ["analyze", "agreement", "{scan}", "--metadata", "{dup-metadata}", "--out", o / "a.csv"],
+                 id="analyze-metadata-yaml-duplicate-key"),
+    # a cache or a lock path of the wrong kind
+    pytest.param(lambda o: ["scan", "{rm}", "--cache-dir", "{a-file}", "--token-ids", "0:5", "--out", o / "s.parquet",
+                            "--no-progress"], id="scan-cache-dir-is-a-file"),
+    pytest.param(lambda o: ["scan", "{rm}", "--cache-dir", "{a-file}/cache", "--token-ids", "0:5", "--out",
+                            o / "s.parquet", "--no-progress"], id="scan-cache-dir-under-a-file"),
+    pytest.param(lambda o: ["scan", "{rm}", "--cache-dir", "{cache-with-file}", "--token-ids", "0:5", "--out",
+                            o / "s.parquet", "--no-progress"], id="scan-cache-converted-is-a-file"),
+    pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--out", "{lock-folder}.parquet", "--no-progress"],
+                 id="scan-lock-path-is-a-folder"),
     # options: unknown, not a number, or out of range
     pytest.param(lambda o: ["frobnicate", "--out", o / "x"], id="unknown-command"),
     pytest.param(lambda o: ["scan", "{rm}", "--bogus", "--out", o / "s.parquet"], id="scan-unknown-option"),
@@ -253,6 +291,36 @@ def test_bad_input_is_one_line(make_argv, fx, tmp_path, capsys, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     if LONG_PROMPT in argv:  # both lengths named
         assert f"{CTX} positions" in lines[0] and "tokens" in lines[0], lines[0]
+
+
+def test_rmfast_cache_env_of_the_wrong_kind_is_one_line(fx, tmp_path, capsys, monkeypatch):
+    """RMFAST_CACHE naming a regular file (or a path under one): one line naming the variable, exit 2."""
+    for bad in (fx["a-file"], fx["a-file"] / "sub"):
+        monkeypatch.setenv("RMFAST_CACHE", str(bad))
+        rc = main(["scan", str(fx["rm"]), "--token-ids", "0:5", "--out", str(tmp_path / "s.parquet"), "--no-progress"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and "RMFAST_CACHE" in err and "a regular file, not a folder" in err, err
+        assert not (tmp_path / "s.parquet").exists()
+
+
+@pytest.mark.parametrize("opt", [["--batch-size", "1000"], ["--hf-batch", "64,100000"], ["--naive-batch", "5000"]])
+def test_bench_batches_that_cannot_fit_are_refused_up_front(opt, fx, tmp_path, capsys, monkeypatch):
+    """A batch over the memory a scan may use: one line with the estimate and a batch that fits, before any
+    timing (here: 1 MiB free, so the tiny model's batches of hundreds of rows do not fit)."""
+    import rmfast.bench.run as bench_run
+    import rmfast.resolve as resolve
+
+    monkeypatch.setattr(resolve, "available_memory", lambda device: 2**20)
+    timed = []
+    monkeypatch.setattr(bench_run, "time_rmfast", lambda *a, **k: timed.append(1))
+    out = tmp_path / "bench"
+    rc = main(["bench", "--models", str(fx["rm"]), *opt, "--dtype", "float32", "--compile", "off", "--no-peak",
+               "--no-plot", "--n-candidates", "1024", "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("rmfast: error")]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert f"bench {opt[0]}" in lines[0] and "needs about" in lines[0] and "or less" in lines[0], lines[0]
+    assert timed == [] and not any(out.glob("*.json")), "timed or wrote before refusing"
 
 
 def test_read_only_folder(fx, tmp_path, capsys):
@@ -530,3 +598,32 @@ def test_score_head_needs_a_reward_head():
     backbone = T.tiny("llama", "causal_lm").model
     urm = CustomRewardModel(backbone, URMHead(torch.zeros(2, 64), [(torch.zeros(1, 64), None)]), "urm")
     assert resolve_head(urm, "score", 0) == "score" and resolve_head(urm, "auto", 0) == "score"
+
+
+@pytest.mark.parametrize("which", [".store.lock", ".part.lock"])
+def test_a_store_lock_of_the_wrong_kind_is_refused(which, tmp_path):
+    """A store's lock path that is a folder (or a FIFO...) is refused in one line, never locked or removed."""
+    from rmfast.errors import UserError
+    from rmfast.store import PartRef, Store
+
+    st, part = Store(tmp_path / "store"), PartRef("rm", "rm", "g", "g", "hi", "v", "v", key="k")
+    where = st.root / (part.relpath if which == ".part.lock" else "") / which
+    where.mkdir(parents=True)
+    with pytest.raises(UserError, match=r"is a folder, not a lock file.*remove it"):
+        with (st.claim(part) if which == ".part.lock" else st.lock()):
+            pass
+    assert where.is_dir()
+
+
+def test_other_yaml_readers_refuse_a_key_given_twice(fx):
+    """--prompts-yaml and --metadata YAML: a key written twice is refused at its second line (PyYAML alone
+    keeps the last one and drops the first prompt / model without a word)."""
+    from rmfast.analysis.metadata import load_model_metadata
+    from rmfast.errors import UserError
+    from rmfast.implicit import read_prompts
+
+    with pytest.raises(UserError, match=r"dup-prompts.yaml: not valid YAML at line 3 \(duplicate key 'greatest', "
+                                        r"first given at line 1"):
+        read_prompts(fx["dup-prompts"])
+    with pytest.raises(UserError, match=r"not valid YAML at line 5 \(duplicate key 'rm', first given at line 1"):
+        load_model_metadata(fx["dup-metadata"])

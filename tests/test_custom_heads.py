@@ -1,4 +1,4 @@
-"""Custom reward heads (ArmoRM, QRM x2, URM) on replicas, against an independent re-implementation of
+"""Custom reward heads (ArmoRM, QRM x3: Llama, Gemma 2, Gemma 2 as published; URM) on replicas, against an independent re-implementation of
 the original forward (tests/custom_rm_replicas.py); the missing-head error; heads in fp32.
 
 fp32: elementwise. The Gemma 2 replica's vocabulary (2,048, generated tokenizer) is scored in full by
@@ -45,8 +45,8 @@ def llama_tok():
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory, llama_tok):
     root = tmp_path_factory.mktemp("custom-rms")
-    return {n: (R.make_replica(n, root / n, R.gemma_tokenizer() if n == "qrm-gemma" else llama_tok),
-                R.gemma_tokenizer() if n == "qrm-gemma" else llama_tok) for n in NAMES}
+    toks = {n: R.gemma_tokenizer() if R.KINDS[n][0] == "gemma2" else llama_tok for n in NAMES}
+    return {n: (R.make_replica(n, root / n, toks[n]), toks[n]) for n in NAMES}
 
 
 def _ids(n_vocab: int, full: bool) -> torch.Tensor:
@@ -80,11 +80,14 @@ def test_recognized_and_loaded_without_remote_code(replicas, name):
     assert not list(folder.glob("*.py"))  # no modeling code beside the replica
     lm = load(str(folder), dtype="float32", device="cpu")
     assert isinstance(lm.model, CustomRewardModel) and lm.kind == "classifier"
-    assert type(lm.model.model).__name__ == ("Gemma2Model" if name == "qrm-gemma" else "LlamaModel")
+    assert type(lm.model.model).__name__ == ("Gemma2Model" if name.startswith("qrm-gemma") else "LlamaModel")
     head = lm.model.rmfast_head
     assert isinstance(head, URMHead if name == "urm" else GatedHead)
     if name.startswith("qrm"):
-        assert head.num_quantiles == 4 and [g.kind for g in head.gating].count("batchnorm") == 3
+        assert head.num_quantiles == (19 if name == "qrm-gemma-27b" else 4)
+        assert [g.kind for g in head.gating] == ["linear", "relu", "batchnorm"] * 3 + ["linear"]
+    if name == "qrm-gemma-27b":  # the published layout: no transform matrix, the gate weighs the objectives directly
+        assert head.regression.shape[0] == 5 * 19 and torch.equal(head.transform, torch.eye(5))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -93,7 +96,7 @@ def test_fp32_matches_the_original_forward(replicas, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "qrm-gemma"])
+@pytest.mark.parametrize("name", [n for n in NAMES if R.KINDS[n][0] != "gemma2"])
 def test_fp32_full_llama3_vocabulary(replicas, name):
     _check_fp32(replicas, name, full=True)
 
@@ -158,50 +161,24 @@ def test_cli_scan_of_a_replica(replicas, name, tmp_path):
     np.testing.assert_allclose(df["score"].to_numpy(), ref.numpy(), atol=2e-5, rtol=0)
 
 
-@pytest.mark.parametrize("drop", [("regression_layer.weight",), ("gating.logit_scale",)])
-def test_a_custom_head_without_its_weights_is_an_error(llama_tok, tmp_path, drop):
-    folder = R.make_replica("armorm", tmp_path / "rm", llama_tok, drop=drop)
-    with pytest.raises(UserError, match=f"no weights for {drop[0]}"):
+@pytest.mark.parametrize("name, drop", [("armorm", "regression_layer.weight"), ("armorm", "gating.logit_scale"),
+                                        ("armorm", "reward_transform_matrix"), ("qrm-llama", "reward_transform_matrix"),
+                                        ("qrm-gemma", "reward_transform_matrix"),
+                                        ("qrm-gemma-27b", "regression_layer.weight"),
+                                        ("qrm-gemma-27b", "gating.logit_scale")])
+def test_a_custom_head_without_its_weights_is_an_error(llama_tok, tmp_path, name, drop):
+    """Only the published QRM-Gemma-2 layout (Dropout slots) goes without a transform matrix."""
+    tok = R.gemma_tokenizer() if R.KINDS[name][0] == "gemma2" else llama_tok
+    folder = R.make_replica(name, tmp_path / "rm", tok, drop=(drop,))
+    with pytest.raises(UserError, match=f"no weights for {drop}"):
         load(str(folder), dtype="float32", device="cpu")
 
 
-def test_a_classifier_without_its_score_head_exits_2(tmp_path):
-    """No ranking from a random head: one line, exit 2; the explicit seed still draws one."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    import tiny_models as T
-
-    tok = T.chatml_tokenizer(512)
-    LlamaForCausalLM(LlamaConfig(vocab_size=512, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                                 num_attention_heads=1, num_key_value_heads=1)).save_pretrained(tmp_path)
-    tok.save_pretrained(tmp_path)
-    cfg = json.loads((tmp_path / "config.json").read_text())
-    cfg["architectures"] = ["LlamaForSequenceClassification"]
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    p = subprocess.run([sys.executable, "-m", "rmfast", "scan", str(tmp_path), "--token-ids", "0:10", "--no-progress",
-                        "--out", str(tmp_path / "o.parquet")], capture_output=True, text=True)
-    assert p.returncode == 2 and not (tmp_path / "o.parquet").exists()
-    assert p.stderr.strip().count("\n") == 0 and "no weights for its reward head (score.weight)" in p.stderr
-    seeded = load(str(tmp_path), dtype="float32", device="cpu", random_head_seed=5)
-    assert seeded.source["random_head_seed"] == 5 and seeded.model.score.weight.abs().sum() > 0
-
-
-# ----------------------------------------------------------------------------- heads in fp32
-
-
-def test_bf16_scores_are_not_bf16_quantized_and_closer_to_fp32():
-    """The bf16 engine's head runs in fp32: its scores are not bf16 numbers, and nearer the fp32 truth
-    than with HF's rounding points (fp32_head=False)."""
-    import tiny_models as T
-
-    model = T.tiny("llama", num_labels=1)
-    tmpl = build_template(T.chatml_tokenizer(), PROMPT)
-    ids = torch.arange(0, T.VOCAB, 24)[:, None]  # 2,048 ids
-    truth = Engine(model, tmpl, head="score").score(ids).double()
-    m16 = model.to(torch.bfloat16)
-    new = Engine(m16, tmpl, head="score").score(ids).double()
-    old = Engine(m16, tmpl, head="score", fp32_head=False).score(ids).double()
-    assert (old == old.to(torch.bfloat16).double()).all()  # the old head output: bf16 values
-    assert (new != new.to(torch.bfloat16).double()).float().mean() > 0.9
-    assert len(set(new.tolist())) > len(set(old.tolist()))
-    assert (new - truth).abs().mean() < (old - truth).abs().mean()
+@pytest.mark.parametrize("layer", [4, 6, 11])
+def test_the_published_qrm_gemma_layout_missing_a_gating_layer_is_an_error(tmp_path, layer):
+    """A gap where a Linear or BatchNorm belongs is not read as a Dropout slot: one line, no scores."""
+    p = f"gating.layers.{layer}."
+    folder = R.make_replica("qrm-gemma-27b", tmp_path / "rm", R.gemma_tokenizer(),
+                            drop=tuple(p + k for k in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")))
+    with pytest.raises(UserError, match="gating"):
+        load(str(folder), dtype="float32", device="cpu")

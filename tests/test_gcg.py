@@ -299,3 +299,54 @@ def test_init_strings_of_different_lengths_refused(smol_tokenizer, tmpl):
         _search(T.tiny("llama"), smol_tokenizer, tmpl, init_strings=[" good", " good good"])
     with pytest.raises(UserError, match="logprob"):
         _search(T.tiny("llama", kind="causal_lm"), smol_tokenizer, tmpl, compat="authors")
+
+
+# --------------------------------------------------------------------------------------------
+# NaN / inf scores (an fp16 overflow in a real model does this)
+
+
+def _poisoned_scorer(monkeypatch, bad):
+    """The run's scorer, with the rows ``bad(row)`` picks scored ``bad(row)`` (NaN, +inf or -inf) instead."""
+    from rmfast import gcg
+
+    real = gcg._Scorer.__call__
+
+    def call(self, cands):
+        out = real(self, cands).clone()
+        for i, row in enumerate(cands.tolist()):
+            v = bad(row)
+            if v is not None:
+                out[i] = v
+        return out
+
+    monkeypatch.setattr(gcg._Scorer, "__call__", call)
+
+
+@pytest.mark.parametrize("maximize", [True, False])
+def test_nonfinite_candidates_are_never_the_best(maximize, smol_tokenizer, tmpl, monkeypatch):
+    """A third of the candidates scored NaN, +inf or -inf: GCG and random search still finish, report a finite
+    best that is no such row, count them in the result and the manifest, and warn once. (Before: a NaN in the
+    buffer stalled the search at its start, no count, no word.)"""
+    poison = {0: float("nan"), 1: float("inf"), 2: float("-inf")}
+    _poisoned_scorer(monkeypatch, lambda row: poison.get(sum(row) % 9))
+    model = T.tiny("llama")
+    cfg = GCGConfig(**{**SMALL, "steps": 4}, maximize=maximize)
+    with pytest.warns(UserWarning, match=r"gcg: \d+ of \d+ candidates scored NaN or inf .*never taken as best"):
+        res = run(model, smol_tokenizer, PROMPT, cfg, progress=False, template=tmpl)
+    assert res.n_nonfinite > 0 and res.manifest["n_nonfinite"] == res.n_nonfinite
+    assert sum(res.best_ids) % 9 not in poison and torch.isfinite(torch.tensor(res.best_score))
+    sign = 1 if maximize else -1  # the search still moves (before: NaN at the buffer's head stalled every step)
+    assert sign * (res.trajectory[-1] - res.trajectory[0]) > 0, res.trajectory
+    assert all(torch.isfinite(torch.tensor(r["best_score"])) or r["best_ids"] == r["init_ids"] for r in res.restarts)
+    assert res.best_score == pytest.approx(res.best_score_reference, abs=1e-4)
+    rnd = random_search(model, smol_tokenizer, PROMPT, cfg, 200, template=tmpl)
+    assert sum(rnd.best_ids) % 9 not in poison and torch.isfinite(torch.tensor(rnd.best_score))
+
+
+def test_every_candidate_nonfinite_is_one_line(smol_tokenizer, tmpl, monkeypatch):
+    _poisoned_scorer(monkeypatch, lambda row: float("nan"))
+    cfg = GCGConfig(**{**SMALL, "steps": 2})
+    with pytest.raises(UserError, match="every candidate scored NaN or inf .*--dtype float32"):
+        run(T.tiny("llama"), smol_tokenizer, PROMPT, cfg, progress=False, template=tmpl)
+    with pytest.raises(UserError, match="every candidate scored NaN or inf"):
+        random_search(T.tiny("llama"), smol_tokenizer, PROMPT, cfg, 50, template=tmpl)

@@ -395,3 +395,36 @@ def test_help_example_config_is_valid(tmp_path, capsys):
     assert list(cfg.candidates[2].texts.texts) == TEXTS
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     assert textwrap.indent(example, "  ") in readme
+
+
+def test_a_folder_model_edited_in_place_is_scored_again(models_dir, tmp_path, smol_tokenizer, capsys):
+    """Finished parts are kept only for the weights they were scored from: a folder model re-saved in place
+    with other weights (same shapes, same names, same config) gets its parts scored again, not reused; an
+    untouched model's parts are reused."""
+    import shutil
+
+    folder = tmp_path / "rm-edit"
+    shutil.copytree(models_dir / "rm-a", folder)
+    shutil.copytree(models_dir / "rm-b", tmp_path / "rm-b")
+    shutil.copy(models_dir / "prompts.yaml", tmp_path / "prompts.yaml")
+    cfg = write_cfg(tmp_path, "edit.yaml", models=["./rm-edit", "./rm-b"], prompts={"g": PROMPTS["greatest"]},
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:50"}}})
+    store = tmp_path / "store"
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0, se
+    before = load_results(store).set_index(["model", "token_id"])["score"]
+    untouched = {p: p.stat().st_mtime_ns for p in part_files(store) if "rm-b" in str(p)}
+
+    m = T.tiny("llama", "classifier", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=7)
+    m.save_pretrained(folder)  # the same folder, the same shapes: other weights
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0, se
+    assert "rm-edit: its files changed since 1 finished part(s) were written" in se
+    after = load_results(store).set_index(["model", "token_id"])["score"]
+    assert not np.allclose(after.loc["rm-edit"], before.loc["rm-edit"])  # scored again from the new weights
+    assert after.loc["rm-b"].equals(before.loc["rm-b"])
+    assert {p: p.stat().st_mtime_ns for p in part_files(store) if "rm-b" in str(p)} == untouched  # reused as is
+    rc, so, se = run(["sweep", cfg, "--out", tmp_path / "fresh", "--no-progress"], capsys)
+    assert rc == 0, se
+    fresh = load_results(tmp_path / "fresh").set_index(["model", "token_id"])["score"]
+    assert after.loc["rm-edit"].equals(fresh.loc["rm-edit"])  # exactly what a fresh sweep of the new weights gives

@@ -42,6 +42,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -345,6 +346,8 @@ class _Search:
     n_eval: int = 0
     n_dup: int = 0
     n_rej: int = 0
+    n_nonfinite: int = 0  # candidates whose score came out NaN or +-inf: never taken as best
+    nonfinite_ids: list[list[int]] = field(default_factory=list)  # the first few of them
     t_grad: float = 0.0
     t_filter: float = 0.0
     t_eval: float = 0.0
@@ -409,7 +412,15 @@ def _evaluate(s: _Search, rows: list[list[int]]) -> torch.Tensor:
     scores = _score_all(s.plan, torch.tensor(rows, dtype=torch.long))
     s.t_eval += time.perf_counter() - te
     s.n_eval += len(rows)
+    bad = (~torch.isfinite(scores)).nonzero()[:, 0].tolist()
+    s.n_nonfinite += len(bad)
+    s.nonfinite_ids += [list(rows[i]) for i in bad[: max(0, 5 - len(s.nonfinite_ids))]]
     return scores
+
+
+def _objective(score: float, sign: float) -> float:
+    """``sign * score``, and -inf for a NaN or infinite score: such a candidate is never better than any."""
+    return sign * score if math.isfinite(score) else -math.inf
 
 
 def _selection(s: _Search, cur: torch.Tensor) -> torch.Tensor:
@@ -464,11 +475,15 @@ def _candidates(s: _Search, cur: torch.Tensor, sel: torch.Tensor, gen: torch.Gen
 
 def _merge(buffer: list[tuple[float, list[int]]], rows: list[list[int]], scores: torch.Tensor, sign: float,
            size: int) -> list[tuple[float, list[int]]]:
-    """The buffer: the ``size`` best (score, ids) of the old buffer and the newly scored rows, best first."""
-    order = torch.argsort(sign * scores, descending=True)[:size].tolist()
-    merged = buffer + [(float(scores[i]), rows[i]) for i in order]
-    merged.sort(key=lambda e: -sign * e[0])
-    return merged[:size]
+    """The buffer: the ``size`` best (score, ids) of the old buffer and the newly scored rows, best first.
+    Rows scored NaN or +-inf never enter it; a buffer of such rows only (a start scored NaN) keeps one
+    entry to step from until a finite score replaces it."""
+    finite = torch.isfinite(scores)
+    order = torch.argsort(torch.where(finite, sign * scores, -math.inf), descending=True)[:size].tolist()
+    merged = buffer + [(float(scores[i]), rows[i]) for i in order if finite[i]]
+    merged.sort(key=lambda e: -_objective(e[0], sign))
+    ok = [e for e in merged if math.isfinite(e[0])]
+    return ok[:size] if ok else merged[:1]
 
 
 def _step(s: _Search, buffer: list[tuple[float, list[int]]], start: list[int],
@@ -479,7 +494,7 @@ def _step(s: _Search, buffer: list[tuple[float, list[int]]], start: list[int],
     best_before = buffer[0][0]
     if keep:
         buffer = _merge(buffer, keep, _evaluate(s, keep), s.sign, s.cfg.buffer_size)
-    return buffer, s.sign * buffer[0][0] > s.sign * best_before
+    return buffer, _objective(buffer[0][0], s.sign) > _objective(best_before, s.sign)
 
 
 def _restart(s: _Search, r: int, bar) -> dict:
@@ -599,12 +614,13 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         for r in range(cfg.restarts):
             rec = _restart(s, r, bar)
             restarts.append(rec)
-            if global_best is None or s.sign * rec["best_score"] > s.sign * global_best[0]:
+            if global_best is None or _objective(rec["best_score"], s.sign) > _objective(global_best[0], s.sign):
                 global_best = (rec["best_score"], rec["best_ids"], r)
     finally:
         bar.close()
 
     best_s, best_ids, best_r = global_best
+    _say_nonfinite(s)
     ref = float(hf_scores(model, s.tmpl, [best_ids], head=s.head, head_index=cfg.head_index)[0])
     wall = time.perf_counter() - t0
     return GCGResult(
@@ -617,10 +633,25 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         n_evaluated=s.n_eval,
         n_skipped_duplicate=s.n_dup,
         n_rejected_retokenize=s.n_rej,
+        n_nonfinite=s.n_nonfinite,
         config=dataclasses.asdict(cfg),
-        manifest=_manifest(model, prompt, s, model_info),
+        manifest={**_manifest(model, prompt, s, model_info), "n_nonfinite": s.n_nonfinite,
+                  "nonfinite_ids": s.nonfinite_ids},
         timing=_timing(s, wall, setup_s),
     )
+
+
+def _say_nonfinite(s: _Search) -> None:
+    """One warning naming how many candidates scored NaN/inf (none of them can be the best); a UserError
+    when no candidate at all had a finite score: there is no best to report."""
+    if not s.n_nonfinite:
+        return
+    what = (f"{s.n_nonfinite} of {s.n_eval} candidates scored NaN or inf (e.g. ids {s.nonfinite_ids[0]}); "
+            "an overflow in the model's dtype does this")
+    if s.n_nonfinite >= s.n_eval:
+        raise UserError(f"gcg: every candidate scored NaN or inf ({s.n_eval} evaluated): no best to report; "
+                        "an overflow in the model's dtype does this: try --dtype float32")
+    warnings.warn(f"rmfast: gcg: {what}; they were never taken as best (n_nonfinite in the result)", stacklevel=3)
 
 
 def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None, n_candidates: int = 1000,
@@ -655,5 +686,9 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
                 break
     scores = _score_all(plan, torch.tensor(keep, dtype=torch.long))
     sign = 1.0 if cfg.maximize else -1.0
-    i = int(torch.argmax(sign * scores))
+    ranked = torch.where(torch.isfinite(scores), sign * scores, -math.inf)  # NaN/inf is never the best
+    if not torch.isfinite(scores).any():
+        raise UserError(f"random search: every candidate scored NaN or inf ({len(keep)} evaluated): no best to "
+                        "report; an overflow in the model's dtype does this: try --dtype float32")
+    i = int(torch.argmax(ranked))
     return RandomSearchResult(best_ids=keep[i], best_score=float(scores[i]), n_evaluated=len(keep), scores=scores.tolist())

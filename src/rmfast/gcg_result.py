@@ -26,6 +26,7 @@ class GCGResult:
         restarts: per restart: best ids/text/score, trajectory, evaluations, steps run, stop reason.
         n_evaluated: candidates scored in total (initial responses included).
         n_skipped_duplicate, n_rejected_retokenize: candidates skipped before evaluation.
+        n_nonfinite: candidates whose score came out NaN or +-inf (kept out of the buffer; never the best).
         config: the GCGConfig as a dict. manifest: model, prompt, template, head, dtype, device, versions.
         timing: wall_s, setup_s, per_step_s and the gradient / filter / evaluation split.
     """
@@ -40,6 +41,7 @@ class GCGResult:
     n_skipped_duplicate: int
     n_rejected_retokenize: int
     config: dict
+    n_nonfinite: int = 0
     manifest: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
 

@@ -40,7 +40,7 @@ import pandas as pd
 
 from .version import __version__
 from .errors import UserError
-from .io import check_output, manifest_path, write_csv, write_json, write_parquet
+from .io import check_output, manifest_path, read_text, write_csv, write_json, write_parquet, yaml_load_unique, yaml_problem
 
 __all__ = [
     "ImplicitResult",
@@ -286,9 +286,9 @@ def read_prompts(path) -> dict[str, str]:
     if not p.is_file():
         raise UserError(f"--prompts-yaml {p}: no such file")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise UserError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        data = yaml_load_unique(read_text(p, "--prompts-yaml file"))
+    except yaml.YAMLError as e:  # a key given twice included: PyYAML would keep only the last prompt
+        raise UserError(f"{p}: not valid YAML {yaml_problem(e)}") from None
     if isinstance(data, dict) and set(data) == {"prompts"}:
         data = data["prompts"]
     if isinstance(data, list):

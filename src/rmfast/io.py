@@ -78,6 +78,42 @@ def not_a_regular_file(path: str | os.PathLike) -> str | None:
     return None if what in ("nothing", "a regular file") else what
 
 
+def check_folder(path: str | os.PathLike, what: str, fix: str) -> Path:
+    """Refuse a folder path that cannot be one: it, or the nearest of its parents that exists, is not a
+    folder (a regular file, a device, a FIFO...). Symbolic links to folders are folders. ``what`` names the
+    path in the message ("the rmfast cache"), ``fix`` says what to do.
+
+    >>> check_folder("/dev/null/x", "the cache", "pass a folder")
+    Traceback (most recent call last):
+    rmfast.errors.UserError: the cache /dev/null/x: /dev/null is a character device, not a folder; pass a folder
+    """
+    path = Path(path)
+    for p in (path, *path.parents):
+        try:
+            mode = os.stat(p).st_mode
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:  # a parent is a file: found further up
+            continue
+        except OSError as exc:
+            raise UserError(f"{what} {path}: {p} cannot be read ({exc.strerror}); {fix}") from None
+        if stat.S_ISDIR(mode):
+            return path
+        kind = "a regular file" if stat.S_ISREG(mode) else next((w for t, w in _KINDS if t(mode)), "not a folder")
+        raise UserError(f"{what} {path}: {p} is {kind}, not a folder; {fix}")
+    return path
+
+
+def check_lock(lock: str | os.PathLike, fix: str) -> Path:
+    """A lock file's path: nothing there, or a regular file (a lock left by an earlier job). A folder, a
+    FIFO, a device or a symbolic link there is refused: a lock is never taken on (or removed from) it."""
+    lock = Path(lock)
+    what = not_a_regular_file(lock)
+    if what is not None:
+        raise UserError(f"{lock} is {what}, not a lock file: rmfast locks there while it writes; {fix}")
+    return lock
+
+
 def _check_replaceable(path: Path) -> None:
     """The writers' last guard (the commands check earlier, :func:`check_output`): never rename a file
     over anything but a regular file."""
@@ -93,6 +129,7 @@ def output_lock(path: str | os.PathLike):
     process (an OS file lock), so a killed job never leaves a stale one."""
     from filelock import FileLock, Timeout
 
+    check_lock(str(path) + ".lock", "remove it or choose another --out")
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # the lock file is the first thing written there
     lock = FileLock(str(path) + ".lock")
     try:
@@ -374,6 +411,21 @@ def yaml_load_unique(text: str):
     import yaml
 
     return yaml.load(text, Loader=_unique_key_loader())
+
+
+def yaml_problem(e) -> str:
+    """A PyYAML error in a few words with its line: ``at line 4 (duplicate key 'a', ...)``.
+
+    >>> import yaml
+    >>> try:
+    ...     yaml_load_unique("a: 1\\na: 2\\n")
+    ... except yaml.YAMLError as e:
+    ...     yaml_problem(e)
+    "at line 2 (duplicate key 'a', first given at line 1; give each key once)"
+    """
+    mark = getattr(e, "problem_mark", None)
+    at = f"at line {mark.line + 1} " if mark is not None else ""
+    return f"{at}({getattr(e, 'problem', None) or str(e).splitlines()[0] or type(e).__name__})"
 
 
 @functools.lru_cache(maxsize=None)

@@ -28,8 +28,8 @@ from safetensors import SafetensorError
 
 from . import checkpoints, cpu, embedded, registry
 from .errors import UserError
-from .io import file_sha256, write_json
-from .models import custom_heads
+from .io import check_folder, file_sha256, write_json
+from .models import custom_heads, vocab_check
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -80,13 +80,20 @@ class LoadedModel:
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The rmfast cache: ``cache_dir``, else ``$RMFAST_CACHE``, else ``~/.cache/rmfast``."""
+    """The rmfast cache: ``cache_dir``, else ``$RMFAST_CACHE``, else ``~/.cache/rmfast``. A path that cannot
+    be a folder (it, a parent, or its ``converted``/``cpu`` folder is a file, a device...) is a UserError."""
     if cache_dir is not None and str(cache_dir) != "":
-        return Path(cache_dir).expanduser()
-    env = os.environ.get("RMFAST_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "rmfast"
+        root, where = Path(cache_dir).expanduser(), "--cache-dir"
+    elif os.environ.get("RMFAST_CACHE"):
+        root, where = Path(os.environ["RMFAST_CACHE"]).expanduser(), "RMFAST_CACHE"
+    else:
+        root, where = Path.home() / ".cache" / "rmfast", "default"
+    fix = (f"set {where} to a folder (or to a path where one can be made)" if where != "default"
+           else "remove what is there, or set RMFAST_CACHE (or --cache-dir) to a folder")
+    check_folder(root, f"the rmfast cache ({where})", fix)
+    for sub in ("converted", "cpu"):
+        check_folder(root / sub, f"the rmfast cache ({where})", fix)
+    return root
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -202,7 +209,7 @@ CONTENT_FILES = ("config.json", "adapter_config.json", "*.safetensors", "pytorch
 
 def content_sha256(folder: Path, revision: str | None = None, cache: Path | None = None) -> str | None:
     """What identifies a folder model's content, for its provenance and for a resumed job's key
-    (:func:`rmfast.resolve.run_key`: a folder whose weights changed must not resume the old job).
+    (:func:`rmfast.plan.run_key`: a folder whose weights changed must not resume the old job).
 
     None for a hub snapshot at a commit (its ``revision`` names the content); else one sha256 over
     the name and :func:`cached_sha256` of each of the folder's :data:`CONTENT_FILES`. A hash of every
@@ -584,11 +591,15 @@ def _load_folder(
             f"the folder needs tokenizer files (tokenizer.json or tokenizer_config.json and its vocabulary)"
         ) from None
     files = {} if trust_remote_code else custom_heads.weight_files(folder)
+    vocab_check.check_vocab_size(folder, config, files)
     custom = custom_heads.recognize(config.to_dict(), files)
     if custom is not None:  # ArmoRM / QRM / URM: transformers' backbone + rmfast's head, no remote code
         with quiet_transformers():
-            model, missing = custom_heads.load_custom(folder, config, custom, files, tokenizer, torch_dtype=torch_dtype,
-                                                      attn_implementation=attn_implementation)
+            try:
+                model, missing = custom_heads.load_custom(folder, config, custom, files, tokenizer,
+                                                          torch_dtype=torch_dtype, attn_implementation=attn_implementation)
+            except RuntimeError as exc:
+                raise (vocab_check.mismatch_error(folder, exc) or exc) from None
         _warn_missing(folder, missing)
         return _finish(model, tokenizer, device, choice), tokenizer, "classifier", False
     kind = model_kind(config)
@@ -633,6 +644,11 @@ def _load_folder(
                     f"{'sequence classifier' if kind == 'classifier' else 'causal LM'} by transformers"
                 ) from None
             raise
+        except RuntimeError as exc:  # e.g. a weight shape config.json does not describe
+            err = vocab_check.mismatch_error(folder, exc)
+            if err is None:
+                raise
+            raise err from None
     missing = sorted(info.get("missing_keys") or [])
     head = {n for n, _ in model.named_parameters() if n.split(".")[0] in ("score", "classifier")}
     head_missing = [k for k in missing if k in head]

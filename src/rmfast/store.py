@@ -44,7 +44,7 @@ import numpy as np
 
 from .version import __version__
 from .errors import UserError
-from .io import WRITE_ID, manifest_path, parquet_write_id, write_json, write_pair
+from .io import WRITE_ID, check_lock, manifest_path, parquet_write_id, write_json, write_pair
 
 SCHEMA_VERSION = 1
 PART_FILE = "part.parquet"
@@ -209,6 +209,7 @@ class Store:
         from filelock import FileLock, Timeout
 
         d = self.root / part.relpath
+        check_lock(d / ".part.lock", "remove it (no rmfast job holds it) or choose another store")
         d.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(d / ".part.lock"))
         try:
@@ -226,6 +227,7 @@ class Store:
         """Hold the store lock (blocking) while writing store.json or manifest.json, or cleaning their temps."""
         from filelock import FileLock
 
+        check_lock(self.root / ".store.lock", "remove it (no rmfast job holds it) or choose another store")
         self.root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.root / ".store.lock")):
             yield

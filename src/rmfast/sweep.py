@@ -587,10 +587,15 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
                         _log(d, f"--force: removed {len(removed)} part(s) not in the new config")
         dist.barrier(d)
         mine = assign(plan, cfg, d.world)[d.rank]
-        todo = [p for p in mine if not store.is_done(p)]
+        content = {m.name: model_content(m) for m in cfg.models if m.name in {p.model for p in mine}}
+        changed = [p for p in mine if store.is_done(p) and not _same_content(store, p, content[p.model])]
+        for name in dict.fromkeys(p.model for p in changed):
+            _log(d, f"{name}: its files changed since {sum(p.model == name for p in changed)} finished part(s) were "
+                    "written; scoring them again (a part is never kept from other weights)")
+        todo = [p for p in mine if p in changed or not store.is_done(p)]
         _log(d, f"{len(plan)} parts ({len(cfg.models)} models × {len(cfg.prompts)} prompts × {len(cfg.candidates)} "
                 f"candidate sets); this process: {len(mine)}, {len(mine) - len(todo)} already done")
-        run = _PartRunner(store, cfg, d, plan, chash, progress and (d.is_main or not d.group), len(todo))
+        run = _PartRunner(store, cfg, d, plan, chash, progress and (d.is_main or not d.group), len(todo), content)
         busy = run.parts(todo, wait=False)
         if busy:  # another writer holds them: wait for it, then take over whatever it did not finish
             _log(d, f"{len(busy)} part(s) are being computed by another writer; waiting for them")
@@ -611,8 +616,10 @@ class _PartRunner:
     """Computes parts of one store, each only while holding its lock (:meth:`rmfast.store.Store.claim`),
     loading each model once per pass and only when one of its parts is really computed."""
 
-    def __init__(self, store: Store, cfg: SweepConfig, d: dist.Dist, plan: list[PartRef], chash: str, bars: bool, n: int):
+    def __init__(self, store: Store, cfg: SweepConfig, d: dist.Dist, plan: list[PartRef], chash: str, bars: bool, n: int,
+                 content: dict | None = None):
         self.store, self.cfg, self.d, self.plan, self.chash, self.bars, self.n = store, cfg, d, plan, chash, bars, n
+        self.content = content or {}  # model name -> what names its files' content now (:func:`model_content`)
         self.k = 0  # parts computed by this process
 
     def parts(self, parts: list[PartRef], *, wait: bool) -> list[PartRef]:
@@ -625,7 +632,8 @@ class _PartRunner:
                 with self.store.claim(p, wait=wait) as held:
                     if not held:
                         busy.append(p)
-                    elif not self.store.is_done(p):  # another writer may have finished it meanwhile
+                    elif not (self.store.is_done(p) and _same_content(self.store, p, self.content.get(p.model))):
+                        # not finished (another writer may have finished it meanwhile), or from other weights
                         lm = lm or self._load(by_model[name])
                         self._one(lm, by_model[name], p)
             if lm is not None:
@@ -669,6 +677,29 @@ class _PartRunner:
         if d.world == 1:
             with store.lock():
                 store.write_index(self.plan, self.chash)
+
+
+def model_content(m: ModelCfg) -> dict | None:
+    """What names a sweep model's files' content now, as its part manifests record it (the loader's
+    provenance): a folder's (or an adapter checkpoint's) ``content_sha256``, a GGUF file's ``sha256``.
+    None where only loading tells (an embedded alias, a hub id: their names fix the content)."""
+    from . import loader
+
+    path = Path(os.path.expanduser(m.model))
+    cache = loader.cache_root(m.cache_dir)
+    if path.is_dir() and (path / "config.json").is_file() or is_adapter_folder(path):
+        return {"content_sha256": loader.content_sha256(path.resolve(), cache=cache)}
+    if path.is_file():
+        return {"sha256": loader.cached_sha256(path, cache)}
+    return None
+
+
+def _same_content(store: Store, p: PartRef, content: dict | None) -> bool:
+    """Whether a finished part was scored from the files the model has now (True where that is unknown)."""
+    if not content:
+        return True
+    model = (store.done_manifest(p) or {}).get("model") or {}
+    return all(model.get(k) == v for k, v in content.items())
 
 
 def _free_memory() -> None:

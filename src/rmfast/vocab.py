@@ -49,7 +49,7 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
         path = Path(spec)
         if not path.is_file():
             raise UserError(f"--token-ids {spec!r}: no such file (give a file with one id per line, or a range A:B)")
-        vals = []
+        vals, where = [], []
         for ln, line in enumerate(read_text(path, "--token-ids file").splitlines(), 1):
             s = line.strip()
             if not s or s.startswith("#"):
@@ -58,14 +58,19 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
                 vals.append(int(s))
             except ValueError:
                 raise UserError(f"{spec}:{ln}: {s[:30]!r} is not a token id (one integer per line)") from None
+            where.append(f"{spec}:{ln}: ")
         if not vals:
             raise UserError(f"--token-ids file {spec} holds no ids")
-        ids = np.array(vals, dtype=np.int64)
     else:
-        ids = np.asarray(list(spec), dtype=np.int64)
-    bad = ids[(ids < 0) | (ids >= n_vocab)]
-    if bad.size:
-        raise UserError(f"token id {int(bad[0])} is outside the vocabulary 0:{n_vocab} ({bad.size} such ids)")
+        vals = list(spec)
+        where = [""] * len(vals)
+    bad = [i for i, v in enumerate(vals) if not 0 <= v < n_vocab]  # Python ints: no int64 overflow before the check
+    if bad:
+        v = vals[bad[0]]
+        shown = v if abs(v) < 10**30 else f"of {abs(v).bit_length()} bits"
+        raise UserError(f"{where[bad[0]]}token id {shown} is outside the vocabulary 0:{n_vocab} ({len(bad)} such ids): "
+                        f"give ids from 0 to {n_vocab - 1}")
+    ids = np.array(vals, dtype=np.int64)
     return np.unique(ids)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from ..io import read_csv, read_text
+from ..io import read_csv, read_text, yaml_load_unique, yaml_problem
 
 META_COLUMNS = ["model", "nickname", "developer", "base", "base_family", "params_b",
                 "leaderboard_rank"]
@@ -92,9 +92,9 @@ def load_model_metadata(path: str | PathLike | pd.DataFrame) -> pd.DataFrame:
             import yaml
 
             try:
-                data = yaml.safe_load(read_text(path, "--metadata file"))
-            except yaml.YAMLError as e:
-                raise UserError(f"--metadata file {path} is not valid YAML ({str(e).splitlines()[0]}); fix it") from None
+                data = yaml_load_unique(read_text(path, "--metadata file"))
+            except yaml.YAMLError as e:  # a model given twice included: PyYAML would keep only the last
+                raise UserError(f"--metadata file {path} is not valid YAML {yaml_problem(e)}; fix it") from None
             if isinstance(data, dict):
                 data = [{"name": k, **(v or {})} for k, v in data.items()]
             if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):

@@ -13,6 +13,7 @@ from ..bench import (BENCH_MODELS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEF
                      loadavg, log, resolve_models, bench_model, format_cost_model, format_table, gpu_cost_model,
                      machine_info, plot, random_init_bench_models, random_init_model, random_init_names, versions,
                      write_outputs)
+from ..bench.memory_check import check_batches
 from ..cpu import say_choice
 from ..errors import UserError
 from ..io import check_output, write_json
@@ -147,6 +148,7 @@ def run(args) -> int:
                                    allow_pickle=args.allow_pickle)
             log(f"{cfg.spec}: {'built' if args.random_init else 'loaded'} in {time.perf_counter() - t0:.1f} s")
             say_choice(loaded[key].model)  # --dtype auto on CPU: what it took and why
+        check_batches(cfg, loaded[key], args, device, dflt)  # before any timing: a batch that cannot fit
         log(f"[{cfg.name}] load average {loadavg()}")
         r, e = bench_model(cfg, loaded[key], args, device, dflt)
         rows += r

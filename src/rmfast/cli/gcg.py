@@ -114,7 +114,8 @@ def run(args) -> int:
     print(f"best text       {res.best_text!r}")
     print(f"best ids        {res.best_ids}")
     print(f"start -> best   {res.trajectory[0]:.4f} -> {res.trajectory[-1]:.4f} in {len(res.trajectory) - 1} steps; "
-          f"{res.n_evaluated} evaluated, {res.n_rejected_retokenize} rejected by the retokenization filter")
+          f"{res.n_evaluated} evaluated, {res.n_rejected_retokenize} rejected by the retokenization filter"
+          + (f", {res.n_nonfinite} scored NaN/inf (never the best)" if res.n_nonfinite else ""))
     print(f"time            {t['wall_s']:.1f} s total, {t['per_step_s']} s/step "
           f"(gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, evaluation {t['evaluate_s']:.1f} s)")
     print(f"wrote {out}" + (f" and {plot}" if plot else ""))

@@ -16,6 +16,12 @@ originals' public modeling code:
   (regression (K*Q, D), reshaped (K, Q), the score uses the mean over quantiles) and a gating MLP
   of [Linear (no bias), ReLU, BatchNorm1d] per hidden layer, then Linear: ``gating.layers.{3i}`` are
   Linear, ``{3i+2}`` BatchNorm (running stats, eval mode), ``{3i+1}`` the parameterless ReLUs.
+- QRM-Gemma-2 as published (``nicolinho/QRM-Gemma-2-27B``: 5 objectives x 19 quantiles): the same
+  [Linear, ReLU, BatchNorm1d] blocks with a parameterless Dropout BETWEEN blocks (Linear at 0/4/8,
+  BatchNorm at 2/6/10, output Linear at 11; Dropout is the identity in eval mode), and no
+  ``reward_transform_matrix``: ``score = sum_k gate_k * mean_q(regression(h_last))_k`` (the identity
+  transform). Only this layout, recognized by its Dropout slots, may lack the matrix: a checkpoint
+  of another layout without it is refused as one whose head weights are missing.
 - URM (``LxzGordon/URM-LLaMa-3.1-8B``, ``LlamaForSequenceClassificationWithNormal_Weights``):
   ``score.weight`` (2A, D, no bias), ``weights.fc.{0,2,4}.weight/bias`` (Linear, SELU, Linear, SELU,
   Linear -> A); ``logits[:, 0]`` is the weighted sum of the attribute means.
@@ -44,6 +50,7 @@ from .heads import GATING_PATTERNS, GatedHead, GatingLayer, URMHead
 KINDS = {"gated": "ArmoRM/QRM gated head", "urm": "URM weighted attribute head"}
 
 _GATED_REQUIRED = ("regression_layer.weight", "reward_transform_matrix", "gating.logit_scale")
+_TRANSFORM = "reward_transform_matrix"
 _URM_REQUIRED = ("score.weight",)
 
 
@@ -101,8 +108,9 @@ def _missing(folder: Path, files: dict, required, what: str) -> None:
                         f"a reward model without its head cannot score; pass the complete checkpoint")
 
 
-def _gating_layers(folder: Path, t: dict[str, torch.Tensor]) -> list[GatingLayer]:
-    """The gating MLP's steps from its weight names (ArmoRM: Linear+ReLU; QRM: Linear, ReLU, BatchNorm)."""
+def _gating_layers(folder: Path, t: dict[str, torch.Tensor]) -> tuple[list[GatingLayer], bool]:
+    """The gating MLP's steps from its weight names (ArmoRM: Linear+ReLU; QRM: Linear, ReLU, BatchNorm;
+    QRM-Gemma-2: the same with Dropout between blocks), and whether that layout has Dropout slots."""
     groups: dict[int, dict[str, torch.Tensor]] = {}
     for n, v in t.items():
         if n.startswith("gating.layers."):
@@ -113,21 +121,33 @@ def _gating_layers(folder: Path, t: dict[str, torch.Tensor]) -> list[GatingLayer
         raise UserError(f"{folder}: gating.layers.* starts at {idx[:1]}: not an ArmoRM/QRM gating network")
     batchnorm = any("running_mean" in g for g in groups.values())
     layers: list[GatingLayer] = []
+    prev = None  # the kind of the previous slot of the checkpoint's ModuleList
+    dropout = False
     for i in range(idx[-1] + 1):
         g = groups.get(i)
         if g is None:
+            nxt = groups.get(i + 1)
             if not batchnorm:  # ArmoRM's layers are all Linear: a gap is not its layout
                 raise UserError(f"{folder}: gating.layers.{i} is missing: not an ArmoRM/QRM gating network")
-            layers.append(GatingLayer("relu"))  # QRM: the ReLU modules hold no weights
+            if prev == "linear":
+                layers.append(GatingLayer("relu"))  # QRM: the ReLU modules hold no weights
+                prev = "relu"
+            elif prev == "batchnorm" and nxt is not None and "running_mean" not in nxt:
+                prev, dropout = "dropout", True  # QRM-Gemma-2: Dropout between blocks, the identity in eval
+            else:
+                raise UserError(f"{folder}: gating.layers.{i} is missing (after a {prev} layer): not an ArmoRM/QRM "
+                                "gating network; pass the complete checkpoint")
         elif "running_mean" in g:
             layers.append(GatingLayer("batchnorm", g["weight"], g["bias"], g["running_mean"], g["running_var"]))
+            prev = "batchnorm"
         else:
             layers.append(GatingLayer("linear", g["weight"], g.get("bias")))
+            prev = "linear"
             if not batchnorm and i < idx[-1]:
                 layers.append(GatingLayer("relu"))  # ArmoRM applies ReLU after every hidden Linear
     if layers[-1].kind != "linear":
         raise UserError(f"{folder}: the gating network does not end in a Linear layer")
-    return layers
+    return layers, dropout
 
 
 def gating_pattern(tokenizer, model_type: str) -> tuple[int, ...]:
@@ -152,16 +172,31 @@ def build_head(folder: Path, config: dict, kind: str, files: dict, tokenizer, mo
         mlp = [(t[f"weights.fc.{i}.weight"].float(), t.get(f"weights.fc.{i}.bias", torch.zeros(0)).float()) for i in lin]
         mlp = [(w, b if b.numel() else None) for w, b in mlp]
         return URMHead(t["score.weight"].float(), mlp)
-    _missing(folder, files, _GATED_REQUIRED, "gated reward model (ArmoRM/QRM)")
+    what = "gated reward model (ArmoRM/QRM)"
+    _missing(folder, files, [n for n in _GATED_REQUIRED if n != _TRANSFORM], what)
     t = _read(files, [n for n in files if n in _GATED_REQUIRED or n.startswith("gating.layers.")])
-    T = t["reward_transform_matrix"].float()
+    gating, dropout_layout = _gating_layers(folder, t)
     R = t["regression_layer.weight"].float()
+    K = gating[-1].weight.shape[0]  # the gate's outputs: one weight per objective
+    if _TRANSFORM in t:
+        T = t[_TRANSFORM].float()
+    elif dropout_layout:  # QRM-Gemma-2 as published: no transform, score = sum_k g_k mean_q(R h)_k
+        T = torch.eye(K)  # exact: g @ I adds only zeros to each g_k
+    else:
+        _missing(folder, files, [_TRANSFORM], what)
+    if tuple(T.shape) != (K, K):
+        raise UserError(f"{folder}: {_TRANSFORM} is {tuple(T.shape)}, not ({K}, {K}) for a gate of {K} objectives: "
+                        "a damaged or mismatched checkpoint")
+    n_obj = config.get("num_objectives")
+    if n_obj is not None and int(n_obj) != K:
+        raise UserError(f"{folder}: config num_objectives is {n_obj} but the gating network has {K} outputs: "
+                        "a damaged or mismatched checkpoint")
     Q = int(config.get("num_quantiles") or 1)
-    if R.shape[0] != T.shape[0] * Q:
-        raise UserError(f"{folder}: regression_layer has {R.shape[0]} rows, not num_objectives {T.shape[0]} x "
+    if R.shape[0] != K * Q:
+        raise UserError(f"{folder}: regression_layer has {R.shape[0]} rows, not num_objectives {K} x "
                         f"num_quantiles {Q}")
     return GatedHead(
-        regression=R, transform=T, gating=_gating_layers(folder, t), temperature=float(config.get("gating_temperature", 10)),
+        regression=R, transform=T, gating=gating, temperature=float(config.get("gating_temperature", 10)),
         logit_scale=t["gating.logit_scale"].float().reshape(1), num_quantiles=Q,
         pattern=gating_pattern(tokenizer, model_type), name="qrm" if Q > 1 or "num_quantiles" in config else "armorm",
     )
