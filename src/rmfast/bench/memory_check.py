@@ -20,7 +20,8 @@ def _gib(n: float) -> str:
 def check_batches(cfg, lm, args, device, dflt, available: int | None = None) -> None:
     """UserError when one batch of an explicit bench batch size needs more than the memory a scan may use
     (:data:`rmfast.resolve.MEM_FRACTION` of what is free; ``available`` overrides the measurement)."""
-    from ..resolve import MEM_FRACTION, available_memory, default_head, row_bytes
+    from ..memory import MEM_FRACTION, available_memory, row_bytes
+    from ..plan import default_head
     from ..template import build_template
     from ..vocab import vocab_size
 
