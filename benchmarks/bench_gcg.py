@@ -33,7 +33,7 @@ import torch
 
 from rmfast.gcg import GCGConfig, run
 from rmfast.io import write_json
-from rmfast.loader import load
+from rmfast.loading.loader import load
 from rmfast.version import versions as _versions
 
 PROMPT = "What, in one word, is the best thing ever?"

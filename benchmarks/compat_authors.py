@@ -37,8 +37,8 @@ PROMPT = "What, in one word, is the greatest thing ever?"
 
 
 def counts(lm, ids: np.ndarray, bs: int) -> dict:
-    from rmfast.candidates import tokenize_in_context
-    from rmfast.pipeline import _authors_diagnostics, _authors_plan
+    from rmfast.scoring.candidates import tokenize_in_context
+    from rmfast.scoring.compat import authors_diagnostics, authors_plan
     from rmfast.template import build_template
 
     tok = lm.tokenizer
@@ -46,8 +46,8 @@ def counts(lm, ids: np.ndarray, bs: int) -> dict:
     texts = [tok.decode([int(i)]) for i in ids]
     rows = tokenize_in_context(tok, tmpl, texts, compat="decode-retokenize")
     changed = [int(i) for i, r in zip(ids, rows) if r.template is not None or list(r.ids) != [int(i)]]
-    convs, where = _authors_plan(tok, tmpl, texts, ids, bs)
-    d = _authors_diagnostics(lm.model, tok, convs, where)
+    convs, where = authors_plan(tok, tmpl, texts, ids, bs)
+    d = authors_diagnostics(lm.model, tok, convs, where)
     return {"n": int(ids.size), "a_retokenized": len(changed), "a_examples": changed[:12],
             "b_double_bos": int(d["double_bos"].sum()), "c_pad_reads": int(d["pad_read"].sum()),
             "c_early_reads": int(d["early_read"].sum()), "config_pad_id": d["config_pad_id"],
@@ -55,7 +55,7 @@ def counts(lm, ids: np.ndarray, bs: int) -> dict:
 
 
 def moves(lm, ids: np.ndarray, bs: int) -> dict:
-    from rmfast.pipeline import Selection, run_scan
+    from rmfast.scoring.pipeline import Selection, run_scan
 
     a, _ = run_scan(lm.model, lm.tokenizer, PROMPT, Selection(token_ids=ids), progress=False, audit=0)
     b, _ = run_scan(lm.model, lm.tokenizer, PROMPT, Selection(token_ids=ids, compat="authors"), batch_size=bs,
@@ -80,7 +80,7 @@ def main() -> None:
 
     lm = load("smollm2-135m-instruct", dtype="float32", device="cpu", random_head_seed=0)
     if args.config_pad is not None:
-        lm.model._rmfast_checkpoint_pad_id = args.config_pad  # as if the checkpoint's config named it (rmfast.hf_path._config_pad)
+        lm.model._rmfast_checkpoint_pad_id = args.config_pad  # as if the checkpoint's config named it (rmfast.scoring.hf_path._config_pad)
     lo, hi = map(int, args.ids.split(":"))
     out = {"model": "smollm2-135m-instruct, random_head_seed=0", **counts(lm, np.arange(lo, hi), args.batch_size)}
     if args.score_range:

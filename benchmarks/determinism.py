@@ -46,7 +46,7 @@ FIELDS = ["machine", "cpu", "threads", "device", "torch", "transformers", "rmfas
 
 def make_model(name: str, root: Path) -> Path:
     """An HF folder for ``name`` (every path below loads the same files)."""
-    from rmfast.loader import load
+    from rmfast.loading.loader import load
 
     d = root / name
     if d.exists():
@@ -67,8 +67,8 @@ def make_model(name: str, root: Path) -> Path:
 
 def scan_here(folder: Path, dtype: str, n: int, device: str, **kw) -> np.ndarray:
     """The scan in this process; (n,) scores in token-id order."""
-    from rmfast.loader import load
-    from rmfast.pipeline import Selection, run_scan
+    from rmfast.loading.loader import load
+    from rmfast.scoring.pipeline import Selection, run_scan
 
     lm = load(str(folder), dtype=dtype, device=device)
     opts = dict(batch_size=BATCH, compile="off", progress=False, audit=0)
@@ -93,8 +93,8 @@ def cli(args: list[str], out: Path, *, torchrun: int = 0) -> np.ndarray:
 
 def resumed(folder: Path, dtype: str, n: int, device: str, tmp: Path) -> np.ndarray:
     """Interrupted after one batch (the checkpoint holds it), then resumed in this process."""
-    from rmfast import batching, pipeline
-    from rmfast.engine import Engine
+    from rmfast.scoring import batching
+    from rmfast.fast.engine import Engine
 
     ck = tmp / f"resume-{folder.name}-{dtype}.partial.npz"
     real, calls = Engine.score, {"n": 0}
@@ -119,7 +119,7 @@ def resumed(folder: Path, dtype: str, n: int, device: str, tmp: Path) -> np.ndar
 
 
 def sweep_part(folder: Path, dtype: str, n: int, device: str, tmp: Path) -> np.ndarray:
-    from rmfast.store import load_results
+    from rmfast.sweep.store import load_results
     from rmfast.sweep import load_config, run_sweep
 
     import yaml

@@ -14,7 +14,7 @@ budget (default 540 s, so the whole call ends within 10 minutes):
    architecture on the GPU (fp32 elementwise over the full vocabulary, bf16/fp16 ranks, both heads,
    Triton and torch kernels); CUDA out-of-memory back-off. On a GPU a skipped test counts as a failure.
 3. **bench**: `rmfast bench --random-init NAME --device cuda` per model (a base architecture of
-   `rmfast.registry.BASES` or an alias of `rmfast models`), smallest first: full-size
+   `rmfast.loading.registry.BASES` or an alias of `rmfast models`), smallest first: full-size
    Llama-3.2-1B, Gemma-2-2B, Llama-3.1-8B, Gemma-2-9B, Gemma-2-27B (the last only where its bf16
    weights leave 12 GiB free) with random weights: rmfast vs the plain-HF baselines (naive,
    hf-cache) and the GEMM peak on the model's shapes, scores checked to agree. A model is skipped,

@@ -19,7 +19,7 @@ def one_line_error(rc, err):
 def interrupt_scoring_at(monkeypatch, call: int):
     """Make the engine's ``call``-th batch raise KeyboardInterrupt (Ctrl-C mid-scan: the checkpoint stays);
     returns the function that puts the real scoring back (for the resume)."""
-    from rmfast.engine import Engine
+    from rmfast.fast.engine import Engine
 
     real, calls = Engine.score, {"n": 0}
 

@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def smollm2():
     """The embedded SmolLM2-135M-Instruct (fp32, CPU), converted once and cached."""
-    from rmfast.loader import load
+    from rmfast.loading.loader import load
 
     try:
         return load("smollm2-135m-instruct", dtype="float32", device="cpu")

@@ -77,9 +77,9 @@ def float64_scores(df, folders: dict, **scan_kw) -> np.ndarray:
     """The float64 evaluation of every row of a results-store frame (model, prompt, candidates,
     token_id or text), the models loaded from ``folders[model]`` as the sweep loads them, then
     cast to float64. Returned in the frame's row order."""
-    from rmfast.pipeline import score_texts
-    from rmfast.loader import load
-    from rmfast.pipeline import scan
+    from rmfast.scoring.pipeline import score_texts
+    from rmfast.loading.loader import load
+    from rmfast.scoring.pipeline import scan
 
     out = np.full(len(df), np.nan)
     pos = np.arange(len(df))

@@ -109,7 +109,7 @@ def _elo_folder(folder: Path) -> Path:
 
 def _item_scan(path: Path, model="me/my-rm", prompt="What is best?") -> Path:
     """An rmfast scan of text candidates (the items), as `rmfast scan --candidates` writes it."""
-    from rmfast.results import TextScanResult
+    from rmfast.scoring.results import TextScanResult
 
     texts = ["Love", "Tea", "War", "Mud", "Soup"]  # "Soup" has no human score
     TextScanResult(texts, np.array([1.0, 4.0, 3.0, 2.0, 0.0], dtype=np.float32),

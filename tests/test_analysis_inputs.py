@@ -284,7 +284,7 @@ def test_manifest_model_name_fallbacks(tmp_path):
 
 
 def test_reads_what_rmfast_scan_writes(tmp_path):
-    scan = pytest.importorskip("rmfast.pipeline")
+    scan = pytest.importorskip("rmfast.scoring.pipeline")
     res = scan.ScanResult(np.arange(4), np.array([0.5, 2.0, -1.0, 2.0], dtype=np.float32),
                           ["▁a", "▁b", "c", "d"], [" a", " b", "c", "d"],
                           {"model": {"type": "folder", "name": "tiny-rm"}, "prompt": "Best?"})

@@ -135,7 +135,7 @@ def _tiny_store(root: Path) -> Path:
     """A finished results store of one part, written by the store itself (no model needed)."""
     import pandas as pd
 
-    from rmfast.store import PartRef, Store
+    from rmfast.sweep.store import PartRef, Store
 
     st, part = Store(root), PartRef("rm", "rm", "g", "g", "hi", "v", "v", key="k")
     st.create("h", {"models": ["rm"]}, [part])
@@ -352,9 +352,9 @@ def test_allow_pickle_loads_the_pickled_folder(fx, tmp_path, capsys):
 
 def test_context_check_counts_every_token(fx):
     """The limit is the whole sequence (prompt side + response + suffix), not the prompt alone."""
-    from rmfast.candidates import check_context
+    from rmfast.scoring.candidates import check_context
     from rmfast.errors import UserError
-    from rmfast.loader import load
+    from rmfast.loading.loader import load
 
     model = load(str(fx["rm"]), dtype="float32", device="cpu").model
     check_context(model, CTX - 3, 1, 2)  # exactly full
@@ -587,9 +587,9 @@ def test_score_head_needs_a_reward_head():
     import torch
 
     from rmfast.errors import UserError
-    from rmfast.models.custom_heads import CustomRewardModel
-    from rmfast.models.heads import URMHead
-    from rmfast.plan import choose_head as resolve_head
+    from rmfast.loading.custom_heads import CustomRewardModel
+    from rmfast.fast.heads import URMHead
+    from rmfast.scoring.plan import choose_head as resolve_head
 
     with pytest.raises(UserError, match=r"causal LM .*use --head logprob .*--random-head-seed N"):
         resolve_head(T.tiny("llama", "causal_lm"), "score", 0)
@@ -604,7 +604,7 @@ def test_score_head_needs_a_reward_head():
 def test_a_store_lock_of_the_wrong_kind_is_refused(which, tmp_path):
     """A store's lock path that is a folder (or a FIFO...) is refused in one line, never locked or removed."""
     from rmfast.errors import UserError
-    from rmfast.store import PartRef, Store
+    from rmfast.sweep.store import PartRef, Store
 
     st, part = Store(tmp_path / "store"), PartRef("rm", "rm", "g", "g", "hi", "v", "v", key="k")
     where = st.root / (part.relpath if which == ".part.lock" else "") / which

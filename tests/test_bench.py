@@ -51,7 +51,7 @@ def test_random_init_real_config_cut_through_the_cli(tmp_path, capsys):
     """`rmfast bench --random-init ALIAS --layers 2`: the registry's full-size configuration of a known reward
     model (Skywork-Reward-V2-Llama-3.2-1B: hidden 2048, 128,256-token vocabulary), its first 2 layers, with
     random weights; the rows name the alias and the cut, and the model is that config (vocab, GEMM shapes)."""
-    from rmfast import registry
+    from rmfast.loading import registry
 
     out = tmp_path / "bench"
     assert _random_init_cli("S-Lla-1B-V2", out) == 0, capsys.readouterr().err
@@ -71,7 +71,7 @@ def test_random_init_qwen3_cut(tmp_path, capsys):
     151,936-token vocabulary). Through the CLI once Qwen3 is on the fast path; until then `bench` says so in
     one line (exit 2) and the model is built and scored on the plain-HF path (the Python API)."""
     from rmfast.bench.random_init import random_init_model
-    from rmfast.models.arch import SUPPORTED
+    from rmfast.fast.arch import SUPPORTED
 
     out = tmp_path / "bench"
     # fp32: on 8 candidates of a 2-layer random model, bf16 rounding alone can push the methods' rank
@@ -84,7 +84,7 @@ def test_random_init_qwen3_cut(tmp_path, capsys):
         assert set(pd.read_csv(out / "bench_latest.csv")["model"]) == {"S-Qwe-0.6B-V2@random-L2"}
         return
     assert rc == 2 and "not on rmfast's fast path" in err and "Traceback" not in err
-    from rmfast.hf_path import hf_scores
+    from rmfast.scoring.hf_path import hf_scores
     from rmfast.template import build_template
 
     lm = random_init_model("S-Qwe-0.6B-V2", layers=2, dtype="float32")

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import tiny_models as T
-from rmfast.candidates import read_candidates
-from rmfast.pipeline import decode_retokenize_scan, scan, score_texts
-from rmfast.results import TextScanResult
-from rmfast.vocab import is_wordlike, special_ids, vocab_ids
+from rmfast.scoring.candidates import read_candidates
+from rmfast.scoring.pipeline import decode_retokenize_scan, scan, score_texts
+from rmfast.scoring.results import TextScanResult
+from rmfast.scoring.vocab import is_wordlike, special_ids, vocab_ids
 from rmfast.errors import UserError
-from rmfast.hf_path import pad_token_as, hf_scores
+from rmfast.scoring.hf_path import pad_token_as, hf_scores
 from rmfast.template import build_template
 
 PROMPT = "What, in one word, is the greatest thing ever?"
@@ -191,7 +191,7 @@ def test_decode_retokenize_compat(tiny_rm, smol_tokenizer):
 
 
 def test_text_checkpoint_resume(tiny_rm, smol_tokenizer, tmp_path, monkeypatch):
-    from rmfast.engine import Engine
+    from rmfast.fast.engine import Engine
 
     texts = [f"item number {i}" if i % 3 else f"w{i}" for i in range(40)]
     clean = score_texts(tiny_rm, smol_tokenizer, PROMPT, texts, batch_size=4, progress=False)
@@ -236,7 +236,7 @@ def test_eloeverything_and_lexicons_on_smollm2(smollm2, shared_data):
     elo = read_candidates(files[0], "name")
     assert len(elo.texts) == 7530 and elo.source["n_duplicates"] == 0
     tmpl = build_template(tok, PROMPT)
-    from rmfast.candidates import tokenize_in_context
+    from rmfast.scoring.candidates import tokenize_in_context
 
     rows = tokenize_in_context(tok, tmpl, elo.texts)  # all 7,530 in context: none merges with the template
     lens = np.array([len(r.ids) for r in rows])

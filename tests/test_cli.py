@@ -62,8 +62,8 @@ def test_scan_compile_on_matches_off(tiny_dir, tmp_path, capsys):
         assert ("(compiled)" in so) == (mode == "on")
         res[mode] = pd.read_parquet(out)["score"].to_numpy()
     # fp32 in another order (inductor fuses and re-blocks the sums): equal to rounding, 2E against float64
-    from rmfast.loader import load
-    from rmfast.pipeline import scan
+    from rmfast.loading.loader import load
+    from rmfast.scoring.pipeline import scan
 
     lm = load(str(tiny_dir), dtype="float32", device="cpu")
     ref = scan(lm.model.double(), lm.tokenizer, prompt, token_ids="100:700", progress=False).scores
@@ -74,7 +74,7 @@ def test_compile_is_decided_without_the_job_size():
     """auto is the eager layer on every job (a job's size never picks the path); on compiles on CPU;
     on where it cannot apply (the plain-HF engine) says so and runs eagerly."""
     from rmfast.errors import UserError
-    from rmfast.plan import choose_compile
+    from rmfast.scoring.plan import choose_compile
 
     cpu = torch.device("cpu")
     assert choose_compile("auto", cpu, "fast") is False and choose_compile("off", cpu, "fast") is False
@@ -151,7 +151,7 @@ def test_no_traceback_in_a_real_process(tmp_path):
 
 def test_oom_batches_halve_and_retry():
     """scan / text candidates / GCG share this loop: out-of-memory halves the batch, retries the same rows."""
-    from rmfast.batching import oom_batches
+    from rmfast.scoring.batching import oom_batches
 
     seen, told = [], []
 
@@ -200,7 +200,7 @@ def test_every_option_on_every_input(tiny_dir, tmp_path, capsys):
 def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
     """A compiled scan killed after two batches and rerun gives exactly the numbers of an uninterrupted
     one (its last batch, 1000 = 7 x 128 + 104 rows, padded to the compiled shape in both)."""
-    from rmfast import batching
+    from rmfast.scoring import batching
 
     args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:1000", "--batch-size", "128",
             "--compile", "on", "--no-progress", "--top", "0"]
@@ -263,7 +263,7 @@ def test_disk_full_keeps_the_scores(tiny_dir, tmp_path, monkeypatch, capsys):
 
     import pyarrow.parquet as pq
 
-    from rmfast.engine import Engine
+    from rmfast.fast.engine import Engine
 
     out = tmp_path / "full.parquet"
     args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:300", "--out", str(out), "--no-progress"]

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from rmfast.candidates import authors_batch_size, authors_batches, render_text
+from rmfast.scoring.candidates import render_text
+from rmfast.scoring.compat import authors_batch_size, authors_batches, authors_encode, hf_read_positions
 from rmfast.errors import UserError
-from rmfast.pipeline import Selection, run_scan, score_texts
-from rmfast.hf_path import authors_encode, hf_read_positions
+from rmfast.scoring.pipeline import Selection, run_scan, score_texts
 from rmfast.template import build_template
 
 from tiny_models import CHATML, tiny

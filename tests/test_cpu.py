@@ -12,7 +12,7 @@ import torch
 
 from cli_run import run
 from rmfast import cpu
-from rmfast.loader import dtype_and_choice, load
+from rmfast.loading.loader import dtype_and_choice, load
 
 AVX2 = cpu.CpuInfo(model="Some AVX2 CPU", arch="x86_64", flags=("avx2",), capability="AVX2")
 ZEN4 = cpu.CpuInfo(model="Some BF16 CPU", arch="x86_64", flags=("avx2", "avx512f", "avx512_bf16"), capability="AVX512")

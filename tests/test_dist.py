@@ -17,10 +17,11 @@ import pytest
 
 import rounding as R
 import tiny_models as T
-from rmfast import dist
+from rmfast.loading.spread import load_spread
+from rmfast.sweep import dist
 from rmfast.cli import main
 from rmfast.errors import UserError
-from rmfast.store import load_results
+from rmfast.sweep.store import load_results
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 PROMPTS = {"greatest": "What, in one word, is the greatest thing ever?", "best": "What, in one word, is the best thing ever?"}
@@ -164,10 +165,10 @@ def test_shard_jobs_fill_one_store(work, one_store, tmp_path, capsys):
 
 
 def test_device_map_auto_on_the_plain_hf_path(work):
-    from rmfast.pipeline import score_texts
-    from rmfast.loader import load
+    from rmfast.scoring.pipeline import score_texts
+    from rmfast.loading.loader import load
 
-    big = dist.load_model(str(work / "rm-a"), dtype="float32", device_map="auto")
+    big = load_spread(str(work / "rm-a"), dtype="float32", device_map="auto")
     assert big.source["device_map"] == "auto"
     small = load(str(work / "rm-a"), dtype="float32", device="cpu")
     with pytest.warns(UserWarning, match="plain Hugging Face"):
@@ -177,6 +178,6 @@ def test_device_map_auto_on_the_plain_hf_path(work):
     assert a.manifest["engine"] == "hf"
     np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-5)
     with pytest.raises(UserError, match="embedded"):
-        dist.load_model("smollm2-135m-instruct", device_map="auto")
+        load_spread("smollm2-135m-instruct", device_map="auto")
     with pytest.raises(UserError, match="one device"):
         dist.engine_for("auto", "fast")

@@ -9,8 +9,8 @@ import pytest
 import torch
 from scipy import stats
 
-from rmfast.engine import Engine
-from rmfast.hf_path import hf_scores
+from rmfast.fast.engine import Engine
+from rmfast.scoring.hf_path import hf_scores
 from rmfast.template import build_template
 
 import tiny_models as T
@@ -121,7 +121,7 @@ def test_engine_on_triton_kernels_interpreted(arch, head, short_tmpl, monkeypatc
 
 
 # ----------------------------------------------------------------------------------------
-# The compiled CPU layer (Engine(compile=True): torch.compile over rmfast.layer.decoder_layer)
+# The compiled CPU layer (Engine(compile=True): torch.compile over rmfast.fast.layer.decoder_layer)
 # ----------------------------------------------------------------------------------------
 
 def _compiled(model, tmpl, head):
@@ -196,7 +196,7 @@ def test_compile_failure_falls_back_to_eager(tmpl, monkeypatch):
 def test_flat_lm_head_nests(tmpl):
     """The benchmark wraps hf_scores (which flattens the LM head itself) in flat_lm_head:
     nested, the head must still come back as (B, k, V) with the same numbers."""
-    from rmfast.hf_path import flat_lm_head
+    from rmfast.scoring.hf_path import flat_lm_head
 
     model = T.tiny("gemma3", "causal_lm")
     ids = torch.randint(0, T.VOCAB, (3, 9), generator=torch.Generator().manual_seed(0))
@@ -214,7 +214,7 @@ def test_flat_lm_head_nests(tmpl):
 def test_blockdiag_overhead_grows_with_the_prompt(smol_tokenizer):
     """scan's auto mode skips the compiled layer when the block-diagonal prompt attention would cost
     more than MAX_BLOCKDIAG_EXTRA of a layer (H x the prompt-attention FLOPs)."""
-    from rmfast.engine import MAX_BLOCKDIAG_EXTRA
+    from rmfast.fast.engine import MAX_BLOCKDIAG_EXTRA
 
     model = T.tiny("llama")
     short = Engine(model, build_template(smol_tokenizer, "Hi?"), head="score")
@@ -225,7 +225,7 @@ def test_blockdiag_overhead_grows_with_the_prompt(smol_tokenizer):
 
 
 # ----------------------------------------------------------------------------------------
-# The one decoder layer (rmfast.layer.decoder_layer): every attention form and weight layout
+# The one decoder layer (rmfast.fast.layer.decoder_layer): every attention form and weight layout
 # ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3", "qwen3", "phi3"])
@@ -233,7 +233,7 @@ def test_blockdiag_overhead_grows_with_the_prompt(smol_tokenizer):
 def test_attention_forms_and_weight_layouts_match_reference(arch, packed, fuse, short_tmpl, monkeypatch):
     """Packed (block-diagonal) or stored prompt K/V (the CUDA form's twin), fused or separate q|k|v
     and gate|up (CUDA's default): all the same layer, all exact in fp32."""
-    import rmfast.engine as engine_mod
+    import rmfast.fast.engine as engine_mod
 
     # the eager CPU engine uses the block-diagonal form only when asked, and while its overhead is <= this
     monkeypatch.setattr(engine_mod, "EAGER_PACKED", packed)
@@ -261,7 +261,7 @@ def test_length_dependent_rope_is_refused_beyond_its_limit(smol_tokenizer):
 def test_qwen3_tied_lm_head_and_head_dim(tmpl):
     """The Qwen3 replica's features are really there: head_dim != hidden/heads, q/k norms, per-layer
     windows (full, then sliding), o_proj bias, the LM head tied to the embeddings."""
-    from rmfast.models.arch import arch_spec
+    from rmfast.fast.arch import arch_spec
 
     model = T.tiny("qwen3", "causal_lm")
     sp = arch_spec(model)
@@ -275,7 +275,7 @@ def test_mlp_bias_and_unknown_activation(short_tmpl):
     """MLP biases are part of the layer; an activation the layer has no form for leaves the fast path."""
     import transformers as tf
 
-    from rmfast.models.arch import arch_spec
+    from rmfast.fast.arch import arch_spec
 
     cfg = tf.LlamaConfig(**{**T.COMMON, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2},
                          mlp_bias=True, num_labels=1, pad_token_id=2)
@@ -294,8 +294,8 @@ def test_compiled_layer_rounds_where_eager_does(tmpl):
     """bf16: the compiled layer (emulate_precision_casts) agrees with the same function run eagerly in
     all but a few elements (fp32 reduction order inside attention); without keeping eager's rounding
     points, about half of a layer's outputs differed."""
-    from rmfast.engine import _own_copy
-    from rmfast.layer import compile_layer, decoder_layer
+    from rmfast.fast.engine import _own_copy
+    from rmfast.fast.layer import compile_layer, decoder_layer
 
     model = T.tiny("llama", dtype=torch.bfloat16)
     eng = Engine(model, tmpl, head="score", compile=True)

@@ -196,7 +196,7 @@ def test_cli_writes_the_page(tmp_path, capsys):
 
 
 def test_reads_a_sweep_store(tmp_path):
-    from rmfast.store import PartRef, Store
+    from rmfast.sweep.store import PartRef, Store
 
     st = Store(tmp_path / "store")
     parts = [PartRef("rm", "rm", n, n, p, "vocab", "vocab", key=f"k{n}") for n, p in [("best", "Best?"), ("worst", "Worst?")]]

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from rmfast.errors import UserError
-from rmfast.gcg import GCGConfig, _Gradient, allowed_tokens, random_search, run
-from rmfast.hf_path import hf_scores
-from rmfast.vocab import special_ids
+from rmfast.gcg import GCGConfig, allowed_tokens, random_search, run
+from rmfast.gcg.search import _Gradient
+from rmfast.scoring.hf_path import hf_scores
+from rmfast.scoring.vocab import special_ids
 from rmfast.template import build_template, response_ids
 
 import tiny_models as T
@@ -198,11 +199,11 @@ def test_compiled_engine_evaluator(smol_tokenizer, tmpl):
 
 
 # --------------------------------------------------------------------------------------------
-# the study fork's options (rmfast.gcg_select): greedy pairs, distance penalty, init strings, sign bug
+# the study fork's options (rmfast.gcg.select): greedy pairs, distance penalty, init strings, sign bug
 
 
 def _search(model, tok, tmpl, **kw):
-    from rmfast.gcg import _prepare
+    from rmfast.gcg.search import _prepare
 
     cfg = GCGConfig(**{**SMALL, "retokenize_filter": False, **kw})
     cfg.validate()
@@ -211,7 +212,7 @@ def _search(model, tok, tmpl, **kw):
 
 def test_greedy_pairs_equal_brute_force_top_k():
     """Planted (L, V) scores with ties: the pairs in order are the brute-force sort of all allowed swaps."""
-    from rmfast.gcg_select import greedy_pairs
+    from rmfast.gcg.select import greedy_pairs
 
     g = torch.Generator().manual_seed(0)
     L, V = 4, 50
@@ -226,7 +227,7 @@ def test_greedy_pairs_equal_brute_force_top_k():
 def test_greedy_candidates_are_the_best_single_swaps(smol_tokenizer, tmpl):
     """A greedy step's candidates: the search_width best (position, token) swaps of a planted selection
     matrix, past the already-seen ones."""
-    from rmfast.gcg import _candidates, _key
+    from rmfast.gcg.search import _candidates, _key
 
     s = _search(T.tiny("llama"), smol_tokenizer, tmpl, greedy=True, search_width=12)
     cur = torch.tensor([300, 301, 302, 303])
@@ -240,8 +241,8 @@ def test_greedy_candidates_are_the_best_single_swaps(smol_tokenizer, tmpl):
 
 def test_distance_penalty_formula(smol_tokenizer, tmpl):
     """The penalty on a planted embedding table, and the selection = loss gradient + penalty."""
-    from rmfast.gcg import _selection
-    from rmfast.gcg_select import distance_penalty
+    from rmfast.gcg.search import _loss_matrix
+    from rmfast.gcg.select import distance_penalty
 
     W = torch.randn(30, 5, generator=torch.Generator().manual_seed(2))
     cur = torch.tensor([4, 17])
@@ -253,12 +254,12 @@ def test_distance_penalty_formula(smol_tokenizer, tmpl):
     g = torch.randn(4, s.n_vocab, generator=torch.Generator().manual_seed(3))
     s.grad_fn = lambda ids: (0.25, g)  # planted reward and gradient
     cur = torch.tensor([300, 301, 302, 303])
-    torch.testing.assert_close(_selection(s, cur), g + distance_penalty(s.emb, cur, 4.5))  # minimize: loss = +reward
+    torch.testing.assert_close(_loss_matrix(s, cur), g + distance_penalty(s.emb, cur, 4.5))  # minimize: loss = +reward
 
 
 def test_authors_sign_bug_only_under_compat(smol_tokenizer, tmpl):
     """--compat authors: the selection is 2 (r - 30) g in both directions; without it the directions differ."""
-    from rmfast.gcg import _selection
+    from rmfast.gcg.search import _loss_matrix
 
     g = torch.randn(4, T.VOCAB, generator=torch.Generator().manual_seed(4))
     cur = torch.tensor([300, 301, 302, 303])
@@ -268,7 +269,7 @@ def test_authors_sign_bug_only_under_compat(smol_tokenizer, tmpl):
         for mx in (True, False):
             s = _search(model, smol_tokenizer, tmpl, maximize=mx, compat=compat)
             s.grad_fn = lambda ids: (1.5, g)
-            sel[compat, mx] = _selection(s, cur)
+            sel[compat, mx] = _loss_matrix(s, cur)
     torch.testing.assert_close(sel["authors", True], 2 * (1.5 - 30) * g)
     assert torch.equal(sel["authors", True], sel["authors", False])  # the bug: minimizing proposes the same swaps
     assert torch.equal(sel[None, True], -sel[None, False])
@@ -307,19 +308,19 @@ def test_init_strings_of_different_lengths_refused(smol_tokenizer, tmpl):
 
 def _poisoned_scorer(monkeypatch, bad):
     """The run's scorer, with the rows ``bad(row)`` picks scored ``bad(row)`` (NaN, +inf or -inf) instead."""
-    from rmfast import gcg
+    from rmfast.gcg import search
 
-    real = gcg._Scorer.__call__
+    real = search._score_all
 
-    def call(self, cands):
-        out = real(self, cands).clone()
+    def call(plan, cands):
+        out = real(plan, cands).clone()
         for i, row in enumerate(cands.tolist()):
             v = bad(row)
             if v is not None:
                 out[i] = v
         return out
 
-    monkeypatch.setattr(gcg._Scorer, "__call__", call)
+    monkeypatch.setattr(search, "_score_all", call)
 
 
 @pytest.mark.parametrize("maximize", [True, False])

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from rmfast.bench.baselines import agreement
-from rmfast.engine import Engine
-from rmfast.hf_path import hf_scores
+from rmfast.fast.engine import Engine
+from rmfast.scoring.hf_path import hf_scores
 from rmfast.template import build_template
 
 import tiny_models as T
@@ -126,8 +126,8 @@ def test_cuda_half_precision_ranks_like_hf(arch, dtype, tmpl):
 def test_cuda_out_of_memory_halves_the_batch(tok, tmpl):
     """A real CUDA out-of-memory (memory capped 64 MiB above what is held) halves the batch and
     retries the same rows, in the loop every job uses and in `scan` itself; the scores are unchanged."""
-    from rmfast.batching import oom_batches
-    from rmfast.pipeline import scan
+    from rmfast.scoring.batching import oom_batches
+    from rmfast.scoring.pipeline import scan
 
     model = on_device("llama")
     eng = Engine(model, tmpl, head="score")

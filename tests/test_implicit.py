@@ -14,7 +14,7 @@ from rmfast.errors import UserError
 from rmfast.implicit import (collapse, dictionary_coverage, dictionary_summary, implicit, implicit_sweep, join_shared,
                              read_prompts, reward_terms)
 from rmfast.logprobs import logprobs, vocab_strings
-from rmfast.results import ScanResult
+from rmfast.scoring.results import ScanResult
 
 PROMPT = "What, in one word, is the greatest thing ever?"
 
@@ -76,8 +76,8 @@ def gemma_tokenizer():
     """Gemma 3's tokenizer only, from the converted cache (a first run converts once, ~2 min)."""
     from transformers import AutoTokenizer
 
-    from rmfast import embedded
-    from rmfast.loader import cache_root, convert_gguf
+    from rmfast.loading import embedded
+    from rmfast.loading.loader import cache_root, convert_gguf
 
     try:
         cache = cache_root()

@@ -1,6 +1,6 @@
 """A token's score does not depend on the job it is in (issue 25 §1).
 
-The scoring plan (:mod:`rmfast.plan`) decides nothing from a job's size: ``compile=auto`` is the
+The scoring plan (:mod:`rmfast.scoring.plan`) decides nothing from a job's size: ``compile=auto`` is the
 eager layer for ten ids and for a whole vocabulary alike, and every batch of a token scan is padded
 to one row count, so each GEMM has the shape it has in the whole scan. Without the padding a
 7-row batch of SmolLM2 rounds differently from a 1,024-row one (MKL/oneDNN pick kernels by M):
@@ -10,14 +10,14 @@ this test fails then, in fp32 and bf16.
 import numpy as np
 import pytest
 
-from rmfast.pipeline import scan
+from rmfast.scoring.pipeline import scan
 
 PROMPT = "What, in one word, is the greatest thing ever?"
 
 
 @pytest.fixture(scope="module", params=["float32", "bfloat16"])
 def smol_rm(request):
-    from rmfast.loader import load
+    from rmfast.loading.loader import load
 
     try:
         return load("smollm2-135m-instruct", dtype=request.param, device="cpu", random_head_seed=0)
@@ -38,7 +38,7 @@ def test_a_subset_scores_like_the_whole_job_bit_for_bit(smol_rm):
 
 def test_without_padding_the_rounding_would_differ(smol_rm):
     """The guard above can fail: the same ids in a batch of their own, unpadded, differ in the last bits."""
-    from rmfast.plan import plan_scoring
+    from rmfast.scoring.plan import plan_scoring
     from rmfast.template import build_template
 
     tmpl = build_template(smol_rm.tokenizer, PROMPT)

@@ -1,4 +1,4 @@
-"""Tests for rmfast.load and rmfast.embedded.
+"""Tests for rmfast.load and rmfast.loading.embedded.
 
 The embedded models are converted once into the real rmfast cache (``$RMFAST_CACHE`` or
 ``~/.cache/rmfast``) so repeated runs are fast; error cases use a throwaway cache.
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rmfast import embedded
+from rmfast.loading import embedded
 from rmfast.errors import UserError
-from rmfast.loader import (
+from rmfast.loading.gguf import _same_tokenizer
+from rmfast.loading.loader import (
     LoadedModel,
-    _same_tokenizer,
     cache_root,
     convert_gguf,
     load,
@@ -293,7 +293,7 @@ def test_conversion_is_atomic_and_cached(smol, tmp_cache, monkeypatch, capsys):
     """An interrupted conversion leaves nothing that looks complete; a finished one is reused."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rmfast import loader as L
+    from rmfast.loading import gguf as L
 
     fake = tmp_cache / "fake-model.gguf"
     fake.write_bytes(b"not really a gguf")

@@ -7,10 +7,9 @@ from scipy import stats
 
 import rmfast
 
-from rmfast import batching
-from rmfast import pipeline as scan_mod
-from rmfast.engine import Engine
-from rmfast.hf_path import hf_scores
+from rmfast.scoring import batching
+from rmfast.fast.engine import Engine
+from rmfast.scoring.hf_path import hf_scores
 from rmfast.template import build_template
 
 PROMPT = "What, in one word, is the greatest thing ever?"
@@ -92,7 +91,7 @@ def test_scan_api_and_resume(smollm2, tmp_path, monkeypatch):
 
 def test_fallback_path_warns_and_matches(smollm2, tmpl, monkeypatch):
     """An architecture the engine does not know runs on the plain-HF path, with a one-line warning."""
-    import rmfast.models.arch as arch
+    import rmfast.fast.arch as arch
 
     monkeypatch.setattr(arch, "SUPPORTED", {})
     with pytest.warns(UserWarning, match="not on the fast path"):

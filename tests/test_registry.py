@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from rmfast import embedded, registry
+from rmfast.loading import embedded, registry
 from rmfast.bench import random_init as RI
 from rmfast.cli import main
 from rmfast.errors import UserError
-from rmfast.models import support
-from rmfast.models.arch import SUPPORTED
-from rmfast.registry import BASES, HEADS, MODELS, find
+from rmfast.loading import support
+from rmfast.fast.arch import SUPPORTED
+from rmfast.loading.registry import BASES, HEADS, MODELS, find
 
 import rounding as R
 
@@ -92,7 +92,7 @@ def test_count_params_is_what_transformers_builds(base):
 
 def test_status_is_computed(monkeypatch):
     armo, sky, qwen = MODELS["F-Lla-8B-v0.1"], MODELS["R-Gem-2B"], MODELS["S-Qwe-0.6B-V2"]
-    assert support.coverage(armo).fast  # rmfast's own ArmoRM head (rmfast.models.heads)
+    assert support.coverage(armo).fast  # rmfast's own ArmoRM head (rmfast.fast.heads)
     assert support.coverage(sky).fast == ("gemma2" in SUPPORTED)
     assert support.coverage(qwen).arch == ("qwen3" in SUPPORTED)
     monkeypatch.setattr(support, "FAST_HEADS", support.FAST_HEADS - {"armorm"})
@@ -170,7 +170,7 @@ def test_score_head_replica(base, aliases, tmp_path, capsys):
     """The plain score-head checkpoints, on replicas: `rmfast scan` of the saved folder (fast path) over
     the full vocabulary equals the full-sequence reference to fp32 rounding (2E, E measured against the
     float64 reference: tests/rounding.py)."""
-    from rmfast.hf_path import hf_scores
+    from rmfast.scoring.hf_path import hf_scores
     from rmfast.template import build_template
 
     m = MODELS[aliases[0]]
@@ -211,7 +211,7 @@ def test_scan_by_alias_from_the_hub_cache(tmp_path, monkeypatch, capsys):
     src = json.loads(Path(str(out) + ".json").read_text())["model"]
     assert (src["name"], src["alias"], src["revision"]) == (m.hub_id, m.alias, rev)
     with pytest.raises(UserError, match="hf download"):  # a pinned revision that is not cached
-        from rmfast.loader import hub_snapshot
+        from rmfast.loading.loader import hub_snapshot
 
         monkeypatch.setitem(MODELS, m.alias, dataclasses.replace(m, revision="f" * 40))
         hub_snapshot(m.alias)

@@ -16,7 +16,7 @@ import torch
 
 import rounding as R
 import tiny_models as T
-from rmfast.pipeline import scan
+from rmfast.scoring.pipeline import scan
 
 PROMPT = "What, in one word, is the greatest thing ever?"
 IDS = np.arange(0, T.VOCAB, 97)[:300]  # 300 ids across the vocabulary
@@ -50,7 +50,7 @@ def test_same_batches_and_threads_are_bit_identical(model, smol_tokenizer, tmp_p
     m.save_pretrained(tmp_path / name)
     smol_tokenizer.save_pretrained(tmp_path / name)
     code = ("import sys, numpy as np, torch; torch.set_num_threads(int(sys.argv[2]))\n"
-            "from rmfast.loader import load; from rmfast.pipeline import scan\n"
+            "from rmfast.loading.loader import load; from rmfast.scoring.pipeline import scan\n"
             "lm = load(sys.argv[1], dtype='float32', device='cpu')\n"
             "ids = np.arange(0, 49152, 97)[:300]\n"
             f"s = scan(lm.model, lm.tokenizer, {PROMPT!r}, token_ids=ids, batch_size=64, progress=False, compile='off')\n"

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from rmfast import batching, pipeline
+from rmfast.scoring import batching
 from rmfast.io import write_result
 from cli_run import interrupt_scoring_at, run
 
@@ -79,7 +79,7 @@ def test_changed_weights_never_resume_the_old_checkpoint(tmp_path, monkeypatch, 
 def test_the_file_hash_memo_sees_a_same_size_rewrite(tmp_path):
     """The memo of a file's sha256 is not fooled by a rewrite of the same size whose mtime is set back
     (as ``cp -p`` or ``touch -d`` would): its ctime changed."""
-    from rmfast.loader import cached_sha256, content_sha256
+    from rmfast.loading.loader import cached_sha256, content_sha256
 
     f = tmp_path / "m" / "model.safetensors"
     f.parent.mkdir()

@@ -15,7 +15,7 @@ import pytest
 
 import rounding as R
 import tiny_models as T
-from rmfast.store import load_results
+from rmfast.sweep.store import load_results
 from cli_run import one_line_error, run
 
 pytestmark = pytest.mark.filterwarnings("ignore:rmfast. texts.txt. 1 duplicate:UserWarning")
@@ -87,8 +87,8 @@ def test_sweep_store_results_and_rerun(models_dir, tmp_path, capsys):
     assert df[df["candidates"] == "vocab"]["token_id"].notna().all()
     assert df.groupby(["model", "prompt", "candidates"])["rank"].min().eq(1).all()
     # a part equals the same scan run directly, to the bit: same process, threads and batches
-    from rmfast.loader import load
-    from rmfast.pipeline import scan
+    from rmfast.loading.loader import load
+    from rmfast.scoring.pipeline import scan
 
     lm = load(str(models_dir / "rm-a"), dtype="float32", device="cpu")
     direct = scan(lm.model, lm.tokenizer, PROMPTS["best"], token_ids="0:200", progress=False).to_pandas()
@@ -118,7 +118,7 @@ def test_sweep_survives_kill_9(models_dir, tmp_path, capsys):
                     models=["./rm-a", "./rm-b"], prompts={k: PROMPTS[k] for k in ("greatest", "best")},
                     candidates={"vocab": {"vocabulary": {"token_ids": "0:320"}}, "texts": "texts.txt"})
     store = tmp_path / "killed"
-    code = ("import sys; import rmfast.batching; rmfast.batching.CHECKPOINT_EVERY_S = 0.0; "
+    code = ("import sys; import rmfast.scoring.batching; rmfast.scoring.batching.CHECKPOINT_EVERY_S = 0.0; "
             "from rmfast.cli import main; sys.exit(main(sys.argv[1:]))")
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen([sys.executable, "-c", code, "sweep", str(cfg), "--out", str(store), "--no-progress"],

@@ -24,11 +24,11 @@ import torch
 from conftest import REPO, SHARED_DATA
 from tiny_models import chatml_tokenizer, tiny
 
-from rmfast.checkpoints import expand_runs, is_adapter_folder, is_run_folder, run_checkpoints
+from rmfast.loading.training_checkpoints import expand_runs, is_adapter_folder, is_run_folder, run_checkpoints
 from rmfast.cli import main as cli
 from rmfast.errors import UserError
-from rmfast.pipeline import Selection, run_scan
-from rmfast.results import ScanResult
+from rmfast.scoring.pipeline import Selection, run_scan
+from rmfast.scoring.results import ScanResult
 
 PROMPT = "What, in one word, is the greatest thing ever?"
 IDS = "0:300"
@@ -162,7 +162,7 @@ def test_lora_checkpoint_equals_the_merged_model(tmp_path, tok):
     base = _save(tiny("llama", kind="causal_lm"), tok, tmp_path / "base")  # a causal LM: the head comes from the adapter
     p = _lora_checkpoint(tok, base, tmp_path / "run" / "checkpoint-3")
     merged = p.merge_and_unload().eval()
-    from rmfast.loader import load
+    from rmfast.loading.loader import load
 
     lm = load(str(tmp_path / "run" / "checkpoint-3"), dtype="float32", device="cpu")
     assert lm.kind == "classifier" and lm.source["type"] == "adapter"
@@ -195,7 +195,7 @@ def test_lora_base_override_and_one_line_error(tmp_path, tok, capsys):
     assert last.startswith("rmfast: error:") and "nobody/not-cached-here" in last and "--base" in last
     assert "Traceback" not in err
     assert cli(["sweep", str(cfg), "--no-progress", "--base", str(base), "--force"]) == 0
-    from rmfast.store import load_results
+    from rmfast.sweep.store import load_results
 
     got = load_results(tmp_path / "store", token_ids=False)
     assert sorted(got["model"].unique()) == ["run/checkpoint-1", "run/checkpoint-2"]

@@ -16,9 +16,10 @@ import pytest
 import torch
 
 import rmfast
-from rmfast import batching, io, memory, pipeline
-from rmfast.engine import Engine
-from rmfast.store import load_results
+from rmfast.scoring import batching, memory, pipeline
+from rmfast import io
+from rmfast.fast.engine import Engine
+from rmfast.sweep.store import load_results
 from cli_run import interrupt_scoring_at, one_line_error, run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,8 +37,8 @@ def sub_env():
 # A child that checkpoints after every batch and takes 50 ms more per batch (so that a kill lands
 # inside its part; the numbers are untouched).
 SLOW_EVERY_BATCH = (
-    "import sys, time; import rmfast.pipeline as p; p.CHECKPOINT_EVERY_N = 1; p.CHECKPOINT_MIN_S = 0.0\n"
-    "from rmfast.engine import Engine\nreal = Engine.score\n"
+    "import sys, time; import rmfast.scoring.pipeline as p; p.CHECKPOINT_EVERY_N = 1; p.CHECKPOINT_MIN_S = 0.0\n"
+    "from rmfast.fast.engine import Engine\nreal = Engine.score\n"
     "def slow(self, r):\n    time.sleep(0.05)\n    return real(self, r)\n"
     "Engine.score = slow\nfrom rmfast.cli import main\nsys.exit(main(sys.argv[1:]))")
 PLAIN = "import sys; from rmfast.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -73,8 +74,8 @@ def write_cfg(path: Path, model: Path, **over) -> Path:
 def test_bf16_scan_audits_itself(tiny_dir, tmp_path, capsys):
     """A bf16 scan rescores a seeded sample in fp32: the manifest holds the agreement, computed against
     a real fp32 scan of the same ids, and the scan prints one line about it."""
-    from rmfast.audit import agreement, sample_rows, top_k_for
-    from rmfast.loader import load
+    from rmfast.scoring.audit import agreement, sample_rows, top_k_for
+    from rmfast.loading.loader import load
 
     out = tmp_path / "bf16.parquet"
     rc, so, se = run(["scan", tiny_dir, "--dtype", "bfloat16", "--token-ids", "0:600", "--audit", "100",
@@ -109,8 +110,8 @@ def test_audit_leaves_the_model_alone_and_covers_texts(tiny_dir, monkeypatch):
     import gc
     import weakref
 
-    from rmfast import audit
-    from rmfast.loader import load
+    from rmfast.scoring import audit
+    from rmfast.loading.loader import load
 
     lm = load(str(tiny_dir), dtype="bfloat16", device="cpu")
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}
@@ -140,7 +141,7 @@ def test_audit_leaves_the_model_alone_and_covers_texts(tiny_dir, monkeypatch):
 def test_result_pair_never_mismatches(tmp_path, monkeypatch):
     """A writer killed between its two renames leaves no pair that lies: the reader sees the new rows
     with no manifest (unfinished), never the new rows with the old manifest."""
-    from rmfast.results import ScanResult
+    from rmfast.scoring.results import ScanResult
 
     def res(v):
         return ScanResult(np.arange(3), np.full(3, v, np.float32), ["a", "b", "c"], ["a", "b", "c"], {"prompt": f"v{v}"})
@@ -177,7 +178,7 @@ def test_disk_full_replaces_nothing(tmp_path, monkeypatch):
     """A full disk while writing the pair: the old Parquet and manifest stay, together."""
     import pyarrow.parquet as pq
 
-    from rmfast.results import ScanResult
+    from rmfast.scoring.results import ScanResult
 
     out = tmp_path / "r.parquet"
     ScanResult(np.arange(2), np.ones(2, np.float32), ["a", "b"], ["a", "b"], {"prompt": "old"}).to_parquet(out)
@@ -228,7 +229,7 @@ def test_part_lock_keeps_other_writers_out(tmp_path):
     so it never deletes a file another writer is writing."""
     from filelock import FileLock
 
-    from rmfast.store import PartRef, Store
+    from rmfast.sweep.store import PartRef, Store
 
     st = Store(tmp_path / "s")
     part = PartRef("m", "m", "p", "p", "P?", "c", "c", key="k")
@@ -396,7 +397,7 @@ def test_row_bytes_and_memory_cap_planted():
 def test_scan_batches_fit_planted_memory(tiny_dir, monkeypatch):
     """With little free memory (planted), auto and explicit batch sizes shrink to fit, and a resumed
     scan keeps the batches it started with, whatever memory says then."""
-    from rmfast.loader import load
+    from rmfast.loading.loader import load
 
     lm = load(str(tiny_dir), dtype="float32", device="cpu")
     free = {"b": 10**12}

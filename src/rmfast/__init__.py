@@ -18,15 +18,20 @@ _os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 from .version import __version__  # noqa: E402,F401
 
-__all__ = ["scan", "ScanResult", "load", "LoadedModel", "build_template", "Template", "Engine", "UserError"]
+__all__ = ["scan", "run_scan", "score_texts", "Selection", "ScanResult", "load", "LoadedModel", "build_template",
+           "Template", "plan_scoring", "ScoringPlan", "Engine", "UserError"]
 
 
 from .errors import UserError  # noqa: E402
-from .pipeline import ScanResult, scan  # noqa: E402  (the function; the module is rmfast.pipeline)
+from .scoring.pipeline import ScanResult, Selection, run_scan, scan, score_texts  # noqa: E402
+from .scoring.plan import ScoringPlan, plan_scoring  # noqa: E402
 from .template import Template, build_template  # noqa: E402
-from .loader import LoadedModel, load  # noqa: E402  (the function; the module is rmfast.loader)
-from .engine import Engine  # noqa: E402
+from .loading.loader import LoadedModel, load  # noqa: E402  (the function; the module is rmfast.loading.loader)
+from .fast.engine import Engine  # noqa: E402
 from . import gcg  # noqa: E402,F401  (rmfast.gcg.run)
+from . import _moved  # noqa: E402
+
+_moved.install()  # the old module paths (rmfast.pipeline, rmfast.loader, ...) still import
 from .cpu import isolate_compile_cache as _isolate_compile_cache  # noqa: E402
 
 # inductor's on-disk cache, one folder per CPU kind and kernel level (rmfast.cpu.isolate_compile_cache

@@ -60,7 +60,7 @@ import pandas as pd
 from .errors import UserError
 from .io import atomic_write
 from .version import __version__
-from .vocab import is_wordlike
+from .scoring.vocab import is_wordlike
 
 MAGIC = b"RMX1"
 JOIN_RULES = ("auto", "id", "text")
@@ -121,13 +121,13 @@ class ExplorerData:
 def load_inputs(paths, ledger=None) -> tuple[pd.DataFrame, str]:
     """The tidy scan frame of scan Parquet files / folders of them, or of one sweep store folder.
 
-    A folder with a ``store.json`` is a results store (:func:`rmfast.store.load_results`, finished
+    A folder with a ``store.json`` is a results store (:func:`rmfast.sweep.store.load_results`, finished
     parts only); anything else goes through :func:`rmfast.analysis.scans.load_scans`. Rows left out
     (a NaN score: a scan whose model overflowed) are recorded in ``ledger``
     (:class:`rmfast.analysis.ledger.Ledger`), for the caller to say so.
     """
     from .analysis.scans import load_scans, scans_source, validate_scans
-    from .store import load_results
+    from .sweep.store import load_results
 
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, PathLike)) else paths)]
     if not paths:
@@ -240,7 +240,7 @@ def join_columns(df: pd.DataFrame, join: str = "auto", notes: list | None = None
 
 # ---------------------------------------------------------------- flags, categories, pair statistics
 def token_flags(texts, pieces=None) -> np.ndarray:
-    """Per row: bit 0 word-like (:func:`rmfast.vocab.is_wordlike`), bit 1 special (:func:`is_special`).
+    """Per row: bit 0 word-like (:func:`rmfast.scoring.vocab.is_wordlike`), bit 1 special (:func:`is_special`).
 
     >>> token_flags([" love", "<|im_end|>", "42"]).tolist()
     [1, 2, 0]

@@ -89,7 +89,7 @@ def collapse(res, *, join: str = "text", agg: str = "max") -> pd.DataFrame:
     sums the probabilities of all tokens with that key (id/text of the most probable one).
     Under ``join="word"`` whitespace-only strings (key "") are dropped.
 
-    >>> from rmfast.pipeline import ScanResult
+    >>> from rmfast.scoring.pipeline import ScanResult
     >>> r = ScanResult(np.arange(3), np.log([0.5, 0.2, 0.3]).astype("float32"), ["a", "b", "c"], ["x", "x", "y"])
     >>> collapse(r)[["key", "token_id", "n_tokens"]].values.tolist()
     [['x', 0, 2], ['y', 2, 1]]
@@ -212,7 +212,7 @@ def _model_name(m: dict, fallback: str) -> str:
 def _as_logprobs(side, prompt, template, system, exclude_special):
     """A ScanResult of next-token log-probs from a ScanResult or a LoadedModel / (model, tokenizer)."""
     from .logprobs import logprobs
-    from .pipeline import ScanResult
+    from .scoring.pipeline import ScanResult
 
     if isinstance(side, ScanResult):
         got = side.manifest.get("prompt")
@@ -241,7 +241,7 @@ def implicit(a, b, prompt: str | None = None, *, template_a: str | None = None, 
     """Implicit reward (log ratio, MWLR) of a against b on one prompt.
 
     ``a`` and ``b``: ScanResults from :func:`rmfast.logprobs.logprobs` (then ``prompt`` etc.
-    are ignored), or loaded models (:class:`rmfast.loader.LoadedModel` or ``(model, tokenizer)``)
+    are ignored), or loaded models (:class:`rmfast.loading.loader.LoadedModel` or ``(model, tokenizer)``)
     with ``prompt`` and their templates (None: chat template + generation prompt, or the raw
     prompt for a base model).
 
@@ -488,7 +488,7 @@ def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None
     the coverage table, the :func:`dictionary_summary` frames and a printable ``text``.
     """
     from .analysis.lexicons import load_dictionary
-    from .loader import load
+    from .loading.loader import load
 
     root = shared_data()
     prompts_yaml = prompts_yaml or root / "prompts" / "paper_b_prompts.yaml"

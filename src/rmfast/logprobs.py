@@ -2,7 +2,7 @@
 
 One forward pass over the prompt side of the conversation, then ``log_softmax`` (fp32) of the
 model's own logits at the last position (so Gemma's final-logit softcapping, where a model
-applies it, is included). The result is a :class:`rmfast.pipeline.ScanResult`, written in the same
+applies it, is included). The result is a :class:`rmfast.scoring.pipeline.ScanResult`, written in the same
 format as ``scan`` (columns token_id, token, text, score, rank; manifest ``head:
 "next_token_logprob"``). The full response log-probability including end-of-turn is
 ``scan --head logprob``; this is its first factor only.
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .version import __version__
-from .candidates import check_context
+from .scoring.candidates import check_context
 from .errors import UserError
 from .template import is_plain_format, build_template
 
@@ -173,7 +173,7 @@ def logprobs(
         model_info: provenance for the manifest (the loader's ``source``).
 
     Returns:
-        :class:`rmfast.pipeline.ScanResult` with ``scores`` = log p(token | prompt side), fp32.
+        :class:`rmfast.scoring.pipeline.ScanResult` with ``scores`` = log p(token | prompt side), fp32.
 
     Example:
         >>> from rmfast import load  # doctest: +SKIP
@@ -182,8 +182,8 @@ def logprobs(
         >>> res.top(5)  # doctest: +SKIP
     """
     from .version import versions
-    from .results import ScanResult
-    from .vocab import select_ids
+    from .scoring.results import ScanResult
+    from .scoring.vocab import select_ids
 
     t0 = time.perf_counter()
     if not hasattr(model, "lm_head") and "CausalLM" not in type(model).__name__:

@@ -3,7 +3,7 @@
 For each model (same prompt, same candidate ids), in one run:
 
 * **naive** — the papers' pipeline: the full templated sequence per candidate, batched
-  (:func:`rmfast.hf_path.hf_scores`); the better of a couple of batch sizes.
+  (:func:`rmfast.scoring.hf_path.hf_scores`); the better of a couple of batch sizes.
 * **hf-cache** — the best plain-HF approach: the prompt's K/V computed once with
   ``model(prefix, use_cache=True)``; per batch the ``DynamicCache`` is deep-copied and
   ``batch_repeat_interleave(B)``-ed (HF appends to the cache along the sequence axis, so every
@@ -11,7 +11,7 @@ For each model (same prompt, same candidate ids), in one run:
   ``model(input_ids=..., cache=cache)`` (``past_key_values=`` before transformers renamed it). Score
   head: ``model.model(...)`` hidden state at the final position -> ``model.score``. Logprob head:
   the same log-softmax terms the engine sums.
-* **rmfast** — :class:`rmfast.engine.Engine` at ``scan``'s automatic batch size.
+* **rmfast** — :class:`rmfast.fast.engine.Engine` at ``scan``'s automatic batch size.
 * **GEMM peak** — ``torch.matmul`` throughput on the model's own projection shapes
   (q/k/v/o, gate/up/down, and the LM-head chunk for the logprob head) with M = the tokens of one
   rmfast batch, and the candidates/s that peak allows.
@@ -29,7 +29,7 @@ Modules: :mod:`~rmfast.bench.models` (the configurations), :mod:`~rmfast.bench.m
 memory, timing), :mod:`~rmfast.bench.flops` (FLOPs, GEMM peak, GPU cost model),
 :mod:`~rmfast.bench.baselines` (hf-cache, naive, agreement), :mod:`~rmfast.bench.run` (one model
 through every method), :mod:`~rmfast.bench.output` (CSV/JSON, plot, table),
-:mod:`~rmfast.bench.random_init` (full-size architectures of :mod:`rmfast.registry` with random weights:
+:mod:`~rmfast.bench.random_init` (full-size architectures of :mod:`rmfast.loading.registry` with random weights:
 ``--random-init``). This package
 re-exports what the ``rmfast bench`` command uses.
 """

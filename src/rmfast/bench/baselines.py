@@ -1,7 +1,7 @@
 """The plain Hugging Face baselines of ``rmfast bench`` and the checks that every method agrees.
 
 * **naive**: the full templated sequence per candidate (:func:`naive_scorer`, over
-  :func:`rmfast.hf_path.hf_scores`).
+  :func:`rmfast.scoring.hf_path.hf_scores`).
 * **hf-cache**: the prompt's KV cache reused, copied per row (:class:`HFCacheScorer`).
 * agreement in the benchmark dtype (:func:`agreement`) and exactness in fp32 (:func:`fp32_check`).
 """
@@ -14,7 +14,7 @@ import inspect
 import numpy as np
 import torch
 
-from ..hf_path import flat_lm_head  # shared with the plain-HF reference
+from ..scoring.hf_path import flat_lm_head  # shared with the plain-HF reference
 
 
 class HFCacheScorer:
@@ -82,7 +82,7 @@ def cache_kwarg(module) -> str:
 
 def naive_scorer(model, tmpl, head: str, batch_size: int):
     """The naive method as ``f((B, 1) ids) -> (B,) scores``: full sequences, ``batch_size`` rows at a time."""
-    from ..hf_path import hf_scores
+    from ..scoring.hf_path import hf_scores
 
     def f(b):  # hf_scores batches internally (logprob: at most ~5e7 fp32 logits per batch)
         with flat_lm_head(model):
@@ -138,7 +138,7 @@ def fp32_rounding_tol(a: np.ndarray, ref64: np.ndarray) -> float:
 def float64_scores(model, tmpl, head: str, ids: np.ndarray) -> np.ndarray:
     """The plain-HF scores of ``ids`` with the whole model (buffers too) in float64; the model is
     returned to float32 afterwards (only called on fp32 models, so the round trip is lossless)."""
-    from ..hf_path import hf_scores
+    from ..scoring.hf_path import hf_scores
 
     try:
         model.double()
@@ -164,8 +164,8 @@ def fp32_check(model, tmpl, head: str, ids: np.ndarray, device: torch.device, dt
     Returns (the check, the fp32 scores of ``truth_ids`` or None): with ``truth_ids`` the same fp32
     engine (just checked equal to both plain-HF paths) also scores those ids, the fp32 truth that the
     benchmark-dtype rankings are judged against (:func:`rmfast.bench.run.check_agreement`)."""
-    from ..engine import Engine
-    from ..hf_path import hf_scores
+    from ..fast.engine import Engine
+    from ..scoring.hf_path import hf_scores
 
     c = torch.from_numpy(ids)[:, None]
     truth = None

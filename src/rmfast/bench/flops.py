@@ -17,7 +17,7 @@ def model_dims(model, head: str) -> dict:
     (Qwen3, Gemma 3: ~4·(H + Hkv)·D per token per layer, < 0.1% of a layer's GEMM FLOPs), RoPE and
     the activations are elementwise work, not counted; ``qk_norm`` says whether a model has them.
     """
-    from ..models.arch import arch_spec
+    from ..fast.arch import arch_spec
 
     sp = arch_spec(model)
     if sp is None:
@@ -43,7 +43,7 @@ def model_dims(model, head: str) -> dict:
 
 
 def engine_gemm_shapes(eng, dims: dict) -> list[tuple[int, int]]:
-    """The (K, N) projection GEMMs per token as the engine runs them (:func:`rmfast.layer.build_layers`):
+    """The (K, N) projection GEMMs per token as the engine runs them (:func:`rmfast.fast.layer.build_layers`):
     one q|k|v and one gate|up GEMM per layer where it fuses (its CPU default; q/k-norm layers too,
     the norms run on the fused output), the separate ones otherwise. Same FLOPs either way."""
     if eng is None:

@@ -20,10 +20,10 @@ def _gib(n: float) -> str:
 def check_batches(cfg, lm, args, device, dflt, available: int | None = None) -> None:
     """UserError when one batch of an explicit bench batch size needs more than the memory a scan may use
     (:data:`rmfast.resolve.MEM_FRACTION` of what is free; ``available`` overrides the measurement)."""
-    from ..memory import MEM_FRACTION, available_memory, row_bytes
-    from ..plan import default_head
+    from ..scoring.memory import MEM_FRACTION, available_memory, row_bytes
+    from ..scoring.plan import default_head
     from ..template import build_template
-    from ..vocab import vocab_size
+    from ..scoring.vocab import vocab_size
 
     asked = [("--batch-size", (args.batch_size,), False)] if args.batch_size else []
     if args.hf_batch:

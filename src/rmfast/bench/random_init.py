@@ -1,8 +1,8 @@
 """Full-size reward models with random weights, built from the registry's configs: ``rmfast bench --random-init``.
 
 No checkpoint, no hub, no download: a name is a known reward model (an alias of ``rmfast models``, its
-hub id or hub name: :mod:`rmfast.registry`) or one of the registry's base architectures
-(``llama-3.1-8b``, ``gemma-2-27b``, ``qwen3-8b``, ...: :data:`rmfast.registry.BASES`), whose published
+hub id or hub name: :mod:`rmfast.loading.registry`) or one of the registry's base architectures
+(``llama-3.1-8b``, ``gemma-2-27b``, ``qwen3-8b``, ...: :data:`rmfast.loading.registry.BASES`), whose published
 configuration (hidden size, layers, heads, kv heads, head dim, intermediate size, vocabulary, rope
 settings; Gemma 2's softcaps, sliding window and ``query_pre_attn_scalar``; Qwen3's q/k norms) is the
 one place these numbers are written. :func:`random_init_model` builds ``AutoModelForSequenceClassification``
@@ -37,9 +37,9 @@ import math
 
 import torch
 
-from .. import registry
-from ..loader import LoadedModel
-from ..models.arch import SUPPORTED
+from ..loading import registry
+from ..loading.loader import LoadedModel
+from ..fast.arch import SUPPORTED
 from .models import BenchModel
 
 #: Per model type: the special tokens of the generated tokenizer, the plain template whose suffix is
@@ -192,9 +192,9 @@ def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: s
     ``name``: an alias of ``rmfast models`` (or its hub id) or a base architecture of the registry.
     The parameters are allocated on the device in the target dtype (``torch.device`` context,
     ``from_config(dtype=...)``), never on the CPU first: a 27B model needs no host copy. Eager
-    attention, like :func:`rmfast.loader.load` (Gemma 2's softcapping needs it in the baselines).
+    attention, like :func:`rmfast.loading.loader.load` (Gemma 2's softcapping needs it in the baselines).
 
-    Returns a :class:`rmfast.loader.LoadedModel` with the generated tokenizer and the family's plain
+    Returns a :class:`rmfast.loading.loader.LoadedModel` with the generated tokenizer and the family's plain
     template as ``default_template``; ``source`` records the config, the alias and the seed.
 
         >>> lm = random_init_model("S-Qwe-0.6B-V2", layers=1, tiny=True, dtype="float32")
@@ -204,7 +204,7 @@ def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: s
     from transformers import AutoModelForSequenceClassification
 
     from ..cpu import record
-    from ..loader import dtype_and_choice, dtype_name, quiet_transformers, resolve_device
+    from ..loading.loader import dtype_and_choice, dtype_name, quiet_transformers, resolve_device
 
     dev = resolve_device(device)
     dtype_name(dtype)  # a bad name fails before any work
@@ -257,7 +257,7 @@ def param_count(name: str, *, layers: int | None = None, tiny: bool = False, kin
     """
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from ..loader import quiet_transformers
+    from ..loading.loader import quiet_transformers
 
     d = config_dict(name, layers=layers, tiny=tiny)
     cls = AutoModelForSequenceClassification if kind == "classifier" else AutoModelForCausalLM

@@ -81,9 +81,9 @@ class Timed:
 
 def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> BenchRun:
     """Head, template, dimensions and the candidate sample of one configuration."""
-    from ..plan import default_head
+    from ..scoring.plan import default_head
     from ..template import build_template
-    from ..vocab import vocab_size
+    from ..scoring.vocab import vocab_size
 
     model, tok = lm.model, lm.tokenizer
     head = default_head(model) if cfg.head == "auto" else cfg.head
@@ -104,8 +104,8 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
 
 def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
     """rmfast (the compiled CPU layer where it applies) and rmfast-eager (the same engine, not compiled)."""
-    from ..engine import Engine
-    from ..plan import plan_scoring
+    from ..fast.engine import Engine
+    from ..scoring.plan import plan_scoring
 
     device, args, model, tmpl, head = b.device, b.args, b.model, b.tmpl, b.head
     b.compile_rm = device.type == "cpu" and args.compile != "off"
@@ -318,7 +318,7 @@ def full_scan(b: BenchRun) -> dict | None:
     """``--full``: the full-vocabulary rmfast scan, as ``rmfast scan`` runs it (None without ``--full``)."""
     if not b.args.full:
         return None
-    from ..pipeline import scan
+    from ..scoring.pipeline import scan
 
     args = b.args
     b.mem.reset()
@@ -438,7 +438,7 @@ def profile_engine(eng, ids: np.ndarray, bs: int, device: torch.device, n_batche
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from ..engine import Engine
+    from ..fast.engine import Engine
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     batches = [torch.from_numpy(c)[:, None] for c in chunks(np.resize(ids, bs * n_batches), bs)][:n_batches]

@@ -17,7 +17,7 @@ from ..bench.memory_check import check_batches
 from ..cpu import say_choice
 from ..errors import UserError
 from ..io import check_output, write_json
-from ..loader import load, resolve_device
+from ..loading.loader import load, resolve_device
 from .common import fraction, int_list, nonneg_int, positive_int
 
 

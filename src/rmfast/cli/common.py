@@ -55,7 +55,7 @@ def add_output_args(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def add_plan_args(p: argparse.ArgumentParser, *, batch_what: str = "rows per batch") -> None:
-    """The scoring plan's options (:mod:`rmfast.plan`), one name and one default on every command."""
+    """The scoring plan's options (:mod:`rmfast.scoring.plan`), one name and one default on every command."""
     p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
                    help="auto (default): score for classifiers, logprob for causal LMs")
     p.add_argument("--head-index", type=nonneg_int, default=0, help="output of a multi-output score head (default 0)")
@@ -82,8 +82,8 @@ def template_arg(args, lm=None):
 
 
 def load_model(args, random_head_seed=None, **kw):
-    """The model named by the arguments (:func:`rmfast.loader.load`, or over devices with --device-map)."""
-    from ..dist import load_model as load
+    """The model named by the arguments (:func:`rmfast.loading.loader.load`, or over devices with --device-map)."""
+    from ..loading.spread import load_spread as load
 
     return load(args.model, dtype=args.dtype, device=kw.pop("device", args.device),
                 trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,

@@ -74,7 +74,7 @@ def register(subparsers) -> None:
 
 def _init_strings(args) -> list[str] | None:
     """--init-string values and --init-strings FILE lines (blank lines skipped), or None."""
-    from ..candidates import read_candidates
+    from ..scoring.candidates import read_candidates
 
     texts = list(args.init_string or [])
     if args.init_strings is not None:

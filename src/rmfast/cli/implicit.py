@@ -13,7 +13,7 @@ from . import common
 
 def _side(spec: str, args):
     """A loaded model, or a ScanResult when ``spec`` is a logprobs Parquet file."""
-    from ..results import ScanResult
+    from ..scoring.results import ScanResult
 
     if spec.lower().endswith(".parquet"):
         if not Path(spec).is_file():
@@ -35,7 +35,7 @@ def run(args) -> int:
     from ..analysis.lexicons import load_dictionary
     from ..implicit import (DEMO_TEMPLATE_B, agency_communion_demo, dictionary_summary, implicit, implicit_sweep,
                             read_prompts, summary_text)
-    from ..results import ScanResult
+    from ..scoring.results import ScanResult
 
     if args.demo:
         r = agency_communion_demo(prompts_yaml=args.prompts_yaml, dictionary=args.dictionary, prompt_ids=args.prompt_id,

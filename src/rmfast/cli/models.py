@@ -1,12 +1,12 @@
-"""``rmfast models``: the known reward models (:mod:`rmfast.registry`) and how far rmfast covers each."""
+"""``rmfast models``: the known reward models (:mod:`rmfast.loading.registry`) and how far rmfast covers each."""
 
 from __future__ import annotations
 
 import json
 
 from ..errors import UserError
-from ..models.support import coverage
-from ..registry import BASES, MODELS, find, short_revision
+from ..loading.support import coverage
+from ..loading.registry import BASES, MODELS, find, short_revision
 
 
 def register(subparsers) -> None:

@@ -1,7 +1,7 @@
 """``rmfast scan``: every vocabulary token (or a view, or a file of texts) as the response to a prompt.
 
-One path for every input: the options build a :class:`rmfast.pipeline.Selection`, and
-:func:`rmfast.pipeline.run_scan` scores it; under torchrun each rank scores its share and rank 0
+One path for every input: the options build a :class:`rmfast.scoring.pipeline.Selection`, and
+:func:`rmfast.scoring.pipeline.run_scan` scores it; under torchrun each rank scores its share and rank 0
 merges the shards.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import dist
+from ..sweep import dist
 from ..errors import UserError
-from ..io import check_output, manifest_path, output_lock, slug, write_json, write_parquet
+from ..io import check_output, output_lock, slug
 from . import common
 
 
@@ -46,8 +46,8 @@ def register(sub) -> None:
 
 def selection(args):
     """The candidates the options ask for (read before any model is loaded, so bad input fails fast)."""
-    from ..candidates import DEFAULT_MAX_TOKENS, read_candidates
-    from ..pipeline import Selection
+    from ..scoring.candidates import DEFAULT_MAX_TOKENS, read_candidates
+    from ..scoring.pipeline import Selection
 
     if args.column is not None and args.candidates is None:
         raise UserError("--column needs --candidates FILE")
@@ -64,7 +64,7 @@ def selection(args):
 
 
 def run(args) -> int:
-    from ..pipeline import drop_checkpoint, run_scan
+    from ..scoring.pipeline import drop_checkpoint, run_scan
 
     sel = selection(args)
     d = dist.from_env()
@@ -88,7 +88,7 @@ def run(args) -> int:
                 progress=not args.no_progress and d.is_main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source,
                 audit=args.audit)
             if d.world > 1:
-                res = _gather(d, out, res, order)
+                res = dist.gather_shards(d, out, res, order)
                 if res is None:
                     drop_checkpoint(None, ck)
                     return 0
@@ -102,32 +102,6 @@ def run(args) -> int:
         return 0
     finally:
         dist.finish(d)
-
-
-def _gather(d, out: Path, res, order):
-    """Each rank writes its shard; rank 0 merges them after a barrier (returns None on other ranks)."""
-    import json
-
-    import pandas as pd
-
-    from ..results import merge_ranks
-
-    def shard(r):
-        return out.parent / f".{out.name}.rank{r}-of-{d.world}.parquet"
-
-    df = res.to_pandas()
-    df["_order"] = order
-    write_parquet(shard(d.rank), df)
-    write_json(manifest_path(shard(d.rank)), res.manifest)
-    dist.barrier(d)
-    if not d.is_main:
-        return None
-    frames = [pd.read_parquet(shard(r)) for r in range(d.world)]
-    merged = merge_ranks(frames, [json.loads(manifest_path(shard(r)).read_text()) for r in range(d.world)])
-    for r in range(d.world):
-        shard(r).unlink(missing_ok=True)
-        manifest_path(shard(r)).unlink(missing_ok=True)
-    return merged
 
 
 def _print_summary(res, top: int, out, world: int) -> None:
@@ -148,7 +122,7 @@ def _print_summary(res, top: int, out, world: int) -> None:
         print(f"\n{what} in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "
               f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s"
               + (f"; {resumed} more from the checkpoint, {m['n_candidates']} in all" if resumed else ""))
-    from ..audit import audit_line
+    from ..scoring.audit import audit_line
 
     ca = m.get("compat_authors")
     if ca:

@@ -60,8 +60,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..checkpoints import is_adapter_folder
-    from ..loader import preflight
+    from ..loading.training_checkpoints import is_adapter_folder
+    from ..loading.loader import preflight
     from ..sweep import load_config, run_sweep, with_base
 
     cfg = load_config(args.config)
@@ -108,7 +108,7 @@ def results(args) -> int:
         print()
         print(df[["done", "model", "prompt_name", "candidates", "rows", "path"]].to_string(index=False))
     if args.out:
-        from ..store import load_results
+        from ..sweep.store import load_results
 
         tidy = load_results(args.store, token_ids=False)
         out = Path(args.out)
@@ -126,7 +126,7 @@ def _export_checks(args) -> str | None:
     """Before any part is read: --out may be written, and the store holds every part (else, with
     --allow-missing, the line naming what the export leaves out; without it, that line is the error)."""
     from ..errors import UserError
-    from ..store import Store
+    from ..sweep.store import Store
 
     if args.allow_missing and not args.out:
         raise UserError("--allow-missing applies to an export: add --out FILE")

@@ -2,7 +2,7 @@
 
 At every checkpoint save (and/or every N steps) the callback scores the chosen candidates (the
 vocabulary, a view of it, or a dictionary's words) as the one-turn answer to each prompt with
-rmfast's shared-prompt engine (:func:`rmfast.pipeline.run_scan`, the same path as ``rmfast scan``),
+rmfast's shared-prompt engine (:func:`rmfast.scoring.pipeline.run_scan`, the same path as ``rmfast scan``),
 then
 
 - writes each scan as ``OUT/checkpoint-N/<prompt>.parquet`` (+ manifest, model name
@@ -47,7 +47,7 @@ from transformers import TrainerCallback
 from ..analysis.trajectory import trajectory
 from ..errors import UserError
 from ..io import slug, write_json
-from ..pipeline import Selection, run_scan
+from ..scoring.pipeline import Selection, run_scan
 
 log = logging.getLogger("rmfast.xray")
 

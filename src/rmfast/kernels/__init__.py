@@ -3,7 +3,7 @@
 Nothing here imports triton: ``triton.jit`` decides between compiled and interpreted
 kernels when a ``triton_*`` module is imported, so importing them eagerly would freeze
 that choice before tests can set ``TRITON_INTERPRET=1``.  Pick kernels via
-:mod:`rmfast.ops`.
+:mod:`rmfast.fast.ops`.
 """
 
 

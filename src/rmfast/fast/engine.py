@@ -1,0 +1,345 @@
+"""The shared-prompt engine: encode the prompt once, then score candidate rows in big batches.
+
+Every row is ``prefix ⊕ response ⊕ suffix``. The prefix (system + user turn + assistant
+header) is identical for all rows, so it is encoded once (batch 1) and its keys/values are
+kept as ONE copy per layer, (Hkv, P, D). Each batch of rows then runs only its own tokens
+through the layers; attention reads the shared prefix K/V plus the row's own causal suffix
+(the Triton kernel on CUDA, a block-diagonal GEMM form on CPU). Both passes run the one decoder
+layer of :mod:`rmfast.fast.layer`. At the last layer only the positions the head reads are computed
+(queries, output projection, MLP), and the head is fused with the final norm. Hugging Face's
+cache, by contrast, copies the prompt K/V into every row.
+
+Heads:
+    score:   the reward head (:mod:`rmfast.fast.heads`) at the final position of the sequence:
+             the classifier's own linear head, or a custom one (ArmoRM/QRM gated, URM). A gated
+             head's prompt part (its gating MLP at the end-of-user-turn position) is computed once in
+             the prefix pass and folded into one (D,) vector, so per row it is a linear head too.
+    logprob: log p(response | prefix) + log p(end-of-turn continuation | prefix, response).
+             For one-token responses the response term comes from the prefix pass (one
+             forward for all candidates); the rest needs the per-row pass.
+
+The final norm and the head run in fp32 by default (``fp32_head``): the layers keep the model's
+dtype, but a bf16 head output would round every score to 8 significant bits.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+import warnings
+
+import torch
+
+from . import ops
+from ..cpu import compile_here
+from .layer import PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
+from .arch import ArchSpec, arch_spec
+from .heads import GatedHead, LinearHead
+from ..template import Template
+
+#: The eager CPU engine (with EAGER_PACKED) uses the block-diagonal prompt attention
+#: (:class:`rmfast.fast.layer.PackedPrompt`) while it adds at most this fraction of a layer's projection
+#: FLOPs (:meth:`Engine.blockdiag_overhead`); the compiled layer always uses that form.
+MAX_BLOCKDIAG_EXTRA = 0.5
+#: whether the eager CPU path also uses the block-diagonal form (default False: measured slower eager;
+#: tests switch it on to check that form without compiling).
+EAGER_PACKED = False
+
+
+def _own_copy(fn):
+    """fn with its own code object. torch.compile caches graphs (and counts recompiles, limit 8)
+    per code object; an engine's graphs must neither evict nor be evicted by other engines'."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+class Engine:
+    """Scores responses for one (model, template, head).
+
+    Every layer of every pass (the prompt's and the candidate rows') runs through the one decoder
+    layer :func:`rmfast.fast.layer.decoder_layer`, eagerly or compiled.
+
+    Args:
+        model: a loaded HF model on the fast path (see :data:`rmfast.fast.arch.SUPPORTED`).
+        template: the split prompt (:func:`rmfast.template.build_template`).
+        head: "score" (classifier head) or "logprob" (causal LM).
+        head_index: which output of a multi-output score head.
+        fuse: concatenate q|k|v and gate|up weights (default: on CPU; see :func:`rmfast.fast.layer.build_layers`).
+        compile: run the batched CPU pass through ``torch.compile`` of the decoder layer (default False;
+            :func:`rmfast.scoring.plan.choose_compile` decides it for jobs). A one-off compile (seconds) per batch
+            shape; the same rounding points as eager but another summation order (docs/determinism.md).
+            Smaller batches are padded to the compiled one; where torch.compile fails here, a one-line
+            warning and the eager path. CPU only (ignored elsewhere).
+        fp32_head: final norm and head (score and logprob) in fp32 with fp32 output (default True);
+            False rounds where HF does (normed rows and head output in the model dtype). Custom
+            heads always run in fp32.
+
+    Example:
+        >>> eng = Engine(model, tmpl, head="score")  # doctest: +SKIP
+        >>> eng.score(torch.tensor([[1234], [5678]]))  # (2,) fp32  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None, compile: bool = False,
+        fp32_head: bool = True,
+    ):
+        spec = arch_spec(model)
+        if spec is None:
+            raise ValueError(f"architecture {model.config.model_type!r} is not on the fast path")
+        self.spec: ArchSpec = spec
+        self.model = model
+        self.template = template
+        self.head = head
+        self.head_index = head_index
+        self.fp32_head = bool(fp32_head)
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        if head == "score" and spec.score_outputs is None:
+            raise ValueError("head 'score' needs a reward head (model.score or a custom head)")
+        self.score_head = None  # the model's reward head; self.row_head: what each row's final state meets
+        if head == "score":
+            hd = spec.score_head
+            self.score_head = spec.custom_head or LinearHead(hd.weight, hd.bias, head_index)
+        if head == "logprob" and spec.lm_head_weight is None:
+            raise ValueError("head 'logprob' needs a language-model head (model.lm_head)")
+        self.suffix = torch.tensor(template.suffix_ids, dtype=torch.long, device=self.device)
+        self.continuation = torch.tensor(template.continuation_ids, dtype=torch.long, device=self.device)
+        if fuse is None:
+            fuse = self.device.type == "cpu"
+        self.layers = build_layers(spec, fuse)  # per layer: (LayerWeights, LayerConsts), built once
+        self.compile = bool(compile) and self.device.type == "cpu"  # on CUDA: eager around the Triton kernels
+        self._packs = None  # per layer: the block-diagonal prompt K/V, built on first use
+        self._layer_fn = None  # the compiled decoder layer, built on first use
+        self._lm_update_fn = None
+        self._compiled_rows: dict[int, int] = {}  # S -> rows of the compiled batch shape
+        self._compile_checked = False
+        self._encode_prefix()
+
+    # ------------------------------------------------------------------ layers
+    @torch.no_grad()
+    def _run_layers(self, h: torch.Tensor, pos0: int, n_out: int, collect_kv: bool = False):
+        """h: (B, S, Dm) embeddings at absolute positions pos0..pos0+S-1.
+
+        Attends to the shared prefix K/V (self.kv) when pos0 > 0. Returns the last layer's
+        residual stream at the final ``n_out`` positions, (B, n_out, Dm), and, if collect_kv,
+        the per-layer (Hkv, S, D) keys/values of batch row 0 (used for the prefix pass).
+        """
+        B, S, _ = h.shape
+        if pos0 > 0 and self.compile:
+            # One compiled graph per suffix length: smaller batches are padded to the compiled rows.
+            rows = self._compiled_rows.setdefault(S, B)
+            if B < rows:
+                h = torch.cat([h, h[:1].expand(rows - B, -1, -1)])
+            elif B > rows:
+                self._compiled_rows[S] = B
+            if not self._compile_checked:  # the first call compiles: seconds to a minute, say so
+                print("rmfast: compiling the decoder layer for this CPU (one-off; inductor caches it on disk) ...",
+                      file=sys.stderr, flush=True)
+                t0 = time.perf_counter()
+            try:
+                out = self._run_stack(h, pos0, n_out, self._compiled_layer(), None)
+            except Exception as e:  # the first compile failed: no C++ compiler, unsupported platform, ...
+                if self._compile_checked:
+                    raise
+                first = (str(e).strip().splitlines() or [""])[0][:200]
+                warnings.warn(f"rmfast: torch.compile failed ({type(e).__name__}: {first}); using the eager path",
+                              stacklevel=3)
+                self.compile = False
+                return self._run_layers(h[:B], pos0, n_out, collect_kv)
+            if not self._compile_checked:
+                print(f"rmfast: compiled in {time.perf_counter() - t0:.1f} s (with the first batch)", file=sys.stderr,
+                      flush=True)
+            self._compile_checked = True
+            return out[:B], None
+        kvs = [] if collect_kv else None
+        return self._run_stack(h, pos0, n_out, decoder_layer, kvs), kvs
+
+    def _run_stack(self, h: torch.Tensor, pos0: int, n_out: int, layer_fn, kvs: list | None) -> torch.Tensor:
+        """Every layer through ``layer_fn`` (:func:`decoder_layer` or its compiled copy): (B, S, Dm) ->
+        (B, n_out, Dm); only the last layer narrows to n_out. With ``kvs``, appends each layer's
+        (Hkv, S, D) keys/values of row 0."""
+        S = h.shape[1]
+        rope = self.spec.rope(torch.arange(pos0, pos0 + S, device=h.device), h)  # key -> (S, D) cos, sin
+        prompts = self._prompts(S, h) if pos0 > 0 else [self._no_prompt(h)] * len(self.layers)
+        last = len(self.layers) - 1
+        for li, (w, c) in enumerate(self.layers):
+            cos, sin = rope[c.rope_key]
+            # The last layer (final positions only) runs the same function eagerly: compiled it would
+            # be a second graph per suffix length (compile time, and torch.compile's recompile limit)
+            # for ~1/n_layers of the work.
+            fn = decoder_layer if li == last else layer_fn
+            out = fn(h, w, cos, sin, prompts[li], c, n_out if li == last else S, kvs is not None)
+            if kvs is None:
+                h = out
+            else:
+                h, k, v = out  # k, v: (B, S, Hkv, D)
+                kvs.append((k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous()))  # (Hkv, S, D)
+        return h
+
+    def _no_prompt(self, h: torch.Tensor) -> PromptKV:
+        """The prompt pass attends only to itself: P = 0 prompt keys, the reference/Triton form (its
+        suffix part is a GEMM over all S keys; the packed form's is elementwise, meant for small S)."""
+        sp = self.spec
+        empty = h.new_zeros(sp.n_kv_heads, 0, sp.head_dim)  # (Hkv, 0, D)
+        return PromptKV(empty, empty)
+
+    def _prompts(self, S: int, h: torch.Tensor) -> list[PromptKV | PackedPrompt]:
+        """Per layer, the prompt K/V in the form that picks the attention for S-token rows."""
+        if not self._use_packed(h):
+            return [PromptKV(k, v) for k, v in self.kv]
+        if self._packs is None:
+            self._packs = [ops.pack_prefix(k, v, self.spec.n_heads) for k, v in self.kv]
+        masks = {}  # window -> (pre_bias, suf_bias) for all S query positions
+        out = []
+        for (k_bd, v_bd), (_, c) in zip(self._packs, self.layers):
+            if c.window not in masks:
+                masks[c.window] = ops.visibility_bias(self.P, S, S, c.window, torch.float32, h.device)
+            out.append(PackedPrompt(k_bd, v_bd, *masks[c.window]))
+        return out
+
+    def _use_packed(self, h: torch.Tensor) -> bool:
+        """Block-diagonal prompt attention: on CPU when compiling (its layouts are the compiled layer's,
+        and inductor fuses the rest); eager, its H-fold zero blocks cost more than the ``bmm`` form
+        saves (SmolLM2 bf16 eager, 1,024 rows: 5.2 s vs 4.8 s per batch), so elsewhere ops' kernels."""
+        if h.device.type != "cpu" or ops.uses_triton(h):
+            return False
+        return self.compile or (EAGER_PACKED and self.blockdiag_overhead() <= MAX_BLOCKDIAG_EXTRA)
+
+    # ------------------------------------------------------------------ compiled CPU layers
+    def blockdiag_overhead(self) -> float:
+        """Extra FLOPs of the block-diagonal prompt attention, as a fraction of a layer's projection
+        FLOPs: H x the prompt-attention work, so it grows with prompt length and head count (SmolLM2,
+        42-token prompt: 0.12; Llama-3-8B, 50 tokens: 0.06; 1,000 tokens: 1.2). The eager CPU engine
+        uses that form (with EAGER_PACKED) only while this is <= :data:`MAX_BLOCKDIAG_EXTRA`."""
+        sp = self.spec
+        L0 = sp.layers[0]
+        H, D, P = sp.n_heads, sp.head_dim, len(self.template.prefix_ids)
+        layer_flops = 2 * sum(p.numel() for m in L0.linears() for p in m.parameters())
+        return 4 * H * H * D * P / layer_flops  # per token per layer: prompt scores + values, all heads' blocks
+
+    def _compiled_layer(self):
+        """The engine's own compiled copy of :func:`decoder_layer` (one graph per batch shape)."""
+        if self._layer_fn is None:
+            self._layer_fn = compile_layer(_own_copy(decoder_layer))
+        return self._layer_fn
+
+    def _compiled_lm_update(self):
+        if self._lm_update_fn is None:
+            self._lm_update_fn = compile_here(_own_copy(ops.lse_update))
+        return self._lm_update_fn
+
+    def _final_norm(self, h: torch.Tensor, fp32: bool) -> torch.Tensor:
+        sp = self.spec
+        return ops.rmsnorm(h, sp.final_norm.weight, sp.norm_eps, gemma_style=sp.gemma_norm, fp32=fp32)
+
+    @torch.no_grad()
+    def _encode_prefix(self) -> None:
+        sp = self.spec
+        prefix = list(self.template.prefix_ids)
+        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)  # (1, P)
+        self.P = P = ids.shape[1]
+        self.gate_pos = P - 1  # the first prefix position the head reads (a gated head: its gating position)
+        if isinstance(self.score_head, GatedHead):
+            g = self.score_head.gate_position(prefix)
+            if g is None:
+                raise ValueError(f"the prompt has no gating pattern {self.score_head.pattern}: this gated reward "
+                                 f"model reads its gating position at the end of the user turn (use its chat template)")
+            self.gate_pos = g
+        self.kv = None
+        h, kvs = self._run_layers(sp.embed(ids), 0, P - self.gate_pos, collect_kv=True)  # (1, P - gate_pos, Dm)
+        self.kv = kvs  # per layer: (Hkv, P, D) — the ONE shared copy
+        self.prefix_logprobs = None
+        self.row_head = self.score_head
+        if isinstance(self.score_head, GatedHead):
+            # The gating depends on the prompt only: one (1, D) vector per prompt, score = v . h_final.
+            self.prefix_states = self._final_norm(h[0], True)  # (P - gate_pos, Dm) fp32, from the gating position on
+            v = self.score_head.fold(self.score_head.gate(self.prefix_states[:1]))  # (1, Dm)
+            self.row_head = LinearHead(v)
+        if self.head == "logprob":
+            # log p(first response token | prefix) for every vocabulary id: one row, all of V.
+            # One row over the whole vocabulary: a plain GEMM + log_softmax is the cheapest form.
+            hn = self._final_norm(h[0, -1:], self.fp32_head)  # (1, Dm)
+            W = sp.lm_head_weight
+            logits = torch.cat([(hn @ W[v0 : v0 + 32768].to(hn.dtype).t()).float()[0]  # chunks: no fp32 copy of W
+                                for v0 in range(0, W.shape[0], 32768)])  # (V,)
+            if sp.final_logit_softcap is not None:
+                logits = torch.tanh(logits / sp.final_logit_softcap) * sp.final_logit_softcap
+            self.prefix_logprobs = torch.log_softmax(logits, dim=-1)  # (V,) fp32
+
+    def _head_scores(self, h: torch.Tensor) -> torch.Tensor:
+        """h: (B, Dm) last-layer states at the final position -> (B,) fp32 scores of the row head."""
+        sp, hd = self.spec, self.row_head
+        if isinstance(hd, LinearHead):
+            fp32 = self.fp32_head or self.spec.custom_head is not None
+            out = ops.rmsnorm_head(h, sp.final_norm.weight, sp.norm_eps, hd.weight, hd.bias, gemma_style=sp.gemma_norm,
+                                   fp32=fp32)
+            return out[:, hd.index]
+        return hd(self._final_norm(h, True))  # a nonlinear head (URM): its own fp32 maths
+
+    def _regated_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows whose own tokens hold a later gating pattern (its last occurrence moves there), and
+        that occurrence's absolute start. ids: (B, S)."""
+        pat = torch.tensor(self.score_head.pattern, device=ids.device)
+        L = pat.numel()
+        tail = torch.tensor(self.template.prefix_ids[self.gate_pos + 1 :], dtype=torch.long, device=ids.device)
+        seq = torch.cat([tail.expand(ids.shape[0], -1), ids], dim=1)  # (B, T + S): positions gate_pos+1 ..
+        if seq.shape[1] < L:
+            return ids.new_zeros(0), ids.new_zeros(0)
+        hit = (seq.unfold(1, L, 1) == pat).all(-1)  # (B, W)
+        rows = hit.any(-1).nonzero()[:, 0]
+        last = hit.shape[1] - 1 - hit[rows].flip(-1).int().argmax(-1)  # last window start per row
+        return rows, last + self.gate_pos + 1
+
+    def _score_regated(self, ids: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Scores of rows gated inside their own tokens (or the prompt tail): every position of those rows."""
+        S = ids.shape[1]
+        h, _ = self._run_layers(self.spec.embed(ids[rows]), self.P, S)  # (R, S, Dm)
+        hn = self._final_norm(h, True)  # (R, S, Dm)
+        own = (pos - self.P).clamp(min=0)
+        gate = torch.where((pos >= self.P)[:, None], hn[torch.arange(len(rows)), own],
+                           self.prefix_states[(pos - self.gate_pos).clamp(max=self.prefix_states.shape[0] - 1)])
+        return self.score_head(hn[:, -1], gate)
+
+    # ------------------------------------------------------------------ scoring
+    def tokens_per_row(self, n: int) -> int:
+        """Tokens a row of an n-token response feeds through the layers."""
+        if self.head == "score":
+            return n + len(self.suffix)
+        return n - 1 + len(self.continuation)
+
+    @torch.no_grad()
+    def score(self, responses: torch.Tensor) -> torch.Tensor:
+        """responses: (B, n) token ids, all of one length n >= 1. Returns (B,) fp32 scores."""
+        sp = self.spec
+        responses = responses.to(self.device)
+        B, n = responses.shape
+        if self.head == "score":
+            ids = torch.cat([responses, self.suffix.expand(B, -1)], dim=1)  # (B, n + len(suffix))
+            h, _ = self._run_layers(sp.embed(ids), self.P, 1)  # (B, 1, Dm)
+            out = self._head_scores(h[:, 0])  # (B,)
+            if isinstance(self.score_head, GatedHead):
+                rows, pos = self._regated_rows(ids)
+                if rows.numel():
+                    out[rows] = self._score_regated(ids, rows, pos)
+            return out
+        # logprob head
+        total = self.prefix_logprobs[responses[:, 0]].clone()  # (B,)
+        targets = torch.cat([responses[:, 1:], self.continuation.expand(B, -1)], dim=1)  # (B, n-1+m)
+        T = targets.shape[1]
+        if T == 0:
+            return total
+        ids = torch.cat([responses, self.continuation[:-1].expand(B, -1)], dim=1)[:, :T]  # (B, T)
+        h, _ = self._run_layers(sp.embed(ids), self.P, T)  # (B, T, Dm)
+        lp = ops.rmsnorm_lmhead_logprob(
+            h.reshape(B * T, -1),
+            sp.final_norm.weight,
+            sp.norm_eps,
+            sp.lm_head_weight,
+            targets.reshape(-1),
+            gemma_style=sp.gemma_norm,
+            final_softcap=sp.final_logit_softcap,
+            update_fn=self._compiled_lm_update() if self.compile else None,
+            pad_rows=self._compiled_rows.get(T, B) * T if self.compile else None,
+            fp32=self.fp32_head,
+        )
+        return total + lp.view(B, T).sum(-1)

@@ -1,0 +1,333 @@
+"""The decoder layer: ONE pure function of tensors, run eagerly or compiled, on CPU or CUDA.
+
+Every fast-path architecture (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1/2/3) is this one function with
+different tensors (:class:`LayerWeights`) and constants (:class:`LayerConsts`), both built once
+from :class:`rmfast.fast.arch.ArchSpec` by :func:`build_layers`. The engine runs every layer,
+the prompt pass included, through :func:`decoder_layer`:
+
+    h ─ rms ─ q|k|v GEMM ─ [q/k rms] ─ RoPE ─ attention(prompt K/V ⊕ own suffix) ─ o GEMM ─ [rms] ─ + h
+      ─ rms ─ gate|up GEMM ─ act(gate)·up ─ down GEMM ─ [rms] ─ + h          ([ ]: some architectures)
+
+Why a pure function: on CPU the GEMMs run near the machine's peak and the time left goes to
+~40 small elementwise passes per layer. Written over plain tensors, ``torch.compile`` builds one
+graph per batch shape that all layers share (weights are *arguments*) and inductor fuses each
+run of elementwise work into one loop. Eagerly, the same function is the CUDA path (GEMMs and the
+Triton attention kernel dominate there) and the fallback where compiling is impossible.
+
+Attention is pluggable, chosen by the type of the ``prompt`` argument (:func:`attend`):
+:class:`PromptKV` — the prompt's (Hkv, P, D) keys/values through :func:`rmfast.fast.ops.shared_prefix_attention`
+(the Triton kernel on CUDA, the ``bmm`` reference on CPU; P = 0 for the prompt pass itself) — or
+:class:`PackedPrompt` — the block-diagonal CPU form (:mod:`rmfast.kernels.blockdiag_attention`).
+
+Numerics, the same eager and compiled: Hugging Face's op order and rounding points. Every op
+rounds its output to the model dtype, as HF eager does (RMSNorm statistics and the softmax in fp32,
+as HF's explicit casts say). Eager, that is simply torch; :func:`compile_layer` turns on inductor's
+``emulate_precision_casts``, so its fused loops round after each op too instead of keeping fp32
+between ops. (The alternative, every elementwise run written in fp32 and rounded once, measured no
+closer to fp32 truth on SmolLM2 bf16 scans — the GEMM outputs and the bf16 residual stream dominate
+the error — and cost the eager paths, CUDA's included, extra cast passes.) What still differs between
+eager and compiled is fp32 summation order inside fused reductions (RMSNorm means, attention sums).
+In fp32 the layer is HF's arithmetic; the attention forms' own roundings are documented with them.
+
+Example:
+    >>> import torch
+    >>> c = LayerConsts(n_heads=2, n_kv_heads=1, head_dim=4, eps=1e-6, gemma_norm=False, scale=0.5, softcap=None,
+    ...                 act="silu", qk_norm=False, sandwich=False, window=None, rope_key="default")
+    >>> w = LayerWeights(torch.ones(8), (torch.randn(16, 8),), None, None, torch.randn(8, 8), None, None,
+    ...                  torch.ones(8), (torch.randn(12, 8),), None, torch.randn(8, 6), None, None)
+    >>> h = torch.randn(3, 2, 8); cos = torch.ones(2, 4); sin = torch.zeros(2, 4)
+    >>> prompt = PromptKV(torch.zeros(1, 0, 4), torch.zeros(1, 0, 4))  # no prompt keys
+    >>> decoder_layer(h, w, cos, sin, prompt, c, 1).shape
+    torch.Size([3, 1, 8])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from . import ops
+from ..cpu import compile_here
+from .arch import ACTIVATIONS
+
+@dataclass(frozen=True)
+class LayerConsts:
+    """The Python constants of a layer (torch.compile specialises on the ones the layer reads).
+
+    Attributes:
+        n_heads, n_kv_heads, head_dim: attention shape.
+        eps: RMSNorm epsilon.
+        gemma_norm: Gemma's RMSNorm ``(x̂ · (1 + w)).to(dtype)`` instead of Llama's ``w · x̂.to(dtype)``.
+        scale: score scale (1/sqrt(head_dim), or Gemma's query_pre_attn_scalar**-0.5).
+        softcap: Gemma 2 attention-logit softcap, or None.
+        act: "silu" | "gelu_tanh" | "gelu" | "relu" (the MLP's gate activation).
+        qk_norm: RMSNorm over head_dim on q and k before RoPE (Gemma 3, Qwen3; in the model's
+            norm style, ``gemma_norm``).
+        sandwich: Gemma 2/3 norms on the attention and MLP outputs.
+        window: sliding-window length, or None (read by :class:`PromptKV` attention only; the
+            packed form has it in its masks, so compiled layers differing only here share a graph).
+        rope_key: which rotary table the layer uses (Gemma 3: local or global); the caller picks
+            cos/sin with it.
+    """
+
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    eps: float
+    gemma_norm: bool
+    scale: float
+    softcap: float | None
+    act: str
+    qk_norm: bool
+    sandwich: bool
+    window: int | None
+    rope_key: str
+
+
+class LayerWeights(NamedTuple):
+    """A layer's tensors, the model's own (norm weights as stored: :func:`rmfast.fast.ops.rmsnorm` applies them).
+
+    Projections are tuples: fused ``(W_qkv,)`` / ``(W_gate_up,)`` (one GEMM each, a copy of those
+    weights) or the model's own ``(W_q, W_k, W_v)`` / ``(W_gate, W_up)`` (no copy).
+    """
+
+    norm_in: torch.Tensor  # (Dm,)
+    w_qkv: tuple[torch.Tensor, ...]  # (H·D + 2·Hkv·D, Dm) fused, or (H·D, Dm), (Hkv·D, Dm), (Hkv·D, Dm)
+    b_qkv: tuple[torch.Tensor, ...] | None  # biases, same split (Qwen2; Qwen3 with attention_bias)
+    qk_norm: torch.Tensor | None  # (H + Hkv, D): q_norm for the q heads, k_norm for the k heads
+    w_o: torch.Tensor  # (Dm, H·D)
+    b_o: torch.Tensor | None
+    norm_post_attn: torch.Tensor | None  # (Dm,) (sandwich)
+    norm_pre_mlp: torch.Tensor  # (Dm,)
+    w_gate_up: tuple[torch.Tensor, ...]  # (2I, Dm) fused (gate then up), or (I, Dm), (I, Dm)
+    b_gate_up: tuple[torch.Tensor, ...] | None
+    w_down: torch.Tensor  # (Dm, I)
+    b_down: torch.Tensor | None
+    norm_post_mlp: torch.Tensor | None  # (Dm,) (sandwich)
+
+
+class PromptKV(NamedTuple):
+    """Attention over the prompt's K/V as stored: :func:`rmfast.fast.ops.shared_prefix_attention`
+    (Triton on CUDA, the per-kv-head ``bmm`` reference on CPU). P may be 0 (the prompt pass)."""
+
+    k: torch.Tensor  # (Hkv, P, D)
+    v: torch.Tensor  # (Hkv, P, D)
+
+
+class PackedPrompt(NamedTuple):
+    """Attention over the block-diagonal prompt K/V (:func:`~rmfast.kernels.blockdiag_attention.pack_prefix`),
+    for all S suffix positions (:func:`~rmfast.kernels.blockdiag_attention.visibility_bias` with Sq = S)."""
+
+    k_bd: torch.Tensor  # (H·P, H·D)
+    v_bd: torch.Tensor  # (H·D, H·P)
+    pre_bias: torch.Tensor | None  # (S, 1, P) fp32, 0 / -inf; None: every prompt key visible
+    suf_bias: torch.Tensor  # (S, 1, S) fp32, 0 / -inf
+
+
+# ---------------------------------------------------------------------------------- building
+
+
+def build_layers(spec, fuse: bool) -> list[tuple[LayerWeights, LayerConsts]]:
+    """Per layer of ``spec`` (:class:`rmfast.fast.arch.ArchSpec`): its weights and constants.
+
+    fuse: concatenate q|k|v and gate|up into one GEMM weight each. That costs a copy of those
+    weights (~2/3 of a layer's), so the engine does it on CPU (small models; one GEMM call instead of
+    three saves measurable overhead there) and not on CUDA (big models, big GEMMs).
+    """
+    return [(_weights(spec, L, fuse), _consts(spec, L)) for L in spec.layers]
+
+
+def _weights(spec, L, fuse: bool) -> LayerWeights:
+    H, Hkv, D = spec.n_heads, spec.n_kv_heads, spec.head_dim
+    w_qkv, b_qkv = _group(L.qkv, fuse, (H * D, Hkv * D, Hkv * D))
+    inter = L.down.in_features
+    w_gu, b_gu = _group(L.gate_up, fuse, (inter, inter))
+    qk_norm = None
+    if L.q_norm is not None:
+        qk_norm = torch.cat([L.q_norm.weight.expand(H, -1), L.k_norm.weight.expand(Hkv, -1)])  # (H + Hkv, D)
+    return LayerWeights(
+        norm_in=L.input_norm.weight,
+        w_qkv=w_qkv,
+        b_qkv=b_qkv,
+        qk_norm=qk_norm,
+        w_o=L.o_proj.weight,
+        b_o=L.o_proj.bias,
+        norm_post_attn=None if L.post_attn_norm is None else L.post_attn_norm.weight,
+        norm_pre_mlp=L.pre_mlp_norm.weight,
+        w_gate_up=w_gu,
+        b_gate_up=b_gu,
+        w_down=L.down.weight,
+        b_down=L.down.bias,
+        norm_post_mlp=None if L.post_mlp_norm is None else L.post_mlp_norm.weight,
+    )
+
+
+def _group(mods: tuple, fuse: bool, sizes: tuple[int, ...]) -> tuple[tuple, tuple | None]:
+    """Weights and biases (or None) of a projection group (q|k|v or gate|up) in the layout asked for.
+
+    Stored separately: concatenated when fusing (a copy), else as they are. Stored fused (Phi-3):
+    the model's own tensor when fusing (no copy), else row slices of it (views, no copy either).
+    """
+    ws = [m.weight for m in mods]
+    bs = [m.bias for m in mods]
+    if len(mods) == 1 and not fuse:
+        ws = list(ws[0].split(sizes))
+        bs = list(bs[0].split(sizes)) if bs[0] is not None else [None]
+    elif len(mods) > 1 and fuse:
+        ws = [torch.cat(ws)]
+        bs = [torch.cat(bs)] if bs[0] is not None else [None]
+    return tuple(ws), (tuple(bs) if bs[0] is not None else None)
+
+
+def _consts(spec, L) -> LayerConsts:
+    return LayerConsts(
+        n_heads=spec.n_heads,
+        n_kv_heads=spec.n_kv_heads,
+        head_dim=spec.head_dim,
+        eps=spec.norm_eps,
+        gemma_norm=spec.gemma_norm,
+        scale=L.scale,
+        softcap=L.softcap,
+        act=ACTIVATIONS[spec.act],
+        qk_norm=L.q_norm is not None,
+        sandwich=L.post_attn_norm is not None,
+        window=L.window,
+        rope_key=L.rope_key,
+    )
+
+
+def compile_layer(fn=None):
+    """``torch.compile`` of :func:`decoder_layer` (or of ``fn``, an own-code copy of it) that rounds
+    after each op as eager does (``emulate_precision_casts``; see the module docstring)."""
+    return compile_here(fn or decoder_layer, emulate_precision_casts=True)
+
+
+# ---------------------------------------------------------------------------------- pieces
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, c: LayerConsts) -> torch.Tensor:
+    """The model's RMSNorm over the last dim, with HF's cast points (:func:`rmfast.fast.ops.rmsnorm`)."""
+    return ops.rmsnorm(x, w, c.eps, gemma_style=c.gemma_norm)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (same ops, same roundings): x (B, S, n, D), cos/sin (S, Dr).
+
+    Dr < D is partial rotary (Phi-4-mini): the first Dr dimensions of each head rotate, the rest
+    pass through, as HF's ``apply_rotary_pos_emb`` does. rotate_half is written over the (2, Dr/2)
+    halves, so each half is a contiguous vector load when compiled (torch.roll compiles to a
+    gather); negation and stacking are exact.
+    """
+    D, Dr = x.shape[-1], cos.shape[-1]
+    if Dr < D:  # shapes are static: no branch in a compiled graph
+        return torch.cat([_rope(x[..., :Dr], cos, sin), x[..., Dr:]], dim=-1)
+    xh = x.unflatten(-1, (2, D // 2))  # (B, S, n, 2, D/2)
+    rot = torch.stack([-xh[..., 1, :], xh[..., 0, :]], dim=-2).flatten(-2)  # rotate_half(x)
+    return x * cos[:, None] + rot * sin[:, None]
+
+
+def _act(x: torch.Tensor, act: str) -> torch.Tensor:
+    if act == "silu":
+        return F.silu(x)
+    if act == "gelu_tanh":
+        return F.gelu(x, approximate="tanh")
+    if act == "relu":
+        return F.relu(x)
+    return F.gelu(x)
+
+
+def _linear(x: torch.Tensor, ws: tuple, bs: tuple | None, i: int) -> torch.Tensor:
+    return F.linear(x, ws[i], None if bs is None else bs[i])
+
+
+def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
+    """Projections, q/k norm and RoPE: x (B, S, Dm) -> q (B, Sq, H, D), k, v (B, S, Hkv, D).
+
+    Only the last ``Sq = n_out`` positions get queries. All three are views or fresh tensors,
+    never copies for layout's sake.
+    """
+    B, S, _ = x.shape
+    H, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
+    if len(w.w_qkv) == 1:  # fused: one GEMM, then norm + RoPE over the q|k slab at once
+        qkv = _linear(x, w.w_qkv, w.b_qkv, 0).view(B, S, H + 2 * Hkv, D)  # (B, S, H+2Hkv, D)
+        qk = qkv[:, :, : H + Hkv]
+        if c.qk_norm:
+            qk = _rms(qk, w.qk_norm, c)
+        qk = _rope(qk, cos, sin)  # (B, S, H+Hkv, D); the last layer's extra q rows are < 1%
+        return qk[:, S - n_out :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
+    q = _linear(x[:, S - n_out :], w.w_qkv, w.b_qkv, 0).view(B, n_out, H, D)  # (B, Sq, H, D)
+    k = _linear(x, w.w_qkv, w.b_qkv, 1).view(B, S, Hkv, D)  # (B, S, Hkv, D)
+    v = _linear(x, w.w_qkv, w.b_qkv, 2).view(B, S, Hkv, D)
+    if c.qk_norm:
+        q, k = _rms(q, w.qk_norm[:H], c), _rms(k, w.qk_norm[H:], c)
+    return _rope(q, cos[S - n_out :], sin[S - n_out :]), _rope(k, cos, sin), v
+
+
+def attend(q, k, v, prompt: PromptKV | PackedPrompt, c: LayerConsts) -> torch.Tensor:
+    """q (B, Sq, H, D) over the prompt's keys ⊕ the row's own k, v (B, S, Hkv, D) -> (B, Sq, H·D).
+
+    The queries are the last Sq of the S suffix positions. Both forms soft-max in fp32 over prompt ⊕
+    suffix keys; in bf16 the reference/Triton form rounds scores after each op as HF does, the packed
+    form keeps the scaled scores fp32 (see each).
+    """
+    B, Sq, H, D = q.shape
+    if isinstance(prompt, PackedPrompt):
+        pre = None if prompt.pre_bias is None else prompt.pre_bias[-Sq:]  # (Sq, 1, P)
+        return ops.shared_prefix_attention_blockdiag(
+            q, k, v, prompt.k_bd, prompt.v_bd, scale=c.scale, softcap=c.softcap, pre_bias=pre, suf_bias=prompt.suf_bias[-Sq:]
+        )
+    # ops' layouts: (B, H, Sq, D) queries, (B, Hkv, S, D) suffix K/V — strided views, no copies.
+    a = ops.shared_prefix_attention(
+        q.transpose(1, 2), prompt.k, prompt.v, k.transpose(1, 2), v.transpose(1, 2),
+        scale=c.scale, softcap=c.softcap, window=c.window,
+    )  # (B, Sq, H, D)
+    return a.reshape(B, Sq, H * D)
+
+
+def _mlp(x: torch.Tensor, w: LayerWeights, act: str) -> torch.Tensor:
+    """Gated MLP, HF's ``down(act(gate(x)) · up(x))``: x (B, Sq, Dm) -> (B, Sq, Dm)."""
+    if len(w.w_gate_up) == 1:
+        gu = _linear(x, w.w_gate_up, w.b_gate_up, 0)  # (B, Sq, 2I): gate then up
+        i = gu.shape[-1] // 2
+        g, u = gu[..., :i], gu[..., i:]
+    else:
+        g, u = _linear(x, w.w_gate_up, w.b_gate_up, 0), _linear(x, w.w_gate_up, w.b_gate_up, 1)  # (B, Sq, I)
+    return F.linear(_act(g, act) * u, w.w_down, w.b_down)
+
+
+# ---------------------------------------------------------------------------------- the layer
+
+
+def decoder_layer(
+    h: torch.Tensor,
+    w: LayerWeights,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    prompt: PromptKV | PackedPrompt,
+    c: LayerConsts,
+    n_out: int,
+    collect_kv: bool = False,
+):
+    """One decoder layer over a batch of rows that attend to a shared prompt.
+
+    h: (B, S, Dm) residual stream at absolute positions P..P+S-1 (P: the prompt's length; 0 for the
+        prompt pass itself, with an empty :class:`PromptKV`).
+    cos, sin: (S, D) RoPE tables for those positions (HF's, in h.dtype; this layer's rope key).
+    prompt: the prompt's K/V for this layer, in the form that picks the attention (:func:`attend`).
+    n_out: positions to return (the last n_out); the last layer needs only the read positions.
+    collect_kv: also return this layer's roped keys and values (B, S, Hkv, D) (the prompt pass).
+    Returns (B, n_out, Dm), or (that, k, v) with collect_kv.
+    """
+    S = h.shape[1]
+    q, k, v = _q_k_v(_rms(h, w.norm_in, c), w, cos, sin, c, n_out)  # (B, Sq, H, D), (B, S, Hkv, D) x2
+    a = F.linear(attend(q, k, v, prompt, c), w.w_o, w.b_o)  # (B, Sq, Dm)
+    if c.sandwich:
+        a = _rms(a, w.norm_post_attn, c)
+    h = h[:, S - n_out :] + a
+    m = _mlp(_rms(h, w.norm_pre_mlp, c), w, c.act)  # (B, Sq, Dm)
+    if c.sandwich:
+        m = _rms(m, w.norm_post_mlp, c)
+    return (h + m, k, v) if collect_kv else h + m

@@ -1,0 +1,94 @@
+"""Kernel dispatch: Triton on CUDA, the torch twins elsewhere. The only door into :mod:`rmfast.kernels`:
+the layer and the engine call these functions, never a kernel module.
+
+Set ``RMFAST_KERNELS=torch`` to force the torch path on CUDA (for A/B timing), or
+``RMFAST_KERNELS=triton`` to force Triton (on CPU this needs ``TRITON_INTERPRET=1``; tests only).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..kernels import blockdiag_attention as bd
+from ..kernels import reference as ref
+from ..kernels import triton_available
+from ..kernels.cpu_logprob import lse_update
+
+__all__ = ["uses_triton", "shared_prefix_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
+           "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update"]
+
+#: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
+#: the prompt K/V packed once per layer, a visibility bias per window, the attention itself
+pack_prefix = bd.pack_prefix
+visibility_bias = bd.visibility_bias
+shared_prefix_attention_blockdiag = bd.shared_prefix_attention_blockdiag
+
+
+def uses_triton(t: torch.Tensor) -> bool:
+    """Whether the kernels run as Triton for a tensor like ``t`` (CUDA with Triton, or ``RMFAST_KERNELS``)."""
+    mode = os.environ.get("RMFAST_KERNELS", "auto")
+    if mode == "torch":
+        return False
+    if mode == "triton":
+        return True
+    return t.is_cuda and triton_available()
+
+
+def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, softcap=None, window=None):
+    """(B, H, Sq, D) queries over one shared prefix K/V (Hkv, P, D) ⊕ own suffix (B, Hkv, S, D) -> (B, Sq, H, D)."""
+    if uses_triton(q):
+        from ..kernels.triton_attention import shared_prefix_attention_triton
+
+        return shared_prefix_attention_triton(
+            q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window
+        )
+    return ref.shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window)
+
+
+def rmsnorm(x, weight, eps, *, gemma_style, fp32=False):
+    """RMSNorm with HF's upcast/cast points (Llama ``w·x̂`` or Gemma ``(1+w)·x̂``); ``fp32``: result kept fp32."""
+    return ref.rmsnorm(x, weight, eps, gemma_style=gemma_style, fp32=fp32)
+
+
+def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_style, fp32=True):
+    """Final RMSNorm + K-output head on (N, D) rows -> (N, K) fp32.
+
+    fp32 (default): norm and head in fp32, output never rounded to the model dtype (a bf16 output
+    has 8 significant bits: scores in steps of 0.125 near 20, rankings full of ties); False: HF's
+    rounding points.
+    """
+    if uses_triton(x):
+        from ..kernels.triton_norm_head import rmsnorm_head_triton
+
+        return rmsnorm_head_triton(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style, fp32=fp32)
+    return ref.rmsnorm_head(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style, fp32=fp32)
+
+
+def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap=None, chunk=8192,
+                           update_fn=None, pad_rows=None, fp32=True):
+    """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block.
+
+    CUDA: the Triton kernel. CPU: :mod:`.kernels.cpu_logprob` (``update_fn``: the engine's compiled
+    chunk update when it compiles; ``pad_rows``: its compiled row count). fp32 (default): logits
+    from fp32 normed rows and upcast weights, not rounded to the model dtype.
+    """
+    if uses_triton(x):
+        from ..kernels.triton_logprob import rmsnorm_lmhead_logprob_triton
+
+        return rmsnorm_lmhead_logprob_triton(
+            x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk,
+            fp32=fp32,
+        )
+    if x.device.type == "cpu":
+        from ..kernels.cpu_logprob import rmsnorm_lmhead_logprob_cpu
+
+        return rmsnorm_lmhead_logprob_cpu(
+            x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap,
+            update_fn=update_fn, pad_rows=pad_rows, fp32=fp32,
+        )
+    return ref.rmsnorm_lmhead_logprob(
+        x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk,
+        fp32=fp32,
+    )

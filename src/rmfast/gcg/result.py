@@ -1,0 +1,94 @@
+"""What a GCG search returns (:class:`GCGResult`, :class:`RandomSearchResult`), its JSON and its plot.
+
+:func:`rmfast.gcg.run` and :func:`rmfast.gcg.random_search` build them; both are importable from
+:mod:`rmfast.gcg`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["GCGResult", "RandomSearchResult"]
+
+
+@dataclass
+class GCGResult:
+    """What a GCG run found.
+
+    Attributes:
+        best_ids, best_text, best_score: the best response over all restarts (engine score, or
+            full-sequence score with evaluator "full").
+        best_score_reference: the same ids rescored by the plain-HF reference path.
+        trajectory: best score after each step of the best restart (index 0: the initial response).
+        restarts: per restart: best ids/text/score, trajectory, evaluations, steps run, stop reason.
+        n_evaluated: candidates scored in total (initial responses included).
+        n_skipped_duplicate, n_rejected_retokenize: candidates skipped before evaluation.
+        n_nonfinite: candidates whose score came out NaN or +-inf (kept out of the buffer; never the best).
+        config: the GCGConfig as a dict. manifest: model, prompt, template, head, dtype, device, versions.
+        timing: wall_s, setup_s, per_step_s and the gradient / filter / evaluation split.
+    """
+
+    best_ids: list[int]
+    best_text: str
+    best_score: float
+    best_score_reference: float | None
+    trajectory: list[float]
+    restarts: list[dict]
+    n_evaluated: int
+    n_skipped_duplicate: int
+    n_rejected_retokenize: int
+    config: dict
+    n_nonfinite: int = 0
+    manifest: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The result as plain dicts and lists (JSON-ready)."""
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | os.PathLike, overwrite: bool = True) -> Path:
+        """Write the result as JSON, atomically."""
+        from ..io import check_output, write_json
+
+        p = check_output(path, overwrite)
+        write_json(p, self.to_dict())
+        return p
+
+    def plot(self, path: str | os.PathLike) -> Path:
+        """Best score per step, one line per restart (PNG)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from ..io import atomic_write
+
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for i, r in enumerate(self.restarts):
+            ax.plot(range(len(r["trajectory"])), r["trajectory"], lw=1.5, label=f"restart {i}")
+        direction = "maximize" if self.config.get("maximize", True) else "minimize"
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"best reward ({self.manifest.get('head', '?')} head)")
+        name = (self.manifest.get("model") or {}).get("name", "")
+        ax.set_title(f"GCG {direction}: {name}  best {self.best_score:.4f}", fontsize=10)
+        if len(self.restarts) > 1:
+            ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        p = Path(path)
+        atomic_write(p, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+        plt.close(fig)
+        return p
+
+
+@dataclass
+class RandomSearchResult:
+    """Best of ``n_evaluated`` random responses (same allowed tokens and filter as GCG)."""
+
+    best_ids: list[int]
+    best_score: float
+    n_evaluated: int
+    scores: list[float]

@@ -1,0 +1,585 @@
+"""Greedy Coordinate Gradient (GCG) search for multi-token responses that maximize or minimize a reward.
+
+Exhaustive scans stop at one token; GCG extends the study to ~20-token responses. One step:
+
+1. Gradient. The reward of the current response is differentiated with respect to its one-hot
+   token matrix ``X`` (L, V): the response embeddings are ``(X @ W_embed) * scale`` (``scale`` is
+   the embedding module's own, e.g. sqrt(hidden) for Gemma), placed between the embedded prefix and
+   suffix, and the WHOLE sequence goes through the Hugging Face model with autograd (no prompt
+   cache in the gradient pass: one row of ~P+L+S tokens costs little next to the evaluation).
+   Score head: the classifier output at the final position. Logprob head:
+   ``sum_i <log p(· | prefix, r_<i), X_i> + log p(continuation | prefix, r)``, so the gradient also
+   sees each position's own log-probability as a target (the exact first-order term).
+2. Direction. The objective is ``+reward`` (maximize) or ``-reward`` (minimize) and the search
+   ascends the objective: minimize DEScends the reward. (The fork the original study used
+   optimized a squared error to a ±30 target with a gradient that always pointed to higher reward.)
+3. Candidates. Per position, the ``topk`` tokens with the largest objective gradient among the
+   allowed ones; ``search_width`` candidates, each replacing ``n_replace`` random positions with
+   random top-k tokens. Options from the study's fork of nanoGCG (:mod:`rmfast.gcg.select`, off by
+   default): ``distance_penalty`` adds ``w * ||E[cur_p] - E[v]||`` to the loss gradient,
+   ``greedy`` takes the ``search_width`` best (position, token) pairs deterministically, and
+   ``compat="authors"`` uses the fork's loss gradient, sign bug included. Already-evaluated sequences are skipped, and (by default) so are those whose
+   decoded text does not re-encode, in template context, to the same ids — the reported text
+   really has the reported score.
+4. Evaluation. All survivors are scored by the shared-prompt :class:`~rmfast.fast.engine.Engine` in a
+   few big batches (the prompt K/V is computed once per run), or by full sequences through
+   ``model(...)`` (``evaluator="full"``: the plain-HF path, used as the benchmark baseline and as
+   the fallback for architectures the engine does not know).
+5. Buffer. The ``buffer_size`` best distinct sequences seen so far are kept. A step starts from the
+   best; after each step without improvement the next step starts from the next buffer entry
+   (round robin), so a stuck best does not exhaust its neighbourhood alone. ``patience`` steps
+   without improvement end a restart.
+
+Example:
+    >>> from rmfast import load  # doctest: +SKIP
+    >>> from rmfast.gcg import GCGConfig, run  # doctest: +SKIP
+    >>> lm = load("smollm2-135m-instruct")  # doctest: +SKIP
+    >>> res = run(lm.model, lm.tokenizer, "What, in one word, is the best thing ever?",
+    ...           GCGConfig(length=8, steps=20, search_width=128, maximize=False))  # doctest: +SKIP
+    >>> res.best_text, res.best_score, res.best_score_reference  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from ..scoring.candidates import check_context
+from ..cpu import say_choice
+from ..errors import UserError
+from .config import GCGConfig
+from .result import GCGResult, RandomSearchResult
+from .select import distance_penalty, greedy_pairs, loss_gradient
+from ..scoring.batching import oom_batches
+from ..scoring.plan import ScoringPlan, choose_head, plan_scoring
+from ..version import versions
+from ..template import Template, build_template, response_ids
+from ..scoring.vocab import special_ids, vocab_size
+
+__all__ = ["GCGConfig", "GCGResult", "RandomSearchResult", "run", "random_search", "allowed_tokens"]
+
+
+# --------------------------------------------------------------------------------------------
+# tokens
+
+
+def _decode(tokenizer, ids) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def allowed_tokens(tokenizer, n_vocab: int, *, allow_non_ascii: bool = False, allow_special: bool = False) -> torch.Tensor:
+    """(n_vocab,) bool: which ids GCG may place in the response.
+
+    Excluded by default: special / added tokens, and tokens whose text is not non-empty printable
+    ASCII (byte-fallback pieces, newlines, other scripts).
+    """
+    mask = torch.ones(n_vocab, dtype=torch.bool)
+    if not allow_non_ascii:
+        texts = tokenizer.batch_decode([[i] for i in range(n_vocab)], skip_special_tokens=False,
+                                       clean_up_tokenization_spaces=False)
+        for i, t in enumerate(texts):
+            if not (t and t.isascii() and t.isprintable()):
+                mask[i] = False
+    if not allow_special:
+        for i in special_ids(tokenizer):
+            if 0 <= i < n_vocab:
+                mask[i] = False
+    return mask
+
+
+class _Retokenizer:
+    """Does the decoded text of ids re-encode, in template context, to the same ids?"""
+
+    def __init__(self, tokenizer, tmpl: Template):
+        self.tokenizer, self.tmpl = tokenizer, tmpl
+
+    def __call__(self, ids) -> bool:
+        ids = list(ids)
+        try:
+            return response_ids(self.tokenizer, self.tmpl, _decode(self.tokenizer, ids)) == ids
+        except UserError:
+            return False
+
+
+# --------------------------------------------------------------------------------------------
+# gradient and evaluation
+
+
+def _no_pad_pooling(model):
+    """Batch-1 classifier forward with inputs_embeds: pad None makes HF pool the final position, silently."""
+    from ..scoring.hf_path import pad_token_as
+
+    return pad_token_as(model, None)
+
+
+class _Gradient:
+    """Reward and d reward / d one-hot(response) through the HF model (full sequence, autograd)."""
+
+    def __init__(self, model, tmpl: Template, head: str, head_index: int):
+        self.model, self.head, self.head_index = model, head, head_index
+        self.embed = model.get_input_embeddings()
+        W = self.embed.weight  # (V, D)
+        self.W = W
+        s = getattr(self.embed, "embed_scale", None)
+        self.scale = s.to(W.dtype) if isinstance(s, torch.Tensor) else (1.0 if s is None else s)
+        dev = W.device
+        tail = tmpl.suffix_ids if head == "score" else tmpl.continuation_ids
+        with torch.no_grad():
+            self.pre = self.embed(torch.tensor(tmpl.prefix_ids, dtype=torch.long, device=dev))  # (P, D)
+            self.post = (self.embed(torch.tensor(tail, dtype=torch.long, device=dev)) if tail
+                         else W.new_zeros(0, W.shape[1]))  # (S or m, D)
+        self.cont = torch.tensor(tmpl.continuation_ids, dtype=torch.long, device=dev)  # (m,)
+
+    def __call__(self, ids: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """ids: (L,) long. Returns (reward, (L, V) fp32 gradient of the reward)."""
+        from ..scoring.hf_path import reward_from_outputs
+
+        W = self.W
+        L = ids.shape[0]
+        with torch.enable_grad():
+            oh = torch.zeros(L, W.shape[0], dtype=W.dtype, device=W.device)
+            oh.scatter_(1, ids.to(W.device)[:, None], 1.0)
+            oh.requires_grad_(True)
+            e = (oh @ W) * self.scale  # (L, D), bitwise the embedding module's output
+            x = torch.cat([self.pre, e, self.post], dim=0)[None]  # (1, P+L+T, D)
+            if self.head == "score":
+                with _no_pad_pooling(self.model):
+                    out = self.model(inputs_embeds=x)
+                r = reward_from_outputs(out, self.head_index)[0]
+            else:
+                m = self.cont.shape[0]
+                logits = self.model(inputs_embeds=x, logits_to_keep=L + m + 1).logits[0].float()  # (L+m+1, V)
+                logp = torch.log_softmax(logits[:-1], dim=-1)  # row j predicts sequence position P+j
+                r = (logp[:L] * oh.float()).sum()
+                if m:
+                    r = r + logp[L:].gather(1, self.cont[:, None]).sum()
+            (g,) = torch.autograd.grad(r, oh)
+        return float(r.detach()), g.float()
+
+
+def _score_all(plan: ScoringPlan, cands: torch.Tensor) -> torch.Tensor:
+    """(B, L) candidates -> (B,) fp32 scores, in the plan's batches (halved on out-of-memory; later
+    calls keep the smaller size)."""
+    L = cands.shape[1]
+    out = torch.empty(cands.shape[0], dtype=torch.float32)
+    bs = plan.rows_per_batch(L)
+    for lo, hi, s, b in oom_batches(cands.shape[0], bs, plan.device, lambda lo, hi, b: plan.score(cands[lo:hi], b)):
+        out[lo:hi] = torch.from_numpy(s)
+        if b < bs:
+            plan._rows[(L, None)] = b
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the search
+
+
+def _key(ids) -> bytes:
+    return torch.as_tensor(ids, dtype=torch.int32).numpy().tobytes()
+
+
+def _random_init(L: int, allowed_ids: torch.Tensor, gen: torch.Generator, retok: _Retokenizer | None) -> list[int]:
+    """L random allowed tokens whose text re-encodes to themselves (built token by token)."""
+    n = allowed_ids.numel()
+    for _ in range(20):
+        ids: list[int] = []
+        for _ in range(L):
+            for _ in range(64):
+                t = int(allowed_ids[torch.randint(n, (1,), generator=gen)])
+                if retok is None or retok(ids + [t]):
+                    ids.append(t)
+                    break
+            else:
+                break
+        if len(ids) == L:
+            return ids
+    raise UserError(f"found no random {L}-token response that re-tokenizes to itself; pass --init or --no-retokenize-filter")
+
+
+def _sample(start: torch.Tensor, top: torch.Tensor, width: int, n_replace: int, gen: torch.Generator) -> torch.Tensor:
+    """width candidates: start with n_replace random positions set to random top-k tokens. (width, L)."""
+    L, k = top.shape
+    r = min(n_replace, L)
+    pos = torch.rand(width, L, generator=gen).argsort(dim=1)[:, :r]  # (width, r) distinct positions
+    pick = torch.randint(k, (width, r), generator=gen)  # (width, r)
+    cands = start[None].expand(width, L).clone()
+    cands.scatter_(1, pos, top[pos, pick])
+    return cands
+
+
+@dataclass
+class _Search:
+    """What every restart and step of one run shares: template, token mask, scorer, gradient, counters."""
+
+    cfg: GCGConfig
+    tokenizer: object
+    tmpl: Template
+    head: str
+    n_vocab: int
+    allowed: torch.Tensor  # (n_vocab,) bool
+    allowed_ids: torch.Tensor  # (n_allowed,) long
+    retok: _Retokenizer | None
+    init_ids: list[int] | None
+    init_list: list[list[int]] | None  # init_strings' ids (all of length L)
+    L: int  # response length
+    k: int  # substitutions kept per position
+    plan: ScoringPlan
+    prefix_s: float
+    grad_fn: _Gradient
+    sign: float  # +1 maximize, -1 minimize: the objective is sign * reward
+    emb: torch.Tensor | None = None  # (n_vocab, D) fp32 embedding rows, for the distance penalty
+    seen: set[bytes] = field(default_factory=set)
+    n_eval: int = 0
+    n_dup: int = 0
+    n_rej: int = 0
+    n_nonfinite: int = 0  # candidates whose score came out NaN or +-inf: never taken as best
+    nonfinite_ids: list[list[int]] = field(default_factory=list)  # the first few of them
+    t_grad: float = 0.0
+    t_filter: float = 0.0
+    t_eval: float = 0.0
+    step_times: list[float] = field(default_factory=list)
+
+
+def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template | None) -> _Search:
+    """Template, head, allowed tokens, the initial ids, the scorer and the gradient of one run."""
+    tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
+    head = choose_head(model, cfg.head, cfg.head_index)
+    n_vocab = vocab_size(model, tokenizer)
+    allowed = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii, allow_special=cfg.allow_special)
+    allowed_ids = allowed.nonzero()[:, 0]
+    if allowed_ids.numel() == 0:
+        raise UserError("no allowed tokens left (try --allow-non-ascii / --allow-special)")
+    retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
+
+    init_ids = _init_ids(tokenizer, tmpl, cfg.init, n_vocab, allowed) if cfg.init is not None else None
+    init_list = _init_list(tokenizer, tmpl, cfg.init_strings, n_vocab, allowed) if cfg.init_strings else None
+    L = len(init_ids) if init_ids is not None else len(init_list[0]) if init_list else cfg.length
+    check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
+    k = min(cfg.topk, allowed_ids.numel())
+
+    t0 = time.perf_counter()
+    plan = plan_scoring(model, tmpl, head=head, head_index=cfg.head_index, engine=cfg.engine, compile=cfg.compile,
+                        batch_size=cfg.batch_size, stacklevel=4)
+    prefix_s = time.perf_counter() - t0
+    if cfg.compat == "authors" and head != "score":
+        raise UserError("--compat authors reproduces the fork's squared error to a reward of 30 (a score head); "
+                        "drop it for a logprob head")
+    grad_fn = _Gradient(model, tmpl, head, cfg.head_index)
+    sign = 1.0 if cfg.maximize else -1.0
+    emb = grad_fn.W[:n_vocab].detach().float() if cfg.distance_penalty else None
+    return _Search(cfg, tokenizer, tmpl, head, n_vocab, allowed, allowed_ids, retok, init_ids, init_list, L, k, plan, prefix_s,
+                   grad_fn, sign, emb)
+
+
+def _init_ids(tokenizer, tmpl: Template, text: str, n_vocab: int, allowed: torch.Tensor, what: str = "--init") -> list[int]:
+    """An initial response's ids in template context (a warning if it holds tokens GCG may not place)."""
+    ids = response_ids(tokenizer, tmpl, text)
+    bad = [t for t in ids if t >= n_vocab or not allowed[t]]
+    if bad:
+        warnings.warn(f"rmfast: {what} holds {len(bad)} excluded token(s) (e.g. id {bad[0]}); GCG only replaces them "
+                      "with allowed tokens where a step picks their position", stacklevel=4)
+    return ids
+
+
+def _init_list(tokenizer, tmpl: Template, texts: list[str], n_vocab: int, allowed: torch.Tensor) -> list[list[int]]:
+    """--init-strings' ids; all must have one length (GCG optimizes a fixed-length response)."""
+    rows = [_init_ids(tokenizer, tmpl, t, n_vocab, allowed, "--init-strings") for t in texts]
+    lens = sorted({len(r) for r in rows})
+    if len(lens) > 1:
+        first = next(t for t, r in zip(texts, rows) if len(r) != len(rows[0]))
+        raise UserError(f"--init-strings tokenize to different lengths ({', '.join(map(str, lens))} tokens; e.g. "
+                        f"{texts[0][:30]!r} is {len(rows[0])}, {first[:30]!r} is not); give strings of one token length")
+    return rows
+
+
+def _evaluate(s: _Search, rows: list[list[int]]) -> torch.Tensor:
+    """Score (B, L) rows with the run's scorer, counted and timed. Returns (B,) fp32."""
+    te = time.perf_counter()
+    scores = _score_all(s.plan, torch.tensor(rows, dtype=torch.long))
+    s.t_eval += time.perf_counter() - te
+    s.n_eval += len(rows)
+    bad = (~torch.isfinite(scores)).nonzero()[:, 0].tolist()
+    s.n_nonfinite += len(bad)
+    s.nonfinite_ids += [list(rows[i]) for i in bad[: max(0, 5 - len(s.nonfinite_ids))]]
+    return scores
+
+
+def _objective(score: float, sign: float) -> float:
+    """``sign * score``, and -inf for a NaN or infinite score: such a candidate is never better than any."""
+    return sign * score if math.isfinite(score) else -math.inf
+
+
+def _loss_matrix(s: _Search, cur: torch.Tensor) -> torch.Tensor:
+    """Gradient step: (L, V) estimated loss change of each substitution around ``cur`` (L,), lower is
+    better: the loss gradient (:func:`~rmfast.gcg.select.loss_gradient`) plus the distance penalty."""
+    tg = time.perf_counter()
+    r, g = s.grad_fn(cur)  # (L, V') d reward / d one-hot
+    sel = loss_gradient(g[:, : s.n_vocab], r, s.sign, s.cfg.compat)
+    if s.cfg.distance_penalty:
+        sel = sel + distance_penalty(s.emb, cur, s.cfg.distance_penalty).to(sel.device)
+    s.t_grad += time.perf_counter() - tg
+    return sel.cpu()
+
+
+def _top_substitutions(s: _Search, sel: torch.Tensor) -> torch.Tensor:
+    """Per position, the ``k`` allowed tokens of lowest selection score. (L, k)."""
+    sel = torch.where(s.allowed[None, : sel.shape[1]], -sel, torch.tensor(float("-inf")))
+    return sel.topk(s.k, dim=1).indices  # (L, k)
+
+
+def _admit(s: _Search, row: list[int]) -> bool:
+    """A candidate not evaluated before whose text re-tokenizes to itself (counted either way)."""
+    kb = _key(row)
+    if kb in s.seen:
+        s.n_dup += 1
+        return False
+    s.seen.add(kb)
+    if s.retok is not None and not s.retok(row):
+        s.n_rej += 1
+        return False
+    return True
+
+
+def _candidates(s: _Search, cur: torch.Tensor, sel: torch.Tensor, gen: torch.Generator) -> list[list[int]]:
+    """``search_width`` candidates around ``cur`` (L,) that :func:`_admit` keeps: sampled from the
+    per-position top-k, or (``greedy``) the best (position, token) pairs in order."""
+    tf = time.perf_counter()
+    if s.cfg.greedy:
+        keep, base = [], cur.tolist()
+        for p, t in greedy_pairs(sel, s.allowed, cur):
+            row = base[:p] + [t] + base[p + 1:]
+            if _admit(s, row):
+                keep.append(row)
+                if len(keep) == s.cfg.search_width:
+                    break
+    else:
+        cands = _sample(cur, _top_substitutions(s, sel), s.cfg.search_width, s.cfg.n_replace, gen)  # (width, L)
+        keep = [row for row in cands.tolist() if _admit(s, row)]
+    s.t_filter += time.perf_counter() - tf
+    return keep
+
+
+def _merge(buffer: list[tuple[float, list[int]]], rows: list[list[int]], scores: torch.Tensor, sign: float,
+           size: int) -> list[tuple[float, list[int]]]:
+    """The buffer: the ``size`` best (score, ids) of the old buffer and the newly scored rows, best first.
+    Rows scored NaN or +-inf never enter it; a buffer of such rows only (a start scored NaN) keeps one
+    entry to step from until a finite score replaces it."""
+    finite = torch.isfinite(scores)
+    order = torch.argsort(torch.where(finite, sign * scores, -math.inf), descending=True)[:size].tolist()
+    merged = buffer + [(float(scores[i]), rows[i]) for i in order if finite[i]]
+    merged.sort(key=lambda e: -_objective(e[0], sign))
+    ok = [e for e in merged if math.isfinite(e[0])]
+    return ok[:size] if ok else merged[:1]
+
+
+def _step(s: _Search, buffer: list[tuple[float, list[int]]], start: list[int],
+          gen: torch.Generator) -> tuple[list[tuple[float, list[int]]], bool]:
+    """One step from ``start``: gradient, candidates, evaluation, buffer. Returns (buffer, improved)."""
+    cur = torch.tensor(start, dtype=torch.long)  # (L,)
+    keep = _candidates(s, cur, _loss_matrix(s, cur), gen)
+    best_before = buffer[0][0]
+    if keep:
+        buffer = _merge(buffer, keep, _evaluate(s, keep), s.sign, s.cfg.buffer_size)
+    return buffer, _objective(buffer[0][0], s.sign) > _objective(best_before, s.sign)
+
+
+def _restart(s: _Search, r: int, bar) -> dict:
+    """Restart ``r`` (seed + r): its initial response, then steps until ``steps`` or ``patience``."""
+    cfg = s.cfg
+    gen = torch.Generator().manual_seed(cfg.seed + r)
+    if r == 0 and s.init_list is not None:
+        inits = [list(x) for x in dict.fromkeys(tuple(i) for i in s.init_list)]  # each distinct one once
+        buffer = _merge([], inits, _evaluate(s, inits), s.sign, cfg.buffer_size)  # best first
+        s.seen.update(_key(i) for i in inits)
+        start_ids, s0 = buffer[0][1], buffer[0][0]
+    else:
+        start_ids = s.init_ids if (r == 0 and s.init_ids is not None) else _random_init(s.L, s.allowed_ids, gen, s.retok)
+        s0 = float(_evaluate(s, [start_ids])[0])
+        s.seen.add(_key(start_ids))
+        buffer = [(s0, list(start_ids))]  # best first by objective sign * score
+    traj, evals = [s0], [s.n_eval]
+    stale, stop = 0, "steps"
+    for step in range(cfg.steps):
+        ts = time.perf_counter()
+        buffer, improved = _step(s, buffer, buffer[stale % len(buffer)][1], gen)
+        stale = 0 if improved else stale + 1
+        traj.append(buffer[0][0])
+        evals.append(s.n_eval)
+        s.step_times.append(time.perf_counter() - ts)
+        bar.update(1)
+        bar.set_postfix_str(f"restart {r} best {buffer[0][0]:.4f} evals {s.n_eval}")
+        if stale >= cfg.patience:
+            stop = "patience"
+            bar.update(cfg.steps - step - 1)
+            break
+    best_s, best_ids = buffer[0]
+    return {
+        "seed": cfg.seed + r,
+        "init_ids": list(start_ids),
+        "init_text": _decode(s.tokenizer, start_ids),
+        "best_ids": best_ids,
+        "best_text": _decode(s.tokenizer, best_ids),
+        "best_score": best_s,
+        "trajectory": traj,
+        "evaluated": evals,
+        "steps_run": len(traj) - 1,
+        "stopped": stop,
+    }
+
+
+def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
+    """The plan's fields (model, prompt, template, head, dtype, engine, ...), the direction, length,
+    batch size, the selection rule and versions of a run."""
+    cfg = s.cfg
+    return {
+        **s.plan.manifest(prompt, model_info),
+        "direction": "maximize" if cfg.maximize else "minimize",
+        "length": s.L,
+        "batch_size": s.plan.rows_per_batch(s.L),
+        "n_allowed_tokens": int(s.allowed_ids.numel()),
+        "gradient": "full sequence through the HF model with autograd (no prompt cache); one-hot @ embedding weight x embedding scale",
+        "candidate_selection": {
+            "loss": ("the fork's (reward - 30)^2 in both directions (--compat authors: its sign bug)" if cfg.compat == "authors"
+                     else "-reward" if cfg.maximize else "+reward"),
+            "distance_penalty": cfg.distance_penalty,
+            "candidates": "greedy: best (position, token) pairs" if cfg.greedy else "sampled from per-position top-k",
+        },
+        "versions": versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _timing(s: _Search, wall: float, setup_s: float) -> dict:
+    """Wall and setup time, per-step time and the gradient / filter / evaluation split."""
+    n_steps = len(s.step_times)
+    return {
+        "wall_s": round(wall, 3),
+        "setup_s": round(setup_s, 3),
+        "prompt_encode_s": round(s.prefix_s, 4),
+        "steps": n_steps,
+        "per_step_s": round(sum(s.step_times) / n_steps, 4) if n_steps else None,
+        "gradient_s": round(s.t_grad, 3),
+        "sample_filter_s": round(s.t_filter, 3),
+        "evaluate_s": round(s.t_eval, 3),
+        "evaluated_per_s": round(s.n_eval / s.t_eval, 1) if s.t_eval > 0 else None,
+        "step_s": [round(x, 4) for x in s.step_times],
+    }
+
+
+def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progress: bool = True,
+        model_info: dict | None = None, template: Template | None = None) -> GCGResult:
+    """Greedy Coordinate Gradient search over ``config.length``-token responses to ``prompt``.
+
+    Args:
+        model: an HF classifier / reward model or causal LM, eval mode (any dtype/device).
+        tokenizer: its tokenizer.
+        prompt: the user turn.
+        config: a :class:`GCGConfig` (default: all defaults).
+        progress: show a progress bar with the current best (default True).
+        model_info: provenance for the manifest (the loader's ``source``; default: config name).
+        template: a prepared :class:`Template` (default: built from prompt, config.template, config.system).
+
+    Returns:
+        GCGResult; ``best_score`` is the evaluator's score of ``best_ids`` and
+        ``best_score_reference`` the plain-HF path's.
+    """
+    from tqdm.auto import tqdm
+
+    from ..scoring.hf_path import hf_scores
+    cfg = config or GCGConfig()
+    cfg.validate()
+    t0 = time.perf_counter()
+    s = _prepare(model, tokenizer, prompt, cfg, template)
+    setup_s = time.perf_counter() - t0
+    say_choice(model)  # the search starts: every check of the input is behind us
+
+    restarts: list[dict] = []
+    bar = tqdm(total=cfg.steps * cfg.restarts, unit="step", desc="gcg", disable=not progress, dynamic_ncols=True)
+    global_best: tuple[float, list[int], int] | None = None
+    try:
+        for r in range(cfg.restarts):
+            rec = _restart(s, r, bar)
+            restarts.append(rec)
+            if global_best is None or _objective(rec["best_score"], s.sign) > _objective(global_best[0], s.sign):
+                global_best = (rec["best_score"], rec["best_ids"], r)
+    finally:
+        bar.close()
+
+    best_s, best_ids, best_r = global_best
+    _say_nonfinite(s)
+    ref = float(hf_scores(model, s.tmpl, [best_ids], head=s.head, head_index=cfg.head_index)[0])
+    wall = time.perf_counter() - t0
+    return GCGResult(
+        best_ids=list(best_ids),
+        best_text=_decode(tokenizer, best_ids),
+        best_score=best_s,
+        best_score_reference=ref,
+        trajectory=restarts[best_r]["trajectory"],
+        restarts=restarts,
+        n_evaluated=s.n_eval,
+        n_skipped_duplicate=s.n_dup,
+        n_rejected_retokenize=s.n_rej,
+        n_nonfinite=s.n_nonfinite,
+        config=dataclasses.asdict(cfg),
+        manifest={**_manifest(model, prompt, s, model_info), "n_nonfinite": s.n_nonfinite,
+                  "nonfinite_ids": s.nonfinite_ids},
+        timing=_timing(s, wall, setup_s),
+    )
+
+
+def _say_nonfinite(s: _Search) -> None:
+    """One warning naming how many candidates scored NaN/inf (none of them can be the best); a UserError
+    when no candidate at all had a finite score: there is no best to report."""
+    if not s.n_nonfinite:
+        return
+    what = (f"{s.n_nonfinite} of {s.n_eval} candidates scored NaN or inf (e.g. ids {s.nonfinite_ids[0]}); "
+            "an overflow in the model's dtype does this")
+    if s.n_nonfinite >= s.n_eval:
+        raise UserError(f"gcg: every candidate scored NaN or inf ({s.n_eval} evaluated): no best to report; "
+                        "an overflow in the model's dtype does this: try --dtype float32")
+    warnings.warn(f"rmfast: gcg: {what}; they were never taken as best (n_nonfinite in the result)", stacklevel=3)
+
+
+def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None, n_candidates: int = 1000,
+                  *, template: Template | None = None) -> RandomSearchResult:
+    """The baseline: ``n_candidates`` distinct uniformly random responses of ``config.length`` allowed
+    tokens (the same exclusions and re-tokenization filter as GCG), best in ``config``'s direction."""
+    cfg = config or GCGConfig()
+    cfg.validate()
+    tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
+    n_vocab = vocab_size(model, tokenizer)
+    allowed_ids = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii,
+                                 allow_special=cfg.allow_special).nonzero()[:, 0]
+    retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
+    L = cfg.length
+    check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
+    plan = plan_scoring(model, tmpl, head=cfg.head, head_index=cfg.head_index, engine=cfg.engine, compile=cfg.compile,
+                        batch_size=cfg.batch_size, stacklevel=3)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    seen: set[bytes] = set()
+    keep: list[list[int]] = []
+    tries = 0
+    while len(keep) < n_candidates and tries < 100 * n_candidates:
+        batch = allowed_ids[torch.randint(allowed_ids.numel(), (max(64, n_candidates), L), generator=gen)]
+        for row in batch.tolist():
+            tries += 1
+            kb = _key(row)
+            if kb in seen or (retok is not None and not retok(row)):
+                continue
+            seen.add(kb)
+            keep.append(row)
+            if len(keep) == n_candidates:
+                break
+    scores = _score_all(plan, torch.tensor(keep, dtype=torch.long))
+    sign = 1.0 if cfg.maximize else -1.0
+    ranked = torch.where(torch.isfinite(scores), sign * scores, -math.inf)  # NaN/inf is never the best
+    if not torch.isfinite(scores).any():
+        raise UserError(f"random search: every candidate scored NaN or inf ({len(keep)} evaluated): no best to "
+                        "report; an overflow in the model's dtype does this: try --dtype float32")
+    i = int(torch.argmax(ranked))
+    return RandomSearchResult(best_ids=keep[i], best_score=float(scores[i]), n_evaluated=len(keep), scores=scores.tolist())

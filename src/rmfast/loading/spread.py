@@ -1,0 +1,73 @@
+"""A model spread over several GPUs by accelerate (``device_map``), for models too large for one device.
+
+Scored on the plain Hugging Face path (``engine="hf"``), which follows accelerate's placement; the
+shared-prompt engine assumes one device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import UserError
+from . import loader as L
+
+
+def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_map: str | None = None,
+               trust_remote_code: bool = False, cache_dir=None, random_head_seed: int | None = None,
+               max_memory: dict | None = None, allow_pickle: bool = False, base: str | None = None):
+    """:func:`rmfast.loading.loader.load`, or with ``device_map`` (e.g. "auto") a model spread by accelerate.
+
+    ``device_map`` applies to model folders and cached hub ids (embedded and GGUF models are small
+    enough for one device). The result is a :class:`rmfast.loading.loader.LoadedModel`; score it with
+    ``engine="hf"`` (the plain-HF path), which follows accelerate's placement.
+    """
+    if device_map is None or str(device_map).lower() in ("", "none"):
+        return L.load(spec, dtype=dtype, device=device, trust_remote_code=trust_remote_code, cache_dir=cache_dir,
+                      random_head_seed=random_head_seed, allow_pickle=allow_pickle, base=base)
+    if random_head_seed is not None:
+        raise UserError("--device-map cannot be combined with random_head_seed (a random head is for small test models)")
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        raise UserError("--device-map needs the package 'accelerate': run `pip install accelerate`") from None
+    from pathlib import Path
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    spec = str(spec).strip()
+    path = Path(spec).expanduser()
+    if L.embedded.get(spec) is not None or spec.lower().endswith(".gguf") or path.is_file():
+        raise UserError(f"--device-map is for model folders and hub ids; {spec!r} is an embedded/GGUF model that fits on one device")
+    if path.is_dir():
+        folder, source = path.resolve(), {"type": "folder", "name": path.resolve().name}
+    else:
+        folder, revision = L.hub_snapshot(spec)
+        source = {"type": "hub", "name": spec, "revision": revision}
+    if not (folder / "config.json").is_file():
+        raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder")
+    L.check_weights(folder, allow_pickle)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
+    kind = L.model_kind(config)
+    first = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch_dtype, choice = L.dtype_and_choice(dtype, first, getattr(config, "dtype", None), config=config)
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
+    cls = L.auto_class(config, kind)
+    kw = dict(dtype=torch_dtype, trust_remote_code=trust_remote_code, local_files_only=True, device_map=device_map,
+              attn_implementation="eager")
+    if max_memory:
+        kw["max_memory"] = max_memory
+    with L.quiet_transformers():
+        try:
+            model = cls.from_pretrained(folder, **kw)
+        except ValueError as exc:
+            raise UserError(f"cannot load '{folder}' with device_map={device_map!r}: {str(exc).splitlines()[0]}") from None
+    if tok.pad_token_id is not None:
+        model.config.pad_token_id = tok.pad_token_id
+    model.eval()
+    model.requires_grad_(False)
+    L.cpu.record(model, choice)
+    placement = {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {}).items()}
+    source.update(spec=spec, path=str(folder), sha256=None, alias=None, random_head_seed=None,
+                  content_sha256=L.content_sha256(folder, source.get("revision"), L.cache_root(cache_dir)),
+                  device_map=str(device_map), placement=sorted(set(placement.values())))
+    return L.LoadedModel(model=model, tokenizer=tok, kind=kind, source=source, default_template=None)

@@ -1,0 +1,165 @@
+"""Training runs: a run folder's ``checkpoint-N/`` subfolders, and PEFT (LoRA) adapter checkpoints.
+
+The Hugging Face Trainer (and TRL's trainers on top of it) saves ``OUTPUT_DIR/checkpoint-N/`` every
+``save_steps``; N is the global step. A checkpoint is a full model folder (``config.json`` and
+weights) or, when the model was wrapped by PEFT, an adapter folder (``adapter_config.json`` and
+``adapter_model.safetensors``, no ``config.json``) that holds only the low-rank deltas and the
+modules it trained in full (a reward model's ``score`` head) and names its base in
+``base_model_name_or_path``.
+
+- :func:`run_checkpoints` lists a run folder's checkpoints by step; :func:`expand_runs` turns a
+  sweep's model list with run folders into one model per checkpoint, named ``RUN/checkpoint-N``
+  (the name :func:`rmfast.analysis.trajectory.step_of` reads the step from).
+- :func:`merge_adapter` applies an adapter to its loaded base with peft and merges it
+  (``merge_and_unload``), so every scan path sees a plain model; :func:`rmfast.loading.loader.load` does
+  this for adapter folders (``base=`` overrides the base the adapter names, e.g. a hub id that
+  is not available offline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One saved checkpoint of a run: its global step, its folder, and whether it is an adapter."""
+
+    step: int
+    path: Path
+    adapter: bool
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """What an adapter folder's ``adapter_config.json`` says: its base, task and PEFT method."""
+
+    base: str | None  # base_model_name_or_path (a hub id or a path), None if absent
+    task_type: str | None  # "SEQ_CLS" for reward models, "CAUSAL_LM", ...
+    peft_type: str | None  # "LORA", ...
+
+
+def is_adapter_folder(path: str | os.PathLike) -> bool:
+    """A PEFT adapter checkpoint: ``adapter_config.json`` without a ``config.json`` beside it.
+
+    >>> import tempfile; d = Path(tempfile.mkdtemp()); _ = (d / ADAPTER_CONFIG).write_text("{}")
+    >>> is_adapter_folder(d), is_adapter_folder(d.parent)
+    (True, False)
+    """
+    p = Path(path)
+    return p.is_dir() and (p / ADAPTER_CONFIG).is_file() and not (p / "config.json").is_file()
+
+
+def _is_model_folder(p: Path) -> bool:
+    return (p / "config.json").is_file() or (p / ADAPTER_CONFIG).is_file()
+
+
+def run_checkpoints(folder: str | os.PathLike) -> list[Checkpoint]:
+    """The ``checkpoint-N/`` model folders directly inside ``folder``, by step (empty if none).
+
+    >>> import tempfile; run = Path(tempfile.mkdtemp())
+    >>> for n in (20, 5):
+    ...     (run / f"checkpoint-{n}").mkdir(); _ = (run / f"checkpoint-{n}" / "config.json").write_text("{}")
+    >>> [(c.step, c.path.name, c.adapter) for c in run_checkpoints(run)]
+    [(5, 'checkpoint-5', False), (20, 'checkpoint-20', False)]
+    """
+    p = Path(folder)
+    if not p.is_dir():
+        return []
+    out = []
+    for sub in p.iterdir():
+        m = CHECKPOINT_RE.match(sub.name)
+        if m and sub.is_dir() and _is_model_folder(sub):
+            out.append(Checkpoint(step=int(m.group(1)), path=sub, adapter=is_adapter_folder(sub)))
+    return sorted(out, key=lambda c: c.step)
+
+
+def is_run_folder(path: str | os.PathLike) -> bool:
+    """A training run's output folder: ``checkpoint-N/`` model folders and no model of its own.
+
+    (A folder that holds a model itself, e.g. the final ``trainer.save_model()``, is that model;
+    sweep its checkpoints by listing ``RUN/checkpoint-N`` folders.)
+    """
+    p = Path(path)
+    return p.is_dir() and not _is_model_folder(p) and bool(run_checkpoints(p))
+
+
+def expand_runs(models: list, slugify) -> list:
+    """Replace every sweep model whose spec is a run folder by one model per checkpoint.
+
+    ``models`` are :class:`rmfast.sweep.ModelCfg` (any dataclass with ``name``, ``slug`` and
+    ``model``); each checkpoint copies the run's options and is named ``<name>/checkpoint-N``.
+    """
+    out = []
+    for m in models:
+        if not is_run_folder(m.model):
+            out.append(m)
+            continue
+        for c in run_checkpoints(m.model):
+            name = f"{m.name}/{c.path.name}"
+            out.append(dataclasses.replace(m, name=name, slug=slugify(name), model=str(c.path.resolve())))
+    return out
+
+
+def read_adapter(folder: str | os.PathLike) -> AdapterInfo:
+    """Read an adapter folder's ``adapter_config.json``; a missing or broken one is a UserError."""
+    f = Path(folder) / ADAPTER_CONFIG
+    try:
+        cfg = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read the adapter config {f}: {getattr(e, 'strerror', None) or e}") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{f}: expected a JSON object (a PEFT adapter config)")
+    return AdapterInfo(base=cfg.get("base_model_name_or_path") or None, task_type=cfg.get("task_type"),
+                       peft_type=cfg.get("peft_type"))
+
+
+def _peft():
+    try:
+        import peft
+    except ImportError:
+        raise UserError("loading a PEFT/LoRA adapter checkpoint needs the package 'peft': "
+                        "pip install 'rmfast[train]' (or pip install peft)") from None
+    return peft
+
+
+def merge_adapter(model, folder: str | os.PathLike):
+    """``model`` (the loaded base) with the adapter in ``folder`` applied and merged: a plain model.
+
+    The base should be float32 (the merge W + B·A·scale is computed in the weights' dtype); cast
+    afterwards. Modules the adapter trained in full (``modules_to_save``: a reward model's score
+    head) replace the base's. The base object is consumed (its modules are modified in place).
+    """
+    peft = _peft()
+    try:
+        wrapped = peft.PeftModel.from_pretrained(model, str(folder), is_trainable=False)
+    except (ValueError, KeyError, RuntimeError, OSError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"cannot apply the adapter {folder} to its base ({msg}): is --base the model it was "
+                        "trained from?") from None
+    return wrapped.merge_and_unload()
+
+
+def adapter_saves_head(folder: str | os.PathLike) -> bool:
+    """Whether the adapter's weights include a full ``score``/``classifier`` head (modules_to_save)."""
+    from safetensors import safe_open
+
+    f = Path(folder) / "adapter_model.safetensors"
+    if not f.is_file():
+        return False
+    with safe_open(str(f), framework="pt") as fh:
+        return any(re.search(r"(^|\.)(score|classifier)\.", k) for k in fh.keys())
+
+
+__all__ = ["AdapterInfo", "Checkpoint", "adapter_saves_head", "expand_runs", "is_adapter_folder", "is_run_folder",
+           "merge_adapter", "read_adapter", "run_checkpoints"]

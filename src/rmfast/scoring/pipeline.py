@@ -1,0 +1,431 @@
+"""The one scan pipeline: candidates in, scores out, through one resumable batching loop.
+
+What is scored is an input (:class:`Selection`): vocabulary ids (a range, a file, the papers'
+views), response texts, or the papers' decode-retokenize round trip. :func:`run_scan` picks the
+entry point for it; :func:`scan` (token ids) and :func:`score_texts` (texts) turn it into
+*groups* of equal-length rows, and :func:`score_groups` runs every group through the same loop:
+fixed batches, out-of-memory back-off (:func:`oom_batches`), a checkpoint that a rerun resumes
+from, a progress bar, timing. The CLI, sweeps, torchrun shards and GCG's evaluator all come
+through here.
+
+Example:
+    >>> import rmfast  # doctest: +SKIP
+    >>> lm = rmfast.load("smollm2-135m-instruct")  # doctest: +SKIP
+    >>> res = run_scan(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?",
+    ...                Selection(token_ids="0:500", wordlike=True))  # doctest: +SKIP
+    >>> res.top(3)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, check_context, ids_digest, max_response_len,
+                         tokenize_in_context)
+from ..cpu import say_choice
+from ..errors import UserError
+from .batching import Group, count_nonfinite, drop_checkpoint, score_groups
+from .compat import (authors_batch_size, authors_diagnostics, authors_groups, authors_manifest, authors_plan,
+                     check_authors)
+from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
+from .plan import ScoringPlan, plan_scoring, run_fields, run_key
+from .results import ScanResult, TextScanResult
+from ..template import Template, build_template
+from ..version import versions
+from .vocab import select_ids
+
+# --------------------------------------------------------------------------------------------
+# token scans
+
+
+def scan(
+    model,
+    tokenizer,
+    prompt: str,
+    *,
+    head: str = "auto",
+    head_index: int = 0,
+    template: str | Template | None = None,
+    system: str | None = None,
+    token_ids=None,
+    exclude_special: bool = False,
+    wordlike: bool = False,
+    dedup: bool = False,
+    batch_size: int | str = "auto",
+    engine: str = "auto",
+    progress: bool = True,
+    checkpoint: str | os.PathLike | None = None,
+    model_info: dict | None = None,
+    compile: str | bool = "auto",
+    keep_checkpoint: bool = False,
+) -> ScanResult:
+    """Score candidate token ids as the one-token assistant response to ``prompt``.
+
+    Args:
+        model: an HF model (``…ForSequenceClassification``, a custom reward model, or a causal LM), eval mode.
+        tokenizer: its tokenizer.
+        prompt: the user turn.
+        head: "auto" (default: "score" for classifiers, "logprob" for causal LMs), "score" or "logprob".
+        head_index: which output of a multi-output score head (default 0).
+        template: None (the tokenizer's chat template), a Jinja template, a plain format such as
+            ``"User: {prompt}\\nAssistant: {response}"``, or a prepared :class:`Template`.
+        system: system message (default None: the template's own default, if any).
+        token_ids: None (every id of the vocabulary, default), a range "A:B", a file path, or ids.
+        exclude_special: drop special / added tokens (default False: they are scored too).
+        wordlike, dedup: the papers' vocabulary views (:func:`rmfast.scoring.vocab.vocab_ids`; default off).
+        batch_size: "auto" (default) or rows per batch. On CUDA out-of-memory the batch is halved and retried.
+        engine: "auto" (default: the shared-prompt engine where the architecture is supported, else
+            the plain-HF path with a warning), "fast" or "hf" (the plain-HF path; "reference": its old name).
+        progress: show a progress bar with candidates/s (default True).
+        checkpoint: optional path; finished batches are saved there (atomically) and a rerun with
+            the same settings resumes from it, bit-identically.
+        model_info: provenance for the manifest (the loader's ``source``); default: config name.
+        compile: "auto" (default, = "off": the eager layer on every job, so a token's score never depends
+            on the job's size), "on" (torch.compile the CPU decoder layer: a one-off compile of seconds;
+            see :mod:`rmfast.scoring.plan`) or "off".
+        keep_checkpoint: leave the checkpoint for the caller to remove once the output is written
+            (:func:`drop_checkpoint`; the CLI does this); default False removes it on return.
+
+    Returns:
+        ScanResult with scores for the selected ids, ascending by id.
+
+    Example:
+        >>> from rmfast import load, scan  # doctest: +SKIP
+        >>> lm = load("smollm2-135m-instruct")  # doctest: +SKIP
+        >>> res = scan(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?", token_ids="0:500")  # doctest: +SKIP
+        >>> res.top(3)  # doctest: +SKIP
+    """
+    ids, n_vocab, view = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special, wordlike=wordlike,
+                                    dedup=dedup)
+    res = score_ids(model, tokenizer, prompt, ids, head=head, head_index=head_index, template=template, system=system,
+                    batch_size=batch_size, engine=engine, progress=progress, checkpoint=checkpoint, model_info=model_info,
+                    compile=compile, keep_checkpoint=keep_checkpoint, vocab_size=n_vocab)
+    res.manifest["exclude_special"] = exclude_special
+    if wordlike or dedup:
+        res.manifest["vocab_view"] = view
+    return res
+
+
+def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "auto", head_index: int = 0,
+              template=None, system: str | None = None, batch_size="auto", engine: str = "auto", progress: bool = True,
+              checkpoint=None, model_info: dict | None = None, compile="auto", keep_checkpoint: bool = False,
+              vocab_size: int | None = None) -> ScanResult:
+    """Score vocabulary ids already selected (:func:`rmfast.scoring.vocab.select_ids`), one token each: the
+    body of :func:`scan` (same options), called once per job by :func:`run_scan`."""
+    t0 = time.perf_counter()
+    tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
+    check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))
+    plan = plan_scoring(model, tmpl, head=head, head_index=head_index, engine=engine, compile=compile,
+                        batch_size=batch_size, stacklevel=4)
+    manifest = plan.manifest(prompt, model_info)
+    manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size)})
+
+    def score(rows, b):  # rows of the job -> their (len(rows),) scores, in batches of b rows
+        return plan.score(torch.from_numpy(ids[rows])[:, None], b)
+
+    group = Group(np.arange(ids.size), plan.rows_per_batch(1), score)
+    say_choice(model)  # the work starts: every check of the input is behind us
+    scores, timing = score_groups([group], ids, key=run_key(manifest), checkpoint=checkpoint,
+                                  device=plan.device, progress=progress, desc="scan",
+                                  status="compiling the CPU layer (one-off)" if plan.compile else None,
+                                  keep_checkpoint=keep_checkpoint, job=run_fields(manifest))
+    manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids")
+    tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
+    tokens = [t if isinstance(t, str) else "" for t in tokens]
+    texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    manifest.update({"batch_size": group.batch_size, "compiled": bool(plan.eng is not None and plan.eng.compile),
+                     "tokens_per_row": plan.tokens_per_row(1), **timing, "wall_s": round(time.perf_counter() - t0, 3),
+                     "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    res = ScanResult(ids, scores, tokens, texts, manifest)
+    return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
+
+
+# --------------------------------------------------------------------------------------------
+# text candidates
+
+
+def _unique_texts(texts) -> list[str]:
+    if isinstance(texts, str):
+        raise UserError("texts must be a list of strings, not one string")
+    texts = list(texts)
+    bad = [t for t in texts if not isinstance(t, str)]
+    if bad:
+        raise UserError(f"candidates must be strings; got {type(bad[0]).__name__} {bad[0]!r}")
+    uniq = list(dict.fromkeys(texts))
+    if len(uniq) < len(texts):
+        dup = next(t for i, t in enumerate(texts) if t in texts[:i])
+        warnings.warn(f"rmfast: {len(texts) - len(uniq)} duplicate candidate(s) scored once ({dup!r}…)", stacklevel=3)
+    empty = [i for i, t in enumerate(uniq) if not t.strip()]
+    if empty:
+        raise UserError(f"candidate {empty[0] + 1} is empty; every candidate needs some text")
+    return uniq
+
+
+def _check_lengths(rows, texts, model, tmpl, max_tokens) -> int:
+    if max_tokens is None or int(max_tokens) < 1:
+        raise UserError("--max-tokens must be a positive integer")
+    limit, pos_limit = int(max_tokens), max_response_len(model, tmpl)
+    for i, r in enumerate(rows):
+        n = len(r.ids)
+        if n > limit or (pos_limit is not None and n > pos_limit):
+            which = f"--max-tokens {limit}" if n > limit else f"the model's position limit ({pos_limit} response tokens)"
+            raise UserError(f"candidate {i + 1} {texts[i][:40]!r} is {n} tokens long, over {which}; "
+                            "shorten it, drop it, or raise --max-tokens")
+    return limit
+
+
+def _text_groups(rows, plan: ScoringPlan) -> list[Group]:
+    """One group per response length on the shared template; one per row that did not split (it
+    carries its own template and runs the plain-HF path)."""
+    by_shape: dict = {}
+    for i, r in enumerate(rows):
+        by_shape.setdefault((len(r.ids), None) if r.template is None else (len(r.ids), i), []).append(i)
+    groups = []
+    for (n, odd), idx in sorted(by_shape.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+        row_t = None if odd is None else rows[odd].template
+
+        def score(sel, b, row_t=row_t):
+            return plan.score([rows[j].ids for j in sel], b, row_t)
+
+        groups.append(Group(np.asarray(idx, dtype=np.int64), plan.rows_per_batch(n, row_t), score))
+    return groups
+
+
+
+
+
+
+def score_texts(
+    model,
+    tokenizer,
+    prompt: str,
+    texts,
+    *,
+    head: str = "auto",
+    head_index: int = 0,
+    template=None,
+    system: str | None = None,
+    batch_size: int | str = "auto",
+    progress: bool = True,
+    compat: str | None = None,
+    model_info: dict | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    engine: str = "auto",
+    checkpoint: str | os.PathLike | None = None,
+    source_ids=None,
+    candidates_info: dict | None = None,
+    compile: str | bool = "auto",
+    keep_checkpoint: bool = False,
+) -> TextScanResult:
+    """Score response texts (any number of tokens) as the assistant's answer to ``prompt``.
+
+    Args:
+        model, tokenizer: an HF reward model / causal LM (eval mode) and its tokenizer.
+        prompt: the user turn.
+        texts: the candidates (strings). Exact duplicates are scored once (and reported).
+        head, head_index, template, system, batch_size, engine, progress, checkpoint, compile,
+            keep_checkpoint: as for :func:`scan` (batch_size "auto" is chosen per response length;
+            compile "auto" also needs few distinct lengths: each is one compiled graph).
+        compat: None (default: exact in-context ids; a text that merges with the template is an
+            error), "decode-retokenize" (score whatever the re-tokenized conversation holds) or
+            "authors" (the published loop, all its quirks: decode round trip, a second BOS, batches
+            of ``batch_size`` padded together and read by the model's own pooling; ``batch_size``
+            "auto" is the papers' size for their models, else 32; plain-HF path, score head only;
+            ``manifest["compat_authors"]`` counts the double BOS and pad reads).
+        model_info: provenance for the manifest (the loader's ``source``).
+        max_tokens: longest response accepted, in tokens (default 256; also bounded by the
+            model's position limit). A longer candidate is a UserError naming it.
+        source_ids: vocabulary ids the texts came from (kept as ``token_id``; decode-retokenize scans).
+        candidates_info: where the texts came from (file, column, sha256), for the manifest.
+
+    Returns:
+        TextScanResult in input order (after de-duplication).
+    """
+    t0 = time.perf_counter()
+    if compat is not None and compat not in COMPAT_MODES:
+        raise UserError(f"unknown --compat {compat!r}; use {', '.join(COMPAT_MODES)}")
+    if source_ids is not None:
+        texts, source_ids = list(texts), np.asarray(source_ids, dtype=np.int64)
+        if source_ids.size != len(texts):
+            raise UserError("source_ids must give one vocabulary id per text")
+    else:
+        texts = _unique_texts(texts)
+    if not texts:
+        raise UserError("no candidates to score")
+    tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
+    check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))  # the prompt alone; each text below
+    authors = compat == "authors"
+    # Texts of many lengths would pad every length's batch to full size: their batches are as long as
+    # the texts (a text's fp32 score may then differ in the last bits between jobs; docs/determinism.md).
+    plan = plan_scoring(model, tmpl, head=head, head_index=head_index, engine="hf" if authors else engine,
+                        compile=compile, batch_size=batch_size, fixed_shapes=False, stacklevel=4)
+    head = plan.head
+    if authors:
+        check_authors(head, engine)
+    rows = tokenize_in_context(tokenizer, tmpl, texts, compat=compat, head=head)
+    limit = _check_lengths(rows, texts, model, tmpl, max_tokens)
+    n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
+    n_odd = sum(r.template is not None for r in rows)
+    manifest = plan.manifest(prompt, model_info)
+    manifest.update({
+        "candidate_kind": "vocabulary-decoded" if source_ids is not None else "text",
+        "candidates": candidates_info,
+        "compat": compat,
+        "n_candidates": len(texts),
+        "n_tokens": {"min": int(n_tok.min()), "max": int(n_tok.max()), "mean": round(float(n_tok.mean()), 3)},
+        "max_tokens": limit,
+        "rows_not_split": n_odd,
+        "tokenization": ("apply_chat_template(tokenize=True) of the whole conversation, sliced between the template's "
+                         "prefix and suffix" if compat is None else
+                         "decode-retokenize: the whole re-tokenized conversation is scored as it is" if not authors else
+                         "authors: the conversation rendered as text, re-tokenized with special tokens, batches padded"),
+    })
+    if authors:
+        bs_a, bs_from = authors_batch_size(batch_size, (model_info or {}).get("name") or getattr(model.config, "name_or_path", None))
+        convs, where = authors_plan(tokenizer, tmpl, texts, source_ids, bs_a)
+        manifest["compat_authors"] = authors_manifest(authors_diagnostics(model, tokenizer, convs, where), bs_a, bs_from,
+                                                       source_ids)
+    elif n_odd:
+        warnings.warn(f"rmfast: {n_odd} candidate(s) merge with the template when re-tokenized; they are scored "
+                      "as whole sequences on the plain Hugging Face path", stacklevel=2)
+    groups = (authors_groups(model, tokenizer, convs, where, head_index) if authors else _text_groups(rows, plan))
+    compiled = bool(plan.eng is not None and plan.eng.compile)
+    digest = ids_digest(rows)[:16]
+    say_choice(model)
+    scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=run_key(manifest) + digest,
+                                  checkpoint=checkpoint, device=plan.device, progress=progress, desc="texts",
+                                  keep_checkpoint=keep_checkpoint, job={**run_fields(manifest), "candidates": digest})
+    manifest["n_nonfinite"] = (count_nonfinite(scores, source_ids, "token ids") if source_ids is not None
+                               else count_nonfinite(scores, texts, "texts"))
+    manifest.update({"batch_size": batch_size if batch_size != "auto" else "auto", "compiled": compiled, **timing,
+                     "wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
+                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
+    return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
+
+
+
+def decode_retokenize_scan(model, tokenizer, prompt: str, ids, **kw) -> TextScanResult:
+    """The papers' vocabulary pipeline: ``tokenizer.decode([id])`` for each id, then score each string
+    with the whole conversation re-tokenized (``compat="decode-retokenize"``, the default here, or
+    ``compat="authors"``: their whole loop). Keyed by ``token_id``."""
+    ids = np.asarray(ids, dtype=np.int64)
+    texts = [tokenizer.decode([int(i)]) for i in ids]
+    kw.setdefault("compat", "decode-retokenize")
+    return score_texts(model, tokenizer, prompt, texts, source_ids=ids, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# one entry point for every kind of candidate
+
+
+@dataclass
+class Selection:
+    """What a scan scores. Vocabulary ids (default: all of them) unless ``texts`` is given.
+
+    Attributes:
+        token_ids: None (all), a range "A:B", a file of ids, or ids (vocabulary scans).
+        exclude_special, wordlike, dedup: vocabulary views (:func:`rmfast.scoring.vocab.vocab_ids`).
+        texts: response texts to score instead of vocabulary ids.
+        texts_info: where the texts came from (file, column, sha256), for the manifest.
+        compat: None, "decode-retokenize" (the papers' decode round trip) or "authors" (their whole
+            scoring loop: :func:`score_texts`); vocabulary and texts alike.
+        max_tokens: longest text candidate in tokens (default 256).
+    """
+
+    token_ids: object = None
+    exclude_special: bool = False
+    wordlike: bool = False
+    dedup: bool = False
+    texts: list[str] | None = None
+    texts_info: dict | None = None
+    compat: str | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+    def check(self) -> None:
+        if self.texts is not None:
+            clash = [o for o, v in (("--token-ids", self.token_ids), ("--exclude-special", self.exclude_special),
+                                    ("--wordlike", self.wordlike), ("--dedup", self.dedup)) if v]
+            if clash:
+                raise UserError(f"{clash[0]} selects vocabulary ids; it cannot be combined with --candidates (a file of texts)")
+        if self.compat is not None and self.compat not in COMPAT_MODES:
+            raise UserError(f"unknown --compat {self.compat!r}; use {', '.join(COMPAT_MODES)}")
+        if self.max_tokens is None or int(self.max_tokens) < 1:
+            raise UserError("--max-tokens must be a positive integer")
+
+    def tag(self) -> str:
+        """What distinguishes this selection in a default output name ('' for a plain vocabulary scan)."""
+        if self.texts_info and self.texts_info.get("path"):
+            return Path(self.texts_info["path"]).stem
+        return "compat" if self.compat else ""
+
+
+def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, *, rows=None,
+             audit: int = DEFAULT_AUDIT_N, audit_seed: int = DEFAULT_AUDIT_SEED, **options):
+    """Score ``selection`` (default: the whole vocabulary) with :func:`scan` or :func:`score_texts`.
+
+    ``rows``: optional callable ``n -> positions`` taking this process's share of the candidates
+    (:meth:`rmfast.sweep.dist.Dist.mine`); ``options``: head, head_index, template, system, batch_size,
+    engine, compile, progress, checkpoint, keep_checkpoint, model_info (as for :func:`scan`).
+    ``audit``: a bf16/fp16 scan rescores this many of its rows (seeded by ``audit_seed``) in fp32
+    and records the agreement in ``manifest["bf16_audit"]`` (:mod:`rmfast.scoring.audit`; default 512,
+    0: no audit). Returns (result, positions of its rows in the whole selection).
+    """
+    sel = selection or Selection()
+    sel.check()
+    authors_texts = sel.compat == "authors" and sel.texts is not None
+    if authors_texts and rows is not None:
+        raise UserError("--compat authors pads texts in file-order batches, which a split over processes would change; "
+                        "run it in one process (vocabulary scans split exactly)")
+    if sel.texts is not None:
+        order = rows(len(sel.texts)) if rows else np.arange(len(sel.texts))
+        texts = [sel.texts[i] for i in order]
+        res = score_texts(model, tokenizer, prompt, texts, compat=sel.compat, max_tokens=sel.max_tokens,
+                          candidates_info=sel.texts_info, **options)
+    else:
+        ids, n_vocab, view = select_ids(model, tokenizer, sel.token_ids, exclude_special=sel.exclude_special,
+                                  wordlike=sel.wordlike, dedup=sel.dedup)
+        order = rows(ids.size) if rows else np.arange(ids.size)
+        if sel.compat:
+            res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], max_tokens=sel.max_tokens,
+                                         compat=sel.compat, **options)
+        else:
+            res = score_ids(model, tokenizer, prompt, ids[order], vocab_size=n_vocab, **options)
+            res.manifest["exclude_special"] = sel.exclude_special
+        res.manifest["vocab_view"] = view
+    # A subset of texts re-batches them (other padding), so an authors text scan is not audited.
+    a = None if authors_texts else audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options), n=audit,
+                                              seed=audit_seed, what="ids" if sel.texts is None else "texts")
+    if a is not None:
+        res.manifest["bf16_audit"] = a
+    return res, order
+
+
+def _rescorer(res, tokenizer, prompt: str, sel: Selection, options: dict):
+    """``rescore(fp32_model, rows)``: those rows of ``res`` scored again the same way, by another model
+    (the audit's fp32 copy): eager, one batch, no checkpoint, no progress bar."""
+    m = res.manifest
+    kw = {"head": m["head"], "head_index": m["head_index"], "engine": m["engine"], "compile": "off", "progress": False,
+          "template": options.get("template"), "system": options.get("system")}
+    if "compat_authors" in m:  # the same published batches (a vocabulary subset is padded as in the full run)
+        kw["batch_size"] = m["compat_authors"]["batch_size"]
+
+    def rescore(m32, rows):
+        kw.setdefault("batch_size", len(rows))  # the audit's rows in one batch: nothing to pad
+        if isinstance(res, ScanResult):
+            return score_ids(m32, tokenizer, prompt, res.token_ids[rows], **kw).scores
+        if res.source_ids is not None:
+            return decode_retokenize_scan(m32, tokenizer, prompt, res.source_ids[rows], max_tokens=sel.max_tokens,
+                                          compat=sel.compat, **kw).scores
+        return score_texts(m32, tokenizer, prompt, [res.texts[i] for i in rows], compat=sel.compat,
+                           max_tokens=sel.max_tokens, **kw).scores
+
+    return rescore
+

@@ -1,0 +1,279 @@
+"""One scoring plan per job: head, engine, compile and batch shape, decided once from the whole job.
+
+Every job that scores candidates (a vocabulary scan, text candidates, a sweep part, GCG's
+evaluator, the benchmark, the TRL callback) builds a :class:`ScoringPlan` with
+:func:`plan_scoring` and scores through :meth:`ScoringPlan.score`. The options have one name
+everywhere:
+
+=============  =========================================================================  =========
+option         values                                                                     default
+=============  =========================================================================  =========
+head           ``auto`` (``score`` for reward models/classifiers, ``logprob`` for causal  auto
+               LMs), ``score``, ``logprob``
+head_index     which output of a multi-output score head                                   0
+engine         ``auto`` (``fast`` where the architecture is on the fast path, else ``hf``  auto
+               with a warning), ``fast`` (the shared-prompt engine), ``hf`` (the plain
+               Hugging Face forward of each whole conversation; ``reference`` is its old
+               name)
+compile        ``auto`` (= ``off``: the eager layer, on every job), ``on`` (the            auto
+               ``torch.compile``-d CPU decoder layer; a one-off compile of seconds), ``off``
+batch_size     ``auto`` (~4k tokens per batch on CPU, ~128k on CUDA, never more rows than  auto
+               fit in half the free memory) or rows per batch
+=============  =========================================================================  =========
+
+**A token's score does not depend on the job it is in.** Nothing above is decided from the
+job's size: ``compile=auto`` is the eager layer whether the job is ten ids or a whole vocabulary
+(the compiled layer rounds differently in bf16, and on the CPUs measured it is at most 7% faster,
+``docs/determinism.md``), and a batch's row count depends only on the response length and the
+machine's free memory. With ``fixed_shapes`` (token scans, GCG) every batch is padded to that
+row count, so each GEMM has the same shape in a subset as in the whole vocabulary: a subset's
+scores equal the whole scan's, bit for bit, in fp32 and bf16 (same machine, threads, dtype).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .. import cpu
+from ..fast.engine import Engine
+from ..errors import UserError
+from .hf_path import hf_scores
+from .memory import auto_batch_size, cap_batch_size, parse_batch_size, row_bytes
+from ..fast.arch import arch_spec
+from ..template import Template
+from ..version import __version__
+
+#: the engines, and the older name of one of them
+ENGINES = ("fast", "hf")
+ENGINE_ALIASES = {"reference": "hf"}
+COMPILE_MODES = ("auto", "on", "off")
+
+
+def default_head(model) -> str:
+    """'score' for classifiers / reward models, 'logprob' for causal LMs."""
+    names = " ".join(getattr(model.config, "architectures", None) or [type(model).__name__])
+    if isinstance(getattr(model, "score", None), torch.nn.Module) or "SequenceClassification" in names or "Reward" in names:
+        return "score"
+    if hasattr(model, "lm_head") or "CausalLM" in names:
+        return "logprob"
+    return "score"
+
+
+def lm_only(model) -> bool:
+    """A causal LM: an LM head and no reward head (a classifier's ``score``/``classifier``, or the
+    ArmoRM/QRM/URM head rmfast runs, ``rmfast_head``), so nothing for a score head to read."""
+    return isinstance(getattr(model, "lm_head", None), torch.nn.Module) and not any(
+        getattr(model, h, None) is not None for h in ("score", "classifier", "rmfast_head"))
+
+
+def choose_head(model, head: str, head_index: int) -> str:
+    """Validate the head options; "auto" -> "score" for classifiers, "logprob" for causal LMs.
+
+    "score" on a causal LM is refused: it has no reward head, and the plain-HF path would read its
+    LM logits at the final position, output ``head_index`` being the logit of that token id: a
+    ranking by "how likely is token 0 next", silently. A classifier head, seeded at random, is what
+    ``random_head_seed`` loads (``rmfast gcg --random-head-seed N``, a sweep's ``random_head_seed``).
+    """
+    if head == "auto":
+        head = default_head(model)
+    if head not in ("score", "logprob"):
+        raise UserError(f"unknown head {head!r}; use score or logprob")
+    if head == "logprob" and not hasattr(model, "lm_head"):
+        raise UserError("--head logprob needs a causal language model; this model has no LM head (use --head score)")
+    if head == "score" and lm_only(model):
+        raise UserError(f"--head score needs a reward model or classifier, and "
+                        f"{getattr(model.config, 'name_or_path', None) or type(model).__name__} is a causal LM (no "
+                        "score head: its next-token logits would be read as rewards); use --head logprob (or auto), "
+                        "or load it with a seeded random score head (rmfast gcg --random-head-seed N; random_head_seed: "
+                        "N in a sweep; rmfast.load(..., random_head_seed=N))")
+    if head == "score" and head_index < 0:
+        raise UserError("--head-index must be >= 0")
+    return head
+
+
+def engine_name(engine: str) -> str:
+    """The engine option's canonical value ("reference" -> "hf"); unknown values are a UserError."""
+    engine = ENGINE_ALIASES.get(engine, engine)
+    if engine not in ("auto",) + ENGINES:
+        raise UserError(f"unknown engine {engine!r}; use auto, fast or hf")
+    return engine
+
+
+def choose_engine(model, head: str, head_index: int, engine: str, stacklevel: int = 3) -> str:
+    """"auto" -> "fast" where the architecture is on the fast path, else "hf" with a warning."""
+    spec = arch_spec(model)
+    engine = engine_name(engine)
+    on_fast_path = spec is not None and (head != "score" or spec.score_outputs is not None)
+    kind = getattr(model.config, "model_type", "?")
+    if engine == "auto":
+        engine = "fast" if on_fast_path else "hf"
+        if engine == "hf":
+            warnings.warn(f"rmfast: architecture {kind!r} is not on the fast path; using the plain Hugging Face path "
+                          "(correct, slower)", stacklevel=stacklevel)
+    elif engine == "fast" and not on_fast_path:
+        what = "is not on the fast path" if spec is None else "has no reward head the fast path reads"
+        raise UserError(f"--engine fast: architecture {kind!r} {what}; use --engine auto or hf (the plain Hugging Face "
+                        "path, correct and slower)")
+    if head == "score" and spec is not None and spec.score_outputs is not None and head_index >= spec.score_outputs:
+        raise UserError(f"--head-index {head_index} is out of range: the score head has {spec.score_outputs} outputs")
+    return engine
+
+
+def choose_compile(compile, device: torch.device, engine: str, stacklevel: int = 3) -> bool:
+    """Whether the fast engine runs the compiled CPU decoder layer: only when asked (``on``/True).
+
+    ``auto`` is ``off`` on every job, so that a job's size never picks the path (see the module
+    docstring). ``on`` where it cannot apply (the plain-HF engine, a GPU) says so in one line.
+    """
+    if isinstance(compile, bool):
+        compile = "on" if compile else "off"
+    if compile not in COMPILE_MODES:
+        raise UserError(f"unknown --compile {compile!r}; use auto, on or off")
+    if compile != "on":
+        return False
+    why = ("the plain Hugging Face path runs the model's own forward" if engine != "fast" else
+           None if device.type == "cpu" else f"on {device.type} the layer runs eagerly around the Triton kernels")
+    if why is not None:
+        warnings.warn(f"rmfast: --compile on applies to the fast engine's CPU layer ({why}); running eagerly",
+                      stacklevel=stacklevel)
+        return False
+    return True
+
+
+#: the manifest fields that decide a job's scores: a checkpoint is resumed only by a job that agrees on all
+RUN_FIELDS = ("model", "prompt", "template", "head", "head_index", "dtype", "engine")
+
+
+def run_fields(manifest: dict) -> dict:
+    """The :data:`RUN_FIELDS` of a job's manifest. ``model`` is the loader's provenance, which names the
+    content (a GGUF's sha256, a hub revision, a folder's :func:`rmfast.loading.loader.content_sha256`): a model
+    whose weights changed is another job, never a resume of the old one's scores."""
+    return {k: manifest[k] for k in RUN_FIELDS if k in manifest}
+
+
+def run_key(manifest: dict) -> str:
+    """The key a job's checkpoint is saved under: a hash of its :func:`run_fields`."""
+    return hashlib.sha256(json.dumps(run_fields(manifest), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class ScoringPlan:
+    """How one job scores: built by :func:`plan_scoring`, used by every batch of the job.
+
+    Attributes:
+        model, template: the model (eval mode) and the split prompt every row shares.
+        head, head_index: "score" (output ``head_index``) or "logprob".
+        engine: "fast" (:class:`rmfast.fast.engine.Engine`, built once: ``eng``) or "hf".
+        compile: the compiled CPU layer (fast engine only).
+        batch_size: what was asked: "auto" or rows per batch (:meth:`rows_per_batch` gives the rows).
+        fixed_shapes: pad every batch to :meth:`rows_per_batch` rows, so that a row's arithmetic
+            does not depend on how many candidates the job has (default True).
+    """
+
+    model: object
+    template: Template
+    head: str
+    head_index: int
+    engine: str
+    compile: bool
+    batch_size: int | str = "auto"
+    fixed_shapes: bool = True
+    eng: Engine | None = None
+    _rows: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def tokens_per_row(self, n: int, template: Template | None = None) -> int:
+        """Tokens an n-token response's row feeds through the layers (the fast engine runs only the
+        row's own tokens; the plain-HF path, or a row with its own ``template``, the whole sequence)."""
+        if self.eng is not None and template is None:
+            return self.eng.tokens_per_row(n)
+        t = template or self.template
+        return len(t.prefix_ids) + n + len(t.suffix_ids)
+
+    def rows_per_batch(self, n: int, template: Template | None = None) -> int:
+        """Rows per batch for n-token responses: the asked number, or auto's, bounded by memory.
+        Decided once per shape (a memory warning is given once)."""
+        key = (n, None if template is None else len(template.prefix_ids) + len(template.suffix_ids))
+        if key not in self._rows:
+            t = template or self.template
+            on_engine = self.eng is not None and template is None
+            tpr = self.tokens_per_row(n, template)
+            per_row = row_bytes(self.model, max(1, tpr), prefix_len=len(t.prefix_ids), head=self.head,
+                                full_sequence=not on_engine)
+            bs = self.batch_size
+            self._rows[key] = (auto_batch_size(self.device, max(1, tpr), per_row) if bs == "auto"
+                               else cap_batch_size(bs, self.device, per_row))
+        return self._rows[key]
+
+    @torch.no_grad()
+    def score(self, cands, rows: int | None = None, template: Template | None = None) -> np.ndarray:
+        """Scores of ``cands`` ((B, n) token ids, or a list of B equal-length id lists): (B,) float32.
+
+        ``rows``: the batch's row count (default :meth:`rows_per_batch`); with ``fixed_shapes`` a
+        shorter batch is padded to it (copies of its first row, dropped after). ``template``: rows
+        that merged with the shared template carry their own (plain-HF path).
+        """
+        cands = torch.as_tensor(cands, dtype=torch.long)
+        if cands.ndim != 2:
+            raise ValueError(f"cands must be (B, n) token ids, got shape {tuple(cands.shape)}")
+        B = cands.shape[0]
+        rows = rows or self.rows_per_batch(cands.shape[1], template)
+        if self.fixed_shapes and B < rows:
+            cands = torch.cat([cands, cands[:1].expand(rows - B, -1)])  # (rows, n)
+        if self.eng is not None and template is None:
+            out = self.eng.score(cands)
+        else:
+            out = hf_scores(self.model, template or self.template, cands.tolist(), head=self.head,
+                            head_index=self.head_index, batch_size=max(rows, cands.shape[0]))
+        return out[:B].float().cpu().numpy()
+
+    def manifest(self, prompt: str, model_info: dict | None = None) -> dict:
+        """The fields every scoring job records: model, prompt, template ids, head, dtype (and how it
+        was chosen), device, engine and whether the layer was compiled."""
+        m, p = self.model, next(self.model.parameters())
+        return {
+            "rmfast_version": __version__,
+            "model": model_info or {"name": getattr(m.config, "name_or_path", None) or type(m).__name__},
+            "architecture": (getattr(m.config, "architectures", None) or [type(m).__name__])[0],
+            "prompt": prompt,
+            "template": self.template.manifest(),
+            "head": self.head,
+            "head_index": self.head_index,
+            "dtype": str(p.dtype).replace("torch.", ""),
+            **cpu.manifest_fields(m),
+            "device": str(p.device),
+            "engine": self.engine,
+            "compiled": bool(self.eng is not None and self.eng.compile),
+            "fixed_shapes": self.fixed_shapes,
+            "score_position": "final position of prefix + response + suffix (never 'last non-pad')",
+        }
+
+
+def plan_scoring(model, template: Template, *, head: str = "auto", head_index: int = 0, engine: str = "auto",
+                 compile="auto", batch_size="auto", fixed_shapes: bool = True, stacklevel: int = 3) -> ScoringPlan:
+    """Decide how a job scores (see the module docstring for every option and its default).
+
+    The fast engine is built here, its prompt encoded once. Raises UserError on bad options.
+
+    >>> import rmfast  # doctest: +SKIP
+    >>> lm = rmfast.load("smollm2-135m-instruct")  # doctest: +SKIP
+    >>> tmpl = rmfast.template.build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
+    >>> plan = plan_scoring(lm.model, tmpl)  # doctest: +SKIP
+    >>> plan.score([[1234], [5678]])  # (2,) float32 log-probabilities  # doctest: +SKIP
+    """
+    head = choose_head(model, head, head_index)
+    engine = choose_engine(model, head, head_index, engine, stacklevel + 1)
+    device = next(model.parameters()).device
+    compiled = choose_compile(compile, device, engine, stacklevel + 1)
+    eng = Engine(model, template, head=head, head_index=head_index, compile=compiled) if engine == "fast" else None
+    return ScoringPlan(model, template, head, head_index, engine, compiled, parse_batch_size(batch_size),
+                       fixed_shapes, eng)

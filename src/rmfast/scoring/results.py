@@ -1,0 +1,194 @@
+"""Scan results: scores with everything needed to reproduce them, as tables and files.
+
+:class:`ScanResult` holds token scans (one vocabulary id per row), :class:`TextScanResult` text
+candidates (any number of tokens per row). Both write ``<out>.parquet`` + ``<out>.parquet.json``
+(the manifest) as a pair (:func:`rmfast.io.write_pair`: a reader never takes one for the other's
+partner), and :func:`merge_shards` joins the shards of a multi-process scan.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..io import read_manifest, write_result
+
+
+def rank_scores(scores: "pd.Series") -> "pd.Series":
+    """Ranks of a score column: 1 = highest, ties share the best rank; int64, or nullable Int64 when
+    some scores are NaN (non-finite, :func:`rmfast.scoring.pipeline.count_nonfinite`): those get no rank.
+
+    >>> import pandas as pd
+    >>> rank_scores(pd.Series([0.5, 2.0, 0.5])).tolist(), str(rank_scores(pd.Series([1.0, float("nan")])).dtype)
+    ([2, 1, 2], 'Int64')
+    """
+    r = scores.rank(ascending=False, method="min")
+    return r.astype("Int64") if r.isna().any() else r.astype(np.int64)
+
+
+@dataclass
+class ScanResult:
+    """Scores of candidate token ids, with everything needed to reproduce them.
+
+    Attributes:
+        token_ids: (N,) int64 candidate ids, ascending.
+        scores: (N,) float32 rewards (score head) or log-probabilities (logprob head).
+        tokens: raw vocabulary pieces (``convert_ids_to_tokens``).
+        texts: decoded strings (``decode([id])``).
+        manifest: model, prompt, template ids, head, dtype, device, versions, timing.
+
+    Example:
+        >>> res = rmfast.scan(model, tok, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
+        >>> res.top(5)  # doctest: +SKIP
+    """
+
+    token_ids: np.ndarray
+    scores: np.ndarray
+    tokens: list[str]
+    texts: list[str]
+    manifest: dict = field(default_factory=dict)
+
+    @property
+    def wall_s(self) -> float:
+        return float(self.manifest.get("wall_s", float("nan")))
+
+    @property
+    def candidates_per_s(self) -> float:
+        return float(self.manifest.get("candidates_per_s", float("nan")))
+
+    def to_pandas(self):
+        """DataFrame: token_id (int64), token, text, score (float32), rank (1 = highest; ties share the best
+        rank; none for a NaN score: :func:`rank_scores`)."""
+        import pandas as pd
+
+        df = pd.DataFrame(
+            {
+                "token_id": self.token_ids.astype(np.int64),
+                "token": self.tokens,
+                "text": self.texts,
+                "score": self.scores.astype(np.float32),
+            }
+        )
+        df["rank"] = rank_scores(df["score"])
+        return df
+
+    def top(self, k: int = 20):
+        """The k highest-scoring rows, best first."""
+        return self.to_pandas().sort_values(["rank", "token_id"]).head(k).reset_index(drop=True)
+
+    def bottom(self, k: int = 20):
+        """The k lowest-scoring rows, worst first."""
+        return self.to_pandas().sort_values(["rank", "token_id"], ascending=[False, True]).head(k).reset_index(drop=True)
+
+    def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
+        """Write ``path`` (Parquet) and ``path.json`` (manifest) as a pair (:func:`rmfast.io.write_pair`)."""
+        return write_result(path, self.to_pandas(), self.manifest, overwrite)
+
+    @classmethod
+    def from_parquet(cls, path: str | os.PathLike) -> "ScanResult":
+        import pandas as pd
+
+        manifest = read_manifest(path, required=False) or {}
+        df = pd.read_parquet(path).sort_values("token_id")
+        return cls(
+            df["token_id"].to_numpy(np.int64),
+            df["score"].to_numpy(np.float32),
+            df["token"].tolist(),
+            df["text"].tolist(),
+            manifest,
+        )
+
+
+@dataclass
+class TextScanResult:
+    """Scores of response texts, with everything needed to reproduce them.
+
+    Attributes:
+        texts: the candidates, in input order (duplicates removed).
+        scores: (N,) float32 rewards or log-probabilities.
+        n_tokens: (N,) int64 response length in tokens, as scored.
+        token_ids: the response ids scored, one list per text.
+        manifest: model, prompt, template ids, head, compat mode, candidate source, timing.
+        source_ids: vocabulary ids the texts were decoded from (compat vocabulary scans), else None.
+
+    Example:
+        >>> res = rmfast.scoring.pipeline.score_texts(model, tok, "What is the greatest thing ever?", ["Love", "The universe"])  # doctest: +SKIP
+        >>> res.top(2)  # doctest: +SKIP
+    """
+
+    texts: list[str]
+    scores: np.ndarray
+    n_tokens: np.ndarray
+    token_ids: list[list[int]]
+    manifest: dict = field(default_factory=dict)
+    source_ids: np.ndarray | None = None
+
+    def to_pandas(self, token_ids: bool = True):
+        """DataFrame: [token_id,] text, n_tokens, score (float32), rank (1 = highest; ties share the best), token_ids."""
+        import pandas as pd
+
+        cols = {}
+        if self.source_ids is not None:
+            cols["token_id"] = np.asarray(self.source_ids, dtype=np.int64)
+        cols.update({"text": list(self.texts), "n_tokens": np.asarray(self.n_tokens, dtype=np.int64),
+                     "score": np.asarray(self.scores, dtype=np.float32)})
+        df = pd.DataFrame(cols)
+        df["rank"] = rank_scores(df["score"])
+        if token_ids:
+            df["token_ids"] = [list(map(int, r)) for r in self.token_ids]
+        return df
+
+    def top(self, k: int = 20):
+        df = self.to_pandas(token_ids=False)
+        return df.sort_values("rank", kind="stable").head(k).reset_index(drop=True)
+
+    def bottom(self, k: int = 20):
+        df = self.to_pandas(token_ids=False)
+        return df.sort_values("rank", ascending=False, kind="stable").head(k).reset_index(drop=True)
+
+    def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
+        """Write ``path`` (Parquet) and ``path.json`` (manifest) as a pair (:func:`rmfast.io.write_pair`)."""
+        return write_result(path, self.to_pandas(), self.manifest, overwrite)
+
+    @classmethod
+    def from_parquet(cls, path: str | os.PathLike) -> "TextScanResult":
+        import pandas as pd
+
+        manifest = read_manifest(path, required=False) or {}
+        df = pd.read_parquet(path)
+        tids = [list(map(int, r)) for r in df["token_ids"]] if "token_ids" in df else [[] for _ in range(len(df))]
+        src = df["token_id"].to_numpy(np.int64) if "token_id" in df else None
+        return cls(df["text"].tolist(), df["score"].to_numpy(np.float32), df["n_tokens"].to_numpy(np.int64), tids,
+                   manifest, src)
+
+
+def merge_shards(frames: list, manifests: list[dict]):
+    """One result from the shards of a multi-process scan: rows back in job order, timing merged.
+
+    ``frames``: each rank's ``to_pandas()`` table with an ``_order`` column (the rows' positions in
+    the whole job, :meth:`rmfast.sweep.dist.Dist.mine`); ``manifests``: each rank's manifest. The merged
+    scan time is the slowest rank's.
+    """
+    import pandas as pd
+
+    df = pd.concat(frames, ignore_index=True).sort_values("_order", kind="stable").reset_index(drop=True)
+    man = dict(manifests[0])
+    scan_s = max(float(m.get("scan_s") or 0) for m in manifests)
+    man.update({"n_candidates": int(len(df)), "scan_s": round(scan_s, 3),
+                "candidates_per_s": round(len(df) / scan_s, 2) if scan_s > 0 else None,
+                "wall_s": max(float(m.get("wall_s") or 0) for m in manifests),
+                "resumed_candidates": sum(int(m.get("resumed_candidates") or 0) for m in manifests),
+                "scored_candidates": sum(int(m.get("scored_candidates") or 0) for m in manifests),
+                "n_nonfinite": sum(int(m.get("n_nonfinite") or 0) for m in manifests),
+                "distributed": {"world": len(frames), "split": "index % world == rank",
+                                "ranks": [{"rank": r, "n": int(len(f)), "scan_s": m.get("scan_s"), "device": m.get("device")}
+                                          for r, (f, m) in enumerate(zip(frames, manifests))]}})
+    if "n_tokens" not in df:
+        return ScanResult(df["token_id"].to_numpy(np.int64), df["score"].to_numpy(np.float32), df["token"].tolist(),
+                          df["text"].tolist(), man)
+    return TextScanResult(df["text"].tolist(), df["score"].to_numpy(np.float32), df["n_tokens"].to_numpy(np.int64),
+                          [list(map(int, t)) for t in df["token_ids"]], man,
+                          df["token_id"].to_numpy(np.int64) if "token_id" in df else None)

@@ -1,0 +1,384 @@
+"""The results store: one directory per sweep, Parquet parts partitioned by model, prompt and candidates.
+
+Layout::
+
+    STORE/
+      store.json                        schema version, config hash, the normalised config
+      manifest.json                     index of the parts: done or not, rows (rebuilt, informational)
+      parts/model=<m>/prompt=<p>/candidates=<c>/
+          part.parquet                  the part's rows
+          part.parquet.json             its manifest; written LAST, so it marks the part finished
+          part.partial.npz              checkpoint of a part in progress (removed when it lands)
+          .part.lock                    held by the process computing the part
+      .store.lock                       held while store.json / manifest.json are written
+
+Every file is written atomically (temp file + rename), a part's Parquet and manifest as a pair
+(:func:`rmfast.io.write_pair`). A part counts as finished only when its manifest exists, names the
+part's key, and its Parquet is there with the manifest's write id: a run killed at any moment
+(``kill -9`` included) leaves either a finished part or none, never half a part, and a rerun
+recomputes exactly the unfinished ones (each part has one fixed file name, so nothing is ever
+written twice). The index ``manifest.json`` is derived from the part manifests and can always be
+rebuilt (:meth:`Store.write_index`).
+
+Several writers may share a store (two sweeps, ``--shard`` jobs): a process computes a part only
+while it holds the part's lock (:meth:`Store.claim`; an OS file lock, released when the process
+dies, so a killed writer never leaves a stale one), and only the lock holder writes or cleans the
+part's folder. store.json and manifest.json are written under the store lock (:meth:`Store.lock`).
+
+Part files hold: token_id (Int64, <NA> for text candidates), token, text, n_tokens, score (float32),
+rank (1 = best within the part), token_ids (the response ids scored). Each part manifest carries
+``model.name`` and ``prompt``, so ``rmfast analyze`` can read ``STORE/parts`` like scan files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..version import __version__
+from ..errors import UserError
+from ..io import WRITE_ID, check_lock, manifest_path, parquet_write_id, write_json, write_pair
+
+SCHEMA_VERSION = 1
+PART_FILE = "part.parquet"
+TIDY_COLUMNS = ["model", "prompt", "token_id", "text", "score", "rank"]
+EXTRA_COLUMNS = ["candidates", "prompt_name", "n_tokens", "token"]
+
+
+@dataclass(frozen=True)
+class PartRef:
+    """One unit of work: a model × prompt × candidate set, and the key of its settings."""
+
+    model: str  # display name
+    model_slug: str
+    prompt_name: str
+    prompt_slug: str
+    prompt: str
+    candidates: str
+    candidates_slug: str
+    key: str  # sha256 of everything that determines the part's rows
+
+    @property
+    def relpath(self) -> str:
+        return f"parts/model={self.model_slug}/prompt={self.prompt_slug}/candidates={self.candidates_slug}"
+
+
+def _read_json(p: Path):
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(a) | set(b), key=str):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += _diff_keys(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+class Store:
+    """A results directory (see the module docstring).
+
+    Example:
+        >>> import tempfile
+        >>> import pandas as pd
+        >>> st = Store(Path(tempfile.mkdtemp()) / "paper_b")
+        >>> part = PartRef("rm", "rm", "best", "best", "Best?", "words", "words", key="k1")
+        >>> st.create("cfg1", {"models": ["rm"]}, [part])
+        >>> st.is_done(part)
+        False
+        >>> _ = st.write_part(part, pd.DataFrame({"token_id": pd.array([5, 7], "Int64"), "token": ["Ġa", "Ġb"],
+        ...                   "text": [" a", " b"], "n_tokens": 1, "score": [0.5, -0.5], "rank": [1, 2]}),
+        ...                   {"model": {"name": "rm"}, "prompt": "Best?"})
+        >>> st.is_done(part), st.check("cfg1", {"models": ["rm"]})
+        (True, 'same')
+        >>> st.load()[["model", "prompt", "token_id", "text", "score", "rank", "candidates"]]
+          model prompt  token_id text  score  rank candidates
+        0    rm  Best?         5    a    0.5     1      words
+        1    rm  Best?         7    b   -0.5     2      words
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def info_path(self) -> Path:
+        return self.root / "store.json"
+
+    @property
+    def index_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def info(self) -> dict | None:
+        info = _read_json(self.info_path)
+        return info if isinstance(info, dict) else None  # valid JSON of another shape is not a store.json
+
+    def check(self, config_hash: str, config: dict, *, force: bool = False, source: str | None = None) -> str:
+        """Whether this directory can hold results of ``config``: "new", "same" or "adopt" (with force).
+
+        Raises UserError for a file, a foreign non-empty folder, or (without force) another config.
+        """
+        r = self.root
+        if r.exists() and not r.is_dir():
+            raise UserError(f"results path {r} is a file; give a directory for the results store")
+        if not r.exists() or not [x for x in r.iterdir() if not ((x.name.startswith(".store.json.") and x.name.endswith(".tmp"))
+                                                                 or x.name == ".store.lock")]:
+            return "new"  # empty, or only the temp file (and lock) of a creation that was killed
+        info = self.info()
+        if info is None:
+            raise UserError(f"{r} exists and is not an rmfast results store (no readable store.json); "
+                            "choose another output directory")
+        if info.get("schema") != SCHEMA_VERSION:
+            raise UserError(f"{r} was written by store schema {info.get('schema')} (this rmfast writes {SCHEMA_VERSION}); "
+                            "use another output directory")
+        if info.get("config_hash") == config_hash:
+            return "same"
+        if force:
+            return "adopt"
+        diff = _diff_keys(info.get("config") or {}, config)
+        what = ", ".join(diff[:4]) + (" …" if len(diff) > 4 else "") if diff else "settings"
+        raise UserError(f"{r} holds results of a different config ({what} differ{'s' if len(diff) == 1 else ''}); "
+                        "use another output directory, or --force to adopt this config (unchanged parts are kept)")
+
+    def create(self, config_hash: str, config: dict, plan: list[PartRef], source: str | None = None) -> None:
+        """Write store.json (atomically) for ``config`` and its parts."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not os.access(self.root, os.W_OK):
+            raise UserError(f"cannot write to {self.root}: permission denied; choose a writable output directory")
+        write_json(self.info_path, {
+            "schema": SCHEMA_VERSION,
+            "rmfast_version": __version__,
+            "config_hash": config_hash,
+            "config_file": source,
+            "config": config,
+            "parts": [asdict(p) for p in plan],
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })
+
+    # ------------------------------------------------------------------ parts
+    def part_path(self, part: PartRef) -> Path:
+        return self.root / part.relpath / PART_FILE
+
+    def checkpoint_path(self, part: PartRef) -> Path:
+        return self.root / part.relpath / "part.partial.npz"
+
+    def part_manifest(self, part: PartRef) -> dict | None:
+        return _read_json(manifest_path(self.part_path(part)))
+
+    def done_manifest(self, part: PartRef) -> dict | None:
+        """The manifest of a finished part (its key, its Parquet with the same write id), else None."""
+        m = self.part_manifest(part)
+        if not m or m.get("key") != part.key or not self.part_path(part).is_file():
+            return None
+        try:
+            return m if m.get(WRITE_ID) == parquet_write_id(self.part_path(part)) else None
+        except Exception:  # an unreadable Parquet is not a finished part
+            return None
+
+    def is_done(self, part: PartRef) -> bool:
+        return self.done_manifest(part) is not None
+
+    def write_part(self, part: PartRef, df, manifest: dict) -> Path:
+        """The part's Parquet and the manifest that marks it finished, as a pair (:func:`rmfast.io.write_pair`)."""
+        p = self.part_path(part)
+        write_pair(p, df, {**manifest, "key": part.key, "rows": int(len(df)), "schema": SCHEMA_VERSION})
+        return p
+
+    # ------------------------------------------------------------------ writers
+    @contextlib.contextmanager
+    def claim(self, part: PartRef, *, wait: bool = False):
+        """Hold the part's lock while computing it: yields True when this process holds it, False when
+        another writer does (with ``wait``, blocks until that one finishes or dies).
+
+        The lock file stays (removing it would let a third writer lock a fresh file while a second
+        waits on the old one).
+        """
+        from filelock import FileLock, Timeout
+
+        d = self.root / part.relpath
+        check_lock(d / ".part.lock", "remove it (no rmfast job holds it) or choose another store")
+        d.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(d / ".part.lock"))
+        try:
+            lock.acquire(timeout=-1 if wait else 0)
+        except Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold the store lock (blocking) while writing store.json or manifest.json, or cleaning their temps."""
+        from filelock import FileLock
+
+        check_lock(self.root / ".store.lock", "remove it (no rmfast job holds it) or choose another store")
+        self.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.root / ".store.lock")):
+            yield
+
+    def clean_temp(self, part: PartRef) -> int:
+        """Remove temp files a killed writer left in the part's folder. Call only while holding the
+        part's :meth:`claim`: its holder is the only process that writes there."""
+        n = 0
+        for t in (self.root / part.relpath).glob(".part.*.tmp"):
+            t.unlink(missing_ok=True)
+            n += 1
+        return n
+
+    def clean_root_temp(self) -> None:
+        """Remove temp files of store.json / manifest.json left by a killed writer (hold :meth:`lock`)."""
+        for t in list(self.root.glob(".store.json.*.tmp")) + list(self.root.glob(".manifest.json.*.tmp")):
+            t.unlink(missing_ok=True)
+
+    def remove_stale(self, keep: set[str]) -> list[str]:
+        """Delete part folders whose relpath is not in ``keep`` (after --force adopted a new config)."""
+        removed = []
+        parts = self.root / "parts"
+        if not parts.is_dir():
+            return removed
+        for m in sorted(parts.glob("model=*/prompt=*/candidates=*")):
+            rel = m.relative_to(self.root).as_posix()
+            if rel not in keep:
+                shutil.rmtree(m, ignore_errors=True)
+                removed.append(rel)
+        for d in sorted(parts.glob("**/"), key=lambda x: -len(x.parts)):  # prune empty folders
+            if d != parts and d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        return removed
+
+    # ------------------------------------------------------------------ index
+    def status(self, plan: list[PartRef]) -> list[dict]:
+        out = []
+        for part in plan:
+            m = self.done_manifest(part) or {}
+            done = bool(m)
+            out.append({"model": part.model, "prompt_name": part.prompt_name, "prompt": part.prompt,
+                        "candidates": part.candidates, "path": part.relpath + "/" + PART_FILE, "done": done,
+                        "rows": m.get("rows") if done else None, "rank": m.get("rank") if done else None,
+                        "wall_s": m.get("wall_s") if done else None})
+        return out
+
+    def write_index(self, plan: list[PartRef], config_hash: str) -> dict:
+        st = self.status(plan)
+        idx = {
+            "schema": SCHEMA_VERSION,
+            "config_hash": config_hash,
+            "complete": all(s["done"] for s in st),
+            "n_parts": len(st),
+            "n_done": sum(s["done"] for s in st),
+            "rows": int(sum(s["rows"] or 0 for s in st)),
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "parts": st,
+        }
+        write_json(self.index_path, idx)
+        return idx
+
+    def plan(self) -> list[PartRef]:
+        """The parts of the config recorded in store.json (what the store is meant to hold)."""
+        info = self.info()
+        if info is None:
+            raise UserError(f"{self.root} is not an rmfast results store (no readable store.json)")
+        try:
+            return [PartRef(**p) for p in info.get("parts", [])]
+        except TypeError:  # a hand-edited or foreign store.json: fields missing or unknown
+            raise UserError(f"{self.info_path} is malformed (its parts do not match this rmfast version); "
+                            "rerun the sweep into a new --out") from None
+
+    def missing(self, plan: list[PartRef] | None = None) -> list[tuple[PartRef, str]]:
+        """The parts of the config that the store does not hold, each with why, in words: a part never
+        computed (or still in progress), or one whose manifest is there without its Parquet (deleted,
+        or replaced by another file) — exporting "what is there" would silently leave either out."""
+        out = []
+        for part in self.plan() if plan is None else plan:
+            if self.is_done(part):
+                continue
+            if self.part_manifest(part) is None:
+                why = "not computed"
+            elif not self.part_path(part).is_file():
+                why = f"{PART_FILE} missing"
+            else:
+                why = f"{PART_FILE} does not match its manifest"
+            out.append((part, why))
+        return out
+
+    def missing_text(self, missing: list[tuple[PartRef, str]], n_parts: int, shown: int = 3) -> str:
+        """One line naming the missing parts (the first ``shown`` of them, then how many more)."""
+        names = [f"{part.relpath} ({why})" for part, why in missing[:shown]]
+        more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
+        return f"{len(missing)} of {n_parts} parts of {self.root} are missing: {', '.join(names)}{more}"
+
+    # ------------------------------------------------------------------ loading
+    def load(self, *, token_ids: bool = False, complete: bool = False):
+        """One tidy DataFrame of every finished part.
+
+        Columns: model, prompt, token_id (Int64; <NA> for text candidates), text, score, rank
+        (within model × prompt × candidates), then candidates, prompt_name, n_tokens, token
+        (and token_ids if asked). Parts are in config order; rows in each part's order.
+
+        Args:
+            token_ids: also return the response ids scored (a list column).
+            complete: raise UserError (before reading any part) if any part of the config is missing
+                (:meth:`missing`); else the missing parts are left out.
+        """
+        import pandas as pd
+
+        plan = self.plan()
+        if complete and (missing := self.missing(plan)):  # before reading any part
+            raise UserError(f"{self.missing_text(missing, len(plan))}; rerun the sweep to finish them")
+        frames = []
+        for part in plan:
+            m = self.done_manifest(part)
+            if m is None:
+                continue
+            try:
+                df = pd.read_parquet(self.part_path(part))
+            except Exception as e:
+                raise UserError(f"cannot read {self.part_path(part)} ({type(e).__name__}); delete it and rerun the sweep") from None
+            if len(df) != m.get("rows"):
+                raise UserError(f"{self.part_path(part)} holds {len(df)} rows but its manifest says {m.get('rows')}; "
+                                "delete the part folder and rerun the sweep")
+            df.insert(0, "model", part.model)
+            df.insert(1, "prompt", part.prompt)
+            df["candidates"] = part.candidates
+            df["prompt_name"] = part.prompt_name
+            frames.append(df)
+        cols = TIDY_COLUMNS + EXTRA_COLUMNS + (["token_ids"] if token_ids else [])
+        if not frames:
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+        df = pd.concat(frames, ignore_index=True)
+        df["token_id"] = df["token_id"].astype("Int64")
+        df["score"] = df["score"].astype(np.float32)
+        df["rank"] = df["rank"].astype("Int64" if df["rank"].isna().any() else np.int64)  # <NA>: a NaN score
+        df["n_tokens"] = df["n_tokens"].astype(np.int64)
+        df["token"] = df["token"].astype("str")  # missing (text candidates) stays missing
+        key = ["model", "prompt", "candidates"]
+        has_id = df["token_id"].notna()
+        dup = (df[has_id].duplicated(key + ["token_id"]).sum()
+               + df[~has_id].duplicated(key + ["text"]).sum())
+        if dup:
+            raise UserError(f"{int(dup)} duplicated rows in {self.root}; the store is corrupt")
+        return df[cols]
+
+
+def load_results(path: str | os.PathLike, **kw):
+    """The tidy DataFrame of a results store (see :meth:`Store.load`)."""
+    st = Store(path)
+    if not st.info_path.is_file():
+        raise UserError(f"{path} is not an rmfast results store (no store.json); give the sweep's output directory")
+    return st.load(**kw)
