@@ -172,9 +172,18 @@ def test_bootstrap_replicate_is_the_resample_and_seeded(tmp_path):
     sh = (sim._shifts(open_states(a), ["0"], al.rows[0]), sim._shifts(open_states(b), ["4"], al.rows[1]))
     got = sim._variant_values(open_states(a), open_states(b), al.rows[0], al.rows[1], ["0"], ["4"],
                               [("boot", 0)], seed=3, chunk_rows=11, shifts=sh)[("boot", 0)][("0", "4")]
-    want = gram_measures(xs[0][idx].astype("float32"), ys[0][idx].astype("float32"))
-    for m in MEASURES:
+    xr = xs[0][idx].astype("float32").astype("float64")  # (n, p) resampled, as stored
+    yr = ys[0][idx].astype("float32").astype("float64")  # (n, q)
+    want = gram_measures(xr, yr)
+    for m in ("cka", "rv", "cka_debiased"):
         assert _close(got[m], want[m], 1e-9), m
+    # RV2 of a resample: the centred Grams with every pair of copies of one candidate left out
+    K = (xr - xr.mean(0)) @ (xr - xr.mean(0)).T  # (n, n)
+    L = (yr - yr.mean(0)) @ (yr - yr.mean(0)).T
+    keep = idx[:, None] != idx[None, :]  # (n, n) False on the diagonal and on copy pairs
+    rv2 = (K * L)[keep].sum() / math.sqrt((K * K)[keep].sum() * (L * L)[keep].sum())
+    assert _close(got["rv2"], rv2, 1e-9)
+    assert not _close(got["rv2"], want["rv2"], 1e-6)  # the duplicates would count otherwise
 
 
 def test_permutation_p_value_uniformish_for_unrelated(tmp_path):

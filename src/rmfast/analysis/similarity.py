@@ -43,7 +43,10 @@ per pair: O(p² + q² + pq) memory whatever n is. Rows are shifted by the mean o
 uncentred sums from cancelling catastrophically when states have a large common offset.
 A bootstrap replicate is the same accumulation with multinomial row weights (each sum
 weighted by the copy count, n → Σw), which equals the definitions applied to the
-resampled rows, duplicates included. A permutation replicate pairs row i of X with row
+resampled rows, duplicates included; for RV2 the resample's rows are first centred by its
+own mean (a cheap O(n·d) first read) and every pair of copies of one candidate is left out,
+Σ_i w_i² a_i b_i in place of D (copies of a candidate are the resample's analogue of the
+diagonal; counting them as distinct items inflates RV2 the way the diagonal inflates RV). A permutation replicate pairs row i of X with row
 π(i) of Y; only the cross terms change.
 
 Chance level (Josse, Pagès & Husson 2008): under row permutation E[RV] = √(β_x β_y)/(n−1),
@@ -130,6 +133,7 @@ class _Side:
     r1: float  # Σ w r
     r2: float  # Σ w r²
     rz: np.ndarray  # (p,) Σ w r z
+    q2: float = 0.0  # Σ w² r² (bootstrap, rows centred exactly: Σ over copy pairs of K_ij²)
 
     @classmethod
     def zeros(cls, p: int) -> "_Side":
@@ -145,6 +149,8 @@ class _Side:
         self.r1 += float(rw.sum())
         self.r2 += float(rw @ r)
         self.rz += rw @ Z
+        if w is not None:
+            self.q2 += float((rw * w) @ r)
 
 
 @dataclass
@@ -155,6 +161,7 @@ class _Cross:
     rt: float  # Σ r t
     rw: np.ndarray  # (q,) Σ r w
     tz: np.ndarray  # (p,) Σ t z
+    q2: float = 0.0  # Σ w² r t (bootstrap, rows centred exactly)
 
     @classmethod
     def zeros(cls, p: int, q: int) -> "_Cross":
@@ -169,6 +176,8 @@ class _Cross:
         self.rt += float(rw @ t)
         self.rw += rw @ W
         self.tz += tw @ Z
+        if w is not None:
+            self.q2 += float((rw * w) @ t)
 
 
 @dataclass
@@ -178,6 +187,7 @@ class _Centred:
     A: float  # Σ a_i = tr K
     T: float  # ‖Xc'Xc‖²_F = tr K²
     D: float  # Σ a_i²
+    Dw: float = math.nan  # Σ w_i² a_i² (bootstrap: every copy pair of a candidate)
 
 
 def _centre(side: _Side) -> _Centred:
@@ -187,11 +197,16 @@ def _centre(side: _Side) -> _Centred:
     Sc = side.S - n * np.outer(m, m)  # (p, p) Xc'Xc
     D = (side.r2 - 4.0 * float(side.rz @ m) + 4.0 * float(m @ side.S @ m)
          + 2.0 * cm * side.r1 - 3.0 * n * cm * cm)
-    return _Centred(m, cm, float(np.trace(Sc)), float((Sc * Sc).sum()), D)
+    return _Centred(m, cm, float(np.trace(Sc)), float((Sc * Sc).sum()), D, side.q2)
 
 
-def _finish(n: float, x: _Centred, y: _Centred, sx: _Side, sy: _Side, c: _Cross) -> dict:
-    """The measures (and rv_null_mean) from the accumulated sums; formulas in the module doc."""
+def _finish(n: float, x: _Centred, y: _Centred, sx: _Side, sy: _Side, c: _Cross,
+            copies: bool = False) -> dict:
+    """The measures (and rv_null_mean) from the accumulated sums; formulas in the module doc.
+
+    ``copies`` (a bootstrap resample, rows centred by its exact mean): RV2 leaves out every
+    pair of copies of one candidate, not only the diagonal (Σ w_i² a_i b_i instead of D).
+    """
     C = c.S - n * np.outer(x.m, y.m)  # (p, q) Xc'Yc
     T = float((C * C).sum())
     D = (c.rt - 2.0 * float(c.rw @ y.m) - 2.0 * float(c.tz @ x.m) + 4.0 * float(x.m @ c.S @ y.m)
@@ -204,7 +219,8 @@ def _finish(n: float, x: _Centred, y: _Centred, sx: _Side, sy: _Side, c: _Cross)
         return t - n / (n - 2) * d + a * b / ((n - 1) * (n - 2))
 
     rv = ratio(T, x.T, y.T)
-    out = {"cka": rv, "rv": rv, "rv2": ratio(T - D, x.T - x.D, y.T - y.D),
+    out = {"cka": rv, "rv": rv,
+           "rv2": ratio(T - c.q2, x.T - x.Dw, y.T - y.Dw) if copies else ratio(T - D, x.T - x.D, y.T - y.D),
            "cka_debiased": ratio(h(T, D, x.A, y.A), h(x.T, x.D, x.A, x.A), h(y.T, y.D, y.A, y.A))
            if n > 3 else math.nan}
     bx = x.A ** 2 / x.T if x.T > 0 else math.nan
@@ -372,6 +388,17 @@ def _variant_values(a, b, ra, rb, la, lb, variants, *, seed, chunk_rows, shifts)
             perms[v] = np.random.default_rng([seed, 1, v[1]]).permutation(n)
     sides = {v: ({l: _Side.zeros(p) for l in la}, {l: _Side.zeros(q) for l in lb})
              for v in variants if v not in perms}
+    # a resample's own mean, per layer, from a cheap first read (O(n·d) per replicate), so its rows
+    # are centred exactly and RV2 can leave out the pairs of copies (Σ w_i² a_i b_i)
+    means: dict = {v: ({l: np.zeros(p) for l in la}, {l: np.zeros(q) for l in lb}) for v in weights}
+    if weights:
+        for lo in range(0, n, chunk_rows):
+            hi = min(n, lo + chunk_rows)
+            for side, s, rows, ls in ((0, a, ra, la), (1, b, rb, lb)):
+                for l in ls:
+                    Z = _read(s, l, rows[lo:hi], shifts[side][l])[0]  # (c, d)
+                    for v in weights:
+                        means[v][side][l] += weights[v][lo:hi] @ Z / n
     cross = {v: {(x, y): _Cross.zeros(p, q) for x in la for y in lb} for v in variants}
     for lo in range(0, n, chunk_rows):
         hi = min(n, lo + chunk_rows)
@@ -379,8 +406,16 @@ def _variant_values(a, b, ra, rb, la, lb, variants, *, seed, chunk_rows, shifts)
         Y = {l: _read(b, l, rb[lo:hi], shifts[1][l]) for l in lb}
         for v in variants:
             w = weights[v][lo:hi] if v in weights else None
+            Xv = X
             if v in perms:
                 Yv = {l: _read(b, l, rb[perms[v][lo:hi]], shifts[1][l]) for l in lb}
+            elif v in weights:
+                Xv = {l: _recentre(X[l][0], means[v][0][l]) for l in la}
+                Yv = {l: _recentre(Y[l][0], means[v][1][l]) for l in lb}
+                for l in la:
+                    sides[v][0][l].add(*Xv[l], w)
+                for l in lb:
+                    sides[v][1][l].add(*Yv[l], w)
             else:
                 Yv = Y
                 for l in la:
@@ -388,15 +423,21 @@ def _variant_values(a, b, ra, rb, la, lb, variants, *, seed, chunk_rows, shifts)
                 for l in lb:
                     sides[v][1][l].add(*Y[l], w)
             for (x, y), acc in cross[v].items():
-                acc.add(X[x][0], X[x][1], Yv[y][0], Yv[y][1], w)
+                acc.add(Xv[x][0], Xv[x][1], Yv[y][0], Yv[y][1], w)
     out = {}
     for v in variants:
         sa, sb = sides["obs" if v in perms else v]
         ca = {l: _centre(sa[l]) for l in la}
         cb = {l: _centre(sb[l]) for l in lb}
         nv = sa[la[0]].n
-        out[v] = {(x, y): _finish(nv, ca[x], cb[y], sa[x], sb[y], acc) for (x, y), acc in cross[v].items()}
+        out[v] = {(x, y): _finish(nv, ca[x], cb[y], sa[x], sb[y], acc, copies=v in weights)
+                  for (x, y), acc in cross[v].items()}
     return out
+
+
+def _recentre(Z: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    Zc = Z - m  # (c, d)
+    return Zc, (Zc * Zc).sum(1)
 
 
 def _shifts(s: StatesSet, layers, rows) -> dict[str, np.ndarray]:
@@ -517,8 +558,9 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
             f"{worst['layer_b']}): plain RV and CKA are inflated here; read rv2 and cka_debiased")
     if bootstrap:
         res.notes.append(f"{level:.0%} bootstrap percentile intervals over candidates ({bootstrap} replicates, "
-                         f"seed {seed}); RV2 and debiased CKA of a resample count a duplicated candidate's "
-                         "copies as distinct items, which biases them slightly upward")
+                         f"seed {seed}); a resample's RV2 leaves out the pairs of copies of a candidate; its CKA, RV "
+                         "and debiased CKA count copies as distinct items, which shifts their intervals upward "
+                         "(by about rv_null_mean for CKA/RV; docs/representations.md)")
     if permutations:
         res.notes.append(f"p_<measure>: {permutations} permutations of B's rows (seed {seed}); "
                          f"smallest possible p = {1 / (1 + permutations):.3g}")
