@@ -301,3 +301,21 @@ def test_cli(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no layer 'nope'" in r.stderr
     r = _cli(a)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_cli_three_sets_rsa(tmp_path):
+    rng = np.random.default_rng(12)
+    base = rng.normal(size=(50, 4))
+    paths = [write_states(tmp_path / m, np.arange(50), {"last": base + rng.normal(size=(50, 4))},
+                          scan={"model": f"org/{m}"}) for m in ("m1", "m2", "m3", "m4")]
+    meta = tmp_path / "meta.csv"
+    pd.DataFrame({"name": [f"org/m{i}" for i in range(1, 5)], "base_model": ["A 1", "A 1", "B 1", "B 1"]}
+                 ).to_csv(meta, index=False)
+    out = tmp_path / "rsa.csv"
+    r = _cli(*paths, "--metadata", meta, "--table", "rsa", "--out", out, "--n-perm", "100")
+    assert r.returncode == 0, r.stderr
+    t = pd.read_csv(out)
+    assert set(t["predictor"]) >= {"same_base_family"} and (t["n_models"] == 4).all()
+    assert "does not license" in r.stderr
+    r = _cli(*paths, "--layers-a", "0,last")
+    assert r.returncode == 2 and "one layer" in r.stderr

@@ -21,6 +21,9 @@ Examples::
 ``similarity A B`` compares two sets of hidden states (scans written with ``--states``, or
 states folders; docs/representations.md): layer × layer CKA, debiased CKA, RV and RV2 with
 bootstrap intervals and permutation p-values, one row per layer pair, to stdout or ``--out``.
+With three or more sets, ``similarity A B C ... --metadata FILE`` gives the models × models
+table at one layer (``--layers-a``, default last) and, with ``--table rsa``, its RSA with the
+metadata predictors (permutation over models, ``--n-perm``).
 
 ``trajectory`` reads checkpoint tables instead (paper B's rank_results_*.csv, long CSVs with
 step, token, score or rank, or scans of checkpoints named checkpoint-N) and writes every table
@@ -261,17 +264,34 @@ def _run_trajectory(args) -> int:
 
 def _run_similarity(args) -> int:
     """``rmfast analyze similarity A B``: layer × layer similarity of two state sets."""
-    from ..analysis.similarity import similarity
+    from ..analysis.similarity import representation_agreement, similarity
 
-    if len(args.inputs or []) != 2:
-        raise UserError(f"similarity compares two state sets: give A and B (scans with a states folder "
-                        f"beside them, or states folders), got {len(args.inputs or [])}")
-    res = similarity(*args.inputs, layers_a=args.layers_a, layers_b=args.layers_b,
-                     bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
-                     join=args.join or "auto")
+    inputs = args.inputs or []
+    if len(inputs) < 2:
+        raise UserError(f"similarity compares state sets: give A and B (scans with a states folder "
+                        f"beside them, or states folders), got {len(inputs)}")
+    if len(inputs) == 2:
+        res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
+                         bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
+                         join=args.join or "auto")
+    else:  # three or more: the models × models matrix at one layer, and its RSA with --metadata
+        layer = args.layers_a or "last"
+        if "," in layer or args.layers_b:
+            raise UserError("with three or more state sets give one layer, as --layers-a LAYER")
+        from ..states import open_states
+
+        sets = {}
+        for p in inputs:
+            s = open_states(p)
+            if s.name in sets:
+                raise UserError(f"two state sets are both named {s.name!r} (manifest scan.model); "
+                                "compare them as A B instead")
+            sets[s.name] = s
+        res = representation_agreement(sets, layer=layer, metadata=args.metadata, n_perm=args.n_perm,
+                                       seed=args.seed, join=args.join or "auto")
     _report_drops(res)
     tables = res.tables()
-    name = args.table or "pairs"
+    name = args.table or next(iter(tables))
     if name not in tables:
         raise UserError(f"similarity has no table {name!r}; choose one of {list(tables)}")
     if args.out:
