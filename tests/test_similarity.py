@@ -148,6 +148,10 @@ def test_bfloat16_states_read_exactly(tmp_path):
     s = open_states(a)
     want = torch.tensor(xs[0], dtype=torch.float32).to(torch.bfloat16).float().numpy()
     assert np.array_equal(s.take("0", np.arange(s.n)), want)
+    # a torch bfloat16 tensor written as is gives the same bits
+    write_states(tmp_path / "t", np.arange(len(want)), {"0": torch.tensor(want).to(torch.bfloat16)},
+                 dtype="bfloat16")
+    assert np.array_equal(open_states(tmp_path / "t").take("0", np.arange(len(want))), want)
     got = similarity(a, b, layers_a="0", layers_b="4", bootstrap=0, permutations=0).pairs.iloc[0]
     ywant = torch.tensor(ys[0], dtype=torch.float32).to(torch.bfloat16).float().numpy()
     assert _close(got["rv2"], gram_measures(want, ywant)["rv2"])
@@ -231,6 +235,11 @@ def test_text_join_dedupes_and_counts(tmp_path):
     ib = [tb.index(t) for t in "abcdef"]
     want = gram_measures(XA[ia].astype("float32"), XB[ib].astype("float32"))
     assert _close(res.pairs.iloc[0]["rv2"], want["rv2"])
+    # the id join with strings on one side only compares ids (here: A's states folder, no Parquet)
+    (tmp_path / "B2.states").mkdir()
+    write_states(tmp_path / "B2.states", np.arange(8)[::-1], {"last": XA[::-1]})
+    al = align([open_states(tmp_path / "A.parquet"), open_states(tmp_path / "B2.states")], "id")
+    assert al.n == 8 and (al.rows[1] == 7 - al.rows[0]).all()
     # id join across tokenizers: ids 0..7 vs 100..108 share nothing
     with pytest.raises(UserError, match="share no candidates"):
         similarity(tmp_path / "A.parquet", tmp_path / "B.parquet", join="id", bootstrap=0, permutations=0)

@@ -282,10 +282,14 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
     if key not in KEYS:
         raise UserError(f"key {key!r}; one of {KEYS}")
     folder = Path(folder)
-    keys_t = torch.as_tensor(np.asarray(keys), dtype=torch.int64)  # (n,)
+    keys_t = torch.as_tensor(np.ascontiguousarray(keys, dtype=np.int64))  # (n,)
     n = len(keys_t)
-    mats = {name: torch.as_tensor(np.asarray(v, dtype=np.float32)).to(getattr(torch, dtype))
-            for name, v in layers.items()}  # name -> (n, d)
+    def as_tensor(v):  # numpy or torch (any float dtype, bfloat16 included) -> (n, d) in ``dtype``
+        if isinstance(v, torch.Tensor):
+            return v.detach().cpu().to(getattr(torch, dtype)).contiguous()
+        return torch.as_tensor(np.ascontiguousarray(v, dtype=np.float32)).to(getattr(torch, dtype))
+
+    mats = {name: as_tensor(v) for name, v in layers.items()}  # name -> (n, d)
     dims = {tuple(m.shape) for m in mats.values()}
     if len(dims) != 1 or next(iter(dims))[0] != n or len(next(iter(dims))) != 2:
         raise UserError(f"every layer must be (n={n}, d); got {sorted(dims)}")

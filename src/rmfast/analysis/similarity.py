@@ -315,16 +315,16 @@ def align(sets: Sequence[StatesSet], join: str = "auto", names: Sequence[str] | 
         ids = all(s.key == "token_id" for s in sets) and _tokenizers_agree(sets)
         join = "id" if ids else "text"
     keyed = []
-    for s in sets:
+    all_texts = [s.texts() for s in sets]  # (n,) object arrays, or None without a scan Parquet
+    with_text = all(t is not None for t in all_texts)  # the id join checks strings only if all have them
+    for s, texts in zip(sets, all_texts):
         if join == "id":
             if s.key != "token_id":
                 raise UserError(f"{s.path}: keyed by scan row, not token id; use the text join "
                                 "(--join text) with the scan Parquet beside the states")
-            texts = s.texts()
-            k = (pd.Index(s.keys) if texts is None else
+            k = (pd.Index(s.keys) if not with_text else
                  pd.Index(pd.Series(s.keys).astype(str).to_numpy(dtype=object) + ":" + texts.astype(str)))
         else:
-            texts = s.texts()
             if texts is None:
                 raise UserError(f"{s.path}: the text join needs the decoded strings: give the scan "
                                 "Parquet (with the states folder beside it), or use --join id")
