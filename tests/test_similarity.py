@@ -41,6 +41,46 @@ def test_streaming_equals_gram_definitions(n, p, q):
         assert _close(getattr(got, m), want[m]), (m, getattr(got, m), want[m])
 
 
+@pytest.mark.parametrize("shift_rows", [1, 3, 17])
+def test_closed_form_corrections_with_mean_unknown_in_advance(shift_rows):
+    # the shift is the mean of the first rows only, and the data drift, so the running mean m
+    # is far from 0 and every term of the expansion of D (module docstring) matters
+    X, Y = _data(45, 6, 5, seed=21)
+    drift = np.linspace(0, 30, 45)[:, None]  # (n, 1)
+    got = measures(X + drift, Y - 2 * drift ** 1.5 / 30, chunk_rows=8, shift_rows=shift_rows)
+    want = gram_measures(X + drift, Y - 2 * drift ** 1.5 / 30)
+    for m in MEASURES:
+        assert _close(getattr(got, m), want[m]), (m, getattr(got, m), want[m])
+
+
+def _feature_space(X, Y):
+    """RV2 and debiased CKA from exactly centred features (O(n·d²)): for n too large for n × n."""
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    n = len(X)
+    a, b = (Xc * Xc).sum(1), (Yc * Yc).sum(1)  # (n,) diagonals of the centred Grams
+    T = {k: np.linalg.norm(u.T @ v) ** 2 for k, (u, v) in {"xy": (Xc, Yc), "xx": (Xc, Xc), "yy": (Yc, Yc)}.items()}
+    D = {"xy": a @ b, "xx": a @ a, "yy": b @ b}
+    A = {"xy": a.sum() * b.sum(), "xx": a.sum() ** 2, "yy": b.sum() ** 2}
+    h = {k: T[k] - n / (n - 2) * D[k] + A[k] / ((n - 1) * (n - 2)) for k in T}
+    return {"rv2": (T["xy"] - D["xy"]) / math.sqrt((T["xx"] - D["xx"]) * (T["yy"] - D["yy"])),
+            "cka_debiased": h["xy"] / math.sqrt(h["xx"] * h["yy"]),
+            "cka": T["xy"] / math.sqrt(T["xx"] * T["yy"])}
+
+
+def test_files_beyond_the_shift_rows(tmp_path):
+    # more rows than the 1,024 the shift is taken from, drifting: the file path's expansion
+    n = 2600
+    X, Y = _data(n, 9, 7, seed=22)
+    drift = np.linspace(0, 40, n)[:, None]
+    X, Y = (X + drift).astype("float32"), (Y - drift).astype("float32")
+    write_states(tmp_path / "a", np.arange(n), {"l": X}, shard_rows=1000)
+    write_states(tmp_path / "b", np.arange(n)[::-1], {"l": Y[::-1]}, shard_rows=700)
+    row = similarity(tmp_path / "a", tmp_path / "b", bootstrap=0, permutations=0, chunk_rows=333).pairs.iloc[0]
+    want = _feature_space(X.astype("float64"), Y.astype("float64"))
+    for m, v in want.items():
+        assert _close(row[m], v), (m, row[m], v)
+
+
 def test_debiased_hsic_matches_kornblith_feature_space_formula():
     # an independent second derivation: Kornblith's feature_space_linear_cka(debiased=True)
     X, Y = _data(30, 6, 4, seed=3)

@@ -241,10 +241,11 @@ class Measures:
     rv_null_mean: float
 
 
-def measures(X, Y, *, chunk_rows: int | None = 4096) -> Measures:
+def measures(X, Y, *, chunk_rows: int | None = 4096, shift_rows: int = SHIFT_ROWS) -> Measures:
     """The measures of two in-memory row-aligned arrays, by the same streaming sums as files.
 
-    X: (n, p), Y: (n, q) (numpy or torch, any float dtype); ``chunk_rows``: rows per step.
+    X: (n, p), Y: (n, q) (numpy or torch, any float dtype); ``chunk_rows``: rows per step;
+    ``shift_rows``: the rows whose mean is subtracted first (any choice gives the same measures).
 
     >>> X = np.random.default_rng(1).normal(size=(50, 4))
     >>> round(measures(X, 3 * X @ np.linalg.qr(np.ones((4, 4)) + np.eye(4))[0]).rv2, 12)
@@ -256,7 +257,9 @@ def measures(X, Y, *, chunk_rows: int | None = 4096) -> Measures:
         raise UserError(f"X and Y must be (n, p) and (n, q) with the same n; got {X.shape}, {Y.shape}")
     n = len(X)
     _check_n(n)
-    shx, shy = X[:SHIFT_ROWS].mean(0), Y[:SHIFT_ROWS].mean(0)  # (p,), (q,)
+    if shift_rows < 1:
+        raise UserError(f"shift_rows={shift_rows}; give at least 1")
+    shx, shy = X[:shift_rows].mean(0), Y[:shift_rows].mean(0)  # (p,), (q,)
     sx, sy, c = _Side.zeros(X.shape[1]), _Side.zeros(Y.shape[1]), _Cross.zeros(X.shape[1], Y.shape[1])
     step = chunk_rows or n
     for lo in range(0, n, step):
