@@ -228,6 +228,13 @@ def test_bootstrap_replicate_is_the_resample_and_seeded(tmp_path):
     rv2 = (K * L)[keep].sum() / math.sqrt((K * K)[keep].sum() * (L * L)[keep].sum())
     assert _close(got["rv2"], rv2, 1e-9)
     assert not _close(got["rv2"], want["rv2"], 1e-6)  # the duplicates would count otherwise
+    # permutation 0 by hand: row i of A against row perm[i] of B
+    perm = np.random.default_rng([3, 1, 0]).permutation(n)
+    got = sim._variant_values(open_states(a), open_states(b), al.rows[0], al.rows[1], ["0"], ["4"],
+                              ["obs", ("perm", 0)], seed=3, chunk_rows=11, shifts=sh)[("perm", 0)][("0", "4")]
+    want = gram_measures(xs[0].astype("float32"), ys[0][perm].astype("float32"))
+    for m in MEASURES:
+        assert _close(got[m], want[m], 1e-9), m
 
 
 def test_permutation_p_value_uniformish_for_unrelated(tmp_path):
