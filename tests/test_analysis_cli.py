@@ -41,7 +41,8 @@ def test_register_adds_subcommands_with_func():
     args = parser.parse_args(["report", "d", "--out", "r.html"])
     assert args.func.__name__ == "run_report"
     assert set(ANALYSES) == {"distributions", "agreement", "sentiment", "exposure",
-                             "best-worst", "human", "categories", "extremes", "trajectory"}
+                             "best-worst", "human", "categories", "extremes", "trajectory",
+                             "similarity"}
 
 
 def test_analyze_writes_csv_and_prints(tmp_path, capsys):

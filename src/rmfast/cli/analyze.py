@@ -30,6 +30,13 @@ note, and a skipped file that would drop a model is an error unless --allow-skip
     rmfast analyze categories dict_MFD_20/ --dictionary mfd2.0.dicx --method paper
         --table summaries
 
+``similarity A B`` compares two sets of hidden states (scans written with ``--states``, or
+states folders; docs/representations.md): layer × layer CKA, debiased CKA, RV and RV2 with
+bootstrap intervals and permutation p-values, one row per layer pair, to stdout or ``--out``.
+With three or more sets, ``similarity A B C ... --metadata FILE`` gives the models × models
+table at one layer (``--layers-a``, default last) and, with ``--table rsa``, its RSA with the
+metadata predictors (permutation over models, ``--n-perm``).
+
 ``trajectory`` reads checkpoint tables instead (paper B's rank_results_*.csv, long CSVs with
 step, token, score or rank, or scans of checkpoints named checkpoint-N) and writes every table
 (CSV) and figure (PNG) into the folder ``--out``.
@@ -49,7 +56,7 @@ from ..io import check_output, write_csv
 from .common import nonneg_int, positive_int
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
-            "categories", "extremes", "trajectory")
+            "categories", "extremes", "trajectory", "similarity")
 
 
 @dataclass
@@ -135,8 +142,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "if installed)")
     p.add_argument("--frequencies", metavar="FILE", help="word-frequency list (BNC format or "
                    "word,frequency), or 'wordfreq' (report default: the wordfreq package, if installed)")
-    p.add_argument("--join", choices=("text", "id"), default="text",
-                   help="shared vocabulary: decoded text (papers) or token id + text")
+    p.add_argument("--join", choices=("text", "id"), default=None,
+                   help="shared vocabulary: decoded text (papers; the default) or token id + text "
+                   "(similarity's default: token id when both sets come from one tokenizer, else text)")
     p.add_argument("--k", type=positive_int, default=10, help="rows per top/bottom table (default 10)")
     p.add_argument("--best", metavar="PROMPT", help="positive prompt for best-worst")
     p.add_argument("--worst", metavar="PROMPT", help="negative prompt for best-worst")
@@ -186,6 +194,12 @@ def register(subparsers) -> None:
     a.add_argument("--table", help="which table of the result (default: the main one)")
     a.add_argument("--out", metavar="CSV", help="write the table as CSV here")
     a.add_argument("--max-rows", type=positive_int, default=40, help="rows printed (default 40)")
+    a.add_argument("--layers-a", metavar="L,L", help="similarity: layers of A (default all)")
+    a.add_argument("--layers-b", metavar="L,L", help="similarity: layers of B (default all)")
+    a.add_argument("--bootstrap", type=nonneg_int, default=50,
+                   help="similarity: bootstrap replicates for the intervals (default 50; each costs one pass)")
+    a.add_argument("--permutations", type=nonneg_int, default=49,
+                   help="similarity: permutations for the p-values (default 49; each costs one pass)")
     a.set_defaults(func=run_analyze)
 
     r = subparsers.add_parser("report", help="write one self-contained HTML report",
@@ -207,6 +221,7 @@ def _run(name: str, args, scans, human):
     from ..analysis.framing import parse_framing_args
 
     framing = parse_framing_args(args.framing)
+    args.join = args.join or "text"
     sel = {"models": args.models, "prompts": args.prompts}
     std = False if args.no_standardize else None  # None: the method's own default
     method = {"method": args.method} if name in ("agreement", "sentiment", "exposure",
@@ -297,6 +312,47 @@ def _run_trajectory(args) -> int:
     return 0
 
 
+def _run_similarity(args) -> int:
+    """``rmfast analyze similarity A B``: layer × layer similarity of two state sets."""
+    from ..analysis.similarity import representation_agreement, similarity
+
+    inputs = args.inputs or []
+    if len(inputs) < 2:
+        raise UserError(f"similarity compares state sets: give A and B (scans with a states folder "
+                        f"beside them, or states folders), got {len(inputs)}")
+    if len(inputs) == 2:
+        res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
+                         bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
+                         join=args.join or "auto")
+    else:  # three or more: the models × models matrix at one layer, and its RSA with --metadata
+        layer = args.layers_a or "last"
+        if "," in layer or args.layers_b:
+            raise UserError("with three or more state sets give one layer, as --layers-a LAYER")
+        from ..states import open_states
+
+        sets = {}
+        for p in inputs:
+            s = open_states(p)
+            if s.name in sets:
+                raise UserError(f"two state sets are both named {s.name!r} (manifest scan.model); "
+                                "compare them as A B instead")
+            sets[s.name] = s
+        res = representation_agreement(sets, layer=layer, metadata=args.metadata, n_perm=args.n_perm,
+                                       seed=args.seed, join=args.join or "auto")
+    _report_drops(res)
+    tables = res.tables()
+    name = args.table or next(iter(tables))
+    if name not in tables:
+        raise UserError(f"similarity has no table {name!r}; choose one of {list(tables)}")
+    if args.out:
+        write_csv(args.out, tables[name])
+        print(f"rmfast: wrote {len(tables[name]):,} rows of similarity/{name} to {args.out}", file=sys.stderr)
+    else:
+        with pd.option_context("display.width", 200, "display.max_columns", 40):
+            print(tables[name].to_string(max_rows=args.max_rows, index=False))
+    return 0
+
+
 def _check_options(args) -> dict[str, str]:
     """What analyze and report can check before reading any input: the files the options name exist, and
     --framing is PROMPT=positive|negative (returned as a mapping). A report skips a section it cannot
@@ -320,6 +376,8 @@ def run_analyze(args) -> int:
     _check_options(args)
     if args.name == "trajectory":
         return _run_trajectory(args)
+    if args.name == "similarity":
+        return _run_similarity(args)
     data = _inputs(args)
     res = _run(args.name, args, data.scans, data.human)
     if args.name == "human":
@@ -354,7 +412,7 @@ def run_report(args) -> int:
         print(f"rmfast: note: {line}", file=sys.stderr)
     text = build_report(data.scans, human=data.human, metadata=args.metadata, afinn=args.afinn,
                         frequencies=args.frequencies, dictionaries=args.dictionary or (),
-                        join=args.join, k=args.k, n_perm=args.n_perm, best=args.best,
+                        join=args.join or "text", k=args.k, n_perm=args.n_perm, best=args.best,
                         worst=args.worst, framing=framing,
                         title=args.title, source=data.source, scores_source=data.scores_source,
                         human_source=data.human_source, progress=not args.no_progress,
