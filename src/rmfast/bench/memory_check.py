@@ -2,7 +2,7 @@
 
 A batch size the user gives to ``rmfast bench`` (``--batch-size``, ``--hf-batch``, ``--naive-batch``,
 each capped at the number of candidates the run times) is checked against the memory free on the
-device, with the same per-row estimate the scan uses (:func:`rmfast.resolve.row_bytes`): on a CPU an
+device, with the same per-row estimate the scan uses (:func:`rmfast.scoring.memory.row_bytes`): on a CPU an
 oversized batch raises no out-of-memory error to back off from, it swaps the machine or gets the
 process killed after minutes. The message gives the estimate and the largest batch that fits.
 """
@@ -19,7 +19,7 @@ def _gib(n: float) -> str:
 
 def check_batches(cfg, lm, args, device, dflt, available: int | None = None) -> None:
     """UserError when one batch of an explicit bench batch size needs more than the memory a scan may use
-    (:data:`rmfast.resolve.MEM_FRACTION` of what is free; ``available`` overrides the measurement)."""
+    (:data:`rmfast.scoring.memory.MEM_FRACTION` of what is free; ``available`` overrides the measurement)."""
     from ..scoring.memory import MEM_FRACTION, available_memory, row_bytes
     from ..scoring.plan import default_head
     from ..template import build_template

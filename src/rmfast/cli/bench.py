@@ -18,6 +18,7 @@ from ..cpu import say_choice
 from ..errors import UserError
 from ..io import check_output, write_json
 from ..loading.loader import load, resolve_device
+from . import common
 from .common import fraction, int_list, nonneg_int, positive_int
 
 
@@ -80,12 +81,10 @@ def register(subparsers) -> None:
 
 def main(argv=None) -> int:
     """Entry point for ``python benchmarks/bench_scan.py``."""
-    from . import run as run_command
-
     ap = argparse.ArgumentParser(prog="bench_scan.py", description="rmfast vs plain-HF baselines and the GEMM peak")
     add_arguments(ap)
     args = ap.parse_args(argv)
-    return run_command(run, args)
+    return common.run_command(run, args)
 
 
 def run(args) -> int:

@@ -6,11 +6,13 @@ Only the CLI imports this package; the library below it never does.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import sys
 import warnings
 
+from ..errors import UserError
 from ..template import unescape
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -181,3 +183,29 @@ def quiet() -> None:
         hf_logging.set_verbosity_error()
     except Exception:
         pass
+
+
+#: Write failures that are the machine's state, not a bug: the disk or quota is full, the filesystem is
+#: read-only, permission is denied. Met in the middle of any command's writes, they are one line.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def run_command(func, args) -> int:
+    """Run a command: a UserError (or a full disk, read-only or forbidden write) is one line on stderr
+    and exit 2; Ctrl-C is 130."""
+    quiet()
+    try:
+        return int(func(args) or 0)
+    except UserError as e:
+        print(f"rmfast: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        where = f": {e.filename}" if e.filename else ""
+        print(f"rmfast: error: {e.strerror}{where} (free space, fix the permissions, or choose another path)",
+              file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rmfast: interrupted; rerun the same command to resume from the checkpoint", file=sys.stderr)
+        return 130
