@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rmfast.analysis.similarity import (MEASURES, align, gram_measures, measures,
-                                        representation_agreement, similarity)
+from rmfast.analysis.representation_rsa import representation_agreement
+from rmfast.analysis.similarity import MEASURES, align, gram_measures, measures, similarity
 from rmfast.errors import UserError
 from rmfast.states import open_states, write_states
 

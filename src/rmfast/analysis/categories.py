@@ -122,28 +122,8 @@ def _groups(models, group_by, metadata) -> dict[str, str]:
     return {m: str(matched.loc[m, group_by]) for m in models}
 
 
-def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata=None,
-               rank_within: str = "matched", word_agg: str = "mean", measure: str = "median_rank",
-               framing=None, n_perm: int = 10_000, seed: int = 0, mixed: bool = True,
-               models=None, prompts=None, method: str = "rmfast",
-               virtue_vice: str | None = None) -> CategoryResult:
-    """Median rank per dictionary category per model × prompt; group tests; mixed model.
-
-    ``dictionary``: a path (CSV, .dicx, LIWC .dic) or a frame (term, category, wildcard).
-    ``group_by``: "base_family" (metadata, else guessed from the name), another metadata
-    column, or a {model: group} mapping. ``method``: the group test, "rmfast" (default;
-    models are the units) or "paper" (paper B's, over all model × prompt rows, with its
-    ranking; see above). ``virtue_vice``: "merge" MFD-style ``X_Virtue``/``X_Vice`` categories
-    into X, or "keep" them (default: merge for ``method="paper"``, keep for rmfast).
-
-    >>> words = ["kind", "warm", "bold", "brave"]
-    >>> dic = pd.DataFrame({"term": words, "category": ["C", "C", "A", "A"], "wildcard": False})
-    >>> d = pd.DataFrame({"model": "m", "prompt": "best?", "text": words,
-    ...                   "score": [4.0, 3.0, 2.0, 1.0]})
-    >>> med = categories(d, dic, mixed=False).medians
-    >>> sorted(med.set_index("category")["median_rank"].items())
-    [('A', 3.5), ('C', 1.5)]
-    """
+def _check_options(rank_within, word_agg, method, virtue_vice, measure) -> str:
+    """Validate :func:`categories`' options; returns ``virtue_vice`` with its default filled in."""
     if rank_within not in ("matched", "all"):
         raise UserError(f"rank_within={rank_within!r}; use 'matched' or 'all'")
     if word_agg not in ("mean", "max", "first"):
@@ -157,27 +137,12 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
         raise UserError(f"virtue_vice={virtue_vice!r}; use 'merge' (five foundations) or 'keep'")
     if measure not in ("median_rank", "median_rank_pct"):
         raise UserError(f"measure={measure!r}; use median_rank or median_rank_pct")
-    ledger = Ledger()
-    dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
-    if "wildcard" not in dic.columns:
-        dic = dic.assign(wildcard=False)
-    dic = dic.assign(term=dic["term"].map(normalize_word))
-    df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
-    check_balance(df, ledger)
-    frame = framing_map(df["prompt"].unique(), framing)
-    groups = _groups(list(pd.unique(df["model"])), group_by, metadata)
-    df = df.assign(word=df["text"].map(normalize_word))
-    cats = match_dictionary(df["word"], dic)
-    hit = df["word"].isin(set(cats["word"]))
-    for (m, p), n in df[~hit].groupby(["model", "prompt"], sort=False).size().items():
-        ledger.drop("dictionary match", n, "text is not a dictionary word", model=m, prompt=p)
-    words = df[hit]
-    agg = {"mean": "mean", "max": "max", "first": "first"}[word_agg]
-    n_before = len(words)
-    words = words.groupby(["model", "prompt", "word"], sort=False, as_index=False)["score"].agg(agg)
-    if len(words) < n_before:
-        ledger.note(f"{n_before - len(words)} rows were variants of a word already seen "
-                    f"(e.g. ' Love' and 'love'); combined per word by {word_agg}")
+    return virtue_vice
+
+
+def _rank_words(words, df, cats, method, rank_within, ledger) -> pd.DataFrame:
+    """Each matched word's rank among its model × prompt's rows (the matched words, or all rows), joined
+    to its categories: the authors' ranking over the word × category join for ``method="paper"``."""
     if method == "paper" and rank_within == "matched":
         # the authors' script ranks the rows of the word × category join (R: rank(-score))
         words = words.merge(cats, on="word")
@@ -203,6 +168,54 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
         words["rank"] = np.asarray(ranks, dtype="float64")
         words["n_ranked"] = totals
         words = words.merge(cats, on="word")
+    return words
+
+
+def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata=None,
+               rank_within: str = "matched", word_agg: str = "mean", measure: str = "median_rank",
+               framing=None, n_perm: int = 10_000, seed: int = 0, mixed: bool = True,
+               models=None, prompts=None, method: str = "rmfast",
+               virtue_vice: str | None = None) -> CategoryResult:
+    """Median rank per dictionary category per model × prompt; group tests; mixed model.
+
+    ``dictionary``: a path (CSV, .dicx, LIWC .dic) or a frame (term, category, wildcard).
+    ``group_by``: "base_family" (metadata, else guessed from the name), another metadata
+    column, or a {model: group} mapping. ``method``: the group test, "rmfast" (default;
+    models are the units) or "paper" (paper B's, over all model × prompt rows, with its
+    ranking; see above). ``virtue_vice``: "merge" MFD-style ``X_Virtue``/``X_Vice`` categories
+    into X, or "keep" them (default: merge for ``method="paper"``, keep for rmfast).
+
+    >>> words = ["kind", "warm", "bold", "brave"]
+    >>> dic = pd.DataFrame({"term": words, "category": ["C", "C", "A", "A"], "wildcard": False})
+    >>> d = pd.DataFrame({"model": "m", "prompt": "best?", "text": words,
+    ...                   "score": [4.0, 3.0, 2.0, 1.0]})
+    >>> med = categories(d, dic, mixed=False).medians
+    >>> sorted(med.set_index("category")["median_rank"].items())
+    [('A', 3.5), ('C', 1.5)]
+    """
+    virtue_vice = _check_options(rank_within, word_agg, method, virtue_vice, measure)
+    ledger = Ledger()
+    dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
+    if "wildcard" not in dic.columns:
+        dic = dic.assign(wildcard=False)
+    dic = dic.assign(term=dic["term"].map(normalize_word))
+    df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
+    check_balance(df, ledger)
+    frame = framing_map(df["prompt"].unique(), framing)
+    groups = _groups(list(pd.unique(df["model"])), group_by, metadata)
+    df = df.assign(word=df["text"].map(normalize_word))
+    cats = match_dictionary(df["word"], dic)
+    hit = df["word"].isin(set(cats["word"]))
+    for (m, p), n in df[~hit].groupby(["model", "prompt"], sort=False).size().items():
+        ledger.drop("dictionary match", n, "text is not a dictionary word", model=m, prompt=p)
+    words = df[hit]
+    agg = {"mean": "mean", "max": "max", "first": "first"}[word_agg]
+    n_before = len(words)
+    words = words.groupby(["model", "prompt", "word"], sort=False, as_index=False)["score"].agg(agg)
+    if len(words) < n_before:
+        ledger.note(f"{n_before - len(words)} rows were variants of a word already seen "
+                    f"(e.g. ' Love' and 'love'); combined per word by {word_agg}")
+    words = _rank_words(words, df, cats, method, rank_within, ledger)
     if virtue_vice == "merge":
         to = merge_virtue_vice(pd.unique(words["category"]))
         if any(k != v for k, v in to.items()):

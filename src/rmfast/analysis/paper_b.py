@@ -192,6 +192,39 @@ def _fmt_p(p: float) -> str:
     return f"{p:.2g}"
 
 
+def _fig1_tables(out: Path, tag: str, paper, ours):
+    """Fig. 1's tables as CSVs (medians, both tests, summaries, R avg ranks, the mixed models); returns
+    (file names by table, random-intercept fit, why it failed, random-slope fit, why it failed)."""
+    med = paper.medians
+    files = {}
+    for name, table in (("medians", med), ("tests_paper", paper.permutation),
+                        ("tests_rmfast", ours.permutation), ("summaries", paper.summaries),
+                        ("avg_ranks", r_avg_ranks(paper.summaries))):
+        write_csv(out / f"{tag}_{name}.csv", table)
+        files[name] = f"{tag}_{name}.csv"
+    mixed, mixed_failed = _try_mixed(med, False)
+    slope, slope_failed = _try_mixed(med, True) if not mixed_failed else (mixed, mixed_failed)
+    write_csv(out / f"{tag}_mixed.csv", pd.concat([mixed, slope], ignore_index=True))
+    files["mixed"] = f"{tag}_mixed.csv"
+    return files, mixed, mixed_failed, slope, slope_failed
+
+
+def _lmm_parts(mixed, slope, slope_failed):
+    """The base × category interaction terms and their line for the index, from both mixed models."""
+    inter_terms = [t for t in mixed["term"] if t.startswith("base_model") and ":Category" in t
+                   and "framing" not in t]
+    mi, ms = mixed.set_index("term"), slope.set_index("term")
+    lmm_parts = "; ".join(
+        f"{t} {mi.loc[t, 'coef']:+.2f} (random intercept: SE {mi.loc[t, 'se']:.2f}, "
+        f"t({int(mi.loc[t, 'df'])}) = {mi.loc[t, 't']:.2f}, p = {_fmt_p(mi.loc[t, 'p_value'])}"
+        + ("" if slope_failed else f"; + random category slope: SE {ms.loc[t, 'se']:.2f}, z = "
+           f"{ms.loc[t, 't']:.2f}, p_z = {_fmt_p(ms.loc[t, 'p_z'])}") + ")" for t in inter_terms)
+    slope_note = (f" (the random-slope model could not be fitted: {slope_failed})" if slope_failed
+                  else "" if slope["converged"].all()
+                  else " (the random-slope fit did not converge)")
+    return inter_terms, mi, ms, lmm_parts, slope_note
+
+
 def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
                   label: str = "Big Two", n_perm: int = MKINFER_R) -> list[dict]:
     """Fig. 1 (``fig="1"``, Big Two) or Fig. 1b (``fig="1b"``, MFD 2.0: Virtue/Vice merged into the
@@ -206,16 +239,7 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
     ours = categories(scans, dictionary, method="rmfast", virtue_vice="merge", **common)
     med = paper.medians
     n_words = int(paper.words.groupby(["model", "prompt"]).size().max())
-    files = {}
-    for name, table in (("medians", med), ("tests_paper", paper.permutation),
-                        ("tests_rmfast", ours.permutation), ("summaries", paper.summaries),
-                        ("avg_ranks", r_avg_ranks(paper.summaries))):
-        write_csv(out / f"{tag}_{name}.csv", table)
-        files[name] = f"{tag}_{name}.csv"
-    mixed, mixed_failed = _try_mixed(med, False)
-    slope, slope_failed = _try_mixed(med, True) if not mixed_failed else (mixed, mixed_failed)
-    write_csv(out / f"{tag}_mixed.csv", pd.concat([mixed, slope], ignore_index=True))
-    files["mixed"] = f"{tag}_mixed.csv"
+    files, mixed, mixed_failed, slope, slope_failed = _fig1_tables(out, tag, paper, ours)
     _fig1_png(med, out / f"{tag}.png", n_words)
     big_two = set(med["category"]) == {"Agency", "Communion"}
     n_models = med.groupby("group")["model"].nunique().to_dict()
@@ -235,17 +259,7 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
         if big_two else []
     n_sig_r = int((ours.permutation["p_bonferroni"] < 0.05).sum())
     n_relabel = len(ours.permutation) and int(ours.permutation["n_perm"].iloc[0])
-    inter_terms = [t for t in mixed["term"] if t.startswith("base_model") and ":Category" in t
-                   and "framing" not in t]
-    mi, ms = mixed.set_index("term"), slope.set_index("term")
-    lmm_parts = "; ".join(
-        f"{t} {mi.loc[t, 'coef']:+.2f} (random intercept: SE {mi.loc[t, 'se']:.2f}, "
-        f"t({int(mi.loc[t, 'df'])}) = {mi.loc[t, 't']:.2f}, p = {_fmt_p(mi.loc[t, 'p_value'])}"
-        + ("" if slope_failed else f"; + random category slope: SE {ms.loc[t, 'se']:.2f}, z = "
-           f"{ms.loc[t, 't']:.2f}, p_z = {_fmt_p(ms.loc[t, 'p_z'])}") + ")" for t in inter_terms)
-    slope_note = (f" (the random-slope model could not be fitted: {slope_failed})" if slope_failed
-                  else "" if slope["converged"].all()
-                  else " (the random-slope fit did not converge)")
+    inter_terms, mi, ms, lmm_parts, slope_note = _lmm_parts(mixed, slope, slope_failed)
     k = len(pt)
     if big_two:
         paper_claim, holds = CLAIM_FIG1, bool(all(ok) and all(sig))

@@ -314,7 +314,8 @@ def _run_trajectory(args) -> int:
 
 def _run_similarity(args) -> int:
     """``rmfast analyze similarity A B``: layer × layer similarity of two state sets."""
-    from ..analysis.similarity import representation_agreement, similarity
+    from ..analysis.representation_rsa import representation_agreement
+    from ..analysis.similarity import similarity
 
     inputs = args.inputs or []
     if len(inputs) < 2:

@@ -104,22 +104,7 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     dflt = device_defaults(device)
     out_dir = Path(args.out)
-    meta = {
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine_info(device),
-        "versions": versions(),
-        "config": {k: v for k, v in vars(args).items() if k != "func"},
-        "defaults": {k: list(v) if isinstance(v, tuple) else v for k, v in dflt.items()},
-        "formulas": {
-            "flops_per_candidate": "2 * (gemm_params [+ V*D for logprob]) * tokens_per_candidate",
-            "tokens_per_candidate": "score: 1 + len(suffix_ids); logprob: len(continuation_ids) (one-token responses)",
-            "useful_gflops": "flops_per_candidate * cand_per_s / 1e9",
-            "peak_bound_cand_per_s": "bound_gflops * 1e9 / flops_per_candidate",
-            "bound_gflops": "the GEMM peak of the faster of float32 / bfloat16 on CPU (bound_dtype), of the run's dtype on CUDA",
-            "frac_gemm_peak": "useful_gflops / bound_gflops",
-            "cand_per_s": "n_timed / best pass time (warm-up excluded; setup_s = prompt pass, reported apart)",
-        },
-    }
+    meta = _run_meta(args, device, dflt)
     if args.random_init:
         try:
             models = random_init_bench_models(args.random_init, layers=args.layers, tiny=args.tiny)
@@ -156,9 +141,39 @@ def run(args) -> int:
     meta["total_s"] = round(time.perf_counter() - t_all, 1)
     meta["models"] = extras
     paths = write_outputs(rows, meta, out_dir)
+    _print_report(rows, extras, meta, paths, out_dir, args.no_plot)
+    bad = [f"{r['model']}/{r['method']}" for r in rows if r.get("agree_ok") is False]
+    if bad:
+        print(f"rmfast bench: scores disagree with rmfast for {', '.join(bad)} (see agreement in the JSON)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_meta(args, device, dflt) -> dict:
+    """The run's header: time, machine, versions, options, device defaults and the formulas of the columns."""
+    return {
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine_info(device),
+        "versions": versions(),
+        "config": {k: v for k, v in vars(args).items() if k != "func"},
+        "defaults": {k: list(v) if isinstance(v, tuple) else v for k, v in dflt.items()},
+        "formulas": {
+            "flops_per_candidate": "2 * (gemm_params [+ V*D for logprob]) * tokens_per_candidate",
+            "tokens_per_candidate": "score: 1 + len(suffix_ids); logprob: len(continuation_ids) (one-token responses)",
+            "useful_gflops": "flops_per_candidate * cand_per_s / 1e9",
+            "peak_bound_cand_per_s": "bound_gflops * 1e9 / flops_per_candidate",
+            "bound_gflops": "the GEMM peak of the faster of float32 / bfloat16 on CPU (bound_dtype), of the run's dtype on CUDA",
+            "frac_gemm_peak": "useful_gflops / bound_gflops",
+            "cand_per_s": "n_timed / best pass time (warm-up excluded; setup_s = prompt pass, reported apart)",
+        },
+    }
+
+
+def _print_report(rows, extras, meta, paths, out_dir: Path, no_plot: bool) -> None:
+    """The table (and any profiles), the load average and the files written; the PNG unless ``no_plot``."""
     title = (f"rmfast bench — {meta['machine']['gpu'] or meta['machine']['cpu_model'] + ' [' + meta['machine']['cpu_kind'] + ']'}, "
              f"{meta['machine']['torch_threads']} threads, {rows[0]['dtype']}; load avg {meta['machine']['loadavg_start']}")
-    png = None if args.no_plot else plot(rows, out_dir / "bench_latest.png", title)
+    png = None if no_plot else plot(rows, out_dir / "bench_latest.png", title)
     print(format_table(rows))
     for e in extras:
         if e.get("profile"):
@@ -166,8 +181,3 @@ def run(args) -> int:
             print(e["profile"]["table"])
     print(f"\nload average {meta['machine']['loadavg_start']} -> {meta['machine']['loadavg_end']}; total {meta['total_s']} s")
     print(f"wrote {paths['bench_latest'][0]}, {paths['bench_latest'][1]}" + (f", {png}" if png else ""))
-    bad = [f"{r['model']}/{r['method']}" for r in rows if r.get("agree_ok") is False]
-    if bad:
-        print(f"rmfast bench: scores disagree with rmfast for {', '.join(bad)} (see agreement in the JSON)", file=sys.stderr)
-        return 1
-    return 0

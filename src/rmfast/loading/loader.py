@@ -272,6 +272,55 @@ def check_weights(folder: Path, allow_pickle: bool = False) -> None:
                         "pickle can run code: convert them to safetensors, or pass --allow-pickle if you trust them (a sweep config: allow_pickle: true)")
 
 
+def _read_config(folder: Path, trust_remote_code: bool):
+    """The folder's config, or one line saying what is wrong with it."""
+    from transformers import AutoConfig
+
+    if not (folder / "config.json").is_file():
+        raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder or a .gguf file")
+    try:
+        return AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
+    except (ValueError, OSError) as exc:  # transformers reports broken JSON as OSError
+        if "trust_remote_code" in str(exc):
+            raise UserError(
+                f"model '{folder}' contains custom code: pass --trust-remote-code if you trust it"
+            ) from None
+        raise UserError(f"cannot read the config of '{folder}': {str(exc).splitlines()[0]} "
+                        "(fix or re-download config.json)") from None
+
+
+def _from_pretrained(cls, folder: Path, config, kind: str, attn_implementation: str | None, kwargs: dict):
+    """``cls.from_pretrained`` with transformers' errors for damaged weights, remote code, an attention
+    implementation the model lacks or a weight shape the config does not describe, as one line each."""
+    with quiet_transformers():
+        try:
+            return cls.from_pretrained(folder, output_loading_info=True, **kwargs)
+        except (SafetensorError, OSError, EOFError, pickle.UnpicklingError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UserError(f"cannot read the weights of '{folder}': {msg[:200]} (a damaged or partial download: "
+                            "fetch the weight files again)") from None
+        except ValueError as exc:
+            text = str(exc)
+            if "trust_remote_code" in text:
+                raise UserError(f"model '{folder}' contains custom code: pass --trust-remote-code if you trust it") from None
+            if "attn_implementation" in text or "attention implementation" in text.lower():
+                raise UserError(
+                    f"model '{folder}' does not support attn_implementation='{attn_implementation}': "
+                    f"{text.splitlines()[0]}"
+                ) from None
+            if "Unrecognized configuration class" in text:
+                raise UserError(
+                    f"model '{folder}' ({type(config).__name__}) cannot be loaded as a "
+                    f"{'sequence classifier' if kind == 'classifier' else 'causal LM'} by transformers"
+                ) from None
+            raise
+        except RuntimeError as exc:  # e.g. a weight shape config.json does not describe
+            err = vocab_check.mismatch_error(folder, exc)
+            if err is None:
+                raise
+            raise err from None
+
+
 def _load_folder(
     folder: Path,
     *,
@@ -282,19 +331,9 @@ def _load_folder(
     attn_implementation: str | None,
     allow_pickle: bool = False,
 ):
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    if not (folder / "config.json").is_file():
-        raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder or a .gguf file")
-    try:
-        config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
-    except (ValueError, OSError) as exc:  # transformers reports broken JSON as OSError
-        if "trust_remote_code" in str(exc):
-            raise UserError(
-                f"model '{folder}' contains custom code: pass --trust-remote-code if you trust it"
-            ) from None
-        raise UserError(f"cannot read the config of '{folder}': {str(exc).splitlines()[0]} "
-                        "(fix or re-download config.json)") from None
+    config = _read_config(folder, trust_remote_code)
     check_weights(folder, allow_pickle)
     torch_dtype, choice = dtype_and_choice(dtype, device, getattr(config, "dtype", None) or getattr(config, "torch_dtype", None),
                                            config=config)
@@ -337,33 +376,7 @@ def _load_folder(
         cls = auto_class(config, kind)
     if not allow_pickle:
         kwargs["use_safetensors"] = True  # never unpickle unless asked (check_weights said why)
-    with quiet_transformers():
-        try:
-            model, info = cls.from_pretrained(folder, output_loading_info=True, **kwargs)
-        except (SafetensorError, OSError, EOFError, pickle.UnpicklingError) as exc:
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise UserError(f"cannot read the weights of '{folder}': {msg[:200]} (a damaged or partial download: "
-                            "fetch the weight files again)") from None
-        except ValueError as exc:
-            text = str(exc)
-            if "trust_remote_code" in text:
-                raise UserError(f"model '{folder}' contains custom code: pass --trust-remote-code if you trust it") from None
-            if "attn_implementation" in text or "attention implementation" in text.lower():
-                raise UserError(
-                    f"model '{folder}' does not support attn_implementation='{attn_implementation}': "
-                    f"{text.splitlines()[0]}"
-                ) from None
-            if "Unrecognized configuration class" in text:
-                raise UserError(
-                    f"model '{folder}' ({type(config).__name__}) cannot be loaded as a "
-                    f"{'sequence classifier' if kind == 'classifier' else 'causal LM'} by transformers"
-                ) from None
-            raise
-        except RuntimeError as exc:  # e.g. a weight shape config.json does not describe
-            err = vocab_check.mismatch_error(folder, exc)
-            if err is None:
-                raise
-            raise err from None
+    model, info = _from_pretrained(cls, folder, config, kind, attn_implementation, kwargs)
     missing = sorted(info.get("missing_keys") or [])
     head = {n for n, _ in model.named_parameters() if n.split(".")[0] in ("score", "classifier")}
     head_missing = [k for k in missing if k in head]
@@ -439,6 +452,43 @@ def preflight(spec: str, *, cache_dir: str | os.PathLike | None = None, allow_pi
 # public entry point
 
 
+def _locate(spec: str, path: Path, cache: Path, source: dict) -> tuple[Path, str | None]:
+    """The Hugging Face folder a model spec names (an embedded alias or a GGUF converted once, a folder, a
+    cached hub id) and its default template; fills ``source`` (the provenance) as it goes."""
+    entry = embedded.get(spec)
+    default_template = None
+    if entry is not None:
+        gguf = entry.gguf_path(cache)
+        sha = cached_sha256(gguf, cache)
+        folder = convert_gguf(gguf, cache, sha256=sha)
+        source.update(type="embedded", name=entry.display_name, path=str(gguf), sha256=sha, alias=entry.alias)
+        default_template = entry.default_template
+    elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file() and _single_gguf(path)):
+        gguf = path if path.is_file() else _single_gguf(path)
+        if gguf.suffix.lower() != ".gguf":
+            raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
+        gguf = gguf.resolve()
+        sha = cached_sha256(gguf, cache)
+        if not _is_complete(_converted_dir(gguf, sha, cache)):
+            check_gguf_header(gguf)  # before the conversion and its note: a broken file is one line
+        folder = convert_gguf(gguf, cache, sha256=sha)
+        source.update(type="gguf", name=gguf.stem, path=str(gguf), sha256=sha)
+    elif path.is_dir():
+        folder = path.resolve()
+        source.update(type="folder", name=folder.name, path=str(folder))
+    elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
+        folder, revision = hub_snapshot(spec)
+        known = registry.find(spec)
+        source.update(type="hub", name=known.hub_id if known else spec, path=str(folder), revision=revision,
+                      alias=known.alias if known else None)
+    elif _looks_like_path(spec):
+        raise UserError(f"no such model folder or file: {spec}")
+    else:
+        raise _not_found_hub(spec)
+
+    return folder, default_template
+
+
 def load(
     spec: str,
     *,
@@ -477,41 +527,11 @@ def load(
         "random_head_seed": random_head_seed,
         "content_sha256": None,
     }
-    default_template = None
-
-    entry = embedded.get(spec)
     path = Path(spec).expanduser()
-    if entry is not None:
-        gguf = entry.gguf_path(cache)
-        sha = cached_sha256(gguf, cache)
-        folder = convert_gguf(gguf, cache, sha256=sha)
-        source.update(type="embedded", name=entry.display_name, path=str(gguf), sha256=sha, alias=entry.alias)
-        default_template = entry.default_template
-    elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file() and _single_gguf(path)):
-        gguf = path if path.is_file() else _single_gguf(path)
-        if gguf.suffix.lower() != ".gguf":
-            raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
-        gguf = gguf.resolve()
-        sha = cached_sha256(gguf, cache)
-        if not _is_complete(_converted_dir(gguf, sha, cache)):
-            check_gguf_header(gguf)  # before the conversion and its note: a broken file is one line
-        folder = convert_gguf(gguf, cache, sha256=sha)
-        source.update(type="gguf", name=gguf.stem, path=str(gguf), sha256=sha)
-    elif checkpoints.is_adapter_folder(path):
+    if checkpoints.is_adapter_folder(path) and embedded.get(spec) is None:
         return _load_adapter(path.resolve(), base, dtype=dtype, device=dev, trust_remote_code=trust_remote_code,
                              cache_dir=cache_dir, attn_implementation=attn_implementation)
-    elif path.is_dir():
-        folder = path.resolve()
-        source.update(type="folder", name=folder.name, path=str(folder))
-    elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
-        folder, revision = hub_snapshot(spec)
-        known = registry.find(spec)
-        source.update(type="hub", name=known.hub_id if known else spec, path=str(folder), revision=revision,
-                      alias=known.alias if known else None)
-    elif _looks_like_path(spec):
-        raise UserError(f"no such model folder or file: {spec}")
-    else:
-        raise _not_found_hub(spec)
+    folder, default_template = _locate(spec, path, cache, source)
 
     model, tokenizer, kind, seeded = _load_folder(
         folder,

@@ -249,16 +249,7 @@ def score_texts(
         TextScanResult in input order (after de-duplication).
     """
     t0 = time.perf_counter()
-    if compat is not None and compat not in COMPAT_MODES:
-        raise UserError(f"unknown --compat {compat!r}; use {', '.join(COMPAT_MODES)}")
-    if source_ids is not None:
-        texts, source_ids = list(texts), np.asarray(source_ids, dtype=np.int64)
-        if source_ids.size != len(texts):
-            raise UserError("source_ids must give one vocabulary id per text")
-    else:
-        texts = _unique_texts(texts)
-    if not texts:
-        raise UserError("no candidates to score")
+    texts, source_ids = _check_texts(texts, source_ids, compat)
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))  # the prompt alone; each text below
     authors = compat == "authors"
@@ -274,19 +265,7 @@ def score_texts(
     n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
     n_odd = sum(r.template is not None for r in rows)
     manifest = plan.manifest(prompt, model_info)
-    manifest.update({
-        "candidate_kind": "vocabulary-decoded" if source_ids is not None else "text",
-        "candidates": candidates_info,
-        "compat": compat,
-        "n_candidates": len(texts),
-        "n_tokens": {"min": int(n_tok.min()), "max": int(n_tok.max()), "mean": round(float(n_tok.mean()), 3)},
-        "max_tokens": limit,
-        "rows_not_split": n_odd,
-        "tokenization": ("apply_chat_template(tokenize=True) of the whole conversation, sliced between the template's "
-                         "prefix and suffix" if compat is None else
-                         "decode-retokenize: the whole re-tokenized conversation is scored as it is" if not authors else
-                         "authors: the conversation rendered as text, re-tokenized with special tokens, batches padded"),
-    })
+    manifest.update(_texts_manifest(rows, compat, source_ids, candidates_info, limit))
     if authors:
         bs_a, bs_from = authors_batch_size(batch_size, (model_info or {}).get("name") or getattr(model.config, "name_or_path", None))
         convs, where = authors_plan(tokenizer, tmpl, texts, source_ids, bs_a)
@@ -310,6 +289,40 @@ def score_texts(
     res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
     return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
 
+
+
+def _check_texts(texts, source_ids, compat):
+    """The texts (de-duplicated unless they came from vocabulary ids) and their ids, checked."""
+    if compat is not None and compat not in COMPAT_MODES:
+        raise UserError(f"unknown --compat {compat!r}; use {', '.join(COMPAT_MODES)}")
+    if source_ids is not None:
+        texts, source_ids = list(texts), np.asarray(source_ids, dtype=np.int64)
+        if source_ids.size != len(texts):
+            raise UserError("source_ids must give one vocabulary id per text")
+    else:
+        texts = _unique_texts(texts)
+    if not texts:
+        raise UserError("no candidates to score")
+    return texts, source_ids
+
+
+def _texts_manifest(rows, compat, source_ids, candidates_info, limit) -> dict:
+    """What a text scan records about its candidates and how they were tokenized."""
+    n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
+    return {
+        "candidate_kind": "vocabulary-decoded" if source_ids is not None else "text",
+        "candidates": candidates_info,
+        "compat": compat,
+        "n_candidates": len(rows),
+        "n_tokens": {"min": int(n_tok.min()), "max": int(n_tok.max()), "mean": round(float(n_tok.mean()), 3)},
+        "max_tokens": limit,
+        "rows_not_split": sum(r.template is not None for r in rows),
+        "tokenization": ("apply_chat_template(tokenize=True) of the whole conversation, sliced between the template's "
+                         "prefix and suffix" if compat is None else
+                         "decode-retokenize: the whole re-tokenized conversation is scored as it is"
+                         if compat != "authors" else
+                         "authors: the conversation rendered as text, re-tokenized with special tokens, batches padded"),
+    }
 
 
 def decode_retokenize_scan(model, tokenizer, prompt: str, ids, **kw) -> TextScanResult:
