@@ -17,6 +17,10 @@ import pytest
 # not, which kernels, a distributed run), so a user's or a launcher's values are dropped here.
 for _k in ("RMFAST_COMPILE", "RMFAST_KERNELS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
     os.environ.pop(_k, None)
+# compile="auto" compiles the CPU layer on some CPU kinds (AMX) for every job: there the suite's
+# hundreds of small scans would each pay a compile. The suite runs them eagerly on every machine;
+# the tests of the compiled layer ask for it (compile="on"), and choose_compile's rule is unit-tested.
+os.environ["RMFAST_COMPILE"] = "0"
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RMFAST_SHARED_DATA", REPO.parent / "shared" / "data"))

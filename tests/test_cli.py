@@ -70,17 +70,29 @@ def test_scan_compile_on_matches_off(tiny_dir, tmp_path, capsys):
     R.assert_agree_to_rounding(res["off"], res["on"], ref)
 
 
-def test_compile_is_decided_without_the_job_size():
-    """auto is the eager layer on every job (a job's size never picks the path); on compiles on CPU;
-    on where it cannot apply (the plain-HF engine) says so and runs eagerly."""
+def test_compile_is_decided_without_the_job_size(monkeypatch):
+    """auto compiles on the CPU kinds where it was measured to pay and nowhere else, whatever the job's
+    size; on compiles on CPU; on where it cannot apply (the plain-HF engine) says so and runs eagerly."""
+    from types import SimpleNamespace
+
+    from rmfast import cpu as cpu_mod
     from rmfast.errors import UserError
     from rmfast.scoring.plan import choose_compile
 
     cpu = torch.device("cpu")
-    assert choose_compile("auto", cpu, "fast") is False and choose_compile("off", cpu, "fast") is False
-    assert choose_compile("on", cpu, "fast") is True and choose_compile(True, cpu, "fast") is True
+    monkeypatch.delenv("RMFAST_COMPILE", raising=False)
+    for kind, expected in (("AVX-512 BF16", False), ("AVX2-only", False), ("AMX", True)):
+        monkeypatch.setattr(cpu_mod, "cpu_info", lambda kind=kind: SimpleNamespace(kind=kind))
+        decided, why = choose_compile("auto", cpu, "fast")
+        assert decided is expected and kind in why
+    long_prompt = SimpleNamespace(blockdiag_overhead=lambda: 0.9)  # many heads, a long prompt
+    assert choose_compile("auto", cpu, "fast", long_prompt)[0] is False
+    monkeypatch.setenv("RMFAST_COMPILE", "0")
+    assert choose_compile("auto", cpu, "fast")[0] is False
+    assert choose_compile("off", cpu, "fast")[0] is False
+    assert choose_compile("on", cpu, "fast")[0] is True and choose_compile(True, cpu, "fast")[0] is True
     with pytest.warns(UserWarning, match="plain Hugging Face path"):
-        assert choose_compile("on", cpu, "hf") is False
+        assert choose_compile("on", cpu, "hf")[0] is False
     with pytest.raises(UserError, match="--compile"):
         choose_compile("sometimes", cpu, "fast")
 

@@ -15,17 +15,19 @@ engine         ``auto`` (``fast`` where the architecture is on the fast path, el
                with a warning), ``fast`` (the shared-prompt engine), ``hf`` (the plain
                Hugging Face forward of each whole conversation; ``reference`` is its old
                name)
-compile        ``auto`` (= ``off``: the eager layer, on every job), ``on`` (the            auto
-               ``torch.compile``-d CPU decoder layer; a one-off compile of seconds), ``off``
+compile        ``auto`` (the compiled CPU layer on CPU kinds where it was measured to pay,  auto
+               :data:`COMPILE_CPU_KINDS`; else eager; never decided from the job's size),
+               ``on`` (``torch.compile`` the CPU decoder layer: a one-off compile of
+               seconds, cached on disk), ``off``
 batch_size     ``auto`` (~4k tokens per batch on CPU, ~128k on CUDA, never more rows than  auto
                fit in half the free memory) or rows per batch
 =============  =========================================================================  =========
 
 **A token's score does not depend on the job it is in.** Nothing above is decided from the
-job's size: ``compile=auto`` is the eager layer whether the job is ten ids or a whole vocabulary
-(the compiled layer rounds differently in bf16, and on the CPUs measured it is at most 7% faster,
-``docs/determinism.md``), and a batch's row count depends only on the response length and the
-machine's free memory. With ``fixed_shapes`` (token scans, GCG) every batch is padded to that
+job's size: ``compile=auto`` takes the same path for ten ids as for a whole vocabulary (the
+compiled layer where this CPU kind was measured to gain from it, else the eager one; the two round
+differently in bf16, ``docs/determinism.md``), and a batch's row count depends only on the response
+length and the machine's free memory. With ``fixed_shapes`` (token scans, GCG) every batch is padded to that
 row count, so each GEMM has the same shape in a subset as in the whole vocabulary: a subset's
 scores equal the whole scan's, bit for bit, in fp32 and bf16 (same machine, threads, dtype).
 """
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import warnings
 from dataclasses import dataclass, field
 
@@ -125,25 +128,49 @@ def choose_engine(model, head: str, head_index: int, engine: str, stacklevel: in
     return engine
 
 
-def choose_compile(compile, device: torch.device, engine: str, stacklevel: int = 3) -> bool:
-    """Whether the fast engine runs the compiled CPU decoder layer: only when asked (``on``/True).
+#: CPU kinds where the compiled layer was measured clearly faster than the eager one (compile="auto"
+#: compiles there): an AMX Xeon, ~2x in bf16 (earlier sessions). Measured not worth it: AMD Zen 4 with
+#: AVX-512 BF16, 1.07x in bf16; the same CPU with AVX2 kernels, 1.00x in fp32 (benchmarks/results/cpu_kinds/).
+COMPILE_CPU_KINDS = ("AMX",)
 
-    ``auto`` is ``off`` on every job, so that a job's size never picks the path (see the module
-    docstring). ``on`` where it cannot apply (the plain-HF engine, a GPU) says so in one line.
+
+def choose_compile(compile, device: torch.device, engine: str, eng: Engine | None = None,
+                   stacklevel: int = 3) -> tuple[bool, str]:
+    """Whether the fast engine runs the compiled CPU decoder layer, and why: (decision, reason).
+
+    Never decided from the job's size (see the module docstring). ``auto`` compiles where it pays on
+    this machine, for every job alike: a CPU of a kind in :data:`COMPILE_CPU_KINDS`, the fast
+    engine, a prompt whose block-diagonal attention adds at most ``MAX_BLOCKDIAG_EXTRA`` of a layer's
+    FLOPs (long prompts on many heads), and ``RMFAST_COMPILE`` not ``0`` (e.g. no C++ compiler).
+    ``on`` compiles wherever it can; where it cannot (the plain-HF engine, a GPU) one line says so.
     """
+    from .. import cpu as cpu_mod
+    from ..fast.engine import MAX_BLOCKDIAG_EXTRA
+
     if isinstance(compile, bool):
         compile = "on" if compile else "off"
     if compile not in COMPILE_MODES:
         raise UserError(f"unknown --compile {compile!r}; use auto, on or off")
-    if compile != "on":
-        return False
+    if compile == "off":
+        return False, "off"
     why = ("the plain Hugging Face path runs the model's own forward" if engine != "fast" else
            None if device.type == "cpu" else f"on {device.type} the layer runs eagerly around the Triton kernels")
+    if compile == "on":
+        if why is not None:
+            warnings.warn(f"rmfast: --compile on applies to the fast engine's CPU layer ({why}); running eagerly",
+                          stacklevel=stacklevel)
+            return False, f"on, but {why}"
+        return True, "on"
+    kind = cpu_mod.cpu_info().kind
     if why is not None:
-        warnings.warn(f"rmfast: --compile on applies to the fast engine's CPU layer ({why}); running eagerly",
-                      stacklevel=stacklevel)
-        return False
-    return True
+        return False, f"auto: {why}"
+    if os.environ.get("RMFAST_COMPILE", "1") == "0":
+        return False, "auto: RMFAST_COMPILE=0"
+    if kind not in COMPILE_CPU_KINDS:
+        return False, f"auto: eager on this CPU kind ({kind}), where compiling was measured not to pay"
+    if eng is not None and eng.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA:
+        return False, "auto: the prompt's block-diagonal attention would add over half a layer's FLOPs"
+    return True, f"auto: compiled on this CPU kind ({kind}), measured ~2x the eager layer"
 
 
 #: the manifest fields that decide a job's scores: a checkpoint is resumed only by a job that agrees on all
@@ -185,6 +212,7 @@ class ScoringPlan:
     batch_size: int | str = "auto"
     fixed_shapes: bool = True
     eng: Engine | None = None
+    compile_reason: str = ""
     _rows: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -253,6 +281,7 @@ class ScoringPlan:
             "device": str(p.device),
             "engine": self.engine,
             "compiled": bool(self.eng is not None and self.eng.compile),
+            "compile_reason": self.compile_reason,
             "fixed_shapes": self.fixed_shapes,
             "score_position": "final position of prefix + response + suffix (never 'last non-pad')",
         }
@@ -273,7 +302,11 @@ def plan_scoring(model, template: Template, *, head: str = "auto", head_index: i
     head = choose_head(model, head, head_index)
     engine = choose_engine(model, head, head_index, engine, stacklevel + 1)
     device = next(model.parameters()).device
-    compiled = choose_compile(compile, device, engine, stacklevel + 1)
-    eng = Engine(model, template, head=head, head_index=head_index, compile=compiled) if engine == "fast" else None
+    if not isinstance(compile, bool) and compile not in COMPILE_MODES:  # before the prompt pass
+        raise UserError(f"unknown --compile {compile!r}; use auto, on or off")
+    eng = Engine(model, template, head=head, head_index=head_index) if engine == "fast" else None
+    compiled, why = choose_compile(compile, device, engine, eng, stacklevel + 1)
+    if eng is not None:
+        eng.compile = compiled
     return ScoringPlan(model, template, head, head_index, engine, compiled, parse_batch_size(batch_size),
-                       fixed_shapes, eng)
+                       fixed_shapes, eng, compile_reason=why)
