@@ -31,3 +31,25 @@ def interrupt_scoring_at(monkeypatch, call: int):
 
     monkeypatch.setattr(Engine, "score", interrupted)
     return lambda: monkeypatch.setattr(Engine, "score", real)
+
+
+def kill_9_when(proc, ready, timeout: float, poll: float = 0.01) -> None:
+    """SIGKILL ``proc`` (a ``subprocess.Popen``) as soon as ``ready()`` is true: the kill -9 harness of
+    the sweep and trust tests. Fails with the child's stderr if it ended first; never leaves it running."""
+    import os
+    import signal
+    import time
+
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline and proc.poll() is None and not ready():
+            time.sleep(poll)
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+

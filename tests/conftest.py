@@ -62,6 +62,18 @@ def smol_tokenizer(smollm2):
     return smollm2.tokenizer
 
 
+#: the prompt most tests score against (paper A's)
+PROMPT = "What, in one word, is the greatest thing ever?"
+
+
+@pytest.fixture(scope="session")
+def tmpl(smol_tokenizer):
+    """The split chat template of :data:`PROMPT` on SmolLM2's tokenizer (the tiny models share it)."""
+    from rmfast.template import build_template
+
+    return build_template(smol_tokenizer, PROMPT)
+
+
 @pytest.fixture(scope="session")
 def shared_data():
     if not SHARED_DATA.is_dir():

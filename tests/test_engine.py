@@ -26,11 +26,6 @@ def short_tmpl(smol_tokenizer):
     return build_template(smol_tokenizer, "Greatest thing?", system="Be brief.")
 
 
-@pytest.fixture(scope="module")
-def tmpl(smol_tokenizer):
-    return build_template(smol_tokenizer, "What, in one word, is the greatest thing ever?")
-
-
 def small(arch, kind="classifier", **kw):
     old = dict(T.COMMON)
     T.COMMON.update(hidden_size=32, intermediate_size=48, num_hidden_layers=2)

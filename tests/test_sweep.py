@@ -3,10 +3,8 @@ candidates, and every bad input -> one line naming the file and key, exit 2."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ import pytest
 import rounding as R
 import tiny_models as T
 from rmfast.sweep.store import load_results
-from cli_run import one_line_error, run
+from cli_run import kill_9_when, one_line_error, run
 
 pytestmark = pytest.mark.filterwarnings("ignore:rmfast. texts.txt. 1 duplicate:UserWarning")
 
@@ -123,20 +121,7 @@ def test_sweep_survives_kill_9(models_dir, tmp_path, capsys):
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen([sys.executable, "-c", code, "sweep", str(cfg), "--out", str(store), "--no-progress"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            if part_files(store) and list(store.glob("parts/*/*/*/part.partial.npz")):
-                break
-            time.sleep(0.01)
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_9_when(proc, lambda: bool(part_files(store) and list(store.glob("parts/*/*/*/part.partial.npz"))), 120)
     done_before = part_files(store)
     checkpoints = list(store.glob("parts/*/*/*/part.partial.npz"))
     assert 1 <= len(done_before) < 8

@@ -4,10 +4,8 @@ store, checkpoints inside a part (kill -9, a full disk), and batches bounded by 
 import errno
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,7 @@ from rmfast.scoring import batching, memory, pipeline
 from rmfast import io
 from rmfast.fast.engine import Engine
 from rmfast.sweep.store import load_results
-from cli_run import interrupt_scoring_at, one_line_error, run
+from cli_run import interrupt_scoring_at, kill_9_when, one_line_error, run
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "What, in one word, is the greatest thing ever?"
@@ -283,25 +281,14 @@ def test_sweep_killed_inside_a_part_resumes_bit_identical(models_dir, tmp_path):
     store = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-c", SLOW_EVERY_BATCH, "sweep", str(cfg), "--out", str(store), "--no-progress"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=sub_env(), start_new_session=True)
-    try:
-        deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None:
-            cks = list(store.glob("parts/*/*/*/part.partial.npz"))
-            if cks:
-                try:
-                    n = int((~np.isnan(np.load(cks[0])["scores"])).sum())
-                except Exception:
-                    n = 0
-                if n >= 256:
-                    break
-            time.sleep(0.05)
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+    def ready():  # a checkpoint holding at least 256 scored rows
+        cks = list(store.glob("parts/*/*/*/part.partial.npz"))
+        try:
+            return bool(cks) and int((~np.isnan(np.load(cks[0])["scores"])).sum()) >= 256
+        except Exception:
+            return False
+
+    kill_9_when(proc, ready, 300, poll=0.05)
     assert not list(store.glob("parts/*/*/*/part.parquet.json")) and list(store.glob("parts/*/*/*/part.partial.npz"))
     for out in (store, tmp_path / "clean"):
         r = subprocess.run([sys.executable, "-c", PLAIN, "sweep", str(cfg), "--out", str(out), "--no-progress"],

@@ -200,7 +200,7 @@ class Engine:
     def _use_packed(self, h: torch.Tensor) -> bool:
         """Block-diagonal prompt attention: on CPU when compiling (its layouts are the compiled layer's,
         and inductor fuses the rest); eager, its H-fold zero blocks cost more than the ``bmm`` form
-        saves (SmolLM2 bf16 eager, 1,024 rows: 5.2 s vs 4.8 s per batch), so elsewhere ops' kernels."""
+        saves (measured: docs/design.md), so elsewhere ops' kernels."""
         if h.device.type != "cpu" or ops.uses_triton(h):
             return False
         return self.compile or (EAGER_PACKED and self.blockdiag_overhead() <= MAX_BLOCKDIAG_EXTRA)

@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "LoadedModel",
     "load",
-    "resolve_dtype",
     "dtype_and_choice",
     "dtype_name",
     "resolve_device",
@@ -95,11 +94,6 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     elif dev.type != "cpu":
         raise UserError(f"unsupported device '{device}': use auto, cpu, cuda or cuda:N")
     return dev
-
-
-def resolve_dtype(dtype: str | torch.dtype, device: torch.device, config_dtype: Any = None, *, config: Any = None) -> torch.dtype:
-    """The torch dtype of a load: :func:`dtype_and_choice` without the record of the choice."""
-    return dtype_and_choice(dtype, device, config_dtype, config=config)[0]
 
 
 def dtype_name(dtype: str | torch.dtype) -> str:
