@@ -104,6 +104,7 @@ class ScoreStats:
         n_batches: forward passes over candidate rows; ``padded_rows``: rows added to fill a batch (0:
             rows are grouped by length and batches hold exactly their rows).
         response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the prompts encoded.
+        resumed_rows: rows taken from a checkpoint rather than scored.
         wall_s: seconds for the call.
     """
 
@@ -116,6 +117,7 @@ class ScoreStats:
     padded_rows: int = 0
     response_tokens: int = 0
     prompt_tokens: int = 0
+    resumed_rows: int = 0
     wall_s: float = 0.0
 
     @property
@@ -248,9 +250,10 @@ class RewardScorer:
             self._fresh: set = set()  # conversations whose plan this call has used
             self.last_stats = stats = self._stats(job)
             key = hashlib.sha256(repr(self.key_fields()).encode()).hexdigest()[:16] + job.digest()
-            unique, _ = score_groups(job.groups, np.arange(len(job.rows), dtype=np.int64), key=key,
+            unique, timing = score_groups(job.groups, np.arange(len(job.rows), dtype=np.int64), key=key,
                                      checkpoint=checkpoint, device=self.device, progress=progress, desc="responses",
                                      job={**self.key_fields(), "rows": job.digest()})
+            stats.resumed_rows = int(timing["resumed_candidates"])
             flat = unique[job.inverse]  # (n_responses,)
             out, k = [], 0
             for n in job.shape:
