@@ -19,12 +19,13 @@ _os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 from .version import __version__  # noqa: E402,F401
 
 __all__ = ["scan", "run_scan", "score_texts", "Selection", "ScanResult", "load", "LoadedModel", "build_template",
-           "Template", "plan_scoring", "ScoringPlan", "Engine", "UserError"]
+           "Template", "plan_scoring", "ScoringPlan", "Engine", "UserError", "RewardScorer"]
 
 
 from .errors import UserError  # noqa: E402
 from .scoring.pipeline import ScanResult, Selection, run_scan, scan, score_texts  # noqa: E402
 from .scoring.plan import ScoringPlan, plan_scoring  # noqa: E402
+from .scoring.scorer import RewardScorer  # noqa: E402
 from .template import Template, build_template  # noqa: E402
 from .loading.loader import LoadedModel, load  # noqa: E402  (the function; the module is rmfast.loading.loader)
 from .fast.engine import Engine  # noqa: E402

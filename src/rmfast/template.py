@@ -66,6 +66,8 @@ class Template:
             the logprob head (up to and including the first special token; all of a suffix
             without special tokens).
         prompt, system, kind ("chat_template" | "jinja" | "plain"), format: what was rendered.
+        history: earlier turns between the system message and the final user turn, as
+            ((role, content), ...) pairs (multi-turn conversations; () for one turn).
 
     Example:
         >>> from transformers import AutoTokenizer  # doctest: +SKIP
@@ -81,6 +83,7 @@ class Template:
     kind: str
     format: str | None = None
     probe_check: dict = field(default_factory=dict, compare=False)
+    history: tuple = ()
 
     @property
     def continuation_ids(self) -> tuple[int, ...]:
@@ -99,12 +102,16 @@ class Template:
             "suffix_ids": list(self.suffix_ids),
             "n_continuation": self.n_continuation,
             "probe_check": self.probe_check,
+            **({"history": [list(t) for t in self.history]} if self.history else {}),
         }
 
 
-def renderer(tokenizer, prompt: str, template: str | None, system: str | None):
-    """Returns (kind, fn(response_text) -> list[int])."""
+def renderer(tokenizer, prompt: str, template: str | None, system: str | None, history=()):
+    """Returns (kind, fn(response_text) -> list[int]). ``history``: earlier ((role, content), ...) turns
+    rendered between the system message and the final user turn (chat templates only)."""
     if template is not None and is_plain_format(template):
+        if history:
+            raise UserError("a multi-turn conversation needs a chat template; a plain --template holds one turn")
         if "{prompt}" not in template:
             raise UserError("--template plain format needs a {prompt} placeholder, e.g. 'User: {prompt}\\nAssistant: {response}'")
         if system is not None and "{system}" not in template:
@@ -129,6 +136,7 @@ def renderer(tokenizer, prompt: str, template: str | None, system: str | None):
 
     def render_chat(response: str) -> list[int]:
         messages = ([{"role": "system", "content": system}] if system is not None else []) + [
+            {"role": r, "content": c} for r, c in history] + [
             {"role": "user", "content": prompt},
             {"role": "assistant", "content": response},
         ]
@@ -323,6 +331,7 @@ def build_template(
     *,
     template: str | None = None,
     system: str | None = None,
+    history=(),
 ) -> Template:
     """Split the conversation (system?, user prompt, assistant response) around the response.
 
@@ -334,6 +343,8 @@ def build_template(
             such as ``"User: {prompt}\\nAssistant: {response}"``. Plain formats are tokenized
             with the tokenizer's special tokens (BOS) added.
         system: optional system message.
+        history: earlier turns before the final user turn, ((role, content), ...) or message dicts
+            (multi-turn conversations; default none).
 
     Raises:
         UserError: empty prompt, no chat template and no ``template``, or a template whose
@@ -341,7 +352,8 @@ def build_template(
     """
     if prompt is None or not prompt.strip():
         raise UserError("the prompt is empty; pass --prompt 'What, in one word, is the greatest thing ever?'")
-    kind, render = renderer(tokenizer, prompt, template, system)
+    history = tuple((m["role"], m["content"]) if isinstance(m, dict) else tuple(m) for m in history or ())
+    kind, render = renderer(tokenizer, prompt, template, system, history)
     rendered = [render(w) for w in PROBES]
     n_pre = common_prefix_len(rendered)
     n_suf = common_prefix_len([r[::-1] for r in rendered])
@@ -379,6 +391,7 @@ def build_template(
         kind=kind,
         format=template,
         probe_check={w: list(m) for w, m in check.items()},
+        history=history,
     )
 
 
@@ -388,7 +401,7 @@ def response_ids(tokenizer, tmpl: Template, text: str) -> list[int]:
     Renders the full conversation with ``text`` as the response and checks that it starts with
     the template's prefix and ends with its suffix; raises UserError otherwise.
     """
-    _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system)
+    _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
     ids = render(text)
     P, S = len(tmpl.prefix_ids), len(tmpl.suffix_ids)
     if tuple(ids[:P]) != tmpl.prefix_ids or (S and tuple(ids[len(ids) - S :]) != tmpl.suffix_ids) or len(ids) <= P + S:

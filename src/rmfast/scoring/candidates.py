@@ -231,7 +231,7 @@ def _compat_row(tmpl, full: list[int], head: str) -> Row:
     p = max(1, min(p, e - 1))
     t = Template(prefix_ids=tuple(full[:p]), suffix_ids=tuple(full[e:]),
                  n_continuation=tmpl.n_continuation if has_suffix else 0, prompt=tmpl.prompt,
-                 system=tmpl.system, kind=tmpl.kind, format=tmpl.format)
+                 system=tmpl.system, kind=tmpl.kind, format=tmpl.format, history=tmpl.history)
     return Row(full[p:e], t)
 
 
@@ -249,7 +249,7 @@ def tokenize_in_context(tokenizer, tmpl, texts: list[str], *, compat: str | None
                                 "context, so its ids are not its own; drop it, or score the whole re-tokenized "
                                 "conversation with --compat decode-retokenize") from None
         return rows
-    _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system)
+    _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
     return [_compat_row(tmpl, render(t), head) for t in texts]  # authors rows: the same response ids
 
 

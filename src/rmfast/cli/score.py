@@ -1,0 +1,135 @@
+"""``rmfast score``: score a table of (prompt, response) pairs and write the scores beside it.
+
+Rows that share a prompt share one prompt encoding (:class:`rmfast.scoring.scorer.RewardScorer`);
+the output is the input table plus a ``score`` column, in the input's row order, written as
+``<input>.scores.parquet`` (and its manifest ``.json``) unless ``--out`` says otherwise. An
+interrupted run keeps its finished batches in ``<out>.partial.npz``; the same command resumes there.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..errors import UserError
+from ..io import check_output, file_sha256, output_lock
+from . import common
+
+_READERS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("score", help="score a table of (prompt, response) pairs; scores written beside it",
+                       description="Score every row of a Parquet/CSV/TSV/JSONL table: the response column as the "
+                                   "assistant's answer to the prompt column (a string, or a list of chat messages "
+                                   "whose last is the user's). Rows sharing a prompt share one prompt encoding.")
+    p.add_argument("input", help="the table (.parquet, .csv, .tsv, .jsonl)")
+    p.add_argument("--model", default=common.DEFAULT_MODEL,
+                   help=f"hub id, local folder, .gguf file or embedded alias (default: {common.DEFAULT_MODEL})")
+    common.add_model_args(p, positional=False)
+    p.add_argument("--random-head-seed", type=common.nonneg_int, default=None,
+                   help="load a causal LM with a seeded random one-output score head (default: off)")
+    p.add_argument("--prompt-column", required=True, help="column holding the prompt (or a list of chat messages)")
+    p.add_argument("--response-column", required=True, help="column holding the response")
+    p.add_argument("--system-column", default=None, help="optional column holding a system message per row")
+    p.add_argument("--score-column", default="score", help="name of the added column (default score)")
+    p.add_argument("--template", default=None, help="chat template or plain format (default: the model's chat template)")
+    p.add_argument("--compat", default=None, choices=["decode-retokenize"],
+                   help="score a response that merges with the template as the template renders it (default: error)")
+    p.add_argument("--max-tokens", type=common.positive_int, default=None,
+                   help="longest response in tokens (default: the model's position limit)")
+    common.add_output_args(p, "<input>.scores.parquet beside the input; manifest at <out>.json")
+    common.add_plan_args(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=run)
+
+
+def read_table(path: str):
+    """The input table as a DataFrame; one-line UserError for a missing or unreadable file."""
+    import pandas as pd
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"input {p}: no such file")
+    kind = _READERS.get(p.suffix.lower())
+    if kind is None:
+        raise UserError(f"input {p}: unknown format {p.suffix!r}; give a .parquet, .csv, .tsv or .jsonl file")
+    try:
+        if kind == "parquet":
+            return pd.read_parquet(p)
+        if kind == "jsonl":
+            return pd.read_json(p, lines=True)
+        return pd.read_csv(p, sep="," if kind == "csv" else "\t", dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except Exception as e:  # pandas/pyarrow raise many types for a malformed file
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"cannot read {p} as {kind}: {msg[:200]}") from None
+
+
+def _conversation(v, system, k: int):
+    """A cell of the prompt column (a string, or chat messages from Parquet/JSON) as a conversation."""
+    from ..scoring.scorer import as_conversation
+
+    if hasattr(v, "tolist") and not isinstance(v, str):
+        v = v.tolist()  # a Parquet list column comes back as a numpy array of dicts
+    if system is not None and isinstance(v, str):
+        v = [{"role": "system", "content": system}, {"role": "user", "content": v}]
+    return as_conversation(v, f"row {k} (prompt column)")
+
+
+def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
+    """(conversations, response lists, (conversation, slot) per row) from the table, rows in order."""
+    for c in (prompt_col, response_col, system_col):
+        if c is not None and c not in df.columns:
+            raise UserError(f"the input has no column {c!r}; its columns are {', '.join(map(repr, map(str, df.columns)))}")
+    convs, lists, where, seen = [], [], [], {}
+    systems = df[system_col].tolist() if system_col else [None] * len(df)
+    for k, (p, r, s) in enumerate(zip(df[prompt_col].tolist(), df[response_col].tolist(), systems)):
+        if not isinstance(r, str):
+            raise UserError(f"row {k}: the response is {type(r).__name__}, not text")
+        conv = _conversation(p, s if isinstance(s, str) and s else None, k)
+        i = seen.setdefault(conv, len(convs))
+        if i == len(convs):
+            convs.append(conv)
+            lists.append([])
+        where.append((i, len(lists[i])))
+        lists[i].append(r)
+    return convs, lists, where
+
+
+def run(args) -> int:
+    from ..io import write_result
+    from ..scoring.scorer import RewardScorer
+
+    t0 = time.perf_counter()
+    inp = Path(args.input)
+    out = Path(args.out) if args.out else inp.with_name(inp.name.rsplit(".", 1)[0] + ".scores.parquet")
+    check_output(out, args.overwrite)  # before loading anything
+    df = read_table(args.input)
+    if args.score_column in df.columns:
+        raise UserError(f"the input already has a column {args.score_column!r}; name the scores with --score-column")
+    convs, lists, where = pairs(df, args.prompt_column, args.response_column, args.system_column)
+    if not where:
+        raise UserError(f"input {inp} has no rows")
+    lm = common.load_model(args, random_head_seed=args.random_head_seed)
+    scorer = RewardScorer(lm, head=args.head, head_index=args.head_index, engine=args.engine,
+                          batch_size=args.batch_size, template=common.template_arg(args, lm), compat=args.compat,
+                          max_tokens=args.max_tokens, cache_prompts=0)
+    ck = Path(f"{out}.partial.npz")
+    with output_lock(out):
+        check_output(out, args.overwrite)
+        scores = scorer.score(convs, lists, progress=not args.no_progress, checkpoint=ck)
+        st = scorer.last_stats
+        df[args.score_column] = [scores[i][j] for i, j in where]
+        manifest = {**scorer.key_fields(), "input": {"path": str(inp), "sha256": file_sha256(inp), "rows": len(df),
+                                                   "prompt_column": args.prompt_column,
+                                                   "response_column": args.response_column,
+                                                   "system_column": args.system_column},
+                    "stats": {k: getattr(st, k) for k in st.__dataclass_fields__},
+                    "score_position": "final position of the whole conversation + response",
+                    "wall_s": round(time.perf_counter() - t0, 3)}
+        write_result(out, df, manifest, overwrite=args.overwrite)
+        ck.unlink(missing_ok=True)  # only now: the output is in place
+    print(f"{len(df)} rows ({st.n_prompts} prompts, {st.n_rows} distinct rows, {st.n_batches} batches, "
+          f"0 padded rows{f', {st.resumed_rows} rows from the checkpoint' if st.resumed_rows else ''}) in "
+          f"{st.wall_s:.1f} s; wrote {out} and {out}.json")
+    return 0

@@ -1,0 +1,73 @@
+"""A TRL ``reward_funcs`` entry for GRPO backed by :class:`rmfast.scoring.scorer.RewardScorer`.
+
+TRL calls each reward function as ``f(prompts=..., completions=..., completion_ids=..., **columns)``
+and wants one float per completion. GRPO repeats every prompt ``num_generations`` times, so a batch
+holds a few prompts with many completions each: exactly the shape the scorer encodes once per
+prompt. Both of TRL's dataset formats are taken:
+
+- plain: ``prompts`` are strings (the user turn), ``completions`` strings;
+- conversational: ``prompts`` are lists of chat messages ending with the user's, ``completions`` are
+  lists holding one assistant message (``[{"role": "assistant", "content": "..."}]``).
+
+Example:
+    >>> from trl import GRPOConfig, GRPOTrainer  # doctest: +SKIP
+    >>> reward = rmfast_reward("Skywork/Skywork-Reward-V2-Qwen3-0.6B", dtype="bfloat16")  # doctest: +SKIP
+    >>> trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=GRPOConfig(...), train_dataset=ds)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from ..errors import UserError
+from ..scoring.scorer import RewardScorer, as_conversation
+
+
+def _completion_text(c, k: int) -> str:
+    """A completion as text: a string, or a conversational completion (one assistant message)."""
+    if isinstance(c, str):
+        return c
+    msgs = list(c) if isinstance(c, (list, tuple)) else None
+    if not msgs or len(msgs) != 1 or not hasattr(msgs[0], "get") or not isinstance(msgs[0].get("content"), str):
+        raise UserError(f"completion {k}: expected a string or a list with one assistant message "
+                        "[{'role': 'assistant', 'content': ...}]")
+    if msgs[0].get("role", "assistant") != "assistant":
+        raise UserError(f"completion {k}: the completion's message must be the assistant's, got {msgs[0].get('role')!r}")
+    return msgs[0]["content"]
+
+
+class GRPOReward:
+    """``reward(prompts, completions, **kwargs) -> list[float]``: TRL's reward function signature.
+
+    Completions are grouped by their prompt (equal prompts share one encoding), scored by ``scorer``,
+    and returned in TRL's order. ``__name__`` is what TRL logs the reward under (default "rmfast").
+    """
+
+    def __init__(self, scorer: RewardScorer, name: str = "rmfast"):
+        self.scorer = scorer
+        self.__name__ = name
+
+    def __call__(self, prompts, completions, **kwargs) -> list[float]:
+        prompts, completions = list(prompts), list(completions)
+        if len(prompts) != len(completions):
+            raise UserError(f"{len(prompts)} prompts but {len(completions)} completions")
+        convs, lists, where = [], [], []  # distinct prompts, their completions, (prompt, slot) per input
+        seen: dict = {}
+        for k, (p, c) in enumerate(zip(prompts, completions)):
+            conv = as_conversation(p, f"prompt {k}")
+            i = seen.setdefault(conv, len(convs))
+            if i == len(convs):
+                convs.append(conv)
+                lists.append([])
+            where.append((i, len(lists[i])))
+            lists[i].append(_completion_text(c, k))
+        scores = self.scorer.score(convs, lists)
+        return [scores[i][j] for i, j in where]
+
+
+def rmfast_reward(model, *, name: str = "rmfast", **scorer_kw) -> GRPOReward:
+    """A GRPO reward function for ``model`` (anything :class:`RewardScorer` takes: an alias, folder, hub
+    id, LoadedModel, a (model, tokenizer) pair, or a RewardScorer itself)."""
+    scorer = model if isinstance(model, RewardScorer) else RewardScorer(model, **scorer_kw)
+    return GRPOReward(scorer, name)
+
+
+__all__ = ["GRPOReward", "rmfast_reward"]

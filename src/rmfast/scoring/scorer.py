@@ -1,0 +1,421 @@
+"""One prompt, many responses: :class:`RewardScorer`, the reward backend other packages call.
+
+``RewardScorer(model)`` loads (or takes) a model once; ``scorer.score(conversations, responses)``
+scores a list of lists of responses, one list per conversation, and returns scores of the same
+shape, in input order. Each distinct conversation's prompt is encoded ONCE (its keys/values kept as
+one shared copy, :class:`rmfast.fast.engine.Engine`), and its responses run in batches of equal
+length against that copy: rows are grouped by response length, so no row is ever padded (the
+padding waste is 0 by construction; :attr:`RewardScorer.last_stats` counts rows, batches and
+padded rows). Duplicate responses to one conversation are scored once.
+
+Exactness: each score is the score of the whole conversation (``apply_chat_template`` of the
+messages + the response, read at the final position) as the plain Hugging Face forward gives it,
+to fp32 rounding in fp32 (``tests/test_scorer.py``); a response that merges with the template
+around it when tokenized is refused, or with ``compat="decode-retokenize"`` scored as the template
+renders it (the plain-HF forward of that whole sequence), exactly as text candidates are
+(:func:`rmfast.scoring.candidates.tokenize_in_context`).
+
+Conversations: a prompt string (one user turn), or a list of chat messages
+``[{"role": "system", ...}?, {"role": "user", ...}, {"role": "assistant", ...}, ..., {"role": "user", ...}]``
+whose last message is the user's. Responses are the assistant's next turn.
+
+What is cached: within a call, one plan (prompt encoding) per distinct conversation, built when
+its first batch runs and dropped when the next conversation's is built. Across calls, the last
+``cache_prompts`` conversations' plans (default 8; 0: none) are kept, so a best-of-N loop that
+rescores one prompt pays its encoding once. Memory per cached prompt: its keys/values, 2 x layers x
+kv-heads x head-dim x prompt tokens x bytes per element (:meth:`RewardScorer.prompt_bytes`).
+
+Thread safety: one call at a time. ``score`` holds a lock, so concurrent calls from several threads
+are safe and run one after another (torch already spreads one call over every core).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..template import Template, build_template
+from .batching import Group, score_groups
+from .candidates import Row, check_context, tokenize_in_context
+from .memory import auto_batch_size, cap_batch_size, parse_batch_size, row_bytes
+from .plan import ScoringPlan, choose_engine, choose_head, plan_scoring
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation up to the assistant's next turn: the final user turn, a system message and the
+    turns in between, hashable (the key of its cached plan).
+
+    >>> as_conversation([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    Conversation(prompt='Hi', system='Be brief.', history=())
+    """
+
+    prompt: str
+    system: str | None = None
+    history: tuple = ()  # ((role, content), ...) between the system message and the final user turn
+
+
+def as_conversation(c, where: str = "conversation") -> Conversation:
+    """A prompt string or a list of {"role", "content"} messages (last one the user's) as a :class:`Conversation`."""
+    if isinstance(c, Conversation):
+        return c
+    if isinstance(c, str):
+        if not c.strip():
+            raise UserError(f"{where} is an empty prompt")
+        return Conversation(c)
+    if isinstance(c, dict) or not hasattr(c, "__iter__"):
+        raise UserError(f"{where} must be a prompt string or a list of chat messages, got {type(c).__name__}")
+    msgs = list(c)
+    for k, m in enumerate(msgs):
+        if not (hasattr(m, "get") and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise UserError(f"{where}, message {k + 1}: each message needs a string 'role' and a string 'content'")
+    if not msgs or msgs[-1]["role"] != "user":
+        raise UserError(f"{where}: the last message must be the user's (the response is the assistant's next turn)")
+    if not msgs[-1]["content"].strip():
+        raise UserError(f"{where}: the final user message is empty")
+    system = msgs[0]["content"] if msgs[0]["role"] == "system" else None
+    body = msgs[1 if system is not None else 0:-1]
+    return Conversation(msgs[-1]["content"], system, tuple((m["role"], m["content"]) for m in body))
+
+
+def messages_of(conv: Conversation, response: str | None = None) -> list[dict]:
+    """The conversation as chat messages (plus the assistant's ``response`` when given)."""
+    out = [{"role": "system", "content": conv.system}] if conv.system is not None else []
+    out += [{"role": r, "content": c} for r, c in conv.history] + [{"role": "user", "content": conv.prompt}]
+    return out + ([{"role": "assistant", "content": response}] if response is not None else [])
+
+
+@dataclass
+class ScoreStats:
+    """What one :meth:`RewardScorer.score` call did.
+
+    Attributes:
+        n_conversations, n_responses: the input's size.
+        n_prompts: distinct conversations (each encoded once); ``prompts_from_cache`` of them reused a
+            plan from an earlier call.
+        n_rows: distinct (conversation, response) rows scored (duplicates are scored once).
+        n_batches: forward passes over candidate rows; ``padded_rows``: rows added to fill a batch (0:
+            rows are grouped by length and batches hold exactly their rows).
+        response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the prompts encoded.
+        resumed_rows: rows taken from a checkpoint rather than scored.
+        wall_s: seconds for the call.
+    """
+
+    n_conversations: int = 0
+    n_responses: int = 0
+    n_prompts: int = 0
+    prompts_from_cache: int = 0
+    n_rows: int = 0
+    n_batches: int = 0
+    padded_rows: int = 0
+    response_tokens: int = 0
+    prompt_tokens: int = 0
+    resumed_rows: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def padding_waste(self) -> float:
+        """Fraction of row slots that were padding (0.0 by construction)."""
+        return self.padded_rows / max(1, self.n_rows + self.padded_rows)
+
+
+@dataclass
+class Ranked:
+    """One response of a :meth:`RewardScorer.rerank`: its position in the input, text and score."""
+
+    index: int
+    response: str
+    score: float
+
+
+@dataclass
+class Job:
+    """A call's work: distinct rows (one per conversation and distinct response), their groups, and
+    where each input response's score comes from.
+
+    Attributes:
+        convs: the distinct conversations, first-appearance order; ``tmpls``: their templates.
+        rows: per distinct row, (conversation number, :class:`Row`).
+        inverse: (n_responses,) distinct row of each input response, in input (row-major) order.
+        shape: responses per conversation.
+        groups: one per (conversation, response length) (a merging row in compat mode: its own).
+    """
+
+    convs: list
+    tmpls: list
+    rows: list
+    inverse: np.ndarray
+    shape: list
+    groups: list = field(default_factory=list)
+
+    def digest(self) -> str:
+        """A hash of every row's ids (prompt and response): a checkpoint's rows are this job's."""
+        h = hashlib.sha256()
+        for c, r in self.rows:
+            t = r.template or self.tmpls[c]
+            for part in (t.prefix_ids, r.ids, t.suffix_ids):
+                h.update(np.asarray(part, dtype=np.int64).tobytes() + b"|")
+        return h.hexdigest()[:16]
+
+
+def _model_and_tokenizer(model, tokenizer, kw: dict):
+    """(model, tokenizer, source, default template) from a spec, a LoadedModel or a (model, tokenizer) pair."""
+    from ..loading.loader import LoadedModel, load
+
+    if isinstance(model, (tuple, list)) and len(model) == 2 and tokenizer is None:
+        model, tokenizer = model
+    if isinstance(model, LoadedModel):
+        return model.model, model.tokenizer, model.source, model.default_template
+    if isinstance(model, str) or hasattr(model, "__fspath__"):
+        lm = load(str(model), **kw)
+        return lm.model, lm.tokenizer, lm.source, lm.default_template
+    if not isinstance(model, torch.nn.Module) or tokenizer is None:
+        raise UserError("RewardScorer: pass a model alias, folder or hub id, a LoadedModel, or a (model, tokenizer) pair")
+    name = getattr(getattr(model, "config", None), "name_or_path", None) or type(model).__name__
+    return model.eval(), tokenizer, {"name": name}, None
+
+
+class RewardScorer:
+    """Scores many responses per conversation with one shared prompt encoding each (see the module doc).
+
+    Args:
+        model: an embedded alias, model folder, .gguf or hub id (loaded with ``dtype``, ``device`` and
+            ``load_kw``: e.g. ``random_head_seed=0``), a :class:`rmfast.loading.loader.LoadedModel`, or a
+            (model, tokenizer) pair / ``tokenizer=`` (the model used as it is).
+        head: "auto" (score for reward models, logprob for causal LMs), "score" or "logprob" (log p of
+            the response and the end-of-turn given the conversation); ``head_index``: output of a
+            multi-output score head.
+        engine: "auto", "fast" or "hf" (:func:`rmfast.scoring.plan.plan_scoring`).
+        batch_size: "auto" (~4k tokens per batch on CPU, bounded by memory) or rows per batch.
+        template: a chat template or plain format overriding the tokenizer's (None: the tokenizer's,
+            or the loaded model's default for base models).
+        compat: None (a response that merges with the template is an error) or "decode-retokenize"
+            (scored as the template renders it, plain-HF path).
+        max_tokens: longest response in tokens (None: the model's position limit only).
+        cache_prompts: plans (prompt encodings) kept across calls (default 8; 0: none).
+
+    Example:
+        >>> import rmfast  # doctest: +SKIP
+        >>> scorer = rmfast.RewardScorer("smollm2-135m-instruct", random_head_seed=0, dtype="float32")  # doctest: +SKIP
+        >>> scorer.score(["What is 2+2?"], [["4", "Four.", "5"]])  # doctest: +SKIP
+        [[0.53, 0.61, -0.12]]
+    """
+
+    def __init__(self, model, tokenizer=None, *, dtype: str = "auto", device: str = "auto", head: str = "auto",
+                 head_index: int = 0, engine: str = "auto", batch_size="auto", template: str | None = None,
+                 compat: str | None = None, max_tokens: int | None = None, cache_prompts: int = 8, **load_kw):
+        self.model, self.tokenizer, self.source, default_t = _model_and_tokenizer(
+            model, tokenizer, {"dtype": dtype, "device": device, **load_kw})
+        self.template = template if template is not None else default_t
+        self.head = choose_head(self.model, head, head_index)
+        self.head_index = head_index
+        self.engine = choose_engine(self.model, self.head, head_index, engine, stacklevel=3)
+        self.batch_size = parse_batch_size(batch_size)
+        if compat not in (None, "decode-retokenize"):
+            raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
+        self.compat = compat
+        if max_tokens is not None and int(max_tokens) < 1:
+            raise UserError("max_tokens must be a positive integer")
+        self.max_tokens = max_tokens
+        if int(cache_prompts) < 0:
+            raise UserError("cache_prompts must be >= 0")
+        self.cache_prompts = int(cache_prompts)
+        self._plans: OrderedDict = OrderedDict()  # Conversation -> ScoringPlan, least recently used first
+        self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
+        self._lock = threading.RLock()
+        self.last_stats = ScoreStats()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ public calls
+    def score(self, conversations, responses, *, progress: bool = False, checkpoint=None) -> list[list[float]]:
+        """Scores of ``responses[i][j]`` as the assistant's answer to ``conversations[i]``, same shape.
+
+        ``conversations``: prompt strings or lists of chat messages (last one the user's); ``responses``:
+        one list of response strings per conversation. ``checkpoint``: a file that an interrupted call
+        saves its finished batches to and a rerun of the same call resumes from (the CLI's resumability).
+        """
+        with self._lock:
+            t0 = time.perf_counter()
+            job = self.prepare(conversations, responses)
+            self._fresh: set = set()  # conversations whose plan this call has used
+            self.last_stats = stats = self._stats(job)
+            key = hashlib.sha256(repr(self.key_fields()).encode()).hexdigest()[:16] + job.digest()
+            unique, timing = score_groups(job.groups, np.arange(len(job.rows), dtype=np.int64), key=key,
+                                     checkpoint=checkpoint, device=self.device, progress=progress, desc="responses",
+                                     job={**self.key_fields(), "rows": job.digest()})
+            stats.resumed_rows = int(timing["resumed_candidates"])
+            flat = unique[job.inverse]  # (n_responses,)
+            out, k = [], 0
+            for n in job.shape:
+                out.append([float(x) for x in flat[k:k + n]])
+                k += n
+            if self.cache_prompts == 0:
+                self._plans.clear()
+            stats.wall_s = round(time.perf_counter() - t0, 4)
+            return out
+
+    def score_one(self, conversation, responses) -> list[float]:
+        """Scores of ``responses`` to one conversation."""
+        return self.score([conversation], [list(responses)])[0]
+
+    def rerank(self, conversation, responses, k: int = 1) -> list[Ranked]:
+        """Best-of-N: the ``k`` highest-scoring responses, best first (ties: input order).
+
+        >>> best = scorer.rerank("Name a color.", ["blue", "a table", "red"], k=2)  # doctest: +SKIP
+        >>> [r.response for r in best]  # doctest: +SKIP
+        ['blue', 'red']
+        """
+        if int(k) < 1:
+            raise UserError("rerank: k must be >= 1")
+        s = self.score_one(conversation, responses)
+        order = sorted(range(len(s)), key=lambda i: (-s[i] if s[i] == s[i] else float("inf"), i))
+        return [Ranked(i, responses[i], s[i]) for i in order[:k]]
+
+    def key_fields(self) -> dict:
+        """What decides the scores besides the rows: model, head, dtype, engine, template override, compat."""
+        return {"model": self.source, "head": self.head, "head_index": self.head_index,
+                "dtype": str(next(self.model.parameters()).dtype).replace("torch.", ""), "engine": self.engine,
+                "template": self.template, "compat": self.compat}
+
+    def prompt_bytes(self, n_prompt_tokens: int) -> int:
+        """Bytes of one cached prompt encoding: its keys and values in every layer."""
+        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        return 2 * cfg.num_hidden_layers * kv * hd * n_prompt_tokens * next(self.model.parameters()).element_size()
+
+    # ------------------------------------------------------------------ building the job
+    def template_for(self, conv: Conversation) -> Template:
+        """The conversation's split template (cached)."""
+        t = self._tmpls.get(conv)
+        if t is None:
+            t = build_template(self.tokenizer, conv.prompt, template=self.template, system=conv.system,
+                               history=conv.history)
+            check_context(self.model, len(t.prefix_ids), 1, len(t.suffix_ids))
+            self._tmpls[conv] = t
+            while len(self._tmpls) > 64 * max(1, self.cache_prompts):
+                self._tmpls.popitem(last=False)
+        return t
+
+    def prepare(self, conversations, responses) -> Job:
+        """Validate and tokenize a call: distinct conversations and rows, their groups (no model forward)."""
+        conversations, responses = list(conversations), list(responses)
+        if len(conversations) != len(responses):
+            raise UserError(f"{len(conversations)} conversations but {len(responses)} response lists; give one list "
+                            "of responses per conversation")
+        convs: dict = {}
+        rows: list = []
+        index: dict = {}  # (conversation number, text) -> distinct row
+        inverse, shape = [], []
+        for i, (c, rs) in enumerate(zip(conversations, responses)):
+            conv = as_conversation(c, f"conversation {i}")
+            ci = convs.setdefault(conv, len(convs))
+            if isinstance(rs, str) or not hasattr(rs, "__iter__"):
+                raise UserError(f"responses[{i}] must be a list of response strings, got {type(rs).__name__}")
+            rs = list(rs)
+            shape.append(len(rs))
+            for j, text in enumerate(rs):
+                if not isinstance(text, str) or not text.strip():
+                    raise UserError(f"response {j} of conversation {i} is {'empty' if isinstance(text, str) else type(text).__name__}; "
+                                    "every response needs some text")
+                if (ci, text) not in index:
+                    index[(ci, text)] = len(rows)
+                    rows.append((ci, text, i, j))
+                inverse.append(index[(ci, text)])
+        conv_list = list(convs)
+        tmpls = [self.template_for(c) for c in conv_list]
+        job = Job(conv_list, tmpls, self._tokenize(rows, tmpls), np.asarray(inverse, dtype=np.int64), shape)
+        job.groups = self._groups(job)
+        return job
+
+    def _tokenize(self, rows, tmpls) -> list:
+        """(conversation number, :class:`Row`) per distinct row, ids as the template tokenizes them in context."""
+        out = []
+        for ci, text, i, j in rows:
+            try:
+                (row,) = tokenize_in_context(self.tokenizer, tmpls[ci], [text], compat=self.compat, head=self.head)
+            except UserError:
+                raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) merges with the template around it "
+                                "when tokenized in context, so its ids are not its own; drop it, or score the whole "
+                                "re-tokenized conversation with compat='decode-retokenize'") from None
+            t = row.template or tmpls[ci]
+            n = len(row.ids)
+            if self.max_tokens is not None and n > int(self.max_tokens):
+                raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) is {n} tokens long, over "
+                                f"max_tokens {self.max_tokens}")
+            check_context(self.model, len(t.prefix_ids), n, len(t.suffix_ids))
+            out.append((ci, row))
+        return out
+
+    def _groups(self, job: Job) -> list[Group]:
+        """One group per (conversation, response length), conversations in order, lengths ascending; a row
+        that carries its own template (compat) is a group of its own on the plain-HF path."""
+        by: dict = {}
+        for u, (ci, row) in enumerate(job.rows):
+            by.setdefault((ci, len(row.ids), -1 if row.template is None else u), []).append(u)
+        groups = []
+        for (ci, n, odd), idx in sorted(by.items()):
+            row_t = None if odd < 0 else job.rows[odd][1].template
+
+            def score(sel, b, ci=ci, row_t=row_t):
+                plan = self._plan(job.convs[ci], job.tmpls[ci])
+                return plan.score([job.rows[u][1].ids for u in sel], b, row_t)  # (len(sel),)
+
+            groups.append(Group(np.asarray(idx, dtype=np.int64), self._rows_per_batch(job.tmpls[ci], n, row_t), score))
+        return groups
+
+    def _rows_per_batch(self, tmpl: Template, n: int, row_t: Template | None) -> int:
+        """Rows per batch for n-token responses, as :meth:`ScoringPlan.rows_per_batch` decides it, without
+        encoding the prompt first (the engine runs the row's own tokens; the plain-HF path the whole row)."""
+        on_engine = self.engine == "fast" and row_t is None
+        t = row_t or tmpl
+        if on_engine:
+            tpr = n + len(t.suffix_ids) if self.head == "score" else n - 1 + t.n_continuation
+        else:
+            tpr = len(t.prefix_ids) + n + len(t.suffix_ids)
+        per_row = row_bytes(self.model, max(1, tpr), prefix_len=len(t.prefix_ids), head=self.head,
+                            full_sequence=not on_engine)
+        bs = self.batch_size
+        return auto_batch_size(self.device, max(1, tpr), per_row) if bs == "auto" else cap_batch_size(bs, self.device, per_row)
+
+    def _plan(self, conv: Conversation, tmpl: Template) -> ScoringPlan:
+        """The conversation's plan: from the cache, or built now (its prompt encoded once)."""
+        plan = self._plans.get(conv)
+        if plan is not None:
+            self._plans.move_to_end(conv)
+            if conv not in self._fresh:
+                self._fresh.add(conv)
+                self.last_stats.prompts_from_cache += 1
+            return plan
+        while self._plans and len(self._plans) >= max(1, self.cache_prompts):
+            self._plans.popitem(last=False)  # within a call the previous conversation's plan is done with
+        plan = plan_scoring(self.model, tmpl, head=self.head, head_index=self.head_index, engine=self.engine,
+                            compile="off", batch_size=self.batch_size, fixed_shapes=False, stacklevel=4)
+        self._plans[conv] = plan
+        self._fresh.add(conv)
+        return plan
+
+    def _stats(self, job: Job) -> ScoreStats:
+        n_batches = sum(-(-g.rows.size // g.batch_size) for g in job.groups)
+        resp = sum(len(r.ids) + len((r.template or job.tmpls[c]).suffix_ids) for c, r in job.rows)
+        return ScoreStats(len(job.shape), int(job.inverse.size), len(job.convs), 0, len(job.rows), n_batches, 0,
+                          resp, sum(len(t.prefix_ids) for t in job.tmpls))
+
+    def close(self) -> None:
+        """Drop every cached plan (their prompt encodings)."""
+        with self._lock:
+            self._plans.clear()
+            self._tmpls.clear()
+
+
+__all__ = ["Conversation", "Job", "Ranked", "RewardScorer", "ScoreStats", "as_conversation", "messages_of"]

@@ -1,0 +1,205 @@
+"""RewardScorer (one prompt, many responses): every score equals the plain Hugging Face forward of the
+whole conversation (``apply_chat_template`` of the messages + response, read at the final position), to
+fp32 rounding, the tolerance measured against a float64 forward (tests/rounding.py); system prompts and
+multi-turn histories; a custom gated head; the logprob head; merging responses; order, duplicates,
+caching, threads; the GRPO adapter, rerank and ``rmfast score``."""
+
+import copy
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import tiny_models as T
+from cli_run import interrupt_scoring_at, one_line_error, run
+from rmfast import RewardScorer
+from rmfast.errors import UserError
+from rmfast.integrations.grpo import rmfast_reward
+from rmfast.scoring.hf_path import hf_scores, pad_token_as
+from rmfast.scoring.scorer import as_conversation, messages_of
+from rounding import assert_agree_to_rounding
+
+SYSTEM = "You are a careful assistant."
+MULTI = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Name a fruit."},
+         {"role": "assistant", "content": "An apple."}, {"role": "user", "content": "Another one, please?"}]
+CONVS = ["What, in one word, is the greatest thing ever?",
+         [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Greatest thing?"}],
+         MULTI]
+RESPONSES = [["Love", "The universe, obviously.", "music", "Love", "A cup of tea, with milk and two sugars please."],
+             ["Love", "kindness", "A long answer that goes on for a while about many things at once."],
+             ["A pear.", "Banana", "Love", "no"]]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return T.chatml_tokenizer()
+
+
+def full_ids(tok, conv, response):
+    out = tok.apply_chat_template(messages_of(as_conversation(conv), response), tokenize=True, return_dict=False)
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+@torch.no_grad()
+def direct(model, tok, convs, responses, head_index=0):
+    """The plain-HF score of each whole conversation, one forward each, final position (pad id never matches)."""
+    out = []
+    with pad_token_as(model, -1):
+        for c, rs in zip(convs, responses):
+            for r in rs:
+                out.append(model(input_ids=torch.tensor([full_ids(tok, c, r)])).logits[0, head_index].item())
+    return np.array(out)
+
+
+def check_exact(model, tok, head_index=0, **kw):
+    scores = RewardScorer(model, tok, head_index=head_index, **kw).score(CONVS, RESPONSES)
+    assert [len(s) for s in scores] == [len(r) for r in RESPONSES]
+    flat = np.array([x for s in scores for x in s])
+    ref32 = direct(model, tok, CONVS, RESPONSES, head_index)
+    ref64 = direct(copy.deepcopy(model).double(), tok, CONVS, RESPONSES, head_index)
+    assert ref64.std() > 1e-2, "degenerate model: scores barely vary"
+    # E is measured on the plain-HF fp32 forward (first argument) against float64: the scorer's scores
+    # must lie within 2E of it (measuring E on the scores under test would widen the bound for a wrong score)
+    assert_agree_to_rounding(ref32, flat, ref64)
+    return flat
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_fp32_scores_are_the_whole_conversations_hf_scores(tok, arch):
+    model = T.tiny(arch, num_labels=2, pad_token_id=2)
+    flat = check_exact(model, tok, head_index=1)
+    # the test can fail: the same responses to the conversation without its system prompt score otherwise
+    bare = RewardScorer(model, tok, head_index=1).score([CONVS[0], "Greatest thing?"], [RESPONSES[0], RESPONSES[1]])
+    assert not np.allclose(bare[1], flat[5:8], atol=1e-3)
+    assert flat[0] == flat[3]  # a duplicate response is scored once
+
+
+def test_off_fast_path_engine_hf(tok):
+    model = T.tiny("qwen2", num_labels=1, pad_token_id=2)
+    check_exact(model, tok, engine="hf")
+
+
+def test_custom_gated_head_multi_turn(tmp_path):
+    import custom_rm_replicas as R
+
+    gtok = R.gemma_tokenizer()
+    folder = R.make_replica("qrm-gemma", tmp_path / "qrm", gtok)
+    scorer = RewardScorer(str(folder), dtype="float32", device="cpu")
+    assert scorer.engine == "fast"
+    got = np.array([x for s in scorer.score(CONVS, RESPONSES) for x in s])
+    ref = R.Reference(folder, gtok)
+    rows = [full_ids(scorer.tokenizer, c, r) for c, rs in zip(CONVS, RESPONSES) for r in rs]
+    want = np.array([ref.score_rows([row]).item() for row in rows])  # gated at the LAST user -> assistant turn
+    assert want.std() > 1e-2
+    np.testing.assert_allclose(got, want, atol=2e-5 * max(1.0, np.abs(want).max()), rtol=0)
+
+
+def test_logprob_head_is_the_whole_conversations_log_probability(tok):
+    lm = T.tiny("qwen2", "causal_lm", pad_token_id=2, seed=3)
+    scorer = RewardScorer(lm, tok)
+    assert scorer.head == "logprob"
+    got = scorer.score(CONVS, RESPONSES)
+    for c, rs, s in zip(CONVS, RESPONSES, got):
+        tmpl = scorer.template_for(as_conversation(c))
+        ids = [scorer.prepare([c], [[r]]).rows[0][1].ids for r in rs]
+        assert all(tmpl.sequence(i) == full_ids(tok, c, r) for i, r in zip(ids, rs))
+        np.testing.assert_allclose(s, hf_scores(lm, tmpl, ids, head="logprob").numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_merging_response_is_an_error_or_the_named_option(smol_tokenizer):
+    tok = smol_tokenizer  # the real SmolLM2 tokenizer: "  two" merges with the header's newline
+    model = T.tiny("llama", num_labels=1, pad_token_id=tok.pad_token_id)
+    with pytest.raises(UserError, match=r"response 1 of conversation 0 .* compat='decode-retokenize'"):
+        RewardScorer(model, tok).score(["Hi"], [["fine", "  two leading spaces"]])
+    got = RewardScorer(model, tok, compat="decode-retokenize").score(["Hi"], [["fine", "  two leading spaces"]])[0]
+    np.testing.assert_allclose(got, direct(model, tok, ["Hi"], [["fine", "  two leading spaces"]]), rtol=1e-5, atol=1e-5)
+
+
+def test_order_stats_cache_and_errors(tok):
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    s = RewardScorer(model, tok, batch_size=2)
+    a = s.score(CONVS + [CONVS[0]], RESPONSES + [RESPONSES[0][::-1]])
+    assert a[3] == a[0][::-1]  # input order kept; the repeated conversation is the same rows
+    st = s.last_stats
+    assert st.n_prompts == 3 and st.n_rows == 11 and st.padded_rows == 0 and st.padding_waste == 0.0
+    assert st.n_responses == 17 and st.n_batches >= st.n_rows / 2
+    s.score(CONVS[:1], RESPONSES[:1])
+    assert s.last_stats.prompts_from_cache == 1
+    for convs, resps, msg in [(["a"], [], "1 conversations but 0"), (["a"], [[""]], "empty"),
+                              ([[{"role": "assistant", "content": "x"}]], [["y"]], "last message must be the user's"),
+                              (["a"], ["not a list"], "must be a list")]:
+        with pytest.raises(UserError, match=msg):
+            s.score(convs, resps)
+    with pytest.raises(UserError, match="max_tokens 2"):
+        RewardScorer(model, tok, max_tokens=2).score(["a"], [["one two three four"]])
+
+
+def test_threads_get_the_serial_scores(tok):
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    s = RewardScorer(model, tok, cache_prompts=0)
+    want = s.score(CONVS, RESPONSES)
+    got = [None] * 4
+
+    def work(k):
+        got[k] = s.score(CONVS, RESPONSES)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert all(g == want for g in got)
+
+
+def test_rerank_and_grpo_adapter(tok):
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    s = RewardScorer(model, tok)
+    scores = s.score_one(CONVS[0], RESPONSES[0])
+    best = s.rerank(CONVS[0], RESPONSES[0], k=2)
+    assert [b.score for b in best] == sorted(scores, reverse=True)[:2] and best[0].response == RESPONSES[0][best[0].index]
+    reward = rmfast_reward(s)
+    assert reward.__name__ == "rmfast"
+    # GRPO: each prompt repeated per generation; plain and conversational formats give the same scores
+    prompts = [CONVS[1]] * 3 + [CONVS[2]] * 3
+    comps = RESPONSES[1] + RESPONSES[2][:3]
+    conv = reward(prompts=prompts, completions=[[{"role": "assistant", "content": c}] for c in comps],
+                  completion_ids=None, trainer_state=None)
+    assert conv == s.score([CONVS[1], CONVS[2]], [RESPONSES[1], RESPONSES[2][:3]])[0] + \
+        s.score([CONVS[2]], [RESPONSES[2][:3]])[0]
+    plain = reward(prompts=["Greatest thing?"] * 2, completions=["Love", "kindness"])
+    assert plain == s.score(["Greatest thing?"], [["Love", "kindness"]])[0]
+    with pytest.raises(UserError, match="one assistant message"):
+        reward(prompts=["a"], completions=[[{"role": "assistant", "content": "x"}] * 2])
+
+
+def test_cli_score_writes_beside_the_input_and_resumes(tok, tmp_path, capsys, monkeypatch):
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    folder = tmp_path / "rm"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    rows = [(c if isinstance(c, str) else c[-1]["content"], r) for c, rs in zip(CONVS, RESPONSES) for r in rs]
+    df = pd.DataFrame(rows * 3, columns=["p", "r"])
+    inp = tmp_path / "pairs.parquet"
+    df.to_parquet(inp)
+    argv = ["score", inp, "--model", folder, "--prompt-column", "p", "--response-column", "r", "--dtype", "float32",
+            "--device", "cpu", "--batch-size", "1", "--no-progress"]
+    restore = interrupt_scoring_at(monkeypatch, 4)
+    rc, _, err = run(argv, capsys)
+    assert rc == 130 and "resume" in err
+    out = tmp_path / "pairs.scores.parquet"
+    assert not out.exists() and (tmp_path / "pairs.scores.parquet.partial.npz").exists()
+    restore()
+    rc, so, err = run(argv, capsys)
+    assert rc == 0, err
+    assert "3 rows from the checkpoint" in so  # the interrupted run's 3 finished batches were not redone
+    got = pd.read_parquet(out)
+    assert list(got.columns) == ["p", "r", "score"] and got[["p", "r"]].equals(df)
+    s = RewardScorer(model, tok, batch_size=1).score(list(got["p"]), [[r] for r in got["r"]])
+    np.testing.assert_array_equal(got["score"].to_numpy(), np.array([x[0] for x in s], np.float32))
+    assert not (tmp_path / "pairs.scores.parquet.partial.npz").exists()
+    rc, _, err = run(argv, capsys)
+    assert one_line_error(rc, err) and "--overwrite" in err
+    rc, _, err = run([*argv[:5], "nope", *argv[6:], "--out", tmp_path / "x.parquet"], capsys)
+    assert one_line_error(rc, err) and "no column 'nope'" in err
