@@ -125,7 +125,7 @@ def test_init_text_and_restarts(smol_tokenizer, tmpl):
 
 @pytest.mark.parametrize("bad, msg", [
     (dict(length=0), "--length"), (dict(topk=0), "--topk"), (dict(search_width=0), "--search-width"),
-    (dict(head="nope"), "head"), (dict(batch_size="x"), "--eval-batch-size"), (dict(compile="yes"), "--compile"),
+    (dict(head="nope"), "head"), (dict(batch_size="x"), "--batch-size"), (dict(compile="yes"), "--compile"),
 ])
 def test_config_errors(bad, msg):
     with pytest.raises(UserError, match=msg):
