@@ -301,6 +301,35 @@ class Engine:
         return self.score_head(hn[:, -1], gate)
 
     # ------------------------------------------------------------------ scoring
+    def can_score_ragged(self) -> bool:
+        """Whether :meth:`score_ragged` serves this engine: a score head read at one position per row (a
+        gated head may re-gate inside a row's own tokens, and the logprob head reads every position)."""
+        return self.head == "score" and not isinstance(self.score_head, GatedHead)
+
+    @torch.no_grad()
+    def score_ragged(self, responses: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Rows of different lengths in one batch: (B, n) right-padded ids, (B,) response lengths -> (B,) fp32.
+
+        Row i runs ``responses[i, :L_i] ⊕ suffix`` at its own positions, then pad ids to n + len(suffix);
+        attention is causal, so the pads (after every real token) change nothing the row's final position
+        sees, and the head reads each row at its own final position. Equal to scoring each length apart to
+        fp32 rounding (other GEMM shapes), not bit for bit.
+        """
+        if not self.can_score_ragged():
+            raise ValueError("ragged rows need a score head read at one position (not a gated head, not logprob)")
+        responses, lengths = responses.to(self.device), lengths.to(self.device).long()
+        B, n = responses.shape
+        m = len(self.suffix)
+        S = n + m
+        ids = torch.cat([responses, responses.new_zeros(B, m)], dim=1)  # (B, S): pads are id 0, after the end
+        cols = lengths[:, None] + torch.arange(m, device=self.device)  # (B, m): where each row's suffix goes
+        ids.scatter_(1, cols, self.suffix.expand(B, -1))
+        ends = lengths + m - 1  # (B,) each row's final position
+        n_out = S - int(ends.min())  # the last layer computes positions ends.min() .. S-1
+        h, _ = self._run_layers(self.spec.embed(ids), self.P, n_out)  # (B, n_out, Dm)
+        h = h[torch.arange(B, device=self.device), ends - (S - n_out)]  # (B, Dm)
+        return self._head_scores(h)
+
     def tokens_per_row(self, n: int) -> int:
         """Tokens a row of an n-token response feeds through the layers."""
         if self.head == "score":
@@ -308,8 +337,14 @@ class Engine:
         return n - 1 + len(self.continuation)
 
     @torch.no_grad()
-    def score(self, responses: torch.Tensor) -> torch.Tensor:
-        """responses: (B, n) token ids, all of one length n >= 1. Returns (B,) fp32 scores."""
+    def score(self, responses: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """responses: (B, n) token ids, all of one length n >= 1. Returns (B,) fp32 scores.
+
+        With ``lengths`` ((B,) ints, score head, not a gated head): ragged rows, row i's response being
+        ``responses[i, :lengths[i]]`` (right-padded to n, any ids after). See :meth:`score_ragged`.
+        """
+        if lengths is not None:
+            return self.score_ragged(responses, lengths)
         sp = self.spec
         responses = responses.to(self.device)
         B, n = responses.shape

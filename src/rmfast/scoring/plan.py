@@ -243,13 +243,21 @@ class ScoringPlan:
         return self._rows[key]
 
     @torch.no_grad()
-    def score(self, cands, rows: int | None = None, template: Template | None = None) -> np.ndarray:
+    def score(self, cands, rows: int | None = None, template: Template | None = None,
+              lengths=None) -> np.ndarray:
         """Scores of ``cands`` ((B, n) token ids, or a list of B equal-length id lists): (B,) float32.
 
         ``rows``: the batch's row count (default :meth:`rows_per_batch`); with ``fixed_shapes`` a
         shorter batch is padded to it (copies of its first row, dropped after). ``template``: rows
-        that merged with the shared template carry their own (plain-HF path).
+        that merged with the shared template carry their own (plain-HF path). ``lengths``: (B,) real
+        lengths of right-padded rows of different lengths (the fast engine's ragged batches,
+        :meth:`rmfast.fast.engine.Engine.score_ragged`; score head only).
         """
+        if lengths is not None:
+            if self.eng is None or template is not None or not self.eng.can_score_ragged():
+                raise ValueError("ragged rows need the fast engine's score head (not gated)")
+            return self.eng.score_ragged(torch.as_tensor(cands, dtype=torch.long),
+                                         torch.as_tensor(lengths)).float().cpu().numpy()
         cands = torch.as_tensor(cands, dtype=torch.long)
         if cands.ndim != 2:
             raise ValueError(f"cands must be (B, n) token ids, got shape {tuple(cands.shape)}")

@@ -43,7 +43,7 @@ import torch
 from ..errors import UserError
 from ..template import Template, build_template
 from .batching import Group, score_groups
-from .candidates import Row, check_context, tokenize_in_context
+from .candidates import check_context, tokenize_in_context
 from .memory import auto_batch_size, cap_batch_size, parse_batch_size, row_bytes
 from .plan import ScoringPlan, choose_engine, choose_head, plan_scoring
 
@@ -102,7 +102,8 @@ class ScoreStats:
             plan from an earlier call.
         n_rows: distinct (conversation, response) rows scored (duplicates are scored once).
         n_batches: forward passes over candidate rows; ``padded_rows``: rows added to fill a batch (0:
-            rows are grouped by length and batches hold exactly their rows).
+            batches hold exactly their rows); ``padded_tokens``: pad tokens of ragged batches (rows of
+            similar lengths right-padded to the batch's longest, :func:`length_buckets`).
         response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the prompts encoded.
         resumed_rows: rows taken from a checkpoint rather than scored.
         wall_s: seconds for the call.
@@ -119,11 +120,12 @@ class ScoreStats:
     prompt_tokens: int = 0
     resumed_rows: int = 0
     wall_s: float = 0.0
+    padded_tokens: int = 0
 
     @property
     def padding_waste(self) -> float:
-        """Fraction of row slots that were padding (0.0 by construction)."""
-        return self.padded_rows / max(1, self.n_rows + self.padded_rows)
+        """Fraction of the row tokens run that were padding."""
+        return self.padded_tokens / max(1, self.response_tokens + self.padded_tokens)
 
 
 @dataclass
@@ -180,6 +182,28 @@ def _model_and_tokenizer(model, tokenizer, kw: dict):
         raise UserError("RewardScorer: pass a model alias, folder or hub id, a LoadedModel, or a (model, tokenizer) pair")
     name = getattr(getattr(model, "config", None), "name_or_path", None) or type(model).__name__
     return model.eval(), tokenizer, {"name": name}, None
+
+
+#: rows of one ragged bucket are padded to its longest: at most this fraction longer than its shortest,
+#: plus a few tokens (padding waste bounded, and short rows are never padded to long ones)
+BUCKET_SPREAD = 0.25
+BUCKET_SLACK = 4
+
+
+def length_buckets(lengths: list[int]) -> list[list[int]]:
+    """Ascending response lengths cut into runs whose longest is at most (1 + BUCKET_SPREAD) x the
+    shortest + BUCKET_SLACK tokens.
+
+    >>> length_buckets([20, 21, 24, 25, 31, 60, 61, 200])
+    [[20, 21, 24, 25], [31], [60, 61], [200]]
+    """
+    out: list[list[int]] = []
+    for n in lengths:
+        if out and n <= (1 + BUCKET_SPREAD) * out[-1][0] + BUCKET_SLACK:
+            out[-1].append(n)
+        else:
+            out.append([n])
+    return out
 
 
 class RewardScorer:
@@ -358,21 +382,57 @@ class RewardScorer:
         return out
 
     def _groups(self, job: Job) -> list[Group]:
-        """One group per (conversation, response length), conversations in order, lengths ascending; a row
-        that carries its own template (compat) is a group of its own on the plain-HF path."""
+        """The batches' groups. Rows on the shared template: per conversation, sorted by length and cut
+        into buckets of similar lengths (:func:`length_buckets`), each run as ragged batches (right-padded,
+        every row read at its own final position) where the engine allows it; else one group per
+        (conversation, response length). A row that carries its own template (compat) is a group of its
+        own on the plain-HF path."""
         by: dict = {}
         for u, (ci, row) in enumerate(job.rows):
             by.setdefault((ci, len(row.ids), -1 if row.template is None else u), []).append(u)
         groups = []
+        ragged = self._ragged_ok()
+        for ci in range(len(job.convs)):
+            shared = {n: idx for (c, n, odd), idx in by.items() if c == ci and odd < 0}
+            buckets = length_buckets(sorted(shared)) if ragged else [[n] for n in sorted(shared)]
+            for lens in buckets:
+                idx = [u for n in lens for u in shared[n]]
+                groups.append(Group(np.asarray(idx, dtype=np.int64), self._rows_per_batch(job.tmpls[ci], lens[-1], None),
+                                    self._bucket_scorer(job, ci, ragged and len(lens) > 1)))
         for (ci, n, odd), idx in sorted(by.items()):
-            row_t = None if odd < 0 else job.rows[odd][1].template
+            if odd >= 0:
+                row_t = job.rows[odd][1].template
 
-            def score(sel, b, ci=ci, row_t=row_t):
-                plan = self._plan(job.convs[ci], job.tmpls[ci])
-                return plan.score([job.rows[u][1].ids for u in sel], b, row_t)  # (len(sel),)
+                def score(sel, b, ci=ci, row_t=row_t):
+                    return self._plan(job.convs[ci], job.tmpls[ci]).score([job.rows[u][1].ids for u in sel], b, row_t)
 
-            groups.append(Group(np.asarray(idx, dtype=np.int64), self._rows_per_batch(job.tmpls[ci], n, row_t), score))
+                groups.append(Group(np.asarray(idx, dtype=np.int64), self._rows_per_batch(job.tmpls[ci], n, row_t), score))
         return groups
+
+    def _bucket_scorer(self, job: Job, ci: int, ragged: bool):
+        """``score(rows, b)`` for a group of conversation ``ci``'s rows: one length, or ragged batches."""
+        def score(sel, b):
+            plan = self._plan(job.convs[ci], job.tmpls[ci])
+            ids = [job.rows[u][1].ids for u in sel]
+            if not ragged or len({len(r) for r in ids}) == 1:
+                return plan.score(ids, b)  # (len(sel),)
+            n = max(len(r) for r in ids)
+            padded = torch.zeros(len(ids), n, dtype=torch.long)  # (B, n), right-padded
+            for i, r in enumerate(ids):
+                padded[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+            return plan.score(padded, b, lengths=torch.tensor([len(r) for r in ids]))
+
+        return score
+
+    def _ragged_ok(self) -> bool:
+        """Ragged batches: the fast engine's score head, read at one position per row (not a gated head)."""
+        if self.engine != "fast" or self.head != "score":
+            return False
+        from ..fast.arch import arch_spec
+        from ..fast.heads import GatedHead
+
+        spec = arch_spec(self.model)
+        return spec is not None and not isinstance(spec.custom_head, GatedHead)
 
     def _rows_per_batch(self, tmpl: Template, n: int, row_t: Template | None) -> int:
         """Rows per batch for n-token responses, as :meth:`ScoringPlan.rows_per_batch` decides it, without
@@ -408,8 +468,13 @@ class RewardScorer:
     def _stats(self, job: Job) -> ScoreStats:
         n_batches = sum(-(-g.rows.size // g.batch_size) for g in job.groups)
         resp = sum(len(r.ids) + len((r.template or job.tmpls[c]).suffix_ids) for c, r in job.rows)
+        pads = 0
+        for g in job.groups:  # rows ascend by length within a group; batches are consecutive rows
+            n = np.array([len(job.rows[u][1].ids) for u in g.rows])
+            for lo in range(0, n.size, g.batch_size):
+                pads += int((n[lo:lo + g.batch_size].max() - n[lo:lo + g.batch_size]).sum())
         return ScoreStats(len(job.shape), int(job.inverse.size), len(job.convs), 0, len(job.rows), n_batches, 0,
-                          resp, sum(len(t.prefix_ids) for t in job.tmpls))
+                          resp, sum(len(t.prefix_ids) for t in job.tmpls), padded_tokens=pads)
 
     def close(self) -> None:
         """Drop every cached plan (their prompt encodings)."""
