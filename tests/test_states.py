@@ -188,3 +188,37 @@ def test_lens_needs_a_score_head(tmp_path, smol_tokenizer, capsys):
     rc, _, se = run(["scan", str(d), "--dtype", "float32", "--token-ids", "0:10", "--lens", "--no-progress",
                      "--out", str(tmp_path / "x.parquet")], capsys)
     assert one_line_error(rc, se) and "score head" in se, se
+
+
+def test_analyze_lens_tables_and_figure(tiny_dir, tmp_path, capsys):
+    rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--lens")
+    assert rc == 0, se
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "s.parquet"), "--out", str(tmp_path / "lens.csv"), "--k", "20"],
+                    capsys)
+    assert rc == 0, se
+    t = pd.read_csv(tmp_path / "lens.csv")
+    assert t["layer"].astype(str).tolist() == ["0", "1", "2", "last"]
+    last = t.iloc[-1]
+    assert abs(last["spearman"] - 1.0) < 1e-12 and last["top_k_overlap"] == 1.0 and last["bottom_k_overlap"] == 1.0
+    assert np.isnan(t["spearman"].iloc[0]) and "undefined" in se  # layer 0: one template token in every row
+    assert t["spearman"].iloc[1:3].abs().max() < 1.0
+    assert (tmp_path / "lens.png").read_bytes()[:4] == b"\x89PNG"
+    # the entry table against a direct computation: the first layer where each final top-20 row is in that layer's top-20
+    df = pd.read_parquet(tmp_path / "s.parquet")
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "s.parquet"), "--table", "entry", "--k", "20",
+                     "--out", str(tmp_path / "entry.csv")], capsys)
+    e = pd.read_csv(tmp_path / "entry.csv", dtype={"first_layer": str, "stays_from": str})
+    top = df.nlargest(20, "score")
+    tops = {c: set(df.nlargest(20, c)["token_id"]) for c in ["lens_1", "lens_2", "lens_last"]}
+    for tid, first in zip(e["token_id"], e["first_layer"]):
+        want = next(c[5:] for c in tops if tid in tops[c])
+        assert first == want, (tid, first, want)
+    assert e["token_id"].tolist() == top["token_id"].tolist()
+
+
+def test_analyze_lens_bad_input(tiny_dir, tmp_path, capsys):
+    rc, _, se = _scan(tiny_dir, tmp_path / "p.parquet", capsys)
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "p.parquet")], capsys)
+    assert one_line_error(rc, se) and "--lens" in se, se
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "nope.parquet")], capsys)
+    assert one_line_error(rc, se), se
