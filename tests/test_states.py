@@ -222,3 +222,63 @@ def test_analyze_lens_bad_input(tiny_dir, tmp_path, capsys):
     assert one_line_error(rc, se) and "--lens" in se, se
     rc, _, se = run(["analyze", "lens", str(tmp_path / "nope.parquet")], capsys)
     assert one_line_error(rc, se), se
+
+
+def test_disk_full_mid_scan_keeps_what_was_done(tiny_dir, tmp_path, monkeypatch, capsys):
+    """A shard write that fails (ENOSPC) is one line + exit 2; the scores so far stay in the checkpoint,
+    the shards so far in the partial folder, and the rerun ends bit-identical to an uninterrupted scan."""
+    import errno
+
+    import rmfast.io
+    from rmfast.scoring import batching
+
+    rc, _, se = _scan(tiny_dir, tmp_path / "whole.parquet", capsys, "--states", "1,last")
+    assert rc == 0, se
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
+    real, calls = rmfast.io.atomic_write, {"n": 0}
+
+    def full(path, write):
+        if str(path).endswith(".safetensors"):
+            calls["n"] += 1
+            if calls["n"] >= 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, write)
+
+    monkeypatch.setattr(rmfast.io, "atomic_write", full)
+    out = tmp_path / "r.parquet"
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "1,last")
+    assert one_line_error(rc, se) and "No space left" in se, se
+    assert len(list((tmp_path / "r.states.partial").glob("shard-*"))) == 2
+    assert (tmp_path / "r.parquet.partial.npz").exists() and not out.exists()
+    monkeypatch.setattr(rmfast.io, "atomic_write", real)
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "1,last")
+    assert rc == 0, se
+    a, b = open_states(tmp_path / "whole.parquet"), open_states(out)
+    for layer in ("1", "last"):
+        np.testing.assert_array_equal(a.take(layer, np.argsort(a.keys)), b.take(layer, np.argsort(b.keys)))
+
+
+def test_logprob_head_states_equal_hf(smol_tokenizer):
+    """A causal LM (logprob head): the state of the position that predicts the last end-of-turn token."""
+    m = T.tiny("llama", "causal_lm")
+    tmpl = build_template(smol_tokenizer, PROMPT)
+    assert tmpl.continuation_ids
+    got = {e: plan_scoring(m, tmpl, head="logprob", engine=e, batch_size=len(IDS)).score(IDS, states=["1", "last"])
+           for e in ("fast", "hf")}
+    seqs = torch.tensor([[*tmpl.prefix_ids, *r, *tmpl.continuation_ids] for r in IDS])
+
+    def reference(model):  # {name: (N*D,)} at position -2 of the whole sequence
+        pre = []
+        h = final_norm_module(model).register_forward_pre_hook(lambda mod, a: pre.append(a[0]))
+        with torch.no_grad():
+            hs = model(input_ids=seqs, output_hidden_states=True).hidden_states
+        h.remove()
+        return {"1": hs[1][:, -2].double().numpy().ravel(), "last": pre[-1][:, -2].double().numpy().ravel()}
+
+    ref, ref64 = reference(m), reference(T.tiny("llama", "causal_lm", dtype=torch.float64))
+    for e in got:
+        for name in ("1", "last"):
+            assert_agree_to_rounding(ref[name], got[e].states[name].double().numpy().ravel(), ref64[name])
+        np.testing.assert_array_equal(got[e].scores, plan_scoring(m, tmpl, head="logprob", engine=e,
+                                                                 batch_size=len(IDS)).score(IDS))

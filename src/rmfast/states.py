@@ -372,8 +372,8 @@ class StatesWriter:
     """Writes a scan's states streaming, resumable and atomic (``rmfast-states/1``).
 
     Shards go into ``<folder>.partial/`` as the scan saves its checkpoint: :meth:`add` buffers a
-    batch's rows, :meth:`flush` writes them as one shard (atomically) before the checkpoint that
-    marks those rows done. A rerun of the same job (:meth:`prepare`) keeps the shards whose rows
+    batch's rows, :meth:`flush` writes them as one shard (atomically) right after the checkpoint
+    that marks those rows done. A rerun of the same job (:meth:`prepare`) keeps the shards whose rows
     the checkpoint holds as done, deletes any other (written just before a kill, its rows not
     checkpointed), and returns the done rows that have states: a row the checkpoint holds without
     states is scored again (the same bits), so every row ends with exactly one state.
@@ -452,8 +452,12 @@ class StatesWriter:
         t.update({f"layer.{l}": torch.cat([b[2][l] for b in self._buf]) for l in self.layers})
         shards = self._shards()
         nxt = int(shards[-1].stem.split("-")[1]) + 1 if shards else 0
-        atomic_write(self.partial / f"shard-{nxt:05d}.safetensors", lambda tmp: save_file(
-            t, str(tmp), metadata={"format": FORMAT, "run_id": self.run_id}))
+        try:
+            atomic_write(self.partial / f"shard-{nxt:05d}.safetensors", lambda tmp: save_file(
+                t, str(tmp), metadata={"format": FORMAT, "run_id": self.run_id}))
+        except OSError as e:  # a full disk: the shards so far and the scan's checkpoint stay
+            raise UserError(f"cannot write a states shard in {self.partial}: {e.strerror or e}; what was done is "
+                            "kept: free space and rerun the same command to resume") from None
         self._buf = []
 
     def finish(self, scan: dict | None = None) -> Path:

@@ -167,8 +167,9 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     States and lens (a group's ``score`` returns :class:`rmfast.scoring.plan.Scored`):
     ``states_out`` (``prepare(done) -> done``, ``add(rows, keys, states)``, ``flush()``, e.g.
     :class:`rmfast.states.StatesWriter`) gets each batch's states keyed by ``ids``, and is flushed
-    before every checkpoint save, so the checkpoint never marks done a row whose state is not on
-    disk. ``lens_k``: the lens columns, kept in the checkpoint too and returned in ``extra["lens"]``
+    with every checkpoint save, so no row the checkpoint holds as done loses its state
+    unnoticed (the rows it holds as done without a state are scored again on resume,
+    :meth:`rmfast.states.StatesWriter.prepare`). ``lens_k``: the lens columns, kept in the checkpoint too and returned in ``extra["lens"]``
     ((N, lens_k) float32).
     """
     from tqdm.auto import tqdm
@@ -187,10 +188,10 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         done = states_out.prepare(done)
     done0 = int(done.sum())
 
-    def save():
+    def save():  # the scores first (a full disk keeps them); a row done without its state is rescored on resume
+        save_checkpoint(ck, key, ids, scores, done, sizes, job, lens)
         if states_out is not None:
             states_out.flush()
-        save_checkpoint(ck, key, ids, scores, done, sizes, job, lens)
 
     bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
     if status and done0 < ids.size:
