@@ -23,11 +23,11 @@ def interrupt_scoring_at(monkeypatch, call: int):
 
     real, calls = Engine.score, {"n": 0}
 
-    def interrupted(self, responses):
+    def interrupted(self, responses, *a, **kw):
         calls["n"] += 1
         if calls["n"] == call:
             raise KeyboardInterrupt
-        return real(self, responses)
+        return real(self, responses, *a, **kw)
 
     monkeypatch.setattr(Engine, "score", interrupted)
     return lambda: monkeypatch.setattr(Engine, "score", real)

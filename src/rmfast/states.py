@@ -16,6 +16,7 @@ A states folder sits beside its scan, ``<scan stem>.states/`` (``scan.parquet`` 
     shard-00000.safetensors, ...
         key            (n_i,)    int64   token ids, or row numbers of the scan Parquet
         layer.<name>   (n_i, d)  dtype   one tensor per layer of the manifest
+        rows           (n_i,)    int64   optional: the scan job's row numbers (the scan's writer)
 
 Rows are the concatenation of the shards in manifest order. ``run_id`` (optional) is
 also written into every shard's safetensors metadata; when both carry one they must
@@ -226,6 +227,8 @@ def open_states(path: str | os.PathLike) -> StatesSet:
         want.update({f"layer.{l}": (_ST_DTYPE[man["dtype"]], (s["rows"], man["hidden_size"]))
                      for l in man["layers"]})
         have = {k: (v["dtype"], tuple(v["shape"])) for k, v in header.items()}
+        if have.get("rows") == ("I64", (s["rows"],)):
+            del have["rows"]  # the scan's own job-row numbers (StatesWriter), optional
         if have != want:
             diff = sorted(set(have.items()) ^ set(want.items()))
             raise UserError(f"{f}: does not match {mpath} (a shard from another run?): "
@@ -309,3 +312,187 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
            "n": n, "shards": shards, "run_id": run_id, "scan": dict(scan or {})}
     atomic_write(folder / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
     return folder
+
+
+# --------------------------------------------------------------------------------------------
+# layer names of a scan's --states, and the streaming writer the scan uses
+
+#: the two names beside the residual-stream indices: what the final norm reads, and its output
+LAST, LAST_NORMED = "last", "last_normed"
+
+
+def parse_layers(spec, n_layers: int | None) -> list[str]:
+    """Canonical layer names for ``--states SPEC`` on a model with ``n_layers`` decoder layers.
+
+    ``k`` (0 <= k < n_layers) is HF's ``hidden_states[k]``: 0 the input embeddings, k the residual
+    stream after decoder layer k (1-based). ``last`` is the output of the last decoder layer, the
+    state the final norm reads (HF keeps only its normed form); ``last_normed`` is that norm's
+    output, the state the head reads (HF's ``hidden_states[n_layers]``). ``all`` is every one of
+    them. ``n_layers`` itself is refused (say ``last`` or ``last_normed``). Names keep the order
+    0..n_layers-1, last, last_normed; repeats are dropped. ``n_layers`` None: check the names only.
+
+    >>> parse_layers("16,0,last", 30), parse_layers("all", 2)
+    (['0', '16', 'last'], ['0', '1', 'last', 'last_normed'])
+    """
+    items = spec.split(",") if isinstance(spec, str) else [str(x) for x in spec]
+    items = [x.strip() for x in items if x.strip()]
+    if not items:
+        raise UserError("--states needs layers: e.g. 0,8,last, or all")
+    if n_layers is None:  # names only (before the model is loaded)
+        bad = [x for x in items if x not in ("all", LAST, LAST_NORMED) and not x.lstrip("-").isdigit()]
+        if bad:
+            raise UserError(f"--states {bad[0]!r}: unknown layer; give indices, last, last_normed or all")
+        return items
+    names: set[str] = set()
+    for x in items:
+        if x == "all":
+            names.update([*map(str, range(n_layers)), LAST, LAST_NORMED])
+        elif x in (LAST, LAST_NORMED):
+            names.add(x)
+        elif x.lstrip("-").isdigit():
+            k = int(x)
+            if k == n_layers:
+                raise UserError(f"--states {k}: the model has {n_layers} layers, and {k} is their output; say last "
+                                "(before the final norm) or last_normed (after it, HF's hidden_states[-1])")
+            if not 0 <= k < n_layers:
+                raise UserError(f"--states {k}: layer out of range; this model has indices 0..{n_layers - 1}, "
+                                "last and last_normed")
+            names.add(str(k))
+        else:
+            raise UserError(f"--states {x!r}: unknown layer; give indices 0..{n_layers - 1}, last, last_normed or all")
+    return sorted(names, key=lambda n: layer_index(n, n_layers) if n != LAST_NORMED else n_layers + 1)
+
+
+def layer_index(name: str, n_layers: int) -> int | str:
+    """The residual-stream index of a canonical name (``last`` -> n_layers), or ``last_normed``."""
+    return n_layers if name == LAST else name if name == LAST_NORMED else int(name)
+
+
+class StatesWriter:
+    """Writes a scan's states streaming, resumable and atomic (``rmfast-states/1``).
+
+    Shards go into ``<folder>.partial/`` as the scan saves its checkpoint: :meth:`add` buffers a
+    batch's rows, :meth:`flush` writes them as one shard (atomically) right after the checkpoint
+    that marks those rows done. A rerun of the same job (:meth:`prepare`) keeps the shards whose rows
+    the checkpoint holds as done, deletes any other (written just before a kill, its rows not
+    checkpointed), and returns the done rows that have states: a row the checkpoint holds without
+    states is scored again (the same bits), so every row ends with exactly one state.
+    :meth:`finish` writes the manifest and renames the folder into place.
+
+    ``layers``: canonical names; ``dtype``: stored dtype; ``key``: "token_id" or "row";
+    ``job``: what identifies the job (a different one wipes the partial folder).
+    """
+
+    def __init__(self, folder, layers: list[str], dtype: str, key: str, job: str, overwrite: bool = False):
+        if dtype not in DTYPES:
+            raise UserError(f"--states-dtype {dtype!r}; one of {', '.join(DTYPES)}")
+        self.folder = Path(folder)
+        self.partial = self.folder.with_name(self.folder.name + ".partial")
+        self.layers, self.dtype, self.key = list(layers), dtype, key
+        self.overwrite = overwrite
+        self.job = {"job": job, "layers": self.layers, "dtype": dtype, "key": key}
+        self._buf: list[tuple[np.ndarray, np.ndarray, dict]] = []
+        self.shard_rows = 65536
+        self._have: np.ndarray | None = None  # (N,) bool: job rows with a state on disk or buffered
+        self.run_id = None
+        if self.folder.exists() and not overwrite:
+            raise UserError(f"{self.folder} exists; use --overwrite to replace it (or choose another --out)")
+
+    def _shards(self) -> list[Path]:
+        return sorted(self.partial.glob("shard-*.safetensors"))
+
+    def prepare(self, done: np.ndarray) -> np.ndarray:
+        """Match the partial folder to the checkpoint's ``done`` (N,) rows; returns done & has-state."""
+        import shutil
+
+        info = self.partial / "job.json"
+        old = json.loads(info.read_text()) if info.is_file() else None
+        if old is None or {k: old.get(k) for k in self.job} != self.job:
+            shutil.rmtree(self.partial, ignore_errors=True)
+            self.partial.mkdir(parents=True)
+            self.run_id = uuid.uuid4().hex
+            info.write_text(json.dumps({**self.job, "run_id": self.run_id}))
+        else:
+            self.run_id = old["run_id"]
+        self._have = np.zeros(done.size, dtype=bool)
+        for f in self._shards():
+            rows = _read_rows(f)  # (n_i,) job rows of the shard
+            if rows is None or rows.max(initial=-1) >= done.size or not done[rows].all() or self._have[rows].any():
+                f.unlink()  # after the last checkpoint (or unreadable, or a repeat): its rows are scored again
+            else:
+                self._have[rows] = True
+        return done & self._have
+
+    def add(self, rows: np.ndarray, keys: np.ndarray, states: Mapping[str, object]) -> None:
+        """A batch: job rows (b,), their keys (b,), name -> (b, d) tensor. Rows already stored are skipped."""
+        import torch
+
+        new = ~self._have[rows]  # (b,)
+        if not new.any():
+            return
+        sel = torch.from_numpy(np.flatnonzero(new))
+        mats = {l: states[l].detach().cpu().to(getattr(torch, self.dtype))[sel].contiguous() for l in self.layers}
+        self._buf.append((rows[new], keys[new], mats))
+        self._have[rows[new]] = True
+        if sum(len(b[0]) for b in self._buf) >= self.shard_rows:
+            self.flush()  # early is safe: a shard the checkpoint does not cover is dropped on resume
+
+    def flush(self) -> None:
+        """Write the buffered rows as the next shard (atomically). Call before the checkpoint is saved."""
+        if not self._buf:
+            return
+        import torch
+        from safetensors.torch import save_file
+
+        from .io import atomic_write
+
+        rows = np.concatenate([b[0] for b in self._buf])
+        t = {"key": torch.from_numpy(np.concatenate([b[1] for b in self._buf]).astype(np.int64)),
+             "rows": torch.from_numpy(rows.astype(np.int64))}
+        t.update({f"layer.{l}": torch.cat([b[2][l] for b in self._buf]) for l in self.layers})
+        shards = self._shards()
+        nxt = int(shards[-1].stem.split("-")[1]) + 1 if shards else 0
+        try:
+            atomic_write(self.partial / f"shard-{nxt:05d}.safetensors", lambda tmp: save_file(
+                t, str(tmp), metadata={"format": FORMAT, "run_id": self.run_id}))
+        except OSError as e:  # a full disk: the shards so far and the scan's checkpoint stay
+            raise UserError(f"cannot write a states shard in {self.partial}: {e.strerror or e}; what was done is "
+                            "kept: free space and rerun the same command to resume") from None
+        self._buf = []
+
+    def finish(self, scan: dict | None = None) -> Path:
+        """Every row has its state: write the manifest and move the folder into place. Returns it."""
+        import shutil
+
+        from .io import atomic_write
+
+        self.flush()
+        if self._have is None or not self._have.all():
+            missing = 0 if self._have is None else int((~self._have).sum())
+            raise RuntimeError(f"states: {missing} rows have no state")  # a bug, never input
+        shards, n, d = [], 0, None
+        for f in self._shards():
+            header, _ = _read_header(f)
+            rows = header["key"]["shape"][0]
+            d = header[f"layer.{self.layers[0]}"]["shape"][1]
+            shards.append({"file": f.name, "rows": rows})
+            n += rows
+        man = {"format": FORMAT, "layers": self.layers, "dtype": self.dtype, "hidden_size": d, "key": self.key,
+               "n": n, "shards": shards, "run_id": self.run_id, "scan": dict(scan or {})}
+        atomic_write(self.partial / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
+        (self.partial / "job.json").unlink(missing_ok=True)
+        if self.folder.exists():
+            shutil.rmtree(self.folder)  # --overwrite (checked at the start)
+        os.replace(self.partial, self.folder)
+        return self.folder
+
+
+def _read_rows(file: Path) -> np.ndarray | None:
+    """The ``rows`` tensor of a partial shard (job rows), or None if it cannot be read."""
+    try:
+        header, base = _read_header(file)
+        v = header["rows"]
+        return np.array(np.memmap(file, dtype=np.int64, mode="r", offset=base + v["data_offsets"][0],
+                                  shape=tuple(v["shape"])))
+    except (UserError, KeyError, ValueError, OSError):
+        return None

@@ -37,6 +37,12 @@ With three or more sets, ``similarity A B C ... --metadata FILE`` gives the mode
 table at one layer (``--layers-a``, default last) and, with ``--table rsa``, its RSA with the
 metadata predictors (permutation over models, ``--n-perm``).
 
+``lens SCAN.parquet --out lens.csv`` reads a scan written with ``--lens`` (the reward head
+read through the final norm after every layer): per layer the Spearman correlation with the
+final scores and the top-/bottom-k overlap (``--k``), and with ``--table entry`` the layer where
+each of the final top-k first enters (and stays in) the top-k; the figure goes to lens.png
+beside ``--out``.
+
 ``trajectory`` reads checkpoint tables instead (paper B's rank_results_*.csv, long CSVs with
 step, token, score or rank, or scans of checkpoints named checkpoint-N) and writes every table
 (CSV) and figure (PNG) into the folder ``--out``.
@@ -56,7 +62,7 @@ from ..io import check_output, write_csv
 from .common import nonneg_int, positive_int
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
-            "categories", "extremes", "trajectory", "similarity")
+            "categories", "extremes", "trajectory", "similarity", "lens")
 
 
 @dataclass
@@ -354,6 +360,38 @@ def _run_similarity(args) -> int:
     return 0
 
 
+def _run_lens(args) -> int:
+    """``rmfast analyze lens SCAN.parquet``: the reward lens tables, and the figure beside --out."""
+    from ..analysis.lens import lens, write_lens_figure
+
+    if len(args.inputs or []) != 1:
+        raise UserError(f"lens reads one scan written with --lens; got {len(args.inputs or [])} inputs")
+    path = Path(args.inputs[0])
+    if not path.is_file():
+        raise UserError(f"{path}: no such scan file")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:
+        raise UserError(f"{path}: not a readable Parquet scan ({type(e).__name__})") from None
+    if "score" not in df:
+        raise UserError(f"{path}: no score column; give a scan Parquet")
+    res = lens(df, k=args.k)
+    _report_drops(res)
+    tables = res.tables()
+    name = args.table or "layers"
+    if name not in tables:
+        raise UserError(f"lens has no table {name!r}; choose one of {list(tables)}")
+    if args.out:
+        write_csv(args.out, tables[name])
+        png = write_lens_figure(res, Path(args.out).with_suffix(".png"), title=f"reward lens: {path.stem}")
+        print(f"rmfast: wrote {len(tables[name]):,} rows of lens/{name} to {args.out} and the figure {png}",
+              file=sys.stderr)
+    else:
+        with pd.option_context("display.width", 200, "display.max_columns", 20):
+            print(tables[name].to_string(max_rows=args.max_rows, index=False))
+    return 0
+
+
 def _check_options(args) -> dict[str, str]:
     """What analyze and report can check before reading any input: the files the options name exist, and
     --framing is PROMPT=positive|negative (returned as a mapping). A report skips a section it cannot
@@ -379,6 +417,8 @@ def run_analyze(args) -> int:
         return _run_trajectory(args)
     if args.name == "similarity":
         return _run_similarity(args)
+    if args.name == "lens":
+        return _run_lens(args)
     data = _inputs(args)
     res = _run(args.name, args, data.scans, data.human)
     if args.name == "human":

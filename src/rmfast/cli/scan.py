@@ -39,6 +39,16 @@ def register(sub) -> None:
     p.add_argument("--audit", type=common.nonneg_int, default=512, metavar="N",
                    help="a bf16/fp16 scan rescores N seeded candidates in fp32 and reports the agreement "
                         "(manifest bf16_audit; default 512, 0: off)")
+    p.add_argument("--states", default=None, metavar="LAYERS",
+                   help="also keep each candidate's hidden state at the final position, from the same forward, in "
+                        "<out stem>.states/: residual-stream indices as HF's hidden_states (0 = embeddings, k = after "
+                        "decoder layer k), last (what the final norm reads), last_normed (what the head reads), or all; "
+                        "e.g. 0,8,16,last (docs/representations.md)")
+    p.add_argument("--states-dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="dtype of the stored states (default: the model's)")
+    p.add_argument("--lens", action="store_true",
+                   help="reward lens: the score head read through the final norm after every layer, as lens_<layer> "
+                        "columns (rmfast analyze lens)")
     p.add_argument("--top", type=common.nonneg_int, default=20, help="rows in the printed top/bottom tables (default 20)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
@@ -63,11 +73,38 @@ def selection(args):
     return sel
 
 
+def _states_request(args, out):
+    from ..scoring.pipeline import StatesRequest
+    from ..states import states_dir
+
+    if args.states is None:
+        if args.states_dtype is not None:
+            raise UserError("--states-dtype needs --states LAYERS")
+        return None
+    return StatesRequest(args.states, args.states_dtype, folder=states_dir(out), overwrite=args.overwrite)
+
+
+def _check_states_args(args, d) -> None:
+    """--states/--lens checks that need no model: syntax, torchrun, an existing states folder."""
+    from ..states import parse_layers, states_dir
+
+    if args.states is None and not args.lens:
+        return
+    if d.world > 1:
+        raise UserError("--states/--lens under torchrun: not built yet (each rank would write its own shards); "
+                        "run one process")
+    if args.states is not None:
+        parse_layers(args.states, None)  # names only; the range is checked once the model is loaded
+        if args.out and states_dir(args.out).exists() and not args.overwrite:
+            raise UserError(f"{states_dir(args.out)} exists; use --overwrite to replace it (or choose another --out)")
+
+
 def run(args) -> int:
-    from ..scoring.pipeline import drop_checkpoint, run_scan
+    from ..scoring.pipeline import drop_checkpoint, finish_states, run_scan
 
     sel = selection(args)
     d = dist.from_env()
+    _check_states_args(args, d)
     if args.out:
         check_output(args.out, args.overwrite)  # refuse before loading anything
     engine = dist.engine_for(args.device_map, args.engine)
@@ -86,7 +123,7 @@ def run(args) -> int:
                 head=args.head, head_index=args.head_index, template=common.template_arg(args, lm), system=args.system,
                 batch_size=args.batch_size, engine=engine, compile=args.compile,
                 progress=not args.no_progress and d.is_main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source,
-                audit=args.audit)
+                audit=args.audit, states=_states_request(args, out), lens=args.lens)
             if d.world > 1:
                 res = dist.gather_shards(d, out, res, order)
                 if res is None:
@@ -97,7 +134,8 @@ def run(args) -> int:
             except OSError as e:  # a full disk, a read-only folder: the scores stay in the checkpoint
                 raise UserError(f"cannot write {out}: {e.strerror or e}; the scores are kept in {ck} — free space "
                                 "(or fix the folder) and rerun the same command to write them without rescoring") from None
-            drop_checkpoint(res, ck)  # only now: the output and its manifest are in place
+            finish_states(res)  # the states folder's manifest, then the folder into place
+            drop_checkpoint(res, ck)  # only now: the output, its manifest and states are in place
         _print_summary(res, args.top, out, d.world)
         return 0
     finally:

@@ -117,12 +117,14 @@ class Engine:
 
     # ------------------------------------------------------------------ layers
     @torch.no_grad()
-    def _run_layers(self, h: torch.Tensor, pos0: int, n_out: int, collect_kv: bool = False):
+    def _run_layers(self, h: torch.Tensor, pos0: int, n_out: int, collect_kv: bool = False, taps: dict | None = None):
         """h: (B, S, Dm) embeddings at absolute positions pos0..pos0+S-1.
 
         Attends to the shared prefix K/V (self.kv) when pos0 > 0. Returns the last layer's
         residual stream at the final ``n_out`` positions, (B, n_out, Dm), and, if collect_kv,
         the per-layer (Hkv, S, D) keys/values of batch row 0 (used for the prefix pass).
+        ``taps``: {k: None} for residual-stream indices k (0 = the embeddings, k = after decoder layer
+        k); filled with each one's (B, Dm) state at the final position, in the model dtype.
         """
         B, S, _ = h.shape
         if pos0 > 0 and self.compile:
@@ -137,7 +139,9 @@ class Engine:
                       file=sys.stderr, flush=True)
                 t0 = time.perf_counter()
             try:
-                out = self._run_stack(h, pos0, n_out, self._compiled_layer(), None)
+                out = self._run_stack(h, pos0, n_out, self._compiled_layer(), None, taps)
+                for k in taps or ():
+                    taps[k] = taps[k][:B]  # (B, Dm): the padding rows dropped
             except Exception as e:  # the first compile failed: no C++ compiler, unsupported platform, ...
                 if self._compile_checked:
                     raise
@@ -145,20 +149,26 @@ class Engine:
                 warnings.warn(f"rmfast: torch.compile failed ({type(e).__name__}: {first}); using the eager path",
                               stacklevel=3)
                 self.compile = False
-                return self._run_layers(h[:B], pos0, n_out, collect_kv)
+                return self._run_layers(h[:B], pos0, n_out, collect_kv, taps)
             if not self._compile_checked:
                 print(f"rmfast: compiled in {time.perf_counter() - t0:.1f} s (with the first batch)", file=sys.stderr,
                       flush=True)
             self._compile_checked = True
             return out[:B], None
         kvs = [] if collect_kv else None
-        return self._run_stack(h, pos0, n_out, decoder_layer, kvs), kvs
+        return self._run_stack(h, pos0, n_out, decoder_layer, kvs, taps), kvs
 
-    def _run_stack(self, h: torch.Tensor, pos0: int, n_out: int, layer_fn, kvs: list | None) -> torch.Tensor:
+    def _run_stack(self, h: torch.Tensor, pos0: int, n_out: int, layer_fn, kvs: list | None,
+                   taps: dict | None = None) -> torch.Tensor:
         """Every layer through ``layer_fn`` (:func:`decoder_layer` or its compiled copy): (B, S, Dm) ->
         (B, n_out, Dm); only the last layer narrows to n_out. With ``kvs``, appends each layer's
-        (Hkv, S, D) keys/values of row 0."""
+        (Hkv, S, D) keys/values of row 0. With ``taps`` ({k: None}), stores a copy of the residual
+        stream's final position, (B, Dm), at each index k asked: 0 = the input embeddings, k = the
+        output of decoder layer k (1-based; HF's ``hidden_states`` indexing). Copies only: the
+        arithmetic, and so every score, is the same with or without taps."""
         S = h.shape[1]
+        if taps is not None and 0 in taps:
+            taps[0] = h[:, -1].clone()  # (B, Dm)
         rope = self.spec.rope(torch.arange(pos0, pos0 + S, device=h.device), h)  # key -> (S, D) cos, sin
         prompts = self._prompts(S, h) if pos0 > 0 else [self._no_prompt(h)] * len(self.layers)
         last = len(self.layers) - 1
@@ -174,6 +184,8 @@ class Engine:
             else:
                 h, k, v = out  # k, v: (B, S, Hkv, D)
                 kvs.append((k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous()))  # (Hkv, S, D)
+            if taps is not None and li + 1 in taps:
+                taps[li + 1] = h[:, -1].clone()  # (B, Dm)
         return h
 
     def _no_prompt(self, h: torch.Tensor) -> PromptKV:
@@ -336,35 +348,68 @@ class Engine:
             return n + len(self.suffix)
         return n - 1 + len(self.continuation)
 
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    def lens(self, states: dict) -> torch.Tensor:
+        """The reward lens: the row head read through the final norm at every residual-stream index
+        in ``states`` ({k: (B, Dm) model-dtype final-position states}, as :meth:`score` returns them).
+        Returns (B, len(states)) fp32, columns in the dict's order; index n_layers is the score itself,
+        bit for bit (the same function of the same tensor), except rows a gated head re-gated in their
+        own tokens (:meth:`_regated_rows`): NaN there, their head is another vector."""
+        out = torch.stack([self._head_scores(h) for h in states.values()], dim=1)  # (B, K)
+        if isinstance(self.score_head, GatedHead) and getattr(self, "_last_regated", None) is not None:
+            out[self._last_regated] = float("nan")
+        return out
+
+    def states_position_ok(self) -> bool:
+        """Whether rows have a per-row pass whose final position holds their states (a logprob head
+        on a template with no continuation scores one-token responses from the prompt pass alone)."""
+        return self.head == "score" or len(self.continuation) > 0
+
     @torch.no_grad()
-    def score(self, responses: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def score(self, responses: torch.Tensor, taps: set | None = None, lengths: torch.Tensor | None = None):
         """responses: (B, n) token ids, all of one length n >= 1. Returns (B,) fp32 scores.
 
-        With ``lengths`` ((B,) ints, score head, not a gated head): ragged rows, row i's response being
-        ``responses[i, :lengths[i]]`` (right-padded to n, any ids after). See :meth:`score_ragged`.
+        ``taps``: residual-stream indices 0..n_layers (0: the embeddings, k: after decoder layer k;
+        n_layers: what the final norm reads). Then returns (scores, {k: (B, Dm)}) with each index's
+        state at the final position of the row's own pass, in the model dtype: the sequence's final
+        position for the score head, the position that predicts the last continuation token for
+        the logprob head (:meth:`states_position_ok`).
+
+        ``lengths`` ((B,) ints, score head, not a gated head, no taps): ragged rows, row i's response
+        being ``responses[i, :lengths[i]]`` (right-padded to n, any ids after): :meth:`score_ragged`.
         """
         if lengths is not None:
+            if taps:
+                raise ValueError("states of ragged rows are not collected; score one length per batch")
             return self.score_ragged(responses, lengths)
         sp = self.spec
         responses = responses.to(self.device)
         B, n = responses.shape
+        tap = None if taps is None else dict.fromkeys(sorted(taps))
         if self.head == "score":
             ids = torch.cat([responses, self.suffix.expand(B, -1)], dim=1)  # (B, n + len(suffix))
-            h, _ = self._run_layers(sp.embed(ids), self.P, 1)  # (B, 1, Dm)
+            h, _ = self._run_layers(sp.embed(ids), self.P, 1, taps=tap)  # (B, 1, Dm)
             out = self._head_scores(h[:, 0])  # (B,)
+            self._last_regated = None
             if isinstance(self.score_head, GatedHead):
                 rows, pos = self._regated_rows(ids)
                 if rows.numel():
                     out[rows] = self._score_regated(ids, rows, pos)
-            return out
+                    self._last_regated = rows
+            return out if tap is None else (out, tap)
         # logprob head
         total = self.prefix_logprobs[responses[:, 0]].clone()  # (B,)
         targets = torch.cat([responses[:, 1:], self.continuation.expand(B, -1)], dim=1)  # (B, n-1+m)
         T = targets.shape[1]
         if T == 0:
+            if tap is not None:
+                raise ValueError("no per-row pass to take states from (a logprob head, one-token responses, no continuation)")
             return total
         ids = torch.cat([responses, self.continuation[:-1].expand(B, -1)], dim=1)[:, :T]  # (B, T)
-        h, _ = self._run_layers(sp.embed(ids), self.P, T)  # (B, T, Dm)
+        h, _ = self._run_layers(sp.embed(ids), self.P, T, taps=tap)  # (B, T, Dm)
         lp = ops.rmsnorm_lmhead_logprob(
             h.reshape(B * T, -1),
             sp.final_norm.weight,
@@ -377,4 +422,5 @@ class Engine:
             pad_rows=self._compiled_rows.get(T, B) * T if self.compile else None,
             fp32=self.fp32_head,
         )
-        return total + lp.view(B, T).sum(-1)
+        out = total + lp.view(B, T).sum(-1)
+        return out if tap is None else (out, tap)

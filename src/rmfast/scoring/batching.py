@@ -118,19 +118,37 @@ def _same_but_content(a, b) -> bool:
 
 
 def save_checkpoint(path: Path, key: str, ids: np.ndarray, scores: np.ndarray, done: np.ndarray, batch_sizes,
-                    job: dict | None = None) -> None:
+                    job: dict | None = None, lens: np.ndarray | None = None) -> None:
+    extra = {} if lens is None else {"lens": lens}
+
     def w(tmp):
         with open(tmp, "wb") as f:
             np.savez(f, key=np.array(key), ids=ids, scores=scores, done=done,
                      batch_sizes=np.asarray(batch_sizes, dtype=np.int64),
-                     job=np.array(json.dumps(job or {}, sort_keys=True, default=str)))
+                     job=np.array(json.dumps(job or {}, sort_keys=True, default=str)), **extra)
 
     atomic_write(path, w)
 
 
+def load_lens(path: Path | None, n: int, k: int, done: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The lens columns a checkpoint holds ((n, k) float32, NaN where not scored) and the done rows
+    that have them (a checkpoint saved without the lens, or with another k, has none)."""
+    lens = np.full((n, k), np.nan, dtype=np.float32)
+    if path is None or not path.exists() or not done.any():
+        return lens, done
+    try:
+        z = np.load(path, allow_pickle=False)
+        if "lens" in z and z["lens"].shape == lens.shape:
+            return z["lens"].astype(np.float32), done
+    except Exception:
+        pass
+    return lens, np.zeros_like(done)
+
+
 def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=None, device=None,
                  progress: bool = True, desc: str = "scan", status: str | None = None,
-                 keep_checkpoint: bool = False, job: dict | None = None) -> tuple[np.ndarray, dict]:
+                 keep_checkpoint: bool = False, job: dict | None = None, states_out=None,
+                 lens_k: int = 0, extra: dict | None = None) -> tuple[np.ndarray, dict]:
     """Run every group through fixed batches; returns (scores (N,) float32, timing).
 
     ``ids`` identifies the job's rows (token ids, or row numbers) for the checkpoint. Batches are
@@ -145,6 +163,14 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
 
     A score that comes out NaN or infinite (an overflow: fp16 activations past 65,504) is stored
     as NaN, batch by batch; the caller counts and reports them (:func:`count_nonfinite`).
+
+    States and lens (a group's ``score`` returns :class:`rmfast.scoring.plan.Scored`):
+    ``states_out`` (``prepare(done) -> done``, ``add(rows, keys, states)``, ``flush()``, e.g.
+    :class:`rmfast.states.StatesWriter`) gets each batch's states keyed by ``ids``, and is flushed
+    with every checkpoint save, so no row the checkpoint holds as done loses its state
+    unnoticed (the rows it holds as done without a state are scored again on resume,
+    :meth:`rmfast.states.StatesWriter.prepare`). ``lens_k``: the lens columns, kept in the checkpoint too and returned in ``extra["lens"]``
+    ((N, lens_k) float32).
     """
     from tqdm.auto import tqdm
 
@@ -155,10 +181,17 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         for g, b in zip(groups, sizes):
             g.batch_size = int(b)
     sizes = [g.batch_size for g in groups]
+    lens = None
+    if lens_k:
+        lens, done = load_lens(ck, ids.size, lens_k, done)
+    if states_out is not None:
+        done = states_out.prepare(done)
     done0 = int(done.sum())
 
-    def save():
-        save_checkpoint(ck, key, ids, scores, done, sizes, job)
+    def save():  # the scores first (a full disk keeps them); a row done without its state is rescored on resume
+        save_checkpoint(ck, key, ids, scores, done, sizes, job, lens)
+        if states_out is not None:
+            states_out.flush()
 
     bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
     if status and done0 < ids.size:
@@ -171,6 +204,12 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
                                                lambda b: bar.set_postfix_str(f"OOM: batch -> {b}")):
                 if out is None:  # already in the checkpoint
                     continue
+                if isinstance(out, tuple):  # Scored: scores, states, lens
+                    out, st, ln = out
+                    if states_out is not None:
+                        states_out.add(g.rows[lo:hi], ids[g.rows[lo:hi]], st)
+                    if lens is not None:
+                        lens[g.rows[lo:hi]] = ln
                 out = np.asarray(out, dtype=np.float32)
                 scores[g.rows[lo:hi]] = np.where(np.isfinite(out), out, np.float32(np.nan))
                 done[g.rows[lo:hi]] = True
@@ -192,6 +231,10 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     scan_s = time.perf_counter() - t0
     if ck is not None and keep_checkpoint and int(done.sum()) > done0:
         save()
+    elif states_out is not None:
+        states_out.flush()
+    if extra is not None and lens is not None:
+        extra["lens"] = lens
     n_new = ids.size - done0
     return scores, {
         "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,

@@ -86,6 +86,47 @@ def flat_lm_head(model):
         head._rmfast_flat = False
 
 
+def n_layers(model) -> int:
+    """The number of decoder layers (HF's ``hidden_states`` has one more entry)."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(cfg.num_hidden_layers)
+
+
+def final_norm_module(model) -> torch.nn.Module | None:
+    """The decoder stack's final norm (what HF's last ``hidden_states`` entry comes out of), or None."""
+    base = getattr(model, "base_model", model)
+    base = getattr(base, "language_model", base)
+    for name in ("norm", "final_layernorm", "ln_f"):
+        m = getattr(base, name, None)
+        if isinstance(m, torch.nn.Module):
+            return m
+    return None
+
+
+@contextlib.contextmanager
+def norm_input(model, box: list):
+    """Appends the final norm's input (B, L, D) to ``box`` on each forward (no copy, no change)."""
+    norm = final_norm_module(model)
+    if norm is None:
+        raise ValueError("no final norm module found")
+    h = norm.register_forward_pre_hook(lambda mod, a: box.append(a[0]))
+    try:
+        yield
+    finally:
+        h.remove()
+
+
+def _take_states(hs, pre_norm: list, taps: set, pos: int) -> dict:
+    """HF's hidden_states tuple (L + 1 entries, the last normed) and the norm's input -> {k: (b, D)}
+    at sequence position ``pos``; k = n_layers is the norm's input, "normed" HF's last entry."""
+    L = len(hs) - 1  # (L + 1 entries: embeddings, layers 1..L-1, then the normed output of layer L)
+    out = {}
+    for k in taps:
+        src = pre_norm[-1] if k == L else hs[L] if k == "normed" else hs[k]
+        out[k] = src[:, pos].clone()  # (b, D)
+    return out
+
+
 @torch.no_grad()
 def hf_scores(
     model,
@@ -96,10 +137,15 @@ def hf_scores(
     head_index: int = 0,
     batch_size: int = 64,
     progress=None,
-) -> torch.Tensor:
+    taps: set | None = None,
+):
     """Scores of each response (a list of token ids) by full forward passes. Returns (N,) fp32.
 
-    Rows of equal length are batched together (no padding ever).
+    Rows of equal length are batched together (no padding ever). ``taps``: residual-stream
+    indices 0..n_layers (as :meth:`rmfast.fast.engine.Engine.score`: n_layers is the final norm's
+    input) and/or "normed" (its output, HF's last ``hidden_states``); then returns (scores,
+    {k: (N, D) model dtype}) taken from the same forward (``output_hidden_states``) at the final
+    position for the score head, the one that predicts the last continuation token for logprob.
 
     Example:
         >>> hf_scores(model, tmpl, [[1234], [5678]], head="score")  # doctest: +SKIP
@@ -111,6 +157,11 @@ def hf_scores(
         by_len.setdefault(len(r), []).append(i)
     P = len(template.prefix_ids)
     cont = list(template.continuation_ids)
+    states: dict = {}
+    pre_norm: list = []
+    extra = {} if taps is None else {"output_hidden_states": True}
+    need_pre = taps is not None and n_layers(model) in taps
+    hook = (lambda: norm_input(model, pre_norm)) if need_pre else contextlib.nullcontext
     for n, idx in by_len.items():
         seqs = [template.sequence(responses[i]) if head == "score" else [*template.prefix_ids, *responses[i], *cont] for i in idx]
         bs = batch_size
@@ -121,16 +172,23 @@ def hf_scores(
             rows = idx[s : s + bs]
             ids = torch.tensor(seqs[s : s + bs], dtype=torch.long, device=dev)  # (b, L)
             if head == "score":
-                with pad_token_as(model, -1):
-                    res = model(input_ids=ids)
+                with pad_token_as(model, -1), hook():
+                    res = model(input_ids=ids, **extra)
                 out[rows] = reward_from_outputs(res, head_index).cpu()
+                pos = -1
             else:
                 keep = n + len(cont) + 1  # logits at positions P-1 .. L-1 (the last is unused)
-                with flat_lm_head(model):
-                    logits = model(input_ids=ids, logits_to_keep=keep).logits.float()  # (b, keep, V)
+                with flat_lm_head(model), hook():
+                    res = model(input_ids=ids, logits_to_keep=keep, **extra)
+                logits = res.logits.float()  # (b, keep, V)
+                pos = -2
                 logp = torch.log_softmax(logits[:, :-1], dim=-1)  # predicts ids[:, P:]
                 tgt = ids[:, P:]  # (b, n + m)
                 out[rows] = logp.gather(-1, tgt[..., None])[..., 0].sum(-1).cpu()
+            if taps is not None:
+                for k, v in _take_states(res.hidden_states, pre_norm, taps, pos).items():
+                    states.setdefault(k, torch.empty(len(responses), v.shape[-1], dtype=v.dtype))[rows] = v.cpu()
+                pre_norm.clear()
             if progress is not None:
                 progress.update(len(rows))
-    return out
+    return out if taps is None else (out, states)

@@ -23,6 +23,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -35,11 +36,101 @@ from .batching import Group, count_nonfinite, drop_checkpoint, score_groups
 from .compat import (authors_batch_size, authors_diagnostics, authors_groups, authors_manifest, authors_plan,
                      check_authors)
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
-from .plan import ScoringPlan, plan_scoring, run_fields, run_key
+from .plan import ScoringPlan, lens_names, plan_scoring, run_fields, run_key
+from ..states import DTYPES, StatesWriter, parse_layers
 from .results import ScanResult, TextScanResult
 from ..template import Template, build_template
 from ..version import versions
 from .vocab import select_ids
+
+# --------------------------------------------------------------------------------------------
+# hidden states and the reward lens, from the scan's own forward
+
+
+@dataclass
+class StatesRequest:
+    """Which hidden states a scan keeps, and where they go (docs/representations.md).
+
+    Attributes:
+        layers: "0,8,last", "all", or a list of names (:func:`rmfast.states.parse_layers`).
+        dtype: "float32", "bfloat16" or "float16"; None (default): the model's dtype.
+        folder: write a states folder there (``<out stem>.states``), streaming and resumable with
+            the scan's checkpoint; None: no files.
+        sink: ``sink(keys, {name: (b, d) tensor})`` per batch (keys: (b,) token ids, or row numbers
+            of a text scan), in the order batches are scored; a resumed scan hands it only the rows
+            it scores itself. Either or both of folder and sink.
+        overwrite: replace an existing folder.
+    """
+
+    layers: object = "last"
+    dtype: str | None = None
+    folder: str | os.PathLike | None = None
+    sink: Callable | None = None
+    overwrite: bool = False
+
+
+class _StatesOut:
+    """What :func:`score_groups` feeds: the writer (if a folder) and the sink (if any)."""
+
+    def __init__(self, req: StatesRequest, layers: list[str], dtype: str, key: str, job: str):
+        self.req, self.layers, self.dtype = req, layers, getattr(torch, dtype)
+        self.writer = (StatesWriter(req.folder, layers, dtype, key, job, overwrite=req.overwrite)
+                       if req.folder is not None else None)
+
+    def prepare(self, done):
+        return done if self.writer is None else self.writer.prepare(done)
+
+    def add(self, rows, keys, states):
+        if self.writer is not None:
+            self.writer.add(rows, keys, states)
+        if self.req.sink is not None:
+            self.req.sink(np.asarray(keys), {l: states[l].to(self.dtype) for l in self.layers})
+
+    def flush(self):
+        if self.writer is not None:
+            self.writer.flush()
+
+
+def _states_setup(req: StatesRequest | None, lens: bool, plan: ScoringPlan, key: str, job: str):
+    """(layer names or None, the states output or None) for a job; UserErrors before any work."""
+    plan.check_states(lens, req is not None)
+    if req is None:
+        return None, None
+    dtype = req.dtype or str(next(plan.model.parameters()).dtype).replace("torch.", "")
+    if dtype not in DTYPES:
+        raise UserError(f"--states-dtype {dtype}: give one of {', '.join(DTYPES)}")
+    layers = parse_layers(req.layers, plan.n_layers)
+    return layers, _StatesOut(req, layers, dtype, key, job)
+
+
+def _finish_states(res, out: _StatesOut | None, tokenizer, keep: bool, lens, n_layers: int):
+    """Record states and lens in the result; write the states manifest unless the caller will
+    (``keep``: the CLI, once the scan Parquet is written: :func:`finish_states`)."""
+    if lens is not None:
+        res.columns.update({f"lens_{n}": lens[:, i] for i, n in enumerate(lens_names(n_layers))})
+        res.manifest["lens"] = {"layers": lens_names(n_layers), "columns": "lens_<layer>",
+                                "what": "the row head through the final norm at each residual-stream index"}
+    res.states_writer = None
+    if out is None:
+        return res
+    m = res.manifest
+    res.manifest["states"] = {"layers": out.layers, "dtype": str(out.dtype).replace("torch.", ""),
+                              "folder": None if out.writer is None else out.writer.folder.name}
+    res.states_scan = {k: m.get(k) for k in ("model", "prompt", "head", "head_index", "dtype", "engine", "device")}
+    res.states_scan["tokenizer"] = getattr(tokenizer, "name_or_path", None)
+    res.states_writer = out.writer
+    if out.writer is not None and not keep:
+        finish_states(res)
+    return res
+
+
+def finish_states(res):
+    """Write the states manifest and move the folder into place (after the scan's own output)."""
+    if getattr(res, "states_writer", None) is not None:
+        res.states_writer.finish(res.states_scan)
+        res.states_writer = None
+    return res
+
 
 # --------------------------------------------------------------------------------------------
 # token scans
@@ -65,6 +156,8 @@ def scan(
     model_info: dict | None = None,
     compile: str | bool = "auto",
     keep_checkpoint: bool = False,
+    states: StatesRequest | None = None,
+    lens: bool = False,
 ) -> ScanResult:
     """Score candidate token ids as the one-token assistant response to ``prompt``.
 
@@ -92,6 +185,8 @@ def scan(
             see :mod:`rmfast.scoring.plan`) or "off".
         keep_checkpoint: leave the checkpoint for the caller to remove once the output is written
             (:func:`drop_checkpoint`; the CLI does this); default False removes it on return.
+        states: keep each candidate's hidden states from this same forward (:class:`StatesRequest`).
+        lens: add the reward lens, ``lens_<layer>`` columns (score head only).
 
     Returns:
         ScanResult with scores for the selected ids, ascending by id.
@@ -106,7 +201,7 @@ def scan(
                                     dedup=dedup)
     res = score_ids(model, tokenizer, prompt, ids, head=head, head_index=head_index, template=template, system=system,
                     batch_size=batch_size, engine=engine, progress=progress, checkpoint=checkpoint, model_info=model_info,
-                    compile=compile, keep_checkpoint=keep_checkpoint, vocab_size=n_vocab)
+                    compile=compile, keep_checkpoint=keep_checkpoint, vocab_size=n_vocab, states=states, lens=lens)
     res.manifest["exclude_special"] = exclude_special
     if wordlike or dedup:
         res.manifest["vocab_view"] = view
@@ -116,7 +211,7 @@ def scan(
 def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "auto", head_index: int = 0,
               template=None, system: str | None = None, batch_size="auto", engine: str = "auto", progress: bool = True,
               checkpoint=None, model_info: dict | None = None, compile="auto", keep_checkpoint: bool = False,
-              vocab_size: int | None = None) -> ScanResult:
+              vocab_size: int | None = None, states: StatesRequest | None = None, lens: bool = False) -> ScanResult:
     """Score vocabulary ids already selected (:func:`rmfast.scoring.vocab.select_ids`), one token each: the
     body of :func:`scan` (same options), called once per job by :func:`run_scan`."""
     t0 = time.perf_counter()
@@ -126,16 +221,18 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "au
                         batch_size=batch_size, stacklevel=4)
     manifest = plan.manifest(prompt, model_info)
     manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size)})
+    layers, st_out = _states_setup(states, lens, plan, "token_id", run_key(manifest))
 
-    def score(rows, b):  # rows of the job -> their (len(rows),) scores, in batches of b rows
-        return plan.score(torch.from_numpy(ids[rows])[:, None], b)
+    def score(rows, b):  # rows of the job -> their (len(rows),) scores (or Scored), in batches of b rows
+        return plan.score(torch.from_numpy(ids[rows])[:, None], b, states=layers, lens=lens)
 
     group = Group(np.arange(ids.size), plan.rows_per_batch(1), score)
     say_choice(model)  # the work starts: every check of the input is behind us
     scores, timing = score_groups([group], ids, key=run_key(manifest), checkpoint=checkpoint,
                                   device=plan.device, progress=progress, desc="scan",
                                   status="compiling the CPU layer (one-off)" if plan.compile else None,
-                                  keep_checkpoint=keep_checkpoint, job=run_fields(manifest))
+                                  keep_checkpoint=keep_checkpoint, job=run_fields(manifest), states_out=st_out,
+                                  lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids")
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     tokens = [t if isinstance(t, str) else "" for t in tokens]
@@ -143,7 +240,8 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "au
     manifest.update({"batch_size": group.batch_size, "compiled": bool(plan.eng is not None and plan.eng.compile),
                      "tokens_per_row": plan.tokens_per_row(1), **timing, "wall_s": round(time.perf_counter() - t0, 3),
                      "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    res = ScanResult(ids, scores, tokens, texts, manifest)
+    res = _finish_states(ScanResult(ids, scores, tokens, texts, manifest), st_out, tokenizer, keep_checkpoint,
+                         extra.get("lens"), plan.n_layers)
     return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
 
 
@@ -181,7 +279,7 @@ def _check_lengths(rows, texts, model, tmpl, max_tokens) -> int:
     return limit
 
 
-def _text_groups(rows, plan: ScoringPlan) -> list[Group]:
+def _text_groups(rows, plan: ScoringPlan, layers=None, lens: bool = False) -> list[Group]:
     """One group per response length on the shared template; one per row that did not split (it
     carries its own template and runs the plain-HF path)."""
     by_shape: dict = {}
@@ -192,7 +290,7 @@ def _text_groups(rows, plan: ScoringPlan) -> list[Group]:
         row_t = None if odd is None else rows[odd].template
 
         def score(sel, b, row_t=row_t):
-            return plan.score([rows[j].ids for j in sel], b, row_t)
+            return plan.score([rows[j].ids for j in sel], b, row_t, states=layers, lens=lens)
 
         groups.append(Group(np.asarray(idx, dtype=np.int64), plan.rows_per_batch(n, row_t), score))
     return groups
@@ -223,6 +321,8 @@ def score_texts(
     candidates_info: dict | None = None,
     compile: str | bool = "auto",
     keep_checkpoint: bool = False,
+    states: StatesRequest | None = None,
+    lens: bool = False,
 ) -> TextScanResult:
     """Score response texts (any number of tokens) as the assistant's answer to ``prompt``.
 
@@ -244,6 +344,7 @@ def score_texts(
             model's position limit). A longer candidate is a UserError naming it.
         source_ids: vocabulary ids the texts came from (kept as ``token_id``; decode-retokenize scans).
         candidates_info: where the texts came from (file, column, sha256), for the manifest.
+        states, lens: as for :func:`scan`; states are keyed by row (the result's row order).
 
     Returns:
         TextScanResult in input order (after de-duplication).
@@ -274,19 +375,26 @@ def score_texts(
     elif n_odd:
         warnings.warn(f"rmfast: {n_odd} candidate(s) merge with the template when re-tokenized; they are scored "
                       "as whole sequences on the plain Hugging Face path", stacklevel=2)
-    groups = (authors_groups(model, tokenizer, convs, where, head_index) if authors else _text_groups(rows, plan))
-    compiled = bool(plan.eng is not None and plan.eng.compile)
+    if authors and (states is not None or lens):
+        raise UserError("--states/--lens read the scan's own forward; --compat authors runs the published loop "
+                        "(padded batches): not supported together")
     digest = ids_digest(rows)[:16]
+    layers, st_out = _states_setup(states, lens, plan, "row", run_key(manifest) + digest)
+    groups = (authors_groups(model, tokenizer, convs, where, head_index) if authors
+              else _text_groups(rows, plan, layers, lens))
+    compiled = bool(plan.eng is not None and plan.eng.compile)
     say_choice(model)
     scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=run_key(manifest) + digest,
                                   checkpoint=checkpoint, device=plan.device, progress=progress, desc="texts",
-                                  keep_checkpoint=keep_checkpoint, job={**run_fields(manifest), "candidates": digest})
+                                  keep_checkpoint=keep_checkpoint, job={**run_fields(manifest), "candidates": digest},
+                                  states_out=st_out, lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     manifest["n_nonfinite"] = (count_nonfinite(scores, source_ids, "token ids") if source_ids is not None
                                else count_nonfinite(scores, texts, "texts"))
     manifest.update({"batch_size": batch_size if batch_size != "auto" else "auto", "compiled": compiled, **timing,
                      "wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
+    res = _finish_states(res, st_out, tokenizer, keep_checkpoint, extra.get("lens"), plan.n_layers)
     return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
 
 

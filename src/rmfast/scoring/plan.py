@@ -39,6 +39,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -46,7 +47,8 @@ import torch
 from .. import cpu
 from ..fast.engine import Engine
 from ..errors import UserError
-from .hf_path import hf_scores
+from .hf_path import final_norm_module, hf_scores, n_layers
+from ..states import LAST_NORMED, layer_index
 from .memory import auto_batch_size, cap_batch_size, parse_batch_size, row_bytes
 from ..fast.arch import arch_spec
 from ..template import Template
@@ -173,6 +175,23 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
     return True, f"auto: compiled on this CPU kind ({kind}), measured ~2x the eager layer"
 
 
+class Scored(NamedTuple):
+    """A batch scored with states (:meth:`ScoringPlan.score` with ``states`` or ``lens``).
+
+    scores: (B,) float32; states: name -> (B, Dm) CPU tensor (model dtype; ``last_normed`` in the
+    dtype the head reads it, fp32 by default); lens: (B, n_layers + 1) float32 or None, columns
+    :func:`lens_names`."""
+
+    scores: np.ndarray
+    states: dict
+    lens: np.ndarray | None
+
+
+def lens_names(L: int) -> list[str]:
+    """The lens columns of an L-layer model: the residual-stream indices 0..L-1 and last."""
+    return [*map(str, range(L)), "last"]
+
+
 #: the manifest fields that decide a job's scores: a checkpoint is resumed only by a job that agrees on all
 RUN_FIELDS = ("model", "prompt", "template", "head", "head_index", "dtype", "engine")
 
@@ -243,15 +262,17 @@ class ScoringPlan:
         return self._rows[key]
 
     @torch.no_grad()
-    def score(self, cands, rows: int | None = None, template: Template | None = None,
-              lengths=None) -> np.ndarray:
+    def score(self, cands, rows: int | None = None, template: Template | None = None, states=None,
+              lens: bool = False, lengths=None):
         """Scores of ``cands`` ((B, n) token ids, or a list of B equal-length id lists): (B,) float32.
 
         ``rows``: the batch's row count (default :meth:`rows_per_batch`); with ``fixed_shapes`` a
         shorter batch is padded to it (copies of its first row, dropped after). ``template``: rows
-        that merged with the shared template carry their own (plain-HF path). ``lengths``: (B,) real
-        lengths of right-padded rows of different lengths (the fast engine's ragged batches,
-        :meth:`rmfast.fast.engine.Engine.score_ragged`; score head only).
+        that merged with the shared template carry their own (plain-HF path).
+        ``states`` (canonical names, :func:`rmfast.states.parse_layers`) and ``lens``: then a
+        :class:`Scored`, taken from the same forward; the scores are the same bits either way.
+        ``lengths``: (B,) real lengths of right-padded rows of different lengths (the fast engine's
+        ragged batches, :meth:`rmfast.fast.engine.Engine.score_ragged`; score head only, no states).
         """
         if lengths is not None:
             if self.eng is None or template is not None or not self.eng.can_score_ragged():
@@ -265,12 +286,62 @@ class ScoringPlan:
         rows = rows or self.rows_per_batch(cands.shape[1], template)
         if self.fixed_shapes and B < rows:
             cands = torch.cat([cands, cands[:1].expand(rows - B, -1)])  # (rows, n)
-        if self.eng is not None and template is None:
-            out = self.eng.score(cands)
+        L = self.n_layers
+        idx = {name: layer_index(name, L) for name in states or ()}  # name -> index 0..L or "normed"
+        taps = None
+        if idx or lens:
+            taps = {i for i in idx.values() if i != LAST_NORMED} | ({L} if LAST_NORMED in idx else set())
+            taps |= set(range(L + 1)) if lens else set()
+        on_engine = self.eng is not None and template is None
+        if on_engine:
+            out = self.eng.score(cands, taps) if taps is not None else self.eng.score(cands)
         else:
+            hf_taps = None if taps is None else taps | ({"normed"} if LAST_NORMED in idx or lens else set())
             out = hf_scores(self.model, template or self.template, cands.tolist(), head=self.head,
-                            head_index=self.head_index, batch_size=max(rows, cands.shape[0]))
-        return out[:B].float().cpu().numpy()
+                            head_index=self.head_index, batch_size=max(rows, cands.shape[0]), taps=hf_taps)
+        if taps is None:
+            return out[:B].float().cpu().numpy()
+        out, got = out
+        scores = out[:B].float().cpu().numpy()
+        st = {}
+        for name, i in idx.items():
+            if i != LAST_NORMED:
+                st[name] = got[i][:B].cpu()  # (B, Dm)
+            elif on_engine:  # what the head reads: the final norm, fp32 by default (fp32_head)
+                st[name] = self.eng._final_norm(got[L][:B], self.eng.fp32_head).cpu()
+            else:
+                st[name] = got["normed"][:B].cpu()
+        lens_out = None
+        if lens:
+            if on_engine:
+                lens_out = self.eng.lens({k: got[k] for k in range(L + 1)})[:B].cpu().numpy()  # (B, L + 1)
+            else:
+                lens_out = self._hf_lens(got, L)[:B]
+        return Scored(scores, st, lens_out)
+
+    @property
+    def n_layers(self) -> int:
+        return self.eng.n_layers if self.eng is not None else n_layers(self.model)
+
+    def _hf_lens(self, got: dict, L: int) -> np.ndarray:
+        """The lens on the plain-HF path: the model's own final norm and ``score`` head on each state
+        (index L: HF's normed output itself, what its head read). (B, L + 1) float32."""
+        norm, head = final_norm_module(self.model), getattr(self.model, "score", None)
+        cols = [head(got["normed"] if k == L else norm(got[k]))[:, self.head_index].float() for k in range(L + 1)]
+        return torch.stack(cols, dim=1).cpu().numpy()  # (B, L + 1)
+
+    def check_states(self, lens: bool, states: bool) -> None:
+        """What --states / --lens need, checked before any work (one-line UserErrors)."""
+        if lens and self.head != "score":
+            raise UserError("--lens reads a score head through the final norm; this scan's head is "
+                            f"{self.head} (a logprob lens would read the LM head: not built)")
+        if lens and self.eng is None and not (isinstance(getattr(self.model, "score", None), torch.nn.Linear)
+                                              and final_norm_module(self.model) is not None):
+            raise UserError("--lens on the plain-HF path needs a *ForSequenceClassification model (a final norm and "
+                            "a linear score head); use --engine fast where the architecture is on the fast path")
+        if (lens or states) and self.head == "logprob" and not self.template.continuation_ids:
+            raise UserError("--states: a logprob head on a template with no end-of-turn continuation scores "
+                            "one-token responses from the prompt pass alone; there is no per-candidate state to keep")
 
     def manifest(self, prompt: str, model_info: dict | None = None) -> dict:
         """The fields every scoring job records: model, prompt, template ids, head, dtype (and how it

@@ -50,6 +50,7 @@ class ScanResult:
     tokens: list[str]
     texts: list[str]
     manifest: dict = field(default_factory=dict)
+    columns: dict = field(default_factory=dict)  # extra per-row float columns (the reward lens: lens_<layer>)
 
     @property
     def wall_s(self) -> float:
@@ -73,6 +74,8 @@ class ScanResult:
             }
         )
         df["rank"] = rank_scores(df["score"])
+        for name, v in self.columns.items():
+            df[name] = np.asarray(v, dtype=np.float32)
         return df
 
     def top(self, k: int = 20):
@@ -125,6 +128,7 @@ class TextScanResult:
     token_ids: list[list[int]]
     manifest: dict = field(default_factory=dict)
     source_ids: np.ndarray | None = None
+    columns: dict = field(default_factory=dict)  # extra per-row float columns (the reward lens: lens_<layer>)
 
     def to_pandas(self, token_ids: bool = True):
         """DataFrame: [token_id,] text, n_tokens, score (float32), rank (1 = highest; ties share the best), token_ids."""
@@ -137,6 +141,8 @@ class TextScanResult:
                      "score": np.asarray(self.scores, dtype=np.float32)})
         df = pd.DataFrame(cols)
         df["rank"] = rank_scores(df["score"])
+        for name, v in self.columns.items():
+            df[name] = np.asarray(v, dtype=np.float32)
         if token_ids:
             df["token_ids"] = [list(map(int, r)) for r in self.token_ids]
         return df

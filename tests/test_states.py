@@ -1,0 +1,284 @@
+"""Hidden states from the scan's own forward (issue 24 part 1) and the reward lens (part 2)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import tiny_models as T
+from cli_run import interrupt_scoring_at, one_line_error, run
+from rounding import assert_agree_to_rounding
+from rmfast.scoring.hf_path import final_norm_module
+from rmfast.scoring.plan import plan_scoring
+from rmfast.states import StatesWriter, open_states, parse_layers
+from rmfast.template import build_template
+
+PROMPT = "What, in one word, is the greatest thing ever?"
+IDS = [[5], [77], [1234], [4000], [31], [9999]]
+
+
+def _hf_reference(model, tmpl, ids):
+    """HF's own forward of each whole sequence: {name: (N, D) float64-comparable} at the final position."""
+    seqs = torch.tensor([tmpl.sequence(r) for r in ids])  # (N, L)
+    pre = []
+    h = final_norm_module(model).register_forward_pre_hook(lambda m, a: pre.append(a[0]))
+    try:
+        hs = model(input_ids=seqs, output_hidden_states=True).hidden_states
+    finally:
+        h.remove()
+    L = len(hs) - 1
+    out = {str(k): hs[k][:, -1] for k in range(L)}
+    out.update(last=pre[-1][:, -1], last_normed=hs[L][:, -1])
+    return out
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+@pytest.mark.parametrize("engine", ["fast", "hf"])
+def test_states_equal_hf_hidden_states(arch, engine, smol_tokenizer):
+    """Every layer's state at the final position equals HF's ``hidden_states`` (fp32, to rounding measured
+    against the float64 forward); the scores with states are the scores without, bit for bit."""
+    m = T.tiny(arch, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
+    tmpl = build_template(smol_tokenizer, PROMPT)
+    plan = plan_scoring(m, tmpl, head="score", engine=engine, batch_size=len(IDS))
+    layers = parse_layers("all", plan.n_layers)
+    got = plan.score(IDS, states=layers)
+    np.testing.assert_array_equal(got.scores, plan.score(IDS))
+    ref = _hf_reference(m, tmpl, IDS)
+    with torch.no_grad():
+        ref64 = _hf_reference(T.tiny(arch, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id,
+                                     dtype=torch.float64), tmpl, IDS)
+    assert list(got.states) == layers == list(ref)
+    for name in layers:
+        a, b, r = (x[name].detach().double().numpy().ravel() for x in (got.states, ref, ref64))
+        assert got.states[name].dtype == torch.float32 and got.states[name].shape == (len(IDS), 64)
+        assert_agree_to_rounding(b, a, r)  # E measured on HF's own fp32 forward
+
+
+@pytest.mark.parametrize("engine", ["fast", "hf"])
+def test_lens_last_layer_is_the_score(engine, smol_tokenizer):
+    m = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
+    tmpl = build_template(smol_tokenizer, PROMPT)
+    plan = plan_scoring(m, tmpl, head="score", engine=engine, batch_size=len(IDS))
+    got = plan.score(IDS, lens=True)
+    assert got.lens.shape == (len(IDS), plan.n_layers + 1)
+    if engine == "fast":  # the same function of the same tensor
+        np.testing.assert_array_equal(got.lens[:, -1], got.scores)
+    else:  # HF's head on (B, D) rows vs its (B, L, D) forward: to rounding
+        np.testing.assert_allclose(got.lens[:, -1], got.scores, rtol=1e-5, atol=1e-5)
+    # an earlier layer's lens is another number (the lens reads each layer, not the last again)
+    assert not np.allclose(got.lens[:, 0], got.scores)
+
+
+def _scan(tiny_dir, out, capsys, *extra):
+    args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:600", "--batch-size", "64",
+            "--no-progress", "--top", "0", "--out", str(out), *extra]
+    return run(args, capsys)
+
+
+def test_scan_states_scores_bit_identical_and_lens(tiny_dir, tmp_path, capsys):
+    rc, _, se = _scan(tiny_dir, tmp_path / "plain.parquet", capsys)
+    assert rc == 0, se
+    rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--states", "0,2,last,last_normed", "--lens",
+                      "--states-dtype", "bfloat16")
+    assert rc == 0, se
+    plain, s = pd.read_parquet(tmp_path / "plain.parquet"), pd.read_parquet(tmp_path / "s.parquet")
+    np.testing.assert_array_equal(s["score"].to_numpy(), plain["score"].to_numpy())
+    np.testing.assert_array_equal(s["lens_last"].to_numpy(), s["score"].to_numpy())
+    assert [c for c in s if c.startswith("lens_")] == ["lens_0", "lens_1", "lens_2", "lens_last"]
+    st = open_states(tmp_path / "s.parquet")
+    assert st.layers == ["0", "2", "last", "last_normed"] and st.manifest["dtype"] == "bfloat16"
+    np.testing.assert_array_equal(np.sort(st.keys), np.arange(600))
+    assert not (tmp_path / "s.states.partial").exists()
+    man = json.loads((tmp_path / "s.parquet.json").read_text())
+    assert man["states"]["folder"] == "s.states" and man["lens"]["layers"][-1] == "last"
+
+
+def test_states_resume_after_interrupt_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
+    from rmfast.scoring import batching
+
+    rc, _, se = _scan(tiny_dir, tmp_path / "whole.parquet", capsys, "--states", "all", "--lens")
+    assert rc == 0, se
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
+    restore = interrupt_scoring_at(monkeypatch, 4)
+    out = tmp_path / "resumed.parquet"
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "all", "--lens")
+    assert rc == 130 and not out.exists()
+    partial = tmp_path / "resumed.states.partial"
+    assert len(list(partial.glob("shard-*.safetensors"))) >= 2  # one per checkpoint save
+    restore()
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "all", "--lens")
+    assert rc == 0, se
+    assert json.loads((tmp_path / "resumed.parquet.json").read_text())["resumed_candidates"] == 192
+    a, b = open_states(tmp_path / "whole.parquet"), open_states(out)
+    assert a.layers == b.layers and b.n == 600
+    for layer in a.layers:
+        np.testing.assert_array_equal(a.take(layer, np.argsort(a.keys)), b.take(layer, np.argsort(b.keys)))
+    w, r = pd.read_parquet(tmp_path / "whole.parquet"), pd.read_parquet(out)
+    lens = [c for c in w if c.startswith("lens_")]
+    np.testing.assert_array_equal(r[["score", *lens]].to_numpy(), w[["score", *lens]].to_numpy())
+
+
+def test_writer_drops_a_shard_the_checkpoint_does_not_cover(tmp_path):
+    """A kill between a shard's write and the checkpoint's save: the rerun deletes that shard and scores
+    its rows again; rows the checkpoint holds without a state are scored again too."""
+    folder = tmp_path / "x.states"
+    w = StatesWriter(folder, ["last"], "float32", "token_id", job="j")
+    done = np.zeros(6, dtype=bool)
+    assert not w.prepare(done).any()
+    for lo in (0, 2, 4):
+        rows = np.arange(lo, lo + 2)
+        w.add(rows, rows + 100, {"last": torch.full((2, 3), float(lo))})
+        w.flush()
+    done = np.array([1, 1, 1, 1, 0, 0], dtype=bool)  # the checkpoint saw the first two shards only
+    w2 = StatesWriter(folder, ["last"], "float32", "token_id", job="j")
+    np.testing.assert_array_equal(w2.prepare(done), done)
+    assert len(list(w2.partial.glob("shard-*"))) == 2
+    w3 = StatesWriter(folder, ["last"], "float32", "token_id", job="another job")
+    assert not w3.prepare(np.ones(6, dtype=bool)).any()  # another job's shards: wiped, everything rescored
+    w3.add(np.arange(6), np.arange(6) + 100, {"last": torch.arange(18.0).view(6, 3)})
+    w3.finish({"model": "m"})
+    s = open_states(folder)
+    assert s.n == 6 and s.take("last", np.array([5]))[0].tolist() == [15.0, 16.0, 17.0]
+
+
+def test_text_candidates_and_the_python_sink(tiny_dir, tmp_path, capsys):
+    from rmfast import load
+    from rmfast.scoring.pipeline import StatesRequest, score_texts
+
+    cands = tmp_path / "c.txt"
+    cands.write_text("Love\nThe universe\nPizza\n")
+    rc, _, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--candidates", str(cands), "--states", "last",
+                     "--no-progress", "--top", "0", "--out", str(tmp_path / "t.parquet")], capsys)
+    assert rc == 0, se
+    s = open_states(tmp_path / "t.parquet")
+    assert s.key == "row" and sorted(s.keys.tolist()) == [0, 1, 2]
+    assert sorted(s.texts().tolist()) == ["Love", "Pizza", "The universe"]
+    lm = load(str(tiny_dir), dtype="float32", device="cpu")
+    got = []
+    res = score_texts(lm.model, lm.tokenizer, PROMPT, ["Love", "The universe", "Pizza"], progress=False,
+                      states=StatesRequest("last", sink=lambda k, st: got.append((k, st["last"]))))
+    keys = np.concatenate([k for k, _ in got])
+    states = torch.cat([v for _, v in got]).numpy()[np.argsort(keys)]
+    np.testing.assert_array_equal(states, s.take("last", np.argsort(s.keys)))
+    assert res.manifest["states"]["folder"] is None
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--states", "foo"], "unknown layer"),
+    (["--states", "7"], "out of range"),
+    (["--states", "3"], "say last"),
+    (["--states", "-1"], "out of range"),
+    (["--states-dtype", "float16"], "needs --states"),
+])
+def test_bad_states_input_is_one_line(argv, says, tiny_dir, tmp_path, capsys):
+    rc, _, se = _scan(tiny_dir, tmp_path / "x.parquet", capsys, *argv)
+    assert one_line_error(rc, se) and says in se, se
+    assert not (tmp_path / "x.parquet").exists() and not (tmp_path / "x.states").exists()
+
+
+def test_lens_needs_a_score_head(tmp_path, smol_tokenizer, capsys):
+    d = tmp_path / "lm"
+    T.tiny("llama", "causal_lm").save_pretrained(d)
+    smol_tokenizer.save_pretrained(d)
+    rc, _, se = run(["scan", str(d), "--dtype", "float32", "--token-ids", "0:10", "--lens", "--no-progress",
+                     "--out", str(tmp_path / "x.parquet")], capsys)
+    assert one_line_error(rc, se) and "score head" in se, se
+
+
+def test_analyze_lens_tables_and_figure(tiny_dir, tmp_path, capsys):
+    rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--lens")
+    assert rc == 0, se
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "s.parquet"), "--out", str(tmp_path / "lens.csv"), "--k", "20"],
+                    capsys)
+    assert rc == 0, se
+    t = pd.read_csv(tmp_path / "lens.csv")
+    assert t["layer"].astype(str).tolist() == ["0", "1", "2", "last"]
+    last = t.iloc[-1]
+    assert abs(last["spearman"] - 1.0) < 1e-12 and last["top_k_overlap"] == 1.0 and last["bottom_k_overlap"] == 1.0
+    assert np.isnan(t["spearman"].iloc[0]) and "undefined" in se  # layer 0: one template token in every row
+    assert t["spearman"].iloc[1:3].abs().max() < 1.0
+    assert (tmp_path / "lens.png").read_bytes()[:4] == b"\x89PNG"
+    # the entry table against a direct computation: the first layer where each final top-20 row is in that layer's top-20
+    df = pd.read_parquet(tmp_path / "s.parquet")
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "s.parquet"), "--table", "entry", "--k", "20",
+                     "--out", str(tmp_path / "entry.csv")], capsys)
+    e = pd.read_csv(tmp_path / "entry.csv", dtype={"first_layer": str, "stays_from": str})
+    top = df.nlargest(20, "score")
+    tops = {c: set(df.nlargest(20, c)["token_id"]) for c in ["lens_1", "lens_2", "lens_last"]}
+    for tid, first in zip(e["token_id"], e["first_layer"]):
+        want = next(c[5:] for c in tops if tid in tops[c])
+        assert first == want, (tid, first, want)
+    assert e["token_id"].tolist() == top["token_id"].tolist()
+
+
+def test_analyze_lens_bad_input(tiny_dir, tmp_path, capsys):
+    rc, _, se = _scan(tiny_dir, tmp_path / "p.parquet", capsys)
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "p.parquet")], capsys)
+    assert one_line_error(rc, se) and "--lens" in se, se
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "nope.parquet")], capsys)
+    assert one_line_error(rc, se), se
+
+
+def test_disk_full_mid_scan_keeps_what_was_done(tiny_dir, tmp_path, monkeypatch, capsys):
+    """A shard write that fails (ENOSPC) is one line + exit 2; the scores so far stay in the checkpoint,
+    the shards so far in the partial folder, and the rerun ends bit-identical to an uninterrupted scan."""
+    import errno
+
+    import rmfast.io
+    from rmfast.scoring import batching
+
+    rc, _, se = _scan(tiny_dir, tmp_path / "whole.parquet", capsys, "--states", "1,last")
+    assert rc == 0, se
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
+    real, calls = rmfast.io.atomic_write, {"n": 0}
+
+    def full(path, write):
+        if str(path).endswith(".safetensors"):
+            calls["n"] += 1
+            if calls["n"] >= 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, write)
+
+    monkeypatch.setattr(rmfast.io, "atomic_write", full)
+    out = tmp_path / "r.parquet"
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "1,last")
+    assert one_line_error(rc, se) and "No space left" in se, se
+    assert len(list((tmp_path / "r.states.partial").glob("shard-*"))) == 2
+    assert (tmp_path / "r.parquet.partial.npz").exists() and not out.exists()
+    monkeypatch.setattr(rmfast.io, "atomic_write", real)
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "1,last")
+    assert rc == 0, se
+    a, b = open_states(tmp_path / "whole.parquet"), open_states(out)
+    for layer in ("1", "last"):
+        np.testing.assert_array_equal(a.take(layer, np.argsort(a.keys)), b.take(layer, np.argsort(b.keys)))
+
+
+def test_logprob_head_states_equal_hf(smol_tokenizer):
+    """A causal LM (logprob head): the state of the position that predicts the last end-of-turn token."""
+    m = T.tiny("llama", "causal_lm")
+    tmpl = build_template(smol_tokenizer, PROMPT)
+    assert tmpl.continuation_ids
+    got = {e: plan_scoring(m, tmpl, head="logprob", engine=e, batch_size=len(IDS)).score(IDS, states=["1", "last"])
+           for e in ("fast", "hf")}
+    seqs = torch.tensor([[*tmpl.prefix_ids, *r, *tmpl.continuation_ids] for r in IDS])
+
+    def reference(model):  # {name: (N*D,)} at position -2 of the whole sequence
+        pre = []
+        h = final_norm_module(model).register_forward_pre_hook(lambda mod, a: pre.append(a[0]))
+        with torch.no_grad():
+            hs = model(input_ids=seqs, output_hidden_states=True).hidden_states
+        h.remove()
+        return {"1": hs[1][:, -2].double().numpy().ravel(), "last": pre[-1][:, -2].double().numpy().ravel()}
+
+    ref, ref64 = reference(m), reference(T.tiny("llama", "causal_lm", dtype=torch.float64))
+    for e in got:
+        for name in ("1", "last"):
+            assert_agree_to_rounding(ref[name], got[e].states[name].double().numpy().ravel(), ref64[name])
+        np.testing.assert_array_equal(got[e].scores, plan_scoring(m, tmpl, head="logprob", engine=e,
+                                                                 batch_size=len(IDS)).score(IDS))
