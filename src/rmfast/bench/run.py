@@ -125,7 +125,8 @@ def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
         b.ids = candidate_ids(b.n_vocab, b.n_vocab, seed=args.seed)  # same permutation: naive's ids are its first ones
         b.n = b.ids.size
     ids, n, reps = b.ids, b.n, b.reps
-    bs_rm = min(plan.rows_per_batch(1), n)  # the batch a scan of this model runs (timed unpadded: n / bs passes)
+    rows = plan.rows_per_batch(1)  # a scan's batch; timed as equal batches of at most that many rows, so
+    bs_rm = -(-n // -(-n // rows))  # no timed batch is padded (a scan pads only its last; --full times one)
     t_eg = s_eg = None
     if b.whole:
         def run_rm():
