@@ -182,3 +182,21 @@ def test_the_published_qrm_gemma_layout_missing_a_gating_layer_is_an_error(tmp_p
                             drop=tuple(p + k for k in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")))
     with pytest.raises(UserError, match="gating"):
         load(str(folder), dtype="float32", device="cpu")
+
+
+@pytest.mark.parametrize("name", ["armorm", "qrm-llama"])
+def test_gcg_runs_on_a_gated_head(replicas, name):
+    """GCG on ArmoRM/QRM (issue 25 §5): the gradient's forward gates from the tokens behind its embeddings
+    (the prompt's gating position, or a later one a candidate holds), and the search's best equals the
+    plain-HF score of its text; before, the gradient raised 'needs input_ids' after the work had begun."""
+    from rmfast.gcg import GCGConfig, run
+    from rmfast.gcg.search import _Gradient
+
+    folder, tok = replicas[name]
+    lm = load(str(folder), dtype="float32", device="cpu")
+    res = run(lm.model, tok, "What is the best thing?", GCGConfig(length=4, steps=2, search_width=16, topk=8),
+              progress=False)
+    assert res.best_score == pytest.approx(res.best_score_reference, abs=1e-4)
+    tmpl = build_template(tok, "What is the best thing?")
+    r, g = _Gradient(lm.model, tmpl, "score", 0)(torch.tensor(res.best_ids))
+    assert r == pytest.approx(res.best_score_reference, abs=1e-4) and g.shape[0] == 4 and torch.isfinite(g).all()

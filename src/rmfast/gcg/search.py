@@ -134,6 +134,10 @@ class _Gradient:
             self.post = (self.embed(torch.tensor(tail, dtype=torch.long, device=dev)) if tail
                          else W.new_zeros(0, W.shape[1]))  # (S or m, D)
         self.cont = torch.tensor(tmpl.continuation_ids, dtype=torch.long, device=dev)  # (m,)
+        # a gated head (ArmoRM/QRM) finds its gating position in the tokens: it is told them beside the
+        # embeddings (the prompt's gate, or a later one a candidate's own tokens hold, as in scoring)
+        self.ids_around = ((torch.tensor(tmpl.prefix_ids, dtype=torch.long), torch.tensor(tail, dtype=torch.long))
+                           if getattr(model, "rmfast_head", None) is not None else None)
 
     def __call__(self, ids: torch.Tensor) -> tuple[float, torch.Tensor]:
         """ids: (L,) long. Returns (reward, (L, V) fp32 gradient of the reward)."""
@@ -148,8 +152,12 @@ class _Gradient:
             e = (oh @ W) * self.scale  # (L, D), bitwise the embedding module's output
             x = torch.cat([self.pre, e, self.post], dim=0)[None]  # (1, P+L+T, D)
             if self.head == "score":
+                kw = {}
+                if self.ids_around is not None:
+                    pre, post = self.ids_around
+                    kw["gating_ids"] = torch.cat([pre, ids.cpu(), post])[None].to(W.device)  # (1, P+L+T)
                 with _no_pad_pooling(self.model):
-                    out = self.model(inputs_embeds=x)
+                    out = self.model(inputs_embeds=x, **kw)
                 r = reward_from_outputs(out, self.head_index)[0]
             else:
                 m = self.cont.shape[0]

@@ -240,7 +240,10 @@ class CustomRewardModel(nn.Module):
         self.rmfast_head = _head_to(self.rmfast_head, dev)
         return out
 
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs) -> CustomOutput:
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, gating_ids=None,
+                **kwargs) -> CustomOutput:
+        """``gating_ids``: with ``inputs_embeds`` (GCG's gradient), the (B, L) token ids those embeddings
+        stand for: a gated head finds its gating position in them, as it would in ``input_ids``."""
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds)
         hs = out.last_hidden_state.float()  # (B, L, D) normed by the backbone's final norm
         B, L, _ = hs.shape
@@ -253,9 +256,11 @@ class CustomRewardModel(nn.Module):
         head = self.rmfast_head
         if isinstance(head, URMHead):
             return CustomOutput(head(h)[:, None])
-        if input_ids is None:
-            raise ValueError("a gated reward model needs input_ids: its gating position is found from the tokens")
-        pos = [head.gate_position(r) for r in input_ids.tolist()]
+        tokens = input_ids if input_ids is not None else gating_ids
+        if tokens is None:
+            raise ValueError("a gated reward model needs input_ids (or gating_ids with inputs_embeds): its gating "
+                             "position is found from the tokens")
+        pos = [head.gate_position(r) for r in tokens.tolist()]
         if any(p is None for p in pos):
             raise ValueError(f"the gating pattern {head.pattern} does not occur in a row")
         return CustomOutput(head(h, hs[rows, torch.tensor(pos, device=hs.device)])[:, None])
