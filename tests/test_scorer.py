@@ -236,3 +236,37 @@ def test_ragged_batches_of_similar_lengths_are_exact(tok, arch):
     finally:
         Engine.score_ragged = real
     assert not np.allclose(wrong, ref32, atol=1e-4)
+
+
+def test_grpo_smoke_two_steps_with_the_trl_adapter(tok, tmp_path):
+    """TRL's GRPOTrainer, a tiny random policy, rmfast's reward function: two steps run, and every reward
+    TRL received is the scorer's score of that (prompt, completion) (empty completions: None, skipped)."""
+    pytest.importorskip("trl", reason="trl is in the train extra: pip install -e '.[train]'")
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    rm = T.tiny("llama", num_labels=1, pad_token_id=2)
+    reward = rmfast_reward((rm, tok))
+    seen = []
+
+    def recorded(prompts, completions, **kw):
+        out = reward(prompts, completions, **kw)
+        seen.append((prompts, completions, out))
+        return out
+
+    recorded.__name__ = "rmfast"
+    ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in ["Best thing?", "Worst thing?"] * 4]})
+    cfg = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, max_completion_length=6,
+                     max_steps=2, learning_rate=1e-3, report_to="none", logging_steps=1, use_cpu=True, save_strategy="no")
+    trainer = GRPOTrainer(model=T.tiny("llama", kind="causal_lm"), reward_funcs=[recorded], args=cfg, train_dataset=ds,
+                          processing_class=tok)
+    trainer.train()
+    assert trainer.state.global_step == 2 and len(seen) == 2
+    scorer = RewardScorer(rm, tok, compat="decode-retokenize")
+    for prompts, completions, out in seen:
+        assert len(out) == len(prompts) == 4
+        for p, c, r in zip(prompts, completions, out):
+            text = c[0]["content"] if isinstance(c, list) else c
+            assert (r is None) == (not text.strip())
+            if r is not None:
+                assert r == pytest.approx(scorer.score([p], [[text]])[0][0], abs=1e-5)

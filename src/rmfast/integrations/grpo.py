@@ -59,13 +59,24 @@ class GRPOReward:
                 lists.append([])
             where.append((i, len(lists[i])))
             lists[i].append(_completion_text(c, k))
-        scores = self.scorer.score(convs, lists)
-        return [scores[i][j] for i, j in where]
+        # an empty completion (a policy can sample one) has nothing to score: None, which TRL skips
+        # (its rewards are summed with nansum) rather than a made-up number
+        keep = [[t for t in ts if t.strip()] for ts in lists]
+        pos = [{t: k for k, t in enumerate(ts)} for ts in keep]
+        scores = self.scorer.score([c for c, ts in zip(convs, keep) if ts], [ts for ts in keep if ts])
+        it = iter(scores)
+        by_conv = [next(it) if ts else [] for ts in keep]
+        return [by_conv[i][pos[i][lists[i][j]]] if lists[i][j].strip() else None for i, j in where]
 
 
 def rmfast_reward(model, *, name: str = "rmfast", **scorer_kw) -> GRPOReward:
     """A GRPO reward function for ``model`` (anything :class:`RewardScorer` takes: an alias, folder, hub
-    id, LoadedModel, a (model, tokenizer) pair, or a RewardScorer itself)."""
+    id, LoadedModel, a (model, tokenizer) pair, or a RewardScorer itself). Empty completions get None
+    (TRL skips it); a new scorer defaults to ``compat="decode-retokenize"`` (a completion that merges
+    with the template is scored as the template renders it, not refused)."""
+    # a sampled completion may merge with the template when tokenized in context: scored as the template
+    # renders it (compat "decode-retokenize", that row alone on the plain-HF path) rather than an error mid-training
+    scorer_kw.setdefault("compat", "decode-retokenize")
     scorer = model if isinstance(model, RewardScorer) else RewardScorer(model, **scorer_kw)
     return GRPOReward(scorer, name)
 
