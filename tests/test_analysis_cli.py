@@ -42,7 +42,7 @@ def test_register_adds_subcommands_with_func():
     assert args.func.__name__ == "run_report"
     assert set(ANALYSES) == {"distributions", "agreement", "sentiment", "exposure",
                              "best-worst", "human", "categories", "extremes", "trajectory",
-                             "similarity"}
+                             "similarity", "lens"}
 
 
 def test_analyze_writes_csv_and_prints(tmp_path, capsys):
