@@ -14,7 +14,7 @@ uniformly from [min-len, max-len] tokens.
   batches of ``--hf-batch`` full conversations (``apply_chat_template`` text, ``tokenizer(padding=True)``),
   read by HF's own pooling (the last non-pad token; SmolLM2's pad is ``<|im_end|>``, the rows end in
   ``\\n``, so it reads each row's final token); tokenization included.
-- ``rmfast``: ``RewardScorer.score`` (prompt encoded once, responses grouped by length, no padding),
+- ``rmfast``: ``RewardScorer.score`` (prompt encoded once, responses of similar lengths in ragged batches),
   tokenization included, no plan cache between repeats (``cache_prompts=0``).
 
 Reported per configuration: responses/s of each, the speed-up, the FLOP ratio it should approach
@@ -109,7 +109,8 @@ def run_config(lm, scorer, P: int, N: int, args, rng: random.Random, dims: dict,
         "speedup_over_flop_ratio": round(t_hf / t_rm / (real / rm_tokens), 3),
         "hf_gemm_fraction": round(flop(padded) / t_hf / 1e9 / peak, 3),
         "rmfast_gemm_fraction": round(flop(rm_tokens) / t_rm / 1e9 / peak, 3),
-        "rmfast_batches": st.n_batches, "rmfast_padded_rows": st.padded_rows,
+        "rmfast_batches": st.n_batches, "rmfast_padded_rows": st.padded_rows, "rmfast_padded_tokens": st.padded_tokens,
+        "rmfast_padding_waste": round(st.padding_waste, 4),
         "hf_padding_fraction": round(1 - real / padded, 3),
         "max_abs_diff": float(np.abs(hf - rm).max()), "score_std": float(np.std(hf)),
     }
