@@ -136,6 +136,15 @@ def choose_engine(model, head: str, head_index: int, engine: str, stacklevel: in
 COMPILE_CPU_KINDS = ("AMX",)
 
 
+def compile_mode(compile) -> str:
+    """``compile`` as one of :data:`COMPILE_MODES` (a bool is on/off); anything else is a UserError."""
+    if isinstance(compile, bool):
+        return "on" if compile else "off"
+    if compile not in COMPILE_MODES:
+        raise UserError(f"unknown --compile {compile!r}; use auto, on or off")
+    return compile
+
+
 def choose_compile(compile, device: torch.device, engine: str, eng: Engine | None = None,
                    stacklevel: int = 3) -> tuple[bool, str]:
     """Whether the fast engine runs the compiled CPU decoder layer, and why: (decision, reason).
@@ -149,10 +158,7 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
     from .. import cpu as cpu_mod
     from ..fast.engine import MAX_BLOCKDIAG_EXTRA
 
-    if isinstance(compile, bool):
-        compile = "on" if compile else "off"
-    if compile not in COMPILE_MODES:
-        raise UserError(f"unknown --compile {compile!r}; use auto, on or off")
+    compile = compile_mode(compile)
     if compile == "off":
         return False, "off"
     why = ("the plain Hugging Face path runs the model's own forward" if engine != "fast" else
@@ -208,6 +214,26 @@ def run_key(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(run_fields(manifest), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def row_tokens(template: Template, head: str, n: int, on_engine: bool) -> int:
+    """Tokens an n-token response's row feeds through the layers: on the fast engine only the row's own
+    (the response and the suffix; for the logprob head the response less its first token, plus the
+    end-of-turn continuation), on the plain-HF path the whole sequence."""
+    if not on_engine:
+        return len(template.prefix_ids) + n + len(template.suffix_ids)
+    return n + len(template.suffix_ids) if head == "score" else n - 1 + len(template.continuation_ids)
+
+
+def batch_rows(model, template: Template, head: str, n: int, on_engine: bool, batch_size) -> int:
+    """Rows per batch for n-token responses: ``batch_size`` rows, or auto's, bounded by memory
+    (:mod:`rmfast.scoring.memory`). Needs no prompt pass: a plan decides it this way, and so does a
+    caller that has not built its plan yet (:class:`rmfast.scoring.scorer.RewardScorer`)."""
+    device = next(model.parameters()).device
+    tpr = max(1, row_tokens(template, head, n, on_engine))
+    per_row = row_bytes(model, tpr, prefix_len=len(template.prefix_ids), head=head, full_sequence=not on_engine)
+    bs = parse_batch_size(batch_size)
+    return auto_batch_size(device, tpr, per_row) if bs == "auto" else cap_batch_size(bs, device, per_row)
+
+
 @dataclass
 class ScoringPlan:
     """How one job scores: built by :func:`plan_scoring`, used by every batch of the job.
@@ -239,26 +265,16 @@ class ScoringPlan:
         return next(self.model.parameters()).device
 
     def tokens_per_row(self, n: int, template: Template | None = None) -> int:
-        """Tokens an n-token response's row feeds through the layers (the fast engine runs only the
-        row's own tokens; the plain-HF path, or a row with its own ``template``, the whole sequence)."""
-        if self.eng is not None and template is None:
-            return self.eng.tokens_per_row(n)
-        t = template or self.template
-        return len(t.prefix_ids) + n + len(t.suffix_ids)
+        """Tokens an n-token response's row feeds through the layers (:func:`row_tokens`)."""
+        return row_tokens(template or self.template, self.head, n, self.eng is not None and template is None)
 
     def rows_per_batch(self, n: int, template: Template | None = None) -> int:
-        """Rows per batch for n-token responses: the asked number, or auto's, bounded by memory.
-        Decided once per shape (a memory warning is given once)."""
+        """Rows per batch for n-token responses (:func:`batch_rows`), decided once per shape (a memory
+        warning is given once)."""
         key = (n, None if template is None else len(template.prefix_ids) + len(template.suffix_ids))
         if key not in self._rows:
-            t = template or self.template
-            on_engine = self.eng is not None and template is None
-            tpr = self.tokens_per_row(n, template)
-            per_row = row_bytes(self.model, max(1, tpr), prefix_len=len(t.prefix_ids), head=self.head,
-                                full_sequence=not on_engine)
-            bs = self.batch_size
-            self._rows[key] = (auto_batch_size(self.device, max(1, tpr), per_row) if bs == "auto"
-                               else cap_batch_size(bs, self.device, per_row))
+            self._rows[key] = batch_rows(self.model, template or self.template, self.head, n,
+                                         self.eng is not None and template is None, self.batch_size)
         return self._rows[key]
 
     @torch.no_grad()
@@ -381,8 +397,7 @@ def plan_scoring(model, template: Template, *, head: str = "auto", head_index: i
     head = choose_head(model, head, head_index)
     engine = choose_engine(model, head, head_index, engine, stacklevel + 1)
     device = next(model.parameters()).device
-    if not isinstance(compile, bool) and compile not in COMPILE_MODES:  # before the prompt pass
-        raise UserError(f"unknown --compile {compile!r}; use auto, on or off")
+    compile_mode(compile)  # checked before the prompt pass
     eng = Engine(model, template, head=head, head_index=head_index) if engine == "fast" else None
     compiled, why = choose_compile(compile, device, engine, eng, stacklevel + 1)
     if eng is not None:

@@ -44,8 +44,8 @@ from ..errors import UserError
 from ..template import Template, build_template
 from .batching import Group, score_groups
 from .candidates import check_context, tokenize_in_context
-from .memory import auto_batch_size, cap_batch_size, parse_batch_size, row_bytes
-from .plan import ScoringPlan, choose_engine, choose_head, plan_scoring
+from .memory import parse_batch_size
+from .plan import ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring
 
 
 @dataclass(frozen=True)
@@ -435,18 +435,9 @@ class RewardScorer:
         return spec is not None and not isinstance(spec.custom_head, GatedHead)
 
     def _rows_per_batch(self, tmpl: Template, n: int, row_t: Template | None) -> int:
-        """Rows per batch for n-token responses, as :meth:`ScoringPlan.rows_per_batch` decides it, without
-        encoding the prompt first (the engine runs the row's own tokens; the plain-HF path the whole row)."""
-        on_engine = self.engine == "fast" and row_t is None
-        t = row_t or tmpl
-        if on_engine:
-            tpr = n + len(t.suffix_ids) if self.head == "score" else n - 1 + t.n_continuation
-        else:
-            tpr = len(t.prefix_ids) + n + len(t.suffix_ids)
-        per_row = row_bytes(self.model, max(1, tpr), prefix_len=len(t.prefix_ids), head=self.head,
-                            full_sequence=not on_engine)
-        bs = self.batch_size
-        return auto_batch_size(self.device, max(1, tpr), per_row) if bs == "auto" else cap_batch_size(bs, self.device, per_row)
+        """Rows per batch for n-token responses, by the plan's rule, before the prompt is encoded."""
+        return batch_rows(self.model, row_t or tmpl, self.head, n, self.engine == "fast" and row_t is None,
+                          self.batch_size)
 
     def _plan(self, conv: Conversation, tmpl: Template) -> ScoringPlan:
         """The conversation's plan: from the cache, or built now (its prompt encoded once)."""
