@@ -166,8 +166,7 @@ def test_rerank_and_grpo_adapter(tok):
     comps = RESPONSES[1] + RESPONSES[2][:3]
     conv = reward(prompts=prompts, completions=[[{"role": "assistant", "content": c}] for c in comps],
                   completion_ids=None, trainer_state=None)
-    assert conv == s.score([CONVS[1], CONVS[2]], [RESPONSES[1], RESPONSES[2][:3]])[0] + \
-        s.score([CONVS[2]], [RESPONSES[2][:3]])[0]
+    assert conv == sum(s.score([CONVS[1], CONVS[2]], [RESPONSES[1], RESPONSES[2][:3]]), [])  # the adapter's one call
     plain = reward(prompts=["Greatest thing?"] * 2, completions=["Love", "kindness"])
     assert plain == s.score(["Greatest thing?"], [["Love", "kindness"]])[0]
     with pytest.raises(UserError, match="one assistant message"):
@@ -206,7 +205,7 @@ def test_cli_score_writes_beside_the_input_and_resumes(tok, tmp_path, capsys, mo
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
-def test_ragged_batches_of_similar_lengths_are_exact(tok, arch):
+def test_ragged_batches_of_similar_lengths_are_exact(tok, arch, monkeypatch):
     """Responses of many lengths run as few ragged batches (right-padded, each row read at its own final
     position), and still equal the plain-HF forward of each whole conversation to fp32 rounding (Gemma 2:
     sliding windows and softcaps included)."""
@@ -223,19 +222,52 @@ def test_ragged_batches_of_similar_lengths_are_exact(tok, arch):
     ref64 = direct(copy.deepcopy(model).double(), tok, convs, responses)
     assert_agree_to_rounding(ref32, flat, ref64)
     # the test can fail: reading every row at the batch's last position (a pad) scores otherwise
-    from rmfast.fast.engine import Engine
+    import rmfast.scoring.plan as plan_mod
 
-    real = Engine.score_ragged
+    real = plan_mod.score_prompts
 
-    def read_last(self, responses, lengths):
-        return real(self, responses, torch.full_like(lengths, responses.shape[1]))
+    def read_last(engines, responses, lengths, taps=None):
+        return real(engines, responses, [torch.full_like(n, r.shape[1]) for r, n in zip(responses, lengths)], taps)
 
-    Engine.score_ragged = read_last
-    try:
-        wrong = np.array([x for s in RewardScorer(model, tok).score(convs, responses) for x in s])
-    finally:
-        Engine.score_ragged = real
+    monkeypatch.setattr(plan_mod, "score_prompts", read_last)
+    wrong = np.array([x for s in RewardScorer(model, tok).score(convs, responses) for x in s])
     assert not np.allclose(wrong, ref32, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen3"])
+def test_many_prompts_share_batches_and_stay_exact(tok, arch):
+    """Conversations with a few responses each (GRPO groups, best-of-4) share batches: prompts of
+    different lengths (system messages, a multi-turn history) in one batch, each row attending to its
+    own prompt at its own positions (Gemma 3: sliding and global layers; Qwen3: q/k norms), and every
+    score still equals the plain-HF forward of its whole conversation to fp32 rounding."""
+    model = T.tiny(arch, num_labels=1, pad_token_id=2)
+    convs = ["Hi", "Name a colour, any colour you like.", MULTI, CONVS[1], "What, in one word, is best?"]
+    words = "red green blue cyan teal navy gold ruby".split()
+    responses = [[" ".join(words[i:i + k]) for k in (1, 2, 3)] + ["Love"] for i in range(len(convs))]
+    scorer = RewardScorer(model, tok)
+    flat = np.array([x for s in scorer.score(convs, responses) for x in s])
+    st = scorer.last_stats
+    assert st.n_prompts == len(convs) and st.n_batches < st.n_prompts  # rows of several prompts per batch
+    plans = list(scorer._plans.values())
+    assert len(plans) == len(convs) and all(p.eng.layers is plans[0].eng.layers for p in plans)  # one weight copy
+    ref32 = direct(model, tok, convs, responses)
+    ref64 = direct(copy.deepcopy(model).double(), tok, convs, responses)
+    assert_agree_to_rounding(ref32, flat, ref64)
+    # alone, each conversation gives the same scores to fp32 rounding (other batch shapes, other sums)
+    alone = np.array([x for c, rs in zip(convs, responses) for x in scorer.score([c], [rs])[0]])
+    assert_agree_to_rounding(ref32, alone, ref64)
+
+
+def test_changed_weights_drop_cached_plans(tok):
+    """A cached plan holds the prompt's keys/values and fused weight copies: after the weights change in
+    place (an optimizer step), the next call scores with the new weights, not the cached ones."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    scorer = RewardScorer(model, tok)
+    before = scorer.score(CONVS[:2], RESPONSES[:2])
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.mul_(1.5)
+    after = scorer.score(CONVS[:2], RESPONSES[:2])
+    assert after == RewardScorer(model, tok).score(CONVS[:2], RESPONSES[:2]) and after != before
 
 
 def test_grpo_smoke_two_steps_with_the_trl_adapter(tok, tmp_path):

@@ -33,7 +33,7 @@ import torch
 
 from . import ops
 from ..cpu import compile_here
-from .layer import PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
+from .layer import MultiPrompt, PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
 from .arch import ArchSpec, arch_spec
 from .heads import GatedHead, LinearHead
 from ..template import Template
@@ -73,6 +73,9 @@ class Engine:
         fp32_head: final norm and head (score and logprob) in fp32 with fp32 output (default True);
             False rounds where HF does (normed rows and head output in the model dtype). Custom
             heads always run in fp32.
+        layers: another engine's ``layers`` of the same model and ``fuse`` (default None: built
+            here). Engines of one model for several prompts share them: the fused weight copies
+            are made once, and :func:`score_prompts` batches their rows together.
 
     Example:
         >>> eng = Engine(model, tmpl, head="score")  # doctest: +SKIP
@@ -81,7 +84,7 @@ class Engine:
 
     def __init__(
         self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None, compile: bool = False,
-        fp32_head: bool = True,
+        fp32_head: bool = True, layers: list | None = None,
     ):
         spec = arch_spec(model)
         if spec is None:
@@ -106,7 +109,8 @@ class Engine:
         self.continuation = torch.tensor(template.continuation_ids, dtype=torch.long, device=self.device)
         if fuse is None:
             fuse = self.device.type == "cpu"
-        self.layers = build_layers(spec, fuse)  # per layer: (LayerWeights, LayerConsts), built once
+        # per layer: (LayerWeights, LayerConsts), built once (or shared with the engines of other prompts)
+        self.layers = layers if layers is not None else build_layers(spec, fuse)
         self.compile = bool(compile) and self.device.type == "cpu"  # on CUDA: eager around the Triton kernels
         self._packs = None  # per layer: the block-diagonal prompt K/V, built on first use
         self._layer_fn = None  # the compiled decoder layer, built on first use
@@ -117,14 +121,16 @@ class Engine:
 
     # ------------------------------------------------------------------ layers
     @torch.no_grad()
-    def _run_layers(self, h: torch.Tensor, pos0: int, n_out: int, collect_kv: bool = False, taps: dict | None = None):
+    def _run_layers(self, h: torch.Tensor, pos0: int, n_out: int, collect_kv: bool = False, taps: dict | None = None,
+                    tap_at: torch.Tensor | None = None):
         """h: (B, S, Dm) embeddings at absolute positions pos0..pos0+S-1.
 
         Attends to the shared prefix K/V (self.kv) when pos0 > 0. Returns the last layer's
         residual stream at the final ``n_out`` positions, (B, n_out, Dm), and, if collect_kv,
         the per-layer (Hkv, S, D) keys/values of batch row 0 (used for the prefix pass).
         ``taps``: {k: None} for residual-stream indices k (0 = the embeddings, k = after decoder layer
-        k); filled with each one's (B, Dm) state at the final position, in the model dtype.
+        k); filled with each one's (B, Dm) state at the final position (or at ``tap_at``, see
+        :meth:`_run_stack`), in the model dtype.
         """
         B, S, _ = h.shape
         if pos0 > 0 and self.compile:
@@ -132,6 +138,7 @@ class Engine:
             rows = self._compiled_rows.setdefault(S, B)
             if B < rows:
                 h = torch.cat([h, h[:1].expand(rows - B, -1, -1)])
+                tap_at = None if tap_at is None else torch.cat([tap_at, tap_at[:1].expand(rows - B)])
             elif B > rows:
                 self._compiled_rows[S] = B
             if not self._compile_checked:  # the first call compiles: seconds to a minute, say so
@@ -139,7 +146,7 @@ class Engine:
                       file=sys.stderr, flush=True)
                 t0 = time.perf_counter()
             try:
-                out = self._run_stack(h, pos0, n_out, self._compiled_layer(), None, taps)
+                out = self._run_stack(h, pos0, n_out, self._compiled_layer(), None, taps, tap_at=tap_at)
                 for k in taps or ():
                     taps[k] = taps[k][:B]  # (B, Dm): the padding rows dropped
             except Exception as e:  # the first compile failed: no C++ compiler, unsupported platform, ...
@@ -149,28 +156,41 @@ class Engine:
                 warnings.warn(f"rmfast: torch.compile failed ({type(e).__name__}: {first}); using the eager path",
                               stacklevel=3)
                 self.compile = False
-                return self._run_layers(h[:B], pos0, n_out, collect_kv, taps)
+                return self._run_layers(h[:B], pos0, n_out, collect_kv, taps,
+                                        None if tap_at is None else tap_at[:B])
             if not self._compile_checked:
                 print(f"rmfast: compiled in {time.perf_counter() - t0:.1f} s (with the first batch)", file=sys.stderr,
                       flush=True)
             self._compile_checked = True
             return out[:B], None
         kvs = [] if collect_kv else None
-        return self._run_stack(h, pos0, n_out, decoder_layer, kvs, taps), kvs
+        return self._run_stack(h, pos0, n_out, decoder_layer, kvs, taps, tap_at=tap_at), kvs
 
     def _run_stack(self, h: torch.Tensor, pos0: int, n_out: int, layer_fn, kvs: list | None,
-                   taps: dict | None = None) -> torch.Tensor:
+                   taps: dict | None = None, *, tap_at: torch.Tensor | None = None, rope: dict | None = None,
+                   prompts: list | None = None) -> torch.Tensor:
         """Every layer through ``layer_fn`` (:func:`decoder_layer` or its compiled copy): (B, S, Dm) ->
         (B, n_out, Dm); only the last layer narrows to n_out. With ``kvs``, appends each layer's
         (Hkv, S, D) keys/values of row 0. With ``taps`` ({k: None}), stores a copy of the residual
         stream's final position, (B, Dm), at each index k asked: 0 = the input embeddings, k = the
         output of decoder layer k (1-based; HF's ``hidden_states`` indexing). Copies only: the
-        arithmetic, and so every score, is the same with or without taps."""
+        arithmetic, and so every score, is the same with or without taps. ``tap_at``: (B,) each row's
+        tap position counted back from the last (0: the last; ragged rows end earlier).
+        ``rope`` (key -> (B, S, D) cos, sin) and ``prompts`` (per layer) given: rows of several
+        prompts (:func:`score_prompts`); else this engine's prompt, positions pos0.. ."""
         S = h.shape[1]
+
+        def tap(x):  # (B, S', Dm) whose last position is S - 1 -> (B, Dm) copy at each row's tap position
+            if tap_at is None:
+                return x[:, -1].clone()
+            return x[torch.arange(x.shape[0], device=x.device), x.shape[1] - 1 - tap_at]
+
         if taps is not None and 0 in taps:
-            taps[0] = h[:, -1].clone()  # (B, Dm)
-        rope = self.spec.rope(torch.arange(pos0, pos0 + S, device=h.device), h)  # key -> (S, D) cos, sin
-        prompts = self._prompts(S, h) if pos0 > 0 else [self._no_prompt(h)] * len(self.layers)
+            taps[0] = tap(h)  # (B, Dm)
+        if rope is None:
+            rope = self.spec.rope(torch.arange(pos0, pos0 + S, device=h.device), h)  # key -> (S, D) cos, sin
+        if prompts is None:
+            prompts = self._prompts(S, h) if pos0 > 0 else [self._no_prompt(h)] * len(self.layers)
         last = len(self.layers) - 1
         for li, (w, c) in enumerate(self.layers):
             cos, sin = rope[c.rope_key]
@@ -185,7 +205,7 @@ class Engine:
                 h, k, v = out  # k, v: (B, S, Hkv, D)
                 kvs.append((k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous()))  # (Hkv, S, D)
             if taps is not None and li + 1 in taps:
-                taps[li + 1] = h[:, -1].clone()  # (B, Dm)
+                taps[li + 1] = tap(h)  # (B, Dm)
         return h
 
     def _no_prompt(self, h: torch.Tensor) -> PromptKV:
@@ -318,29 +338,11 @@ class Engine:
         gated head may re-gate inside a row's own tokens, and the logprob head reads every position)."""
         return self.head == "score" and not isinstance(self.score_head, GatedHead)
 
-    @torch.no_grad()
-    def score_ragged(self, responses: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """Rows of different lengths in one batch: (B, n) right-padded ids, (B,) response lengths -> (B,) fp32.
-
-        Row i runs ``responses[i, :L_i] ⊕ suffix`` at its own positions, then pad ids to n + len(suffix);
-        attention is causal, so the pads (after every real token) change nothing the row's final position
-        sees, and the head reads each row at its own final position. Equal to scoring each length apart to
-        fp32 rounding (other GEMM shapes), not bit for bit.
-        """
-        if not self.can_score_ragged():
-            raise ValueError("ragged rows need a score head read at one position (not a gated head, not logprob)")
-        responses, lengths = responses.to(self.device), lengths.to(self.device).long()
-        B, n = responses.shape
-        m = len(self.suffix)
-        S = n + m
-        ids = torch.cat([responses, responses.new_zeros(B, m)], dim=1)  # (B, S): pads are id 0, after the end
-        cols = lengths[:, None] + torch.arange(m, device=self.device)  # (B, m): where each row's suffix goes
-        ids.scatter_(1, cols, self.suffix.expand(B, -1))
-        ends = lengths + m - 1  # (B,) each row's final position
-        n_out = S - int(ends.min())  # the last layer computes positions ends.min() .. S-1
-        h, _ = self._run_layers(self.spec.embed(ids), self.P, n_out)  # (B, n_out, Dm)
-        h = h[torch.arange(B, device=self.device), ends - (S - n_out)]  # (B, Dm)
-        return self._head_scores(h)
+    def score_ragged(self, responses: torch.Tensor, lengths: torch.Tensor, taps: set | None = None):
+        """Rows of different lengths in one batch: (B, n) right-padded ids, (B,) response lengths -> (B,) fp32
+        (with ``taps``: (scores, {k: (B, Dm)}) at each row's own final position). :func:`score_prompts`
+        with this engine alone."""
+        return score_prompts([self], [responses], [lengths], taps)
 
     def tokens_per_row(self, n: int) -> int:
         """Tokens a row of an n-token response feeds through the layers."""
@@ -378,13 +380,11 @@ class Engine:
         position for the score head, the position that predicts the last continuation token for
         the logprob head (:meth:`states_position_ok`).
 
-        ``lengths`` ((B,) ints, score head, not a gated head, no taps): ragged rows, row i's response
+        ``lengths`` ((B,) ints, score head, not a gated head): ragged rows, row i's response
         being ``responses[i, :lengths[i]]`` (right-padded to n, any ids after): :meth:`score_ragged`.
         """
         if lengths is not None:
-            if taps:
-                raise ValueError("states of ragged rows are not collected; score one length per batch")
-            return self.score_ragged(responses, lengths)
+            return self.score_ragged(responses, lengths, taps)
         sp = self.spec
         responses = responses.to(self.device)
         B, n = responses.shape
@@ -424,3 +424,56 @@ class Engine:
         )
         out = total + lp.view(B, T).sum(-1)
         return out if tap is None else (out, tap)
+
+
+def _ragged_ids(eng: Engine, responses: torch.Tensor, lengths: torch.Tensor, S: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, S) ids ``responses[i, :L_i] ⊕ suffix ⊕ pads`` and (B,) each row's final position."""
+    responses, lengths = responses.to(eng.device), lengths.to(eng.device).long()
+    B, n = responses.shape
+    m = len(eng.suffix)
+    ids = responses.new_zeros(B, S)  # pads are id 0, after each row's end
+    ids[:, :n] = responses
+    cols = lengths[:, None] + torch.arange(m, device=eng.device)  # (B, m): where each row's suffix goes
+    ids.scatter_(1, cols, eng.suffix.expand(B, -1))
+    return ids, lengths + m - 1
+
+
+@torch.no_grad()
+def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths: list[torch.Tensor],
+                  taps: set | None = None):
+    """Rows of one or several prompts, of different lengths, in ONE batch -> (B,) fp32 scores, the rows of
+    ``engines[0]`` first, then ``engines[1]``'s, ... (with ``taps``: (scores, {k: (B, Dm)}) as
+    :meth:`Engine.score` returns them, each at the row's own final position).
+
+    ``engines``: one per prompt, sharing ``layers`` (the ``layers=`` argument) and a score head read at
+    one position (:meth:`Engine.can_score_ragged`); ``responses[i]``: (B_i, n_i) right-padded ids
+    (any ids after the end), ``lengths[i]``: (B_i,) their lengths. Row r of prompt i runs
+    ``responses[i][r, :L] ⊕ suffix_i`` at positions P_i, P_i + 1, ... and then pad ids; attention is
+    causal, so the pads (after every real token) change nothing a row's final position sees. The
+    projections and the MLP run over all rows at once (wider GEMMs than any one prompt's rows give);
+    attention reads each prompt's own K/V (:class:`rmfast.fast.layer.MultiPrompt`). Equal to scoring
+    each row alone to fp32 rounding (other GEMM shapes), not bit for bit. One engine: its own path,
+    compiled where it compiles; several: eager.
+    """
+    e0 = engines[0]
+    if any(e.layers is not e0.layers or not e.can_score_ragged() for e in engines):
+        raise ValueError("score_prompts needs engines that share layers, each with a score head read at one position")
+    S = max(r.shape[1] + len(e.suffix) for e, r in zip(engines, responses))
+    parts = [_ragged_ids(e, r, n, S) for e, r, n in zip(engines, responses, lengths)]
+    ids = torch.cat([p[0] for p in parts])  # (B, S)
+    back = S - 1 - torch.cat([p[1] for p in parts])  # (B,) each row's final position, counted from the last
+    n_out = int(back.max()) + 1  # the last layer computes the last n_out positions
+    tap = None if taps is None else dict.fromkeys(sorted(taps))
+    h = e0.spec.embed(ids)  # (B, S, Dm)
+    if len(engines) == 1:
+        h, _ = e0._run_layers(h, e0.P, n_out, taps=tap, tap_at=back)  # (B, n_out, Dm)
+    else:
+        rows = tuple(p[0].shape[0] for p in parts)
+        tables = [e.spec.rope(torch.arange(e.P, e.P + S, device=e.device), h) for e in engines]  # key -> (S, D) x2
+        rope = {key: tuple(torch.cat([t[key][j].expand(b, -1, -1) for t, b in zip(tables, rows)]) for j in (0, 1))
+                for key in tables[0]}  # key -> (B, S, D) cos, sin per row
+        prompts = [MultiPrompt(tuple(PromptKV(*e.kv[li]) for e in engines), rows) for li in range(len(e0.layers))]
+        h = e0._run_stack(h, e0.P, n_out, decoder_layer, None, tap, tap_at=back, rope=rope, prompts=prompts)
+    h = h[torch.arange(h.shape[0], device=h.device), n_out - 1 - back]  # (B, Dm)
+    out = e0._head_scores(h)
+    return out if tap is None else (out, tap)

@@ -127,6 +127,15 @@ class PackedPrompt(NamedTuple):
     suf_bias: torch.Tensor  # (S, 1, S) fp32, 0 / -inf
 
 
+class MultiPrompt(NamedTuple):
+    """Rows of several prompts in one batch: the first ``rows[0]`` rows attend to ``parts[0]``, the next
+    ``rows[1]`` to ``parts[1]``, ... (each its own :class:`PromptKV`, of its own length). The projections
+    and the MLP run over all rows at once; only attention is per prompt (:func:`attend`)."""
+
+    parts: tuple  # (PromptKV, ...)
+    rows: tuple  # (int, ...): consecutive rows per part, summing to B
+
+
 # ---------------------------------------------------------------------------------- building
 
 
@@ -214,7 +223,8 @@ def _rms(x: torch.Tensor, w: torch.Tensor, c: LayerConsts) -> torch.Tensor:
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (same ops, same roundings): x (B, S, n, D), cos/sin (S, Dr).
+    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (same ops, same roundings): x (B, S, n, D), cos/sin (S, Dr),
+    or (B, S, Dr) per row (rows of several prompts start at different positions, :class:`MultiPrompt`).
 
     Dr < D is partial rotary (Phi-4-mini): the first Dr dimensions of each head rotate, the rest
     pass through, as HF's ``apply_rotary_pos_emb`` does. rotate_half is written over the (2, Dr/2)
@@ -226,7 +236,7 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
         return torch.cat([_rope(x[..., :Dr], cos, sin), x[..., Dr:]], dim=-1)
     xh = x.unflatten(-1, (2, D // 2))  # (B, S, n, 2, D/2)
     rot = torch.stack([-xh[..., 1, :], xh[..., 0, :]], dim=-2).flatten(-2)  # rotate_half(x)
-    return x * cos[:, None] + rot * sin[:, None]
+    return x * cos.unsqueeze(-2) + rot * sin.unsqueeze(-2)  # (.., S, 1, Dr): broadcast over heads
 
 
 def _act(x: torch.Tensor, act: str) -> torch.Tensor:
@@ -263,17 +273,24 @@ def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
     v = _linear(x, w.w_qkv, w.b_qkv, 2).view(B, S, Hkv, D)
     if c.qk_norm:
         q, k = _rms(q, w.qk_norm[:H], c), _rms(k, w.qk_norm[H:], c)
-    return _rope(q, cos[S - n_out :], sin[S - n_out :]), _rope(k, cos, sin), v
+    return _rope(q, cos[..., S - n_out :, :], sin[..., S - n_out :, :]), _rope(k, cos, sin), v
 
 
-def attend(q, k, v, prompt: PromptKV | PackedPrompt, c: LayerConsts) -> torch.Tensor:
+def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt, c: LayerConsts) -> torch.Tensor:
     """q (B, Sq, H, D) over the prompt's keys ⊕ the row's own k, v (B, S, Hkv, D) -> (B, Sq, H·D).
 
     The queries are the last Sq of the S suffix positions. Both forms soft-max in fp32 over prompt ⊕
     suffix keys; in bf16 the reference/Triton form rounds scores after each op as HF does, the packed
-    form keeps the scaled scores fp32 (see each).
+    form keeps the scaled scores fp32 (see each). A :class:`MultiPrompt` runs each prompt's rows
+    against its own K/V (a row's attention never depends on the other rows).
     """
     B, Sq, H, D = q.shape
+    if isinstance(prompt, MultiPrompt):
+        out, r0 = [], 0
+        for part, n in zip(prompt.parts, prompt.rows):
+            out.append(attend(q[r0 : r0 + n], k[r0 : r0 + n], v[r0 : r0 + n], part, c))  # (n, Sq, H·D)
+            r0 += n
+        return torch.cat(out)
     if isinstance(prompt, PackedPrompt):
         pre = None if prompt.pre_bias is None else prompt.pre_bias[-Sq:]  # (Sq, 1, P)
         return ops.shared_prefix_attention_blockdiag(
@@ -306,7 +323,7 @@ def decoder_layer(
     w: LayerWeights,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    prompt: PromptKV | PackedPrompt,
+    prompt: PromptKV | PackedPrompt | MultiPrompt,
     c: LayerConsts,
     n_out: int,
     collect_kv: bool = False,
@@ -315,7 +332,8 @@ def decoder_layer(
 
     h: (B, S, Dm) residual stream at absolute positions P..P+S-1 (P: the prompt's length; 0 for the
         prompt pass itself, with an empty :class:`PromptKV`).
-    cos, sin: (S, D) RoPE tables for those positions (HF's, in h.dtype; this layer's rope key).
+    cos, sin: (S, D) RoPE tables for those positions (HF's, in h.dtype; this layer's rope key), or
+        (B, S, D) per row (:class:`MultiPrompt` batches: each prompt's rows start after their own prompt).
     prompt: the prompt's K/V for this layer, in the form that picks the attention (:func:`attend`).
     n_out: positions to return (the last n_out); the last layer needs only the read positions.
     collect_kv: also return this layer's roped keys and values (B, S, Hkv, D) (the prompt pass).

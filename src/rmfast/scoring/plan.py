@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from .. import cpu
-from ..fast.engine import Engine
+from ..fast.engine import Engine, score_prompts
 from ..errors import UserError
 from .hf_path import final_norm_module, hf_scores, n_layers
 from ..states import LAST_NORMED, layer_index
@@ -383,10 +383,13 @@ class ScoringPlan:
 
 
 def plan_scoring(model, template: Template, *, head: str = "auto", head_index: int = 0, engine: str = "auto",
-                 compile="auto", batch_size="auto", fixed_shapes: bool = True, stacklevel: int = 3) -> ScoringPlan:
+                 compile="auto", batch_size="auto", fixed_shapes: bool = True, stacklevel: int = 3,
+                 share_with: ScoringPlan | None = None) -> ScoringPlan:
     """Decide how a job scores (see the module docstring for every option and its default).
 
     The fast engine is built here, its prompt encoded once. Raises UserError on bad options.
+    ``share_with``: a fast-engine plan of the same model (another prompt) whose layers (the fused
+    weight copies) this plan's engine uses too; their rows can then share batches (:func:`score_together`).
 
     >>> import rmfast  # doctest: +SKIP
     >>> lm = rmfast.load("smollm2-135m-instruct")  # doctest: +SKIP
@@ -398,9 +401,33 @@ def plan_scoring(model, template: Template, *, head: str = "auto", head_index: i
     engine = choose_engine(model, head, head_index, engine, stacklevel + 1)
     device = next(model.parameters()).device
     compile_mode(compile)  # checked before the prompt pass
-    eng = Engine(model, template, head=head, head_index=head_index) if engine == "fast" else None
+    layers = share_with.eng.layers if share_with is not None and share_with.eng is not None else None
+    eng = Engine(model, template, head=head, head_index=head_index, layers=layers) if engine == "fast" else None
     compiled, why = choose_compile(compile, device, engine, eng, stacklevel + 1)
     if eng is not None:
         eng.compile = compiled
     return ScoringPlan(model, template, head, head_index, engine, compiled, parse_batch_size(batch_size),
                        fixed_shapes, eng, compile_reason=why)
+
+
+def score_together(plans: list[ScoringPlan], ids: list[list], batch_rows_: int) -> np.ndarray:
+    """Rows of one or several prompts' plans in one batch: ``ids[i]`` lists the token-id lists of plan i's
+    rows (any lengths). Returns (sum of rows,) float32 in that order (plan 0's rows first).
+
+    One plan, one length: :meth:`ScoringPlan.score`. Otherwise the fast engine's ragged rows
+    (:func:`rmfast.fast.engine.score_prompts`; the plans share layers, ``share_with``): each row read at
+    its own final position, attention per prompt, everything else over all rows at once.
+    """
+    if len(plans) == 1 and len({len(r) for r in ids[0]}) == 1:
+        return plans[0].score(ids[0], batch_rows_)
+    if any(p.eng is None or not p.eng.can_score_ragged() for p in plans):
+        raise ValueError("rows of several lengths or prompts in one batch need the fast engine's score head (not gated)")
+    resp, lens = [], []
+    for rows in ids:
+        n = max(len(r) for r in rows)
+        x = torch.zeros(len(rows), n, dtype=torch.long)  # (B_i, n), right-padded
+        for k, r in enumerate(rows):
+            x[k, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+        resp.append(x)
+        lens.append(torch.tensor([len(r) for r in rows]))
+    return score_prompts([p.eng for p in plans], resp, lens).float().cpu().numpy()

@@ -3,10 +3,14 @@
 ``RewardScorer(model)`` loads (or takes) a model once; ``scorer.score(conversations, responses)``
 scores a list of lists of responses, one list per conversation, and returns scores of the same
 shape, in input order. Each distinct conversation's prompt is encoded ONCE (its keys/values kept as
-one shared copy, :class:`rmfast.fast.engine.Engine`), and its responses run in batches of equal
-length against that copy: rows are grouped by response length, so no row is ever padded (the
-padding waste is 0 by construction; :attr:`RewardScorer.last_stats` counts rows, batches and
-padded rows). Duplicate responses to one conversation are scored once.
+one shared copy, :class:`rmfast.fast.engine.Engine`). On the fast engine with a score head read at
+one position, responses of similar lengths share a batch, right-padded and each read at its own
+final position (:func:`length_buckets`; :attr:`RewardScorer.last_stats` counts the pad tokens), and
+conversations with fewer responses than a batch holds share batches with the next conversations
+(waves, :meth:`RewardScorer._waves`): the projections and MLP run over all their rows at once,
+attention reads each row's own prompt. Elsewhere (plain-HF engine, gated heads, logprob) a batch
+holds one conversation's responses of one length. Duplicate responses to one conversation are
+scored once. The plans of one model share one set of fused layer weights.
 
 Exactness: each score is the score of the whole conversation (``apply_chat_template`` of the
 messages + the response, read at the final position) as the plain Hugging Face forward gives it,
@@ -45,7 +49,7 @@ from ..template import Template, build_template
 from .batching import Group, score_groups
 from .candidates import check_context, tokenize_in_context
 from .memory import parse_batch_size
-from .plan import ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring
+from .plan import ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring, score_together
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,11 @@ def _model_and_tokenizer(model, tokenizer, kw: dict):
     return model.eval(), tokenizer, {"name": name}, None
 
 
+#: a wave (conversations whose rows share batches) holds at most this many conversations ...
+WAVE_PROMPTS = 64
+#: ... and at most this many bytes of their prompts' keys/values (all held while the wave runs)
+WAVE_KV_BYTES = 1 << 30
+
 #: rows of one ragged bucket are padded to its longest: at most this fraction longer than its shortest,
 #: plus a few tokens (padding waste bounded, and short rows are never padded to long ones)
 BUCKET_SPREAD = 0.25
@@ -254,6 +263,7 @@ class RewardScorer:
         self._plans: OrderedDict = OrderedDict()  # Conversation -> ScoringPlan, least recently used first
         self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
         self._lock = threading.RLock()
+        self._wave: set = set()  # the conversations of the batch being scored (never evicted meanwhile)
         self.last_stats = ScoreStats()
 
     @property
@@ -271,7 +281,9 @@ class RewardScorer:
         with self._lock:
             t0 = time.perf_counter()
             job = self.prepare(conversations, responses)
+            self._drop_stale_plans()
             self._fresh: set = set()  # conversations whose plan this call has used
+            self._wave: set = set()
             self.last_stats = stats = self._stats(job)
             key = hashlib.sha256(repr(self.key_fields()).encode()).hexdigest()[:16] + job.digest()
             unique, timing = score_groups(job.groups, np.arange(len(job.rows), dtype=np.int64), key=key,
@@ -382,23 +394,31 @@ class RewardScorer:
         return out
 
     def _groups(self, job: Job) -> list[Group]:
-        """The batches' groups. Rows on the shared template: per conversation, sorted by length and cut
-        into buckets of similar lengths (:func:`length_buckets`), each run as ragged batches (right-padded,
-        every row read at its own final position) where the engine allows it; else one group per
-        (conversation, response length). A row that carries its own template (compat) is a group of its
-        own on the plain-HF path."""
+        """The batches' groups. Where the fast engine reads a score head at one position per row
+        (:meth:`_ragged_ok`): conversations in waves (:meth:`_waves`), each wave's rows sorted by length
+        and cut into buckets of similar lengths (:func:`length_buckets`), so that a batch holds rows of
+        several conversations and lengths (right-padded, each read at its own final position).
+        Otherwise one group per (conversation, response length). A row that carries its own template
+        (compat) is a group of its own on the plain-HF path."""
         by: dict = {}
         for u, (ci, row) in enumerate(job.rows):
             by.setdefault((ci, len(row.ids), -1 if row.template is None else u), []).append(u)
         groups = []
-        ragged = self._ragged_ok()
-        for ci in range(len(job.convs)):
-            shared = {n: idx for (c, n, odd), idx in by.items() if c == ci and odd < 0}
-            buckets = length_buckets(sorted(shared)) if ragged else [[n] for n in sorted(shared)]
-            for lens in buckets:
-                idx = [u for n in lens for u in shared[n]]
-                groups.append(Group(np.asarray(idx, dtype=np.int64), self._rows_per_batch(job.tmpls[ci], lens[-1], None),
-                                    self._bucket_scorer(job, ci, ragged and len(lens) > 1)))
+        if self._ragged_ok():
+            for wave in self._waves(job, by):
+                lens: dict = {}  # n -> the wave's n-token rows, conversation order
+                for (c, n, odd), idx in sorted(by.items()):
+                    if odd < 0 and c in wave:
+                        lens.setdefault(n, []).extend(idx)
+                tmpl = max((job.tmpls[c] for c in wave), key=lambda t: len(t.prefix_ids))
+                for bucket in length_buckets(sorted(lens)):
+                    idx = np.asarray([u for n in bucket for u in lens[n]], dtype=np.int64)
+                    groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None), self._rows_scorer(job)))
+        else:
+            for (ci, n, odd), idx in sorted(by.items()):
+                if odd < 0:
+                    groups.append(Group(np.asarray(idx, dtype=np.int64), self._rows_per_batch(job.tmpls[ci], n, None),
+                                        self._rows_scorer(job)))
         for (ci, n, odd), idx in sorted(by.items()):
             if odd >= 0:
                 row_t = job.rows[odd][1].template
@@ -409,18 +429,41 @@ class RewardScorer:
                 groups.append(Group(np.asarray(idx, dtype=np.int64), self._rows_per_batch(job.tmpls[ci], n, row_t), score))
         return groups
 
-    def _bucket_scorer(self, job: Job, ci: int, ragged: bool):
-        """``score(rows, b)`` for a group of conversation ``ci``'s rows: one length, or ragged batches."""
+    def _waves(self, job: Job, by: dict) -> list[set]:
+        """Consecutive conversations whose rows fill about one batch together: a conversation with
+        fewer rows than a batch holds shares its batches with the next ones (wider GEMMs than its own
+        rows give). A wave ends once its rows' tokens reach a full batch's, at :data:`WAVE_PROMPTS`
+        conversations, or at :data:`WAVE_KV_BYTES` of prompt keys/values (all of a wave's prompt
+        encodings are held at once)."""
+        tokens = [0] * len(job.convs)
+        for (c, n, odd), idx in by.items():
+            if odd < 0:
+                tokens[c] += len(idx) * (n + len(job.tmpls[c].suffix_ids))
+        waves, cur, cur_tokens, cur_bytes = [], set(), 0, 0
+        for c in range(len(job.convs)):
+            kv = self.prompt_bytes(len(job.tmpls[c].prefix_ids))
+            full = self._rows_per_batch(job.tmpls[c], 64, None) * (64 + len(job.tmpls[c].suffix_ids))
+            if cur and (cur_tokens >= full or len(cur) >= WAVE_PROMPTS or cur_bytes + kv > WAVE_KV_BYTES):
+                waves.append(cur)
+                cur, cur_tokens, cur_bytes = set(), 0, 0
+            cur.add(c)
+            cur_tokens += tokens[c]
+            cur_bytes += kv
+        return waves + ([cur] if cur else [])
+
+    def _rows_scorer(self, job: Job):
+        """``score(rows, b)`` for a batch of shared-template rows of one or several conversations:
+        :func:`rmfast.scoring.plan.score_together` over their plans, scores back in the batch's order."""
         def score(sel, b):
-            plan = self._plan(job.convs[ci], job.tmpls[ci])
-            ids = [job.rows[u][1].ids for u in sel]
-            if not ragged or len({len(r) for r in ids}) == 1:
-                return plan.score(ids, b)  # (len(sel),)
-            n = max(len(r) for r in ids)
-            padded = torch.zeros(len(ids), n, dtype=torch.long)  # (B, n), right-padded
-            for i, r in enumerate(ids):
-                padded[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-            return plan.score(padded, b, lengths=torch.tensor([len(r) for r in ids]))
+            by_c: dict = {}  # conversation -> positions in sel
+            for k, u in enumerate(sel):
+                by_c.setdefault(job.rows[u][0], []).append(k)
+            self._wave = {job.convs[c] for c in by_c}  # their plans stay cached together (:meth:`_plan`)
+            plans = [self._plan(job.convs[c], job.tmpls[c]) for c in by_c]
+            out = score_together(plans, [[job.rows[sel[k]][1].ids for k in ks] for ks in by_c.values()], b)
+            res = np.empty(len(sel), dtype=np.float32)
+            res[np.concatenate([np.asarray(ks) for ks in by_c.values()])] = out
+            return res
 
         return score
 
@@ -448,10 +491,14 @@ class RewardScorer:
                 self._fresh.add(conv)
                 self.last_stats.prompts_from_cache += 1
             return plan
-        while self._plans and len(self._plans) >= max(1, self.cache_prompts):
-            self._plans.popitem(last=False)  # within a call the previous conversation's plan is done with
+        # the least recently used plans go, not the ones the batch at hand shares (its wave)
+        old = [c for c in self._plans if c not in self._wave]
+        while old and len(self._plans) >= max(1, self.cache_prompts):
+            del self._plans[old.pop(0)]
+        share = next((p for p in self._plans.values() if p.eng is not None), None)
         plan = plan_scoring(self.model, tmpl, head=self.head, head_index=self.head_index, engine=self.engine,
-                            compile="off", batch_size=self.batch_size, fixed_shapes=False, stacklevel=4)
+                            compile="off", batch_size=self.batch_size, fixed_shapes=False, stacklevel=4,
+                            share_with=share)
         self._plans[conv] = plan
         self._fresh.add(conv)
         return plan
@@ -466,6 +513,14 @@ class RewardScorer:
                 pads += int((n[lo:lo + g.batch_size].max() - n[lo:lo + g.batch_size]).sum())
         return ScoreStats(len(job.shape), int(job.inverse.size), len(job.convs), 0, len(job.rows), n_batches, 0,
                           resp, sum(len(t.prefix_ids) for t in job.tmpls), padded_tokens=pads)
+
+    def _drop_stale_plans(self) -> None:
+        """Cached plans hold prompt encodings and fused weight copies: drop them all if the model's
+        weights changed since (an optimizer step, a loaded state dict)."""
+        key = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        if key != getattr(self, "_weights_key", None):
+            self._plans.clear()
+            self._weights_key = key
 
     def close(self) -> None:
         """Drop every cached plan (their prompt encodings)."""
