@@ -258,6 +258,27 @@ def test_many_prompts_share_batches_and_stay_exact(tok, arch):
     assert_agree_to_rounding(ref32, alone, ref64)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_states_per_response_from_the_same_forward(tok, arch):
+    """``score_with_states``: the scores are the bits ``score`` gives for the same call, and each response's
+    states are HF's ``hidden_states`` of its whole conversation at the final position, to fp32 rounding
+    (several prompts and lengths in one batch, so each row is read at its own position)."""
+    model = T.tiny(arch, num_labels=1, pad_token_id=2)
+    scorer = RewardScorer(model, tok)
+    scores, st = scorer.score_with_states(CONVS, RESPONSES, "1,last_normed")
+    assert scores == scorer.score(CONVS, RESPONSES) and sorted(st) == ["1", "last_normed"]
+    assert [t.shape[0] for t in st["1"]] == [len(r) for r in RESPONSES]
+    L = model.config.num_hidden_layers
+    with torch.no_grad(), pad_token_as(model, -1):
+        for c, rs, s1, sn in zip(CONVS, RESPONSES, st["1"], st["last_normed"]):
+            for j, r in enumerate(rs):
+                hs = model(input_ids=torch.tensor([full_ids(tok, c, r)]), output_hidden_states=True).hidden_states
+                torch.testing.assert_close(s1[j], hs[1][0, -1], rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(sn[j], hs[L][0, -1], rtol=1e-5, atol=1e-5)
+    with pytest.raises(UserError, match="unknown layer"):
+        scorer.score_with_states(CONVS, RESPONSES, "middle")
+
+
 def test_changed_weights_drop_cached_plans(tok):
     """A cached plan holds the prompt's keys/values and fused weight copies: after the weights change in
     place (an optimizer step), the next call scores with the new weights, not the cached ones."""

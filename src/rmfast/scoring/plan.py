@@ -181,6 +181,29 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
     return True, f"auto: compiled on this CPU kind ({kind}), measured ~2x the eager layer"
 
 
+def _taps(states, lens: bool, L: int) -> tuple[dict, set | None]:
+    """({state name: residual-stream index 0..L or ``last_normed``}, the indices to tap or None)."""
+    idx = {name: layer_index(name, L) for name in states or ()}
+    if not (idx or lens):
+        return idx, None
+    taps = {i for i in idx.values() if i != LAST_NORMED} | ({L} if LAST_NORMED in idx else set())
+    return idx, taps | (set(range(L + 1)) if lens else set())
+
+
+def _named_states(eng: Engine | None, idx: dict, got: dict, B: int, L: int) -> dict:
+    """The tapped states by name, (B, Dm) CPU tensors; ``last_normed``: what the head reads (the engine's
+    final norm, fp32 by default, ``fp32_head``; on the plain-HF path its normed output)."""
+    st = {}
+    for name, i in idx.items():
+        if i != LAST_NORMED:
+            st[name] = got[i][:B].cpu()  # (B, Dm)
+        elif eng is not None:
+            st[name] = eng._final_norm(got[L][:B], eng.fp32_head).cpu()
+        else:
+            st[name] = got["normed"][:B].cpu()
+    return st
+
+
 class Scored(NamedTuple):
     """A batch scored with states (:meth:`ScoringPlan.score` with ``states`` or ``lens``).
 
@@ -303,11 +326,7 @@ class ScoringPlan:
         if self.fixed_shapes and B < rows:
             cands = torch.cat([cands, cands[:1].expand(rows - B, -1)])  # (rows, n)
         L = self.n_layers
-        idx = {name: layer_index(name, L) for name in states or ()}  # name -> index 0..L or "normed"
-        taps = None
-        if idx or lens:
-            taps = {i for i in idx.values() if i != LAST_NORMED} | ({L} if LAST_NORMED in idx else set())
-            taps |= set(range(L + 1)) if lens else set()
+        idx, taps = _taps(states, lens, L)
         on_engine = self.eng is not None and template is None
         if on_engine:
             out = self.eng.score(cands, taps) if taps is not None else self.eng.score(cands)
@@ -319,14 +338,7 @@ class ScoringPlan:
             return out[:B].float().cpu().numpy()
         out, got = out
         scores = out[:B].float().cpu().numpy()
-        st = {}
-        for name, i in idx.items():
-            if i != LAST_NORMED:
-                st[name] = got[i][:B].cpu()  # (B, Dm)
-            elif on_engine:  # what the head reads: the final norm, fp32 by default (fp32_head)
-                st[name] = self.eng._final_norm(got[L][:B], self.eng.fp32_head).cpu()
-            else:
-                st[name] = got["normed"][:B].cpu()
+        st = _named_states(self.eng if on_engine else None, idx, got, B, L)
         lens_out = None
         if lens:
             if on_engine:
@@ -410,16 +422,17 @@ def plan_scoring(model, template: Template, *, head: str = "auto", head_index: i
                        fixed_shapes, eng, compile_reason=why)
 
 
-def score_together(plans: list[ScoringPlan], ids: list[list], batch_rows_: int) -> np.ndarray:
+def score_together(plans: list[ScoringPlan], ids: list[list], batch_rows_: int, states=None):
     """Rows of one or several prompts' plans in one batch: ``ids[i]`` lists the token-id lists of plan i's
-    rows (any lengths). Returns (sum of rows,) float32 in that order (plan 0's rows first).
+    rows (any lengths). Returns (sum of rows,) float32 in that order (plan 0's rows first); with
+    ``states`` (canonical names) a :class:`Scored` (no lens), states taken at each row's final position.
 
     One plan, one length: :meth:`ScoringPlan.score`. Otherwise the fast engine's ragged rows
     (:func:`rmfast.fast.engine.score_prompts`; the plans share layers, ``share_with``): each row read at
     its own final position, attention per prompt, everything else over all rows at once.
     """
     if len(plans) == 1 and len({len(r) for r in ids[0]}) == 1:
-        return plans[0].score(ids[0], batch_rows_)
+        return plans[0].score(ids[0], batch_rows_, states=states)
     if any(p.eng is None or not p.eng.can_score_ragged() for p in plans):
         raise ValueError("rows of several lengths or prompts in one batch need the fast engine's score head (not gated)")
     resp, lens = [], []
@@ -430,4 +443,10 @@ def score_together(plans: list[ScoringPlan], ids: list[list], batch_rows_: int) 
             x[k, : len(r)] = torch.as_tensor(r, dtype=torch.long)
         resp.append(x)
         lens.append(torch.tensor([len(r) for r in rows]))
-    return score_prompts([p.eng for p in plans], resp, lens).float().cpu().numpy()
+    L = plans[0].n_layers
+    idx, taps = _taps(states, False, L)
+    out = score_prompts([p.eng for p in plans], resp, lens, taps)
+    if taps is None:
+        return out.float().cpu().numpy()
+    scores, got = out
+    return Scored(scores.float().cpu().numpy(), _named_states(plans[0].eng, idx, got, scores.shape[0], L), None)

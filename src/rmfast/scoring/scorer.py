@@ -49,7 +49,7 @@ from ..template import Template, build_template
 from .batching import Group, score_groups
 from .candidates import check_context, tokenize_in_context
 from .memory import parse_batch_size
-from .plan import ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring, score_together
+from .plan import Scored, ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring, score_together
 
 
 @dataclass(frozen=True)
@@ -215,6 +215,34 @@ def length_buckets(lengths: list[int]) -> list[list[int]]:
     return out
 
 
+def _split(x, shape: list[int]) -> list:
+    """A flat (n,) array as a list of float lists, or a flat (n, Dm) tensor as a list of tensors, of ``shape`` rows."""
+    out, k = [], 0
+    for n in shape:
+        out.append([float(v) for v in x[k:k + n]] if isinstance(x, np.ndarray) else x[k:k + n])
+        k += n
+    return out
+
+
+class _Collect:
+    """The in-memory states sink of :func:`rmfast.scoring.batching.score_groups`: each row's states by name."""
+
+    def __init__(self, n: int):
+        self.n, self.out = n, {}
+
+    def prepare(self, done):
+        return done
+
+    def add(self, rows, keys, states):
+        for name, t in states.items():
+            if name not in self.out:
+                self.out[name] = torch.empty(self.n, t.shape[-1], dtype=t.dtype)  # (n_rows, Dm)
+            self.out[name][torch.from_numpy(np.asarray(rows))] = t
+
+    def flush(self):
+        pass
+
+
 class RewardScorer:
     """Scores many responses per conversation with one shared prompt encoding each (see the module doc).
 
@@ -278,27 +306,60 @@ class RewardScorer:
         one list of response strings per conversation. ``checkpoint``: a file that an interrupted call
         saves its finished batches to and a rerun of the same call resumes from (the CLI's resumability).
         """
+        return self._run(conversations, responses, progress, checkpoint, None)[0]
+
+    def score_with_states(self, conversations, responses, layers="last", *, progress: bool = False):
+        """Scores and each response's hidden states, from the same forward (docs/representations.md).
+
+        ``layers``: "last", "0,8,last", "all", or a list of names (:func:`rmfast.states.parse_layers`:
+        ``k`` = the residual stream after decoder layer k, ``last`` = what the final norm reads,
+        ``last_normed`` = what the head reads). Returns (scores, states): scores as :meth:`score`,
+        states ``{name: [(N_i, Dm) CPU tensor per conversation]}`` in input order, each row the state
+        at the response's final position (the position the head reads), in the model dtype
+        (``last_normed``: fp32 by default). The scores are those :meth:`score` gives for the same call.
+
+        >>> scores, st = scorer.score_with_states(["Hi"], [["Hello!", "Go away."]], "last")  # doctest: +SKIP
+        >>> st["last"][0].shape  # doctest: +SKIP
+        torch.Size([2, 576])
+        """
+        from ..states import parse_layers
+
+        with self._lock:
+            names = parse_layers(layers, self._n_layers())
+            if self.head == "logprob":
+                raise UserError("score_with_states: states are taken where a score head reads; this scorer's head "
+                                "is logprob")
+            scores, got = self._run(conversations, responses, progress, None, names)
+            return scores, got
+
+    def _run(self, conversations, responses, progress, checkpoint, states):
         with self._lock:
             t0 = time.perf_counter()
             job = self.prepare(conversations, responses)
             self._drop_stale_plans()
             self._fresh: set = set()  # conversations whose plan this call has used
             self._wave: set = set()
+            self._states = states
             self.last_stats = stats = self._stats(job)
             key = hashlib.sha256(repr(self.key_fields()).encode()).hexdigest()[:16] + job.digest()
+            sink = None if states is None else _Collect(len(job.rows))
             unique, timing = score_groups(job.groups, np.arange(len(job.rows), dtype=np.int64), key=key,
-                                     checkpoint=checkpoint, device=self.device, progress=progress, desc="responses",
-                                     job={**self.key_fields(), "rows": job.digest()})
+                                          checkpoint=checkpoint, device=self.device, progress=progress,
+                                          desc="responses", job={**self.key_fields(), "rows": job.digest()},
+                                          states_out=sink)
             stats.resumed_rows = int(timing["resumed_candidates"])
-            flat = unique[job.inverse]  # (n_responses,)
-            out, k = [], 0
-            for n in job.shape:
-                out.append([float(x) for x in flat[k:k + n]])
-                k += n
+            out = _split(unique[job.inverse], job.shape)  # (n_responses,) -> per conversation
             if self.cache_prompts == 0:
                 self._plans.clear()
             stats.wall_s = round(time.perf_counter() - t0, 4)
-            return out
+            if sink is None:
+                return out, None
+            return out, {name: _split(t[torch.from_numpy(job.inverse)], job.shape) for name, t in sink.out.items()}
+
+    def _n_layers(self) -> int:
+        from .hf_path import n_layers
+
+        return n_layers(self.model)
 
     def score_one(self, conversation, responses) -> list[float]:
         """Scores of ``responses`` to one conversation."""
@@ -424,7 +485,8 @@ class RewardScorer:
                 row_t = job.rows[odd][1].template
 
                 def score(sel, b, ci=ci, row_t=row_t):
-                    return self._plan(job.convs[ci], job.tmpls[ci]).score([job.rows[u][1].ids for u in sel], b, row_t)
+                    return self._plan(job.convs[ci], job.tmpls[ci]).score([job.rows[u][1].ids for u in sel], b, row_t,
+                                                                          states=self._states)
 
                 groups.append(Group(np.asarray(idx, dtype=np.int64), self._rows_per_batch(job.tmpls[ci], n, row_t), score))
         return groups
@@ -460,10 +522,12 @@ class RewardScorer:
                 by_c.setdefault(job.rows[u][0], []).append(k)
             self._wave = {job.convs[c] for c in by_c}  # their plans stay cached together (:meth:`_plan`)
             plans = [self._plan(job.convs[c], job.tmpls[c]) for c in by_c]
-            out = score_together(plans, [[job.rows[sel[k]][1].ids for k in ks] for ks in by_c.values()], b)
-            res = np.empty(len(sel), dtype=np.float32)
-            res[np.concatenate([np.asarray(ks) for ks in by_c.values()])] = out
-            return res
+            out = score_together(plans, [[job.rows[sel[k]][1].ids for k in ks] for ks in by_c.values()], b,
+                                 states=self._states)
+            order = torch.from_numpy(np.argsort(np.concatenate([np.asarray(ks) for ks in by_c.values()]), kind="stable"))
+            if self._states is None:
+                return out[order.numpy()]
+            return Scored(out.scores[order.numpy()], {k: v[order] for k, v in out.states.items()}, None)
 
         return score
 
