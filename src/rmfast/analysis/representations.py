@@ -205,6 +205,35 @@ def similarity_figure(panel: SimilarityPanel, measures=HEAT_MEASURES):
     return fig
 
 
+# ---------------------------------------------------------------- as JSON (the explorer's header)
+def _num(v):
+    """A JSON number, None for NaN/inf."""
+    v = float(v)
+    return v if np.isfinite(v) else None
+
+
+def lens_payload(res: LensResult) -> dict:
+    """A lens result as JSON-able lists (NaN as None): layers, n, k, spearman, top_k_overlap, bottom_k_overlap."""
+    t = res.layers
+    out = {"layers": [str(x) for x in t["layer"]], "n": int(t["n"].iloc[0]), "k": int(t["k"].iloc[0]),
+           "notes": list(res.notes)}
+    out.update({c: [_num(v) for v in t[c]] for c in ("spearman", "top_k_overlap", "bottom_k_overlap")})
+    return out
+
+
+def similarity_payload(panel: SimilarityPanel) -> dict:
+    """A panel as JSON-able lists: a, b, source, layers_a/b, all_a/b, n, notes, measures {name: rows of values}."""
+    n = pd.to_numeric(panel.pairs.get("n"), errors="coerce") if "n" in panel.pairs else pd.Series([np.nan])
+    out = {"a": panel.a, "b": panel.b, "source": panel.source, "all_a": panel.all_a, "all_b": panel.all_b,
+           "n": int(n.max()) if n.notna().any() else None, "notes": list(panel.notes), "measures": {}}
+    for m in MEASURES:
+        if m in panel.pairs.columns:
+            la, lb, v = heat_matrix(panel.pairs, m)
+            out["layers_a"], out["layers_b"] = la, lb
+            out["measures"][m] = [[_num(x) for x in row] for row in v]
+    return out
+
+
 # ---------------------------------------------------------------- the report's section
 def _figure_or_line(make, alt: str) -> str:
     """The figure as an <img>, or one line saying why there is none (matplotlib missing)."""
