@@ -358,13 +358,15 @@ def build_explorer(df: pd.DataFrame, *, dictionaries=(), join: str = "auto", pai
 
 def _representations(df, columns, states, similarity_csv, layers, rows, k, notes) -> tuple[list, list]:
     """The lens of each column with lens values, and the similarity maps (the page's representations panel)."""
+    from .analysis.lens import lens_columns
     from .analysis.representations import (lens_by_scan, lens_payload, similarity_from_csv, similarity_panels,
                                            similarity_payload)
     from .analysis.scans import validate_scans
 
     col = {(c["model"], c["prompt"]): i for i, c in reversed(list(enumerate(columns)))}  # the first column
+    found = lens_by_scan(validate_scans(df), k) if lens_columns(df) else []
     lens = [{"column": col[(m, p)], "model": m, "prompt": p, **lens_payload(res)}
-            for m, p, res in lens_by_scan(validate_scans(df), k) if (m, p) in col]
+            for m, p, res in found if (m, p) in col]
     panels, more = similarity_panels(states or {}, max_layers=layers, max_rows=rows)
     if similarity_csv is not None:
         panels.append(similarity_from_csv(similarity_csv))
