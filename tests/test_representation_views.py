@@ -149,6 +149,16 @@ def test_report_shows_the_lens_and_the_maps(scans_dir):
     assert '<a href="#representations">' in page
 
 
+def test_report_bad_csv_keeps_the_lens(scans_dir, tmp_path):
+    from rmfast.analysis.report import build_report
+
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    sec = _section(build_report(load_scans([scans_dir]), similarity_csv=tmp_path / "bad.csv", n_perm=10))
+    assert "Not shown: " in sec and "lacks column(s)" in sec and sec.count("<img") == 2
+    # the row with a NaN lens value: counted beside its scan's table, as rmfast analyze lens says
+    assert sec.count("1 rows left out: a NaN score or lens value") == 2
+
+
 def test_report_without_lens_or_states_has_no_section(tmp_path):
     from rmfast.analysis.report import build_report
 

@@ -243,42 +243,58 @@ def _figure_or_line(make, alt: str) -> str:
         return f'<p class="skip">No figure: {html.escape(str(exc))}</p>'
 
 
-def report_section(sec, x) -> None:
-    """The report's representations section (``sec``: a report Section; ``x``: its inputs, with ``states``,
-    ``similarity_csv``, ``states_layers``, ``states_rows``)."""
-    results = []
-    sec.body.append("<h3>Reward lens</h3>")
+def _lens_html(x) -> list[str]:
+    """The lens part: per model × prompt the figure, the per-layer table and the rows it left out."""
     found = lens_by_scan(x.scans, x.k)
     if not found:
-        sec.body.append('<p class="note">No scan here has lens columns (scan with <code>--lens</code>).</p>')
+        return ['<p class="note">No scan here has lens columns (scan with <code>--lens</code>).</p>']
+    out = []
     for model, prompt, res in found:
         label = x.styles.label.get(model, model)
-        sec.body.append(f"<details open><summary>{html.escape(label)} — {html.escape(prompt)}</summary>"
-                        + _figure_or_line(lambda r=res, t=f"reward lens: {label}": lens_figure(r, t), "reward lens")
-                        + table_html(res.layers, max_rows=200)
-                        + "".join(f'<p class="note">{html.escape(n)}</p>' for n in res.notes) + "</details>")
-        results.append(res)
-    sec.body.append("<h3>Layer × layer similarity of hidden states</h3>")
+        left = [f"{int(r.rows):,} rows left out: {r.reason}" for r in
+                res.dropped.groupby("reason", as_index=False)["rows"].sum().itertuples()] if len(res.dropped) else []
+        out.append(f"<details open><summary>{html.escape(label)} — {html.escape(prompt)}</summary>"
+                   + _figure_or_line(lambda r=res, t=f"reward lens: {label}": lens_figure(r, t), "reward lens")
+                   + table_html(res.layers, max_rows=200)
+                   + "".join(f'<p class="note">{html.escape(n)}</p>' for n in left + list(res.notes)) + "</details>")
+    return out
+
+
+def _similarity_html(x) -> list[str]:
+    """The similarity part: per panel the heatmaps, the table and what was computed."""
     panels, notes = similarity_panels(x.states or {}, max_layers=x.states_layers, max_rows=x.states_rows)
     if x.similarity_csv is not None:
         panels.append(similarity_from_csv(x.similarity_csv))
     if not panels:
-        sec.body.append('<p class="note">No states folder beside these scans (scan with <code>--states</code>) '
-                        "and no similarity CSV given.</p>")
+        return ['<p class="note">No states folder beside these scans (scan with <code>--states</code>) '
+                "and no similarity CSV given.</p>"]
+    out = []
     for p in panels:
         head = f"{p.a} × {p.b}" if p.source == "computed" else f"{p.source} (A × B)"
         how = (f"{len(p.layers_a)} of {p.all_a} layers of {p.a} × {len(p.layers_b)} of {p.all_b} of {p.b} "
                "(evenly spaced, first and last kept); no bootstrap or permutations; "
                "rmfast analyze similarity gives every layer with intervals and p-values"
                if p.source == "computed" else "every layer pair of the CSV")
-        sec.body.append(f"<details open><summary>{html.escape(head)}</summary>"
-                        f'<p class="note">{html.escape(how)}. {html.escape(" ".join(p.notes))}</p>'
-                        + _figure_or_line(lambda q=p: similarity_figure(q), "layer by layer similarity")
-                        + table_html(p.pairs[[c for c in ("layer_a", "layer_b", "n", *MEASURES, "rv_null_mean")
-                                              if c in p.pairs.columns]], max_rows=100) + "</details>")
-    sec.result = results[0] if len(results) == 1 else None
+        out.append(f"<details open><summary>{html.escape(head)}</summary>"
+                   f'<p class="note">{html.escape(how)}. {html.escape(" ".join(p.notes))}</p>'
+                   + _figure_or_line(lambda q=p: similarity_figure(q), "layer by layer similarity")
+                   + table_html(p.pairs[[c for c in ("layer_a", "layer_b", "n", *MEASURES, "rv_null_mean")
+                                         if c in p.pairs.columns]], max_rows=100) + "</details>")
     if notes:
-        sec.body.append('<p class="note">' + html.escape(" ".join(notes)) + "</p>")
+        out.append('<p class="note">' + html.escape(" ".join(notes)) + "</p>")
+    return out
+
+
+def report_section(sec, x) -> None:
+    """The report's representations section (``sec``: a report Section; ``x``: its inputs, with ``states``,
+    ``similarity_csv``, ``states_layers``, ``states_rows``). A part whose inputs are bad (a states folder
+    of another run, a CSV without the columns) says why in one line; the other part stays."""
+    for title, part in (("Reward lens", _lens_html), ("Layer × layer similarity of hidden states", _similarity_html)):
+        sec.body.append(f"<h3>{title}</h3>")
+        try:
+            sec.body.extend(part(x))
+        except UserError as exc:
+            sec.body.append(f'<p class="skip">Not shown: {html.escape(str(exc))}</p>')
 
 
 def has_representations(scans: pd.DataFrame, states, similarity_csv) -> bool:
