@@ -95,6 +95,9 @@ class ExplorerData:
     scores: (C, N) float32, NaN = absent. ranks: (C, N) int32 (the scan's rank), 0 = absent.
     flags: (N,) uint8 (bit 0 word-like, bit 1 special). cats: (N,) uint32; categories: names.
     pairs: per pair a < b of columns: a, b, n_shared, kendall_tau_b, spearman_rho, rbo.
+    lens: per column with lens values (a scan run with --lens): column, model, prompt and
+        :func:`rmfast.analysis.representations.lens_payload`.
+    similarity: per layer × layer map of hidden states (:func:`~rmfast.analysis.representations.similarity_payload`).
     """
 
     join: str
@@ -109,6 +112,8 @@ class ExplorerData:
     categories: list[str] = field(default_factory=list)
     pairs: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    lens: list[dict] = field(default_factory=list)
+    similarity: list[dict] = field(default_factory=list)
     title: str = "rmfast explorer"
     source: str = ""
 
@@ -327,11 +332,15 @@ def shift_ranks(scores: np.ndarray, a: int, b: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- building, packing, rendering
 def build_explorer(df: pd.DataFrame, *, dictionaries=(), join: str = "auto", pairs: bool = True,
-                   title: str = "rmfast explorer", source: str = "") -> ExplorerData:
+                   title: str = "rmfast explorer", source: str = "", states=None, similarity_csv=None,
+                   states_layers: int | None = 6, states_rows: int | None = 4096, k: int = 10) -> ExplorerData:
     """Join the scans, flag the tokens, match the dictionaries, compute the pair statistics.
 
     ``dictionaries``: paths (CSV, .dicx, LIWC .dic; see :func:`rmfast.analysis.load_dictionary`) or
-    (name, frame) tuples. ``pairs=False`` skips the pair statistics (they need scipy).
+    (name, frame) tuples. ``pairs=False`` skips the pair statistics (they need scipy). The
+    representations panel, as the report's section (:mod:`rmfast.analysis.representations`): the lens of
+    every column whose scan has lens columns (top/bottom ``k``); ``states`` (label -> states folder) compared
+    pairwise on at most ``states_layers`` layers and ``states_rows`` candidates, and ``similarity_csv``.
     """
     notes: list[str] = []
     join, columns, texts, ids, groups, scores, ranks = join_columns(df, join, notes)
@@ -340,10 +349,29 @@ def build_explorer(df: pd.DataFrame, *, dictionaries=(), join: str = "auto", pai
         piece = df.drop_duplicates("token_id").set_index("token_id")["token"]
         pieces = piece.reindex(ids[0].astype("int64")).astype(str).tolist()
     cats, names = category_masks(texts, dictionaries)
+    lens, sims = _representations(df, columns, states, similarity_csv, states_layers, states_rows, k, notes)
     return ExplorerData(join=join, columns=columns, texts=texts, ids=ids, id_groups=groups, scores=scores,
                         ranks=ranks, flags=token_flags(texts, pieces), cats=cats, categories=names,
                         pairs=pair_stats(scores, texts) if pairs and len(columns) > 1 else [], notes=notes,
-                        title=title, source=source)
+                        title=title, source=source, lens=lens, similarity=sims)
+
+
+def _representations(df, columns, states, similarity_csv, layers, rows, k, notes) -> tuple[list, list]:
+    """The lens of each column with lens values, and the similarity maps (the page's representations panel)."""
+    from .analysis.lens import lens_columns
+    from .analysis.representations import (lens_by_scan, lens_payload, similarity_from_csv, similarity_panels,
+                                           similarity_payload)
+    from .analysis.scans import validate_scans
+
+    col = {(c["model"], c["prompt"]): i for i, c in reversed(list(enumerate(columns)))}  # the first column
+    found = lens_by_scan(validate_scans(df), k) if lens_columns(df) else []
+    lens = [{"column": col[(m, p)], "model": m, "prompt": p, **lens_payload(res)}
+            for m, p, res in found if (m, p) in col]
+    panels, more = similarity_panels(states or {}, max_layers=layers, max_rows=rows)
+    if similarity_csv is not None:
+        panels.append(similarity_from_csv(similarity_csv))
+    notes.extend(more)
+    return lens, [similarity_payload(p) for p in panels]
 
 
 _ARRAYS = (("scores", "float32"), ("ranks", "int32"), ("ids", "int32"), ("flags", "uint8"), ("cats", "uint32"))
@@ -364,6 +392,7 @@ def pack(data: ExplorerData, compress: bool = True) -> bytes:
     header = {"version": __version__, "n": data.n_rows, "join": data.join, "columns": data.columns,
               "id_groups": data.id_groups, "categories": data.categories, "pairs": data.pairs,
               "notes": data.notes, "title": data.title, "source": data.source, "rbo_p": RBO_P,
+              "lens": data.lens, "similarity": data.similarity,
               "arrays": specs, "texts": data.texts}
     head = json.dumps(header, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     start = 8 + len(head)
@@ -397,7 +426,8 @@ def unpack(page_or_blob) -> ExplorerData:
                         scores=arr["scores"].reshape(c, n), ranks=arr["ranks"].reshape(c, n),
                         flags=arr["flags"], cats=arr["cats"], categories=header["categories"],
                         pairs=header["pairs"], notes=header["notes"], title=header["title"],
-                        source=header["source"])
+                        source=header["source"], lens=header.get("lens", []),
+                        similarity=header.get("similarity", []))
 
 
 def _asset(name: str) -> str:

@@ -13,7 +13,6 @@ announced on stderr (a tqdm bar on a terminal, one line per section otherwise).
 
 from __future__ import annotations
 
-import base64
 import datetime as _dt
 import html
 import importlib.util
@@ -23,11 +22,11 @@ from functools import partial
 from os import PathLike
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..errors import UserError
 from ..io import atomic_write
+from .report_html import img_html, table_html, visible
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;
@@ -47,63 +46,6 @@ details{margin:6px 0}summary{cursor:pointer;color:#225}
 code{background:#f6f6f6;padding:0 3px}
 nav a{margin-right:12px}
 """
-
-
-def visible(text) -> str:
-    """A decoded token made visible: leading/trailing spaces as ␣, control chars escaped.
-
-    >>> visible(" love\\n")
-    '␣love\\\\n'
-    """
-    s = str(text)
-    core = s.strip(" ")
-    lead = len(s) - len(s.lstrip(" "))
-    trail = len(s) - len(s.rstrip(" ")) if core else 0
-    core = "".join(c if c.isprintable() else repr(c)[1:-1] for c in core)
-    return "␣" * lead + core + "␣" * trail if s else "∅"
-
-
-def _fmt(v) -> str:
-    if isinstance(v, (float, np.floating)):
-        if not np.isfinite(v):
-            return ""
-        a = abs(v)
-        if a != 0 and (a < 1e-3 or a >= 1e6):
-            return f"{v:.2e}"
-        return f"{v:.4g}" if a < 1 else f"{v:,.3f}".rstrip("0").rstrip(".")
-    if v is None or (not isinstance(v, str) and pd.isna(v)):
-        return ""
-    return str(v)
-
-
-def table_html(df: pd.DataFrame, *, max_rows: int = 60, text_cols=("text", "word")) -> str:
-    """An escaped HTML table (first ``max_rows`` rows; the rest counted)."""
-    if df is None or df.empty:
-        return '<p class="note">(empty table)</p>'
-    shown = df.head(max_rows)
-    head = "".join(f'<th class="t">{html.escape(str(c))}</th>' if not pd.api.types.is_numeric_dtype(shown[c])
-                   else f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
-    rows = []
-    for rec in shown.itertuples(index=False):
-        cells = []
-        for c, v in zip(shown.columns, rec):
-            val = visible(v) if c in text_cols and isinstance(v, str) else _fmt(v)
-            cls = ' class="t"' if isinstance(v, str) else ""
-            cells.append(f"<td{cls}>{html.escape(val)}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    more = (f'<p class="note">… {len(df) - max_rows:,} more rows (full table: '
-            "<code>rmfast analyze … --out FILE.csv</code>)</p>") if len(df) > max_rows else ""
-    return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>'
-            + "".join(rows) + f"</tbody></table></div>{more}")
-
-
-def img_html(fig, alt: str, width: int | None = None) -> str:
-    """A figure as an embedded base64 PNG <img>."""
-    from .plots import to_png
-
-    data = base64.b64encode(to_png(fig)).decode("ascii")
-    w = f' width="{width}"' if width else ""
-    return f'<img alt="{html.escape(alt)}"{w} src="data:image/png;base64,{data}">'
 
 
 @dataclass
@@ -162,6 +104,10 @@ class _Inputs:
     worst: str | None
     scores_source: str = ""
     human_source: str = ""
+    states: dict | None = None  # label -> states folder (the representations section)
+    similarity_csv: object = None
+    states_layers: int | None = 6
+    states_rows: int | None = 4096
 
 
 # 1. distributions ------------------------------------------------------------------
@@ -410,6 +356,15 @@ def _section_specs(x: _Inputs) -> list[tuple]:
     specs.append(("extremes", f"Top and bottom {x.k} per model × prompt",
                   "Highest and lowest scored strings per model (score in brackets), over everything "
                   "scored and over the vocabulary all models share.", _extremes))
+    from .representations import has_representations, report_section
+
+    if has_representations(x.scans, x.states, x.similarity_csv):
+        specs.append(("representations", "Representations: the reward lens and layer × layer similarity",
+                      "The reward lens (scans run with --lens): per layer, the Spearman correlation of the head "
+                      "read through the final norm with the final scores, and the overlap of its top-k and "
+                      "bottom-k with the final ones (rmfast analyze lens). The similarity of hidden states "
+                      "(scans run with --states, or a CSV of rmfast analyze similarity): linear CKA and RV2 per "
+                      "layer pair; read RV2 (and debiased CKA) where n is small against the width.", report_section))
     return specs
 
 
@@ -434,7 +389,8 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
                  n_perm: int = 2000, best: str | None = None, worst: str | None = None,
                  framing=None, title: str = "rmfast report", source: str = "",
                  scores_source: str | None = None, human_source: str | None = None,
-                 progress: bool = False, explorer: str | None = None) -> str:
+                 progress: bool = False, explorer: str | None = None, states=None, similarity_csv=None,
+                 states_layers: int | None = 6, states_rows: int | None = 4096) -> str:
     """Run every applicable analysis on ``scans`` and return the report's HTML.
 
     ``human``: items with human scores (text, human_score) for the human comparison;
@@ -445,7 +401,12 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     ``scans.attrs`` — EloEverything CSVs or rmfast scan files — and "given as a frame");
     ``progress``: announce each section on stderr;
     ``explorer``: the address of an ``rmfast explore`` page to link from the header (relative to
-    the report, e.g. what :func:`explorer_beside` finds).
+    the report, e.g. what :func:`explorer_beside` finds);
+    ``states``: label -> states folder (or scan Parquet with one beside it;
+    :func:`rmfast.analysis.representations.states_beside` finds them), compared pairwise in the
+    representations section on at most ``states_layers`` layers per set and ``states_rows`` shared
+    candidates (None: all); ``similarity_csv``: a CSV of ``rmfast analyze similarity --out`` to show.
+    The section appears when these are given or the scans have lens columns (``--lens``).
 
     >>> import tempfile
     >>> from rmfast.analysis import load_eloeverything
@@ -473,7 +434,8 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     prompts = list(pd.unique(scans["prompt"]))
     _check_prompt_options(prompts, best, worst, framing)
     x = _Inputs(scans, styles, meta, prompts, human, afinn, frequencies, dictionaries, framing, join, k, n_perm,
-                best, worst, scores_source, human_source)
+                best, worst, scores_source, human_source, dict(states or {}), similarity_csv, states_layers,
+                states_rows)
     sections = _run_sections(_section_specs(x), x, progress)
     return _page(title, source, scans, styles, sections, explorer)
 

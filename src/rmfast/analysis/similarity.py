@@ -490,12 +490,14 @@ def _as_set(x) -> StatesSet:
 
 def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permutations: int = 49,
                seed: int = 0, level: float = 0.95, join: str = "auto", chunk_rows: int = 4096,
-               max_bytes: int = 1 << 30) -> SimilarityResult:
+               max_bytes: int = 1 << 30, max_rows: int | None = None) -> SimilarityResult:
     """Layer × layer CKA, debiased CKA, RV and RV2 of two state sets (paths or :class:`StatesSet`).
 
     Compute: (1 + bootstrap + permutations) streaming passes' worth of products, each
     ~n·(p² + q² + pq)·(layers) multiply-adds; memory about ``max_bytes`` (at least one
     layer pair's O(p² + q² + pq), whatever n is). Same seed, same intervals and p-values.
+    ``max_rows``: compute on at most this many of the shared candidates, a seeded random sample
+    (``default_rng([seed, 2])``, kept in A's order; a note says so), e.g. for a quick look.
 
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp())
@@ -518,6 +520,12 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
     ra, rb = al.rows
     n = al.n
     _check_n(n)
+    shared = n
+    if max_rows is not None and n > max_rows:
+        if max_rows < 4:
+            raise UserError(f"max_rows {max_rows}: give at least 4 (debiased CKA divides by n − 3)")
+        keep = np.sort(np.random.default_rng([seed, 2]).choice(n, max_rows, replace=False))  # (max_rows,)
+        ra, rb, n = ra[keep], rb[keep], max_rows
     p, q = a.hidden_size, b.hidden_size
     shifts = (_shifts(a, la, ra), _shifts(b, lb, rb))
     variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
@@ -553,6 +561,9 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
     res.notes.append(f"joined on {'token id' if al.join == 'id' else 'decoded text'}: {n:,} shared candidates; "
                      + "; ".join(f"{c.set}: {c.duplicated} duplicated, {c.not_shared} not shared"
                                  for c in al.counts.itertuples()))
+    if n < shared:
+        res.notes.append(f"measured on {n:,} of the {shared:,} shared candidates: a random sample (seed {seed}, "
+                         "max_rows)")
     worst = pairs.loc[pairs["rv_null_mean"].idxmax()]
     if worst["rv_null_mean"] >= NULL_NOTE or n <= max(p, q):
         res.notes.append(

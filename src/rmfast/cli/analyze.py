@@ -218,6 +218,14 @@ def register(subparsers) -> None:
     r.add_argument("--no-progress", action="store_true",
                    help="do not announce each section on stderr")
     r.add_argument("--out", required=True, metavar="HTML", help="the report file")
+    r.add_argument("--similarity", metavar="CSV", help="a CSV of 'rmfast analyze similarity --out' to show as "
+                   "layer × layer heatmaps (besides the states folders found beside the scans)")
+    r.add_argument("--states-layers", type=nonneg_int, default=6, metavar="N",
+                   help="states folders beside the scans: compare at most N layers per set, evenly spaced "
+                   "(default 6; 0: all)")
+    r.add_argument("--states-rows", type=nonneg_int, default=4096, metavar="N",
+                   help="states folders beside the scans: at most N shared candidates, a seeded sample "
+                   "(default 4096; 0: all)")
     r.set_defaults(func=run_report)
 
 
@@ -400,6 +408,7 @@ def _check_options(args) -> dict[str, str]:
 
     dictionaries = args.dictionary if isinstance(args.dictionary, list) else [args.dictionary]
     files = [("--human", args.human), ("--metadata", args.metadata), ("--afinn", args.afinn),
+             ("--similarity", getattr(args, "similarity", None)),
              ("--frequencies", None if args.frequencies == "wordfreq" else args.frequencies),
              *(("--dictionary", d) for d in dictionaries)]
     for option, path in files:
@@ -445,6 +454,7 @@ def run_analyze(args) -> int:
 def run_report(args) -> int:
     """``rmfast report``: every applicable analysis in one HTML file."""
     from ..analysis.report import build_report, explorer_beside, write_report
+    from ..analysis.representations import states_beside
 
     check_output(args.out, args.overwrite)  # before the work
     framing = _check_options(args)
@@ -457,7 +467,9 @@ def run_report(args) -> int:
                         worst=args.worst, framing=framing,
                         title=args.title, source=data.source, scores_source=data.scores_source,
                         human_source=data.human_source, progress=not args.no_progress,
-                        explorer=explorer_beside(args.out))
+                        explorer=explorer_beside(args.out), states=states_beside(args.inputs or []),
+                        similarity_csv=args.similarity, states_layers=args.states_layers or None,
+                        states_rows=args.states_rows or None)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     path = write_report(args.out, text)
     print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)

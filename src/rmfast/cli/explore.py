@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..io import check_output
+from .common import nonneg_int
 
 
 def register(subparsers) -> None:
@@ -32,18 +34,32 @@ def register(subparsers) -> None:
     p.add_argument("--title", default="rmfast explorer", help="page title (default 'rmfast explorer')")
     p.add_argument("--no-pair-stats", action="store_true",
                    help="skip Kendall tau / Spearman / RBO of the column pairs (default: computed; needs scipy)")
+    p.add_argument("--similarity", metavar="CSV", help="a CSV of 'rmfast analyze similarity --out' to show as "
+                   "layer × layer heatmaps (besides the states folders found beside the scans)")
+    p.add_argument("--states-layers", type=nonneg_int, default=6, metavar="N",
+                   help="states folders beside the scans: compare at most N layers per set, evenly spaced "
+                   "(default 6; 0: all)")
+    p.add_argument("--states-rows", type=nonneg_int, default=4096, metavar="N",
+                   help="states folders beside the scans: at most N shared candidates, a seeded sample "
+                   "(default 4096; 0: all)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..analysis.ledger import Ledger
+    from ..analysis.representations import states_beside
+    from ..errors import UserError
     from ..explore import build_explorer, load_inputs, render_html, write_explorer
 
     out = check_output(args.out, args.overwrite)
+    if args.similarity and not Path(args.similarity).is_file():
+        raise UserError(f"--similarity {args.similarity}: no such file; give a CSV of rmfast analyze similarity")
     left_out = Ledger()
     df, source = load_inputs(args.inputs, ledger=left_out)
     data = build_explorer(df, dictionaries=args.dictionary, join=args.join, pairs=not args.no_pair_stats,
-                          title=args.title, source=source)
+                          title=args.title, source=source, states=states_beside(args.inputs),
+                          similarity_csv=args.similarity, states_layers=args.states_layers or None,
+                          states_rows=args.states_rows or None)
     data.notes[:0] = left_out.summary()  # on the page and below: never a silent hole
     path = write_explorer(out, render_html(data))
     n_partial = int((data.ranks == 0).any(axis=0).sum())

@@ -395,6 +395,104 @@
     for (let k = 0; k < S.nView; k++) if (S.view[k] === i) { $("viewport").scrollTop = Math.max(0, k * ROW_H - 3 * ROW_H); render(); return; }
   }
 
+  // ------------------------------------------------------------------ representations: the reward lens, the similarity maps
+  // Every number comes from the header (rmfast.analysis.lens / similarity, computed in Python); the page only draws.
+  const f3 = (v) => (v === null || v === undefined ? "—" : v.toFixed(3));
+  const LENS_LINES = [["spearman", "Spearman with the final scores", "#1f77b4"], ["top_k_overlap", "top-k overlap", "#2ca02c"],
+                      ["bottom_k_overlap", "bottom-k overlap", "#d62728"]];
+  function option(sel, value, text) { const o = document.createElement("option"); o.value = value; o.textContent = text; sel.appendChild(o); }
+  function reps() {
+    const L = S.H.lens || [], M = S.H.similarity || [];
+    if (!L.length && !M.length) return;
+    $("reps").hidden = false;
+    if (L.length) {
+      L.forEach((l, k) => option($("lens-col"), k, `${S.cols[l.column].label} · ${shortModel(l.model)} · ${l.prompt}`));
+      $("lens-col").addEventListener("input", () => drawLens(+$("lens-col").value));
+      drawLens(0);
+    } else $("lens-box").style.display = "none";
+    if (M.length) {
+      M.forEach((p, k) => option($("sim-pair"), k, p.source === "computed" ? `${shortModel(p.a)} × ${shortModel(p.b)}` : p.source));
+      for (const m of Object.keys(M[0].measures)) option($("sim-measure"), m, m);
+      $("sim-pair").addEventListener("input", drawSim);
+      $("sim-measure").addEventListener("input", drawSim);
+      drawSim();
+    } else $("sim-box").style.display = "none";
+  }
+  function drawLens(k) {
+    const l = S.H.lens[k], n = l.layers.length, t = document.createElement("table");
+    t.id = "lens-tab";
+    t.innerHTML = `<thead><tr><th class="t">layer</th><th>Spearman</th><th>top-${l.k}</th><th>bottom-${l.k}</th></tr></thead>`;
+    const tb = t.createTBody();
+    l.layers.forEach((name, i) => {
+      const r = tb.insertRow();
+      r.insertCell().textContent = name;
+      for (const [key] of LENS_LINES) r.insertCell().textContent = f3(l[key][i]);
+    });
+    const box = $("lens-table");
+    box.textContent = "";
+    box.appendChild(t);
+    for (const note of l.notes) { const q = document.createElement("p"); q.className = "muted"; q.textContent = note; box.appendChild(q); }
+    $("lens-key").innerHTML = "";
+    for (const [, label, colour] of LENS_LINES) {
+      const s = document.createElement("span"); s.style.color = colour; s.textContent = "● " + label.replace("-k", "-" + l.k);
+      $("lens-key").appendChild(s);
+    }
+    const cv = $("lens-plot"), dpr = window.devicePixelRatio || 1, W = cv.clientWidth || 300, Hh = cv.clientHeight || 150;
+    cv.width = W * dpr; cv.height = Hh * dpr;
+    const g = cv.getContext("2d"), pad = 6;
+    g.scale(dpr, dpr);
+    const X = (i) => pad + (n > 1 ? (i / (n - 1)) * (W - 2 * pad) : (W - 2 * pad) / 2), Y = (v) => pad + ((1 - v) / 2) * (Hh - 2 * pad);
+    g.fillStyle = "#ccc"; g.fillRect(pad, Y(0), W - 2 * pad, 1);
+    g.fillStyle = "#eee"; g.fillRect(pad, Y(1), W - 2 * pad, 1); g.fillRect(pad, Y(-1), W - 2 * pad, 1);
+    for (const [key, , colour] of LENS_LINES) {
+      g.strokeStyle = colour; g.fillStyle = colour; g.lineWidth = 1.5; g.beginPath();
+      let on = false;
+      l[key].forEach((v, i) => {
+        if (v === null) { on = false; return; }
+        if (on) g.lineTo(X(i), Y(v)); else g.moveTo(X(i), Y(v));
+        on = true;
+      });
+      g.stroke();
+      l[key].forEach((v, i) => { if (v !== null) g.fillRect(X(i) - 1.5, Y(v) - 1.5, 3, 3); });
+    }
+  }
+  const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+  function colour(t) {
+    const x = Math.max(0, Math.min(1, t)) * (VIRIDIS.length - 1), i = Math.min(VIRIDIS.length - 2, Math.floor(x)), f = x - i;
+    const c = VIRIDIS[i].map((a, j) => Math.round(a + f * (VIRIDIS[i + 1][j] - a)));
+    return { bg: `rgb(${c.join(",")})`, fg: t > 0.6 ? "#000" : "#fff" };
+  }
+  function drawSim() {
+    const p = S.H.similarity[+$("sim-pair").value], m = $("sim-measure").value, v = p.measures[m];
+    const lo = Math.min(0, ...v.flat().filter((x) => x !== null)), small = p.layers_b.length <= 8;
+    const t = document.createElement("table");
+    t.id = "sim-tab";
+    const hr = t.createTHead().insertRow();
+    hr.appendChild(document.createElement("th")).textContent = `${shortModel(p.a)} ↓ ${shortModel(p.b)} →`;
+    for (const b of p.layers_b) hr.appendChild(document.createElement("th")).textContent = b;
+    const tb = t.createTBody();
+    p.layers_a.forEach((a, i) => {
+      const r = tb.insertRow();
+      r.appendChild(document.createElement("th")).textContent = a;
+      p.layers_b.forEach((b, j) => {
+        const x = v[i][j], td = r.insertCell();
+        td.dataset.v = x === null ? "" : String(x);
+        td.title = `${p.a} layer ${a} × ${p.b} layer ${b}: ${m} = ${f3(x)}`;
+        if (x === null) return;
+        const c = colour((x - lo) / (1 - lo || 1));
+        td.style.background = c.bg; td.style.color = c.fg;
+        if (small) td.textContent = x.toFixed(2);
+      });
+    });
+    const box = $("sim-map");
+    box.textContent = "";
+    box.appendChild(t);
+    $("sim-note").textContent = (p.source === "computed"
+      ? `${p.layers_a.length} of ${p.all_a} layers × ${p.layers_b.length} of ${p.all_b} (evenly spaced, first and last kept); ` +
+        "no bootstrap or permutations (rmfast analyze similarity gives every layer with intervals). "
+      : `From ${p.source}. `) + (p.n ? `n = ${fmtInt.format(p.n)} candidates. ` : "") + `Colour: ${f3(lo)} to 1. ` + p.notes.join(" ");
+  }
+
   // ------------------------------------------------------------------ legend, controls
   function legend() {
     const H = S.H, t = document.createElement("table");
@@ -486,7 +584,7 @@
     $("summary").textContent = `${fmtInt.format(n)} tokens × ${C} column${C > 1 ? "s" : ""} · joined on ${H.join === "text" ? "decoded text" : "token id"} · ${fmtInt.format(n - S.nShared)} not in every column`;
     S.hasIds = S.ids.some((ids) => ids.some((v) => v >= 0));
     fitToken();
-    controls(); legend(); histograms(); buildHead();
+    controls(); legend(); histograms(); buildHead(); reps();
     update({ search: true });
     if (C > 1) renderShift(); else $("shift").style.display = "none";
     $("loading").classList.add("done");
