@@ -138,3 +138,88 @@ def test_sweep_bad_states_is_one_line(how, says, work, tmp_path, capsys):
     rc, _, se = run(["sweep", cfg, "--out", tmp_path / "bad", "--no-progress", *how.get("argv", [])], capsys)
     assert one_line_error(rc, se) and says in se, se
     assert not parts(tmp_path / "bad")
+
+
+# ------------------------------------------------------------------ torchrun shards
+
+
+@pytest.mark.parametrize("kind", ["texts", "vocab"])
+def test_torchrun_scan_states_one_folder(kind, work, tmp_path, capsys):
+    """Two gloo ranks each keep the states of their rows; rank 0 joins them into one folder that
+    ``open_states`` and ``analyze similarity`` read as any other. Scores with states == without, to the bit
+    (the same ranks, threads and batches); states == one process's to fp32 rounding."""
+    from test_dist import torchrun
+
+    cands = ["--candidates", work / "texts.txt"] if kind == "texts" else ["--token-ids", "0:300"]
+    base = ["scan", work / "rm-a", "--prompt", PROMPTS["greatest"], "--dtype", "float32", *cands, "--no-progress",
+            "--top", "0", "--batch-size", "16"]
+    torchrun([*base, "--out", tmp_path / "plain.parquet"], work)
+    torchrun([*base, "--states", "0,last", "--lens", "--out", tmp_path / "two.parquet"], work)
+    rc, _, se = run([*base, "--states", "0,last", "--out", tmp_path / "one.parquet"], capsys)
+    assert rc == 0, se
+    plain, two = pd.read_parquet(tmp_path / "plain.parquet"), pd.read_parquet(tmp_path / "two.parquet")
+    np.testing.assert_array_equal(two["score"].to_numpy(), plain["score"].to_numpy())
+    np.testing.assert_array_equal(two["lens_last"].to_numpy(), two["score"].to_numpy())
+    (s, a), (t, b) = states_by_key(tmp_path / "two.parquet"), states_by_key(tmp_path / "one.parquet")
+    assert s.n == t.n == len(two) and s.layers == t.layers == ["0", "last"] and s.manifest["ranks"] == 2
+    np.testing.assert_array_equal(np.sort(s.keys), np.sort(t.keys))
+    if s.key == "row":
+        assert s.texts().tolist() == [two["text"][k] for k in s.keys] and sorted(s.texts()) == sorted(TEXTS)
+    for layer in s.layers:
+        np.testing.assert_allclose(a[layer], b[layer], rtol=1e-4, atol=1e-5)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["one.parquet", "one.parquet.json", "one.states", "plain.parquet",
+                                                          "plain.parquet.json", "two.parquet", "two.parquet.json",
+                                                          "two.states"]  # the ranks' files are gone
+    rc, _, se = run(["analyze", "similarity", tmp_path / "two.parquet", tmp_path / "one.parquet", "--bootstrap", "0",
+                     "--permutations", "0", "--out", tmp_path / "sim.csv"], capsys)
+    assert rc == 0, se
+    sim = pd.read_csv(tmp_path / "sim.csv")
+    last = sim[(sim.layer_a == "last") & (sim.layer_b == "last")]
+    assert last["rv"].iloc[0] == pytest.approx(1.0, abs=1e-5)
+
+
+# ------------------------------------------------------------------ the TRL callback
+
+
+def test_trl_callback_writes_states_per_checkpoint(tmp_path):
+    """Two callbacks x-ray the same checkpoints, one with states and the lens: the same scores, bit for bit,
+    and one states folder per checkpoint and prompt."""
+    from test_training import PROMPT as P, _need_train, _tiny_rm, _trainer
+    from tiny_models import chatml_tokenizer
+
+    _need_train()
+    from rmfast.integrations.trl import XrayCallback, XrayConfig
+    from rmfast.scoring.pipeline import Selection
+
+    tok = chatml_tokenizer()
+    plain, st = (XrayCallback(XrayConfig(prompts={"greatest": P}, selection=Selection(token_ids="0:300"), name="rm",
+                                         out=tmp_path / x, **kw))
+                 for x, kw in (("plain", {}), ("st", {"states": "0,last", "states_dtype": "bfloat16", "lens": True})))
+    _trainer(_tiny_rm(), tok, tmp_path / "run", [plain, st]).train()
+    for step in (1, 2):
+        a = pd.read_parquet(tmp_path / "plain" / f"checkpoint-{step}" / "greatest.parquet")
+        b = pd.read_parquet(tmp_path / "st" / f"checkpoint-{step}" / "greatest.parquet")
+        np.testing.assert_array_equal(a["score"].to_numpy(), b["score"].to_numpy())
+        np.testing.assert_array_equal(b["lens_last"].to_numpy(), b["score"].to_numpy())
+        s = open_states(tmp_path / "st" / f"checkpoint-{step}" / "greatest.parquet")
+        assert s.n == 300 and s.layers == ["0", "last"] and s.manifest["dtype"] == "bfloat16"
+        assert s.manifest["scan"]["model"]["name"] == f"rm/checkpoint-{step}"
+        assert not (tmp_path / "plain" / f"checkpoint-{step}" / "greatest.states").exists()
+
+
+def test_trl_callback_bad_states_before_training(tmp_path):
+    from test_training import PROMPT as P, _need_train, _tiny_rm, _trainer
+    from tiny_models import chatml_tokenizer
+
+    from rmfast.errors import UserError
+    from rmfast.integrations.trl import XrayCallback, XrayConfig
+
+    for kw, says in (({"states": "foo", "out": tmp_path}, "unknown layer"), ({"states": "last"}, "give out"),
+                     ({"states_dtype": "float16", "out": tmp_path}, "needs states")):
+        with pytest.raises(UserError, match=says):
+            XrayConfig(prompts=[P], **kw)
+    _need_train()
+    cb = XrayCallback(XrayConfig(prompts=[P], out=tmp_path / "x", states="7"))
+    with pytest.raises(UserError, match="out of range"):
+        _trainer(_tiny_rm(), chatml_tokenizer(), tmp_path / "run", [cb]).train()
+    assert not list((tmp_path / "run").glob("checkpoint-*"))  # no step ran
