@@ -178,6 +178,19 @@ def test_torchrun_scan_states_one_folder(kind, work, tmp_path, capsys):
     assert last["rv"].iloc[0] == pytest.approx(1.0, abs=1e-5)
 
 
+def test_torchrun_sweep_states_per_part(work, tmp_path):
+    """A sweep's parts are dealt to the ranks; each rank writes the states of its own parts."""
+    from test_dist import torchrun
+
+    cfg = write_cfg(work, "dist.yaml")
+    torchrun(["sweep", cfg, "--out", tmp_path / "two", "--states", "last", "--no-progress"], work)
+    idx = json.loads((tmp_path / "two" / "manifest.json").read_text())
+    assert idx["complete"] and {s["rank"] for s in idx["parts"]} == {0, 1}
+    assert all(s["states"] == ["last"] for s in idx["parts"])
+    for p in parts(tmp_path / "two"):
+        assert open_states(p).n == len(pd.read_parquet(p)) and not list(p.parent.glob("*.partial*"))
+
+
 # ------------------------------------------------------------------ the TRL callback
 
 
