@@ -10,7 +10,7 @@ A states folder sits beside its scan, ``<scan stem>.states/`` (``scan.parquet`` 
          "hidden_size": d,
          "key": "token_id" | "row",                      # what the key tensor holds
          "n": total rows,
-         "shards": [{"file": "shard-00000.safetensors", "rows": n_0}, ...],
+         "shards": [{"file": "shard-00000.safetensors", "rows": n_0}, ...],  # each may name its "run_id"
          "run_id": "..."                                 # optional; see below
          "scan": {"model": ..., "prompt": ..., ...}}     # free-form provenance
     shard-00000.safetensors, ...
@@ -20,8 +20,10 @@ A states folder sits beside its scan, ``<scan stem>.states/`` (``scan.parquet`` 
 
 Rows are the concatenation of the shards in manifest order. ``run_id`` (optional) is
 also written into every shard's safetensors metadata; when both carry one they must
-match, so a shard copied in from another run is refused. Without it a foreign shard is
-still refused when its rows, tensors, shape or dtype disagree with the manifest.
+match, so a shard copied in from another run is refused. A shard entry's own ``run_id`` takes the
+manifest's place for that shard: a folder joined from a torchrun scan's ranks (:class:`StatesMerge`)
+lists each rank's run. Without it a foreign shard is still refused when its rows, tensors, shape or
+dtype disagree with the manifest.
 
 Reading never loads a whole shard: the reader parses the safetensors header and maps
 the tensors (``numpy.memmap``), so :meth:`StatesSet.take` gathers any rows with memory
@@ -233,8 +235,9 @@ def open_states(path: str | os.PathLike) -> StatesSet:
             diff = sorted(set(have.items()) ^ set(want.items()))
             raise UserError(f"{f}: does not match {mpath} (a shard from another run?): "
                             f"tensors differ at {diff[:3]}")
-        if man.get("run_id") and meta.get("run_id") and meta["run_id"] != man["run_id"]:
-            raise UserError(f"{f}: from run {meta['run_id']}, the manifest is run {man['run_id']} "
+        run_id = s.get("run_id") or man.get("run_id")
+        if run_id and meta.get("run_id") and meta["run_id"] != run_id:
+            raise UserError(f"{f}: from run {meta['run_id']}, the manifest is run {run_id} "
                             "(a shard from another run); rewrite the states")
         tensors = {k: (base + v["data_offsets"][0], v["dtype"], tuple(v["shape"]))
                    for k, v in header.items()}
@@ -496,3 +499,47 @@ def _read_rows(file: Path) -> np.ndarray | None:
                                   shape=tuple(v["shape"])))
     except (UserError, KeyError, ValueError, OSError):
         return None
+
+
+class StatesMerge:
+    """The states of a torchrun scan: every rank's finished folder joined into one by moving its shards.
+
+    ``parts``: the ranks' folders, in rank order; ``folder``: the scan's states folder. Nothing is copied:
+    :meth:`finish` checks each part (:func:`open_states`), moves its shards into ``<folder>.partial/``
+    (renumbered, each shard entry naming its rank's ``run_id``), writes the manifest, renames the folder
+    into place and removes the parts. Keys are global already (token ids; rows of the merged scan, which
+    :class:`rmfast.scoring.pipeline.StatesRequest` ``row_keys`` gives each rank).
+    """
+
+    def __init__(self, parts, folder):
+        self.parts, self.folder = [Path(p) for p in parts], Path(folder)
+
+    def finish(self, scan: dict | None = None) -> Path:
+        import shutil
+
+        from .io import atomic_write
+
+        sets = [open_states(p) for p in self.parts]
+        head = {k: sets[0].manifest[k] for k in ("layers", "dtype", "hidden_size", "key")}
+        for s in sets[1:]:
+            if {k: s.manifest[k] for k in head} != head:
+                raise UserError(f"{s.path}: its layers, dtype, width or key differ from {sets[0].path}; "
+                                "the ranks' states cannot be joined")
+        partial = self.folder.with_name(self.folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        shards = []
+        for s in sets:
+            for sh in s.shards:
+                name = f"shard-{len(shards):05d}.safetensors"
+                os.replace(sh.file, partial / name)
+                shards.append({"file": name, "rows": sh.rows, "run_id": s.manifest.get("run_id")})
+        man = {"format": FORMAT, **head, "n": sum(s.n for s in sets), "shards": shards,
+               "scan": dict(scan or sets[0].manifest.get("scan") or {}), "ranks": len(sets)}
+        atomic_write(partial / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
+        if self.folder.exists():
+            shutil.rmtree(self.folder)  # --overwrite (checked at the start)
+        os.replace(partial, self.folder)
+        for p in self.parts:
+            shutil.rmtree(p, ignore_errors=True)
+        return self.folder

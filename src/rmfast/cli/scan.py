@@ -73,26 +73,25 @@ def selection(args):
     return sel
 
 
-def _states_request(args, out):
+def _states_request(args, out, d):
+    """The scan's states: ``<out stem>.states``; under torchrun each rank's beside its shard (rank 0 joins them)."""
     from ..scoring.pipeline import StatesRequest
     from ..states import states_dir
 
     if args.states is None:
-        if args.states_dtype is not None:
-            raise UserError("--states-dtype needs --states LAYERS")
         return None
+    if d.world > 1:  # a rank's own folder (a killed run's is replaced); the scan's is checked at the start
+        return StatesRequest(args.states, args.states_dtype, folder=states_dir(dist.shard_path(Path(out), d.rank, d.world)),
+                             overwrite=True)
     return StatesRequest(args.states, args.states_dtype, folder=states_dir(out), overwrite=args.overwrite)
 
 
 def _check_states_args(args, d) -> None:
-    """--states/--lens checks that need no model: syntax, torchrun, an existing states folder."""
+    """--states/--lens checks that need no model: syntax, an existing states folder."""
     from ..states import parse_layers, states_dir
 
-    if args.states is None and not args.lens:
-        return
-    if d.world > 1:
-        raise UserError("--states/--lens under torchrun: not built yet (each rank would write its own shards); "
-                        "run one process")
+    if args.states is None and args.states_dtype is not None:
+        raise UserError("--states-dtype needs --states LAYERS")
     if args.states is not None:
         parse_layers(args.states, None)  # names only; the range is checked once the model is loaded
         if args.out and states_dir(args.out).exists() and not args.overwrite:
@@ -123,7 +122,7 @@ def run(args) -> int:
                 head=args.head, head_index=args.head_index, template=common.template_arg(args, lm), system=args.system,
                 batch_size=args.batch_size, engine=engine, compile=args.compile,
                 progress=not args.no_progress and d.is_main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source,
-                audit=args.audit, states=_states_request(args, out), lens=args.lens)
+                audit=args.audit, states=_states_request(args, out, d), lens=args.lens)
             if d.world > 1:
                 res = dist.gather_shards(d, out, res, order)
                 if res is None:

@@ -45,6 +45,12 @@ def register(subparsers) -> None:
     p.add_argument("--base", default=None, metavar="PATH/ALIAS",
                    help="adapter (LoRA) checkpoints: load them on this base model instead of the one their "
                         "adapter_config.json names (default: that one; e.g. a hub id not available offline)")
+    p.add_argument("--states", default=None, metavar="LAYERS",
+                   help="keep each part's hidden states in part.states/ beside it, for every model (over the config's "
+                        "states:): e.g. 0,8,last, or all (docs/representations.md)")
+    p.add_argument("--states-dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="dtype of the stored states (default: the model's)")
+    p.add_argument("--lens", action="store_true", help="the reward lens columns lens_<layer> in every part")
     p.set_defaults(func=run)
 
     r = subparsers.add_parser("results", help="list what a results store holds; export its tidy table")
@@ -62,9 +68,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from ..loading.training_checkpoints import is_adapter_folder
     from ..loading.loader import preflight
-    from ..sweep import load_config, run_sweep, with_base
+    from ..sweep import load_config, run_sweep, with_base, with_states
 
-    cfg = load_config(args.config)
+    cfg = with_states(load_config(args.config), args.states, args.states_dtype, args.lens)
     if args.base:
         cfg = with_base(cfg, args.base)
     for m in cfg.models:  # a broken model file stops the sweep here, before the store is touched
@@ -106,7 +112,8 @@ def results(args) -> int:
         print(g.reset_index().to_string(index=False))
     if args.parts and not df.empty:
         print()
-        print(df[["done", "model", "prompt_name", "candidates", "rows", "path"]].to_string(index=False))
+        df["states"] = df["states"].map(lambda v: ",".join(v) if v else "-")
+        print(df[["done", "model", "prompt_name", "candidates", "rows", "states", "path"]].to_string(index=False))
     if args.out:
         from ..sweep.store import load_results
 

@@ -47,7 +47,8 @@ from transformers import TrainerCallback
 from ..analysis.trajectory import trajectory
 from ..errors import UserError
 from ..io import slug, write_json
-from ..scoring.pipeline import Selection, run_scan
+from ..scoring.pipeline import Selection, StatesRequest, run_scan
+from ..states import DTYPES, parse_layers
 
 log = logging.getLogger("rmfast.xray")
 
@@ -68,6 +69,11 @@ class XrayConfig:
         every_n_steps: also x-ray every N optimizer steps (default None: only at saves).
         batch_size, compile, template, system: as for ``rmfast scan`` (defaults "auto", "off": the
             one-off torch.compile is not repaid by callback-sized scans; None, None).
+        states: hidden states to keep from each x-ray's own forward, e.g. "last" or "0,8,last" or "all"
+            (``rmfast scan --states``; needs ``out``): ``OUT/checkpoint-N/<prompt>.states/`` beside each
+            scan (default None: none).
+        states_dtype: their stored dtype, "float32", "bfloat16" or "float16" (default None: the model's).
+        lens: add the reward lens columns ``lens_<layer>`` to each scan (default False).
     """
 
     prompts: dict[str, str] | list[str]
@@ -82,6 +88,9 @@ class XrayConfig:
     compile: str = "off"
     template: str | None = None
     system: str | None = None
+    states: str | list | None = None
+    states_dtype: str | None = None
+    lens: bool = False
 
     def __post_init__(self):
         if isinstance(self.prompts, (list, tuple)):
@@ -90,6 +99,19 @@ class XrayConfig:
             raise UserError("XrayConfig: give at least one prompt")
         if self.every_n_steps is not None and self.every_n_steps < 1:
             raise UserError(f"XrayConfig: every_n_steps must be >= 1, got {self.every_n_steps}")
+        if self.states_dtype is not None and (self.states is None or self.states_dtype not in DTYPES):
+            raise UserError(f"XrayConfig: states_dtype {self.states_dtype!r} needs states and one of {', '.join(DTYPES)}")
+        if self.states is not None:
+            self.states = ",".join(parse_layers(self.states, None))  # names now; the range at the first x-ray's model
+            if self.out is None:
+                raise UserError("XrayConfig: states are written beside each scan; give out")
+
+    def states_request(self, folder: Path, prompt_name: str) -> StatesRequest | None:
+        """Where one x-ray's scan of ``prompt_name`` keeps its states (None: no states asked)."""
+        if self.states is None:
+            return None
+        return StatesRequest(self.states, self.states_dtype, overwrite=True,  # an x-ray of the step again replaces it
+                             folder=folder / f"{slug(prompt_name, 60, exact=True)}.states")
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,6 +205,12 @@ class XrayCallback(TrainerCallback):
         self.history: list[dict] = []
         self._done: set[int] = set()
 
+    def on_train_begin(self, args, state, control, model=None, **kw):
+        """Bad ``states`` layers for this model fail here, before any training step."""
+        if self.config.states is not None and model is not None:
+            n = getattr(getattr(getattr(model, "module", model), "config", None), "num_hidden_layers", None)
+            parse_layers(self.config.states, n if isinstance(n, int) else None)
+
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
         n = self.config.every_n_steps
         # a save at this step comes right after (the flow callback has decided it): scan there
@@ -203,11 +231,13 @@ class XrayCallback(TrainerCallback):
         cfg = self.config
         label = f"{cfg.name}/{'checkpoint' if saved else 'step'}-{step}"
         t0 = time.perf_counter()
+        folder = None if cfg.out is None else Path(cfg.out) / label.rsplit("/", 1)[1]
         with undisturbed(model):
             scan_model = plain_model(model)
             results = {pn: run_scan(scan_model, tokenizer, p, cfg.selection, head="score", template=cfg.template,
                                     system=cfg.system, batch_size=cfg.batch_size, compile=cfg.compile,
-                                    progress=False, model_info={"name": label, "step": step})[0]
+                                    progress=False, model_info={"name": label, "step": step},
+                                    states=cfg.states_request(folder, pn), lens=cfg.lens)[0]
                        for pn, p in cfg.prompts.items()}
             del scan_model
         frame = pd.concat([r.to_pandas().assign(prompt_name=pn, step=step) for pn, r in results.items()])
@@ -215,8 +245,8 @@ class XrayCallback(TrainerCallback):
         xray_s = time.perf_counter() - t0
         summary["scalars"]["rmfast/xray_s"] = round(xray_s, 3)
         entry = {"step": step, "label": label, "xray_s": round(xray_s, 3), **summary}
-        if cfg.out is not None:
-            self._write(Path(cfg.out) / label.rsplit("/", 1)[1], results, entry)
+        if folder is not None:
+            self._write(folder, results, entry)
         self._log(entry, args, state, control)
         self._done.add(step)
         self.history.append(entry)

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import warnings
@@ -60,6 +61,8 @@ class StatesRequest:
             of a text scan), in the order batches are scored; a resumed scan hands it only the rows
             it scores itself. Either or both of folder and sink.
         overwrite: replace an existing folder.
+        row_keys: text scans: the key stored for the job's row r is ``row_keys[r]`` (set by :func:`run_scan`
+            for a share of the candidates: their rows in the whole scan, so the ranks' states join).
     """
 
     layers: object = "last"
@@ -67,6 +70,7 @@ class StatesRequest:
     folder: str | os.PathLike | None = None
     sink: Callable | None = None
     overwrite: bool = False
+    row_keys: np.ndarray | None = None
 
 
 class _StatesOut:
@@ -74,6 +78,7 @@ class _StatesOut:
 
     def __init__(self, req: StatesRequest, layers: list[str], dtype: str, key: str, job: str):
         self.req, self.layers, self.dtype = req, layers, getattr(torch, dtype)
+        self.key_map = req.row_keys if key == "row" else None
         self.writer = (StatesWriter(req.folder, layers, dtype, key, job, overwrite=req.overwrite)
                        if req.folder is not None else None)
 
@@ -81,6 +86,8 @@ class _StatesOut:
         return done if self.writer is None else self.writer.prepare(done)
 
     def add(self, rows, keys, states):
+        if self.key_map is not None:
+            keys = np.asarray(self.key_map, dtype=np.int64)[np.asarray(keys)]
         if self.writer is not None:
             self.writer.add(rows, keys, states)
         if self.req.sink is not None:
@@ -507,6 +514,7 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
                         "run it in one process (vocabulary scans split exactly)")
     if sel.texts is not None:
         order = rows(len(sel.texts)) if rows else np.arange(len(sel.texts))
+        _share_states(options, rows, order)
         texts = [sel.texts[i] for i in order]
         res = score_texts(model, tokenizer, prompt, texts, compat=sel.compat, max_tokens=sel.max_tokens,
                           candidates_info=sel.texts_info, **options)
@@ -514,6 +522,7 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
         ids, n_vocab, view = select_ids(model, tokenizer, sel.token_ids, exclude_special=sel.exclude_special,
                                   wordlike=sel.wordlike, dedup=sel.dedup)
         order = rows(ids.size) if rows else np.arange(ids.size)
+        _share_states(options, rows, order)
         if sel.compat:
             res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], max_tokens=sel.max_tokens,
                                          compat=sel.compat, **options)
@@ -527,6 +536,12 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
     if a is not None:
         res.manifest["bf16_audit"] = a
     return res, order
+
+
+def _share_states(options: dict, rows, order) -> None:
+    """A share of the candidates (``rows``): its text rows' states are keyed by their rows in the whole scan."""
+    if rows is not None and options.get("states") is not None:
+        options["states"] = dataclasses.replace(options["states"], row_keys=order)
 
 
 def _rescorer(res, tokenizer, prompt: str, sel: Selection, options: dict):

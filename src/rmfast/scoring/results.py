@@ -193,8 +193,11 @@ def merge_shards(frames: list, manifests: list[dict]):
                                 "ranks": [{"rank": r, "n": int(len(f)), "scan_s": m.get("scan_s"), "device": m.get("device")}
                                           for r, (f, m) in enumerate(zip(frames, manifests))]}})
     if "n_tokens" not in df:
-        return ScanResult(df["token_id"].to_numpy(np.int64), df["score"].to_numpy(np.float32), df["token"].tolist(),
-                          df["text"].tolist(), man)
-    return TextScanResult(df["text"].tolist(), df["score"].to_numpy(np.float32), df["n_tokens"].to_numpy(np.int64),
-                          [list(map(int, t)) for t in df["token_ids"]], man,
-                          df["token_id"].to_numpy(np.int64) if "token_id" in df else None)
+        res = ScanResult(df["token_id"].to_numpy(np.int64), df["score"].to_numpy(np.float32), df["token"].tolist(),
+                         df["text"].tolist(), man)
+    else:
+        res = TextScanResult(df["text"].tolist(), df["score"].to_numpy(np.float32), df["n_tokens"].to_numpy(np.int64),
+                             [list(map(int, t)) for t in df["token_ids"]], man,
+                             df["token_id"].to_numpy(np.int64) if "token_id" in df else None)
+    res.columns.update({c: df[c].to_numpy() for c in df.columns if str(c).startswith("lens_")})  # the reward lens
+    return res

@@ -15,13 +15,14 @@ from ..errors import UserError
 from ..io import file_sha256, slug, yaml_load_unique
 from ..loading.training_checkpoints import expand_runs, is_adapter_folder
 from ..scoring.audit import DEFAULT_AUDIT_N
+from ..states import DTYPES, parse_layers
 from ..scoring.candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, read_candidates
 from .store import SCHEMA_VERSION, PartRef
 
 TOP_KEYS = ("out", "defaults", "models", "prompts", "candidates", "compat", "max_tokens")
 MODEL_KEYS = ("model", "name", "dtype", "device", "device_map", "head", "head_index", "template", "system",
               "batch_size", "trust_remote_code", "random_head_seed", "engine", "compile", "cache_dir", "audit",
-              "allow_pickle", "base")
+              "allow_pickle", "base", "states", "states_dtype", "lens")
 RESULT_KEYS = ("name", "model", "dtype", "head", "head_index", "template", "system", "trust_remote_code",
                "random_head_seed")  # what changes the scores (device, batch size, engine do not)
 VOCAB_KEYS = ("exclude_special", "wordlike", "dedup", "token_ids")
@@ -54,6 +55,13 @@ class ModelCfg:
     audit: int = DEFAULT_AUDIT_N
     allow_pickle: bool = False  # load pickled pytorch_model.bin weights (unpickling can run code)
     base: str | None = None  # the base of an adapter checkpoint (None: the one it names)
+    states: str | None = None  # hidden states to keep, "0,8,last" / "all" (docs/representations.md); None: none
+    states_dtype: str | None = None  # their stored dtype (None: the model's)
+    lens: bool = False  # the reward lens columns lens_<layer> in each part
+
+    def outputs(self) -> dict:
+        """What this model's parts keep beside the scores (not in the part key: the scores do not change)."""
+        return {k: v for k, v in (("states", self.states), ("states_dtype", self.states_dtype), ("lens", self.lens)) if v}
 
     def result_fields(self) -> dict:
         # base only when set, so stores written before it existed keep their keys
@@ -218,8 +226,37 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
         audit=c.get("audit", "int", DEFAULT_AUDIT_N, minimum=0, allow_none=False),
         allow_pickle=c.get("allow_pickle", "bool", False, allow_none=False),
         base=_base_spec(c.get("base", "str"), base),
+        states=_states_spec(c), lens=c.get("lens", "bool", False, allow_none=False),
+        states_dtype=c.get("states_dtype", "str", choices=DTYPES),
     )
+    if m.states_dtype is not None and m.states is None:
+        raise c.err("states_dtype", "needs states: LAYERS")
     return m
+
+
+def _states_spec(c: _Cfg) -> str | None:
+    """``states:`` as one canonical spec string ("0,8,last"); layer names checked now (ranges once loaded)."""
+    v = c.data.get("states")
+    if v is None or v is False:
+        return None
+    if isinstance(v, list) and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in v):
+        v = ",".join(map(str, v))
+    if not isinstance(v, (str, int)) or isinstance(v, bool):
+        raise c.err("states", f"expected layers such as 0,8,last (or a list, or all), got {v!r}")
+    try:
+        return ",".join(parse_layers(str(v), None))
+    except UserError as e:
+        raise c.err("states", str(e).removeprefix("--states ")) from None
+
+
+def with_states(cfg: SweepConfig, states: str | None, dtype: str | None, lens: bool) -> SweepConfig:
+    """``rmfast sweep --states/--states-dtype/--lens``: set them for every model (over the config's)."""
+    if dtype is not None and states is None:
+        raise UserError("--states-dtype needs --states LAYERS")
+    spec = None if states is None else ",".join(parse_layers(states, None))
+    cfg.models = [dataclasses.replace(m, states=spec or m.states, states_dtype=dtype if spec else m.states_dtype,
+                                      lens=lens or m.lens) for m in cfg.models]
+    return cfg
 
 
 def _base_spec(spec: str | None, base: Path) -> str | None:

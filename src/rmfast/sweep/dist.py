@@ -144,18 +144,31 @@ def engine_for(device_map: str | None, engine: str) -> str:
     return "hf"
 
 
+def shard_path(out: Path, rank: int, world: int) -> Path:
+    """Where rank ``rank`` of ``world`` keeps its share of a scan ``out`` until rank 0 merges them (its
+    states folder beside it: :func:`rmfast.states.states_dir`)."""
+    return Path(out).parent / f".{Path(out).name}.rank{rank}-of-{world}.parquet"
+
+
 def gather_shards(d: Dist, out: Path, res, order):
-    """Each rank writes its shard; rank 0 merges them after a barrier (returns None on other ranks)."""
+    """Each rank writes its shard; rank 0 merges them after a barrier (returns None on other ranks).
+
+    With states, each rank first finishes its own states folder (beside its shard); the merged result
+    then joins them into ``<out stem>.states`` when :func:`rmfast.scoring.pipeline.finish_states` is
+    called on it, after the scan is written (:class:`rmfast.states.StatesMerge`: the shards are moved)."""
     import json
 
     import pandas as pd
 
     from ..io import manifest_path, write_json, write_parquet
+    from ..scoring.pipeline import finish_states
     from ..scoring.results import merge_shards
+    from ..states import StatesMerge, states_dir
 
     def shard(r):
-        return out.parent / f".{out.name}.rank{r}-of-{d.world}.parquet"
+        return shard_path(out, r, d.world)
 
+    finish_states(res)  # this rank's states folder, complete before the barrier
     df = res.to_pandas()
     df["_order"] = order
     write_parquet(shard(d.rank), df)
@@ -168,4 +181,8 @@ def gather_shards(d: Dist, out: Path, res, order):
     for r in range(d.world):
         shard(r).unlink(missing_ok=True)
         manifest_path(shard(r)).unlink(missing_ok=True)
+    if (res.manifest.get("states") or {}).get("folder"):
+        merged.states_writer = StatesMerge([states_dir(shard(r)) for r in range(d.world)], states_dir(out))
+        merged.states_scan = res.states_scan
+        merged.manifest["states"] = {**res.manifest["states"], "folder": states_dir(out).name}
     return merged

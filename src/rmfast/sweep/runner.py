@@ -23,6 +23,9 @@ The config (YAML; relative paths are relative to the config file)::
         engine: auto                      #   auto | fast | hf (the plain Hugging Face path)
         compile: auto                     #   auto | on | off (the compiled CPU layer)
         audit: 512                        #   bf16/fp16: rows rescored in fp32 (manifest scan.bf16_audit); 0: off
+        states: null                      #   hidden states to keep per part, e.g. 0,8,last or all: part.states/
+        states_dtype: null                #   float32 | bfloat16 | float16 (default: the model's)
+        lens: false                       #   the reward lens columns lens_<layer> in each part
         base: null                        #   adapter (LoRA) checkpoints: the base model (default: the one
                                           #   adapter_config.json names; rmfast sweep --base sets it too)
       - ./runs/my-rm                      # a training run's folder: one model per checkpoint-N/ (below)
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -61,7 +65,8 @@ from ..loading.spread import load_spread
 from ..loading.training_checkpoints import is_adapter_folder
 from ..errors import UserError
 from ..io import check_output
-from .store import PartRef, Store
+from ..states import states_dir
+from .store import PART_FILE, PartRef, Store
 from ..template import unescape
 
 from .config import CandSet, ModelCfg, SweepConfig
@@ -79,7 +84,7 @@ def frame_from_scan(res):
     df["token_id"] = df["token_id"].astype("Int64")
     df["n_tokens"] = np.int64(1)
     df["token_ids"] = [[int(i)] for i in res.token_ids]
-    return df[PART_COLUMNS]
+    return df[PART_COLUMNS + _lens(df)]
 
 
 def frame_from_texts(res, tokenizer=None):
@@ -94,7 +99,12 @@ def frame_from_texts(res, tokenizer=None):
     else:
         df["token_id"] = pd.array([pd.NA] * len(df), dtype="Int64")
         df["token"] = pd.Series([None] * len(df), dtype=object)
-    return df[PART_COLUMNS]
+    return df[PART_COLUMNS + _lens(df)]
+
+
+def _lens(df) -> list[str]:
+    """The reward lens columns of a scan's frame (``lens: true``), kept in the part after its columns."""
+    return [c for c in df.columns if str(c).startswith("lens_")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,9 +153,9 @@ def _log(d: dist.Dist, msg: str) -> None:
 
 
 def _score_part(lm, m: ModelCfg, cfg: SweepConfig, prompt: str, c: CandSet, ck: Path, progress: bool):
-    """One part through the scan pipeline; returns (part frame, manifest). The checkpoint stays
-    until the store has the part."""
-    from ..scoring.pipeline import Selection, run_scan
+    """One part through the scan pipeline; returns (part frame, result). The checkpoint stays until
+    the store has the part; the states (``m.states``) stream into ``part.states.partial/`` beside it."""
+    from ..scoring.pipeline import Selection, StatesRequest, run_scan
 
     if c.kind == "vocabulary":
         tids = c.view["token_ids"]
@@ -153,18 +163,20 @@ def _score_part(lm, m: ModelCfg, cfg: SweepConfig, prompt: str, c: CandSet, ck: 
                         wordlike=c.view["wordlike"], dedup=c.view["dedup"], compat=cfg.compat, max_tokens=cfg.max_tokens)
     else:
         sel = Selection(texts=c.texts.texts, texts_info=c.texts.source, compat=cfg.compat, max_tokens=cfg.max_tokens)
+    states = (StatesRequest(m.states, m.states_dtype, folder=states_dir(ck.with_name(PART_FILE)), overwrite=True)
+              if m.states else None)  # the lock holder owns the part's folder: a states folder there is its own
     res, _ = run_scan(lm.model, lm.tokenizer, prompt, sel, head=m.head, head_index=m.head_index,
                       template=unescape(m.template) if m.template is not None else lm.default_template, system=m.system,
                       batch_size=m.batch_size, progress=progress, model_info={**lm.source, "name": m.name},
                       engine=dist.engine_for(m.device_map, m.engine), compile=m.compile, checkpoint=ck,
-                      keep_checkpoint=True, audit=m.audit)
+                      keep_checkpoint=True, audit=m.audit, states=states, lens=m.lens)
     if c.kind == "file":
         df = frame_from_texts(res)
     elif cfg.compat:
         df = frame_from_texts(res, lm.tokenizer)
     else:
         df = frame_from_scan(res)
-    return df, res.manifest
+    return df, res
 
 
 def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: bool = False, shard: str | None = None,
@@ -207,7 +219,11 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
         for name in dict.fromkeys(p.model for p in changed):
             _log(d, f"{name}: its files changed since {sum(p.model == name for p in changed)} finished part(s) were "
                     "written; scoring them again (a part is never kept from other weights)")
-        todo = [p for p in mine if p in changed or not store.is_done(p)]
+        models = {m.name: m for m in cfg.models}
+        short = [p for p in mine if store.is_done(p) and not store.has_outputs(p, models[p.model].outputs())]
+        if short:
+            _log(d, f"{len(short)} finished part(s) lack the states or lens asked; scoring them again (the same scores)")
+        todo = [p for p in mine if p in changed or p in short or not store.is_done(p)]
         _log(d, f"{len(plan)} parts ({len(cfg.models)} models × {len(cfg.prompts)} prompts × {len(cfg.candidates)} "
                 f"candidate sets); this process: {len(mine)}, {len(mine) - len(todo)} already done")
         run = _PartRunner(store, cfg, d, plan, chash, progress and (d.is_main or not d.group), len(todo), content)
@@ -247,7 +263,8 @@ class _PartRunner:
                 with self.store.claim(p, wait=wait) as held:
                     if not held:
                         busy.append(p)
-                    elif not (self.store.is_done(p) and _same_content(self.store, p, self.content.get(p.model))):
+                    elif not (self.store.has_outputs(p, by_model[name].outputs())
+                              and _same_content(self.store, p, self.content.get(p.model))):
                         # not finished (another writer may have finished it meanwhile), or from other weights
                         lm = lm or self._load(by_model[name])
                         self._one(lm, by_model[name], p)
@@ -268,19 +285,25 @@ class _PartRunner:
     def _one(self, lm, m: ModelCfg, p: PartRef) -> None:
         """Compute one claimed part, write it, then drop its checkpoint."""
         from ..scoring.audit import audit_line
+        from ..scoring.pipeline import finish_states
 
         store, d = self.store, self.d
         store.clean_temp(p)  # a killed writer's temp files; this process holds the part's lock
         self.k += 1
         t0 = time.perf_counter()
         ck = store.checkpoint_path(p)
-        df, man = _score_part(lm, m, self.cfg, p.prompt, {c.name: c for c in self.cfg.candidates}[p.candidates], ck,
+        if not m.states:  # computed again without states: states of earlier scores would not be its own
+            for f in (store.states_path(p), store.states_path(p).with_name("part.states.partial")):
+                shutil.rmtree(f, ignore_errors=True)
+        df, res = _score_part(lm, m, self.cfg, p.prompt, {c.name: c for c in self.cfg.candidates}[p.candidates], ck,
                               self.bars)
+        man = res.manifest
         wall = time.perf_counter() - t0
         try:
+            finish_states(res)  # the states folder complete and in place before the manifest that marks the part done
             store.write_part(p, df, {"model": {**lm.source, "name": m.name}, "prompt": p.prompt,
                                      "prompt_name": p.prompt_name, "candidates": p.candidates, "rank": d.rank,
-                                     "world": d.world, "wall_s": round(wall, 3), "scan": man})
+                                     "world": d.world, "wall_s": round(wall, 3), "scan": man, "outputs": m.outputs()})
         except OSError as e:  # a full disk, a read-only folder: the scores stay in the checkpoint
             raise UserError(f"cannot write {store.part_path(p)}: {e.strerror or e}; the part's scores are kept in "
                             f"{ck} — free space (or fix the folder) and rerun the sweep to write them without "

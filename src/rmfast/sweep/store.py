@@ -9,6 +9,9 @@ Layout::
           part.parquet                  the part's rows
           part.parquet.json             its manifest; written LAST, so it marks the part finished
           part.partial.npz              checkpoint of a part in progress (removed when it lands)
+          part.states/                  its hidden states (``states:`` in the config; rmfast-states/1),
+                                        complete before the part's manifest is written
+          part.states.partial/          states of a part in progress (resumed with its checkpoint)
           .part.lock                    held by the process computing the part
       .store.lock                       held while store.json / manifest.json are written
 
@@ -175,6 +178,25 @@ class Store:
     def checkpoint_path(self, part: PartRef) -> Path:
         return self.root / part.relpath / "part.partial.npz"
 
+    def states_path(self, part: PartRef) -> Path:
+        return self.root / part.relpath / "part.states"
+
+    def has_outputs(self, part: PartRef, want: dict) -> bool:
+        """Whether a finished part holds what ``want`` asks beside its scores (:meth:`rmfast.sweep.ModelCfg.outputs`):
+        states of those layers and dtype, in a complete folder of its rows; lens columns."""
+        m = self.done_manifest(part)
+        if m is None:
+            return False
+        got = m.get("outputs") or {}
+        if want.get("lens") and not got.get("lens"):
+            return False
+        if want.get("states"):
+            if (got.get("states"), got.get("states_dtype")) != (want["states"], want.get("states_dtype")):
+                return False
+            sm = _read_json(self.states_path(part) / "manifest.json")
+            return isinstance(sm, dict) and sm.get("n") == m.get("rows")
+        return True
+
     def part_manifest(self, part: PartRef) -> dict | None:
         return _read_json(manifest_path(self.part_path(part)))
 
@@ -271,7 +293,9 @@ class Store:
             out.append({"model": part.model, "prompt_name": part.prompt_name, "prompt": part.prompt,
                         "candidates": part.candidates, "path": part.relpath + "/" + PART_FILE, "done": done,
                         "rows": m.get("rows") if done else None, "rank": m.get("rank") if done else None,
-                        "wall_s": m.get("wall_s") if done else None})
+                        "wall_s": m.get("wall_s") if done else None,
+                        "states": ((m.get("scan") or {}).get("states") or {}).get("layers") if done else None,
+                        "lens": bool((m.get("outputs") or {}).get("lens")) if done else None})
         return out
 
     def write_index(self, plan: list[PartRef], config_hash: str) -> dict:
