@@ -279,6 +279,25 @@ def test_states_per_response_from_the_same_forward(tok, arch):
         scorer.score_with_states(CONVS, RESPONSES, "middle")
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_bf16_ranks_as_well_as_hf_bf16(tok, arch):
+    """In bf16 the scorer's ragged, many-prompt batches rank responses as well as the plain-HF bf16
+    forward of each whole conversation does, both judged against the fp32 scores."""
+    from scipy import stats
+
+    model = T.tiny(arch, num_labels=1, pad_token_id=2)
+    words = "red green blue cyan teal navy gold ruby jade sand pink plum love music tea".split()
+    rng = np.random.default_rng(0)
+    convs = CONVS + ["Hi", "What is best?"]
+    responses = [[" ".join(rng.choice(words, rng.integers(1, 12))) for _ in range(40)] for _ in convs]
+    truth = direct(model, tok, convs, responses)
+    bf = copy.deepcopy(model).to(torch.bfloat16)
+    ref = direct(bf, tok, convs, responses)
+    got = np.array([x for s in RewardScorer(bf, tok).score(convs, responses) for x in s])
+    rho_got, rho_ref = stats.spearmanr(got, truth).statistic, stats.spearmanr(ref, truth).statistic
+    assert rho_got > rho_ref - 0.01 and rho_got > 0.9, (rho_got, rho_ref)
+
+
 def test_changed_weights_drop_cached_plans(tok):
     """A cached plan holds the prompt's keys/values and fused weight copies: after the weights change in
     place (an optimizer step), the next call scores with the new weights, not the cached ones."""
