@@ -12,6 +12,9 @@ each of mixed lengths drawn uniformly from [``min_len``, ``max_len``] tokens.
   batches, rows of several prompts in one batch where each has fewer), tokenization included, no plan
   cache between repeats (``cache_prompts=0``).
 
+Both run once untimed on a short conversation before the first configuration (first-call costs: lazy
+initialisation, allocator growth); each configuration is then timed ``repeats`` times, the best counted.
+
 Per configuration: responses/s of each, the speed-up, the FLOP ratios it should approach, each
 method's projection GFLOP/s as a fraction of the GEMM bound measured on this machine on the model's
 projection shapes (:func:`rmfast.bench.flops.gemm_peak`), and the largest score difference between the
@@ -268,6 +271,10 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     info, ver = machine_info(dev), versions()
     log(f"{name}: {info['gpu'] or info['cpu_model']}, {info['torch_threads']} threads"
         + (f"; GEMM bound on the model's shapes (M=512): {peak:.1f} GFLOP/s" if peak else ""))
+    warm = random.Random(-1)  # one untimed short pass of each method: first-call costs stay out of the first row
+    convs, resp = [text_of(lm.tokenizer, 8, warm)], [[text_of(lm.tokenizer, 4, warm) for _ in range(2)]]
+    hf_padded(lm.model, lm.tokenizer, template, convs, resp, cfg.hf_batch)
+    scorer.score(convs, resp)
     rng, rows = random.Random(cfg.seed), []
     for P in cfg.prompt_tokens:
         for N in cfg.n:
