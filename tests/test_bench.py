@@ -227,6 +227,8 @@ def test_best_of_n_chat_template_model(tiny_dir, tmp_path, capsys):
     ["--n-list", "4"],  # a best-of-n option with the default scan workload
     ["--workload", "best-of-n", "--hf-batch", "8,16"],  # best-of-n pads one batch size
     ["--workload", "best-of-n", "--tiny", "--min-len", "30", "--max-len", "10"],
+    ["--workload", "best-of-n", "--tiny", "--models", "smollm2-135m-instruct"],  # --tiny alone picks the model
+    ["--workload", "best-of-n", "--models", "gemma3-270m"],  # a logprob-head configuration
 ])
 def test_best_of_n_bad_combination_is_one_line(argv, tmp_path, capsys):
     from cli_run import one_line_error, run

@@ -266,7 +266,10 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     lm, name, template = load_model(cfg)
     scorer = RewardScorer(lm, cache_prompts=0, template=template)
     dev = next(lm.model.parameters()).device
-    dims = model_dims(lm.model, "score")
+    try:
+        dims = model_dims(lm.model, "score")
+    except ValueError as e:  # not on the fast path: no dims to count FLOPs from
+        raise UserError(f"best-of-n: {name}: {e}") from None
     peak = gemm_peak(dims, 512, next(lm.model.parameters()).dtype, dev)["gflops"] if cfg.peak else None
     info, ver = machine_info(dev), versions()
     log(f"{name}: {info['gpu'] or info['cpu_model']}, {info['torch_threads']} threads"

@@ -239,14 +239,15 @@ def run_best_of_n_cli(args) -> int:
     hf = [int(x) for x in (args.hf_batch or "16").split(",")]
     if len(hf) != 1:
         raise UserError("--hf-batch: best-of-n takes one batch size (conversations per padded batch)")
-    tiny = args.tiny and not args.random_init  # --tiny alone: a small random Llama, short texts
+    tiny = args.tiny and not args.random_init  # --tiny alone: a small random Llama
     if tiny and args.models:
         raise UserError(f"--tiny with --workload best-of-n means {TINY_BEST_OF_N}; drop --models or --tiny")
+    short = args.tiny  # a tiny model: short texts by default (a seconds-long run)
     ints = lambda text, d: tuple(int(x) for x in text.split(",")) if text else d  # noqa: E731
     base = BestOfNConfig(
-        prompt_tokens=ints(args.prompt_tokens_list, (16, 64) if tiny else BestOfNConfig.prompt_tokens),
-        n=ints(args.n_list, (2, 4) if tiny else BestOfNConfig.n), prompts=args.prompts or 1,
-        min_len=args.min_len or (4 if tiny else 20), max_len=args.max_len or (24 if tiny else 200), hf_batch=hf[0],
+        prompt_tokens=ints(args.prompt_tokens_list, (16, 64) if short else BestOfNConfig.prompt_tokens),
+        n=ints(args.n_list, (2, 4) if short else BestOfNConfig.n), prompts=args.prompts or 1,
+        min_len=args.min_len or (4 if short else 20), max_len=args.max_len or (24 if short else 200), hf_batch=hf[0],
         repeats=args.repeats or 1, dtype=args.dtype or "float32", device=str(resolve_device(args.device)),
         threads=args.threads, seed=args.seed, layers=args.layers, tiny=args.tiny, init_seed=args.init_seed,
         allow_pickle=args.allow_pickle, peak=not args.no_peak)
@@ -259,8 +260,8 @@ def run_best_of_n_cli(args) -> int:
         models = resolve_models(args.models or BEST_OF_N_MODEL)
         bad = [m.name for m in models if m.head not in ("score", "auto")]
         if bad:
-            raise UserError(f"--workload best-of-n scores with a reward model's score head: {', '.join(bad)} "
-                            "use a logprob head")
+            raise UserError(f"--workload best-of-n compares score heads: {', '.join(bad)} "
+                            f"{'uses' if len(bad) == 1 else 'use'} a logprob head")
         cfgs = [replace(base, model=m.spec, name=m.name, random_head_seed=m.random_head_seed, template=m.template)
                 for m in models]
     if not cfgs:
