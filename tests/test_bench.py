@@ -6,6 +6,7 @@ comparison is complete and honest (same ids, agreement checks passed, rows for e
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -164,3 +165,96 @@ def test_cache_kwarg_follows_the_forward_signature():
             return input_ids
 
     assert cache_kwarg(Before()) == "past_key_values" and cache_kwarg(After()) == "cache"
+
+
+# ----------------------------------------------------------------------------- --workload best-of-n
+
+BEST_OF_N_COLUMNS = {"model", "prompt_tokens_target", "n_responses", "n_prompts", "prompt_tokens", "hf_responses_per_s",
+                     "rmfast_responses_per_s", "speedup", "flop_ratio", "flop_ratio_with_padding",
+                     "flop_ratio_with_attention", "speedup_over_flop_ratio", "speedup_over_flop_ratio_with_attention",
+                     "hf_gemm_fraction", "rmfast_gemm_fraction", "max_abs_diff", "dtype", "device", "cpu_model",
+                     "torch_threads", "torch", "transformers", "rmfast"}
+
+
+def _best_of_n_rows(out, expect_rows, peak=True):
+    df = pd.read_csv(out / "best_of_n_latest.csv")
+    assert BEST_OF_N_COLUMNS <= set(df.columns) and len(df) == expect_rows
+    text = ("model", "dtype", "device", "cpu_model", "torch", "transformers", "rmfast")
+    num = df[[c for c in BEST_OF_N_COLUMNS if c not in text and (peak or "gemm" not in c)]]
+    assert np.isfinite(num.to_numpy(dtype=float)).all()
+    assert (df["dtype"] == "float32").all() and df["cpu_model"].notna().all()
+    # the exactness check is real: rmfast's scores are HF's on the padded full conversations, to fp32 rounding
+    assert (df["max_abs_diff"] < 1e-4).all() and (df["score_std"] > 0).all()
+    # attention to the prompt is work rmfast skips too, but less of it than the projections at these lengths:
+    # the ratio with attention is above 1 and the speed-up over it is the speed-up / that ratio
+    assert (df["flop_ratio_with_attention"] > 1).all()
+    assert np.allclose(df["speedup_over_flop_ratio_with_attention"], df["speedup"] / df["flop_ratio_with_attention"],
+                       rtol=0.02, atol=2e-3)
+    meta = json.loads((out / "best_of_n_latest.json").read_text())
+    assert meta["workload"] == "best-of-n" and meta["machine"]["cpu_model"] and meta["versions"]["torch"]
+    return df
+
+
+def test_best_of_n_tiny_through_the_cli(tmp_path, capsys):
+    """`rmfast bench --workload best-of-n --tiny`: a random tiny Llama (plain template, byte-level tokenizer), two
+    prompts per configuration; CSV and JSON with the columns, the machine, finite figures, exact scores."""
+    from cli_run import run
+
+    out = tmp_path / "bon"
+    rc, _, err = run(["bench", "--workload", "best-of-n", "--tiny", "--prompts", "2", "--n-list", "2,3",
+                      "--prompt-tokens-list", "16", "--threads", "2", "--device", "cpu", "--out", out], capsys)
+    assert rc == 0, err
+    df = _best_of_n_rows(out, 2)
+    assert set(df["model"]) == {"llama-3.2-1b@random-tiny"} and (df["n_prompts"] == 2).all()
+    assert list(df["n_responses"]) == [2, 3]
+
+
+def test_best_of_n_chat_template_model(tiny_dir, tmp_path, capsys):
+    """--models with a chat-template tokenizer (SmolLM2's): HF's texts are apply_chat_template's, same scores."""
+    from cli_run import run
+
+    out = tmp_path / "bon"
+    rc, _, err = run(["bench", "--workload", "best-of-n", "--models", tiny_dir, "--prompt-tokens-list", "24",
+                      "--n-list", "3", "--min-len", "3", "--max-len", "12", "--hf-batch", "2", "--no-peak",
+                      "--device", "cpu", "--out", out], capsys)
+    assert rc == 0, err
+    df = _best_of_n_rows(out, 1, peak=False)
+    assert df["hf_gemm_fraction"].isna().all()  # --no-peak: no bound measured
+
+
+@pytest.mark.parametrize("argv", [
+    ["--workload", "best-of-n", "--n-candidates", "8"],  # a scan option
+    ["--n-list", "4"],  # a best-of-n option with the default scan workload
+    ["--workload", "best-of-n", "--hf-batch", "8,16"],  # best-of-n pads one batch size
+    ["--workload", "best-of-n", "--tiny", "--min-len", "30", "--max-len", "10"],
+    ["--workload", "best-of-n", "--tiny", "--models", "smollm2-135m-instruct"],  # --tiny alone picks the model
+    ["--workload", "best-of-n", "--models", "gemma3-270m"],  # a logprob-head configuration
+])
+def test_best_of_n_bad_combination_is_one_line(argv, tmp_path, capsys):
+    from cli_run import one_line_error, run
+
+    rc, _, err = run(["bench", *argv, "--out", tmp_path / "o"], capsys)
+    assert one_line_error(rc, err), err
+    assert not list((tmp_path / "o").glob("*.csv"))
+
+
+def test_forward_flops_by_hand():
+    """Projections and causal attention, from the dims: 2 layers, hidden 8, 2 query heads and 1 kv head of 4
+    dims, intermediate 16; 3 tokens after a 5-token prompt."""
+    from rmfast.bench.flops import forward_flops, proj_params
+
+    d = {"n_layers": 2, "hidden": 8, "n_heads": 2, "n_kv_heads": 1, "head_dim": 4, "intermediate": 16}
+    per_layer = 8 * 8 + 8 * 4 + 8 * 4 + 8 * 8 + 3 * 8 * 16  # q, k, v, o, gate, up, down = 576
+    assert proj_params(d) == 2 * per_layer
+    pairs = 6 + 7 + 8  # token i of the 3 attends to the 5 prompt positions and the i + 1 up to itself
+    attn = 2 * 2 * pairs * (2 * 4 + 2 * 4)  # layers x heads x pairs x (q.k + weights.v)
+    assert forward_flops(d, 3, past=5) == 2 * 2 * per_layer * 3 + attn == 8256
+    assert forward_flops(d, 1) == 2 * 2 * per_layer + 2 * 2 * 1 * 16  # one token alone attends to itself
+
+
+def test_proj_params_is_the_models_gemm_params():
+    import tiny_models as T
+    from rmfast.bench.flops import model_dims, proj_params
+
+    dims = model_dims(T.tiny("llama", num_labels=1), "score")
+    assert proj_params(dims) == dims["gemm_params"]

@@ -30,7 +30,8 @@ memory, timing), :mod:`~rmfast.bench.flops` (FLOPs, GEMM peak, GPU cost model),
 :mod:`~rmfast.bench.baselines` (hf-cache, naive, agreement), :mod:`~rmfast.bench.run` (one model
 through every method), :mod:`~rmfast.bench.output` (CSV/JSON, plot, table),
 :mod:`~rmfast.bench.random_init` (full-size architectures of :mod:`rmfast.loading.registry` with random weights:
-``--random-init``). This package
+``--random-init``), :mod:`~rmfast.bench.best_of_n` (``--workload best-of-n``: N responses of mixed lengths per
+prompt, RewardScorer vs HF on right-padded full conversations; FLOP ratios with and without attention). This package
 re-exports what the ``rmfast bench`` command uses.
 """
 

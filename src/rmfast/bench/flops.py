@@ -33,6 +33,7 @@ def model_dims(model, head: str) -> dict:
         "n_heads": sp.n_heads,
         "n_kv_heads": sp.n_kv_heads,
         "head_dim": sp.head_dim,
+        "intermediate": sp.layers[0].down.in_features,
         "qk_norm": sp.layers[0].q_norm is not None,
         "gemm_params": n_gemm,
         "lm_head_params": (V * D) if (head == "logprob" and V is not None) else 0,
@@ -58,6 +59,40 @@ def engine_gemm_shapes(eng, dims: dict) -> list[tuple[int, int]]:
 def flops_per_candidate(dims: dict, tokens_per_row: int) -> float:
     """2 * (projection params [+ LM head for logprob]) * tokens per candidate."""
     return 2.0 * (dims["gemm_params"] + dims["lm_head_params"]) * tokens_per_row
+
+
+def proj_params(dims: dict) -> int:
+    """Projection weights of the decoder, from its dims: ``L * (2*D*H*hd + 2*D*Hkv*hd + 3*D*I)``.
+
+    q and o are D x H*hd each, k and v D x Hkv*hd each, gate, up and down D x I each (``L`` layers,
+    ``D`` hidden, ``H`` / ``Hkv`` query / key-value heads of ``hd`` dims, ``I`` intermediate). Biases,
+    norms and embeddings are not counted. Equals :func:`model_dims`' ``gemm_params`` for the
+    Llama / Gemma / Qwen layouts (fused q|k|v or gate|up store the same weights).
+    """
+    D, I = dims["hidden"], dims["intermediate"]
+    hq, hkv = dims["n_heads"] * dims["head_dim"], dims["n_kv_heads"] * dims["head_dim"]
+    return dims["n_layers"] * (2 * D * hq + 2 * D * hkv + 3 * D * I)
+
+
+def forward_flops(dims: dict, tokens: int, past: int = 0) -> float:
+    """FLOPs of one causal forward of ``tokens`` positions after ``past`` already-encoded positions
+    (a cached prompt), projections and attention:
+
+    ``2 * proj_params(dims) * tokens + 4 * L * H * hd * pairs``, ``pairs = tokens * past + tokens * (tokens + 1) / 2``
+
+    Position ``i`` (0-based) of the new ones attends to the ``past`` positions and to itself and the
+    ``i`` before it (causal mask); each (query, key) pair costs ``2 * hd`` for ``q . k`` and ``2 * hd``
+    for the weighted sum of ``v``, per query head and layer (grouped K/V heads do not change that: they
+    save projection FLOPs, counted in :func:`proj_params`). Masked-out pairs, softmax, norms, RoPE and
+    the activation are not counted. A right-padded row of length ``T`` counts as ``tokens=T`` (its pad
+    positions run the projections and attend like the others).
+
+        >>> d = {"n_layers": 1, "hidden": 4, "n_heads": 1, "n_kv_heads": 1, "head_dim": 4, "intermediate": 8}
+        >>> forward_flops(d, 2, past=3)    # 2*(32+32+96)*2 + 4*1*1*4*(2*3 + 3)
+        784.0
+    """
+    pairs = tokens * past + tokens * (tokens + 1) // 2
+    return 2.0 * proj_params(dims) * tokens + 4.0 * dims["n_layers"] * dims["n_heads"] * dims["head_dim"] * pairs
 
 
 def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_chunk: int = 8192,

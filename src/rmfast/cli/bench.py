@@ -21,11 +21,25 @@ from ..loading.loader import load, resolve_device
 from . import common
 from .common import fraction, int_list, nonneg_int, positive_int
 
+BEST_OF_N_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
+TINY_BEST_OF_N = "--random-init llama-3.2-1b --tiny"
+
+
+#: Options of one workload only (dest names); given with the other workload they are a one-line error.
+SCAN_ONLY = ("n_candidates", "n_naive", "batch_size", "naive_batch", "check_n", "full", "profile", "compile",
+             "no_plot", "cost_model", "gemm_frac", "prompt_tokens", "prompt")
+BEST_OF_N_ONLY = ("prompt_tokens_list", "n_list", "prompts", "min_len", "max_len")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--models", default=DEFAULT_MODELS,
-                   help=f"comma-separated configurations (default {DEFAULT_MODELS}); known: {', '.join(BENCH_MODELS)}; "
-                        "any other loadable spec is benchmarked with its default head and template")
+    p.add_argument("--workload", default="scan", choices=["scan", "best-of-n"],
+                   help="scan: one prompt, a token scan of one-token candidates (default); best-of-n: N responses "
+                        "of mixed lengths per prompt, RewardScorer vs HF AutoModelForSequenceClassification on "
+                        "right-padded full conversations (rmfast.bench.best_of_n)")
+    p.add_argument("--models", default=None,
+                   help=f"comma-separated configurations (default {DEFAULT_MODELS}; best-of-n: {BEST_OF_N_MODEL}); "
+                        f"known: {', '.join(BENCH_MODELS)}; any other loadable spec is benchmarked with its default "
+                        "head and template (best-of-n: score-head reward models only)")
     p.add_argument("--random-init", default=None, metavar="ALIAS[,ALIAS]",
                    help="instead of --models: known reward models (aliases of `rmfast models`) or base architectures, "
                         "at their published configuration with random weights, built on the device (no download; "
@@ -34,31 +48,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=positive_int, default=None,
                    help="--random-init: decoder layers, the first N of the real config (default: all the model's)")
     p.add_argument("--tiny", action="store_true",
-                   help="--random-init: each config at a CPU-test size (hidden 64, vocab 1,024), its features kept")
+                   help="--random-init: each config at a CPU-test size (hidden 64, vocab 1,024), its features kept; "
+                        f"best-of-n without --random-init: {TINY_BEST_OF_N} so, with short prompts and responses "
+                        "(a seconds-long smoke run)")
     p.add_argument("--init-seed", type=nonneg_int, default=0, help="--random-init: weight seed (default 0)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"the user turn (default {DEFAULT_PROMPT!r})")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
-    p.add_argument("--dtype", default="auto",
+    p.add_argument("--dtype", default=None,
                    help="auto|bfloat16|float16|float32 (default auto: what `rmfast scan` takes on this machine; on CPU "
-                        "bf16 only where it multiplies clearly faster than fp32)")
+                        "bf16 only where it multiplies clearly faster than fp32; best-of-n: float32)")
     p.add_argument("--n-candidates", type=positive_int, default=None,
                    help="ids timed for rmfast and hf-cache (default 2048 on CPU, 65536 on CUDA)")
     p.add_argument("--n-naive", type=positive_int, default=None,
                    help="ids timed for naive, the first of the same sample (default 128 on CPU, 4096 on CUDA)")
     p.add_argument("--batch-size", type=positive_int, default=None, help="rmfast rows per batch (default: scan's auto)")
     p.add_argument("--hf-batch", type=int_list, default=None,
-                   help="hf-cache batch, or a comma list to probe (default: best of 64,128,256; CUDA 512,2048)")
+                   help="hf-cache batch, or a comma list to probe (default: best of 64,128,256; CUDA 512,2048); "
+                        "best-of-n: conversations per padded HF batch, one number (default 16)")
     p.add_argument("--naive-batch", type=int_list, default=None,
                    help="naive batch, or a comma list to probe (default: best of 32,64,128; CUDA 256,1024)")
-    p.add_argument("--repeats", type=positive_int, default=None, help="timed passes per method; the best counts (default 3)")
+    p.add_argument("--repeats", type=positive_int, default=None,
+                   help="timed passes per method; the best counts (default 3; best-of-n: 1)")
     p.add_argument("--check-n", type=nonneg_int, default=None,
                    help="ids for the fp32 exactness check of all three methods (default 32 on CPU, 256 on CUDA; 0 skips)")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="candidate sample seed (default 0)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="candidate sample seed; best-of-n: texts and lengths (default 0)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--full", action="store_true", help="also time the full-vocabulary rmfast scan per model")
     p.add_argument("--profile", type=nonneg_int, nargs="?", const=3, default=0, metavar="N",
                    help="torch.profiler over N rmfast batches per model; top ops by self time (default N=3)")
-    p.add_argument("--no-peak", action="store_true", help="skip the GEMM-peak measurement")
+    p.add_argument("--no-peak", action="store_true",
+                   help="skip the GEMM-peak measurement (best-of-n: the GEMM fractions are then empty)")
     p.add_argument("--compile", default="on", choices=["on", "off", "auto"],
                    help="rmfast on CPU: the compiled decoder layer, timed beside the eager engine (default on; "
                         "off: eager only; the full scan follows scan's rule for auto)")
@@ -71,6 +90,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="load pickled weights (pytorch_model.bin) when a folder has no safetensors; unpickling can "
                         "run code (default off: refused)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
+    g = p.add_argument_group("best-of-n workload (--workload best-of-n only)")
+    g.add_argument("--prompt-tokens-list", type=int_list, default=None, metavar="P[,P]",
+                   help="prompt lengths in tokens (default 64,512,2048; --tiny: 16,64)")
+    g.add_argument("--n-list", type=int_list, default=None, metavar="N[,N]",
+                   help="responses per prompt (default 4,16,64; --tiny: 2,4)")
+    g.add_argument("--prompts", type=positive_int, default=None,
+                   help="conversations per configuration, each with N responses (default 1)")
+    g.add_argument("--min-len", type=positive_int, default=None, help="shortest response in tokens (default 20; --tiny: 4)")
+    g.add_argument("--max-len", type=positive_int, default=None, help="longest response in tokens (default 200; --tiny: 24)")
 
 
 def register(subparsers) -> None:
@@ -89,6 +117,11 @@ def main(argv=None) -> int:
 
 def run(args) -> int:
     check_output(args.out, folder=True)  # before any measurement; bench adds its files to the folder
+    _check_workload(args)
+    if args.workload == "best-of-n":
+        return run_best_of_n_cli(args)
+    args.models = args.models or DEFAULT_MODELS
+    args.dtype = args.dtype or "auto"
     if args.cost_model:
         cm = [gpu_cost_model(c, prompt_tokens=args.prompt_tokens, gemm_frac=args.gemm_frac) for c in COST_MODELS.values()]
         print(f"GPU cost model: {H100_SXM['name']}, {H100_SXM['bf16_dense_tflops']} TFLOP/s bf16 dense at "
@@ -181,3 +214,66 @@ def _print_report(rows, extras, meta, paths, out_dir: Path, no_plot: bool) -> No
             print(e["profile"]["table"])
     print(f"\nload average {meta['machine']['loadavg_start']} -> {meta['machine']['loadavg_end']}; total {meta['total_s']} s")
     print(f"wrote {paths['bench_latest'][0]}, {paths['bench_latest'][1]}" + (f", {png}" if png else ""))
+
+
+def _check_workload(args) -> None:
+    """An option of the other workload given (a value other than its default): one line, exit 2."""
+    ap = argparse.ArgumentParser(add_help=False)
+    add_arguments(ap)
+    dflt = vars(ap.parse_args([]))
+    other = BEST_OF_N_ONLY if args.workload == "scan" else SCAN_ONLY
+    given = [k for k in other if getattr(args, k, None) != dflt[k]]
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        what = "not an option" if len(given) == 1 else "not options"
+        raise UserError(f"{flags}: {what} of --workload {args.workload} "
+                        f"(only of --workload {'best-of-n' if args.workload == 'scan' else 'scan'})")
+
+
+def run_best_of_n_cli(args) -> int:
+    """``--workload best-of-n``: each model through :func:`rmfast.bench.best_of_n.run_best_of_n`, one CSV/JSON."""
+    from dataclasses import replace
+
+    from ..bench.best_of_n import BestOfNConfig, config_record, run_best_of_n, write_best_of_n
+
+    hf = [int(x) for x in (args.hf_batch or "16").split(",")]
+    if len(hf) != 1:
+        raise UserError("--hf-batch: best-of-n takes one batch size (conversations per padded batch)")
+    tiny = args.tiny and not args.random_init  # --tiny alone: a small random Llama
+    if tiny and args.models:
+        raise UserError(f"--tiny with --workload best-of-n means {TINY_BEST_OF_N}; drop --models or --tiny")
+    short = args.tiny  # a tiny model: short texts by default (a seconds-long run)
+    ints = lambda text, d: tuple(int(x) for x in text.split(",")) if text else d  # noqa: E731
+    base = BestOfNConfig(
+        prompt_tokens=ints(args.prompt_tokens_list, (16, 64) if short else BestOfNConfig.prompt_tokens),
+        n=ints(args.n_list, (2, 4) if short else BestOfNConfig.n), prompts=args.prompts or 1,
+        min_len=args.min_len or (4 if short else 20), max_len=args.max_len or (24 if short else 200), hf_batch=hf[0],
+        repeats=args.repeats or 1, dtype=args.dtype or "float32", device=str(resolve_device(args.device)),
+        threads=args.threads, seed=args.seed, layers=args.layers, tiny=args.tiny, init_seed=args.init_seed,
+        allow_pickle=args.allow_pickle, peak=not args.no_peak)
+    if base.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda but CUDA is not available")
+    if args.random_init or tiny:
+        names = args.random_init.split(",") if args.random_init else ["llama-3.2-1b"]
+        cfgs = [replace(base, random_init=n.strip(), tiny=True if tiny else args.tiny) for n in names if n.strip()]
+    else:
+        models = resolve_models(args.models or BEST_OF_N_MODEL)
+        bad = [m.name for m in models if m.head not in ("score", "auto")]
+        if bad:
+            raise UserError(f"--workload best-of-n compares score heads: {', '.join(bad)} "
+                            f"{'uses' if len(bad) == 1 else 'use'} a logprob head")
+        cfgs = [replace(base, model=m.spec, name=m.name, random_head_seed=m.random_head_seed, template=m.template)
+                for m in models]
+    if not cfgs:
+        raise UserError("--models is empty")
+    rows = []
+    for cfg in cfgs:
+        rows += run_best_of_n(cfg)
+    write_best_of_n(rows, args.out, {**config_record(base), "cli": {k: v for k, v in vars(args).items() if k != "func"}},
+                    device=base.device)
+    bad = [r for r in rows if r["dtype"] == "float32" and not r["max_abs_diff"] <= 1e-3 * max(1.0, r["score_std"])]
+    if bad:
+        print(f"rmfast bench: rmfast and HF scores differ by up to {max(r['max_abs_diff'] for r in bad):.2e} "
+              "in float32 (max_abs_diff in the rows)", file=sys.stderr)
+        return 1
+    return 0

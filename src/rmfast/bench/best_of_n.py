@@ -1,0 +1,319 @@
+"""Best-of-N scoring: rmfast's RewardScorer vs the way users do it today, side by side in one run
+(``rmfast bench --workload best-of-n``, ``benchmarks/best_of_n.py``).
+
+For each (prompt length P, N): ``prompts`` conversations of about P tokens of common words, N responses
+each of mixed lengths drawn uniformly from [``min_len``, ``max_len``] tokens.
+
+- ``hf``: the HF ``AutoModelForSequenceClassification`` (the same loaded model) on right-padded batches
+  of ``hf_batch`` full conversations (the chat template's text, ``tokenizer(padding=True)``; a plain
+  format's text with the tokenizer's BOS), read by HF's own pooling (the last non-pad token);
+  tokenization included.
+- ``rmfast``: ``RewardScorer.score`` (each prompt encoded once, responses of similar lengths in ragged
+  batches, rows of several prompts in one batch where each has fewer), tokenization included, no plan
+  cache between repeats (``cache_prompts=0``).
+
+Both run once untimed on a short conversation before the first configuration (first-call costs: lazy
+initialisation, allocator growth); each configuration is then timed ``repeats`` times, the best counted.
+
+Per configuration: responses/s of each, the speed-up, the FLOP ratios it should approach, each
+method's projection GFLOP/s as a fraction of the GEMM bound measured on this machine on the model's
+projection shapes (:func:`rmfast.bench.flops.gemm_peak`), and the largest score difference between the
+two (the exactness check; in float32 it is rounding only).
+
+* ``flop_ratio``: tokens the baseline runs (no padding) / tokens rmfast runs (prompts once + rows);
+  ``flop_ratio_with_padding``: the same with the baseline's pad tokens. Projections only.
+* ``flop_ratio_with_attention``: total FLOPs, projections and attention
+  (:func:`rmfast.bench.flops.forward_flops`), baseline / rmfast: every position of each padded HF row
+  attends to the positions before it in that row; rmfast runs each prompt once, and each row's tokens
+  (response + template suffix) attend to the prompt and the row's earlier tokens (its ragged padding is
+  not counted). At long prompts attention to the prompt is a large share of the baseline's work, so
+  ``speedup_over_flop_ratio_with_attention`` says how much of the reachable gain was reached.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from .flops import forward_flops, gemm_peak, model_dims
+from .machine import log, machine_info, sync
+
+WORDS = ("the of and to in is was for on that with as by at from this be it an are or have not which one all "
+         "their more time can out about there some would when other into first year only over new most people "
+         "river garden careful bright music window answer question simple reason number history water light "
+         "mountain city market letter evening morning paper table story friend language science").split()
+
+#: Machine and version fields written into every row.
+MACHINE_FIELDS = ("cpu_model", "cpu_kind", "cpu_count", "torch_threads", "gpu", "platform")
+VERSION_FIELDS = ("torch", "transformers", "rmfast")
+
+
+@dataclass
+class BestOfNConfig:
+    """One best-of-N benchmark run (one model). Every field has the default of ``benchmarks/best_of_n.py``.
+
+    Attributes:
+        prompt_tokens: prompt lengths in tokens, one configuration each (default (64, 512, 2048)).
+        n: responses per prompt, one configuration each per prompt length (default (4, 16, 64)).
+        prompts: conversations per configuration, each with its own N responses (default 1).
+        min_len, max_len: response lengths in tokens, drawn uniformly (default 20 and 200).
+        hf_batch: conversations per padded HF batch (default 16).
+        repeats: timed passes per method; the best counts (default 1).
+        dtype: model dtype (default "float32": the score difference is then rounding only).
+        device: "cpu", "cuda" or "auto" (default "cpu").
+        threads: torch CPU threads (default None: torch's).
+        seed: text and length seed (default 0).
+        model: a loadable spec (default "smollm2-135m-instruct", the embedded SmolLM2-135M-Instruct).
+        name: the model's name in the rows (default None: ``model``, or the random-init label).
+        random_head_seed: seeded random one-output score head for a backbone (default 0; None: the model's).
+        template: chat template or plain format overriding the model's (default None).
+        random_init: instead of ``model``, a registry name built with random weights (default None;
+            :func:`rmfast.bench.random_init.random_init_model`); ``layers``, ``tiny`` and ``init_seed``
+            (defaults None, False, 0) shape it.
+        allow_pickle: load pickled weights where a folder has no safetensors (default False).
+        peak: measure the GEMM bound (default True; False: the GEMM fractions are None).
+    """
+
+    prompt_tokens: tuple[int, ...] = (64, 512, 2048)
+    n: tuple[int, ...] = (4, 16, 64)
+    prompts: int = 1
+    min_len: int = 20
+    max_len: int = 200
+    hf_batch: int = 16
+    repeats: int = 1
+    dtype: str = "float32"
+    device: str = "cpu"
+    threads: int | None = None
+    seed: int = 0
+    model: str = "smollm2-135m-instruct"
+    name: str | None = None
+    random_head_seed: int | None = 0
+    template: str | None = None
+    random_init: str | None = None
+    layers: int | None = None
+    tiny: bool = False
+    init_seed: int = 0
+    allow_pickle: bool = False
+    peak: bool = True
+
+    def check(self) -> None:
+        """One-line UserErrors for values that cannot run."""
+        if not self.prompt_tokens or not self.n or min(self.prompt_tokens) < 1 or min(self.n) < 1:
+            raise UserError("best-of-n: prompt lengths and N must be positive integers")
+        for k in ("prompts", "min_len", "hf_batch", "repeats"):
+            if int(getattr(self, k)) < 1:
+                raise UserError(f"best-of-n: {k.replace('_', '-')} must be >= 1")
+        if self.max_len < self.min_len:
+            raise UserError(f"best-of-n: max-len {self.max_len} is below min-len {self.min_len}")
+
+
+def text_of(tok, n_tokens: int, rng: random.Random) -> str:
+    """A text of about ``n_tokens`` tokens of common words (trimmed word by word to the count)."""
+    def count(ws):
+        return len(tok(" ".join(ws), add_special_tokens=False)["input_ids"])
+
+    words = [rng.choice(WORDS) for _ in range(n_tokens)]
+    while len(words) > 1 and (c := count(words)) > n_tokens:
+        words = words[:-max(1, (c - n_tokens) * len(words) // (2 * c))]  # half the excess, in words
+    return " ".join(words).capitalize() + "."
+
+
+def render(tok, template: str | None, prompt: str, response: str) -> tuple[str, bool]:
+    """The full conversation's text as a user would build it, and whether the tokenizer adds its
+    special tokens: a plain format (``{prompt}``, ``{response}``) with BOS, as rmfast's template does;
+    else the chat template's text (which holds them already)."""
+    from ..template import is_plain_format
+
+    if template is not None and is_plain_format(template):
+        return template.replace("{system}", "").replace("{prompt}", prompt).replace("{response}", response), True
+    messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+    return tok.apply_chat_template(messages, chat_template=template, tokenize=False), False
+
+
+@torch.no_grad()
+def hf_padded(model, tok, template, convs, responses, batch: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
+    """Scores the users' way: full conversations, right-padded batches, HF's pooling.
+
+    Returns (scores, real tokens, [(rows, padded length)] per batch)."""
+    texts = [render(tok, template, c, r) for c, rs in zip(convs, responses) for r in rs]
+    special = texts[0][1]
+    texts = [t for t, _ in texts]
+    dev = next(model.parameters()).device
+    out, real, shapes = [], 0, []
+    old_side, tok.padding_side = tok.padding_side, "right"
+    try:
+        for s in range(0, len(texts), batch):
+            enc = tok(texts[s:s + batch], padding=True, return_tensors="pt", add_special_tokens=special)
+            real += int(enc["attention_mask"].sum())
+            shapes.append(tuple(enc["input_ids"].shape))
+            logits = model(input_ids=enc["input_ids"].to(dev), attention_mask=enc["attention_mask"].to(dev)).logits
+            out.append(logits[:, 0].float().cpu())
+    finally:
+        tok.padding_side = old_side
+    return torch.cat(out).numpy(), real, shapes
+
+
+def rmfast_lengths(tok, template, convs, responses) -> tuple[list[int], list[int]]:
+    """(prompt tokens per conversation, tokens per row: response + template suffix) as rmfast runs them."""
+    from ..template import build_template, response_ids
+
+    prompts, rows = [], []
+    for c, rs in zip(convs, responses):
+        t = build_template(tok, c, template=template)
+        prompts.append(len(t.prefix_ids))
+        rows.append([len(response_ids(tok, t, r)) + len(t.suffix_ids) for r in rs])
+    return prompts, rows
+
+
+def attention_flops_ratio(dims: dict, hf_shapes, prompt_lens, row_lens) -> float:
+    """Total FLOPs (projections and attention, :func:`forward_flops`) of the padded HF batches over
+    rmfast's: each prompt once, each row after its prompt."""
+    hf = sum(rows * forward_flops(dims, T) for rows, T in hf_shapes)
+    rm = sum(forward_flops(dims, P) + sum(forward_flops(dims, t, past=P) for t in ts)
+             for P, ts in zip(prompt_lens, row_lens))
+    return hf / rm
+
+
+def run_config(lm, scorer, template, P: int, N: int, cfg: BestOfNConfig, rng: random.Random, dims: dict,
+               peak: float | None) -> dict:
+    """One (prompt length, N) configuration: both methods timed, the row of figures."""
+    tok = lm.tokenizer
+    dev = next(lm.model.parameters()).device
+    convs = [text_of(tok, P, rng) for _ in range(cfg.prompts)]
+    lens = [[rng.randint(cfg.min_len, cfg.max_len) for _ in range(N)] for _ in convs]
+    responses = [[text_of(tok, n, rng) for n in ls] for ls in lens]
+    times: dict[str, list[float]] = {"hf": [], "rmfast": []}
+    for _ in range(cfg.repeats):
+        sync(dev)
+        t0 = time.perf_counter()
+        hf, real, shapes = hf_padded(lm.model, tok, template, convs, responses, cfg.hf_batch)
+        sync(dev)
+        times["hf"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        rm = np.array([x for s in scorer.score(convs, responses) for x in s])
+        sync(dev)
+        times["rmfast"].append(time.perf_counter() - t0)
+    st = scorer.last_stats
+    n = st.n_responses
+    padded = sum(r * T for r, T in shapes)
+    rm_tokens = st.response_tokens + st.prompt_tokens  # every token rmfast runs through the layers
+    t_hf, t_rm = min(times["hf"]), min(times["rmfast"])
+    speedup = t_hf / t_rm
+    ratio_attn = attention_flops_ratio(dims, shapes, *rmfast_lengths(tok, template, convs, responses))
+
+    def gemm_fraction(tokens, t):  # projection FLOPs (attention not counted) / time / the bound
+        return None if not peak else round(2.0 * dims["gemm_params"] * tokens / t / 1e9 / peak, 3)
+
+    return {
+        "prompt_tokens_target": P, "n_responses": N, "n_prompts": cfg.prompts,
+        "prompt_tokens": round(st.prompt_tokens / len(convs), 1),
+        "response_tokens_mean": round(st.response_tokens / st.n_rows, 1),
+        "hf_s": round(t_hf, 4), "rmfast_s": round(t_rm, 4),
+        "hf_responses_per_s": round(n / t_hf, 2), "rmfast_responses_per_s": round(n / t_rm, 2),
+        "speedup": round(speedup, 2),
+        "flop_ratio": round(real / rm_tokens, 2), "flop_ratio_with_padding": round(padded / rm_tokens, 2),
+        "flop_ratio_with_attention": round(ratio_attn, 2),
+        "speedup_over_flop_ratio": round(speedup / (real / rm_tokens), 3),
+        "speedup_over_flop_ratio_with_attention": round(speedup / ratio_attn, 3),
+        "hf_gemm_fraction": gemm_fraction(padded, t_hf), "rmfast_gemm_fraction": gemm_fraction(rm_tokens, t_rm),
+        "rmfast_batches": st.n_batches, "rmfast_padded_rows": st.padded_rows, "rmfast_padded_tokens": st.padded_tokens,
+        "rmfast_padding_waste": round(st.padding_waste, 4),
+        "hf_padding_fraction": round(1 - real / padded, 3),
+        "max_abs_diff": float(np.abs(hf - rm).max()), "score_std": float(np.std(hf)),
+    }
+
+
+def load_model(cfg: BestOfNConfig):
+    """(LoadedModel, name, template) of the configuration: a loaded spec, or a random-init build."""
+    if cfg.random_init:
+        from .random_init import label, random_init_model
+
+        try:
+            lm = random_init_model(cfg.random_init, device=cfg.device, dtype=cfg.dtype, layers=cfg.layers,
+                                   tiny=cfg.tiny, seed=cfg.init_seed)
+            name = label(cfg.random_init, layers=cfg.layers, tiny=cfg.tiny)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    else:
+        from ..loading.loader import load
+
+        lm = load(cfg.model, dtype=cfg.dtype, device=cfg.device, random_head_seed=cfg.random_head_seed,
+                  allow_pickle=cfg.allow_pickle)
+        name = cfg.model
+    if lm.kind != "classifier":
+        raise UserError(f"best-of-n compares against AutoModelForSequenceClassification: {name} is a {lm.kind} "
+                        "(give a reward model, or a backbone with a random head)")
+    return lm, cfg.name or name, cfg.template if cfg.template is not None else lm.default_template
+
+
+def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
+    """Every (prompt length, N) configuration of ``cfg`` on its model; one row each (figures, model, dtype,
+    device, the GEMM bound, the machine and versions)."""
+    from ..scoring.scorer import RewardScorer
+    from ..version import versions
+
+    cfg.check()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    lm, name, template = load_model(cfg)
+    scorer = RewardScorer(lm, cache_prompts=0, template=template)
+    dev = next(lm.model.parameters()).device
+    try:
+        dims = model_dims(lm.model, "score")
+    except ValueError as e:  # not on the fast path: no dims to count FLOPs from
+        raise UserError(f"best-of-n: {name}: {e}") from None
+    peak = gemm_peak(dims, 512, next(lm.model.parameters()).dtype, dev)["gflops"] if cfg.peak else None
+    info, ver = machine_info(dev), versions()
+    log(f"{name}: {info['gpu'] or info['cpu_model']}, {info['torch_threads']} threads"
+        + (f"; GEMM bound on the model's shapes (M=512): {peak:.1f} GFLOP/s" if peak else ""))
+    warm = random.Random(-1)  # one untimed short pass of each method: first-call costs stay out of the first row
+    convs, resp = [text_of(lm.tokenizer, 8, warm)], [[text_of(lm.tokenizer, 4, warm) for _ in range(2)]]
+    hf_padded(lm.model, lm.tokenizer, template, convs, resp, cfg.hf_batch)
+    scorer.score(convs, resp)
+    rng, rows = random.Random(cfg.seed), []
+    for P in cfg.prompt_tokens:
+        for N in cfg.n:
+            r = run_config(lm, scorer, template, P, N, cfg, rng, dims, peak)
+            rows.append({"model": name, **r, "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
+                         "device": str(dev), "gemm_bound_gflops": round(peak, 1) if peak else None,
+                         **{k: info.get(k) for k in MACHINE_FIELDS}, **{k: ver.get(k) for k in VERSION_FIELDS}})
+            log(f"P~{P:5d} N={N:3d} x{cfg.prompts}: hf {r['hf_responses_per_s']:8.2f}/s  rmfast "
+                f"{r['rmfast_responses_per_s']:8.2f}/s  speed-up {r['speedup']:5.2f}x  FLOP ratio {r['flop_ratio']:5.2f} "
+                f"({r['flop_ratio_with_padding']:.2f} padded, {r['flop_ratio_with_attention']:.2f} with attention)  "
+                f"max|diff| {r['max_abs_diff']:.2e}")
+    return rows
+
+
+def write_best_of_n(rows: list[dict], out: str | Path, config: dict, device: str = "cpu") -> tuple[Path, Path]:
+    """Rows to ``<out>/best_of_n_<timestamp>.csv`` and ``.json`` (with the machine, versions and config)
+    and the same as ``best_of_n_latest``; the timestamped paths."""
+    from ..loading.loader import resolve_device
+    from ..version import versions
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    meta = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "workload": "best-of-n",
+            "machine": machine_info(resolve_device(device)), "versions": versions(), "config": config}
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    for name in (f"best_of_n_{stamp}", "best_of_n_latest"):
+        with open(out / f"{name}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+        (out / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1, default=str))
+    log(f"wrote {out}/best_of_n_{stamp}.csv and .json (and best_of_n_latest)")
+    return out / f"best_of_n_{stamp}.csv", out / f"best_of_n_{stamp}.json"
+
+
+def config_record(cfg: BestOfNConfig) -> dict:
+    """The configuration as the JSON records it."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
