@@ -53,6 +53,31 @@ def test_full_vocab_fp32_matches_reference(arch, short_tmpl):
     torch.testing.assert_close(fast, ref, atol=FP32_ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma", "gemma2", "gemma3", "mistral"])
+@pytest.mark.parametrize("head", ["score", "logprob"])
+def test_long_prompt_flash_form_matches_reference(arch, head, smol_tokenizer):
+    """A prompt of >= FLASH_MIN_PROMPT tokens: the prompt pass and the rows' pass take the fused flash form
+    on CPU (Gemma 2's softcap and windows shorter than the prompt keep the reference form), and still
+    equal the plain-HF forward of each whole sequence in fp32."""
+    from rmfast.fast import ops
+
+    model = T.tiny(arch, "classifier" if head == "score" else "causal_lm")
+    tmpl = build_template(smol_tokenizer, " ".join(["the river runs by the old mill"] * 45))
+    assert len(tmpl.prefix_ids) >= ops.FLASH_MIN_PROMPT
+    calls = []
+    real = ops.cpu_flash.shared_prefix_attention_flash
+    ops.cpu_flash.shared_prefix_attention_flash = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        resp = torch.randint(0, T.VOCAB, (24, 3), generator=torch.Generator().manual_seed(3))
+        fast = Engine(model, tmpl, head=head).score(resp)
+    finally:
+        ops.cpu_flash.shared_prefix_attention_flash = real
+    ref = hf_scores(model, tmpl, resp.tolist(), head=head)
+    assert ref.std() > 1e-4
+    torch.testing.assert_close(fast, ref, atol=5e-5, rtol=1e-5)
+    assert bool(calls) == (arch not in ("gemma2", "mistral"))  # no softcap; Mistral's window (16) < the prompt
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_logprob_head_matches_reference(arch, tmpl):
     model = T.tiny(arch, "causal_lm")

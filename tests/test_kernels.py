@@ -57,6 +57,7 @@ TOLERANCES: dict[tuple[str, torch.dtype], tuple[float, float]] = {
     ("logprob", torch.bfloat16): (3e-2, 1e-2),  # logits rounded to bf16 can flip by 1 ulp
     # CPU twins (block-diagonal attention, chunked compiled-form log-probs) vs the reference in bf16:
     ("cpu_attention", torch.bfloat16): (3e-2, 3e-2),  # prompt and suffix parts rounded apart
+    ("cpu_flash", torch.bfloat16): (3e-2, 3e-2),  # fp32 soft-max tiles vs scores rounded to bf16 (reference)
     ("cpu_logprob", torch.bfloat16): (3e-2, 1e-2),
 }
 
@@ -249,6 +250,44 @@ def test_blockdiag_attention_bf16_matches_reference(case):
     got, (q, kp, vp, ks, vs) = _blockdiag(case, torch.bfloat16)
     want = ref.shared_prefix_attention(q, kp, vp, ks, vs, scale=case[3] ** -0.5, softcap=case[7], window=case[8])
     assert_close(got, want, "cpu_attention", torch.bfloat16)
+
+
+FLASH_CASES = [c for c in ATTN_CASES if c[7] is None and (c[8] is None or c[8] >= c[4] + c[5])] + [
+    (4, 9, 3, 64, 300, 20, 7, None, None),  # a long prompt, Sq < S
+    (2, 9, 3, 64, 0, 300, 300, None, None),  # a long prompt pass
+    (2, 9, 3, 64, 0, 300, 40, None, None),  # the prompt pass's last layer (Sq < S)
+    (3, 6, 2, 80, 33, 5, 5, None, 38),  # a window exactly P + S
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("case", FLASH_CASES, ids=_ids(FLASH_CASES))
+def test_cpu_flash_attention_matches_naive(case, dtype):
+    from rmfast.kernels.cpu_flash import shared_prefix_attention_flash, usable
+
+    B, H, Hkv, D, P, S, Sq, softcap, window = case
+    assert usable(softcap, window, P, S)
+    q, kp, vp, ks, vs = attn_inputs(B, H, Hkv, D, P, S, Sq, dtype, device="cpu")
+    got = shared_prefix_attention_flash(q, kp, vp, ks, vs, scale=D**-0.5)
+    assert got.shape == (B, Sq, H, D) and got.dtype == dtype
+    assert_close(got, naive_attention(q, kp, vp, ks, vs, scale=D**-0.5, window=window), "naive_attention", dtype)
+
+
+@pytest.mark.parametrize("case", FLASH_CASES[1:], ids=_ids(FLASH_CASES[1:]))
+def test_cpu_flash_attention_bf16_matches_reference(case):
+    from rmfast.kernels.cpu_flash import shared_prefix_attention_flash
+
+    B, H, Hkv, D, P, S, Sq, softcap, window = case
+    q, kp, vp, ks, vs = attn_inputs(B, H, Hkv, D, P, S, Sq, torch.bfloat16, device="cpu")
+    got = shared_prefix_attention_flash(q, kp, vp, ks, vs, scale=D**-0.5)
+    assert_close(got, ref.shared_prefix_attention(q, kp, vp, ks, vs, scale=D**-0.5, window=window), "cpu_flash",
+                 torch.bfloat16)
+
+
+def test_cpu_flash_is_not_used_where_it_would_differ():
+    from rmfast.kernels.cpu_flash import usable
+
+    assert not usable(50.0, None, 300, 4) and not usable(None, 100, 300, 4) and usable(None, 304, 300, 4)
 
 
 def test_blockdiag_prefix_is_packed_once_per_layer():

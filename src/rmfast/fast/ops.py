@@ -12,6 +12,7 @@ import os
 import torch
 
 from ..kernels import blockdiag_attention as bd
+from ..kernels import cpu_flash
 from ..kernels import reference as ref
 from ..kernels import triton_available
 from ..kernels.cpu_logprob import lse_update
@@ -36,14 +37,27 @@ def uses_triton(t: torch.Tensor) -> bool:
     return t.is_cuda and triton_available()
 
 
+#: prompts at least this long take the fused flash form on CPU (:mod:`rmfast.kernels.cpu_flash`), in
+#: the prompt pass and in the rows' pass alike; shorter ones the ``bmm`` reference form, which is
+#: faster there (measured on a Zen 4, 9 heads of 64: the flash form 0.5-0.8x at 40 prompt tokens,
+#: 1.0-2x at 256, 5-10x at 2,048; docs/backend.md). Decided by the prompt's length only, so every row of
+#: a prompt takes the same form whatever its batch.
+FLASH_MIN_PROMPT = 256
+
+
 def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, softcap=None, window=None):
-    """(B, H, Sq, D) queries over one shared prefix K/V (Hkv, P, D) ⊕ own suffix (B, Hkv, S, D) -> (B, Sq, H, D)."""
+    """(B, H, Sq, D) queries over one shared prefix K/V (Hkv, P, D) ⊕ own suffix (B, Hkv, S, D) -> (B, Sq, H, D).
+
+    The prompt pass itself is P = 0 with S = the prompt's length."""
     if uses_triton(q):
         from ..kernels.triton_attention import shared_prefix_attention_triton
 
         return shared_prefix_attention_triton(
             q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window
         )
+    P, S = k_prefix.shape[1], k_suffix.shape[2]
+    if q.device.type == "cpu" and (P or S) >= FLASH_MIN_PROMPT and cpu_flash.usable(softcap, window, P, S):
+        return cpu_flash.shared_prefix_attention_flash(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale)
     return ref.shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window)
 
 
