@@ -80,6 +80,8 @@ class BestOfNConfig:
             (defaults None, False, 0) shape it.
         allow_pickle: load pickled weights where a folder has no safetensors (default False).
         peak: measure the GEMM bound (default True; False: the GEMM fractions are None).
+        hf_attention: the baseline's attention implementation (default "sdpa", transformers' default and
+            so what users run; "eager": HF's reference arithmetic, which rmfast's own loader picks).
     """
 
     prompt_tokens: tuple[int, ...] = (64, 512, 2048)
@@ -103,6 +105,7 @@ class BestOfNConfig:
     init_seed: int = 0
     allow_pickle: bool = False
     peak: bool = True
+    hf_attention: str = "sdpa"
 
     def check(self) -> None:
         """One-line UserErrors for values that cannot run."""
@@ -111,6 +114,8 @@ class BestOfNConfig:
         for k in ("prompts", "min_len", "hf_batch", "repeats"):
             if int(getattr(self, k)) < 1:
                 raise UserError(f"best-of-n: {k.replace('_', '-')} must be >= 1")
+        if self.hf_attention not in ("sdpa", "eager"):
+            raise UserError(f"best-of-n: hf-attention {self.hf_attention!r}: give sdpa or eager")
         if self.max_len < self.min_len:
             raise UserError(f"best-of-n: max-len {self.max_len} is below min-len {self.min_len}")
 
@@ -254,6 +259,14 @@ def load_model(cfg: BestOfNConfig):
     return lm, cfg.name or name, cfg.template if cfg.template is not None else lm.default_template
 
 
+def set_attention(model, impl: str) -> None:
+    """Switch the HF model's attention implementation (transformers' ``set_attn_implementation``)."""
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(impl)
+    else:
+        model.config._attn_implementation = impl
+
+
 def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     """Every (prompt length, N) configuration of ``cfg`` on its model; one row each (figures, model, dtype,
     device, the GEMM bound, the machine and versions)."""
@@ -264,6 +277,7 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     lm, name, template = load_model(cfg)
+    set_attention(lm.model, cfg.hf_attention)  # the baseline's; rmfast's engine has its own attention
     scorer = RewardScorer(lm, cache_prompts=0, template=template)
     dev = next(lm.model.parameters()).device
     try:
@@ -282,7 +296,7 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     for P in cfg.prompt_tokens:
         for N in cfg.n:
             r = run_config(lm, scorer, template, P, N, cfg, rng, dims, peak)
-            rows.append({"model": name, **r, "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
+            rows.append({"model": name, **r, "hf_attention": cfg.hf_attention, "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
                          "device": str(dev), "gemm_bound_gflops": round(peak, 1) if peak else None,
                          **{k: info.get(k) for k in MACHINE_FIELDS}, **{k: ver.get(k) for k in VERSION_FIELDS}})
             log(f"P~{P:5d} N={N:3d} x{cfg.prompts}: hf {r['hf_responses_per_s']:8.2f}/s  rmfast "

@@ -28,7 +28,7 @@ TINY_BEST_OF_N = "--random-init llama-3.2-1b --tiny"
 #: Options of one workload only (dest names); given with the other workload they are a one-line error.
 SCAN_ONLY = ("n_candidates", "n_naive", "batch_size", "naive_batch", "check_n", "full", "profile", "compile",
              "no_plot", "cost_model", "gemm_frac", "prompt_tokens", "prompt")
-BEST_OF_N_ONLY = ("prompt_tokens_list", "n_list", "prompts", "min_len", "max_len")
+BEST_OF_N_ONLY = ("prompt_tokens_list", "n_list", "prompts", "min_len", "max_len", "hf_attention")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,6 +99,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="conversations per configuration, each with N responses (default 1)")
     g.add_argument("--min-len", type=positive_int, default=None, help="shortest response in tokens (default 20; --tiny: 4)")
     g.add_argument("--max-len", type=positive_int, default=None, help="longest response in tokens (default 200; --tiny: 24)")
+    g.add_argument("--hf-attention", choices=["sdpa", "eager"], default=None,
+                   help="the baseline's attention: sdpa (transformers' default, what users get) or eager "
+                        "(default sdpa)")
 
 
 def register(subparsers) -> None:
@@ -250,7 +253,7 @@ def run_best_of_n_cli(args) -> int:
         min_len=args.min_len or (4 if short else 20), max_len=args.max_len or (24 if short else 200), hf_batch=hf[0],
         repeats=args.repeats or 1, dtype=args.dtype or "float32", device=str(resolve_device(args.device)),
         threads=args.threads, seed=args.seed, layers=args.layers, tiny=args.tiny, init_seed=args.init_seed,
-        allow_pickle=args.allow_pickle, peak=not args.no_peak)
+        allow_pickle=args.allow_pickle, peak=not args.no_peak, hf_attention=args.hf_attention or "sdpa")
     if base.device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda but CUDA is not available")
     if args.random_init or tiny:
