@@ -1,0 +1,262 @@
+"""Issue 24 part 5: what the hidden states show on the embedded models and the training demo.
+
+    PYTHONPATH=src python examples/train_reward_model.py --out DATA/train --steps 24 --save-steps 6 \\
+        --train-pairs 96 --vocab-ids 0:256 --vocab-view all          # the training run (LoRA checkpoints)
+    PYTHONPATH=src python examples/representation_findings.py --data DATA --run DATA/train/run
+
+Steps (``--steps``, default all of them, in order):
+
+- ``prepare``: ``checkpoint-0`` beside the run's checkpoints (the untrained LoRA adapter: B = 0, so
+  the merged model *is* the base LM, with the run's seeded fresh score head), and the candidate id
+  files: A, 4,096 SmolLM2 ids drawn (seed 0) from its word-like, de-duplicated vocabulary; B, 4,096
+  decoded strings drawn (seed 0) from those that are a single word-like token in both SmolLM2 and
+  Gemma 3 270M (each tokenizer's word-like, de-duplicated view), as one id file per model.
+- ``scan_a``, ``scan_b``: ``rmfast scan`` with ``--states all --states-dtype float32 --dtype float32``: every
+  checkpoint on the A ids (the chat template, the trained score head's position); SmolLM2 and
+  Gemma 3 on the B ids with a seeded random score head and one plain template, so that both
+  states sit on the response token itself.
+- ``similarity_a``, ``similarity_b``: A, per layer, each checkpoint against checkpoint-0 (the diagonal), the full
+  layer × layer matrix of the last checkpoint, and the scores' Spearman with checkpoint-0;
+  B, the full SmolLM2 × Gemma matrix, and a permutation test (shuffled matching) with
+  bootstrap intervals on the depth-matched pairs. CSVs into ``--results``.
+- ``figures``: PNGs into ``--figures`` and the markdown tables on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+GREATEST = "What, in one word, is the greatest thing ever?"
+PLAIN = "User: {prompt}\\nAssistant: {response}"  # as the CLI takes it (\n unescaped)
+MODELS_B = {"smollm2": "smollm2-135m-instruct", "gemma3": "gemma3-270m"}
+# depth-matched pairs for the permutation test: fractions 0, 1/4, 1/2, 3/4 of the stack, then the ends
+PAIRS_B = [("0", "0"), ("8", "4"), ("15", "9"), ("23", "13"), ("last", "last"), ("last_normed", "last_normed")]
+
+
+def _checkpoints(run: Path) -> list[tuple[int, Path]]:
+    out = [(int(m.group(1)), p) for p in run.iterdir() if (m := re.fullmatch(r"checkpoint-(\d+)", p.name))]
+    return sorted(out)
+
+
+def prepare(args) -> None:
+    from rmfast.loading.loader import load
+    from rmfast.scoring.vocab import decoded, vocab_ids, vocab_size
+
+    ck0 = args.run / "checkpoint-0"
+    if not (ck0 / "adapter_config.json").exists():
+        spec = importlib.util.spec_from_file_location("train_rm", REPO / "examples" / "train_reward_model.py")
+        train_rm = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(train_rm)
+        model, tok = train_rm.build_model("smollm2-135m-instruct", 0, 8)  # the run's seed and rank
+        model.save_pretrained(ck0)
+        tok.save_pretrained(ck0)
+    args.data.mkdir(parents=True, exist_ok=True)
+    views = {}
+    for key, alias in MODELS_B.items():
+        lm = load(alias, dtype="float32", device="cpu")
+        ids, _ = vocab_ids(lm.tokenizer, vocab_size(lm.model, lm.tokenizer), exclude_special=True, wordlike=True,
+                           dedup=True)
+        views[key] = pd.Series(ids, index=decoded(lm.tokenizer, ids))
+    rng = np.random.default_rng(0)
+    a = np.sort(rng.choice(views["smollm2"].to_numpy(), size=args.n, replace=False))
+    np.savetxt(args.data / "ids_A_smollm2.txt", a, fmt="%d")
+    shared = sorted(set(views["smollm2"].index) & set(views["gemma3"].index))
+    pick = [shared[i] for i in np.sort(rng.choice(len(shared), size=min(args.n, len(shared)), replace=False))]
+    for key, v in views.items():
+        np.savetxt(args.data / f"ids_B_{key}.txt", np.sort(v[pick].to_numpy()), fmt="%d")
+    info = {"n_wordlike": {k: len(v) for k, v in views.items()}, "n_shared": len(shared), "n_B": len(pick),
+            "n_A": len(a), "examples_B": pick[:: max(1, len(pick) // 20)]}
+    (args.data / "prepare.json").write_text(json.dumps(info, indent=1, ensure_ascii=False))
+    print(json.dumps(info, ensure_ascii=False), file=sys.stderr)
+
+
+def _scan(argv: list[str], timings: dict, name: str) -> None:
+    from rmfast.cli import main as cli
+
+    t0 = time.perf_counter()
+    rc = cli(["scan", *argv, "--dtype", "float32", "--compile", "off", "--states", "all", "--states-dtype", "float32",
+              "--prompt", GREATEST, "--no-progress", "--overwrite", "--top", "0"])
+    if rc:
+        raise SystemExit(f"scan {name} failed (rc {rc})")
+    timings[name] = round(time.perf_counter() - t0, 1)
+
+
+def _save_timings(path: Path, timings: dict) -> None:
+    old = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**old, **timings}, indent=1))
+    print(json.dumps(timings), file=sys.stderr)
+
+
+def scan_a(args) -> None:
+    timings: dict = {}
+    for step, ck in _checkpoints(args.run):
+        _scan([str(ck), "--token-ids", str(args.data / "ids_A_smollm2.txt"),
+               "--out", str(args.data / "A" / f"checkpoint-{step}.parquet")], timings, f"A/checkpoint-{step}")
+    _save_timings(args.data / "scan_timings.json", timings)
+
+
+def scan_b(args) -> None:
+    timings: dict = {}
+    for key, alias in MODELS_B.items():
+        _scan([alias, "--random-head-seed", "0", "--template", PLAIN, "--token-ids", str(args.data / f"ids_B_{key}.txt"),
+               "--out", str(args.data / "B" / f"{key}.parquet")], timings, f"B/{key}")
+    _save_timings(args.data / "scan_timings.json", timings)
+
+
+def _diagonal(a, b, layers, **kw) -> pd.DataFrame:
+    from rmfast.analysis.similarity import similarity
+
+    return pd.concat([similarity(a, b, layers_a=[x], layers_b=[x], **kw).pairs for x in layers], ignore_index=True)
+
+
+def similarity_a(args) -> None:
+    from rmfast.analysis.similarity import similarity
+    from rmfast.states import open_states
+
+    out, timings = args.results, {}
+    out.mkdir(parents=True, exist_ok=True)
+    A = args.data / "A"
+    steps = [s for s, _ in _checkpoints(args.run)]
+    base = open_states(A / "checkpoint-0.parquet")
+    layers = [x for x in base.layers if x != "0"]  # layer 0 is the template's last token: one row for all
+    rows, s0 = [], pd.read_parquet(A / "checkpoint-0.parquet").set_index("token_id")["score"]
+    for s in steps[1:]:
+        t0 = time.perf_counter()
+        last = s == steps[-1]
+        kw = dict(bootstrap=10, permutations=9) if last else dict(bootstrap=0, permutations=0)
+        d = _diagonal(base, A / f"checkpoint-{s}.parquet", layers, **kw).assign(step=s)
+        rows.append(d)
+        sc = pd.read_parquet(A / f"checkpoint-{s}.parquet").set_index("token_id")["score"]
+        timings[f"A diagonal checkpoint-{s}"] = round(time.perf_counter() - t0, 1)
+        timings[f"A score spearman checkpoint-{s}"] = round(float(s0.corr(sc.reindex(s0.index), method="spearman")), 4)
+    pd.concat(rows, ignore_index=True).to_csv(out / "training_diagonal.csv", index=False)
+    t0 = time.perf_counter()
+    full = similarity(base, A / f"checkpoint-{steps[-1]}.parquet", layers_a=layers, layers_b=layers, bootstrap=0,
+                      permutations=0)
+    full.pairs.to_csv(out / f"training_full_checkpoint-{steps[-1]}.csv", index=False)
+    timings[f"A full checkpoint-{steps[-1]}"] = round(time.perf_counter() - t0, 1)
+    _save_timings(out / "timings.json", timings)
+
+
+def similarity_b(args) -> None:
+    from rmfast.analysis.similarity import similarity
+
+    out, timings = args.results, {}
+    out.mkdir(parents=True, exist_ok=True)
+    B = args.data / "B"
+    t0 = time.perf_counter()
+    res = similarity(B / "smollm2.parquet", B / "gemma3.parquet", bootstrap=0, permutations=0)
+    res.pairs.to_csv(out / "smollm2_gemma3_full.csv", index=False)
+    res.alignment.to_csv(out / "smollm2_gemma3_alignment.csv", index=False)
+    timings["B full"] = round(time.perf_counter() - t0, 1)
+    t0 = time.perf_counter()
+    tested = [similarity(B / "smollm2.parquet", B / "gemma3.parquet", layers_a=[x], layers_b=[y], bootstrap=20,
+                         permutations=19, seed=0).pairs for x, y in PAIRS_B]
+    pd.concat(tested, ignore_index=True).to_csv(out / "smollm2_gemma3_tested.csv", index=False)
+    timings["B tested pairs"] = round(time.perf_counter() - t0, 1)
+    _save_timings(out / "timings.json", timings)
+
+
+def _order(names) -> list[str]:
+    num = sorted(int(x) for x in names if x.isdigit())
+    return [str(x) for x in num] + [x for x in ("last", "last_normed") if x in set(names)]
+
+
+def _matrix(pairs: pd.DataFrame, m: str) -> pd.DataFrame:
+    mat = pairs.pivot(index="layer_a", columns="layer_b", values=m)
+    return mat.loc[_order(mat.index), _order(mat.columns)]
+
+
+def _heatmap(ax, mat: pd.DataFrame, title: str, xlabel: str, ylabel: str):
+    im = ax.imshow(mat.to_numpy(float), vmin=0, vmax=1, cmap="viridis", origin="lower", aspect="auto")
+    step = max(1, len(mat.columns) // 10)
+    ax.set_xticks(range(0, len(mat.columns), step), [c[:6] for c in mat.columns[::step]], fontsize=7)
+    step = max(1, len(mat.index) // 10)
+    ax.set_yticks(range(0, len(mat.index), step), [c[:6] for c in mat.index[::step]], fontsize=7)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    return im
+
+
+def figures(args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    r, figs = args.results, args.figures
+    figs.mkdir(parents=True, exist_ok=True)
+    diag = pd.read_csv(r / "training_diagonal.csv", dtype={"layer_a": str, "layer_b": str})
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    for ax, m in zip(axes, ("rv2", "cka_debiased")):
+        for s, g in diag.groupby("step"):
+            g = g.set_index("layer_a").loc[_order(g["layer_a"])]
+            ax.plot(range(len(g)), g[m], marker=".", label=f"checkpoint-{s}")
+        ax.set_xticks(range(0, len(g), 4), [x[:6] for x in g.index[::4]], fontsize=7)
+        ax.set(title=f"{m}: checkpoint vs base, same layer", xlabel="layer")
+    axes[0].set_ylabel("similarity")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(figs / "representations_training_layers.png", dpi=90)
+    full_csv = sorted(r.glob("training_full_checkpoint-*.csv"))[-1]
+    mats = [(_matrix(pd.read_csv(full_csv, dtype={"layer_a": str, "layer_b": str}), "rv2"),
+             f"{full_csv.stem.split('_')[-1]} vs base (RV2)", "checkpoint layer", "base layer"),
+            (_matrix(pd.read_csv(r / "smollm2_gemma3_full.csv", dtype={"layer_a": str, "layer_b": str}), "rv2"),
+             "SmolLM2 vs Gemma 3 (RV2)", "Gemma 3 270M layer", "SmolLM2-135M layer")]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    for ax, (mat, title, xl, yl) in zip(axes, mats):
+        im = _heatmap(ax, mat, title, xl, yl)
+    fig.colorbar(im, ax=axes, shrink=0.8)
+    fig.savefig(figs / "representations_matrices.png", dpi=90)
+    tables(r)
+
+
+def tables(r: Path) -> None:
+    """The markdown tables of docs/representations.md, from the CSVs."""
+    diag = pd.read_csv(r / "training_diagonal.csv", dtype={"layer_a": str})
+    for m in ("rv2", "cka_debiased", "cka"):
+        t = diag.pivot(index="layer_a", columns="step", values=m)
+        t = t.loc[_order(t.index)]
+        print(f"\n{m}\n" + t.round(4).to_markdown())
+    last = diag[diag["step"] == diag["step"].max()].set_index("layer_a")
+    print(last[["rv2", "rv2_lo", "rv2_hi", "p_rv2", "cka_debiased", "p_cka_debiased", "rv_null_mean"]]
+          .round(4).to_markdown())
+    full = pd.read_csv(r / "smollm2_gemma3_full.csv", dtype={"layer_a": str, "layer_b": str})
+    for m in ("rv2", "cka_debiased", "cka"):
+        mat = _matrix(full, m)
+        best = mat.idxmax(axis=1)
+        print(f"\nB {m}: per SmolLM2 layer, the best Gemma layer\n"
+              + pd.DataFrame({"gemma_layer": best, m: mat.max(axis=1)}).round(4).to_markdown())
+    tested = pd.read_csv(r / "smollm2_gemma3_tested.csv", dtype={"layer_a": str, "layer_b": str})
+    cols = ["layer_a", "layer_b", "n", "rv2", "rv2_lo", "rv2_hi", "p_rv2", "cka_debiased", "cka_debiased_lo",
+            "cka_debiased_hi", "p_cka_debiased", "cka", "rv_null_mean", "p_cka"]
+    print("\nB tested\n" + tested[cols].round(4).to_markdown(index=False))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", type=Path, required=True, help="folder for id files, scans and states (large)")
+    p.add_argument("--run", type=Path, required=True, help="the training run's folder (checkpoint-N/)")
+    p.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results" / "representations")
+    p.add_argument("--figures", type=Path, default=REPO / "docs" / "figures")
+    p.add_argument("--n", type=int, default=4096, help="candidates per set (default 4096)")
+    p.add_argument("--steps", default="prepare,scan_a,scan_b,similarity_a,similarity_b,figures")
+    args = p.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    fns = {"prepare": prepare, "scan_a": scan_a, "scan_b": scan_b, "similarity_a": similarity_a, "similarity_b": similarity_b, "figures": figures}
+    for s in args.steps.split(","):
+        fns[s](args)
+
+
+if __name__ == "__main__":
+    main()
