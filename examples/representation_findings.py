@@ -41,6 +41,7 @@ GREATEST = "What, in one word, is the greatest thing ever?"
 PLAIN = "User: {prompt}\\nAssistant: {response}"  # as the CLI takes it (\n unescaped)
 MODELS_B = {"smollm2": "smollm2-135m-instruct", "gemma3": "gemma3-270m"}
 # depth-matched pairs for the permutation test: fractions 0, 1/4, 1/2, 3/4 of the stack, then the ends
+SLIM = ["layer_a", "layer_b", "n", "d_a", "d_b", "cka", "cka_debiased", "rv", "rv2", "rv_null_mean"]  # full matrices
 PAIRS_B = [("0", "0"), ("8", "4"), ("15", "9"), ("23", "13"), ("last", "last"), ("last_normed", "last_normed")]
 
 
@@ -101,6 +102,8 @@ def _save_timings(path: Path, timings: dict) -> None:
 def scan_a(args) -> None:
     timings: dict = {}
     for step, ck in _checkpoints(args.run):
+        if (args.data / "A" / f"checkpoint-{step}.states" / "manifest.json").exists():
+            continue  # scanned already (a rerun after more checkpoints)
         _scan([str(ck), "--token-ids", str(args.data / "ids_A_smollm2.txt"),
                "--out", str(args.data / "A" / f"checkpoint-{step}.parquet")], timings, f"A/checkpoint-{step}")
     _save_timings(args.data / "scan_timings.json", timings)
@@ -144,7 +147,7 @@ def similarity_a(args) -> None:
     t0 = time.perf_counter()
     full = similarity(base, A / f"checkpoint-{steps[-1]}.parquet", layers_a=layers, layers_b=layers, bootstrap=0,
                       permutations=0)
-    full.pairs.to_csv(out / f"training_full_checkpoint-{steps[-1]}.csv", index=False)
+    full.pairs[SLIM].round(6).to_csv(out / f"training_full_checkpoint-{steps[-1]}.csv", index=False)
     timings[f"A full checkpoint-{steps[-1]}"] = round(time.perf_counter() - t0, 1)
     _save_timings(out / "timings.json", timings)
 
@@ -157,7 +160,7 @@ def similarity_b(args) -> None:
     B = args.data / "B"
     t0 = time.perf_counter()
     res = similarity(B / "smollm2.parquet", B / "gemma3.parquet", bootstrap=0, permutations=0)
-    res.pairs.to_csv(out / "smollm2_gemma3_full.csv", index=False)
+    res.pairs[SLIM].round(6).to_csv(out / "smollm2_gemma3_full.csv", index=False)
     res.alignment.to_csv(out / "smollm2_gemma3_alignment.csv", index=False)
     timings["B full"] = round(time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
@@ -166,6 +169,43 @@ def similarity_b(args) -> None:
     pd.concat(tested, ignore_index=True).to_csv(out / "smollm2_gemma3_tested.csv", index=False)
     timings["B tested pairs"] = round(time.perf_counter() - t0, 1)
     _save_timings(out / "timings.json", timings)
+
+
+def _surface(texts: np.ndarray, ids_a: np.ndarray, ids_b: np.ndarray) -> np.ndarray:
+    """(n, 7) surface features of each string: leading space, capitalised, all caps, non-ASCII,
+    log length, and log token id in each vocabulary (BPE merge order, a frequency proxy)."""
+    core = [t[1:] if t.startswith(" ") else t for t in texts]
+    return np.column_stack([[t.startswith(" ") for t in texts], [c[:1].isupper() for c in core],
+                            [len(c) > 1 and c.isupper() for c in core], [not c.isascii() for c in core],
+                            np.log([len(c) for c in core]), np.log1p(ids_a), np.log1p(ids_b)]).astype(float)
+
+
+def _residual(X: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """X with its least-squares fit on [1, F] removed (column by column)."""
+    G = np.column_stack([np.ones(len(F)), F])
+    return X - G @ np.linalg.lstsq(G, X, rcond=None)[0]
+
+
+def surface_b(args) -> None:
+    """How much of the SmolLM2-Gemma similarity trivial surface features carry: each layer against
+    the features, and the depth-matched pairs again after the features are regressed out of both."""
+    from rmfast.analysis.similarity import align, measures
+    from rmfast.states import open_states
+
+    a, b = open_states(args.data / "B" / "smollm2.parquet"), open_states(args.data / "B" / "gemma3.parquet")
+    al = align([a, b], "text")
+    ra, rb = al.rows
+    F = _surface(a.texts()[ra], a.keys[ra], b.keys[rb])
+    rows = []
+    for x, y in PAIRS_B:
+        X, Y = a.take(x, ra).astype(np.float64), b.take(y, rb).astype(np.float64)
+        raw, res = measures(X, Y), measures(_residual(X, F), _residual(Y, F))
+        fx, fy = measures(X, F), measures(Y, F)
+        rows.append({"layer_a": x, "layer_b": y, "n": al.n, "rv2": raw.rv2, "rv2_residual": res.rv2,
+                     "cka_debiased": raw.cka_debiased, "cka_debiased_residual": res.cka_debiased,
+                     "rv2_a_surface": fx.rv2, "rv2_b_surface": fy.rv2})
+    pd.DataFrame(rows).round(6).to_csv(args.results / "smollm2_gemma3_surface.csv", index=False)
+    print(pd.DataFrame(rows).round(3).to_string(), file=sys.stderr)
 
 
 def _order(names) -> list[str]:
@@ -250,10 +290,10 @@ def main(argv=None) -> None:
     p.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results" / "representations")
     p.add_argument("--figures", type=Path, default=REPO / "docs" / "figures")
     p.add_argument("--n", type=int, default=4096, help="candidates per set (default 4096)")
-    p.add_argument("--steps", default="prepare,scan_a,scan_b,similarity_a,similarity_b,figures")
+    p.add_argument("--steps", default="prepare,scan_a,scan_b,similarity_a,similarity_b,surface_b,figures")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
-    fns = {"prepare": prepare, "scan_a": scan_a, "scan_b": scan_b, "similarity_a": similarity_a, "similarity_b": similarity_b, "figures": figures}
+    fns = {"prepare": prepare, "scan_a": scan_a, "scan_b": scan_b, "similarity_a": similarity_a, "similarity_b": similarity_b, "surface_b": surface_b, "figures": figures}
     for s in args.steps.split(","):
         fns[s](args)
 
