@@ -152,6 +152,44 @@ def similarity_a(args) -> None:
     _save_timings(out / "timings.json", timings)
 
 
+def base_self_a(args) -> None:
+    """The base against itself, layer × layer: how different its own layers are (calibration for A)."""
+    from rmfast.analysis.similarity import similarity
+    from rmfast.states import open_states
+
+    base = open_states(args.data / "A" / "checkpoint-0.parquet")
+    layers = [x for x in base.layers if x != "0"]
+    t0 = time.perf_counter()
+    res = similarity(base, base, layers_a=layers, layers_b=layers, bootstrap=0, permutations=0)
+    res.pairs[SLIM].round(6).to_csv(args.results / "training_base_self.csv", index=False)
+    _save_timings(args.results / "timings.json", {"A base self": round(time.perf_counter() - t0, 1)})
+
+
+def lora_a(args) -> None:
+    """Per layer, the size of each checkpoint's merged LoRA update: ‖ΔW‖_F / ‖W‖_F over the layer's
+    seven projections (ΔW = α/r · B·A), from the adapter files and the base's weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    rows = []
+    for step, ck in _checkpoints(args.run):
+        cfg = json.loads((ck / "adapter_config.json").read_text())
+        base = load_file(Path(cfg["base_model_name_or_path"]) / "model.safetensors")
+        ad, scale = load_file(ck / "adapter_model.safetensors"), cfg["lora_alpha"] / cfg["r"]
+        per: dict = {}
+        for k in ad:
+            if not k.endswith("lora_A.weight"):
+                continue
+            name = k.split("base_model.model.")[1].replace(".lora_A.weight", ".weight")
+            dw = scale * ad[k.replace("lora_A", "lora_B")].double() @ ad[k].double()
+            w = base[name].double()
+            layer = int(name.split(".")[2])
+            d2, w2 = per.get(layer, (0.0, 0.0))
+            per[layer] = (d2 + float(torch.sum(dw * dw)), w2 + float(torch.sum(w * w)))
+        rows += [{"step": step, "layer": layer + 1, "rel_update": (d2 / w2) ** 0.5} for layer, (d2, w2) in per.items()]
+    pd.DataFrame(rows).round(6).to_csv(args.results / "training_lora_update.csv", index=False)
+
+
 def similarity_b(args) -> None:
     from rmfast.analysis.similarity import similarity
 
@@ -261,26 +299,33 @@ def figures(args) -> None:
     tables(r)
 
 
+def _md(df: pd.DataFrame, index: bool = True) -> str:
+    """A markdown table (no tabulate dependency)."""
+    df = df.reset_index() if index else df
+    cells = [[str(c) for c in df.columns]] + [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row]
+                                               for row in df.itertuples(index=False)]
+    lines = ["| " + " | ".join(r) + " |" for r in cells]
+    return "\n".join([lines[0], "|" + "---|" * len(df.columns), *lines[1:]])
+
+
 def tables(r: Path) -> None:
     """The markdown tables of docs/representations.md, from the CSVs."""
     diag = pd.read_csv(r / "training_diagonal.csv", dtype={"layer_a": str})
     for m in ("rv2", "cka_debiased", "cka"):
         t = diag.pivot(index="layer_a", columns="step", values=m)
-        t = t.loc[_order(t.index)]
-        print(f"\n{m}\n" + t.round(4).to_markdown())
+        print(f"\nA {m}: layer x step\n" + _md(t.loc[_order(t.index)].round(4)))
     last = diag[diag["step"] == diag["step"].max()].set_index("layer_a")
-    print(last[["rv2", "rv2_lo", "rv2_hi", "p_rv2", "cka_debiased", "p_cka_debiased", "rv_null_mean"]]
-          .round(4).to_markdown())
+    cols = ["rv2", "rv2_lo", "rv2_hi", "p_rv2", "cka_debiased", "cka", "rv_null_mean"]
+    print("\nA last checkpoint\n" + _md(last.loc[_order(last.index), cols].round(4)))
     full = pd.read_csv(r / "smollm2_gemma3_full.csv", dtype={"layer_a": str, "layer_b": str})
     for m in ("rv2", "cka_debiased", "cka"):
         mat = _matrix(full, m)
-        best = mat.idxmax(axis=1)
         print(f"\nB {m}: per SmolLM2 layer, the best Gemma layer\n"
-              + pd.DataFrame({"gemma_layer": best, m: mat.max(axis=1)}).round(4).to_markdown())
+              + _md(pd.DataFrame({"gemma_layer": mat.idxmax(axis=1), m: mat.max(axis=1)}).round(4)))
     tested = pd.read_csv(r / "smollm2_gemma3_tested.csv", dtype={"layer_a": str, "layer_b": str})
     cols = ["layer_a", "layer_b", "n", "rv2", "rv2_lo", "rv2_hi", "p_rv2", "cka_debiased", "cka_debiased_lo",
             "cka_debiased_hi", "p_cka_debiased", "cka", "rv_null_mean", "p_cka"]
-    print("\nB tested\n" + tested[cols].round(4).to_markdown(index=False))
+    print("\nB tested\n" + _md(tested[cols].round(4), index=False))
 
 
 def main(argv=None) -> None:
@@ -290,10 +335,10 @@ def main(argv=None) -> None:
     p.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results" / "representations")
     p.add_argument("--figures", type=Path, default=REPO / "docs" / "figures")
     p.add_argument("--n", type=int, default=4096, help="candidates per set (default 4096)")
-    p.add_argument("--steps", default="prepare,scan_a,scan_b,similarity_a,similarity_b,surface_b,figures")
+    p.add_argument("--steps", default="prepare,scan_a,scan_b,similarity_a,base_self_a,lora_a,similarity_b,surface_b,figures")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
-    fns = {"prepare": prepare, "scan_a": scan_a, "scan_b": scan_b, "similarity_a": similarity_a, "similarity_b": similarity_b, "surface_b": surface_b, "figures": figures}
+    fns = {"prepare": prepare, "scan_a": scan_a, "scan_b": scan_b, "similarity_a": similarity_a, "similarity_b": similarity_b, "base_self_a": base_self_a, "lora_a": lora_a, "surface_b": surface_b, "figures": figures}
     for s in args.steps.split(","):
         fns[s](args)
 
