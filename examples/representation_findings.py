@@ -287,11 +287,13 @@ def figures(args) -> None:
     fig.tight_layout()
     fig.savefig(figs / "representations_training_layers.png", dpi=90)
     full_csv = sorted(r.glob("training_full_checkpoint-*.csv"))[-1]
-    mats = [(_matrix(pd.read_csv(full_csv, dtype={"layer_a": str, "layer_b": str}), "rv2"),
-             f"{full_csv.stem.split('_')[-1]} vs base (RV2)", "checkpoint layer", "base layer"),
-            (_matrix(pd.read_csv(r / "smollm2_gemma3_full.csv", dtype={"layer_a": str, "layer_b": str}), "rv2"),
-             "SmolLM2 vs Gemma 3 (RV2)", "Gemma 3 270M layer", "SmolLM2-135M layer")]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    read = lambda f: pd.read_csv(f, dtype={"layer_a": str, "layer_b": str})  # noqa: E731
+    mats = [(_matrix(read(r / "training_base_self.csv"), "rv2"), "base vs base (RV2)", "base layer", "base layer"),
+            (_matrix(read(full_csv), "rv2"), f"{full_csv.stem.split('_')[-1]} vs base (RV2)", "checkpoint layer",
+             "base layer"),
+            (_matrix(read(r / "smollm2_gemma3_full.csv"), "rv2"), "SmolLM2 vs Gemma 3 (RV2)", "Gemma 3 270M layer",
+             "SmolLM2-135M layer")]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.9), layout="constrained")
     for ax, (mat, title, xl, yl) in zip(axes, mats):
         im = _heatmap(ax, mat, title, xl, yl)
     fig.colorbar(im, ax=axes, shrink=0.8)
