@@ -15,10 +15,15 @@ Steps (``--steps``, default all of them, in order):
   checkpoint on the A ids (the chat template, the trained score head's position); SmolLM2 and
   Gemma 3 on the B ids with a seeded random score head and one plain template, so that both
   states sit on the response token itself.
-- ``similarity_a``, ``similarity_b``: A, per layer, each checkpoint against checkpoint-0 (the diagonal), the full
-  layer × layer matrix of the last checkpoint, and the scores' Spearman with checkpoint-0;
-  B, the full SmolLM2 × Gemma matrix, and a permutation test (shuffled matching) with
-  bootstrap intervals on the depth-matched pairs. CSVs into ``--results``.
+- ``similarity_a``: per layer, each checkpoint against checkpoint-0 (the diagonal; 10 bootstrap
+  replicates and 9 permutations for the last), and the last checkpoint's full layer × layer matrix.
+- ``scores_a``: Spearman of each checkpoint's rewards with checkpoint-0's.
+- ``base_self_a``: the base against itself, layer × layer (how much its own layers differ).
+- ``lora_a``: per decoder layer, ‖ΔW‖_F / ‖W‖_F of each checkpoint's merged LoRA update.
+- ``similarity_b``: the full SmolLM2 × Gemma matrix, and a permutation test (shuffled matching,
+  19) with bootstrap intervals (20) on depth-matched pairs.
+- ``surface_b``: the depth-matched pairs again with seven surface features of the strings
+  regressed out of both sides, and each side's similarity with those features.
 - ``figures``: PNGs into ``--figures`` and the markdown tables on stdout.
 """
 
@@ -133,16 +138,14 @@ def similarity_a(args) -> None:
     steps = [s for s, _ in _checkpoints(args.run)]
     base = open_states(A / "checkpoint-0.parquet")
     layers = [x for x in base.layers if x != "0"]  # layer 0 is the template's last token: one row for all
-    rows, s0 = [], pd.read_parquet(A / "checkpoint-0.parquet").set_index("token_id")["score"]
+    rows = []
     for s in steps[1:]:
         t0 = time.perf_counter()
         last = s == steps[-1]
         kw = dict(bootstrap=10, permutations=9) if last else dict(bootstrap=0, permutations=0)
         d = _diagonal(base, A / f"checkpoint-{s}.parquet", layers, **kw).assign(step=s)
         rows.append(d)
-        sc = pd.read_parquet(A / f"checkpoint-{s}.parquet").set_index("token_id")["score"]
         timings[f"A diagonal checkpoint-{s}"] = round(time.perf_counter() - t0, 1)
-        timings[f"A score spearman checkpoint-{s}"] = round(float(s0.corr(sc.reindex(s0.index), method="spearman")), 4)
     pd.concat(rows, ignore_index=True).to_csv(out / "training_diagonal.csv", index=False)
     t0 = time.perf_counter()
     full = similarity(base, A / f"checkpoint-{steps[-1]}.parquet", layers_a=layers, layers_b=layers, bootstrap=0,
@@ -150,6 +153,16 @@ def similarity_a(args) -> None:
     full.pairs[SLIM].round(6).to_csv(out / f"training_full_checkpoint-{steps[-1]}.csv", index=False)
     timings[f"A full checkpoint-{steps[-1]}"] = round(time.perf_counter() - t0, 1)
     _save_timings(out / "timings.json", timings)
+
+
+def scores_a(args) -> None:
+    """Spearman of each checkpoint's rewards with checkpoint-0's over the A candidates."""
+    A = args.data / "A"
+    s0 = pd.read_parquet(A / "checkpoint-0.parquet").set_index("token_id")["score"]
+    rows = [{"step": s, "spearman_with_checkpoint_0": float(s0.corr(
+        pd.read_parquet(A / f"checkpoint-{s}.parquet").set_index("token_id")["score"].reindex(s0.index),
+        method="spearman"))} for s, _ in _checkpoints(args.run)]
+    pd.DataFrame(rows).round(4).to_csv(args.results / "training_score_spearman.csv", index=False)
 
 
 def base_self_a(args) -> None:
@@ -337,10 +350,10 @@ def main(argv=None) -> None:
     p.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results" / "representations")
     p.add_argument("--figures", type=Path, default=REPO / "docs" / "figures")
     p.add_argument("--n", type=int, default=4096, help="candidates per set (default 4096)")
-    p.add_argument("--steps", default="prepare,scan_a,scan_b,similarity_a,base_self_a,lora_a,similarity_b,surface_b,figures")
+    p.add_argument("--steps", default="prepare,scan_a,scan_b,similarity_a,scores_a,base_self_a,lora_a,similarity_b,surface_b,figures")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
-    fns = {"prepare": prepare, "scan_a": scan_a, "scan_b": scan_b, "similarity_a": similarity_a, "similarity_b": similarity_b, "base_self_a": base_self_a, "lora_a": lora_a, "surface_b": surface_b, "figures": figures}
+    fns = {"prepare": prepare, "scan_a": scan_a, "scan_b": scan_b, "similarity_a": similarity_a, "similarity_b": similarity_b, "base_self_a": base_self_a, "scores_a": scores_a, "lora_a": lora_a, "surface_b": surface_b, "figures": figures}
     for s in args.steps.split(","):
         fns[s](args)
 
