@@ -190,6 +190,21 @@ def test_lens_needs_a_score_head(tmp_path, smol_tokenizer, capsys):
     assert one_line_error(rc, se) and "score head" in se, se
 
 
+def test_random_head_seed_gives_a_causal_lm_a_score_head_states_and_lens(tmp_path, smol_tokenizer, capsys):
+    d = tmp_path / "lm"
+    T.tiny("llama", "causal_lm").save_pretrained(d)
+    smol_tokenizer.save_pretrained(d)
+    outs = []
+    for name in ("a", "b"):
+        out = tmp_path / f"{name}.parquet"
+        rc, _, se = run(["scan", str(d), "--dtype", "float32", "--token-ids", "0:10", "--random-head-seed", "3",
+                         "--states", "last_normed", "--lens", "--no-progress", "--out", str(out)], capsys)
+        assert rc == 0, se
+        outs.append(pd.read_parquet(out))
+        assert open_states(out).n == 10
+    assert "lens_last" in outs[0] and np.array_equal(outs[0]["score"], outs[1]["score"])  # seeded: the same head
+
+
 def test_analyze_lens_tables_and_figure(tiny_dir, tmp_path, capsys):
     rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--lens")
     assert rc == 0, se

@@ -49,6 +49,9 @@ def register(sub) -> None:
     p.add_argument("--lens", action="store_true",
                    help="reward lens: the score head read through the final norm after every layer, as lens_<layer> "
                         "columns (rmfast analyze lens)")
+    p.add_argument("--random-head-seed", type=common.nonneg_int, default=None,
+                   help="load a causal LM with a seeded random one-output score head, e.g. to keep its hidden "
+                        "states at the score head's position (default: off)")
     p.add_argument("--top", type=common.nonneg_int, default=20, help="rows in the printed top/bottom tables (default 20)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
@@ -109,7 +112,8 @@ def run(args) -> int:
     engine = dist.engine_for(args.device_map, args.engine)
     dist.init(d)
     try:
-        lm = common.load_model(args, device=dist.device_for(d, args.device), device_map=args.device_map)
+        lm = common.load_model(args, random_head_seed=args.random_head_seed, device=dist.device_for(d, args.device),
+                               device_map=args.device_map)
         tag = f"__{slug(sel.tag())}" if sel.tag() else ""
         out = args.out or os.path.join("results", f"{slug(lm.source.get('name') or args.model)}__{slug(args.prompt)}{tag}.parquet")
         out = check_output(out, args.overwrite)
