@@ -244,7 +244,7 @@ def test_many_prompts_share_batches_and_stay_exact(tok, arch):
     convs = ["Hi", "Name a colour, any colour you like.", MULTI, CONVS[1], "What, in one word, is best?"]
     words = "red green blue cyan teal navy gold ruby".split()
     responses = [[" ".join(words[i:i + k]) for k in (1, 2, 3)] + ["Love"] for i in range(len(convs))]
-    scorer = RewardScorer(model, tok)
+    scorer = RewardScorer(model, tok, share_batches=True)  # "auto": on CUDA only
     flat = np.array([x for s in scorer.score(convs, responses) for x in s])
     st = scorer.last_stats
     assert st.n_prompts == len(convs) and st.n_batches < st.n_prompts  # rows of several prompts per batch
@@ -253,6 +253,10 @@ def test_many_prompts_share_batches_and_stay_exact(tok, arch):
     ref32 = direct(model, tok, convs, responses)
     ref64 = direct(copy.deepcopy(model).double(), tok, convs, responses)
     assert_agree_to_rounding(ref32, flat, ref64)
+    # each prompt is encoded once per call, even with no cache across calls and buckets spanning conversations
+    lean = RewardScorer(model, tok, cache_prompts=0, batch_size=3, share_batches=True)  # batches of a few of a wave's conversations
+    lean.score(convs, [rs + [r + " and more words here" for r in rs] for rs in responses])
+    assert lean.last_stats.prompt_passes == len(convs) and len(lean._plans) == 0
     # alone, each conversation gives the same scores to fp32 rounding (other batch shapes, other sums)
     alone = np.array([x for c, rs in zip(convs, responses) for x in scorer.score([c], [rs])[0]])
     assert_agree_to_rounding(ref32, alone, ref64)
@@ -264,7 +268,7 @@ def test_states_per_response_from_the_same_forward(tok, arch):
     states are HF's ``hidden_states`` of its whole conversation at the final position, to fp32 rounding
     (several prompts and lengths in one batch, so each row is read at its own position)."""
     model = T.tiny(arch, num_labels=1, pad_token_id=2)
-    scorer = RewardScorer(model, tok)
+    scorer = RewardScorer(model, tok, share_batches=True)
     scores, st = scorer.score_with_states(CONVS, RESPONSES, "1,last_normed")
     assert scores == scorer.score(CONVS, RESPONSES) and sorted(st) == ["1", "last_normed"]
     assert [t.shape[0] for t in st["1"]] == [len(r) for r in RESPONSES]
@@ -293,7 +297,7 @@ def test_bf16_ranks_as_well_as_hf_bf16(tok, arch):
     truth = direct(model, tok, convs, responses)
     bf = copy.deepcopy(model).to(torch.bfloat16)
     ref = direct(bf, tok, convs, responses)
-    got = np.array([x for s in RewardScorer(bf, tok).score(convs, responses) for x in s])
+    got = np.array([x for s in RewardScorer(bf, tok, share_batches=True).score(convs, responses) for x in s])
     rho_got, rho_ref = stats.spearmanr(got, truth).statistic, stats.spearmanr(ref, truth).statistic
     assert rho_got > rho_ref - 0.01 and rho_got > 0.9, (rho_got, rho_ref)
 

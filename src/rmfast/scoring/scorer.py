@@ -110,6 +110,8 @@ class ScoreStats:
             similar lengths right-padded to the batch's longest, :func:`length_buckets`).
         response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the prompts encoded.
         resumed_rows: rows taken from a checkpoint rather than scored.
+        prompt_passes: prompts encoded by this call (each distinct conversation at most once; those
+            from the cache not at all).
         wall_s: seconds for the call.
     """
 
@@ -125,6 +127,7 @@ class ScoreStats:
     resumed_rows: int = 0
     wall_s: float = 0.0
     padded_tokens: int = 0
+    prompt_passes: int = 0
 
     @property
     def padding_waste(self) -> float:
@@ -261,6 +264,10 @@ class RewardScorer:
             (scored as the template renders it, plain-HF path).
         max_tokens: longest response in tokens (None: the model's position limit only).
         cache_prompts: plans (prompt encodings) kept across calls (default 8; 0: none).
+        share_batches: rows of several conversations in one batch (waves, :meth:`_waves`): "auto" (default:
+            on CUDA, where a few conversations' rows leave the GEMMs narrow; off on CPU, where a batch of a
+            few hundred tokens already runs near the GEMM peak and sharing measured 0.7-0.97x: more padding
+            and a per-prompt attention call per layer, docs/backend.md), True or False.
 
     Example:
         >>> import rmfast  # doctest: +SKIP
@@ -271,7 +278,8 @@ class RewardScorer:
 
     def __init__(self, model, tokenizer=None, *, dtype: str = "auto", device: str = "auto", head: str = "auto",
                  head_index: int = 0, engine: str = "auto", batch_size="auto", template: str | None = None,
-                 compat: str | None = None, max_tokens: int | None = None, cache_prompts: int = 8, **load_kw):
+                 compat: str | None = None, max_tokens: int | None = None, cache_prompts: int = 8,
+                 share_batches="auto", **load_kw):
         self.model, self.tokenizer, self.source, default_t = _model_and_tokenizer(
             model, tokenizer, {"dtype": dtype, "device": device, **load_kw})
         self.template = template if template is not None else default_t
@@ -288,6 +296,9 @@ class RewardScorer:
         if int(cache_prompts) < 0:
             raise UserError("cache_prompts must be >= 0")
         self.cache_prompts = int(cache_prompts)
+        if share_batches not in ("auto", True, False):
+            raise UserError(f"share_batches={share_batches!r}: give 'auto', True or False")
+        self.share_batches = self.device.type == "cuda" if share_batches == "auto" else share_batches
         self._plans: OrderedDict = OrderedDict()  # Conversation -> ScoringPlan, least recently used first
         self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
         self._lock = threading.RLock()
@@ -474,12 +485,12 @@ class RewardScorer:
                 tmpl = max((job.tmpls[c] for c in wave), key=lambda t: len(t.prefix_ids))
                 for bucket in length_buckets(sorted(lens)):
                     idx = np.asarray([u for n in bucket for u in lens[n]], dtype=np.int64)
-                    groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None), self._rows_scorer(job)))
+                    groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None), self._rows_scorer(job, wave)))
         else:
             for (ci, n, odd), idx in sorted(by.items()):
                 if odd < 0:
                     groups.append(Group(np.asarray(idx, dtype=np.int64), self._rows_per_batch(job.tmpls[ci], n, None),
-                                        self._rows_scorer(job)))
+                                        self._rows_scorer(job, {ci})))
         for (ci, n, odd), idx in sorted(by.items()):
             if odd >= 0:
                 row_t = job.rows[odd][1].template
@@ -502,6 +513,8 @@ class RewardScorer:
             if odd < 0:
                 tokens[c] += len(idx) * (n + len(job.tmpls[c].suffix_ids))
         waves, cur, cur_tokens, cur_bytes = [], set(), 0, 0
+        if not self.share_batches:
+            return [{c} for c in range(len(job.convs))]
         for c in range(len(job.convs)):
             kv = self.prompt_bytes(len(job.tmpls[c].prefix_ids))
             full = self._rows_per_batch(job.tmpls[c], 64, None) * (64 + len(job.tmpls[c].suffix_ids))
@@ -513,14 +526,16 @@ class RewardScorer:
             cur_bytes += kv
         return waves + ([cur] if cur else [])
 
-    def _rows_scorer(self, job: Job):
-        """``score(rows, b)`` for a batch of shared-template rows of one or several conversations:
-        :func:`rmfast.scoring.plan.score_together` over their plans, scores back in the batch's order."""
+    def _rows_scorer(self, job: Job, wave: set):
+        """``score(rows, b)`` for a batch of shared-template rows of one or several conversations of
+        ``wave``: :func:`rmfast.scoring.plan.score_together` over their plans, scores back in the batch's
+        order. The wave's plans stay cached until the next wave's batches run (:meth:`_plan`), so each
+        prompt is encoded once per call whatever the cache size."""
         def score(sel, b):
             by_c: dict = {}  # conversation -> positions in sel
             for k, u in enumerate(sel):
                 by_c.setdefault(job.rows[u][0], []).append(k)
-            self._wave = {job.convs[c] for c in by_c}  # their plans stay cached together (:meth:`_plan`)
+            self._wave = {job.convs[c] for c in wave}
             plans = [self._plan(job.convs[c], job.tmpls[c]) for c in by_c]
             out = score_together(plans, [[job.rows[sel[k]][1].ids for k in ks] for ks in by_c.values()], b,
                                  states=self._states)
@@ -565,6 +580,7 @@ class RewardScorer:
                             share_with=share)
         self._plans[conv] = plan
         self._fresh.add(conv)
+        self.last_stats.prompt_passes += 1
         return plan
 
     def _stats(self, job: Job) -> ScoreStats:
