@@ -254,9 +254,10 @@ def test_many_prompts_share_batches_and_stay_exact(tok, arch):
     ref64 = direct(copy.deepcopy(model).double(), tok, convs, responses)
     assert_agree_to_rounding(ref32, flat, ref64)
     # each prompt is encoded once per call, even with no cache across calls and buckets spanning conversations
-    lean = RewardScorer(model, tok, cache_prompts=0, batch_size=3, share_batches=True)  # batches of a few of a wave's conversations
-    lean.score(convs, [rs + [r + " and more words here" for r in rs] for rs in responses])
-    assert lean.last_stats.prompt_passes == len(convs) and len(lean._plans) == 0
+    lean = RewardScorer(model, tok, cache_prompts=0, batch_size=4, share_batches=True)  # buckets of several batches
+    many = [f"Question {k}: name a colour." for k in range(10)]
+    lean.score(many, [["Love", "red green blue cyan teal navy gold"]] * len(many))
+    assert lean.last_stats.prompt_passes == len(many) and len(lean._plans) == 0
     # alone, each conversation gives the same scores to fp32 rounding (other batch shapes, other sums)
     alone = np.array([x for c, rs in zip(convs, responses) for x in scorer.score([c], [rs])[0]])
     assert_agree_to_rounding(ref32, alone, ref64)
