@@ -34,10 +34,7 @@ def work(tmp_path_factory, smol_tokenizer):
     import yaml
 
     d = tmp_path_factory.mktemp("dist")
-    for name, arch, seed in (("rm-a", "llama", 0), ("rm-b", "gemma", 1)):
-        m = T.tiny(arch, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=seed)
-        m.save_pretrained(d / name)
-        smol_tokenizer.save_pretrained(d / name)
+    T.save_rms(d, smol_tokenizer, (("rm-a", "llama", 0), ("rm-b", "gemma", 1)))
     (d / "texts.txt").write_text("\n".join(TEXTS) + "\n")
     cfg = {"defaults": {"dtype": "float32", "device": "cpu"}, "models": ["./rm-a", "./rm-b"], "prompts": PROMPTS,
            "candidates": {"vocab": {"vocabulary": {"token_ids": "0:300"}}, "texts": "texts.txt"}}

@@ -22,10 +22,7 @@ TEXTS = ["Love", "The universe", "Water", "music and art", "Albert Einstein", "a
 @pytest.fixture(scope="module")
 def work(tmp_path_factory, smol_tokenizer):
     d = tmp_path_factory.mktemp("states-scaleout")
-    for name, arch, seed in (("rm-a", "llama", 0), ("rm-b", "qwen2", 1)):
-        m = T.tiny(arch, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=seed)
-        m.save_pretrained(d / name)
-        smol_tokenizer.save_pretrained(d / name)
+    T.save_rms(d, smol_tokenizer, (("rm-a", "llama", 0), ("rm-b", "qwen2", 1)))
     (d / "texts.txt").write_text("\n".join(TEXTS) + "\n")
     return d
 

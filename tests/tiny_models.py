@@ -93,3 +93,12 @@ def chatml_tokenizer(vocab_size: int = VOCAB):
 
     return synthetic_tokenizer(vocab_size, bos="<|endoftext|>", eos="<|im_end|>", pad="<|pad|>",
                                extra=("<|im_start|>",), chat_template=CHATML)
+
+
+def save_rms(folder, tokenizer, specs) -> None:
+    """Save tiny one-output reward models with ``tokenizer``: ``specs`` of (name, arch, seed), each to
+    ``folder / name`` (the sweep and scale-out tests' model folders)."""
+    for name, arch, seed in specs:
+        m = tiny(arch, num_labels=1, pad_token_id=tokenizer.pad_token_id, seed=seed)
+        m.save_pretrained(folder / name)
+        tokenizer.save_pretrained(folder / name)

@@ -59,7 +59,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..io import check_output, write_csv
-from .common import nonneg_int, positive_int
+from .common import add_states_view_args, nonneg_int, positive_int
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
             "categories", "extremes", "trajectory", "similarity", "lens")
@@ -218,14 +218,7 @@ def register(subparsers) -> None:
     r.add_argument("--no-progress", action="store_true",
                    help="do not announce each section on stderr")
     r.add_argument("--out", required=True, metavar="HTML", help="the report file")
-    r.add_argument("--similarity", metavar="CSV", help="a CSV of 'rmfast analyze similarity --out' to show as "
-                   "layer × layer heatmaps (besides the states folders found beside the scans)")
-    r.add_argument("--states-layers", type=nonneg_int, default=6, metavar="N",
-                   help="states folders beside the scans: compare at most N layers per set, evenly spaced "
-                   "(default 6; 0: all)")
-    r.add_argument("--states-rows", type=nonneg_int, default=4096, metavar="N",
-                   help="states folders beside the scans: at most N shared candidates, a seeded sample "
-                   "(default 4096; 0: all)")
+    add_states_view_args(r)
     r.set_defaults(func=run_report)
 
 

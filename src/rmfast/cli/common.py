@@ -72,6 +72,19 @@ def add_plan_args(p: argparse.ArgumentParser, *, batch_what: str = "rows per bat
                                                         "bounded by free memory)")
 
 
+def add_states_view_args(p: argparse.ArgumentParser) -> None:
+    """The report's and the explorer's representation views: a similarity CSV, and the caps on what is
+    computed from the states folders beside the scans (docs/representations.md, part 6)."""
+    p.add_argument("--similarity", metavar="CSV", help="a CSV of 'rmfast analyze similarity --out' to show as "
+                   "layer × layer heatmaps (besides the states folders found beside the scans)")
+    p.add_argument("--states-layers", type=nonneg_int, default=6, metavar="N",
+                   help="states folders beside the scans: compare at most N layers per set, evenly spaced "
+                   "(default 6; 0: all)")
+    p.add_argument("--states-rows", type=nonneg_int, default=4096, metavar="N",
+                   help="states folders beside the scans: at most N shared candidates, a seeded sample "
+                   "(default 4096; 0: all)")
+
+
 def template_arg(args, lm=None):
     """The --template option as the library takes it: unescaped; else the loaded model's default,
     said in one line (a base model without a chat template gets a plain format)."""

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..io import check_output
-from .common import nonneg_int
+from .common import add_states_view_args
 
 
 def register(subparsers) -> None:
@@ -34,14 +34,7 @@ def register(subparsers) -> None:
     p.add_argument("--title", default="rmfast explorer", help="page title (default 'rmfast explorer')")
     p.add_argument("--no-pair-stats", action="store_true",
                    help="skip Kendall tau / Spearman / RBO of the column pairs (default: computed; needs scipy)")
-    p.add_argument("--similarity", metavar="CSV", help="a CSV of 'rmfast analyze similarity --out' to show as "
-                   "layer × layer heatmaps (besides the states folders found beside the scans)")
-    p.add_argument("--states-layers", type=nonneg_int, default=6, metavar="N",
-                   help="states folders beside the scans: compare at most N layers per set, evenly spaced "
-                   "(default 6; 0: all)")
-    p.add_argument("--states-rows", type=nonneg_int, default=4096, metavar="N",
-                   help="states folders beside the scans: at most N shared candidates, a seeded sample "
-                   "(default 4096; 0: all)")
+    add_states_view_args(p)
     p.set_defaults(func=run)
 
 
