@@ -30,9 +30,14 @@ from __future__ import annotations
 import torch
 
 
+#: torch's CPU flash kernel returning the log-sum-exp (torch >= 2.3); without it the reference form runs
+HAVE_FLASH = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+
+
 def usable(softcap: float | None, window: int | None, P: int, S: int) -> bool:
-    """Whether this form computes the layer's attention: no softcap, and no key outside a window."""
-    return softcap is None and (window is None or window >= P + S)
+    """Whether this form computes the layer's attention: torch has the kernel, no softcap, and no key
+    outside a window."""
+    return HAVE_FLASH and softcap is None and (window is None or window >= P + S)
 
 
 def _flash(q, k, v, scale: float, causal_from: int | None):
