@@ -140,6 +140,30 @@ def test_engine_on_triton_kernels_interpreted(arch, head, short_tmpl, monkeypatc
     torch.testing.assert_close(fast, ref, atol=5e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_rows_of_several_prompts_on_triton_kernels_interpreted(arch, smol_tokenizer, monkeypatch):
+    """The CUDA path of a batch holding several prompts' ragged rows (the scorer's waves): each prompt's
+    Triton attention call on its slice of rows, per-row RoPE, equal to each row scored alone."""
+    pytest.importorskip("triton")
+    import os
+
+    from rmfast.fast.engine import score_prompts
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("triton imported before TRITON_INTERPRET=1 was set")
+    model = small(arch)
+    tmpls = [build_template(smol_tokenizer, p) for p in ("Hi", "Greatest thing ever, in one word?")]
+    g = torch.Generator().manual_seed(4)
+    resp = [torch.randint(5, T.VOCAB, (b, 4), generator=g) for b in (2, 3)]
+    lens = [torch.tensor([4, 2]), torch.tensor([1, 4, 3])]
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    e0 = Engine(model, tmpls[0], head="score")
+    engs = [e0, Engine(model, tmpls[1], head="score", layers=e0.layers)]
+    got = score_prompts(engs, resp, lens)
+    alone = torch.stack([e.score(r[i : i + 1, : int(n[i])])[0] for e, r, n in zip(engs, resp, lens) for i in range(len(n))])
+    torch.testing.assert_close(got, alone, atol=5e-5, rtol=1e-5)
+
+
 # ----------------------------------------------------------------------------------------
 # The compiled CPU layer (Engine(compile=True): torch.compile over rmfast.fast.layer.decoder_layer)
 # ----------------------------------------------------------------------------------------
