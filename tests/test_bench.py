@@ -238,6 +238,63 @@ def test_best_of_n_bad_combination_is_one_line(argv, tmp_path, capsys):
     assert not list((tmp_path / "o").glob("*.csv"))
 
 
+# ----------------------------------------------------------------------------- --workload states
+
+STATES_COLUMNS = {"model", "mode", "states_layers", "layers_kept", "hidden_size", "states_dtype", "n_candidates", "rounds",
+                  "batch_size", "median_s", "min_s", "max_s", "ratio_to_plain", "cand_per_s", "bytes_written",
+                  "bytes_per_candidate", "state_bytes_per_candidate", "peak_mib", "peak_mib_over_plain", "peak_how",
+                  "scores_identical", "dtype", "device", "times_s", "cpu_model", "torch_threads", "torch",
+                  "transformers", "rmfast"}
+
+
+def test_states_overhead_tiny_through_the_cli(tmp_path, capsys):
+    """`rmfast bench --workload states --tiny`: plain / last / all on a random tiny Llama; CSV and JSON with the
+    columns, plain's ratio 1.0, finite times, states folders really written (bytes on disk), same scores."""
+    from cli_run import run
+
+    out = tmp_path / "st"
+    rc, printed, err = run(["bench", "--workload", "states", "--tiny", "--n-candidates", "48", "--repeats", "2",
+                            "--batch-size", "16", "--dtype", "float32", "--threads", "2", "--device", "cpu",
+                            "--out", out], capsys)
+    assert rc == 0, err
+    df = pd.read_csv(out / "states_overhead_latest.csv")
+    assert STATES_COLUMNS <= set(df.columns) and list(df["mode"]) == ["plain", "last", "all"]
+    assert set(df["model"]) == {"llama-3.2-1b@random-tiny"} and (df["n_candidates"] == 48).all()
+    assert (df["rounds"] == 2).all() and df["scores_identical"].all()
+    times = df[["median_s", "min_s", "max_s", "ratio_to_plain", "cand_per_s", "peak_mib"]].to_numpy(dtype=float)
+    assert np.isfinite(times).all() and (df["median_s"] > 0).all()
+    plain, last, every = (df[df["mode"] == m].iloc[0] for m in ("plain", "last", "all"))
+    assert plain["ratio_to_plain"] == 1.0 and plain["bytes_written"] == 0 and plain["layers_kept"] == 0
+    assert last["layers_kept"] == 1 and every["layers_kept"] > last["layers_kept"]
+    for r in (last, every):  # the folder on disk: at least the states themselves (fp32 here), plus keys and manifest
+        assert r["states_dtype"] == "float32" and r["state_bytes_per_candidate"] == r["layers_kept"] * r["hidden_size"] * 4
+        assert r["bytes_per_candidate"] >= r["state_bytes_per_candidate"] > 0
+    assert every["bytes_written"] > last["bytes_written"] > 0
+    meta = json.loads((out / "states_overhead_latest.json").read_text())
+    assert meta["workload"] == "states" and meta["machine"]["cpu_model"] and meta["versions"]["torch"]
+    assert [len(r["times_s"]) for r in meta["rows"]] == [2, 2, 2] and meta["config"]["modes"] == ["last", "all"]
+    assert "| plain |" in printed and "| all |" in printed
+
+
+@pytest.mark.parametrize("argv", [
+    ["--workload", "states", "--n-list", "4"],  # a best-of-n option
+    ["--workload", "states", "--hf-batch", "8"],  # an option of the scan and best-of-n
+    ["--states-modes", "last"],  # a states option with the default scan workload
+    ["--workload", "best-of-n", "--states-modes", "last"],
+    ["--workload", "states", "--tiny", "--states-modes", "last,plain"],  # plain is always timed
+    ["--workload", "states", "--tiny", "--states-modes", "last,middle"],
+    ["--workload", "states", "--tiny", "--states-modes", "99"],  # past the model's layers: after loading, before scans
+    ["--workload", "states", "--tiny", "--n-candidates", "5000"],  # more than the tiny vocabulary
+    ["--workload", "states", "--tiny", "--models", "smollm2-135m-instruct"],  # --tiny alone picks the model
+])
+def test_states_bad_combination_is_one_line(argv, tmp_path, capsys):
+    from cli_run import one_line_error, run
+
+    rc, _, err = run(["bench", *argv, "--device", "cpu", "--out", tmp_path / "o"], capsys)
+    assert one_line_error(rc, err), err
+    assert not list((tmp_path / "o").glob("*.csv"))
+
+
 def test_forward_flops_by_hand():
     """Projections and causal attention, from the dims: 2 layers, hidden 8, 2 query heads and 1 kv head of 4
     dims, intermediate 16; 3 tokens after a 5-token prompt."""

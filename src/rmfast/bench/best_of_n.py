@@ -32,8 +32,6 @@ two (the exactness check; in float32 it is rounding only).
 
 from __future__ import annotations
 
-import csv
-import json
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -309,23 +307,9 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
 def write_best_of_n(rows: list[dict], out: str | Path, config: dict, device: str = "cpu") -> tuple[Path, Path]:
     """Rows to ``<out>/best_of_n_<timestamp>.csv`` and ``.json`` (with the machine, versions and config)
     and the same as ``best_of_n_latest``; the timestamped paths."""
-    from ..loading.loader import resolve_device
-    from ..version import versions
+    from .output import write_workload_rows
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    meta = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "workload": "best-of-n",
-            "machine": machine_info(resolve_device(device)), "versions": versions(), "config": config}
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    for name in (f"best_of_n_{stamp}", "best_of_n_latest"):
-        with open(out / f"{name}.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerows(rows)
-        (out / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1, default=str))
-    log(f"wrote {out}/best_of_n_{stamp}.csv and .json (and best_of_n_latest)")
-    return out / f"best_of_n_{stamp}.csv", out / f"best_of_n_{stamp}.json"
+    return write_workload_rows(rows, out, config, workload="best-of-n", stem="best_of_n", device=device)
 
 
 def config_record(cfg: BestOfNConfig) -> dict:

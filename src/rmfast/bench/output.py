@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from .machine import log
+from .machine import log, machine_info
 
 DEFAULT_OUT = os.path.join("benchmarks", "out")
 METHODS = ("naive", "hf-cache", "rmfast-eager", "rmfast")
@@ -51,6 +51,32 @@ def write_outputs(rows: list[dict], meta: dict, out_dir: Path) -> dict:
         j.write_text(json.dumps({**meta, "rows": flat}, indent=1, default=str))
         paths[name] = (p, j)
     return paths
+
+
+def write_workload_rows(rows: list[dict], out: str | Path, config: dict, *, workload: str, stem: str,
+                        device: str = "cpu") -> tuple[Path, Path]:
+    """A workload's rows (``rmfast bench --workload best-of-n|states``) to ``<out>/<stem>_<timestamp>.csv``
+    and ``.json`` (with the machine, versions and config) and the same as ``<stem>_latest``; the timestamped
+    paths. Lists in a CSV cell are JSON."""
+    import time
+
+    from ..loading.loader import resolve_device
+    from ..version import versions
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    meta = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "workload": workload,
+            "machine": machine_info(resolve_device(device)), "versions": versions(), "config": config}
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    for name in (f"{stem}_{stamp}", f"{stem}_latest"):
+        with open(out / f"{name}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows({k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()} for r in rows)
+        (out / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1, default=str))
+    log(f"wrote {out}/{stem}_{stamp}.csv and .json (and {stem}_latest)")
+    return out / f"{stem}_{stamp}.csv", out / f"{stem}_{stamp}.json"
 
 
 def plot(rows: list[dict], path: Path, title: str) -> Path | None:

@@ -23,21 +23,29 @@ from .common import fraction, int_list, nonneg_int, positive_int
 
 BEST_OF_N_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
 TINY_BEST_OF_N = "--random-init llama-3.2-1b --tiny"
+WORKLOADS = ("scan", "best-of-n", "states")
 
 
-#: Options of one workload only (dest names); given with the other workload they are a one-line error.
-SCAN_ONLY = ("n_candidates", "n_naive", "batch_size", "naive_batch", "check_n", "full", "profile", "compile",
-             "no_plot", "cost_model", "gemm_frac", "prompt_tokens", "prompt")
+#: Options of one workload only (dest names).
+SCAN_ONLY = ("n_naive", "naive_batch", "check_n", "full", "profile", "compile", "no_plot", "cost_model", "gemm_frac",
+             "prompt_tokens")
 BEST_OF_N_ONLY = ("prompt_tokens_list", "n_list", "prompts", "min_len", "max_len", "hf_attention")
+STATES_ONLY = ("states_modes",)
+#: Options of some workloads only -> those workloads; given with another they are a one-line error (exit 2).
+WORKLOAD_OPTIONS = {**{k: ("scan",) for k in SCAN_ONLY}, **{k: ("best-of-n",) for k in BEST_OF_N_ONLY},
+                    **{k: ("states",) for k in STATES_ONLY},
+                    **{k: ("scan", "states") for k in ("n_candidates", "batch_size", "prompt")},
+                    **{k: ("scan", "best-of-n") for k in ("hf_batch", "seed", "no_peak")}}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", default="scan", choices=["scan", "best-of-n"],
+    p.add_argument("--workload", default="scan", choices=WORKLOADS,
                    help="scan: one prompt, a token scan of one-token candidates (default); best-of-n: N responses "
                         "of mixed lengths per prompt, RewardScorer vs HF AutoModelForSequenceClassification on "
-                        "right-padded full conversations (rmfast.bench.best_of_n)")
+                        "right-padded full conversations (rmfast.bench.best_of_n); states: the extra time of a scan "
+                        "with --states last / all over a plain one (rmfast.bench.states_overhead)")
     p.add_argument("--models", default=None,
-                   help=f"comma-separated configurations (default {DEFAULT_MODELS}; best-of-n: {BEST_OF_N_MODEL}); "
+                   help=f"comma-separated configurations (default {DEFAULT_MODELS}; best-of-n, states: {BEST_OF_N_MODEL}); "
                         f"known: {', '.join(BENCH_MODELS)}; any other loadable spec is benchmarked with its default "
                         "head and template (best-of-n: score-head reward models only)")
     p.add_argument("--random-init", default=None, metavar="ALIAS[,ALIAS]",
@@ -49,16 +57,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--random-init: decoder layers, the first N of the real config (default: all the model's)")
     p.add_argument("--tiny", action="store_true",
                    help="--random-init: each config at a CPU-test size (hidden 64, vocab 1,024), its features kept; "
-                        f"best-of-n without --random-init: {TINY_BEST_OF_N} so, with short prompts and responses "
-                        "(a seconds-long smoke run)")
+                        f"best-of-n, states without --random-init: {TINY_BEST_OF_N} so, with short prompts and "
+                        "responses (best-of-n) or 256 candidates (states): a seconds-long smoke run")
     p.add_argument("--init-seed", type=nonneg_int, default=0, help="--random-init: weight seed (default 0)")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"the user turn (default {DEFAULT_PROMPT!r})")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
     p.add_argument("--dtype", default=None,
                    help="auto|bfloat16|float16|float32 (default auto: what `rmfast scan` takes on this machine; on CPU "
-                        "bf16 only where it multiplies clearly faster than fp32; best-of-n: float32)")
+                        "bf16 only where it multiplies clearly faster than fp32; best-of-n: float32; states: bfloat16)")
     p.add_argument("--n-candidates", type=positive_int, default=None,
-                   help="ids timed for rmfast and hf-cache (default 2048 on CPU, 65536 on CUDA)")
+                   help="ids timed for rmfast and hf-cache (default 2048 on CPU, 65536 on CUDA); states: ids per "
+                        "scan, the first of the vocabulary (default 4096; --tiny: 256)")
     p.add_argument("--n-naive", type=positive_int, default=None,
                    help="ids timed for naive, the first of the same sample (default 128 on CPU, 4096 on CUDA)")
     p.add_argument("--batch-size", type=positive_int, default=None, help="rmfast rows per batch (default: scan's auto)")
@@ -68,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--naive-batch", type=int_list, default=None,
                    help="naive batch, or a comma list to probe (default: best of 32,64,128; CUDA 256,1024)")
     p.add_argument("--repeats", type=positive_int, default=None,
-                   help="timed passes per method; the best counts (default 3; best-of-n: 1)")
+                   help="timed passes per method; the best counts (default 3; best-of-n: 1; states: rounds of plain + "
+                        "every mode, the median counts, default 5)")
     p.add_argument("--check-n", type=nonneg_int, default=None,
                    help="ids for the fp32 exactness check of all three methods (default 32 on CPU, 256 on CUDA; 0 skips)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="candidate sample seed; best-of-n: texts and lengths (default 0)")
@@ -102,6 +112,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hf-attention", choices=["sdpa", "eager"], default=None,
                    help="the baseline's attention: sdpa (transformers' default, what users get) or eager "
                         "(default sdpa)")
+    g = p.add_argument_group("states workload (--workload states only)")
+    g.add_argument("--states-modes", default=None, metavar="MODE[,MODE]",
+                   help="the --states of each mode timed beside the plain scan: last, all, last_normed or a layer "
+                        "index (default last,all)")
 
 
 def register(subparsers) -> None:
@@ -123,6 +137,8 @@ def run(args) -> int:
     _check_workload(args)
     if args.workload == "best-of-n":
         return run_best_of_n_cli(args)
+    if args.workload == "states":
+        return run_states_cli(args)
     args.models = args.models or DEFAULT_MODELS
     args.dtype = args.dtype or "auto"
     if args.cost_model:
@@ -220,17 +236,18 @@ def _print_report(rows, extras, meta, paths, out_dir: Path, no_plot: bool) -> No
 
 
 def _check_workload(args) -> None:
-    """An option of the other workload given (a value other than its default): one line, exit 2."""
+    """An option of other workloads given (a value other than its default): one line, exit 2."""
     ap = argparse.ArgumentParser(add_help=False)
     add_arguments(ap)
     dflt = vars(ap.parse_args([]))
-    other = BEST_OF_N_ONLY if args.workload == "scan" else SCAN_ONLY
-    given = [k for k in other if getattr(args, k, None) != dflt[k]]
+    given = [k for k, ws in WORKLOAD_OPTIONS.items() if args.workload not in ws and getattr(args, k, None) != dflt[k]]
     if given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         what = "not an option" if len(given) == 1 else "not options"
-        raise UserError(f"{flags}: {what} of --workload {args.workload} "
-                        f"(only of --workload {'best-of-n' if args.workload == 'scan' else 'scan'})")
+        owners = sorted({", ".join(WORKLOAD_OPTIONS[k]) for k in given})
+        only = (f"only of --workload {owners[0]}" if len(owners) == 1 else
+                "; ".join(f"--{k.replace('_', '-')}: --workload {', '.join(WORKLOAD_OPTIONS[k])}" for k in given))
+        raise UserError(f"{flags}: {what} of --workload {args.workload} ({only})")
 
 
 def run_best_of_n_cli(args) -> int:
@@ -278,5 +295,48 @@ def run_best_of_n_cli(args) -> int:
     if bad:
         print(f"rmfast bench: rmfast and HF scores differ by up to {max(r['max_abs_diff'] for r in bad):.2e} "
               "in float32 (max_abs_diff in the rows)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_states_cli(args) -> int:
+    """``--workload states``: each model through :func:`rmfast.bench.states_overhead.run_states_overhead`, one
+    CSV/JSON; exit 1 where a scan with states scored differently from the plain one."""
+    from dataclasses import replace
+
+    from ..bench.states_overhead import (StatesOverheadConfig, config_record, format_states_table, run_states_overhead,
+                                         write_states_overhead)
+
+    tiny = args.tiny and not args.random_init  # --tiny alone: a small random Llama
+    if tiny and args.models:
+        raise UserError(f"--tiny with --workload states means {TINY_BEST_OF_N}; drop --models or --tiny")
+    modes = tuple(m.strip() for m in (args.states_modes or "last,all").split(",") if m.strip())
+    base = StatesOverheadConfig(
+        n=args.n_candidates or (256 if args.tiny else StatesOverheadConfig.n), repeats=args.repeats or 5, modes=modes,
+        dtype=args.dtype or "bfloat16", device=str(resolve_device(args.device)), threads=args.threads,
+        batch_size=args.batch_size or "auto", prompt=args.prompt, layers=args.layers, tiny=args.tiny,
+        init_seed=args.init_seed, allow_pickle=args.allow_pickle)
+    base.check()  # before any model is loaded
+    if base.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda but CUDA is not available")
+    if args.random_init or tiny:
+        names = args.random_init.split(",") if args.random_init else ["llama-3.2-1b"]
+        cfgs = [replace(base, random_init=n.strip(), tiny=True if tiny else args.tiny) for n in names if n.strip()]
+    else:
+        cfgs = [replace(base, model=m.spec, name=m.name, head=m.head,
+                        random_head_seed=m.random_head_seed, template=m.template)
+                for m in resolve_models(args.models or BEST_OF_N_MODEL)]
+    if not cfgs:
+        raise UserError("--models is empty")
+    rows = []
+    for cfg in cfgs:
+        rows += run_states_overhead(cfg)
+    write_states_overhead(rows, args.out, {**config_record(base), "cli": {k: v for k, v in vars(args).items()
+                                                                          if k != "func"}}, device=base.device)
+    print(format_states_table(rows))
+    bad = [f"{r['model']}/{r['mode']}" for r in rows if not r["scores_identical"]]
+    if bad:
+        print(f"rmfast bench: scores of {', '.join(bad)} differ from the plain scan's (scores_identical in the rows)",
+              file=sys.stderr)
         return 1
     return 0

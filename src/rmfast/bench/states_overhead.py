@@ -1,0 +1,252 @@
+"""The extra time of ``--states last`` and ``--states all`` over a plain scan (issue 24;
+``rmfast bench --workload states``, ``benchmarks/states_overhead.py``).
+
+One process, one model (default the embedded SmolLM2-135M-Instruct with a seeded random score head,
+so the score head and its fast path run), the same ids (the first ``n`` of the vocabulary). The
+plain scan and each states mode are interleaved over ``repeats`` rounds (plain, last, all, plain,
+last, all, ...) after one untimed warm-up scan of each (first-call costs, such as a compiled layer's
+form with states, stay out of the first round); each is a full :func:`rmfast.scoring.pipeline.score_ids`
+job through the batching loop with a checkpoint, a mode's states written to a fresh folder (shards
++ manifest) in the system's temporary folder, as ``rmfast scan --states MODE`` does, and removed
+after it is measured.
+
+One row per mode (``plain`` first): the median, fastest and slowest scan time and the median's
+ratio to plain's (plain's is 1.0), the layers kept, the bytes the states folder took on disk (all
+its files: shards with their keys, manifest) per candidate beside the states alone (layers ×
+hidden × dtype size), the peak memory of the scan (:class:`rmfast.bench.machine.PeakMemory`: the
+process's RSS high-water mark on CPU, reset before each scan, so it includes the model; CUDA's
+``max_memory_allocated`` on a GPU) and its excess over plain's, whether every scan's scores were
+plain's bit for bit, the machine and the versions.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..states import parse_layers
+from ..version import versions
+from .best_of_n import MACHINE_FIELDS, VERSION_FIELDS
+from .machine import PeakMemory, log, machine_info, sync
+from .models import DEFAULT_PROMPT
+
+
+@dataclass
+class StatesOverheadConfig:
+    """One states-overhead run (one model). Every field has the default of ``benchmarks/states_overhead.py``.
+
+    Attributes:
+        n: candidate ids scanned per job, the first ``n`` of the vocabulary (default 4096).
+        repeats: rounds of plain + every mode; the median counts (default 5).
+        modes: the ``--states`` of each timed mode beside plain: ``last``, ``all``, ``last_normed`` or a
+            layer index (default ("last", "all")).
+        dtype: model dtype (default "bfloat16"; the states are kept in it).
+        device: "cpu", "cuda" or "auto" (default "cpu").
+        threads: torch CPU threads (default None: torch's).
+        batch_size: rows per batch (default "auto": scan's).
+        prompt: the user turn (default :data:`rmfast.bench.models.DEFAULT_PROMPT`).
+        model: a loadable spec (default "smollm2-135m-instruct", the embedded SmolLM2-135M-Instruct).
+        name: the model's name in the rows (default None: ``model``, or the random-init label).
+        head: "score", "logprob" or "auto" (default "score").
+        random_head_seed: seeded random one-output score head for a backbone (default 0; None: the model's).
+        template: chat template or plain format overriding the model's (default None).
+        random_init: instead of ``model``, a registry name built with random weights (default None;
+            :func:`rmfast.bench.random_init.random_init_model`); ``layers``, ``tiny`` and ``init_seed``
+            (defaults None, False, 0) shape it.
+        allow_pickle: load pickled weights where a folder has no safetensors (default False).
+    """
+
+    n: int = 4096
+    repeats: int = 5
+    modes: tuple[str, ...] = ("last", "all")
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    threads: int | None = None
+    batch_size: int | str = "auto"
+    prompt: str = DEFAULT_PROMPT
+    model: str = "smollm2-135m-instruct"
+    name: str | None = None
+    head: str = "score"
+    random_head_seed: int | None = 0
+    template: str | None = None
+    random_init: str | None = None
+    layers: int | None = None
+    tiny: bool = False
+    init_seed: int = 0
+    allow_pickle: bool = False
+
+    def check(self) -> None:
+        """One-line UserErrors for values that cannot run."""
+        if int(self.n) < 1 or int(self.repeats) < 1:
+            raise UserError("states: n-candidates and repeats must be >= 1")
+        if not self.modes:
+            raise UserError("states: give at least one mode (e.g. --states-modes last,all)")
+        for m in self.modes:
+            if m == "plain" or "," in m:
+                raise UserError(f"states: mode {m!r}: give last, all, last_normed or a layer index "
+                                "(plain is always timed)")
+            parse_layers(m, None)
+
+
+def load_model(cfg: StatesOverheadConfig):
+    """(LoadedModel, name, template) of the configuration: a loaded spec, or a random-init build."""
+    if cfg.random_init:
+        from .random_init import label, random_init_model
+
+        try:
+            lm = random_init_model(cfg.random_init, device=cfg.device, dtype=cfg.dtype, layers=cfg.layers,
+                                   tiny=cfg.tiny, seed=cfg.init_seed)
+            name = label(cfg.random_init, layers=cfg.layers, tiny=cfg.tiny)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    else:
+        from ..loading.loader import load
+
+        lm = load(cfg.model, dtype=cfg.dtype, device=cfg.device, random_head_seed=cfg.random_head_seed,
+                  allow_pickle=cfg.allow_pickle)
+        name = cfg.model
+    return lm, cfg.name or name, cfg.template if cfg.template is not None else lm.default_template
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of every file under ``folder``."""
+    return sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file())
+
+
+class _Jobs:
+    """The scans of one run: one model, one id set, a fresh states folder and checkpoint per scan."""
+
+    def __init__(self, lm, template, cfg: StatesOverheadConfig, tmp: Path):
+        self.lm, self.template, self.cfg, self.tmp = lm, template, cfg, tmp
+        self.dev = next(lm.model.parameters()).device
+        self.ids = np.arange(cfg.n, dtype=np.int64)
+        self.mem = PeakMemory(self.dev)
+        self.ref: np.ndarray | None = None
+        self.identical: dict[str, bool] = {}
+        self.info: dict[str, dict] = {}  # mode -> layers, dtype, bytes of its first folder
+        self.batch_size = None
+
+    def run(self, mode: str, r: int) -> tuple[float, float]:
+        """One scan in ``mode`` (round ``r``): (seconds, peak MiB)."""
+        from ..scoring.pipeline import StatesRequest, score_ids
+
+        folder = self.tmp / f"{mode}.{r}.states"
+        req = None if mode == "plain" else StatesRequest(mode, folder=folder)
+        sync(self.dev)
+        self.mem.reset()
+        t0 = time.perf_counter()
+        res = score_ids(self.lm.model, self.lm.tokenizer, self.cfg.prompt, self.ids, head=self.cfg.head,
+                        template=self.template, batch_size=self.cfg.batch_size, progress=False,
+                        checkpoint=self.tmp / f"{mode}.{r}.npz", states=req)
+        sync(self.dev)
+        dt = time.perf_counter() - t0
+        peak = self.mem.read_mib()
+        if self.ref is None:
+            self.ref = res.scores
+        same = bool(np.array_equal(res.scores, self.ref, equal_nan=True))
+        self.identical[mode] = self.identical.get(mode, True) and same
+        self.batch_size = res.manifest.get("batch_size")
+        if req is not None:
+            if mode not in self.info:
+                man = json.loads((folder / "manifest.json").read_text())
+                if int(man["n"]) != self.ids.size:
+                    raise RuntimeError(f"states {mode}: the folder holds {man['n']} rows, not {self.ids.size}")
+                self.info[mode] = {"layers": man["layers"], "dtype": man["dtype"], "hidden": int(man["hidden_size"]),
+                                   "bytes": folder_bytes(folder)}
+            shutil.rmtree(folder)
+        return dt, peak
+
+
+def _rows(jobs: _Jobs, name: str, times: dict, peaks: dict) -> list[dict]:
+    """One row per mode from the rounds' times and peaks."""
+    cfg, lm = jobs.cfg, jobs.lm
+    info, ver = machine_info(jobs.dev), versions()
+    med = {m: statistics.median(v) for m, v in times.items()}
+    rows = []
+    for mode, ts in times.items():
+        st = jobs.info.get(mode, {"layers": [], "dtype": None, "hidden": None, "bytes": 0})
+        size = torch.tensor([], dtype=getattr(torch, st["dtype"])).element_size() if st["dtype"] else 0
+        rows.append({
+            "model": name, "mode": mode, "states_layers": "" if mode == "plain" else mode,
+            "layers_kept": len(st["layers"]), "hidden_size": st["hidden"], "states_dtype": st["dtype"],
+            "n_candidates": cfg.n, "rounds": len(ts), "batch_size": jobs.batch_size,
+            "median_s": round(med[mode], 4), "min_s": round(min(ts), 4), "max_s": round(max(ts), 4),
+            "ratio_to_plain": round(med[mode] / med["plain"], 4), "cand_per_s": round(cfg.n / med[mode], 2),
+            "bytes_written": st["bytes"], "bytes_per_candidate": round(st["bytes"] / cfg.n, 1),
+            "state_bytes_per_candidate": len(st["layers"]) * (st["hidden"] or 0) * size,
+            "peak_mib": round(max(peaks[mode]), 1), "peak_mib_over_plain": round(max(peaks[mode]) - max(peaks["plain"]), 1),
+            "peak_how": jobs.mem.how, "scores_identical": jobs.identical[mode],
+            "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."), "device": str(jobs.dev),
+            "times_s": [round(t, 4) for t in ts],
+            **{k: info.get(k) for k in MACHINE_FIELDS}, **{k: ver.get(k) for k in VERSION_FIELDS}})
+    return rows
+
+
+def run_states_overhead(cfg: StatesOverheadConfig) -> list[dict]:
+    """Plain and every mode of ``cfg`` interleaved over its rounds on its model; one row per mode, plain first
+    (times, ratio to plain, layers, bytes, peak memory, exactness, model, dtype, device, machine, versions)."""
+    cfg.check()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    lm, name, template = load_model(cfg)
+    vocab = lm.model.get_input_embeddings().num_embeddings
+    if cfg.n > vocab:
+        raise UserError(f"states: {cfg.n} candidates but {name} has {vocab:,} ids; give --n-candidates <= {vocab}")
+    for m in cfg.modes:  # a layer index out of range: one line before any scan
+        parse_layers(m, getattr(lm.model.config, "num_hidden_layers", None))
+    modes = ("plain", *dict.fromkeys(cfg.modes))
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    peaks: dict[str, list[float]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory(prefix="rmfast-states-bench-") as tmp:
+        jobs = _Jobs(lm, template, cfg, Path(tmp))
+        t0 = time.perf_counter()
+        for m in modes:  # warm-up: first-touch allocations, thread pools, a compiled layer (and its states form)
+            jobs.run(m, -1)
+        log(f"{name}: {cfg.n} ids, warm-up scans {time.perf_counter() - t0:.1f} s; {cfg.repeats} rounds of "
+            f"{', '.join(modes)}")
+        for r in range(cfg.repeats):
+            for m in modes:
+                dt, peak = jobs.run(m, r)
+                times[m].append(dt)
+                peaks[m].append(peak)
+            log(f"round {r + 1}/{cfg.repeats}: " + "  ".join(f"{m} {times[m][-1]:.3f} s" for m in modes))
+    rows = _rows(jobs, name, times, peaks)
+    for row in rows:
+        log(f"{row['mode']:>8}: median {row['median_s']:.3f} s ({row['ratio_to_plain']:.3f}x plain), "
+            f"{row['layers_kept']} layers, {row['bytes_per_candidate']:,.0f} B/candidate on disk, peak "
+            f"{row['peak_mib']:,.0f} MiB ({row['peak_mib_over_plain']:+,.0f})"
+            + ("" if row["scores_identical"] else "  SCORES DIFFER FROM PLAIN"))
+    return rows
+
+
+def format_states_table(rows: list[dict]) -> str:
+    """A Markdown table of the rows."""
+    out = ["| model | mode | layers | median s | × plain | B/candidate on disk | peak MiB (vs plain) | same scores |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['mode']} | {r['layers_kept']} | {r['median_s']:.3f} | {r['ratio_to_plain']:.3f} "
+                   f"| {r['bytes_per_candidate']:,.0f} | {r['peak_mib']:,.0f} ({r['peak_mib_over_plain']:+,.0f}) "
+                   f"| {'yes' if r['scores_identical'] else 'NO'} |")
+    return "\n".join(out)
+
+
+def write_states_overhead(rows: list[dict], out: str | Path, config: dict, device: str = "cpu") -> tuple[Path, Path]:
+    """Rows to ``<out>/states_overhead_<timestamp>.csv`` and ``.json`` (with the machine, versions and config)
+    and the same as ``states_overhead_latest``; the timestamped paths."""
+    from .output import write_workload_rows
+
+    return write_workload_rows(rows, out, config, workload="states", stem="states_overhead", device=device)
+
+
+def config_record(cfg: StatesOverheadConfig) -> dict:
+    """The configuration as the JSON records it."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
