@@ -303,6 +303,14 @@ def test_bf16_ranks_as_well_as_hf_bf16(tok, arch):
     assert rho_got > rho_ref - 0.01 and rho_got > 0.9, (rho_got, rho_ref)
 
 
+def test_a_model_made_under_inference_mode_scores(tok):
+    """Inference tensors keep no version counter: the stale-plan check must not trip on them."""
+    with torch.inference_mode():
+        model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    want = RewardScorer(T.tiny("llama", num_labels=1, pad_token_id=2), tok).score(CONVS[:1], RESPONSES[:1])
+    assert RewardScorer(model, tok).score(CONVS[:1], RESPONSES[:1]) == want
+
+
 def test_changed_weights_drop_cached_plans(tok):
     """A cached plan holds the prompt's keys/values and fused weight copies: after the weights change in
     place (an optimizer step), the next call scores with the new weights, not the cached ones."""

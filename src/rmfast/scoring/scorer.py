@@ -218,6 +218,15 @@ def length_buckets(lengths: list[int]) -> list[list[int]]:
     return out
 
 
+def _version(t: torch.Tensor) -> int:
+    """A tensor's in-place-update counter; -1 for inference tensors (made under ``torch.inference_mode``,
+    which cannot change in place outside it and keep no counter)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
+
+
 def _split(x, shape: list[int]) -> list:
     """A flat (n,) array as a list of float lists, or a flat (n, Dm) tensor as a list of tensors, of ``shape`` rows."""
     out, k = [], 0
@@ -597,7 +606,7 @@ class RewardScorer:
     def _drop_stale_plans(self) -> None:
         """Cached plans hold prompt encodings and fused weight copies: drop them all if the model's
         weights changed since (an optimizer step, a loaded state dict)."""
-        key = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        key = tuple((p.data_ptr(), _version(p)) for p in self.model.parameters())
         if key != getattr(self, "_weights_key", None):
             self._plans.clear()
             self._weights_key = key
