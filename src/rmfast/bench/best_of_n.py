@@ -43,6 +43,8 @@ import torch
 from ..errors import UserError
 from .flops import forward_flops, gemm_peak, model_dims
 from .machine import log, machine_info, sync
+from .models import ModelChoice
+from .random_init import load_workload_model
 
 WORDS = ("the of and to in is was for on that with as by at from this be it an are or have not which one all "
          "their more time can out about there some would when other into first year only over new most people "
@@ -55,7 +57,7 @@ VERSION_FIELDS = ("torch", "transformers", "rmfast")
 
 
 @dataclass
-class BestOfNConfig:
+class BestOfNConfig(ModelChoice):
     """One best-of-N benchmark run (one model). Every field has the default of ``benchmarks/best_of_n.py``.
 
     Attributes:
@@ -69,14 +71,8 @@ class BestOfNConfig:
         device: "cpu", "cuda" or "auto" (default "cpu").
         threads: torch CPU threads (default None: torch's).
         seed: text and length seed (default 0).
-        model: a loadable spec (default "smollm2-135m-instruct", the embedded SmolLM2-135M-Instruct).
-        name: the model's name in the rows (default None: ``model``, or the random-init label).
-        random_head_seed: seeded random one-output score head for a backbone (default 0; None: the model's).
-        template: chat template or plain format overriding the model's (default None).
-        random_init: instead of ``model``, a registry name built with random weights (default None;
-            :func:`rmfast.bench.random_init.random_init_model`); ``layers``, ``tiny`` and ``init_seed``
-            (defaults None, False, 0) shape it.
-        allow_pickle: load pickled weights where a folder has no safetensors (default False).
+        model, name, random_head_seed, template, random_init, layers, tiny, init_seed, allow_pickle:
+            which model (:class:`rmfast.bench.models.ModelChoice`, same defaults).
         peak: measure the GEMM bound (default True; False: the GEMM fractions are None).
         hf_attention: the baseline's attention implementation (default "sdpa", transformers' default and
             so what users run; "eager": HF's reference arithmetic, which rmfast's own loader picks).
@@ -93,15 +89,6 @@ class BestOfNConfig:
     device: str = "cpu"
     threads: int | None = None
     seed: int = 0
-    model: str = "smollm2-135m-instruct"
-    name: str | None = None
-    random_head_seed: int | None = 0
-    template: str | None = None
-    random_init: str | None = None
-    layers: int | None = None
-    tiny: bool = False
-    init_seed: int = 0
-    allow_pickle: bool = False
     peak: bool = True
     hf_attention: str = "sdpa"
 
@@ -235,26 +222,13 @@ def run_config(lm, scorer, template, P: int, N: int, cfg: BestOfNConfig, rng: ra
 
 
 def load_model(cfg: BestOfNConfig):
-    """(LoadedModel, name, template) of the configuration: a loaded spec, or a random-init build."""
-    if cfg.random_init:
-        from .random_init import label, random_init_model
-
-        try:
-            lm = random_init_model(cfg.random_init, device=cfg.device, dtype=cfg.dtype, layers=cfg.layers,
-                                   tiny=cfg.tiny, seed=cfg.init_seed)
-            name = label(cfg.random_init, layers=cfg.layers, tiny=cfg.tiny)
-        except ValueError as e:
-            raise UserError(str(e)) from None
-    else:
-        from ..loading.loader import load
-
-        lm = load(cfg.model, dtype=cfg.dtype, device=cfg.device, random_head_seed=cfg.random_head_seed,
-                  allow_pickle=cfg.allow_pickle)
-        name = cfg.model
+    """(LoadedModel, name, template) of the configuration (:func:`rmfast.bench.models.load_workload_model`),
+    which must be a reward model (or a backbone with a random head)."""
+    lm, name, template = load_workload_model(cfg)
     if lm.kind != "classifier":
         raise UserError(f"best-of-n compares against AutoModelForSequenceClassification: {name} is a {lm.kind} "
                         "(give a reward model, or a backbone with a random head)")
-    return lm, cfg.name or name, cfg.template if cfg.template is not None else lm.default_template
+    return lm, name, template
 
 
 def set_attention(model, impl: str) -> None:

@@ -45,3 +45,29 @@ def resolve_models(spec: str) -> list[BenchModel]:
     for name in [s.strip() for s in spec.split(",") if s.strip()]:
         out.append(BENCH_MODELS.get(name) or BenchModel(name, name, "auto", None, None, "user-given model"))
     return out
+
+
+@dataclass
+class ModelChoice:
+    """Which model a benchmark workload loads (the fields its config shares; loaded by
+    :func:`rmfast.bench.random_init.load_workload_model`).
+
+    Attributes:
+        model: a loadable spec (default "smollm2-135m-instruct", the embedded SmolLM2-135M-Instruct).
+        name: the model's name in the rows (default None: ``model``, or the random-init label).
+        random_head_seed: seeded random one-output score head for a backbone (default 0; None: the model's).
+        template: chat template or plain format overriding the model's (default None).
+        random_init: instead of ``model``, a registry name built with random weights (default None);
+            ``layers``, ``tiny`` and ``init_seed`` (defaults None, False, 0) shape it.
+        allow_pickle: load pickled weights where a folder has no safetensors (default False).
+    """
+
+    model: str = "smollm2-135m-instruct"
+    name: str | None = None
+    random_head_seed: int | None = 0
+    template: str | None = None
+    random_init: str | None = None
+    layers: int | None = None
+    tiny: bool = False
+    init_seed: int = 0
+    allow_pickle: bool = False

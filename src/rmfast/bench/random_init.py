@@ -38,7 +38,8 @@ import math
 import torch
 
 from ..loading import registry
-from ..loading.loader import LoadedModel
+from ..errors import UserError
+from ..loading.loader import LoadedModel, load
 from ..fast.arch import SUPPORTED
 from .models import BenchModel
 
@@ -274,3 +275,20 @@ def cost_model_config(name: str, *, layers: int | None = None, tiny: bool = Fals
     return {"label": label(name, layers=layers, tiny=tiny), "layers": d["num_hidden_layers"], "d": d["hidden_size"],
             "inter": d["intermediate_size"], "heads": d["num_attention_heads"], "kv_heads": d["num_key_value_heads"],
             "head_dim": d["head_dim"], "vocab": d["vocab_size"], "suffix": FAMILIES[d["model_type"]]["suffix"], "norms": 4 if gemma else 2}
+
+
+def load_workload_model(cfg):
+    """(LoadedModel, name, template) of a workload config (a :class:`rmfast.bench.models.ModelChoice` with
+    ``dtype`` and ``device``): the loaded spec, or a random-init build."""
+    if cfg.random_init:
+        try:
+            lm = random_init_model(cfg.random_init, device=cfg.device, dtype=cfg.dtype, layers=cfg.layers,
+                                   tiny=cfg.tiny, seed=cfg.init_seed)
+            name = label(cfg.random_init, layers=cfg.layers, tiny=cfg.tiny)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    else:
+        lm = load(cfg.model, dtype=cfg.dtype, device=cfg.device, random_head_seed=cfg.random_head_seed,
+                  allow_pickle=cfg.allow_pickle)
+        name = cfg.model
+    return lm, cfg.name or name, cfg.template if cfg.template is not None else lm.default_template

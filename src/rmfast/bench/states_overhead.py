@@ -37,11 +37,12 @@ from ..states import parse_layers
 from ..version import versions
 from .best_of_n import MACHINE_FIELDS, VERSION_FIELDS
 from .machine import PeakMemory, log, machine_info, sync
-from .models import DEFAULT_PROMPT
+from .models import DEFAULT_PROMPT, ModelChoice
+from .random_init import load_workload_model
 
 
 @dataclass
-class StatesOverheadConfig:
+class StatesOverheadConfig(ModelChoice):
     """One states-overhead run (one model). Every field has the default of ``benchmarks/states_overhead.py``.
 
     Attributes:
@@ -54,15 +55,9 @@ class StatesOverheadConfig:
         threads: torch CPU threads (default None: torch's).
         batch_size: rows per batch (default "auto": scan's).
         prompt: the user turn (default :data:`rmfast.bench.models.DEFAULT_PROMPT`).
-        model: a loadable spec (default "smollm2-135m-instruct", the embedded SmolLM2-135M-Instruct).
-        name: the model's name in the rows (default None: ``model``, or the random-init label).
+        model, name, random_head_seed, template, random_init, layers, tiny, init_seed, allow_pickle:
+            which model (:class:`rmfast.bench.models.ModelChoice`, same defaults).
         head: "score", "logprob" or "auto" (default "score").
-        random_head_seed: seeded random one-output score head for a backbone (default 0; None: the model's).
-        template: chat template or plain format overriding the model's (default None).
-        random_init: instead of ``model``, a registry name built with random weights (default None;
-            :func:`rmfast.bench.random_init.random_init_model`); ``layers``, ``tiny`` and ``init_seed``
-            (defaults None, False, 0) shape it.
-        allow_pickle: load pickled weights where a folder has no safetensors (default False).
     """
 
     n: int = 4096
@@ -73,16 +68,7 @@ class StatesOverheadConfig:
     threads: int | None = None
     batch_size: int | str = "auto"
     prompt: str = DEFAULT_PROMPT
-    model: str = "smollm2-135m-instruct"
-    name: str | None = None
     head: str = "score"
-    random_head_seed: int | None = 0
-    template: str | None = None
-    random_init: str | None = None
-    layers: int | None = None
-    tiny: bool = False
-    init_seed: int = 0
-    allow_pickle: bool = False
 
     def check(self) -> None:
         """One-line UserErrors for values that cannot run."""
@@ -95,26 +81,6 @@ class StatesOverheadConfig:
                 raise UserError(f"states: mode {m!r}: give last, all, last_normed or a layer index "
                                 "(plain is always timed)")
             parse_layers(m, None)
-
-
-def load_model(cfg: StatesOverheadConfig):
-    """(LoadedModel, name, template) of the configuration: a loaded spec, or a random-init build."""
-    if cfg.random_init:
-        from .random_init import label, random_init_model
-
-        try:
-            lm = random_init_model(cfg.random_init, device=cfg.device, dtype=cfg.dtype, layers=cfg.layers,
-                                   tiny=cfg.tiny, seed=cfg.init_seed)
-            name = label(cfg.random_init, layers=cfg.layers, tiny=cfg.tiny)
-        except ValueError as e:
-            raise UserError(str(e)) from None
-    else:
-        from ..loading.loader import load
-
-        lm = load(cfg.model, dtype=cfg.dtype, device=cfg.device, random_head_seed=cfg.random_head_seed,
-                  allow_pickle=cfg.allow_pickle)
-        name = cfg.model
-    return lm, cfg.name or name, cfg.template if cfg.template is not None else lm.default_template
 
 
 def folder_bytes(folder: Path) -> int:
@@ -197,7 +163,7 @@ def run_states_overhead(cfg: StatesOverheadConfig) -> list[dict]:
     cfg.check()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    lm, name, template = load_model(cfg)
+    lm, name, template = load_workload_model(cfg)
     vocab = lm.model.get_input_embeddings().num_embeddings
     if cfg.n > vocab:
         raise UserError(f"states: {cfg.n} candidates but {name} has {vocab:,} ids; give --n-candidates <= {vocab}")

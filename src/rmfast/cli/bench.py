@@ -250,6 +250,19 @@ def _check_workload(args) -> None:
         raise UserError(f"{flags}: {what} of --workload {args.workload} ({only})")
 
 
+def _random_init_configs(base, args, tiny: bool):
+    """A workload's configs for ``--random-init`` names (or ``--tiny`` alone: a small random Llama), or None
+    (then ``--models``); CUDA asked where there is none is one line."""
+    from dataclasses import replace
+
+    if base.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda but CUDA is not available")
+    if not (args.random_init or tiny):
+        return None
+    names = args.random_init.split(",") if args.random_init else ["llama-3.2-1b"]
+    return [replace(base, random_init=n.strip(), tiny=True if tiny else args.tiny) for n in names if n.strip()]
+
+
 def run_best_of_n_cli(args) -> int:
     """``--workload best-of-n``: each model through :func:`rmfast.bench.best_of_n.run_best_of_n`, one CSV/JSON."""
     from dataclasses import replace
@@ -271,12 +284,8 @@ def run_best_of_n_cli(args) -> int:
         repeats=args.repeats or 1, dtype=args.dtype or "float32", device=str(resolve_device(args.device)),
         threads=args.threads, seed=args.seed, layers=args.layers, tiny=args.tiny, init_seed=args.init_seed,
         allow_pickle=args.allow_pickle, peak=not args.no_peak, hf_attention=args.hf_attention or "sdpa")
-    if base.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda but CUDA is not available")
-    if args.random_init or tiny:
-        names = args.random_init.split(",") if args.random_init else ["llama-3.2-1b"]
-        cfgs = [replace(base, random_init=n.strip(), tiny=True if tiny else args.tiny) for n in names if n.strip()]
-    else:
+    cfgs = _random_init_configs(base, args, tiny)
+    if cfgs is None:
         models = resolve_models(args.models or BEST_OF_N_MODEL)
         bad = [m.name for m in models if m.head not in ("score", "auto")]
         if bad:
@@ -317,12 +326,8 @@ def run_states_cli(args) -> int:
         batch_size=args.batch_size or "auto", prompt=args.prompt, layers=args.layers, tiny=args.tiny,
         init_seed=args.init_seed, allow_pickle=args.allow_pickle)
     base.check()  # before any model is loaded
-    if base.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda but CUDA is not available")
-    if args.random_init or tiny:
-        names = args.random_init.split(",") if args.random_init else ["llama-3.2-1b"]
-        cfgs = [replace(base, random_init=n.strip(), tiny=True if tiny else args.tiny) for n in names if n.strip()]
-    else:
+    cfgs = _random_init_configs(base, args, tiny)
+    if cfgs is None:
         cfgs = [replace(base, model=m.spec, name=m.name, head=m.head,
                         random_head_seed=m.random_head_seed, template=m.template)
                 for m in resolve_models(args.models or BEST_OF_N_MODEL)]
