@@ -371,20 +371,15 @@ class Engine:
         return self.head == "score" or len(self.continuation) > 0
 
     @torch.no_grad()
-    def score(self, responses: torch.Tensor, taps: set | None = None, lengths: torch.Tensor | None = None):
+    def score(self, responses: torch.Tensor, taps: set | None = None):
         """responses: (B, n) token ids, all of one length n >= 1. Returns (B,) fp32 scores.
 
         ``taps``: residual-stream indices 0..n_layers (0: the embeddings, k: after decoder layer k;
         n_layers: what the final norm reads). Then returns (scores, {k: (B, Dm)}) with each index's
         state at the final position of the row's own pass, in the model dtype: the sequence's final
         position for the score head, the position that predicts the last continuation token for
-        the logprob head (:meth:`states_position_ok`).
-
-        ``lengths`` ((B,) ints, score head, not a gated head): ragged rows, row i's response
-        being ``responses[i, :lengths[i]]`` (right-padded to n, any ids after): :meth:`score_ragged`.
+        the logprob head (:meth:`states_position_ok`). Rows of several lengths: :meth:`score_ragged`.
         """
-        if lengths is not None:
-            return self.score_ragged(responses, lengths, taps)
         sp = self.spec
         responses = responses.to(self.device)
         B, n = responses.shape

@@ -302,7 +302,7 @@ class ScoringPlan:
 
     @torch.no_grad()
     def score(self, cands, rows: int | None = None, template: Template | None = None, states=None,
-              lens: bool = False, lengths=None):
+              lens: bool = False):
         """Scores of ``cands`` ((B, n) token ids, or a list of B equal-length id lists): (B,) float32.
 
         ``rows``: the batch's row count (default :meth:`rows_per_batch`); with ``fixed_shapes`` a
@@ -310,14 +310,8 @@ class ScoringPlan:
         that merged with the shared template carry their own (plain-HF path).
         ``states`` (canonical names, :func:`rmfast.states.parse_layers`) and ``lens``: then a
         :class:`Scored`, taken from the same forward; the scores are the same bits either way.
-        ``lengths``: (B,) real lengths of right-padded rows of different lengths (the fast engine's
-        ragged batches, :meth:`rmfast.fast.engine.Engine.score_ragged`; score head only, no states).
+        Rows of several lengths or prompts in one batch: :func:`score_together`.
         """
-        if lengths is not None:
-            if self.eng is None or template is not None or not self.eng.can_score_ragged():
-                raise ValueError("ragged rows need the fast engine's score head (not gated)")
-            return self.eng.score_ragged(torch.as_tensor(cands, dtype=torch.long),
-                                         torch.as_tensor(lengths)).float().cpu().numpy()
         cands = torch.as_tensor(cands, dtype=torch.long)
         if cands.ndim != 2:
             raise ValueError(f"cands must be (B, n) token ids, got shape {tuple(cands.shape)}")

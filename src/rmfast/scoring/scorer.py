@@ -344,13 +344,11 @@ class RewardScorer:
         """
         from ..states import parse_layers
 
-        with self._lock:
-            names = parse_layers(layers, self._n_layers())
-            if self.head == "logprob":
-                raise UserError("score_with_states: states are taken where a score head reads; this scorer's head "
-                                "is logprob")
-            scores, got = self._run(conversations, responses, progress, None, names)
-            return scores, got
+        names = parse_layers(layers, self._n_layers())
+        if self.head == "logprob":
+            raise UserError("score_with_states: states are taken where a score head reads; this scorer's head "
+                            "is logprob")
+        return self._run(conversations, responses, progress, None, names)
 
     def _run(self, conversations, responses, progress, checkpoint, states):
         with self._lock:
