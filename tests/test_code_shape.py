@@ -117,3 +117,21 @@ def test_the_cycle_finder_finds_a_local_import_cycle(tmp_path):
     (tmp_path / "m.py").write_text("def f():\n    from rmfast.cli import main\n")
     mods = {"rmfast.cli": (tmp_path / "x.py", True), "rmfast.m": (tmp_path / "m.py", False)}
     assert _imports("rmfast.m", tmp_path / "m.py", False, mods) == {"rmfast.cli"}
+
+
+def test_compile_and_engine_help_say_what_auto_does():
+    """The options' help follows the plan: ``--compile auto`` compiles on the CPU kinds in
+    COMPILE_CPU_KINDS (it once said "auto = off"), and no message advises the old engine name."""
+    import argparse
+
+    from rmfast.cli.common import add_plan_args
+    from rmfast.scoring.plan import COMPILE_CPU_KINDS
+
+    p = argparse.ArgumentParser()
+    add_plan_args(p)
+    text = p.format_help()
+    assert "= off" not in text
+    assert all(kind in text for kind in COMPILE_CPU_KINDS)
+    src = Path(__file__).resolve().parents[1] / "src" / "rmfast"
+    stale = [str(f) for f in src.rglob("*.py") if "--engine reference" in f.read_text()]
+    assert not stale, stale

@@ -65,9 +65,9 @@ def add_plan_args(p: argparse.ArgumentParser, *, batch_what: str = "rows per bat
                    help="auto (default): the shared-prompt engine (fast) where supported, else the plain Hugging Face "
                         "forward of each whole conversation (hf; 'reference' is its old name)")
     p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
-                   help="torch.compile the fast engine's CPU decoder layer: auto (default) = off, so a candidate's score "
-                        "never depends on the job's size; on: a one-off compile of seconds, faster on some CPUs "
-                        "(rmfast bench shows both)")
+                   help="torch.compile the fast engine's CPU decoder layer: auto (default) compiles on the CPU kinds where "
+                        "it was measured to pay (AMX Xeon), for every job alike (never decided from the job's size), "
+                        "else eager; on: a one-off compile of seconds wherever it can; off (rmfast bench shows both)")
     p.add_argument("--batch-size", default="auto", help=f"{batch_what}, or auto (default: ~4k tokens per batch on CPU, "
                                                         "bounded by free memory)")
 

@@ -117,7 +117,7 @@ class ArchSpec:
             raise UserError(
                 f"this model's RoPE ({self.model_type}, length-dependent) changes for sequences longer than "
                 f"{self.rope_max_len} tokens, and one here has {int(positions.max()) + 1}: the shared prompt cannot "
-                "serve it; shorten the prompt or responses, or use --engine reference"
+                "serve it; shorten the prompt or responses, or use --engine hf"
             )
         pos = positions[None, :]  # (1, L)
         out = {}

@@ -187,8 +187,9 @@ def scan(
         checkpoint: optional path; finished batches are saved there (atomically) and a rerun with
             the same settings resumes from it, bit-identically.
         model_info: provenance for the manifest (the loader's ``source``); default: config name.
-        compile: "auto" (default, = "off": the eager layer on every job, so a token's score never depends
-            on the job's size), "on" (torch.compile the CPU decoder layer: a one-off compile of seconds;
+        compile: "auto" (default: the compiled layer on the CPU kinds where it was measured to pay,
+            :data:`rmfast.scoring.plan.COMPILE_CPU_KINDS`, else eager; the same for every job, so a token's
+            score never depends on the job's size), "on" (torch.compile the CPU decoder layer: a one-off compile of seconds;
             see :mod:`rmfast.scoring.plan`) or "off".
         keep_checkpoint: leave the checkpoint for the caller to remove once the output is written
             (:func:`drop_checkpoint`; the CLI does this); default False removes it on return.
