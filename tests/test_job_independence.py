@@ -2,7 +2,8 @@
 
 The scoring plan (:mod:`rmfast.scoring.plan`) decides nothing from a job's size: ``compile=auto`` is the
 eager layer for ten ids and for a whole vocabulary alike, and every batch of a token scan is padded
-to one row count, so each GEMM has the shape it has in the whole scan. Without the padding a
+to one row count (or to a smaller size measured on this machine to give the same bits,
+:mod:`rmfast.scoring.padding`), so each row's arithmetic is the whole scan's. Without the padding a
 7-row batch of SmolLM2 rounds differently from a 1,024-row one (MKL/oneDNN pick kernels by M):
 this test fails then, in fp32 and bf16.
 """
@@ -48,3 +49,47 @@ def test_without_padding_the_rounding_would_differ(smol_rm):
     plan.fixed_shapes = False
     alone = np.concatenate([plan.score(ids[i:i + 7], 7) for i in range(0, 70, 7)])
     assert not np.array_equal(alone, full[:70])
+
+
+def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, monkeypatch):
+    """Issue 37 item 12: a short batch runs at the smallest ladder size measured (here, now, into a fresh
+    cache) to give every row the full batch's bits, not at the full row count; the scores are still the
+    whole job's, bit for bit, and a second job reads the verdict from the cache instead of measuring."""
+    import json
+
+    from rmfast.fast.engine import Engine
+    from rmfast.scoring.padding import CACHE_NAME, ladder
+
+    if str(next(smol_rm.model.parameters()).dtype) != "torch.float32":
+        pytest.skip("fp32 only: bf16 is emulated (slow) on some CPUs, and the rule is the same")
+    m, tok = smol_rm.model, smol_rm.tokenizer
+    monkeypatch.setenv("RMFAST_CACHE", str(tmp_path))
+    calls = []
+    real = Engine.score
+    monkeypatch.setattr(Engine, "score", lambda self, ids, *a, **k: calls.append(ids.shape[0]) or real(self, ids, *a, **k))
+    ids = np.arange(2000, 2040)
+    first = scan(m, tok, PROMPT, token_ids=ids, progress=False)
+    rows = first.manifest["batch_size"]
+    verdicts = json.loads((tmp_path / "cpu" / CACHE_NAME).read_text())
+    (v,) = verdicts.values()
+    expect = next((s for s in ladder(rows) if s >= ids.size and v.get(str(s))), rows)
+    assert calls[-1] == expect and "measured now" in first.manifest["padding"]
+    calls.clear()
+    second = scan(m, tok, PROMPT, token_ids=ids, progress=False)
+    assert calls == [expect] and "measured earlier" in second.manifest["padding"]
+    np.testing.assert_array_equal(first.scores, second.scores)  # bit for bit against a whole job: the test above
+
+
+def test_a_size_measured_to_differ_is_never_used(smol_rm, tmp_path):
+    """A ladder size whose rows differ from the full batch's (a verdict False) is skipped: the next size up,
+    at worst the full row count."""
+    from rmfast.scoring.padding import PadSizes
+    from rmfast.scoring.plan import plan_scoring
+    from rmfast.template import build_template
+
+    plan = plan_scoring(smol_rm.model, build_template(smol_rm.tokenizer, PROMPT), head="score")
+    pads = PadSizes(plan.eng, 1, 1365, None)
+    pads.verdicts = {32: False, 64: True, 128: False, 256: False, 512: False, 1024: False}
+    assert pads.rows_for(10) == 64 and pads.rows_for(64) == 64
+    assert pads.rows_for(65) == 1365 and pads.measured == []
+    assert "[32, 128, 256, 512, 1024] differ" in pads.summary()

@@ -27,9 +27,10 @@ batch_size     ``auto`` (~4k tokens per batch on CPU, ~128k on CUDA, never more 
 job's size: ``compile=auto`` takes the same path for ten ids as for a whole vocabulary (the
 compiled layer where this CPU kind was measured to gain from it, else the eager one; the two round
 differently in bf16, ``docs/determinism.md``), and a batch's row count depends only on the response
-length and the machine's free memory. With ``fixed_shapes`` (token scans, GCG) every batch is padded to that
-row count, so each GEMM has the same shape in a subset as in the whole vocabulary: a subset's
-scores equal the whole scan's, bit for bit, in fp32 and bf16 (same machine, threads, dtype).
+length and the machine's free memory. With ``fixed_shapes`` (token scans, GCG) a short batch is padded to that
+row count, or, on the eager CPU engine, to the smallest size measured on this machine to give every row
+the full batch's bits (:mod:`rmfast.scoring.padding`): a subset's scores equal the whole scan's, bit for
+bit, in fp32 and bf16 (same machine, threads, dtype), and a small job no longer pays a whole batch.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from ..errors import UserError
 from .hf_path import final_norm_module, hf_scores, n_layers
 from ..states import LAST_NORMED, layer_index
 from .memory import auto_batch_size, cap_batch_size, parse_batch_size, row_bytes
+from .padding import PadSizes
 from ..fast.arch import arch_spec
 from ..template import Template
 from ..version import __version__
@@ -267,8 +269,9 @@ class ScoringPlan:
         engine: "fast" (:class:`rmfast.fast.engine.Engine`, built once: ``eng``) or "hf".
         compile: the compiled CPU layer (fast engine only).
         batch_size: what was asked: "auto" or rows per batch (:meth:`rows_per_batch` gives the rows).
-        fixed_shapes: pad every batch to :meth:`rows_per_batch` rows, so that a row's arithmetic
-            does not depend on how many candidates the job has (default True).
+        fixed_shapes: pad every short batch so that a row's arithmetic does not depend on how many
+            candidates the job has (default True): to :meth:`rows_per_batch` rows, or to a smaller size
+            measured on this machine to give the same bits (:meth:`padded_rows`).
     """
 
     model: object
@@ -282,6 +285,7 @@ class ScoringPlan:
     eng: Engine | None = None
     compile_reason: str = ""
     _rows: dict = field(default_factory=dict, repr=False)
+    _pads: dict = field(default_factory=dict, repr=False)  # (n, rows) -> PadSizes
 
     @property
     def device(self) -> torch.device:
@@ -318,6 +322,7 @@ class ScoringPlan:
         B = cands.shape[0]
         rows = rows or self.rows_per_batch(cands.shape[1], template)
         if self.fixed_shapes and B < rows:
+            rows = self.padded_rows(B, rows, cands.shape[1], template)
             cands = torch.cat([cands, cands[:1].expand(rows - B, -1)])  # (rows, n)
         L = self.n_layers
         idx, taps = _taps(states, lens, L)
@@ -340,6 +345,34 @@ class ScoringPlan:
             else:
                 lens_out = self._hf_lens(got, L)[:B]
         return Scored(scores, st, lens_out)
+
+    def padded_rows(self, B: int, rows: int, n: int, template: Template | None = None) -> int:
+        """Rows a short batch of B real rows runs as under ``fixed_shapes``: the smallest size measured to
+        give every row a full batch's bits (:mod:`rmfast.scoring.padding`), where that is measured (the
+        eager fast engine on CPU, the plan's own template); else the full ``rows``."""
+        if self.eng is None or template is not None or self.eng.compile or self.device.type != "cpu":
+            return rows
+        key = (int(n), int(rows))
+        if key not in self._pads:
+            from ..loading.files import cache_root
+
+            try:
+                cache = cache_root()
+            except UserError:  # an unusable cache folder: verdicts for this job only
+                cache = None
+            self._pads[key] = PadSizes(self.eng, n, rows, cache)
+        return self._pads[key].rows_for(B)
+
+    def padding(self) -> str:
+        """How short batches were padded, for the manifest (the measured verdicts, or why the full row count)."""
+        if not self.fixed_shapes:
+            return "none: every batch holds just its rows (a row's last bits may depend on its batch)"
+        if not self._pads:
+            why = ("the plain-HF engine" if self.eng is None else "the compiled layer (one graph per shape)"
+                   if self.eng.compile else f"not measured on {self.device.type}" if self.device.type != "cpu" else
+                   "no short batch in this job")
+            return f"every batch padded to the full row count ({why})"
+        return "; ".join(p.summary() for p in self._pads.values())
 
     @property
     def n_layers(self) -> int:
