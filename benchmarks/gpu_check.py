@@ -583,6 +583,7 @@ def main(argv=None) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     text = summarize(out, env, steps, tests, models, bench_rows, costs, dry, ok, partial, clock)
     text += "\n\n" + summarize_workloads(out, workloads, bon_rows, states_rows)
+    text += "\n\nsteps: " + "; ".join(f"{st['step']} {st['status']} ({st['wall_s']} s)" for st in steps)
     (out / "summary.md").write_text(text + "\n")
     log.close()
     with tarfile.open(out / "gpu-check.tar.gz", "w:gz") as tf:

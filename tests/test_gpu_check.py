@@ -82,6 +82,7 @@ def test_dry_run_end_to_end(tmp_path):
     assert [r["mode"] for r in states] == ["plain", "last", "all"] and all(r["scores_identical"] == "True" for r in states)
     summary = (out / "summary.md").read_text()
     assert "| best-of-n-single | ok |" in summary and "| states | ok |" in summary and "aten::" in summary  # the profile
+    assert "steps: env ok" in summary and "; profile ok" in summary  # every step's status, one line
     assert sorted(p.name for p in exp.iterdir()) == sorted(gpu_check.EXPORT) and len(gpu_check.EXPORT) <= 8
     with tarfile.open(out / "gpu-check.tar.gz") as tf:
         names = tf.getnames()

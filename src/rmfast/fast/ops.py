@@ -58,14 +58,14 @@ def triton_attention_config(q):
     with less than ~68 KB a block). The predicate a plan can ask before choosing the attention form."""
     if not uses_triton(q):
         return None
-    from ..kernels.attention_config import device_smem_bytes, launch_config, smem_estimate
+    from ..kernels.attention_config import device_smem_bytes, launch_config, min_smem_bytes
 
     cfg = launch_config(q)
     if cfg is None:
         D, smem = q.shape[-1], device_smem_bytes(q.device)
         key = (D, q.dtype, smem)
         if key not in ATTENTION_FALLBACKS:
-            least = smem_estimate(16, 16, max(16, 1 << (D - 1).bit_length()), q.element_size(), 1)
+            least = min_smem_bytes(D, q.dtype)
             ATTENTION_FALLBACKS[key] = (f"Triton attention for head_dim {D} in {str(q.dtype).removeprefix('torch.')} "
                                         f"needs at least ~{least:,} bytes of shared memory a block, this device has "
                                         f"{smem:,}: the torch attention runs instead (exact, slower)")

@@ -1,6 +1,6 @@
 """The launch configuration of the Triton shared-prefix attention, chosen to fit the device's shared memory.
 
-Pure functions of (head dim, dtype, shared memory per block), no triton import, so the choice is
+Pure functions of (head dim, dtype, shared memory per block), which run without triton, so the choice is
 testable on any machine. :func:`attention_config` returns the first configuration, in order of
 preference, whose shared-memory estimate (:func:`smem_estimate`) fits, or None: then no Triton
 configuration fits this device and the caller takes the torch form (:func:`rmfast.fast.ops.shared_prefix_attention`).
@@ -34,8 +34,16 @@ class AttnConfig:
     smem_bytes: int
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
+def _block_d(head_dim: int) -> int:
+    """The head dim padded to a power of two, at least 16 (``tl.dot``'s minimum)."""
+    from .triton_common import next_pow2
+
+    return max(16, next_pow2(head_dim))
+
+
+def min_smem_bytes(head_dim: int, dtype: torch.dtype) -> int:
+    """The estimate of the smallest configuration :func:`attention_config` tries (16 x 16 tiles, no pipelining)."""
+    return smem_estimate(16, 16, _block_d(head_dim), torch.tensor([], dtype=dtype).element_size(), 1)
 
 
 def smem_estimate(block_m: int, block_n: int, block_d: int, elem_bytes: int, num_stages: int) -> int:
@@ -83,7 +91,7 @@ def attention_config(head_dim: int, dtype: torch.dtype, smem_bytes: int | None, 
     >>> attention_config(256, torch.float32, 40_000) is None   # nothing fits: the torch form
     True
     """
-    block_d = max(16, _pow2(head_dim))
+    block_d = _block_d(head_dim)
     elem = torch.tensor([], dtype=dtype).element_size()
     if not on_cuda:
         return AttnConfig(32, 32, block_d, 4, 1, smem_estimate(32, 32, block_d, elem, 1))
