@@ -6,31 +6,36 @@
 
 Needs PyTorch, Triton, transformers (with tokenizers), numpy and pytest; no package registry, no model
 hub, no `pip install` (it runs from `src/`). Steps, each a subprocess with a time limit inside one
-budget (default 540 s, so the whole call ends within 10 minutes):
+budget (default 540 s: 9 minutes), in this order:
 
 1. **env**: versions, the GPU, its measured bf16 GEMM peak (8192^3 matmul) and copy bandwidth.
-2. **tests**: `pytest tests/test_kernels.py tests/test_gpu.py`: every Triton kernel in fp32, fp16 and
-   bf16 against its torch reference; the engine against plain HF on the tiny model of every
-   architecture on the GPU (fp32 elementwise over the full vocabulary, bf16/fp16 ranks, both heads,
-   Triton and torch kernels); CUDA out-of-memory back-off. On a GPU a skipped test counts as a failure.
-3. **bench**: `rmfast bench --random-init NAME --device cuda` per model (a base architecture of
-   `rmfast.loading.registry.BASES` or an alias of `rmfast models`), smallest first: full-size
-   Llama-3.2-1B, Gemma-2-2B, Llama-3.1-8B, Gemma-2-9B, Gemma-2-27B (the last only where its bf16
-   weights leave 12 GiB free) with random weights: rmfast vs the plain-HF baselines (naive,
-   hf-cache) and the GEMM peak on the model's shapes, scores checked to agree. A model is skipped,
-   and said so, when the budget left is below its estimate.
-4. **collect**: everything under --out: `summary.md` (one screen, also printed), `summary.json`,
-   `tests.csv`, `bench.csv` (every bench row), `cost_model.csv` (per measurement: FLOPs per candidate,
-   predicted time at the measured peak, measured time, fraction; the analytic GPU model beside it),
-   `env.json`, `gpu-check.log`, the step folders, and `gpu-check.tar.gz` of all of it. `--export DIR`
-   copies the top-level files there (six files: what the device tool brings back from $OUT).
+2. **tests**: `pytest tests/test_kernels.py tests/test_gpu.py` (and tests/test_cascade.py where it
+   exists): every Triton kernel in fp32, fp16 and bf16 against its torch reference; the engine against
+   plain HF on the tiny model of every architecture on the GPU; CUDA out-of-memory back-off. On a GPU a
+   skipped test counts as a failure.
+3. **bench**: `rmfast bench --random-init NAME --device cuda --dtype bfloat16` for Llama-3.1-8B (with
+   the full-vocabulary run) and Gemma-2-27B (where its bf16 weights leave 12 GiB free): rmfast vs the
+   plain-HF baselines (naive, hf-cache) and the GEMM peak on the model's shapes, scores checked to agree.
+   The baselines' batch options are planned for the card with the bench's own memory guard
+   (:func:`plan_batches`), so no model is refused before timing.
+4. **workloads** (8B, bf16): best-of-N (prompt 512 and 2,048 x N 16 and 64; 16 prompts x 4), one
+   best-of-N call under torch.profiler (a table by kernel), the states overhead (`last`, `all`).
+5. **bench** of Gemma-2-9B and Gemma-2-2B, as the budget allows.
+   A step is skipped, and said so, when the budget left is below its estimate.
+6. **collect**: everything under --out: `summary.md` (one screen, also printed: every step's status),
+   `summary.json`, `tests.csv`, `bench.csv` (every bench row), `cost_model.csv` (per measurement: FLOPs
+   per candidate, predicted time at the measured peak, measured time, fraction; the analytic GPU model
+   beside it), `best_of_n.csv`, `states.csv`, `profile.txt`, `env.json`, `gpu-check.log`, the step
+   folders, and `gpu-check.tar.gz` of all of it. `--export DIR` copies the top-level files there
+   (:data:`EXPORT`, eight files: what the device tool brings back from $OUT).
 
 `--dry-run`: CPU, float32, the same steps on tiny configs (`--random-init NAME --tiny --layers 2`, a
-few dozen candidates) and a few CPU-capable tests of the same files.
+few dozen candidates; the workloads on `--tiny`, one best-of-N process) and a few CPU-capable tests of
+the same files.
 
-Exit code: 0 when every test passed and no model that ran crashed or disagreed (a model skipped for
-memory or time, or cut at the budget, makes it "PASS (partial: ...)"); 1 otherwise; 2 without CUDA
-(outside --dry-run).
+Exit code: 0 when every test passed and no model or workload that ran crashed or disagreed (a model
+or workload skipped for memory or time, or cut at the budget, makes it "PASS (partial: ...)"); 1
+otherwise; 2 without CUDA (outside --dry-run).
 """
 
 from __future__ import annotations
@@ -52,21 +57,40 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 DEFAULT_OUT = REPO / "benchmarks" / "out" / "gpu-check"
 
-# Per model on the GPU: timed candidates (rmfast, hf-cache), naive's, the baselines' batch options,
-# and a wall-time estimate in seconds (build, GEMM peak, all methods, fp32 check; unmeasured: no GPU
-# was lent when this was written) used to skip a model the budget cannot hold.
+# Per model on the GPU, in the order they run: timed candidates (rmfast, hf-cache), naive's, the baselines'
+# nominal batch options (lowered to what the bench's memory guard allows on the card at hand: plan_batches),
+# a wall-time estimate in seconds (build, GEMM peak, all methods, fp32 check) used to skip a model the
+# budget cannot hold (measured on the H100, 2026-11-26: 8B with --full + 27B 112 s, 9B 37 s, 2B 29 s),
+# whether the full vocabulary is also timed, and whether the model runs after the workloads (only when
+# the budget allows).
 GPU_PLAN = [
-    {"name": "llama-3.2-1b", "n": 32768, "n_naive": 2048, "hf_batch": "512,2048", "naive_batch": "256,1024", "est_s": 45},
-    {"name": "gemma-2-2b", "n": 32768, "n_naive": 2048, "hf_batch": "512,2048", "naive_batch": "256,1024", "est_s": 55},
-    {"name": "llama-3.1-8b", "n": 8192, "n_naive": 512, "hf_batch": "512,2048", "naive_batch": "256,512", "est_s": 70},
-    {"name": "gemma-2-9b", "n": 8192, "n_naive": 512, "hf_batch": "256,1024", "naive_batch": "256,512", "est_s": 80},
-    {"name": "gemma-2-27b", "n": 4096, "n_naive": 256, "hf_batch": "128,512", "naive_batch": "128,256", "est_s": 110},
+    {"name": "llama-3.1-8b", "n": 8192, "n_naive": 512, "hf_batch": "512,2048", "naive_batch": "128,256", "est_s": 60,
+     "full": True},
+    {"name": "gemma-2-27b", "n": 4096, "n_naive": 256, "hf_batch": "128,512", "naive_batch": "64,128", "est_s": 60},
+    {"name": "gemma-2-9b", "n": 8192, "n_naive": 512, "hf_batch": "256,1024", "naive_batch": "64,128", "est_s": 45,
+     "late": True},
+    {"name": "gemma-2-2b", "n": 32768, "n_naive": 1024, "hf_batch": "512,2048", "naive_batch": "128,256", "est_s": 40,
+     "late": True},
 ]
-GPU_TESTS = ["tests/test_kernels.py", "tests/test_gpu.py"]
+GPU_TESTS = ["tests/test_kernels.py", "tests/test_gpu.py", "tests/test_cascade.py"]  # those that exist
+# The workloads on the GPU (8B, bf16): best-of-N (prompt 512 and 2,048 x N 16 and 64; 16 prompts x 4), one
+# best-of-N call under torch.profiler (prompt 2,048, N 64), the states overhead (last, all).
+WORKLOAD_MODEL = "llama-3.1-8b"
+BEST_OF_N_RUNS = {"single": ["--prompt-tokens-list", "512,2048", "--n-list", "16,64"],
+                  "prompts16": ["--prompt-tokens-list", "512", "--n-list", "4", "--prompts", "16"]}
+PROFILE_SHAPE = {"gpu": (2048, 64), "dry": (24, 4)}  # (prompt tokens, N)
+STATES_ARGS = ["--n-candidates", "4096", "--repeats", "3", "--states-modes", "last,all"]
+WORKLOAD_EST_S = {"best-of-n": 60, "profile": 40, "states": 60}
 # The dry run: two families (Llama 3, Gemma 2), shrunk; the tests of the same files that run on a CPU.
 DRY_MODELS = "llama-3.2-1b,gemma-2-27b"
 DRY_TESTS_K = "generated_tokenizer or smoke or test_triton_norm_head_fp16"
-EXPORT = ("summary.md", "summary.json", "tests.csv", "bench.csv", "cost_model.csv", "gpu-check.tar.gz")
+EXPORT = ("summary.md", "summary.json", "tests.csv", "bench.csv", "cost_model.csv", "best_of_n.csv", "states.csv",
+          "gpu-check.tar.gz")  # at most 8 files come back from a device machine
+#: what a CUDA process holds beside the weights when the bench's guard reads the free memory (context,
+#: allocator): 0.6-0.7 GiB measured on the H100 (64.5 GiB free after the 8B's 14.0 GiB of weights); planned at 2 GiB
+CUDA_RESERVE = 2 * 2**30
+#: the kit's batches stay this far under the guard's limit (its free memory is planned, not measured)
+GUARD_MARGIN = 0.9
 RESERVE_S = 20  # kept for collecting and writing the results
 
 
@@ -201,7 +225,47 @@ def bench_cmd(name: str, out: Path, dry: bool, plan: dict, check_n: int) -> list
                       "--compile", "off", "--threads", "1"]
     return cmd + ["--device", "cuda", "--dtype", "bfloat16", "--n-candidates", str(plan["n"]), "--n-naive",
                   str(plan["n_naive"]), "--hf-batch", plan["hf_batch"], "--naive-batch", plan["naive_batch"],
-                  "--repeats", "2", "--check-n", str(check_n)]
+                  "--repeats", "2", "--check-n", str(check_n)] + (["--full"] if plan.get("full") else [])
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+def plan_batches(plan: dict, gpu_mem_bytes: int, lm=None) -> dict:
+    """``plan`` with its baseline batch options lowered to what ``rmfast bench``'s memory guard allows on a card
+    of ``gpu_mem_bytes`` (:func:`rmfast.bench.memory_check.largest_batches`, the guard's own rule), so no
+    model is refused before timing (the first H100 run: --hf-batch 2048 for the 8B, 512 for the 27B).
+
+    The free memory the guard will read is planned as the card's less the bf16 weights and
+    :data:`CUDA_RESERVE`, and the batches stay within :data:`GUARD_MARGIN` of its limit: an option over it
+    is dropped and the largest power of two under the limit takes its place. ``lm``: the model's shapes
+    (default :func:`rmfast.bench.random_init.random_init_shapes`, the meta device: no memory). Adds
+    ``guard`` (the planned free memory and the limits) to the returned copy.
+    """
+    import torch
+
+    from rmfast.bench.memory_check import largest_batches, row_estimates
+    from rmfast.bench.models import DEFAULT_PROMPT
+    from rmfast.bench.random_init import random_init_shapes
+
+    lm = lm or random_init_shapes(plan["name"], dtype=torch.bfloat16)
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    free = int(gpu_mem_bytes) - weights - CUDA_RESERVE
+    out = dict(plan)
+    if free <= 0:
+        out["guard"] = {"free_bytes": free, "note": "the bf16 weights do not fit"}
+        return out
+    fits = largest_batches(row_estimates(lm, DEFAULT_PROMPT, "score"), free)
+    out["guard"] = {"free_bytes": free, "weights_bytes": weights, **{k.strip("-"): v for k, v in fits.items()}}
+    for key, opt, rows in (("hf_batch", "--hf-batch", plan["n"]), ("naive_batch", "--naive-batch", plan["n_naive"])):
+        cap = max(1, int(GUARD_MARGIN * fits[opt]))
+        nominal = [int(x) for x in str(plan[key]).split(",")]
+        keep = {o for o in nominal if min(o, rows) <= cap}
+        if len(keep) < len(nominal):
+            keep.add(_pow2_floor(cap))
+        out[key] = ",".join(str(o) for o in sorted(keep))
+    return out
 
 
 def model_fit(name: str, env: dict) -> tuple[bool, int, str]:
@@ -214,6 +278,113 @@ def model_fit(name: str, env: dict) -> tuple[bool, int, str]:
         return False, 0, f"{n / 1e9:.1f}B parameters: bf16 weights {2 * n / 2**30:.0f} GiB + 12 GiB > {mem / 2**30:.0f} GiB"
     check = 64 if 4 * n + 6 * 2**30 < mem else 0
     return True, check, f"{n / 1e9:.2f}B parameters" + ("" if check else "; no fp32 check (an fp32 copy does not fit)")
+
+
+def bench_model(name: str, plan: dict | None, ctx: dict) -> dict:
+    """One model's `rmfast bench` step (its batch options planned for the card: :func:`plan_batches`); its record."""
+    from rmfast.bench.random_init import label
+
+    dry, clock, log = ctx["dry"], ctx["clock"], ctx["log"]
+    plan = plan or {"name": name, "n": 8192, "n_naive": 512, "hf_batch": "256,1024", "naive_batch": "128,256", "est_s": 90}
+    m = {"name": name, "label": label(name, layers=2, tiny=True) if dry else label(name)}
+    est = 5 if dry else plan["est_s"]
+    check_n = 8
+    if not dry:
+        fits, check_n, why = model_fit(name, ctx["env"])
+        m["fit"] = why
+        if not fits:
+            m["status"] = f"skipped: does not fit ({why})"
+            say(f"{name}: {m['status']}", log)
+            return m
+    if clock.left() < est:
+        m["status"] = f"skipped: {max(0, clock.left()):.0f} s of budget left, needs ~{est} s"
+        say(f"{name}: {m['status']}", log)
+        return m
+    if not dry:
+        plan = plan_batches(plan, ctx["env"].get("gpu_mem_bytes") or 0)
+        m["guard"] = plan["guard"]
+    st = run_step(f"bench-{name}", bench_cmd(name, ctx["out"] / "bench" / name, dry, plan, check_n), ctx["out"] / "steps",
+                  clock.left(), log)
+    ctx["steps"].append(st)
+    m["rc"], m["check_n"], m["failed"] = st["rc"], check_n, False
+    disagree = st["rc"] == 1 and "scores disagree" in (ctx["out"] / st["log"]).read_text(errors="replace")
+    if st["rc"] == 0:
+        m["status"] = "ok"
+    elif st["rc"] is None:
+        m["status"] = f"cut at the budget ({st['wall_s']:.0f} s)"
+    elif disagree and check_n == 0:
+        # bf16 ranks below the HF-vs-HF floor and no fp32 truth to judge them by: not verified, not wrong
+        m["status"] = "bf16 ranks unverified (no fp32 truth: an fp32 copy does not fit)"
+    else:
+        m["status"], m["failed"] = ("DISAGREES" if disagree else f"FAILED ({st['status']})"), True
+    return m
+
+
+def workload_cmds(out: Path, dry: bool) -> list[tuple[str, list[str]]]:
+    """(step name, command) of every workload step: best-of-N runs, the profile, the states overhead."""
+    rm = [sys.executable, "-m", "rmfast", "bench"]
+    if dry:
+        model = ["--tiny", "--device", "cpu", "--dtype", "float32", "--threads", "1"]
+        # one best-of-N process (several prompts, two N): the GPU's second run is the same command with other sizes
+        bon = {"single": ["--prompt-tokens-list", "16", "--n-list", "2,3", "--prompts", "2"]}
+        states = ["--n-candidates", "32", "--repeats", "1", "--batch-size", "16", "--states-modes", "last,all"]
+    else:
+        model = ["--random-init", WORKLOAD_MODEL, "--device", "cuda", "--dtype", "bfloat16"]
+        bon, states = BEST_OF_N_RUNS, STATES_ARGS
+    cmds = [(f"best-of-n-{k}", rm + ["--workload", "best-of-n", *model, *v, "--out", str(out / "best_of_n" / k)])
+            for k, v in bon.items()]
+    cmds.append(("profile", [sys.executable, str(Path(__file__).resolve()), "--profile-best-of-n",
+                             str(out / "profile.txt")] + (["--dry-run"] if dry else [])))
+    cmds.append(("states", rm + ["--workload", "states", *model, *states, "--out", str(out / "states")]))
+    return cmds
+
+
+def run_workloads(ctx: dict) -> list[dict]:
+    """Step 4: each workload as a subprocess, skipped (and said so) when the budget left is below its estimate."""
+    done = []
+    for name, cmd in workload_cmds(ctx["out"], ctx["dry"]):
+        est = 5 if ctx["dry"] else WORKLOAD_EST_S["best-of-n" if name.startswith("best-of-n") else name]
+        if ctx["clock"].left() < est:
+            done.append({"step": name, "rc": None, "status": f"skipped: {max(0, ctx['clock'].left()):.0f} s of budget "
+                                                              f"left, needs ~{est} s"})
+            say(f"{name}: {done[-1]['status']}", ctx["log"])
+            continue
+        st = run_step(name, cmd, ctx["out"] / "steps", ctx["clock"].left(), ctx["log"])
+        ctx["steps"].append(st)
+        done.append(st)
+    return done
+
+
+def profile_best_of_n(out: Path, dry: bool) -> None:
+    """(run as a subprocess) One best-of-N call of the 8B (bf16; dry: tiny, fp32, CPU) under torch.profiler,
+    after a warm-up call: the table by kernel (self device time; CPU: self CPU time) -> out."""
+    import random
+
+    import torch
+
+    from rmfast.bench.best_of_n import BestOfNConfig, load_model, text_of
+    from rmfast.scoring.scorer import RewardScorer
+
+    cuda = not dry
+    cfg = BestOfNConfig(random_init="llama-3.2-1b" if dry else WORKLOAD_MODEL, tiny=dry,
+                        dtype="float32" if dry else "bfloat16", device="cuda" if cuda else "cpu")
+    lm, name, template = load_model(cfg)
+    scorer = RewardScorer(lm, cache_prompts=0, template=template)
+    P, N = PROFILE_SHAPE["dry" if dry else "gpu"]
+    rng = random.Random(0)
+    convs = [text_of(lm.tokenizer, P, rng)]
+    responses = [[text_of(lm.tokenizer, rng.randint(4 if dry else 20, 24 if dry else 200), rng) for _ in range(N)]]
+    scorer.score(convs, responses)  # warm-up: Triton compiles, cuBLAS picks its kernels
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        scorer.score(convs, responses)
+        if cuda:
+            torch.cuda.synchronize()
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"  # the kernels on a GPU
+    table = prof.key_averages().table(sort_by=key, row_limit=25)
+    out.write_text(f"profile: {name}, {cfg.dtype}, {cfg.device}, one best-of-N call: prompt ~{P} tokens, N={N} "
+                   f"(sorted by {key})\n{table}\n")
+    print(out.read_text())
 
 
 # ----------------------------------------------------------------------------- step 4: collect
@@ -254,7 +425,37 @@ def summarize(out: Path, env: dict, steps: list[dict], tests: dict, models: list
     if costs:
         L += ["", "cost model at the measured GEMM peak (predicted vs measured; fraction = predicted / measured):", "",
               format_cost_rows([r for r in costs if r["method"] in ("naive", "hf-cache", "rmfast")])]
-    L += ["", f"files: {out}/ (summary.json, tests.csv, bench.csv, cost_model.csv, env.json, gpu-check.log, gpu-check.tar.gz)"]
+    L += ["", f"files: {out}/ ({', '.join(EXPORT)}; in the tarball also env.json, profile.txt, gpu-check.log and every step's log)"]
+    return "\n".join(L)
+
+
+def _csv_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def summarize_workloads(out: Path, workloads: list[dict], bon_rows: list[dict], states_rows: list[dict]) -> str:
+    """The workloads' part of the summary: every step's status, the best-of-N and states rows, the profile's top."""
+    L = ["| step | status | wall s |", "|---|---|---|"]
+    L += [f"| {w['step']} | {w['status']} | {w.get('wall_s', '')} |" for w in workloads]
+    if bon_rows:
+        L += ["", "best-of-N (rmfast RewardScorer vs HF padded batches):", "",
+              "| run | dtype | prompt tokens | N x prompts | HF resp/s | rmfast resp/s | speed-up | FLOP ratio | max abs diff |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        L += [f"| {r['run']} | {r['dtype']} | {r['prompt_tokens']} | {r['n_responses']} x {r['n_prompts']} | "
+              f"{r['hf_responses_per_s']} | {r['rmfast_responses_per_s']} | {r['speedup']} | {r['flop_ratio']} | "
+              f"{float(r['max_abs_diff']):.2e} |" for r in bon_rows]
+    if states_rows:
+        L += ["", "states overhead (a scan keeping hidden states vs a plain one):", "",
+              "| mode | dtype | candidates | median s | x plain | bytes per candidate | same scores |", "|---|---|---|---|---|---|---|"]
+        L += [f"| {r['mode']} | {r['dtype']} | {r['n_candidates']} | {r['median_s']} | {r['ratio_to_plain']} | "
+              f"{r['bytes_per_candidate']} | {r['scores_identical']} |" for r in states_rows]
+    prof = out / "profile.txt"
+    if prof.exists():
+        lines = prof.read_text().splitlines()
+        L += ["", "```", *lines[:20], "```"]  # the header and the top kernels
     return "\n".join(L)
 
 
@@ -278,10 +479,15 @@ def main(argv=None) -> int:
                          "S-Lla-8B-v0.2,R-Gem-2B (default: the five bases of GPU_PLAN; dry run: two)")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--skip-workloads", action="store_true", help="skip best-of-N, the profile and the states workload")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)  # internal: step 1 in its own process
+    ap.add_argument("--profile-best-of-n", default=None, help=argparse.SUPPRESS)  # internal: the profile step
     args = ap.parse_args(argv)
     if args.probe:
         probe(Path(args.probe), args.dry_run)
+        return 0
+    if args.profile_best_of_n:
+        profile_best_of_n(Path(args.profile_best_of_n), args.dry_run)
         return 0
 
     sys.path.insert(0, str(SRC))
@@ -308,7 +514,8 @@ def main(argv=None) -> int:
     tests: dict = {"status": "skipped (--skip-tests)"}
     if not args.skip_tests:
         junit = out / "steps" / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", f"--junitxml={junit}", *GPU_TESTS]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", f"--junitxml={junit}",
+               *[t for t in GPU_TESTS if (REPO / t).exists()]]
         if dry:
             cmd += ["-k", DRY_TESTS_K]
         elif importlib.util.find_spec("xdist") is not None:
@@ -325,44 +532,19 @@ def main(argv=None) -> int:
     if not (out / "tests.csv").exists():
         write_csv(out / "tests.csv", [], ["test", "outcome", "seconds", "message"])
 
-    # 3. bench
+    # 3. bench: the plan's first models; 4. the workloads; 5. the plan's late models, as the budget allows
     from rmfast.bench.random_init import label
 
     names = [s.strip() for s in (args.models or (DRY_MODELS if dry else ",".join(p["name"] for p in GPU_PLAN))).split(",") if s.strip()]
     plans = {p["name"]: p for p in GPU_PLAN}
     models: list[dict] = []
-    for name in ([] if args.skip_bench else names):
-        plan = plans.get(name, {"name": name, "n": 8192, "n_naive": 512, "hf_batch": "256,1024", "naive_batch": "128,256",
-                                "est_s": 90})
-        m = {"name": name, "label": label(name, layers=2, tiny=True) if dry else label(name)}
-        models.append(m)
-        est = 5 if dry else plan["est_s"]
-        check_n = 8
-        if not dry:
-            fits, check_n, why = model_fit(name, env)
-            m["fit"] = why
-            if not fits:
-                m["status"] = f"skipped: does not fit ({why})"
-                say(f"{name}: {m['status']}", log)
-                continue
-        if clock.left() < est:
-            m["status"] = f"skipped: {max(0, clock.left()):.0f} s of budget left, needs ~{est} s"
-            say(f"{name}: {m['status']}", log)
-            continue
-        st = run_step(f"bench-{name}", bench_cmd(name, out / "bench" / name, dry, plan, check_n), out / "steps",
-                      clock.left(), log)
-        steps.append(st)
-        m["rc"], m["check_n"], m["failed"] = st["rc"], check_n, False
-        disagree = st["rc"] == 1 and "scores disagree" in (out / st["log"]).read_text(errors="replace")
-        if st["rc"] == 0:
-            m["status"] = "ok"
-        elif st["rc"] is None:
-            m["status"] = f"cut at the budget ({st['wall_s']:.0f} s)"
-        elif disagree and check_n == 0:
-            # bf16 ranks below the HF-vs-HF floor and no fp32 truth to judge them by: not verified, not wrong
-            m["status"] = "bf16 ranks unverified (no fp32 truth: an fp32 copy does not fit)"
-        else:
-            m["status"], m["failed"] = ("DISAGREES" if disagree else f"FAILED ({st['status']})"), True
+    ctx = {"out": out, "dry": dry, "env": env, "clock": clock, "log": log, "steps": steps}
+    todo = [] if args.skip_bench else names
+    for name in [n for n in todo if not plans.get(n, {}).get("late")]:
+        models.append(bench_model(name, plans.get(name), ctx))
+    workloads = [] if args.skip_workloads else run_workloads(ctx)
+    for name in [n for n in todo if plans.get(n, {}).get("late")]:
+        models.append(bench_model(name, plans.get(name), ctx))
 
     # 4. collect
     from rmfast.bench.flops import cost_rows
@@ -383,14 +565,25 @@ def main(argv=None) -> int:
     costs = cost_rows(bench_rows, cfgs, hbm_tb_s=hbm, gpu_name=env.get("gpu"), mem_gb=mem_gb)
     write_csv(out / "cost_model.csv", costs, list(costs[0]) if costs else ["model", "method"])
     ran = [m for m in models if m.get("rc") is not None]
-    # A model cut by the budget, skipped, or unverifiable makes the run partial; a crash or a disagreement fails it.
-    ok = bool(tests.get("ok", args.skip_tests)) and not any(m.get("failed") for m in models) and (bool(ran) or args.skip_bench)
-    partial = [m["name"] for m in models if m["status"] != "ok"] if ok else []  # skipped, cut or unverified
+    bon_rows = [dict(r, run=k) for k in BEST_OF_N_RUNS for r in _csv_rows(out / "best_of_n" / k / "best_of_n_latest.csv")]
+    write_csv(out / "best_of_n.csv", bon_rows, ["run"] + [f for f in (list(bon_rows[0]) if bon_rows else ["model"]) if f != "run"])
+    states_rows = _csv_rows(out / "states" / "states_overhead_latest.csv")
+    write_csv(out / "states.csv", states_rows, list(states_rows[0]) if states_rows else ["model", "mode"])
+    # A model or workload cut by the budget, skipped, or unverifiable makes the run partial; a crash, a failed
+    # workload or a disagreement fails it.
+    failed_wl = [w["step"] for w in workloads if w["rc"] not in (0, None)]
+    ok = (bool(tests.get("ok", args.skip_tests)) and not any(m.get("failed") for m in models) and not failed_wl
+          and (bool(ran) or args.skip_bench))
+    partial = ([m["name"] for m in models if m["status"] != "ok"] + [w["step"] for w in workloads if w["rc"] is None]
+               if ok else [])  # skipped, cut or unverified
     summary = {"ok": ok, "partial": partial, "dry_run": dry, "env": env, "steps": steps, "tests": tests, "models": models,
+               "workloads": workloads,
                "bench": bench_meta, "cost_model": costs, "total_s": round(clock.elapsed(), 1),
                "plan": GPU_PLAN if not dry else "dry run: " + " ".join(bench_cmd("NAME", Path("OUT"), True, {}, 8)[2:])}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     text = summarize(out, env, steps, tests, models, bench_rows, costs, dry, ok, partial, clock)
+    text += "\n\n" + summarize_workloads(out, workloads, bon_rows, states_rows)
+    text += "\n\nsteps: " + "; ".join(f"{st['step']} {st['status']} ({st['wall_s']} s)" for st in steps)
     (out / "summary.md").write_text(text + "\n")
     log.close()
     with tarfile.open(out / "gpu-check.tar.gz", "w:gz") as tf:

@@ -238,6 +238,36 @@ def test_best_of_n_bad_combination_is_one_line(argv, tmp_path, capsys):
     assert not list((tmp_path / "o").glob("*.csv"))
 
 
+@pytest.mark.parametrize("workload,runner,cpu_default", [("best-of-n", "best_of_n.run_best_of_n", "float32"),
+                                                        ("states", "states_overhead.run_states_overhead", "bfloat16")])
+def test_workloads_take_scans_dtype_on_cuda(workload, runner, cpu_default, monkeypatch, tmp_path, capsys):
+    """No --dtype on CUDA: best-of-N and states load the model as `scan` does there ("auto": the config's bf16/fp16,
+    else bf16), not fp32 (what the first H100 run timed); on the CPU each keeps its default; --dtype wins."""
+    import rmfast.cli.bench as cb
+    from rmfast.bench import random_init as R
+    from rmfast.bench.models import workload_dtype
+    from rmfast.loading.loader import dtype_and_choice
+
+    from cli_run import run
+
+    seen = []
+    mod, fn = runner.split(".")
+    monkeypatch.setattr(f"rmfast.bench.{mod}.{fn}", lambda cfg: seen.append(cfg) or [])
+    monkeypatch.setattr(f"rmfast.bench.{mod}.write_{'best_of_n' if mod == 'best_of_n' else 'states_overhead'}",
+                        lambda *a, **k: None)
+    monkeypatch.setattr("rmfast.bench.states_overhead.format_states_table", lambda rows: "")
+    for device, dtype, want in (("cuda", None, "auto"), ("cpu", None, cpu_default), ("cuda", "float32", "float32")):
+        monkeypatch.setattr(cb, "resolve_device", lambda d, device=device: torch.device(device))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda device=device: device == "cuda")
+        argv = ["bench", "--workload", workload, "--random-init", "llama-3.1-8b", "--device", device,
+                "--out", tmp_path / device] + (["--dtype", dtype] if dtype else [])
+        rc, _, err = run(argv, capsys)
+        assert rc == 0, err
+        assert seen.pop().dtype == want == workload_dtype(dtype, device, cpu_default)
+    cfg = R._hf_config(R.config_dict("llama-3.1-8b"), num_labels=1)
+    assert dtype_and_choice("auto", torch.device("cuda"), config=cfg)[0] == torch.bfloat16  # what "auto" loads
+
+
 # ----------------------------------------------------------------------------- --workload states
 
 STATES_COLUMNS = {"model", "mode", "states_layers", "layers_kept", "hidden_size", "states_dtype", "n_candidates", "rounds",

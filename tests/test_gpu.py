@@ -135,16 +135,19 @@ def test_cuda_out_of_memory_halves_the_batch(tok, tmpl):
     want = torch.cat([eng.score(ids[i : i + 1024, None]).float().cpu() for i in range(0, T.VOCAB, 1024)])
     want_scan = scan(model, tok, PROMPT, batch_size=1024, progress=False).scores
     told: list[int] = []
-    torch.cuda.synchronize()
+    # set_per_process_memory_fraction wants an indexed device (an int or cuda:N): a bare "cuda" is a ValueError
+    # (what the first GPU run hit). The cap is total x fraction on the caching allocator of that device.
+    idx = torch.cuda.current_device()
+    torch.cuda.synchronize(idx)
     torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(DEVICE).total_memory
-    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved(DEVICE) + 64 * 2**20) / total, DEVICE)
+    total = torch.cuda.get_device_properties(idx).total_memory
+    torch.cuda.set_per_process_memory_fraction(float(torch.cuda.memory_reserved(idx) + 64 * 2**20) / total, idx)
     try:
         out = list(oom_batches(T.VOCAB, T.VOCAB, DEVICE, lambda lo, hi, b: eng.score(ids[lo:hi, None]).float().cpu(),
                                told.append))
-        got_scan = scan(model, tok, PROMPT, batch_size=T.VOCAB, progress=False)
+        got_scan = scan(model, tok, PROMPT, batch_size=T.VOCAB, progress=False)  # the same cap: it must back off too
     finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, DEVICE)
+        torch.cuda.set_per_process_memory_fraction(1.0, idx)
         torch.cuda.empty_cache()
     assert told and told[0] == T.VOCAB // 2, told  # the whole vocabulary in one batch does not fit in 64 MiB
     torch.testing.assert_close(torch.cat([o for *_, o, _ in out]), want, atol=1e-4, rtol=0)

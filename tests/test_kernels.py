@@ -332,11 +332,11 @@ def test_cpu_logprob_bf16_matches_reference():
 # Triton vs the references
 # ----------------------------------------------------------------------------------------
 
-def _run_attention(case, dtype):
+def _run_attention(case, dtype, config=None):
     B, H, Hkv, D, P, S, Sq, softcap, window = case
     q, kp, vp, ks, vs = attn_inputs(B, H, Hkv, D, P, S, Sq, dtype)
     kw = dict(scale=D**-0.5, softcap=softcap, window=window)
-    got = triton_attention.shared_prefix_attention_triton(q, kp, vp, ks, vs, **kw)
+    got = triton_attention.shared_prefix_attention_triton(q, kp, vp, ks, vs, **kw, config=config)
     want = ref.shared_prefix_attention(q, kp, vp, ks, vs, **kw)
     assert got.shape == want.shape == (B, Sq, H, D) and got.dtype == dtype
     assert torch.isfinite(got).all()
@@ -354,6 +354,111 @@ def test_triton_attention_fp32(case):
 def test_triton_attention_padded_head_dims(D):
     # Non-power-of-two (and large) head dims are padded to a power of two and masked.
     _run_attention((3, 4, 2, D, 13, 3, 3, 5.0, 9), torch.float32)
+
+
+#: shared memory per block: an H100 (232,448, opt-in) and an A10 / L4-class GPU (101,376)
+SMEM_LIMITS = {"h100": 232_448, "a10": 101_376}
+
+
+@pytest.mark.parametrize("smem", SMEM_LIMITS.values(), ids=SMEM_LIMITS.keys())
+def test_attention_config_fits_shared_memory(smem):
+    """Every head dim x dtype gets tiles within the device's shared memory by the estimate; tiles stay >= 16."""
+    from rmfast.kernels.attention_config import attention_config, smem_estimate
+
+    for D in (64, 80, 96, 128, 256):
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            c = attention_config(D, dtype, smem)
+            assert c is not None, (D, dtype)
+            elem = torch.tensor([], dtype=dtype).element_size()
+            assert c.smem_bytes == smem_estimate(c.block_m, c.block_n, c.block_d, elem, c.num_stages) <= smem
+            assert min(c.block_m, c.block_n) >= 16 and c.block_d >= D and c.num_stages >= 1
+
+
+def test_attention_smem_estimate_covers_the_h100_failure():
+    """The first version's tiles for D=256 fp32 (32 x 64, 3 stages) needed 303,232 bytes on the H100 (Triton's
+    OutOfResources, gpu-check 2026-11-26): the estimate is at least that, and the chooser now avoids them."""
+    from rmfast.kernels.attention_config import attention_config, smem_estimate
+
+    assert 303_232 <= smem_estimate(32, 64, 256, 4, 3) <= 303_232 + 2048
+    c = attention_config(256, torch.float32, SMEM_LIMITS["h100"])
+    assert (c.block_m, c.block_n, c.num_stages) != (32, 64, 3)
+    # bf16 at D=256 and fp32 at D=128 (which ran on the H100) keep the first version's tiles and stages
+    assert attention_config(256, torch.bfloat16, SMEM_LIMITS["h100"]).num_stages == 3
+    assert attention_config(128, torch.float32, SMEM_LIMITS["h100"]).num_stages == 3
+    assert attention_config(256, torch.float32, 40_000) is None  # nothing fits: ops takes the torch form
+
+
+@requires_triton
+@pytest.mark.parametrize("smem", SMEM_LIMITS.values(), ids=SMEM_LIMITS.keys())
+def test_triton_attention_head_dim_256_with_the_chosen_config(smem):
+    """D=256 fp32, the tiles the chooser picks within each device's shared memory: exact (fp32 tolerance)."""
+    from rmfast.kernels.attention_config import attention_config
+
+    cfg = attention_config(256, torch.float32, smem)
+    _run_attention((3, 4, 2, 256, 37, 3, 3, 5.0, 30), torch.float32, config=cfg)  # prefix over several key tiles
+    _run_attention((2, 2, 1, 256, 20, 4, 2, None, None), torch.float32, config=cfg)
+
+
+@requires_triton
+def test_attention_falls_back_to_torch_where_no_config_fits(monkeypatch):
+    """No configuration fits the device's shared memory: ops runs the torch attention, says so once, records why."""
+    from rmfast.fast import ops
+    from rmfast.kernels import attention_config as ac
+
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    monkeypatch.setattr(ac, "device_smem_bytes", lambda device: 40_000)
+    monkeypatch.setattr(ac, "launch_config", lambda q: ac.attention_config(q.shape[-1], q.dtype, 40_000))
+    monkeypatch.setattr(ops, "ATTENTION_FALLBACKS", {})
+    q, kp, vp, ks, vs = attn_inputs(2, 2, 1, 256, 9, 2, 2, torch.float32)
+    with pytest.warns(UserWarning, match="head_dim 256 in float32 needs at least .* shared memory"):
+        got = ops.shared_prefix_attention(q, kp, vp, ks, vs, scale=0.0625)
+    torch.testing.assert_close(got, ref.shared_prefix_attention(q, kp, vp, ks, vs, scale=0.0625), rtol=0, atol=0)
+    assert list(ops.ATTENTION_FALLBACKS) == [(256, torch.float32, 40_000)]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per (head_dim, dtype, device limit)
+        ops.shared_prefix_attention(q, kp, vp, ks, vs, scale=0.0625)
+
+
+class _LaunchSpy:
+    """Stands in for a Triton kernel: records each launch's keyword arguments, then launches the real one."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.launches.append(kw)
+            return self.kernel[grid](*args, **kw)
+        return launch
+
+
+@requires_triton
+def test_fp32_computations_launch_ieee_dots(monkeypatch):
+    """Every kernel meant to compute in fp32 (fp32 inputs, or fp32 heads on half inputs) is launched with IEEE
+    dots: TF32 made the fp32 log-prob head on fp16 rows 3.3e-3 off on an H100 (the interpreter ignores the
+    precision, so the launch parameter is what is checked here)."""
+    from rmfast.kernels.triton_common import dot_precision
+
+    assert dot_precision(torch.float32) == dot_precision(torch.float16, True) == dot_precision(torch.bfloat16, True) == "ieee"
+    spies = {}
+    for mod, name in ((triton_attention, "_shared_prefix_attn_kernel"), (triton_norm_head, "_rmsnorm_head_kernel"),
+                      (triton_logprob, "_lmhead_logprob_kernel")):
+        spies[name] = _LaunchSpy(getattr(mod, name))
+        monkeypatch.setattr(mod, name, spies[name])
+        monkeypatch.setattr(mod, "check_device", lambda *a: None)
+    half = torch.float16
+    for dtype, fp32 in ((torch.float32, False), (half, True), (half, False)):
+        x, w, hw, hb, lm, targets = head_inputs(5, 32, 2, 300, dtype)
+        triton_norm_head.rmsnorm_head_triton(x, w, 1e-6, hw, hb, gemma_style=False, fp32=fp32)
+        triton_logprob.rmsnorm_lmhead_logprob_triton(x, w, 1e-6, lm, targets, gemma_style=False, chunk=64, fp32=fp32)
+    for dtype in (torch.float32, half):
+        q, kp, vp, ks, vs = attn_inputs(2, 2, 1, 16, 5, 2, 2, dtype)
+        triton_attention.shared_prefix_attention_triton(q, kp, vp, ks, vs, scale=0.25)
+    got = {name: [kw["DOT_PRECISION"] for kw in spy.launches] for name, spy in spies.items()}
+    assert got == {"_rmsnorm_head_kernel": ["ieee", "ieee", "tf32"], "_lmhead_logprob_kernel": ["ieee", "ieee", "tf32"],
+                   "_shared_prefix_attn_kernel": ["ieee", "tf32"]}
 
 
 @requires_triton

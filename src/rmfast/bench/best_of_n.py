@@ -67,7 +67,8 @@ class BestOfNConfig(ModelChoice):
         min_len, max_len: response lengths in tokens, drawn uniformly (default 20 and 200).
         hf_batch: conversations per padded HF batch (default 16).
         repeats: timed passes per method; the best counts (default 1).
-        dtype: model dtype (default "float32": the score difference is then rounding only).
+        dtype: model dtype (default "float32": the score difference is then rounding only; `rmfast bench` on CUDA
+            passes "auto", the model's dtype: :func:`rmfast.bench.models.workload_dtype`).
         device: "cpu", "cuda" or "auto" (default "cpu").
         threads: torch CPU threads (default None: torch's).
         seed: text and length seed (default 0).

@@ -38,6 +38,20 @@ BENCH_MODELS = {
 DEFAULT_MODELS = "smollm2-135m-instruct,gemma3-270m,gemma3-270m@eot"
 
 
+def workload_dtype(asked: str | None, device: str, cpu_default: str) -> str:
+    """The dtype a bench workload (best-of-N, states) loads its model in: the one asked for (``--dtype``); else on
+    CUDA ``"auto"``, what ``rmfast scan`` takes there (the model config's bf16/fp16, else bfloat16:
+    :func:`rmfast.loading.loader.dtype_and_choice`); else the workload's CPU default. The first GPU run timed
+    best-of-N in fp32 on an H100 because nothing picked a dtype there (issue 32).
+
+    >>> workload_dtype(None, "cuda", "float32"), workload_dtype(None, "cpu", "float32"), workload_dtype("fp32", "cuda", "x")
+    ('auto', 'float32', 'fp32')
+    """
+    if asked:
+        return asked
+    return "auto" if str(device).startswith("cuda") else cpu_default
+
+
 def resolve_models(spec: str) -> list[BenchModel]:
     """``--models``: comma-separated names; a known name is its configuration, any other a loadable spec
     benchmarked with its default head and template."""

@@ -210,11 +210,7 @@ def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: s
     dev = resolve_device(device)
     dtype_name(dtype)  # a bad name fails before any work
     canonical = resolve(name)[0]
-    d = config_dict(name, layers=layers, tiny=tiny)
-    fam = FAMILIES[d["model_type"]]
-    tok = synthetic_tokenizer(d["vocab_size"], bos=fam["bos"], eos=fam["eos"], pad=fam["pad"], extra=fam["extra"])
-    cfg = _hf_config(d, num_labels=1, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                     eos_token_id=tok.eos_token_id)
+    d, fam, tok, cfg = _config_and_tokenizer(name, layers, tiny)
     dt, choice = dtype_and_choice(dtype, dev, config=cfg)  # auto on CPU: bf16 only where it is fast here
     with quiet_transformers(), torch.device(dev), _no_default_init():
         model = AutoModelForSequenceClassification.from_config(cfg, dtype=dt, attn_implementation=attn_implementation)
@@ -226,6 +222,34 @@ def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: s
               "path": None, "sha256": None, "revision": None, "alias": known.alias if known else None,
               "random_head_seed": None, "init_seed": int(seed), "config": d}
     return LoadedModel(model=model, tokenizer=tok, kind="classifier", source=source, default_template=fam["template"])
+
+
+def _config_and_tokenizer(name: str, layers: int | None, tiny: bool):
+    """(config dict, family, generated tokenizer, HF config with its special ids) of ``name``."""
+    d = config_dict(name, layers=layers, tiny=tiny)
+    fam = FAMILIES[d["model_type"]]
+    tok = synthetic_tokenizer(d["vocab_size"], bos=fam["bos"], eos=fam["eos"], pad=fam["pad"], extra=fam["extra"])
+    cfg = _hf_config(d, num_labels=1, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                     eos_token_id=tok.eos_token_id)
+    return d, fam, tok, cfg
+
+
+def random_init_shapes(name: str, *, dtype: torch.dtype = torch.bfloat16, layers: int | None = None,
+                       tiny: bool = False) -> LoadedModel:
+    """``name``'s model as :func:`random_init_model` builds it, but on the meta device (shapes and dtype only: no
+    memory, no weights drawn), with the same tokenizer and template: what a memory estimate made before any
+    GPU is touched needs (``benchmarks/gpu_check.py`` plans its batches with the bench's own guard this way)."""
+    from transformers import AutoModelForSequenceClassification
+
+    from ..loading.loader import quiet_transformers
+
+    d, fam, tok, cfg = _config_and_tokenizer(name, layers, tiny)
+    with quiet_transformers(), torch.device("meta"), _no_default_init():
+        model = AutoModelForSequenceClassification.from_config(cfg, dtype=dtype, attn_implementation="eager")
+    source = {"spec": f"random-init:{resolve(name)[0]}", "type": "random-init-shapes",
+              "name": label(name, layers=layers, tiny=tiny), "config": d}
+    return LoadedModel(model=model.eval(), tokenizer=tok, kind="classifier", source=source,
+                       default_template=fam["template"])
 
 
 def random_init_bench_models(names: str, *, layers: int | None = None, tiny: bool = False) -> list[BenchModel]:

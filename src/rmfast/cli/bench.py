@@ -14,6 +14,7 @@ from ..bench import (BENCH_MODELS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEF
                      machine_info, plot, random_init_bench_models, random_init_model, random_init_names, versions,
                      write_outputs)
 from ..bench.memory_check import check_batches
+from ..bench.models import workload_dtype
 from ..cpu import say_choice
 from ..errors import UserError
 from ..io import check_output, write_json
@@ -64,7 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto|cpu|cuda (default auto)")
     p.add_argument("--dtype", default=None,
                    help="auto|bfloat16|float16|float32 (default auto: what `rmfast scan` takes on this machine; on CPU "
-                        "bf16 only where it multiplies clearly faster than fp32; best-of-n: float32; states: bfloat16)")
+                        "bf16 only where it multiplies clearly faster than fp32; best-of-n, states: auto on CUDA, on CPU "
+                        "float32 (best-of-n) and bfloat16 (states))")
     p.add_argument("--n-candidates", type=positive_int, default=None,
                    help="ids timed for rmfast and hf-cache (default 2048 on CPU, 65536 on CUDA); states: ids per "
                         "scan, the first of the vocabulary (default 4096; --tiny: 256)")
@@ -276,12 +278,13 @@ def run_best_of_n_cli(args) -> int:
     if tiny and args.models:
         raise UserError(f"--tiny with --workload best-of-n means {TINY_BEST_OF_N}; drop --models or --tiny")
     short = args.tiny  # a tiny model: short texts by default (a seconds-long run)
+    device = resolve_device(args.device)
     ints = lambda text, d: tuple(int(x) for x in text.split(",")) if text else d  # noqa: E731
     base = BestOfNConfig(
         prompt_tokens=ints(args.prompt_tokens_list, (16, 64) if short else BestOfNConfig.prompt_tokens),
         n=ints(args.n_list, (2, 4) if short else BestOfNConfig.n), prompts=args.prompts or 1,
         min_len=args.min_len or (4 if short else 20), max_len=args.max_len or (24 if short else 200), hf_batch=hf[0],
-        repeats=args.repeats or 1, dtype=args.dtype or "float32", device=str(resolve_device(args.device)),
+        repeats=args.repeats or 1, dtype=workload_dtype(args.dtype, str(device), "float32"), device=str(device),
         threads=args.threads, seed=args.seed, layers=args.layers, tiny=args.tiny, init_seed=args.init_seed,
         allow_pickle=args.allow_pickle, peak=not args.no_peak, hf_attention=args.hf_attention or "sdpa")
     cfgs = _random_init_configs(base, args, tiny)
@@ -320,9 +323,10 @@ def run_states_cli(args) -> int:
     if tiny and args.models:
         raise UserError(f"--tiny with --workload states means {TINY_BEST_OF_N}; drop --models or --tiny")
     modes = tuple(m.strip() for m in (args.states_modes or "last,all").split(",") if m.strip())
+    device = resolve_device(args.device)
     base = StatesOverheadConfig(
         n=args.n_candidates or (256 if args.tiny else StatesOverheadConfig.n), repeats=args.repeats or 5, modes=modes,
-        dtype=args.dtype or "bfloat16", device=str(resolve_device(args.device)), threads=args.threads,
+        dtype=workload_dtype(args.dtype, str(device), "bfloat16"), device=str(device), threads=args.threads,
         batch_size=args.batch_size or "auto", prompt=args.prompt, layers=args.layers, tiny=args.tiny,
         init_seed=args.init_seed, allow_pickle=args.allow_pickle)
     base.check()  # before any model is loaded

@@ -8,6 +8,7 @@ Set ``RMFAST_KERNELS=torch`` to force the torch path on CUDA (for A/B timing), o
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
@@ -17,7 +18,7 @@ from ..kernels import reference as ref
 from ..kernels import triton_available
 from ..kernels.cpu_logprob import lse_update
 
-__all__ = ["uses_triton", "shared_prefix_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
+__all__ = ["uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS", "shared_prefix_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
            "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update"]
 
 #: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
@@ -45,15 +46,44 @@ def uses_triton(t: torch.Tensor) -> bool:
 FLASH_MIN_PROMPT = 256
 
 
+#: where Triton was chosen but its attention did not fit the device: (head_dim, dtype, shared memory per
+#: block) -> the reason, in words (said once as a warning; the torch form ran instead)
+ATTENTION_FALLBACKS: dict[tuple, str] = {}
+
+
+def triton_attention_config(q):
+    """The Triton attention's launch configuration for queries like ``q`` (B, H, Sq, D), or None where the
+    torch form runs: not on Triton (:func:`uses_triton`), or no tile configuration fits the device's shared
+    memory (:func:`rmfast.kernels.attention_config.attention_config`; e.g. head_dim 256 in fp32 on a GPU
+    with less than ~68 KB a block). The predicate a plan can ask before choosing the attention form."""
+    if not uses_triton(q):
+        return None
+    from ..kernels.attention_config import device_smem_bytes, launch_config, min_smem_bytes
+
+    cfg = launch_config(q)
+    if cfg is None:
+        D, smem = q.shape[-1], device_smem_bytes(q.device)
+        key = (D, q.dtype, smem)
+        if key not in ATTENTION_FALLBACKS:
+            least = min_smem_bytes(D, q.dtype)
+            ATTENTION_FALLBACKS[key] = (f"Triton attention for head_dim {D} in {str(q.dtype).removeprefix('torch.')} "
+                                        f"needs at least ~{least:,} bytes of shared memory a block, this device has "
+                                        f"{smem:,}: the torch attention runs instead (exact, slower)")
+            warnings.warn("rmfast: " + ATTENTION_FALLBACKS[key], stacklevel=3)
+    return cfg
+
+
 def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, softcap=None, window=None):
     """(B, H, Sq, D) queries over one shared prefix K/V (Hkv, P, D) ⊕ own suffix (B, Hkv, S, D) -> (B, Sq, H, D).
 
-    The prompt pass itself is P = 0 with S = the prompt's length."""
-    if uses_triton(q):
+    The prompt pass itself is P = 0 with S = the prompt's length. Triton where it runs and fits the
+    device (:func:`triton_attention_config`), else the torch forms."""
+    cfg = triton_attention_config(q)
+    if cfg is not None:
         from ..kernels.triton_attention import shared_prefix_attention_triton
 
         return shared_prefix_attention_triton(
-            q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window
+            q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window, config=cfg
         )
     P, S = k_prefix.shape[1], k_suffix.shape[2]
     if q.device.type == "cpu" and (P or S) >= FLASH_MIN_PROMPT and cpu_flash.usable(softcap, window, P, S):

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
+from .attention_config import AttnConfig, launch_config
+from .triton_common import HAVE_TRITON, check_device, dot_precision, tl, triton  # noqa: F401
 
 __all__ = ["HAVE_TRITON", "shared_prefix_attention_triton"]
 
@@ -181,32 +182,17 @@ def _max_offset(strides, extents) -> int:
     return sum(st * (n - 1) for st, n in zip(strides, extents) if n > 0)
 
 
-def _attn_blocks(block_d: int, on_cuda: bool, even_d: bool = True) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps).  All >= 16 because tl.dot needs it on GPU.
-
-    Chosen from sm_90 compiles (ptxas resource usage, bf16, aligned contiguous inputs): the
-    largest BLOCK_M (prefix reuse) that keeps the kernel at or under 255 registers without
-    meaningful spills; not yet timed on hardware.  The interpreter has a large per-op
-    overhead, so there bigger tiles (fewer programs) simply run faster.
-    """
-    if not on_cuda:
-        return 32, 32, 4
-    if block_d <= 64:
-        return 64, 64, 4  # ~168 registers
-    if block_d <= 128:
-        # Padded head dims (e.g. 80, 96) pay for masks: a 64-row tile would spill.
-        return (64, 32, 4) if even_d else (32, 64, 4)  # 255 regs + 8-byte spill / ~205 regs
-    return 32, 64, 8  # D=256: ~171 registers
-
-
 def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
                                    softcap: float | None = None,
-                                   window: int | None = None) -> torch.Tensor:
+                                   window: int | None = None, config: AttnConfig | None = None) -> torch.Tensor:
     """Triton twin of :func:`rmfast.kernels.reference.shared_prefix_attention`.
 
     q: (B, H, Sq, D); k_prefix, v_prefix: (Hkv, P, D) one shared copy; k_suffix, v_suffix:
     (B, Hkv, S, D).  Returns (B, Sq, H, D) in q.dtype.  Works on CUDA tensors, and on CPU
-    tensors when TRITON_INTERPRET=1 was set before triton was imported.
+    tensors when TRITON_INTERPRET=1 was set before triton was imported.  ``config``: the tiles,
+    warps and stages (default :func:`rmfast.kernels.attention_config.launch_config`, which fits
+    them to the device's shared memory); a ValueError where none fits (the caller's torch form
+    runs then: :func:`rmfast.fast.ops.shared_prefix_attention`).
     """
     if not HAVE_TRITON:
         raise RuntimeError("shared_prefix_attention_triton needs triton, which is not installed")
@@ -240,8 +226,13 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
     elif k_prefix.stride() != v_prefix.stride():
         k_prefix, v_prefix = k_prefix.contiguous(), v_prefix.contiguous()
 
-    block_d = max(16, next_pow2(D))
-    block_m, block_n, num_warps = _attn_blocks(block_d, q.is_cuda, block_d == D)
+    cfg = config or launch_config(q)
+    if cfg is None:
+        raise ValueError(f"no Triton attention configuration fits this device's shared memory for head_dim {D} in "
+                         f"{q.dtype}: use the torch form (rmfast.fast.ops.shared_prefix_attention does)")
+    block_m, block_n, block_d = cfg.block_m, cfg.block_n, cfg.block_d
+    if block_d < D:
+        raise ValueError(f"config block_d {block_d} < head_dim {D}")
     n_rows = B * G * Sq
     # In-tile offsets are int32, relative to the tile's first batch row (a tile spans at most
     # block_m + 1 batch rows) or, for the prefix, to the kv head.
@@ -259,7 +250,7 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
         prefix_lo = min(P, max(0, P + S - Sq - window + 1))
         prefix_lo = (prefix_lo // block_n) * block_n
     # fp32 inputs: "ieee" so the GPU does not silently use TF32 (10-bit mantissa) tensor cores.
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    precision = dot_precision(q.dtype)
     grid = (triton.cdiv(n_rows, block_m), Hkv)
     _shared_prefix_attn_kernel[grid](
         q, k_prefix, v_prefix, k_suffix, v_suffix, out,
@@ -273,6 +264,7 @@ def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *,
         EVEN_D=block_d == D,
         DOT_PRECISION=precision,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        num_warps=num_warps,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     return out

@@ -22,6 +22,22 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+def dot_precision(dtype: torch.dtype, fp32: bool = False) -> str:
+    """The ``input_precision`` of every ``tl.dot`` of a kernel whose inputs are ``dtype``.
+
+    "ieee" wherever the computation is meant to be fp32: fp32 inputs, or ``fp32=True`` (the engine's
+    fp32 heads) on half inputs. Triton's default for fp32 operands is "tf32", which Ampere and Hopper
+    run on tensor cores with a 10-bit mantissa: on an H100 the fp32 log-prob head on fp16 rows was
+    off by 3.3e-3 (gpu-check of 2026-11-26, issue 32), a thousand times fp32's error. Half inputs
+    with half operands: "tf32" names the default, which applies to no operand there (half x half,
+    fp32 accumulation).
+
+    >>> dot_precision(torch.float32), dot_precision(torch.float16, fp32=True), dot_precision(torch.bfloat16)
+    ('ieee', 'ieee', 'tf32')
+    """
+    return "ieee" if fp32 or dtype == torch.float32 else "tf32"
+
+
 def check_device(t: torch.Tensor, kernel) -> None:
     """CPU tensors only work when the kernel was built by the interpreter.
 

@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
+from .triton_common import HAVE_TRITON, check_device, dot_precision, next_pow2, tl, triton  # noqa: F401
 
 if HAVE_TRITON:
     # The norm helpers are shared with the norm + score-head kernel so both round alike.
@@ -138,7 +138,7 @@ def _launch(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softc
     num_splits = triton.cdiv(v_blocks, blocks_per_split)  # drop splits that would be empty
 
     parts = torch.empty((3, N, num_splits), dtype=torch.float32, device=x.device)  # max, sumexp, target
-    precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    precision = dot_precision(x.dtype, fp32)  # fp32 heads: IEEE products, never TF32
     _lmhead_logprob_kernel[(row_blocks, num_splits)](
         x, norm_weight.contiguous(), lm_weight, targets, parts[0], parts[1], parts[2],
         x.stride(0), x.stride(1), lm_weight.stride(0), lm_weight.stride(1), targets.stride(0),
@@ -161,8 +161,9 @@ def rmsnorm_lmhead_logprob_triton(x, norm_weight, eps: float, lm_weight, targets
                                   chunk: int = 8192, fp32: bool = False) -> torch.Tensor:
     """Triton twin of :func:`rmfast.kernels.reference.rmsnorm_lmhead_logprob`.
 
-    fp32: normed rows kept fp32, weight tiles upcast, logits not rounded; for bf16/fp16 models the
-    product runs on tf32 tensor cores (rows enter with 10 mantissa bits, bf16 weights exactly).
+    fp32: normed rows kept fp32, weight tiles upcast, logits not rounded, IEEE fp32 products
+    (:func:`~rmfast.kernels.triton_common.dot_precision`: TF32 rounded the normed rows to 10
+    mantissa bits, 3e-3 off on an H100).
 
     x: (N, D); norm_weight: (D,); lm_weight: (V, D) in x.dtype; targets: (N,) int64.
     Returns (N,) fp32 log-probabilities.  `chunk` only caps the vocabulary tile width:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
+from .triton_common import HAVE_TRITON, check_device, dot_precision, next_pow2, tl, triton  # noqa: F401
 
 __all__ = ["HAVE_TRITON", "rmsnorm_head_triton"]
 
@@ -136,7 +136,7 @@ def rmsnorm_head_triton(x, norm_weight, eps: float, head_weight, head_bias=None,
     block_k = min(64, max(16, next_pow2(K)))  # tl.dot needs >= 16; reward heads have K ~ 1
     block_d = min(128, max(16, next_pow2(D)))
     block_n = 64 if x.is_cuda else 32
-    precision = "ieee" if x.dtype == torch.float32 or fp32 else "tf32"
+    precision = dot_precision(x.dtype, fp32)
     grid = (triton.cdiv(N, block_n), triton.cdiv(K, block_k))
     _rmsnorm_head_kernel[grid](
         x, norm_weight, head_weight, head_bias if head_bias is not None else head_weight, out,
