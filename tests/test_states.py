@@ -357,3 +357,41 @@ def test_float16_states_overflow_is_counted_and_warned(tmp_path, smol_tokenizer,
         rc, _, se = _scan(d, tmp_path / "f.parquet", capsys, "--states", "0,last", "--states-dtype", "float32")
     assert rc == 0, se
     assert open_states(tmp_path / "f.parquet").manifest["n_nonfinite"] == {"0": 0, "last": 0}
+
+
+def _small_states(folder):
+    from rmfast.states import write_states
+
+    return write_states(folder, np.arange(6), {"last": np.arange(18, dtype="float32").reshape(6, 3)}, shard_rows=4)
+
+
+def test_a_half_copied_shard_is_one_line(tmp_path):
+    """A shard cut short (a copy that did not finish): refused naming the file and both sizes, not a
+    numpy mmap error."""
+    from rmfast.errors import UserError
+
+    folder = _small_states(tmp_path / "s.states")
+    shard = folder / "shard-00001.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-8])
+    with pytest.raises(UserError, match=r"shard-00001.safetensors: \d+ bytes, but its header needs \d+ \(cut short"):
+        open_states(folder)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda m: m.update(shards="shard-00000.safetensors"), "shards must be a list"),
+    (lambda m: m["shards"][0].update(rows="4"), "shard 0 must be"),
+    (lambda m: m["shards"][0].update(file="../../etc/passwd"), "shard 0 must be"),
+    (lambda m: m["shards"].__setitem__(1, ["shard-00001.safetensors", 2]), "shard 1 must be"),
+    (lambda m: m.update(n="6"), "n must be a non-negative integer"),
+    (lambda m: m.update(hidden_size=0), "hidden_size must be a positive integer"),
+    (lambda m: m.update(layers="last"), "layers must be distinct"),
+])
+def test_a_hand_edited_manifest_is_one_line(edit, says, tmp_path):
+    from rmfast.errors import UserError
+
+    folder = _small_states(tmp_path / "s.states")
+    man = json.loads((folder / "manifest.json").read_text())
+    edit(man)
+    (folder / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(UserError, match=says):
+        open_states(folder)
