@@ -74,7 +74,7 @@ _NP_RAW = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.in
 _NONFINITE = "n_nonfinite"
 
 
-def count_nonfinite(mats: Mapping[str, object]) -> dict[str, int]:
+def nonfinite_per_layer(mats: Mapping[str, object]) -> dict[str, int]:
     """NaN or +-inf values per layer of name -> (b, d) tensors as stored (after the cast to the stored dtype)."""
     import torch
 
@@ -401,7 +401,7 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
         raise UserError(f"every layer must be (n={n}, d); got {sorted(dims)}")
     d = next(iter(dims))[1]
     run_id = run_id or uuid.uuid4().hex
-    nonfinite = count_nonfinite(mats)
+    nonfinite = nonfinite_per_layer(mats)
     warn_nonfinite(nonfinite, n, d, dtype, folder)
     folder.mkdir(parents=True, exist_ok=True)
     shards = []
@@ -556,7 +556,7 @@ class StatesWriter:
              "rows": torch.from_numpy(rows.astype(np.int64))}
         t.update({f"layer.{l}": torch.cat([b[2][l] for b in self._buf]) for l in self.layers})
         # counted per shard, in its metadata: a resumed scan's total includes the shards of the run before
-        bad = json.dumps(count_nonfinite({l: t[f"layer.{l}"] for l in self.layers}))
+        bad = json.dumps(nonfinite_per_layer({l: t[f"layer.{l}"] for l in self.layers}))
         shards = self._shards()
         nxt = int(shards[-1].stem.split("-")[1]) + 1 if shards else 0
         try:
