@@ -466,3 +466,14 @@ def test_weights_changed_through_data_drop_the_cached_plans(tok):
     s.clear_cache()
     s.score(CONVS[:2], RESPONSES[:2])
     assert s.last_stats.prompt_passes == 2
+
+
+def test_a_tokenizer_of_another_model_is_one_line(tok):
+    """RewardScorer((model, other_tokenizer)): an id past the model's embedding is refused naming both sizes
+    (it was an IndexError inside the forward)."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    model.resize_token_embeddings(64)  # the tokenizer's ids go up to 49,151
+    s = RewardScorer((model, tok))
+    with pytest.raises(UserError, match=r"the tokenizer gives id \d+ \(conversation 0\), but the model's embedding has "
+                                        r"64 rows: the tokenizer \(49152 ids\) is not this model's"):
+        s.score(["What is the greatest thing ever?"], [["Love"]])

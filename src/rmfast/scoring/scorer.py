@@ -58,53 +58,10 @@ from ..errors import UserError
 from ..template import Template, build_template
 from .batching import Group, count_nonfinite, score_groups
 from .candidates import check_context, tokenize_in_context
+from .conversation import Conversation, as_conversation, messages_of
 from .memory import parse_batch_size
 from .plan import Scored, ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring, score_together
 from .weights import weights_fingerprint
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """A conversation up to the assistant's next turn: the final user turn, a system message and the
-    turns in between, hashable (the key of its cached plan).
-
-    >>> as_conversation([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
-    Conversation(prompt='Hi', system='Be brief.', history=())
-    """
-
-    prompt: str
-    system: str | None = None
-    history: tuple = ()  # ((role, content), ...) between the system message and the final user turn
-
-
-def as_conversation(c, where: str = "conversation") -> Conversation:
-    """A prompt string or a list of {"role", "content"} messages (last one the user's) as a :class:`Conversation`."""
-    if isinstance(c, Conversation):
-        return c
-    if isinstance(c, str):
-        if not c.strip():
-            raise UserError(f"{where} is an empty prompt")
-        return Conversation(c)
-    if isinstance(c, dict) or not hasattr(c, "__iter__"):
-        raise UserError(f"{where} must be a prompt string or a list of chat messages, got {type(c).__name__}")
-    msgs = list(c)
-    for k, m in enumerate(msgs):
-        if not (hasattr(m, "get") and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-            raise UserError(f"{where}, message {k + 1}: each message needs a string 'role' and a string 'content'")
-    if not msgs or msgs[-1]["role"] != "user":
-        raise UserError(f"{where}: the last message must be the user's (the response is the assistant's next turn)")
-    if not msgs[-1]["content"].strip():
-        raise UserError(f"{where}: the final user message is empty")
-    system = msgs[0]["content"] if msgs[0]["role"] == "system" else None
-    body = msgs[1 if system is not None else 0:-1]
-    return Conversation(msgs[-1]["content"], system, tuple((m["role"], m["content"]) for m in body))
-
-
-def messages_of(conv: Conversation, response: str | None = None) -> list[dict]:
-    """The conversation as chat messages (plus the assistant's ``response`` when given)."""
-    out = [{"role": "system", "content": conv.system}] if conv.system is not None else []
-    out += [{"role": r, "content": c} for r, c in conv.history] + [{"role": "user", "content": conv.prompt}]
-    return out + ([{"role": "assistant", "content": response}] if response is not None else [])
 
 
 @dataclass
@@ -486,8 +443,21 @@ class RewardScorer:
         conv_list = list(convs)
         tmpls = [self.template_for(c) for c in conv_list]
         job = Job(conv_list, tmpls, self._tokenize(rows, tmpls), np.asarray(inverse, dtype=np.int64), shape)
+        self._check_ids(job)
         job.groups = self._groups(job)
         return job
+
+    def _check_ids(self, job: Job) -> None:
+        """Every id the tokenizer gave has an embedding row: a tokenizer of another model (a given
+        (model, tokenizer) pair) is refused in one line, not an IndexError inside the forward."""
+        n_emb = self.model.get_input_embeddings().weight.shape[0]
+        for ci, row in job.rows:
+            t = row.template or job.tmpls[ci]
+            top = max(max(t.prefix_ids, default=-1), max(row.ids, default=-1), max(t.suffix_ids, default=-1))
+            if top >= n_emb:
+                raise UserError(f"the tokenizer gives id {top} (conversation {ci}), but the model's embedding has "
+                                f"{n_emb} rows: the tokenizer ({len(self.tokenizer)} ids) is not this model's; pass "
+                                "the model's own tokenizer")
 
     def _tokenize(self, rows, tmpls) -> list:
         """(conversation number, :class:`Row`) per distinct row, ids as the template tokenizes them in context."""
