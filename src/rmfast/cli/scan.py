@@ -104,7 +104,7 @@ def _check_states_args(args, d) -> None:
 def drop_old_states(out) -> None:
     """Remove a states folder left beside ``out`` by an earlier scan of the same --out (now replaced). Only a
     folder that is a states folder (it has a states manifest) is removed; its readers would refuse it anyway
-    (its manifest names the old write, :func:`rmfast.states.check_scan_tie`)."""
+    (its manifest names the old write, :func:`rmfast.states_tie.check_scan_tie`)."""
     import shutil
 
     from ..states import MANIFEST, states_dir
