@@ -233,6 +233,11 @@ CASES = [
                             o / "s.parquet", "--no-progress"], id="scan-cache-converted-is-a-file"),
     pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--out", "{lock-folder}.parquet", "--no-progress"],
                  id="scan-lock-path-is-a-folder"),
+    # outputs whose folder cannot be made (issue 35: a FileNotFoundError traceback from the lock), a folder path
+    pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--dtype", "float32", "--out", "/proc/nope/x.parquet",
+                            "--no-progress"], id="scan-out-folder-cannot-be-made"),
+    pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--out", f"{o}/sub/", "--no-progress"],
+                 id="scan-out-ends-with-a-slash"),
     # options: unknown, not a number, or out of range
     pytest.param(lambda o: ["frobnicate", "--out", o / "x"], id="unknown-command"),
     pytest.param(lambda o: ["scan", "{rm}", "--bogus", "--out", o / "s.parquet"], id="scan-unknown-option"),
@@ -263,7 +268,7 @@ CASES = [
     *[pytest.param(lambda o, a=a: ["bench", "--models", "{rm}", *a, "--out", o, "--no-peak", "--no-plot"],
                    id=f"bench{'-'.join(a)}")
       for a in (("--n-candidates", "-5"), ("--n-naive", "0"), ("--batch-size", "lots"), ("--repeats", "0"),
-                ("--check-n", "-1"), ("--threads", "0"), ("--hf-batch", "64,x"), ("--naive-batch", "-32"),
+                ("--check-n", "-1"), ("--threads", "0"), ("--threads", "100000"), ("--hf-batch", "64,x"), ("--naive-batch", "-32"),
                 ("--gemm-frac", "2"), ("--prompt-tokens", "0"), ("--layers", "0"))],
 ]
 

@@ -355,3 +355,125 @@ def test_grpo_smoke_two_steps_with_the_trl_adapter(tok, tmp_path):
             assert (r is None) == (not text.strip())
             if r is not None:
                 assert r == pytest.approx(scorer.score([p], [[text]])[0][0], abs=1e-5)
+
+
+# ------------------------------------------------------------------ issue 35: the backend under hostile input
+
+def _nan_head(tok):
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    with torch.no_grad():
+        model.score.weight.fill_(float("nan"))  # every score NaN (as an overflowing head gives)
+    return model
+
+
+def test_nan_scores_are_counted_and_warned(tok):
+    """RewardScorer and rerank: NaN scores are counted (last_stats.n_nonfinite) and named in one warning;
+    nonfinite="count" counts without it."""
+    import warnings
+
+    s = RewardScorer(_nan_head(tok), tok)
+    with pytest.warns(UserWarning, match=r"3 of 3 scores came out NaN or infinite \(responses conversation 0 "
+                                         r"response 0, conversation 0 response 1, conversation 1 response 0\)"):
+        got = s.score(["Hi", "Bye"], [["a", "b"], ["c"]])
+    assert all(np.isnan(x) for r in got for x in r) and s.last_stats.n_nonfinite == 3
+    with pytest.warns(UserWarning, match="came out NaN"):
+        s.rerank("Hi", ["a", "b"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s.score(["Hi"], [["a"]], nonfinite="count")
+    assert s.last_stats.n_nonfinite == 1
+
+
+def test_grpo_adapter_never_feeds_nan_to_trl(tok):
+    """The adapter's rule: a NaN reward raises (TRL's nansum would train on it as 0); nonfinite="warn" gives
+    None with a warning; empty completions stay None."""
+    reward = rmfast_reward((_nan_head(tok), tok))
+    with pytest.raises(UserError, match=r"2 of 2 scores came out NaN .*\(completions 0, 1\).*TRL would sum"):
+        reward(prompts=["Hi", "Hi"], completions=["a", "b"])
+    warn = rmfast_reward((_nan_head(tok), tok), nonfinite="warn")
+    with pytest.warns(UserWarning, match=r"1 of 2 scores came out NaN .*given as None"):
+        assert warn(prompts=["Hi", "Hi"], completions=["a", " "]) == [None, None]
+    with pytest.raises(UserError, match="nonfinite='never'"):
+        rmfast_reward((_nan_head(tok), tok), nonfinite="never")
+
+
+def test_cli_score_nan_head_warns_and_counts(tok, tmp_path, capsys):
+    folder = tmp_path / "rm"
+    _nan_head(tok).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    inp = tmp_path / "pairs.csv"
+    pd.DataFrame({"p": ["Hi", "Hi", "Bye"], "r": ["a", "b", "c"]}).to_csv(inp, index=False)
+    argv = ["score", inp, "--model", folder, "--prompt-column", "p", "--response-column", "r", "--dtype", "float32",
+            "--device", "cpu", "--no-progress"]
+    with pytest.warns(UserWarning, match=r"3 of 3 scores came out NaN or infinite \(table rows 0, 1, 2\).*n_nonfinite"):
+        rc, _, err = run(argv, capsys)
+    assert rc == 0, err
+    out = tmp_path / "pairs.scores.parquet"
+    assert pd.read_parquet(out)["score"].isna().all()
+    import json
+
+    assert json.loads((tmp_path / "pairs.scores.parquet.json").read_text())["n_nonfinite"] == 3
+    rc, _, err = run(argv + ["--out", tmp_path / "x.csv"], capsys)  # Parquet bytes under a .csv name: refused
+    assert one_line_error(rc, err) and "give a path ending in .parquet" in err, err
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_cli_score_system_column_with_message_prompts(tok, tmp_path, capsys):
+    """--system-column applies to message-list prompts too (it was ignored: scores bit-equal to a run without
+    it); a row whose messages already begin with another system message is refused in one line; a bad
+    response is named by its table row."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    folder = tmp_path / "rm"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    msgs = [[{"role": "user", "content": "Greatest thing?"}], [{"role": "user", "content": "Name a fruit."}]]
+    inp = tmp_path / "pairs.parquet"
+    pd.DataFrame({"p": msgs, "r": ["Love", "A pear."], "sys": [SYSTEM, "Be brief."]}).to_parquet(inp)
+    argv = ["score", inp, "--model", folder, "--prompt-column", "p", "--response-column", "r", "--dtype", "float32",
+            "--device", "cpu", "--no-progress", "--system-column", "sys"]
+    rc, _, err = run(argv, capsys)
+    assert rc == 0, err
+    got = pd.read_parquet(tmp_path / "pairs.scores.parquet")["score"].to_numpy()
+    want = RewardScorer(model, tok).score([[{"role": "system", "content": s}, *m] for s, m in zip([SYSTEM, "Be brief."], msgs)],
+                                          [["Love"], ["A pear."]])
+    np.testing.assert_array_equal(got, np.array([w[0] for w in want], np.float32))
+    clash = tmp_path / "clash.parquet"
+    pd.DataFrame({"p": [msgs[0], [{"role": "system", "content": "Other."}, *msgs[1]]], "r": ["Love", "A pear."],
+                  "sys": [SYSTEM, SYSTEM]}).to_parquet(clash)
+    rc, _, err = run(["score", clash, *argv[2:]], capsys)
+    assert one_line_error(rc, err) and "row 1: the prompt's messages begin with a system message" in err, err
+    rows = tmp_path / "rows.csv"
+    pd.DataFrame({"p": ["Hi", "Bye"] * 4, "r": ["a", "b", "c", "d", "e", "f", "g", "  "]}).to_csv(rows, index=False)
+    rc, _, err = run(["score", rows, *argv[2:-2]], capsys)
+    assert one_line_error(rc, err) and "row 7 (response column) is empty" in err, err
+
+
+def test_weights_changed_through_data_drop_the_cached_plans(tok):
+    """p.data.mul_() bypasses the version counter: the sampled fingerprint still sees it, so the scores are
+    the changed model's (equal to a fresh scorer's); clear_cache() drops every plan by hand."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    s = RewardScorer(model, tok)
+    before = s.score(CONVS[:2], RESPONSES[:2])
+    with torch.no_grad():
+        for p in model.model.layers[0].parameters():
+            p.data.mul_(1.5)
+    after = s.score(CONVS[:2], RESPONSES[:2])
+    fresh = RewardScorer(model, tok).score(CONVS[:2], RESPONSES[:2])
+    assert after == fresh and after != before
+    assert s.last_stats.prompt_passes == 2  # both prompts encoded again
+    s.score(CONVS[:2], RESPONSES[:2])
+    assert s.last_stats.prompt_passes == 0 and s.last_stats.prompts_from_cache == 2
+    s.clear_cache()
+    s.score(CONVS[:2], RESPONSES[:2])
+    assert s.last_stats.prompt_passes == 2
+
+
+def test_a_tokenizer_of_another_model_is_one_line(tok):
+    """RewardScorer((model, other_tokenizer)): an id past the model's embedding is refused naming both sizes
+    (it was an IndexError inside the forward)."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    model.resize_token_embeddings(64)  # the tokenizer's ids go up to 49,151
+    s = RewardScorer((model, tok))
+    with pytest.raises(UserError, match=r"the tokenizer gives id \d+ \(conversation 0\), but the model's embedding has "
+                                        r"64 rows: the tokenizer \(49152 ids\) is not this model's"):
+        s.score(["What is the greatest thing ever?"], [["Love"]])

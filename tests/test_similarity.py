@@ -375,3 +375,35 @@ def test_cli_three_sets_rsa(tmp_path):
     assert "does not license" in r.stderr
     r = _cli(*paths, "--layers-a", "0,last")
     assert r.returncode == 2 and "one layer" in r.stderr
+
+
+def test_constant_nan_and_inf_layers_are_undefined_not_a_traceback(tmp_path):
+    """Layer 0 of a token scan is constant (in --states all), a float16 overflow stores inf: their pairs are
+    NaN with a note naming the layers, the defined pairs as without them; the CLI exits 0 and explore's
+    similarity maps are drawn (they used to raise 'Encountered all NA values')."""
+    import warnings
+
+    from rmfast.analysis.representations import similarity_panels
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 4)).astype("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the writer's warning about the NaN/inf layers (tested in test_states)
+        a = write_states(tmp_path / "a.states", np.arange(60), {"0": np.ones((60, 4), "float32"), "last": X,
+                                                               "nan": np.where(X > 1, np.nan, X),
+                                                               "inf": np.where(X > 1, np.inf, X)})
+    b = write_states(tmp_path / "b.states", np.arange(60), {"0": np.full((60, 4), 2.0, "float32")})
+    res = similarity(a, b, bootstrap=3, permutations=3)
+    assert res.pairs[list(MEASURES)].isna().all().all()
+    note = next(n for n in res.notes if "undefined" in n)
+    assert "A nan (" in note and "A inf (" in note, note
+    same = similarity(a, a, bootstrap=0, permutations=0)
+    both = same.pairs.set_index(["layer_a", "layer_b"])
+    assert both.loc[("last", "last"), "rv2"] == pytest.approx(1.0)
+    note = next(n for n in same.notes if "undefined" in n)
+    assert "A 0 (constant across candidates)" in note and "B 0 (constant across candidates)" in note, note
+    assert both.drop(("last", "last"))[list(MEASURES)].isna().all().all()
+    r = _cli(a, b, "--out", tmp_path / "sim.csv", "--bootstrap", "2", "--permutations", "2")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    panels, _ = similarity_panels({"a": a, "b": b})
+    assert len(panels) == 1 and any("undefined" in n for n in panels[0].notes)

@@ -297,3 +297,101 @@ def test_logprob_head_states_equal_hf(smol_tokenizer):
             assert_agree_to_rounding(ref[name], got[e].states[name].double().numpy().ravel(), ref64[name])
         np.testing.assert_array_equal(got[e].scores, plan_scoring(m, tmpl, head="logprob", engine=e,
                                                                  batch_size=len(IDS)).score(IDS))
+
+
+# ------------------------------------------------------------------ issue 35: states under hostile input
+
+def test_states_are_tied_to_their_scan(tiny_dir, tmp_path, capsys):
+    """An overwrite without --states removes the old states; a states folder of another write of the scan
+    (or of another prompt, written without a write id) beside it is refused in one line by every reader."""
+    import shutil
+
+    from rmfast.errors import UserError
+    from rmfast.states import write_states
+
+    out = tmp_path / "s.parquet"
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "last")
+    assert rc == 0, se
+    tie = open_states(out).manifest["scan"]
+    assert tie["write_id"] == json.loads((tmp_path / "s.parquet.json").read_text())["write_id"]
+    assert tie["prompt"] == PROMPT and tie["n_candidates"] == 600 and tie["model"]["content_sha256"]
+    shutil.copytree(tmp_path / "s.states", tmp_path / "old.states")
+    rc, _, se = _scan(tiny_dir, out, capsys, "--prompt", "worst", "--overwrite")  # no --states: the old ones go
+    assert rc == 0, se
+    assert not (tmp_path / "s.states").exists()
+    shutil.copytree(tmp_path / "old.states", tmp_path / "s.states")  # the first prompt's states put back beside it
+    with pytest.raises(UserError, match=r"s.states belongs to the scan written as .*not from this scan"):
+        open_states(out)
+    rc, _, se = run(["analyze", "similarity", out, out, "--out", tmp_path / "sim.csv"], capsys)
+    assert one_line_error(rc, se) and "not from this scan" in se, se
+    shutil.rmtree(tmp_path / "s.states")  # states written without a scan (the API): compared on model, prompt, count
+    write_states(tmp_path / "s.states", np.arange(600), {"last": np.zeros((600, 4), "float32")},
+                 scan={"prompt": PROMPT, "n_candidates": 600})
+    with pytest.raises(UserError, match=r"its prompt is not s.parquet's"):
+        open_states(out)
+    write_states(tmp_path / "s.states", np.arange(600), {"last": np.zeros((600, 4), "float32")},
+                 scan={"prompt": "worst", "n_candidates": 600})
+    assert open_states(out).n == 600  # the same prompt and count: accepted
+
+
+def test_float16_states_overflow_is_counted_and_warned(tmp_path, smol_tokenizer, capsys):
+    """Activations past float16's 65,504 stored as float16 are inf: counted per layer in the states
+    manifest and warned about in one line naming the fix; fp32 states of the same scan have none."""
+    d = tmp_path / "big"
+    m = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
+    with torch.no_grad():
+        m.model.embed_tokens.weight.mul_(1e6)  # embeddings ~1e4-1e6: past float16's range
+    m.save_pretrained(d)
+    smol_tokenizer.save_pretrained(d)
+    with pytest.warns(UserWarning, match=r"stored states are NaN or infinite \(0: .*--states-dtype bfloat16 or float32"):
+        rc, _, se = _scan(d, tmp_path / "h.parquet", capsys, "--states", "0,last", "--states-dtype", "float16")
+    assert rc == 0, se
+    man = open_states(tmp_path / "h.parquet").manifest
+    assert man["n_nonfinite"]["0"] > 0, man
+    st = open_states(tmp_path / "h.parquet")
+    assert (~np.isfinite(st.take("0", np.arange(st.n)))).sum() == man["n_nonfinite"]["0"]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*stored states are NaN")
+        rc, _, se = _scan(d, tmp_path / "f.parquet", capsys, "--states", "0,last", "--states-dtype", "float32")
+    assert rc == 0, se
+    assert open_states(tmp_path / "f.parquet").manifest["n_nonfinite"] == {"0": 0, "last": 0}
+
+
+def _small_states(folder):
+    from rmfast.states import write_states
+
+    return write_states(folder, np.arange(6), {"last": np.arange(18, dtype="float32").reshape(6, 3)}, shard_rows=4)
+
+
+def test_a_half_copied_shard_is_one_line(tmp_path):
+    """A shard cut short (a copy that did not finish): refused naming the file and both sizes, not a
+    numpy mmap error."""
+    from rmfast.errors import UserError
+
+    folder = _small_states(tmp_path / "s.states")
+    shard = folder / "shard-00001.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-8])
+    with pytest.raises(UserError, match=r"shard-00001.safetensors: \d+ bytes, but its header needs \d+ \(cut short"):
+        open_states(folder)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda m: m.update(shards="shard-00000.safetensors"), "shards must be a list"),
+    (lambda m: m["shards"][0].update(rows="4"), "shard 0 must be"),
+    (lambda m: m["shards"][0].update(file="../../etc/passwd"), "shard 0 must be"),
+    (lambda m: m["shards"].__setitem__(1, ["shard-00001.safetensors", 2]), "shard 1 must be"),
+    (lambda m: m.update(n="6"), "n must be a non-negative integer"),
+    (lambda m: m.update(hidden_size=0), "hidden_size must be a positive integer"),
+    (lambda m: m.update(layers="last"), "layers must be distinct"),
+])
+def test_a_hand_edited_manifest_is_one_line(edit, says, tmp_path):
+    from rmfast.errors import UserError
+
+    folder = _small_states(tmp_path / "s.states")
+    man = json.loads((folder / "manifest.json").read_text())
+    edit(man)
+    (folder / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(UserError, match=says):
+        open_states(folder)

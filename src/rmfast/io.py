@@ -31,6 +31,9 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
       file, or in a read-only folder, is refused).
     """
     p = Path(path)
+    if not folder and str(path).endswith(("/", os.sep)):  # Path() drops the slash: "dir/" would become a file "dir"
+        raise UserError(f"--out {path} ends with '/', a folder; this command writes a file: give a file path "
+                        f"(e.g. {p / 'out'}{'.parquet' if not p.suffix else ''})")
     if folder:
         if p.exists() and not p.is_dir():
             raise UserError(f"--out {p} is {describe_path(p)}, not a folder; give a folder")
@@ -130,13 +133,16 @@ def output_lock(path: str | os.PathLike):
     from filelock import FileLock, Timeout
 
     check_lock(str(path) + ".lock", "remove it or choose another --out")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)  # the lock file is the first thing written there
     lock = FileLock(str(path) + ".lock")
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # the lock file is the first thing written there
         lock.acquire(timeout=0)
     except Timeout:
         raise UserError(f"another rmfast job is writing {path} (it holds {path}.lock); wait for it to finish "
                         "or choose another --out") from None
+    except OSError as e:  # a folder that cannot be made (/proc/nope), a read-only or full filesystem
+        raise UserError(f"cannot write {path}: {e.strerror or e} ({e.filename or Path(path).parent}); "
+                        "choose another --out") from None
     try:
         yield
     finally:

@@ -12,7 +12,8 @@ A states folder sits beside its scan, ``<scan stem>.states/`` (``scan.parquet`` 
          "n": total rows,
          "shards": [{"file": "shard-00000.safetensors", "rows": n_0}, ...],  # each may name its "run_id"
          "run_id": "..."                                 # optional; see below
-         "scan": {"model": ..., "prompt": ..., ...}}     # free-form provenance
+         "n_nonfinite": {"last": 0, ...}                 # stored values that are NaN or +-inf, per layer
+         "scan": {"model": ..., "prompt": ..., "write_id": ..., ...}}  # the scan it belongs to
     shard-00000.safetensors, ...
         key            (n_i,)    int64   token ids, or row numbers of the scan Parquet
         layer.<name>   (n_i, d)  dtype   one tensor per layer of the manifest
@@ -24,6 +25,13 @@ match, so a shard copied in from another run is refused. A shard entry's own ``r
 manifest's place for that shard: a folder joined from a torchrun scan's ranks (:class:`StatesMerge`)
 lists each rank's run. Without it a foreign shard is still refused when its rows, tensors, shape or
 dtype disagree with the manifest.
+
+A states folder belongs to one write of its scan: ``scan.write_id`` is the scan pair's write id
+(:func:`rmfast.io.write_pair`), and :func:`open_states` refuses a folder beside a scan Parquet of
+another write (a scan rerun over the same ``--out``, or states of another model copied in); states
+written without a scan file (the Python API) name the scan's model, prompt and candidate count
+instead, which are compared with the Parquet's manifest. Stored values that are NaN or infinite (a
+float16 overflow past 65,504) are counted per layer (``n_nonfinite``) and warned about when written.
 
 Reading never loads a whole shard: the reader parses the safetensors header and maps
 the tensors (``numpy.memmap``), so :meth:`StatesSet.take` gathers any rows with memory
@@ -54,6 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UserError
+from .states_tie import check_scan_tie
 
 FORMAT = "rmfast-states/1"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -62,6 +71,32 @@ MANIFEST = "manifest.json"
 # safetensors dtype tags for the dtypes above and the key tensor
 _ST_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _NP_RAW = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64}
+#: a shard's safetensors metadata key: its count of NaN/inf values per layer (JSON)
+_NONFINITE = "n_nonfinite"
+
+
+def nonfinite_per_layer(mats: Mapping[str, object]) -> dict[str, int]:
+    """NaN or +-inf values per layer of name -> (b, d) tensors as stored (after the cast to the stored dtype)."""
+    import torch
+
+    return {name: int((~torch.isfinite(m)).sum()) for name, m in mats.items()}
+
+
+def warn_nonfinite(counts: Mapping[str, int], rows: int, d: int, dtype: str, where) -> None:
+    """One warning when stored states hold NaN or inf (a float16 overflow, or the model's own): how many
+    per layer, and the fix."""
+    import warnings
+
+    bad = {k: v for k, v in counts.items() if v}
+    if not bad:
+        return
+    total = max(1, rows * d)
+    shown = ", ".join(f"{k}: {v:,} ({100 * v / total:.1f}%)" for k, v in list(bad.items())[:6])
+    fix = ("float16 overflows past 65,504: store them with --states-dtype bfloat16 or float32"
+           if dtype == "float16" else "the model's own activations overflow: try --dtype float32")
+    warnings.warn(f"rmfast: warning: {where}: stored states are NaN or infinite ({shown} of {total:,} values per "
+                  f"layer); {fix}; counted in the states manifest's n_nonfinite, and analyses of those layers "
+                  "are undefined", stacklevel=3)
 
 
 def states_dir(path: str | os.PathLike) -> Path:
@@ -204,7 +239,8 @@ def _read_header(file: Path) -> tuple[dict, int]:
 
 
 def open_states(path: str | os.PathLike) -> StatesSet:
-    """Open a states folder, or the one beside a scan Parquet; check every shard against the manifest."""
+    """Open a states folder, or the one beside a scan Parquet; check every shard against the manifest,
+    and the folder against the scan beside it (:func:`check_scan_tie`)."""
     p = Path(path)
     folder = states_dir(p)
     scan_path = p if p.suffix == ".parquet" else folder.with_suffix(".parquet")
@@ -228,13 +264,21 @@ def open_states(path: str | os.PathLike) -> StatesSet:
         want = {"key": ("I64", (s["rows"],))}
         want.update({f"layer.{l}": (_ST_DTYPE[man["dtype"]], (s["rows"], man["hidden_size"]))
                      for l in man["layers"]})
-        have = {k: (v["dtype"], tuple(v["shape"])) for k, v in header.items()}
+        try:
+            have = {k: (v["dtype"], tuple(v["shape"])) for k, v in header.items()}
+            ends = [base + int(v["data_offsets"][1]) for v in header.values()]
+        except (TypeError, KeyError, IndexError, ValueError, AttributeError):
+            raise UserError(f"{f}: its safetensors header is malformed; rewrite the states") from None
         if have.get("rows") == ("I64", (s["rows"],)):
             del have["rows"]  # the scan's own job-row numbers (StatesWriter), optional
         if have != want:
             diff = sorted(set(have.items()) ^ set(want.items()))
             raise UserError(f"{f}: does not match {mpath} (a shard from another run?): "
                             f"tensors differ at {diff[:3]}")
+        size = f.stat().st_size
+        if max(ends, default=base) > size:  # a half-copied shard: its tensors run past the end of the file
+            raise UserError(f"{f}: {size:,} bytes, but its header needs {max(ends):,} (cut short: a copy or "
+                            "download that did not finish); copy the states folder again or rewrite the states")
         run_id = s.get("run_id") or man.get("run_id")
         if run_id and meta.get("run_id") and meta["run_id"] != run_id:
             raise UserError(f"{f}: from run {meta['run_id']}, the manifest is run {run_id} "
@@ -245,12 +289,14 @@ def open_states(path: str | os.PathLike) -> StatesSet:
         shards.append(sh)
         off, _, shape = tensors["key"]
         keys.append(np.array(np.memmap(f, dtype=np.int64, mode="r", offset=off, shape=shape)))
-    out = StatesSet(folder, man, shards, np.concatenate(keys) if keys else np.zeros(0, np.int64),
-                    scan_path if scan_path.is_file() else None)
-    return out
+    scan_path = scan_path if scan_path.is_file() else None
+    if scan_path is not None:
+        check_scan_tie(man, folder, scan_path)
+    return StatesSet(folder, man, shards, np.concatenate(keys) if keys else np.zeros(0, np.int64), scan_path)
 
 
 def _check_manifest(man, mpath: Path) -> None:
+    """A manifest's fields have the types and values the reader relies on (a hand-edited one: one line)."""
     if not isinstance(man, dict) or man.get("format") != FORMAT:
         got = man.get("format") if isinstance(man, dict) else type(man).__name__
         raise UserError(f"{mpath}: format {got!r}, expected {FORMAT!r}")
@@ -263,9 +309,23 @@ def _check_manifest(man, mpath: Path) -> None:
     if man["key"] not in KEYS:
         raise UserError(f"{mpath}: key {man['key']!r}; one of {KEYS}")
     layers = man["layers"]
-    if not layers or not all(isinstance(l, str) and l for l in layers) or len(set(layers)) != len(layers):
+    if (not isinstance(layers, list) or not layers or not all(isinstance(l, str) and l for l in layers)
+            or len(set(layers)) != len(layers)):
         raise UserError(f"{mpath}: layers must be distinct non-empty names, got {layers!r}")
-    if sum(int(s.get("rows", -1)) for s in man["shards"]) != man["n"]:
+    for k in ("hidden_size", "n"):
+        if type(man[k]) is not int or man[k] < (1 if k == "hidden_size" else 0):
+            raise UserError(f"{mpath}: {k} must be a {'positive' if k == 'hidden_size' else 'non-negative'} "
+                            f"integer, got {man[k]!r}; rewrite the states")
+    shards = man["shards"]
+    if not isinstance(shards, list):
+        raise UserError(f"{mpath}: shards must be a list of {{file, rows}}, got {type(shards).__name__}; rewrite the states")
+    for i, s in enumerate(shards):
+        ok = (isinstance(s, dict) and isinstance(s.get("file"), str) and s["file"] == Path(s["file"]).name
+              and s["file"] not in ("", ".", "..") and type(s.get("rows")) is int and s["rows"] >= 0)
+        if not ok:
+            raise UserError(f"{mpath}: shard {i} must be {{\"file\": a file name in the folder, \"rows\": a "
+                            f"non-negative integer}}, got {str(s)[:80]}; rewrite the states")
+    if sum(s["rows"] for s in shards) != man["n"]:
         raise UserError(f"{mpath}: the shards' rows do not add up to n={man['n']}")
 
 
@@ -301,6 +361,8 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
         raise UserError(f"every layer must be (n={n}, d); got {sorted(dims)}")
     d = next(iter(dims))[1]
     run_id = run_id or uuid.uuid4().hex
+    nonfinite = nonfinite_per_layer(mats)
+    warn_nonfinite(nonfinite, n, d, dtype, folder)
     folder.mkdir(parents=True, exist_ok=True)
     shards = []
     for i, lo in enumerate(range(0, max(n, 1), shard_rows)):
@@ -312,7 +374,7 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
             t, str(tmp), metadata={"format": FORMAT, "run_id": run_id}))
         shards.append({"file": name, "rows": hi - lo})
     man = {"format": FORMAT, "layers": list(mats), "dtype": dtype, "hidden_size": d, "key": key,
-           "n": n, "shards": shards, "run_id": run_id, "scan": dict(scan or {})}
+           "n": n, "shards": shards, "run_id": run_id, _NONFINITE: nonfinite, "scan": dict(scan or {})}
     atomic_write(folder / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
     return folder
 
@@ -453,11 +515,13 @@ class StatesWriter:
         t = {"key": torch.from_numpy(np.concatenate([b[1] for b in self._buf]).astype(np.int64)),
              "rows": torch.from_numpy(rows.astype(np.int64))}
         t.update({f"layer.{l}": torch.cat([b[2][l] for b in self._buf]) for l in self.layers})
+        # counted per shard, in its metadata: a resumed scan's total includes the shards of the run before
+        bad = json.dumps(nonfinite_per_layer({l: t[f"layer.{l}"] for l in self.layers}))
         shards = self._shards()
         nxt = int(shards[-1].stem.split("-")[1]) + 1 if shards else 0
         try:
             atomic_write(self.partial / f"shard-{nxt:05d}.safetensors", lambda tmp: save_file(
-                t, str(tmp), metadata={"format": FORMAT, "run_id": self.run_id}))
+                t, str(tmp), metadata={"format": FORMAT, "run_id": self.run_id, _NONFINITE: bad}))
         except OSError as e:  # a full disk: the shards so far and the scan's checkpoint stay
             raise UserError(f"cannot write a states shard in {self.partial}: {e.strerror or e}; what was done is "
                             "kept: free space and rerun the same command to resume") from None
@@ -474,20 +538,33 @@ class StatesWriter:
             missing = 0 if self._have is None else int((~self._have).sum())
             raise RuntimeError(f"states: {missing} rows have no state")  # a bug, never input
         shards, n, d = [], 0, None
+        nonfinite = dict.fromkeys(self.layers, 0)
         for f in self._shards():
             header, _ = _read_header(f)
             rows = header["key"]["shape"][0]
             d = header[f"layer.{self.layers[0]}"]["shape"][1]
             shards.append({"file": f.name, "rows": rows})
             n += rows
+            for l, v in _shard_nonfinite(header).items():
+                nonfinite[l] = nonfinite.get(l, 0) + v
+        warn_nonfinite(nonfinite, n, d or 0, self.dtype, self.folder)
         man = {"format": FORMAT, "layers": self.layers, "dtype": self.dtype, "hidden_size": d, "key": self.key,
-               "n": n, "shards": shards, "run_id": self.run_id, "scan": dict(scan or {})}
+               "n": n, "shards": shards, "run_id": self.run_id, _NONFINITE: nonfinite, "scan": dict(scan or {})}
         atomic_write(self.partial / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
         (self.partial / "job.json").unlink(missing_ok=True)
         if self.folder.exists():
             shutil.rmtree(self.folder)  # --overwrite (checked at the start)
         os.replace(self.partial, self.folder)
         return self.folder
+
+
+def _shard_nonfinite(header: dict) -> dict[str, int]:
+    """A shard's NaN/inf count per layer, from its metadata ({} for a shard written without one)."""
+    try:
+        got = json.loads((header.get("__metadata__") or {}).get(_NONFINITE) or "{}")
+        return {str(k): int(v) for k, v in got.items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 def _read_rows(file: Path) -> np.ndarray | None:
@@ -534,7 +611,8 @@ class StatesMerge:
                 name = f"shard-{len(shards):05d}.safetensors"
                 os.replace(sh.file, partial / name)
                 shards.append({"file": name, "rows": sh.rows, "run_id": s.manifest.get("run_id")})
-        man = {"format": FORMAT, **head, "n": sum(s.n for s in sets), "shards": shards,
+        nonfinite = {l: sum(int((s.manifest.get(_NONFINITE) or {}).get(l, 0)) for s in sets) for l in head["layers"]}
+        man = {"format": FORMAT, **head, "n": sum(s.n for s in sets), "shards": shards, _NONFINITE: nonfinite,
                "scan": dict(scan or sets[0].manifest.get("scan") or {}), "ranks": len(sets)}
         atomic_write(partial / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
         if self.folder.exists():

@@ -484,6 +484,27 @@ def _layers(s: StatesSet, layers) -> list[str]:
     return list(dict.fromkeys(layers))
 
 
+def _undefined_note(pairs: pd.DataFrame, a: StatesSet, b: StatesSet, la, lb) -> str | None:
+    """A note naming the layers whose measures are undefined (NaN): constant across candidates (layer 0
+    of a token scan), or holding NaN/inf states (counted in the states manifest, e.g. a float16 overflow).
+    A layer is named when its pairs with every layer of the other side that has some defined pair are NaN."""
+    ok = pd.Series(np.isfinite(pairs[list(MEASURES)].to_numpy(dtype=float)).all(axis=1), index=pairs.index)
+    if ok.all():
+        return None
+    good = {"a": set(pairs.loc[ok, "layer_a"]), "b": set(pairs.loc[ok, "layer_b"])}  # layers with a defined pair
+    why = []
+    for side, other, s, layers in (("a", "b", a, la), ("b", "a", b, lb)):
+        counts = s.manifest.get("n_nonfinite") if isinstance(s.manifest.get("n_nonfinite"), dict) else {}
+        for l in layers:
+            n_bad = counts.get(l) if isinstance(counts.get(l), int) else 0
+            vs = pairs[(pairs[f"layer_{side}"] == l) & pairs[f"layer_{other}"].isin(good[other])]
+            if n_bad or (len(vs) and not ok[vs.index].any()):
+                why.append(f"{side.upper()} {l} ({f'{n_bad:,} NaN/inf values' if n_bad else 'constant across candidates'})")
+    return (f"{int((~ok).sum())} of {len(pairs)} layer pairs have undefined measures (NaN): "
+            + (", ".join(why) if why else "every pair holds a layer that is constant or has NaN/inf values")
+            + "; leave those layers out")
+
+
 def _as_set(x) -> StatesSet:
     return x if isinstance(x, StatesSet) else open_states(x)
 
@@ -530,15 +551,18 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
     shifts = (_shifts(a, la, ra), _shifts(b, lb, rb))
     variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
     values: dict = {}
-    for ta, tb in _tiles(la, lb, p, q, max_bytes):
-        per = max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))
-        for i in range(0, len(variants), per):
-            batch = variants[i:i + per]
-            if any(v != "obs" and v[0] == "perm" for v in batch) and "obs" not in batch:
-                batch = ["obs"] + batch  # perms reuse the observed sides: recompute them with the batch
-            got = _variant_values(a, b, ra, rb, ta, tb, batch, seed=seed, chunk_rows=chunk_rows, shifts=shifts)
-            for v, d in got.items():
-                values.setdefault(v, {}).update(d)
+    # a constant layer (layer 0 of a token scan: one template token in every row) or NaN/inf states give
+    # 0/0 or inf - inf: their measures are NaN, said once in a note below (no numpy warning per product)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for ta, tb in _tiles(la, lb, p, q, max_bytes):
+            per = max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))
+            for i in range(0, len(variants), per):
+                batch = variants[i:i + per]
+                if any(v != "obs" and v[0] == "perm" for v in batch) and "obs" not in batch:
+                    batch = ["obs"] + batch  # perms reuse the observed sides: recompute them with the batch
+                got = _variant_values(a, b, ra, rb, ta, tb, batch, seed=seed, chunk_rows=chunk_rows, shifts=shifts)
+                for v, d in got.items():
+                    values.setdefault(v, {}).update(d)
     rows = []
     alpha = (1 - level) / 2
     for x in la:
@@ -564,8 +588,12 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
     if n < shared:
         res.notes.append(f"measured on {n:,} of the {shared:,} shared candidates: a random sample (seed {seed}, "
                          "max_rows)")
-    worst = pairs.loc[pairs["rv_null_mean"].idxmax()]
-    if worst["rv_null_mean"] >= NULL_NOTE or n <= max(p, q):
+    undefined = _undefined_note(pairs, a, b, la, lb)
+    if undefined:
+        res.notes.append(undefined)
+    null = pairs["rv_null_mean"].where(np.isfinite(pairs["rv_null_mean"]))
+    worst = pairs.loc[null.idxmax()] if null.notna().any() else None  # None: no pair is defined
+    if worst is not None and (worst["rv_null_mean"] >= NULL_NOTE or n <= max(p, q)):
         res.notes.append(
             f"n = {n:,} is small relative to the dimension (d_a = {p}, d_b = {q}; effective dimension "
             f"gives a chance level of plain RV/CKA up to {worst['rv_null_mean']:.3f}, at {worst['layer_a']} × "

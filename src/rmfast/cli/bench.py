@@ -20,7 +20,7 @@ from ..errors import UserError
 from ..io import check_output, write_json
 from ..loading.loader import load, resolve_device
 from . import common
-from .common import fraction, int_list, nonneg_int, positive_int
+from .common import fraction, int_list, nonneg_int, positive_int, thread_count
 
 BEST_OF_N_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
 TINY_BEST_OF_N = "--random-init llama-3.2-1b --tiny"
@@ -84,7 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check-n", type=nonneg_int, default=None,
                    help="ids for the fp32 exactness check of all three methods (default 32 on CPU, 256 on CUDA; 0 skips)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="candidate sample seed; best-of-n: texts and lengths (default 0)")
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=thread_count, default=None,
+                   help="torch CPU threads, at most 4 x the CPUs (default: torch's)")
     p.add_argument("--full", action="store_true", help="also time the full-vocabulary rmfast scan per model")
     p.add_argument("--profile", type=nonneg_int, nargs="?", const=3, default=0, metavar="N",
                    help="torch.profiler over N rmfast batches per model; top ops by self time (default N=3)")

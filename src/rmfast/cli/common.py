@@ -159,6 +159,26 @@ def int_at_least(lo: int):
 positive_int = int_at_least(1)
 nonneg_int = int_at_least(0)
 
+#: --threads is at most this many times the CPUs this process may use (more only slows torch down, and
+#: a huge count fails deep in the OpenMP runtime: "failed to map segment")
+THREADS_PER_CPU = 4
+
+
+def thread_count(text: str) -> int:
+    """An argparse ``type=``: a torch thread count, 1 .. THREADS_PER_CPU x the CPUs this process may use.
+
+    >>> thread_count("1")
+    1
+    """
+    import os
+
+    n = positive_int(text)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if n > THREADS_PER_CPU * cpus:
+        raise argparse.ArgumentTypeError(f"must be at most {THREADS_PER_CPU * cpus} ({THREADS_PER_CPU} x the {cpus} "
+                                         f"CPUs this process may use; got {text!r})")
+    return n
+
 
 def fraction(text: str) -> float:
     """An argparse ``type=``: a number in (0, 1].

@@ -101,6 +101,20 @@ def _check_states_args(args, d) -> None:
             raise UserError(f"{states_dir(args.out)} exists; use --overwrite to replace it (or choose another --out)")
 
 
+def drop_old_states(out) -> None:
+    """Remove a states folder left beside ``out`` by an earlier scan of the same --out (now replaced). Only a
+    folder that is a states folder (it has a states manifest) is removed; its readers would refuse it anyway
+    (its manifest names the old write, :func:`rmfast.states_tie.check_scan_tie`)."""
+    import shutil
+
+    from ..states import MANIFEST, states_dir
+
+    folder = states_dir(out)
+    if folder.is_dir() and not folder.is_symlink() and (folder / MANIFEST).is_file():
+        shutil.rmtree(folder)
+        print(f"removed {folder}: the states of the scan this one replaced")
+
+
 def run(args) -> int:
     from ..scoring.pipeline import drop_checkpoint, finish_states, run_scan
 
@@ -138,6 +152,8 @@ def run(args) -> int:
                 raise UserError(f"cannot write {out}: {e.strerror or e}; the scores are kept in {ck} — free space "
                                 "(or fix the folder) and rerun the same command to write them without rescoring") from None
             finish_states(res)  # the states folder's manifest, then the folder into place
+            if args.states is None and d.is_main:
+                drop_old_states(out)  # an overwrite without --states: the old states are not this scan's
             drop_checkpoint(res, ck)  # only now: the output, its manifest and states are in place
         _print_summary(res, args.top, out, d.world)
         return 0

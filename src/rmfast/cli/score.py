@@ -66,14 +66,22 @@ def read_table(path: str):
 
 
 def _conversation(v, system, k: int):
-    """A cell of the prompt column (a string, or chat messages from Parquet/JSON) as a conversation."""
+    """A cell of the prompt column (a string, or chat messages from Parquet/JSON) as a conversation, with the
+    row's system message (``system``, from --system-column) put first; a row whose messages begin with
+    another system message is refused (which one to score is not ours to choose)."""
+    import dataclasses
+
     from ..scoring.scorer import as_conversation
 
     if hasattr(v, "tolist") and not isinstance(v, str):
         v = v.tolist()  # a Parquet list column comes back as a numpy array of dicts
-    if system is not None and isinstance(v, str):
-        v = [{"role": "system", "content": system}, {"role": "user", "content": v}]
-    return as_conversation(v, f"row {k} (prompt column)")
+    conv = as_conversation(v, f"row {k} (prompt column)")
+    if system is None or conv.system == system:
+        return conv
+    if conv.system is not None:
+        raise UserError(f"row {k}: the prompt's messages begin with a system message, and --system-column gives "
+                        "another; drop the column or that message")
+    return dataclasses.replace(conv, system=system)
 
 
 def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
@@ -96,13 +104,31 @@ def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
     return convs, lists, where
 
 
+def _by_row(e: UserError, where) -> UserError:
+    """The scorer's error about "response j of conversation i" as the table's row (what the user can find)."""
+    import re
+
+    m = re.match(r"response (\d+) of conversation (\d+)(.*)", str(e), re.S)
+    if m is None:
+        return e
+    try:
+        k = where.index((int(m.group(2)), int(m.group(1))))  # each (conversation, slot) is one table row
+    except ValueError:
+        return e
+    rest = m.group(3).replace("compat='decode-retokenize'", "--compat decode-retokenize")
+    return UserError(f"row {k} (response column){rest}")
+
+
 def run(args) -> int:
     from ..io import write_result
+    from ..scoring.batching import count_nonfinite
     from ..scoring.scorer import RewardScorer
 
     t0 = time.perf_counter()
     inp = Path(args.input)
     out = Path(args.out) if args.out else inp.with_name(inp.name.rsplit(".", 1)[0] + ".scores.parquet")
+    if out.suffix.lower() != ".parquet":
+        raise UserError(f"--out {out}: rmfast score writes Parquet (and its manifest); give a path ending in .parquet")
     check_output(out, args.overwrite)  # before loading anything
     df = read_table(args.input)
     if args.score_column in df.columns:
@@ -117,15 +143,20 @@ def run(args) -> int:
     ck = Path(f"{out}.partial.npz")
     with output_lock(out):
         check_output(out, args.overwrite)
-        scores = scorer.score(convs, lists, progress=not args.no_progress, checkpoint=ck)
+        try:
+            scores = scorer.score(convs, lists, progress=not args.no_progress, checkpoint=ck, nonfinite="count")
+        except UserError as e:
+            raise _by_row(e, where) from None
         st = scorer.last_stats
         df[args.score_column] = [scores[i][j] for i, j in where]
+        n_bad = count_nonfinite(df[args.score_column].to_numpy(), range(len(df)), "table rows",
+                                "they are written as NaN, counted in the manifest's n_nonfinite")
         manifest = {**scorer.key_fields(), "input": {"path": str(inp), "sha256": file_sha256(inp), "rows": len(df),
                                                    "prompt_column": args.prompt_column,
                                                    "response_column": args.response_column,
                                                    "system_column": args.system_column},
                     "stats": {k: getattr(st, k) for k in st.__dataclass_fields__},
-                    "score_position": "final position of the whole conversation + response",
+                    "score_position": "final position of the whole conversation + response", "n_nonfinite": n_bad,
                     "wall_s": round(time.perf_counter() - t0, 3)}
         write_result(out, df, manifest, overwrite=args.overwrite)
         ck.unlink(missing_ok=True)  # only now: the output is in place

@@ -9,6 +9,13 @@ prompt. Both of TRL's dataset formats are taken:
 - conversational: ``prompts`` are lists of chat messages ending with the user's, ``completions`` are
   lists holding one assistant message (``[{"role": "assistant", "content": "..."}]``).
 
+The rule for rewards that cannot be given: an empty completion gets None (nothing to score; TRL
+skips it). A score that comes out NaN or infinite (a numeric overflow in the reward model, e.g.
+float16 past 65,504) stops training with one line (:class:`rmfast.errors.UserError`) by default:
+TRL sums rewards with ``nansum``, so a NaN reward would be trained on as 0. ``nonfinite="warn"``
+goes on instead, with one warning per call and None for those completions (which TRL's ``nansum``
+then also counts as 0 when this is the only reward function).
+
 Example:
     >>> from trl import GRPOConfig, GRPOTrainer  # doctest: +SKIP
     >>> reward = rmfast_reward("Skywork/Skywork-Reward-V2-Qwen3-0.6B", dtype="bfloat16")  # doctest: +SKIP
@@ -17,8 +24,15 @@ Example:
 
 from __future__ import annotations
 
+import math
+import warnings
+
 from ..errors import UserError
+from ..scoring.batching import nonfinite_line
 from ..scoring.scorer import RewardScorer, as_conversation
+
+#: what the adapter does with a NaN or infinite score (the module doc's rule)
+NONFINITE = ("raise", "warn")
 
 
 def _completion_text(c, k: int) -> str:
@@ -39,11 +53,15 @@ class GRPOReward:
 
     Completions are grouped by their prompt (equal prompts share one encoding), scored by ``scorer``,
     and returned in TRL's order. ``__name__`` is what TRL logs the reward under (default "rmfast").
+    ``nonfinite``: "raise" (default) or "warn", for a NaN or infinite score (the module doc's rule).
     """
 
-    def __init__(self, scorer: RewardScorer, name: str = "rmfast"):
+    def __init__(self, scorer: RewardScorer, name: str = "rmfast", nonfinite: str = "raise"):
+        if nonfinite not in NONFINITE:
+            raise UserError(f"nonfinite={nonfinite!r}: give one of {', '.join(NONFINITE)}")
         self.scorer = scorer
         self.__name__ = name
+        self.nonfinite = nonfinite
 
     def __call__(self, prompts, completions, **kwargs) -> list[float]:
         prompts, completions = list(prompts), list(completions)
@@ -63,22 +81,35 @@ class GRPOReward:
         # (its rewards are summed with nansum) rather than a made-up number
         keep = [[t for t in ts if t.strip()] for ts in lists]
         pos = [{t: k for k, t in enumerate(ts)} for ts in keep]
-        scores = self.scorer.score([c for c, ts in zip(convs, keep) if ts], [ts for ts in keep if ts])
+        scores = self.scorer.score([c for c, ts in zip(convs, keep) if ts], [ts for ts in keep if ts],
+                                   nonfinite="count")  # reported below, per the module doc's rule
         it = iter(scores)
         by_conv = [next(it) if ts else [] for ts in keep]
-        return [by_conv[i][pos[i][lists[i][j]]] if lists[i][j].strip() else None for i, j in where]
+        out = [by_conv[i][pos[i][lists[i][j]]] if lists[i][j].strip() else None for i, j in where]
+        bad = [k for k, r in enumerate(out) if r is not None and not math.isfinite(r)]
+        if bad:
+            line = nonfinite_line(len(out), bad, range(len(out)), "completions",
+                                  "load the reward model with dtype='float32' or 'bfloat16'")
+            if self.nonfinite == "raise":
+                raise UserError(f"{self.__name__} reward: {line}; TRL would sum a NaN reward as 0 and train on "
+                                "it (pass nonfinite='warn' to go on with None for them)")
+            warnings.warn(f"rmfast: warning: {self.__name__} reward: {line}; given as None", stacklevel=2)
+            bad_set = set(bad)
+            out = [None if k in bad_set else r for k, r in enumerate(out)]
+        return out
 
 
-def rmfast_reward(model, *, name: str = "rmfast", **scorer_kw) -> GRPOReward:
+def rmfast_reward(model, *, name: str = "rmfast", nonfinite: str = "raise", **scorer_kw) -> GRPOReward:
     """A GRPO reward function for ``model`` (anything :class:`RewardScorer` takes: an alias, folder, hub
     id, LoadedModel, a (model, tokenizer) pair, or a RewardScorer itself). Empty completions get None
-    (TRL skips it); a new scorer defaults to ``compat="decode-retokenize"`` (a completion that merges
-    with the template is scored as the template renders it, not refused)."""
+    (TRL skips it); a NaN or infinite score raises (``nonfinite="raise"``) or warns and gives None
+    (``"warn"``), the module doc's rule; a new scorer defaults to ``compat="decode-retokenize"`` (a
+    completion that merges with the template is scored as the template renders it, not refused)."""
     # a sampled completion may merge with the template when tokenized in context: scored as the template
     # renders it (compat "decode-retokenize", that row alone on the plain-HF path) rather than an error mid-training
     scorer_kw.setdefault("compat", "decode-retokenize")
     scorer = model if isinstance(model, RewardScorer) else RewardScorer(model, **scorer_kw)
-    return GRPOReward(scorer, name)
+    return GRPOReward(scorer, name, nonfinite)
 
 
 __all__ = ["GRPOReward", "rmfast_reward"]

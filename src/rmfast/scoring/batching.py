@@ -256,10 +256,16 @@ def _batch(g: Group, done: np.ndarray, lo: int, hi: int, bs: int):
 NONFINITE_SHOWN = 5
 
 
-def count_nonfinite(scores: np.ndarray, labels, what: str) -> int:
-    """How many of a finished job's scores are NaN (non-finite, :func:`score_groups`); when any are, one
-    warning names the first few (``labels[i]`` of row i: token ids or texts), so a model that overflows
-    is seen at once rather than as a hole in the ranking.
+#: what a scan does with a non-finite score (the tail of :func:`count_nonfinite`'s line)
+SCAN_KEEPS = "they are kept as NaN without a rank, counted in the manifest's n_nonfinite"
+
+
+def count_nonfinite(scores: np.ndarray, labels, what: str, keeps: str = SCAN_KEEPS, *, warn: bool = True) -> int:
+    """How many of a finished job's scores are NaN (non-finite, :func:`score_groups`); when any are (and
+    ``warn``), one warning names the first few (``labels[i]`` of row i: token ids, texts, table rows), so
+    a model that overflows is seen at once rather than as a hole in the ranking. ``keeps``: what the
+    caller does with them (the line's end). Every scoring surface reports through it: scan, ``rmfast
+    score``, :class:`rmfast.scoring.scorer.RewardScorer` and the GRPO adapter.
 
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as w:
@@ -269,14 +275,20 @@ def count_nonfinite(scores: np.ndarray, labels, what: str) -> int:
     >>> print(w[0].message)  # doctest: +ELLIPSIS
     rmfast: warning: 1 of 3 scores came out NaN or infinite (token ids 11): ...
     """
-    bad = np.flatnonzero(np.isnan(scores))
-    if bad.size:
-        label = lambda x: repr(x[:40]) if isinstance(x, str) else str(x)  # noqa: E731
-        shown = ", ".join(label(labels[int(i)]) for i in bad[:NONFINITE_SHOWN]) + (", ..." if bad.size > NONFINITE_SHOWN else "")
-        warnings.warn(f"rmfast: warning: {bad.size} of {scores.size} scores came out NaN or infinite ({what} {shown}): "
-                      "a numeric overflow in the model (float16 overflows past 65,504: try --dtype float32); they are kept "
-                      "as NaN without a rank, counted in the manifest's n_nonfinite", stacklevel=3)
+    scores = np.asarray(scores, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if bad.size and warn:
+        warnings.warn(f"rmfast: warning: {nonfinite_line(scores.size, bad, labels, what)}; {keeps}", stacklevel=3)
     return int(bad.size)
+
+
+def nonfinite_line(n: int, bad, labels, what: str, fix: str = "try --dtype float32") -> str:
+    """What :func:`count_nonfinite` says about ``bad`` (positions) of ``n`` scores, naming the first few
+    ``labels[i]``, without what the caller does with them."""
+    label = lambda x: repr(x[:40]) if isinstance(x, str) else str(x)  # noqa: E731
+    shown = ", ".join(label(labels[int(i)]) for i in bad[:NONFINITE_SHOWN]) + (", ..." if len(bad) > NONFINITE_SHOWN else "")
+    return (f"{len(bad)} of {n} scores came out NaN or infinite ({what + ' ' if what else ''}{shown}): "
+            f"a numeric overflow in the model (float16 overflows past 65,504: {fix})")
 
 
 def drop_checkpoint(res, checkpoint=None):

@@ -132,9 +132,13 @@ def _finish_states(res, out: _StatesOut | None, tokenizer, keep: bool, lens, n_l
 
 
 def finish_states(res):
-    """Write the states manifest and move the folder into place (after the scan's own output)."""
+    """Write the states manifest and move the folder into place (after the scan's own output). The manifest
+    names its scan (:func:`rmfast.states_tie.scan_tie`: the write id of the Parquet just written, model, prompt,
+    candidate count), which every reader checks (:func:`rmfast.states.open_states`)."""
+    from ..states_tie import scan_tie
+
     if getattr(res, "states_writer", None) is not None:
-        res.states_writer.finish(res.states_scan)
+        res.states_writer.finish({**res.states_scan, **scan_tie(res.manifest)})
         res.states_writer = None
     return res
 

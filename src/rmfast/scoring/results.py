@@ -14,7 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import read_manifest, write_result
+from ..io import WRITE_ID, check_output, read_manifest, write_pair
+
+
+def _write(res, path, overwrite: bool) -> Path:
+    """A result's pair (:func:`rmfast.io.write_pair`); the write id goes into ``res.manifest`` too, so
+    that what is written after it (the states folder, :func:`rmfast.scoring.pipeline.finish_states`)
+    can name the write it belongs to."""
+    p = check_output(path, overwrite)
+    res.manifest[WRITE_ID] = write_pair(p, res.to_pandas(), res.manifest)[WRITE_ID]
+    return p
 
 
 def rank_scores(scores: "pd.Series") -> "pd.Series":
@@ -88,7 +97,7 @@ class ScanResult:
 
     def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write ``path`` (Parquet) and ``path.json`` (manifest) as a pair (:func:`rmfast.io.write_pair`)."""
-        return write_result(path, self.to_pandas(), self.manifest, overwrite)
+        return _write(self, path, overwrite)
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "ScanResult":
@@ -157,7 +166,7 @@ class TextScanResult:
 
     def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write ``path`` (Parquet) and ``path.json`` (manifest) as a pair (:func:`rmfast.io.write_pair`)."""
-        return write_result(path, self.to_pandas(), self.manifest, overwrite)
+        return _write(self, path, overwrite)
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "TextScanResult":

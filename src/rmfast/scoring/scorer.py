@@ -28,6 +28,16 @@ its first batch runs and dropped when the next conversation's is built. Across c
 ``cache_prompts`` conversations' plans (default 8; 0: none) are kept, so a best-of-N loop that
 rescores one prompt pays its encoding once. Memory per cached prompt: its keys/values, 2 x layers x
 kv-heads x head-dim x prompt tokens x bytes per element (:meth:`RewardScorer.prompt_bytes`).
+The plans hold copies of the weights (fused projections): they are dropped when the weights change,
+as seen by each parameter's data pointer and version counter (an optimizer step, ``load_state_dict``)
+and a sampled checksum (a few values of every parameter: an in-place change through ``.data``,
+which the version counter does not see; :func:`rmfast.scoring.weights.weights_fingerprint`). A
+change that touches none of the sampled values is not seen: call :meth:`RewardScorer.clear_cache`
+after editing weights by hand.
+
+Non-finite scores: a response whose score comes out NaN or infinite (a float16 overflow) is
+returned as NaN, counted in ``last_stats.n_nonfinite`` and named in one warning
+(:func:`rmfast.scoring.batching.count_nonfinite`; ``nonfinite="count"`` counts without the warning).
 
 Thread safety: one call at a time. ``score`` holds a lock, so concurrent calls from several threads
 are safe and run one after another (torch already spreads one call over every core).
@@ -46,54 +56,12 @@ import torch
 
 from ..errors import UserError
 from ..template import Template, build_template
-from .batching import Group, score_groups
+from .batching import Group, count_nonfinite, score_groups
 from .candidates import check_context, tokenize_in_context
+from .conversation import Conversation, as_conversation, messages_of
 from .memory import parse_batch_size
 from .plan import Scored, ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring, score_together
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """A conversation up to the assistant's next turn: the final user turn, a system message and the
-    turns in between, hashable (the key of its cached plan).
-
-    >>> as_conversation([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
-    Conversation(prompt='Hi', system='Be brief.', history=())
-    """
-
-    prompt: str
-    system: str | None = None
-    history: tuple = ()  # ((role, content), ...) between the system message and the final user turn
-
-
-def as_conversation(c, where: str = "conversation") -> Conversation:
-    """A prompt string or a list of {"role", "content"} messages (last one the user's) as a :class:`Conversation`."""
-    if isinstance(c, Conversation):
-        return c
-    if isinstance(c, str):
-        if not c.strip():
-            raise UserError(f"{where} is an empty prompt")
-        return Conversation(c)
-    if isinstance(c, dict) or not hasattr(c, "__iter__"):
-        raise UserError(f"{where} must be a prompt string or a list of chat messages, got {type(c).__name__}")
-    msgs = list(c)
-    for k, m in enumerate(msgs):
-        if not (hasattr(m, "get") and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-            raise UserError(f"{where}, message {k + 1}: each message needs a string 'role' and a string 'content'")
-    if not msgs or msgs[-1]["role"] != "user":
-        raise UserError(f"{where}: the last message must be the user's (the response is the assistant's next turn)")
-    if not msgs[-1]["content"].strip():
-        raise UserError(f"{where}: the final user message is empty")
-    system = msgs[0]["content"] if msgs[0]["role"] == "system" else None
-    body = msgs[1 if system is not None else 0:-1]
-    return Conversation(msgs[-1]["content"], system, tuple((m["role"], m["content"]) for m in body))
-
-
-def messages_of(conv: Conversation, response: str | None = None) -> list[dict]:
-    """The conversation as chat messages (plus the assistant's ``response`` when given)."""
-    out = [{"role": "system", "content": conv.system}] if conv.system is not None else []
-    out += [{"role": r, "content": c} for r, c in conv.history] + [{"role": "user", "content": conv.prompt}]
-    return out + ([{"role": "assistant", "content": response}] if response is not None else [])
+from .weights import weights_fingerprint
 
 
 @dataclass
@@ -110,6 +78,7 @@ class ScoreStats:
             similar lengths right-padded to the batch's longest, :func:`length_buckets`).
         response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the prompts encoded.
         resumed_rows: rows taken from a checkpoint rather than scored.
+        n_nonfinite: input responses whose score came out NaN or infinite (returned as NaN; warned about).
         prompt_passes: prompts encoded by this call (each distinct conversation at most once; those
             from the cache not at all).
         wall_s: seconds for the call.
@@ -128,6 +97,7 @@ class ScoreStats:
     wall_s: float = 0.0
     padded_tokens: int = 0
     prompt_passes: int = 0
+    n_nonfinite: int = 0
 
     @property
     def padding_waste(self) -> float:
@@ -218,13 +188,26 @@ def length_buckets(lengths: list[int]) -> list[list[int]]:
     return out
 
 
-def _version(t: torch.Tensor) -> int:
-    """A tensor's in-place-update counter; -1 for inference tensors (made under ``torch.inference_mode``,
-    which cannot change in place outside it and keep no counter)."""
-    try:
-        return t._version
-    except RuntimeError:
-        return -1
+class _ResponseLabels:
+    """``labels[k]`` of the k-th input response (row-major): conversation i response j, made on demand."""
+
+    def __init__(self, shape: list[int]):
+        self.starts = np.cumsum([0] + list(shape))  # (n_conversations + 1,)
+
+    def __getitem__(self, k: int) -> "_Where":
+        i = int(np.searchsorted(self.starts, k, side="right")) - 1
+        return _Where(i, k - int(self.starts[i]))
+
+
+@dataclass(frozen=True)
+class _Where:
+    """A response's place in a call (not a str: a warning quotes texts, not places)."""
+
+    conversation: int
+    response: int
+
+    def __str__(self) -> str:
+        return f"conversation {self.conversation} response {self.response}"
 
 
 def _split(x, shape: list[int]) -> list:
@@ -319,14 +302,18 @@ class RewardScorer:
         return next(self.model.parameters()).device
 
     # ------------------------------------------------------------------ public calls
-    def score(self, conversations, responses, *, progress: bool = False, checkpoint=None) -> list[list[float]]:
+    def score(self, conversations, responses, *, progress: bool = False, checkpoint=None,
+              nonfinite: str = "warn") -> list[list[float]]:
         """Scores of ``responses[i][j]`` as the assistant's answer to ``conversations[i]``, same shape.
 
         ``conversations``: prompt strings or lists of chat messages (last one the user's); ``responses``:
         one list of response strings per conversation. ``checkpoint``: a file that an interrupted call
         saves its finished batches to and a rerun of the same call resumes from (the CLI's resumability).
+        ``nonfinite``: a score that comes out NaN or infinite is returned as NaN and counted in
+        ``last_stats.n_nonfinite``; "warn" (default) also names them in one warning, "count" does not (a
+        caller that reports them itself: ``rmfast score``, the GRPO adapter).
         """
-        return self._run(conversations, responses, progress, checkpoint, None)[0]
+        return self._run(conversations, responses, progress, checkpoint, None, nonfinite)[0]
 
     def score_with_states(self, conversations, responses, layers="last", *, progress: bool = False):
         """Scores and each response's hidden states, from the same forward (docs/representations.md).
@@ -350,7 +337,9 @@ class RewardScorer:
                             "is logprob")
         return self._run(conversations, responses, progress, None, names)
 
-    def _run(self, conversations, responses, progress, checkpoint, states):
+    def _run(self, conversations, responses, progress, checkpoint, states, nonfinite: str = "warn"):
+        if nonfinite not in ("warn", "count"):
+            raise UserError(f"nonfinite={nonfinite!r}: give 'warn' or 'count'")
         with self._lock:
             t0 = time.perf_counter()
             job = self.prepare(conversations, responses)
@@ -366,7 +355,11 @@ class RewardScorer:
                                           desc="responses", job={**self.key_fields(), "rows": job.digest()},
                                           states_out=sink)
             stats.resumed_rows = int(timing["resumed_candidates"])
-            out = _split(unique[job.inverse], job.shape)  # (n_responses,) -> per conversation
+            flat = unique[job.inverse]  # (n_responses,) input order
+            stats.n_nonfinite = count_nonfinite(flat, _ResponseLabels(job.shape), "responses",
+                                                "they are returned as NaN (last_stats.n_nonfinite)",
+                                                warn=nonfinite == "warn")
+            out = _split(flat, job.shape)  # (n_responses,) -> per conversation
             if self.cache_prompts == 0:
                 self._plans.clear()
             stats.wall_s = round(time.perf_counter() - t0, 4)
@@ -450,8 +443,21 @@ class RewardScorer:
         conv_list = list(convs)
         tmpls = [self.template_for(c) for c in conv_list]
         job = Job(conv_list, tmpls, self._tokenize(rows, tmpls), np.asarray(inverse, dtype=np.int64), shape)
+        self._check_ids(job)
         job.groups = self._groups(job)
         return job
+
+    def _check_ids(self, job: Job) -> None:
+        """Every id the tokenizer gave has an embedding row: a tokenizer of another model (a given
+        (model, tokenizer) pair) is refused in one line, not an IndexError inside the forward."""
+        n_emb = self.model.get_input_embeddings().weight.shape[0]
+        for ci, row in job.rows:
+            t = row.template or job.tmpls[ci]
+            top = max(max(t.prefix_ids, default=-1), max(row.ids, default=-1), max(t.suffix_ids, default=-1))
+            if top >= n_emb:
+                raise UserError(f"the tokenizer gives id {top} (conversation {ci}), but the model's embedding has "
+                                f"{n_emb} rows: the tokenizer ({len(self.tokenizer)} ids) is not this model's; pass "
+                                "the model's own tokenizer")
 
     def _tokenize(self, rows, tmpls) -> list:
         """(conversation number, :class:`Row`) per distinct row, ids as the template tokenizes them in context."""
@@ -603,17 +609,26 @@ class RewardScorer:
 
     def _drop_stale_plans(self) -> None:
         """Cached plans hold prompt encodings and fused weight copies: drop them all if the model's
-        weights changed since (an optimizer step, a loaded state dict)."""
-        key = tuple((p.data_ptr(), _version(p)) for p in self.model.parameters())
+        weights changed since (an optimizer step, a loaded state dict, an edit through ``.data``:
+        :func:`rmfast.scoring.weights.weights_fingerprint`)."""
+        key = weights_fingerprint(self.model)
         if key != getattr(self, "_weights_key", None):
             self._plans.clear()
             self._weights_key = key
 
-    def close(self) -> None:
-        """Drop every cached plan (their prompt encodings)."""
+    def clear_cache(self) -> None:
+        """Drop every cached plan (prompt encodings and the weight copies they hold) and template: the
+        next call encodes its prompts afresh from the model's weights as they are now. Call it after
+        changing weights in a way :func:`rmfast.scoring.weights.weights_fingerprint` may not see (a few
+        values edited by hand)."""
         with self._lock:
             self._plans.clear()
             self._tmpls.clear()
+            self._weights_key = None
+
+    def close(self) -> None:
+        """Drop every cached plan (their prompt encodings): :meth:`clear_cache`."""
+        self.clear_cache()
 
 
 __all__ = ["Conversation", "Job", "Ranked", "RewardScorer", "ScoreStats", "as_conversation", "messages_of"]

@@ -1,0 +1,58 @@
+"""A conversation up to the assistant's next turn: what :class:`rmfast.scoring.scorer.RewardScorer` scores
+responses to. A prompt string (one user turn), or a list of chat messages
+``[{"role": "system", ...}?, {"role": "user", ...}, {"role": "assistant", ...}, ..., {"role": "user", ...}]``
+whose last message is the user's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UserError
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation up to the assistant's next turn: the final user turn, a system message and the
+    turns in between, hashable (the key of its cached plan).
+
+    >>> as_conversation([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    Conversation(prompt='Hi', system='Be brief.', history=())
+    """
+
+    prompt: str
+    system: str | None = None
+    history: tuple = ()  # ((role, content), ...) between the system message and the final user turn
+
+
+def as_conversation(c, where: str = "conversation") -> Conversation:
+    """A prompt string or a list of {"role", "content"} messages (last one the user's) as a :class:`Conversation`."""
+    if isinstance(c, Conversation):
+        return c
+    if isinstance(c, str):
+        if not c.strip():
+            raise UserError(f"{where} is an empty prompt")
+        return Conversation(c)
+    if isinstance(c, dict) or not hasattr(c, "__iter__"):
+        raise UserError(f"{where} must be a prompt string or a list of chat messages, got {type(c).__name__}")
+    msgs = list(c)
+    for k, m in enumerate(msgs):
+        if not (hasattr(m, "get") and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise UserError(f"{where}, message {k + 1}: each message needs a string 'role' and a string 'content'")
+    if not msgs or msgs[-1]["role"] != "user":
+        raise UserError(f"{where}: the last message must be the user's (the response is the assistant's next turn)")
+    if not msgs[-1]["content"].strip():
+        raise UserError(f"{where}: the final user message is empty")
+    system = msgs[0]["content"] if msgs[0]["role"] == "system" else None
+    body = msgs[1 if system is not None else 0:-1]
+    return Conversation(msgs[-1]["content"], system, tuple((m["role"], m["content"]) for m in body))
+
+
+def messages_of(conv: Conversation, response: str | None = None) -> list[dict]:
+    """The conversation as chat messages (plus the assistant's ``response`` when given)."""
+    out = [{"role": "system", "content": conv.system}] if conv.system is not None else []
+    out += [{"role": r, "content": c} for r, c in conv.history] + [{"role": "user", "content": conv.prompt}]
+    return out + ([{"role": "assistant", "content": response}] if response is not None else [])
+
+
+__all__ = ["Conversation", "as_conversation", "messages_of"]
