@@ -1,0 +1,60 @@
+"""What a new user and real client code met (issue 37), on the real outputs of the CLI: one model (the
+embedded SmolLM2, fp32) scanned over tokens (`rmfast scan --token-ids`) and over items (`rmfast scan
+--candidates`), and swept (`rmfast sweep`, the same tokens and items as two candidate sets) into a store.
+Nothing here is a hand-built fixture: every file is what the commands wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cli_run import one_line_error, run
+
+MODEL = "smollm2-135m-instruct"
+PROMPT = "What, in one word, is the greatest thing ever?"
+ITEMS = ["Love", "Water", "Art", "Pizza", "Music", "The universe", "a cup of tea", "sunsets", "Albert Einstein"]
+
+
+@pytest.fixture(scope="module")
+def journey(tmp_path_factory, smollm2):
+    """A token scan, an item scan and a sweep store of the same model and prompt, written by the CLI."""
+    import yaml
+
+    d = tmp_path_factory.mktemp("journey")
+    tok = smollm2.tokenizer
+    words = [tok.convert_tokens_to_ids(w) for w in ("Love", "Water", "Art")]
+    assert [tok.decode([i]) for i in words] == ["Love", "Water", "Art"]  # in both the token scan and the items
+    (d / "ids.txt").write_text("\n".join(map(str, list(range(40)) + words)) + "\n")
+    (d / "items.txt").write_text("\n".join(ITEMS) + "\n")
+    cfg = {"out": str(d / "store"), "defaults": {"dtype": "float32", "device": "cpu", "random_head_seed": 0,
+                                                       "batch_size": 32},
+           "models": [MODEL], "prompts": {"greatest": PROMPT},
+           "candidates": {"tokens": {"vocabulary": {"token_ids": str(d / "ids.txt")}}, "items": str(d / "items.txt")}}
+    (d / "sweep.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out = {"dir": d, "tokens": d / "tokens.parquet", "items": d / "items.parquet", "store": d / "store",
+           "config": d / "sweep.yaml", "words": words}
+    from rmfast.cli import main
+
+    # a seeded random score head and small batches: the cheapest real runs of this model
+    common = ["--prompt", PROMPT, "--dtype", "float32", "--device", "cpu", "--no-progress", "--random-head-seed", "0",
+              "--batch-size", "32"]
+    assert main(["scan", MODEL, "--token-ids", str(d / "ids.txt"), "--out", str(out["tokens"]), *common]) == 0
+    assert main(["scan", MODEL, "--candidates", str(d / "items.txt"), "--out", str(out["items"]), *common]) == 0
+    assert main(["sweep", str(d / "sweep.yaml"), "--no-progress"]) == 0
+    return out
+
+
+# ---------------------------------------------------------------- 1: explore / report on a finished sweep store
+def test_explore_and_report_read_a_finished_sweep_store(journey, tmp_path, capsys):
+    store = journey["store"]
+    assert (store / "manifest.json").is_file()  # the store's index: not a states folder
+    rc, so, se = run(["explore", store, "--out", tmp_path / "explorer.html"], capsys)
+    assert rc == 0, se
+    rc, so, se = run(["report", store, "--out", tmp_path / "report.html", "--n-perm", "1", "--no-progress"], capsys)
+    assert rc == 0, se
+    from rmfast.analysis.representations import states_beside
+
+    assert states_beside([store]) == {}
