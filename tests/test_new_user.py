@@ -58,3 +58,39 @@ def test_explore_and_report_read_a_finished_sweep_store(journey, tmp_path, capsy
     from rmfast.analysis.representations import states_beside
 
     assert states_beside([store]) == {}
+
+
+# ---------------------------------------------------------------- 2: a token scan and an item scan are two columns
+def test_explorer_keeps_candidate_sets_apart_and_ranks_what_it_shows(journey, tmp_path, capsys):
+    from rmfast.explore import unpack
+
+    out = tmp_path / "explorer.html"
+    rc, so, se = run(["explore", journey["tokens"], journey["items"], "--out", out], capsys)
+    assert rc == 0, se
+    data = unpack(out.read_text(encoding="utf-8"))
+    assert [(c["candidates"], c["rows"], c["duplicated"]) for c in data.columns] == [("vocabulary", 43, 0), ("items", 9, 0)]
+    tokens, items = pd.read_parquet(journey["tokens"]), pd.read_parquet(journey["items"])
+    for word in ("Love", "Water", "Art"):  # in both files: shown in both columns, never dropped as a duplicate
+        k = data.texts.index(word)
+        assert data.scores[0, k] == tokens.loc[tokens["text"] == word, "score"].item()
+        assert data.scores[1, k] == items.loc[items["text"] == word, "score"].item()
+    for c, scan in enumerate((tokens, items)):  # each column's ranks are its own rows' ranks: one #1 each
+        shown = data.ranks[c][data.ranks[c] > 0]
+        assert (shown == 1).sum() == 1 and sorted(shown) == sorted(scan["rank"])
+
+
+# ---------------------------------------------------------------- 3: analyses keep candidate sets apart
+@pytest.mark.parametrize("where", ["store", "parts", "files"])
+def test_analyses_group_by_candidate_set_and_say_so(journey, where, capsys):
+    inputs = {"store": [journey["store"]], "parts": [journey["store"] / "parts"],
+              "files": [journey["tokens"], journey["items"]]}[where]
+    rc, so, se = run(["analyze", "distributions", *inputs, "--out", journey["dir"] / f"dist-{where}.csv",
+                      "--overwrite"], capsys)
+    assert rc == 0, se
+    table = pd.read_csv(journey["dir"] / f"dist-{where}.csv")
+    sets = ("tokens", "items") if where != "files" else ("vocabulary", "items")
+    name = "smollm2-135m-instruct" if where != "files" else "SmolLM2-135M-Instruct"
+    assert dict(zip(table["model"], table["n"])) == {f"{name} [{sets[0]}]": 43, f"{name} [{sets[1]}]": 9}
+    assert "several candidate sets" in se and "--pool-candidates" in se
+    rc, so, se = run(["analyze", "distributions", *inputs, "--pool-candidates"], capsys)
+    assert rc == 0 and "pooled" in se and " 52 " in so

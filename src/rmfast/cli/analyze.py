@@ -86,7 +86,7 @@ def _inputs(args) -> _Loaded:
     from ..analysis.eloeverything import (elo_scores_source, is_eloeverything_dir,
                                           load_eloeverything, load_human_scores)
     from ..analysis.ledger import Ledger
-    from ..analysis.scans import SOURCE_ATTR, load_scans, scans_source
+    from ..analysis.scans import SOURCE_ATTR, by_candidate_set, load_scans, scans_source
 
     from ..analysis.iclr2026 import is_published_scores_dir, load_published_scores
 
@@ -116,7 +116,8 @@ def _inputs(args) -> _Loaded:
     human, human_source = (elo[0][1].human, elo[0][1].human.attrs.get(SOURCE_ATTR)) if elo \
         else (None, None)
     if scan_paths:
-        scans = load_scans(scan_paths, ledger=left_out)
+        scans = by_candidate_set(load_scans(scan_paths, ledger=left_out),
+                                 pool=getattr(args, "pool_candidates", False), ledger=left_out)
         scores_source = scans_source(scan_paths)
         if elo:
             scores_source += (" (the model scores stored in the EloEverything CSVs are not used; "
@@ -151,6 +152,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--join", choices=("text", "id"), default=None,
                    help="shared vocabulary: decoded text (papers; the default) or token id + text "
                    "(similarity's default: token id when both sets come from one tokenizer, else text)")
+    p.add_argument("--pool-candidates", action="store_true",
+                   help="rank a model × prompt's candidate sets (e.g. vocabulary tokens and items) together "
+                   "(default: each set apart, labelled 'model [set]', and a note says so)")
     p.add_argument("--k", type=positive_int, default=10, help="rows per top/bottom table (default 10)")
     p.add_argument("--best", metavar="PROMPT", help="positive prompt for best-worst")
     p.add_argument("--worst", metavar="PROMPT", help="negative prompt for best-worst")
@@ -452,7 +456,7 @@ def run_report(args) -> int:
     check_output(args.out, args.overwrite)  # before the work
     framing = _check_options(args)
     data = _inputs(args)
-    for line in data.left_out.summary():
+    for line in data.left_out.summary() + data.left_out.notes:
         print(f"rmfast: note: {line}", file=sys.stderr)
     text = build_report(data.scans, human=data.human, metadata=args.metadata, afinn=args.afinn,
                         frequencies=args.frequencies, dictionaries=args.dictionary or (),
