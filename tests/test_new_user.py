@@ -89,8 +89,35 @@ def test_analyses_group_by_candidate_set_and_say_so(journey, where, capsys):
     assert rc == 0, se
     table = pd.read_csv(journey["dir"] / f"dist-{where}.csv")
     sets = ("tokens", "items") if where != "files" else ("vocabulary", "items")
-    name = "smollm2-135m-instruct" if where != "files" else "SmolLM2-135M-Instruct"
+    name = "SmolLM2-135M-Instruct"  # one model, one name (item 4)
     assert dict(zip(table["model"], table["n"])) == {f"{name} [{sets[0]}]": 43, f"{name} [{sets[1]}]": 9}
     assert "several candidate sets" in se and "--pool-candidates" in se
     rc, so, se = run(["analyze", "distributions", *inputs, "--pool-candidates"], capsys)
     assert rc == 0 and "pooled" in se and " 52 " in so
+
+
+# ---------------------------------------------------------------- 4: one model, one name
+def test_scan_and_sweep_record_one_model_name(journey):
+    from rmfast.io import read_manifest
+    from rmfast.sweep.store import load_results
+
+    names = {read_manifest(journey["tokens"])["model"]["name"], read_manifest(journey["items"])["model"]["name"],
+             *load_results(journey["store"])["model"]}
+    assert names == {"SmolLM2-135M-Instruct"}
+
+
+# ---------------------------------------------------------------- 5: every model is checked before any work
+def test_sweep_checks_every_model_before_any_work(journey, tmp_path, capsys):
+    """The README's config shape: the embedded model, then a known reward model this machine lacks."""
+    import yaml
+
+    cfg = yaml.safe_load(journey["config"].read_text())
+    cfg["models"] = [MODEL, {"model": "S-Lla-1B-V2", "name": "skywork-1b"}]
+    cfg["out"] = str(tmp_path / "store")
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for dry in (["--dry-run"], []):
+        rc, so, se = run(["sweep", path, "--no-progress", *dry], capsys)
+        assert one_line_error(rc, se), se
+        assert "models[1] (skywork-1b)" in se and "S-Lla-1B-V2" in se
+        assert not list(tmp_path.glob("store/parts/*/*/*/part.parquet")) and "rows in" not in se
