@@ -121,3 +121,36 @@ def test_sweep_checks_every_model_before_any_work(journey, tmp_path, capsys):
         assert one_line_error(rc, se), se
         assert "models[1] (skywork-1b)" in se and "S-Lla-1B-V2" in se
         assert not list(tmp_path.glob("store/parts/*/*/*/part.parquet")) and "rows in" not in se
+
+
+# ---------------------------------------------------------------- 6: start-up imports only what it uses
+def _modules_after(code: str) -> set[str]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code + "; import sys; print('\\n'.join(sys.modules))"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    return set(out.stdout.split())
+
+
+HEAVY = {"torch", "torch._inductor", "transformers", "pandas", "rmfast.analysis"}
+
+
+def test_import_rmfast_and_the_cli_parser_import_nothing_heavy():
+    """`import rmfast` and building the CLI's parser (all of `rmfast --help`) import neither torch nor
+    inductor, transformers, pandas or the analyses: they are imported where they are used (issue 37: 8-11 s)."""
+    assert not HEAVY & _modules_after("import rmfast")
+    assert not HEAVY & _modules_after("from rmfast.cli import build_parser; build_parser()")
+    # the API is still there, on first use; loading it does not import inductor either
+    mods = _modules_after("import rmfast; rmfast.load, rmfast.scan, rmfast.RewardScorer, rmfast.gcg.run")
+    assert "torch" in mods and "torch._inductor" not in mods
+
+
+def test_the_parser_keeps_the_jobs_own_choices():
+    """What the parser spells out so as not to import a job (implicit's --join/--agg) is the job's own list."""
+    from rmfast.cli import build_parser
+    from rmfast.implicit import AGGS, JOINS
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["implicit"]
+    choices = {a.dest: tuple(a.choices) for a in sub._actions if a.choices}
+    assert choices["join"] == JOINS and choices["agg"] == AGGS

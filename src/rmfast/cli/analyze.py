@@ -54,12 +54,14 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..io import check_output, write_csv
 from .common import add_states_view_args, nonneg_int, positive_int
+
+if TYPE_CHECKING:  # pandas is imported where it is used: `rmfast --help` needs none of it
+    import pandas as pd
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
             "categories", "extremes", "trajectory", "similarity", "lens")
@@ -83,6 +85,8 @@ def _inputs(args) -> _Loaded:
     Model scores come from the scan files when any are given; EloEverything folders then
     supply only the human Elo. With no scan files the CSVs' own model columns are the scores.
     """
+    import pandas as pd
+
     from ..analysis.eloeverything import (elo_scores_source, is_eloeverything_dir,
                                           load_eloeverything, load_human_scores)
     from ..analysis.ledger import Ledger
@@ -288,6 +292,8 @@ def _run(name: str, args, scans, human):
 
 def _add_drops(res, ledger) -> None:
     """Put what loading the inputs left out (``ledger``) ahead of the analysis's own drops and notes."""
+    import pandas as pd
+
     res.notes[:0] = ledger.notes
     res.dropped = pd.concat([d for d in (ledger.frame(), res.dropped) if len(d)] or [res.dropped],
                             ignore_index=True)
@@ -325,6 +331,8 @@ def _run_trajectory(args) -> int:
 
 def _run_similarity(args) -> int:
     """``rmfast analyze similarity A B``: layer × layer similarity of two state sets."""
+    import pandas as pd
+
     from ..analysis.representation_rsa import representation_agreement
     from ..analysis.similarity import similarity
 
@@ -367,6 +375,8 @@ def _run_similarity(args) -> int:
 
 def _run_lens(args) -> int:
     """``rmfast analyze lens SCAN.parquet``: the reward lens tables, and the figure beside --out."""
+    import pandas as pd
+
     from ..analysis.lens import lens, write_lens_figure
 
     if len(args.inputs or []) != 1:
@@ -416,6 +426,8 @@ def _check_options(args) -> dict[str, str]:
 
 def run_analyze(args) -> int:
     """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
+    import pandas as pd
+
     if args.out:
         check_output(args.out, args.overwrite, folder=args.name == "trajectory")  # before the work
     _check_options(args)
