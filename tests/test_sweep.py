@@ -373,7 +373,7 @@ def test_help_example_config_is_valid(tmp_path, capsys):
     (tmp_path / "sweep.yaml").write_text(example)
     pd.DataFrame({"name": TEXTS}).to_csv(tmp_path / "items.csv", index=False)  # the file set it names
     cfg = load_config(tmp_path / "sweep.yaml")
-    assert [m.name for m in cfg.models] == ["smollm2-135m-instruct", "skywork-1b"]
+    assert [m.name for m in cfg.models] == ["SmolLM2-135M-Instruct", "skywork-1b"]  # the name rmfast scan records
     assert cfg.models[1].dtype == "float32" and cfg.models[0].batch_size == "auto"
     assert set(cfg.prompts) == {"greatest", "worst"} and cfg.out == tmp_path.resolve() / "results" / "greatest"
     assert [c.name for c in cfg.candidates] == ["vocab", "words", "items"]

@@ -21,21 +21,35 @@ from .version import __version__  # noqa: E402,F401
 __all__ = ["scan", "run_scan", "score_texts", "Selection", "ScanResult", "load", "LoadedModel", "build_template",
            "Template", "plan_scoring", "ScoringPlan", "Engine", "UserError", "RewardScorer"]
 
-
 from .errors import UserError  # noqa: E402
-from .scoring.pipeline import ScanResult, Selection, run_scan, scan, score_texts  # noqa: E402
-from .scoring.plan import ScoringPlan, plan_scoring  # noqa: E402
-from .scoring.scorer import RewardScorer  # noqa: E402
-from .template import Template, build_template  # noqa: E402
-from .loading.loader import LoadedModel, load  # noqa: E402  (the function; the module is rmfast.loading.loader)
-from .fast.engine import Engine  # noqa: E402
-from . import gcg  # noqa: E402,F401  (rmfast.gcg.run)
 from . import _moved  # noqa: E402
 
 _moved.install()  # the old module paths (rmfast.pipeline, rmfast.loader, ...) still import
-from .cpu import isolate_compile_cache as _isolate_compile_cache  # noqa: E402
 
-# inductor's on-disk cache, one folder per CPU kind and kernel level (rmfast.cpu.isolate_compile_cache
-# says why): set now, on import, because loading a model through transformers already fixes the
-# folder for the process; a user's own TORCHINDUCTOR_CACHE_DIR is kept.
-_isolate_compile_cache()
+# The API is imported when first used (PEP 562), not by ``import rmfast``: torch, transformers and
+# inductor take seconds to import, and ``rmfast --help`` imports this package first (issue 37:
+# `rmfast --help` took 8-11 s). name -> its module.
+_API = {"scan": "scoring.pipeline", "run_scan": "scoring.pipeline", "score_texts": "scoring.pipeline",
+        "Selection": "scoring.pipeline", "ScanResult": "scoring.pipeline", "plan_scoring": "scoring.plan",
+        "ScoringPlan": "scoring.plan", "RewardScorer": "scoring.scorer", "build_template": "template",
+        "Template": "template", "load": "loading.loader", "LoadedModel": "loading.loader", "Engine": "fast.engine"}
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _API:
+        from .cpu import isolate_compile_cache  # before a model is loaded (the function says why)
+
+        isolate_compile_cache()
+        value = getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
+        globals()[name] = value  # looked up once
+        return value
+    if name == "gcg":  # rmfast.gcg.run
+        return importlib.import_module(f"{__name__}.gcg")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API) | {"gcg"})
+

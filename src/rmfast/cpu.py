@@ -348,6 +348,26 @@ def manifest_fields(model) -> dict:
     return out
 
 
+def _inductor_default_cache_dir():
+    """torch's own ``default_cache_dir`` (``torch/_inductor/runtime/cache_dir_utils.py``), read from its file
+    without importing the ``torch._inductor`` package (seconds of imports: issue 37's start-up); None where
+    this torch has no such file."""
+    import importlib.util
+
+    if "torch._inductor.runtime.cache_dir_utils" in sys.modules:
+        return sys.modules["torch._inductor.runtime.cache_dir_utils"].default_cache_dir
+    path = Path(torch.__file__).parent / "_inductor" / "runtime" / "cache_dir_utils.py"
+    spec = importlib.util.spec_from_file_location("rmfast._torch_cache_dir_utils", path)
+    if spec is None or not path.is_file():
+        return None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)  # imports only the standard library and torch._environment
+    except Exception:  # its imports changed in another torch: leave inductor's own choice
+        return None
+    return getattr(module, "default_cache_dir", None)
+
+
 def isolate_compile_cache() -> str | None:
     """Give inductor's on-disk cache a folder of its own per CPU kind and kernel level, unless the
     user (or an earlier compile in this process) chose one; returns the folder set, else None.
@@ -365,9 +385,8 @@ def isolate_compile_cache() -> str | None:
         return None
     import hashlib
 
-    try:
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-    except ImportError:  # a torch without this helper: leave inductor's own choice
+    default_cache_dir = _inductor_default_cache_dir()
+    if default_cache_dir is None:  # a torch without this helper: leave inductor's own choice
         return None
 
     folder = os.path.join(default_cache_dir(), "rmfast-" + hashlib.sha256(machine_key().encode()).hexdigest()[:12])

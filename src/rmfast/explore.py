@@ -149,7 +149,8 @@ def load_inputs(paths, ledger=None) -> tuple[pd.DataFrame, str]:
 
 
 def _column_keys(df: pd.DataFrame) -> pd.Series:
-    """One column per model × prompt (× candidate set, when a store holds several for a pair)."""
+    """One column per model × prompt (× candidate set, when the inputs hold several for a pair: a token scan
+    and an item scan of one model and prompt are two columns, never one with each string's copies dropped)."""
     key = df["model"].astype(str) + "\u241f" + df["prompt"].astype(str)
     if "candidates" in df.columns and df.groupby(key)["candidates"].nunique().max() > 1:
         key = key + "\u241f" + df["candidates"].astype(str)
@@ -208,6 +209,9 @@ def join_columns(df: pd.DataFrame, join: str = "auto", notes: list | None = None
         if notes is not None and ledger.total():
             notes.append(f"{ledger.total():,} rows dropped: decoded string occurs more than once within "
                          "a scan (the papers' de-duplication rule)")
+        # a column's ranks are over the rows it shows: the file's own ranks counted the dropped rows too
+        df = df.assign(rank=df.groupby("_col", sort=False)["score"].rank(ascending=False, method="min")
+                       .astype("int64"))
         codes, uniq = pd.factorize(df["text"], sort=False)
         texts = [str(t) for t in uniq]
     else:

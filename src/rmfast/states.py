@@ -111,6 +111,22 @@ def states_dir(path: str | os.PathLike) -> Path:
     return p
 
 
+def is_states_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a states folder: its ``manifest.json`` says ``rmfast-states/1``, or it is named
+    ``*.states`` and has a manifest (:func:`open_states` then says what is wrong with it). A sweep store's
+    index is also called ``manifest.json``; it is not one."""
+    p = Path(path)
+    if not (p / MANIFEST).is_file():
+        return False
+    if p.suffix == ".states":
+        return True
+    try:
+        man = json.loads((p / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(man, dict) and man.get("format") == FORMAT
+
+
 @dataclass
 class Shard:
     """One shard file: its rows and, per tensor name, (byte offset in the file, safetensors dtype, shape)."""

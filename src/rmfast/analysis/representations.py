@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from ..states import MANIFEST, open_states, states_dir
+from ..states import MANIFEST, is_states_folder, open_states, states_dir
 from .lens import LensResult, lens, lens_columns, lens_figure
 from .report_html import img_html, table_html
 from .similarity import MEASURES, similarity
@@ -90,7 +90,7 @@ def states_beside(paths) -> dict[str, Path]:
     paths = [paths] if isinstance(paths, (str, PathLike)) else list(paths or [])
     found: list[Path] = []
     for p in map(Path, paths):
-        if (p / MANIFEST).is_file():
+        if is_states_folder(p):  # not any folder with a manifest.json: a sweep store's index has that name
             found.append(p)
         elif p.is_dir():
             found += [states_dir(f) for f in sorted(p.rglob("*.parquet")) if (states_dir(f) / MANIFEST).is_file()]

@@ -8,6 +8,8 @@ The tidy frame (one row per model × prompt × candidate)::
     text      str    the decoded string that was scored
     score     float  the reward
     rank      int64  1 = highest score within model × prompt
+    candidates str   the candidate set (:func:`candidate_set`: a sweep's set name, ``vocabulary`` for a token
+                     scan, the items file's name for ``scan --candidates``); scan files only
 
 Every function here returns the frame plus a :class:`~rmfast.analysis.ledger.Ledger` of
 the rows it dropped.
@@ -41,6 +43,55 @@ def scans_source(paths) -> str:
     """
     paths = [paths] if isinstance(paths, (str, PathLike)) else list(paths)
     return "rmfast scans: " + ", ".join(str(p) for p in paths)
+
+
+def candidate_set(manifest: dict) -> str:
+    """The candidate set a scan file holds, named from its manifest: a sweep part's set name; for ``rmfast
+    scan --candidates FILE`` the file's stem; ``vocabulary`` for a token scan (any ids or view of it:
+    one id is one candidate everywhere).
+
+    >>> candidate_set({"candidates": "items"}), candidate_set({"candidate_kind": "text",
+    ...     "candidates": {"path": "/x/elo_items.csv"}}), candidate_set({"vocab_size": 49152})
+    ('items', 'elo_items', 'vocabulary')
+    """
+    c = manifest.get("candidates")
+    if isinstance(c, str) and c:
+        return c
+    if manifest.get("candidate_kind") == "text":
+        path = c.get("path") if isinstance(c, dict) else None
+        return Path(str(path)).stem if path else "texts"
+    return "vocabulary"
+
+
+def by_candidate_set(df: pd.DataFrame, *, pool: bool = False, ledger: Ledger | None = None) -> pd.DataFrame:
+    """Keep candidate sets apart: where a model × prompt holds more than one (a token scan and an item scan,
+    a sweep's ``vocab`` and ``items``), every row's model becomes ``model [set]``, so each set is ranked and
+    analysed as its own; with ``pool`` they are ranked together instead (ranks recomputed on the pooled
+    rows). Either way a note in ``ledger`` says so. A frame with one set per model × prompt is returned as is.
+
+    >>> d = pd.DataFrame({"model": "m", "prompt": "p", "text": ["a", "b", "a"], "score": [1.0, 2.0, 3.0],
+    ...                   "rank": [2, 1, 1], "candidates": ["tok", "tok", "items"]})
+    >>> by_candidate_set(d)["model"].tolist(), by_candidate_set(d, pool=True)["rank"].tolist()
+    (['m [tok]', 'm [tok]', 'm [items]'], [3, 2, 1])
+    """
+    if "candidates" not in df.columns or df.empty:
+        return df
+    sets = df["candidates"].astype(str)
+    n = sets.groupby([df["model"], df["prompt"]]).nunique()
+    if n.max() <= 1:
+        return df
+    names = ", ".join(map(repr, pd.unique(sets)))
+    if pool:
+        out = add_rank(df)
+        msg = (f"candidate sets {names} pooled into one ranking per model × prompt (--pool-candidates); "
+               "ranks recomputed on the pooled rows")
+    else:
+        out = df.assign(model=df["model"].astype(str) + " [" + sets + "]")
+        msg = (f"{int((n > 1).sum())} model × prompt pair(s) hold several candidate sets ({names}): each set is "
+               "analysed apart, as 'model [set]' (--pool-candidates ranks them together)")
+    if ledger is not None:
+        ledger.note(msg)
+    return out
 
 
 def add_rank(df: pd.DataFrame, column: str = "rank") -> pd.DataFrame:
@@ -174,9 +225,10 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
                             "is it an rmfast scan file?") from None
         part.insert(0, "prompt", str(prompt))
         part.insert(0, "model", str(model))
+        part["candidates"] = candidate_set(manifest)
         frames.append(part)
     df = pd.concat(frames, ignore_index=True)
-    dup = df.duplicated(["model", "prompt", "token_id"]) & df["token_id"].notna() \
+    dup = df.duplicated(["model", "prompt", "candidates", "token_id"]) & df["token_id"].notna() \
         if "token_id" in df.columns else pd.Series(False, index=df.index)
     if dup.any():
         raise UserError(f"{int(dup.sum())} rows repeat a (model, prompt, token_id) across the "

@@ -37,17 +37,31 @@ prompt, RewardScorer vs HF on right-padded full conversations; FLOP ratios with 
 re-exports what the ``rmfast bench`` command uses.
 """
 
-from .flops import COST_MODELS, H100_SXM, format_cost_model, gpu_cost_model
-from ..version import versions
-from .machine import loadavg, log, machine_info
-from .models import BENCH_MODELS, DEFAULT_MODELS, DEFAULT_PROMPT, resolve_models
-from .output import DEFAULT_OUT, format_table, plot, write_outputs
-from .random_init import names as random_init_names
-from .random_init import random_init_bench_models, random_init_model
-from .run import bench_model, device_defaults
+# What ``rmfast bench`` uses, imported when first used (PEP 562): ``rmfast --help`` builds this command's
+# options from :mod:`.models` alone, without torch (issue 37's start-up). name -> (module, its name there).
+_EXPORTS = {"COST_MODELS": ("flops", "COST_MODELS"), "H100_SXM": ("flops", "H100_SXM"),
+            "format_cost_model": ("flops", "format_cost_model"), "gpu_cost_model": ("flops", "gpu_cost_model"),
+            "loadavg": ("machine", "loadavg"), "log": ("machine", "log"), "machine_info": ("machine", "machine_info"),
+            "BENCH_MODELS": ("models", "BENCH_MODELS"), "DEFAULT_MODELS": ("models", "DEFAULT_MODELS"),
+            "DEFAULT_PROMPT": ("models", "DEFAULT_PROMPT"), "DEFAULT_OUT": ("models", "DEFAULT_OUT"),
+            "resolve_models": ("models", "resolve_models"), "random_init_names": ("models", "random_init_names"),
+            "format_table": ("output", "format_table"), "plot": ("output", "plot"),
+            "write_outputs": ("output", "write_outputs"),
+            "random_init_bench_models": ("random_init", "random_init_bench_models"),
+            "random_init_model": ("random_init", "random_init_model"), "bench_model": ("run", "bench_model"),
+            "device_defaults": ("run", "device_defaults")}
 
-__all__ = ["BENCH_MODELS", "COST_MODELS", "DEFAULT_MODELS", "DEFAULT_OUT", "DEFAULT_PROMPT", "H100_SXM",
-           "bench_model", "device_defaults", "format_cost_model", "format_table",
-           "gpu_cost_model", "loadavg", "log", "machine_info", "plot", "random_init_bench_models", "random_init_model",
-           "random_init_names",
-           "resolve_models", "versions", "write_outputs"]
+__all__ = sorted([*_EXPORTS, "versions"])
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name == "versions":
+        from ..version import versions
+
+        return versions
+    if name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

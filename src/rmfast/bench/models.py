@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+from ..loading import registry
+
+#: where ``rmfast bench`` writes (a folder)
+DEFAULT_OUT = os.path.join("benchmarks", "out")
+
+
+def random_init_names() -> list[str]:
+    """Every name ``--random-init`` takes: the registry's aliases, then its base architectures."""
+    return registry.names() + list(registry.BASES)
 
 DEFAULT_PROMPT = "What, in one word, is the greatest thing ever?"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .machine import log, machine_info
 
-DEFAULT_OUT = os.path.join("benchmarks", "out")
+from .models import DEFAULT_OUT  # noqa: E402,F401  (its one definition)
 METHODS = ("naive", "hf-cache", "rmfast-eager", "rmfast")
 
 

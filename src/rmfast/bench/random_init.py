@@ -41,7 +41,7 @@ from ..loading import registry
 from ..errors import UserError
 from ..loading.loader import LoadedModel, load
 from ..fast.arch import SUPPORTED
-from .models import BenchModel
+from .models import BenchModel, random_init_names
 
 #: Per model type: the special tokens of the generated tokenizer, the plain template whose suffix is
 #: the real chat template's, and that suffix's length in tokens (Llama 3: ``<|eot_id|>``, one token; Gemma 2: ``<end_of_turn>\n``, two;
@@ -64,9 +64,7 @@ TINY = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "
         "num_hidden_layers": 4}
 
 
-def names() -> list[str]:
-    """Every name ``--random-init`` takes: the registry's aliases, then its base architectures."""
-    return registry.names() + list(registry.BASES)
+names = random_init_names  # every name --random-init takes (bench.models)
 
 
 def resolve(name: str) -> tuple[str, dict]:

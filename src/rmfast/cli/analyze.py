@@ -54,12 +54,14 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..io import check_output, write_csv
 from .common import add_states_view_args, nonneg_int, positive_int
+
+if TYPE_CHECKING:  # pandas is imported where it is used: `rmfast --help` needs none of it
+    import pandas as pd
 
 ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
             "categories", "extremes", "trajectory", "similarity", "lens")
@@ -83,10 +85,12 @@ def _inputs(args) -> _Loaded:
     Model scores come from the scan files when any are given; EloEverything folders then
     supply only the human Elo. With no scan files the CSVs' own model columns are the scores.
     """
+    import pandas as pd
+
     from ..analysis.eloeverything import (elo_scores_source, is_eloeverything_dir,
                                           load_eloeverything, load_human_scores)
     from ..analysis.ledger import Ledger
-    from ..analysis.scans import SOURCE_ATTR, load_scans, scans_source
+    from ..analysis.scans import SOURCE_ATTR, by_candidate_set, load_scans, scans_source
 
     from ..analysis.iclr2026 import is_published_scores_dir, load_published_scores
 
@@ -116,7 +120,8 @@ def _inputs(args) -> _Loaded:
     human, human_source = (elo[0][1].human, elo[0][1].human.attrs.get(SOURCE_ATTR)) if elo \
         else (None, None)
     if scan_paths:
-        scans = load_scans(scan_paths, ledger=left_out)
+        scans = by_candidate_set(load_scans(scan_paths, ledger=left_out),
+                                 pool=getattr(args, "pool_candidates", False), ledger=left_out)
         scores_source = scans_source(scan_paths)
         if elo:
             scores_source += (" (the model scores stored in the EloEverything CSVs are not used; "
@@ -151,6 +156,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--join", choices=("text", "id"), default=None,
                    help="shared vocabulary: decoded text (papers; the default) or token id + text "
                    "(similarity's default: token id when both sets come from one tokenizer, else text)")
+    p.add_argument("--pool-candidates", action="store_true",
+                   help="rank a model × prompt's candidate sets (e.g. vocabulary tokens and items) together "
+                   "(default: each set apart, labelled 'model [set]', and a note says so)")
     p.add_argument("--k", type=positive_int, default=10, help="rows per top/bottom table (default 10)")
     p.add_argument("--best", metavar="PROMPT", help="positive prompt for best-worst")
     p.add_argument("--worst", metavar="PROMPT", help="negative prompt for best-worst")
@@ -284,6 +292,8 @@ def _run(name: str, args, scans, human):
 
 def _add_drops(res, ledger) -> None:
     """Put what loading the inputs left out (``ledger``) ahead of the analysis's own drops and notes."""
+    import pandas as pd
+
     res.notes[:0] = ledger.notes
     res.dropped = pd.concat([d for d in (ledger.frame(), res.dropped) if len(d)] or [res.dropped],
                             ignore_index=True)
@@ -321,6 +331,8 @@ def _run_trajectory(args) -> int:
 
 def _run_similarity(args) -> int:
     """``rmfast analyze similarity A B``: layer × layer similarity of two state sets."""
+    import pandas as pd
+
     from ..analysis.representation_rsa import representation_agreement
     from ..analysis.similarity import similarity
 
@@ -363,6 +375,8 @@ def _run_similarity(args) -> int:
 
 def _run_lens(args) -> int:
     """``rmfast analyze lens SCAN.parquet``: the reward lens tables, and the figure beside --out."""
+    import pandas as pd
+
     from ..analysis.lens import lens, write_lens_figure
 
     if len(args.inputs or []) != 1:
@@ -412,6 +426,8 @@ def _check_options(args) -> dict[str, str]:
 
 def run_analyze(args) -> int:
     """``rmfast analyze``: run one analysis; table to stdout or ``--out``."""
+    import pandas as pd
+
     if args.out:
         check_output(args.out, args.overwrite, folder=args.name == "trajectory")  # before the work
     _check_options(args)
@@ -452,7 +468,7 @@ def run_report(args) -> int:
     check_output(args.out, args.overwrite)  # before the work
     framing = _check_options(args)
     data = _inputs(args)
-    for line in data.left_out.summary():
+    for line in data.left_out.summary() + data.left_out.notes:
         print(f"rmfast: note: {line}", file=sys.stderr)
     text = build_report(data.scans, human=data.human, metadata=args.metadata, afinn=args.afinn,
                         frequencies=args.frequencies, dictionaries=args.dictionary or (),

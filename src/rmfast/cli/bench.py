@@ -7,18 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-from ..bench import (BENCH_MODELS, COST_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PROMPT, H100_SXM, device_defaults,
-                     loadavg, log, resolve_models, bench_model, format_cost_model, format_table, gpu_cost_model,
-                     machine_info, plot, random_init_bench_models, random_init_model, random_init_names, versions,
-                     write_outputs)
-from ..bench.memory_check import check_batches
-from ..bench.models import workload_dtype
-from ..cpu import say_choice
+from ..bench.models import BENCH_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PROMPT, random_init_names
 from ..errors import UserError
 from ..io import check_output, write_json
-from ..loading.loader import load, resolve_device
 from . import common
 from .common import fraction, int_list, nonneg_int, positive_int, thread_count
 
@@ -136,6 +127,14 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
+    import torch
+    
+    from ..bench import (COST_MODELS, H100_SXM, bench_model, device_defaults, format_cost_model, gpu_cost_model,
+                         loadavg, log, random_init_bench_models, random_init_model, resolve_models, write_outputs)
+    from ..bench.memory_check import check_batches
+    from ..cpu import say_choice
+    from ..loading.loader import load, resolve_device
+
     check_output(args.out, folder=True)  # before any measurement; bench adds its files to the folder
     _check_workload(args)
     if args.workload == "best-of-n":
@@ -206,6 +205,8 @@ def run(args) -> int:
 
 def _run_meta(args, device, dflt) -> dict:
     """The run's header: time, machine, versions, options, device defaults and the formulas of the columns."""
+    from ..bench import machine_info, versions
+
     return {
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine_info(device),
@@ -226,6 +227,8 @@ def _run_meta(args, device, dflt) -> dict:
 
 def _print_report(rows, extras, meta, paths, out_dir: Path, no_plot: bool) -> None:
     """The table (and any profiles), the load average and the files written; the PNG unless ``no_plot``."""
+    from ..bench import format_table, plot
+
     title = (f"rmfast bench — {meta['machine']['gpu'] or meta['machine']['cpu_model'] + ' [' + meta['machine']['cpu_kind'] + ']'}, "
              f"{meta['machine']['torch_threads']} threads, {rows[0]['dtype']}; load avg {meta['machine']['loadavg_start']}")
     png = None if no_plot else plot(rows, out_dir / "bench_latest.png", title)
@@ -258,6 +261,8 @@ def _random_init_configs(base, args, tiny: bool):
     (then ``--models``); CUDA asked where there is none is one line."""
     from dataclasses import replace
 
+    import torch
+
     if base.device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda but CUDA is not available")
     if not (args.random_init or tiny):
@@ -270,7 +275,10 @@ def run_best_of_n_cli(args) -> int:
     """``--workload best-of-n``: each model through :func:`rmfast.bench.best_of_n.run_best_of_n`, one CSV/JSON."""
     from dataclasses import replace
 
+    from ..bench import resolve_models
+    from ..loading.loader import resolve_device
     from ..bench.best_of_n import BestOfNConfig, config_record, run_best_of_n, write_best_of_n
+    from ..bench.models import workload_dtype
 
     hf = [int(x) for x in (args.hf_batch or "16").split(",")]
     if len(hf) != 1:
@@ -317,6 +325,9 @@ def run_states_cli(args) -> int:
     CSV/JSON; exit 1 where a scan with states scored differently from the plain one."""
     from dataclasses import replace
 
+    from ..bench import resolve_models
+    from ..loading.loader import resolve_device
+    from ..bench.models import workload_dtype
     from ..bench.states_overhead import (StatesOverheadConfig, config_record, format_states_table, run_states_overhead,
                                          write_states_overhead)
 

@@ -118,8 +118,6 @@ def _tmpl(t):
 
 
 def register(sub) -> None:
-    from ..implicit import AGGS, JOINS
-
     p = sub.add_parser("implicit", help="implicit reward (log ratio, MWLR) between two LMs over their shared strings",
                        description="Per shared string t: log p_a(t) - log p_b(t) (DPO-style implicit reward) and "
                        "MWLR = 1/2 (p_a + p_b)(log p_a - log p_b), from each model's next-token distribution of the "
@@ -135,9 +133,9 @@ def register(sub) -> None:
                        help=f"model {s}'s prompt side: 'User: {{prompt}}\\nAssistant:' (\\n unescaped), a Jinja template, or 'raw' "
                        "(default: chat template + generation prompt; the raw prompt for base models)")
         p.add_argument(f"--system-{s}", default=None, help=f"system message for model {s}")
-    p.add_argument("--join", default="text", choices=list(JOINS),
+    p.add_argument("--join", default="text", choices=("text", "word"),  # rmfast.implicit.JOINS (tests/test_new_user.py)
                    help="text (default): exact decoded strings; word: stripped, lower-cased (dictionary analyses)")
-    p.add_argument("--agg", default="max", choices=list(AGGS),
+    p.add_argument("--agg", default="max", choices=("max", "logsumexp"),  # rmfast.implicit.AGGS
                    help="several tokens with one key: max (default, the highest log-prob) or logsumexp")
     p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens before the join")
     p.add_argument("--dictionary", default=None, help="category dictionary (e.g. big2_nouns.csv): median rank per "

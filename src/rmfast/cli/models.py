@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from ..errors import UserError
-from ..loading.support import coverage
 from ..loading.registry import BASES, MODELS, find, short_revision
 
 
@@ -22,6 +21,8 @@ def register(subparsers) -> None:
 
 def entry(m) -> dict:
     """One model as the JSON output gives it: every registry field, the computed counts and the status."""
+    from ..loading.support import coverage  # imports torch: not for `rmfast --help`
+
     cov = coverage(m)
     return {"alias": m.alias, "hub_id": m.hub_id, "revision": m.revision, "source": m.source, "base": m.base,
             "base_hub_id": BASES[m.base].hub_id, "model_type": m.model_type, "hf_class": m.hf_class, "head": m.head,

@@ -26,17 +26,14 @@ import sys
 
 def register(subparsers) -> None:
     """Add the ``reproduce`` subcommand."""
-    from ..analysis.reproduce import PAPERS, default_data_dir
-
     p = subparsers.add_parser("reproduce", help="regenerate the papers' tables and figures "
                               "from their published data", description=__doc__.replace(
                                   "Examples::", "Examples:").replace("``", ""),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(default_data_dir()), metavar="DIR",
+    p.add_argument("--data", default=None, metavar="DIR",
                    help="folder holding eloeverything/ (paper A) and iclr2026/ (paper B) "
                    "(default: $RMFAST_SHARED_DATA or ../shared/data beside the repository)")
-    p.add_argument("--papers", default=",".join(PAPERS),
-                   help=f"which papers, comma-separated (default {','.join(PAPERS)})")
+    p.add_argument("--papers", default=None, help="which papers, comma-separated (default: all, a,b)")
     p.add_argument("--out", default="reproduce", metavar="DIR",
                    help="output folder (default ./reproduce); written atomically")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out "
@@ -48,10 +45,10 @@ def register(subparsers) -> None:
 
 def run_reproduce(args) -> int:
     """Run :func:`rmfast.analysis.reproduce.run`; one line per finding on stderr."""
-    from ..analysis.reproduce import run, verdict
+    from ..analysis.reproduce import PAPERS, default_data_dir, run, verdict
 
-    papers = tuple(p.strip().lower() for p in args.papers.split(",") if p.strip())
-    findings = run(args.data, args.out, papers, overwrite=args.overwrite,
+    papers = PAPERS if args.papers is None else tuple(p.strip().lower() for p in args.papers.split(",") if p.strip())
+    findings = run(args.data or default_data_dir(), args.out, papers, overwrite=args.overwrite,
                    allow_skipped=args.allow_skipped)
     for f in findings:
         print(f"{f['id']:<12} {verdict(f['holds']):<14} {f['summary']}", file=sys.stderr)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..sweep import dist
 from ..errors import UserError
 from ..io import check_output, output_lock, slug
 from . import common
@@ -79,6 +78,7 @@ def selection(args):
 def _states_request(args, out, d):
     """The scan's states: ``<out stem>.states``; under torchrun each rank's beside its shard (rank 0 joins them)."""
     from ..scoring.pipeline import StatesRequest
+    from ..sweep import dist
     from ..states import states_dir
 
     if args.states is None:
@@ -117,6 +117,7 @@ def drop_old_states(out) -> None:
 
 def run(args) -> int:
     from ..scoring.pipeline import drop_checkpoint, finish_states, run_scan
+    from ..sweep import dist
 
     sel = selection(args)
     d = dist.from_env()

@@ -17,7 +17,7 @@ defaults: {dtype: auto, batch_size: auto}   # options for every model; each mode
 models:
   - smollm2-135m-instruct             # the embedded model, an alias (rmfast models), folder, .gguf, hub id
   - model: S-Lla-1B-V2                # or a mapping: the model and its own options
-    name: skywork-1b                  # its name in the results (default: from the model)
+    name: skywork-1b                  # its name in the results (default: the name rmfast scan records)
     dtype: float32
 prompts:                              # name: text (or a list, or a YAML file of them)
   greatest: "What, in one word, is the greatest thing ever?"

@@ -4,7 +4,16 @@
 >>> from rmfast.gcg import GCGConfig, run  # doctest: +SKIP
 """
 
-from .result import GCGResult, RandomSearchResult
-from .search import GCGConfig, allowed_tokens, random_search, run
+# imported when first used (PEP 562): the CLI's parser reads GCGConfig's defaults without torch
+_EXPORTS = {"GCGConfig": "config", "GCGResult": "result", "RandomSearchResult": "result", "run": "search",
+            "random_search": "search", "allowed_tokens": "search"}
 
 __all__ = ["GCGConfig", "GCGResult", "RandomSearchResult", "run", "random_search", "allowed_tokens"]
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..scoring.memory import parse_batch_size
-from ..scoring.plan import engine_name
 
 # --------------------------------------------------------------------------------------------
 # configuration (the results are in rmfast.gcg.result)
@@ -91,6 +89,9 @@ class GCGConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise UserError(f"{flag} must be an integer >= 1 (got {v!r})")
+        from ..scoring.memory import parse_batch_size  # here, not on import: `rmfast --help` reads the defaults
+        from ..scoring.plan import engine_name
+
         parse_batch_size(self.batch_size)
         if self.head not in ("auto", "score", "logprob"):
             raise UserError(f"unknown head {self.head!r}; use auto, score or logprob")

@@ -25,6 +25,7 @@ from . import training_checkpoints as checkpoints
 from ..errors import UserError
 from . import custom_heads, vocab_check
 from .files import cache_root, cached_sha256, content_sha256, quiet_transformers
+from .names import model_name, single_gguf
 from .gguf import _converted_dir, _is_complete, check_gguf_header, convert_gguf
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -198,9 +199,35 @@ def hub_snapshot(spec: str) -> tuple[Path, str | None]:
     return folder, revision
 
 
-def _single_gguf(folder: Path) -> Path | None:
-    files = sorted(folder.glob("*.gguf"))
-    return files[0] if len(files) == 1 else None
+def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: str | None = None) -> None:
+    """Raise the UserError :func:`load` would raise because ``spec`` names no model this machine has (an
+    embedded alias without its package, a hub id or known alias not in the HF cache, a missing path; an
+    adapter checkpoint's base too), without loading or converting anything: a sweep checks every model
+    this way before its first part (issue 37), so a missing one is found in a second, not after hours."""
+    spec = str(spec).strip()
+    path = Path(spec).expanduser()
+    if checkpoints.is_adapter_folder(path) and embedded.get(spec) is None:
+        base_spec = base or checkpoints.read_adapter(path).base
+        if not base_spec:
+            raise UserError(f"adapter checkpoint {path} names no base model: pass --base PATH/ALIAS (the model it "
+                            "was trained from)")
+        try:
+            check_model(base_spec, cache_dir=cache_dir)
+        except UserError as e:
+            raise UserError(f"adapter checkpoint {path}: cannot load its base {base_spec!r} ({e}); "
+                            "pass --base PATH/ALIAS (the model it was trained from)") from None
+        return
+    entry = embedded.get(spec)
+    if entry is not None:
+        entry.gguf_path(cache_root(cache_dir))  # its package is installed
+    elif path.exists():
+        return
+    elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
+        hub_snapshot(spec)
+    elif _looks_like_path(spec):
+        raise UserError(f"no such model folder or file: {spec}")
+    else:
+        raise _not_found_hub(spec)
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,10 +482,10 @@ def _locate(spec: str, path: Path, cache: Path, source: dict) -> tuple[Path, str
         gguf = entry.gguf_path(cache)
         sha = cached_sha256(gguf, cache)
         folder = convert_gguf(gguf, cache, sha256=sha)
-        source.update(type="embedded", name=entry.display_name, path=str(gguf), sha256=sha, alias=entry.alias)
+        source.update(type="embedded", name=model_name(spec), path=str(gguf), sha256=sha, alias=entry.alias)
         default_template = entry.default_template
-    elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file() and _single_gguf(path)):
-        gguf = path if path.is_file() else _single_gguf(path)
+    elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file() and single_gguf(path)):
+        gguf = path if path.is_file() else single_gguf(path)
         if gguf.suffix.lower() != ".gguf":
             raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
         gguf = gguf.resolve()
@@ -466,14 +493,14 @@ def _locate(spec: str, path: Path, cache: Path, source: dict) -> tuple[Path, str
         if not _is_complete(_converted_dir(gguf, sha, cache)):
             check_gguf_header(gguf)  # before the conversion and its note: a broken file is one line
         folder = convert_gguf(gguf, cache, sha256=sha)
-        source.update(type="gguf", name=gguf.stem, path=str(gguf), sha256=sha)
+        source.update(type="gguf", name=model_name(spec), path=str(gguf), sha256=sha)
     elif path.is_dir():
         folder = path.resolve()
-        source.update(type="folder", name=folder.name, path=str(folder))
+        source.update(type="folder", name=model_name(spec), path=str(folder))
     elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
         folder, revision = hub_snapshot(spec)
         known = registry.find(spec)
-        source.update(type="hub", name=known.hub_id if known else spec, path=str(folder), revision=revision,
+        source.update(type="hub", name=model_name(spec), path=str(folder), revision=revision,
                       alias=known.alias if known else None)
     elif _looks_like_path(spec):
         raise UserError(f"no such model folder or file: {spec}")
@@ -507,6 +534,7 @@ def load(
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise UserError("no model given: pass an embedded alias, a .gguf file, a model folder or a hub id")
     spec = str(spec).strip()
+    cpu.isolate_compile_cache()  # before transformers fixes inductor's cache folder for the process
     dev = resolve_device(device)
     dtype_name(dtype)  # validate the name before any slow work
     cache = cache_root(cache_dir)

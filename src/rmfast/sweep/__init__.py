@@ -4,8 +4,17 @@
 (atomic parts, locks, the manifest), :mod:`.dist` splits work over torchrun ranks.
 """
 
-from .config import CandSet, ModelCfg, SweepConfig, load_config, with_base, with_states
-from .runner import assign, frame_from_scan, frame_from_texts, model_content, run_sweep, summarize
+# imported when first used (PEP 562): ``from rmfast.sweep import dist`` (the CLI's scan) needs neither
+_EXPORTS = {"CandSet": "config", "ModelCfg": "config", "SweepConfig": "config", "load_config": "config",
+            "with_base": "config", "with_states": "config", "assign": "runner", "frame_from_scan": "runner",
+            "frame_from_texts": "runner", "model_content": "runner", "run_sweep": "runner", "summarize": "runner"}
 
-__all__ = ["CandSet", "ModelCfg", "SweepConfig", "load_config", "with_base", "with_states", "assign", "frame_from_scan",
-           "frame_from_texts", "model_content", "run_sweep", "summarize"]
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..io import file_sha256, slug, yaml_load_unique
+from ..loading.names import model_name
 from ..loading.training_checkpoints import expand_runs, is_adapter_folder
 from ..scoring.audit import DEFAULT_AUDIT_N
 from ..states import DTYPES, parse_layers
@@ -203,7 +204,7 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
         spec = str(local.resolve())
     name = c.get("name", "str")
     if name is None:
-        name = Path(spec).name.removesuffix(".gguf") if is_path else spec
+        name = model_name(spec)  # the name rmfast scan records: one model, one name
     bs = c.data.get("batch_size", "auto")
     if not (bs == "auto" or (isinstance(bs, int) and not isinstance(bs, bool) and bs >= 1)):
         raise c.err("batch_size", f"expected a positive integer or auto, got {bs!r}")

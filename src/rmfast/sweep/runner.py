@@ -195,6 +195,7 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
     chash = cfg.config_hash()
     store = Store(root)
     mode = store.check(chash, cfg.normalized(), force=force)
+    check_models(cfg)  # every model resolves before any work, dry run or not
     if dry_run:
         st = store.status(plan) if mode != "new" else [{"done": False} for _ in plan]
         return {"n_parts": len(plan), "n_done": sum(bool(s["done"]) for s in st), "complete": False, "dry_run": True,
@@ -315,6 +316,20 @@ class _PartRunner:
         if d.world == 1:
             with store.lock():
                 store.write_index(self.plan, self.chash)
+
+
+def check_models(cfg: SweepConfig) -> None:
+    """Every model of the config resolves on this machine (:func:`rmfast.loading.loader.check_model`: no
+    loading), or one line naming the first that does not and the config key: a sweep never scores some
+    models' parts for hours and then stops at a missing one. Prompts and candidate files are read when
+    the config is (:func:`rmfast.sweep.load_config`)."""
+    from ..loading.loader import check_model
+
+    for i, m in enumerate(cfg.models):
+        try:
+            check_model(m.model, cache_dir=m.cache_dir, base=m.base)
+        except UserError as e:
+            raise UserError(f"{cfg.path}: models[{i}] ({m.name}): {e}") from None
 
 
 def model_content(m: ModelCfg) -> dict | None:

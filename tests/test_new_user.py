@@ -1,0 +1,156 @@
+"""What a new user and real client code met (issue 37), on the real outputs of the CLI: one model (the
+embedded SmolLM2, fp32) scanned over tokens (`rmfast scan --token-ids`) and over items (`rmfast scan
+--candidates`), and swept (`rmfast sweep`, the same tokens and items as two candidate sets) into a store.
+Nothing here is a hand-built fixture: every file is what the commands wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cli_run import one_line_error, run
+
+MODEL = "smollm2-135m-instruct"
+PROMPT = "What, in one word, is the greatest thing ever?"
+ITEMS = ["Love", "Water", "Art", "Pizza", "Music", "The universe", "a cup of tea", "sunsets", "Albert Einstein"]
+
+
+@pytest.fixture(scope="module")
+def journey(tmp_path_factory, smollm2):
+    """A token scan, an item scan and a sweep store of the same model and prompt, written by the CLI."""
+    import yaml
+
+    d = tmp_path_factory.mktemp("journey")
+    tok = smollm2.tokenizer
+    words = [tok.convert_tokens_to_ids(w) for w in ("Love", "Water", "Art")]
+    assert [tok.decode([i]) for i in words] == ["Love", "Water", "Art"]  # in both the token scan and the items
+    (d / "ids.txt").write_text("\n".join(map(str, list(range(40)) + words)) + "\n")
+    (d / "items.txt").write_text("\n".join(ITEMS) + "\n")
+    cfg = {"out": str(d / "store"), "defaults": {"dtype": "float32", "device": "cpu", "random_head_seed": 0,
+                                                       "batch_size": 32},
+           "models": [MODEL], "prompts": {"greatest": PROMPT},
+           "candidates": {"tokens": {"vocabulary": {"token_ids": str(d / "ids.txt")}}, "items": str(d / "items.txt")}}
+    (d / "sweep.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out = {"dir": d, "tokens": d / "tokens.parquet", "items": d / "items.parquet", "store": d / "store",
+           "config": d / "sweep.yaml", "words": words}
+    from rmfast.cli import main
+
+    # a seeded random score head and small batches: the cheapest real runs of this model
+    common = ["--prompt", PROMPT, "--dtype", "float32", "--device", "cpu", "--no-progress", "--random-head-seed", "0",
+              "--batch-size", "32"]
+    assert main(["scan", MODEL, "--token-ids", str(d / "ids.txt"), "--out", str(out["tokens"]), *common]) == 0
+    assert main(["scan", MODEL, "--candidates", str(d / "items.txt"), "--out", str(out["items"]), *common]) == 0
+    assert main(["sweep", str(d / "sweep.yaml"), "--no-progress"]) == 0
+    return out
+
+
+# ---------------------------------------------------------------- 1: explore / report on a finished sweep store
+def test_explore_and_report_read_a_finished_sweep_store(journey, tmp_path, capsys):
+    store = journey["store"]
+    assert (store / "manifest.json").is_file()  # the store's index: not a states folder
+    rc, so, se = run(["explore", store, "--out", tmp_path / "explorer.html"], capsys)
+    assert rc == 0, se
+    rc, so, se = run(["report", store, "--out", tmp_path / "report.html", "--n-perm", "1", "--no-progress"], capsys)
+    assert rc == 0, se
+    from rmfast.analysis.representations import states_beside
+
+    assert states_beside([store]) == {}
+
+
+# ---------------------------------------------------------------- 2: a token scan and an item scan are two columns
+def test_explorer_keeps_candidate_sets_apart_and_ranks_what_it_shows(journey, tmp_path, capsys):
+    from rmfast.explore import unpack
+
+    out = tmp_path / "explorer.html"
+    rc, so, se = run(["explore", journey["tokens"], journey["items"], "--out", out], capsys)
+    assert rc == 0, se
+    data = unpack(out.read_text(encoding="utf-8"))
+    assert [(c["candidates"], c["rows"], c["duplicated"]) for c in data.columns] == [("vocabulary", 43, 0), ("items", 9, 0)]
+    tokens, items = pd.read_parquet(journey["tokens"]), pd.read_parquet(journey["items"])
+    for word in ("Love", "Water", "Art"):  # in both files: shown in both columns, never dropped as a duplicate
+        k = data.texts.index(word)
+        assert data.scores[0, k] == tokens.loc[tokens["text"] == word, "score"].item()
+        assert data.scores[1, k] == items.loc[items["text"] == word, "score"].item()
+    for c, scan in enumerate((tokens, items)):  # each column's ranks are its own rows' ranks: one #1 each
+        shown = data.ranks[c][data.ranks[c] > 0]
+        assert (shown == 1).sum() == 1 and sorted(shown) == sorted(scan["rank"])
+
+
+# ---------------------------------------------------------------- 3: analyses keep candidate sets apart
+@pytest.mark.parametrize("where", ["store", "parts", "files"])
+def test_analyses_group_by_candidate_set_and_say_so(journey, where, capsys):
+    inputs = {"store": [journey["store"]], "parts": [journey["store"] / "parts"],
+              "files": [journey["tokens"], journey["items"]]}[where]
+    rc, so, se = run(["analyze", "distributions", *inputs, "--out", journey["dir"] / f"dist-{where}.csv",
+                      "--overwrite"], capsys)
+    assert rc == 0, se
+    table = pd.read_csv(journey["dir"] / f"dist-{where}.csv")
+    sets = ("tokens", "items") if where != "files" else ("vocabulary", "items")
+    name = "SmolLM2-135M-Instruct"  # one model, one name (item 4)
+    assert dict(zip(table["model"], table["n"])) == {f"{name} [{sets[0]}]": 43, f"{name} [{sets[1]}]": 9}
+    assert "several candidate sets" in se and "--pool-candidates" in se
+    rc, so, se = run(["analyze", "distributions", *inputs, "--pool-candidates"], capsys)
+    assert rc == 0 and "pooled" in se and " 52 " in so
+
+
+# ---------------------------------------------------------------- 4: one model, one name
+def test_scan_and_sweep_record_one_model_name(journey):
+    from rmfast.io import read_manifest
+    from rmfast.sweep.store import load_results
+
+    names = {read_manifest(journey["tokens"])["model"]["name"], read_manifest(journey["items"])["model"]["name"],
+             *load_results(journey["store"])["model"]}
+    assert names == {"SmolLM2-135M-Instruct"}
+
+
+# ---------------------------------------------------------------- 5: every model is checked before any work
+def test_sweep_checks_every_model_before_any_work(journey, tmp_path, capsys):
+    """The README's config shape: the embedded model, then a known reward model this machine lacks."""
+    import yaml
+
+    cfg = yaml.safe_load(journey["config"].read_text())
+    cfg["models"] = [MODEL, {"model": "S-Lla-1B-V2", "name": "skywork-1b"}]
+    cfg["out"] = str(tmp_path / "store")
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for dry in (["--dry-run"], []):
+        rc, so, se = run(["sweep", path, "--no-progress", *dry], capsys)
+        assert one_line_error(rc, se), se
+        assert "models[1] (skywork-1b)" in se and "S-Lla-1B-V2" in se
+        assert not list(tmp_path.glob("store/parts/*/*/*/part.parquet")) and "rows in" not in se
+
+
+# ---------------------------------------------------------------- 6: start-up imports only what it uses
+def _modules_after(code: str) -> set[str]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code + "; import sys; print('\\n'.join(sys.modules))"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    return set(out.stdout.split())
+
+
+HEAVY = {"torch", "torch._inductor", "transformers", "pandas", "rmfast.analysis"}
+
+
+def test_import_rmfast_and_the_cli_parser_import_nothing_heavy():
+    """`import rmfast` and building the CLI's parser (all of `rmfast --help`) import neither torch nor
+    inductor, transformers, pandas or the analyses: they are imported where they are used (issue 37: 8-11 s)."""
+    assert not HEAVY & _modules_after("import rmfast")
+    assert not HEAVY & _modules_after("from rmfast.cli import build_parser; build_parser()")
+    # the API is still there, on first use; loading it does not import inductor either
+    mods = _modules_after("import rmfast; rmfast.load, rmfast.scan, rmfast.RewardScorer, rmfast.gcg.run")
+    assert "torch" in mods and "torch._inductor" not in mods
+
+
+def test_the_parser_keeps_the_jobs_own_choices():
+    """What the parser spells out so as not to import a job (implicit's --join/--agg) is the job's own list."""
+    from rmfast.cli import build_parser
+    from rmfast.implicit import AGGS, JOINS
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["implicit"]
+    choices = {a.dest: tuple(a.choices) for a in sub._actions if a.choices}
+    assert choices["join"] == JOINS and choices["agg"] == AGGS
