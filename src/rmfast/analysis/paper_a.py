@@ -25,7 +25,7 @@ from .eloeverything import load_eloeverything
 from .human import human_comparison
 from .lexicons import load_afinn, load_bnc_rows, load_frequencies
 from .metadata import load_model_metadata
-from .paper_plots import heatmap_grid, pvalue_heatmap, rank_gap_bars, significance
+from .paper_plots import heatmap_grid, pvalue_heatmap, rank_gap_bars
 from .plots import Styles, heatmap, human_bars, new_figure, to_png
 from .prompt_agreement import prompt_agreement
 
@@ -237,13 +237,16 @@ def _human_model_tau(data, prompts, styles: Styles, out_dir: Path) -> tuple[dict
                   f"values, largest difference from the published 2-decimal values {worst:.4f}",
                   files)
     p_mat = mats[prompts[0]][1].loc[st.order, st.order]
-    stars = pd.Series([significance(v) for v in pairs["kendall_p"]]).value_counts()
+    human = pairs[(pairs["rater_a"] == HUMAN) | (pairs["rater_b"] == HUMAN)]
+    n_sig = {k: int((v["kendall_p"] < 0.001).sum()) for k, v in
+             (("human", human), ("model", pairs.drop(human.index)))}
     pfiles = [_write(out_dir, "A-pvalues_kendall.png", pvalue_heatmap(
         p_mat.rename(index=st.label, columns=st.label), f"Kendall p-values, {prompts[0]}"))]
     pv = _finding("A-pvalues", "Significance of the Kendall taus (p-value heatmap)",
                   "(the authors' code draws p-value heatmaps; no statement in the paper)", None,
-                  f"{stars.get('***', 0)} of {len(pairs)} human/model pairs × prompts have "
-                  f"p < 0.001 (n = {int(pairs['n'].iloc[0])} items)", pfiles)
+                  f"{n_sig['human']} of {len(human)} human–model pairs and {n_sig['model']} of "
+                  f"{len(pairs) - len(human)} model–model pairs (× {len(prompts)} prompts) have "
+                  f"Kendall p < 0.001 (n = {int(pairs['n'].iloc[0])} items)", pfiles)
     return a5, pv
 
 

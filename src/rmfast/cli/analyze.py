@@ -156,7 +156,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worst", metavar="PROMPT", help="negative prompt for best-worst")
     p.add_argument("--framing", action="append", metavar="PROMPT=positive|negative",
                    help="override a prompt's framing (repeatable)")
-    p.add_argument("--n-perm", type=positive_int, default=10_000, help="permutations (default 10000)")
+    p.add_argument("--n-perm", type=positive_int, default=9_999,
+                   help="random permutations of every permutation test (default 9999, the paper B "
+                   "authors' R default; the tables' n_perm column says how many each test used)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the permutations (default 0)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --out file (default: refuse; a folder --out of trajectory is added to)")
