@@ -102,6 +102,9 @@ def test_fig1b_summary_does_not_call_its_avg_ranks_the_authors_block(tmp_path):
     from rmfast.analysis.paper_b import _fig1b
 
     found = {f["id"]: f for f in _fig1b(IC, tmp_path)}
+    # the published folder's two prefixes, all ten RMs: Fig. 1b is drawn by default
+    assert "read 10 (4 MFD20_rewards_*, 6 big2_rewards_*)" in found["B-fig1b"]["summary"]
+    assert "B_fig1b.png" in found["B-fig1b"]["files"] and (tmp_path / "B_fig1b.png").exists()
     line = found["B-fig1b-summaries"]["summary"]
     assert "block exactly" not in line and "has no such block" in line
     assert "Llama − Gemma" in line

@@ -161,7 +161,7 @@ def _rank_gaps(res: dict, prompts: list[str], out_dir: Path) -> dict:
                     "largest model-minus-human rank gap each way, e.g. on GE: Fingering (sexual "
                     "act), Erection, Black people, ... and Fully Automated Luxury Communism, "
                     "Johan Cruyff, ...", (ok if parts else None),
-                    (("holds: " if ok else "does not hold: ") if parts else "") + summary, files)
+                    summary, files)
 
 
 def _short(prompt: str) -> str:
@@ -181,7 +181,7 @@ def _spearman(res, styles: Styles, out_dir: Path) -> dict:
     ok = (lo, hi) == PAPER_SPEARMAN_RANGE
     return _finding("A-fig5c", "Spearman rho of each model with human Elo (Fig. 5C)",
                     "Fig. 5C: each reward model's Spearman rho with human Elo on GE lies "
-                    "between 0.29 and 0.54", ok, f"{'holds' if ok else 'does not hold'}: GE rho "
+                    "between 0.29 and 0.54", ok, f"GE rho "
                     f"{lo:.2f}–{hi:.2f} over {len(ge)} models", files)
 
 
@@ -233,7 +233,7 @@ def _human_model_tau(data, prompts, styles: Styles, out_dir: Path) -> tuple[dict
     a5 = _finding("A-figA5", "Kendall tau among human Elo and the ten models (Fig. A5)",
                   "Fig. A5: tau of the models with human Elo is low: 0.20–0.38 (GE), 0.10–0.30 "
                   "(HP), 0.22–0.39 (GW), below most model–model values",
-                  ok if n else None, f"{'holds' if ok else 'does not hold'}: {n} human–model "
+                  ok if n else None, f"{n} human–model "
                   f"values, largest difference from the published 2-decimal values {worst:.4f}",
                   files)
     p_mat = mats[prompts[0]][1].loc[st.order, st.order]
@@ -275,7 +275,7 @@ def _prompt_tau(data, styles: Styles, out_dir: Path) -> dict:
     ok = n > 0 and worst <= ROUNDING
     return _finding("A-figA6", "Kendall tau between prompts within each model (Fig. A6)",
                     "Fig. A6: a model's rankings under two prompts agree only moderately, tau "
-                    "0.36–0.68", ok if n else None, f"{'holds' if ok else 'does not hold'}: {n} "
+                    "0.36–0.68", ok if n else None, f"{n} "
                     f"values, largest difference from the published ones {worst:.4f}", files)
 
 

@@ -310,8 +310,8 @@ def _fig1b(data_dir: Path, out: Path, *, allow_skipped: bool = False) -> list[di
         return [{"id": "B-fig1b", "title": "Fig. 1b: MFD 2.0 median ranks by base model",
                  "paper_claim": CLAIM_FIG1B, "holds": None,
                  "summary": (f"not available: no folder {data_dir / 'dict_MFD_20'} (the authors' "
-                             "MFD score CSVs are not in the shared data; put them there to get "
-                             "Fig. 1b)"), "files": []}]
+                             "published MFD 2.0 score CSVs; put them there to get Fig. 1b)"),
+                 "files": []}]
     dictionary = next((p for p in (*sorted(folder.glob("*.dicx")),
                                    data_dir.parent / "lexicons" / "mfd2.0.dicx",
                                    data_dir / "moral-foundations-dictionary-20.dicx",
