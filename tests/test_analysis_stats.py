@@ -380,7 +380,8 @@ def test_categories_planted_group_difference():
     # 4 vs 4 models, perfectly separated: the exact two-sided p is 2 / C(8, 4)
     assert perm.loc["Communion", "exact"] and perm.loc["Communion", "n_perm"] == 70
     assert perm.loc["Communion", "p_value"] == pytest.approx(2 / 70)
-    assert perm.loc["Communion", "diff"] < 0 < perm.loc["Agency", "diff"]
+    assert perm.loc["Agency", "llama_minus_gemma"] < 0 < perm.loc["Communion", "llama_minus_gemma"]
+    assert (np.sign(perm["t"]) == np.sign(perm["llama_minus_gemma"])).all()  # one direction
     assert (res.permutation["p_bonferroni"] >= res.permutation["p_value"]).all()
     # balanced design: the fixed effects equal contrasts of the cell means
     mixed = res.mixed.set_index("term")

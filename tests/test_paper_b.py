@@ -362,7 +362,7 @@ def test_summaries_name_three_statistics_that_differ_on_planted_data():
     assert s.loc["mean_of_model_prompt_medians", "value_a"] == pytest.approx(4.0)
     assert s.loc["mean_of_model_medians_over_prompts", "value_a"] == pytest.approx(2.0)
     assert s.loc["r_avg_ranks", "value_a"] == pytest.approx(2.0)  # median of 1,1,2,2,3,15
-    assert s.loc["r_avg_ranks", "diff"] == pytest.approx(2.0)  # L − G
+    assert s.loc["r_avg_ranks", "l_minus_g"] == pytest.approx(2.0)  # L − G, named so
 
 
 @real
@@ -376,7 +376,7 @@ def test_three_statistics_reproduce_the_issue_numbers_and_r_avg_ranks_exactly():
                      n_perm=99)
     summ = res.summaries
     pa = summ[(summ["framing"] == "positive") & (summ["category"] == "Agency")].set_index(
-        "statistic")["diff"]
+        "statistic")["llama_minus_gemma"]
     assert round(pa["mean_of_model_prompt_medians"], 2) == -4.17
     assert round(pa["mean_of_model_medians_over_prompts"], 2) == -5.81
     assert round(pa["r_avg_ranks"], 2) == -4.21
@@ -399,7 +399,8 @@ def test_three_statistics_reproduce_the_issue_numbers_and_r_avg_ranks_exactly():
     assert list(tab.index.get_level_values(0)[:2]) == ["positive", "positive"]  # R's level order
     for (fr, cat), r in ref.iterrows():
         assert tab.loc[(fr, cat), "Gemma"] == pytest.approx(r["Gemma"], rel=1e-12)
-        assert tab.loc[(fr, cat), "diff"] == pytest.approx(r["Llama"] - r["Gemma"], rel=1e-12)
+        assert tab.loc[(fr, cat), "llama_minus_gemma"] == pytest.approx(r["Llama"] - r["Gemma"],
+                                                                       rel=1e-12)
 
 
 def test_random_slope_widens_the_interaction_se_when_models_differ_in_category_preference():

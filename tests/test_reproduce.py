@@ -86,3 +86,20 @@ def test_reproduce_paper_a_published(tmp_path, capsys):
         assert " holds " in line, line
     assert "'Black people' on GE: #3 under method='paper'" in err
     assert "holds" in (tmp_path / "r" / "index.html").read_text()
+
+
+def test_index_html_has_the_summary_table_one_verdict_word_and_what_cannot_be_drawn(tmp_path):
+    data, out = _planted(tmp_path), tmp_path / "out"
+    findings = reproduce.run(data, out, ("a", "b"))
+    page = (out / "index.html").read_text()
+    head = page[:page.index("<div class='f'")]  # the summary table comes before the figures
+    assert "<h2>Summary</h2>" in head
+    for f in findings:
+        assert f"<a href='#{f['id']}'>{f['id']}</a>" in head
+    for f in findings:  # the verdict is its own column: the summary does not repeat it
+        assert not f["summary"].startswith(("holds", "does not hold")), f["summary"]
+    assert "holds</b>: holds" not in page and "does not hold</b>: does not hold" not in page
+    tail = page[page.index("id='not-reproducible'"):]
+    assert "Fig. 1-2" in tail and "EloEverything" in tail and "log-probabilities" in tail
+    md = (out / "index.md").read_text()
+    assert "## What the published data does not allow" in md

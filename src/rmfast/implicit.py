@@ -41,6 +41,7 @@ import pandas as pd
 from .version import __version__
 from .errors import UserError
 from .io import check_output, manifest_path, read_text, write_csv, write_json, write_parquet, yaml_load_unique, yaml_problem
+from .analysis.permutation import N_PERM
 
 __all__ = [
     "ImplicitResult",
@@ -366,7 +367,7 @@ def dictionary_coverage(dictionary: pd.DataFrame, tokenizers: dict) -> pd.DataFr
 
 
 def dictionary_summary(table: pd.DataFrame, dictionary, *, name_a: str = "a", name_b: str = "b",
-                       prompt: str | None = None, n_perm: int = 10_000, seed: int = 0) -> dict:
+                       prompt: str | None = None, n_perm: int = N_PERM, seed: int = 0) -> dict:
     """Category analysis of a word-level implicit sweep (``join="word"``).
 
     Four score columns are treated as four "models" of the analysis layer

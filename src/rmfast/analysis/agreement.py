@@ -28,6 +28,7 @@ from .ledger import Ledger
 from .mds import mds
 from .metadata import load_model_metadata, match_metadata
 from .methods import check_method
+from .permutation import N_PERM
 from .rank_stats import footrule, ndcg
 from .rbo import paper_ranking, rbo, rbo_truncated
 from .results import Result
@@ -102,7 +103,7 @@ def _spearman_matrix(values: np.ndarray) -> np.ndarray:
 
 
 def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: float = 0.9,
-              n_perm: int = 10_000, seed: int = 0, rsa_alternative: str = "greater",
+              n_perm: int = N_PERM, seed: int = 0, rsa_alternative: str = "greater",
               models=None, prompts=None, method: str = "rmfast") -> AgreementResult:
     """Pairwise Kendall tau-b, Spearman and RBO per prompt, MDS map, RSA with metadata.
 

@@ -15,7 +15,10 @@
    prompts of one model are not independent replicates: the paper's test counts each model
    ~27 times and so overstates the evidence (see docs/paper_methods_b.md).
 4. A linear mixed model ``median_rank ~ group * category * framing`` with a random
-   intercept per model (statsmodels MixedLM).
+   intercept per model: rmfast's (statsmodels' coding, every factor's first sorted level as
+   reference, Wald z) or, with ``method="paper"``, the paper's exactly
+   (:func:`~.mixed_model.paper_mixed`: positive framing as reference, nlme's t and df). The
+   table's ``test`` and ``reference`` columns say which.
 
 ``method="paper"`` also ranks as the authors' R script does: over the rows of the word ×
 category join within model × prompt (a word listed under k categories is ranked k times), and
@@ -44,22 +47,52 @@ from .framing import framing_map
 from .ledger import Ledger
 from .lexicons import load_dictionary, match_dictionary, normalize_word
 from .metadata import load_model_metadata, match_metadata, model_families
-from .permutation import bonferroni, mkinfer_perm_t_test, permutation_test
+from .mixed_model import paper_mixed
+from .permutation import N_PERM, bonferroni, mkinfer_perm_t_test, permutation_test
 from .results import Result
 from .scans import check_balance, select, validate_scans
 
-#: Names of the group summaries of median ranks, as they appear in the tables.
+#: The group summaries of median ranks, by the key the tables' ``statistic`` column holds; the
+#: ``meaning`` column spells each out.
 STATISTICS = {
-    "mean_of_model_prompt_medians": "mean over the model × prompt median ranks (each model × "
-    "prompt one value; paper B's permutation test and Fig. 1 black diamond; the mixed model's "
-    "base coefficient on balanced data)",
-    "mean_of_model_medians_over_prompts": "each model's median over prompts of its median "
-    "ranks, averaged over the group's models",
-    "r_avg_ranks": "each model's median over all its word × prompt ranks, averaged over the "
-    "group's models (the authors' R script's 'avg ranks' block, exactly)",
-    "mean_of_model_means": "each model's mean over prompts of its median ranks, averaged over "
-    "the group's models (rmfast's models-as-units test)",
+    "mean_of_model_prompt_medians": "mean over the model × prompt rows of the median rank over "
+    "the category's words (paper B's permutation test and Fig. 1 black diamond)",
+    "mean_of_model_medians_over_prompts": "mean over models of each model's median over prompts "
+    "of its median ranks over words",
+    "r_avg_ranks": "mean over models of each model's median over all its word × prompt ranks "
+    "(the computation of the R script's 'avg ranks' block, which it runs for the Big Two; "
+    "applied the same way to any dictionary)",
+    "mean_of_model_means": "mean over models of each model's mean over prompts of its median "
+    "ranks over words (rmfast's models-as-units test)",
 }
+#: What the medians table's ``median_rank`` is.
+MEDIAN_STATISTIC = "median over the category's words of their ranks (1 = best)"
+
+
+def diff_name(group_a, group_b) -> str:
+    """The name of the column holding ``group_b − group_a``: its direction, spelled out.
+
+    >>> diff_name("Gemma", "Llama")
+    'llama_minus_gemma'
+    """
+    def slug(g) -> str:
+        return re.sub(r"[^0-9a-z]+", "_", str(g).lower()).strip("_") or "group"
+
+    return f"{slug(group_b)}_minus_{slug(group_a)}"
+
+
+def diff_column(table: pd.DataFrame) -> str:
+    """The difference column of a permutation or summaries table (``<b>_minus_<a>``)."""
+    return next(c for c in table.columns if "_minus_" in c)
+
+
+def _name_diff(table: pd.DataFrame) -> pd.DataFrame:
+    """Rename ``diff`` (``value_b − value_a``) after its direction: ``llama_minus_gemma`` when the
+    table compares one pair of groups, ``b_minus_a`` when it compares several."""
+    pairs = table[["group_a", "group_b"]].drop_duplicates() if len(table) else table
+    name = diff_name(*pairs.iloc[0]) if len(pairs) == 1 else "b_minus_a"
+    return table.rename(columns={"diff": name})
+
 
 _VV = re.compile(r"^(?P<f>.+?)[ _.-](virtue|vice)$", re.I)
 
@@ -83,13 +116,20 @@ class CategoryResult(Result):
     """Tables:
 
     medians:     model, group, prompt, framing, category, n_words, median_rank,
-                 median_rank_pct (median of rank / words ranked)
-    permutation: framing, category, group_a, group_b, n_a, n_b, mean_a, mean_b, diff,
-                 t, p_value, p_bonferroni, n_perm, exact (method="paper" adds df,
-                 perm_p_value, perm_p_bonferroni; its p_value is the Welch p)
-    mixed:       term, coef, se, z, p_value, ci_low, ci_high
-    summaries:   framing, category, statistic, group_a, group_b, value_a, value_b, diff
-                 (value_b − value_a), n_models_a, n_models_b (statistics: :data:`STATISTICS`)
+                 median_rank_pct (median of rank / words ranked), statistic (what median_rank is)
+    permutation: framing, category, group_a, group_b, n_a, n_b, statistic, mean_a, mean_b,
+                 <b>_minus_<a> (mean_b − mean_a, e.g. llama_minus_gemma), t (Welch t of b − a:
+                 the same sign), p_value, p_bonferroni, n_perm, exact, test, correction
+                 (method="paper" adds df, perm_p_value, perm_p_bonferroni; its p_value is the
+                 Welch p)
+    mixed:       method="rmfast": term, coef, se, z, p_value, ci_low, ci_high, test, reference;
+                 method="paper": :func:`~.mixed_model.paper_mixed`'s table (the paper's model)
+    summaries:   framing, category, statistic, meaning, group_a, group_b, value_a, value_b,
+                 <b>_minus_<a> (value_b − value_a), n_models_a, n_models_b
+                 (statistics: :data:`STATISTICS`)
+
+    One direction everywhere: every difference and t is the second group minus the first
+    (groups in sorted order: Llama − Gemma), and its column says so.
     words:       model, prompt, word, category, score, rank, n_ranked
 
     The permutation table's ``statistic`` column names what mean_a/mean_b are.
@@ -173,7 +213,7 @@ def _rank_words(words, df, cats, method, rank_within, ledger) -> pd.DataFrame:
 
 def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata=None,
                rank_within: str = "matched", word_agg: str = "mean", measure: str = "median_rank",
-               framing=None, n_perm: int = 10_000, seed: int = 0, mixed: bool = True,
+               framing=None, n_perm: int = N_PERM, seed: int = 0, mixed: bool = True,
                models=None, prompts=None, method: str = "rmfast",
                virtue_vice: str | None = None) -> CategoryResult:
     """Median rank per dictionary category per model × prompt; group tests; mixed model.
@@ -233,7 +273,7 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
     med["group"] = med["model"].map(groups)
     med["framing"] = med["prompt"].map(frame)
     med = med[["model", "prompt", "category", "median_rank", "framing", "group", "n_words",
-               "median_rank_pct"]]
+               "median_rank_pct"]].assign(statistic=MEDIAN_STATISTIC)
     res = CategoryResult(medians=med, words=words[["model", "prompt", "word", "category",
                                                    "score", "rank", "n_ranked"]],
                          measure=measure)
@@ -242,7 +282,8 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
     res.summaries = group_summaries(med, res.words.assign(framing=res.words["prompt"].map(frame),
                                                           group=res.words["model"].map(groups)),
                                     measure)
-    res.mixed = _mixed(med, measure, ledger) if mixed else pd.DataFrame()
+    fit = _mixed if method == "rmfast" else _mixed_paper
+    res.mixed = fit(med, measure, ledger) if mixed else pd.DataFrame()
     res.take_ledger(ledger)
     return res
 
@@ -250,10 +291,11 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
 def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
     group_names = sorted(med["group"].unique())
     cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
-            "mean_b", "diff", "t", "p_value", "p_bonferroni", "n_perm", "exact"]
+            "mean_b", "diff", "t", "p_value", "p_bonferroni", "n_perm", "exact", "test",
+            "correction"]
     if len(group_names) < 2:
         ledger.note(f"all models are in one group ({group_names}); no group test")
-        return pd.DataFrame(columns=cols)
+        return _name_diff(pd.DataFrame(columns=cols))
     framings = list(pd.unique(med["framing"]))
     levels = (["all"] + framings) if len(framings) > 1 else framings
     rows = []
@@ -263,22 +305,26 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
         for cat, g in per_model.groupby("category", sort=True):
             for ga, gb in combinations(group_names, 2):
                 g2 = g[g["group"].isin([ga, gb])]
-                in_a = (g2["group"] == ga).to_numpy()
+                in_b = (g2["group"] == gb).to_numpy()
                 vals = g2[measure].to_numpy()
-                out = permutation_test(vals, in_a, n_perm=n_perm, seed=seed)
+                out = permutation_test(vals, in_b, n_perm=n_perm, seed=seed)  # t of b − a
                 if np.isnan(out["t"]):
                     ledger.note(f"group test {ga} vs {gb} ({cat}, {fr}): needs at least 2 "
                                 "models per group")
+                how = (f"every one of the {out['n_perm']:,} relabellings" if out["exact"]
+                       else f"{out['n_perm']:,} random relabellings")
                 rows.append({"framing": fr, "category": cat, "group_a": ga, "group_b": gb,
-                             "n_a": int(in_a.sum()), "n_b": int((~in_a).sum()),
-                             "mean_a": vals[in_a].mean() if in_a.any() else np.nan,
-                             "mean_b": vals[~in_a].mean() if (~in_a).any() else np.nan,
-                             **out})
+                             "n_a": int((~in_b).sum()), "n_b": int(in_b.sum()),
+                             "mean_a": vals[~in_b].mean() if (~in_b).any() else np.nan,
+                             "mean_b": vals[in_b].mean() if in_b.any() else np.nan, **out,
+                             "test": f"Welch t of {gb} − {ga} over models; permutation p "
+                             f"(group labels permuted over models, {how}, two-sided)"})
     res = pd.DataFrame(rows)
     res["statistic"] = "mean_of_model_means"
-    res["diff"] = res["mean_a"] - res["mean_b"]
+    res["diff"] = res["mean_b"] - res["mean_a"]
     res["p_bonferroni"] = bonferroni(res["p_value"])
-    return res[cols]
+    res["correction"] = f"Bonferroni ×{int(res['p_value'].notna().sum())}"
+    return _name_diff(res[cols])
 
 
 def _permutations_paper(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
@@ -286,45 +332,50 @@ def _permutations_paper(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
     group_names = sorted(med["group"].unique())
     cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
             "mean_b", "diff", "t", "df", "p_value", "p_bonferroni", "perm_p_value", "perm_p_bonferroni",
-            "n_perm", "exact"]
+            "n_perm", "exact", "test", "correction"]
     if len(group_names) != 2:  # R's formula interface needs exactly two levels
         ledger.note(f"method='paper' compares exactly two groups; have {group_names}")
-        return pd.DataFrame(columns=cols)
+        return _name_diff(pd.DataFrame(columns=cols))
     ga, gb = group_names  # R's factor levels are sorted: x = the first level
     ledger.note("method='paper': p_value is the parametric Welch p that paper B's script reports "
                 "(perm.t.test(...)$p.value); perm_p_value is its Monte-Carlo permutation p "
-                f"(R = {n_perm}, not R's random stream)")
+                f"(R = {n_perm:,}, not R's random stream); t is of {gb} − {ga} (R prints "
+                f"{ga} − {gb}: the same |t| and p)")
     rows = []
     for (fr, cat), g in med.groupby(["framing", "category"], sort=True):
         a = g.loc[g["group"] == ga, measure].to_numpy()
         b = g.loc[g["group"] == gb, measure].to_numpy()
-        out = mkinfer_perm_t_test(a, b, R=n_perm, seed=seed)
+        out = mkinfer_perm_t_test(b, a, R=n_perm, seed=seed)  # t of b − a: one sign everywhere
         rows.append({"framing": fr, "category": cat, "group_a": ga, "group_b": gb,
                      "n_a": len(a), "n_b": len(b), "mean_a": a.mean() if len(a) else np.nan,
-                     "mean_b": b.mean() if len(b) else np.nan, **out})
+                     "mean_b": b.mean() if len(b) else np.nan, **out,
+                     "test": f"Welch t of {gb} − {ga} over the {len(a) + len(b)} model × prompt "
+                     "rows; p_value: its parametric p (MKinfer::perm.t.test $p.value, as paper B "
+                     f"reports); perm_p_value: {out['n_perm']:,} permutations"})
     res = pd.DataFrame(rows)
     res["statistic"] = "mean_of_model_prompt_medians"
-    res["diff"] = res["mean_a"] - res["mean_b"]
+    res["diff"] = res["mean_b"] - res["mean_a"]
     res["p_bonferroni"] = bonferroni(res["p_value"], len(res))  # R: pmin(p * n(), 1)
     res["perm_p_bonferroni"] = bonferroni(res["perm_p_value"], len(res))
-    return res[cols]
+    res["correction"] = f"Bonferroni ×{len(res)}"
+    return _name_diff(res[cols])
 
 
 def group_summaries(med: pd.DataFrame, words: pd.DataFrame,
                     measure: str = "median_rank") -> pd.DataFrame:
     """The group summaries of :data:`STATISTICS` per framing × category, for every pair of
-    groups: value_a, value_b and diff = value_b − value_a (for Gemma vs Llama: Llama − Gemma, the
-    R script's ``diff``).
+    groups: value_a, value_b and their difference value_b − value_a in a column named after its
+    direction (:func:`diff_name`: ``llama_minus_gemma`` for Gemma vs Llama, the R script's ``diff``).
 
     ``med``: the medians table; ``words``: per-word ranks with model, prompt, category, rank,
     framing, group (``r_avg_ranks`` needs them; with ``measure="median_rank_pct"`` it uses
     rank / words ranked).
     """
-    cols = ["framing", "category", "statistic", "group_a", "group_b", "value_a", "value_b",
-            "diff", "n_models_a", "n_models_b"]
+    cols = ["framing", "category", "statistic", "meaning", "group_a", "group_b", "value_a",
+            "value_b", "diff", "n_models_a", "n_models_b"]
     names = sorted(med["group"].dropna().unique())
     if len(names) < 2:
-        return pd.DataFrame(columns=cols)
+        return _name_diff(pd.DataFrame(columns=cols))
     per_model = {
         "mean_of_model_prompt_medians": None,
         "mean_of_model_medians_over_prompts": med.groupby(
@@ -350,15 +401,38 @@ def group_summaries(med: pd.DataFrame, words: pd.DataFrame,
                         v = pd.Series(dtype=float)
                     val[grp], n[grp] = v.mean(), len(v)
             for ga, gb in combinations(names, 2):
-                rows.append({"framing": fr, "category": cat, "statistic": stat, "group_a": ga,
+                rows.append({"framing": fr, "category": cat, "statistic": stat,
+                             "meaning": STATISTICS[stat], "group_a": ga,
                              "group_b": gb, "value_a": val[ga], "value_b": val[gb],
                              "diff": val[gb] - val[ga], "n_models_a": n[ga],
                              "n_models_b": n[gb]})
-    return pd.DataFrame(rows, columns=cols)
+    return _name_diff(pd.DataFrame(rows, columns=cols))
+
+
+def _mixed_paper(med, measure, ledger) -> pd.DataFrame:
+    """Paper B's mixed model (:func:`paper_mixed`: R's coding, nlme's t), or why it cannot be fitted."""
+    need = {"group": 2, "category": 2, "framing": 2, "model": 3}
+    short = [k for k, n in need.items() if med[k].nunique() < n]
+    if short:
+        ledger.note(f"mixed model (paper's) not fitted: too few levels of {', '.join(short)} "
+                    "(needs 2 groups, 2 categories, both framings and 3 models)")
+        return pd.DataFrame()
+    try:
+        out = paper_mixed(med, measure=measure)
+    except (np.linalg.LinAlgError, ValueError) as exc:
+        ledger.note(f"mixed model (paper's) failed: {str(exc).splitlines()[0]}")
+        return pd.DataFrame()
+    ledger.note(f"mixed model: the paper's lme({measure} ~ base_model*Category*prompt_framing, "
+                f"random = ~1|model_id), REML, references {out['reference'].iloc[0]}, t-tests "
+                f"with nlme's containment df ({med['model'].nunique()} models, {len(med)} rows)")
+    return out
 
 
 def _mixed(med, measure, ledger) -> pd.DataFrame:
-    cols = ["term", "coef", "se", "z", "p_value", "ci_low", "ci_high"]
+    """rmfast's mixed model: statsmodels' own coding (every factor's first level in sorted order
+    is its reference, so the framing's is *negative*) and Wald z-tests; :func:`paper_mixed` is
+    the paper's (positive framing as reference, nlme's t)."""
+    cols = ["term", "coef", "se", "z", "p_value", "ci_low", "ci_high", "test", "reference"]
     terms = [t for t in ("group", "category", "framing") if med[t].nunique() > 1]
     for t in ("group", "category", "framing"):
         if t not in terms:
@@ -382,7 +456,9 @@ def _mixed(med, measure, ledger) -> pd.DataFrame:
     out = pd.DataFrame({"term": names, "coef": fit.fe_params[names].to_numpy(),
                         "se": fit.bse_fe[names].to_numpy(),
                         "z": fit.tvalues[names].to_numpy(), "p_value": fit.pvalues[names].to_numpy(),
-                        "ci_low": ci.loc[names, 0].to_numpy(), "ci_high": ci.loc[names, 1].to_numpy()})
+                        "ci_low": ci.loc[names, 0].to_numpy(), "ci_high": ci.loc[names, 1].to_numpy(),
+                        "test": "Wald z (normal approximation; statsmodels)",
+                        "reference": ", ".join(f"{t} {sorted(med[t].unique())[0]}" for t in terms)})
     ledger.note(f"mixed model: {formula}, random intercept per model ({med['model'].nunique()} "
                 f"models, {len(med)} rows)")
     return out

@@ -25,7 +25,7 @@ from .eloeverything import load_eloeverything
 from .human import human_comparison
 from .lexicons import load_afinn, load_bnc_rows, load_frequencies
 from .metadata import load_model_metadata
-from .paper_plots import heatmap_grid, pvalue_heatmap, rank_gap_bars, significance
+from .paper_plots import heatmap_grid, pvalue_heatmap, rank_gap_bars
 from .plots import Styles, heatmap, human_bars, new_figure, to_png
 from .prompt_agreement import prompt_agreement
 
@@ -161,7 +161,7 @@ def _rank_gaps(res: dict, prompts: list[str], out_dir: Path) -> dict:
                     "largest model-minus-human rank gap each way, e.g. on GE: Fingering (sexual "
                     "act), Erection, Black people, ... and Fully Automated Luxury Communism, "
                     "Johan Cruyff, ...", (ok if parts else None),
-                    (("holds: " if ok else "does not hold: ") if parts else "") + summary, files)
+                    summary, files)
 
 
 def _short(prompt: str) -> str:
@@ -181,7 +181,7 @@ def _spearman(res, styles: Styles, out_dir: Path) -> dict:
     ok = (lo, hi) == PAPER_SPEARMAN_RANGE
     return _finding("A-fig5c", "Spearman rho of each model with human Elo (Fig. 5C)",
                     "Fig. 5C: each reward model's Spearman rho with human Elo on GE lies "
-                    "between 0.29 and 0.54", ok, f"{'holds' if ok else 'does not hold'}: GE rho "
+                    "between 0.29 and 0.54", ok, f"GE rho "
                     f"{lo:.2f}–{hi:.2f} over {len(ge)} models", files)
 
 
@@ -233,17 +233,20 @@ def _human_model_tau(data, prompts, styles: Styles, out_dir: Path) -> tuple[dict
     a5 = _finding("A-figA5", "Kendall tau among human Elo and the ten models (Fig. A5)",
                   "Fig. A5: tau of the models with human Elo is low: 0.20–0.38 (GE), 0.10–0.30 "
                   "(HP), 0.22–0.39 (GW), below most model–model values",
-                  ok if n else None, f"{'holds' if ok else 'does not hold'}: {n} human–model "
+                  ok if n else None, f"{n} human–model "
                   f"values, largest difference from the published 2-decimal values {worst:.4f}",
                   files)
     p_mat = mats[prompts[0]][1].loc[st.order, st.order]
-    stars = pd.Series([significance(v) for v in pairs["kendall_p"]]).value_counts()
+    human = pairs[(pairs["rater_a"] == HUMAN) | (pairs["rater_b"] == HUMAN)]
+    n_sig = {k: int((v["kendall_p"] < 0.001).sum()) for k, v in
+             (("human", human), ("model", pairs.drop(human.index)))}
     pfiles = [_write(out_dir, "A-pvalues_kendall.png", pvalue_heatmap(
         p_mat.rename(index=st.label, columns=st.label), f"Kendall p-values, {prompts[0]}"))]
     pv = _finding("A-pvalues", "Significance of the Kendall taus (p-value heatmap)",
                   "(the authors' code draws p-value heatmaps; no statement in the paper)", None,
-                  f"{stars.get('***', 0)} of {len(pairs)} human/model pairs × prompts have "
-                  f"p < 0.001 (n = {int(pairs['n'].iloc[0])} items)", pfiles)
+                  f"{n_sig['human']} of {len(human)} human–model pairs and {n_sig['model']} of "
+                  f"{len(pairs) - len(human)} model–model pairs (× {len(prompts)} prompts) have "
+                  f"Kendall p < 0.001 (n = {int(pairs['n'].iloc[0])} items)", pfiles)
     return a5, pv
 
 
@@ -272,7 +275,7 @@ def _prompt_tau(data, styles: Styles, out_dir: Path) -> dict:
     ok = n > 0 and worst <= ROUNDING
     return _finding("A-figA6", "Kendall tau between prompts within each model (Fig. A6)",
                     "Fig. A6: a model's rankings under two prompts agree only moderately, tau "
-                    "0.36–0.68", ok if n else None, f"{'holds' if ok else 'does not hold'}: {n} "
+                    "0.36–0.68", ok if n else None, f"{n} "
                     f"values, largest difference from the published ones {worst:.4f}", files)
 
 

@@ -20,7 +20,6 @@ model and category the median rank over steps (4a) and at the final step per dat
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +27,8 @@ import pandas as pd
 
 from ..errors import UserError
 from ..io import atomic_write, write_csv
-from . import deps
-from .categories import categories
+from .categories import categories, diff_column
+from .mixed_model import paper_mixed
 from .iclr2026 import load_big2_rewards, load_checkpoint_ranks, load_published_scores
 from .permutation import MKINFER_R
 from .trajectory import trajectory, write_trajectory
@@ -57,79 +56,19 @@ def _direction_ok(row_gemma: float, row_llama: float, category: str, framing: st
     return llama_better == want_llama_better
 
 
-def paper_mixed(med: pd.DataFrame, *, random_slope: bool = False) -> pd.DataFrame:
-    """The paper's ``lme(sum_value ~ base_model*Category*prompt_framing, random = ~1|model_id)``.
-
-    R's reference levels (the first group and category in sorted order, e.g. Gemma, Agency;
-    framing positive), REML, coefficients named as R prints them (``base_modelLlama:
-    CategoryCommunion``); any number of categories (MFD's five foundations too). ``p_value`` uses
-    nlme's t with its containment degrees of freedom (between-model terms: models - between
-    terms - 1; the rest: rows - models - within terms), ``p_z`` the normal approximation
-    statsmodels reports.
-
-    ``random_slope``: also a per-model random slope for category (``random = ~Category|model_id``):
-    each model may have its own category preference, so the base × category interaction is
-    judged against how much models of one base differ among themselves. ``p_value`` keeps the
-    same df rule (nlme's containment rule does not look at random slopes), so read ``p_z``
-    and the SE; ``converged`` says whether the optimiser converged.
-    """
-    smf = deps.require("statsmodels.formula.api", "the mixed model")
-    tdist = deps.require("scipy.stats", "the mixed model").t
-    groups = sorted(med["group"].unique())
-    cats = sorted(med["category"].unique())
-    names = {}  # internal (patsy-safe) name -> R's name
-    d = pd.DataFrame({"y": med["median_rank"].to_numpy(), "model": med["model"].to_numpy()})
-    for i, g in enumerate(groups[1:]):
-        d[f"g{i}"] = (med["group"] == g).astype(float).to_numpy()
-        names[f"g{i}"] = f"base_model{g}"
-    for i, c in enumerate(cats[1:]):
-        d[f"c{i}"] = (med["category"] == c).astype(float).to_numpy()
-        names[f"c{i}"] = f"Category{c}"
-    d["fneg"] = (med["framing"] == "negative").astype(float).to_numpy()
-    names["fneg"] = "prompt_framingnegative"
-    gs = [k for k in names if k.startswith("g")]
-    cs = [k for k in names if k.startswith("c")]
-    formula = f"y ~ ({' + '.join(gs)}) * ({' + '.join(cs)}) * fneg"
-    re_formula = ("~ " + " + ".join(cs)) if random_slope else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fit = smf.mixedlm(formula, d, groups=d["model"], re_formula=re_formula).fit(reml=True)
-    converged = bool(getattr(fit, "converged", True)) and not any(
-        "converge" in str(w.message).lower() for w in caught)
-    terms = list(fit.fe_params.index)
-    n, n_groups = len(d), d["model"].nunique()
-    between = [t for t in terms[1:] if all(d.groupby("model")[c].nunique().max() == 1
-                                           for c in t.split(":"))]
-    within = [t for t in terms[1:] if t not in between]
-    df_between, df_within = n_groups - len(between) - 1, n - n_groups - len(within)
-    dfs = [df_within if t == "Intercept" or t in within else df_between for t in terms]
-    t = fit.fe_params[terms] / fit.bse_fe[terms]
-    pretty = [":".join(names.get(x, x) for x in term.split(":")).replace("Intercept", "(Intercept)")
-              for term in terms]
-    return pd.DataFrame({
-        "term": pretty,
-        "coef": fit.fe_params[terms].to_numpy(), "se": fit.bse_fe[terms].to_numpy(),
-        "df": dfs, "t": t.to_numpy(), "p_value": 2 * tdist.sf(np.abs(t.to_numpy()), dfs),
-        "p_z": fit.pvalues[terms].to_numpy(),
-        "random_effects": "intercept + category slope per model" if random_slope
-        else "intercept per model",
-        "model_sd": float(np.sqrt(fit.cov_re.iloc[0, 0])), "residual_sd": float(np.sqrt(fit.scale)),
-        "converged": converged,
-    })
-
-
 def r_avg_ranks(summaries: pd.DataFrame) -> pd.DataFrame:
     """The authors' R "avg ranks" block as it prints: prompt_framing, Category, one column per
     group (each model's median over all its word × prompt ranks, averaged over the group's
-    models), diff (second group − first: Llama − Gemma)."""
+    models), and the second group − first (``llama_minus_gemma``, the R block's ``diff``)."""
     s = summaries[summaries["statistic"] == "r_avg_ranks"]
     if s.empty:
-        return pd.DataFrame(columns=["prompt_framing", "Category", "diff"])
+        return pd.DataFrame(columns=["prompt_framing", "Category", diff_column(summaries)])
+    dcol = diff_column(s)
     first = s.iloc[0]
     s = s[(s["group_a"] == first["group_a"]) & (s["group_b"] == first["group_b"])]
     out = pd.DataFrame({"prompt_framing": s["framing"].to_numpy(), "Category": s["category"].to_numpy(),
                         first["group_a"]: s["value_a"].to_numpy(),
-                        first["group_b"]: s["value_b"].to_numpy(), "diff": s["diff"].to_numpy()})
+                        first["group_b"]: s["value_b"].to_numpy(), dcol: s[dcol].to_numpy()})
     order = {"positive": 0, "negative": 1}  # R's factor levels
     return out.sort_values(["prompt_framing", "Category"], key=lambda c: c.map(order)
                            if c.name == "prompt_framing" else c).reset_index(drop=True)
@@ -184,7 +123,8 @@ def _try_mixed(med: pd.DataFrame, random_slope: bool) -> tuple[pd.DataFrame, str
         return paper_mixed(med, random_slope=random_slope), None
     except (np.linalg.LinAlgError, ValueError) as exc:
         empty = pd.DataFrame(columns=["term", "coef", "se", "df", "t", "p_value", "p_z",
-                                      "random_effects", "model_sd", "residual_sd", "converged"])
+                                      "random_effects", "model_sd", "residual_sd", "converged", "test",
+                                      "reference"])
         return empty, str(exc).splitlines()[0] or type(exc).__name__
 
 
@@ -296,7 +236,7 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
         {"id": f"{fid}-summaries", "title": f"Fig. {fig}: three summaries of the same medians",
          "paper_claim": ("the text quotes average ranks per base model (the R script's 'avg "
                          "ranks' block, under '# summary stats for main text')"),
-         "holds": None, "summary": _summaries_line(paper.summaries, ga, gb),
+         "holds": None, "summary": _summaries_line(paper.summaries, ga, gb, big_two),
          "files": [files["summaries"], files["avg_ranks"]]},
     ]
     if big_two and not slope_failed:
@@ -308,18 +248,21 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
     return findings
 
 
-def _summaries_line(summ: pd.DataFrame, ga: str, gb: str) -> str:
+def _summaries_line(summ: pd.DataFrame, ga: str, gb: str, big_two: bool) -> str:
     parts = []
     for (fr, cat), g in summ.groupby(["framing", "category"], sort=True):
-        v = g.set_index("statistic")["diff"]
+        v = g.set_index("statistic")[diff_column(summ)]
         parts.append(f"{cat}/{fr} {v.get('mean_of_model_prompt_medians', np.nan):+.2f} / "
                      f"{v.get('mean_of_model_medians_over_prompts', np.nan):+.2f} / "
                      f"{v.get('r_avg_ranks', np.nan):+.2f}")
     return (f"{gb} − {ga} in ranks, as three statistics: mean of the model × prompt medians "
             "[mean_of_model_prompt_medians] / mean over models of each model's median over "
             "prompts [mean_of_model_medians_over_prompts] / mean over models of each model's "
-            "median over all its word × prompt ranks [r_avg_ranks, the authors' 'avg ranks' "
-            "block exactly]: " + "; ".join(parts))
+            "median over all its word × prompt ranks [r_avg_ranks, "
+            + ("the R script's 'avg ranks' block exactly" if big_two else
+               "the computation of the R script's Big Two 'avg ranks' block applied to this "
+               "dictionary: the script has no such block for it")
+            + "]: " + "; ".join(parts))
 
 
 def _units_paragraph(pt, rt, mi, ms, inter_terms, n_models, n_rows) -> str:
@@ -367,8 +310,8 @@ def _fig1b(data_dir: Path, out: Path, *, allow_skipped: bool = False) -> list[di
         return [{"id": "B-fig1b", "title": "Fig. 1b: MFD 2.0 median ranks by base model",
                  "paper_claim": CLAIM_FIG1B, "holds": None,
                  "summary": (f"not available: no folder {data_dir / 'dict_MFD_20'} (the authors' "
-                             "MFD score CSVs are not in the shared data; put them there to get "
-                             "Fig. 1b)"), "files": []}]
+                             "published MFD 2.0 score CSVs; put them there to get Fig. 1b)"),
+                 "files": []}]
     dictionary = next((p for p in (*sorted(folder.glob("*.dicx")),
                                    data_dir.parent / "lexicons" / "mfd2.0.dicx",
                                    data_dir / "moral-foundations-dictionary-20.dicx",

@@ -27,6 +27,9 @@ from itertools import combinations, permutations
 import numpy as np
 
 MKINFER_R = 9999  # MKinfer::perm.t.test's default number of Monte-Carlo permutations
+#: rmfast's one default number of random permutations (every test, the CLI's --n-perm): the
+#: authors' 9,999, so p = (1 + hits) / 10,000 has a round denominator.
+N_PERM = MKINFER_R
 
 
 def welch_t(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -53,7 +56,7 @@ def welch_df(a: np.ndarray, b: np.ndarray) -> float:
     return float((sa + sb) ** 2 / (sa ** 2 / (len(a) - 1) + sb ** 2 / (len(b) - 1)))
 
 
-def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = 10_000,
+def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = N_PERM,
                      seed: int = 0) -> dict:
     """Two-sided permutation Welch-t test of group A vs the rest (labels permuted).
 
@@ -137,5 +140,5 @@ def bonferroni(p, m: int | None = None) -> np.ndarray:
     return np.minimum(p * m, 1.0)
 
 
-__all__ = ["MKINFER_R", "bonferroni", "mkinfer_perm_t_test", "permutation_test", "welch_df",
+__all__ = ["MKINFER_R", "N_PERM", "bonferroni", "mkinfer_perm_t_test", "permutation_test", "welch_df",
            "welch_t"]

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from .permutation import N_PERM
 from .results import Result
 from .similarity import MEASURES, _as_set, _check_n, _shifts, _variant_values, align
 
@@ -51,7 +52,7 @@ class RepresentationAgreementResult(Result):
 
 def representation_agreement(sets: Mapping[str, object], *, layer: str = "last",
                              measures_: Sequence[str] = ("rv2", "cka"), metadata=None,
-                             scores: pd.DataFrame | None = None, n_perm: int = 10_000, seed: int = 0,
+                             scores: pd.DataFrame | None = None, n_perm: int = N_PERM, seed: int = 0,
                              join: str = "auto", chunk_rows: int = 4096) -> RepresentationAgreementResult:
     """Models × models CKA/RV2 at one layer, on the candidates every model shares, and its RSA.
 

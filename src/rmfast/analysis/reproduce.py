@@ -29,6 +29,30 @@ from ..io import check_output
 PAPERS = ("a", "b")
 INDEX_KEYS = ("id", "title", "paper_claim", "holds", "summary", "files")
 
+#: The papers' figures that no published file allows, and why (listed in the index). A figure
+#: whose files are missing from a given data folder is a finding saying "not available" instead.
+NOT_REPRODUCIBLE = {
+    "a": [
+        ("Fig. 1-2 (score distributions; Kendall tau, MDS and RSA between models over the "
+         "vocabulary)", "need each model's score for every vocabulary token; the authors published "
+         "only the EloEverything item scores. `rmfast scan` + `rmfast analyze distributions / "
+         "agreement` compute them from new scans"),
+        ("Fig. 3 (AFINN sentiment, mere exposure)", "need the per-token scores above; the lexicons "
+         "alone give only the BNC join difference (A-methods)"),
+        ("Fig. 4 (best vs worst prompt per token)", "need the per-token scores under both prompts"),
+        ("GCG sequences (longer optimal / pessimal responses)", "need the reward models themselves "
+         "(`rmfast gcg`)"),
+    ],
+    "b": [
+        ("Implicit reward of language-model pairs (MWLR, log ratio) and base vs instruction-tuned "
+         "log-probabilities", "need the language models' next-token log-probabilities, which are not "
+         "in the published data (`rmfast implicit`, `rmfast logprobs` compute them)"),
+        ("Fig. 4a as drawn from per-token ranks", "the per-token parquet behind it is not in the "
+         "published snapshot; B-fig4a is drawn from the published per-category medians "
+         "(rank_results_*.csv) instead"),
+    ],
+}
+
 
 def default_data_dir() -> Path:
     """``$RMFAST_SHARED_DATA``, else ``../shared/data`` beside the repository of this checkout."""
@@ -77,8 +101,8 @@ def run(data_dir, out_dir, papers=PAPERS, *, overwrite: bool = False,
                                  "paper_claim": "", "holds": None, "summary": fn, "files": []})
                 continue
             findings += [_checked(f) for f in fn(data_dir, tmp)]
-        (tmp / "index.md").write_text(index_markdown(findings, data_dir), encoding="utf-8")
-        (tmp / "index.html").write_text(index_html(findings, data_dir), encoding="utf-8")
+        (tmp / "index.md").write_text(index_markdown(findings, data_dir, papers), encoding="utf-8")
+        (tmp / "index.html").write_text(index_html(findings, data_dir, papers), encoding="utf-8")
         _swap_in(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -120,8 +144,13 @@ def verdict(holds) -> str:
     return {True: "holds", False: "does not hold"}.get(holds, "—")
 
 
-def index_markdown(findings: list[dict], data_dir: Path) -> str:
-    """The index as Markdown: a summary table, then each finding with its files."""
+def _not_reproducible(papers) -> list[tuple[str, str, str]]:
+    return [(p.upper(), fig, why) for p in papers for fig, why in NOT_REPRODUCIBLE.get(p, [])]
+
+
+def index_markdown(findings: list[dict], data_dir: Path, papers=PAPERS) -> str:
+    """The index as Markdown: a summary table, then each finding with its files, then what the
+    published data does not allow."""
     lines = ["# rmfast reproduce", "", f"Data: `{data_dir}`", "",
              "| id | finding | verdict | summary |", "|---|---|---|---|"]
     for f in findings:
@@ -132,20 +161,35 @@ def index_markdown(findings: list[dict], data_dir: Path) -> str:
                   f"**rmfast:** {f['summary']} (**{verdict(f['holds'])}**)", ""]
         for name in f["files"]:
             lines.append(f"![{name}]({name})" if name.endswith(".png") else f"- [{name}]({name})")
+    lines += ["", "## What the published data does not allow", "", "| paper | figure | why |",
+              "|---|---|---|"]
+    lines += [f"| {p} | {fig} | {why} |" for p, fig, why in _not_reproducible(papers)]
     return "\n".join(lines) + "\n"
 
 
-def index_html(findings: list[dict], data_dir: Path) -> str:
-    """The index as one HTML page: each figure beside the paper's statement and the verdict."""
+def index_html(findings: list[dict], data_dir: Path, papers=PAPERS) -> str:
+    """The index as one HTML page: the summary table (each row links to its finding), then each
+    figure beside the paper's statement and the verdict, then what the data does not allow."""
     e = html.escape
     color = {True: "#1a7f37", False: "#cf222e"}
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>rmfast reproduce</title>"
-             "<style>body{font-family:sans-serif;max-width:1300px;margin:auto}"
+             "<style>body{font-family:sans-serif;max-width:1300px;margin:auto;padding:0 1em}"
              ".f{display:flex;gap:1em;border-top:1px solid #ccc;padding:1em 0}"
              ".t{flex:0 0 380px}.i{flex:1 1 0;min-width:0}.i img{max-width:100%;height:auto}"
+             "table.s{border-collapse:collapse;font-size:14px;margin:1em 0}"
+             "table.s td,table.s th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;"
+             "text-align:left}table.s td.v{white-space:nowrap;font-weight:bold}"
              # a figure never widens the page: it shrinks to the space beside its text, or below it
              "@media (max-width:900px){.f{flex-direction:column}.t{flex:none}}</style></head><body>",
-             f"<h1>rmfast reproduce</h1><p>Data: <code>{e(str(data_dir))}</code></p>"]
+             f"<h1>rmfast reproduce</h1><p>Data: <code>{e(str(data_dir))}</code></p>",
+             "<h2>Summary</h2><table class='s'><tr><th>id</th><th>finding</th><th>verdict</th>"
+             "<th>summary</th></tr>"]
+    for f in findings:
+        short = f["summary"] if len(f["summary"]) <= 240 else f["summary"][:237] + "..."
+        parts.append(f"<tr><td><a href='#{e(f['id'])}'>{e(f['id'])}</a></td><td>{e(f['title'])}"
+                     f"</td><td class='v' style='color:{color.get(f['holds'], '#555')}'>"
+                     f"{e(verdict(f['holds']))}</td><td>{e(short)}</td></tr>")
+    parts.append("</table>")
     for f in findings:
         v = verdict(f["holds"])
         imgs = "".join(f"<img src='{e(n)}' alt='{e(n)}'>" for n in f["files"] if n.endswith(".png"))
@@ -154,5 +198,9 @@ def index_html(findings: list[dict], data_dir: Path) -> str:
                      f"{e(f['title'])}</h3><p><b>Paper:</b> {e(f['paper_claim'])}</p>"
                      f"<p><b style='color:{color.get(f['holds'], '#555')}'>{e(v)}</b>: "
                      f"{e(f['summary'])}</p><p>{links}</p></div><div class='i'>{imgs}</div></div>")
-    parts.append("</body></html>")
+    parts.append("<h2 id='not-reproducible'>What the published data does not allow</h2>"
+                 "<table class='s'><tr><th>paper</th><th>figure</th><th>why</th></tr>")
+    parts += [f"<tr><td>{e(p)}</td><td>{e(fig)}</td><td>{e(why)}</td></tr>"
+              for p, fig, why in _not_reproducible(papers)]
+    parts.append("</table></body></html>")
     return "\n".join(parts)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from .permutation import N_PERM
 
 PREDICTORS = ["same_base_family", "same_base", "same_developer", "params_similarity",
               "rank_similarity"]
@@ -74,7 +75,7 @@ def _corr_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (a * b).sum(-1) / den
 
 
-def rsa_test(observed: pd.DataFrame, predictor: pd.DataFrame, *, n_perm: int = 10_000,
+def rsa_test(observed: pd.DataFrame, predictor: pd.DataFrame, *, n_perm: int = N_PERM,
              alternative: str = "greater", seed: int = 0) -> dict:
     """Spearman RSA of two model × model matrices with a label-permutation p-value.
 

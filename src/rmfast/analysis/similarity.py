@@ -448,6 +448,33 @@ def _shifts(s: StatesSet, layers, rows) -> dict[str, np.ndarray]:
     return {l: s.take(l, head).astype(np.float64).mean(0) for l in layers}  # layer -> (d,)
 
 
+#: Replicates below which the notes warn that the interval ends are Monte-Carlo noise (the
+#: 2.5 % end of 200 replicates is their 5th smallest); also the default.
+MIN_TRUSTED_BOOTSTRAP = 200
+
+
+def bootstrap_interval(obs: float, boot: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Bias-corrected bootstrap interval of an estimate ``obs`` from its replicates ``boot``.
+
+    The percentile interval of the replicates shifted by their median bias (median(boot) − obs):
+    ``[q(α) − bias, q(1 − α) − bias]``. It contains ``obs`` by construction (q(α) ≤ median ≤
+    q(1 − α)), which the plain percentile interval does not when the statistic is biased under
+    resampling (CKA's copies of a candidate raise every replicate). NaN replicates are dropped;
+    none left (or a NaN estimate) gives (nan, nan).
+
+    >>> bootstrap_interval(0.19, np.array([0.20, 0.25, 0.30, 0.35, 0.50]), level=0.5)
+    (0.14, 0.24)
+    """
+    boot = np.asarray(boot, dtype="float64")
+    boot = boot[np.isfinite(boot)]
+    if not len(boot) or not np.isfinite(obs):
+        return math.nan, math.nan
+    alpha = (1 - level) / 2
+    bias = float(np.median(boot)) - obs
+    lo, hi = (float(np.quantile(boot, alpha)) - bias, float(np.quantile(boot, 1 - alpha)) - bias)
+    return min(lo, obs), max(hi, obs)  # rounding must not push obs a hair outside
+
+
 def _pvalue(obs: float, perm: np.ndarray) -> float:
     if not np.isfinite(obs):
         return math.nan
@@ -458,8 +485,8 @@ def _pvalue(obs: float, perm: np.ndarray) -> float:
 @dataclass(kw_only=True)
 class SimilarityResult(Result):
     """pairs: one row per layer pair: layer_a, layer_b, n, cka, cka_debiased, rv, rv2, d_a, d_b,
-    rv_null_mean, then per measure ``<m>_lo``, ``<m>_hi`` (bootstrap percentile interval over
-    candidates) and ``p_<m>`` (permutation p-value, "more similar than chance").
+    rv_null_mean, then per measure ``<m>_lo``, ``<m>_hi`` (bias-corrected bootstrap interval over
+    candidates, :func:`bootstrap_interval`) and ``p_<m>`` (permutation p-value, "more similar than chance").
     alignment: set, rows, duplicated, not_shared, shared.
     """
 
@@ -509,7 +536,8 @@ def _as_set(x) -> StatesSet:
     return x if isinstance(x, StatesSet) else open_states(x)
 
 
-def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permutations: int = 49,
+def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUSTED_BOOTSTRAP,
+               permutations: int = 49,
                seed: int = 0, level: float = 0.95, join: str = "auto", chunk_rows: int = 4096,
                max_bytes: int = 1 << 30, max_rows: int | None = None) -> SimilarityResult:
     """Layer × layer CKA, debiased CKA, RV and RV2 of two state sets (paths or :class:`StatesSet`).
@@ -564,7 +592,6 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
                 for v, d in got.items():
                     values.setdefault(v, {}).update(d)
     rows = []
-    alpha = (1 - level) / 2
     for x in la:
         for y in lb:
             o = values["obs"][(x, y)]
@@ -572,9 +599,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
                    "d_a": p, "d_b": q, "rv_null_mean": o["rv_null_mean"]}
             for m in MEASURES:
                 boot = np.array([values[("boot", i)][(x, y)][m] for i in range(bootstrap)])
-                boot = boot[np.isfinite(boot)]
-                row[f"{m}_lo"], row[f"{m}_hi"] = ((float(np.quantile(boot, alpha)), float(np.quantile(boot, 1 - alpha)))
-                                                  if len(boot) else (math.nan, math.nan))
+                row[f"{m}_lo"], row[f"{m}_hi"] = bootstrap_interval(o[m], boot, level)
             for m in MEASURES:
                 perm = np.array([values[("perm", i)][(x, y)][m] for i in range(permutations)])
                 row[f"p_{m}"] = _pvalue(o[m], perm) if permutations else math.nan
@@ -599,10 +624,15 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
             f"gives a chance level of plain RV/CKA up to {worst['rv_null_mean']:.3f}, at {worst['layer_a']} × "
             f"{worst['layer_b']}): plain RV and CKA are inflated here; read rv2 and cka_debiased")
     if bootstrap:
-        res.notes.append(f"{level:.0%} bootstrap percentile intervals over candidates ({bootstrap} replicates, "
-                         f"seed {seed}); a resample's RV2 leaves out the pairs of copies of a candidate; its CKA, RV "
-                         "and debiased CKA count copies as distinct items, which shifts their intervals upward "
-                         "(by about rv_null_mean for CKA/RV; docs/representations.md)")
+        res.notes.append(f"{level:.0%} bias-corrected bootstrap intervals over candidates ({bootstrap} replicates, "
+                         f"seed {seed}): the replicates' percentiles shifted by their median bias, so each interval "
+                         "contains its estimate; they cover resampling the candidates (other tokens of the same "
+                         "vocabulary), not other models or prompts. A resample's RV2 leaves out the pairs of copies "
+                         "of a candidate; its CKA, RV and debiased CKA count copies as distinct items, which shifts "
+                         "their replicates upward (the shift the correction removes; docs/representations.md)"
+                         + ("" if bootstrap >= MIN_TRUSTED_BOOTSTRAP else
+                            f"; {bootstrap} replicates are too few for {level:.0%} interval ends (their "
+                            f"Monte-Carlo error is large): use at least {MIN_TRUSTED_BOOTSTRAP}"))
     if permutations:
         res.notes.append(f"p_<measure>: {permutations} permutations of B's rows (seed {seed}); "
                          f"smallest possible p = {1 / (1 + permutations):.3g}")

@@ -164,7 +164,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worst", metavar="PROMPT", help="negative prompt for best-worst")
     p.add_argument("--framing", action="append", metavar="PROMPT=positive|negative",
                    help="override a prompt's framing (repeatable)")
-    p.add_argument("--n-perm", type=positive_int, default=10_000, help="permutations (default 10000)")
+    p.add_argument("--n-perm", type=positive_int, default=9_999,
+                   help="random permutations of every permutation test (default 9999, the paper B "
+                   "authors' R default; the tables' n_perm column says how many each test used)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the permutations (default 0)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --out file (default: refuse; a folder --out of trajectory is added to)")
@@ -210,8 +212,11 @@ def register(subparsers) -> None:
     a.add_argument("--max-rows", type=positive_int, default=40, help="rows printed (default 40)")
     a.add_argument("--layers-a", metavar="L,L", help="similarity: layers of A (default all)")
     a.add_argument("--layers-b", metavar="L,L", help="similarity: layers of B (default all)")
-    a.add_argument("--bootstrap", type=nonneg_int, default=50,
-                   help="similarity: bootstrap replicates for the intervals (default 50; each costs one pass)")
+    # 200 = analysis.similarity.MIN_TRUSTED_BOOTSTRAP (the CLI does not import the analyses to
+    # build its parser; tests/test_similarity_intervals.py checks the two agree)
+    a.add_argument("--bootstrap", type=nonneg_int, default=200,
+                   help="similarity: bootstrap replicates for the bias-corrected intervals (default 200, "
+                   "fewer are noted as too few for their 95%% ends; each costs one pass)")
     a.add_argument("--permutations", type=nonneg_int, default=49,
                    help="similarity: permutations for the p-values (default 49; each costs one pass)")
     a.set_defaults(func=run_analyze)

@@ -5,9 +5,9 @@ the paper's statement and says whether it holds.
 Paper B's data folder (--data DIR/iclr2026, or --data pointing at it):
 
     dict_big2_nouns/<prefix>_rewards_<org>_<model>.csv   Fig. 1 (Big Two scores)
-    dict_MFD_20/<prefix>_rewards_<org>_<model>.csv       Fig. 1b (MFD 2.0 scores; optional, not in
-                                                         the shared data; any file-name prefix,
-                                                         e.g. the authors' MFD20_rewards_*)
+    dict_MFD_20/<prefix>_rewards_<org>_<model>.csv       Fig. 1b (MFD 2.0 scores; any file-name
+                                                         prefix: the published folder names four
+                                                         MFD20_rewards_* and six big2_rewards_*)
     reward_model_training/rank_results_<run>.csv         Fig. 4
     ../lexicons/big2_nouns.csv, ../lexicons/mfd2.0.dicx  the dictionaries (a .dicx inside
                                                          dict_MFD_20/ is used first)
