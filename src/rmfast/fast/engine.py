@@ -116,10 +116,10 @@ class Engine:
         # per layer: (LayerWeights, LayerConsts), built once (or shared with the engines of other prompts)
         self.layers = layers if layers is not None else build_layers(spec, fuse)
         self.compile = bool(compile) and self.device.type == "cpu"  # on CUDA: eager around the Triton kernels
-        self.attention = attention or ops.device_attention(p, self.compile)
+        self.attention = attention or ops.device_attention(self.device, self.compile)
         if self.attention not in ops.ATTENTION_FORMS:
             raise ValueError(f"unknown attention form {self.attention!r}; one of {ops.ATTENTION_FORMS}")
-        self.triton = ops.uses_triton(p)  # the cascade's kernels: Triton, or the torch twin (CPU, RMFAST_KERNELS=torch)
+        self.triton = ops.uses_triton(self.device)  # the cascade's kernels: Triton, or the torch twin (CPU, RMFAST_KERNELS=torch)
         self._cu: dict = {}  # (rows, ...) -> the cascade's (n+1,) int32 offsets on the device
         self._packs = None  # per layer: the block-diagonal prompt K/V, built on first use
         self._layer_fn = None  # the compiled decoder layer, built on first use
@@ -270,15 +270,8 @@ class Engine:
 
     # ------------------------------------------------------------------ compiled CPU layers
     def blockdiag_overhead(self) -> float:
-        """Extra FLOPs of the block-diagonal prompt attention, as a fraction of a layer's projection
-        FLOPs: H x the prompt-attention work, so it grows with prompt length and head count (SmolLM2,
-        42-token prompt: 0.12; Llama-3-8B, 50 tokens: 0.06; 1,000 tokens: 1.2). The eager CPU engine
-        uses that form (with EAGER_PACKED) only while this is <= :data:`MAX_BLOCKDIAG_EXTRA`."""
-        sp = self.spec
-        L0 = sp.layers[0]
-        H, D, P = sp.n_heads, sp.head_dim, len(self.template.prefix_ids)
-        layer_flops = 2 * sum(p.numel() for m in L0.linears() for p in m.parameters())
-        return 4 * H * H * D * P / layer_flops  # per token per layer: prompt scores + values, all heads' blocks
+        """:func:`blockdiag_overhead` of this engine's model and prompt."""
+        return blockdiag_overhead(self.spec, len(self.template.prefix_ids))
 
     def _compiled_layer(self):
         """The engine's own compiled copy of :func:`decoder_layer` (one graph per batch shape)."""
@@ -450,6 +443,17 @@ class Engine:
         )
         out = total + lp.view(B, T).sum(-1)
         return out if tap is None else (out, tap)
+
+
+def blockdiag_overhead(spec: ArchSpec, P: int) -> float:
+    """Extra FLOPs of the block-diagonal prompt attention for a P-token prompt, as a fraction of a layer's
+    projection FLOPs: H x the prompt-attention work, so it grows with prompt length and head count (SmolLM2,
+    42-token prompt: 0.12; Llama-3-8B, 50 tokens: 0.06; 1,000 tokens: 1.2). The eager CPU engine uses that
+    form (with EAGER_PACKED) only while this is <= :data:`MAX_BLOCKDIAG_EXTRA`."""
+    L0 = spec.layers[0]
+    H, D = spec.n_heads, spec.head_dim
+    layer_flops = 2 * sum(p.numel() for m in L0.linears() for p in m.parameters())
+    return 4 * H * H * D * P / layer_flops  # per token per layer: prompt scores + values, all heads' blocks
 
 
 def _ragged_ids(eng: Engine, responses: torch.Tensor, lengths: torch.Tensor, S: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,14 +32,16 @@ visibility_bias = bd.visibility_bias
 shared_prefix_attention_blockdiag = bd.shared_prefix_attention_blockdiag
 
 
-def uses_triton(t: torch.Tensor) -> bool:
-    """Whether the kernels run as Triton for a tensor like ``t`` (CUDA with Triton, or ``RMFAST_KERNELS``)."""
+def uses_triton(t: torch.Tensor | torch.device) -> bool:
+    """Whether the kernels run as Triton for a tensor like ``t``, or on device ``t`` (CUDA with Triton, or
+    ``RMFAST_KERNELS``)."""
     mode = os.environ.get("RMFAST_KERNELS", "auto")
     if mode == "torch":
         return False
     if mode == "triton":
         return True
-    return t.is_cuda and triton_available()
+    dev = t if isinstance(t, torch.device) else t.device
+    return dev.type == "cuda" and triton_available()
 
 
 #: the attention forms of the rows' pass (docs/backend.md, "Attention forms"):
@@ -54,13 +56,13 @@ def uses_triton(t: torch.Tensor) -> bool:
 ATTENTION_FORMS = ("triton", "cascade", "cpu-flash", "block-diagonal", "reference")
 
 
-def device_attention(t: torch.Tensor, compiled: bool = False) -> str:
+def device_attention(device: torch.device, compiled: bool = False) -> str:
     """The form a device's kernels give when nothing else is asked: Triton where :func:`uses_triton`, the
     compiled CPU layer's block-diagonal form, the CPU's flash/``bmm`` rule, or the reference on CUDA
     without Triton (``RMFAST_KERNELS=torch``). Read once per engine, never per call."""
-    if uses_triton(t):
+    if uses_triton(device):
         return "triton"
-    if t.device.type == "cpu":
+    if device.type == "cpu":
         return "block-diagonal" if compiled else "cpu-flash"
     return "reference"
 
@@ -79,7 +81,7 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale,
 
     The prompt pass itself is P = 0 with S = the prompt's length. ``form``: "triton", "reference", or a CPU
     form ("cpu-flash", "block-diagonal": the flash/``bmm`` rule below); None: :func:`device_attention` of q."""
-    form = form or device_attention(q)
+    form = form or device_attention(q.device)
     if form == "triton":
         from ..kernels.triton_attention import shared_prefix_attention_triton
 

@@ -113,8 +113,11 @@ def response_part(q, k, v, lengths=None, *, scale: float, softcap: float | None 
     if window is not None:
         vis &= t[:, None] - u[None, :] < window
     L = torch.full((B,), S, device=dev) if lengths is None else lengths.to(dev)
-    vis = vis[None] & (u[None, None, :] < L[:, None, None])  # (B, Sq, S)
-    o, l = _softmax_parts(s, vis[:, None], vh.float())  # (B, H, Sq, D), (B, H, Sq)
+    real = u[None, :] < L[:, None]  # (B, S): keys before the row's end
+    vis = vis[None] & real[:, None, :]  # (B, Sq, S)
+    # values after the row's end are zeroed, not only masked: 0 · NaN would still reach the sum
+    vh = vh.float().masked_fill(~real[:, None, :, None], 0.0)  # (B, H, S, D)
+    o, l = _softmax_parts(s, vis[:, None], vh)  # (B, H, Sq, D), (B, H, Sq)
     return o.transpose(1, 2), l.transpose(1, 2)  # (B, Sq, H, D), (B, Sq, H)
 
 
