@@ -112,7 +112,8 @@ def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
     b.mem.reset()
     sync(device)
     t0 = time.perf_counter()
-    plan = plan_scoring(model, tmpl, head=head, compile=b.compile_rm, batch_size=args.batch_size or "auto")
+    plan = plan_scoring(model, tmpl, head=head, compile=b.compile_rm, batch_size=args.batch_size or "auto",
+                        response_tokens=1)
     b.eng = eng = plan.eng
     sync(device)
     setup_rm = time.perf_counter() - t0

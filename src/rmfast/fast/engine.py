@@ -33,7 +33,7 @@ import torch
 
 from . import ops
 from ..cpu import compile_here
-from .layer import MultiPrompt, PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
+from .layer import CascadePrompt, MultiPrompt, PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
 from .arch import ArchSpec, arch_spec
 from .heads import GatedHead, LinearHead
 from ..template import Template
@@ -76,6 +76,10 @@ class Engine:
         layers: another engine's ``layers`` of the same model and ``fuse`` (default None: built
             here). Engines of one model for several prompts share them: the fused weight copies
             are made once, and :func:`score_prompts` batches their rows together.
+        attention: the rows' attention form, one of :data:`rmfast.fast.ops.ATTENTION_FORMS` (jobs: decided by
+            :func:`rmfast.scoring.plan.choose_attention`; default None: the device's,
+            :func:`rmfast.fast.ops.device_attention`). "cascade" runs the prompt pass in that form too
+            (its response part alone); whether its Triton kernels or its torch twin run is read here, once.
 
     Example:
         >>> eng = Engine(model, tmpl, head="score")  # doctest: +SKIP
@@ -84,7 +88,7 @@ class Engine:
 
     def __init__(
         self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None, compile: bool = False,
-        fp32_head: bool = True, layers: list | None = None,
+        fp32_head: bool = True, layers: list | None = None, attention: str | None = None,
     ):
         spec = arch_spec(model)
         if spec is None:
@@ -112,6 +116,11 @@ class Engine:
         # per layer: (LayerWeights, LayerConsts), built once (or shared with the engines of other prompts)
         self.layers = layers if layers is not None else build_layers(spec, fuse)
         self.compile = bool(compile) and self.device.type == "cpu"  # on CUDA: eager around the Triton kernels
+        self.attention = attention or ops.device_attention(self.device, self.compile)
+        if self.attention not in ops.ATTENTION_FORMS:
+            raise ValueError(f"unknown attention form {self.attention!r}; one of {ops.ATTENTION_FORMS}")
+        self.triton = ops.uses_triton(self.device)  # the cascade's kernels: Triton, or the torch twin (CPU, RMFAST_KERNELS=torch)
+        self._cu: dict = {}  # (rows, ...) -> the cascade's (n+1,) int32 offsets on the device
         self._packs = None  # per layer: the block-diagonal prompt K/V, built on first use
         self._layer_fn = None  # the compiled decoder layer, built on first use
         self._lm_update_fn = None
@@ -122,7 +131,7 @@ class Engine:
     # ------------------------------------------------------------------ layers
     @torch.no_grad()
     def _run_layers(self, h: torch.Tensor, pos0: int, n_out: int, collect_kv: bool = False, taps: dict | None = None,
-                    tap_at: torch.Tensor | None = None):
+                    tap_at: torch.Tensor | None = None, lengths: torch.Tensor | None = None):
         """h: (B, S, Dm) embeddings at absolute positions pos0..pos0+S-1.
 
         Attends to the shared prefix K/V (self.kv) when pos0 > 0. Returns the last layer's
@@ -130,7 +139,8 @@ class Engine:
         the per-layer (Hkv, S, D) keys/values of batch row 0 (used for the prefix pass).
         ``taps``: {k: None} for residual-stream indices k (0 = the embeddings, k = after decoder layer
         k); filled with each one's (B, Dm) state at the final position (or at ``tap_at``, see
-        :meth:`_run_stack`), in the model dtype.
+        :meth:`_run_stack`), in the model dtype. ``lengths``: (B,) real positions per row (ragged rows,
+        the cascade form skips keys after them), or None.
         """
         B, S, _ = h.shape
         if pos0 > 0 and self.compile:
@@ -156,15 +166,18 @@ class Engine:
                 warnings.warn(f"rmfast: torch.compile failed ({type(e).__name__}: {first}); using the eager path",
                               stacklevel=3)
                 self.compile = False
+                if self.attention == "block-diagonal":
+                    self.attention = "cpu-flash"  # what the eager layer runs instead
                 return self._run_layers(h[:B], pos0, n_out, collect_kv, taps,
-                                        None if tap_at is None else tap_at[:B])
+                                        None if tap_at is None else tap_at[:B], lengths)
             if not self._compile_checked:
                 print(f"rmfast: compiled in {time.perf_counter() - t0:.1f} s (with the first batch)", file=sys.stderr,
                       flush=True)
             self._compile_checked = True
             return out[:B], None
         kvs = [] if collect_kv else None
-        return self._run_stack(h, pos0, n_out, decoder_layer, kvs, taps, tap_at=tap_at), kvs
+        prompts = self._prompts(S, h, lengths) if pos0 > 0 else None
+        return self._run_stack(h, pos0, n_out, decoder_layer, kvs, taps, tap_at=tap_at, prompts=prompts), kvs
 
     def _run_stack(self, h: torch.Tensor, pos0: int, n_out: int, layer_fn, kvs: list | None,
                    taps: dict | None = None, *, tap_at: torch.Tensor | None = None, rope: dict | None = None,
@@ -208,17 +221,35 @@ class Engine:
                 taps[li + 1] = tap(h)  # (B, Dm)
         return h
 
-    def _no_prompt(self, h: torch.Tensor) -> PromptKV:
-        """The prompt pass attends only to itself: P = 0 prompt keys, the reference/Triton form (its
-        suffix part is a GEMM over all S keys; the packed form's is elementwise, meant for small S)."""
+    def _no_prompt(self, h: torch.Tensor) -> PromptKV | CascadePrompt:
+        """The prompt pass attends only to itself: P = 0 prompt keys, the reference/Triton/CPU-flash form (its
+        suffix part is a GEMM over all S keys; the packed form's is elementwise, meant for small S), or the
+        cascade's response part alone (flash tiles on tensor cores, where the Triton form walks keys one by one)."""
         sp = self.spec
         empty = h.new_zeros(sp.n_kv_heads, 0, sp.head_dim)  # (Hkv, 0, D)
-        return PromptKV(empty, empty)
+        if self.attention == "cascade":
+            return self._cascade(empty, empty, (0,), (h.shape[0],), None)
+        return PromptKV(empty, empty, self.attention)
 
-    def _prompts(self, S: int, h: torch.Tensor) -> list[PromptKV | PackedPrompt]:
-        """Per layer, the prompt K/V in the form that picks the attention for S-token rows."""
+    def _cascade(self, k, v, kv_lens: tuple, rows: tuple, lengths) -> CascadePrompt:
+        """A :class:`CascadePrompt` over K/V (Hkv, sum P_i, D) of prompts with ``kv_lens`` keys and ``rows`` rows."""
+        key = (kv_lens, rows)
+        if key not in self._cu:  # a few tiny host-to-device copies per batch shape, not per layer
+            cu = [torch.tensor([0, *torch.tensor(x).cumsum(0).tolist()], dtype=torch.int32, device=self.device)
+                  for x in (kv_lens, rows)]
+            self._cu = {key: cu}  # only the last shape is kept: ragged waves rarely repeat one
+        cu_kv, cu_rows = self._cu[key]
+        if lengths is not None:
+            lengths = lengths.to(device=self.device, dtype=torch.int32)
+        return CascadePrompt(k, v, cu_kv, cu_rows, max(rows), lengths, self.triton)
+
+    def _prompts(self, S: int, h: torch.Tensor, lengths: torch.Tensor | None = None) -> list:
+        """Per layer, the prompt K/V in the form that picks the attention for S-token rows (``lengths``: (B,)
+        real positions per row, read by the cascade form)."""
+        if self.attention == "cascade":
+            return [self._cascade(k, v, (self.P,), (h.shape[0],), lengths) for k, v in self.kv]
         if not self._use_packed(h):
-            return [PromptKV(k, v) for k, v in self.kv]
+            return [PromptKV(k, v, self.attention) for k, v in self.kv]
         if self._packs is None:
             self._packs = [ops.pack_prefix(k, v, self.spec.n_heads) for k, v in self.kv]
         masks = {}  # window -> (pre_bias, suf_bias) for all S query positions
@@ -233,21 +264,14 @@ class Engine:
         """Block-diagonal prompt attention: on CPU when compiling (its layouts are the compiled layer's,
         and inductor fuses the rest); eager, its H-fold zero blocks cost more than the ``bmm`` form
         saves (measured: docs/design.md), so elsewhere ops' kernels."""
-        if h.device.type != "cpu" or ops.uses_triton(h):
+        if h.device.type != "cpu" or self.attention in ("triton", "cascade"):
             return False
         return self.compile or (EAGER_PACKED and self.blockdiag_overhead() <= MAX_BLOCKDIAG_EXTRA)
 
     # ------------------------------------------------------------------ compiled CPU layers
     def blockdiag_overhead(self) -> float:
-        """Extra FLOPs of the block-diagonal prompt attention, as a fraction of a layer's projection
-        FLOPs: H x the prompt-attention work, so it grows with prompt length and head count (SmolLM2,
-        42-token prompt: 0.12; Llama-3-8B, 50 tokens: 0.06; 1,000 tokens: 1.2). The eager CPU engine
-        uses that form (with EAGER_PACKED) only while this is <= :data:`MAX_BLOCKDIAG_EXTRA`."""
-        sp = self.spec
-        L0 = sp.layers[0]
-        H, D, P = sp.n_heads, sp.head_dim, len(self.template.prefix_ids)
-        layer_flops = 2 * sum(p.numel() for m in L0.linears() for p in m.parameters())
-        return 4 * H * H * D * P / layer_flops  # per token per layer: prompt scores + values, all heads' blocks
+        """:func:`blockdiag_overhead` of this engine's model and prompt."""
+        return blockdiag_overhead(self.spec, len(self.template.prefix_ids))
 
     def _compiled_layer(self):
         """The engine's own compiled copy of :func:`decoder_layer` (one graph per batch shape)."""
@@ -421,6 +445,17 @@ class Engine:
         return out if tap is None else (out, tap)
 
 
+def blockdiag_overhead(spec: ArchSpec, P: int) -> float:
+    """Extra FLOPs of the block-diagonal prompt attention for a P-token prompt, as a fraction of a layer's
+    projection FLOPs: H x the prompt-attention work, so it grows with prompt length and head count (SmolLM2,
+    42-token prompt: 0.12; Llama-3-8B, 50 tokens: 0.06; 1,000 tokens: 1.2). The eager CPU engine uses that
+    form (with EAGER_PACKED) only while this is <= :data:`MAX_BLOCKDIAG_EXTRA`."""
+    L0 = spec.layers[0]
+    H, D = spec.n_heads, spec.head_dim
+    layer_flops = 2 * sum(p.numel() for m in L0.linears() for p in m.parameters())
+    return 4 * H * H * D * P / layer_flops  # per token per layer: prompt scores + values, all heads' blocks
+
+
 def _ragged_ids(eng: Engine, responses: torch.Tensor, lengths: torch.Tensor, S: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, S) ids ``responses[i, :L_i] ⊕ suffix ⊕ pads`` and (B,) each row's final position."""
     responses, lengths = responses.to(eng.device), lengths.to(eng.device).long()
@@ -446,7 +481,8 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     ``responses[i][r, :L] ⊕ suffix_i`` at positions P_i, P_i + 1, ... and then pad ids; attention is
     causal, so the pads (after every real token) change nothing a row's final position sees. The
     projections and the MLP run over all rows at once (wider GEMMs than any one prompt's rows give);
-    attention reads each prompt's own K/V (:class:`rmfast.fast.layer.MultiPrompt`). Equal to scoring
+    attention reads each prompt's own K/V (:class:`rmfast.fast.layer.MultiPrompt`, a call per prompt; in the
+    cascade form :class:`rmfast.fast.layer.CascadePrompt`, one call for all, ``engines[0].attention`` deciding). Equal to scoring
     each row alone to fp32 rounding (other GEMM shapes), not bit for bit. One engine: its own path,
     compiled where it compiles; several: eager.
     """
@@ -460,14 +496,21 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     n_out = int(back.max()) + 1  # the last layer computes the last n_out positions
     tap = None if taps is None else dict.fromkeys(sorted(taps))
     h = e0.spec.embed(ids)  # (B, S, Dm)
+    lengths = S - back  # (B,) real positions per row: the cascade form never reads keys after them
     if len(engines) == 1:
-        h, _ = e0._run_layers(h, e0.P, n_out, taps=tap, tap_at=back)  # (B, n_out, Dm)
+        h, _ = e0._run_layers(h, e0.P, n_out, taps=tap, tap_at=back, lengths=lengths)  # (B, n_out, Dm)
     else:
         rows = tuple(p[0].shape[0] for p in parts)
         tables = [e.spec.rope(torch.arange(e.P, e.P + S, device=e.device), h) for e in engines]  # key -> (S, D) x2
         rope = {key: tuple(torch.cat([t[key][j].expand(b, -1, -1) for t, b in zip(tables, rows)]) for j in (0, 1))
                 for key in tables[0]}  # key -> (B, S, D) cos, sin per row
-        prompts = [MultiPrompt(tuple(PromptKV(*e.kv[li]) for e in engines), rows) for li in range(len(e0.layers))]
+        if e0.attention == "cascade":  # every prompt's rows in ONE attention call per layer
+            kv_lens = tuple(e.P for e in engines)
+            prompts = [e0._cascade(torch.cat([e.kv[li][0] for e in engines], 1), torch.cat([e.kv[li][1] for e in engines], 1),
+                                   kv_lens, rows, lengths) for li in range(len(e0.layers))]  # K/V (Hkv, sum P_i, D)
+        else:
+            prompts = [MultiPrompt(tuple(PromptKV(*e.kv[li], e.attention) for e in engines), rows)
+                       for li in range(len(e0.layers))]
         h = e0._run_stack(h, e0.P, n_out, decoder_layer, None, tap, tap_at=back, rope=rope, prompts=prompts)
     h = h[torch.arange(h.shape[0], device=h.device), n_out - 1 - back]  # (B, Dm)
     out = e0._head_scores(h)

@@ -17,7 +17,8 @@ Triton attention kernel dominate there) and the fallback where compiling is impo
 Attention is pluggable, chosen by the type of the ``prompt`` argument (:func:`attend`):
 :class:`PromptKV` — the prompt's (Hkv, P, D) keys/values through :func:`rmfast.fast.ops.shared_prefix_attention`
 (the Triton kernel on CUDA, the ``bmm`` reference on CPU; P = 0 for the prompt pass itself) — or
-:class:`PackedPrompt` — the block-diagonal CPU form (:mod:`rmfast.kernels.blockdiag_attention`).
+:class:`PackedPrompt` — the block-diagonal CPU form (:mod:`rmfast.kernels.blockdiag_attention`) — or
+:class:`CascadePrompt` — the cascade form, every prompt of a batch in one call (:func:`rmfast.fast.ops.cascade_attention`).
 
 Numerics, the same eager and compiled: Hugging Face's op order and rounding points. Every op
 rounds its output to the model dtype, as HF eager does (RMSNorm statistics and the softmax in fp32,
@@ -111,10 +112,12 @@ class LayerWeights(NamedTuple):
 
 class PromptKV(NamedTuple):
     """Attention over the prompt's K/V as stored: :func:`rmfast.fast.ops.shared_prefix_attention`
-    (Triton on CUDA, the per-kv-head ``bmm`` reference on CPU). P may be 0 (the prompt pass)."""
+    (Triton on CUDA, the per-kv-head ``bmm`` reference on CPU). P may be 0 (the prompt pass).
+    ``form``: the engine's attention form (:data:`rmfast.fast.ops.ATTENTION_FORMS`; None: the device's)."""
 
     k: torch.Tensor  # (Hkv, P, D)
     v: torch.Tensor  # (Hkv, P, D)
+    form: str | None = None
 
 
 class PackedPrompt(NamedTuple):
@@ -134,6 +137,20 @@ class MultiPrompt(NamedTuple):
 
     parts: tuple  # (PromptKV, ...)
     rows: tuple  # (int, ...): consecutive rows per part, summing to B
+
+
+class CascadePrompt(NamedTuple):
+    """The cascade form (:func:`rmfast.fast.ops.cascade_attention`) for the rows of one or several prompts in
+    ONE call: the prompt part over each prompt's K/V, the response part over each row's own keys (ragged:
+    ``lengths``), merged by log-sum-exp. Rows are grouped by prompt, as in :class:`MultiPrompt`."""
+
+    k: torch.Tensor  # (Hkv, sum P_i, D): the prompts' K/V, concatenated along positions
+    v: torch.Tensor  # (Hkv, sum P_i, D)
+    cu_kv: torch.Tensor  # (n+1,) int32: prompt i's keys at cu_kv[i]:cu_kv[i+1]
+    cu_rows: torch.Tensor  # (n+1,) int32: prompt i's rows at cu_rows[i]:cu_rows[i+1]
+    max_rows: int  # the most rows of one prompt (sizes the kernel's grid)
+    lengths: torch.Tensor | None  # (B,) int32 real positions per row (pads after them), None: all S
+    triton: bool  # the Triton kernels, else the torch twin
 
 
 # ---------------------------------------------------------------------------------- building
@@ -276,15 +293,22 @@ def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
     return _rope(q, cos[..., S - n_out :, :], sin[..., S - n_out :, :]), _rope(k, cos, sin), v
 
 
-def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt, c: LayerConsts) -> torch.Tensor:
+def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt, c: LayerConsts) -> torch.Tensor:
     """q (B, Sq, H, D) over the prompt's keys ⊕ the row's own k, v (B, S, Hkv, D) -> (B, Sq, H·D).
 
     The queries are the last Sq of the S suffix positions. Both forms soft-max in fp32 over prompt ⊕
     suffix keys; in bf16 the reference/Triton form rounds scores after each op as HF does, the packed
     form keeps the scaled scores fp32 (see each). A :class:`MultiPrompt` runs each prompt's rows
-    against its own K/V (a row's attention never depends on the other rows).
+    against its own K/V (a row's attention never depends on the other rows); a :class:`CascadePrompt` runs
+    every prompt's rows in one call, in fp32 soft-max tiles merged once (``rmfast.kernels.cascade_reference``).
     """
     B, Sq, H, D = q.shape
+    if isinstance(prompt, CascadePrompt):
+        a = ops.cascade_attention(
+            q, k, v, prompt.k, prompt.v, prompt.cu_rows, prompt.cu_kv, prompt.lengths, max_rows=prompt.max_rows,
+            scale=c.scale, softcap=c.softcap, window=c.window, triton=prompt.triton,
+        )  # (B, Sq, H, D)
+        return a.reshape(B, Sq, H * D)
     if isinstance(prompt, MultiPrompt):
         out, r0 = [], 0
         for part, n in zip(prompt.parts, prompt.rows):
@@ -299,7 +323,7 @@ def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt, c: LayerConst
     # ops' layouts: (B, H, Sq, D) queries, (B, Hkv, S, D) suffix K/V — strided views, no copies.
     a = ops.shared_prefix_attention(
         q.transpose(1, 2), prompt.k, prompt.v, k.transpose(1, 2), v.transpose(1, 2),
-        scale=c.scale, softcap=c.softcap, window=c.window,
+        scale=c.scale, softcap=c.softcap, window=c.window, form=prompt.form,
     )  # (B, Sq, H, D)
     return a.reshape(B, Sq, H * D)
 
@@ -323,7 +347,7 @@ def decoder_layer(
     w: LayerWeights,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    prompt: PromptKV | PackedPrompt | MultiPrompt,
+    prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt,
     c: LayerConsts,
     n_out: int,
     collect_kv: bool = False,

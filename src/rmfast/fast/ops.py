@@ -3,6 +3,10 @@ the layer and the engine call these functions, never a kernel module.
 
 Set ``RMFAST_KERNELS=torch`` to force the torch path on CUDA (for A/B timing), or
 ``RMFAST_KERNELS=triton`` to force Triton (on CPU this needs ``TRITON_INTERPRET=1``; tests only).
+
+The attention of the rows' pass runs in one of :data:`ATTENTION_FORMS`, decided once per job by the plan
+(:func:`rmfast.scoring.plan.choose_attention`) and handed to the engine; the functions here execute the form
+they are given and read nothing from the environment for it.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import warnings
 import torch
 
 from ..kernels import blockdiag_attention as bd
+from ..kernels import cascade_reference as cascade_ref
 from ..kernels import cpu_flash
 from ..kernels import reference as ref
 from ..kernels import triton_available
 from ..kernels.cpu_logprob import lse_update
 
-__all__ = ["uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS", "shared_prefix_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
+__all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
+           "shared_prefix_attention", "cascade_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
            "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update"]
 
 #: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
@@ -28,14 +34,39 @@ visibility_bias = bd.visibility_bias
 shared_prefix_attention_blockdiag = bd.shared_prefix_attention_blockdiag
 
 
-def uses_triton(t: torch.Tensor) -> bool:
-    """Whether the kernels run as Triton for a tensor like ``t`` (CUDA with Triton, or ``RMFAST_KERNELS``)."""
+def uses_triton(t: torch.Tensor | torch.device) -> bool:
+    """Whether the kernels run as Triton for a tensor like ``t``, or on device ``t`` (CUDA with Triton, or
+    ``RMFAST_KERNELS``)."""
     mode = os.environ.get("RMFAST_KERNELS", "auto")
     if mode == "torch":
         return False
     if mode == "triton":
         return True
-    return t.is_cuda and triton_available()
+    dev = t if isinstance(t, torch.device) else t.device
+    return dev.type == "cuda" and triton_available()
+
+
+#: the attention forms of the rows' pass (docs/backend.md, "Attention forms"):
+#:   triton:         the Triton shared-prefix kernel (one kernel; its own-key phase walks the row's keys one
+#:                   position at a time: built for the scan's 1-3 suffix tokens)
+#:   cascade:        prompt part ⊕ response part merged by log-sum-exp (:mod:`rmfast.kernels.cascade_reference`,
+#:                   Triton on CUDA: :mod:`rmfast.kernels.triton_cascade`), every prompt of a wave in one call
+#:   cpu-flash:      torch's CPU flash kernel for prompts of at least FLASH_MIN_PROMPT tokens, the ``bmm``
+#:                   reference below (:mod:`rmfast.kernels.cpu_flash`)
+#:   block-diagonal: the compiled CPU layer's form (:mod:`rmfast.kernels.blockdiag_attention`)
+#:   reference:      the ``bmm`` torch twin everywhere
+ATTENTION_FORMS = ("triton", "cascade", "cpu-flash", "block-diagonal", "reference")
+
+
+def device_attention(device: torch.device, compiled: bool = False) -> str:
+    """The form a device's kernels give when nothing else is asked: Triton where :func:`uses_triton`, the
+    compiled CPU layer's block-diagonal form, the CPU's flash/``bmm`` rule, or the reference on CUDA
+    without Triton (``RMFAST_KERNELS=torch``). Read once per engine, never per call."""
+    if uses_triton(device):
+        return "triton"
+    if device.type == "cpu":
+        return "block-diagonal" if compiled else "cpu-flash"
+    return "reference"
 
 
 #: prompts at least this long take the fused flash form on CPU (:mod:`rmfast.kernels.cpu_flash`), in
@@ -52,12 +83,10 @@ ATTENTION_FALLBACKS: dict[tuple, str] = {}
 
 
 def triton_attention_config(q):
-    """The Triton attention's launch configuration for queries like ``q`` (B, H, Sq, D), or None where the
-    torch form runs: not on Triton (:func:`uses_triton`), or no tile configuration fits the device's shared
-    memory (:func:`rmfast.kernels.attention_config.attention_config`; e.g. head_dim 256 in fp32 on a GPU
-    with less than ~68 KB a block). The predicate a plan can ask before choosing the attention form."""
-    if not uses_triton(q):
-        return None
+    """The Triton shared-prefix attention's launch configuration for queries like ``q`` (B, H, Sq, D), or None
+    where no tile configuration fits the device's shared memory
+    (:func:`rmfast.kernels.attention_config.attention_config`; e.g. head_dim 256 in fp32 on a GPU with less
+    than ~68 KB a block): then the torch form runs, said once and recorded in :data:`ATTENTION_FALLBACKS`."""
     from ..kernels.attention_config import device_smem_bytes, launch_config, min_smem_bytes
 
     cfg = launch_config(q)
@@ -73,12 +102,15 @@ def triton_attention_config(q):
     return cfg
 
 
-def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, softcap=None, window=None):
+def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale, softcap=None, window=None,
+                            form: str | None = None):
     """(B, H, Sq, D) queries over one shared prefix K/V (Hkv, P, D) ⊕ own suffix (B, Hkv, S, D) -> (B, Sq, H, D).
 
-    The prompt pass itself is P = 0 with S = the prompt's length. Triton where it runs and fits the
-    device (:func:`triton_attention_config`), else the torch forms."""
-    cfg = triton_attention_config(q)
+    The prompt pass itself is P = 0 with S = the prompt's length. ``form``: "triton" (where a tile configuration
+    fits the device, :func:`triton_attention_config`; else the torch form), "reference", or a CPU form
+    ("cpu-flash", "block-diagonal": the flash/``bmm`` rule below); None: :func:`device_attention` of q."""
+    form = form or device_attention(q.device)
+    cfg = triton_attention_config(q) if form == "triton" else None
     if cfg is not None:
         from ..kernels.triton_attention import shared_prefix_attention_triton
 
@@ -86,9 +118,24 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale,
             q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window, config=cfg
         )
     P, S = k_prefix.shape[1], k_suffix.shape[2]
-    if q.device.type == "cpu" and (P or S) >= FLASH_MIN_PROMPT and cpu_flash.usable(softcap, window, P, S):
+    if form != "reference" and q.device.type == "cpu" and (P or S) >= FLASH_MIN_PROMPT and cpu_flash.usable(softcap, window, P, S):
         return cpu_flash.shared_prefix_attention_flash(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale)
     return ref.shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window)
+
+
+def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv, lengths, *, max_rows: int, scale,
+                      softcap=None, window=None, triton: bool):
+    """The cascade form: q (B, Sq, H, D) of rows grouped by prompt (cu_rows (n+1,)) over their prompt's K/V
+    (k/v_prompt (Hkv, sum P_i, D), cu_kv (n+1,)) ⊕ their own keys k/v_suffix (B, S, Hkv, D), ``lengths`` (B,)
+    real positions per row or None -> (B, Sq, H, D) in q.dtype, one call for all prompts
+    (:mod:`rmfast.kernels.cascade_reference`). ``triton``: the Triton kernels, else the torch twin."""
+    if triton:
+        from ..kernels.triton_cascade import cascade_attention_triton
+
+        return cascade_attention_triton(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv, lengths,
+                                        max_rows=max_rows, scale=scale, softcap=softcap, window=window)
+    return cascade_ref.cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv, lengths, scale=scale,
+                                         softcap=softcap, window=window)
 
 
 def rmsnorm(x, weight, eps, *, gemma_style, fp32=False):

@@ -272,7 +272,7 @@ def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template |
 
     t0 = time.perf_counter()
     plan = plan_scoring(model, tmpl, head=head, head_index=cfg.head_index, engine=cfg.engine, compile=cfg.compile,
-                        batch_size=cfg.batch_size, stacklevel=4)
+                        batch_size=cfg.batch_size, stacklevel=4, response_tokens=L)
     prefix_s = time.perf_counter() - t0
     if cfg.compat == "authors" and head != "score":
         raise UserError("--compat authors reproduces the fork's squared error to a reward of 30 (a score head); "
@@ -567,7 +567,7 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
     L = cfg.length
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
     plan = plan_scoring(model, tmpl, head=cfg.head, head_index=cfg.head_index, engine=cfg.engine, compile=cfg.compile,
-                        batch_size=cfg.batch_size, stacklevel=3)
+                        batch_size=cfg.batch_size, stacklevel=3, response_tokens=L)
     gen = torch.Generator().manual_seed(cfg.seed)
     seen: set[bytes] = set()
     keep: list[list[int]] = []

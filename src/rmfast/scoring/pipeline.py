@@ -230,7 +230,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "au
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))
     plan = plan_scoring(model, tmpl, head=head, head_index=head_index, engine=engine, compile=compile,
-                        batch_size=batch_size, stacklevel=4)
+                        batch_size=batch_size, stacklevel=4, response_tokens=1)
     manifest = plan.manifest(prompt, model_info)
     manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size)})
     layers, st_out = _states_setup(states, lens, plan, "token_id", run_key(manifest))

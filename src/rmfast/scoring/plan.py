@@ -21,6 +21,10 @@ compile        ``auto`` (the compiled CPU layer on CPU kinds where it was measur
                seconds, cached on disk), ``off``
 batch_size     ``auto`` (~4k tokens per batch on CPU, ~128k on CUDA, never more rows than  auto
                fit in half the free memory) or rows per batch
+attention      ``auto`` (:func:`choose_attention`: on CUDA the Triton shared-prefix      auto
+               kernel for rows of at most :data:`CASCADE_MIN_ROW_TOKENS` tokens, the
+               cascade above; the CPU's own forms on CPU) or one of
+               :data:`rmfast.fast.ops.ATTENTION_FORMS`
 =============  =========================================================================  =========
 
 **A token's score does not depend on the job it is in.** Nothing above is decided from the
@@ -46,7 +50,8 @@ import numpy as np
 import torch
 
 from .. import cpu
-from ..fast.engine import Engine, score_prompts
+from ..fast import ops
+from ..fast.engine import Engine, blockdiag_overhead, score_prompts
 from ..errors import UserError
 from .hf_path import final_norm_module, hf_scores, n_layers
 from ..states import LAST_NORMED, layer_index
@@ -183,6 +188,54 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
     return True, f"auto: compiled on this CPU kind ({kind}), measured ~2x the eager layer"
 
 
+#: rows of more tokens than this take the cascade form on CUDA; up to it, the Triton shared-prefix kernel
+#: (a vocabulary scan's rows are 1-3 tokens). Predicted, not yet measured (no GPU lent to this change):
+#: the shared-prefix kernel's own-key phase costs ~4·D bytes of L2 traffic per (query, key) on CUDA cores,
+#: the cascade ~18·D bytes of fp32 part outputs per query plus two launches, so they cross near 13 keys
+#: per query on an H100 (src/rmfast/bench/cascade_cost.py, :func:`~rmfast.bench.cascade_cost.crossover_row_tokens`).
+#: ``make gpu-check`` measures both forms; this constant follows what it measures.
+CASCADE_MIN_ROW_TOKENS = 16
+
+
+def choose_attention(attention, device: torch.device, engine: str, compiled: bool,
+                     row_tokens: int | None) -> tuple[str, str]:
+    """The rows' attention form (:data:`rmfast.fast.ops.ATTENTION_FORMS`) and why: (form, reason).
+
+    ``row_tokens``: the most tokens a row of the job feeds the layers (a scan: 1 + the suffix), None where
+    the job scores texts of any length. ``auto``: on CUDA (Triton present) the shared-prefix Triton kernel
+    for rows of at most :data:`CASCADE_MIN_ROW_TOKENS` tokens, the cascade for longer or unknown rows (both
+    support sliding windows and softcaps, so no model is routed away from either); ``RMFAST_KERNELS=torch``
+    there: the ``bmm`` reference; on CPU the compiled layer's block-diagonal form, or the eager CPU rule
+    (torch's flash kernel for long prompts, ``bmm`` below). ``RMFAST_KERNELS`` is read here, once per job.
+    A named form runs as asked (the cascade on CPU: its torch twin, for tests), except where the compiled
+    CPU layer cannot run it.
+    """
+    if engine != "fast":
+        return "hf", "the plain Hugging Face path runs the model's own attention"
+    base = ops.device_attention(device, compiled)
+    triton = ops.uses_triton(device)
+    if attention != "auto":
+        if attention not in ops.ATTENTION_FORMS:
+            raise UserError(f"unknown attention {attention!r}; use auto or one of {', '.join(ops.ATTENTION_FORMS)}")
+        if compiled != (attention == "block-diagonal"):
+            raise UserError(f"attention {attention}: " + ("the compiled CPU layer runs the block-diagonal form; use "
+                            "compile off" if compiled else "the block-diagonal form is the compiled CPU layer's; use "
+                            "compile on"))
+        kernels = "Triton kernels" if triton else "torch twin"
+        return attention, f"asked for ({kernels})" if attention in ("cascade", "triton") else "asked for"
+    if base != "triton":
+        why = {"block-diagonal": "the compiled CPU layer's form",
+               "cpu-flash": f"the CPU's eager form (torch's flash kernel for prompts of {ops.FLASH_MIN_PROMPT}+ tokens, "
+                            "bmm below)",
+               "reference": f"no Triton kernels on {device.type} (RMFAST_KERNELS=torch or triton missing)"}[base]
+        return base, why
+    if row_tokens is not None and row_tokens <= CASCADE_MIN_ROW_TOKENS:
+        return "triton", (f"rows of at most {row_tokens} tokens (<= {CASCADE_MIN_ROW_TOKENS}): the shared-prefix "
+                          "Triton kernel")
+    what = "rows of any length (texts)" if row_tokens is None else f"rows of up to {row_tokens} tokens"
+    return "cascade", f"{what} (> {CASCADE_MIN_ROW_TOKENS} tokens): cascade, prompt and response parts on tensor cores"
+
+
 def _taps(states, lens: bool, L: int) -> tuple[dict, set | None]:
     """({state name: residual-stream index 0..L or ``last_normed``}, the indices to tap or None)."""
     idx = {name: layer_index(name, L) for name in states or ()}
@@ -268,6 +321,8 @@ class ScoringPlan:
         head, head_index: "score" (output ``head_index``) or "logprob".
         engine: "fast" (:class:`rmfast.fast.engine.Engine`, built once: ``eng``) or "hf".
         compile: the compiled CPU layer (fast engine only).
+        attention: the rows' attention form (:func:`choose_attention`; "hf" on the plain-HF path), and
+            ``attention_reason`` why.
         batch_size: what was asked: "auto" or rows per batch (:meth:`rows_per_batch` gives the rows).
         fixed_shapes: pad every short batch so that a row's arithmetic does not depend on how many
             candidates the job has (default True): to :meth:`rows_per_batch` rows, or to a smaller size
@@ -284,8 +339,17 @@ class ScoringPlan:
     fixed_shapes: bool = True
     eng: Engine | None = None
     compile_reason: str = ""
+    attention: str = ""
+    attention_reason: str = ""
     _rows: dict = field(default_factory=dict, repr=False)
     _pads: dict = field(default_factory=dict, repr=False)  # (n, rows) -> PadSizes
+
+    @property
+    def decisions(self) -> dict:
+        """Each choice the plan made, its value and its reason in words (recorded in the manifest)."""
+        return {"compile": {"value": bool(self.eng is not None and self.eng.compile), "reason": self.compile_reason},
+                "attention": {"value": self.eng.attention if self.eng is not None else self.attention,
+                              "reason": self.attention_reason}}
 
     @property
     def device(self) -> torch.device:
@@ -416,6 +480,7 @@ class ScoringPlan:
             "engine": self.engine,
             "compiled": bool(self.eng is not None and self.eng.compile),
             "compile_reason": self.compile_reason,
+            "decisions": self.decisions,
             "fixed_shapes": self.fixed_shapes,
             "score_position": "final position of prefix + response + suffix (never 'last non-pad')",
         }
@@ -423,12 +488,15 @@ class ScoringPlan:
 
 def plan_scoring(model, template: Template, *, head: str = "auto", head_index: int = 0, engine: str = "auto",
                  compile="auto", batch_size="auto", fixed_shapes: bool = True, stacklevel: int = 3,
-                 share_with: ScoringPlan | None = None) -> ScoringPlan:
+                 share_with: ScoringPlan | None = None, attention: str = "auto",
+                 response_tokens: int | None = None) -> ScoringPlan:
     """Decide how a job scores (see the module docstring for every option and its default).
 
     The fast engine is built here, its prompt encoded once. Raises UserError on bad options.
     ``share_with``: a fast-engine plan of the same model (another prompt) whose layers (the fused
     weight copies) this plan's engine uses too; their rows can then share batches (:func:`score_together`).
+    ``attention``, and ``response_tokens`` (the longest response the job scores, in tokens: 1 for a vocabulary
+    scan; None: texts of any length): :func:`choose_attention`.
 
     >>> import rmfast  # doctest: +SKIP
     >>> lm = rmfast.load("smollm2-135m-instruct")  # doctest: +SKIP
@@ -441,12 +509,24 @@ def plan_scoring(model, template: Template, *, head: str = "auto", head_index: i
     device = next(model.parameters()).device
     compile_mode(compile)  # checked before the prompt pass
     layers = share_with.eng.layers if share_with is not None and share_with.eng is not None else None
-    eng = Engine(model, template, head=head, head_index=head_index, layers=layers) if engine == "fast" else None
-    compiled, why = choose_compile(compile, device, engine, eng, stacklevel + 1)
-    if eng is not None:
-        eng.compile = compiled
+    shape = None
+    if engine == "fast":  # what choose_compile reads of the engine, known before its prompt pass
+        P = len(template.prefix_ids)
+        shape = _PromptShape(lambda: blockdiag_overhead(arch_spec(model), P))
+    compiled, why = choose_compile(compile, device, engine, shape, stacklevel + 1)
+    most = None if response_tokens is None else row_tokens(template, head, int(response_tokens), True)
+    form, form_why = choose_attention(attention, device, engine, compiled, most)
+    eng = None
+    if engine == "fast":
+        eng = Engine(model, template, head=head, head_index=head_index, layers=layers, compile=compiled, attention=form)
     return ScoringPlan(model, template, head, head_index, engine, compiled, parse_batch_size(batch_size),
-                       fixed_shapes, eng, compile_reason=why)
+                       fixed_shapes, eng, compile_reason=why, attention=form, attention_reason=form_why)
+
+
+class _PromptShape(NamedTuple):
+    """The engine's prompt shape as :func:`choose_compile` reads it (``blockdiag_overhead()``)."""
+
+    blockdiag_overhead: object
 
 
 def score_together(plans: list[ScoringPlan], ids: list[list], batch_rows_: int, states=None):

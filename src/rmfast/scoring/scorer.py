@@ -82,6 +82,8 @@ class ScoreStats:
         prompt_passes: prompts encoded by this call (each distinct conversation at most once; those
             from the cache not at all).
         wall_s: seconds for the call.
+        attention: the attention form the rows ran in (:func:`rmfast.scoring.plan.choose_attention`: e.g.
+            "cascade" on CUDA, "cpu-flash" on an eager CPU; "hf" on the plain-HF path; "" if nothing ran).
     """
 
     n_conversations: int = 0
@@ -98,6 +100,7 @@ class ScoreStats:
     padded_tokens: int = 0
     prompt_passes: int = 0
     n_nonfinite: int = 0
+    attention: str = ""
 
     @property
     def padding_waste(self) -> float:
@@ -260,6 +263,9 @@ class RewardScorer:
             on CUDA, where a few conversations' rows leave the GEMMs narrow; off on CPU, where a batch of a
             few hundred tokens already runs near the GEMM peak and sharing measured 0.7-0.97x: more padding
             and a per-prompt attention call per layer, docs/backend.md), True or False.
+        attention: the rows' attention form, "auto" (:func:`rmfast.scoring.plan.choose_attention`: responses
+            are texts of any length, so the cascade on CUDA) or a form it names (e.g. "cascade" on CPU: its
+            torch twin, for tests).
 
     Example:
         >>> import rmfast  # doctest: +SKIP
@@ -271,7 +277,7 @@ class RewardScorer:
     def __init__(self, model, tokenizer=None, *, dtype: str = "auto", device: str = "auto", head: str = "auto",
                  head_index: int = 0, engine: str = "auto", batch_size="auto", template: str | None = None,
                  compat: str | None = None, max_tokens: int | None = None, cache_prompts: int = 8,
-                 share_batches="auto", **load_kw):
+                 share_batches="auto", attention: str = "auto", **load_kw):
         self.model, self.tokenizer, self.source, default_t = _model_and_tokenizer(
             model, tokenizer, {"dtype": dtype, "device": device, **load_kw})
         self.template = template if template is not None else default_t
@@ -291,6 +297,11 @@ class RewardScorer:
         if share_batches not in ("auto", True, False):
             raise UserError(f"share_batches={share_batches!r}: give 'auto', True or False")
         self.share_batches = self.device.type == "cuda" if share_batches == "auto" else share_batches
+        from ..fast.ops import ATTENTION_FORMS
+
+        if attention != "auto" and attention not in ATTENTION_FORMS:
+            raise UserError(f"attention={attention!r}: give 'auto' or one of {', '.join(ATTENTION_FORMS)}")
+        self.attention = attention
         self._plans: OrderedDict = OrderedDict()  # Conversation -> ScoringPlan, least recently used first
         self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
         self._lock = threading.RLock()
@@ -582,6 +593,7 @@ class RewardScorer:
             if conv not in self._fresh:
                 self._fresh.add(conv)
                 self.last_stats.prompts_from_cache += 1
+            self.last_stats.attention = plan.decisions["attention"]["value"]
             return plan
         # the least recently used plans go, not the ones the batch at hand shares (its wave)
         old = [c for c in self._plans if c not in self._wave]
@@ -590,10 +602,11 @@ class RewardScorer:
         share = next((p for p in self._plans.values() if p.eng is not None), None)
         plan = plan_scoring(self.model, tmpl, head=self.head, head_index=self.head_index, engine=self.engine,
                             compile="off", batch_size=self.batch_size, fixed_shapes=False, stacklevel=4,
-                            share_with=share)
+                            share_with=share, attention=self.attention)
         self._plans[conv] = plan
         self._fresh.add(conv)
         self.last_stats.prompt_passes += 1
+        self.last_stats.attention = plan.decisions["attention"]["value"]
         return plan
 
     def _stats(self, job: Job) -> ScoreStats:

@@ -1,0 +1,149 @@
+"""Cascade attention, the torch twin: the oracle of :mod:`rmfast.kernels.triton_cascade` (and the CPU path
+when the cascade form is forced, in tests).
+
+The rows' pass of the engine attends each row's queries to ``prompt K/V ⊕ the row's own K/V``. The
+cascade form (FlashInfer's name; here written from the maths) splits that soft-max in two parts and
+merges them exactly:
+
+    prompt part:    every query of every row of one prompt (rows x positions x group heads flattened into
+                    one query axis) against that prompt's ONE shared K/V, no causal mask (every prompt key
+                    precedes every row query), only a sliding window by absolute positions:  out_p, lse_p
+    response part:  each row's queries against the row's own keys, causal, ragged (row b has ``lengths[b]``
+                    real positions; a real position never reads a key after the row's end):  out_r, lse_r
+    merge:          out = (out_p · e^(lse_p - m) + out_r · e^(lse_r - m)) / (e^(lse_p - m) + e^(lse_r - m)),
+                    m = max(lse_p, lse_r), in fp32, rounded once to the model dtype
+
+Several prompts are ONE call: their K/V are concatenated along positions, ``cu_kv`` (n+1,) gives prompt
+i's keys ``cu_kv[i]:cu_kv[i+1]``, and ``cu_rows`` (n+1,) its rows ``cu_rows[i]:cu_rows[i+1]`` of the batch
+(rows are grouped by prompt, as :class:`rmfast.fast.layer.MultiPrompt` orders them). Row query j (of the
+last Sq of S row positions) of prompt i sits at absolute position ``P_i + S - Sq + j``.
+
+Numerics: scores are formed in fp32 from the inputs (exact products of bf16/fp16 values), scaled,
+Gemma-2 softcapped (``tanh(s / cap) · cap``) and soft-maxed in fp32; each part's output is fp32; the
+merge rounds once. In fp32 this is :func:`rmfast.kernels.reference.shared_prefix_attention` to fp32
+rounding (another summation order); in bf16 it is closer to fp32 truth than HF eager's rounding points,
+as :mod:`rmfast.kernels.cpu_flash` is. A query that sees no key in a part (a window that ends before the
+prompt, or a pad position of a short row under a window) gets out 0 and lse -inf from that part; the
+merge of two empty parts is 0. Pad positions (after a row's end) get finite values that no real
+position reads.
+
+Example:
+    >>> import torch
+    >>> q = torch.randn(3, 2, 4, 8); ks = torch.randn(3, 2, 2, 8); kp = torch.randn(2, 5 + 7, 8)
+    >>> cu_rows, cu_kv = torch.tensor([0, 1, 3]), torch.tensor([0, 5, 12])
+    >>> cascade_attention(q, ks, ks, kp, kp, cu_rows, cu_kv, torch.tensor([2, 1, 2]), scale=8**-0.5).shape
+    torch.Size([3, 2, 4, 8])
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _softmax_parts(s: torch.Tensor, visible: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 scores s (..., M, K), bool visibility (broadcast to s), values v (..., K, D) fp32 ->
+    (out (..., M, D) fp32, lse (..., M) fp32); an empty row gives out 0, lse -inf."""
+    s = s.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # (..., M); -inf where nothing is visible
+    p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])  # (..., M, K); 0 where masked
+    return p @ v, lse
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, softcap: float | None) -> torch.Tensor:
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale  # fp32
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
+    return s
+
+
+def prompt_part(q, k, v, cu_rows, cu_kv, *, q_pos0: int = 0, scale: float, softcap: float | None = None,
+                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows' queries over their prompt's shared K/V.
+
+    q: (B, Sq, H, D); rows cu_rows[i]:cu_rows[i+1] belong to prompt i, and their query j sits at absolute
+    position P_i + q_pos0 + j (q_pos0 = S - Sq: the queries are the last Sq of S row positions).
+    k, v: (Hkv, sum P_i, D), prompt i's keys at cu_kv[i]:cu_kv[i+1] (absolute positions 0..P_i-1).
+    window: a query at absolute position t sees prompt keys at positions > t - window.
+    Returns (out (B, Sq, H, D) fp32, lse (B, Sq, H) fp32).
+    """
+    B, Sq, H, D = q.shape
+    Hkv = k.shape[0]
+    G = H // Hkv
+    out = q.new_zeros(B, Sq, H, D, dtype=torch.float32)  # (B, Sq, H, D)
+    lse = q.new_full((B, Sq, H), float("-inf"), dtype=torch.float32)
+    rows, kvs = cu_rows.tolist(), cu_kv.tolist()
+    for i in range(len(rows) - 1):  # the oracle may loop; the Triton kernel is one launch
+        r0, r1, k0, k1 = rows[i], rows[i + 1], kvs[i], kvs[i + 1]
+        n, P = r1 - r0, k1 - k0
+        if n == 0 or P == 0:
+            continue
+        # (Hkv, n·Sq·G, D): every query of the prompt's rows for one kv head, one GEMM operand
+        qg = q[r0:r1].reshape(n, Sq, Hkv, G, D).permute(2, 0, 1, 3, 4).reshape(Hkv, n * Sq * G, D)
+        s = _scores(qg, k[:, k0:k1], scale, softcap)  # (Hkv, n·Sq·G, P)
+        visible = torch.ones(Sq, P, dtype=torch.bool, device=q.device)
+        if window is not None:
+            t = P + q_pos0 + torch.arange(Sq, device=q.device)  # (Sq,) absolute query positions
+            visible = torch.arange(P, device=q.device)[None, :] > t[:, None] - window  # (Sq, P)
+        vis = visible[None, None, :, None, :].expand(Hkv, n, Sq, G, P).reshape(Hkv, n * Sq * G, P)
+        o, l = _softmax_parts(s, vis, v[:, k0:k1].float())  # (Hkv, n·Sq·G, D), (Hkv, n·Sq·G)
+        out[r0:r1] = o.view(Hkv, n, Sq, G, D).permute(1, 2, 0, 3, 4).reshape(n, Sq, H, D)
+        lse[r0:r1] = l.view(Hkv, n, Sq, G).permute(1, 2, 0, 3).reshape(n, Sq, H)
+    return out, lse
+
+
+def response_part(q, k, v, lengths=None, *, scale: float, softcap: float | None = None,
+                  window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's causal attention over its own keys.
+
+    q: (B, Sq, H, D), the last Sq of the row's S positions; k, v: (B, S, Hkv, D); lengths: (B,) real
+    positions per row (None: S). Query j (row position t = S - Sq + j) sees keys u <= t, u < lengths[b],
+    t - u < window. Returns (out (B, Sq, H, D) fp32, lse (B, Sq, H) fp32).
+    """
+    B, Sq, H, D = q.shape
+    S, Hkv = k.shape[1], k.shape[2]
+    G = H // Hkv
+    dev = q.device
+    qh = q.transpose(1, 2)  # (B, H, Sq, D)
+    kh = k.transpose(1, 2).repeat_interleave(G, dim=1)  # (B, H, S, D): query head h reads kv head h // G
+    vh = v.transpose(1, 2).repeat_interleave(G, dim=1)
+    s = _scores(qh, kh, scale, softcap)  # (B, H, Sq, S)
+    t = S - Sq + torch.arange(Sq, device=dev)  # (Sq,) row positions of the queries
+    u = torch.arange(S, device=dev)
+    vis = u[None, :] <= t[:, None]  # (Sq, S)
+    if window is not None:
+        vis &= t[:, None] - u[None, :] < window
+    L = torch.full((B,), S, device=dev) if lengths is None else lengths.to(dev)
+    real = u[None, :] < L[:, None]  # (B, S): keys before the row's end
+    vis = vis[None] & real[:, None, :]  # (B, Sq, S)
+    # values after the row's end are zeroed, not only masked: 0 · NaN would still reach the sum
+    vh = vh.float().masked_fill(~real[:, None, :, None], 0.0)  # (B, H, S, D)
+    o, l = _softmax_parts(s, vis[:, None], vh)  # (B, H, Sq, D), (B, H, Sq)
+    return o.transpose(1, 2), l.transpose(1, 2)  # (B, Sq, H, D), (B, Sq, H)
+
+
+def merge(out_a, lse_a, out_b, lse_b, dtype: torch.dtype) -> torch.Tensor:
+    """Two parts' (.., D) fp32 outputs and (..) fp32 log-sum-exps -> the soft-max over both key sets, in
+    fp32, rounded once to ``dtype``. Both parts empty (lse -inf): 0."""
+    m = torch.maximum(lse_a, lse_b)
+    m = torch.where(torch.isfinite(m), m, 0.0)
+    wa, wb = torch.exp(lse_a - m)[..., None], torch.exp(lse_b - m)[..., None]  # (.., 1) fp32
+    den = wa + wb
+    return ((out_a * wa + out_b * wb) / torch.where(den > 0, den, 1.0)).to(dtype)
+
+
+def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv, lengths=None, *, scale: float,
+                      softcap: float | None = None, window: int | None = None) -> torch.Tensor:
+    """The rows' attention over prompt ⊕ own keys, in the cascade form -> (B, Sq, H, D) in q.dtype.
+
+    q: (B, Sq, H, D); k/v_suffix: (B, S, Hkv, D), the rows' own keys (right-padded; ``lengths`` (B,) real
+    positions, None: all S); k/v_prompt: (Hkv, sum P_i, D) with cu_kv (n+1,); cu_rows (n+1,): rows per
+    prompt (see the module docstring). Equal to :func:`rmfast.kernels.reference.shared_prefix_attention`
+    of each prompt's rows to fp32 rounding, at every real position.
+    """
+    S, Sq = k_suffix.shape[1], q.shape[1]
+    out_r, lse_r = response_part(q, k_suffix, v_suffix, lengths, scale=scale, softcap=softcap, window=window)
+    if k_prompt.shape[1] == 0:
+        return out_r.to(q.dtype)
+    out_p, lse_p = prompt_part(q, k_prompt, v_prompt, cu_rows, cu_kv, q_pos0=S - Sq, scale=scale, softcap=softcap,
+                               window=window)
+    return merge(out_p, lse_p, out_r, lse_r, q.dtype)

@@ -1,0 +1,356 @@
+"""Cascade attention (issue 33): the torch twin against the reference form, the Triton kernels against the
+twin (interpreted on CPU: small shapes, fp32 elementwise, fp16 loosely; bf16 and the compile count on CUDA),
+the engine's cascade form against its default form on tiny models of several architectures, and the plan's
+choice of form, recorded in the manifest and in RewardScorer's stats.
+
+`make gpu-check` runs this file on a CUDA machine: the CUDA-only cases are marked as tests/test_gpu.py marks
+them, so they skip here and run there.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+# triton.jit decides interpreted vs compiled kernels when triton is first imported (tests/conftest.py too)
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import importlib.util  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import tiny_models as T  # noqa: E402
+from rmfast.errors import UserError  # noqa: E402
+from rmfast.fast.engine import Engine, score_prompts  # noqa: E402
+from rmfast.kernels import cascade_reference as cr  # noqa: E402
+from rmfast.kernels import reference as ref  # noqa: E402
+from rmfast.template import build_template  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+SKIP_TRITON = "" if importlib.util.find_spec("triton") else "triton is not installed"
+if not SKIP_TRITON:
+    from rmfast.kernels import triton_cascade as tc
+
+    if not CUDA and type(tc._prompt_kernel).__name__ != "InterpretedFunction":
+        SKIP_TRITON = "triton was imported before TRITON_INTERPRET=1 was set (see tests/conftest.py)"
+requires_triton = pytest.mark.skipif(bool(SKIP_TRITON), reason=SKIP_TRITON or "-")
+requires_cuda = pytest.mark.skipif(not CUDA or bool(SKIP_TRITON), reason="needs CUDA (run by `make gpu-check`)")
+
+# (what, dtype) -> (atol, rtol). The attention rows are tests/test_kernels.py's TOLERANCES (same kernels'
+# family, same error sources); "twin" bounds the twin against the reference form in fp32.
+TOLERANCES = {
+    ("twin", torch.float32): (2e-5, 2e-5),
+    ("attention", torch.float32): (2e-5, 2e-5),
+    ("attention", torch.float16): (4e-3, 4e-3),  # ~2 fp16 ulps at 1
+    ("attention", torch.bfloat16): (3e-2, 3e-2),  # probabilities rounded for the P·V tile
+}
+
+
+def assert_close(actual, expected, what, dtype):
+    atol, rtol = TOLERANCES[(what, dtype)]
+    torch.testing.assert_close(actual.double().cpu(), expected.double().cpu(), atol=atol, rtol=rtol)
+
+
+def wave(prompt_lens, rows, S, lengths, H=4, Hkv=2, D=16, dtype=torch.float32, seed=0, Sq=None):
+    """A wave of prompts: q (B, Sq, H, D), own k/v (B, S, Hkv, D), per-prompt K/V lists, offsets, lengths."""
+    g = torch.Generator().manual_seed(seed)
+    B, Sq = sum(rows), Sq or S
+
+    def r(*shape, s=1.0):
+        return (torch.randn(*shape, generator=g) * s).to(device=DEVICE, dtype=dtype)
+
+    kp = [r(Hkv, p, D) for p in prompt_lens]
+    vp = [r(Hkv, p, D) for p in prompt_lens]
+    cu = lambda xs: torch.tensor([0, *np.cumsum(xs).tolist()], dtype=torch.int32, device=DEVICE)  # noqa: E731
+    return dict(q=r(B, Sq, H, D, s=2.0), ks=r(B, S, Hkv, D), vs=r(B, S, Hkv, D), kp=kp, vp=vp, cu_rows=cu(rows),
+                cu_kv=cu(prompt_lens), lengths=torch.tensor(lengths, dtype=torch.int32, device=DEVICE), rows=rows)
+
+
+def reference_rows(w, scale, softcap, window):
+    """Each row alone through the reference form over its real positions: {b: (L_b', H, D)} (the queries
+    among the row's first lengths[b] positions)."""
+    out, r0 = {}, 0
+    S, Sq = w["ks"].shape[1], w["q"].shape[1]
+    for i, n in enumerate(w["rows"]):
+        for b in range(r0, r0 + n):
+            L = int(w["lengths"][b])
+            first = S - Sq  # row position of query 0
+            if L <= first:
+                continue
+            q = w["q"][b : b + 1, : L - first].transpose(1, 2)  # (1, H, Sq', D)
+            o = ref.shared_prefix_attention(q, w["kp"][i], w["vp"][i], w["ks"][b : b + 1, :L].transpose(1, 2),
+                                            w["vs"][b : b + 1, :L].transpose(1, 2), scale=scale, softcap=softcap,
+                                            window=window)
+            out[b] = o[0]  # (Sq', H, D)
+        r0 += n
+    return out
+
+
+CASES = [(None, None), (4.0, None), (None, 7), (3.0, 13)]  # (softcap, window)
+
+
+@pytest.mark.parametrize("softcap,window", CASES)
+@pytest.mark.parametrize("Sq", [None, 2])
+def test_twin_is_the_reference_form_per_row(softcap, window, Sq):
+    """Several prompts of different lengths (one empty), ragged rows, GQA, windows, softcaps: the twin's one
+    call equals each row through reference.shared_prefix_attention at every real position (fp32)."""
+    w = wave([5, 37, 0, 20], [2, 1, 2, 3], S=11, lengths=[11, 3, 5, 1, 11, 7, 2, 4], Sq=Sq)
+    scale = 0.25
+    got = cr.cascade_attention(w["q"], w["ks"], w["vs"], torch.cat(w["kp"], 1), torch.cat(w["vp"], 1), w["cu_rows"],
+                               w["cu_kv"], w["lengths"], scale=scale, softcap=softcap, window=window)
+    assert torch.isfinite(got).all()  # pad positions too: finite, never read by a real position
+    S, Sq_ = w["ks"].shape[1], w["q"].shape[1]
+    for b, o in reference_rows(w, scale, softcap, window).items():
+        assert_close(got[b, : o.shape[0]], o, "twin", torch.float32)
+
+
+def test_twin_pads_are_never_read():
+    """A real position's output does not change when every pad key/value (after the row's end) is replaced."""
+    w = wave([9, 4], [2, 2], S=8, lengths=[3, 8, 1, 5])
+    args = (torch.cat(w["kp"], 1), torch.cat(w["vp"], 1), w["cu_rows"], w["cu_kv"], w["lengths"])
+    a = cr.cascade_attention(w["q"], w["ks"], w["vs"], *args, scale=0.3)
+    ks, vs = w["ks"].clone(), w["vs"].clone()
+    for b, L in enumerate(w["lengths"].tolist()):
+        ks[b, L:], vs[b, L:] = 1e4, float("nan")
+    b_ = cr.cascade_attention(w["q"], ks, vs, *args, scale=0.3)
+    for b, L in enumerate(w["lengths"].tolist()):
+        assert torch.equal(a[b, :L], b_[b, :L])
+
+
+def test_merge_of_empty_parts():
+    """The merge of a part that saw no key (lse -inf) is the other part; of two such parts, 0."""
+    o = torch.randn(3, 4)
+    lse = torch.tensor([0.5, float("-inf"), float("-inf")])
+    none = torch.tensor([float("-inf"), 1.0, float("-inf")])
+    out = cr.merge(o, lse, 2 * o, none, torch.float32)
+    torch.testing.assert_close(out[0], o[0])
+    torch.testing.assert_close(out[1], 2 * o[1])
+    assert torch.equal(out[2], torch.zeros(4))
+
+
+# ---------------------------------------------------------------------------------- Triton vs the twin
+
+
+@requires_triton
+@pytest.mark.parametrize("softcap,window", CASES)
+def test_triton_prompt_part_matches_twin(softcap, window):
+    """One launch for several prompts of different lengths (one empty), rows per prompt 1-3, GQA 2."""
+    w = wave([5, 70, 0, 33], [2, 1, 2, 3], S=6, lengths=[6] * 8, Sq=3)
+    args = (w["q"], torch.cat(w["kp"], 1), torch.cat(w["vp"], 1), w["cu_rows"], w["cu_kv"])
+    kw = dict(q_pos0=3, scale=0.25, softcap=softcap, window=window)
+    o, lse = tc.prompt_part_triton(*args, max(w["rows"]), **kw)
+    o_r, lse_r = cr.prompt_part(*args, **kw)
+    assert_close(o, o_r, "attention", torch.float32)
+    assert torch.equal(torch.isinf(lse), torch.isinf(lse_r))  # the empty prompt's rows (and windows) alike
+    fin = torch.isfinite(lse_r)
+    assert_close(lse[fin], lse_r[fin], "attention", torch.float32)
+
+
+@requires_triton
+@pytest.mark.parametrize("softcap,window", CASES + [(None, 40)])
+def test_triton_response_part_matches_twin_ragged_to_300(softcap, window):
+    """Ragged rows of 1..300 positions (blocks past a row's end skipped), GQA 4, all query positions."""
+    w = wave([1], [3], S=300, lengths=[300, 1, 77], H=4, Hkv=1, D=16)
+    kw = dict(scale=0.25, softcap=softcap, window=window)
+    o, lse = tc.response_part_triton(w["q"], w["ks"], w["vs"], w["lengths"], **kw)
+    o_r, lse_r = cr.response_part(w["q"], w["ks"], w["vs"], w["lengths"], **kw)
+    assert_close(o, o_r, "attention", torch.float32)
+    assert torch.equal(torch.isinf(lse), torch.isinf(lse_r))
+    fin = torch.isfinite(lse_r)
+    assert_close(lse[fin], lse_r[fin], "attention", torch.float32)
+
+
+@requires_triton
+def test_triton_merge_matches_twin():
+    g = torch.Generator().manual_seed(1)
+    oa, ob = torch.randn(2, 5, 3, 24, generator=g).to(DEVICE), torch.randn(2, 5, 3, 24, generator=g).to(DEVICE)
+    la, lb = torch.randn(2, 5, 3, generator=g).to(DEVICE) * 5, torch.randn(2, 5, 3, generator=g).to(DEVICE) * 5
+    la[0, 0, 0], lb[0, 0, 1] = float("-inf"), float("-inf")
+    la[1, 1, 1] = lb[1, 1, 1] = float("-inf")
+    for dtype in (torch.float32, torch.float16):
+        got = tc.merge_triton(oa, la, ob, lb, dtype)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, cr.merge(oa, la, ob, lb, dtype), atol=1e-6, rtol=1e-6)
+
+
+@requires_triton
+@pytest.mark.parametrize("softcap,window", CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_cascade_matches_twin(softcap, window, dtype):
+    """The whole cascade (three launches) over a wave: fp32 elementwise, fp16 loosely; head dim 24 (padded)."""
+    w = wave([5, 37, 0, 20], [2, 1, 2, 1], S=21, lengths=[21, 3, 5, 1, 17, 9], D=24, dtype=dtype)
+    args = (w["q"], w["ks"], w["vs"], torch.cat(w["kp"], 1), torch.cat(w["vp"], 1), w["cu_rows"], w["cu_kv"],
+            w["lengths"])
+    got = tc.cascade_attention_triton(*args, max_rows=max(w["rows"]), scale=0.25, softcap=softcap, window=window)
+    want = cr.cascade_attention(*args, scale=0.25, softcap=softcap, window=window)
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    assert_close(got, want, "attention", dtype)
+
+
+@requires_cuda
+@pytest.mark.parametrize("softcap,window", CASES)
+def test_triton_cascade_bf16_on_cuda(softcap, window):
+    w = wave([64, 300, 17], [4, 2, 6], S=200, lengths=[200, 20, 57, 199, 1, 128, 3, 64, 90, 150, 200, 33],
+             H=8, Hkv=2, D=128, dtype=torch.bfloat16)
+    args = (w["q"], w["ks"], w["vs"], torch.cat(w["kp"], 1), torch.cat(w["vp"], 1), w["cu_rows"], w["cu_kv"],
+            w["lengths"])
+    got = tc.cascade_attention_triton(*args, max_rows=6, scale=128**-0.5, softcap=softcap, window=window)
+    assert_close(got, cr.cascade_attention(*args, scale=128**-0.5, softcap=softcap, window=window), "attention",
+                 torch.bfloat16)
+
+
+def _compiled_variants(kernel) -> int:
+    """Compiled variants of a Triton kernel on the current CUDA device (Triton 3.x keeps them per device)."""
+    caches = getattr(kernel, "device_caches", None)
+    if caches is None:
+        pytest.skip("this triton version keeps no per-device kernel cache to count")
+    return sum(len(c[0]) for c in caches.values())
+
+
+@requires_cuda
+def test_no_recompile_per_length_on_cuda():
+    """Response lengths, prompt lengths, row counts and prompt counts are runtime values: a best-of-N loop
+    over many shapes compiles each kernel once per (dtype, flags)."""
+    counts = []
+    for i, (S, P) in enumerate([(20, 512), (37, 500), (200, 2048), (113, 17), (64, 64)]):
+        w = wave([P, P // 2 + 1], [3, i + 1], S=S, lengths=[S] * (4 + i), H=8, Hkv=2, D=128, dtype=torch.bfloat16)
+        tc.cascade_attention_triton(w["q"], w["ks"], w["vs"], torch.cat(w["kp"], 1), torch.cat(w["vp"], 1),
+                                    w["cu_rows"], w["cu_kv"], w["lengths"], max_rows=i + 3, scale=0.1)
+        counts.append(tuple(_compiled_variants(k) for k in (tc._prompt_kernel, tc._response_kernel, tc._merge_kernel)))
+    assert counts[-1] == counts[0], counts
+
+
+# ---------------------------------------------------------------------------------- the engine
+
+
+def _score_wave(model, tmpls, resp, lens, form):
+    e0 = Engine(model, tmpls[0], head="score", attention=form)
+    engs = [e0] + [Engine(model, t, head="score", layers=e0.layers, attention=form) for t in tmpls[1:]]
+    return score_prompts(engs, resp, lens), engs
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3", "qwen3", "phi3", "mistral"])
+def test_engine_cascade_equals_default_form(arch):
+    """Rows of three prompts (ragged, 1-14 tokens) in one batch: the cascade form (its torch twin here, ONE
+    attention call per layer for all prompts) gives the default CPU form's scores to fp32 rounding; windows
+    (gemma2/3, mistral) shorter than the prompts, softcaps (gemma2), q/k norms (gemma3, qwen3), partial rotary (phi3)."""
+    tok = T.chatml_tokenizer()
+    model = T.tiny(arch)
+    tmpls = [build_template(tok, p) for p in ("Hi", "The greatest thing ever, in one word? Think first, then answer.",
+                                             "Why?")]
+    g = torch.Generator().manual_seed(3)
+    resp = [torch.randint(5, T.VOCAB, (b, 14), generator=g) for b in (2, 3, 1)]
+    lens = [torch.tensor([14, 2]), torch.tensor([1, 9, 14]), torch.tensor([5])]
+    default, _ = _score_wave(model, tmpls, resp, lens, None)
+    calls = []
+    from rmfast.fast import ops
+
+    real = ops.cascade_attention
+
+    def counting(*a, **kw):
+        calls.append(a[0].shape[0])
+        return real(*a, **kw)
+
+    ops.cascade_attention = counting
+    try:
+        cascade, engs = _score_wave(model, tmpls, resp, lens, "cascade")
+    finally:
+        ops.cascade_attention = real
+    assert engs[0].attention == "cascade" and not engs[0].triton
+    n_layers = len(engs[0].layers)
+    assert calls.count(6) == n_layers  # the rows' pass: one call per layer for all 6 rows of the 3 prompts
+    torch.testing.assert_close(cascade, default, atol=2e-5, rtol=1e-5)
+
+
+@requires_triton
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_engine_cascade_triton_interpreted(arch, monkeypatch):
+    """The CUDA path's cascade kernels (interpreted) inside the engine, prompt pass included, several prompts."""
+    tok = T.chatml_tokenizer()
+    model = T.tiny(arch)
+    tmpls = [build_template(tok, p) for p in ("Hi", "Greatest thing ever, in one word?")]
+    g = torch.Generator().manual_seed(4)
+    resp = [torch.randint(5, T.VOCAB, (b, 5), generator=g) for b in (2, 1)]
+    lens = [torch.tensor([5, 2]), torch.tensor([3])]
+    default, _ = _score_wave(model, tmpls, resp, lens, None)
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    got, engs = _score_wave(model, tmpls, resp, lens, "cascade")
+    assert engs[0].triton
+    torch.testing.assert_close(got, default, atol=5e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------- the plan
+
+
+def test_choose_attention_rules(monkeypatch):
+    from rmfast.scoring.plan import CASCADE_MIN_ROW_TOKENS, choose_attention
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert choose_attention("auto", cpu, "fast", False, 3)[0] == "cpu-flash"
+    assert choose_attention("auto", cpu, "fast", True, 3)[0] == "block-diagonal"
+    assert choose_attention("auto", cpu, "hf", False, 3)[0] == "hf"
+    assert choose_attention("cascade", cpu, "fast", False, 3) == ("cascade", "asked for (torch twin)")
+    with pytest.raises(UserError, match="compile off"):
+        choose_attention("cascade", cpu, "fast", True, None)
+    with pytest.raises(UserError, match="unknown attention"):
+        choose_attention("flashy", cpu, "fast", False, None)
+    # CUDA's rule, with the device's kernels as Triton (decided by ops.uses_triton, read here once)
+    from rmfast.fast import ops
+
+    monkeypatch.setattr(ops, "uses_triton", lambda t: True)
+    assert choose_attention("auto", cuda, "fast", False, 3)[0] == "triton"
+    assert choose_attention("auto", cuda, "fast", False, CASCADE_MIN_ROW_TOKENS)[0] == "triton"
+    form, why = choose_attention("auto", cuda, "fast", False, CASCADE_MIN_ROW_TOKENS + 1)
+    assert form == "cascade" and "tokens" in why
+    assert choose_attention("auto", cuda, "fast", False, None)[0] == "cascade"  # texts of any length
+    monkeypatch.setattr(ops, "uses_triton", lambda t: False)
+    assert choose_attention("auto", cuda, "fast", False, None)[0] == "reference"
+
+
+def test_scan_manifest_records_decisions(tmp_path):
+    """A scan's manifest names the attention form and the compile decision, each with its reason."""
+    from rmfast.scoring.pipeline import score_ids
+
+    tok = T.chatml_tokenizer()
+    model = T.tiny("llama")
+    res = score_ids(model, tok, "Hi", np.arange(100, 140), progress=False, compile="off")
+    d = res.manifest["decisions"]
+    assert d["attention"]["value"] == "cpu-flash" and "CPU" in d["attention"]["reason"]
+    assert d["compile"] == {"value": False, "reason": "off"}
+
+
+def test_plan_forced_cascade_scores_equal_default():
+    """plan_scoring(attention="cascade") on CPU runs the twin (recorded), and scores as the default form."""
+    from rmfast.scoring.plan import plan_scoring, score_together
+
+    tok = T.chatml_tokenizer()
+    model = T.tiny("gemma2")
+    tmpl = build_template(tok, "Name a colour.")
+    ids = [[5, 600, 7000], [41], [900, 8, 77, 3000, 12]]
+    out = {}
+    for form in ("auto", "cascade"):
+        plan = plan_scoring(model, tmpl, attention=form, fixed_shapes=False, compile="off")
+        out[form] = score_together([plan], [ids], 8)
+        assert plan.manifest("Name a colour.")["decisions"]["attention"]["value"] == ("cpu-flash" if form == "auto"
+                                                                                     else "cascade")
+    np.testing.assert_allclose(out["cascade"], out["auto"], atol=2e-5, rtol=1e-5)
+
+
+def test_reward_scorer_stats_name_the_form():
+    from rmfast.scoring.scorer import RewardScorer
+
+    tok = T.chatml_tokenizer()
+    model = T.tiny("llama")
+    convs, resps = ["Hi", "Name a colour."], [["Hello there, friend", "Go"], ["blue", "a red one, I think"]]
+    got = {}
+    for form in ("auto", "cascade"):
+        sc = RewardScorer(model, tok, attention=form, share_batches=True)
+        got[form] = np.asarray(sc.score(convs, resps), dtype=np.float64)
+        assert sc.last_stats.attention == ("cpu-flash" if form == "auto" else "cascade")
+    np.testing.assert_allclose(got["cascade"], got["auto"], atol=2e-5, rtol=1e-5)
+    with pytest.raises(UserError, match="attention"):
+        RewardScorer(model, tok, attention="fastest")
