@@ -306,6 +306,13 @@ def bench_model(name: str, plan: dict | None, ctx: dict) -> dict:
     st = run_step(f"bench-{name}", bench_cmd(name, ctx["out"] / "bench" / name, dry, plan, check_n), ctx["out"] / "steps",
                   clock.left(), log)
     ctx["steps"].append(st)
+    lowered = lowered_after_refusal(plan, (ctx["out"] / st["log"]).read_text(errors="replace")) if st["rc"] == 2 else None
+    if lowered is not None and clock.left() >= est:  # the guard measured less free memory than planned: once more
+        m["replanned"] = {k: lowered[k] for k in ("hf_batch", "naive_batch")}
+        say(f"{name}: refused by the memory guard; again with {m['replanned']}", log)
+        st = run_step(f"bench-{name}-lowered", bench_cmd(name, ctx["out"] / "bench" / name, dry, lowered, check_n),
+                      ctx["out"] / "steps", clock.left(), log)
+        ctx["steps"].append(st)
     m["rc"], m["check_n"], m["failed"] = st["rc"], check_n, False
     disagree = st["rc"] == 1 and "scores disagree" in (ctx["out"] / st["log"]).read_text(errors="replace")
     if st["rc"] == 0:
@@ -318,6 +325,28 @@ def bench_model(name: str, plan: dict | None, ctx: dict) -> dict:
     else:
         m["status"], m["failed"] = ("DISAGREES" if disagree else f"FAILED ({st['status']})"), True
     return m
+
+
+def lowered_after_refusal(plan: dict, log_text: str) -> dict | None:
+    """``plan`` with the batch options the bench's memory guard named in its one-line refusal ("give --hf-batch
+    N or less") lowered to at most N (the largest power of two under it where an option was over), or None
+    when the log holds no such line (any other failure is not retried).
+
+    >>> lowered_after_refusal({"hf_batch": "512,2048", "naive_batch": "128"}, "... give --hf-batch 1849 or less")
+    {'hf_batch': '512,1024', 'naive_batch': '128'}
+    """
+    import re
+
+    found = re.findall(r"give --(hf|naive)-batch (\d+) or less", log_text)
+    if not found:
+        return None
+    out = dict(plan)
+    for which, n in found:
+        key, cap = f"{which}_batch", int(n)
+        nominal = [int(x) for x in str(plan[key]).split(",")]
+        keep = {o for o in nominal if o <= cap} | {_pow2_floor(cap)}
+        out[key] = ",".join(str(o) for o in sorted(keep))
+    return out
 
 
 def workload_cmds(out: Path, dry: bool) -> list[tuple[str, list[str]]]:

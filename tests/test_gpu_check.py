@@ -193,3 +193,15 @@ def test_kit_batch_plan_keeps_what_fits_and_adds_the_largest_power_of_two(monkey
     got = gpu_check.plan_batches(plan, 10**12, lm=_shapes("llama-3.2-1b"))
     assert got["hf_batch"] == "512,1024" and got["naive_batch"] == "64"  # 0.9 x 1849 = 1664 -> 1024; 90 -> 64
     assert got["n"] == 8192 and plan["hf_batch"] == "512,2048"  # a copy; the plan itself unchanged
+
+
+def test_kit_retries_a_model_the_guard_refused_with_its_limit():
+    """Where the card has less free memory than planned, the bench's one-line refusal names the limit: the kit
+    reruns that model once with its options lowered to it (any other failure is not retried)."""
+    plan = {"name": "gemma-2-27b", "hf_batch": "128,256", "naive_batch": "64,128"}
+    log = ("rmfast: error: bench --hf-batch 256: one batch of 256 rows of gemma-2-27b@random needs about 10.9 GiB "
+           "(43.4 MiB a row), more than the 8.1 GiB a batch may use (50% of 16.2 GiB free on cuda); give --hf-batch 191 "
+           "or less\n")
+    assert gpu_check.lowered_after_refusal(plan, log) == {"name": "gemma-2-27b", "hf_batch": "128", "naive_batch": "64,128"}
+    assert gpu_check.lowered_after_refusal(plan, "Traceback ... OutOfResources") is None
+    assert plan["hf_batch"] == "128,256"
