@@ -398,7 +398,8 @@ def reproduce_paper_b(data_dir: Path, out_dir: Path, *, allow_skipped: bool = Fa
     >>> import tempfile  # doctest: +SKIP
     >>> f = reproduce_paper_b(Path("../shared/data/iclr2026"), Path(tempfile.mkdtemp()))  # doctest: +SKIP
     >>> [x["id"] for x in f]  # doctest: +SKIP
-    ['B-fig1', 'B-fig1-rmfast', 'B-fig1-lmm', 'B-fig1-summaries', 'B-fig1-units', 'B-fig1b', 'B-fig4a', 'B-fig4b']
+    ['B-fig1', 'B-fig1-rmfast', 'B-fig1-lmm', 'B-fig1-summaries', 'B-fig1-units', 'B-fig1b',
+     'B-fig1b-rmfast', 'B-fig1b-lmm', 'B-fig1b-summaries', 'B-fig4a', 'B-fig4b']
     """
     data_dir, out = Path(data_dir), Path(out_dir)
     if (data_dir / "iclr2026").is_dir():
