@@ -58,9 +58,8 @@ def rank_gap_bars(diffs: pd.DataFrame, prompts: list[str], title: str, n_items: 
         ax.tick_params(axis="x", labelsize=8)
         ax.xaxis.set_major_locator(MaxNLocator(3))
         ax.set_title(wrap(p, 36), fontsize=9)
-    fig.legend(handles=[Patch(color=c, label=f"{d}: model rank − human rank "
-                              f"{'> 0' if d.startswith('humans') else '< 0'}")
-                        for d, c in GAP_COLOURS.items()],
+    fig.legend(handles=[Patch(color=c, label=f"{d}: the {'largest' if d.startswith('humans') else 'smallest'}"
+                              " model rank − human rank") for d, c in GAP_COLOURS.items()],
                loc="outside lower center", ncol=2, fontsize=9, frameon=False)
     fig.suptitle(wrap(title, int(width * 11)), fontsize=11)
     return fig
