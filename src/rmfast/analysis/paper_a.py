@@ -282,7 +282,8 @@ def _prompt_tau(data, styles: Styles, out_dir: Path) -> dict:
     mats = {styles.label[m]: res.matrix(m).rename(index=short, columns=short)
             for m in styles.order if m in set(res.pairs["model"])}
     files.append(_write(out_dir, "A-figA6_prompt_kendall.png", heatmap_grid(
-        mats, "Kendall tau between prompts within each model")))
+        mats, "Paper A Fig. A6: Kendall τ-b between the prompts' rankings of the items, within each "
+        "model. " + "; ".join(f"{short[p]}: {p}" for p in (GE, HP, GW)), ncols=5)))
     worst, n = 0.0, 0
     for nick, vals in PAPER_A6.items():
         if nick in mats and {"GE", "HP", "GW"} <= set(mats[nick].index):

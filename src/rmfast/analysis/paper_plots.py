@@ -93,7 +93,7 @@ def heatmap_grid(matrices: dict[str, pd.DataFrame], title: str, ncols: int = 2,
     """Small annotated heatmaps, one per key (e.g. one prompt × prompt matrix per model)."""
     n = len(matrices)
     nrows = int(np.ceil(n / ncols))
-    fig = new_figure(3.2 * ncols + 0.8, 2.9 * nrows + 0.6)
+    fig = new_figure(3.2 * ncols + 0.8, (2.9 if ncols <= 3 else 2.4) * nrows + 1.0)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     im = None
     for ax, (name, mat) in zip(axes, matrices.items()):
@@ -108,7 +108,8 @@ def heatmap_grid(matrices: dict[str, pd.DataFrame], title: str, ncols: int = 2,
         ax.set_visible(False)
     if im is not None:
         fig.colorbar(im, ax=list(axes[:n]), shrink=0.6, label="Kendall tau-b")
-    fig.suptitle(title, fontsize=10)
+    width = min(11.0, 3.2 * ncols + 0.8)
+    fig.suptitle(wrap(title, int(width * 12)), fontsize=10)
     return fig
 
 
