@@ -159,6 +159,7 @@ def fig4b_figure(final: pd.DataFrame, same: dict[str, str], n_ranked: int):
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlim(min(sizes) / 1.6, max(sizes) * 1.6)
         ax.set_xlabel("preference pairs (thousands, log scale)", fontsize=10)
+        ax.margins(y=0.15)  # room for the run labels above the points
         ax.set_title(f"{c} words", fontsize=11)
         ax.tick_params(labelsize=9)
         ax.grid(alpha=0.3)
@@ -170,7 +171,7 @@ def fig4b_figure(final: pd.DataFrame, same: dict[str, str], n_ranked: int):
     handles = [Line2D([], [], color=_colour(b, k), marker=BASE_MARKERS[b], label=f"{b} RM")
                for k, b in enumerate(["Gemma", "Llama"])]
     handles += [Line2D([], [], color="grey", ls="-", label="UltraFeedback subsets (BT)"),
-                Line2D([], [], color="grey", ls="--", marker="o", label="Skywork (BT)"),
+                Line2D([], [], color="grey", ls="", marker="o", label="Skywork (BT), one run"),
                 Line2D([], [], color="grey", ls="", marker="*", ms=10,
                        label="GRM (UltraFeedback + Skywork), one checkpoint")]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=9, frameon=False)
