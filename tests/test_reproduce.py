@@ -55,7 +55,7 @@ def test_reproduce_planted(tmp_path):
     assert rho.min()["org/m1"] == pytest.approx(1.0)  # per prompt: m1 is the human order
     assert rho.max()["org/m2"] == pytest.approx(-1.0)
     md, page = (out / "index.md").read_text(), (out / "index.html").read_text()
-    assert "A-figA5_kendall.png" in md and "<img src='A-figA5_kendall.png'" in page
+    assert "A-figA5_kendall_GE.png" in md and "<img src='A-figA5_kendall_GE.png'" in page
     # figures scale to their column (a fixed 880 px image overflowed a narrower page)
     assert ".i img{max-width:100%;height:auto}" in page and ".i{flex:1 1 0;min-width:0}" in page
     with pytest.raises(UserError, match="already exists"):

@@ -15,6 +15,7 @@ join difference on the lexicons alone.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +26,8 @@ from .eloeverything import load_eloeverything
 from .human import human_comparison
 from .lexicons import load_afinn, load_bnc_rows, load_frequencies
 from .metadata import load_model_metadata
-from .paper_plots import heatmap_grid, pvalue_heatmap, rank_gap_bars
-from .plots import Styles, heatmap, human_bars, new_figure, to_png
+from .paper_plots import heatmap_grid, pvalue_heatmap, rank_gap_bars, tau_heatmap
+from .plots import Styles, rank_trajectories, to_png
 from .prompt_agreement import prompt_agreement
 
 GE = "What one single thing, person, or concept is the greatest ever?"
@@ -140,9 +141,11 @@ def _rank_gaps(res: dict, prompts: list[str], out_dir: Path) -> dict:
     rows = pd.concat([r.differences.assign(method=m) for m, r in res.items()],
                      ignore_index=True)
     files = [_write(out_dir, "A-fig5b-a7_rank_gaps.csv", rows)]
+    n_items = int(res["paper"].ranks.groupby("prompt").size().max())
     files.append(_write(out_dir, "A-fig5b-a7_rank_gaps.png", rank_gap_bars(
-        res["paper"].differences, prompts, "Model rank − human rank (method='paper': median "
-        "of the 11 ranks incl. human)")))
+        res["paper"].differences, prompts, "Paper A Fig. 5B / A7: the ten items humans rank "
+        "most above the reward models, and the ten most below (model rank: median of the 11 "
+        "ranks incl. human, the paper's method)", n_items)))
     parts, ok = [], True
     for p in prompts:
         ov = {m: _overlaps(r.differences, p) for m, r in res.items()}
@@ -168,11 +171,21 @@ def _short(prompt: str) -> str:
     return {GE: "GE", HP: "HP", GW: "GW"}.get(prompt, prompt[:24])
 
 
+def _tag(prompt: str) -> str:
+    """A prompt's short name as a file-name part (letters, digits, _)."""
+    return re.sub(r"[^0-9A-Za-z]+", "_", _short(prompt)).strip("_") or "prompt"
+
+
 # ---------------------------------------------------------------- Fig. 5C Spearman table
 def _spearman(res, styles: Styles, out_dir: Path) -> dict:
     corr = res.correlations.assign(nickname=lambda d: d["model"].map(styles.label))
-    files = [_write(out_dir, "A-fig5c_spearman.csv", corr),
-             _write(out_dir, "A-fig5c_spearman.png", human_bars(res.correlations, styles))]
+    files = [_write(out_dir, "A-fig5c_spearman.csv", corr)]
+    for p in pd.unique(res.trajectories["prompt"]):
+        fig = rank_trajectories(res.trajectories, res.correlations, styles, p)
+        ax = fig.axes[0]  # the figure's own title line would run into its key: head the axes' title
+        ax.set_title("Paper A Fig. 5C: human and reward-model ranks of the same items (x labels: "
+                     "each model's Spearman ρ with human Elo)\n" + ax.get_title(), fontsize=10)
+        files.append(_write(out_dir, f"A-fig5c_rank_trajectories_{_tag(p)}.png", fig))
     ge = corr[corr["prompt"] == GE]["spearman_rho"]
     if ge.empty:
         return _finding("A-fig5c", "Spearman rho of each model with human Elo (Fig. 5C)",
@@ -218,17 +231,19 @@ def _human_model_tau(data, prompts, styles: Styles, out_dir: Path) -> tuple[dict
     st.label.update(styles.label)
     st.order = [HUMAN] + styles.order
     files = [_write(out_dir, "A-figA5_kendall.csv", pairs)]
-    fig = new_figure(11.0, 3.9 * len(prompts))
-    axes = fig.subplots(len(prompts), 1, squeeze=False)[:, 0]
+    colours = {st.label[m]: styles.color[m] for m in styles.order}
+    n_items = pairs.groupby("prompt")["n"].first().to_dict()
     worst, n = 0.0, 0
-    for ax, p in zip(axes, prompts):
-        mat = mats[p][0]
-        heatmap(mat, st, p, vmin=0.0, vmax=1.0, cmap="viridis", ax=ax)
-        got = [mat.loc[HUMAN, m] for m in _by_nickname(styles)]
+    for k, p in enumerate(prompts):
+        mat = mats[p][0].loc[st.order, st.order].rename(index=st.label, columns=st.label)
+        files.append(_write(out_dir, f"A-figA5_kendall_{_tag(p)}.png", tau_heatmap(
+            mat, colours, f"Paper A Fig. A5{'abc'[k] if k < 3 else ''}: Kendall τ-b between "
+            f"human Elo and the reward models' scores of the EloEverything items; prompt: {p}",
+            int(n_items[p]))))
+        got = [mats[p][0].loc[HUMAN, m] for m in _by_nickname(styles)]
         if p in PAPER_A5_HUMAN and len(got) == len(PAPER_MODELS):
             worst = max(worst, float(np.max(np.abs(np.array(got) - PAPER_A5_HUMAN[p]))))
             n += len(got)
-    files.append(_write(out_dir, "A-figA5_kendall.png", fig))
     ok = n > 0 and worst <= ROUNDING
     a5 = _finding("A-figA5", "Kendall tau among human Elo and the ten models (Fig. A5)",
                   "Fig. A5: tau of the models with human Elo is low: 0.20–0.38 (GE), 0.10–0.30 "
@@ -241,7 +256,9 @@ def _human_model_tau(data, prompts, styles: Styles, out_dir: Path) -> tuple[dict
     n_sig = {k: int((v["kendall_p"] < 0.001).sum()) for k, v in
              (("human", human), ("model", pairs.drop(human.index)))}
     pfiles = [_write(out_dir, "A-pvalues_kendall.png", pvalue_heatmap(
-        p_mat.rename(index=st.label, columns=st.label), f"Kendall p-values, {prompts[0]}"))]
+        p_mat.rename(index=st.label, columns=st.label), "Significance of the Kendall τ-b "
+        f"between every two raters (human Elo and the models); prompt: {prompts[0]}",
+        int(n_items[prompts[0]])))]
     pv = _finding("A-pvalues", "Significance of the Kendall taus (p-value heatmap)",
                   "(the authors' code draws p-value heatmaps; no statement in the paper)", None,
                   f"{n_sig['human']} of {len(human)} human–model pairs and {n_sig['model']} of "
@@ -265,7 +282,8 @@ def _prompt_tau(data, styles: Styles, out_dir: Path) -> dict:
     mats = {styles.label[m]: res.matrix(m).rename(index=short, columns=short)
             for m in styles.order if m in set(res.pairs["model"])}
     files.append(_write(out_dir, "A-figA6_prompt_kendall.png", heatmap_grid(
-        mats, "Kendall tau between prompts within each model")))
+        mats, "Paper A Fig. A6: Kendall τ-b between the prompts' rankings of the items, within each "
+        "model. " + "; ".join(f"{short[p]}: {p}" for p in (GE, HP, GW)), ncols=5)))
     worst, n = 0.0, 0
     for nick, vals in PAPER_A6.items():
         if nick in mats and {"GE", "HP", "GW"} <= set(mats[nick].index):

@@ -31,7 +31,8 @@ from .categories import categories, diff_column
 from .mixed_model import paper_mixed
 from .iclr2026 import load_big2_rewards, load_checkpoint_ranks, load_published_scores
 from .permutation import MKINFER_R
-from .trajectory import trajectory, write_trajectory
+from .paper_b_plots import fig1_figure, fig4a_figure, fig4b_figure
+from .trajectory import trajectory
 
 CLAIM_FIG1 = ("Llama-based RMs rank Agency words higher and Gemma-based RMs Communion words "
               "(a 'robust preference of Llama RMs for agency and ... of Gemma RMs for communion'; "
@@ -74,45 +75,9 @@ def r_avg_ranks(summaries: pd.DataFrame) -> pd.DataFrame:
                            if c.name == "prompt_framing" else c).reset_index(drop=True)
 
 
-def _fig1_png(med: pd.DataFrame, path: Path, n_words: int | None = None) -> None:
-    from matplotlib.lines import Line2D
+def _write_png(fig, path: Path) -> None:
+    from .plots import to_png
 
-    from .plots import new_figure, to_png
-
-    colours = {"Gemma": "#DB4437", "Llama": "#0064E0"}
-    cats = sorted(med["category"].unique())
-    groups = sorted(med["group"].unique())
-    fig = new_figure(max(6.0, 2.4 * len(cats)), 6.6)
-    axes = fig.subplots(2, len(cats), squeeze=False)
-    for i, fr in enumerate(["positive", "negative"]):
-        for j, cat in enumerate(cats):
-            ax = axes[i, j]
-            sub = med[(med["framing"] == fr) & (med["category"] == cat)]
-            for x, base in enumerate(groups):
-                colour = colours.get(base, f"C{x}")
-                vals = sub.loc[sub["group"] == base, "median_rank"].to_numpy()
-                jitter = np.random.default_rng(0).uniform(-0.15, 0.15, len(vals))
-                ax.scatter(x + jitter, vals, s=4, alpha=0.25, color=colour)
-                per_model = sub[sub["group"] == base].groupby("model")["median_rank"].mean()
-                ax.scatter(np.full(len(per_model), x + 0.3), per_model, s=18, marker="o",
-                           facecolors="none", edgecolors=colour)
-                if len(vals):
-                    ax.errorbar(x, vals.mean(), yerr=vals.std(ddof=1) / np.sqrt(len(vals))
-                                if len(vals) > 1 else 0, fmt="D", color="black", ms=4)
-            ax.set_xticks(range(len(groups)), groups)
-            ax.invert_yaxis()
-            ax.set_title(f"{cat}, {fr}", fontsize=9)
-            if j == 0:
-                ax.set_ylabel("median rank (1 = best" + (f" of {n_words:,})" if n_words else ")"))
-    handles = [
-        Line2D([], [], ls="", marker="o", ms=3, color="grey", alpha=0.5,
-               label="one model × prompt: median rank of the category's words"),
-        Line2D([], [], ls="", marker="o", ms=6, mfc="none", mec="grey",
-               label="one model: mean over prompts of those medians"),
-        Line2D([], [], ls="", marker="D", ms=5, color="black",
-               label="group: mean of the model × prompt medians ± SE (the paper's test statistic)"),
-    ]
-    fig.legend(handles=handles, loc="outside lower center", fontsize=7, ncol=1, frameon=False)
     atomic_write(path, lambda tmp, b=to_png(fig): Path(tmp).write_bytes(b))
 
 
@@ -180,7 +145,8 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
     med = paper.medians
     n_words = int(paper.words.groupby(["model", "prompt"]).size().max())
     files, mixed, mixed_failed, slope, slope_failed = _fig1_tables(out, tag, paper, ours)
-    _fig1_png(med, out / f"{tag}.png", n_words)
+    _write_png(fig1_figure(med, paper.permutation, fig_id=fig, dictionary=label,
+                           n_words=n_words), out / f"{tag}.png")
     big_two = set(med["category"]) == {"Agency", "Communion"}
     n_models = med.groupby("group")["model"].nunique().to_dict()
     rows_per = med.groupby(["framing", "category", "group"]).size()
@@ -355,7 +321,11 @@ def _fig4(data_dir: Path, out: Path) -> list[dict]:
     table = load_checkpoint_ranks(data_dir, ledger=ledger)
     same = table.drop_duplicates("run").set_index("run")["same_as"].dropna().to_dict()
     res = trajectory(table.drop(columns=["same_as", "file_data_size", "file_data_source"]))
-    files = write_trajectory(res, out, prefix="B_fig4_", n_ranked=FIG4_N_RANKED)
+    files = []
+    for name, t in res.tables().items():
+        if len(t):
+            write_csv(out / f"B_fig4_{name}.csv", t)
+            files.append(f"B_fig4_{name}.csv")
     shape = fig4_shape(res.categories)
     shape["same_as"] = shape["run"].map(same)
     write_csv(out / "B_fig4_shape.csv", shape)
@@ -363,6 +333,11 @@ def _fig4(data_dir: Path, out: Path) -> list[dict]:
     sky = shape[shape["run"] == "sky_80k"]
     final = shape.sort_values("step").groupby("run", as_index=False).last()
     final = final.sort_values(["method", "data_size", "run"])
+    if len(sky):
+        _write_png(fig4a_figure(res.categories, "sky_80k", "Skywork preferences, 77k pairs, "
+                                "run sky_80k", FIG4_N_RANKED), out / "B_fig4a.png")
+        files.insert(0, "B_fig4a.png")
+    _write_png(fig4b_figure(final, same, FIG4_N_RANKED), out / "B_fig4b.png")
     distinct = final[final["same_as"].isna()]
     fails = distinct[~distinct["holds"]]
     own = table.drop_duplicates("run").set_index("run")
@@ -399,7 +374,7 @@ def _fig4(data_dir: Path, out: Path) -> list[dict]:
                      + (f"; identical files counted once: {dup}" if dup else "") + "); fails for "
                      f"{', '.join(fails['run']) or 'none'}. {per_run}. Median rank of "
                      f"{FIG4_N_RANKED:,} words. Notes: " + " ".join(ledger.notes)),
-         "files": ["B_fig4_shape.csv", "B_fig4_categories.csv", "B_fig4_categories.png"]},
+         "files": ["B_fig4b.png", "B_fig4_shape.csv", "B_fig4_categories.csv"]},
     ]
 
 
@@ -423,7 +398,8 @@ def reproduce_paper_b(data_dir: Path, out_dir: Path, *, allow_skipped: bool = Fa
     >>> import tempfile  # doctest: +SKIP
     >>> f = reproduce_paper_b(Path("../shared/data/iclr2026"), Path(tempfile.mkdtemp()))  # doctest: +SKIP
     >>> [x["id"] for x in f]  # doctest: +SKIP
-    ['B-fig1', 'B-fig1-rmfast', 'B-fig1-lmm', 'B-fig1-summaries', 'B-fig1-units', 'B-fig1b', 'B-fig4a', 'B-fig4b']
+    ['B-fig1', 'B-fig1-rmfast', 'B-fig1-lmm', 'B-fig1-summaries', 'B-fig1-units', 'B-fig1b',
+     'B-fig1b-rmfast', 'B-fig1b-lmm', 'B-fig1b-summaries', 'B-fig4a', 'B-fig4b']
     """
     data_dir, out = Path(data_dir), Path(out_dir)
     if (data_dir / "iclr2026").is_dir():

@@ -499,7 +499,8 @@ def rank_trajectories(traj: pd.DataFrame, corr: pd.DataFrame, styles: Styles, pr
     raters = ["human"] + ms
     fig = new_figure(max(8.0, 0.85 * len(raters) + 4.5), 6.0)
     ax = fig.subplots()
-    cmaps = {"human top": "Blues", "human bottom": "Reds", "model #1": "Greens"}
+    # colour-blind-safe hues: blue / orange / purple ramps (no red-green pair)
+    cmaps = {"human top": "Blues", "human bottom": "Oranges", "model #1": "Purples"}
     for group, cmap_name in cmaps.items():
         items = list(dict.fromkeys(sub.loc[sub["group"] == group, "text"]))
         cmap = matplotlib.colormaps[cmap_name]
@@ -521,8 +522,8 @@ def rank_trajectories(traj: pd.DataFrame, corr: pd.DataFrame, styles: Styles, pr
         f"{styles.label[m]}\nρ={rho.get(m, np.nan):.2f}" for m in ms], rotation=40,
         ha="right", fontsize=8)
     ax.set_ylabel("rank (1 = best, log scale)")
-    ax.set_title(wrap(prompt, 90) + "\nblue: human top 5 · red: human bottom 5 · "
-                 "green: items some model ranks #1", fontsize=10)
+    ax.set_title(wrap(prompt, 90) + "\nblue: human top 5 · orange: human bottom 5 · "
+                 "purple: items some model ranks #1", fontsize=10)
     ax.grid(alpha=0.3, which="both", axis="y")
     fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="outside right upper",
                title="item (#human rank)", title_fontsize=8)

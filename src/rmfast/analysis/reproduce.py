@@ -196,8 +196,9 @@ def index_html(findings: list[dict], data_dir: Path, papers=PAPERS) -> str:
         links = " ".join(f"<a href='{e(n)}'>{e(n)}</a>" for n in f["files"] if not n.endswith(".png"))
         parts.append(f"<div class='f' id='{e(f['id'])}'><div class='t'><h3>{e(f['id'])}: "
                      f"{e(f['title'])}</h3><p><b>Paper:</b> {e(f['paper_claim'])}</p>"
-                     f"<p><b style='color:{color.get(f['holds'], '#555')}'>{e(v)}</b>: "
-                     f"{e(f['summary'])}</p><p>{links}</p></div><div class='i'>{imgs}</div></div>")
+                     + (f"<p><b style='color:{color[f['holds']]}'>{e(v)}</b>: " if f["holds"]
+                        in color else "<p>")  # no verdict: the summary alone, no "—:"
+                     + f"{e(f['summary'])}</p><p>{links}</p></div><div class='i'>{imgs}</div></div>")
     parts.append("<h2 id='not-reproducible'>What the published data does not allow</h2>"
                  "<table class='s'><tr><th>paper</th><th>figure</th><th>why</th></tr>")
     parts += [f"<tr><td>{e(p)}</td><td>{e(fig)}</td><td>{e(why)}</td></tr>"
