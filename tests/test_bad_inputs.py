@@ -259,6 +259,11 @@ CASES = [
     *[pytest.param(lambda o, a=a: ["gcg", "{rm}", *a, "--out", o / "g.json"], id=f"gcg{'-'.join(a)}")
       for a in (("--steps", "-1"), ("--length", "0"), ("--search-width", "x"), ("--eval-batch-size", "lots"),
                 ("--seed", "-2"))],
+    *[pytest.param(lambda o, v=v: ["gcg", "{rm}", "--distance-penalty", v, "--steps", "1", "--out", o / "g.json",
+                                   "--no-plot", "--no-progress"], id=f"gcg--distance-penalty-{v}")
+      for v in ("nan", "inf", "-1")],
+    pytest.param(lambda o: ["bench", "--random-init", "S-Lla-1B-V2", "--layers", "999", "--out", o, "--no-peak",
+                            "--no-plot"], id="bench-random-init-layers-over-the-model"),
     pytest.param(lambda o: ["logprobs", "{lm}", "--top", "-3", "--out", o / "l.parquet"], id="logprobs--top--3"),
     pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--top", "x", "--out", o / "i.parquet"],
                  id="implicit--top-x"),

@@ -395,3 +395,17 @@ def test_a_hand_edited_manifest_is_one_line(edit, says, tmp_path):
     (folder / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(UserError, match=says):
         open_states(folder)
+
+
+def test_analyze_lens_keeps_an_existing_figure_without_overwrite(tiny_dir, tmp_path, capsys):
+    """--out lens.csv writes lens.png beside it: an existing lens.png is replaced only with --overwrite."""
+    rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--lens")
+    assert rc == 0, se
+    (tmp_path / "lens.png").write_bytes(b"mine")
+    argv = ["analyze", "lens", tmp_path / "s.parquet", "--out", tmp_path / "lens.csv"]
+    rc, _, se = run(argv, capsys)
+    assert one_line_error(rc, se) and "lens.png already exists" in se, se
+    assert (tmp_path / "lens.png").read_bytes() == b"mine" and not (tmp_path / "lens.csv").exists()
+    rc, _, se = run(argv + ["--overwrite"], capsys)
+    assert rc == 0, se
+    assert (tmp_path / "lens.png").read_bytes()[:4] == b"\x89PNG"

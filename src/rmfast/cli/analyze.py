@@ -367,6 +367,11 @@ def _run_lens(args) -> int:
 
     if len(args.inputs or []) != 1:
         raise UserError(f"lens reads one scan written with --lens; got {len(args.inputs or [])} inputs")
+    if args.out:  # the figure beside --out follows the output rule too (io.check_output): no silent replace
+        if Path(args.out).suffix.lower() == ".png":
+            raise UserError(f"--out {args.out}: the lens table is CSV, and its figure goes beside it as .png; "
+                            "give a .csv path")
+        check_output(Path(args.out).with_suffix(".png"), args.overwrite)
     path = Path(args.inputs[0])
     if not path.is_file():
         raise UserError(f"{path}: no such scan file")
