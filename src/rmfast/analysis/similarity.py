@@ -66,6 +66,7 @@ Example:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -81,6 +82,9 @@ JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
 #: the note on small n: plain RV/CKA's chance level (rv_null_mean) at or above this
 NULL_NOTE = 0.05
+#: at most this many bootstrap replicates, and as many permutations (p-values down to ~1e-4): each one
+#: is another pass over every shared candidate's states
+MAX_REPLICATES = 10_000
 
 
 # ---------------------------------------------------------------- n × n definitions (tests)
@@ -509,9 +513,55 @@ def _as_set(x) -> StatesSet:
     return x if isinstance(x, StatesSet) else open_states(x)
 
 
+def _check_replicates(bootstrap: int, permutations: int, one_pass) -> None:
+    """Refuse more than :data:`MAX_REPLICATES` of either, in one line with the time they would take here:
+    ``one_pass()`` runs (and times) one pass, the cost of each replicate."""
+    if bootstrap <= MAX_REPLICATES and permutations <= MAX_REPLICATES:
+        return
+    t0 = time.perf_counter()
+    one_pass()
+    t = time.perf_counter() - t0
+    est = t * (1 + bootstrap + permutations)
+    when = f"{est / 3600:,.0f} hours" if est >= 3600 else f"{est:,.0f} s"
+    raise UserError(f"--bootstrap {bootstrap:,} / --permutations {permutations:,}: at most {MAX_REPLICATES:,} each "
+                    f"(p-values down to {1 / (1 + MAX_REPLICATES):.0e}); each replicate is a pass over the states, "
+                    f"{t:.3g} s here, so these would take about {when}")
+
+
+def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_rows, max_bytes, shifts,
+                progress) -> dict:
+    """variant -> {(layer_a, layer_b): measures} for the observed pairs, every bootstrap replicate and every
+    permutation, streamed in batches of variants that fit ``max_bytes`` (after :func:`_check_replicates`)."""
+    p, q = a.hidden_size, b.hidden_size
+    tiles = list(_tiles(la, lb, p, q, max_bytes))
+    # a constant layer (layer 0 of a token scan: one template token in every row) or NaN/inf states give
+    # 0/0 or inf - inf: their measures are NaN, said once in a note below (no numpy warning per product)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        _check_replicates(bootstrap, permutations, lambda: [_variant_values(
+            a, b, ra, rb, ta, tb, ["obs"], seed=seed, chunk_rows=chunk_rows, shifts=shifts) for ta, tb in tiles])
+        variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
+        values: dict = {}
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(variants) * len(tiles), unit="pass", desc="similarity", disable=not progress,
+                   mininterval=1.0, dynamic_ncols=True)
+        for ta, tb in tiles:
+            per = max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))
+            for i in range(0, len(variants), per):
+                batch = variants[i:i + per]
+                if any(v != "obs" and v[0] == "perm" for v in batch) and "obs" not in batch:
+                    batch = ["obs"] + batch  # perms reuse the observed sides: recompute them with the batch
+                got = _variant_values(a, b, ra, rb, ta, tb, batch, seed=seed, chunk_rows=chunk_rows, shifts=shifts)
+                for v, d in got.items():
+                    values.setdefault(v, {}).update(d)
+                bar.update(len(variants[i:i + per]))
+        bar.close()
+    return values
+
+
 def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permutations: int = 49,
                seed: int = 0, level: float = 0.95, join: str = "auto", chunk_rows: int = 4096,
-               max_bytes: int = 1 << 30, max_rows: int | None = None) -> SimilarityResult:
+               max_bytes: int = 1 << 30, max_rows: int | None = None, progress: bool = False) -> SimilarityResult:
     """Layer × layer CKA, debiased CKA, RV and RV2 of two state sets (paths or :class:`StatesSet`).
 
     Compute: (1 + bootstrap + permutations) streaming passes' worth of products, each
@@ -519,6 +569,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
     layer pair's O(p² + q² + pq), whatever n is). Same seed, same intervals and p-values.
     ``max_rows``: compute on at most this many of the shared candidates, a seeded random sample
     (``default_rng([seed, 2])``, kept in A's order; a note says so), e.g. for a quick look.
+    ``bootstrap`` and ``permutations``: at most :data:`MAX_REPLICATES` each (more is refused with the
+    time they would take, measured on one pass). ``progress``: a bar over the passes.
 
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp())
@@ -549,20 +601,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
         ra, rb, n = ra[keep], rb[keep], max_rows
     p, q = a.hidden_size, b.hidden_size
     shifts = (_shifts(a, la, ra), _shifts(b, lb, rb))
-    variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
-    values: dict = {}
-    # a constant layer (layer 0 of a token scan: one template token in every row) or NaN/inf states give
-    # 0/0 or inf - inf: their measures are NaN, said once in a note below (no numpy warning per product)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        for ta, tb in _tiles(la, lb, p, q, max_bytes):
-            per = max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))
-            for i in range(0, len(variants), per):
-                batch = variants[i:i + per]
-                if any(v != "obs" and v[0] == "perm" for v in batch) and "obs" not in batch:
-                    batch = ["obs"] + batch  # perms reuse the observed sides: recompute them with the batch
-                got = _variant_values(a, b, ra, rb, ta, tb, batch, seed=seed, chunk_rows=chunk_rows, shifts=shifts)
-                for v, d in got.items():
-                    values.setdefault(v, {}).update(d)
+    values = _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, seed=seed, chunk_rows=chunk_rows,
+                         max_bytes=max_bytes, shifts=shifts, progress=progress)
     rows = []
     alpha = (1 - level) / 2
     for x in la:

@@ -203,9 +203,9 @@ def register(subparsers) -> None:
     a.add_argument("--layers-a", metavar="L,L", help="similarity: layers of A (default all)")
     a.add_argument("--layers-b", metavar="L,L", help="similarity: layers of B (default all)")
     a.add_argument("--bootstrap", type=nonneg_int, default=50,
-                   help="similarity: bootstrap replicates for the intervals (default 50; each costs one pass)")
+                   help="similarity: bootstrap replicates for the intervals (default 50, at most 10,000; each costs one pass)")
     a.add_argument("--permutations", type=nonneg_int, default=49,
-                   help="similarity: permutations for the p-values (default 49; each costs one pass)")
+                   help="similarity: permutations for the p-values (default 49, at most 10,000; each costs one pass)")
     a.set_defaults(func=run_analyze)
 
     r = subparsers.add_parser("report", help="write one self-contained HTML report",
@@ -331,7 +331,7 @@ def _run_similarity(args) -> int:
     if len(inputs) == 2:
         res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
                          bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
-                         join=args.join or "auto")
+                         join=args.join or "auto", progress=args.bootstrap + args.permutations > 0)
     else:  # three or more: the models × models matrix at one layer, and its RSA with --metadata
         layer = args.layers_a or "last"
         if "," in layer or args.layers_b:
