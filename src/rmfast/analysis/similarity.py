@@ -300,7 +300,13 @@ class Alignment:
 
 
 def _tokenizers_agree(sets: Sequence[StatesSet]) -> bool:
-    tok = [(s.manifest.get("scan") or {}).get("tokenizer") for s in sets]
+    """Do the sets' token ids mean the same strings? Their vocabularies' content hashes (``vocab_sha256``)
+    where every set records one (two folders with one vocabulary agree), else the tokenizers' names."""
+    scans = [s.manifest.get("scan") if isinstance(s.manifest.get("scan"), dict) else {} for s in sets]
+    hashes = [sc.get("vocab_sha256") for sc in scans]
+    if all(hashes):
+        return len(set(hashes)) == 1
+    tok = [sc.get("tokenizer") for sc in scans]
     known = [t for t in tok if t is not None]
     return len(known) == len(tok) and len(set(map(str, known))) == 1 if known else True
 
@@ -308,8 +314,8 @@ def _tokenizers_agree(sets: Sequence[StatesSet]) -> bool:
 def align(sets: Sequence[StatesSet], join: str = "auto", names: Sequence[str] | None = None) -> Alignment:
     """Match rows across state sets: by token id (one tokenizer) or by decoded text.
 
-    ``auto``: token id when every set is keyed by token id and the scans' ``tokenizer``
-    fields (where given) agree, else text. Within each set every key that occurs more
+    ``auto``: token id when every set is keyed by token id and the scans' vocabularies agree
+    (their ``vocab_sha256``, else the ``tokenizer`` names where given), else text. Within each set every key that occurs more
     than once is dropped, all copies (the papers' de-duplication rule, as
     :func:`~rmfast.analysis.shared_vocab.dedupe_text`); the id join also requires the
     decoded strings to match when both scans give them (rmfast's id rule). Order: the
