@@ -238,6 +238,9 @@ CASES = [
                             "--no-progress"], id="scan-out-folder-cannot-be-made"),
     pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--out", f"{o}/sub/", "--no-progress"],
                  id="scan-out-ends-with-a-slash"),
+    # a prompt that is not UTF-8 (a lone surrogate, as Python decodes such argv bytes): named as bad text
+    pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--prompt", "caf\udce9?", "--out", o / "s.parquet",
+                            "--no-progress"], id="scan-prompt-not-utf8"),
     # options: unknown, not a number, or out of range
     pytest.param(lambda o: ["frobnicate", "--out", o / "x"], id="unknown-command"),
     pytest.param(lambda o: ["scan", "{rm}", "--bogus", "--out", o / "s.parquet"], id="scan-unknown-option"),
@@ -299,6 +302,8 @@ def test_bad_input_is_one_line(make_argv, fx, tmp_path, capsys, monkeypatch):
     assert lines[0].startswith("rmfast: error: "), err
     assert list(out.iterdir()) == [], "something was written for a refused input"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    if "caf\udce9?" in argv:
+        assert "not valid text: a lone surrogate U+DCE9" in lines[0], lines[0]
     if LONG_PROMPT in argv:  # both lengths named
         assert f"{CTX} positions" in lines[0] and "tokens" in lines[0], lines[0]
 
