@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -116,6 +117,10 @@ def renderer(tokenizer, prompt: str, template: str | None, system: str | None, h
             raise UserError("--template plain format needs a {prompt} placeholder, e.g. 'User: {prompt}\\nAssistant: {response}'")
         if system is not None and "{system}" not in template:
             raise UserError("--system given but the plain --template has no {system} placeholder; add one or drop --system")
+        unknown = sorted(set(re.findall(r"\{(\w+)\}", template)) - {"system", "prompt", "response"})
+        if unknown:  # a typo such as {promt} would be scored as literal text
+            raise UserError(f"--template has the placeholder {{{unknown[0]}}}, which a plain format does not fill: it "
+                            "knows {system}, {prompt} and {response}")
 
         def render_plain(response: str) -> list[int]:
             text = template.replace("{system}", system or "").replace("{prompt}", prompt).replace("{response}", response)
