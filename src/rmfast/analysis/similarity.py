@@ -66,7 +66,6 @@ Example:
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -76,15 +75,12 @@ import pandas as pd
 from ..errors import UserError
 from ..states import StatesSet, open_states
 from .results import Result
+from .similarity_guards import MEASURES, check_replicates, undefined_note
 
-MEASURES = ("cka", "cka_debiased", "rv", "rv2")
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
 #: the note on small n: plain RV/CKA's chance level (rv_null_mean) at or above this
 NULL_NOTE = 0.05
-#: at most this many bootstrap replicates, and as many permutations (p-values down to ~1e-4): each one
-#: is another pass over every shared candidate's states
-MAX_REPLICATES = 10_000
 
 
 # ---------------------------------------------------------------- n × n definitions (tests)
@@ -494,44 +490,8 @@ def _layers(s: StatesSet, layers) -> list[str]:
     return list(dict.fromkeys(layers))
 
 
-def _undefined_note(pairs: pd.DataFrame, a: StatesSet, b: StatesSet, la, lb) -> str | None:
-    """A note naming the layers whose measures are undefined (NaN): constant across candidates (layer 0
-    of a token scan), or holding NaN/inf states (counted in the states manifest, e.g. a float16 overflow).
-    A layer is named when its pairs with every layer of the other side that has some defined pair are NaN."""
-    ok = pd.Series(np.isfinite(pairs[list(MEASURES)].to_numpy(dtype=float)).all(axis=1), index=pairs.index)
-    if ok.all():
-        return None
-    good = {"a": set(pairs.loc[ok, "layer_a"]), "b": set(pairs.loc[ok, "layer_b"])}  # layers with a defined pair
-    why = []
-    for side, other, s, layers in (("a", "b", a, la), ("b", "a", b, lb)):
-        counts = s.manifest.get("n_nonfinite") if isinstance(s.manifest.get("n_nonfinite"), dict) else {}
-        for l in layers:
-            n_bad = counts.get(l) if isinstance(counts.get(l), int) else 0
-            vs = pairs[(pairs[f"layer_{side}"] == l) & pairs[f"layer_{other}"].isin(good[other])]
-            if n_bad or (len(vs) and not ok[vs.index].any()):
-                why.append(f"{side.upper()} {l} ({f'{n_bad:,} NaN/inf values' if n_bad else 'constant across candidates'})")
-    return (f"{int((~ok).sum())} of {len(pairs)} layer pairs have undefined measures (NaN): "
-            + (", ".join(why) if why else "every pair holds a layer that is constant or has NaN/inf values")
-            + "; leave those layers out")
-
-
 def _as_set(x) -> StatesSet:
     return x if isinstance(x, StatesSet) else open_states(x)
-
-
-def _check_replicates(bootstrap: int, permutations: int, one_pass) -> None:
-    """Refuse more than :data:`MAX_REPLICATES` of either, in one line with the time they would take here:
-    ``one_pass()`` runs (and times) one pass, the cost of each replicate."""
-    if bootstrap <= MAX_REPLICATES and permutations <= MAX_REPLICATES:
-        return
-    t0 = time.perf_counter()
-    one_pass()
-    t = time.perf_counter() - t0
-    est = t * (1 + bootstrap + permutations)
-    when = f"{est / 3600:,.0f} hours" if est >= 3600 else f"{est:,.0f} s"
-    raise UserError(f"--bootstrap {bootstrap:,} / --permutations {permutations:,}: at most {MAX_REPLICATES:,} each "
-                    f"(p-values down to {1 / (1 + MAX_REPLICATES):.0e}); each replicate is a pass over the states, "
-                    f"{t:.3g} s here, so these would take about {when}")
 
 
 def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_rows, max_bytes, shifts,
@@ -543,7 +503,7 @@ def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_ro
     # a constant layer (layer 0 of a token scan: one template token in every row) or NaN/inf states give
     # 0/0 or inf - inf: their measures are NaN, said once in a note below (no numpy warning per product)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        _check_replicates(bootstrap, permutations, lambda: [_variant_values(
+        check_replicates(bootstrap, permutations, lambda: [_variant_values(
             a, b, ra, rb, ta, tb, ["obs"], seed=seed, chunk_rows=chunk_rows, shifts=shifts) for ta, tb in tiles])
         variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
         values: dict = {}
@@ -575,7 +535,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
     layer pair's O(p² + q² + pq), whatever n is). Same seed, same intervals and p-values.
     ``max_rows``: compute on at most this many of the shared candidates, a seeded random sample
     (``default_rng([seed, 2])``, kept in A's order; a note says so), e.g. for a quick look.
-    ``bootstrap`` and ``permutations``: at most :data:`MAX_REPLICATES` each (more is refused with the
+    ``bootstrap`` and ``permutations``: at most :data:`rmfast.analysis.similarity_guards.MAX_REPLICATES` each (more is refused with the
     time they would take, measured on one pass). ``progress``: a bar over the passes.
 
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
@@ -634,7 +594,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
     if n < shared:
         res.notes.append(f"measured on {n:,} of the {shared:,} shared candidates: a random sample (seed {seed}, "
                          "max_rows)")
-    undefined = _undefined_note(pairs, a, b, la, lb)
+    undefined = undefined_note(pairs, a, b, la, lb)
     if undefined:
         res.notes.append(undefined)
     null = pairs["rv_null_mean"].where(np.isfinite(pairs["rv_null_mean"]))
