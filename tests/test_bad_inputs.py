@@ -238,6 +238,9 @@ CASES = [
                             "--no-progress"], id="scan-out-folder-cannot-be-made"),
     pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--out", f"{o}/sub/", "--no-progress"],
                  id="scan-out-ends-with-a-slash"),
+    # a prompt that is not UTF-8 (a lone surrogate, as Python decodes such argv bytes): named as bad text
+    pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--prompt", "caf\udce9?", "--out", o / "s.parquet",
+                            "--no-progress"], id="scan-prompt-not-utf8"),
     # options: unknown, not a number, or out of range
     pytest.param(lambda o: ["frobnicate", "--out", o / "x"], id="unknown-command"),
     pytest.param(lambda o: ["scan", "{rm}", "--bogus", "--out", o / "s.parquet"], id="scan-unknown-option"),
@@ -259,6 +262,11 @@ CASES = [
     *[pytest.param(lambda o, a=a: ["gcg", "{rm}", *a, "--out", o / "g.json"], id=f"gcg{'-'.join(a)}")
       for a in (("--steps", "-1"), ("--length", "0"), ("--search-width", "x"), ("--eval-batch-size", "lots"),
                 ("--seed", "-2"))],
+    *[pytest.param(lambda o, v=v: ["gcg", "{rm}", "--distance-penalty", v, "--steps", "1", "--out", o / "g.json",
+                                   "--no-plot", "--no-progress"], id=f"gcg--distance-penalty-{v}")
+      for v in ("nan", "inf", "-1")],
+    pytest.param(lambda o: ["bench", "--random-init", "S-Lla-1B-V2", "--layers", "999", "--out", o, "--no-peak",
+                            "--no-plot"], id="bench-random-init-layers-over-the-model"),
     pytest.param(lambda o: ["logprobs", "{lm}", "--top", "-3", "--out", o / "l.parquet"], id="logprobs--top--3"),
     pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--top", "x", "--out", o / "i.parquet"],
                  id="implicit--top-x"),
@@ -294,6 +302,8 @@ def test_bad_input_is_one_line(make_argv, fx, tmp_path, capsys, monkeypatch):
     assert lines[0].startswith("rmfast: error: "), err
     assert list(out.iterdir()) == [], "something was written for a refused input"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    if "caf\udce9?" in argv:
+        assert "not valid text: a lone surrogate U+DCE9" in lines[0], lines[0]
     if LONG_PROMPT in argv:  # both lengths named
         assert f"{CTX} positions" in lines[0] and "tokens" in lines[0], lines[0]
 

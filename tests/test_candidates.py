@@ -55,7 +55,9 @@ def test_read_tables(tmp_path):
     (tmp_path / "b.tsv").write_text("abandon\t-2\nabandoned\t-2\n")
     assert read_candidates(tmp_path / "b.tsv", 0, header=False).texts == ["abandon", "abandoned"]
     pd.DataFrame({"w": ["x", None, "y"]}).to_parquet(tmp_path / "c.parquet")
-    assert read_candidates(tmp_path / "c.parquet").texts == ["x", "y"]  # one column: no --column needed
+    with pytest.warns(UserWarning, match=r"c.parquet: 1 candidate row\(s\) with no value \(null\) left out \(rows 2;"):
+        c = read_candidates(tmp_path / "c.parquet")  # a null row: left out, and said (issue 35)
+    assert c.texts == ["x", "y"] and c.source["n_null"] == 1  # one column: no --column needed
 
 
 @pytest.mark.parametrize("case", ["missing", "dir", "empty", "blank", "binary", "latin1", "multi-col", "bad-col",

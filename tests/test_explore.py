@@ -352,3 +352,16 @@ def test_page_in_the_browser(browser, tmp_path):
     assert page.evaluate("[-6, -6.026].map(rmx.fmtScore)") == ["-6.000", "-6.026"]
     page.screenshot(path=str(tmp_path / "explorer.png"))
     assert (tmp_path / "explorer.png").stat().st_size > 10_000 and errors == []
+
+
+def test_a_zero_row_scan_is_named_not_left_out_silently(tmp_path, capsys):
+    """A scan with no rows has no column to show: explore says so in a note (it was left out without a word)."""
+    df = _two_tokenizers(80)
+    paths = _write_scans(df, tmp_path)
+    empty = tmp_path / "empty.parquet"
+    write_result(empty, df.drop(columns=["model", "prompt"]).iloc[:0], {"model": {"name": "org/rm-c"}, "prompt": "Best?"})
+    out = tmp_path / "explorer.html"
+    assert main(["explore", *map(str, paths), str(empty), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "empty.parquet: a scan with no rows (org/rm-c, 'Best?') left out" in err, err
+    assert any("a scan with no rows" in n for n in unpack(out.read_text(encoding="utf-8")).notes)  # on the page too

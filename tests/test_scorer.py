@@ -477,3 +477,13 @@ def test_a_tokenizer_of_another_model_is_one_line(tok):
     with pytest.raises(UserError, match=r"the tokenizer gives id \d+ \(conversation 0\), but the model's embedding has "
                                         r"64 rows: the tokenizer \(49152 ids\) is not this model's"):
         s.score(["What is the greatest thing ever?"], [["Love"]])
+
+
+def test_text_that_is_not_utf8_is_named_as_such(tok, tmp_path, capsys):
+    """A lone surrogate (bytes that were not UTF-8) in a prompt or a response is named as bad text, not as a
+    template that failed to render or a response that merges with the template."""
+    s = RewardScorer(T.tiny("llama", num_labels=1, pad_token_id=2), tok)
+    with pytest.raises(UserError, match=r"response 0 of conversation 0 is not valid text: a lone surrogate U\+D800"):
+        s.score(["hi"], [["x \ud800 y"]])
+    with pytest.raises(UserError, match=r"the prompt is not valid text: a lone surrogate U\+DCFF at character 4"):
+        s.score(["bad \udcff prompt"], [["x"]])

@@ -407,3 +407,16 @@ def test_constant_nan_and_inf_layers_are_undefined_not_a_traceback(tmp_path):
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     panels, _ = similarity_panels({"a": a, "b": b})
     assert len(panels) == 1 and any("undefined" in n for n in panels[0].notes)
+
+
+def test_absurd_replicate_counts_are_refused_with_the_time(tmp_path):
+    """--permutations 1e9 was killed by the kernel after a minute (every replicate listed up front), --bootstrap
+    1e8 ran silently: refused in one line naming the bound and the time one pass takes here."""
+    a, b, _, _ = _write_pair(tmp_path)
+    for opt in ("--permutations", "--bootstrap"):
+        r = _cli(a, b, opt, "1000000000", "--out", tmp_path / "sim.csv")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "at most 10,000 each" in r.stderr and "s here, so these would take about" in r.stderr, r.stderr
+        assert not (tmp_path / "sim.csv").exists()
+    res = similarity(a, b, bootstrap=10_000 // 1000, permutations=3)  # within the bound: computed
+    assert len(res.pairs) and res.permutations == 3

@@ -395,3 +395,41 @@ def test_a_hand_edited_manifest_is_one_line(edit, says, tmp_path):
     (folder / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(UserError, match=says):
         open_states(folder)
+
+
+def test_analyze_lens_keeps_an_existing_figure_without_overwrite(tiny_dir, tmp_path, capsys):
+    """--out lens.csv writes lens.png beside it: an existing lens.png is replaced only with --overwrite."""
+    rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--lens")
+    assert rc == 0, se
+    (tmp_path / "lens.png").write_bytes(b"mine")
+    argv = ["analyze", "lens", tmp_path / "s.parquet", "--out", tmp_path / "lens.csv"]
+    rc, _, se = run(argv, capsys)
+    assert one_line_error(rc, se) and "lens.png already exists" in se, se
+    assert (tmp_path / "lens.png").read_bytes() == b"mine" and not (tmp_path / "lens.csv").exists()
+    rc, _, se = run(argv + ["--overwrite"], capsys)
+    assert rc == 0, se
+    assert (tmp_path / "lens.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_two_folders_with_one_vocabulary_join_on_token_id(tiny_dir, tmp_path, capsys):
+    """A reward model and its base model: two tokenizer folders, one vocabulary. The manifests record the
+    vocabulary's content hash, and the states join compares that (it compared the folders' paths and fell
+    back to decoded text, dropping every candidate whose text occurs twice)."""
+    import shutil
+
+    from rmfast.analysis.similarity import align
+
+    other = tmp_path / "base-model"
+    shutil.copytree(tiny_dir, other)
+    for d, name in ((tiny_dir, "a"), (other, "b")):
+        rc, _, se = _scan(d, tmp_path / f"{name}.parquet", capsys, "--states", "last")
+        assert rc == 0, se
+    a, b = open_states(tmp_path / "a.parquet"), open_states(tmp_path / "b.parquet")
+    assert a.manifest["scan"]["tokenizer"] != b.manifest["scan"]["tokenizer"]
+    al = align([a, b])
+    assert al.join == "id" and al.n == 600, (al.join, al.n)
+    from rmfast.scoring.vocab import vocab_sha256
+    from transformers import AutoTokenizer
+
+    assert a.manifest["scan"]["vocab_sha256"] == vocab_sha256(AutoTokenizer.from_pretrained(tiny_dir))
+    assert json.loads((tmp_path / "a.parquet.json").read_text())["vocab_sha256"] == a.manifest["scan"]["vocab_sha256"]

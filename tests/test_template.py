@@ -45,6 +45,12 @@ def test_plain_format(smol_tokenizer):
     assert tok.decode(list(t2.suffix_ids)) == "\n" and t2.n_continuation == 1
 
 
+def test_plain_format_with_an_unknown_placeholder_is_refused(smol_tokenizer):
+    """{foo} (a typo of {prompt}, say) was scored as literal text: refused, naming it (issue 35)."""
+    with pytest.raises(UserError, match=r"--template has the placeholder \{foo\}, which a plain format does not fill"):
+        build_template(smol_tokenizer, PROMPT, template="{foo} User: {prompt}\nAssistant: {response}")
+
+
 def test_jinja_template(smol_tokenizer):
     jinja = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
     t = build_template(smol_tokenizer, PROMPT, template=jinja)

@@ -50,7 +50,21 @@ def check_scan_tie(man: dict, folder: Path, scan_path: Path) -> None:
         return
     scan = read_manifest(scan_path, required=False) or {}
     for k in TIE_FIELDS:
-        if k in tie and k in scan and json.dumps(tie[k], sort_keys=True, default=str) != json.dumps(
-                scan[k], sort_keys=True, default=str):
+        if k in tie and k in scan and not _same(k, tie[k], scan[k]):
             raise UserError(f"{folder}: its {k} is not {scan_path.name}'s ({str(tie[k])[:60]!r} vs "
                             f"{str(scan[k])[:60]!r}); {fix}")
+
+
+#: what names a model's content in the loader's provenance (:func:`rmfast.loading.loader.load`'s ``source``)
+MODEL_IDS = ("content_sha256", "sha256", "revision", "name")
+
+
+def _same(field: str, a, b) -> bool:
+    """Do two manifests agree on ``field``? A model is compared on what names its content (and name) where
+    both record it; one given as a bare name (the API's ``scan={"model": "rm"}``) by name."""
+    if field == "model":
+        if isinstance(a, dict) and isinstance(b, dict):
+            return all(a[k] == b[k] for k in MODEL_IDS if a.get(k) is not None and b.get(k) is not None)
+        name = lambda m: m.get("name") if isinstance(m, dict) else m  # noqa: E731
+        return str(name(a)) == str(name(b))
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)

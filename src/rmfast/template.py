@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -116,6 +117,10 @@ def renderer(tokenizer, prompt: str, template: str | None, system: str | None, h
             raise UserError("--template plain format needs a {prompt} placeholder, e.g. 'User: {prompt}\\nAssistant: {response}'")
         if system is not None and "{system}" not in template:
             raise UserError("--system given but the plain --template has no {system} placeholder; add one or drop --system")
+        unknown = sorted(set(re.findall(r"\{(\w+)\}", template)) - {"system", "prompt", "response"})
+        if unknown:  # a typo such as {promt} would be scored as literal text
+            raise UserError(f"--template has the placeholder {{{unknown[0]}}}, which a plain format does not fill: it "
+                            "knows {system}, {prompt} and {response}")
 
         def render_plain(response: str) -> list[int]:
             text = template.replace("{system}", system or "").replace("{prompt}", prompt).replace("{response}", response)
@@ -325,6 +330,24 @@ def common_prefix_len(seqs) -> int:
     return i
 
 
+def check_text(text, what: str) -> None:
+    """Refuse a string a tokenizer cannot take: one holding a lone surrogate (bytes that were not UTF-8,
+    as Python decodes a command-line argument, or a YAML/JSON ``\\udcff`` escape), named with where it
+    is, instead of a tokenizer's TypeError reported as something else.
+
+    >>> check_text("caf\\udce9", "--prompt")
+    Traceback (most recent call last):
+    rmfast.errors.UserError: --prompt is not valid text: a lone surrogate U+DCE9 at character 3 (bytes that are not UTF-8?); write it as UTF-8
+    """
+    if not isinstance(text, str):
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"{what} is not valid text: a lone surrogate U+{ord(text[e.start]):04X} at character {e.start} "
+                        "(bytes that are not UTF-8?); write it as UTF-8") from None
+
+
 def build_template(
     tokenizer,
     prompt: str,
@@ -353,6 +376,10 @@ def build_template(
     if prompt is None or not prompt.strip():
         raise UserError("the prompt is empty; pass --prompt 'What, in one word, is the greatest thing ever?'")
     history = tuple((m["role"], m["content"]) if isinstance(m, dict) else tuple(m) for m in history or ())
+    check_text(prompt, "the prompt")
+    check_text(system, "the system message")
+    for k, (_, content) in enumerate(history):
+        check_text(content, f"message {k + 1} of the history")
     kind, render = renderer(tokenizer, prompt, template, system, history)
     rendered = [render(w) for w in PROBES]
     n_pre = common_prefix_len(rendered)

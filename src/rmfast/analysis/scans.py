@@ -17,6 +17,8 @@ the rows it dropped.
 
 from __future__ import annotations
 
+import warnings
+
 import json
 from collections.abc import Iterable
 from os import PathLike
@@ -223,10 +225,19 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
         except Exception as exc:  # pyarrow raises many types
             raise UserError(f"cannot read {f} as Parquet ({exc.__class__.__name__}); "
                             "is it an rmfast scan file?") from None
+        if part.empty:  # nothing to show, but said: a column missing without a word reads as a bug
+            msg = f"{f}: a scan with no rows ({model}, {str(prompt)[:60]!r}) left out"
+            if ledger is not None:
+                ledger.note(msg)
+            else:
+                warnings.warn(f"rmfast: {msg}", stacklevel=2)
+            continue
         part.insert(0, "prompt", str(prompt))
         part.insert(0, "model", str(model))
         part["candidates"] = candidate_set(manifest)
         frames.append(part)
+    if not frames:
+        raise UserError(f"every scan given has no rows ({len(files)} file(s)); rerun the scans")
     df = pd.concat(frames, ignore_index=True)
     dup = df.duplicated(["model", "prompt", "candidates", "token_id"]) & df["token_id"].notna() \
         if "token_id" in df.columns else pd.Series(False, index=df.index)

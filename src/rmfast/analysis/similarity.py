@@ -75,8 +75,8 @@ import pandas as pd
 from ..errors import UserError
 from ..states import StatesSet, open_states
 from .results import Result
+from .similarity_guards import MEASURES, check_replicates, undefined_note
 
-MEASURES = ("cka", "cka_debiased", "rv", "rv2")
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
 #: the note on small n: plain RV/CKA's chance level (rv_null_mean) at or above this
@@ -296,7 +296,13 @@ class Alignment:
 
 
 def _tokenizers_agree(sets: Sequence[StatesSet]) -> bool:
-    tok = [(s.manifest.get("scan") or {}).get("tokenizer") for s in sets]
+    """Do the sets' token ids mean the same strings? Their vocabularies' content hashes (``vocab_sha256``)
+    where every set records one (two folders with one vocabulary agree), else the tokenizers' names."""
+    scans = [s.manifest.get("scan") if isinstance(s.manifest.get("scan"), dict) else {} for s in sets]
+    hashes = [sc.get("vocab_sha256") for sc in scans]
+    if all(hashes):
+        return len(set(hashes)) == 1
+    tok = [sc.get("tokenizer") for sc in scans]
     known = [t for t in tok if t is not None]
     return len(known) == len(tok) and len(set(map(str, known))) == 1 if known else True
 
@@ -304,8 +310,8 @@ def _tokenizers_agree(sets: Sequence[StatesSet]) -> bool:
 def align(sets: Sequence[StatesSet], join: str = "auto", names: Sequence[str] | None = None) -> Alignment:
     """Match rows across state sets: by token id (one tokenizer) or by decoded text.
 
-    ``auto``: token id when every set is keyed by token id and the scans' ``tokenizer``
-    fields (where given) agree, else text. Within each set every key that occurs more
+    ``auto``: token id when every set is keyed by token id and the scans' vocabularies agree
+    (their ``vocab_sha256``, else the ``tokenizer`` names where given), else text. Within each set every key that occurs more
     than once is dropped, all copies (the papers' de-duplication rule, as
     :func:`~rmfast.analysis.shared_vocab.dedupe_text`); the id join also requires the
     decoded strings to match when both scans give them (rmfast's id rule). Order: the
@@ -511,35 +517,45 @@ def _layers(s: StatesSet, layers) -> list[str]:
     return list(dict.fromkeys(layers))
 
 
-def _undefined_note(pairs: pd.DataFrame, a: StatesSet, b: StatesSet, la, lb) -> str | None:
-    """A note naming the layers whose measures are undefined (NaN): constant across candidates (layer 0
-    of a token scan), or holding NaN/inf states (counted in the states manifest, e.g. a float16 overflow).
-    A layer is named when its pairs with every layer of the other side that has some defined pair are NaN."""
-    ok = pd.Series(np.isfinite(pairs[list(MEASURES)].to_numpy(dtype=float)).all(axis=1), index=pairs.index)
-    if ok.all():
-        return None
-    good = {"a": set(pairs.loc[ok, "layer_a"]), "b": set(pairs.loc[ok, "layer_b"])}  # layers with a defined pair
-    why = []
-    for side, other, s, layers in (("a", "b", a, la), ("b", "a", b, lb)):
-        counts = s.manifest.get("n_nonfinite") if isinstance(s.manifest.get("n_nonfinite"), dict) else {}
-        for l in layers:
-            n_bad = counts.get(l) if isinstance(counts.get(l), int) else 0
-            vs = pairs[(pairs[f"layer_{side}"] == l) & pairs[f"layer_{other}"].isin(good[other])]
-            if n_bad or (len(vs) and not ok[vs.index].any()):
-                why.append(f"{side.upper()} {l} ({f'{n_bad:,} NaN/inf values' if n_bad else 'constant across candidates'})")
-    return (f"{int((~ok).sum())} of {len(pairs)} layer pairs have undefined measures (NaN): "
-            + (", ".join(why) if why else "every pair holds a layer that is constant or has NaN/inf values")
-            + "; leave those layers out")
-
-
 def _as_set(x) -> StatesSet:
     return x if isinstance(x, StatesSet) else open_states(x)
+
+
+def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_rows, max_bytes, shifts,
+                progress) -> dict:
+    """variant -> {(layer_a, layer_b): measures} for the observed pairs, every bootstrap replicate and every
+    permutation, streamed in batches of variants that fit ``max_bytes`` (after :func:`_check_replicates`)."""
+    p, q = a.hidden_size, b.hidden_size
+    tiles = list(_tiles(la, lb, p, q, max_bytes))
+    # a constant layer (layer 0 of a token scan: one template token in every row) or NaN/inf states give
+    # 0/0 or inf - inf: their measures are NaN, said once in a note below (no numpy warning per product)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        check_replicates(bootstrap, permutations, lambda: [_variant_values(
+            a, b, ra, rb, ta, tb, ["obs"], seed=seed, chunk_rows=chunk_rows, shifts=shifts) for ta, tb in tiles])
+        variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
+        values: dict = {}
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(variants) * len(tiles), unit="pass", desc="similarity", disable=not progress,
+                   mininterval=1.0, dynamic_ncols=True)
+        for ta, tb in tiles:
+            per = max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))
+            for i in range(0, len(variants), per):
+                batch = variants[i:i + per]
+                if any(v != "obs" and v[0] == "perm" for v in batch) and "obs" not in batch:
+                    batch = ["obs"] + batch  # perms reuse the observed sides: recompute them with the batch
+                got = _variant_values(a, b, ra, rb, ta, tb, batch, seed=seed, chunk_rows=chunk_rows, shifts=shifts)
+                for v, d in got.items():
+                    values.setdefault(v, {}).update(d)
+                bar.update(len(variants[i:i + per]))
+        bar.close()
+    return values
 
 
 def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUSTED_BOOTSTRAP,
                permutations: int = 49,
                seed: int = 0, level: float = 0.95, join: str = "auto", chunk_rows: int = 4096,
-               max_bytes: int = 1 << 30, max_rows: int | None = None) -> SimilarityResult:
+               max_bytes: int = 1 << 30, max_rows: int | None = None, progress: bool = False) -> SimilarityResult:
     """Layer × layer CKA, debiased CKA, RV and RV2 of two state sets (paths or :class:`StatesSet`).
 
     Compute: (1 + bootstrap + permutations) streaming passes' worth of products, each
@@ -547,6 +563,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     layer pair's O(p² + q² + pq), whatever n is). Same seed, same intervals and p-values.
     ``max_rows``: compute on at most this many of the shared candidates, a seeded random sample
     (``default_rng([seed, 2])``, kept in A's order; a note says so), e.g. for a quick look.
+    ``bootstrap`` and ``permutations``: at most :data:`rmfast.analysis.similarity_guards.MAX_REPLICATES` each (more is refused with the
+    time they would take, measured on one pass). ``progress``: a bar over the passes.
 
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp())
@@ -577,20 +595,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
         ra, rb, n = ra[keep], rb[keep], max_rows
     p, q = a.hidden_size, b.hidden_size
     shifts = (_shifts(a, la, ra), _shifts(b, lb, rb))
-    variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
-    values: dict = {}
-    # a constant layer (layer 0 of a token scan: one template token in every row) or NaN/inf states give
-    # 0/0 or inf - inf: their measures are NaN, said once in a note below (no numpy warning per product)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        for ta, tb in _tiles(la, lb, p, q, max_bytes):
-            per = max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))
-            for i in range(0, len(variants), per):
-                batch = variants[i:i + per]
-                if any(v != "obs" and v[0] == "perm" for v in batch) and "obs" not in batch:
-                    batch = ["obs"] + batch  # perms reuse the observed sides: recompute them with the batch
-                got = _variant_values(a, b, ra, rb, ta, tb, batch, seed=seed, chunk_rows=chunk_rows, shifts=shifts)
-                for v, d in got.items():
-                    values.setdefault(v, {}).update(d)
+    values = _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, seed=seed, chunk_rows=chunk_rows,
+                         max_bytes=max_bytes, shifts=shifts, progress=progress)
     rows = []
     for x in la:
         for y in lb:
@@ -613,7 +619,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     if n < shared:
         res.notes.append(f"measured on {n:,} of the {shared:,} shared candidates: a random sample (seed {seed}, "
                          "max_rows)")
-    undefined = _undefined_note(pairs, a, b, la, lb)
+    undefined = undefined_note(pairs, a, b, la, lb)
     if undefined:
         res.notes.append(undefined)
     null = pairs["rv_null_mean"].where(np.isfinite(pairs["rv_null_mean"]))

@@ -83,6 +83,10 @@ def config_dict(name: str, *, layers: int | None = None, tiny: bool = False) -> 
     tokens, shorter than the benchmark prompt, so windowed attention over the prompt is exercised.
     """
     d = resolve(name)[1]
+    n_real = d["num_hidden_layers"]
+    if layers is not None and int(layers) > n_real:  # "the first N": more would build (and time) a larger model
+        raise UserError(f"--layers {layers}: {resolve(name)[0]} has {n_real} decoder layers; give 1..{n_real} "
+                        "(the first N of its config)")
     if tiny:
         ratio = d["num_attention_heads"] // d["num_key_value_heads"]
         d.update(TINY)

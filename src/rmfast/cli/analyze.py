@@ -216,9 +216,9 @@ def register(subparsers) -> None:
     # build its parser; tests/test_similarity_intervals.py checks the two agree)
     a.add_argument("--bootstrap", type=nonneg_int, default=200,
                    help="similarity: bootstrap replicates for the bias-corrected intervals (default 200, "
-                   "fewer are noted as too few for their 95%% ends; each costs one pass)")
+                   "fewer are noted as too few for their 95%% ends, at most 10,000; each costs one pass)")
     a.add_argument("--permutations", type=nonneg_int, default=49,
-                   help="similarity: permutations for the p-values (default 49; each costs one pass)")
+                   help="similarity: permutations for the p-values (default 49, at most 10,000; each costs one pass)")
     a.set_defaults(func=run_analyze)
 
     r = subparsers.add_parser("report", help="write one self-contained HTML report",
@@ -348,7 +348,7 @@ def _run_similarity(args) -> int:
     if len(inputs) == 2:
         res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
                          bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
-                         join=args.join or "auto")
+                         join=args.join or "auto", progress=args.bootstrap + args.permutations > 0)
     else:  # three or more: the models × models matrix at one layer, and its RSA with --metadata
         layer = args.layers_a or "last"
         if "," in layer or args.layers_b:
@@ -386,6 +386,11 @@ def _run_lens(args) -> int:
 
     if len(args.inputs or []) != 1:
         raise UserError(f"lens reads one scan written with --lens; got {len(args.inputs or [])} inputs")
+    if args.out:  # the figure beside --out follows the output rule too (io.check_output): no silent replace
+        if Path(args.out).suffix.lower() == ".png":
+            raise UserError(f"--out {args.out}: the lens table is CSV, and its figure goes beside it as .png; "
+                            "give a .csv path")
+        check_output(Path(args.out).with_suffix(".png"), args.overwrite)
     path = Path(args.inputs[0])
     if not path.is_file():
         raise UserError(f"{path}: no such scan file")

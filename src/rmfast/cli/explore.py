@@ -53,7 +53,7 @@ def run(args) -> int:
                           title=args.title, source=source, states=states_beside(args.inputs),
                           similarity_csv=args.similarity, states_layers=args.states_layers or None,
                           states_rows=args.states_rows or None)
-    data.notes[:0] = left_out.summary()  # on the page and below: never a silent hole
+    data.notes[:0] = left_out.summary() + left_out.notes  # on the page and below: never a silent hole
     path = write_explorer(out, render_html(data))
     n_partial = int((data.ranks == 0).any(axis=0).sum())
     print(f"rmfast: wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {data.n_rows:,} tokens × "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -112,7 +114,8 @@ class GCGConfig:
                 raise UserError("--init-strings needs one or more non-empty response texts")
         if self.greedy and self.n_replace != 1:
             raise UserError(f"--greedy-candidates swaps one position per candidate; drop --n-replace {self.n_replace}")
-        if not isinstance(self.distance_penalty, (int, float)) or self.distance_penalty < 0:
+        if (not isinstance(self.distance_penalty, (int, float)) or not math.isfinite(self.distance_penalty)
+                or self.distance_penalty < 0):  # NaN compares false with everything: checked by name
             raise UserError(f"--distance-penalty must be a number >= 0 (got {self.distance_penalty!r})")
         if self.compat not in (None, "authors"):
             raise UserError(f"unknown --compat {self.compat!r} for gcg; use authors")

@@ -121,6 +121,11 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
     texts, rows, n_blank, dups = _dedupe(values)
     if not texts:
         raise UserError(f"candidate file {p} holds no candidates (only blank entries)")
+    nulls = [i for i, v in enumerate(values, 1) if v is None or (isinstance(v, float) and np.isnan(v))]
+    if nulls:  # a missing value in a table: said, not dropped silently (blank lines of a text file are not news)
+        shown = ", ".join(map(str, nulls[:5])) + (" …" if len(nulls) > 5 else "")
+        warnings.warn(f"rmfast: {p.name}: {len(nulls)} candidate row(s) with no value (null) left out (rows {shown}; "
+                      "1-based, header not counted)", stacklevel=2)
     if dups:
         shown = ", ".join(repr(d) for d in dups[:3]) + (" …" if len(dups) > 3 else "")
         warnings.warn(f"rmfast: {p.name}: {len(dups)} duplicate candidate(s) kept once ({shown})", stacklevel=2)
@@ -131,6 +136,7 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         "sha256": hashlib.sha256(raw).hexdigest(),
         "n_read": len(values),
         "n_blank": n_blank,
+        "n_null": len(nulls),
         "n_duplicates": len(dups),
         "duplicates": sorted(set(dups))[:50],
         "n_candidates": len(texts),

@@ -42,7 +42,7 @@ from ..states import DTYPES, StatesWriter, parse_layers
 from .results import ScanResult, TextScanResult
 from ..template import Template, build_template
 from ..version import versions
-from .vocab import select_ids
+from .vocab import select_ids, vocab_sha256
 
 # --------------------------------------------------------------------------------------------
 # hidden states and the reward lens, from the scan's own forward
@@ -125,6 +125,7 @@ def _finish_states(res, out: _StatesOut | None, tokenizer, keep: bool, lens, n_l
                               "folder": None if out.writer is None else out.writer.folder.name}
     res.states_scan = {k: m.get(k) for k in ("model", "prompt", "head", "head_index", "dtype", "engine", "device")}
     res.states_scan["tokenizer"] = getattr(tokenizer, "name_or_path", None)
+    res.states_scan["vocab_sha256"] = m.get("vocab_sha256")  # what the states join compares (not the path)
     res.states_writer = out.writer
     if out.writer is not None and not keep:
         finish_states(res)
@@ -232,7 +233,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "au
     plan = plan_scoring(model, tmpl, head=head, head_index=head_index, engine=engine, compile=compile,
                         batch_size=batch_size, stacklevel=4, response_tokens=1)
     manifest = plan.manifest(prompt, model_info)
-    manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size)})
+    manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size), "vocab_sha256": vocab_sha256(tokenizer)})
     layers, st_out = _states_setup(states, lens, plan, "token_id", run_key(manifest))
 
     def score(rows, b):  # rows of the job -> their (len(rows),) scores (or Scored), in batches of b rows
@@ -378,7 +379,7 @@ def score_texts(
     n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
     n_odd = sum(r.template is not None for r in rows)
     manifest = plan.manifest(prompt, model_info)
-    manifest.update(_texts_manifest(rows, compat, source_ids, candidates_info, limit))
+    manifest.update(_texts_manifest(rows, compat, source_ids, candidates_info, limit), vocab_sha256=vocab_sha256(tokenizer))
     if authors:
         bs_a, bs_from = authors_batch_size(batch_size, (model_info or {}).get("name") or getattr(model.config, "name_or_path", None))
         convs, where = authors_plan(tokenizer, tmpl, texts, source_ids, bs_a)

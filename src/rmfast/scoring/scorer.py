@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from ..template import Template, build_template
+from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, score_groups
 from .candidates import check_context, tokenize_in_context
 from .conversation import Conversation, as_conversation, messages_of
@@ -447,6 +447,7 @@ class RewardScorer:
                 if not isinstance(text, str) or not text.strip():
                     raise UserError(f"response {j} of conversation {i} is {'empty' if isinstance(text, str) else type(text).__name__}; "
                                     "every response needs some text")
+                check_text(text, f"response {j} of conversation {i}")  # not "merges with the template"
                 if (ci, text) not in index:
                     index[(ci, text)] = len(rows)
                     rows.append((ci, text, i, j))

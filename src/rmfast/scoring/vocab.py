@@ -22,6 +22,24 @@ def vocab_size(model, tokenizer) -> int:
     return min(len(tokenizer), n_emb)
 
 
+def vocab_sha256(tokenizer) -> str:
+    """A content hash of the tokenizer's vocabulary: every (piece, id), sorted by id (added tokens included).
+    Two tokenizer folders with the same vocabulary (a reward model and its base model) hash alike, so
+    their token ids mean the same strings; the manifests record it (``vocab_sha256``) and the states
+    join compares it (:func:`rmfast.analysis.similarity.align`), not the folders' paths.
+
+    >>> class Tok:
+    ...     def get_vocab(self): return {"a": 0, "b": 1}
+    >>> vocab_sha256(Tok()) == vocab_sha256(Tok()), len(vocab_sha256(Tok()))
+    (True, 64)
+    """
+    import hashlib
+    import json
+
+    pairs = sorted(((int(i), str(t)) for t, i in tokenizer.get_vocab().items()))
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def special_ids(tokenizer) -> set[int]:
     """Special, reserved and added tokens (what --exclude-special drops)."""
     ids = set(getattr(tokenizer, "all_special_ids", []) or [])

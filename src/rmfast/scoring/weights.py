@@ -39,6 +39,8 @@ def weights_fingerprint(model: torch.nn.Module) -> tuple:
     by_device: dict = {}
     with torch.no_grad():
         for p in params:
+            if p.device.type == "meta":  # an offloaded weight (accelerate): nothing to read here
+                continue
             flat = p.detach().reshape(-1)  # (numel,) a view of a contiguous parameter (a copy otherwise)
             step = max(1, flat.numel() // FINGERPRINT_SAMPLES)
             by_device.setdefault(p.device, []).append(flat[::step][:FINGERPRINT_SAMPLES].float())
