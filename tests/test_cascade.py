@@ -354,3 +354,34 @@ def test_reward_scorer_stats_name_the_form():
     np.testing.assert_allclose(got["cascade"], got["auto"], atol=2e-5, rtol=1e-5)
     with pytest.raises(UserError, match="attention"):
         RewardScorer(model, tok, attention="fastest")
+
+
+# ---------------------------------------------------------------------------------- the cost model
+
+
+def test_cost_model_arithmetic_by_hand():
+    """A case small enough to count by hand: 1 layer, Dm 4, 2 heads of 2, 1 kv head, MLP 3; one prompt of 3
+    tokens, responses of 1 and 2 tokens, 1 suffix token (rows of 2 and 3 tokens, T = 5)."""
+    from rmfast.bench import cascade_cost as cc
+
+    m = dict(n_layers=1, hidden=4, n_heads=2, n_kv_heads=1, head_dim=2, intermediate=3)
+    assert cc.layer_params(m) == 4 * (4 + 2 + 2) + 4 * 4 + 3 * 4 * 3  # q k v, o, gate up down = 84
+    parts = cc.cascade_parts(m, [3], [[1, 2]], 1, elt=2)
+    assert parts["gemm"]["flops"] == 2 * 84 * 5
+    assert parts["prompt_part"]["flops"] == 4 * 2 * 2 * (3 * 2 + 3 * 3)  # 4·H·D per (query, prompt key): 240
+    assert parts["response_part"]["flops"] == 4 * 2 * 2 * (3 + 6)  # causal pairs 2·3/2 + 3·4/2: 144
+    assert parts["merge"]["bytes"] == 2 * (5 * 2 * 3 * 4) + 5 * 2 * 2 * 2  # two fp32 (out, lse) read, bf16 out: 280
+    hf = cc.padded_hf(m, [3], [[1, 2]], 1)  # rows of 5 and 6 tokens, one batch padded to 6
+    assert hf["tokens"] == 12 and hf["flops"] == 2 * 84 * 12 + 4 * 2 * 2 * (2 * 6 * 7 / 2)
+    gpu = cc.Gpu(gemm_tflops=1e-9, hbm_tb_s=1.0, attn_frac=0.5, launch_us=0.0)  # 1,000 FLOP/s: compute-bound
+    assert cc.cascade_parts(m, [3], [[1, 2]], 1, gpu=gpu)["gemm"]["s"] == pytest.approx(840 / 1e3)
+    assert cc.cascade_parts(m, [3], [[1, 2]], 1, gpu=gpu)["response_part"]["s"] == pytest.approx(144 / 500)
+
+
+def test_cost_model_threshold_is_the_plans():
+    """The plan's cascade threshold sits at the model's predicted crossover (rounded down)."""
+    from rmfast.bench.cascade_cost import crossover_row_tokens
+    from rmfast.scoring.plan import CASCADE_MIN_ROW_TOKENS
+
+    for D in (64, 128, 256):
+        assert CASCADE_MIN_ROW_TOKENS <= crossover_row_tokens(D) < CASCADE_MIN_ROW_TOKENS + 1
