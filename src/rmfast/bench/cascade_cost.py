@@ -15,6 +15,7 @@ H query heads, Hkv kv heads, head dim D, e bytes per element):
                                                                  query rows (from L2), fp32 out + lse written
     response part  4 · H · D · sum_rows (n_i + m)(n_i + m + 1)/2  q, k, v read; fp32 out + lse written
     merge          0                                             two fp32 outs + lses read, e-byte out written
+    kv_concat      0 (several prompts: their K/V concatenated per batch and layer, read and written once)
 
 The padded HF forward: every row is prompt + response + suffix, padded to the batch's longest, causal
 attention over all of it (SDPA's flash kernel: T(T+1)/2 pairs per row), weights read once per batch.
@@ -77,6 +78,8 @@ def cascade_parts(m: dict, prompts: list[int], rows: list[list[int]], suffix: in
         "response_part": dict(flops=4.0 * H * D * own_pairs, bytes=T * (H + 2 * Hkv) * D * elt + fp32_part),
         "merge": dict(flops=0.0, bytes=2 * fp32_part + T * H * D * elt),
     }
+    if len(prompts) > 1:  # the wave's prompt K/V concatenated per layer (read and written once)
+        parts["kv_concat"] = dict(flops=0.0, bytes=2 * 2 * Hkv * sum(prompts) * D * elt)
     out = {}
     for k, p in parts.items():
         tf = gpu.gemm_tflops if k == "gemm" else gpu.gemm_tflops * gpu.attn_frac
