@@ -108,6 +108,17 @@ def test_twin_is_the_reference_form_per_row(softcap, window, Sq):
         assert_close(got[b, : o.shape[0]], o, "twin", torch.float32)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_twin_reduced_precision_is_close_to_the_reference(dtype):
+    """bf16/fp16 loosely: the twin's fp32 soft-max tiles vs the reference's scores rounded to the dtype."""
+    w = wave([6, 19], [2, 1], S=9, lengths=[9, 4, 6], dtype=dtype)
+    got = cr.cascade_attention(w["q"], w["ks"], w["vs"], torch.cat(w["kp"], 1), torch.cat(w["vp"], 1), w["cu_rows"],
+                               w["cu_kv"], w["lengths"], scale=0.25, softcap=4.0, window=11)
+    assert got.dtype == dtype
+    for b, o in reference_rows(w, 0.25, 4.0, 11).items():
+        assert_close(got[b, : o.shape[0]], o, "attention", torch.bfloat16)  # the looser of the two rows
+
+
 def test_twin_pads_are_never_read():
     """A real position's output does not change when every pad key/value (after the row's end) is replaced."""
     w = wave([9, 4], [2, 2], S=8, lengths=[3, 8, 1, 5])
@@ -264,6 +275,18 @@ def test_engine_cascade_equals_default_form(arch):
     n_layers = len(engs[0].layers)
     assert calls.count(6) == n_layers  # the rows' pass: one call per layer for all 6 rows of the 3 prompts
     torch.testing.assert_close(cascade, default, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_engine_cascade_logprob_head_equals_default_form(arch):
+    """The logprob head reads every position of the rows' pass: the cascade form (twin) scores as the default."""
+    tok = T.chatml_tokenizer()
+    model = T.tiny(arch, "causal_lm")
+    tmpl = build_template(tok, "The greatest thing ever, in one word?")
+    ids = torch.randint(5, T.VOCAB, (4, 6), generator=torch.Generator().manual_seed(5))
+    default = Engine(model, tmpl, head="logprob").score(ids)
+    eng = Engine(model, tmpl, head="logprob", attention="cascade")
+    torch.testing.assert_close(eng.score(ids), default, atol=5e-5, rtol=1e-5)
 
 
 @requires_triton
