@@ -22,8 +22,8 @@ from ..kernels import reference as ref
 from ..kernels import triton_available
 from ..kernels.cpu_logprob import lse_update
 
-__all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "shared_prefix_attention", "cascade_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
-           "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update"]
+__all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "shared_prefix_attention", "cascade_attention",
+           "shared_prefix_attention_blockdiag", "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update"]
 
 #: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
 #: the prompt K/V packed once per layer, a visibility bias per window, the attention itself
