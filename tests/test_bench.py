@@ -207,6 +207,7 @@ def test_best_of_n_tiny_through_the_cli(tmp_path, capsys):
     df = _best_of_n_rows(out, 2)
     assert set(df["model"]) == {"llama-3.2-1b@random-tiny"} and (df["n_prompts"] == 2).all()
     assert list(df["n_responses"]) == [2, 3]
+    assert (df["rmfast_attention"] == "cpu-flash").all()  # the form the plan chose for the rows, recorded per row
 
 
 def test_best_of_n_chat_template_model(tiny_dir, tmp_path, capsys):

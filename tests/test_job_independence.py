@@ -73,10 +73,10 @@ def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, m
     verdicts = json.loads((tmp_path / "cpu" / CACHE_NAME).read_text())
     (v,) = verdicts.values()
     expect = next((s for s in ladder(rows) if s >= ids.size and v.get(str(s))), rows)
-    assert calls[-1] == expect and "measured now" in first.manifest["padding"]
+    assert calls[-1] == expect and "measured now" in first.manifest["decisions"]["padding"]["reason"]
     calls.clear()
     second = scan(m, tok, PROMPT, token_ids=ids, progress=False)
-    assert calls == [expect] and "measured earlier" in second.manifest["padding"]
+    assert calls == [expect] and "measured earlier" in second.manifest["decisions"]["padding"]["reason"]
     np.testing.assert_array_equal(first.scores, second.scores)  # bit for bit against a whole job: the test above
 
 

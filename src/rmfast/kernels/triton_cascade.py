@@ -199,17 +199,18 @@ if HAVE_TRITON:
         tl.store(O + off, out.to(O.dtype.element_ty), mask=mask)
 
 
-def _blocks(block_d: int, on_cuda: bool) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps), all >= 16 (tl.dot). On CUDA the usual flash-attention tiles for
-    sm_80/sm_90 (not yet timed here: no GPU this session); in the interpreter, larger tiles run faster
-    (fewer programs, its per-op cost dominates)."""
+def _blocks(block_d: int, elt: int, on_cuda: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages), all tiles >= 16 (tl.dot). On CUDA: the K and V tiles of
+    two pipeline stages kept within 64 KiB of shared memory (2 · 2 · BLOCK_N · BLOCK_D · elt), so fp32 and
+    head dim 256 fit (the shared-prefix kernel ran out of shared memory there on the H100); BLOCK_M 64 where
+    the fp32 accumulator stays small. Not yet timed (no GPU lent to this change). In the interpreter larger
+    tiles run faster (fewer programs; its per-op cost dominates)."""
     if not on_cuda:
-        return 32, 32, 4
-    if block_d <= 64:
-        return 64, 64, 4
-    if block_d <= 128:
-        return 64, 64, 4
-    return 32, 32, 8
+        return 32, 32, 4, 1
+    stages = 2
+    bn = max(16, min(64, (64 * 1024) // (2 * stages * block_d * elt)))
+    bm = 64 if block_d * elt <= 256 else 32
+    return bm, bn, (4 if block_d <= 128 else 8), stages
 
 
 def _check(q, kernel) -> None:
@@ -240,7 +241,7 @@ def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 
     if B == 0 or n == 0 or k.shape[1] == 0 or max_rows == 0:
         return out, lse
     block_d = max(16, next_pow2(D))
-    bm, bn, warps = _blocks(block_d, q.is_cuda)
+    bm, bn, warps, stages = _blocks(block_d, q.element_size(), q.is_cuda)
     G = H // Hkv
     grid = (triton.cdiv(max_rows * Sq * G, bm), n, Hkv)
     _prompt_kernel[grid](
@@ -249,7 +250,7 @@ def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 
         n, Sq, G, D, q_pos0,
         float(scale), float(softcap) if softcap is not None else 1.0, int(window) if window is not None else 0,
         HAS_SOFTCAP=softcap is not None, HAS_WINDOW=window is not None, DOT_PRECISION=_precision(q.dtype),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=warps,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
     )
     return out, lse
 
@@ -271,7 +272,7 @@ def response_part_triton(q, k, v, lengths=None, *, scale: float, softcap: float 
         lengths = torch.full((B,), S, dtype=torch.int32, device=q.device)
     lengths = lengths.to(device=q.device, dtype=torch.int32)
     block_d = max(16, next_pow2(D))
-    bm, bn, warps = _blocks(block_d, q.is_cuda)
+    bm, bn, warps, stages = _blocks(block_d, q.element_size(), q.is_cuda)
     grid = (triton.cdiv(Sq, bm), B, H)
     _response_kernel[grid](
         q, k, v, lengths, out, lse,
@@ -279,7 +280,7 @@ def response_part_triton(q, k, v, lengths=None, *, scale: float, softcap: float 
         Sq, S, H // Hkv, D,
         float(scale), float(softcap) if softcap is not None else 1.0, int(window) if window is not None else 0,
         HAS_SOFTCAP=softcap is not None, HAS_WINDOW=window is not None, DOT_PRECISION=_precision(q.dtype),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=warps,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
     )
     return out, lse
 

@@ -250,8 +250,10 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "au
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     tokens = [t if isinstance(t, str) else "" for t in tokens]
     texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    # the decisions as they ran (a compile that failed falls back to the eager layer and its attention form)
     manifest.update({"batch_size": group.batch_size, "compiled": bool(plan.eng is not None and plan.eng.compile),
-                     "padding": plan.padding(), "tokens_per_row": plan.tokens_per_row(1), **timing, "wall_s": round(time.perf_counter() - t0, 3),
+                     "decisions": plan.decisions,
+                     "tokens_per_row": plan.tokens_per_row(1), **timing, "wall_s": round(time.perf_counter() - t0, 3),
                      "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     res = _finish_states(ScanResult(ids, scores, tokens, texts, manifest), st_out, tokenizer, keep_checkpoint,
                          extra.get("lens"), plan.n_layers)

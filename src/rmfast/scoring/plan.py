@@ -189,12 +189,12 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
 
 
 #: rows of more tokens than this take the cascade form on CUDA; up to it, the Triton shared-prefix kernel
-#: (a vocabulary scan's rows are 1-3 tokens). Predicted, not yet measured (no GPU lent to this change):
-#: the shared-prefix kernel's own-key phase costs ~4·D bytes of L2 traffic per (query, key) on CUDA cores,
-#: the cascade ~18·D bytes of fp32 part outputs per query plus two launches, so they cross near 13 keys
-#: per query on an H100 (src/rmfast/bench/cascade_cost.py, :func:`~rmfast.bench.cascade_cost.crossover_row_tokens`).
-#: ``make gpu-check`` measures both forms; this constant follows what it measures.
-CASCADE_MIN_ROW_TOKENS = 16
+#: (a vocabulary scan's rows are 1-3 tokens). PREDICTED, not yet measured (no GPU lent to this change): the
+#: shared-prefix kernel's own-key phase loads a K and a V row from L2 per (query, own key) on CUDA cores, the
+#: cascade writes and reads back two fp32 part outputs per query; they cross at ~10.5 row tokens for head
+#: dims 64-256 in bf16 on an H100 (:func:`rmfast.bench.cascade_cost.crossover_row_tokens`; a test ties the
+#: two). ``make gpu-check`` times both forms; this constant is to follow what it measures.
+CASCADE_MIN_ROW_TOKENS = 10
 
 
 def choose_attention(attention, device: torch.device, engine: str, compiled: bool,
@@ -349,7 +349,9 @@ class ScoringPlan:
         """Each choice the plan made, its value and its reason in words (recorded in the manifest)."""
         return {"compile": {"value": bool(self.eng is not None and self.eng.compile), "reason": self.compile_reason},
                 "attention": {"value": self.eng.attention if self.eng is not None else self.attention,
-                              "reason": self.attention_reason}}
+                              "reason": self.attention_reason},
+                "padding": {"value": ("measured sizes" if self._pads else "full batch") if self.fixed_shapes else "none",
+                            "reason": self.padding()}}
 
     @property
     def device(self) -> torch.device:

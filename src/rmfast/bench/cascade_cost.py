@@ -1,0 +1,188 @@
+"""A cost model of best-of-N scoring on a GPU: padded Hugging Face batches vs rmfast's cascade form,
+FLOPs and bytes per part, a predicted time per part (roofline: the slower of its FLOPs at a fraction of
+the tensor-core peak and its bytes at the HBM bandwidth), and the crossover between the Triton
+shared-prefix kernel and the cascade (:data:`rmfast.scoring.plan.CASCADE_MIN_ROW_TOKENS`).
+
+Everything here is arithmetic on shapes: PREDICTED figures, to be checked against ``make gpu-check``.
+The peaks default to the H100 figures measured on 2026-11-26 (``../shared/gpu/2026-11-26-h100/``: bf16
+GEMM ~700 TFLOP/s on Llama-3.1-8B's shapes) and the H100 SXM's HBM3 3.35 TB/s.
+
+Parts of the rows' pass per layer (T row tokens in all, rows of n_i + m tokens, prompts of P_j tokens,
+H query heads, Hkv kv heads, head dim D, e bytes per element):
+
+    GEMMs          2 · params_per_layer · T                      weights read once per batch
+    prompt part    4 · H · D · sum_rows P · (n_i + m)             q read, each prompt's K/V once per BLOCK_M
+                                                                 query rows (from L2), fp32 out + lse written
+    response part  4 · H · D · sum_rows (n_i + m)(n_i + m + 1)/2  q, k, v read; fp32 out + lse written
+    merge          0                                             two fp32 outs + lses read, e-byte out written
+    kv_concat      0 (several prompts: their K/V concatenated per batch and layer, read and written once)
+
+The padded HF forward: every row is prompt + response + suffix, padded to the batch's longest, causal
+attention over all of it (SDPA's flash kernel: T(T+1)/2 pairs per row), weights read once per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: the Llama-3.1-8B shapes (the issue's table)
+LLAMA_31_8B = dict(n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128, intermediate=14336, vocab=128256)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """Peaks and efficiencies a prediction assumes (defaults: one H100 SXM, bf16)."""
+
+    gemm_tflops: float = 700.0  # measured bf16 GEMM peak on the 8B's shapes (2026-11-26)
+    hbm_tb_s: float = 3.35  # HBM3
+    l2_tb_s: float = 10.0  # L2 read bandwidth, assumed (~3x HBM on Hopper)
+    attn_frac: float = 0.5  # flash attention's share of the tensor-core peak (FA2-class kernels on Hopper)
+    launch_us: float = 4.0  # one kernel launch, eager
+    kernels_per_layer: int = 14  # eager launches per layer besides attention (norms, GEMMs, RoPE, act, adds)
+
+
+def layer_params(m: dict) -> int:
+    """Projection weights per layer: q, k, v, o and gate, up, down."""
+    Dm, H, Hkv, D, inter = m["hidden"], m["n_heads"], m["n_kv_heads"], m["head_dim"], m["intermediate"]
+    return Dm * (H * D + 2 * Hkv * D) + H * D * Dm + 3 * Dm * inter
+
+
+def _t(flops: float, bytes_: float, tflops: float, tb_s: float) -> float:
+    """Roofline seconds: the slower of compute and memory."""
+    return max(flops / (tflops * 1e12), bytes_ / (tb_s * 1e12))
+
+
+def cascade_parts(m: dict, prompts: list[int], rows: list[list[int]], suffix: int, elt: int = 2, gpu: Gpu = Gpu(),
+                  block_m: int = 64) -> dict:
+    """Per-part FLOPs, bytes and predicted seconds of ONE rows' pass (all layers) of rmfast's cascade form.
+
+    prompts: P_j per prompt; rows[j]: the response lengths (tokens) of prompt j's rows; suffix: tokens after
+    each response. Rows run ragged (no padding: the cascade skips keys after a row's end; the GEMMs see only
+    real tokens when rows are bucketed by length, ``pad_frac`` of :func:`best_of_n` adds the rest).
+    Returns {part: {"flops", "bytes", "s"}} per layer summed over layers, and "total_s".
+    """
+    L, H, Hkv, D = m["n_layers"], m["n_heads"], m["n_kv_heads"], m["head_dim"]
+    G = H // Hkv
+    lens = [n + suffix for r in rows for n in r]  # row tokens
+    T = sum(lens)
+    pre_pairs = sum(P * (n + suffix) for P, r in zip(prompts, rows) for n in r)  # (query, prompt key) pairs per head
+    own_pairs = sum(t * (t + 1) // 2 for t in lens)
+    fp32_part = T * H * (D + 1) * 4  # one part's fp32 output and lse
+    # prompt K/V re-read once per BLOCK_M query rows (each prompt's rows x positions x G heads), from L2
+    kv_reads = sum(2 * Hkv * P * D * elt * -(-(sum(n + suffix for n in r) * G) // block_m) for P, r in zip(prompts, rows))
+    parts = {
+        # weights once, activations in and out of the seven projections (~8 hidden-wide rows per token)
+        "gemm": dict(flops=2.0 * layer_params(m) * T, bytes=layer_params(m) * elt + T * m["hidden"] * elt * 8),
+        "prompt_part": dict(flops=4.0 * H * D * pre_pairs, bytes=T * H * D * elt + fp32_part,
+                            l2_bytes=kv_reads),
+        "response_part": dict(flops=4.0 * H * D * own_pairs, bytes=T * (H + 2 * Hkv) * D * elt + fp32_part),
+        "merge": dict(flops=0.0, bytes=2 * fp32_part + T * H * D * elt),
+    }
+    if len(prompts) > 1:  # the wave's prompt K/V concatenated per layer (read and written once)
+        parts["kv_concat"] = dict(flops=0.0, bytes=2 * 2 * Hkv * sum(prompts) * D * elt)
+    out = {}
+    for k, p in parts.items():
+        tf = gpu.gemm_tflops if k == "gemm" else gpu.gemm_tflops * gpu.attn_frac
+        s = _t(p["flops"], p["bytes"], tf, gpu.hbm_tb_s)
+        if "l2_bytes" in p:
+            s = max(s, p["l2_bytes"] / (gpu.l2_tb_s * 1e12))
+        out[k] = {"flops": p["flops"] * L, "bytes": p["bytes"] * L, "s": s * L}
+    out["launches_s"] = L * (gpu.kernels_per_layer + 3) * gpu.launch_us * 1e-6
+    out["total_s"] = sum(v["s"] for k, v in out.items() if isinstance(v, dict)) + out["launches_s"]
+    return out
+
+
+def prompt_pass(m: dict, P: int, elt: int = 2, gpu: Gpu = Gpu()) -> dict:
+    """One prompt's own pass (batch 1, causal over P tokens): GEMMs weight-read bound for short prompts."""
+    L, H, D = m["n_layers"], m["n_heads"], m["head_dim"]
+    g = _t(2.0 * layer_params(m) * P, layer_params(m) * elt, gpu.gemm_tflops, gpu.hbm_tb_s)
+    a = _t(4.0 * H * D * P * (P + 1) / 2, P * (H + 2 * m["n_kv_heads"]) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac,
+           gpu.hbm_tb_s)
+    return {"flops": L * (2.0 * layer_params(m) * P + 4.0 * H * D * P * (P + 1) / 2),
+            "s": L * (g + a) + L * (gpu.kernels_per_layer + 1) * gpu.launch_us * 1e-6}
+
+
+def padded_hf(m: dict, prompts: list[int], rows: list[list[int]], suffix: int, elt: int = 2, gpu: Gpu = Gpu(),
+              batch_rows: int | None = None) -> dict:
+    """The padded HF forward of every whole sequence: batches of ``batch_rows`` rows (None: all rows at once),
+    each padded to its longest (prompt + response + suffix). Returns {"flops", "s", "tokens"}."""
+    seqs = [P + n + suffix for P, r in zip(prompts, rows) for n in r]
+    b = batch_rows or len(seqs)
+    L, H, D = m["n_layers"], m["n_heads"], m["head_dim"]
+    flops = s = tokens = 0.0
+    for i in range(0, len(seqs), b):
+        batch = seqs[i : i + b]
+        T = max(batch) * len(batch)
+        pairs = len(batch) * max(batch) * (max(batch) + 1) / 2
+        f_g, f_a = 2.0 * layer_params(m) * T, 4.0 * H * D * pairs
+        s += L * (_t(f_g, layer_params(m) * elt, gpu.gemm_tflops, gpu.hbm_tb_s)
+                  + _t(f_a, T * (H + 2 * m["n_kv_heads"]) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s))
+        s += L * (gpu.kernels_per_layer + 1) * gpu.launch_us * 1e-6
+        flops += L * (f_g + f_a)
+        tokens += T
+    return {"flops": flops, "s": s, "tokens": tokens}
+
+
+def response_lengths(n: int, lo: int = 20, hi: int = 200) -> list[int]:
+    """n response lengths spread evenly over lo..hi tokens (the best-of-N workload's 20-200)."""
+    return [lo + round(i * (hi - lo) / max(1, n - 1)) for i in range(n)]
+
+
+def best_of_n(m: dict, prompt: int, n: int, n_prompts: int = 1, suffix: int = 1, elt: int = 2, gpu: Gpu = Gpu(),
+              pad_frac: float = 0.08) -> dict:
+    """One row of the issue's best-of-N table, predicted: n responses (20-200 tokens) to each of
+    ``n_prompts`` prompts of ``prompt`` tokens. rmfast: each prompt's pass, then ONE rows' pass of the
+    cascade for all rows (``pad_frac``: the GEMM tokens its length buckets add, 6-11% measured on the H100,
+    best_of_n_8b_bf16.csv). Padded HF: all rows in one batch. Returns the row as a dict."""
+    prompts = [prompt] * n_prompts
+    rows = [response_lengths(n)] * n_prompts
+    casc = cascade_parts(m, prompts, rows, suffix, elt, gpu)
+    passes_s = sum(prompt_pass(m, P, elt, gpu)["s"] for P in prompts)
+    rm_s = casc["total_s"] + casc["gemm"]["s"] * pad_frac + passes_s  # bucket padding: GEMM tokens only
+    hf = padded_hf(m, prompts, rows, suffix, elt, gpu)
+    useful = sum(prompt_pass(m, P, elt, gpu)["flops"] for P in prompts) + sum(
+        casc[k]["flops"] for k in ("gemm", "prompt_part", "response_part"))
+    n_resp = n * n_prompts
+    gemm_bound_s = useful / (gpu.gemm_tflops * 1e12)
+    return {
+        "prompt": prompt, "n": n, "n_prompts": n_prompts,
+        "hf_resp_s": n_resp / hf["s"], "rmfast_resp_s": n_resp / rm_s, "speedup": hf["s"] / rm_s,
+        "flop_ratio": hf["flops"] / useful, "rmfast_of_gemm_bound": gemm_bound_s / rm_s,
+        "rmfast_s": rm_s, "hf_s": hf["s"],
+        "parts_ms": {k: 1e3 * v["s"] for k, v in casc.items() if isinstance(v, dict)}
+        | {"prompt_passes": 1e3 * passes_s, "launches": 1e3 * casc["launches_s"]},
+    }
+
+
+#: the issue's best-of-N rows: (prompt tokens, responses per prompt, prompts)
+ISSUE_ROWS = [(512, 16, 1), (512, 64, 1), (2048, 16, 1), (2048, 64, 1), (512, 4, 16)]
+
+
+def crossover_row_tokens(D: int, elt: int = 2, gpu: Gpu = Gpu()) -> float:
+    """Row tokens above which the cascade beats the Triton shared-prefix kernel's own-key phase, per query
+    head: that phase loads each own key and value row per query (D·elt bytes each, from L2, on CUDA
+    cores: no tensor-core tile), S times; the cascade adds two fp32 part outputs written and read back
+    (4·4·D bytes) less the one output the single kernel writes (elt·D), at HBM bandwidth."""
+    per_key = 2 * D * elt / (gpu.l2_tb_s * 1e12)  # its K row and its V row
+    extra = (4 * 4 * D + 4 * 4 - elt * D) / (gpu.hbm_tb_s * 1e12)
+    return extra / per_key
+
+
+def format_table(rows: list[dict]) -> str:
+    """The predicted rows as a markdown table."""
+    head = ("| prompt | N | prompts | HF resp/s | rmfast resp/s | speed-up | FLOP ratio | rmfast % of GEMM bound | "
+            "rows' pass ms: GEMMs / prompt part / response part / merge / launches | prompt passes ms |\n"
+            "|---|---|---|---|---|---|---|---|---|---|")
+    out = [head]
+    for r in rows:
+        p = r["parts_ms"]
+        out.append(f"| {r['prompt']:,} | {r['n']} | {r['n_prompts']} | {r['hf_resp_s']:.1f} | {r['rmfast_resp_s']:.1f} | "
+                   f"{r['speedup']:.2f}x | {r['flop_ratio']:.1f} | {100 * r['rmfast_of_gemm_bound']:.0f}% | "
+                   f"{p['gemm']:.1f} / {p['prompt_part']:.2f} / {p['response_part']:.2f} / {p['merge']:.2f} / "
+                   f"{p['launches']:.2f} | {p['prompt_passes']:.1f} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # python -m rmfast.bench.cascade_cost: the predicted table of docs/backend.md
+    print(format_table([best_of_n(LLAMA_31_8B, P, n, k) for P, n, k in ISSUE_ROWS]))
+    print(f"\ncrossover (shared-prefix Triton vs cascade), D=128 bf16: {crossover_row_tokens(128):.1f} row tokens")
