@@ -15,6 +15,7 @@ from cli_run import one_line_error, run
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = "What, in one word, is the greatest thing ever?"
+WORST = "What, in one word, is the worst thing ever?"
 ITEMS = ["Love", "Water", "Art", "Pizza", "Music", "The universe", "a cup of tea", "sunsets", "Albert Einstein"]
 
 
@@ -35,6 +36,7 @@ def journey(tmp_path_factory, smollm2):
            "candidates": {"tokens": {"vocabulary": {"token_ids": str(d / "ids.txt")}}, "items": str(d / "items.txt")}}
     (d / "sweep.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     out = {"dir": d, "tokens": d / "tokens.parquet", "items": d / "items.parquet", "store": d / "store",
+           "worst": d / "worst.parquet",
            "config": d / "sweep.yaml", "words": words}
     from rmfast.cli import main
 
@@ -43,6 +45,8 @@ def journey(tmp_path_factory, smollm2):
               "--batch-size", "32"]
     assert main(["scan", MODEL, "--token-ids", str(d / "ids.txt"), "--out", str(out["tokens"]), *common]) == 0
     assert main(["scan", MODEL, "--candidates", str(d / "items.txt"), "--out", str(out["items"]), *common]) == 0
+    worst = [a if a != PROMPT else WORST for a in common]
+    assert main(["scan", MODEL, "--token-ids", str(d / "ids.txt"), "--out", str(out["worst"]), *worst]) == 0
     assert main(["sweep", str(d / "sweep.yaml"), "--no-progress"]) == 0
     return out
 
@@ -154,3 +158,45 @@ def test_the_parser_keeps_the_jobs_own_choices():
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["implicit"]
     choices = {a.dest: tuple(a.choices) for a in sub._actions if a.choices}
     assert choices["join"] == JOINS and choices["agg"] == AGGS
+
+
+# ---------------------------------------------------------------- 9 and 11: results that say what they are
+def test_a_random_head_says_so_and_the_parquet_describes_itself(journey, capsys):
+    import pyarrow.parquet as pq
+
+    from rmfast.io import read_manifest, read_provenance
+
+    for path in (journey["tokens"], journey["items"]):
+        man, prov = read_manifest(path), read_provenance(path)
+        assert man["score_meaning"].startswith("RANDOM score head (seed 0)")
+        assert prov == {"model": {k: man["model"][k] for k in ("name", "spec", "type", "sha256", "random_head_seed")},
+                        "prompt": PROMPT, "head": "score", "head_index": 0, "score_meaning": man["score_meaning"],
+                        "dtype": "float32", "rmfast_version": man["rmfast_version"],
+                        "candidates": "vocabulary" if path == journey["tokens"] else "items"}
+        assert str(pq.read_schema(path).field("score").type) == "float"
+    part = next(journey["store"].glob("parts/*/*/candidates=items/part.parquet"))
+    assert read_provenance(part)["candidates"] == "items" and read_provenance(part)["model"]["name"] == "SmolLM2-135M-Instruct"
+    # the printed table's title
+    rc, so, se = run(["scan", MODEL, "--prompt", PROMPT, "--token-ids", "0:4", "--dtype", "float32", "--no-progress",
+                      "--random-head-seed", "3", "--batch-size", "8", "--out", journey["dir"] / "t9.parquet"], capsys)
+    assert rc == 0, se
+    assert "top 20 (RANDOM score head, seed 3: not a reward model's ranking)" in so
+
+
+def test_score_writes_float32_and_best_worst_integer_ids(journey, tmp_path, capsys):
+    table = tmp_path / "pairs.csv"
+    pd.DataFrame({"prompt": [PROMPT, PROMPT, WORST], "response": ["Love", "Pizza", "War"]}).to_csv(table, index=False)
+    rc, so, se = run(["score", table, "--model", MODEL, "--prompt-column", "prompt", "--response-column", "response",
+                      "--random-head-seed", "0", "--dtype", "float32", "--no-progress"], capsys)
+    assert rc == 0, se
+    import pyarrow.parquet as pq
+
+    from rmfast.io import read_manifest
+
+    out = tmp_path / "pairs.scores.parquet"
+    assert str(pq.read_schema(out).field("score").type) == "float"
+    assert read_manifest(out)["score_meaning"].startswith("RANDOM score head (seed 0)")
+    rc, so, se = run(["analyze", "best-worst", journey["tokens"], journey["worst"], "--out", tmp_path / "bw.csv"], capsys)
+    assert rc == 0, se
+    ids = pd.read_csv(tmp_path / "bw.csv")["token_id"]
+    assert ids.dtype == "int64"  # "30200", never "30200.0"

@@ -97,7 +97,10 @@ def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
 
 
 def run(args) -> int:
+    import numpy as np
+
     from ..io import write_result
+    from ..scoring.plan import score_meaning
     from ..scoring.scorer import RewardScorer
 
     t0 = time.perf_counter()
@@ -119,8 +122,12 @@ def run(args) -> int:
         check_output(out, args.overwrite)
         scores = scorer.score(convs, lists, progress=not args.no_progress, checkpoint=ck)
         st = scorer.last_stats
-        df[args.score_column] = [scores[i][j] for i, j in where]
-        manifest = {**scorer.key_fields(), "input": {"path": str(inp), "sha256": file_sha256(inp), "rows": len(df),
+        # float32, as every scan writes it (the head's output is fp32)
+        df[args.score_column] = np.asarray([scores[i][j] for i, j in where], dtype=np.float32)
+        key = scorer.key_fields()
+        manifest = {**key, "score_meaning": score_meaning(key["head"], key["head_index"],
+                                                          (key.get("model") or {}).get("random_head_seed")),
+                    "input": {"path": str(inp), "sha256": file_sha256(inp), "rows": len(df),
                                                    "prompt_column": args.prompt_column,
                                                    "response_column": args.response_column,
                                                    "system_column": args.system_column},
