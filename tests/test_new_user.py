@@ -200,3 +200,17 @@ def test_score_writes_float32_and_best_worst_integer_ids(journey, tmp_path, caps
     assert rc == 0, se
     ids = pd.read_csv(tmp_path / "bw.csv")["token_id"]
     assert ids.dtype == "int64"  # "30200", never "30200.0"
+
+
+# ---------------------------------------------------------------- 10: a public way to clear the prompt cache
+def test_reward_scorer_clear_cache():
+    import tiny_models as T
+    from rmfast import RewardScorer
+
+    scorer = RewardScorer(T.tiny("llama", num_labels=1, pad_token_id=2), T.chatml_tokenizer())
+    first = scorer.score(["Best?"], [["Love", "A cup of tea"]])
+    scorer.score(["Best?"], [["Water"]])
+    assert scorer.last_stats.prompts_from_cache == 1
+    scorer.clear_cache()
+    assert scorer.score(["Best?"], [["Love", "A cup of tea"]]) == first
+    assert scorer.last_stats.prompts_from_cache == 0

@@ -609,11 +609,16 @@ class RewardScorer:
             self._plans.clear()
             self._weights_key = key
 
-    def close(self) -> None:
-        """Drop every cached plan (their prompt encodings)."""
+    def clear_cache(self) -> None:
+        """Drop every cached prompt encoding (plan) and split template, to free their memory; the scorer stays
+        usable, and its next call encodes its prompts again (the same scores)."""
         with self._lock:
             self._plans.clear()
             self._tmpls.clear()
+
+    def close(self) -> None:
+        """Drop every cached plan (their prompt encodings): :meth:`clear_cache`."""
+        self.clear_cache()
 
 
 __all__ = ["Conversation", "Job", "Ranked", "RewardScorer", "ScoreStats", "as_conversation", "messages_of"]
