@@ -214,3 +214,15 @@ def test_reward_scorer_clear_cache():
     scorer.clear_cache()
     assert scorer.score(["Best?"], [["Love", "A cup of tea"]]) == first
     assert scorer.last_stats.prompts_from_cache == 0
+
+
+# ---------------------------------------------------------------- 8: the bf16 audit sized to the job
+def test_bf16_audit_is_sized_to_the_job_and_says_its_cost(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "bf16.parquet"
+    rc, so, se = run(["scan", tiny_dir, "--dtype", "bfloat16", "--token-ids", "0:300", "--compile", "off",
+                      "--out", out, "--no-progress", "--top", "0"], capsys)  # --audit at its default, 512
+    assert rc == 0, se
+    a = json.loads(Path(str(out) + ".json").read_text())["bf16_audit"]
+    assert a["n"] == 32 and a["job_s"] > 0  # a tenth of 300 rows, at least 32: never 300 of 300
+    line = next(ln for ln in so.splitlines() if "audit:" in ln)
+    assert line.startswith("bf16 audit: 32 ids rescored in fp32") and "% on the scan's" in line
