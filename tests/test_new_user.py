@@ -226,3 +226,12 @@ def test_bf16_audit_is_sized_to_the_job_and_says_its_cost(tiny_dir, tmp_path, ca
     assert a["n"] == 32 and a["job_s"] > 0  # a tenth of 300 rows, at least 32: never 300 of 300
     line = next(ln for ln in so.splitlines() if "audit:" in ln)
     assert line.startswith("bf16 audit: 32 ids rescored in fp32") and "% on the scan's" in line
+
+
+# ---------------------------------------------------------------- 7: long work says how long, up front
+def test_gcg_says_what_the_whole_run_takes_after_its_first_step(tiny_dir, tmp_path, capsys):
+    rc, so, se = run(["gcg", tiny_dir, "--prompt", PROMPT, "--length", "3", "--steps", "3", "--search-width", "16",
+                      "--topk", "8", "--dtype", "float32", "--no-plot", "--out", tmp_path / "g.json"], capsys)
+    assert rc == 0, se
+    line = next(ln for ln in se.splitlines() if "the first step took" in ln)
+    assert "3 steps x 1 restart(s) take about" in line
