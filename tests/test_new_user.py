@@ -235,3 +235,21 @@ def test_gcg_says_what_the_whole_run_takes_after_its_first_step(tiny_dir, tmp_pa
     assert rc == 0, se
     line = next(ln for ln in se.splitlines() if "the first step took" in ln)
     assert "3 steps x 1 restart(s) take about" in line
+
+
+def test_analyze_similarity_says_its_work_up_front_and_shows_progress(tiny_dir, tmp_path, capsys):
+    scans = []
+    for k, prompt in enumerate((PROMPT, WORST)):
+        scans.append(tmp_path / f"s{k}.parquet")
+        rc, so, se = run(["scan", tiny_dir, "--prompt", prompt, "--token-ids", "0:200", "--dtype", "float32",
+                          "--states", "0,last", "--no-progress", "--top", "0", "--out", scans[-1]], capsys)
+        assert rc == 0, se
+    rc, so, se = run(["analyze", "similarity", *scans, "--bootstrap", "10", "--permutations", "9",
+                      "--out", tmp_path / "sim.csv"], capsys)
+    assert rc == 0, se
+    assert "20 passes (1 + bootstrap + permutations) over 200 candidates × 2 × 2 layer pairs, in 10 steps" in se
+    assert "the first of 10 steps took" in se and se.index("passes (1 +") < se.index("the first of")
+    rc, so, se = run(["analyze", "similarity", *scans, "--bootstrap", "10", "--permutations", "9", "--no-progress",
+                      "--out", tmp_path / "sim2.csv"], capsys)
+    assert rc == 0 and "steps" not in se
+    assert (tmp_path / "sim.csv").read_text() == (tmp_path / "sim2.csv").read_text()

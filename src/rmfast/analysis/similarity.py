@@ -66,6 +66,8 @@ Example:
 from __future__ import annotations
 
 import math
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -488,9 +490,39 @@ def _as_set(x) -> StatesSet:
     return x if isinstance(x, StatesSet) else open_states(x)
 
 
+class _Bar:
+    """similarity's progress: a tqdm bar over its steps and, after the first, the whole run's estimate."""
+
+    def __init__(self, total: int, enabled: bool):
+        from tqdm.auto import tqdm
+
+        self.total, self.enabled, self.t0, self.done = total, enabled, time.perf_counter(), 0
+        self.tqdm = tqdm(total=total, unit="step", desc="similarity", disable=not enabled, dynamic_ncols=True)
+
+    def step(self) -> None:
+        self.done += 1
+        if self.done == 1 and self.enabled and self.total > 1:
+            first = time.perf_counter() - self.t0
+            print(f"rmfast: similarity: the first of {self.total} steps took {first:.1f} s: about "
+                  f"{first * self.total / 60:.1f} min in all", file=sys.stderr, flush=True)
+        self.tqdm.update(1)
+
+    def close(self) -> None:
+        self.tqdm.close()
+
+
+def _bar(tiles, variants, n: int, la, lb, enabled: bool) -> _Bar:
+    """Say the work up front (passes, candidates, layer pairs) and return its bar."""
+    total = sum(math.ceil(len(variants) / per) for _, _, per in tiles)
+    if enabled:
+        print(f"rmfast: similarity: {len(variants)} passes (1 + bootstrap + permutations) over {n:,} candidates × "
+              f"{len(la)} × {len(lb)} layer pairs, in {total} steps", file=sys.stderr, flush=True)
+    return _Bar(total, enabled)
+
+
 def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permutations: int = 49,
                seed: int = 0, level: float = 0.95, join: str = "auto", chunk_rows: int = 4096,
-               max_bytes: int = 1 << 30, max_rows: int | None = None) -> SimilarityResult:
+               max_bytes: int = 1 << 30, max_rows: int | None = None, progress: bool = False) -> SimilarityResult:
     """Layer × layer CKA, debiased CKA, RV and RV2 of two state sets (paths or :class:`StatesSet`).
 
     Compute: (1 + bootstrap + permutations) streaming passes' worth of products, each
@@ -498,6 +530,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
     layer pair's O(p² + q² + pq), whatever n is). Same seed, same intervals and p-values.
     ``max_rows``: compute on at most this many of the shared candidates, a seeded random sample
     (``default_rng([seed, 2])``, kept in A's order; a note says so), e.g. for a quick look.
+    ``progress``: a line on stderr saying how much work there is, a bar over it (layer tiles × batches of
+    replicates), and after its first step what the whole takes at that pace.
 
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp())
@@ -530,8 +564,13 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
     shifts = (_shifts(a, la, ra), _shifts(b, lb, rb))
     variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
     values: dict = {}
-    for ta, tb in _tiles(la, lb, p, q, max_bytes):
-        per = max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))
+    # replicates per step: what fits in max_bytes, but at most a tenth of them, so the bar moves (a step re-reads
+    # the rows: cheap beside its products)
+    most = max(1, math.ceil(len(variants) / 10))
+    tiles = [(ta, tb, min(most, max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))))
+             for ta, tb in _tiles(la, lb, p, q, max_bytes)]
+    bar = _bar(tiles, variants, n, la, lb, progress)
+    for ta, tb, per in tiles:
         for i in range(0, len(variants), per):
             batch = variants[i:i + per]
             if any(v != "obs" and v[0] == "perm" for v in batch) and "obs" not in batch:
@@ -539,6 +578,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = 50, permu
             got = _variant_values(a, b, ra, rb, ta, tb, batch, seed=seed, chunk_rows=chunk_rows, shifts=shifts)
             for v, d in got.items():
                 values.setdefault(v, {}).update(d)
+            bar.step()
+    bar.close()
     rows = []
     alpha = (1 - level) / 2
     for x in la:

@@ -208,6 +208,8 @@ def register(subparsers) -> None:
     a.add_argument("--table", help="which table of the result (default: the main one)")
     a.add_argument("--out", metavar="CSV", help="write the table as CSV here")
     a.add_argument("--max-rows", type=positive_int, default=40, help="rows printed (default 40)")
+    a.add_argument("--no-progress", action="store_true",
+                   help="similarity: no bar and no estimate on stderr (default: both)")
     a.add_argument("--layers-a", metavar="L,L", help="similarity: layers of A (default all)")
     a.add_argument("--layers-b", metavar="L,L", help="similarity: layers of B (default all)")
     a.add_argument("--bootstrap", type=nonneg_int, default=50,
@@ -343,7 +345,7 @@ def _run_similarity(args) -> int:
     if len(inputs) == 2:
         res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
                          bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
-                         join=args.join or "auto")
+                         join=args.join or "auto", progress=not args.no_progress)
     else:  # three or more: the models × models matrix at one layer, and its RSA with --metadata
         layer = args.layers_a or "last"
         if "," in layer or args.layers_b:
