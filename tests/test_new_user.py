@@ -253,3 +253,11 @@ def test_analyze_similarity_says_its_work_up_front_and_shows_progress(tiny_dir, 
                       "--out", tmp_path / "sim2.csv"], capsys)
     assert rc == 0 and "steps" not in se
     assert (tmp_path / "sim.csv").read_text() == (tmp_path / "sim2.csv").read_text()
+
+
+# ---------------------------------------------------------------- 14: smaller things
+def test_exposure_defaults_to_wordfreq_as_the_report_does(journey, capsys):
+    pytest.importorskip("wordfreq", reason="wordfreq not installed (pip install 'rmfast[analysis]')")
+    rc, so, se = run(["analyze", "exposure", journey["tokens"], "--n-perm", "1"], capsys)
+    assert rc == 0, se
+    assert "frequencies: the wordfreq package's English list (the default" in se

@@ -152,7 +152,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--afinn", metavar="FILE", help="AFINN lexicon (default: the afinn package, "
                    "if installed)")
     p.add_argument("--frequencies", metavar="FILE", help="word-frequency list (BNC format or "
-                   "word,frequency), or 'wordfreq' (report default: the wordfreq package, if installed)")
+                   "word,frequency), or 'wordfreq' (default: the wordfreq package's English list)")
     p.add_argument("--join", choices=("text", "id"), default=None,
                    help="shared vocabulary: decoded text (papers; the default) or token id + text "
                    "(similarity's default: token id when both sets come from one tokenizer, else text)")
@@ -256,11 +256,13 @@ def _run(name: str, args, scans, human):
     if name == "sentiment":
         return sentiment(scans, args.afinn, standardize=std, framing=framing, **method, **sel)
     if name == "exposure":
+        # as the report: wordfreq's English list unless --frequencies names another (its absence: one line)
+        res = exposure(scans, args.frequencies or "wordfreq", args.afinn, standardize=std, framing=framing,
+                       **method, **sel)
         if not args.frequencies:
-            raise UserError("exposure needs --frequencies FILE (BNC list or word,frequency) "
-                            "or --frequencies wordfreq")
-        return exposure(scans, args.frequencies, args.afinn, standardize=std, framing=framing,
-                        **method, **sel)
+            res.notes.append("frequencies: the wordfreq package's English list (the default, as in rmfast report; "
+                             "--frequencies FILE for a BNC list or word,frequency CSV)")
+        return res
     if name == "best-worst":
         if args.prompts:
             raise UserError("best-worst takes --best and --worst, not --prompts")

@@ -610,11 +610,14 @@ class RewardScorer:
             self._weights_key = key
 
     def clear_cache(self) -> None:
-        """Drop every cached prompt encoding (plan) and split template, to free their memory; the scorer stays
-        usable, and its next call encodes its prompts again (the same scores)."""
+        """Drop every cached plan (prompt encodings and the weight copies they hold) and template: the
+        next call encodes its prompts afresh from the model's weights as they are now. Call it after
+        changing weights in a way :func:`rmfast.scoring.weights.weights_fingerprint` may not see (a few
+        values edited by hand)."""
         with self._lock:
             self._plans.clear()
             self._tmpls.clear()
+            self._weights_key = None
 
     def close(self) -> None:
         """Drop every cached plan (their prompt encodings): :meth:`clear_cache`."""
