@@ -261,3 +261,29 @@ def test_exposure_defaults_to_wordfreq_as_the_report_does(journey, capsys):
     rc, so, se = run(["analyze", "exposure", journey["tokens"], "--n-perm", "1"], capsys)
     assert rc == 0, se
     assert "frequencies: the wordfreq package's English list (the default" in se
+
+
+def test_bench_plot_title_fits_and_its_note_clears_the_legend(tmp_path, monkeypatch):
+    """The bench PNG: a long title (the machine's name) is wrapped inside the figure, and the (×N) note does
+    not overlap the legend."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from rmfast.bench.output import plot
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    rows = [{"model": "smollm2-135m", "method": m, "cand_per_s": v, "rmfast_speedup": 1000 / v, "head": "score",
+             "tokens_per_candidate": 3, "peak_bound_cand_per_s": 3000.0 if m == "rmfast" else None}
+            for m, v in (("naive", 80.0), ("hf-cache", 600.0), ("rmfast-eager", 900.0), ("rmfast", 1000.0))]
+    title = ("rmfast bench — AMD EPYC 7B13 64-Core Processor [avx2], 2 threads, torch 2.13, float32, "
+             "prompt 'What, in one word, is the greatest thing ever?', batch auto, 2026-11-26")
+    assert plot(rows, tmp_path / "b.png", title) is not None and figs
+    fig = figs[0]
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    box = fig.bbox
+    t = ax.title.get_window_extent(r)
+    assert box.x0 <= t.x0 and t.x1 <= box.x1 and t.y1 <= box.y1  # the title is inside the figure
+    note = [x for x in (ax.xaxis.label, *ax.texts) if "rmfast is N" in x.get_text()]
+    assert len(note) == 1 and not note[0].get_window_extent(r).overlaps(ax.get_legend().get_window_extent(r))
