@@ -287,3 +287,23 @@ def test_bench_plot_title_fits_and_its_note_clears_the_legend(tmp_path, monkeypa
     assert box.x0 <= t.x0 and t.x1 <= box.x1 and t.y1 <= box.y1  # the title is inside the figure
     note = [x for x in (ax.xaxis.label, *ax.texts) if "rmfast is N" in x.get_text()]
     assert len(note) == 1 and not note[0].get_window_extent(r).overlaps(ax.get_legend().get_window_extent(r))
+
+
+def test_import_rmfast_still_isolates_the_compile_cache_without_torch(tmp_path):
+    """`import rmfast` points inductor's cache at a folder per CPU kind and kernel level (rmfast.compile_cache)
+    before transformers can fix it, without importing torch; a user's own folder is kept."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, sys, rmfast; print(os.environ['TORCHINDUCTOR_CACHE_DIR'], 'torch' in sys.modules)"
+    base = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY")}
+    base["TMPDIR"] = str(tmp_path)
+    got = []
+    for extra in ({}, {"ATEN_CPU_CAPABILITY": "default"}, {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")}):
+        out = subprocess.run([sys.executable, "-c", code], env={**base, **extra}, capture_output=True, text=True,
+                             timeout=120, check=True).stdout.split()
+        assert out[1] == "False"
+        got.append(out[0])
+    assert all(g.startswith(str(tmp_path)) and os.path.basename(g).startswith("rmfast-") for g in got[:2])
+    assert got[0] != got[1] and got[2] == str(tmp_path / "mine")  # one folder per kernel level; the user's kept
