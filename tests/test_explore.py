@@ -71,8 +71,8 @@ def test_round_trip_text_join():
     for name in ("scores", "ranks", "ids", "flags", "cats"):
         np.testing.assert_array_equal(getattr(back, name), getattr(data, name))
     assert back.columns == data.columns and back.categories == data.categories and back.pairs == data.pairs
-    # Every input row that survives the papers' de-duplication is in its column with its own score and rank;
-    # nothing else is there.
+    # Every input row that survives the papers' de-duplication is in its column with its own score, ranked
+    # among the rows the column shows (issue 37: the file's ranks counted the dropped rows); nothing else is there.
     cols = {(c["model"], c["prompt"]): k for k, c in enumerate(back.columns)}
     assert len(cols) == 5 and [c["label"] for c in back.columns] == list("ABCDE")
     kept = df[~df.duplicated(["model", "prompt", "text"], keep=False)]
@@ -80,7 +80,7 @@ def test_round_trip_text_join():
         k = cols[(m, p)]
         idx = [back.texts.index(t) for t in g["text"]]
         np.testing.assert_array_equal(back.scores[k, idx], g["score"].to_numpy(np.float32))
-        np.testing.assert_array_equal(back.ranks[k, idx], g["rank"].to_numpy())
+        np.testing.assert_array_equal(back.ranks[k, idx], g["score"].rank(ascending=False, method="min").to_numpy())
         assert int((~np.isnan(back.scores[k])).sum()) == len(g)
         group = back.id_groups.index(m)
         np.testing.assert_array_equal(back.ids[group, idx], g["token_id"].to_numpy("int64"))

@@ -15,6 +15,7 @@ from cli_run import one_line_error, run
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = "What, in one word, is the greatest thing ever?"
+WORST = "What, in one word, is the worst thing ever?"
 ITEMS = ["Love", "Water", "Art", "Pizza", "Music", "The universe", "a cup of tea", "sunsets", "Albert Einstein"]
 
 
@@ -35,6 +36,7 @@ def journey(tmp_path_factory, smollm2):
            "candidates": {"tokens": {"vocabulary": {"token_ids": str(d / "ids.txt")}}, "items": str(d / "items.txt")}}
     (d / "sweep.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     out = {"dir": d, "tokens": d / "tokens.parquet", "items": d / "items.parquet", "store": d / "store",
+           "worst": d / "worst.parquet",
            "config": d / "sweep.yaml", "words": words}
     from rmfast.cli import main
 
@@ -43,6 +45,8 @@ def journey(tmp_path_factory, smollm2):
               "--batch-size", "32"]
     assert main(["scan", MODEL, "--token-ids", str(d / "ids.txt"), "--out", str(out["tokens"]), *common]) == 0
     assert main(["scan", MODEL, "--candidates", str(d / "items.txt"), "--out", str(out["items"]), *common]) == 0
+    worst = [a if a != PROMPT else WORST for a in common]
+    assert main(["scan", MODEL, "--token-ids", str(d / "ids.txt"), "--out", str(out["worst"]), *worst]) == 0
     assert main(["sweep", str(d / "sweep.yaml"), "--no-progress"]) == 0
     return out
 
@@ -154,3 +158,152 @@ def test_the_parser_keeps_the_jobs_own_choices():
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["implicit"]
     choices = {a.dest: tuple(a.choices) for a in sub._actions if a.choices}
     assert choices["join"] == JOINS and choices["agg"] == AGGS
+
+
+# ---------------------------------------------------------------- 9 and 11: results that say what they are
+def test_a_random_head_says_so_and_the_parquet_describes_itself(journey, capsys):
+    import pyarrow.parquet as pq
+
+    from rmfast.io import read_manifest, read_provenance
+
+    for path in (journey["tokens"], journey["items"]):
+        man, prov = read_manifest(path), read_provenance(path)
+        assert man["score_meaning"].startswith("RANDOM score head (seed 0)")
+        assert prov == {"model": {k: man["model"][k] for k in ("name", "spec", "type", "sha256", "random_head_seed")},
+                        "prompt": PROMPT, "head": "score", "head_index": 0, "score_meaning": man["score_meaning"],
+                        "dtype": "float32", "rmfast_version": man["rmfast_version"],
+                        "candidates": "vocabulary" if path == journey["tokens"] else "items"}
+        assert str(pq.read_schema(path).field("score").type) == "float"
+    part = next(journey["store"].glob("parts/*/*/candidates=items/part.parquet"))
+    assert read_provenance(part)["candidates"] == "items" and read_provenance(part)["model"]["name"] == "SmolLM2-135M-Instruct"
+    # the printed table's title
+    rc, so, se = run(["scan", MODEL, "--prompt", PROMPT, "--token-ids", "0:4", "--dtype", "float32", "--no-progress",
+                      "--random-head-seed", "3", "--batch-size", "8", "--out", journey["dir"] / "t9.parquet"], capsys)
+    assert rc == 0, se
+    assert "top 20 (RANDOM score head, seed 3: not a reward model's ranking)" in so
+
+
+def test_score_writes_float32_and_best_worst_integer_ids(journey, tmp_path, capsys):
+    table = tmp_path / "pairs.csv"
+    pd.DataFrame({"prompt": [PROMPT, PROMPT, WORST], "response": ["Love", "Pizza", "War"]}).to_csv(table, index=False)
+    rc, so, se = run(["score", table, "--model", MODEL, "--prompt-column", "prompt", "--response-column", "response",
+                      "--random-head-seed", "0", "--dtype", "float32", "--no-progress"], capsys)
+    assert rc == 0, se
+    import pyarrow.parquet as pq
+
+    from rmfast.io import read_manifest
+
+    out = tmp_path / "pairs.scores.parquet"
+    assert str(pq.read_schema(out).field("score").type) == "float"
+    assert read_manifest(out)["score_meaning"].startswith("RANDOM score head (seed 0)")
+    rc, so, se = run(["analyze", "best-worst", journey["tokens"], journey["worst"], "--out", tmp_path / "bw.csv"], capsys)
+    assert rc == 0, se
+    ids = pd.read_csv(tmp_path / "bw.csv")["token_id"]
+    assert ids.dtype == "int64"  # "30200", never "30200.0"
+
+
+# ---------------------------------------------------------------- 10: a public way to clear the prompt cache
+def test_reward_scorer_clear_cache():
+    import tiny_models as T
+    from rmfast import RewardScorer
+
+    scorer = RewardScorer(T.tiny("llama", num_labels=1, pad_token_id=2), T.chatml_tokenizer())
+    first = scorer.score(["Best?"], [["Love", "A cup of tea"]])
+    scorer.score(["Best?"], [["Water"]])
+    assert scorer.last_stats.prompts_from_cache == 1
+    scorer.clear_cache()
+    assert scorer.score(["Best?"], [["Love", "A cup of tea"]]) == first
+    assert scorer.last_stats.prompts_from_cache == 0
+
+
+# ---------------------------------------------------------------- 8: the bf16 audit sized to the job
+def test_bf16_audit_is_sized_to_the_job_and_says_its_cost(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "bf16.parquet"
+    rc, so, se = run(["scan", tiny_dir, "--dtype", "bfloat16", "--token-ids", "0:300", "--compile", "off",
+                      "--out", out, "--no-progress", "--top", "0"], capsys)  # --audit at its default, 512
+    assert rc == 0, se
+    a = json.loads(Path(str(out) + ".json").read_text())["bf16_audit"]
+    assert a["n"] == 32 and a["job_s"] > 0  # a tenth of 300 rows, at least 32: never 300 of 300
+    line = next(ln for ln in so.splitlines() if "audit:" in ln)
+    assert line.startswith("bf16 audit: 32 ids rescored in fp32") and "% on the scan's" in line
+
+
+# ---------------------------------------------------------------- 7: long work says how long, up front
+def test_gcg_says_what_the_whole_run_takes_after_its_first_step(tiny_dir, tmp_path, capsys):
+    rc, so, se = run(["gcg", tiny_dir, "--prompt", PROMPT, "--length", "3", "--steps", "3", "--search-width", "16",
+                      "--topk", "8", "--dtype", "float32", "--no-plot", "--out", tmp_path / "g.json"], capsys)
+    assert rc == 0, se
+    line = next(ln for ln in se.splitlines() if "the first step took" in ln)
+    assert "3 steps x 1 restart(s) take about" in line
+
+
+def test_analyze_similarity_says_its_work_up_front_and_shows_progress(tiny_dir, tmp_path, capsys):
+    scans = []
+    for k, prompt in enumerate((PROMPT, WORST)):
+        scans.append(tmp_path / f"s{k}.parquet")
+        rc, so, se = run(["scan", tiny_dir, "--prompt", prompt, "--token-ids", "0:200", "--dtype", "float32",
+                          "--states", "0,last", "--no-progress", "--top", "0", "--out", scans[-1]], capsys)
+        assert rc == 0, se
+    rc, so, se = run(["analyze", "similarity", *scans, "--bootstrap", "10", "--permutations", "9",
+                      "--out", tmp_path / "sim.csv"], capsys)
+    assert rc == 0, se
+    assert "20 passes (1 + bootstrap + permutations) over 200 candidates × 2 × 2 layer pairs, in 10 steps" in se
+    assert "the first of 10 steps took" in se and se.index("passes (1 +") < se.index("the first of")
+    rc, so, se = run(["analyze", "similarity", *scans, "--bootstrap", "10", "--permutations", "9", "--no-progress",
+                      "--out", tmp_path / "sim2.csv"], capsys)
+    assert rc == 0 and "steps" not in se
+    assert (tmp_path / "sim.csv").read_text() == (tmp_path / "sim2.csv").read_text()
+
+
+# ---------------------------------------------------------------- 14: smaller things
+def test_exposure_defaults_to_wordfreq_as_the_report_does(journey, capsys):
+    pytest.importorskip("wordfreq", reason="wordfreq not installed (pip install 'rmfast[analysis]')")
+    rc, so, se = run(["analyze", "exposure", journey["tokens"], "--n-perm", "1"], capsys)
+    assert rc == 0, se
+    assert "frequencies: the wordfreq package's English list (the default" in se
+
+
+def test_bench_plot_title_fits_and_its_note_clears_the_legend(tmp_path, monkeypatch):
+    """The bench PNG: a long title (the machine's name) is wrapped inside the figure, and the (×N) note does
+    not overlap the legend."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from rmfast.bench.output import plot
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    rows = [{"model": "smollm2-135m", "method": m, "cand_per_s": v, "rmfast_speedup": 1000 / v, "head": "score",
+             "tokens_per_candidate": 3, "peak_bound_cand_per_s": 3000.0 if m == "rmfast" else None}
+            for m, v in (("naive", 80.0), ("hf-cache", 600.0), ("rmfast-eager", 900.0), ("rmfast", 1000.0))]
+    title = ("rmfast bench — AMD EPYC 7B13 64-Core Processor [avx2], 2 threads, torch 2.13, float32, "
+             "prompt 'What, in one word, is the greatest thing ever?', batch auto, 2026-11-26")
+    assert plot(rows, tmp_path / "b.png", title) is not None and figs
+    fig = figs[0]
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    box = fig.bbox
+    t = ax.title.get_window_extent(r)
+    assert box.x0 <= t.x0 and t.x1 <= box.x1 and t.y1 <= box.y1  # the title is inside the figure
+    note = [x for x in (ax.xaxis.label, *ax.texts) if "rmfast is N" in x.get_text()]
+    assert len(note) == 1 and not note[0].get_window_extent(r).overlaps(ax.get_legend().get_window_extent(r))
+
+
+def test_import_rmfast_still_isolates_the_compile_cache_without_torch(tmp_path):
+    """`import rmfast` points inductor's cache at a folder per CPU kind and kernel level (rmfast.compile_cache)
+    before transformers can fix it, without importing torch; a user's own folder is kept."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, sys, rmfast; print(os.environ['TORCHINDUCTOR_CACHE_DIR'], 'torch' in sys.modules)"
+    base = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY")}
+    base["TMPDIR"] = str(tmp_path)
+    got = []
+    for extra in ({}, {"ATEN_CPU_CAPABILITY": "default"}, {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")}):
+        out = subprocess.run([sys.executable, "-c", code], env={**base, **extra}, capture_output=True, text=True,
+                             timeout=120, check=True).stdout.split()
+        assert out[1] == "False"
+        got.append(out[0])
+    assert all(g.startswith(str(tmp_path)) and os.path.basename(g).startswith("rmfast-") for g in got[:2])
+    assert got[0] != got[1] and got[2] == str(tmp_path / "mine")  # one folder per kernel level; the user's kept

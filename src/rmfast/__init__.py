@@ -23,6 +23,12 @@ __all__ = ["scan", "run_scan", "score_texts", "Selection", "ScanResult", "load",
 
 from .errors import UserError  # noqa: E402
 from . import _moved  # noqa: E402
+from .compile_cache import isolate_compile_cache as _isolate_compile_cache  # noqa: E402
+
+# inductor's on-disk cache, one folder per CPU kind and kernel level (rmfast.compile_cache says why): set
+# now, on import, because loading a model through transformers already fixes the folder for the process;
+# a user's own TORCHINDUCTOR_CACHE_DIR is kept. Without importing torch.
+_isolate_compile_cache()
 
 _moved.install()  # the old module paths (rmfast.pipeline, rmfast.loader, ...) still import
 
@@ -39,9 +45,6 @@ def __getattr__(name: str):
     import importlib
 
     if name in _API:
-        from .cpu import isolate_compile_cache  # before a model is loaded (the function says why)
-
-        isolate_compile_cache()
         value = getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
         globals()[name] = value  # looked up once
         return value

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+# the CPU features that decide how bf16 runs (x86 /proc/cpuinfo names; aarch64 "bf16"), read without torch
+from .compile_cache import FLAGS as _FLAGS, isa_env, isolate_compile_cache, proc_cpuinfo  # noqa: F401
 from .io import write_json
 
 #: auto takes bf16 only where a bf16 GEMM is at least this much faster than fp32 at the model's
@@ -50,9 +52,6 @@ PROBE_FLOPS = 2e9
 PROBE_ROWS = (64, 1024)
 #: seconds each dtype is timed for, per trial (two interleaved trials; the best of each is kept)
 PROBE_SECONDS = 0.08
-
-#: the CPU features that decide how bf16 runs (x86 /proc/cpuinfo names; aarch64 "bf16")
-_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "bf16", "sve")
 
 _PRINTED: set[str] = set()
 
@@ -91,19 +90,7 @@ class CpuInfo:
 @lru_cache(maxsize=1)
 def cpu_info() -> CpuInfo:
     """This machine's :class:`CpuInfo` (Linux /proc/cpuinfo; elsewhere platform's words, no flags)."""
-    model, flags = "", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                key = key.strip()
-                if key == "model name" and not model:
-                    model = val.strip()
-                elif key in ("flags", "Features") and not flags:  # x86 / aarch64
-                    flags = set(val.split())
-    except OSError:
-        pass
-    model = model or platform.processor() or platform.machine()
+    model, flags = proc_cpuinfo()
     try:
         cap = torch.backends.cpu.get_cpu_capability()
     except Exception:  # pragma: no cover - very old torch
@@ -185,15 +172,6 @@ def _cache_file(cache: Path | None) -> Path | None:
 
 
 #: environment variables that change which GEMM kernels run (so what the probe measures)
-_ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
-
-
-def isa_env() -> str:
-    """The environment variables in effect that limit which kernels run ("" for none), e.g.
-    ``ATEN_CPU_CAPABILITY=avx2,ONEDNN_MAX_CPU_ISA=AVX2``: a benchmark row on such a run is labelled."""
-    return ",".join(f"{k}={os.environ[k]}" for k in _ISA_ENV if os.environ.get(k))
-
-
 def machine_key(info: CpuInfo | None = None) -> str:
     """What decides which CPU kernels run here: CPU model, arch, flags, ATen's kernel level, the
     ISA-limiting environment and torch's version (the probe cache and the compile cache key on it)."""
@@ -346,52 +324,6 @@ def manifest_fields(model) -> dict:
     if p.device.type == "cpu":
         out["mkl_cbwr"] = mkl_cbwr()
     return out
-
-
-def _inductor_default_cache_dir():
-    """torch's own ``default_cache_dir`` (``torch/_inductor/runtime/cache_dir_utils.py``), read from its file
-    without importing the ``torch._inductor`` package (seconds of imports: issue 37's start-up); None where
-    this torch has no such file."""
-    import importlib.util
-
-    if "torch._inductor.runtime.cache_dir_utils" in sys.modules:
-        return sys.modules["torch._inductor.runtime.cache_dir_utils"].default_cache_dir
-    path = Path(torch.__file__).parent / "_inductor" / "runtime" / "cache_dir_utils.py"
-    spec = importlib.util.spec_from_file_location("rmfast._torch_cache_dir_utils", path)
-    if spec is None or not path.is_file():
-        return None
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)  # imports only the standard library and torch._environment
-    except Exception:  # its imports changed in another torch: leave inductor's own choice
-        return None
-    return getattr(module, "default_cache_dir", None)
-
-
-def isolate_compile_cache() -> str | None:
-    """Give inductor's on-disk cache a folder of its own per CPU kind and kernel level, unless the
-    user (or an earlier compile in this process) chose one; returns the folder set, else None.
-
-    Why: inductor's cache key does not include ATen's CPU capability, so C++ kernels compiled under
-    one level were loaded under another and computed garbage. Measured on a Zen 4 (AVX-512), torch
-    2.13: after a process with ``ATEN_CPU_CAPABILITY=avx2`` had compiled the log-prob head's chunk
-    update, a normal process loaded its kernel from the shared ``/tmp/torchinductor_<user>``: wrong
-    max/sum-exp in ~all rows, heap corruption ("double free") at other row counts, and a
-    full-vocabulary scan of NaN. The same can happen to a cache shared by two kinds of CPU (a home
-    folder on a cluster). The folder: ``<inductor's default>/rmfast-<hash of CPU model, flags,
-    kernel level, ISA-limiting environment, torch version>``.
-    """
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        return None
-    import hashlib
-
-    default_cache_dir = _inductor_default_cache_dir()
-    if default_cache_dir is None:  # a torch without this helper: leave inductor's own choice
-        return None
-
-    folder = os.path.join(default_cache_dir(), "rmfast-" + hashlib.sha256(machine_key().encode()).hexdigest()[:12])
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
-    return folder
 
 
 def compile_here(fn, **options):

@@ -229,14 +229,71 @@ def write_json(path: str | os.PathLike, obj) -> None:
 WRITE_ID = "write_id"
 
 
-def _parquet_file(path, df, write_id: str | None = None) -> None:
-    """``df`` as a Parquet file (no index), with ``write_id`` in its schema metadata when given."""
+#: the schema-metadata key of a result's essential provenance (:func:`provenance`)
+PROVENANCE = "rmfast.provenance"
+#: what a result's Parquet says about itself without its manifest: the model's fields, then the job's
+_MODEL_FIELDS = ("name", "spec", "type", "sha256", "revision", "content_sha256", "random_head_seed")
+_JOB_FIELDS = ("prompt", "head", "head_index", "score_meaning", "dtype", "rmfast_version")
+
+
+def candidate_set(manifest: dict) -> str:
+    """The candidate set a scan file holds, named from its manifest: a sweep part's set name; for ``rmfast
+    scan --candidates FILE`` the file's stem; ``vocabulary`` for a token scan (any ids or view of it:
+    one id is one candidate everywhere).
+
+    >>> candidate_set({"candidates": "items"}), candidate_set({"candidate_kind": "text",
+    ...     "candidates": {"path": "/x/elo_items.csv"}}), candidate_set({"vocab_size": 49152})
+    ('items', 'elo_items', 'vocabulary')
+    """
+    c = manifest.get("candidates")
+    if isinstance(c, str) and c:
+        return c
+    if manifest.get("candidate_kind") == "text":
+        path = c.get("path") if isinstance(c, dict) else None
+        return Path(str(path)).stem if path else "texts"
+    return "vocabulary"
+
+
+def provenance(manifest: dict) -> dict:
+    """The essential provenance of a result, from its manifest: model (name, spec, content hashes, random
+    head seed), prompt, head, what ``score`` is, dtype, rmfast version (and a sweep part's candidate set).
+    :func:`write_pair` puts it in the Parquet's schema metadata too, so the Parquet alone says what it holds
+    (:func:`read_provenance`).
+
+    >>> provenance({"model": {"name": "m", "path": "/x"}, "prompt": "Best?", "dtype": "float32", "n": 3})
+    {'model': {'name': 'm'}, 'prompt': 'Best?', 'dtype': 'float32'}
+    """
+    model = manifest.get("model")
+    out: dict = {"model": {k: model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
+                 if isinstance(model, dict) else model} if model is not None else {}
+    out.update({k: manifest[k] for k in _JOB_FIELDS if manifest.get(k) is not None})
+    if "candidates" in manifest or "n_candidates" in manifest:  # a scan or a sweep part: its candidate set
+        out["candidates"] = candidate_set(manifest)
+    return out
+
+
+def read_provenance(path: str | os.PathLike) -> dict:
+    """The provenance a result's Parquet carries in its schema metadata ({} for files written without)."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(PROVENANCE.encode())
+    return json.loads(raw) if raw else {}
+
+
+def _parquet_file(path, df, write_id: str | None = None, meta: dict | None = None) -> None:
+    """``df`` as a Parquet file (no index), with ``write_id`` (and ``meta``, :func:`provenance`) in its schema
+    metadata when given."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pandas(df, preserve_index=False)
+    extra = {}
     if write_id is not None:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"rmfast." + WRITE_ID.encode(): write_id.encode()})
+        extra[b"rmfast." + WRITE_ID.encode()] = write_id.encode()
+    if meta:
+        extra[PROVENANCE.encode()] = json.dumps(meta, default=str).encode()
+    if extra:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
     pq.write_table(table, path)
 
 
@@ -290,7 +347,7 @@ def write_pair(path: str | os.PathLike, df, manifest: dict) -> dict:
     tp = _temp_beside(p)
     tj = None
     try:
-        _parquet_file(str(tp), df, man[WRITE_ID])
+        _parquet_file(str(tp), df, man[WRITE_ID], provenance(man))
         tj = _temp_beside(mp)
         with open(tj, "w") as f:
             json.dump(man, f, indent=2, default=str)

@@ -119,6 +119,7 @@ def best_worst(df: pd.DataFrame, *, best: str | None = None, worst: str | None =
     if not paired:
         raise UserError(f"no model has both {best!r} and {worst!r}; nothing to pair")
     scores = pd.concat(paired, ignore_index=True)
+    scores["token_id"] = scores["token_id"].astype("Int64")  # ids stay integers (<NA> for text candidates)
     scores["sum"] = scores["best"] + scores["worst"]
     scores["diff"] = scores["best"] - scores["worst"]
     corr = []
@@ -138,7 +139,9 @@ def best_worst(df: pd.DataFrame, *, best: str | None = None, worst: str | None =
         ledger.note(f"{ALL_MODELS}: {len(shared)} strings paired in all {n_models} models")
         if len(mean):
             tables.append(_ends(mean, ALL_MODELS, k))
-    res = BestWorstResult(extremes=pd.concat(tables, ignore_index=True),
+    extremes = pd.concat(tables, ignore_index=True)
+    extremes["token_id"] = extremes["token_id"].astype("Int64")  # not the float a column with <NA> becomes
+    res = BestWorstResult(extremes=extremes,
                           correlations=pd.DataFrame(corr), scores=scores,
                           best_prompt=best, worst_prompt=worst, units=units(standardize))
     res.take_ledger(ledger)

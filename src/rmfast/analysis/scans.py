@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from ..io import manifest_path, read_manifest
+from ..io import candidate_set, manifest_path, read_manifest  # noqa: F401  (candidate_set: re-exported)
 from .ledger import Ledger
 
 TIDY_COLUMNS = ["model", "prompt", "token_id", "text", "score", "rank"]
@@ -45,24 +45,6 @@ def scans_source(paths) -> str:
     """
     paths = [paths] if isinstance(paths, (str, PathLike)) else list(paths)
     return "rmfast scans: " + ", ".join(str(p) for p in paths)
-
-
-def candidate_set(manifest: dict) -> str:
-    """The candidate set a scan file holds, named from its manifest: a sweep part's set name; for ``rmfast
-    scan --candidates FILE`` the file's stem; ``vocabulary`` for a token scan (any ids or view of it:
-    one id is one candidate everywhere).
-
-    >>> candidate_set({"candidates": "items"}), candidate_set({"candidate_kind": "text",
-    ...     "candidates": {"path": "/x/elo_items.csv"}}), candidate_set({"vocab_size": 49152})
-    ('items', 'elo_items', 'vocabulary')
-    """
-    c = manifest.get("candidates")
-    if isinstance(c, str) and c:
-        return c
-    if manifest.get("candidate_kind") == "text":
-        path = c.get("path") if isinstance(c, dict) else None
-        return Path(str(path)).stem if path else "texts"
-    return "vocabulary"
 
 
 def by_candidate_set(df: pd.DataFrame, *, pool: bool = False, ledger: Ledger | None = None) -> pd.DataFrame:

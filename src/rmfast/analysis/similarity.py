@@ -66,6 +66,8 @@ Example:
 from __future__ import annotations
 
 import math
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -521,25 +523,55 @@ def _as_set(x) -> StatesSet:
     return x if isinstance(x, StatesSet) else open_states(x)
 
 
+class _Bar:
+    """similarity's progress: a tqdm bar over its steps and, after the first, the whole run's estimate."""
+
+    def __init__(self, total: int, enabled: bool):
+        from tqdm.auto import tqdm
+
+        self.total, self.enabled, self.t0, self.done = total, enabled, time.perf_counter(), 0
+        self.tqdm = tqdm(total=total, unit="step", desc="similarity", disable=not enabled, dynamic_ncols=True)
+
+    def step(self) -> None:
+        self.done += 1
+        if self.done == 1 and self.enabled and self.total > 1:
+            first = time.perf_counter() - self.t0
+            print(f"rmfast: similarity: the first of {self.total} steps took {first:.1f} s: about "
+                  f"{first * self.total / 60:.1f} min in all", file=sys.stderr, flush=True)
+        self.tqdm.update(1)
+
+    def close(self) -> None:
+        self.tqdm.close()
+
+
+def _bar(tiles, variants, n: int, la, lb, enabled: bool) -> _Bar:
+    """Say the work up front (passes, candidates, layer pairs) and return its bar."""
+    total = sum(math.ceil(len(variants) / per) for _, _, per in tiles)
+    if enabled:
+        print(f"rmfast: similarity: {len(variants)} passes (1 + bootstrap + permutations) over {n:,} candidates × "
+              f"{len(la)} × {len(lb)} layer pairs, in {total} steps", file=sys.stderr, flush=True)
+    return _Bar(total, enabled)
+
+
 def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_rows, max_bytes, shifts,
-                progress) -> dict:
+                progress, n) -> dict:
     """variant -> {(layer_a, layer_b): measures} for the observed pairs, every bootstrap replicate and every
-    permutation, streamed in batches of variants that fit ``max_bytes`` (after :func:`_check_replicates`)."""
+    permutation, streamed in batches of variants that fit ``max_bytes`` (after :func:`check_replicates`)."""
     p, q = a.hidden_size, b.hidden_size
-    tiles = list(_tiles(la, lb, p, q, max_bytes))
+    variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
+    # replicates per step: what fits in max_bytes, but at most a tenth of them, so the bar moves (a step re-reads
+    # the rows: cheap beside its products)
+    most = max(1, math.ceil(len(variants) / 10))
+    tiles = [(ta, tb, min(most, max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))))
+             for ta, tb in _tiles(la, lb, p, q, max_bytes)]
+    values: dict = {}
     # a constant layer (layer 0 of a token scan: one template token in every row) or NaN/inf states give
     # 0/0 or inf - inf: their measures are NaN, said once in a note below (no numpy warning per product)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         check_replicates(bootstrap, permutations, lambda: [_variant_values(
-            a, b, ra, rb, ta, tb, ["obs"], seed=seed, chunk_rows=chunk_rows, shifts=shifts) for ta, tb in tiles])
-        variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
-        values: dict = {}
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(variants) * len(tiles), unit="pass", desc="similarity", disable=not progress,
-                   mininterval=1.0, dynamic_ncols=True)
-        for ta, tb in tiles:
-            per = max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))
+            a, b, ra, rb, ta, tb, ["obs"], seed=seed, chunk_rows=chunk_rows, shifts=shifts) for ta, tb, _ in tiles])
+        bar = _bar(tiles, variants, n, la, lb, progress)
+        for ta, tb, per in tiles:
             for i in range(0, len(variants), per):
                 batch = variants[i:i + per]
                 if any(v != "obs" and v[0] == "perm" for v in batch) and "obs" not in batch:
@@ -547,7 +579,7 @@ def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_ro
                 got = _variant_values(a, b, ra, rb, ta, tb, batch, seed=seed, chunk_rows=chunk_rows, shifts=shifts)
                 for v, d in got.items():
                     values.setdefault(v, {}).update(d)
-                bar.update(len(variants[i:i + per]))
+                bar.step()
         bar.close()
     return values
 
@@ -563,8 +595,10 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     layer pair's O(p² + q² + pq), whatever n is). Same seed, same intervals and p-values.
     ``max_rows``: compute on at most this many of the shared candidates, a seeded random sample
     (``default_rng([seed, 2])``, kept in A's order; a note says so), e.g. for a quick look.
-    ``bootstrap`` and ``permutations``: at most :data:`rmfast.analysis.similarity_guards.MAX_REPLICATES` each (more is refused with the
-    time they would take, measured on one pass). ``progress``: a bar over the passes.
+    ``bootstrap`` and ``permutations``: at most :data:`rmfast.analysis.similarity_guards.MAX_REPLICATES` each (more
+    is refused with the time they would take, measured on one pass). ``progress``: a line on stderr saying how
+    much work there is, a bar over it (layer tiles × batches of replicates), and after its first step what the
+    whole takes at that pace.
 
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp())
@@ -596,7 +630,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     p, q = a.hidden_size, b.hidden_size
     shifts = (_shifts(a, la, ra), _shifts(b, lb, rb))
     values = _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, seed=seed, chunk_rows=chunk_rows,
-                         max_bytes=max_bytes, shifts=shifts, progress=progress)
+                         max_bytes=max_bytes, shifts=shifts, progress=progress, n=n)
     rows = []
     for x in la:
         for y in lb:

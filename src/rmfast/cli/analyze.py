@@ -152,7 +152,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--afinn", metavar="FILE", help="AFINN lexicon (default: the afinn package, "
                    "if installed)")
     p.add_argument("--frequencies", metavar="FILE", help="word-frequency list (BNC format or "
-                   "word,frequency), or 'wordfreq' (report default: the wordfreq package, if installed)")
+                   "word,frequency), or 'wordfreq' (default: the wordfreq package's English list)")
     p.add_argument("--join", choices=("text", "id"), default=None,
                    help="shared vocabulary: decoded text (papers; the default) or token id + text "
                    "(similarity's default: token id when both sets come from one tokenizer, else text)")
@@ -210,6 +210,8 @@ def register(subparsers) -> None:
     a.add_argument("--table", help="which table of the result (default: the main one)")
     a.add_argument("--out", metavar="CSV", help="write the table as CSV here")
     a.add_argument("--max-rows", type=positive_int, default=40, help="rows printed (default 40)")
+    a.add_argument("--no-progress", action="store_true",
+                   help="similarity: no bar and no estimate on stderr (default: both)")
     a.add_argument("--layers-a", metavar="L,L", help="similarity: layers of A (default all)")
     a.add_argument("--layers-b", metavar="L,L", help="similarity: layers of B (default all)")
     # 200 = analysis.similarity.MIN_TRUSTED_BOOTSTRAP (the CLI does not import the analyses to
@@ -259,11 +261,13 @@ def _run(name: str, args, scans, human):
     if name == "sentiment":
         return sentiment(scans, args.afinn, standardize=std, framing=framing, **method, **sel)
     if name == "exposure":
+        # as the report: wordfreq's English list unless --frequencies names another (its absence: one line)
+        res = exposure(scans, args.frequencies or "wordfreq", args.afinn, standardize=std, framing=framing,
+                       **method, **sel)
         if not args.frequencies:
-            raise UserError("exposure needs --frequencies FILE (BNC list or word,frequency) "
-                            "or --frequencies wordfreq")
-        return exposure(scans, args.frequencies, args.afinn, standardize=std, framing=framing,
-                        **method, **sel)
+            res.notes.append("frequencies: the wordfreq package's English list (the default, as in rmfast report; "
+                             "--frequencies FILE for a BNC list or word,frequency CSV)")
+        return res
     if name == "best-worst":
         if args.prompts:
             raise UserError("best-worst takes --best and --worst, not --prompts")
@@ -348,7 +352,7 @@ def _run_similarity(args) -> int:
     if len(inputs) == 2:
         res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
                          bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
-                         join=args.join or "auto", progress=args.bootstrap + args.permutations > 0)
+                         join=args.join or "auto", progress=not args.no_progress)
     else:  # three or more: the models × models matrix at one layer, and its RSA with --metadata
         layer = args.layers_a or "last"
         if "," in layer or args.layers_b:

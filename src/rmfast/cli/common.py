@@ -109,7 +109,10 @@ def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) 
     """The top (and bottom) k rows of a result: rank, token id, text (repr), n_tokens, score."""
     import pandas as pd
 
-    head = title or f"top {k} ({res.manifest.get('head')} head)"
+    seed = (res.manifest.get("model") or {}).get("random_head_seed") if isinstance(res.manifest.get("model"), dict) \
+        else None
+    head = title or (f"top {k} (RANDOM score head, seed {seed}: not a reward model's ranking)" if seed is not None
+                     and res.manifest.get("head") == "score" else f"top {k} ({res.manifest.get('head')} head)")
     tables = [(head, res.top(k))] + ([(f"bottom {k}", res.bottom(k))] if bottom else [])
     for name, df in tables:
         cols = {"rank": df["rank"]}

@@ -36,8 +36,8 @@ def register(sub) -> None:
     p.add_argument("--device-map", default=None,
                    help="e.g. auto: spread a large model over the GPUs (accelerate; plain-HF path; default off)")
     p.add_argument("--audit", type=common.nonneg_int, default=512, metavar="N",
-                   help="a bf16/fp16 scan rescores N seeded candidates in fp32 and reports the agreement "
-                        "(manifest bf16_audit; default 512, 0: off)")
+                   help="a bf16/fp16 scan rescores a seeded tenth of its candidates (at least 32, at most N) in "
+                        "fp32 and reports the agreement and what it cost (manifest bf16_audit; default 512, 0: off)")
     p.add_argument("--states", default=None, metavar="LAYERS",
                    help="also keep each candidate's hidden state at the final position, from the same forward, in "
                         "<out stem>.states/: residual-stream indices as HF's hidden_states (0 = embeddings, k = after "

@@ -120,8 +120,11 @@ def _by_row(e: UserError, where) -> UserError:
 
 
 def run(args) -> int:
+    import numpy as np
+
     from ..io import write_result
     from ..scoring.batching import count_nonfinite
+    from ..scoring.plan import score_meaning
     from ..scoring.scorer import RewardScorer
 
     t0 = time.perf_counter()
@@ -148,10 +151,14 @@ def run(args) -> int:
         except UserError as e:
             raise _by_row(e, where) from None
         st = scorer.last_stats
-        df[args.score_column] = [scores[i][j] for i, j in where]
+        # float32, as every scan writes it (the head's output is fp32)
+        df[args.score_column] = np.asarray([scores[i][j] for i, j in where], dtype=np.float32)
         n_bad = count_nonfinite(df[args.score_column].to_numpy(), range(len(df)), "table rows",
                                 "they are written as NaN, counted in the manifest's n_nonfinite")
-        manifest = {**scorer.key_fields(), "input": {"path": str(inp), "sha256": file_sha256(inp), "rows": len(df),
+        key = scorer.key_fields()
+        manifest = {**key, "score_meaning": score_meaning(key["head"], key["head_index"],
+                                                          (key.get("model") or {}).get("random_head_seed")),
+                    "input": {"path": str(inp), "sha256": file_sha256(inp), "rows": len(df),
                                                    "prompt_column": args.prompt_column,
                                                    "response_column": args.response_column,
                                                    "system_column": args.system_column},

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -396,6 +397,22 @@ def _step(s: _Search, buffer: list[tuple[float, list[int]]], start: list[int],
     return buffer, _objective(buffer[0][0], s.sign) > _objective(best_before, s.sign)
 
 
+def _duration(seconds: float) -> str:
+    """A duration in words: "45 s", "12 min", "5.1 h"."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def run_estimate(first_step_s: float, cfg: GCGConfig) -> str:
+    """The line a search prints after its first step: what the whole run will take at that pace.
+
+    >>> run_estimate(73.0, GCGConfig(steps=250))
+    'gcg: the first step took 73.0 s: 250 steps x 1 restart(s) take about 5.1 h (less if --patience stops it; --steps and --search-width set it)'
+    """
+    total = first_step_s * cfg.steps * cfg.restarts
+    return (f"gcg: the first step took {first_step_s:.1f} s: {cfg.steps} steps x {cfg.restarts} restart(s) take about "
+            f"{_duration(total)} (less if --patience stops it; --steps and --search-width set it)")
+
+
 def _restart(s: _Search, r: int, bar) -> dict:
     """Restart ``r`` (seed + r): its initial response, then steps until ``steps`` or ``patience``."""
     cfg = s.cfg
@@ -419,6 +436,8 @@ def _restart(s: _Search, r: int, bar) -> dict:
         traj.append(buffer[0][0])
         evals.append(s.n_eval)
         s.step_times.append(time.perf_counter() - ts)
+        if len(s.step_times) == 1 and not bar.disable:  # the first step measures the whole run's cost
+            print(f"rmfast: {run_estimate(s.step_times[0], cfg)}", file=sys.stderr, flush=True)
         bar.update(1)
         bar.set_postfix_str(f"restart {r} best {buffer[0][0]:.4f} evals {s.n_eval}")
         if stale >= cfg.patience:

@@ -534,7 +534,6 @@ def load(
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise UserError("no model given: pass an embedded alias, a .gguf file, a model folder or a hub id")
     spec = str(spec).strip()
-    cpu.isolate_compile_cache()  # before transformers fixes inductor's cache folder for the process
     dev = resolve_device(device)
     dtype_name(dtype)  # validate the name before any slow work
     cache = cache_root(cache_dir)

@@ -1,6 +1,7 @@
 """The bf16 self-audit: how far a reduced-precision scan's ranking can be trusted, measured on the job.
 
-A bf16 (or fp16) scan rescores a seeded sample of its own rows in fp32 and records, in the
+A bf16 (or fp16) scan rescores a seeded sample of its own rows in fp32 (sized to the job,
+:func:`audit_size`: a tenth of its rows, at least 32, at most ``--audit N``) and records, in the
 manifest, how far the two agree: max and mean |diff|, the Spearman correlation of the sample's
 scores, and the overlap of the sample's top k. :func:`rmfast.scoring.pipeline.run_scan` calls
 :func:`audit_bf16` for every reduced-precision scan (CLI ``scan --audit N``, sweep ``audit:``);
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 import time
 from typing import Callable
 
@@ -31,6 +33,10 @@ from .memory import available_memory
 
 #: rows rescored in fp32 by default (``--audit N``; 0 turns the audit off)
 DEFAULT_AUDIT_N = 512
+#: the sample is this fraction of the job's rows (issue 37: 512 rows of a 300-item scan cost 24 s of its 57)
+AUDIT_FRACTION = 0.1
+#: ... but at least this many rows (fewer say little about a ranking), or all of a smaller job
+MIN_AUDIT = 32
 #: the sample's seed (fixed: the same job audits the same rows)
 DEFAULT_AUDIT_SEED = 0
 #: the fp32 copy must fit in this fraction of the memory available where it is made
@@ -45,6 +51,18 @@ def top_k_for(n: int) -> int:
     (50, 10, 1)
     """
     return max(1, min(50, n // 10))
+
+
+def audit_size(n_rows: int, cap: int = DEFAULT_AUDIT_N) -> int:
+    """Rows the audit of an ``n_rows``-row job rescores: :data:`AUDIT_FRACTION` of them, at least
+    :data:`MIN_AUDIT` (all of a smaller job), at most ``cap`` (``--audit N``; 0: none).
+
+    >>> audit_size(49152), audit_size(2000), audit_size(300), audit_size(20), audit_size(300, 0)
+    (512, 200, 32, 20, 0)
+    """
+    if cap <= 0:
+        return 0
+    return min(cap, n_rows, max(MIN_AUDIT, math.ceil(AUDIT_FRACTION * n_rows)))
 
 
 def sample_rows(n_rows: int, n: int, seed: int = DEFAULT_AUDIT_SEED) -> np.ndarray:
@@ -117,16 +135,19 @@ def _free(dev: torch.device) -> None:
 
 
 def audit_bf16(model, scores: np.ndarray, rescore: Callable[[torch.nn.Module, np.ndarray], np.ndarray], *,
-               n: int = DEFAULT_AUDIT_N, seed: int = DEFAULT_AUDIT_SEED, what: str = "ids") -> dict | None:
+               n: int = DEFAULT_AUDIT_N, seed: int = DEFAULT_AUDIT_SEED, what: str = "ids",
+               job_s: float | None = None) -> dict | None:
     """Rescore a seeded sample of a reduced-precision job's rows in fp32; returns the manifest entry.
 
     Args:
         model: the job's model (bf16 or fp16; otherwise there is nothing to audit and None is returned).
         scores: (N,) the job's scores, in row order; the sample is drawn from the finite ones.
         rescore: ``rescore(fp32_model, rows) -> (len(rows),)`` fp32 scores of those row positions.
-        n: rows to rescore (default 512; 0 turns the audit off and returns None).
+        n: the most rows to rescore (default 512; 0 turns the audit off and returns None); the sample is
+            :func:`audit_size` of the job's finite rows.
         seed: the sample's seed (default 0).
         what: what a row is, for the printed line ("ids" or "texts").
+        job_s: the job's own scoring time, recorded so the line can say what the audit added.
 
     Returns:
         {"dtype", "n", "seed", "rows", "max_abs_diff", "mean_abs_diff", "spearman", "top_k", "top_k_overlap",
@@ -137,7 +158,7 @@ def audit_bf16(model, scores: np.ndarray, rescore: Callable[[torch.nn.Module, np
         return None
     t0 = time.perf_counter()
     finite = np.flatnonzero(np.isfinite(scores))  # a NaN score (an overflow) has no ranking to audit
-    rows = finite[sample_rows(finite.size, n, seed)]
+    rows = finite[sample_rows(finite.size, audit_size(finite.size, n), seed)]
     m32, where = fp32_copy(model)
     if m32 is None:
         return {"dtype": str(dtype).replace("torch.", ""), "n": 0, "seed": seed, "skipped": where}
@@ -148,15 +169,16 @@ def audit_bf16(model, scores: np.ndarray, rescore: Callable[[torch.nn.Module, np
         _free(next(model.parameters()).device)
     return {"dtype": str(dtype).replace("torch.", ""), "n": int(rows.size), "seed": seed, "rows": what,
             **agreement(np.asarray(scores)[rows], ref, top_k_for(rows.size)), "fp32_on": where,
-            "wall_s": round(time.perf_counter() - t0, 3)}
+            "wall_s": round(time.perf_counter() - t0, 3), "job_s": None if job_s is None else round(job_s, 3)}
 
 
 def audit_line(a: dict | None) -> str | None:
     """The one line a scan prints about its audit (None when there was none).
 
     >>> audit_line({"dtype": "bfloat16", "n": 512, "seed": 0, "max_abs_diff": 0.047, "mean_abs_diff": 0.01,
-    ...             "spearman": 0.9981, "top_k": 50, "top_k_overlap": 47, "fp32_on": "cpu", "wall_s": 3.12})
-    'bf16 audit: 512 ids rescored in fp32: Spearman 0.998, top-50 overlap 47/50, max |diff| 0.047, mean 0.01 (3.1 s)'
+    ...             "spearman": 0.9981, "top_k": 50, "top_k_overlap": 47, "fp32_on": "cpu", "wall_s": 3.12,
+    ...             "job_s": 52.0})
+    "bf16 audit: 512 ids rescored in fp32: Spearman 0.998, top-50 overlap 47/50, max |diff| 0.047, mean 0.01 (3.1 s, +6% on the scan's 52.0 s)"
     """
     if not a:
         return None
@@ -165,4 +187,10 @@ def audit_line(a: dict | None) -> str | None:
         return f"{tag} audit skipped: {a['skipped']}"
     return (f"{tag} audit: {a['n']} {a.get('rows', 'ids')} rescored in fp32: Spearman {a['spearman']:.3f}, top-{a['top_k']} overlap "
             f"{a['top_k_overlap']}/{a['top_k']}, max |diff| {a['max_abs_diff']:.3g}, mean {a['mean_abs_diff']:.2g} "
-            f"({a['wall_s']:.1f} s)")
+            f"({a['wall_s']:.1f} s{_cost(a)})")
+
+
+def _cost(a: dict) -> str:
+    """What the audit added to the job, in words (", +6% on the scan's 52.0 s"; "" when the job's time is unknown)."""
+    job = a.get("job_s")
+    return f", +{100 * a['wall_s'] / job:.0f}% on the scan's {job:.1f} s" if job else ""

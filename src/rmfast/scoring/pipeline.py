@@ -540,7 +540,8 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
         res.manifest["vocab_view"] = view
     # A subset of texts re-batches them (other padding), so an authors text scan is not audited.
     a = None if authors_texts else audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options), n=audit,
-                                              seed=audit_seed, what="ids" if sel.texts is None else "texts")
+                                              seed=audit_seed, what="ids" if sel.texts is None else "texts",
+                                              job_s=res.manifest.get("scan_s"))
     if a is not None:
         res.manifest["bf16_audit"] = a
     return res, order

@@ -280,6 +280,22 @@ def lens_names(L: int) -> list[str]:
 RUN_FIELDS = ("model", "prompt", "template", "head", "head_index", "dtype", "engine")
 
 
+def score_meaning(head: str, head_index: int = 0, random_head_seed: int | None = None) -> str:
+    """What a job's ``score`` column is, in words: its head, units and direction (the manifest's
+    ``score_meaning``, copied into the Parquet's schema metadata). A seeded random head says so first.
+
+    >>> score_meaning("score", random_head_seed=0).split(":")[0]
+    'RANDOM score head (seed 0)'
+    """
+    if head == "logprob":
+        return ("log p(response | prompt) + log p(end of turn | prompt, response) under the language model, in "
+                "nats (natural log); higher = more likely")
+    if random_head_seed is not None:
+        return (f"RANDOM score head (seed {random_head_seed}): a seeded random one-output head on the model's "
+                "final hidden state, not a reward; no ranking to read (for hidden states only)")
+    return f"the reward model's score head (output {head_index}), in its own units; higher = preferred"
+
+
 def run_fields(manifest: dict) -> dict:
     """The :data:`RUN_FIELDS` of a job's manifest. ``model`` is the loader's provenance, which names the
     content (a GGUF's sha256, a hub revision, a folder's :func:`rmfast.loading.loader.content_sha256`): a model
@@ -476,6 +492,7 @@ class ScoringPlan:
             "template": self.template.manifest(),
             "head": self.head,
             "head_index": self.head_index,
+            "score_meaning": score_meaning(self.head, self.head_index, (model_info or {}).get("random_head_seed")),
             "dtype": str(p.dtype).replace("torch.", ""),
             **cpu.manifest_fields(m),
             "device": str(p.device),
