@@ -66,8 +66,6 @@ Example:
 from __future__ import annotations
 
 import math
-import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -78,6 +76,7 @@ from ..errors import UserError
 from ..states import StatesSet, open_states
 from .results import Result
 from .similarity_guards import MEASURES, check_replicates, undefined_note
+from .similarity_progress import progress_bar
 
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
@@ -523,54 +522,24 @@ def _as_set(x) -> StatesSet:
     return x if isinstance(x, StatesSet) else open_states(x)
 
 
-class _Bar:
-    """similarity's progress: a tqdm bar over its steps and, after the first, the whole run's estimate."""
-
-    def __init__(self, total: int, enabled: bool):
-        from tqdm.auto import tqdm
-
-        self.total, self.enabled, self.t0, self.done = total, enabled, time.perf_counter(), 0
-        self.tqdm = tqdm(total=total, unit="step", desc="similarity", disable=not enabled, dynamic_ncols=True)
-
-    def step(self) -> None:
-        self.done += 1
-        if self.done == 1 and self.enabled and self.total > 1:
-            first = time.perf_counter() - self.t0
-            print(f"rmfast: similarity: the first of {self.total} steps took {first:.1f} s: about "
-                  f"{first * self.total / 60:.1f} min in all", file=sys.stderr, flush=True)
-        self.tqdm.update(1)
-
-    def close(self) -> None:
-        self.tqdm.close()
-
-
-def _bar(tiles, variants, n: int, la, lb, enabled: bool) -> _Bar:
-    """Say the work up front (passes, candidates, layer pairs) and return its bar."""
-    total = sum(math.ceil(len(variants) / per) for _, _, per in tiles)
-    if enabled:
-        print(f"rmfast: similarity: {len(variants)} passes (1 + bootstrap + permutations) over {n:,} candidates × "
-              f"{len(la)} × {len(lb)} layer pairs, in {total} steps", file=sys.stderr, flush=True)
-    return _Bar(total, enabled)
-
-
 def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_rows, max_bytes, shifts,
                 progress, n) -> dict:
     """variant -> {(layer_a, layer_b): measures} for the observed pairs, every bootstrap replicate and every
     permutation, streamed in batches of variants that fit ``max_bytes`` (after :func:`check_replicates`)."""
     p, q = a.hidden_size, b.hidden_size
-    variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
     # replicates per step: what fits in max_bytes, but at most a tenth of them, so the bar moves (a step re-reads
     # the rows: cheap beside its products)
-    most = max(1, math.ceil(len(variants) / 10))
+    most = max(1, math.ceil((1 + bootstrap + permutations) / 10))
     tiles = [(ta, tb, min(most, max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))))
              for ta, tb in _tiles(la, lb, p, q, max_bytes)]
     values: dict = {}
     # a constant layer (layer 0 of a token scan: one template token in every row) or NaN/inf states give
     # 0/0 or inf - inf: their measures are NaN, said once in a note below (no numpy warning per product)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        check_replicates(bootstrap, permutations, lambda: [_variant_values(
+        check_replicates(bootstrap, permutations, lambda: [_variant_values(  # before any list of replicates
             a, b, ra, rb, ta, tb, ["obs"], seed=seed, chunk_rows=chunk_rows, shifts=shifts) for ta, tb, _ in tiles])
-        bar = _bar(tiles, variants, n, la, lb, progress)
+        variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
+        bar = progress_bar(tiles, variants, n, la, lb, progress)
         for ta, tb, per in tiles:
             for i in range(0, len(variants), per):
                 batch = variants[i:i + per]
