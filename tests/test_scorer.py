@@ -117,6 +117,23 @@ def test_merging_response_is_an_error_or_the_named_option(smol_tokenizer):
     np.testing.assert_allclose(got, direct(model, tok, ["Hi"], [["fine", "  two leading spaces"]]), rtol=1e-5, atol=1e-5)
 
 
+def test_grpo_adapter_never_raises_on_a_completion_even_with_a_strict_scorer(smol_tokenizer):
+    """Issue 37 item 10: rmfast_reward(existing_scorer) kept that scorer's strict tokenization, so a completion
+    starting with whitespace raised mid-training. The adapter's rule holds for every scorer: such a completion
+    is scored as the template renders it; the scorer itself stays strict for its other callers."""
+    tok = smol_tokenizer
+    model = T.tiny("llama", num_labels=1, pad_token_id=tok.pad_token_id)
+    strict = RewardScorer(model, tok)
+    reward = rmfast_reward(strict)
+    got = reward(prompts=["Hi", "Hi"], completions=["fine", "  two leading spaces"])
+    np.testing.assert_allclose(got, direct(model, tok, ["Hi"], [["fine", "  two leading spaces"]]), rtol=1e-5,
+                               atol=1e-5)
+    with pytest.raises(UserError, match="compat='decode-retokenize'"):
+        strict.score(["Hi"], [["fine", "  two leading spaces"]])
+    with pytest.raises(UserError, match="unknown compat"):
+        strict.score(["Hi"], [["fine"]], compat="loose")
+
+
 def test_order_stats_cache_and_errors(tok):
     model = T.tiny("llama", num_labels=1, pad_token_id=2)
     s = RewardScorer(model, tok, batch_size=2)

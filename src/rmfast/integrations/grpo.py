@@ -9,8 +9,12 @@ prompt. Both of TRL's dataset formats are taken:
 - conversational: ``prompts`` are lists of chat messages ending with the user's, ``completions`` are
   lists holding one assistant message (``[{"role": "assistant", "content": "..."}]``).
 
-The rule for rewards that cannot be given: an empty completion gets None (nothing to score; TRL
-skips it). A score that comes out NaN or infinite (a numeric overflow in the reward model, e.g.
+The rule, one for every completion: **a completion never stops training**. An empty completion gets
+None (nothing to score; TRL skips it); a completion that merges with the template around it when
+tokenized in context (e.g. one that starts with whitespace) is scored as the template renders it
+(``compat="decode-retokenize"`` for every call, whatever the scorer's own ``compat``: a scorer passed in
+keeps its strict mode for its other callers). What stops training is the reward model, not a
+completion: a score that comes out NaN or infinite (a numeric overflow in the reward model, e.g.
 float16 past 65,504) stops training with one line (:class:`rmfast.errors.UserError`) by default:
 TRL sums rewards with ``nansum``, so a NaN reward would be trained on as 0. ``nonfinite="warn"``
 goes on instead, with one warning per call and None for those completions (which TRL's ``nansum``
@@ -82,7 +86,8 @@ class GRPOReward:
         keep = [[t for t in ts if t.strip()] for ts in lists]
         pos = [{t: k for k, t in enumerate(ts)} for ts in keep]
         scores = self.scorer.score([c for c, ts in zip(convs, keep) if ts], [ts for ts in keep if ts],
-                                   nonfinite="count")  # reported below, per the module doc's rule
+                                   nonfinite="count",  # reported below, per the module doc's rule
+                                   compat="decode-retokenize")  # a completion never stops training
         it = iter(scores)
         by_conv = [next(it) if ts else [] for ts in keep]
         out = [by_conv[i][pos[i][lists[i][j]]] if lists[i][j].strip() else None for i, j in where]
@@ -103,11 +108,9 @@ def rmfast_reward(model, *, name: str = "rmfast", nonfinite: str = "raise", **sc
     """A GRPO reward function for ``model`` (anything :class:`RewardScorer` takes: an alias, folder, hub
     id, LoadedModel, a (model, tokenizer) pair, or a RewardScorer itself). Empty completions get None
     (TRL skips it); a NaN or infinite score raises (``nonfinite="raise"``) or warns and gives None
-    (``"warn"``), the module doc's rule; a new scorer defaults to ``compat="decode-retokenize"`` (a
-    completion that merges with the template is scored as the template renders it, not refused)."""
-    # a sampled completion may merge with the template when tokenized in context: scored as the template
-    # renders it (compat "decode-retokenize", that row alone on the plain-HF path) rather than an error mid-training
-    scorer_kw.setdefault("compat", "decode-retokenize")
+    (``"warn"``), the module doc's rule; a completion that merges with the template is scored as the
+    template renders it (``compat="decode-retokenize"`` on every call, a scorer passed in included), never
+    refused mid-training."""
     scorer = model if isinstance(model, RewardScorer) else RewardScorer(model, **scorer_kw)
     return GRPOReward(scorer, name, nonfinite)
 

@@ -314,7 +314,7 @@ class RewardScorer:
 
     # ------------------------------------------------------------------ public calls
     def score(self, conversations, responses, *, progress: bool = False, checkpoint=None,
-              nonfinite: str = "warn") -> list[list[float]]:
+              nonfinite: str = "warn", compat: str | None = "own") -> list[list[float]]:
         """Scores of ``responses[i][j]`` as the assistant's answer to ``conversations[i]``, same shape.
 
         ``conversations``: prompt strings or lists of chat messages (last one the user's); ``responses``:
@@ -323,8 +323,11 @@ class RewardScorer:
         ``nonfinite``: a score that comes out NaN or infinite is returned as NaN and counted in
         ``last_stats.n_nonfinite``; "warn" (default) also names them in one warning, "count" does not (a
         caller that reports them itself: ``rmfast score``, the GRPO adapter).
+        ``compat``: this call's rule for a response that merges with the template ("own": the scorer's
+        ``compat``; None: refused; "decode-retokenize": scored as the template renders it). The GRPO adapter
+        passes "decode-retokenize", so a sampled completion never stops training.
         """
-        return self._run(conversations, responses, progress, checkpoint, None, nonfinite)[0]
+        return self._run(conversations, responses, progress, checkpoint, None, nonfinite, compat)[0]
 
     def score_with_states(self, conversations, responses, layers="last", *, progress: bool = False):
         """Scores and each response's hidden states, from the same forward (docs/representations.md).
@@ -348,22 +351,27 @@ class RewardScorer:
                             "is logprob")
         return self._run(conversations, responses, progress, None, names)
 
-    def _run(self, conversations, responses, progress, checkpoint, states, nonfinite: str = "warn"):
+    def _run(self, conversations, responses, progress, checkpoint, states, nonfinite: str = "warn",
+             compat: str | None = "own"):
         if nonfinite not in ("warn", "count"):
             raise UserError(f"nonfinite={nonfinite!r}: give 'warn' or 'count'")
+        compat = self.compat if compat == "own" else compat
+        if compat not in (None, "decode-retokenize"):
+            raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
         with self._lock:
             t0 = time.perf_counter()
-            job = self.prepare(conversations, responses)
+            job = self.prepare(conversations, responses, compat=compat)
             self._drop_stale_plans()
             self._fresh: set = set()  # conversations whose plan this call has used
             self._wave: set = set()
             self._states = states
             self.last_stats = stats = self._stats(job)
-            key = hashlib.sha256(repr(self.key_fields()).encode()).hexdigest()[:16] + job.digest()
+            fields = {**self.key_fields(), "compat": compat}
+            key = hashlib.sha256(repr(fields).encode()).hexdigest()[:16] + job.digest()
             sink = None if states is None else _Collect(len(job.rows))
             unique, timing = score_groups(job.groups, np.arange(len(job.rows), dtype=np.int64), key=key,
                                           checkpoint=checkpoint, device=self.device, progress=progress,
-                                          desc="responses", job={**self.key_fields(), "rows": job.digest()},
+                                          desc="responses", job={**fields, "rows": job.digest()},
                                           states_out=sink)
             stats.resumed_rows = int(timing["resumed_candidates"])
             flat = unique[job.inverse]  # (n_responses,) input order
@@ -426,8 +434,10 @@ class RewardScorer:
                 self._tmpls.popitem(last=False)
         return t
 
-    def prepare(self, conversations, responses) -> Job:
-        """Validate and tokenize a call: distinct conversations and rows, their groups (no model forward)."""
+    def prepare(self, conversations, responses, compat: str | None = "own") -> Job:
+        """Validate and tokenize a call: distinct conversations and rows, their groups (no model forward).
+        ``compat``: as :meth:`score`'s."""
+        compat = self.compat if compat == "own" else compat
         conversations, responses = list(conversations), list(responses)
         if len(conversations) != len(responses):
             raise UserError(f"{len(conversations)} conversations but {len(responses)} response lists; give one list "
@@ -454,7 +464,7 @@ class RewardScorer:
                 inverse.append(index[(ci, text)])
         conv_list = list(convs)
         tmpls = [self.template_for(c) for c in conv_list]
-        job = Job(conv_list, tmpls, self._tokenize(rows, tmpls), np.asarray(inverse, dtype=np.int64), shape)
+        job = Job(conv_list, tmpls, self._tokenize(rows, tmpls, compat), np.asarray(inverse, dtype=np.int64), shape)
         self._check_ids(job)
         job.groups = self._groups(job)
         return job
@@ -471,12 +481,12 @@ class RewardScorer:
                                 f"{n_emb} rows: the tokenizer ({len(self.tokenizer)} ids) is not this model's; pass "
                                 "the model's own tokenizer")
 
-    def _tokenize(self, rows, tmpls) -> list:
+    def _tokenize(self, rows, tmpls, compat: str | None) -> list:
         """(conversation number, :class:`Row`) per distinct row, ids as the template tokenizes them in context."""
         out = []
         for ci, text, i, j in rows:
             try:
-                (row,) = tokenize_in_context(self.tokenizer, tmpls[ci], [text], compat=self.compat, head=self.head)
+                (row,) = tokenize_in_context(self.tokenizer, tmpls[ci], [text], compat=compat, head=self.head)
             except UserError:
                 raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) merges with the template around it "
                                 "when tokenized in context, so its ids are not its own; drop it, or score the whole "
