@@ -194,9 +194,8 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         if states_out is not None:
             states_out.flush()
 
-    def drain():  # a writer thread's shards all on disk (and its error raised) before the job ends
-        if hasattr(states_out, "drain"):
-            states_out.drain()
+    # a writer thread's shards all on disk (and its error raised) before the job returns or raises
+    drain = getattr(states_out, "drain", None) or (lambda: None)
 
     bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
     if status and done0 < ids.size:

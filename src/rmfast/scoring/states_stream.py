@@ -125,12 +125,9 @@ class BackgroundWriter:
 
     def drain(self) -> None:
         """Wait until every queued step is done and stop the thread; raise the error a step met."""
-        if self._thread is not None:
-            t0 = time.perf_counter()
-            self._q.put(None)
-            self._thread.join()
-            self.wait_s += time.perf_counter() - t0
-            self._thread = self._q = None
+        t0 = time.perf_counter()
+        self._stop()
+        self.wait_s += time.perf_counter() - t0
         self._check()
 
     def finish(self, scan: dict | None = None):
@@ -143,7 +140,14 @@ class BackgroundWriter:
 
     def _check(self) -> None:
         if self._err is not None:
+            self._stop()  # the steps left are skipped: no thread outlives the failed job
             raise self._err
+
+    def _stop(self) -> None:
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._thread = self._q = None
 
     def _put(self, step) -> None:
         if self._thread is None:
