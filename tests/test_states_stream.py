@@ -122,6 +122,7 @@ def test_a_failed_write_in_the_thread_is_the_synchronous_one_line(overflowing, t
         partial = folder.with_name("s.states.partial")
         assert not folder.exists() and not (partial / "manifest.json").exists() and ck.exists()
         partials[background] = _files(partial)
+        assert not [t for t in threading.enumerate() if t.name == "rmfast-states"]  # the thread stopped
         monkeypatch.setattr(rmfast.io, "atomic_write", real)
         _scan(overflowing, folder, background, ck)
         finals[background] = _files(folder)
