@@ -17,8 +17,8 @@ hidden × dtype size), the rate they were written at over the scan (``write_mb_s
 scan time) beside the disk's measured limit (``disk_limit_mb_s``: :func:`disk_write_mb_s`, one fsync'ed
 sequential write of the same size class into the same folder, capped at 256 MiB), how long the scan waited
 on the writer thread (``writer_wait_s``, median; ``disk_kept_up``: at most :data:`KEPT_UP_FRAC` of the
-scan; :class:`rmfast.scoring.states_stream.BackgroundWriter`), the peak memory of the scan (:class:`rmfast.bench.machine.PeakMemory`: the
-process's RSS high-water mark on CPU, reset before each scan, so it includes the model; CUDA's
+scan; :class:`rmfast.scoring.states_stream.BackgroundWriter`), the peak memory of the scan
+(:class:`rmfast.bench.machine.PeakMemory`: the process's RSS high-water mark on CPU, reset before each scan, so it includes the model; CUDA's
 ``max_memory_allocated`` on a GPU) and its excess over plain's, whether every scan's scores were
 plain's bit for bit, the machine and the versions. A mode ``MODE/sync`` writes its states in the scan's
 thread (the synchronous reference, ``StatesRequest(background=False)``), timed in the same rounds.

@@ -170,7 +170,8 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     with every checkpoint save, so no row the checkpoint holds as done loses its state
     unnoticed (the rows it holds as done without a state are scored again on resume,
     :meth:`rmfast.states.StatesWriter.prepare`); one with ``drain()`` (a writer thread,
-    :class:`rmfast.scoring.states_stream.BackgroundWriter`) is drained before the job returns or raises. ``lens_k``: the lens columns, kept in the checkpoint too and returned in ``extra["lens"]``
+    :class:`rmfast.scoring.states_stream.BackgroundWriter`) is drained before the job returns or raises.
+    ``lens_k``: the lens columns, kept in the checkpoint too and returned in ``extra["lens"]``
     ((N, lens_k) float32).
     """
     from tqdm.auto import tqdm
