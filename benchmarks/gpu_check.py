@@ -79,7 +79,7 @@ WORKLOAD_MODEL = "llama-3.1-8b"
 BEST_OF_N_RUNS = {"single": ["--prompt-tokens-list", "512,2048", "--n-list", "16,64"],
                   "prompts16": ["--prompt-tokens-list", "512", "--n-list", "4", "--prompts", "16"]}
 PROFILE_SHAPE = {"gpu": (2048, 64), "dry": (24, 4)}  # (prompt tokens, N)
-STATES_ARGS = ["--n-candidates", "4096", "--repeats", "3", "--states-modes", "last,all"]
+STATES_ARGS = ["--n-candidates", "4096", "--repeats", "3", "--states-modes", "last,all,all/sync"]  # /sync: the reference
 WORKLOAD_EST_S = {"best-of-n": 60, "profile": 40, "states": 60}
 # The dry run: two families (Llama 3, Gemma 2), shrunk; the tests of the same files that run on a CPU.
 DRY_MODELS = "llama-3.2-1b,gemma-2-27b"
@@ -478,9 +478,11 @@ def summarize_workloads(out: Path, workloads: list[dict], bon_rows: list[dict], 
               f"{float(r['max_abs_diff']):.2e} |" for r in bon_rows]
     if states_rows:
         L += ["", "states overhead (a scan keeping hidden states vs a plain one):", "",
-              "| mode | dtype | candidates | median s | x plain | bytes per candidate | same scores |", "|---|---|---|---|---|---|---|"]
+              "| mode | dtype | candidates | median s | x plain | bytes per candidate | MB/s written | disk limit MB/s "
+              "| waited on writer s | disk kept up | same scores |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         L += [f"| {r['mode']} | {r['dtype']} | {r['n_candidates']} | {r['median_s']} | {r['ratio_to_plain']} | "
-              f"{r['bytes_per_candidate']} | {r['scores_identical']} |" for r in states_rows]
+              f"{r['bytes_per_candidate']} | {r.get('write_mb_s', '')} | {r.get('disk_limit_mb_s', '')} | "
+              f"{r.get('writer_wait_s', '')} | {r.get('disk_kept_up', '')} | {r['scores_identical']} |" for r in states_rows]
     prof = out / "profile.txt"
     if prof.exists():
         lines = prof.read_text().splitlines()

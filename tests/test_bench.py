@@ -5,6 +5,8 @@ comparison is complete and honest (same ids, agreement checks passed, rows for e
 """
 
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -275,7 +277,8 @@ STATES_COLUMNS = {"model", "mode", "states_layers", "layers_kept", "hidden_size"
                   "batch_size", "median_s", "min_s", "max_s", "ratio_to_plain", "cand_per_s", "bytes_written",
                   "bytes_per_candidate", "state_bytes_per_candidate", "peak_mib", "peak_mib_over_plain", "peak_how",
                   "scores_identical", "dtype", "device", "times_s", "cpu_model", "torch_threads", "torch",
-                  "transformers", "rmfast"}
+                  "transformers", "rmfast", "writer", "write_mb_s", "disk_limit_mb_s", "disk_probe_bytes", "of_disk_limit",
+                  "writer_wait_s", "writer_busy_s", "disk_kept_up"}
 
 
 def test_states_overhead_tiny_through_the_cli(tmp_path, capsys):
@@ -305,6 +308,45 @@ def test_states_overhead_tiny_through_the_cli(tmp_path, capsys):
     assert meta["workload"] == "states" and meta["machine"]["cpu_model"] and meta["versions"]["torch"]
     assert [len(r["times_s"]) for r in meta["rows"]] == [2, 2, 2] and meta["config"]["modes"] == ["last", "all"]
     assert "| plain |" in printed and "| all |" in printed
+
+
+def test_states_overhead_row_reports_the_disk(tmp_path, capsys, monkeypatch):
+    """The states row says how the states were written: bytes, MB/s over the scan, the disk's fsync'ed limit
+    (probed into the states' folder), the wait on the writer thread and whether the disk kept up; a /sync
+    mode (the scan's thread writes) has no wait to report. A writer slower than the scan: did not keep up."""
+    import time
+
+    from cli_run import run
+    from rmfast.bench import states_overhead as so
+    from rmfast.states import StatesWriter
+
+    real_flush = StatesWriter.flush
+
+    def slow_flush(self):  # a disk far slower than the scan: each shard write takes 0.3 s more
+        if self._buf:
+            time.sleep(0.3)
+        real_flush(self)
+
+    monkeypatch.setattr(StatesWriter, "flush", slow_flush)
+    out = tmp_path / "st"
+    rc, printed, err = run(["bench", "--workload", "states", "--tiny", "--n-candidates", "32", "--repeats", "1",
+                            "--batch-size", "16", "--dtype", "float32", "--threads", "2", "--device", "cpu",
+                            "--states-modes", "all,all/sync", "--out", out], capsys)
+    assert rc == 0, err
+    rows = {r["mode"]: r for r in json.loads((out / "states_overhead_latest.json").read_text())["rows"]}
+    plain, bg, sync = rows["plain"], rows["all"], rows["all/sync"]
+    assert plain["write_mb_s"] is None and plain["disk_kept_up"] is None and plain["writer"] == ""
+    assert bg["writer"] == "background" and sync["writer"] == "sync" and sync["states_layers"] == "all"
+    for r in (bg, sync):
+        assert r["bytes_written"] > 0 and r["write_mb_s"] == round(r["bytes_written"] / r["median_s"] / 1e6, 2)
+        assert r["disk_limit_mb_s"] > 0 and r["disk_probe_bytes"] == so.PROBE_MIN  # tiny folders: the floor
+        assert r["of_disk_limit"] == round(r["write_mb_s"] / r["disk_limit_mb_s"], 4)
+    assert sync["writer_wait_s"] is None and sync["disk_kept_up"] is None
+    assert bg["writer_wait_s"] >= 0.25 and bg["writer_busy_s"] >= 0.3  # at least the last shard's write was waited for
+    assert bg["disk_kept_up"] is False and "did not keep up" in printed
+    assert not list(Path(tempfile.gettempdir()).glob("rmfast-states-bench-*/rmfast-disk-probe.bin"))
+    f = so.disk_write_mb_s(tmp_path, 1 << 20, chunk=300_000)
+    assert f > 0 and not list(tmp_path.glob("rmfast-disk-probe*"))
 
 
 @pytest.mark.parametrize("argv", [

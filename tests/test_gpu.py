@@ -152,3 +152,35 @@ def test_cuda_out_of_memory_halves_the_batch(tok, tmpl):
     assert told and told[0] == T.VOCAB // 2, told  # the whole vocabulary in one batch does not fit in 64 MiB
     torch.testing.assert_close(torch.cat([o for *_, o, _ in out]), want, atol=1e-4, rtol=0)
     np.testing.assert_allclose(got_scan.scores, want_scan, atol=1e-4, rtol=0)
+
+
+@requires_cuda
+def test_cuda_states_written_in_the_background_are_the_synchronous_bytes(tok, tmp_path, monkeypatch):
+    """On CUDA a batch's states come back as pinned copies still running (waited for before any read), and the
+    background writer's folder is the synchronous writer's: the same tensors, counts and manifest."""
+    import json
+    import uuid
+
+    from rmfast.scoring import batching
+    from rmfast.scoring.pipeline import StatesRequest, score_ids
+    from rmfast.scoring.plan import plan_scoring
+
+    model = on_device("llama", dtype=torch.bfloat16)
+    st = plan_scoring(model, build_template(tok, PROMPT), head="score").score(torch.arange(8)[:, None], states=["last"])
+    assert st.states.pending and st.states["last"].is_pinned() and not st.states.pending
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=33))
+    got = []
+    for background in (False, True):
+        folder = tmp_path / f"{background}.states"
+        score_ids(model, tok, PROMPT, np.arange(1024), batch_size=128, progress=False,
+                  checkpoint=tmp_path / f"{background}.npz",
+                  states=StatesRequest("all", "float32", folder=folder, background=background))
+        files = {}
+        for p in sorted(folder.iterdir()):
+            b = p.read_bytes()
+            n = 8 + int.from_bytes(b[:8], "little") if p.suffix == ".safetensors" else 0
+            files[p.name] = (json.loads(b[8:n]) if n else None, b[n:])  # the header parsed: hash-map order
+        got.append(files)
+    assert got[0] == got[1] and len(got[0]) == 1 + 8  # the manifest, a shard a batch

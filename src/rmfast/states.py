@@ -458,8 +458,8 @@ class StatesWriter:
     the checkpoint holds as done, deletes any other (written just before a kill, its rows not
     checkpointed), and returns the done rows that have states: a row the checkpoint holds without
     states is scored again (the same bits), so every row ends with exactly one state.
-    :meth:`finish` writes the manifest and renames the folder into place.
-
+    :meth:`finish` writes the manifest and renames the folder into place. A scan writes through
+    :class:`rmfast.scoring.states_stream.BackgroundWriter` (the same steps in a thread; this is its reference).
     ``layers``: canonical names; ``dtype``: stored dtype; ``key``: "token_id" or "row";
     ``job``: what identifies the job (a different one wipes the partial folder).
     """
@@ -506,15 +506,26 @@ class StatesWriter:
 
     def add(self, rows: np.ndarray, keys: np.ndarray, states: Mapping[str, object]) -> None:
         """A batch: job rows (b,), their keys (b,), name -> (b, d) tensor. Rows already stored are skipped."""
+        if (got := self.claim(rows, keys)) is not None:
+            self.append(got[0], got[1], self.take(states, got[2]))
+
+    def claim(self, rows: np.ndarray, keys: np.ndarray):
+        """Mark a batch's rows not yet stored as stored: (their rows, keys, positions (k,) in the batch), or None."""
+        if not (new := ~self._have[rows]).any():  # new: (b,)
+            return None
+        self._have[rows[new]] = True
+        return rows[new], keys[new], np.flatnonzero(new)
+
+    def take(self, states: Mapping[str, object], sel: np.ndarray) -> dict:
+        """Rows ``sel`` of a batch's states as stored: name -> (k, d) CPU tensor in the stored dtype (a copy)."""
         import torch
 
-        new = ~self._have[rows]  # (b,)
-        if not new.any():
-            return
-        sel = torch.from_numpy(np.flatnonzero(new))
-        mats = {l: states[l].detach().cpu().to(getattr(torch, self.dtype))[sel].contiguous() for l in self.layers}
-        self._buf.append((rows[new], keys[new], mats))
-        self._have[rows[new]] = True
+        i = torch.from_numpy(sel)
+        return {l: states[l].detach().cpu().to(getattr(torch, self.dtype))[i].contiguous() for l in self.layers}
+
+    def append(self, rows: np.ndarray, keys: np.ndarray, mats: dict) -> None:
+        """Buffer taken rows (:meth:`take`); write them as a shard once ``shard_rows`` are buffered."""
+        self._buf.append((rows, keys, mats))
         if sum(len(b[0]) for b in self._buf) >= self.shard_rows:
             self.flush()  # early is safe: a shard the checkpoint does not cover is dropped on resume
 

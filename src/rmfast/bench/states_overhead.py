@@ -13,10 +13,15 @@ after it is measured.
 One row per mode (``plain`` first): the median, fastest and slowest scan time and the median's
 ratio to plain's (plain's is 1.0), the layers kept, the bytes the states folder took on disk (all
 its files: shards with their keys, manifest) per candidate beside the states alone (layers ×
-hidden × dtype size), the peak memory of the scan (:class:`rmfast.bench.machine.PeakMemory`: the
-process's RSS high-water mark on CPU, reset before each scan, so it includes the model; CUDA's
+hidden × dtype size), the rate they were written at over the scan (``write_mb_s``: bytes on disk / median
+scan time) beside the disk's measured limit (``disk_limit_mb_s``: :func:`disk_write_mb_s`, one fsync'ed
+sequential write of the same size class into the same folder, capped at 256 MiB), how long the scan waited
+on the writer thread (``writer_wait_s``, median; ``disk_kept_up``: at most :data:`KEPT_UP_FRAC` of the
+scan; :class:`rmfast.scoring.states_stream.BackgroundWriter`), the peak memory of the scan
+(:class:`rmfast.bench.machine.PeakMemory`: the process's RSS high-water mark on CPU, reset before each scan, so it includes the model; CUDA's
 ``max_memory_allocated`` on a GPU) and its excess over plain's, whether every scan's scores were
-plain's bit for bit, the machine and the versions.
+plain's bit for bit, the machine and the versions. A mode ``MODE/sync`` writes its states in the scan's
+thread (the synchronous reference, ``StatesRequest(background=False)``), timed in the same rounds.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ class StatesOverheadConfig(ModelChoice):
         n: candidate ids scanned per job, the first ``n`` of the vocabulary (default 4096).
         repeats: rounds of plain + every mode; the median counts (default 5).
         modes: the ``--states`` of each timed mode beside plain: ``last``, ``all``, ``last_normed`` or a
-            layer index (default ("last", "all")).
+            layer index, each optionally ``/sync`` (written in the scan's thread) (default ("last", "all")).
         dtype: model dtype (default "bfloat16"; the states are kept in it).
         device: "cpu", "cuda" or "auto" (default "cpu").
         threads: torch CPU threads (default None: torch's).
@@ -80,7 +85,34 @@ class StatesOverheadConfig(ModelChoice):
             if m == "plain" or "," in m:
                 raise UserError(f"states: mode {m!r}: give last, all, last_normed or a layer index "
                                 "(plain is always timed)")
-            parse_layers(m, None)
+            parse_layers(m.removesuffix(SYNC), None)
+
+
+#: the suffix of a mode whose states are written in the scan's thread (the synchronous reference)
+SYNC = "/sync"
+#: the disk kept up when the scan waited on the writer thread for at most this share of its time
+KEPT_UP_FRAC = 0.05
+#: the disk probe writes as much as the largest states folder, within these bounds (bytes)
+PROBE_MIN, PROBE_MAX = 8 << 20, 256 << 20
+
+
+def disk_write_mb_s(folder: Path, size: int, chunk: int = 4 << 20) -> float:
+    """The disk's sequential write rate into ``folder`` (MB/s, 1e6 bytes): ``size`` bytes of random data
+    written in ``chunk``-byte pieces and fsync'ed, timed from open to fsync; the file is removed."""
+    import os
+
+    data = os.urandom(chunk)
+    f = Path(folder) / "rmfast-disk-probe.bin"
+    try:
+        t0 = time.perf_counter()
+        with open(f, "wb") as fh:
+            for lo in range(0, size, chunk):
+                fh.write(data[: min(chunk, size - lo)])
+            fh.flush()
+            os.fsync(fh.fileno())
+        return size / (time.perf_counter() - t0) / 1e6
+    finally:
+        f.unlink(missing_ok=True)
 
 
 def folder_bytes(folder: Path) -> int:
@@ -100,13 +132,15 @@ class _Jobs:
         self.identical: dict[str, bool] = {}
         self.info: dict[str, dict] = {}  # mode -> layers, dtype, bytes of its first folder
         self.batch_size = None
+        self.writer: dict[str, list[tuple[float, float]]] = {}  # mode -> (wait s, busy s) per timed scan
 
     def run(self, mode: str, r: int) -> tuple[float, float]:
         """One scan in ``mode`` (round ``r``): (seconds, peak MiB)."""
         from ..scoring.pipeline import StatesRequest, score_ids
 
-        folder = self.tmp / f"{mode}.{r}.states"
-        req = None if mode == "plain" else StatesRequest(mode, folder=folder)
+        folder = self.tmp / f"{mode.replace('/', '-')}.{r}.states"
+        req = None if mode == "plain" else StatesRequest(mode.removesuffix(SYNC), folder=folder,
+                                                         background=not mode.endswith(SYNC))
         sync(self.dev)
         self.mem.reset()
         t0 = time.perf_counter()
@@ -121,6 +155,9 @@ class _Jobs:
         same = bool(np.array_equal(res.scores, self.ref, equal_nan=True))
         self.identical[mode] = self.identical.get(mode, True) and same
         self.batch_size = res.manifest.get("batch_size")
+        w = (res.manifest.get("states") or {}).get("writer")
+        if w is not None and r >= 0:
+            self.writer.setdefault(mode, []).append((w["wait_s"], w["busy_s"]))
         if req is not None:
             if mode not in self.info:
                 man = json.loads((folder / "manifest.json").read_text())
@@ -132,8 +169,23 @@ class _Jobs:
         return dt, peak
 
 
-def _rows(jobs: _Jobs, name: str, times: dict, peaks: dict) -> list[dict]:
-    """One row per mode from the rounds' times and peaks."""
+def _write_fields(jobs: _Jobs, mode: str, nbytes: int, median_s: float, disk: tuple[float, int]) -> dict:
+    """How a mode's states were written: its rate over the scan, the disk's limit, the wait on the writer."""
+    if mode == "plain":
+        return {"writer": "", "write_mb_s": None, "disk_limit_mb_s": None, "disk_probe_bytes": None,
+                "of_disk_limit": None, "writer_wait_s": None, "writer_busy_s": None, "disk_kept_up": None}
+    rate, limit = nbytes / median_s / 1e6, disk[0]
+    w = jobs.writer.get(mode)  # None: written in the scan's thread (/sync), where every write is a wait
+    wait = statistics.median(x[0] for x in w) if w else None
+    return {"writer": "background" if w else "sync", "write_mb_s": round(rate, 2), "disk_limit_mb_s": round(limit, 1),
+            "disk_probe_bytes": disk[1], "of_disk_limit": round(rate / limit, 4) if limit else None,
+            "writer_wait_s": None if wait is None else round(wait, 4),
+            "writer_busy_s": round(statistics.median(x[1] for x in w), 4) if w else None,
+            "disk_kept_up": None if wait is None else bool(wait <= KEPT_UP_FRAC * median_s)}
+
+
+def _rows(jobs: _Jobs, name: str, times: dict, peaks: dict, disk: tuple[float, int]) -> list[dict]:
+    """One row per mode from the rounds' times and peaks, and the disk probe's (MB/s, bytes)."""
     cfg, lm = jobs.cfg, jobs.lm
     info, ver = machine_info(jobs.dev), versions()
     med = {m: statistics.median(v) for m, v in times.items()}
@@ -142,13 +194,14 @@ def _rows(jobs: _Jobs, name: str, times: dict, peaks: dict) -> list[dict]:
         st = jobs.info.get(mode, {"layers": [], "dtype": None, "hidden": None, "bytes": 0})
         size = torch.tensor([], dtype=getattr(torch, st["dtype"])).element_size() if st["dtype"] else 0
         rows.append({
-            "model": name, "mode": mode, "states_layers": "" if mode == "plain" else mode,
+            "model": name, "mode": mode, "states_layers": "" if mode == "plain" else mode.removesuffix(SYNC),
             "layers_kept": len(st["layers"]), "hidden_size": st["hidden"], "states_dtype": st["dtype"],
             "n_candidates": cfg.n, "rounds": len(ts), "batch_size": jobs.batch_size,
             "median_s": round(med[mode], 4), "min_s": round(min(ts), 4), "max_s": round(max(ts), 4),
             "ratio_to_plain": round(med[mode] / med["plain"], 4), "cand_per_s": round(cfg.n / med[mode], 2),
             "bytes_written": st["bytes"], "bytes_per_candidate": round(st["bytes"] / cfg.n, 1),
             "state_bytes_per_candidate": len(st["layers"]) * (st["hidden"] or 0) * size,
+            **_write_fields(jobs, mode, st["bytes"], med[mode], disk),
             "peak_mib": round(max(peaks[mode]), 1), "peak_mib_over_plain": round(max(peaks[mode]) - max(peaks["plain"]), 1),
             "peak_how": jobs.mem.how, "scores_identical": jobs.identical[mode],
             "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."), "device": str(jobs.dev),
@@ -168,7 +221,7 @@ def run_states_overhead(cfg: StatesOverheadConfig) -> list[dict]:
     if cfg.n > vocab:
         raise UserError(f"states: {cfg.n} candidates but {name} has {vocab:,} ids; give --n-candidates <= {vocab}")
     for m in cfg.modes:  # a layer index out of range: one line before any scan
-        parse_layers(m, getattr(lm.model.config, "num_hidden_layers", None))
+        parse_layers(m.removesuffix(SYNC), getattr(lm.model.config, "num_hidden_layers", None))
     modes = ("plain", *dict.fromkeys(cfg.modes))
     times: dict[str, list[float]] = {m: [] for m in modes}
     peaks: dict[str, list[float]] = {m: [] for m in modes}
@@ -185,23 +238,30 @@ def run_states_overhead(cfg: StatesOverheadConfig) -> list[dict]:
                 times[m].append(dt)
                 peaks[m].append(peak)
             log(f"round {r + 1}/{cfg.repeats}: " + "  ".join(f"{m} {times[m][-1]:.3f} s" for m in modes))
-    rows = _rows(jobs, name, times, peaks)
+        probe = min(PROBE_MAX, max(PROBE_MIN, *(i["bytes"] for i in jobs.info.values())))
+        disk = (disk_write_mb_s(Path(tmp), probe), probe)  # where the states were written, after the scans
+    rows = _rows(jobs, name, times, peaks, disk)
     for row in rows:
         log(f"{row['mode']:>8}: median {row['median_s']:.3f} s ({row['ratio_to_plain']:.3f}x plain), "
             f"{row['layers_kept']} layers, {row['bytes_per_candidate']:,.0f} B/candidate on disk, peak "
             f"{row['peak_mib']:,.0f} MiB ({row['peak_mib_over_plain']:+,.0f})"
+            + ("" if row["write_mb_s"] is None else f", {row['write_mb_s']:,.1f} MB/s written (disk: "
+               f"{row['disk_limit_mb_s']:,.0f} MB/s fsync'ed), waited on the writer {row['writer_wait_s']} s")
             + ("" if row["scores_identical"] else "  SCORES DIFFER FROM PLAIN"))
     return rows
 
 
 def format_states_table(rows: list[dict]) -> str:
     """A Markdown table of the rows."""
-    out = ["| model | mode | layers | median s | × plain | B/candidate on disk | peak MiB (vs plain) | same scores |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| model | mode | layers | median s | × plain | B/candidate on disk | MB/s written (disk limit) "
+           "| waited on writer s | peak MiB (vs plain) | same scores |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        mb = "" if r.get("write_mb_s") is None else f"{r['write_mb_s']:,.1f} ({r['disk_limit_mb_s']:,.0f})"
+        wait = "" if r.get("writer_wait_s") is None else (f"{r['writer_wait_s']:.3f} ("
+                                                          f"{'kept up' if r['disk_kept_up'] else 'did not keep up'})")
         out.append(f"| {r['model']} | {r['mode']} | {r['layers_kept']} | {r['median_s']:.3f} | {r['ratio_to_plain']:.3f} "
-                   f"| {r['bytes_per_candidate']:,.0f} | {r['peak_mib']:,.0f} ({r['peak_mib_over_plain']:+,.0f}) "
-                   f"| {'yes' if r['scores_identical'] else 'NO'} |")
+                   f"| {r['bytes_per_candidate']:,.0f} | {mb} | {wait} | {r['peak_mib']:,.0f} "
+                   f"({r['peak_mib_over_plain']:+,.0f}) | {'yes' if r['scores_identical'] else 'NO'} |")
     return "\n".join(out)
 
 

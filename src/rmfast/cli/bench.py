@@ -109,7 +109,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("states workload (--workload states only)")
     g.add_argument("--states-modes", default=None, metavar="MODE[,MODE]",
                    help="the --states of each mode timed beside the plain scan: last, all, last_normed or a layer "
-                        "index (default last,all)")
+                        "index; MODE/sync: written in the scan's thread, the reference (default last,all)")
 
 
 def register(subparsers) -> None:

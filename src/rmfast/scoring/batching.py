@@ -169,7 +169,9 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     :class:`rmfast.states.StatesWriter`) gets each batch's states keyed by ``ids``, and is flushed
     with every checkpoint save, so no row the checkpoint holds as done loses its state
     unnoticed (the rows it holds as done without a state are scored again on resume,
-    :meth:`rmfast.states.StatesWriter.prepare`). ``lens_k``: the lens columns, kept in the checkpoint too and returned in ``extra["lens"]``
+    :meth:`rmfast.states.StatesWriter.prepare`); one with ``drain()`` (a writer thread,
+    :class:`rmfast.scoring.states_stream.BackgroundWriter`) is drained before the job returns or raises.
+    ``lens_k``: the lens columns, kept in the checkpoint too and returned in ``extra["lens"]``
     ((N, lens_k) float32).
     """
     from tqdm.auto import tqdm
@@ -192,6 +194,9 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         save_checkpoint(ck, key, ids, scores, done, sizes, job, lens)
         if states_out is not None:
             states_out.flush()
+
+    # a writer thread's shards all on disk (and its error raised) before the job returns or raises
+    drain = getattr(states_out, "drain", None) or (lambda: None)
 
     bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
     if status and done0 < ids.size:
@@ -226,6 +231,7 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         # Interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun.
         if ck is not None and int(done.sum()) > done0:
             save()
+        drain()
         raise
     bar.close()
     scan_s = time.perf_counter() - t0
@@ -233,6 +239,7 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         save()
     elif states_out is not None:
         states_out.flush()
+    drain()
     if extra is not None and lens is not None:
         extra["lens"] = lens
     n_new = ids.size - done0

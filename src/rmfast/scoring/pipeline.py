@@ -39,6 +39,7 @@ from .compat import (authors_batch_size, authors_diagnostics, authors_groups, au
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
 from .plan import ScoringPlan, lens_names, plan_scoring, run_fields, run_key
 from ..states import DTYPES, StatesWriter, parse_layers
+from .states_stream import BackgroundWriter
 from .results import ScanResult, TextScanResult
 from ..template import Template, build_template
 from ..version import versions
@@ -61,6 +62,8 @@ class StatesRequest:
             of a text scan), in the order batches are scored; a resumed scan hands it only the rows
             it scores itself. Either or both of folder and sink.
         overwrite: replace an existing folder.
+        background: write the folder's shards in a thread while the next batches compute (default;
+            :class:`rmfast.scoring.states_stream.BackgroundWriter`); False: in the scan's thread (the reference).
         row_keys: text scans: the key stored for the job's row r is ``row_keys[r]`` (set by :func:`run_scan`
             for a share of the candidates: their rows in the whole scan, so the ranks' states join).
     """
@@ -71,6 +74,7 @@ class StatesRequest:
     sink: Callable | None = None
     overwrite: bool = False
     row_keys: np.ndarray | None = None
+    background: bool = True
 
 
 class _StatesOut:
@@ -81,6 +85,8 @@ class _StatesOut:
         self.key_map = req.row_keys if key == "row" else None
         self.writer = (StatesWriter(req.folder, layers, dtype, key, job, overwrite=req.overwrite)
                        if req.folder is not None else None)
+        if self.writer is not None and req.background:
+            self.writer = BackgroundWriter(self.writer)
 
     def prepare(self, done):
         return done if self.writer is None else self.writer.prepare(done)
@@ -96,6 +102,10 @@ class _StatesOut:
     def flush(self):
         if self.writer is not None:
             self.writer.flush()
+
+    def drain(self):
+        if isinstance(self.writer, BackgroundWriter):
+            self.writer.drain()
 
 
 def _states_setup(req: StatesRequest | None, lens: bool, plan: ScoringPlan, key: str, job: str):
@@ -123,6 +133,8 @@ def _finish_states(res, out: _StatesOut | None, tokenizer, keep: bool, lens, n_l
     m = res.manifest
     res.manifest["states"] = {"layers": out.layers, "dtype": str(out.dtype).replace("torch.", ""),
                               "folder": None if out.writer is None else out.writer.folder.name}
+    if isinstance(out.writer, BackgroundWriter):  # how long the scan waited on the disk (drained by score_groups)
+        res.manifest["states"]["writer"] = out.writer.stats()
     res.states_scan = {k: m.get(k) for k in ("model", "prompt", "head", "head_index", "dtype", "engine", "device")}
     res.states_scan["tokenizer"] = getattr(tokenizer, "name_or_path", None)
     res.states_scan["vocab_sha256"] = m.get("vocab_sha256")  # what the states join compares (not the path)

@@ -55,6 +55,7 @@ from ..fast.engine import Engine, blockdiag_overhead, score_prompts
 from ..errors import UserError
 from .hf_path import final_norm_module, hf_scores, n_layers
 from ..states import LAST_NORMED, layer_index
+from .states_stream import host_states
 from .memory import auto_batch_size, cap_batch_size, parse_batch_size, row_bytes
 from .padding import PadSizes
 from ..fast.arch import arch_spec
@@ -245,24 +246,26 @@ def _taps(states, lens: bool, L: int) -> tuple[dict, set | None]:
     return idx, taps | (set(range(L + 1)) if lens else set())
 
 
-def _named_states(eng: Engine | None, idx: dict, got: dict, B: int, L: int) -> dict:
+def _named_states(eng: Engine | None, idx: dict, got: dict, B: int, L: int):
     """The tapped states by name, (B, Dm) CPU tensors; ``last_normed``: what the head reads (the engine's
-    final norm, fp32 by default, ``fp32_head``; on the plain-HF path its normed output)."""
+    final norm, fp32 by default, ``fp32_head``; on the plain-HF path its normed output). On CUDA the copies
+    to the host do not block (:func:`rmfast.scoring.states_stream.host_states`: reading a tensor waits)."""
     st = {}
     for name, i in idx.items():
         if i != LAST_NORMED:
-            st[name] = got[i][:B].cpu()  # (B, Dm)
+            st[name] = got[i][:B]  # (B, Dm)
         elif eng is not None:
-            st[name] = eng._final_norm(got[L][:B], eng.fp32_head).cpu()
+            st[name] = eng._final_norm(got[L][:B], eng.fp32_head)
         else:
-            st[name] = got["normed"][:B].cpu()
-    return st
+            st[name] = got["normed"][:B]
+    return host_states(st)
 
 
 class Scored(NamedTuple):
     """A batch scored with states (:meth:`ScoringPlan.score` with ``states`` or ``lens``).
 
-    scores: (B,) float32; states: name -> (B, Dm) CPU tensor (model dtype; ``last_normed`` in the
+    scores: (B,) float32; states: name -> (B, Dm) CPU tensor (a mapping; on CUDA reading one waits for
+    its copy, :func:`rmfast.scoring.states_stream.host_states`) (model dtype; ``last_normed`` in the
     dtype the head reads it, fp32 by default); lens: (B, n_layers + 1) float32 or None, columns
     :func:`lens_names`."""
 

@@ -1,0 +1,170 @@
+"""A scan's states written while the next batches compute (issue 33 item 4): device-to-host copies that
+do not stop the host, and a writer thread for the shards.
+
+Two parts, each checked against the synchronous path it stands in for (tests/test_states_stream.py):
+
+- :func:`host_states`: a batch's tapped states (name -> (B, d) tensor) on the host. On CUDA each goes
+  into a fresh pinned buffer with ``non_blocking=True`` on the current stream (after the forward that made
+  it, before the next batch's), and one CUDA event is recorded after the batch's copies; the
+  :class:`HostStates` it returns waits for that event before any of its tensors is read, so no reader can
+  see an unfinished copy. On CPU: ``.cpu()`` of each, as before (the tensors themselves).
+- :class:`BackgroundWriter`: :class:`rmfast.states.StatesWriter`'s steps, the slow ones in a thread. The
+  scan's thread marks a batch's rows as stored (``claim``) and queues the rest, at most ``depth`` batches
+  (so the host memory in flight stays bounded; a full queue makes the scan wait, counted in ``wait_s``):
+  taking the rows in the stored dtype (on CPU at once, in the scan's thread, as the synchronous writer
+  does; on CUDA in the writer thread, once the batch's event has fired), buffering them, and writing a
+  shard at each checkpoint's :meth:`~BackgroundWriter.flush`. Every step runs in the order the scan asked
+  for it, so each shard holds the rows the synchronous writer's would: the files are the same bytes.
+
+The checkpoint semantics are :class:`~rmfast.states.StatesWriter`'s: a shard is written after the
+checkpoint that holds its rows as done, and a resumed scan scores again every row the checkpoint holds
+without a shard on disk (:meth:`~rmfast.states.StatesWriter.prepare`), so a kill while the thread writes
+loses nothing. :func:`rmfast.scoring.batching.score_groups` calls :meth:`~BackgroundWriter.drain` before
+it returns (and when interrupted), so a finished job's states are all on disk. A step that fails in the
+thread (a full disk: the synchronous writer's one-line :class:`~rmfast.errors.UserError`) stops the
+thread's work, and the scan's thread raises that same error at its next call; the manifest is written
+only by :meth:`~BackgroundWriter.finish`, after everything queued is on disk.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+import torch
+
+#: batches queued for the writer thread at most (each holds one batch's states in host memory)
+DEPTH = 2
+
+
+class HostStates(Mapping):
+    """name -> (B, d) CPU tensor whose device-to-host copies may still be running; reading any tensor
+    first waits for them (``event.synchronize()``, once)."""
+
+    def __init__(self, tensors: dict, event=None):
+        self._t, self._event = tensors, event
+
+    @property
+    def pending(self) -> bool:
+        """Whether the copies were not yet waited for."""
+        return self._event is not None
+
+    def wait(self) -> None:
+        if self._event is not None:
+            self._event.synchronize()
+            self._event = None
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        self.wait()
+        return self._t[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._t)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+
+def host_states(tensors: dict) -> Mapping:
+    """name -> (B, d) tensor on any device -> the same on the host: on CUDA copies into pinned buffers that
+    do not block (:class:`HostStates`, one event for the batch), elsewhere ``.cpu()`` of each (a dict)."""
+    if not tensors or next(iter(tensors.values())).device.type != "cuda":
+        return {k: v.cpu() for k, v in tensors.items()}
+    out = {}
+    for k, v in tensors.items():
+        out[k] = torch.empty(v.shape, dtype=v.dtype, pin_memory=True)  # (B, d)
+        out[k].copy_(v, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()  # on the current stream, after the copies
+    return HostStates(out, event)
+
+
+class BackgroundWriter:
+    """A :class:`rmfast.states.StatesWriter` whose takes (on CUDA), buffering and shard writes run in a
+    thread (see the module docstring). Same interface: prepare, add, flush, finish; and :meth:`drain`.
+
+    Attributes:
+        wait_s: seconds the scan's thread waited on the writer (a full queue, :meth:`drain`).
+        busy_s: seconds the writer thread spent on its steps (taking, buffering, writing shards).
+    """
+
+    def __init__(self, writer, depth: int = DEPTH):
+        self.w, self.depth = writer, depth
+        self._q: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
+        self._err: BaseException | None = None
+        self.wait_s = self.busy_s = 0.0
+
+    @property
+    def folder(self):
+        return self.w.folder
+
+    def prepare(self, done: np.ndarray) -> np.ndarray:
+        self.drain()
+        return self.w.prepare(done)
+
+    def add(self, rows: np.ndarray, keys: np.ndarray, states: Mapping) -> None:
+        """A batch, as :meth:`rmfast.states.StatesWriter.add`; returns once it is queued."""
+        self._check()
+        if (got := self.w.claim(rows, keys)) is None:
+            return
+        rows, keys, sel = got
+        if getattr(states, "pending", False):  # its copies still running: the thread waits for them
+            self._put(lambda: self.w.append(rows, keys, self.w.take(states, sel)))
+        else:  # CPU tensors, possibly views of the engine's: taken (copied) now, as the synchronous writer does
+            mats = self.w.take(states, sel)
+            self._put(lambda: self.w.append(rows, keys, mats))
+
+    def flush(self) -> None:
+        """Queue a shard of the rows buffered so far (the checkpoint that holds them is saved)."""
+        self._check()
+        self._put(self.w.flush)
+
+    def drain(self) -> None:
+        """Wait until every queued step is done and stop the thread; raise the error a step met."""
+        t0 = time.perf_counter()
+        self._stop()
+        self.wait_s += time.perf_counter() - t0
+        self._check()
+
+    def finish(self, scan: dict | None = None):
+        """Everything on disk, then :meth:`rmfast.states.StatesWriter.finish` (the manifest, the folder renamed)."""
+        self.drain()
+        return self.w.finish(scan)
+
+    def stats(self) -> dict:
+        return {"background": True, "wait_s": round(self.wait_s, 4), "busy_s": round(self.busy_s, 4)}
+
+    def _check(self) -> None:
+        if self._err is not None:
+            self._stop()  # the steps left are skipped: no thread outlives the failed job
+            raise self._err
+
+    def _stop(self) -> None:
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._thread = self._q = None
+
+    def _put(self, step) -> None:
+        if self._thread is None:
+            self._q = queue.Queue(maxsize=self.depth)
+            self._thread = threading.Thread(target=self._work, args=(self._q,), name="rmfast-states", daemon=True)
+            self._thread.start()
+        t0 = time.perf_counter()
+        self._q.put(step)  # blocks while ``depth`` steps wait: the disk (or the copies) did not keep up
+        self.wait_s += time.perf_counter() - t0
+
+    def _work(self, q: queue.Queue) -> None:
+        while (step := q.get()) is not None:
+            if self._err is not None:
+                continue  # after a failure nothing more is written; the scan's thread raises it
+            t0 = time.perf_counter()
+            try:
+                step()
+            except BaseException as e:  # noqa: BLE001 - handed to the scan's thread, raised there
+                self._err = e
+            self.busy_s += time.perf_counter() - t0
