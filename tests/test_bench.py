@@ -246,7 +246,6 @@ def test_best_of_n_bad_combination_is_one_line(argv, tmp_path, capsys):
 def test_workloads_take_scans_dtype_on_cuda(workload, runner, cpu_default, monkeypatch, tmp_path, capsys):
     """No --dtype on CUDA: best-of-N and states load the model as `scan` does there ("auto": the config's bf16/fp16,
     else bf16), not fp32 (what the first H100 run timed); on the CPU each keeps its default; --dtype wins."""
-    import rmfast.cli.bench as cb
     from rmfast.bench import random_init as R
     from rmfast.bench.models import workload_dtype
     from rmfast.loading.loader import dtype_and_choice
@@ -260,7 +259,8 @@ def test_workloads_take_scans_dtype_on_cuda(workload, runner, cpu_default, monke
                         lambda *a, **k: None)
     monkeypatch.setattr("rmfast.bench.states_overhead.format_states_table", lambda rows: "")
     for device, dtype, want in (("cuda", None, "auto"), ("cpu", None, cpu_default), ("cuda", "float32", "float32")):
-        monkeypatch.setattr(cb, "resolve_device", lambda d, device=device: torch.device(device))
+        # the CLI imports resolve_device when a command runs (lazy imports: rmfast --help stays fast)
+        monkeypatch.setattr("rmfast.loading.loader.resolve_device", lambda d, device=device: torch.device(device))
         monkeypatch.setattr(torch.cuda, "is_available", lambda device=device: device == "cuda")
         argv = ["bench", "--workload", workload, "--random-init", "llama-3.1-8b", "--device", device,
                 "--out", tmp_path / device] + (["--dtype", dtype] if dtype else [])
