@@ -60,52 +60,9 @@ from .batching import Group, count_nonfinite, score_groups
 from .candidates import check_context, tokenize_in_context
 from .conversation import Conversation, as_conversation, messages_of
 from .memory import parse_batch_size
+from .score_stats import ScoreStats
 from .plan import Scored, ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring, score_together
 from .weights import weights_fingerprint
-
-
-@dataclass
-class ScoreStats:
-    """What one :meth:`RewardScorer.score` call did.
-
-    Attributes:
-        n_conversations, n_responses: the input's size.
-        n_prompts: distinct conversations (each encoded once); ``prompts_from_cache`` of them reused a
-            plan from an earlier call.
-        n_rows: distinct (conversation, response) rows scored (duplicates are scored once).
-        n_batches: forward passes over candidate rows; ``padded_rows``: rows added to fill a batch (0:
-            batches hold exactly their rows); ``padded_tokens``: pad tokens of ragged batches (rows of
-            similar lengths right-padded to the batch's longest, :func:`length_buckets`).
-        response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the prompts encoded.
-        resumed_rows: rows taken from a checkpoint rather than scored.
-        n_nonfinite: input responses whose score came out NaN or infinite (returned as NaN; warned about).
-        prompt_passes: prompts encoded by this call (each distinct conversation at most once; those
-            from the cache not at all).
-        wall_s: seconds for the call.
-        attention: the attention form the rows ran in (:func:`rmfast.scoring.plan.choose_attention`: e.g.
-            "cascade" on CUDA, "cpu-flash" on an eager CPU; "hf" on the plain-HF path; "" if nothing ran).
-    """
-
-    n_conversations: int = 0
-    n_responses: int = 0
-    n_prompts: int = 0
-    prompts_from_cache: int = 0
-    n_rows: int = 0
-    n_batches: int = 0
-    padded_rows: int = 0
-    response_tokens: int = 0
-    prompt_tokens: int = 0
-    resumed_rows: int = 0
-    wall_s: float = 0.0
-    padded_tokens: int = 0
-    prompt_passes: int = 0
-    n_nonfinite: int = 0
-    attention: str = ""
-
-    @property
-    def padding_waste(self) -> float:
-        """Fraction of the row tokens run that were padding."""
-        return self.padded_tokens / max(1, self.response_tokens + self.padded_tokens)
 
 
 @dataclass
