@@ -80,8 +80,10 @@ def test_analyze_errors_exit_2_with_one_line(tmp_path, capsys):
     assert main(["analyze", "human", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("rmfast: error: human needs human scores") and "\n" not in err
-    assert main(["analyze", "exposure", str(tmp_path)]) == 2
-    assert "--frequencies" in capsys.readouterr().err
+    # exposure defaults to wordfreq's list now (issue 37 item 14); a frequency file that is not there is one line
+    assert main(["analyze", "exposure", str(tmp_path), "--frequencies", str(tmp_path / "no-such-freq.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no-such-freq.csv" in err and "\n" not in err
     assert main(["analyze", "distributions", str(tmp_path / "missing")]) == 2
     assert main(["analyze", "agreement", str(tmp_path), "--table", "nope"]) == 2
     assert "choose one of" in capsys.readouterr().err
