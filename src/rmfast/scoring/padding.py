@@ -6,8 +6,8 @@ GEMM libraries pick kernels by the row count M, and some kernels sum in another 
 can round differently from a 1,024-row one (``tests/test_job_independence.py`` shows it). Padding every
 batch to the full row count keeps the guarantee but makes a job of 256 ids cost as much as one of 1,365.
 
-Here a short batch of B rows runs as the smallest size of the ladder 32, 64, 128, ... (below the full
-row count) that is >= B and that was *measured* to give every row the full batch's bits: the same
+Here a short batch of B rows runs as the smallest size of the ladder 32, 64, 128, ... (up to half the
+full row count: above that a rung would save less than the probe costs) that is >= B and that was *measured* to give every row the full batch's bits: the same
 deterministic ids scored in one full batch and in one batch of that size, compared with
 ``array_equal``. A size that differs, or that was never measured and cannot be now, is skipped (the
 next one up, at worst the full batch). Verdicts are cached on disk per machine (CPU model, flags,
@@ -33,21 +33,22 @@ import time
 import numpy as np
 import torch
 
-#: the ladder's smallest rung; sizes double from it up to (not including) the full row count
+#: the ladder's smallest rung; sizes double from it up to half the full row count
 PAD_MIN = 32
 CACHE_NAME = "pad-probe.json"
 
 
 def ladder(rows: int) -> list[int]:
-    """The padded sizes tried for a full batch of ``rows`` rows, ascending.
+    """The padded sizes tried for a full batch of ``rows`` rows, ascending: up to half of it (a batch of more
+    rows runs full; a rung above half would save less than the probe's one full batch costs).
 
     >>> ladder(1365)
-    [32, 64, 128, 256, 512, 1024]
-    >>> ladder(32)
+    [32, 64, 128, 256, 512]
+    >>> ladder(63)
     []
     """
     out, s = [], PAD_MIN
-    while s < rows:
+    while s <= rows // 2:
         out.append(s)
         s *= 2
     return out
