@@ -100,7 +100,7 @@ def build_model(spec: str, seed: int, lora_r: int):
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from rmfast.loader import load
+    from rmfast.loading.loader import load
 
     torch.manual_seed(seed)
     lm = load(spec, dtype="float32", device="cpu", random_head_seed=seed)
@@ -113,7 +113,7 @@ def build_model(spec: str, seed: int, lora_r: int):
 def xray_callbacks(args, tok, held_out: pd.DataFrame):
     from rmfast.analysis.lexicons import load_dictionary
     from rmfast.integrations.trl import XrayCallback, XrayConfig
-    from rmfast.pipeline import Selection
+    from rmfast.scoring.pipeline import Selection
 
     dic = load_dictionary(args.dictionary)
     word = args.vocab_view == "wordlike"

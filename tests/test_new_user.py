@@ -150,6 +150,18 @@ def test_import_rmfast_and_the_cli_parser_import_nothing_heavy():
     assert "torch" in mods and "torch._inductor" not in mods
 
 
+def test_import_rmfast_installs_no_import_hook():
+    """`import rmfast` leaves sys.meta_path as it found it: no finder aliases old module paths (rmfast.pipeline
+    and the like are gone; their callers import rmfast.scoring.pipeline, ...)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; before = list(sys.meta_path); import rmfast; "
+            "print(sys.meta_path == before, [type(f).__name__ for f in sys.meta_path if f not in before])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "True []", out.stdout
+
+
 def test_the_parser_keeps_the_jobs_own_choices():
     """What the parser spells out so as not to import a job (implicit's --join/--agg) is the job's own list."""
     from rmfast.cli import build_parser
