@@ -111,7 +111,7 @@ def build_model(spec: str, seed: int, lora_r: int):
 
 
 def xray_callbacks(args, tok, held_out: pd.DataFrame):
-    from rmfast.analysis.lexicons import load_dictionary
+    from rmfast.analysis.data.lexicons import load_dictionary
     from rmfast.integrations.trl import XrayCallback, XrayConfig
     from rmfast.scoring.pipeline import Selection
 
@@ -174,7 +174,7 @@ def sweep_and_trajectory(args) -> dict:
 
 
 def report(args, run: dict, sweep: dict) -> dict:
-    from rmfast.analysis.scans import load_scans
+    from rmfast.analysis.data.scans import load_scans
 
     held = load_scans(args.out / "xray" / "heldout")
     acc = {}
