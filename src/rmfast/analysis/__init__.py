@@ -6,8 +6,17 @@ ledger of the rows it dropped and why. The analyses (:mod:`rmfast.analysis.regis
 
 <the registry's table>
 
+A new analysis is one module and one line in the registry. The modules, by role (each layer imports only
+the ones below it: pyproject.toml's import-linter contract):
+
+* :mod:`.report` (``rmfast report``) and :mod:`.reproduce` (``rmfast reproduce``);
+* :mod:`.paper_a`, :mod:`.paper_b` (each paper's analyses, published data, figures and reproduction) and
+  :mod:`.representations` (hidden-state similarity, the reward lens);
+* :mod:`.render` (figures, the report's HTML pieces) and :mod:`.stats` (the statistics both papers use);
+* :mod:`.data` (scans, lexicons, metadata, framing, the shared vocabulary, the ledger and result shapes).
+
 scipy, matplotlib and statsmodels (the ``[analysis]`` extra) are imported only when an
-analysis runs, so ``import rmfast.analysis`` is cheap.
+analysis runs, and the names below on first use, so ``import rmfast.analysis`` is cheap (no pandas).
 
 Example (the EloEverything data: 10 reward models x 3 prompts x 7,530 items):
     >>> from rmfast.analysis import load_eloeverything, human_comparison
