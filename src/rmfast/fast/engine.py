@@ -318,9 +318,7 @@ class Engine:
             W = sp.lm_head_weight
             logits = torch.cat([(hn @ W[v0 : v0 + 32768].to(hn.dtype).t()).float()[0]  # chunks: no fp32 copy of W
                                 for v0 in range(0, W.shape[0], 32768)])  # (V,)
-            if sp.final_logit_softcap is not None:
-                logits = torch.tanh(logits / sp.final_logit_softcap) * sp.final_logit_softcap
-            self.prefix_logprobs = torch.log_softmax(logits, dim=-1)  # (V,) fp32
+            self.prefix_logprobs = ops.vocab_logprobs(logits, final_softcap=sp.final_logit_softcap)  # (V,) fp32
 
     def _head_scores(self, h: torch.Tensor) -> torch.Tensor:
         """h: (B, Dm) last-layer states at the final position -> (B,) fp32 scores of the row head."""
