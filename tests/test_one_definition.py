@@ -78,3 +78,129 @@ def test_logprobs_refuses_what_the_scan_refuses_in_its_own_words(chatml):
         choose_head(clf, "logprob", 0)
     with pytest.raises(UserError, match=r"^logprobs needs a causal language model; this model has no LM head$"):
         logprobs(clf, chatml, PROMPT)
+
+
+# ----------------------------------------------------------------------------- the model dimensions
+
+def _module_dims(model) -> dict:
+    """The dimensions as the instantiated modules have them (not the config)."""
+    from rmfast.fast.arch import backbone_of
+
+    bb = backbone_of(model)
+    L0 = bb.layers[0]
+    a, mlp = L0.self_attn, L0.mlp
+    emb = bb.embed_tokens.weight
+    if hasattr(a, "qkv_proj"):  # Phi-3: rows q | k | v, the q rows are o_proj's input
+        q_out = a.o_proj.in_features
+        kv_out = (a.qkv_proj.out_features - q_out) // 2
+    else:
+        q_out, kv_out = a.q_proj.out_features, a.k_proj.out_features
+    return {"hidden": emb.shape[1], "vocab": emb.shape[0], "layers": len(bb.layers), "head_dim": a.head_dim,
+            "heads": q_out // a.head_dim, "kv_heads": kv_out // a.head_dim, "intermediate": mlp.down_proj.in_features}
+
+
+@pytest.mark.parametrize("arch", sorted(T.ARCHS))
+def test_model_dims_are_the_built_models(arch):
+    """model_dims(config) == the shapes transformers builds from that config, every fast-path architecture
+    (Gemma's and Qwen3's head_dim != hidden / heads, GQA, Phi-3's fused q|k|v)."""
+    from rmfast.dims import model_dims
+
+    for kind in ("classifier", "causal_lm"):
+        m = T.tiny(arch, kind)
+        got = model_dims(m.config)
+        assert {k: getattr(got, k) for k in _module_dims(m)} == _module_dims(m), (arch, kind)
+        assert (got.q_width, got.kv_width) == (got.heads * got.head_dim, got.kv_heads * got.head_dim)
+
+
+@pytest.mark.parametrize("base", ["llama-3.2-1b", "gemma-2-2b", "gemma-2-27b", "qwen3-0.6b"])
+def test_model_dims_of_the_registry_configs_are_the_built_models(base):
+    """The registry's config.json dicts: model_dims(dict) == the published model's shapes (built on the
+    meta device, 2 layers). Gemma-2-2B: head_dim 256, not 2,304 / 8; Gemma-2-27B: 128, not 4,608 / 32."""
+    from transformers import AutoModelForCausalLM
+
+    from rmfast.bench import random_init as RI
+    from rmfast.dims import model_dims
+
+    d = RI.config_dict(base, layers=2)
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(RI._hf_config(d))
+    got = model_dims(d)
+    assert {k: getattr(got, k) for k in _module_dims(m)} == _module_dims(m)
+    assert got == model_dims(m.config)  # the dict and transformers' config object read alike
+
+
+def test_model_dims_read_a_multimodal_config_s_text_config():
+    from transformers import Gemma3Config
+
+    from rmfast.dims import model_dims
+
+    text = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=16, vocab_size=1000)
+    cfg = Gemma3Config(text_config=text)
+    want = model_dims(cfg.text_config)
+    assert model_dims(cfg) == want == model_dims({"model_type": "gemma3", "text_config": text})
+    assert (want.hidden, want.head_dim, want.kv_heads, want.vocab) == (64, 16, 2, 1000)
+    with pytest.raises(ValueError, match="num_attention_heads"):
+        model_dims({"hidden_size": 64, "num_hidden_layers": 2})
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma2", "phi3"])
+def test_every_reader_of_the_dimensions_agrees(arch):
+    """The fast path's spec, the memory estimate, the prompt-cache size, the layer count, the CPU probe
+    shape and the benchmark's dims all give model_dims' numbers."""
+    from rmfast.bench.flops import model_dims as bench_dims
+    from rmfast.cpu import mlp_dims
+    from rmfast.dims import model_dims
+    from rmfast.fast.arch import arch_spec
+    from rmfast.scoring import hf_path, memory
+    from rmfast.scoring.scorer import RewardScorer
+
+    m = T.tiny(arch, "classifier", num_labels=1)
+    dm = model_dims(m.config)
+    sp = arch_spec(m)
+    assert (sp.n_heads, sp.n_kv_heads, sp.head_dim) == (dm.heads, dm.kv_heads, dm.head_dim)
+    b = bench_dims(m, "score")
+    assert (b["n_layers"], b["hidden"], b["n_heads"], b["n_kv_heads"], b["head_dim"], b["intermediate"]) == (
+        dm.layers, dm.hidden, dm.heads, dm.kv_heads, dm.head_dim, dm.intermediate)
+    assert mlp_dims(m.config) == (dm.hidden, dm.intermediate) and hf_path.n_layers(m) == dm.layers
+    T_, P = 3, 10
+    assert memory.row_bytes(m, T_, prefix_len=P) == (T_ * (4 * dm.hidden + (dm.heads + 2 * dm.kv_heads) * dm.head_dim
+                                                        + 3 * dm.intermediate) * 4 + 2 * dm.heads * T_ * (T_ + P) * 4)
+    scorer = RewardScorer.__new__(RewardScorer)  # prompt_bytes reads the model only
+    scorer.model = m
+    assert scorer.prompt_bytes(P) == 2 * dm.layers * dm.kv_width * P * 4  # fp32: 4 bytes
+
+
+def test_no_other_reader_of_the_config_dimensions():
+    """Outside rmfast.dims nothing reads the dimension fields off a config (an attribute, a getattr with
+    the field's name, or a subscript): a new reader with its own defaults would be a second definition.
+    The exceptions read something else of the same name, or a table they write."""
+    fields = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "intermediate_size"}
+    allowed = {
+        "states.py": {"hidden_size"},  # the states folder's manifest and its property
+        "analysis/similarity.py": {"hidden_size"},  # States.hidden_size
+        "bench/states_overhead.py": {"hidden_size", "num_hidden_layers"},  # a states manifest; getattr(..., None)
+        "bench/random_init.py": {"num_attention_heads", "head_dim"},  # TINY, the table config_dict writes from
+        "integrations/trl.py": {"num_hidden_layers"},  # getattr(config, ..., None) of any wrapped trainer model
+        "bench/flops.py": {"head_dim"},  # its own dims dicts (model_dims' numbers, COST_MODELS), not a config
+        "bench/cascade_cost.py": {"head_dim"},  # its own dims dict
+    }
+    found = {}
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC).as_posix()
+        if rel == "dims.py" or rel.startswith("kernels/"):  # the kernels take head_dim as an argument
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            name = None
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and n.attr != "head_dim":
+                name = n.attr  # (x.head_dim: ModelDims', ArchSpec's, an attention module's; not a config's here)
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load) and isinstance(n.slice, ast.Constant):
+                name = n.slice.value
+            elif isinstance(n, ast.Call) and getattr(n.func, "id", None) == "getattr" and len(n.args) > 1 \
+                    and isinstance(n.args[1], ast.Constant):
+                name = n.args[1].value
+            if name in fields and name not in allowed.get(rel, ()):
+                found.setdefault(rel, set()).add(name)
+    assert not found, found
+
