@@ -204,3 +204,44 @@ def test_no_other_reader_of_the_config_dimensions():
                 found.setdefault(rel, set()).add(name)
     assert not found, found
 
+
+# ----------------------------------------------------------------------------- the results' shared methods
+
+def test_scan_and_text_results_share_one_definition_of_their_table_methods():
+    from rmfast.scoring.results import ScanResult, TextScanResult, _Result
+
+    for name in ("top", "bottom", "to_parquet", "wall_s", "candidates_per_s", "_ranked"):
+        assert name in vars(_Result), name
+        assert name not in vars(ScanResult) and name not in vars(TextScanResult), name
+
+
+def test_shared_top_bottom_order_rows_as_before(tmp_path):
+    """As the two classes' own methods did: token results' ties by token id (whatever the row order), text
+    results' in row order, a NaN score last; the table's columns in their order."""
+    import numpy as np
+    import pandas as pd
+
+    from rmfast.scoring.results import ScanResult, TextScanResult
+
+    scores = np.array([1.0, 3.0, np.nan, 3.0, 1.0, 2.0], dtype=np.float32)
+    ids = np.array([9, 4, 7, 2, 1, 5])  # not ascending, as a merged shard may hold them
+    tok = ScanResult(ids, scores, [f"t{i}" for i in ids], [f"x{i}" for i in ids], {"wall_s": 2.5},
+                     {"lens_1": scores * 2})
+    df = tok.to_pandas()
+    assert list(df.columns) == ["token_id", "token", "text", "score", "rank", "lens_1"]
+    assert tok.top(6)["token_id"].tolist() == df.sort_values(["rank", "token_id"]).head(6)["token_id"].tolist() \
+        == [2, 4, 5, 1, 9, 7]
+    assert tok.bottom(6)["token_id"].tolist() == df.sort_values(["rank", "token_id"], ascending=[False, True]).head(6)[
+        "token_id"].tolist() == [1, 9, 5, 2, 4, 7]  # a NaN score has no rank: last either way
+    txt = TextScanResult([f"r{i}" for i in range(6)], scores, np.ones(6, dtype=np.int64), [[i] for i in range(6)],
+                         {"candidates_per_s": 7.0})
+    assert list(txt.to_pandas().columns) == ["text", "n_tokens", "score", "rank", "token_ids"]
+    assert "token_ids" not in txt.top(2).columns
+    plain = txt.to_pandas(token_ids=False)
+    assert txt.top(6)["text"].tolist() == plain.sort_values("rank", kind="stable")["text"].tolist() \
+        == ["r1", "r3", "r5", "r0", "r4", "r2"]
+    assert txt.bottom(6)["text"].tolist() == plain.sort_values("rank", ascending=False, kind="stable")["text"].tolist()
+    assert (tok.wall_s, txt.candidates_per_s) == (2.5, 7.0)
+    back = TextScanResult.from_parquet(txt.to_parquet(tmp_path / "t.parquet"))
+    pd.testing.assert_frame_equal(back.to_pandas(), txt.to_pandas())
+
