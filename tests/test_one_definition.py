@@ -245,3 +245,44 @@ def test_shared_top_bottom_order_rows_as_before(tmp_path):
     back = TextScanResult.from_parquet(txt.to_parquet(tmp_path / "t.parquet"))
     pd.testing.assert_frame_equal(back.to_pandas(), txt.to_pandas())
 
+
+# ----------------------------------------------------------------------------- rows of several lengths in one batch
+
+def _gated_rm(tmpl):
+    """A tiny Llama with an ArmoRM-style gated head (2 objectives) gating on a token of the prompt."""
+    from rmfast.fast.heads import GatedHead, GatingLayer
+    from rmfast.loading.custom_heads import CustomRewardModel
+
+    g = torch.Generator().manual_seed(0)
+    head = GatedHead(regression=torch.randn(2, 64, generator=g), transform=torch.randn(2, 2, generator=g),
+                     gating=[GatingLayer("linear", torch.randn(2, 64, generator=g))], temperature=1.0,
+                     logit_scale=torch.ones(1), num_quantiles=1, pattern=(tmpl.prefix_ids[-3],))
+    return CustomRewardModel(T.tiny("llama", "causal_lm").model, head, "armorm").eval()
+
+
+@pytest.mark.parametrize("kind", ["linear", "gated", "logprob"])
+def test_one_rule_decides_whether_rows_of_several_lengths_share_a_batch(kind, chatml):
+    """The scorer's grouping (before any engine exists) and the engine (score_prompts, score_together)
+    answer by the one rule, :func:`rmfast.fast.engine.ragged_ok`; a batch the rule refuses is refused."""
+    import numpy as np
+
+    from rmfast.fast import engine as E
+    from rmfast.scoring.plan import plan_scoring, score_together
+    from rmfast.scoring.scorer import RewardScorer
+    from rmfast.template import build_template
+
+    tmpl = build_template(chatml, PROMPT)
+    model = {"linear": lambda: T.tiny("llama", num_labels=1), "gated": lambda: _gated_rm(tmpl),
+             "logprob": lambda: T.tiny("llama", "causal_lm")}[kind]()
+    head = "logprob" if kind == "logprob" else "score"
+    want = kind == "linear"
+    scorer = RewardScorer(model, chatml, head=head, engine="fast", device="cpu", dtype="float32")
+    plan = plan_scoring(model, tmpl, head=head, engine="fast", compile=False)
+    assert scorer._ragged_ok() is plan.eng.can_score_ragged() is E.ragged_ok(head, plan.eng.score_head) is want
+    rows = [[5, 6], [7]]
+    if want:
+        out = score_together([plan], [rows], 8)
+        np.testing.assert_allclose(out, [plan.score([r], 1)[0] for r in rows], atol=1e-5, rtol=0)
+    else:
+        with pytest.raises(ValueError, match="several lengths"):
+            score_together([plan], [rows], 8)

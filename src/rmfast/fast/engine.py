@@ -356,9 +356,8 @@ class Engine:
 
     # ------------------------------------------------------------------ scoring
     def can_score_ragged(self) -> bool:
-        """Whether :meth:`score_ragged` serves this engine: a score head read at one position per row (a
-        gated head may re-gate inside a row's own tokens, and the logprob head reads every position)."""
-        return self.head == "score" and not isinstance(self.score_head, GatedHead)
+        """Whether :meth:`score_ragged` serves this engine (:func:`ragged_ok`)."""
+        return ragged_ok(self.head, self.score_head)
 
     def score_ragged(self, responses: torch.Tensor, lengths: torch.Tensor, taps: set | None = None):
         """Rows of different lengths in one batch: (B, n) right-padded ids, (B,) response lengths -> (B,) fp32
@@ -441,6 +440,20 @@ class Engine:
         )
         out = total + lp.view(B, T).sum(-1)
         return out if tap is None else (out, tap)
+
+
+def ragged_ok(head: str, score_head) -> bool:
+    """Whether rows of several lengths or prompts may share one batch (:func:`score_prompts`: right-padded,
+    each row read at its own final position): a score head read at ONE position per row. Not a gated head
+    (ArmoRM/QRM: a row may re-gate inside its own tokens, :meth:`Engine._regated_rows`), not the logprob
+    head (it reads every position of a row). ``score_head``: the engine's, or, before one is built, the
+    model's custom head (:attr:`rmfast.fast.arch.ArchSpec.custom_head`; None for a linear head).
+
+    The one rule: :meth:`Engine.can_score_ragged` (hence :func:`score_prompts` and
+    :func:`rmfast.scoring.plan.score_together`) and the scorer's batch grouping
+    (:meth:`rmfast.scoring.scorer.RewardScorer._ragged_ok`) ask it.
+    """
+    return head == "score" and not isinstance(score_head, GatedHead)
 
 
 def blockdiag_overhead(spec: ArchSpec, P: int) -> float:

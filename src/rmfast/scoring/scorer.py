@@ -538,14 +538,14 @@ class RewardScorer:
         return score
 
     def _ragged_ok(self) -> bool:
-        """Ragged batches: the fast engine's score head, read at one position per row (not a gated head)."""
-        if self.engine != "fast" or self.head != "score":
+        """Ragged batches: the fast engine, by its rule (:func:`rmfast.fast.engine.ragged_ok`)."""
+        if self.engine != "fast":
             return False
         from ..fast.arch import arch_spec
-        from ..fast.heads import GatedHead
+        from ..fast.engine import ragged_ok
 
         spec = arch_spec(self.model)
-        return spec is not None and not isinstance(spec.custom_head, GatedHead)
+        return spec is not None and ragged_ok(self.head, spec.custom_head)
 
     def _rows_per_batch(self, tmpl: Template, n: int, row_t: Template | None) -> int:
         """Rows per batch for n-token responses, by the plan's rule, before the prompt is encoded."""
