@@ -24,6 +24,8 @@ dtype, but a bf16 head output would round every score to 8 significant bits.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 import time
 import types
@@ -33,7 +35,8 @@ import torch
 
 from . import ops
 from ..cpu import compile_here
-from .layer import CascadePrompt, MultiPrompt, PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
+from .layer import (CascadePrompt, MultiPrompt, PackedPrompt, PackedPrompts, PromptKV, build_layers, compile_layer,
+                    decoder_layer)
 from .arch import ArchSpec, arch_spec
 from .heads import GatedHead, LinearHead
 from ..template import Template
@@ -45,6 +48,8 @@ MAX_BLOCKDIAG_EXTRA = 0.5
 #: whether the eager CPU path also uses the block-diagonal form (default False: measured slower eager;
 #: tests switch it on to check that form without compiling).
 EAGER_PACKED = False
+#: inside :func:`one_prompt_pass`: the engines (cascade form) whose prompt pass waits for the wave's one pass
+_WAVE: contextvars.ContextVar[list | None] = contextvars.ContextVar("rmfast_prompt_wave", default=None)
 
 
 def _own_copy(fn):
@@ -126,7 +131,12 @@ class Engine:
         self._lm_update_fn = None
         self._compiled_rows: dict[int, int] = {}  # S -> rows of the compiled batch shape
         self._compile_checked = False
-        self._encode_prefix()
+        self._prompt_shape()
+        wave = _WAVE.get()
+        if wave is not None and self.attention == "cascade":
+            wave.append(self)  # encoded with the wave's other prompts in one pass (one_prompt_pass)
+        else:
+            self._encode_prefix()
 
     # ------------------------------------------------------------------ layers
     @torch.no_grad()
@@ -288,12 +298,10 @@ class Engine:
         sp = self.spec
         return ops.rmsnorm(h, sp.final_norm.weight, sp.norm_eps, gemma_style=sp.gemma_norm, fp32=fp32)
 
-    @torch.no_grad()
-    def _encode_prefix(self) -> None:
-        sp = self.spec
+    def _prompt_shape(self) -> None:
+        """The prompt's length P and the first position its pass must return (gate_pos), before that pass."""
         prefix = list(self.template.prefix_ids)
-        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)  # (1, P)
-        self.P = P = ids.shape[1]
+        self.P = P = len(prefix)
         self.gate_pos = P - 1  # the first prefix position the head reads (a gated head: its gating position)
         if isinstance(self.score_head, GatedHead):
             g = self.score_head.gate_position(prefix)
@@ -301,8 +309,19 @@ class Engine:
                 raise ValueError(f"the prompt has no gating pattern {self.score_head.pattern}: this gated reward "
                                  f"model reads its gating position at the end of the user turn (use its chat template)")
             self.gate_pos = g
-        self.kv = None
-        h, kvs = self._run_layers(sp.embed(ids), 0, P - self.gate_pos, collect_kv=True)  # (1, P - gate_pos, Dm)
+        self.kv = None  # set by the prompt pass (this engine's own, or a wave's: encode_prompts)
+
+    @torch.no_grad()
+    def _encode_prefix(self) -> None:
+        """The prompt's own pass: batch 1, causal over its P tokens."""
+        ids = torch.tensor([list(self.template.prefix_ids)], dtype=torch.long, device=self.device)  # (1, P)
+        h, kvs = self._run_layers(self.spec.embed(ids), 0, self.P - self.gate_pos, collect_kv=True)  # (1, P - gate_pos, Dm)
+        self._set_prefix(h, kvs)
+
+    def _set_prefix(self, h: torch.Tensor, kvs: list) -> None:
+        """The prompt pass's results, however it ran: h (1, P - gate_pos, Dm), the last layer's residual stream
+        from the gating position on; kvs per layer (Hkv, P, D) keys/values (roped)."""
+        sp = self.spec
         self.kv = kvs  # per layer: (Hkv, P, D) — the ONE shared copy
         self.prefix_logprobs = None
         self.row_head = self.score_head
@@ -526,3 +545,68 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     h = h[torch.arange(h.shape[0], device=h.device), n_out - 1 - back]  # (B, Dm)
     out = e0._head_scores(h)
     return out if tap is None else (out, tap)
+
+
+@contextlib.contextmanager
+def one_prompt_pass():
+    """Engines in the cascade form built inside this block wait for their prompt pass; on leaving it, ONE
+    batched pass encodes all their prompts (:func:`encode_prompts`). Engines of other forms encode their
+    prompt as they are built, as always. How a caller that builds a wave's engines one by one through
+    layers that construct them (plans: :meth:`rmfast.scoring.scorer.RewardScorer._encode_wave`) gets one
+    prompt pass per wave without passing anything down. If the block raises, the waiting engines stay
+    unencoded (``kv`` None): the caller drops them."""
+    wave: list = []
+    token = _WAVE.set(wave)
+    try:
+        yield wave
+    finally:
+        _WAVE.reset(token)
+    encode_prompts(wave)
+
+
+@torch.no_grad()
+def encode_prompts(engines: list[Engine]) -> None:
+    """The prompt passes of several engines (one per prompt) in ONE batched prefill, each engine's K/V, gated
+    head and prompt log-probs set as its own pass would set them (to fp32 rounding: other GEMM shapes).
+
+    The prompts run as variable-length rows, packed back to back with no padding, (1, sum P_i, Dm): every
+    projection and MLP GEMM is one wide GEMM for the wave, and each layer launches a fixed number of kernels
+    whatever the number of prompts (one cascade response-part launch; :class:`rmfast.fast.layer.PackedPrompts`),
+    where one pass per prompt launches a layer's kernels per prompt, with batch-1 GEMMs. Attention: each
+    prompt causal over its own tokens, RoPE from each prompt's own tables (positions 0..P_i-1). The last
+    layer runs every position (the heads read 1 to a few per prompt: 1/n_layers of the pass).
+
+    Batched only for engines in the cascade form (CUDA's form for texts, decided where the engine's attention
+    is, :func:`rmfast.scoring.plan.choose_attention`) that share ``layers`` with the first such engine: its
+    ragged causal attention is what packs them. Any other engine is encoded alone, as on CPU, whose forms
+    run one prompt per call (its GEMMs already run near peak at a prompt's few hundred tokens).
+    """
+    batch = [e for e in engines if e.attention == "cascade" and e.layers is engines[0].layers] if engines else []
+    if len(batch) < 2:
+        batch = []
+    for e in engines:
+        if not any(e is b for b in batch):
+            e._encode_prefix()
+    if not batch:
+        return
+    e0 = batch[0]
+    lens = [e.P for e in batch]
+    n, T, Pm, dev = len(batch), sum(lens), max(lens), e0.device
+    cu = [0, *torch.tensor(lens).cumsum(0).tolist()]  # prompt i's tokens at cu[i]:cu[i+1]
+    ids = torch.tensor([t for e in batch for t in e.template.prefix_ids], dtype=torch.long, device=dev)  # (T,)
+    h = e0.spec.embed(ids[None])  # (1, T, Dm)
+    tables = [e.spec.rope(torch.arange(e.P, device=dev), h) for e in batch]  # key -> (P_i, D) cos, sin
+    rope = {key: tuple(torch.cat([t[key][j] for t in tables]) for j in (0, 1)) for key in tables[0]}  # key -> (T, D)
+    index = torch.cat([i * Pm + torch.arange(P) for i, P in enumerate(lens)]).to(dev)  # (T,) places in (n·P_max)
+    empty = h.new_zeros(e0.spec.n_kv_heads, 0, e0.spec.head_dim)  # (Hkv, 0, D): no prompt part
+    packed = PackedPrompts(index, Pm, e0._cascade(empty, empty, (0,), (n,), torch.tensor(lens)))  # lengths (n,)
+    kvs: list = []
+    h = e0._run_stack(h, 0, T, decoder_layer, kvs, rope=rope, prompts=[packed] * len(e0.layers))  # (1, T, Dm)
+    own: list = [[] for _ in batch]  # per prompt, per layer: its own (Hkv, P_i, D) copies (cached plans own theirs)
+    for li in range(len(kvs)):
+        k, v = kvs[li]  # (Hkv, T, D)
+        kvs[li] = None  # the packed layer freed as it is split: the wave's K/V held about once
+        for i, o in enumerate(own):
+            o.append((k[:, cu[i] : cu[i + 1]].contiguous(), v[:, cu[i] : cu[i + 1]].contiguous()))
+    for i, e in enumerate(batch):
+        e._set_prefix(h[:, cu[i] + e.gate_pos : cu[i + 1]], own[i])  # (1, P_i - gate_pos, Dm)

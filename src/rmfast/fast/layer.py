@@ -18,7 +18,8 @@ Attention is pluggable, chosen by the type of the ``prompt`` argument (:func:`at
 :class:`PromptKV` — the prompt's (Hkv, P, D) keys/values through :func:`rmfast.fast.ops.shared_prefix_attention`
 (the Triton kernel on CUDA, the ``bmm`` reference on CPU; P = 0 for the prompt pass itself) — or
 :class:`PackedPrompt` — the block-diagonal CPU form (:mod:`rmfast.kernels.blockdiag_attention`) — or
-:class:`CascadePrompt` — the cascade form, every prompt of a batch in one call (:func:`rmfast.fast.ops.cascade_attention`).
+:class:`CascadePrompt` — the cascade form, every prompt of a batch in one call (:func:`rmfast.fast.ops.cascade_attention`) —
+or :class:`PackedPrompts` — several prompts' own passes in one batch, the cascade's response part per prompt.
 
 Numerics, the same eager and compiled: Hugging Face's op order and rounding points. Every op
 rounds its output to the model dtype, as HF eager does (RMSNorm statistics and the softmax in fp32,
@@ -151,6 +152,18 @@ class CascadePrompt(NamedTuple):
     max_rows: int  # the most rows of one prompt (sizes the kernel's grid)
     lengths: torch.Tensor | None  # (B,) int32 real positions per row (pads after them), None: all S
     triton: bool  # the Triton kernels, else the torch twin
+
+
+class PackedPrompts(NamedTuple):
+    """The prompt pass of several prompts in ONE batch (:func:`rmfast.fast.engine.encode_prompts`): the layer's
+    h is (1, T, Dm), the prompts' tokens back to back with no padding (the GEMMs, norms and MLP see only
+    real tokens). Attention is each prompt's causal attention over its own tokens: q/k/v are scattered to
+    one row per prompt, (n, P_max), and run through ``rows`` (the cascade form with an empty prompt part and
+    ``lengths`` = the prompts' lengths: keys after a row's end are never read), then gathered back."""
+
+    index: torch.Tensor  # (T,) long: packed token t's place in the (n·P_max) row layout
+    max_len: int  # P_max, the longest prompt
+    rows: CascadePrompt  # n rows of P_max positions; its K/V empty, its lengths (n,) the prompts' lengths
 
 
 # ---------------------------------------------------------------------------------- building
@@ -293,16 +306,28 @@ def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
     return _rope(q, cos[..., S - n_out :, :], sin[..., S - n_out :, :]), _rope(k, cos, sin), v
 
 
-def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt, c: LayerConsts) -> torch.Tensor:
+def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt | PackedPrompts,
+           c: LayerConsts) -> torch.Tensor:
     """q (B, Sq, H, D) over the prompt's keys ⊕ the row's own k, v (B, S, Hkv, D) -> (B, Sq, H·D).
 
     The queries are the last Sq of the S suffix positions. Both forms soft-max in fp32 over prompt ⊕
     suffix keys; in bf16 the reference/Triton form rounds scores after each op as HF does, the packed
     form keeps the scaled scores fp32 (see each). A :class:`MultiPrompt` runs each prompt's rows
     against its own K/V (a row's attention never depends on the other rows); a :class:`CascadePrompt` runs
-    every prompt's rows in one call, in fp32 soft-max tiles merged once (``rmfast.kernels.cascade_reference``).
+    every prompt's rows in one call, in fp32 soft-max tiles merged once (``rmfast.kernels.cascade_reference``);
+    :class:`PackedPrompts` (several prompts' own passes, packed) runs the cascade's response part alone on them.
     """
     B, Sq, H, D = q.shape
+    if isinstance(prompt, PackedPrompts):  # B = 1, Sq = S = T packed tokens
+        n, Pm = prompt.rows.lengths.numel(), prompt.max_len
+
+        def rows(x):  # (1, T, h, D) -> (n, P_max, h, D), zeros after each prompt's end
+            out = x.new_zeros(n * Pm, *x.shape[2:])
+            out[prompt.index] = x[0]
+            return out.view(n, Pm, *x.shape[2:])
+
+        a = attend(rows(q), rows(k), rows(v), prompt.rows, c)  # (n, P_max, H·D)
+        return a.view(n * Pm, H * D)[prompt.index][None]  # (1, T, H·D)
     if isinstance(prompt, CascadePrompt):
         a = ops.cascade_attention(
             q, k, v, prompt.k, prompt.v, prompt.cu_rows, prompt.cu_kv, prompt.lengths, max_rows=prompt.max_rows,
@@ -347,7 +372,7 @@ def decoder_layer(
     w: LayerWeights,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt,
+    prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt | PackedPrompts,
     c: LayerConsts,
     n_out: int,
     collect_kv: bool = False,

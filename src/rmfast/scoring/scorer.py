@@ -527,6 +527,7 @@ class RewardScorer:
             for k, u in enumerate(sel):
                 by_c.setdefault(job.rows[u][0], []).append(k)
             self._wave = {job.convs[c] for c in wave}
+            self._encode_wave(job, wave)
             plans = [self._plan(job.convs[c], job.tmpls[c]) for c in by_c]
             out = score_together(plans, [[job.rows[sel[k]][1].ids for k in ks] for ks in by_c.values()], b,
                                  states=self._states)
@@ -536,6 +537,28 @@ class RewardScorer:
             return Scored(out.scores[order.numpy()], {k: v[order] for k, v in out.states.items()}, None)
 
         return score
+
+    def _encode_wave(self, job: Job, wave: set) -> None:
+        """Before a wave's batches: the plans of its conversations not cached yet, built together, so that
+        their prompts run as ONE batched prefill (:func:`rmfast.fast.engine.one_prompt_pass`) where the rows'
+        attention is the cascade (CUDA's form for texts): a fixed number of kernel launches per layer for
+        the wave, wide GEMMs, instead of one batch-1 pass per prompt. Elsewhere (the CPU's forms) nothing
+        changes: each plan is built, its prompt encoded alone, when its rows first run (:meth:`_plan`)."""
+        from .plan import choose_attention
+
+        todo = [c for c in sorted(wave) if job.convs[c] not in self._plans]
+        if len(todo) < 2 or choose_attention(self.attention, self.device, self.engine, False, None)[0] != "cascade":
+            return  # (compiled False: the scorer's plans never compile, _plan)
+        from ..fast.engine import one_prompt_pass
+
+        try:
+            with one_prompt_pass():
+                for c in todo:
+                    self._plan(job.convs[c], job.tmpls[c])
+        except BaseException:  # no plan whose prompt was never encoded stays cached
+            for c in todo:
+                self._plans.pop(job.convs[c], None)
+            raise
 
     def _ragged_ok(self) -> bool:
         """Ragged batches: the fast engine, by its rule (:func:`rmfast.fast.engine.ragged_ok`)."""

@@ -1,0 +1,181 @@
+"""A wave's prompts in ONE batched prefill (issue 33): :func:`rmfast.fast.engine.encode_prompts` and
+:func:`~rmfast.fast.engine.one_prompt_pass` against each prompt encoded alone (fp32 K/V, gated-head states,
+prompt log-probs and scores, every tiny architecture, the cascade's torch twin and its Triton kernels
+interpreted), the scorer's use of it, and the Triton launches and compilations of one scorer call: a
+fixed number per layer for a wave of any size, and no new compilation for new lengths.
+
+No GPU here: the Triton kernels run in the interpreter (small shapes). Compilations are counted as Triton
+counts them on CUDA: each launch's cache key from Triton's own argument binder
+(:func:`triton.runtime.jit.create_function_from_signature`: the constexprs and the integer/pointer
+specialisations, divisible by 16 or equal to 1), which is what picks a compiled variant there.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():  # before triton is first imported (tests/conftest.py too)
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import importlib.util  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import tiny_models as T  # noqa: E402
+from rmfast.fast.engine import Engine, encode_prompts, one_prompt_pass  # noqa: E402
+from rmfast.template import build_template  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+SKIP_TRITON = "" if importlib.util.find_spec("triton") else "triton is not installed"
+if not SKIP_TRITON:
+    from rmfast.kernels import triton_cascade as tc
+
+    if not CUDA and type(tc._prompt_kernel).__name__ != "InterpretedFunction":
+        SKIP_TRITON = "triton was imported before TRITON_INTERPRET=1 was set (see tests/conftest.py)"
+requires_triton = pytest.mark.skipif(bool(SKIP_TRITON), reason=SKIP_TRITON or "-")
+
+# prompts of 21, 82, 23 and 67 tokens under the ChatML template: longer than the tiny models' 16-token windows
+PROMPTS = ("Hi", "The greatest thing ever, in one word? Think first, then answer.", "Why?", "A longer prompt " * 3)
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def _alone_and_wave(model, head="score", n=len(PROMPTS)):
+    """Each prompt's engine encoded alone, and the same engines built inside one_prompt_pass (one prefill)."""
+    tok = T.chatml_tokenizer()
+    tmpls = [build_template(tok, p) for p in PROMPTS[:n]]
+    alone = [Engine(model, tmpls[0], head=head, attention="cascade")]
+    alone += [Engine(model, t, head=head, attention="cascade", layers=alone[0].layers) for t in tmpls[1:]]
+    with one_prompt_pass() as wave:
+        e0 = Engine(model, tmpls[0], head=head, attention="cascade")
+        assert e0.kv is None  # waiting for the wave's pass
+        engs = [e0] + [Engine(model, t, head=head, attention="cascade", layers=e0.layers) for t in tmpls[1:]]
+    assert [id(e) for e in wave] == [id(e) for e in engs]
+    return alone, engs
+
+
+def _assert_same_prompts(alone, engs):
+    for a, b in zip(alone, engs):
+        assert len(a.kv) == len(b.kv) and a.P == b.P
+        for (ka, va), (kb, vb) in zip(a.kv, b.kv):
+            assert kb.shape == ka.shape and kb.is_contiguous()  # (Hkv, P, D), its own memory
+            torch.testing.assert_close(kb, ka, **TOL)
+            torch.testing.assert_close(vb, va, **TOL)
+
+
+@pytest.mark.parametrize("arch", list(T.ARCHS))
+def test_wave_prefill_equals_each_prompt_alone(arch):
+    """Four prompts of 21-82 tokens in one packed prefill (the cascade's torch twin): every layer's K/V and
+    the scores of ragged rows equal each prompt's own pass in fp32, on every architecture (windows shorter
+    than the prompts, softcaps, q/k norms, local/global RoPE, partial LongRoPE, biases)."""
+    from rmfast.fast.engine import score_prompts
+
+    model = T.tiny(arch)
+    alone, engs = _alone_and_wave(model)
+    assert not engs[0].triton
+    _assert_same_prompts(alone, engs)
+    g = torch.Generator().manual_seed(1)
+    resp = [torch.randint(5, T.VOCAB, (2, 9), generator=g) for _ in PROMPTS]
+    lens = [torch.tensor([9, 3])] * len(PROMPTS)
+    for a, b in zip(alone, engs):  # each prompt's rows on its own engine
+        torch.testing.assert_close(b.score(resp[0]), a.score(resp[0]), **TOL)
+    torch.testing.assert_close(score_prompts(engs, resp, lens), score_prompts(alone, resp, lens), **TOL)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_wave_prefill_logprob_head(arch):
+    """The logprob head reads the prompt pass's last position: its next-token log-softmax over the vocabulary
+    (and so every score) equals each prompt's own pass."""
+    model = T.tiny(arch, "causal_lm")
+    alone, engs = _alone_and_wave(model, head="logprob", n=3)
+    _assert_same_prompts(alone, engs)
+    ids = torch.randint(5, T.VOCAB, (3, 4), generator=torch.Generator().manual_seed(2))
+    for a, b in zip(alone, engs):
+        torch.testing.assert_close(b.prefix_logprobs, a.prefix_logprobs, **TOL)
+        torch.testing.assert_close(b.score(ids), a.score(ids), **TOL)
+
+
+def test_wave_prefill_gated_head_reads_its_positions():
+    """A gated head (ArmoRM-like) reads the prompt pass from its gating position (the last <|im_start|>) on:
+    those states, and the folded head, equal each prompt's own pass (each engine gets its own positions)."""
+    from rmfast.fast.heads import GatedHead, GatingLayer
+    from rmfast.loading.custom_heads import CustomRewardModel
+
+    g = torch.Generator().manual_seed(0)
+    head = GatedHead(regression=torch.randn(2, 64, generator=g), transform=torch.randn(2, 2, generator=g),
+                     gating=[GatingLayer("linear", torch.randn(2, 64, generator=g))], temperature=1.0,
+                     logit_scale=torch.ones(1), num_quantiles=1, pattern=(3,))  # <|im_start|>
+    model = CustomRewardModel(T.tiny("llama", "causal_lm").model, head, "armorm").eval()
+    alone, engs = _alone_and_wave(model, n=3)
+    _assert_same_prompts(alone, engs)
+    for a, b in zip(alone, engs):
+        assert a.gate_pos < a.P - 1 and b.gate_pos == a.gate_pos
+        torch.testing.assert_close(b.prefix_states, a.prefix_states, **TOL)
+        torch.testing.assert_close(b.row_head.weight, a.row_head.weight, **TOL)
+
+
+def test_other_forms_encode_alone():
+    """Outside the cascade form (the CPU's forms) an engine encodes its prompt as it is built, inside
+    one_prompt_pass too; encode_prompts of one engine is its own pass."""
+    model = T.tiny("llama")
+    tmpl = build_template(T.chatml_tokenizer(), "Hi")
+    with one_prompt_pass() as wave:
+        e = Engine(model, tmpl, head="score")
+        assert e.kv is not None and e.attention != "cascade"
+    assert wave == []
+    c = Engine(model, tmpl, head="score", attention="cascade")
+    before = [k.clone() for k, _ in c.kv]
+    encode_prompts([c])
+    for k, b in zip((k for k, _ in c.kv), before):
+        torch.testing.assert_close(k, b, atol=0, rtol=0)
+
+
+@requires_triton
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3"])
+def test_wave_prefill_triton_interpreted(arch, monkeypatch):
+    """The CUDA path's kernels (interpreted): the packed prefill through the cascade's Triton response part
+    equals each prompt's own pass (windows, softcaps, local/global layers)."""
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    model = T.tiny(arch)
+    alone, engs = _alone_and_wave(model, n=3)
+    assert engs[0].triton
+    _assert_same_prompts(alone, engs)
+
+
+# ---------------------------------------------------------------------------------- the scorer
+
+
+def _convs(k):
+    return [f"Question {i}: {'why ' * (1 + i % 3)}?" for i in range(k)]
+
+
+def _responses(k, lens):
+    return [[" ".join(["word"] * n) for n in lens] for _ in range(k)]
+
+
+def test_scorer_wave_one_prefill_scores_as_alone():
+    """RewardScorer with the cascade (its twin here) and shared batches: a wave's prompts encoded in one
+    prefill (each counted in prompt_passes), scores equal to the default CPU path's (each prompt alone)."""
+    from rmfast.scoring.scorer import RewardScorer
+
+    tok, model = T.chatml_tokenizer(), T.tiny("gemma2")
+    convs, resps = _convs(5), _responses(5, (3, 7, 12))
+    calls = []
+    import rmfast.fast.engine as fe
+
+    real = fe.encode_prompts
+    monkey = lambda engines: (calls.append(len(engines)), real(engines))  # noqa: E731
+    fe.encode_prompts = monkey
+    try:
+        sc = RewardScorer(model, tok, attention="cascade", share_batches=True)
+        got = np.asarray(sc.score(convs, resps))
+    finally:
+        fe.encode_prompts = real
+    assert calls == [5] and sc.last_stats.prompt_passes == 5
+    want = np.asarray(RewardScorer(model, tok).score(convs, resps))
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+    again = np.asarray(sc.score(convs, resps))  # all five from the cache: no prefill
+    assert sc.last_stats.prompts_from_cache == 5 and sc.last_stats.prompt_passes == 0
+    np.testing.assert_array_equal(again, got)
