@@ -179,3 +179,73 @@ def test_scorer_wave_one_prefill_scores_as_alone():
     again = np.asarray(sc.score(convs, resps))  # all five from the cache: no prefill
     assert sc.last_stats.prompts_from_cache == 5 and sc.last_stats.prompt_passes == 0
     np.testing.assert_array_equal(again, got)
+
+
+# ---------------------------------------------------------------------------------- launches and compilations
+
+
+def _launch_log(monkeypatch) -> list:
+    """Every launch of an rmfast Triton kernel from now on, as (kernel name, cache key): the key is what
+    Triton's own binder specialises on (constexprs, dtypes, integers and pointers divisible by 16 or equal
+    to 1, minus ``do_not_specialize``) plus the launch options, so two launches with one key share one
+    compiled variant on CUDA. The kernels' ``run`` (what ``kernel[grid](...)`` calls, interpreted or
+    compiled) is wrapped per instance."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    from rmfast.kernels import triton_attention, triton_cascade, triton_logprob, triton_norm_head
+
+    log = []
+    for mod in (triton_attention, triton_cascade, triton_logprob, triton_norm_head):
+        for name, k in vars(mod).items():
+            if not name.endswith("_kernel") or not hasattr(k, "run"):
+                continue
+            opts = getattr(k, "kwargs", None) or {"do_not_specialize": k.do_not_specialize,
+                                                  "do_not_specialize_on_alignment": k.do_not_specialize_on_alignment}
+            jf = JITFunction(k.fn, do_not_specialize=opts.get("do_not_specialize"),
+                             do_not_specialize_on_alignment=opts.get("do_not_specialize_on_alignment"))
+            binder = create_function_from_signature(jf.signature, jf.params, BaseBackend)
+
+            def run(*args, grid, warmup, _real=k.run, _name=name, _binder=binder, **kw):
+                _, spec, options = _binder(*args, **kw)
+                log.append((_name, repr((spec, sorted(options.items())))))
+                return _real(*args, grid=grid, warmup=warmup, **kw)
+
+            monkeypatch.setattr(k, "run", run)
+    return log
+
+
+@requires_triton
+def test_triton_launches_do_not_grow_with_the_wave_and_lengths_do_not_recompile(monkeypatch):
+    """One scorer call on a wave of K prompts launches per layer a fixed number of Triton kernels, whatever K:
+    the wave's prompt pass one cascade response-part launch per layer (not one per prompt), each batch of
+    rows three per layer (prompt part, response part, merge) and one fused norm + head. A later call with
+    other prompts and new response lengths launches only variants already compiled (no kernel specialises
+    on a length, a count or an offset)."""
+    from collections import Counter
+
+    from rmfast.scoring.scorer import RewardScorer
+
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    log = _launch_log(monkeypatch)
+    tok, model = T.chatml_tokenizer(), T.tiny("gemma2")
+    L = model.config.num_hidden_layers
+    sc = RewardScorer(model, tok, attention="cascade", share_batches=True)
+    counts, keys = [], []
+    for convs, lens in ((_convs(2), (3, 5)), ([c + " Again." for c in _convs(4)], (3, 5))):
+        log.clear()
+        sc.score(convs, _responses(len(convs), lens))
+        st = sc.last_stats
+        assert st.prompt_passes == len(convs) and st.attention == "cascade"
+        counts.append(Counter(name for name, _ in log))
+        keys.append({k for _, k in log})
+        nb = st.n_batches
+        assert counts[-1] == {"_response_kernel": L * (1 + nb), "_prompt_kernel": L * nb, "_merge_kernel": L * nb,
+                              "_rmsnorm_head_kernel": nb}, (len(convs), nb, counts[-1])
+    assert counts[0] == counts[1]  # 2 prompts or 4: the same launches
+    log.clear()  # other prompts (other lengths), new response lengths, other row counts (a batch of one row)
+    sc.score(["Something else entirely, and longer than before: " * 2, "Ok"],
+             [[" ".join(["tok"] * n) for n in (1, 17, 40)], ["a b c d e f g h i j k", "x"]])
+    assert sc.last_stats.prompt_passes == 2 and log
+    new = {k for _, k in log} - keys[0] - keys[1]
+    assert not new, f"{len(new)} new compiled variant(s): {sorted(new)[:2]}"
