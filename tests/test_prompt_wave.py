@@ -249,3 +249,18 @@ def test_triton_launches_do_not_grow_with_the_wave_and_lengths_do_not_recompile(
     assert sc.last_stats.prompt_passes == 2 and log
     new = {k for _, k in log} - keys[0] - keys[1]
     assert not new, f"{len(new)} new compiled variant(s): {sorted(new)[:2]}"
+
+
+def test_cost_model_wave_prompt_pass():
+    """The packed prompt pass does each prompt's own FLOPs (no padding in the GEMMs) and is predicted no slower
+    than one pass per prompt; for short prompts the launches and weight reads it saves dominate."""
+    from rmfast.bench import cascade_cost as cc
+
+    m = cc.LLAMA_31_8B
+    for prompts in ([512], [64] * 16, [512, 17, 300]):
+        wave = cc.wave_prompt_pass(m, prompts)
+        assert wave["flops"] == pytest.approx(sum(cc.prompt_pass(m, P)["flops"] for P in prompts))
+        assert wave["launches_s"] == pytest.approx(
+            m["n_layers"] * (cc.Gpu().kernels_per_layer + 1 + cc.PACKED_EXTRA_LAUNCHES) * 4e-6)
+    alone = sum(cc.prompt_pass(m, 64)["s"] for _ in range(16))
+    assert cc.wave_prompt_pass(m, [64] * 16)["s"] < alone / 3

@@ -102,6 +102,27 @@ def prompt_pass(m: dict, P: int, elt: int = 2, gpu: Gpu = Gpu()) -> dict:
             "s": L * (g + a) + L * (gpu.kernels_per_layer + 1) * gpu.launch_us * 1e-6}
 
 
+#: eager torch launches per layer the packed prompt pass adds (:class:`rmfast.fast.layer.PackedPrompts`): q, k, v
+#: each a zeros + a scatter into one row per prompt, and the gather of the attention output
+PACKED_EXTRA_LAUNCHES = 7
+
+
+def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()) -> dict:
+    """The prompts of a wave in ONE packed pass (:func:`rmfast.fast.engine.encode_prompts`): GEMMs over all
+    T = sum P_i tokens with the weights read once, each prompt's causal attention (one response-part launch
+    per layer for the wave), the rows' scatter and gather as extra bytes and launches. Compare with
+    ``sum(prompt_pass(m, P))``: the saving is the per-prompt launches and weight reads of short prompts."""
+    L, H, Hkv, D = m["n_layers"], m["n_heads"], m["n_kv_heads"], m["head_dim"]
+    T, Pm = sum(prompts), max(prompts)
+    g = _t(2.0 * layer_params(m) * T, layer_params(m) * elt + T * m["hidden"] * elt * 8, gpu.gemm_tflops, gpu.hbm_tb_s)
+    pairs = sum(P * (P + 1) / 2 for P in prompts)
+    scatter = 2 * (len(prompts) * Pm + T) * (H + 2 * Hkv) * D * elt + 2 * T * H * D * elt  # q, k, v in; output back
+    a = _t(4.0 * H * D * pairs, T * (H + 2 * Hkv) * D * elt * 2 + scatter, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
+    launches = L * (gpu.kernels_per_layer + 1 + PACKED_EXTRA_LAUNCHES) * gpu.launch_us * 1e-6
+    return {"flops": L * (2.0 * layer_params(m) * T + 4.0 * H * D * pairs), "s": L * (g + a) + launches,
+            "launches_s": launches}
+
+
 def padded_hf(m: dict, prompts: list[int], rows: list[list[int]], suffix: int, elt: int = 2, gpu: Gpu = Gpu(),
               batch_rows: int | None = None) -> dict:
     """The padded HF forward of every whole sequence: batches of ``batch_rows`` rows (None: all rows at once),
@@ -186,3 +207,8 @@ def format_table(rows: list[dict]) -> str:
 if __name__ == "__main__":  # python -m rmfast.bench.cascade_cost: the predicted table of docs/backend.md
     print(format_table([best_of_n(LLAMA_31_8B, P, n, k) for P, n, k in ISSUE_ROWS]))
     print(f"\ncrossover (shared-prefix Triton vs cascade), D=128 bf16: {crossover_row_tokens(128):.1f} row tokens")
+    for P, k in ((512, 16), (64, 16), (512, 64)):  # one pass per prompt vs the wave's one packed pass
+        alone = sum(prompt_pass(LLAMA_31_8B, P)["s"] for _ in range(k))
+        wave = wave_prompt_pass(LLAMA_31_8B, [P] * k)["s"]
+        print(f"prompt passes, {k} prompts of {P} tokens: {1e3 * alone:.1f} ms one per prompt, {1e3 * wave:.1f} ms "
+              f"as one packed wave (predicted)")
