@@ -132,6 +132,23 @@ def test_other_forms_encode_alone():
         torch.testing.assert_close(k, b, atol=0, rtol=0)
 
 
+def test_length_groups_bound_the_padding():
+    """A packed pass scatters its prompts to rows of its longest one's length: prompts of similar lengths are
+    one pass, a very long one among short ones its own (n · P_max <= MAX_PACKED_PAD · sum P_i per pass)."""
+    from types import SimpleNamespace
+
+    from rmfast.fast.engine import MAX_PACKED_PAD, _length_groups
+
+    def groups(lens):
+        return [[e.P for e in g] for g in _length_groups([SimpleNamespace(P=P) for P in lens])]
+
+    assert groups([82, 21, 67, 23]) == [[21, 23, 67, 82]]
+    assert groups([64] * 15 + [4000]) == [[64] * 15, [4000]]
+    for lens in ([5, 9, 300, 310, 2000, 40], [1] * 7 + [100]):
+        for g in groups(lens):
+            assert len(g) * max(g) <= MAX_PACKED_PAD * sum(g)
+
+
 @requires_triton
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3"])
 def test_wave_prefill_triton_interpreted(arch, monkeypatch):

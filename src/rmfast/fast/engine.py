@@ -578,8 +578,9 @@ def encode_prompts(engines: list[Engine]) -> None:
 
     Batched only for engines in the cascade form (CUDA's form for texts, decided where the engine's attention
     is, :func:`rmfast.scoring.plan.choose_attention`) that share ``layers`` with the first such engine: its
-    ragged causal attention is what packs them. Any other engine is encoded alone, as on CPU, whose forms
-    run one prompt per call (its GEMMs already run near peak at a prompt's few hundred tokens).
+    ragged causal attention is what packs them (prompts of very different lengths: a few packed passes,
+    :func:`_length_groups`). Any other engine is encoded alone, as on CPU, whose forms run one prompt per
+    call (CPU GEMMs already run near peak at a few hundred tokens, docs/backend.md; not re-measured here).
     """
     batch = [e for e in engines if e.attention == "cascade" and e.layers is engines[0].layers] if engines else []
     if len(batch) < 2:
@@ -587,8 +588,33 @@ def encode_prompts(engines: list[Engine]) -> None:
     for e in engines:
         if not any(e is b for b in batch):
             e._encode_prefix()
-    if not batch:
-        return
+    for group in _length_groups(batch):
+        _encode_packed(group)
+
+
+#: a packed prompt pass scatters its prompts to one row each of the longest one's length for attention: it takes
+#: prompts (shortest first) while those rows hold at most this many times its real tokens (memory and pad tiles)
+MAX_PACKED_PAD = 2.0
+
+
+def _length_groups(engines: list[Engine]) -> list[list[Engine]]:
+    """Engines cut into packed passes, shortest prompt first: a group grows while n · P_max <= MAX_PACKED_PAD · sum
+    P_i. Prompts of similar lengths (a wave's, usually) are one group; one very long prompt among short ones
+    gets its own pass rather than rows of its length for every short one."""
+    groups: list[list[Engine]] = []
+    for e in sorted(engines, key=lambda e: e.P):
+        g = groups[-1] if groups else None
+        if g is not None and (len(g) + 1) * e.P <= MAX_PACKED_PAD * (sum(x.P for x in g) + e.P):
+            g.append(e)
+        else:
+            groups.append([e])
+    return groups
+
+
+def _encode_packed(batch: list[Engine]) -> None:
+    """One packed prompt pass for ``batch`` (sharing layers, cascade form): see :func:`encode_prompts`."""
+    if len(batch) == 1:  # its own pass: the last layer at the read positions only
+        return batch[0]._encode_prefix()
     e0 = batch[0]
     lens = [e.P for e in batch]
     n, T, Pm, dev = len(batch), sum(lens), max(lens), e0.device
