@@ -1,5 +1,5 @@
-"""A wave's prompts in ONE batched prefill (issue 33): :func:`rmfast.fast.engine.encode_prompts` and
-:func:`~rmfast.fast.engine.one_prompt_pass` against each prompt encoded alone (fp32 K/V, gated-head states,
+"""A wave's prompts in ONE batched prefill (issue 33): :func:`rmfast.fast.wave.encode_prompts` and
+:func:`~rmfast.fast.wave.one_prompt_pass` against each prompt encoded alone (fp32 K/V, gated-head states,
 prompt log-probs and scores, every tiny architecture, the cascade's torch twin and its Triton kernels
 interpreted), the scorer's use of it, and the Triton launches and compilations of one scorer call: a
 fixed number per layer for a wave of any size, and no new compilation for new lengths.
@@ -25,7 +25,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import tiny_models as T  # noqa: E402
-from rmfast.fast.engine import Engine, encode_prompts, one_prompt_pass  # noqa: E402
+from rmfast.fast.engine import Engine  # noqa: E402
+from rmfast.fast.wave import encode_prompts, one_prompt_pass  # noqa: E402
 from rmfast.template import build_template  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -137,7 +138,7 @@ def test_length_groups_bound_the_padding():
     one pass, a very long one among short ones its own (n · P_max <= MAX_PACKED_PAD · sum P_i per pass)."""
     from types import SimpleNamespace
 
-    from rmfast.fast.engine import MAX_PACKED_PAD, _length_groups
+    from rmfast.fast.wave import MAX_PACKED_PAD, _length_groups
 
     def groups(lens):
         return [[e.P for e in g] for g in _length_groups([SimpleNamespace(P=P) for P in lens])]
@@ -180,7 +181,7 @@ def test_scorer_wave_one_prefill_scores_as_alone():
     tok, model = T.chatml_tokenizer(), T.tiny("gemma2")
     convs, resps = _convs(5), _responses(5, (3, 7, 12))
     calls = []
-    import rmfast.fast.engine as fe
+    import rmfast.fast.wave as fe
 
     real = fe.encode_prompts
     monkey = lambda engines: (calls.append(len(engines)), real(engines))  # noqa: E731

@@ -108,7 +108,7 @@ PACKED_EXTRA_LAUNCHES = 7
 
 
 def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()) -> dict:
-    """The prompts of a wave in ONE packed pass (:func:`rmfast.fast.engine.encode_prompts`): GEMMs over all
+    """The prompts of a wave in ONE packed pass (:func:`rmfast.fast.wave.encode_prompts`): GEMMs over all
     T = sum P_i tokens with the weights read once, each prompt's causal attention (one response-part launch
     per layer for the wave), the rows' scatter and gather as extra bytes and launches. Compare with
     ``sum(prompt_pass(m, P))``: the saving is the per-prompt launches and weight reads of short prompts."""

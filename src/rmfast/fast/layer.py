@@ -155,7 +155,7 @@ class CascadePrompt(NamedTuple):
 
 
 class PackedPrompts(NamedTuple):
-    """The prompt pass of several prompts in ONE batch (:func:`rmfast.fast.engine.encode_prompts`): the layer's
+    """The prompt pass of several prompts in ONE batch (:func:`rmfast.fast.wave.encode_prompts`): the layer's
     h is (1, T, Dm), the prompts' tokens back to back with no padding (the GEMMs, norms and MLP see only
     real tokens). Attention is each prompt's causal attention over its own tokens: q/k/v are scattered to
     one row per prompt, (n, P_max), and run through ``rows`` (the cascade form with an empty prompt part and

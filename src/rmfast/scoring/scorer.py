@@ -540,7 +540,7 @@ class RewardScorer:
 
     def _encode_wave(self, job: Job, wave: set) -> None:
         """Before a wave's batches: the plans of its conversations not cached yet, built together, so that
-        their prompts run as ONE batched prefill (:func:`rmfast.fast.engine.one_prompt_pass`) where the rows'
+        their prompts run as ONE batched prefill (:func:`rmfast.fast.wave.one_prompt_pass`) where the rows'
         attention is the cascade (CUDA's form for texts): a fixed number of kernel launches per layer for
         the wave, wide GEMMs, instead of one batch-1 pass per prompt. Elsewhere (the CPU's forms) nothing
         changes: each plan is built, its prompt encoded alone, when its rows first run (:meth:`_plan`)."""
@@ -549,7 +549,7 @@ class RewardScorer:
         todo = [c for c in sorted(wave) if job.convs[c] not in self._plans]
         if len(todo) < 2 or choose_attention(self.attention, self.device, self.engine, False, None)[0] != "cascade":
             return  # (compiled False: the scorer's plans never compile, _plan)
-        from ..fast.engine import one_prompt_pass
+        from ..fast.wave import one_prompt_pass
 
         try:
             with one_prompt_pass():
