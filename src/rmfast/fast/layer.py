@@ -327,7 +327,7 @@ def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePromp
             return out.view(n, Pm, *x.shape[2:])
 
         a = attend(rows(q), rows(k), rows(v), prompt.rows, c)  # (n, P_max, H·D)
-        return a.view(n * Pm, H * D)[prompt.index][None]  # (1, T, H·D)
+        return a.reshape(n * Pm, H * D)[prompt.index][None]  # (1, T, H·D)
     if isinstance(prompt, CascadePrompt):
         a = ops.cascade_attention(
             q, k, v, prompt.k, prompt.v, prompt.cu_rows, prompt.cu_kv, prompt.lengths, max_rows=prompt.max_rows,
