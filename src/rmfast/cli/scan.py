@@ -116,15 +116,16 @@ def drop_old_states(out) -> None:
 
 
 def run(args) -> int:
+    from ..scoring.options import ScoringOptions
     from ..scoring.pipeline import drop_checkpoint, finish_states, run_scan
     from ..sweep import dist
 
     sel = selection(args)
+    options = ScoringOptions.from_args(args)  # the one options value, checked before anything loads
     d = dist.from_env()
     _check_states_args(args, d)
     if args.out:
         check_output(args.out, args.overwrite)  # refuse before loading anything
-    engine = dist.engine_for(args.device_map, args.engine)
     dist.init(d)
     try:
         lm = common.load_model(args, random_head_seed=args.random_head_seed, device=dist.device_for(d, args.device),
@@ -137,9 +138,8 @@ def run(args) -> int:
         with output_lock(f"{out}{rank_tag}"):
             check_output(out, args.overwrite)  # again, holding the lock: a job that just finished wrote it
             res, order = run_scan(
-                lm.model, lm.tokenizer, args.prompt, sel, rows=d.mine if d.world > 1 else None,
-                head=args.head, head_index=args.head_index, template=common.template_arg(args, lm), system=args.system,
-                batch_size=args.batch_size, engine=engine, compile=args.compile,
+                lm.model, lm.tokenizer, args.prompt, sel, options, rows=d.mine if d.world > 1 else None,
+                template=common.template_arg(args, lm), system=args.system,
                 progress=not args.no_progress and d.is_main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source,
                 audit=args.audit, states=_states_request(args, out, d), lens=args.lens)
             if d.world > 1:

@@ -59,9 +59,10 @@ from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, score_groups
 from .candidates import check_context, tokenize_in_context
 from .conversation import Conversation, as_conversation, messages_of
-from .memory import parse_batch_size
+from .decisions import choose_share_batches, decide
+from .options import ScoringOptions
 from .score_stats import ScoreStats
-from .plan import Scored, ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring, score_together
+from .plan import Scored, ScoringPlan, plan_scoring, score_together
 from .weights import weights_fingerprint
 
 
@@ -223,6 +224,10 @@ class RewardScorer:
         attention: the rows' attention form, "auto" (:func:`rmfast.scoring.plan.choose_attention`: responses
             are texts of any length, so the cascade on CUDA) or a form it names (e.g. "cascade" on CPU: its
             torch twin, for tests).
+        options: the scoring options as one value (:class:`rmfast.scoring.options.ScoringOptions`); the keyword
+            options (head, head_index, engine, batch_size, attention, dtype, device) that differ from their
+            defaults apply on top. Every decision is made once, here, for every conversation
+            (:func:`rmfast.scoring.decisions.decide`, job "scorer"; :attr:`decisions`).
 
     Example:
         >>> import rmfast  # doctest: +SKIP
@@ -234,14 +239,17 @@ class RewardScorer:
     def __init__(self, model, tokenizer=None, *, dtype: str = "auto", device: str = "auto", head: str = "auto",
                  head_index: int = 0, engine: str = "auto", batch_size="auto", template: str | None = None,
                  compat: str | None = None, max_tokens: int | None = None, cache_prompts: int = 8,
-                 share_batches="auto", attention: str = "auto", **load_kw):
+                 share_batches="auto", attention: str = "auto", options: ScoringOptions | None = None, **load_kw):
+        kw = {"dtype": dtype, "device": device, "head": head, "head_index": head_index, "engine": engine,
+              "batch_size": batch_size, "attention": attention}
+        defaults = ScoringOptions()
+        self.options = ScoringOptions.of(options, **{k: v for k, v in kw.items() if v != getattr(defaults, k)})
         self.model, self.tokenizer, self.source, default_t = _model_and_tokenizer(
-            model, tokenizer, {"dtype": dtype, "device": device, **load_kw})
+            model, tokenizer, {"dtype": self.options.dtype, "device": self.options.device, **load_kw})
         self.template = template if template is not None else default_t
-        self.head = choose_head(self.model, head, head_index)
-        self.head_index = head_index
-        self.engine = choose_engine(self.model, self.head, head_index, engine, stacklevel=3)
-        self.batch_size = parse_batch_size(batch_size)
+        self.decided = decide(self.model, self.options, "scorer", stacklevel=3)
+        self.head, self.head_index, self.engine = self.decided.head, self.options.head_index, self.decided.engine
+        self.batch_size, self.attention = self.options.batch_size, self.options.attention
         if compat not in (None, "decode-retokenize"):
             raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
         self.compat = compat
@@ -251,14 +259,7 @@ class RewardScorer:
         if int(cache_prompts) < 0:
             raise UserError("cache_prompts must be >= 0")
         self.cache_prompts = int(cache_prompts)
-        if share_batches not in ("auto", True, False):
-            raise UserError(f"share_batches={share_batches!r}: give 'auto', True or False")
-        self.share_batches = self.device.type == "cuda" if share_batches == "auto" else share_batches
-        from ..fast.ops import ATTENTION_FORMS
-
-        if attention != "auto" and attention not in ATTENTION_FORMS:
-            raise UserError(f"attention={attention!r}: give 'auto' or one of {', '.join(ATTENTION_FORMS)}")
-        self.attention = attention
+        self.share_batches = choose_share_batches(self.decided, share_batches)
         self._plans: OrderedDict = OrderedDict()  # Conversation -> ScoringPlan, least recently used first
         self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
         self._lock = threading.RLock()
@@ -550,8 +551,12 @@ class RewardScorer:
 
     def _rows_per_batch(self, tmpl: Template, n: int, row_t: Template | None) -> int:
         """Rows per batch for n-token responses, by the plan's rule, before the prompt is encoded."""
-        return batch_rows(self.model, row_t or tmpl, self.head, n, self.engine == "fast" and row_t is None,
-                          self.batch_size)
+        return self.decided.rows_per_batch(self.model, row_t or tmpl, n, own_template=row_t is not None)
+
+    @property
+    def decisions(self) -> dict:
+        """Every decision this scorer made (once, for every conversation), with its reason."""
+        return {k: dict(v) for k, v in self.decided.reasons.items()}
 
     def _plan(self, conv: Conversation, tmpl: Template) -> ScoringPlan:
         """The conversation's plan: from the cache, or built now (its prompt encoded once)."""
@@ -562,19 +567,19 @@ class RewardScorer:
                 self._fresh.add(conv)
                 self.last_stats.prompts_from_cache += 1
             self.last_stats.attention = plan.decisions["attention"]["value"]
+            self.last_stats.decisions = plan.decisions
             return plan
         # the least recently used plans go, not the ones the batch at hand shares (its wave)
         old = [c for c in self._plans if c not in self._wave]
         while old and len(self._plans) >= max(1, self.cache_prompts):
             del self._plans[old.pop(0)]
         share = next((p for p in self._plans.values() if p.eng is not None), None)
-        plan = plan_scoring(self.model, tmpl, head=self.head, head_index=self.head_index, engine=self.engine,
-                            compile="off", batch_size=self.batch_size, fixed_shapes=False, stacklevel=4,
-                            share_with=share, attention=self.attention)
+        plan = plan_scoring(self.model, tmpl, decided=self.decided, share_with=share)
         self._plans[conv] = plan
         self._fresh.add(conv)
         self.last_stats.prompt_passes += 1
         self.last_stats.attention = plan.decisions["attention"]["value"]
+        self.last_stats.decisions = plan.decisions
         return plan
 
     def _stats(self, job: Job) -> ScoreStats:

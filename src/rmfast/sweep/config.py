@@ -60,6 +60,15 @@ class ModelCfg:
     states_dtype: str | None = None  # their stored dtype (None: the model's)
     lens: bool = False  # the reward lens columns lens_<layer> in each part
 
+    def scoring(self, compat: str | None = None):
+        """This model's scoring options as one value (:class:`rmfast.scoring.options.ScoringOptions`): what its
+        parts are planned from (``compat``: the sweep's own)."""
+        from ..scoring.options import ScoringOptions
+
+        return ScoringOptions(head=self.head, head_index=self.head_index, engine=self.engine, compile=self.compile,
+                              batch_size=self.batch_size, dtype=self.dtype, device=self.device,
+                              device_map=self.device_map, compat=compat)
+
     def outputs(self) -> dict:
         """What this model's parts keep beside the scores (not in the part key: the scores do not change)."""
         return {k: v for k, v in (("states", self.states), ("states_dtype", self.states_dtype), ("lens", self.lens)) if v}

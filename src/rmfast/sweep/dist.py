@@ -132,18 +132,6 @@ def device_for(d: Dist, device: str) -> str:
     return device
 
 
-def engine_for(device_map: str | None, engine: str) -> str:
-    """A model spread over devices runs on the plain-HF path."""
-    if device_map is None or str(device_map).lower() in ("", "none"):
-        return engine
-    if engine == "fast":
-        raise UserError("--engine fast needs the whole model on one device; drop --device-map or use --engine hf")
-    if engine == "auto":
-        warnings.warn("rmfast: --device-map: scoring on the plain Hugging Face path (the fast engine needs one device)",
-                      stacklevel=2)
-    return "hf"
-
-
 def shard_path(out: Path, rank: int, world: int) -> Path:
     """Where rank ``rank`` of ``world`` keeps its share of a scan ``out`` until rank 0 merges them (its
     states folder beside it: :func:`rmfast.states.states_dir`)."""

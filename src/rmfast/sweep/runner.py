@@ -165,10 +165,9 @@ def _score_part(lm, m: ModelCfg, cfg: SweepConfig, prompt: str, c: CandSet, ck: 
         sel = Selection(texts=c.texts.texts, texts_info=c.texts.source, compat=cfg.compat, max_tokens=cfg.max_tokens)
     states = (StatesRequest(m.states, m.states_dtype, folder=states_dir(ck.with_name(PART_FILE)), overwrite=True)
               if m.states else None)  # the lock holder owns the part's folder: a states folder there is its own
-    res, _ = run_scan(lm.model, lm.tokenizer, prompt, sel, head=m.head, head_index=m.head_index,
+    res, _ = run_scan(lm.model, lm.tokenizer, prompt, sel, m.scoring(cfg.compat), job="sweep",
                       template=unescape(m.template) if m.template is not None else lm.default_template, system=m.system,
-                      batch_size=m.batch_size, progress=progress, model_info={**lm.source, "name": m.name},
-                      engine=dist.engine_for(m.device_map, m.engine), compile=m.compile, checkpoint=ck,
+                      progress=progress, model_info={**lm.source, "name": m.name}, checkpoint=ck,
                       keep_checkpoint=True, audit=m.audit, states=states, lens=m.lens)
     if c.kind == "file":
         df = frame_from_texts(res)
