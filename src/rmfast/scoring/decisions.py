@@ -269,6 +269,7 @@ class Decisions:
     triton: bool
     attention: str
     fixed_shapes: bool
+    share_batches: bool = False
     reasons: dict = field(default_factory=dict)
 
     @property
@@ -327,6 +328,9 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     d.record("compile", compiled, compile_why)
     d.record("kernels", "triton" if triton else "torch", kernels_why)
     d.record("attention", form, form_why)
+    if job == "scorer":
+        d.share_batches, why = choose_share_batches(o.share_batches, device)
+        d.record("share_batches", d.share_batches, why)
     d.record("batch_size", o.batch_size, "asked for" if o.batch_size != "auto" else
              "auto: ~4k tokens per batch on CPU, ~128k on CUDA, at most half the free memory, per response length")
     return d
@@ -341,6 +345,8 @@ def _engine_rule(model, head: str, o: ScoringOptions, job: str, stacklevel: int)
             warnings.warn("rmfast: --device-map: scoring on the plain Hugging Face path (the fast engine needs one "
                           "device)", stacklevel=stacklevel)
         return "hf", "--device-map: the model spread over devices runs on the plain Hugging Face path"
+    if job == "logprobs":
+        return "hf", "next-token log-probs: one forward of the prompt through the model's own layers"
     if o.compat == "authors" and job == "texts":
         if o.engine == "fast":
             raise UserError("--compat authors runs the plain Hugging Face path (it reproduces the published loop, "
@@ -373,15 +379,13 @@ def batch_rows(model, template: Template, head: str, n: int, on_engine: bool, ba
     return auto_batch_size(device, tpr, per_row) if bs == "auto" else cap_batch_size(bs, device, per_row)
 
 
-def choose_share_batches(d: Decisions, share_batches) -> bool:
-    """Whether a RewardScorer's conversations share batches (waves), recorded in ``d``: "auto" on CUDA, where a
-    few conversations' rows leave the GEMMs narrow; off on CPU, where a batch of a few hundred tokens already
-    runs near the GEMM peak and sharing measured 0.7-0.97x (more padding, a per-prompt attention call per
-    layer; docs/backend.md)."""
-    if share_batches not in ("auto", True, False):
-        raise UserError(f"share_batches={share_batches!r}: give 'auto', True or False")
-    on = d.device.type == "cuda" if share_batches == "auto" else bool(share_batches)
-    d.record("share_batches", on, "asked for" if share_batches != "auto" else
-             "auto: on CUDA, where a few conversations' rows leave the GEMMs narrow" if on else
-             "auto: off on CPU, where sharing measured 0.7-0.97x (docs/backend.md)")
-    return on
+def choose_share_batches(share_batches, device: torch.device) -> tuple[bool, str]:
+    """Whether a RewardScorer's conversations share batches (waves), and why: "auto" on CUDA, where a few
+    conversations' rows leave the GEMMs narrow; off on CPU, where a batch of a few hundred tokens already runs
+    near the GEMM peak and sharing measured 0.7-0.97x (more padding, a per-prompt attention call per layer;
+    docs/backend.md)."""
+    if share_batches != "auto":
+        return bool(share_batches), "asked for"
+    on = device.type == "cuda"
+    return on, ("auto: on CUDA, where a few conversations' rows leave the GEMMs narrow" if on else
+                "auto: off on CPU, where sharing measured 0.7-0.97x (docs/backend.md)")

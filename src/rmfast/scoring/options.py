@@ -38,9 +38,11 @@ KERNELS = ("auto", "triton", "torch")
 COMPAT_MODES = ("decode-retokenize", "authors")
 
 
-def _opt(default, doc: str, *, flag: bool = True, choices=None, metavar=None):
-    """A field with its one-line doc (the CLI help and the README table read it)."""
-    return field(default=default, metadata={"doc": doc, "flag": flag, "choices": choices, "metavar": metavar})
+def _opt(default, doc: str, *, flag: bool = True, choices=None, metavar=None, api_only: bool = False):
+    """A field with its one-line doc (the CLI help and the README table read it). ``flag``: added by
+    :func:`add_arguments` (else a command's own flag); ``api_only``: no command line has it (Python callers)."""
+    return field(default=default, metadata={"doc": doc, "flag": flag, "choices": choices, "metavar": metavar,
+                                            "api_only": api_only})
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,9 @@ class ScoringOptions:
                        flag=False)
     device_map: str | None = _opt(None, "e.g. auto: spread a large model over the GPUs (accelerate; the plain-HF "
                                         "path)", flag=False)
+    share_batches: str | bool = _opt("auto", "RewardScorer: rows of several conversations share a batch (waves): "
+                                             "auto (on CUDA; off on CPU, where it measured 0.7-0.97x), True or False",
+                                     flag=False, api_only=True)
     compat: str | None = _opt(None, "decode-retokenize: the papers' decode round trip; authors: their whole "
                                     "scoring loop (plain-HF path, padded batches)", flag=False)
 
@@ -94,6 +99,8 @@ class ScoringOptions:
             raise UserError(f"unknown attention {self.attention!r}; use auto or one of {', '.join(ATTENTION_FORMS)}")
         if self.kernels not in KERNELS:
             raise UserError(f"unknown kernels {self.kernels!r}; use auto, triton or torch")
+        if self.share_batches not in ("auto", True, False):
+            raise UserError(f"share_batches={self.share_batches!r}: give 'auto', True or False")
         if self.compat is not None and self.compat not in COMPAT_MODES:
             raise UserError(f"unknown --compat {self.compat!r}; use {', '.join(COMPAT_MODES)}")
 

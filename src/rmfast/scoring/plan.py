@@ -1,31 +1,13 @@
-"""One scoring plan per job: head, engine, compile and batch shape, decided once from the whole job.
+"""One scoring plan per job: every decision made once from the job's options, the engine built, and a
+``score()`` that obeys it.
 
-Every job that scores candidates (a vocabulary scan, text candidates, a sweep part, GCG's
-evaluator, the benchmark, the TRL callback) builds a :class:`ScoringPlan` with
-:func:`plan_scoring` and scores through :meth:`ScoringPlan.score`. The options have one name
-everywhere:
-
-=============  =========================================================================  =========
-option         values                                                                     default
-=============  =========================================================================  =========
-head           ``auto`` (``score`` for reward models/classifiers, ``logprob`` for causal  auto
-               LMs), ``score``, ``logprob``
-head_index     which output of a multi-output score head                                   0
-engine         ``auto`` (``fast`` where the architecture is on the fast path, else ``hf``  auto
-               with a warning), ``fast`` (the shared-prompt engine), ``hf`` (the plain
-               Hugging Face forward of each whole conversation; ``reference`` is its old
-               name)
-compile        ``auto`` (the compiled CPU layer on CPU kinds where it was measured to pay,  auto
-               :data:`COMPILE_CPU_KINDS`; else eager; never decided from the job's size),
-               ``on`` (``torch.compile`` the CPU decoder layer: a one-off compile of
-               seconds, cached on disk), ``off``
-batch_size     ``auto`` (~4k tokens per batch on CPU, ~128k on CUDA, never more rows than  auto
-               fit in half the free memory) or rows per batch
-attention      ``auto`` (:func:`choose_attention`: on CUDA the Triton shared-prefix      auto
-               kernel for rows of at most :data:`CASCADE_MIN_ROW_TOKENS` tokens, the
-               cascade above; the CPU's own forms on CPU) or one of
-               :data:`rmfast.fast.ops.ATTENTION_FORMS`
-=============  =========================================================================  =========
+Every job that scores candidates (a vocabulary scan, text candidates, a sweep part, GCG's evaluator and
+gradient, the benchmark, the TRL callback, :class:`rmfast.scoring.scorer.RewardScorer`, the bf16 audit)
+builds a :class:`ScoringPlan` with :func:`plan_scoring` from ONE :class:`rmfast.scoring.options.ScoringOptions`
+(every option, its default and its doc are there) and scores through :meth:`ScoringPlan.score`. The decisions
+(device, dtype, head, engine, compile, kernels, attention form, batch rows, padding) are made by
+:func:`rmfast.scoring.decisions.decide`, one rule each, and recorded with their reasons in
+:attr:`ScoringPlan.decisions`, which every output's manifest carries.
 
 **A token's score does not depend on the job it is in.** Nothing above is decided from the
 job's size: ``compile=auto`` takes the same path for ten ids as for a whole vocabulary (the
@@ -203,12 +185,12 @@ class ScoringPlan:
         return row_tokens(template or self.template, self.head, n, self.eng is not None and template is None)
 
     def rows_per_batch(self, n: int, template: Template | None = None) -> int:
-        """Rows per batch for n-token responses (:func:`batch_rows`), decided once per shape (a memory
-        warning is given once)."""
+        """Rows per batch for n-token responses (:meth:`rmfast.scoring.decisions.Decisions.rows_per_batch`),
+        decided once per shape (a memory warning is given once)."""
         key = (n, None if template is None else len(template.prefix_ids) + len(template.suffix_ids))
         if key not in self._rows:
-            self._rows[key] = batch_rows(self.model, template or self.template, self.head, n,
-                                         self.eng is not None and template is None, self.batch_size)
+            self._rows[key] = self.decided.rows_per_batch(self.model, template or self.template, n,
+                                                          own_template=template is not None)
         return self._rows[key]
 
     @torch.no_grad()

@@ -59,7 +59,7 @@ from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, score_groups
 from .candidates import check_context, tokenize_in_context
 from .conversation import Conversation, as_conversation, messages_of
-from .decisions import choose_share_batches, decide
+from .decisions import decide
 from .options import ScoringOptions
 from .score_stats import ScoreStats
 from .plan import Scored, ScoringPlan, plan_scoring, score_together
@@ -225,7 +225,7 @@ class RewardScorer:
             are texts of any length, so the cascade on CUDA) or a form it names (e.g. "cascade" on CPU: its
             torch twin, for tests).
         options: the scoring options as one value (:class:`rmfast.scoring.options.ScoringOptions`); the keyword
-            options (head, head_index, engine, batch_size, attention, dtype, device) that differ from their
+            options (head, head_index, engine, batch_size, attention, share_batches, dtype, device) that differ from their
             defaults apply on top. Every decision is made once, here, for every conversation
             (:func:`rmfast.scoring.decisions.decide`, job "scorer"; :attr:`decisions`).
 
@@ -241,7 +241,7 @@ class RewardScorer:
                  compat: str | None = None, max_tokens: int | None = None, cache_prompts: int = 8,
                  share_batches="auto", attention: str = "auto", options: ScoringOptions | None = None, **load_kw):
         kw = {"dtype": dtype, "device": device, "head": head, "head_index": head_index, "engine": engine,
-              "batch_size": batch_size, "attention": attention}
+              "batch_size": batch_size, "attention": attention, "share_batches": share_batches}
         defaults = ScoringOptions()
         self.options = ScoringOptions.of(options, **{k: v for k, v in kw.items() if v != getattr(defaults, k)})
         self.model, self.tokenizer, self.source, default_t = _model_and_tokenizer(
@@ -259,7 +259,7 @@ class RewardScorer:
         if int(cache_prompts) < 0:
             raise UserError("cache_prompts must be >= 0")
         self.cache_prompts = int(cache_prompts)
-        self.share_batches = choose_share_batches(self.decided, share_batches)
+        self.share_batches = self.decided.share_batches
         self._plans: OrderedDict = OrderedDict()  # Conversation -> ScoringPlan, least recently used first
         self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
         self._lock = threading.RLock()

@@ -1,0 +1,220 @@
+"""One options value (rmfast.scoring.options.ScoringOptions), one decide() (rmfast.scoring.decisions), each
+decision made at one site and recorded with its reason in every job's output."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tiny_models as T
+from rmfast.errors import UserError
+from rmfast.scoring.options import ScoringOptions, flag, option_fields
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "rmfast"
+
+#: every job's manifest records these decisions, each with a reason in words
+DECIDED = ("job", "device", "dtype", "head", "engine", "compile", "kernels", "attention", "batch_size", "padding")
+
+
+def test_options_are_one_frozen_validated_value():
+    o = ScoringOptions(engine="reference", batch_size="64", compile=False)
+    assert (o.engine, o.batch_size, o.compile) == ("hf", 64, "off")  # canonical values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.engine = "fast"
+    assert o.replace(head="score").head == "score" and o.head == "auto"
+    for bad in ({"head": "reward"}, {"engine": "turbo"}, {"compile": "maybe"}, {"batch_size": 0},
+                {"attention": "flashy"}, {"kernels": "cuda"}, {"compat": "papers"}, {"head_index": -1}):
+        with pytest.raises(UserError):
+            ScoringOptions(**bad)
+    with pytest.raises(TypeError, match="not a scoring option: enigne"):
+        ScoringOptions.of(None, enigne="hf")
+
+
+def test_option_lists_agree_with_the_kernels_forms():
+    """options.py names the attention forms without importing torch (the CLI's help); they are ops' forms."""
+    from rmfast.fast import ops
+    from rmfast.scoring import options
+
+    assert options.ATTENTION_FORMS == ops.ATTENTION_FORMS
+
+
+@pytest.mark.parametrize("command", ["scan", "gcg", "score"])
+def test_cli_flags_are_generated_from_the_options(command):
+    """Each command's scoring flags are the options' fields: same name, default and doc."""
+    from rmfast.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    actions = {a.option_strings[0]: a for a in sub.choices[command]._actions if a.option_strings}
+    for f in option_fields():
+        a = actions[flag(f.name)]
+        assert a.default == f.default, f.name
+        assert f.metadata["doc"][:40] in a.help or f.name == "batch_size", f.name
+        assert f"(default {f.default})" in a.help, f.name
+
+
+def test_readme_options_table_lists_every_option_with_its_default():
+    """The README's options table has a row per option, its default the field's."""
+    rows = {}
+    for line in (ROOT / "README.md").read_text().splitlines():
+        m = re.match(r"\| `(--[a-z-]+)` \| ([^|]+) \|", line)
+        if m:
+            rows[m.group(1)] = m.group(2).strip()
+    backend = (ROOT / "docs" / "backend.md").read_text()
+    for f in dataclasses.fields(ScoringOptions):
+        if f.metadata["api_only"]:  # a Python caller's option (RewardScorer): documented with the backend
+            assert f"`{f.name}" in backend, f"docs/backend.md does not document {f.name}"
+            continue
+        assert flag(f.name) in rows, f"README options table has no row for {flag(f.name)}"
+        want = "off" if f.default is None else str(f.default) if isinstance(f.default, int) else f"`{f.default}`"
+        assert rows[flag(f.name)] == want, (f.name, rows[flag(f.name)])
+
+
+# ------------------------------------------------------------------ one site per decision
+
+#: the decision rules: called only inside rmfast.scoring.decisions (the plan, the scorer, GCG, the bench call
+#: decide(), which applies them all)
+RULES = ("choose_head", "choose_engine", "choose_compile", "choose_attention", "choose_kernels",
+         "choose_share_batches", "batch_rows", "engine_for")
+#: where the kernels' environment variable and device default may be read: the decision, the kernels'
+#: dispatch for direct calls, and an Engine built without a plan (tests, the bench's fp32 check)
+KERNEL_SITES = {"scoring/decisions.py", "fast/ops.py", "fast/engine.py"}
+
+
+def _calls(tree) -> list[tuple[str, int]]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name:
+                out.append((name, node.lineno))
+    return out
+
+
+def test_one_site_per_decision():
+    """No decision rule is applied outside rmfast.scoring.decisions, and the kernels' environment is read in
+    one rule: a second site that decides an engine, a head, a compile or a kernel fails here."""
+    offenders = []
+    for p in SRC.rglob("*.py"):
+        rel = p.relative_to(SRC).as_posix()
+        text = p.read_text()
+        for name, line in _calls(ast.parse(text)):
+            if name in RULES and rel != "scoring/decisions.py":
+                offenders.append(f"{rel}:{line} calls {name}")
+            if name == "uses_triton" and rel not in KERNEL_SITES:
+                offenders.append(f"{rel}:{line} calls uses_triton")
+        for var in ("RMFAST_KERNELS", "RMFAST_COMPILE"):
+            for m in re.finditer(rf"environ[^\n]*{var}", text):
+                line = text[: m.start()].count("\n") + 1
+                allowed = {"RMFAST_KERNELS": {"fast/ops.py", "scoring/decisions.py"},
+                           "RMFAST_COMPILE": {"scoring/decisions.py"}}[var]
+                if rel not in allowed:
+                    offenders.append(f"{rel}:{line} reads {var}")
+    assert not offenders, "decisions made outside rmfast.scoring.decisions:\n" + "\n".join(offenders)
+
+
+# ------------------------------------------------------------------ recorded, with reasons, in every output
+
+
+def _check_decisions(d: dict, job: str):
+    missing = [k for k in DECIDED if k not in d]
+    assert not missing, f"decisions lack {missing}"
+    assert d["job"]["value"] == job
+    for k, v in d.items():
+        assert set(v) == {"value", "reason"} and isinstance(v["reason"], str) and v["reason"].strip(), (k, v)
+
+
+def test_scan_and_texts_manifests_record_every_decision_with_its_reason():
+    from rmfast.scoring.pipeline import run_scan, Selection
+
+    tok, model = T.chatml_tokenizer(), T.tiny("llama")
+    opts = ScoringOptions(compile="off", batch_size=16)
+    res, _ = run_scan(model, tok, "Hi", Selection(token_ids="100:140"), opts, progress=False, audit=0)
+    d = res.manifest["decisions"]
+    _check_decisions(d, "scan")
+    assert d["batch_size"] == {"value": 16, "reason": "asked for"}
+    assert d["compile"] == {"value": False, "reason": "off"}
+    assert d["engine"]["reason"] == "auto: the architecture is on the fast path"
+    assert res.manifest["options"] == opts.replace(compat=None).as_dict()
+    res, _ = run_scan(model, tok, "Hi", Selection(texts=["yes", "a longer answer"]), opts.replace(engine="hf"),
+                      progress=False, audit=0)
+    d = res.manifest["decisions"]
+    _check_decisions(d, "texts")
+    assert d["engine"] == {"value": "hf", "reason": "asked for"} and d["attention"]["value"] == "hf"
+    assert d["padding"]["value"] == "none"  # texts of many lengths: batches as long as the texts
+
+
+def test_options_whole_equal_the_keyword_form():
+    """Options passed whole and the API's keyword form are one plan: the same decisions, the same bits."""
+    from rmfast.scoring.pipeline import score_ids
+
+    tok, model = T.chatml_tokenizer(), T.tiny("qwen2")
+    ids = np.arange(300, 330)
+    a = score_ids(model, tok, "Hi", ids, ScoringOptions(compile="off", batch_size=8), progress=False)
+    b = score_ids(model, tok, "Hi", ids, compile="off", batch_size=8, progress=False)
+    assert a.manifest["decisions"] == b.manifest["decisions"]
+    np.testing.assert_array_equal(a.scores, b.scores)
+
+
+def test_job_rules_are_the_plans():
+    """What a job's kind decides (never its size) is decided by the plan, with its reason: the scorer and the
+    audit run the eager layer, the bench compiles wherever it can, a spread model and the authors' loop take
+    the plain-HF path."""
+    from rmfast.scoring.decisions import decide
+    from rmfast.template import build_template
+
+    tok, model = T.chatml_tokenizer(), T.tiny("llama")
+    tmpl = build_template(tok, "Hi")
+    on = ScoringOptions(compile="on")
+    for job in ("scorer", "audit"):
+        d = decide(model, on, job, template=tmpl)
+        assert d.compile is False and "but eager" in d.reasons["compile"]["reason"]
+    d = decide(model, ScoringOptions(), "bench", template=tmpl, response_tokens=1)
+    assert d.compile is True and "bench" in d.reasons["compile"]["reason"]
+    d = decide(model, ScoringOptions(), "trl", template=tmpl, response_tokens=1)
+    assert d.compile is False and "x-ray" in d.reasons["compile"]["reason"]
+    d = decide(model, ScoringOptions(compat="authors"), "texts", template=tmpl)
+    assert d.engine == "hf" and "--compat authors" in d.reasons["engine"]["reason"]
+    with pytest.raises(UserError, match="drop --engine fast"):
+        decide(model, ScoringOptions(compat="authors", engine="fast"), "texts", template=tmpl)
+    with pytest.warns(UserWarning, match="--device-map"):
+        d = decide(model, ScoringOptions(device_map="auto"), "scan", template=tmpl)
+    assert d.engine == "hf"
+    with pytest.raises(ValueError, match="unknown job"):
+        decide(model, ScoringOptions(), "everything")
+
+
+def test_kernels_are_decided_once_and_obeyed(monkeypatch):
+    """RMFAST_KERNELS is read by the plan when it decides, not by the kernels per call: changing it after the
+    plan is made changes nothing the plan runs."""
+    from rmfast.fast import ops
+    from rmfast.scoring.plan import plan_scoring
+    from rmfast.template import build_template
+
+    tok, model = T.chatml_tokenizer(), T.tiny("llama")
+    plan = plan_scoring(model, build_template(tok, "Hi"), ScoringOptions(compile="off"), response_tokens=1)
+    assert plan.decisions["kernels"] == {"value": "torch", "reason": "auto: torch kernels (no CUDA)"}
+    calls = []
+    monkeypatch.setattr(ops, "uses_triton", lambda t: calls.append(t) or False)
+    plan.score([[5], [6]])
+    assert not calls, "the kernels re-read their device/environment per call"
+    monkeypatch.setenv("RMFAST_KERNELS", "torch")
+    d = plan_scoring(model, build_template(tok, "Hi"), ScoringOptions(compile="off")).decisions
+    assert d["kernels"] == {"value": "torch", "reason": "RMFAST_KERNELS=torch"}
+
+
+def test_reward_scorer_decides_once_and_reports(tiny_dir):
+    from rmfast.scoring.scorer import RewardScorer
+
+    s = RewardScorer(str(tiny_dir), dtype="float32", device="cpu", options=ScoringOptions(batch_size=4))
+    assert s.options.batch_size == 4 and s.options.dtype == "float32"
+    s.score(["Hi", "Name a colour."], [["yes", "no"], ["blue"]])
+    _check_decisions({**s.last_stats.decisions, "job": s.decisions["job"]}, "scorer")
+    assert s.decisions["share_batches"]["value"] is False  # CPU: auto is off, said why
+    assert "CPU" in s.decisions["share_batches"]["reason"]
