@@ -218,3 +218,19 @@ def test_reward_scorer_decides_once_and_reports(tiny_dir):
     _check_decisions({**s.last_stats.decisions, "job": s.decisions["job"]}, "scorer")
     assert s.decisions["share_batches"]["value"] is False  # CPU: auto is off, said why
     assert "CPU" in s.decisions["share_batches"]["reason"]
+
+
+def test_a_resumed_job_says_so_in_its_decisions(tmp_path):
+    """A rerun that takes rows from the checkpoint records it next to the decisions (and reuses the batch sizes)."""
+    from rmfast.scoring.pipeline import score_ids
+
+    tok, model = T.chatml_tokenizer(), T.tiny("llama")
+    ids, ck = np.arange(200, 240), tmp_path / "job.npz"
+    first = score_ids(model, tok, "Hi", ids, ScoringOptions(compile="off", batch_size=16), progress=False,
+                      checkpoint=ck, keep_checkpoint=True)
+    assert "resumed" not in first.manifest["decisions"] and ck.exists()
+    again = score_ids(model, tok, "Hi", ids, ScoringOptions(compile="off", batch_size=16), progress=False,
+                      checkpoint=ck, keep_checkpoint=True)
+    assert again.manifest["decisions"]["resumed"]["value"] == ids.size
+    assert "checkpoint" in again.manifest["decisions"]["resumed"]["reason"]
+    np.testing.assert_array_equal(first.scores, again.scores)

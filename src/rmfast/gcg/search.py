@@ -57,8 +57,7 @@ from .config import GCGConfig
 from .result import GCGResult, RandomSearchResult
 from .select import distance_penalty, greedy_pairs, loss_gradient
 from ..scoring.batching import oom_batches
-from ..scoring.plan import ScoringPlan, decide, plan_scoring
-from ..version import versions
+from ..scoring.plan import ScoringPlan, decide, finish_manifest, plan_scoring
 from ..template import Template, build_template, response_ids
 from ..scoring.vocab import special_ids, vocab_size
 
@@ -476,8 +475,6 @@ def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
             "distance_penalty": cfg.distance_penalty,
             "candidates": "greedy: best (position, token) pairs" if cfg.greedy else "sampled from per-position top-k",
         },
-        "versions": versions(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
@@ -553,8 +550,8 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         n_rejected_retokenize=s.n_rej,
         n_nonfinite=s.n_nonfinite,
         config=dataclasses.asdict(cfg),
-        manifest={**_manifest(model, prompt, s, model_info), "n_nonfinite": s.n_nonfinite,
-                  "nonfinite_ids": s.nonfinite_ids},
+        manifest=finish_manifest({**_manifest(model, prompt, s, model_info), "n_nonfinite": s.n_nonfinite,
+                                  "nonfinite_ids": s.nonfinite_ids}, t0, plan=s.plan, options=cfg.scoring()),
         timing=_timing(s, wall, setup_s),
     )
 

@@ -38,12 +38,11 @@ from .compat import (authors_batch_size, authors_diagnostics, authors_groups, au
                      check_authors)
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
 from .options import ScoringOptions
-from .plan import ScoringPlan, lens_names, plan_scoring, run_fields, run_key
+from .plan import ScoringPlan, finish_manifest, lens_names, plan_scoring, run_fields, run_key
 from ..states import DTYPES, StatesWriter, parse_layers
 from .states_stream import BackgroundWriter
 from .results import ScanResult, TextScanResult
 from ..template import Template, build_template
-from ..version import versions
 from .vocab import select_ids, vocab_sha256
 
 # --------------------------------------------------------------------------------------------
@@ -275,10 +274,8 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
     tokens = [t if isinstance(t, str) else "" for t in tokens]
     texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
     # the decisions as they ran (a compile that failed falls back to the eager layer and its attention form)
-    manifest.update({"batch_size": group.batch_size, "compiled": bool(plan.eng is not None and plan.eng.compile),
-                     "decisions": plan.decisions, "options": options.as_dict(),
-                     "tokens_per_row": plan.tokens_per_row(1), **timing, "wall_s": round(time.perf_counter() - t0, 3),
-                     "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=group.batch_size,
+                    compiled=bool(plan.eng is not None and plan.eng.compile), tokens_per_row=plan.tokens_per_row(1))
     res = _finish_states(ScanResult(ids, scores, tokens, texts, manifest), st_out, tokenizer, keep_checkpoint,
                          extra.get("lens"), plan.n_layers)
     return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
@@ -429,10 +426,7 @@ def score_texts(
                                   states_out=st_out, lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     manifest["n_nonfinite"] = (count_nonfinite(scores, source_ids, "token ids") if source_ids is not None
                                else count_nonfinite(scores, texts, "texts"))
-    manifest.update({"batch_size": batch_size if batch_size != "auto" else "auto", "compiled": compiled, **timing,
-                     "decisions": plan.decisions, "options": options.as_dict(),
-                     "wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
-                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=batch_size, compiled=compiled)
     res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
     res = _finish_states(res, st_out, tokenizer, keep_checkpoint, extra.get("lens"), plan.n_layers)
     return res if keep_checkpoint else drop_checkpoint(res, checkpoint)

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import warnings
+import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -39,7 +38,7 @@ from ..states import LAST_NORMED, layer_index
 from .states_stream import host_states
 from .padding import PadSizes
 from ..template import Template
-from ..version import __version__
+from ..version import __version__, versions
 # the decisions and their rules (one site each: rmfast.scoring.decisions), named here too for callers
 from .decisions import (CASCADE_MIN_ROW_TOKENS, COMPILE_CPU_KINDS, Decisions, batch_rows, choose_attention,  # noqa: F401
                         choose_compile, choose_engine, choose_head, choose_kernels, compile_mode, decide, default_head,
@@ -310,6 +309,24 @@ class ScoringPlan:
             "fixed_shapes": self.fixed_shapes,
             "score_position": "final position of prefix + response + suffix (never 'last non-pad')",
         }
+
+
+def finish_manifest(manifest: dict, t0: float, *, plan: ScoringPlan | None = None, decisions: dict | None = None,
+                    options: ScoringOptions | None = None, timing: dict | None = None, **fields) -> dict:
+    """The fields every job's manifest ends with, made in one place: the decisions as they ran (a plan's, or
+    ``decisions``; with a ``resumed`` entry where rows came from a checkpoint), the options, the timing, any
+    job ``fields``, the wall time since ``t0``, versions and creation time. Updates ``manifest`` and returns it."""
+    d = dict(plan.decisions if plan is not None else decisions or {})
+    resumed = int((timing or {}).get("resumed_candidates") or 0)
+    if resumed:
+        d["resumed"] = {"value": resumed, "reason": "rows taken from the checkpoint of an earlier run of this job (the "
+                        "same run fields); its batch sizes reused, so every batch is the uninterrupted job's"}
+    manifest.update({**fields, **(timing or {}), "decisions": d})
+    if options is not None:
+        manifest["options"] = options.as_dict()
+    manifest.update({"wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
+                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return manifest
 
 
 def plan_scoring(model, template: Template, options: ScoringOptions | None = None, *, job: str = "scan",
