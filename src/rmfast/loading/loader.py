@@ -74,11 +74,15 @@ class LoadedModel:
 
 
 
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"``: cuda if available else cpu. ``"cuda"`` without CUDA is a UserError."""
+def resolve_device(device: str | torch.device = "auto", local_rank: int | None = None) -> torch.device:
+    """The device a job runs on, its one rule: ``"auto"``: cuda if available else cpu; under torchrun
+    (``local_rank``), "auto" and "cuda" mean this rank's GPU, cuda:LOCAL_RANK (modulo the GPUs there are).
+    ``"cuda"`` without CUDA is a UserError. The plan records why (:func:`rmfast.scoring.decisions.device_reason`)."""
     if isinstance(device, torch.device):
         device = str(device)
     name = (device or "auto").strip().lower()
+    if local_rank is not None and name in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -126,10 +126,11 @@ def finish(d: Dist) -> None:
 
 
 def device_for(d: Dist, device: str) -> str:
-    """Under torchrun, "auto"/"cuda" means this rank's GPU: cuda:LOCAL_RANK (modulo the GPUs there are)."""
-    if d.group and str(device) in ("auto", "cuda") and torch.cuda.is_available():
-        return f"cuda:{d.local_rank % torch.cuda.device_count()}"
-    return device
+    """This rank's device (:func:`rmfast.loading.loader.resolve_device`, the one rule: under torchrun "auto"/"cuda"
+    is cuda:LOCAL_RANK)."""
+    from ..loading.loader import resolve_device
+
+    return str(resolve_device(device, d.local_rank if d.group else None))
 
 
 def shard_path(out: Path, rank: int, world: int) -> Path:
