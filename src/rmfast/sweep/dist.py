@@ -19,7 +19,6 @@ scored on the plain Hugging Face path, because the shared-prompt engine assumes 
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from datetime import timedelta
