@@ -80,7 +80,7 @@ def test_readme_options_table_lists_every_option_with_its_default():
 #: the decision rules: called only inside rmfast.scoring.decisions (the plan, the scorer, GCG, the bench call
 #: decide(), which applies them all)
 RULES = ("choose_head", "choose_engine", "choose_compile", "choose_attention", "choose_kernels",
-         "choose_share_batches", "batch_rows", "engine_for")
+         "choose_share_batches", "rows_per_batch", "engine_for")
 #: where the kernels' environment variable and device default may be read: the decision, the kernels'
 #: dispatch for direct calls, and an Engine built without a plan (tests, the bench's fp32 check)
 KERNEL_SITES = {"scoring/decisions.py", "fast/ops.py", "fast/engine.py"}

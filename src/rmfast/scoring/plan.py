@@ -40,7 +40,7 @@ from .padding import PadSizes
 from ..template import Template
 from ..version import __version__, versions
 # the decisions and their rules (one site each: rmfast.scoring.decisions), named here too for callers
-from .decisions import (CASCADE_MIN_ROW_TOKENS, COMPILE_CPU_KINDS, Decisions, batch_rows, choose_attention,  # noqa: F401
+from .decisions import (CASCADE_MIN_ROW_TOKENS, COMPILE_CPU_KINDS, Decisions, choose_attention,  # noqa: F401
                         choose_compile, choose_engine, choose_head, choose_kernels, compile_mode, decide, default_head,
                         engine_name, lm_only, row_tokens)
 from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions  # noqa: F401
@@ -168,7 +168,7 @@ class ScoringPlan:
         out["attention"] = {"value": self.eng.attention if self.eng is not None else self.attention,
                             "reason": self.attention_reason}
         if self._rows:
-            out["batch_rows"] = {"value": {f"{n} tokens": r for (n, t), r in sorted(self._rows.items(), key=str)
+            out["rows_per_batch"] = {"value": {f"{n} tokens": r for (n, t), r in sorted(self._rows.items(), key=str)
                                            if t is None},
                                  "reason": out.get("batch_size", {}).get("reason", "")}
         out["padding"] = {"value": ("measured sizes" if self._pads else "full batch") if self.fixed_shapes else "none",
@@ -368,7 +368,7 @@ def plan_scoring(model, template: Template, options: ScoringOptions | None = Non
                        attention_reason=d.reasons["attention"]["reason"], decided=d)
 
 
-def score_together(plans: list[ScoringPlan], ids: list[list], batch_rows_: int, states=None):
+def score_together(plans: list[ScoringPlan], ids: list[list], rows: int, states=None):
     """Rows of one or several prompts' plans in one batch: ``ids[i]`` lists the token-id lists of plan i's
     rows (any lengths). Returns (sum of rows,) float32 in that order (plan 0's rows first); with
     ``states`` (canonical names) a :class:`Scored` (no lens), states taken at each row's final position.
@@ -378,17 +378,17 @@ def score_together(plans: list[ScoringPlan], ids: list[list], batch_rows_: int, 
     its own final position, attention per prompt, everything else over all rows at once.
     """
     if len(plans) == 1 and len({len(r) for r in ids[0]}) == 1:
-        return plans[0].score(ids[0], batch_rows_, states=states)
+        return plans[0].score(ids[0], rows, states=states)
     if any(p.eng is None or not p.eng.can_score_ragged() for p in plans):
         raise ValueError("rows of several lengths or prompts in one batch need the fast engine's score head (not gated)")
     resp, lens = [], []
-    for rows in ids:
-        n = max(len(r) for r in rows)
-        x = torch.zeros(len(rows), n, dtype=torch.long)  # (B_i, n), right-padded
-        for k, r in enumerate(rows):
+    for plan_rows in ids:
+        n = max(len(r) for r in plan_rows)
+        x = torch.zeros(len(plan_rows), n, dtype=torch.long)  # (B_i, n), right-padded
+        for k, r in enumerate(plan_rows):
             x[k, : len(r)] = torch.as_tensor(r, dtype=torch.long)
         resp.append(x)
-        lens.append(torch.tensor([len(r) for r in rows]))
+        lens.append(torch.tensor([len(r) for r in plan_rows]))
     L = plans[0].n_layers
     idx, taps = _taps(states, False, L)
     out = score_prompts([p.eng for p in plans], resp, lens, taps)
