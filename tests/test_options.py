@@ -80,7 +80,7 @@ def test_readme_options_table_lists_every_option_with_its_default():
 #: the decision rules: called only inside rmfast.scoring.decisions (the plan, the scorer, GCG, the bench call
 #: decide(), which applies them all)
 RULES = ("choose_head", "choose_engine", "choose_compile", "choose_attention", "choose_kernels",
-         "choose_share_batches", "rows_per_batch", "engine_for")
+         "choose_share_batches", "choose_rows_per_batch", "engine_for")
 #: where the kernels' environment variable and device default may be read: the decision, the kernels'
 #: dispatch for direct calls, and an Engine built without a plan (tests, the bench's fp32 check)
 KERNEL_SITES = {"scoring/decisions.py", "fast/ops.py", "fast/engine.py"}
@@ -234,3 +234,17 @@ def test_a_resumed_job_says_so_in_its_decisions(tmp_path):
     assert again.manifest["decisions"]["resumed"]["value"] == ids.size
     assert "checkpoint" in again.manifest["decisions"]["resumed"]["reason"]
     np.testing.assert_array_equal(first.scores, again.scores)
+
+
+def test_logprobs_job_goes_through_the_plans_decisions():
+    """rmfast logprobs decides its head by the plan's rule and records its decisions like every job."""
+    from rmfast.logprobs import logprobs
+
+    tok, model = T.chatml_tokenizer(), T.tiny("llama", "causal_lm")
+    res = logprobs(model, tok, "Hi", token_ids="0:50")
+    d = res.manifest["decisions"]
+    assert d["job"]["value"] == "logprobs" and d["head"]["value"] == "logprob"
+    assert d["engine"]["value"] == "hf" and "next-token" in d["engine"]["reason"]
+    assert all(v["reason"] for v in d.values())
+    with pytest.raises(UserError, match="logprobs needs a causal language model"):
+        logprobs(T.tiny("llama"), tok, "Hi", token_ids="0:50")

@@ -13,7 +13,7 @@ engine         :func:`choose_engine` (also: ``--device-map`` and ``--compat auth
 compile        :func:`choose_compile` (per CPU kind; a job kind that never compiles says why: :data:`EAGER_JOBS`)
 kernels        :func:`choose_kernels` (``RMFAST_KERNELS`` read here, once per job)
 attention      :func:`choose_attention`
-rows per batch :meth:`Decisions.rows_per_batch` (:func:`rows_per_batch`: memory-bounded, per response length)
+rows per batch :meth:`Decisions.rows_per_batch` (:func:`choose_rows_per_batch`: memory-bounded, per response length)
 padding        :class:`rmfast.scoring.plan.ScoringPlan` (needs the engine: measured on CPU)
 =============  ==============================================================================================
 """
@@ -281,8 +281,8 @@ class Decisions:
 
     def rows_per_batch(self, model, template: Template, n: int, own_template: bool = False) -> int:
         """Rows per batch for n-token responses on ``template`` (``own_template``: a row that carries its
-        own, plain-HF path): :func:`rows_per_batch`, before any prompt pass."""
-        return rows_per_batch(model, template, self.head, n, self.engine == "fast" and not own_template,
+        own, plain-HF path): :func:`choose_rows_per_batch`, before any prompt pass."""
+        return choose_rows_per_batch(model, template, self.head, n, self.engine == "fast" and not own_template,
                           self.options.batch_size)
 
 
@@ -368,7 +368,7 @@ def row_tokens(template: Template, head: str, n: int, on_engine: bool) -> int:
     return n + len(template.suffix_ids) if head == "score" else n - 1 + len(template.continuation_ids)
 
 
-def rows_per_batch(model, template: Template, head: str, n: int, on_engine: bool, batch_size) -> int:
+def choose_rows_per_batch(model, template: Template, head: str, n: int, on_engine: bool, batch_size) -> int:
     """Rows per batch for n-token responses: ``batch_size`` rows, or auto's, bounded by memory
     (:mod:`rmfast.scoring.memory`). Needs no prompt pass: a plan decides it this way, and so does a
     caller that has not built its plan yet (:meth:`Decisions.rows_per_batch`)."""
