@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from ..states import canonical_layer
 from .permutation import N_PERM
 from .results import Result
 from .similarity import MEASURES, _as_set, _check_n, _shifts, _variant_values, align
@@ -37,7 +38,7 @@ class RepresentationAgreementResult(Result):
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
     rsa: pd.DataFrame = field(default_factory=pd.DataFrame)
     alignment: pd.DataFrame = field(default_factory=pd.DataFrame)
-    layer: str = "last"
+    layer: str = "last_prenorm"
 
     def matrix(self, measure: str = "rv2") -> pd.DataFrame:
         """Model × model matrix of a measure (diagonal 1)."""
@@ -50,7 +51,7 @@ class RepresentationAgreementResult(Result):
         return mat
 
 
-def representation_agreement(sets: Mapping[str, object], *, layer: str = "last",
+def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_prenorm",
                              measures_: Sequence[str] = ("rv2", "cka"), metadata=None,
                              scores: pd.DataFrame | None = None, n_perm: int = N_PERM, seed: int = 0,
                              join: str = "auto", chunk_rows: int = 4096) -> RepresentationAgreementResult:
@@ -62,10 +63,11 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last",
     ``agreement(...).matrix("kendall_tau_b")``), compared as one more predictor,
     "kendall_tau_b": do models that represent alike also score alike?
     Each RSA is :func:`~rmfast.analysis.rsa.rsa_test` (Spearman, permutation over models).
+    ``layer``: a name of :mod:`rmfast.state_names` (the old ``last`` is ``last_prenorm``, with a warning).
 
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp()); base = rng.normal(size=(80, 5))
-    >>> sets = {m: write_states(d / m, np.arange(80), {"last": base + s * rng.normal(size=(80, 5))})
+    >>> sets = {m: write_states(d / m, np.arange(80), {"last_prenorm": base + s * rng.normal(size=(80, 5))})
     ...         for m, s in [("a", .1), ("b", .2), ("c", 3.0)]}
     >>> r = representation_agreement(sets)
     >>> m = r.matrix("rv2"); bool(m.loc["a", "b"] > m.loc["a", "c"])
@@ -81,6 +83,7 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last",
     if len(names) < 2:
         raise UserError("representation agreement needs at least 2 state sets")
     opened = [_as_set(sets[k]) for k in names]
+    layer = canonical_layer(layer)
     for s in opened:
         s.check_layer(layer)
     al = align(opened, join, names)

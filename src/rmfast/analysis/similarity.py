@@ -73,7 +73,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from ..states import StatesSet, open_states
+from ..states import StatesSet, canonical_layer, open_states
 from .results import Result
 from .similarity_guards import MEASURES, check_replicates, undefined_note
 from .similarity_progress import progress_bar
@@ -511,6 +511,7 @@ def _layers(s: StatesSet, layers) -> list[str]:
         return s.layers
     if isinstance(layers, str):
         layers = [x.strip() for x in layers.split(",") if x.strip()]
+    layers = [canonical_layer(str(l)) for l in layers]  # the old 'last': last_prenorm, with a warning
     for l in layers:
         s.check_layer(l)
     if not layers:
@@ -572,8 +573,9 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp())
     >>> X = rng.normal(size=(300, 6)).astype("float32")                     # (300, 6)
-    >>> _ = write_states(d / "a.states", np.arange(300), {"last": X})
-    >>> _ = write_states(d / "b.states", np.arange(299, -1, -1), {"last": X[::-1] @ rng.normal(size=(6, 6)).astype("float32")})
+    >>> _ = write_states(d / "a.states", np.arange(300), {"last_prenorm": X})
+    >>> Y = X[::-1] @ rng.normal(size=(6, 6)).astype("float32")
+    >>> _ = write_states(d / "b.states", np.arange(299, -1, -1), {"last_prenorm": Y})
     >>> res = similarity(d / "a.states", d / "b.states", bootstrap=20, permutations=19)
     >>> row = res.pairs.iloc[0]
     >>> int(row.n), bool(row.rv2 > 0.5), float(row.p_rv2)

@@ -69,7 +69,7 @@ class XrayConfig:
         every_n_steps: also x-ray every N optimizer steps (default None: only at saves).
         batch_size, compile, template, system: as for ``rmfast scan`` (defaults "auto", "off": the
             one-off torch.compile is not repaid by callback-sized scans; None, None).
-        states: hidden states to keep from each x-ray's own forward, e.g. "last" or "0,8,last" or "all"
+        states: hidden states to keep from each x-ray's own forward, e.g. "last_normed" or "0,8,last_prenorm" or "all"
             (``rmfast scan --states``; needs ``out``): ``OUT/checkpoint-N/<prompt>.states/`` beside each
             scan (default None: none).
         states_dtype: their stored dtype, "float32", "bfloat16" or "float16" (default None: the model's).
