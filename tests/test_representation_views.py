@@ -33,6 +33,7 @@ N = 120
 # model b first: its fewer lens columns come first in the loaded frame, so depth order must be restored;
 # "last": the lens's name of the last layer (lens_last), whose state is stored as last_prenorm
 MODELS = {"org/rm-b": ["0", "1", "last"], "org/rm-a": ["0", "1", "2", "3", "last"]}
+STATES = {m: [l.replace("last", "last_prenorm") for l in ls] for m, ls in MODELS.items()}  # the folders' names
 SIM_COLS = ["layer_a", "layer_b", "n", *MEASURES, "rv_null_mean"]
 
 
@@ -109,7 +110,7 @@ def test_states_beside_and_the_sampled_maps(scans_dir):
     # one set alone: its own layers against each other, the diagonal 1
     (self_map,), _ = similarity_panels({"a": scans_dir / "s1.states"}, max_layers=None, max_rows=None)
     la, lb, v = heat_matrix(self_map.pairs, "cka")
-    assert la == lb == MODELS["org/rm-a"] and np.allclose(np.diag(v), 1.0)
+    assert la == lb == STATES["org/rm-a"] and np.allclose(np.diag(v), 1.0)
     with pytest.raises(UserError, match="at least 4"):
         similarity(scans_dir / "s0.states", scans_dir / "s1.states", bootstrap=0, permutations=0, max_rows=3)
 
@@ -120,7 +121,7 @@ def test_similarity_csv_panel(scans_dir, tmp_path, capsys):
                  "--bootstrap", "0", "--permutations", "0", "--out", str(out)]) == 0
     p = similarity_from_csv(out)
     want = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", bootstrap=0, permutations=0).pairs
-    assert p.layers_a == MODELS["org/rm-b"] and p.layers_b == MODELS["org/rm-a"]
+    assert p.layers_a == STATES["org/rm-b"] and p.layers_b == STATES["org/rm-a"]
     np.testing.assert_allclose(heat_matrix(p.pairs, "rv2")[2], heat_matrix(want, "rv2")[2], rtol=1e-12)
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     with pytest.raises(UserError, match="lacks column"):
@@ -215,7 +216,7 @@ def test_explorer_header_holds_the_analyses_numbers(scans_dir):
         assert {key: x[key] for key in want} == want
     (s,) = back.similarity
     want = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", bootstrap=0, permutations=0).pairs
-    assert s["layers_a"] == MODELS["org/rm-b"] and s["layers_b"] == MODELS["org/rm-a"] and s["n"] == N
+    assert s["layers_a"] == STATES["org/rm-b"] and s["layers_b"] == STATES["org/rm-a"] and s["n"] == N
     for m in MEASURES:
         np.testing.assert_array_equal(np.array(s["measures"][m], dtype=float), heat_matrix(want, m)[2])
 
