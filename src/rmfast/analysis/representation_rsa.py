@@ -16,6 +16,7 @@ from ..states import canonical_layer
 from .permutation import N_PERM
 from .results import Result
 from .similarity import MEASURES, _as_set, _check_n, _shifts, _variant_values, align
+from .similarity_guards import LAYER0_WHY, layer_defect
 
 
 LICENSE = (
@@ -30,7 +31,8 @@ LICENSE = (
 
 @dataclass(kw_only=True)
 class RepresentationAgreementResult(Result):
-    """pairs: model_a, model_b, layer, n, cka, cka_debiased, rv, rv2 (one row per unordered pair).
+    """pairs: model_a, model_b, layer, n, cka, cka_debiased, rv, rv2, undefined (why the measures are NaN, ""
+    where defined) (one row per unordered pair).
     rsa: measure, predictor, r, p_value, n_perm, exact, n_models, n_pairs.
     alignment: set, rows, duplicated, not_shared, shared (the candidates every model shares).
     """
@@ -99,6 +101,7 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_p
             rows.append({"model_a": names[i], "model_b": names[j], "layer": layer, "n": al.n,
                          **{m: o[m] for m in MEASURES}})
     res = RepresentationAgreementResult(pairs=pd.DataFrame(rows), alignment=al.counts, layer=layer)
+    _say_undefined(res, dict(zip(names, zip(opened, al.rows))), layer)
     preds: dict[str, pd.DataFrame] = {}
     if metadata is not None:
         matched, unmatched = match_metadata(names, load_model_metadata(metadata))
@@ -126,3 +129,21 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_p
         res.notes.append("no metadata and no score matrix: RSA not run")
     res.notes.append(LICENSE)
     return res
+
+
+def _say_undefined(res: RepresentationAgreementResult, sets: dict, layer: str) -> None:
+    """The ``undefined`` column and a note: which models' states make a pair's measures NaN at ``layer``, and why
+    (constant across candidates, as layer 0 of a token scan is, or NaN/inf values). ``sets``: name -> (set, rows)."""
+    ok = np.isfinite(res.pairs[list(MEASURES)].to_numpy(dtype=float)).all(axis=1) if len(res.pairs) else []
+    if all(ok):
+        res.pairs["undefined"] = ""
+        return
+    bad = set(res.pairs.loc[~ok, "model_a"]) | set(res.pairs.loc[~ok, "model_b"])
+    why = {m: d for m in sets if m in bad and (d := layer_defect(sets[m][0], layer, sets[m][1]))}
+    res.pairs["undefined"] = ["" if good else "; ".join(f"{m} ({why[m]})" for m in (x, y) if m in why)
+                              or "a measure divides by zero on these candidates"
+                              for good, x, y in zip(ok, res.pairs["model_a"], res.pairs["model_b"])]
+    res.notes.append(f"{int((~ok).sum())} of {len(ok)} model pairs have undefined measures (NaN) at layer {layer} "
+                     "(the table's column undefined says why)" + (": " + ", ".join(f"{m} ({d})" for m, d in why.items())
+                                                                  if why else "")
+                     + (f"; {LAYER0_WHY}; choose another layer" if layer == "0" and why else ""))

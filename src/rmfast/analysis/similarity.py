@@ -75,7 +75,7 @@ import pandas as pd
 from ..errors import UserError
 from ..states import StatesSet, canonical_layer, open_states
 from .results import Result
-from .similarity_guards import MEASURES, check_replicates, undefined_note
+from .similarity_guards import MEASURES, check_replicates, undefined_reasons
 from .similarity_progress import progress_bar
 
 JOINS = ("auto", "id", "text")
@@ -491,10 +491,10 @@ def _pvalue(obs: float, perm: np.ndarray) -> float:
 
 @dataclass(kw_only=True)
 class SimilarityResult(Result):
-    """pairs: one row per layer pair: layer_a, layer_b, n, cka, cka_debiased, rv, rv2, d_a, d_b,
-    rv_null_mean, then per measure ``<m>_lo``, ``<m>_hi`` (bias-corrected bootstrap interval over
-    candidates, :func:`bootstrap_interval`) and ``p_<m>`` (permutation p-value, "more similar than chance").
-    alignment: set, rows, duplicated, not_shared, shared.
+    """pairs: one row per layer pair: layer_a, layer_b, n, cka, cka_debiased, rv, rv2, d_a, d_b, rv_null_mean, per
+    measure ``<m>_lo``, ``<m>_hi`` (bias-corrected bootstrap interval over candidates, :func:`bootstrap_interval`),
+    ``p_<m>`` (permutation p-value, "more similar than chance"), and ``undefined``: why the pair's measures are
+    NaN ("" where defined, e.g. "A 0 (constant across candidates)"). alignment: set, rows, duplicated, not_shared, shared.
     """
 
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -624,7 +624,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     if n < shared:
         res.notes.append(f"measured on {n:,} of the {shared:,} shared candidates: a random sample (seed {seed}, "
                          "max_rows)")
-    undefined = undefined_note(pairs, a, b, la, lb)
+    pairs["undefined"], undefined = undefined_reasons(pairs, a, b, la, lb, ra, rb)
     if undefined:
         res.notes.append(undefined)
     null = pairs["rv_null_mean"].where(np.isfinite(pairs["rv_null_mean"]))
