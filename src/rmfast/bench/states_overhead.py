@@ -1,4 +1,4 @@
-"""The extra time of ``--states last`` and ``--states all`` over a plain scan (issue 24;
+"""The extra time of ``--states last_prenorm`` and ``--states all`` over a plain scan (issue 24;
 ``rmfast bench --workload states``, ``benchmarks/states_overhead.py``).
 
 One process, one model (default the embedded SmolLM2-135M-Instruct with a seeded random score head,
