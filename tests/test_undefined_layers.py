@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from cli_run import run
 from rmfast.analysis.representation_rsa import representation_agreement
@@ -76,3 +77,13 @@ def test_scans_with_states_0_say_why_in_the_table_and_the_note(tiny_dir, tmp_pat
     assert t[["cka", "rv2"]].isna().all().all()
     assert t["undefined"].tolist() == ["A 0 (constant across candidates); B 0 (constant across candidates)"]
     assert "layer 0 is the input embedding at the scored position" in se and "A 0 (constant across" in se, se
+    # the report's similarity table says it beside the blank row (a column shown when some row is undefined)
+    pytest.importorskip("scipy")
+    from rmfast.analysis.report import build_report
+    from rmfast.analysis.representations import states_beside
+    from rmfast.analysis.scans import load_scans
+
+    page = build_report(load_scans([tmp_path]), states=states_beside([tmp_path]), n_perm=10)
+    sec = page[page.index('<h2 id="representations"'):]
+    assert ">undefined</th>" in sec and "A 0 (constant across candidates); B 0 (constant across candidates)" in sec
+    assert "layer 0 is the input embedding at the scored position" in sec

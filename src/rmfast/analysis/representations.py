@@ -261,6 +261,11 @@ def _lens_html(x) -> list[str]:
     return out
 
 
+def _any_why(pairs: pd.DataFrame) -> bool:
+    """Whether some pair's measures are undefined with a reason (the column ``undefined``; empty in a CSV: NaN)."""
+    return bool(pairs["undefined"].fillna("").astype(str).ne("").any())
+
+
 def _similarity_html(x) -> list[str]:
     """The similarity part: per panel the heatmaps, the table and what was computed."""
     panels, notes = similarity_panels(x.states or {}, max_layers=x.states_layers, max_rows=x.states_rows)
@@ -279,8 +284,9 @@ def _similarity_html(x) -> list[str]:
         out.append(f"<details open><summary>{html.escape(head)}</summary>"
                    f'<p class="note">{html.escape(how)}. {html.escape(" ".join(p.notes))}</p>'
                    + _figure_or_line(lambda q=p: similarity_figure(q), "layer by layer similarity")
-                   + table_html(p.pairs[[c for c in ("layer_a", "layer_b", "n", *MEASURES, "rv_null_mean")
-                                         if c in p.pairs.columns]], max_rows=100) + "</details>")
+                   + table_html(p.pairs[[c for c in ("layer_a", "layer_b", "n", *MEASURES, "rv_null_mean", "undefined")
+                                         if c in p.pairs.columns and (c != "undefined" or _any_why(p.pairs))]],
+                                max_rows=100) + "</details>")
     if notes:
         out.append('<p class="note">' + html.escape(" ".join(notes)) + "</p>")
     return out
