@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rmfast.analysis.similarity import MEASURES, measures
+from rmfast.analysis.representations.similarity import MEASURES, measures
 
 
 def main(argv=None) -> None:

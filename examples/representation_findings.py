@@ -123,13 +123,13 @@ def scan_b(args) -> None:
 
 
 def _diagonal(a, b, layers, **kw) -> pd.DataFrame:
-    from rmfast.analysis.similarity import similarity
+    from rmfast.analysis.representations.similarity import similarity
 
     return pd.concat([similarity(a, b, layers_a=[x], layers_b=[x], **kw).pairs for x in layers], ignore_index=True)
 
 
 def similarity_a(args) -> None:
-    from rmfast.analysis.similarity import similarity
+    from rmfast.analysis.representations.similarity import similarity
     from rmfast.states import open_states
 
     out, timings = args.results, {}
@@ -167,7 +167,7 @@ def scores_a(args) -> None:
 
 def base_self_a(args) -> None:
     """The base against itself, layer × layer: how different its own layers are (calibration for A)."""
-    from rmfast.analysis.similarity import similarity
+    from rmfast.analysis.representations.similarity import similarity
     from rmfast.states import open_states
 
     base = open_states(args.data / "A" / "checkpoint-0.parquet")
@@ -204,7 +204,7 @@ def lora_a(args) -> None:
 
 
 def similarity_b(args) -> None:
-    from rmfast.analysis.similarity import similarity
+    from rmfast.analysis.representations.similarity import similarity
 
     out, timings = args.results, {}
     out.mkdir(parents=True, exist_ok=True)
@@ -240,7 +240,7 @@ def _residual(X: np.ndarray, F: np.ndarray) -> np.ndarray:
 def surface_b(args) -> None:
     """How much of the SmolLM2-Gemma similarity trivial surface features carry: each layer against
     the features, and the depth-matched pairs again after the features are regressed out of both."""
-    from rmfast.analysis.similarity import align, measures
+    from rmfast.analysis.representations.similarity import align, measures
     from rmfast.states import open_states
 
     a, b = open_states(args.data / "B" / "smollm2.parquet"), open_states(args.data / "B" / "gemma3.parquet")

@@ -100,7 +100,7 @@ def build_model(spec: str, seed: int, lora_r: int):
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from rmfast.loader import load
+    from rmfast.loading.loader import load
 
     torch.manual_seed(seed)
     lm = load(spec, dtype="float32", device="cpu", random_head_seed=seed)
@@ -111,9 +111,9 @@ def build_model(spec: str, seed: int, lora_r: int):
 
 
 def xray_callbacks(args, tok, held_out: pd.DataFrame):
-    from rmfast.analysis.lexicons import load_dictionary
+    from rmfast.analysis.data.lexicons import load_dictionary
     from rmfast.integrations.trl import XrayCallback, XrayConfig
-    from rmfast.pipeline import Selection
+    from rmfast.scoring.pipeline import Selection
 
     dic = load_dictionary(args.dictionary)
     word = args.vocab_view == "wordlike"
@@ -174,7 +174,7 @@ def sweep_and_trajectory(args) -> dict:
 
 
 def report(args, run: dict, sweep: dict) -> dict:
-    from rmfast.analysis.scans import load_scans
+    from rmfast.analysis.data.scans import load_scans
 
     held = load_scans(args.out / "xray" / "heldout")
     acc = {}

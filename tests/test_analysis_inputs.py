@@ -17,8 +17,8 @@ from rmfast.analysis import (Ledger, load_afinn, load_dictionary, load_eloeveryt
                              load_frequencies, load_human_scores, load_model_metadata,
                              load_scans, match_metadata, select, shared_vocabulary,
                              validate_scans)
-from rmfast.analysis.framing import framing_map, parse_framing_args
-from rmfast.analysis.lexicons import match_dictionary
+from rmfast.analysis.data.framing import framing_map, parse_framing_args
+from rmfast.analysis.data.lexicons import match_dictionary
 from rmfast.errors import UserError
 
 

@@ -17,9 +17,9 @@ sm = pytest.importorskip("statsmodels.api")
 from rmfast.analysis import (agreement, best_worst, categories, distributions, exposure,
                              extremes, human_comparison, mds, permutation_test, rbo, rsa_test,
                              sentiment)
-from rmfast.analysis.best_worst import ALL_MODELS, pick_prompts
-from rmfast.analysis.regression import ols
-from rmfast.analysis.rsa import predictor_matrices
+from rmfast.analysis.paper_a.best_worst import ALL_MODELS, pick_prompts
+from rmfast.analysis.stats.regression import ols
+from rmfast.analysis.stats.rsa import predictor_matrices
 from rmfast.errors import UserError
 
 BEST, WORST = "What, in one word, is the best thing ever?", "What, in one word, is the worst thing ever?"

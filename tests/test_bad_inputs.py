@@ -633,7 +633,7 @@ def test_a_store_lock_of_the_wrong_kind_is_refused(which, tmp_path):
 def test_other_yaml_readers_refuse_a_key_given_twice(fx):
     """--prompts-yaml and --metadata YAML: a key written twice is refused at its second line (PyYAML alone
     keeps the last one and drops the first prompt / model without a word)."""
-    from rmfast.analysis.metadata import load_model_metadata
+    from rmfast.analysis.data.metadata import load_model_metadata
     from rmfast.errors import UserError
     from rmfast.implicit import read_prompts
 

@@ -126,7 +126,7 @@ def test_shared_vocabulary_two_real_tokenizers(smol_tokenizer, gemma_tokenizer):
 
 
 def test_big2_coverage_real_tokenizers(smol_tokenizer, gemma_tokenizer, shared_data):
-    from rmfast.analysis.lexicons import load_dictionary
+    from rmfast.analysis.data.lexicons import load_dictionary
 
     cov = dictionary_coverage(load_dictionary(shared_data / "lexicons" / "big2_nouns.csv"),
                               {"smol": smol_tokenizer, "gemma": gemma_tokenizer}).set_index("category")
@@ -161,7 +161,7 @@ def test_implicit_from_models_matches_logprobs(pair):
 
 
 def test_read_paper_b_prompts(shared_data):
-    from rmfast.analysis.framing import prompt_framing
+    from rmfast.analysis.data.framing import prompt_framing
 
     p = read_prompts(shared_data / "prompts" / "paper_b_prompts.yaml")
     assert len(p) == 54 and p["greatest_ever_one"] == PROMPT

@@ -59,7 +59,7 @@ def test_explore_and_report_read_a_finished_sweep_store(journey, tmp_path, capsy
     assert rc == 0, se
     rc, so, se = run(["report", store, "--out", tmp_path / "report.html", "--n-perm", "1", "--no-progress"], capsys)
     assert rc == 0, se
-    from rmfast.analysis.representations import states_beside
+    from rmfast.analysis.representations.views import states_beside
 
     assert states_beside([store]) == {}
 
@@ -137,17 +137,36 @@ def _modules_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
-HEAVY = {"torch", "torch._inductor", "transformers", "pandas", "rmfast.analysis"}
+HEAVY = {"torch", "torch._inductor", "transformers", "pandas"}
+LIGHT_ANALYSIS = {"rmfast.analysis", "rmfast.analysis.registry"}  # the lazy package and its list of analyses
+
+
+def _analyses(mods: set[str]) -> set[str]:
+    """The analysis modules among ``mods`` beyond the package and its registry (which the parser reads)."""
+    return {m for m in mods if m.startswith("rmfast.analysis")} - LIGHT_ANALYSIS
 
 
 def test_import_rmfast_and_the_cli_parser_import_nothing_heavy():
     """`import rmfast` and building the CLI's parser (all of `rmfast --help`) import neither torch nor
     inductor, transformers, pandas or the analyses: they are imported where they are used (issue 37: 8-11 s)."""
-    assert not HEAVY & _modules_after("import rmfast")
-    assert not HEAVY & _modules_after("from rmfast.cli import build_parser; build_parser()")
+    for code in ("import rmfast", "from rmfast.cli import build_parser; build_parser()"):
+        mods = _modules_after(code)
+        assert not HEAVY & mods and not _analyses(mods), (HEAVY & mods, _analyses(mods))
     # the API is still there, on first use; loading it does not import inductor either
     mods = _modules_after("import rmfast; rmfast.load, rmfast.scan, rmfast.RewardScorer, rmfast.gcg.run")
     assert "torch" in mods and "torch._inductor" not in mods
+
+
+def test_import_rmfast_installs_no_import_hook():
+    """`import rmfast` leaves sys.meta_path as it found it: no finder aliases old module paths (rmfast.pipeline
+    and the like are gone; their callers import rmfast.scoring.pipeline, ...)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; before = list(sys.meta_path); import rmfast; "
+            "print(sys.meta_path == before, [type(f).__name__ for f in sys.meta_path if f not in before])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "True []", out.stdout
 
 
 def test_the_parser_keeps_the_jobs_own_choices():

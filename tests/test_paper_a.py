@@ -13,11 +13,11 @@ import pytest
 pytest.importorskip("scipy.stats")
 
 from rmfast.analysis import agreement, exposure, human_comparison, sentiment
-from rmfast.analysis.lexicons import load_bnc_rows
-from rmfast.analysis.paper_plots import significance
-from rmfast.analysis.prompt_agreement import prompt_agreement
-from rmfast.analysis.rank_stats import footrule, ndcg
-from rmfast.analysis.rbo import paper_ranking, rbo_truncated
+from rmfast.analysis.data.lexicons import load_bnc_rows
+from rmfast.analysis.render.plots import significance
+from rmfast.analysis.paper_a.prompt_agreement import prompt_agreement
+from rmfast.analysis.stats.rank_stats import footrule, ndcg
+from rmfast.analysis.stats.rbo import paper_ranking, rbo_truncated
 from rmfast.errors import UserError
 
 SHARED = Path(os.environ.get("RMFAST_SHARED_DATA",
@@ -173,7 +173,7 @@ def test_significance_levels():
 @real
 def test_paper_method_reproduces_fig5b_and_a7():
     from rmfast.analysis import load_eloeverything
-    from rmfast.analysis.paper_a import GE, PAPER_RANK_GAPS
+    from rmfast.analysis.paper_a.reproduce import GE, PAPER_RANK_GAPS
 
     data = load_eloeverything(ELO)
     paper = human_comparison(data.scans, data.human, k=10, method="paper").differences

@@ -16,8 +16,8 @@ import pytest
 
 stats = pytest.importorskip("scipy.stats")
 
-from rmfast.analysis.categories import categories
-from rmfast.analysis.permutation import (MKINFER_R, bonferroni, mkinfer_perm_t_test,
+from rmfast.analysis.paper_b.categories import categories
+from rmfast.analysis.stats.permutation import (MKINFER_R, bonferroni, mkinfer_perm_t_test,
                                          permutation_test, welch_t)
 from rmfast.errors import UserError
 
@@ -125,7 +125,7 @@ def test_categories_paper_method_welch_over_rows_per_category_framing_panel():
 
 
 def test_paper_mixed_recovers_planted_effects_and_uses_nlme_df():
-    from rmfast.analysis.paper_b import paper_mixed
+    from rmfast.analysis.paper_b.reproduce import paper_mixed
 
     rng = np.random.default_rng(5)
     rows = []
@@ -173,7 +173,7 @@ def _authors_fig1() -> pd.DataFrame:
 
 @real
 def test_fig1_medians_and_paper_tests_equal_the_authors_recipe(tmp_path):
-    from rmfast.analysis.paper_b import reproduce_paper_b
+    from rmfast.analysis.paper_b.reproduce import reproduce_paper_b
 
     found = reproduce_paper_b(IC, tmp_path)
     # the shared data holds the published MFD 2.0 files: Fig. 1b comes by default
@@ -210,7 +210,7 @@ def test_fig1_medians_and_paper_tests_equal_the_authors_recipe(tmp_path):
 @real
 def test_fig1_mixed_model_matches_an_independent_statsmodels_fit(tmp_path):
     smf = pytest.importorskip("statsmodels.formula.api")
-    from rmfast.analysis.paper_b import paper_mixed
+    from rmfast.analysis.paper_b.reproduce import paper_mixed
 
     ref = _authors_fig1()
     med = ref.rename(columns={"base": "group", "Category": "category", "median": "median_rank"})
@@ -350,7 +350,7 @@ def test_cli_categories_refuses_a_skipped_file_that_drops_a_model(tmp_path, caps
 
 def test_summaries_name_three_statistics_that_differ_on_planted_data():
     """Model m1: skewed ranks over prompts, so a median over prompts differs from the mean."""
-    from rmfast.analysis.categories import STATISTICS, group_summaries
+    from rmfast.analysis.paper_b.categories import STATISTICS, group_summaries
 
     med = pd.DataFrame({"model": ["g1"] * 3 + ["l1"] * 3, "prompt": ["p1", "p2", "p3"] * 2,
                         "category": "A", "median_rank": [1.0, 2.0, 9.0, 4.0, 4.0, 4.0],
@@ -369,8 +369,8 @@ def test_summaries_name_three_statistics_that_differ_on_planted_data():
 
 @real
 def test_three_statistics_reproduce_the_issue_numbers_and_r_avg_ranks_exactly():
-    from rmfast.analysis.iclr2026 import load_big2_rewards
-    from rmfast.analysis.paper_b import r_avg_ranks
+    from rmfast.analysis.paper_b.published import load_big2_rewards
+    from rmfast.analysis.paper_b.reproduce import r_avg_ranks
 
     s = load_big2_rewards(IC)
     res = categories(s, DIC, group_by=dict(zip(s["model"], s["base"])),
@@ -406,7 +406,7 @@ def test_three_statistics_reproduce_the_issue_numbers_and_r_avg_ranks_exactly():
 
 
 def test_random_slope_widens_the_interaction_se_when_models_differ_in_category_preference():
-    from rmfast.analysis.paper_b import paper_mixed
+    from rmfast.analysis.paper_b.reproduce import paper_mixed
 
     rng = np.random.default_rng(3)
     rows = []
@@ -475,7 +475,7 @@ def test_reproduce_gains_fig1b_when_mfd_scores_are_given(tmp_path):
 
 @real
 def test_published_findings_name_statistics_count_distinct_runs_and_reconcile(tmp_path):
-    from rmfast.analysis.paper_b import reproduce_paper_b
+    from rmfast.analysis.paper_b.reproduce import reproduce_paper_b
 
     by = {f["id"]: f for f in reproduce_paper_b(IC, tmp_path)}
     assert "[mean_of_model_prompt_medians]" in by["B-fig1"]["summary"]

@@ -73,8 +73,8 @@ def test_method_paper_fits_the_papers_mixed_model(tmp_path, capsys):
 
 def test_one_permutation_count_default_the_authors_9999():
     from rmfast.analysis import agreement, categories, permutation_test
-    from rmfast.analysis.representation_rsa import representation_agreement
-    from rmfast.analysis.rsa import rsa_test
+    from rmfast.analysis.representations.representation_rsa import representation_agreement
+    from rmfast.analysis.stats.rsa import rsa_test
 
     args = build_parser().parse_args(["analyze", "categories"])
     assert args.n_perm == 9999
@@ -99,7 +99,7 @@ def test_every_statistic_is_named_in_its_table(tmp_path, capsys):
 
 @mfd
 def test_fig1b_summary_does_not_call_its_avg_ranks_the_authors_block(tmp_path):
-    from rmfast.analysis.paper_b import _fig1b
+    from rmfast.analysis.paper_b.reproduce import _fig1b
 
     found = {f["id"]: f for f in _fig1b(IC, tmp_path)}
     # the published folder's two prefixes, all ten RMs: Fig. 1b is drawn by default
@@ -112,7 +112,7 @@ def test_fig1b_summary_does_not_call_its_avg_ranks_the_authors_block(tmp_path):
 
 @pytest.mark.skipif(not (SHARED_DATA / "eloeverything").is_dir(), reason="shared data absent")
 def test_pvalue_finding_counts_human_model_pairs_apart_from_model_pairs(tmp_path):
-    from rmfast.analysis.paper_a import reproduce_paper_a
+    from rmfast.analysis.paper_a.reproduce import reproduce_paper_a
 
     found = {f["id"]: f for f in reproduce_paper_a(SHARED_DATA, tmp_path)}
     line = found["A-pvalues"]["summary"]

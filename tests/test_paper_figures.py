@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("scipy.stats")
 
-from rmfast.analysis.paper_b_plots import BASE_COLOURS, fig1_figure, fig4a_figure, fig4b_figure
-from rmfast.analysis.paper_plots import pvalue_heatmap, rank_gap_bars, tau_heatmap
+from rmfast.analysis.paper_b.plots import BASE_COLOURS, fig1_figure, fig4a_figure, fig4b_figure
+from rmfast.analysis.paper_a.plots import pvalue_heatmap, rank_gap_bars, tau_heatmap
 
 from conftest import SHARED_DATA
 
@@ -79,7 +79,7 @@ def _fig4_tables():
                                  600 + 50 * ((cat == "Agency") == (base == "Gemma")) + step / 100))
     cat = pd.DataFrame(rows, columns=["run", "data_size", "data_source", "method", "step", "base",
                                       "category", "median_rank"])
-    from rmfast.analysis.paper_b import fig4_shape
+    from rmfast.analysis.paper_b.reproduce import fig4_shape
 
     shape = fig4_shape(cat)
     shape["same_as"] = shape["run"].map({"uf_27": "uf_13"})
@@ -129,7 +129,7 @@ def test_rank_gap_bars_explain_their_two_colours():
 @pytest.mark.skipif(not (SHARED_DATA / "iclr2026" / "reward_model_training").is_dir(),
                     reason="shared data absent")
 def test_published_fig4_is_drawn_as_4a_and_4b(tmp_path):
-    from rmfast.analysis.paper_b import _fig4
+    from rmfast.analysis.paper_b.reproduce import _fig4
 
     found = {f["id"]: f for f in _fig4(SHARED_DATA / "iclr2026", tmp_path)}
     assert found["B-fig4a"]["files"][0] == "B_fig4a.png" and found["B-fig4b"]["files"][0] == "B_fig4b.png"

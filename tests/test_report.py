@@ -217,7 +217,7 @@ def test_figures_fit_a_1280px_window(tmp_path):
 def test_mds_labels_do_not_overlap_each_other_or_the_points():
     from matplotlib.text import Text
 
-    from rmfast.analysis.plots import Styles, mds_map
+    from rmfast.analysis.render.plots import Styles, mds_map
 
     models = ["org/Alpha-Gemma-2B", "org/Beta-Gemma-27B", "lab/Gamma-Llama-8B",
               "lab/Delta-Llama-3B", "x/Epsilon-Qwen-7B", "x/Zeta-Qwen-72B", "y/Eta-Mistral-7B",

@@ -17,12 +17,12 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from rmfast.analysis.lens import lens
-from rmfast.analysis.representations import (heat_matrix, lens_by_scan, lens_payload, pick_layers,
+from rmfast.analysis.representations.lens import lens
+from rmfast.analysis.representations.views import (heat_matrix, lens_by_scan, lens_payload, pick_layers,
                                              similarity_from_csv, similarity_panels, states_beside)
-from rmfast.analysis.report_html import table_html
-from rmfast.analysis.scans import load_scans
-from rmfast.analysis.similarity import MEASURES, similarity
+from rmfast.analysis.render.report_html import table_html
+from rmfast.analysis.data.scans import load_scans
+from rmfast.analysis.representations.similarity import MEASURES, similarity
 from rmfast.cli import main
 from rmfast.errors import UserError
 from rmfast.explore import build_explorer, render_html, unpack
@@ -170,7 +170,7 @@ def test_report_without_lens_or_states_has_no_section(tmp_path):
 
 
 def test_report_lens_only_and_matplotlib_missing(tmp_path, monkeypatch):
-    from rmfast.analysis import deps
+    from rmfast.analysis.data import deps
     from rmfast.analysis.report import build_report
 
     _write(tmp_path, states=False)

@@ -14,7 +14,7 @@ pytest.importorskip("scipy.stats")
 pytest.importorskip("matplotlib")
 
 from rmfast.analysis import reproduce
-from rmfast.analysis.paper_a import GE, HP
+from rmfast.analysis.paper_a.reproduce import GE, HP
 from rmfast.cli import main
 from rmfast.errors import UserError
 

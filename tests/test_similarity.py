@@ -1,4 +1,4 @@
-"""Representation similarity (rmfast.analysis.similarity) and the states format (rmfast.states)."""
+"""Representation similarity (rmfast.analysis.representations.similarity) and the states format (rmfast.states)."""
 
 import itertools
 import json
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rmfast.analysis.representation_rsa import representation_agreement
-from rmfast.analysis.similarity import MEASURES, align, gram_measures, measures, similarity
+from rmfast.analysis.representations.representation_rsa import representation_agreement
+from rmfast.analysis.representations.similarity import MEASURES, align, gram_measures, measures, similarity
 from rmfast.errors import UserError
 from rmfast.states import open_states, write_states
 
@@ -211,7 +211,7 @@ def test_bootstrap_replicate_is_the_resample_and_seeded(tmp_path):
     n = 120
     counts = np.bincount(np.random.default_rng([3, 0, 0]).integers(0, n, n), minlength=n)
     idx = np.repeat(np.arange(n), counts)
-    from rmfast.analysis import similarity as sim
+    from rmfast.analysis.representations import similarity as sim
     al = align([open_states(a), open_states(b)])
     sh = (sim._shifts(open_states(a), ["0"], al.rows[0]), sim._shifts(open_states(b), ["4"], al.rows[1]))
     got = sim._variant_values(open_states(a), open_states(b), al.rows[0], al.rows[1], ["0"], ["4"],
@@ -383,7 +383,7 @@ def test_constant_nan_and_inf_layers_are_undefined_not_a_traceback(tmp_path):
     similarity maps are drawn (they used to raise 'Encountered all NA values')."""
     import warnings
 
-    from rmfast.analysis.representations import similarity_panels
+    from rmfast.analysis.representations.views import similarity_panels
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(60, 4)).astype("float32")

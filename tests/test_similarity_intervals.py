@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rmfast.analysis.similarity import MEASURES, MIN_TRUSTED_BOOTSTRAP, bootstrap_interval, similarity
+from rmfast.analysis.representations.similarity import MEASURES, MIN_TRUSTED_BOOTSTRAP, bootstrap_interval, similarity
 from rmfast.cli import build_parser
 from rmfast.states import write_states
 

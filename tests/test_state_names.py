@@ -76,7 +76,7 @@ def test_an_old_states_folder_with_last_still_reads(tmp_path, capsys):
     # a new folder of the same candidates: the two join on the canonical names
     new = _quiet(write_states, tmp_path / "new.states", np.arange(40), {"0": y, "last_prenorm": x})
     assert open_states(new).layers == ["0", "last_prenorm"]
-    from rmfast.analysis.similarity import similarity
+    from rmfast.analysis.representations.similarity import similarity
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -428,7 +428,7 @@ def test_two_folders_with_one_vocabulary_join_on_token_id(tiny_dir, tmp_path, ca
     back to decoded text, dropping every candidate whose text occurs twice)."""
     import shutil
 
-    from rmfast.analysis.similarity import align
+    from rmfast.analysis.representations.similarity import align
 
     other = tmp_path / "base-model"
     shutil.copytree(tiny_dir, other)

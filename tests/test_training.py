@@ -117,7 +117,7 @@ def test_run_folder_expands_into_its_checkpoints(tmp_path, tok):
 
     assert [m.name for m in load_config(cfg).models] == ["rm/checkpoint-2", "rm/checkpoint-10"]
     assert cli(["sweep", str(cfg), "--no-progress"]) == 0
-    from rmfast.analysis.trajectory import load_trajectory_inputs
+    from rmfast.analysis.paper_b.trajectory import load_trajectory_inputs
 
     t = load_trajectory_inputs(tmp_path / "store" / "parts")
     assert sorted(t["step"].unique()) == [2, 10] and set(t["run"]) == {"rm | " + PROMPT}

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rmfast.analysis.trajectory import (from_scans, load_trajectory_inputs, step_of, trajectory,
+from rmfast.analysis.paper_b.trajectory import (from_scans, load_trajectory_inputs, step_of, trajectory,
                                         write_trajectory)
 from rmfast.cli import main
 
@@ -124,7 +124,7 @@ def test_published_checkpoint_ranks_reproduce_fig4_shape():
     """Fig. 4 from the authors' CSVs: the analysis equals a direct read of the files, and the
     Gemma/Llama contrast (Llama ranks Agency higher, Gemma Communion) holds at every checkpoint
     of the Fig. 4a run and at the final checkpoint of most data sizes."""
-    from rmfast.analysis.paper_b import fig4_shape
+    from rmfast.analysis.paper_b.reproduce import fig4_shape
 
     r = trajectory(load_trajectory_inputs([TRAIN]))
     raw = pd.concat([pd.read_csv(f).assign(run=f.stem.removeprefix("rank_results_"))

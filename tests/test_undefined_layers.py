@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from cli_run import run
-from rmfast.analysis.representation_rsa import representation_agreement
-from rmfast.analysis.similarity import similarity
+from rmfast.analysis.representations.representation_rsa import representation_agreement
+from rmfast.analysis.representations.similarity import similarity
 from rmfast.states import write_states
 
 PROMPTS = ("What, in one word, is the greatest thing ever?", "What, in one word, is the worst thing ever?")
@@ -80,8 +80,8 @@ def test_scans_with_states_0_say_why_in_the_table_and_the_note(tiny_dir, tmp_pat
     # the report's similarity table says it beside the blank row (a column shown when some row is undefined)
     pytest.importorskip("scipy")
     from rmfast.analysis.report import build_report
-    from rmfast.analysis.representations import states_beside
-    from rmfast.analysis.scans import load_scans
+    from rmfast.analysis.representations.views import states_beside
+    from rmfast.analysis.data.scans import load_scans
 
     page = build_report(load_scans([tmp_path]), states=states_beside([tmp_path]), n_perm=10)
     sec = page[page.index('<h2 id="representations"'):]

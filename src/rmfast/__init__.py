@@ -22,15 +22,12 @@ __all__ = ["scan", "run_scan", "score_texts", "Selection", "ScanResult", "load",
            "Template", "plan_scoring", "ScoringPlan", "Engine", "UserError", "RewardScorer"]
 
 from .errors import UserError  # noqa: E402
-from . import _moved  # noqa: E402
 from .compile_cache import isolate_compile_cache as _isolate_compile_cache  # noqa: E402
 
 # inductor's on-disk cache, one folder per CPU kind and kernel level (rmfast.compile_cache says why): set
 # now, on import, because loading a model through transformers already fixes the folder for the process;
 # a user's own TORCHINDUCTOR_CACHE_DIR is kept. Without importing torch.
 _isolate_compile_cache()
-
-_moved.install()  # the old module paths (rmfast.pipeline, rmfast.loader, ...) still import
 
 # The API is imported when first used (PEP 562), not by ``import rmfast``: torch, transformers and
 # inductor take seconds to import, and ``rmfast --help`` imports this package first (issue 37:

@@ -10,7 +10,7 @@ package data (``rmfast/explorer/explorer.{html,css,js}``, plain JS, no library).
 
 The join: when every row has a token id and each id decodes to one text in every scan (one
 tokenizer), rows are joined on the id. Otherwise (different tokenizers, text candidates) they
-are joined on the decoded text by the papers' rule (:func:`rmfast.analysis.shared_vocab.dedupe_text`:
+are joined on the decoded text by the papers' rule (:func:`rmfast.analysis.data.shared_vocab.dedupe_text`:
 a string occurring more than once in a scan is dropped there, all copies), as the agreement
 analyses do, but as an outer join: a token missing from a column shows there as empty, and each
 column counts its *unmatched* rows (present in it, absent from some other column).
@@ -96,8 +96,8 @@ class ExplorerData:
     flags: (N,) uint8 (bit 0 word-like, bit 1 special). cats: (N,) uint32; categories: names.
     pairs: per pair a < b of columns: a, b, n_shared, kendall_tau_b, spearman_rho, rbo.
     lens: per column with lens values (a scan run with --lens): column, model, prompt and
-        :func:`rmfast.analysis.representations.lens_payload`.
-    similarity: per layer × layer map of hidden states (:func:`~rmfast.analysis.representations.similarity_payload`).
+        :func:`rmfast.analysis.representations.views.lens_payload`.
+    similarity: per layer × layer map of hidden states (:func:`~rmfast.analysis.representations.views.similarity_payload`).
     """
 
     join: str
@@ -127,11 +127,11 @@ def load_inputs(paths, ledger=None) -> tuple[pd.DataFrame, str]:
     """The tidy scan frame of scan Parquet files / folders of them, or of one sweep store folder.
 
     A folder with a ``store.json`` is a results store (:func:`rmfast.sweep.store.load_results`, finished
-    parts only); anything else goes through :func:`rmfast.analysis.scans.load_scans`. Rows left out
+    parts only); anything else goes through :func:`rmfast.analysis.data.scans.load_scans`. Rows left out
     (a NaN score: a scan whose model overflowed) are recorded in ``ledger``
-    (:class:`rmfast.analysis.ledger.Ledger`), for the caller to say so.
+    (:class:`rmfast.analysis.data.ledger.Ledger`), for the caller to say so.
     """
-    from .analysis.scans import load_scans, scans_source, validate_scans
+    from .analysis.data.scans import load_scans, scans_source, validate_scans
     from .sweep.store import load_results
 
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, PathLike)) else paths)]
@@ -191,9 +191,9 @@ def join_columns(df: pd.DataFrame, join: str = "auto", notes: list | None = None
     >>> j, texts, ids.tolist(), [c["unmatched"] for c in cols]
     ('text', ['x', 'y', 'z'], [[1, 2, -1], [7, -1, 8]], [1, 1])
     """
-    from .analysis.ledger import Ledger
-    from .analysis.scans import validate_scans
-    from .analysis.shared_vocab import dedupe_text
+    from .analysis.data.ledger import Ledger
+    from .analysis.data.scans import validate_scans
+    from .analysis.data.shared_vocab import dedupe_text
 
     left_out = Ledger()
     df = validate_scans(df, ledger=left_out)
@@ -269,7 +269,7 @@ def category_masks(texts, dictionaries) -> tuple[np.ndarray, list[str]]:
     >>> masks.tolist(), names
     ([1, 2, 0], ['big2: C', 'big2: A'])
     """
-    from .analysis.lexicons import load_dictionary, match_dictionary, normalize_word
+    from .analysis.data.lexicons import load_dictionary, match_dictionary, normalize_word
 
     words = pd.Series([normalize_word(t) for t in texts])
     masks = np.zeros(len(texts), dtype=np.uint32)
@@ -294,8 +294,8 @@ def pair_stats(scores: np.ndarray, texts=None, rbo_p: float = RBO_P) -> list[dic
     (the ``analysis`` extra); tests/test_explore.py checks the values against scipy and the agreement
     analysis.
     """
-    from .analysis.deps import stats
-    from .analysis.rbo import rbo
+    from .analysis.data.deps import stats
+    from .analysis.stats.rbo import rbo
 
     st = stats()
     by_text = np.array(sorted(range(len(texts)), key=texts.__getitem__), dtype=np.int64) if texts is not None else None
@@ -342,7 +342,7 @@ def build_explorer(df: pd.DataFrame, *, dictionaries=(), join: str = "auto", pai
 
     ``dictionaries``: paths (CSV, .dicx, LIWC .dic; see :func:`rmfast.analysis.load_dictionary`) or
     (name, frame) tuples. ``pairs=False`` skips the pair statistics (they need scipy). The
-    representations panel, as the report's section (:mod:`rmfast.analysis.representations`): the lens of
+    representations panel, as the report's section (:mod:`rmfast.analysis.representations.views`): the lens of
     every column whose scan has lens columns (top/bottom ``k``); ``states`` (label -> states folder) compared
     pairwise on at most ``states_layers`` layers and ``states_rows`` candidates, and ``similarity_csv``.
     """
@@ -362,10 +362,10 @@ def build_explorer(df: pd.DataFrame, *, dictionaries=(), join: str = "auto", pai
 
 def _representations(df, columns, states, similarity_csv, layers, rows, k, notes) -> tuple[list, list]:
     """The lens of each column with lens values, and the similarity maps (the page's representations panel)."""
-    from .analysis.lens import lens_columns
-    from .analysis.representations import (lens_by_scan, lens_payload, similarity_from_csv, similarity_panels,
+    from .analysis.representations.lens import lens_columns
+    from .analysis.representations.views import (lens_by_scan, lens_payload, similarity_from_csv, similarity_panels,
                                            similarity_payload)
-    from .analysis.scans import validate_scans
+    from .analysis.data.scans import validate_scans
 
     col = {(c["model"], c["prompt"]): i for i, c in reversed(list(enumerate(columns)))}  # the first column
     found = lens_by_scan(validate_scans(df), k) if lens_columns(df) else []

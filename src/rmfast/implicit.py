@@ -23,7 +23,7 @@ and prompt). Models with different tokenizers are compared on the decoded string
 
 Prompt sweeps read the Paper B YAML (``key: "prompt"`` per line) and write one tidy Parquet
 with ``prompt_id`` and ``prompt`` columns. With a category dictionary (the Big Two nouns) the
-word-level sweep feeds :func:`rmfast.analysis.categories.categories` (median rank per
+word-level sweep feeds :func:`rmfast.analysis.paper_b.categories.categories` (median rank per
 category) — see :func:`dictionary_summary` and ``rmfast implicit --demo``.
 """
 
@@ -41,7 +41,7 @@ import pandas as pd
 from .version import __version__
 from .errors import UserError
 from .io import check_output, manifest_path, read_text, write_csv, write_json, write_parquet, yaml_load_unique, yaml_problem
-from .analysis.permutation import N_PERM
+from .analysis.stats.permutation import N_PERM
 
 __all__ = [
     "ImplicitResult",
@@ -77,7 +77,7 @@ def reward_terms(logp_a, logp_b) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _key(texts, join: str) -> pd.Series:
-    from .analysis.lexicons import normalize_word
+    from .analysis.data.lexicons import normalize_word
 
     s = pd.Series(list(texts), dtype=object)
     return s if join == "text" else s.map(normalize_word)
@@ -344,7 +344,7 @@ def dictionary_coverage(dictionary: pd.DataFrame, tokenizers: dict) -> pd.DataFr
     normalises to the word: "love", " Love", ...) and ``<name>_space`` (" word" itself is one
     token), then ``all`` / ``all_space`` (in every tokenizer). Wildcard terms are not counted.
     """
-    from .analysis.lexicons import normalize_word
+    from .analysis.data.lexicons import normalize_word
     from .logprobs import vocab_strings
 
     dic = dictionary[~dictionary.get("wildcard", pd.Series(False, index=dictionary.index)).astype(bool)]
@@ -371,7 +371,7 @@ def dictionary_summary(table: pd.DataFrame, dictionary, *, name_a: str = "a", na
     """Category analysis of a word-level implicit sweep (``join="word"``).
 
     Four score columns are treated as four "models" of the analysis layer
-    (:func:`rmfast.analysis.categories.categories`, ``rank_within="matched"``): log p_a,
+    (:func:`rmfast.analysis.paper_b.categories.categories`, ``rank_within="matched"``): log p_a,
     log p_b, the log ratio and MWLR; each ranks the dictionary words it shares (1 = highest)
     within each prompt, and the unit is the median rank per category per prompt.
 
@@ -384,9 +384,9 @@ def dictionary_summary(table: pd.DataFrame, dictionary, *, name_a: str = "a", na
                  over WORDS (the analysis layer's :func:`permutation_test`) — a test of this
                  model pair's words, not of model families.
     """
-    from .analysis.categories import categories, permutation_test
-    from .analysis.framing import framing_map
-    from .analysis.lexicons import load_dictionary, match_dictionary
+    from .analysis.paper_b.categories import categories, permutation_test
+    from .analysis.data.framing import framing_map
+    from .analysis.data.lexicons import load_dictionary, match_dictionary
 
     dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
     if "wildcard" not in dic.columns:
@@ -488,7 +488,7 @@ def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None
     a next-token lens and drop out (counted in ``coverage``). Returns a dict with the result,
     the coverage table, the :func:`dictionary_summary` frames and a printable ``text``.
     """
-    from .analysis.lexicons import load_dictionary
+    from .analysis.data.lexicons import load_dictionary
     from .loading.loader import load
 
     root = shared_data()

@@ -26,7 +26,8 @@ import pandas as pd
 
 from ..errors import UserError
 from ..io import atomic_write
-from .report_html import img_html, table_html, visible
+from . import registry
+from .render.report_html import img_html, table_html, visible
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;
@@ -114,14 +115,15 @@ class _Inputs:
 
 
 def _distributions(sec: Section, x: _Inputs) -> None:
-    from .. import analysis as A
+    from .paper_a.distributions import distributions
+    from .render import plots
 
-    res = A.distributions(x.scans)
+    res = distributions(x.scans)
     sec.result = res
-    sec.body.append(img_html(A.plots.violins(x.scans, x.styles), "violin plot of scores"))
+    sec.body.append(img_html(plots.violins(x.scans, x.styles), "violin plot of scores"))
     sec.body.append("<details><summary>Standardised (z within model × prompt): shapes "
                     "side by side</summary>" + img_html(
-                        A.plots.violins(x.scans, x.styles, standardize=True),
+                        plots.violins(x.scans, x.styles, standardize=True),
                         "violin plot of z-scores") + "</details>")
     sec.body.append(table_html(_label_models(res.moments, x.styles)))
 
@@ -130,9 +132,10 @@ def _distributions(sec: Section, x: _Inputs) -> None:
 
 
 def _agreement(sec: Section, x: _Inputs) -> None:
-    from .. import analysis as A
+    from .paper_a.agreement import agreement
+    from .render import plots
 
-    res = A.agreement(x.scans, join=x.join, metadata=x.meta, n_perm=x.n_perm)
+    res = agreement(x.scans, join=x.join, metadata=x.meta, n_perm=x.n_perm)
     sec.result = res
     compared = list(dict.fromkeys(res.pairs["prompt"]))
     for p in x.prompts:
@@ -140,14 +143,14 @@ def _agreement(sec: Section, x: _Inputs) -> None:
             why = _prompt_notes(res, p) or "no pair of models to compare"
             sec.body.append(f'<p class="skip">Not compared: {html.escape(p)}: {html.escape(why)}</p>')
             continue
-        sec.body.append(img_html(A.plots.agreement_panel(res, p, x.styles),
+        sec.body.append(img_html(plots.agreement_panel(res, p, x.styles),
                                  "agreement heatmaps and MDS"))
         if not (res.mds["prompt"] == p).any():
             why = _prompt_notes(res, p, "MDS") or "MDS not computed"
             sec.body.append(f'<p class="skip">No MDS map for this prompt: {html.escape(why)}</p>')
     sec.body.append("<h3>RSA against model metadata</h3>")
     if len(res.rsa):
-        sec.body.append(img_html(A.plots.rsa_bars(res.rsa), "RSA"))
+        sec.body.append(img_html(plots.rsa_bars(res.rsa), "RSA"))
         sec.body.append(table_html(res.rsa))
     else:
         why = ("no model metadata given (--metadata FILE)" if x.meta is None else
@@ -185,17 +188,18 @@ def _prompt_notes(res, prompt: str, topic: str = "") -> str:
 
 
 def _human(sec: Section, x: _Inputs) -> None:
-    from .. import analysis as A
+    from .paper_a.human import human_comparison
+    from .render import plots
 
     if x.human is None:
         raise UserError("no human scores given (--eloeverything DIR or --human CSV)")
     styles = x.styles
-    res = A.human_comparison(x.scans, x.human, k=15)
+    res = human_comparison(x.scans, x.human, k=15)
     sec.result = res
     sec.body.append(f'<p class="note"><b>Model scores:</b> {html.escape(x.scores_source)}. '
                     f'<b>Human scores:</b> {html.escape(x.human_source)}. Items are joined on '
                     "their text.</p>")
-    sec.body.append(img_html(A.plots.human_bars(res.correlations, styles), "rho bars"))
+    sec.body.append(img_html(plots.human_bars(res.correlations, styles), "rho bars"))
     wide = res.correlations.pivot(index="model", columns="prompt", values="spearman_rho")
     wide = wide.reindex([m for m in styles.order if m in wide.index])
     wide.index = [styles.label[m] for m in wide.index]
@@ -203,7 +207,7 @@ def _human(sec: Section, x: _Inputs) -> None:
         wide.reset_index(names="model")))
     for p in dict.fromkeys(res.correlations["prompt"]):
         sec.body.append(f"<h3>{html.escape(p)}</h3>")
-        sec.body.append(img_html(A.plots.rank_trajectories(res.trajectories, res.correlations,
+        sec.body.append(img_html(plots.rank_trajectories(res.trajectories, res.correlations,
                                                            styles, p), "rank trajectories"))
         d = res.differences[res.differences["prompt"] == p].drop(columns="prompt")
         parts = [table_html(g.drop(columns="direction"), max_rows=15)
@@ -221,11 +225,13 @@ def _human(sec: Section, x: _Inputs) -> None:
 
 
 def _sentiment(sec: Section, x: _Inputs) -> None:
-    from .. import analysis as A
+    from .data.lexicons import load_afinn
+    from .paper_a.sentiment import sentiment
+    from .render import plots
 
     # No --afinn: the afinn package's AFINN-111 (load_afinn(None); a one-line reason when it is absent).
-    afinn = x.afinn if x.afinn is not None else A.load_afinn(None)
-    res = A.sentiment(x.scans, afinn, framing=x.framing)
+    afinn = x.afinn if x.afinn is not None else load_afinn(None)
+    res = sentiment(x.scans, afinn, framing=x.framing)
     sec.result = res
     if x.afinn is None:
         sec.body.append("<p class='note'>Lexicon: AFINN-111 from the <code>afinn</code> package "
@@ -233,9 +239,9 @@ def _sentiment(sec: Section, x: _Inputs) -> None:
     if res.slopes["slope"].isna().all():
         raise UserError("no valence slope could be fitted (too few AFINN words or one "
                         "valence level per sign); see the analysis notes")
-    sec.body.append(img_html(A.plots.framing_plot(res.slopes, x.styles), "framing plot"))
+    sec.body.append(img_html(plots.framing_plot(res.slopes, x.styles), "framing plot"))
     top = res.tokens.groupby("model").size().sort_values().index[-1]
-    sec.body.append(img_html(A.plots.valence_scatter(res.tokens, top, x.styles), "scatter"))
+    sec.body.append(img_html(plots.valence_scatter(res.tokens, top, x.styles), "scatter"))
     sec.body.append(table_html(res.summary))
     sec.body.append(table_html(_label_models(res.slopes, x.styles)))
 
@@ -244,7 +250,8 @@ def _sentiment(sec: Section, x: _Inputs) -> None:
 
 
 def _exposure(sec: Section, x: _Inputs) -> None:
-    from .. import analysis as A
+    from .paper_a.exposure import exposure
+    from .render import plots
 
     freqs = x.frequencies
     if freqs is None:  # no --frequencies: wordfreq's English list when the package is installed
@@ -252,12 +259,12 @@ def _exposure(sec: Section, x: _Inputs) -> None:
             raise UserError("no word-frequency list given: --frequencies FILE (BNC list or word,frequency), "
                             "or pip install wordfreq")
         freqs = "wordfreq"
-    res = A.exposure(x.scans, freqs, x.afinn, framing=x.framing, use_valence=x.afinn is not None)
+    res = exposure(x.scans, freqs, x.afinn, framing=x.framing, use_valence=x.afinn is not None)
     sec.result = res
     if x.frequencies is None:
         sec.body.append("<p class='note'>Frequencies: the <code>wordfreq</code> package's English list "
                         "(the default; <code>--frequencies FILE</code> gives another, e.g. the BNC).</p>")
-    sec.body.append(img_html(A.plots.exposure_plot(res.slopes, x.styles), "exposure"))
+    sec.body.append(img_html(plots.exposure_plot(res.slopes, x.styles), "exposure"))
     sec.body.append(table_html(_label_models(res.slopes, x.styles)))
 
 
@@ -265,11 +272,12 @@ def _exposure(sec: Section, x: _Inputs) -> None:
 
 
 def _best_worst(sec: Section, x: _Inputs) -> None:
-    from .. import analysis as A
+    from .paper_a.best_worst import best_worst
+    from .render import plots
 
-    res = A.best_worst(x.scans, best=x.best, worst=x.worst, join=x.join, k=x.k, framing=x.framing)
+    res = best_worst(x.scans, best=x.best, worst=x.worst, join=x.join, k=x.k, framing=x.framing)
     sec.result = res
-    sec.body.append(img_html(A.plots.best_worst_grid(
+    sec.body.append(img_html(plots.best_worst_grid(
         res.scores, x.styles, res.best_prompt, res.worst_prompt,
         units="z-score" if res.units.startswith("z") else "score"), "best vs worst"))
     sec.body.append(table_html(_label_models(res.correlations, x.styles)))
@@ -282,11 +290,12 @@ def _best_worst(sec: Section, x: _Inputs) -> None:
 
 
 def _categories(sec: Section, x: _Inputs, dpath) -> None:
-    from .. import analysis as A
+    from .paper_b.categories import categories
+    from .render import plots
 
-    res = A.categories(x.scans, dpath, metadata=x.meta, framing=x.framing, n_perm=x.n_perm)
+    res = categories(x.scans, dpath, metadata=x.meta, framing=x.framing, n_perm=x.n_perm)
     sec.result = res
-    sec.body.append(img_html(A.plots.category_plot(res.medians, x.styles), "categories"))
+    sec.body.append(img_html(plots.category_plot(res.medians, x.styles), "categories"))
     sec.body.append("<h3>Group permutation tests</h3>" + table_html(res.permutation))
     if len(res.mixed):
         sec.body.append("<h3>Mixed model</h3>" + table_html(res.mixed))
@@ -298,11 +307,11 @@ def _categories(sec: Section, x: _Inputs, dpath) -> None:
 
 
 def _extremes(sec: Section, x: _Inputs) -> None:
-    from .. import analysis as A
+    from .paper_a.extremes import extremes
 
     for shared in (False, True):
         try:
-            res = A.extremes(x.scans, k=x.k, shared_vocab=shared, join=x.join)
+            res = extremes(x.scans, k=x.k, shared_vocab=shared, join=x.join)
         except UserError as exc:
             sec.body.append(f'<p class="skip">shared vocabulary: {html.escape(str(exc))}</p>')
             continue
@@ -318,45 +327,46 @@ def _extremes(sec: Section, x: _Inputs) -> None:
 
 
 def _section_specs(x: _Inputs) -> list[tuple]:
-    """(key, title, intro, fn(sec, inputs)) of every section, in report order."""
+    """(key, title, intro, fn(sec, inputs)) of every section, in report order; titles from the registry."""
+    title = {a.name: a.title for a in registry.ANALYSES}
     rule = ("decoded text, strings occurring more than once within a model dropped "
             "(papers’ rule)" if x.join == "text" else "token id and decoded text")
     specs = [
-        ("distributions", "Score distributions",
+        ("distributions", title["distributions"],
          "Moments of every model's scores per prompt (variance ddof=1; skew and excess "
          "kurtosis bias-corrected). Violins show each model's raw score scale (each violin "
          "from at most 20,000 scores, sampled with a fixed seed).", _distributions),
-        ("agreement", "Agreement between models",
+        ("agreement", title["agreement"],
          f"Models joined per prompt on the shared vocabulary ({rule}); "
          "Kendall tau-b, Spearman rho and rank-biased overlap per pair; MDS of 1 − tau; "
          "RSA of the tau matrix against metadata similarity (Spearman, label permutation).",
          _agreement),
-        ("human", "Comparison with human preferences",
+        ("human", title["human"],
          "Items with a human score (EloEverything Elo) against the models' scores of the same "
          "items: Spearman and Kendall tau-b per model × prompt; the consensus model rank (mean "
          "of the models' ranks, ranked again) against the human rank, largest differences "
          "both ways (rank 1 = best).", _human),
-        ("sentiment", "Sentiment and framing",
+        ("sentiment", title["sentiment"],
          "Tokens (stripped, lower-cased) joined to AFINN-111; per model × prompt × valence sign "
          "the OLS slope of the z-scored score on valence (± SE).", _sentiment),
-        ("exposure", "Mere exposure",
+        ("exposure", title["exposure"],
          "Per model × prompt: OLS of the z-scored score on ln(word frequency per million) and "
          "AFINN valence, over tokens found in both lists.", _exposure),
-        ("best-worst", "Best vs worst prompt",
+        ("best-worst", title["best-worst"],
          "The same tokens under the positive and the negative prompt (z-scores within model × "
          "prompt). best+worst: good (or bad) under both frames; best−worst: the framing axis.",
          _best_worst),
     ]
     for dpath in x.dictionaries or ():
         name = Path(str(dpath)).name
-        specs.append((f"categories-{name}", f"Dictionary categories: {name}",
+        specs.append((f"categories-{name}", f"{title['categories']}: {name}",
                       "Dictionary words ranked within model × prompt; median rank per category; models "
                       "grouped by base family (permutation Welch t, Bonferroni) and a mixed model with a "
                       "random intercept per model.", partial(_categories, dpath=dpath)))
-    specs.append(("extremes", f"Top and bottom {x.k} per model × prompt",
+    specs.append(("extremes", f"Top and bottom {x.k} per model × prompt",  # the registry's title, with k
                   "Highest and lowest scored strings per model (score in brackets), over everything "
                   "scored and over the vocabulary all models share.", _extremes))
-    from .representations import has_representations, report_section
+    from .representations.views import has_representations, report_section
 
     if has_representations(x.scans, x.states, x.similarity_csv):
         specs.append(("representations", "Representations: the reward lens and layer × layer similarity",
@@ -403,7 +413,7 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     ``explorer``: the address of an ``rmfast explore`` page to link from the header (relative to
     the report, e.g. what :func:`explorer_beside` finds);
     ``states``: label -> states folder (or scan Parquet with one beside it;
-    :func:`rmfast.analysis.representations.states_beside` finds them), compared pairwise in the
+    :func:`rmfast.analysis.representations.views.states_beside` finds them), compared pairwise in the
     representations section on at most ``states_layers`` layers per set and ``states_rows`` shared
     candidates (None: all); ``similarity_csv``: a CSV of ``rmfast analyze similarity --out`` to show.
     The section appears when these are given or the scans have lens columns (``--lens``).
@@ -420,16 +430,16 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
     >>> "Not run:" in html_text  # no negative prompt and no model metadata given: those sections say why
     True
     """
-    from .. import analysis as A
-    from .plots import Styles
-    from .scans import SOURCE_ATTR
+    from .data.metadata import load_model_metadata
+    from .data.scans import SOURCE_ATTR, validate_scans
+    from .render.plots import Styles
 
     scores_source = scores_source or getattr(scans, "attrs", {}).get(SOURCE_ATTR) or \
         "the scan frame given to build_report (source not stated)"
     human_source = human_source or (getattr(human, "attrs", {}).get(SOURCE_ATTR) if human is not None
                                     else None) or "the human frame given to build_report"
-    scans = A.validate_scans(scans)
-    meta = A.load_model_metadata(metadata) if metadata is not None else None
+    scans = validate_scans(scans)
+    meta = load_model_metadata(metadata) if metadata is not None else None
     styles = Styles.build(scans["model"].unique(), meta)
     prompts = list(pd.unique(scans["prompt"]))
     _check_prompt_options(prompts, best, worst, framing)
@@ -443,7 +453,7 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
 def _check_prompt_options(prompts: list[str], best, worst, framing) -> None:
     """The prompts that best/worst/framing name are the scans', and best is not worst: refused before any
     section runs (a section that cannot use them would only say so in the page, and the report exit 0)."""
-    from .framing import check_named_prompts, framing_map
+    from .data.framing import check_named_prompts, framing_map
 
     check_named_prompts(prompts, [("--best", best), ("--worst", worst)] + [("--framing", p) for p in framing or {}])
     framing_map(prompts, framing)  # the values: positive or negative

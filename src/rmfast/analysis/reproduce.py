@@ -1,7 +1,7 @@
 """``rmfast reproduce``: regenerate every table and figure the papers' published data allows.
 
-:func:`run` collects findings from the per-paper modules (:func:`.paper_a.reproduce_paper_a`,
-:func:`.paper_b.reproduce_paper_b`), each a list of dicts::
+:func:`run` collects findings from the per-paper modules (:func:`.paper_a.reproduce.reproduce_paper_a`,
+:func:`.paper_b.reproduce.reproduce_paper_b`), each a list of dicts::
 
     id           "A-fig5b-a7"
     title        what the finding is
@@ -25,8 +25,9 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..io import check_output
+from . import registry
 
-PAPERS = ("a", "b")
+PAPERS = tuple(registry.PAPERS)
 INDEX_KEYS = ("id", "title", "paper_claim", "holds", "summary", "files")
 
 #: The papers' figures that no published file allows, and why (listed in the index). A figure
@@ -63,14 +64,13 @@ def default_data_dir() -> Path:
 
 
 def _paper_functions(papers, *, allow_skipped: bool = False) -> dict:
-    """Paper letter → its reproduce function."""
+    """Paper letter → its reproduce function (the registry's :data:`~.registry.PAPERS`)."""
     from functools import partial
 
-    from .paper_a import reproduce_paper_a
-    from .paper_b import reproduce_paper_b
-
-    out = {"a": reproduce_paper_a, "b": partial(reproduce_paper_b, allow_skipped=allow_skipped)}
-    return {p: out[p] for p in papers}
+    out = {p: registry.load_paper(p) for p in papers}
+    if "b" in out:
+        out["b"] = partial(out["b"], allow_skipped=allow_skipped)
+    return out
 
 
 def run(data_dir, out_dir, papers=PAPERS, *, overwrite: bool = False,

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..analysis import registry
 from ..errors import UserError
 from ..io import check_output, write_csv
 from .common import add_states_view_args, nonneg_int, positive_int
@@ -63,8 +64,7 @@ from .common import add_states_view_args, nonneg_int, positive_int
 if TYPE_CHECKING:  # pandas is imported where it is used: `rmfast --help` needs none of it
     import pandas as pd
 
-ANALYSES = ("distributions", "agreement", "sentiment", "exposure", "best-worst", "human",
-            "categories", "extremes", "trajectory", "similarity", "lens")
+ANALYSES = registry.names()  # one line each in rmfast.analysis.registry (no pandas, no analysis imported)
 
 
 @dataclass
@@ -87,12 +87,12 @@ def _inputs(args) -> _Loaded:
     """
     import pandas as pd
 
-    from ..analysis.eloeverything import (elo_scores_source, is_eloeverything_dir,
+    from ..analysis.paper_a.eloeverything import (elo_scores_source, is_eloeverything_dir,
                                           load_eloeverything, load_human_scores)
-    from ..analysis.ledger import Ledger
-    from ..analysis.scans import SOURCE_ATTR, by_candidate_set, load_scans, scans_source
+    from ..analysis.data.ledger import Ledger
+    from ..analysis.data.scans import SOURCE_ATTR, by_candidate_set, load_scans, scans_source
 
-    from ..analysis.iclr2026 import is_published_scores_dir, load_published_scores
+    from ..analysis.paper_b.published import is_published_scores_dir, load_published_scores
 
     left_out = Ledger()
     elo_dirs = list(args.eloeverything or [])
@@ -183,7 +183,8 @@ def _plain(doc: str) -> str:
 def register(subparsers) -> None:
     """Add the ``analyze`` and ``report`` subcommands to an argparse subparsers object."""
     a = subparsers.add_parser("analyze", help="run one analysis, print/write its table",
-                              description=_plain(__doc__),
+                              description=_plain(__doc__) + "\nAnalyses (rmfast.analysis.registry):\n\n"
+                              + registry.table(rst=False),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("name", choices=ANALYSES, help="the analysis")
     _common(a)
@@ -238,10 +239,9 @@ def register(subparsers) -> None:
 
 
 def _run(name: str, args, scans, human):
-    from ..analysis import (agreement, best_worst, categories, distributions, exposure, extremes,
-                   human_comparison, sentiment)
-    from ..analysis.framing import parse_framing_args
+    from ..analysis.data.framing import parse_framing_args
 
+    fn = registry.BY_NAME[name].load()  # the analysis's function; the branches below pass its options
     framing = parse_framing_args(args.framing)
     args.join = args.join or "text"
     sel = {"models": args.models, "prompts": args.prompts}
@@ -253,17 +253,15 @@ def _run(name: str, args, scans, human):
                         f"categories, not {name}")
     if getattr(args, "virtue_vice", None) and name != "categories":
         raise UserError(f"--virtue-vice applies to categories, not {name}")
-    if name == "distributions":
-        return distributions(scans, **sel)
     if name == "agreement":
-        return agreement(scans, join=args.join, metadata=args.metadata, n_perm=args.n_perm,
-                         seed=args.seed, **method, **sel)
+        return fn(scans, join=args.join, metadata=args.metadata, n_perm=args.n_perm,
+                  seed=args.seed, **method, **sel)
     if name == "sentiment":
-        return sentiment(scans, args.afinn, standardize=std, framing=framing, **method, **sel)
+        return fn(scans, args.afinn, standardize=std, framing=framing, **method, **sel)
     if name == "exposure":
         # as the report: wordfreq's English list unless --frequencies names another (its absence: one line)
-        res = exposure(scans, args.frequencies or "wordfreq", args.afinn, standardize=std, framing=framing,
-                       **method, **sel)
+        res = fn(scans, args.frequencies or "wordfreq", args.afinn, standardize=std, framing=framing,
+                 **method, **sel)
         if not args.frequencies:
             res.notes.append("frequencies: the wordfreq package's English list (the default, as in rmfast report; "
                              "--frequencies FILE for a BNC list or word,frequency CSV)")
@@ -271,19 +269,19 @@ def _run(name: str, args, scans, human):
     if name == "best-worst":
         if args.prompts:
             raise UserError("best-worst takes --best and --worst, not --prompts")
-        return best_worst(scans, best=args.best, worst=args.worst, join=args.join,
-                          standardize=std is None, k=args.k, framing=framing, models=args.models)
+        return fn(scans, best=args.best, worst=args.worst, join=args.join,
+                  standardize=std is None, k=args.k, framing=framing, models=args.models)
     if name == "human":
         if human is None:
             raise UserError("human needs human scores: --eloeverything DIR or --human CSV")
-        return human_comparison(scans, human, k=args.k, **method, **sel)
+        return fn(scans, human, k=args.k, **method, **sel)
     if name == "categories":
         if not args.dictionary:
             raise UserError("categories needs --dictionary FILE (CSV, .dicx or LIWC .dic)")
         group_by = args.group_by
         if "base" in scans.columns and group_by == "base_family" and args.metadata is None:
             # published score files: the paper's base-model rule, else rmfast's guess by name
-            from ..analysis.metadata import model_families
+            from ..analysis.data.metadata import model_families
 
             known = scans.drop_duplicates("model").set_index("model")["base"]
             guess = model_families(list(known.index[known.isna()]), None) if known.isna().any() \
@@ -291,12 +289,11 @@ def _run(name: str, args, scans, human):
             group_by = {m: (b if isinstance(b, str) else guess[m]) for m, b in known.items()}
         if "framing" in scans.columns:  # the paper's rule for its prompt keys, unless overridden
             framing = {**dict(zip(scans["prompt"], scans["framing"])), **(framing or {})}
-        return categories(scans, args.dictionary, group_by=group_by,
-                          metadata=args.metadata, framing=framing, n_perm=args.n_perm,
-                          seed=args.seed, virtue_vice=args.virtue_vice, **method, **sel)
+        return fn(scans, args.dictionary, group_by=group_by, metadata=args.metadata, framing=framing,
+                  n_perm=args.n_perm, seed=args.seed, virtue_vice=args.virtue_vice, **method, **sel)
     if name == "extremes":
-        return extremes(scans, k=args.k, shared_vocab=args.shared_vocab, join=args.join, **sel)
-    raise UserError(f"unknown analysis {name!r}; choose one of {ANALYSES}")  # pragma: no cover
+        return fn(scans, k=args.k, shared_vocab=args.shared_vocab, join=args.join, **sel)
+    return fn(scans, **sel)  # distributions, and any analysis that takes only the scans
 
 
 def _add_drops(res, ledger) -> None:
@@ -321,8 +318,8 @@ def _report_drops(res) -> None:
 
 def _run_trajectory(args) -> int:
     """``rmfast analyze trajectory INPUT... --out DIR``: every table and figure into DIR."""
-    from ..analysis.ledger import Ledger
-    from ..analysis.trajectory import load_trajectory_inputs, trajectory, write_trajectory
+    from ..analysis.data.ledger import Ledger
+    from ..analysis.paper_b.trajectory import load_trajectory_inputs, trajectory, write_trajectory
 
     if not args.inputs:
         raise UserError("trajectory needs inputs: rank_results_*.csv, long CSV tables, or scans "
@@ -342,8 +339,8 @@ def _run_similarity(args) -> int:
     """``rmfast analyze similarity A B``: layer × layer similarity of two state sets."""
     import pandas as pd
 
-    from ..analysis.representation_rsa import representation_agreement
-    from ..analysis.similarity import similarity
+    from ..analysis.representations.representation_rsa import representation_agreement
+    from ..analysis.representations.similarity import similarity
 
     inputs = args.inputs or []
     if len(inputs) < 2:
@@ -386,7 +383,7 @@ def _run_lens(args) -> int:
     """``rmfast analyze lens SCAN.parquet``: the reward lens tables, and the figure beside --out."""
     import pandas as pd
 
-    from ..analysis.lens import lens, write_lens_figure
+    from ..analysis.representations.lens import lens, write_lens_figure
 
     if len(args.inputs or []) != 1:
         raise UserError(f"lens reads one scan written with --lens; got {len(args.inputs or [])} inputs")
@@ -425,7 +422,7 @@ def _check_options(args) -> dict[str, str]:
     """What analyze and report can check before reading any input: the files the options name exist, and
     --framing is PROMPT=positive|negative (returned as a mapping). A report skips a section it cannot
     run and still exits 0, so a mistyped option must stop it here."""
-    from ..analysis.framing import parse_framing_args
+    from ..analysis.data.framing import parse_framing_args
 
     dictionaries = args.dictionary if isinstance(args.dictionary, list) else [args.dictionary]
     files = [("--human", args.human), ("--metadata", args.metadata), ("--afinn", args.afinn),
@@ -477,7 +474,7 @@ def run_analyze(args) -> int:
 def run_report(args) -> int:
     """``rmfast report``: every applicable analysis in one HTML file."""
     from ..analysis.report import build_report, explorer_beside, write_report
-    from ..analysis.representations import states_beside
+    from ..analysis.representations.views import states_beside
 
     check_output(args.out, args.overwrite)  # before the work
     framing = _check_options(args)

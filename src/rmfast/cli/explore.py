@@ -39,8 +39,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..analysis.ledger import Ledger
-    from ..analysis.representations import states_beside
+    from ..analysis.data.ledger import Ledger
+    from ..analysis.representations.views import states_beside
     from ..errors import UserError
     from ..explore import build_explorer, load_inputs, render_html, write_explorer
 

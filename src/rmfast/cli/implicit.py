@@ -32,7 +32,7 @@ def _side(spec: str, args):
 
 
 def run(args) -> int:
-    from ..analysis.lexicons import load_dictionary
+    from ..analysis.data.lexicons import load_dictionary
     from ..implicit import (DEMO_TEMPLATE_B, agency_communion_demo, dictionary_summary, implicit, implicit_sweep,
                             read_prompts, summary_text)
     from ..scoring.results import ScanResult

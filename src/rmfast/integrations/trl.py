@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 from transformers import TrainerCallback
 
-from ..analysis.trajectory import trajectory
+from ..analysis.paper_b.trajectory import trajectory
 from ..errors import UserError
 from ..io import slug, write_json
 from ..scoring.pipeline import Selection, StatesRequest, run_scan

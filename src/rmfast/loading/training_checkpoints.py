@@ -9,7 +9,7 @@ modules it trained in full (a reward model's ``score`` head) and names its base 
 
 - :func:`run_checkpoints` lists a run folder's checkpoints by step; :func:`expand_runs` turns a
   sweep's model list with run folders into one model per checkpoint, named ``RUN/checkpoint-N``
-  (the name :func:`rmfast.analysis.trajectory.step_of` reads the step from).
+  (the name :func:`rmfast.analysis.paper_b.trajectory.step_of` reads the step from).
 - :func:`merge_adapter` applies an adapter to its loaded base with peft and merges it
   (``merge_and_unload``), so every scan path sees a plain model; :func:`rmfast.loading.loader.load` does
   this for adapter folders (``base=`` overrides the base the adapter names, e.g. a hub id that

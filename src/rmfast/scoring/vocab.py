@@ -26,7 +26,7 @@ def vocab_sha256(tokenizer) -> str:
     """A content hash of the tokenizer's vocabulary: every (piece, id), sorted by id (added tokens included).
     Two tokenizer folders with the same vocabulary (a reward model and its base model) hash alike, so
     their token ids mean the same strings; the manifests record it (``vocab_sha256``) and the states
-    join compares it (:func:`rmfast.analysis.similarity.align`), not the folders' paths.
+    join compares it (:func:`rmfast.analysis.representations.similarity.align`), not the folders' paths.
 
     >>> class Tok:
     ...     def get_vocab(self): return {"a": 0, "b": 1}

@@ -1,0 +1,262 @@
+"""Scan results as one tidy DataFrame, from DataFrames or from rmfast's Parquet files.
+
+The tidy frame (one row per model × prompt × candidate)::
+
+    model     str    the reward model's name (manifest ``model.name``)
+    prompt    str    the user prompt
+    token_id  Int64  the vocabulary id; <NA> for text candidates (multi-token strings)
+    text      str    the decoded string that was scored
+    score     float  the reward
+    rank      int64  1 = highest score within model × prompt
+    candidates str   the candidate set (:func:`candidate_set`: a sweep's set name, ``vocabulary`` for a token
+                     scan, the items file's name for ``scan --candidates``); scan files only
+
+Every function here returns the frame plus a :class:`~rmfast.analysis.data.ledger.Ledger` of
+the rows it dropped.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import json
+from collections.abc import Iterable
+from os import PathLike
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ...errors import UserError
+from ...io import candidate_set, manifest_path, read_manifest  # noqa: F401  (candidate_set: re-exported)
+from .ledger import Ledger
+
+TIDY_COLUMNS = ["model", "prompt", "token_id", "text", "score", "rank"]
+REQUIRED = ["model", "prompt", "text", "score"]
+#: ``DataFrame.attrs`` key the loaders set: where the scores come from, in words (the report shows it).
+SOURCE_ATTR = "scores_source"
+
+
+def scans_source(paths) -> str:
+    """Where scores loaded from rmfast scan files come from, in words.
+
+    >>> scans_source(["a.parquet", "b.parquet"])
+    'rmfast scans: a.parquet, b.parquet'
+    """
+    paths = [paths] if isinstance(paths, (str, PathLike)) else list(paths)
+    return "rmfast scans: " + ", ".join(str(p) for p in paths)
+
+
+def by_candidate_set(df: pd.DataFrame, *, pool: bool = False, ledger: Ledger | None = None) -> pd.DataFrame:
+    """Keep candidate sets apart: where a model × prompt holds more than one (a token scan and an item scan,
+    a sweep's ``vocab`` and ``items``), every row's model becomes ``model [set]``, so each set is ranked and
+    analysed as its own; with ``pool`` they are ranked together instead (ranks recomputed on the pooled
+    rows). Either way a note in ``ledger`` says so. A frame with one set per model × prompt is returned as is.
+
+    >>> d = pd.DataFrame({"model": "m", "prompt": "p", "text": ["a", "b", "a"], "score": [1.0, 2.0, 3.0],
+    ...                   "rank": [2, 1, 1], "candidates": ["tok", "tok", "items"]})
+    >>> by_candidate_set(d)["model"].tolist(), by_candidate_set(d, pool=True)["rank"].tolist()
+    (['m [tok]', 'm [tok]', 'm [items]'], [3, 2, 1])
+    """
+    if "candidates" not in df.columns or df.empty:
+        return df
+    sets = df["candidates"].astype(str)
+    n = sets.groupby([df["model"], df["prompt"]]).nunique()
+    if n.max() <= 1:
+        return df
+    names = ", ".join(map(repr, pd.unique(sets)))
+    if pool:
+        out = add_rank(df)
+        msg = (f"candidate sets {names} pooled into one ranking per model × prompt (--pool-candidates); "
+               "ranks recomputed on the pooled rows")
+    else:
+        out = df.assign(model=df["model"].astype(str) + " [" + sets + "]")
+        msg = (f"{int((n > 1).sum())} model × prompt pair(s) hold several candidate sets ({names}): each set is "
+               "analysed apart, as 'model [set]' (--pool-candidates ranks them together)")
+    if ledger is not None:
+        ledger.note(msg)
+    return out
+
+
+def add_rank(df: pd.DataFrame, column: str = "rank") -> pd.DataFrame:
+    """Rank scores within model × prompt (1 = highest; ties share the lowest rank).
+
+    >>> d = pd.DataFrame({"model": "m", "prompt": "p", "score": [0.1, 0.9, 0.5]})
+    >>> add_rank(d)["rank"].tolist()
+    [3, 1, 2]
+    """
+    df = df.copy()
+    df[column] = (df.groupby(["model", "prompt"], sort=False)["score"]
+                  .rank(ascending=False, method="min").astype("int64"))
+    return df
+
+
+def validate_scans(df: pd.DataFrame, *, ledger: Ledger | None = None,
+                   recompute_rank: bool = False) -> pd.DataFrame:
+    """Check and normalise a tidy scan frame; rows without a usable score are dropped.
+
+    Adds ``token_id`` (all <NA>) and ``rank`` when absent. Drops (and records in
+    ``ledger``) rows whose model, prompt or text is missing or whose score is not a
+    finite number. Raises :class:`UserError` when a required column is absent or
+    nothing is left.
+
+    >>> d = pd.DataFrame({"model": ["m"] * 3, "prompt": "p", "text": ["a", "b", "c"],
+    ...                   "score": [1.0, float("nan"), 0.0]})
+    >>> led = Ledger(); out = validate_scans(d, ledger=led)
+    >>> len(out), led.total()
+    (2, 1)
+    """
+    ledger = ledger if ledger is not None else Ledger()
+    if not isinstance(df, pd.DataFrame):
+        raise UserError(f"scan results must be a pandas DataFrame, got {type(df).__name__}; "
+                        "use load_scans(paths) for Parquet files")
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise UserError(f"scan results lack column(s) {missing}; expected columns "
+                        f"{TIDY_COLUMNS} (token_id and rank optional)")
+    out = df.copy()
+    if "token_id" not in out.columns:
+        out["token_id"] = pd.array([pd.NA] * len(out), dtype="Int64")
+    else:
+        try:
+            out["token_id"] = pd.to_numeric(out["token_id"], errors="raise").astype("Int64")
+        except (TypeError, ValueError):
+            raise UserError("column token_id must hold integers (or be empty for text "
+                            "candidates); fix the input or drop the column") from None
+    out["score"] = pd.to_numeric(out["score"], errors="coerce").astype("float64")
+    for col in ("model", "prompt", "text"):
+        bad = out[col].isna()
+        for (m, p), n in out[bad].groupby(["model", "prompt"], dropna=False).size().items():
+            ledger.drop("validate", n, f"missing {col}", model=None if pd.isna(m) else str(m),
+                        prompt=None if pd.isna(p) else str(p))
+        out = out[~bad]
+    out["model"] = out["model"].astype(str)
+    out["prompt"] = out["prompt"].astype(str)
+    out["text"] = out["text"].astype(str)
+    bad = ~np.isfinite(out["score"].to_numpy())
+    for (m, p), n in out[bad].groupby(["model", "prompt"]).size().items():
+        ledger.drop("validate", n, "score is missing or not finite", model=m, prompt=p)
+    out = out[~bad]
+    if out.empty:
+        raise UserError("no scored rows left in the scan results (all scores missing?); "
+                        "check the input files")
+    if "rank" not in out.columns or recompute_rank or out["rank"].isna().any():
+        out = add_rank(out)
+    else:
+        out["rank"] = out["rank"].astype("int64")
+    extra = [c for c in out.columns if c not in TIDY_COLUMNS]
+    return out[TIDY_COLUMNS + extra].reset_index(drop=True)
+
+
+def _expand(paths: Iterable[str | PathLike] | str | PathLike) -> list[Path]:
+    if isinstance(paths, (str, PathLike)):
+        paths = [paths]
+    files: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            found = sorted(p.rglob("*.parquet"))
+            if not found:
+                raise UserError(f"{p} holds no .parquet files; point at rmfast scan output")
+            files.extend(found)
+        elif p.exists():
+            files.append(p)
+        else:
+            raise UserError(f"{p} does not exist; give scan Parquet files or a folder of them")
+    return files
+
+
+def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
+               ledger: Ledger | None = None) -> pd.DataFrame:
+    """Build the tidy frame from rmfast scan Parquet files (or folders of them).
+
+    Each Parquet holds columns token_id, token, text, score, rank; the manifest beside
+    it (``<path>.json``) gives ``{"model": {"name": ...}, "prompt": ...}``. The raw
+    ``token`` column is kept as an extra column.
+
+    >>> import tempfile
+    >>> from rmfast.io import write_result
+    >>> d = Path(tempfile.mkdtemp())
+    >>> scan = pd.DataFrame({"token_id": [5, 7], "token": ["Ġlove", "Ġwar"], "text": [" love", " war"],
+    ...                      "score": [1.5, -2.0], "rank": [1, 2]})
+    >>> _ = write_result(d / "rm.parquet", scan, {"model": {"name": "org/RM"}, "prompt": "Best?"})
+    >>> load_scans([d])[["model", "prompt", "text", "score", "rank", "token"]]
+        model prompt   text  score  rank  token
+    0  org/RM  Best?   love    1.5     1  Ġlove
+    1  org/RM  Best?    war   -2.0     2   Ġwar
+    """
+    files = _expand(paths)
+    if not files:
+        raise UserError("no scan files given; pass Parquet paths or a folder of them")
+    frames = []
+    for f in files:
+        mpath = manifest_path(f)
+        manifest = read_manifest(f)  # only the Parquet's own partner (io.write_pair's write id)
+        try:
+            info = manifest["model"]
+            model = next((info.get(k) for k in ("name", "alias", "spec", "path") if info.get(k)),
+                         None) if isinstance(info, dict) else info
+            prompt = manifest["prompt"]
+            if not model or prompt is None:
+                raise KeyError("model.name" if not model else "prompt")
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise UserError(f"manifest {mpath} is unreadable or lacks model.name/prompt "
+                            f"({exc.__class__.__name__}: {exc}); fix or regenerate it") from None
+        try:
+            part = pd.read_parquet(f)
+        except Exception as exc:  # pyarrow raises many types
+            raise UserError(f"cannot read {f} as Parquet ({exc.__class__.__name__}); "
+                            "is it an rmfast scan file?") from None
+        if part.empty:  # nothing to show, but said: a column missing without a word reads as a bug
+            msg = f"{f}: a scan with no rows ({model}, {str(prompt)[:60]!r}) left out"
+            if ledger is not None:
+                ledger.note(msg)
+            else:
+                warnings.warn(f"rmfast: {msg}", stacklevel=2)
+            continue
+        part.insert(0, "prompt", str(prompt))
+        part.insert(0, "model", str(model))
+        part["candidates"] = candidate_set(manifest)
+        frames.append(part)
+    if not frames:
+        raise UserError(f"every scan given has no rows ({len(files)} file(s)); rerun the scans")
+    df = pd.concat(frames, ignore_index=True)
+    dup = df.duplicated(["model", "prompt", "candidates", "token_id"]) & df["token_id"].notna() \
+        if "token_id" in df.columns else pd.Series(False, index=df.index)
+    if dup.any():
+        raise UserError(f"{int(dup.sum())} rows repeat a (model, prompt, token_id) across the "
+                        "given files; the same scan was given twice — pass each scan once")
+    out = validate_scans(df, ledger=ledger)
+    out.attrs[SOURCE_ATTR] = scans_source(paths)
+    return out
+
+
+def select(df: pd.DataFrame, *, models: Iterable[str] | None = None,
+           prompts: Iterable[str] | None = None) -> pd.DataFrame:
+    """Keep the named models/prompts; a name not in the data is a UserError listing those that are.
+
+    >>> d = pd.DataFrame({"model": ["a", "b"], "prompt": "p", "text": "x", "score": 1.0})
+    >>> select(d, models=["a"])["model"].tolist()
+    ['a']
+    """
+    for col, wanted in (("model", models), ("prompt", prompts)):
+        if wanted is None:
+            continue
+        wanted = list(wanted)
+        have = list(pd.unique(df[col]))
+        absent = [w for w in wanted if w not in have]
+        if absent:
+            raise UserError(f"{col}(s) {absent} not in the scan results; available: {have}")
+        df = df[df[col].isin(wanted)]
+    return df
+
+
+def check_balance(df: pd.DataFrame, ledger: Ledger) -> None:
+    """Note every model that lacks a prompt other models have (the matrix is unbalanced)."""
+    have = df.groupby("model")["prompt"].unique()
+    prompts = list(pd.unique(df["prompt"]))
+    for m, ps in have.items():
+        lacking = [p for p in prompts if p not in set(ps)]
+        if lacking:
+            ledger.note(f"model {m} has no rows for prompt(s) {lacking}; "
+                        "it is left out of those prompts' comparisons")

@@ -1,0 +1,464 @@
+"""Dictionary categories (Paper B): do model groups prefer different kinds of words?
+
+1. Each dictionary word is found among the scored texts (stripped, lower-cased; several
+   tokens with the same word are combined by ``word_agg``) and ranked within model ×
+   prompt (1 = best): among the matched words (``rank_within="matched"``, as when the
+   dictionary itself was scored) or among everything scored (``"all"``).
+2. The unit of analysis is the median rank per category per model × prompt.
+3. Groups of models (e.g. base family Gemma vs Llama) are compared per category (and
+   framing) by a permutation test on the models' mean median rank: Welch t, group labels
+   permuted over models (exactly when few), two-sided, Bonferroni over the tests
+   (``method="rmfast"``, the default). ``method="paper"`` is paper B's test instead: R's
+   ``MKinfer::perm.t.test`` per category × framing panel over ALL model × prompt medians
+   (~270 rows per panel), reporting its parametric Welch p as the paper's script does (the
+   permutation p beside it), Bonferroni over the panels. rmfast's is the default because the
+   prompts of one model are not independent replicates: the paper's test counts each model
+   ~27 times and so overstates the evidence (see docs/paper_methods_b.md).
+4. A linear mixed model ``median_rank ~ group * category * framing`` with a random
+   intercept per model: rmfast's (statsmodels' coding, every factor's first sorted level as
+   reference, Wald z) or, with ``method="paper"``, the paper's exactly
+   (:func:`~.mixed_model.paper_mixed`: positive framing as reference, nlme's t and df). The
+   table's ``test`` and ``reference`` columns say which.
+
+``method="paper"`` also ranks as the authors' R script does: over the rows of the word ×
+category join within model × prompt (a word listed under k categories is ranked k times), and
+merges MFD 2.0's ``<Foundation>_Virtue`` / ``<Foundation>_Vice`` categories into the five
+foundations (``virtue_vice="merge"``; ``"keep"`` keeps the ten) after ranking, as the script
+does.
+
+Every number is named by its statistic (:data:`STATISTICS`): the ``summaries`` table gives, per
+framing × category × group, the three summaries that differ on paper B's data (positive
+framing, Agency, Llama − Gemma: −4.17 / −5.81 / −4.21 ranks).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from ...errors import UserError
+from ..data import deps
+from ..data.framing import framing_map
+from ..data.ledger import Ledger
+from ..data.lexicons import load_dictionary, match_dictionary, normalize_word
+from ..data.metadata import load_model_metadata, match_metadata, model_families
+from .mixed_model import paper_mixed
+from ..stats.permutation import N_PERM, bonferroni, mkinfer_perm_t_test, permutation_test
+from ..data.results import Result
+from ..data.scans import check_balance, select, validate_scans
+
+#: The group summaries of median ranks, by the key the tables' ``statistic`` column holds; the
+#: ``meaning`` column spells each out.
+STATISTICS = {
+    "mean_of_model_prompt_medians": "mean over the model × prompt rows of the median rank over "
+    "the category's words (paper B's permutation test and Fig. 1 black diamond)",
+    "mean_of_model_medians_over_prompts": "mean over models of each model's median over prompts "
+    "of its median ranks over words",
+    "r_avg_ranks": "mean over models of each model's median over all its word × prompt ranks "
+    "(the computation of the R script's 'avg ranks' block, which it runs for the Big Two; "
+    "applied the same way to any dictionary)",
+    "mean_of_model_means": "mean over models of each model's mean over prompts of its median "
+    "ranks over words (rmfast's models-as-units test)",
+}
+#: What the medians table's ``median_rank`` is.
+MEDIAN_STATISTIC = "median over the category's words of their ranks (1 = best)"
+
+
+def diff_name(group_a, group_b) -> str:
+    """The name of the column holding ``group_b − group_a``: its direction, spelled out.
+
+    >>> diff_name("Gemma", "Llama")
+    'llama_minus_gemma'
+    """
+    def slug(g) -> str:
+        return re.sub(r"[^0-9a-z]+", "_", str(g).lower()).strip("_") or "group"
+
+    return f"{slug(group_b)}_minus_{slug(group_a)}"
+
+
+def diff_column(table: pd.DataFrame) -> str:
+    """The difference column of a permutation or summaries table (``<b>_minus_<a>``)."""
+    return next(c for c in table.columns if "_minus_" in c)
+
+
+def _name_diff(table: pd.DataFrame) -> pd.DataFrame:
+    """Rename ``diff`` (``value_b − value_a``) after its direction: ``llama_minus_gemma`` when the
+    table compares one pair of groups, ``b_minus_a`` when it compares several."""
+    pairs = table[["group_a", "group_b"]].drop_duplicates() if len(table) else table
+    name = diff_name(*pairs.iloc[0]) if len(pairs) == 1 else "b_minus_a"
+    return table.rename(columns={"diff": name})
+
+
+_VV = re.compile(r"^(?P<f>.+?)[ _.-](virtue|vice)$", re.I)
+
+
+def merge_virtue_vice(categories) -> dict[str, str]:
+    """Reported category per dictionary category: ``<Foundation>_Virtue``/``_Vice`` → the
+    foundation (as paper B's script: ``sub("_.*", "", category)``), others unchanged.
+
+    >>> merge_virtue_vice(["Care_Virtue", "Care_Vice", "Agency"])
+    {'Care_Virtue': 'Care', 'Care_Vice': 'Care', 'Agency': 'Agency'}
+    """
+    out = {}
+    for c in categories:
+        m = _VV.match(str(c))
+        out[c] = m.group("f") if m else c
+    return out
+
+
+@dataclass(kw_only=True)
+class CategoryResult(Result):
+    """Tables:
+
+    medians:     model, group, prompt, framing, category, n_words, median_rank,
+                 median_rank_pct (median of rank / words ranked), statistic (what median_rank is)
+    permutation: framing, category, group_a, group_b, n_a, n_b, statistic, mean_a, mean_b,
+                 <b>_minus_<a> (mean_b − mean_a, e.g. llama_minus_gemma), t (Welch t of b − a:
+                 the same sign), p_value, p_bonferroni, n_perm, exact, test, correction
+                 (method="paper" adds df, perm_p_value, perm_p_bonferroni; its p_value is the
+                 Welch p)
+    mixed:       method="rmfast": term, coef, se, z, p_value, ci_low, ci_high, test, reference;
+                 method="paper": :func:`~.mixed_model.paper_mixed`'s table (the paper's model)
+    summaries:   framing, category, statistic, meaning, group_a, group_b, value_a, value_b,
+                 <b>_minus_<a> (value_b − value_a), n_models_a, n_models_b
+                 (statistics: :data:`STATISTICS`)
+
+    One direction everywhere: every difference and t is the second group minus the first
+    (groups in sorted order: Llama − Gemma), and its column says so.
+    words:       model, prompt, word, category, score, rank, n_ranked
+
+    The permutation table's ``statistic`` column names what mean_a/mean_b are.
+    """
+
+    medians: pd.DataFrame = field(default_factory=pd.DataFrame)
+    permutation: pd.DataFrame = field(default_factory=pd.DataFrame)
+    mixed: pd.DataFrame = field(default_factory=pd.DataFrame)
+    summaries: pd.DataFrame = field(default_factory=pd.DataFrame)
+    words: pd.DataFrame = field(default_factory=pd.DataFrame)
+    measure: str = "median_rank"
+
+
+def _groups(models, group_by, metadata) -> dict[str, str]:
+    if isinstance(group_by, dict):
+        missing = [m for m in models if m not in group_by]
+        if missing:
+            raise UserError(f"group mapping lacks model(s) {missing}; give every model a group")
+        return {m: str(group_by[m]) for m in models}
+    meta = load_model_metadata(metadata) if metadata is not None else None
+    if group_by in (None, "base_family"):
+        return model_families(models, meta)
+    if meta is None:
+        raise UserError(f"grouping by {group_by!r} needs model metadata (--metadata)")
+    matched, unmatched = match_metadata(models, meta)
+    if unmatched:
+        raise UserError(f"no metadata for model(s) {unmatched}; add them to the metadata file")
+    if group_by not in matched.columns:
+        raise UserError(f"metadata has no column {group_by!r}; have {list(matched.columns)}")
+    return {m: str(matched.loc[m, group_by]) for m in models}
+
+
+def _check_options(rank_within, word_agg, method, virtue_vice, measure) -> str:
+    """Validate :func:`categories`' options; returns ``virtue_vice`` with its default filled in."""
+    if rank_within not in ("matched", "all"):
+        raise UserError(f"rank_within={rank_within!r}; use 'matched' or 'all'")
+    if word_agg not in ("mean", "max", "first"):
+        raise UserError(f"word_agg={word_agg!r}; use mean, max or first")
+    if method not in ("rmfast", "paper"):
+        raise UserError(f"method={method!r}; use 'rmfast' (models as units) or 'paper' "
+                        "(paper B's test over every model × prompt)")
+    if virtue_vice is None:
+        virtue_vice = "merge" if method == "paper" else "keep"
+    if virtue_vice not in ("merge", "keep"):
+        raise UserError(f"virtue_vice={virtue_vice!r}; use 'merge' (five foundations) or 'keep'")
+    if measure not in ("median_rank", "median_rank_pct"):
+        raise UserError(f"measure={measure!r}; use median_rank or median_rank_pct")
+    return virtue_vice
+
+
+def _rank_words(words, df, cats, method, rank_within, ledger) -> pd.DataFrame:
+    """Each matched word's rank among its model × prompt's rows (the matched words, or all rows), joined
+    to its categories: the authors' ranking over the word × category join for ``method="paper"``."""
+    if method == "paper" and rank_within == "matched":
+        # the authors' script ranks the rows of the word × category join (R: rank(-score))
+        words = words.merge(cats, on="word")
+        g = words.groupby(["model", "prompt"], sort=False)["score"]
+        words["rank"] = g.rank(ascending=False, method="average")
+        words["n_ranked"] = g.transform("size")
+        multi = int((cats.groupby("word").size() > 1).sum())
+        if multi:
+            ledger.note(f"method='paper': {multi} words are listed under several categories and "
+                        "are ranked once per category, as the authors' script does")
+    elif rank_within == "matched":
+        g = words.groupby(["model", "prompt"], sort=False)["score"]
+        words["rank"] = g.rank(ascending=False, method="average")
+        words["n_ranked"] = g.transform("size")
+        words = words.merge(cats, on="word")
+    else:
+        ranks, totals = [], []
+        full = {k: np.sort(g["score"].to_numpy()) for k, g in df.groupby(["model", "prompt"])}
+        for m, p, s in words[["model", "prompt", "score"]].itertuples(index=False):
+            arr = full[(m, p)]
+            ranks.append(1 + len(arr) - np.searchsorted(arr, s, side="right"))
+            totals.append(len(arr))
+        words["rank"] = np.asarray(ranks, dtype="float64")
+        words["n_ranked"] = totals
+        words = words.merge(cats, on="word")
+    return words
+
+
+def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata=None,
+               rank_within: str = "matched", word_agg: str = "mean", measure: str = "median_rank",
+               framing=None, n_perm: int = N_PERM, seed: int = 0, mixed: bool = True,
+               models=None, prompts=None, method: str = "rmfast",
+               virtue_vice: str | None = None) -> CategoryResult:
+    """Median rank per dictionary category per model × prompt; group tests; mixed model.
+
+    ``dictionary``: a path (CSV, .dicx, LIWC .dic) or a frame (term, category, wildcard).
+    ``group_by``: "base_family" (metadata, else guessed from the name), another metadata
+    column, or a {model: group} mapping. ``method``: the group test, "rmfast" (default;
+    models are the units) or "paper" (paper B's, over all model × prompt rows, with its
+    ranking; see above). ``virtue_vice``: "merge" MFD-style ``X_Virtue``/``X_Vice`` categories
+    into X, or "keep" them (default: merge for ``method="paper"``, keep for rmfast).
+
+    >>> words = ["kind", "warm", "bold", "brave"]
+    >>> dic = pd.DataFrame({"term": words, "category": ["C", "C", "A", "A"], "wildcard": False})
+    >>> d = pd.DataFrame({"model": "m", "prompt": "best?", "text": words,
+    ...                   "score": [4.0, 3.0, 2.0, 1.0]})
+    >>> med = categories(d, dic, mixed=False).medians
+    >>> sorted(med.set_index("category")["median_rank"].items())
+    [('A', 3.5), ('C', 1.5)]
+    """
+    virtue_vice = _check_options(rank_within, word_agg, method, virtue_vice, measure)
+    ledger = Ledger()
+    dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
+    if "wildcard" not in dic.columns:
+        dic = dic.assign(wildcard=False)
+    dic = dic.assign(term=dic["term"].map(normalize_word))
+    df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
+    check_balance(df, ledger)
+    frame = framing_map(df["prompt"].unique(), framing)
+    groups = _groups(list(pd.unique(df["model"])), group_by, metadata)
+    df = df.assign(word=df["text"].map(normalize_word))
+    cats = match_dictionary(df["word"], dic)
+    hit = df["word"].isin(set(cats["word"]))
+    for (m, p), n in df[~hit].groupby(["model", "prompt"], sort=False).size().items():
+        ledger.drop("dictionary match", n, "text is not a dictionary word", model=m, prompt=p)
+    words = df[hit]
+    agg = {"mean": "mean", "max": "max", "first": "first"}[word_agg]
+    n_before = len(words)
+    words = words.groupby(["model", "prompt", "word"], sort=False, as_index=False)["score"].agg(agg)
+    if len(words) < n_before:
+        ledger.note(f"{n_before - len(words)} rows were variants of a word already seen "
+                    f"(e.g. ' Love' and 'love'); combined per word by {word_agg}")
+    words = _rank_words(words, df, cats, method, rank_within, ledger)
+    if virtue_vice == "merge":
+        to = merge_virtue_vice(pd.unique(words["category"]))
+        if any(k != v for k, v in to.items()):
+            words["category"] = words["category"].map(to)
+            if method != "paper":  # one row per word and reported category
+                words = words.drop_duplicates(["model", "prompt", "word", "category"])
+            ledger.note(f"{sum(k != v for k, v in to.items())} Virtue/Vice categories merged into "
+                        f"{len(set(v for k, v in to.items() if k != v))} foundations "
+                        f"({', '.join(sorted(set(v for k, v in to.items() if k != v)))}); "
+                        "virtue_vice='keep' keeps them apart")
+    words["rank_pct"] = words["rank"] / words["n_ranked"]
+    med = (words.groupby(["model", "prompt", "category"], sort=False)
+           .agg(n_words=("word", "size"), median_rank=("rank", "median"),
+                median_rank_pct=("rank_pct", "median")).reset_index())
+    med["group"] = med["model"].map(groups)
+    med["framing"] = med["prompt"].map(frame)
+    med = med[["model", "prompt", "category", "median_rank", "framing", "group", "n_words",
+               "median_rank_pct"]].assign(statistic=MEDIAN_STATISTIC)
+    res = CategoryResult(medians=med, words=words[["model", "prompt", "word", "category",
+                                                   "score", "rank", "n_ranked"]],
+                         measure=measure)
+    tests = _permutations if method == "rmfast" else _permutations_paper
+    res.permutation = tests(med, measure, n_perm, seed, ledger)
+    res.summaries = group_summaries(med, res.words.assign(framing=res.words["prompt"].map(frame),
+                                                          group=res.words["model"].map(groups)),
+                                    measure)
+    fit = _mixed if method == "rmfast" else _mixed_paper
+    res.mixed = fit(med, measure, ledger) if mixed else pd.DataFrame()
+    res.take_ledger(ledger)
+    return res
+
+
+def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
+    group_names = sorted(med["group"].unique())
+    cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
+            "mean_b", "diff", "t", "p_value", "p_bonferroni", "n_perm", "exact", "test",
+            "correction"]
+    if len(group_names) < 2:
+        ledger.note(f"all models are in one group ({group_names}); no group test")
+        return _name_diff(pd.DataFrame(columns=cols))
+    framings = list(pd.unique(med["framing"]))
+    levels = (["all"] + framings) if len(framings) > 1 else framings
+    rows = []
+    for fr in levels:
+        sub = med if fr == "all" else med[med["framing"] == fr]
+        per_model = sub.groupby(["category", "model", "group"])[measure].mean().reset_index()
+        for cat, g in per_model.groupby("category", sort=True):
+            for ga, gb in combinations(group_names, 2):
+                g2 = g[g["group"].isin([ga, gb])]
+                in_b = (g2["group"] == gb).to_numpy()
+                vals = g2[measure].to_numpy()
+                out = permutation_test(vals, in_b, n_perm=n_perm, seed=seed)  # t of b − a
+                if np.isnan(out["t"]):
+                    ledger.note(f"group test {ga} vs {gb} ({cat}, {fr}): needs at least 2 "
+                                "models per group")
+                how = (f"every one of the {out['n_perm']:,} relabellings" if out["exact"]
+                       else f"{out['n_perm']:,} random relabellings")
+                rows.append({"framing": fr, "category": cat, "group_a": ga, "group_b": gb,
+                             "n_a": int((~in_b).sum()), "n_b": int(in_b.sum()),
+                             "mean_a": vals[~in_b].mean() if (~in_b).any() else np.nan,
+                             "mean_b": vals[in_b].mean() if in_b.any() else np.nan, **out,
+                             "test": f"Welch t of {gb} − {ga} over models; permutation p "
+                             f"(group labels permuted over models, {how}, two-sided)"})
+    res = pd.DataFrame(rows)
+    res["statistic"] = "mean_of_model_means"
+    res["diff"] = res["mean_b"] - res["mean_a"]
+    res["p_bonferroni"] = bonferroni(res["p_value"])
+    res["correction"] = f"Bonferroni ×{int(res['p_value'].notna().sum())}"
+    return _name_diff(res[cols])
+
+
+def _permutations_paper(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
+    """Paper B's tests: ``perm.t.test(median ~ group)`` per category × framing over all rows."""
+    group_names = sorted(med["group"].unique())
+    cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
+            "mean_b", "diff", "t", "df", "p_value", "p_bonferroni", "perm_p_value", "perm_p_bonferroni",
+            "n_perm", "exact", "test", "correction"]
+    if len(group_names) != 2:  # R's formula interface needs exactly two levels
+        ledger.note(f"method='paper' compares exactly two groups; have {group_names}")
+        return _name_diff(pd.DataFrame(columns=cols))
+    ga, gb = group_names  # R's factor levels are sorted: x = the first level
+    ledger.note("method='paper': p_value is the parametric Welch p that paper B's script reports "
+                "(perm.t.test(...)$p.value); perm_p_value is its Monte-Carlo permutation p "
+                f"(R = {n_perm:,}, not R's random stream); t is of {gb} − {ga} (R prints "
+                f"{ga} − {gb}: the same |t| and p)")
+    rows = []
+    for (fr, cat), g in med.groupby(["framing", "category"], sort=True):
+        a = g.loc[g["group"] == ga, measure].to_numpy()
+        b = g.loc[g["group"] == gb, measure].to_numpy()
+        out = mkinfer_perm_t_test(b, a, R=n_perm, seed=seed)  # t of b − a: one sign everywhere
+        rows.append({"framing": fr, "category": cat, "group_a": ga, "group_b": gb,
+                     "n_a": len(a), "n_b": len(b), "mean_a": a.mean() if len(a) else np.nan,
+                     "mean_b": b.mean() if len(b) else np.nan, **out,
+                     "test": f"Welch t of {gb} − {ga} over the {len(a) + len(b)} model × prompt "
+                     "rows; p_value: its parametric p (MKinfer::perm.t.test $p.value, as paper B "
+                     f"reports); perm_p_value: {out['n_perm']:,} permutations"})
+    res = pd.DataFrame(rows)
+    res["statistic"] = "mean_of_model_prompt_medians"
+    res["diff"] = res["mean_b"] - res["mean_a"]
+    res["p_bonferroni"] = bonferroni(res["p_value"], len(res))  # R: pmin(p * n(), 1)
+    res["perm_p_bonferroni"] = bonferroni(res["perm_p_value"], len(res))
+    res["correction"] = f"Bonferroni ×{len(res)}"
+    return _name_diff(res[cols])
+
+
+def group_summaries(med: pd.DataFrame, words: pd.DataFrame,
+                    measure: str = "median_rank") -> pd.DataFrame:
+    """The group summaries of :data:`STATISTICS` per framing × category, for every pair of
+    groups: value_a, value_b and their difference value_b − value_a in a column named after its
+    direction (:func:`diff_name`: ``llama_minus_gemma`` for Gemma vs Llama, the R script's ``diff``).
+
+    ``med``: the medians table; ``words``: per-word ranks with model, prompt, category, rank,
+    framing, group (``r_avg_ranks`` needs them; with ``measure="median_rank_pct"`` it uses
+    rank / words ranked).
+    """
+    cols = ["framing", "category", "statistic", "meaning", "group_a", "group_b", "value_a",
+            "value_b", "diff", "n_models_a", "n_models_b"]
+    names = sorted(med["group"].dropna().unique())
+    if len(names) < 2:
+        return _name_diff(pd.DataFrame(columns=cols))
+    per_model = {
+        "mean_of_model_prompt_medians": None,
+        "mean_of_model_medians_over_prompts": med.groupby(
+            ["framing", "category", "group", "model"])[measure].median(),
+        "r_avg_ranks": (words.assign(_r=words["rank"] if measure == "median_rank"
+                                     else words["rank"] / words["n_ranked"])
+                        .groupby(["framing", "category", "group", "model"])["_r"].median()),
+        "mean_of_model_means": med.groupby(["framing", "category", "group", "model"])[
+            measure].mean(),
+    }
+    rows = []
+    for (fr, cat), g in med.groupby(["framing", "category"], sort=True):
+        for stat, pm in per_model.items():
+            val, n = {}, {}
+            for grp in names:
+                if pm is None:
+                    v = g.loc[g["group"] == grp, measure]
+                    val[grp], n[grp] = v.mean(), g.loc[g["group"] == grp, "model"].nunique()
+                else:
+                    try:
+                        v = pm.loc[(fr, cat, grp)]
+                    except KeyError:
+                        v = pd.Series(dtype=float)
+                    val[grp], n[grp] = v.mean(), len(v)
+            for ga, gb in combinations(names, 2):
+                rows.append({"framing": fr, "category": cat, "statistic": stat,
+                             "meaning": STATISTICS[stat], "group_a": ga,
+                             "group_b": gb, "value_a": val[ga], "value_b": val[gb],
+                             "diff": val[gb] - val[ga], "n_models_a": n[ga],
+                             "n_models_b": n[gb]})
+    return _name_diff(pd.DataFrame(rows, columns=cols))
+
+
+def _mixed_paper(med, measure, ledger) -> pd.DataFrame:
+    """Paper B's mixed model (:func:`paper_mixed`: R's coding, nlme's t), or why it cannot be fitted."""
+    need = {"group": 2, "category": 2, "framing": 2, "model": 3}
+    short = [k for k, n in need.items() if med[k].nunique() < n]
+    if short:
+        ledger.note(f"mixed model (paper's) not fitted: too few levels of {', '.join(short)} "
+                    "(needs 2 groups, 2 categories, both framings and 3 models)")
+        return pd.DataFrame()
+    try:
+        out = paper_mixed(med, measure=measure)
+    except (np.linalg.LinAlgError, ValueError) as exc:
+        ledger.note(f"mixed model (paper's) failed: {str(exc).splitlines()[0]}")
+        return pd.DataFrame()
+    ledger.note(f"mixed model: the paper's lme({measure} ~ base_model*Category*prompt_framing, "
+                f"random = ~1|model_id), REML, references {out['reference'].iloc[0]}, t-tests "
+                f"with nlme's containment df ({med['model'].nunique()} models, {len(med)} rows)")
+    return out
+
+
+def _mixed(med, measure, ledger) -> pd.DataFrame:
+    """rmfast's mixed model: statsmodels' own coding (every factor's first level in sorted order
+    is its reference, so the framing's is *negative*) and Wald z-tests; :func:`paper_mixed` is
+    the paper's (positive framing as reference, nlme's t)."""
+    cols = ["term", "coef", "se", "z", "p_value", "ci_low", "ci_high", "test", "reference"]
+    terms = [t for t in ("group", "category", "framing") if med[t].nunique() > 1]
+    for t in ("group", "category", "framing"):
+        if t not in terms:
+            ledger.note(f"mixed model: {t} has one level; the term is left out")
+    if med["model"].nunique() < 3 or "category" not in terms:
+        ledger.note("mixed model not fitted: needs at least 3 models and 2 categories")
+        return pd.DataFrame(columns=cols)
+    smf = deps.require("statsmodels.formula.api", "the mixed model")
+    formula = f"{measure} ~ " + " * ".join(f"C({t})" for t in terms)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fit = smf.mixedlm(formula, med, groups=med["model"]).fit(reml=True)
+        except (np.linalg.LinAlgError, ValueError) as exc:
+            ledger.note(f"mixed model {formula} failed: {exc}")
+            return pd.DataFrame(columns=cols)
+    for w in caught:
+        ledger.note(f"mixed model warning: {str(w.message).splitlines()[0]}")
+    ci = fit.conf_int()
+    names = [n for n in fit.fe_params.index]
+    out = pd.DataFrame({"term": names, "coef": fit.fe_params[names].to_numpy(),
+                        "se": fit.bse_fe[names].to_numpy(),
+                        "z": fit.tvalues[names].to_numpy(), "p_value": fit.pvalues[names].to_numpy(),
+                        "ci_low": ci.loc[names, 0].to_numpy(), "ci_high": ci.loc[names, 1].to_numpy(),
+                        "test": "Wald z (normal approximation; statsmodels)",
+                        "reference": ", ".join(f"{t} {sorted(med[t].unique())[0]}" for t in terms)})
+    ledger.note(f"mixed model: {formula}, random intercept per model ({med['model'].nunique()} "
+                f"models, {len(med)} rows)")
+    return out

@@ -1,0 +1,81 @@
+"""Guards of a similarity computation (:func:`rmfast.analysis.representations.similarity.similarity`): how many resamples
+may be asked for, and which layers have no defined measure, and why.
+
+Example:
+    >>> check_replicates(50, 49, one_pass=lambda: None)         # within the bound: nothing to say
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from ...errors import UserError
+
+#: the measures of a layer pair, in the order of the result's columns
+MEASURES = ("cka", "cka_debiased", "rv", "rv2")
+#: at most this many bootstrap replicates, and as many permutations (p-values down to ~1e-4): each one
+#: is another pass over every shared candidate's states
+MAX_REPLICATES = 10_000
+
+
+def check_replicates(bootstrap: int, permutations: int, one_pass) -> None:
+    """Refuse more than :data:`MAX_REPLICATES` of either, in one line with the time they would take here:
+    ``one_pass()`` runs (and times) one pass, the cost of each replicate."""
+    if bootstrap <= MAX_REPLICATES and permutations <= MAX_REPLICATES:
+        return
+    t0 = time.perf_counter()
+    one_pass()
+    t = time.perf_counter() - t0
+    est = t * (1 + bootstrap + permutations)
+    when = f"{est / 3600:,.0f} hours" if est >= 3600 else f"{est:,.0f} s"
+    raise UserError(f"--bootstrap {bootstrap:,} / --permutations {permutations:,}: at most {MAX_REPLICATES:,} each "
+                    f"(p-values down to {1 / (1 + MAX_REPLICATES):.0e}); each replicate is a pass over the states, "
+                    f"{t:.3g} s here, so these would take about {when}")
+
+
+#: why layer 0 is constant in a token scan, said beside the layer's name
+LAYER0_WHY = ("layer 0 is the input embedding at the scored position, the template's last token in every row, "
+              "so it cannot vary across candidates")
+
+
+def layer_defect(s, layer: str, rows: np.ndarray, chunk: int = 4096) -> str | None:
+    """Why ``layer`` of state set ``s`` gives undefined measures on ``rows``: "k NaN/inf values", "constant
+    across candidates" (every row the same, e.g. layer 0 of a token scan), or None. One read of those rows."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return None
+    first, same, n_bad = s.take(layer, rows[:1])[0], True, 0  # first: (d,)
+    for i in range(0, len(rows), chunk):
+        x = s.take(layer, rows[i:i + chunk])  # (c, d)
+        n_bad += int((~np.isfinite(x)).sum())
+        same = same and bool((x == first).all())
+    return f"{n_bad:,} NaN/inf values" if n_bad else "constant across candidates" if same else None
+
+
+def undefined_reasons(pairs: pd.DataFrame, a, b, la, lb, ra, rb) -> tuple[list[str], str | None]:
+    """Why each layer pair's measures are undefined (NaN), and one note naming the layers.
+
+    Returns (per row of ``pairs``: the reason, "" where every measure is defined; the note, or None).
+    A layer is named when it is in an undefined pair and is constant across the rows compared (layer 0 of a
+    token scan: :data:`LAYER0_WHY`) or holds NaN/inf values there (e.g. a float16 overflow)."""
+    ok = np.isfinite(pairs[list(MEASURES)].to_numpy(dtype=float)).all(axis=1)  # (pairs,)
+    if ok.all():
+        return [""] * len(pairs), None
+    why = {}
+    for side, s, layers, rows in (("A", a, la, ra), ("B", b, lb, rb)):
+        bad = set(pairs.loc[~ok, f"layer_{side.lower()}"])
+        why.update({(side, l): d for l in layers if l in bad and (d := layer_defect(s, l, rows))})
+    reasons = []
+    for good, x, y in zip(ok, pairs["layer_a"], pairs["layer_b"]):
+        got = [f"{side} {l} ({why[(side, l)]})" for side, l in (("A", x), ("B", y)) if (side, l) in why]
+        reasons.append("" if good else "; ".join(got) or "a measure divides by zero or a negative self-similarity "
+                       "(debiased on few candidates)")
+    named = [f"{side} {l} ({d})" for (side, l), d in why.items()]
+    zero = any(l == "0" and d.startswith("constant") for (_, l), d in why.items())
+    return reasons, (f"{int((~ok).sum())} of {len(pairs)} layer pairs have undefined measures (NaN, the "
+                     "table's column undefined says why): " + (", ".join(named) if named else
+                     "no layer is constant or NaN/inf; a measure divides by zero on these candidates")
+                     + (f"; {LAYER0_WHY}" if zero else "") + ("; leave those layers out" if named else ""))
