@@ -263,7 +263,7 @@ def _lens_html(x) -> list[str]:
 
 def _any_why(pairs: pd.DataFrame) -> bool:
     """Whether some pair's measures are undefined with a reason (the column ``undefined``; empty in a CSV: NaN)."""
-    return bool(pairs["undefined"].fillna("").astype(str).ne("").any())
+    return any(isinstance(v, str) and v for v in pairs["undefined"])
 
 
 def _similarity_html(x) -> list[str]:
