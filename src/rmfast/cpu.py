@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from .dims import mlp_dims  # the probe's shape (also rmfast.cpu.mlp_dims for its callers)
 # the CPU features that decide how bf16 runs (x86 /proc/cpuinfo names; aarch64 "bf16"), read without torch
 from .compile_cache import FLAGS as _FLAGS, isa_env, isolate_compile_cache, proc_cpuinfo  # noqa: F401
 from .io import write_json
@@ -210,17 +211,6 @@ def measured_rates(shape, cache: Path | None = None) -> tuple[dict[str, float], 
         except OSError:  # a read-only cache: measure again next time, no error
             pass
     return rates, "probe"
-
-
-def mlp_dims(config) -> tuple[int, int] | None:
-    """(hidden, intermediate) of a model config (its text config for multimodal ones), None if unknown."""
-    if config is None:
-        return None
-    c = config.get_text_config() if hasattr(config, "get_text_config") else config
-    hid = getattr(c, "hidden_size", None)
-    if not hid:
-        return None
-    return int(hid), int(getattr(c, "intermediate_size", None) or 4 * hid)
 
 
 def choose_cpu_dtype(config=None, cache: Path | None = None) -> DtypeChoice:

@@ -38,6 +38,7 @@ import torch
 from .version import __version__
 from .scoring.candidates import check_context
 from .errors import UserError
+from .fast import ops
 from .template import is_plain_format, build_template
 
 __all__ = ["logprobs", "prompt_ids", "next_token_logprobs", "vocab_strings"]
@@ -123,7 +124,7 @@ def next_token_logprobs(model, ids) -> torch.Tensor:
     logits = getattr(out, "logits", None)
     if logits is None:
         raise UserError("this model returns no logits; logprobs needs a causal language model")
-    return torch.log_softmax(logits[0, -1].float(), dim=-1).cpu()
+    return ops.vocab_logprobs(logits[0, -1]).cpu()  # (V,) fp32; the model's forward applied any final softcap
 
 
 _STRINGS: dict = {}  # (id(tokenizer), len(tokenizer)) -> (tokens, texts) over 0..n-1
@@ -182,12 +183,15 @@ def logprobs(
         >>> res.top(5)  # doctest: +SKIP
     """
     from .version import versions
+    from .scoring.plan import choose_head
     from .scoring.results import ScanResult
     from .scoring.vocab import select_ids
 
     t0 = time.perf_counter()
-    if not hasattr(model, "lm_head") and "CausalLM" not in type(model).__name__:
-        raise UserError("logprobs needs a causal language model; this model has no LM head")
+    try:  # the scan's rule for a logprob head (an LM head), with this command's words
+        choose_head(model, "logprob", 0)
+    except UserError:
+        raise UserError("logprobs needs a causal language model; this model has no LM head") from None
     ids, info = prompt_ids(tokenizer, prompt, template=template, system=system)
     check_context(model, len(ids), 0)  # the scored token is predicted after the last prompt position
     cand, n_vocab, _ = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special)

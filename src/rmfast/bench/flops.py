@@ -7,11 +7,13 @@ import time
 
 import torch
 
+from ..dims import model_dims as config_dims
 from .machine import sync
 
 
 def model_dims(model, head: str) -> dict:
-    """Projection parameter count and LM-head size, read off the engine's architecture spec.
+    """Projection parameter count and LM-head size, read off the engine's architecture spec; the
+    dimensions are the config's (:func:`rmfast.dims.model_dims`: the same numbers, tests/test_one_definition.py).
 
     FLOPs are counted on the GEMMs (2 per weight per token). The RMSNorms, q/k norms included
     (Qwen3, Gemma 3: ~4·(H + Hkv)·D per token per layer, < 0.1% of a layer's GEMM FLOPs), RoPE and
@@ -27,13 +29,14 @@ def model_dims(model, head: str) -> dict:
         shapes += [(m.in_features, m.out_features) for m in L.linears()]
     n_gemm = sum(k * n for k, n in shapes)
     V, D = (sp.lm_head_weight.shape if sp.lm_head_weight is not None else (None, None))
+    dims = config_dims(model.config)
     return {
-        "n_layers": len(sp.layers),
-        "hidden": sp.layers[0].o_proj.out_features,
-        "n_heads": sp.n_heads,
-        "n_kv_heads": sp.n_kv_heads,
-        "head_dim": sp.head_dim,
-        "intermediate": sp.layers[0].down.in_features,
+        "n_layers": dims.layers,
+        "hidden": dims.hidden,
+        "n_heads": dims.heads,
+        "n_kv_heads": dims.kv_heads,
+        "head_dim": dims.head_dim,
+        "intermediate": dims.intermediate,
         "qk_norm": sp.layers[0].q_norm is not None,
         "gemm_params": n_gemm,
         "lm_head_params": (V * D) if (head == "logprob" and V is not None) else 0,

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ..cpu import recorded
+from ..dims import model_dims as config_dims
 from .baselines import HFCacheScorer, agreement, float64_scores, fp32_check, fp32_rounding_tol, naive_scorer
 from .flops import engine_gemm_shapes, flops_per_candidate, gemm_peak, model_dims
 from .machine import PeakMemory, batch_options, chunks, loadavg, log, pick_batch, sync, time_batches, time_calls
@@ -239,7 +240,7 @@ def time_naive(b: BenchRun) -> Timed:
     s_nv, t_nv = time_calls(lambda: [naive_scorer(model, tmpl, head, bs_nv)(torch.from_numpy(ids_nv)[:, None])],
                             device, b.reps)
     if head == "logprob":  # the cap hf_scores applies (same formula), so the table shows the real batch
-        V = model.config.get_text_config().vocab_size
+        V = config_dims(model.config).vocab
         bs_nv = max(1, min(bs_nv, int(5e7 // ((1 + len(tmpl.continuation_ids) + 1) * V))))
     mem_nv = b.mem.read_mib()
     log(f"  naive     batch {bs_nv:5d}: {n_naive / min(t_nv):10.1f} cand/s" + (f"  (probe {probe_nv})" if probe_nv else ""))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..dims import model_dims
 from ..errors import UserError
 
 # model_type -> family. Anything else takes the generic plain-HF path.
@@ -149,9 +150,8 @@ def arch_spec(model: nn.Module) -> ArchSpec | None:
     bb = backbone_of(model)
     if not hasattr(bb, "layers") or not hasattr(bb, "embed_tokens"):
         return None
-    n_heads = cfg.num_attention_heads
-    n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+    dims = model_dims(cfg)
+    n_heads, n_kv, head_dim = dims.heads, dims.kv_heads, dims.head_dim
     softcap = getattr(cfg, "attn_logit_softcapping", None) if family in ("gemma2", "gemma3") else None
     # HF's Gemma 2/3 MLPs read hidden_activation, the others hidden_act.
     act = (getattr(cfg, "hidden_activation", None) if family in ("gemma2", "gemma3") else None) or getattr(

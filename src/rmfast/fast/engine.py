@@ -318,9 +318,7 @@ class Engine:
             W = sp.lm_head_weight
             logits = torch.cat([(hn @ W[v0 : v0 + 32768].to(hn.dtype).t()).float()[0]  # chunks: no fp32 copy of W
                                 for v0 in range(0, W.shape[0], 32768)])  # (V,)
-            if sp.final_logit_softcap is not None:
-                logits = torch.tanh(logits / sp.final_logit_softcap) * sp.final_logit_softcap
-            self.prefix_logprobs = torch.log_softmax(logits, dim=-1)  # (V,) fp32
+            self.prefix_logprobs = ops.vocab_logprobs(logits, final_softcap=sp.final_logit_softcap)  # (V,) fp32
 
     def _head_scores(self, h: torch.Tensor) -> torch.Tensor:
         """h: (B, Dm) last-layer states at the final position -> (B,) fp32 scores of the row head."""
@@ -358,9 +356,8 @@ class Engine:
 
     # ------------------------------------------------------------------ scoring
     def can_score_ragged(self) -> bool:
-        """Whether :meth:`score_ragged` serves this engine: a score head read at one position per row (a
-        gated head may re-gate inside a row's own tokens, and the logprob head reads every position)."""
-        return self.head == "score" and not isinstance(self.score_head, GatedHead)
+        """Whether :meth:`score_ragged` serves this engine (:func:`ragged_ok`)."""
+        return ragged_ok(self.head, self.score_head)
 
     def score_ragged(self, responses: torch.Tensor, lengths: torch.Tensor, taps: set | None = None):
         """Rows of different lengths in one batch: (B, n) right-padded ids, (B,) response lengths -> (B,) fp32
@@ -443,6 +440,20 @@ class Engine:
         )
         out = total + lp.view(B, T).sum(-1)
         return out if tap is None else (out, tap)
+
+
+def ragged_ok(head: str, score_head) -> bool:
+    """Whether rows of several lengths or prompts may share one batch (:func:`score_prompts`: right-padded,
+    each row read at its own final position): a score head read at ONE position per row. Not a gated head
+    (ArmoRM/QRM: a row may re-gate inside its own tokens, :meth:`Engine._regated_rows`), not the logprob
+    head (it reads every position of a row). ``score_head``: the engine's, or, before one is built, the
+    model's custom head (:attr:`rmfast.fast.arch.ArchSpec.custom_head`; None for a linear head).
+
+    The one rule: :meth:`Engine.can_score_ragged` (hence :func:`score_prompts` and
+    :func:`rmfast.scoring.plan.score_together`) and the scorer's batch grouping
+    (:meth:`rmfast.scoring.scorer.RewardScorer._ragged_ok`) ask it.
+    """
+    return head == "score" and not isinstance(score_head, GatedHead)
 
 
 def blockdiag_overhead(spec: ArchSpec, P: int) -> float:

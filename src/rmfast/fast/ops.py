@@ -25,7 +25,7 @@ from ..kernels.cpu_logprob import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
            "shared_prefix_attention", "cascade_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
-           "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update"]
+           "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
 
 #: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
 #: the prompt K/V packed once per layer, a visibility bias per window, the attention itself
@@ -183,3 +183,18 @@ def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_sty
         x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap, chunk=chunk,
         fp32=fp32,
     )
+
+
+def vocab_logprobs(logits: torch.Tensor, *, final_softcap: float | None = None) -> torch.Tensor:
+    """(..., V) next-token logits, any dtype -> (..., V) fp32 log-probabilities of every vocabulary id.
+
+    The ONE definition of "the next-token log-probs of a prompt": the engine's prompt pass (its logits,
+    already fp32, with the model's ``final_logit_softcapping`` applied here) and ``rmfast logprobs``
+    (a Hugging Face forward's logits, softcapped by the model itself: ``final_softcap=None``) both end
+    here, so the two agree bit for bit on the same logits. The softmax is always taken in fp32: a bf16
+    log-softmax would round every log-probability to 8 significant bits.
+    """
+    x = logits.float()
+    if final_softcap is not None:
+        x = torch.tanh(x / final_softcap) * final_softcap
+    return torch.log_softmax(x, dim=-1)

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..dims import model_dims
+
 __all__ = ["BaseModel", "RewardModel", "BASES", "MODELS", "HEADS", "find", "names", "config_of", "count_params",
            "how_to_get"]
 
@@ -67,7 +69,7 @@ class RewardModel:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.config()["vocab_size"])
+        return model_dims(self.config()).vocab
 
     @property
     def score_read(self) -> str:
@@ -286,12 +288,13 @@ def count_params(config: dict, kind: str = "classifier") -> int:
     c = config
     if c.get("attention_bias") or c.get("mlp_bias"):
         raise ValueError("count_params counts bias-free layers only")
-    d, v, hd = c["hidden_size"], c["vocab_size"], c["head_dim"]
-    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    dm = model_dims(c)
+    d, v, hd = dm.hidden, dm.vocab, dm.head_dim
+    q, kv = dm.q_width, dm.kv_width
     norms = {"gemma2": 4 * d, "qwen3": 2 * d + 2 * hd}.get(c["model_type"], 2 * d)
-    layer = 2 * d * q + 2 * d * kv + 3 * d * c["intermediate_size"] + norms
+    layer = 2 * d * q + 2 * d * kv + 3 * d * dm.intermediate + norms
     head = d if kind == "classifier" else (0 if c.get("tie_word_embeddings") else v * d)
-    return v * d + c["num_hidden_layers"] * layer + d + head
+    return v * d + dm.layers * layer + d + head
 
 
 def short_revision(revision: str | None) -> str | None:

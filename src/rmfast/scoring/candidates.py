@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..dims import text_config
 from ..errors import UserError
 from ..io import file_sha256
 
@@ -298,8 +299,7 @@ def ids_digest(rows: list[Row]) -> str:
 
 def max_positions(model) -> int | None:
     """The model's context length (``max_position_embeddings`` of its text config), None if it has none."""
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    n = getattr(cfg, "max_position_embeddings", None)
+    n = getattr(text_config(model.config), "max_position_embeddings", None)
     return None if n is None else int(n)
 
 

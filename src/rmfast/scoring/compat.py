@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..dims import text_config
 from ..errors import UserError
 from .batching import Group
 from .candidates import render_text, tokenizer_order
@@ -55,8 +56,7 @@ def _config_pad(model):
     sets the config's pad to the tokenizer's (and keeps the checkpoint's in ``_rmfast_checkpoint_pad_id``)."""
     if hasattr(model, "_rmfast_checkpoint_pad_id"):
         return model._rmfast_checkpoint_pad_id
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return getattr(cfg, "pad_token_id", None)
+    return getattr(text_config(model.config), "pad_token_id", None)
 
 def authors_encode(tokenizer, texts: list[str]):
     """The published loop's tokenization of a batch of rendered conversations: special tokens added

@@ -18,6 +18,7 @@ import contextlib
 
 import torch
 
+from ..dims import model_dims, text_config
 from ..template import Template
 
 
@@ -26,7 +27,7 @@ def pad_token_as(model, value):
     """Temporarily set the (text) config's pad_token_id: -1 (never occurs) or None both make HF's
     sequence-classifier pooling read the final position."""
     cfgs = [model.config]
-    text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    text_cfg = text_config(model.config)
     if text_cfg is not model.config:
         cfgs.append(text_cfg)
     saved = [c.pad_token_id for c in cfgs]
@@ -88,8 +89,7 @@ def flat_lm_head(model):
 
 def n_layers(model) -> int:
     """The number of decoder layers (HF's ``hidden_states`` has one more entry)."""
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return int(cfg.num_hidden_layers)
+    return model_dims(model.config).layers
 
 
 def final_norm_module(model) -> torch.nn.Module | None:
@@ -166,7 +166,7 @@ def hf_scores(
         seqs = [template.sequence(responses[i]) if head == "score" else [*template.prefix_ids, *responses[i], *cont] for i in idx]
         bs = batch_size
         if head == "logprob":  # keep the (B, kept, V) fp32 logits block modest
-            V = model.config.get_text_config().vocab_size if hasattr(model.config, "get_text_config") else model.config.vocab_size
+            V = model_dims(model.config).vocab
             bs = max(1, min(batch_size, int(5e7 // ((n + len(cont) + 1) * V))))
         for s in range(0, len(idx), bs):
             rows = idx[s : s + bs]

@@ -10,6 +10,7 @@ import warnings
 
 import torch
 
+from ..dims import model_dims
 from ..errors import UserError
 
 
@@ -63,19 +64,16 @@ def row_bytes(model, tokens_per_row: int, *, prefix_len: int = 0, head: str = "s
     >>> row_bytes(m, 2, prefix_len=10)  # 2·(4·64 + (4+4)·16 + 3·96)·4 + 2·4·2·12·4
     6144
     """
-    c = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    hid, inter = int(c.hidden_size), int(getattr(c, "intermediate_size", 4 * c.hidden_size))
-    H = int(c.num_attention_heads)
-    kv = int(getattr(c, "num_key_value_heads", None) or H)
-    D = int(getattr(c, "head_dim", None) or hid // H)
+    dm = model_dims(model.config)
+    hid, inter, H, kv, D = dm.hidden, dm.intermediate, dm.heads, dm.kv_heads, dm.head_dim
     nbytes = next(model.parameters()).element_size()
     T = max(1, int(tokens_per_row)) + (int(prefix_len) if full_sequence else 0)
     keys = T + (0 if full_sequence else int(prefix_len))
     per = T * (4 * hid + (H + 2 * kv) * D + 3 * inter) * nbytes + 2 * H * T * keys * 4
     if full_sequence:
-        per += int(c.num_hidden_layers) * T * 2 * kv * D * nbytes
+        per += dm.layers * T * 2 * kv * D * nbytes
     if head == "logprob":
-        per += 2 * T * (int(c.vocab_size) if full_sequence else min(8192, int(c.vocab_size))) * 4
+        per += 2 * T * (int(dm.vocab) if full_sequence else min(8192, int(dm.vocab))) * 4
     return int(per)
 
 

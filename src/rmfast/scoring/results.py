@@ -38,8 +38,51 @@ def rank_scores(scores: "pd.Series") -> "pd.Series":
     return r.astype("Int64") if r.isna().any() else r.astype(np.int64)
 
 
+class _Result:
+    """What token and text results share: timing, the rank and lens columns of the table, best / worst rows,
+    the file pair. A subclass's ``to_pandas`` builds its own columns and ends with :meth:`_ranked`;
+    ``_TIES``: the columns that order rows of one rank (ascending), none for the table's own order."""
+
+    _TIES: tuple[str, ...] = ()
+
+    @property
+    def wall_s(self) -> float:
+        return float(self.manifest.get("wall_s", float("nan")))
+
+    @property
+    def candidates_per_s(self) -> float:
+        return float(self.manifest.get("candidates_per_s", float("nan")))
+
+    def _ranked(self, df):
+        """``df`` (score column made) + rank (1 = highest; ties share the best rank; none for a NaN score:
+        :func:`rank_scores`) + the extra float columns (the reward lens), in that column order."""
+        df["rank"] = rank_scores(df["score"])
+        for name, v in self.columns.items():
+            df[name] = np.asarray(v, dtype=np.float32)
+        return df
+
+    def _table(self):
+        """The table :meth:`top` and :meth:`bottom` sort: :meth:`to_pandas` (a subclass may leave bulky columns out)."""
+        return self.to_pandas()
+
+    def top(self, k: int = 20):
+        """The k highest-scoring rows, best first."""
+        by = ["rank", *self._TIES]
+        return self._table().sort_values(by, kind="stable").head(k).reset_index(drop=True)
+
+    def bottom(self, k: int = 20):
+        """The k lowest-scoring rows, worst first."""
+        by = ["rank", *self._TIES]
+        return (self._table().sort_values(by, ascending=[False] + [True] * len(self._TIES), kind="stable").head(k)
+                .reset_index(drop=True))
+
+    def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
+        """Write ``path`` (Parquet) and ``path.json`` (manifest) as a pair (:func:`rmfast.io.write_pair`)."""
+        return _write(self, path, overwrite)
+
+
 @dataclass
-class ScanResult:
+class ScanResult(_Result):
     """Scores of candidate token ids, with everything needed to reproduce them.
 
     Attributes:
@@ -61,13 +104,7 @@ class ScanResult:
     manifest: dict = field(default_factory=dict)
     columns: dict = field(default_factory=dict)  # extra per-row float columns (the reward lens: lens_<layer>)
 
-    @property
-    def wall_s(self) -> float:
-        return float(self.manifest.get("wall_s", float("nan")))
-
-    @property
-    def candidates_per_s(self) -> float:
-        return float(self.manifest.get("candidates_per_s", float("nan")))
+    _TIES = ("token_id",)  # one rank's rows by id, whatever the row order (a merged shard's need not be by id)
 
     def to_pandas(self):
         """DataFrame: token_id (int64), token, text, score (float32), rank (1 = highest; ties share the best
@@ -82,22 +119,7 @@ class ScanResult:
                 "score": self.scores.astype(np.float32),
             }
         )
-        df["rank"] = rank_scores(df["score"])
-        for name, v in self.columns.items():
-            df[name] = np.asarray(v, dtype=np.float32)
-        return df
-
-    def top(self, k: int = 20):
-        """The k highest-scoring rows, best first."""
-        return self.to_pandas().sort_values(["rank", "token_id"]).head(k).reset_index(drop=True)
-
-    def bottom(self, k: int = 20):
-        """The k lowest-scoring rows, worst first."""
-        return self.to_pandas().sort_values(["rank", "token_id"], ascending=[False, True]).head(k).reset_index(drop=True)
-
-    def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write ``path`` (Parquet) and ``path.json`` (manifest) as a pair (:func:`rmfast.io.write_pair`)."""
-        return _write(self, path, overwrite)
+        return self._ranked(df)
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "ScanResult":
@@ -115,7 +137,7 @@ class ScanResult:
 
 
 @dataclass
-class TextScanResult:
+class TextScanResult(_Result):
     """Scores of response texts, with everything needed to reproduce them.
 
     Attributes:
@@ -148,25 +170,13 @@ class TextScanResult:
             cols["token_id"] = np.asarray(self.source_ids, dtype=np.int64)
         cols.update({"text": list(self.texts), "n_tokens": np.asarray(self.n_tokens, dtype=np.int64),
                      "score": np.asarray(self.scores, dtype=np.float32)})
-        df = pd.DataFrame(cols)
-        df["rank"] = rank_scores(df["score"])
-        for name, v in self.columns.items():
-            df[name] = np.asarray(v, dtype=np.float32)
+        df = self._ranked(pd.DataFrame(cols))
         if token_ids:
             df["token_ids"] = [list(map(int, r)) for r in self.token_ids]
         return df
 
-    def top(self, k: int = 20):
-        df = self.to_pandas(token_ids=False)
-        return df.sort_values("rank", kind="stable").head(k).reset_index(drop=True)
-
-    def bottom(self, k: int = 20):
-        df = self.to_pandas(token_ids=False)
-        return df.sort_values("rank", ascending=False, kind="stable").head(k).reset_index(drop=True)
-
-    def to_parquet(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write ``path`` (Parquet) and ``path.json`` (manifest) as a pair (:func:`rmfast.io.write_pair`)."""
-        return _write(self, path, overwrite)
+    def _table(self):
+        return self.to_pandas(token_ids=False)  # best / worst rows without the id lists
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "TextScanResult":

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..dims import model_dims
 from ..errors import UserError
 from ..state_names import ByLayer
 from ..template import Template, build_template, check_text
@@ -376,10 +377,8 @@ class RewardScorer:
 
     def prompt_bytes(self, n_prompt_tokens: int) -> int:
         """Bytes of one cached prompt encoding: its keys and values in every layer."""
-        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
-        hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        return 2 * cfg.num_hidden_layers * kv * hd * n_prompt_tokens * next(self.model.parameters()).element_size()
+        dm = model_dims(self.model.config)
+        return 2 * dm.layers * dm.kv_heads * dm.head_dim * n_prompt_tokens * next(self.model.parameters()).element_size()
 
     # ------------------------------------------------------------------ building the job
     def template_for(self, conv: Conversation) -> Template:
@@ -542,14 +541,14 @@ class RewardScorer:
         return score
 
     def _ragged_ok(self) -> bool:
-        """Ragged batches: the fast engine's score head, read at one position per row (not a gated head)."""
-        if self.engine != "fast" or self.head != "score":
+        """Ragged batches: the fast engine, by its rule (:func:`rmfast.fast.engine.ragged_ok`)."""
+        if self.engine != "fast":
             return False
         from ..fast.arch import arch_spec
-        from ..fast.heads import GatedHead
+        from ..fast.engine import ragged_ok
 
         spec = arch_spec(self.model)
-        return spec is not None and not isinstance(spec.custom_head, GatedHead)
+        return spec is not None and ragged_ok(self.head, spec.custom_head)
 
     def _rows_per_batch(self, tmpl: Template, n: int, row_t: Template | None) -> int:
         """Rows per batch for n-token responses, by the plan's rule, before the prompt is encoded."""
