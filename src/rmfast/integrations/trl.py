@@ -71,7 +71,7 @@ class XrayConfig:
             the plan's "trl" job takes compile auto as eager: a one-off compile per x-ray is not repaid,
             :data:`rmfast.scoring.decisions.AUTO_EAGER_JOBS`). The scoring options reach the plan as one value
             (:meth:`scoring`).
-        states: hidden states to keep from each x-ray's own forward, e.g. "last" or "0,8,last" or "all"
+        states: hidden states to keep from each x-ray's own forward, e.g. "last_normed" or "0,8,last_prenorm" or "all"
             (``rmfast scan --states``; needs ``out``): ``OUT/checkpoint-N/<prompt>.states/`` beside each
             scan (default None: none).
         states_dtype: their stored dtype, "float32", "bfloat16" or "float16" (default None: the model's).

@@ -39,6 +39,7 @@ from .compat import (authors_batch_size, authors_diagnostics, authors_groups, au
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
 from .options import ScoringOptions
 from .plan import ScoringPlan, finish_manifest, lens_names, plan_scoring, run_fields, run_key
+from ..state_names import ByLayer
 from ..states import DTYPES, StatesWriter, parse_layers
 from .states_stream import BackgroundWriter
 from .results import ScanResult, TextScanResult
@@ -54,7 +55,7 @@ class StatesRequest:
     """Which hidden states a scan keeps, and where they go (docs/representations.md).
 
     Attributes:
-        layers: "0,8,last", "all", or a list of names (:func:`rmfast.states.parse_layers`).
+        layers: "0,8,last_prenorm", "all", or a list of names (:func:`rmfast.states.parse_layers`).
         dtype: "float32", "bfloat16" or "float16"; None (default): the model's dtype.
         folder: write a states folder there (``<out stem>.states``), streaming and resumable with
             the scan's checkpoint; None: no files.
@@ -68,7 +69,7 @@ class StatesRequest:
             for a share of the candidates: their rows in the whole scan, so the ranks' states join).
     """
 
-    layers: object = "last"
+    layers: object = "last_prenorm"
     dtype: str | None = None
     folder: str | os.PathLike | None = None
     sink: Callable | None = None
@@ -97,7 +98,7 @@ class _StatesOut:
         if self.writer is not None:
             self.writer.add(rows, keys, states)
         if self.req.sink is not None:
-            self.req.sink(np.asarray(keys), {l: states[l].to(self.dtype) for l in self.layers})
+            self.req.sink(np.asarray(keys), ByLayer({l: states[l].to(self.dtype) for l in self.layers}))
 
     def flush(self):
         if self.writer is not None:

@@ -87,7 +87,11 @@ class Scored(NamedTuple):
 
 
 def lens_names(L: int) -> list[str]:
-    """The lens columns of an L-layer model: the residual-stream indices 0..L-1 and last."""
+    """The lens columns of an L-layer model: the residual-stream indices 0..L-1 and last.
+
+    The lens reads a stream through the final norm and the head, so at the end of the stack there is one
+    lens, not a pair: ``lens_last`` is the head on the final norm of ``last_prenorm``, which is the head on
+    ``last_normed``: the model's score. Its name stays ``last`` (no ``--states`` name is meant)."""
     return [*map(str, range(L)), "last"]
 
 

@@ -56,6 +56,7 @@ import torch
 
 from ..dims import model_dims
 from ..errors import UserError
+from ..state_names import ByLayer
 from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, score_groups
 from .candidates import check_context, tokenize_in_context
@@ -288,18 +289,19 @@ class RewardScorer:
         """
         return self._run(conversations, responses, progress, checkpoint, None, nonfinite, compat)[0]
 
-    def score_with_states(self, conversations, responses, layers="last", *, progress: bool = False):
+    def score_with_states(self, conversations, responses, layers="last_prenorm", *, progress: bool = False):
         """Scores and each response's hidden states, from the same forward (docs/representations.md).
 
-        ``layers``: "last", "0,8,last", "all", or a list of names (:func:`rmfast.states.parse_layers`:
-        ``k`` = the residual stream after decoder layer k, ``last`` = what the final norm reads,
-        ``last_normed`` = what the head reads). Returns (scores, states): scores as :meth:`score`,
+        ``layers``: "last_prenorm", "0,8,last_normed", "all", or a list of names (:func:`rmfast.states.parse_layers`:
+        ``k`` = the residual stream after decoder layer k, ``last_prenorm`` = what the final norm reads,
+        ``last_normed`` = what the head reads, HF's ``hidden_states[-1]``; the old ``last`` is ``last_prenorm``,
+        with a warning, and answers ``states["last"]``). Returns (scores, states): scores as :meth:`score`,
         states ``{name: [(N_i, Dm) CPU tensor per conversation]}`` in input order, each row the state
         at the response's final position (the position the head reads), in the model dtype
         (``last_normed``: fp32 by default). The scores are those :meth:`score` gives for the same call.
 
-        >>> scores, st = scorer.score_with_states(["Hi"], [["Hello!", "Go away."]], "last")  # doctest: +SKIP
-        >>> st["last"][0].shape  # doctest: +SKIP
+        >>> scores, st = scorer.score_with_states(["Hi"], [["Hello!", "Go away."]], "last_normed")  # doctest: +SKIP
+        >>> st["last_normed"][0].shape  # doctest: +SKIP
         torch.Size([2, 576])
         """
         from ..states import parse_layers
@@ -343,7 +345,8 @@ class RewardScorer:
             stats.wall_s = round(time.perf_counter() - t0, 4)
             if sink is None:
                 return out, None
-            return out, {name: _split(t[torch.from_numpy(job.inverse)], job.shape) for name, t in sink.out.items()}
+            return out, ByLayer({name: _split(t[torch.from_numpy(job.inverse)], job.shape)
+                                 for name, t in sink.out.items()})
 
     def _n_layers(self) -> int:
         from .hf_path import n_layers

@@ -23,7 +23,7 @@ The config (YAML; relative paths are relative to the config file)::
         engine: auto                      #   auto | fast | hf (the plain Hugging Face path)
         compile: auto                     #   auto | on | off (the compiled CPU layer)
         audit: 512                        #   bf16/fp16: rows rescored in fp32 (manifest scan.bf16_audit); 0: off
-        states: null                      #   hidden states to keep per part, e.g. 0,8,last or all: part.states/
+        states: null                      #   hidden states to keep per part, e.g. 0,8,last_normed or all: part.states/
         states_dtype: null                #   float32 | bfloat16 | float16 (default: the model's)
         lens: false                       #   the reward lens columns lens_<layer> in each part
         base: null                        #   adapter (LoRA) checkpoints: the base model (default: the one
