@@ -19,7 +19,7 @@ budget (default 540 s: 9 minutes), in this order:
    The baselines' batch options are planned for the card with the bench's own memory guard
    (:func:`plan_batches`), so no model is refused before timing.
 4. **workloads** (8B, bf16): best-of-N (prompt 512 and 2,048 x N 16 and 64; 16 prompts x 4), one
-   best-of-N call under torch.profiler (a table by kernel), the states overhead (`last`, `all`).
+   best-of-N call under torch.profiler (a table by kernel), the states overhead (`last_prenorm`, `all`).
 5. **bench** of Gemma-2-9B and Gemma-2-2B, as the budget allows.
    A step is skipped, and said so, when the budget left is below its estimate.
 6. **collect**: everything under --out: `summary.md` (one screen, also printed: every step's status),
@@ -74,12 +74,12 @@ GPU_PLAN = [
 ]
 GPU_TESTS = ["tests/test_kernels.py", "tests/test_gpu.py", "tests/test_cascade.py"]  # those that exist
 # The workloads on the GPU (8B, bf16): best-of-N (prompt 512 and 2,048 x N 16 and 64; 16 prompts x 4), one
-# best-of-N call under torch.profiler (prompt 2,048, N 64), the states overhead (last, all).
+# best-of-N call under torch.profiler (prompt 2,048, N 64), the states overhead (last_prenorm, all).
 WORKLOAD_MODEL = "llama-3.1-8b"
 BEST_OF_N_RUNS = {"single": ["--prompt-tokens-list", "512,2048", "--n-list", "16,64"],
                   "prompts16": ["--prompt-tokens-list", "512", "--n-list", "4", "--prompts", "16"]}
 PROFILE_SHAPE = {"gpu": (2048, 64), "dry": (24, 4)}  # (prompt tokens, N)
-STATES_ARGS = ["--n-candidates", "4096", "--repeats", "3", "--states-modes", "last,all,all/sync"]  # /sync: the reference
+STATES_ARGS = ["--n-candidates", "4096", "--repeats", "3", "--states-modes", "last_prenorm,all,all/sync"]  # /sync: the reference
 WORKLOAD_EST_S = {"best-of-n": 60, "profile": 40, "states": 60}
 # The dry run: two families (Llama 3, Gemma 2), shrunk; the tests of the same files that run on a CPU.
 DRY_MODELS = "llama-3.2-1b,gemma-2-27b"
@@ -356,7 +356,7 @@ def workload_cmds(out: Path, dry: bool) -> list[tuple[str, list[str]]]:
         model = ["--tiny", "--device", "cpu", "--dtype", "float32", "--threads", "1"]
         # one best-of-N process (several prompts, two N): the GPU's second run is the same command with other sizes
         bon = {"single": ["--prompt-tokens-list", "16", "--n-list", "2,3", "--prompts", "2"]}
-        states = ["--n-candidates", "32", "--repeats", "1", "--batch-size", "16", "--states-modes", "last,all"]
+        states = ["--n-candidates", "32", "--repeats", "1", "--batch-size", "16", "--states-modes", "last_prenorm,all"]
     else:
         model = ["--random-init", WORKLOAD_MODEL, "--device", "cuda", "--dtype", "bfloat16"]
         bon, states = BEST_OF_N_RUNS, STATES_ARGS

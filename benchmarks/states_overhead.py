@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""The extra time of ``--states last`` and ``--states all`` over a plain scan (issue 24).
+"""The extra time of ``--states last_prenorm`` and ``--states all`` over a plain scan (issue 24).
 
     PYTHONPATH=src python benchmarks/states_overhead.py --n 4096 --reps 5 --dtype bfloat16
 
 A thin wrapper of :mod:`rmfast.bench.states_overhead` (what it measures, the columns) with this
 script's options and defaults; the same run as ``rmfast bench --workload states`` (whose default
 output folder is ``benchmarks/out`` and default device auto). One process, one model (the embedded
-SmolLM2-135M-Instruct with a seeded random score head), the same ids; plain / last / all interleaved
+SmolLM2-135M-Instruct with a seeded random score head), the same ids; plain / last_prenorm / all interleaved
 over ``--reps`` rounds after one untimed scan of each, each a full ``score_ids`` job through the
 batching loop with a checkpoint, the states written to a fresh folder as ``rmfast scan --states``
 does. Rows (per mode: the median scan time and its ratio to plain, layers, bytes per candidate, peak
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=4096, help="candidate ids per scan (default 4096)")
     ap.add_argument("--reps", type=int, default=5, help="rounds of plain + every mode; the median counts (default 5)")
-    ap.add_argument("--modes", default="last,all", help="the --states of each timed mode (default last,all)")
+    ap.add_argument("--modes", default="last_prenorm,all", help="the --states of each timed mode (default last_prenorm,all)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batch-size", default="auto")
     ap.add_argument("--device", default="cpu")

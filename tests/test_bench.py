@@ -37,6 +37,9 @@ def test_bench_runs_every_method_and_writes_rows(tiny_dir, tmp_path, capsys):
     assert rm["bound_dtype"] == max(peaks, key=peaks.get) and rm["bound_gflops"] == max(peaks.values())
     want = rm["flops_per_candidate"] * rm["cand_per_s"] / 1e9 / rm["bound_gflops"]
     assert rm["frac_gemm_peak"] == pytest.approx(want, rel=1e-3, abs=1e-4)
+    decisions = json.loads(rm["decisions"])  # the bench's plan, every decision with its reason (JSON in the CSV)
+    assert decisions["job"]["value"] == "bench" and decisions["compile"]["value"] == bool(rm["rmfast_compiled"])
+    assert all(v["reason"] for v in decisions.values())
     meta = json.loads((out / "bench_latest.json").read_text())
     m = meta["models"][0]
     assert m["agreement"]["rmfast-eager_vs_rmfast"]["ok"]
@@ -292,12 +295,12 @@ def test_states_overhead_tiny_through_the_cli(tmp_path, capsys):
                             "--out", out], capsys)
     assert rc == 0, err
     df = pd.read_csv(out / "states_overhead_latest.csv")
-    assert STATES_COLUMNS <= set(df.columns) and list(df["mode"]) == ["plain", "last", "all"]
+    assert STATES_COLUMNS <= set(df.columns) and list(df["mode"]) == ["plain", "last_prenorm", "all"]
     assert set(df["model"]) == {"llama-3.2-1b@random-tiny"} and (df["n_candidates"] == 48).all()
     assert (df["rounds"] == 2).all() and df["scores_identical"].all()
     times = df[["median_s", "min_s", "max_s", "ratio_to_plain", "cand_per_s", "peak_mib"]].to_numpy(dtype=float)
     assert np.isfinite(times).all() and (df["median_s"] > 0).all()
-    plain, last, every = (df[df["mode"] == m].iloc[0] for m in ("plain", "last", "all"))
+    plain, last, every = (df[df["mode"] == m].iloc[0] for m in ("plain", "last_prenorm", "all"))
     assert plain["ratio_to_plain"] == 1.0 and plain["bytes_written"] == 0 and plain["layers_kept"] == 0
     assert last["layers_kept"] == 1 and every["layers_kept"] > last["layers_kept"]
     for r in (last, every):  # the folder on disk: at least the states themselves (fp32 here), plus keys and manifest
@@ -306,7 +309,7 @@ def test_states_overhead_tiny_through_the_cli(tmp_path, capsys):
     assert every["bytes_written"] > last["bytes_written"] > 0
     meta = json.loads((out / "states_overhead_latest.json").read_text())
     assert meta["workload"] == "states" and meta["machine"]["cpu_model"] and meta["versions"]["torch"]
-    assert [len(r["times_s"]) for r in meta["rows"]] == [2, 2, 2] and meta["config"]["modes"] == ["last", "all"]
+    assert [len(r["times_s"]) for r in meta["rows"]] == [2, 2, 2] and meta["config"]["modes"] == ["last_prenorm", "all"]
     assert "| plain |" in printed and "| all |" in printed
 
 
@@ -352,10 +355,10 @@ def test_states_overhead_row_reports_the_disk(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("argv", [
     ["--workload", "states", "--n-list", "4"],  # a best-of-n option
     ["--workload", "states", "--hf-batch", "8"],  # an option of the scan and best-of-n
-    ["--states-modes", "last"],  # a states option with the default scan workload
-    ["--workload", "best-of-n", "--states-modes", "last"],
-    ["--workload", "states", "--tiny", "--states-modes", "last,plain"],  # plain is always timed
-    ["--workload", "states", "--tiny", "--states-modes", "last,middle"],
+    ["--states-modes", "last_prenorm"],  # a states option with the default scan workload
+    ["--workload", "best-of-n", "--states-modes", "last_prenorm"],
+    ["--workload", "states", "--tiny", "--states-modes", "last_prenorm,plain"],  # plain is always timed
+    ["--workload", "states", "--tiny", "--states-modes", "last_prenorm,middle"],
     ["--workload", "states", "--tiny", "--states-modes", "99"],  # past the model's layers: after loading, before scans
     ["--workload", "states", "--tiny", "--n-candidates", "5000"],  # more than the tiny vocabulary
     ["--workload", "states", "--tiny", "--models", "smollm2-135m-instruct"],  # --tiny alone picks the model

@@ -366,60 +366,6 @@ def test_engine_cascade_matches_hf_on_cpu():
 # ---------------------------------------------------------------------------------- the plan
 
 
-def test_choose_attention_rules(monkeypatch):
-    from rmfast.scoring.plan import CASCADE_MIN_ROW_TOKENS, choose_attention
-
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert choose_attention("auto", cpu, "fast", False, 3)[0] == "cpu-flash"
-    assert choose_attention("auto", cpu, "fast", True, 3)[0] == "block-diagonal"
-    assert choose_attention("auto", cpu, "hf", False, 3)[0] == "hf"
-    assert choose_attention("cascade", cpu, "fast", False, 3) == ("cascade", "asked for (torch twin)")
-    with pytest.raises(UserError, match="compile off"):
-        choose_attention("cascade", cpu, "fast", True, None)
-    with pytest.raises(UserError, match="unknown attention"):
-        choose_attention("flashy", cpu, "fast", False, None)
-    # CUDA's rule, with the device's kernels as Triton (decided by ops.uses_triton, read here once)
-    from rmfast.fast import ops
-
-    monkeypatch.setattr(ops, "uses_triton", lambda t: True)
-    assert choose_attention("auto", cuda, "fast", False, 3)[0] == "triton"
-    assert choose_attention("auto", cuda, "fast", False, CASCADE_MIN_ROW_TOKENS)[0] == "triton"
-    form, why = choose_attention("auto", cuda, "fast", False, CASCADE_MIN_ROW_TOKENS + 1)
-    assert form == "cascade" and "tokens" in why
-    assert choose_attention("auto", cuda, "fast", False, None)[0] == "cascade"  # texts of any length
-    monkeypatch.setattr(ops, "uses_triton", lambda t: False)
-    assert choose_attention("auto", cuda, "fast", False, None)[0] == "reference"
-
-
-def test_scan_manifest_records_decisions(tmp_path):
-    """A scan's manifest names the attention form and the compile decision, each with its reason."""
-    from rmfast.scoring.pipeline import score_ids
-
-    tok = T.chatml_tokenizer()
-    model = T.tiny("llama")
-    res = score_ids(model, tok, "Hi", np.arange(100, 140), progress=False, compile="off")
-    d = res.manifest["decisions"]
-    assert d["attention"]["value"] == "cpu-flash" and "CPU" in d["attention"]["reason"]
-    assert d["compile"] == {"value": False, "reason": "off"}
-
-
-def test_plan_forced_cascade_scores_equal_default():
-    """plan_scoring(attention="cascade") on CPU runs the twin (recorded), and scores as the default form."""
-    from rmfast.scoring.plan import plan_scoring, score_together
-
-    tok = T.chatml_tokenizer()
-    model = T.tiny("gemma2")
-    tmpl = build_template(tok, "Name a colour.")
-    ids = [[5, 600, 7000], [41], [900, 8, 77, 3000, 12]]
-    out = {}
-    for form in ("auto", "cascade"):
-        plan = plan_scoring(model, tmpl, attention=form, fixed_shapes=False, compile="off")
-        out[form] = score_together([plan], [ids], 8)
-        assert plan.manifest("Name a colour.")["decisions"]["attention"]["value"] == ("cpu-flash" if form == "auto"
-                                                                                     else "cascade")
-    np.testing.assert_allclose(out["cascade"], out["auto"], atol=2e-5, rtol=1e-5)
-
-
 def test_reward_scorer_stats_name_the_form():
     from rmfast.scoring.scorer import RewardScorer
 

@@ -161,30 +161,6 @@ def test_no_traceback_in_a_real_process(tmp_path):
     assert p.stderr.strip().count("\n") == 0 and p.stderr.startswith("rmfast: error"), p.stderr
 
 
-def test_oom_batches_halve_and_retry():
-    """scan / text candidates / GCG share this loop: out-of-memory halves the batch, retries the same rows."""
-    from rmfast.scoring.batching import oom_batches
-
-    seen, told = [], []
-
-    def score(lo, hi, b):
-        if hi - lo > 3:
-            raise torch.OutOfMemoryError("too big")
-        seen.append((lo, hi))
-        return list(range(lo, hi))
-
-    out = list(oom_batches(10, 8, torch.device("cpu"), score, told.append))
-    assert told == [4, 2]
-    assert [(lo, hi) for lo, hi, _, _ in out] == seen == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
-    assert [x for *_, o, _ in out for x in o] == list(range(10)) and out[-1][3] == 2
-
-    def never(lo, hi, b):
-        raise torch.OutOfMemoryError("always")
-
-    with pytest.raises(torch.OutOfMemoryError):
-        list(oom_batches(4, 2, torch.device("cpu"), never))
-
-
 @pytest.mark.compiles
 def test_every_option_on_every_input(tiny_dir, tmp_path, capsys):
     """Text candidates and vocabulary views take --compile and an escaped --template like a plain scan."""

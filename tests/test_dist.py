@@ -168,13 +168,13 @@ def test_device_map_auto_on_the_plain_hf_path(work):
     big = load_spread(str(work / "rm-a"), dtype="float32", device_map="auto")
     assert big.source["device_map"] == "auto"
     small = load(str(work / "rm-a"), dtype="float32", device="cpu")
-    with pytest.warns(UserWarning, match="plain Hugging Face"):
-        engine = dist.engine_for("auto", "auto")
-    a = score_texts(big.model, big.tokenizer, PROMPTS["best"], TEXTS, engine=engine, progress=False)
+    with pytest.warns(UserWarning, match="plain Hugging Face"):  # the plan's engine rule for a spread model
+        a = score_texts(big.model, big.tokenizer, PROMPTS["best"], TEXTS, device_map="auto", progress=False)
     b = score_texts(small.model, small.tokenizer, PROMPTS["best"], TEXTS, progress=False)
     assert a.manifest["engine"] == "hf"
     np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-5)
     with pytest.raises(UserError, match="embedded"):
         load_spread("smollm2-135m-instruct", device_map="auto")
+    assert a.manifest["decisions"]["engine"]["reason"].startswith("--device-map")
     with pytest.raises(UserError, match="one device"):
-        dist.engine_for("auto", "fast")
+        score_texts(big.model, big.tokenizer, PROMPTS["best"], TEXTS, device_map="auto", engine="fast", progress=False)

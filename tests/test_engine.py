@@ -277,14 +277,10 @@ def test_blockdiag_overhead_grows_with_the_prompt(smol_tokenizer):
 def test_attention_forms_and_weight_layouts_match_reference(arch, packed, fuse, short_tmpl, monkeypatch):
     """Packed (block-diagonal) or stored prompt K/V (the CUDA form's twin), fused or separate q|k|v
     and gate|up (CUDA's default): all the same layer, all exact in fp32."""
-    import rmfast.fast.engine as engine_mod
-
-    # the eager CPU engine uses the block-diagonal form only when asked, and while its overhead is <= this
-    monkeypatch.setattr(engine_mod, "EAGER_PACKED", packed)
-    monkeypatch.setattr(engine_mod, "MAX_BLOCKDIAG_EXTRA", float("inf") if packed else -1.0)
+    # the eager CPU engine runs the block-diagonal form only when asked (the compiled layer's form)
     model = small(arch)
     ids = torch.arange(11, T.VOCAB, 389)[:, None]
-    eng = Engine(model, short_tmpl, head="score", fuse=fuse)
+    eng = Engine(model, short_tmpl, head="score", fuse=fuse, attention="block-diagonal" if packed else None)
     fast = eng.score(ids)
     assert eng._use_packed(fast) == packed and (len(eng.layers[0][0].w_qkv) == 1) == fuse
     ref = hf_scores(model, short_tmpl, ids.tolist(), head="score")

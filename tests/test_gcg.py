@@ -351,3 +351,45 @@ def test_every_candidate_nonfinite_is_one_line(smol_tokenizer, tmpl, monkeypatch
         run(T.tiny("llama"), smol_tokenizer, PROMPT, cfg, progress=False, template=tmpl)
     with pytest.raises(UserError, match="every candidate scored NaN or inf"):
         random_search(T.tiny("llama"), smol_tokenizer, PROMPT, cfg, 50, template=tmpl)
+
+
+# --------------------------------------------------------------------------------------------
+# the README's example
+
+
+def _readme_gcg_example() -> list[str]:
+    """The README's GCG example: the one line of README.md that starts ``rmfast gcg``, as argv."""
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    lines = [ln.strip() for ln in readme.splitlines() if ln.strip().startswith("rmfast gcg ")]
+    assert len(lines) == 1, lines
+    return shlex.split(lines[0])[1:]
+
+
+def test_readme_gcg_example_runs(smollm2, capsys, tmp_path, monkeypatch):
+    """The README's GCG example parses with the CLI's own parser and runs as written (a tiny random
+    causal LM on the embedded tokenizer stands in for SmolLM2; one narrow step) to the lines the README
+    shows: the start, the best, and the random-search baseline of as many evaluations."""
+    import dataclasses
+
+    from rmfast.cli import build_parser, common, main
+
+    argv = _readme_gcg_example()
+    args = build_parser().parse_args(argv)
+    assert args.model == "smollm2-135m-instruct" and args.baseline == "random" and args.init
+    tiny = dataclasses.replace(smollm2, model=T.tiny("gemma2", "causal_lm"))
+    monkeypatch.setattr(common, "load_model", lambda a, random_head_seed=None, **kw: tiny)
+    out = tmp_path / "example.json"
+    assert main([*argv, "--steps", "1", "--search-width", "8", "--topk", "8", "--no-progress", "--no-plot",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert f"start score     {res['trajectory'][0]:.6f}  {args.init!r}" in printed
+    assert "best text" in printed and "random search" in printed
+    base = res["baseline"]
+    assert base["method"] == "random" and base["n_evaluated"] == res["n_evaluated"]
+    assert len(base["best_ids"]) == res["manifest"]["length"]
+    tmpl = build_template(smollm2.tokenizer, args.prompt)
+    assert base["best_score"] == pytest.approx(hf_scores(tiny.model, tmpl, [base["best_ids"]], head="logprob")[0].item(), abs=1e-4)

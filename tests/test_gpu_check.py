@@ -79,7 +79,7 @@ def test_dry_run_end_to_end(tmp_path):
     assert [(r["run"], r["n_responses"], r["n_prompts"]) for r in bon] == [("single", "2", "2"), ("single", "3", "2")]
     assert all(float(r["max_abs_diff"]) < 1e-4 and float(r["rmfast_responses_per_s"]) > 0 for r in bon)
     states = _rows(out / "states.csv")
-    assert [r["mode"] for r in states] == ["plain", "last", "all"] and all(r["scores_identical"] == "True" for r in states)
+    assert [r["mode"] for r in states] == ["plain", "last_prenorm", "all"] and all(r["scores_identical"] == "True" for r in states)
     summary = (out / "summary.md").read_text()
     assert "| best-of-n-single | ok |" in summary and "| states | ok |" in summary and "aten::" in summary  # the profile
     assert "steps: env ok" in summary and "; profile ok" in summary  # every step's status, one line

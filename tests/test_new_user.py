@@ -261,7 +261,7 @@ def test_analyze_similarity_says_its_work_up_front_and_shows_progress(tiny_dir, 
     for k, prompt in enumerate((PROMPT, WORST)):
         scans.append(tmp_path / f"s{k}.parquet")
         rc, so, se = run(["scan", tiny_dir, "--prompt", prompt, "--token-ids", "0:200", "--dtype", "float32",
-                          "--states", "0,last", "--no-progress", "--top", "0", "--out", scans[-1]], capsys)
+                          "--states", "0,last_prenorm", "--no-progress", "--top", "0", "--out", scans[-1]], capsys)
         assert rc == 0, se
     rc, so, se = run(["analyze", "similarity", *scans, "--bootstrap", "10", "--permutations", "9",
                       "--out", tmp_path / "sim.csv"], capsys)

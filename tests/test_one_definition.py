@@ -179,7 +179,7 @@ def test_no_other_reader_of_the_config_dimensions():
               "intermediate_size"}
     allowed = {
         "states.py": {"hidden_size"},  # the states folder's manifest and its property
-        "analysis/similarity.py": {"hidden_size"},  # States.hidden_size
+        "analysis/representations/similarity.py": {"hidden_size"},  # States.hidden_size
         "bench/states_overhead.py": {"hidden_size", "num_hidden_layers"},  # a states manifest; getattr(..., None)
         "bench/random_init.py": {"num_attention_heads", "head_dim"},  # TINY, the table config_dict writes from
         "integrations/trl.py": {"num_hidden_layers"},  # getattr(config, ..., None) of any wrapped trainer model

@@ -30,8 +30,10 @@ from rmfast.io import write_result
 from rmfast.states import write_states
 
 N = 120
-# model b first: its fewer lens columns come first in the loaded frame, so depth order must be restored
+# model b first: its fewer lens columns come first in the loaded frame, so depth order must be restored;
+# "last": the lens's name of the last layer (lens_last), whose state is stored as last_prenorm
 MODELS = {"org/rm-b": ["0", "1", "last"], "org/rm-a": ["0", "1", "2", "3", "last"]}
+STATES = {m: [l.replace("last", "last_prenorm") for l in ls] for m, ls in MODELS.items()}  # the folders' names
 SIM_COLS = ["layer_a", "layer_b", "n", *MEASURES, "rv_null_mean"]
 
 
@@ -57,7 +59,7 @@ def _write(folder: Path, *, states: bool = True, lens_cols: bool = True) -> list
         path = folder / f"s{k}.parquet"
         write_result(path, df, {"model": {"name": model}, "prompt": "Best?"})
         if states:
-            write_states(path.with_suffix(".states"), np.arange(N)[::-1].copy(), {l: v[::-1] for l, v in hs.items()},
+            write_states(path.with_suffix(".states"), np.arange(N)[::-1].copy(), {l.replace("last", "last_prenorm"): v[::-1] for l, v in hs.items()},
                          scan={"model": model})
         paths.append(path)
     return paths
@@ -95,20 +97,20 @@ def test_states_beside_and_the_sampled_maps(scans_dir):
     panels, notes = similarity_panels(found, max_layers=3, max_rows=50, seed=0)
     assert notes == [] and len(panels) == 1
     p = panels[0]
-    assert (p.a, p.b, p.layers_a, p.layers_b, p.all_a, p.all_b) == ("org/rm-b", "org/rm-a", ["0", "1", "last"],
-                                                                      ["0", "2", "last"], 3, 5)
-    want = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", layers_a=["0", "1", "last"],
-                      layers_b=["0", "2", "last"], bootstrap=0, permutations=0, max_rows=50)
+    assert (p.a, p.b, p.layers_a, p.layers_b, p.all_a, p.all_b) == ("org/rm-b", "org/rm-a", ["0", "1", "last_prenorm"],
+                                                                      ["0", "2", "last_prenorm"], 3, 5)
+    want = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", layers_a=["0", "1", "last_prenorm"],
+                      layers_b=["0", "2", "last_prenorm"], bootstrap=0, permutations=0, max_rows=50)
     pd.testing.assert_frame_equal(p.pairs, want.pairs)
     assert (p.pairs["n"] == 50).all() and any("50 of the 120 shared candidates" in n for n in p.notes)
     # the sample is seeded and a subset: all rows give other numbers, the same seed the same ones
-    full = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", layers_a=["0", "1", "last"],
-                      layers_b=["0", "2", "last"], bootstrap=0, permutations=0)
+    full = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", layers_a=["0", "1", "last_prenorm"],
+                      layers_b=["0", "2", "last_prenorm"], bootstrap=0, permutations=0)
     assert (full.pairs["n"] == N).all() and not np.allclose(full.pairs["rv2"], p.pairs["rv2"])
     # one set alone: its own layers against each other, the diagonal 1
     (self_map,), _ = similarity_panels({"a": scans_dir / "s1.states"}, max_layers=None, max_rows=None)
     la, lb, v = heat_matrix(self_map.pairs, "cka")
-    assert la == lb == MODELS["org/rm-a"] and np.allclose(np.diag(v), 1.0)
+    assert la == lb == STATES["org/rm-a"] and np.allclose(np.diag(v), 1.0)
     with pytest.raises(UserError, match="at least 4"):
         similarity(scans_dir / "s0.states", scans_dir / "s1.states", bootstrap=0, permutations=0, max_rows=3)
 
@@ -119,7 +121,7 @@ def test_similarity_csv_panel(scans_dir, tmp_path, capsys):
                  "--bootstrap", "0", "--permutations", "0", "--out", str(out)]) == 0
     p = similarity_from_csv(out)
     want = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", bootstrap=0, permutations=0).pairs
-    assert p.layers_a == MODELS["org/rm-b"] and p.layers_b == MODELS["org/rm-a"]
+    assert p.layers_a == STATES["org/rm-b"] and p.layers_b == STATES["org/rm-a"]
     np.testing.assert_allclose(heat_matrix(p.pairs, "rv2")[2], heat_matrix(want, "rv2")[2], rtol=1e-12)
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     with pytest.raises(UserError, match="lacks column"):
@@ -141,8 +143,8 @@ def test_report_shows_the_lens_and_the_maps(scans_dir):
     sec = _section(page)
     for k, model in enumerate(MODELS):  # the lens tables are rmfast analyze lens's, number for number
         assert table_html(_own_lens(scans_dir / f"s{k}.parquet").layers, max_rows=200) in sec
-    want = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", layers_a=["0", "1", "last"],
-                      layers_b=["0", "2", "last"], bootstrap=0, permutations=0, max_rows=60)
+    want = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", layers_a=["0", "1", "last_prenorm"],
+                      layers_b=["0", "2", "last_prenorm"], bootstrap=0, permutations=0, max_rows=60)
     assert table_html(want.pairs[SIM_COLS], max_rows=100) in sec
     assert "3 of 3 layers of org/rm-b × 3 of 5 of org/rm-a" in sec and "60 of the 120 shared candidates" in sec
     assert sec.count("<img") == 3  # two lens figures, one pair of heatmaps
@@ -214,7 +216,7 @@ def test_explorer_header_holds_the_analyses_numbers(scans_dir):
         assert {key: x[key] for key in want} == want
     (s,) = back.similarity
     want = similarity(scans_dir / "s0.parquet", scans_dir / "s1.parquet", bootstrap=0, permutations=0).pairs
-    assert s["layers_a"] == MODELS["org/rm-b"] and s["layers_b"] == MODELS["org/rm-a"] and s["n"] == N
+    assert s["layers_a"] == STATES["org/rm-b"] and s["layers_b"] == STATES["org/rm-a"] and s["n"] == N
     for m in MEASURES:
         np.testing.assert_array_equal(np.array(s["measures"][m], dtype=float), heat_matrix(want, m)[2])
 
@@ -233,7 +235,7 @@ def test_explorer_cli_finds_the_states(scans_dir, tmp_path):
     out = tmp_path / "e.html"
     assert main(["explore", str(scans_dir), "--out", str(out), "--states-layers", "2"]) == 0
     (s,) = unpack(out.read_text(encoding="utf-8")).similarity
-    assert s["layers_a"] == ["0", "last"] and s["layers_b"] == ["0", "last"] and len(s["measures"]) == 4
+    assert s["layers_a"] == ["0", "last_prenorm"] and s["layers_b"] == ["0", "last_prenorm"] and len(s["measures"]) == 4
 
 
 def test_explorer_panel_in_the_browser(scans_dir, tmp_path):

@@ -156,9 +156,9 @@ def _write_pair(tmp_path, n=120, p=6, q=4, dtype="float32", shuffle=True, seed=0
     Y2 = np.tanh(Y)  # a second, related layer
     rng = np.random.default_rng(seed + 1)
     order = rng.permutation(n) if shuffle else np.arange(n)  # B stores the same ids in another order
-    a = write_states(tmp_path / "a.states", np.arange(n), {"0": X, "last": X ** 2}, dtype=dtype,
+    a = write_states(tmp_path / "a.states", np.arange(n), {"0": X, "last_prenorm": X ** 2}, dtype=dtype,
                      shard_rows=37, **kw)
-    b = write_states(tmp_path / "b.states", np.arange(n)[order] + 1000 * 0, {"4": Y[order], "last": Y2[order]},
+    b = write_states(tmp_path / "b.states", np.arange(n)[order] + 1000 * 0, {"4": Y[order], "last_prenorm": Y2[order]},
                      dtype=dtype, shard_rows=50)
     return a, b, (X, X ** 2), (Y, Y2)
 
@@ -169,7 +169,7 @@ def test_files_equal_in_memory_and_layer_matrix(tmp_path):
     t = res.pairs
     assert list(t.columns[:7]) == ["layer_a", "layer_b", "n", "cka", "cka_debiased", "rv", "rv2"]
     assert [tuple(r) for r in t[["layer_a", "layer_b"]].itertuples(index=False)] == \
-        [("0", "4"), ("0", "last"), ("last", "4"), ("last", "last")]
+        [("0", "4"), ("0", "last_prenorm"), ("last_prenorm", "4"), ("last_prenorm", "last_prenorm")]
     for (i, x), (j, y) in itertools.product(enumerate(xs), enumerate(ys)):
         want = gram_measures(x.astype("float32"), y.astype("float32"))
         row = t.iloc[2 * i + j]
@@ -272,8 +272,8 @@ def test_text_join_dedupes_and_counts(tmp_path):
     _scan(tmp_path / "A.parquet", np.arange(8), ta)
     _scan(tmp_path / "B.parquet", np.arange(100, 109), tb)
     XA, XB = rng.normal(size=(8, 3)), rng.normal(size=(9, 4))
-    write_states(tmp_path / "A.states", np.arange(8), {"last": XA}, scan={"tokenizer": "t1"})
-    write_states(tmp_path / "B.states", np.arange(100, 109), {"last": XB}, scan={"tokenizer": "t2"})
+    write_states(tmp_path / "A.states", np.arange(8), {"last_prenorm": XA}, scan={"tokenizer": "t1"})
+    write_states(tmp_path / "B.states", np.arange(100, 109), {"last_prenorm": XB}, scan={"tokenizer": "t2"})
     al = align([open_states(tmp_path / "A.parquet"), open_states(tmp_path / "B.parquet")])
     assert al.join == "text"
     assert al.counts[["rows", "duplicated", "not_shared", "shared"]].values.tolist() == [[8, 2, 0, 6], [9, 0, 3, 6]]
@@ -284,7 +284,7 @@ def test_text_join_dedupes_and_counts(tmp_path):
     assert _close(res.pairs.iloc[0]["rv2"], want["rv2"])
     # the id join with strings on one side only compares ids (here: A's states folder, no Parquet)
     (tmp_path / "B2.states").mkdir()
-    write_states(tmp_path / "B2.states", np.arange(8)[::-1], {"last": XA[::-1]})
+    write_states(tmp_path / "B2.states", np.arange(8)[::-1], {"last_prenorm": XA[::-1]})
     al = align([open_states(tmp_path / "A.parquet"), open_states(tmp_path / "B2.states")], "id")
     assert al.n == 8 and (al.rows[1] == 7 - al.rows[0]).all()
     # id join across tokenizers: ids 0..7 vs 100..108 share nothing
@@ -297,11 +297,11 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(UserError, match="no layer '7'"):
         similarity(a, b, layers_a="7", bootstrap=0, permutations=0)
     # no overlap (token ids of another candidate set)
-    write_states(tmp_path / "c", np.arange(500, 520), {"last": np.ones((20, 3))})
+    write_states(tmp_path / "c", np.arange(500, 520), {"last_prenorm": np.ones((20, 3))})
     with pytest.raises(UserError, match="share no candidates"):
         similarity(a, tmp_path / "c", bootstrap=0, permutations=0)
     # a shard from another run: same shapes, another run id
-    write_states(tmp_path / "d", np.arange(120), {"0": np.ones((120, 6)), "last": np.ones((120, 6))},
+    write_states(tmp_path / "d", np.arange(120), {"0": np.ones((120, 6)), "last_prenorm": np.ones((120, 6))},
                  shard_rows=37)
     (a / "shard-00001.safetensors").write_bytes((tmp_path / "d" / "shard-00001.safetensors").read_bytes())
     with pytest.raises(UserError, match="another run"):
@@ -328,7 +328,7 @@ def test_representation_agreement_rsa(tmp_path):
     # (with 3 + 3 it is 0.1: the test cannot reject, whatever the data)
     n, fams = 60, {f"{f.lower()}{i}": f for f in "GL" for i in range(5)}
     base = {"G": rng.normal(size=(n, 5)), "L": rng.normal(size=(n, 5))}
-    sets = {m: write_states(tmp_path / m, np.arange(n), {"last": base[f] + 0.3 * rng.normal(size=(n, 5))})
+    sets = {m: write_states(tmp_path / m, np.arange(n), {"last_prenorm": base[f] + 0.3 * rng.normal(size=(n, 5))})
             for m, f in fams.items()}
     meta = pd.DataFrame({"name": list(fams), "base_model": [fams[m] + " 1" for m in fams]})
     res = representation_agreement(sets, metadata=meta, n_perm=2000)
@@ -349,10 +349,10 @@ def _cli(*args):
 def test_cli(tmp_path):
     a, b, _, _ = _write_pair(tmp_path)
     out = tmp_path / "sim.csv"
-    r = _cli(a, b, "--out", out, "--bootstrap", "5", "--permutations", "4", "--layers-a", "last")
+    r = _cli(a, b, "--out", out, "--bootstrap", "5", "--permutations", "4", "--layers-a", "last_prenorm")
     assert r.returncode == 0, r.stderr
     t = pd.read_csv(out)
-    assert t["layer_b"].astype(str).tolist() == ["4", "last"] and (t["n"] == 120).all()
+    assert t["layer_b"].astype(str).tolist() == ["4", "last_prenorm"] and (t["n"] == 120).all()
     r = _cli(a, b, "--layers-b", "nope")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no layer 'nope'" in r.stderr
     r = _cli(a)
@@ -362,7 +362,7 @@ def test_cli(tmp_path):
 def test_cli_three_sets_rsa(tmp_path):
     rng = np.random.default_rng(12)
     base = rng.normal(size=(50, 4))
-    paths = [write_states(tmp_path / m, np.arange(50), {"last": base + rng.normal(size=(50, 4))},
+    paths = [write_states(tmp_path / m, np.arange(50), {"last_prenorm": base + rng.normal(size=(50, 4))},
                           scan={"model": f"org/{m}"}) for m in ("m1", "m2", "m3", "m4")]
     meta = tmp_path / "meta.csv"
     pd.DataFrame({"name": [f"org/m{i}" for i in range(1, 5)], "base_model": ["A 1", "A 1", "B 1", "B 1"]}
@@ -373,7 +373,7 @@ def test_cli_three_sets_rsa(tmp_path):
     t = pd.read_csv(out)
     assert set(t["predictor"]) >= {"same_base_family"} and (t["n_models"] == 4).all()
     assert "does not license" in r.stderr
-    r = _cli(*paths, "--layers-a", "0,last")
+    r = _cli(*paths, "--layers-a", "0,last_prenorm")
     assert r.returncode == 2 and "one layer" in r.stderr
 
 
@@ -389,7 +389,7 @@ def test_constant_nan_and_inf_layers_are_undefined_not_a_traceback(tmp_path):
     X = rng.normal(size=(60, 4)).astype("float32")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the writer's warning about the NaN/inf layers (tested in test_states)
-        a = write_states(tmp_path / "a.states", np.arange(60), {"0": np.ones((60, 4), "float32"), "last": X,
+        a = write_states(tmp_path / "a.states", np.arange(60), {"0": np.ones((60, 4), "float32"), "last_prenorm": X,
                                                                "nan": np.where(X > 1, np.nan, X),
                                                                "inf": np.where(X > 1, np.inf, X)})
     b = write_states(tmp_path / "b.states", np.arange(60), {"0": np.full((60, 4), 2.0, "float32")})
@@ -399,10 +399,10 @@ def test_constant_nan_and_inf_layers_are_undefined_not_a_traceback(tmp_path):
     assert "A nan (" in note and "A inf (" in note, note
     same = similarity(a, a, bootstrap=0, permutations=0)
     both = same.pairs.set_index(["layer_a", "layer_b"])
-    assert both.loc[("last", "last"), "rv2"] == pytest.approx(1.0)
+    assert both.loc[("last_prenorm", "last_prenorm"), "rv2"] == pytest.approx(1.0)
     note = next(n for n in same.notes if "undefined" in n)
     assert "A 0 (constant across candidates)" in note and "B 0 (constant across candidates)" in note, note
-    assert both.drop(("last", "last"))[list(MEASURES)].isna().all().all()
+    assert both.drop(("last_prenorm", "last_prenorm"))[list(MEASURES)].isna().all().all()
     r = _cli(a, b, "--out", tmp_path / "sim.csv", "--bootstrap", "2", "--permutations", "2")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     panels, _ = similarity_panels({"a": a, "b": b})

@@ -26,8 +26,8 @@ def test_similarity_intervals_contain_their_estimates_where_replicates_are_biase
     """n = 40 candidates of unrelated 48-d states: CKA/RV's resamples are inflated."""
     rng = np.random.default_rng(1)
     n, d = 40, 48
-    write_states(tmp_path / "a.states", np.arange(n), {"last": rng.normal(size=(n, d)).astype("float32")})
-    write_states(tmp_path / "b.states", np.arange(n), {"last": rng.normal(size=(n, d)).astype("float32")})
+    write_states(tmp_path / "a.states", np.arange(n), {"last_prenorm": rng.normal(size=(n, d)).astype("float32")})
+    write_states(tmp_path / "b.states", np.arange(n), {"last_prenorm": rng.normal(size=(n, d)).astype("float32")})
     res = similarity(tmp_path / "a.states", tmp_path / "b.states", bootstrap=30, permutations=0)
     row = res.pairs.iloc[0]
     for m in MEASURES:

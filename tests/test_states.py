@@ -32,7 +32,7 @@ def _hf_reference(model, tmpl, ids):
         h.remove()
     L = len(hs) - 1
     out = {str(k): hs[k][:, -1] for k in range(L)}
-    out.update(last=pre[-1][:, -1], last_normed=hs[L][:, -1])
+    out.update(last_prenorm=pre[-1][:, -1], last_normed=hs[L][:, -1])
     return out
 
 
@@ -56,6 +56,12 @@ def test_states_equal_hf_hidden_states(arch, engine, smol_tokenizer):
         a, b, r = (x[name].detach().double().numpy().ravel() for x in (got.states, ref, ref64))
         assert got.states[name].dtype == torch.float32 and got.states[name].shape == (len(IDS), 64)
         assert_agree_to_rounding(b, a, r)  # E measured on HF's own fp32 forward
+    # the names: last_normed is HF's hidden_states[-1] (the tuple's last entry is the normed last_hidden_state);
+    # last_prenorm, the norm's input, is not
+    with torch.no_grad():
+        final = m(input_ids=torch.tensor([tmpl.sequence(r) for r in IDS]), output_hidden_states=True).hidden_states[-1]
+    np.testing.assert_allclose(got.states["last_normed"].numpy(), final[:, -1].numpy(), rtol=1e-4, atol=1e-5)
+    assert not np.allclose(got.states["last_prenorm"].numpy(), final[:, -1].numpy(), rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("engine", ["fast", "hf"])
@@ -82,7 +88,7 @@ def _scan(tiny_dir, out, capsys, *extra):
 def test_scan_states_scores_bit_identical_and_lens(tiny_dir, tmp_path, capsys):
     rc, _, se = _scan(tiny_dir, tmp_path / "plain.parquet", capsys)
     assert rc == 0, se
-    rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--states", "0,2,last,last_normed", "--lens",
+    rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--states", "0,2,last_prenorm,last_normed", "--lens",
                       "--states-dtype", "bfloat16")
     assert rc == 0, se
     plain, s = pd.read_parquet(tmp_path / "plain.parquet"), pd.read_parquet(tmp_path / "s.parquet")
@@ -90,7 +96,7 @@ def test_scan_states_scores_bit_identical_and_lens(tiny_dir, tmp_path, capsys):
     np.testing.assert_array_equal(s["lens_last"].to_numpy(), s["score"].to_numpy())
     assert [c for c in s if c.startswith("lens_")] == ["lens_0", "lens_1", "lens_2", "lens_last"]
     st = open_states(tmp_path / "s.parquet")
-    assert st.layers == ["0", "2", "last", "last_normed"] and st.manifest["dtype"] == "bfloat16"
+    assert st.layers == ["0", "2", "last_prenorm", "last_normed"] and st.manifest["dtype"] == "bfloat16"
     np.testing.assert_array_equal(np.sort(st.keys), np.arange(600))
     assert not (tmp_path / "s.states.partial").exists()
     man = json.loads((tmp_path / "s.parquet.json").read_text())
@@ -127,41 +133,46 @@ def test_writer_drops_a_shard_the_checkpoint_does_not_cover(tmp_path):
     """A kill between a shard's write and the checkpoint's save: the rerun deletes that shard and scores
     its rows again; rows the checkpoint holds without a state are scored again too."""
     folder = tmp_path / "x.states"
-    w = StatesWriter(folder, ["last"], "float32", "token_id", job="j")
+    w = StatesWriter(folder, ["last_prenorm"], "float32", "token_id", job="j")
     done = np.zeros(6, dtype=bool)
     assert not w.prepare(done).any()
     for lo in (0, 2, 4):
         rows = np.arange(lo, lo + 2)
-        w.add(rows, rows + 100, {"last": torch.full((2, 3), float(lo))})
+        w.add(rows, rows + 100, {"last_prenorm": torch.full((2, 3), float(lo))})
         w.flush()
     done = np.array([1, 1, 1, 1, 0, 0], dtype=bool)  # the checkpoint saw the first two shards only
-    w2 = StatesWriter(folder, ["last"], "float32", "token_id", job="j")
+    w2 = StatesWriter(folder, ["last_prenorm"], "float32", "token_id", job="j")
     np.testing.assert_array_equal(w2.prepare(done), done)
     assert len(list(w2.partial.glob("shard-*"))) == 2
-    w3 = StatesWriter(folder, ["last"], "float32", "token_id", job="another job")
+    w3 = StatesWriter(folder, ["last_prenorm"], "float32", "token_id", job="another job")
     assert not w3.prepare(np.ones(6, dtype=bool)).any()  # another job's shards: wiped, everything rescored
-    w3.add(np.arange(6), np.arange(6) + 100, {"last": torch.arange(18.0).view(6, 3)})
+    w3.add(np.arange(6), np.arange(6) + 100, {"last_prenorm": torch.arange(18.0).view(6, 3)})
     w3.finish({"model": "m"})
     s = open_states(folder)
-    assert s.n == 6 and s.take("last", np.array([5]))[0].tolist() == [15.0, 16.0, 17.0]
+    assert s.n == 6 and s.take("last_prenorm", np.array([5]))[0].tolist() == [15.0, 16.0, 17.0]
 
 
 def test_text_candidates_and_the_python_sink(tiny_dir, tmp_path, capsys):
+    """Text candidates keyed by row; the Python sink gets what the folder holds. Both asked with the old name
+    ``last`` (an old command): stored as last_prenorm, the note said once, and the sink's ``st["last"]`` works."""
     from rmfast import load
     from rmfast.scoring.pipeline import StatesRequest, score_texts
 
     cands = tmp_path / "c.txt"
     cands.write_text("Love\nThe universe\nPizza\n")
-    rc, _, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--candidates", str(cands), "--states", "last",
-                     "--no-progress", "--top", "0", "--out", str(tmp_path / "t.parquet")], capsys)
+    with pytest.warns(UserWarning, match="layer 'last' is read as 'last_prenorm'") as said:
+        rc, _, se = run(["scan", str(tiny_dir), "--dtype", "float32", "--candidates", str(cands), "--states", "last",
+                         "--no-progress", "--top", "0", "--out", str(tmp_path / "t.parquet")], capsys)
     assert rc == 0, se
+    assert sum("'last_prenorm'" in str(w.message) for w in said) == 1  # once, though the CLI and the scan both read it
     s = open_states(tmp_path / "t.parquet")
-    assert s.key == "row" and sorted(s.keys.tolist()) == [0, 1, 2]
+    assert s.key == "row" and sorted(s.keys.tolist()) == [0, 1, 2] and s.layers == ["last_prenorm"]
     assert sorted(s.texts().tolist()) == ["Love", "Pizza", "The universe"]
     lm = load(str(tiny_dir), dtype="float32", device="cpu")
     got = []
-    res = score_texts(lm.model, lm.tokenizer, PROMPT, ["Love", "The universe", "Pizza"], progress=False,
-                      states=StatesRequest("last", sink=lambda k, st: got.append((k, st["last"]))))
+    with pytest.warns(UserWarning, match="'last_normed'"):
+        res = score_texts(lm.model, lm.tokenizer, PROMPT, ["Love", "The universe", "Pizza"], progress=False,
+                          states=StatesRequest("last", sink=lambda k, st: got.append((k, st["last"]))))
     keys = np.concatenate([k for k, _ in got])
     states = torch.cat([v for _, v in got]).numpy()[np.argsort(keys)]
     np.testing.assert_array_equal(states, s.take("last", np.argsort(s.keys)))
@@ -171,7 +182,7 @@ def test_text_candidates_and_the_python_sink(tiny_dir, tmp_path, capsys):
 @pytest.mark.parametrize("argv, says", [
     (["--states", "foo"], "unknown layer"),
     (["--states", "7"], "out of range"),
-    (["--states", "3"], "say last"),
+    (["--states", "3"], "say last_prenorm"),
     (["--states", "-1"], "out of range"),
     (["--states-dtype", "float16"], "needs --states"),
 ])
@@ -247,7 +258,7 @@ def test_disk_full_mid_scan_keeps_what_was_done(tiny_dir, tmp_path, monkeypatch,
     import rmfast.io
     from rmfast.scoring import batching
 
-    rc, _, se = _scan(tiny_dir, tmp_path / "whole.parquet", capsys, "--states", "1,last")
+    rc, _, se = _scan(tiny_dir, tmp_path / "whole.parquet", capsys, "--states", "1,last_prenorm")
     assert rc == 0, se
     monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
     monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
@@ -262,15 +273,15 @@ def test_disk_full_mid_scan_keeps_what_was_done(tiny_dir, tmp_path, monkeypatch,
 
     monkeypatch.setattr(rmfast.io, "atomic_write", full)
     out = tmp_path / "r.parquet"
-    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "1,last")
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "1,last_prenorm")
     assert one_line_error(rc, se) and "No space left" in se, se
     assert len(list((tmp_path / "r.states.partial").glob("shard-*"))) == 2
     assert (tmp_path / "r.parquet.partial.npz").exists() and not out.exists()
     monkeypatch.setattr(rmfast.io, "atomic_write", real)
-    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "1,last")
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "1,last_prenorm")
     assert rc == 0, se
     a, b = open_states(tmp_path / "whole.parquet"), open_states(out)
-    for layer in ("1", "last"):
+    for layer in ("1", "last_prenorm"):
         np.testing.assert_array_equal(a.take(layer, np.argsort(a.keys)), b.take(layer, np.argsort(b.keys)))
 
 
@@ -279,7 +290,7 @@ def test_logprob_head_states_equal_hf(smol_tokenizer):
     m = T.tiny("llama", "causal_lm")
     tmpl = build_template(smol_tokenizer, PROMPT)
     assert tmpl.continuation_ids
-    got = {e: plan_scoring(m, tmpl, head="logprob", engine=e, batch_size=len(IDS)).score(IDS, states=["1", "last"])
+    got = {e: plan_scoring(m, tmpl, head="logprob", engine=e, batch_size=len(IDS)).score(IDS, states=["1", "last_prenorm"])
            for e in ("fast", "hf")}
     seqs = torch.tensor([[*tmpl.prefix_ids, *r, *tmpl.continuation_ids] for r in IDS])
 
@@ -289,11 +300,11 @@ def test_logprob_head_states_equal_hf(smol_tokenizer):
         with torch.no_grad():
             hs = model(input_ids=seqs, output_hidden_states=True).hidden_states
         h.remove()
-        return {"1": hs[1][:, -2].double().numpy().ravel(), "last": pre[-1][:, -2].double().numpy().ravel()}
+        return {"1": hs[1][:, -2].double().numpy().ravel(), "last_prenorm": pre[-1][:, -2].double().numpy().ravel()}
 
     ref, ref64 = reference(m), reference(T.tiny("llama", "causal_lm", dtype=torch.float64))
     for e in got:
-        for name in ("1", "last"):
+        for name in ("1", "last_prenorm"):
             assert_agree_to_rounding(ref[name], got[e].states[name].double().numpy().ravel(), ref64[name])
         np.testing.assert_array_equal(got[e].scores, plan_scoring(m, tmpl, head="logprob", engine=e,
                                                                  batch_size=len(IDS)).score(IDS))
@@ -310,7 +321,7 @@ def test_states_are_tied_to_their_scan(tiny_dir, tmp_path, capsys):
     from rmfast.states import write_states
 
     out = tmp_path / "s.parquet"
-    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "last")
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "last_prenorm")
     assert rc == 0, se
     tie = open_states(out).manifest["scan"]
     assert tie["write_id"] == json.loads((tmp_path / "s.parquet.json").read_text())["write_id"]
@@ -325,11 +336,11 @@ def test_states_are_tied_to_their_scan(tiny_dir, tmp_path, capsys):
     rc, _, se = run(["analyze", "similarity", out, out, "--out", tmp_path / "sim.csv"], capsys)
     assert one_line_error(rc, se) and "not from this scan" in se, se
     shutil.rmtree(tmp_path / "s.states")  # states written without a scan (the API): compared on model, prompt, count
-    write_states(tmp_path / "s.states", np.arange(600), {"last": np.zeros((600, 4), "float32")},
+    write_states(tmp_path / "s.states", np.arange(600), {"last_prenorm": np.zeros((600, 4), "float32")},
                  scan={"prompt": PROMPT, "n_candidates": 600})
     with pytest.raises(UserError, match=r"its prompt is not s.parquet's"):
         open_states(out)
-    write_states(tmp_path / "s.states", np.arange(600), {"last": np.zeros((600, 4), "float32")},
+    write_states(tmp_path / "s.states", np.arange(600), {"last_prenorm": np.zeros((600, 4), "float32")},
                  scan={"prompt": "worst", "n_candidates": 600})
     assert open_states(out).n == 600  # the same prompt and count: accepted
 
@@ -344,7 +355,7 @@ def test_float16_states_overflow_is_counted_and_warned(tmp_path, smol_tokenizer,
     m.save_pretrained(d)
     smol_tokenizer.save_pretrained(d)
     with pytest.warns(UserWarning, match=r"stored states are NaN or infinite \(0: .*--states-dtype bfloat16 or float32"):
-        rc, _, se = _scan(d, tmp_path / "h.parquet", capsys, "--states", "0,last", "--states-dtype", "float16")
+        rc, _, se = _scan(d, tmp_path / "h.parquet", capsys, "--states", "0,last_prenorm", "--states-dtype", "float16")
     assert rc == 0, se
     man = open_states(tmp_path / "h.parquet").manifest
     assert man["n_nonfinite"]["0"] > 0, man
@@ -354,15 +365,15 @@ def test_float16_states_overflow_is_counted_and_warned(tmp_path, smol_tokenizer,
 
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*stored states are NaN")
-        rc, _, se = _scan(d, tmp_path / "f.parquet", capsys, "--states", "0,last", "--states-dtype", "float32")
+        rc, _, se = _scan(d, tmp_path / "f.parquet", capsys, "--states", "0,last_prenorm", "--states-dtype", "float32")
     assert rc == 0, se
-    assert open_states(tmp_path / "f.parquet").manifest["n_nonfinite"] == {"0": 0, "last": 0}
+    assert open_states(tmp_path / "f.parquet").manifest["n_nonfinite"] == {"0": 0, "last_prenorm": 0}
 
 
 def _small_states(folder):
     from rmfast.states import write_states
 
-    return write_states(folder, np.arange(6), {"last": np.arange(18, dtype="float32").reshape(6, 3)}, shard_rows=4)
+    return write_states(folder, np.arange(6), {"last_prenorm": np.arange(18, dtype="float32").reshape(6, 3)}, shard_rows=4)
 
 
 def test_a_half_copied_shard_is_one_line(tmp_path):
@@ -422,7 +433,7 @@ def test_two_folders_with_one_vocabulary_join_on_token_id(tiny_dir, tmp_path, ca
     other = tmp_path / "base-model"
     shutil.copytree(tiny_dir, other)
     for d, name in ((tiny_dir, "a"), (other, "b")):
-        rc, _, se = _scan(d, tmp_path / f"{name}.parquet", capsys, "--states", "last")
+        rc, _, se = _scan(d, tmp_path / f"{name}.parquet", capsys, "--states", "last_normed")
         assert rc == 0, se
     a, b = open_states(tmp_path / "a.parquet"), open_states(tmp_path / "b.parquet")
     assert a.manifest["scan"]["tokenizer"] != b.manifest["scan"]["tokenizer"]

@@ -53,6 +53,8 @@ def states_by_key(path):
 
 
 def test_sweep_states_per_part_bit_identical_scores(work, tmp_path, capsys):
+    """The config says states in the old spelling (last): the parts store last_prenorm, and a store whose part
+    manifests still say last (written before the rename) is done, not scored again."""
     plain = write_cfg(work, "plain.yaml", models=["./rm-a", "./rm-b"])
     rc, _, se = run(["sweep", plain, "--out", tmp_path / "plain", "--no-progress"], capsys)
     assert rc == 0, se
@@ -68,7 +70,7 @@ def test_sweep_states_per_part_bit_identical_scores(work, tmp_path, capsys):
         man = json.loads(p.with_name("part.parquet.json").read_text())
         df = pd.read_parquet(p)
         assert s.n == len(df) == man["rows"] and s.path.name == "part.states"
-        assert s.layers == (["last"] if "rm-b" in str(p) else ["0", "last"])
+        assert s.layers == (["last_prenorm"] if "rm-b" in str(p) else ["0", "last_prenorm"])
         assert s.manifest["dtype"] == ("bfloat16" if "rm-b" in str(p) else "float32")
         assert s.key == ("row" if "texts" in str(p) else "token_id")
         if s.key == "token_id":
@@ -77,21 +79,29 @@ def test_sweep_states_per_part_bit_identical_scores(work, tmp_path, capsys):
             assert sorted(s.texts().tolist()) == sorted(TEXTS)
         assert [c for c in df if c.startswith("lens_")][-1] == "lens_last"
         np.testing.assert_array_equal(df["lens_last"].to_numpy(), df["score"].to_numpy())
-        assert man["outputs"]["states"] == ("last" if "rm-b" in str(p) else "0,last")
+        assert man["outputs"]["states"] == ("last_prenorm" if "rm-b" in str(p) else "0,last_prenorm")
         assert not list(p.parent.glob("*.partial*"))
     idx = json.loads((store / "manifest.json").read_text())
-    assert {tuple(s["states"]) for s in idx["parts"]} == {("0", "last"), ("last",)}
+    assert {tuple(s["states"]) for s in idx["parts"]} == {("0", "last_prenorm"), ("last_prenorm",)}
     rc, so, se = run(["results", store, "--parts"], capsys)
-    assert rc == 0 and "0,last" in so, se
+    assert rc == 0 and "0,last_prenorm" in so, se
     before = {p: p.stat().st_mtime_ns for p in parts(store)}
     rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
     assert rc == 0 and "8 already done" in se
     assert {p: p.stat().st_mtime_ns for p in parts(store)} == before
+    for p in parts(store):  # the part manifests as a sweep wrote them before the rename: still done
+        mp = p.with_name("part.parquet.json")
+        man = json.loads(mp.read_text())
+        man["outputs"]["states"] = man["outputs"]["states"].replace("last_prenorm", "last")
+        mp.write_text(json.dumps(man))
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0 and "8 already done" in se and "lack the states" not in se, se
+    assert {p: p.stat().st_mtime_ns for p in parts(store)} == before
     # a finished store without states, asked for them: its parts are computed again, the same scores
-    rc, so, se = run(["sweep", plain, "--out", tmp_path / "plain", "--states", "last", "--no-progress"], capsys)
+    rc, so, se = run(["sweep", plain, "--out", tmp_path / "plain", "--states", "last_normed", "--no-progress"], capsys)
     assert rc == 0 and "8 finished part(s) lack the states" in se, se
     pd.testing.assert_frame_equal(load_results(tmp_path / "plain"), a)
-    assert all(open_states(p).layers == ["last"] for p in parts(tmp_path / "plain"))
+    assert all(open_states(p).layers == ["last_normed"] for p in parts(tmp_path / "plain"))
 
 
 def test_sweep_states_resume_after_interrupt(work, tmp_path, monkeypatch, capsys):
@@ -117,7 +127,7 @@ def test_sweep_states_resume_after_interrupt(work, tmp_path, monkeypatch, capsys
     assert max(resumed) > 0
     for p, q in zip(parts(tmp_path / "whole"), parts(store)):
         (s, a), (t, b) = states_by_key(p), states_by_key(q)
-        assert s.layers == t.layers == ["0", "1", "2", "last", "last_normed"]
+        assert s.layers == t.layers == ["0", "1", "2", "last_prenorm", "last_normed"]
         for layer in s.layers:
             np.testing.assert_array_equal(a[layer], b[layer])
 
@@ -151,14 +161,14 @@ def test_torchrun_scan_states_one_folder(kind, work, tmp_path, capsys):
     base = ["scan", work / "rm-a", "--prompt", PROMPTS["greatest"], "--dtype", "float32", *cands, "--no-progress",
             "--top", "0", "--batch-size", "16"]
     torchrun([*base, "--out", tmp_path / "plain.parquet"], work)
-    torchrun([*base, "--states", "0,last", "--lens", "--out", tmp_path / "two.parquet"], work)
-    rc, _, se = run([*base, "--states", "0,last", "--out", tmp_path / "one.parquet"], capsys)
+    torchrun([*base, "--states", "0,last_prenorm", "--lens", "--out", tmp_path / "two.parquet"], work)
+    rc, _, se = run([*base, "--states", "0,last_prenorm", "--out", tmp_path / "one.parquet"], capsys)
     assert rc == 0, se
     plain, two = pd.read_parquet(tmp_path / "plain.parquet"), pd.read_parquet(tmp_path / "two.parquet")
     np.testing.assert_array_equal(two["score"].to_numpy(), plain["score"].to_numpy())
     np.testing.assert_array_equal(two["lens_last"].to_numpy(), two["score"].to_numpy())
     (s, a), (t, b) = states_by_key(tmp_path / "two.parquet"), states_by_key(tmp_path / "one.parquet")
-    assert s.n == t.n == len(two) and s.layers == t.layers == ["0", "last"] and s.manifest["ranks"] == 2
+    assert s.n == t.n == len(two) and s.layers == t.layers == ["0", "last_prenorm"] and s.manifest["ranks"] == 2
     np.testing.assert_array_equal(np.sort(s.keys), np.sort(t.keys))
     if s.key == "row":
         assert s.texts().tolist() == [two["text"][k] for k in s.keys] and sorted(s.texts()) == sorted(TEXTS)
@@ -171,7 +181,7 @@ def test_torchrun_scan_states_one_folder(kind, work, tmp_path, capsys):
                      "--permutations", "0", "--out", tmp_path / "sim.csv"], capsys)
     assert rc == 0, se
     sim = pd.read_csv(tmp_path / "sim.csv")
-    last = sim[(sim.layer_a == "last") & (sim.layer_b == "last")]
+    last = sim[(sim.layer_a == "last_prenorm") & (sim.layer_b == "last_prenorm")]
     assert last["rv"].iloc[0] == pytest.approx(1.0, abs=1e-5)
 
 
@@ -180,10 +190,10 @@ def test_torchrun_sweep_states_per_part(work, tmp_path):
     from test_dist import torchrun
 
     cfg = write_cfg(work, "dist.yaml")
-    torchrun(["sweep", cfg, "--out", tmp_path / "two", "--states", "last", "--no-progress"], work)
+    torchrun(["sweep", cfg, "--out", tmp_path / "two", "--states", "last_prenorm", "--no-progress"], work)
     idx = json.loads((tmp_path / "two" / "manifest.json").read_text())
     assert idx["complete"] and {s["rank"] for s in idx["parts"]} == {0, 1}
-    assert all(s["states"] == ["last"] for s in idx["parts"])
+    assert all(s["states"] == ["last_prenorm"] for s in idx["parts"])
     for p in parts(tmp_path / "two"):
         assert open_states(p).n == len(pd.read_parquet(p)) and not list(p.parent.glob("*.partial*"))
 
@@ -204,7 +214,7 @@ def test_trl_callback_writes_states_per_checkpoint(tmp_path):
     tok = chatml_tokenizer()
     plain, st = (XrayCallback(XrayConfig(prompts={"greatest": P}, selection=Selection(token_ids="0:300"), name="rm",
                                          out=tmp_path / x, **kw))
-                 for x, kw in (("plain", {}), ("st", {"states": "0,last", "states_dtype": "bfloat16", "lens": True})))
+                 for x, kw in (("plain", {}), ("st", {"states": "0,last_prenorm", "states_dtype": "bfloat16", "lens": True})))
     _trainer(_tiny_rm(), tok, tmp_path / "run", [plain, st]).train()
     for step in (1, 2):
         a = pd.read_parquet(tmp_path / "plain" / f"checkpoint-{step}" / "greatest.parquet")
@@ -212,7 +222,7 @@ def test_trl_callback_writes_states_per_checkpoint(tmp_path):
         np.testing.assert_array_equal(a["score"].to_numpy(), b["score"].to_numpy())
         np.testing.assert_array_equal(b["lens_last"].to_numpy(), b["score"].to_numpy())
         s = open_states(tmp_path / "st" / f"checkpoint-{step}" / "greatest.parquet")
-        assert s.n == 300 and s.layers == ["0", "last"] and s.manifest["dtype"] == "bfloat16"
+        assert s.n == 300 and s.layers == ["0", "last_prenorm"] and s.manifest["dtype"] == "bfloat16"
         assert s.manifest["scan"]["model"]["name"] == f"rm/checkpoint-{step}"
         assert not (tmp_path / "plain" / f"checkpoint-{step}" / "greatest.states").exists()
 
@@ -224,7 +234,7 @@ def test_trl_callback_bad_states_before_training(tmp_path):
     from rmfast.errors import UserError
     from rmfast.integrations.trl import XrayCallback, XrayConfig
 
-    for kw, says in (({"states": "foo", "out": tmp_path}, "unknown layer"), ({"states": "last"}, "give out"),
+    for kw, says in (({"states": "foo", "out": tmp_path}, "unknown layer"), ({"states": "last_normed"}, "give out"),
                      ({"states_dtype": "float16", "out": tmp_path}, "needs states")):
         with pytest.raises(UserError, match=says):
             XrayConfig(prompts=[P], **kw)

@@ -41,7 +41,7 @@ def overflowing(tmp_path_factory, smol_tokenizer):
 def _scan(lm, folder: Path, background: bool, checkpoint: Path):
     from rmfast.scoring.pipeline import StatesRequest, score_ids
 
-    req = StatesRequest("0,1,last,last_normed", "float16", folder=folder, background=background)
+    req = StatesRequest("0,1,last_prenorm,last_normed", "float16", folder=folder, background=background)
     return score_ids(lm.model, lm.tokenizer, PROMPT, IDS, batch_size=64, progress=False, checkpoint=checkpoint,
                      states=req)
 

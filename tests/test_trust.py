@@ -242,35 +242,6 @@ def test_part_lock_keeps_other_writers_out(tmp_path):
 # ------------------------------------------------------------------ 4. checkpoints inside a part
 
 
-def test_checkpoint_by_candidates_not_only_time(tmp_path, monkeypatch):
-    """With the default cadence, a job checkpoints after ~1k candidates even when that took only
-    seconds (a clock here, advanced 1 s per batch): kills a few seconds apart still make progress."""
-    clock = {"t": 0.0}
-
-    class FakeTime:
-        @staticmethod
-        def perf_counter():
-            return clock["t"]
-
-    monkeypatch.setattr(batching, "time", FakeTime)
-    ck = tmp_path / "job.partial.npz"
-    ids = np.arange(4096)
-    seen = []
-
-    def score(rows, b):
-        clock["t"] += 1.0
-        if ck.exists():
-            seen.append(int((~np.isnan(np.load(ck)["scores"])).sum()))
-        if len(seen) >= 3:
-            raise KeyboardInterrupt
-        return rows.astype(np.float32)
-
-    with pytest.raises(KeyboardInterrupt):
-        batching.score_groups([batching.Group(np.arange(ids.size), 512, score)], ids, key="k", checkpoint=ck,
-                              progress=False)
-    assert seen and seen[0] >= 1024  # saved after two 512-row batches, 2 s of work
-
-
 @pytest.mark.slow
 def test_sweep_killed_inside_a_part_resumes_bit_identical(models_dir, tmp_path):
     """kill -9 a sweep inside its only part (after a checkpoint): the rerun scores only what is left,

@@ -102,3 +102,10 @@ def save_rms(folder, tokenizer, specs) -> None:
         m = tiny(arch, num_labels=1, pad_token_id=tokenizer.pad_token_id, seed=seed)
         m.save_pretrained(folder / name)
         tokenizer.save_pretrained(folder / name)
+
+
+def chat_ids(tok, prompt, text):
+    """The chat template's own ids of the whole conversation (user ``prompt``, assistant ``text``)."""
+    out = tok.apply_chat_template([{"role": "user", "content": prompt}, {"role": "assistant", "content": text}],
+                                  tokenize=True, return_dict=False)
+    return list(out["input_ids"] if hasattr(out, "keys") else out)

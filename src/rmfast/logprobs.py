@@ -182,14 +182,14 @@ def logprobs(
         >>> res = logprobs(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
         >>> res.top(5)  # doctest: +SKIP
     """
-    from .version import versions
-    from .scoring.plan import choose_head
+    from .scoring.options import ScoringOptions
+    from .scoring.plan import decide, finish_manifest
     from .scoring.results import ScanResult
     from .scoring.vocab import select_ids
 
     t0 = time.perf_counter()
-    try:  # the scan's rule for a logprob head (an LM head), with this command's words
-        choose_head(model, "logprob", 0)
+    try:  # the plan's decisions for this job (a logprob head: an LM head), with this command's words
+        decided = decide(model, ScoringOptions(head="logprob"), "logprobs")
     except UserError:
         raise UserError("logprobs needs a causal language model; this model has no LM head") from None
     ids, info = prompt_ids(tokenizer, prompt, template=template, system=system)
@@ -220,8 +220,5 @@ def logprobs(
         "exclude_special": exclude_special,
         "score_position": "last prompt-side position (next-token distribution of the first response token)",
         "forward_s": round(fwd_s, 3),
-        "wall_s": round(time.perf_counter() - t0, 3),
-        "versions": versions(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    return ScanResult(cand, scores, tokens, texts, manifest)
+    return ScanResult(cand, scores, tokens, texts, finish_manifest(manifest, t0, decisions=decided.reasons))

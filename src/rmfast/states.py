@@ -5,14 +5,14 @@ A states folder sits beside its scan, ``<scan stem>.states/`` (``scan.parquet`` 
 
     manifest.json
         {"format": "rmfast-states/1",
-         "layers": ["0", "8", "last", "last_normed"],   # names, in order
+         "layers": ["0", "8", "last_prenorm", "last_normed"],   # names, in order (rmfast.state_names)
          "dtype": "float32" | "bfloat16" | "float16",   # of every layer tensor
          "hidden_size": d,
          "key": "token_id" | "row",                      # what the key tensor holds
          "n": total rows,
          "shards": [{"file": "shard-00000.safetensors", "rows": n_0}, ...],  # each may name its "run_id"
          "run_id": "..."                                 # optional; see below
-         "n_nonfinite": {"last": 0, ...}                 # stored values that are NaN or +-inf, per layer
+         "n_nonfinite": {"last_prenorm": 0, ...}         # stored values that are NaN or +-inf, per layer
          "scan": {"model": ..., "prompt": ..., "write_id": ..., ...}}  # the scan it belongs to
     shard-00000.safetensors, ...
         key            (n_i,)    int64   token ids, or row numbers of the scan Parquet
@@ -33,6 +33,11 @@ written without a scan file (the Python API) name the scan's model, prompt and c
 instead, which are compared with the Parquet's manifest. Stored values that are NaN or infinite (a
 float16 overflow past 65,504) are counted per layer (``n_nonfinite``) and warned about when written.
 
+Layer names (:mod:`rmfast.state_names`): ``last_prenorm`` is the stream before the final norm,
+``last_normed`` what the head reads (HF's ``hidden_states[-1]``). A folder written before the rename
+names the first ``last`` (tensor ``layer.last``): it reads as ``last_prenorm`` (:attr:`StatesSet.layers`),
+and ``take("last")`` still finds it.
+
 Reading never loads a whole shard: the reader parses the safetensors header and maps
 the tensors (``numpy.memmap``), so :meth:`StatesSet.take` gathers any rows with memory
 proportional to the rows asked for. bfloat16 is widened to float32 bit-exactly.
@@ -41,11 +46,11 @@ Example:
     >>> import tempfile
     >>> d = Path(tempfile.mkdtemp()) / "s.states"
     >>> x = np.arange(12, dtype="float32").reshape(4, 3)                 # (n=4, d=3)
-    >>> _ = write_states(d, np.array([5, 6, 7, 8]), {"last": x}, shard_rows=3)
+    >>> _ = write_states(d, np.array([5, 6, 7, 8]), {"last_prenorm": x}, shard_rows=3)
     >>> s = open_states(d)
     >>> s.n, s.layers, s.hidden_size, [sh.rows for sh in s.shards]
-    (4, ['last'], 3, [3, 1])
-    >>> s.take("last", np.array([3, 0])).tolist()                         # rows 3 and 0
+    (4, ['last_prenorm'], 3, [3, 1])
+    >>> s.take("last_prenorm", np.array([3, 0])).tolist()                 # rows 3 and 0
     [[9.0, 10.0, 11.0], [0.0, 1.0, 2.0]]
 """
 
@@ -62,6 +67,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UserError
+from .state_names import (LAST, LAST_NORMED, LAST_PRENORM, OLD_LAST, canonical_layer,  # noqa: F401 (re-exported)
+                          layer_index, parse_layers)
 from .states_tie import check_scan_tie
 
 FORMAT = "rmfast-states/1"
@@ -158,7 +165,8 @@ class StatesSet:
 
     @property
     def layers(self) -> list[str]:
-        return list(self.manifest["layers"])
+        """The layers' canonical names, in order (an old folder's ``last``: ``last_prenorm``)."""
+        return [canonical_layer(l, note=False) for l in self.manifest["layers"]]
 
     @property
     def hidden_size(self) -> int:
@@ -178,8 +186,19 @@ class StatesSet:
         return str(model) if model else self.path.name
 
     def check_layer(self, layer: str) -> None:
-        if layer not in self.layers:
+        if canonical_layer(layer, note=False) not in self.layers:
             raise UserError(f"{self.path}: no layer {layer!r}; it has {self.layers}")
+
+    def stored_name(self, layer: str) -> str:
+        """The name ``layer`` (canonical, or the old ``last``) has in the files (``layer.<name>``, n_nonfinite)."""
+        self.check_layer(layer)
+        return self.manifest["layers"][self.layers.index(canonical_layer(layer, note=False))]
+
+    def n_nonfinite(self, layer: str) -> int:
+        """Stored values of ``layer`` that are NaN or +-inf (the manifest's count; 0 when it has none)."""
+        got = self.manifest.get(_NONFINITE)
+        v = got.get(self.stored_name(layer)) if isinstance(got, dict) else None
+        return v if isinstance(v, int) else 0
 
     def _map(self, i: int, tensor: str) -> np.ndarray:
         if (i, tensor) not in self._maps:
@@ -194,7 +213,7 @@ class StatesSet:
 
         Returns (len(rows), d) float32; bfloat16 is widened exactly, float16 exactly.
         """
-        self.check_layer(layer)
+        tensor = f"layer.{self.stored_name(layer)}"
         rows = np.asarray(rows, dtype=np.int64)  # (m,)
         if len(rows) and (rows.min() < 0 or rows.max() >= self.n):
             raise UserError(f"{self.path}: row out of range 0..{self.n - 1}")
@@ -205,7 +224,7 @@ class StatesSet:
             sel = np.nonzero(which == i)[0]
             local = rows[sel] - starts[i]
             order = np.argsort(local, kind="stable")  # read each shard in file order
-            raw = self._map(int(i), f"layer.{layer}")[local[order]]  # (k, d) raw dtype
+            raw = self._map(int(i), tensor)[local[order]]  # (k, d) raw dtype
             if raw.dtype == np.uint16:  # bfloat16: the top half of a float32
                 raw = (raw.astype(np.uint32) << 16).view(np.float32)
             out[sel[order]] = raw
@@ -326,7 +345,7 @@ def _check_manifest(man, mpath: Path) -> None:
         raise UserError(f"{mpath}: key {man['key']!r}; one of {KEYS}")
     layers = man["layers"]
     if (not isinstance(layers, list) or not layers or not all(isinstance(l, str) and l for l in layers)
-            or len(set(layers)) != len(layers)):
+            or len({canonical_layer(l, note=False) for l in layers}) != len(layers)):
         raise UserError(f"{mpath}: layers must be distinct non-empty names, got {layers!r}")
     for k in ("hidden_size", "n"):
         if type(man[k]) is not int or man[k] < (1 if k == "hidden_size" else 0):
@@ -350,7 +369,8 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
                  shard_rows: int = 65536, run_id: str | None = None) -> Path:
     """Write a states folder from in-memory arrays (tests, small tools; the engine streams its own).
 
-    keys: (n,) ints; layers: name -> (n, d) array (numpy or torch). Each file is written
+    keys: (n,) ints; layers: name -> (n, d) array (numpy or torch), the old name ``last`` stored as
+    ``last_prenorm`` (:func:`rmfast.state_names.canonical_layer`, with its warning). Each file is written
     atomically and the manifest last, so a reader never sees a manifest without its shards.
     Returns the folder.
     """
@@ -371,7 +391,9 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
             return v.detach().cpu().to(getattr(torch, dtype)).contiguous()
         return torch.as_tensor(np.ascontiguousarray(v, dtype=np.float32)).to(getattr(torch, dtype))
 
-    mats = {name: as_tensor(v) for name, v in layers.items()}  # name -> (n, d)
+    mats = {canonical_layer(str(name)): as_tensor(v) for name, v in layers.items()}  # name -> (n, d)
+    if len(mats) != len(layers):
+        raise UserError(f"layers {list(layers)}: 'last' and 'last_prenorm' are one layer; give it once")
     dims = {tuple(m.shape) for m in mats.values()}
     if len(dims) != 1 or next(iter(dims))[0] != n or len(next(iter(dims))) != 2:
         raise UserError(f"every layer must be (n={n}, d); got {sorted(dims)}")
@@ -396,58 +418,7 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
 
 
 # --------------------------------------------------------------------------------------------
-# layer names of a scan's --states, and the streaming writer the scan uses
-
-#: the two names beside the residual-stream indices: what the final norm reads, and its output
-LAST, LAST_NORMED = "last", "last_normed"
-
-
-def parse_layers(spec, n_layers: int | None) -> list[str]:
-    """Canonical layer names for ``--states SPEC`` on a model with ``n_layers`` decoder layers.
-
-    ``k`` (0 <= k < n_layers) is HF's ``hidden_states[k]``: 0 the input embeddings, k the residual
-    stream after decoder layer k (1-based). ``last`` is the output of the last decoder layer, the
-    state the final norm reads (HF keeps only its normed form); ``last_normed`` is that norm's
-    output, the state the head reads (HF's ``hidden_states[n_layers]``). ``all`` is every one of
-    them. ``n_layers`` itself is refused (say ``last`` or ``last_normed``). Names keep the order
-    0..n_layers-1, last, last_normed; repeats are dropped. ``n_layers`` None: check the names only.
-
-    >>> parse_layers("16,0,last", 30), parse_layers("all", 2)
-    (['0', '16', 'last'], ['0', '1', 'last', 'last_normed'])
-    """
-    items = spec.split(",") if isinstance(spec, str) else [str(x) for x in spec]
-    items = [x.strip() for x in items if x.strip()]
-    if not items:
-        raise UserError("--states needs layers: e.g. 0,8,last, or all")
-    if n_layers is None:  # names only (before the model is loaded)
-        bad = [x for x in items if x not in ("all", LAST, LAST_NORMED) and not x.lstrip("-").isdigit()]
-        if bad:
-            raise UserError(f"--states {bad[0]!r}: unknown layer; give indices, last, last_normed or all")
-        return items
-    names: set[str] = set()
-    for x in items:
-        if x == "all":
-            names.update([*map(str, range(n_layers)), LAST, LAST_NORMED])
-        elif x in (LAST, LAST_NORMED):
-            names.add(x)
-        elif x.lstrip("-").isdigit():
-            k = int(x)
-            if k == n_layers:
-                raise UserError(f"--states {k}: the model has {n_layers} layers, and {k} is their output; say last "
-                                "(before the final norm) or last_normed (after it, HF's hidden_states[-1])")
-            if not 0 <= k < n_layers:
-                raise UserError(f"--states {k}: layer out of range; this model has indices 0..{n_layers - 1}, "
-                                "last and last_normed")
-            names.add(str(k))
-        else:
-            raise UserError(f"--states {x!r}: unknown layer; give indices 0..{n_layers - 1}, last, last_normed or all")
-    return sorted(names, key=lambda n: layer_index(n, n_layers) if n != LAST_NORMED else n_layers + 1)
-
-
-def layer_index(name: str, n_layers: int) -> int | str:
-    """The residual-stream index of a canonical name (``last`` -> n_layers), or ``last_normed``."""
-    return n_layers if name == LAST else name if name == LAST_NORMED else int(name)
-
+# the streaming writer a scan uses (layer names: rmfast.state_names, re-exported here)
 
 class StatesWriter:
     """Writes a scan's states streaming, resumable and atomic (``rmfast-states/1``).

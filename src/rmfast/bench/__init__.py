@@ -32,7 +32,7 @@ through every method), :mod:`~rmfast.bench.output` (CSV/JSON, plot, table),
 :mod:`~rmfast.bench.random_init` (full-size architectures of :mod:`rmfast.loading.registry` with random weights:
 ``--random-init``), :mod:`~rmfast.bench.best_of_n` (``--workload best-of-n``: N responses of mixed lengths per
 prompt, RewardScorer vs HF on right-padded full conversations; FLOP ratios with and without attention),
-:mod:`~rmfast.bench.states_overhead` (``--workload states``: the extra time of a scan with ``--states last`` /
+:mod:`~rmfast.bench.states_overhead` (``--workload states``: the extra time of a scan with ``--states last_prenorm`` /
 ``all`` over a plain one). This package
 re-exports what the ``rmfast bench`` command uses.
 """

@@ -124,11 +124,11 @@ def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()
 
 
 def padded_hf(m: dict, prompts: list[int], rows: list[list[int]], suffix: int, elt: int = 2, gpu: Gpu = Gpu(),
-              batch_rows: int | None = None) -> dict:
-    """The padded HF forward of every whole sequence: batches of ``batch_rows`` rows (None: all rows at once),
+              rows_per_batch: int | None = None) -> dict:
+    """The padded HF forward of every whole sequence: batches of ``rows_per_batch`` rows (None: all rows at once),
     each padded to its longest (prompt + response + suffix). Returns {"flops", "s", "tokens"}."""
     seqs = [P + n + suffix for P, r in zip(prompts, rows) for n in r]
-    b = batch_rows or len(seqs)
+    b = rows_per_batch or len(seqs)
     L, H, D = m["n_layers"], m["n_heads"], m["head_dim"]
     flops = s = tokens = 0.0
     for i in range(0, len(seqs), b):

@@ -62,6 +62,7 @@ class BenchRun:
     whole: bool = False
     compile_rm: bool = False
     compile_s: float | None = None
+    decisions: dict | None = None  # the plan's decisions with their reasons (every row records them)
 
     @property
     def model(self):
@@ -103,18 +104,25 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
                     loadavg())
 
 
+def _eager(model, tmpl, head):
+    """The eager engine of the bench's plan (rmfast-eager, and the prompt pass timed whole)."""
+    from ..scoring.plan import plan_scoring
+
+    return plan_scoring(model, tmpl, head=head, compile="off", job="bench", response_tokens=1).eng
+
+
 def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
     """rmfast (the compiled CPU layer where it applies) and rmfast-eager (the same engine, not compiled)."""
-    from ..fast.engine import Engine
     from ..scoring.plan import plan_scoring
 
     device, args, model, tmpl, head = b.device, b.args, b.model, b.tmpl, b.head
-    b.compile_rm = device.type == "cpu" and args.compile != "off"
     b.mem.reset()
     sync(device)
     t0 = time.perf_counter()
-    plan = plan_scoring(model, tmpl, head=head, compile=b.compile_rm, batch_size=args.batch_size or "auto",
-                        response_tokens=1)
+    # the bench's plan: compile auto times the compiled layer beside the eager one on every CPU (its job rule)
+    plan = plan_scoring(model, tmpl, head=head, compile=args.compile, batch_size=args.batch_size or "auto",
+                        job="bench", response_tokens=1)
+    b.compile_rm, b.decisions = plan.compile, plan.decisions
     b.eng = eng = plan.eng
     sync(device)
     setup_rm = time.perf_counter() - t0
@@ -132,7 +140,7 @@ def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
     t_eg = s_eg = None
     if b.whole:
         def run_rm():
-            e = Engine(model, tmpl, head=head)
+            e = _eager(model, tmpl, head)
             return [e.score(torch.from_numpy(c)[:, None]) for c in chunks(ids, bs_rm)]
 
         run_rm()  # warm-up
@@ -149,7 +157,7 @@ def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
         s_rm, t_rm = time_batches(eng.score, ids, bs_rm, device, reps)
         if b.compile_rm:
             b.compile_s = max(0.0, first - min(t_rm) * bs_rm / n)  # warm-up batch minus a timed batch
-            eager = Engine(model, tmpl, head=head)
+            eager = _eager(model, tmpl, head)
             eager.score(torch.from_numpy(ids[:bs_rm])[:, None])
             s_eg, t_eg = time_batches(eager.score, ids, bs_rm, device, reps)
             del eager
@@ -357,6 +365,7 @@ def common_fields(b: BenchRun, fpc: float, peak: dict | None) -> dict:
         "whole_vocab_timed": b.whole,
         "rmfast_compiled": bool(b.compile_rm),
         "compile_s": round(b.compile_s, 2) if b.compile_s is not None else None,
+        "decisions": b.decisions,
     }
 
 
@@ -441,14 +450,12 @@ def profile_engine(eng, ids: np.ndarray, bs: int, device: torch.device, n_batche
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from ..fast.engine import Engine
-
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     batches = [torch.from_numpy(c)[:, None] for c in chunks(np.resize(ids, bs * n_batches), bs)][:n_batches]
     whole = eng.tokens_per_row(1) == 0
 
     def step(b):
-        e = Engine(eng.model, eng.template, head=eng.head, head_index=eng.head_index) if whole else eng
+        e = _eager(eng.model, eng.template, eng.head) if whole else eng
         return e.score(b)
 
     step(batches[0])

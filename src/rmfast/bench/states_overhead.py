@@ -1,10 +1,10 @@
-"""The extra time of ``--states last`` and ``--states all`` over a plain scan (issue 24;
+"""The extra time of ``--states last_prenorm`` and ``--states all`` over a plain scan (issue 24;
 ``rmfast bench --workload states``, ``benchmarks/states_overhead.py``).
 
 One process, one model (default the embedded SmolLM2-135M-Instruct with a seeded random score head,
 so the score head and its fast path run), the same ids (the first ``n`` of the vocabulary). The
-plain scan and each states mode are interleaved over ``repeats`` rounds (plain, last, all, plain,
-last, all, ...) after one untimed warm-up scan of each (first-call costs, such as a compiled layer's
+plain scan and each states mode are interleaved over ``repeats`` rounds (plain, last_prenorm, all, plain,
+last_prenorm, all, ...) after one untimed warm-up scan of each (first-call costs, such as a compiled layer's
 form with states, stay out of the first round); each is a full :func:`rmfast.scoring.pipeline.score_ids`
 job through the batching loop with a checkpoint, a mode's states written to a fresh folder (shards
 + manifest) in the system's temporary folder, as ``rmfast scan --states MODE`` does, and removed
@@ -53,8 +53,8 @@ class StatesOverheadConfig(ModelChoice):
     Attributes:
         n: candidate ids scanned per job, the first ``n`` of the vocabulary (default 4096).
         repeats: rounds of plain + every mode; the median counts (default 5).
-        modes: the ``--states`` of each timed mode beside plain: ``last``, ``all``, ``last_normed`` or a
-            layer index, each optionally ``/sync`` (written in the scan's thread) (default ("last", "all")).
+        modes: the ``--states`` of each timed mode beside plain: ``last_prenorm``, ``all``, ``last_normed`` or a
+            layer index, each optionally ``/sync`` (written in the scan's thread) (default ("last_prenorm", "all")).
         dtype: model dtype (default "bfloat16"; the states are kept in it).
         device: "cpu", "cuda" or "auto" (default "cpu").
         threads: torch CPU threads (default None: torch's).
@@ -67,7 +67,7 @@ class StatesOverheadConfig(ModelChoice):
 
     n: int = 4096
     repeats: int = 5
-    modes: tuple[str, ...] = ("last", "all")
+    modes: tuple[str, ...] = ("last_prenorm", "all")
     dtype: str = "bfloat16"
     device: str = "cpu"
     threads: int | None = None
@@ -80,10 +80,10 @@ class StatesOverheadConfig(ModelChoice):
         if int(self.n) < 1 or int(self.repeats) < 1:
             raise UserError("states: n-candidates and repeats must be >= 1")
         if not self.modes:
-            raise UserError("states: give at least one mode (e.g. --states-modes last,all)")
+            raise UserError("states: give at least one mode (e.g. --states-modes last_prenorm,all)")
         for m in self.modes:
             if m == "plain" or "," in m:
-                raise UserError(f"states: mode {m!r}: give last, all, last_normed or a layer index "
+                raise UserError(f"states: mode {m!r}: give last_prenorm, all, last_normed or a layer index "
                                 "(plain is always timed)")
             parse_layers(m.removesuffix(SYNC), None)
 

@@ -34,7 +34,7 @@ note, and a skipped file that would drop a model is an error unless --allow-skip
 states folders; docs/representations.md): layer × layer CKA, debiased CKA, RV and RV2 with
 bootstrap intervals and permutation p-values, one row per layer pair, to stdout or ``--out``.
 With three or more sets, ``similarity A B C ... --metadata FILE`` gives the models × models
-table at one layer (``--layers-a``, default last) and, with ``--table rsa``, its RSA with the
+table at one layer (``--layers-a``, default last_prenorm) and, with ``--table rsa``, its RSA with the
 metadata predictors (permutation over models, ``--n-perm``).
 
 ``lens SCAN.parquet --out lens.csv`` reads a scan written with ``--lens`` (the reward head
@@ -351,7 +351,7 @@ def _run_similarity(args) -> int:
                          bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
                          join=args.join or "auto", progress=not args.no_progress)
     else:  # three or more: the models × models matrix at one layer, and its RSA with --metadata
-        layer = args.layers_a or "last"
+        layer = args.layers_a or "last_prenorm"
         if "," in layer or args.layers_b:
             raise UserError("with three or more state sets give one layer, as --layers-a LAYER")
         from ..states import open_states

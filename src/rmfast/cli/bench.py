@@ -108,8 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default sdpa)")
     g = p.add_argument_group("states workload (--workload states only)")
     g.add_argument("--states-modes", default=None, metavar="MODE[,MODE]",
-                   help="the --states of each mode timed beside the plain scan: last, all, last_normed or a layer "
-                        "index; MODE/sync: written in the scan's thread, the reference (default last,all)")
+                   help="the --states of each mode timed beside the plain scan: last_prenorm, all, last_normed or a "
+                        "layer index; MODE/sync: written in the scan's thread, the reference (default last_prenorm,all)")
 
 
 def register(subparsers) -> None:
@@ -334,7 +334,7 @@ def run_states_cli(args) -> int:
     tiny = args.tiny and not args.random_init  # --tiny alone: a small random Llama
     if tiny and args.models:
         raise UserError(f"--tiny with --workload states means {TINY_BEST_OF_N}; drop --models or --tiny")
-    modes = tuple(m.strip() for m in (args.states_modes or "last,all").split(",") if m.strip())
+    modes = tuple(m.strip() for m in (args.states_modes or "last_prenorm,all").split(",") if m.strip())
     device = resolve_device(args.device)
     base = StatesOverheadConfig(
         n=args.n_candidates or (256 if args.tiny else StatesOverheadConfig.n), repeats=args.repeats or 5, modes=modes,

@@ -56,20 +56,12 @@ def add_output_args(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
 
 
-def add_plan_args(p: argparse.ArgumentParser, *, batch_what: str = "rows per batch") -> None:
-    """The scoring plan's options (:mod:`rmfast.scoring.plan`), one name and one default on every command."""
-    p.add_argument("--head", default="auto", choices=["auto", "score", "logprob"],
-                   help="auto (default): score for classifiers, logprob for causal LMs")
-    p.add_argument("--head-index", type=nonneg_int, default=0, help="output of a multi-output score head (default 0)")
-    p.add_argument("--engine", default="auto", choices=["auto", "fast", "hf", "reference"],
-                   help="auto (default): the shared-prompt engine (fast) where supported, else the plain Hugging Face "
-                        "forward of each whole conversation (hf; 'reference' is its old name)")
-    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"],
-                   help="torch.compile the fast engine's CPU decoder layer: auto (default) compiles on the CPU kinds where "
-                        "it was measured to pay (AMX Xeon), for every job alike (never decided from the job's size), "
-                        "else eager; on: a one-off compile of seconds wherever it can; off (rmfast bench shows both)")
-    p.add_argument("--batch-size", default="auto", help=f"{batch_what}, or auto (default: ~4k tokens per batch on CPU, "
-                                                        "bounded by free memory)")
+def add_plan_args(p: argparse.ArgumentParser, *, batch_what: str | None = None) -> None:
+    """The scoring options (:class:`rmfast.scoring.options.ScoringOptions`), one name, one default and one doc on
+    every command: generated from the options' fields."""
+    from ..scoring.options import add_arguments
+
+    add_arguments(p, batch_what=batch_what)
 
 
 def add_states_view_args(p: argparse.ArgumentParser) -> None:

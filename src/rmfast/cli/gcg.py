@@ -63,6 +63,9 @@ def register(subparsers) -> None:
     p.add_argument("--eval-batch-size", dest="batch_size", help=argparse.SUPPRESS)
     p.add_argument("--evaluator", dest="engine", type=lambda v: {"engine": "fast", "full": "hf"}.get(v, v),
                    help=argparse.SUPPRESS)
+    p.add_argument("--baseline", default=None, choices=["random"],
+                   help="random: after the search, score as many uniformly random responses of the same length "
+                        "(same allowed tokens and filter) and print the best beside GCG's (default: none)")
     p.add_argument("--random-head-seed", type=common.nonneg_int, default=None,
                    help="load a causal LM as a classifier with a random score head of this seed (default: off)")
     p.add_argument("--out", default=None, help="output JSON (default results/gcg__<model>__<prompt>__<max|min>.json); plot beside it (.png)")
@@ -93,6 +96,7 @@ def run(args) -> int:
         allow_special=args.allow_special, retokenize_filter=not args.no_retokenize_filter, init=args.init,
         batch_size=args.batch_size, head=args.head, head_index=args.head_index,
         template=template_arg(args), system=args.system, engine=args.engine, compile=args.compile,
+        attention=args.attention, kernels=args.kernels,
         init_strings=_init_strings(args), greedy=args.greedy_candidates, distance_penalty=args.distance_penalty,
         compat=args.compat,
     )
@@ -105,10 +109,42 @@ def run(args) -> int:
     if cfg.template is None and lm.default_template is not None:
         cfg.template = lm.default_template
     res = job.run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source)
+    if args.baseline == "random":
+        res.baseline = _random_baseline(lm, args.prompt, cfg, res, say=not args.no_progress)
     res.to_json(out, overwrite=args.overwrite)
     plot = res.plot(png) if png is not None else None
+    _report(res)
+    print(f"wrote {out}" + (f" and {plot}" if plot else ""))
+    return 0
+
+
+def _random_baseline(lm, prompt: str, cfg, res, say: bool) -> dict:
+    """The best of as many random responses (the search's length, allowed tokens and filter) as the
+    search evaluated: what the same budget finds without the gradient."""
+    import dataclasses
+    import sys
+    import time
+
+    from ..gcg import random_search
+
+    n, length = res.n_evaluated, res.manifest["length"]
+    if say:
+        print(f"rmfast: gcg: baseline: scoring {n} random {length}-token responses (as many as the search evaluated)",
+              file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    rcfg = dataclasses.replace(cfg, length=length, init=None, init_strings=None)
+    rnd = random_search(lm.model, lm.tokenizer, prompt, rcfg, n)
+    text = lm.tokenizer.decode(rnd.best_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return {"method": "random", "n_evaluated": rnd.n_evaluated, "best_ids": list(rnd.best_ids), "best_text": text,
+            "best_score": rnd.best_score, "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+def _report(res) -> None:
+    """The result in a few lines: the start, the best, the baseline (if any) and the time."""
     m, t = res.manifest, res.timing
+    start = next((r for r in res.restarts if r["trajectory"] == res.trajectory), res.restarts[0])
     print(f"\nGCG {m['direction']} ({m['head']} head, {m['length']} tokens, {m['engine']} engine, {m['dtype']}, {m['device']})")
+    print(f"start score     {res.trajectory[0]:.6f}  {start['init_text']!r}")
     print(f"best score      {res.best_score:.6f}")
     print(f"reference score {res.best_score_reference:.6f}  (plain-HF forward of the same ids)")
     print(f"best text       {res.best_text!r}")
@@ -116,7 +152,9 @@ def run(args) -> int:
     print(f"start -> best   {res.trajectory[0]:.4f} -> {res.trajectory[-1]:.4f} in {len(res.trajectory) - 1} steps; "
           f"{res.n_evaluated} evaluated, {res.n_rejected_retokenize} rejected by the retokenization filter"
           + (f", {res.n_nonfinite} scored NaN/inf (never the best)" if res.n_nonfinite else ""))
+    if res.baseline:
+        b = res.baseline
+        print(f"random search   {b['best_score']:.6f}  {b['best_text']!r}  (best of {b['n_evaluated']} random responses: "
+              f"the same number of evaluations, {b['wall_s']:.1f} s)")
     print(f"time            {t['wall_s']:.1f} s total, {t['per_step_s']} s/step "
           f"(gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, evaluation {t['evaluate_s']:.1f} s)")
-    print(f"wrote {out}" + (f" and {plot}" if plot else ""))
-    return 0

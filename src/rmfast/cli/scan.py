@@ -40,9 +40,11 @@ def register(sub) -> None:
                         "fp32 and reports the agreement and what it cost (manifest bf16_audit; default 512, 0: off)")
     p.add_argument("--states", default=None, metavar="LAYERS",
                    help="also keep each candidate's hidden state at the final position, from the same forward, in "
-                        "<out stem>.states/: residual-stream indices as HF's hidden_states (0 = embeddings, k = after "
-                        "decoder layer k), last (what the final norm reads), last_normed (what the head reads), or all; "
-                        "e.g. 0,8,16,last (docs/representations.md)")
+                        "<out stem>.states/: residual-stream indices as HF's hidden_states (0 = embeddings, the same "
+                        "for every candidate of a token scan: the template's last token; k = after decoder layer k), "
+                        "last_prenorm (after the last layer, BEFORE the final norm: not in HF's tuple), last_normed "
+                        "(after the final norm: what the head reads, HF's hidden_states[-1]), or all; e.g. "
+                        "0,8,16,last_normed. The old name last means last_prenorm (docs/representations.md)")
     p.add_argument("--states-dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="dtype of the stored states (default: the model's)")
     p.add_argument("--lens", action="store_true",
@@ -96,7 +98,7 @@ def _check_states_args(args, d) -> None:
     if args.states is None and args.states_dtype is not None:
         raise UserError("--states-dtype needs --states LAYERS")
     if args.states is not None:
-        parse_layers(args.states, None)  # names only; the range is checked once the model is loaded
+        args.states = ",".join(parse_layers(args.states, None))  # names (an old 'last' noted once); ranges once loaded
         if args.out and states_dir(args.out).exists() and not args.overwrite:
             raise UserError(f"{states_dir(args.out)} exists; use --overwrite to replace it (or choose another --out)")
 
@@ -116,15 +118,16 @@ def drop_old_states(out) -> None:
 
 
 def run(args) -> int:
+    from ..scoring.options import ScoringOptions
     from ..scoring.pipeline import drop_checkpoint, finish_states, run_scan
     from ..sweep import dist
 
     sel = selection(args)
+    options = ScoringOptions.from_args(args)  # the one options value, checked before anything loads
     d = dist.from_env()
     _check_states_args(args, d)
     if args.out:
         check_output(args.out, args.overwrite)  # refuse before loading anything
-    engine = dist.engine_for(args.device_map, args.engine)
     dist.init(d)
     try:
         lm = common.load_model(args, random_head_seed=args.random_head_seed, device=dist.device_for(d, args.device),
@@ -137,9 +140,8 @@ def run(args) -> int:
         with output_lock(f"{out}{rank_tag}"):
             check_output(out, args.overwrite)  # again, holding the lock: a job that just finished wrote it
             res, order = run_scan(
-                lm.model, lm.tokenizer, args.prompt, sel, rows=d.mine if d.world > 1 else None,
-                head=args.head, head_index=args.head_index, template=common.template_arg(args, lm), system=args.system,
-                batch_size=args.batch_size, engine=engine, compile=args.compile,
+                lm.model, lm.tokenizer, args.prompt, sel, options, rows=d.mine if d.world > 1 else None,
+                template=common.template_arg(args, lm), system=args.system,
                 progress=not args.no_progress and d.is_main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source,
                 audit=args.audit, states=_states_request(args, out, d), lens=args.lens)
             if d.world > 1:

@@ -125,6 +125,7 @@ def run(args) -> int:
     from ..io import write_result
     from ..scoring.batching import count_nonfinite
     from ..scoring.plan import score_meaning
+    from ..scoring.options import ScoringOptions
     from ..scoring.scorer import RewardScorer
 
     t0 = time.perf_counter()
@@ -140,9 +141,8 @@ def run(args) -> int:
     if not where:
         raise UserError(f"input {inp} has no rows")
     lm = common.load_model(args, random_head_seed=args.random_head_seed)
-    scorer = RewardScorer(lm, head=args.head, head_index=args.head_index, engine=args.engine,
-                          batch_size=args.batch_size, template=common.template_arg(args, lm), compat=args.compat,
-                          max_tokens=args.max_tokens, cache_prompts=0)
+    scorer = RewardScorer(lm, options=ScoringOptions.from_args(args), template=common.template_arg(args, lm),
+                          compat=args.compat, max_tokens=args.max_tokens, cache_prompts=0)
     ck = Path(f"{out}.partial.npz")
     with output_lock(out):
         check_output(out, args.overwrite)

@@ -47,7 +47,7 @@ def register(subparsers) -> None:
                         "adapter_config.json names (default: that one; e.g. a hub id not available offline)")
     p.add_argument("--states", default=None, metavar="LAYERS",
                    help="keep each part's hidden states in part.states/ beside it, for every model (over the config's "
-                        "states:): e.g. 0,8,last, or all (docs/representations.md)")
+                        "states:): e.g. 0,8,last_prenorm, or all (docs/representations.md)")
     p.add_argument("--states-dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="dtype of the stored states (default: the model's)")
     p.add_argument("--lens", action="store_true", help="the reward lens columns lens_<layer> in every part")

@@ -40,13 +40,10 @@ from .arch import ArchSpec, arch_spec
 from .heads import GatedHead, LinearHead
 from ..template import Template
 
-#: The eager CPU engine (with EAGER_PACKED) uses the block-diagonal prompt attention
-#: (:class:`rmfast.fast.layer.PackedPrompt`) while it adds at most this fraction of a layer's projection
-#: FLOPs (:meth:`Engine.blockdiag_overhead`); the compiled layer always uses that form.
+#: ``compile=auto`` compiles the CPU layer (whose prompt attention is the block-diagonal form,
+#: :class:`rmfast.fast.layer.PackedPrompt`) only while that form adds at most this fraction of a layer's
+#: projection FLOPs (:meth:`Engine.blockdiag_overhead`; :func:`rmfast.scoring.decisions.choose_compile`).
 MAX_BLOCKDIAG_EXTRA = 0.5
-#: whether the eager CPU path also uses the block-diagonal form (default False: measured slower eager;
-#: tests switch it on to check that form without compiling).
-EAGER_PACKED = False
 #: inside :func:`rmfast.fast.wave.one_prompt_pass`: the engines (cascade form) whose prompt pass waits for the wave's one pass
 _WAVE: contextvars.ContextVar[list | None] = contextvars.ContextVar("rmfast_prompt_wave", default=None)
 
@@ -83,9 +80,12 @@ class Engine:
         attention: the rows' attention form, one of :data:`rmfast.fast.ops.ATTENTION_FORMS` (jobs: decided by
             :func:`rmfast.scoring.plan.choose_attention`; default None: the device's,
             :func:`rmfast.fast.ops.device_attention`). "cascade" runs the prompt pass in that form too
-            (its response part alone); whether its Triton kernels or its torch twin run is read here, once.
-            A "cascade" engine built inside :func:`rmfast.fast.wave.one_prompt_pass` waits for the wave's one packed prompt
-            pass (``kv`` None until the block ends); every other engine encodes its prompt here.
+            (its response part alone). "block-diagonal" eagerly on CPU: the compiled layer's form, for tests.
+            A "cascade" engine built inside :func:`rmfast.fast.wave.one_prompt_pass` waits for the wave's one packed
+            prompt pass (``kv`` None until the block ends); every other engine encodes its prompt here.
+        triton: the fused kernels (norm+head, log-prob, cascade) as Triton, else their torch twins (jobs: decided by
+            :func:`rmfast.scoring.decisions.choose_kernels`; default None: :func:`rmfast.fast.ops.uses_triton` of
+            the device, read here once). Never re-read per call.
 
     Example:
         >>> eng = Engine(model, tmpl, head="score")  # doctest: +SKIP
@@ -94,7 +94,7 @@ class Engine:
 
     def __init__(
         self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None, compile: bool = False,
-        fp32_head: bool = True, layers: list | None = None, attention: str | None = None,
+        fp32_head: bool = True, layers: list | None = None, attention: str | None = None, triton: bool | None = None,
     ):
         spec = arch_spec(model)
         if spec is None:
@@ -125,7 +125,7 @@ class Engine:
         self.attention = attention or ops.device_attention(self.device, self.compile)
         if self.attention not in ops.ATTENTION_FORMS:
             raise ValueError(f"unknown attention form {self.attention!r}; one of {ops.ATTENTION_FORMS}")
-        self.triton = ops.uses_triton(self.device)  # the cascade's kernels: Triton, or the torch twin (CPU, RMFAST_KERNELS=torch)
+        self.triton = ops.uses_triton(self.device) if triton is None else bool(triton)  # (torch twins where False)
         self._cu: dict = {}  # (rows, ...) -> the cascade's (n+1,) int32 offsets on the device
         self._packs = None  # per layer: the block-diagonal prompt K/V, built on first use
         self._layer_fn = None  # the compiled decoder layer, built on first use
@@ -272,12 +272,10 @@ class Engine:
         return out
 
     def _use_packed(self, h: torch.Tensor) -> bool:
-        """Block-diagonal prompt attention: on CPU when compiling (its layouts are the compiled layer's,
-        and inductor fuses the rest); eager, its H-fold zero blocks cost more than the ``bmm`` form
-        saves (measured: docs/design.md), so elsewhere ops' kernels."""
-        if h.device.type != "cpu" or self.attention in ("triton", "cascade"):
-            return False
-        return self.compile or (EAGER_PACKED and self.blockdiag_overhead() <= MAX_BLOCKDIAG_EXTRA)
+        """Block-diagonal prompt attention: the compiled CPU layer's form (its layouts are the compiled
+        layer's, and inductor fuses the rest), eagerly only where asked for (tests): eager, its H-fold zero
+        blocks cost more than the ``bmm`` form saves (measured: docs/design.md)."""
+        return h.device.type == "cpu" and self.attention == "block-diagonal"
 
     # ------------------------------------------------------------------ compiled CPU layers
     def blockdiag_overhead(self) -> float:
@@ -346,7 +344,7 @@ class Engine:
         if isinstance(hd, LinearHead):
             fp32 = self.fp32_head or self.spec.custom_head is not None
             out = ops.rmsnorm_head(h, sp.final_norm.weight, sp.norm_eps, hd.weight, hd.bias, gemma_style=sp.gemma_norm,
-                                   fp32=fp32)
+                                   fp32=fp32, triton=self.triton)
             return out[:, hd.index]
         return hd(self._final_norm(h, True))  # a nonlinear head (URM): its own fp32 maths
 
@@ -455,6 +453,7 @@ class Engine:
             gemma_style=sp.gemma_norm,
             final_softcap=sp.final_logit_softcap,
             update_fn=self._compiled_lm_update() if self.compile else None,
+            triton=self.triton,
             pad_rows=self._compiled_rows.get(T, B) * T if self.compile else None,
             fp32=self.fp32_head,
         )

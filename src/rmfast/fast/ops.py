@@ -143,14 +143,14 @@ def rmsnorm(x, weight, eps, *, gemma_style, fp32=False):
     return ref.rmsnorm(x, weight, eps, gemma_style=gemma_style, fp32=fp32)
 
 
-def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_style, fp32=True):
+def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_style, fp32=True, triton=None):
     """Final RMSNorm + K-output head on (N, D) rows -> (N, K) fp32.
 
     fp32 (default): norm and head in fp32, output never rounded to the model dtype (a bf16 output
     has 8 significant bits: scores in steps of 0.125 near 20, rankings full of ties); False: HF's
-    rounding points.
+    rounding points. ``triton``: the engine's kernels decision (None: :func:`uses_triton` of x, for direct calls).
     """
-    if uses_triton(x):
+    if uses_triton(x) if triton is None else triton:
         from ..kernels.triton_norm_head import rmsnorm_head_triton
 
         return rmsnorm_head_triton(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style, fp32=fp32)
@@ -158,14 +158,14 @@ def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_styl
 
 
 def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap=None, chunk=8192,
-                           update_fn=None, pad_rows=None, fp32=True):
+                           update_fn=None, pad_rows=None, fp32=True, triton=None):
     """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block.
 
     CUDA: the Triton kernel. CPU: :mod:`.kernels.cpu_logprob` (``update_fn``: the engine's compiled
     chunk update when it compiles; ``pad_rows``: its compiled row count). fp32 (default): logits
-    from fp32 normed rows and upcast weights, not rounded to the model dtype.
+    from fp32 normed rows and upcast weights, not rounded to the model dtype. ``triton``: as for :func:`rmsnorm_head`.
     """
-    if uses_triton(x):
+    if uses_triton(x) if triton is None else triton:
         from ..kernels.triton_logprob import rmsnorm_lmhead_logprob_triton
 
         return rmsnorm_lmhead_logprob_triton(

@@ -54,7 +54,10 @@ class GCGConfig:
         system: system message (default None).
         engine: how candidates are scored: "auto" (default: the shared-prompt engine "fast" where the
             architecture is supported, else "hf": full sequences through ``model(...)``), "fast" or "hf".
-        compile: the fast engine's compiled CPU layer: "auto" (default, = "off"), "on" or "off".
+        compile: the fast engine's compiled CPU layer: "auto" (default: compiled on the CPU kinds where it was
+            measured to pay, :data:`rmfast.scoring.decisions.COMPILE_CPU_KINDS`, else eager), "on" or "off".
+        attention, kernels: the rows' attention form and the fused kernels (default "auto"; as for ``rmfast scan``).
+        The scoring options among these reach the plan as one value: :meth:`scoring`.
     """
 
     length: int = 20
@@ -82,6 +85,17 @@ class GCGConfig:
     system: str | None = None
     engine: str = "auto"
     compile: str = "auto"
+    attention: str = "auto"
+    kernels: str = "auto"
+
+    def scoring(self):
+        """The scoring options of this search (evaluation and gradient) as one value
+        (:class:`rmfast.scoring.options.ScoringOptions`; validated there). ``compat`` is GCG's own (the fork's
+        loss), not a scoring option."""
+        from ..scoring.options import ScoringOptions  # here, not on import: `rmfast --help` reads the defaults
+
+        return ScoringOptions(head=self.head, head_index=self.head_index, engine=self.engine, compile=self.compile,
+                              batch_size=self.batch_size, attention=self.attention, kernels=self.kernels)
 
     def validate(self) -> None:
         """Raise UserError (one line) for an impossible setting."""
@@ -91,17 +105,7 @@ class GCGConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise UserError(f"{flag} must be an integer >= 1 (got {v!r})")
-        from ..scoring.memory import parse_batch_size  # here, not on import: `rmfast --help` reads the defaults
-        from ..scoring.plan import engine_name
-
-        parse_batch_size(self.batch_size)
-        if self.head not in ("auto", "score", "logprob"):
-            raise UserError(f"unknown head {self.head!r}; use auto, score or logprob")
-        if self.head_index < 0:
-            raise UserError("--head-index must be >= 0")
-        engine_name(self.engine)
-        if self.compile not in ("auto", "on", "off"):
-            raise UserError(f"unknown --compile {self.compile!r}; use auto, on or off")
+        self.scoring()  # the scoring options' one validation
         if self.init is not None and not self.init.strip():
             raise UserError("--init is empty; give a starting response text or leave it out")
         self._validate_fork_options()

@@ -29,6 +29,8 @@ class GCGResult:
         n_nonfinite: candidates whose score came out NaN or +-inf (kept out of the buffer; never the best).
         config: the GCGConfig as a dict. manifest: model, prompt, template, head, dtype, device, versions.
         timing: wall_s, setup_s, per_step_s and the gradient / filter / evaluation split.
+        baseline: None, or what a baseline of the same budget found (``rmfast gcg --baseline random``:
+            method, n_evaluated, best_ids, best_text, best_score, wall_s).
     """
 
     best_ids: list[int]
@@ -44,6 +46,7 @@ class GCGResult:
     n_nonfinite: int = 0
     manifest: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
+    baseline: dict | None = None
 
     def to_dict(self) -> dict:
         """The result as plain dicts and lists (JSON-ready)."""

@@ -57,8 +57,7 @@ from .config import GCGConfig
 from .result import GCGResult, RandomSearchResult
 from .select import distance_penalty, greedy_pairs, loss_gradient
 from ..scoring.batching import oom_batches
-from ..scoring.plan import ScoringPlan, choose_head, plan_scoring
-from ..version import versions
+from ..scoring.plan import ScoringPlan, decide, finish_manifest, plan_scoring
 from ..template import Template, build_template, response_ids
 from ..scoring.vocab import special_ids, vocab_size
 
@@ -257,7 +256,6 @@ class _Search:
 def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template | None) -> _Search:
     """Template, head, allowed tokens, the initial ids, the scorer and the gradient of one run."""
     tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
-    head = choose_head(model, cfg.head, cfg.head_index)
     n_vocab = vocab_size(model, tokenizer)
     allowed = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii, allow_special=cfg.allow_special)
     allowed_ids = allowed.nonzero()[:, 0]
@@ -270,10 +268,11 @@ def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template |
     L = len(init_ids) if init_ids is not None else len(init_list[0]) if init_list else cfg.length
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
     k = min(cfg.topk, allowed_ids.numel())
+    decided = decide(model, cfg.scoring(), "gcg", template=tmpl, response_tokens=L, stacklevel=4)
+    head = decided.head  # the evaluator's and the gradient's
 
     t0 = time.perf_counter()
-    plan = plan_scoring(model, tmpl, head=head, head_index=cfg.head_index, engine=cfg.engine, compile=cfg.compile,
-                        batch_size=cfg.batch_size, stacklevel=4, response_tokens=L)
+    plan = plan_scoring(model, tmpl, decided=decided)
     prefix_s = time.perf_counter() - t0
     if cfg.compat == "authors" and head != "score":
         raise UserError("--compat authors reproduces the fork's squared error to a reward of 30 (a score head); "
@@ -476,8 +475,6 @@ def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
             "distance_penalty": cfg.distance_penalty,
             "candidates": "greedy: best (position, token) pairs" if cfg.greedy else "sampled from per-position top-k",
         },
-        "versions": versions(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
@@ -553,8 +550,8 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         n_rejected_retokenize=s.n_rej,
         n_nonfinite=s.n_nonfinite,
         config=dataclasses.asdict(cfg),
-        manifest={**_manifest(model, prompt, s, model_info), "n_nonfinite": s.n_nonfinite,
-                  "nonfinite_ids": s.nonfinite_ids},
+        manifest=finish_manifest({**_manifest(model, prompt, s, model_info), "n_nonfinite": s.n_nonfinite,
+                                  "nonfinite_ids": s.nonfinite_ids}, t0, plan=s.plan, options=cfg.scoring()),
         timing=_timing(s, wall, setup_s),
     )
 
@@ -585,8 +582,7 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
     retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
     L = cfg.length
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
-    plan = plan_scoring(model, tmpl, head=cfg.head, head_index=cfg.head_index, engine=cfg.engine, compile=cfg.compile,
-                        batch_size=cfg.batch_size, stacklevel=3, response_tokens=L)
+    plan = plan_scoring(model, tmpl, cfg.scoring(), job="random-search", response_tokens=L, stacklevel=3)
     gen = torch.Generator().manual_seed(cfg.seed)
     seen: set[bytes] = set()
     keep: list[list[int]] = []

@@ -67,9 +67,11 @@ class XrayConfig:
         k: top/bottom tokens kept in the summary (default 10).
         on_save: x-ray at every checkpoint save (default True).
         every_n_steps: also x-ray every N optimizer steps (default None: only at saves).
-        batch_size, compile, template, system: as for ``rmfast scan`` (defaults "auto", "off": the
-            one-off torch.compile is not repaid by callback-sized scans; None, None).
-        states: hidden states to keep from each x-ray's own forward, e.g. "last" or "0,8,last" or "all"
+        batch_size, compile, template, system: as for ``rmfast scan`` (defaults "auto", "auto", None, None;
+            the plan's "trl" job takes compile auto as eager: a one-off compile per x-ray is not repaid,
+            :data:`rmfast.scoring.decisions.AUTO_EAGER_JOBS`). The scoring options reach the plan as one value
+            (:meth:`scoring`).
+        states: hidden states to keep from each x-ray's own forward, e.g. "last_normed" or "0,8,last_prenorm" or "all"
             (``rmfast scan --states``; needs ``out``): ``OUT/checkpoint-N/<prompt>.states/`` beside each
             scan (default None: none).
         states_dtype: their stored dtype, "float32", "bfloat16" or "float16" (default None: the model's).
@@ -85,12 +87,19 @@ class XrayConfig:
     on_save: bool = True
     every_n_steps: int | None = None
     batch_size: int | str = "auto"
-    compile: str = "off"
+    compile: str = "auto"
     template: str | None = None
     system: str | None = None
     states: str | list | None = None
     states_dtype: str | None = None
     lens: bool = False
+
+    def scoring(self):
+        """The x-ray's scoring options as one value: a reward model's score head, this config's batch size and
+        compile (:class:`rmfast.scoring.options.ScoringOptions`)."""
+        from ..scoring.options import ScoringOptions
+
+        return ScoringOptions(head="score", batch_size=self.batch_size, compile=self.compile)
 
     def __post_init__(self):
         if isinstance(self.prompts, (list, tuple)):
@@ -234,9 +243,8 @@ class XrayCallback(TrainerCallback):
         folder = None if cfg.out is None else Path(cfg.out) / label.rsplit("/", 1)[1]
         with undisturbed(model):
             scan_model = plain_model(model)
-            results = {pn: run_scan(scan_model, tokenizer, p, cfg.selection, head="score", template=cfg.template,
-                                    system=cfg.system, batch_size=cfg.batch_size, compile=cfg.compile,
-                                    progress=False, model_info={"name": label, "step": step},
+            results = {pn: run_scan(scan_model, tokenizer, p, cfg.selection, cfg.scoring(), job="trl",
+                                    template=cfg.template, system=cfg.system, progress=False, model_info={"name": label, "step": step},
                                     states=cfg.states_request(folder, pn), lens=cfg.lens)[0]
                        for pn, p in cfg.prompts.items()}
             del scan_model

@@ -284,12 +284,12 @@ def _head_to(head, device):
     return move(head)
 
 
-def load_custom(folder: Path, config, kind: str, files: dict, tokenizer, *, torch_dtype, attn_implementation=None):
+def load_custom(folder: Path, config, kind: str, files: dict, tokenizer, *, dtype, attn_implementation=None):
     """Backbone (transformers' class for the config's ``model_type``: the model's ``model.*`` weights) +
     rmfast head. Returns (CustomRewardModel, missing backbone weight names)."""
     from transformers import AutoModel
 
-    kwargs = dict(dtype=torch_dtype, local_files_only=True, trust_remote_code=False)
+    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False)
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     backbone, info = AutoModel.from_pretrained(folder, config=config, output_loading_info=True, **kwargs)

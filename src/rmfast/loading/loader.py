@@ -74,11 +74,15 @@ class LoadedModel:
 
 
 
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"``: cuda if available else cpu. ``"cuda"`` without CUDA is a UserError."""
+def resolve_device(device: str | torch.device = "auto", local_rank: int | None = None) -> torch.device:
+    """The device a job runs on, its one rule: ``"auto"``: cuda if available else cpu; under torchrun
+    (``local_rank``), "auto" and "cuda" mean this rank's GPU, cuda:LOCAL_RANK (modulo the GPUs there are).
+    ``"cuda"`` without CUDA is a UserError. The plan records why (:func:`rmfast.scoring.decisions.device_reason`)."""
     if isinstance(device, torch.device):
         device = str(device)
     name = (device or "auto").strip().lower()
+    if local_rank is not None and name in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -356,8 +360,9 @@ def _load_folder(
 
     config = _read_config(folder, trust_remote_code)
     check_weights(folder, allow_pickle)
-    torch_dtype, choice = dtype_and_choice(dtype, device, getattr(config, "dtype", None) or getattr(config, "torch_dtype", None),
-                                           config=config)
+    # config.dtype: transformers 5 reads a config.json's old torch_dtype into it (config.torch_dtype would log
+    # its deprecation)
+    model_dtype, choice = dtype_and_choice(dtype, device, getattr(config, "dtype", None), config=config)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError, TypeError) as exc:
@@ -372,7 +377,7 @@ def _load_folder(
         with quiet_transformers():
             try:
                 model, missing = custom_heads.load_custom(folder, config, custom, files, tokenizer,
-                                                          torch_dtype=torch_dtype, attn_implementation=attn_implementation)
+                                                          dtype=model_dtype, attn_implementation=attn_implementation)
             except RuntimeError as exc:
                 raise (vocab_check.mismatch_error(folder, exc) or exc) from None
         _warn_missing(folder, missing)
@@ -380,7 +385,7 @@ def _load_folder(
     kind = model_kind(config)
 
     kwargs: dict[str, Any] = dict(
-        dtype=torch_dtype, trust_remote_code=trust_remote_code, local_files_only=True
+        dtype=model_dtype, trust_remote_code=trust_remote_code, local_files_only=True
     )
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
@@ -591,8 +596,8 @@ def _load_adapter(folder: Path, base: str | None, *, dtype, device, trust_remote
         raise UserError(f"adapter checkpoint {folder} has no score head (modules_to_save) and its base {spec!r} is not "
                         "a reward model: its scores would come from a random head")
     model = checkpoints.merge_adapter(lm.model, folder)
-    torch_dtype, choice = dtype_and_choice(dtype, device, torch.float32, config=model.config)
-    model.to(device=device, dtype=torch_dtype)
+    model_dtype, choice = dtype_and_choice(dtype, device, torch.float32, config=model.config)
+    model.to(device=device, dtype=model_dtype)
     cpu.record(model, choice)
     model.eval()
     model.requires_grad_(False)

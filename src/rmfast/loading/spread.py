@@ -49,10 +49,10 @@ def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
     kind = L.model_kind(config)
     first = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    torch_dtype, choice = L.dtype_and_choice(dtype, first, getattr(config, "dtype", None), config=config)
+    model_dtype, choice = L.dtype_and_choice(dtype, first, getattr(config, "dtype", None), config=config)
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
     cls = L.auto_class(config, kind)
-    kw = dict(dtype=torch_dtype, trust_remote_code=trust_remote_code, local_files_only=True, device_map=device_map,
+    kw = dict(dtype=model_dtype, trust_remote_code=trust_remote_code, local_files_only=True, device_map=device_map,
               attn_implementation="eager")
     if max_memory:
         kw["max_memory"] = max_memory

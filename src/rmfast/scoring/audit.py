@@ -123,7 +123,7 @@ def fp32_copy(model) -> tuple[torch.nn.Module | None, str]:
             memo.clear()
             _free(dev)
             continue
-        m32.config.torch_dtype = torch.float32
+        m32.config.dtype = torch.float32  # (config.torch_dtype: deprecated in transformers 5, logs a warning)
         return m32.eval(), str(dev)
     return None, f"no room for an fp32 copy ({need / 2**30:.1f} GiB)"
 

@@ -39,7 +39,7 @@ from ..errors import UserError
 from ..io import file_sha256
 
 DEFAULT_MAX_TOKENS = 256  # response tokens per candidate; --max-tokens raises it
-COMPAT_MODES = ("decode-retokenize", "authors")
+from .options import COMPAT_MODES  # noqa: E402  (its one definition)
 #: rows padded together per reward model in the published scoring loop (paper A's config/reward_models.yaml);
 #: ``--compat authors`` with ``--batch-size auto`` uses these, and AUTHORS_BATCH_SIZE for any other model.
 

@@ -12,6 +12,7 @@ import torch
 
 from ..dims import model_dims
 from ..errors import UserError
+from .options import parse_batch_size  # noqa: F401  (its one definition; imported from here by older callers)
 
 
 #: a batch's estimated activations may take at most this fraction of the memory available when
@@ -124,20 +125,3 @@ def cap_batch_size(bs: int, device: torch.device, per_row: int | None, available
                   f"{MEM_FRACTION:.0%} of the {avail / 2**30:.2g} GiB available on {device.type}; using {cap}",
                   stacklevel=3)
     return cap
-
-
-def parse_batch_size(bs) -> int | str:
-    """``"auto"`` or a positive integer (a string from the command line or a YAML file, or an int).
-
-    >>> parse_batch_size("512"), parse_batch_size("auto")
-    (512, 'auto')
-    """
-    if bs == "auto" or bs is None:
-        return "auto"
-    try:
-        n = int(bs)
-    except (TypeError, ValueError):
-        raise UserError(f"--batch-size {bs!r} is not a positive integer or auto") from None
-    if n < 1 or str(bs).strip() != str(n):
-        raise UserError(f"--batch-size {bs!r} is not a positive integer or auto")
-    return n

@@ -37,12 +37,13 @@ from .batching import Group, count_nonfinite, drop_checkpoint, score_groups
 from .compat import (authors_batch_size, authors_diagnostics, authors_groups, authors_manifest, authors_plan,
                      check_authors)
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
-from .plan import ScoringPlan, lens_names, plan_scoring, run_fields, run_key
+from .options import ScoringOptions
+from .plan import ScoringPlan, finish_manifest, lens_names, plan_scoring, run_fields, run_key
+from ..state_names import ByLayer
 from ..states import DTYPES, StatesWriter, parse_layers
 from .states_stream import BackgroundWriter
 from .results import ScanResult, TextScanResult
 from ..template import Template, build_template
-from ..version import versions
 from .vocab import select_ids, vocab_sha256
 
 # --------------------------------------------------------------------------------------------
@@ -54,7 +55,7 @@ class StatesRequest:
     """Which hidden states a scan keeps, and where they go (docs/representations.md).
 
     Attributes:
-        layers: "0,8,last", "all", or a list of names (:func:`rmfast.states.parse_layers`).
+        layers: "0,8,last_prenorm", "all", or a list of names (:func:`rmfast.states.parse_layers`).
         dtype: "float32", "bfloat16" or "float16"; None (default): the model's dtype.
         folder: write a states folder there (``<out stem>.states``), streaming and resumable with
             the scan's checkpoint; None: no files.
@@ -68,7 +69,7 @@ class StatesRequest:
             for a share of the candidates: their rows in the whole scan, so the ranks' states join).
     """
 
-    layers: object = "last"
+    layers: object = "last_prenorm"
     dtype: str | None = None
     folder: str | os.PathLike | None = None
     sink: Callable | None = None
@@ -97,7 +98,7 @@ class _StatesOut:
         if self.writer is not None:
             self.writer.add(rows, keys, states)
         if self.req.sink is not None:
-            self.req.sink(np.asarray(keys), {l: states[l].to(self.dtype) for l in self.layers})
+            self.req.sink(np.asarray(keys), ByLayer({l: states[l].to(self.dtype) for l in self.layers}))
 
     def flush(self):
         if self.writer is not None:
@@ -182,6 +183,7 @@ def scan(
     keep_checkpoint: bool = False,
     states: StatesRequest | None = None,
     lens: bool = False,
+    options: ScoringOptions | None = None,
 ) -> ScanResult:
     """Score candidate token ids as the one-token assistant response to ``prompt``.
 
@@ -212,6 +214,8 @@ def scan(
             (:func:`drop_checkpoint`; the CLI does this); default False removes it on return.
         states: keep each candidate's hidden states from this same forward (:class:`StatesRequest`).
         lens: add the reward lens, ``lens_<layer>`` columns (score head only).
+        options: the scoring options as one value (:class:`rmfast.scoring.options.ScoringOptions`); the keyword
+            options above that differ from their defaults are applied on top of it.
 
     Returns:
         ScanResult with scores for the selected ids, ascending by id.
@@ -224,26 +228,34 @@ def scan(
     """
     ids, n_vocab, view = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special, wordlike=wordlike,
                                     dedup=dedup)
-    res = score_ids(model, tokenizer, prompt, ids, head=head, head_index=head_index, template=template, system=system,
-                    batch_size=batch_size, engine=engine, progress=progress, checkpoint=checkpoint, model_info=model_info,
-                    compile=compile, keep_checkpoint=keep_checkpoint, vocab_size=n_vocab, states=states, lens=lens)
+    opts = _changed(options, head=head, head_index=head_index, batch_size=batch_size, engine=engine, compile=compile)
+    res = score_ids(model, tokenizer, prompt, ids, opts, template=template, system=system, progress=progress,
+                    checkpoint=checkpoint, model_info=model_info, keep_checkpoint=keep_checkpoint, vocab_size=n_vocab,
+                    states=states, lens=lens)
     res.manifest["exclude_special"] = exclude_special
     if wordlike or dedup:
         res.manifest["vocab_view"] = view
     return res
 
 
-def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "auto", head_index: int = 0,
-              template=None, system: str | None = None, batch_size="auto", engine: str = "auto", progress: bool = True,
-              checkpoint=None, model_info: dict | None = None, compile="auto", keep_checkpoint: bool = False,
-              vocab_size: int | None = None, states: StatesRequest | None = None, lens: bool = False) -> ScanResult:
+def _changed(options: ScoringOptions | None, **kw) -> ScoringOptions:
+    """``options`` with the keyword options that differ from their defaults (the API's keyword form)."""
+    defaults = ScoringOptions()
+    return ScoringOptions.of(options, **{k: v for k, v in kw.items() if v != getattr(defaults, k)})
+
+
+def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOptions | None = None, *,
+              template=None, system: str | None = None, progress: bool = True, checkpoint=None,
+              model_info: dict | None = None, keep_checkpoint: bool = False, vocab_size: int | None = None,
+              states: StatesRequest | None = None, lens: bool = False, job: str = "scan", **option_kw) -> ScanResult:
     """Score vocabulary ids already selected (:func:`rmfast.scoring.vocab.select_ids`), one token each: the
-    body of :func:`scan` (same options), called once per job by :func:`run_scan`."""
+    body of :func:`scan` (same options, passed whole as ``options``; ``option_kw``: the keyword form), called
+    once per job by :func:`run_scan`. ``job``: the plan's job kind (a sweep part says "sweep")."""
     t0 = time.perf_counter()
+    options = ScoringOptions.of(options, **option_kw)
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))
-    plan = plan_scoring(model, tmpl, head=head, head_index=head_index, engine=engine, compile=compile,
-                        batch_size=batch_size, stacklevel=4, response_tokens=1)
+    plan = plan_scoring(model, tmpl, options, job=job, stacklevel=4, response_tokens=1)
     manifest = plan.manifest(prompt, model_info)
     manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size), "vocab_sha256": vocab_sha256(tokenizer)})
     layers, st_out = _states_setup(states, lens, plan, "token_id", run_key(manifest))
@@ -263,10 +275,8 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, *, head: str = "au
     tokens = [t if isinstance(t, str) else "" for t in tokens]
     texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
     # the decisions as they ran (a compile that failed falls back to the eager layer and its attention form)
-    manifest.update({"batch_size": group.batch_size, "compiled": bool(plan.eng is not None and plan.eng.compile),
-                     "decisions": plan.decisions,
-                     "tokens_per_row": plan.tokens_per_row(1), **timing, "wall_s": round(time.perf_counter() - t0, 3),
-                     "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=group.batch_size,
+                    compiled=bool(plan.eng is not None and plan.eng.compile), tokens_per_row=plan.tokens_per_row(1))
     res = _finish_states(ScanResult(ids, scores, tokens, texts, manifest), st_out, tokenizer, keep_checkpoint,
                          extra.get("lens"), plan.n_layers)
     return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
@@ -332,24 +342,21 @@ def score_texts(
     tokenizer,
     prompt: str,
     texts,
+    options: ScoringOptions | None = None,
     *,
-    head: str = "auto",
-    head_index: int = 0,
     template=None,
     system: str | None = None,
-    batch_size: int | str = "auto",
     progress: bool = True,
-    compat: str | None = None,
     model_info: dict | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
-    engine: str = "auto",
     checkpoint: str | os.PathLike | None = None,
     source_ids=None,
     candidates_info: dict | None = None,
-    compile: str | bool = "auto",
     keep_checkpoint: bool = False,
     states: StatesRequest | None = None,
     lens: bool = False,
+    job: str = "texts",
+    **option_kw,
 ) -> TextScanResult:
     """Score response texts (any number of tokens) as the assistant's answer to ``prompt``.
 
@@ -357,10 +364,11 @@ def score_texts(
         model, tokenizer: an HF reward model / causal LM (eval mode) and its tokenizer.
         prompt: the user turn.
         texts: the candidates (strings). Exact duplicates are scored once (and reported).
-        head, head_index, template, system, batch_size, engine, progress, checkpoint, compile,
-            keep_checkpoint: as for :func:`scan` (batch_size "auto" is chosen per response length;
-            compile "auto" also needs few distinct lengths: each is one compiled graph).
-        compat: None (default: exact in-context ids; a text that merges with the template is an
+        options: the scoring options, whole (:class:`rmfast.scoring.options.ScoringOptions`); ``option_kw``
+            their keyword form (head, head_index, batch_size, engine, compile, compat, ...), applied on top.
+        template, system, progress, checkpoint, keep_checkpoint: as for :func:`scan` (batch_size "auto" is chosen
+            per response length; compile "auto" also needs few distinct lengths: each is one compiled graph).
+        compat (an option): None (default: exact in-context ids; a text that merges with the template is an
             error), "decode-retokenize" (score whatever the re-tokenized conversation holds) or
             "authors" (the published loop, all its quirks: decode round trip, a second BOS, batches
             of ``batch_size`` padded together and read by the model's own pooling; ``batch_size``
@@ -377,17 +385,19 @@ def score_texts(
         TextScanResult in input order (after de-duplication).
     """
     t0 = time.perf_counter()
+    options = ScoringOptions.of(options, **option_kw)
+    compat, batch_size = options.compat, options.batch_size
     texts, source_ids = _check_texts(texts, source_ids, compat)
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))  # the prompt alone; each text below
     authors = compat == "authors"
     # Texts of many lengths would pad every length's batch to full size: their batches are as long as
-    # the texts (a text's fp32 score may then differ in the last bits between jobs; docs/determinism.md).
-    plan = plan_scoring(model, tmpl, head=head, head_index=head_index, engine="hf" if authors else engine,
-                        compile=compile, batch_size=batch_size, fixed_shapes=False, stacklevel=4)
+    # the texts (a text's fp32 score may then differ in the last bits between jobs; docs/determinism.md):
+    # the "texts" job's rule (rmfast.scoring.decisions.RAGGED_JOBS). --compat authors: the plain-HF path.
+    plan = plan_scoring(model, tmpl, options, job=job, stacklevel=4)
     head = plan.head
     if authors:
-        check_authors(head, engine)
+        check_authors(head, options.engine)
     rows = tokenize_in_context(tokenizer, tmpl, texts, compat=compat, head=head)
     limit = _check_lengths(rows, texts, model, tmpl, max_tokens)
     n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
@@ -407,7 +417,7 @@ def score_texts(
                         "(padded batches): not supported together")
     digest = ids_digest(rows)[:16]
     layers, st_out = _states_setup(states, lens, plan, "row", run_key(manifest) + digest)
-    groups = (authors_groups(model, tokenizer, convs, where, head_index) if authors
+    groups = (authors_groups(model, tokenizer, convs, where, options.head_index) if authors
               else _text_groups(rows, plan, layers, lens))
     compiled = bool(plan.eng is not None and plan.eng.compile)
     say_choice(model)
@@ -417,9 +427,7 @@ def score_texts(
                                   states_out=st_out, lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     manifest["n_nonfinite"] = (count_nonfinite(scores, source_ids, "token ids") if source_ids is not None
                                else count_nonfinite(scores, texts, "texts"))
-    manifest.update({"batch_size": batch_size if batch_size != "auto" else "auto", "compiled": compiled, **timing,
-                     "wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
-                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=batch_size, compiled=compiled)
     res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
     res = _finish_states(res, st_out, tokenizer, keep_checkpoint, extra.get("lens"), plan.n_layers)
     return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
@@ -460,14 +468,17 @@ def _texts_manifest(rows, compat, source_ids, candidates_info, limit) -> dict:
     }
 
 
-def decode_retokenize_scan(model, tokenizer, prompt: str, ids, **kw) -> TextScanResult:
+def decode_retokenize_scan(model, tokenizer, prompt: str, ids, options: ScoringOptions | None = None,
+                           **kw) -> TextScanResult:
     """The papers' vocabulary pipeline: ``tokenizer.decode([id])`` for each id, then score each string
     with the whole conversation re-tokenized (``compat="decode-retokenize"``, the default here, or
     ``compat="authors"``: their whole loop). Keyed by ``token_id``."""
     ids = np.asarray(ids, dtype=np.int64)
     texts = [tokenizer.decode([int(i)]) for i in ids]
-    kw.setdefault("compat", "decode-retokenize")
-    return score_texts(model, tokenizer, prompt, texts, source_ids=ids, **kw)
+    options = ScoringOptions.of(options, **{k: kw.pop(k) for k in list(kw) if k in ScoringOptions.__dataclass_fields__})
+    if options.compat is None:
+        options = options.replace(compat="decode-retokenize")
+    return score_texts(model, tokenizer, prompt, texts, options, source_ids=ids, **kw)
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,44 +526,49 @@ class Selection:
         return "compat" if self.compat else ""
 
 
-def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, *, rows=None,
-             audit: int = DEFAULT_AUDIT_N, audit_seed: int = DEFAULT_AUDIT_SEED, **options):
-    """Score ``selection`` (default: the whole vocabulary) with :func:`scan` or :func:`score_texts`.
+def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, options: ScoringOptions | None = None,
+             *, rows=None, audit: int = DEFAULT_AUDIT_N, audit_seed: int = DEFAULT_AUDIT_SEED, **kw):
+    """Score ``selection`` (default: the whole vocabulary) with :func:`score_ids` or :func:`score_texts`.
 
+    ``options``: the scoring options, whole (:class:`rmfast.scoring.options.ScoringOptions`; the selection's
+    ``compat`` is its own); ``kw``: the job's other arguments (template, system, progress, checkpoint,
+    keep_checkpoint, model_info, states, lens, job; as for :func:`scan`) and, in the older keyword form,
+    options (head, engine, ...) applied on top of ``options``.
     ``rows``: optional callable ``n -> positions`` taking this process's share of the candidates
-    (:meth:`rmfast.sweep.dist.Dist.mine`); ``options``: head, head_index, template, system, batch_size,
-    engine, compile, progress, checkpoint, keep_checkpoint, model_info (as for :func:`scan`).
+    (:meth:`rmfast.sweep.dist.Dist.mine`).
     ``audit``: a bf16/fp16 scan rescores this many of its rows (seeded by ``audit_seed``) in fp32
     and records the agreement in ``manifest["bf16_audit"]`` (:mod:`rmfast.scoring.audit`; default 512,
     0: no audit). Returns (result, positions of its rows in the whole selection).
     """
     sel = selection or Selection()
     sel.check()
+    names = set(ScoringOptions.__dataclass_fields__)
+    options = ScoringOptions.of(options, **{k: v for k, v in kw.items() if k in names}).replace(compat=sel.compat)
+    kw = {k: v for k, v in kw.items() if k not in names}
     authors_texts = sel.compat == "authors" and sel.texts is not None
     if authors_texts and rows is not None:
         raise UserError("--compat authors pads texts in file-order batches, which a split over processes would change; "
                         "run it in one process (vocabulary scans split exactly)")
     if sel.texts is not None:
         order = rows(len(sel.texts)) if rows else np.arange(len(sel.texts))
-        _share_states(options, rows, order)
+        _share_states(kw, rows, order)
         texts = [sel.texts[i] for i in order]
-        res = score_texts(model, tokenizer, prompt, texts, compat=sel.compat, max_tokens=sel.max_tokens,
-                          candidates_info=sel.texts_info, **options)
+        res = score_texts(model, tokenizer, prompt, texts, options, max_tokens=sel.max_tokens,
+                          candidates_info=sel.texts_info, **kw)
     else:
         ids, n_vocab, view = select_ids(model, tokenizer, sel.token_ids, exclude_special=sel.exclude_special,
-                                  wordlike=sel.wordlike, dedup=sel.dedup)
+                                        wordlike=sel.wordlike, dedup=sel.dedup)
         order = rows(ids.size) if rows else np.arange(ids.size)
-        _share_states(options, rows, order)
+        _share_states(kw, rows, order)
         if sel.compat:
-            res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], max_tokens=sel.max_tokens,
-                                         compat=sel.compat, **options)
+            res = decode_retokenize_scan(model, tokenizer, prompt, ids[order], options, max_tokens=sel.max_tokens, **kw)
         else:
-            res = score_ids(model, tokenizer, prompt, ids[order], vocab_size=n_vocab, **options)
+            res = score_ids(model, tokenizer, prompt, ids[order], options, vocab_size=n_vocab, **kw)
             res.manifest["exclude_special"] = sel.exclude_special
         res.manifest["vocab_view"] = view
     # A subset of texts re-batches them (other padding), so an authors text scan is not audited.
-    a = None if authors_texts else audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options), n=audit,
-                                              seed=audit_seed, what="ids" if sel.texts is None else "texts",
+    a = None if authors_texts else audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options, kw),
+                                              n=audit, seed=audit_seed, what="ids" if sel.texts is None else "texts",
                                               job_s=res.manifest.get("scan_s"))
     if a is not None:
         res.manifest["bf16_audit"] = a
@@ -565,24 +581,24 @@ def _share_states(options: dict, rows, order) -> None:
         options["states"] = dataclasses.replace(options["states"], row_keys=order)
 
 
-def _rescorer(res, tokenizer, prompt: str, sel: Selection, options: dict):
+def _rescorer(res, tokenizer, prompt: str, sel: Selection, options: ScoringOptions, kw: dict):
     """``rescore(fp32_model, rows)``: those rows of ``res`` scored again the same way, by another model
-    (the audit's fp32 copy): eager, one batch, no checkpoint, no progress bar."""
+    (the audit's fp32 copy), with the job's options: the plan's "audit" job (eager: its rule), its rows in one
+    batch, no checkpoint, no progress bar."""
     m = res.manifest
-    kw = {"head": m["head"], "head_index": m["head_index"], "engine": m["engine"], "compile": "off", "progress": False,
-          "template": options.get("template"), "system": options.get("system")}
+    opts = options.replace(head=m["head"], engine=m["engine"])
     if "compat_authors" in m:  # the same published batches (a vocabulary subset is padded as in the full run)
-        kw["batch_size"] = m["compat_authors"]["batch_size"]
+        opts = opts.replace(batch_size=m["compat_authors"]["batch_size"])
+    args = {"progress": False, "template": kw.get("template"), "system": kw.get("system"), "job": "audit"}
 
     def rescore(m32, rows):
-        kw.setdefault("batch_size", len(rows))  # the audit's rows in one batch: nothing to pad
+        o = opts if "compat_authors" in m else opts.replace(batch_size=len(rows))  # one batch: nothing to pad
         if isinstance(res, ScanResult):
-            return score_ids(m32, tokenizer, prompt, res.token_ids[rows], **kw).scores
+            return score_ids(m32, tokenizer, prompt, res.token_ids[rows], o, **args).scores
         if res.source_ids is not None:
-            return decode_retokenize_scan(m32, tokenizer, prompt, res.source_ids[rows], max_tokens=sel.max_tokens,
-                                          compat=sel.compat, **kw).scores
-        return score_texts(m32, tokenizer, prompt, [res.texts[i] for i in rows], compat=sel.compat,
-                           max_tokens=sel.max_tokens, **kw).scores
+            return decode_retokenize_scan(m32, tokenizer, prompt, res.source_ids[rows], o, max_tokens=sel.max_tokens,
+                                          **args).scores
+        return score_texts(m32, tokenizer, prompt, [res.texts[i] for i in rows], o, max_tokens=sel.max_tokens,
+                           **args).scores
 
     return rescore
-

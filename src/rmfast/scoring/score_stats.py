@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -25,6 +25,8 @@ class ScoreStats:
         wall_s: seconds for the call.
         attention: the attention form the rows ran in (:func:`rmfast.scoring.plan.choose_attention`: e.g.
             "cascade" on CUDA, "cpu-flash" on an eager CPU; "hf" on the plain-HF path; "" if nothing ran).
+        decisions: every decision of the plan the rows ran under, with its reason
+            (:attr:`rmfast.scoring.plan.ScoringPlan.decisions`; empty if nothing ran).
     """
 
     n_conversations: int = 0
@@ -42,6 +44,7 @@ class ScoreStats:
     prompt_passes: int = 0
     n_nonfinite: int = 0
     attention: str = ""
+    decisions: dict = field(default_factory=dict)
 
     @property
     def padding_waste(self) -> float:

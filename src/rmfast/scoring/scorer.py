@@ -56,13 +56,15 @@ import torch
 
 from ..dims import model_dims
 from ..errors import UserError
+from ..state_names import ByLayer
 from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, score_groups
 from .candidates import check_context, tokenize_in_context
 from .conversation import Conversation, as_conversation, messages_of
-from .memory import parse_batch_size
+from .decisions import decide
+from .options import ScoringOptions
 from .score_stats import ScoreStats
-from .plan import Scored, ScoringPlan, batch_rows, choose_engine, choose_head, plan_scoring, score_together
+from .plan import Scored, ScoringPlan, plan_scoring, score_together
 from .weights import weights_fingerprint
 
 
@@ -224,6 +226,10 @@ class RewardScorer:
         attention: the rows' attention form, "auto" (:func:`rmfast.scoring.plan.choose_attention`: responses
             are texts of any length, so the cascade on CUDA) or a form it names (e.g. "cascade" on CPU: its
             torch twin, for tests).
+        options: the scoring options as one value (:class:`rmfast.scoring.options.ScoringOptions`); the keyword
+            options (head, head_index, engine, batch_size, attention, share_batches, dtype, device) that differ from their
+            defaults apply on top. Every decision is made once, here, for every conversation
+            (:func:`rmfast.scoring.decisions.decide`, job "scorer"; :attr:`decisions`).
 
     Example:
         >>> import rmfast  # doctest: +SKIP
@@ -235,14 +241,17 @@ class RewardScorer:
     def __init__(self, model, tokenizer=None, *, dtype: str = "auto", device: str = "auto", head: str = "auto",
                  head_index: int = 0, engine: str = "auto", batch_size="auto", template: str | None = None,
                  compat: str | None = None, max_tokens: int | None = None, cache_prompts: int = 8,
-                 share_batches="auto", attention: str = "auto", **load_kw):
+                 share_batches="auto", attention: str = "auto", options: ScoringOptions | None = None, **load_kw):
+        kw = {"dtype": dtype, "device": device, "head": head, "head_index": head_index, "engine": engine,
+              "batch_size": batch_size, "attention": attention, "share_batches": share_batches}
+        defaults = ScoringOptions()
+        self.options = ScoringOptions.of(options, **{k: v for k, v in kw.items() if v != getattr(defaults, k)})
         self.model, self.tokenizer, self.source, default_t = _model_and_tokenizer(
-            model, tokenizer, {"dtype": dtype, "device": device, **load_kw})
+            model, tokenizer, {"dtype": self.options.dtype, "device": self.options.device, **load_kw})
         self.template = template if template is not None else default_t
-        self.head = choose_head(self.model, head, head_index)
-        self.head_index = head_index
-        self.engine = choose_engine(self.model, self.head, head_index, engine, stacklevel=3)
-        self.batch_size = parse_batch_size(batch_size)
+        self.decided = decide(self.model, self.options, "scorer", stacklevel=3)
+        self.head, self.head_index, self.engine = self.decided.head, self.options.head_index, self.decided.engine
+        self.batch_size, self.attention = self.options.batch_size, self.options.attention
         if compat not in (None, "decode-retokenize"):
             raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
         self.compat = compat
@@ -252,14 +261,7 @@ class RewardScorer:
         if int(cache_prompts) < 0:
             raise UserError("cache_prompts must be >= 0")
         self.cache_prompts = int(cache_prompts)
-        if share_batches not in ("auto", True, False):
-            raise UserError(f"share_batches={share_batches!r}: give 'auto', True or False")
-        self.share_batches = self.device.type == "cuda" if share_batches == "auto" else share_batches
-        from ..fast.ops import ATTENTION_FORMS
-
-        if attention != "auto" and attention not in ATTENTION_FORMS:
-            raise UserError(f"attention={attention!r}: give 'auto' or one of {', '.join(ATTENTION_FORMS)}")
-        self.attention = attention
+        self.share_batches = self.decided.share_batches
         self._plans: OrderedDict = OrderedDict()  # Conversation -> ScoringPlan, least recently used first
         self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
         self._lock = threading.RLock()
@@ -287,18 +289,19 @@ class RewardScorer:
         """
         return self._run(conversations, responses, progress, checkpoint, None, nonfinite, compat)[0]
 
-    def score_with_states(self, conversations, responses, layers="last", *, progress: bool = False):
+    def score_with_states(self, conversations, responses, layers="last_prenorm", *, progress: bool = False):
         """Scores and each response's hidden states, from the same forward (docs/representations.md).
 
-        ``layers``: "last", "0,8,last", "all", or a list of names (:func:`rmfast.states.parse_layers`:
-        ``k`` = the residual stream after decoder layer k, ``last`` = what the final norm reads,
-        ``last_normed`` = what the head reads). Returns (scores, states): scores as :meth:`score`,
+        ``layers``: "last_prenorm", "0,8,last_normed", "all", or a list of names (:func:`rmfast.states.parse_layers`:
+        ``k`` = the residual stream after decoder layer k, ``last_prenorm`` = what the final norm reads,
+        ``last_normed`` = what the head reads, HF's ``hidden_states[-1]``; the old ``last`` is ``last_prenorm``,
+        with a warning, and answers ``states["last"]``). Returns (scores, states): scores as :meth:`score`,
         states ``{name: [(N_i, Dm) CPU tensor per conversation]}`` in input order, each row the state
         at the response's final position (the position the head reads), in the model dtype
         (``last_normed``: fp32 by default). The scores are those :meth:`score` gives for the same call.
 
-        >>> scores, st = scorer.score_with_states(["Hi"], [["Hello!", "Go away."]], "last")  # doctest: +SKIP
-        >>> st["last"][0].shape  # doctest: +SKIP
+        >>> scores, st = scorer.score_with_states(["Hi"], [["Hello!", "Go away."]], "last_normed")  # doctest: +SKIP
+        >>> st["last_normed"][0].shape  # doctest: +SKIP
         torch.Size([2, 576])
         """
         from ..states import parse_layers
@@ -342,7 +345,8 @@ class RewardScorer:
             stats.wall_s = round(time.perf_counter() - t0, 4)
             if sink is None:
                 return out, None
-            return out, {name: _split(t[torch.from_numpy(job.inverse)], job.shape) for name, t in sink.out.items()}
+            return out, ByLayer({name: _split(t[torch.from_numpy(job.inverse)], job.shape)
+                                 for name, t in sink.out.items()})
 
     def _n_layers(self) -> int:
         from .hf_path import n_layers
@@ -544,11 +548,9 @@ class RewardScorer:
         attention is the cascade (CUDA's form for texts): a fixed number of kernel launches per layer for
         the wave, wide GEMMs, instead of one batch-1 pass per prompt. Elsewhere (the CPU's forms) nothing
         changes: each plan is built, its prompt encoded alone, when its rows first run (:meth:`_plan`)."""
-        from .plan import choose_attention
-
         todo = [c for c in sorted(wave) if job.convs[c] not in self._plans]
-        if len(todo) < 2 or choose_attention(self.attention, self.device, self.engine, False, None)[0] != "cascade":
-            return  # (compiled False: the scorer's plans never compile, _plan)
+        if len(todo) < 2 or self.decided.engine != "fast" or self.decided.attention != "cascade":
+            return  # the form decided once for the scorer (rmfast.scoring.decisions.decide)
         from ..fast.wave import one_prompt_pass
 
         try:
@@ -572,8 +574,12 @@ class RewardScorer:
 
     def _rows_per_batch(self, tmpl: Template, n: int, row_t: Template | None) -> int:
         """Rows per batch for n-token responses, by the plan's rule, before the prompt is encoded."""
-        return batch_rows(self.model, row_t or tmpl, self.head, n, self.engine == "fast" and row_t is None,
-                          self.batch_size)
+        return self.decided.rows_per_batch(self.model, row_t or tmpl, n, own_template=row_t is not None)
+
+    @property
+    def decisions(self) -> dict:
+        """Every decision this scorer made (once, for every conversation), with its reason."""
+        return {k: dict(v) for k, v in self.decided.reasons.items()}
 
     def _plan(self, conv: Conversation, tmpl: Template) -> ScoringPlan:
         """The conversation's plan: from the cache, or built now (its prompt encoded once)."""
@@ -584,19 +590,19 @@ class RewardScorer:
                 self._fresh.add(conv)
                 self.last_stats.prompts_from_cache += 1
             self.last_stats.attention = plan.decisions["attention"]["value"]
+            self.last_stats.decisions = plan.decisions
             return plan
         # the least recently used plans go, not the ones the batch at hand shares (its wave)
         old = [c for c in self._plans if c not in self._wave]
         while old and len(self._plans) >= max(1, self.cache_prompts):
             del self._plans[old.pop(0)]
         share = next((p for p in self._plans.values() if p.eng is not None), None)
-        plan = plan_scoring(self.model, tmpl, head=self.head, head_index=self.head_index, engine=self.engine,
-                            compile="off", batch_size=self.batch_size, fixed_shapes=False, stacklevel=4,
-                            share_with=share, attention=self.attention)
+        plan = plan_scoring(self.model, tmpl, decided=self.decided, share_with=share)
         self._plans[conv] = plan
         self._fresh.add(conv)
         self.last_stats.prompt_passes += 1
         self.last_stats.attention = plan.decisions["attention"]["value"]
+        self.last_stats.decisions = plan.decisions
         return plan
 
     def _stats(self, job: Job) -> ScoreStats:

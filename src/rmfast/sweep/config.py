@@ -56,9 +56,18 @@ class ModelCfg:
     audit: int = DEFAULT_AUDIT_N
     allow_pickle: bool = False  # load pickled pytorch_model.bin weights (unpickling can run code)
     base: str | None = None  # the base of an adapter checkpoint (None: the one it names)
-    states: str | None = None  # hidden states to keep, "0,8,last" / "all" (docs/representations.md); None: none
+    states: str | None = None  # hidden states to keep, "0,8,last_prenorm" / "all" (docs/representations.md); None: none
     states_dtype: str | None = None  # their stored dtype (None: the model's)
     lens: bool = False  # the reward lens columns lens_<layer> in each part
+
+    def scoring(self, compat: str | None = None):
+        """This model's scoring options as one value (:class:`rmfast.scoring.options.ScoringOptions`): what its
+        parts are planned from (``compat``: the sweep's own)."""
+        from ..scoring.options import ScoringOptions
+
+        return ScoringOptions(head=self.head, head_index=self.head_index, engine=self.engine, compile=self.compile,
+                              batch_size=self.batch_size, dtype=self.dtype, device=self.device,
+                              device_map=self.device_map, compat=compat)
 
     def outputs(self) -> dict:
         """What this model's parts keep beside the scores (not in the part key: the scores do not change)."""
@@ -236,14 +245,15 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
 
 
 def _states_spec(c: _Cfg) -> str | None:
-    """``states:`` as one canonical spec string ("0,8,last"); layer names checked now (ranges once loaded)."""
+    """``states:`` as one canonical spec string ("0,8,last_prenorm"; the old last is last_prenorm); layer names
+    checked now (ranges once loaded)."""
     v = c.data.get("states")
     if v is None or v is False:
         return None
     if isinstance(v, list) and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in v):
         v = ",".join(map(str, v))
     if not isinstance(v, (str, int)) or isinstance(v, bool):
-        raise c.err("states", f"expected layers such as 0,8,last (or a list, or all), got {v!r}")
+        raise c.err("states", f"expected layers such as 0,8,last_prenorm (or a list, or all), got {v!r}")
     try:
         return ",".join(parse_layers(str(v), None))
     except UserError as e:

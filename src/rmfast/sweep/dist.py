@@ -19,7 +19,6 @@ scored on the plain Hugging Face path, because the shared-prompt engine assumes 
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from datetime import timedelta
@@ -126,22 +125,11 @@ def finish(d: Dist) -> None:
 
 
 def device_for(d: Dist, device: str) -> str:
-    """Under torchrun, "auto"/"cuda" means this rank's GPU: cuda:LOCAL_RANK (modulo the GPUs there are)."""
-    if d.group and str(device) in ("auto", "cuda") and torch.cuda.is_available():
-        return f"cuda:{d.local_rank % torch.cuda.device_count()}"
-    return device
+    """This rank's device (:func:`rmfast.loading.loader.resolve_device`, the one rule: under torchrun "auto"/"cuda"
+    is cuda:LOCAL_RANK)."""
+    from ..loading.loader import resolve_device
 
-
-def engine_for(device_map: str | None, engine: str) -> str:
-    """A model spread over devices runs on the plain-HF path."""
-    if device_map is None or str(device_map).lower() in ("", "none"):
-        return engine
-    if engine == "fast":
-        raise UserError("--engine fast needs the whole model on one device; drop --device-map or use --engine hf")
-    if engine == "auto":
-        warnings.warn("rmfast: --device-map: scoring on the plain Hugging Face path (the fast engine needs one device)",
-                      stacklevel=2)
-    return "hf"
+    return str(resolve_device(device, d.local_rank if d.group else None))
 
 
 def shard_path(out: Path, rank: int, world: int) -> Path:

@@ -23,7 +23,7 @@ The config (YAML; relative paths are relative to the config file)::
         engine: auto                      #   auto | fast | hf (the plain Hugging Face path)
         compile: auto                     #   auto | on | off (the compiled CPU layer)
         audit: 512                        #   bf16/fp16: rows rescored in fp32 (manifest scan.bf16_audit); 0: off
-        states: null                      #   hidden states to keep per part, e.g. 0,8,last or all: part.states/
+        states: null                      #   hidden states to keep per part, e.g. 0,8,last_normed or all: part.states/
         states_dtype: null                #   float32 | bfloat16 | float16 (default: the model's)
         lens: false                       #   the reward lens columns lens_<layer> in each part
         base: null                        #   adapter (LoRA) checkpoints: the base model (default: the one
@@ -165,10 +165,9 @@ def _score_part(lm, m: ModelCfg, cfg: SweepConfig, prompt: str, c: CandSet, ck: 
         sel = Selection(texts=c.texts.texts, texts_info=c.texts.source, compat=cfg.compat, max_tokens=cfg.max_tokens)
     states = (StatesRequest(m.states, m.states_dtype, folder=states_dir(ck.with_name(PART_FILE)), overwrite=True)
               if m.states else None)  # the lock holder owns the part's folder: a states folder there is its own
-    res, _ = run_scan(lm.model, lm.tokenizer, prompt, sel, head=m.head, head_index=m.head_index,
+    res, _ = run_scan(lm.model, lm.tokenizer, prompt, sel, m.scoring(cfg.compat), job="sweep",
                       template=unescape(m.template) if m.template is not None else lm.default_template, system=m.system,
-                      batch_size=m.batch_size, progress=progress, model_info={**lm.source, "name": m.name},
-                      engine=dist.engine_for(m.device_map, m.engine), compile=m.compile, checkpoint=ck,
+                      progress=progress, model_info={**lm.source, "name": m.name}, checkpoint=ck,
                       keep_checkpoint=True, audit=m.audit, states=states, lens=m.lens)
     if c.kind == "file":
         df = frame_from_texts(res)

@@ -48,6 +48,7 @@ import numpy as np
 from ..version import __version__
 from ..errors import UserError
 from ..io import WRITE_ID, check_lock, manifest_path, parquet_write_id, write_json, write_pair
+from ..state_names import canonical_layer
 
 SCHEMA_VERSION = 1
 PART_FILE = "part.parquet"
@@ -191,7 +192,8 @@ class Store:
         if want.get("lens") and not got.get("lens"):
             return False
         if want.get("states"):
-            if (got.get("states"), got.get("states_dtype")) != (want["states"], want.get("states_dtype")):
+            had = ",".join(canonical_layer(x, note=False) for x in str(got.get("states")).split(","))  # an old 'last'
+            if (had, got.get("states_dtype")) != (want["states"], want.get("states_dtype")):
                 return False
             sm = _read_json(self.states_path(part) / "manifest.json")
             return isinstance(sm, dict) and sm.get("n") == m.get("rows")

@@ -12,9 +12,11 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
+from ...states import canonical_layer
 from ..stats.permutation import N_PERM
 from ..data.results import Result
 from .similarity import MEASURES, _as_set, _check_n, _shifts, _variant_values, align
+from .similarity_guards import LAYER0_WHY, layer_defect
 
 
 LICENSE = (
@@ -29,7 +31,8 @@ LICENSE = (
 
 @dataclass(kw_only=True)
 class RepresentationAgreementResult(Result):
-    """pairs: model_a, model_b, layer, n, cka, cka_debiased, rv, rv2 (one row per unordered pair).
+    """pairs: model_a, model_b, layer, n, cka, cka_debiased, rv, rv2, undefined (why the measures are NaN, ""
+    where defined) (one row per unordered pair).
     rsa: measure, predictor, r, p_value, n_perm, exact, n_models, n_pairs.
     alignment: set, rows, duplicated, not_shared, shared (the candidates every model shares).
     """
@@ -37,7 +40,7 @@ class RepresentationAgreementResult(Result):
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
     rsa: pd.DataFrame = field(default_factory=pd.DataFrame)
     alignment: pd.DataFrame = field(default_factory=pd.DataFrame)
-    layer: str = "last"
+    layer: str = "last_prenorm"
 
     def matrix(self, measure: str = "rv2") -> pd.DataFrame:
         """Model × model matrix of a measure (diagonal 1)."""
@@ -50,7 +53,7 @@ class RepresentationAgreementResult(Result):
         return mat
 
 
-def representation_agreement(sets: Mapping[str, object], *, layer: str = "last",
+def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_prenorm",
                              measures_: Sequence[str] = ("rv2", "cka"), metadata=None,
                              scores: pd.DataFrame | None = None, n_perm: int = N_PERM, seed: int = 0,
                              join: str = "auto", chunk_rows: int = 4096) -> RepresentationAgreementResult:
@@ -62,10 +65,11 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last",
     ``agreement(...).matrix("kendall_tau_b")``), compared as one more predictor,
     "kendall_tau_b": do models that represent alike also score alike?
     Each RSA is :func:`~rmfast.analysis.stats.rsa.rsa_test` (Spearman, permutation over models).
+    ``layer``: a name of :mod:`rmfast.state_names` (the old ``last`` is ``last_prenorm``, with a warning).
 
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp()); base = rng.normal(size=(80, 5))
-    >>> sets = {m: write_states(d / m, np.arange(80), {"last": base + s * rng.normal(size=(80, 5))})
+    >>> sets = {m: write_states(d / m, np.arange(80), {"last_prenorm": base + s * rng.normal(size=(80, 5))})
     ...         for m, s in [("a", .1), ("b", .2), ("c", 3.0)]}
     >>> r = representation_agreement(sets)
     >>> m = r.matrix("rv2"); bool(m.loc["a", "b"] > m.loc["a", "c"])
@@ -81,6 +85,7 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last",
     if len(names) < 2:
         raise UserError("representation agreement needs at least 2 state sets")
     opened = [_as_set(sets[k]) for k in names]
+    layer = canonical_layer(layer)
     for s in opened:
         s.check_layer(layer)
     al = align(opened, join, names)
@@ -96,6 +101,7 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last",
             rows.append({"model_a": names[i], "model_b": names[j], "layer": layer, "n": al.n,
                          **{m: o[m] for m in MEASURES}})
     res = RepresentationAgreementResult(pairs=pd.DataFrame(rows), alignment=al.counts, layer=layer)
+    _say_undefined(res, dict(zip(names, zip(opened, al.rows))), layer)
     preds: dict[str, pd.DataFrame] = {}
     if metadata is not None:
         matched, unmatched = match_metadata(names, load_model_metadata(metadata))
@@ -123,3 +129,21 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last",
         res.notes.append("no metadata and no score matrix: RSA not run")
     res.notes.append(LICENSE)
     return res
+
+
+def _say_undefined(res: RepresentationAgreementResult, sets: dict, layer: str) -> None:
+    """The ``undefined`` column and a note: which models' states make a pair's measures NaN at ``layer``, and why
+    (constant across candidates, as layer 0 of a token scan is, or NaN/inf values). ``sets``: name -> (set, rows)."""
+    ok = np.isfinite(res.pairs[list(MEASURES)].to_numpy(dtype=float)).all(axis=1) if len(res.pairs) else []
+    if all(ok):
+        res.pairs["undefined"] = ""
+        return
+    bad = set(res.pairs.loc[~ok, "model_a"]) | set(res.pairs.loc[~ok, "model_b"])
+    why = {m: d for m in sets if m in bad and (d := layer_defect(sets[m][0], layer, sets[m][1]))}
+    res.pairs["undefined"] = ["" if good else "; ".join(f"{m} ({why[m]})" for m in (x, y) if m in why)
+                              or "a measure divides by zero on these candidates"
+                              for good, x, y in zip(ok, res.pairs["model_a"], res.pairs["model_b"])]
+    res.notes.append(f"{int((~ok).sum())} of {len(ok)} model pairs have undefined measures (NaN) at layer {layer} "
+                     "(the table's column undefined says why)" + (": " + ", ".join(f"{m} ({d})" for m, d in why.items())
+                                                                  if why else "")
+                     + (f"; {LAYER0_WHY}; choose another layer" if layer == "0" and why else ""))

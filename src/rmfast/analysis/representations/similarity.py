@@ -73,9 +73,9 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
-from ...states import StatesSet, open_states
+from ...states import StatesSet, canonical_layer, open_states
 from ..data.results import Result
-from .similarity_guards import MEASURES, check_replicates, undefined_note
+from .similarity_guards import MEASURES, check_replicates, undefined_reasons
 from .similarity_progress import progress_bar
 
 JOINS = ("auto", "id", "text")
@@ -491,10 +491,10 @@ def _pvalue(obs: float, perm: np.ndarray) -> float:
 
 @dataclass(kw_only=True)
 class SimilarityResult(Result):
-    """pairs: one row per layer pair: layer_a, layer_b, n, cka, cka_debiased, rv, rv2, d_a, d_b,
-    rv_null_mean, then per measure ``<m>_lo``, ``<m>_hi`` (bias-corrected bootstrap interval over
-    candidates, :func:`bootstrap_interval`) and ``p_<m>`` (permutation p-value, "more similar than chance").
-    alignment: set, rows, duplicated, not_shared, shared.
+    """pairs: one row per layer pair: layer_a, layer_b, n, cka, cka_debiased, rv, rv2, d_a, d_b, rv_null_mean, per
+    measure ``<m>_lo``, ``<m>_hi`` (bias-corrected bootstrap interval over candidates, :func:`bootstrap_interval`),
+    ``p_<m>`` (permutation p-value, "more similar than chance"), and ``undefined``: why the pair's measures are
+    NaN ("" where defined, e.g. "A 0 (constant across candidates)"). alignment: set, rows, duplicated, not_shared, shared.
     """
 
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -511,6 +511,7 @@ def _layers(s: StatesSet, layers) -> list[str]:
         return s.layers
     if isinstance(layers, str):
         layers = [x.strip() for x in layers.split(",") if x.strip()]
+    layers = [canonical_layer(str(l)) for l in layers]  # the old 'last': last_prenorm, with a warning
     for l in layers:
         s.check_layer(l)
     if not layers:
@@ -572,8 +573,9 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp())
     >>> X = rng.normal(size=(300, 6)).astype("float32")                     # (300, 6)
-    >>> _ = write_states(d / "a.states", np.arange(300), {"last": X})
-    >>> _ = write_states(d / "b.states", np.arange(299, -1, -1), {"last": X[::-1] @ rng.normal(size=(6, 6)).astype("float32")})
+    >>> _ = write_states(d / "a.states", np.arange(300), {"last_prenorm": X})
+    >>> Y = X[::-1] @ rng.normal(size=(6, 6)).astype("float32")
+    >>> _ = write_states(d / "b.states", np.arange(299, -1, -1), {"last_prenorm": Y})
     >>> res = similarity(d / "a.states", d / "b.states", bootstrap=20, permutations=19)
     >>> row = res.pairs.iloc[0]
     >>> int(row.n), bool(row.rv2 > 0.5), float(row.p_rv2)
@@ -622,7 +624,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     if n < shared:
         res.notes.append(f"measured on {n:,} of the {shared:,} shared candidates: a random sample (seed {seed}, "
                          "max_rows)")
-    undefined = undefined_note(pairs, a, b, la, lb)
+    pairs["undefined"], undefined = undefined_reasons(pairs, a, b, la, lb, ra, rb)
     if undefined:
         res.notes.append(undefined)
     null = pairs["rv_null_mean"].where(np.isfinite(pairs["rv_null_mean"]))

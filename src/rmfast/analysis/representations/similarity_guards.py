@@ -1,5 +1,5 @@
 """Guards of a similarity computation (:func:`rmfast.analysis.representations.similarity.similarity`): how many resamples
-may be asked for, and which layers have no defined measure.
+may be asked for, and which layers have no defined measure, and why.
 
 Example:
     >>> check_replicates(50, 49, one_pass=lambda: None)         # within the bound: nothing to say
@@ -36,22 +36,46 @@ def check_replicates(bootstrap: int, permutations: int, one_pass) -> None:
                     f"{t:.3g} s here, so these would take about {when}")
 
 
-def undefined_note(pairs: pd.DataFrame, a, b, la, lb) -> str | None:
-    """A note naming the layers whose measures are undefined (NaN): constant across candidates (layer 0
-    of a token scan), or holding NaN/inf states (counted in the states manifest, e.g. a float16 overflow).
-    A layer is named when its pairs with every layer of the other side that has some defined pair are NaN."""
-    ok = pd.Series(np.isfinite(pairs[list(MEASURES)].to_numpy(dtype=float)).all(axis=1), index=pairs.index)
-    if ok.all():
+#: why layer 0 is constant in a token scan, said beside the layer's name
+LAYER0_WHY = ("layer 0 is the input embedding at the scored position, the template's last token in every row, "
+              "so it cannot vary across candidates")
+
+
+def layer_defect(s, layer: str, rows: np.ndarray, chunk: int = 4096) -> str | None:
+    """Why ``layer`` of state set ``s`` gives undefined measures on ``rows``: "k NaN/inf values", "constant
+    across candidates" (every row the same, e.g. layer 0 of a token scan), or None. One read of those rows."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
         return None
-    good = {"a": set(pairs.loc[ok, "layer_a"]), "b": set(pairs.loc[ok, "layer_b"])}  # layers with a defined pair
-    why = []
-    for side, other, s, layers in (("a", "b", a, la), ("b", "a", b, lb)):
-        counts = s.manifest.get("n_nonfinite") if isinstance(s.manifest.get("n_nonfinite"), dict) else {}
-        for l in layers:
-            n_bad = counts.get(l) if isinstance(counts.get(l), int) else 0
-            vs = pairs[(pairs[f"layer_{side}"] == l) & pairs[f"layer_{other}"].isin(good[other])]
-            if n_bad or (len(vs) and not ok[vs.index].any()):
-                why.append(f"{side.upper()} {l} ({f'{n_bad:,} NaN/inf values' if n_bad else 'constant across candidates'})")
-    return (f"{int((~ok).sum())} of {len(pairs)} layer pairs have undefined measures (NaN): "
-            + (", ".join(why) if why else "every pair holds a layer that is constant or has NaN/inf values")
-            + "; leave those layers out")
+    first, same, n_bad = s.take(layer, rows[:1])[0], True, 0  # first: (d,)
+    for i in range(0, len(rows), chunk):
+        x = s.take(layer, rows[i:i + chunk])  # (c, d)
+        n_bad += int((~np.isfinite(x)).sum())
+        same = same and bool((x == first).all())
+    return f"{n_bad:,} NaN/inf values" if n_bad else "constant across candidates" if same else None
+
+
+def undefined_reasons(pairs: pd.DataFrame, a, b, la, lb, ra, rb) -> tuple[list[str], str | None]:
+    """Why each layer pair's measures are undefined (NaN), and one note naming the layers.
+
+    Returns (per row of ``pairs``: the reason, "" where every measure is defined; the note, or None).
+    A layer is named when it is in an undefined pair and is constant across the rows compared (layer 0 of a
+    token scan: :data:`LAYER0_WHY`) or holds NaN/inf values there (e.g. a float16 overflow)."""
+    ok = np.isfinite(pairs[list(MEASURES)].to_numpy(dtype=float)).all(axis=1)  # (pairs,)
+    if ok.all():
+        return [""] * len(pairs), None
+    why = {}
+    for side, s, layers, rows in (("A", a, la, ra), ("B", b, lb, rb)):
+        bad = set(pairs.loc[~ok, f"layer_{side.lower()}"])
+        why.update({(side, l): d for l in layers if l in bad and (d := layer_defect(s, l, rows))})
+    reasons = []
+    for good, x, y in zip(ok, pairs["layer_a"], pairs["layer_b"]):
+        got = [f"{side} {l} ({why[(side, l)]})" for side, l in (("A", x), ("B", y)) if (side, l) in why]
+        reasons.append("" if good else "; ".join(got) or "a measure divides by zero or a negative self-similarity "
+                       "(debiased on few candidates)")
+    named = [f"{side} {l} ({d})" for (side, l), d in why.items()]
+    zero = any(l == "0" and d.startswith("constant") for (_, l), d in why.items())
+    return reasons, (f"{int((~ok).sum())} of {len(pairs)} layer pairs have undefined measures (NaN, the "
+                     "table's column undefined says why): " + (", ".join(named) if named else
+                     "no layer is constant or NaN/inf; a measure divides by zero on these candidates")
+                     + (f"; {LAYER0_WHY}" if zero else "") + ("; leave those layers out" if named else ""))

@@ -19,10 +19,10 @@ Example:
     >>> import tempfile; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp())
     >>> X = rng.normal(size=(50, 4)).astype("float32")
-    >>> _ = write_states(d / "a.states", np.arange(50), {"0": X, "last": X + rng.normal(size=(50, 4))})
+    >>> _ = write_states(d / "a.states", np.arange(50), {"0": X, "last_prenorm": X + rng.normal(size=(50, 4))})
     >>> panels, notes = similarity_panels({"a": d / "a.states"})
     >>> p = panels[0]; (p.a, p.b, p.layers_a, heat_matrix(p.pairs, "cka")[2].shape)
-    ('a', 'a', ['0', 'last'], (2, 2))
+    ('a', 'a', ['0', 'last_prenorm'], (2, 2))
 """
 
 from __future__ import annotations
@@ -51,15 +51,16 @@ MAX_SETS = 4  # states sets compared pairwise (6 pairs)
 
 
 def layer_key(name: str) -> tuple:
-    """Depth order of layer names: 0, 1, ..., last, last_normed, then any other name.
+    """Depth order of layer names: 0, 1, ..., last_prenorm (or the old last; the lens's last), last_normed,
+    then any other name.
 
-    >>> sorted(["last", "10", "2", "last_normed", "0"], key=layer_key)
-    ['0', '2', '10', 'last', 'last_normed']
+    >>> sorted(["last_prenorm", "10", "2", "last_normed", "0"], key=layer_key)
+    ['0', '2', '10', 'last_prenorm', 'last_normed']
     """
     s = str(name)
     if s.isdigit():
         return (0, int(s), "")
-    return (1 if s == "last" else 2 if s == "last_normed" else 3, 0, s)
+    return (1 if s in ("last_prenorm", "last") else 2 if s == "last_normed" else 3, 0, s)
 
 
 # ---------------------------------------------------------------- the lens
@@ -104,8 +105,8 @@ def states_beside(paths) -> dict[str, Path]:
 def pick_layers(layers: list[str], most: int | None = MAX_LAYERS) -> list[str]:
     """At most ``most`` of ``layers``, evenly spaced, the first and the last kept (all of them when they fit).
 
-    >>> pick_layers([str(i) for i in range(10)] + ["last"], 4)
-    ['0', '3', '7', 'last']
+    >>> pick_layers([str(i) for i in range(10)] + ["last_prenorm"], 4)
+    ['0', '3', '7', 'last_prenorm']
     """
     if most is None or len(layers) <= most:
         return list(layers)
@@ -260,6 +261,11 @@ def _lens_html(x) -> list[str]:
     return out
 
 
+def _any_why(pairs: pd.DataFrame) -> bool:
+    """Whether some pair's measures are undefined with a reason (the column ``undefined``; empty in a CSV: NaN)."""
+    return any(isinstance(v, str) and v for v in pairs["undefined"])
+
+
 def _similarity_html(x) -> list[str]:
     """The similarity part: per panel the heatmaps, the table and what was computed."""
     panels, notes = similarity_panels(x.states or {}, max_layers=x.states_layers, max_rows=x.states_rows)
@@ -278,8 +284,9 @@ def _similarity_html(x) -> list[str]:
         out.append(f"<details open><summary>{html.escape(head)}</summary>"
                    f'<p class="note">{html.escape(how)}. {html.escape(" ".join(p.notes))}</p>'
                    + _figure_or_line(lambda q=p: similarity_figure(q), "layer by layer similarity")
-                   + table_html(p.pairs[[c for c in ("layer_a", "layer_b", "n", *MEASURES, "rv_null_mean")
-                                         if c in p.pairs.columns]], max_rows=100) + "</details>")
+                   + table_html(p.pairs[[c for c in ("layer_a", "layer_b", "n", *MEASURES, "rv_null_mean", "undefined")
+                                         if c in p.pairs.columns and (c != "undefined" or _any_why(p.pairs))]],
+                                max_rows=100) + "</details>")
     if notes:
         out.append('<p class="note">' + html.escape(" ".join(notes)) + "</p>")
     return out

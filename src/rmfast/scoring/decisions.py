@@ -1,0 +1,391 @@
+"""Every decision of a scoring job, made once from its :class:`rmfast.scoring.options.ScoringOptions`, each
+with its reason in words: :func:`decide` (no prompt pass needed) and the ``choose_*`` rules it applies.
+
+=============  ==============================================================================================
+decision       rule (one site each: ``tests/test_options.py::test_one_site_per_decision``)
+=============  ==============================================================================================
+device         where the model's weights are; chosen at load by :func:`rmfast.loading.loader.resolve_device`
+               (``--device auto``: CUDA where available; torchrun: the rank's GPU), recorded here with why
+dtype          the model's; chosen at load by :func:`rmfast.loading.loader.dtype_and_choice` (CPU ``auto``:
+               measured bf16 vs fp32), recorded here with the measurement
+head           :func:`choose_head`
+engine         :func:`choose_engine` (also: ``--device-map`` and ``--compat authors`` take the plain-HF path)
+compile        :func:`choose_compile` (per CPU kind; a job kind that never compiles says why: :data:`EAGER_JOBS`)
+kernels        :func:`choose_kernels` (``RMFAST_KERNELS`` read here, once per job)
+attention      :func:`choose_attention`
+rows per batch :meth:`Decisions.rows_per_batch` (:func:`choose_rows_per_batch`: memory-bounded, per response length)
+padding        :class:`rmfast.scoring.plan.ScoringPlan` (needs the engine: measured on CPU)
+=============  ==============================================================================================
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from ..errors import UserError
+from ..fast import ops
+from ..fast.arch import arch_spec
+from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead
+from ..template import Template
+from .memory import auto_batch_size, cap_batch_size, row_bytes
+from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
+
+#: the jobs a plan is made for (the manifest's ``decisions.job``)
+JOBS = ("scan", "texts", "gcg", "random-search", "sweep", "bench", "scorer", "trl", "logprobs", "implicit", "audit")
+#: jobs that run the eager layer whatever ``compile`` says, and why (never a job's size: its kind)
+EAGER_JOBS = {
+    "scorer": "RewardScorer: every conversation's prompt is another shape, and each shape would be a compile",
+    "audit": "the bf16 audit rescores its rows once, in one batch, on an fp32 copy: a compile would not be repaid",
+    "logprobs": "next-token log-probs run the model's own forward",
+}
+#: jobs where ``compile=auto`` means eager (``on`` still compiles), and why
+AUTO_EAGER_JOBS = {
+    "trl": "an x-ray during training scans a few prompts per checkpoint: a one-off compile of seconds each run is "
+           "not repaid",
+}
+
+
+def engine_name(engine: str) -> str:
+    """The engine option's canonical value ("reference" -> "hf"); unknown values are a UserError."""
+    return ScoringOptions(engine=ENGINE_ALIASES.get(engine, engine)).engine
+
+
+def compile_mode(compile) -> str:
+    """``compile`` as one of :data:`COMPILE_MODES` (a bool is on/off); anything else is a UserError."""
+    return ScoringOptions(compile=compile).compile
+
+
+def default_head(model) -> str:
+    """'score' for classifiers / reward models, 'logprob' for causal LMs."""
+    names = " ".join(getattr(model.config, "architectures", None) or [type(model).__name__])
+    if isinstance(getattr(model, "score", None), torch.nn.Module) or "SequenceClassification" in names or "Reward" in names:
+        return "score"
+    if hasattr(model, "lm_head") or "CausalLM" in names:
+        return "logprob"
+    return "score"
+
+
+def lm_only(model) -> bool:
+    """A causal LM: an LM head and no reward head (a classifier's ``score``/``classifier``, or the
+    ArmoRM/QRM/URM head rmfast runs, ``rmfast_head``), so nothing for a score head to read."""
+    return isinstance(getattr(model, "lm_head", None), torch.nn.Module) and not any(
+        getattr(model, h, None) is not None for h in ("score", "classifier", "rmfast_head"))
+
+
+def choose_head(model, head: str, head_index: int) -> str:
+    """Validate the head options; "auto" -> "score" for classifiers, "logprob" for causal LMs.
+
+    "score" on a causal LM is refused: it has no reward head, and the plain-HF path would read its
+    LM logits at the final position, output ``head_index`` being the logit of that token id: a
+    ranking by "how likely is token 0 next", silently. A classifier head, seeded at random, is what
+    ``random_head_seed`` loads (``rmfast gcg --random-head-seed N``, a sweep's ``random_head_seed``).
+    """
+    if head == "auto":
+        head = default_head(model)
+    if head not in ("score", "logprob"):
+        raise UserError(f"unknown head {head!r}; use score or logprob")
+    if head == "logprob" and not hasattr(model, "lm_head"):
+        raise UserError("--head logprob needs a causal language model; this model has no LM head (use --head score)")
+    if head == "score" and lm_only(model):
+        raise UserError(f"--head score needs a reward model or classifier, and "
+                        f"{getattr(model.config, 'name_or_path', None) or type(model).__name__} is a causal LM (no "
+                        "score head: its next-token logits would be read as rewards); use --head logprob (or auto), "
+                        "or load it with a seeded random score head (rmfast gcg --random-head-seed N; random_head_seed: "
+                        "N in a sweep; rmfast.load(..., random_head_seed=N))")
+    if head == "score" and head_index < 0:
+        raise UserError("--head-index must be >= 0")
+    return head
+
+
+def choose_engine(model, head: str, head_index: int, engine: str, stacklevel: int = 3) -> str:
+    """"auto" -> "fast" where the architecture is on the fast path, else "hf" with a warning."""
+    spec = arch_spec(model)
+    engine = engine_name(engine)
+    on_fast_path = spec is not None and (head != "score" or spec.score_outputs is not None)
+    kind = getattr(model.config, "model_type", "?")
+    if engine == "auto":
+        engine = "fast" if on_fast_path else "hf"
+        if engine == "hf":
+            warnings.warn(f"rmfast: architecture {kind!r} is not on the fast path; using the plain Hugging Face path "
+                          "(correct, slower)", stacklevel=stacklevel)
+    elif engine == "fast" and not on_fast_path:
+        what = "is not on the fast path" if spec is None else "has no reward head the fast path reads"
+        raise UserError(f"--engine fast: architecture {kind!r} {what}; use --engine auto or hf (the plain Hugging Face "
+                        "path, correct and slower)")
+    if head == "score" and spec is not None and spec.score_outputs is not None and head_index >= spec.score_outputs:
+        raise UserError(f"--head-index {head_index} is out of range: the score head has {spec.score_outputs} outputs")
+    return engine
+
+
+#: CPU kinds where the compiled layer was measured clearly faster than the eager one (compile="auto"
+#: compiles there): an AMX Xeon, ~2x in bf16 (earlier sessions). Measured not worth it: AMD Zen 4 with
+#: AVX-512 BF16, 1.07x in bf16; the same CPU with AVX2 kernels, 1.00x in fp32 (benchmarks/results/cpu_kinds/).
+COMPILE_CPU_KINDS = ("AMX",)
+
+
+def choose_compile(compile, device: torch.device, engine: str, eng: Engine | None = None,
+                   stacklevel: int = 3) -> tuple[bool, str]:
+    """Whether the fast engine runs the compiled CPU decoder layer, and why: (decision, reason).
+
+    Never decided from the job's size (see the module docstring). ``auto`` compiles where it pays on
+    this machine, for every job alike: a CPU of a kind in :data:`COMPILE_CPU_KINDS`, the fast
+    engine, a prompt whose block-diagonal attention adds at most ``MAX_BLOCKDIAG_EXTRA`` of a layer's
+    FLOPs (long prompts on many heads), and ``RMFAST_COMPILE`` not ``0`` (e.g. no C++ compiler).
+    ``on`` compiles wherever it can; where it cannot (the plain-HF engine, a GPU) one line says so.
+    """
+    from .. import cpu as cpu_mod
+
+    compile = compile_mode(compile)
+    if compile == "off":
+        return False, "off"
+    why = ("the plain Hugging Face path runs the model's own forward" if engine != "fast" else
+           None if device.type == "cpu" else f"on {device.type} the layer runs eagerly around the Triton kernels")
+    if compile == "on":
+        if why is not None:
+            warnings.warn(f"rmfast: --compile on applies to the fast engine's CPU layer ({why}); running eagerly",
+                          stacklevel=stacklevel)
+            return False, f"on, but {why}"
+        return True, "on"
+    kind = cpu_mod.cpu_info().kind
+    if why is not None:
+        return False, f"auto: {why}"
+    if os.environ.get("RMFAST_COMPILE", "1") == "0":
+        return False, "auto: RMFAST_COMPILE=0"
+    if kind not in COMPILE_CPU_KINDS:
+        return False, f"auto: eager on this CPU kind ({kind}), where compiling was measured not to pay"
+    if eng is not None and eng.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA:
+        return False, "auto: the prompt's block-diagonal attention would add over half a layer's FLOPs"
+    return True, f"auto: compiled on this CPU kind ({kind}), measured ~2x the eager layer"
+
+
+#: rows of more tokens than this take the cascade form on CUDA; up to it, the Triton shared-prefix kernel
+#: (a vocabulary scan's rows are 1-3 tokens). PREDICTED, not yet measured (no GPU lent to this change): the
+#: shared-prefix kernel's own-key phase loads a K and a V row from L2 per (query, own key) on CUDA cores, the
+#: cascade writes and reads back two fp32 part outputs per query; they cross at ~10.5 row tokens for head
+#: dims 64-256 in bf16 on an H100 (:func:`rmfast.bench.cascade_cost.crossover_row_tokens`; a test ties the
+#: two). ``make gpu-check`` times both forms; this constant is to follow what it measures.
+CASCADE_MIN_ROW_TOKENS = 10
+
+
+def choose_attention(attention, device: torch.device, engine: str, compiled: bool,
+                     row_tokens: int | None, triton: bool | None = None) -> tuple[str, str]:
+    """The rows' attention form (:data:`rmfast.fast.ops.ATTENTION_FORMS`) and why: (form, reason).
+
+    ``row_tokens``: the most tokens a row of the job feeds the layers (a scan: 1 + the suffix), None where
+    the job scores texts of any length. ``auto``: on CUDA (Triton present) the shared-prefix Triton kernel
+    for rows of at most :data:`CASCADE_MIN_ROW_TOKENS` tokens, the cascade for longer or unknown rows (both
+    support sliding windows and softcaps, so no model is routed away from either); ``RMFAST_KERNELS=torch``
+    there: the ``bmm`` reference; on CPU the compiled layer's block-diagonal form, or the eager CPU rule
+    (torch's flash kernel for long prompts, ``bmm`` below). ``triton``: the kernels decision
+    (:func:`choose_kernels`; None: made here). A named form runs as asked (the cascade on CPU: its torch twin;
+    the block-diagonal form eagerly on CPU: both for tests), except where the compiled CPU layer cannot run it.
+    """
+    if engine != "fast":
+        return "hf", "the plain Hugging Face path runs the model's own attention"
+    if triton is None:
+        triton = choose_kernels("auto", device)[0]
+    base = "triton" if triton else ("block-diagonal" if compiled else "cpu-flash") if device.type == "cpu" else "reference"
+    if attention != "auto":
+        if attention not in ops.ATTENTION_FORMS:
+            raise UserError(f"unknown attention {attention!r}; use auto or one of {', '.join(ops.ATTENTION_FORMS)}")
+        if compiled and attention != "block-diagonal":
+            raise UserError(f"attention {attention}: the compiled CPU layer runs the block-diagonal form; use compile off")
+        if attention == "block-diagonal" and device.type != "cpu":
+            raise UserError("attention block-diagonal is a CPU form; use auto on " + device.type)
+        kernels = "Triton kernels" if triton else "torch twin"
+        return attention, f"asked for ({kernels})" if attention in ("cascade", "triton") else "asked for"
+    if base != "triton":
+        why = {"block-diagonal": "the compiled CPU layer's form",
+               "cpu-flash": f"the CPU's eager form (torch's flash kernel for prompts of {ops.FLASH_MIN_PROMPT}+ tokens, "
+                            "bmm below)",
+               "reference": f"no Triton kernels on {device.type} (RMFAST_KERNELS=torch or triton missing)"}[base]
+        return base, why
+    if row_tokens is not None and row_tokens <= CASCADE_MIN_ROW_TOKENS:
+        return "triton", (f"rows of at most {row_tokens} tokens (<= {CASCADE_MIN_ROW_TOKENS}): the shared-prefix "
+                          "Triton kernel")
+    what = "rows of any length (texts)" if row_tokens is None else f"rows of up to {row_tokens} tokens"
+    return "cascade", f"{what} (> {CASCADE_MIN_ROW_TOKENS} tokens): cascade, prompt and response parts on tensor cores"
+
+
+class _PromptShape(NamedTuple):
+    """The engine's prompt shape as :func:`choose_compile` reads it (``blockdiag_overhead()``)."""
+
+    blockdiag_overhead: object
+
+
+def choose_kernels(kernels: str, device: torch.device) -> tuple[bool, str]:
+    """Whether the fused kernels run as Triton, and why: (triton, reason). ``auto``: Triton on CUDA where it is
+    installed; the ``RMFAST_KERNELS`` variable (torch|triton), read here once per job, overrides auto
+    (``triton`` on CPU needs ``TRITON_INTERPRET=1``: tests only)."""
+    env = os.environ.get("RMFAST_KERNELS", "auto")
+    if kernels == "auto" and env in ("torch", "triton"):
+        return env == "triton", f"RMFAST_KERNELS={env}"
+    if kernels != "auto":
+        return kernels == "triton", "asked for"
+    on = ops.uses_triton(device)
+    return on, (f"auto: Triton on {device.type}" if on else
+                "auto: torch kernels (no CUDA)" if device.type != "cuda" else "auto: torch kernels (Triton not installed)")
+
+
+def device_reason(options: ScoringOptions, device: torch.device) -> str:
+    """Why the job runs on ``device`` (chosen at load from ``options.device``)."""
+    if options.device_map not in (None, "", "none"):
+        return f"--device-map {options.device_map}: the model spread by accelerate (first weights on {device})"
+    asked = str(options.device or "auto")
+    if asked == "auto":
+        return "auto: " + ("CUDA is available" if device.type == "cuda" else "no CUDA device here")
+    return "asked for" if asked == str(device) or asked == device.type else f"asked for {asked}"
+
+
+def dtype_reason(model, options: ScoringOptions) -> str:
+    """Why the weights are in their dtype: the measured CPU choice, CUDA's config rule, or asked for."""
+    from .. import cpu
+
+    c = cpu.recorded(model)
+    if c:
+        return f"auto on CPU [{c.get('cpu_kind')}]: {c.get('reason')}"
+    if str(options.dtype) != "auto":
+        return "asked for"
+    dev = next(model.parameters()).device
+    return ("auto on CUDA: the config's dtype where bf16/fp16, else bf16" if dev.type == "cuda" else
+            "as the caller loaded the model")
+
+
+@dataclass
+class Decisions:
+    """What :func:`decide` chose for a job: every value and its reason (:meth:`record`)."""
+
+    options: ScoringOptions
+    job: str
+    device: torch.device
+    head: str
+    engine: str
+    compile: bool
+    triton: bool
+    attention: str
+    fixed_shapes: bool
+    share_batches: bool = False
+    reasons: dict = field(default_factory=dict)
+
+    @property
+    def head_index(self) -> int:
+        return self.options.head_index
+
+    def record(self, name: str, value, reason: str) -> None:
+        self.reasons[name] = {"value": value, "reason": reason}
+
+    def rows_per_batch(self, model, template: Template, n: int, own_template: bool = False) -> int:
+        """Rows per batch for n-token responses on ``template`` (``own_template``: a row that carries its
+        own, plain-HF path): :func:`choose_rows_per_batch`, before any prompt pass."""
+        return choose_rows_per_batch(model, template, self.head, n, self.engine == "fast" and not own_template,
+                          self.options.batch_size)
+
+
+def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, template: Template | None = None,
+           response_tokens: int | None = None, stacklevel: int = 3) -> Decisions:
+    """Every decision of a job from its options, each recorded with its reason; no prompt pass.
+
+    ``template``: the job's prompt (the compile rule reads its length; None: a caller that has many,
+    :class:`rmfast.scoring.scorer.RewardScorer`). ``response_tokens``: the longest response in tokens (1 for
+    a vocabulary scan; None: texts of any length), for the attention form.
+    """
+    o = options if options is not None else ScoringOptions()
+    if job not in JOBS:
+        raise ValueError(f"unknown job {job!r}; one of {JOBS}")
+    device = next(model.parameters()).device
+    head = choose_head(model, o.head, o.head_index)
+    engine, engine_why = _engine_rule(model, head, o, job, stacklevel + 1)
+    shape = None
+    if engine == "fast" and template is not None:  # what choose_compile reads of the engine, before its prompt pass
+        P = len(template.prefix_ids)
+        shape = _PromptShape(lambda: blockdiag_overhead(arch_spec(model), P))
+    if job in EAGER_JOBS and o.compile != "off":
+        compiled, compile_why = False, f"{o.compile}, but eager: {EAGER_JOBS[job]}"
+    elif job in AUTO_EAGER_JOBS and o.compile == "auto":
+        compiled, compile_why = False, f"auto: eager: {AUTO_EAGER_JOBS[job]}"
+    elif job == "bench" and o.compile == "auto" and engine == "fast" and device.type == "cpu":
+        compiled, compile_why = choose_compile("on", device, engine, shape, stacklevel + 1)
+        compile_why = "auto in the bench: the compiled layer is timed beside the eager one on every CPU"
+    else:
+        compiled, compile_why = choose_compile(o.compile, device, engine, shape, stacklevel + 1)
+    triton, kernels_why = choose_kernels(o.kernels, device)
+    most = None if response_tokens is None or template is None else row_tokens(template, head, int(response_tokens), True)
+    form, form_why = choose_attention(o.attention, device, engine, compiled, most, triton)
+    # rows of one known length (token scans, GCG) pad a short batch to a full one (or a measured smaller size), so a
+    # row's bits do not depend on the job's size; texts of many lengths are not padded (each length would pay a batch)
+    fixed = response_tokens is not None
+    d = Decisions(o, job, device, head, engine, compiled, triton, form, fixed)
+    d.record("job", job, "the kind of work this plan scores for")
+    d.record("device", str(device), device_reason(o, device))
+    d.record("dtype", str(next(model.parameters()).dtype).replace("torch.", ""), dtype_reason(model, o))
+    d.record("head", head, "asked for" if o.head != "auto" else f"auto: {'a reward head' if head == 'score' else 'a causal LM'}")
+    d.record("engine", engine, engine_why)
+    d.record("compile", compiled, compile_why)
+    d.record("kernels", "triton" if triton else "torch", kernels_why)
+    d.record("attention", form, form_why)
+    if job == "scorer":
+        d.share_batches, why = choose_share_batches(o.share_batches, device)
+        d.record("share_batches", d.share_batches, why)
+    d.record("batch_size", o.batch_size, "asked for" if o.batch_size != "auto" else
+             "auto: ~4k tokens per batch on CPU, ~128k on CUDA, at most half the free memory, per response length")
+    return d
+
+
+def _engine_rule(model, head: str, o: ScoringOptions, job: str, stacklevel: int) -> tuple[str, str]:
+    """(engine, reason): a spread model and the authors' loop take the plain-HF path; else :func:`choose_engine`."""
+    if o.device_map not in (None, "", "none"):
+        if o.engine == "fast":
+            raise UserError("--engine fast needs the whole model on one device; drop --device-map or use --engine hf")
+        if o.engine == "auto":
+            warnings.warn("rmfast: --device-map: scoring on the plain Hugging Face path (the fast engine needs one "
+                          "device)", stacklevel=stacklevel)
+        return "hf", "--device-map: the model spread over devices runs on the plain Hugging Face path"
+    if job == "logprobs":
+        return "hf", "next-token log-probs: one forward of the prompt through the model's own layers"
+    if o.compat == "authors" and job == "texts":
+        if o.engine == "fast":
+            raise UserError("--compat authors runs the plain Hugging Face path (it reproduces the published loop, "
+                            "padding included); drop --engine fast")
+        return "hf", "--compat authors: the published loop (padded batches) on the plain Hugging Face path"
+    engine = choose_engine(model, head, o.head_index, o.engine, stacklevel)
+    if o.engine != "auto":
+        return engine, "asked for"
+    return engine, ("auto: the architecture is on the fast path" if engine == "fast" else
+                    "auto: the architecture is not on the fast path (plain Hugging Face forward)")
+
+
+def row_tokens(template: Template, head: str, n: int, on_engine: bool) -> int:
+    """Tokens an n-token response's row feeds through the layers: on the fast engine only the row's own
+    (the response and the suffix; for the logprob head the response less its first token, plus the
+    end-of-turn continuation), on the plain-HF path the whole sequence."""
+    if not on_engine:
+        return len(template.prefix_ids) + n + len(template.suffix_ids)
+    return n + len(template.suffix_ids) if head == "score" else n - 1 + len(template.continuation_ids)
+
+
+def choose_rows_per_batch(model, template: Template, head: str, n: int, on_engine: bool, batch_size) -> int:
+    """Rows per batch for n-token responses: ``batch_size`` rows, or auto's, bounded by memory
+    (:mod:`rmfast.scoring.memory`). Needs no prompt pass: a plan decides it this way, and so does a
+    caller that has not built its plan yet (:meth:`Decisions.rows_per_batch`)."""
+    device = next(model.parameters()).device
+    tpr = max(1, row_tokens(template, head, n, on_engine))
+    per_row = row_bytes(model, tpr, prefix_len=len(template.prefix_ids), head=head, full_sequence=not on_engine)
+    bs = parse_batch_size(batch_size)
+    return auto_batch_size(device, tpr, per_row) if bs == "auto" else cap_batch_size(bs, device, per_row)
+
+
+def choose_share_batches(share_batches, device: torch.device) -> tuple[bool, str]:
+    """Whether a RewardScorer's conversations share batches (waves), and why: "auto" on CUDA, where a few
+    conversations' rows leave the GEMMs narrow; off on CPU, where a batch of a few hundred tokens already runs
+    near the GEMM peak and sharing measured 0.7-0.97x (more padding, a per-prompt attention call per layer;
+    docs/backend.md)."""
+    if share_batches != "auto":
+        return bool(share_batches), "asked for"
+    on = device.type == "cuda"
+    return on, ("auto: on CUDA, where a few conversations' rows leave the GEMMs narrow" if on else
+                "auto: off on CPU, where sharing measured 0.7-0.97x (docs/backend.md)")

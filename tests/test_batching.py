@@ -1,0 +1,62 @@
+"""rmfast.scoring.batching: THE batching loop every job runs (fixed batches, out-of-memory back-off,
+checkpoints and resume). Job-level resume tests (a killed scan or sweep) live with their commands
+(test_cli.py, test_trust.py, test_silent_results.py)."""
+
+import numpy as np
+import pytest
+import torch
+
+from rmfast.scoring import batching
+
+
+def test_oom_batches_halve_and_retry():
+    """scan / text candidates / GCG share this loop: out-of-memory halves the batch, retries the same rows."""
+    from rmfast.scoring.batching import oom_batches
+
+    seen, told = [], []
+
+    def score(lo, hi, b):
+        if hi - lo > 3:
+            raise torch.OutOfMemoryError("too big")
+        seen.append((lo, hi))
+        return list(range(lo, hi))
+
+    out = list(oom_batches(10, 8, torch.device("cpu"), score, told.append))
+    assert told == [4, 2]
+    assert [(lo, hi) for lo, hi, _, _ in out] == seen == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    assert [x for *_, o, _ in out for x in o] == list(range(10)) and out[-1][3] == 2
+
+    def never(lo, hi, b):
+        raise torch.OutOfMemoryError("always")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        list(oom_batches(4, 2, torch.device("cpu"), never))
+
+
+def test_checkpoint_by_candidates_not_only_time(tmp_path, monkeypatch):
+    """With the default cadence, a job checkpoints after ~1k candidates even when that took only
+    seconds (a clock here, advanced 1 s per batch): kills a few seconds apart still make progress."""
+    clock = {"t": 0.0}
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter():
+            return clock["t"]
+
+    monkeypatch.setattr(batching, "time", FakeTime)
+    ck = tmp_path / "job.partial.npz"
+    ids = np.arange(4096)
+    seen = []
+
+    def score(rows, b):
+        clock["t"] += 1.0
+        if ck.exists():
+            seen.append(int((~np.isnan(np.load(ck)["scores"])).sum()))
+        if len(seen) >= 3:
+            raise KeyboardInterrupt
+        return rows.astype(np.float32)
+
+    with pytest.raises(KeyboardInterrupt):
+        batching.score_groups([batching.Group(np.arange(ids.size), 512, score)], ids, key="k", checkpoint=ck,
+                              progress=False)
+    assert seen and seen[0] >= 1024  # saved after two 512-row batches, 2 s of work
