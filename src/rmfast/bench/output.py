@@ -24,7 +24,7 @@ CSV_FIELDS = [
     "prefix_tokens",
     "suffix_tokens", "vocab", "gemm_params", "lm_head_params", "gemm_peak_M", "repeats", "pass_s", "loadavg_start",
     "loadavg_end", "cpu_model", "cpu_kind", "cpu_flags", "isa_env", "dtype_source", "cpu_count", "torch_threads", "gpu", "platform", "torch", "transformers", "rmfast",
-    "timestamp",
+    "timestamp", "decisions",
 ]
 
 
