@@ -118,6 +118,13 @@ class ScoringOptions:
         return base.replace(**changes) if changes else base
 
     @classmethod
+    def of_changed(cls, options: "ScoringOptions | None" = None, **kw) -> "ScoringOptions":
+        """``options`` with those keyword options that differ from their defaults (a signature that lists the
+        options with their defaults, beside ``options=``: ``scan``, ``RewardScorer``)."""
+        defaults = cls()
+        return cls.of(options, **{k: v for k, v in kw.items() if v != getattr(defaults, k)})
+
+    @classmethod
     def from_args(cls, args) -> "ScoringOptions":
         """The options of a parsed command line (the options it does not have keep their defaults)."""
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})

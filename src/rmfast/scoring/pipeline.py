@@ -228,7 +228,7 @@ def scan(
     """
     ids, n_vocab, view = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special, wordlike=wordlike,
                                     dedup=dedup)
-    opts = _changed(options, head=head, head_index=head_index, batch_size=batch_size, engine=engine, compile=compile)
+    opts = ScoringOptions.of_changed(options, head=head, head_index=head_index, batch_size=batch_size, engine=engine, compile=compile)
     res = score_ids(model, tokenizer, prompt, ids, opts, template=template, system=system, progress=progress,
                     checkpoint=checkpoint, model_info=model_info, keep_checkpoint=keep_checkpoint, vocab_size=n_vocab,
                     states=states, lens=lens)
@@ -236,12 +236,6 @@ def scan(
     if wordlike or dedup:
         res.manifest["vocab_view"] = view
     return res
-
-
-def _changed(options: ScoringOptions | None, **kw) -> ScoringOptions:
-    """``options`` with the keyword options that differ from their defaults (the API's keyword form)."""
-    defaults = ScoringOptions()
-    return ScoringOptions.of(options, **{k: v for k, v in kw.items() if v != getattr(defaults, k)})
 
 
 def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOptions | None = None, *,

@@ -244,8 +244,7 @@ class RewardScorer:
                  share_batches="auto", attention: str = "auto", options: ScoringOptions | None = None, **load_kw):
         kw = {"dtype": dtype, "device": device, "head": head, "head_index": head_index, "engine": engine,
               "batch_size": batch_size, "attention": attention, "share_batches": share_batches}
-        defaults = ScoringOptions()
-        self.options = ScoringOptions.of(options, **{k: v for k, v in kw.items() if v != getattr(defaults, k)})
+        self.options = ScoringOptions.of_changed(options, **kw)
         self.model, self.tokenizer, self.source, default_t = _model_and_tokenizer(
             model, tokenizer, {"dtype": self.options.dtype, "device": self.options.device, **load_kw})
         self.template = template if template is not None else default_t
