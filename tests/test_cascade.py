@@ -1,6 +1,6 @@
-"""Cascade attention (issue 33): the torch twin against the reference form, the Triton kernels against the
-twin (interpreted on CPU: small shapes, fp32 elementwise, fp16 loosely; bf16 and the compile count on CUDA),
-the engine's cascade form against its default form on tiny models of several architectures, and the plan's
+"""Cascade attention (issue 33): the torch twin against the reference form (its packed, cu_seqlens response
+part against the padded one), the Triton kernels against the twin (interpreted on CPU: small shapes, fp32
+elementwise, fp16 loosely; bf16 and the compile count on CUDA), the engine's cascade form against its default form on tiny models of several architectures, and the plan's
 choice of form, recorded in the manifest and in RewardScorer's stats.
 
 `make gpu-check` runs this file on a CUDA machine: the CUDA-only cases are marked as tests/test_gpu.py marks
@@ -132,6 +132,55 @@ def test_twin_pads_are_never_read():
         assert torch.equal(a[b, :L], b_[b, :L])
 
 
+def packed_rows(lengths, H, Hkv, D, dtype=torch.float32, seed=0):
+    """Rows of ``lengths`` tokens packed back to back: q (T, H, D), k/v (T, Hkv, D), cu_seqlens (n+1,) int32."""
+    g = torch.Generator().manual_seed(seed)
+    T = sum(lengths)
+
+    def r(*shape, s=1.0):
+        return (torch.randn(*shape, generator=g) * s).to(device=DEVICE, dtype=dtype)
+
+    cu = torch.tensor([0, *np.cumsum(lengths).tolist()], dtype=torch.int32, device=DEVICE)
+    return r(T, H, D, s=2.0), r(T, Hkv, D), r(T, Hkv, D), cu
+
+
+def padded(x, cu, S):
+    """(T, h, D) packed rows -> (n, S, h, D), zeros after each row's end."""
+    out = x.new_zeros(cu.numel() - 1, S, *x.shape[1:])
+    for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        out[i, : b - a] = x[a:b]
+    return out
+
+
+VARLEN_LENGTHS = [1, 300, 2, 17, 64, 65, 129, 5, 33, 250, 1, 8, 0, 96]  # 14 rows (one empty), 1-300 tokens
+
+
+@pytest.mark.parametrize("softcap,window", CASES + [(None, 1), (2.0, 64)])
+@pytest.mark.parametrize("H,Hkv,D", [(4, 2, 16), (6, 1, 5), (3, 3, 24)])
+def test_varlen_twin_is_the_padded_response_part_per_row(softcap, window, H, Hkv, D):
+    """The response part on rows packed without padding (cu_seqlens) equals the padded response part of the
+    same rows (lengths) at every real position, fp32: ragged rows of 0-300 tokens, windows (1 included),
+    softcaps, GQA 1-6, odd head dims."""
+    q, k, v, cu = packed_rows(VARLEN_LENGTHS, H, Hkv, D)
+    kw = dict(scale=D**-0.5, softcap=softcap, window=window)
+    o, lse = cr.response_part_varlen(q, k, v, cu, **kw)
+    assert o.shape == q.shape and o.dtype == torch.float32 and lse.shape == q.shape[:2]
+    assert torch.isfinite(lse).all()  # every query sees at least itself
+    S = max(VARLEN_LENGTHS)
+    lengths = torch.tensor(VARLEN_LENGTHS, dtype=torch.int32, device=DEVICE)
+    o_p, lse_p = cr.response_part(padded(q, cu, S), padded(k, cu, S), padded(v, cu, S), lengths, **kw)
+    for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        assert_close(o[a:b], o_p[i, : b - a], "twin", torch.float32)
+        assert_close(lse[a:b], lse_p[i, : b - a], "twin", torch.float32)
+
+
+def test_varlen_twin_writes_the_asked_dtype():
+    q, k, v, cu = packed_rows([3, 9], 4, 2, 8, dtype=torch.bfloat16)
+    o, lse = cr.response_part_varlen(q, k, v, cu, scale=0.3, out_dtype=torch.bfloat16)
+    o32, _ = cr.response_part_varlen(q, k, v, cu, scale=0.3)
+    assert o.dtype == torch.bfloat16 and lse.dtype == torch.float32 and torch.equal(o, o32.to(torch.bfloat16))
+
+
 def test_merge_of_empty_parts():
     """The merge of a part that saw no key (lse -inf) is the other part; of two such parts, 0."""
     o = torch.randn(3, 4)
@@ -176,6 +225,38 @@ def test_triton_response_part_matches_twin_ragged_to_300(softcap, window):
 
 
 @requires_triton
+@pytest.mark.parametrize("softcap,window", CASES + [(None, 40)])
+def test_triton_varlen_response_part_matches_twin(softcap, window):
+    """The packed (cu_seqlens) response part in one launch: rows of 0-300 tokens (programs past a row's end
+    return), GQA 4, all positions; out and lse fp32."""
+    q, k, v, cu = packed_rows([300, 1, 77, 0, 40], H=4, Hkv=1, D=16)
+    kw = dict(scale=0.25, softcap=softcap, window=window)
+    o, lse = tc.response_part_varlen_triton(q, k, v, cu, 300, **kw)
+    o_r, lse_r = cr.response_part_varlen(q, k, v, cu, **kw)
+    assert o.dtype == lse.dtype == torch.float32
+    assert_close(o, o_r, "attention", torch.float32)
+    assert_close(lse, lse_r, "attention", torch.float32)
+
+
+@requires_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_varlen_strided_views_and_out_dtype(dtype):
+    """As the packed prompt pass calls it: q and k slices of one fused q|k|v tensor (strided views), head dim
+    24 (padded to 32), GQA 3, window and softcap, the output written in the model dtype (fp16 loosely)."""
+    H, Hkv, D, lens = 6, 2, 24, [21, 5, 70, 1]
+    g = torch.Generator().manual_seed(2)
+    qkv = torch.randn(sum(lens), H + 2 * Hkv, D, generator=g).to(device=DEVICE, dtype=dtype)
+    q, k, v = qkv[:, :H], qkv[:, H : H + Hkv], qkv[:, H + Hkv :]
+    cu = torch.tensor([0, *np.cumsum(lens).tolist()], dtype=torch.int32, device=DEVICE)
+    kw = dict(scale=0.2, softcap=5.0, window=16)
+    o, lse = tc.response_part_varlen_triton(q, k, v, cu, max(lens), out_dtype=dtype, **kw)
+    o_r, lse_r = cr.response_part_varlen(q, k, v, cu, **kw)
+    assert o.dtype == dtype
+    assert_close(o, o_r, "attention", dtype)
+    assert_close(lse, lse_r, "attention", dtype)
+
+
+@requires_triton
 def test_triton_merge_matches_twin():
     g = torch.Generator().manual_seed(1)
     oa, ob = torch.randn(2, 5, 3, 24, generator=g).to(DEVICE), torch.randn(2, 5, 3, 24, generator=g).to(DEVICE)
@@ -214,6 +295,18 @@ def test_triton_cascade_bf16_on_cuda(softcap, window):
                  torch.bfloat16)
 
 
+@requires_cuda
+@pytest.mark.parametrize("softcap,window", CASES)
+def test_triton_varlen_bf16_on_cuda(softcap, window):
+    """The packed response part on tensor cores (bf16 tl.dot tiles), rows of 1-2,048 tokens, head dim 128."""
+    q, k, v, cu = packed_rows([512, 1, 2048, 33, 300, 64], H=8, Hkv=2, D=128, dtype=torch.bfloat16)
+    kw = dict(scale=128**-0.5, softcap=softcap, window=window)
+    o, lse = tc.response_part_varlen_triton(q, k, v, cu, 2048, out_dtype=torch.bfloat16, **kw)
+    o_r, lse_r = cr.response_part_varlen(q, k, v, cu, out_dtype=torch.bfloat16, **kw)
+    assert_close(o, o_r, "attention", torch.bfloat16)
+    assert_close(lse, lse_r, "attention", torch.bfloat16)
+
+
 def _compiled_variants(kernel) -> int:
     """Compiled variants of a Triton kernel on the current CUDA device (Triton 3.x keeps them per device)."""
     caches = getattr(kernel, "device_caches", None)
@@ -231,7 +324,10 @@ def test_no_recompile_per_length_on_cuda():
         w = wave([P, P // 2 + 1], [3, i + 1], S=S, lengths=[S] * (4 + i), H=8, Hkv=2, D=128, dtype=torch.bfloat16)
         tc.cascade_attention_triton(w["q"], w["ks"], w["vs"], torch.cat(w["kp"], 1), torch.cat(w["vp"], 1),
                                     w["cu_rows"], w["cu_kv"], w["lengths"], max_rows=i + 3, scale=0.1)
-        counts.append(tuple(_compiled_variants(k) for k in (tc._prompt_kernel, tc._response_kernel, tc._merge_kernel)))
+        q, k, v, cu = packed_rows([P, S, i + 1], H=8, Hkv=2, D=128, dtype=torch.bfloat16, seed=i)
+        tc.response_part_varlen_triton(q, k, v, cu, max(P, S, i + 1), scale=0.1, out_dtype=torch.bfloat16)
+        counts.append(tuple(_compiled_variants(k) for k in (tc._prompt_kernel, tc._response_kernel, tc._merge_kernel,
+                                                            tc._response_varlen_kernel)))
     assert counts[-1] == counts[0], counts
 
 

@@ -19,7 +19,7 @@ Attention is pluggable, chosen by the type of the ``prompt`` argument (:func:`at
 (the Triton kernel on CUDA, the ``bmm`` reference on CPU; P = 0 for the prompt pass itself) — or
 :class:`PackedPrompt` — the block-diagonal CPU form (:mod:`rmfast.kernels.blockdiag_attention`) — or
 :class:`CascadePrompt` — the cascade form, every prompt of a batch in one call (:func:`rmfast.fast.ops.cascade_attention`) —
-or :class:`PackedPrompts` — several prompts' own passes in one batch, the cascade's response part per prompt.
+or :class:`PackedPrompts` — several prompts' own passes packed in one batch, the cascade's varlen response part.
 
 Numerics, the same eager and compiled: Hugging Face's op order and rounding points. Every op
 rounds its output to the model dtype, as HF eager does (RMSNorm statistics and the softmax in fp32,
@@ -157,13 +157,13 @@ class CascadePrompt(NamedTuple):
 class PackedPrompts(NamedTuple):
     """The prompt pass of several prompts in ONE batch (:func:`rmfast.fast.wave.encode_prompts`): the layer's
     h is (1, T, Dm), the prompts' tokens back to back with no padding (the GEMMs, norms and MLP see only
-    real tokens). Attention is each prompt's causal attention over its own tokens: q/k/v are scattered to
-    one row per prompt, (n, P_max), and run through ``rows`` (the cascade form with an empty prompt part and
-    ``lengths`` = the prompts' lengths: keys after a row's end are never read), then gathered back."""
+    real tokens). Attention is each prompt's causal attention over its own tokens, run on the packed q/k/v
+    as they are (:func:`rmfast.fast.ops.varlen_causal_attention`: the cascade's response part in the varlen
+    layout, prompt i's tokens at ``cu_seqlens[i]:cu_seqlens[i+1]``): no scatter to padded rows, no gather."""
 
-    index: torch.Tensor  # (T,) long: packed token t's place in the (n·P_max) row layout
-    max_len: int  # P_max, the longest prompt
-    rows: CascadePrompt  # n rows of P_max positions; its K/V empty, its lengths (n,) the prompts' lengths
+    cu_seqlens: torch.Tensor  # (n+1,) int32 on the device
+    max_len: int  # the longest prompt (sizes the Triton kernel's grid)
+    triton: bool  # the Triton kernel, else the torch twin
 
 
 # ---------------------------------------------------------------------------------- building
@@ -315,19 +315,14 @@ def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePromp
     form keeps the scaled scores fp32 (see each). A :class:`MultiPrompt` runs each prompt's rows
     against its own K/V (a row's attention never depends on the other rows); a :class:`CascadePrompt` runs
     every prompt's rows in one call, in fp32 soft-max tiles merged once (``rmfast.kernels.cascade_reference``);
-    :class:`PackedPrompts` (several prompts' own passes, packed) runs the cascade's response part alone on them.
+    :class:`PackedPrompts` (several prompts' own passes, packed) runs the cascade's response part on them in the
+    varlen layout (no padding).
     """
     B, Sq, H, D = q.shape
     if isinstance(prompt, PackedPrompts):  # B = 1, Sq = S = T packed tokens
-        n, Pm = prompt.rows.lengths.numel(), prompt.max_len
-
-        def rows(x):  # (1, T, h, D) -> (n, P_max, h, D), zeros after each prompt's end
-            out = x.new_zeros(n * Pm, *x.shape[2:])
-            out[prompt.index] = x[0]
-            return out.view(n, Pm, *x.shape[2:])
-
-        a = attend(rows(q), rows(k), rows(v), prompt.rows, c)  # (n, P_max, H·D)
-        return a.reshape(n * Pm, H * D)[prompt.index][None]  # (1, T, H·D)
+        a = ops.varlen_causal_attention(q[0], k[0], v[0], prompt.cu_seqlens, prompt.max_len, scale=c.scale,
+                                        softcap=c.softcap, window=c.window, triton=prompt.triton)  # (T, H, D)
+        return a.view(1, Sq, H * D)
     if isinstance(prompt, CascadePrompt):
         a = ops.cascade_attention(
             q, k, v, prompt.k, prompt.v, prompt.cu_rows, prompt.cu_kv, prompt.lengths, max_rows=prompt.max_rows,

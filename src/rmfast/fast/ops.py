@@ -24,7 +24,7 @@ from ..kernels import triton_available
 from ..kernels.cpu_logprob import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
-           "shared_prefix_attention", "cascade_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
+           "shared_prefix_attention", "cascade_attention", "varlen_causal_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
            "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
 
 #: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
@@ -136,6 +136,21 @@ def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv,
                                         max_rows=max_rows, scale=scale, softcap=softcap, window=window)
     return cascade_ref.cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv, lengths, scale=scale,
                                          softcap=softcap, window=window)
+
+
+def varlen_causal_attention(q, k, v, cu_seqlens, max_len: int, *, scale, softcap=None, window=None, triton: bool):
+    """Rows packed back to back with no padding, each causal over its own tokens: q (T, H, D), k/v (T, Hkv, D),
+    row i's tokens at cu_seqlens[i]:cu_seqlens[i+1] ((n+1,) int32; ``max_len`` the longest row, a host int)
+    -> (T, H, D) in q.dtype: the cascade's response part in the varlen layout
+    (:func:`rmfast.kernels.cascade_reference.response_part_varlen`), the packed prompt pass's attention.
+    ``triton``: the Triton kernel (one launch, written in q.dtype), else the torch twin."""
+    if triton:
+        from ..kernels.triton_cascade import response_part_varlen_triton
+
+        return response_part_varlen_triton(q, k, v, cu_seqlens, max_len, scale=scale, softcap=softcap, window=window,
+                                           out_dtype=q.dtype)[0]
+    return cascade_ref.response_part_varlen(q, k, v, cu_seqlens, scale=scale, softcap=softcap, window=window,
+                                            out_dtype=q.dtype)[0]
 
 
 def rmsnorm(x, weight, eps, *, gemma_style, fp32=False):

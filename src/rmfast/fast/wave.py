@@ -3,10 +3,11 @@
 The scorer shares batches between the rows of a wave of conversations (:meth:`rmfast.scoring.scorer.RewardScorer._waves`);
 without this, each conversation's engine runs its own prompt pass (:meth:`rmfast.fast.engine.Engine._encode_prefix`):
 batch-1 GEMMs and a layer's kernel launches per prompt. Here the prompts run packed back to back, (1, sum P_i, Dm),
-with no padding in the GEMMs, norms or MLP, and a fixed number of launches per layer for the whole wave; attention
-is each prompt's causal attention over its own tokens, the cascade's response part on one row per prompt
-(:class:`rmfast.fast.layer.PackedPrompts`). Each engine ends up exactly as its own pass leaves it (K/V, gated head,
-prompt log-probs), to fp32 rounding (other GEMM shapes): ``tests/test_prompt_wave.py``.
+with no padding anywhere, and a fixed number of launches per layer for the whole wave; attention is each
+prompt's causal attention over its own tokens, the cascade's response part in the varlen layout run on the
+packed q/k/v as they are (:class:`rmfast.fast.layer.PackedPrompts`, ``cu_seqlens``): one launch per layer, no
+scatter to padded rows, so a wave's prompts of any lengths go in ONE pass. Each engine ends up exactly as its own
+pass leaves it (K/V, gated head, prompt log-probs), to fp32 rounding (other GEMM shapes): ``tests/test_prompt_wave.py``.
 
 Only for engines in the cascade form (CUDA's form for texts): on CPU each prompt keeps its own pass.
 """
@@ -45,16 +46,19 @@ def encode_prompts(engines: list[Engine]) -> None:
 
     The prompts run as variable-length rows, packed back to back with no padding, (1, sum P_i, Dm): every
     projection and MLP GEMM is one wide GEMM for the wave, and each layer launches a fixed number of kernels
-    whatever the number of prompts (one cascade response-part launch; :class:`rmfast.fast.layer.PackedPrompts`),
-    where one pass per prompt launches a layer's kernels per prompt, with batch-1 GEMMs. Attention: each
+    whatever the number of prompts (one varlen response-part launch on the packed q/k/v, no scatter to padded
+    rows; :class:`rmfast.fast.layer.PackedPrompts`), where one pass per prompt launches a layer's kernels per
+    prompt, with batch-1 GEMMs. Attention: each
     prompt causal over its own tokens, RoPE from each prompt's own tables (positions 0..P_i-1). The last
     layer runs every position (the heads read 1 to a few per prompt: 1/n_layers of the pass).
 
     Batched only for engines in the cascade form (CUDA's form for texts, decided where the engine's attention
     is, :func:`rmfast.scoring.plan.choose_attention`) that share ``layers`` with the first such engine: its
-    ragged causal attention is what packs them (prompts of very different lengths: a few packed passes,
-    :func:`_length_groups`). Any other engine is encoded alone, as on CPU, whose forms run one prompt per
-    call (CPU GEMMs already run near peak at a few hundred tokens, docs/backend.md; not re-measured here).
+    varlen causal attention is what packs them, prompts of any lengths in ONE pass (nothing is padded, so a
+    long prompt among short ones costs only its own tokens; the wave's size is bounded upstream by its prompt
+    K/V bytes, :data:`rmfast.scoring.scorer.WAVE_KV_BYTES`). Any other engine is encoded alone, as on CPU,
+    whose forms run one prompt per call (CPU GEMMs already run near peak at a few hundred tokens,
+    docs/backend.md; not re-measured here).
     """
     batch = [e for e in engines if e.attention == "cascade" and e.layers is engines[0].layers] if engines else []
     if len(batch) < 2:
@@ -62,27 +66,8 @@ def encode_prompts(engines: list[Engine]) -> None:
     for e in engines:
         if not any(e is b for b in batch):
             e._encode_prefix()
-    for group in _length_groups(batch):
-        _encode_packed(group)
-
-
-#: a packed prompt pass scatters its prompts to one row each of the longest one's length for attention: it takes
-#: prompts (shortest first) while those rows hold at most this many times its real tokens (memory and pad tiles)
-MAX_PACKED_PAD = 2.0
-
-
-def _length_groups(engines: list[Engine]) -> list[list[Engine]]:
-    """Engines cut into packed passes, shortest prompt first: a group grows while n · P_max <= MAX_PACKED_PAD · sum
-    P_i. Prompts of similar lengths (a wave's, usually) are one group; one very long prompt among short ones
-    gets its own pass rather than rows of its length for every short one."""
-    groups: list[list[Engine]] = []
-    for e in sorted(engines, key=lambda e: e.P):
-        g = groups[-1] if groups else None
-        if g is not None and (len(g) + 1) * e.P <= MAX_PACKED_PAD * (sum(x.P for x in g) + e.P):
-            g.append(e)
-        else:
-            groups.append([e])
-    return groups
+    if batch:  # every length in one pass: nothing is padded
+        _encode_packed(batch)
 
 
 def _encode_packed(batch: list[Engine]) -> None:
@@ -91,15 +76,13 @@ def _encode_packed(batch: list[Engine]) -> None:
         return batch[0]._encode_prefix()
     e0 = batch[0]
     lens = [e.P for e in batch]
-    n, T, Pm, dev = len(batch), sum(lens), max(lens), e0.device
+    T, dev = sum(lens), e0.device
     cu = [0, *torch.tensor(lens).cumsum(0).tolist()]  # prompt i's tokens at cu[i]:cu[i+1]
     ids = torch.tensor([t for e in batch for t in e.template.prefix_ids], dtype=torch.long, device=dev)  # (T,)
     h = e0.spec.embed(ids[None])  # (1, T, Dm)
     tables = [e.spec.rope(torch.arange(e.P, device=dev), h) for e in batch]  # key -> (P_i, D) cos, sin
     rope = {key: tuple(torch.cat([t[key][j] for t in tables]) for j in (0, 1)) for key in tables[0]}  # key -> (T, D)
-    index = torch.cat([i * Pm + torch.arange(P) for i, P in enumerate(lens)]).to(dev)  # (T,) places in (n·P_max)
-    empty = h.new_zeros(e0.spec.n_kv_heads, 0, e0.spec.head_dim)  # (Hkv, 0, D): no prompt part
-    packed = PackedPrompts(index, Pm, e0._cascade(empty, empty, (0,), (n,), torch.tensor(lens)))  # lengths (n,)
+    packed = PackedPrompts(torch.tensor(cu, dtype=torch.int32, device=dev), max(lens), e0.triton)
     kvs: list = []
     h = e0._run_stack(h, 0, T, decoder_layer, kvs, rope=rope, prompts=[packed] * len(e0.layers))  # (1, T, Dm)
     own: list = [[] for _ in batch]  # per prompt, per layer: its own (Hkv, P_i, D) copies (cached plans own theirs)

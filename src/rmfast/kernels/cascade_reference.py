@@ -18,6 +18,9 @@ i's keys ``cu_kv[i]:cu_kv[i+1]``, and ``cu_rows`` (n+1,) its rows ``cu_rows[i]:c
 (rows are grouped by prompt, as :class:`rmfast.fast.layer.MultiPrompt` orders them). Row query j (of the
 last Sq of S row positions) of prompt i sits at absolute position ``P_i + S - Sq + j``.
 
+The same response part on rows packed back to back without padding, ``cu_seqlens`` (n+1,) giving row i's
+tokens (:func:`response_part_varlen`), is the packed prompt pass's attention (:mod:`rmfast.fast.wave`).
+
 Numerics: scores are formed in fp32 from the inputs (exact products of bf16/fp16 values), scaled,
 Gemma-2 softcapped (``tanh(s / cap) · cap``) and soft-maxed in fp32; each part's output is fp32; the
 merge rounds once. In fp32 this is :func:`rmfast.kernels.reference.shared_prefix_attention` to fp32
@@ -119,6 +122,36 @@ def response_part(q, k, v, lengths=None, *, scale: float, softcap: float | None 
     vh = vh.float().masked_fill(~real[:, None, :, None], 0.0)  # (B, H, S, D)
     o, l = _softmax_parts(s, vis[:, None], vh)  # (B, H, Sq, D), (B, H, Sq)
     return o.transpose(1, 2), l.transpose(1, 2)  # (B, Sq, H, D), (B, Sq, H)
+
+
+def response_part_varlen(q, k, v, cu_seqlens, *, scale: float, softcap: float | None = None,
+                         window: int | None = None, out_dtype: torch.dtype = torch.float32):
+    """:func:`response_part` on rows packed back to back, no padding: each row's causal attention over its
+    own keys.
+
+    q: (T, H, D), k, v: (T, Hkv, D); cu_seqlens: (n+1,) row i's tokens at cu_seqlens[i]:cu_seqlens[i+1]
+    (row positions 0..L_i-1 there). Query t of a row sees the row's keys u <= t, t - u < window.
+    Returns (out (T, H, D) in ``out_dtype``, fp32 by default, lse (T, H) fp32). Every query sees at least
+    itself, so no lse is -inf.
+    """
+    T, H, D = q.shape
+    G = H // k.shape[1]
+    out = q.new_zeros(T, H, D, dtype=torch.float32)  # (T, H, D)
+    lse = q.new_full((T, H), float("-inf"), dtype=torch.float32)
+    cu = cu_seqlens.tolist()
+    for a, b in zip(cu[:-1], cu[1:]):  # the oracle may loop over rows; the Triton kernel is one launch
+        if b == a:
+            continue
+        kh = k[a:b].transpose(0, 1).repeat_interleave(G, dim=0)  # (H, L, D): query head h reads kv head h // G
+        vh = v[a:b].transpose(0, 1).repeat_interleave(G, dim=0).float()
+        s = _scores(q[a:b].transpose(0, 1), kh, scale, softcap)  # (H, L, L)
+        t = torch.arange(b - a, device=q.device)
+        vis = t[None, :] <= t[:, None]  # (L, L): causal
+        if window is not None:
+            vis &= t[:, None] - t[None, :] < window
+        o, l = _softmax_parts(s, vis, vh)  # (H, L, D), (H, L)
+        out[a:b], lse[a:b] = o.transpose(0, 1), l.transpose(0, 1)
+    return out.to(out_dtype), lse
 
 
 def merge(out_a, lse_a, out_b, lse_b, dtype: torch.dtype) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Triton cascade attention: the twin of :mod:`rmfast.kernels.cascade_reference` (the maths, the layouts
 and the numerics are stated there), for responses of any length and many prompts per call.
 
-Three kernels, each one launch per layer for the whole wave:
+Four kernels, each one launch per layer for a whole wave (the packed response part in its prompt pass, the
+other three in its rows' pass):
 
   prompt part   grid (query tiles, prompts, kv heads). A program owns BLOCK_M query rows of one prompt and
                 one kv head, a query row being (row b, position j, group head g) of that prompt's rows,
@@ -11,6 +12,10 @@ Three kernels, each one launch per layer for the whole wave:
                 a wave differ in rows; the grid is sized for the largest).
   response part grid (query tiles, rows, query heads): flash attention over the row's own keys, causal,
                 blocks past the row's length (or before its window) never loaded, tl.dot tiles.
+  response part, grid (query tiles of the longest row, rows, query heads): the same flash loop over rows
+  packed        packed back to back without padding, (T, H, D) with ``cu_seqlens`` (n+1,) (FlashAttention's
+                varlen layout; the packed prompt pass, :mod:`rmfast.fast.wave`); programs past their row's
+                end return at once; the output is written in the caller's dtype (no cast pass after it).
   merge         one program per BLOCK_R (row, position, head) triples: the two fp32 parts by their
                 log-sum-exps, rounded once to the model dtype.
 
@@ -30,7 +35,8 @@ import torch
 
 from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
 
-__all__ = ["HAVE_TRITON", "cascade_attention_triton", "prompt_part_triton", "response_part_triton", "merge_triton"]
+__all__ = ["HAVE_TRITON", "cascade_attention_triton", "prompt_part_triton", "response_part_triton",
+           "response_part_varlen_triton", "merge_triton"]
 
 
 if HAVE_TRITON:
@@ -127,6 +133,39 @@ if HAVE_TRITON:
         tl.store(O + o_row[:, None] + offs_d[None, :], out, mask=r_ok[:, None] & d_ok[None, :])
         tl.store(LSE + o_row // D, lse, mask=r_ok)  # LSE (B, Sq, H) is O's layout without D
 
+    @triton.jit
+    def _own_keys(q, t, lo, hi, K, V, kv_base, stride_kn, stride_kd, offs_d, d_ok, scale, softcap, window,
+                  HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+        """The response part's key loop: queries q (BLOCK_M, BLOCK_D) at row positions t (BLOCK_M,) over the
+        row's keys lo..hi-1 (key u at K + kv_base + u·stride_kn), causal and windowed -> (m_i, l_i, acc)."""
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        offs_n = tl.arange(0, BLOCK_N)
+        for start in range(lo, hi, BLOCK_N):
+            u = start + offs_n  # (BLOCK_N,) key positions in the row
+            u_ok = u < hi
+            off = kv_base + u[:, None].to(tl.int64) * stride_kn + offs_d[None, :] * stride_kd
+            k = tl.load(K + off, mask=u_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
+            v = tl.load(V + off, mask=u_ok[:, None] & d_ok[None, :], other=0.0)
+            s = _scores(q, k, scale, softcap, HAS_SOFTCAP, DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
+            visible = u_ok[None, :] & (u[None, :] <= t[:, None])
+            if HAS_WINDOW:
+                visible = visible & (t[:, None] - u[None, :] < window)
+            m_i, l_i, acc = _online_step(s, visible, m_i, l_i, acc, v, DOT_PRECISION)
+        return m_i, l_i, acc
+
+    @triton.jit
+    def _window_lo(t_lo, window, HAS_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
+        """The first key tile a query tile starting at row position t_lo can see (tiles wholly before every
+        query's window are never loaded)."""
+        lo = 0
+        if HAS_WINDOW:
+            lo = tl.maximum(0, t_lo - window + 1)
+            lo = (lo // BLOCK_N) * BLOCK_N
+        return lo
+
     @triton.jit(do_not_specialize=["Sq", "S", "G", "window"])
     def _response_kernel(
         Q, K, V, LEN, O, LSE,
@@ -150,31 +189,50 @@ if HAVE_TRITON:
         d_ok = offs_d < D
         q = tl.load(Q + b * stride_qb + j[:, None] * stride_qs + h * stride_qh + offs_d[None, :] * stride_qd,
                     mask=d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        t_lo = S - Sq + pid_m * BLOCK_M
         hi = tl.minimum(tl.max(t, 0) + 1, L)  # causal, and never past the row's end
-        lo = 0
-        if HAS_WINDOW:
-            lo = tl.maximum(0, t_lo - window + 1)
-            lo = (lo // BLOCK_N) * BLOCK_N
+        lo = _window_lo(S - Sq + pid_m * BLOCK_M, window, HAS_WINDOW, BLOCK_N)
         kv_base = b * stride_kb + (h // G).to(tl.int64) * stride_kh
-        offs_n = tl.arange(0, BLOCK_N)
-        for start in range(lo, hi, BLOCK_N):
-            u = start + offs_n  # (BLOCK_N,) key positions in the row
-            u_ok = u < hi
-            off = kv_base + u[:, None] * stride_ks + offs_d[None, :] * stride_kd
-            k = tl.load(K + off, mask=u_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
-            v = tl.load(V + off, mask=u_ok[:, None] & d_ok[None, :], other=0.0)
-            s = _scores(q, k, scale, softcap, HAS_SOFTCAP, DOT_PRECISION)  # (BLOCK_M, BLOCK_N)
-            visible = u_ok[None, :] & (u[None, :] <= t[:, None])
-            if HAS_WINDOW:
-                visible = visible & (t[:, None] - u[None, :] < window)
-            m_i, l_i, acc = _online_step(s, visible, m_i, l_i, acc, v, DOT_PRECISION)
+        m_i, l_i, acc = _own_keys(q, t, lo, hi, K, V, kv_base, stride_ks, stride_kd, offs_d, d_ok, scale, softcap,
+                                  window, HAS_SOFTCAP, HAS_WINDOW, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
         out, lse = _finish(m_i, l_i, acc)
         o_row = b * stride_ob + j * stride_os + h * stride_oh  # (BLOCK_M,) int64
         tl.store(O + o_row[:, None] + offs_d[None, :], out, mask=j_ok[:, None] & d_ok[None, :])
+        tl.store(LSE + o_row // D, lse, mask=j_ok)
+
+    @triton.jit(do_not_specialize=["G", "window"])
+    def _response_varlen_kernel(
+        Q, K, V, CU, O, LSE,
+        stride_qt, stride_qh, stride_qd,
+        stride_kt, stride_kh, stride_kd,  # K and V share strides
+        stride_ot, stride_oh,  # O (T, H, D) contiguous; LSE (T, H) the same without D
+        G, D,
+        scale, softcap, window,
+        HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):
+        pid_m = tl.program_id(0)
+        i = tl.program_id(1)
+        h = tl.program_id(2)
+        s0 = tl.load(CU + i)
+        L = tl.load(CU + i + 1) - s0  # row i's tokens at s0..s0+L-1
+        if pid_m * BLOCK_M >= L:
+            return  # the grid is sized for the longest row
+        j = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) row positions of the queries
+        j_ok = j < L
+        j = tl.minimum(j, L - 1)  # pad rows: copies of the last (loads stay in the row; stores masked)
+        tok = s0.to(tl.int64) + j  # (BLOCK_M,) packed token index
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < D
+        q = tl.load(Q + tok[:, None] * stride_qt + h * stride_qh + offs_d[None, :] * stride_qd,
+                    mask=d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
+        hi = tl.max(j, 0) + 1  # causal: the row's keys up to its last query here (never past its end)
+        lo = _window_lo(pid_m * BLOCK_M, window, HAS_WINDOW, BLOCK_N)
+        kv_base = s0.to(tl.int64) * stride_kt + (h // G).to(tl.int64) * stride_kh
+        m_i, l_i, acc = _own_keys(q, j, lo, hi, K, V, kv_base, stride_kt, stride_kd, offs_d, d_ok, scale, softcap,
+                                  window, HAS_SOFTCAP, HAS_WINDOW, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_D)
+        out, lse = _finish(m_i, l_i, acc)
+        o_row = tok * stride_ot + h * stride_oh  # (BLOCK_M,) int64
+        tl.store(O + o_row[:, None] + offs_d[None, :], out.to(O.dtype.element_ty), mask=j_ok[:, None] & d_ok[None, :])
         tl.store(LSE + o_row // D, lse, mask=j_ok)
 
     @triton.jit(do_not_specialize=["n_triples"])
@@ -278,6 +336,35 @@ def response_part_triton(q, k, v, lengths=None, *, scale: float, softcap: float 
         q, k, v, lengths, out, lse,
         *q.stride(), *k.stride(), *out.stride()[:3],
         Sq, S, H // Hkv, D,
+        float(scale), float(softcap) if softcap is not None else 1.0, int(window) if window is not None else 0,
+        HAS_SOFTCAP=softcap is not None, HAS_WINDOW=window is not None, DOT_PRECISION=_precision(q.dtype),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
+    )
+    return out, lse
+
+
+def response_part_varlen_triton(q, k, v, cu_seqlens, max_len: int, *, scale: float, softcap: float | None = None,
+                                window: int | None = None, out_dtype: torch.dtype = torch.float32):
+    """:func:`rmfast.kernels.cascade_reference.response_part_varlen` in one launch: q (T, H, D), k/v (T, Hkv, D)
+    packed rows, cu_seqlens (n+1,) int32 on the device, max_len the longest row (sizes the grid; a host int).
+    Returns (out (T, H, D) in ``out_dtype``, lse (T, H) fp32)."""
+    _check(q, _response_varlen_kernel)
+    T, H, D = q.shape
+    Hkv = k.shape[1]
+    if k.stride() != v.stride():
+        k, v = k.contiguous(), v.contiguous()
+    out = torch.empty(T, H, D, dtype=out_dtype, device=q.device)  # (T, H, D); every token is some row's
+    lse = torch.empty(T, H, dtype=torch.float32, device=q.device)
+    n = cu_seqlens.numel() - 1
+    if T == 0 or n == 0 or max_len == 0:
+        return out, lse
+    block_d = max(16, next_pow2(D))
+    bm, bn, warps, stages = _blocks(block_d, q.element_size(), q.is_cuda)
+    grid = (triton.cdiv(max_len, bm), n, H)
+    _response_varlen_kernel[grid](
+        q, k, v, cu_seqlens, out, lse,
+        *q.stride(), *k.stride(), *out.stride()[:2],
+        H // Hkv, D,
         float(scale), float(softcap) if softcap is not None else 1.0, int(window) if window is not None else 0,
         HAS_SOFTCAP=softcap is not None, HAS_WINDOW=window is not None, DOT_PRECISION=_precision(q.dtype),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
