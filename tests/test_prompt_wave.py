@@ -43,10 +43,10 @@ PROMPTS = ("Hi", "The greatest thing ever, in one word? Think first, then answer
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
-def _alone_and_wave(model, head="score", n=len(PROMPTS)):
+def _alone_and_wave(model, head="score", n=len(PROMPTS), prompts=PROMPTS):
     """Each prompt's engine encoded alone, and the same engines built inside one_prompt_pass (one prefill)."""
     tok = T.chatml_tokenizer()
-    tmpls = [build_template(tok, p) for p in PROMPTS[:n]]
+    tmpls = [build_template(tok, p) for p in prompts[:n]]
     alone = [Engine(model, tmpls[0], head=head, attention="cascade")]
     alone += [Engine(model, t, head=head, attention="cascade", layers=alone[0].layers) for t in tmpls[1:]]
     with one_prompt_pass() as wave:
@@ -133,31 +133,53 @@ def test_other_forms_encode_alone():
         torch.testing.assert_close(k, b, atol=0, rtol=0)
 
 
-def test_length_groups_bound_the_padding():
-    """A packed pass scatters its prompts to rows of its longest one's length: prompts of similar lengths are
-    one pass, a very long one among short ones its own (n · P_max <= MAX_PACKED_PAD · sum P_i per pass)."""
-    from types import SimpleNamespace
+#: two short prompts (21, 23 tokens under the template) and a long one (215; phi3's tiny LongRoPE ends at 256)
+FAR_APART = ("Hi", "Why?", "A much longer prompt, many times the short ones: " * 4)
 
-    from rmfast.fast.wave import MAX_PACKED_PAD, _length_groups
 
-    def groups(lens):
-        return [[e.P for e in g] for g in _length_groups([SimpleNamespace(P=P) for P in lens])]
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3", "phi3"])
+def test_prompts_of_very_different_lengths_go_in_one_pass(arch, monkeypatch):
+    """Prompts of 21, 23 and 215 tokens (nothing is padded, so nothing splits them; the scatter to padded
+    rows that came before the varlen part cut such a wave into passes): ONE packed pass, one varlen attention call per layer over all three,
+    and each prompt's K/V and scores equal its own pass in fp32 (windows of 16 and 32 tokens, softcaps)."""
+    from rmfast.fast import ops
 
-    assert groups([82, 21, 67, 23]) == [[21, 23, 67, 82]]
-    assert groups([64] * 15 + [4000]) == [[64] * 15, [4000]]
-    for lens in ([5, 9, 300, 310, 2000, 40], [1] * 7 + [100]):
-        for g in groups(lens):
-            assert len(g) * max(g) <= MAX_PACKED_PAD * sum(g)
+    calls, real = [], ops.varlen_causal_attention
+
+    def counting(q, k, v, cu, max_len, **kw):
+        calls.append((q.shape[0], cu.tolist(), max_len))
+        return real(q, k, v, cu, max_len, **kw)
+
+    monkeypatch.setattr(ops, "varlen_causal_attention", counting)
+    model = T.tiny(arch)
+    tok = T.chatml_tokenizer()
+    tmpls = [build_template(tok, p) for p in FAR_APART]
+    alone = [Engine(model, tmpls[0], head="score", attention="cascade")]
+    alone += [Engine(model, t, head="score", attention="cascade", layers=alone[0].layers) for t in tmpls[1:]]
+    assert not calls  # each prompt alone: the padded response part
+    with one_prompt_pass():
+        e0 = Engine(model, tmpls[0], head="score", attention="cascade")
+        engs = [e0] + [Engine(model, t, head="score", attention="cascade", layers=e0.layers) for t in tmpls[1:]]
+    lens = [e.P for e in engs]
+    assert max(lens) > 10 * min(lens), lens
+    cu = [0, lens[0], lens[0] + lens[1], sum(lens)]
+    assert calls == [(sum(lens), cu, max(lens))] * len(e0.layers)  # one pass, one call per layer
+    _assert_same_prompts(alone, engs)
+    resp = torch.randint(5, T.VOCAB, (2, 7), generator=torch.Generator().manual_seed(6))
+    for a, b in zip(alone, engs):
+        torch.testing.assert_close(b.score(resp), a.score(resp), **TOL)
 
 
 @requires_triton
-@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3"])
-def test_wave_prefill_triton_interpreted(arch, monkeypatch):
-    """The CUDA path's kernels (interpreted): the packed prefill through the cascade's Triton response part
-    equals each prompt's own pass (windows, softcaps, local/global layers)."""
+@pytest.mark.parametrize("arch,prompts", [("llama", "PROMPTS"), ("gemma2", "PROMPTS"), ("gemma3", "PROMPTS"),
+                                          ("gemma2", "FAR_APART")])
+def test_wave_prefill_triton_interpreted(arch, prompts, monkeypatch):
+    """The CUDA path's kernels (interpreted): the packed prefill through the cascade's Triton varlen response
+    part equals each prompt's own pass (its padded response part): windows, softcaps, local/global layers,
+    prompts of 21-82 tokens and of 21-215 in one pass."""
     monkeypatch.setenv("RMFAST_KERNELS", "triton")
     model = T.tiny(arch)
-    alone, engs = _alone_and_wave(model, n=3)
+    alone, engs = _alone_and_wave(model, n=3, prompts=globals()[prompts])
     assert engs[0].triton
     _assert_same_prompts(alone, engs)
 
@@ -236,7 +258,7 @@ def _launch_log(monkeypatch) -> list:
 @requires_triton
 def test_triton_launches_do_not_grow_with_the_wave_and_lengths_do_not_recompile(monkeypatch):
     """One scorer call on a wave of K prompts launches per layer a fixed number of Triton kernels, whatever K:
-    the wave's prompt pass one cascade response-part launch per layer (not one per prompt), each batch of
+    the wave's prompt pass one varlen response-part launch per layer (not one per prompt), each batch of
     rows three per layer (prompt part, response part, merge) and one fused norm + head. A later call with
     other prompts and new response lengths launches only variants already compiled (no kernel specialises
     on a length, a count or an offset)."""
@@ -258,8 +280,8 @@ def test_triton_launches_do_not_grow_with_the_wave_and_lengths_do_not_recompile(
         counts.append(Counter(name for name, _ in log))
         keys.append({k for _, k in log})
         nb = st.n_batches
-        assert counts[-1] == {"_response_kernel": L * (1 + nb), "_prompt_kernel": L * nb, "_merge_kernel": L * nb,
-                              "_rmsnorm_head_kernel": nb}, (len(convs), nb, counts[-1])
+        assert counts[-1] == {"_response_varlen_kernel": L, "_response_kernel": L * nb, "_prompt_kernel": L * nb,
+                              "_merge_kernel": L * nb, "_rmsnorm_head_kernel": nb}, (len(convs), nb, counts[-1])
     assert counts[0] == counts[1]  # 2 prompts or 4: the same launches
     log.clear()  # other prompts (other lengths), new response lengths, other row counts (a batch of one row)
     sc.score(["Something else entirely, and longer than before: " * 2, "Ok"],
@@ -269,16 +291,50 @@ def test_triton_launches_do_not_grow_with_the_wave_and_lengths_do_not_recompile(
     assert not new, f"{len(new)} new compiled variant(s): {sorted(new)[:2]}"
 
 
+def test_packed_attention_issues_no_torch_op_around_the_kernel(monkeypatch):
+    """The packed prompt pass's attention is the varlen kernel alone: with it stubbed, ``attend`` on
+    :class:`~rmfast.fast.layer.PackedPrompts` dispatches no torch op (views only). The scatter to padded rows
+    it replaces issued 7 per layer (q, k, v: a zeros and an index_put each; the output's gather), measured
+    the same way on the commit before."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from rmfast.fast import layer, ops
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:
+                self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    model = T.tiny("gemma2")
+    e = Engine(model, build_template(T.chatml_tokenizer(), "Hi"), head="score", attention="cascade")
+    w, c = e.layers[0]
+    lens, H, Hkv, D = [5, 17, 1], c.n_heads, c.n_kv_heads, c.head_dim
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, sum(lens), h, D, generator=g) for h in (H, Hkv, Hkv))
+    cu = torch.tensor([0, 5, 22, 23], dtype=torch.int32)
+    out = torch.randn(sum(lens), H, D, generator=g)  # made before counting
+    seen = []
+    monkeypatch.setattr(ops, "varlen_causal_attention", lambda *a, **kw: (seen.append(a[3]), out)[1])
+    with Count() as n:
+        got = layer.attend(q, k, v, layer.PackedPrompts(cu, 17, False), c)
+    assert seen == [cu] and n.ops == [] and torch.equal(got[0], out.view(sum(lens), H * D))
+
+
 def test_cost_model_wave_prompt_pass():
-    """The packed prompt pass does each prompt's own FLOPs (no padding in the GEMMs) and is predicted no slower
-    than one pass per prompt; for short prompts the launches and weight reads it saves dominate."""
+    """The packed prompt pass does each prompt's own FLOPs (no padding anywhere) with one pass's launches, and
+    is predicted no slower than one pass per prompt; for short prompts the launches and weight reads it saves
+    dominate."""
     from rmfast.bench import cascade_cost as cc
 
     m = cc.LLAMA_31_8B
     for prompts in ([512], [64] * 16, [512, 17, 300]):
         wave = cc.wave_prompt_pass(m, prompts)
         assert wave["flops"] == pytest.approx(sum(cc.prompt_pass(m, P)["flops"] for P in prompts))
-        assert wave["launches_s"] == pytest.approx(
-            m["n_layers"] * (cc.Gpu().kernels_per_layer + 1 + cc.PACKED_EXTRA_LAUNCHES) * 4e-6)
+        assert wave["launches_s"] == pytest.approx(m["n_layers"] * (cc.Gpu().kernels_per_layer + 1) * 4e-6)
     alone = sum(cc.prompt_pass(m, 64)["s"] for _ in range(16))
     assert cc.wave_prompt_pass(m, [64] * 16)["s"] < alone / 3

@@ -102,23 +102,18 @@ def prompt_pass(m: dict, P: int, elt: int = 2, gpu: Gpu = Gpu()) -> dict:
             "s": L * (g + a) + L * (gpu.kernels_per_layer + 1) * gpu.launch_us * 1e-6}
 
 
-#: eager torch launches per layer the packed prompt pass adds (:class:`rmfast.fast.layer.PackedPrompts`): q, k, v
-#: each a zeros + a scatter into one row per prompt, and the gather of the attention output
-PACKED_EXTRA_LAUNCHES = 7
-
-
 def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()) -> dict:
     """The prompts of a wave in ONE packed pass (:func:`rmfast.fast.wave.encode_prompts`): GEMMs over all
-    T = sum P_i tokens with the weights read once, each prompt's causal attention (one response-part launch
-    per layer for the wave), the rows' scatter and gather as extra bytes and launches. Compare with
-    ``sum(prompt_pass(m, P))``: the saving is the per-prompt launches and weight reads of short prompts."""
+    T = sum P_i tokens with the weights read once, each prompt's causal attention by the varlen response part
+    on the packed q/k/v (one launch per layer for the wave; no padding, no scatter or gather: a pass's
+    launches and bytes are one prompt pass's over T tokens). Compare with ``sum(prompt_pass(m, P))``: the
+    saving is the per-prompt launches and weight reads of short prompts."""
     L, H, Hkv, D = m["n_layers"], m["n_heads"], m["n_kv_heads"], m["head_dim"]
-    T, Pm = sum(prompts), max(prompts)
+    T = sum(prompts)
     g = _t(2.0 * layer_params(m) * T, layer_params(m) * elt + T * m["hidden"] * elt * 8, gpu.gemm_tflops, gpu.hbm_tb_s)
     pairs = sum(P * (P + 1) / 2 for P in prompts)
-    scatter = 2 * (len(prompts) * Pm + T) * (H + 2 * Hkv) * D * elt + 2 * T * H * D * elt  # q, k, v in; output back
-    a = _t(4.0 * H * D * pairs, T * (H + 2 * Hkv) * D * elt * 2 + scatter, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
-    launches = L * (gpu.kernels_per_layer + 1 + PACKED_EXTRA_LAUNCHES) * gpu.launch_us * 1e-6
+    a = _t(4.0 * H * D * pairs, T * (H + 2 * Hkv) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
+    launches = L * (gpu.kernels_per_layer + 1) * gpu.launch_us * 1e-6
     return {"flops": L * (2.0 * layer_params(m) * T + 4.0 * H * D * pairs), "s": L * (g + a) + launches,
             "launches_s": launches}
 
