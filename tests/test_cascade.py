@@ -1,7 +1,8 @@
 """Cascade attention (issue 33): the torch twin against the reference form (its packed, cu_seqlens response
 part against the padded one), the Triton kernels against the twin (interpreted on CPU: small shapes, fp32
-elementwise, fp16 loosely; bf16 and the compile count on CUDA), the engine's cascade form against its default form on tiny models of several architectures, and the plan's
-choice of form, recorded in the manifest and in RewardScorer's stats.
+elementwise, fp16 loosely; bf16 and the compile count on CUDA), the engine's cascade form against its default
+form on tiny models of several architectures, and the plan's choice of form, recorded in the manifest and in
+RewardScorer's stats.
 
 `make gpu-check` runs this file on a CUDA machine: the CUDA-only cases are marked as tests/test_gpu.py marks
 them, so they skip here and run there.

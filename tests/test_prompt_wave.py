@@ -140,8 +140,9 @@ FAR_APART = ("Hi", "Why?", "A much longer prompt, many times the short ones: " *
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3", "phi3"])
 def test_prompts_of_very_different_lengths_go_in_one_pass(arch, monkeypatch):
     """Prompts of 21, 23 and 215 tokens (nothing is padded, so nothing splits them; the scatter to padded
-    rows that came before the varlen part cut such a wave into passes): ONE packed pass, one varlen attention call per layer over all three,
-    and each prompt's K/V and scores equal its own pass in fp32 (windows of 16 and 32 tokens, softcaps)."""
+    rows that came before the varlen part cut such a wave into passes): ONE packed pass, one varlen attention
+    call per layer over all three, and each prompt's K/V and scores equal its own pass in fp32 (windows
+    shorter than the long prompt, softcaps, local/global RoPE, partial LongRoPE)."""
     from rmfast.fast import ops
 
     calls, real = [], ops.varlen_causal_attention

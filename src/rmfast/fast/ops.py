@@ -24,8 +24,8 @@ from ..kernels import triton_available
 from ..kernels.cpu_logprob import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
-           "shared_prefix_attention", "cascade_attention", "varlen_causal_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
-           "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
+           "shared_prefix_attention", "cascade_attention", "varlen_causal_attention", "shared_prefix_attention_blockdiag",
+           "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
 
 #: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
 #: the prompt K/V packed once per layer, a visibility bias per window, the attention itself
