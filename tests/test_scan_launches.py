@@ -23,12 +23,13 @@ from rmfast.fast.engine import Engine  # noqa: E402
 from rmfast.template import build_template  # noqa: E402
 from test_prompt_wave import _launch_log, requires_triton  # noqa: E402
 
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU (make gpu-check) the kernels compile for real
 PROMPTS = ("Hi", "What, in one word, is the greatest thing ever? Think about it first, then answer in one word.")
 
 
 def _ids(n: int, k: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(5, T.VOCAB, (n, k), generator=g)  # (n, k) candidate suffixes
+    return torch.randint(5, T.VOCAB, (n, k), generator=g).to(DEV)  # (n, k) candidate suffixes
 
 
 @requires_triton
@@ -37,7 +38,7 @@ def test_scan_kernels_compile_once_per_model(arch, head, monkeypatch):
     monkeypatch.setenv("RMFAST_KERNELS", "triton")
     log = _launch_log(monkeypatch)
     tok = T.chatml_tokenizer()
-    model = T.tiny(arch, "classifier" if head == "score" else "causal_lm")
+    model = T.tiny(arch, "classifier" if head == "score" else "causal_lm").to(DEV)
     first = Engine(model, build_template(tok, PROMPTS[0]), head=head)
     assert first.triton, "the scan should run the Triton kernels here"
     first.score(_ids(32, 1, 0))
@@ -53,3 +54,28 @@ def test_scan_kernels_compile_once_per_model(arch, head, monkeypatch):
     assert {name for name, _ in log} >= want
     new = {key for _, key in log} - seen
     assert not new, f"{len(new)} new compiled variant(s): {sorted(new)[:2]}"
+
+
+@requires_triton
+def test_compiled_layer_around_the_triton_attention(monkeypatch):
+    """Item 3's plumbing: the decoder layer compiled around the Triton shared-prefix kernel (one opaque custom op,
+    what a CUDA scan compiles with `--compile on`) scores as the eager Triton layer does, to fp32 summation order.
+    Here inductor's CPU backend compiles the layer and the kernel runs interpreted; on a GPU `make gpu-check` times
+    it against the eager layer."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    tok, head = T.chatml_tokenizer(), "logprob"
+    model = T.tiny("gemma2", "causal_lm").to(DEV)  # softcaps and sliding windows in the op's arguments
+    tmpl = build_template(tok, PROMPTS[1])
+    eager = Engine(model, tmpl, head=head)
+    fused = Engine(model, tmpl, head=head, compile=True, layers=eager.layers)
+    assert fused.compile and fused.attention == "triton" and eager.attention == "triton"
+    ids = _ids(12, 2, 7)
+    want = eager.score(ids)
+    counters.clear()
+    got = fused.score(ids)
+    assert not counters["graph_break"], dict(counters["graph_break"])  # the kernel is one op, not a break
+    assert fused.compile, "the compile fell back to eager"
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(fused.score(ids[:5]), want[:5], atol=2e-5, rtol=1e-5)  # a short batch: padded rows
