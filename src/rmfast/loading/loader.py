@@ -554,7 +554,7 @@ def load(
         "content_sha256": None,
     }
     path = Path(spec).expanduser()
-    if checkpoints.is_adapter_folder(path) and embedded.get(spec) is None:
+    if embedded.get(spec) is None and checkpoints.is_adapter_folder(path):  # an embedded alias is never an adapter
         return _load_adapter(path.resolve(), base, dtype=dtype, device=dev, trust_remote_code=trust_remote_code,
                              cache_dir=cache_dir, attn_implementation=attn_implementation)
     folder, default_template = _locate(spec, path, cache, source)

@@ -36,7 +36,7 @@ from ..errors import UserError
 from .batching import Group, count_nonfinite, drop_checkpoint, score_groups
 from .compat import (authors_batch_size, authors_diagnostics, authors_groups, authors_manifest, authors_plan,
                      check_authors)
-from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
+from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, LOW_PRECISION, audit_bf16
 from .options import ScoringOptions
 from .plan import ScoringPlan, finish_manifest, lens_names, plan_scoring, run_fields, run_key
 from ..state_names import ByLayer
@@ -560,12 +560,13 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
             res = score_ids(model, tokenizer, prompt, ids[order], options, vocab_size=n_vocab, **kw)
             res.manifest["exclude_special"] = sel.exclude_special
         res.manifest["vocab_view"] = view
-    # A subset of texts re-batches them (other padding), so an authors text scan is not audited.
-    a = None if authors_texts else audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options, kw),
-                                              n=audit, seed=audit_seed, what="ids" if sel.texts is None else "texts",
-                                              job_s=res.manifest.get("scan_s"))
-    if a is not None:
-        res.manifest["bf16_audit"] = a
+    # The audit is decided here: only a bf16/fp16 job with --audit N > 0 has one. A subset of texts re-batches them
+    # (other padding), so an authors text scan is not audited.
+    if audit > 0 and not authors_texts and next(model.parameters()).dtype in LOW_PRECISION:
+        a = audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options, kw), n=audit, seed=audit_seed,
+                       what="ids" if sel.texts is None else "texts", job_s=res.manifest.get("scan_s"))
+        if a is not None:
+            res.manifest["bf16_audit"] = a
     return res, order
 
 
