@@ -85,7 +85,7 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
     """Head, template, dimensions and the candidate sample of one configuration."""
     from ..scoring.plan import default_head
     from ..template import build_template
-    from ..scoring.vocab import vocab_size
+    from ..scoring.candidates import vocab_size
 
     model, tok = lm.model, lm.tokenizer
     head = default_head(model) if cfg.head == "auto" else cfg.head
