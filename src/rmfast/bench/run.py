@@ -184,7 +184,7 @@ def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
     if b.tpr == 0 or b.args.no_peak:
         return fpc, None
     from ..cpu import measure_gemm, mlp_dims, probe_shape
-    from ..kernels.cpu_logprob import CHUNK
+    from ..kernels.reference import CHUNK
 
     M = bs_rm * b.tpr
     kw = dict(shapes=engine_gemm_shapes(b.eng, b.dims), lm_chunk=CHUNK if b.device.type == "cpu" else 8192)
