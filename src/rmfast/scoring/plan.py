@@ -38,7 +38,7 @@ from ..states import LAST_NORMED, layer_index
 from .states_stream import host_states
 from .batching import PadSizes
 from ..template import Template
-from ..version import __version__, versions
+from .. import __version__
 # the decisions and their rules (one site each: rmfast.scoring.decisions), named here too for callers
 from .decisions import (CASCADE_MIN_ROW_TOKENS, COMPILE_CPU_KINDS, Decisions, choose_attention,  # noqa: F401
                         choose_compile, choose_engine, choose_head, choose_kernels, compile_mode, decide, default_head,
@@ -328,7 +328,7 @@ def finish_manifest(manifest: dict, t0: float, *, plan: ScoringPlan | None = Non
     manifest.update({**fields, **(timing or {}), "decisions": d})
     if options is not None:
         manifest["options"] = options.as_dict()
-    manifest.update({"wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
+    manifest.update({"wall_s": round(time.perf_counter() - t0, 3), "versions": cpu.versions(),
                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return manifest
 
