@@ -53,7 +53,6 @@ import numpy as np
 import torch
 
 from ..dims import model_dims
-from ..errors import UserError
 from ..io import atomic_write
 
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..dims import text_config
 from ..errors import UserError
-from ..io import file_sha256, read_text
+from ..io import read_text
 
 
 # --------------------------------------------------------------------------------------------

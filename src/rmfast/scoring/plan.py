@@ -246,7 +246,7 @@ class ScoringPlan:
             return rows
         key = (int(n), int(rows))
         if key not in self._pads:
-            from ..loading.files import cache_root
+            from ..loading.sources import cache_root
 
             try:
                 cache = cache_root()
