@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..errors import UserError
-from ..io import check_output, output_lock, slug
+from ..io import check_output, output_lock, slug, states_dir
 from . import common
 
 
@@ -80,7 +80,6 @@ def selection(args):
 def _states_request(args, out, d):
     """The scan's states: ``<out stem>.states``; under torchrun each rank's beside its shard (rank 0 joins them)."""
     from ..scoring.pipeline import StatesRequest
-    from ..states import states_dir
 
     if args.states is None:
         return None
@@ -94,7 +93,7 @@ def _states_request(args, out, d):
 
 def _check_states_args(args) -> None:
     """--states/--lens checks that need no model: syntax, an existing states folder."""
-    from ..states import parse_layers, states_dir
+    from ..states import parse_layers
 
     if args.states is None and args.states_dtype is not None:
         raise UserError("--states-dtype needs --states LAYERS")
@@ -110,7 +109,7 @@ def drop_old_states(out) -> None:
     (its manifest names the old write, :func:`rmfast.states_tie.check_scan_tie`)."""
     import shutil
 
-    from ..states import MANIFEST, states_dir
+    from ..states import MANIFEST
 
     folder = states_dir(out)
     if folder.is_dir() and not folder.is_symlink() and (folder / MANIFEST).is_file():

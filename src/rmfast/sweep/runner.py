@@ -65,7 +65,7 @@ from ..loading.spread import load_spread
 from ..loading.training_checkpoints import is_adapter_folder
 from ..errors import UserError
 from ..io import check_output
-from ..states import states_dir
+from ..io import states_dir
 from .store import PART_FILE, PartRef, Store
 from ..template import unescape
 
