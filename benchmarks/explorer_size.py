@@ -129,7 +129,7 @@ def main(argv=None) -> int:
 
     from rmfast.bench.machine import loadavg, machine_info
     from rmfast.explore import build_explorer, render_html
-    from rmfast import __version__
+    from rmfast.version import __version__
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

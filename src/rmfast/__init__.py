@@ -16,7 +16,7 @@ import os as _os
 # rmfast.cpu.mkl_cbwr() tells whether it took effect (the manifest records it).
 _os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402,F401
 
 __all__ = ["scan", "run_scan", "score_texts", "Selection", "ScanResult", "load", "LoadedModel", "build_template",
            "Template", "plan_scoring", "ScoringPlan", "Engine", "UserError", "RewardScorer"]

@@ -55,6 +55,7 @@ from pathlib import Path
 
 from .dims import mlp_dims  # the probe's shape (also rmfast.cpu.mlp_dims for its callers)
 from .io import write_json
+from .version import __version__
 
 #: the CPU flags rmfast reads: bf16 support (the dtype choice) and the kernel levels (the compile cache)
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "bf16", "sve")
@@ -422,8 +423,6 @@ def versions() -> dict:
     import numpy as np
     import torch
     import transformers
-
-    from . import __version__
 
     return {
         "rmfast": __version__,

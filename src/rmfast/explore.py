@@ -59,7 +59,7 @@ import pandas as pd
 
 from .errors import UserError
 from .io import atomic_write
-from . import __version__
+from .version import __version__
 from .scoring.candidates import is_wordlike
 
 MAGIC = b"RMX1"

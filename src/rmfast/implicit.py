@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import __version__
+from .version import __version__
 from .errors import UserError
 from .io import check_output, manifest_path, read_text, write_csv, write_json, write_parquet, yaml_load_unique, yaml_problem
 from .analysis.stats.permutation import N_PERM

@@ -35,7 +35,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import __version__
+from .version import __version__
 from .scoring.candidates import check_context, select_ids
 from .errors import UserError
 from .fast import ops

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import __version__
+from ..version import __version__
 from ..errors import UserError
 from . import analyze, bench, common, explore, gcg, implicit, logprobs, models, reproduce, scan, score, sweep
 

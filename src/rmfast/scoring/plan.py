@@ -38,7 +38,7 @@ from ..states import LAST_NORMED, layer_index
 from .states_stream import host_states
 from .batching import PadSizes
 from ..template import Template
-from .. import __version__
+from ..version import __version__
 # the decisions and their rules (one site each: rmfast.scoring.decisions), named here too for callers
 from .decisions import (CASCADE_MIN_ROW_TOKENS, COMPILE_CPU_KINDS, Decisions, choose_attention,  # noqa: F401
                         choose_compile, choose_engine, choose_head, choose_kernels, compile_mode, decide, default_head,

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..errors import UserError
 from ..io import WRITE_ID, check_lock, manifest_path, parquet_write_id, write_json, write_pair
 from ..state_names import canonical_layer
