@@ -21,7 +21,7 @@ from ..kernels import cascade_reference as cascade_ref
 from ..kernels import cpu_flash
 from ..kernels import reference as ref
 from ..kernels import triton_available
-from ..kernels.cpu_logprob import lse_update
+from ..kernels.reference import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
            "shared_prefix_attention", "cascade_attention", "shared_prefix_attention_blockdiag", "pack_prefix",
@@ -182,7 +182,7 @@ def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_sty
                            update_fn=None, pad_rows=None, fp32=True, triton=None):
     """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block.
 
-    CUDA: the Triton kernel. CPU: :mod:`.kernels.cpu_logprob` (``update_fn``: the engine's compiled
+    CUDA: the Triton kernel. CPU: :func:`.kernels.reference.rmsnorm_lmhead_logprob_cpu` (``update_fn``: the engine's compiled
     chunk update when it compiles; ``pad_rows``: its compiled row count). fp32 (default): logits
     from fp32 normed rows and upcast weights, not rounded to the model dtype. ``triton``: as for :func:`rmsnorm_head`.
     """
@@ -194,9 +194,7 @@ def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_sty
             fp32=fp32,
         )
     if x.device.type == "cpu":
-        from ..kernels.cpu_logprob import rmsnorm_lmhead_logprob_cpu
-
-        return rmsnorm_lmhead_logprob_cpu(
+        return ref.rmsnorm_lmhead_logprob_cpu(
             x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap,
             update_fn=update_fn, pad_rows=pad_rows, fp32=fp32,
         )

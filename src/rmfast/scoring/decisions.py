@@ -32,7 +32,7 @@ from ..fast import ops
 from ..fast.arch import arch_spec
 from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead
 from ..template import Template
-from .memory import auto_batch_size, cap_batch_size, row_bytes
+from .batching import auto_batch_size, cap_batch_size, row_bytes
 from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
 
 #: the jobs a plan is made for (the manifest's ``decisions.job``)
@@ -381,7 +381,7 @@ def row_tokens(template: Template, head: str, n: int, on_engine: bool) -> int:
 
 def choose_rows_per_batch(model, template: Template, head: str, n: int, on_engine: bool, batch_size) -> int:
     """Rows per batch for n-token responses: ``batch_size`` rows, or auto's, bounded by memory
-    (:mod:`rmfast.scoring.memory`). Needs no prompt pass: a plan decides it this way, and so does a
+    (:mod:`rmfast.scoring.batching`). Needs no prompt pass: a plan decides it this way, and so does a
     caller that has not built its plan yet (:meth:`Decisions.rows_per_batch`)."""
     device = next(model.parameters()).device
     tpr = max(1, row_tokens(template, head, n, on_engine))
