@@ -34,7 +34,7 @@ import torch
 from rmfast.gcg import GCGConfig, run
 from rmfast.io import write_json
 from rmfast.loading.loader import load
-from rmfast.version import versions as _versions
+from rmfast.cpu import versions as _versions
 
 PROMPT = "What, in one word, is the best thing ever?"
 

@@ -64,15 +64,16 @@ DEFAULT_OUT = REPO / "benchmarks" / "out" / "gpu-check"
 # whether the full vocabulary is also timed, and whether the model runs after the workloads (only when
 # the budget allows).
 GPU_PLAN = [
-    {"name": "llama-3.1-8b", "n": 8192, "n_naive": 512, "hf_batch": "512,2048", "naive_batch": "128,256", "est_s": 60,
-     "full": True},
-    {"name": "gemma-2-27b", "n": 4096, "n_naive": 256, "hf_batch": "128,512", "naive_batch": "64,128", "est_s": 60},
+    {"name": "llama-3.1-8b", "n": 8192, "n_naive": 512, "hf_batch": "512,2048", "naive_batch": "128,256", "est_s": 100,
+     "full": True, "compile": True},
+    {"name": "gemma-2-27b", "n": 4096, "n_naive": 256, "hf_batch": "128,512", "naive_batch": "64,128", "est_s": 100,
+     "compile": True},
     {"name": "gemma-2-9b", "n": 8192, "n_naive": 512, "hf_batch": "256,1024", "naive_batch": "64,128", "est_s": 45,
      "late": True},
     {"name": "gemma-2-2b", "n": 32768, "n_naive": 1024, "hf_batch": "512,2048", "naive_batch": "128,256", "est_s": 40,
      "late": True},
 ]
-GPU_TESTS = ["tests/test_kernels.py", "tests/test_gpu.py", "tests/test_cascade.py"]  # those that exist
+GPU_TESTS = ["tests/test_kernels.py", "tests/test_gpu.py", "tests/test_cascade.py", "tests/test_scan_launches.py"]  # those that exist
 # The workloads on the GPU (8B, bf16): best-of-N (prompt 512 and 2,048 x N 16 and 64; 16 prompts x 4), one
 # best-of-N call under torch.profiler (prompt 2,048, N 64), the states overhead (last_prenorm, all).
 WORKLOAD_MODEL = "llama-3.1-8b"
@@ -225,7 +226,9 @@ def bench_cmd(name: str, out: Path, dry: bool, plan: dict, check_n: int) -> list
                       "--compile", "off", "--threads", "1"]
     return cmd + ["--device", "cuda", "--dtype", "bfloat16", "--n-candidates", str(plan["n"]), "--n-naive",
                   str(plan["n_naive"]), "--hf-batch", plan["hf_batch"], "--naive-batch", plan["naive_batch"],
-                  "--repeats", "2", "--check-n", str(check_n)] + (["--full"] if plan.get("full") else [])
+                  "--repeats", "2", "--check-n", str(check_n)] + (["--full"] if plan.get("full") else []) + (
+                  # item 3 of issue 33: the layer compiled around the Triton kernel, timed beside the eager one
+                  ["--compile", "on"] if plan.get("compile") else [])
 
 
 def _pow2_floor(n: int) -> int:

@@ -31,7 +31,7 @@ from rmfast import RewardScorer, load
 from rmfast.bench.best_of_n import text_of
 from rmfast.bench.machine import log, machine_info
 from rmfast.io import write_json
-from rmfast.version import versions
+from rmfast.cpu import versions
 
 
 def timed(scorer, convs, responses, waves: bool) -> tuple[float, np.ndarray, int]:

@@ -57,7 +57,7 @@ def _checkpoints(run: Path) -> list[tuple[int, Path]]:
 
 def prepare(args) -> None:
     from rmfast.loading.loader import load
-    from rmfast.scoring.vocab import decoded, vocab_ids, vocab_size
+    from rmfast.scoring.candidates import decoded, vocab_ids, vocab_size
 
     ck0 = args.run / "checkpoint-0"
     if not (ck0 / "adapter_config.json").exists():

@@ -323,9 +323,9 @@ def test_bench_batches_that_cannot_fit_are_refused_up_front(opt, fx, tmp_path, c
     """A batch over the memory a scan may use: one line with the estimate and a batch that fits, before any
     timing (here: 1 MiB free, so the tiny model's batches of hundreds of rows do not fit)."""
     import rmfast.bench.run as bench_run
-    import rmfast.scoring.memory as memory
+    import rmfast.scoring.batching as batching
 
-    monkeypatch.setattr(memory, "available_memory", lambda device: 2**20)
+    monkeypatch.setattr(batching, "available_memory", lambda device: 2**20)
     timed = []
     monkeypatch.setattr(bench_run, "time_rmfast", lambda *a, **k: timed.append(1))
     out = tmp_path / "bench"

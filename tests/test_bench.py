@@ -331,6 +331,9 @@ def test_states_overhead_row_reports_the_disk(tmp_path, capsys, monkeypatch):
         real_flush(self)
 
     monkeypatch.setattr(StatesWriter, "flush", slow_flush)
+    scratch = tmp_path / "tmp"  # the bench's temporary states folders, here rather than in the shared /tmp, so
+    scratch.mkdir()  # the leftover check below sees this run's only (another run on the machine may be mid-probe)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     out = tmp_path / "st"
     rc, printed, err = run(["bench", "--workload", "states", "--tiny", "--n-candidates", "32", "--repeats", "1",
                             "--batch-size", "16", "--dtype", "float32", "--threads", "2", "--device", "cpu",
@@ -347,7 +350,7 @@ def test_states_overhead_row_reports_the_disk(tmp_path, capsys, monkeypatch):
     assert sync["writer_wait_s"] is None and sync["disk_kept_up"] is None
     assert bg["writer_wait_s"] >= 0.25 and bg["writer_busy_s"] >= 0.3  # at least the last shard's write was waited for
     assert bg["disk_kept_up"] is False and "did not keep up" in printed
-    assert not list(Path(tempfile.gettempdir()).glob("rmfast-states-bench-*/rmfast-disk-probe.bin"))
+    assert not list(scratch.glob("rmfast-states-bench-*"))  # the temporary states folder and its probe: gone
     f = so.disk_write_mb_s(tmp_path, 1 << 20, chunk=300_000)
     assert f > 0 and not list(tmp_path.glob("rmfast-disk-probe*"))
 

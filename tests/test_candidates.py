@@ -10,10 +10,9 @@ import torch
 
 import tiny_models as T
 from tiny_models import chat_ids
-from rmfast.scoring.candidates import read_candidates
+from rmfast.scoring.candidates import is_wordlike, read_candidates, special_ids, vocab_ids
 from rmfast.scoring.pipeline import decode_retokenize_scan, scan, score_texts
 from rmfast.scoring.results import TextScanResult
-from rmfast.scoring.vocab import is_wordlike, special_ids, vocab_ids
 from rmfast.errors import UserError
 from rmfast.scoring.hf_path import pad_token_as, hf_scores
 from rmfast.template import build_template

@@ -134,7 +134,7 @@ def test_measure_gemm_returns_both_rates_on_this_cpu():
 
 def test_cpu_info_names_this_machine():
     info = cpu.cpu_info()
-    assert info.model and info.arch and set(info.flags) <= set(cpu._FLAGS) and info.kind
+    assert info.model and info.arch and set(info.flags) <= set(cpu.FLAGS) and info.kind
 
 
 def test_the_choice_is_in_the_model_and_the_scan_manifest(fake_cpu, tiny_dir, tmp_path, capsys):

@@ -16,7 +16,7 @@ from rmfast.errors import UserError
 from rmfast.gcg import GCGConfig, allowed_tokens, random_search, run
 from rmfast.gcg.search import _Gradient
 from rmfast.scoring.hf_path import hf_scores
-from rmfast.scoring.vocab import special_ids
+from rmfast.scoring.candidates import special_ids
 from rmfast.template import build_template, response_ids
 
 import tiny_models as T

@@ -76,12 +76,12 @@ def gemma_tokenizer():
     """Gemma 3's tokenizer only, from the converted cache (a first run converts once, ~2 min)."""
     from transformers import AutoTokenizer
 
-    from rmfast.loading import embedded
+    from rmfast.loading import sources
     from rmfast.loading.loader import cache_root, convert_gguf
 
     try:
         cache = cache_root()
-        folder = convert_gguf(embedded.get("gemma3-270m").gguf_path(cache), cache)
+        folder = convert_gguf(sources.embedded("gemma3-270m").gguf_path(cache), cache)
     except Exception as e:
         pytest.skip(f"embedded Gemma 3 unavailable: {e}")
     return AutoTokenizer.from_pretrained(folder, local_files_only=True)

@@ -3,7 +3,7 @@
 The scoring plan (:mod:`rmfast.scoring.plan`) decides nothing from a job's size: ``compile=auto`` is the
 eager layer for ten ids and for a whole vocabulary alike, and every batch of a token scan is padded
 to one row count (or to a smaller size measured on this machine to give the same bits,
-:mod:`rmfast.scoring.padding`), so each row's arithmetic is the whole scan's. Without the padding a
+:mod:`rmfast.scoring.batching`), so each row's arithmetic is the whole scan's. Without the padding a
 7-row batch of SmolLM2 rounds differently from a 1,024-row one (MKL/oneDNN pick kernels by M):
 this test fails then, in fp32 and bf16.
 """
@@ -58,7 +58,7 @@ def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, m
     import json
 
     from rmfast.fast.engine import Engine
-    from rmfast.scoring.padding import CACHE_NAME, ladder
+    from rmfast.scoring.batching import CACHE_NAME, ladder
 
     if str(next(smol_rm.model.parameters()).dtype) != "torch.float32":
         pytest.skip("fp32 only: bf16 is emulated (slow) on some CPUs, and the rule is the same")
@@ -83,7 +83,7 @@ def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, m
 def test_a_size_measured_to_differ_is_never_used(smol_rm, tmp_path):
     """A ladder size whose rows differ from the full batch's (a verdict False) is skipped: the next size up,
     at worst the full row count."""
-    from rmfast.scoring.padding import PadSizes
+    from rmfast.scoring.batching import PadSizes
     from rmfast.scoring.plan import plan_scoring
     from rmfast.template import build_template
 

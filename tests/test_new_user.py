@@ -309,7 +309,7 @@ def test_bench_plot_title_fits_and_its_note_clears_the_legend(tmp_path, monkeypa
 
 
 def test_import_rmfast_still_isolates_the_compile_cache_without_torch(tmp_path):
-    """`import rmfast` points inductor's cache at a folder per CPU kind and kernel level (rmfast.compile_cache)
+    """`import rmfast` points inductor's cache at a folder per CPU kind and kernel level (rmfast.cpu)
     before transformers can fix it, without importing torch; a user's own folder is kept."""
     import os
     import subprocess

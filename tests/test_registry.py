@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from rmfast.loading import embedded, registry
+from rmfast.loading import registry, sources
 from rmfast.bench import random_init as RI
 from rmfast.cli import main
 from rmfast.errors import UserError
@@ -37,7 +37,7 @@ def _half_unit(published: str) -> float:
 def test_aliases_are_unique_and_resolve():
     keys = [k.lower() for m in MODELS.values() for k in (m.alias, m.hub_id, m.hub_id.split("/")[-1])]
     assert len(keys) == len(set(keys)) == 3 * len(MODELS)
-    taken = {b.lower() for b in BASES} | {a.lower() for a in embedded.names()}
+    taken = {b.lower() for b in BASES} | {a.lower() for a in sources.embedded_names()}
     assert not taken & set(keys)  # an alias never shadows a base architecture or an embedded model
     for m in MODELS.values():
         assert find(m.alias) is find(m.hub_id.upper()) is find(m.hub_id.split("/")[-1]) is m
@@ -211,7 +211,7 @@ def test_scan_by_alias_from_the_hub_cache(tmp_path, monkeypatch, capsys):
     src = json.loads(Path(str(out) + ".json").read_text())["model"]
     assert (src["name"], src["alias"], src["revision"]) == (m.hub_id, m.alias, rev)
     with pytest.raises(UserError, match="hf download"):  # a pinned revision that is not cached
-        from rmfast.loading.loader import hub_snapshot
+        from rmfast.loading.sources import hub_snapshot
 
         monkeypatch.setitem(MODELS, m.alias, dataclasses.replace(m, revision="f" * 40))
         hub_snapshot(m.alias)

@@ -439,7 +439,7 @@ def test_two_folders_with_one_vocabulary_join_on_token_id(tiny_dir, tmp_path, ca
     assert a.manifest["scan"]["tokenizer"] != b.manifest["scan"]["tokenizer"]
     al = align([a, b])
     assert al.join == "id" and al.n == 600, (al.join, al.n)
-    from rmfast.scoring.vocab import vocab_sha256
+    from rmfast.scoring.candidates import vocab_sha256
     from transformers import AutoTokenizer
 
     assert a.manifest["scan"]["vocab_sha256"] == vocab_sha256(AutoTokenizer.from_pretrained(tiny_dir))

@@ -22,9 +22,9 @@ __all__ = ["scan", "run_scan", "score_texts", "Selection", "ScanResult", "load",
            "Template", "plan_scoring", "ScoringPlan", "Engine", "UserError", "RewardScorer"]
 
 from .errors import UserError  # noqa: E402
-from .compile_cache import isolate_compile_cache as _isolate_compile_cache  # noqa: E402
+from .cpu import isolate_compile_cache as _isolate_compile_cache  # noqa: E402  (imports no torch)
 
-# inductor's on-disk cache, one folder per CPU kind and kernel level (rmfast.compile_cache says why): set
+# inductor's on-disk cache, one folder per CPU kind and kernel level (rmfast.cpu says why): set
 # now, on import, because loading a model through transformers already fixes the folder for the process;
 # a user's own TORCHINDUCTOR_CACHE_DIR is kept. Without importing torch.
 _isolate_compile_cache()

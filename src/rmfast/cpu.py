@@ -19,27 +19,104 @@ measured factor (:func:`warn_if_slow`).
 
 Two more things about the CPU keep its results right, and live here too: MKL's reproducible mode
 (set on import, reported by :func:`mkl_cbwr`: the same bits in every process) and one inductor cache
-per CPU kind (:func:`isolate_compile_cache`; every compile goes through :func:`compile_here`).
+per CPU kind (:func:`isolate_compile_cache`; every compile goes through :func:`compile_here`). And what
+every manifest records about the machine and the software a result was computed with (:func:`versions`,
+:func:`manifest_fields`).
+
+Why an inductor cache of its own: inductor's cache key does not include ATen's CPU capability, so C++
+kernels compiled under one level were loaded under another and computed garbage. Measured on a Zen 4
+(AVX-512), torch 2.13: after a process with ``ATEN_CPU_CAPABILITY=avx2`` had compiled the log-prob
+head's chunk update, a normal process loaded its kernel from the shared ``/tmp/torchinductor_<user>``:
+wrong max/sum-exp in ~all rows, heap corruption ("double free") at other row counts, and a
+full-vocabulary scan of NaN. The same can happen to a cache shared by two kinds of CPU (a home folder
+on a cluster). ``import rmfast`` sets it (loading a model through transformers fixes the folder for the
+process, so it must be set first), and ``import rmfast`` must stay cheap (issue 37: the CLI took 8-11 s
+to print its help): so this module imports torch only inside the functions that use it. The key is what
+decides the kernels without asking torch: the CPU's model, architecture and flags (:data:`FLAGS`; ATen's
+kernel level follows from them), the environment that limits the kernel level (:data:`ISA_ENV`,
+``ATEN_CPU_CAPABILITY`` among them) and torch's version.
 """
 
 from __future__ import annotations
 
+import getpass
+import hashlib
 import json
 import os
 import platform
+import re
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import torch
-
 from .dims import mlp_dims  # the probe's shape (also rmfast.cpu.mlp_dims for its callers)
-# the CPU features that decide how bf16 runs (x86 /proc/cpuinfo names; aarch64 "bf16"), read without torch
-from .compile_cache import FLAGS as _FLAGS, isa_env, isolate_compile_cache, proc_cpuinfo  # noqa: F401
 from .io import write_json
+from .version import __version__
+
+#: the CPU flags rmfast reads: bf16 support (the dtype choice) and the kernel levels (the compile cache)
+FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "bf16", "sve")
+#: the environment variables that limit which kernels run
+ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+
+
+@lru_cache(maxsize=1)
+def proc_cpuinfo() -> tuple[str, frozenset[str]]:
+    """(model name, flags) from Linux's /proc/cpuinfo; elsewhere platform's words and no flags."""
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model:
+                    model = val.strip()
+                elif key in ("flags", "Features") and not flags:  # x86 / aarch64
+                    flags = set(val.split())
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine(), frozenset(flags)
+
+
+def isa_env() -> str:
+    """The environment variables in effect that limit which kernels run ("" for none), e.g.
+    ``ATEN_CPU_CAPABILITY=avx2,ONEDNN_MAX_CPU_ISA=AVX2``: a benchmark row on such a run is labelled."""
+    return ",".join(f"{k}={os.environ[k]}" for k in ISA_ENV if os.environ.get(k))
+
+
+def _torch_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:  # pragma: no cover - torch is a dependency
+        return ""
+
+
+def _default_parent() -> str:
+    """Where inductor keeps its cache by default (torch's ``default_cache_dir``: the temp folder's
+    ``torchinductor_<user>``); rmfast's folders go inside it."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def isolate_compile_cache() -> str | None:
+    """Point ``TORCHINDUCTOR_CACHE_DIR`` at ``<inductor's default>/rmfast-<hash of the key>`` unless the user
+    (or an earlier call) chose one; returns the folder set, else None."""
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return None
+    model, flags = proc_cpuinfo()
+    key = "|".join([model, platform.machine(), ",".join(x for x in FLAGS if x in flags), isa_env(), _torch_version()])
+    folder = os.path.join(_default_parent(), "rmfast-" + hashlib.sha256(key.encode()).hexdigest()[:12])
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    return folder
+
 
 #: auto takes bf16 only where a bf16 GEMM is at least this much faster than fp32 at the model's
 #: shapes: the GEMMs are most but not all of a scan (norms, attention softmax and the fp32 head run
@@ -63,7 +140,7 @@ class CpuInfo:
 
     model: str
     arch: str  # platform.machine(): x86_64, aarch64, arm64 ...
-    flags: tuple[str, ...]  # the subset of _FLAGS this CPU has
+    flags: tuple[str, ...]  # the subset of FLAGS this CPU has
     capability: str  # torch.backends.cpu.get_cpu_capability(): DEFAULT, AVX2, AVX512, ...
 
     @property
@@ -91,13 +168,15 @@ class CpuInfo:
 @lru_cache(maxsize=1)
 def cpu_info() -> CpuInfo:
     """This machine's :class:`CpuInfo` (Linux /proc/cpuinfo; elsewhere platform's words, no flags)."""
+    import torch
+
     model, flags = proc_cpuinfo()
     try:
         cap = torch.backends.cpu.get_cpu_capability()
     except Exception:  # pragma: no cover - very old torch
         cap = ""
     return CpuInfo(model=model, arch=platform.machine(),
-                   flags=tuple(x for x in _FLAGS if x in flags), capability=cap)
+                   flags=tuple(x for x in FLAGS if x in flags), capability=cap)
 
 
 @dataclass
@@ -142,13 +221,16 @@ def probe_shape(hidden: int, intermediate: int) -> tuple[int, int, int]:
     return max(PROBE_ROWS[0], min(PROBE_ROWS[1], M)), K, N
 
 
-def measure_gemm(shape: tuple[int, int, int], dtypes=(torch.float32, torch.bfloat16),
+def measure_gemm(shape: tuple[int, int, int], dtypes=None,
                  seconds: float = PROBE_SECONDS) -> dict[str, float]:
     """GFLOP/s of ``x @ W^T`` (the Linear layout) at ``shape`` = (M, K, N) per dtype, on this CPU.
 
     Two interleaved trials of ~``seconds`` each per dtype after one warm-up call; the best trial counts
     (load from other programs only ever slows a trial down).
     """
+    import torch
+
+    dtypes = dtypes or (torch.float32, torch.bfloat16)
     M, K, N = shape
     g = torch.Generator().manual_seed(0)
     ops = {dt: (torch.randn(M, K, generator=g).to(dt), torch.randn(N, K, generator=g).to(dt).t()) for dt in dtypes}
@@ -176,11 +258,15 @@ def _cache_file(cache: Path | None) -> Path | None:
 def machine_key(info: CpuInfo | None = None) -> str:
     """What decides which CPU kernels run here: CPU model, arch, flags, ATen's kernel level, the
     ISA-limiting environment and torch's version (the probe cache and the compile cache key on it)."""
+    import torch
+
     info = info or cpu_info()
     return "|".join([info.model, info.arch, ",".join(info.flags), info.capability, isa_env(), torch.__version__])
 
 
 def _probe_key(info: CpuInfo, shape) -> str:
+    import torch
+
     return "|".join([machine_key(info), f"threads={torch.get_num_threads()}", "x".join(str(s) for s in shape)])
 
 
@@ -218,6 +304,8 @@ def choose_cpu_dtype(config=None, cache: Path | None = None) -> DtypeChoice:
 
     Without a config (its shapes unknown) the probe times a 576 x 1536 projection (SmolLM2's).
     """
+    import torch
+
     info = cpu_info()
     common = dict(cpu=info.model, cpu_kind=info.kind, threads=torch.get_num_threads(), torch=torch.__version__)
     if info.native_bf16 is False:
@@ -248,6 +336,8 @@ def warn_if_slow(dtype: torch.dtype, config=None, cache: Path | None = None) -> 
     Returns the factor (bf16 speed / fp32 speed) where it was measured, else None. Measured at a small
     M where bf16 is emulated, so that the warning costs well under a second even there.
     """
+    import torch
+
     if dtype != torch.bfloat16:
         return None
     info = cpu_info()
@@ -291,9 +381,11 @@ def mkl_cbwr() -> str | None:
     None where torch has no MKL or does not expose it. rmfast sets ``MKL_CBWR=AUTO,STRICT`` on import
     (``rmfast/__init__.py``); a process that ran MKL math before importing rmfast keeps MKL's default
     ("OFF": fp32 results may then differ in the last bit between processes)."""
-    try:
-        import ctypes
+    import ctypes
 
+    import torch
+
+    try:
         lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
         get = lib.mkl_serv_cbwr_get
     except (OSError, AttributeError):
@@ -319,5 +411,27 @@ def manifest_fields(model) -> dict:
 def compile_here(fn, **options):
     """``torch.compile(fn, dynamic=False)`` with inductor ``options``, its cache isolated to this CPU
     kind (:func:`isolate_compile_cache`): every compile of rmfast goes through here."""
+    import torch
+
     isolate_compile_cache()
     return torch.compile(fn, dynamic=False, options=options or None)
+
+
+def versions() -> dict:
+    """rmfast, torch, transformers, numpy and Python versions, the platform and the thread count
+    (what a result's numbers depend on; every manifest records them)."""
+    import numpy as np
+    import torch
+    import transformers
+
+    return {
+        "rmfast": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": np.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }

@@ -1,7 +1,7 @@
 """A model's dimensions as its config gives them: the ONE place they are read.
 
 Hidden size, decoder layers, query and key/value heads, head dimension, MLP width and vocabulary are
-read by the memory estimate (:func:`rmfast.scoring.memory.row_bytes`), the prompt-cache size
+read by the memory estimate (:func:`rmfast.scoring.batching.row_bytes`), the prompt-cache size
 (:meth:`rmfast.scoring.scorer.RewardScorer.prompt_bytes`), the fast path's architecture facts
 (:func:`rmfast.fast.arch.arch_spec`), the registry's parameter count
 (:func:`rmfast.loading.registry.count_params`), the CPU dtype probe (:func:`mlp_dims`) and

@@ -60,7 +60,7 @@ import pandas as pd
 from .errors import UserError
 from .io import atomic_write
 from .version import __version__
-from .scoring.vocab import is_wordlike
+from .scoring.candidates import is_wordlike
 
 MAGIC = b"RMX1"
 JOIN_RULES = ("auto", "id", "text")
@@ -249,7 +249,7 @@ def join_columns(df: pd.DataFrame, join: str = "auto", notes: list | None = None
 
 # ---------------------------------------------------------------- flags, categories, pair statistics
 def token_flags(texts, pieces=None) -> np.ndarray:
-    """Per row: bit 0 word-like (:func:`rmfast.scoring.vocab.is_wordlike`), bit 1 special (:func:`is_special`).
+    """Per row: bit 0 word-like (:func:`rmfast.scoring.candidates.is_wordlike`), bit 1 special (:func:`is_special`).
 
     >>> token_flags([" love", "<|im_end|>", "42"]).tolist()
     [1, 2, 0]

@@ -312,6 +312,19 @@ def manifest_path(parquet_path: str | os.PathLike) -> Path:
     return Path(str(parquet_path) + ".json")
 
 
+def states_dir(path: str | os.PathLike) -> Path:
+    """The hidden-states folder beside a scan Parquet, ``<stem>.states`` (:mod:`rmfast.states`), or ``path``
+    itself where it is not a Parquet.
+
+    >>> states_dir("runs/a.parquet").as_posix(), states_dir("runs/a.states").as_posix()
+    ('runs/a.states', 'runs/a.states')
+    """
+    p = Path(path)
+    if p.suffix == ".parquet":
+        return p.with_suffix(".states")
+    return p
+
+
 def write_result(path: str | os.PathLike, df, manifest: dict, overwrite: bool = False) -> Path:
     """A results table: ``path`` (Parquet) and ``path.json`` (manifest), replaced as a pair
     (:func:`write_pair`); refuses an existing output unless overwrite."""

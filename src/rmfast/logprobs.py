@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .version import __version__
-from .scoring.candidates import check_context
+from .scoring.candidates import check_context, select_ids
 from .errors import UserError
 from .fast import ops
 from .template import is_plain_format, build_template
@@ -185,7 +185,6 @@ def logprobs(
     from .scoring.options import ScoringOptions
     from .scoring.plan import decide, finish_manifest
     from .scoring.results import ScanResult
-    from .scoring.vocab import select_ids
 
     t0 = time.perf_counter()
     try:  # the plan's decisions for this job (a logprob head: an LM head), with this command's words

@@ -67,6 +67,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UserError
+from .io import states_dir
 from .state_names import (LAST, LAST_NORMED, LAST_PRENORM, OLD_LAST, canonical_layer,  # noqa: F401 (re-exported)
                           layer_index, parse_layers)
 from .states_tie import check_scan_tie
@@ -104,18 +105,6 @@ def warn_nonfinite(counts: Mapping[str, int], rows: int, d: int, dtype: str, whe
     warnings.warn(f"rmfast: warning: {where}: stored states are NaN or infinite ({shown} of {total:,} values per "
                   f"layer); {fix}; counted in the states manifest's n_nonfinite, and analyses of those layers "
                   "are undefined", stacklevel=3)
-
-
-def states_dir(path: str | os.PathLike) -> Path:
-    """The states folder for ``path``: a scan Parquet's ``<stem>.states`` or the folder itself.
-
-    >>> states_dir("runs/a.parquet").as_posix(), states_dir("runs/a.states").as_posix()
-    ('runs/a.states', 'runs/a.states')
-    """
-    p = Path(path)
-    if p.suffix == ".parquet":
-        return p.with_suffix(".states")
-    return p
 
 
 def is_states_folder(path: str | os.PathLike) -> bool:

@@ -58,7 +58,7 @@ def __getattr__(name: str):
     import importlib
 
     if name == "versions":
-        from ..version import versions
+        from ..cpu import versions
 
         return versions
     if name in _EXPORTS:

@@ -244,7 +244,7 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     """Every (prompt length, N) configuration of ``cfg`` on its model; one row each (figures, model, dtype,
     device, the GEMM bound, the machine and versions)."""
     from ..scoring.scorer import RewardScorer
-    from ..version import versions
+    from ..cpu import versions
 
     cfg.check()
     if cfg.threads:

@@ -2,7 +2,7 @@
 
 A batch size the user gives to ``rmfast bench`` (``--batch-size``, ``--hf-batch``, ``--naive-batch``,
 each capped at the number of candidates the run times) is checked against the memory free on the
-device, with the same per-row estimate the scan uses (:func:`rmfast.scoring.memory.row_bytes`): on a CPU an
+device, with the same per-row estimate the scan uses (:func:`rmfast.scoring.batching.row_bytes`): on a CPU an
 oversized batch raises no out-of-memory error to back off from, it swaps the machine or gets the
 process killed after minutes. The message gives the estimate and the largest batch that fits.
 """
@@ -18,11 +18,11 @@ def _gib(n: float) -> str:
 
 
 def row_estimates(lm, prompt: str, head: str = "auto", template: str | None = None) -> dict[str, int]:
-    """Estimated bytes one row of each bench batch needs (:func:`rmfast.scoring.memory.row_bytes`):
+    """Estimated bytes one row of each bench batch needs (:func:`rmfast.scoring.batching.row_bytes`):
     ``--batch-size`` (the engine: the candidate's tokens over the shared prompt), ``--hf-batch`` and
     ``--naive-batch`` (plain HF: every row holds the whole sequence and its cache). ``lm`` may live on
     the meta device (:func:`rmfast.bench.random_init.random_init_shapes`): only shapes and dtype are read."""
-    from ..scoring.memory import row_bytes
+    from ..scoring.batching import row_bytes
     from ..scoring.plan import default_head
     from ..template import build_template
 
@@ -38,12 +38,12 @@ def row_estimates(lm, prompt: str, head: str = "auto", template: str | None = No
 
 def largest_batches(per_row: dict[str, int], available: int) -> dict[str, int]:
     """The most rows one batch of each option may hold with ``available`` bytes free: what :func:`check_batches`
-    allows (:data:`rmfast.scoring.memory.MEM_FRACTION` of it), at least one.
+    allows (:data:`rmfast.scoring.batching.MEM_FRACTION` of it), at least one.
 
     >>> largest_batches({"--hf-batch": 1000}, 10_000)
     {'--hf-batch': 5}
     """
-    from ..scoring.memory import MEM_FRACTION
+    from ..scoring.batching import MEM_FRACTION
 
     budget = int(MEM_FRACTION * available)
     return {opt: max(1, budget // b) for opt, b in per_row.items()}
@@ -51,10 +51,10 @@ def largest_batches(per_row: dict[str, int], available: int) -> dict[str, int]:
 
 def check_batches(cfg, lm, args, device, dflt, available: int | None = None) -> None:
     """UserError when one batch of an explicit bench batch size needs more than the memory a scan may use
-    (:data:`rmfast.scoring.memory.MEM_FRACTION` of what is free; ``available`` overrides the measurement).
+    (:data:`rmfast.scoring.batching.MEM_FRACTION` of what is free; ``available`` overrides the measurement).
     The rule is :func:`largest_batches` of :func:`row_estimates` (``benchmarks/gpu_check.py`` plans with it)."""
-    from ..scoring.memory import MEM_FRACTION, available_memory
-    from ..scoring.vocab import vocab_size
+    from ..scoring.batching import MEM_FRACTION, available_memory
+    from ..scoring.candidates import vocab_size
 
     asked = [("--batch-size", (args.batch_size,))] if args.batch_size else []
     if args.hf_batch:

@@ -62,7 +62,7 @@ def write_workload_rows(rows: list[dict], out: str | Path, config: dict, *, work
     import time
 
     from ..loading.loader import resolve_device
-    from ..version import versions
+    from ..cpu import versions
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

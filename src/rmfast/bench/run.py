@@ -85,7 +85,7 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
     """Head, template, dimensions and the candidate sample of one configuration."""
     from ..scoring.plan import default_head
     from ..template import build_template
-    from ..scoring.vocab import vocab_size
+    from ..scoring.candidates import vocab_size
 
     model, tok = lm.model, lm.tokenizer
     head = default_head(model) if cfg.head == "auto" else cfg.head
@@ -184,7 +184,7 @@ def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
     if b.tpr == 0 or b.args.no_peak:
         return fpc, None
     from ..cpu import measure_gemm, mlp_dims, probe_shape
-    from ..kernels.cpu_logprob import CHUNK
+    from ..kernels.reference import CHUNK
 
     M = bs_rm * b.tpr
     kw = dict(shapes=engine_gemm_shapes(b.eng, b.dims), lm_chunk=CHUNK if b.device.type == "cpu" else 8192)

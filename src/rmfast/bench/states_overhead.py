@@ -39,7 +39,7 @@ import torch
 
 from ..errors import UserError
 from ..states import parse_layers
-from ..version import versions
+from ..cpu import versions
 from .best_of_n import MACHINE_FIELDS, VERSION_FIELDS
 from .machine import PeakMemory, log, machine_info, sync
 from .models import DEFAULT_PROMPT, ModelChoice

@@ -89,8 +89,14 @@ def template_arg(args, lm=None):
 
 
 def load_model(args, random_head_seed=None, **kw):
-    """The model named by the arguments (:func:`rmfast.loading.loader.load`, or over devices with --device-map)."""
-    from ..loading.spread import load_spread as load
+    """The model named by the arguments (:func:`rmfast.loading.loader.load`, or over devices with --device-map:
+    :func:`rmfast.loading.spread.load_spread`, only then)."""
+    if kw.get("device_map") is None:
+        from ..loading.loader import load
+
+        kw.pop("device_map", None)
+    else:
+        from ..loading.spread import load_spread as load
 
     return load(args.model, dtype=args.dtype, device=kw.pop("device", args.device),
                 trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,

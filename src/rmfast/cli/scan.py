@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..errors import UserError
-from ..io import check_output, output_lock, slug
+from ..io import check_output, output_lock, slug, states_dir
 from . import common
 
 
@@ -80,20 +80,20 @@ def selection(args):
 def _states_request(args, out, d):
     """The scan's states: ``<out stem>.states``; under torchrun each rank's beside its shard (rank 0 joins them)."""
     from ..scoring.pipeline import StatesRequest
-    from ..sweep import dist
-    from ..states import states_dir
 
     if args.states is None:
         return None
-    if d.world > 1:  # a rank's own folder (a killed run's is replaced); the scan's is checked at the start
+    if d is not None:  # a rank's own folder (a killed run's is replaced); the scan's is checked at the start
+        from ..sweep import dist
+
         return StatesRequest(args.states, args.states_dtype, folder=states_dir(dist.shard_path(Path(out), d.rank, d.world)),
                              overwrite=True)
     return StatesRequest(args.states, args.states_dtype, folder=states_dir(out), overwrite=args.overwrite)
 
 
-def _check_states_args(args, d) -> None:
+def _check_states_args(args) -> None:
     """--states/--lens checks that need no model: syntax, an existing states folder."""
-    from ..states import parse_layers, states_dir
+    from ..states import parse_layers
 
     if args.states is None and args.states_dtype is not None:
         raise UserError("--states-dtype needs --states LAYERS")
@@ -109,7 +109,7 @@ def drop_old_states(out) -> None:
     (its manifest names the old write, :func:`rmfast.states_tie.check_scan_tie`)."""
     import shutil
 
-    from ..states import MANIFEST, states_dir
+    from ..states import MANIFEST
 
     folder = states_dir(out)
     if folder.is_dir() and not folder.is_symlink() and (folder / MANIFEST).is_file():
@@ -117,51 +117,67 @@ def drop_old_states(out) -> None:
         print(f"removed {folder}: the states of the scan this one replaced")
 
 
+def _ranks():
+    """This process's place among torchrun's ranks (:mod:`rmfast.sweep.dist`), or None in a single process: decided
+    once, here, so a plain scan never touches the scale-out code (no ``WORLD_SIZE``, or a world of one)."""
+    if not os.environ.get("WORLD_SIZE", "").strip():
+        return None
+    from ..sweep import dist
+
+    d = dist.from_env()  # checks RANK, MASTER_ADDR and MASTER_PORT
+    return d if d.world > 1 else None
+
+
 def run(args) -> int:
     from ..scoring.options import ScoringOptions
     from ..scoring.pipeline import drop_checkpoint, finish_states, run_scan
-    from ..sweep import dist
 
     sel = selection(args)
     options = ScoringOptions.from_args(args)  # the one options value, checked before anything loads
-    d = dist.from_env()
-    _check_states_args(args, d)
+    d = _ranks()
+    _check_states_args(args)
     if args.out:
         check_output(args.out, args.overwrite)  # refuse before loading anything
-    dist.init(d)
+    if d is not None:
+        from ..sweep import dist
+
+        dist.init(d)
     try:
-        lm = common.load_model(args, random_head_seed=args.random_head_seed, device=dist.device_for(d, args.device),
+        lm = common.load_model(args, random_head_seed=args.random_head_seed,
+                               device=args.device if d is None else dist.device_for(d, args.device),
                                device_map=args.device_map)
         tag = f"__{slug(sel.tag())}" if sel.tag() else ""
         out = args.out or os.path.join("results", f"{slug(lm.source.get('name') or args.model)}__{slug(args.prompt)}{tag}.parquet")
         out = check_output(out, args.overwrite)
-        rank_tag = f".{d.tag()}" if d.world > 1 else ""
+        rank_tag = "" if d is None else f".{d.tag()}"
         ck = Path(f"{out}.partial{rank_tag}.npz")
+        main = d is None or d.is_main
         with output_lock(f"{out}{rank_tag}"):
             check_output(out, args.overwrite)  # again, holding the lock: a job that just finished wrote it
             res, order = run_scan(
-                lm.model, lm.tokenizer, args.prompt, sel, options, rows=d.mine if d.world > 1 else None,
+                lm.model, lm.tokenizer, args.prompt, sel, options, rows=None if d is None else d.mine,
                 template=common.template_arg(args, lm), system=args.system,
-                progress=not args.no_progress and d.is_main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source,
+                progress=not args.no_progress and main, checkpoint=ck, keep_checkpoint=True, model_info=lm.source,
                 audit=args.audit, states=_states_request(args, out, d), lens=args.lens)
-            if d.world > 1:
+            if d is not None:
                 res = dist.gather_shards(d, out, res, order)
                 if res is None:
                     drop_checkpoint(None, ck)
                     return 0
             try:
-                res.to_parquet(out, overwrite=args.overwrite or d.world > 1)
+                res.to_parquet(out, overwrite=args.overwrite or d is not None)
             except OSError as e:  # a full disk, a read-only folder: the scores stay in the checkpoint
                 raise UserError(f"cannot write {out}: {e.strerror or e}; the scores are kept in {ck} — free space "
                                 "(or fix the folder) and rerun the same command to write them without rescoring") from None
             finish_states(res)  # the states folder's manifest, then the folder into place
-            if args.states is None and d.is_main:
+            if args.states is None and main:
                 drop_old_states(out)  # an overwrite without --states: the old states are not this scan's
             drop_checkpoint(res, ck)  # only now: the output, its manifest and states are in place
-        _print_summary(res, args.top, out, d.world)
+        _print_summary(res, args.top, out, 1 if d is None else d.world)
         return 0
     finally:
-        dist.finish(d)
+        if d is not None:
+            dist.finish(d)
 
 
 def _print_summary(res, top: int, out, world: int) -> None:
@@ -182,14 +198,13 @@ def _print_summary(res, top: int, out, world: int) -> None:
         print(f"\n{what} in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "
               f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s"
               + (f"; {resumed} more from the checkpoint, {m['n_candidates']} in all" if resumed else ""))
-    from ..scoring.audit import audit_line
-
     ca = m.get("compat_authors")
     if ca:
         print(f"--compat authors (batch {ca['batch_size']}, {ca['padding_side']} padding, tokenizer pad "
               f"{ca['tokenizer_pad_id']}, config pad {ca['config_pad_id']}): {ca['n_double_bos']} rows with a second BOS, "
               f"{ca['n_pad_reads']} read at a pad position, {ca['n_early_reads']} read before their end")
-    line = audit_line(m.get("bf16_audit"))
-    if line:
-        print(line)
+    if m.get("bf16_audit"):  # a bf16/fp16 scan's fp32 audit (none with --audit 0 or in fp32)
+        from ..scoring.audit import audit_line
+
+        print(audit_line(m["bf16_audit"]))
     print(f"wrote {out} and {out}.json")

@@ -70,7 +70,8 @@ class Engine:
             :func:`rmfast.scoring.plan.choose_compile` decides it for jobs). A one-off compile (seconds) per batch
             shape; the same rounding points as eager but another summation order (docs/determinism.md).
             Smaller batches are padded to the compiled one; where torch.compile fails here, a one-line
-            warning and the eager path. CPU only (ignored elsewhere).
+            warning and the eager path. On CPU any form; elsewhere only the Triton shared-prefix form (the token
+            scan's; ignored for the cascade and the reference form, which run eagerly).
         fp32_head: final norm and head (score and logprob) in fp32 with fp32 output (default True);
             False rounds where HF does (normed rows and head output in the model dtype). Custom
             heads always run in fp32.
@@ -121,8 +122,11 @@ class Engine:
             fuse = self.device.type == "cpu"
         # per layer: (LayerWeights, LayerConsts), built once (or shared with the engines of other prompts)
         self.layers = layers if layers is not None else build_layers(spec, fuse)
-        self.compile = bool(compile) and self.device.type == "cpu"  # on CUDA: eager around the Triton kernels
-        self.attention = attention or ops.device_attention(self.device, self.compile)
+        cpu = self.device.type == "cpu"
+        self.attention = attention or ops.device_attention(self.device, bool(compile) and cpu)
+        # compiled: the CPU layer, or elsewhere the layer around the Triton shared-prefix kernel (one opaque op,
+        # :func:`rmfast.fast.ops.shared_prefix_attention`); the cascade's ragged rows and the reference run eagerly
+        self.compile = bool(compile) and (cpu or self.attention == "triton")
         if self.attention not in ops.ATTENTION_FORMS:
             raise ValueError(f"unknown attention form {self.attention!r}; one of {ops.ATTENTION_FORMS}")
         self.triton = ops.uses_triton(self.device) if triton is None else bool(triton)  # (torch twins where False)
@@ -163,7 +167,8 @@ class Engine:
             elif B > rows:
                 self._compiled_rows[S] = B
             if not self._compile_checked:  # the first call compiles: seconds to a minute, say so
-                print("rmfast: compiling the decoder layer for this CPU (one-off; inductor caches it on disk) ...",
+                print(f"rmfast: compiling the decoder layer for this {self.device.type.upper()} (one-off; inductor "
+                      "caches it on disk) ...",
                       file=sys.stderr, flush=True)
                 t0 = time.perf_counter()
             try:

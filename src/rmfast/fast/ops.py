@@ -21,7 +21,7 @@ from ..kernels import cascade_reference as cascade_ref
 from ..kernels import cpu_flash
 from ..kernels import reference as ref
 from ..kernels import triton_available
-from ..kernels.cpu_logprob import lse_update
+from ..kernels.reference import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
            "shared_prefix_attention", "cascade_attention", "varlen_causal_attention", "shared_prefix_attention_blockdiag",
@@ -110,6 +110,11 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale,
     fits the device, :func:`triton_attention_config`; else the torch form), "reference", or a CPU form
     ("cpu-flash", "block-diagonal": the flash/``bmm`` rule below); None: :func:`device_attention` of q."""
     form = form or device_attention(q.device)
+    if form == "triton" and torch.compiler.is_compiling():
+        # inside a compiled layer (the CUDA scan's, issue 33 item 3): the kernel as ONE opaque op, so inductor
+        # fuses the elementwise work around it and never traces the launcher
+        return torch.ops.rmfast.shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, scale,
+                                                               softcap, window)
     cfg = triton_attention_config(q) if form == "triton" else None
     if cfg is not None:
         from ..kernels.triton_attention import shared_prefix_attention_triton
@@ -121,6 +126,22 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale,
     if form != "reference" and q.device.type == "cpu" and (P or S) >= FLASH_MIN_PROMPT and cpu_flash.usable(softcap, window, P, S):
         return cpu_flash.shared_prefix_attention_flash(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale)
     return ref.shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window)
+
+
+@torch.library.custom_op("rmfast::shared_prefix_attention_triton", mutates_args=())
+def _shared_prefix_attention_op(q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Tensor, k_suffix: torch.Tensor,
+                                v_suffix: torch.Tensor, scale: float, softcap: float | None,
+                                window: int | None) -> torch.Tensor:
+    """:func:`shared_prefix_attention` in the "triton" form as one op of a compiled graph (run eagerly when the
+    graph runs: the Triton kernel, or the torch form where no tile configuration fits the device)."""
+    return shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap,
+                                   window=window, form="triton")
+
+
+@_shared_prefix_attention_op.register_fake
+def _(q, k_prefix, v_prefix, k_suffix, v_suffix, scale, softcap, window):
+    B, H, Sq, D = q.shape
+    return q.new_empty(B, Sq, H, D)  # (B, Sq, H, D), contiguous like the kernel's output
 
 
 def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv, lengths, *, max_rows: int, scale,
@@ -176,7 +197,7 @@ def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_sty
                            update_fn=None, pad_rows=None, fp32=True, triton=None):
     """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block.
 
-    CUDA: the Triton kernel. CPU: :mod:`.kernels.cpu_logprob` (``update_fn``: the engine's compiled
+    CUDA: the Triton kernel. CPU: :func:`.kernels.reference.rmsnorm_lmhead_logprob_cpu` (``update_fn``: the engine's compiled
     chunk update when it compiles; ``pad_rows``: its compiled row count). fp32 (default): logits
     from fp32 normed rows and upcast weights, not rounded to the model dtype. ``triton``: as for :func:`rmsnorm_head`.
     """
@@ -188,9 +209,7 @@ def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_sty
             fp32=fp32,
         )
     if x.device.type == "cpu":
-        from ..kernels.cpu_logprob import rmsnorm_lmhead_logprob_cpu
-
-        return rmsnorm_lmhead_logprob_cpu(
+        return ref.rmsnorm_lmhead_logprob_cpu(
             x, norm_weight, eps, lm_weight, targets, gemma_style=gemma_style, final_softcap=final_softcap,
             update_fn=update_fn, pad_rows=pad_rows, fp32=fp32,
         )

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..scoring.candidates import check_context
+from ..scoring.candidates import check_context, special_ids, vocab_size
 from ..cpu import say_choice
 from ..errors import UserError
 from .config import GCGConfig
@@ -59,7 +59,6 @@ from .select import distance_penalty, greedy_pairs, loss_gradient
 from ..scoring.batching import oom_batches
 from ..scoring.plan import ScoringPlan, decide, finish_manifest, plan_scoring
 from ..template import Template, build_template, response_ids
-from ..scoring.vocab import special_ids, vocab_size
 
 __all__ = ["GCGConfig", "GCGResult", "RandomSearchResult", "run", "random_search", "allowed_tokens"]
 

@@ -55,7 +55,9 @@ if HAVE_TRITON:
             s = (t * softcap).to(DT).to(tl.float32)
         return s
 
-    @triton.jit
+    # Counts and lengths vary with the job (prompt, candidates, suffix length): never specialised on, so one
+    # compiled variant serves every scan of a model (tests/test_scan_launches.py).
+    @triton.jit(do_not_specialize=["n_rows", "P", "S", "Sq", "prefix_lo"])
     def _shared_prefix_attn_kernel(
         Q, KP, VP, KS, VS, O,
         stride_qb, stride_qh, stride_qs, stride_qd,

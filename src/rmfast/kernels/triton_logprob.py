@@ -40,7 +40,9 @@ if HAVE_TRITON:
         # tanh via exp (no libdevice in the interpreter); saturates to +-1 correctly.
         return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
 
-    @triton.jit
+    # The row count and the vocabulary split vary with the job: never specialised on (one compiled variant per
+    # model; tests/test_scan_launches.py).
+    @triton.jit(do_not_specialize=["N", "blocks_per_split", "n_splits"])
     def _lmhead_logprob_kernel(
         X, W, LM, T, M_OUT, SE_OUT, TL_OUT,
         stride_xn, stride_xd, stride_lv, stride_ld, stride_t,
@@ -137,7 +139,9 @@ def _launch(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softc
     blocks_per_split = triton.cdiv(v_blocks, num_splits)
     num_splits = triton.cdiv(v_blocks, blocks_per_split)  # drop splits that would be empty
 
-    parts = torch.empty((3, N, num_splits), dtype=torch.float32, device=x.device)  # max, sumexp, target
+    # max, sumexp, target: three allocations, not slices of one, so each pointer's 16-byte alignment (which
+    # Triton specialises on) does not depend on N
+    parts = [torch.empty((N, num_splits), dtype=torch.float32, device=x.device) for _ in range(3)]
     precision = dot_precision(x.dtype, fp32)  # fp32 heads: IEEE products, never TF32
     _lmhead_logprob_kernel[(row_blocks, num_splits)](
         x, norm_weight.contiguous(), lm_weight, targets, parts[0], parts[1], parts[2],

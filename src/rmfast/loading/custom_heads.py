@@ -1,7 +1,7 @@
 """Reward models with custom heads (ArmoRM, QRM, URM), loaded without running their remote code.
 
 Their checkpoints ship modeling code for ``trust_remote_code``; rmfast never runs it. It
-recognizes them from ``config.json`` and the safetensors weight names (:func:`recognize`), builds
+recognizes them from the safetensors weight names (:func:`rmfast.loading.loader.custom_head_kind`), builds
 the backbone with transformers' own class for the config's ``model_type`` (``LlamaModel``,
 ``Gemma2Model``: the fast path's :func:`rmfast.fast.arch.arch_spec` reads it like any other), and
 loads the head tensors into rmfast's own head (:mod:`rmfast.fast.heads`). The facts, from the
@@ -28,15 +28,10 @@ originals' public modeling code:
 
 Gated heads find their gating position from the token pattern of :data:`rmfast.fast.heads.GATING_PATTERNS`
 encoded with the model's own tokenizer.
-
-Example:
-    >>> recognize({"architectures": ["LlamaForSequenceClassification"]}, {"score.weight"}) is None
-    True
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,39 +47,6 @@ KINDS = {"gated": "ArmoRM/QRM gated head", "urm": "URM weighted attribute head"}
 _GATED_REQUIRED = ("regression_layer.weight", "reward_transform_matrix", "gating.logit_scale")
 _TRANSFORM = "reward_transform_matrix"
 _URM_REQUIRED = ("score.weight",)
-
-
-def weight_files(folder: Path) -> dict[str, Path]:
-    """Tensor name -> safetensors file, from model.safetensors(.index.json); {} without safetensors."""
-    from safetensors import SafetensorError, safe_open
-
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            wm = json.loads(index.read_text())["weight_map"]
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-            raise UserError(f"cannot read the weights index of '{folder}': {index.name}: {type(exc).__name__} "
-                            "(a damaged or partial download: fetch it again)") from None
-        return {k: folder / v for k, v in wm.items()}
-    single = folder / "model.safetensors"
-    if not single.is_file():
-        return {}
-    try:
-        with safe_open(str(single), "pt") as f:
-            return {k: single for k in f.keys()}
-    except (SafetensorError, OSError) as exc:
-        raise UserError(f"cannot read the weights of '{folder}': {single.name}: {str(exc).splitlines()[0][:200]} "
-                        "(a damaged or partial download: fetch it again)") from None
-
-
-def recognize(config: dict, names) -> str | None:
-    """"gated" (ArmoRM/QRM), "urm", or None (not a custom head rmfast knows) from config + weight names."""
-    names = set(names)
-    if any(n.startswith("gating.layers.") for n in names) or "reward_transform_matrix" in names:
-        return "gated"
-    if any(n.startswith("weights.fc.") for n in names) and "score.weight" in names:
-        return "urm"
-    return None
 
 
 def _read(files: dict[str, Path], names) -> dict[str, torch.Tensor]:

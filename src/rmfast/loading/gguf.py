@@ -1,12 +1,13 @@
 """GGUF files: the header checked, the weights converted once (dequantized by transformers) into a
-cached Hugging Face folder keyed by the file's sha256, the tokenizer saved beside them.
+cached Hugging Face folder keyed by the file's sha256 (:func:`rmfast.loading.sources.converted_dir`),
+the tokenizer saved beside them. Only a conversion runs this module: a converted folder is found by the
+loader in the cache.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import struct
 import sys
@@ -18,22 +19,9 @@ import torch
 
 from ..errors import UserError
 from ..io import write_json
-from .files import CONVERSION_VERSION, SOURCE_FILE, cache_root, cached_sha256
+from .sources import CONVERSION_VERSION, SOURCE_FILE, cache_root, cached_sha256, conversion_complete, converted_dir
 
 __all__ = ["convert_gguf", "check_gguf_header"]
-
-
-def _converted_dir(gguf: Path, sha: str, cache: Path) -> Path:
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", gguf.stem) or "model"
-    return cache / "converted" / f"{stem}-{sha[:16]}"
-
-
-def _is_complete(folder: Path) -> bool:
-    try:
-        info = json.loads((folder / SOURCE_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return info.get("conversion_version") == CONVERSION_VERSION and (folder / "config.json").is_file()
 
 
 def _load_gguf_direct(gguf: Path, *, tokenizer: bool = True):
@@ -169,8 +157,8 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     gguf = Path(gguf).expanduser().resolve()
     cache = cache or cache_root()
     sha = sha256 or cached_sha256(gguf, cache)
-    target = _converted_dir(gguf, sha, cache)
-    if _is_complete(target):
+    target = converted_dir(gguf, sha, cache)
+    if conversion_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     print(f"rmfast: converting {gguf.name} once into {target} (a minute or two; 3 steps)", file=sys.stderr, flush=True)
@@ -206,12 +194,12 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
         os.chmod(tmp, 0o755)
         for f in tmp.iterdir():
             os.chmod(f, 0o644)
-        if target.exists() and not _is_complete(target):
+        if target.exists() and not conversion_complete(target):
             shutil.rmtree(target, ignore_errors=True)  # stale or foreign leftover
         try:
             os.replace(tmp, target)
         except OSError:
-            if not _is_complete(target):  # another process finished first: use its folder
+            if not conversion_complete(target):  # another process finished first: use its folder
                 raise
     finally:
         if tmp.exists():

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +19,12 @@ import torch
 from safetensors import SafetensorError
 
 from .. import cpu
-from . import embedded, registry
+from . import custom_heads, registry
 from . import training_checkpoints as checkpoints
 from ..errors import UserError
-from . import custom_heads, vocab_check
-from .files import cache_root, cached_sha256, content_sha256, quiet_transformers
-from .names import model_name, single_gguf
-from .gguf import _converted_dir, _is_complete, check_gguf_header, convert_gguf
+from .gguf import check_gguf_header, convert_gguf
+from .sources import (cache_root, cached_sha256, content_sha256, conversion_complete, converted_dir, embedded, hub_folder,
+                      model_name, quiet_transformers, single_gguf)
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -70,8 +68,7 @@ class LoadedModel:
 
 
 # --------------------------------------------------------------------------------------------
-# cache, device, dtype
-
+# device, dtype
 
 
 def resolve_device(device: str | torch.device = "auto", local_rank: int | None = None) -> torch.device:
@@ -148,93 +145,6 @@ def _as_torch_dtype(value: Any) -> torch.dtype | None:
 
 
 # --------------------------------------------------------------------------------------------
-# GGUF: hash, convert once, cache
-
-
-
-# --------------------------------------------------------------------------------------------
-# spec resolution
-
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-
-
-def _looks_like_path(spec: str) -> bool:
-    return (
-        os.sep in spec
-        or (os.altsep is not None and os.altsep in spec)
-        or spec.startswith((".", "~"))
-        or spec.lower().endswith(".gguf")
-    )
-
-
-def _not_found_hub(spec: str) -> UserError:
-    return UserError(
-        f"model '{spec}' not found: not an embedded alias, an existing folder or .gguf file, and not in the "
-        f"local Hugging Face cache (this machine cannot download; pass a local folder)"
-    )
-
-
-def hub_snapshot(spec: str) -> tuple[Path, str | None]:
-    """The local snapshot folder of a cached hub model and its commit hash (no network).
-
-    A known reward model's alias (:mod:`rmfast.loading.registry`) is its hub id at its pinned revision;
-    absent from the cache, a known model's error says how to get it.
-    """
-    known = registry.find(spec)  # a hub id typed in full takes the cache's main, an alias the pinned revision
-    repo, rev = (known.hub_id, known.revision) if known and "/" not in spec else (spec, None)
-    missing = UserError(registry.how_to_get(known)) if known else _not_found_hub(spec)
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HFValidationError
-    except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
-        raise missing from None
-    try:
-        folder = Path(snapshot_download(repo, revision=rev, local_files_only=True))
-    except (HFValidationError, OSError, ValueError):
-        raise missing from None
-    except Exception as exc:  # LocalEntryNotFoundError and friends
-        if "LocalEntryNotFound" in type(exc).__name__ or "NotFound" in type(exc).__name__:
-            raise missing from None
-        raise
-    if not (folder / "config.json").is_file():
-        raise missing
-    revision = folder.name if re.fullmatch(r"[0-9a-f]{40}", folder.name) else None
-    return folder, revision
-
-
-def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: str | None = None) -> None:
-    """Raise the UserError :func:`load` would raise because ``spec`` names no model this machine has (an
-    embedded alias without its package, a hub id or known alias not in the HF cache, a missing path; an
-    adapter checkpoint's base too), without loading or converting anything: a sweep checks every model
-    this way before its first part (issue 37), so a missing one is found in a second, not after hours."""
-    spec = str(spec).strip()
-    path = Path(spec).expanduser()
-    if checkpoints.is_adapter_folder(path) and embedded.get(spec) is None:
-        base_spec = base or checkpoints.read_adapter(path).base
-        if not base_spec:
-            raise UserError(f"adapter checkpoint {path} names no base model: pass --base PATH/ALIAS (the model it "
-                            "was trained from)")
-        try:
-            check_model(base_spec, cache_dir=cache_dir)
-        except UserError as e:
-            raise UserError(f"adapter checkpoint {path}: cannot load its base {base_spec!r} ({e}); "
-                            "pass --base PATH/ALIAS (the model it was trained from)") from None
-        return
-    entry = embedded.get(spec)
-    if entry is not None:
-        entry.gguf_path(cache_root(cache_dir))  # its package is installed
-    elif path.exists():
-        return
-    elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
-        hub_snapshot(spec)
-    elif _looks_like_path(spec):
-        raise UserError(f"no such model folder or file: {spec}")
-    else:
-        raise _not_found_hub(spec)
-
-
-# --------------------------------------------------------------------------------------------
 # kind and model classes
 
 
@@ -297,6 +207,94 @@ def check_weights(folder: Path, allow_pickle: bool = False) -> None:
                         "pickle can run code: convert them to safetensors, or pass --allow-pickle if you trust them (a sweep config: allow_pickle: true)")
 
 
+def weight_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> safetensors file, from model.safetensors(.index.json); {} without safetensors."""
+    from safetensors import SafetensorError, safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            wm = json.loads(index.read_text())["weight_map"]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"cannot read the weights index of '{folder}': {index.name}: {type(exc).__name__} "
+                            "(a damaged or partial download: fetch it again)") from None
+        return {k: folder / v for k, v in wm.items()}
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        return {}
+    try:
+        with safe_open(str(single), "pt") as f:
+            return {k: single for k in f.keys()}
+    except (SafetensorError, OSError) as exc:
+        raise UserError(f"cannot read the weights of '{folder}': {single.name}: {str(exc).splitlines()[0][:200]} "
+                        "(a damaged or partial download: fetch it again)") from None
+
+
+def custom_head_kind(names) -> str | None:
+    """The custom reward head a checkpoint's weight names show (:mod:`rmfast.loading.custom_heads`): "gated"
+    (ArmoRM/QRM), "urm", or None (not a custom head rmfast knows).
+
+    >>> custom_head_kind({"model.embed_tokens.weight", "score.weight"}) is None
+    True
+    >>> custom_head_kind({"score.weight", "weights.fc.0.weight"})
+    'urm'
+    """
+    names = set(names)
+    if any(n.startswith("gating.layers.") for n in names) or "reward_transform_matrix" in names:
+        return "gated"
+    if any(n.startswith("weights.fc.") for n in names) and "score.weight" in names:
+        return "urm"
+    return None
+
+
+#: how the input embedding is named across the architectures transformers loads
+_EMBEDDING_SUFFIXES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight",
+                       "tok_embeddings.weight")
+
+
+def embedding_names(names) -> list[str]:
+    """The input-embedding tensor names among a checkpoint's weight names."""
+    return sorted(n for n in names if n.endswith(_EMBEDDING_SUFFIXES))
+
+
+def _vocab_sizes(config) -> list[tuple[str, int]]:
+    out = []
+    for where, cfg in (("", config), ("text_config.", getattr(config, "text_config", None))):
+        v = getattr(cfg, "vocab_size", None) if cfg is not None else None
+        if isinstance(v, int):
+            out.append((where + "vocab_size", v))
+    return out
+
+
+def check_vocab_size(folder: Path, config, files: dict[str, Path]) -> None:
+    """Refuse a folder whose config ``vocab_size`` is not the embedding's row count (``files``: tensor name ->
+    safetensors file; nothing is checked without safetensors)."""
+    from safetensors import SafetensorError, safe_open
+
+    sizes = _vocab_sizes(config)
+    names = embedding_names(files)
+    if not sizes or not names:
+        return
+    name = names[0]
+    try:
+        with safe_open(str(files[name]), "pt") as f:
+            rows = f.get_slice(name).get_shape()[0]
+    except (SafetensorError, OSError, IndexError):
+        return  # a damaged file: the weight loader names it
+    if all(v != rows for _, v in sizes):
+        key, v = sizes[0]
+        raise UserError(f"'{folder}': config.json says {key} {v} but the embedding {name} has {rows} rows: the config "
+                        f"does not belong to these weights; set {key} to {rows} in config.json, or fetch the model again")
+
+
+def mismatch_error(folder: Path, exc: BaseException) -> UserError | None:
+    """transformers' size-mismatch RuntimeError as one line; None for any other error."""
+    if "ignore_mismatched_sizes" not in str(exc):
+        return None
+    return UserError(f"'{folder}': the weights' shapes do not match config.json (transformers refuses to load them): "
+                     "the config does not belong to these weights; fetch the model again")
+
+
 def _read_config(folder: Path, trust_remote_code: bool):
     """The folder's config, or one line saying what is wrong with it."""
     from transformers import AutoConfig
@@ -340,7 +338,7 @@ def _from_pretrained(cls, folder: Path, config, kind: str, attn_implementation: 
                 ) from None
             raise
         except RuntimeError as exc:  # e.g. a weight shape config.json does not describe
-            err = vocab_check.mismatch_error(folder, exc)
+            err = mismatch_error(folder, exc)
             if err is None:
                 raise
             raise err from None
@@ -370,16 +368,16 @@ def _load_folder(
             f"cannot load a tokenizer from '{folder}' ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): "
             f"the folder needs tokenizer files (tokenizer.json or tokenizer_config.json and its vocabulary)"
         ) from None
-    files = {} if trust_remote_code else custom_heads.weight_files(folder)
-    vocab_check.check_vocab_size(folder, config, files)
-    custom = custom_heads.recognize(config.to_dict(), files)
+    files = {} if trust_remote_code else weight_files(folder)
+    check_vocab_size(folder, config, files)
+    custom = custom_head_kind(files)
     if custom is not None:  # ArmoRM / QRM / URM: transformers' backbone + rmfast's head, no remote code
         with quiet_transformers():
             try:
                 model, missing = custom_heads.load_custom(folder, config, custom, files, tokenizer,
                                                           dtype=model_dtype, attn_implementation=attn_implementation)
             except RuntimeError as exc:
-                raise (vocab_check.mismatch_error(folder, exc) or exc) from None
+                raise (mismatch_error(folder, exc) or exc) from None
         _warn_missing(folder, missing)
         return _finish(model, tokenizer, device, choice), tokenizer, "classifier", False
     kind = model_kind(config)
@@ -451,7 +449,7 @@ def preflight(spec: str, *, cache_dir: str | os.PathLike | None = None, allow_pi
     over many models (a sweep) calls this for each before it writes anything; UserError names the
     broken file. Embedded aliases and names that are not local paths are left to :func:`load`.
     """
-    if embedded.get(str(spec)) is not None:
+    if embedded(str(spec)) is not None:
         return
     path = Path(str(spec)).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
@@ -478,15 +476,27 @@ def preflight(spec: str, *, cache_dir: str | os.PathLike | None = None, allow_pi
 # public entry point
 
 
+def _converted(gguf: Path, cache: Path, *, check_header: bool) -> tuple[Path, str]:
+    """The cached Hugging Face folder of a GGUF file and the file's sha256: converted now only where the cache
+    has no finished conversion (:mod:`rmfast.loading.gguf`), its header checked first where ``check_header``
+    (before the conversion and its note: a broken file is one line)."""
+    sha = cached_sha256(gguf, cache)
+    folder = converted_dir(gguf, sha, cache)
+    if not conversion_complete(folder):
+        if check_header:
+            check_gguf_header(gguf)
+        folder = convert_gguf(gguf, cache, sha256=sha)
+    return folder, sha
+
+
 def _locate(spec: str, path: Path, cache: Path, source: dict) -> tuple[Path, str | None]:
     """The Hugging Face folder a model spec names (an embedded alias or a GGUF converted once, a folder, a
     cached hub id) and its default template; fills ``source`` (the provenance) as it goes."""
-    entry = embedded.get(spec)
+    entry = embedded(spec)
     default_template = None
     if entry is not None:
         gguf = entry.gguf_path(cache)
-        sha = cached_sha256(gguf, cache)
-        folder = convert_gguf(gguf, cache, sha256=sha)
+        folder, sha = _converted(gguf, cache, check_header=False)
         source.update(type="embedded", name=model_name(spec), path=str(gguf), sha256=sha, alias=entry.alias)
         default_template = entry.default_template
     elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file() and single_gguf(path)):
@@ -494,24 +504,16 @@ def _locate(spec: str, path: Path, cache: Path, source: dict) -> tuple[Path, str
         if gguf.suffix.lower() != ".gguf":
             raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
         gguf = gguf.resolve()
-        sha = cached_sha256(gguf, cache)
-        if not _is_complete(_converted_dir(gguf, sha, cache)):
-            check_gguf_header(gguf)  # before the conversion and its note: a broken file is one line
-        folder = convert_gguf(gguf, cache, sha256=sha)
+        folder, sha = _converted(gguf, cache, check_header=True)
         source.update(type="gguf", name=model_name(spec), path=str(gguf), sha256=sha)
     elif path.is_dir():
         folder = path.resolve()
         source.update(type="folder", name=model_name(spec), path=str(folder))
-    elif _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
-        folder, revision = hub_snapshot(spec)
+    else:
+        folder, revision = hub_folder(spec)
         known = registry.find(spec)
         source.update(type="hub", name=model_name(spec), path=str(folder), revision=revision,
                       alias=known.alias if known else None)
-    elif _looks_like_path(spec):
-        raise UserError(f"no such model folder or file: {spec}")
-    else:
-        raise _not_found_hub(spec)
-
     return folder, default_template
 
 
@@ -554,7 +556,7 @@ def load(
         "content_sha256": None,
     }
     path = Path(spec).expanduser()
-    if checkpoints.is_adapter_folder(path) and embedded.get(spec) is None:
+    if embedded(spec) is None and checkpoints.is_adapter_folder(path):  # an embedded alias is never an adapter
         return _load_adapter(path.resolve(), base, dtype=dtype, device=dev, trust_remote_code=trust_remote_code,
                              cache_dir=cache_dir, attn_implementation=attn_implementation)
     folder, default_template = _locate(spec, path, cache, source)

@@ -10,6 +10,7 @@ import torch
 
 from ..errors import UserError
 from . import loader as L
+from . import sources
 
 
 def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_map: str | None = None,
@@ -36,12 +37,12 @@ def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_
 
     spec = str(spec).strip()
     path = Path(spec).expanduser()
-    if L.embedded.get(spec) is not None or spec.lower().endswith(".gguf") or path.is_file():
+    if sources.embedded(spec) is not None or spec.lower().endswith(".gguf") or path.is_file():
         raise UserError(f"--device-map is for model folders and hub ids; {spec!r} is an embedded/GGUF model that fits on one device")
     if path.is_dir():
         folder, source = path.resolve(), {"type": "folder", "name": path.resolve().name}
     else:
-        folder, revision = L.hub_snapshot(spec)
+        folder, revision = sources.hub_snapshot(spec)
         source = {"type": "hub", "name": spec, "revision": revision}
     if not (folder / "config.json").is_file():
         raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder")
@@ -56,7 +57,7 @@ def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_
               attn_implementation="eager")
     if max_memory:
         kw["max_memory"] = max_memory
-    with L.quiet_transformers():
+    with sources.quiet_transformers():
         try:
             model = cls.from_pretrained(folder, **kw)
         except ValueError as exc:
@@ -68,6 +69,6 @@ def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_
     L.cpu.record(model, choice)
     placement = {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {}).items()}
     source.update(spec=spec, path=str(folder), sha256=None, alias=None, random_head_seed=None,
-                  content_sha256=L.content_sha256(folder, source.get("revision"), L.cache_root(cache_dir)),
+                  content_sha256=sources.content_sha256(folder, source.get("revision"), sources.cache_root(cache_dir)),
                   device_map=str(device_map), placement=sorted(set(placement.values())))
     return L.LoadedModel(model=model, tokenizer=tok, kind=kind, source=source, default_template=None)

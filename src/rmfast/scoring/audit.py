@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .memory import available_memory
+from .batching import available_memory
 
 #: rows rescored in fp32 by default (``--audit N``; 0 turns the audit off)
 DEFAULT_AUDIT_N = 512

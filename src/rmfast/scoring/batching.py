@@ -1,4 +1,37 @@
-"""The batching loop every scoring job runs: fixed batches, out-of-memory back-off, a checkpoint that
+"""How a job's rows become batches: how many rows a batch may hold, how far a short batch is padded, and the
+loop that runs the batches.
+
+**Rows per batch** (:func:`row_bytes`, :func:`auto_batch_size`, :func:`cap_batch_size`): estimated activation
+bytes per row against the memory free. On CPU, memory pressure raises no out-of-memory error to back off from
+(it swaps, or the process is killed), so every batch size, chosen or asked for, is bounded by an estimate made
+up front.
+
+**Padding** (:class:`PadSizes`): how far a token scan pads a short batch: the smallest row count whose rows come out bit for bit as in a
+full batch, measured on this machine.
+
+Why padding at all: a token's score must not depend on the job it is in (:mod:`rmfast.scoring.plan`).
+GEMM libraries pick kernels by the row count M, and some kernels sum in another order, so a 7-row batch
+can round differently from a 1,024-row one (``tests/test_job_independence.py`` shows it). Padding every
+batch to the full row count keeps the guarantee but makes a job of 256 ids cost as much as one of 1,365.
+
+Here a short batch of B rows runs as the smallest size of the ladder 32, 64, 128, ... (up to half the
+full row count: above that a rung would save less than the probe costs) that is >= B and that was *measured* to give every row the full batch's bits: the same
+deterministic ids scored in one full batch and in one batch of that size, compared with
+``array_equal``. A size that differs, or that was never measured and cannot be now, is skipped (the
+next one up, at worst the full batch). Verdicts are cached on disk per machine (CPU model, flags,
+torch version, thread count: :func:`rmfast.cpu.machine_key`), dtype, model shapes, prompt and suffix
+lengths, response length and full row count, in ``<rmfast cache>/cpu/pad-probe.json``; so the first
+short batch of a new shape pays one full batch and one of the candidate size, later jobs none.
+
+Measured: SmolLM2-135M fp32 on a 2-core AMD EPYC Zen 3 (AVX2, 1,365-row batches): every size 8-512
+bit-identical to the full batch (a 7-row one is not: odd sizes take other kernels). The ladder's
+smallest rung is 32, so a single id pays at most 32 rows.
+
+Where it does not apply (the full row count, as before): CUDA (cuBLAS picks split-K kernels by shape;
+not measured), the compiled CPU layer (one graph per batch shape), the plain-HF engine and rows with
+their own template, and jobs without fixed shapes (text candidates).
+
+**The loop** (:func:`score_groups`): the batching loop every scoring job runs: fixed batches, out-of-memory back-off, a checkpoint that
 a rerun resumes from bit-identically, a progress bar, timing, and the count of non-finite scores.
 
 A job hands it *groups* (:class:`Group`: rows of one shape and the function that scores them);
@@ -8,6 +41,7 @@ sweeps, torchrun shards and GCG's evaluator (:func:`oom_batches`) all come throu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import warnings
@@ -18,7 +52,242 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..dims import model_dims
 from ..io import atomic_write
+
+
+# --------------------------------------------------------------------------------------------
+# rows per batch: the memory a batch's activations take
+
+
+#: a batch's estimated activations may take at most this fraction of the memory available when
+#: the job starts (the rest: the allocator's slack, temporaries the estimate leaves out, other programs)
+MEM_FRACTION = 0.5
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free for new tensors on ``device``, or None where unknown.
+
+    CUDA: ``torch.cuda.mem_get_info``. CPU (Linux): ``MemAvailable`` of /proc/meminfo, or less when
+    a cgroup (a container) limits this process (memory.max - memory.current).
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    avail = None
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+                break
+    except OSError:
+        return None
+    try:
+        limit = open("/sys/fs/cgroup/memory.max").read().strip()
+        used = int(open("/sys/fs/cgroup/memory.current").read())
+        if limit != "max":
+            avail = min(avail, int(limit) - used) if avail is not None else int(limit) - used
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def row_bytes(model, tokens_per_row: int, *, prefix_len: int = 0, head: str = "score", full_sequence: bool = False) -> int:
+    """Estimated peak activation bytes one row of a batch needs (upper-bound style, from the config).
+
+    One decoder layer's activations are live at a time (inference): per token the residual stream and
+    its norm/attention outputs (4·hidden), q|k|v ((H + 2·Hkv)·D) and the MLP's gate, up and product
+    (3·intermediate), in the model's dtype; the attention scores and their softmax (2·H·T·(P + T),
+    fp32); with ``full_sequence`` (the plain-HF path) every layer's K/V cache; for the logprob head an
+    fp32 logits block per token (a vocabulary chunk of 8,192 on the fast path, the whole vocabulary
+    with ``full_sequence``).
+
+    >>> from types import SimpleNamespace as NS
+    >>> cfg = NS(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+    ...          num_hidden_layers=3, vocab_size=1000)
+    >>> m = NS(config=cfg, parameters=lambda: iter([torch.zeros(1, dtype=torch.float32)]))
+    >>> row_bytes(m, 2, prefix_len=10)  # 2·(4·64 + (4+4)·16 + 3·96)·4 + 2·4·2·12·4
+    6144
+    """
+    dm = model_dims(model.config)
+    hid, inter, H, kv, D = dm.hidden, dm.intermediate, dm.heads, dm.kv_heads, dm.head_dim
+    nbytes = next(model.parameters()).element_size()
+    T = max(1, int(tokens_per_row)) + (int(prefix_len) if full_sequence else 0)
+    keys = T + (0 if full_sequence else int(prefix_len))
+    per = T * (4 * hid + (H + 2 * kv) * D + 3 * inter) * nbytes + 2 * H * T * keys * 4
+    if full_sequence:
+        per += dm.layers * T * 2 * kv * D * nbytes
+    if head == "logprob":
+        per += 2 * T * (int(dm.vocab) if full_sequence else min(8192, int(dm.vocab))) * 4
+    return int(per)
+
+
+def memory_cap(device: torch.device, per_row: int | None, available: int | None = None) -> int | None:
+    """Most rows whose activations (``per_row`` bytes each) fit in MEM_FRACTION of the available
+    memory (``available``, default :func:`available_memory`); None where unknown.
+
+    >>> memory_cap(torch.device("cpu"), 1_000_000, available=100_000_000)
+    50
+    >>> memory_cap(torch.device("cpu"), 10**12, available=100_000_000)  # at least one row
+    1
+    """
+    if not per_row:
+        return None
+    avail = available_memory(device) if available is None else available
+    if avail is None:
+        return None
+    return max(1, int(MEM_FRACTION * avail) // int(per_row))
+
+
+def auto_batch_size(device: torch.device, tokens_per_row: int, per_row: int | None = None,
+                    available: int | None = None) -> int:
+    """CPU: ~4k tokens per batch keeps GEMMs large and activations in cache. CUDA: start big; OOM halves it.
+
+    With ``per_row`` (:func:`row_bytes`), never more rows than fit in memory (:func:`memory_cap`): on
+    CPU memory pressure raises no out-of-memory error to back off from, it swaps or gets killed.
+
+    >>> auto_batch_size(torch.device("cpu"), 4)
+    1024
+    >>> auto_batch_size(torch.device("cpu"), 4, per_row=1_000_000, available=100_000_000)
+    50
+    """
+    if device.type == "cuda":
+        bs = max(64, min(16384, 131072 // max(1, tokens_per_row)))
+    else:
+        bs = max(32, min(2048, 4096 // max(1, tokens_per_row)))
+    cap = memory_cap(device, per_row, available)
+    return bs if cap is None else min(bs, cap)
+
+
+def cap_batch_size(bs: int, device: torch.device, per_row: int | None, available: int | None = None) -> int:
+    """A batch size the user chose, lowered (with a one-line warning) to what fits in memory."""
+    cap = memory_cap(device, per_row, available)
+    if cap is None or bs <= cap:
+        return bs
+    avail = available_memory(device) if available is None else available
+    warnings.warn(f"rmfast: --batch-size {bs} needs ~{bs * per_row / 2**30:.2g} GiB of activations, over "
+                  f"{MEM_FRACTION:.0%} of the {avail / 2**30:.2g} GiB available on {device.type}; using {cap}",
+                  stacklevel=3)
+    return cap
+
+
+# --------------------------------------------------------------------------------------------
+# padding: the smallest row count with a full batch's bits
+
+
+#: the ladder's smallest rung; sizes double from it up to half the full row count
+PAD_MIN = 32
+CACHE_NAME = "pad-probe.json"
+
+
+def ladder(rows: int) -> list[int]:
+    """The padded sizes tried for a full batch of ``rows`` rows, ascending: up to half of it (a batch of more
+    rows runs full; a rung above half would save less than the probe's one full batch costs).
+
+    >>> ladder(1365)
+    [32, 64, 128, 256, 512]
+    >>> ladder(63)
+    []
+    """
+    out, s = [], PAD_MIN
+    while s <= rows // 2:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def shape_key(eng, n: int, rows: int) -> str:
+    """What decides which kernels a batch runs, besides the machine: the model's shapes, dtype, head,
+    the prompt's and the suffix's lengths, the response length and the full row count."""
+    from ..cpu import machine_key
+
+    cfg = eng.model.config
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    dims = {k: getattr(cfg, k, None) for k in ("model_type", "hidden_size", "intermediate_size", "num_attention_heads",
+                                               "num_key_value_heads", "head_dim", "num_hidden_layers", "vocab_size",
+                                               "sliding_window")}
+    fields = {"machine": machine_key(), "threads": torch.get_num_threads(), "dtype": str(eng.dtype), "head": eng.head,
+              "head_kind": type(eng.row_head).__name__, "dims": dims, "P": eng.P, "suffix": len(eng.suffix),
+              "continuation": len(eng.continuation), "n": int(n), "rows": int(rows)}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+class PadSizes:
+    """Measured verdicts for one (engine, response length, full row count): which ladder sizes are bit-identical.
+
+    ``cache``: the rmfast cache folder (None: verdicts live in this object only)."""
+
+    def __init__(self, eng, n: int, rows: int, cache=None):
+        self.eng, self.n, self.rows = eng, int(n), int(rows)
+        self.key = shape_key(eng, n, rows)
+        self.path = None if cache is None else cache / "cpu" / CACHE_NAME
+        self.verdicts: dict[int, bool] = {int(s): bool(v) for s, v in self._read().get(self.key, {}).items()
+                                          if str(s).isdigit()}
+        self.measured: list[int] = []  # sizes measured by this object (not from the cache)
+        self._full = None  # (rows,) fp32 scores of the probe ids in one full batch
+
+    def _read(self) -> dict:
+        if self.path is None or not self.path.is_file():
+            return {}
+        try:
+            data = json.loads(self.path.read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):  # a damaged cache is measured again, never an error
+            return {}
+
+    def _write(self) -> None:
+        if self.path is None:
+            return
+        from ..io import write_json
+
+        try:
+            data = self._read()
+            data[self.key] = {**{str(s): v for s, v in self.verdicts.items()},
+                              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(self.path, data)
+        except OSError:  # a read-only cache: measure again next time
+            pass
+
+    def _probe_ids(self, m: int) -> torch.Tensor:
+        """(m, n) deterministic candidate ids spread over the vocabulary (the first m of the full batch's)."""
+        V = int(self.eng.model.get_input_embeddings().num_embeddings)
+        ids = (torch.arange(self.rows * self.n, dtype=torch.long) * 7919) % V
+        return ids.view(self.rows, self.n)[:m]
+
+    def identical(self, size: int) -> bool:
+        """Whether a batch of ``size`` rows gives each row the full batch's bits (cached, else measured now)."""
+        if size not in self.verdicts:
+            if self._full is None:
+                self._full = self.eng.score(self._probe_ids(self.rows)).cpu().numpy()  # (rows,)
+            part = self.eng.score(self._probe_ids(size)).cpu().numpy()  # (size,)
+            self.verdicts[size] = bool(np.array_equal(part, self._full[:size], equal_nan=True))
+            self.measured.append(size)
+            self._write()
+        return self.verdicts[size]
+
+    def rows_for(self, B: int) -> int:
+        """Rows to run a batch of B real rows as: the smallest bit-identical ladder size >= B, else the full count."""
+        for s in ladder(self.rows):
+            if s >= B and self.identical(s):
+                return s
+        return self.rows
+
+    def summary(self) -> str:
+        """One line for the manifest: which sizes were found identical, and where that came from."""
+        same = sorted(s for s, v in self.verdicts.items() if v)
+        differ = sorted(s for s, v in self.verdicts.items() if not v)
+        src = "measured now" if self.measured else "measured earlier on this machine"
+        parts = [f"short batches padded to the smallest of {same} rows >= the batch" if same else "no smaller size tried yet"]
+        if differ:
+            parts.append(f"{differ} differ from a full batch, so not used")
+        return f"{'; '.join(parts)} (full batch {self.rows} rows; bit-identical rows, {src})"
+
+
+# --------------------------------------------------------------------------------------------
+# the batching loop
+
 
 #: a long job saves its finished batches at least this often (seconds), so a kill loses at most
 #: this much work plus one batch ...

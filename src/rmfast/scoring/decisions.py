@@ -32,7 +32,7 @@ from ..fast import ops
 from ..fast.arch import arch_spec
 from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead
 from ..template import Template
-from .memory import auto_batch_size, cap_batch_size, row_bytes
+from .batching import auto_batch_size, cap_batch_size, row_bytes
 from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
 
 #: the jobs a plan is made for (the manifest's ``decisions.job``)
@@ -130,24 +130,33 @@ COMPILE_CPU_KINDS = ("AMX",)
 
 def choose_compile(compile, device: torch.device, engine: str, eng: Engine | None = None,
                    stacklevel: int = 3) -> tuple[bool, str]:
-    """Whether the fast engine runs the compiled CPU decoder layer, and why: (decision, reason).
+    """Whether the fast engine runs its compiled decoder layer, and why: (decision, reason).
+
+    On a GPU only ``on`` compiles (the layer around the Triton shared-prefix kernel, issue 33 item 3: inductor
+    fuses the norms, RoPE, activation and residuals between the GEMMs); ``auto`` stays eager there until
+    ``make gpu-check`` measures that it pays. The rest of this docstring is the CPU's rule.
 
     Never decided from the job's size (see the module docstring). ``auto`` compiles where it pays on
     this machine, for every job alike: a CPU of a kind in :data:`COMPILE_CPU_KINDS`, the fast
     engine, a prompt whose block-diagonal attention adds at most ``MAX_BLOCKDIAG_EXTRA`` of a layer's
     FLOPs (long prompts on many heads), and ``RMFAST_COMPILE`` not ``0`` (e.g. no C++ compiler).
-    ``on`` compiles wherever it can; where it cannot (the plain-HF engine, a GPU) one line says so.
+    ``on`` compiles wherever it can; where it cannot (the plain-HF engine) one line says so.
     """
     from .. import cpu as cpu_mod
 
     compile = compile_mode(compile)
     if compile == "off":
         return False, "off"
-    why = ("the plain Hugging Face path runs the model's own forward" if engine != "fast" else
-           None if device.type == "cpu" else f"on {device.type} the layer runs eagerly around the Triton kernels")
+    if engine == "fast" and device.type != "cpu":  # a GPU: the layer around the Triton shared-prefix kernel
+        if compile == "on":
+            return True, (f"on: the {device.type} layer compiled around the Triton shared-prefix kernel (token scans; "
+                          "the cascade form runs eagerly)")
+        return False, (f"auto: eager on {device.type}; the compiled layer (--compile on) is timed by make gpu-check "
+                       "and not yet measured to pay")
+    why = "the plain Hugging Face path runs the model's own forward" if engine != "fast" else None
     if compile == "on":
         if why is not None:
-            warnings.warn(f"rmfast: --compile on applies to the fast engine's CPU layer ({why}); running eagerly",
+            warnings.warn(f"rmfast: --compile on applies to the fast engine's layer ({why}); running eagerly",
                           stacklevel=stacklevel)
             return False, f"on, but {why}"
         return True, "on"
@@ -193,7 +202,7 @@ def choose_attention(attention, device: torch.device, engine: str, compiled: boo
     if attention != "auto":
         if attention not in ops.ATTENTION_FORMS:
             raise UserError(f"unknown attention {attention!r}; use auto or one of {', '.join(ops.ATTENTION_FORMS)}")
-        if compiled and attention != "block-diagonal":
+        if compiled and device.type == "cpu" and attention != "block-diagonal":
             raise UserError(f"attention {attention}: the compiled CPU layer runs the block-diagonal form; use compile off")
         if attention == "block-diagonal" and device.type != "cpu":
             raise UserError("attention block-diagonal is a CPU form; use auto on " + device.type)
@@ -319,6 +328,8 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     # rows of one known length (token scans, GCG) pad a short batch to a full one (or a measured smaller size), so a
     # row's bits do not depend on the job's size; texts of many lengths are not padded (each length would pay a batch)
     fixed = response_tokens is not None
+    if compiled and device.type != "cpu" and form != "triton":
+        compiled, compile_why = False, f"{o.compile}, but the {form} form runs eagerly (the compiled layer is the Triton form's)"
     d = Decisions(o, job, device, head, engine, compiled, triton, form, fixed)
     d.record("job", job, "the kind of work this plan scores for")
     d.record("device", str(device), device_reason(o, device))
@@ -370,7 +381,7 @@ def row_tokens(template: Template, head: str, n: int, on_engine: bool) -> int:
 
 def choose_rows_per_batch(model, template: Template, head: str, n: int, on_engine: bool, batch_size) -> int:
     """Rows per batch for n-token responses: ``batch_size`` rows, or auto's, bounded by memory
-    (:mod:`rmfast.scoring.memory`). Needs no prompt pass: a plan decides it this way, and so does a
+    (:mod:`rmfast.scoring.batching`). Needs no prompt pass: a plan decides it this way, and so does a
     caller that has not built its plan yet (:meth:`Decisions.rows_per_batch`)."""
     device = next(model.parameters()).device
     tpr = max(1, row_tokens(template, head, n, on_engine))

@@ -58,7 +58,8 @@ class ScoringOptions:
                                "its old name)", choices=ENGINES + tuple(ENGINE_ALIASES))
     compile: str = _opt("auto", "torch.compile the fast engine's CPU decoder layer: auto compiles on the CPU kinds "
                                 "where it was measured to pay (AMX Xeon), for every job alike (never decided from "
-                                "the job's size), else eager; on: a one-off compile of seconds wherever it can; off",
+                                "the job's size), else eager (on a GPU too, until measured); on: a one-off compile of "
+                                "seconds wherever it can (on a GPU: the token scan's layer around the Triton kernel); off",
                         choices=COMPILE_MODES)
     batch_size: int | str = _opt("auto", "rows per batch, or auto: ~4k tokens per batch on CPU, ~128k on CUDA, "
                                          "bounded by free memory")

@@ -29,14 +29,14 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, check_context, ids_digest, max_response_len,
-                         tokenize_in_context)
+from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, check_context, ids_digest, max_response_len, select_ids,
+                         tokenize_in_context, vocab_sha256)
 from ..cpu import say_choice
 from ..errors import UserError
 from .batching import Group, count_nonfinite, drop_checkpoint, score_groups
 from .compat import (authors_batch_size, authors_diagnostics, authors_groups, authors_manifest, authors_plan,
                      check_authors)
-from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, audit_bf16
+from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, LOW_PRECISION, audit_bf16
 from .options import ScoringOptions
 from .plan import ScoringPlan, finish_manifest, lens_names, plan_scoring, run_fields, run_key
 from ..state_names import ByLayer
@@ -44,7 +44,6 @@ from ..states import DTYPES, StatesWriter, parse_layers
 from .states_stream import BackgroundWriter
 from .results import ScanResult, TextScanResult
 from ..template import Template, build_template
-from .vocab import select_ids, vocab_sha256
 
 # --------------------------------------------------------------------------------------------
 # hidden states and the reward lens, from the scan's own forward
@@ -198,7 +197,7 @@ def scan(
         system: system message (default None: the template's own default, if any).
         token_ids: None (every id of the vocabulary, default), a range "A:B", a file path, or ids.
         exclude_special: drop special / added tokens (default False: they are scored too).
-        wordlike, dedup: the papers' vocabulary views (:func:`rmfast.scoring.vocab.vocab_ids`; default off).
+        wordlike, dedup: the papers' vocabulary views (:func:`rmfast.scoring.candidates.vocab_ids`; default off).
         batch_size: "auto" (default) or rows per batch. On CUDA out-of-memory the batch is halved and retried.
         engine: "auto" (default: the shared-prompt engine where the architecture is supported, else
             the plain-HF path with a warning), "fast" or "hf" (the plain-HF path; "reference": its old name).
@@ -242,7 +241,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
               template=None, system: str | None = None, progress: bool = True, checkpoint=None,
               model_info: dict | None = None, keep_checkpoint: bool = False, vocab_size: int | None = None,
               states: StatesRequest | None = None, lens: bool = False, job: str = "scan", **option_kw) -> ScanResult:
-    """Score vocabulary ids already selected (:func:`rmfast.scoring.vocab.select_ids`), one token each: the
+    """Score vocabulary ids already selected (:func:`rmfast.scoring.candidates.select_ids`), one token each: the
     body of :func:`scan` (same options, passed whole as ``options``; ``option_kw``: the keyword form), called
     once per job by :func:`run_scan`. ``job``: the plan's job kind (a sweep part says "sweep")."""
     t0 = time.perf_counter()
@@ -485,7 +484,7 @@ class Selection:
 
     Attributes:
         token_ids: None (all), a range "A:B", a file of ids, or ids (vocabulary scans).
-        exclude_special, wordlike, dedup: vocabulary views (:func:`rmfast.scoring.vocab.vocab_ids`).
+        exclude_special, wordlike, dedup: vocabulary views (:func:`rmfast.scoring.candidates.vocab_ids`).
         texts: response texts to score instead of vocabulary ids.
         texts_info: where the texts came from (file, column, sha256), for the manifest.
         compat: None, "decode-retokenize" (the papers' decode round trip) or "authors" (their whole
@@ -560,12 +559,13 @@ def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, 
             res = score_ids(model, tokenizer, prompt, ids[order], options, vocab_size=n_vocab, **kw)
             res.manifest["exclude_special"] = sel.exclude_special
         res.manifest["vocab_view"] = view
-    # A subset of texts re-batches them (other padding), so an authors text scan is not audited.
-    a = None if authors_texts else audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options, kw),
-                                              n=audit, seed=audit_seed, what="ids" if sel.texts is None else "texts",
-                                              job_s=res.manifest.get("scan_s"))
-    if a is not None:
-        res.manifest["bf16_audit"] = a
+    # The audit is decided here: only a bf16/fp16 job with --audit N > 0 has one. A subset of texts re-batches them
+    # (other padding), so an authors text scan is not audited.
+    if audit > 0 and not authors_texts and next(model.parameters()).dtype in LOW_PRECISION:
+        a = audit_bf16(model, res.scores, _rescorer(res, tokenizer, prompt, sel, options, kw), n=audit, seed=audit_seed,
+                       what="ids" if sel.texts is None else "texts", job_s=res.manifest.get("scan_s"))
+        if a is not None:
+            res.manifest["bf16_audit"] = a
     return res, order
 
 

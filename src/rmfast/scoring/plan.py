@@ -15,7 +15,7 @@ compiled layer where this CPU kind was measured to gain from it, else the eager 
 differently in bf16, ``docs/determinism.md``), and a batch's row count depends only on the response
 length and the machine's free memory. With ``fixed_shapes`` (token scans, GCG) a short batch is padded to that
 row count, or, on the eager CPU engine, to the smallest size measured on this machine to give every row
-the full batch's bits (:mod:`rmfast.scoring.padding`): a subset's scores equal the whole scan's, bit for
+the full batch's bits (:mod:`rmfast.scoring.batching`): a subset's scores equal the whole scan's, bit for
 bit, in fp32 and bf16 (same machine, threads, dtype), and a small job no longer pays a whole batch.
 """
 
@@ -36,9 +36,9 @@ from ..errors import UserError
 from .hf_path import final_norm_module, hf_scores, n_layers
 from ..states import LAST_NORMED, layer_index
 from .states_stream import host_states
-from .padding import PadSizes
+from .batching import PadSizes
 from ..template import Template
-from ..version import __version__, versions
+from ..version import __version__
 # the decisions and their rules (one site each: rmfast.scoring.decisions), named here too for callers
 from .decisions import (CASCADE_MIN_ROW_TOKENS, COMPILE_CPU_KINDS, Decisions, choose_attention,  # noqa: F401
                         choose_compile, choose_engine, choose_head, choose_kernels, compile_mode, decide, default_head,
@@ -240,13 +240,13 @@ class ScoringPlan:
 
     def padded_rows(self, B: int, rows: int, n: int, template: Template | None = None) -> int:
         """Rows a short batch of B real rows runs as under ``fixed_shapes``: the smallest size measured to
-        give every row a full batch's bits (:mod:`rmfast.scoring.padding`), where that is measured (the
+        give every row a full batch's bits (:mod:`rmfast.scoring.batching`), where that is measured (the
         eager fast engine on CPU, the plan's own template); else the full ``rows``."""
         if self.eng is None or template is not None or self.eng.compile or self.device.type != "cpu":
             return rows
         key = (int(n), int(rows))
         if key not in self._pads:
-            from ..loading.files import cache_root
+            from ..loading.sources import cache_root
 
             try:
                 cache = cache_root()
@@ -328,7 +328,7 @@ def finish_manifest(manifest: dict, t0: float, *, plan: ScoringPlan | None = Non
     manifest.update({**fields, **(timing or {}), "decisions": d})
     if options is not None:
         manifest["options"] = options.as_dict()
-    manifest.update({"wall_s": round(time.perf_counter() - t0, 3), "versions": versions(),
+    manifest.update({"wall_s": round(time.perf_counter() - t0, 3), "versions": cpu.versions(),
                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     return manifest
 

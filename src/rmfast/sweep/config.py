@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..io import file_sha256, slug, yaml_load_unique
-from ..loading.names import model_name
+from ..loading.sources import model_name
 from ..loading.training_checkpoints import expand_runs, is_adapter_folder
 from ..scoring.audit import DEFAULT_AUDIT_N
 from ..states import DTYPES, parse_layers

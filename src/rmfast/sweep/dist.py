@@ -134,7 +134,7 @@ def device_for(d: Dist, device: str) -> str:
 
 def shard_path(out: Path, rank: int, world: int) -> Path:
     """Where rank ``rank`` of ``world`` keeps its share of a scan ``out`` until rank 0 merges them (its
-    states folder beside it: :func:`rmfast.states.states_dir`)."""
+    states folder beside it: :func:`rmfast.io.states_dir`)."""
     return Path(out).parent / f".{Path(out).name}.rank{rank}-of-{world}.parquet"
 
 
@@ -148,10 +148,10 @@ def gather_shards(d: Dist, out: Path, res, order):
 
     import pandas as pd
 
-    from ..io import manifest_path, write_json, write_parquet
+    from ..io import manifest_path, states_dir, write_json, write_parquet
     from ..scoring.pipeline import finish_states
     from ..scoring.results import merge_shards
-    from ..states import StatesMerge, states_dir
+    from ..states import StatesMerge
 
     def shard(r):
         return shard_path(out, r, d.world)

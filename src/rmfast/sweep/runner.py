@@ -65,7 +65,7 @@ from ..loading.spread import load_spread
 from ..loading.training_checkpoints import is_adapter_folder
 from ..errors import UserError
 from ..io import check_output
-from ..states import states_dir
+from ..io import states_dir
 from .store import PART_FILE, PartRef, Store
 from ..template import unescape
 
@@ -318,11 +318,11 @@ class _PartRunner:
 
 
 def check_models(cfg: SweepConfig) -> None:
-    """Every model of the config resolves on this machine (:func:`rmfast.loading.loader.check_model`: no
+    """Every model of the config resolves on this machine (:func:`rmfast.loading.sources.check_model`: no
     loading), or one line naming the first that does not and the config key: a sweep never scores some
     models' parts for hours and then stops at a missing one. Prompts and candidate files are read when
     the config is (:func:`rmfast.sweep.load_config`)."""
-    from ..loading.loader import check_model
+    from ..loading.sources import check_model
 
     for i, m in enumerate(cfg.models):
         try:

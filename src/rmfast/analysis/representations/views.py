@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
-from ...states import MANIFEST, is_states_folder, open_states, states_dir
+from ...io import states_dir
+from ...states import MANIFEST, is_states_folder, open_states
 from .lens import LensResult, lens, lens_columns, lens_figure
 from ..render.report_html import img_html, table_html
 from .similarity import MEASURES, similarity

