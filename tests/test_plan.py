@@ -270,3 +270,21 @@ def test_compile_on_a_gpu_is_the_triton_forms_and_asked_for():
     assert choose_attention("cascade", cuda, "fast", True, None, True)[0] == "cascade"
     with pytest.raises(UserError, match="compile off"):
         choose_attention("cascade", torch.device("cpu"), "fast", True, None, False)
+
+
+def test_cpu_flash_reason_names_the_prompts_kernel():
+    """The CPU's eager form picks torch's flash kernel or bmm by the prompt's length; the decision says which this
+    job's prompt gets, so a manifest tells which attention ran."""
+    from rmfast.fast import ops
+    from rmfast.scoring.decisions import decide
+    from rmfast.template import build_template
+
+    tok, model = T.chatml_tokenizer(), T.tiny("llama")
+    opts = ScoringOptions(compile="off", kernels="torch")
+    short = build_template(tok, "Hi")
+    long = build_template(tok, "word " * ops.FLASH_MIN_PROMPT)
+    for tmpl, kernel in ((short, "bmm"), (long, "flash kernel")):
+        d = decide(model, opts, "scan", template=tmpl, response_tokens=1)
+        assert d.attention == "cpu-flash"
+        why = d.reasons["attention"]["reason"]
+        assert f"this {len(tmpl.prefix_ids)}-token prompt" in why and kernel in why.split("prompt:")[-1], why

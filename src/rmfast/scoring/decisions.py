@@ -325,6 +325,10 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     triton, kernels_why = choose_kernels(o.kernels, device)
     most = None if response_tokens is None or template is None else row_tokens(template, head, int(response_tokens), True)
     form, form_why = choose_attention(o.attention, device, engine, compiled, most, triton)
+    if form == "cpu-flash" and template is not None:  # the form's kernel follows the prompt's length: say which
+        P = len(template.prefix_ids)
+        form_why += (f"; this {P}-token prompt: torch's flash kernel (bmm on layers with a softcap or a window "
+                     "shorter than the row)" if P >= ops.FLASH_MIN_PROMPT else f"; this {P}-token prompt: bmm")
     # rows of one known length (token scans, GCG) pad a short batch to a full one (or a measured smaller size), so a
     # row's bits do not depend on the job's size; texts of many lengths are not padded (each length would pay a batch)
     fixed = response_tokens is not None
