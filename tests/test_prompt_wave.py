@@ -339,3 +339,19 @@ def test_cost_model_wave_prompt_pass():
         assert wave["launches_s"] == pytest.approx(m["n_layers"] * (cc.Gpu().kernels_per_layer + 1) * 4e-6)
     alone = sum(cc.prompt_pass(m, 64)["s"] for _ in range(16))
     assert cc.wave_prompt_pass(m, [64] * 16)["s"] < alone / 3
+
+
+def test_cost_model_prices_a_waves_prompts_as_one_packed_pass():
+    """The best-of-N prediction prices a wave's prompts as the scorer runs them: one packed pass per wave, waves cut
+    at the scorer's own caps (prompt K/V bytes, conversations); a lone prompt its own pass."""
+    from rmfast.bench import cascade_cost as cc
+    from rmfast.scoring.scorer import WAVE_KV_BYTES, WAVE_PROMPTS
+
+    m = cc.LLAMA_31_8B
+    kv = m["n_layers"] * 2 * m["n_kv_heads"] * m["head_dim"] * 2  # bf16 K/V bytes per prompt token
+    per_wave = WAVE_KV_BYTES // (512 * kv)
+    waves = cc.prompt_waves(m, [512] * (per_wave + 3))
+    assert [len(w) for w in waves] == [min(per_wave, WAVE_PROMPTS), per_wave + 3 - min(per_wave, WAVE_PROMPTS)]
+    row = cc.best_of_n(m, 512, 4, 16)
+    assert row["parts_ms"]["prompt_passes"] == pytest.approx(1e3 * cc.wave_prompt_pass(m, [512] * 16)["s"])
+    assert cc.best_of_n(m, 512, 16, 1)["parts_ms"]["prompt_passes"] == pytest.approx(1e3 * cc.prompt_pass(m, 512)["s"])

@@ -118,6 +118,23 @@ def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()
             "launches_s": launches}
 
 
+def prompt_waves(m: dict, prompts: list[int], elt: int = 2) -> list[list[int]]:
+    """The scorer's waves of these prompts (:meth:`rmfast.scoring.scorer.RewardScorer._waves`' caps: at most
+    ``WAVE_PROMPTS`` conversations and ``WAVE_KV_BYTES`` of prompt K/V each; its row-token cap is not reached
+    by the best-of-N rows here): each wave's prompts run as one packed pass."""
+    from ..scoring.scorer import WAVE_KV_BYTES, WAVE_PROMPTS
+
+    kv_per_token = m["n_layers"] * 2 * m["n_kv_heads"] * m["head_dim"] * elt
+    waves: list[list[int]] = []
+    cur: list[int] = []
+    for P in prompts:
+        if cur and (len(cur) >= WAVE_PROMPTS or (sum(cur) + P) * kv_per_token > WAVE_KV_BYTES):
+            waves.append(cur)
+            cur = []
+        cur.append(P)
+    return waves + [cur] if cur else waves
+
+
 def padded_hf(m: dict, prompts: list[int], rows: list[list[int]], suffix: int, elt: int = 2, gpu: Gpu = Gpu(),
               rows_per_batch: int | None = None) -> dict:
     """The padded HF forward of every whole sequence: batches of ``rows_per_batch`` rows (None: all rows at once),
@@ -147,13 +164,15 @@ def response_lengths(n: int, lo: int = 20, hi: int = 200) -> list[int]:
 def best_of_n(m: dict, prompt: int, n: int, n_prompts: int = 1, suffix: int = 1, elt: int = 2, gpu: Gpu = Gpu(),
               pad_frac: float = 0.08) -> dict:
     """One row of the issue's best-of-N table, predicted: n responses (20-200 tokens) to each of
-    ``n_prompts`` prompts of ``prompt`` tokens. rmfast: each prompt's pass, then ONE rows' pass of the
+    ``n_prompts`` prompts of ``prompt`` tokens. rmfast: the prompts' passes (one packed pass per wave,
+    :func:`prompt_waves`; a lone prompt its own pass), then ONE rows' pass of the
     cascade for all rows (``pad_frac``: the GEMM tokens its length buckets add, 6-11% measured on the H100,
     best_of_n_8b_bf16.csv). Padded HF: all rows in one batch. Returns the row as a dict."""
     prompts = [prompt] * n_prompts
     rows = [response_lengths(n)] * n_prompts
     casc = cascade_parts(m, prompts, rows, suffix, elt, gpu)
-    passes_s = sum(prompt_pass(m, P, elt, gpu)["s"] for P in prompts)
+    passes_s = sum(wave_prompt_pass(m, w, elt, gpu)["s"] if len(w) > 1 else prompt_pass(m, w[0], elt, gpu)["s"]
+                   for w in prompt_waves(m, prompts, elt))
     rm_s = casc["total_s"] + casc["gemm"]["s"] * pad_frac + passes_s  # bucket padding: GEMM tokens only
     hf = padded_hf(m, prompts, rows, suffix, elt, gpu)
     useful = sum(prompt_pass(m, P, elt, gpu)["flops"] for P in prompts) + sum(
