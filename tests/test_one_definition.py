@@ -152,7 +152,7 @@ def test_every_reader_of_the_dimensions_agrees(arch):
     from rmfast.cpu import mlp_dims
     from rmfast.dims import model_dims
     from rmfast.fast.arch import arch_spec
-    from rmfast.scoring import hf_path, memory
+    from rmfast.scoring import batching, hf_path
     from rmfast.scoring.scorer import RewardScorer
 
     m = T.tiny(arch, "classifier", num_labels=1)
@@ -164,7 +164,7 @@ def test_every_reader_of_the_dimensions_agrees(arch):
         dm.layers, dm.hidden, dm.heads, dm.kv_heads, dm.head_dim, dm.intermediate)
     assert mlp_dims(m.config) == (dm.hidden, dm.intermediate) and hf_path.n_layers(m) == dm.layers
     T_, P = 3, 10
-    assert memory.row_bytes(m, T_, prefix_len=P) == (T_ * (4 * dm.hidden + (dm.heads + 2 * dm.kv_heads) * dm.head_dim
+    assert batching.row_bytes(m, T_, prefix_len=P) == (T_ * (4 * dm.hidden + (dm.heads + 2 * dm.kv_heads) * dm.head_dim
                                                         + 3 * dm.intermediate) * 4 + 2 * dm.heads * T_ * (T_ + P) * 4)
     scorer = RewardScorer.__new__(RewardScorer)  # prompt_bytes reads the model only
     scorer.model = m

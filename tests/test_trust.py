@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import rmfast
-from rmfast.scoring import batching, memory, pipeline
+from rmfast.scoring import batching, pipeline
 from rmfast import io
 from rmfast.fast.engine import Engine
 from rmfast.sweep.store import load_results
@@ -337,19 +337,19 @@ def test_row_bytes_and_memory_cap_planted():
     T, P, D = 5, 40, 64
     act = T * (4 * 576 + (9 + 2 * 3) * D + 3 * 1536) * 2
     att = 2 * 9 * T * (P + T) * 4
-    assert memory.row_bytes(m, T, prefix_len=P) == act + att
-    assert memory.row_bytes(m, T, prefix_len=P, head="logprob") == act + att + 2 * T * 8192 * 4
-    full = memory.row_bytes(m, T, prefix_len=P, full_sequence=True)
+    assert batching.row_bytes(m, T, prefix_len=P) == act + att
+    assert batching.row_bytes(m, T, prefix_len=P, head="logprob") == act + att + 2 * T * 8192 * 4
+    full = batching.row_bytes(m, T, prefix_len=P, full_sequence=True)
     L = T + P
     assert full == L * (4 * 576 + (9 + 2 * 3) * D + 3 * 1536) * 2 + 2 * 9 * L * L * 4 + 30 * L * 2 * 3 * D * 2
     cpu = torch.device("cpu")
-    per = memory.row_bytes(m, T, prefix_len=P)
-    assert memory.memory_cap(cpu, per, available=100 * per) == 50  # half of the free memory
-    assert memory.auto_batch_size(cpu, T, per, available=100 * per) == 50
-    assert memory.auto_batch_size(cpu, T, per, available=10**15) == memory.auto_batch_size(cpu, T)
+    per = batching.row_bytes(m, T, prefix_len=P)
+    assert batching.memory_cap(cpu, per, available=100 * per) == 50  # half of the free memory
+    assert batching.auto_batch_size(cpu, T, per, available=100 * per) == 50
+    assert batching.auto_batch_size(cpu, T, per, available=10**15) == batching.auto_batch_size(cpu, T)
     with pytest.warns(UserWarning, match="--batch-size 500 needs .* using 50"):
-        assert memory.cap_batch_size(500, cpu, per, available=100 * per) == 50
-    assert memory.cap_batch_size(20, cpu, per, available=100 * per) == 20
+        assert batching.cap_batch_size(500, cpu, per, available=100 * per) == 50
+    assert batching.cap_batch_size(20, cpu, per, available=100 * per) == 20
 
 
 def test_scan_batches_fit_planted_memory(tiny_dir, monkeypatch):
@@ -359,12 +359,12 @@ def test_scan_batches_fit_planted_memory(tiny_dir, monkeypatch):
 
     lm = load(str(tiny_dir), dtype="float32", device="cpu")
     free = {"b": 10**12}
-    monkeypatch.setattr(memory, "available_memory", lambda device: free["b"])
+    monkeypatch.setattr(batching, "available_memory", lambda device: free["b"])
     kw = dict(token_ids="0:400", compile="off", progress=False)
     big = pipeline.scan(lm.model, lm.tokenizer, PROMPT, **kw).manifest["batch_size"]
     tpr = pipeline.scan(lm.model, lm.tokenizer, PROMPT, token_ids="0:2", compile="off", progress=False).manifest["tokens_per_row"]
     tmpl_p = len(pipeline.build_template(lm.tokenizer, PROMPT).prefix_ids)
-    per = memory.row_bytes(lm.model, tpr, prefix_len=tmpl_p)
+    per = batching.row_bytes(lm.model, tpr, prefix_len=tmpl_p)
     free["b"] = 2 * 37 * per  # room for 37 rows
     small = pipeline.scan(lm.model, lm.tokenizer, PROMPT, **kw).manifest["batch_size"]
     assert big > 37 and small <= 37
