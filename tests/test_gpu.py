@@ -184,3 +184,23 @@ def test_cuda_states_written_in_the_background_are_the_synchronous_bytes(tok, tm
             files[p.name] = (json.loads(b[8:n]) if n else None, b[n:])  # the header parsed: hash-map order
         got.append(files)
     assert got[0] == got[1] and len(got[0]) == 1 + 8  # the manifest, a shard a batch
+
+
+@requires_cuda
+def test_cuda_copies_run_on_their_own_stream_and_survive_the_sources_reuse():
+    """On CUDA the copies run on the copy stream (not the compute stream), after the forward that made the
+    states; the sources' memory, freed and reused by the next batch at once, still reaches the host intact."""
+    from rmfast.scoring import states_stream as ss
+    from rmfast.scoring.states_stream import host_states
+
+    dev = torch.device("cuda")
+    x = torch.randn(4096, 2048, device=dev)
+    y = x * 2  # the "forward": queued on the compute stream before the copies
+    want = y.cpu()
+    st = host_states({"last": y})
+    assert st.pending and ss._COPY_STREAMS[x.device] != torch.cuda.current_stream(x.device)  # keyed by cuda:0
+    del y
+    for _ in range(4):  # the next batches: the caching allocator would hand out y's block here without record_stream
+        z = torch.full((4096, 2048), -1.0, device=dev)
+        del z
+    assert torch.equal(st["last"], want) and not st.pending

@@ -4,8 +4,11 @@ do not stop the host, and a writer thread for the shards.
 Two parts, each checked against the synchronous path it stands in for (tests/test_states_stream.py):
 
 - :func:`host_states`: a batch's tapped states (name -> (B, d) tensor) on the host. On CUDA each goes
-  into a fresh pinned buffer with ``non_blocking=True`` on the current stream (after the forward that made
-  it, before the next batch's), and one CUDA event is recorded after the batch's copies; the
+  into a fresh pinned buffer with ``non_blocking=True`` on a copy stream of its own, which first waits for
+  the compute stream (the forward that made the states), so the copies run on the copy engines while the
+  next batch computes (on the compute stream they would queue before it); each source tensor is marked as
+  in use by the copy stream (``record_stream``), so its memory is not handed to the next batch before its
+  copy has read it. One CUDA event is recorded after the batch's copies; the
   :class:`HostStates` it returns waits for that event before any of its tensors is read, so no reader can
   see an unfinished copy. On CPU: ``.cpu()`` of each, as before (the tensors themselves).
 - :class:`BackgroundWriter`: :class:`rmfast.states.StatesWriter`'s steps, the slow ones in a thread. The
@@ -69,17 +72,32 @@ class HostStates(Mapping):
 
 
 def host_states(tensors: dict) -> Mapping:
-    """name -> (B, d) tensor on any device -> the same on the host: on CUDA copies into pinned buffers that
-    do not block (:class:`HostStates`, one event for the batch), elsewhere ``.cpu()`` of each (a dict)."""
+    """name -> (B, d) tensor on any device -> the same on the host: on CUDA copies into pinned buffers on the
+    copy stream, which do not block the host or the compute stream (:class:`HostStates`, one event for the
+    batch), elsewhere ``.cpu()`` of each (a dict)."""
     if not tensors or next(iter(tensors.values())).device.type != "cuda":
         return {k: v.cpu() for k, v in tensors.items()}
+    device = next(iter(tensors.values())).device
+    stream = _copy_stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))  # after the forward that made the states
     out = {}
-    for k, v in tensors.items():
-        out[k] = torch.empty(v.shape, dtype=v.dtype, pin_memory=True)  # (B, d)
-        out[k].copy_(v, non_blocking=True)
-    event = torch.cuda.Event()
-    event.record()  # on the current stream, after the copies
+    with torch.cuda.stream(stream):
+        for k, v in tensors.items():
+            out[k] = torch.empty(v.shape, dtype=v.dtype, pin_memory=True)  # (B, d)
+            out[k].copy_(v, non_blocking=True)
+            v.record_stream(stream)  # v's memory is not reused until this stream's copy of it is done
+        event = torch.cuda.Event()
+        event.record(stream)  # after the batch's copies
     return HostStates(out, event)
+
+
+_COPY_STREAMS: dict = {}  # CUDA device -> the stream its states' device-to-host copies run on
+
+
+def _copy_stream(device: torch.device):
+    if device not in _COPY_STREAMS:
+        _COPY_STREAMS[device] = torch.cuda.Stream(device=device)
+    return _COPY_STREAMS[device]
 
 
 class BackgroundWriter:
