@@ -140,10 +140,11 @@ def audit_bf16(model, scores: np.ndarray, rescore: Callable[[torch.nn.Module, np
     """Rescore a seeded sample of a reduced-precision job's rows in fp32; returns the manifest entry.
 
     Args:
-        model: the job's model (bf16 or fp16; otherwise there is nothing to audit and None is returned).
+        model: the job's model, bf16 or fp16 (whether a job is audited is decided once, by its caller
+            :func:`rmfast.scoring.pipeline.run_scan`: a reduced-precision model and ``n`` > 0).
         scores: (N,) the job's scores, in row order; the sample is drawn from the finite ones.
         rescore: ``rescore(fp32_model, rows) -> (len(rows),)`` fp32 scores of those row positions.
-        n: the most rows to rescore (default 512; 0 turns the audit off and returns None); the sample is
+        n: the most rows to rescore (default 512, at least 1); the sample is
             :func:`audit_size` of the job's finite rows.
         seed: the sample's seed (default 0).
         what: what a row is, for the printed line ("ids" or "texts").
@@ -154,7 +155,7 @@ def audit_bf16(model, scores: np.ndarray, rescore: Callable[[torch.nn.Module, np
         "fp32_on", "wall_s"}, or {"skipped": why} when no fp32 copy fits.
     """
     dtype = next(model.parameters()).dtype
-    if n <= 0 or dtype not in LOW_PRECISION or not np.isfinite(scores).any():
+    if not np.isfinite(scores).any():  # no finite score: nothing to rank
         return None
     t0 = time.perf_counter()
     finite = np.flatnonzero(np.isfinite(scores))  # a NaN score (an overflow) has no ranking to audit
