@@ -389,9 +389,10 @@ def test_engine_cascade_logprob_head_equals_default_form(arch):
 @requires_triton
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 def test_engine_cascade_triton_interpreted(arch, monkeypatch):
-    """The CUDA path's cascade kernels (interpreted) inside the engine, prompt pass included, several prompts."""
+    """The CUDA path's cascade kernels inside the engine, prompt pass included, several prompts: interpreted on
+    a CPU machine, compiled on the GPU of a CUDA one (a CPU model there would hand CPU tensors to compiled kernels)."""
     tok = T.chatml_tokenizer()
-    model = T.tiny(arch)
+    model = T.tiny(arch).to(DEVICE)
     tmpls = [build_template(tok, p) for p in ("Hi", "Greatest thing ever, in one word?")]
     g = torch.Generator().manual_seed(4)
     resp = [torch.randint(5, T.VOCAB, (b, 5), generator=g) for b in (2, 1)]
