@@ -25,7 +25,7 @@ import pytest  # noqa: E402
 
 import tiny_models as T  # noqa: E402
 from rmfast.errors import UserError  # noqa: E402
-from rmfast.fast.engine import Engine, score_prompts  # noqa: E402
+from rmfast.fast.engine import Engine, packs_rows, score_prompts  # noqa: E402
 from rmfast.kernels import cascade_reference as cr  # noqa: E402
 from rmfast.kernels import reference as ref  # noqa: E402
 from rmfast.template import build_template  # noqa: E402
@@ -175,6 +175,32 @@ def test_varlen_twin_is_the_padded_response_part_per_row(softcap, window, H, Hkv
         assert_close(lse[a:b], lse_p[i, : b - a], "twin", torch.float32)
 
 
+def _packed_wave(w):
+    """A :func:`wave` (Sq = S) packed: each row's first lengths[b] positions back to back -> q (T, H, D), k, v
+    (T, Hkv, D), cu_seqlens (B+1,), cu_q (n+1,) (prompt i's rows' tokens), max_q."""
+    L = w["lengths"].tolist()
+    pack = lambda x: torch.cat([x[b, :n] for b, n in enumerate(L)])  # noqa: E731
+    cu = torch.tensor([0, *np.cumsum(L).tolist()], dtype=torch.int32, device=DEVICE)
+    cu_q = cu[w["cu_rows"].long()]
+    return pack(w["q"]), pack(w["ks"]), pack(w["vs"]), cu, cu_q, int((cu_q[1:] - cu_q[:-1]).max())
+
+
+@pytest.mark.parametrize("softcap", [None, 4.0])
+def test_varlen_cascade_twin_is_the_padded_cascade(softcap):
+    """The cascade on rows packed without padding (every token a one-query row of its prompt's part) equals the
+    right-padded cascade of the same rows at every real position, fp32: several prompts (one empty, one with
+    no rows), ragged rows 1-21, GQA, head dim 24."""
+    w = wave([5, 37, 0, 20], [2, 1, 2, 1], S=21, lengths=[21, 3, 5, 1, 17, 9], D=24)
+    kp, vp = torch.cat(w["kp"], 1), torch.cat(w["vp"], 1)
+    q, k, v, cu, cu_q, _ = _packed_wave(w)
+    got = cr.cascade_attention_varlen(q, k, v, kp, vp, cu_q, w["cu_kv"], cu, scale=0.25, softcap=softcap)
+    want = cr.cascade_attention(w["q"], w["ks"], w["vs"], kp, vp, w["cu_rows"], w["cu_kv"], w["lengths"], scale=0.25,
+                                softcap=softcap)
+    assert got.shape == q.shape
+    for b, (a, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        assert_close(got[a:e], want[b, : e - a], "twin", torch.float32)
+
+
 def test_varlen_twin_writes_the_asked_dtype():
     q, k, v, cu = packed_rows([3, 9], 4, 2, 8, dtype=torch.bfloat16)
     o, lse = cr.response_part_varlen(q, k, v, cu, scale=0.3, out_dtype=torch.bfloat16)
@@ -284,6 +310,34 @@ def test_triton_cascade_matches_twin(softcap, window, dtype):
     assert_close(got, want, "attention", dtype)
 
 
+@requires_triton
+@pytest.mark.parametrize("softcap", [None, 4.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_varlen_cascade_matches_twin(softcap, dtype):
+    """The packed rows' cascade (three launches for every prompt and row) against its twin."""
+    w = wave([5, 37, 0, 20], [2, 1, 2, 1], S=21, lengths=[21, 3, 5, 1, 17, 9], D=24, dtype=dtype)
+    kp, vp = torch.cat(w["kp"], 1), torch.cat(w["vp"], 1)
+    q, k, v, cu, cu_q, max_q = _packed_wave(w)
+    got = tc.cascade_attention_varlen_triton(q, k, v, kp, vp, cu_q, w["cu_kv"], max_q, cu, 21, scale=0.25,
+                                             softcap=softcap)
+    want = cr.cascade_attention_varlen(q, k, v, kp, vp, cu_q, w["cu_kv"], cu, scale=0.25, softcap=softcap)
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    assert_close(got, want, "attention", dtype)
+
+
+@requires_cuda
+@pytest.mark.parametrize("softcap", [None, 4.0])
+def test_triton_varlen_cascade_bf16_on_cuda(softcap):
+    w = wave([64, 300, 17], [4, 2, 6], S=200, lengths=[200, 20, 57, 199, 1, 128, 3, 64, 90, 150, 200, 33],
+             H=8, Hkv=2, D=128, dtype=torch.bfloat16)
+    kp, vp = torch.cat(w["kp"], 1), torch.cat(w["vp"], 1)
+    q, k, v, cu, cu_q, max_q = _packed_wave(w)
+    got = tc.cascade_attention_varlen_triton(q, k, v, kp, vp, cu_q, w["cu_kv"], max_q, cu, 200, scale=128**-0.5,
+                                             softcap=softcap)
+    assert_close(got, cr.cascade_attention_varlen(q, k, v, kp, vp, cu_q, w["cu_kv"], cu, scale=128**-0.5,
+                                                  softcap=softcap), "attention", torch.bfloat16)
+
+
 @requires_cuda
 @pytest.mark.parametrize("softcap,window", CASES)
 def test_triton_cascade_bf16_on_cuda(softcap, window):
@@ -357,21 +411,72 @@ def test_engine_cascade_equals_default_form(arch):
     calls = []
     from rmfast.fast import ops
 
-    real = ops.cascade_attention
+    real, real_varlen = ops.cascade_attention, ops.cascade_attention_varlen
+
+    def counting(*a, **kw):
+        calls.append(("padded", a[0].shape[0]))  # q (B, Sq, H, D): B rows
+        return real(*a, **kw)
+
+    def counting_varlen(*a, **kw):
+        calls.append(("packed", a[0].shape[0]))  # q (T, H, D): T real tokens
+        return real_varlen(*a, **kw)
+
+    ops.cascade_attention, ops.cascade_attention_varlen = counting, counting_varlen
+    try:
+        cascade, engs = _score_wave(model, tmpls, resp, lens, "cascade")
+    finally:
+        ops.cascade_attention, ops.cascade_attention_varlen = real, real_varlen
+    assert engs[0].attention == "cascade" and not engs[0].triton
+    n_layers = len(engs[0].layers)
+    suffix = len(tmpls[0].suffix_ids)
+    n_tokens = sum(int(n.sum()) + len(n) * suffix for n in lens)
+    packed = packs_rows(engs[0].spec, max(e.P for e in engs), 14 + suffix)
+    assert packed == (arch == "llama")  # the windowed tiny models' windows (16) are shorter than prompt + row
+    # the rows' pass: ONE call per layer for all 6 rows of the 3 prompts, packed (T real tokens) or right-padded
+    assert calls.count(("packed", n_tokens) if packed else ("padded", 6)) == n_layers
+    torch.testing.assert_close(cascade, default, atol=2e-5, rtol=1e-5)
+
+
+def _widen_windows(model, window: int):
+    """Every sliding window of ``model`` set to ``window`` (the config's and each attention module's)."""
+    for cfg in (model.config, getattr(model.config, "text_config", None)):
+        if cfg is not None and getattr(cfg, "sliding_window", None) is not None:
+            cfg.sliding_window = window
+    for m in model.modules():
+        if getattr(m, "sliding_window", None) is not None:
+            m.sliding_window = window
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3", "mistral", "qwen3"])
+def test_engine_cascade_packs_rows_where_no_window_bites(arch):
+    """Windows longer than prompt + row change nothing: the rows run packed (no padding, one varlen cascade call
+    per layer), softcaps and q/k norms included, and give the default form's scores to fp32 rounding."""
+    tok = T.chatml_tokenizer()
+    model = T.tiny(arch)
+    _widen_windows(model, 200)
+    tmpls = [build_template(tok, p) for p in ("Hi", "The greatest thing ever, in one word? Think first, then answer.")]
+    g = torch.Generator().manual_seed(11)
+    resp = [torch.randint(5, T.VOCAB, (b, 30), generator=g) for b in (3, 2)]
+    lens = [torch.tensor([30, 1, 17]), torch.tensor([8, 30])]
+    default, _ = _score_wave(model, tmpls, resp, lens, None)
+    from rmfast.fast import ops
+
+    calls, real = [], ops.cascade_attention_varlen
 
     def counting(*a, **kw):
         calls.append(a[0].shape[0])
         return real(*a, **kw)
 
-    ops.cascade_attention = counting
+    ops.cascade_attention_varlen = counting
     try:
-        cascade, engs = _score_wave(model, tmpls, resp, lens, "cascade")
+        got, engs = _score_wave(model, tmpls, resp, lens, "cascade")
     finally:
-        ops.cascade_attention = real
-    assert engs[0].attention == "cascade" and not engs[0].triton
-    n_layers = len(engs[0].layers)
-    assert calls.count(6) == n_layers  # the rows' pass: one call per layer for all 6 rows of the 3 prompts
-    torch.testing.assert_close(cascade, default, atol=2e-5, rtol=1e-5)
+        ops.cascade_attention_varlen = real
+    assert packs_rows(engs[0].spec, max(e.P for e in engs), 30 + len(tmpls[0].suffix_ids))
+    assert len(calls) == len(engs[0].layers)
+    torch.testing.assert_close(got, default, atol=2e-5, rtol=1e-5)
+    _widen_windows(model, 8)  # now a window bites: the rows run right-padded, windows by absolute positions
+    assert not packs_rows(Engine(model, tmpls[0], head="score", attention="cascade").spec, 10, 31)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
@@ -475,6 +580,11 @@ def test_reward_scorer_stats_name_the_form():
         sc = RewardScorer(model, tok, attention=form, share_batches=True)
         got[form] = np.asarray(sc.score(convs, resps), dtype=np.float64)
         assert sc.last_stats.attention == ("cpu-flash" if form == "auto" else "cascade")
+        st = sc.last_stats
+        if form == "cascade":  # Llama, no window: the wave's rows of every length in one packed batch, no pad
+            assert (st.packed_batches, st.n_batches, st.padded_tokens) == (1, 1, 0)
+        else:
+            assert st.packed_batches == 0 and st.padded_tokens > 0
     np.testing.assert_allclose(got["cascade"], got["auto"], atol=2e-5, rtol=1e-5)
     with pytest.raises(UserError, match="attention"):
         RewardScorer(model, tok, attention="fastest")

@@ -216,6 +216,7 @@ def run_config(lm, scorer, template, P: int, N: int, cfg: BestOfNConfig, rng: ra
         "speedup_over_flop_ratio_with_attention": round(speedup / ratio_attn, 3),
         "hf_gemm_fraction": gemm_fraction(padded, t_hf), "rmfast_gemm_fraction": gemm_fraction(rm_tokens, t_rm),
         "rmfast_batches": st.n_batches, "rmfast_padded_rows": st.padded_rows, "rmfast_padded_tokens": st.padded_tokens,
+        "rmfast_packed_batches": st.packed_batches,
         "rmfast_padding_waste": round(st.padding_waste, 4), "rmfast_attention": st.attention,
         "hf_padding_fraction": round(1 - real / padded, 3),
         "max_abs_diff": float(np.abs(hf - rm).max()), "score_std": float(np.std(hf)),

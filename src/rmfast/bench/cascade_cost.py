@@ -58,7 +58,7 @@ def cascade_parts(m: dict, prompts: list[int], rows: list[list[int]], suffix: in
 
     prompts: P_j per prompt; rows[j]: the response lengths (tokens) of prompt j's rows; suffix: tokens after
     each response. Rows run ragged (no padding: the cascade skips keys after a row's end; the GEMMs see only
-    real tokens when rows are bucketed by length, ``pad_frac`` of :func:`best_of_n` adds the rest).
+    real tokens: rows run packed back to back; ``pad_frac`` of :func:`best_of_n` prices right-padded buckets).
     Returns {part: {"flops", "bytes", "s"}} per layer summed over layers, and "total_s".
     """
     L, H, Hkv, D = m["n_layers"], m["n_heads"], m["n_kv_heads"], m["head_dim"]
@@ -162,12 +162,14 @@ def response_lengths(n: int, lo: int = 20, hi: int = 200) -> list[int]:
 
 
 def best_of_n(m: dict, prompt: int, n: int, n_prompts: int = 1, suffix: int = 1, elt: int = 2, gpu: Gpu = Gpu(),
-              pad_frac: float = 0.08) -> dict:
+              pad_frac: float = 0.0) -> dict:
     """One row of the issue's best-of-N table, predicted: n responses (20-200 tokens) to each of
     ``n_prompts`` prompts of ``prompt`` tokens. rmfast: the prompts' passes (one packed pass per wave,
     :func:`prompt_waves`; a lone prompt its own pass), then ONE rows' pass of the
-    cascade for all rows (``pad_frac``: the GEMM tokens its length buckets add, 6-11% measured on the H100,
-    best_of_n_8b_bf16.csv). Padded HF: all rows in one batch. Returns the row as a dict."""
+    cascade for all rows, packed back to back (no pad token; ``pad_frac``: GEMM tokens added by padding, for
+    the right-padded length buckets that windowed models fall back to: 6-11% measured on the H100 before
+    rows were packed, benchmarks/results/gpu_h100_2026-11-26_b/best_of_n.csv). Padded HF: all rows in one
+    batch. Returns the row as a dict."""
     prompts = [prompt] * n_prompts
     rows = [response_lengths(n)] * n_prompts
     casc = cascade_parts(m, prompts, rows, suffix, elt, gpu)

@@ -35,7 +35,8 @@ import torch
 
 from . import ops
 from ..cpu import compile_here
-from .layer import CascadePrompt, MultiPrompt, PackedPrompt, PromptKV, build_layers, compile_layer, decoder_layer
+from .layer import (CascadePrompt, MultiPrompt, PackedPrompt, PackedRows, PromptKV, build_layers, compile_layer,
+                    decoder_layer)
 from .arch import ArchSpec, arch_spec
 from .heads import GatedHead, LinearHead
 from ..template import Template
@@ -197,7 +198,7 @@ class Engine:
 
     def _run_stack(self, h: torch.Tensor, pos0: int, n_out: int, layer_fn, kvs: list | None,
                    taps: dict | None = None, *, tap_at: torch.Tensor | None = None, rope: dict | None = None,
-                   prompts: list | None = None) -> torch.Tensor:
+                   prompts: list | None = None, tap_tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Every layer through ``layer_fn`` (:func:`decoder_layer` or its compiled copy): (B, S, Dm) ->
         (B, n_out, Dm); only the last layer narrows to n_out. With ``kvs``, appends each layer's
         (Hkv, S, D) keys/values of row 0. With ``taps`` ({k: None}), stores a copy of the residual
@@ -206,10 +207,13 @@ class Engine:
         arithmetic, and so every score, is the same with or without taps. ``tap_at``: (B,) each row's
         tap position counted back from the last (0: the last; ragged rows end earlier).
         ``rope`` (key -> (B, S, D) cos, sin) and ``prompts`` (per layer) given: rows of several
-        prompts (:func:`score_prompts`); else this engine's prompt, positions pos0.. ."""
+        prompts (:func:`score_prompts`); else this engine's prompt, positions pos0.. . ``tap_tokens``: (R,) the
+        tap positions of a packed batch (h (1, T, Dm), every layer returning all T: :class:`PackedRows`)."""
         S = h.shape[1]
 
         def tap(x):  # (B, S', Dm) whose last position is S - 1 -> (B, Dm) copy at each row's tap position
+            if tap_tokens is not None:
+                return x[0, tap_tokens]  # (R, Dm): a gather is a copy
             if tap_at is None:
                 return x[:, -1].clone()
             return x[torch.arange(x.shape[0], device=x.device), x.shape[1] - 1 - tap_at]
@@ -491,16 +495,64 @@ def blockdiag_overhead(spec: ArchSpec, P: int) -> float:
     return 4 * H * H * D * P / layer_flops  # per token per layer: prompt scores + values, all heads' blocks
 
 
-def _ragged_ids(eng: Engine, responses: torch.Tensor, lengths: torch.Tensor, S: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, S) ids ``responses[i, :L_i] ⊕ suffix ⊕ pads`` and (B,) each row's final position."""
-    responses, lengths = responses.to(eng.device), lengths.to(eng.device).long()
+def packs_rows(spec: ArchSpec, max_prompt: int, max_row: int) -> bool:
+    """Whether rows of prompts up to ``max_prompt`` tokens, each row up to ``max_row`` tokens (suffix included),
+    may run packed (:class:`rmfast.fast.layer.PackedRows`, the cascade form's rows' pass): when no layer's
+    sliding window bites, each window at least the longest prompt plus the longest row (every token then sees
+    its whole prompt and its whole row, as with no window). Otherwise the rows run right-padded
+    (:class:`rmfast.fast.layer.CascadePrompt`, windows by absolute positions)."""
+    return all(L.window is None or max_prompt + max_row <= L.window for L in spec.layers)
+
+
+def _ragged_ids(eng: Engine, responses: torch.Tensor, lengths: torch.Tensor, S: int,
+                device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, S) ids ``responses[i, :L_i] ⊕ suffix ⊕ pads`` and (B,) each row's final position (on ``device``,
+    default the engine's)."""
+    dev = device or eng.device
+    responses, lengths = responses.to(dev), lengths.to(dev).long()
     B, n = responses.shape
     m = len(eng.suffix)
     ids = responses.new_zeros(B, S)  # pads are id 0, after each row's end
     ids[:, :n] = responses
-    cols = lengths[:, None] + torch.arange(m, device=eng.device)  # (B, m): where each row's suffix goes
-    ids.scatter_(1, cols, eng.suffix.expand(B, -1))
+    cols = lengths[:, None] + torch.arange(m, device=dev)  # (B, m): where each row's suffix goes
+    suffix = torch.tensor(eng.template.suffix_ids, dtype=torch.long, device=dev)  # eng.suffix, built where it is used
+    ids.scatter_(1, cols, suffix.expand(B, -1))
     return ids, lengths + m - 1
+
+
+def _packed_rows_pass(engines: list[Engine], responses: list[torch.Tensor], lengths: list[torch.Tensor], S: int,
+                      tap: dict | None) -> torch.Tensor:
+    """:func:`score_prompts`'s rows' pass with the rows packed back to back (:class:`PackedRows`): (1, T, Dm)
+    through every layer, T the rows' real tokens (response ⊕ suffix), nothing padded; -> (B, Dm) last-layer
+    states at each row's final token (``tap`` filled there too). The packing is built on the host (ids,
+    positions, offsets: no device sync) and copied once."""
+    e0, dev = engines[0], engines[0].device
+    parts = [_ragged_ids(e, r, n, S, torch.device("cpu")) for e, r, n in zip(engines, responses, lengths)]
+    ids = torch.cat([p[0] for p in parts])  # (B, S) on the host
+    lens = torch.cat([p[1] for p in parts]) + 1  # (B,) real tokens per row
+    rows = [p[0].shape[0] for p in parts]
+    B, T = ids.shape[0], int(lens.sum())
+    flat = ids[torch.arange(S)[None, :] < lens[:, None]]  # (T,) rows back to back, row-major
+    cu = torch.zeros(B + 1, dtype=torch.long)
+    cu[1:] = lens.cumsum(0)  # row r's tokens at cu[r]:cu[r+1]
+    row_of = torch.repeat_interleave(torch.arange(B), lens)  # (T,)
+    P_row = torch.repeat_interleave(torch.tensor([e.P for e in engines]), torch.tensor(rows))  # (B,)
+    pos = torch.arange(T) - cu[row_of] + P_row[row_of]  # (T,) absolute positions: P_i + the token's place in its row
+    cu_rows = [0, *torch.tensor(rows).cumsum(0).tolist()]
+    cu_q = cu[cu_rows]  # (n+1,) prompt i's rows' tokens
+    max_q, max_len = int((cu_q[1:] - cu_q[:-1]).max()), int(lens.max())
+    cu_kv = [0, *torch.tensor([e.P for e in engines]).cumsum(0).tolist()]
+    flat, pos, cu_d, cu_q_d, cu_kv_d = (t.to(dev, non_blocking=True) for t in
+                                        (flat, pos, cu.int(), cu_q.int(), torch.tensor(cu_kv, dtype=torch.int32)))
+    h = e0.spec.embed(flat[None])  # (1, T, Dm)
+    rope = e0.spec.rope(pos, h)  # key -> (T, D) cos, sin
+    one = len(engines) == 1  # one prompt: its K/V as they are, no per-layer concatenation
+    prompts = [PackedRows(e0.kv[li][0] if one else torch.cat([e.kv[li][0] for e in engines], 1),
+                          e0.kv[li][1] if one else torch.cat([e.kv[li][1] for e in engines], 1),
+                          cu_kv_d, cu_q_d, max_q, cu_d, max_len, e0.triton) for li in range(len(e0.layers))]
+    final = cu_d[1:].long() - 1  # (B,) each row's final token
+    h = e0._run_stack(h, e0.P, T, decoder_layer, None, tap, rope=rope, prompts=prompts, tap_tokens=final)
+    return h[0, final]  # (B, Dm)
 
 
 @torch.no_grad()
@@ -520,16 +572,23 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     cascade form :class:`rmfast.fast.layer.CascadePrompt`, one call for all, ``engines[0].attention`` deciding). Equal to scoring
     each row alone to fp32 rounding (other GEMM shapes), not bit for bit. One engine: its own path,
     compiled where it compiles; several: eager.
+
+    In the cascade form, where no sliding window bites (:func:`packs_rows`), the rows do not run right-padded
+    at all: they are packed back to back, (1, T, Dm) with T the real tokens, every layer's GEMMs over those
+    only, attention :class:`rmfast.fast.layer.PackedRows` (eager; one pass whatever the rows' lengths).
     """
     e0 = engines[0]
     if any(e.layers is not e0.layers or not e.can_score_ragged() for e in engines):
         raise ValueError("score_prompts needs engines that share layers, each with a score head read at one position")
     S = max(r.shape[1] + len(e.suffix) for e, r in zip(engines, responses))
+    tap = None if taps is None else dict.fromkeys(sorted(taps))
+    if e0.attention == "cascade" and packs_rows(e0.spec, max(e.P for e in engines), S):
+        out = e0._head_scores(_packed_rows_pass(engines, responses, lengths, S, tap))
+        return out if tap is None else (out, tap)
     parts = [_ragged_ids(e, r, n, S) for e, r, n in zip(engines, responses, lengths)]
     ids = torch.cat([p[0] for p in parts])  # (B, S)
     back = S - 1 - torch.cat([p[1] for p in parts])  # (B,) each row's final position, counted from the last
     n_out = int(back.max()) + 1  # the last layer computes the last n_out positions
-    tap = None if taps is None else dict.fromkeys(sorted(taps))
     h = e0.spec.embed(ids)  # (B, S, Dm)
     lengths = S - back  # (B,) real positions per row: the cascade form never reads keys after them
     if len(engines) == 1:

@@ -166,6 +166,24 @@ class PackedPrompts(NamedTuple):
     triton: bool  # the Triton kernel, else the torch twin
 
 
+class PackedRows(NamedTuple):
+    """The rows' pass with the rows packed back to back, no padding (:func:`rmfast.fast.engine.score_prompts`
+    in the cascade form): the layer's h is (1, T, Dm), row r's tokens at ``cu_seqlens[r]:cu_seqlens[r+1]``,
+    rows grouped by prompt, prompt i's rows' tokens at ``cu_q[i]:cu_q[i+1]``. Attention is the cascade on the
+    packed q/k/v as they are (:func:`rmfast.fast.ops.cascade_attention_varlen`): each token over its prompt's
+    K/V (no mask) and its row's own keys (causal), merged; the GEMMs, norms and MLP see only real tokens.
+    Only where no sliding window bites (:func:`rmfast.fast.engine.packs_rows`)."""
+
+    k: torch.Tensor  # (Hkv, sum P_i, D): the prompts' K/V, concatenated along positions
+    v: torch.Tensor  # (Hkv, sum P_i, D)
+    cu_kv: torch.Tensor  # (n+1,) int32: prompt i's keys at cu_kv[i]:cu_kv[i+1]
+    cu_q: torch.Tensor  # (n+1,) int32: prompt i's rows' tokens at cu_q[i]:cu_q[i+1]
+    max_q: int  # the most tokens of one prompt's rows (sizes the prompt kernel's grid)
+    cu_seqlens: torch.Tensor  # (B+1,) int32: row r's tokens
+    max_len: int  # the longest row (sizes the response kernel's grid)
+    triton: bool  # the Triton kernels, else the torch twin
+
+
 # ---------------------------------------------------------------------------------- building
 
 
@@ -306,7 +324,7 @@ def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
     return _rope(q, cos[..., S - n_out :, :], sin[..., S - n_out :, :]), _rope(k, cos, sin), v
 
 
-def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt | PackedPrompts,
+def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt | PackedPrompts | PackedRows,
            c: LayerConsts) -> torch.Tensor:
     """q (B, Sq, H, D) over the prompt's keys ⊕ the row's own k, v (B, S, Hkv, D) -> (B, Sq, H·D).
 
@@ -316,9 +334,14 @@ def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePromp
     against its own K/V (a row's attention never depends on the other rows); a :class:`CascadePrompt` runs
     every prompt's rows in one call, in fp32 soft-max tiles merged once (``rmfast.kernels.cascade_reference``);
     :class:`PackedPrompts` (several prompts' own passes, packed) runs the cascade's response part on them in the
-    varlen layout (no padding).
+    varlen layout (no padding); :class:`PackedRows` (rows packed, no padding) the whole cascade in that layout.
     """
     B, Sq, H, D = q.shape
+    if isinstance(prompt, PackedRows):  # B = 1, Sq = S = T packed tokens
+        a = ops.cascade_attention_varlen(q[0], k[0], v[0], prompt.k, prompt.v, prompt.cu_q, prompt.cu_kv, prompt.max_q,
+                                         prompt.cu_seqlens, prompt.max_len, scale=c.scale, softcap=c.softcap,
+                                         triton=prompt.triton)  # (T, H, D)
+        return a.view(1, Sq, H * D)
     if isinstance(prompt, PackedPrompts):  # B = 1, Sq = S = T packed tokens
         a = ops.varlen_causal_attention(q[0], k[0], v[0], prompt.cu_seqlens, prompt.max_len, scale=c.scale,
                                         softcap=c.softcap, window=c.window, triton=prompt.triton)  # (T, H, D)
@@ -367,7 +390,7 @@ def decoder_layer(
     w: LayerWeights,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt | PackedPrompts,
+    prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt | PackedPrompts | PackedRows,
     c: LayerConsts,
     n_out: int,
     collect_kv: bool = False,

@@ -24,7 +24,7 @@ from ..kernels import triton_available
 from ..kernels.reference import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
-           "shared_prefix_attention", "cascade_attention", "varlen_causal_attention", "shared_prefix_attention_blockdiag",
+           "shared_prefix_attention", "cascade_attention", "cascade_attention_varlen", "varlen_causal_attention", "shared_prefix_attention_blockdiag",
            "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
 
 #: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
@@ -157,6 +157,22 @@ def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv,
                                         max_rows=max_rows, scale=scale, softcap=softcap, window=window)
     return cascade_ref.cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv, lengths, scale=scale,
                                          softcap=softcap, window=window)
+
+
+def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q: int, cu_seqlens, max_len: int, *, scale,
+                             softcap=None, triton: bool):
+    """The cascade form on rows packed back to back with no padding: q (T, H, D), k/v (T, Hkv, D), row r's
+    tokens at cu_seqlens[r]:cu_seqlens[r+1], prompt i's rows' tokens at cu_q[i]:cu_q[i+1] over its keys
+    k/v_prompt (Hkv, sum P_i, D) at cu_kv[i]:cu_kv[i+1] -> (T, H, D) in q.dtype; no sliding window
+    (:mod:`rmfast.kernels.cascade_reference`). ``max_q``/``max_len``: the most tokens of one prompt / one row
+    (host ints). ``triton``: the Triton kernels (three launches), else the torch twin."""
+    if triton:
+        from ..kernels.triton_cascade import cascade_attention_varlen_triton
+
+        return cascade_attention_varlen_triton(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q, cu_seqlens, max_len,
+                                               scale=scale, softcap=softcap)
+    return cascade_ref.cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlens, scale=scale,
+                                                softcap=softcap)
 
 
 def varlen_causal_attention(q, k, v, cu_seqlens, max_len: int, *, scale, softcap=None, window=None, triton: bool):

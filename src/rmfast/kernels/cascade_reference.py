@@ -20,6 +20,9 @@ last Sq of S row positions) of prompt i sits at absolute position ``P_i + S - Sq
 
 The same response part on rows packed back to back without padding, ``cu_seqlens`` (n+1,) giving row i's
 tokens (:func:`response_part_varlen`), is the packed prompt pass's attention (:mod:`rmfast.fast.wave`).
+Rows packed that way AND attending to their prompts (:func:`cascade_attention_varlen`, the engine's packed
+rows' pass) run the prompt part with every token as a one-query "row": a token's prompt is the prompt of its
+row, so prompt i's queries are the tokens ``cu_q[i]:cu_q[i+1]``.
 
 Numerics: scores are formed in fp32 from the inputs (exact products of bf16/fp16 values), scaled,
 Gemma-2 softcapped (``tanh(s / cap) · cap``) and soft-maxed in fp32; each part's output is fp32; the
@@ -180,3 +183,21 @@ def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv,
     out_p, lse_p = prompt_part(q, k_prompt, v_prompt, cu_rows, cu_kv, q_pos0=S - Sq, scale=scale, softcap=softcap,
                                window=window)
     return merge(out_p, lse_p, out_r, lse_r, q.dtype)
+
+
+def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlens, *, scale: float,
+                             softcap: float | None = None) -> torch.Tensor:
+    """Rows packed back to back with no padding over prompt ⊕ own keys -> (T, H, D) in q.dtype.
+
+    q: (T, H, D), k, v: (T, Hkv, D): rows grouped by prompt, row r's tokens at cu_seqlens[r]:cu_seqlens[r+1];
+    prompt i's rows' tokens at cu_q[i]:cu_q[i+1] (n+1,), its keys k/v_prompt (Hkv, sum P_i, D) at
+    cu_kv[i]:cu_kv[i+1]. No sliding window: every token sees all of its prompt's keys, which is what a
+    window does too when it is longer than every prompt plus its longest row (the engine packs rows only
+    then, :func:`rmfast.fast.engine.packs_rows`). Equal to :func:`cascade_attention` of the same rows
+    right-padded, to fp32 rounding, at every real position.
+    """
+    out_r, lse_r = response_part_varlen(q, k, v, cu_seqlens, scale=scale, softcap=softcap)  # (T, H, D), (T, H)
+    if k_prompt.shape[1] == 0:
+        return out_r.to(q.dtype)
+    out_p, lse_p = prompt_part(q[:, None], k_prompt, v_prompt, cu_q, cu_kv, scale=scale, softcap=softcap)
+    return merge(out_p[:, 0], lse_p[:, 0], out_r, lse_r, q.dtype)

@@ -405,3 +405,15 @@ def cascade_attention_triton(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows,
     out_p, lse_p = prompt_part_triton(q, k_prompt, v_prompt, cu_rows, cu_kv, max_rows, q_pos0=S - Sq, scale=scale,
                                       softcap=softcap, window=window)
     return merge_triton(out_p, lse_p, out_r, lse_r, q.dtype)
+
+
+def cascade_attention_varlen_triton(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q: int, cu_seqlens, max_len: int,
+                                    *, scale: float, softcap: float | None = None) -> torch.Tensor:
+    """:func:`rmfast.kernels.cascade_reference.cascade_attention_varlen` in three launches (response part varlen,
+    prompt part with one query per token, merge) whatever the numbers of prompts and rows. ``max_q``: the most
+    tokens of one prompt's rows, ``max_len``: the longest row (host ints sizing the grids). (T, H, D) in q.dtype."""
+    out_r, lse_r = response_part_varlen_triton(q, k, v, cu_seqlens, max_len, scale=scale, softcap=softcap)
+    if k_prompt.shape[1] == 0:
+        return out_r.to(q.dtype)
+    out_p, lse_p = prompt_part_triton(q[:, None], k_prompt, v_prompt, cu_q, cu_kv, max_q, scale=scale, softcap=softcap)
+    return merge_triton(out_p[:, 0], lse_p[:, 0], out_r, lse_r, q.dtype)

@@ -307,11 +307,14 @@ class Group:
         rows: (n,) positions in the job's score array.
         batch_size: rows per batch (halved on out-of-memory).
         score: ``score(rows, batch_size) -> (len(rows),) float32 scores``.
+        packed: its rows of several lengths run packed back to back, no padding (the fast engine's cascade
+            form, :func:`rmfast.fast.engine.packs_rows`); False: right-padded to each batch's longest.
     """
 
     rows: np.ndarray
     batch_size: int
     score: Callable[[np.ndarray, int], np.ndarray]
+    packed: bool = False
 
 
 def oom_batches(n: int, bs: int, device: torch.device, score, on_oom=None):

@@ -16,7 +16,9 @@ class ScoreStats:
         n_rows: distinct (conversation, response) rows scored (duplicates are scored once).
         n_batches: forward passes over candidate rows; ``padded_rows``: rows added to fill a batch (0:
             batches hold exactly their rows); ``padded_tokens``: pad tokens of ragged batches (rows of
-            similar lengths right-padded to the batch's longest, :func:`length_buckets`).
+            similar lengths right-padded to the batch's longest, :func:`length_buckets`); ``packed_batches``:
+            batches whose rows ran packed back to back instead (any lengths, no pad token: the fast
+            engine's cascade form where no sliding window bites, :func:`rmfast.fast.engine.packs_rows`).
         response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the prompts encoded.
         resumed_rows: rows taken from a checkpoint rather than scored.
         n_nonfinite: input responses whose score came out NaN or infinite (returned as NaN; warned about).
@@ -41,6 +43,7 @@ class ScoreStats:
     resumed_rows: int = 0
     wall_s: float = 0.0
     padded_tokens: int = 0
+    packed_batches: int = 0
     prompt_passes: int = 0
     n_nonfinite: int = 0
     attention: str = ""

@@ -463,7 +463,8 @@ class RewardScorer:
         """The batches' groups. Where the fast engine reads a score head at one position per row
         (:meth:`_ragged_ok`): conversations in waves (:meth:`_waves`), each wave's rows sorted by length
         and cut into buckets of similar lengths (:func:`length_buckets`), so that a batch holds rows of
-        several conversations and lengths (right-padded, each read at its own final position).
+        several conversations and lengths (right-padded, each read at its own final position); where the
+        rows run packed (:meth:`_packs`: no padding at all), the wave's rows of every length are one group.
         Otherwise one group per (conversation, response length). A row that carries its own template
         (compat) is a group of its own on the plain-HF path."""
         by: dict = {}
@@ -477,9 +478,11 @@ class RewardScorer:
                     if odd < 0 and c in wave:
                         lens.setdefault(n, []).extend(idx)
                 tmpl = max((job.tmpls[c] for c in wave), key=lambda t: len(t.prefix_ids))
-                for bucket in length_buckets(sorted(lens)):
+                packed = self._packs(tmpl, max(lens, default=0))
+                for bucket in [sorted(lens)] if packed else length_buckets(sorted(lens)):
                     idx = np.asarray([u for n in bucket for u in lens[n]], dtype=np.int64)
-                    groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None), self._rows_scorer(job, wave)))
+                    groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None), self._rows_scorer(job, wave),
+                                        packed))
         else:
             for (ci, n, odd), idx in sorted(by.items()):
                 if odd < 0:
@@ -561,6 +564,17 @@ class RewardScorer:
                 self._plans.pop(job.convs[c], None)
             raise
 
+    def _packs(self, tmpl: Template, n: int) -> bool:
+        """Whether a wave's rows run packed back to back (:func:`rmfast.fast.engine.packs_rows`): the fast engine
+        in the cascade form (decided once for the scorer), no sliding window shorter than the wave's longest
+        prompt (``tmpl``) plus its longest row (n response tokens and the suffix)."""
+        if self.decided.engine != "fast" or self.decided.attention != "cascade":
+            return False
+        from ..fast.arch import arch_spec
+        from ..fast.engine import packs_rows
+
+        return packs_rows(arch_spec(self.model), len(tmpl.prefix_ids), n + len(tmpl.suffix_ids))
+
     def _ragged_ok(self) -> bool:
         """Ragged batches: the fast engine, by its rule (:func:`rmfast.fast.engine.ragged_ok`)."""
         if self.engine != "fast":
@@ -607,13 +621,16 @@ class RewardScorer:
     def _stats(self, job: Job) -> ScoreStats:
         n_batches = sum(-(-g.rows.size // g.batch_size) for g in job.groups)
         resp = sum(len(r.ids) + len((r.template or job.tmpls[c]).suffix_ids) for c, r in job.rows)
-        pads = 0
+        pads = packed = 0
         for g in job.groups:  # rows ascend by length within a group; batches are consecutive rows
+            if g.packed:  # back to back: no pad token
+                packed += -(-g.rows.size // g.batch_size)
+                continue
             n = np.array([len(job.rows[u][1].ids) for u in g.rows])
             for lo in range(0, n.size, g.batch_size):
                 pads += int((n[lo:lo + g.batch_size].max() - n[lo:lo + g.batch_size]).sum())
         return ScoreStats(len(job.shape), int(job.inverse.size), len(job.convs), 0, len(job.rows), n_batches, 0,
-                          resp, sum(len(t.prefix_ids) for t in job.tmpls), padded_tokens=pads)
+                          resp, sum(len(t.prefix_ids) for t in job.tmpls), padded_tokens=pads, packed_batches=packed)
 
     def _drop_stale_plans(self) -> None:
         """Cached plans hold prompt encodings and fused weight copies: drop them all if the model's
