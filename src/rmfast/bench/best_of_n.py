@@ -262,10 +262,17 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     info, ver = machine_info(dev), versions()
     log(f"{name}: {info['gpu'] or info['cpu_model']}, {info['torch_threads']} threads"
         + (f"; GEMM bound on the model's shapes (M=512): {peak:.1f} GFLOP/s" if peak else ""))
-    warm = random.Random(-1)  # one untimed short pass of each method: first-call costs stay out of the first row
-    convs, resp = [text_of(lm.tokenizer, 8, warm)], [[text_of(lm.tokenizer, 4, warm) for _ in range(2)]]
-    hf_padded(lm.model, lm.tokenizer, template, convs, resp, cfg.hf_batch)
-    scorer.score(convs, resp)
+    # Untimed short passes of each method first: first-call costs (Triton's compiles, cuBLAS's choices) stay out of
+    # the first row. Every path a timed row can take: one prompt and two, rows of one length and of several (the
+    # packed rows' pass compiles its own kernels; rows of one length run the engine's plain pass). Before this
+    # covered only one prompt with equal lengths, the packed path's compiles (~1.5 s) landed in the first timed
+    # row on the H100 (benchmarks/results/gpu_h100_2026-11-26_b/README.md).
+    warm = random.Random(-1)
+    for n_conv, lens in ((1, (4, 4)), (1, (4, 7)), (2, (5, 3))):
+        convs = [text_of(lm.tokenizer, 8 + i, warm) for i in range(n_conv)]
+        resp = [[text_of(lm.tokenizer, n, warm) for n in lens] for _ in convs]
+        hf_padded(lm.model, lm.tokenizer, template, convs, resp, cfg.hf_batch)
+        scorer.score(convs, resp)
     rng, rows = random.Random(cfg.seed), []
     for P in cfg.prompt_tokens:
         for N in cfg.n:
