@@ -479,6 +479,29 @@ def test_engine_cascade_packs_rows_where_no_window_bites(arch):
     assert not packs_rows(Engine(model, tmpls[0], head="score", attention="cascade").spec, 10, 31)
 
 
+def test_engine_cascade_packed_rows_states_equal_default_form():
+    """The packed rows' pass taps each row's states at its own final token: the embeddings (index 0), a middle
+    layer and the last, equal to the default form's right-padded taps to fp32 rounding."""
+    tok = T.chatml_tokenizer()
+    model = T.tiny("llama")
+    tmpls = [build_template(tok, p) for p in ("Hi", "Name a colour, in one word.")]
+    g = torch.Generator().manual_seed(12)
+    resp = [torch.randint(5, T.VOCAB, (b, 9), generator=g) for b in (2, 3)]
+    lens = [torch.tensor([9, 4]), torch.tensor([1, 6, 9])]
+    out = {}
+    for form in (None, "cascade"):
+        e0 = Engine(model, tmpls[0], head="score", attention=form)
+        engs = [e0, Engine(model, tmpls[1], head="score", layers=e0.layers, attention=form)]
+        out[form] = score_prompts(engs, resp, lens, taps={0, 1, len(e0.layers)})
+    assert packs_rows(engs[0].spec, 100, 100)  # Llama: no window, the cascade's rows ran packed
+    (s0, t0), (s1, t1) = out[None], out["cascade"]
+    torch.testing.assert_close(s1, s0, atol=2e-5, rtol=1e-5)
+    assert sorted(t1) == sorted(t0) == [0, 1, len(engs[0].layers)]
+    for k in t0:
+        assert t1[k].shape == t0[k].shape == (5, model.config.hidden_size)
+        torch.testing.assert_close(t1[k], t0[k], atol=2e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 def test_engine_cascade_logprob_head_equals_default_form(arch):
     """The logprob head reads every position of the rows' pass: the cascade form (twin) scores as the default."""
