@@ -381,6 +381,12 @@ def test_no_recompile_per_length_on_cuda():
                                     w["cu_rows"], w["cu_kv"], w["lengths"], max_rows=i + 3, scale=0.1)
         q, k, v, cu = packed_rows([P, S, i + 1], H=8, Hkv=2, D=128, dtype=torch.bfloat16, seed=i)
         tc.response_part_varlen_triton(q, k, v, cu, max(P, S, i + 1), scale=0.1, out_dtype=torch.bfloat16)
+        # the packed rows' pass: token counts, rows per prompt and the longest row all vary
+        w = wave([P, P // 2 + 1], [3, i + 1], S=S, lengths=[S - j % S for j in range(4 + i)], H=8, Hkv=2, D=128,
+                 dtype=torch.bfloat16)
+        pq, pk, pv, pcu, cu_q, max_q = _packed_wave(w)
+        tc.cascade_attention_varlen_triton(pq, pk, pv, torch.cat(w["kp"], 1), torch.cat(w["vp"], 1), cu_q, w["cu_kv"],
+                                           max_q, pcu, S, scale=0.1)
         counts.append(tuple(_compiled_variants(k) for k in (tc._prompt_kernel, tc._response_kernel, tc._merge_kernel,
                                                             tc._response_varlen_kernel)))
     assert counts[-1] == counts[0], counts
