@@ -468,16 +468,28 @@ def _csv_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def _pct(x) -> str:
+    """A fraction as a percentage ('' when absent)."""
+    try:
+        return f"{100 * float(x):.1f}%"
+    except (TypeError, ValueError):
+        return ""
+
+
 def summarize_workloads(out: Path, workloads: list[dict], bon_rows: list[dict], states_rows: list[dict]) -> str:
     """The workloads' part of the summary: every step's status, the best-of-N and states rows, the profile's top."""
     L = ["| step | status | wall s |", "|---|---|---|"]
     L += [f"| {w['step']} | {w['status']} | {w.get('wall_s', '')} |" for w in workloads]
     if bon_rows:
         L += ["", "best-of-N (rmfast RewardScorer vs HF padded batches):", "",
-              "| run | dtype | prompt tokens | N x prompts | HF resp/s | rmfast resp/s | speed-up | FLOP ratio | max abs diff |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| run | dtype | prompt tokens | N x prompts | HF resp/s | rmfast resp/s | speed-up | FLOP ratio "
+              "| speed-up / FLOP ratio (target >= 0.7) | rmfast of bf16 bound (target >= 40%) | batches (packed) "
+              "| max abs diff |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         L += [f"| {r['run']} | {r['dtype']} | {r['prompt_tokens']} | {r['n_responses']} x {r['n_prompts']} | "
               f"{r['hf_responses_per_s']} | {r['rmfast_responses_per_s']} | {r['speedup']} | {r['flop_ratio']} | "
+              f"{r.get('speedup_over_flop_ratio', '')} | {_pct(r.get('rmfast_gemm_fraction'))} | "
+              f"{r.get('rmfast_batches', '')} ({r.get('rmfast_packed_batches', '')}) | "
               f"{float(r['max_abs_diff']):.2e} |" for r in bon_rows]
     if states_rows:
         L += ["", "states overhead (a scan keeping hidden states vs a plain one):", "",
