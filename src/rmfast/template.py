@@ -108,8 +108,10 @@ class Template:
 
 
 def renderer(tokenizer, prompt: str, template: str | None, system: str | None, history=()):
-    """Returns (kind, fn(response_text) -> list[int]). ``history``: earlier ((role, content), ...) turns
-    rendered between the system message and the final user turn (chat templates only)."""
+    """Returns (kind, fn(response_texts) -> [list[int], ...]): each response's whole conversation as ids, all
+    tokenized in ONE tokenizer call (a batch: the fast tokenizers encode it in parallel; per text it is the
+    call a single text gets). ``history``: earlier ((role, content), ...) turns rendered between the system
+    message and the final user turn (chat templates only)."""
     if template is not None and is_plain_format(template):
         if history:
             raise UserError("a multi-turn conversation needs a chat template; a plain --template holds one turn")
@@ -122,9 +124,10 @@ def renderer(tokenizer, prompt: str, template: str | None, system: str | None, h
             raise UserError(f"--template has the placeholder {{{unknown[0]}}}, which a plain format does not fill: it "
                             "knows {system}, {prompt} and {response}")
 
-        def render_plain(response: str) -> list[int]:
-            text = template.replace("{system}", system or "").replace("{prompt}", prompt).replace("{response}", response)
-            return list(tokenizer(text, add_special_tokens=True)["input_ids"])
+        def render_plain(responses: list[str]) -> list[list[int]]:
+            head = template.replace("{system}", system or "").replace("{prompt}", prompt)
+            texts = [head.replace("{response}", r) for r in responses]
+            return [list(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]]
 
         return "plain", render_plain
 
@@ -139,20 +142,19 @@ def renderer(tokenizer, prompt: str, template: str | None, system: str | None, h
         )
     kind = "jinja" if template is not None else "chat_template"
 
-    def render_chat(response: str) -> list[int]:
-        messages = ([{"role": "system", "content": system}] if system is not None else []) + [
-            {"role": r, "content": c} for r, c in history] + [
-            {"role": "user", "content": prompt},
-            {"role": "assistant", "content": response},
-        ]
-        _check_bounds(tokenizer, chat_template, messages)
-        try:
-            out = tokenizer.apply_chat_template(messages, chat_template=chat_template, tokenize=True, return_dict=False)
+    def render_chat(responses: list[str]) -> list[list[int]]:
+        head = ([{"role": "system", "content": system}] if system is not None else []) + [
+            {"role": r, "content": c} for r, c in history] + [{"role": "user", "content": prompt}]
+        convs = [head + [{"role": "assistant", "content": r}] for r in responses]
+        for messages in convs:
+            _check_bounds(tokenizer, chat_template, messages)
+        try:  # a list of conversations: rendered one by one, tokenized as one batch
+            out = tokenizer.apply_chat_template(convs, chat_template=chat_template, tokenize=True, return_dict=False)
         except Exception as e:  # jinja errors, templates that refuse roles, ...
             raise UserError(f"the chat template failed to render ({type(e).__name__}: {str(e).splitlines()[0]}); pass a working --template") from None
         if isinstance(out, dict) or hasattr(out, "keys"):
             out = out["input_ids"]
-        return list(out)
+        return [list(ids) for ids in out]
 
     return kind, render_chat
 
@@ -381,7 +383,7 @@ def build_template(
     for k, (_, content) in enumerate(history):
         check_text(content, f"message {k + 1} of the history")
     kind, render = renderer(tokenizer, prompt, template, system, history)
-    rendered = [render(w) for w in PROBES]
+    rendered = render(list(PROBES))
     n_pre = common_prefix_len(rendered)
     n_suf = common_prefix_len([r[::-1] for r in rendered])
     shortest = min(len(r) for r in rendered)
@@ -428,9 +430,19 @@ def response_ids(tokenizer, tmpl: Template, text: str) -> list[int]:
     Renders the full conversation with ``text`` as the response and checks that it starts with
     the template's prefix and ends with its suffix; raises UserError otherwise.
     """
-    _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
-    ids = render(text)
-    P, S = len(tmpl.prefix_ids), len(tmpl.suffix_ids)
-    if tuple(ids[:P]) != tmpl.prefix_ids or (S and tuple(ids[len(ids) - S :]) != tmpl.suffix_ids) or len(ids) <= P + S:
+    (ids,) = responses_ids(tokenizer, tmpl, [text])
+    if ids is None:
         raise UserError(f"the response {text[:40]!r} merges with the template around it; it cannot be scored by id")
-    return ids[P : len(ids) - S]
+    return ids
+
+
+def responses_ids(tokenizer, tmpl: Template, texts: list[str]) -> list[list[int] | None]:
+    """:func:`response_ids` of many texts, their conversations tokenized in one batch: per text its ids, or None
+    where it merges with the template around it (the caller names it)."""
+    _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
+    P, S = len(tmpl.prefix_ids), len(tmpl.suffix_ids)
+    out: list[list[int] | None] = []
+    for ids in render(list(texts)):
+        ok = tuple(ids[:P]) == tmpl.prefix_ids and (not S or tuple(ids[len(ids) - S :]) == tmpl.suffix_ids) and len(ids) > P + S
+        out.append(ids[P : len(ids) - S] if ok else None)
+    return out

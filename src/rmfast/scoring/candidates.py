@@ -400,20 +400,19 @@ def _compat_row(tmpl, full: list[int], head: str) -> Row:
 
 def tokenize_in_context(tokenizer, tmpl, texts: list[str], *, compat: str | None = None, head: str = "score") -> list[Row]:
     """Response ids of each text as the chat template tokenizes it in context (linear in the texts)."""
-    from ..template import renderer, response_ids
+    from ..template import renderer, responses_ids
 
     if compat is None:
         rows = []
-        for i, t in enumerate(texts):
-            try:
-                rows.append(Row(response_ids(tokenizer, tmpl, t)))
-            except UserError:
+        for i, (t, ids) in enumerate(zip(texts, responses_ids(tokenizer, tmpl, texts))):  # one tokenizer batch
+            if ids is None:
                 raise UserError(f"candidate {i + 1} {t[:40]!r} merges with the template around it when tokenized in "
                                 "context, so its ids are not its own; drop it, or score the whole re-tokenized "
-                                "conversation with --compat decode-retokenize") from None
+                                "conversation with --compat decode-retokenize")
+            rows.append(Row(ids))
         return rows
     _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
-    return [_compat_row(tmpl, render(t), head) for t in texts]  # authors rows: the same response ids
+    return [_compat_row(tmpl, ids, head) for ids in render(list(texts))]  # authors rows: the same response ids
 
 
 # --------------------------------------------------------------------------------------------

@@ -442,14 +442,20 @@ class RewardScorer:
 
     def _tokenize(self, rows, tmpls, compat: str | None) -> list:
         """(conversation number, :class:`Row`) per distinct row, ids as the template tokenizes them in context."""
-        out = []
-        for ci, text, i, j in rows:
+        by_conv: dict = {}  # a conversation's responses are tokenized as one batch
+        for k, (ci, *_) in enumerate(rows):
+            by_conv.setdefault(ci, []).append(k)
+        got: list = [None] * len(rows)
+        for ci, ks in by_conv.items():
             try:
-                (row,) = tokenize_in_context(self.tokenizer, tmpls[ci], [text], compat=compat, head=self.head)
+                batch = tokenize_in_context(self.tokenizer, tmpls[ci], [rows[k][1] for k in ks], compat=compat,
+                                            head=self.head)
             except UserError:
-                raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) merges with the template around it "
-                                "when tokenized in context, so its ids are not its own; drop it, or score the whole "
-                                "re-tokenized conversation with compat='decode-retokenize'") from None
+                batch = [self._tokenize_one(rows[k], tmpls, compat) for k in ks]  # raises, naming the response
+            for k, row in zip(ks, batch):
+                got[k] = row
+        out = []
+        for (ci, text, i, j), row in zip(rows, got):
             t = row.template or tmpls[ci]
             n = len(row.ids)
             if self.max_tokens is not None and n > int(self.max_tokens):
@@ -458,6 +464,17 @@ class RewardScorer:
             check_context(self.model, len(t.prefix_ids), n, len(t.suffix_ids))
             out.append((ci, row))
         return out
+
+    def _tokenize_one(self, r, tmpls, compat: str | None):
+        """One row's :func:`tokenize_in_context`; its failure named by response and conversation."""
+        ci, text, i, j = r
+        try:
+            (row,) = tokenize_in_context(self.tokenizer, tmpls[ci], [text], compat=compat, head=self.head)
+        except UserError:
+            raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) merges with the template around it "
+                            "when tokenized in context, so its ids are not its own; drop it, or score the whole "
+                            "re-tokenized conversation with compat='decode-retokenize'") from None
+        return row
 
     def _groups(self, job: Job) -> list[Group]:
         """The batches' groups. Where the fast engine reads a score head at one position per row
