@@ -299,6 +299,28 @@ CHECKPOINT_EVERY_N = 1024
 CHECKPOINT_MIN_S = 0.5
 
 
+#: rows of one ragged bucket are padded to its longest: at most this fraction longer than its shortest,
+#: plus a few tokens (padding waste bounded, and short rows are never padded to long ones)
+BUCKET_SPREAD = 0.25
+BUCKET_SLACK = 4
+
+
+def length_buckets(lengths: list[int]) -> list[list[int]]:
+    """Ascending response lengths cut into runs whose longest is at most (1 + BUCKET_SPREAD) x the
+    shortest + BUCKET_SLACK tokens.
+
+    >>> length_buckets([20, 21, 24, 25, 31, 60, 61, 200])
+    [[20, 21, 24, 25], [31], [60, 61], [200]]
+    """
+    out: list[list[int]] = []
+    for n in lengths:
+        if out and n <= (1 + BUCKET_SPREAD) * out[-1][0] + BUCKET_SLACK:
+            out[-1].append(n)
+        else:
+            out.append([n])
+    return out
+
+
 @dataclass
 class Group:
     """Rows of one shape scored by one function.

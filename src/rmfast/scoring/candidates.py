@@ -415,6 +415,35 @@ def tokenize_in_context(tokenizer, tmpl, texts: list[str], *, compat: str | None
     return [_compat_row(tmpl, ids, head) for ids in render(list(texts))]  # authors rows: the same response ids
 
 
+def tokenize_rows(tokenizer, rows, tmpls, *, compat: str | None = None, head: str = "score") -> list[Row]:
+    """:func:`tokenize_in_context` of a job's rows, ``(conversation number, text, i, j)`` each (response j of
+    input conversation i), a conversation's texts in one batch; a text that merges with the template around
+    it is named by response and conversation (its conversation's texts re-tried one by one to find it)."""
+    by_conv: dict = {}
+    for k, (ci, *_) in enumerate(rows):
+        by_conv.setdefault(ci, []).append(k)
+    got: list = [None] * len(rows)
+    for ci, ks in by_conv.items():
+        try:
+            batch = tokenize_in_context(tokenizer, tmpls[ci], [rows[k][1] for k in ks], compat=compat, head=head)
+        except UserError:
+            batch = [_one_row(tokenizer, rows[k], tmpls, compat, head) for k in ks]  # raises, naming the response
+        for k, row in zip(ks, batch):
+            got[k] = row
+    return got
+
+
+def _one_row(tokenizer, r, tmpls, compat: str | None, head: str) -> Row:
+    ci, text, i, j = r
+    try:
+        (row,) = tokenize_in_context(tokenizer, tmpls[ci], [text], compat=compat, head=head)
+    except UserError:
+        raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) merges with the template around it "
+                        "when tokenized in context, so its ids are not its own; drop it, or score the whole "
+                        "re-tokenized conversation with compat='decode-retokenize'") from None
+    return row
+
+
 # --------------------------------------------------------------------------------------------
 # the authors' scoring loop (compat="authors")
 

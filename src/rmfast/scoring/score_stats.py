@@ -16,7 +16,7 @@ class ScoreStats:
         n_rows: distinct (conversation, response) rows scored (duplicates are scored once).
         n_batches: forward passes over candidate rows; ``padded_rows``: rows added to fill a batch (0:
             batches hold exactly their rows); ``padded_tokens``: pad tokens of ragged batches (rows of
-            similar lengths right-padded to the batch's longest, :func:`length_buckets`); ``packed_batches``:
+            similar lengths right-padded to the batch's longest, :func:`rmfast.scoring.batching.length_buckets`); ``packed_batches``:
             batches whose rows ran packed back to back instead (any lengths, no pad token: the fast
             engine's cascade form where no sliding window bites, :func:`rmfast.fast.engine.packs_rows`).
         response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the prompts encoded.

@@ -58,8 +58,8 @@ from ..dims import model_dims
 from ..errors import UserError
 from ..state_names import ByLayer
 from ..template import Template, build_template, check_text
-from .batching import Group, count_nonfinite, score_groups
-from .candidates import check_context, tokenize_in_context
+from .batching import Group, count_nonfinite, length_buckets, score_groups
+from .candidates import check_context, tokenize_rows
 from .conversation import Conversation, as_conversation, messages_of
 from .decisions import decide
 from .options import ScoringOptions
@@ -128,28 +128,6 @@ def _model_and_tokenizer(model, tokenizer, kw: dict):
 WAVE_PROMPTS = 64
 #: ... and at most this many bytes of their prompts' keys/values (all held while the wave runs)
 WAVE_KV_BYTES = 1 << 30
-
-#: rows of one ragged bucket are padded to its longest: at most this fraction longer than its shortest,
-#: plus a few tokens (padding waste bounded, and short rows are never padded to long ones)
-BUCKET_SPREAD = 0.25
-BUCKET_SLACK = 4
-
-
-def length_buckets(lengths: list[int]) -> list[list[int]]:
-    """Ascending response lengths cut into runs whose longest is at most (1 + BUCKET_SPREAD) x the
-    shortest + BUCKET_SLACK tokens.
-
-    >>> length_buckets([20, 21, 24, 25, 31, 60, 61, 200])
-    [[20, 21, 24, 25], [31], [60, 61], [200]]
-    """
-    out: list[list[int]] = []
-    for n in lengths:
-        if out and n <= (1 + BUCKET_SPREAD) * out[-1][0] + BUCKET_SLACK:
-            out[-1].append(n)
-        else:
-            out.append([n])
-    return out
-
 
 class _ResponseLabels:
     """``labels[k]`` of the k-th input response (row-major): conversation i response j, made on demand."""
@@ -442,18 +420,7 @@ class RewardScorer:
 
     def _tokenize(self, rows, tmpls, compat: str | None) -> list:
         """(conversation number, :class:`Row`) per distinct row, ids as the template tokenizes them in context."""
-        by_conv: dict = {}  # a conversation's responses are tokenized as one batch
-        for k, (ci, *_) in enumerate(rows):
-            by_conv.setdefault(ci, []).append(k)
-        got: list = [None] * len(rows)
-        for ci, ks in by_conv.items():
-            try:
-                batch = tokenize_in_context(self.tokenizer, tmpls[ci], [rows[k][1] for k in ks], compat=compat,
-                                            head=self.head)
-            except UserError:
-                batch = [self._tokenize_one(rows[k], tmpls, compat) for k in ks]  # raises, naming the response
-            for k, row in zip(ks, batch):
-                got[k] = row
+        got = tokenize_rows(self.tokenizer, rows, tmpls, compat=compat, head=self.head)
         out = []
         for (ci, text, i, j), row in zip(rows, got):
             t = row.template or tmpls[ci]
@@ -464,17 +431,6 @@ class RewardScorer:
             check_context(self.model, len(t.prefix_ids), n, len(t.suffix_ids))
             out.append((ci, row))
         return out
-
-    def _tokenize_one(self, r, tmpls, compat: str | None):
-        """One row's :func:`tokenize_in_context`; its failure named by response and conversation."""
-        ci, text, i, j = r
-        try:
-            (row,) = tokenize_in_context(self.tokenizer, tmpls[ci], [text], compat=compat, head=self.head)
-        except UserError:
-            raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) merges with the template around it "
-                            "when tokenized in context, so its ids are not its own; drop it, or score the whole "
-                            "re-tokenized conversation with compat='decode-retokenize'") from None
-        return row
 
     def _groups(self, job: Job) -> list[Group]:
         """The batches' groups. Where the fast engine reads a score head at one position per row
