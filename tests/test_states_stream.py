@@ -183,3 +183,40 @@ def test_the_queue_is_bounded_and_the_wait_is_counted(tmp_path):
     assert not fourth.is_alive()
     bw.drain()
     assert len(flushed) == 4 and bw._thread is None and bw.wait_s > 0 and bw.busy_s > 0
+
+
+def test_fresh_host_buffers_are_kept_uncopied_up_to_a_bound(tmp_path, monkeypatch):
+    """A whole batch of HostStates (fresh pinned copies on CUDA) in the stored dtype is buffered as it is, up to
+    KEEP_FRESH_MAX bytes a shard; beyond it, a part of a batch, another dtype or a plain dict (views of the
+    engine's) is copied; the shard's bytes are the same either way."""
+    import rmfast.states as S
+
+    def batches():
+        g = torch.Generator().manual_seed(3)
+        return [{l: torch.randn(4, 3, generator=g).to(torch.bfloat16) for l in ("0", "last")} for _ in range(3)]
+
+    def write(folder, wrap):
+        w = StatesWriter(folder, ["0", "last"], "bfloat16", "row", job="j")
+        w.prepare(np.zeros(12, dtype=bool))
+        got = []
+        for i, b in enumerate(batches()):
+            rows = np.arange(4 * i, 4 * i + 4)
+            c = w.claim(rows, rows)
+            mats = w.take(wrap(b), c[2])
+            got.append([mats[l].data_ptr() == b[l].data_ptr() for l in ("0", "last")])
+            w.append(c[0], c[1], mats)
+        w.flush()
+        return got, (w.partial / "shard-00000.safetensors").read_bytes()
+
+    monkeypatch.setattr(S, "KEEP_FRESH_MAX", 3 * 4 * 3 * 2)  # three (4, 3) bf16 tensors
+    kept, fresh = write(tmp_path / "a.states", lambda b: HostStates(b))
+    assert kept == [[True, True], [True, False], [False, False]]
+    copied, plain = write(tmp_path / "b.states", dict)
+    assert copied == [[False, False]] * 3
+    assert fresh.split(b"run_id")[1][40:] == plain.split(b"run_id")[1][40:]  # the tensors' bytes (run ids differ)
+    w = StatesWriter(tmp_path / "c.states", ["0"], "float32", "row", job="j")
+    w.prepare(np.zeros(4, dtype=bool))
+    x = torch.arange(12.0).view(4, 3)
+    assert w.take(HostStates({"0": x.to(torch.bfloat16)}), np.arange(4))["0"].dtype == torch.float32
+    part = w.take(HostStates({"0": x}), np.array([1, 3]))["0"]
+    assert part.tolist() == x[[1, 3]].tolist() and part.data_ptr() != x.data_ptr()

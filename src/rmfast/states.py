@@ -70,12 +70,16 @@ from .errors import UserError
 from .io import states_dir
 from .state_names import (LAST, LAST_NORMED, LAST_PRENORM, OLD_LAST, canonical_layer,  # noqa: F401 (re-exported)
                           layer_index, parse_layers)
+from .states_shard import count_nonfinite, write_shard
 from .states_tie import check_scan_tie
 
 FORMAT = "rmfast-states/1"
 DTYPES = ("float32", "bfloat16", "float16")
 KEYS = ("token_id", "row")
 MANIFEST = "manifest.json"
+#: bytes of a scan's fresh host buffers (its pinned device-to-host copies) a shard may keep uncopied
+#: (:meth:`StatesWriter.take`); beyond it the batches are copied, so the pinned memory cached stays bounded
+KEEP_FRESH_MAX = 2 << 30
 # safetensors dtype tags for the dtypes above and the key tensor
 _ST_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _NP_RAW = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64}
@@ -84,10 +88,9 @@ _NONFINITE = "n_nonfinite"
 
 
 def nonfinite_per_layer(mats: Mapping[str, object]) -> dict[str, int]:
-    """NaN or +-inf values per layer of name -> (b, d) tensors as stored (after the cast to the stored dtype)."""
-    import torch
-
-    return {name: int((~torch.isfinite(m)).sum()) for name, m in mats.items()}
+    """NaN or +-inf values per layer of name -> (b, d) tensor as stored (after the cast to the stored dtype), or
+    name -> the pieces of one (a shard's buffered batches): :func:`rmfast.states_shard.count_nonfinite`."""
+    return {name: count_nonfinite(m) for name, m in mats.items()}
 
 
 def warn_nonfinite(counts: Mapping[str, int], rows: int, d: int, dtype: str, where) -> None:
@@ -364,7 +367,6 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
     Returns the folder.
     """
     import torch
-    from safetensors.torch import save_file
 
     from .io import atomic_write
 
@@ -395,10 +397,9 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
     for i, lo in enumerate(range(0, max(n, 1), shard_rows)):
         hi = min(n, lo + shard_rows)
         name = f"shard-{i:05d}.safetensors"
-        tensors = {"key": keys_t[lo:hi].contiguous()}
-        tensors.update({f"layer.{l}": m[lo:hi].contiguous() for l, m in mats.items()})
-        atomic_write(folder / name, lambda tmp, t=tensors: save_file(
-            t, str(tmp), metadata={"format": FORMAT, "run_id": run_id}))
+        tensors = {"key": [keys_t[lo:hi]]}  # name -> its pieces (one here), rows lo..hi: contiguous views
+        tensors.update({f"layer.{l}": [m[lo:hi]] for l, m in mats.items()})
+        atomic_write(folder / name, lambda tmp, t=tensors: write_shard(tmp, t, {"format": FORMAT, "run_id": run_id}))
         shards.append({"file": name, "rows": hi - lo})
     man = {"format": FORMAT, "layers": list(mats), "dtype": dtype, "hidden_size": d, "key": key,
            "n": n, "shards": shards, "run_id": run_id, _NONFINITE: nonfinite, "scan": dict(scan or {})}
@@ -435,6 +436,7 @@ class StatesWriter:
         self._buf: list[tuple[np.ndarray, np.ndarray, dict]] = []
         self.shard_rows = 65536
         self._have: np.ndarray | None = None  # (N,) bool: job rows with a state on disk or buffered
+        self._kept = 0  # bytes of fresh host buffers buffered as they are (take), until the next shard
         self.run_id = None
         if self.folder.exists() and not overwrite:
             raise UserError(f"{self.folder} exists; use --overwrite to replace it (or choose another --out)")
@@ -477,11 +479,27 @@ class StatesWriter:
         return rows[new], keys[new], np.flatnonzero(new)
 
     def take(self, states: Mapping[str, object], sel: np.ndarray) -> dict:
-        """Rows ``sel`` of a batch's states as stored: name -> (k, d) CPU tensor in the stored dtype (a copy)."""
+        """Rows ``sel`` of a batch's states as stored: name -> (k, d) contiguous CPU tensor in the stored dtype.
+
+        A copy (the states may be views of the engine's buffers), except where ``states`` says its tensors are
+        ``fresh`` (:class:`rmfast.scoring.states_stream.HostStates`: host buffers of their own, which nothing
+        writes again): a whole batch already contiguous in the stored dtype is then kept as it is, while the
+        buffered batches kept so hold at most :data:`KEEP_FRESH_MAX` bytes (pinned memory stays cached)."""
         import torch
 
-        i = torch.from_numpy(sel)
-        return {l: states[l].detach().cpu().to(getattr(torch, self.dtype))[i].contiguous() for l in self.layers}
+        want, full = getattr(torch, self.dtype), len(sel) == len(states[self.layers[0]])
+        keep = full and getattr(states, "fresh", False)
+        out = {}
+        for l in self.layers:
+            x = states[l].detach().cpu()  # (B, d)
+            if keep and x.dtype == want and x.is_contiguous() and self._kept + x.nbytes <= KEEP_FRESH_MAX:
+                self._kept += x.nbytes
+                out[l] = x
+            elif full:  # one pass: the copy and the cast together (the same rounding as .to)
+                out[l] = torch.empty(x.shape, dtype=want).copy_(x)
+            else:
+                out[l] = x[torch.from_numpy(sel)].to(want)
+        return out
 
     def append(self, rows: np.ndarray, keys: np.ndarray, mats: dict) -> None:
         """Buffer taken rows (:meth:`take`); write them as a shard once ``shard_rows`` are buffered."""
@@ -494,25 +512,24 @@ class StatesWriter:
         if not self._buf:
             return
         import torch
-        from safetensors.torch import save_file
 
         from .io import atomic_write
 
-        rows = np.concatenate([b[0] for b in self._buf])
-        t = {"key": torch.from_numpy(np.concatenate([b[1] for b in self._buf]).astype(np.int64)),
-             "rows": torch.from_numpy(rows.astype(np.int64))}
-        t.update({f"layer.{l}": torch.cat([b[2][l] for b in self._buf]) for l in self.layers})
+        # name -> the buffered batches' pieces, written one after another (rmfast.states_shard: never joined)
+        t = {"key": [torch.from_numpy(np.concatenate([b[1] for b in self._buf]).astype(np.int64))],
+             "rows": [torch.from_numpy(np.concatenate([b[0] for b in self._buf]).astype(np.int64))]}
+        t.update({f"layer.{l}": [b[2][l] for b in self._buf] for l in self.layers})
         # counted per shard, in its metadata: a resumed scan's total includes the shards of the run before
         bad = json.dumps(nonfinite_per_layer({l: t[f"layer.{l}"] for l in self.layers}))
         shards = self._shards()
         nxt = int(shards[-1].stem.split("-")[1]) + 1 if shards else 0
+        meta = {"format": FORMAT, "run_id": self.run_id, _NONFINITE: bad}
         try:
-            atomic_write(self.partial / f"shard-{nxt:05d}.safetensors", lambda tmp: save_file(
-                t, str(tmp), metadata={"format": FORMAT, "run_id": self.run_id, _NONFINITE: bad}))
+            atomic_write(self.partial / f"shard-{nxt:05d}.safetensors", lambda tmp: write_shard(tmp, t, meta))
         except OSError as e:  # a full disk: the shards so far and the scan's checkpoint stay
             raise UserError(f"cannot write a states shard in {self.partial}: {e.strerror or e}; what was done is "
                             "kept: free space and rerun the same command to resume") from None
-        self._buf = []
+        self._buf, self._kept = [], 0
 
     def finish(self, scan: dict | None = None) -> Path:
         """Every row has its state: write the manifest and move the folder into place. Returns it."""

@@ -45,7 +45,10 @@ DEPTH = 2
 
 class HostStates(Mapping):
     """name -> (B, d) CPU tensor whose device-to-host copies may still be running; reading any tensor
-    first waits for them (``event.synchronize()``, once)."""
+    first waits for them (``event.synchronize()``, once). ``fresh``: the tensors are buffers of their own,
+    which nothing writes again (so :meth:`rmfast.states.StatesWriter.take` may keep them uncopied)."""
+
+    fresh = True
 
     def __init__(self, tensors: dict, event=None):
         self._t, self._event = tensors, event
