@@ -170,6 +170,21 @@ def test_threads_get_the_serial_scores(tok):
     assert all(g == want for g in got)
 
 
+def test_layers_outlive_evicted_plans(tok, monkeypatch):
+    """A full prompt cache evicts plans, not their layers: the next prompt's engine shares them (on CPU fused
+    weight copies of the whole model), so a call over more conversations than the cache holds builds the layers
+    once, and scores as a scorer with room for all."""
+    import rmfast.fast.engine as engine_mod
+
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    built, real = [], engine_mod.build_layers
+    monkeypatch.setattr(engine_mod, "build_layers", lambda *a, **kw: built.append(1) or real(*a, **kw))
+    convs, resps = ["Hi", "Name a colour.", "Why?"], [["hello", "a longer reply"], ["blue"], ["because", "no"]]
+    got = RewardScorer(model, tok, cache_prompts=1, share_batches=False).score(convs, resps)
+    assert len(built) == 1  # three prompts, one cache slot: each plan evicted in turn, the layers kept
+    assert got == RewardScorer(model, tok, share_batches=False).score(convs, resps)
+
+
 def test_rerank_and_grpo_adapter(tok):
     model = T.tiny("llama", num_labels=1, pad_token_id=2)
     s = RewardScorer(model, tok)

@@ -578,11 +578,13 @@ class RewardScorer:
             self.last_stats.attention = plan.decisions["attention"]["value"]
             self.last_stats.decisions = plan.decisions
             return plan
+        # taken before any plan goes: the layers (on CPU fused weight copies of the whole model) outlive the plans,
+        # so a full cache (cache_prompts=0 included) does not rebuild them for every new prompt
+        share = next((p for p in self._plans.values() if p.eng is not None), None)
         # the least recently used plans go, not the ones the batch at hand shares (its wave)
         old = [c for c in self._plans if c not in self._wave]
         while old and len(self._plans) >= max(1, self.cache_prompts):
             del self._plans[old.pop(0)]
-        share = next((p for p in self._plans.values() if p.eng is not None), None)
         plan = plan_scoring(self.model, tmpl, decided=self.decided, share_with=share)
         self._plans[conv] = plan
         self._fresh.add(conv)
