@@ -501,7 +501,14 @@ def packs_rows(spec: ArchSpec, max_prompt: int, max_row: int) -> bool:
     sliding window bites, each window at least the longest prompt plus the longest row (every token then sees
     its whole prompt and its whole row, as with no window). Otherwise the rows run right-padded
     (:class:`rmfast.fast.layer.CascadePrompt`, windows by absolute positions)."""
-    return all(L.window is None or max_prompt + max_row <= L.window for L in spec.layers)
+    limit = pack_limit(spec)
+    return limit is None or max_prompt + max_row <= limit
+
+
+def pack_limit(spec: ArchSpec) -> int | None:
+    """The most prompt + row tokens whose rows may run packed: the model's shortest sliding window (None: no
+    window, any length; :func:`packs_rows`)."""
+    return min((L.window for L in spec.layers if L.window is not None), default=None)
 
 
 def _ragged_ids(eng: Engine, responses: torch.Tensor, lengths: torch.Tensor, S: int,
@@ -515,7 +522,7 @@ def _ragged_ids(eng: Engine, responses: torch.Tensor, lengths: torch.Tensor, S: 
     ids = responses.new_zeros(B, S)  # pads are id 0, after each row's end
     ids[:, :n] = responses
     cols = lengths[:, None] + torch.arange(m, device=dev)  # (B, m): where each row's suffix goes
-    suffix = torch.tensor(eng.template.suffix_ids, dtype=torch.long, device=dev)  # eng.suffix, built where it is used
+    suffix = eng.suffix if eng.suffix.device == torch.device(dev) else torch.tensor(eng.template.suffix_ids, dtype=torch.long)
     ids.scatter_(1, cols, suffix.expand(B, -1))
     return ids, lengths + m - 1
 

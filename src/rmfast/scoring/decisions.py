@@ -287,7 +287,13 @@ class Decisions:
     attention: str
     fixed_shapes: bool
     share_batches: bool = False
+    packed_rows: bool = False  # ragged rows run packed back to back (the cascade form), up to pack_limit tokens
+    pack_limit: int | None = None  # prompt + row tokens (the shortest sliding window); None: any
     reasons: dict = field(default_factory=dict)
+
+    def packs(self, prompt: int, row: int) -> bool:
+        """Whether rows of a ``prompt``-token prompt, up to ``row`` tokens each, run packed (the "rows" decision)."""
+        return self.packed_rows and (self.pack_limit is None or prompt + row <= self.pack_limit)
 
     @property
     def head_index(self) -> int:
@@ -354,9 +360,25 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     if job == "scorer":
         d.share_batches, why = choose_share_batches(o.share_batches, device)
         d.record("share_batches", d.share_batches, why)
+        _rows_rule(d, model)
     d.record("batch_size", o.batch_size, "asked for" if o.batch_size != "auto" else
              "auto: ~4k tokens per batch on CPU, ~128k on CUDA, at most half the free memory, per response length")
     return d
+
+
+def _rows_rule(d: Decisions, model) -> None:
+    """The "rows" decision of a scorer: rows of several lengths packed back to back (the cascade form: no pad
+    token, :class:`rmfast.fast.layer.PackedRows`) where no sliding window is shorter than prompt + row, else
+    right-padded in length buckets."""
+    from ..fast.engine import pack_limit
+
+    if d.engine != "fast" or d.attention != "cascade":
+        d.record("rows", "padded", f"the {d.attention} form reads rows right-padded: length buckets")
+        return
+    d.packed_rows, d.pack_limit = True, pack_limit(arch_spec(model))
+    d.record("rows", "packed", "the cascade form: a wave's rows of every length back to back, no pad token" + (
+        "" if d.pack_limit is None else f", where prompt + row <= {d.pack_limit} tokens (the shortest sliding "
+                                        "window; longer ones right-padded in length buckets)"))
 
 
 def _engine_rule(model, head: str, o: ScoringOptions, job: str, stacklevel: int) -> tuple[str, str]:

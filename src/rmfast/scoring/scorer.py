@@ -538,15 +538,9 @@ class RewardScorer:
             raise
 
     def _packs(self, tmpl: Template, n: int) -> bool:
-        """Whether a wave's rows run packed back to back (:func:`rmfast.fast.engine.packs_rows`): the fast engine
-        in the cascade form (decided once for the scorer), no sliding window shorter than the wave's longest
-        prompt (``tmpl``) plus its longest row (n response tokens and the suffix)."""
-        if self.decided.engine != "fast" or self.decided.attention != "cascade":
-            return False
-        from ..fast.arch import arch_spec
-        from ..fast.engine import packs_rows
-
-        return packs_rows(arch_spec(self.model), len(tmpl.prefix_ids), n + len(tmpl.suffix_ids))
+        """Whether a wave's rows run packed back to back: the plan's "rows" decision (made once for the scorer)
+        for its longest prompt (``tmpl``) and its longest row (n response tokens and the suffix)."""
+        return self.decided.packs(len(tmpl.prefix_ids), n + len(tmpl.suffix_ids))
 
     def _ragged_ok(self) -> bool:
         """Ragged batches: the fast engine, by its rule (:func:`rmfast.fast.engine.ragged_ok`)."""
