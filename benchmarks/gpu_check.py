@@ -79,7 +79,8 @@ GPU_TESTS = ["tests/test_kernels.py", "tests/test_gpu.py", "tests/test_cascade.p
 WORKLOAD_MODEL = "llama-3.1-8b"
 BEST_OF_N_RUNS = {"single": ["--prompt-tokens-list", "512,2048", "--n-list", "16,64"],
                   "prompts16": ["--prompt-tokens-list", "512", "--n-list", "4", "--prompts", "16"]}
-PROFILE_SHAPE = {"gpu": (2048, 64), "dry": (24, 4)}  # (prompt tokens, N)
+PROFILE_SHAPES = {"gpu": ((2048, 64), (2048, 16), (512, 16)), "dry": ((24, 4), (16, 3))}  # (prompt tokens, N): the kernel
+# table of the first; every one also by phase (host span vs device time: where the GPU waits for the host)
 # /sync: the reference. Batches of 1,024: the writer overlaps only the batches after the first (at scan's auto
 # batch of 16,384 the 4,096 candidates were ONE batch on the H100, so `all` could not overlap anything).
 STATES_ARGS = ["--n-candidates", "8192", "--batch-size", "1024", "--repeats", "3", "--states-modes",
@@ -390,9 +391,38 @@ def run_workloads(ctx: dict) -> list[dict]:
     return done
 
 
+def _annotate_phases():
+    """Wrap the best-of-N call's phases in torch.profiler.record_function ranges ("phase: ..."), in this
+    subprocess only: tokenizing, the prompt pass (one engine's or a wave's), the rows' pass, the head."""
+    import functools
+
+    import torch
+
+    from rmfast.fast import engine, wave
+    from rmfast.scoring import plan, scorer
+
+    def wrap(owner, attr, label):
+        fn = getattr(owner, attr)
+
+        @functools.wraps(fn)
+        def inner(*a, **k):
+            with torch.profiler.record_function(f"phase: {label}"):
+                return fn(*a, **k)
+        setattr(owner, attr, inner)
+
+    wrap(scorer.RewardScorer, "prepare", "tokenize + group")
+    wrap(engine.Engine, "_encode_prefix", "prompt pass (one engine)")
+    wrap(wave, "encode_prompts", "prompt pass (wave)")
+    wrap(plan, "score_prompts", "rows pass + head")
+    wrap(engine, "_packed_rows_pass", "rows pass, packed")
+    wrap(engine.Engine, "_head_scores", "head")
+
+
 def profile_best_of_n(out: Path, dry: bool) -> None:
-    """(run as a subprocess) One best-of-N call of the 8B (bf16; dry: tiny, fp32, CPU) under torch.profiler,
-    after a warm-up call: the table by kernel (self device time; CPU: self CPU time) -> out."""
+    """(run as a subprocess) Best-of-N calls of the 8B (bf16; dry: tiny, fp32, CPU) under torch.profiler,
+    each after a warm-up call of its shape: the first shape's table by kernel (self device time; CPU: self
+    CPU time), and for every shape the call's wall time against its summed kernel time and the phases'
+    host spans and device times -> out."""
     import random
 
     import torch
@@ -404,21 +434,42 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
     cfg = BestOfNConfig(random_init="llama-3.2-1b" if dry else WORKLOAD_MODEL, tiny=dry,
                         dtype="float32" if dry else "bfloat16", device="cuda" if cuda else "cpu")
     lm, name, template = load_model(cfg)
+    _annotate_phases()
     scorer = RewardScorer(lm, cache_prompts=0, template=template)
-    P, N = PROFILE_SHAPE["dry" if dry else "gpu"]
-    rng = random.Random(0)
-    convs = [text_of(lm.tokenizer, P, rng)]
-    responses = [[text_of(lm.tokenizer, rng.randint(4 if dry else 20, 24 if dry else 200), rng) for _ in range(N)]]
-    scorer.score(convs, responses)  # warm-up: Triton compiles, cuBLAS picks its kernels
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-    with torch.profiler.profile(activities=acts) as prof:
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"  # the kernels on a GPU
+    text = []
+    for i, (P, N) in enumerate(PROFILE_SHAPES["dry" if dry else "gpu"]):
+        rng = random.Random(i)
+        convs = [text_of(lm.tokenizer, P, rng)]
+        responses = [[text_of(lm.tokenizer, rng.randint(4 if dry else 20, 24 if dry else 200), rng) for _ in range(N)]]
+        scorer.score(convs, responses)  # warm-up: Triton compiles, cuBLAS picks its kernels
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
         scorer.score(convs, responses)
         if cuda:
             torch.cuda.synchronize()
-    key = "self_device_time_total" if cuda else "self_cpu_time_total"  # the kernels on a GPU
-    table = prof.key_averages().table(sort_by=key, row_limit=25)
-    out.write_text(f"profile: {name}, {cfg.dtype}, {cfg.device}, one best-of-N call: prompt ~{P} tokens, N={N} "
-                   f"(sorted by {key})\n{table}\n")
+        wall = time.perf_counter() - t0
+        with torch.profiler.profile(activities=acts) as prof:
+            scorer.score(convs, responses)
+            if cuda:
+                torch.cuda.synchronize()
+        ev = prof.key_averages()
+        dev_us = sum(getattr(e, key) for e in ev if not e.key.startswith("phase:")
+                     and (not cuda or e.device_type == torch.autograd.DeviceType.CUDA))
+        head = (f"profile: {name}, {cfg.dtype}, {cfg.device}, one best-of-N call: prompt ~{P} tokens, N={N}: "
+                f"{wall * 1e3:.1f} ms wall unprofiled; kernels {dev_us / 1e3:.1f} ms "
+                f"({'device' if cuda else 'CPU'} busy {dev_us / 1e3 / (wall * 1e3):.0%} of the wall); "
+                f"batches {scorer.last_stats.n_batches}, packed {scorer.last_stats.packed_batches}")
+        phases = [e for e in ev if e.key.startswith("phase:")]
+        rows = [f"  {e.key:38s} x{e.count:3d}  host span {e.cpu_time_total / 1e3:8.1f} ms"
+                + (f"  device {e.device_time_total / 1e3:8.1f} ms" if cuda else "") for e in phases]
+        text += [head, *rows]
+        if i == 0:
+            text.append(f"(sorted by {key})\n" + ev.table(sort_by=key, row_limit=25))
+            text.append("(sorted by host time, children included)\n" + ev.table(sort_by="cpu_time_total", row_limit=15))
+    out.write_text("\n".join(text) + "\n")
     print(out.read_text())
 
 
