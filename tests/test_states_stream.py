@@ -220,3 +220,23 @@ def test_fresh_host_buffers_are_kept_uncopied_up_to_a_bound(tmp_path, monkeypatc
     assert w.take(HostStates({"0": x.to(torch.bfloat16)}), np.arange(4))["0"].dtype == torch.float32
     part = w.take(HostStates({"0": x}), np.array([1, 3]))["0"]
     assert part.tolist() == x[[1, 3]].tolist() and part.data_ptr() != x.data_ptr()
+
+
+def test_a_shard_is_written_once_its_bytes_reach_the_cap(tmp_path):
+    """Shards are cut by bytes as well as rows, so the writer thread writes while the scan still computes (one
+    shard per 65,536 rows kept a whole 'all' scan in memory and wrote it after the last batch): with a cap of
+    two batches' bytes, 5 batches make shards of 2, 2 and 1 batches, the first two written before finish; the
+    states read back are the rows added, in order."""
+    w = StatesWriter(tmp_path / "cap.states", ["0", "last"], "float32", "row", job="j")
+    w.prepare(np.zeros(20, dtype=bool))
+    w.shard_bytes = 2 * 4 * (3 + 3) * 4  # two batches: 4 rows x (3 + 3) values x 4 bytes
+    x = torch.arange(60.0).view(20, 3)
+    for b in range(5):
+        rows = np.arange(4 * b, 4 * b + 4)
+        w.add(rows, rows, {"0": x[rows], "last": -x[rows]})
+        assert len(w._shards()) == (b + 1) // 2  # a shard as soon as two batches are buffered
+    w.finish({"model": "m"})
+    s = open_states(tmp_path / "cap.states")
+    assert [sh.rows for sh in s.shards] == [8, 8, 4]
+    assert s.take("last", np.arange(20)).tolist() == (-x).tolist()
+    assert s.take("0", np.arange(20)).tolist() == x.tolist()

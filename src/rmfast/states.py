@@ -80,6 +80,12 @@ MANIFEST = "manifest.json"
 #: bytes of a scan's fresh host buffers (its pinned device-to-host copies) a shard may keep uncopied
 #: (:meth:`StatesWriter.take`); beyond it the batches are copied, so the pinned memory cached stays bounded
 KEEP_FRESH_MAX = 2 << 30
+#: a shard is written once its buffered batches hold this many bytes (or :attr:`StatesWriter.shard_rows` rows):
+#: the writer thread then writes while the scan computes. A shard per 65,536 rows alone kept a whole 8,192-row
+#: scan of every layer (2.3 GB, the 8B) in host memory and wrote it after the last batch: no overlap at all (the
+#: H100's states bench, benchmarks/results/gpu_h100_2026-11-26_c). The last shard's write is what cannot overlap,
+#: ~0.2 s at 1.4 GB/s.
+SHARD_BYTES = 256 << 20
 # safetensors dtype tags for the dtypes above and the key tensor
 _ST_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _NP_RAW = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64}
@@ -435,6 +441,8 @@ class StatesWriter:
         self.job = {"job": job, "layers": self.layers, "dtype": dtype, "key": key}
         self._buf: list[tuple[np.ndarray, np.ndarray, dict]] = []
         self.shard_rows = 65536
+        self.shard_bytes = SHARD_BYTES
+        self._buf_bytes = 0  # bytes of the buffered batches' states
         self._have: np.ndarray | None = None  # (N,) bool: job rows with a state on disk or buffered
         self._kept = 0  # bytes of fresh host buffers buffered as they are (take), until the next shard
         self.run_id = None
@@ -502,9 +510,11 @@ class StatesWriter:
         return out
 
     def append(self, rows: np.ndarray, keys: np.ndarray, mats: dict) -> None:
-        """Buffer taken rows (:meth:`take`); write them as a shard once ``shard_rows`` are buffered."""
+        """Buffer taken rows (:meth:`take`); write them as a shard once ``shard_rows`` rows or ``shard_bytes``
+        bytes are buffered."""
         self._buf.append((rows, keys, mats))
-        if sum(len(b[0]) for b in self._buf) >= self.shard_rows:
+        self._buf_bytes += sum(m.numel() * m.element_size() for m in mats.values())
+        if sum(len(b[0]) for b in self._buf) >= self.shard_rows or self._buf_bytes >= self.shard_bytes:
             self.flush()  # early is safe: a shard the checkpoint does not cover is dropped on resume
 
     def flush(self) -> None:
@@ -529,7 +539,7 @@ class StatesWriter:
         except OSError as e:  # a full disk: the shards so far and the scan's checkpoint stay
             raise UserError(f"cannot write a states shard in {self.partial}: {e.strerror or e}; what was done is "
                             "kept: free space and rerun the same command to resume") from None
-        self._buf, self._kept = [], 0
+        self._buf, self._kept, self._buf_bytes = [], 0, 0
 
     def finish(self, scan: dict | None = None) -> Path:
         """Every row has its state: write the manifest and move the folder into place. Returns it."""
