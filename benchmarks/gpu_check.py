@@ -9,8 +9,8 @@ hub, no `pip install` (it runs from `src/`). Steps, each a subprocess with a tim
 budget (default 540 s: 9 minutes), in this order:
 
 1. **env**: versions, the GPU, its measured bf16 GEMM peak (8192^3 matmul) and copy bandwidth.
-2. **tests**: `pytest tests/test_kernels.py tests/test_gpu.py` (and tests/test_cascade.py where it
-   exists): every Triton kernel in fp32, fp16 and bf16 against its torch reference; the engine against
+2. **tests**: `pytest tests/test_kernels.py tests/test_gpu.py` (and tests/test_cascade.py,
+   test_elementwise_kernels.py where they exist): every Triton kernel in fp32, fp16 and bf16 against its torch reference; the engine against
    plain HF on the tiny model of every architecture on the GPU; CUDA out-of-memory back-off. On a GPU a
    skipped test counts as a failure.
 3. **bench**: `rmfast bench --random-init NAME --device cuda --dtype bfloat16` for Llama-3.1-8B (with
@@ -73,7 +73,8 @@ GPU_PLAN = [
     {"name": "gemma-2-2b", "n": 32768, "n_naive": 1024, "hf_batch": "512,2048", "naive_batch": "128,256", "est_s": 40,
      "late": True},
 ]
-GPU_TESTS = ["tests/test_kernels.py", "tests/test_gpu.py", "tests/test_cascade.py", "tests/test_scan_launches.py"]  # those that exist
+GPU_TESTS = ["tests/test_kernels.py", "tests/test_gpu.py", "tests/test_cascade.py", "tests/test_scan_launches.py",
+             "tests/test_elementwise_kernels.py"]  # those that exist
 # The workloads on the GPU (8B, bf16): best-of-N (prompt 512 and 2,048 x N 16 and 64; 16 prompts x 4), one
 # best-of-N call under torch.profiler (prompt 2,048, N 64), the states overhead (last_prenorm, all).
 WORKLOAD_MODEL = "llama-3.1-8b"
@@ -469,8 +470,69 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
         if i == 0:
             text.append(f"(sorted by {key})\n" + ev.table(sort_by=key, row_limit=25))
             text.append("(sorted by host time, children included)\n" + ev.table(sort_by="cpu_time_total", row_limit=15))
+    text += _elementwise_ab(lm, template, cuda, dry)
     out.write_text("\n".join(text) + "\n")
     print(out.read_text())
+
+
+def _best_wall(fn, cuda: bool, reps: int = 3) -> float:
+    import torch
+
+    best = float("inf")
+    for _ in range(reps):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _elementwise_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
+    """The layer's elementwise kernels on vs off (the plan's "elementwise" decision forced to torch), in this one
+    process: best-of-N calls (best of 3 each) and a plain scan of one-token candidates."""
+    import random
+
+    import torch
+
+    from rmfast.bench.best_of_n import text_of
+    from rmfast.fast.engine import Engine
+    from rmfast.scoring import decisions
+    from rmfast.scoring.scorer import RewardScorer
+    from rmfast.template import build_template
+
+    rule, lines = decisions.fused_elementwise, ["elementwise kernels on vs off (the same process; best of 3):"]
+    shapes = PROFILE_SHAPES["dry" if dry else "gpu"]
+    for i, (P, N) in enumerate(shapes):
+        rng = random.Random(100 + i)
+        convs = [text_of(lm.tokenizer, P, rng)]
+        responses = [[text_of(lm.tokenizer, rng.randint(4 if dry else 20, 24 if dry else 200), rng) for _ in range(N)]]
+        walls = {}
+        for on in (True, False):
+            decisions.fused_elementwise = rule if on else (lambda *a: False)
+            try:
+                sc = RewardScorer(lm, cache_prompts=0, template=template)
+                sc.score(convs, responses)  # warm-up
+                walls[on] = _best_wall(lambda: sc.score(convs, responses), cuda)
+                picked = sc.last_stats.decisions.get("elementwise", {}).get("value")
+            finally:
+                decisions.fused_elementwise = rule
+            lines.append(f"  best-of-N {P} x {N}: elementwise {picked}: {walls[on] * 1e3:.1f} ms")
+        lines.append(f"  best-of-N {P} x {N}: off / on = {walls[False] / walls[True]:.3f}")
+    tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=template)
+    n = 64 if dry else 8192
+    ids = torch.randint(10, min(2000, lm.model.config.vocab_size), (n, 1), device=next(lm.model.parameters()).device)
+    walls = {}
+    for on in (True, False):
+        eng = Engine(lm.model, tmpl, head="score", elementwise=None if on else False)  # None: the engine rule
+        eng.score(ids)
+        walls[on] = _best_wall(lambda: eng.score(ids), cuda)
+        lines.append(f"  scan {n} one-token candidates, eager, elementwise {'rule' if on else 'off'} "
+                     f"({eng.layers[0][1].fused}): {walls[on] * 1e3:.1f} ms, {n / walls[on]:,.0f} cand/s")
+    lines.append(f"  scan: off / on = {walls[False] / walls[True]:.3f}")
+    return lines
 
 
 # ----------------------------------------------------------------------------- step 4: collect

@@ -67,6 +67,8 @@ class Engine:
         head: "score" (classifier head) or "logprob" (causal LM).
         head_index: which output of a multi-output score head.
         fuse: concatenate q|k|v and gate|up weights (default: on CPU; see :func:`rmfast.fast.layer.build_layers`).
+        elementwise: the layer's norms, RoPE and SiLU·up as Triton kernels (default :func:`fused_elementwise`:
+            on CUDA where the layer runs eagerly; the plan's "elementwise" decision).
         compile: run the batched CPU pass through ``torch.compile`` of the decoder layer (default False;
             :func:`rmfast.scoring.plan.choose_compile` decides it for jobs). A one-off compile (seconds) per batch
             shape; the same rounding points as eager but another summation order (docs/determinism.md).
@@ -97,6 +99,7 @@ class Engine:
     def __init__(
         self, model, template: Template, *, head: str, head_index: int = 0, fuse: bool | None = None, compile: bool = False,
         fp32_head: bool = True, layers: list | None = None, attention: str | None = None, triton: bool | None = None,
+        elementwise: bool | None = None,
     ):
         spec = arch_spec(model)
         if spec is None:
@@ -121,8 +124,6 @@ class Engine:
         self.continuation = torch.tensor(template.continuation_ids, dtype=torch.long, device=self.device)
         if fuse is None:
             fuse = self.device.type == "cpu"
-        # per layer: (LayerWeights, LayerConsts), built once (or shared with the engines of other prompts)
-        self.layers = layers if layers is not None else build_layers(spec, fuse)
         cpu = self.device.type == "cpu"
         self.attention = attention or ops.device_attention(self.device, bool(compile) and cpu)
         # compiled: the CPU layer, or elsewhere the layer around the Triton shared-prefix kernel (one opaque op,
@@ -131,6 +132,10 @@ class Engine:
         if self.attention not in ops.ATTENTION_FORMS:
             raise ValueError(f"unknown attention form {self.attention!r}; one of {ops.ATTENTION_FORMS}")
         self.triton = ops.uses_triton(self.device) if triton is None else bool(triton)  # (torch twins where False)
+        if elementwise is None:
+            elementwise = fused_elementwise(self.device, self.triton, self.compile)
+        # per layer: (LayerWeights, LayerConsts), built once (or shared with the engines of other prompts)
+        self.layers = layers if layers is not None else build_layers(spec, fuse, bool(elementwise))
         self._cu: dict = {}  # (rows, ...) -> the cascade's (n+1,) int32 offsets on the device
         self._packs = None  # per layer: the block-diagonal prompt K/V, built on first use
         self._layer_fn = None  # the compiled decoder layer, built on first use
@@ -509,6 +514,13 @@ def pack_limit(spec: ArchSpec) -> int | None:
     """The most prompt + row tokens whose rows may run packed: the model's shortest sliding window (None: no
     window, any length; :func:`packs_rows`)."""
     return min((L.window for L in spec.layers if L.window is not None), default=None)
+
+
+def fused_elementwise(device: torch.device, triton: bool, compiled: bool) -> bool:
+    """Whether the decoder layer's norms, RoPE and SiLU·up run as Triton kernels (:attr:`LayerConsts.fused`): on
+    CUDA with the Triton kernels, where the layer runs eagerly (a compiled layer gets inductor's fusion; the CPU
+    has no Triton). The plan's "elementwise" decision (:mod:`rmfast.scoring.decisions`) is this rule."""
+    return torch.device(device).type == "cuda" and bool(triton) and not compiled
 
 
 def _ragged_ids(eng: Engine, responses: torch.Tensor, lengths: torch.Tensor, S: int,

@@ -73,6 +73,8 @@ class LayerConsts:
             packed form has it in its masks, so compiled layers differing only here share a graph).
         rope_key: which rotary table the layer uses (Gemma 3: local or global); the caller picks
             cos/sin with it.
+        fused: norms, RoPE and SiLU·up each as one Triton kernel (:mod:`rmfast.kernels.triton_elementwise`)
+            instead of torch's chains of small ops (:func:`build_layers`' ``fused``).
     """
 
     n_heads: int
@@ -87,6 +89,7 @@ class LayerConsts:
     sandwich: bool
     window: int | None
     rope_key: str
+    fused: bool = False  # the elementwise work (norms, RoPE, SiLU·up) as Triton kernels: CUDA, eager layer only
 
 
 class LayerWeights(NamedTuple):
@@ -187,14 +190,17 @@ class PackedRows(NamedTuple):
 # ---------------------------------------------------------------------------------- building
 
 
-def build_layers(spec, fuse: bool) -> list[tuple[LayerWeights, LayerConsts]]:
+def build_layers(spec, fuse: bool, fused: bool = False) -> list[tuple[LayerWeights, LayerConsts]]:
     """Per layer of ``spec`` (:class:`rmfast.fast.arch.ArchSpec`): its weights and constants.
+
+    fused: the layer's elementwise work as Triton kernels (:attr:`LayerConsts.fused`; the engine's rule:
+    :func:`rmfast.fast.engine.fused_elementwise`).
 
     fuse: concatenate q|k|v and gate|up into one GEMM weight each. That costs a copy of those
     weights (~2/3 of a layer's), so the engine does it on CPU (small models; one GEMM call instead of
     three saves measurable overhead there) and not on CUDA (big models, big GEMMs).
     """
-    return [(_weights(spec, L, fuse), _consts(spec, L)) for L in spec.layers]
+    return [(_weights(spec, L, fuse), _consts(spec, L, fused)) for L in spec.layers]
 
 
 def _weights(spec, L, fuse: bool) -> LayerWeights:
@@ -239,7 +245,7 @@ def _group(mods: tuple, fuse: bool, sizes: tuple[int, ...]) -> tuple[tuple, tupl
     return tuple(ws), (tuple(bs) if bs[0] is not None else None)
 
 
-def _consts(spec, L) -> LayerConsts:
+def _consts(spec, L, fused: bool = False) -> LayerConsts:
     return LayerConsts(
         n_heads=spec.n_heads,
         n_kv_heads=spec.n_kv_heads,
@@ -253,6 +259,7 @@ def _consts(spec, L) -> LayerConsts:
         sandwich=L.post_attn_norm is not None,
         window=L.window,
         rope_key=L.rope_key,
+        fused=fused,
     )
 
 
@@ -266,25 +273,16 @@ def compile_layer(fn=None):
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, c: LayerConsts) -> torch.Tensor:
-    """The model's RMSNorm over the last dim, with HF's cast points (:func:`rmfast.fast.ops.rmsnorm`)."""
-    return ops.rmsnorm(x, w, c.eps, gemma_style=c.gemma_norm)
+    """The model's RMSNorm over the last dim, with HF's cast points (:func:`rmfast.fast.ops.rmsnorm`; ``c.fused``:
+    one Triton kernel)."""
+    return ops.rmsnorm(x, w, c.eps, gemma_style=c.gemma_norm, triton=c.fused)
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (same ops, same roundings): x (B, S, n, D), cos/sin (S, Dr),
-    or (B, S, Dr) per row (rows of several prompts start at different positions, :class:`MultiPrompt`).
-
-    Dr < D is partial rotary (Phi-4-mini): the first Dr dimensions of each head rotate, the rest
-    pass through, as HF's ``apply_rotary_pos_emb`` does. rotate_half is written over the (2, Dr/2)
-    halves, so each half is a contiguous vector load when compiled (torch.roll compiles to a
-    gather); negation and stacking are exact.
-    """
-    D, Dr = x.shape[-1], cos.shape[-1]
-    if Dr < D:  # shapes are static: no branch in a compiled graph
-        return torch.cat([_rope(x[..., :Dr], cos, sin), x[..., Dr:]], dim=-1)
-    xh = x.unflatten(-1, (2, D // 2))  # (B, S, n, 2, D/2)
-    rot = torch.stack([-xh[..., 1, :], xh[..., 0, :]], dim=-2).flatten(-2)  # rotate_half(x)
-    return x * cos.unsqueeze(-2) + rot * sin.unsqueeze(-2)  # (.., S, 1, Dr): broadcast over heads
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, c: LayerConsts) -> torch.Tensor:
+    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (:func:`rmfast.kernels.reference.rope`; ``c.fused``: one Triton
+    kernel, the same roundings): x (B, S, n, D), cos/sin (S, Dr), or (B, S, Dr) per row (rows of several prompts
+    start at different positions, :class:`MultiPrompt`)."""
+    return ops.rope(x, cos, sin, triton=c.fused)
 
 
 def _act(x: torch.Tensor, act: str) -> torch.Tensor:
@@ -314,14 +312,14 @@ def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
         qk = qkv[:, :, : H + Hkv]
         if c.qk_norm:
             qk = _rms(qk, w.qk_norm, c)
-        qk = _rope(qk, cos, sin)  # (B, S, H+Hkv, D); the last layer's extra q rows are < 1%
+        qk = _rope(qk, cos, sin, c)  # (B, S, H+Hkv, D); the last layer's extra q rows are < 1%
         return qk[:, S - n_out :, :H], qk[:, :, H:], qkv[:, :, H + Hkv :]
     q = _linear(x[:, S - n_out :], w.w_qkv, w.b_qkv, 0).view(B, n_out, H, D)  # (B, Sq, H, D)
     k = _linear(x, w.w_qkv, w.b_qkv, 1).view(B, S, Hkv, D)  # (B, S, Hkv, D)
     v = _linear(x, w.w_qkv, w.b_qkv, 2).view(B, S, Hkv, D)
     if c.qk_norm:
         q, k = _rms(q, w.qk_norm[:H], c), _rms(k, w.qk_norm[H:], c)
-    return _rope(q, cos[..., S - n_out :, :], sin[..., S - n_out :, :]), _rope(k, cos, sin), v
+    return _rope(q, cos[..., S - n_out :, :], sin[..., S - n_out :, :], c), _rope(k, cos, sin, c), v
 
 
 def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePrompt | PackedPrompts | PackedRows,
@@ -371,7 +369,7 @@ def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePromp
     return a.reshape(B, Sq, H * D)
 
 
-def _mlp(x: torch.Tensor, w: LayerWeights, act: str) -> torch.Tensor:
+def _mlp(x: torch.Tensor, w: LayerWeights, c: LayerConsts) -> torch.Tensor:
     """Gated MLP, HF's ``down(act(gate(x)) · up(x))``: x (B, Sq, Dm) -> (B, Sq, Dm)."""
     if len(w.w_gate_up) == 1:
         gu = _linear(x, w.w_gate_up, w.b_gate_up, 0)  # (B, Sq, 2I): gate then up
@@ -379,7 +377,9 @@ def _mlp(x: torch.Tensor, w: LayerWeights, act: str) -> torch.Tensor:
         g, u = gu[..., :i], gu[..., i:]
     else:
         g, u = _linear(x, w.w_gate_up, w.b_gate_up, 0), _linear(x, w.w_gate_up, w.b_gate_up, 1)  # (B, Sq, I)
-    return F.linear(_act(g, act) * u, w.w_down, w.b_down)
+    if c.act == "silu":
+        return F.linear(ops.silu_mul(g, u, triton=c.fused), w.w_down, w.b_down)
+    return F.linear(_act(g, c.act) * u, w.w_down, w.b_down)
 
 
 # ---------------------------------------------------------------------------------- the layer
@@ -412,7 +412,7 @@ def decoder_layer(
     if c.sandwich:
         a = _rms(a, w.norm_post_attn, c)
     h = h[:, S - n_out :] + a
-    m = _mlp(_rms(h, w.norm_pre_mlp, c), w, c.act)  # (B, Sq, Dm)
+    m = _mlp(_rms(h, w.norm_pre_mlp, c), w, c)  # (B, Sq, Dm)
     if c.sandwich:
         m = _rms(m, w.norm_post_mlp, c)
     return (h + m, k, v) if collect_kv else h + m

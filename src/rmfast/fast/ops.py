@@ -190,9 +190,39 @@ def varlen_causal_attention(q, k, v, cu_seqlens, max_len: int, *, scale, softcap
                                             out_dtype=q.dtype)[0]
 
 
-def rmsnorm(x, weight, eps, *, gemma_style, fp32=False):
-    """RMSNorm with HF's upcast/cast points (Llama ``w·x̂`` or Gemma ``(1+w)·x̂``); ``fp32``: result kept fp32."""
+def rmsnorm(x, weight, eps, *, gemma_style, fp32=False, triton=False):
+    """RMSNorm with HF's upcast/cast points (Llama ``w·x̂`` or Gemma ``(1+w)·x̂``); ``fp32``: result kept fp32.
+    ``triton``: one fused kernel (:func:`rmfast.kernels.triton_elementwise.rmsnorm_triton`) where x's layout allows."""
+    if triton and not fp32:
+        from ..kernels.triton_elementwise import rmsnorm_triton
+
+        y = rmsnorm_triton(x, weight, eps, gemma_style=gemma_style)
+        if y is not None:
+            return y
     return ref.rmsnorm(x, weight, eps, gemma_style=gemma_style, fp32=fp32)
+
+
+def rope(x, cos, sin, *, triton=False):
+    """RoPE ``x·cos + rotate_half(x)·sin`` over the first cos.shape[-1] dims of each head, HF's ops and roundings:
+    x (B, S, n, D), cos/sin (S, Dr) or (B, S, Dr). ``triton``: one kernel where the layout allows."""
+    if triton:
+        from ..kernels.triton_elementwise import rope_triton
+
+        y = rope_triton(x, cos, sin)
+        if y is not None:
+            return y
+    return ref.rope(x, cos, sin)
+
+
+def silu_mul(g, u, *, triton=False):
+    """``F.silu(g) * u`` (the gated MLP's middle); ``triton``: one kernel where both are contiguous."""
+    if triton:
+        from ..kernels.triton_elementwise import silu_mul_triton
+
+        y = silu_mul_triton(g, u)
+        if y is not None:
+            return y
+    return torch.nn.functional.silu(g) * u
 
 
 def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_style, fp32=True, triton=None):

@@ -91,6 +91,23 @@ def shared_prefix_attention(
     return out.reshape(B, H, Sq, D).transpose(1, 2)  # (B, Sq, H, D)
 
 
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (same ops, same roundings): x (B, S, n, D), cos/sin (S, Dr),
+    or (B, S, Dr) per row (rows of several prompts start at different positions).
+
+    Dr < D is partial rotary (Phi-4-mini): the first Dr dimensions of each head rotate, the rest
+    pass through, as HF's ``apply_rotary_pos_emb`` does. rotate_half is written over the (2, Dr/2)
+    halves, so each half is a contiguous vector load when compiled (torch.roll compiles to a
+    gather); negation and stacking are exact.
+    """
+    D, Dr = x.shape[-1], cos.shape[-1]
+    if Dr < D:  # shapes are static: no branch in a compiled graph
+        return torch.cat([rope(x[..., :Dr], cos, sin), x[..., Dr:]], dim=-1)
+    xh = x.unflatten(-1, (2, D // 2))  # (B, S, n, 2, D/2)
+    rot = torch.stack([-xh[..., 1, :], xh[..., 0, :]], dim=-2).flatten(-2)  # rotate_half(x)
+    return x * cos.unsqueeze(-2) + rot * sin.unsqueeze(-2)  # (.., S, 1, Dr): broadcast over heads
+
+
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, gemma_style: bool, fp32: bool = False) -> torch.Tensor:
     """RMSNorm with HF's cast points. Llama: w * x̂.to(dtype); Gemma: (x̂ * (1 + w)).to(dtype).
 

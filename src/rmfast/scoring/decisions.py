@@ -30,7 +30,7 @@ import torch
 from ..errors import UserError
 from ..fast import ops
 from ..fast.arch import arch_spec
-from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead
+from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead, fused_elementwise
 from ..template import Template
 from .batching import auto_batch_size, cap_batch_size, row_bytes
 from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
@@ -235,6 +235,16 @@ class _PromptShape(NamedTuple):
     blockdiag_overhead: object
 
 
+def elementwise_reason(device: torch.device, triton: bool, compiled: bool) -> str:
+    """Why the layer's elementwise work runs as it does (:func:`rmfast.fast.engine.fused_elementwise` decides)."""
+    if fused_elementwise(device, triton, compiled):
+        return ("the eager layer on CUDA: RMSNorm, RoPE and SiLU·up as one Triton kernel each (torch's chains of "
+                "small ops were a third of the H100's device time and most of its launches), the same roundings")
+    if compiled:
+        return "the compiled layer: inductor fuses the elementwise work itself"
+    return "torch's ops: " + ("no CUDA device" if device.type != "cuda" else "the kernels decision is torch")
+
+
 def choose_kernels(kernels: str, device: torch.device) -> tuple[bool, str]:
     """Whether the fused kernels run as Triton, and why: (triton, reason). ``auto``: Triton on CUDA where it is
     installed; the ``RMFAST_KERNELS`` variable (torch|triton), read here once per job, overrides auto
@@ -287,6 +297,7 @@ class Decisions:
     attention: str
     fixed_shapes: bool
     share_batches: bool = False
+    elementwise: bool = False  # the layer's norms, RoPE and SiLU·up as Triton kernels (fused_elementwise)
     packed_rows: bool = False  # ragged rows run packed back to back (the cascade form), up to pack_limit tokens
     pack_limit: int | None = None  # prompt + row tokens (the shortest sliding window); None: any
     reasons: dict = field(default_factory=dict)
@@ -357,6 +368,8 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     d.record("compile", compiled, compile_why)
     d.record("kernels", "triton" if triton else "torch", kernels_why)
     d.record("attention", form, form_why)
+    d.elementwise = fused_elementwise(device, triton, compiled)
+    d.record("elementwise", "triton" if d.elementwise else "torch", elementwise_reason(device, triton, compiled))
     if job == "scorer":
         d.share_batches, why = choose_share_batches(o.share_batches, device)
         d.record("share_batches", d.share_batches, why)

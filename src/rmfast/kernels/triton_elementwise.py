@@ -1,0 +1,135 @@
+"""Triton kernels for the decoder layer's elementwise work: RMSNorm, RoPE, SiLU(gate)·up, each ONE launch.
+
+On a GPU the eager layer spends a third of its device time, and most of its launches, on these (the H100's
+best-of-N profile, benchmarks/results/gpu_h100_2026-11-26_b: ``mul``, ``copy``, ``pow``, ``mean``, ``cat``,
+``silu`` between the GEMMs, ~45 launches a layer). Each kernel here does one of them in a single pass over
+memory and rounds where the torch ops round, so it agrees with its torch twin to fp32 reduction order (the
+norms) or exactly (RoPE, SiLU·up in fp32 maths with the same cast points):
+
+- :func:`rmsnorm_triton`: :func:`rmfast.kernels.reference.rmsnorm` (HF's cast points, Llama or Gemma style).
+- :func:`rope_triton`: :func:`rmfast.kernels.reference.rope`, ``x·cos + rotate_half(x)·sin`` (partial rotary too), each
+  product and the sum rounded to x's dtype as torch's three ops are.
+- :func:`silu_mul_triton`: ``F.silu(g) * u``, silu rounded to g's dtype before the product, as two torch ops.
+
+The engine uses them on CUDA where its layer runs eagerly (a compiled layer gets inductor's own fusion);
+:func:`rmfast.fast.ops.rmsnorm`, :func:`~rmfast.fast.ops.rope` and :func:`~rmfast.fast.ops.silu_mul` dispatch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
+
+__all__ = ["HAVE_TRITON", "rmsnorm_triton", "rope_triton", "silu_mul_triton"]
+
+
+if HAVE_TRITON:
+
+    # The row count varies with every batch: not specialised (no variants for 1 or multiples of 16).
+    @triton.jit(do_not_specialize=["n_rows"])
+    def _rmsnorm_kernel(X, W, Y, n_rows, N, stride_x, stride_y, eps, GEMMA: tl.constexpr, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        offs = tl.arange(0, BLOCK)
+        ok = offs < N
+        x = tl.load(X + row * stride_x + offs, mask=ok, other=0.0)
+        xf = x.to(tl.float32)  # (BLOCK,)
+        rstd = tl.rsqrt(tl.sum(xf * xf, 0) / N + eps)
+        w = tl.load(W + offs, mask=ok, other=0.0).to(tl.float32)
+        xn = xf * rstd
+        if GEMMA:  # ((x.float() * rstd) * (1 + w.float())).to(dtype)
+            y = (xn * (1.0 + w)).to(x.dtype)
+        else:  # w * (x.float() * rstd).to(dtype): two dtype values, their product rounded once as torch does
+            y = (w * xn.to(x.dtype).to(tl.float32)).to(x.dtype)
+        tl.store(Y + row * stride_y + offs, y, mask=ok)
+
+    @triton.jit(do_not_specialize=["n_tok"])
+    def _rope_kernel(X, C, S_, Y, n_tok, S, n_heads, D, HALF,
+                     sx_t, sx_h, sc_b, sc_s, sy_t, sy_h,
+                     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+        """One token (b, s) per program: its n heads x D values; the table row of (b, s) (sc_b = 0: one table)."""
+        t = tl.program_id(0).to(tl.int64)
+        b, s = t // S, t % S
+        offs_h = tl.arange(0, BLOCK_H)
+        offs_d = tl.arange(0, BLOCK_D)
+        Dr = 2 * HALF
+        h_ok = offs_h < n_heads
+        rot_ok = offs_d < Dr
+        d_ok = offs_d < D
+        m = h_ok[:, None] & d_ok[None, :]
+        base = X + t * sx_t + offs_h[:, None] * sx_h
+        x = tl.load(base + offs_d[None, :], mask=m, other=0.0)  # (BLOCK_H, BLOCK_D)
+        # rotate_half over the first Dr dims: [-x2, x1] (negation exact)
+        partner = tl.where(offs_d < HALF, offs_d + HALF, offs_d - HALF)
+        xp = tl.load(base + partner[None, :], mask=m & rot_ok[None, :], other=0.0).to(tl.float32)
+        rot = tl.where((offs_d < HALF)[None, :], -xp, xp)
+        c = tl.load(C + b * sc_b + s * sc_s + offs_d, mask=rot_ok, other=0.0).to(tl.float32)  # (BLOCK_D,)
+        sn = tl.load(S_ + b * sc_b + s * sc_s + offs_d, mask=rot_ok, other=0.0).to(tl.float32)
+        a1 = (x.to(tl.float32) * c[None, :]).to(x.dtype).to(tl.float32)  # x * cos, rounded
+        a2 = (rot * sn[None, :]).to(x.dtype).to(tl.float32)  # rotate_half(x) * sin, rounded
+        y = tl.where(rot_ok[None, :], (a1 + a2).to(x.dtype), x)  # the rest passes through (partial rotary)
+        tl.store(Y + t * sy_t + offs_h[:, None] * sy_h + offs_d[None, :], y, mask=m)
+
+    @triton.jit(do_not_specialize=["n"])
+    def _silu_mul_kernel(G, U, Y, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        ok = i < n
+        g = tl.load(G + i, mask=ok, other=0.0)
+        u = tl.load(U + i, mask=ok, other=0.0)
+        gf = g.to(tl.float32)
+        act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)  # F.silu in fp32 maths, rounded to the dtype
+        tl.store(Y + i, (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype), mask=ok)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor | None:
+    """x as (rows, N) with unit stride along N and one row stride, without a copy; None if it has no such view."""
+    if x.stride(-1) != 1:
+        return None
+    try:
+        return x.view(-1, x.shape[-1])
+    except RuntimeError:
+        return None
+
+
+def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, *, gemma_style: bool) -> torch.Tensor | None:
+    """RMSNorm over the last dim, rounded as :func:`rmfast.kernels.reference.rmsnorm` (fp32=False) rounds: a new
+    tensor of x's shape and dtype. None where x has no (rows, N) view (the caller runs the torch twin)."""
+    x2 = _rows(x)
+    if x2 is None or x2.shape[0] == 0:
+        return None
+    check_device(x, _rmsnorm_kernel)
+    N = x2.shape[1]
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    block = next_pow2(N)
+    _rmsnorm_kernel[(x2.shape[0],)](x2, weight, y, x2.shape[0], N, x2.stride(0), N, float(eps), GEMMA=bool(gemma_style),
+                                    BLOCK=block, num_warps=min(16, max(1, block // 256)))
+    return y
+
+
+def rope_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
+    """``x·cos + rotate_half(x)·sin`` over the first Dr = cos.shape[-1] dims of each head (the rest as they are):
+    x (B, S, n, D) with unit stride along D; cos, sin (S, Dr) or (B, S, Dr), same strides. A new contiguous
+    tensor, or None where the layout is not one this kernel reads (the caller runs the torch twin)."""
+    B, S, n, D = x.shape
+    Dr = cos.shape[-1]
+    if (x.stride(-1) != 1 or x.stride(0) != S * x.stride(1) or cos.stride(-1) != 1 or cos.stride() != sin.stride()
+            or Dr % 2 or Dr > D or B * S == 0):
+        return None
+    check_device(x, _rope_kernel)
+    sc_b, sc_s = (cos.stride(0), cos.stride(1)) if cos.dim() == 3 else (0, cos.stride(0))
+    y = torch.empty((B, S, n, D), dtype=x.dtype, device=x.device)
+    _rope_kernel[(B * S,)](x, cos, sin, y, B * S, S, n, D, Dr // 2, x.stride(1), x.stride(2), sc_b, sc_s,
+                           n * D, D, BLOCK_H=next_pow2(n), BLOCK_D=next_pow2(D), num_warps=4)
+    return y
+
+
+def silu_mul_triton(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor | None:
+    """``F.silu(g) * u`` (two torch ops' roundings) in one pass: a new tensor, or None unless both are contiguous
+    and alike (the caller runs the torch twin)."""
+    if not (g.is_contiguous() and u.is_contiguous()) or g.shape != u.shape or g.dtype != u.dtype or g.numel() == 0:
+        return None
+    check_device(g, _silu_mul_kernel)
+    y = torch.empty_like(g)
+    block = 1024
+    _silu_mul_kernel[(triton.cdiv(g.numel(), block),)](g, u, y, g.numel(), BLOCK=block, num_warps=4)
+    return y

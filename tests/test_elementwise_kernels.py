@@ -1,0 +1,163 @@
+"""The layer's elementwise kernels (rmfast.kernels.triton_elementwise): RMSNorm, RoPE and SiLU·up each as one
+Triton kernel, against their torch twins (interpreted on CPU: small odd shapes, fp32 and fp16; bf16 on CUDA),
+the layouts they refuse (the caller then runs the twin), and the engine with them on against off on tiny models
+of every architecture. `make gpu-check` runs this file on a CUDA machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+# triton.jit decides interpreted vs compiled kernels when triton is first imported (tests/conftest.py too)
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import importlib.util  # noqa: E402
+
+import pytest  # noqa: E402
+import tiny_models as T  # noqa: E402
+
+from rmfast.fast import ops  # noqa: E402
+from rmfast.fast.engine import Engine, fused_elementwise  # noqa: E402
+from rmfast.kernels import reference as ref  # noqa: E402
+from rmfast.template import build_template  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+SKIP = "" if importlib.util.find_spec("triton") else "triton is not installed"
+if not SKIP:
+    from rmfast.kernels import triton_elementwise as te
+
+    if not CUDA and type(te._rmsnorm_kernel).__name__ != "InterpretedFunction":
+        SKIP = "triton was imported before TRITON_INTERPRET=1 was set (see tests/conftest.py)"
+requires_triton = pytest.mark.skipif(bool(SKIP), reason=SKIP or "-")
+# the interpreter has no bf16: bf16 cases on CUDA only
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if CUDA else [])
+
+#: dtype -> (atol, rtol) of kernel vs twin. RMSNorm: fp32 sums in another order, then the same roundings (a
+#: rounding boundary may fall the other way: 1 ulp). RoPE and SiLU·up: the same ops and roundings (fp32 maths may
+#: contract a product into an FMA, and exp may differ in its last bit): 1 ulp.
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)}
+
+
+def _close(got, want, dtype):
+    atol, rtol = TOL[dtype]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got.double().cpu(), want.double().cpu(), atol=atol, rtol=rtol)
+
+
+def _randn(*shape, dtype, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(device=DEVICE, dtype=dtype)
+
+
+@requires_triton
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gemma", [False, True])
+@pytest.mark.parametrize("shape", [(1, 7), (3, 5, 40), (2, 1, 3, 96)])
+def test_rmsnorm_kernel_matches_twin(shape, gemma, dtype):
+    x = _randn(*shape, dtype=dtype, scale=3.0)
+    w = _randn(shape[-1], dtype=dtype, seed=1, scale=0.5)
+    got = te.rmsnorm_triton(x, w, 1e-6, gemma_style=gemma)
+    _close(got, ref.rmsnorm(x, w, 1e-6, gemma_style=gemma), dtype)
+
+
+@requires_triton
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Dr", [16, 8])  # full, and partial rotary (Phi-4-mini: the rest passes through)
+@pytest.mark.parametrize("per_row", [False, True])  # one table (S, Dr), or one per row (B, S, Dr)
+def test_rope_kernel_matches_twin(Dr, per_row, dtype):
+    B, S, n, D = 3, 5, 3, 16
+    x = _randn(B, S, n, D, dtype=dtype, scale=2.0)
+    ang = _randn(*((B, S, Dr) if per_row else (S, Dr)), dtype=torch.float32, seed=2, scale=3.0)
+    cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+    _close(te.rope_triton(x, cos, sin), ref.rope(x, cos, sin), dtype)
+    # the queries' table: the last rows of it (a strided view of the table)
+    q = _randn(B, 2, n, D, dtype=dtype, seed=3)
+    _close(te.rope_triton(q, cos[..., S - 2:, :], sin[..., S - 2:, :]), ref.rope(q, cos[..., S - 2:, :], sin[..., S - 2:, :]),
+           dtype)
+
+
+@requires_triton
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 1000, 2050])  # one block, several, a ragged last one
+def test_silu_mul_kernel_matches_twin(n, dtype):
+    g, u = _randn(n, dtype=dtype, scale=4.0), _randn(n, dtype=dtype, seed=1)
+    _close(te.silu_mul_triton(g, u), torch.nn.functional.silu(g) * u, dtype)
+
+
+@requires_triton
+def test_layouts_the_kernels_do_not_read_fall_back_to_the_twin():
+    """A layout a kernel cannot read gives None, and ops runs the twin there: the same values either way."""
+    x = _randn(2, 4, 10, dtype=torch.float32)
+    w = _randn(6, dtype=torch.float32, seed=1)
+    cut = x[..., 2:8]  # a slice along the last dim: rows of 6 at a stride of 10, read as they are
+    _close(te.rmsnorm_triton(cut, w, 1e-6, gemma_style=False), ref.rmsnorm(cut, w, 1e-6, gemma_style=False),
+           torch.float32)
+    tr = _randn(2, 6, 4, dtype=torch.float32).transpose(1, 2)  # (2, 4, 6), the last dim strided: no (rows, N) view
+    assert te.rmsnorm_triton(tr, w, 1e-6, gemma_style=False) is None
+    _close(ops.rmsnorm(tr, w, 1e-6, gemma_style=False, triton=True), ref.rmsnorm(tr, w, 1e-6, gemma_style=False),
+           torch.float32)
+    qkv = _randn(2, 3, 5, 8, dtype=torch.float32)
+    view = qkv[:, :, :3]  # q|k heads of a fused projection: rows of 5 heads, 3 read
+    ang = _randn(3, 8, dtype=torch.float32, seed=2)
+    assert te.rope_triton(view, ang.cos(), ang.sin()) is not None  # head stride differs from D: read as it is
+    assert te.rope_triton(qkv[:, 1:], ang[:2].cos(), ang[:2].sin()) is None  # batch stride != S x token stride
+    _close(ops.rope(qkv[:, 1:], ang[:2].cos(), ang[:2].sin(), triton=True), ref.rope(qkv[:, 1:], ang[:2].cos(), ang[:2].sin()),
+           torch.float32)
+    g = _randn(4, 6, dtype=torch.float32)
+    assert te.silu_mul_triton(g[:, :3], g[:, 3:]) is None  # halves of a fused gate|up: not contiguous
+    _close(ops.silu_mul(g[:, :3], g[:, 3:], triton=True), torch.nn.functional.silu(g[:, :3]) * g[:, 3:], torch.float32)
+
+
+def test_the_rule_and_the_plan_record_it():
+    """Fused on CUDA with Triton where the layer runs eagerly; never on CPU or in a compiled layer; the plan says so."""
+    from rmfast.scoring.decisions import decide
+    from rmfast.scoring.options import ScoringOptions
+
+    assert fused_elementwise(torch.device("cuda"), True, False)
+    assert not fused_elementwise(torch.device("cuda"), True, True)
+    assert not fused_elementwise(torch.device("cuda"), False, False)
+    assert not fused_elementwise(torch.device("cpu"), True, False)
+    model = T.tiny("llama")
+    tmpl = build_template(T.chatml_tokenizer(), "Hi")
+    d = decide(model, ScoringOptions(), "scorer", template=tmpl)
+    assert d.reasons["elementwise"]["value"] == ("triton" if CUDA and not SKIP else "torch")
+    assert d.elementwise == (d.reasons["elementwise"]["value"] == "triton")
+
+
+@requires_triton
+@pytest.mark.parametrize("arch", list(T.ARCHS))
+def test_engine_with_fused_elementwise_equals_torch_ops(arch, monkeypatch):
+    """Every architecture (Gemma's norms, Qwen3's q/k norms, Phi-3's partial rotary, biases, windows): the engine
+    with the kernels scores as with torch's ops, fp32, the prompt pass and a wave of ragged rows; and the kernels
+    did run (not the twins they fall back to): every norm and RoPE of every layer, SiLU·up where the MLP is SiLU."""
+    ran = {"rmsnorm": 0, "rope": 0, "silu_mul": 0}
+    for name in ran:
+        fn = getattr(te, f"{name}_triton")
+
+        def counted(*a, _fn=fn, _name=name, **k):
+            y = _fn(*a, **k)
+            ran[_name] += y is not None
+            return y
+        monkeypatch.setattr(te, f"{name}_triton", counted)
+    tok = T.chatml_tokenizer()
+    model = T.tiny(arch).to(DEVICE)
+    tmpl = build_template(tok, "The greatest thing ever, in one word?")
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(5, T.VOCAB, (3, 4), generator=g).to(DEVICE)
+    lens = torch.tensor([4, 1, 3], device=DEVICE)
+    for form in (None, "cascade"):  # the device's own form, and the cascade (its rows packed where no window bites)
+        # fuse=False: CUDA's layout (separate q/k/v and gate/up GEMMs; on CPU's fused ones SiLU·up reads halves
+        # of one GEMM's output, which the kernel leaves to the twin)
+        off = Engine(model, tmpl, head="score", elementwise=False, attention=form, fuse=False)
+        on = Engine(model, tmpl, head="score", elementwise=True, attention=form, fuse=False)
+        assert {c.fused for _, c in on.layers} == {True} and {c.fused for _, c in off.layers} == {False}
+        torch.testing.assert_close(on.kv[0][0], off.kv[0][0], atol=1e-5, rtol=1e-5)  # the prompt pass's keys
+        torch.testing.assert_close(on.score_ragged(ids, lens), off.score_ragged(ids, lens), atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(on.score(ids), off.score(ids), atol=2e-5, rtol=1e-5)
+    n = len(on.layers)
+    assert ran["rmsnorm"] >= 2 * 3 * n and ran["rope"] >= 2 * 3 * n  # 3 passes a form: prompt, ragged, plain
+    assert (ran["silu_mul"] >= 3 * n) == (on.layers[0][1].act == "silu")
