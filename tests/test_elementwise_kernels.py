@@ -161,3 +161,30 @@ def test_engine_with_fused_elementwise_equals_torch_ops(arch, monkeypatch):
     n = len(on.layers)
     assert ran["rmsnorm"] >= 2 * 3 * n and ran["rope"] >= 2 * 3 * n  # 3 passes a form: prompt, ragged, plain
     assert (ran["silu_mul"] >= 3 * n) == (on.layers[0][1].act == "silu")
+
+
+@requires_triton
+def test_the_kernels_compile_once_per_model(monkeypatch):
+    """Another prompt (another length), other candidate counts and suffix lengths launch only the variants the
+    first scan compiled: token counts, tokens per row and per-row table strides are not specialised on."""
+    from test_prompt_wave import _launch_log
+
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    log = _launch_log(monkeypatch)
+    tok = T.chatml_tokenizer()
+    model = T.tiny("llama").to(DEVICE)
+    first = Engine(model, build_template(tok, "Hi"), head="score", elementwise=True, fuse=False)
+    first.score(torch.randint(5, T.VOCAB, (32, 1)).to(DEVICE))
+    names = {name for name, _ in log}
+    assert {"_rmsnorm_kernel", "_rope_kernel", "_silu_mul_kernel"} <= names, names
+    seen = {key for _, key in log}
+    log.clear()
+    prompt = "What, in one word, is the greatest thing ever?"
+    while len(build_template(tok, prompt).prefix_ids) % 16:  # a prompt pass of 16k tokens: Triton's favourite
+        prompt += " Think."  # integer specialisation, which the first prompt's pass did not have
+    second = Engine(model, build_template(tok, prompt), head="score", layers=first.layers)
+    assert first.P % 16 and second.P % 16 == 0
+    for n, k in ((5, 1), (17, 2), (1, 3)):
+        second.score(torch.randint(5, T.VOCAB, (n, k)).to(DEVICE))
+    new = {key for name, key in log if name in ("_rmsnorm_kernel", "_rope_kernel", "_silu_mul_kernel")} - seen
+    assert not new, f"{len(new)} new compiled variant(s): {sorted(new)[:2]}"

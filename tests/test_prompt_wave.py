@@ -234,10 +234,10 @@ def _launch_log(monkeypatch) -> list:
     from triton.backends.compiler import BaseBackend
     from triton.runtime.jit import JITFunction, create_function_from_signature
 
-    from rmfast.kernels import triton_attention, triton_cascade, triton_logprob, triton_norm_head
+    from rmfast.kernels import triton_attention, triton_cascade, triton_elementwise, triton_logprob, triton_norm_head
 
     log = []
-    for mod in (triton_attention, triton_cascade, triton_logprob, triton_norm_head):
+    for mod in (triton_attention, triton_cascade, triton_elementwise, triton_logprob, triton_norm_head):
         for name, k in vars(mod).items():
             if not name.endswith("_kernel") or not hasattr(k, "run"):
                 continue

@@ -43,7 +43,9 @@ if HAVE_TRITON:
             y = (w * xn.to(x.dtype).to(tl.float32)).to(x.dtype)
         tl.store(Y + row * stride_y + offs, y, mask=ok)
 
-    @triton.jit(do_not_specialize=["n_tok"])
+    # Tokens, tokens per row (suffix length, prompt length) and the per-row table stride (S x Dr) vary with every
+    # job: not specialised, so a scan of another prompt or suffix length compiles nothing (tests/test_scan_launches.py)
+    @triton.jit(do_not_specialize=["n_tok", "S", "sc_b"])
     def _rope_kernel(X, C, S_, Y, n_tok, S, n_heads, D, HALF,
                      sx_t, sx_h, sc_b, sc_s, sy_t, sy_h,
                      BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
