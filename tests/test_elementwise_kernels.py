@@ -121,7 +121,7 @@ def test_the_rule_and_the_plan_record_it():
     assert not fused_elementwise(torch.device("cuda"), True, True)
     assert not fused_elementwise(torch.device("cuda"), False, False)
     assert not fused_elementwise(torch.device("cpu"), True, False)
-    model = T.tiny("llama")
+    model = T.tiny("llama").to(DEVICE)  # the plan decides for the model's device (on the H100 this was a CPU model)
     tmpl = build_template(T.chatml_tokenizer(), "Hi")
     d = decide(model, ScoringOptions(), "scorer", template=tmpl)
     assert d.reasons["elementwise"]["value"] == ("triton" if CUDA and not SKIP else "torch")
