@@ -29,7 +29,9 @@ LLAMA3_CHAT = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['r
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counts():
+def _plan_at_once(monkeypatch):
+    """Plan every template on its first call (the short prompts here would otherwise wait for more texts)."""
+    monkeypatch.setattr(TT, "PLAN_AFTER_TOKENS", 0)
     TT.counts.clear()
 
 
@@ -256,6 +258,45 @@ def test_plan_is_cached_per_template():
     t = build_template(tok, PROMPT)
     assert tail_plan(tok, t) is tail_plan(tok, t)
     assert tail_plan(tok, build_template(tok, PROMPT + "?")) is not tail_plan(tok, t)
+    plan = tail_plan(tok, t)
+    tok.add_tokens(["greatest thing"])  # a token added since: planned again, and the prompt now tokenizes otherwise
+    assert tail_plan(tok, t) is not plan
+    _same(tok, build_template(tok, PROMPT))
     for path in (responses_ids, _responses_ids_whole):  # no texts: as before, the whole path's own refusal
         with pytest.raises(UserError, match="empty conversation"):
             path(tok, t, [])
+
+
+def test_planned_once_it_saves_enough(monkeypatch):
+    """A template seen with one text (a job of many conversations, one response each) is not planned: planning
+    tokenizes the prompt once, which one text cannot win back. Planned once the texts seen would save
+    PLAN_AFTER_TOKENS prompt tokens; the ids are the same either way."""
+    monkeypatch.setattr(TT, "PLAN_AFTER_TOKENS", 512)
+    tok = tiny_models.chatml_tokenizer()
+    t = build_template(tok, PROMPT + " " + "x" * 300)  # byte-level: a few hundred prefix ids
+    assert 256 < len(t.prefix_ids) < 512
+    first = responses_ids(tok, t, ["love"])
+    assert TT.counts == {"whole": 1}
+    again = responses_ids(tok, t, ["love", "hate"])  # 3 texts seen: 2 x the prompt saved
+    assert TT.counts == {"whole": 1, "tail": 2} and again[0] == first[0]
+    TT.counts.clear()
+    other = build_template(tok, PROMPT + " " + "y" * 300)
+    responses_ids(tok, other, ["a"] * 2)  # saves 1 x the prompt: whole
+    responses_ids(tok, other, ["a"] * 3)  # 5 texts seen: planned
+    assert TT.counts == {"whole": 2, "tail": 3}
+
+
+PIECES = ["a", " ", "  ", "\n", "\n\n", "\t", "love", " the", "<|im_end|>", "<|im_start|>", "assistant\n", "<|endoftext|>",
+          "<start_of_turn>", "<end_of_turn>", "<eos>", "<bos>", "é", "日本", "🙂", "\u200b", "\r\n", "'s", "123", "<", "|>"]
+
+
+@pytest.mark.parametrize("which", ["smol", "gemma", "chatml"])
+def test_random_responses(which, request):
+    """Many responses glued from awkward pieces (whitespace, special-token text, partial tokens, unicode), one
+    batch: the same ids and Nones as the whole path."""
+    tok = tiny_models.chatml_tokenizer() if which == "chatml" else request.getfixturevalue(which)
+    rng = random.Random(1)
+    texts = ["".join(rng.choice(PIECES) for _ in range(rng.randint(0, 12))) for _ in range(300)]
+    t = build_template(tok, PROMPT + " <|im_end|> x", system="Sys \n", template=GEMMA_CHAT if which == "gemma" else None)
+    got = _same(tok, t, texts)
+    assert 0 < sum(g is None for g in got) < len(texts)  # some merge with the template, most do not

@@ -517,16 +517,17 @@ def tail_plan(tokenizer, tmpl: Template):
     return _tail_setup(tokenizer, tmpl)[0]
 
 
-def _tail_setup(tokenizer, tmpl: Template):
-    """(the tail plan, fn(responses) -> their conversation texts)."""
+def _tail_setup(tokenizer, tmpl: Template, n_texts: int | None = None):
+    """(the tail plan, fn(responses) -> their conversation texts); ``n_texts``: see ``template_tail.cut_for``."""
     _, texts, add = text_renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
-    return template_tail.cut_for(tokenizer, tmpl, lambda: texts(list(_TAIL_PROBES)), add, tmpl.prefix_ids), texts
+    cut = template_tail.cut_for(tokenizer, tmpl, lambda: texts(list(_TAIL_PROBES)), add, tmpl.prefix_ids, n_texts)
+    return cut, texts
 
 
 def _tail_ids(tokenizer, tmpl: Template, texts: list[str]) -> list[list[int] | None]:
     """Each text's whole-conversation ids by the tail path, None where it does not apply (all of them, where
     the template has no cut)."""
-    cut, render_texts = _tail_setup(tokenizer, tmpl)
+    cut, render_texts = _tail_setup(tokenizer, tmpl, len(texts))
     if not isinstance(cut, template_tail.TailCut):
         return [None] * len(texts)
     return template_tail.tail_ids(tokenizer, cut, render_texts(texts))

@@ -33,11 +33,18 @@ What is established once per (tokenizer, template), else the whole-conversation 
 Per response, its conversation text must start with the prefix text (a template that renders the
 turns before the response differently per response takes the whole path). Plain formats such as
 ``User: {prompt}\\nAssistant: {response}`` have no added token in the prefix for most tokenizers
-and take the whole path; a tokenizer whose newline is an added token (Gemma's) cuts there.
+and take the whole path; a tokenizer whose newline is an added token (Gemma's) could cut there, but
+Gemma's ``Assistant: `` ends in a space that merges with the response, so the last check refuses it.
+
+Planning costs about one tokenization of the prompt, so a template is planned only once the texts seen
+with it would save :data:`PLAN_AFTER_TOKENS` prompt tokens (a job of many conversations with one
+response each never plans); plans are kept per tokenizer and template, and planned again when the
+tokenizer's vocabulary size changes.
 """
 
 from __future__ import annotations
 
+import bisect
 import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -50,6 +57,12 @@ counts: Counter = Counter()
 #: have their own, a best-of-N service or a search reuses a few
 PLANS_PER_TOKENIZER = 32
 _plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_added: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> (vocabulary size, _Added)
+
+#: a template is planned once the prompt tokens the cut would save, over the texts seen with it, reach this:
+#: planning tokenizes the prompt once (with offsets) and renders two probes, so a template seen with one text
+#: (a job of many conversations, one response each) would pay it for nothing
+PLAN_AFTER_TOKENS = 512
 
 #: post-processors that put the same special tokens around every text (before and after it)
 _FIXED_POST = ("TemplateProcessing", "BertProcessing", "RobertaProcessing", "ByteLevel")
@@ -74,30 +87,48 @@ class TailCut:
     trail: tuple[int, ...] = ()
 
 
-def cut_for(tokenizer, key, render_probes, add_special_tokens: bool, prefix_ids) -> TailCut | str:
+def cut_for(tokenizer, key, render_probes, add_special_tokens: bool, prefix_ids, n_texts: int | None = None
+            ) -> TailCut | str:
     """The cut of the template ``key`` (hashable: what was rendered) on ``tokenizer``, or why there is none.
 
     ``render_probes()`` renders two conversations whose responses differ in their first character (called
-    only when not cached); ``add_special_tokens``: whether the whole path's tokenizer call adds them;
-    ``prefix_ids``: the template's ids before the response. Cached per tokenizer (weakly) and key."""
+    only when planning); ``add_special_tokens``: whether the whole path's tokenizer call adds them;
+    ``prefix_ids``: the template's ids before the response; ``n_texts``: how many texts are about to be
+    tokenized (planned only once :data:`PLAN_AFTER_TOKENS` would be saved; None: plan now). Cached per
+    tokenizer (weakly), key and vocabulary size (a token added since is a new plan)."""
     try:
-        full_key = (key, len(tokenizer), bool(getattr(tokenizer, "split_special_tokens", False)), add_special_tokens)
+        full_key = (key, bool(getattr(tokenizer, "split_special_tokens", False)), add_special_tokens)
         per = _plans.setdefault(tokenizer, OrderedDict())
         hit = per.get(full_key)
     except TypeError:  # a tokenizer or key that cannot be a dict key: planned on every call
         per, full_key, hit = OrderedDict(), None, None
-    if hit is not None:
-        per.move_to_end(full_key)
-        return hit
+    if isinstance(hit, tuple):  # (vocabulary size, plan); len() costs ~0.4 ms on a 262k vocabulary: only here
+        n_vocab = len(tokenizer)
+        if hit[0] == n_vocab:
+            per.move_to_end(full_key)
+            return hit[1]
+        hit = None
+    seen = (hit or 0) + (n_texts or 0)
+    if n_texts is not None and (seen - 1) * len(prefix_ids) < PLAN_AFTER_TOKENS:
+        if full_key is not None:
+            _keep(per, full_key, seen)
+        return f"not planned yet: {seen} text(s) seen, too few prompt tokens to save"
+    n_vocab = len(tokenizer)
     try:
         plan = _plan(tokenizer, render_probes, add_special_tokens, tuple(prefix_ids))
     except Exception as e:  # noqa: BLE001 - anything unforeseen: the whole path, which reports its own errors
         plan = f"planning the cut failed ({type(e).__name__}: {e})"
     if full_key is not None:
-        per[full_key] = plan
-        while len(per) > PLANS_PER_TOKENIZER:
-            per.popitem(last=False)
+        _keep(per, full_key, (n_vocab, plan))
     return plan
+
+
+def _keep(per: OrderedDict, key, value) -> None:
+    """Store a plan (or a count of texts seen), dropping the least recently used past PLANS_PER_TOKENIZER."""
+    per[key] = value
+    per.move_to_end(key)
+    while len(per) > PLANS_PER_TOKENIZER:
+        per.popitem(last=False)
 
 
 def tail_ids(tokenizer, cut: TailCut, texts: list[str]) -> list[list[int] | None]:
@@ -126,14 +157,14 @@ def _plan(tokenizer, render_probes, add: bool, prefix_ids: tuple[int, ...]) -> T
     text = a[:n]
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
-    added = dict(tokenizer.added_tokens_decoder)
-    k = _cut_token(text, ids, offsets, added)
+    added = _added_table(tokenizer)
+    k = _cut_token(text, ids, offsets, added.by_id)
     if k is None:
         return "no added token to cut at in the text before the response (a plain format: ordinary text)"
-    cut, token = offsets[k][0], added[ids[k]]
-    if any(c.isspace() for c in token.content) and any(t.lstrip or t.rstrip for t in added.values()):
+    cut, token = offsets[k][0], added.by_id[ids[k]]
+    if any(c.isspace() for c in token.content) and added.strips:
         return f"the cut token {token.content!r} holds whitespace, which a stripping added token could take"
-    across = _straddling(text, cut, added)
+    across = added.straddling(text, cut)
     if across is not None:
         return f"the added token {across!r} could match across the cut"
     lead, trail = _around(tokenizer) if add else ((), ())
@@ -179,21 +210,62 @@ def _cut_token(text: str, ids: list[int], offsets, added: dict) -> int | None:
     return None
 
 
-def _straddling(text: str, cut: int, added: dict) -> str | None:
-    """An added token that could match in a conversation from before ``cut`` past the end of ``text`` (where
-    the prefix text alone ends, so its encoding cannot show such a match), or None. Conservative: any token
-    whose text starts with ``text[i:]`` for an ``i`` before the cut counts."""
-    tail = text[cut:]
-    for t in added.values():
-        if t.normalized:  # matched within the pieces between the others, so never across the cut token
-            continue
-        c = t.content
-        j = c.find(tail, 1)
-        while j != -1:
-            if j <= cut and text[cut - j:cut] == c[:j]:
+@dataclass(frozen=True)
+class _Added:
+    """A tokenizer's added tokens, as planning asks about them.
+
+    Attributes:
+        by_id: id -> AddedToken.
+        strips: whether any strips the whitespace beside it (lstrip / rstrip).
+        raw: the texts of those matched on the raw text (not normalized); ``joined``: them, each after a NUL
+            (one string to search in C, not thousands in Python); ``starts``: where each begins in it.
+    """
+
+    by_id: dict
+    strips: bool
+    raw: tuple[str, ...]
+    joined: str
+    starts: tuple[int, ...]
+
+    def straddling(self, text: str, cut: int) -> str | None:
+        """An added token that could match in a conversation from before ``cut`` past the end of ``text`` (where
+        the prefix text alone ends, so its encoding cannot show such a match), or None. Conservative: any token
+        whose text continues ``text[i:]`` for an ``i`` before the cut counts. (Normalized added tokens are
+        matched within the pieces between the others, so never across the cut token.)"""
+        tail = text[cut:]
+        at = self.joined.find(tail)
+        while at != -1:  # each place tail occurs inside a token's text, j characters into it
+            k = bisect.bisect_right(self.starts, at) - 1
+            c, j = self.raw[k], at - self.starts[k]
+            if 1 <= j <= cut and at + len(tail) <= self.starts[k] + len(c) and text[cut - j:cut] == c[:j]:
                 return c
-            j = c.find(tail, j + 1)
-    return None
+            at = self.joined.find(tail, at + 1)
+        return None
+
+
+def _added_table(tokenizer) -> _Added:
+    """:class:`_Added` of ``tokenizer``, kept per tokenizer and vocabulary size (Gemma's 6,384 added tokens take
+    ~10 ms to list)."""
+    n = len(tokenizer)
+    try:
+        got = _added.get(tokenizer)
+    except TypeError:
+        got = None
+    if got is not None and got[0] == n:
+        return got[1]
+    by_id = dict(tokenizer.added_tokens_decoder)
+    raw = tuple(t.content for t in by_id.values() if not t.normalized)
+    starts, pos = [], 0
+    for c in raw:
+        starts.append(pos + 1)
+        pos += 1 + len(c)
+    table = _Added(by_id=by_id, strips=any(t.lstrip or t.rstrip for t in by_id.values()), raw=raw,
+                   joined="".join("\0" + c for c in raw), starts=tuple(starts))
+    try:
+        _added[tokenizer] = (n, table)
+    except TypeError:
+        pass
+    return table
 
 
 def _around(tokenizer) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
