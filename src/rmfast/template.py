@@ -23,6 +23,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from . import template_tail
 from .errors import UserError
 
 # Probe words: common, different first and last letters, single words in every tokenizer we know.
@@ -113,50 +114,84 @@ def renderer(tokenizer, prompt: str, template: str | None, system: str | None, h
     call a single text gets). ``history``: earlier ((role, content), ...) turns rendered between the system
     message and the final user turn (chat templates only)."""
     if template is not None and is_plain_format(template):
-        if history:
-            raise UserError("a multi-turn conversation needs a chat template; a plain --template holds one turn")
-        if "{prompt}" not in template:
-            raise UserError("--template plain format needs a {prompt} placeholder, e.g. 'User: {prompt}\\nAssistant: {response}'")
-        if system is not None and "{system}" not in template:
-            raise UserError("--system given but the plain --template has no {system} placeholder; add one or drop --system")
-        unknown = sorted(set(re.findall(r"\{(\w+)\}", template)) - {"system", "prompt", "response"})
-        if unknown:  # a typo such as {promt} would be scored as literal text
-            raise UserError(f"--template has the placeholder {{{unknown[0]}}}, which a plain format does not fill: it "
-                            "knows {system}, {prompt} and {response}")
+        kind, texts, _ = text_renderer(tokenizer, prompt, template, system, history)
 
         def render_plain(responses: list[str]) -> list[list[int]]:
-            head = template.replace("{system}", system or "").replace("{prompt}", prompt)
-            texts = [head.replace("{response}", r) for r in responses]
-            return [list(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]]
+            return [list(ids) for ids in tokenizer(texts(responses), add_special_tokens=True)["input_ids"]]
 
-        return "plain", render_plain
-
-    if template is not None and "{%" not in template and "{{" not in template:
-        raise UserError("--template has no {response} placeholder: a plain format needs {prompt} and {response}, "
-                        "e.g. 'User: {prompt}\\nAssistant: {response}' (or pass a Jinja chat template)")
-    chat_template = template
-    if chat_template is None and not getattr(tokenizer, "chat_template", None):
-        raise UserError(
-            "this model's tokenizer has no chat template; pass --template, e.g. "
-            "--template 'User: {prompt}\\nAssistant: {response}'"
-        )
-    kind = "jinja" if template is not None else "chat_template"
+        return kind, render_plain
+    kind, chat_template = _chat_kind(tokenizer, template)
 
     def render_chat(responses: list[str]) -> list[list[int]]:
-        head = ([{"role": "system", "content": system}] if system is not None else []) + [
-            {"role": r, "content": c} for r, c in history] + [{"role": "user", "content": prompt}]
-        convs = [head + [{"role": "assistant", "content": r}] for r in responses]
-        for messages in convs:
-            _check_bounds(tokenizer, chat_template, messages)
-        try:  # a list of conversations: rendered one by one, tokenized as one batch
-            out = tokenizer.apply_chat_template(convs, chat_template=chat_template, tokenize=True, return_dict=False)
-        except Exception as e:  # jinja errors, templates that refuse roles, ...
-            raise UserError(f"the chat template failed to render ({type(e).__name__}: {str(e).splitlines()[0]}); pass a working --template") from None
+        out = _apply_chat(tokenizer, chat_template, _conversations(prompt, system, history, responses), tokenize=True)
         if isinstance(out, dict) or hasattr(out, "keys"):
             out = out["input_ids"]
         return [list(ids) for ids in out]
 
     return kind, render_chat
+
+
+def text_renderer(tokenizer, prompt: str, template: str | None, system: str | None, history=()):
+    """Returns (kind, fn(response_texts) -> [str, ...], add_special_tokens): each response's whole conversation
+    as the TEXT :func:`renderer` tokenizes, and whether that call adds the tokenizer's specials (a plain format:
+    yes, BOS and the like; a chat template: no, as ``apply_chat_template`` tokenizes). The same checks and
+    refusals as :func:`renderer`."""
+    if template is not None and is_plain_format(template):
+        _check_plain(template, system, history)
+        head = template.replace("{system}", system or "").replace("{prompt}", prompt)
+        return "plain", lambda responses: [head.replace("{response}", r) for r in responses], True
+    kind, chat_template = _chat_kind(tokenizer, template)
+
+    def chat_texts(responses: list[str]) -> list[str]:
+        return list(_apply_chat(tokenizer, chat_template, _conversations(prompt, system, history, responses),
+                                tokenize=False))
+
+    return kind, chat_texts, False
+
+
+def _check_plain(template: str, system: str | None, history) -> None:
+    """Refuse a plain format that cannot hold this conversation, or whose placeholders are mistyped."""
+    if history:
+        raise UserError("a multi-turn conversation needs a chat template; a plain --template holds one turn")
+    if "{prompt}" not in template:
+        raise UserError("--template plain format needs a {prompt} placeholder, e.g. 'User: {prompt}\\nAssistant: {response}'")
+    if system is not None and "{system}" not in template:
+        raise UserError("--system given but the plain --template has no {system} placeholder; add one or drop --system")
+    unknown = sorted(set(re.findall(r"\{(\w+)\}", template)) - {"system", "prompt", "response"})
+    if unknown:  # a typo such as {promt} would be scored as literal text
+        raise UserError(f"--template has the placeholder {{{unknown[0]}}}, which a plain format does not fill: it "
+                        "knows {system}, {prompt} and {response}")
+
+
+def _chat_kind(tokenizer, template: str | None) -> tuple[str, str | None]:
+    """(kind, the chat template to render with: None for the tokenizer's own), refusing what is neither."""
+    if template is not None and "{%" not in template and "{{" not in template:
+        raise UserError("--template has no {response} placeholder: a plain format needs {prompt} and {response}, "
+                        "e.g. 'User: {prompt}\\nAssistant: {response}' (or pass a Jinja chat template)")
+    if template is None and not getattr(tokenizer, "chat_template", None):
+        raise UserError(
+            "this model's tokenizer has no chat template; pass --template, e.g. "
+            "--template 'User: {prompt}\\nAssistant: {response}'"
+        )
+    return ("jinja" if template is not None else "chat_template"), template
+
+
+def _conversations(prompt: str, system: str | None, history, responses: list[str]) -> list[list[dict]]:
+    """One message list per response: system?, the history, the user prompt, the assistant response."""
+    head = ([{"role": "system", "content": system}] if system is not None else []) + [
+        {"role": r, "content": c} for r, c in history] + [{"role": "user", "content": prompt}]
+    return [head + [{"role": "assistant", "content": r}] for r in responses]
+
+
+def _apply_chat(tokenizer, chat_template: str | None, convs: list[list[dict]], *, tokenize: bool):
+    """``apply_chat_template`` of a list of conversations (rendered one by one; tokenized, where asked, as one
+    batch), each first rendered in the bounded sandbox; a template that fails is one UserError line."""
+    for messages in convs:
+        _check_bounds(tokenizer, chat_template, messages)
+    try:
+        return tokenizer.apply_chat_template(convs, chat_template=chat_template, tokenize=tokenize, return_dict=False)
+    except Exception as e:  # jinja errors, templates that refuse roles, ...
+        raise UserError(f"the chat template failed to render ({type(e).__name__}: {str(e).splitlines()[0]}); pass a working --template") from None
 
 
 def _over(what: str) -> UserError:
@@ -438,11 +473,61 @@ def response_ids(tokenizer, tmpl: Template, text: str) -> list[int]:
 
 def responses_ids(tokenizer, tmpl: Template, texts: list[str]) -> list[list[int] | None]:
     """:func:`response_ids` of many texts, their conversations tokenized in one batch: per text its ids, or None
-    where it merges with the template around it (the caller names it)."""
+    where it merges with the template around it (the caller names it).
+
+    The ids are those of the whole conversation, as :func:`_responses_ids_whole` tokenizes it, but where the
+    tokenizer provably splits the conversation at an added token inside the prompt (a chat template's turn
+    header), only the text from there on is tokenized per response and the ids before it are reused
+    (:mod:`rmfast.template_tail`): a long prompt is not tokenized once per response. Texts it does not cover
+    take the whole-conversation path."""
+    texts = list(texts)
+    if not texts:
+        return _responses_ids_whole(tokenizer, tmpl, texts)
+    got = _tail_ids(tokenizer, tmpl, texts)
+    rest = [i for i, ids in enumerate(got) if ids is None]
+    if rest:
+        _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
+        for i, ids in zip(rest, render([texts[i] for i in rest])):
+            got[i] = ids
+        template_tail.counts["whole"] += len(rest)
+    return [_split(tmpl, ids) for ids in got]
+
+
+def _responses_ids_whole(tokenizer, tmpl: Template, texts: list[str]) -> list[list[int] | None]:
+    """:func:`responses_ids` by tokenizing every whole conversation (the reference the tail path must equal)."""
     _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
+    return [_split(tmpl, ids) for ids in render(list(texts))]
+
+
+def _split(tmpl: Template, ids: list[int]) -> list[int] | None:
+    """The response's ids between the template's prefix and suffix, or None where the conversation does not
+    start with the prefix and end with the suffix around at least one id (it merged with them)."""
     P, S = len(tmpl.prefix_ids), len(tmpl.suffix_ids)
-    out: list[list[int] | None] = []
-    for ids in render(list(texts)):
-        ok = tuple(ids[:P]) == tmpl.prefix_ids and (not S or tuple(ids[len(ids) - S :]) == tmpl.suffix_ids) and len(ids) > P + S
-        out.append(ids[P : len(ids) - S] if ok else None)
-    return out
+    ok = tuple(ids[:P]) == tmpl.prefix_ids and (not S or tuple(ids[len(ids) - S :]) == tmpl.suffix_ids) and len(ids) > P + S
+    return ids[P : len(ids) - S] if ok else None
+
+
+#: two responses that differ in their first character: their renderings share exactly the text before the slot
+_TAIL_PROBES = ("hello", "world")
+
+
+def tail_plan(tokenizer, tmpl: Template):
+    """Where :func:`responses_ids` cuts ``tmpl``'s conversations (a :class:`rmfast.template_tail.TailCut`), or
+    why it tokenizes them whole (a str); planned once per tokenizer and template, then cached."""
+    return _tail_setup(tokenizer, tmpl)[0]
+
+
+def _tail_setup(tokenizer, tmpl: Template, n_texts: int | None = None):
+    """(the tail plan, fn(responses) -> their conversation texts); ``n_texts``: see ``template_tail.cut_for``."""
+    _, texts, add = text_renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
+    cut = template_tail.cut_for(tokenizer, tmpl, lambda: texts(list(_TAIL_PROBES)), add, tmpl.prefix_ids, n_texts)
+    return cut, texts
+
+
+def _tail_ids(tokenizer, tmpl: Template, texts: list[str]) -> list[list[int] | None]:
+    """Each text's whole-conversation ids by the tail path, None where it does not apply (all of them, where
+    the template has no cut)."""
+    cut, render_texts = _tail_setup(tokenizer, tmpl, len(texts))
+    if not isinstance(cut, template_tail.TailCut):
+        return [None] * len(texts)
+    return template_tail.tail_ids(tokenizer, cut, render_texts(texts))
