@@ -138,3 +138,35 @@ def test_eloeverything_and_lexicons_on_smollm2(smollm2, shared_data):
     np.testing.assert_allclose(res.scores, ref, rtol=1e-4, atol=2e-3)
     if "AFINN-111.txt" in got:
         assert got["AFINN-111.txt"][0] == "abandon" and len(got["AFINN-111.txt"]) > 2400
+
+
+@pytest.mark.parametrize("alias", ["smollm2-135m-instruct", "gemma3-270m", "synthetic", "chatml"])
+def test_decoded_equals_batch_decode(alias):
+    """The scan's token texts: decoded() (straight to the Rust decode_batch where the tokenizer decodes as
+    transformers' own) equals batch_decode on every id of real vocabularies (SmolLM2's byte-level BPE, Gemma 3's
+    SentencePiece with byte fallback, 262,144 ids) and generated ones; a subclass that rewrites decoding keeps
+    its own path."""
+    from test_template_tail import _embedded_tokenizer
+
+    from rmfast.bench.random_init import synthetic_tokenizer
+    from rmfast.scoring.candidates import _plain_fast_decode, decoded
+
+    tok = {"synthetic": lambda: synthetic_tokenizer(3000, bos="<s>", eos="</s>", pad="<pad>"),
+           "chatml": T.chatml_tokenizer}.get(alias, lambda: _embedded_tokenizer(alias))()
+    ids = range(len(tok))
+    assert _plain_fast_decode(tok)
+    assert decoded(tok, ids) == tok.batch_decode([[i] for i in ids], skip_special_tokens=False,
+                                                 clean_up_tokenization_spaces=False)
+
+    plain = decoded(tok, [5, 6])
+
+    class Shouting(type(tok)):
+        def _decode(self, token_ids, **kw):
+            return super()._decode(token_ids, **kw).upper()
+
+    tok.__class__ = Shouting
+    try:
+        assert not _plain_fast_decode(tok)
+        assert decoded(tok, [5, 6]) == [t.upper() for t in plain]
+    finally:
+        tok.__class__ = Shouting.__mro__[1]

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .version import __version__
-from .scoring.candidates import check_context, select_ids
+from .scoring.candidates import check_context, decoded, select_ids
 from .errors import UserError
 from .fast import ops
 from .template import is_plain_format, build_template
@@ -138,7 +138,7 @@ def vocab_strings(tokenizer, ids: np.ndarray) -> tuple[list[str], list[str]]:
         n = len(tokenizer)
         toks = tokenizer.convert_ids_to_tokens(list(range(n)))
         toks = [t if isinstance(t, str) else "" for t in toks]
-        texts = tokenizer.batch_decode([[i] for i in range(n)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        texts = decoded(tokenizer, range(n))
         if len(_STRINGS) > 4:
             _STRINGS.clear()
         hit = _STRINGS[key] = (tokenizer, toks, texts)

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..scoring.candidates import check_context, special_ids, vocab_size
+from ..scoring.candidates import check_context, decoded, special_ids, vocab_size
 from ..cpu import say_choice
 from ..errors import UserError
 from .config import GCGConfig
@@ -79,8 +79,7 @@ def allowed_tokens(tokenizer, n_vocab: int, *, allow_non_ascii: bool = False, al
     """
     mask = torch.ones(n_vocab, dtype=torch.bool)
     if not allow_non_ascii:
-        texts = tokenizer.batch_decode([[i] for i in range(n_vocab)], skip_special_tokens=False,
-                                       clean_up_tokenization_spaces=False)
+        texts = decoded(tokenizer, range(n_vocab))
         for i, t in enumerate(texts):
             if not (t and t.isascii() and t.isprintable()):
                 mask[i] = False

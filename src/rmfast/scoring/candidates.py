@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +70,20 @@ def vocab_sha256(tokenizer) -> str:
     import hashlib
     import json
 
+    try:  # kept per tokenizer while its vocabulary keeps its size (0.3 s a scan for a 128k vocabulary otherwise)
+        n, hit = len(tokenizer), _VOCAB_SHA.get(tokenizer)
+    except TypeError:  # no len(), or not weak-referenceable: hashed every time
+        n, hit = None, None
+    if hit is not None and hit[0] == n:
+        return hit[1]
     pairs = sorted(((int(i), str(t)) for t, i in tokenizer.get_vocab().items()))
-    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    digest = hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    if n is not None:
+        _VOCAB_SHA[tokenizer] = (n, digest)
+    return digest
+
+
+_VOCAB_SHA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> (vocabulary size, digest)
 
 
 def special_ids(tokenizer) -> set[int]:
@@ -136,8 +149,29 @@ def select_ids(model, tokenizer, token_ids=None, *, exclude_special: bool = Fals
 
 
 def decoded(tokenizer, ids) -> list[str]:
-    """Each id decoded alone, as a user sees it (special tokens kept, no clean-up)."""
-    return tokenizer.batch_decode([[int(i)] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    """Each id decoded alone, as a user sees it (special tokens kept, no clean-up): what
+    ``tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)``
+    returns. A fast tokenizer whose decoding is transformers' own goes straight to its Rust ``decode_batch``
+    (the same call per id that transformers' ``_decode`` makes, without its per-id Python conversions: a whole
+    128,256-token vocabulary took 1.9 s through ``batch_decode`` on a 2-core EPYC, most of a scan's set-up).
+    """
+    rows = [[i] for i in (ids.tolist() if hasattr(ids, "tolist") else map(int, ids))]  # Python ints (numpy's: slow)
+    if _plain_fast_decode(tokenizer):
+        return tokenizer.backend_tokenizer.decode_batch(rows, skip_special_tokens=False)
+    return tokenizer.batch_decode(rows, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _plain_fast_decode(tokenizer) -> bool:
+    """Whether ``tokenizer`` decodes as transformers' fast tokenizer does, unchanged: its ``_decode``, ``decode`` and
+    ``batch_decode`` are the library's own (a subclass that rewrites the text keeps its own path)."""
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return False
+    if not isinstance(tokenizer, PreTrainedTokenizerFast) or not hasattr(tokenizer, "backend_tokenizer"):
+        return False
+    cls = type(tokenizer)
+    return all(getattr(cls, m, None) is getattr(PreTrainedTokenizerFast, m, None) for m in ("_decode", "decode", "batch_decode"))
 
 
 def is_wordlike(text: str) -> bool:

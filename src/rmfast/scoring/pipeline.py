@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, check_context, ids_digest, max_response_len, select_ids,
+from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, check_context, decoded, ids_digest, max_response_len, select_ids,
                          tokenize_in_context, vocab_sha256)
 from ..cpu import say_choice
 from ..errors import UserError
@@ -266,7 +266,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
     manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids")
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     tokens = [t if isinstance(t, str) else "" for t in tokens]
-    texts = tokenizer.batch_decode([[int(t)] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    texts = decoded(tokenizer, ids)
     # the decisions as they ran (a compile that failed falls back to the eager layer and its attention form)
     finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=group.batch_size,
                     compiled=bool(plan.eng is not None and plan.eng.compile), tokens_per_row=plan.tokens_per_row(1))
