@@ -138,7 +138,9 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
     (Gemma-2-27B), 1.36x (Gemma-2-9B) as fast as the eager one, after a one-off compile of 9-16 s (2-3 s with
     inductor's disk cache warm) per engine, i.e. per prompt. It pays for a job of more than ~45 s of eager
     scanning (a cold compile) and costs time below that: the 8B's whole vocabulary (7.7 s eager) came out
-    slower compiled (6.2 s + the compile). A decision never taken from the job's size (see the module
+    slower compiled (6.2 s + the compile). Since the eager layer runs its norms, RoPE and SiLU·up as Triton kernels
+    (the "elementwise" decision), the compiled one is only 1.05x as fast (8B: 20,926 vs 19,973 cand/s,
+    ``benchmarks/results/gpu_h100_2026-11-26_d``). A decision never taken from the job's size (see the module
     docstring), so ``auto`` stays eager on a GPU and says when ``on`` pays. The rest is the CPU's rule.
 
     Never decided from the job's size (see the module docstring). ``auto`` compiles where it pays on
@@ -156,9 +158,9 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
         if compile == "on":
             return True, (f"on: the {device.type} layer compiled around the Triton shared-prefix kernel (token scans; "
                           "the cascade form runs eagerly)")
-        return False, (f"auto: eager on {device.type}; the compiled layer (--compile on) scans 1.21-1.36x as fast "
-                       "(measured on an H100) after a one-off compile of 9-16 s per prompt: it pays for scans of more "
-                       "than ~45 s")
+        return False, (f"auto: eager on {device.type}, with the Triton elementwise kernels; the compiled layer "
+                       "(--compile on) scans 1.05x as fast (measured on an H100) after a one-off compile of 9-16 s per "
+                       "prompt: it pays only for scans of minutes")
     why = "the plain Hugging Face path runs the model's own forward" if engine != "fast" else None
     if compile == "on":
         if why is not None:
