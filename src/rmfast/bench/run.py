@@ -334,13 +334,13 @@ def full_scan(b: BenchRun) -> dict | None:
     args = b.args
     b.mem.reset()
     res = scan(b.model, b.lm.tokenizer, args.prompt, head=b.head, template=b.tmpl, engine="fast", progress=False,
-               batch_size=args.batch_size or "auto", compile=args.compile)
+               batch_size=args.batch_size or "auto", compile=getattr(args, "full_compile", None) or args.compile)
     full = {"n_candidates": int(res.manifest["n_candidates"]), "wall_s": res.manifest["wall_s"],
             "scan_s": res.manifest["scan_s"], "candidates_per_s": res.manifest["candidates_per_s"],
             "batch_size": res.manifest["batch_size"], "peak_mem_mib": round(b.mem.read_mib(), 1),
             "compiled": res.manifest.get("compiled"), "first_batch_s": res.manifest.get("first_batch_s")}
     log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.1f} s wall, "
-         f"{full['candidates_per_s']} cand/s")
+         f"{full['candidates_per_s']} cand/s ({'compiled' if full['compiled'] else 'eager'})")
     return full
 
 

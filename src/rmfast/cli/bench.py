@@ -19,8 +19,8 @@ WORKLOADS = ("scan", "best-of-n", "states")
 
 
 #: Options of one workload only (dest names).
-SCAN_ONLY = ("n_naive", "naive_batch", "check_n", "full", "profile", "compile", "no_plot", "cost_model", "gemm_frac",
-             "prompt_tokens")
+SCAN_ONLY = ("n_naive", "naive_batch", "check_n", "full", "full_compile", "profile", "compile", "no_plot", "cost_model",
+             "gemm_frac", "prompt_tokens")
 BEST_OF_N_ONLY = ("prompt_tokens_list", "n_list", "prompts", "min_len", "max_len", "hf_attention")
 STATES_ONLY = ("states_modes",)
 #: Options of some workloads only -> those workloads; given with another they are a one-line error (exit 2).
@@ -85,6 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", default="on", choices=["on", "off", "auto"],
                    help="rmfast on CPU: the compiled decoder layer, timed beside the eager engine (default on; "
                         "off: eager only; the full scan follows scan's rule for auto)")
+    p.add_argument("--full-compile", default=None, choices=["on", "off", "auto"],
+                   help="the --full scan's compile decision (default: --compile's); auto: what `rmfast scan` runs")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--cost-model", action="store_true",
                    help="print the GPU cost model (8B Llama-3 RM, 27B Gemma-2 RM on one H100) and exit; loads no model")
