@@ -80,13 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full", action="store_true", help="also time the full-vocabulary rmfast scan per model")
     p.add_argument("--profile", type=nonneg_int, nargs="?", const=3, default=0, metavar="N",
                    help="torch.profiler over N rmfast batches per model; top ops by self time (default N=3)")
-    p.add_argument("--no-peak", action="store_true",
-                   help="skip the GEMM-peak measurement (best-of-n: the GEMM fractions are then empty)")
+    p.add_argument("--no-peak", action="store_true", help="skip the GEMM-peak measurement (best-of-n: no GEMM fractions)")
     p.add_argument("--compile", default="on", choices=["on", "off", "auto"],
                    help="rmfast on CPU: the compiled decoder layer, timed beside the eager engine (default on; "
                         "off: eager only; the full scan follows scan's rule for auto)")
-    p.add_argument("--full-compile", default=None, choices=["on", "off", "auto"],
-                   help="the --full scan's compile decision (default: --compile's); auto: what `rmfast scan` runs")
+    p.add_argument("--full-compile", choices=["on", "off", "auto"], help="the --full scan's compile (default --compile's)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--cost-model", action="store_true",
                    help="print the GPU cost model (8B Llama-3 RM, 27B Gemma-2 RM on one H100) and exit; loads no model")
