@@ -160,7 +160,7 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
                           "the cascade form runs eagerly)")
         return False, (f"auto: eager on {device.type}, with the Triton elementwise kernels; the compiled layer "
                        "(--compile on) scans 1.05x as fast (measured on an H100) after a one-off compile of 9-16 s per "
-                       "prompt: it pays only for scans of minutes")
+                       "prompt: it pays only for scans of several minutes")
     why = "the plain Hugging Face path runs the model's own forward" if engine != "fast" else None
     if compile == "on":
         if why is not None:
