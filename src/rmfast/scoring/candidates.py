@@ -153,7 +153,7 @@ def decoded(tokenizer, ids) -> list[str]:
     ``tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)``
     returns. A fast tokenizer whose decoding is transformers' own goes straight to its Rust ``decode_batch``
     (the same call per id that transformers' ``_decode`` makes, without its per-id Python conversions: a whole
-    128,256-token vocabulary took 1.9 s through ``batch_decode`` on a 2-core EPYC, most of a scan's set-up).
+    128,256-token vocabulary took 1.7 s through ``batch_decode`` on a 2-core EPYC and 0.3 s this way).
     """
     rows = [[i] for i in (ids.tolist() if hasattr(ids, "tolist") else map(int, ids))]  # Python ints (numpy's: slow)
     if _plain_fast_decode(tokenizer):
