@@ -285,16 +285,6 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, c: LayerConsts)
     return ops.rope(x, cos, sin, triton=c.fused)
 
 
-def _act(x: torch.Tensor, act: str) -> torch.Tensor:
-    if act == "silu":
-        return F.silu(x)
-    if act == "gelu_tanh":
-        return F.gelu(x, approximate="tanh")
-    if act == "relu":
-        return F.relu(x)
-    return F.gelu(x)
-
-
 def _linear(x: torch.Tensor, ws: tuple, bs: tuple | None, i: int) -> torch.Tensor:
     return F.linear(x, ws[i], None if bs is None else bs[i])
 
@@ -377,9 +367,7 @@ def _mlp(x: torch.Tensor, w: LayerWeights, c: LayerConsts) -> torch.Tensor:
         g, u = gu[..., :i], gu[..., i:]
     else:
         g, u = _linear(x, w.w_gate_up, w.b_gate_up, 0), _linear(x, w.w_gate_up, w.b_gate_up, 1)  # (B, Sq, I)
-    if c.act == "silu":
-        return F.linear(ops.silu_mul(g, u, triton=c.fused), w.w_down, w.b_down)
-    return F.linear(_act(g, c.act) * u, w.w_down, w.b_down)
+    return F.linear(ops.gated_act(g, u, c.act, triton=c.fused), w.w_down, w.b_down)
 
 
 # ---------------------------------------------------------------------------------- the layer

@@ -214,6 +214,16 @@ def rope(x, cos, sin, *, triton=False):
     return ref.rope(x, cos, sin)
 
 
+def gated_act(g, u, act: str, *, triton=False):
+    """The gated MLP's middle, ``act(g) * u`` (``act``: "silu" | "gelu_tanh" | "gelu" | "relu", the layer's
+    :attr:`rmfast.fast.layer.LayerConsts.act`); ``triton``: SiLU·up as one kernel (:func:`silu_mul`)."""
+    if act == "silu":
+        return silu_mul(g, u, triton=triton)
+    F = torch.nn.functional
+    a = F.gelu(g, approximate="tanh") if act == "gelu_tanh" else F.relu(g) if act == "relu" else F.gelu(g)
+    return a * u
+
+
 def silu_mul(g, u, *, triton=False):
     """``F.silu(g) * u`` (the gated MLP's middle); ``triton``: one kernel where both are contiguous."""
     if triton:
