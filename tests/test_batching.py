@@ -60,3 +60,29 @@ def test_checkpoint_by_candidates_not_only_time(tmp_path, monkeypatch):
         batching.score_groups([batching.Group(np.arange(ids.size), 512, score)], ids, key="k", checkpoint=ck,
                               progress=False)
     assert seen and seen[0] >= 1024  # saved after two 512-row batches, 2 s of work
+
+
+def test_cuda_token_scans_split_the_vocabulary_evenly(monkeypatch):
+    """On CUDA (every short batch padded to the full row count) a one-token scan's auto rows split the model's
+    vocabulary into equal batches: the 8B's 128,256 ids in 8 x 16,128 rows (768 padded) instead of 8 x 16,384
+    (2,816 padded). The rule reads the model, never the job's candidate count; CPU and other lengths keep theirs."""
+    from rmfast.scoring import decisions
+    from rmfast.template import build_template
+    from tiny_models import chatml_tokenizer, tiny
+
+    for vocab, rows, n_batches in ((128_256, 16_128, 8), (151_936, 15_360, 10), (256_000, 16_128, 16), (262_144, 16_384, 16)):
+        got = batching.auto_batch_size(torch.device("cuda"), 2, vocab=vocab)
+        assert got == rows and got % batching.BALANCE_GRAIN == 0 and -(-vocab // got) == n_batches
+        assert n_batches * got - vocab < n_batches * batching.BALANCE_GRAIN  # the padding: under a grain a batch
+    assert batching.auto_batch_size(torch.device("cpu"), 2, vocab=128_256) == batching.auto_batch_size(torch.device("cpu"), 2)
+
+    model = tiny("llama")
+    tmpl = build_template(chatml_tokenizer(), "Hi?")
+    seen = []
+    real = decisions.auto_batch_size
+    monkeypatch.setattr(decisions, "auto_batch_size", lambda *a, **kw: seen.append(kw.get("vocab")) or real(*a, **kw))
+    decisions.choose_rows_per_batch(model, tmpl, "score", 1, True, "auto")
+    decisions.choose_rows_per_batch(model, tmpl, "score", 3, True, "auto")
+    decisions.choose_rows_per_batch(model, tmpl, "score", 1, False, "auto")
+    assert seen == [model.get_input_embeddings().num_embeddings, None, None]
+    assert decisions.choose_rows_per_batch(model, tmpl, "score", 1, True, 100) == 100  # asked for: kept

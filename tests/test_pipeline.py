@@ -139,3 +139,41 @@ def test_parquet_roundtrip(tiny_rm, smol_tokenizer, tmp_path):
     assert back.texts == res.texts and back.token_ids == res.token_ids and back.manifest["prompt"] == PROMPT
     with pytest.raises(UserError, match="--overwrite"):
         res.to_parquet(p)
+
+
+def test_host_work_beside_the_scan_changes_nothing(tiny_rm, smol_tokenizer, monkeypatch):
+    """The plan's "host_overlap" (on a GPU: the vocabulary hash and each id's piece and text on a host thread while
+    the device scores) gives the same result as doing them in turn; the manifest records the decision and the
+    set-up / waited times; an error in the thread is raised where its result is taken, not lost."""
+    from rmfast.scoring import candidates, decisions
+
+    kw = dict(token_ids=range(40, 120), template="User: {prompt}\nAssistant: {response}", progress=False)
+    plain = scan(tiny_rm, smol_tokenizer, "Best?", **kw)
+    assert plain.manifest["decisions"]["host_overlap"]["value"] is False  # the CPU: in turn
+    real = decisions.decide
+
+    def overlap(*a, **k):
+        d = real(*a, **k)
+        d.host_overlap = True
+        return d
+
+    monkeypatch.setattr("rmfast.scoring.pipeline.decide", overlap)
+    started = []
+    monkeypatch.setattr(candidates.HostWork, "_run", lambda self, f=candidates.HostWork._run: started.append(1) or f(self))
+    over = scan(tiny_rm, smol_tokenizer, "Best?", **kw)
+    assert started == [1]
+    assert np.array_equal(over.scores, plain.scores) and over.tokens == plain.tokens and over.texts == plain.texts
+    assert over.manifest["vocab_sha256"] == plain.manifest["vocab_sha256"]
+    for m in (plain.manifest, over.manifest):
+        assert 0 <= m["setup_s"] <= m["wall_s"] and m["labels_wait_s"] >= 0
+
+    class Broken(type(smol_tokenizer)):
+        def convert_ids_to_tokens(self, ids, skip_special_tokens=False):
+            raise RuntimeError("broken pieces")
+
+    smol_tokenizer.__class__, cls = Broken, smol_tokenizer.__class__
+    try:
+        with pytest.raises(RuntimeError, match="broken pieces"):
+            scan(tiny_rm, smol_tokenizer, "Best?", **kw)
+    finally:
+        smol_tokenizer.__class__ = cls

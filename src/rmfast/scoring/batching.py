@@ -141,23 +141,52 @@ def memory_cap(device: torch.device, per_row: int | None, available: int | None 
 
 
 def auto_batch_size(device: torch.device, tokens_per_row: int, per_row: int | None = None,
-                    available: int | None = None) -> int:
+                    available: int | None = None, vocab: int | None = None) -> int:
     """CPU: ~4k tokens per batch keeps GEMMs large and activations in cache. CUDA: start big; OOM halves it.
 
     With ``per_row`` (:func:`row_bytes`), never more rows than fit in memory (:func:`memory_cap`): on
     CPU memory pressure raises no out-of-memory error to back off from, it swaps or gets killed.
+    ``vocab`` (a one-token scan's vocabulary, the model's embedding rows): on CUDA, rows that split it into
+    equal batches (:func:`vocab_balanced`), since every short batch there runs padded to the full row count.
 
     >>> auto_batch_size(torch.device("cpu"), 4)
     1024
     >>> auto_batch_size(torch.device("cpu"), 4, per_row=1_000_000, available=100_000_000)
     50
+    >>> auto_batch_size(torch.device("cuda"), 2), auto_batch_size(torch.device("cuda"), 2, vocab=128_256)
+    (16384, 16128)
     """
     if device.type == "cuda":
         bs = max(64, min(16384, 131072 // max(1, tokens_per_row)))
     else:
         bs = max(32, min(2048, 4096 // max(1, tokens_per_row)))
     cap = memory_cap(device, per_row, available)
-    return bs if cap is None else min(bs, cap)
+    bs = bs if cap is None else min(bs, cap)
+    return vocab_balanced(bs, vocab) if vocab and device.type == "cuda" else bs
+
+
+#: :func:`vocab_balanced` rounds a batch up to whole multiples of this many rows (GEMM tiles of 128 and 256)
+BALANCE_GRAIN = 256
+
+
+def vocab_balanced(rows: int, vocab: int, grain: int = BALANCE_GRAIN) -> int:
+    """Rows per batch, at most ``rows``, for the fewest equal batches that cover ``vocab`` ids, rounded up to
+    ``grain`` rows: a whole-vocabulary scan pads its last batch by less than ``grain`` rows per batch, not by
+    up to a whole batch. A property of the model (its vocabulary), never of the job's candidate count, so a
+    token's score is the same in a ten-id job and in the whole scan (docs/determinism.md). ``rows`` itself
+    where rounding up would pass it, or where it is under one grain.
+
+    >>> vocab_balanced(16384, 128_256), vocab_balanced(16384, 151_936), vocab_balanced(16384, 262_144)
+    (16128, 15360, 16384)
+    >>> vocab_balanced(5000, 128_256), vocab_balanced(100, 128_256)  # 26 batches of 4,933 -> 5,120 > 5,000
+    (5000, 100)
+    """
+    if rows < grain or vocab <= 0:
+        return rows
+    n_batches = -(-vocab // rows)
+    per = -(-vocab // n_batches)  # ceil: the batches' even share
+    per = -(-per // grain) * grain
+    return per if per <= rows else rows
 
 
 def cap_batch_size(bs: int, device: torch.device, per_row: int | None, available: int | None = None) -> int:

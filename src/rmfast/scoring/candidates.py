@@ -161,6 +161,79 @@ def decoded(tokenizer, ids) -> list[str]:
     return tokenizer.batch_decode(rows, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
+def id_labels(tokenizer, ids) -> tuple[list[str], list[str]]:
+    """Each id's raw vocabulary piece (``convert_ids_to_tokens``; "" where it has none) and its text
+    (:func:`decoded`): a token scan's ``tokens`` and ``texts`` columns.
+
+    >>> from transformers import PreTrainedTokenizerFast
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    >>> t = Tokenizer(models.WordLevel({"a": 0, "Ġb": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    >>> t.pre_tokenizer, t.decoder = pre_tokenizers.ByteLevel(), decoders.ByteLevel()
+    >>> id_labels(PreTrainedTokenizerFast(tokenizer_object=t), [1, 0])
+    (['Ġb', 'a'], [' b', 'a'])
+    """
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(map(int, ids))
+    tokens = [t if isinstance(t, str) else "" for t in tokenizer.convert_ids_to_tokens(ids)]
+    return tokens, decoded(tokenizer, ids)
+
+
+class HostWork:
+    """A token scan's host-only work on its ids (the vocabulary's hash, each id's piece and text), on a host
+    thread when ``overlap`` (the plan's "host_overlap": on a GPU, while it scores), else in turn when asked for.
+    Each result is the same either way; an error in the thread is raised where its result is taken.
+
+    >>> class Tok:
+    ...     def get_vocab(self): return {"a": 0, "b": 1}
+    ...     def convert_ids_to_tokens(self, ids): return ["ab"[i] for i in ids]
+    ...     def batch_decode(self, rows, **kw): return ["ab"[r[0]] for r in rows]
+    >>> w = HostWork(Tok(), [1, 0], overlap=True)
+    >>> w.vocab_sha256() == vocab_sha256(Tok()), w.labels()
+    (True, (['b', 'a'], ['b', 'a']))
+    """
+
+    def __init__(self, tokenizer, ids, overlap: bool):
+        import threading
+
+        self.tokenizer, self.ids, self.waited_s = tokenizer, ids, 0.0
+        self._out: dict = {}
+        self._thread = None
+        if overlap:
+            self._thread = threading.Thread(target=self._run, name="rmfast-host-work", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        for name, fn in (("sha", lambda: vocab_sha256(self.tokenizer)), ("labels", lambda: id_labels(self.tokenizer, self.ids))):
+            try:
+                self._out[name] = (fn(), None)
+            except BaseException as e:  # raised in the caller's thread, where the result is taken
+                self._out[name] = (None, e)
+                return
+
+    def _take(self, name: str, fn):
+        import time
+
+        if self._thread is None:
+            return fn()
+        t0 = time.perf_counter()
+        while name not in self._out and self._thread.is_alive():
+            self._thread.join(0.01)
+        self.waited_s = round(self.waited_s + time.perf_counter() - t0, 3)
+        if name not in self._out:  # the thread stopped at an earlier error
+            return fn()
+        value, err = self._out[name]
+        if err is not None:
+            raise err
+        return value
+
+    def vocab_sha256(self) -> str:
+        """:func:`vocab_sha256` of the tokenizer."""
+        return self._take("sha", lambda: vocab_sha256(self.tokenizer))
+
+    def labels(self) -> tuple[list[str], list[str]]:
+        """:func:`id_labels` of the ids."""
+        return self._take("labels", lambda: id_labels(self.tokenizer, self.ids))
+
+
 def _plain_fast_decode(tokenizer) -> bool:
     """Whether ``tokenizer`` decodes as transformers' fast tokenizer does, unchanged: its ``_decode``, ``decode`` and
     ``batch_decode`` are the library's own (a subclass that rewrites the text keeps its own path)."""

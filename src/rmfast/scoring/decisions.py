@@ -302,6 +302,7 @@ class Decisions:
     elementwise: bool = False  # the layer's norms, RoPE and SiLU·up as Triton kernels (fused_elementwise)
     packed_rows: bool = False  # ragged rows run packed back to back (the cascade form), up to pack_limit tokens
     pack_limit: int | None = None  # prompt + row tokens (the shortest sliding window); None: any
+    host_overlap: bool = False  # a token scan's vocabulary hash and decoding on a host thread while the device scores
     reasons: dict = field(default_factory=dict)
 
     def packs(self, prompt: int, row: int) -> bool:
@@ -376,8 +377,12 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
         d.share_batches, why = choose_share_batches(o.share_batches, device)
         d.record("share_batches", d.share_batches, why)
         _rows_rule(d, model)
+    if job in ("scan", "sweep", "audit"):
+        d.host_overlap = device.type != "cpu"
+        d.record("host_overlap", d.host_overlap, HOST_OVERLAP_WHY[d.host_overlap])
     d.record("batch_size", o.batch_size, "asked for" if o.batch_size != "auto" else
-             "auto: ~4k tokens per batch on CPU, ~128k on CUDA, at most half the free memory, per response length")
+             "auto: ~4k tokens per batch on CPU, ~128k on CUDA, at most half the free memory, per response length; "
+             "on CUDA one-token rows split the model's vocabulary into equal batches (multiples of 256 rows)")
     return d
 
 
@@ -428,6 +433,14 @@ def row_tokens(template: Template, head: str, n: int, on_engine: bool) -> int:
     return n + len(template.suffix_ids) if head == "score" else n - 1 + len(template.continuation_ids)
 
 
+#: the "host_overlap" decision's reasons (a token scan's host-only work: the vocabulary's hash, each id's piece and text)
+HOST_OVERLAP_WHY = {
+    True: "the vocabulary's hash and each id's piece and text on a host thread while the GPU scores (~0.5 s of host "
+          "work for 128k ids, hidden behind the scan)",
+    False: "on CPU in turn: the cores are the compute, a host thread would take them from the scan",
+}
+
+
 def choose_rows_per_batch(model, template: Template, head: str, n: int, on_engine: bool, batch_size) -> int:
     """Rows per batch for n-token responses: ``batch_size`` rows, or auto's, bounded by memory
     (:mod:`rmfast.scoring.batching`). Needs no prompt pass: a plan decides it this way, and so does a
@@ -436,7 +449,10 @@ def choose_rows_per_batch(model, template: Template, head: str, n: int, on_engin
     tpr = max(1, row_tokens(template, head, n, on_engine))
     per_row = row_bytes(model, tpr, prefix_len=len(template.prefix_ids), head=head, full_sequence=not on_engine)
     bs = parse_batch_size(batch_size)
-    return auto_batch_size(device, tpr, per_row) if bs == "auto" else cap_batch_size(bs, device, per_row)
+    if bs != "auto":
+        return cap_batch_size(bs, device, per_row)
+    vocab = model.get_input_embeddings().num_embeddings if n == 1 and on_engine else None  # a token scan's ids
+    return auto_batch_size(device, tpr, per_row, vocab=vocab)
 
 
 def choose_share_batches(share_batches, device: torch.device) -> tuple[bool, str]:

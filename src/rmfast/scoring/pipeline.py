@@ -29,11 +29,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, check_context, decoded, ids_digest, max_response_len, select_ids,
+from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, HostWork, check_context, ids_digest, max_response_len, select_ids,
                          tokenize_in_context, vocab_sha256)
 from ..cpu import say_choice
 from ..errors import UserError
 from .batching import Group, count_nonfinite, drop_checkpoint, score_groups
+from .decisions import decide
 from .compat import (authors_batch_size, authors_diagnostics, authors_groups, authors_manifest, authors_plan,
                      check_authors)
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, LOW_PRECISION, audit_bf16
@@ -248,9 +249,11 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
     options = ScoringOptions.of(options, **option_kw)
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))
-    plan = plan_scoring(model, tmpl, options, job=job, stacklevel=4, response_tokens=1)
+    decided = decide(model, options, job, template=tmpl, response_tokens=1, stacklevel=4)
+    host = HostWork(tokenizer, ids, decided.host_overlap)  # the hash, pieces, texts: beside the prompt pass and scan
+    plan = plan_scoring(model, tmpl, options, job=job, decided=decided)
     manifest = plan.manifest(prompt, model_info)
-    manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size), "vocab_sha256": vocab_sha256(tokenizer)})
+    manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size), "vocab_sha256": host.vocab_sha256()})
     layers, st_out = _states_setup(states, lens, plan, "token_id", run_key(manifest))
 
     def score(rows, b):  # rows of the job -> their (len(rows),) scores (or Scored), in batches of b rows
@@ -258,15 +261,15 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
 
     group = Group(np.arange(ids.size), plan.rows_per_batch(1), score)
     say_choice(model)  # the work starts: every check of the input is behind us
+    t_scan = time.perf_counter()
     scores, timing = score_groups([group], ids, key=run_key(manifest), checkpoint=checkpoint,
                                   device=plan.device, progress=progress, desc="scan",
                                   status="compiling the CPU layer (one-off)" if plan.compile else None,
                                   keep_checkpoint=keep_checkpoint, job=run_fields(manifest), states_out=st_out,
                                   lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids")
-    tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
-    tokens = [t if isinstance(t, str) else "" for t in tokens]
-    texts = decoded(tokenizer, ids)
+    tokens, texts = host.labels()
+    timing["setup_s"], timing["labels_wait_s"] = round(t_scan - t0, 3), host.waited_s
     # the decisions as they ran (a compile that failed falls back to the eager layer and its attention form)
     finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=group.batch_size,
                     compiled=bool(plan.eng is not None and plan.eng.compile), tokens_per_row=plan.tokens_per_row(1))
