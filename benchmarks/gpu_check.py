@@ -48,6 +48,7 @@ import os
 import shutil
 import subprocess
 import sys
+import re
 import tarfile
 import time
 import xml.etree.ElementTree as ET
@@ -474,6 +475,7 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
             text.append(f"(sorted by {key})\n" + ev.table(sort_by=key, row_limit=25))
             text.append("(sorted by host time, children included)\n" + ev.table(sort_by="cpu_time_total", row_limit=15))
     text += _elementwise_ab(lm, template, cuda, dry)
+    text += _scan_profile(lm, template, cuda, dry)
     out.write_text("\n".join(text) + "\n")
     print(out.read_text())
 
@@ -535,6 +537,52 @@ def _elementwise_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
         lines.append(f"  scan {n} one-token candidates, eager, elementwise {'rule' if on else 'off'} "
                      f"({eng.layers[0][1].fused}): {walls[on] * 1e3:.1f} ms, {n / walls[on]:,.0f} cand/s")
     lines.append(f"  scan: off / on = {walls[False] / walls[True]:.3f}")
+    return lines
+
+
+#: kernel names (or, on a CPU, op names) counted as the GEMMs: cuBLAS/cuBLASLt (sm90_xmma, nvjet), CUTLASS, aten's
+GEMM_KERNEL = re.compile(r"gemm|nvjet|xmma|cutlass|aten::(mm|addmm|bmm|linear|matmul)$", re.IGNORECASE)
+
+
+def _scan_profile(lm, template, cuda: bool, dry: bool) -> list[str]:
+    """The exhaustive scan's batch as the whole vocabulary runs it (the plan's auto rows, eager): its rate beside a
+    batch of 8,192 rows, and one batch under torch.profiler: device time in GEMMs against the rest, by kernel.
+    What is left between the scan and the GEMM peak, named (issue 33: the whole vocabulary's <= 6.5 s)."""
+    import torch
+
+    from rmfast.fast.engine import Engine
+    from rmfast.scoring.decisions import choose_rows_per_batch
+    from rmfast.template import build_template
+
+    tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=template)
+    eng = Engine(lm.model, tmpl, head="score")
+    rows = choose_rows_per_batch(lm.model, tmpl, "score", 1, True, "auto")
+    dev, V = next(lm.model.parameters()).device, lm.model.config.vocab_size
+    lines = [f"scan batches (eager, elementwise {eng.layers[0][1].fused}; the whole vocabulary's auto rows: {rows}; "
+             "best of 3):"]
+    for n in sorted({64 if dry else 8192, rows}):
+        ids = torch.randint(10, V, (n, 1), device=dev)
+        eng.score(ids)  # warm-up: this row count's kernels
+        wall = _best_wall(lambda: eng.score(ids), cuda)
+        lines.append(f"  {n} rows: {wall * 1e3:.1f} ms, {n / wall:,.0f} cand/s")
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        eng.score(ids)
+        if cuda:
+            torch.cuda.synchronize()
+    ev = prof.key_averages()
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    mine = [e for e in ev if (e.device_type == torch.autograd.DeviceType.CUDA) == cuda and getattr(e, key) > 0
+            and (cuda or e.key.startswith("aten::"))]
+    total = sum(getattr(e, key) for e in mine) or 1
+    gemm = sum(getattr(e, key) for e in mine if GEMM_KERNEL.search(e.key))
+    lines.append(f"  one {rows}-row batch profiled: {'kernels' if cuda else 'aten ops'} {total / 1e3:.1f} ms, GEMMs "
+                 f"{gemm / 1e3:.1f} ms ({gemm / total:.1%}), the rest {(total - gemm) / 1e3:.1f} ms; by "
+                 f"{'kernel' if cuda else 'op'} (self time):")
+    for e in sorted(mine, key=lambda e: -getattr(e, key))[:20]:
+        t = getattr(e, key)
+        lines.append(f"    {t / 1e3:8.2f} ms {t / total:6.1%} x{e.count:<5d} {'GEMM ' if GEMM_KERNEL.search(e.key) else '     '}"
+                     f"{e.key[:110]}")
     return lines
 
 

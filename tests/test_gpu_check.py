@@ -8,6 +8,7 @@ import csv
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -88,6 +89,8 @@ def test_dry_run_end_to_end(tmp_path):
         names = tf.getnames()
     assert "gpu-check/bench/gemma-2-27b/bench_latest.json" in names and "gpu-check/gpu-check.log" in names
     assert "gpu-check/profile.txt" in names
+    prof = (out / "profile.txt").read_text()  # the scan batch by op: GEMMs named and counted
+    assert "scan batches (eager" in prof and re.search(r"GEMMs [0-9.]+ ms \([0-9.]+%\)", prof) and "GEMM aten::" in prof
 
 
 def test_random_init_model_tiny():

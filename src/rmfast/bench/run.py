@@ -338,9 +338,11 @@ def full_scan(b: BenchRun) -> dict | None:
     full = {"n_candidates": int(res.manifest["n_candidates"]), "wall_s": res.manifest["wall_s"],
             "scan_s": res.manifest["scan_s"], "candidates_per_s": res.manifest["candidates_per_s"],
             "batch_size": res.manifest["batch_size"], "peak_mem_mib": round(b.mem.read_mib(), 1),
-            "compiled": res.manifest.get("compiled"), "first_batch_s": res.manifest.get("first_batch_s")}
-    log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.1f} s wall, "
-         f"{full['candidates_per_s']} cand/s ({'compiled' if full['compiled'] else 'eager'})")
+            "compiled": res.manifest.get("compiled"), "first_batch_s": res.manifest.get("first_batch_s"),
+            "setup_s": res.manifest.get("setup_s"), "labels_wait_s": res.manifest.get("labels_wait_s")}
+    log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.2f} s wall (set-up {full['setup_s']} s, "
+        f"scan {full['scan_s']} s, first batch {full['first_batch_s']} s, waited {full['labels_wait_s']} s for the "
+        f"pieces/texts), {full['candidates_per_s']} cand/s ({'compiled' if full['compiled'] else 'eager'})")
     return full
 
 
@@ -412,7 +414,7 @@ def method_rows(b: BenchRun, timed: dict[str, Timed], agr: dict, fpc: float, pea
         row = dict(common)
         row.update({"method": "rmfast-full", "n_timed": full["n_candidates"], "batch_size": full["batch_size"],
                     "cand_per_s": full["candidates_per_s"], "full_wall_s": full["wall_s"], "full_scan_s": full["scan_s"],
-                    "peak_mem_mib": full["peak_mem_mib"],
+                    "peak_mem_mib": full["peak_mem_mib"], "setup_s": full["setup_s"],
                     "useful_gflops": round(fpc * full["candidates_per_s"] / 1e9, 2) if tpr > 0 else None})
         rows.append(row)
     return rows
