@@ -46,10 +46,11 @@ def test_dry_run_end_to_end(tmp_path):
     assert "PASS" in res.stdout and "| rmfast |" in res.stdout  # the one-screen summary, cost-model table included
 
     s = json.loads((out / "summary.json").read_text())
-    assert s["ok"] and s["dry_run"] and [st["status"] for st in s["steps"]] == ["ok"] * 7
+    ram = ["states-ram"] if gpu_check._ram_has_room(gpu_check.STATES_RAM["dry_bytes"]) else []  # the states in tmpfs
+    assert s["ok"] and s["dry_run"] and [st["status"] for st in s["steps"]] == ["ok"] * (7 + len(ram))
     assert [st["step"] for st in s["steps"]] == ["env", "tests", "bench-llama-3.2-1b", "bench-gemma-2-27b",
-                                                 "best-of-n-single", "profile", "states"]
-    assert [w["status"] for w in s["workloads"]] == ["ok"] * 3
+                                                 "best-of-n-single", "profile", "states", *ram]
+    assert [w["status"] for w in s["workloads"]] == ["ok"] * (3 + len(ram))
     assert s["tests"]["counts"]["passed"] >= 3 and not s["tests"]["bad"]
     assert [m["status"] for m in s["models"]] == ["ok", "ok"]
     tests = _rows(out / "tests.csv")
@@ -80,7 +81,9 @@ def test_dry_run_end_to_end(tmp_path):
     assert [(r["run"], r["n_responses"], r["n_prompts"]) for r in bon] == [("single", "2", "2"), ("single", "3", "2")]
     assert all(float(r["max_abs_diff"]) < 1e-4 and float(r["rmfast_responses_per_s"]) > 0 for r in bon)
     states = _rows(out / "states.csv")
-    assert [r["mode"] for r in states] == ["plain", "last_prenorm", "all"] and all(r["scores_identical"] == "True" for r in states)
+    assert [r["mode"] for r in states] == ["plain", "last_prenorm", "all"] + (["plain", "all"] if ram else [])
+    assert all(r["scores_identical"] == "True" for r in states)
+    assert [r["folder"] for r in states] == ["temp dir"] * 3 + [gpu_check.STATES_RAM["dir"]] * (2 if ram else 0)
     summary = (out / "summary.md").read_text()
     assert "| best-of-n-single | ok |" in summary and "| states | ok |" in summary and "aten::" in summary  # the profile
     assert "steps: env ok" in summary and "; profile ok" in summary  # every step's status, one line
