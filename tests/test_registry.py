@@ -205,7 +205,7 @@ def test_scan_by_alias_from_the_hub_cache(tmp_path, monkeypatch, capsys):
     (repo / "refs" / "main").write_text(rev)
     monkeypatch.setattr(C, "HF_HUB_CACHE", str(tmp_path / "hub"))
     out = tmp_path / "r.parquet"
-    rc = main(["scan", "s-lla-1b-v2", "--prompt", PROMPT, "--template", RI.FAMILIES["llama"]["template"],
+    rc = main(["scan", "s-lla-1b-v2", "--prompt", PROMPT, "--template", "User: {prompt}\nAssistant: {response}<|eot_id|>",
                "--token-ids", "0:64", "--device", "cpu", "--out", str(out), "--no-progress", "--top", "0"])
     assert rc == 0, capsys.readouterr().err
     src = json.loads(Path(str(out) + ".json").read_text())["model"]

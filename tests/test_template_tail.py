@@ -153,11 +153,33 @@ def test_random_init_families_chat(fam, chat):
     _same(tok, t)
 
 
+#: plain formats whose only special token is the family's end of turn, after the response (the bench's before it
+#: gave its random-init models their family's chat template)
+PLAIN = {fam: "User: {prompt}\nAssistant: {response}" + f["eos"] + ("" if fam == "llama" else "\n")
+         for fam, f in FAMILIES.items()}
+
+
+@pytest.mark.parametrize("fam", sorted(FAMILIES))
+def test_random_init_families_default_is_the_tail_path(fam):
+    """The bench's random-init tokenizers carry their family's chat template (no default plain format), so a
+    best-of-N benchmark tokenizes as with a real reward model: the response's tail alone, the same ids."""
+    from rmfast.bench.random_init import random_init_model
+
+    lm = random_init_model({"llama": "llama-3.1-8b", "gemma2": "gemma-2-9b", "qwen3": "qwen3-8b"}[fam], layers=1,
+                           tiny=True, dtype="float32")
+    assert lm.default_template is None and lm.tokenizer.chat_template == FAMILIES[fam]["chat_template"]
+    t = build_template(lm.tokenizer, PROMPT)
+    assert len(t.suffix_ids) == FAMILIES[fam]["suffix"]
+    assert isinstance(tail_plan(lm.tokenizer, t), TT.TailCut), tail_plan(lm.tokenizer, t)
+    _same(lm.tokenizer, t)
+    _same(lm.tokenizer, build_template(lm.tokenizer, _long_prompt(), system="Be brief."))
+
+
 @pytest.mark.parametrize("fam", sorted(FAMILIES))
 def test_random_init_families_plain_falls_back(fam):
-    """The bench's plain formats: the only special token is after the response, so no cut, the whole path."""
+    """Plain formats: the only special token is after the response, so no cut, the whole path."""
     tok = _family_tokenizer(fam)
-    t = build_template(tok, PROMPT, template=FAMILIES[fam]["template"])
+    t = build_template(tok, PROMPT, template=PLAIN[fam])
     assert "no added token" in tail_plan(tok, t)
     _same(tok, t, tail=False)
 
@@ -165,7 +187,7 @@ def test_random_init_families_plain_falls_back(fam):
 def test_plain_format_with_special_token_in_prompt():
     """A plain format whose prompt holds a special token cuts there; the BOS the whole path adds leads the head."""
     tok = _family_tokenizer("llama")
-    t = build_template(tok, "<|start_header_id|>" + PROMPT, template=FAMILIES["llama"]["template"])
+    t = build_template(tok, "<|start_header_id|>" + PROMPT, template=PLAIN["llama"])
     plan = tail_plan(tok, t)
     assert isinstance(plan, TT.TailCut), plan
     assert plan.prefix_text[plan.cut:].startswith("<|start_header_id|>What") and plan.head_ids[0] == tok.bos_token_id

@@ -44,17 +44,26 @@ from ..loading.loader import LoadedModel, load
 from ..fast.arch import SUPPORTED
 from .models import BenchModel, random_init_names
 
-#: Per model type: the special tokens of the generated tokenizer, the plain template whose suffix is
-#: the real chat template's, and that suffix's length in tokens (Llama 3: ``<|eot_id|>``, one token; Gemma 2: ``<end_of_turn>\n``, two;
-#: Qwen3: ``<|im_end|>\n``, two). Qwen's tokenizers add no BOS (``bos=None``).
+#: Per model type: the special tokens of the generated tokenizer, its chat template (the real one's turn markup,
+#: so a benchmark tokenizes conversations as it would a real reward model's: the response's tail alone,
+#: :mod:`rmfast.template_tail`), and the length in tokens of the suffix after the response (Llama 3:
+#: ``<|eot_id|>``, one token; Gemma 2: ``<end_of_turn>\n``, two; Qwen3: ``<|im_end|>\n``, two). Qwen's tokenizers
+#: add no BOS (``bos=None``).
 FAMILIES = {
     "llama": {"bos": "<|begin_of_text|>", "eos": "<|eot_id|>", "pad": "<|finetune_right_pad_id|>",
               "extra": ("<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>"),
-              "template": "User: {prompt}\nAssistant: {response}<|eot_id|>", "suffix": 1},
+              "chat_template": "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>"
+                               "\n\n{{ m['content'] }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+                               "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}", "suffix": 1},
     "gemma2": {"bos": "<bos>", "eos": "<eos>", "pad": "<pad>", "extra": ("<start_of_turn>", "<end_of_turn>"),
-               "template": "User: {prompt}\nAssistant: {response}<end_of_turn>\n", "suffix": 2},
+               "chat_template": "{{ bos_token }}{% for m in messages %}<start_of_turn>"
+                                "{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n{{ m['content'] }}"
+                                "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n"
+                                "{% endif %}", "suffix": 2},
     "qwen3": {"bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "extra": ("<|im_start|>",),
-              "template": "User: {prompt}\nAssistant: {response}<|im_end|>\n", "suffix": 2},
+              "chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                               "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+              "suffix": 2},
 }
 
 #: q_proj's init scale relative to 1/sqrt(fan_in): sharper attention, scores that depend on the candidate.
@@ -199,8 +208,8 @@ def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: s
     ``from_config(dtype=...)``), never on the CPU first: a 27B model needs no host copy. Eager
     attention, like :func:`rmfast.loading.loader.load` (Gemma 2's softcapping needs it in the baselines).
 
-    Returns a :class:`rmfast.loading.loader.LoadedModel` with the generated tokenizer and the family's plain
-    template as ``default_template``; ``source`` records the config, the alias and the seed.
+    Returns a :class:`rmfast.loading.loader.LoadedModel` with the generated tokenizer, which carries its family's
+    chat template (no ``default_template``); ``source`` records the config, the alias and the seed.
 
         >>> lm = random_init_model("S-Qwe-0.6B-V2", layers=1, tiny=True, dtype="float32")
         >>> lm.model.config.model_type, len(lm.model.model.layers), len(lm.tokenizer), lm.source["name"]
@@ -225,14 +234,15 @@ def random_init_model(name: str, *, device: str | torch.device = "cpu", dtype: s
     source = {"spec": f"random-init:{canonical}", "type": "random-init", "name": label(name, layers=layers, tiny=tiny),
               "path": None, "sha256": None, "revision": None, "alias": known.alias if known else None,
               "random_head_seed": None, "init_seed": int(seed), "config": d}
-    return LoadedModel(model=model, tokenizer=tok, kind="classifier", source=source, default_template=fam["template"])
+    return LoadedModel(model=model, tokenizer=tok, kind="classifier", source=source, default_template=None)
 
 
 def _config_and_tokenizer(name: str, layers: int | None, tiny: bool):
     """(config dict, family, generated tokenizer, HF config with its special ids) of ``name``."""
     d = config_dict(name, layers=layers, tiny=tiny)
     fam = FAMILIES[d["model_type"]]
-    tok = synthetic_tokenizer(d["vocab_size"], bos=fam["bos"], eos=fam["eos"], pad=fam["pad"], extra=fam["extra"])
+    tok = synthetic_tokenizer(d["vocab_size"], bos=fam["bos"], eos=fam["eos"], pad=fam["pad"], extra=fam["extra"],
+                              chat_template=fam["chat_template"])
     cfg = _hf_config(d, num_labels=1, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                      eos_token_id=tok.eos_token_id)
     return d, fam, tok, cfg
@@ -253,11 +263,11 @@ def random_init_shapes(name: str, *, dtype: torch.dtype = torch.bfloat16, layers
     source = {"spec": f"random-init:{resolve(name)[0]}", "type": "random-init-shapes",
               "name": label(name, layers=layers, tiny=tiny), "config": d}
     return LoadedModel(model=model.eval(), tokenizer=tok, kind="classifier", source=source,
-                       default_template=fam["template"])
+                       default_template=None)
 
 
 def random_init_bench_models(names: str, *, layers: int | None = None, tiny: bool = False) -> list[BenchModel]:
-    """``--random-init a,b``: one score-head benchmark configuration per name, on the family's plain template."""
+    """``--random-init a,b``: one score-head benchmark configuration per name, on the family's chat template."""
     out = []
     for name in [s.strip() for s in names.split(",") if s.strip()]:
         canonical = resolve(name)[0]
@@ -274,7 +284,7 @@ def random_init_bench_models(names: str, *, layers: int | None = None, tiny: boo
         note = (f"{what} architecture ({dm.layers} layers, hidden {dm.hidden}, vocab {dm.vocab:,}) with random "
                 f"weights and a generated byte-level tokenizer: speed only, the scores mean nothing{head}")
         out.append(BenchModel(label(name, layers=layers, tiny=tiny), f"random-init:{canonical}", "score",
-                              FAMILIES[d["model_type"]]["template"], None, note))
+                              None, None, note))
     return out
 
 
