@@ -91,7 +91,7 @@ PROFILE_SHAPES = {"gpu": ((2048, 64), (2048, 16), (512, 16)), "dry": ((24, 4), (
 # batch of 16,384 the 4,096 candidates were ONE batch on the H100, so `all` could not overlap anything).
 STATES_ARGS = ["--n-candidates", "8192", "--batch-size", "1024", "--repeats", "3", "--states-modes",
                "last_prenorm,all,all/sync"]
-WORKLOAD_EST_S = {"best-of-n": 60, "profile": 40, "states": 60, "states-ram": 40}
+WORKLOAD_EST_S = {"best-of-n": 60, "profile": 60, "states": 60, "states-ram": 40}
 # The states again with their folder in RAM (tmpfs): the overhead where the "disk" keeps up (issue 33's states target is
 # <= 1.5x plain there); run where /dev/shm has room for the rounds' folders (GPU: 3 x 2.3 GB of `all` states).
 STATES_RAM = {"dir": "/dev/shm", "gpu_bytes": 16 << 30, "dry_bytes": 64 << 20}
@@ -494,6 +494,7 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
             text.append("(sorted by host time, children included)\n" + ev.table(sort_by="cpu_time_total", row_limit=15))
     text += _elementwise_ab(lm, template, cuda, dry)
     text += _scan_profile(lm, template, cuda, dry)
+    text += _form_crossover(lm, template, cuda, dry)
     out.write_text("\n".join(text) + "\n")
     print(out.read_text())
 
@@ -601,6 +602,45 @@ def _scan_profile(lm, template, cuda: bool, dry: bool) -> list[str]:
         t = getattr(e, key)
         lines.append(f"    {t / 1e3:8.2f} ms {t / total:6.1%} x{e.count:<5d} {'GEMM ' if GEMM_KERNEL.search(e.key) else '     '}"
                      f"{e.key[:110]}")
+    return lines
+
+
+#: the crossover's row lengths (tokens a row feeds the layers: response + suffix) and tokens per timed batch
+CROSSOVER = {"gpu": {"row_tokens": (2, 4, 8, 12, 16, 24, 32, 64), "tokens": 8192},
+             "dry": {"row_tokens": (2, 8, 32), "tokens": 256}}
+
+
+def _form_crossover(lm, template, cuda: bool, dry: bool) -> list[str]:
+    """Rows of one length through both attention forms, the shared-prefix Triton kernel and the cascade (a dry run:
+    the CPU's eager form and the cascade's torch twin), ~the same tokens per batch at every length: where the
+    cascade starts to win, against the plan's predicted threshold (decisions.CASCADE_MIN_ROW_TOKENS)."""
+    import torch
+
+    from rmfast.fast.engine import Engine
+    from rmfast.scoring.decisions import CASCADE_MIN_ROW_TOKENS
+    from rmfast.template import build_template
+
+    tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=template)
+    cfg, forms = CROSSOVER["dry" if dry else "gpu"], ("cpu-flash", "cascade") if dry else ("triton", "cascade")
+    engs = {f: Engine(lm.model, tmpl, head="score", attention=f) for f in forms}
+    dev, V, suffix = next(lm.model.parameters()).device, lm.model.config.vocab_size, len(tmpl.suffix_ids)
+    lines = [f"attention forms by row length (rows of one length, ~{cfg['tokens']} row tokens a batch, best of 3; "
+             f"the plan's threshold: cascade above {CASCADE_MIN_ROW_TOKENS} row tokens, predicted):",
+             f"  {'row tokens':>10s} {'rows':>6s} " + " ".join(f"{f + ' ms':>12s}" for f in forms) + "   faster"]
+    last_first = None
+    for t in cfg["row_tokens"]:
+        n = max(1, t - suffix)  # response tokens
+        rows = max(1, cfg["tokens"] // (n + suffix))
+        ids = torch.randint(10, V, (rows, n), device=dev)
+        walls = {}
+        for f, eng in engs.items():
+            eng.score(ids)  # warm-up: this shape's kernels
+            walls[f] = _best_wall(lambda eng=eng: eng.score(ids), cuda)
+        win = min(walls, key=walls.get)
+        last_first = t if win == forms[0] else last_first
+        lines.append(f"  {n + suffix:10d} {rows:6d} " + " ".join(f"{walls[f] * 1e3:12.2f}" for f in forms) + f"   {win}")
+    lines.append(f"  measured: {forms[0]} last faster at {last_first} row tokens (the plan's threshold: "
+                 f"{CASCADE_MIN_ROW_TOKENS})")
     return lines
 
 
