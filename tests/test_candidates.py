@@ -170,3 +170,28 @@ def test_decoded_equals_batch_decode(alias):
         assert decoded(tok, [5, 6]) == [t.upper() for t in plain]
     finally:
         tok.__class__ = Shouting.__mro__[1]
+
+
+def test_host_work_waits_counted():
+    """HostWork's waited_s: in turn, all of a result's time (its caller waited for it); on the thread, only what
+    was left when the caller asked (here none: the caller was busy for longer than the work took)."""
+    import time
+
+    from rmfast.scoring.candidates import HostWork
+
+    class Slow:
+        def get_vocab(self):
+            return {"a": 0, "b": 1}
+
+        def convert_ids_to_tokens(self, ids):
+            time.sleep(0.05)
+            return ["ab"[i] for i in ids]
+
+        def batch_decode(self, rows, **kw):
+            return ["ab"[r[0]] for r in rows]
+
+    turn = HostWork(Slow(), [0, 1], overlap=False)
+    assert turn.labels() == (["a", "b"], ["a", "b"]) and turn.waited_s["labels"] >= 0.05
+    beside = HostWork(Slow(), [0, 1], overlap=True)
+    time.sleep(0.3)  # the caller's own work (a GPU scan)
+    assert beside.labels() == (["a", "b"], ["a", "b"]) and beside.waited_s["labels"] < 0.05

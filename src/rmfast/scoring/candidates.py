@@ -194,7 +194,8 @@ class HostWork:
     def __init__(self, tokenizer, ids, overlap: bool):
         import threading
 
-        self.tokenizer, self.ids, self.waited_s = tokenizer, ids, 0.0
+        self.tokenizer, self.ids = tokenizer, ids
+        self.waited_s: dict[str, float] = {}  # result -> seconds its caller waited for it (in turn: all its time)
         self._out: dict = {}
         self._thread = None
         if overlap:
@@ -212,14 +213,16 @@ class HostWork:
     def _take(self, name: str, fn):
         import time
 
-        if self._thread is None:
-            return fn()
         t0 = time.perf_counter()
+        if self._thread is None:
+            value = fn()
+            self.waited_s[name] = round(time.perf_counter() - t0, 3)
+            return value
         while name not in self._out and self._thread.is_alive():
             self._thread.join(0.01)
-        self.waited_s = round(self.waited_s + time.perf_counter() - t0, 3)
         if name not in self._out:  # the thread stopped at an earlier error
             return fn()
+        self.waited_s[name] = round(time.perf_counter() - t0, 3)
         value, err = self._out[name]
         if err is not None:
             raise err

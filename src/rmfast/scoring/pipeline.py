@@ -269,7 +269,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
                                   lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids")
     tokens, texts = host.labels()
-    timing["setup_s"], timing["labels_wait_s"] = round(t_scan - t0, 3), host.waited_s
+    timing["setup_s"], timing["labels_wait_s"] = round(t_scan - t0, 3), host.waited_s["labels"]  # after the scan
     # the decisions as they ran (a compile that failed falls back to the eager layer and its attention form)
     finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=group.batch_size,
                     compiled=bool(plan.eng is not None and plan.eng.compile), tokens_per_row=plan.tokens_per_row(1))
