@@ -495,6 +495,7 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
     text += _elementwise_ab(lm, template, cuda, dry)
     text += _scan_profile(lm, template, cuda, dry)
     text += _form_crossover(lm, template, cuda, dry)
+    text += _fuse_ab(lm, template, cuda, dry)
     out.write_text("\n".join(text) + "\n")
     print(out.read_text())
 
@@ -641,6 +642,51 @@ def _form_crossover(lm, template, cuda: bool, dry: bool) -> list[str]:
         lines.append(f"  {n + suffix:10d} {rows:6d} " + " ".join(f"{walls[f] * 1e3:12.2f}" for f in forms) + f"   {win}")
     lines.append(f"  measured: {forms[0]} last faster at {last_first} row tokens (the plan's threshold: "
                  f"{CASCADE_MIN_ROW_TOKENS})")
+    return lines
+
+
+def _fuse_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
+    """q|k|v and gate|up as one GEMM weight each (the CPU's layout: :func:`rmfast.fast.layer.build_layers`, a copy
+    of ~2/3 of the weights) vs the separate projections CUDA runs now, in this one process: a scan batch of 8,192
+    rows and the profile's best-of-N calls (best of 3 each). Whether the copy's memory buys speed on a GPU."""
+    import random
+
+    import torch
+
+    from rmfast.bench.best_of_n import text_of
+    from rmfast.fast import engine as E
+    from rmfast.scoring.scorer import RewardScorer
+    from rmfast.template import build_template
+
+    lines = [f"fused q|k|v and gate|up weights vs separate (now: {'fused' if not cuda else 'separate'} on this "
+             "device; best of 3):"]
+    tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=template)
+    n = 64 if dry else 8192
+    ids = torch.randint(10, lm.model.config.vocab_size, (n, 1), device=next(lm.model.parameters()).device)
+    walls = {}
+    for fuse in (False, True):
+        eng = E.Engine(lm.model, tmpl, head="score", fuse=fuse)
+        eng.score(ids)
+        walls[fuse] = _best_wall(lambda: eng.score(ids), cuda)
+        del eng
+    lines.append(f"  scan {n} rows: separate {walls[False] * 1e3:.1f} ms, fused {walls[True] * 1e3:.1f} ms, "
+                 f"separate / fused = {walls[False] / walls[True]:.3f}")
+    real = E.build_layers
+    for i, (P, N) in enumerate(PROFILE_SHAPES["dry" if dry else "gpu"]):
+        rng = random.Random(200 + i)
+        convs = [text_of(lm.tokenizer, P, rng)]
+        responses = [[text_of(lm.tokenizer, rng.randint(4 if dry else 20, 24 if dry else 200), rng) for _ in range(N)]]
+        for fuse in (False, True):
+            E.build_layers = lambda spec, f, fused=False, fuse=fuse: real(spec, fuse, fused)
+            try:
+                sc = RewardScorer(lm, cache_prompts=0, template=template)
+                sc.score(convs, responses)  # warm-up
+                walls[fuse] = _best_wall(lambda: sc.score(convs, responses), cuda)
+            finally:
+                E.build_layers = real
+            del sc
+        lines.append(f"  best-of-N {P} x {N}: separate {walls[False] * 1e3:.1f} ms, fused {walls[True] * 1e3:.1f} ms, "
+                     f"separate / fused = {walls[False] / walls[True]:.3f}")
     return lines
 
 
