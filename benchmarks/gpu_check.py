@@ -493,7 +493,7 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
             text.append(f"(sorted by {key})\n" + ev.table(sort_by=key, row_limit=25))
             text.append("(sorted by host time, children included)\n" + ev.table(sort_by="cpu_time_total", row_limit=15))
     text += _elementwise_ab(lm, template, cuda, dry)
-    text += _scan_profile(lm, template, cuda, dry)
+    text += _scan_profile(lm, template, cuda, dry, _env_bandwidth(out.parent / "env.json"))
     text += _form_crossover(lm, template, cuda, dry)
     text += _fuse_ab(lm, template, cuda, dry)
     out.write_text("\n".join(text) + "\n")
@@ -564,7 +564,15 @@ def _elementwise_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
 GEMM_KERNEL = re.compile(r"gemm|nvjet|xmma|cutlass|aten::(mm|addmm|bmm|linear|matmul)$", re.IGNORECASE)
 
 
-def _scan_profile(lm, template, cuda: bool, dry: bool) -> list[str]:
+def _env_bandwidth(path: Path) -> float | None:
+    """The env step's measured copy bandwidth (TB/s, read + write), None where it is not on record."""
+    try:
+        return float(json.loads(path.read_text())["copy"]["tb_s_read_plus_write"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _scan_profile(lm, template, cuda: bool, dry: bool, bandwidth_tb_s: float | None = None) -> list[str]:
     """The exhaustive scan's batch as the whole vocabulary runs it (the plan's auto rows, eager): its rate beside a
     batch of 8,192 rows, and one batch under torch.profiler: device time in GEMMs against the rest, by kernel.
     What is left between the scan and the GEMM peak, named (issue 33: the whole vocabulary's <= 6.5 s)."""
@@ -603,6 +611,19 @@ def _scan_profile(lm, template, cuda: bool, dry: bool) -> list[str]:
         t = getattr(e, key)
         lines.append(f"    {t / 1e3:8.2f} ms {t / total:6.1%} x{e.count:<5d} {'GEMM ' if GEMM_KERNEL.search(e.key) else '     '}"
                      f"{e.key[:110]}")
+    if bandwidth_tb_s:  # the per-kernel model (rmfast.bench.layer_cost) at the measured GEMM time and copy bandwidth
+        from rmfast.bench.layer_cost import scan_batch_cost
+        from rmfast.dims import model_dims
+
+        shape = dict(rows=rows, row_tokens=1 + len(tmpl.suffix_ids), prompt=len(tmpl.prefix_ids),
+                     sandwich=eng.layers[0][1].sandwich)
+        dims = model_dims(lm.model.config)
+        tflop = scan_batch_cost(dims, **shape, peak_tflops=1.0, bandwidth_tb_s=1.0)["gemm_tflop"]
+        rate = tflop / max(gemm, 1e-9) * 1e6  # TFLOP/s of the profiled GEMMs (gemm: microseconds)
+        c = scan_batch_cost(dims, **shape, peak_tflops=rate, bandwidth_tb_s=bandwidth_tb_s)
+        lines.append(f"  the per-kernel model (rmfast.bench.layer_cost) at the GEMMs' measured {rate:,.1f} TFLOP/s and "
+                     f"the copy's {bandwidth_tb_s} TB/s: the rest (elementwise + attention) "
+                     f"{c['elementwise_ms'] + c['attention_ms']:.1f} ms predicted, {(total - gemm) / 1e3:.1f} ms measured")
     return lines
 
 

@@ -394,3 +394,26 @@ def test_proj_params_is_the_models_gemm_params():
 
     dims = model_dims(T.tiny("llama", num_labels=1), "score")
     assert proj_params(dims) == dims["gemm_params"]
+
+
+def test_layer_cost_counts_the_eager_layer():
+    """rmfast.bench.layer_cost: a layer's GEMM FLOPs are 2 x tokens x its projection weights (the last layer's
+    queries, output projection and MLP on the final position only), every elementwise kernel moves bytes and no
+    FLOPs, and the fraction of the peak falls as the bandwidth does."""
+    from rmfast.bench.layer_cost import layer_kernels, scan_batch_cost
+    from rmfast.dims import ModelDims
+
+    d = ModelDims(hidden=96, layers=3, heads=6, kv_heads=2, head_dim=16, intermediate=256, vocab=1000)
+    hq, hkv = 6 * 16, 2 * 16
+    per_tok = 96 * hq + 2 * 96 * hkv + hq * 96 + 3 * 96 * 256
+    ks = layer_kernels(d, rows=10, row_tokens=3, prompt=20)
+    assert sum(k.flops for k in ks if k.kind == "gemm") == 2 * 30 * per_tok
+    assert all(k.flops == 0 and k.bytes > 0 for k in ks if k.kind == "elementwise")
+    last = layer_kernels(d, rows=10, row_tokens=3, prompt=20, last=True)
+    assert sum(k.flops for k in last if k.kind == "gemm") == 2 * 30 * 2 * 96 * hkv + 2 * 10 * (per_tok - 2 * 96 * hkv)
+    sandwich = layer_kernels(d, rows=10, row_tokens=3, prompt=20, sandwich=True)
+    assert len(sandwich) == len(ks) + 2
+    fast = scan_batch_cost(d, 10, 3, 20, peak_tflops=100, bandwidth_tb_s=3.0)
+    slow = scan_batch_cost(d, 10, 3, 20, peak_tflops=100, bandwidth_tb_s=0.3)
+    assert 0 < slow["gemm_fraction"] < fast["gemm_fraction"] < 1
+    assert abs(sum(fast["by_kernel"].values()) - fast["total_ms"]) < 1e-9
