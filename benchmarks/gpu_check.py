@@ -19,7 +19,8 @@ budget (default 540 s: 9 minutes), in this order:
    The baselines' batch options are planned for the card with the bench's own memory guard
    (:func:`plan_batches`), so no model is refused before timing.
 4. **workloads** (8B, bf16): best-of-N (prompt 512 and 2,048 x N 16 and 64; 16 prompts x 4), one
-   best-of-N call under torch.profiler (a table by kernel; the scan's batch too: its GEMM share, by kernel),
+   best-of-N call under torch.profiler (a table by kernel; the scan's batch too: its GEMM share by kernel beside
+   rmfast.bench.layer_cost's prediction; both attention forms by row length; fused vs separate projections),
    the states overhead (`last_prenorm`, `all`), and `all` again with its folder in RAM (/dev/shm, where it has
    room: the overhead where the disk keeps up).
 5. **bench** of Gemma-2-9B and Gemma-2-2B, as the budget allows.
