@@ -165,7 +165,8 @@ def test_host_work_beside_the_scan_changes_nothing(tiny_rm, smol_tokenizer, monk
     assert np.array_equal(over.scores, plain.scores) and over.tokens == plain.tokens and over.texts == plain.texts
     assert over.manifest["vocab_sha256"] == plain.manifest["vocab_sha256"]
     for m in (plain.manifest, over.manifest):
-        assert 0 <= m["setup_s"] and m["setup_s"] + m["scan_s"] + m["labels_wait_s"] <= m["wall_s"]
+        parts = m["setup_s"] + m["scan_s"] + m["labels_wait_s"]  # each rounded to 1 ms, as the wall is
+        assert 0 <= m["setup_s"] and parts <= m["wall_s"] + 0.004
     assert plain.manifest["labels_wait_s"] >= 0 and over.manifest["labels_wait_s"] >= 0
 
     class Broken(type(smol_tokenizer)):
