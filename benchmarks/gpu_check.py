@@ -451,7 +451,7 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
 
     import torch
 
-    from rmfast.bench.best_of_n import BestOfNConfig, load_model, text_of
+    from rmfast.bench.best_of_n import BestOfNConfig, load_model
     from rmfast.scoring.scorer import RewardScorer
 
     cuda = not dry
@@ -465,8 +465,7 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
     text = []
     for i, (P, N) in enumerate(PROFILE_SHAPES["dry" if dry else "gpu"]):
         rng = random.Random(i)
-        convs = [text_of(lm.tokenizer, P, rng)]
-        responses = [[text_of(lm.tokenizer, rng.randint(4 if dry else 20, 24 if dry else 200), rng) for _ in range(N)]]
+        convs, responses = _best_of_n_inputs(lm, P, N, rng, dry)
         scorer.score(convs, responses)  # warm-up: Triton compiles, cuBLAS picks its kernels
         if cuda:
             torch.cuda.synchronize()
@@ -501,6 +500,21 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
     print(out.read_text())
 
 
+def _scan_template(lm, template):
+    """The profile's scans: the default prompt on the model's template."""
+    from rmfast.template import build_template
+
+    return build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=template)
+
+
+def _best_of_n_inputs(lm, P: int, N: int, rng, dry: bool) -> tuple[list[str], list[list[str]]]:
+    """One prompt of ~P tokens and N responses of 20-200 tokens (dry: 4-24), drawn from ``rng``."""
+    from rmfast.bench.best_of_n import text_of
+
+    lo, hi = (4, 24) if dry else (20, 200)
+    return [text_of(lm.tokenizer, P, rng)], [[text_of(lm.tokenizer, rng.randint(lo, hi), rng) for _ in range(N)]]
+
+
 def _best_wall(fn, cuda: bool, reps: int = 3) -> float:
     import torch
 
@@ -523,18 +537,15 @@ def _elementwise_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
 
     import torch
 
-    from rmfast.bench.best_of_n import text_of
     from rmfast.fast.engine import Engine
     from rmfast.scoring import decisions
     from rmfast.scoring.scorer import RewardScorer
-    from rmfast.template import build_template
 
     rule, lines = decisions.fused_elementwise, ["elementwise kernels on vs off (the same process; best of 3):"]
     shapes = PROFILE_SHAPES["dry" if dry else "gpu"]
     for i, (P, N) in enumerate(shapes):
         rng = random.Random(100 + i)
-        convs = [text_of(lm.tokenizer, P, rng)]
-        responses = [[text_of(lm.tokenizer, rng.randint(4 if dry else 20, 24 if dry else 200), rng) for _ in range(N)]]
+        convs, responses = _best_of_n_inputs(lm, P, N, rng, dry)
         walls = {}
         for on in (True, False):
             decisions.fused_elementwise = rule if on else (lambda *a: False)
@@ -547,7 +558,7 @@ def _elementwise_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
                 decisions.fused_elementwise = rule
             lines.append(f"  best-of-N {P} x {N}: elementwise {picked}: {walls[on] * 1e3:.1f} ms")
         lines.append(f"  best-of-N {P} x {N}: off / on = {walls[False] / walls[True]:.3f}")
-    tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=template)
+    tmpl = _scan_template(lm, template)
     n = 64 if dry else 8192
     ids = torch.randint(10, min(2000, lm.model.config.vocab_size), (n, 1), device=next(lm.model.parameters()).device)
     walls = {}
@@ -581,9 +592,8 @@ def _scan_profile(lm, template, cuda: bool, dry: bool, bandwidth_tb_s: float | N
 
     from rmfast.fast.engine import Engine
     from rmfast.scoring.decisions import choose_rows_per_batch
-    from rmfast.template import build_template
 
-    tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=template)
+    tmpl = _scan_template(lm, template)
     eng = Engine(lm.model, tmpl, head="score")
     rows = choose_rows_per_batch(lm.model, tmpl, "score", 1, True, "auto")
     dev, V = next(lm.model.parameters()).device, lm.model.config.vocab_size
@@ -641,9 +651,8 @@ def _form_crossover(lm, template, cuda: bool, dry: bool) -> list[str]:
 
     from rmfast.fast.engine import Engine
     from rmfast.scoring.decisions import CASCADE_MIN_ROW_TOKENS
-    from rmfast.template import build_template
 
-    tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=template)
+    tmpl = _scan_template(lm, template)
     cfg, forms = CROSSOVER["dry" if dry else "gpu"], ("cpu-flash", "cascade") if dry else ("triton", "cascade")
     engs = {f: Engine(lm.model, tmpl, head="score", attention=f) for f in forms}
     dev, V, suffix = next(lm.model.parameters()).device, lm.model.config.vocab_size, len(tmpl.suffix_ids)
@@ -675,14 +684,12 @@ def _fuse_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
 
     import torch
 
-    from rmfast.bench.best_of_n import text_of
     from rmfast.fast import engine as E
     from rmfast.scoring.scorer import RewardScorer
-    from rmfast.template import build_template
 
     lines = [f"fused q|k|v and gate|up weights vs separate (now: {'fused' if not cuda else 'separate'} on this "
              "device; best of 3):"]
-    tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?", template=template)
+    tmpl = _scan_template(lm, template)
     n = 64 if dry else 8192
     ids = torch.randint(10, lm.model.config.vocab_size, (n, 1), device=next(lm.model.parameters()).device)
     walls = {}
@@ -696,8 +703,7 @@ def _fuse_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
     real = E.build_layers
     for i, (P, N) in enumerate(PROFILE_SHAPES["dry" if dry else "gpu"]):
         rng = random.Random(200 + i)
-        convs = [text_of(lm.tokenizer, P, rng)]
-        responses = [[text_of(lm.tokenizer, rng.randint(4 if dry else 20, 24 if dry else 200), rng) for _ in range(N)]]
+        convs, responses = _best_of_n_inputs(lm, P, N, rng, dry)
         for fuse in (False, True):
             E.build_layers = lambda spec, f, fused=False, fuse=fuse: real(spec, fuse, fused)
             try:

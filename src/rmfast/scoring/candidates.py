@@ -194,7 +194,8 @@ class HostWork:
     def __init__(self, tokenizer, ids, overlap: bool):
         import threading
 
-        self.tokenizer, self.ids = tokenizer, ids
+        # result -> how it is made (one table: the thread's order, and the fallback in turn)
+        self._work = {"sha": lambda: vocab_sha256(tokenizer), "labels": lambda: id_labels(tokenizer, ids)}
         self.waited_s: dict[str, float] = {}  # result -> seconds its caller waited for it (in turn: all its time)
         self._out: dict = {}
         self._thread = None
@@ -203,17 +204,17 @@ class HostWork:
             self._thread.start()
 
     def _run(self) -> None:
-        for name, fn in (("sha", lambda: vocab_sha256(self.tokenizer)), ("labels", lambda: id_labels(self.tokenizer, self.ids))):
+        for name, fn in self._work.items():
             try:
                 self._out[name] = (fn(), None)
             except BaseException as e:  # raised in the caller's thread, where the result is taken
                 self._out[name] = (None, e)
                 return
 
-    def _take(self, name: str, fn):
+    def _take(self, name: str):
         import time
 
-        t0 = time.perf_counter()
+        fn, t0 = self._work[name], time.perf_counter()
         if self._thread is None:
             value = fn()
             self.waited_s[name] = round(time.perf_counter() - t0, 3)
@@ -230,11 +231,11 @@ class HostWork:
 
     def vocab_sha256(self) -> str:
         """:func:`vocab_sha256` of the tokenizer."""
-        return self._take("sha", lambda: vocab_sha256(self.tokenizer))
+        return self._take("sha")
 
     def labels(self) -> tuple[list[str], list[str]]:
         """:func:`id_labels` of the ids."""
-        return self._take("labels", lambda: id_labels(self.tokenizer, self.ids))
+        return self._take("labels")
 
 
 def _plain_fast_decode(tokenizer) -> bool:
