@@ -82,9 +82,9 @@ def test_rope_kernel_matches_twin(Dr, per_row, dtype):
 
 @requires_triton
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [1, 1000, 2050])  # one block, several, a ragged last one
-def test_silu_mul_kernel_matches_twin(n, dtype):
-    g, u = _randn(n, dtype=dtype, scale=4.0), _randn(n, dtype=dtype, seed=1)
+@pytest.mark.parametrize("shape", [(1,), (1000,), (2, 2050), (3, 1, 5)])  # one block, several, a ragged last one; rows
+def test_silu_mul_kernel_matches_twin(shape, dtype):
+    g, u = _randn(*shape, dtype=dtype, scale=4.0), _randn(*shape, dtype=dtype, seed=1)
     _close(te.silu_mul_triton(g, u), torch.nn.functional.silu(g) * u, dtype)
 
 
@@ -108,8 +108,34 @@ def test_layouts_the_kernels_do_not_read_fall_back_to_the_twin():
     _close(ops.rope(qkv[:, 1:], ang[:2].cos(), ang[:2].sin(), triton=True), ref.rope(qkv[:, 1:], ang[:2].cos(), ang[:2].sin()),
            torch.float32)
     g = _randn(4, 6, dtype=torch.float32)
-    assert te.silu_mul_triton(g[:, :3], g[:, 3:]) is None  # halves of a fused gate|up: not contiguous
-    _close(ops.silu_mul(g[:, :3], g[:, 3:], triton=True), torch.nn.functional.silu(g[:, :3]) * g[:, 3:], torch.float32)
+    assert te.silu_mul_triton(g[:, ::2], g[:, 1::2]) is None  # every other column: no unit stride along N
+    _close(ops.silu_mul(g[:, ::2], g[:, 1::2], triton=True), torch.nn.functional.silu(g[:, ::2]) * g[:, 1::2],
+           torch.float32)
+    heads = _randn(2, 3, 5, 8, dtype=torch.float32).transpose(1, 2)  # (2, 5, 3, 8): tokens and heads swapped
+    assert te.rmsnorm_triton(heads, _randn(8, dtype=torch.float32), 1e-6, gemma_style=False) is None  # no (T, n, N) view
+
+
+@requires_triton
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_kernels_read_a_fused_projection_as_it_is(dtype):
+    """The fused layout (q|k|v and gate|up as one GEMM each, :func:`rmfast.fast.layer.build_layers` with fuse):
+    SiLU·up reads the two halves of the gate|up output, and the q/k norm the q|k heads of the q|k|v slab, as the
+    strided views they are, with no copy, to the twin's values."""
+    gu = _randn(2, 3, 2 * 37, dtype=dtype, scale=4.0)  # (B, S, 2I): gate then up, I odd
+    g, u = gu[..., :37], gu[..., 37:]
+    assert not g.is_contiguous()
+    _close(te.silu_mul_triton(g, u), torch.nn.functional.silu(g) * u, dtype)
+    H, Hkv, D = 4, 2, 16
+    qkv = _randn(2, 3, H + 2 * Hkv, D, dtype=dtype, seed=1, scale=3.0)  # (B, S, H + 2Hkv, D)
+    qk = qkv[:, :, : H + Hkv]  # (B, S, H + Hkv, D): rows of H + Hkv heads at the slab's token stride
+    qn, kn = _randn(D, dtype=dtype, seed=2, scale=0.5), _randn(D, dtype=dtype, seed=3, scale=0.5)
+    per_head = torch.cat([qn.expand(H, -1), kn.expand(Hkv, -1)])  # (H + Hkv, D): the layer's qk_norm
+    for w in (qn, per_head):
+        for gemma in (False, True):
+            got = te.rmsnorm_triton(qk, w, 1e-6, gemma_style=gemma)
+            assert got is not None and got.is_contiguous()
+            _close(got, ref.rmsnorm(qk, w, 1e-6, gemma_style=gemma), dtype)
+    assert te.rmsnorm_triton(qk, per_head[:3], 1e-6, gemma_style=False) is None  # weight rows != heads: the twin
 
 
 def test_the_rule_and_the_plan_record_it():
@@ -128,12 +154,20 @@ def test_the_rule_and_the_plan_record_it():
     assert d.elementwise == (d.reasons["elementwise"]["value"] == "triton")
 
 
+#: the fused layout on the architectures whose kernels read it differently: plain Llama, Qwen3's and Gemma 3's q/k
+#: norms over the q|k slab (per-head weights; Gemma's style), Phi-3's stored-fused projections and partial rotary
+FUSED_ARCHS = ("llama", "qwen3", "phi3", "gemma3")
+
+
 @requires_triton
-@pytest.mark.parametrize("arch", list(T.ARCHS))
-def test_engine_with_fused_elementwise_equals_torch_ops(arch, monkeypatch):
-    """Every architecture (Gemma's norms, Qwen3's q/k norms, Phi-3's partial rotary, biases, windows): the engine
-    with the kernels scores as with torch's ops, fp32, the prompt pass and a wave of ragged rows; and the kernels
-    did run (not the twins they fall back to): every norm and RoPE of every layer, SiLU·up where the MLP is SiLU."""
+@pytest.mark.parametrize("arch,fuse", [(a, False) for a in T.ARCHS] + [(a, True) for a in FUSED_ARCHS],
+                         ids=[a for a in T.ARCHS] + [f"{a}-fused" for a in FUSED_ARCHS])
+def test_engine_with_fused_elementwise_equals_torch_ops(arch, fuse, monkeypatch):
+    """Every architecture (Gemma's norms, Qwen3's q/k norms, Phi-3's partial rotary, biases, windows), in both weight
+    layouts (CUDA's separate q/k/v and gate/up GEMMs; the fused ones, where the kernels read strided halves and
+    heads of one GEMM's output): the engine with the kernels scores as with torch's ops, fp32, the prompt pass and a
+    wave of ragged rows; and the kernels did run (not the twins they fall back to): every norm and RoPE of every
+    layer, SiLU·up where the MLP is SiLU."""
     ran = {"rmsnorm": 0, "rope": 0, "silu_mul": 0}
     for name in ran:
         fn = getattr(te, f"{name}_triton")
@@ -150,10 +184,9 @@ def test_engine_with_fused_elementwise_equals_torch_ops(arch, monkeypatch):
     ids = torch.randint(5, T.VOCAB, (3, 4), generator=g).to(DEVICE)
     lens = torch.tensor([4, 1, 3], device=DEVICE)
     for form in (None, "cascade"):  # the device's own form, and the cascade (its rows packed where no window bites)
-        # fuse=False: CUDA's layout (separate q/k/v and gate/up GEMMs; on CPU's fused ones SiLU·up reads halves
-        # of one GEMM's output, which the kernel leaves to the twin)
-        off = Engine(model, tmpl, head="score", elementwise=False, attention=form, fuse=False)
-        on = Engine(model, tmpl, head="score", elementwise=True, attention=form, fuse=False)
+        off = Engine(model, tmpl, head="score", elementwise=False, attention=form, fuse=fuse)
+        on = Engine(model, tmpl, head="score", elementwise=True, attention=form, fuse=fuse)
+        assert {len(w.w_qkv) for w, _ in on.layers} == {1 if fuse else 3}
         assert {c.fused for _, c in on.layers} == {True} and {c.fused for _, c in off.layers} == {False}
         torch.testing.assert_close(on.kv[0][0], off.kv[0][0], atol=1e-5, rtol=1e-5)  # the prompt pass's keys
         torch.testing.assert_close(on.score_ragged(ids, lens), off.score_ragged(ids, lens), atol=2e-5, rtol=1e-5)

@@ -19,7 +19,8 @@ from rmfast.template import build_template
 SRC = Path(__file__).resolve().parents[1] / "src" / "rmfast"
 
 #: every job's manifest records these decisions, each with a reason in words
-DECIDED = ("job", "device", "dtype", "head", "engine", "compile", "kernels", "attention", "batch_size", "padding")
+DECIDED = ("job", "device", "dtype", "head", "engine", "compile", "kernels", "attention", "elementwise", "projections",
+           "batch_size", "padding")
 
 
 # ------------------------------------------------------------------ one site per decision
@@ -27,7 +28,7 @@ DECIDED = ("job", "device", "dtype", "head", "engine", "compile", "kernels", "at
 #: the decision rules: called only inside rmfast.scoring.decisions (the plan, the scorer, GCG, the bench call
 #: decide(), which applies them all)
 RULES = ("choose_head", "choose_engine", "choose_compile", "choose_attention", "choose_kernels",
-         "choose_share_batches", "choose_rows_per_batch", "engine_for")
+         "choose_share_batches", "choose_rows_per_batch", "engine_for", "choose_projections")
 #: where the kernels' environment variable and device default may be read: the decision, the kernels'
 #: dispatch for direct calls, and an Engine built without a plan (tests, the bench's fp32 check)
 KERNEL_SITES = {"scoring/decisions.py", "fast/ops.py", "fast/engine.py"}
@@ -198,6 +199,27 @@ def test_logprobs_job_goes_through_the_plans_decisions():
 
 
 # ------------------------------------------------------------------ the attention form (moved from test_cascade.py)
+
+
+def test_the_projections_layout_is_decided_and_obeyed():
+    """The weight layout (q|k|v and gate|up fused into one GEMM each, or separate) is the plan's "projections"
+    decision, recorded with its reason, and the engine it builds runs it; the plain-HF path says it runs the
+    model's own modules. A CUDA model keeps its own weights and the reason prices the copy fusing would make."""
+    from rmfast.scoring.decisions import choose_projections
+    from rmfast.scoring.plan import plan_scoring
+
+    tok, model = T.chatml_tokenizer(), T.tiny("llama")
+    plan = plan_scoring(model, build_template(tok, "Hi"), ScoringOptions(compile="off"), response_tokens=1)
+    assert plan.decisions["projections"]["value"] == "fused" and "CPU" in plan.decisions["projections"]["reason"]
+    assert {len(w.w_qkv) for w, _ in plan.eng.layers} == {1} and {len(w.w_gate_up) for w, _ in plan.eng.layers} == {1}
+    hf = plan_scoring(model, build_template(tok, "Hi"), ScoringOptions(engine="hf"), response_tokens=1)
+    assert hf.decisions["projections"]["value"] == "as stored"
+    fuse, why = choose_projections(model, torch.device("cuda"))  # the rule reads the device it is given
+    copy = sum(m.weight.numel() * m.weight.element_size() for n, m in model.named_modules()
+               if n.endswith(("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))) / 2**30
+    assert fuse is False and f"copy {copy:.1f} GiB" in why
+    fuse, why = choose_projections(T.tiny("phi3"), torch.device("cuda"))  # stored fused: no copy either way
+    assert fuse is False and "no copy" in why
 
 
 def test_choose_attention_rules(monkeypatch):

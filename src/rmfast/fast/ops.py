@@ -225,7 +225,8 @@ def gated_act(g, u, act: str, *, triton=False):
 
 
 def silu_mul(g, u, *, triton=False):
-    """``F.silu(g) * u`` (the gated MLP's middle); ``triton``: one kernel where both are contiguous."""
+    """``F.silu(g) * u`` (the gated MLP's middle); ``triton``: one kernel where each has a (rows, N) view
+    (contiguous, or the halves of a fused gate|up output)."""
     if triton:
         from ..kernels.triton_elementwise import silu_mul_triton
 

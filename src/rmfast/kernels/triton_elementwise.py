@@ -27,15 +27,20 @@ __all__ = ["HAVE_TRITON", "rmsnorm_triton", "rope_triton", "silu_mul_triton"]
 if HAVE_TRITON:
 
     # The row count varies with every batch: not specialised (no variants for 1 or multiples of 16).
-    @triton.jit(do_not_specialize=["n_rows"])
-    def _rmsnorm_kernel(X, W, Y, n_rows, N, stride_x, stride_y, eps, GEMMA: tl.constexpr, BLOCK: tl.constexpr):
+    @triton.jit(do_not_specialize=["n_rows", "n_inner", "n_w"])
+    def _rmsnorm_kernel(X, W, Y, n_rows, N, n_inner, stride_xo, stride_xi, n_w, stride_w, stride_y, eps,
+                        GEMMA: tl.constexpr, BLOCK: tl.constexpr):
+        """One row per program: row r of x at (r // n_inner) * stride_xo + (r % n_inner) * stride_xi (a (T, n, N)
+        view: the heads of a fused q|k slab; n_inner = 1 for plain (rows, N)); its weight row r % n_w (per-head
+        weights, (n, N): the q norm's for q heads, the k norm's for k heads; n_w = 1 for one (N,) weight); y is
+        contiguous (rows, N)."""
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK)
         ok = offs < N
-        x = tl.load(X + row * stride_x + offs, mask=ok, other=0.0)
+        x = tl.load(X + (row // n_inner) * stride_xo + (row % n_inner) * stride_xi + offs, mask=ok, other=0.0)
         xf = x.to(tl.float32)  # (BLOCK,)
         rstd = tl.rsqrt(tl.sum(xf * xf, 0) / N + eps)
-        w = tl.load(W + offs, mask=ok, other=0.0).to(tl.float32)
+        w = tl.load(W + (row % n_w) * stride_w + offs, mask=ok, other=0.0).to(tl.float32)
         xn = xf * rstd
         if GEMMA:  # ((x.float() * rstd) * (1 + w.float())).to(dtype)
             y = (xn * (1.0 + w)).to(x.dtype)
@@ -72,15 +77,18 @@ if HAVE_TRITON:
         y = tl.where(rot_ok[None, :], (a1 + a2).to(x.dtype), x)  # the rest passes through (partial rotary)
         tl.store(Y + t * sy_t + offs_h[:, None] * sy_h + offs_d[None, :], y, mask=m)
 
-    @triton.jit(do_not_specialize=["n"])
-    def _silu_mul_kernel(G, U, Y, n, BLOCK: tl.constexpr):
-        i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        ok = i < n
-        g = tl.load(G + i, mask=ok, other=0.0)
-        u = tl.load(U + i, mask=ok, other=0.0)
+    @triton.jit(do_not_specialize=["n_rows"])
+    def _silu_mul_kernel(G, U, Y, n_rows, N, stride_g, stride_u, BLOCK: tl.constexpr):
+        """Program (r, j): columns j*BLOCK.. of row r. g and u rows at their own strides (the two halves of a fused
+        gate|up output are views with the slab's row stride), y contiguous (rows, N)."""
+        r = tl.program_id(0).to(tl.int64)
+        i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        ok = i < N
+        g = tl.load(G + r * stride_g + i, mask=ok, other=0.0)
+        u = tl.load(U + r * stride_u + i, mask=ok, other=0.0)
         gf = g.to(tl.float32)
         act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)  # F.silu in fp32 maths, rounded to the dtype
-        tl.store(Y + i, (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype), mask=ok)
+        tl.store(Y + r * N + i, (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype), mask=ok)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor | None:
@@ -93,18 +101,43 @@ def _rows(x: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
+def _rows_in_groups(x: torch.Tensor) -> tuple[int, int, int, int] | None:
+    """x's rows (unit stride along the last dim) as (n_rows, n_inner, stride_outer, stride_inner): row r at
+    (r // n_inner) * stride_outer + (r % n_inner) * stride_inner, without a copy. One row stride (n_inner = 1), or
+    (T, n, N) with the leading dims collapsed (the q|k heads of a fused q|k|v slab); None if neither is a view."""
+    x2 = _rows(x)
+    if x2 is not None:
+        return x2.shape[0], 1, x2.stride(0), 0
+    if x.dim() < 3 or x.stride(-1) != 1:
+        return None
+    try:
+        x3 = x.view(-1, x.shape[-2], x.shape[-1])  # (T, n, N)
+    except RuntimeError:
+        return None
+    return x3.shape[0] * x3.shape[1], x3.shape[1], x3.stride(0), x3.stride(1)
+
+
 def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, *, gemma_style: bool) -> torch.Tensor | None:
     """RMSNorm over the last dim, rounded as :func:`rmfast.kernels.reference.rmsnorm` (fp32=False) rounds: a new
-    tensor of x's shape and dtype. None where x has no (rows, N) view (the caller runs the torch twin)."""
-    x2 = _rows(x)
-    if x2 is None or x2.shape[0] == 0:
+    contiguous tensor of x's shape and dtype. x's rows may be one strided (rows, N) view or the heads of a fused
+    q|k slab (:func:`_rows_in_groups`); ``weight`` (N,), or (n, N) per head of x (..., n, N). None where x or the
+    weight is laid out otherwise (the caller runs the torch twin)."""
+    rows = _rows_in_groups(x)
+    if rows is None or rows[0] == 0:
+        return None
+    if weight.dim() == 1:
+        n_w, s_w = 1, 0
+    elif weight.dim() == 2 and x.dim() >= 2 and weight.shape[0] == x.shape[-2] and weight.stride(-1) == 1:
+        n_w, s_w = weight.shape[0], weight.stride(0)
+    else:
         return None
     check_device(x, _rmsnorm_kernel)
-    N = x2.shape[1]
+    n_rows, n_inner, s_outer, s_inner = rows
+    N = x.shape[-1]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     block = next_pow2(N)
-    _rmsnorm_kernel[(x2.shape[0],)](x2, weight, y, x2.shape[0], N, x2.stride(0), N, float(eps), GEMMA=bool(gemma_style),
-                                    BLOCK=block, num_warps=min(16, max(1, block // 256)))
+    _rmsnorm_kernel[(n_rows,)](x, weight, y, n_rows, N, n_inner, s_outer, s_inner, n_w, s_w, N, float(eps),
+                               GEMMA=bool(gemma_style), BLOCK=block, num_warps=min(16, max(1, block // 256)))
     return y
 
 
@@ -126,12 +159,18 @@ def rope_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
 
 
 def silu_mul_triton(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor | None:
-    """``F.silu(g) * u`` (two torch ops' roundings) in one pass: a new tensor, or None unless both are contiguous
-    and alike (the caller runs the torch twin)."""
-    if not (g.is_contiguous() and u.is_contiguous()) or g.shape != u.shape or g.dtype != u.dtype or g.numel() == 0:
+    """``F.silu(g) * u`` (two torch ops' roundings) in one pass: a new contiguous tensor. g and u alike in shape and
+    dtype, each with a (rows, N) view (contiguous, or the two halves of a fused gate|up output); None otherwise
+    (the caller runs the torch twin)."""
+    if g.shape != u.shape or g.dtype != u.dtype or g.numel() == 0:
+        return None
+    g2, u2 = _rows(g), _rows(u)
+    if g2 is None or u2 is None:
         return None
     check_device(g, _silu_mul_kernel)
-    y = torch.empty_like(g)
-    block = 1024
-    _silu_mul_kernel[(triton.cdiv(g.numel(), block),)](g, u, y, g.numel(), BLOCK=block, num_warps=4)
+    n_rows, N = g2.shape
+    y = torch.empty(g.shape, dtype=g.dtype, device=g.device)
+    block = min(1024, next_pow2(N))
+    _silu_mul_kernel[(n_rows, triton.cdiv(N, block))](g2, u2, y, n_rows, N, g2.stride(0), u2.stride(0), BLOCK=block,
+                                                      num_warps=4)
     return y

@@ -247,6 +247,25 @@ def elementwise_reason(device: torch.device, triton: bool, compiled: bool) -> st
     return "torch's ops: " + ("no CUDA device" if device.type != "cuda" else "the kernels decision is torch")
 
 
+def choose_projections(model, device: torch.device) -> tuple[bool, str]:
+    """Whether the fast engine's layers run q|k|v and gate|up as one GEMM weight each (fused) or as the model stores
+    them (separate), and why (:func:`rmfast.fast.layer.build_layers`' ``fuse``; the Triton elementwise kernels read
+    either layout). Fused on CPU, where one GEMM call instead of three saves measurable overhead on the small models
+    a CPU runs; separate elsewhere, where the copy would cost device memory and its speed is not yet measured
+    (``make gpu-check``'s profile times both in one process)."""
+    spec = arch_spec(model)
+    if device.type == "cpu":
+        return True, "CPU: q|k|v and gate|up as one GEMM each (fewer, bigger GEMM calls on the small models a CPU runs)"
+    stored = spec is not None and len(spec.layers[0].qkv) == 1 and len(spec.layers[0].gate_up) == 1
+    if stored:
+        return False, ("separate GEMMs on row slices of the model's own fused q|k|v and gate|up (no copy either way); "
+                       "the fused form's speed on a GPU is not yet measured")
+    gib = 0.0 if spec is None else sum(m.weight.numel() * m.weight.element_size()
+                                       for L in spec.layers for m in (*L.qkv, *L.gate_up)) / 2**30
+    return False, (f"the model's own q, k, v, gate, up weights (fusing them would copy {gib:.1f} GiB onto the device; "
+                   "the fused form's speed on a GPU is not yet measured)")
+
+
 def choose_kernels(kernels: str, device: torch.device) -> tuple[bool, str]:
     """Whether the fused kernels run as Triton, and why: (triton, reason). ``auto``: Triton on CUDA where it is
     installed; the ``RMFAST_KERNELS`` variable (torch|triton), read here once per job, overrides auto
@@ -303,6 +322,7 @@ class Decisions:
     packed_rows: bool = False  # ragged rows run packed back to back (the cascade form), up to pack_limit tokens
     pack_limit: int | None = None  # prompt + row tokens (the shortest sliding window); None: any
     host_overlap: bool = False  # a token scan's vocabulary hash and decoding on a host thread while the device scores
+    fuse: bool = False  # q|k|v and gate|up as one GEMM weight each (the "projections" decision, choose_projections)
     reasons: dict = field(default_factory=dict)
 
     def packs(self, prompt: int, row: int) -> bool:
@@ -373,6 +393,11 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     d.record("attention", form, form_why)
     d.elementwise = fused_elementwise(device, triton, compiled)
     d.record("elementwise", "triton" if d.elementwise else "torch", elementwise_reason(device, triton, compiled))
+    if engine == "fast":
+        d.fuse, why = choose_projections(model, device)
+        d.record("projections", "fused" if d.fuse else "separate", why)
+    else:
+        d.record("projections", "as stored", "the plain Hugging Face path runs the model's own modules")
     if job == "scorer":
         d.share_batches, why = choose_share_batches(o.share_batches, device)
         d.record("share_batches", d.share_batches, why)

@@ -365,7 +365,7 @@ def plan_scoring(model, template: Template, options: ScoringOptions | None = Non
     eng = None
     if d.engine == "fast":
         eng = Engine(model, template, head=d.head, head_index=d.head_index, layers=layers, compile=d.compile,
-                     attention=d.attention, triton=d.triton, elementwise=d.elementwise)
+                     attention=d.attention, triton=d.triton, elementwise=d.elementwise, fuse=d.fuse)
     return ScoringPlan(model, template, d.head, d.head_index, d.engine, d.compile, d.options.batch_size,
                        d.fixed_shapes if fixed_shapes is None else fixed_shapes, eng,
                        compile_reason=d.reasons["compile"]["reason"], attention=d.attention,
