@@ -677,44 +677,40 @@ def _form_crossover(lm, template, cuda: bool, dry: bool) -> list[str]:
 
 
 def _fuse_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
-    """q|k|v and gate|up as one GEMM weight each (the CPU's layout: :func:`rmfast.fast.layer.build_layers`, a copy
-    of ~2/3 of the weights) vs the separate projections CUDA runs now, in this one process: a scan batch of 8,192
-    rows and the profile's best-of-N calls (best of 3 each). Whether the copy's memory buys speed on a GPU."""
+    """q|k|v and gate|up as one GEMM weight each (``--projections fused``: a copy of ~2/3 of the weights) vs the
+    model's own separate projections (what ``auto`` runs on CUDA), in this one process: a scan batch of 8,192 rows and
+    the profile's best-of-N calls (best of 3 each). Whether the copy's memory buys speed on a GPU."""
     import random
 
     import torch
 
-    from rmfast.fast import engine as E
+    from rmfast.scoring.options import ScoringOptions
+    from rmfast.scoring.plan import plan_scoring
     from rmfast.scoring.scorer import RewardScorer
 
-    lines = [f"fused q|k|v and gate|up weights vs separate (now: {'fused' if not cuda else 'separate'} on this "
+    lines = [f"fused q|k|v and gate|up weights vs separate (auto: {'fused' if not cuda else 'separate'} on this "
              "device; best of 3):"]
     tmpl = _scan_template(lm, template)
     n = 64 if dry else 8192
-    ids = torch.randint(10, lm.model.config.vocab_size, (n, 1), device=next(lm.model.parameters()).device)
+    ids = torch.randint(10, lm.model.config.vocab_size, (n, 1))
     walls = {}
-    for fuse in (False, True):
-        eng = E.Engine(lm.model, tmpl, head="score", fuse=fuse)
-        eng.score(ids)
-        walls[fuse] = _best_wall(lambda: eng.score(ids), cuda)
-        del eng
-    lines.append(f"  scan {n} rows: separate {walls[False] * 1e3:.1f} ms, fused {walls[True] * 1e3:.1f} ms, "
-                 f"separate / fused = {walls[False] / walls[True]:.3f}")
-    real = E.build_layers
+    for proj in ("separate", "fused"):
+        plan = plan_scoring(lm.model, tmpl, ScoringOptions(compile="off", projections=proj), response_tokens=1)
+        plan.score(ids, n)
+        walls[proj] = _best_wall(lambda: plan.score(ids, n), cuda)
+        del plan
+    lines.append(f"  scan {n} rows: separate {walls['separate'] * 1e3:.1f} ms, fused {walls['fused'] * 1e3:.1f} ms, "
+                 f"separate / fused = {walls['separate'] / walls['fused']:.3f}")
     for i, (P, N) in enumerate(PROFILE_SHAPES["dry" if dry else "gpu"]):
         rng = random.Random(200 + i)
         convs, responses = _best_of_n_inputs(lm, P, N, rng, dry)
-        for fuse in (False, True):
-            E.build_layers = lambda spec, f, fused=False, fuse=fuse: real(spec, fuse, fused)
-            try:
-                sc = RewardScorer(lm, cache_prompts=0, template=template)
-                sc.score(convs, responses)  # warm-up
-                walls[fuse] = _best_wall(lambda: sc.score(convs, responses), cuda)
-            finally:
-                E.build_layers = real
+        for proj in ("separate", "fused"):
+            sc = RewardScorer(lm, cache_prompts=0, template=template, options=ScoringOptions(projections=proj))
+            sc.score(convs, responses)  # warm-up
+            walls[proj] = _best_wall(lambda: sc.score(convs, responses), cuda)
             del sc
-        lines.append(f"  best-of-N {P} x {N}: separate {walls[False] * 1e3:.1f} ms, fused {walls[True] * 1e3:.1f} ms, "
-                     f"separate / fused = {walls[False] / walls[True]:.3f}")
+        lines.append(f"  best-of-N {P} x {N}: separate {walls['separate'] * 1e3:.1f} ms, fused "
+                     f"{walls['fused'] * 1e3:.1f} ms, separate / fused = {walls['separate'] / walls['fused']:.3f}")
     return lines
 
 

@@ -22,7 +22,8 @@ def test_options_are_one_frozen_validated_value():
         o.engine = "fast"
     assert o.replace(head="score").head == "score" and o.head == "auto"
     for bad in ({"head": "reward"}, {"engine": "turbo"}, {"compile": "maybe"}, {"batch_size": 0},
-                {"attention": "flashy"}, {"kernels": "cuda"}, {"compat": "papers"}, {"head_index": -1}):
+                {"attention": "flashy"}, {"kernels": "cuda"}, {"compat": "papers"}, {"head_index": -1},
+                {"projections": "both"}):
         with pytest.raises(UserError):
             ScoringOptions(**bad)
     with pytest.raises(TypeError, match="not a scoring option: enigne"):

@@ -220,6 +220,28 @@ def test_the_projections_layout_is_decided_and_obeyed():
     assert fuse is False and f"copy {copy:.1f} GiB" in why
     fuse, why = choose_projections(T.tiny("phi3"), torch.device("cuda"))  # stored fused: no copy either way
     assert fuse is False and "no copy" in why
+    asked = plan_scoring(model, build_template(tok, "Hi"), ScoringOptions(compile="off", projections="separate"),
+                         response_tokens=1)
+    assert asked.decisions["projections"] == {"value": "separate", "reason": "asked for"}
+    assert {len(w.w_qkv) for w, _ in asked.eng.layers} == {3}
+    np.testing.assert_allclose(asked.score([[5], [6]]), plan.score([[5], [6]]), rtol=1e-5, atol=1e-5)  # fp32
+
+
+def test_fused_projections_without_room_for_the_copy_are_refused(monkeypatch):
+    """--projections fused where the copy would take more than half the free memory: one clear error before any
+    work, naming the sizes and the fix; auto on a CPU without that room runs the model's own weights and says why
+    (a big model on a small machine: the copy beside it would run out of memory)."""
+    from rmfast.scoring import decisions
+    from rmfast.scoring.plan import plan_scoring
+
+    tok, model = T.chatml_tokenizer(), T.tiny("llama")
+    monkeypatch.setattr(decisions, "available_memory", lambda device: 1000)
+    with pytest.raises(UserError, match=r"--projections fused copies .* GiB of weights, more than half .* use "
+                                        r"--projections auto"):
+        plan_scoring(model, build_template(tok, "Hi"), ScoringOptions(compile="off", projections="fused"))
+    auto = plan_scoring(model, build_template(tok, "Hi"), ScoringOptions(compile="off"))  # auto: the model's own
+    assert auto.decisions["projections"]["value"] == "separate" and "more than half" in auto.decisions["projections"]["reason"]
+    assert {len(w.w_qkv) for w, _ in auto.eng.layers} == {3}
 
 
 def test_choose_attention_rules(monkeypatch):

@@ -32,7 +32,7 @@ from ..fast import ops
 from ..fast.arch import arch_spec
 from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead, fused_elementwise
 from ..template import Template
-from .batching import auto_batch_size, cap_batch_size, row_bytes
+from .batching import MEM_FRACTION, auto_batch_size, available_memory, cap_batch_size, row_bytes
 from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
 
 #: the jobs a plan is made for (the manifest's ``decisions.job``)
@@ -247,23 +247,35 @@ def elementwise_reason(device: torch.device, triton: bool, compiled: bool) -> st
     return "torch's ops: " + ("no CUDA device" if device.type != "cuda" else "the kernels decision is torch")
 
 
-def choose_projections(model, device: torch.device) -> tuple[bool, str]:
+def choose_projections(model, device: torch.device, projections: str = "auto") -> tuple[bool, str]:
     """Whether the fast engine's layers run q|k|v and gate|up as one GEMM weight each (fused) or as the model stores
     them (separate), and why (:func:`rmfast.fast.layer.build_layers`' ``fuse``; the Triton elementwise kernels read
-    either layout). Fused on CPU, where one GEMM call instead of three saves measurable overhead on the small models
-    a CPU runs; separate elsewhere, where the copy would cost device memory and its speed is not yet measured
-    (``make gpu-check``'s profile times both in one process)."""
+    either layout). ``auto``: fused on CPU, where one GEMM call instead of three saves measurable overhead on the
+    small models a CPU runs (unless the copy would take more than half the available memory); separate elsewhere, where the copy costs device memory and its speed is not yet
+    measured (``make gpu-check``'s profile times both in one process). ``fused`` on a device without room for the
+    copy is refused (UserError), before any work."""
     spec = arch_spec(model)
-    if device.type == "cpu":
-        return True, "CPU: q|k|v and gate|up as one GEMM each (fewer, bigger GEMM calls on the small models a CPU runs)"
     stored = spec is not None and len(spec.layers[0].qkv) == 1 and len(spec.layers[0].gate_up) == 1
+    copy = 0 if spec is None or stored else sum(m.weight.numel() * m.weight.element_size()
+                                                for L in spec.layers for m in (*L.qkv, *L.gate_up))
+    if projections != "auto":
+        fuse = projections == "fused"
+        free = available_memory(device) if fuse and copy else None
+        if free is not None and copy > MEM_FRACTION * free:
+            raise UserError(f"--projections fused copies {copy / 2**30:.1f} GiB of weights, more than half the "
+                            f"{free / 2**30:.1f} GiB free on {device}; use --projections auto")
+        return fuse, "asked for" + (f" (a copy of {copy / 2**30:.1f} GiB)" if fuse and copy else "")
+    if device.type == "cpu":
+        free = available_memory(device) if copy else None
+        if free is not None and copy > MEM_FRACTION * free:  # a big model: the copy would not fit beside it
+            return False, (f"CPU, but fusing would copy {copy / 2**30:.1f} GiB of weights, more than half the "
+                           f"{free / 2**30:.1f} GiB available: the model's own q, k, v, gate, up weights")
+        return True, "CPU: q|k|v and gate|up as one GEMM each (fewer, bigger GEMM calls on the small models a CPU runs)"
     if stored:
         return False, ("separate GEMMs on row slices of the model's own fused q|k|v and gate|up (no copy either way); "
                        "the fused form's speed on a GPU is not yet measured")
-    gib = 0.0 if spec is None else sum(m.weight.numel() * m.weight.element_size()
-                                       for L in spec.layers for m in (*L.qkv, *L.gate_up)) / 2**30
-    return False, (f"the model's own q, k, v, gate, up weights (fusing them would copy {gib:.1f} GiB onto the device; "
-                   "the fused form's speed on a GPU is not yet measured)")
+    return False, (f"the model's own q, k, v, gate, up weights (fusing them would copy {copy / 2**30:.1f} GiB onto "
+                   "the device; the fused form's speed on a GPU is not yet measured)")
 
 
 def choose_kernels(kernels: str, device: torch.device) -> tuple[bool, str]:
@@ -394,7 +406,7 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     d.elementwise = fused_elementwise(device, triton, compiled)
     d.record("elementwise", "triton" if d.elementwise else "torch", elementwise_reason(device, triton, compiled))
     if engine == "fast":
-        d.fuse, why = choose_projections(model, device)
+        d.fuse, why = choose_projections(model, device, o.projections)
         d.record("projections", "fused" if d.fuse else "separate", why)
     else:
         d.record("projections", "as stored", "the plain Hugging Face path runs the model's own modules")

@@ -35,6 +35,7 @@ COMPILE_MODES = ("auto", "on", "off")
 #: repeated here so that building the CLI imports no torch)
 ATTENTION_FORMS = ("triton", "cascade", "cpu-flash", "block-diagonal", "reference")
 KERNELS = ("auto", "triton", "torch")
+PROJECTIONS = ("auto", "fused", "separate")
 COMPAT_MODES = ("decode-retokenize", "authors")
 
 
@@ -69,6 +70,9 @@ class ScoringOptions:
     kernels: str = _opt("auto", "the fused kernels: auto (Triton on CUDA where installed, else torch; the "
                                 "RMFAST_KERNELS variable, read once per job, overrides auto), triton or torch",
                         choices=KERNELS)
+    projections: str = _opt("auto", "the fast engine's q|k|v and gate|up weights: auto (one fused GEMM each on CPU; "
+                                    "on a GPU the model's own, separate, until measured), fused (a copy of those "
+                                    "weights, ~2/3 of each layer's) or separate", choices=PROJECTIONS)
     dtype: str = _opt("auto", "auto|bfloat16|float16|float32: on CPU bf16 only where this CPU multiplies it "
                               "clearly faster than fp32 (measured once, cached), else fp32; on CUDA the model's "
                               "dtype", flag=False)
@@ -100,6 +104,8 @@ class ScoringOptions:
             raise UserError(f"unknown attention {self.attention!r}; use auto or one of {', '.join(ATTENTION_FORMS)}")
         if self.kernels not in KERNELS:
             raise UserError(f"unknown kernels {self.kernels!r}; use auto, triton or torch")
+        if self.projections not in PROJECTIONS:
+            raise UserError(f"unknown projections {self.projections!r}; use auto, fused or separate")
         if self.share_batches not in ("auto", True, False):
             raise UserError(f"share_batches={self.share_batches!r}: give 'auto', True or False")
         if self.compat is not None and self.compat not in COMPAT_MODES:
