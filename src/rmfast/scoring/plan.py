@@ -362,6 +362,8 @@ def plan_scoring(model, template: Template, options: ScoringOptions | None = Non
                          response_tokens=response_tokens, stacklevel=stacklevel + 1)
     d = decided
     layers = share_with.eng.layers if share_with is not None and share_with.eng is not None else None
+    if layers is not None and (len(layers[0][0].w_qkv) == 1) != d.fuse:  # the shared layers are in the other layout
+        raise ValueError("share_with: its layers' projections differ from this plan's decision (decide once, share it)")
     eng = None
     if d.engine == "fast":
         eng = Engine(model, template, head=d.head, head_index=d.head_index, layers=layers, compile=d.compile,
