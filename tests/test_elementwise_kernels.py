@@ -66,6 +66,25 @@ def test_rmsnorm_kernel_matches_twin(shape, gemma, dtype):
 
 @requires_triton
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gemma", [False, True])
+@pytest.mark.parametrize("shape,n_out", [((1, 1, 7), 1), ((3, 5, 40), 5), ((3, 5, 40), 2), ((2, 4, 96), 1)])
+def test_add_rmsnorm_kernel_matches_twin(shape, n_out, gemma, dtype):
+    """h = r + a (exactly torch's add: the same rounding) and h's RMSNorm (the norm's tolerance), where r is the last
+    n_out positions of a longer residual stream, as the layer passes it (a strided view, read as it is)."""
+    B, S, N = shape
+    h_full = _randn(B, S, N, dtype=dtype, scale=3.0)
+    r = h_full[:, S - n_out:]
+    a = _randn(B, n_out, N, dtype=dtype, seed=1, scale=2.0)
+    w = _randn(N, dtype=dtype, seed=2, scale=0.5)
+    h, y = te.add_rmsnorm_triton(r, a, w, 1e-6, gemma_style=gemma)
+    want_h, want_y = ops.add_rmsnorm(r, a, w, 1e-6, gemma_style=gemma)
+    assert h.is_contiguous() and y.is_contiguous()
+    torch.testing.assert_close(h, want_h, atol=0, rtol=0)  # the add: bit-identical
+    _close(y, want_y, dtype)
+
+
+@requires_triton
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("Dr", [16, 8])  # full, and partial rotary (Phi-4-mini: the rest passes through)
 @pytest.mark.parametrize("per_row", [False, True])  # one table (S, Dr), or one per row (B, S, Dr)
 def test_rope_kernel_matches_twin(Dr, per_row, dtype):
@@ -107,6 +126,12 @@ def test_layouts_the_kernels_do_not_read_fall_back_to_the_twin():
     assert te.rope_triton(qkv[:, 1:], ang[:2].cos(), ang[:2].sin()) is None  # batch stride != S x token stride
     _close(ops.rope(qkv[:, 1:], ang[:2].cos(), ang[:2].sin(), triton=True), ref.rope(qkv[:, 1:], ang[:2].cos(), ang[:2].sin()),
            torch.float32)
+    r, a = _randn(3, 2, 6, dtype=torch.float32), _randn(2, 3, 6, dtype=torch.float32, seed=1).transpose(0, 1)
+    assert te.add_rmsnorm_triton(r, a, w, 1e-6, gemma_style=False) is None  # a: (3, 2, 6) with no (rows, N) view
+    assert te.add_rmsnorm_triton(r, a.contiguous().double(), w, 1e-6, gemma_style=False) is None  # dtypes differ
+    h, y = ops.add_rmsnorm(r, a, w, 1e-6, gemma_style=False, triton=True)
+    torch.testing.assert_close(h, r + a, atol=0, rtol=0)
+    _close(y, ref.rmsnorm(r + a, w, 1e-6, gemma_style=False), torch.float32)
     g = _randn(4, 6, dtype=torch.float32)
     assert te.silu_mul_triton(g[:, ::2], g[:, 1::2]) is None  # every other column: no unit stride along N
     _close(ops.silu_mul(g[:, ::2], g[:, 1::2], triton=True), torch.nn.functional.silu(g[:, ::2]) * g[:, 1::2],
@@ -168,7 +193,7 @@ def test_engine_with_fused_elementwise_equals_torch_ops(arch, fuse, monkeypatch)
     heads of one GEMM's output): the engine with the kernels scores as with torch's ops, fp32, the prompt pass and a
     wave of ragged rows; and the kernels did run (not the twins they fall back to): every norm and RoPE of every
     layer, SiLU·up where the MLP is SiLU."""
-    ran = {"rmsnorm": 0, "rope": 0, "silu_mul": 0}
+    ran = {"rmsnorm": 0, "add_rmsnorm": 0, "rope": 0, "silu_mul": 0}
     for name in ran:
         fn = getattr(te, f"{name}_triton")
 
@@ -192,7 +217,8 @@ def test_engine_with_fused_elementwise_equals_torch_ops(arch, fuse, monkeypatch)
         torch.testing.assert_close(on.score_ragged(ids, lens), off.score_ragged(ids, lens), atol=2e-5, rtol=1e-5)
         torch.testing.assert_close(on.score(ids), off.score(ids), atol=2e-5, rtol=1e-5)
     n = len(on.layers)
-    assert ran["rmsnorm"] >= 2 * 3 * n and ran["rope"] >= 2 * 3 * n  # 3 passes a form: prompt, ragged, plain
+    # 3 passes a form: prompt, ragged, plain; each layer's input norm alone, its MLP's with the residual add
+    assert ran["rmsnorm"] >= 2 * 3 * n and ran["add_rmsnorm"] >= 2 * 3 * n and ran["rope"] >= 2 * 3 * n
     assert (ran["silu_mul"] >= 3 * n) == (on.layers[0][1].act == "silu")
 
 
@@ -209,7 +235,7 @@ def test_the_kernels_compile_once_per_model(monkeypatch):
     first = Engine(model, build_template(tok, "Hi"), head="score", elementwise=True, fuse=False)
     first.score(torch.randint(5, T.VOCAB, (32, 1)).to(DEVICE))
     names = {name for name, _ in log}
-    assert {"_rmsnorm_kernel", "_rope_kernel", "_silu_mul_kernel"} <= names, names
+    assert {"_rmsnorm_kernel", "_add_rmsnorm_kernel", "_rope_kernel", "_silu_mul_kernel"} <= names, names
     seen = {key for _, key in log}
     log.clear()
     prompt = "What, in one word, is the greatest thing ever?"
@@ -219,5 +245,6 @@ def test_the_kernels_compile_once_per_model(monkeypatch):
     assert first.P % 16 and second.P % 16 == 0
     for n, k in ((5, 1), (17, 2), (1, 3)):
         second.score(torch.randint(5, T.VOCAB, (n, k)).to(DEVICE))
-    new = {key for name, key in log if name in ("_rmsnorm_kernel", "_rope_kernel", "_silu_mul_kernel")} - seen
+    new = {key for name, key in log if name in ("_rmsnorm_kernel", "_add_rmsnorm_kernel", "_rope_kernel",
+                                                "_silu_mul_kernel")} - seen
     assert not new, f"{len(new)} new compiled variant(s): {sorted(new)[:2]}"

@@ -5,9 +5,10 @@ bounds a whole scan; this one follows the eager layer as it runs on CUDA (``rmfa
 the plan's elementwise kernels), one row per kernel:
 
 - the seven projection GEMMs (q, k, v, o, gate, up, down: CUDA keeps them separate, ``build_layers(fuse=False)``);
-- RMSNorm (in, before the MLP; Gemma's sandwich norms too), RoPE on q and k, SiLU·up: one Triton kernel each,
+- RMSNorm (the input norm; Gemma's sandwich norms too), RoPE on q and k, SiLU·up: one Triton kernel each,
   each reading its input from HBM and writing its output once;
-- the two residual adds (torch: two reads, one write);
+- the attention's residual add with the MLP's input norm, one Triton kernel (two reads, two writes);
+- the MLP's residual add (torch: two reads, one write);
 - the shared-prefix attention: the row's q, k, v in and its output out (the prompt's K/V, one shared copy, stays in
   L2), and its FLOPs over prompt + own keys.
 
@@ -16,15 +17,16 @@ no launch gaps or tails: what is measured beyond it is what the model does not e
 queries, output projection and MLP on the final position only (``n_out``), its k and v on every row token.
 
 On run d's H100 (`benchmarks/results/gpu_h100_2026-11-26_d/`: 662 TFLOP/s on the 8B's shapes, copy 2.95 TB/s),
-a batch of 8,192 one-token candidates with a one-token suffix is predicted at 90.3% of the GEMM peak (21,736 cand/s),
-measured 84.2% (19,973): ~8% of the time is not in the model (launch gaps and tails, GEMMs slower in the layer than
-in the peak's loop), and the profile step of ``make gpu-check`` now sets each kernel class beside it:
+a batch of 8,192 one-token candidates with a one-token suffix is predicted at 90.6% of the GEMM peak (21,819 cand/s;
+90.3% before the attention residual's add and the MLP's norm became one kernel), measured 84.2% (19,973, before
+that kernel): ~7% of the time is not in the model (launch gaps and tails, GEMMs slower in the layer than in the
+peak's loop), and the profile step of ``make gpu-check`` now sets each kernel class beside it:
 
     >>> from rmfast.dims import ModelDims
     >>> d = ModelDims(hidden=4096, layers=32, heads=32, kv_heads=8, head_dim=128, intermediate=14336, vocab=128256)
     >>> c = scan_batch_cost(d, rows=8192, row_tokens=2, prompt=65, peak_tflops=662, bandwidth_tb_s=2.95)
     >>> round(c["gemm_fraction"], 3), round(c["elementwise_ms"] / c["gemm_ms"], 3)
-    (0.903, 0.097)
+    (0.906, 0.093)
     >>> sorted(c["by_kernel"], key=lambda k: -c["by_kernel"][k])[:3]
     ['gate', 'up', 'down']
 """
@@ -74,7 +76,7 @@ def layer_kernels(dims, rows: int, row_tokens: int, prompt: int, *, last: bool =
           gemm("o", mq, hq, d)]
     if sandwich:
         ks.append(rw("rmsnorm post-attention", mq * d, mq * d))
-    ks += [rw("residual add (attention)", 2 * mq * d, mq * d), rw("rmsnorm pre-MLP", mq * d, mq * d),
+    ks += [rw("residual add + rmsnorm pre-MLP", 2 * mq * d, 2 * mq * d),  # one kernel: r, a in; h, rmsnorm(h) out
            gemm("gate", mq, d, inter), gemm("up", mq, d, inter), rw("silu * up", 2 * mq * inter, mq * inter),
            gemm("down", mq, inter, d)]
     if sandwich:

@@ -73,8 +73,9 @@ class LayerConsts:
             packed form has it in its masks, so compiled layers differing only here share a graph).
         rope_key: which rotary table the layer uses (Gemma 3: local or global); the caller picks
             cos/sin with it.
-        fused: norms, RoPE and SiLU·up each as one Triton kernel (:mod:`rmfast.kernels.triton_elementwise`)
-            instead of torch's chains of small ops (:func:`build_layers`' ``fused``).
+        fused: norms (the attention residual's add with the MLP's norm), RoPE and SiLU·up each as one Triton
+            kernel (:mod:`rmfast.kernels.triton_elementwise`) instead of torch's chains of small ops
+            (:func:`build_layers`' ``fused``).
     """
 
     n_heads: int
@@ -399,8 +400,9 @@ def decoder_layer(
     a = F.linear(attend(q, k, v, prompt, c), w.w_o, w.b_o)  # (B, Sq, Dm)
     if c.sandwich:
         a = _rms(a, w.norm_post_attn, c)
-    h = h[:, S - n_out :] + a
-    m = _mlp(_rms(h, w.norm_pre_mlp, c), w, c)  # (B, Sq, Dm)
+    # h + a and the MLP's input norm (c.fused: one kernel, the same roundings)
+    h, x = ops.add_rmsnorm(h[:, S - n_out :], a, w.norm_pre_mlp, c.eps, gemma_style=c.gemma_norm, triton=c.fused)
+    m = _mlp(x, w, c)  # (B, Sq, Dm)
     if c.sandwich:
         m = _rms(m, w.norm_post_mlp, c)
     return (h + m, k, v) if collect_kv else h + m

@@ -202,6 +202,19 @@ def rmsnorm(x, weight, eps, *, gemma_style, fp32=False, triton=False):
     return ref.rmsnorm(x, weight, eps, gemma_style=gemma_style, fp32=fp32)
 
 
+def add_rmsnorm(r, a, weight, eps, *, gemma_style, triton=False):
+    """The residual add and the RMSNorm after it: ``(h, rmsnorm(h))`` with ``h = r + a``, HF's ops and roundings.
+    ``triton``: one kernel (:func:`rmfast.kernels.triton_elementwise.add_rmsnorm_triton`) where the layouts allow."""
+    if triton:
+        from ..kernels.triton_elementwise import add_rmsnorm_triton
+
+        out = add_rmsnorm_triton(r, a, weight, eps, gemma_style=gemma_style)
+        if out is not None:
+            return out
+    h = r + a
+    return h, ref.rmsnorm(h, weight, eps, gemma_style=gemma_style)
+
+
 def rope(x, cos, sin, *, triton=False):
     """RoPE ``x·cos + rotate_half(x)·sin`` over the first cos.shape[-1] dims of each head, HF's ops and roundings:
     x (B, S, n, D), cos/sin (S, Dr) or (B, S, Dr). ``triton``: one kernel where the layout allows."""

@@ -1,4 +1,5 @@
-"""Triton kernels for the decoder layer's elementwise work: RMSNorm, RoPE, SiLU(gate)·up, each ONE launch.
+"""Triton kernels for the decoder layer's elementwise work: RMSNorm, the residual add with the RMSNorm after it,
+RoPE, SiLU(gate)·up, each ONE launch.
 
 On a GPU the eager layer spends a third of its device time, and most of its launches, on these (the H100's
 best-of-N profile, benchmarks/results/gpu_h100_2026-11-26_b: ``mul``, ``copy``, ``pow``, ``mean``, ``cat``,
@@ -7,6 +8,8 @@ memory and rounds where the torch ops round, so it agrees with its torch twin to
 norms) or exactly (RoPE, SiLU·up in fp32 maths with the same cast points):
 
 - :func:`rmsnorm_triton`: :func:`rmfast.kernels.reference.rmsnorm` (HF's cast points, Llama or Gemma style).
+- :func:`add_rmsnorm_triton`: ``h = r + a`` (rounded as torch's add) and ``rmsnorm(h)`` in one pass: the layer's
+  attention residual and the MLP's input norm (two reads and two writes instead of three and two, one launch).
 - :func:`rope_triton`: :func:`rmfast.kernels.reference.rope`, ``x·cos + rotate_half(x)·sin`` (partial rotary too), each
   product and the sum rounded to x's dtype as torch's three ops are.
 - :func:`silu_mul_triton`: ``F.silu(g) * u``, silu rounded to g's dtype before the product, as two torch ops.
@@ -21,7 +24,7 @@ import torch
 
 from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
 
-__all__ = ["HAVE_TRITON", "rmsnorm_triton", "rope_triton", "silu_mul_triton"]
+__all__ = ["HAVE_TRITON", "add_rmsnorm_triton", "rmsnorm_triton", "rope_triton", "silu_mul_triton"]
 
 
 if HAVE_TRITON:
@@ -47,6 +50,29 @@ if HAVE_TRITON:
         else:  # w * (x.float() * rstd).to(dtype): two dtype values, their product rounded once as torch does
             y = (w * xn.to(x.dtype).to(tl.float32)).to(x.dtype)
         tl.store(Y + row * stride_y + offs, y, mask=ok)
+
+    @triton.jit(do_not_specialize=["n_rows", "n_inner"])
+    def _add_rmsnorm_kernel(R, A, W, H, Y, n_rows, N, n_inner, stride_ro, stride_ri, stride_a, eps,
+                            GEMMA: tl.constexpr, BLOCK: tl.constexpr):
+        """One row per program: h = r + a rounded to the dtype (torch's add), stored; then h's RMSNorm, as
+        :func:`_rmsnorm_kernel`. r's row at (row // n_inner) * stride_ro + (row % n_inner) * stride_ri (the last
+        positions of a longer residual stream); a's at row * stride_a; h and y contiguous (rows, N)."""
+        row = tl.program_id(0).to(tl.int64)
+        offs = tl.arange(0, BLOCK)
+        ok = offs < N
+        r = tl.load(R + (row // n_inner) * stride_ro + (row % n_inner) * stride_ri + offs, mask=ok, other=0.0)
+        a = tl.load(A + row * stride_a + offs, mask=ok, other=0.0)
+        h = (r.to(tl.float32) + a.to(tl.float32)).to(r.dtype)  # (BLOCK,): the residual stream, rounded
+        tl.store(H + row * N + offs, h, mask=ok)
+        hf = h.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(hf * hf, 0) / N + eps)
+        w = tl.load(W + offs, mask=ok, other=0.0).to(tl.float32)
+        hn = hf * rstd
+        if GEMMA:
+            y = (hn * (1.0 + w)).to(r.dtype)
+        else:
+            y = (w * hn.to(r.dtype).to(tl.float32)).to(r.dtype)
+        tl.store(Y + row * N + offs, y, mask=ok)
 
     # Tokens, tokens per row (suffix length, prompt length) and the per-row table stride (S x Dr) vary with every
     # job: not specialised, so a scan of another prompt or suffix length compiles nothing (tests/test_scan_launches.py)
@@ -139,6 +165,28 @@ def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, *, gemma_s
     _rmsnorm_kernel[(n_rows,)](x, weight, y, n_rows, N, n_inner, s_outer, s_inner, n_w, s_w, N, float(eps),
                                GEMMA=bool(gemma_style), BLOCK=block, num_warps=min(16, max(1, block // 256)))
     return y
+
+
+def add_rmsnorm_triton(r: torch.Tensor, a: torch.Tensor, weight: torch.Tensor, eps: float, *,
+                       gemma_style: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The residual add and the next RMSNorm in one pass: ``h = r + a`` (torch's rounding) and its RMSNorm (as
+    :func:`rmsnorm_triton`), both new contiguous tensors of a's shape. ``r`` may be the last positions of a longer
+    residual stream (a (T, n, N) view, :func:`_rows_in_groups`), ``a`` a (rows, N) view, ``weight`` (N,). None where
+    the layouts, shapes or dtypes differ from that (the caller runs the twin)."""
+    if r.shape != a.shape or r.dtype != a.dtype or weight.dim() != 1 or a.numel() == 0:
+        return None
+    rows, a2 = _rows_in_groups(r), _rows(a)
+    if rows is None or a2 is None:
+        return None
+    check_device(r, _add_rmsnorm_kernel)
+    n_rows, n_inner, s_outer, s_inner = rows
+    N = a.shape[-1]
+    h = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    y = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    block = next_pow2(N)
+    _add_rmsnorm_kernel[(n_rows,)](r, a2, weight, h, y, n_rows, N, n_inner, s_outer, s_inner, a2.stride(0), float(eps),
+                                   GEMMA=bool(gemma_style), BLOCK=block, num_warps=min(16, max(1, block // 256)))
+    return h, y
 
 
 def rope_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
