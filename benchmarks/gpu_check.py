@@ -492,12 +492,42 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
         if i == 0:
             text.append(f"(sorted by {key})\n" + ev.table(sort_by=key, row_limit=25))
             text.append("(sorted by host time, children included)\n" + ev.table(sort_by="cpu_time_total", row_limit=15))
+        if i == len(PROFILE_SHAPES["dry" if dry else "gpu"]) - 1:  # the smallest call: where its host time goes
+            text += _host_profile(lambda: scorer.score(convs, responses), cuda, f"{P} x {N}")
     text += _elementwise_ab(lm, template, cuda, dry)
     text += _scan_profile(lm, template, cuda, dry, _env_bandwidth(out.parent / "env.json"))
     text += _form_crossover(lm, template, cuda, dry)
     text += _fuse_ab(lm, template, cuda, dry)
     out.write_text("\n".join(text) + "\n")
     print(out.read_text())
+
+
+def _host_profile(call, cuda: bool, shape: str, top: int = 20) -> list[str]:
+    """The host's side of one call by Python function (cProfile, self time): a GRPO-sized call launches more than
+    the GPU computes (run d: 29 ms of host span for a prompt pass the GPU runs in ~11), so this names what the host
+    spends it on (the layer's Python, torch's dispatch, Triton's launcher, tokenizing)."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    pr = cProfile.Profile()
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    pr.enable()
+    call()
+    pr.disable()
+    if cuda:
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    st = pstats.Stats(pr, stream=io.StringIO())
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]  # (file, line, name) -> (cc, calls, self, cum, ..)
+    body = [f"  {tt * 1e3:8.2f} ms self {ct * 1e3:8.2f} ms cum {nc:6d} calls  {Path(f).name}:{ln}({fn})"
+            for (f, ln, fn), (_, nc, tt, ct, _) in rows]
+    return [f"host time of one best-of-N call {shape} by function (cProfile, self time; {wall * 1e3:.1f} ms wall "
+            f"profiled, {st.total_tt * 1e3:.1f} ms in Python):", *body]
 
 
 def _scan_template(lm, template):

@@ -95,6 +95,7 @@ def test_dry_run_end_to_end(tmp_path):
     prof = (out / "profile.txt").read_text()  # the scan batch by op: GEMMs named and counted
     assert "fused q|k|v and gate|up weights vs separate" in prof and "best-of-N 16 x 3: separate" in prof
     assert "the per-kernel model (rmfast.bench.layer_cost)" in prof
+    assert "host time of one best-of-N call 16 x 3 by function" in prof and re.search(r"ms self +[0-9.]+ ms cum", prof)
     assert "attention forms by row length" in prof and "measured: cpu-flash last faster at" in prof
     assert "scan batches (eager" in prof and re.search(r"GEMMs [0-9.]+ ms \([0-9.]+%\)", prof) and "GEMM aten::" in prof
 
