@@ -29,6 +29,17 @@ __all__ = ["HAVE_TRITON", "add_rmsnorm_triton", "rmsnorm_triton", "rope_triton",
 
 if HAVE_TRITON:
 
+    @triton.jit
+    def _rms_row(x, w, N, eps, GEMMA: tl.constexpr):
+        """One row x (BLOCK,) in the model dtype (masked lanes 0) and its fp32 weight -> the normed row, HF's roundings."""
+        xf = x.to(tl.float32)
+        xn = xf * tl.rsqrt(tl.sum(xf * xf, 0) / N + eps)
+        if GEMMA:  # ((x.float() * rstd) * (1 + w.float())).to(dtype)
+            y = (xn * (1.0 + w)).to(x.dtype)
+        else:  # w * (x.float() * rstd).to(dtype): two dtype values, their product rounded once as torch does
+            y = (w * xn.to(x.dtype).to(tl.float32)).to(x.dtype)
+        return y
+
     # The row count varies with every batch: not specialised (no variants for 1 or multiples of 16).
     @triton.jit(do_not_specialize=["n_rows", "n_inner", "n_w"])
     def _rmsnorm_kernel(X, W, Y, n_rows, N, n_inner, stride_xo, stride_xi, n_w, stride_w, stride_y, eps,
@@ -41,15 +52,8 @@ if HAVE_TRITON:
         offs = tl.arange(0, BLOCK)
         ok = offs < N
         x = tl.load(X + (row // n_inner) * stride_xo + (row % n_inner) * stride_xi + offs, mask=ok, other=0.0)
-        xf = x.to(tl.float32)  # (BLOCK,)
-        rstd = tl.rsqrt(tl.sum(xf * xf, 0) / N + eps)
         w = tl.load(W + (row % n_w) * stride_w + offs, mask=ok, other=0.0).to(tl.float32)
-        xn = xf * rstd
-        if GEMMA:  # ((x.float() * rstd) * (1 + w.float())).to(dtype)
-            y = (xn * (1.0 + w)).to(x.dtype)
-        else:  # w * (x.float() * rstd).to(dtype): two dtype values, their product rounded once as torch does
-            y = (w * xn.to(x.dtype).to(tl.float32)).to(x.dtype)
-        tl.store(Y + row * stride_y + offs, y, mask=ok)
+        tl.store(Y + row * stride_y + offs, _rms_row(x, w, N, eps, GEMMA), mask=ok)
 
     @triton.jit(do_not_specialize=["n_rows", "n_inner"])
     def _add_rmsnorm_kernel(R, A, W, H, Y, n_rows, N, n_inner, stride_ro, stride_ri, stride_a, eps,
@@ -64,15 +68,8 @@ if HAVE_TRITON:
         a = tl.load(A + row * stride_a + offs, mask=ok, other=0.0)
         h = (r.to(tl.float32) + a.to(tl.float32)).to(r.dtype)  # (BLOCK,): the residual stream, rounded
         tl.store(H + row * N + offs, h, mask=ok)
-        hf = h.to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(hf * hf, 0) / N + eps)
         w = tl.load(W + offs, mask=ok, other=0.0).to(tl.float32)
-        hn = hf * rstd
-        if GEMMA:
-            y = (hn * (1.0 + w)).to(r.dtype)
-        else:
-            y = (w * hn.to(r.dtype).to(tl.float32)).to(r.dtype)
-        tl.store(Y + row * N + offs, y, mask=ok)
+        tl.store(Y + row * N + offs, _rms_row(h, w, N, eps, GEMMA), mask=ok)
 
     # Tokens, tokens per row (suffix length, prompt length) and the per-row table stride (S x Dr) vary with every
     # job: not specialised, so a scan of another prompt or suffix length compiles nothing (tests/test_scan_launches.py)
