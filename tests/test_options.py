@@ -67,3 +67,27 @@ def test_readme_options_table_lists_every_option_with_its_default():
         assert flag(f.name) in rows, f"README options table has no row for {flag(f.name)}"
         want = "off" if f.default is None else str(f.default) if isinstance(f.default, int) else f"`{f.default}`"
         assert rows[flag(f.name)] == want, (f.name, rows[flag(f.name)])
+
+
+def test_gcg_carries_every_scoring_flag_to_its_plan():
+    """`rmfast gcg` has every scoring flag (generated from the options): its config must carry each one to the plan,
+    or a flag would be accepted and ignored (--projections was, until its field was added)."""
+    import argparse
+
+    from rmfast.cli import build_parser
+    from rmfast.cli.gcg import run
+    from rmfast.gcg import GCGConfig
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    gcg_flags = {a.dest for a in sub.choices["gcg"]._actions if a.option_strings}
+    src = Path(run.__code__.co_filename).read_text()
+    for f in option_fields():
+        assert f.name in gcg_flags, f.name
+        assert f"args.{f.name}" in src, f"rmfast gcg does not pass --{f.name} to its config"
+        other = next((c for c in f.metadata["choices"] or () if c != f.default), None)
+        if other is None:  # a free value (batch size, head index): one that is not the default
+            other = 7 if f.name in ("batch_size", "head_index") else None
+        if other is None:
+            continue
+        assert getattr(GCGConfig(**{f.name: other}).scoring(), f.name) == getattr(ScoringOptions(**{f.name: other}),
+                                                                                 f.name), f.name

@@ -96,7 +96,7 @@ def run(args) -> int:
         allow_special=args.allow_special, retokenize_filter=not args.no_retokenize_filter, init=args.init,
         batch_size=args.batch_size, head=args.head, head_index=args.head_index,
         template=template_arg(args), system=args.system, engine=args.engine, compile=args.compile,
-        attention=args.attention, kernels=args.kernels,
+        attention=args.attention, kernels=args.kernels, projections=args.projections,
         init_strings=_init_strings(args), greedy=args.greedy_candidates, distance_penalty=args.distance_penalty,
         compat=args.compat,
     )

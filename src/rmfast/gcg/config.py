@@ -56,7 +56,8 @@ class GCGConfig:
             architecture is supported, else "hf": full sequences through ``model(...)``), "fast" or "hf".
         compile: the fast engine's compiled CPU layer: "auto" (default: compiled on the CPU kinds where it was
             measured to pay, :data:`rmfast.scoring.decisions.COMPILE_CPU_KINDS`, else eager), "on" or "off".
-        attention, kernels: the rows' attention form and the fused kernels (default "auto"; as for ``rmfast scan``).
+        attention, kernels, projections: the rows' attention form, the fused kernels and the weight layout
+            (default "auto"; as for ``rmfast scan``).
         The scoring options among these reach the plan as one value: :meth:`scoring`.
     """
 
@@ -87,6 +88,7 @@ class GCGConfig:
     compile: str = "auto"
     attention: str = "auto"
     kernels: str = "auto"
+    projections: str = "auto"
 
     def scoring(self):
         """The scoring options of this search (evaluation and gradient) as one value
@@ -95,7 +97,8 @@ class GCGConfig:
         from ..scoring.options import ScoringOptions  # here, not on import: `rmfast --help` reads the defaults
 
         return ScoringOptions(head=self.head, head_index=self.head_index, engine=self.engine, compile=self.compile,
-                              batch_size=self.batch_size, attention=self.attention, kernels=self.kernels)
+                              batch_size=self.batch_size, attention=self.attention, kernels=self.kernels,
+                              projections=self.projections)
 
     def validate(self) -> None:
         """Raise UserError (one line) for an impossible setting."""
