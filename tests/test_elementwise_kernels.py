@@ -179,9 +179,10 @@ def test_the_rule_and_the_plan_record_it():
     assert d.elementwise == (d.reasons["elementwise"]["value"] == "triton")
 
 
-#: the fused layout on the architectures whose kernels read it differently: plain Llama, Qwen3's and Gemma 3's q/k
-#: norms over the q|k slab (per-head weights; Gemma's style), Phi-3's stored-fused projections and partial rotary
-FUSED_ARCHS = ("llama", "qwen3", "phi3", "gemma3")
+#: the fused layout on the architectures whose kernels read it differently: Qwen3's q/k norms over the q|k slab
+#: (per-head weights), Phi-3's stored-fused projections and partial rotary. (Gemma's norm style on the slab:
+#: test_the_kernels_read_a_fused_projection_as_it_is; the suite's time is kept to what adds a case.)
+FUSED_ARCHS = ("qwen3", "phi3")
 
 
 @requires_triton
