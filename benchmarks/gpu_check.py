@@ -714,13 +714,14 @@ def _fuse_ab(lm, template, cuda: bool, dry: bool) -> list[str]:
 
     import torch
 
+    from rmfast.scoring.decisions import decide
     from rmfast.scoring.options import ScoringOptions
     from rmfast.scoring.plan import plan_scoring
     from rmfast.scoring.scorer import RewardScorer
 
-    lines = [f"fused q|k|v and gate|up weights vs separate (auto: {'fused' if not cuda else 'separate'} on this "
-             "device; best of 3):"]
     tmpl = _scan_template(lm, template)
+    auto = decide(lm.model, ScoringOptions(), "scan", template=tmpl, response_tokens=1).reasons["projections"]["value"]
+    lines = [f"fused q|k|v and gate|up weights vs separate (auto: {auto} on this device; best of 3):"]
     n = 64 if dry else 8192
     ids = torch.randint(10, lm.model.config.vocab_size, (n, 1))
     walls = {}

@@ -251,31 +251,33 @@ def choose_projections(model, device: torch.device, projections: str = "auto") -
     """Whether the fast engine's layers run q|k|v and gate|up as one GEMM weight each (fused) or as the model stores
     them (separate), and why (:func:`rmfast.fast.layer.build_layers`' ``fuse``; the Triton elementwise kernels read
     either layout). ``auto``: fused on CPU, where one GEMM call instead of three saves measurable overhead on the
-    small models a CPU runs (unless the copy would take more than half the available memory); separate elsewhere, where the copy costs device memory and its speed is not yet
-    measured (``make gpu-check``'s profile times both in one process). ``fused`` on a device without room for the
-    copy is refused (UserError), before any work."""
+    small models a CPU runs (unless the copy would take more than half the available memory); separate elsewhere,
+    where the copy costs device memory and its speed is not yet measured (``make gpu-check``'s profile times both in
+    one process). ``fused`` on a device without room for the copy is refused (UserError), before any work."""
     spec = arch_spec(model)
     stored = spec is not None and len(spec.layers[0].qkv) == 1 and len(spec.layers[0].gate_up) == 1
     copy = 0 if spec is None or stored else sum(m.weight.numel() * m.weight.element_size()
                                                 for L in spec.layers for m in (*L.qkv, *L.gate_up))
+    gib = copy / 2**30
+    # the fused copy's room: None where it fits (or costs nothing), else the bytes free that it would overfill
+    free = available_memory(device) if copy and (projections == "fused" or device.type == "cpu") else None
+    crowded = free is not None and copy > MEM_FRACTION * free
     if projections != "auto":
-        fuse = projections == "fused"
-        free = available_memory(device) if fuse and copy else None
-        if free is not None and copy > MEM_FRACTION * free:
-            raise UserError(f"--projections fused copies {copy / 2**30:.1f} GiB of weights, more than half the "
+        if projections == "fused" and crowded:
+            raise UserError(f"--projections fused copies {gib:.1f} GiB of weights, more than half the "
                             f"{free / 2**30:.1f} GiB free on {device}; use --projections auto")
-        return fuse, "asked for" + (f" (a copy of {copy / 2**30:.1f} GiB)" if fuse and copy else "")
+        fuse = projections == "fused"
+        return fuse, "asked for" + (f" (a copy of {gib:.1f} GiB)" if fuse and copy else "")
     if device.type == "cpu":
-        free = available_memory(device) if copy else None
-        if free is not None and copy > MEM_FRACTION * free:  # a big model: the copy would not fit beside it
-            return False, (f"CPU, but fusing would copy {copy / 2**30:.1f} GiB of weights, more than half the "
+        if crowded:  # a big model: the copy would not fit beside it
+            return False, (f"CPU, but fusing would copy {gib:.1f} GiB of weights, more than half the "
                            f"{free / 2**30:.1f} GiB available: the model's own q, k, v, gate, up weights")
         return True, "CPU: q|k|v and gate|up as one GEMM each (fewer, bigger GEMM calls on the small models a CPU runs)"
     if stored:
         return False, ("separate GEMMs on row slices of the model's own fused q|k|v and gate|up (no copy either way); "
                        "the fused form's speed on a GPU is not yet measured")
-    return False, (f"the model's own q, k, v, gate, up weights (fusing them would copy {copy / 2**30:.1f} GiB onto "
-                   "the device; the fused form's speed on a GPU is not yet measured)")
+    return False, (f"the model's own q, k, v, gate, up weights (fusing them would copy {gib:.1f} GiB onto the device; "
+                   "the fused form's speed on a GPU is not yet measured)")
 
 
 def choose_kernels(kernels: str, device: torch.device) -> tuple[bool, str]:
