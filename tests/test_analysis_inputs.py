@@ -93,6 +93,32 @@ def test_load_scans_errors(tmp_path):
         load_scans([tmp_path / "b.parquet", tmp_path / "b.parquet"])
 
 
+def _manifest_set(path, **fields):
+    p = Path(str(path) + ".json")
+    m = json.loads(p.read_text())
+    m.update(fields)
+    p.write_text(json.dumps(m))
+
+
+def test_load_scans_names_apart_scans_of_one_model_that_differ_in_a_setting(tmp_path):
+    """An fp32 and a bf16 scan (or a score and a log-prob one) of one model and prompt are two columns to compare;
+    the same settings over overlapping ids are refused, naming both files."""
+    for name, dtype in (("f32", "float32"), ("bf", "bfloat16")):
+        _write_parquet(tmp_path / f"{name}.parquet", "M", "p", ["x", "y"], [0.0, 1.0])
+        _manifest_set(tmp_path / f"{name}.parquet", dtype=dtype, head="score")
+    df = load_scans([tmp_path / "f32.parquet", tmp_path / "bf.parquet"])
+    assert sorted(df["model"].unique()) == ["M [bfloat16]", "M [float32]"]
+    assert "_file" not in df.columns
+    _write_parquet(tmp_path / "lp.parquet", "M", "p", ["x", "y"], [0.0, 1.0])
+    _manifest_set(tmp_path / "lp.parquet", dtype="float32", head="logprob", head_index=0)
+    df = load_scans([tmp_path / "f32.parquet", tmp_path / "lp.parquet"])
+    assert sorted(df["model"].unique()) == ["M [logprob]", "M [score]"]
+    _write_parquet(tmp_path / "f32b.parquet", "M", "p", ["x"], [0.0])
+    _manifest_set(tmp_path / "f32b.parquet", dtype="float32", head="score")
+    with pytest.raises(UserError, match=r"1 ids repeat .*f32\.parquet, .*f32b\.parquet are scans of the same"):
+        load_scans([tmp_path / "f32.parquet", tmp_path / "f32b.parquet"])
+
+
 def test_load_scans_takes_only_a_parquet_with_its_own_manifest(tmp_path):
     """The pair rule (io.write_pair): a manifest from another write of the file is refused."""
     from rmfast.io import write_pair

@@ -217,17 +217,61 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
         part.insert(0, "prompt", str(prompt))
         part.insert(0, "model", str(model))
         part["candidates"] = candidate_set(manifest)
-        frames.append(part)
+        frames.append((f, scan_variant(manifest), part))
     if not frames:
         raise UserError(f"every scan given has no rows ({len(files)} file(s)); rerun the scans")
-    df = pd.concat(frames, ignore_index=True)
-    dup = df.duplicated(["model", "prompt", "candidates", "token_id"]) & df["token_id"].notna() \
+    df = pd.concat(_label_variants(frames), ignore_index=True)
+    key = ["model", "prompt", "candidates", "token_id"]
+    dup = df.duplicated(key, keep=False) & df["token_id"].notna() \
         if "token_id" in df.columns else pd.Series(False, index=df.index)
     if dup.any():
-        raise UserError(f"{int(dup.sum())} rows repeat a (model, prompt, token_id) across the "
-                        "given files; the same scan was given twice — pass each scan once")
-    out = validate_scans(df, ledger=ledger)
+        where = sorted(pd.unique(df.loc[dup, "_file"]))
+        what = ("the same scan was given twice" if len(where) == 1 else
+                f"{', '.join(where[:3])} are scans of the same model, prompt, head, dtype and template")
+        raise UserError(f"{int(dup.sum()) // 2 or 1} ids repeat across the given files ({what}); pass each "
+                        "scan once, or one file of overlapping subsets")
+    out = validate_scans(df.drop(columns="_file"), ledger=ledger)
     out.attrs[SOURCE_ATTR] = scans_source(paths)
+    return out
+
+
+#: the settings that make two scans of one model and prompt different scores (the rest is how they ran)
+VARIANT_KEYS = ("head", "head_index", "dtype", "template", "random_head_seed")
+
+
+def scan_variant(manifest: dict) -> dict:
+    """What a scan scored besides its model and prompt: head (and logit index), dtype, template, random head.
+
+    >>> scan_variant({"head": "logprob", "dtype": "bfloat16", "template": {"kind": "chat_template"}})
+    {'head': 'logprob', 'dtype': 'bfloat16', 'template': 'chat_template'}
+    """
+    t = manifest.get("template")
+    if isinstance(t, dict):  # the kind, and a format/system where one was given: never the ids
+        t = " ".join(f"{k}={t[k]}" if k != "kind" else str(t[k]) for k in ("kind", "format", "system") if t.get(k))
+    info = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
+    v = {"head": manifest.get("head"), "head_index": manifest.get("head_index"), "dtype": manifest.get("dtype"),
+         "template": t or None, "random_head_seed": info.get("random_head_seed")}
+    return {k: v[k] for k in VARIANT_KEYS if v[k] is not None}
+
+
+def _label_variants(frames: list[tuple[Path, dict, pd.DataFrame]]) -> list[pd.DataFrame]:
+    """Each file's frame, its model named apart (``name [bfloat16]``) where scans of one model, prompt and
+    candidate set differ in a setting (:func:`scan_variant`): an fp32 and a bf16 scan, or a score and a log-prob
+    one, are two columns to compare, not one scan given twice."""
+    groups: dict[tuple, list[dict]] = {}
+    for _, variant, part in frames:
+        groups.setdefault((part["model"].iat[0], part["prompt"].iat[0], part["candidates"].iat[0]), []).append(variant)
+    out = []
+    for f, variant, part in frames:
+        seen = groups[(part["model"].iat[0], part["prompt"].iat[0], part["candidates"].iat[0])]
+        differ = [k for k in VARIANT_KEYS if len({repr(v.get(k)) for v in seen}) > 1
+                  and not (k == "head_index" and len({v.get("head") for v in seen}) > 1)]  # the head says it
+        if differ:
+            tag = ", ".join(str(variant[k]) if k in ("head", "dtype") else f"{k}={variant[k]}"
+                            for k in differ if variant.get(k) is not None)
+            part["model"] = f"{part['model'].iat[0]} [{tag or 'default'}]"
+        part["_file"] = str(f)
+        out.append(part)
     return out
 
 
