@@ -99,6 +99,9 @@ def test_report_defaults_to_the_installed_lexicons(tmp_path):
     html = build_report(scans, n_perm=50, k=3)
     assert "Lexicon: AFINN-111 from the <code>afinn</code> package" in html
     assert "Frequencies: the <code>wordfreq</code> package" in html
+    # the exposure section controls for valence with the same default lexicon, as `rmfast analyze exposure` does
+    assert "Valence: AFINN-111 from the <code>afinn</code> package" in html
+    assert "valence not controlled for" not in html
     assert "no AFINN lexicon given" not in html and "no word-frequency list given" not in html
 
 

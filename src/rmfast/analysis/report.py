@@ -259,8 +259,16 @@ def _exposure(sec: Section, x: _Inputs) -> None:
             raise UserError("no word-frequency list given: --frequencies FILE (BNC list or word,frequency), "
                             "or pip install wordfreq")
         freqs = "wordfreq"
-    res = exposure(x.scans, freqs, x.afinn, framing=x.framing, use_valence=x.afinn is not None)
+    from .data.lexicons import load_afinn
+
+    # valence controlled for, as the section says and `rmfast analyze exposure` does: AFINN-111 from the afinn
+    # package where no --afinn was given (the sentiment section's default)
+    afinn = x.afinn if x.afinn is not None else load_afinn(None)
+    res = exposure(x.scans, freqs, afinn, framing=x.framing)
     sec.result = res
+    if x.afinn is None:
+        sec.body.append("<p class='note'>Valence: AFINN-111 from the <code>afinn</code> package "
+                        "(the default; <code>--afinn FILE</code> gives another).</p>")
     if x.frequencies is None:
         sec.body.append("<p class='note'>Frequencies: the <code>wordfreq</code> package's English list "
                         "(the default; <code>--frequencies FILE</code> gives another, e.g. the BNC).</p>")
