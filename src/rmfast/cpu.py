@@ -350,6 +350,10 @@ def warn_if_slow(dtype: torch.dtype, config=None, cache: Path | None = None) -> 
         warnings.warn(f"rmfast: bfloat16 on this CPU ({info.kind}) runs GEMMs at {factor:.2g}x the speed of float32 "
                       f"({rates['bfloat16']:.0f} vs {rates['float32']:.0f} GFLOP/s measured): --dtype float32 "
                       "(or auto) is faster and exact", stacklevel=3)
+    elif info.native_bf16 is False:  # the flags settle it; the tiny probe was noise (a loaded machine, a cold cache)
+        warnings.warn(f"rmfast: bfloat16 on this CPU ({info.kind}) is emulated (no avx512_bf16 or AMX): its GEMMs run "
+                      "many times slower than float32 at a scan's sizes: --dtype float32 (or auto) is faster and "
+                      "exact", stacklevel=3)
     return factor
 
 
