@@ -199,7 +199,7 @@ def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
     restore = interrupt_scoring_at(monkeypatch, 3)
     out = tmp_path / "resumed.parquet"
     rc, _, se = run(args + ["--out", str(out)], capsys)
-    assert rc == 130 and "resume" in se
+    assert rc == 130 and f"resume from its checkpoint {out}.partial.npz (256 of 1,000 scored)" in se, se
     assert (tmp_path / "resumed.parquet.partial.npz").exists() and not out.exists()
     restore()
     rc, so, se = run(args + ["--out", str(out)], capsys)
@@ -280,3 +280,32 @@ def test_second_job_on_one_output_stops_at_once(tiny_dir, tmp_path, capsys):
         rc, _, se = run(["scan", str(tiny_dir), "--token-ids", "0:10", "--out", str(out), "--no-progress"], capsys)
     assert one_line_error(rc, se) and "another rmfast job is writing" in se
     assert not out.exists()
+
+
+def test_ctrl_c_says_what_a_rerun_does_and_only_what_a_job_said(capsys):
+    """Ctrl-C: exit 130 and one line; "resume" only where a job said a rerun resumes (a scan's checkpoint, a
+    sweep's store), never for a command with nothing to resume. A closed pipe (`rmfast models | head`): 141, no
+    traceback."""
+    from rmfast.cli.common import run_command
+    from rmfast.io import say_on_interrupt
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    say_on_interrupt("rerun the same command to resume from its checkpoint x.partial.npz")  # an earlier job's
+    assert run_command(interrupted, None) == 130
+    assert capsys.readouterr().err == "rmfast: interrupted\n"  # a command starts with nothing to resume
+
+    def after_a_checkpoint(_args):
+        say_on_interrupt("rerun the same command to resume from its checkpoint y.partial.npz (5 of 9 scored)")
+        raise KeyboardInterrupt
+
+    assert run_command(after_a_checkpoint, None) == 130
+    assert capsys.readouterr().err == ("rmfast: interrupted; rerun the same command to resume from its checkpoint "
+                                       "y.partial.npz (5 of 9 scored)\n")
+
+    def reader_gone(_args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    assert run_command(reader_gone, None) == 141
+    assert capsys.readouterr().err == ""

@@ -165,6 +165,32 @@ def _temp_beside(path: Path) -> Path:
     raise FileExistsError(f"no free temporary name beside {path}")
 
 
+#: what a rerun of an interrupted command would do, said by the jobs that know (the CLI prints it on Ctrl-C):
+#: "job" (a sweep: its finished parts are kept) outranks "checkpoint" (the scoring loop's latest save)
+_ON_INTERRUPT: dict[str, str | None] = {"job": None, "checkpoint": None}
+
+
+def say_on_interrupt(text: str | None, *, level: str = "checkpoint") -> None:
+    """Set (or, with None, clear) what a rerun of this process's command does if it is interrupted now.
+
+    >>> say_on_interrupt("rerun to resume"); on_interrupt()
+    'rerun to resume'
+    >>> say_on_interrupt(None); on_interrupt() is None
+    True
+    """
+    _ON_INTERRUPT[level] = text
+
+
+def forget_on_interrupt() -> None:
+    """Clear what earlier jobs of this process said (a command starts with nothing to resume)."""
+    _ON_INTERRUPT.update(job=None, checkpoint=None)
+
+
+def on_interrupt() -> str | None:
+    """What a rerun of the interrupted command does, or None where nothing was said (nothing to resume)."""
+    return _ON_INTERRUPT["job"] or _ON_INTERRUPT["checkpoint"]
+
+
 def atomic_write(path: str | os.PathLike, write) -> Path:
     """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, which
     is then renamed over ``path``. Nothing half-written is ever left under the final name, and the

@@ -13,6 +13,7 @@ import sys
 import warnings
 
 from ..errors import UserError
+from ..io import forget_on_interrupt, on_interrupt
 from ..template import unescape
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -228,8 +229,17 @@ def run_command(func, args) -> int:
     """Run a command: a UserError (or a full disk, read-only or forbidden write) is one line on stderr
     and exit 2; Ctrl-C is 130."""
     quiet()
+    forget_on_interrupt()
     try:
-        return int(func(args) or 0)
+        rc = int(func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then the BrokenPipeError below
+        return rc
+    except BrokenPipeError:  # `rmfast models | head`: the reader has what it wanted; no traceback at exit
+        try:  # what is left in stdout's buffer goes nowhere, instead of failing again at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a file descriptor (captured): nothing to flush at exit
+            pass
+        return 141  # 128 + SIGPIPE, as a shell reports a writer whose reader closed the pipe
     except UserError as e:
         print(f"rmfast: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -241,5 +251,6 @@ def run_command(func, args) -> int:
               file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("rmfast: interrupted; rerun the same command to resume from the checkpoint", file=sys.stderr)
+        rerun = on_interrupt()  # said by the job that can resume (a scan's checkpoint, a sweep's store), if any
+        print(f"rmfast: interrupted{'; ' + rerun if rerun else ''}", file=sys.stderr)
         return 130

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from ..dims import model_dims
-from ..io import atomic_write
+from ..io import atomic_write, say_on_interrupt
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,6 +517,14 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         save_checkpoint(ck, key, ids, scores, done, sizes, job, lens)
         if states_out is not None:
             states_out.flush()
+        if done.any():
+            say_on_interrupt(f"rerun the same command to resume from its checkpoint {ck} ({int(done.sum()):,} of "
+                             f"{ids.size:,} scored)")
+
+    if ck is not None:
+        say_on_interrupt(f"rerun the same command to resume from its checkpoint {ck} ({done0:,} of {ids.size:,} "
+                         "scored)" if done0 else "no batch had finished, so no checkpoint was written: a rerun "
+                         "starts the scoring over")
 
     # a writer thread's shards all on disk (and its error raised) before the job returns or raises
     drain = getattr(states_out, "drain", None) or (lambda: None)
@@ -625,4 +633,5 @@ def drop_checkpoint(res, checkpoint=None):
     """Drop the checkpoint of a finished job. Call after the output is safely written."""
     if checkpoint is not None:
         Path(checkpoint).unlink(missing_ok=True)
+        say_on_interrupt(None)
     return res

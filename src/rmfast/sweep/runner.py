@@ -64,7 +64,7 @@ from . import dist
 from ..loading.spread import load_spread
 from ..loading.training_checkpoints import is_adapter_folder
 from ..errors import UserError
-from ..io import check_output
+from ..io import check_output, say_on_interrupt
 from ..io import states_dir
 from .store import PART_FILE, PartRef, Store
 from ..template import unescape
@@ -199,6 +199,8 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
         st = store.status(plan) if mode != "new" else [{"done": False} for _ in plan]
         return {"n_parts": len(plan), "n_done": sum(bool(s["done"]) for s in st), "complete": False, "dry_run": True,
                 "parts": st, "mode": mode}
+    say_on_interrupt("rerun the same command: the finished parts are kept, and the part in progress resumes from "
+                     "its checkpoint", level="job")
     dist.init(d)
     try:
         dist.barrier(d)  # every rank has checked the store before rank 0 changes it
