@@ -282,6 +282,14 @@ def test_second_job_on_one_output_stops_at_once(tiny_dir, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc (a folder no file can be made in)")
+def test_an_output_whose_lock_cannot_be_made_is_not_called_busy(tiny_dir, capsys):
+    """filelock reads a lock file it cannot create as one another job holds: the error names the real cause."""
+    rc, _, se = run(["scan", str(tiny_dir), "--token-ids", "0:10", "--out", "/proc/rmfast-x.parquet",
+                     "--no-progress"], capsys)
+    assert one_line_error(rc, se) and "cannot write /proc/rmfast-x.parquet" in se and "another" not in se, se
+
+
 def test_ctrl_c_says_what_a_rerun_does_and_only_what_a_job_said(capsys):
     """Ctrl-C: exit 130 and one line; "resume" only where a job said a rerun resumes (a scan's checkpoint, a
     sweep's store), never for a command with nothing to resume. A closed pipe (`rmfast models | head`): 141, no

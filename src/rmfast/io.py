@@ -136,6 +136,8 @@ def output_lock(path: str | os.PathLike):
     lock = FileLock(str(path) + ".lock")
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)  # the lock file is the first thing written there
+        # made here first: filelock reads a lock file it cannot create (/proc, a read-only folder) as one held
+        os.close(os.open(str(path) + ".lock", os.O_WRONLY | os.O_CREAT, 0o666))
         lock.acquire(timeout=0)
     except Timeout:
         raise UserError(f"another rmfast job is writing {path} (it holds {path}.lock); wait for it to finish "
