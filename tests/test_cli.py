@@ -287,7 +287,7 @@ def test_an_output_whose_lock_cannot_be_made_is_not_called_busy(tiny_dir, capsys
     """filelock reads a lock file it cannot create as one another job holds: the error names the real cause."""
     rc, _, se = run(["scan", str(tiny_dir), "--token-ids", "0:10", "--out", "/proc/rmfast-x.parquet",
                      "--no-progress"], capsys)
-    assert one_line_error(rc, se) and "cannot write /proc/rmfast-x.parquet" in se and "another" not in se, se
+    assert one_line_error(rc, se) and "cannot write /proc/rmfast-x.parquet" in se and "another rmfast job" not in se, se
 
 
 def test_ctrl_c_says_what_a_rerun_does_and_only_what_a_job_said(capsys):
