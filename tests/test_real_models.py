@@ -55,6 +55,9 @@ def test_scan_api_and_resume(smollm2, tmp_path, monkeypatch):
     res = rmfast.scan(smollm2.model, smollm2.tokenizer, PROMPT, token_ids="0:600", progress=False)
     df = res.to_pandas()
     assert len(df) == 600 and res.manifest["head"] == "logprob" and res.manifest["engine"] == "fast"
+    # a model rmfast.load gave records where it came from, as the CLI's scan does (not a converted folder's path)
+    assert res.manifest["model"] == smollm2.source and res.manifest["model"]["sha256"]
+    assert res.manifest["model"]["name"] == "SmolLM2-135M-Instruct"
     assert res.top(3)["score"].is_monotonic_decreasing and res.top(1)["rank"].item() == 1
     assert res.bottom(1)["score"].item() == df["score"].min()
     p = res.to_parquet(tmp_path / "a.parquet")

@@ -66,6 +66,18 @@ class LoadedModel:
     source: dict = field(default_factory=dict)  # manifest entry: spec, type, name, path, sha256, revision, alias
     default_template: str | None = None  # plain "User: {prompt}\nAssistant: {response}" for embedded base models
 
+    def __post_init__(self):  # the model carries its provenance: rmfast.scan(lm.model, ...) records it too
+        setattr(self.model, SOURCE_ATTR, self.source)
+
+
+#: the attribute a loaded model carries its loader's ``source`` in (:func:`recorded_source`)
+SOURCE_ATTR = "_rmfast_source"
+
+
+def recorded_source(model) -> dict | None:
+    """The manifest's model entry (spec, name, path, hashes) of a model :func:`load` gave, else None."""
+    return getattr(model, SOURCE_ATTR, None)
+
 
 # --------------------------------------------------------------------------------------------
 # device, dtype

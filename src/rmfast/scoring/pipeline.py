@@ -401,7 +401,7 @@ def score_texts(
     manifest = plan.manifest(prompt, model_info)
     manifest.update(_texts_manifest(rows, compat, source_ids, candidates_info, limit), vocab_sha256=vocab_sha256(tokenizer))
     if authors:
-        bs_a, bs_from = authors_batch_size(batch_size, (model_info or {}).get("name") or getattr(model.config, "name_or_path", None))
+        bs_a, bs_from = authors_batch_size(batch_size, manifest["model"].get("name"))
         convs, where = authors_plan(tokenizer, tmpl, texts, source_ids, bs_a)
         manifest["compat_authors"] = authors_manifest(authors_diagnostics(model, tokenizer, convs, where), bs_a, bs_from,
                                                        source_ids)

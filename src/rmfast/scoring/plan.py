@@ -293,7 +293,10 @@ class ScoringPlan:
     def manifest(self, prompt: str, model_info: dict | None = None) -> dict:
         """The fields every scoring job records: model, prompt, template ids, head, dtype (and how it
         was chosen), device, engine and whether the layer was compiled."""
+        from ..loading.loader import recorded_source
+
         m, p = self.model, next(self.model.parameters())
+        model_info = model_info or recorded_source(m)  # a model rmfast.load gave knows where it came from
         return {
             "rmfast_version": __version__,
             "model": model_info or {"name": getattr(m.config, "name_or_path", None) or type(m).__name__},
