@@ -121,6 +121,7 @@ def test_init_text_and_restarts(smol_tokenizer, tmpl):
     assert len(res.restarts) == 2 and res.restarts[1]["init_ids"] != init
     assert res.best_score == min(r["best_score"] for r in res.restarts)
     assert res.manifest["engine"] == "fast" and res.manifest["length"] == len(init)
+    assert res.config["length"] == len(init) != cfg.length  # the result's config says the length that ran
 
 
 @pytest.mark.parametrize("bad, msg", [
@@ -138,6 +139,7 @@ def test_config_errors(bad, msg):
     (["--greedy-candidates", "--n-replace", "2"], "one position per candidate"),
     (["--distance-penalty", "-1"], "--distance-penalty must be"),
     (["--init", "a", "--init-string", "b"], "both given"),
+    (["--init", "Hi", "--length", "5"], "--length 5 and --init both set the response length"),
 ])
 def test_cli_errors_are_one_line(argv, msg, capsys, tmp_path):
     from rmfast.cli import main

@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ..errors import UserError
 from ..io import check_output, slug
 from . import common
 from .common import template_arg
@@ -32,7 +33,8 @@ def register(subparsers) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--maximize", action="store_true", help="maximize the reward (default)")
     g.add_argument("--minimize", action="store_true", help="minimize the reward")
-    p.add_argument("--length", type=common.positive_int, default=d.length, help=f"response tokens (default {d.length}; --init sets it instead)")
+    p.add_argument("--length", type=common.positive_int, default=None,
+                   help=f"response tokens (default {d.length}; an --init text's own token count sets it instead)")
     p.add_argument("--steps", type=common.positive_int, default=d.steps, help=f"steps per restart (default {d.steps})")
     p.add_argument("--search-width", type=common.positive_int, default=d.search_width, help=f"candidates per step (default {d.search_width})")
     p.add_argument("--topk", type=common.positive_int, default=d.topk, help=f"gradient substitutions per position (default {d.topk})")
@@ -89,15 +91,19 @@ def run(args) -> int:
     from .. import gcg as job
     from ..gcg import GCGConfig
 
+    inits = _init_strings(args)
+    if args.length is not None and (args.init is not None or inits):
+        raise UserError(f"--length {args.length} and --init{'-string(s)' if inits else ''} both set the response "
+                        "length (the initial text's tokens are the length); drop --length")
     cfg = GCGConfig(
-        length=args.length, steps=args.steps, search_width=args.search_width, topk=args.topk,
+        length=GCGConfig.length if args.length is None else args.length, steps=args.steps, search_width=args.search_width, topk=args.topk,
         n_replace=args.n_replace, buffer_size=args.buffer_size, patience=args.patience, restarts=args.restarts,
         seed=args.seed, maximize=not args.minimize, allow_non_ascii=args.allow_non_ascii,
         allow_special=args.allow_special, retokenize_filter=not args.no_retokenize_filter, init=args.init,
         batch_size=args.batch_size, head=args.head, head_index=args.head_index,
         template=template_arg(args), system=args.system, engine=args.engine, compile=args.compile,
         attention=args.attention, kernels=args.kernels, projections=args.projections,
-        init_strings=_init_strings(args), greedy=args.greedy_candidates, distance_penalty=args.distance_penalty,
+        init_strings=inits, greedy=args.greedy_candidates, distance_penalty=args.distance_penalty,
         compat=args.compat,
     )
     cfg.validate()  # refuse bad settings before loading anything

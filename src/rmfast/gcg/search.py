@@ -547,7 +547,7 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         n_skipped_duplicate=s.n_dup,
         n_rejected_retokenize=s.n_rej,
         n_nonfinite=s.n_nonfinite,
-        config=dataclasses.asdict(cfg),
+        config={**dataclasses.asdict(cfg), "length": len(best_ids)},  # the length that ran (an init text sets it)
         manifest=finish_manifest({**_manifest(model, prompt, s, model_info), "n_nonfinite": s.n_nonfinite,
                                   "nonfinite_ids": s.nonfinite_ids}, t0, plan=s.plan, options=cfg.scoring()),
         timing=_timing(s, wall, setup_s),
