@@ -214,6 +214,8 @@ BAD = {
     "bad-prompts": ({"prompts": {"a": 3}}, "prompts.a"),
     "missing-prompts-file": ({"prompts": "nope.yaml"}, "nope.yaml"),
     "bad-vocab-key": ({"candidates": {"v": {"vocabulary": {"word_like": True}}}}, "candidates.v.vocabulary.word_like"),
+    "empty-id-range": ({"candidates": {"v": {"vocabulary": {"token_ids": "5:1"}}}},
+                       "candidates.v.vocabulary.token_ids: range 5:1 is empty"),
     "empty-cands": ({"candidates": {"e": "empty.txt"}}, "candidates.e"),
     "missing-cands": ({"candidates": {"e": "missing.txt"}}, "candidates.e"),
     "bad-compat": ({"compat": "retokenize"}, "compat"),

@@ -93,20 +93,41 @@ def special_ids(tokenizer) -> set[int]:
     return ids
 
 
+def range_bounds(spec: str, n_vocab: int | None = None) -> tuple[int, int | None]:
+    """``A:B`` -> (A, B), an omitted A being 0 and an omitted B ``n_vocab``; a ValueError, worded for the user,
+    where it is no range of integers or an empty one (checked before any model is loaded, where the vocabulary
+    is not yet known: ``n_vocab`` None).
+
+    >>> range_bounds("5:9"), range_bounds(":9"), range_bounds("5:", 100)
+    ((5, 9), (0, 9), (5, 100))
+    >>> range_bounds("5:5")
+    Traceback (most recent call last):
+    ValueError: range 5:5 is empty: A:B is half-open and needs A < B (e.g. 5:6)
+    """
+    a, _, b = spec.partition(":")
+    try:
+        lo = int(a) if a.strip() else 0
+        hi = int(b) if b.strip() else n_vocab
+    except ValueError:
+        raise ValueError(f"{spec!r} is not a range A:B of integers nor an existing file") from None
+    if lo < 0 or (hi is not None and hi < 0):
+        raise ValueError(f"range {spec} has a negative id; ids are 0 up to the vocabulary's size")
+    if hi is not None and hi <= lo:
+        raise ValueError(f"range {lo}:{hi} is empty: A:B is half-open and needs A < B "
+                         f"(e.g. {f'{hi}:{lo}' if hi < lo else f'{lo}:{lo + 1}'})")
+    return lo, hi
+
+
 def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
     """``A:B`` (half-open range), a file with one id per line, or an iterable of ints -> sorted unique ids."""
     if spec is None:
         return np.arange(n_vocab, dtype=np.int64)
     if isinstance(spec, str):
         if ":" in spec and not os.path.exists(spec):
-            a, _, b = spec.partition(":")
             try:
-                lo = int(a) if a.strip() else 0
-                hi = int(b) if b.strip() else n_vocab
-            except ValueError:
-                raise UserError(f"--token-ids {spec!r} is not a range A:B of integers nor an existing file") from None
-            if 0 <= hi <= lo <= n_vocab:
-                raise UserError(f"--token-ids range {lo}:{hi} is empty: A:B is half-open and needs A < B (e.g. {hi}:{lo})")
+                lo, hi = range_bounds(spec, n_vocab)
+            except ValueError as e:
+                raise UserError(f"--token-ids {e}") from None
             if not (0 <= lo < hi <= n_vocab):
                 raise UserError(f"--token-ids range {lo}:{hi} is outside the vocabulary 0:{n_vocab}")
             return np.arange(lo, hi, dtype=np.int64)

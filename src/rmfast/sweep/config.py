@@ -17,7 +17,7 @@ from ..loading.sources import model_name
 from ..loading.training_checkpoints import expand_runs, is_adapter_folder
 from ..scoring.audit import DEFAULT_AUDIT_N
 from ..states import DTYPES, parse_layers
-from ..scoring.candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, read_candidates
+from ..scoring.candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, range_bounds, read_candidates
 from .store import SCHEMA_VERSION, PartRef
 
 TOP_KEYS = ("out", "defaults", "models", "prompts", "candidates", "compat", "max_tokens")
@@ -353,6 +353,11 @@ def _cand_set(file: str, name: str, spec, base: Path, where: str) -> CandSet:
                     tids = {"file": str(q.resolve()), "sha256": file_sha256(q)}
                 elif ":" not in tids:
                     raise c.err("token_ids", f"{tids!r} is neither a range A:B nor an existing file")
+                else:  # the range's form now, before any store or model: its end against the vocabulary at the run
+                    try:
+                        range_bounds(tids)
+                    except ValueError as e:
+                        raise c.err("token_ids", str(e)) from None
             else:
                 raise c.err("token_ids", f"expected a range A:B, a file or a list of ids, got {type(tids).__name__}")
         v = {"exclude_special": c.get("exclude_special", "bool", False, allow_none=False),
