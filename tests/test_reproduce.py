@@ -103,3 +103,12 @@ def test_index_html_has_the_summary_table_one_verdict_word_and_what_cannot_be_dr
     assert "Fig. 1-2" in tail and "EloEverything" in tail and "log-probabilities" in tail
     md = (out / "index.md").read_text()
     assert "## What the published data does not allow" in md
+
+
+def test_a_data_folder_with_none_of_the_data_is_refused(tmp_path):
+    """--data pointing at a folder with neither paper's files: one UserError naming the folder, nothing written
+    (it wrote an index of "not available" findings and exited 0)."""
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="holds none of the papers' data"):
+        reproduce.run(tmp_path / "empty", tmp_path / "out", ("a", "b"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]

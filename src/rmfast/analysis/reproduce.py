@@ -101,6 +101,9 @@ def run(data_dir, out_dir, papers=PAPERS, *, overwrite: bool = False,
                                  "paper_claim": "", "holds": None, "summary": fn, "files": []})
                 continue
             findings += [_checked(f) for f in fn(data_dir, tmp)]
+        if findings and all(f["holds"] is None and str(f["summary"]).startswith("not available") for f in findings):
+            raise UserError(f"{data_dir} holds none of the papers' data (paper A: eloeverything/, paper B: "
+                            "iclr2026/); pass --data DIR, the folder that holds them (the project's shared data)")
         (tmp / "index.md").write_text(index_markdown(findings, data_dir, papers), encoding="utf-8")
         (tmp / "index.html").write_text(index_html(findings, data_dir, papers), encoding="utf-8")
         _swap_in(tmp, out_dir)
