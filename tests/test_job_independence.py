@@ -61,7 +61,7 @@ def test_without_padding_the_rounding_would_differ(smol_rm):
     assert not np.array_equal(alone, full[:70])
 
 
-def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, monkeypatch):
+def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, monkeypatch, capsys):
     """Issue 37 item 12: a short batch runs at the smallest ladder size measured (here, now, into a fresh
     cache) to give every row the full batch's bits, not at the full row count; the scores are still the
     whole job's, bit for bit, and a second job reads the verdict from the cache instead of measuring."""
@@ -84,9 +84,15 @@ def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, m
     (v,) = verdicts.values()
     expect = next((s for s in ladder(rows) if s >= ids.size and v.get(str(s))), rows)
     assert calls[-1] == expect and "measured now" in first.manifest["decisions"]["padding"]["reason"]
+    # the one-off measurement is said (one line), timed, and left out of the job's rate
+    assert "rmfast: measuring once which short batches" in capsys.readouterr().err
+    fm = first.manifest
+    assert 0 < fm["pad_probe_s"] < fm["scan_s"]
+    assert fm["candidates_per_s"] == pytest.approx(ids.size / (fm["scan_s"] - fm["pad_probe_s"]), rel=0.01)
     calls.clear()
     second = scan(m, tok, PROMPT, token_ids=ids, progress=False)
     assert calls == [expect] and "measured earlier" in second.manifest["decisions"]["padding"]["reason"]
+    assert "pad_probe_s" not in second.manifest and "measuring once" not in capsys.readouterr().err
     np.testing.assert_array_equal(first.scores, second.scores)  # bit for bit against a whole job: the test above
 
 

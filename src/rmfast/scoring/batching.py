@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -254,6 +255,7 @@ class PadSizes:
         self.verdicts: dict[int, bool] = {int(s): bool(v) for s, v in self._read().get(self.key, {}).items()
                                           if str(s).isdigit()}
         self.measured: list[int] = []  # sizes measured by this object (not from the cache)
+        self.probe_s = 0.0  # seconds this object spent measuring (a job's rate leaves them out)
         self._full = None  # (rows,) fp32 scores of the probe ids in one full batch
 
     def _read(self) -> dict:
@@ -288,12 +290,16 @@ class PadSizes:
     def identical(self, size: int) -> bool:
         """Whether a batch of ``size`` rows gives each row the full batch's bits (cached, else measured now)."""
         if size not in self.verdicts:
+            t0 = time.perf_counter()
             if self._full is None:
+                print(f"rmfast: measuring once which short batches give a full batch's bits here ({self.rows} rows; "
+                      "cached for later jobs of this shape)", file=sys.stderr, flush=True)
                 self._full = self.eng.score(self._probe_ids(self.rows)).cpu().numpy()  # (rows,)
             part = self.eng.score(self._probe_ids(size)).cpu().numpy()  # (size,)
             self.verdicts[size] = bool(np.array_equal(part, self._full[:size], equal_nan=True))
             self.measured.append(size)
             self._write()
+            self.probe_s += time.perf_counter() - t0
         return self.verdicts[size]
 
     def rows_for(self, B: int) -> int:
@@ -307,7 +313,7 @@ class PadSizes:
         """One line for the manifest: which sizes were found identical, and where that came from."""
         same = sorted(s for s, v in self.verdicts.items() if v)
         differ = sorted(s for s, v in self.verdicts.items() if not v)
-        src = "measured now" if self.measured else "measured earlier on this machine"
+        src = f"measured now, {self.probe_s:.1f} s" if self.measured else "measured earlier on this machine"
         parts = [f"short batches padded to the smallest of {same} rows >= the batch" if same else "no smaller size tried yet"]
         if differ:
             parts.append(f"{differ} differ from a full batch, so not used")
