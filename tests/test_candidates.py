@@ -195,3 +195,15 @@ def test_host_work_waits_counted():
     beside = HostWork(Slow(), [0, 1], overlap=True)
     time.sleep(0.3)  # the caller's own work (a GPU scan)
     assert beside.labels() == (["a", "b"], ["a", "b"]) and beside.waited_s["labels"] < 0.05
+
+
+def test_token_ids_repeated_in_a_file_are_scored_once_and_said(tmp_path):
+    from rmfast.scoring.candidates import parse_token_ids
+
+    f = tmp_path / "ids.txt"
+    f.write_text("5\n7\n5\n9\n7\n")
+    with pytest.warns(UserWarning, match=r"ids.txt: 2 repeated id\(s\) scored once \(5, 7\)"):
+        assert parse_token_ids(str(f), 100).tolist() == [5, 7, 9]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no repeat: nothing said
+        assert parse_token_ids("3:6", 100).tolist() == [3, 4, 5]

@@ -155,8 +155,13 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
         shown = v if abs(v) < 10**30 else f"of {abs(v).bit_length()} bits"
         raise UserError(f"{where[bad[0]]}token id {shown} is outside the vocabulary 0:{n_vocab} ({len(bad)} such ids): "
                         f"give ids from 0 to {n_vocab - 1}")
-    ids = np.array(vals, dtype=np.int64)
-    return np.unique(ids)
+    ids, counts = np.unique(np.array(vals, dtype=np.int64), return_counts=True)
+    if (counts > 1).any():  # said, as repeated text candidates are: a file of 7 ids that scores 5 is not silent
+        rep = ids[counts > 1]
+        shown = ", ".join(map(str, rep[:5])) + (" …" if rep.size > 5 else "")
+        warnings.warn(f"rmfast: {spec if isinstance(spec, str) else '--token-ids'}: {int((counts - 1).sum())} repeated "
+                      f"id(s) scored once ({shown})", stacklevel=2)
+    return ids
 
 
 def select_ids(model, tokenizer, token_ids=None, *, exclude_special: bool = False, wordlike: bool = False,
