@@ -5,6 +5,7 @@ multi-turn histories; a custom gated head; the logprob head; merging responses; 
 caching, threads; the GRPO adapter, rerank and ``rmfast score``."""
 
 import copy
+import json
 import threading
 
 import numpy as np
@@ -227,6 +228,8 @@ def test_cli_score_writes_beside_the_input_and_resumes(tok, tmp_path, capsys, mo
     assert "3 rows from the checkpoint" in so  # the interrupted run's 3 finished batches were not redone
     got = pd.read_parquet(out)
     assert list(got.columns) == ["p", "r", "score"] and got[["p", "r"]].equals(df)
+    man = json.loads((tmp_path / "pairs.scores.parquet.json").read_text())  # the fields every job's manifest ends with
+    assert {"rmfast_version", "versions", "created", "wall_s", "options"} <= set(man) and man["decisions"]["attention"]
     s = RewardScorer(model, tok, batch_size=1).score(list(got["p"]), [[r] for r in got["r"]])
     np.testing.assert_array_equal(got["score"].to_numpy(), np.array([x[0] for x in s], np.float32))
     assert not (tmp_path / "pairs.scores.parquet.partial.npz").exists()

@@ -124,7 +124,8 @@ def run(args) -> int:
 
     from ..io import write_result
     from ..scoring.batching import count_nonfinite
-    from ..scoring.plan import score_meaning
+    from ..scoring.plan import finish_manifest, score_meaning
+    from ..version import __version__
     from ..scoring.options import ScoringOptions
     from ..scoring.scorer import RewardScorer
 
@@ -162,9 +163,10 @@ def run(args) -> int:
                                                    "prompt_column": args.prompt_column,
                                                    "response_column": args.response_column,
                                                    "system_column": args.system_column},
-                    "stats": {k: getattr(st, k) for k in st.__dataclass_fields__},
-                    "score_position": "final position of the whole conversation + response", "n_nonfinite": n_bad,
-                    "wall_s": round(time.perf_counter() - t0, 3)}
+                    "stats": {k: getattr(st, k) for k in st.__dataclass_fields__ if k != "decisions"},  # those: below
+                    "score_position": "final position of the whole conversation + response", "n_nonfinite": n_bad}
+        # the fields every job's manifest ends with: decisions as they ran, options, wall time, versions, creation
+        finish_manifest(manifest, t0, decisions=st.decisions, options=scorer.options, rmfast_version=__version__)
         write_result(out, df, manifest, overwrite=args.overwrite)
         ck.unlink(missing_ok=True)  # only now: the output is in place
     print(f"{len(df)} rows ({st.n_prompts} prompts, {st.n_rows} distinct rows, {st.n_batches} batches, "
