@@ -43,7 +43,7 @@ import numpy as np
 
 from ..dims import text_config
 from ..errors import UserError
-from ..io import read_text
+from ..io import file_sha256, read_text
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,6 +287,21 @@ def is_wordlike(text: str) -> bool:
     return bool(s) and s.isalpha()
 
 
+def ids_asked(token_ids, n: int = 0):
+    """The ids a job was asked for, as its manifest records them: ``all``, the range ``A:B``, a file (path and
+    sha256) or, for ids given in code, their count ``n``.
+
+    >>> ids_asked(None), ids_asked("0:100"), ids_asked([3, 1], 2)
+    ('all', '0:100', '2 ids given')
+    """
+    if token_ids is None:
+        return "all"
+    if isinstance(token_ids, str):
+        p = Path(token_ids)
+        return {"file": str(p.resolve()), "sha256": file_sha256(p)} if p.is_file() else token_ids
+    return f"{n} ids given"
+
+
 def vocab_ids(tokenizer, n_vocab: int, *, token_ids=None, exclude_special: bool = False, wordlike: bool = False,
               dedup: bool = False) -> tuple[np.ndarray, dict]:
     """Vocabulary ids of a view, ascending, and a report of what each filter dropped.
@@ -302,7 +317,8 @@ def vocab_ids(tokenizer, n_vocab: int, *, token_ids=None, exclude_special: bool 
             to "\\ufffd" go this way).
     """
     ids = parse_token_ids(token_ids, n_vocab)
-    report = {"n_start": int(ids.size), "exclude_special": exclude_special, "wordlike": wordlike, "dedup": dedup}
+    report = {"token_ids": ids_asked(token_ids, int(ids.size)), "n_start": int(ids.size), "exclude_special": exclude_special,
+              "wordlike": wordlike, "dedup": dedup}
     if exclude_special:
         sp = np.fromiter(special_ids(tokenizer), dtype=np.int64)
         keep = ~np.isin(ids, sp)
