@@ -317,3 +317,18 @@ def test_ctrl_c_says_what_a_rerun_does_and_only_what_a_job_said(capsys):
 
     assert run_command(reader_gone, None) == 141
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("n, want, unwanted", [(3, ["all 3, best first"], ["bottom", "top 5"]),
+                                               (7, ["top 5", "bottom 2"], ["bottom 5"]),
+                                               (12, ["top 5", "bottom 5"], ["all"])])
+def test_the_top_and_bottom_tables_never_show_a_row_twice(n, want, unwanted, capsys):
+    from rmfast.cli.common import print_tables
+    from rmfast.scoring.results import ScanResult
+
+    res = ScanResult(np.arange(n), np.linspace(1, -1, n).astype(np.float32), [f"t{i}" for i in range(n)],
+                     [f"w{i}" for i in range(n)], {"head": "score", "model": {"name": "m"}})
+    print_tables(res, 5)
+    so = capsys.readouterr().out
+    assert all(w in so for w in want) and not any(u in so for u in unwanted), so
+    assert sum(so.count(f"'w{i}'") for i in range(n)) == min(n, 10)  # each row at most once

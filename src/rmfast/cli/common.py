@@ -110,9 +110,13 @@ def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) 
 
     seed = (res.manifest.get("model") or {}).get("random_head_seed") if isinstance(res.manifest.get("model"), dict) \
         else None
-    head = title or (f"top {k} (RANDOM score head, seed {seed}: not a reward model's ranking)" if seed is not None
-                     and res.manifest.get("head") == "score" else f"top {k} ({res.manifest.get('head')} head)")
-    tables = [(head, res.top(k))] + ([(f"bottom {k}", res.bottom(k))] if bottom else [])
+    n = len(res.scores)
+    # a table never repeats the other's rows: all n once where n <= k, the bottom's last n - k where n < 2k
+    top_k, bottom_k = min(k, n), min(k, max(n - k, 0))
+    which = f"all {n}, best first" if top_k == n else f"top {top_k}"
+    head = title or (f"{which} (RANDOM score head, seed {seed}: not a reward model's ranking)" if seed is not None
+                     and res.manifest.get("head") == "score" else f"{which} ({res.manifest.get('head')} head)")
+    tables = [(head, res.top(top_k))] + ([(f"bottom {bottom_k}", res.bottom(bottom_k))] if bottom and bottom_k else [])
     for name, df in tables:
         cols = {"rank": df["rank"]}
         if "token_id" in df:
