@@ -476,11 +476,11 @@ def test_cli_score_system_column_with_message_prompts(tok, tmp_path, capsys):
     pd.DataFrame({"p": [msgs[0], [{"role": "system", "content": "Other."}, *msgs[1]]], "r": ["Love", "A pear."],
                   "sys": [SYSTEM, SYSTEM]}).to_parquet(clash)
     rc, _, err = run(["score", clash, *argv[2:]], capsys)
-    assert one_line_error(rc, err) and "row 1: the prompt's messages begin with a system message" in err, err
+    assert one_line_error(rc, err) and "row 2: the prompt's messages begin with a system message" in err, err
     rows = tmp_path / "rows.csv"
     pd.DataFrame({"p": ["Hi", "Bye"] * 4, "r": ["a", "b", "c", "d", "e", "f", "g", "  "]}).to_csv(rows, index=False)
     rc, _, err = run(["score", rows, *argv[2:-2]], capsys)
-    assert one_line_error(rc, err) and "row 7 (response column) is empty" in err, err
+    assert one_line_error(rc, err) and "row 8 (response column) is empty" in err, err
 
 
 def test_weights_changed_through_data_drop_the_cached_plans(tok):

@@ -75,17 +75,18 @@ def _conversation(v, system, k: int):
 
     if hasattr(v, "tolist") and not isinstance(v, str):
         v = v.tolist()  # a Parquet list column comes back as a numpy array of dicts
-    conv = as_conversation(v, f"row {k} (prompt column)")
+    conv = as_conversation(v, f"row {k + 1} (prompt column)")
     if system is None or conv.system == system:
         return conv
     if conv.system is not None:
-        raise UserError(f"row {k}: the prompt's messages begin with a system message, and --system-column gives "
+        raise UserError(f"row {k + 1}: the prompt's messages begin with a system message, and --system-column gives "
                         "another; drop the column or that message")
     return dataclasses.replace(conv, system=system)
 
 
 def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
-    """(conversations, response lists, (conversation, slot) per row) from the table, rows in order."""
+    """(conversations, response lists, (conversation, slot) per row) from the table, rows in order. Errors name
+    a row as a reader counts them: from 1, the header not counted."""
     for c in (prompt_col, response_col, system_col):
         if c is not None and c not in df.columns:
             raise UserError(f"the input has no column {c!r}; its columns are {', '.join(map(repr, map(str, df.columns)))}")
@@ -93,7 +94,7 @@ def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
     systems = df[system_col].tolist() if system_col else [None] * len(df)
     for k, (p, r, s) in enumerate(zip(df[prompt_col].tolist(), df[response_col].tolist(), systems)):
         if not isinstance(r, str):
-            raise UserError(f"row {k}: the response is {type(r).__name__}, not text")
+            raise UserError(f"row {k + 1}: the response is {type(r).__name__}, not text")
         conv = _conversation(p, s if isinstance(s, str) and s else None, k)
         i = seen.setdefault(conv, len(convs))
         if i == len(convs):
@@ -116,7 +117,7 @@ def _by_row(e: UserError, where) -> UserError:
     except ValueError:
         return e
     rest = m.group(3).replace("compat='decode-retokenize'", "--compat decode-retokenize")
-    return UserError(f"row {k} (response column){rest}")
+    return UserError(f"row {k + 1} (response column){rest}")
 
 
 def run(args) -> int:

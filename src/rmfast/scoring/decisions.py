@@ -83,7 +83,7 @@ def choose_head(model, head: str, head_index: int) -> str:
     "score" on a causal LM is refused: it has no reward head, and the plain-HF path would read its
     LM logits at the final position, output ``head_index`` being the logit of that token id: a
     ranking by "how likely is token 0 next", silently. A classifier head, seeded at random, is what
-    ``random_head_seed`` loads (``rmfast gcg --random-head-seed N``, a sweep's ``random_head_seed``).
+    ``random_head_seed`` loads (``--random-head-seed N`` of scan, score, gcg; a sweep's ``random_head_seed``).
     """
     if head == "auto":
         head = default_head(model)
@@ -92,10 +92,13 @@ def choose_head(model, head: str, head_index: int) -> str:
     if head == "logprob" and not hasattr(model, "lm_head"):
         raise UserError("--head logprob needs a causal language model; this model has no LM head (use --head score)")
     if head == "score" and lm_only(model):
-        raise UserError(f"--head score needs a reward model or classifier, and "
-                        f"{getattr(model.config, 'name_or_path', None) or type(model).__name__} is a causal LM (no "
+        from ..loading.loader import recorded_source
+
+        name = ((recorded_source(model) or {}).get("name") or getattr(model.config, "name_or_path", None)
+                or type(model).__name__)  # the model's name, not a converted copy's folder in the cache
+        raise UserError(f"--head score needs a reward model or classifier, and {name} is a causal LM (no "
                         "score head: its next-token logits would be read as rewards); use --head logprob (or auto), "
-                        "or load it with a seeded random score head (rmfast gcg --random-head-seed N; random_head_seed: "
+                        "or load it with a seeded random score head (--random-head-seed N; random_head_seed: "
                         "N in a sweep; rmfast.load(..., random_head_seed=N))")
     if head == "score" and head_index < 0:
         raise UserError("--head-index must be >= 0")

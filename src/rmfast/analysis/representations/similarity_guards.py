@@ -30,7 +30,7 @@ def check_replicates(bootstrap: int, permutations: int, one_pass) -> None:
     one_pass()
     t = time.perf_counter() - t0
     est = t * (1 + bootstrap + permutations)
-    when = f"{est / 3600:,.0f} hours" if est >= 3600 else f"{est:,.0f} s"
+    when = f"{est / 3600:,.1f} h" if est >= 3600 else f"{est:,.0f} s"
     raise UserError(f"--bootstrap {bootstrap:,} / --permutations {permutations:,}: at most {MAX_REPLICATES:,} each "
                     f"(p-values down to {1 / (1 + MAX_REPLICATES):.0e}); each replicate is a pass over the states, "
                     f"{t:.3g} s here, so these would take about {when}")
