@@ -187,6 +187,8 @@ CASES = [
                             "--dictionary", "{bad-csv}", "--out", o / "i.parquet"], id="implicit-malformed-dictionary"),
     pytest.param(lambda o: ["implicit", "--model-a", "{bad-parquet}", "--model-b", "{lm}", "--out", o / "i.parquet"],
                  id="implicit-corrupt-parquet-model-a"),
+    pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--prompt", "Hi", "--prompt-id", "x",
+                            "--out", o / "i.parquet"], id="implicit-prompt-id-without-prompts-yaml"),
     pytest.param(lambda o: ["analyze", "distributions", "{bad-parquet-scan}", "--out", o / "a.csv"],
                  id="analyze-corrupt-parquet"),
     pytest.param(lambda o: ["analyze", "human", "{scan}", "--human", "{binary}", "--out", o / "a.csv"],

@@ -49,6 +49,9 @@ def run(args) -> int:
         raise UserError("give --model-a and --model-b (models, or logprobs Parquet files), or --demo")
     if args.prompts_yaml and args.prompt:
         raise UserError("give --prompt or --prompts-yaml, not both")
+    if args.prompt_id and not args.prompts_yaml:
+        raise UserError("--prompt-id picks prompts of a --prompts-yaml file; add --prompts-yaml FILE (or drop "
+                        "--prompt-id and give --prompt)")
     prompts = read_prompts(args.prompts_yaml) if args.prompts_yaml else None
     if prompts is not None and args.prompt_id:
         missing = [p for p in args.prompt_id if p not in prompts]
