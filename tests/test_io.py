@@ -3,6 +3,7 @@
 
 import os
 import stat
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -77,3 +78,20 @@ def test_scan_default_out_names_whole_words(tiny_dir, tmp_path, monkeypatch, cap
     assert rc == 0, se
     [out] = (tmp_path / "results").glob("*.parquet")
     assert out.name.endswith("__what-in-one-word-is-the-greatest-thing.parquet")
+
+
+def test_a_job_refused_inside_the_output_lock_leaves_no_folders_it_made(tmp_path):
+    """The lock made the output's folders; a job that stops before writing takes them away again (only the empty
+    ones it made: a folder that was there, or one that now holds the output, stays)."""
+    from rmfast.errors import UserError
+    from rmfast.io import output_lock
+
+    out = tmp_path / "new" / "deeper" / "r.parquet"
+    with pytest.raises(UserError):
+        with output_lock(out):
+            assert out.parent.is_dir()
+            raise UserError("refused after the lock")
+    assert list(tmp_path.iterdir()) == []
+    with output_lock(out):
+        out.write_text("x")
+    assert out.read_text() == "x" and not Path(str(out) + ".lock").exists()

@@ -134,6 +134,7 @@ def output_lock(path: str | os.PathLike):
 
     check_lock(str(path) + ".lock", "remove it or choose another --out")
     lock = FileLock(str(path) + ".lock")
+    made = [q for q in (Path(path).parent, *Path(path).parent.parents) if not q.exists()]  # deepest first
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)  # the lock file is the first thing written there
         # made here first: filelock reads a lock file it cannot create (/proc, a read-only folder) as one held
@@ -150,6 +151,11 @@ def output_lock(path: str | os.PathLike):
     finally:
         lock.release()
         Path(str(path) + ".lock").unlink(missing_ok=True)
+        for q in made:  # a job refused (or failed) before writing leaves no empty folders it made
+            try:
+                q.rmdir()
+            except OSError:  # not empty (the output, or anything else now there): kept
+                break
 
 
 def _temp_beside(path: Path) -> Path:

@@ -53,6 +53,25 @@ class _Result:
     def candidates_per_s(self) -> float:
         return float(self.manifest.get("candidates_per_s", float("nan")))
 
+    def __repr__(self) -> str:
+        """One line: how many, of what model, prompt and head, and the best (the manifest's detail: ``.manifest``).
+
+        >>> ScanResult(np.arange(2), np.array([0.5, 2.0], np.float32), ["a", "b"], ["a", "b"],
+        ...            {"model": {"name": "org/RM"}, "prompt": "Best?", "head": "score", "dtype": "float32"})
+        ScanResult(2 candidates, model='org/RM', prompt='Best?', head='score', dtype='float32', best='b' 2.0000)
+        """
+        m, n = self.manifest, len(self.scores)
+        model = m.get("model")
+        model = model.get("name") if isinstance(model, dict) else model
+        prompt = str(m.get("prompt", ""))
+        fields = [f"{n:,} candidates", f"model={model!r}", f"prompt={prompt[:60] + ('…' if len(prompt) > 60 else '')!r}",
+                  f"head={m.get('head')!r}", f"dtype={m.get('dtype')!r}"]
+        finite = np.isfinite(self.scores)
+        if finite.any():
+            i = int(np.argmax(np.where(finite, self.scores, -np.inf)))
+            fields.append(f"best={self.texts[i]!r} {float(self.scores[i]):.4f}")
+        return f"{type(self).__name__}({', '.join(fields)})"
+
     def _ranked(self, df):
         """``df`` (score column made) + rank (1 = highest; ties share the best rank; none for a NaN score:
         :func:`rank_scores`) + the extra float columns (the reward lens), in that column order."""
@@ -81,7 +100,7 @@ class _Result:
         return _write(self, path, overwrite)
 
 
-@dataclass
+@dataclass(repr=False)
 class ScanResult(_Result):
     """Scores of candidate token ids, with everything needed to reproduce them.
 
@@ -136,7 +155,7 @@ class ScanResult(_Result):
         )
 
 
-@dataclass
+@dataclass(repr=False)
 class TextScanResult(_Result):
     """Scores of response texts, with everything needed to reproduce them.
 
