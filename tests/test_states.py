@@ -216,12 +216,18 @@ def test_random_head_seed_gives_a_causal_lm_a_score_head_states_and_lens(tmp_pat
     assert "lens_last" in outs[0] and np.array_equal(outs[0]["score"], outs[1]["score"])  # seeded: the same head
 
 
-def test_analyze_lens_tables_and_figure(tiny_dir, tmp_path, capsys):
+def test_analyze_lens_tables_and_figure(tiny_dir, tmp_path, capsys, monkeypatch):
+    import rmfast.analysis.representations.lens as L
+
+    titles, real = [], L.write_lens_figure
+    monkeypatch.setattr(L, "write_lens_figure", lambda res, p, title=None: titles.append(title) or real(res, p, title))
     rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--lens")
     assert rc == 0, se
     rc, _, se = run(["analyze", "lens", str(tmp_path / "s.parquet"), "--out", str(tmp_path / "lens.csv"), "--k", "20"],
                     capsys)
     assert rc == 0, se
+    model = json.loads((tmp_path / "s.parquet.json").read_text())["model"]
+    assert titles == [f"reward lens: {model['name']}"]  # the model's name from the manifest (a random head said)
     t = pd.read_csv(tmp_path / "lens.csv")
     assert t["layer"].astype(str).tolist() == ["0", "1", "2", "last"]
     last = t.iloc[-1]

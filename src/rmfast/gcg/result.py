@@ -73,10 +73,15 @@ class GCGResult:
         for i, r in enumerate(self.restarts):
             ax.plot(range(len(r["trajectory"])), r["trajectory"], lw=1.5, label=f"restart {i}")
         direction = "maximize" if self.config.get("maximize", True) else "minimize"
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers (a short run had 0.25s)
         ax.set_xlabel("step")
         ax.set_ylabel(f"best reward ({self.manifest.get('head', '?')} head)")
-        name = (self.manifest.get("model") or {}).get("name", "")
-        ax.set_title(f"GCG {direction}: {name}  best {self.best_score:.4f}", fontsize=10)
+        model = self.manifest.get("model") or {}
+        seed = model.get("random_head_seed")
+        random = f" (RANDOM score head, seed {seed})" if seed is not None and self.manifest.get("head") == "score" else ""
+        ax.set_title(f"GCG {direction}: {model.get('name', '')}{random}  best {self.best_score:.4f}", fontsize=10)
         if len(self.restarts) > 1:
             ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
