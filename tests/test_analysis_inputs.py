@@ -318,3 +318,21 @@ def test_reads_what_rmfast_scan_writes(tmp_path):
     df = load_scans([tmp_path / "s.parquet"])
     assert df["model"].unique().tolist() == ["tiny-rm"] and df["prompt"].unique().tolist() == ["Best?"]
     assert df.set_index("text")["rank"].to_dict() == {" a": 3, " b": 1, "c": 4, "d": 1}
+
+
+def test_a_sweeps_prompt_names_stand_for_their_prompts(tmp_path, capsys):
+    """`analyze best-worst STORE --best greatest`: a sweep part's prompt name (its manifest's prompt_name, the
+    store's folder name) is taken for the prompt; the full text still works, and an unknown name is refused."""
+    from rmfast.cli import main
+
+    words = ["love", "war", "joy", "pain", "hope", "fear"]
+    for name, prompt, sign in (("greatest", "What is the greatest thing?", 1.0), ("worst", "What is the worst thing?", -1.0)):
+        _write_parquet(tmp_path / f"{name}.parquet", "M", prompt, words, sign * np.arange(6.0))
+        _manifest_set(tmp_path / f"{name}.parquet", prompt_name=name)
+    assert set(load_scans([tmp_path])["prompt_name"]) == {"greatest", "worst"}
+    for best in ("greatest", "What is the greatest thing?"):
+        assert main(["analyze", "best-worst", str(tmp_path), "--best", best, "--worst", "worst",
+                     "--out", str(tmp_path / "bw.csv"), "--overwrite"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["analyze", "best-worst", str(tmp_path), "--best", "nope", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "'nope' is not a prompt of these scans" in capsys.readouterr().err

@@ -239,12 +239,14 @@ def register(subparsers) -> None:
 
 
 def _run(name: str, args, scans, human):
-    from ..analysis.data.framing import parse_framing_args
+    from ..analysis.data.framing import parse_framing_args, prompt_text
 
     fn = registry.BY_NAME[name].load()  # the analysis's function; the branches below pass its options
     framing = parse_framing_args(args.framing)
     args.join = args.join or "text"
-    sel = {"models": args.models, "prompts": args.prompts}
+    # a sweep's prompt names stand for their prompts (--best greatest), as the store's folders name them
+    args.best, args.worst = prompt_text(scans, args.best), prompt_text(scans, args.worst)
+    sel = {"models": args.models, "prompts": args.prompts and [prompt_text(scans, p) for p in args.prompts]}
     std = False if args.no_standardize else None  # None: the method's own default
     method = {"method": args.method} if name in ("agreement", "sentiment", "exposure",
                                                   "human", "categories") else {}
@@ -482,6 +484,7 @@ def run_analyze(args) -> int:
 
 def run_report(args) -> int:
     """``rmfast report``: every applicable analysis in one HTML file."""
+    from ..analysis.data.framing import prompt_text
     from ..analysis.report import build_report, explorer_beside, write_report
     from ..analysis.representations.views import states_beside
 
@@ -492,8 +495,9 @@ def run_report(args) -> int:
         print(f"rmfast: note: {line}", file=sys.stderr)
     text = build_report(data.scans, human=data.human, metadata=args.metadata, afinn=args.afinn,
                         frequencies=args.frequencies, dictionaries=args.dictionary or (),
-                        join=args.join or "text", k=args.k, n_perm=args.n_perm, best=args.best,
-                        worst=args.worst, framing=framing,
+                        join=args.join or "text", k=args.k, n_perm=args.n_perm,
+                        best=prompt_text(data.scans, args.best), worst=prompt_text(data.scans, args.worst),
+                        framing=framing,
                         title=args.title, source=data.source, scores_source=data.scores_source,
                         human_source=data.human_source, progress=not args.no_progress,
                         explorer=explorer_beside(args.out), states=states_beside(args.inputs or []),

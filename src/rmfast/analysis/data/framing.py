@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+import pandas as pd
+
 from ...errors import UserError
 
 POSITIVE, NEGATIVE, UNKNOWN = "positive", "negative", "unknown"
@@ -67,6 +69,21 @@ def parse_framing_args(items: Iterable[str] | None) -> dict[str, str]:
             raise UserError(f"--framing {item!r}: the framing is {v!r}; write PROMPT=positive or PROMPT=negative")
         out[p] = v
     return out
+
+
+def prompt_text(scans, given: str | None) -> str | None:
+    """The prompt that ``given`` names: itself where it is a prompt of ``scans``, else the one prompt a sweep
+    named so (the ``prompt_name`` column of a store's parts: ``greatest`` for "What, in one word, is the
+    greatest thing ever?"); otherwise ``given`` unchanged, for :func:`check_named_prompts` to refuse.
+
+    >>> d = pd.DataFrame({"prompt": ["Best thing?", "Worst thing?"], "prompt_name": ["best", "worst"]})
+    >>> prompt_text(d, "worst"), prompt_text(d, "Best thing?"), prompt_text(d, "nope")
+    ('Worst thing?', 'Best thing?', 'nope')
+    """
+    if given is None or "prompt_name" not in scans.columns or (scans["prompt"] == given).any():
+        return given
+    hit = pd.unique(scans.loc[scans["prompt_name"] == given, "prompt"])
+    return str(hit[0]) if len(hit) == 1 else given
 
 
 def check_named_prompts(prompts: Iterable[str], named: Iterable[tuple[str, str | None]]) -> None:

@@ -217,6 +217,8 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
         part.insert(0, "prompt", str(prompt))
         part.insert(0, "model", str(model))
         part["candidates"] = candidate_set(manifest)
+        if manifest.get("prompt_name"):  # a sweep part's prompt id: analyses take it for the prompt (--best greatest)
+            part["prompt_name"] = str(manifest["prompt_name"])
         frames.append((f, scan_variant(manifest), part))
     if not frames:
         raise UserError(f"every scan given has no rows ({len(files)} file(s)); rerun the scans")
