@@ -132,6 +132,7 @@ def test_sweep_survives_kill_9(models_dir, tmp_path, capsys):
     if checkpoints:  # the part killed mid-way resumed from its checkpoint
         man = json.loads((checkpoints[0].parent / "part.parquet.json").read_text())
         assert man["scan"]["resumed_candidates"] > 0
+        assert f"({man['scan']['resumed_candidates']} of them from the checkpoint)" in se  # the log line says so
     assert not list(store.glob("parts/*/*/*/part.partial.npz")) and not list(store.rglob("*.tmp"))
     rc, so, se = run(["sweep", cfg, "--out", tmp_path / "clean", "--no-progress"], capsys)
     assert rc == 0, se

@@ -312,8 +312,9 @@ class _PartRunner:
                             "rescoring") from None
         ck.unlink(missing_ok=True)  # only once the store holds the part
         line = audit_line(man.get("bf16_audit"))
+        resumed = int(man.get("resumed_candidates") or 0)  # rows the part's checkpoint held from an earlier run
         _log(d, f"[{self.k}/{self.n}] {p.model} × {p.prompt_name} × {p.candidates}: {len(df)} rows in {wall:.1f} s"
-                + (f"; {line}" if line else ""))
+                + (f" ({resumed} of them from the checkpoint)" if resumed else "") + (f"; {line}" if line else ""))
         if d.world == 1:
             with store.lock():
                 store.write_index(self.plan, self.chash)
