@@ -327,8 +327,10 @@ def test_the_top_and_bottom_tables_never_show_a_row_twice(n, want, unwanted, cap
     from rmfast.scoring.results import ScanResult
 
     res = ScanResult(np.arange(n), np.linspace(1, -1, n).astype(np.float32), [f"t{i}" for i in range(n)],
-                     [f"w{i}" for i in range(n)], {"head": "score", "model": {"name": "m"}})
+                     [f"w{i}" for i in range(n)], {"head": "score", "model": {"name": "m"},
+                                                     "score_meaning": "the reward, higher = better"})
     print_tables(res, 5)
     so = capsys.readouterr().out
     assert all(w in so for w in want) and not any(u in so for u in unwanted), so
+    assert so.rstrip().endswith("score: the reward, higher = better")  # what the numbers are, under them
     assert sum(so.count(f"'w{i}'") for i in range(n)) == min(n, 10)  # each row at most once

@@ -127,6 +127,8 @@ def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) 
         cols["score"] = [f"{s:.4f}" for s in df["score"]]
         print(f"\n{name}")
         print(pd.DataFrame(cols).to_string(index=False))
+    if res.manifest.get("score_meaning"):  # what the number is, under the numbers
+        print(f"score: {res.manifest['score_meaning']}")
 
 
 class Parser(argparse.ArgumentParser):
