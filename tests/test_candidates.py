@@ -198,7 +198,7 @@ def test_host_work_waits_counted():
 
 
 def test_token_ids_repeated_in_a_file_are_scored_once_and_said(tmp_path):
-    from rmfast.scoring.candidates import parse_token_ids
+    from rmfast.scoring.token_ids import parse_token_ids
 
     f = tmp_path / "ids.txt"
     f.write_text("5\n7\n5\n9\n7\n")

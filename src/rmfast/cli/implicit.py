@@ -31,6 +31,22 @@ def _side(spec: str, args):
     return lm
 
 
+def _prompts(args, read_prompts) -> dict | None:
+    """The --prompts-yaml prompts (id: text), narrowed to the --prompt-id ones; None for one --prompt."""
+    if args.prompts_yaml and args.prompt:
+        raise UserError("give --prompt or --prompts-yaml, not both")
+    if args.prompt_id and not args.prompts_yaml:
+        raise UserError("--prompt-id picks prompts of a --prompts-yaml file; add --prompts-yaml FILE (or drop "
+                        "--prompt-id and give --prompt)")
+    prompts = read_prompts(args.prompts_yaml) if args.prompts_yaml else None
+    if prompts is not None and args.prompt_id:
+        missing = [p for p in args.prompt_id if p not in prompts]
+        if missing:
+            raise UserError(f"prompt id(s) {missing} not in {args.prompts_yaml}")
+        prompts = {k: prompts[k] for k in args.prompt_id}
+    return prompts
+
+
 def run(args) -> int:
     from ..analysis.data.lexicons import load_dictionary
     from ..implicit import (DEMO_TEMPLATE_B, agency_communion_demo, dictionary_summary, implicit, implicit_sweep,
@@ -47,17 +63,7 @@ def run(args) -> int:
         return 0
     if not args.model_a or not args.model_b:
         raise UserError("give --model-a and --model-b (models, or logprobs Parquet files), or --demo")
-    if args.prompts_yaml and args.prompt:
-        raise UserError("give --prompt or --prompts-yaml, not both")
-    if args.prompt_id and not args.prompts_yaml:
-        raise UserError("--prompt-id picks prompts of a --prompts-yaml file; add --prompts-yaml FILE (or drop "
-                        "--prompt-id and give --prompt)")
-    prompts = read_prompts(args.prompts_yaml) if args.prompts_yaml else None
-    if prompts is not None and args.prompt_id:
-        missing = [p for p in args.prompt_id if p not in prompts]
-        if missing:
-            raise UserError(f"prompt id(s) {missing} not in {args.prompts_yaml}")
-        prompts = {k: prompts[k] for k in args.prompt_id}
+    prompts = _prompts(args, read_prompts)
     if args.dictionary and args.join != "word":
         raise UserError("--dictionary matches words: add --join word (so 'Love' and ' love' both count as 'love')")
     dic = load_dictionary(args.dictionary) if args.dictionary else None

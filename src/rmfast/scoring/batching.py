@@ -512,25 +512,17 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         for g, b in zip(groups, sizes):
             g.batch_size = int(b)
     sizes = [g.batch_size for g in groups]
-    lens = None
-    if lens_k:
-        lens, done = load_lens(ck, ids.size, lens_k, done)
-    if states_out is not None:
-        done = states_out.prepare(done)
+    lens, done = load_lens(ck, ids.size, lens_k, done) if lens_k else (None, done)
+    done = states_out.prepare(done) if states_out is not None else done
     done0 = int(done.sum())
 
     def save():  # the scores first (a full disk keeps them); a row done without its state is rescored on resume
         save_checkpoint(ck, key, ids, scores, done, sizes, job, lens)
         if states_out is not None:
             states_out.flush()
-        if done.any():
-            say_on_interrupt(f"rerun the same command to resume from its checkpoint {ck} ({int(done.sum()):,} of "
-                             f"{ids.size:,} scored)")
+        _say_resume(ck, int(done.sum()), ids.size)
 
-    if ck is not None:
-        say_on_interrupt(f"rerun the same command to resume from its checkpoint {ck} ({done0:,} of {ids.size:,} "
-                         "scored)" if done0 else "no batch had finished, so no checkpoint was written: a rerun "
-                         "starts the scoring over")
+    _say_resume(ck, done0, ids.size)
 
     # a writer thread's shards all on disk (and its error raised) before the job returns or raises
     drain = getattr(states_out, "drain", None) or (lambda: None)
@@ -587,6 +579,15 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         "resumed_candidates": done0,
         "scored_candidates": int(done.sum()) - done0,
     }
+
+
+def _say_resume(ck: Path | None, n_done: int, n: int) -> None:
+    """What a rerun of the job does if it is interrupted now (the CLI's Ctrl-C line): resume from the checkpoint
+    ``ck`` where it holds rows, else start the scoring over; nothing for a job without a checkpoint."""
+    if ck is not None:
+        say_on_interrupt(f"rerun the same command to resume from its checkpoint {ck} ({n_done:,} of {n:,} scored)"
+                         if n_done else "no batch had finished, so no checkpoint was written: a rerun starts the "
+                         "scoring over")
 
 
 def _batch(g: Group, done: np.ndarray, lo: int, hi: int, bs: int):
