@@ -133,6 +133,13 @@ def test_grpo_adapter_never_raises_on_a_completion_even_with_a_strict_scorer(smo
         strict.score(["Hi"], [["fine", "  two leading spaces"]])
     with pytest.raises(UserError, match="unknown compat"):
         strict.score(["Hi"], [["fine"]], compat="loose")
+    # a tool-calling completion (several messages) or one without text: None and one warning, never a stop
+    tool = [{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "w", "arguments": {}}}]},
+            {"role": "tool", "content": "18C"}, {"role": "assistant", "content": "It is 18C."}]
+    chat = [[{"role": "user", "content": "Hi"}]] * 3
+    with pytest.warns(UserWarning, match="2 of 3 completions hold several messages"):
+        got = reward(prompts=chat, completions=[[{"role": "assistant", "content": "fine"}], tool, tool[:1]])
+    assert got[1:] == [None, None] and got[0] == pytest.approx(direct(model, tok, ["Hi"], [["fine"]])[0], abs=1e-5)
 
 
 def test_order_stats_cache_and_errors(tok):
@@ -522,3 +529,55 @@ def test_text_that_is_not_utf8_is_named_as_such(tok, tmp_path, capsys):
         s.score(["hi"], [["x \ud800 y"]])
     with pytest.raises(UserError, match=r"the prompt is not valid text: a lone surrogate U\+DCFF at character 4"):
         s.score(["bad \udcff prompt"], [["x"]])
+
+
+def test_a_loaded_model_is_scored_as_it_is_and_keeps_its_mode(tok, recwarn):
+    """Backend audit: a model passed in is never silently re-typed, moved or given a head (refused in one line),
+    and a trainer's model keeps its training mode across a call (eval only inside it)."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    for kw, msg in [({"dtype": "float16"}, "dtype=float16 asked, but the model given is float32"),
+                    ({"dtype": "fp64"}, "unknown dtype 'fp64'"),
+                    ({"random_head_seed": 0}, "random_head_seed apply when RewardScorer loads the model"),
+                    ({"dtpye": "float32"}, "dtpye apply when RewardScorer loads the model")]:
+        with pytest.raises(UserError, match=msg):
+            RewardScorer(model, tok, **kw)
+    model.train()
+    s = RewardScorer(model, tok, dtype="float32", device="cpu")  # what it is: accepted
+    got = s.score(["Best?"], [["Love", "War"]])
+    assert model.training and all(m.training for m in model.modules())  # the caller's mode, back
+    model.eval()
+    assert s.score(["Best?"], [["Love", "War"]]) == got  # scored in eval mode both times: no dropout
+    assert not [w for w in recwarn if issubclass(w.category, ResourceWarning)]
+
+
+def test_without_a_prompt_cache_the_layers_are_still_shared_across_calls(tok, monkeypatch):
+    """cache_prompts=0 keeps no prompt encoding, but a call's plan still takes the layers (on CPU the fused weight
+    copies) of the call before: they were rebuilt for every call."""
+    import rmfast.scoring.scorer as S
+
+    shared, real = [], S.plan_scoring
+    monkeypatch.setattr(S, "plan_scoring", lambda *a, share_with=None, **k: shared.append(share_with) or
+                        real(*a, share_with=share_with, **k))
+    s = RewardScorer(T.tiny("llama", num_labels=1, pad_token_id=2), tok, cache_prompts=0)
+    for prompt in ("One?", "Two?", "Three?"):
+        s.score([prompt], [["yes"]])
+    assert shared[0] is None and all(p is not None for p in shared[1:]) and not s._plans
+
+
+def test_rerank_checks_k_first_and_takes_any_iterable(tok):
+    s = RewardScorer(T.tiny("llama", num_labels=1, pad_token_id=2), tok)
+    for k in (0, 1.5, "2"):
+        with pytest.raises(UserError, match="k must be an integer >= 1"):
+            s.rerank("Best?", ["a", "b"], k=k)
+    best = s.rerank("Best?", (r for r in ["a", "b", "c"]), k=np.int64(2))
+    assert [r.response for r in best] == [r.response for r in s.rerank("Best?", ["a", "b", "c"], k=2)]
+
+
+def test_message_fields_beside_role_and_content_are_refused(tok):
+    """A tool call (or a name) that the chat template would render, dropped, would change the score: refused."""
+    s = RewardScorer(T.tiny("llama", num_labels=1, pad_token_id=2), tok)
+    conv = [{"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "w", "arguments": {}}}]},
+            {"role": "user", "content": "So?"}]
+    with pytest.raises(UserError, match=r"message 2: field\(s\) \['tool_calls'\] beside 'role' and 'content'"):
+        s.score([conv], [["Sunny."]])

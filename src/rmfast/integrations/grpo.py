@@ -16,9 +16,14 @@ tokenized in context (e.g. one that starts with whitespace) is scored as the tem
 keeps its strict mode for its other callers). What stops training is the reward model, not a
 completion: a score that comes out NaN or infinite (a numeric overflow in the reward model, e.g.
 float16 past 65,504) stops training with one line (:class:`rmfast.errors.UserError`) by default:
-TRL sums rewards with ``nansum``, so a NaN reward would be trained on as 0. ``nonfinite="warn"``
-goes on instead, with one warning per call and None for those completions (which TRL's ``nansum``
-then also counts as 0 when this is the only reward function).
+TRL sums its reward functions with ``nansum``, so beside other reward functions a NaN from this one would
+count as 0. ``nonfinite="warn"`` goes on instead, with one warning per call and None for those completions
+(TRL 1.16: a completion that every reward function gives None is unscorable and gets advantage 0; beside
+other reward functions, this one's None counts as 0).
+
+A completion of several messages (a tool call and its result, then the answer) or an assistant message
+without text content gets None too, with one warning per call: the scorer scores one assistant turn of
+text, and a score of part of it would not be the reward model's.
 
 Example:
     >>> from trl import GRPOConfig, GRPOTrainer  # doctest: +SKIP
@@ -39,17 +44,21 @@ from ..scoring.scorer import RewardScorer, as_conversation
 NONFINITE = ("raise", "warn")
 
 
-def _completion_text(c, k: int) -> str:
-    """A completion as text: a string, or a conversational completion (one assistant message)."""
+def _completion_text(c, k: int) -> str | None:
+    """A completion as text: a string, or a conversational completion (one assistant message of text). None
+    for one the scorer cannot score whole: several messages (tool calls), or no text content."""
     if isinstance(c, str):
         return c
     msgs = list(c) if isinstance(c, (list, tuple)) else None
-    if not msgs or len(msgs) != 1 or not hasattr(msgs[0], "get") or not isinstance(msgs[0].get("content"), str):
+    if not msgs or not all(hasattr(m, "get") for m in msgs):
         raise UserError(f"completion {k}: expected a string or a list with one assistant message "
                         "[{'role': 'assistant', 'content': ...}]")
     if msgs[0].get("role", "assistant") != "assistant":
         raise UserError(f"completion {k}: the completion's message must be the assistant's, got {msgs[0].get('role')!r}")
-    return msgs[0]["content"]
+    m = msgs[0]
+    if len(msgs) != 1 or not isinstance(m.get("content"), str) or set(m) - {"role", "content"}:
+        return None
+    return m["content"]
 
 
 class GRPOReward:
@@ -67,12 +76,13 @@ class GRPOReward:
         self.__name__ = name
         self.nonfinite = nonfinite
 
-    def __call__(self, prompts, completions, **kwargs) -> list[float]:
+    def __call__(self, prompts, completions, **kwargs) -> list[float | None]:
         prompts, completions = list(prompts), list(completions)
         if len(prompts) != len(completions):
             raise UserError(f"{len(prompts)} prompts but {len(completions)} completions")
         convs, lists, where = [], [], []  # distinct prompts, their completions, (prompt, slot) per input
         seen: dict = {}
+        whole = 0  # completions that are not one assistant message of text
         for k, (p, c) in enumerate(zip(prompts, completions)):
             conv = as_conversation(p, f"prompt {k}")
             i = seen.setdefault(conv, len(convs))
@@ -80,7 +90,14 @@ class GRPOReward:
                 convs.append(conv)
                 lists.append([])
             where.append((i, len(lists[i])))
-            lists[i].append(_completion_text(c, k))
+            text = _completion_text(c, k)
+            if text is None:
+                whole += 1
+            lists[i].append(text or "")  # scored as an empty one: None
+        if whole:
+            warnings.warn(f"rmfast: warning: {self.__name__} reward: {whole} of {len(completions)} completions hold "
+                          "several messages (tool calls) or no text; given as None (the scorer scores one assistant "
+                          "message of text)", stacklevel=2)
         # an empty completion (a policy can sample one) has nothing to score: None, which TRL skips
         # (its rewards are summed with nansum) rather than a made-up number
         keep = [[t for t in ts if t.strip()] for ts in lists]

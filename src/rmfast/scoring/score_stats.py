@@ -19,7 +19,8 @@ class ScoreStats:
             similar lengths right-padded to the batch's longest, :func:`rmfast.scoring.batching.length_buckets`); ``packed_batches``:
             batches whose rows ran packed back to back instead (any lengths, no pad token: the fast
             engine's cascade form where no sliding window bites, :func:`rmfast.fast.engine.packs_rows`).
-        response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the prompts encoded.
+        response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the call's distinct prompts
+            (encoded now or taken from the cache: ``prompt_passes`` says how many were encoded).
         resumed_rows: rows taken from a checkpoint rather than scored.
         n_nonfinite: input responses whose score came out NaN or infinite (returned as NaN; warned about).
         prompt_passes: prompts encoded by this call (each distinct conversation at most once; those

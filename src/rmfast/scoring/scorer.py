@@ -45,7 +45,9 @@ are safe and run one after another (torch already spreads one call over every co
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -113,15 +115,51 @@ def _model_and_tokenizer(model, tokenizer, kw: dict):
 
     if isinstance(model, (tuple, list)) and len(model) == 2 and tokenizer is None:
         model, tokenizer = model
-    if isinstance(model, LoadedModel):
-        return model.model, model.tokenizer, model.source, model.default_template
     if isinstance(model, str) or hasattr(model, "__fspath__"):
         lm = load(str(model), **kw)
         return lm.model, lm.tokenizer, lm.source, lm.default_template
+    _check_loaded(model.model if isinstance(model, LoadedModel) else model, kw)
+    if isinstance(model, LoadedModel):
+        return model.model, model.tokenizer, model.source, model.default_template
     if not isinstance(model, torch.nn.Module) or tokenizer is None:
         raise UserError("RewardScorer: pass a model alias, folder or hub id, a LoadedModel, or a (model, tokenizer) pair")
     name = getattr(getattr(model, "config", None), "name_or_path", None) or type(model).__name__
-    return model.eval(), tokenizer, {"name": name}, None
+    return model, tokenizer, {"name": name}, None
+
+
+def _check_loaded(model, kw: dict) -> None:
+    """A model already loaded is scored as it is: a dtype or device that it is not, or a loading option
+    (random_head_seed, trust_remote_code, a typo), is refused rather than silently ignored."""
+    from ..loading.loader import dtype_name, resolve_device
+
+    if not isinstance(model, torch.nn.Module):
+        return
+    extra = sorted(k for k in kw if k not in ("dtype", "device"))
+    if extra:
+        raise UserError(f"RewardScorer: {', '.join(extra)} apply when RewardScorer loads the model (give its name or "
+                        f"folder); this model is already loaded: pass them to rmfast.load(...) instead")
+    p = next(model.parameters())
+    want = dtype_name(kw.get("dtype", "auto"))
+    if want != "auto" and want != str(p.dtype).removeprefix("torch."):
+        raise UserError(f"RewardScorer: dtype={want} asked, but the model given is {str(p.dtype).removeprefix('torch.')}; "
+                        "cast it first (model.to(dtype)) or leave dtype='auto'")
+    dev = kw.get("device", "auto")
+    if str(dev) != "auto" and resolve_device(dev).type != p.device.type:
+        raise UserError(f"RewardScorer: device={dev} asked, but the model given is on {p.device}; move it first "
+                        "(model.to(device)) or leave device='auto'")
+
+
+@contextlib.contextmanager
+def _eval_mode(model):
+    """The model in eval mode (no dropout) for a call, each module's own mode back after it: a trainer that
+    scores with a model it also trains keeps its training mode."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, was in modes:
+            m.training = was
 
 
 #: a wave (conversations whose rows share batches) holds at most this many conversations ...
@@ -212,8 +250,9 @@ class RewardScorer:
     Example:
         >>> import rmfast  # doctest: +SKIP
         >>> scorer = rmfast.RewardScorer("smollm2-135m-instruct", random_head_seed=0, dtype="float32")  # doctest: +SKIP
-        >>> scorer.score(["What is 2+2?"], [["4", "Four.", "5"]])  # doctest: +SKIP
-        [[0.53, 0.61, -0.12]]
+        >>> scores = scorer.score(["What is 2+2?"], [["4", "Four.", "5"]])  # doctest: +SKIP
+        >>> [round(s, 3) for s in scores[0]]  # one float per response; a seeded RANDOM head: no ranking  # doctest: +SKIP
+        [0.774, 0.4, 0.487]
     """
 
     def __init__(self, model, tokenizer=None, *, dtype: str = "auto", device: str = "auto", head: str = "auto",
@@ -240,6 +279,7 @@ class RewardScorer:
         self.cache_prompts = int(cache_prompts)
         self.share_batches = self.decided.share_batches
         self._plans: OrderedDict = OrderedDict()  # Conversation -> ScoringPlan, least recently used first
+        self._donor: ScoringPlan | None = None  # with cache_prompts=0: the last plan, for its layers only
         self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
         self._lock = threading.RLock()
         self._wave: set = set()  # the conversations of the batch being scored (never evicted meanwhile)
@@ -296,7 +336,7 @@ class RewardScorer:
         compat = self.compat if compat == "own" else compat
         if compat not in (None, "decode-retokenize"):
             raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
-        with self._lock:
+        with self._lock, _eval_mode(self.model):
             t0 = time.perf_counter()
             job = self.prepare(conversations, responses, compat=compat)
             self._drop_stale_plans()
@@ -317,7 +357,8 @@ class RewardScorer:
                                                 "they are returned as NaN (last_stats.n_nonfinite)",
                                                 warn=nonfinite == "warn")
             out = _split(flat, job.shape)  # (n_responses,) -> per conversation
-            if self.cache_prompts == 0:
+            if self.cache_prompts == 0:  # no prompt kept; the layers (CPU: fused weight copies) are, for the next call
+                self._donor = next((p for p in self._plans.values() if p.eng is not None), self._donor)
                 self._plans.clear()
             stats.wall_s = round(time.perf_counter() - t0, 4)
             if sink is None:
@@ -341,8 +382,13 @@ class RewardScorer:
         >>> [r.response for r in best]  # doctest: +SKIP
         ['blue', 'red']
         """
-        if int(k) < 1:
-            raise UserError("rerank: k must be >= 1")
+        try:  # checked before the scoring, not after it
+            k = operator.index(k)  # an int, numpy's too; 1.5 is refused
+        except TypeError:
+            k = 0
+        if k < 1:
+            raise UserError("rerank: k must be an integer >= 1")
+        responses = list(responses)  # a generator too: indexed below
         s = self.score_one(conversation, responses)
         order = sorted(range(len(s)), key=lambda i: (-s[i] if s[i] == s[i] else float("inf"), i))
         return [Ranked(i, responses[i], s[i]) for i in order[:k]]
@@ -574,7 +620,7 @@ class RewardScorer:
             return plan
         # taken before any plan goes: the layers (on CPU fused weight copies of the whole model) outlive the plans,
         # so a full cache (cache_prompts=0 included) does not rebuild them for every new prompt
-        share = next((p for p in self._plans.values() if p.eng is not None), None)
+        share = next((p for p in self._plans.values() if p.eng is not None), self._donor)
         # the least recently used plans go, not the ones the batch at hand shares (its wave)
         old = [c for c in self._plans if c not in self._wave]
         while old and len(self._plans) >= max(1, self.cache_prompts):
@@ -608,6 +654,7 @@ class RewardScorer:
         key = weights_fingerprint(self.model)
         if key != getattr(self, "_weights_key", None):
             self._plans.clear()
+            self._donor = None
             self._weights_key = key
 
     def clear_cache(self) -> None:
@@ -617,6 +664,7 @@ class RewardScorer:
         values edited by hand)."""
         with self._lock:
             self._plans.clear()
+            self._donor = None
             self._tmpls.clear()
             self._weights_key = None
 
