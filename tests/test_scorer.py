@@ -6,6 +6,7 @@ caching, threads; the GRPO adapter, rerank and ``rmfast score``."""
 
 import copy
 import json
+import sys
 import threading
 
 import numpy as np
@@ -581,3 +582,12 @@ def test_message_fields_beside_role_and_content_are_refused(tok):
             {"role": "user", "content": "So?"}]
     with pytest.raises(UserError, match=r"message 2: field\(s\) \['tool_calls'\] beside 'role' and 'content'"):
         s.score([conv], [["Sunny."]])
+
+
+def test_the_backends_names_are_at_the_top_level():
+    import rmfast
+
+    for name in ("RewardScorer", "ScoringOptions", "ScoreStats", "Ranked", "rmfast_reward"):
+        assert name in rmfast.__all__ and name in dir(rmfast)
+        obj = getattr(rmfast, name)
+        assert getattr(sys.modules[obj.__module__], name) is obj

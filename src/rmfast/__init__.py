@@ -19,7 +19,8 @@ _os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 from .version import __version__  # noqa: E402,F401
 
 __all__ = ["scan", "run_scan", "score_texts", "Selection", "ScanResult", "load", "LoadedModel", "build_template",
-           "Template", "plan_scoring", "ScoringPlan", "Engine", "UserError", "RewardScorer"]
+           "Template", "plan_scoring", "ScoringPlan", "Engine", "UserError", "RewardScorer", "ScoringOptions",
+           "ScoreStats", "Ranked", "rmfast_reward"]
 
 from .errors import UserError  # noqa: E402
 from .cpu import isolate_compile_cache as _isolate_compile_cache  # noqa: E402  (imports no torch)
@@ -35,7 +36,10 @@ _isolate_compile_cache()
 _API = {"scan": "scoring.pipeline", "run_scan": "scoring.pipeline", "score_texts": "scoring.pipeline",
         "Selection": "scoring.pipeline", "ScanResult": "scoring.pipeline", "plan_scoring": "scoring.plan",
         "ScoringPlan": "scoring.plan", "RewardScorer": "scoring.scorer", "build_template": "template",
-        "Template": "template", "load": "loading.loader", "LoadedModel": "loading.loader", "Engine": "fast.engine"}
+        "Template": "template", "load": "loading.loader", "LoadedModel": "loading.loader", "Engine": "fast.engine",
+        # the backend's other names (what RewardScorer takes and gives, and the TRL adapter)
+        "ScoringOptions": "scoring.options", "ScoreStats": "scoring.score_stats", "Ranked": "scoring.scorer",
+        "rmfast_reward": "integrations.grpo"}
 
 
 def __getattr__(name: str):
