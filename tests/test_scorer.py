@@ -158,6 +158,7 @@ def test_order_stats_cache_and_errors(tok):
                               (["a"], ["not a list"], "must be a list")]:
         with pytest.raises(UserError, match=msg):
             s.score(convs, resps)
+        assert s.last_stats.n_responses == 0  # a refused call leaves no earlier call's figures
     with pytest.raises(UserError, match="max_tokens 2"):
         RewardScorer(model, tok, max_tokens=2).score(["a"], [["one two three four"]])
 

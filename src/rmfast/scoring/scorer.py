@@ -338,6 +338,7 @@ class RewardScorer:
             raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
         with self._lock, _eval_mode(self.model):
             t0 = time.perf_counter()
+            self.last_stats = ScoreStats()  # a call refused below leaves no earlier call's figures behind
             job = self.prepare(conversations, responses, compat=compat)
             self._drop_stale_plans()
             self._fresh: set = set()  # conversations whose plan this call has used
