@@ -211,8 +211,10 @@ def test_rerank_and_grpo_adapter(tok):
     assert conv == sum(s.score([CONVS[1], CONVS[2]], [RESPONSES[1], RESPONSES[2][:3]]), [])  # the adapter's one call
     plain = reward(prompts=["Greatest thing?"] * 2, completions=["Love", "kindness"])
     assert plain == s.score(["Greatest thing?"], [["Love", "kindness"]])[0]
-    with pytest.raises(UserError, match="one assistant message"):
-        reward(prompts=["a"], completions=[[{"role": "assistant", "content": "x"}] * 2])
+    with pytest.warns(UserWarning, match="several messages"):  # scored whole or not at all: None, never a stop
+        assert reward(prompts=["a"], completions=[[{"role": "assistant", "content": "x"}] * 2]) == [None]
+    with pytest.raises(UserError, match="one assistant message"):  # not a completion at all: the caller's bug
+        reward(prompts=["a"], completions=[[1, 2]])
 
 
 def test_cli_score_writes_beside_the_input_and_resumes(tok, tmp_path, capsys, monkeypatch):

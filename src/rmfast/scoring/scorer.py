@@ -45,7 +45,6 @@ are safe and run one after another (torch already spreads one call over every co
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import operator
 import threading
@@ -66,6 +65,7 @@ from .conversation import Conversation, as_conversation, messages_of
 from .decisions import decide
 from .options import ScoringOptions
 from .score_stats import ScoreStats
+from .scorer_model import eval_mode, model_and_tokenizer
 from .plan import Scored, ScoringPlan, plan_scoring, score_together
 from .weights import weights_fingerprint
 
@@ -109,63 +109,11 @@ class Job:
         return h.hexdigest()[:16]
 
 
-def _model_and_tokenizer(model, tokenizer, kw: dict):
-    """(model, tokenizer, source, default template) from a spec, a LoadedModel or a (model, tokenizer) pair."""
-    from ..loading.loader import LoadedModel, load
-
-    if isinstance(model, (tuple, list)) and len(model) == 2 and tokenizer is None:
-        model, tokenizer = model
-    if isinstance(model, str) or hasattr(model, "__fspath__"):
-        lm = load(str(model), **kw)
-        return lm.model, lm.tokenizer, lm.source, lm.default_template
-    _check_loaded(model.model if isinstance(model, LoadedModel) else model, kw)
-    if isinstance(model, LoadedModel):
-        return model.model, model.tokenizer, model.source, model.default_template
-    if not isinstance(model, torch.nn.Module) or tokenizer is None:
-        raise UserError("RewardScorer: pass a model alias, folder or hub id, a LoadedModel, or a (model, tokenizer) pair")
-    name = getattr(getattr(model, "config", None), "name_or_path", None) or type(model).__name__
-    return model, tokenizer, {"name": name}, None
-
-
-def _check_loaded(model, kw: dict) -> None:
-    """A model already loaded is scored as it is: a dtype or device that it is not, or a loading option
-    (random_head_seed, trust_remote_code, a typo), is refused rather than silently ignored."""
-    from ..loading.loader import dtype_name, resolve_device
-
-    if not isinstance(model, torch.nn.Module):
-        return
-    extra = sorted(k for k in kw if k not in ("dtype", "device"))
-    if extra:
-        raise UserError(f"RewardScorer: {', '.join(extra)} apply when RewardScorer loads the model (give its name or "
-                        f"folder); this model is already loaded: pass them to rmfast.load(...) instead")
-    p = next(model.parameters())
-    want = dtype_name(kw.get("dtype", "auto"))
-    if want != "auto" and want != str(p.dtype).removeprefix("torch."):
-        raise UserError(f"RewardScorer: dtype={want} asked, but the model given is {str(p.dtype).removeprefix('torch.')}; "
-                        "cast it first (model.to(dtype)) or leave dtype='auto'")
-    dev = kw.get("device", "auto")
-    if str(dev) != "auto" and resolve_device(dev).type != p.device.type:
-        raise UserError(f"RewardScorer: device={dev} asked, but the model given is on {p.device}; move it first "
-                        "(model.to(device)) or leave device='auto'")
-
-
-@contextlib.contextmanager
-def _eval_mode(model):
-    """The model in eval mode (no dropout) for a call, each module's own mode back after it: a trainer that
-    scores with a model it also trains keeps its training mode."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for m, was in modes:
-            m.training = was
-
-
 #: a wave (conversations whose rows share batches) holds at most this many conversations ...
 WAVE_PROMPTS = 64
 #: ... and at most this many bytes of their prompts' keys/values (all held while the wave runs)
 WAVE_KV_BYTES = 1 << 30
+
 
 class _ResponseLabels:
     """``labels[k]`` of the k-th input response (row-major): conversation i response j, made on demand."""
@@ -262,7 +210,7 @@ class RewardScorer:
         kw = {"dtype": dtype, "device": device, "head": head, "head_index": head_index, "engine": engine,
               "batch_size": batch_size, "attention": attention, "share_batches": share_batches}
         self.options = ScoringOptions.of_changed(options, **kw)
-        self.model, self.tokenizer, self.source, default_t = _model_and_tokenizer(
+        self.model, self.tokenizer, self.source, default_t = model_and_tokenizer(
             model, tokenizer, {"dtype": self.options.dtype, "device": self.options.device, **load_kw})
         self.template = template if template is not None else default_t
         self.decided = decide(self.model, self.options, "scorer", stacklevel=3)
@@ -336,7 +284,7 @@ class RewardScorer:
         compat = self.compat if compat == "own" else compat
         if compat not in (None, "decode-retokenize"):
             raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
-        with self._lock, _eval_mode(self.model):
+        with self._lock, eval_mode(self.model):
             t0 = time.perf_counter()
             self.last_stats = ScoreStats()  # a call refused below leaves no earlier call's figures behind
             job = self.prepare(conversations, responses, compat=compat)

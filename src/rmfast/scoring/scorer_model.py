@@ -1,0 +1,63 @@
+"""The model a :class:`rmfast.scoring.scorer.RewardScorer` scores: loaded from a name, or taken as it was given and
+checked (never silently re-typed, moved or given a head), and in eval mode only while a call runs."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..errors import UserError
+
+
+def model_and_tokenizer(model, tokenizer, kw: dict):
+    """(model, tokenizer, source, default template) from a spec, a LoadedModel or a (model, tokenizer) pair."""
+    from ..loading.loader import LoadedModel, load
+
+    if isinstance(model, (tuple, list)) and len(model) == 2 and tokenizer is None:
+        model, tokenizer = model
+    if isinstance(model, str) or hasattr(model, "__fspath__"):
+        lm = load(str(model), **kw)
+        return lm.model, lm.tokenizer, lm.source, lm.default_template
+    check_loaded(model.model if isinstance(model, LoadedModel) else model, kw)
+    if isinstance(model, LoadedModel):
+        return model.model, model.tokenizer, model.source, model.default_template
+    if not isinstance(model, torch.nn.Module) or tokenizer is None:
+        raise UserError("RewardScorer: pass a model alias, folder or hub id, a LoadedModel, or a (model, tokenizer) pair")
+    name = getattr(getattr(model, "config", None), "name_or_path", None) or type(model).__name__
+    return model, tokenizer, {"name": name}, None
+
+
+def check_loaded(model, kw: dict) -> None:
+    """A model already loaded is scored as it is: a dtype or device that it is not, or a loading option
+    (random_head_seed, trust_remote_code, a typo), is refused rather than silently ignored."""
+    from ..loading.loader import dtype_name, resolve_device
+
+    if not isinstance(model, torch.nn.Module):
+        return
+    extra = sorted(k for k in kw if k not in ("dtype", "device"))
+    if extra:
+        raise UserError(f"RewardScorer: {', '.join(extra)} apply when RewardScorer loads the model (give its name or "
+                        f"folder); this model is already loaded: pass them to rmfast.load(...) instead")
+    p = next(model.parameters())
+    want = dtype_name(kw.get("dtype", "auto"))
+    if want != "auto" and want != str(p.dtype).removeprefix("torch."):
+        raise UserError(f"RewardScorer: dtype={want} asked, but the model given is {str(p.dtype).removeprefix('torch.')}; "
+                        "cast it first (model.to(dtype)) or leave dtype='auto'")
+    dev = kw.get("device", "auto")
+    if str(dev) != "auto" and resolve_device(dev).type != p.device.type:
+        raise UserError(f"RewardScorer: device={dev} asked, but the model given is on {p.device}; move it first "
+                        "(model.to(device)) or leave device='auto'")
+
+
+@contextlib.contextmanager
+def eval_mode(model):
+    """The model in eval mode (no dropout) for a call, each module's own mode back after it: a trainer that
+    scores with a model it also trains keeps its training mode."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, was in modes:
+            m.training = was
