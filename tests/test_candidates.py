@@ -10,7 +10,8 @@ import torch
 
 import tiny_models as T
 from tiny_models import chat_ids
-from rmfast.scoring.candidates import is_wordlike, read_candidates, special_ids, vocab_ids
+from rmfast.scoring.candidate_files import read_candidates
+from rmfast.scoring.candidates import is_wordlike, special_ids, vocab_ids
 from rmfast.scoring.pipeline import decode_retokenize_scan, scan, score_texts
 from rmfast.scoring.results import TextScanResult
 from rmfast.errors import UserError
@@ -198,7 +199,7 @@ def test_host_work_waits_counted():
 
 
 def test_token_ids_repeated_in_a_file_are_scored_once_and_said(tmp_path):
-    from rmfast.scoring.token_ids import parse_token_ids
+    from rmfast.scoring.candidates import parse_token_ids
 
     f = tmp_path / "ids.txt"
     f.write_text("5\n7\n5\n9\n7\n")

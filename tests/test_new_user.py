@@ -199,7 +199,7 @@ def test_a_random_head_says_so_and_the_parquet_describes_itself(journey, capsys)
     rc, so, se = run(["scan", MODEL, "--prompt", PROMPT, "--token-ids", "0:4", "--dtype", "float32", "--no-progress",
                       "--random-head-seed", "3", "--batch-size", "8", "--out", journey["dir"] / "t9.parquet"], capsys)
     assert rc == 0, se
-    assert "top 20 (RANDOM score head, seed 3: not a reward model's ranking)" in so
+    assert "all 4, best first (RANDOM score head, seed 3: not a reward model's ranking)" in so  # 4 ids: one table
 
 
 def test_score_writes_float32_and_best_worst_integer_ids(journey, tmp_path, capsys):

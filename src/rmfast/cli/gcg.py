@@ -79,7 +79,7 @@ def register(subparsers) -> None:
 
 def _init_strings(args) -> list[str] | None:
     """--init-string values and --init-strings FILE lines (blank lines skipped), or None."""
-    from ..scoring.candidates import read_candidates
+    from ..scoring.candidate_files import read_candidates
 
     texts = list(args.init_string or [])
     if args.init_strings is not None:

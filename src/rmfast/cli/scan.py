@@ -60,7 +60,8 @@ def register(sub) -> None:
 
 def selection(args):
     """The candidates the options ask for (read before any model is loaded, so bad input fails fast)."""
-    from ..scoring.candidates import DEFAULT_MAX_TOKENS, read_candidates
+    from ..scoring.candidate_files import read_candidates
+    from ..scoring.candidates import DEFAULT_MAX_TOKENS
     from ..scoring.pipeline import Selection
 
     if args.column is not None and args.candidates is None:

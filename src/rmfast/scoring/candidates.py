@@ -1,11 +1,11 @@
 """What a job scores: the vocabulary's ids, or texts of any length read from files.
 
 **The vocabulary as candidates** (:func:`select_ids`, :func:`vocab_ids`): which ids exist, which a user
-asked for (:mod:`rmfast.scoring.token_ids`), and the papers' views. One id list feeds every token scan: a range, a file, explicit ids; minus
+asked for, and the papers' views. One id list feeds every token scan: a range, a file, explicit ids; minus
 special tokens; the word-like and de-duplication views.
 
-**Text candidates** (:func:`read_candidates`, :func:`tokenize_in_context`): responses of any length, read
-from files and tokenized in context. :func:`rmfast.scoring.pipeline.score_texts` scores them, the text
+**Text candidates** (:func:`rmfast.scoring.candidate_files.read_candidates`, :func:`tokenize_in_context`): responses
+of any length, read from files and tokenized in context. :func:`rmfast.scoring.pipeline.score_texts` scores them, the text
 counterpart of :func:`rmfast.scoring.pipeline.scan`. Each text is placed in the assistant turn and tokenized exactly as ``apply_chat_template(tokenize=True)`` tokenizes the whole
 conversation (:func:`rmfast.template.response_ids`); the ids between the template's prefix and
 suffix are the response. Rows are grouped by response length (no padding ever) and go through the
@@ -43,8 +43,7 @@ import numpy as np
 
 from ..dims import text_config
 from ..errors import UserError
-from ..io import read_text
-from .token_ids import ids_asked, parse_token_ids
+from ..io import file_sha256, read_text
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,6 +90,77 @@ def special_ids(tokenizer) -> set[int]:
     """Special, reserved and added tokens (what --exclude-special drops)."""
     ids = set(getattr(tokenizer, "all_special_ids", []) or [])
     ids |= set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    return ids
+
+
+def range_bounds(spec: str, n_vocab: int | None = None) -> tuple[int, int | None]:
+    """``A:B`` -> (A, B), an omitted A being 0 and an omitted B ``n_vocab``; a ValueError, worded for the user,
+    where it is no range of integers or an empty one (checked before any model is loaded, where the vocabulary
+    is not yet known: ``n_vocab`` None).
+
+    >>> range_bounds("5:9"), range_bounds(":9"), range_bounds("5:", 100)
+    ((5, 9), (0, 9), (5, 100))
+    >>> range_bounds("5:5")
+    Traceback (most recent call last):
+    ValueError: range 5:5 is empty: A:B is half-open and needs A < B (e.g. 5:6)
+    """
+    a, _, b = spec.partition(":")
+    try:
+        lo = int(a) if a.strip() else 0
+        hi = int(b) if b.strip() else n_vocab
+    except ValueError:
+        raise ValueError(f"{spec!r} is not a range A:B of integers nor an existing file") from None
+    if lo < 0 or (hi is not None and hi < 0):
+        raise ValueError(f"range {spec} has a negative id; ids are 0 up to the vocabulary's size")
+    if hi is not None and hi <= lo:
+        raise ValueError(f"range {lo}:{hi} is empty: A:B is half-open and needs A < B "
+                         f"(e.g. {f'{hi}:{lo}' if hi < lo else f'{lo}:{lo + 1}'})")
+    return lo, hi
+
+
+def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
+    """``A:B`` (half-open range), a file with one id per line, or an iterable of ints -> sorted unique ids."""
+    if spec is None:
+        return np.arange(n_vocab, dtype=np.int64)
+    if isinstance(spec, str):
+        if ":" in spec and not os.path.exists(spec):
+            try:
+                lo, hi = range_bounds(spec, n_vocab)
+            except ValueError as e:
+                raise UserError(f"--token-ids {e}") from None
+            if not (0 <= lo < hi <= n_vocab):
+                raise UserError(f"--token-ids range {lo}:{hi} is outside the vocabulary 0:{n_vocab}")
+            return np.arange(lo, hi, dtype=np.int64)
+        path = Path(spec)
+        if not path.is_file():
+            raise UserError(f"--token-ids {spec!r}: no such file (give a file with one id per line, or a range A:B)")
+        vals, where = [], []
+        for ln, line in enumerate(read_text(path, "--token-ids file").splitlines(), 1):
+            s = line.strip()
+            if not s or s.startswith("#"):
+                continue
+            try:
+                vals.append(int(s))
+            except ValueError:
+                raise UserError(f"{spec}:{ln}: {s[:30]!r} is not a token id (one integer per line)") from None
+            where.append(f"{spec}:{ln}: ")
+        if not vals:
+            raise UserError(f"--token-ids file {spec} holds no ids")
+    else:
+        vals = list(spec)
+        where = [""] * len(vals)
+    bad = [i for i, v in enumerate(vals) if not 0 <= v < n_vocab]  # Python ints: no int64 overflow before the check
+    if bad:
+        v = vals[bad[0]]
+        shown = v if abs(v) < 10**30 else f"of {abs(v).bit_length()} bits"
+        raise UserError(f"{where[bad[0]]}token id {shown} is outside the vocabulary 0:{n_vocab} ({len(bad)} such ids): "
+                        f"give ids from 0 to {n_vocab - 1}")
+    ids, counts = np.unique(np.array(vals, dtype=np.int64), return_counts=True)
+    if (counts > 1).any():  # said, as repeated text candidates are: a file of 7 ids that scores 5 is not silent
+        rep = ids[counts > 1]
+        shown = ", ".join(map(str, rep[:5])) + (" …" if rep.size > 5 else "")
+        warnings.warn(f"rmfast: {spec if isinstance(spec, str) else '--token-ids'}: {int((counts - 1).sum())} repeated "
+                      f"id(s) scored once ({shown})", stacklevel=2)
     return ids
 
 
@@ -217,6 +287,21 @@ def is_wordlike(text: str) -> bool:
     return bool(s) and s.isalpha()
 
 
+def ids_asked(token_ids, n: int = 0):
+    """The ids a job was asked for, as its manifest records them: ``all``, the range ``A:B``, a file (path and
+    sha256) or, for ids given in code, their count ``n``.
+
+    >>> ids_asked(None), ids_asked("0:100"), ids_asked([3, 1], 2)
+    ('all', '0:100', '2 ids given')
+    """
+    if token_ids is None:
+        return "all"
+    if isinstance(token_ids, str):
+        p = Path(token_ids)
+        return {"file": str(p.resolve()), "sha256": file_sha256(p)} if p.is_file() else token_ids
+    return f"{n} ids given"
+
+
 def vocab_ids(tokenizer, n_vocab: int, *, token_ids=None, exclude_special: bool = False, wordlike: bool = False,
               dedup: bool = False) -> tuple[np.ndarray, dict]:
     """Vocabulary ids of a view, ascending, and a report of what each filter dropped.
@@ -266,174 +351,6 @@ DEFAULT_MAX_TOKENS = 256  # response tokens per candidate; --max-tokens raises i
 from .options import COMPAT_MODES  # noqa: E402  (its one definition)
 #: rows padded together per reward model in the published scoring loop (paper A's config/reward_models.yaml);
 #: ``--compat authors`` with ``--batch-size auto`` uses these, and AUTHORS_BATCH_SIZE for any other model.
-
-_FORMATS = {".csv": "csv", ".dicx": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet"}
-
-
-# --------------------------------------------------------------------------------------------
-# reading candidate files
-
-
-@dataclass
-class Candidates:
-    """Response texts read from a file: unique, non-empty, in file order.
-
-    Attributes:
-        texts: the candidates (surrounding whitespace stripped; blank entries dropped).
-        rows: 1-based line (text files) or data-row (CSV/Parquet) number of each text.
-        source: path, format, column, sha256 of the file, and counts of what was dropped.
-    """
-
-    texts: list[str]
-    rows: list[int]
-    source: dict = field(default_factory=dict)
-
-
-def _format_of(path: Path, fmt: str | None) -> str:
-    if fmt is not None:
-        if fmt not in ("lines", "csv", "tsv", "parquet"):
-            raise UserError(f"unknown candidate format {fmt!r}; use lines, csv, tsv or parquet")
-        return fmt
-    return _FORMATS.get(path.suffix.lower(), "lines")
-
-
-def _names(cols, n: int = 30) -> str:
-    """Column names for a message: all of them, or the first n and how many more."""
-    names = ", ".join(repr(str(c)) for c in cols[:n])
-    return names + (f", … ({len(cols) - n} more)" if len(cols) > n else "")
-
-
-def read_candidates(path: str | os.PathLike, column: str | int | None = None, *, fmt: str | None = None,
-                    header: bool = True) -> Candidates:
-    """Read response texts from a text file (one per line), a CSV/TSV column or a Parquet column.
-
-    Args:
-        path: the file. ``.csv``/``.dicx`` are CSV, ``.tsv`` tab-separated, ``.parquet`` Parquet,
-            anything else one candidate per line (UTF-8).
-        column: the column holding the texts (required when a table has more than one column);
-            with ``header=False`` a 0-based column number.
-        fmt: override the format: "lines", "csv", "tsv" or "parquet".
-        header: whether a CSV/TSV file has a header row (default True).
-
-    Duplicates are kept once (first occurrence) and reported with a warning; blank entries are
-    dropped. Raises UserError for a missing, unreadable or empty file or an unknown column.
-
-    Example:
-        >>> c = read_candidates("../shared/data/eloeverything/What, in one word, is the greatest thing ever.csv",
-        ...                     column="name")
-        >>> len(c.texts)
-        7530
-    """
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"candidate file {p}: no such file")
-    if p.is_dir():
-        raise UserError(f"candidate file {p} is a directory; give a text, CSV or Parquet file")
-    kind = _format_of(p, fmt)
-    if kind == "lines" and column is not None:
-        raise UserError(f"--column {column!r} given but {p} is read as a text file with one candidate per line; "
-                        "give a .csv/.tsv/.parquet file (or its format)")
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read candidate file {p}: {e.strerror}") from None
-    if not raw.strip():
-        raise UserError(f"candidate file {p} is empty; give one candidate per line (or a CSV/Parquet column)")
-    if kind == "lines":
-        values, col_used = _read_lines(p, raw), column
-    else:
-        values, col_used = _read_table_column(p, kind, column, header)
-    texts, rows, n_blank, dups = _dedupe(values)
-    if not texts:
-        raise UserError(f"candidate file {p} holds no candidates (only blank entries)")
-    nulls = [i for i, v in enumerate(values, 1) if v is None or (isinstance(v, float) and np.isnan(v))]
-    if nulls:  # a missing value in a table: said, not dropped silently (blank lines of a text file are not news)
-        shown = ", ".join(map(str, nulls[:5])) + (" …" if len(nulls) > 5 else "")
-        warnings.warn(f"rmfast: {p.name}: {len(nulls)} candidate row(s) with no value (null) left out (rows {shown}; "
-                      "1-based, header not counted)", stacklevel=2)
-    if dups:
-        shown = ", ".join(repr(d) for d in dups[:3]) + (" …" if len(dups) > 3 else "")
-        warnings.warn(f"rmfast: {p.name}: {len(dups)} duplicate candidate(s) kept once ({shown})", stacklevel=2)
-    source = {
-        "path": str(p),
-        "format": kind,
-        "column": None if col_used is None else str(col_used),
-        "sha256": hashlib.sha256(raw).hexdigest(),
-        "n_read": len(values),
-        "n_blank": n_blank,
-        "n_null": len(nulls),
-        "n_duplicates": len(dups),
-        "duplicates": sorted(set(dups))[:50],
-        "n_candidates": len(texts),
-    }
-    return Candidates(texts, rows, source)
-
-
-def _read_lines(p: Path, raw: bytes) -> list[str]:
-    """A text file's lines (UTF-8, a BOM allowed); UserError for a binary or non-UTF-8 file."""
-    if b"\x00" in raw:
-        raise UserError(f"candidate file {p} is binary, not text; give one candidate per line in UTF-8 "
-                        "(or a .csv/.parquet file)")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise UserError(f"candidate file {p} is not UTF-8 text (bad byte at offset {e.start}); re-save it as UTF-8") from None
-    return text.splitlines()
-
-
-def _read_table_column(p: Path, kind: str, column: str | int | None, header: bool) -> tuple[list, str | int]:
-    """One column of a CSV/TSV/Parquet file: (its values, the column used)."""
-    import pandas as pd
-
-    try:
-        if kind == "parquet":
-            df = pd.read_parquet(p)
-        else:
-            df = pd.read_csv(p, sep="," if kind == "csv" else "\t", dtype=str, keep_default_na=False,
-                             na_filter=False, header=0 if header else None, encoding="utf-8-sig",
-                             quoting=3 if kind == "tsv" else 0)
-    except Exception as e:  # pandas/pyarrow raise many types for a malformed file
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise UserError(f"cannot read candidate file {p} as {kind.upper()}: {msg[:200]}") from None
-    cols = list(df.columns)
-    if column is None:
-        if len(cols) != 1:
-            raise UserError(f"candidate file {p} has {len(cols)} columns ({_names(cols)}); "
-                            "pick one with --column NAME (column: in a sweep config)")
-        col_used = cols[0]
-    else:
-        key = column
-        if not header and isinstance(column, str) and column.isdigit():
-            key = int(column)
-        if key not in cols:
-            raise UserError(f"candidate file {p} has no column {column!r}; its columns are {_names(cols)}")
-        col_used = key
-    return df[col_used].tolist(), col_used
-
-
-def _dedupe(values: list) -> tuple[list[str], list[int], int, list[str]]:
-    """Stripped, non-blank values, each once (first occurrence): (texts, 1-based rows, blanks, duplicates dropped)."""
-    texts: list[str] = []
-    rows: list[int] = []
-    seen: dict[str, int] = {}
-    dups: list[str] = []
-    n_blank = 0
-    for i, v in enumerate(values, 1):
-        if v is None or (isinstance(v, float) and np.isnan(v)):
-            n_blank += 1
-            continue
-        s = str(v).strip()
-        if not s:
-            n_blank += 1
-            continue
-        if s in seen:
-            dups.append(s)
-            continue
-        seen[s] = i
-        texts.append(s)
-        rows.append(i)
-    return texts, rows, n_blank, dups
-
 
 # --------------------------------------------------------------------------------------------
 # tokenization in context

@@ -17,8 +17,8 @@ from ..loading.sources import model_name
 from ..loading.training_checkpoints import expand_runs, is_adapter_folder
 from ..scoring.audit import DEFAULT_AUDIT_N
 from ..states import DTYPES, parse_layers
-from ..scoring.candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, Candidates, read_candidates
-from ..scoring.token_ids import range_bounds
+from ..scoring.candidate_files import Candidates, read_candidates
+from ..scoring.candidates import COMPAT_MODES, DEFAULT_MAX_TOKENS, range_bounds
 from .store import SCHEMA_VERSION, PartRef
 
 TOP_KEYS = ("out", "defaults", "models", "prompts", "candidates", "compat", "max_tokens")
