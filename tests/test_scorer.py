@@ -203,6 +203,8 @@ def test_rerank_and_grpo_adapter(tok):
     assert [b.score for b in best] == sorted(scores, reverse=True)[:2] and best[0].response == RESPONSES[0][best[0].index]
     reward = rmfast_reward(s)
     assert reward.__name__ == "rmfast"
+    with pytest.raises(UserError, match="dtype apply when rmfast_reward makes the scorer"):
+        rmfast_reward(s, dtype="bfloat16")  # ignored before: the scorer is made already
     # GRPO: each prompt repeated per generation; plain and conversational formats give the same scores
     prompts = [CONVS[1]] * 3 + [CONVS[2]] * 3
     comps = RESPONSES[1] + RESPONSES[2][:3]

@@ -128,6 +128,9 @@ def rmfast_reward(model, *, name: str = "rmfast", nonfinite: str = "raise", **sc
     (``"warn"``), the module doc's rule; a completion that merges with the template is scored as the
     template renders it (``compat="decode-retokenize"`` on every call, a scorer passed in included), never
     refused mid-training."""
+    if isinstance(model, RewardScorer) and scorer_kw:  # a scorer is made already: its options are its own
+        raise UserError(f"rmfast_reward: {', '.join(sorted(scorer_kw))} apply when rmfast_reward makes the scorer; "
+                        "this RewardScorer is made already: pass them to RewardScorer(...) instead")
     scorer = model if isinstance(model, RewardScorer) else RewardScorer(model, **scorer_kw)
     return GRPOReward(scorer, name, nonfinite)
 
