@@ -173,6 +173,30 @@ def _temp_beside(path: Path) -> Path:
     raise FileExistsError(f"no free temporary name beside {path}")
 
 
+def random_head_seed(manifest: dict) -> int | None:
+    """The seed of a result's RANDOM score head (a causal LM given a seeded random head: its ranking is noise), or
+    None where the head is the model's own.
+
+    >>> random_head_seed({"model": {"name": "m", "random_head_seed": 3}, "head": "score"}), random_head_seed({})
+    (3, None)
+    """
+    model = manifest.get("model")
+    seed = model.get("random_head_seed") if isinstance(model, dict) else None
+    return seed if manifest.get("head", "score") == "score" else None
+
+
+def model_label(manifest: dict, default: str = "") -> str:
+    """The model's name as a title gives it, a random head said (``SmolLM2 (RANDOM score head, seed 3)``).
+
+    >>> model_label({"model": {"name": "m", "random_head_seed": 3}, "head": "score"})
+    'm (RANDOM score head, seed 3)'
+    """
+    model = manifest.get("model")
+    name = (model.get("name") if isinstance(model, dict) else model) or default
+    seed = random_head_seed(manifest)
+    return f"{name} (RANDOM score head, seed {seed})" if seed is not None else str(name)
+
+
 #: what a rerun of an interrupted command would do, said by the jobs that know (the CLI prints it on Ctrl-C):
 #: "job" (a sweep: its finished parts are kept) outranks "checkpoint" (the scoring loop's latest save)
 _ON_INTERRUPT: dict[str, str | None] = {"job": None, "checkpoint": None}

@@ -224,18 +224,26 @@ def _human(sec: Section, x: _Inputs) -> None:
 # 4. sentiment ----------------------------------------------------------------------
 
 
-def _sentiment(sec: Section, x: _Inputs) -> None:
+def _afinn(sec: Section, x: _Inputs, what: str):
+    """The AFINN lexicon a section reads: --afinn, else the afinn package's AFINN-111 (load_afinn(None); a one-line
+    reason when it is absent), said in the section as its ``what`` (Lexicon, Valence)."""
     from .data.lexicons import load_afinn
+
+    if x.afinn is not None:
+        return x.afinn
+    lexicon = load_afinn(None)
+    sec.body.append(f"<p class='note'>{what}: AFINN-111 from the <code>afinn</code> package "
+                    "(the default; <code>--afinn FILE</code> gives another).</p>")
+    return lexicon
+
+
+def _sentiment(sec: Section, x: _Inputs) -> None:
     from .paper_a.sentiment import sentiment
     from .render import plots
 
-    # No --afinn: the afinn package's AFINN-111 (load_afinn(None); a one-line reason when it is absent).
-    afinn = x.afinn if x.afinn is not None else load_afinn(None)
+    afinn = _afinn(sec, x, "Lexicon")
     res = sentiment(x.scans, afinn, framing=x.framing)
     sec.result = res
-    if x.afinn is None:
-        sec.body.append("<p class='note'>Lexicon: AFINN-111 from the <code>afinn</code> package "
-                        "(the default; <code>--afinn FILE</code> gives another).</p>")
     if res.slopes["slope"].isna().all():
         raise UserError("no valence slope could be fitted (too few AFINN words or one "
                         "valence level per sign); see the analysis notes")
@@ -259,16 +267,9 @@ def _exposure(sec: Section, x: _Inputs) -> None:
             raise UserError("no word-frequency list given: --frequencies FILE (BNC list or word,frequency), "
                             "or pip install wordfreq")
         freqs = "wordfreq"
-    from .data.lexicons import load_afinn
-
-    # valence controlled for, as the section says and `rmfast analyze exposure` does: AFINN-111 from the afinn
-    # package where no --afinn was given (the sentiment section's default)
-    afinn = x.afinn if x.afinn is not None else load_afinn(None)
-    res = exposure(x.scans, freqs, afinn, framing=x.framing)
+    # valence controlled for, as the section says and `rmfast analyze exposure` does (the sentiment section's lexicon)
+    res = exposure(x.scans, freqs, _afinn(sec, x, "Valence"), framing=x.framing)
     sec.result = res
-    if x.afinn is None:
-        sec.body.append("<p class='note'>Valence: AFINN-111 from the <code>afinn</code> package "
-                        "(the default; <code>--afinn FILE</code> gives another).</p>")
     if x.frequencies is None:
         sec.body.append("<p class='note'>Frequencies: the <code>wordfreq</code> package's English list "
                         "(the default; <code>--frequencies FILE</code> gives another, e.g. the BNC).</p>")

@@ -411,16 +411,14 @@ def _run_lens(args) -> int:
         raise UserError(f"lens has no table {name!r}; choose one of {list(tables)}")
     if args.out:
         write_csv(args.out, tables[name])
-        from ..io import read_manifest
+        from ..io import model_label, read_manifest
 
         try:  # the model and whether its head is random, from the scan's manifest (the title said the file stem)
             man = read_manifest(path, required=False) or {}
         except UserError:  # a manifest of another write: the figure is still the table's
             man = {}
-        model = man.get("model") if isinstance(man.get("model"), dict) else {}
-        seed = model.get("random_head_seed")
-        who = f"{model.get('name') or path.stem}" + (f" (RANDOM score head, seed {seed})" if seed is not None else "")
-        png = write_lens_figure(res, Path(args.out).with_suffix(".png"), title=f"reward lens: {who}")
+        png = write_lens_figure(res, Path(args.out).with_suffix(".png"),
+                                title=f"reward lens: {model_label(man, default=path.stem)}")
         print(f"rmfast: wrote {len(tables[name]):,} rows of lens/{name} to {args.out} and the figure {png}",
               file=sys.stderr)
     else:

@@ -13,7 +13,7 @@ import sys
 import warnings
 
 from ..errors import UserError
-from ..io import forget_on_interrupt, on_interrupt
+from ..io import forget_on_interrupt, on_interrupt, random_head_seed
 from ..template import unescape
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -108,14 +108,13 @@ def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) 
     """The top (and bottom) k rows of a result: rank, token id, text (repr), n_tokens, score."""
     import pandas as pd
 
-    seed = (res.manifest.get("model") or {}).get("random_head_seed") if isinstance(res.manifest.get("model"), dict) \
-        else None
+    seed = random_head_seed(res.manifest)
     n = len(res.scores)
     # a table never repeats the other's rows: all n once where n <= k, the bottom's last n - k where n < 2k
     top_k, bottom_k = min(k, n), min(k, max(n - k, 0))
     which = f"all {n}, best first" if top_k == n else f"top {top_k}"
     head = title or (f"{which} (RANDOM score head, seed {seed}: not a reward model's ranking)" if seed is not None
-                     and res.manifest.get("head") == "score" else f"{which} ({res.manifest.get('head')} head)")
+                     else f"{which} ({res.manifest.get('head')} head)")
     tables = [(head, res.top(top_k))] + ([(f"bottom {bottom_k}", res.bottom(bottom_k))] if bottom and bottom_k else [])
     for name, df in tables:
         cols = {"rank": df["rank"]}

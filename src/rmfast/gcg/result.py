@@ -67,7 +67,7 @@ class GCGResult:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from ..io import atomic_write
+        from ..io import atomic_write, model_label
 
         fig, ax = plt.subplots(figsize=(7, 4))
         for i, r in enumerate(self.restarts):
@@ -78,10 +78,7 @@ class GCGResult:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers (a short run had 0.25s)
         ax.set_xlabel("step")
         ax.set_ylabel(f"best reward ({self.manifest.get('head', '?')} head)")
-        model = self.manifest.get("model") or {}
-        seed = model.get("random_head_seed")
-        random = f" (RANDOM score head, seed {seed})" if seed is not None and self.manifest.get("head") == "score" else ""
-        ax.set_title(f"GCG {direction}: {model.get('name', '')}{random}  best {self.best_score:.4f}", fontsize=10)
+        ax.set_title(f"GCG {direction}: {model_label(self.manifest)}  best {self.best_score:.4f}", fontsize=10)
         if len(self.restarts) > 1:
             ax.legend(fontsize=8)
         ax.grid(alpha=0.3)

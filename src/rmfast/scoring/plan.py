@@ -255,6 +255,11 @@ class ScoringPlan:
             self._pads[key] = PadSizes(self.eng, n, rows, cache)
         return self._pads[key].rows_for(B)
 
+    @property
+    def pad_probe_s(self) -> float:
+        """Seconds this plan's jobs spent measuring padded sizes (:class:`rmfast.scoring.batching.PadSizes`)."""
+        return sum(p.probe_s for p in self._pads.values())
+
     def padding(self) -> str:
         """How short batches were padded, for the manifest (the measured verdicts, or why the full row count)."""
         if not self.fixed_shapes:
@@ -329,7 +334,7 @@ def finish_manifest(manifest: dict, t0: float, *, plan: ScoringPlan | None = Non
         d["resumed"] = {"value": resumed, "reason": "rows taken from the checkpoint of an earlier run of this job (the "
                         "same run fields); its batch sizes reused, so every batch is the uninterrupted job's"}
     manifest.update({**fields, **(timing or {}), "decisions": d})
-    probe_s = sum(p.probe_s for p in plan._pads.values()) if plan is not None else 0.0
+    probe_s = plan.pad_probe_s if plan is not None else 0.0
     if probe_s and manifest.get("candidates_per_s") and manifest.get("scan_s", 0) > probe_s:
         # the one-off padding measurement ran inside the scan's time: the rate is the scoring's own
         n_new = manifest.get("scored_candidates") or manifest.get("n_candidates")
