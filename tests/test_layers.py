@@ -24,3 +24,13 @@ def test_library_never_imports_the_cli():
                  if "cli" not in p.relative_to(src).parts[:1] and p.name != "__main__.py"
                  and any(s in p.read_text() for s in ("from .cli", "from ..cli", "rmfast.cli"))]
     assert offenders == []
+
+
+def test_design_doc_names_every_layer():
+    """docs/design.md spells the contracts out for a reader; every layer of every contract is named there."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11")
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    doc = (ROOT / "docs" / "design.md").read_text()
+    names = {n.strip() for c in contracts if c["type"] == "layers" for layer in c["layers"] for n in layer.split("|")}
+    missing = sorted(n for n in names if f"`{n}`" not in doc and f"| {n}" not in doc and f"{n} |" not in doc)
+    assert not missing, f"docs/design.md's import layers lack {missing} (pyproject.toml has them)"

@@ -205,6 +205,16 @@ def test_fig1_medians_and_paper_tests_equal_the_authors_recipe(tmp_path):
     ours_t = pd.read_csv(tmp_path / "B_fig1_tests_rmfast.csv")
     assert (ours_t["n_a"] + ours_t["n_b"] == 10).all()  # models, not model × prompt rows
     assert found[1]["holds"] == bool((ours_t["p_bonferroni"] < 0.05).all())
+    # Fig. 1b from the published MFD 2.0 files: all 2,700 model × prompt × foundation medians equal the
+    # authors' recipe in plain pandas (the same recipe as on the synthetic MFD-like set below)
+    ref_b = _authors_mfd(IC / "dict_MFD_20", SHARED_DATA / "lexicons" / "mfd2.0.dicx")
+    assert len(ref_b) == 10 * 54 * 5
+    ours_b = pd.read_csv(tmp_path / "B_fig1b_medians.csv")
+    ref_b["model"] = ref_b["model"].str.replace("_", "/", n=1)
+    m = ours_b.merge(ref_b, left_on=["model", "prompt", "category"], right_on=["model", "prompt", "cat"],
+                     validate="1:1")
+    assert len(m) == len(ours_b) == len(ref_b)
+    assert m["median_rank"].to_numpy() == pytest.approx(m["median"].to_numpy())
 
 
 @real
