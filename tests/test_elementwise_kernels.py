@@ -204,8 +204,9 @@ def test_engine_with_fused_elementwise_equals_torch_ops(arch, fuse, monkeypatch)
             return y
         monkeypatch.setattr(te, f"{name}_triton", counted)
     tok = T.chatml_tokenizer()
-    model = T.tiny(arch).to(DEVICE)
+    model = T.small(arch).to(DEVICE)  # 2 layers (a sliding and a full one where the model has both): the interpreter's time
     tmpl = build_template(tok, "The greatest thing ever, in one word?")
+    assert len(tmpl.prefix_ids) > 8  # windows (8) shorter than the prompt
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(5, T.VOCAB, (3, 4), generator=g).to(DEVICE)
     lens = torch.tensor([4, 1, 3], device=DEVICE)

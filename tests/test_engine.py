@@ -14,6 +14,7 @@ from rmfast.scoring.hf_path import hf_scores
 from rmfast.template import build_template
 
 import tiny_models as T
+from tiny_models import small
 
 ARCHS = list(T.ARCHS)
 FP32_ATOL = 2e-5  # scores are O(0.01–1); float32 reassociation noise is ~1e-6
@@ -24,22 +25,6 @@ def short_tmpl(smol_tokenizer):
     # A short prompt keeps the full-vocabulary reference affordable (~20 prefix tokens), still
     # longer than the tiny models' sliding windows (8), so windows shorter than the prompt are exercised.
     return build_template(smol_tokenizer, "Greatest thing?", system="Be brief.")
-
-
-def small(arch, kind="classifier", **kw):
-    old = dict(T.COMMON)
-    T.COMMON.update(hidden_size=32, intermediate_size=48, num_hidden_layers=2)
-    extra = T.ARCHS[arch][1]
-    saved = dict(extra)
-    if "sliding_window" in extra:
-        extra["sliding_window"] = 8
-    if "layer_types" in extra:
-        extra["layer_types"] = ["sliding_attention", "full_attention"]
-    try:
-        return T.tiny(arch, kind, **kw)
-    finally:
-        T.COMMON.clear(); T.COMMON.update(old)
-        extra.clear(); extra.update(saved)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

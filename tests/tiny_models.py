@@ -64,6 +64,24 @@ def _reinit(model: torch.nn.Module, seed: int) -> None:
             p.data = 0.1 * torch.randn(p.shape, generator=g)
 
 
+def small(arch: str, kind: str = "classifier", **kw):
+    """A smaller tiny model (hidden 32, 2 layers, windows of 8: still shorter than a short prompt), for tests
+    whose cost grows with the layers (full-vocabulary references, the Triton interpreter)."""
+    old = dict(COMMON)
+    COMMON.update(hidden_size=32, intermediate_size=48, num_hidden_layers=2)
+    extra = ARCHS[arch][1]
+    saved = dict(extra)
+    if "sliding_window" in extra:
+        extra["sliding_window"] = 8
+    if "layer_types" in extra:
+        extra["layer_types"] = ["sliding_attention", "full_attention"]
+    try:
+        return tiny(arch, kind, **kw)
+    finally:
+        COMMON.clear(); COMMON.update(old)
+        extra.clear(); extra.update(saved)
+
+
 def tiny(arch: str, kind: str = "classifier", *, pad_token_id: int = 2, num_labels: int = 2, seed: int = 0,
          dtype=torch.float32):
     """A tiny random model: kind "classifier" (…ForSequenceClassification) or "causal_lm"."""
