@@ -500,10 +500,11 @@ def choose_rows_per_batch(model, template: Template, head: str, n: int, on_engin
 def choose_share_batches(share_batches, device: torch.device) -> tuple[bool, str]:
     """Whether a RewardScorer's conversations share batches (waves), and why: "auto" on CUDA, where a few
     conversations' rows leave the GEMMs narrow; off on CPU, where a batch of a few hundred tokens already runs
-    near the GEMM peak and sharing measured 0.7-0.97x (more padding, a per-prompt attention call per layer;
-    docs/backend.md)."""
+    near the GEMM peak and sharing measured 0.97-1.09x, within the noise of those runs (fp32, 16 prompts x 4
+    responses: Zen 3 AVX2 0.97x / 1.01x, Zen 4 0.99x / 1.09x; more padding, a per-prompt attention call per
+    layer; docs/backend.md)."""
     if share_batches != "auto":
         return bool(share_batches), "asked for"
     on = device.type == "cuda"
     return on, ("auto: on CUDA, where a few conversations' rows leave the GEMMs narrow" if on else
-                "auto: off on CPU, where sharing measured 0.7-0.97x (docs/backend.md)")
+                "auto: off on CPU, where sharing measured 0.97-1.09x, no clear gain (docs/backend.md)")
