@@ -179,6 +179,10 @@ def test_embedded_smollm2(smollm2, capsys, tmp_path, monkeypatch):
     assert len(mn["trajectory"]) == 5 and mn["trajectory"][-1] < mn["trajectory"][0]
     for key in ("config", "timing", "manifest", "restarts", "n_evaluated"):
         assert key in mn
+    # a first run's one-off padding measurement is its own figure, not the evaluations' rate
+    t = mn["timing"]
+    assert t["pad_probe_s"] >= 0 and t["evaluated_per_s"] == pytest.approx(mn["n_evaluated"] / t["evaluate_s"], rel=0.02)
+    assert ("a one-off padding measurement" in printed) == (t["pad_probe_s"] > 0)
 
     mx = run(model, tok, PROMPT, GCGConfig(length=3, steps=4, search_width=24, topk=24), progress=False, template=tmpl)
     assert mx.best_score > mn["best_score"]

@@ -8,9 +8,13 @@ to one row count (or to a smaller size measured on this machine to give the same
 this test fails then, in fp32 and bf16.
 """
 
+import weakref
+
 import numpy as np
+import torch
 import pytest
 
+from rmfast.scoring import batching
 from rmfast.scoring.pipeline import scan
 
 PROMPT = "What, in one word, is the greatest thing ever?"
@@ -74,6 +78,8 @@ def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, m
         pytest.skip("fp32 only: bf16 is emulated (slow) on some CPUs, and the rule is the same")
     m, tok = smol_rm.model, smol_rm.tokenizer
     monkeypatch.setenv("RMFAST_CACHE", str(tmp_path))
+    # a first job here: no verdict on disk, and no full batch kept by an earlier test's plan in this process
+    monkeypatch.setattr(batching, "_FULL_SCORES", weakref.WeakKeyDictionary())
     calls = []
     real = Engine.score
     monkeypatch.setattr(Engine, "score", lambda self, ids, *a, **k: calls.append(ids.shape[0]) or real(self, ids, *a, **k))
@@ -109,3 +115,36 @@ def test_a_size_measured_to_differ_is_never_used(smol_rm, tmp_path):
     assert pads.rows_for(10) == 64 and pads.rows_for(64) == 64
     assert pads.rows_for(65) == 1365 and pads.measured == []
     assert "[32, 128, 256, 512, 1024] differ" in pads.summary()
+
+
+def test_a_second_plan_reuses_the_full_batch_probe_until_the_weights_change(smol_rm, monkeypatch):
+    """The probe's full batch is scored once per process for one model, shape and template: a second plan (GCG's
+    random baseline after its search) measures another rung without it; an in-place weight update (an optimizer
+    step) makes the model another one, scored again."""
+    from rmfast.fast.engine import Engine
+    from rmfast.scoring.batching import PadSizes
+    from rmfast.scoring.plan import plan_scoring
+    from rmfast.template import build_template
+
+    if str(next(smol_rm.model.parameters()).dtype) != "torch.float32":
+        pytest.skip("fp32 only: bf16 is emulated (slow) on some CPUs, and the rule is the same")
+    calls = []
+    real = Engine.score
+    monkeypatch.setattr(Engine, "score", lambda self, ids, *a, **k: calls.append(ids.shape[0]) or real(self, ids, *a, **k))
+    tmpl = build_template(smol_rm.tokenizer, "Name one good thing.")
+
+    def pads():
+        return PadSizes(plan_scoring(smol_rm.model, tmpl, head="score").eng, 1, 128, None)
+
+    first = pads()
+    first.identical(32)
+    assert calls == [128, 32]
+    calls.clear()
+    pads().identical(64)
+    assert calls == [64]  # the full batch's scores from the first plan
+    calls.clear()
+    with torch.no_grad():
+        next(smol_rm.model.parameters()).add_(0.0)  # an in-place update (here of nothing): a version bump
+    pads().identical(32)
+    assert calls == [128, 32]
+    assert first.verdicts[32] is True

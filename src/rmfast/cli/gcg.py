@@ -163,4 +163,5 @@ def _report(res) -> None:
         print(f"random search   {b['best_score']:.6f}  {b['best_text']!r}  (best of {b['n_evaluated']} random responses: "
               f"the same number of evaluations, {b['wall_s']:.1f} s)")
     print(f"time            {t['wall_s']:.1f} s total, {t['per_step_s']} s/step "
-          f"(gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, evaluation {t['evaluate_s']:.1f} s)")
+          f"(gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, evaluation {t['evaluate_s']:.1f} s"
+          + (f"; a one-off padding measurement {t['pad_probe_s']:.1f} s" if t.get("pad_probe_s") else "") + ")")

@@ -46,6 +46,7 @@ import json
 import sys
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -235,10 +236,20 @@ def shape_key(eng, n: int, rows: int) -> str:
     dims = {k: getattr(cfg, k, None) for k in ("model_type", "hidden_size", "intermediate_size", "num_attention_heads",
                                                "num_key_value_heads", "head_dim", "num_hidden_layers", "vocab_size",
                                                "sliding_window")}
+    w0, c0 = eng.layers[0]
     fields = {"machine": machine_key(), "threads": torch.get_num_threads(), "dtype": str(eng.dtype), "head": eng.head,
               "head_kind": type(eng.row_head).__name__, "dims": dims, "P": eng.P, "suffix": len(eng.suffix),
-              "continuation": len(eng.continuation), "n": int(n), "rows": int(rows)}
+              "continuation": len(eng.continuation), "n": int(n), "rows": int(rows),
+              # the engine's kernels: its attention form, fused projections and elementwise kernels, fp32 head
+              "attention": eng.attention, "fused_qkv": len(w0.w_qkv) == 1, "elementwise": bool(c0.fused),
+              "triton": bool(eng.triton), "fp32_head": eng.fp32_head}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+#: the probe's full-batch scores, kept for the process per model (weakly) and per (shape key, template, head
+#: output): a second plan of the same job's shape (GCG's random baseline after its search) measures another rung
+#: without scoring the full batch again
+_FULL_SCORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class PadSizes:
@@ -290,15 +301,28 @@ class PadSizes:
         if size not in self.verdicts:
             t0 = time.perf_counter()
             if self._full is None:
-                print(f"rmfast: measuring once which short batches give a full batch's bits here ({self.rows} rows; "
-                      "cached for later jobs of this shape)", file=sys.stderr, flush=True)
-                self._full = self.eng.score(self._probe_ids(self.rows)).cpu().numpy()  # (rows,)
+                self._full = self._full_scores()
             part = self.eng.score(self._probe_ids(size)).cpu().numpy()  # (size,)
             self.verdicts[size] = bool(np.array_equal(part, self._full[:size], equal_nan=True))
             self.measured.append(size)
             self._write()
             self.probe_s += time.perf_counter() - t0
         return self.verdicts[size]
+
+    def _full_scores(self) -> np.ndarray:
+        """(rows,) scores of the probe ids in one full batch: scored now, or by an earlier plan of this process
+        with the same model, shape, template and head output."""
+        t = self.eng.template
+        memo = _FULL_SCORES.setdefault(self.eng.model, {})
+        # the weights as they are now: an optimizer step (in place: a version bump) or new .data (a new pointer)
+        # between two plans makes the earlier scores another model's
+        weights = hash(tuple((p.data_ptr(), p._version) for p in self.eng.model.parameters()))
+        k = (self.key, tuple(t.prefix_ids), tuple(t.suffix_ids), tuple(t.continuation_ids), self.eng.head_index, weights)
+        if k not in memo:
+            print(f"rmfast: measuring once which short batches give a full batch's bits here ({self.rows} rows; "
+                  "cached for later jobs of this shape)", file=sys.stderr, flush=True)
+            memo[k] = self.eng.score(self._probe_ids(self.rows)).cpu().numpy()  # (rows,)
+        return memo[k]
 
     def rows_for(self, B: int) -> int:
         """Rows to run a batch of B real rows as: the smallest bit-identical ladder size >= B, else the full count."""

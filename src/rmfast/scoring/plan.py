@@ -334,11 +334,11 @@ def finish_manifest(manifest: dict, t0: float, *, plan: ScoringPlan | None = Non
         d["resumed"] = {"value": resumed, "reason": "rows taken from the checkpoint of an earlier run of this job (the "
                         "same run fields); its batch sizes reused, so every batch is the uninterrupted job's"}
     manifest.update({**fields, **(timing or {}), "decisions": d})
-    probe_s = plan.pad_probe_s if plan is not None else 0.0
+    probe_s = round(plan.pad_probe_s, 3) if plan is not None else 0.0  # rounded as scan_s is: the rate follows from both
     if probe_s and manifest.get("candidates_per_s") and manifest.get("scan_s", 0) > probe_s:
         # the one-off padding measurement ran inside the scan's time: the rate is the scoring's own
         n_new = manifest.get("scored_candidates") or manifest.get("n_candidates")
-        manifest.update(pad_probe_s=round(probe_s, 3), candidates_per_s=round(n_new / (manifest["scan_s"] - probe_s), 2))
+        manifest.update(pad_probe_s=probe_s, candidates_per_s=round(n_new / (manifest["scan_s"] - probe_s), 2))
     if options is not None:
         manifest["options"] = options.as_dict()
     manifest.update({"wall_s": round(time.perf_counter() - t0, 3), "versions": cpu.versions(),
