@@ -9,27 +9,15 @@ up front.
 **Padding** (:class:`PadSizes`): how far a token scan pads a short batch: the smallest row count whose rows come out bit for bit as in a
 full batch, measured on this machine.
 
-Why padding at all: a token's score must not depend on the job it is in (:mod:`rmfast.scoring.plan`).
-GEMM libraries pick kernels by the row count M, and some kernels sum in another order, so a 7-row batch
-can round differently from a 1,024-row one (``tests/test_job_independence.py`` shows it). Padding every
-batch to the full row count keeps the guarantee but makes a job of 256 ids cost as much as one of 1,365.
-
-Here a short batch of B rows runs as the smallest size of the ladder 32, 64, 128, ... (up to half the
-full row count: above that a rung would save less than the probe costs) that is >= B and that was *measured* to give every row the full batch's bits: the same
-deterministic ids scored in one full batch and in one batch of that size, compared with
-``array_equal``. A size that differs, or that was never measured and cannot be now, is skipped (the
-next one up, at worst the full batch). Verdicts are cached on disk per machine (CPU model, flags,
-torch version, thread count: :func:`rmfast.cpu.machine_key`), dtype, model shapes, prompt and suffix
-lengths, response length and full row count, in ``<rmfast cache>/cpu/pad-probe.json``; so the first
-short batch of a new shape pays one full batch and one of the candidate size, later jobs none.
-
-Measured: SmolLM2-135M fp32 on a 2-core AMD EPYC Zen 3 (AVX2, 1,365-row batches): every size 8-512
-bit-identical to the full batch (a 7-row one is not: odd sizes take other kernels). The ladder's
-smallest rung is 32, so a single id pays at most 32 rows.
-
-Where it does not apply (the full row count, as before): CUDA (cuBLAS picks split-K kernels by shape;
-not measured), the compiled CPU layer (one graph per batch shape), the plain-HF engine and rows with
-their own template, and jobs without fixed shapes (text candidates).
+Why: a token's score must not depend on its job (:mod:`rmfast.scoring.plan`), and GEMM libraries pick kernels
+by the row count, so a 7-row batch can round differently from a 1,024-row one (``tests/test_job_independence.py``).
+A short batch of B rows runs as the smallest rung of 32, 64, 128, ... (up to half the full row count) that is
+>= B and was *measured* here to give every row the full batch's bits (the same ids in one full batch and in one
+of that size, ``array_equal``); a size that differs is never used (at worst the full batch). Verdicts are cached
+per machine (:func:`rmfast.cpu.machine_key`), model shapes, lengths, row count and the engine's kernels in
+``<rmfast cache>/cpu/pad-probe.json``; the full batch's probe scores are kept for the process. Not applied: CUDA
+(not measured), the compiled CPU layer (one graph per shape), the plain-HF engine, rows with their own template
+and text candidates. Measurements and the guarantee: docs/determinism.md.
 
 **The loop** (:func:`score_groups`): the batching loop every scoring job runs: fixed batches, out-of-memory back-off, a checkpoint that
 a rerun resumes from bit-identically, a progress bar, timing, and the count of non-finite scores.
@@ -246,9 +234,8 @@ def shape_key(eng, n: int, rows: int) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-#: the probe's full-batch scores, kept for the process per model (weakly) and per (shape key, template, head
-#: output): a second plan of the same job's shape (GCG's random baseline after its search) measures another rung
-#: without scoring the full batch again
+#: the probe's full-batch scores per model (weakly), shape key, template, head output and weights: a second plan of
+#: one shape (GCG's random baseline after its search) measures another rung without scoring the full batch again
 _FULL_SCORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -310,12 +297,9 @@ class PadSizes:
         return self.verdicts[size]
 
     def _full_scores(self) -> np.ndarray:
-        """(rows,) scores of the probe ids in one full batch: scored now, or by an earlier plan of this process
-        with the same model, shape, template and head output."""
-        t = self.eng.template
-        memo = _FULL_SCORES.setdefault(self.eng.model, {})
-        # the weights as they are now: an optimizer step (in place: a version bump) or new .data (a new pointer)
-        # between two plans makes the earlier scores another model's
+        """(rows,) scores of the probe ids in one full batch: scored now, or by an earlier plan of this process."""
+        t, memo = self.eng.template, _FULL_SCORES.setdefault(self.eng.model, {})
+        # an optimizer step (in place: a version bump) or new .data (a new pointer) makes it another model
         weights = hash(tuple((p.data_ptr(), p._version) for p in self.eng.model.parameters()))
         k = (self.key, tuple(t.prefix_ids), tuple(t.suffix_ids), tuple(t.continuation_ids), self.eng.head_index, weights)
         if k not in memo:
