@@ -88,7 +88,7 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
     texts, rows, n_blank, dups = _dedupe(values)
     if not texts:
         raise UserError(f"candidate file {p} holds no candidates (only blank entries)")
-    nulls = [i for i, v in enumerate(values, 1) if v is None or (isinstance(v, float) and np.isnan(v))]
+    nulls = [i for i, v in enumerate(values, 1) if _is_null(v)]
     if nulls:  # a missing value in a table: said, not dropped silently (blank lines of a text file are not news)
         shown = ", ".join(map(str, nulls[:5])) + (" …" if len(nulls) > 5 else "")
         warnings.warn(f"rmfast: {p.name}: {len(nulls)} candidate row(s) with no value (null) left out (rows {shown}; "
@@ -153,6 +153,11 @@ def _read_table_column(p: Path, kind: str, column: str | int | None, header: boo
     return df[col_used].tolist(), col_used
 
 
+def _is_null(v) -> bool:
+    """A table's missing value (None, or NaN from a numeric column)."""
+    return v is None or (isinstance(v, float) and np.isnan(v))
+
+
 def _dedupe(values: list) -> tuple[list[str], list[int], int, list[str]]:
     """Stripped, non-blank values, each once (first occurrence): (texts, 1-based rows, blanks, duplicates dropped)."""
     texts: list[str] = []
@@ -161,10 +166,7 @@ def _dedupe(values: list) -> tuple[list[str], list[int], int, list[str]]:
     dups: list[str] = []
     n_blank = 0
     for i, v in enumerate(values, 1):
-        if v is None or (isinstance(v, float) and np.isnan(v)):
-            n_blank += 1
-            continue
-        s = str(v).strip()
+        s = "" if _is_null(v) else str(v).strip()
         if not s:
             n_blank += 1
             continue

@@ -81,7 +81,7 @@ class ScoringOptions:
     device_map: str | None = _opt(None, "e.g. auto: spread a large model over the GPUs (accelerate; the plain-HF "
                                         "path)", flag=False)
     share_batches: str | bool = _opt("auto", "RewardScorer: rows of several conversations share a batch (waves): "
-                                             "auto (on CUDA; off on CPU, where it measured 0.97-1.09x), True or False",
+                                             "auto (on CUDA; off on CPU, where it measured no clear gain), True or False",
                                      flag=False, api_only=True)
     compat: str | None = _opt(None, "decode-retokenize: the papers' decode round trip; authors: their whole "
                                     "scoring loop (plain-HF path, padded batches)", flag=False)

@@ -184,9 +184,8 @@ class RewardScorer:
         max_tokens: longest response in tokens (None: the model's position limit only).
         cache_prompts: plans (prompt encodings) kept across calls (default 8; 0: none).
         share_batches: rows of several conversations in one batch (waves, :meth:`_waves`): "auto" (default:
-            on CUDA, where a few conversations' rows leave the GEMMs narrow; off on CPU, where a batch of a
-            few hundred tokens already runs near the GEMM peak and sharing measured 0.97-1.09x, no clear gain:
-            more padding and a per-prompt attention call per layer, docs/backend.md), True or False.
+            on CUDA, where a few conversations' rows leave the GEMMs narrow; off on CPU, where it measured no
+            clear gain: :func:`rmfast.scoring.decisions.choose_share_batches`), True or False.
         attention: the rows' attention form, "auto" (:func:`rmfast.scoring.plan.choose_attention`: responses
             are texts of any length, so the cascade on CUDA) or a form it names (e.g. "cascade" on CPU: its
             torch twin, for tests).
