@@ -194,8 +194,14 @@ def test_host_work_waits_counted():
     turn = HostWork(Slow(), [0, 1], overlap=False)
     assert turn.labels() == (["a", "b"], ["a", "b"]) and turn.waited_s["labels"] >= 0.05
     beside = HostWork(Slow(), [0, 1], overlap=True)
+    beside.start()  # the scan's first batch is on the device
     time.sleep(0.3)  # the caller's own work (a GPU scan)
     assert beside.labels() == (["a", "b"], ["a", "b"]) and beside.waited_s["labels"] < 0.05
+    early = HostWork(Slow(), [0, 1], overlap=True)  # asked for before start(): in turn, and the thread skips it
+    assert early.labels() == (["a", "b"], ["a", "b"]) and early.waited_s["labels"] >= 0.05
+    early.start()
+    early._thread.join()
+    assert early.vocab_sha256() and early._out["labels"][0] == (["a", "b"], ["a", "b"])
 
 
 def test_token_ids_repeated_in_a_file_are_scored_once_and_said(tmp_path):

@@ -643,10 +643,12 @@ def test_cost_model_arithmetic_by_hand():
     assert cc.cascade_parts(m, [3], [[1, 2]], 1, gpu=gpu)["response_part"]["s"] == pytest.approx(144 / 500)
 
 
-def test_cost_model_threshold_is_the_plans():
-    """The plan's cascade threshold sits at the model's predicted crossover (rounded down)."""
+def test_cost_model_threshold_is_near_the_plans():
+    """The plan's cascade threshold is the H100's measured crossover (16: the shared-prefix kernel faster through
+    16 row tokens, the cascade from 24); the cost model's prediction lies within 2x below it, on the same side
+    for every head dim (it under-predicts: ~10.5)."""
     from rmfast.bench.cascade_cost import crossover_row_tokens
     from rmfast.scoring.plan import CASCADE_MIN_ROW_TOKENS
 
     for D in (64, 128, 256):
-        assert CASCADE_MIN_ROW_TOKENS <= crossover_row_tokens(D) < CASCADE_MIN_ROW_TOKENS + 1
+        assert CASCADE_MIN_ROW_TOKENS / 2 <= crossover_row_tokens(D) <= CASCADE_MIN_ROW_TOKENS

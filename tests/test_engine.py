@@ -346,3 +346,23 @@ def test_compiled_layer_rounds_where_eager_does(tmpl):
     got = compile_layer(_own_copy(decoder_layer))(*args)
     assert got.dtype == torch.bfloat16
     assert (got != want).float().mean().item() < 0.01
+
+
+def test_every_projection_reads_rows_of_their_own(tmpl, monkeypatch):
+    """The q|k|v and gate|up GEMMs read contiguous inputs, the last layer's queries included (only its read
+    positions get queries: a strided view of the rows before the fix, for which cuBLAS chose a 512x8-tile
+    kernel on the H100, 69 ms of a 780 ms scan batch: gpu_h100_2026-11-27_e). Rows of 1 + suffix tokens, so the
+    last layer's n_out < S; the scores are those of the unpatched engine."""
+    import rmfast.fast.layer as layer
+
+    model = T.tiny("llama", num_labels=1)
+    ids = torch.arange(20, 36)[:, None]  # (16, 1) one-token responses
+    for fuse in (False, True):  # separate projections (CUDA's plan: q's own GEMM) and fused (CPU's)
+        want = Engine(model, tmpl, head="score", fuse=fuse).score(ids)
+        seen, real = [], layer._linear
+        monkeypatch.setattr(layer, "_linear", lambda x, *a: seen.append(x.is_contiguous()) or real(x, *a))
+        got = Engine(model, tmpl, head="score", fuse=fuse).score(ids)
+        monkeypatch.setattr(layer, "_linear", real)
+        per_layer = 2 if fuse else 5
+        assert len(tmpl.suffix_ids) >= 1 and len(seen) >= per_layer * model.config.num_hidden_layers and all(seen)
+        assert torch.equal(got, want)

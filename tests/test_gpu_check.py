@@ -215,3 +215,17 @@ def test_kit_retries_a_model_the_guard_refused_with_its_limit():
     assert gpu_check.lowered_after_refusal(plan, log) == {"name": "gemma-2-27b", "hf_batch": "128", "naive_batch": "64,128"}
     assert gpu_check.lowered_after_refusal(plan, "Traceback ... OutOfResources") is None
     assert plan["hf_batch"] == "128,256"
+
+
+def test_scan_setup_profile_runs_on_a_tiny_model(capsys):
+    """benchmarks/scan_setup_profile.py (run on the GPU in gpu_h100_2026-11-27_f): two scans, the second profiled,
+    each line naming its set-up and plan time, then the profile by cumulative time."""
+    import scan_setup_profile
+
+    assert scan_setup_profile.main(["--model", "llama-3.2-1b", "--device", "cpu", "--dtype", "float32", "--tiny",
+                                    "--ids", "0:64", "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    first, second = re.findall(r"^(first|second \(profiled\)): wall ([\d.]+) s, setup ([\d.]+) s \(plan ([\d.]+) s\)",
+                               out, re.M)
+    assert float(second[3]) <= float(second[2]) <= float(second[1])  # plan within set-up within the wall
+    assert "pipeline.py" in out and "score_ids" in out  # the profile's table names the scan's own functions

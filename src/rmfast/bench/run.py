@@ -79,6 +79,7 @@ class Timed:
     setup_s: float = 0.0
     mem_mib: float = 0.0
     probe: dict | None = None
+    decisions: dict | None = None  # the plan that ran it, where it is not the bench's (rmfast-eager's own)
 
 
 def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> BenchRun:
@@ -105,10 +106,10 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
 
 
 def _eager(model, tmpl, head):
-    """The eager engine of the bench's plan (rmfast-eager, and the prompt pass timed whole)."""
+    """The eager plan of the bench (rmfast-eager, and the prompt pass timed whole): its ``eng`` and ``decisions``."""
     from ..scoring.plan import plan_scoring
 
-    return plan_scoring(model, tmpl, head=head, compile="off", job="bench", response_tokens=1).eng
+    return plan_scoring(model, tmpl, head=head, compile="off", job="bench", response_tokens=1)
 
 
 def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
@@ -137,10 +138,10 @@ def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
     ids, n, reps = b.ids, b.n, b.reps
     rows = plan.rows_per_batch(1)  # a scan's batch; timed as equal batches of at most that many rows, so
     bs_rm = -(-n // -(-n // rows))  # no timed batch is padded (a scan pads only its last; --full times one)
-    t_eg = s_eg = None
+    t_eg = s_eg = d_eg = None
     if b.whole:
         def run_rm():
-            e = _eager(model, tmpl, head)
+            e = _eager(model, tmpl, head).eng
             return [e.score(torch.from_numpy(c)[:, None]) for c in chunks(ids, bs_rm)]
 
         run_rm()  # warm-up
@@ -157,10 +158,11 @@ def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
         s_rm, t_rm = time_batches(eng.score, ids, bs_rm, device, reps)
         if b.compile_rm:
             b.compile_s = max(0.0, first - min(t_rm) * bs_rm / n)  # warm-up batch minus a timed batch
-            eager = _eager(model, tmpl, head)
+            eager_plan = _eager(model, tmpl, head)
+            eager, d_eg = eager_plan.eng, eager_plan.decisions  # its own kernels (elementwise) and attention form
             eager.score(torch.from_numpy(ids[:bs_rm])[:, None])
             s_eg, t_eg = time_batches(eager.score, ids, bs_rm, device, reps)
-            del eager
+            del eager, eager_plan
     mem_rm = b.mem.read_mib()
     log(f"  rmfast    batch {bs_rm:5d}: {n / min(t_rm):10.1f} cand/s  (passes {', '.join(f'{t:.2f}' for t in t_rm)} s)"
          + (f"  [compiled; compile {b.compile_s:.1f} s]" if b.compile_rm else "")
@@ -168,7 +170,7 @@ def time_rmfast(b: BenchRun) -> tuple[Timed, Timed | None]:
     if t_eg is not None:
         log(f"  rmfast-eager batch {bs_rm:5d}: {n / min(t_eg):10.1f} cand/s")
     rm = Timed(s_rm, t_rm, bs_rm, setup_rm, mem_rm)
-    return rm, (Timed(s_eg, t_eg, bs_rm, setup_rm, mem_rm) if t_eg is not None else None)
+    return rm, (Timed(s_eg, t_eg, bs_rm, setup_rm, mem_rm, decisions=d_eg) if t_eg is not None else None)
 
 
 def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
@@ -338,9 +340,10 @@ def full_scan(b: BenchRun) -> dict | None:
     full = {"n_candidates": int(res.manifest["n_candidates"]), "wall_s": res.manifest["wall_s"],
             "scan_s": res.manifest["scan_s"], "candidates_per_s": res.manifest["candidates_per_s"],
             "batch_size": res.manifest["batch_size"], "peak_mem_mib": round(b.mem.read_mib(), 1),
-            "compiled": res.manifest.get("compiled"), "first_batch_s": res.manifest.get("first_batch_s"),
-            "setup_s": res.manifest.get("setup_s"), "labels_wait_s": res.manifest.get("labels_wait_s")}
-    log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.2f} s wall (set-up {full['setup_s']} s, "
+            "compiled": res.manifest.get("compiled"), "decisions": res.manifest.get("decisions"), "first_batch_s": res.manifest.get("first_batch_s"),
+            "setup_s": res.manifest.get("setup_s"), "plan_s": res.manifest.get("plan_s"),
+            "labels_wait_s": res.manifest.get("labels_wait_s")}
+    log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.2f} s wall (set-up {full['setup_s']} s, of it plan {full['plan_s']} s, "
         f"scan {full['scan_s']} s, first batch {full['first_batch_s']} s, waited {full['labels_wait_s']} s for the "
         f"pieces/texts), {full['candidates_per_s']} cand/s ({'compiled' if full['compiled'] else 'eager'})")
     return full
@@ -409,12 +412,15 @@ def method_rows(b: BenchRun, timed: dict[str, Timed], agr: dict, fpc: float, pea
             "rmfast_truth_spearman": a.get("rmfast_truth_spearman") if a else None,
             "fp32_max_abs_diff": (exact[f"{method}_max_abs_diff"] if exact and a else None),
         })
+        if t.decisions is not None:
+            row["decisions"] = t.decisions
         rows.append(row)
     if full:
         row = dict(common)
         row.update({"method": "rmfast-full", "n_timed": full["n_candidates"], "batch_size": full["batch_size"],
                     "cand_per_s": full["candidates_per_s"], "full_wall_s": full["wall_s"], "full_scan_s": full["scan_s"],
                     "peak_mem_mib": full["peak_mem_mib"], "setup_s": full["setup_s"],
+                    "decisions": full["decisions"] or row["decisions"],  # the scan's own plan (eager where auto)
                     "useful_gflops": round(fpc * full["candidates_per_s"] / 1e9, 2) if tpr > 0 else None})
         rows.append(row)
     return rows
@@ -457,7 +463,7 @@ def profile_engine(eng, ids: np.ndarray, bs: int, device: torch.device, n_batche
     whole = eng.tokens_per_row(1) == 0
 
     def step(b):
-        e = _eager(eng.model, eng.template, eng.head) if whole else eng
+        e = _eager(eng.model, eng.template, eng.head).eng if whole else eng
         return e.score(b)
 
     step(batches[0])

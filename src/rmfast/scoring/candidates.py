@@ -204,8 +204,13 @@ def id_labels(tokenizer, ids) -> tuple[list[str], list[str]]:
 
 
 class HostWork:
-    """A token scan's host-only work on its ids (the vocabulary's hash, each id's piece and text), on a host
-    thread when ``overlap`` (the plan's "host_overlap": on a GPU, while it scores), else in turn when asked for.
+    """A token scan's host-only work on its ids (the vocabulary's hash, each id's piece and text). With ``overlap``
+    (the plan's "host_overlap": on a GPU) the pieces and texts run on a host thread from :meth:`start` on, which the
+    scan calls once its first batch is on the device: the GPU is then busy and the scan's host thread waits in a
+    sync with the GIL released. Started before, beside the prompt's pass, the thread held the GIL while the pass
+    launched its kernels and slowed it by the whole of its own time (a launch-bound pass hands the GIL over on each
+    kernel and waits a switch interval to get it back: 0.55 s of set-up for a 69-token prompt on the H100, 2026-11-27).
+    Whatever is asked for before the thread has it runs in turn (the hash: the run key needs it before the scan).
     Each result is the same either way; an error in the thread is raised where its result is taken.
 
     >>> class Tok:
@@ -213,24 +218,32 @@ class HostWork:
     ...     def convert_ids_to_tokens(self, ids): return ["ab"[i] for i in ids]
     ...     def batch_decode(self, rows, **kw): return ["ab"[r[0]] for r in rows]
     >>> w = HostWork(Tok(), [1, 0], overlap=True)
-    >>> w.vocab_sha256() == vocab_sha256(Tok()), w.labels()
-    (True, (['b', 'a'], ['b', 'a']))
+    >>> w.vocab_sha256() == vocab_sha256(Tok())  # in turn: asked for before start()
+    True
+    >>> w.start(); w.labels()
+    (['b', 'a'], ['b', 'a'])
     """
 
     def __init__(self, tokenizer, ids, overlap: bool):
-        import threading
-
         # result -> how it is made (one table: the thread's order, and the fallback in turn)
         self._work = {"sha": lambda: vocab_sha256(tokenizer), "labels": lambda: id_labels(tokenizer, ids)}
         self.waited_s: dict[str, float] = {}  # result -> seconds its caller waited for it (in turn: all its time)
         self._out: dict = {}
+        self._overlap = overlap
         self._thread = None
-        if overlap:
+
+    def start(self) -> None:
+        """The work not yet done, on a host thread (with ``overlap``; once; else nothing)."""
+        import threading
+
+        if self._overlap and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="rmfast-host-work", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
-        for name, fn in self._work.items():
+        for name, fn in list(self._work.items()):
+            if name in self._out:  # taken in turn before the thread started
+                continue
             try:
                 self._out[name] = (fn(), None)
             except BaseException as e:  # raised in the caller's thread, where the result is taken
@@ -241,14 +254,14 @@ class HostWork:
         import time
 
         fn, t0 = self._work[name], time.perf_counter()
-        if self._thread is None:
-            value = fn()
-            self.waited_s[name] = round(time.perf_counter() - t0, 3)
-            return value
-        while name not in self._out and self._thread.is_alive():
-            self._thread.join(0.01)
-        if name not in self._out:  # the thread stopped at an earlier error
-            return fn()
+        if self._thread is None:  # in turn (no overlap, or asked for before start)
+            if name not in self._out:
+                self._out[name] = (fn(), None)
+        else:
+            while name not in self._out and self._thread.is_alive():
+                self._thread.join(0.01)
+            if name not in self._out:  # the thread stopped at an earlier error
+                return fn()
         self.waited_s[name] = round(time.perf_counter() - t0, 3)
         value, err = self._out[name]
         if err is not None:

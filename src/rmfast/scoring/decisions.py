@@ -184,12 +184,12 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
 
 
 #: rows of more tokens than this take the cascade form on CUDA; up to it, the Triton shared-prefix kernel
-#: (a vocabulary scan's rows are 1-3 tokens). PREDICTED, not yet measured (no GPU lent to this change): the
-#: shared-prefix kernel's own-key phase loads a K and a V row from L2 per (query, own key) on CUDA cores, the
-#: cascade writes and reads back two fp32 part outputs per query; they cross at ~10.5 row tokens for head
-#: dims 64-256 in bf16 on an H100 (:func:`rmfast.bench.cascade_cost.crossover_row_tokens`; a test ties the
-#: two). ``make gpu-check`` times both forms; this constant is to follow what it measures.
-CASCADE_MIN_ROW_TOKENS = 10
+#: (a vocabulary scan's rows are 1-3 tokens). MEASURED on the H100 (gpu_h100_2026-11-27, 8B bf16, ~8,192 row
+#: tokens a batch): the shared-prefix kernel faster through 16 row tokens (187 vs 195 ms at 12, 192 vs 195 at 16),
+#: the cascade from 24 (189 vs 193 ms). The cost model predicted ~10.5
+#: (:func:`rmfast.bench.cascade_cost.crossover_row_tokens`: the cascade's fp32 part outputs cost less than it
+#: assumes); ``make gpu-check`` times both forms on every run.
+CASCADE_MIN_ROW_TOKENS = 16
 
 
 def choose_attention(attention, device: torch.device, engine: str, compiled: bool,
@@ -477,8 +477,8 @@ def row_tokens(template: Template, head: str, n: int, on_engine: bool) -> int:
 
 #: the "host_overlap" decision's reasons (a token scan's host-only work: the vocabulary's hash, each id's piece and text)
 HOST_OVERLAP_WHY = {
-    True: "the vocabulary's hash and each id's piece and text on a host thread while the GPU scores (~0.5 s of host "
-          "work for 128k ids, hidden behind the scan)",
+    True: "each id's piece and text on a host thread while the GPU scores, from the first batch on (~0.3-0.5 s of host "
+          "work for 128k ids, hidden behind the scan; the vocabulary's hash in turn before it)",
     False: "on CPU in turn: the cores are the compute, a host thread would take them from the scan",
 }
 

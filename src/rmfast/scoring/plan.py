@@ -198,7 +198,7 @@ class ScoringPlan:
 
     @torch.no_grad()
     def score(self, cands, rows: int | None = None, template: Template | None = None, states=None,
-              lens: bool = False):
+              lens: bool = False, on_launched=None):
         """Scores of ``cands`` ((B, n) token ids, or a list of B equal-length id lists): (B,) float32.
 
         ``rows``: the batch's row count (default :meth:`rows_per_batch`); with ``fixed_shapes`` a
@@ -206,6 +206,8 @@ class ScoringPlan:
         that merged with the shared template carry their own (plain-HF path).
         ``states`` (canonical names, :func:`rmfast.states.parse_layers`) and ``lens``: then a
         :class:`Scored`, taken from the same forward; the scores are the same bits either way.
+        ``on_launched``: called once the batch's work is queued on the device, before the wait for its scores
+        (a token scan starts its host work there: :class:`rmfast.scoring.candidates.HostWork`).
         Rows of several lengths or prompts in one batch: :func:`score_together`.
         """
         cands = torch.as_tensor(cands, dtype=torch.long)
@@ -225,6 +227,8 @@ class ScoringPlan:
             hf_taps = None if taps is None else taps | ({"normed"} if LAST_NORMED in idx or lens else set())
             out = hf_scores(self.model, template or self.template, cands.tolist(), head=self.head,
                             head_index=self.head_index, batch_size=max(rows, cands.shape[0]), taps=hf_taps)
+        if on_launched is not None:
+            on_launched()
         if taps is None:
             return out[:B].float().cpu().numpy()
         out, got = out

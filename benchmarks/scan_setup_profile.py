@@ -1,0 +1,58 @@
+#!/usr/bin/env python
+"""Where a whole-vocabulary scan's set-up goes: the scan run twice (the first warms Triton and the caches), the
+second under cProfile, its host time by function (cumulative), beside the manifest's setup_s / plan_s / scan_s.
+
+    PYTHONPATH=src python3 benchmarks/scan_setup_profile.py [--model llama-3.1-8b] [--device cuda] [--top 40]
+
+Random-init weights (:func:`rmfast.bench.random_init.random_init_model`); on the CPU use ``--tiny``. The set-up is
+everything of ``rmfast.scan`` before its first batch: the template, the plan's decisions, the engine (weights'
+fingerprint, layer tuples) and the prompt's pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--tiny", action="store_true", help="the architecture's tiny config (a CPU check of this script)")
+    ap.add_argument("--ids", default=None, help="token ids to scan (default: the whole vocabulary)")
+    ap.add_argument("--top", type=int, default=40)
+    args = ap.parse_args(argv)
+
+    from rmfast.bench.random_init import random_init_model
+    from rmfast.scoring.pipeline import scan
+
+    lm = random_init_model(args.model, device=args.device, dtype=args.dtype, tiny=args.tiny)
+    prompt = "What, in one word, is the greatest thing ever?"
+
+    def run():
+        return scan(lm.model, lm.tokenizer, prompt, engine="fast", progress=False, token_ids=args.ids)
+
+    first = run().manifest
+    prof = cProfile.Profile()
+    prof.enable()
+    m = run().manifest
+    prof.disable()
+    for tag, x in (("first", first), ("second (profiled)", m)):
+        print(f"{tag}: wall {x['wall_s']} s, setup {x['setup_s']} s (plan {x.get('plan_s')} s), scan {x['scan_s']} s, "
+              f"{x['candidates_per_s']} cand/s, batch {x['batch_size']}")
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(args.top)
+    print(s.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
