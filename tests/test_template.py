@@ -47,7 +47,7 @@ def test_plain_format(smol_tokenizer):
 
 def test_plain_format_with_an_unknown_placeholder_is_refused(smol_tokenizer):
     """{foo} (a typo of {prompt}, say) was scored as literal text: refused, naming it (issue 35)."""
-    with pytest.raises(UserError, match=r"--template has the placeholder \{foo\}, which a plain format does not fill"):
+    with pytest.raises(UserError, match=r"template has the placeholder \{foo\}, which a plain format does not fill"):
         build_template(smol_tokenizer, PROMPT, template="{foo} User: {prompt}\nAssistant: {response}")
 
 

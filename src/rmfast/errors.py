@@ -3,10 +3,58 @@
 A :class:`UserError` is a problem with what the user asked for (a missing file, a bad
 option, an unsplittable template). The CLI prints its message on one line and exits
 with status 2, with no traceback. Anything else is a bug and keeps its traceback.
+
+A message is written once, naming the CLI's options (``--token-ids``, ``--head score``): the CLI prints it so
+(:meth:`UserError.cli_message`). A Python caller (``rmfast.scan(...)``, ``RewardScorer(...)``) reads it with the
+options as the keyword arguments they are (``str(e)``: :func:`python_names`), so no one is told about a flag they
+never passed.
 """
+
+import re
+
+#: an option's name in a message: ``--name`` not inside a word or another flag
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+#: `a shell command` inside a message: its flags are its own (`pip install --no-deps ...`) and stay as they are
+_CODE = re.compile(r"(`[^`]*`)")
+#: the CLI's switches (flags without a value): a Python caller passes them as ``name=True``
+SWITCHES = frozenset({"overwrite", "trust-remote-code", "allow-non-ascii", "allow-special", "lens", "wordlike",
+                      "dedup", "exclude-special", "full"})
+
+
+def python_names(msg: str) -> str:
+    """``msg`` with each CLI option named as the keyword argument it is (outside `code` spans).
+
+    >>> python_names("--head logprob needs a causal LM (use --head score, or pass --trust-remote-code)")
+    'head logprob needs a causal LM (use head score, or pass trust_remote_code=True)'
+    >>> python_names("pass --no-retokenize-filter; or run `pip install --no-deps x`")
+    'pass retokenize_filter=False; or run `pip install --no-deps x`'
+    """
+    parts = _CODE.split(msg)
+    for i in range(0, len(parts), 2):  # the even parts lie outside `code` spans
+        parts[i] = _FLAG.sub(_keyword, parts[i])
+    return "".join(parts)
+
+
+def _keyword(m: re.Match) -> str:
+    name = m.group(1)
+    if name.startswith("no-"):
+        return name[3:].replace("-", "_") + "=False"
+    return name.replace("-", "_") + ("=True" if name in SWITCHES else "")
 
 
 class UserError(Exception):
-    """Bad input: the message names the problem and, where possible, the fix."""
+    """Bad input: the message names the problem and, where possible, the fix.
+
+    >>> e = UserError("--token-ids 5:9999999 is outside the vocabulary 0:49152")
+    >>> str(e), e.cli_message()
+    ('token_ids 5:9999999 is outside the vocabulary 0:49152', '--token-ids 5:9999999 is outside the vocabulary 0:49152')
+    """
 
     exit_code = 2
+
+    def cli_message(self) -> str:
+        """The message as written, naming the CLI's options: what the CLI prints."""
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        return python_names(self.cli_message())

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UserError as e:  # an unknown option or a bad value (common.Parser)
-        print(f"rmfast: error: {e}", file=sys.stderr)
+        print(f"rmfast: error: {e.cli_message()}", file=sys.stderr)
         return e.exit_code
     return common.run_command(args.func, args)
 

@@ -246,7 +246,7 @@ def run_command(func, args) -> int:
             pass
         return 141  # 128 + SIGPIPE, as a shell reports a writer whose reader closed the pipe
     except UserError as e:
-        print(f"rmfast: error: {e}", file=sys.stderr)
+        print(f"rmfast: error: {e.cli_message()}", file=sys.stderr)
         return e.exit_code
     except OSError as e:
         if e.errno not in _WRITE_ERRNOS:

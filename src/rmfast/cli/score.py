@@ -109,7 +109,7 @@ def _by_row(e: UserError, where) -> UserError:
     """The scorer's error about "response j of conversation i" as the table's row (what the user can find)."""
     import re
 
-    m = re.match(r"response (\d+) of conversation (\d+)(.*)", str(e), re.S)
+    m = re.match(r"response (\d+) of conversation (\d+)(.*)", e.cli_message(), re.S)
     if m is None:
         return e
     try:

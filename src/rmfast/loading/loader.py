@@ -604,7 +604,7 @@ def _load_adapter(folder: Path, base: str | None, *, dtype, device, trust_remote
         lm = load(spec, dtype="float32", device="cpu", trust_remote_code=trust_remote_code, cache_dir=cache_dir,
                   random_head_seed=0 if seq_cls else None, attn_implementation=attn_implementation)
     except UserError as e:
-        raise UserError(f"adapter checkpoint {folder}: cannot load its base {spec!r} ({e}); "
+        raise UserError(f"adapter checkpoint {folder}: cannot load its base {spec!r} ({e.cli_message()}); "
                         "pass --base PATH/ALIAS (the model it was trained from)") from None
     if seq_cls and lm.source.get("random_head_seed") is not None and not checkpoints.adapter_saves_head(folder):
         raise UserError(f"adapter checkpoint {folder} has no score head (modules_to_save) and its base {spec!r} is not "

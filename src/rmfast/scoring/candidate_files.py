@@ -89,9 +89,14 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
     if not texts:
         raise UserError(f"candidate file {p} holds no candidates (only blank entries)")
     nulls = [i for i, v in enumerate(values, 1) if _is_null(v)]
-    if nulls:  # a missing value in a table: said, not dropped silently (blank lines of a text file are not news)
-        shown = ", ".join(map(str, nulls[:5])) + (" …" if len(nulls) > 5 else "")
-        warnings.warn(f"rmfast: {p.name}: {len(nulls)} candidate row(s) with no value (null) left out (rows {shown}; "
+    # a table's row with no value (null) or only whitespace: said, not dropped silently (a text file's blank lines
+    # are not news: they separate or end its lines)
+    empty = [] if kind == "lines" else [i for i, v in enumerate(values, 1) if not _is_null(v) and not str(v).strip()]
+    if nulls or empty:
+        left = sorted(nulls + empty)
+        shown = ", ".join(map(str, left[:5])) + (" …" if len(left) > 5 else "")
+        what = " and ".join(w for w, n in (("with no value (null)", nulls), ("blank", empty)) if n)
+        warnings.warn(f"rmfast: {p.name}: {len(left)} candidate row(s) {what} left out (rows {shown}; "
                       "1-based, header not counted)", stacklevel=2)
     if dups:
         shown = ", ".join(repr(d) for d in dups[:3]) + (" …" if len(dups) > 3 else "")

@@ -258,7 +258,7 @@ def _states_spec(c: _Cfg) -> str | None:
     try:
         return ",".join(parse_layers(str(v), None))
     except UserError as e:
-        raise c.err("states", str(e).removeprefix("--states ")) from None
+        raise c.err("states", e.cli_message().removeprefix("--states ")) from None
 
 
 def with_states(cfg: SweepConfig, states: str | None, dtype: str | None, lens: bool) -> SweepConfig:
@@ -294,7 +294,7 @@ def _prompts(file: str, value, base: Path) -> dict[str, str]:
         try:
             value = _yaml_load(p, "prompts file")
         except UserError as e:
-            raise UserError(f"{file}: prompts: {e}") from None
+            raise UserError(f"{file}: prompts: {e.cli_message()}") from None
         src, where = str(p), ""
         if isinstance(value, dict) and set(value) == {"prompts"}:
             value, where = value["prompts"], "prompts"
@@ -379,7 +379,7 @@ def _cand_set(file: str, name: str, spec, base: Path, where: str) -> CandSet:
     try:
         cands = read_candidates(p, col, fmt=fmt, header=header)
     except UserError as e:
-        raise UserError(f"{file}: {where}: {e}") from None
+        raise UserError(f"{file}: {where}: {e.cli_message()}") from None
     f = {"path": str(p.resolve()), "column": None if col is None else str(col), "format": cands.source["format"],
          "header": header, "sha256": cands.source["sha256"]}
     return CandSet(name=name, slug=_slug(name), kind="file", file=f, texts=cands)

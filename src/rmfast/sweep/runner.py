@@ -331,7 +331,7 @@ def check_models(cfg: SweepConfig) -> None:
         try:
             check_model(m.model, cache_dir=m.cache_dir, base=m.base)
         except UserError as e:
-            raise UserError(f"{cfg.path}: models[{i}] ({m.name}): {e}") from None
+            raise UserError(f"{cfg.path}: models[{i}] ({m.name}): {e.cli_message()}") from None
 
 
 def model_content(m: ModelCfg) -> dict | None:
