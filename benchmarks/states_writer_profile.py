@@ -3,7 +3,9 @@
 Feeds :class:`rmfast.states.StatesWriter` (in the caller's thread, and through
 :class:`rmfast.scoring.states_stream.BackgroundWriter`) synthetic bfloat16 states shaped like an 8B scan's
 ``--states all``: ``--batches`` batches of ``--layers`` x (``--rows``, ``--hidden``), then one shard
-(``flush``). Times the whole writer and its ``take`` and ``flush``; then, on the same buffered batches, the
+(``flush``). Times the whole writer and its ``take`` and ``flush``; the background writer again with the batches
+as a GPU scan hands them over (fresh host buffers, taken uncopied) and its shards (256 MiB) written by 1 and by 2
+threads side by side (``BackgroundWriter(writers=)``); then, on the same buffered batches, the
 steps a flush may take: ``torch.cat`` of the batches, the NaN/inf count by ``torch.isfinite`` and by the bits
 (:func:`rmfast.states_shard.count_nonfinite`), ``safetensors.torch.save_file`` of the joined tensors and
 :func:`rmfast.states_shard.write_shard` of the pieces; beside a raw ``open().write()`` of the same bytes into
@@ -49,16 +51,27 @@ def raw_write(path: Path, bufs: list, fsync: bool) -> float:
     return dt
 
 
-def writer_round(tmp: Path, batches: list, layers: list[str], background: bool) -> dict:
-    """One writer over the batches and one flush: seconds in all (and, in the caller's thread, per step)."""
-    from rmfast.scoring.states_stream import BackgroundWriter
+class _Fired:
+    """A CUDA event whose copies are done: HostStates of it are a GPU scan's batches (fresh pinned buffers, taken
+    in the writer thread and kept uncopied)."""
+
+    def synchronize(self) -> None:
+        pass
+
+
+def writer_round(tmp: Path, batches: list, layers: list[str], background: bool, writers: int | None = None) -> dict:
+    """One writer over the batches and one flush: seconds in all (and, in the caller's thread, per step).
+    ``writers``: the batches as a GPU scan hands them over (:class:`_Fired`), shards written by that many threads."""
+    from rmfast.scoring.states_stream import BackgroundWriter, HostStates
     from rmfast.states import StatesWriter
 
     w = StatesWriter(tmp / "s.states", layers, "bfloat16", "row", job="profile")
     n = sum(len(b[layers[0]]) for b in batches)
     w.prepare(np.zeros(n, dtype=bool))
     out, lo, t0 = {"take": 0.0}, 0, time.perf_counter()
-    ww = BackgroundWriter(w) if background else None
+    ww = (BackgroundWriter(w) if writers is None else BackgroundWriter(w, writers=writers)) if background else None
+    if writers is not None:
+        batches = [HostStates(b, _Fired()) for b in batches]
     for b in batches:
         rows = np.arange(lo, lo + len(b[layers[0]]))
         lo += len(rows)
@@ -130,12 +143,18 @@ def main() -> None:
             res.setdefault("  take", []).append(r["take"])
             res.setdefault("  flush", []).append(r["flush"])
             res.setdefault("writer (background)", []).append(writer_round(tmp, batches, layers, True)["total"])
+            try:  # a GPU scan's batches, shards written by 1 and 2 threads (trees before the shard writers: left out)
+                for k in (1, 2):
+                    t = writer_round(tmp, batches, layers, True, writers=k)["total"]
+                    res.setdefault(f"writer (GPU-like, {k} shard writer{'s' * (k > 1)})", []).append(t)
+            except (TypeError, ImportError):
+                pass
             for k, v in step_round(tmp, taken, layers).items():
                 res.setdefault("step: " + k, []).append(v)
     raw = statistics.median(res["raw write"])
     for k, ts in res.items():
         m = statistics.median(ts)
-        print(f"{k:>26}: {m:7.3f} s  {nbytes / m / 1e6:8,.0f} MB/s  ({raw / m:5.2f} of raw write)")
+        print(f"{k:>34}: {m:7.3f} s  {nbytes / m / 1e6:8,.0f} MB/s  ({raw / m:5.2f} of raw write)")
 
 
 if __name__ == "__main__":

@@ -283,7 +283,7 @@ STATES_COLUMNS = {"model", "mode", "states_layers", "layers_kept", "hidden_size"
                   "bytes_per_candidate", "state_bytes_per_candidate", "peak_mib", "peak_mib_over_plain", "peak_how",
                   "scores_identical", "dtype", "device", "times_s", "cpu_model", "torch_threads", "torch",
                   "transformers", "rmfast", "writer", "write_mb_s", "disk_limit_mb_s", "disk_probe_bytes", "of_disk_limit",
-                  "writer_wait_s", "writer_busy_s", "disk_kept_up"}
+                  "writer_wait_s", "writer_busy_s", "shard_write_s", "shard_writers", "disk_kept_up"}
 
 
 def test_states_overhead_tiny_through_the_cli(tmp_path, capsys):

@@ -240,3 +240,42 @@ def test_a_shard_is_written_once_its_bytes_reach_the_cap(tmp_path):
     assert [sh.rows for sh in s.shards] == [8, 8, 4]
     assert s.take("last", np.arange(20)).tolist() == (-x).tolist()
     assert s.take("0", np.arange(20)).tolist() == x.tolist()
+
+
+def test_shards_are_written_side_by_side_and_bounded(tmp_path, monkeypatch):
+    """A cut shard's count and write run on the pool's WRITERS threads: two shards' writes overlap (each waits,
+    inside its write, until the other has started), never more than two are in flight, the shards keep the
+    numbers of their cuts and hold the rows in the scan's order, and the pool's time is reported."""
+    import rmfast.states as S
+
+    active, most, lock, both = [0], [0], threading.Lock(), threading.Barrier(2, timeout=10)
+    real = S.write_shard
+
+    def slow(path, t, meta):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            if int(t["rows"][0][0]) < 8:  # the first two shards meet: each waits for the other to be writing
+                both.wait()
+            return real(path, t, meta)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(S, "write_shard", slow)
+    w = StatesWriter(tmp_path / "pool.states", ["0"], "float32", "row", job="j")
+    bw = BackgroundWriter(w, writers=2)
+    bw.prepare(np.zeros(24, dtype=bool))
+    w.shard_bytes = 4 * 3 * 4  # a shard per batch of 4 rows x 3 values x 4 bytes
+    x = torch.arange(72.0).view(24, 3)
+    for b in range(6):
+        rows = np.arange(4 * b, 4 * b + 4)
+        bw.add(rows, rows, {"0": x[rows]})
+    bw.finish({"model": "m"})
+    assert most[0] == 2  # side by side, and no more than the pool's two
+    s = open_states(tmp_path / "pool.states")
+    assert [sh.file.name for sh in s.shards] == [f"shard-{i:05d}.safetensors" for i in range(6)]
+    assert s.take("0", np.arange(24)).tolist() == x.tolist()
+    st = bw.stats()
+    assert st["writers"] == 2 and st["write_s"] > 0

@@ -445,6 +445,8 @@ class StatesWriter:
         self._buf_bytes = 0  # bytes of the buffered batches' states
         self._have: np.ndarray | None = None  # (N,) bool: job rows with a state on disk or buffered
         self._kept = 0  # bytes of fresh host buffers buffered as they are (take), until the next shard
+        self._next = None  # the next shard's number (prepare: after the shards kept on disk)
+        self.run_shard = lambda write: write()  # a cut shard's write (BackgroundWriter: on its writer threads)
         self.run_id = None
         if self.folder.exists() and not overwrite:
             raise UserError(f"{self.folder} exists; use --overwrite to replace it (or choose another --out)")
@@ -472,6 +474,7 @@ class StatesWriter:
                 f.unlink()  # after the last checkpoint (or unreadable, or a repeat): its rows are scored again
             else:
                 self._have[rows] = True
+        self._next = max((int(f.stem.split("-")[1]) + 1 for f in self._shards()), default=0)
         return done & self._have
 
     def add(self, rows: np.ndarray, keys: np.ndarray, states: Mapping[str, object]) -> None:
@@ -519,8 +522,14 @@ class StatesWriter:
 
     def flush(self) -> None:
         """Write the buffered rows as the next shard (atomically). Call before the checkpoint is saved."""
+        if (write := self.cut()) is not None:
+            self.run_shard(write)
+
+    def cut(self):
+        """The buffered rows as the next shard, numbered and unbuffered now (in the scan's order): a callable that
+        counts its non-finite values and writes it (:meth:`flush`: at once; BackgroundWriter: on a writer thread)."""
         if not self._buf:
-            return
+            return None
         import torch
 
         from .io import atomic_write
@@ -529,17 +538,21 @@ class StatesWriter:
         t = {"key": [torch.from_numpy(np.concatenate([b[1] for b in self._buf]).astype(np.int64))],
              "rows": [torch.from_numpy(np.concatenate([b[0] for b in self._buf]).astype(np.int64))]}
         t.update({f"layer.{l}": [b[2][l] for b in self._buf] for l in self.layers})
-        # counted per shard, in its metadata: a resumed scan's total includes the shards of the run before
-        bad = json.dumps(nonfinite_per_layer({l: t[f"layer.{l}"] for l in self.layers}))
-        shards = self._shards()
-        nxt = int(shards[-1].stem.split("-")[1]) + 1 if shards else 0
-        meta = {"format": FORMAT, "run_id": self.run_id, _NONFINITE: bad}
-        try:
-            atomic_write(self.partial / f"shard-{nxt:05d}.safetensors", lambda tmp: write_shard(tmp, t, meta))
-        except OSError as e:  # a full disk: the shards so far and the scan's checkpoint stay
-            raise UserError(f"cannot write a states shard in {self.partial}: {e.strerror or e}; what was done is "
-                            "kept: free space and rerun the same command to resume") from None
+        if self._next is None:  # no prepare (a writer used alone): after the shards on disk
+            self._next = max((int(f.stem.split("-")[1]) + 1 for f in self._shards()), default=0)
+        path, self._next = self.partial / f"shard-{self._next:05d}.safetensors", self._next + 1
         self._buf, self._kept, self._buf_bytes = [], 0, 0
+
+        def write() -> None:
+            # counted per shard, in its metadata: a resumed scan's total includes the shards of the run before
+            bad = json.dumps(nonfinite_per_layer({l: t[f"layer.{l}"] for l in self.layers}))
+            meta = {"format": FORMAT, "run_id": self.run_id, _NONFINITE: bad}
+            try:
+                atomic_write(path, lambda tmp: write_shard(tmp, t, meta))
+            except OSError as e:  # a full disk: the shards so far and the scan's checkpoint stay
+                raise UserError(f"cannot write a states shard in {path.parent}: {e.strerror or e}; what was done is "
+                                "kept: free space and rerun the same command to resume") from None
+        return write
 
     def finish(self, scan: dict | None = None) -> Path:
         """Every row has its state: write the manifest and move the folder into place. Returns it."""

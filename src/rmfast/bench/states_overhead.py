@@ -157,7 +157,7 @@ class _Jobs:
         self.batch_size = res.manifest.get("batch_size")
         w = (res.manifest.get("states") or {}).get("writer")
         if w is not None and r >= 0:
-            self.writer.setdefault(mode, []).append((w["wait_s"], w["busy_s"]))
+            self.writer.setdefault(mode, []).append((w["wait_s"], w["busy_s"], w.get("write_s"), w.get("writers")))
         if req is not None:
             if mode not in self.info:
                 man = json.loads((folder / "manifest.json").read_text())
@@ -173,7 +173,8 @@ def _write_fields(jobs: _Jobs, mode: str, nbytes: int, median_s: float, disk: tu
     """How a mode's states were written: its rate over the scan, the disk's limit, the wait on the writer."""
     if mode == "plain":
         return {"writer": "", "write_mb_s": None, "disk_limit_mb_s": None, "disk_probe_bytes": None,
-                "of_disk_limit": None, "writer_wait_s": None, "writer_busy_s": None, "disk_kept_up": None}
+                "of_disk_limit": None, "writer_wait_s": None, "writer_busy_s": None, "shard_write_s": None,
+                "shard_writers": None, "disk_kept_up": None}
     rate, limit = nbytes / median_s / 1e6, disk[0]
     w = jobs.writer.get(mode)  # None: written in the scan's thread (/sync), where every write is a wait
     wait = statistics.median(x[0] for x in w) if w else None
@@ -181,6 +182,9 @@ def _write_fields(jobs: _Jobs, mode: str, nbytes: int, median_s: float, disk: tu
             "disk_probe_bytes": disk[1], "of_disk_limit": round(rate / limit, 4) if limit else None,
             "writer_wait_s": None if wait is None else round(wait, 4),
             "writer_busy_s": round(statistics.median(x[1] for x in w), 4) if w else None,
+            # the shard writers' time (count + write), summed over the threads that wrote side by side
+            "shard_write_s": round(statistics.median(x[2] for x in w), 4) if w and w[0][2] is not None else None,
+            "shard_writers": w[0][3] if w else None,
             "disk_kept_up": None if wait is None else bool(wait <= KEPT_UP_FRAC * median_s)}
 
 
