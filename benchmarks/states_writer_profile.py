@@ -4,7 +4,7 @@ Feeds :class:`rmfast.states.StatesWriter` (in the caller's thread, and through
 :class:`rmfast.scoring.states_stream.BackgroundWriter`) synthetic bfloat16 states shaped like an 8B scan's
 ``--states all``: ``--batches`` batches of ``--layers`` x (``--rows``, ``--hidden``), then one shard
 (``flush``). Times the whole writer and its ``take`` and ``flush``; the background writer again with the batches
-as a GPU scan hands them over (fresh host buffers, taken uncopied) and its shards (256 MiB) written by 1 and by 2
+as a GPU scan hands them over (fresh host buffers, taken uncopied) and its shards (256 MiB) written by 1, 2 and 4
 threads side by side (``BackgroundWriter(writers=)``); then, on the same buffered batches, the
 steps a flush may take: ``torch.cat`` of the batches, the NaN/inf count by ``torch.isfinite`` and by the bits
 (:func:`rmfast.states_shard.count_nonfinite`), ``safetensors.torch.save_file`` of the joined tensors and
@@ -143,8 +143,8 @@ def main() -> None:
             res.setdefault("  take", []).append(r["take"])
             res.setdefault("  flush", []).append(r["flush"])
             res.setdefault("writer (background)", []).append(writer_round(tmp, batches, layers, True)["total"])
-            try:  # a GPU scan's batches, shards written by 1 and 2 threads (trees before the shard writers: left out)
-                for k in (1, 2):
+            try:  # a GPU scan's batches, shards written by 1, 2 and 4 threads (trees before the pool: left out)
+                for k in (1, 2, 4):
                     t = writer_round(tmp, batches, layers, True, writers=k)["total"]
                     res.setdefault(f"writer (GPU-like, {k} shard writer{'s' * (k > 1)})", []).append(t)
             except (TypeError, ImportError):
