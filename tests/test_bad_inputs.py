@@ -608,7 +608,7 @@ def test_score_head_needs_a_reward_head():
     from rmfast.fast.heads import URMHead
     from rmfast.scoring.plan import choose_head as resolve_head
 
-    with pytest.raises(UserError, match=r"causal LM .*use head logprob .*random_head_seed N"):
+    with pytest.raises(UserError, match=r"causal LM .*use head='logprob' .*random_head_seed N"):
         resolve_head(T.tiny("llama", "causal_lm"), "score", 0)
     assert resolve_head(T.tiny("llama", "causal_lm"), "auto", 0) == "logprob"
     assert resolve_head(T.tiny("llama", "classifier"), "score", 0) == "score"

@@ -74,7 +74,7 @@ def test_logprobs_refuses_what_the_scan_refuses_in_its_own_words(chatml):
     from rmfast.scoring.plan import choose_head
 
     clf = T.tiny("llama", "classifier")
-    with pytest.raises(UserError, match="head logprob needs a causal language model"):
+    with pytest.raises(UserError, match="head='logprob' needs a causal language model"):
         choose_head(clf, "logprob", 0)
     with pytest.raises(UserError, match=r"^logprobs needs a causal language model; this model has no LM head$"):
         logprobs(clf, chatml, PROMPT)

@@ -77,7 +77,7 @@ def test_off_fast_path_falls_back_with_warning(smol_tokenizer):
 
 
 def test_merging_text_and_limits(tiny_rm, smol_tokenizer):
-    with pytest.raises(UserError, match="compat decode-retokenize"):
+    with pytest.raises(UserError, match="compat='decode-retokenize'"):
         score_texts(tiny_rm, smol_tokenizer, PROMPT, ["  two leading spaces"], progress=False)
     with pytest.raises(UserError, match=r"candidate 2 .* tokens long, over max_tokens 3"):
         score_texts(tiny_rm, smol_tokenizer, PROMPT, ["Love", "A cup of tea, with milk."], max_tokens=3, progress=False)

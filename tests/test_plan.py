@@ -129,7 +129,7 @@ def test_job_rules_are_the_plans():
     assert d.compile is False and "x-ray" in d.reasons["compile"]["reason"]
     d = decide(model, ScoringOptions(compat="authors"), "texts", template=tmpl)
     assert d.engine == "hf" and "--compat authors" in d.reasons["engine"]["reason"]
-    with pytest.raises(UserError, match="drop engine fast"):
+    with pytest.raises(UserError, match="drop engine='fast'"):
         decide(model, ScoringOptions(compat="authors", engine="fast"), "texts", template=tmpl)
     with pytest.warns(UserWarning, match="--device-map"):
         d = decide(model, ScoringOptions(device_map="auto"), "scan", template=tmpl)
@@ -236,8 +236,8 @@ def test_fused_projections_without_room_for_the_copy_are_refused(monkeypatch):
 
     tok, model = T.chatml_tokenizer(), T.tiny("llama")
     monkeypatch.setattr(decisions, "available_memory", lambda device: 1000)
-    with pytest.raises(UserError, match=r"projections fused copies .* GiB of weights, more than half .* use "
-                                        r"projections auto"):
+    with pytest.raises(UserError, match=r"projections='fused' copies .* GiB of weights, more than half .* use "
+                                        r"projections='auto'"):
         plan_scoring(model, build_template(tok, "Hi"), ScoringOptions(compile="off", projections="fused"))
     auto = plan_scoring(model, build_template(tok, "Hi"), ScoringOptions(compile="off"))  # auto: the model's own
     assert auto.decisions["projections"]["value"] == "separate" and "more than half" in auto.decisions["projections"]["reason"]

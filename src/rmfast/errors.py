@@ -12,22 +12,26 @@ never passed.
 
 import re
 
-#: an option's name in a message: ``--name`` not inside a word or another flag
-_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+#: an option's name in a message: ``--name`` not inside a word or another flag, and the word after it
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: ('[^']*'|[A-Za-z0-9_.-]+))?")
 #: `a shell command` inside a message: its flags are its own (`pip install --no-deps ...`) and stay as they are
 _CODE = re.compile(r"(`[^`]*`)")
 #: the CLI's switches (flags without a value): a Python caller passes them as ``name=True``
 SWITCHES = frozenset({"overwrite", "trust-remote-code", "allow-non-ascii", "allow-special", "lens", "wordlike",
                       "dedup", "exclude-special", "full"})
+#: options of a few named values, always followed by one in a message: a Python caller reads ``name='value'``
+VALUED = frozenset({"head", "device", "dtype", "compat", "engine", "projections", "compile", "attention", "kernels"})
+#: options whose keyword argument has another name
+RENAMED = {"out": "path"}
 
 
 def python_names(msg: str) -> str:
     """``msg`` with each CLI option named as the keyword argument it is (outside `code` spans).
 
     >>> python_names("--head logprob needs a causal LM (use --head score, or pass --trust-remote-code)")
-    'head logprob needs a causal LM (use head score, or pass trust_remote_code=True)'
-    >>> python_names("pass --no-retokenize-filter; or run `pip install --no-deps x`")
-    'pass retokenize_filter=False; or run `pip install --no-deps x`'
+    "head='logprob' needs a causal LM (use head='score', or pass trust_remote_code=True)"
+    >>> python_names("pass --no-retokenize-filter or --states 0,1; run `pip install --no-deps x`; choose another --out")
+    'pass retokenize_filter=False or states 0,1; run `pip install --no-deps x`; choose another path'
     """
     parts = _CODE.split(msg)
     for i in range(0, len(parts), 2):  # the even parts lie outside `code` spans
@@ -36,10 +40,15 @@ def python_names(msg: str) -> str:
 
 
 def _keyword(m: re.Match) -> str:
-    name = m.group(1)
+    name, word = m.group(1), m.group(2)
+    py = RENAMED.get(name, name.replace("-", "_"))
+    if name in VALUED and word:
+        return f"{py}={word if word.startswith(chr(39)) else repr(word)}"
     if name.startswith("no-"):
-        return name[3:].replace("-", "_") + "=False"
-    return name.replace("-", "_") + ("=True" if name in SWITCHES else "")
+        py = name[3:].replace("-", "_") + "=False"
+    elif name in SWITCHES:
+        py += "=True"
+    return py + (f" {word}" if word else "")
 
 
 class UserError(Exception):
