@@ -171,7 +171,7 @@ def test_batches_and_sizes():
     assert authors_batch_size("auto", "R-Gem-2B") == (256, "the papers' configuration for this model")
     assert authors_batch_size("auto", "someone/else")[0] == 32
     assert authors_batch_size(8, None) == (8, "--batch-size")
-    with pytest.raises(UserError, match="batch-size"):
+    with pytest.raises(UserError, match="batch_size"):
         authors_batch_size("0", None)
 
 
@@ -179,7 +179,7 @@ def test_refusals(rm, tok):
     lm = tiny("llama", kind="causal_lm", seed=1)
     with pytest.raises(UserError, match="score head"):
         score_texts(lm, tok, PROMPT, ["a"], compat="authors", progress=False)
-    with pytest.raises(UserError, match="engine fast"):
+    with pytest.raises(UserError, match="engine='fast'"):
         score_texts(rm, tok, PROMPT, ["a"], compat="authors", engine="fast", progress=False)
     with pytest.raises(UserError, match="one process"):
         run_scan(rm, tok, PROMPT, Selection(texts=["a", "b"], compat="authors"), rows=lambda n: np.arange(n),

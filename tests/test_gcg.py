@@ -125,10 +125,10 @@ def test_init_text_and_restarts(smol_tokenizer, tmpl):
 
 
 @pytest.mark.parametrize("bad, msg", [
-    (dict(length=0), "--length"), (dict(topk=0), "--topk"), (dict(search_width=0), "--search-width"),
-    (dict(head="nope"), "head"), (dict(batch_size="x"), "--batch-size"), (dict(compile="yes"), "--compile"),
+    (dict(length=0), "length"), (dict(topk=0), "topk"), (dict(search_width=0), "search_width"),
+    (dict(head="nope"), "head"), (dict(batch_size="x"), "batch_size"), (dict(compile="yes"), "compile='yes'"),
 ])
-def test_config_errors(bad, msg):
+def test_config_errors(bad, msg):  # a Python caller reads its keyword arguments (the CLI's flags: below)
     with pytest.raises(UserError, match=msg):
         GCGConfig(**bad).validate()
 

@@ -378,7 +378,7 @@ def test_bad_dtype(tmp_cache):
 def test_cuda_without_cuda(tmp_cache):
     with pytest.raises(UserError) as ei:
         load(SMOL, device="cuda", cache_dir=tmp_cache)
-    _one_line_user_error(ei, "CUDA is not available", "--device cpu")
+    _one_line_user_error(ei, "CUDA is not available", "device='cpu'")
     with pytest.raises(UserError):
         resolve_device("cuda:0")
 

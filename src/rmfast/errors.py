@@ -21,8 +21,6 @@ SWITCHES = frozenset({"overwrite", "trust-remote-code", "allow-non-ascii", "allo
                       "dedup", "exclude-special", "full"})
 #: options of a few named values, always followed by one in a message: a Python caller reads ``name='value'``
 VALUED = frozenset({"head", "device", "dtype", "compat", "engine", "projections", "compile", "attention", "kernels"})
-#: options whose keyword argument has another name
-RENAMED = {"out": "path"}
 
 
 def python_names(msg: str) -> str:
@@ -31,7 +29,7 @@ def python_names(msg: str) -> str:
     >>> python_names("--head logprob needs a causal LM (use --head score, or pass --trust-remote-code)")
     "head='logprob' needs a causal LM (use head='score', or pass trust_remote_code=True)"
     >>> python_names("pass --no-retokenize-filter or --states 0,1; run `pip install --no-deps x`; choose another --out")
-    'pass retokenize_filter=False or states 0,1; run `pip install --no-deps x`; choose another path'
+    'pass retokenize_filter=False or states 0,1; run `pip install --no-deps x`; choose another out'
     """
     parts = _CODE.split(msg)
     for i in range(0, len(parts), 2):  # the even parts lie outside `code` spans
@@ -41,7 +39,7 @@ def python_names(msg: str) -> str:
 
 def _keyword(m: re.Match) -> str:
     name, word = m.group(1), m.group(2)
-    py = RENAMED.get(name, name.replace("-", "_"))
+    py = name.replace("-", "_")
     if name in VALUED and word:
         return f"{py}={word if word.startswith(chr(39)) else repr(word)}"
     if name.startswith("no-"):
