@@ -513,7 +513,7 @@ def read_text(path: str | os.PathLike, what: str) -> str:
     >>> _ = p.write_bytes(b"\\x00\\x89PNG")
     >>> read_text(p, "--token-ids file")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    rmfast.errors.UserError: --token-ids file ... is binary, not text; give a UTF-8 text file
+    rmfast.errors.UserError: token_ids file ... is binary, not text; give a UTF-8 text file
     """
     p = Path(path)
     try:

@@ -374,7 +374,7 @@ def check_text(text, what: str) -> None:
 
     >>> check_text("caf\\udce9", "--prompt")
     Traceback (most recent call last):
-    rmfast.errors.UserError: --prompt is not valid text: a lone surrogate U+DCE9 at character 3 (bytes that are not UTF-8?); write it as UTF-8
+    rmfast.errors.UserError: prompt is not valid text: a lone surrogate U+DCE9 at character 3 (bytes that are not UTF-8?); write it as UTF-8
     """
     if not isinstance(text, str):
         return

@@ -16,7 +16,7 @@ Importing this module is cheap (no torch): ``rmfast --help`` builds its parsers 
 64
 >>> ScoringOptions(compile="sometimes")
 Traceback (most recent call last):
-rmfast.errors.UserError: unknown --compile 'sometimes'; use auto, on or off
+rmfast.errors.UserError: unknown compile='sometimes'; use auto, on or off
 """
 
 from __future__ import annotations

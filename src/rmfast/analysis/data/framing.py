@@ -57,7 +57,7 @@ def parse_framing_args(items: Iterable[str] | None) -> dict[str, str]:
     {'Odd?': 'negative'}
     >>> parse_framing_args(["x=sideways"])
     Traceback (most recent call last):
-    rmfast.errors.UserError: --framing 'x=sideways': the framing is 'sideways'; write PROMPT=positive or PROMPT=negative
+    rmfast.errors.UserError: framing 'x=sideways': the framing is 'sideways'; write PROMPT=positive or PROMPT=negative
     """
     out = {}
     for item in items or []:
@@ -93,7 +93,7 @@ def check_named_prompts(prompts: Iterable[str], named: Iterable[tuple[str, str |
     >>> check_named_prompts(["Best?", "Worst?"], [("--best", "Best?"), ("--worst", None)])
     >>> check_named_prompts(["Best?", "Worst?"], [("--best", "nope")])
     Traceback (most recent call last):
-    rmfast.errors.UserError: --best 'nope' is not a prompt of these scans; choose one of ['Best?', 'Worst?']
+    rmfast.errors.UserError: best 'nope' is not a prompt of these scans; choose one of ['Best?', 'Worst?']
     """
     prompts = list(prompts)
     for option, given in named:
