@@ -13,7 +13,7 @@ never passed.
 import re
 
 #: an option's name in a message: ``--name`` not inside a word or another flag, and the word after it
-_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: ('[^']*'|[A-Za-z0-9_.-]+))?")
+_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: ('[^']*'|[\w-]+(?:\.[\w-]+)*))?")
 #: `a shell command` inside a message: its flags are its own (`pip install --no-deps ...`) and stay as they are
 _CODE = re.compile(r"(`[^`]*`)")
 #: the CLI's switches (flags without a value): a Python caller passes them as ``name=True``
@@ -26,8 +26,8 @@ VALUED = frozenset({"head", "device", "dtype", "compat", "engine", "projections"
 def python_names(msg: str) -> str:
     """``msg`` with each CLI option named as the keyword argument it is (outside `code` spans).
 
-    >>> python_names("--head logprob needs a causal LM (use --head score, or pass --trust-remote-code)")
-    "head='logprob' needs a causal LM (use head='score', or pass trust_remote_code=True)"
+    >>> python_names("--head logprob needs a causal LM (use --head score, or pass --trust-remote-code); --dtype float32.")
+    "head='logprob' needs a causal LM (use head='score', or pass trust_remote_code=True); dtype='float32'."
     >>> python_names("pass --no-retokenize-filter or --states 0,1; run `pip install --no-deps x`; choose another --out")
     'pass retokenize_filter=False or states 0,1; run `pip install --no-deps x`; choose another out'
     """
