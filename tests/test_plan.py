@@ -131,7 +131,7 @@ def test_job_rules_are_the_plans():
     assert d.engine == "hf" and "--compat authors" in d.reasons["engine"]["reason"]
     with pytest.raises(UserError, match="drop engine='fast'"):
         decide(model, ScoringOptions(compat="authors", engine="fast"), "texts", template=tmpl)
-    with pytest.warns(UserWarning, match="--device-map"):
+    with pytest.warns(UserWarning, match="device_map"):
         d = decide(model, ScoringOptions(device_map="auto"), "scan", template=tmpl)
     assert d.engine == "hf"
     with pytest.raises(ValueError, match="unknown job"):

@@ -360,7 +360,7 @@ def test_float16_states_overflow_is_counted_and_warned(tmp_path, smol_tokenizer,
         m.model.embed_tokens.weight.mul_(1e6)  # embeddings ~1e4-1e6: past float16's range
     m.save_pretrained(d)
     smol_tokenizer.save_pretrained(d)
-    with pytest.warns(UserWarning, match=r"stored states are NaN or infinite \(0: .*--states-dtype bfloat16 or float32"):
+    with pytest.warns(UserWarning, match=r"stored states are NaN or infinite \(0: .*states_dtype bfloat16 or float32"):
         rc, _, se = _scan(d, tmp_path / "h.parquet", capsys, "--states", "0,last_prenorm", "--states-dtype", "float16")
     assert rc == 0, se
     man = open_states(tmp_path / "h.parquet").manifest

@@ -347,7 +347,7 @@ def test_row_bytes_and_memory_cap_planted():
     assert batching.memory_cap(cpu, per, available=100 * per) == 50  # half of the free memory
     assert batching.auto_batch_size(cpu, T, per, available=100 * per) == 50
     assert batching.auto_batch_size(cpu, T, per, available=10**15) == batching.auto_batch_size(cpu, T)
-    with pytest.warns(UserWarning, match="--batch-size 500 needs .* using 50"):
+    with pytest.warns(UserWarning, match="batch_size 500 needs .* using 50"):
         assert batching.cap_batch_size(500, cpu, per, available=100 * per) == 50
     assert batching.cap_batch_size(20, cpu, per, available=100 * per) == 20
 
@@ -368,7 +368,7 @@ def test_scan_batches_fit_planted_memory(tiny_dir, monkeypatch):
     free["b"] = 2 * 37 * per  # room for 37 rows
     small = pipeline.scan(lm.model, lm.tokenizer, PROMPT, **kw).manifest["batch_size"]
     assert big > 37 and small <= 37
-    with pytest.warns(UserWarning, match="--batch-size 300 needs"):
+    with pytest.warns(UserWarning, match="batch_size 300 needs"):
         assert pipeline.scan(lm.model, lm.tokenizer, PROMPT, batch_size=300, **kw).manifest["batch_size"] == 37
     # interrupted with little memory, resumed with plenty: the checkpoint's batches, bit-identical
     monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)

@@ -49,6 +49,8 @@ import sys
 import tempfile
 import time
 import warnings
+
+from .errors import UserNote
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -347,13 +349,13 @@ def warn_if_slow(dtype: torch.dtype, config=None, cache: Path | None = None) -> 
     rates, _ = measured_rates(shape, cache)
     factor = rates["bfloat16"] / rates["float32"]
     if factor < 1:
-        warnings.warn(f"rmfast: bfloat16 on this CPU ({info.kind}) runs GEMMs at {factor:.2g}x the speed of float32 "
-                      f"({rates['bfloat16']:.0f} vs {rates['float32']:.0f} GFLOP/s measured): --dtype float32 "
-                      "(or auto) is faster and exact", stacklevel=3)
+        warnings.warn(UserNote(f"rmfast: bfloat16 on this CPU ({info.kind}) runs GEMMs at {factor:.2g}x the speed of "
+                               f"float32 ({rates['bfloat16']:.0f} vs {rates['float32']:.0f} GFLOP/s measured): --dtype "
+                               "float32 (or auto) is faster and exact"), stacklevel=3)
     elif info.native_bf16 is False:  # the flags settle it; the tiny probe was noise (a loaded machine, a cold cache)
-        warnings.warn(f"rmfast: bfloat16 on this CPU ({info.kind}) is emulated (no avx512_bf16 or AMX): its GEMMs run "
-                      "many times slower than float32 at a scan's sizes: --dtype float32 (or auto) is faster and "
-                      "exact", stacklevel=3)
+        warnings.warn(UserNote(f"rmfast: bfloat16 on this CPU ({info.kind}) is emulated (no avx512_bf16 or AMX): its "
+                               "GEMMs run many times slower than float32 at a scan's sizes: --dtype float32 (or auto) is "
+                               "faster and exact"), stacklevel=3)
     return factor
 
 

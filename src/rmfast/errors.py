@@ -65,3 +65,19 @@ class UserError(Exception):
 
     def __str__(self) -> str:
         return python_names(self.cli_message())
+
+
+class UserNote(UserWarning):
+    """A warning about what the user asked for, written like a :class:`UserError`'s message with the CLI's option
+    names: ``str()`` names the keyword arguments (what ``pytest.warns`` and a Python caller's warning show), the CLI
+    prints :meth:`cli_message` (its one-line warning format).
+
+    >>> str(UserNote("--batch-size 500 needs 3 GiB")), UserNote("--batch-size 500 needs 3 GiB").cli_message()
+    ('batch_size 500 needs 3 GiB', '--batch-size 500 needs 3 GiB')
+    """
+
+    def cli_message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        return python_names(self.cli_message())

@@ -66,7 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError
+from .errors import UserError, UserNote
 from .io import states_dir
 from .state_names import (LAST, LAST_NORMED, LAST_PRENORM, OLD_LAST, canonical_layer,  # noqa: F401 (re-exported)
                           layer_index, parse_layers)
@@ -111,9 +111,9 @@ def warn_nonfinite(counts: Mapping[str, int], rows: int, d: int, dtype: str, whe
     shown = ", ".join(f"{k}: {v:,} ({100 * v / total:.1f}%)" for k, v in list(bad.items())[:6])
     fix = ("float16 overflows past 65,504: store them with --states-dtype bfloat16 or float32"
            if dtype == "float16" else "the model's own activations overflow: try --dtype float32")
-    warnings.warn(f"rmfast: warning: {where}: stored states are NaN or infinite ({shown} of {total:,} values per "
-                  f"layer); {fix}; counted in the states manifest's n_nonfinite, and analyses of those layers "
-                  "are undefined", stacklevel=3)
+    warnings.warn(UserNote(f"rmfast: warning: {where}: stored states are NaN or infinite ({shown} of {total:,} values "
+                           f"per layer); {fix}; counted in the states manifest's n_nonfinite, and analyses of those "
+                           "layers are undefined"), stacklevel=3)
 
 
 def is_states_folder(path: str | os.PathLike) -> bool:

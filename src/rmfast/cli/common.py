@@ -215,7 +215,8 @@ def int_list(text: str) -> str:
 
 def quiet() -> None:
     """One-line warnings, no tokenizer-fork chatter, transformers' logging at errors only."""
-    warnings.formatwarning = lambda msg, cat, *a, **k: f"{msg}\n"
+    # a UserNote (rmfast.errors) names the CLI's options here, as a UserError's line does
+    warnings.formatwarning = lambda msg, cat, *a, **k: f"{msg.cli_message() if hasattr(msg, 'cli_message') else msg}\n"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         from transformers.utils import logging as hf_logging

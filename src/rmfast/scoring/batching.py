@@ -43,12 +43,12 @@ import numpy as np
 import torch
 
 from ..dims import model_dims
+from ..errors import UserNote
 from ..io import atomic_write, say_on_interrupt
 
 
 # --------------------------------------------------------------------------------------------
 # rows per batch: the memory a batch's activations take
-
 
 #: a batch's estimated activations may take at most this fraction of the memory available when
 #: the job starts (the rest: the allocator's slack, temporaries the estimate leaves out, other programs)
@@ -183,8 +183,8 @@ def cap_batch_size(bs: int, device: torch.device, per_row: int | None, available
     if cap is None or bs <= cap:
         return bs
     avail = available_memory(device) if available is None else available
-    warnings.warn(f"rmfast: --batch-size {bs} needs ~{bs * per_row / 2**30:.2g} GiB of activations, over "
-                  f"{MEM_FRACTION:.0%} of the {avail / 2**30:.2g} GiB available on {device.type}; using {cap}",
+    warnings.warn(UserNote(f"rmfast: --batch-size {bs} needs ~{bs * per_row / 2**30:.2g} GiB of activations, over "
+                           f"{MEM_FRACTION:.0%} of the {avail / 2**30:.2g} GiB available on {device.type}; using {cap}"),
                   stacklevel=3)
     return cap
 

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ..dims import text_config
-from ..errors import UserError
+from ..errors import UserError, UserNote
 from ..io import file_sha256, read_text
 
 
@@ -159,8 +159,8 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
     if (counts > 1).any():  # said, as repeated text candidates are: a file of 7 ids that scores 5 is not silent
         rep = ids[counts > 1]
         shown = ", ".join(map(str, rep[:5])) + (" …" if rep.size > 5 else "")
-        warnings.warn(f"rmfast: {spec if isinstance(spec, str) else '--token-ids'}: {int((counts - 1).sum())} repeated "
-                      f"id(s) scored once ({shown})", stacklevel=2)
+        warnings.warn(UserNote(f"rmfast: {spec if isinstance(spec, str) else '--token-ids'}: {int((counts - 1).sum())} "
+                               f"repeated id(s) scored once ({shown})"), stacklevel=2)
     return ids
 
 

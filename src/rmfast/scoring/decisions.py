@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, UserNote
 from ..fast import ops
 from ..fast.arch import arch_spec
 from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead, fused_elementwise
@@ -167,7 +167,7 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
     why = "the plain Hugging Face path runs the model's own forward" if engine != "fast" else None
     if compile == "on":
         if why is not None:
-            warnings.warn(f"rmfast: --compile on applies to the fast engine's layer ({why}); running eagerly",
+            warnings.warn(UserNote(f"rmfast: --compile on applies to the fast engine's layer ({why}); running eagerly"),
                           stacklevel=stacklevel)
             return False, f"on, but {why}"
         return True, "on"
@@ -449,8 +449,8 @@ def _engine_rule(model, head: str, o: ScoringOptions, job: str, stacklevel: int)
         if o.engine == "fast":
             raise UserError("--engine fast needs the whole model on one device; drop --device-map or use --engine hf")
         if o.engine == "auto":
-            warnings.warn("rmfast: --device-map: scoring on the plain Hugging Face path (the fast engine needs one "
-                          "device)", stacklevel=stacklevel)
+            warnings.warn(UserNote("rmfast: --device-map: scoring on the plain Hugging Face path (the fast engine needs "
+                                   "one device)"), stacklevel=stacklevel)
         return "hf", "--device-map: the model spread over devices runs on the plain Hugging Face path"
     if job == "logprobs":
         return "hf", "next-token log-probs: one forward of the prompt through the model's own layers"
