@@ -41,7 +41,7 @@ def _keyword(m: re.Match) -> str:
     name, word = m.group(1), m.group(2)
     py = name.replace("-", "_")
     if name in VALUED and word:
-        return f"{py}={word if word.startswith(chr(39)) else repr(word)}"
+        return f"{py}={word}" if word.startswith("'") else f"{py}={word!r}"
     if name.startswith("no-"):
         py = name[3:].replace("-", "_") + "=False"
     elif name in SWITCHES:

@@ -445,7 +445,7 @@ class StatesWriter:
         self._buf_bytes = 0  # bytes of the buffered batches' states
         self._have: np.ndarray | None = None  # (N,) bool: job rows with a state on disk or buffered
         self._kept = 0  # bytes of fresh host buffers buffered as they are (take), until the next shard
-        self._next = None  # the next shard's number (prepare: after the shards kept on disk)
+        self._next = 0  # the next shard's number (prepare, which every add needs first: after the shards kept)
         self.run_shard = lambda write: write()  # a cut shard's write (BackgroundWriter: on its writer threads)
         self.run_id = None
         if self.folder.exists() and not overwrite:
@@ -538,8 +538,6 @@ class StatesWriter:
         t = {"key": [torch.from_numpy(np.concatenate([b[1] for b in self._buf]).astype(np.int64))],
              "rows": [torch.from_numpy(np.concatenate([b[0] for b in self._buf]).astype(np.int64))]}
         t.update({f"layer.{l}": [b[2][l] for b in self._buf] for l in self.layers})
-        if self._next is None:  # no prepare (a writer used alone): after the shards on disk
-            self._next = max((int(f.stem.split("-")[1]) + 1 for f in self._shards()), default=0)
         path, self._next = self.partial / f"shard-{self._next:05d}.safetensors", self._next + 1
         self._buf, self._kept, self._buf_bytes = [], 0, 0
 

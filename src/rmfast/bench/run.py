@@ -340,11 +340,10 @@ def full_scan(b: BenchRun) -> dict | None:
     full = {"n_candidates": int(res.manifest["n_candidates"]), "wall_s": res.manifest["wall_s"],
             "scan_s": res.manifest["scan_s"], "candidates_per_s": res.manifest["candidates_per_s"],
             "batch_size": res.manifest["batch_size"], "peak_mem_mib": round(b.mem.read_mib(), 1),
-            "compiled": res.manifest.get("compiled"), "decisions": res.manifest.get("decisions"), "first_batch_s": res.manifest.get("first_batch_s"),
-            "setup_s": res.manifest.get("setup_s"), "plan_s": res.manifest.get("plan_s"),
-            "labels_wait_s": res.manifest.get("labels_wait_s")}
-    log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.2f} s wall (set-up {full['setup_s']} s, of it plan {full['plan_s']} s, "
-        f"scan {full['scan_s']} s, first batch {full['first_batch_s']} s, waited {full['labels_wait_s']} s for the "
+            **{k: res.manifest.get(k) for k in ("compiled", "decisions", "first_batch_s", "setup_s", "plan_s",
+                                                 "labels_wait_s")}}
+    log(f"  rmfast full vocabulary ({full['n_candidates']} ids): {full['wall_s']:.2f} s wall (set-up {full['setup_s']} s, "
+        f"of it plan {full['plan_s']} s, scan {full['scan_s']} s, first batch {full['first_batch_s']} s, waited {full['labels_wait_s']} s for the "
         f"pieces/texts), {full['candidates_per_s']} cand/s ({'compiled' if full['compiled'] else 'eager'})")
     return full
 

@@ -85,13 +85,13 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         values, col_used = _read_lines(p, raw), column
     else:
         values, col_used = _read_table_column(p, kind, column, header)
-    texts, rows, n_blank, dups = _dedupe(values)
+    texts, rows, blank, dups = _dedupe(values)
     if not texts:
         raise UserError(f"candidate file {p} holds no candidates (only blank entries)")
-    nulls = [i for i, v in enumerate(values, 1) if _is_null(v)]
+    nulls = [i for i in blank if _is_null(values[i - 1])]
     # a table's row with no value (null) or only whitespace: said, not dropped silently (a text file's blank lines
     # are not news: they separate or end its lines)
-    empty = [] if kind == "lines" else [i for i, v in enumerate(values, 1) if not _is_null(v) and not str(v).strip()]
+    empty = [] if kind == "lines" else [i for i in blank if not _is_null(values[i - 1])]
     if nulls or empty:
         left = sorted(nulls + empty)
         shown = ", ".join(map(str, left[:5])) + (" …" if len(left) > 5 else "")
@@ -107,7 +107,7 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         "column": None if col_used is None else str(col_used),
         "sha256": hashlib.sha256(raw).hexdigest(),
         "n_read": len(values),
-        "n_blank": n_blank,
+        "n_blank": len(blank),
         "n_null": len(nulls),
         "n_duplicates": len(dups),
         "duplicates": sorted(set(dups))[:50],
@@ -163,17 +163,18 @@ def _is_null(v) -> bool:
     return v is None or (isinstance(v, float) and np.isnan(v))
 
 
-def _dedupe(values: list) -> tuple[list[str], list[int], int, list[str]]:
-    """Stripped, non-blank values, each once (first occurrence): (texts, 1-based rows, blanks, duplicates dropped)."""
+def _dedupe(values: list) -> tuple[list[str], list[int], list[int], list[str]]:
+    """Stripped, non-blank values, each once (first occurrence): (texts, their 1-based rows, the blank (or null)
+    values' 1-based rows, duplicates dropped)."""
     texts: list[str] = []
     rows: list[int] = []
     seen: dict[str, int] = {}
     dups: list[str] = []
-    n_blank = 0
+    blank: list[int] = []
     for i, v in enumerate(values, 1):
         s = "" if _is_null(v) else str(v).strip()
         if not s:
-            n_blank += 1
+            blank.append(i)
             continue
         if s in seen:
             dups.append(s)
@@ -181,4 +182,4 @@ def _dedupe(values: list) -> tuple[list[str], list[int], int, list[str]]:
         seen[s] = i
         texts.append(s)
         rows.append(i)
-    return texts, rows, n_blank, dups
+    return texts, rows, blank, dups

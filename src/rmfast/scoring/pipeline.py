@@ -253,7 +253,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
     host = HostWork(tokenizer, ids, decided.host_overlap)  # the hash, pieces, texts: beside the scan, from its first batch
     t_plan = time.perf_counter()
     plan = plan_scoring(model, tmpl, options, job=job, decided=decided)
-    t_plan = time.perf_counter() - t_plan  # the engine's set-up and the prompt's pass: most of setup_s
+    plan_s = time.perf_counter() - t_plan  # the engine's set-up and the prompt's pass: most of setup_s
     manifest = plan.manifest(prompt, model_info)
     manifest.update({"vocab_size": vocab_size, "n_candidates": int(ids.size), "vocab_sha256": host.vocab_sha256()})
     layers, st_out = _states_setup(states, lens, plan, "token_id", run_key(manifest))
@@ -272,7 +272,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
     manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids")
     tokens, texts = host.labels()
     timing["setup_s"], timing["labels_wait_s"] = round(t_scan - t0, 3), host.waited_s["labels"]  # after the scan
-    timing["plan_s"] = round(t_plan, 3)
+    timing["plan_s"] = round(plan_s, 3)
     # the decisions as they ran (a compile that failed falls back to the eager layer and its attention form)
     finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=group.batch_size,
                     compiled=bool(plan.eng is not None and plan.eng.compile), tokens_per_row=plan.tokens_per_row(1))

@@ -19,8 +19,8 @@ Two parts, each checked against the synchronous path it stands in for (tests/tes
   shard (at each checkpoint's :meth:`~BackgroundWriter.flush`, or once its bytes reach the cap). Every step
   runs in the order the scan asked for it, so each shard holds the rows the synchronous writer's would, under
   the same number: the files are the same bytes. A cut shard's count of non-finite values and its write run
-  on one of :data:`WRITERS` threads, so shards are written side by side (one writer thread wrote 1.5 GB/s into
-  tmpfs on the H100's host, where the 8B's `--states all` needs ~3.5 GB/s for 1.5x a plain scan); at most that
+  on one of :data:`WRITERS` threads, so shards are written side by side (one writer thread wrote 1.5 GB/s of bf16
+  states into tmpfs on the H100's host, a 16-thread AMX Xeon, where the 8B's `--states all` needs ~3.5 GB/s for 1.5x a plain scan); at most that
   many shards are in flight.
 
 The checkpoint semantics are :class:`~rmfast.states.StatesWriter`'s: a shard is written after the
@@ -46,8 +46,9 @@ import torch
 #: batches queued for the writer thread at most (each holds one batch's states in host memory)
 DEPTH = 2
 #: shards written at once (each on a thread of its own; each holds up to a shard's bytes in host memory): a GPU
-#: scan's kind of batches through the writer into tmpfs, 1 / 2 / 4 writers: 1,961 / 2,607-3,444 / 3,479 MB/s on a
-#: 2-core EPYC (benchmarks/results/states_writer_2026-11-27/); the H100's host has 16 cores
+#: scan's kind of batches (bf16 states) through the writer into tmpfs, 1 / 2 / 4 writers: 1,961 / 2,607-3,444 / 3,479
+#: MB/s on a 2-core AMD EPYC with avx512_bf16 (native bf16; benchmarks/results/states_writer_2026-11-27/); the H100's
+#: host (a 16-thread Xeon with AMX) has more cores
 WRITERS = 4
 
 
