@@ -186,6 +186,10 @@ def test_report_with_two_models_and_with_one(tmp_path, capsys):
     out = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "No MDS map for this prompt: MDS needs at least 3 models, this prompt has 2" in out
     assert "Not run: no model metadata given (--metadata FILE)" in out
+    # a section skipped for a UserError: the CLI's report names the flags, a Python caller's the keyword arguments
+    assert "Not run: no human scores given (--eloeverything DIR or --human CSV)" in out
+    html = build_report(two[two["prompt"] == BEST], n_perm=50, k=3)
+    assert "Not run: no human scores given (eloeverything DIR or human CSV)" in html
 
 
 def _ten_models(scans: pd.DataFrame) -> pd.DataFrame:

@@ -7,9 +7,11 @@ with status 2, with no traceback. Anything else is a bug and keeps its traceback
 A message is written once, naming the CLI's options (``--token-ids``, ``--head score``): the CLI prints it so
 (:meth:`UserError.cli_message`). A Python caller (``rmfast.scan(...)``, ``RewardScorer(...)``) reads it with the
 options as the keyword arguments they are (``str(e)``: :func:`python_names`), so no one is told about a flag they
-never passed.
+never passed. While a CLI command runs (:func:`read_by_cli`), ``str(e)`` is the CLI's form too, so what the library
+keeps of a message (a report's skipped section, a sweep's log) names the options the user typed.
 """
 
+import contextlib
 import re
 
 #: an option's name in a message: ``--name`` not inside a word or another flag, and the word after it
@@ -21,6 +23,33 @@ SWITCHES = frozenset({"overwrite", "trust-remote-code", "allow-non-ascii", "allo
                       "dedup", "exclude-special", "full"})
 #: options of a few named values, always followed by one in a message: a Python caller reads ``name='value'``
 VALUED = frozenset({"head", "device", "dtype", "compat", "engine", "projections", "compile", "attention", "kernels"})
+
+
+#: who reads the messages now: "python" (``str(e)`` names keyword arguments) or "cli" (:func:`read_by_cli`); a
+#: process-wide setting, not a context variable, so the library's worker threads read it too
+_READER = ["python"]
+
+
+@contextlib.contextmanager
+def read_by_cli():
+    """While inside, every :class:`UserError` and :class:`UserNote` reads as written, naming the CLI's options (the
+    CLI runs each command inside; the setting before is restored after).
+
+    >>> with read_by_cli():
+    ...     print(UserError("pass --overwrite"))
+    pass --overwrite
+    >>> print(UserError("pass --overwrite"))
+    pass overwrite=True
+    """
+    before, _READER[0] = _READER[0], "cli"
+    try:
+        yield
+    finally:
+        _READER[0] = before
+
+
+def _for_reader(msg: str) -> str:
+    return msg if _READER[0] == "cli" else python_names(msg)
 
 
 def python_names(msg: str) -> str:
@@ -64,7 +93,7 @@ class UserError(Exception):
         return str(self.args[0]) if self.args else ""
 
     def __str__(self) -> str:
-        return python_names(self.cli_message())
+        return _for_reader(self.cli_message())
 
 
 class UserNote(UserWarning):
@@ -80,4 +109,4 @@ class UserNote(UserWarning):
         return str(self.args[0]) if self.args else ""
 
     def __str__(self) -> str:
-        return python_names(self.cli_message())
+        return _for_reader(self.cli_message())

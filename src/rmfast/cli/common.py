@@ -12,7 +12,7 @@ import re
 import sys
 import warnings
 
-from ..errors import UserError
+from ..errors import UserError, read_by_cli
 from ..io import forget_on_interrupt, on_interrupt, random_head_seed
 from ..template import unescape
 
@@ -237,7 +237,8 @@ def run_command(func, args) -> int:
     quiet()
     forget_on_interrupt()
     try:
-        rc = int(func(args) or 0)
+        with read_by_cli():  # what the library keeps of a message (a report's skipped section) names the flags
+            rc = int(func(args) or 0)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then the BrokenPipeError below
         return rc
     except BrokenPipeError:  # `rmfast models | head`: the reader has what it wanted; no traceback at exit
