@@ -282,8 +282,9 @@ STATES_COLUMNS = {"model", "mode", "states_layers", "layers_kept", "hidden_size"
                   "batch_size", "median_s", "min_s", "max_s", "ratio_to_plain", "cand_per_s", "bytes_written",
                   "bytes_per_candidate", "state_bytes_per_candidate", "peak_mib", "peak_mib_over_plain", "peak_how",
                   "scores_identical", "dtype", "device", "times_s", "cpu_model", "torch_threads", "torch",
-                  "transformers", "rmfast", "writer", "write_mb_s", "disk_limit_mb_s", "disk_probe_bytes", "of_disk_limit",
-                  "writer_wait_s", "writer_busy_s", "shard_write_s", "shard_writers", "disk_kept_up"}
+                  "transformers", "rmfast", "writer", "write_mb_s", "disk_limit_mb_s", "disk_probe_bytes",
+                  "disk_probe_streams", "of_disk_limit", "writer_wait_s", "writer_busy_s", "shard_write_s",
+                  "shard_writers", "disk_kept_up"}
 
 
 def test_states_overhead_tiny_through_the_cli(tmp_path, capsys):
@@ -323,6 +324,7 @@ def test_states_overhead_row_reports_the_disk(tmp_path, capsys, monkeypatch):
 
     from cli_run import run
     from rmfast.bench import states_overhead as so
+    from rmfast.scoring.states_stream import WRITERS
     from rmfast.states import StatesWriter
 
     real_flush = StatesWriter.flush
@@ -349,15 +351,17 @@ def test_states_overhead_row_reports_the_disk(tmp_path, capsys, monkeypatch):
         rate = r["bytes_written"] / r["median_s"] / 1e6  # the row's median_s is rounded to 0.1 ms, its rate to 0.01
         assert r["bytes_written"] > 0 and abs(r["write_mb_s"] - rate) <= 0.005 + rate * 5e-5 / r["median_s"] + 1e-9
         assert r["disk_limit_mb_s"] > 0 and r["disk_probe_bytes"] == so.PROBE_MIN  # tiny folders: the floor
+        assert r["disk_probe_streams"] == WRITERS  # probed as the writer's pool writes, side by side
         # the row divides the unrounded rates: the shown ones agree to their own rounding (0.005 MB/s, 0.05, 0.00005)
         slack = 0.005 / r["disk_limit_mb_s"] + r["write_mb_s"] * 0.05 / r["disk_limit_mb_s"] ** 2 + 5e-5
         assert abs(r["of_disk_limit"] - r["write_mb_s"] / r["disk_limit_mb_s"]) <= slack + 1e-12
     assert sync["writer_wait_s"] is None and sync["disk_kept_up"] is None
     assert bg["writer_wait_s"] >= 0.25 and bg["writer_busy_s"] >= 0.3  # at least the last shard's write was waited for
-    assert bg["disk_kept_up"] is False and "did not keep up" in printed
+    assert bg["disk_kept_up"] is False and "did not keep up" in printed and bg["shard_writers"] == WRITERS
     assert not list(scratch.glob("rmfast-states-bench-*"))  # the temporary states folder and its probe: gone
-    f = so.disk_write_mb_s(tmp_path, 1 << 20, chunk=300_000)
-    assert f > 0 and not list(tmp_path.glob("rmfast-disk-probe*"))
+    for streams in (1, 3):  # 1 MiB in 300 kB pieces: the last piece short; three streams: the last stream short
+        f = so.disk_write_mb_s(tmp_path, 1 << 20, chunk=300_000, streams=streams)
+        assert f > 0 and not list(tmp_path.glob("rmfast-disk-probe*"))
 
 
 @pytest.mark.parametrize("argv", [

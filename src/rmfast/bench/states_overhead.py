@@ -14,8 +14,9 @@ One row per mode (``plain`` first): the median, fastest and slowest scan time an
 ratio to plain's (plain's is 1.0), the layers kept, the bytes the states folder took on disk (all
 its files: shards with their keys, manifest) per candidate beside the states alone (layers ×
 hidden × dtype size), the rate they were written at over the scan (``write_mb_s``: bytes on disk / median
-scan time) beside the disk's measured limit (``disk_limit_mb_s``: :func:`disk_write_mb_s`, one fsync'ed
-sequential write of the same size class into the same folder, capped at 256 MiB), how long the scan waited
+scan time) beside the disk's measured limit (``disk_limit_mb_s``: :func:`disk_write_mb_s`, fsync'ed
+sequential writes of the same size class into the same folder, capped at 256 MiB, in as many files side by side
+as the states' writer pool writes, ``disk_probe_streams``), how long the scan waited
 on the writer thread (``writer_wait_s``, median; ``disk_kept_up``: at most :data:`KEPT_UP_FRAC` of the
 scan; :class:`rmfast.scoring.states_stream.BackgroundWriter`), the peak memory of the scan
 (:class:`rmfast.bench.machine.PeakMemory`: the process's RSS high-water mark on CPU, reset before each scan, so it includes the model; CUDA's
@@ -40,6 +41,7 @@ import torch
 from ..errors import UserError
 from ..states import parse_layers
 from ..cpu import versions
+from ..scoring.states_stream import WRITERS
 from .best_of_n import MACHINE_FIELDS, VERSION_FIELDS
 from .machine import PeakMemory, log, machine_info, sync
 from .models import DEFAULT_PROMPT, ModelChoice
@@ -96,23 +98,39 @@ KEPT_UP_FRAC = 0.05
 PROBE_MIN, PROBE_MAX = 8 << 20, 256 << 20
 
 
-def disk_write_mb_s(folder: Path, size: int, chunk: int = 4 << 20) -> float:
-    """The disk's sequential write rate into ``folder`` (MB/s, 1e6 bytes): ``size`` bytes of random data
-    written in ``chunk``-byte pieces and fsync'ed, timed from open to fsync; the file is removed."""
+def disk_write_mb_s(folder: Path, size: int, chunk: int = 4 << 20, streams: int = 1) -> float:
+    """The disk's sequential write rate into ``folder`` (MB/s, 1e6 bytes): ``size`` bytes of random data in
+    ``streams`` files written side by side (a thread each, as the states' shard writers write), each in ``chunk``-byte
+    pieces and fsync'ed, timed from the first open to the last fsync; the files are removed.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     disk_write_mb_s(Path(d), 1 << 20, chunk=1 << 18, streams=2) > 0
+    True
+    """
     import os
+    from concurrent.futures import ThreadPoolExecutor
 
     data = os.urandom(chunk)
-    f = Path(folder) / "rmfast-disk-probe.bin"
-    try:
-        t0 = time.perf_counter()
-        with open(f, "wb") as fh:
-            for lo in range(0, size, chunk):
-                fh.write(data[: min(chunk, size - lo)])
+    files = [Path(folder) / f"rmfast-disk-probe-{i}.bin" for i in range(streams)]
+    share = -(-size // streams)  # bytes per stream (the last may write fewer)
+
+    def write(i: int) -> None:
+        n = max(0, min(share, size - i * share))
+        with open(files[i], "wb") as fh:
+            for lo in range(0, n, chunk):
+                fh.write(data[: min(chunk, n - lo)])
             fh.flush()
             os.fsync(fh.fileno())
+
+    try:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(streams) as pool:
+            list(pool.map(write, range(streams)))  # re-raises a stream's error
         return size / (time.perf_counter() - t0) / 1e6
     finally:
-        f.unlink(missing_ok=True)
+        for f in files:
+            f.unlink(missing_ok=True)
 
 
 def folder_bytes(folder: Path) -> int:
@@ -172,14 +190,15 @@ class _Jobs:
 def _write_fields(jobs: _Jobs, mode: str, nbytes: int, median_s: float, disk: tuple[float, int]) -> dict:
     """How a mode's states were written: its rate over the scan, the disk's limit, the wait on the writer."""
     if mode == "plain":
-        return {"writer": "", "write_mb_s": None, "disk_limit_mb_s": None, "disk_probe_bytes": None,
+        return {"writer": "", "write_mb_s": None, "disk_limit_mb_s": None, "disk_probe_bytes": None, "disk_probe_streams": None,
                 "of_disk_limit": None, "writer_wait_s": None, "writer_busy_s": None, "shard_write_s": None,
                 "shard_writers": None, "disk_kept_up": None}
     rate, limit = nbytes / median_s / 1e6, disk[0]
     w = jobs.writer.get(mode)  # None: written in the scan's thread (/sync), where every write is a wait
     wait = statistics.median(x[0] for x in w) if w else None
     return {"writer": "background" if w else "sync", "write_mb_s": round(rate, 2), "disk_limit_mb_s": round(limit, 1),
-            "disk_probe_bytes": disk[1], "of_disk_limit": round(rate / limit, 4) if limit else None,
+            "disk_probe_bytes": disk[1], "disk_probe_streams": WRITERS,
+            "of_disk_limit": round(rate / limit, 4) if limit else None,
             "writer_wait_s": None if wait is None else round(wait, 4),
             "writer_busy_s": round(statistics.median(x[1] for x in w), 4) if w else None,
             # the shard writers' time (count + write), summed over the threads that wrote side by side
@@ -243,7 +262,8 @@ def run_states_overhead(cfg: StatesOverheadConfig) -> list[dict]:
                 peaks[m].append(peak)
             log(f"round {r + 1}/{cfg.repeats}: " + "  ".join(f"{m} {times[m][-1]:.3f} s" for m in modes))
         probe = min(PROBE_MAX, max(PROBE_MIN, *(i["bytes"] for i in jobs.info.values())))
-        disk = (disk_write_mb_s(Path(tmp), probe), probe)  # where the states were written, after the scans
+        # where the states were written, after the scans, as many streams as the writer's pool writes at once
+        disk = (disk_write_mb_s(Path(tmp), probe, streams=WRITERS), probe)
     rows = _rows(jobs, name, times, peaks, disk)
     for row in rows:
         log(f"{row['mode']:>8}: median {row['median_s']:.3f} s ({row['ratio_to_plain']:.3f}x plain), "
