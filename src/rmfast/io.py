@@ -213,6 +213,26 @@ def say_on_interrupt(text: str | None, *, level: str = "checkpoint") -> None:
     _ON_INTERRUPT[level] = text
 
 
+def then_always(step, after) -> None:
+    """``step()``, then ``after()`` whatever ``step`` did (a scan's writer thread drained after its checkpoint's save,
+    saved or not); ``step``'s error is the one raised, even where ``after`` fails too.
+
+    >>> def fails():
+    ...     raise OSError("disk full")
+    >>> then_always(fails, lambda: print("drained"))
+    Traceback (most recent call last):
+    ...
+    OSError: disk full
+    """
+    try:
+        step()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            after()
+        raise
+    after()
+
+
 def forget_on_interrupt() -> None:
     """Clear what earlier jobs of this process said (a command starts with nothing to resume)."""
     _ON_INTERRUPT.update(job=None, checkpoint=None)

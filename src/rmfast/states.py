@@ -446,7 +446,7 @@ class StatesWriter:
         self._have: np.ndarray | None = None  # (N,) bool: job rows with a state on disk or buffered
         self._kept = 0  # bytes of fresh host buffers buffered as they are (take), until the next shard
         self._next = 0  # the next shard's number (prepare, which every add needs first: after the shards kept)
-        self.run_shard = lambda write: write()  # a cut shard's write (BackgroundWriter: on its writer threads)
+        self.run_shard = lambda cut: cut()()  # cut a shard and write it (BackgroundWriter: once a writer is free)
         self.run_id = None
         if self.folder.exists() and not overwrite:
             raise UserError(f"{self.folder} exists; use --overwrite to replace it (or choose another --out)")
@@ -468,6 +468,8 @@ class StatesWriter:
         else:
             self.run_id = old["run_id"]
         self._have = np.zeros(done.size, dtype=bool)
+        for f in self.partial.glob(".shard-*.tmp"):  # a write a kill cut short (atomic_write's temporary file)
+            f.unlink()
         for f in self._shards():
             rows = _read_rows(f)  # (n_i,) job rows of the shard
             if rows is None or rows.max(initial=-1) >= done.size or not done[rows].all() or self._have[rows].any():
@@ -522,8 +524,8 @@ class StatesWriter:
 
     def flush(self) -> None:
         """Write the buffered rows as the next shard (atomically). Call before the checkpoint is saved."""
-        if (write := self.cut()) is not None:
-            self.run_shard(write)
+        if self._buf:
+            self.run_shard(self.cut)
 
     def cut(self):
         """The buffered rows as the next shard, numbered and unbuffered now (in the scan's order): a callable that

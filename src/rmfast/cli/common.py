@@ -234,6 +234,7 @@ _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EP
 def run_command(func, args) -> int:
     """Run a command: a UserError (or a full disk, read-only or forbidden write) is one line on stderr
     and exit 2; Ctrl-C is 130."""
+    before = warnings.formatwarning  # the CLI's one-line form is for this command's warnings only
     quiet()
     forget_on_interrupt()
     try:
@@ -261,3 +262,5 @@ def run_command(func, args) -> int:
         rerun = on_interrupt()  # said by the job that can resume (a scan's checkpoint, a sweep's store), if any
         print(f"rmfast: interrupted{'; ' + rerun if rerun else ''}", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = before

@@ -44,7 +44,7 @@ import torch
 
 from ..dims import model_dims
 from ..errors import UserNote
-from ..io import atomic_write, say_on_interrupt
+from ..io import atomic_write, say_on_interrupt, then_always
 
 
 # --------------------------------------------------------------------------------------------
@@ -529,9 +529,9 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         _say_resume(ck, int(done.sum()), ids.size)
 
     _say_resume(ck, done0, ids.size)
-
-    # a writer thread's shards all on disk (and its error raised) before the job returns or raises
+    # a writer thread's shards all on disk (and its error raised) before the job returns or raises, whatever happens
     drain = getattr(states_out, "drain", None) or (lambda: None)
+
 
     bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
     if status and done0 < ids.size:
@@ -562,19 +562,13 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
                 if ck is not None and (since > CHECKPOINT_EVERY_S or (n_since_ck >= CHECKPOINT_EVERY_N and since >= CHECKPOINT_MIN_S)):
                     save()
                     last_ck, n_since_ck = time.perf_counter(), 0
-    except BaseException:
-        # Interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun.
-        if ck is not None and int(done.sum()) > done0:
-            save()
-        drain()
+    except BaseException:  # interrupted (Ctrl-C, a kill that Python sees, an error): keep what is done for the rerun
+        then_always(lambda: save() if ck is not None and int(done.sum()) > done0 else None, drain)
         raise
     bar.close()
     scan_s = time.perf_counter() - t0
-    if ck is not None and keep_checkpoint and int(done.sum()) > done0:
-        save()
-    elif states_out is not None:
-        states_out.flush()
-    drain()
+    then_always(save if ck is not None and keep_checkpoint and int(done.sum()) > done0 else
+                states_out.flush if states_out is not None else lambda: None, drain)
     if extra is not None and lens is not None:
         extra["lens"] = lens
     n_new = ids.size - done0
@@ -629,7 +623,7 @@ def count_nonfinite(scores: np.ndarray, labels, what: str, keeps: str = SCAN_KEE
     scores = np.asarray(scores, dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(scores))
     if bad.size and warn:
-        warnings.warn(f"rmfast: warning: {nonfinite_line(scores.size, bad, labels, what)}; {keeps}", stacklevel=3)
+        warnings.warn(UserNote(f"rmfast: warning: {nonfinite_line(scores.size, bad, labels, what)}; {keeps}"), stacklevel=3)
     return int(bad.size)
 
 

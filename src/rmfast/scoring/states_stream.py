@@ -20,14 +20,17 @@ Two parts, each checked against the synchronous path it stands in for (tests/tes
   runs in the order the scan asked for it, so each shard holds the rows the synchronous writer's would, under
   the same number: the files are the same bytes. A cut shard's count of non-finite values and its write run
   on one of :data:`WRITERS` threads, so shards are written side by side (one writer thread wrote 1.5 GB/s of bf16
-  states into tmpfs on the H100's host, a 16-thread AMX Xeon, where the 8B's `--states all` needs ~3.5 GB/s for 1.5x a plain scan); at most that
-  many shards are in flight.
+  states into tmpfs on the H100's host, a 16-thread AMX Xeon, where the 8B's `--states all` needs ~3.5 GB/s for 1.5x a plain scan); a
+  shard is cut only once fewer than that many are in flight, so at most that many cut shards are held (each at most
+  :data:`rmfast.states.SHARD_BYTES`, or one batch where a batch is bigger).
 
 The checkpoint semantics are :class:`~rmfast.states.StatesWriter`'s: a shard is written after the
 checkpoint that holds its rows as done, and a resumed scan scores again every row the checkpoint holds
 without a shard on disk (:meth:`~rmfast.states.StatesWriter.prepare`), so a kill while the thread writes
 loses nothing. :func:`rmfast.scoring.batching.score_groups` calls :meth:`~BackgroundWriter.drain` before
-it returns (and when interrupted), so a finished job's states are all on disk. A step that fails in the
+it returns or raises, so a finished job's states are all on disk and no thread outlives its job; a Ctrl-C while it
+drains skips the steps still queued (their rows are scored again on resume) but still waits for the shard writes in
+flight, then is raised. A step that fails in the
 thread (a full disk: the synchronous writer's one-line :class:`~rmfast.errors.UserError`) stops the
 thread's work, and the scan's thread raises that same error at its next call; the manifest is written
 only by :meth:`~BackgroundWriter.finish`, after everything queued is on disk.
@@ -35,6 +38,7 @@ only by :meth:`~BackgroundWriter.finish`, after everything queued is on disk.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -68,8 +72,8 @@ class HostStates(Mapping):
         return self._event is not None
 
     def wait(self) -> None:
-        if self._event is not None:
-            self._event.synchronize()
+        if (event := self._event) is not None:  # read once: the writer thread and a sink may wait at the same time
+            event.synchronize()
             self._event = None
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -130,6 +134,8 @@ class BackgroundWriter:
         self._err: BaseException | None = None
         self._pool = None
         self._writes: list = []  # the shards' writes in flight, oldest first (futures)
+        self._skip = self._ending = False  # skip the queued steps (a Ctrl-C while draining); the end was queued
+        self._exited = threading.Event()  # set by the writer thread as it ends
         self.wait_s = self.busy_s = self.write_s = 0.0
         self._lock = threading.Lock()  # write_s: added to from the shard writers
         writer.run_shard = self._submit  # the writer's cut shards go to the pool (from the writer thread)
@@ -169,23 +175,24 @@ class BackgroundWriter:
     def finish(self, scan: dict | None = None):
         """Everything on disk, then :meth:`rmfast.states.StatesWriter.finish` (the manifest, the folder renamed)."""
         self.drain()
-        self.w.run_shard = lambda write: write()  # what finish still buffers (nothing after a drain), at once
+        self.w.run_shard = lambda cut: cut()()  # what finish still buffers (nothing after a drain), at once
         return self.w.finish(scan)
 
     def stats(self) -> dict:
         return {"background": True, "wait_s": round(self.wait_s, 4), "busy_s": round(self.busy_s, 4),
                 "write_s": round(self.write_s, 4), "writers": self.writers}
 
-    def _submit(self, write) -> None:
-        """A cut shard's write on the pool (called in the writer thread, in order); waits while ``writers`` are
-        in flight, and raises the first failed write's error (the step fails: the scan's thread raises it)."""
+    def _submit(self, cut) -> None:
+        """Cut a shard (:meth:`rmfast.states.StatesWriter.cut`) once fewer than ``writers`` are in flight, and write it
+        on the pool (called in the writer thread, in order): at most ``writers`` cut shards are held at once. Raises
+        the first failed write's error (the step fails: the scan's thread raises it)."""
         from concurrent.futures import ThreadPoolExecutor
 
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.writers, thread_name_prefix="rmfast-shard")
         while len(self._writes) >= self.writers:
             self._writes.pop(0).result()
-        self._writes.append(self._pool.submit(self._timed, write))
+        self._writes.append(self._pool.submit(self._timed, cut()))
 
     def _timed(self, write) -> None:
         t0 = time.perf_counter()
@@ -201,34 +208,63 @@ class BackgroundWriter:
             raise self._err
 
     def _stop(self) -> None:
+        """Stop the thread once its queue is done and wait for every shard write (the first failed one's error is kept).
+        A Ctrl-C meanwhile skips the steps still queued, still waits for what is running, and is raised after."""
+        interrupt = None
+        while True:
+            try:
+                self._halt()
+                break
+            except KeyboardInterrupt as e:  # the steps left are skipped: the waits below are the writes in flight
+                interrupt, self._skip = e, True
+        self._skip = False
+        if interrupt is not None:
+            raise interrupt
+
+    def _halt(self) -> None:
+        """:meth:`_stop`'s waits; an interrupted call can be made again (it waits for what is left). Each wait polls
+        (0.1 s), so a Ctrl-C is raised here at once: a wait blocked in C sees it only if the signal hit this thread.
+        Not ``Thread.join``: an interrupted join marks a running thread as stopped (CPython 3.11)."""
+        from concurrent.futures import wait
+
         if self._thread is not None:
-            self._q.put(None)
-            self._thread.join()
+            while not self._ending:
+                with contextlib.suppress(queue.Full):
+                    self._q.put(None, timeout=0.1)
+                    self._ending = True
+            while not self._exited.wait(0.1):
+                pass
             self._thread = self._q = None
-        for f in self._writes:  # every shard's write is done (or failed: the first error is kept)
-            if (e := f.exception()) is not None and self._err is None:
+        while self._writes:  # every shard's write is done (or failed: the first error is kept)
+            while not wait(self._writes[:1], 0.1).done:
+                pass
+            if (e := self._writes[0].exception()) is not None and self._err is None:
                 self._err = e
-        self._writes = []
+            self._writes.pop(0)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
 
     def _put(self, step) -> None:
         if self._thread is None:
-            self._q = queue.Queue(maxsize=self.depth)
-            self._thread = threading.Thread(target=self._work, args=(self._q,), name="rmfast-states", daemon=True)
+            self._q, self._ending, self._exited = queue.Queue(maxsize=self.depth), False, threading.Event()
+            self._thread = threading.Thread(target=self._work, args=(self._q, self._exited), name="rmfast-states",
+                                            daemon=True)
             self._thread.start()
         t0 = time.perf_counter()
         self._q.put(step)  # blocks while ``depth`` steps wait: the disk (or the copies) did not keep up
         self.wait_s += time.perf_counter() - t0
 
-    def _work(self, q: queue.Queue) -> None:
-        while (step := q.get()) is not None:
-            if self._err is not None:
-                continue  # after a failure nothing more is written; the scan's thread raises it
-            t0 = time.perf_counter()
-            try:
-                step()
-            except BaseException as e:  # noqa: BLE001 - handed to the scan's thread, raised there
-                self._err = e
-            self.busy_s += time.perf_counter() - t0
+    def _work(self, q: queue.Queue, exited: threading.Event) -> None:
+        try:
+            while (step := q.get()) is not None:
+                if self._err is not None or self._skip:
+                    continue  # after a failure (or a Ctrl-C) nothing more is written; the scan's thread raises it
+                t0 = time.perf_counter()
+                try:
+                    step()
+                except BaseException as e:  # noqa: BLE001 - handed to the scan's thread, raised there
+                    self._err = e
+                self.busy_s += time.perf_counter() - t0
+        finally:
+            exited.set()
