@@ -10,7 +10,8 @@ steps a flush may take: ``torch.cat`` of the batches, the NaN/inf count by ``tor
 (:func:`rmfast.states_shard.count_nonfinite`), ``safetensors.torch.save_file`` of the joined tensors and
 :func:`rmfast.states_shard.write_shard` of the pieces; beside a raw ``open().write()`` of the same bytes into
 the same folder (no fsync: the writer does none; page cache, then the disk once dirty pages are throttled)
-and the same with an fsync. MB/s: 1e6 bytes of states per second. Each figure is the median of
+and the same with an fsync, and the states bench's fsync'ed disk probe writing 1, 2 and 4 files side by side
+(:func:`rmfast.bench.states_overhead.disk_write_mb_s`). MB/s: 1e6 bytes of states per second. Each figure is the median of
 ``--repeats`` rounds, the rounds interleaved.
 
     PYTHONPATH=src python benchmarks/states_writer_profile.py [--batches 4 --rows 1024 --layers 34 --hidden 4096]
@@ -138,6 +139,14 @@ def main() -> None:
         for _ in range(a.repeats):
             res.setdefault("raw write", []).append(raw_write(tmp / "raw.bin", bufs, False))
             res.setdefault("raw write+fsync", []).append(raw_write(tmp / "raw.bin", bufs, True))
+            try:  # the states bench's fsync'ed probe of the folder, in 1, 2 and 4 files side by side
+                from rmfast.bench.states_overhead import disk_write_mb_s
+
+                for k in (1, 2, 4):
+                    res.setdefault(f"disk probe ({k} stream{'s' * (k > 1)})", []).append(
+                        nbytes / 1e6 / disk_write_mb_s(tmp, nbytes, streams=k))
+            except (TypeError, ImportError):  # trees before the probe's streams: left out
+                pass
             r = writer_round(tmp, batches, layers, background=False)
             res.setdefault("writer (sync)", []).append(r["total"])
             res.setdefault("  take", []).append(r["take"])
