@@ -274,8 +274,9 @@ def test_ragged_batches_of_similar_lengths_are_exact(tok, arch, monkeypatch):
 
     real = plan_mod.score_prompts
 
-    def read_last(engines, responses, lengths, taps=None):
-        return real(engines, responses, [torch.full_like(n, r.shape[1]) for r, n in zip(responses, lengths)], taps)
+    def read_last(engines, responses, lengths, taps=None, packed=None):
+        return real(engines, responses, [torch.full_like(n, r.shape[1]) for r, n in zip(responses, lengths)], taps,
+                    packed)
 
     monkeypatch.setattr(plan_mod, "score_prompts", read_last)
     wrong = np.array([x for s in RewardScorer(model, tok).score(convs, responses) for x in s])

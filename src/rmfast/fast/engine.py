@@ -576,7 +576,7 @@ def _packed_rows_pass(engines: list[Engine], responses: list[torch.Tensor], leng
 
 @torch.no_grad()
 def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths: list[torch.Tensor],
-                  taps: set | None = None):
+                  taps: set | None = None, packed: bool | None = None):
     """Rows of one or several prompts, of different lengths, in ONE batch -> (B,) fp32 scores, the rows of
     ``engines[0]`` first, then ``engines[1]``'s, ... (with ``taps``: (scores, {k: (B, Dm)}) as
     :meth:`Engine.score` returns them, each at the row's own final position).
@@ -595,15 +595,20 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     In the cascade form, where no sliding window bites (:func:`packs_rows`), the rows do not run right-padded
     at all: they are packed back to back, (1, T, Dm) with T the real tokens, every layer's GEMMs over those
     only, attention :class:`rmfast.fast.layer.PackedRows` (eager; one pass whatever the rows' lengths).
+    ``packed``: the caller's plan decided it (:meth:`rmfast.scoring.decisions.Decisions.packs`); None: by that rule
+    for this batch's rows.
     """
     e0 = engines[0]
     if any(e.layers is not e0.layers or not e.can_score_ragged() for e in engines):
         raise ValueError("score_prompts needs engines that share layers, each with a score head read at one position")
     S = max(r.shape[1] + len(e.suffix) for e, r in zip(engines, responses))
     tap = None if taps is None else dict.fromkeys(sorted(taps))
-    if e0.attention == "cascade" and packs_rows(e0.spec, max(e.P for e in engines), S):
+    if packed is None:
+        packed = e0.attention == "cascade" and packs_rows(e0.spec, max(e.P for e in engines), S)
+    if packed:
         out = e0._head_scores(_packed_rows_pass(engines, responses, lengths, S, tap))
         return out if tap is None else (out, tap)
+    ends = [int(n.max()) + len(e.suffix) if n.numel() else 1 for e, n in zip(engines, lengths)]  # a prompt's longest
     parts = [_ragged_ids(e, r, n, S) for e, r, n in zip(engines, responses, lengths)]
     ids = torch.cat([p[0] for p in parts])  # (B, S)
     back = S - 1 - torch.cat([p[1] for p in parts])  # (B,) each row's final position, counted from the last
@@ -614,7 +619,10 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
         h, _ = e0._run_layers(h, e0.P, n_out, taps=tap, tap_at=back, lengths=lengths)  # (B, n_out, Dm)
     else:
         rows = tuple(p[0].shape[0] for p in parts)
-        tables = [e.spec.rope(torch.arange(e.P, e.P + S, device=e.device), h) for e in engines]  # key -> (S, D) x2
+        # key -> (S, D) x2; a prompt's positions end at its own longest row (the pads after it repeat that angle:
+        # causal rows never read them), so a length-dependent RoPE (LongRoPE) sees no sequence longer than a real one
+        tables = [e.spec.rope(torch.arange(e.P, e.P + S, device=e.device).clamp(max=e.P + n - 1), h)
+                  for e, n in zip(engines, ends)]
         rope = {key: tuple(torch.cat([t[key][j].expand(b, -1, -1) for t, b in zip(tables, rows)]) for j in (0, 1))
                 for key in tables[0]}  # key -> (B, S, D) cos, sin per row
         if e0.attention == "cascade":  # every prompt's rows in ONE attention call per layer

@@ -46,6 +46,14 @@ def uses_triton(t: torch.Tensor | torch.device) -> bool:
     return dev.type == "cuda" and triton_available()
 
 
+def triton_runs_on(device: torch.device) -> bool:
+    """Whether Triton kernels can run on ``device``: CUDA with Triton installed, or the CPU under Triton's
+    interpreter (``TRITON_INTERPRET=1``, set before triton is first imported: tests)."""
+    if device.type == "cuda":
+        return triton_available()
+    return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1" and triton_available()
+
+
 #: the attention forms of the rows' pass (docs/backend.md, "Attention forms"):
 #:   triton:         the Triton shared-prefix kernel (one kernel; its own-key phase walks the row's keys one
 #:                   position at a time: built for the scan's 1-3 suffix tokens)

@@ -217,6 +217,9 @@ def choose_attention(attention, device: torch.device, engine: str, compiled: boo
             raise UserError(f"attention {attention}: the compiled CPU layer runs the block-diagonal form; use compile off")
         if attention == "block-diagonal" and device.type != "cpu":
             raise UserError("attention block-diagonal is a CPU form; use auto on " + device.type)
+        if attention == "triton" and not ops.triton_runs_on(device):
+            raise UserError(f"--attention triton runs a Triton kernel, which needs CUDA (on {device.type}: "
+                            "TRITON_INTERPRET=1, for tests); use --attention auto or cascade (its torch twin)")
         kernels = "Triton kernels" if triton else "torch twin"
         return attention, f"asked for ({kernels})" if attention in ("cascade", "triton") else "asked for"
     if base != "triton":
@@ -288,10 +291,13 @@ def choose_kernels(kernels: str, device: torch.device) -> tuple[bool, str]:
     installed; the ``RMFAST_KERNELS`` variable (torch|triton), read here once per job, overrides auto
     (``triton`` on CPU needs ``TRITON_INTERPRET=1``: tests only)."""
     env = os.environ.get("RMFAST_KERNELS", "auto")
-    if kernels == "auto" and env in ("torch", "triton"):
-        return env == "triton", f"RMFAST_KERNELS={env}"
-    if kernels != "auto":
-        return kernels == "triton", "asked for"
+    asked = kernels if kernels != "auto" else env if env in ("torch", "triton") else "auto"
+    if asked == "triton" and not ops.triton_runs_on(device):
+        what = "--kernels triton" if kernels == "triton" else "RMFAST_KERNELS=triton"
+        raise UserError(f"{what}: Triton kernels need CUDA (on {device.type}: TRITON_INTERPRET=1, for tests, or Triton "
+                        "is not installed); use --kernels auto or torch")
+    if asked != "auto":
+        return asked == "triton", f"RMFAST_KERNELS={env}" if kernels == "auto" else "asked for"
     on = ops.uses_triton(device)
     return on, (f"auto: Triton on {device.type}" if on else
                 "auto: torch kernels (no CUDA)" if device.type != "cuda" else "auto: torch kernels (Triton not installed)")
@@ -335,6 +341,7 @@ class Decisions:
     attention: str
     fixed_shapes: bool
     share_batches: bool = False
+    ragged: bool = False  # a scorer's rows of several lengths and conversations may share a batch (its head allows)
     elementwise: bool = False  # the layer's norms, RoPE and SiLU·up as Triton kernels (fused_elementwise)
     packed_rows: bool = False  # ragged rows run packed back to back (the cascade form), up to pack_limit tokens
     pack_limit: int | None = None  # prompt + row tokens (the shortest sliding window); None: any
@@ -416,9 +423,14 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     else:
         d.record("projections", "as stored", "the plain Hugging Face path runs the model's own modules")
     if job == "scorer":
-        d.share_batches, why = choose_share_batches(o.share_batches, device)
+        one_length = _one_length_why(engine, head, model)  # None: rows of several lengths may share a batch
+        d.ragged = one_length is None
+        d.share_batches, why = choose_share_batches(o.share_batches, device) if d.ragged else (False, one_length)
+        if d.share_batches and form == "block-diagonal":  # asked for both: no form would run as recorded
+            raise UserError("attention='block-diagonal' reads one prompt's packed keys per batch, so conversations "
+                            "cannot share a batch: pass share_batches=False, or attention='auto'")
         d.record("share_batches", d.share_batches, why)
-        _rows_rule(d, model)
+        _rows_rule(d, model, one_length)
     if job in ("scan", "sweep", "audit"):
         d.host_overlap = device.type != "cpu"
         d.record("host_overlap", d.host_overlap, HOST_OVERLAP_WHY[d.host_overlap])
@@ -428,13 +440,31 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     return d
 
 
-def _rows_rule(d: Decisions, model) -> None:
+def _one_length_why(engine: str, head: str, model) -> str | None:
+    """Why a scorer runs one conversation's rows of one length per batch, or None where rows of several lengths and
+    conversations may share one (:func:`rmfast.fast.engine.ragged_ok`: the fast engine's score head, read at one
+    position per row)."""
+    from ..fast.engine import ragged_ok
+
+    if engine != "fast":
+        return "the plain Hugging Face path: one conversation's rows of one length per batch"
+    if not ragged_ok(head, arch_spec(model).custom_head):
+        what = (f"the {head} head reads every position of a row" if head != "score" else
+                "a gated score head (ArmoRM, QRM) may re-gate inside a row")
+        return f"{what}: one conversation's rows of one length per batch"
+    return None
+
+
+def _rows_rule(d: Decisions, model, one_length: str | None) -> None:
     """The "rows" decision of a scorer: rows of several lengths packed back to back (the cascade form: no pad
     token, :class:`rmfast.fast.layer.PackedRows`) where no sliding window is shorter than prompt + row, else
-    right-padded in length buckets."""
+    right-padded in length buckets; one length per batch where the head or path takes no other."""
     from ..fast.engine import pack_limit
 
-    if d.engine != "fast" or d.attention != "cascade":
+    if one_length is not None:
+        d.record("rows", "one length per batch", one_length)
+        return
+    if d.attention != "cascade":
         d.record("rows", "padded", f"the {d.attention} form reads rows right-padded: length buckets")
         return
     d.packed_rows, d.pack_limit = True, pack_limit(arch_spec(model))

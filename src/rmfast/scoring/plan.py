@@ -391,14 +391,15 @@ def plan_scoring(model, template: Template, options: ScoringOptions | None = Non
                        attention_reason=d.reasons["attention"]["reason"], decided=d)
 
 
-def score_together(plans: list[ScoringPlan], ids: list[list], rows: int, states=None):
+def score_together(plans: list[ScoringPlan], ids: list[list], rows: int, states=None, packed: bool | None = None):
     """Rows of one or several prompts' plans in one batch: ``ids[i]`` lists the token-id lists of plan i's
     rows (any lengths). Returns (sum of rows,) float32 in that order (plan 0's rows first); with
     ``states`` (canonical names) a :class:`Scored` (no lens), states taken at each row's final position.
 
     One plan, one length: :meth:`ScoringPlan.score`. Otherwise the fast engine's ragged rows
     (:func:`rmfast.fast.engine.score_prompts`; the plans share layers, ``share_with``): each row read at
-    its own final position, attention per prompt, everything else over all rows at once.
+    its own final position, attention per prompt, everything else over all rows at once; ``packed``: whether those
+    run packed back to back, as the caller's plan decided (None: the engine's rule for the batch).
     """
     if len(plans) == 1 and len({len(r) for r in ids[0]}) == 1:
         return plans[0].score(ids[0], rows, states=states)
@@ -414,7 +415,7 @@ def score_together(plans: list[ScoringPlan], ids: list[list], rows: int, states=
         lens.append(torch.tensor([len(r) for r in plan_rows]))
     L = plans[0].n_layers
     idx, taps = _taps(states, False, L)
-    out = score_prompts([p.eng for p in plans], resp, lens, taps)
+    out = score_prompts([p.eng for p in plans], resp, lens, taps, packed)
     if taps is None:
         return out.float().cpu().numpy()
     scores, got = out

@@ -448,8 +448,9 @@ class RewardScorer:
                 packed = self._packs(tmpl, max(lens, default=0))
                 for bucket in [sorted(lens)] if packed else length_buckets(sorted(lens)):
                     idx = np.asarray([u for n in bucket for u in lens[n]], dtype=np.int64)
-                    groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None), self._rows_scorer(job, wave),
-                                        packed))
+                    pk = packed or self._packs(tmpl, bucket[-1])  # a bucket of short rows packs under a window too
+                    groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None),
+                                        self._rows_scorer(job, wave, pk), pk))
         else:
             for (ci, n, odd), idx in sorted(by.items()):
                 if odd < 0:
@@ -490,10 +491,10 @@ class RewardScorer:
             cur_bytes += kv
         return waves + ([cur] if cur else [])
 
-    def _rows_scorer(self, job: Job, wave: set):
+    def _rows_scorer(self, job: Job, wave: set, packed: bool = False):
         """``score(rows, b)`` for a batch of shared-template rows of one or several conversations of
-        ``wave``: :func:`rmfast.scoring.plan.score_together` over their plans, scores back in the batch's
-        order. The wave's plans stay cached until the next wave's batches run (:meth:`_plan`), so each
+        ``wave``: :func:`rmfast.scoring.plan.score_together` over their plans (``packed``: the group's decision),
+        scores back in the batch's order. The wave's plans stay cached until the next wave's batches run (:meth:`_plan`), so each
         prompt is encoded once per call whatever the cache size."""
         def score(sel, b):
             by_c: dict = {}  # conversation -> positions in sel
@@ -503,7 +504,7 @@ class RewardScorer:
             self._encode_wave(job, wave)
             plans = [self._plan(job.convs[c], job.tmpls[c]) for c in by_c]
             out = score_together(plans, [[job.rows[sel[k]][1].ids for k in ks] for ks in by_c.values()], b,
-                                 states=self._states)
+                                 states=self._states, packed=packed)
             order = torch.from_numpy(np.argsort(np.concatenate([np.asarray(ks) for ks in by_c.values()]), kind="stable"))
             if self._states is None:
                 return out[order.numpy()]
@@ -537,14 +538,8 @@ class RewardScorer:
         return self.decided.packs(len(tmpl.prefix_ids), n + len(tmpl.suffix_ids))
 
     def _ragged_ok(self) -> bool:
-        """Ragged batches: the fast engine, by its rule (:func:`rmfast.fast.engine.ragged_ok`)."""
-        if self.engine != "fast":
-            return False
-        from ..fast.arch import arch_spec
-        from ..fast.engine import ragged_ok
-
-        spec = arch_spec(self.model)
-        return spec is not None and ragged_ok(self.head, spec.custom_head)
+        """Ragged batches: the fast engine, by its rule (the plan's "rows" decision, :func:`rmfast.fast.engine.ragged_ok`)."""
+        return self.decided.ragged
 
     def _rows_per_batch(self, tmpl: Template, n: int, row_t: Template | None) -> int:
         """Rows per batch for n-token responses, by the plan's rule, before the prompt is encoded."""
@@ -586,12 +581,16 @@ class RewardScorer:
         resp = sum(len(r.ids) + len((r.template or job.tmpls[c]).suffix_ids) for c, r in job.rows)
         pads = packed = 0
         for g in job.groups:  # rows ascend by length within a group; batches are consecutive rows
-            if g.packed:  # back to back: no pad token
-                packed += -(-g.rows.size // g.batch_size)
-                continue
             n = np.array([len(job.rows[u][1].ids) for u in g.rows])
+            c = np.array([job.rows[u][0] for u in g.rows])
             for lo in range(0, n.size, g.batch_size):
-                pads += int((n[lo:lo + g.batch_size].max() - n[lo:lo + g.batch_size]).sum())
+                b, bc = n[lo:lo + g.batch_size], c[lo:lo + g.batch_size]
+                if b.min() == b.max() and bc.min() == bc.max():  # one prompt, one length: its plan's own batch
+                    continue
+                if g.packed:  # back to back: no pad token (score_together)
+                    packed += 1
+                else:
+                    pads += int((b.max() - b).sum())
         return ScoreStats(len(job.shape), int(job.inverse.size), len(job.convs), 0, len(job.rows), n_batches, 0,
                           resp, sum(len(t.prefix_ids) for t in job.tmpls), padded_tokens=pads, packed_batches=packed)
 

@@ -1,0 +1,128 @@
+"""What a RewardScorer records about its rows is what ran (a helper's review, /work/review48b.md): the rows and
+share_batches decisions follow the head, the stats count the batches that ran packed or padded, a form asked for
+runs or is refused before any work, and a length-dependent RoPE never sees a sequence longer than a real one.
+Scores are checked against plain HF over each whole conversation (fp32)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tiny_models as T
+from rmfast.errors import UserError
+from rmfast.fast import engine as E
+from rmfast.fast.arch import arch_spec
+from rmfast.scoring.hf_path import pad_token_as
+from rmfast.scoring.scorer import RewardScorer, as_conversation, messages_of
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return T.chatml_tokenizer()
+
+
+@torch.no_grad()
+def _hf(model, tok, convs, responses) -> np.ndarray:
+    """Plain HF over each whole conversation, read at its final position (the reference)."""
+    out = []
+    with pad_token_as(model, -1):
+        for c, rs in zip(convs, responses):
+            for r in rs:
+                ids = tok.apply_chat_template(messages_of(as_conversation(c), r), tokenize=True, return_dict=False)
+                ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+                out.append(model(input_ids=torch.tensor([ids])).logits[0, 0].item())
+    return np.array(out)
+
+
+def _gated():
+    """A tiny ArmoRM-like model: a gated head (gating from the last <|im_start|>) on a tiny Llama."""
+    from rmfast.fast.heads import GatedHead, GatingLayer
+    from rmfast.loading.custom_heads import CustomRewardModel
+
+    g = torch.Generator().manual_seed(0)
+    head = GatedHead(regression=torch.randn(2, 64, generator=g), transform=torch.randn(2, 2, generator=g),
+                     gating=[GatingLayer("linear", torch.randn(2, 64, generator=g))], temperature=1.0,
+                     logit_scale=torch.ones(1), num_quantiles=1, pattern=(3,))
+    return CustomRewardModel(T.tiny("llama", "causal_lm").model, head, "armorm").eval()
+
+
+def _counting(monkeypatch, module, name: str) -> dict:
+    calls, real = {"n": 0}, getattr(module, name)
+
+    def counted(*a, **k):
+        calls["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_shared_batches_keep_a_long_rope_within_the_real_sequences(tok):
+    """Phi-3's RoPE changes past 256 tokens (LongRoPE): a long prompt's short rows batched with a short prompt's
+    longer rows made no sequence longer than the limit, yet each prompt's positions ran to the batch's longest row
+    (a refusal naming a 258-token sequence). Each prompt's positions now end at its own longest row; the scores
+    equal HF's."""
+    model = T.tiny("phi3", num_labels=1)
+    limit = arch_spec(model).rope_max_len
+    sc = RewardScorer(model, tok, share_batches=True)
+    longp = "w " * 93
+    P = len(sc.template_for(as_conversation(longp)).prefix_ids)
+    n = lambda c, r: len(sc.prepare([c], [[r]]).rows[0][1].ids)  # noqa: E731 - response tokens of r after c
+    r_long = next("ab " * k for k in range(1, 40) if n(longp, "ab " * (k + 1)) + P + 2 > limit)
+    r_short = next("ab " * k for k in range(1, 40) if n("Hi", "ab " * k) + P + 2 > limit)
+    assert P + n(longp, r_long) + 2 <= limit  # the long conversation fits the limit
+    convs, resp = [longp, "Hi"], [[r_long], [r_short]]
+    got = np.array([x for s in sc.score(convs, resp) for x in s])
+    np.testing.assert_allclose(got, _hf(model, tok, convs, resp), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["causal_lm", "gated"])
+def test_heads_that_read_a_row_alone_are_not_recorded_as_sharing(tok, monkeypatch, kind):
+    """A logprob or a gated head runs one conversation's rows of one length per batch: the decisions say so
+    (share_batches False, rows one length per batch), whatever was asked, and nothing ran shared or packed."""
+    from rmfast.scoring import plan as PL
+
+    calls = _counting(monkeypatch, PL, "score_prompts")
+    sc = RewardScorer(_gated() if kind == "gated" else T.tiny("llama", "causal_lm"), tok, attention="cascade",
+                      share_batches=True)
+    sc.score(["Hi", "Hello there"], [["a", "Love it", "The universe."], ["x", "kindness and more", "no"]])
+    assert calls["n"] == 0 and sc.last_stats.packed_batches == 0
+    assert sc.decisions["share_batches"]["value"] is False and "one length per batch" in sc.decisions["share_batches"]["reason"]
+    assert sc.decisions["rows"]["value"] == "one length per batch"
+
+
+def test_stats_count_the_batches_that_ran_packed(tok, monkeypatch):
+    """Under a sliding window, a wave whose longest row passes the window is cut into length buckets; a bucket of
+    short rows still runs packed (its own decision, which the engine obeys), so the stats count it packed with no
+    pad token; the long row's batch, alone, has neither."""
+    monkeypatch.setitem(T.ARCHS["mistral"][1], "sliding_window", 40)
+    model = T.tiny("mistral", num_labels=1)
+    ran = _counting(monkeypatch, E, "_packed_rows_pass")
+    sc = RewardScorer(model, tok, attention="cascade")
+    convs, resp = ["Hi"], [["a", "Love", "ok", "abc", "The universe, obviously, and everything in it at once."]]
+    got = np.array(sc.score(convs, resp)[0])
+    np.testing.assert_allclose(got, _hf(model, tok, convs, resp), atol=1e-5, rtol=0)
+    assert ran["n"] == sc.last_stats.packed_batches == 1 and sc.last_stats.padded_tokens == 0
+
+
+def test_a_form_that_cannot_run_as_asked_is_refused_before_any_work(tok, monkeypatch):
+    """The block-diagonal form reads one prompt's packed keys per batch: asked for with shared batches, it would
+    have run another form under its own name (refused now); the Triton form on a CPU without Triton's interpreter
+    failed at the first batch (refused now, in one line naming the fix)."""
+    model = T.tiny("llama", num_labels=1)
+    with pytest.raises(UserError, match="share_batches=False"):
+        RewardScorer(model, tok, attention="block-diagonal", share_batches=True)
+    sc = RewardScorer(model, tok, attention="block-diagonal")  # auto: no sharing on CPU; the form runs as recorded
+    from rmfast.fast import ops
+
+    bd = _counting(monkeypatch, ops, "shared_prefix_attention_blockdiag")
+    sc.score(["Hi", "Hello there"], [["a", "Love it"], ["x", "kindness"]])
+    assert sc.last_stats.attention == "block-diagonal" and bd["n"] > 0
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(UserError, match="needs CUDA") as e:
+        RewardScorer(model, tok, attention="triton")
+    assert "attention='triton'" in str(e.value) and "--attention triton" in e.value.cli_message()
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    with pytest.raises(UserError, match="RMFAST_KERNELS=triton: Triton kernels need CUDA"):
+        RewardScorer(model, tok)
