@@ -14,6 +14,7 @@ import pytest
 stats = pytest.importorskip("scipy.stats")
 sm = pytest.importorskip("statsmodels.api")
 
+from rmfast.analysis.paper_b.categories import POOLED
 from rmfast.analysis import (agreement, best_worst, categories, distributions, exposure,
                              extremes, human_comparison, mds, permutation_test, rbo, rsa_test,
                              sentiment)
@@ -361,8 +362,8 @@ def _category_data(seed=11):
     frames = []
     for m in models:
         pref = 1.0 if "Gemma" in m else -1.0  # Gemma prefers communion, Llama agency
-        for prompt in (BEST, WORST):
-            s = np.r_[-pref * np.ones(15), pref * np.ones(15)] * 1.0 + rng.normal(0, 1.0, 30)
+        for prompt, sign in ((BEST, 1.0), (WORST, -1.0)):  # the worst thing: the preferred words score low
+            s = sign * np.r_[-pref * np.ones(15), pref * np.ones(15)] + rng.normal(0, 1.0, 30)
             frames.append(_frame(m, prompt, agency + communion, s))
     return pd.concat(frames, ignore_index=True), dic
 
@@ -372,11 +373,14 @@ def test_categories_planted_group_difference():
     res = categories(df, dic, n_perm=10_000)
     med = res.medians
     assert set(med["group"]) == {"Gemma", "Llama"}
-    # ranks among the 30 matched words; Gemma ranks communion words better (lower)
-    g = med.groupby(["group", "category"])["median_rank"].mean()
-    assert g[("Gemma", "Communion")] < g[("Gemma", "Agency")]
-    assert g[("Llama", "Agency")] < g[("Llama", "Communion")]
-    perm = res.permutation[res.permutation["framing"] == "all"].set_index("category")
+    # ranks among the 30 matched words; Gemma ranks communion words better (lower) for the best thing, worse for the
+    # worst thing (a preference flips with the framing)
+    g = med.groupby(["framing", "group", "category"])["median_rank"].mean()
+    assert g[("positive", "Gemma", "Communion")] < g[("positive", "Gemma", "Agency")]
+    assert g[("positive", "Llama", "Agency")] < g[("positive", "Llama", "Communion")]
+    assert g[("negative", "Gemma", "Communion")] > g[("negative", "Gemma", "Agency")]
+    # both framings pooled with the framing's sign: the preference adds up (unsigned, it cancels: p ~ 1)
+    perm = res.permutation[res.permutation["framing"] == POOLED].set_index("category")
     # 4 vs 4 models, perfectly separated: the exact two-sided p is 2 / C(8, 4)
     assert perm.loc["Communion", "exact"] and perm.loc["Communion", "n_perm"] == 70
     assert perm.loc["Communion", "p_value"] == pytest.approx(2 / 70)
@@ -390,7 +394,7 @@ def test_categories_planted_group_difference():
     expect = (cell[("Llama", "Communion", "negative")] - cell[("Llama", "Agency", "negative")]
               - cell[("Gemma", "Communion", "negative")] + cell[("Gemma", "Agency", "negative")])
     assert mixed.loc[term, "coef"] == pytest.approx(expect, abs=1e-4)
-    assert mixed.loc[term, "coef"] > 10 and mixed.loc[term, "p_value"] < 0.001
+    assert mixed.loc[term, "coef"] < -10 and mixed.loc[term, "p_value"] < 0.001  # negative framing: reference level
 
 
 def test_permutation_test_against_scipy():

@@ -145,6 +145,38 @@ def test_torchrun_scan_shards_and_merges(work, one_store, ref64, tmp_path, capsy
                                                            "two.parquet.json"]  # shard files are gone
 
 
+def test_torchrun_scan_keeps_every_ranks_scores_until_its_output_is_written(work, tmp_path):
+    """Rank 0's write of the merged output fails (a full disk): every rank's checkpoint is still on disk (they were
+    dropped at the barrier, so the rerun scored all other ranks' rows again), and the rerun resumes them all. A plain
+    scan writing the same --out (its lock held) stops the torchrun scan at once."""
+    from filelock import FileLock
+
+    if not TORCHRUN.exists():
+        pytest.skip("torchrun is not installed beside this Python")
+    out = tmp_path / "scan.parquet"
+    args = ["scan", work / "rm-a", "--prompt", PROMPTS["best"], "--dtype", "float32", "--candidates", work / "texts.txt",
+            "--no-progress", "--out", out]
+
+    def run(**kw):
+        return subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(Path(__file__).parent /
+                               "torchrun_fault.py"), *map(str, args)], cwd=work, env={**env(), **kw,
+                              "PYTHONPATH": os.pathsep.join(sys.path)}, capture_output=True, text=True, timeout=240,
+                              stdin=subprocess.DEVNULL)
+
+    p = run(FAIL_WRITE="1")
+    assert p.returncode != 0 and "No space left" in p.stderr and "every rank's" in p.stderr  # torchrun's own code
+    assert sorted(x.name for x in tmp_path.glob("*.npz")) == ["scan.parquet.partial.rank0-of-2.npz",
+                                                              "scan.parquet.partial.rank1-of-2.npz"]
+    p = run()
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(Path(str(out) + ".json").read_text())["resumed_candidates"] == len(TEXTS)  # nothing rescored
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["scan.parquet", "scan.parquet.json"]
+    with FileLock(str(tmp_path / "again.parquet") + ".lock"):  # a plain scan of the same --out is running
+        args[-1] = tmp_path / "again.parquet"
+        p = run()
+    assert p.returncode != 0 and "another rmfast job is writing" in p.stderr
+
+
 def test_shard_jobs_fill_one_store(work, one_store, tmp_path, capsys):
     """SLURM-array style: independent --shard I/N jobs; the last to finish writes the complete index.
 

@@ -7,6 +7,7 @@ merges the shards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -153,7 +154,9 @@ def run(args) -> int:
         rank_tag = "" if d is None else f".{d.tag()}"
         ck = Path(f"{out}.partial{rank_tag}.npz")
         main = d is None or d.is_main
-        with output_lock(f"{out}{rank_tag}"):
+        # the output's own lock on the process that writes it (a plain scan of the same --out waits for a torchrun
+        # one's rank 0, and the reverse); every rank holds its own for its checkpoint
+        with output_lock(f"{out}{rank_tag}"), output_lock(out) if d is not None and main else contextlib.nullcontext():
             check_output(out, args.overwrite)  # again, holding the lock: a job that just finished wrote it
             res, order = run_scan(
                 lm.model, lm.tokenizer, args.prompt, sel, options, rows=None if d is None else d.mine,
@@ -162,18 +165,21 @@ def run(args) -> int:
                 audit=args.audit, states=_states_request(args, out, d), lens=args.lens)
             if d is not None:
                 res = dist.gather_shards(d, out, res, order)
-                if res is None:
-                    drop_checkpoint(None, ck)
+                if res is None:  # this rank's checkpoint stays until rank 0 has written the output (drop_shards)
                     return 0
+                check_output(out, args.overwrite)  # a file that appeared while the ranks scored is not replaced
+            kept = ck if d is None else f"{out}.partial.rank*-of-{d.world}.npz (every rank's)"
             try:
-                res.to_parquet(out, overwrite=args.overwrite or d is not None)
+                res.to_parquet(out, overwrite=args.overwrite)
             except OSError as e:  # a full disk, a read-only folder: the scores stay in the checkpoint
-                raise UserError(f"cannot write {out}: {e.strerror or e}; the scores are kept in {ck} — free space "
+                raise UserError(f"cannot write {out}: {e.strerror or e}; the scores are kept in {kept} — free space "
                                 "(or fix the folder) and rerun the same command to write them without rescoring") from None
             finish_states(res)  # the states folder's manifest, then the folder into place
             if args.states is None and main:
                 drop_old_states(out)  # an overwrite without --states: the old states are not this scan's
             drop_checkpoint(res, ck)  # only now: the output, its manifest and states are in place
+            if d is not None:
+                dist.drop_shards(d, out, lambda tag: f"{out}.partial.{tag}.npz")
         _print_summary(res, args.top, out, 1 if d is None else d.world)
         return 0
     finally:

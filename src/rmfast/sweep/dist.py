@@ -138,8 +138,21 @@ def shard_path(out: Path, rank: int, world: int) -> Path:
     return Path(out).parent / f".{Path(out).name}.rank{rank}-of-{world}.parquet"
 
 
+def drop_shards(d: Dist, out: Path, checkpoint) -> None:
+    """Rank 0, once ``out``, its manifest and states are in place: every rank's shard and checkpoint
+    (``checkpoint(tag)``: a rank's checkpoint path from its :meth:`Dist.tag`). Kept until then, so a rank 0 that
+    fails (a full disk) or is killed while writing loses no rank's scores: the rerun resumes every rank."""
+    from ..io import manifest_path
+
+    for r in range(d.world):
+        for f in (shard_path(out, r, d.world), manifest_path(shard_path(out, r, d.world)),
+                  checkpoint(Dist(r, d.world).tag())):
+            Path(f).unlink(missing_ok=True)
+
+
 def gather_shards(d: Dist, out: Path, res, order):
-    """Each rank writes its shard; rank 0 merges them after a barrier (returns None on other ranks).
+    """Each rank writes its shard; rank 0 merges them after a barrier (returns None on other ranks). The
+    shards stay until rank 0 has written the output (:func:`drop_shards`).
 
     With states, each rank first finishes its own states folder (beside its shard); the merged result
     then joins them into ``<out stem>.states`` when :func:`rmfast.scoring.pipeline.finish_states` is
@@ -166,9 +179,6 @@ def gather_shards(d: Dist, out: Path, res, order):
         return None
     frames = [pd.read_parquet(shard(r)) for r in range(d.world)]
     merged = merge_shards(frames, [json.loads(manifest_path(shard(r)).read_text()) for r in range(d.world)])
-    for r in range(d.world):
-        shard(r).unlink(missing_ok=True)
-        manifest_path(shard(r)).unlink(missing_ok=True)
     if (res.manifest.get("states") or {}).get("folder"):
         merged.states_writer = StatesMerge([states_dir(shard(r)) for r in range(d.world)], states_dir(out))
         merged.states_scan = res.states_scan

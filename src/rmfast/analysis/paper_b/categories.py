@@ -7,7 +7,9 @@
 2. The unit of analysis is the median rank per category per model × prompt.
 3. Groups of models (e.g. base family Gemma vs Llama) are compared per category (and
    framing) by a permutation test on the models' mean median rank: Welch t, group labels
-   permuted over models (exactly when few), two-sided, Bonferroni over the tests
+   permuted over models (exactly when few), two-sided, Bonferroni over the tests; with both framings, also
+   per category both pooled with the framing's sign (:data:`POOLED`: each model's mean over positive
+   prompts − over negative ones, since on a "worst" prompt ranking a word higher disfavours it)
    (``method="rmfast"``, the default). ``method="paper"`` is paper B's test instead: R's
    ``MKinfer::perm.t.test`` per category × framing panel over ALL model × prompt medians
    (~270 rows per panel), reporting its parametric Welch p as the paper's script does (the
@@ -43,7 +45,7 @@ import pandas as pd
 
 from ...errors import UserError
 from ..data import deps
-from ..data.framing import framing_map
+from ..data.framing import NEGATIVE, POSITIVE, framing_map
 from ..data.ledger import Ledger
 from ..data.lexicons import load_dictionary, match_dictionary, normalize_word
 from ..data.metadata import load_model_metadata, match_metadata, model_families
@@ -288,6 +290,21 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
     return res
 
 
+#: the group test of both framings pooled (a row per category): a preference is signed by the framing, so a model's
+#: value is its mean over positive prompts minus its mean over negative prompts (lower rank = ranked higher: on "worst"
+#: prompts ranking a word higher disfavours it). An unsigned mean over both framings cancels the preference the paper
+#: claims (Big Two Communion, models as units: p 0.72 unsigned, 2/210 signed; review 48d)
+POOLED = "positive − negative"
+POOLED_UNIT = " (each model's mean over positive prompts − its mean over negative prompts)"
+
+
+def _signed_pool(med: pd.DataFrame, measure: str) -> pd.DataFrame:
+    """Per category × model: its mean ``measure`` over positive prompts − over negative prompts (a model without
+    both framings in a category: left out of that category's test)."""
+    m = med.groupby(["category", "model", "group", "framing"])[measure].mean().unstack("framing")
+    return (m[POSITIVE] - m[NEGATIVE]).rename(measure).dropna().reset_index()
+
+
 def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
     group_names = sorted(med["group"].unique())
     cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
@@ -297,11 +314,11 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
         ledger.note(f"all models are in one group ({group_names}); no group test")
         return _name_diff(pd.DataFrame(columns=cols))
     framings = list(pd.unique(med["framing"]))
-    levels = (["all"] + framings) if len(framings) > 1 else framings
+    levels = ([POOLED] + framings) if {POSITIVE, NEGATIVE} <= set(framings) else framings
     rows = []
     for fr in levels:
-        sub = med if fr == "all" else med[med["framing"] == fr]
-        per_model = sub.groupby(["category", "model", "group"])[measure].mean().reset_index()
+        per_model = (_signed_pool(med, measure) if fr == POOLED else
+                     med[med["framing"] == fr].groupby(["category", "model", "group"])[measure].mean().reset_index())
         for cat, g in per_model.groupby("category", sort=True):
             for ga, gb in combinations(group_names, 2):
                 g2 = g[g["group"].isin([ga, gb])]
@@ -317,8 +334,8 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
                              "n_a": int((~in_b).sum()), "n_b": int(in_b.sum()),
                              "mean_a": vals[~in_b].mean() if (~in_b).any() else np.nan,
                              "mean_b": vals[in_b].mean() if in_b.any() else np.nan, **out,
-                             "test": f"Welch t of {gb} − {ga} over models; permutation p "
-                             f"(group labels permuted over models, {how}, two-sided)"})
+                             "test": f"Welch t of {gb} − {ga} over models{POOLED_UNIT if fr == POOLED else ''}; "
+                             f"permutation p (group labels permuted over models, {how}, two-sided)"})
     res = pd.DataFrame(rows)
     res["statistic"] = "mean_of_model_means"
     res["diff"] = res["mean_b"] - res["mean_a"]

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ...errors import UserError
 from ...io import atomic_write, write_csv
-from .categories import categories, diff_column
+from .categories import POOLED, categories, diff_column
 from .mixed_model import paper_mixed
 from .published import load_big2_rewards, load_checkpoint_ranks, load_published_scores
 from ..stats.permutation import MKINFER_R
@@ -160,7 +160,7 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
     n_rows = int(rows_per.groupby(["framing", "category"]).sum().iloc[0]) if len(rows_per) else 0
     stat_name = ("mean of model × prompt median ranks [mean_of_model_prompt_medians], "
                  f"{n_rows} rows per panel")
-    rt = ours.permutation[ours.permutation["framing"] != "all"]
+    rt = ours.permutation[ours.permutation["framing"] != POOLED]
     ok_r = [_direction_ok(r.mean_a, r.mean_b, r.category, r.framing) for r in rt.itertuples()] \
         if big_two else []
     n_sig_r = int((ours.permutation["p_bonferroni"] < 0.05).sum())
