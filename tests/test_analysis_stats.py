@@ -431,3 +431,61 @@ def test_extremes_top_bottom_and_shared_vocab():
     es = s.extremes.set_index(["model", "end"])
     assert es.loc[("A", "top"), "text"] == "z" and es.loc[("A", "top"), "rank"] == 2
     assert s.dropped["rows"].sum() == 1
+
+
+def test_pooled_framing_row_is_the_signed_per_model_test():
+    """Both framings pooled: each model's mean rank over positive prompts minus over negative ones, then Welch t over
+    models with every relabelling. A Llama preference that holds in both framings (low rank for the best thing,
+    high for the worst) is as clear pooled as in each panel: p = 1/210, as an independent exact test finds; the
+    unsigned mean of both framings cancelled it."""
+    from itertools import combinations
+
+    from rmfast.analysis.data.ledger import Ledger
+    from rmfast.analysis.paper_b.categories import _permutations
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for m in [f"g{i}" for i in range(4)] + [f"l{i}" for i in range(6)]:
+        for fr in ("positive", "negative"):
+            for k in range(3):
+                shift = (-5.0 if fr == "positive" else 5.0) if m[0] == "l" else 0.0
+                rows.append({"model": m, "prompt": f"{fr}{k}", "category": "A", "framing": fr,
+                             "median_rank": 100 + shift + rng.normal(0, 0.5), "group": "Llama" if m[0] == "l" else "Gemma"})
+    med = pd.DataFrame(rows)
+    tab = _permutations(med, "median_rank", 9999, 0, Ledger()).set_index("framing")
+    pm = med.groupby(["model", "framing", "group"])["median_rank"].mean().unstack("framing").reset_index()
+    signed, llama = (pm["positive"] - pm["negative"]).to_numpy(), (pm["group"] == "Llama").to_numpy()
+    t0 = stats.ttest_ind(signed[llama], signed[~llama], equal_var=False).statistic
+    hits = sum(abs(stats.ttest_ind(signed[list(i)], np.delete(signed, list(i)), equal_var=False).statistic)
+               >= abs(t0) - 1e-12 for i in combinations(range(10), 6))
+    assert tab.loc[POOLED, "p_value"] == pytest.approx(hits / 210) == pytest.approx(1 / 210)
+    assert tab.loc[POOLED, "t"] == pytest.approx(t0) and tab.loc["positive", "p_value"] == pytest.approx(1 / 210)
+    assert tab.loc[POOLED, "correction"] == "Bonferroni ×3"
+
+
+def test_a_permutation_test_needs_a_relabelling():
+    """n_perm=0 (the Python API; the CLI's --n-perm is positive) gave p = 1.0, and an IndexError in RSA."""
+    idx = list("abcde")
+    m = pd.DataFrame(np.arange(25.0).reshape(5, 5), idx, idx)
+    with pytest.raises(UserError, match="n_perm=0"):
+        permutation_test(np.arange(6.0), np.arange(6) < 3, n_perm=0)
+    with pytest.raises(UserError, match="n_perm=0"):
+        rsa_test(m + m.T, m + m.T, n_perm=0)
+
+
+def test_sentiment_fits_a_word_once_whatever_its_spellings():
+    """" w1" beside "w1" (a BPE vocabulary's spellings of one word, the same score): the same slope, SE and p as
+    the word once; fitted per token, the SE shrank by ~√2 with no new information."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(40)]
+    val = rng.integers(1, 6, 40)
+    score = 0.3 * val + rng.normal(0, 1, 40)
+    lex = pd.DataFrame({"word": words, "valence": val})
+    one = pd.DataFrame({"model": "m", "prompt": "best?", "text": words, "score": score})
+    two = pd.DataFrame({"model": "m", "prompt": "best?", "text": words + [" " + w for w in words],
+                        "score": np.r_[score, score]})
+    a = sentiment(one, lex, standardize=False).slopes.iloc[0]
+    b = sentiment(two, lex, standardize=False).slopes.iloc[0]
+    assert b["n"] == b["n_words"] == 40
+    for col in ("slope", "se", "p_value"):
+        assert b[col] == pytest.approx(a[col])

@@ -62,3 +62,23 @@ def drop_unscaled(df: pd.DataFrame, ledger: Ledger) -> pd.DataFrame:
         ledger.drop("standardize", n, "scores constant within model × prompt; z undefined",
                     model=m, prompt=p)
     return df[~bad]
+
+
+def per_word(tok: pd.DataFrame, keys: list[str], ledger: Ledger | None = None) -> pd.DataFrame:
+    """One row per word within ``keys`` (e.g. model × prompt): the mean ``value`` and ``score`` of its tokens, every
+    other column its first token's (word-level: valence, frequency). " Love", "love" and "Love" are one word with one
+    valence: fitted as several rows, they weighted a word by its spellings and shrank the SE (pseudo-replication;
+    review 48d). rmfast's regressions fit these rows; the paper's fit every token.
+
+    >>> t = pd.DataFrame({"model": "m", "word": ["love", "love", "hate"], "text": [" love", "Love", "hate"],
+    ...                   "valence": [3, 3, -3], "score": [1.0, 2.0, 0.0], "value": [1.0, 2.0, 0.0]})
+    >>> per_word(t, ["model"])[["word", "valence", "value"]].to_dict("records")
+    [{'word': 'love', 'valence': 3, 'value': 1.5}, {'word': 'hate', 'valence': -3, 'value': 0.0}]
+    """
+    cols = [c for c in tok.columns if c not in (*keys, "word")]
+    out = tok.groupby([*keys, "word"], sort=False, as_index=False).agg(
+        {c: "mean" if c in ("value", "score") else "first" for c in cols})
+    if ledger is not None and len(out) < len(tok):
+        ledger.note(f"{len(tok) - len(out)} tokens were spellings of a word already seen (e.g. ' Love' and 'love'); "
+                    "averaged per word before fitting, so each word is one observation")
+    return out

@@ -11,7 +11,8 @@ speech* as R read it (:func:`~rmfast.analysis.data.lexicons.load_bnc_rows`: a wo
 and verb gives two rows with their own frequencies, flagged "98#" values are NA and dropped,
 forms are not matched), raw scores, ``lm(score ~ log(freq) + value)``. rmfast's default
 strips, sums a word's forms over parts of speech (one frequency per word form, as a
-reader meets it), and z-scores within model × prompt.
+reader meets it), z-scores within model × prompt, and fits one row per word (its tokens' mean:
+:func:`~rmfast.analysis.data.tokens.per_word`; the paper fits every token).
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from ..data.methods import check_method
 from ..stats.regression import ols
 from ..data.results import Result
 from ..data.scans import check_balance, select, validate_scans
-from ..data.tokens import drop_unscaled, join_words, standardize_scores, units
+from ..data.tokens import drop_unscaled, join_words, per_word, standardize_scores, units
 
 
 @dataclass(kw_only=True)
 class ExposureResult(Result):
     """Tables:
 
-    slopes: model, prompt, framing, n, n_words, slope_log_freq, se_log_freq, p_log_freq,
+    slopes: model, prompt, framing, n (rows fitted: words; tokens with method="paper"), n_words, slope_log_freq, se_log_freq, p_log_freq,
             slope_log_freq_per_sd, slope_valence, se_valence, p_valence, r2, units
             (slope_log_freq: score units per unit of ln(frequency per million);
             _per_sd: per standard deviation of ln frequency among the fitted tokens)
@@ -108,7 +109,8 @@ def exposure(df: pd.DataFrame, frequencies, afinn=None, *, missing_valence: str 
         raise UserError("no scored token is in the frequency list (and lexicon); "
                         "check the word list")
     rows = []
-    for (m, p), g in tok.groupby(["model", "prompt"], sort=False):
+    fitted = tok if method == "paper" else per_word(tok, ["model", "prompt"], ledger)
+    for (m, p), g in fitted.groupby(["model", "prompt"], sort=False):
         cols = [g["log_freq"]] + ([g["valence"]] if use_valence else [])
         fit = ols(g["value"], *cols) if len(g) >= min_words else None
         row = {"model": m, "prompt": p, "framing": frame[p], "n": len(g),

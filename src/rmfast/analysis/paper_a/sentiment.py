@@ -11,7 +11,9 @@ sensitive to positive words, negative prompts to negative words.
 counted with the negative words (``value > 0`` is "Positive", the rest "Negative"), raw
 scores (``lm(score ~ value)``). rmfast's default strips (a BPE vocabulary writes most words
 with a leading space, and those are the words a reply starts with), leaves valence 0 out
-(it is neither sign), and z-scores within model × prompt so slopes compare across models.
+(it is neither sign), z-scores within model × prompt so slopes compare across models, and fits one row per
+word (its tokens' mean: " Love" and "love" are one observation, :func:`~rmfast.analysis.data.tokens.per_word`;
+the paper fits every token, which weights a word by its spellings and understates the SE).
 """
 
 from __future__ import annotations
@@ -29,14 +31,15 @@ from ..data.methods import check_method
 from ..stats.regression import ols
 from ..data.results import Result
 from ..data.scans import check_balance, select, validate_scans
-from ..data.tokens import drop_unscaled, join_words, standardize_scores, units
+from ..data.tokens import drop_unscaled, join_words, per_word, standardize_scores, units
 
 
 @dataclass(kw_only=True)
 class SentimentResult(Result):
     """Tables:
 
-    slopes:  model, prompt, framing, sign, n, n_words, slope, se, intercept, r, p_value, units
+    slopes:  model, prompt, framing, sign, n (rows fitted: words; tokens with method="paper"), n_words, slope, se,
+             intercept, r, p_value, units
     summary: framing, sign, n_models, mean_slope, se_slope   (per model: mean over the
              framing's prompts; then mean ± SE across models — the figure's diamonds)
     tokens:  model, prompt, framing, text, word, valence, score, value (the fitted rows)
@@ -108,7 +111,8 @@ def sentiment(df: pd.DataFrame, afinn=None, *, standardize: bool | None = None, 
     if tok.empty:
         raise UserError("no scored token matches the AFINN lexicon; are the texts words?")
     rows = []
-    for (m, p, s), g in tok.groupby(["model", "prompt", "sign"], sort=False):
+    fitted = tok if method == "paper" else per_word(tok, ["model", "prompt", "sign"], ledger)
+    for (m, p, s), g in fitted.groupby(["model", "prompt", "sign"], sort=False):
         fit = ols(g["value"], g["valence"]) if len(g) >= min_words else None
         row = {"model": m, "prompt": p, "framing": frame[p], "sign": s, "n": len(g),
                "n_words": g["word"].nunique(), "slope": np.nan, "se": np.nan,

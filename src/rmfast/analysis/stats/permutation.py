@@ -26,6 +26,8 @@ from itertools import combinations, permutations
 
 import numpy as np
 
+from ...errors import UserError
+
 MKINFER_R = 9999  # MKinfer::perm.t.test's default number of Monte-Carlo permutations
 #: rmfast's one default number of random permutations (every test, the CLI's --n-perm): the
 #: authors' 9,999, so p = (1 + hits) / 10,000 has a round denominator.
@@ -56,6 +58,18 @@ def welch_df(a: np.ndarray, b: np.ndarray) -> float:
     return float((sa + sb) ** 2 / (sa ** 2 / (len(a) - 1) + sb ** 2 / (len(b) - 1)))
 
 
+def check_n_perm(n_perm: int) -> None:
+    """A permutation test needs at least one relabelling (``n_perm=0`` gave p = 1.0, or an IndexError in RSA).
+
+    >>> check_n_perm(0)
+    Traceback (most recent call last):
+    ...
+    rmfast.errors.UserError: n_perm=0: a permutation test needs at least 1 relabelling; give n_perm >= 1
+    """
+    if not isinstance(n_perm, (int, np.integer)) or n_perm < 1:
+        raise UserError(f"n_perm={n_perm!r}: a permutation test needs at least 1 relabelling; give n_perm >= 1")
+
+
 def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = N_PERM,
                      seed: int = 0) -> dict:
     """Two-sided permutation Welch-t test of group A vs the rest (labels permuted).
@@ -67,6 +81,7 @@ def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = N_PE
     >>> r = permutation_test(v, a); r["exact"], round(r["p_value"], 3)
     (True, 0.1)
     """
+    check_n_perm(n_perm)
     values = np.asarray(values, dtype="float64")
     in_a = np.asarray(in_a, dtype=bool)
     n, na = len(values), int(in_a.sum())

@@ -48,18 +48,28 @@ def footrule(a, b, method: str = "rmfast") -> float:
 
 
 def ndcg(true, pred, k: int | None = None, method: str = "rmfast") -> float:
-    """NDCG@k of the order of ``pred`` with gains 2^true − 1 (``k=None``: every item).
+    """NDCG@k of the order of ``pred`` with gains 2^g − 1 (``k=None``: every item). ``method="paper"``: g = ``true``
+    as it is, the paper's code (a negative score is a negative gain: with an ideal DCG <= 0, 0.0 even for identical
+    rankings, which reward scores below zero give; scores past ~1000 overflow to NaN). ``"rmfast"``: g = ``true``
+    min-max scaled to [0, 1], so any score scale and sign ranks alike (NaN when ``true`` is constant).
 
     Items keep their input order among tied ``pred`` scores as pandas' default sort leaves
     them (the paper's order when the input is in its token-id order).
 
-    >>> ndcg([3.0, 2.0, 1.0], [3.0, 2.0, 1.0])
-    1.0
+    >>> ndcg([3.0, 2.0, 1.0], [3.0, 2.0, 1.0]), ndcg([-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0])
+    (1.0, 1.0)
+    >>> ndcg([-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0], method="paper")  # the paper's gains: all negative
+    0.0
     >>> round(ndcg([1.0, 3.0], [1.0, 3.0], k=1, method="paper"), 3)  # ideal from item 1 only
     7.0
     """
     check_method(method)
     true, pred = _pair(true, pred)
+    if method != "paper":
+        span = float(np.ptp(true)) if true.size else 0.0
+        if not span > 0:
+            return float("nan")
+        true = (true - true.min()) / span
     order = pd.Series(pred).sort_values(ascending=False).index.to_numpy()
     if k:
         order = order[:k]

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
-from .permutation import N_PERM
+from .permutation import N_PERM, check_n_perm
 
 PREDICTORS = ["same_base_family", "same_base", "same_developer", "params_similarity",
               "rank_similarity"]
@@ -89,6 +89,7 @@ def rsa_test(observed: pd.DataFrame, predictor: pd.DataFrame, *, n_perm: int = N
     """
     if alternative not in ("greater", "two-sided", "less"):
         raise UserError(f"alternative={alternative!r}; use greater, less or two-sided")
+    check_n_perm(n_perm)
     models = list(observed.index)
     pred = predictor.loc[models, models].to_numpy(dtype="float64")
     obs = observed.loc[models, models].to_numpy(dtype="float64")
