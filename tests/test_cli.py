@@ -212,6 +212,29 @@ def test_scan_resume_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "resumed.parquet.partial.npz").exists()
 
 
+def test_a_rerun_on_another_path_starts_afresh(tiny_dir, tmp_path, monkeypatch, capsys):
+    """A scan interrupted with --attention block-diagonal and rerun with the default form does not resume the old
+    rows (they would equal neither run): the checkpoint's run fields hold the path's decisions, and the rerun says
+    why it starts afresh; its scores are the uninterrupted default run's, bit for bit."""
+    from rmfast.scoring import batching
+
+    args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:512", "--batch-size", "64",
+            "--no-progress", "--top", "0"]
+    assert run(args + ["--out", str(tmp_path / "clean.parquet")], capsys)[0] == 0
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
+    restore = interrupt_scoring_at(monkeypatch, 5)
+    out = tmp_path / "resumed.parquet"
+    assert run(args + ["--attention", "block-diagonal", "--out", str(out)], capsys)[0] == 130
+    restore()
+    with pytest.warns(UserWarning, match=r"not resuming .*another path \(attention: block-diagonal -> cpu-flash"):
+        rc, _, se = run(args + ["--out", str(out)], capsys)
+    assert rc == 0, se
+    assert pd.read_json(str(out) + ".json", typ="series")["resumed_candidates"] == 0
+    np.testing.assert_array_equal(pd.read_parquet(out)["score"].to_numpy(),
+                                  pd.read_parquet(tmp_path / "clean.parquet")["score"].to_numpy())
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--token-ids", "10:5"], "needs A < B"),
     (["--template", "User: {prompt}\\nAssistant:"], "no {response} placeholder"),

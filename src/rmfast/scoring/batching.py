@@ -442,6 +442,10 @@ def _other_job(z, key: str, ids: np.ndarray, job: dict | None) -> str | None:
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if changed == ["model"] and _same_but_content(old["model"], new["model"]):
         return "the model's files (weights or config) changed since it was saved"
+    if changed == ["path"] and isinstance(old.get("path"), dict) and isinstance(new.get("path"), dict):
+        o, n = old["path"], new["path"]  # the decisions that differ, as they were and are
+        return "it was saved on another path (" + ", ".join(f"{k}: {o.get(k)} -> {n.get(k)}" for k in sorted(set(o) | set(n))
+                                                          if o.get(k) != n.get(k)) + ")"
     return f"it was saved for another {', '.join(changed) or 'job'}"
 
 

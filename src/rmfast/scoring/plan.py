@@ -115,11 +115,27 @@ def score_meaning(head: str, head_index: int = 0, random_head_seed: int | None =
     return f"the reward model's score head (output {head_index}), in its own units; higher = preferred"
 
 
+#: the plan's decisions that change a score's arithmetic (its last bits), and a text job's compat: a rerun that
+#: decides otherwise (another --attention, --compile or device kind) starts afresh rather than resume rows of
+#: another path, which would equal neither run (review 48c); the batch sizes are the checkpoint's own
+PATH_FIELDS = ("device", "compile", "kernels", "attention", "elementwise", "projections")
+
+
 def run_fields(manifest: dict) -> dict:
-    """The :data:`RUN_FIELDS` of a job's manifest. ``model`` is the loader's provenance, which names the
-    content (a GGUF's sha256, a hub revision, a folder's :func:`rmfast.loading.loader.content_sha256`): a model
-    whose weights changed is another job, never a resume of the old one's scores."""
-    return {k: manifest[k] for k in RUN_FIELDS if k in manifest}
+    """The :data:`RUN_FIELDS` of a job's manifest, its path (:data:`PATH_FIELDS` of its decisions; the device by
+    kind) and a text job's ``compat``. ``model`` is the loader's provenance, which names the content (a GGUF's
+    sha256, a hub revision, a folder's :func:`rmfast.loading.loader.content_sha256`): a model whose weights changed
+    is another job, never a resume of the old one's scores."""
+    out = {k: manifest[k] for k in RUN_FIELDS if k in manifest}
+    d = manifest.get("decisions") or {}
+    path = {k: d[k]["value"] for k in PATH_FIELDS if isinstance(d.get(k), dict) and "value" in d[k]}
+    if "device" in path:
+        path["device"] = str(path["device"]).split(":")[0]  # the kind: a resume on another GPU of one kind is fine
+    if path:
+        out["path"] = path
+    if "compat" in manifest:
+        out["compat"] = manifest["compat"]
+    return out
 
 
 def run_key(manifest: dict) -> str:
