@@ -385,6 +385,41 @@ def test_help_example_config_is_valid(tmp_path, capsys):
     assert textwrap.indent(example, "  ") in readme
 
 
+def test_a_model_whose_tokenizer_or_chat_template_changed_is_scored_again(models_dir, tmp_path, capsys, monkeypatch):
+    """A folder model's chat template edited between runs (its weights as they were): the finished parts were
+    scored with the old template, so they are scored again, not kept beside new parts on the new one. A hub id's
+    finished parts are kept only for the cache's commit they were scored at."""
+    import json
+    import shutil
+
+    from rmfast.loading import sources
+    from rmfast.sweep.config import load_config
+    from rmfast.sweep.runner import model_content
+
+    folder = tmp_path / "rm-t"
+    shutil.copytree(models_dir / "rm-a", folder)
+    shutil.copy(models_dir / "prompts.yaml", tmp_path / "prompts.yaml")
+    cfg = write_cfg(tmp_path, "tmpl.yaml", models=["./rm-t"], prompts={"g": PROMPTS["greatest"]},
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:20"}}})
+    store = tmp_path / "store"
+    assert run(["sweep", cfg, "--out", store, "--no-progress"], capsys)[0] == 0
+    template = lambda: json.loads(next(store.glob("parts/**/part.parquet.json")).read_text())["scan"]["template"]  # noqa: E731
+    old = template()
+    tc = json.loads((folder / "tokenizer_config.json").read_text())
+    tc["chat_template"] = "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\n{% endfor %}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(tc))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0 and "rm-t: its files changed since 1 finished part(s) were written" in se, se
+    assert template()["prefix_ids"] != old["prefix_ids"]  # the part now holds the new template's scores
+    assert run(["sweep", cfg, "--out", store, "--no-progress"], capsys)[0] == 0
+    assert "files changed" not in capsys.readouterr().err  # unchanged since: kept
+    m = load_config(cfg).models[0]
+    monkeypatch.setattr(m, "model", "acme/tiny-rm")
+    monkeypatch.setattr(sources, "hub_folder", lambda spec: (tmp_path, "c0ffee"))
+    assert model_content(m) == {"revision": "c0ffee"}
+
+
 def test_a_folder_model_edited_in_place_is_scored_again(models_dir, tmp_path, smol_tokenizer, capsys):
     """Finished parts are kept only for the weights they were scored from: a folder model re-saved in place
     with other weights (same shapes, same names, same config) gets its parts scored again, not reused; an

@@ -23,8 +23,8 @@ from . import custom_heads, registry
 from . import training_checkpoints as checkpoints
 from ..errors import UserError
 from .gguf import check_gguf_header, convert_gguf
-from .sources import (cache_root, cached_sha256, content_sha256, conversion_complete, converted_dir, embedded, hub_folder,
-                      model_name, quiet_transformers, single_gguf)
+from .sources import (TOKENIZER_FILES, cache_root, cached_sha256, content_sha256, conversion_complete, converted_dir,
+                      embedded, files_sha256, hub_folder, model_name, quiet_transformers, single_gguf)
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -586,6 +586,7 @@ def load(
         source["random_head_seed"] = None
     if source["type"] in ("folder", "hub"):  # hashed once loaded: a broken folder fails first, in one line
         source["content_sha256"] = content_sha256(folder, source["revision"], cache)
+        source["tokenizer_sha256"] = None if source["revision"] else files_sha256(folder, TOKENIZER_FILES, cache)
     if getattr(tokenizer, "chat_template", None):
         default_template = None
     return LoadedModel(model=model, tokenizer=tokenizer, kind=kind, source=source, default_template=default_template)

@@ -87,9 +87,13 @@ def cached_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
 
 
 #: the files of a model folder whose bytes decide its scores: its config and its weights (safetensors,
-#: and the pickles --allow-pickle reads). Tokenizer files decide ids, which a job's key holds already;
+#: and the pickles --allow-pickle reads). Tokenizer files decide ids (:data:`TOKENIZER_FILES`, hashed apart);
 #: a Trainer checkpoint's optimizer.pt and training_args.bin decide nothing and may be large.
 CONTENT_FILES = ("config.json", "adapter_config.json", "*.safetensors", "pytorch_model*.bin", "adapter_model.bin")
+#: the files of a model folder that decide its ids and its chat template: a sweep's finished parts are kept only
+#: while these are unchanged too (a job's checkpoint key holds the template's ids already)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "chat_template.jinja", "chat_template.json", "tokenizer.model", "vocab.json", "merges.txt")
 
 
 def content_sha256(folder: Path, revision: str | None = None, cache: Path | None = None) -> str | None:
@@ -103,8 +107,13 @@ def content_sha256(folder: Path, revision: str | None = None, cache: Path | None
     """
     if revision:
         return None
+    return files_sha256(folder, CONTENT_FILES, cache)
+
+
+def files_sha256(folder: Path, patterns, cache: Path | None = None) -> str:
+    """One sha256 over the name and :func:`cached_sha256` of each file of ``folder`` matching ``patterns``."""
     h = hashlib.sha256()
-    for f in sorted({f for pat in CONTENT_FILES for f in Path(folder).glob(pat) if f.is_file()}):
+    for f in sorted({f for pat in patterns for f in Path(folder).glob(pat) if f.is_file()}):
         h.update(f"{f.name}\0{cached_sha256(f, cache)}\n".encode())
     return h.hexdigest()
 

@@ -70,5 +70,7 @@ def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_
     placement = {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {}).items()}
     source.update(spec=spec, path=str(folder), sha256=None, alias=None, random_head_seed=None,
                   content_sha256=sources.content_sha256(folder, source.get("revision"), sources.cache_root(cache_dir)),
+                  tokenizer_sha256=None if source.get("revision") else sources.files_sha256(
+                      folder, sources.TOKENIZER_FILES, sources.cache_root(cache_dir)),
                   device_map=str(device_map), placement=sorted(set(placement.values())))
     return L.LoadedModel(model=model, tokenizer=tok, kind=kind, source=source, default_template=None)

@@ -451,7 +451,7 @@ def _other_job(z, key: str, ids: np.ndarray, job: dict | None) -> str | None:
 
 def _same_but_content(a, b) -> bool:
     """Two model provenances that differ only in what names their content (a folder edited in place)."""
-    content = ("content_sha256", "sha256", "revision")
+    content = ("content_sha256", "tokenizer_sha256", "sha256", "revision")
     return isinstance(a, dict) and isinstance(b, dict) and (
         {k: v for k, v in a.items() if k not in content} == {k: v for k, v in b.items() if k not in content})
 

@@ -51,6 +51,7 @@ PEFT/LoRA adapter checkpoints are merged onto their base (:mod:`rmfast.loading.t
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -220,7 +221,7 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
         changed = [p for p in mine if store.is_done(p) and not _same_content(store, p, content[p.model])]
         for name in dict.fromkeys(p.model for p in changed):
             _log(d, f"{name}: its files changed since {sum(p.model == name for p in changed)} finished part(s) were "
-                    "written; scoring them again (a part is never kept from other weights)")
+                    "written; scoring them again (a part is never kept from other weights, tokenizer or template)")
         models = {m.name: m for m in cfg.models}
         short = [p for p in mine if store.is_done(p) and not store.has_outputs(p, models[p.model].outputs())]
         if short:
@@ -336,25 +337,32 @@ def check_models(cfg: SweepConfig) -> None:
 
 def model_content(m: ModelCfg) -> dict | None:
     """What names a sweep model's files' content now, as its part manifests record it (the loader's
-    provenance): a folder's (or an adapter checkpoint's) ``content_sha256``, a GGUF file's ``sha256``.
-    None where only loading tells (an embedded alias, a hub id: their names fix the content)."""
-    from ..loading import loader
+    provenance): a folder's (or an adapter checkpoint's) ``content_sha256`` and ``tokenizer_sha256`` (its ids and
+    chat template), a GGUF file's ``sha256``, a cached hub id's ``revision`` (the cache's ``main`` moves with a new
+    download; looked up locally). None where only loading tells (an embedded alias: its package fixes the content)."""
+    from ..loading import loader, sources
 
     path = Path(os.path.expanduser(m.model))
     cache = loader.cache_root(m.cache_dir)
     if path.is_dir() and (path / "config.json").is_file() or is_adapter_folder(path):
-        return {"content_sha256": loader.content_sha256(path.resolve(), cache=cache)}
+        return {"content_sha256": loader.content_sha256(path.resolve(), cache=cache),
+                "tokenizer_sha256": sources.files_sha256(path.resolve(), sources.TOKENIZER_FILES, cache)}
     if path.is_file():
         return {"sha256": loader.cached_sha256(path, cache)}
+    if sources.embedded(m.model) is None and not path.exists():
+        with contextlib.suppress(UserError):
+            _, rev = sources.hub_folder(m.model)
+            return {"revision": rev} if rev else None
     return None
 
 
 def _same_content(store: Store, p: PartRef, content: dict | None) -> bool:
-    """Whether a finished part was scored from the files the model has now (True where that is unknown)."""
+    """Whether a finished part was scored from the files the model has now (True where that is unknown: a part
+    written before rmfast recorded a name, e.g. ``tokenizer_sha256``, is judged by the names it has)."""
     if not content:
         return True
     model = (store.done_manifest(p) or {}).get("model") or {}
-    return all(model.get(k) == v for k, v in content.items())
+    return all(model.get(k) == v for k, v in content.items() if k in model)
 
 
 def _free_memory() -> None:
