@@ -419,6 +419,10 @@ def test_categories_rank_within_all_uses_whole_vocabulary():
     assert w.loc["kind", "rank"] == 1 and w.loc["bold", "rank"] == 4
     assert w.loc["kind", "n_ranked"] == 5
     assert any("combined per word" in n for n in res.notes)
+    # ties among everything scored take their average rank, as among the matched words (was: the best of them)
+    df = _frame("m", BEST, ["kind", "x", "bold", "y"], [5.0, 4.0, 4.0, 4.0])
+    w = categories(df, dic, rank_within="all", mixed=False).words.set_index("word")
+    assert w.loc["bold", "rank"] == 3.0 == stats.rankdata([-5.0, -4.0, -4.0, -4.0])[2]
 
 
 # ---------------------------------------------------------------- extremes

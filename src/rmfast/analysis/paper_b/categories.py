@@ -205,7 +205,8 @@ def _rank_words(words, df, cats, method, rank_within, ledger) -> pd.DataFrame:
         full = {k: np.sort(g["score"].to_numpy()) for k, g in df.groupby(["model", "prompt"])}
         for m, p, s in words[["model", "prompt", "score"]].itertuples(index=False):
             arr = full[(m, p)]
-            ranks.append(1 + len(arr) - np.searchsorted(arr, s, side="right"))
+            hi, lo = np.searchsorted(arr, s, side="right"), np.searchsorted(arr, s, side="left")
+            ranks.append(1 + len(arr) - hi + (max(hi - lo, 1) - 1) / 2)  # ties: their average rank, as "matched"
             totals.append(len(arr))
         words["rank"] = np.asarray(ranks, dtype="float64")
         words["n_ranked"] = totals
