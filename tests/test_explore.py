@@ -241,6 +241,25 @@ def test_page_prints_every_score_with_three_decimals(tmp_path):
     assert json.loads(out.stdout) == ["-6.000", "-6.026", "0.500", "12.346", "-0.020", "1234.500", "0.000", ""]
 
 
+def test_page_shows_invisible_characters_as_the_report_does(tmp_path):
+    """A token of an NBSP, a zero-width space, an ideographic space or a line separator is escaped on the page as
+    the report's visible() escapes it (it was a blank cell); spaces inside and around a token as before."""
+    from importlib import resources
+
+    from rmfast.analysis.render.report_html import visible
+
+    node = shutil.which("node") or pytest.skip("node not installed (the browser test checks the page)")
+    toks = ["\u00a0", "\u200b", "\u3000", "\u2028", " a b ", "x\ty\n", "\x07", "é ✓", "∅", ""]
+    script = tmp_path / "vis.js"
+    script.write_text("globalThis.window = {};\n"
+                      "globalThis.document = {getElementById: () => ({textContent: '', dataset: {}})};\n"
+                      + resources.files("rmfast").joinpath("explorer", "explorer.js").read_text(encoding="utf-8")
+                      + f"\nconsole.log(JSON.stringify({json.dumps(toks)}.map(window.rmx.visible)));\n", encoding="utf-8")
+    out = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60, encoding="utf-8")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [visible(t) for t in toks]
+
+
 # ---------------------------------------------------------------- the page in a real browser
 def _browser():
     """A Chromium that Playwright can drive, or a skip (one line) saying what is missing."""
@@ -365,3 +384,22 @@ def test_a_zero_row_scan_is_named_not_left_out_silently(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "empty.parquet: a scan with no rows (org/rm-c, 'Best?') left out" in err, err
     assert any("a scan with no rows" in n for n in unpack(out.read_text(encoding="utf-8")).notes)  # on the page too
+
+
+def test_search_is_as_typed_and_ranks_count_the_rows_ranked(browser, tmp_path):
+    """The search box is not trimmed: " love" finds the word-start token only, a whitespace token can be found, and
+    "␣love" (what the grid shows) is " love". A histogram's "#rank / N" counts the rows ranked: a column's
+    duplicated strings are left out of both."""
+    df = pd.DataFrame({"model": "m", "prompt": "What is best?", "text": [" love", "love", "lovely", "   ", "x", "x"],
+                       "score": [3.0, 2.0, 1.0, 0.0, -1.0, -2.0]})
+    data = build_explorer(df, pairs=False)
+    path = tmp_path / "search.html"
+    path.write_text(render_html(data), encoding="utf-8")
+    page, _ = _open(browser, path)
+    found = lambda q: sorted(data.texts[i] for i in page.evaluate("(q) => (rmx.search(q), rmx.rows())", q))  # noqa: E731
+    assert found(" love") == found("␣love") == [" love"] and found("   ") == ["   "]
+    assert len(found("")) == 4  # the two "x" rows: a repeated string, dropped (the papers' rule)
+    page.evaluate("rmx.sortBy('c0')")  # column A is sorted best first already: one more is worst first
+    page.locator("#rows .row").nth(0).click()
+    assert page.locator("#hists .cap span").all_inner_texts()[0] == "0.000 · #4 / 4"  # was "#4 / 6"
+

@@ -270,3 +270,27 @@ def test_report_announces_each_section_on_stderr(tmp_path, capsys):
     assert "rmfast: report 2/7: Agreement between models" in err and "rmfast: wrote" in err
     assert main(["report", *map(str, files), "--out", out, "--n-perm", "20", "--no-progress", "--overwrite"]) == 0
     assert "rmfast: report" not in capsys.readouterr().err
+
+
+def test_rows_left_out_for_a_missing_score_are_in_the_page(tmp_path):
+    """Scan rows whose score is NaN are left out before any analysis: the page says so, with the count per model ×
+    prompt (it said so on stderr only, and the agreement section then blamed the join for the missing strings)."""
+    import json
+
+    rng = np.random.default_rng(0)
+    d = tmp_path / "scans"
+    d.mkdir()
+    words = [f"w{i}" for i in range(60)]
+    for m in ("org/a", "org/b", "org/c"):
+        s = rng.normal(size=len(words))
+        if m == "org/b":
+            s[:7] = np.nan
+        f = d / f"{m.replace('/', '_')}.parquet"
+        pd.DataFrame({"token_id": np.arange(len(words)), "text": words, "score": s}).to_parquet(f)
+        Path(str(f) + ".json").write_text(json.dumps({"model": {"name": m}, "prompt": BEST}))
+    out = tmp_path / "r.html"
+    assert main(["report", str(d), "--out", str(out), "--n-perm", "20", "--no-progress"]) == 0
+    page = out.read_text(encoding="utf-8")
+    head = page[:page.index("<nav>")]
+    assert "Left out before any analysis" in head and "Rows left out: 7" in head and "not finite" in head
+    assert "3 models" in head and "1 prompt;" in head

@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from os import PathLike
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
 from ..errors import UserError
 from ..io import atomic_write
 from . import registry
+from .data.ledger import Ledger
 from .render.report_html import img_html, table_html, visible
 
 _CSS = """
@@ -409,8 +411,10 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
                  framing=None, title: str = "rmfast report", source: str = "",
                  scores_source: str | None = None, human_source: str | None = None,
                  progress: bool = False, explorer: str | None = None, states=None, similarity_csv=None,
-                 states_layers: int | None = 6, states_rows: int | None = 4096) -> str:
-    """Run every applicable analysis on ``scans`` and return the report's HTML.
+                 states_layers: int | None = 6, states_rows: int | None = 4096, left_out=None) -> str:
+    """Run every applicable analysis on ``scans`` and return the report's HTML. ``left_out``: a
+    :class:`~rmfast.analysis.data.ledger.Ledger` of the rows the caller left out when reading the scans (a NaN
+    score); the page lists them with the rows left out here, before any section.
 
     ``human``: items with human scores (text, human_score) for the human comparison;
     ``metadata``: model metadata file/frame (labels, colours, RSA, groups);
@@ -447,7 +451,8 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
         "the scan frame given to build_report (source not stated)"
     human_source = human_source or (getattr(human, "attrs", {}).get(SOURCE_ATTR) if human is not None
                                     else None) or "the human frame given to build_report"
-    scans = validate_scans(scans)
+    led = Ledger().extend(left_out) if left_out is not None else Ledger()
+    scans = validate_scans(scans, ledger=led)
     meta = load_model_metadata(metadata) if metadata is not None else None
     styles = Styles.build(scans["model"].unique(), meta)
     prompts = list(pd.unique(scans["prompt"]))
@@ -456,7 +461,7 @@ def build_report(scans: pd.DataFrame, *, human: pd.DataFrame | None = None, meta
                 best, worst, scores_source, human_source, dict(states or {}), similarity_csv, states_layers,
                 states_rows)
     sections = _run_sections(_section_specs(x), x, progress)
-    return _page(title, source, scans, styles, sections, explorer)
+    return _page(title, source, scans, styles, sections, explorer, led)
 
 
 def _check_prompt_options(prompts: list[str], best, worst, framing) -> None:
@@ -524,13 +529,17 @@ def explorer_beside(report_path: str | PathLike) -> str | None:
     return None
 
 
-def _page(title, source, scans, styles, sections, explorer=None) -> str:
+def _page(title, source, scans, styles, sections, explorer=None, left_out=None) -> str:
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     models = ", ".join(styles.label[m] for m in styles.order)
+    n_p = scans["prompt"].nunique()
     head = (f"<h1>{html.escape(title)}</h1><p class='note'>Generated {now} by rmfast"
-            f"{' from ' + html.escape(source) if source else ''}. {len(styles.order)} models "
-            f"({html.escape(models)}); {scans['prompt'].nunique()} prompts; "
+            f"{' from ' + html.escape(source) if source else ''}. {len(styles.order)} model"
+            f"{'s' * (len(styles.order) != 1)} ({html.escape(models)}); {n_p} prompt{'s' * (n_p != 1)}; "
             f"{len(scans):,} scored rows.</p>")
+    if left_out is not None and (left_out.drops or left_out.notes):  # before any section: every section lacks them
+        head += ("<p class='note'>Left out before any analysis (every section's counts are without them):</p>"
+                 + _notes_html(SimpleNamespace(dropped=left_out.frame(), notes=left_out.notes)))
     if explorer:  # the explorer page (rmfast explore): every token, searchable
         head += (f'<p class="note">Browse every token, search and compare columns: <a href="{html.escape(explorer)}">'
                  f"{html.escape(explorer)}</a> (rmfast explore).</p>")

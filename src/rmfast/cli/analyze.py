@@ -497,7 +497,7 @@ def run_report(args) -> int:
                         best=prompt_text(data.scans, args.best), worst=prompt_text(data.scans, args.worst),
                         framing=framing,
                         title=args.title, source=data.source, scores_source=data.scores_source,
-                        human_source=data.human_source, progress=not args.no_progress,
+                        human_source=data.human_source, progress=not args.no_progress, left_out=data.left_out,
                         explorer=explorer_beside(args.out), states=states_beside(args.inputs or []),
                         similarity_csv=args.similarity, states_layers=args.states_layers or None,
                         states_rows=args.states_rows or None)

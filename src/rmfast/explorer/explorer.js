@@ -45,8 +45,15 @@
     const core = s.replace(/^ +| +$/g, "");
     const lead = s.length - s.replace(/^ +/, "").length;
     const trail = core ? s.length - s.replace(/ +$/, "").length : 0;
-    const esc = core.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) =>
-      ({ "\n": "\\n", "\t": "\\t", "\r": "\\r" })[c] || "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
+    // what Python's str.isprintable() rejects (control, format, separators but the space, unassigned), as repr()
+    // writes it: an NBSP or a zero-width space is as visible here as in the report
+    const esc = core.replace(/[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]/gu, (c) => {
+      if (c === " ") return c;
+      const named = { "\n": "\\n", "\t": "\\t", "\r": "\\r" }[c];
+      if (named) return named;
+      const cp = c.codePointAt(0), hex = (w) => cp.toString(16).padStart(w, "0");
+      return cp < 0x100 ? "\\x" + hex(2) : cp < 0x10000 ? "\\u" + hex(4) : "\\U" + hex(8);
+    });
     return "␣".repeat(lead) + esc + "␣".repeat(trail);
   }
   // Every score with 3 decimals, so a column reads "-6.000" beside "-6.026" (4 significant digits with the
@@ -239,9 +246,10 @@
   function update(opts) {
     const t0 = performance.now();
     if (opts && opts.search) {
-      const q = $("q").value.trim();
+      // as typed, never trimmed: " love" is the word-start token, not "love" too; "␣" (what the grid shows) is a space
+      const q = $("q").value.replace(/␣/g, " ");
       S.query = q;
-      const res = q ? searchMask(q) : { mask: null };
+      const res = q !== "" ? searchMask(q) : { mask: null };
       $("q").classList.toggle("bad", !!res.error);
       S.searchError = res.error || "";
       S.textMask = res.error ? null : res.mask;
@@ -303,7 +311,8 @@
       const x = ((value - h.lo) / (h.hi - h.lo)) * (W - 2) + 1;
       g.fillStyle = "#d0312d"; g.fillRect(x - 1, 0, 2, Hh);
       const rk = S.ranks[k][S.selected];
-      cap.textContent = `${fmtScore(value)} · #${fmtInt.format(rk)} / ${fmtInt.format(S.cols[k].rows)}`;
+      // out of the rows ranked: a column's ranks leave out its duplicated strings
+      cap.textContent = `${fmtScore(value)} · #${fmtInt.format(rk)} / ${fmtInt.format(S.cols[k].rows - S.cols[k].duplicated)}`;
     } else cap.textContent = S.selected >= 0 ? "absent" : "";
   }
   function select(i) {
