@@ -124,6 +124,25 @@ def test_init_text_and_restarts(smol_tokenizer, tmpl):
     assert res.config["length"] == len(init) != cfg.length  # the result's config says the length that ran
 
 
+def test_a_plain_template_with_a_space_before_the_response(smol_tokenizer):
+    """The embedded base models' default "User: {prompt}\nAssistant: {response}": the space before the response is
+    its first token's. GCG starts from random tokens (every candidate was rejected: decode(ids) rendered two spaces),
+    moves, and reports texts that render to exactly its ids, so scoring the reported text gives the reported score."""
+    plain = build_template(smol_tokenizer, PROMPT, template="User: {prompt}\nAssistant: {response}")
+    model = T.tiny("llama", "causal_lm")
+    res = run(model, smol_tokenizer, PROMPT, GCGConfig(length=3, steps=3, search_width=16, topk=16), progress=False,
+              template=plain)
+    assert res.n_evaluated > 1 and res.restarts[0]["best_text_exact"]
+    assert response_ids(smol_tokenizer, plain, res.best_text) == res.best_ids
+    assert float(hf_scores(model, plain, [response_ids(smol_tokenizer, plain, res.best_text)], head="logprob")[0]) \
+        == pytest.approx(res.best_score, abs=1e-4)
+    res = run(model, smol_tokenizer, PROMPT, GCGConfig(steps=2, search_width=16, topk=16, init="The best thing"),
+              progress=False, template=plain)
+    assert res.restarts[0]["init_text"] == "The best thing" and res.n_evaluated > 1  # no spurious leading space
+    rnd = random_search(model, smol_tokenizer, PROMPT, GCGConfig(length=3), 8, template=plain)
+    assert response_ids(smol_tokenizer, plain, rnd.best_text) == rnd.best_ids
+
+
 @pytest.mark.parametrize("bad, msg", [
     (dict(length=0), "length"), (dict(topk=0), "topk"), (dict(search_width=0), "search_width"),
     (dict(head="nope"), "head"), (dict(batch_size="x"), "batch_size"), (dict(compile="yes"), "compile='yes'"),

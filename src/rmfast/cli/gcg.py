@@ -140,8 +140,7 @@ def _random_baseline(lm, prompt: str, cfg, res, say: bool) -> dict:
     t0 = time.perf_counter()
     rcfg = dataclasses.replace(cfg, length=length, init=None, init_strings=None)
     rnd = random_search(lm.model, lm.tokenizer, prompt, rcfg, n)
-    text = lm.tokenizer.decode(rnd.best_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    return {"method": "random", "n_evaluated": rnd.n_evaluated, "best_ids": list(rnd.best_ids), "best_text": text,
+    return {"method": "random", "n_evaluated": rnd.n_evaluated, "best_ids": list(rnd.best_ids), "best_text": rnd.best_text,
             "best_score": rnd.best_score, "wall_s": round(time.perf_counter() - t0, 3)}
 
 

@@ -97,3 +97,4 @@ class RandomSearchResult:
     best_score: float
     n_evaluated: int
     scores: list[float]
+    best_text: str = ""  # the text that renders to best_ids in the template (else their decoded text)

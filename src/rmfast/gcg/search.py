@@ -71,6 +71,28 @@ def _decode(tokenizer, ids) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
+def _response_text(tokenizer, tmpl: Template, ids) -> str | None:
+    """The response text that renders, in the template, to exactly ``ids``: their decoded text, or that text without
+    its first space where the template's text before the response ends in a space the first token carries (a plain
+    "Assistant: {response}": " The" after "Assistant: " would render two spaces). None where neither does."""
+    ids = list(ids)
+    text = _decode(tokenizer, ids)
+    for t in (text, text[1:]) if text.startswith(" ") else (text,):
+        try:
+            if response_ids(tokenizer, tmpl, t) == ids:
+                return t
+        except UserError:
+            continue
+    return None
+
+
+def _text_of(tokenizer, tmpl: Template, ids) -> str:
+    """What a result reports as the text of ``ids``: :func:`_response_text`, else their decoded text (ids that no
+    text renders to, which ``retokenize_filter=False`` lets through: ``*_text_exact`` says so)."""
+    t = _response_text(tokenizer, tmpl, ids)
+    return _decode(tokenizer, ids) if t is None else t
+
+
 def allowed_tokens(tokenizer, n_vocab: int, *, allow_non_ascii: bool = False, allow_special: bool = False) -> torch.Tensor:
     """(n_vocab,) bool: which ids GCG may place in the response.
 
@@ -97,11 +119,7 @@ class _Retokenizer:
         self.tokenizer, self.tmpl = tokenizer, tmpl
 
     def __call__(self, ids) -> bool:
-        ids = list(ids)
-        try:
-            return response_ids(self.tokenizer, self.tmpl, _decode(self.tokenizer, ids)) == ids
-        except UserError:
-            return False
+        return _response_text(self.tokenizer, self.tmpl, ids) is not None
 
 
 # --------------------------------------------------------------------------------------------
@@ -445,9 +463,10 @@ def _restart(s: _Search, r: int, bar) -> dict:
     return {
         "seed": cfg.seed + r,
         "init_ids": list(start_ids),
-        "init_text": _decode(s.tokenizer, start_ids),
+        "init_text": _text_of(s.tokenizer, s.tmpl, start_ids),
         "best_ids": best_ids,
-        "best_text": _decode(s.tokenizer, best_ids),
+        "best_text": _text_of(s.tokenizer, s.tmpl, best_ids),
+        "best_text_exact": _response_text(s.tokenizer, s.tmpl, best_ids) is not None,
         "best_score": best_s,
         "trajectory": traj,
         "evaluated": evals,
@@ -541,7 +560,7 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     wall = time.perf_counter() - t0
     return GCGResult(
         best_ids=list(best_ids),
-        best_text=_decode(tokenizer, best_ids),
+        best_text=_text_of(tokenizer, s.tmpl, best_ids),
         best_score=best_s,
         best_score_reference=ref,
         trajectory=restarts[best_r]["trajectory"],
@@ -606,4 +625,5 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
         raise UserError(f"random search: every candidate scored NaN or inf ({len(keep)} evaluated): no best to "
                         "report; an overflow in the model's dtype does this: try --dtype float32")
     i = int(torch.argmax(ranked))
-    return RandomSearchResult(best_ids=keep[i], best_score=float(scores[i]), n_evaluated=len(keep), scores=scores.tolist())
+    return RandomSearchResult(best_ids=keep[i], best_score=float(scores[i]), n_evaluated=len(keep), scores=scores.tolist(),
+                              best_text=_text_of(tokenizer, tmpl, keep[i]))
