@@ -160,6 +160,34 @@ def test_implicit_from_models_matches_logprobs(pair):
         implicit(la, logprobs(mb, tok, "Other?"))
 
 
+def test_the_raw_prompt_is_raw_for_a_chat_model_too(pair):
+    """template 'raw' (the CLI's --template-a/-b raw) is the raw prompt with BOS even where the tokenizer has a chat
+    template (it was read as the default: chat template + generation prompt); its log-probs are a plain HF forward
+    of those ids."""
+    (ma, tok), _ = pair
+    r = implicit(pair[0], pair[1], PROMPT, template_a="raw")
+    assert r.manifest["a"]["template"]["kind"] == "raw_prompt"
+    ids = tok(PROMPT, add_special_tokens=True)["input_ids"]
+    assert r.manifest["a"]["template"]["prefix_ids"] == ids
+    with torch.no_grad():
+        want = torch.log_softmax(ma(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
+    row = r.table.set_index("text").loc[" love"]
+    assert row["logp_a"] == pytest.approx(float(want[int(row["token_id_a"])]), abs=1e-4)
+
+
+def test_a_scan_of_another_quantity_is_not_joined(pair):
+    """A scan made with --head logprob holds log p(token + end of turn), not the next token's log-probability: it
+    is refused as a side, as a reward scan is; --exclude-special cannot filter a file already made."""
+    (ma, tok), _ = pair
+    la = logprobs(ma, tok, PROMPT)
+    other = sr(la.texts, la.scores, la.token_ids)
+    other.manifest["head"] = "logprob"
+    with pytest.raises(UserError, match="token \\+ end of turn"):
+        implicit(la, other)
+    with pytest.raises(UserError, match="exclude-special|exclude_special"):
+        implicit(la, la, exclude_special=True)
+
+
 def test_read_paper_b_prompts(shared_data):
     from rmfast.analysis.data.framing import prompt_framing
 

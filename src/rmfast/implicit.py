@@ -212,7 +212,7 @@ def _model_name(m: dict, fallback: str) -> str:
 
 def _as_logprobs(side, prompt, template, system, exclude_special):
     """A ScanResult of next-token log-probs from a ScanResult or a LoadedModel / (model, tokenizer)."""
-    from .logprobs import logprobs
+    from .logprobs import HEAD, logprobs
     from .scoring.pipeline import ScanResult
 
     if isinstance(side, ScanResult):
@@ -220,9 +220,13 @@ def _as_logprobs(side, prompt, template, system, exclude_special):
         if prompt is not None and got is not None and got != prompt:
             raise UserError(f"a log-prob result is for the prompt {got!r}, not {prompt!r}")
         head = side.manifest.get("head")
-        if head == "score":
-            raise UserError("an input scan holds reward scores (head 'score'), not log-probabilities; "
-                            "make it with 'rmfast logprobs'")
+        if head not in (None, HEAD):  # a scan's 'logprob' is log p(token + end of turn): another quantity
+            raise UserError(f"an input scan holds {'reward scores' if head == 'score' else 'log p(token + end of turn)'} "
+                            f"(head {head!r}), not next-token log-probabilities; make it with `rmfast logprobs`")
+        if exclude_special:
+            raise UserError("--exclude-special filters a model's vocabulary before its log-probs are computed; a "
+                            "log-prob file is already made: make it with `rmfast logprobs --exclude-special`, or drop "
+                            "the flag")
         return side
     if hasattr(side, "model") and hasattr(side, "tokenizer"):
         model, tok, info = side.model, side.tokenizer, getattr(side, "source", None)
@@ -482,7 +486,7 @@ def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None
     """Big Two (agency vs communion) on the embedded pair: SmolLM2-135M-Instruct (a) vs Gemma 3 270M (b).
 
     SmolLM2 gets its chat template + generation prompt; Gemma (a base model) gets
-    ``template_b`` (default ``"User: {prompt}\\nAssistant:"``; None = the raw prompt). Words
+    ``template_b`` (default ``"User: {prompt}\\nAssistant:"``; None or ``"raw"`` = the raw prompt). Words
     are joined with ``join="word"`` (max log-probability over the single-token spellings of a
     word) so each model is scored on its natural spelling. Multi-token words cannot be seen by
     a next-token lens and drop out (counted in ``coverage``). Returns a dict with the result,
@@ -512,7 +516,7 @@ def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None
     c0 = res.manifest["counts"][0]
     scores = [f"log p {na}", f"log p {nb}", f"log ratio ({na} - {nb})", f"MWLR ({na} vs {nb})"]
     text = "\n".join([
-        f"a = {na} (chat template + generation prompt); b = {nb} ({'template ' + repr(template_b) if template_b else 'raw prompt'})",
+        f"a = {na} (chat template + generation prompt); b = {nb} ({'template ' + repr(template_b) if template_b not in (None, 'raw') else 'raw prompt'})",
         f"{len(prompts)} prompt(s); join on normalised words, max log-prob per word",
         f"shared words per prompt: {c0['shared']} (a: {c0['strings_a']} words from {c0['tokens_a']} tokens, "
         f"{c0['dropped_a']} not in b; b: {c0['strings_b']} words from {c0['tokens_b']} tokens, {c0['dropped_b']} not in a)",

@@ -63,11 +63,16 @@ def _chat_ids(tokenizer, prompt: str, system: str | None, chat_template: str | N
     return [int(i) for i in out]
 
 
+#: the ``template`` that asks for the raw prompt (BOS + the prompt's tokens), even where the tokenizer has a chat template
+RAW = "raw"
+
+
 def prompt_ids(tokenizer, prompt: str, *, template: str | None = None, system: str | None = None) -> tuple[list[int], dict]:
     """The ids that precede the first response token, and a manifest entry describing them.
 
     See the module docstring for the four cases (chat template + generation prompt, Jinja
-    template, plain format with or without ``{response}``, raw prompt).
+    template, plain format with or without ``{response}``, raw prompt: a base model's default, or
+    ``template=RAW`` for any model).
 
     >>> ids, info = prompt_ids(tok, "Best thing?", template="User: {prompt}\\nAssistant:")  # doctest: +SKIP
     >>> info["kind"]  # doctest: +SKIP
@@ -75,7 +80,11 @@ def prompt_ids(tokenizer, prompt: str, *, template: str | None = None, system: s
     """
     if prompt is None or not prompt.strip():
         raise UserError("the prompt is empty; pass --prompt 'What, in one word, is the greatest thing ever?'")
-    if template is not None and is_plain_format(template):
+    if template == RAW:  # asked for: the raw prompt whether or not the tokenizer has a chat template
+        if system is not None:
+            raise UserError("--system needs a chat template or a --template with a {system} placeholder, not 'raw'")
+        ids, kind = list(tokenizer(prompt, add_special_tokens=True)["input_ids"]), "raw_prompt"
+    elif template is not None and is_plain_format(template):
         tmpl = build_template(tokenizer, prompt, template=template, system=system)
         ids, kind = list(tmpl.prefix_ids), "plain_prefix"
     elif template is not None and "{prompt}" in template and "{%" not in template and "{{" not in template:

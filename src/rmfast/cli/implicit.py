@@ -56,7 +56,7 @@ def run(args) -> int:
     if args.demo:
         r = agency_communion_demo(prompts_yaml=args.prompts_yaml, dictionary=args.dictionary, prompt_ids=args.prompt_id,
                                   out=args.out, overwrite=args.overwrite, cache_dir=args.cache_dir,
-                                  template_b=None if args.template_b == "raw" else (_tmpl(args.template_b) or DEMO_TEMPLATE_B))
+                                  template_b=_tmpl(args.template_b) or DEMO_TEMPLATE_B)
         print(r["text"])
         if args.out:
             print(f"\nwrote {args.out}, {args.out}.json and {args.out}.categories.csv")
@@ -123,7 +123,9 @@ def run(args) -> int:
 
 
 def _tmpl(t):
-    return None if t in (None, "raw") else unescape(t)
+    from ..logprobs import RAW
+
+    return RAW if t == "raw" else None if t is None else unescape(t)  # raw: the raw prompt, chat template or not
 
 
 def register(sub) -> None:
