@@ -60,7 +60,7 @@ def pick_prompts(prompts, best: str | None, worst: str | None, framing=None) -> 
                                 f"--framing PROMPT={kind})")
             if len(found) != 1:
                 raise UserError(f"need one {kind} ('{label}') prompt, found {len(found)} ({found}); "
-                                f"name it with {label}= / --{label}")
+                                f"name it with --{label}")
             given = found[0]
         picked.append(given)
     best, worst = picked
