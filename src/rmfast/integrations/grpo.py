@@ -39,6 +39,7 @@ import warnings
 from ..errors import UserError
 from ..scoring.batching import nonfinite_line
 from ..scoring.scorer import RewardScorer, as_conversation
+from .remote import RemoteScorer, is_url
 
 #: what the adapter does with a NaN or infinite score (the module doc's rule)
 NONFINITE = ("raise", "warn")
@@ -127,7 +128,11 @@ def rmfast_reward(model, *, name: str = "rmfast", nonfinite: str = "raise", **sc
     (TRL skips it); a NaN or infinite score raises (``nonfinite="raise"``) or warns and gives None
     (``"warn"``), the module doc's rule; a completion that merges with the template is scored as the
     template renders it (``compat="decode-retokenize"`` on every call, a scorer passed in included), never
-    refused mid-training."""
+    refused mid-training. ``model`` an address (``"http://host:port"``): the scores come from ``rmfast serve`` there
+    (:class:`rmfast.integrations.remote.RemoteScorer`; ``api_key=``, ``timeout_s=``, ``retries=``), not a local model;
+    a non-finite score is then the server's error (it never answers one), which stops training."""
+    if is_url(model):
+        return GRPOReward(RemoteScorer(model, **scorer_kw), name, nonfinite)
     if isinstance(model, RewardScorer) and scorer_kw:  # a scorer is made already: its options are its own
         raise UserError(f"rmfast_reward: {', '.join(sorted(scorer_kw))} apply when rmfast_reward makes the scorer; "
                         "this RewardScorer is made already: pass them to RewardScorer(...) instead")

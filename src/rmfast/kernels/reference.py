@@ -38,6 +38,7 @@ def shared_prefix_attention(
     scale: float,
     softcap: float | None = None,
     window: int | None = None,
+    rows=None,
 ) -> torch.Tensor:
     """Attention of each row's suffix queries over ONE shared prompt K/V plus the row's own suffix.
 
@@ -48,7 +49,9 @@ def shared_prefix_attention(
     masked, and soft-maxed in fp32 over prefix ⊕ suffix keys.
 
     The prefix product is a GEMM against the single shared copy: queries of all rows are stacked
-    into the M dimension, so the prompt's K/V is read once per kv head, never copied per row.
+    into the M dimension, so the prompt's K/V is read once per kv head, never copied per row. ``rows``
+    (a rows rule, :func:`linear_rows`): those two GEMMs run in fixed chunks of :data:`ATTN_ROWS` rows
+    whatever the rule's form, so a row's attention does not depend on how many rows share the batch.
 
     Example:
         >>> import torch
@@ -71,9 +74,11 @@ def shared_prefix_attention(
 
     # (Hkv, B*G*Sq, D): all rows' queries for one kv head form one GEMM operand.
     qg = q.view(B, Hkv, G, Sq, D).permute(1, 0, 2, 3, 4).reshape(Hkv, B * G * Sq, D)
-    s_pre = torch.bmm(qg, kp.transpose(1, 2))  # (Hkv, B*G*Sq, P')
+    s_pre = _bmm_rows(qg, kp.transpose(1, 2), rows)  # (Hkv, B*G*Sq, P')
     s_pre = s_pre.view(Hkv, B, G, Sq, Pp).permute(1, 0, 2, 3, 4)  # (B, Hkv, G, Sq, P')
     qs = q.reshape(B, Hkv, G * Sq, D)
+    if rows is not None:  # one layout whatever B: a strided view's batched GEMM takes a path that follows B
+        qs, k_suffix, v_suffix = qs.contiguous(), k_suffix.contiguous(), v_suffix.contiguous()
     s_suf = torch.matmul(qs, k_suffix.transpose(2, 3)).view(B, Hkv, G, Sq, S)  # (B, Hkv, G, Sq, S)
 
     scores = torch.cat([s_pre, s_suf], dim=-1) * scale  # (B, Hkv, G, Sq, P'+S), q.dtype
@@ -85,8 +90,10 @@ def shared_prefix_attention(
     probs = torch.softmax(scores, dim=-1).to(q.dtype)  # (B, Hkv, G, Sq, P'+S)
 
     p_pre = probs[..., :Pp].permute(1, 0, 2, 3, 4).reshape(Hkv, B * G * Sq, Pp)
-    out = torch.bmm(p_pre, vp).view(Hkv, B, G, Sq, D).permute(1, 0, 2, 3, 4)  # (B, Hkv, G, Sq, D)
+    out = _bmm_rows(p_pre, vp, rows).view(Hkv, B, G, Sq, D).permute(1, 0, 2, 3, 4)  # (B, Hkv, G, Sq, D)
     p_suf = probs[..., Pp:].reshape(B, Hkv, G * Sq, S)
+    if rows is not None:
+        p_suf = p_suf.contiguous()
     out = out + torch.matmul(p_suf, v_suffix).view(B, Hkv, G, Sq, D)
     return out.reshape(B, H, Sq, D).transpose(1, 2)  # (B, Sq, H, D)
 
@@ -130,11 +137,14 @@ def rmsnorm_head(
     *,
     gemma_style: bool,
     fp32: bool = False,
+    rows=None,
 ) -> torch.Tensor:
     """Final norm + K-output linear head at the selected rows: x (N, D) -> (N, K) fp32.
 
     fp32=False rounds where HF does (normed rows and head output in x.dtype); fp32=True keeps the
     normed rows in fp32 and runs the head on fp32 copies of its weights (output not rounded).
+    ``rows``: how the head's GEMM cuts its rows (:func:`linear_rows`; None: one GEMM). A head of one
+    output is a matrix-vector product, whose kernel the libraries choose by N.
 
     Example:
         >>> import torch
@@ -142,10 +152,59 @@ def rmsnorm_head(
         torch.Size([3, 1])
     """
     y = rmsnorm(x, norm_weight, eps, gemma_style=gemma_style, fp32=fp32)  # (N, D)
-    out = y @ head_weight.to(y.dtype).t()
+    if rows is None:
+        out = y @ head_weight.to(y.dtype).t()
+    else:  # the head's own rule: chunks of a fixed size whatever the body's (N rows only: cheap)
+        out = linear_rows(y, head_weight.to(y.dtype), None, ("chunk", HEAD_ROWS))
     if head_bias is not None:
         out = out + head_bias.to(y.dtype)
     return out.float()
+
+
+#: the score head's rows per GEMM under a fixed-rows rule (:func:`rmsnorm_head`)
+HEAD_ROWS = 64
+#: the prefix attention's rows per GEMM under a fixed-rows rule (:func:`shared_prefix_attention`)
+ATTN_ROWS = 256
+
+
+def _bmm_rows(a: torch.Tensor, b: torch.Tensor, rule) -> torch.Tensor:
+    """``torch.bmm(a, b)``: a (Bt, M, K), b (Bt, K, N) -> (Bt, M, N); under a rows rule in chunks of exactly
+    :data:`ATTN_ROWS` rows of M (the last padded), so each row's result is its own."""
+    if rule is None:
+        return torch.bmm(a, b)
+    Bt, M, K = a.shape
+    Mp = -(-M // ATTN_ROWS) * ATTN_ROWS
+    a = torch.cat([a, a.new_zeros(Bt, Mp - M, K)], 1) if Mp > M else a.contiguous()  # (Bt, Mp, K)
+    return torch.cat([torch.bmm(a[:, i:i + ATTN_ROWS], b) for i in range(0, Mp, ATTN_ROWS)], 1)[:, :M]
+
+
+def linear_rows(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rule) -> torch.Tensor:
+    """``F.linear`` with its rows cut by ``rule`` (:func:`rmfast.fast.ops.gemm_rows`): x (..., K) -> (..., N).
+
+    ``("pad", m)``: one GEMM over max(M, m) rows (zero rows added); ``("chunk", c)``: GEMMs of exactly c rows.
+    A GEMM of a fixed shape gives every row the same arithmetic wherever it sits, so under "chunk" a row's
+    result is the same whatever else is in the batch; "pad" is that only where the library's kernel for
+    m rows and more does not change with M (measured: :func:`rmfast.serve.core.probe_gemm_rows`).
+
+    >>> x, w = torch.randn(5, 8), torch.randn(3, 8)
+    >>> a = linear_rows(x, w, None, ("chunk", 4))
+    >>> a.shape, torch.equal(linear_rows(x[2:3], w, None, ("chunk", 4)), a[2:3])
+    (torch.Size([5, 3]), True)
+    """
+    kind, m = rule
+    lead, K = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, K).contiguous()  # (M, K); a strided view would take another kernel than a padded copy
+    M = x2.shape[0]
+    Mp = max(M, m) if kind == "pad" else -(-M // m) * m
+    if Mp > M:
+        x2 = torch.cat([x2, x2.new_zeros(Mp - M, K)])  # (Mp, K)
+    if kind == "pad":
+        out = torch.nn.functional.linear(x2, w, b)  # (Mp, N)
+    elif kind == "chunk":
+        out = torch.cat([torch.nn.functional.linear(x2[i:i + m], w, b) for i in range(0, Mp, m)])  # (Mp, N)
+    else:
+        raise ValueError(f"unknown rows rule {rule!r}")
+    return out[:M].reshape(*lead, w.shape[0])
 
 
 def lse_update(

@@ -36,12 +36,15 @@ from .batching import MEM_FRACTION, auto_batch_size, available_memory, cap_batch
 from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
 
 #: the jobs a plan is made for (the manifest's ``decisions.job``)
-JOBS = ("scan", "texts", "gcg", "random-search", "sweep", "bench", "scorer", "trl", "logprobs", "implicit", "audit")
+JOBS = ("scan", "texts", "gcg", "random-search", "sweep", "bench", "scorer", "trl", "logprobs", "implicit", "audit",
+        "serve")
 #: jobs that run the eager layer whatever ``compile`` says, and why (never a job's size: its kind)
 EAGER_JOBS = {
     "scorer": "RewardScorer: every conversation's prompt is another shape, and each shape would be a compile",
     "audit": "the bf16 audit rescores its rows once, in one batch, on an fp32 copy: a compile would not be repaid",
     "logprobs": "next-token log-probs run the model's own forward",
+    "serve": "the reward server: every prompt and batch width is another shape, and its GEMMs keep fixed rows "
+             "(rmfast.serve.core), which a compiled graph would not",
 }
 #: jobs where ``compile=auto`` means eager (``on`` still compiles), and why
 AUTO_EAGER_JOBS = {

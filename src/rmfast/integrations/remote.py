@@ -1,0 +1,95 @@
+"""Clients of ``rmfast serve`` (:mod:`rmfast.serve`): a scorer with :class:`rmfast.scoring.scorer.RewardScorer`'s
+``score`` that calls the server instead of a local model, for TRL's GRPO (``rmfast_reward("http://host:port")``,
+:mod:`rmfast.integrations.grpo`) and any other Python caller in another process or on another machine.
+
+The server answers the same bits as it would for any other batch (docs/serving.md), so a reward computed over
+HTTP equals the server's in-process score; against a local ``RewardScorer`` it agrees to rounding (another batch
+shape), bit for bit in fp32 where the server's probe chose one-GEMM rows and the batch shapes match.
+
+>>> RemoteScorer("localhost:8000")
+Traceback (most recent call last):
+rmfast.errors.UserError: url 'localhost:8000': give the server's address as http://host:port (or https://...)
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import UserError
+
+#: the API key's environment variable (as the server's)
+API_KEY_ENV = "RMFAST_API_KEY"
+
+
+def is_url(x) -> bool:
+    """Whether ``x`` names a server (http:// or https://) rather than a model."""
+    return isinstance(x, str) and x.startswith(("http://", "https://"))
+
+
+def _headers(api_key: str | None) -> dict:
+    key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _error_line(status: int, text: str) -> str:
+    try:
+        import json
+
+        return json.loads(text)["error"]["message"]
+    except Exception:
+        return text.strip().splitlines()[0][:300] if text.strip() else f"HTTP {status}"
+
+
+class RemoteScorer:
+    """``score(conversations, responses)`` over HTTP (``POST /v1/score``), shaped as ``RewardScorer.score``.
+
+    Args:
+        url: the server, ``http://host:port``.
+        api_key: the server's key (default: $RMFAST_API_KEY, else none).
+        timeout_s: per request (default 180 s, OpenRLHF's).
+        retries: tries on a connection error, 429 (after its Retry-After) or 503 (default 5).
+    """
+
+    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 180.0, retries: int = 5):
+        if not is_url(url):
+            raise UserError(f"url {url!r}: give the server's address as http://host:port (or https://...)")
+        self.url, self.timeout_s, self.retries = url.rstrip("/"), float(timeout_s), max(1, int(retries))
+        self.headers = _headers(api_key)
+
+    def score(self, conversations, responses, *, nonfinite: str = "warn", compat: str | None = None, **_ignored):
+        """Scores of ``responses[i][j]`` to ``conversations[i]``, the same shape; a server error is one UserError.
+        ``compat``: "decode-retokenize" scores a response that merges with the template as the template renders it."""
+        import time
+
+        import httpx
+
+        body = {"conversations": [{"prompt": c if isinstance(c, (str, list)) else _as_messages(c), "responses": list(r)}
+                                  for c, r in zip(conversations, responses)]}
+        if compat not in (None, "own"):
+            body["compat"] = compat
+        last = None
+        for attempt in range(self.retries):
+            try:
+                r = httpx.post(f"{self.url}/v1/score", json=body, headers=self.headers, timeout=self.timeout_s)
+            except httpx.HTTPError as e:
+                last = f"{type(e).__name__}: {e}"
+                time.sleep(min(2 ** attempt, 10))
+                continue
+            if r.status_code in (429, 503) and attempt + 1 < self.retries:
+                last = _error_line(r.status_code, r.text)
+                time.sleep(float(r.headers.get("retry-after", 1)))
+                continue
+            if r.status_code != 200:
+                raise UserError(f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
+            return r.json()["scores"]
+        raise UserError(f"rmfast serve at {self.url}: no answer after {self.retries} tries ({last})")
+
+
+def _as_messages(conv) -> list[dict]:
+    """A :class:`rmfast.scoring.conversation.Conversation` as chat messages (what /v1/score takes)."""
+    from ..scoring.conversation import messages_of
+
+    return messages_of(conv)
+
+
+__all__ = ["RemoteScorer", "is_url"]

@@ -1,0 +1,77 @@
+"""verl's custom reward function, backed by ``rmfast serve``: ``compute_score`` posts the sample to the server's
+``/v1/score`` and returns its score.
+
+In the trainer's config (docs/serving.md)::
+
+    custom_reward_function:
+      path: /path/to/site-packages/rmfast/integrations/verl.py   # python -c "import rmfast.integrations.verl as v; print(v.__file__)"
+      name: compute_score
+      reward_kwargs:
+        url: http://127.0.0.1:8000
+
+verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`` per sample (its
+reward loop awaits an ``async def``). The reward model needs the prompt the response answers: it is read from
+``extra_info`` (``prompt``, a string or chat messages; else ``question``), or given as ``prompt=``. The server
+gathers the samples of a GRPO group, however verl interleaves them, and encodes their prompt once.
+
+For verl's own reward-model worker that calls a vLLM server's ``/classify`` with the text already in the RM's
+template, point it at ``rmfast serve`` instead: the route and its JSON are vLLM's.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import UserError
+from .remote import API_KEY_ENV, _error_line, _headers
+
+#: where the server is, when ``reward_kwargs`` do not say (``url``)
+URL_ENV = "RMFAST_URL"
+
+
+def _prompt_of(extra_info, prompt):
+    if prompt is not None:
+        return prompt
+    info = extra_info or {}
+    for k in ("prompt", "question", "raw_prompt"):
+        v = info.get(k) if hasattr(info, "get") else None
+        if isinstance(v, (str, list)) and v:
+            return [dict(m) for m in v] if isinstance(v, list) else v
+    raise UserError("rmfast verl reward: no prompt for this sample: put it in the dataset's extra_info['prompt'] "
+                    "(a string or chat messages), or pass prompt=")
+
+
+async def compute_score(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None, *,
+                        url: str | None = None, api_key: str | None = None, prompt=None, timeout_s: float = 180.0,
+                        retries: int = 5, **_ignored) -> float:
+    """The reward model's score of ``solution_str`` as the answer to the sample's prompt (module doc). A server error
+    is one UserError naming it (a non-finite score is one: never a silent 0)."""
+    import asyncio
+
+    import httpx
+
+    url = (url or os.environ.get(URL_ENV) or "").rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"rmfast verl reward: give the server as reward_kwargs url: http://host:port (or ${URL_ENV})")
+    body = {"conversations": [{"prompt": _prompt_of(extra_info, prompt), "responses": [solution_str]}],
+            "compat": "decode-retokenize"}  # a sampled response never stops training
+    last = None
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        for attempt in range(max(1, int(retries))):
+            try:
+                r = await client.post(f"{url}/v1/score", json=body, headers=_headers(api_key))
+            except httpx.HTTPError as e:
+                last = f"{type(e).__name__}: {e}"
+                await asyncio.sleep(min(2 ** attempt, 10))
+                continue
+            if r.status_code in (429, 503) and attempt + 1 < retries:
+                last = _error_line(r.status_code, r.text)
+                await asyncio.sleep(float(r.headers.get("retry-after", 1)))
+                continue
+            if r.status_code != 200:
+                raise UserError(f"rmfast serve at {url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
+            return float(r.json()["scores"][0][0])
+    raise UserError(f"rmfast serve at {url}: no answer after {retries} tries ({last})")
+
+
+__all__ = ["compute_score", "API_KEY_ENV", "URL_ENV"]

@@ -1,0 +1,318 @@
+"""The server's routes (FastAPI): each client's own request and response shapes, one scoring core behind them.
+
+- ``POST /get_reward``: OpenRLHF's remote reward model (``--reward.remote_url http://host:port/get_reward``):
+  ``{"query": [text], "prompts": [text], "labels": [...]}`` -> ``{"rewards", "scores", "extra_logs"}``. A query is
+  tokenized as OpenRLHF's own ``serve_rm`` does (the RM's tokenizer, no added special tokens) and scored at its
+  final position. The query carries the *policy's* chat template: with ``rerender`` on, a query that splits into
+  turns of a known template (:mod:`rmfast.serve.turns`) is rendered again with the RM's own; otherwise it is scored
+  as sent.
+- ``POST /classify``: vLLM's pooling route, as verl's reward loop calls it (``{"model", "input", "use_activation"}``,
+  the input already in the RM's template, its BOS stripped because the server adds it): ``data[i].probs`` holds
+  the head's raw output where ``use_activation`` is false, its sigmoid where true (a softmax of one logit is 1.0).
+- ``POST /v1/score``, ``POST /v1/rerank``: rmfast's own, conversations and responses templated as
+  :class:`rmfast.scoring.scorer.RewardScorer` does (each response's ids in context).
+- ``GET /health``, ``GET /v1/models`` (the model, its revision, the score's meaning and every decision with its
+  reason), ``GET /metrics`` (Prometheus text).
+
+Every error is one JSON line ``{"error": {"message", "code"}}`` with its status (400 malformed, 422 a wrong field,
+413 too long, 429 queue full with ``Retry-After``, 504 past the timeout, 503 draining, 401 no or a wrong key, 500 a
+non-finite score naming the model) and one log line; never a traceback to the client.
+"""
+
+# no `from __future__ import annotations`: FastAPI reads the route functions' annotations as objects (the body
+# models are made inside build_app, so that importing this module needs neither FastAPI nor pydantic)
+
+import asyncio
+import hmac
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from ..errors import UserError
+from ..scoring.candidates import tokenize_rows
+from ..scoring.conversation import as_conversation
+from ..template import build_template
+from .core import ServeCore
+from .metrics import Metrics
+from .scheduler import Draining, QueueFull, Scheduler
+from .turns import rerender_query
+
+log = logging.getLogger("rmfast.serve")
+
+#: the routes that need the API key (``/health`` answers anyone: load balancers and readiness probes)
+OPEN_ROUTES = ("/health",)
+
+
+@dataclass
+class ServeConfig:
+    """The server's own settings (the scoring options live in the core)."""
+
+    name: str = "model"
+    revision: str | None = None
+    api_key: str | None = None
+    max_request_tokens: int | None = None
+    timeout_s: float = 180.0
+    rerender: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class ApiError(Exception):
+    """An error answered to the client: its status, one line, and headers (Retry-After)."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = int(status), message, headers or {}
+
+
+def _validation_line(exc) -> tuple[int, str]:
+    """A FastAPI validation error as (status, one line naming the field): 400 for a body that is not JSON."""
+    errs = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errs):
+        e = next(e for e in errs if e.get("type") == "json_invalid")
+        return 400, f"the body is not valid JSON ({e.get('ctx', {}).get('error', 'malformed')})"
+    e = errs[0]
+    where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return 422, f"{where}: {e.get('msg', 'invalid')}{more}"
+
+
+def build_app(core: ServeCore, config: ServeConfig, scheduler: Scheduler | None = None):
+    """The FastAPI app serving ``core`` (the ``serve`` extra: fastapi, uvicorn)."""
+    from fastapi import Depends, FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, PlainTextResponse
+    from pydantic import BaseModel, ConfigDict
+    from contextlib import asynccontextmanager
+
+    sched = scheduler or Scheduler(core)
+    metrics = Metrics()
+    tmpl_cache: dict = {}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await sched.start()
+        yield
+        await sched.stop()
+
+    app = FastAPI(title="rmfast serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.core, app.state.scheduler, app.state.metrics, app.state.config = core, sched, metrics, config
+
+    def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+        return JSONResponse({"error": {"message": message, "code": status}}, status_code=status, headers=headers)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError):
+        log.warning("rmfast serve: %s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
+        return error(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc):
+        status, line = _validation_line(exc)
+        log.warning("rmfast serve: %s %s -> %d: %s", request.method, request.url.path, status, line)
+        return error(status, line)
+
+    @app.exception_handler(Exception)
+    async def _other(request: Request, exc: Exception):
+        line = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        log.error("rmfast serve: %s %s -> 500: %s", request.method, request.url.path, line)
+        return error(500, line)
+
+    @app.middleware("http")
+    async def _count(request: Request, call_next):
+        t0 = time.perf_counter()
+        if sched.draining and request.url.path not in OPEN_ROUTES:
+            resp = error(503, "the server is shutting down: it finishes the requests it has and takes no new ones")
+        else:
+            resp = await call_next(request)
+        metrics.request(request.url.path, resp.status_code, time.perf_counter() - t0)
+        return resp
+
+    def auth(request: Request) -> None:
+        if config.api_key is None:
+            return
+        got = request.headers.get("authorization", "")
+        token = got[7:].strip() if got[:7].lower() == "bearer " else ""
+        if not hmac.compare_digest(token.encode(), config.api_key.encode()):
+            raise ApiError(401, "no API key or a wrong one: send 'Authorization: Bearer <key>'")
+
+    async def run(samples) -> np.ndarray:
+        """Score through the scheduler, errors as the module doc says."""
+        try:
+            scores = await asyncio.wait_for(sched.score(samples), timeout=config.timeout_s)
+        except QueueFull as e:
+            raise ApiError(429, str(e), {"Retry-After": str(e.retry_after)}) from None
+        except Draining:
+            raise ApiError(503, "the server is shutting down: it finishes the requests it has and takes no new ones")
+        except asyncio.TimeoutError:
+            raise ApiError(504, f"not scored within --timeout-s {config.timeout_s:g} s (the queue was "
+                                f"{sched.n_waiting} samples); retry, or raise --timeout-s") from None
+        bad = np.flatnonzero(~np.isfinite(scores))
+        if bad.size:
+            raise ApiError(500, f"the reward model {config.name} gave a non-finite score ({scores[bad[0]]}) for sample "
+                                f"{int(bad[0])} of this request ({len(s := samples[int(bad[0])].ids)} tokens): a numeric "
+                                "overflow in the model (float16 past 65,504?); try --dtype float32 or bfloat16")
+        return scores
+
+    def sample(ids, k: int, prompt_ids=None, what="sample"):
+        n = len(ids)
+        if config.max_request_tokens is not None and n > config.max_request_tokens:
+            raise ApiError(413, f"{what} {k} is {n} tokens, over --max-request-tokens {config.max_request_tokens}")
+        if core.limit is not None and n > core.limit:
+            raise ApiError(413, f"{what} {k} is {n} tokens, over the model's {core.limit} positions")
+        try:
+            return core.sample(ids, prompt_ids)
+        except UserError as e:
+            raise ApiError(400, f"{what} {k}: {e}") from None
+
+    def tokenize(texts: list[str], special: bool) -> list[list[int]]:
+        return core.tokenizer(list(texts), add_special_tokens=special)["input_ids"] if texts else []
+
+    # ------------------------------------------------------------------ OpenRLHF
+    class RewardBody(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        query: list[str] | str
+        prompts: list[str | None] | str | None = None
+        labels: list | str | None = None
+
+    @app.post("/get_reward", dependencies=[Depends(auth)])
+    async def get_reward(body: RewardBody):
+        queries = [body.query] if isinstance(body.query, str) else body.query
+        prompts = [body.prompts] if isinstance(body.prompts, str) else body.prompts
+        if prompts is not None and len(prompts) != len(queries):
+            raise ApiError(422, f"prompts: {len(prompts)} prompts for {len(queries)} queries; send one per query")
+        rerendered = []
+        if config.rerender:
+            got = [rerender_query(core, q) for q in queries]
+            rerendered = [g is not None for g in got]
+            ids = [g if g is not None else tokenize([q], False)[0] for g, q in zip(got, queries)]
+        else:
+            ids = tokenize(queries, False)
+        p_ids = tokenize([p or "" for p in prompts], False) if prompts is not None else [None] * len(queries)
+        samples = [sample(i, k, p if p else None, "query") for k, (i, p) in enumerate(zip(ids, p_ids))]
+        scores = [float(s) for s in await run(samples)]
+        logs = {"rm_tokens": [len(s.ids) for s in samples], "rm_prompt_tokens": [s.split for s in samples]}
+        if config.rerender:
+            logs["rm_rerendered"] = [int(r) for r in rerendered]
+        return {"rewards": scores, "scores": scores, "extra_logs": logs}
+
+    # ------------------------------------------------------------------ vLLM /classify (verl)
+    class ClassifyBody(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        model: str | None = None
+        input: list[str] | str
+        use_activation: bool | None = None
+        add_special_tokens: bool = True
+
+    @app.post("/classify", dependencies=[Depends(auth)])
+    async def classify(body: ClassifyBody):
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        if not texts:
+            raise ApiError(422, "input: an empty list; send a text or a list of texts")
+        ids = tokenize(texts, body.add_special_tokens)
+        samples = [sample(i, k, None, "input") for k, i in enumerate(ids)]
+        scores = [float(s) for s in await run(samples)]
+        act = body.use_activation is not False  # vLLM's default: the activation on
+        label = (getattr(core.model.config, "id2label", None) or {}).get(core.head_index, f"LABEL_{core.head_index}")
+        n_tok = sum(len(s.ids) for s in samples)
+        return {"id": f"classify-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
+                "model": body.model or config.name,
+                "data": [{"index": k, "label": label, "probs": [_sigmoid(v) if act else v], "num_classes": 1}
+                         for k, v in enumerate(scores)],
+                "usage": {"prompt_tokens": n_tok, "total_tokens": n_tok, "completion_tokens": 0,
+                          "prompt_tokens_details": None}}
+
+    # ------------------------------------------------------------------ rmfast's own
+    class ConvItem(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        prompt: str | list[dict]
+        responses: list[str]
+
+    class ScoreBody(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        conversations: list[ConvItem]
+        states: str | list[str] | None = None
+        compat: Literal["decode-retokenize"] | None = None
+
+    class RerankBody(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        prompt: str | list[dict]
+        responses: list[str]
+        top_n: int | None = None
+
+    def conv_samples(prompt, responses: list[str], k: int, compat: str | None = None) -> list:
+        try:
+            conv = as_conversation(prompt, f"conversations[{k}].prompt")
+            t = tmpl_cache.get(conv)
+            if t is None:
+                t = build_template(core.tokenizer, conv.prompt, template=core.template, system=conv.system,
+                                   history=conv.history)
+                if len(tmpl_cache) > 1024:
+                    tmpl_cache.clear()
+                tmpl_cache[conv] = t
+            for j, r in enumerate(responses):
+                if not r.strip():
+                    raise UserError(f"conversations[{k}].responses[{j}] is empty; every response needs some text")
+            rows = tokenize_rows(core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses)], [t], compat=compat)
+        except UserError as e:
+            raise ApiError(422, str(e)) from None
+        # a compat row that merged with the template carries its own (the whole conversation as it re-tokenizes)
+        return [sample((*(row.template or t).prefix_ids, *row.ids, *(row.template or t).suffix_ids), k, t.prefix_ids,
+                       f"conversations[{k}] response") for row in rows]
+
+    def about() -> dict:
+        return {"model": config.name, "revision": config.revision, "score_meaning": core.score_meaning}
+
+    @app.post("/v1/score", dependencies=[Depends(auth)])
+    async def v1_score(body: ScoreBody):
+        if body.states:
+            raise ApiError(422, "states: hidden states are not served (their size per sample is the model's width); "
+                                "use RewardScorer.score_with_states or rmfast scan --states in-process")
+        per = [conv_samples(c.prompt, c.responses, k, body.compat) for k, c in enumerate(body.conversations)]
+        flat = [s for p in per for s in p]
+        scores = await run(flat) if flat else np.zeros(0, dtype=np.float32)
+        out, k = [], 0
+        for p in per:
+            out.append([float(v) for v in scores[k:k + len(p)]])
+            k += len(p)
+        return {"scores": out, **about()}
+
+    @app.post("/v1/rerank", dependencies=[Depends(auth)])
+    async def v1_rerank(body: RerankBody):
+        samples = conv_samples(body.prompt, body.responses, 0)
+        scores = await run(samples) if samples else np.zeros(0, dtype=np.float32)
+        order = sorted(range(len(samples)), key=lambda j: (-float(scores[j]), j))  # ties: input order
+        top = order[: body.top_n] if body.top_n is not None else order
+        return {"results": [{"index": j, "response": body.responses[j], "score": float(scores[j])} for j in top],
+                **about()}
+
+    # ------------------------------------------------------------------ about the server
+    @app.get("/health")
+    async def health():
+        if sched.draining:
+            return error(503, "draining")
+        return {"status": "ok", "model": config.name}
+
+    @app.get("/v1/models", dependencies=[Depends(auth)])
+    async def models():
+        return {"object": "list", "data": [{"id": config.name, "object": "model", "owned_by": "rmfast",
+                                            "revision": config.revision, "score_meaning": core.score_meaning,
+                                            "max_model_len": core.limit, "decisions": core.decisions,
+                                            "scheduler": {"max_queue": sched.max_queue, "wave_tokens": sched.wave_tokens,
+                                                          "max_wait_s": sched.max_wait_s},
+                                            **config.extra}]}
+
+    @app.get("/metrics", dependencies=[Depends(auth)])
+    async def get_metrics():
+        return PlainTextResponse(metrics.text(core, sched), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def _sigmoid(x: float) -> float:
+    """The activation of a one-logit head (vLLM's softmax of one logit is always 1.0)."""
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))

@@ -1,0 +1,375 @@
+"""The reward server's scoring core: whole token sequences in, one score each, the same bits whatever else is
+scored with them.
+
+A *sample* is the sequence the reward model reads (:class:`Sample`): its ids and where its prompt part ends. The
+split is a function of the sample alone (:func:`split_sample`), never of what else is waiting:
+
+1. the reward model's own assistant header (the ids its chat template puts between the user's turn and the
+   response, :func:`assistant_header`), its last occurrence with at least one token after it: a GRPO group sent as
+   N requests carries one prompt, so its N samples split at the same place and share one encoding;
+2. else the client's prompt (OpenRLHF's ``prompts`` field, rmfast's own ``conversations``), where its ids begin
+   the sample's;
+3. else none: the sample is encoded alone (all but its last token as its "prompt"), counted apart in the metrics.
+
+The prompt part is encoded once (:class:`rmfast.scoring.plan.ScoringPlan`, a batch-1 pass of exactly those ids)
+and kept in a cache bounded in bytes; the rest runs as a row against it. **Batch invariance** (a sample's score
+does not depend on the requests it was batched with, their order or how the waves were cut) needs every piece of
+a row's arithmetic to be a function of the sample alone:
+
+- the prompt's keys/values: one pass of the prompt's own ids, whichever sample brought it;
+- the row's width: its length rounded up a fixed ladder (:func:`width_of`), not its batch's longest, and the last
+  layer computes every position (``all_positions``), not the batch's shortest;
+- the GEMMs: the libraries pick kernels by the number of rows M. Under the plan's rows rule
+  (:func:`rmfast.fast.ops.gemm_rows`) every linear runs either at >= :data:`PAD_ROWS` rows in one GEMM, where
+  a probe at start (:func:`probe_gemm_rows`) measured this machine's kernels to give a row the same bits at every
+  M from there on, or in fixed chunks of :data:`CHUNK_ROWS` rows (always invariant; slower);
+- the score head (a matrix-vector product): fixed chunks of 64 rows;
+- attention, norms, RoPE and the MLP's elementwise work: per row already.
+
+``tests/test_serve.py`` checks the result bit for bit: 64 samples alone, all at once shuffled among other traffic,
+and from 8 concurrent clients.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..dims import model_dims
+from ..errors import UserError
+from ..fast import ops
+from ..fast.engine import score_prompts
+from ..scoring.candidates import max_positions
+from ..scoring.decisions import decide
+from ..scoring.hf_path import hf_scores
+from ..scoring.options import ScoringOptions
+from ..scoring.plan import ScoringPlan, plan_scoring, score_meaning
+from ..template import Template, build_template
+
+#: the rows rule's two forms (:func:`rmfast.fast.ops.gemm_rows`): one GEMM of at least PAD_ROWS rows where the
+#: probe found this machine's kernels row-invariant from there on, else chunks of CHUNK_ROWS rows
+PAD_ROWS = 64
+CHUNK_ROWS = 256
+#: the probe's reference GEMM (rows) and the row counts it compares with it (odd and even, small and large)
+PROBE_ROWS = 4096
+PROBE_SIZES = (*range(PAD_ROWS, 513, 8), 65, 127, 333, 1000, 1500, 2048, 3000, 4000)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sequence to score: ``ids`` the whole sequence the reward model reads, ``split`` where its prompt part
+    ends (``ids[:split]`` encoded once and shared, ``ids[split:]`` its row; at least one token), ``rule`` which
+    split rule found it ("header", "prompt" or "none", :func:`split_sample`)."""
+
+    ids: tuple
+    split: int
+    rule: str
+
+    @property
+    def prompt(self) -> tuple:
+        return self.ids[: self.split]
+
+    @property
+    def rest(self) -> tuple:
+        return self.ids[self.split:]
+
+
+def assistant_header(tokenizer, template: str | None = None) -> tuple:
+    """The ids a chat template (or plain format) puts between the end of the user's text and the response: the
+    longest common suffix of two rendered prompts' prefixes (prompts whose last tokens differ). () where there is
+    none (a template that ends the prompt with the user's text).
+
+    >>> common = lambda a, b: a[len(a) - _common_suffix_len(a, b):]
+    >>> common((5, 1, 2, 3), (9, 1, 2, 3))
+    (1, 2, 3)
+    """
+    a = build_template(tokenizer, "hello", template=template).prefix_ids
+    b = build_template(tokenizer, "world", template=template).prefix_ids
+    n = _common_suffix_len(a, b)
+    return tuple(a[len(a) - n:]) if n else ()
+
+
+def _common_suffix_len(a, b) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return n
+
+
+def _last_end(ids: tuple, pat: tuple) -> int:
+    """The index just past the last occurrence of ``pat`` in ``ids`` that leaves at least one id after it; -1."""
+    n = len(pat)
+    for start in range(len(ids) - n - 1, -1, -1):
+        if ids[start:start + n] == pat:
+            return start + n
+    return -1
+
+
+def split_sample(ids, header: tuple = (), prompt_ids=None) -> Sample:
+    """Where a sample's prompt part ends, by the module doc's rules (the sample's own ids only).
+
+    >>> split_sample((1, 7, 8, 4, 5, 7, 8, 9, 9), header=(7, 8))   # the last header, then the response
+    Sample(ids=(1, 7, 8, 4, 5, 7, 8, 9, 9), split=7, rule='header')
+    >>> split_sample((1, 2, 3, 4), header=(7, 8), prompt_ids=(1, 2)).split
+    2
+    >>> split_sample((1, 2, 3, 4)).rule, split_sample((1, 2, 3, 4)).split
+    ('none', 3)
+    """
+    ids = tuple(int(i) for i in ids)
+    if len(ids) < 2:
+        raise UserError(f"a sample of {len(ids)} token(s): a reward model reads a prompt and a response; send at "
+                        "least two tokens")
+    if header:
+        end = _last_end(ids, tuple(header))
+        if end > 0:
+            return Sample(ids, end, "header")
+    if prompt_ids is not None:
+        p = tuple(prompt_ids)
+        if 0 < len(p) < len(ids) and ids[: len(p)] == p:
+            return Sample(ids, len(p), "prompt")
+    return Sample(ids, len(ids) - 1, "none")
+
+
+def width_of(n: int) -> int:
+    """A row's padded width: its length rounded up a fixed ladder (steps of a quarter of its power of two, at
+    least 8), so a row's shapes are its own, never its batch's longest; at most 7 pads, or 25% of a long row.
+
+    >>> [width_of(n) for n in (1, 8, 9, 20, 100, 129, 1000)]
+    [8, 8, 16, 24, 112, 160, 1024]
+    """
+    step = max(8, 2 ** max(0, int(math.log2(max(1, n))) - 2))
+    return -(-int(n) // step) * step
+
+
+def probe_gemm_rows(layers, dtype: torch.dtype, device: torch.device) -> tuple:
+    """The rows rule for this machine and model (:func:`rmfast.fast.ops.gemm_rows`) and why: ("pad", PAD_ROWS)
+    where every linear of a layer (its weights' shapes) gives each row the same bits at every row count in
+    :data:`PROBE_SIZES` as in one GEMM of :data:`PROBE_ROWS` rows, rows taken at an odd offset; else ("chunk",
+    CHUNK_ROWS), which is invariant by construction. A second or so on a CPU."""
+    w, _ = layers[0]
+    weights = [*w.w_qkv, w.w_o, *w.w_gate_up, w.w_down]
+    g = torch.Generator(device="cpu").manual_seed(0)
+    seen = set()
+    for W in weights:
+        if tuple(W.shape) in seen:
+            continue
+        seen.add(tuple(W.shape))
+        X = torch.randn(PROBE_ROWS + 3, W.shape[1], generator=g).to(device=device, dtype=dtype)  # (M, K)
+        ref = torch.nn.functional.linear(X[3:], W)  # (PROBE_ROWS, N)
+        for m in PROBE_SIZES:
+            got = torch.nn.functional.linear(X[3:3 + m], W)
+            if not torch.equal(got, ref[:m]):
+                return ("chunk", CHUNK_ROWS), (f"measured at start: a {tuple(W.shape)} GEMM of {m} rows gives other bits "
+                                               f"than one of {PROBE_ROWS}, so every linear runs in chunks of exactly "
+                                               f"{CHUNK_ROWS} rows (invariant by construction)")
+    return ("pad", PAD_ROWS), (f"measured at start: every linear of a layer gives a row the same bits at {min(PROBE_SIZES)} "
+                               f"to {PROBE_ROWS} rows here ({len(PROBE_SIZES)} sizes, rows at an odd offset), so one "
+                               f"GEMM per linear, padded to {PAD_ROWS} rows at least")
+
+
+@dataclass
+class CoreStats:
+    """What the core has done, for ``/metrics`` (totals since start)."""
+
+    samples: int = 0
+    tokens: int = 0
+    waves: int = 0
+    batches: int = 0
+    batch_rows: int = 0
+    batch_tokens: int = 0  # row tokens the GEMMs ran (pads included)
+    real_tokens: int = 0  # row tokens that were the samples' own
+    prompt_encodings: int = 0
+    prompt_reencodings: int = 0  # a prompt encoded again after its encoding left the cache
+    prompt_hits: int = 0  # samples whose prompt part was encoded already (cache or earlier in the wave)
+    prompt_tokens_saved: int = 0
+    unsplit: int = 0  # samples with no shared prompt (split rule "none")
+    nonfinite: int = 0
+    by_rule: dict = field(default_factory=dict)
+
+
+class ServeCore:
+    """Scores :class:`Sample` s for the server (the module doc's rules), one wave at a time.
+
+    Args:
+        model, tokenizer: loaded (:func:`rmfast.loading.loader.load`).
+        options: the scoring options, passed whole (:class:`rmfast.scoring.options.ScoringOptions`).
+        template: a chat template or plain format overriding the tokenizer's (as ``rmfast scan --template``).
+        cache_bytes: the prompt encodings kept between waves (their keys/values), least recently used dropped.
+        gemm_rows: "auto" (:func:`probe_gemm_rows`), "pad" or "chunk".
+        name: the model's name in responses.
+    """
+
+    def __init__(self, model, tokenizer, options: ScoringOptions | None = None, *, template: str | None = None,
+                 cache_bytes: int = 1 << 30, gemm_rows: str = "auto", name: str = "model", model_info: dict | None = None):
+        self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
+        self.options = options or ScoringOptions()
+        self.decided = decide(model, self.options, "serve")
+        if self.decided.head != "score":
+            raise UserError(f"rmfast serve scores with a reward model's score head; {name} has none (head "
+                            f"{self.decided.head}): serve a reward model (or load this one with --random-head-seed "
+                            "for a test server)")
+        self.template = template
+        self.head_index = self.options.head_index
+        self.header = assistant_header(tokenizer, template)
+        self.cache_bytes = int(cache_bytes)
+        self.limit = max_positions(model)
+        self.model_info = model_info or {}
+        self._plans: OrderedDict = OrderedDict()  # prompt ids -> ScoringPlan, least recently used first
+        self._bytes = 0
+        self._donor: ScoringPlan | None = None  # a plan whose layers (fused weight copies) every new plan shares
+        self._seen: OrderedDict = OrderedDict()  # prompt ids (hash) -> encodings so far, the most recent 100k
+        self._lock = threading.Lock()
+        self.stats = CoreStats()
+        self.reasons = {k: dict(v) for k, v in self.decided.reasons.items()}
+        self.rows_rule, why = self._rows_rule(gemm_rows)
+        self.reasons["gemm_rows"] = {"value": f"{self.rows_rule[0]} {self.rows_rule[1]}" if self.rows_rule else "torch",
+                                     "reason": why}
+        self.reasons["split"] = {"value": "header, else prompt, else none", "reason": (
+            "a function of the sample alone (its ids, and the client's prompt where sent), never of what else is "
+            "waiting: the RM's assistant header " + (f"{list(self.header)}" if self.header else "(none in this template)")
+            + "'s last occurrence; else the client's prompt where its ids begin the sample's; else no shared prompt")}
+        self.reasons["widths"] = {"value": "ladder", "reason": "a row's padded width is its length rounded up a fixed "
+                                  "ladder (width_of), never its batch's longest; the last layer computes every position"}
+        self.reasons["prompt_cache"] = {"value": f"{self.cache_bytes / 2**20:.0f} MiB",
+                                        "reason": "prompt encodings kept between waves, least recently used dropped"}
+        self.score_meaning = score_meaning("score", self.head_index, self.model_info.get("random_head_seed"))
+
+    # ------------------------------------------------------------------ decisions
+    def _rows_rule(self, how: str):
+        if self.decided.engine != "fast":
+            return None, "the plain Hugging Face path runs each sample alone (batch 1, its own length): no rows to cut"
+        if how == "chunk":
+            return ("chunk", CHUNK_ROWS), f"asked for: every linear in chunks of exactly {CHUNK_ROWS} rows"
+        p = next(self.model.parameters())
+        plan = self._new_plan((0, 1))  # any two ids: the engine's layers are what the probe reads
+        self._donor = plan
+        if how == "pad":
+            return ("pad", PAD_ROWS), f"asked for: one GEMM per linear, at least {PAD_ROWS} rows (not measured)"
+        return probe_gemm_rows(plan.eng.layers, p.dtype, p.device)
+
+    def _new_plan(self, prompt: tuple) -> ScoringPlan:
+        tmpl = Template(tuple(prompt), (), 0, "", None, "ids")
+        with ops.gemm_rows(getattr(self, "rows_rule", None)):
+            return plan_scoring(self.model, tmpl, decided=self.decided, share_with=self._donor, fixed_shapes=False)
+
+    @property
+    def decisions(self) -> dict:
+        return {k: dict(v) for k, v in self.reasons.items()}
+
+    def prompt_bytes(self, n: int) -> int:
+        """Bytes of one cached prompt encoding of n tokens: keys and values in every layer."""
+        dm = model_dims(self.model.config)
+        return 2 * dm.layers * dm.kv_heads * dm.head_dim * int(n) * next(self.model.parameters()).element_size()
+
+    # ------------------------------------------------------------------ samples
+    def sample(self, ids, prompt_ids=None) -> Sample:
+        """A sample of ``ids`` split by :func:`split_sample`; UserError over the model's positions."""
+        s = split_sample(ids, self.header, prompt_ids)
+        if self.limit is not None and len(s.ids) > self.limit:
+            raise UserError(f"a sample of {len(s.ids)} tokens is over the model's {self.limit} positions")
+        return s
+
+    def score(self, samples: list[Sample]) -> np.ndarray:
+        """(len(samples),) float32 scores, in order; a sample's score is the same bits in any wave."""
+        with self._lock, torch.inference_mode():
+            t0 = time.perf_counter()
+            out = np.full(len(samples), np.nan, dtype=np.float32)
+            if self.decided.engine != "fast" or not self._ragged():
+                for k, s in enumerate(samples):
+                    out[k] = self._score_alone(s)
+            else:
+                self._score_rows(samples, out)
+            st = self.stats
+            st.samples += len(samples)
+            st.tokens += sum(len(s.ids) for s in samples)
+            st.waves += 1
+            st.nonfinite += int((~np.isfinite(out)).sum())
+            for s in samples:
+                st.by_rule[s.rule] = st.by_rule.get(s.rule, 0) + 1
+            st.unsplit += sum(s.rule == "none" for s in samples)
+            self.last_wave_s = time.perf_counter() - t0
+            return out
+
+    def _ragged(self) -> bool:
+        return self._donor is not None and self._donor.eng is not None and self._donor.eng.can_score_ragged()
+
+    def _score_alone(self, s: Sample) -> float:
+        """The plain-HF path (a model off the fast path, or a gated head): one sample, batch 1, its own length."""
+        tmpl = Template(s.ids[:-1], (), 0, "", None, "ids")
+        self.stats.batches += 1
+        self.stats.batch_rows += 1
+        self.stats.batch_tokens += len(s.ids)
+        self.stats.real_tokens += len(s.ids)
+        return float(hf_scores(self.model, tmpl, [[s.ids[-1]]], head="score", head_index=self.head_index,
+                               batch_size=1)[0])
+
+    def _score_rows(self, samples: list[Sample], out: np.ndarray) -> None:
+        by_prompt: OrderedDict = OrderedDict()  # prompt ids -> width -> [sample positions]
+        for k, s in enumerate(samples):
+            by_prompt.setdefault(s.prompt, {}).setdefault(width_of(len(s.rest)), []).append(k)
+        keep = set(by_prompt)
+        for prompt, widths in by_prompt.items():
+            n_samples = sum(len(v) for v in widths.values())
+            plan, fresh = self._plan(prompt, keep)
+            self.stats.prompt_hits += n_samples - (1 if fresh else 0)
+            self.stats.prompt_tokens_saved += len(prompt) * (n_samples - (1 if fresh else 0))
+            for width, ks in sorted(widths.items()):
+                per = max(1, self.decided.rows_per_batch(self.model, plan.template, width))
+                for lo in range(0, len(ks), per):
+                    part = ks[lo:lo + per]
+                    x = torch.zeros(len(part), width, dtype=torch.long)  # (B, width), right-padded with id 0
+                    for r, k in enumerate(part):
+                        rest = samples[k].rest
+                        x[r, : len(rest)] = torch.as_tensor(rest, dtype=torch.long)
+                    lens = torch.tensor([len(samples[k].rest) for k in part])
+                    with ops.gemm_rows(self.rows_rule):
+                        got = score_prompts([plan.eng], [x], [lens], None, packed=False, all_positions=True)
+                    out[np.asarray(part)] = got.float().cpu().numpy()
+                    st = self.stats
+                    st.batches += 1
+                    st.batch_rows += len(part)
+                    st.batch_tokens += len(part) * width
+                    st.real_tokens += int(lens.sum())
+            if samples[widths[next(iter(widths))][0]].rule == "none":  # a sample's own prefix: not worth keeping
+                self._drop(prompt)
+
+    def _plan(self, prompt: tuple, keep: set) -> tuple[ScoringPlan, bool]:
+        """The prompt's plan (encoded now, or from the cache) and whether it was encoded now."""
+        plan = self._plans.get(prompt)
+        if plan is not None:
+            self._plans.move_to_end(prompt)
+            return plan, False
+        need = self.prompt_bytes(len(prompt))
+        for old in [p for p in self._plans if p not in keep]:  # least recently used first; never this wave's
+            if self._bytes + need <= self.cache_bytes:
+                break
+            self._drop(old)
+        plan = self._new_plan(prompt)
+        self._plans[prompt] = plan
+        self._bytes += need
+        key = hash(prompt)
+        times = self._seen.pop(key, 0)
+        self._seen[key] = times + 1
+        if len(self._seen) > 100_000:
+            self._seen.popitem(last=False)
+        self.stats.prompt_encodings += 1
+        self.stats.prompt_reencodings += times > 0
+        return plan, True
+
+    def _drop(self, prompt: tuple) -> None:
+        if self._plans.pop(prompt, None) is not None:
+            self._bytes -= self.prompt_bytes(len(prompt))
+
+    @property
+    def cached_prompts(self) -> int:
+        return len(self._plans)
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._bytes

@@ -1,0 +1,156 @@
+"""Waves across requests: a bounded queue of samples, gathered for at most a few milliseconds or until a wave's
+token budget fills, scored by :class:`rmfast.serve.core.ServeCore` in one worker thread, results handed back to
+each request.
+
+Requests arrive one sample at a time (OpenRLHF, verl): the N samples of a GRPO group come as N requests, in any
+order, among other groups'. A wave takes every waiting sample up to its token budget (whole requests, oldest
+first); the core groups them by prompt, so a group that arrives within one wave is encoded once, and one that
+straddles waves finds its prompt in the core's cache. How the waves are cut never changes a score
+(:mod:`rmfast.serve.core`), so the scheduler is free to cut them for throughput alone.
+
+A request whose client has gone (a timeout, a disconnect) is dropped from the queue if it is still waiting, or its
+result is discarded if its wave is running: nobody else's result depends on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .core import Sample, ServeCore
+
+
+class QueueFull(Exception):
+    """More samples waiting than ``max_queue``: the client should retry after ``retry_after`` seconds."""
+
+    def __init__(self, waiting: int, limit: int, retry_after: int):
+        super().__init__(f"{waiting} samples waiting, the queue holds {limit}: retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+class Draining(Exception):
+    """The server is shutting down: it finishes the requests it has and takes no new ones."""
+
+
+@dataclass
+class _Request:
+    samples: list
+    future: asyncio.Future
+    tokens: int
+    t_in: float = field(default_factory=time.perf_counter)
+
+
+class Scheduler:
+    """Gathers samples into waves and scores them (the module doc).
+
+    Args:
+        core: the scoring core (one wave at a time, in one worker thread).
+        max_queue: samples that may wait; one more is refused (:class:`QueueFull`).
+        wave_tokens: a wave's token budget (the samples' whole lengths); a wave starts once it is full ...
+        max_wait_s: ... or once its oldest sample has waited this long.
+    """
+
+    def __init__(self, core: ServeCore, *, max_queue: int = 4096, wave_tokens: int = 32768, max_wait_s: float = 0.005):
+        self.core = core
+        self.max_queue, self.wave_tokens, self.max_wait_s = int(max_queue), int(wave_tokens), float(max_wait_s)
+        self.waiting: deque[_Request] = deque()
+        self.n_waiting = 0  # samples
+        self.in_flight = 0  # requests submitted and not yet answered
+        self.draining = False
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmfast-wave")
+        self.wave_s_avg = 0.0  # for Retry-After
+
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self._pool.shutdown(wait=True)
+
+    async def score(self, samples: list[Sample]) -> np.ndarray:
+        """The samples' scores, once their wave has run (raises :class:`QueueFull`, :class:`Draining`)."""
+        if self.draining:
+            raise Draining()
+        if self.n_waiting + len(samples) > self.max_queue:
+            raise QueueFull(self.n_waiting, self.max_queue, self.retry_after())
+        req = _Request(list(samples), asyncio.get_running_loop().create_future(), sum(len(s.ids) for s in samples))
+        self.waiting.append(req)
+        self.n_waiting += len(samples)
+        self.in_flight += 1
+        self._wake.set()
+        try:
+            return await req.future
+        finally:
+            self.in_flight -= 1
+            if not req.future.done():  # cancelled (timeout, disconnect) while waiting: leave the queue
+                req.future.cancel()
+
+    def retry_after(self) -> int:
+        """Seconds until the queue is likely to have room: the waiting waves at the recent wave time."""
+        waves = max(1.0, self.n_waiting * 64 / max(1, self.wave_tokens))
+        return max(1, math.ceil(waves * max(self.wave_s_avg, 0.05)))
+
+    def _take(self) -> list[_Request]:
+        """The next wave: waiting requests, oldest first, until the token budget is met (at least one)."""
+        wave, tokens = [], 0
+        while self.waiting:
+            req = self.waiting[0]
+            if req.future.done():  # its client has gone
+                self.waiting.popleft()
+                self.n_waiting -= len(req.samples)
+                continue
+            if wave and tokens + req.tokens > self.wave_tokens:
+                break
+            self.waiting.popleft()
+            self.n_waiting -= len(req.samples)
+            wave.append(req)
+            tokens += req.tokens
+        return wave
+
+    def _waiting_tokens(self) -> int:
+        return sum(r.tokens for r in self.waiting)
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self.waiting:
+                oldest = self.waiting[0].t_in
+                while (self._waiting_tokens() < self.wave_tokens
+                       and (left := self.max_wait_s - (time.perf_counter() - oldest)) > 0):
+                    await asyncio.sleep(min(left, 0.001))
+                wave = self._take()
+                if not wave:
+                    continue
+                samples = [s for r in wave for s in r.samples]
+                t0 = time.perf_counter()
+                try:
+                    scores = await loop.run_in_executor(self._pool, self.core.score, samples)
+                except Exception as e:  # the wave failed: each of its requests is told, the server goes on
+                    for r in wave:
+                        if not r.future.done():
+                            r.future.set_exception(e)
+                    continue
+                dt = time.perf_counter() - t0
+                self.wave_s_avg = dt if self.wave_s_avg == 0 else 0.8 * self.wave_s_avg + 0.2 * dt
+                k = 0
+                for r in wave:
+                    n = len(r.samples)
+                    if not r.future.done():
+                        r.future.set_result(scores[k:k + n])
+                    k += n

@@ -1,0 +1,144 @@
+"""Running the server: the model loaded once, the app on uvicorn, one line at start, and a drain on SIGTERM or
+Ctrl-C (requests in flight finish, new ones get 503, then exit 0; a second signal exits at once).
+
+One process drives one device (``rmfast serve MODEL --device cuda:N`` per GPU); several processes or machines
+behind one address: docs/scale_out.md.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+from ..errors import UserError
+from .app import ServeConfig, build_app
+from .core import ServeCore
+from .scheduler import Scheduler
+
+#: the API key's environment variable (``--api-key-file`` names a file instead)
+API_KEY_ENV = "RMFAST_API_KEY"
+ROUTES = ("POST /get_reward", "POST /classify", "POST /v1/score", "POST /v1/rerank", "GET /health", "GET /v1/models",
+          "GET /metrics")
+
+
+@dataclass
+class ServeOptions:
+    """The server's own options (``rmfast serve``'s flags beside the scoring options)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key_file: str | None = None
+    insecure: bool = False
+    max_queue: int = 4096
+    max_request_tokens: int | None = None
+    timeout_s: float = 180.0
+    wave_tokens: int = 32768
+    max_wait_ms: float = 5.0
+    cache_mb: int = 1024
+    rerender: bool = False
+    gemm_rows: str = "auto"
+
+
+def is_local(host: str) -> bool:
+    """Whether binding ``host`` exposes the server to this machine only (loopback addresses, localhost).
+
+    >>> is_local("127.0.0.1"), is_local("::1"), is_local("localhost"), is_local("0.0.0.0")
+    (True, True, True, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
+        except OSError:
+            return False
+
+
+def api_key(opts: ServeOptions) -> str | None:
+    """The API key: ``--api-key-file``'s first line, else $RMFAST_API_KEY, else None; one line for a bad file.
+    A non-local address without a key is refused unless ``--insecure`` (OpenRLHF's own server binds 0.0.0.0 with
+    none: anyone on the network could score, or fill the queue)."""
+    key = None
+    if opts.api_key_file:
+        try:
+            key = open(opts.api_key_file, encoding="utf-8").read().strip().splitlines()[0].strip()
+        except (OSError, UnicodeDecodeError, IndexError) as e:
+            raise UserError(f"--api-key-file {opts.api_key_file}: cannot read a key from it "
+                            f"({getattr(e, 'strerror', None) or 'empty or not text'}); write the key on its first line") from None
+    elif os.environ.get(API_KEY_ENV, "").strip():
+        key = os.environ[API_KEY_ENV].strip()
+    if key is not None and len(key) < 8:
+        raise UserError("the API key is shorter than 8 characters; use a long random one (e.g. `openssl rand -hex 32`)")
+    if key is None and not opts.insecure and not is_local(opts.host):
+        raise UserError(f"--host {opts.host} exposes the server beyond this machine without an API key: give "
+                        f"--api-key-file FILE or ${API_KEY_ENV} (clients send 'Authorization: Bearer <key>'), or "
+                        "--insecure to serve without one")
+    return key
+
+
+def check(opts: ServeOptions) -> None:
+    """One-line UserErrors for server options that cannot run, before the model loads."""
+    if not 0 < int(opts.port) < 65536:
+        raise UserError(f"--port {opts.port}: give a port in 1..65535")
+    for k in ("max_queue", "wave_tokens", "cache_mb"):
+        if int(getattr(opts, k)) < 1:
+            raise UserError(f"--{k.replace('_', '-')} must be a positive integer")
+    if opts.max_request_tokens is not None and int(opts.max_request_tokens) < 2:
+        raise UserError("--max-request-tokens must be at least 2 (a prompt and a response)")
+    if not float(opts.timeout_s) > 0 or float(opts.max_wait_ms) < 0:
+        raise UserError("--timeout-s must be positive and --max-wait-ms not negative")
+    if opts.gemm_rows not in ("auto", "pad", "chunk"):
+        raise UserError(f"--gemm-rows {opts.gemm_rows!r}: give auto, pad or chunk")
+
+
+def make_app(core: ServeCore, opts: ServeOptions, *, name: str, revision: str | None = None, key: str | None = None):
+    """The app and its scheduler for a loaded core (tests build servers this way)."""
+    sched = Scheduler(core, max_queue=opts.max_queue, wave_tokens=opts.wave_tokens, max_wait_s=opts.max_wait_ms / 1000)
+    cfg = ServeConfig(name=name, revision=revision, api_key=key, max_request_tokens=opts.max_request_tokens,
+                      timeout_s=opts.timeout_s, rerender=opts.rerender)
+    return build_app(core, cfg, sched), sched
+
+
+def run_server(app, sched: Scheduler, opts: ServeOptions, banner: str) -> int:
+    """Serve until SIGTERM / Ctrl-C, then drain (module doc); 0 once drained."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("rmfast.serve").setLevel(logging.INFO)
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame):  # not uvicorn's: it would raise the signal again after the shutdown
+            if sched.draining:  # a second signal: now
+                self.should_exit = self.force_exit = True
+                return
+            sched.draining = True
+            print(f"rmfast serve: draining ({sched.in_flight} requests in flight; new ones get 503), then exit; "
+                  "a second signal exits now", file=sys.stderr, flush=True)
+
+        async def on_tick(self, counter: int) -> bool:
+            if sched.draining:
+                return sched.in_flight == 0 and not sched.waiting
+            return await super().on_tick(counter)
+
+        async def startup(self, sockets=None):
+            await super().startup(sockets)
+            if self.started:
+                print(banner, file=sys.stderr, flush=True)
+
+    config = uvicorn.Config(app, host=opts.host, port=int(opts.port), log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=5)
+    server = DrainingServer(config)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits 1 where it cannot bind, after logging why
+        pass
+    if not server.started:
+        raise UserError(f"could not listen on {opts.host}:{opts.port} (in use, or not an address of this machine); "
+                        "choose another --port or --host")
+    return 0

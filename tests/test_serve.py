@@ -1,0 +1,348 @@
+"""``rmfast serve`` (issue 49): every route scores as the plain-HF forward of the sample's text, a sample gets
+the same bits whatever it is batched with, a group's prompt is encoded once, bad input and load get one-line
+errors with their status, and the clients (OpenRLHF's, verl's, TRL's) read it.
+
+A tiny random Llama reward model (fp32) with SmolLM2's real tokenizer and chat template; real HTTP on loopback.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import random
+import socket
+import time
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
+
+import tiny_models as T  # noqa: E402
+from serve_util import running  # noqa: E402
+
+from rmfast.scoring.options import ScoringOptions  # noqa: E402
+from rmfast.serve.core import ServeCore, split_sample, width_of  # noqa: E402
+from rmfast.serve.metrics import parse  # noqa: E402
+from rmfast.serve.server import ServeOptions, make_app  # noqa: E402
+
+WORDS = ["apple", "river", "blue", "quantum", "seven", "honest", "tree", "the", "is", "answer", "maybe", "why"]
+
+
+@pytest.fixture(scope="module")
+def rm(smol_tokenizer):
+    """(model, tokenizer): a tiny Llama RM, one output, fp32."""
+    return T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=3), smol_tokenizer
+
+
+def _app(rm, **opts):
+    model, tok = rm
+    core_kw = {k: opts.pop(k) for k in ("cache_bytes", "gemm_rows") if k in opts}
+    core = ServeCore(model, tok, ScoringOptions(dtype="float32"), name="tiny-rm", **core_kw)
+    key = opts.pop("key", None)
+    app, _ = make_app(core, ServeOptions(**opts), name="tiny-rm", revision="test", key=key)
+    return app, core
+
+
+def _groups(tok, n_groups: int, per: int, seed: int, long_first: bool = True):
+    """Chat-templated texts: n_groups prompts (the first ~300 tokens: torch's flash kernel on CPU) x per responses."""
+    rng = random.Random(seed)
+    out = []
+    for g in range(n_groups):
+        n = 260 if (g == 0 and long_first) else rng.randint(3, 40)
+        msgs = [{"role": "user", "content": f"Q{seed}-{g}: " + " ".join(rng.choice(WORDS) for _ in range(n))}]
+        prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        for _ in range(per):
+            resp = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 50)))
+            text = tok.apply_chat_template(msgs + [{"role": "assistant", "content": resp}], tokenize=False)
+            out.append({"group": g, "prompt": prompt, "msgs": msgs, "response": resp, "text": text})
+    return out
+
+
+def _hf(model, ids) -> float:
+    with torch.no_grad():
+        return float(model(torch.tensor([ids])).logits[0, 0])
+
+
+def _reward(url, queries, prompts=None, **kw):
+    body = {"query": queries, "prompts": prompts or [None] * len(queries), "labels": [None] * len(queries)}
+    r = httpx.post(f"{url}/get_reward", json=body, timeout=60, **kw)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _f32(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------- exactness
+
+
+def test_every_route_equals_the_plain_hf_forward(rm):
+    model, tok = rm
+    app, core = _app(rm)
+    data = _groups(tok, 3, 3, seed=1)
+    with running(app) as url:
+        got = _reward(url, [d["text"] for d in data], [d["prompt"] for d in data])
+        ids = [tok(d["text"], add_special_tokens=False)["input_ids"] for d in data]
+        ref = [_hf(model, i) for i in ids]
+        assert np.abs(np.array(got["rewards"]) - ref).max() < 1e-4
+        assert got["scores"] == got["rewards"]
+        assert all(isinstance(v, list) and all(isinstance(x, (int, float)) for x in v) for v in got["extra_logs"].values())
+
+        r = httpx.post(f"{url}/classify", json={"model": "tiny-rm", "input": [d["text"] for d in data],
+                                                "use_activation": False}, timeout=60).json()
+        ids_bos = [tok(d["text"], add_special_tokens=True)["input_ids"] for d in data]  # vLLM adds special tokens
+        assert [d["index"] for d in r["data"]] == list(range(len(data)))
+        assert np.abs(np.array([d["probs"][0] for d in r["data"]]) - [_hf(model, i) for i in ids_bos]).max() < 1e-4
+        assert r["object"] == "list" and r["data"][0]["num_classes"] == 1 and r["usage"]["prompt_tokens"] == sum(map(len, ids_bos))
+        act = httpx.post(f"{url}/classify", json={"model": "tiny-rm", "input": data[0]["text"]}, timeout=60).json()
+        assert act["data"][0]["probs"][0] == pytest.approx(1 / (1 + np.exp(-r["data"][0]["probs"][0])), abs=1e-6)
+
+        body = {"conversations": [{"prompt": d["msgs"], "responses": [d["response"]]} for d in data]}
+        s = httpx.post(f"{url}/v1/score", json=body, timeout=60).json()
+        full = [tok.apply_chat_template(d["msgs"] + [{"role": "assistant", "content": d["response"]}], tokenize=True)
+                for d in data]
+        full = [f["input_ids"] if hasattr(f, "keys") else f for f in full]
+        assert np.abs(np.array([v[0] for v in s["scores"]]) - [_hf(model, f) for f in full]).max() < 1e-4
+        assert s["model"] == "tiny-rm" and "score head" in s["score_meaning"]
+
+        rr = httpx.post(f"{url}/v1/rerank", json={"prompt": data[0]["msgs"], "responses": [d["response"] for d in data[:3]],
+                                                  "top_n": 2}, timeout=60).json()["results"]
+        assert len(rr) == 2 and rr[0]["score"] >= rr[1]["score"]
+
+
+# ---------------------------------------------------------------------------------- the same bits
+
+
+def test_a_sample_gets_the_same_bits_however_it_is_batched(rm):
+    """64 samples of 4 groups sent alone, then all at once shuffled among other traffic, then from 8 concurrent
+    clients, and on a second server whose cache keeps nothing and whose waves are cut otherwise: equal bits."""
+    model, tok = rm
+    data = _groups(tok, 4, 16, seed=2)
+    other = _groups(tok, 5, 4, seed=99, long_first=False)
+    texts = [d["text"] for d in data]
+    app, core = _app(rm, max_wait_ms=2)
+    with running(app) as url:
+        alone = [_reward(url, [t])["rewards"][0] for t in texts]
+        mixed = [(k, t) for k, t in enumerate(texts)] + [(-1, d["text"]) for d in other]
+        random.Random(5).shuffle(mixed)
+        with cf.ThreadPoolExecutor(16) as pool:
+            got = list(pool.map(lambda kt: (kt[0], _reward(url, [kt[1]])["rewards"][0]), mixed))
+        at_once = [None] * len(texts)
+        for k, v in got:
+            if k >= 0:
+                at_once[k] = v
+
+        def client(c):
+            return [(k, _reward(url, [texts[k]])["rewards"][0]) for k in range(c, len(texts), 8)]
+
+        with cf.ThreadPoolExecutor(8) as pool:
+            eight = dict(kv for part in pool.map(client, range(8)) for kv in part)
+        batch = _reward(url, texts[::-1])["rewards"][::-1]  # one request of all 64, reversed
+        m = parse(httpx.get(f"{url}/metrics").text)
+    assert m["rmfast_waves_total"] > 10 and max(core.stats.batch_rows, 0) > 0
+    app2, core2 = _app(rm, max_wait_ms=40, wave_tokens=500, cache_bytes=1)
+    with running(app2) as url2:
+        order = sorted(range(len(texts)), key=lambda k: (k % 16, k // 16))  # the groups interleaved: evictions
+        with cf.ThreadPoolExecutor(8) as pool:
+            got2 = list(pool.map(lambda k: _reward(url2, [texts[k]])["rewards"][0], order))
+        other_server = [None] * len(texts)
+        for k, v in zip(order, got2):
+            other_server[k] = v
+    a = _f32(alone)
+    for name, b in (("all at once", at_once), ("8 clients", [eight[k] for k in range(len(texts))]),
+                    ("one request", batch), ("another server, no cache", other_server)):
+        assert np.array_equal(a, _f32(b)), f"{name}: {int((a != _f32(b)).sum())} of {a.size} scores differ"
+    assert core2.stats.prompt_reencodings > 0  # the second server re-encoded prompts: same bits all the same
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts[:8]]
+    assert np.abs(a[:8] - [_hf(model, i) for i in ids]).max() < 1e-4
+
+
+def test_the_rows_rule_chunk_gives_the_pad_rules_scores_to_rounding(rm):
+    model, tok = rm
+    texts = [d["text"] for d in _groups(tok, 2, 3, seed=4)]
+    core = ServeCore(model, tok, ScoringOptions(dtype="float32"), gemm_rows="chunk")
+    assert core.decisions["gemm_rows"]["value"] == "chunk 256"
+    s = [core.sample(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    one = core.score(s)
+    assert np.array_equal(np.concatenate([core.score([x]) for x in s]), one)
+    auto = ServeCore(model, tok, ScoringOptions(dtype="float32"))
+    assert "measured at start" in auto.decisions["gemm_rows"]["reason"]
+    assert np.abs(auto.score(s) - one).max() < 1e-5
+
+
+def test_split_rule_and_widths_are_the_samples_own():
+    assert split_sample((1, 5, 6, 2, 5, 6, 3, 4), header=(5, 6)).split == 6  # the last header
+    assert split_sample((1, 5, 6), header=(5, 6)).rule != "header"  # nothing after it: not a split
+    assert split_sample((9, 8, 7), prompt_ids=(9, 8, 7)).rule == "none"  # the prompt is the whole sample
+    assert all(n <= width_of(n) <= max(n + 7, 1.25 * n) for n in range(1, 3000))
+
+
+# ---------------------------------------------------------------------------------- prompt sharing
+
+
+def test_each_groups_prompt_is_encoded_once_from_single_requests(rm):
+    _, tok = rm
+    data = _groups(tok, 8, 8, seed=6, long_first=False)
+    random.Random(7).shuffle(data)
+    app, core = _app(rm, max_wait_ms=5)
+    with running(app) as url:
+        with cf.ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda d: _reward(url, [d["text"]]), data))
+        m = parse(httpx.get(f"{url}/metrics").text)
+        models = httpx.get(f"{url}/v1/models").json()["data"][0]
+    assert m["rmfast_samples_total"] == 64
+    assert m["rmfast_prompt_encodings_total"] == 8 and m["rmfast_prompt_reencodings_total"] == 0
+    assert m["rmfast_prompt_hits_total"] == 56 and m['rmfast_samples_by_split_total{rule="header"}'] == 64
+    assert m['rmfast_requests_total{route="/get_reward",code="200"}'] == 64
+    assert {"gemm_rows", "split", "widths", "prompt_cache", "engine"} <= set(models["decisions"])
+
+
+# ---------------------------------------------------------------------------------- bad input and load
+
+
+def test_bad_input_gets_its_status_and_one_line(rm):
+    model, tok = rm
+    app, core = _app(rm, max_request_tokens=64, max_queue=3)
+    long = tok.apply_chat_template([{"role": "user", "content": "word " * 80}], tokenize=False, add_generation_prompt=True) + "ok"
+    with running(app) as url:
+        def post(path, **kw):
+            return httpx.post(f"{url}{path}", timeout=30, **kw)
+
+        r = post("/get_reward", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+        r = post("/get_reward", json={"query": 5})
+        assert r.status_code == 422 and r.json()["error"]["message"].startswith("query")
+        r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": "no list"}]})
+        assert r.status_code == 422 and "responses" in r.json()["error"]["message"]
+        r = post("/get_reward", json={"query": [long]})
+        assert r.status_code == 413 and "over --max-request-tokens 64" in r.json()["error"]["message"]
+        n = len(tok(long, add_special_tokens=False)["input_ids"])
+        assert f"is {n} tokens" in r.json()["error"]["message"]
+        r = post("/get_reward", json={"query": ["a b", "c d", "e f", "g h"]})
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["ok"]}], "states": "last"})
+        assert r.status_code == 422 and "not served" in r.json()["error"]["message"]
+        r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["  "]}]})
+        assert r.status_code == 422 and "empty" in r.json()["error"]["message"]
+        for r in (post("/get_reward", json={"query": ["x"]}),):  # one token: no prompt and response
+            assert r.status_code == 400 and "at least two tokens" in r.json()["error"]["message"]
+        assert all("Traceback" not in x for x in (r.text,))
+        assert httpx.get(f"{url}/health").json()["status"] == "ok"  # the server is alive
+
+
+def test_timeout_is_504_and_the_queue_forgets_the_request(rm):
+    app, core = _app(rm, timeout_s=0.05, max_wait_ms=1000, wave_tokens=10**6)
+    _, tok = rm
+    text = _groups(tok, 1, 1, seed=8, long_first=False)[0]["text"]
+    with running(app) as url:
+        r = httpx.post(f"{url}/get_reward", json={"query": [text]}, timeout=30)
+        assert r.status_code == 504 and "--timeout-s" in r.json()["error"]["message"]
+        time.sleep(1.2)
+        assert parse(httpx.get(f"{url}/metrics").text)["rmfast_queue_samples"] == 0
+
+
+def test_a_nonfinite_score_is_an_error_naming_the_model(smol_tokenizer):
+    model = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=3)
+    model.score.weight.data[0, 0] = float("nan")
+    app, core = _app((model, smol_tokenizer))
+    with running(app) as url:
+        r = httpx.post(f"{url}/classify", json={"input": "Hello there, how are you?", "use_activation": False}, timeout=30)
+    assert r.status_code == 500
+    assert "tiny-rm gave a non-finite score" in r.json()["error"]["message"]
+
+
+def test_api_key_is_required_where_set_and_compared_in_constant_time(rm):
+    app, core = _app(rm, key="s3cret-key-123")
+    with running(app) as url:
+        assert httpx.post(f"{url}/get_reward", json={"query": ["a b c"]}).status_code == 401
+        bad = httpx.post(f"{url}/get_reward", json={"query": ["a b c"]}, headers={"Authorization": "Bearer nope"})
+        assert bad.status_code == 401 and "Bearer" in bad.json()["error"]["message"]
+        assert httpx.get(f"{url}/metrics").status_code == 401
+        assert httpx.get(f"{url}/health").status_code == 200  # open: readiness probes
+        ok = httpx.post(f"{url}/get_reward", json={"query": ["a b c"]}, headers={"Authorization": "Bearer s3cret-key-123"})
+        assert ok.status_code == 200
+
+
+def test_a_non_local_bind_without_a_key_is_refused(monkeypatch):
+    from rmfast.errors import UserError
+    from rmfast.serve.server import api_key
+
+    monkeypatch.delenv("RMFAST_API_KEY", raising=False)
+    with pytest.raises(UserError, match="insecure"):
+        api_key(ServeOptions(host="0.0.0.0"))
+    assert api_key(ServeOptions(host="0.0.0.0", insecure=True)) is None
+    assert api_key(ServeOptions(host="127.0.0.1")) is None
+    monkeypatch.setenv("RMFAST_API_KEY", "abc")
+    with pytest.raises(UserError, match="shorter than 8"):
+        api_key(ServeOptions())
+
+
+def test_a_client_that_disconnects_costs_nobody_their_result(rm):
+    _, tok = rm
+    data = _groups(tok, 1, 3, seed=9, long_first=False)
+    app, core = _app(rm, max_wait_ms=400)
+    with running(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        body = json.dumps({"query": [data[0]["text"]]}).encode()
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        with cf.ThreadPoolExecutor(2) as pool:
+            fut = pool.submit(_reward, url, [data[1]["text"]])
+            time.sleep(0.1)
+            s.close()  # gone before its wave runs
+            got = fut.result(timeout=60)["rewards"][0]
+        again = _reward(url, [data[1]["text"]])["rewards"][0]
+    assert got == again
+
+
+# ---------------------------------------------------------------------------------- clients
+
+
+def test_openrlhfs_own_client_reads_the_server(rm):
+    """OpenRLHF's remote-RM client (``SingleTurnAgentExecutor._fetch_rewards_via_http``, its code as shipped) where
+    it imports (``pip install --no-deps openrlhf`` + aiohttp, sympy, pylatexenc), else the exact body it posts."""
+    import asyncio
+
+    _, tok = rm
+    d = _groups(tok, 1, 2, seed=10, long_first=False)
+    app, _ = _app(rm)
+    with running(app) as url:
+        want = _reward(url, [d[0]["text"]], [d[0]["prompt"]])
+        try:
+            from openrlhf.utils.agent import SingleTurnAgentExecutor
+        except Exception as e:  # not installed here (or its imports): its exact body, sent as it sends it
+            body = {"query": [d[0]["text"]], "prompts": [d[0]["prompt"]], "labels": [None]}
+            r = httpx.post(f"{url}/get_reward", json=body).json()
+            assert r["rewards"] == want["rewards"] and set(r) == {"rewards", "scores", "extra_logs"}
+            pytest.skip(f"openrlhf's client not importable ({type(e).__name__}); its body checked instead")
+        ex = SingleTurnAgentExecutor(f"{url}/get_reward")
+        got = asyncio.run(ex._fetch_rewards_via_http([d[0]["text"]], [d[0]["prompt"]], [None]))[0]
+    assert got["rewards"] == want["rewards"] and got["scores"] == want["scores"]
+
+
+def test_verl_compute_score_and_the_trl_remote_reward(rm):
+    import asyncio
+
+    from rmfast.integrations.grpo import rmfast_reward
+    from rmfast.integrations.verl import compute_score
+
+    _, tok = rm
+    d = _groups(tok, 2, 2, seed=11, long_first=False)
+    app, _ = _app(rm)
+    with running(app) as url:
+        want = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": x["msgs"], "responses": [x["response"]]}
+                                                                     for x in d]}).json()["scores"]
+        v = asyncio.run(compute_score("ds", d[0]["response"], None, {"prompt": d[0]["msgs"]}, url=url))
+        assert v == want[0][0]
+        reward = rmfast_reward(url)
+        got = reward(prompts=[x["msgs"] for x in d], completions=[[{"role": "assistant", "content": x["response"]}]
+                                                                   for x in d])
+        assert got == [w[0] for w in want]
+        with pytest.raises(Exception, match="no prompt"):
+            asyncio.run(compute_score("ds", "x", None, {}, url=url))
