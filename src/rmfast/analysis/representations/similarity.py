@@ -135,6 +135,8 @@ class _Side:
     r2: float  # Σ w r²
     rz: np.ndarray  # (p,) Σ w r z
     q2: float = 0.0  # Σ w² r² (bootstrap, rows centred exactly: Σ over copy pairs of K_ij²)
+    q1: float = 0.0  # Σ w² r (bootstrap: Σ over copy pairs of K_ij, the copy blocks' share of 1'K1)
+    q3: float = 0.0  # Σ w³ r² (bootstrap: ‖(copy blocks of K) 1‖²)
 
     @classmethod
     def zeros(cls, p: int) -> "_Side":
@@ -152,6 +154,8 @@ class _Side:
         self.rz += rw @ Z
         if w is not None:
             self.q2 += float((rw * w) @ r)
+            self.q1 += float(rw @ w)
+            self.q3 += float((rw * w * w) @ r)
 
 
 @dataclass
@@ -163,6 +167,7 @@ class _Cross:
     rw: np.ndarray  # (q,) Σ r w
     tz: np.ndarray  # (p,) Σ t z
     q2: float = 0.0  # Σ w² r t (bootstrap, rows centred exactly)
+    q3: float = 0.0  # Σ w³ r t (bootstrap: 1'(copy blocks of K)(copy blocks of L)1)
 
     @classmethod
     def zeros(cls, p: int, q: int) -> "_Cross":
@@ -179,6 +184,7 @@ class _Cross:
         self.tz += tw @ Z
         if w is not None:
             self.q2 += float((rw * w) @ t)
+            self.q3 += float((rw * w * w) @ t)
 
 
 @dataclass
@@ -189,6 +195,8 @@ class _Centred:
     T: float  # ‖Xc'Xc‖²_F = tr K²
     D: float  # Σ a_i²
     Dw: float = math.nan  # Σ w_i² a_i² (bootstrap: every copy pair of a candidate)
+    A2: float = math.nan  # Σ w_i² a_i (bootstrap)
+    D3: float = math.nan  # Σ w_i³ a_i² (bootstrap)
 
 
 def _centre(side: _Side) -> _Centred:
@@ -198,15 +206,20 @@ def _centre(side: _Side) -> _Centred:
     Sc = side.S - n * np.outer(m, m)  # (p, p) Xc'Xc
     D = (side.r2 - 4.0 * float(side.rz @ m) + 4.0 * float(m @ side.S @ m)
          + 2.0 * cm * side.r1 - 3.0 * n * cm * cm)
-    return _Centred(m, cm, float(np.trace(Sc)), float((Sc * Sc).sum()), D, side.q2)
+    return _Centred(m, cm, float(np.trace(Sc)), float((Sc * Sc).sum()), D, side.q2, side.q1, side.q3)
 
 
 def _finish(n: float, x: _Centred, y: _Centred, sx: _Side, sy: _Side, c: _Cross,
             copies: bool = False) -> dict:
     """The measures (and rv_null_mean) from the accumulated sums; formulas in the module doc.
 
-    ``copies`` (a bootstrap resample, rows centred by its exact mean): RV2 leaves out every
-    pair of copies of one candidate, not only the diagonal (Σ w_i² a_i b_i instead of D).
+    ``copies`` (a bootstrap resample, rows centred by its exact mean): every measure leaves out the pairs of
+    copies of one candidate (i ≠ j, both copies of one candidate: K_ij = a_i), which are not pairs of distinct
+    candidates and would count each candidate's own similarity again. RV2 leaves out the copy blocks with the
+    diagonal (Σ w_i² a_i b_i instead of D); CKA/RV keep each copy's own diagonal and leave out the rest
+    (T − Σ w_i² a_i b_i + Σ w_i a_i b_i); debiased CKA removes the copy blocks as it removes the diagonal
+    (its K̃ = K − blockdiag(a_i J_{w_i}): 1'K̃1 = −Σ w_i² a_i, 1'K̃L̃1 = Σ w_i³ a_i b_i). Without this, copies
+    inflate plain and debiased CKA (issue 52 §4: n = 40, no replicate below the estimate).
     """
     C = c.S - n * np.outer(x.m, y.m)  # (p, q) Xc'Yc
     T = float((C * C).sum())
@@ -219,11 +232,19 @@ def _finish(n: float, x: _Centred, y: _Centred, sx: _Side, sy: _Side, c: _Cross,
     def h(t, d, a, b):  # n(n−3)·HSIC_u of centred Gram matrices
         return t - n / (n - 2) * d + a * b / ((n - 1) * (n - 2))
 
-    rv = ratio(T, x.T, y.T)
-    out = {"cka": rv, "rv": rv,
-           "rv2": ratio(T - c.q2, x.T - x.Dw, y.T - y.Dw) if copies else ratio(T - D, x.T - x.D, y.T - y.D),
-           "cka_debiased": ratio(h(T, D, x.A, y.A), h(x.T, x.D, x.A, x.A), h(y.T, y.D, y.A, y.A))
-           if n > 3 else math.nan}
+    def hc(t, q2, q3, a2, b2):  # the same with every copy block removed like the diagonal
+        return t - q2 + a2 * b2 / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * q3
+
+    if copies:
+        rv = ratio(T - c.q2 + D, x.T - x.Dw + x.D, y.T - y.Dw + y.D)
+        out = {"cka": rv, "rv": rv, "rv2": ratio(T - c.q2, x.T - x.Dw, y.T - y.Dw),
+               "cka_debiased": ratio(hc(T, c.q2, c.q3, x.A2, y.A2), hc(x.T, x.Dw, x.D3, x.A2, x.A2),
+                                     hc(y.T, y.Dw, y.D3, y.A2, y.A2)) if n > 3 else math.nan}
+    else:
+        rv = ratio(T, x.T, y.T)
+        out = {"cka": rv, "rv": rv, "rv2": ratio(T - D, x.T - x.D, y.T - y.D),
+               "cka_debiased": ratio(h(T, D, x.A, y.A), h(x.T, x.D, x.A, x.A), h(y.T, y.D, y.A, y.A))
+               if n > 3 else math.nan}
     bx = x.A ** 2 / x.T if x.T > 0 else math.nan
     by = y.A ** 2 / y.T if y.T > 0 else math.nan
     out["rv_null_mean"] = math.sqrt(bx * by) / (n - 1)
@@ -270,6 +291,41 @@ def measures(X, Y, *, chunk_rows: int | None = 4096, shift_rows: int = SHIFT_ROW
         sy.add(W, t, None)
         c.add(Z, r, W, t, None)
     return Measures(n=n, **_finish(n, _centre(sx), _centre(sy), sx, sy, c))
+
+
+class _Arrays:
+    """Two in-memory arrays as the states sets :func:`_variant_values` reads (one layer each: "x", "y")."""
+
+    def __init__(self, Z: np.ndarray, layer: str):
+        self.Z, self.layer, self.hidden_size = Z, layer, Z.shape[1]
+
+    def take(self, layer: str, rows: np.ndarray) -> np.ndarray:
+        return self.Z[rows]
+
+
+def bootstrap_measures(X, Y, bootstrap: int, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """The measures of ``bootstrap`` resamples of the rows of two in-memory arrays, by the same code as
+    :func:`similarity`'s replicates (copies of a candidate left out as :func:`_finish` says); returns
+    {"obs": {measure: float}, measure: (bootstrap,) replicates}. For tests and coverage simulations.
+
+    >>> rng = np.random.default_rng(0); X = rng.normal(size=(30, 3)); Y = X @ rng.normal(size=(3, 2))
+    >>> b = bootstrap_measures(X, Y, 5)
+    >>> b["cka"].shape, abs(b["obs"]["cka"] - measures(X, Y).cka) < 1e-12
+    ((5,), True)
+    """
+    X = np.asarray(X, dtype=np.float64)  # (n, p)
+    Y = np.asarray(Y, dtype=np.float64)  # (n, q)
+    n = len(X)
+    _check_n(n)
+    rows = np.arange(n)
+    shifts = ({"x": X[:SHIFT_ROWS].mean(0)}, {"y": Y[:SHIFT_ROWS].mean(0)})
+    variants = ["obs"] + [("boot", i) for i in range(bootstrap)]
+    vals = _variant_values(_Arrays(X, "x"), _Arrays(Y, "y"), rows, rows, ["x"], ["y"], variants, seed=seed,
+                           chunk_rows=max(n, 1), shifts=shifts)
+    out = {"obs": vals["obs"][("x", "y")]}
+    for m in MEASURES:
+        out[m] = np.array([vals[("boot", i)][("x", "y")][m] for i in range(bootstrap)])
+    return out
 
 
 def _check_n(n: int) -> None:
@@ -461,12 +517,15 @@ MIN_TRUSTED_BOOTSTRAP = 200
 
 
 def bootstrap_interval(obs: float, boot: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Bias-corrected bootstrap interval of an estimate ``obs`` from its replicates ``boot``.
+    """The percentile bootstrap interval recentred on the estimate: a median-recentred percentile interval (NOT
+    Efron's bias-corrected BCa interval, which moves the quantile levels by z0 and an acceleration).
 
-    The percentile interval of the replicates shifted by their median bias (median(boot) − obs):
-    ``[q(α) − bias, q(1 − α) − bias]``. It contains ``obs`` by construction (q(α) ≤ median ≤
-    q(1 − α)), which the plain percentile interval does not when the statistic is biased under
-    resampling (CKA's copies of a candidate raise every replicate). NaN replicates are dropped;
+    The replicates' percentiles shifted by median(boot) − obs: ``[q(α) − s, q(1 − α) − s]``. It contains ``obs``
+    by construction (q(α) ≤ median ≤ q(1 − α)) and has the replicates' width. It does not correct a bias of the
+    estimator itself (plain CKA's small-n inflation): it only places the spread around the estimate. Since
+    resamples leave out the pairs of copies of a candidate (:func:`_finish`), replicates straddle the estimate
+    (about half below) and this interval is close to the plain percentile one; the coverage of both is measured
+    by ``tests/test_similarity_intervals.py`` and tabled in docs/representations.md. NaN replicates are dropped;
     none left (or a NaN estimate) gives (nan, nan).
 
     >>> bootstrap_interval(0.19, np.array([0.20, 0.25, 0.30, 0.35, 0.50]), level=0.5)
@@ -492,7 +551,8 @@ def _pvalue(obs: float, perm: np.ndarray) -> float:
 @dataclass(kw_only=True)
 class SimilarityResult(Result):
     """pairs: one row per layer pair: layer_a, layer_b, n, cka, cka_debiased, rv, rv2, d_a, d_b, rv_null_mean, per
-    measure ``<m>_lo``, ``<m>_hi`` (bias-corrected bootstrap interval over candidates, :func:`bootstrap_interval`),
+    measure ``<m>_lo``, ``<m>_hi`` (median-recentred percentile bootstrap interval over candidates,
+    :func:`bootstrap_interval`),
     ``p_<m>`` (permutation p-value, "more similar than chance"), and ``undefined``: why the pair's measures are
     NaN ("" where defined, e.g. "A 0 (constant across candidates)"). alignment: set, rows, duplicated, not_shared, shared.
     """
@@ -635,12 +695,14 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
             f"gives a chance level of plain RV/CKA up to {worst['rv_null_mean']:.3f}, at {worst['layer_a']} × "
             f"{worst['layer_b']}): plain RV and CKA are inflated here; read rv2 and cka_debiased")
     if bootstrap:
-        res.notes.append(f"{level:.0%} bias-corrected bootstrap intervals over candidates ({bootstrap} replicates, "
-                         f"seed {seed}): the replicates' percentiles shifted by their median bias, so each interval "
-                         "contains its estimate; they cover resampling the candidates (other tokens of the same "
-                         "vocabulary), not other models or prompts. A resample's RV2 leaves out the pairs of copies "
-                         "of a candidate; its CKA, RV and debiased CKA count copies as distinct items, which shifts "
-                         "their replicates upward (the shift the correction removes; docs/representations.md)"
+        res.notes.append(f"{level:.0%} median-recentred percentile bootstrap intervals over candidates ({bootstrap} "
+                         f"replicates, seed {seed}; not Efron's bias-corrected interval): the replicates' percentiles "
+                         "shifted by median(replicates) − estimate, so each interval contains its estimate; they "
+                         "cover resampling the candidates (other tokens of the same vocabulary), not other models or "
+                         "prompts. Every measure of a resample leaves out the pairs of copies of a candidate (copies "
+                         "counted as distinct items inflated CKA and debiased CKA). Measured coverage at 95 % "
+                         "(docs/representations.md): debiased CKA and RV2 near nominal; plain CKA/RV below it, "
+                         "because the estimate itself is biased upward at small n"
                          + ("" if bootstrap >= MIN_TRUSTED_BOOTSTRAP else
                             f"; {bootstrap} replicates are too few for {level:.0%} interval ends (their "
                             f"Monte-Carlo error is large): use at least {MIN_TRUSTED_BOOTSTRAP}"))
