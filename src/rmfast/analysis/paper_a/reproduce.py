@@ -315,18 +315,44 @@ def _methods(data, res: dict, prompts, data_dir: Path, out_dir: Path) -> dict:
                      "value": f"{same['humans rank higher']}/10, {same['models rank higher']}"
                      f"/10; rho {spearmanr(a, b.reindex(a.index)).statistic:.3f}"})
     ag = {m: agreement(data.scans, prompts=[prompts[0]], n_perm=0, method=m) for m in res}
-    for stat in ("rbo", "footrule", "ndcg_a_b"):
+    for stat in ("rbo", "footrule"):
         x, y = ag["paper"].pairs[stat], ag["rmfast"].pairs[stat]
         rows.append({"difference": stat, "prompt": _short(prompts[0]),
                      "measure": "max |paper − rmfast| over model pairs; Spearman of the two",
                      "value": f"{float(np.max(np.abs(x - y))):.4f}; rho "
                      f"{spearmanr(x, y).statistic:.3f}"})
+    rows.append(_ndcg_row(ag["paper"].pairs, ag["rmfast"].pairs, _short(prompts[0])))
     rows += _bnc_rows(data_dir / "lexicons")
     table = pd.DataFrame(rows)
     files = [_write(out_dir, "A-methods.csv", table)]
     return _finding("A-methods", "How far each paper-vs-rmfast method difference moves the "
                     "results", "(rmfast's own; see docs/paper_methods.md)", None,
-                    f"{len(table)} measured differences; see A-methods.csv", files)
+                    f"{len(table)} measured differences; see A-methods.csv. NDCG ({_short(prompts[0])}): "
+                    + table.loc[table["difference"] == "ndcg", "measure"].iloc[0] + ": "
+                    + table.loc[table["difference"] == "ndcg", "value"].iloc[0], files)
+
+
+def _ndcg_row(paper: pd.DataFrame, ours: pd.DataFrame, prompt: str) -> dict:
+    """NDCG both ways, named: whose scores are the gains and whose order is ranked, the two baselines on the same
+    scores, and the paper's undefined pairs counted (never 0.0)."""
+    both = lambda t, c: np.r_[t[f"{c}_a_b"].to_numpy(), t[f"{c}_b_a"].to_numpy()]  # noqa: E731
+    ours_v, rnd, rev = both(ours, "ndcg"), both(ours, "ndcg_random"), both(ours, "ndcg_reversed")
+    pap = both(paper, "ndcg")
+    undefined = int(np.isnan(pap).sum())
+    over = int((pap[~np.isnan(pap)] > 1).sum())
+
+    def rng(v):
+        v = v[np.isfinite(v)]
+        return f"{v.min():.3f}–{v.max():.3f}" if len(v) else "none"
+
+    return {"difference": "ndcg", "prompt": prompt,
+            "measure": ("NDCG of model b's order with model a's scores as gains (and a's order with b's gains), "
+                        f"{len(ours_v)} ordered pairs over the shared items; rmfast: gains min-max scaled, ties "
+                        "averaged; beside it, on the same gains, the expected NDCG of a random order and the NDCG "
+                        "of the reversed order. Paper: raw scores as gains, undefined where the ideal DCG <= 0"),
+            "value": (f"rmfast {rng(ours_v)} vs random order {rng(rnd)} and reversed order {rng(rev)}; paper's "
+                      f"raw-gain NDCG undefined in {undefined}/{len(pap)} ordered pairs (ideal DCG <= 0), "
+                      f"above 1 in {over}, defined values {rng(pap)}")}
 
 
 def _bnc_rows(lex_dir: Path) -> list[dict]:
