@@ -395,6 +395,10 @@ def test_categories_planted_group_difference():
               - cell[("Gemma", "Communion", "negative")] + cell[("Gemma", "Agency", "negative")])
     assert mixed.loc[term, "coef"] == pytest.approx(expect, abs=1e-4)
     assert mixed.loc[term, "coef"] < -10 and mixed.loc[term, "p_value"] < 0.001  # negative framing: reference level
+    # each term says what it is: the group term is Llama − Gemma at the reference cell, not a main effect (issue 52)
+    assert mixed.loc["C(group)[T.Llama]", "meaning"] == ("(Llama − Gemma) at the reference (category Agency, "
+                                                         "framing negative); not a main effect")
+    assert mixed.loc[term, "meaning"].startswith("(Llama − Gemma) × (Communion − Agency) at the reference")
 
 
 def test_permutation_test_against_scipy():

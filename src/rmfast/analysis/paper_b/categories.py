@@ -137,7 +137,9 @@ class CategoryResult(Result):
                  corrected apart; their statistic is ``mean_of_model_framing_differences``)
                  (method="paper" adds df, perm_p_value, perm_p_bonferroni; its p_value is the
                  Welch p)
-    mixed:       method="rmfast": term, coef, se, z, p_value, ci_low, ci_high, test, reference;
+    mixed:       method="rmfast": term, meaning (what the treatment-coded term is: a contrast at the
+                 reference levels of the factors it leaves out, not a main effect), coef, se, z,
+                 p_value, ci_low, ci_high, test, reference;
                  method="paper": :func:`~.mixed_model.paper_mixed`'s table (the paper's model)
     summaries:   framing, category, statistic, meaning, group_a, group_b, value_a, value_b,
                  <b>_minus_<a> (value_b − value_a), n_models_a, n_models_b
@@ -522,7 +524,7 @@ def _mixed(med, measure, ledger) -> pd.DataFrame:
     """rmfast's mixed model: statsmodels' own coding (every factor's first level in sorted order
     is its reference, so the framing's is *negative*) and Wald z-tests; :func:`paper_mixed` is
     the paper's (positive framing as reference, nlme's t)."""
-    cols = ["term", "coef", "se", "z", "p_value", "ci_low", "ci_high", "test", "reference"]
+    cols = ["term", "meaning", "coef", "se", "z", "p_value", "ci_low", "ci_high", "test", "reference"]
     terms = [t for t in ("group", "category", "framing") if med[t].nunique() > 1]
     for t in ("group", "category", "framing"):
         if t not in terms:
@@ -543,7 +545,19 @@ def _mixed(med, measure, ledger) -> pd.DataFrame:
         ledger.note(f"mixed model warning: {str(w.message).splitlines()[0]}")
     ci = fit.conf_int()
     names = [n for n in fit.fe_params.index]
-    out = pd.DataFrame({"term": names, "coef": fit.fe_params[names].to_numpy(),
+    refs = {t: sorted(med[t].unique())[0] for t in terms}
+
+    def meaning(name: str) -> str:  # a treatment-coded term: a contrast at the reference of every factor it omits
+        if name == "Intercept":
+            return "the reference cell's mean (" + ", ".join(f"{t} {r}" for t, r in refs.items()) + ")"
+        parts = re.findall(r"C\((\w+)\)\[T\.(.+?)\]", name)
+        what = " × ".join(f"({lvl} − {refs[t]})" for t, lvl in parts)
+        at = [f"{t} {refs[t]}" for t in terms if t not in {p for p, _ in parts}]
+        return (what + (f" at the reference ({', '.join(at)})" if at else "")
+                + ("; not a main effect" if at and len(parts) == 1 else ""))
+
+    out = pd.DataFrame({"term": names, "meaning": [meaning(n) for n in names],
+                        "coef": fit.fe_params[names].to_numpy(),
                         "se": fit.bse_fe[names].to_numpy(),
                         "z": fit.tvalues[names].to_numpy(), "p_value": fit.pvalues[names].to_numpy(),
                         "ci_low": ci.loc[names, 0].to_numpy(), "ci_high": ci.loc[names, 1].to_numpy(),
