@@ -68,6 +68,10 @@ STATISTICS = {
     "applied the same way to any dictionary)",
     "mean_of_model_means": "mean over models of each model's mean over prompts of its median "
     "ranks over words (rmfast's models-as-units test)",
+}
+#: The statistics of rmfast's exploratory pooled tests (the permutation table's ``statistic`` on its pooled rows;
+#: not group summaries of one framing, so not in the summaries table).
+POOLED_STATISTICS = {
     "mean_of_model_framing_differences": "mean over models of each model's (mean over positive prompts − mean over "
     "negative prompts) of its median ranks over words: a mean of within-model differences (the pooled rows of "
     "rmfast's test; not a mean of model means)",
