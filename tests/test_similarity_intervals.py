@@ -69,7 +69,7 @@ def _masked(K, L, idx):
 
 
 def test_every_measure_of_a_resample_leaves_out_the_pairs_of_copies():
-    from rmfast.analysis.representations.similarity import bootstrap_measures
+    from rmfast.analysis.representations.similarity_replicates import bootstrap_measures
 
     rng = np.random.default_rng(0)
     n = 15
@@ -88,7 +88,7 @@ def test_every_measure_of_a_resample_leaves_out_the_pairs_of_copies():
 def _coverage(R=40, B=100, n=40, p=6, q=4, s2=4.0, seed=0):
     """R data sets of n rows from a model with a known population CKA: X ~ N(0, I_p), Y = XW + sqrt(s2)·E,
     population CKA = ‖W‖² / (√p ‖W'W + s2·I‖_F) (the value debiased CKA estimates without bias)."""
-    from rmfast.analysis.representations.similarity import bootstrap_measures
+    from rmfast.analysis.representations.similarity_replicates import bootstrap_measures
 
     rng = np.random.default_rng(seed)
     W = rng.normal(size=(p, q))  # (p, q)

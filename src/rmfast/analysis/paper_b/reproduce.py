@@ -209,12 +209,7 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
     n_rows = int(rows_per.groupby(["framing", "category"]).sum().iloc[0]) if len(rows_per) else 0
     stat_name = ("mean of model × prompt median ranks [mean_of_model_prompt_medians], "
                  f"{n_rows} rows per panel")
-    rt = ours.permutation[ours.permutation["family"] == FAMILY_PANELS]
-    pooled = ours.permutation[ours.permutation["family"] == FAMILY_POOLED]
-    ok_r = [_direction_ok(r.mean_a, r.mean_b, r.category, r.framing) for r in rt.itertuples()] \
-        if big_two else []
-    n_sig_r = int((rt["p_bonferroni"] < 0.05).sum())
-    n_relabel = len(ours.permutation) and int(ours.permutation["n_perm"].iloc[0])
+    rt, pooled, ok_r, n_sig_r, n_relabel = _rmfast_parts(ours.permutation, big_two)
     inter_terms, mi, ms, lmm_parts, slope_note = _lmm_parts(mixed, slope, slope_failed)
     k = len(pt)
     if big_two:
@@ -267,6 +262,16 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
                                                      n_models, n_rows),
                          "files": [files["tests_paper"], files["tests_rmfast"], files["mixed"]]})
     return findings
+
+
+def _rmfast_parts(perm: pd.DataFrame, big_two: bool):
+    """rmfast's tests split by family: (the paper's panels, the exploratory pooled rows, direction per panel,
+    panels with Bonferroni p < .05, relabellings)."""
+    rt = perm[perm["family"] == FAMILY_PANELS]
+    pooled = perm[perm["family"] == FAMILY_POOLED]
+    ok_r = [_direction_ok(r.mean_a, r.mean_b, r.category, r.framing) for r in rt.itertuples()] \
+        if big_two else []
+    return rt, pooled, ok_r, int((rt["p_bonferroni"] < 0.05).sum()), len(perm) and int(perm["n_perm"].iloc[0])
 
 
 def _summaries_line(summ: pd.DataFrame, ga: str, gb: str, big_two: bool) -> str:

@@ -77,6 +77,7 @@ from ...states import StatesSet, canonical_layer, open_states
 from ..data.results import Result
 from .similarity_guards import MEASURES, check_replicates, undefined_reasons
 from .similarity_progress import progress_bar
+from .similarity_bootstrap import MIN_TRUSTED_BOOTSTRAP, bootstrap_interval  # noqa: F401 (re-exported)
 
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
@@ -293,41 +294,6 @@ def measures(X, Y, *, chunk_rows: int | None = 4096, shift_rows: int = SHIFT_ROW
     return Measures(n=n, **_finish(n, _centre(sx), _centre(sy), sx, sy, c))
 
 
-class _Arrays:
-    """Two in-memory arrays as the states sets :func:`_variant_values` reads (one layer each: "x", "y")."""
-
-    def __init__(self, Z: np.ndarray, layer: str):
-        self.Z, self.layer, self.hidden_size = Z, layer, Z.shape[1]
-
-    def take(self, layer: str, rows: np.ndarray) -> np.ndarray:
-        return self.Z[rows]
-
-
-def bootstrap_measures(X, Y, bootstrap: int, *, seed: int = 0) -> dict[str, np.ndarray]:
-    """The measures of ``bootstrap`` resamples of the rows of two in-memory arrays, by the same code as
-    :func:`similarity`'s replicates (copies of a candidate left out as :func:`_finish` says); returns
-    {"obs": {measure: float}, measure: (bootstrap,) replicates}. For tests and coverage simulations.
-
-    >>> rng = np.random.default_rng(0); X = rng.normal(size=(30, 3)); Y = X @ rng.normal(size=(3, 2))
-    >>> b = bootstrap_measures(X, Y, 5)
-    >>> b["cka"].shape, abs(b["obs"]["cka"] - measures(X, Y).cka) < 1e-12
-    ((5,), True)
-    """
-    X = np.asarray(X, dtype=np.float64)  # (n, p)
-    Y = np.asarray(Y, dtype=np.float64)  # (n, q)
-    n = len(X)
-    _check_n(n)
-    rows = np.arange(n)
-    shifts = ({"x": X[:SHIFT_ROWS].mean(0)}, {"y": Y[:SHIFT_ROWS].mean(0)})
-    variants = ["obs"] + [("boot", i) for i in range(bootstrap)]
-    vals = _variant_values(_Arrays(X, "x"), _Arrays(Y, "y"), rows, rows, ["x"], ["y"], variants, seed=seed,
-                           chunk_rows=max(n, 1), shifts=shifts)
-    out = {"obs": vals["obs"][("x", "y")]}
-    for m in MEASURES:
-        out[m] = np.array([vals[("boot", i)][("x", "y")][m] for i in range(bootstrap)])
-    return out
-
-
 def _check_n(n: int) -> None:
     if n < 4:
         raise UserError(f"{n} shared candidates; the measures need at least 4 (debiased CKA divides by n − 3)")
@@ -509,36 +475,6 @@ def _recentre(Z: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _shifts(s: StatesSet, layers, rows) -> dict[str, np.ndarray]:
     head = rows[:SHIFT_ROWS]
     return {l: s.take(l, head).astype(np.float64).mean(0) for l in layers}  # layer -> (d,)
-
-
-#: Replicates below which the notes warn that the interval ends are Monte-Carlo noise (the
-#: 2.5 % end of 200 replicates is their 5th smallest); also the default.
-MIN_TRUSTED_BOOTSTRAP = 200
-
-
-def bootstrap_interval(obs: float, boot: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """The percentile bootstrap interval recentred on the estimate: a median-recentred percentile interval (NOT
-    Efron's bias-corrected BCa interval, which moves the quantile levels by z0 and an acceleration).
-
-    The replicates' percentiles shifted by median(boot) − obs: ``[q(α) − s, q(1 − α) − s]``. It contains ``obs``
-    by construction (q(α) ≤ median ≤ q(1 − α)) and has the replicates' width. It does not correct a bias of the
-    estimator itself (plain CKA's small-n inflation): it only places the spread around the estimate. Since
-    resamples leave out the pairs of copies of a candidate (:func:`_finish`), replicates straddle the estimate
-    (about half below) and this interval is close to the plain percentile one; the coverage of both is measured
-    by ``tests/test_similarity_intervals.py`` and tabled in docs/representations.md. NaN replicates are dropped;
-    none left (or a NaN estimate) gives (nan, nan).
-
-    >>> bootstrap_interval(0.19, np.array([0.20, 0.25, 0.30, 0.35, 0.50]), level=0.5)
-    (0.14, 0.24)
-    """
-    boot = np.asarray(boot, dtype="float64")
-    boot = boot[np.isfinite(boot)]
-    if not len(boot) or not np.isfinite(obs):
-        return math.nan, math.nan
-    alpha = (1 - level) / 2
-    bias = float(np.median(boot)) - obs
-    lo, hi = (float(np.quantile(boot, alpha)) - bias, float(np.quantile(boot, 1 - alpha)) - bias)
-    return min(lo, obs), max(hi, obs)  # rounding must not push obs a hair outside
 
 
 def _pvalue(obs: float, perm: np.ndarray) -> float:
