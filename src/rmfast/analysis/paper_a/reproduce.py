@@ -273,7 +273,8 @@ def _human_model_tau(data, prompts, styles: Styles, out_dir: Path) -> tuple[dict
                   f"{n_sig['human']} of {len(human)} human–model pairs and {n_sig['model']} of "
                   f"{len(pairs) - len(human)} model–model pairs (× {len(prompts)} prompts) have "
                   f"Kendall tau-b p < 0.001 (two-sided, n = {int(pairs['n'].iloc[0]):,} items; no "
-                  "correction for the multiple tests)", pfiles)
+                  "correction for the multiple tests; asymptotic p, no floor: the smallest attainable p is "
+                  "~0)", pfiles)
     return a5, pv
 
 
