@@ -142,16 +142,59 @@ def test_footrule_and_ndcg_planted():
     # rmfast's gains: the scores min-max scaled first (0.5, 0, 1 -> 2^g − 1 = √2 − 1, 0, 1)
     g = np.sqrt(2) - 1
     assert ndcg(true, [2.0, 3.0, 1.0]) == pytest.approx((g / np.log2(3) + 0.5) / (1 + g / np.log2(3)))
-    # reward scores below zero (most RMs' on EloEverything): the paper's gains are negative and every NDCG is 0.0,
-    # identical rankings included; rmfast's read the order whatever the scale: 1 for identical, less for reversed
+    # reward scores below zero (most RMs' on EloEverything): the paper's gains are negative, its ideal DCG <= 0 and
+    # NDCG undefined (NaN, issue 52 §2; the paper's code said 0.0); rmfast's read the order whatever the scale
     neg = [-1.0, -2.0, -3.0, -4.0]
-    assert ndcg(neg, neg, method="paper") == ndcg(neg, neg[::-1], method="paper") == 0.0
+    assert np.isnan(ndcg(neg, neg, method="paper")) and np.isnan(ndcg(neg, neg[::-1], method="paper"))
     assert ndcg(neg, neg) == 1.0 > ndcg(neg, neg[::-1]) and ndcg(neg, neg) == ndcg([x * 7 + 3 for x in neg], neg)
     assert np.isnan(ndcg([2.0, 2.0, 2.0], [1.0, 2.0, 3.0]))  # no order to recover
     # k=1 with pred's best = item 2 (gain 3): rmfast's ideal is 3 → 1; the paper's ideal
     # takes the first row only (gain 1) → 3
     assert ndcg(true, [0.0, 1.0, 5.0], k=1) == 1.0
     assert ndcg(true, [0.0, 1.0, 5.0], k=1, method="paper") == pytest.approx(3.0)
+
+
+def test_ndcg_undefined_is_nan_ties_are_deterministic_and_baselines_give_the_scale():
+    """Issue 52 §2: the paper's raw-gain NDCG is undefined where the ideal DCG <= 0 (never 0.0); ties in the
+    order are broken deterministically (rmfast: the gains averaged over each tied run, so the input order does not
+    move the value); a random and a reversed order on the same scores are the scale NDCG is read against."""
+    from rmfast.analysis.stats.rank_stats import ndcg_baselines
+
+    mixed = np.array([-3.0, 0.5, -2.0, -1.0])  # paper gains 2^s − 1: ideal DCG < 0
+    assert np.isnan(ndcg(mixed, mixed, method="paper"))
+    true, pred = np.array([1.0, 0.0, 0.5, 0.2]), np.array([1.0, 1.0, 0.0, 0.0])
+    perm = np.array([1, 0, 3, 2])  # the same items, tied pairs swapped in input order
+    assert ndcg(true, pred) == pytest.approx(ndcg(true[perm], pred[perm]), abs=1e-15)
+    g = 2.0 ** true - 1
+    disc = 1 / np.log2(np.arange(2, 6))
+    want = ((g[0] + g[1]) / 2 * (disc[0] + disc[1]) + (g[2] + g[3]) / 2 * (disc[2] + disc[3])) / np.sum(
+        np.sort(g)[::-1] * disc)
+    assert ndcg(true, pred) == pytest.approx(want)
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=200)
+    b = ndcg_baselines(s)
+    draws = [ndcg(s, rng.permutation(s)) for _ in range(300)]
+    assert b["random"] == pytest.approx(np.mean(draws), abs=0.005)  # the exact expectation
+    assert b["reversed"] == pytest.approx(ndcg(s, -s)) and b["reversed"] < b["random"] < 1.0
+
+
+def test_the_ndcg_row_names_the_order_counts_undefined_pairs_and_prints_baselines():
+    """Issue 52 §2, §5: every NDCG beside a random and a reversed order on the same scores; the paper's undefined
+    NDCG counted as undefined, not averaged in as 0.0; whose order and whose gains named."""
+    from rmfast.analysis.paper_a.reproduce import _ndcg_row
+
+    rng = np.random.default_rng(2)
+    base = rng.normal(size=60)
+    d = pd.DataFrame({"model": np.repeat(["a", "b", "c"], 60), "prompt": "p",
+                      "text": [f"w{i:02d}" for i in range(60)] * 3,
+                      "score": np.r_[base - 5, base + rng.normal(0, 0.3, 60) - 5, base + 5]})
+    paper, ours = (agreement(d, n_perm=0, method=m).pairs for m in ("paper", "rmfast"))
+    row = _ndcg_row(paper, ours, "p")
+    n_nan = int(paper[["ndcg_a_b", "ndcg_b_a"]].isna().to_numpy().sum())
+    assert n_nan == 4  # a's and b's scores are all below zero: their ideal DCG < 0
+    assert f"undefined in {n_nan}/6 ordered pairs" in row["value"]
+    assert "random order" in row["value"] and "reversed order" in row["value"]
+    assert "model b's order with model a's scores as gains" in row["measure"]
 
 
 def test_agreement_paper_method_columns():
@@ -163,6 +206,9 @@ def test_agreement_paper_method_columns():
     assert paper["rbo"] == pytest.approx(1 - 0.9**20) and ours["rbo"] == pytest.approx(1.0)
     assert paper["footrule"] == ours["footrule"] == 1.0
     assert paper["ndcg_a_b"] == pytest.approx(1.0) and ours["ndcg_b_a"] == pytest.approx(1.0)
+    # every NDCG beside its two baselines on the same scores (issue 52 §2)
+    assert ours["ndcg_random_a_b"] < 1.0 and ours["ndcg_reversed_a_b"] < ours["ndcg_random_a_b"]
+    assert {"ndcg_random_b_a", "ndcg_reversed_b_a"} <= set(ours.index)
 
 
 # ------------------------------------------------------------------ prompts, p-values

@@ -151,6 +151,118 @@ def test_paper_mixed_recovers_planted_effects_and_uses_nlme_df():
     assert out.loc["(Intercept)", "df"] == len(med) - 12 - 6
 
 
+def _ten_model_medians(n_cat: int, seed: int = 0) -> pd.DataFrame:
+    """4 Gemma vs 6 Llama models, ``n_cat`` categories, 2 prompts per framing: the paper's design in small."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for m in [f"g{i}" for i in range(4)] + [f"l{i}" for i in range(6)]:
+        for fr in ("positive", "negative"):
+            for k in range(2):
+                for c in range(n_cat):
+                    rows.append({"model": m, "prompt": f"{fr}{k}", "category": f"C{c}", "framing": fr,
+                                 "group": "Llama" if m[0] == "l" else "Gemma",
+                                 "median_rank": 100 + rng.normal(0, 5)})
+    return pd.DataFrame(rows)
+
+
+def test_rmfast_tests_keep_the_papers_family_and_correct_the_pooled_tests_apart():
+    """Issue 52 §1: the paper corrects over its category × framing panels (×10 for MFD's five foundations); the
+    signed pooled tests are rmfast's exploratory addition and must not enlarge that family (×15 made the smallest
+    attainable p 15/210 = 0.071: no test could reach .05). Every row says its family and its smallest p."""
+    from rmfast.analysis.data.ledger import Ledger
+    from rmfast.analysis.paper_b.categories import FAMILY_PANELS, FAMILY_POOLED, POOLED, _permutations
+
+    tab = _permutations(_ten_model_medians(5), "median_rank", 9999, 0, Ledger())
+    panels, pooled = tab[tab["family"] == FAMILY_PANELS], tab[tab["family"] == FAMILY_POOLED]
+    assert len(panels) == 10 and len(pooled) == 5 and set(pooled["framing"]) == {POOLED}
+    assert (panels["p_bonferroni"] == np.minimum(1, 10 * panels["p_value"])).all()
+    assert (pooled["p_bonferroni"] == np.minimum(1, 5 * pooled["p_value"])).all()
+    assert panels["correction"].str.startswith("Bonferroni ×10").all()
+    assert pooled["correction"].str.startswith("Bonferroni ×5").all()
+    assert tab["min_p"].to_numpy() == pytest.approx(1 / 210)
+    assert panels["min_p_bonferroni"].to_numpy() == pytest.approx(10 / 210)  # 0.048: .05 is reachable
+    assert pooled["min_p_bonferroni"].to_numpy() == pytest.approx(5 / 210)
+    # the pooled rows hold a mean of within-model differences, not a mean of model means
+    assert (pooled["statistic"] == "mean_of_model_framing_differences").all()
+    assert (panels["statistic"] == "mean_of_model_means").all()
+    assert "exploratory" in FAMILY_POOLED and "after the data" in FAMILY_POOLED
+
+
+def test_two_categories_add_the_within_model_contrast_to_the_exploratory_family():
+    """Big Two: each model's signed pool of Communion − that of Agency, a contrast free of how far the model's
+    whole ranking flips between positive and negative prompts (the real data: p 12/210, not the pooled 2/210)."""
+    from rmfast.analysis.data.ledger import Ledger
+    from rmfast.analysis.paper_b.categories import FAMILY_POOLED, _permutations, _signed_pool
+
+    med = _ten_model_medians(2, seed=3)
+    tab = _permutations(med, "median_rank", 9999, 0, Ledger())
+    row = tab[tab["category"] == "C1 − C0"].iloc[0]
+    assert row["family"] == FAMILY_POOLED and row["statistic"] == "mean_of_model_category_contrasts"
+    sp = _signed_pool(med, "median_rank").pivot(index=["model", "group"], columns="category",
+                                                values="median_rank").reset_index()
+    c = (sp["C1"] - sp["C0"]).to_numpy()
+    llama = (sp["group"] == "Llama").to_numpy()
+    assert row["llama_minus_gemma"] == pytest.approx(c[llama].mean() - c[~llama].mean())
+    assert row["p_value"] == pytest.approx(permutation_test(c, llama)["p_value"])
+    assert (tab[tab["family"] == FAMILY_POOLED]["correction"].str.startswith("Bonferroni ×3")).all()
+
+
+def _cells_medians(seed: int = 5) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(10):
+        base = "Llama" if i % 2 else "Gemma"
+        u = rng.normal(0, 2.0)
+        for p in range(8):
+            fr = "negative" if p % 2 else "positive"
+            for cat in ("Authority", "Care", "Loyalty"):
+                eff = {"Authority": -20.0, "Care": 10.0, "Loyalty": 16.0}[cat] * (base == "Llama")
+                y = 100 + u + eff + (5.0 if fr == "negative" else 0.0) * (base == "Llama") + rng.normal(0, 1.0)
+                rows.append((f"m{i}", base, f"p{p}", fr, cat, y))
+    return pd.DataFrame(rows, columns=["model", "group", "prompt", "framing", "category", "median_rank"])
+
+
+def test_mixed_model_names_the_base_coefficient_a_cell_contrast_and_adds_the_marginal_effect():
+    """Issue 52 §3: with treatment coding the base coefficient is Llama − Gemma at the reference cell (first
+    category, positive framing), not a main effect; the model effect averaged over categories and framings is a
+    marginal contrast, tested with the between-model df."""
+    from rmfast.analysis.paper_b.mixed_model import paper_mixed
+
+    med = _cells_medians()
+    out = paper_mixed(med).set_index("term")
+    cell = med.groupby(["group", "category", "framing"])["median_rank"].mean()
+    diff = (cell["Llama"] - cell["Gemma"])
+    assert out.loc["base_modelLlama", "coef"] == pytest.approx(diff[("Authority", "positive")], abs=1e-6)
+    assert "reference cell (Authority, positive framing)" in out.loc["base_modelLlama", "meaning"]
+    assert "not a main effect" in out.loc["base_modelLlama", "meaning"]
+    marg = out.loc["base_modelLlama (marginal)"]
+    assert marg["coef"] == pytest.approx(diff.mean(), abs=1e-6)  # balanced: the mean of the 6 cells' contrasts
+    assert marg["df"] == 10 - 1 - 1 and "marginal" in marg["meaning"]
+    assert marg["p_value"] == pytest.approx(2 * stats.t.sf(abs(marg["coef"] / marg["se"]), 8))
+    assert abs(marg["coef"]) < 5 < abs(out.loc["base_modelLlama", "coef"])
+
+
+def test_a_degenerate_fit_is_not_called_converged():
+    """statsmodels can report converged=True on a degenerate fit: a random-effects covariance on the boundary (a
+    correlation of ±1, a variance of 0) or a Hessian that is not negative definite must be said."""
+    from types import SimpleNamespace
+
+    from rmfast.analysis.paper_b.mixed_model import fit_problems
+
+    good_h = -np.eye(3)
+    ok = SimpleNamespace(converged=True, cov_re=np.array([[4.0, 1.0], [1.0, 2.0]]), scale=1.0,
+                         bse_fe=np.ones(3), params_object=None,
+                         model=SimpleNamespace(hessian=lambda p: (good_h, False)))
+    assert fit_problems(ok) == []
+    corr1 = SimpleNamespace(**{**vars(ok), "cov_re": np.array([[4.0, 2.0], [2.0, 1.0]])})
+    assert any("boundary" in x for x in fit_problems(corr1))
+    flat = SimpleNamespace(**{**vars(ok), "model": SimpleNamespace(hessian=lambda p: (np.diag([-1.0, 0.0, -1.0]),
+                                                                                      False))})
+    assert any("Hessian" in x for x in fit_problems(flat))
+    warned = [SimpleNamespace(message="The MLE may be on the boundary of the parameter space.")]
+    assert fit_problems(ok, warned) and "boundary" in fit_problems(ok, warned)[0]
+
+
 # ---- the published data ---------------------------------------------------------------------
 
 def _authors_fig1() -> pd.DataFrame:
@@ -228,8 +340,9 @@ def test_fig1_mixed_model_matches_an_independent_statsmodels_fit(tmp_path):
     ref["fr"] = pd.Categorical(ref["framing"], ["positive", "negative"])
     fit = smf.mixedlm("median ~ C(base) * C(Category) * C(fr)", ref, groups=ref["model"]).fit(
         reml=True)
-    # same model, terms in another order: compare the sorted coefficients
-    assert sorted(out["coef"]) == pytest.approx(sorted(fit.fe_params), rel=1e-6, abs=1e-6)
+    # same model, terms in another order: compare the sorted coefficients (the marginal row is a contrast of them)
+    coefs = out.loc[[t for t in out.index if not t.endswith("(marginal)")], "coef"]
+    assert sorted(coefs) == pytest.approx(sorted(fit.fe_params), rel=1e-6, abs=1e-6)
     assert out.loc["base_modelLlama", "df"] == 8 and out.loc["CategoryCommunion", "df"] == 1064
 
 
@@ -490,6 +603,15 @@ def test_published_findings_name_statistics_count_distinct_runs_and_reconcile(tm
     by = {f["id"]: f for f in reproduce_paper_b(IC, tmp_path)}
     assert "[mean_of_model_prompt_medians]" in by["B-fig1"]["summary"]
     assert "[mean_of_model_means]" in by["B-fig1-rmfast"]["summary"]
+    rm = by["B-fig1-rmfast"]["summary"]  # issue 52 §1: the paper's family ×4, the pooled tests apart
+    assert "0/4 of the paper's panel tests" in rm and "smallest attainable p 0.0048" in rm
+    assert "Exploratory, rmfast's addition chosen after the data" in rm and "(12/210)" in rm
+    assert "[mean_of_model_framing_differences]" in rm
+    assert "×10; smallest attainable p 0.0048 (210 relabellings), 0.048 after Bonferroni ×10" in \
+        by["B-fig1b-rmfast"]["summary"]
+    lmm_b = by["B-fig1b-lmm"]["summary"]  # issue 52 §3
+    assert "base_modelLlama -71.63 is Llama − Gemma at the reference cell (Authority, positive framing)" in lmm_b
+    assert "marginal contrast" in lmm_b and "did NOT converge" in lmm_b
     assert "-4.17 / -5.81 / -4.21" in by["B-fig1-summaries"]["summary"]
     units = by["B-fig1-units"]["summary"]
     assert "independent" in units and "random slope" in units

@@ -58,6 +58,8 @@ def test_fig1_marks_the_papers_test_names_the_dictionary_and_shares_y_per_framin
     assert axes[0, 0].get_ylim() != axes[1, 0].get_ylim()  # rows differ: the framings' ranks differ
     assert any("1 = best of 263" in t for t in texts)
     assert any("Bonferroni ×4" in t for t in texts)
+    # the test's statistic, direction and n (issue 52 §5): 6 models × 2 prompts per panel
+    assert any("Welch t of Llama − Gemma over the 12 model × prompt rows per panel" in t for t in texts)
     from matplotlib.colors import to_rgb
 
     dots = [c.get_facecolor()[0][:3] for ax in fig.axes for c in ax.collections

@@ -86,6 +86,13 @@ def test_reproduce_paper_a_published(tmp_path, capsys):
         assert " holds " in line, line
     assert "'Black people' on GE: #3 under method='paper'" in err
     assert "holds" in (tmp_path / "r" / "index.html").read_text()
+    # issue 52 §2, §5: every index line names its statistic, its n and its direction
+    md = (tmp_path / "r" / "index.md").read_text()
+    assert "Kendall tau-b between human Elo and each model's scores (positive: same order), n = 7,530" in md
+    assert "Spearman rho between each model's scores and human Elo" in md and "n = 7,530 items each" in md
+    assert "Kendall tau-b between two prompts' scores" in md and "rank gap = model rank" in md
+    assert "NDCG of model b's order with model a's scores as gains" in md
+    assert "undefined in 63/90 ordered pairs" in md and "random order 0.926–0.969" in md
 
 
 def test_index_html_has_the_summary_table_one_verdict_word_and_what_cannot_be_drawn(tmp_path):

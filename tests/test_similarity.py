@@ -219,12 +219,24 @@ def test_bootstrap_replicate_is_the_resample_and_seeded(tmp_path):
     xr = xs[0][idx].astype("float32").astype("float64")  # (n, p) resampled, as stored
     yr = ys[0][idx].astype("float32").astype("float64")  # (n, q)
     want = gram_measures(xr, yr)
-    for m in ("cka", "rv", "cka_debiased"):
-        assert _close(got[m], want[m], 1e-9), m
-    # RV2 of a resample: the centred Grams with every pair of copies of one candidate left out
+    # every measure of a resample leaves out the pairs of copies of one candidate (issue 52 §4): CKA/RV keep
+    # each copy's own diagonal; debiased CKA removes the copy blocks as it removes the diagonal
     K = (xr - xr.mean(0)) @ (xr - xr.mean(0)).T  # (n, n)
     L = (yr - yr.mean(0)) @ (yr - yr.mean(0)).T
-    keep = idx[:, None] != idx[None, :]  # (n, n) False on the diagonal and on copy pairs
+    same = idx[:, None] == idx[None, :]  # (n, n) the diagonal and the copy pairs
+    off = same & ~np.eye(len(idx), dtype=bool)
+    Km, Lm = np.where(off, 0, K), np.where(off, 0, L)
+    cka = (Km * Lm).sum() / math.sqrt((Km * Km).sum() * (Lm * Lm).sum())
+
+    def hsic(A, B):
+        A, B, o, N = np.where(same, 0, A), np.where(same, 0, B), np.ones(len(idx)), len(idx)
+        return np.trace(A @ B) + (o @ A @ o) * (o @ B @ o) / ((N - 1) * (N - 2)) - 2 / (N - 2) * o @ A @ B @ o
+
+    for m, v in (("cka", cka), ("rv", cka), ("cka_debiased", hsic(K, L) / math.sqrt(hsic(K, K) * hsic(L, L)))):
+        assert _close(got[m], v, 1e-9), m
+        assert not _close(got[m], want[m], 1e-6), m  # copies counted as distinct items inflate them
+    # RV2 of a resample: the centred Grams with every pair of copies of one candidate left out
+    keep = ~same  # (n, n) False on the diagonal and on copy pairs
     rv2 = (K * L)[keep].sum() / math.sqrt((K * K)[keep].sum() * (L * L)[keep].sum())
     assert _close(got["rv2"], rv2, 1e-9)
     assert not _close(got["rv2"], want["rv2"], 1e-6)  # the duplicates would count otherwise

@@ -218,7 +218,7 @@ def register(subparsers) -> None:
     # 200 = analysis.similarity.MIN_TRUSTED_BOOTSTRAP (the CLI does not import the analyses to
     # build its parser; tests/test_similarity_intervals.py checks the two agree)
     a.add_argument("--bootstrap", type=nonneg_int, default=200,
-                   help="similarity: bootstrap replicates for the bias-corrected intervals (default 200, "
+                   help="similarity: bootstrap replicates for the median-recentred percentile intervals (default 200, "
                    "fewer are noted as too few for their 95%% ends, at most 10,000; each costs one pass)")
     a.add_argument("--permutations", type=nonneg_int, default=49,
                    help="similarity: permutations for the p-values (default 49, at most 10,000; each costs one pass)")

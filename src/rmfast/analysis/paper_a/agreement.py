@@ -29,7 +29,7 @@ from ..stats.mds import mds
 from ..data.metadata import load_model_metadata, match_metadata
 from ..data.methods import check_method
 from ..stats.permutation import N_PERM
-from ..stats.rank_stats import footrule, ndcg
+from ..stats.rank_stats import footrule, ndcg, ndcg_baselines
 from ..stats.rbo import paper_ranking, rbo, rbo_truncated
 from ..data.results import Result
 from ..stats.rsa import predictor_matrices, rsa_test
@@ -46,7 +46,10 @@ class AgreementResult(Result):
 
     pairs:      prompt, model_a, model_b, n_shared, kendall_tau_b, kendall_p,
                 spearman_rho, spearman_p, rbo, footrule, ndcg_a_b, ndcg_b_a (one row per
-                unordered pair, a before b; ndcg_a_b: a's scores as gains, b's order)
+                unordered pair, a before b; ndcg_a_b: a's scores as gains, b's order; NaN where
+                undefined: the paper's raw gains with an ideal DCG <= 0), ndcg_random_a_b,
+                ndcg_reversed_a_b, ndcg_random_b_a, ndcg_reversed_b_a (the same gains under a random
+                order, its expectation, and under the reversed order: the scale to read NDCG on)
     mds:        prompt, model, x, y, stress1      (MDS of 1 − tau)
     rsa:        prompt, predictor, r, p_value, n_perm, exact, n_models, n_pairs
     vocabulary: prompt, model, rows, duplicated, not_shared, shared
@@ -208,10 +211,19 @@ def _pair_stats(vals: np.ndarray, i: int, j: int, order, rbo_p: float, method: s
         return {"rbo": rbo_truncated(ra, rb, p=rbo_p),
                 "footrule": footrule(vals[:, i], vals[:, j], method="paper"),
                 "ndcg_a_b": ndcg(vals[oi, i], vals[oi, j], method="paper"),
-                "ndcg_b_a": ndcg(vals[oj, j], vals[oj, i], method="paper")}
+                "ndcg_b_a": ndcg(vals[oj, j], vals[oj, i], method="paper"),
+                **_baselines(vals[oi, i], vals[oj, j], "paper")}
     return {"rbo": rbo(vals[:, i], vals[:, j], p=rbo_p),
             "footrule": footrule(vals[:, i], vals[:, j]),
-            "ndcg_a_b": ndcg(vals[:, i], vals[:, j]), "ndcg_b_a": ndcg(vals[:, j], vals[:, i])}
+            "ndcg_a_b": ndcg(vals[:, i], vals[:, j]), "ndcg_b_a": ndcg(vals[:, j], vals[:, i]),
+            **_baselines(vals[:, i], vals[:, j], "rmfast")}
+
+
+def _baselines(gains_a, gains_b, method: str) -> dict:
+    """NDCG of a random order (its expectation) and of the reversed order, on the same gains, both ways."""
+    a, b = ndcg_baselines(gains_a, method=method), ndcg_baselines(gains_b, method=method)
+    return {"ndcg_random_a_b": a["random"], "ndcg_reversed_a_b": a["reversed"],
+            "ndcg_random_b_a": b["random"], "ndcg_reversed_b_a": b["reversed"]}
 
 
 def _rsa_rows(prompt, tau: pd.DataFrame, meta, ledger, **kw) -> list[dict]:

@@ -156,7 +156,9 @@ def _rank_gaps(res: dict, prompts: list[str], out_dir: Path) -> dict:
                      f"{' and '.join(f'{v}/10' for v in ov['paper'].values())}, rmfast's "
                      f"{' and '.join(f'{v}/10' for v in ov['rmfast'].values())}")
     bp = {m: _position(r.ranks, GE, "Black people", m) for m, r in res.items()}
-    summary = ("top-10 overlap with the paper's lists (humans higher/models higher): "
+    summary = ("statistic: rank gap = model rank (median of the 11 ranks incl. human, 1 = best) − human rank over "
+               f"n = {n_items:,} items (positive: humans rank the item higher); top-10 overlap with the paper's "
+               "lists (humans higher/models higher): "
                + "; ".join(parts) + f". 'Black people' on GE: #{bp['paper']} under "
                f"method='paper', #{bp['rmfast']} under rmfast's")
     return _finding("A-fig5b-a7", "Items humans rank far above / below the models "
@@ -183,8 +185,10 @@ def _spearman(res, styles: Styles, out_dir: Path) -> dict:
     for p in pd.unique(res.trajectories["prompt"]):
         fig = rank_trajectories(res.trajectories, res.correlations, styles, p)
         ax = fig.axes[0]  # the figure's own title line would run into its key: head the axes' title
+        n = res.correlations.loc[res.correlations["prompt"] == p, "n"]
         ax.set_title("Paper A Fig. 5C: human and reward-model ranks of the same items (x labels: "
-                     "each model's Spearman ρ with human Elo)\n" + ax.get_title(), fontsize=10)
+                     f"each model's Spearman ρ with human Elo, n = {int(n.max()):,} items)\n" + ax.get_title(),
+                     fontsize=10)
         files.append(_write(out_dir, f"A-fig5c_rank_trajectories_{_tag(p)}.png", fig))
     ge = corr[corr["prompt"] == GE]["spearman_rho"]
     if ge.empty:
@@ -192,10 +196,13 @@ def _spearman(res, styles: Styles, out_dir: Path) -> dict:
                         "rho roughly 0.29–0.54 on GE", None, "GE prompt not in the data", files)
     lo, hi = round(float(ge.min()), 2), round(float(ge.max()), 2)
     ok = (lo, hi) == PAPER_SPEARMAN_RANGE
+    n = corr.loc[corr["prompt"] == GE, "n"]
+    n_txt = f"n = {int(n.min()):,} items" if n.min() == n.max() else f"n = {int(n.min()):,}–{int(n.max()):,} items"
     return _finding("A-fig5c", "Spearman rho of each model with human Elo (Fig. 5C)",
                     "Fig. 5C: each reward model's Spearman rho with human Elo on GE lies "
-                    "between 0.29 and 0.54", ok, f"GE rho "
-                    f"{lo:.2f}–{hi:.2f} over {len(ge)} models", files)
+                    "between 0.29 and 0.54", ok, f"Spearman rho between each model's scores and human "
+                    f"Elo (positive: the model orders the items as humans do), GE: "
+                    f"{lo:.2f}–{hi:.2f} over {len(ge)} models, {n_txt} each", files)
 
 
 # ---------------------------------------------------------------- Fig. A5 and p-values
@@ -248,7 +255,9 @@ def _human_model_tau(data, prompts, styles: Styles, out_dir: Path) -> tuple[dict
     a5 = _finding("A-figA5", "Kendall tau among human Elo and the ten models (Fig. A5)",
                   "Fig. A5: tau of the models with human Elo is low: 0.20–0.38 (GE), 0.10–0.30 "
                   "(HP), 0.22–0.39 (GW), below most model–model values",
-                  ok if n else None, f"{n} human–model "
+                  ok if n else None, "Kendall tau-b between human Elo and each model's scores "
+                  f"(positive: same order), n = {', '.join(f'{int(v):,}' for v in sorted(set(n_items.values())))} "
+                  f"items per prompt; " + "; ".join(_tau_range(pairs, p) for p in prompts) + f". {n} human–model "
                   f"values, largest difference from the published 2-decimal values {worst:.4f}",
                   files)
     p_mat = mats[prompts[0]][1].loc[st.order, st.order]
@@ -263,8 +272,17 @@ def _human_model_tau(data, prompts, styles: Styles, out_dir: Path) -> tuple[dict
                   "(the authors' code draws p-value heatmaps; no statement in the paper)", None,
                   f"{n_sig['human']} of {len(human)} human–model pairs and {n_sig['model']} of "
                   f"{len(pairs) - len(human)} model–model pairs (× {len(prompts)} prompts) have "
-                  f"Kendall p < 0.001 (n = {int(pairs['n'].iloc[0])} items)", pfiles)
+                  f"Kendall tau-b p < 0.001 (two-sided, n = {int(pairs['n'].iloc[0]):,} items; no "
+                  "correction for the multiple tests; asymptotic p, no floor: the smallest attainable p is "
+                  "~0)", pfiles)
     return a5, pv
+
+
+def _tau_range(pairs: pd.DataFrame, prompt: str) -> str:
+    h = pairs[(pairs["prompt"] == prompt) & ((pairs["rater_a"] == HUMAN) | (pairs["rater_b"] == HUMAN))]
+    if h.empty:
+        return f"{_short(prompt)}: none"
+    return f"{_short(prompt)} {h['kendall_tau_b'].min():.2f}–{h['kendall_tau_b'].max():.2f}"
 
 
 def _by_nickname(styles: Styles) -> list[str]:
@@ -291,10 +309,13 @@ def _prompt_tau(data, styles: Styles, out_dir: Path) -> dict:
             got = np.array([m.loc["GE", "HP"], m.loc["GE", "GW"], m.loc["HP", "GW"]])
             worst, n = max(worst, float(np.max(np.abs(got - vals)))), n + 3
     ok = n > 0 and worst <= ROUNDING
+    nn = sorted(set(int(x) for x in res.pairs["n"])) if "n" in res.pairs else []
     return _finding("A-figA6", "Kendall tau between prompts within each model (Fig. A6)",
                     "Fig. A6: a model's rankings under two prompts agree only moderately, tau "
-                    "0.36–0.68", ok if n else None, f"{n} "
-                    f"values, largest difference from the published ones {worst:.4f}", files)
+                    "0.36–0.68", ok if n else None, "Kendall tau-b between two prompts' scores of the same "
+                    f"items within each model (positive: same order), n = {', '.join(f'{x:,}' for x in nn)} "
+                    f"items; range {res.pairs['kendall_tau_b'].min():.2f}–{res.pairs['kendall_tau_b'].max():.2f}. "
+                    f"{n} values, largest difference from the published ones {worst:.4f}", files)
 
 
 # ---------------------------------------------------------------- method differences
@@ -315,18 +336,44 @@ def _methods(data, res: dict, prompts, data_dir: Path, out_dir: Path) -> dict:
                      "value": f"{same['humans rank higher']}/10, {same['models rank higher']}"
                      f"/10; rho {spearmanr(a, b.reindex(a.index)).statistic:.3f}"})
     ag = {m: agreement(data.scans, prompts=[prompts[0]], n_perm=0, method=m) for m in res}
-    for stat in ("rbo", "footrule", "ndcg_a_b"):
+    for stat in ("rbo", "footrule"):
         x, y = ag["paper"].pairs[stat], ag["rmfast"].pairs[stat]
         rows.append({"difference": stat, "prompt": _short(prompts[0]),
                      "measure": "max |paper − rmfast| over model pairs; Spearman of the two",
                      "value": f"{float(np.max(np.abs(x - y))):.4f}; rho "
                      f"{spearmanr(x, y).statistic:.3f}"})
+    rows.append(_ndcg_row(ag["paper"].pairs, ag["rmfast"].pairs, _short(prompts[0])))
     rows += _bnc_rows(data_dir / "lexicons")
     table = pd.DataFrame(rows)
     files = [_write(out_dir, "A-methods.csv", table)]
     return _finding("A-methods", "How far each paper-vs-rmfast method difference moves the "
                     "results", "(rmfast's own; see docs/paper_methods.md)", None,
-                    f"{len(table)} measured differences; see A-methods.csv", files)
+                    f"{len(table)} measured differences; see A-methods.csv. NDCG ({_short(prompts[0])}): "
+                    + table.loc[table["difference"] == "ndcg", "measure"].iloc[0] + ": "
+                    + table.loc[table["difference"] == "ndcg", "value"].iloc[0], files)
+
+
+def _ndcg_row(paper: pd.DataFrame, ours: pd.DataFrame, prompt: str) -> dict:
+    """NDCG both ways, named: whose scores are the gains and whose order is ranked, the two baselines on the same
+    scores, and the paper's undefined pairs counted (never 0.0)."""
+    both = lambda t, c: np.r_[t[f"{c}_a_b"].to_numpy(), t[f"{c}_b_a"].to_numpy()]  # noqa: E731
+    ours_v, rnd, rev = both(ours, "ndcg"), both(ours, "ndcg_random"), both(ours, "ndcg_reversed")
+    pap = both(paper, "ndcg")
+    undefined = int(np.isnan(pap).sum())
+    over = int((pap[~np.isnan(pap)] > 1).sum())
+
+    def rng(v):
+        v = v[np.isfinite(v)]
+        return f"{v.min():.3f}–{v.max():.3f}" if len(v) else "none"
+
+    return {"difference": "ndcg", "prompt": prompt,
+            "measure": ("NDCG of model b's order with model a's scores as gains (and a's order with b's gains), "
+                        f"{len(ours_v)} ordered pairs over the shared items; rmfast: gains min-max scaled, ties "
+                        "averaged; beside it, on the same gains, the expected NDCG of a random order and the NDCG "
+                        "of the reversed order. Paper: raw scores as gains, undefined where the ideal DCG <= 0"),
+            "value": (f"rmfast {rng(ours_v)} vs random order {rng(rnd)} and reversed order {rng(rev)}; paper's "
+                      f"raw-gain NDCG undefined in {undefined}/{len(pap)} ordered pairs (ideal DCG <= 0), "
+                      f"above 1 in {over}, defined values {rng(pap)}")}
 
 
 def _bnc_rows(lex_dir: Path) -> list[dict]:

@@ -7,10 +7,12 @@
 2. The unit of analysis is the median rank per category per model × prompt.
 3. Groups of models (e.g. base family Gemma vs Llama) are compared per category (and
    framing) by a permutation test on the models' mean median rank: Welch t, group labels
-   permuted over models (exactly when few), two-sided, Bonferroni over the tests; with both framings, also
-   per category both pooled with the framing's sign (:data:`POOLED`: each model's mean over positive
-   prompts − over negative ones, since on a "worst" prompt ranking a word higher disfavours it)
-   (``method="rmfast"``, the default). ``method="paper"`` is paper B's test instead: R's
+   permuted over models (exactly when few), two-sided, Bonferroni over the category × framing panels (the
+   paper's family: ×4 Big Two, ×10 MFD); with both framings, also per category both pooled with the
+   framing's sign (:data:`POOLED`: each model's mean over positive prompts − over negative ones, since on a
+   "worst" prompt ranking a word higher disfavours it), an exploratory addition chosen after the data and
+   corrected as its own family (``method="rmfast"``, the default). ``min_p`` says the smallest p each test can
+   reach (1/210 for 4 vs 6 models). ``method="paper"`` is paper B's test instead: R's
    ``MKinfer::perm.t.test`` per category × framing panel over ALL model × prompt medians
    (~270 rows per panel), reporting its parametric Welch p as the paper's script does (the
    permutation p beside it), Bonferroni over the panels. rmfast's is the default because the
@@ -67,6 +69,16 @@ STATISTICS = {
     "mean_of_model_means": "mean over models of each model's mean over prompts of its median "
     "ranks over words (rmfast's models-as-units test)",
 }
+#: The statistics of rmfast's exploratory pooled tests (the permutation table's ``statistic`` on its pooled rows;
+#: not group summaries of one framing, so not in the summaries table).
+POOLED_STATISTICS = {
+    "mean_of_model_framing_differences": "mean over models of each model's (mean over positive prompts − mean over "
+    "negative prompts) of its median ranks over words: a mean of within-model differences (the pooled rows of "
+    "rmfast's test; not a mean of model means)",
+    "mean_of_model_category_contrasts": "mean over models of each model's signed pool (positive − negative) of "
+    "the second category minus that of the first (e.g. Communion − Agency): a within-model contrast, free of how "
+    "far each model's whole ranking moves between positive and negative prompts",
+}
 #: What the medians table's ``median_rank`` is.
 MEDIAN_STATISTIC = "median over the category's words of their ranks (1 = best)"
 
@@ -119,12 +131,19 @@ class CategoryResult(Result):
 
     medians:     model, group, prompt, framing, category, n_words, median_rank,
                  median_rank_pct (median of rank / words ranked), statistic (what median_rank is)
-    permutation: framing, category, group_a, group_b, n_a, n_b, statistic, mean_a, mean_b,
+    permutation: [family,] framing, category, group_a, group_b, n_a, n_b, statistic, mean_a, mean_b,
                  <b>_minus_<a> (mean_b − mean_a, e.g. llama_minus_gemma), t (Welch t of b − a:
-                 the same sign), p_value, p_bonferroni, n_perm, exact, test, correction
+                 the same sign), p_value, p_bonferroni, [min_p, min_p_bonferroni: the smallest p
+                 the test can give, raw and after its family's correction,] n_perm, exact, test,
+                 correction. method="rmfast": ``family`` is :data:`FAMILY_PANELS` (the paper's
+                 category × framing panels, Bonferroni over them: ×4 Big Two, ×10 MFD) or
+                 :data:`FAMILY_POOLED` (the signed pooled rows, rmfast's exploratory addition,
+                 corrected apart; their statistic is ``mean_of_model_framing_differences``)
                  (method="paper" adds df, perm_p_value, perm_p_bonferroni; its p_value is the
                  Welch p)
-    mixed:       method="rmfast": term, coef, se, z, p_value, ci_low, ci_high, test, reference;
+    mixed:       method="rmfast": term, meaning (what the treatment-coded term is: a contrast at the
+                 reference levels of the factors it leaves out, not a main effect), coef, se, z,
+                 p_value, ci_low, ci_high, test, reference;
                  method="paper": :func:`~.mixed_model.paper_mixed`'s table (the paper's model)
     summaries:   framing, category, statistic, meaning, group_a, group_b, value_a, value_b,
                  <b>_minus_<a> (value_b − value_a), n_models_a, n_models_b
@@ -293,10 +312,34 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
 
 #: the group test of both framings pooled (a row per category): a preference is signed by the framing, so a model's
 #: value is its mean over positive prompts minus its mean over negative prompts (lower rank = ranked higher: on "worst"
-#: prompts ranking a word higher disfavours it). An unsigned mean over both framings cancels the preference the paper
-#: claims (Big Two Communion, models as units: p 0.72 unsigned, 2/210 signed; review 48d)
+#: prompts ranking a word higher disfavours it). rmfast's EXPLORATORY addition, chosen after the data (the unsigned
+#: pool gave Big Two Communion p 0.72, the signed one 2/210; review 48d): it is its own Bonferroni family
+#: (:data:`FAMILY_POOLED`), apart from the paper's category × framing panels (:data:`FAMILY_PANELS`), so it neither
+#: enlarges nor penalises the paper's family. It also carries how far each model's ranking moves between positive
+#: and negative prompts, which differs by base model.
 POOLED = "positive − negative"
 POOLED_UNIT = " (each model's mean over positive prompts − its mean over negative prompts)"
+#: The family of the paper's own tests: one per category × framing panel, Bonferroni over the panels (×4 Big Two,
+#: ×10 MFD 2.0's five foundations), as paper B corrects them.
+FAMILY_PANELS = "paper's panels (category × framing)"
+#: The family of the signed pooled tests: rmfast's exploratory addition, chosen after seeing the data.
+FAMILY_POOLED = ("rmfast's exploratory addition, chosen after the data: both framings pooled with the framing's "
+                 "sign (positive − negative)")
+
+
+def smallest_p(n_perm: int, exact: bool, m: int = 1, *, equal_groups: bool = False) -> float:
+    """The smallest p a permutation test can give, times a Bonferroni factor ``m`` (capped at 1): ``1/C`` when every
+    one of the C relabellings is enumerated (two-sided Welch t of two groups of different sizes: the observed split
+    alone can reach |t|; ``2/C`` for equal groups, whose swapped split has the same |t|), ``1/(1 + n_perm)`` when
+    they are drawn at random. With 4 vs 6 models C = 210: 0.0048,
+    ×15 = 0.071, so a family of 15 cannot reach .05 whatever the data.
+
+    >>> round(smallest_p(210, True, 15), 4), round(smallest_p(210, True, 4), 4)
+    (0.0714, 0.019)
+    """
+    if not n_perm:
+        return float("nan")
+    return min(1.0, m * (2 if exact and equal_groups else 1) / (n_perm if exact else n_perm + 1))
 
 
 def _signed_pool(med: pd.DataFrame, measure: str) -> pd.DataFrame:
@@ -306,16 +349,40 @@ def _signed_pool(med: pd.DataFrame, measure: str) -> pd.DataFrame:
     return (m[POSITIVE] - m[NEGATIVE]).rename(measure).dropna().reset_index()
 
 
+def _contrast_rows(med, measure, cats, group_names, n_perm, seed) -> list[dict]:
+    """With two categories: the group test of each model's within-model contrast, its signed pool of the second
+    category minus the first's (Big Two: Communion − Agency). A model whose whole ranking moves more between
+    positive and negative prompts moves both categories' signed pools alike; the contrast removes that."""
+    sp = _signed_pool(med, measure).pivot(index=["model", "group"], columns="category", values=measure)
+    sp = (sp[cats[1]] - sp[cats[0]]).dropna().reset_index(name=measure)
+    rows = []
+    for ga, gb in combinations(group_names, 2):
+        g2 = sp[sp["group"].isin([ga, gb])]
+        in_b = (g2["group"] == gb).to_numpy()
+        vals = g2[measure].to_numpy()
+        out = permutation_test(vals, in_b, n_perm=n_perm, seed=seed)
+        how = (f"every one of the {out['n_perm']:,} relabellings" if out["exact"]
+               else f"{out['n_perm']:,} random relabellings")
+        rows.append({"family": FAMILY_POOLED, "framing": POOLED, "category": f"{cats[1]} − {cats[0]}",
+                     "group_a": ga, "group_b": gb, "n_a": int((~in_b).sum()), "n_b": int(in_b.sum()),
+                     "mean_a": vals[~in_b].mean() if (~in_b).any() else np.nan,
+                     "mean_b": vals[in_b].mean() if in_b.any() else np.nan, **out,
+                     "statistic": "mean_of_model_category_contrasts",
+                     "test": f"Welch t of {gb} − {ga} over models (each model's signed pool of {cats[1]} − that of "
+                     f"{cats[0]}); permutation p (group labels permuted over models, {how}, two-sided)"})
+    return rows
+
+
 def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
     group_names = sorted(med["group"].unique())
-    cols = ["framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
-            "mean_b", "diff", "t", "p_value", "p_bonferroni", "n_perm", "exact", "test",
-            "correction"]
+    cols = ["family", "framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
+            "mean_b", "diff", "t", "p_value", "p_bonferroni", "min_p", "min_p_bonferroni", "n_perm", "exact",
+            "test", "correction"]
     if len(group_names) < 2:
         ledger.note(f"all models are in one group ({group_names}); no group test")
         return _name_diff(pd.DataFrame(columns=cols))
     framings = list(pd.unique(med["framing"]))
-    levels = ([POOLED] + framings) if {POSITIVE, NEGATIVE} <= set(framings) else framings
+    levels = (framings + [POOLED]) if {POSITIVE, NEGATIVE} <= set(framings) else framings
     rows = []
     for fr in levels:
         per_model = (_signed_pool(med, measure) if fr == POOLED else
@@ -331,17 +398,28 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
                                 "models per group")
                 how = (f"every one of the {out['n_perm']:,} relabellings" if out["exact"]
                        else f"{out['n_perm']:,} random relabellings")
-                rows.append({"framing": fr, "category": cat, "group_a": ga, "group_b": gb,
+                rows.append({"family": FAMILY_POOLED if fr == POOLED else FAMILY_PANELS,
+                             "framing": fr, "category": cat, "group_a": ga, "group_b": gb,
                              "n_a": int((~in_b).sum()), "n_b": int(in_b.sum()),
                              "mean_a": vals[~in_b].mean() if (~in_b).any() else np.nan,
                              "mean_b": vals[in_b].mean() if in_b.any() else np.nan, **out,
+                             "statistic": "mean_of_model_framing_differences" if fr == POOLED
+                             else "mean_of_model_means",
                              "test": f"Welch t of {gb} − {ga} over models{POOLED_UNIT if fr == POOLED else ''}; "
                              f"permutation p (group labels permuted over models, {how}, two-sided)"})
+    cats = sorted(med["category"].unique())
+    if POOLED in levels and len(cats) == 2:
+        rows += _contrast_rows(med, measure, cats, group_names, n_perm, seed)
     res = pd.DataFrame(rows)
-    res["statistic"] = "mean_of_model_means"
     res["diff"] = res["mean_b"] - res["mean_a"]
-    res["p_bonferroni"] = bonferroni(res["p_value"])
-    res["correction"] = f"Bonferroni ×{int(res['p_value'].notna().sum())}"
+    for fam, idx in res.groupby("family", sort=False).groups.items():
+        m = int(res.loc[idx, "p_value"].notna().sum())
+        res.loc[idx, "p_bonferroni"] = bonferroni(res.loc[idx, "p_value"], m)
+        res.loc[idx, "correction"] = (f"Bonferroni ×{m} ({'the category × framing panels, as paper B' if fam == FAMILY_PANELS else 'the pooled tests only, apart from the panels'})")
+        res.loc[idx, "min_p"] = [smallest_p(r.n_perm, r.exact, equal_groups=r.n_a == r.n_b)
+                                 for r in res.loc[idx].itertuples()]
+        res.loc[idx, "min_p_bonferroni"] = [smallest_p(r.n_perm, r.exact, m, equal_groups=r.n_a == r.n_b)
+                                            for r in res.loc[idx].itertuples()]
     return _name_diff(res[cols])
 
 
@@ -450,7 +528,7 @@ def _mixed(med, measure, ledger) -> pd.DataFrame:
     """rmfast's mixed model: statsmodels' own coding (every factor's first level in sorted order
     is its reference, so the framing's is *negative*) and Wald z-tests; :func:`paper_mixed` is
     the paper's (positive framing as reference, nlme's t)."""
-    cols = ["term", "coef", "se", "z", "p_value", "ci_low", "ci_high", "test", "reference"]
+    cols = ["term", "meaning", "coef", "se", "z", "p_value", "ci_low", "ci_high", "test", "reference"]
     terms = [t for t in ("group", "category", "framing") if med[t].nunique() > 1]
     for t in ("group", "category", "framing"):
         if t not in terms:
@@ -471,7 +549,19 @@ def _mixed(med, measure, ledger) -> pd.DataFrame:
         ledger.note(f"mixed model warning: {str(w.message).splitlines()[0]}")
     ci = fit.conf_int()
     names = [n for n in fit.fe_params.index]
-    out = pd.DataFrame({"term": names, "coef": fit.fe_params[names].to_numpy(),
+    refs = {t: sorted(med[t].unique())[0] for t in terms}
+
+    def meaning(name: str) -> str:  # a treatment-coded term: a contrast at the reference of every factor it omits
+        if name == "Intercept":
+            return "the reference cell's mean (" + ", ".join(f"{t} {r}" for t, r in refs.items()) + ")"
+        parts = re.findall(r"C\((\w+)\)\[T\.(.+?)\]", name)
+        what = " × ".join(f"({lvl} − {refs[t]})" for t, lvl in parts)
+        at = [f"{t} {refs[t]}" for t in terms if t not in {p for p, _ in parts}]
+        return (what + (f" at the reference ({', '.join(at)})" if at else "")
+                + ("; not a main effect" if at and len(parts) == 1 else ""))
+
+    out = pd.DataFrame({"term": names, "meaning": [meaning(n) for n in names],
+                        "coef": fit.fe_params[names].to_numpy(),
                         "se": fit.bse_fe[names].to_numpy(),
                         "z": fit.tvalues[names].to_numpy(), "p_value": fit.pvalues[names].to_numpy(),
                         "ci_low": ci.loc[names, 0].to_numpy(), "ci_high": ci.loc[names, 1].to_numpy(),

@@ -58,8 +58,8 @@ def paper_mixed(med: pd.DataFrame, *, random_slope: bool = False,
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit = smf.mixedlm(formula, d, groups=d["model"], re_formula=re_formula).fit(reml=True)
-    converged = bool(getattr(fit, "converged", True)) and not any(
-        "converge" in str(w.message).lower() for w in caught)
+    problems = fit_problems(fit, caught)
+    converged = not problems
     terms = list(fit.fe_params.index)
     n, n_groups = len(d), d["model"].nunique()
     between = [t for t in terms[1:] if all(d.groupby("model")[c].nunique().max() == 1
@@ -70,17 +70,97 @@ def paper_mixed(med: pd.DataFrame, *, random_slope: bool = False,
     t = fit.fe_params[terms] / fit.bse_fe[terms]
     pretty = [":".join(names.get(x, x) for x in term.split(":")).replace("Intercept", "(Intercept)")
               for term in terms]
+    label = {**{k: f"{v[len('base_model'):]} − {groups[0]}" for k, v in names.items() if k in gs},
+             **{k: f"{v[len('Category'):]} − {cats[0]}" for k, v in names.items() if k in cs},
+             "fneg": "negative − positive framing"}
+    meaning = [_meaning(term, label, groups[0], cats[0]) for term in terms]
+    coef, se = fit.fe_params[terms].to_numpy(), fit.bse_fe[terms].to_numpy()
+    tv, pv, pz = t.to_numpy(), 2 * tdist.sf(np.abs(t.to_numpy()), dfs), fit.pvalues[terms].to_numpy()
+    # the model (base) effect as a marginal contrast: each group − the reference group, averaged with equal
+    # weight over every category × framing cell (a main effect; the base_model coefficient is one cell's)
+    cov = fit.cov_params().loc[terms, terms].to_numpy()
+    for g in gs:
+        L = np.zeros(len(terms))
+        for i, term in enumerate(terms):
+            parts = term.split(":")
+            if g in parts and all(x == g or x in cs or x == "fneg" for x in parts):
+                others = [x for x in parts if x != g]
+                w = 1.0
+                if any(x in cs for x in others):
+                    w /= len(cats)
+                if "fneg" in others:
+                    w /= 2
+                L[i] = w
+        est, sd = float(L @ coef), float(np.sqrt(L @ cov @ L))
+        tt = est / sd
+        pretty.append(f"{names[g]} (marginal)")
+        meaning.append(f"{label[g]}, averaged over the {len(cats)} categories × 2 framings with equal weights "
+                       "(the model main effect as a marginal contrast; t with the between-model df)")
+        coef, se = np.append(coef, est), np.append(se, sd)
+        tv, dfs = np.append(tv, tt), [*dfs, df_between]
+        pv = np.append(pv, 2 * tdist.sf(abs(tt), df_between))
+        pz = np.append(pz, 2 * deps.require("scipy.stats", "the mixed model").norm.sf(abs(tt)))
     return pd.DataFrame({
-        "term": pretty,
-        "coef": fit.fe_params[terms].to_numpy(), "se": fit.bse_fe[terms].to_numpy(),
-        "df": dfs, "t": t.to_numpy(), "p_value": 2 * tdist.sf(np.abs(t.to_numpy()), dfs),
-        "p_z": fit.pvalues[terms].to_numpy(),
+        "term": pretty, "meaning": meaning,
+        "coef": coef, "se": se, "df": dfs, "t": tv, "p_value": pv, "p_z": pz,
         "random_effects": "intercept + category slope per model" if random_slope
         else "intercept per model",
         "model_sd": float(np.sqrt(fit.cov_re.iloc[0, 0])), "residual_sd": float(np.sqrt(fit.scale)),
-        "converged": converged, "test": PAPER_TEST,
+        "converged": converged, "fit_check": "; ".join(problems) or "ok",
+        "test": PAPER_TEST,
         "reference": f"{groups[0]}, {cats[0]}, positive framing",
     })
 
 
-__all__ = ["PAPER_TEST", "paper_mixed"]
+def _meaning(term: str, label: dict, g0: str, c0: str) -> str:
+    """What a treatment-coded coefficient is: a contrast at the reference levels of the factors it leaves out."""
+    if term == "Intercept":
+        return f"{g0}, {c0}, positive framing: the reference cell's mean"
+    parts = term.split(":")
+    at = []
+    if not any(x.startswith("g") for x in parts):
+        at.append(g0)
+    if not any(x.startswith("c") for x in parts):
+        at.append(c0)
+    if "fneg" not in parts:
+        at.append("positive framing")
+    what = " × ".join(f"({label[x]})" for x in parts) if len(parts) > 1 else label[parts[0]]
+    kind = "difference of differences" if len(parts) > 1 else "simple effect"
+    where = f" at the reference cell ({', '.join(at)})" if at else ""
+    main = "; not a main effect" if at and len(parts) == 1 and parts[0].startswith("g") else ""
+    return f"{what}{where}: a {kind}{main}"
+
+
+def fit_problems(fit, caught=()) -> list[str]:
+    """Why a MixedLM fit cannot be trusted, or []: the optimiser's flag, and (statsmodels reports
+    ``converged=True`` on degenerate fits) the random effects' covariance (a variance at ~0 or a correlation at
+    ±1: on the boundary) and the Hessian (the information matrix must be positive definite), and the warnings
+    the fit raised about them."""
+    out = []
+    if not bool(getattr(fit, "converged", True)):
+        out.append("the optimiser did not converge")
+    cov_re = np.asarray(fit.cov_re, dtype=float)
+    if cov_re.size:
+        ev = np.linalg.eigvalsh(cov_re)
+        if not np.all(np.isfinite(ev)) or ev.min() <= 1e-6 * max(ev.max(), float(fit.scale)):
+            sd = np.sqrt(np.clip(np.diag(cov_re), 0, None))
+            out.append("random-effects covariance singular (on the boundary: SDs "
+                       + ", ".join(f"{x:.3g}" for x in sd) + f"; smallest eigenvalue {ev.min():.2g})")
+    try:
+        hess, sing = fit.model.hessian(fit.params_object)
+        ev = np.linalg.eigvalsh(-(hess + hess.T) / 2)
+        if sing or not np.all(np.isfinite(ev)) or ev.min() <= 0:
+            out.append("Hessian not negative definite (the information matrix is not positive definite)")
+    except (np.linalg.LinAlgError, ValueError, AttributeError):
+        out.append("Hessian could not be computed")
+    if not np.all(np.isfinite(np.asarray(fit.bse_fe, dtype=float))):
+        out.append("fixed-effect SEs not finite")
+    for w in caught:
+        msg = str(w.message).splitlines()[0]
+        if any(k in msg.lower() for k in ("converge", "boundary", "hessian", "singular")) and \
+                not any(msg in o for o in out):
+            out.append(f"statsmodels: {msg}")
+    return out
+
+
+__all__ = ["PAPER_TEST", "fit_problems", "paper_mixed"]

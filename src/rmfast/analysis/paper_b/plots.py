@@ -23,6 +23,12 @@ def _colour(base: str, i: int) -> str:
     return BASE_COLOURS.get(base, ["#CC79A7", "#E69F00", "#56B4E9"][i % 3])
 
 
+def _rows_per_panel(med: pd.DataFrame) -> str:
+    """n of the paper's test: the model × prompt rows per framing × category panel (a range when they differ)."""
+    n = med.groupby(["framing", "category"]).size()
+    return f"{n.min():,}" if n.min() == n.max() else f"{n.min():,}–{n.max():,}"
+
+
 def _row_limits(med: pd.DataFrame, framing: str) -> tuple[float, float, float]:
     """One y-range for a framing row (the paper shares it within a row): (top, bottom, the
     y of the p-value bracket above the data). Ranks are drawn inverted: top < bottom."""
@@ -90,7 +96,8 @@ def fig1_figure(med: pd.DataFrame, tests: pd.DataFrame, *, fig_id: str, dictiona
         Line2D([], [], ls="", marker="D", ms=5, color="black",
                label="group: mean of the model × prompt medians ± SE"),
         Line2D([], [], ls="-", color="black", lw=0.8,
-               label=f"paper's test: Welch t over model × prompt rows, {corr} "
+               label=f"paper's test: Welch t of {' − '.join(groups[::-1])} over the "
+               f"{_rows_per_panel(med)} model × prompt rows per panel, {corr} "
                "(*** p < .001, ** < .01, * < .05)"),
     ]
     fig.legend(handles=handles, loc="outside lower center", fontsize=9,

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ...errors import UserError
 from ...io import atomic_write, write_csv
-from .categories import POOLED, categories, diff_column
+from .categories import FAMILY_PANELS, FAMILY_POOLED, POOLED, categories, diff_column
 from .mixed_model import paper_mixed
 from .published import load_big2_rewards, load_checkpoint_ranks, load_published_scores
 from ..stats.permutation import MKINFER_R
@@ -87,14 +87,46 @@ def _try_mixed(med: pd.DataFrame, random_slope: bool) -> tuple[pd.DataFrame, str
     try:
         return paper_mixed(med, random_slope=random_slope), None
     except (np.linalg.LinAlgError, ValueError) as exc:
-        empty = pd.DataFrame(columns=["term", "coef", "se", "df", "t", "p_value", "p_z",
-                                      "random_effects", "model_sd", "residual_sd", "converged", "test",
-                                      "reference"])
+        empty = pd.DataFrame(columns=["term", "meaning", "coef", "se", "df", "t", "p_value", "p_z",
+                                      "random_effects", "model_sd", "residual_sd", "converged", "fit_check",
+                                      "test", "reference"])
         return empty, str(exc).splitlines()[0] or type(exc).__name__
 
 
 def _fmt_p(p: float) -> str:
     return f"{p:.2g}"
+
+
+def _floor(t: pd.DataFrame) -> str:
+    """'smallest attainable p ...' of a family of rmfast's permutation tests (their min_p columns)."""
+    if not len(t):
+        return "no tests"
+    lo, lo_b, n = t["min_p"].min(), t["min_p_bonferroni"].min(), int(t["n_perm"].min())
+    m = int(t["p_value"].notna().sum())
+    cant = " — no test in this family can reach .05 whatever the data" if lo_b >= 0.05 else ""
+    return (f"smallest attainable p {_fmt_p(lo)} ({n:,} relabellings), {_fmt_p(lo_b)} after "
+            f"Bonferroni ×{m}{cant}")
+
+
+def _floor_paper(pt: pd.DataFrame, n_perm: int) -> str:
+    """The paper's test has no floor on its reported (parametric Welch) p; its permutation p's floor is 1/R."""
+    k = len(pt)
+    return (f"(smallest attainable p: none for the parametric Welch p the paper reports; its permutation p's "
+            f"floor is 1/{n_perm:,}, ×{k} = {_fmt_p(min(1.0, k / n_perm))})")
+
+
+def _pooled_line(pooled: pd.DataFrame) -> str:
+    """The exploratory pooled tests, apart from the paper's family."""
+    if not len(pooled):
+        return ""
+    n_sig = int((pooled["p_bonferroni"] < 0.05).sum())
+    dcol = diff_column(pooled)
+    rows = "; ".join(f"{r.category} {getattr(r, dcol):+.2f} ranks [{r.statistic}], p = {r.p_value:.3g}"
+                     + (f" ({int(round(r.p_value * r.n_perm))}/{r.n_perm})" if r.exact else "")
+                     + f", p_bonf {_fmt_p(r.p_bonferroni)}" for r in pooled.itertuples())
+    return (f"Exploratory, rmfast's addition chosen after the data (not the paper's family; corrected apart, "
+            f"×{len(pooled)}): both framings pooled with the framing's sign (positive − negative): "
+            f"{n_sig}/{len(pooled)} reach Bonferroni p < .05 ({_floor(pooled)}): {rows}")
 
 
 def _fig1_tables(out: Path, tag: str, paper, ours):
@@ -115,18 +147,35 @@ def _fig1_tables(out: Path, tag: str, paper, ours):
 
 
 def _lmm_parts(mixed, slope, slope_failed):
-    """The base × category interaction terms and their line for the index, from both mixed models."""
+    """The base × category interaction terms and their line for the index, from both mixed models: the base
+    coefficient named for what it is (one cell's contrast), the base effect as a marginal contrast, and a
+    random-slope fit that did not converge (or is degenerate) said so, its numbers not quoted."""
     inter_terms = [t for t in mixed["term"] if t.startswith("base_model") and ":Category" in t
                    and "framing" not in t]
     mi, ms = mixed.set_index("term"), slope.set_index("term")
+    slope_ok = not slope_failed and bool(slope["converged"].all())
     lmm_parts = "; ".join(
         f"{t} {mi.loc[t, 'coef']:+.2f} (random intercept: SE {mi.loc[t, 'se']:.2f}, "
         f"t({int(mi.loc[t, 'df'])}) = {mi.loc[t, 't']:.2f}, p = {_fmt_p(mi.loc[t, 'p_value'])}"
-        + ("" if slope_failed else f"; + random category slope: SE {ms.loc[t, 'se']:.2f}, z = "
+        + ("" if not slope_ok else f"; + random category slope: SE {ms.loc[t, 'se']:.2f}, z = "
            f"{ms.loc[t, 't']:.2f}, p_z = {_fmt_p(ms.loc[t, 'p_z'])}") + ")" for t in inter_terms)
-    slope_note = (f" (the random-slope model could not be fitted: {slope_failed})" if slope_failed
-                  else "" if slope["converged"].all()
-                  else " (the random-slope fit did not converge)")
+    base = [t for t in mixed["term"] if t.startswith("base_model") and ":" not in t]
+    for t in base:
+        r = mi.loc[t]
+        if t.endswith("(marginal)"):
+            lmm_parts += (f"; the model effect as a marginal contrast ({r['meaning']}): {r['coef']:+.2f} ranks, "
+                          f"SE {r['se']:.2f}, t({int(r['df'])}) = {r['t']:.2f}, p = {_fmt_p(r['p_value'])}")
+        else:
+            lmm_parts += (f"; {t} {r['coef']:+.2f} is {r['meaning']} (t({int(r['df'])}) = {r['t']:.2f}, "
+                          f"p = {_fmt_p(r['p_value'])})")
+    if slope_failed:
+        slope_note = f" (the random-slope check could not be fitted: {slope_failed})"
+    elif not slope_ok:
+        why = "; ".join(sorted(set(slope["fit_check"]))) if "fit_check" in slope else "not converged"
+        slope_note = (f" (the random-slope check did NOT converge, so it cannot say whether the interaction holds "
+                      f"with models as the units; its numbers are not quoted: {why})")
+    else:
+        slope_note = " (random-slope fit converged; variance components and Hessian checked)"
     return inter_terms, mi, ms, lmm_parts, slope_note
 
 
@@ -160,21 +209,18 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
     n_rows = int(rows_per.groupby(["framing", "category"]).sum().iloc[0]) if len(rows_per) else 0
     stat_name = ("mean of model × prompt median ranks [mean_of_model_prompt_medians], "
                  f"{n_rows} rows per panel")
-    rt = ours.permutation[ours.permutation["framing"] != POOLED]
-    ok_r = [_direction_ok(r.mean_a, r.mean_b, r.category, r.framing) for r in rt.itertuples()] \
-        if big_two else []
-    n_sig_r = int((ours.permutation["p_bonferroni"] < 0.05).sum())
-    n_relabel = len(ours.permutation) and int(ours.permutation["n_perm"].iloc[0])
+    rt, pooled, ok_r, n_sig_r, n_relabel = _rmfast_parts(ours.permutation, big_two)
     inter_terms, mi, ms, lmm_parts, slope_note = _lmm_parts(mixed, slope, slope_failed)
     k = len(pt)
     if big_two:
         paper_claim, holds = CLAIM_FIG1, bool(all(ok) and all(sig))
-        head = f"claimed direction in {sum(ok)}/{k} panels, Bonferroni p < .05 in {sum(sig)}/{k}"
+        head = (f"claimed direction in {sum(ok)}/{k} panels, Bonferroni p < .05 (×{k}) in {sum(sig)}/{k} "
+                f"{_floor_paper(pt, n_perm)}")
         head_r = f"same direction in {sum(ok_r)}/{len(rt)} framing panels, but"
     else:
         paper_claim, holds = CLAIM_FIG1B, None
-        head = (f"Bonferroni p < .05 (× {k}) in {sum(sig)}/{k} foundation × framing panels; no "
-                "direction per foundation is stated in the paper to check against")
+        head = (f"Bonferroni p < .05 (×{k}) in {sum(sig)}/{k} foundation × framing panels "
+                f"{_floor_paper(pt, n_perm)}; no direction per foundation is stated in the paper to check against")
         head_r = "models as the units,"
     findings = [
         {"id": fid, "title": f"Fig. {fig}: {label} median ranks by base model (paper's test)",
@@ -184,19 +230,23 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
          "files": [f"{tag}.png", files["medians"], files["tests_paper"]]},
         {"id": f"{fid}-rmfast", "title": f"Fig. {fig} with models as the units (rmfast's test)",
          "paper_claim": paper_claim,
-         "holds": bool(all(ok_r) and n_sig_r == len(ours.permutation)) if big_two else None,
+         "holds": bool(all(ok_r) and n_sig_r == len(rt)) if big_two else None,
          "summary": (f"{head_r} with each model averaged over prompts (statistic: mean over "
                      f"models of each model's mean over prompts [mean_of_model_means]; "
                      f"{n_models.get(ga, 0)} {ga} vs {n_models.get(gb, 0)} {gb} RMs, "
-                     f"{n_relabel} relabellings) {n_sig_r}/{len(ours.permutation)} tests reach "
-                     f"Bonferroni p < .05 (smallest p_bonf "
-                     f"{_fmt_p(ours.permutation['p_bonferroni'].min())})"),
+                     f"{n_relabel} relabellings) {n_sig_r}/{len(rt)} of the paper's panel tests reach "
+                     f"Bonferroni p < .05 (the paper's family, ×{len(rt)}; "
+                     f"{_floor(rt)}; smallest p_bonf {_fmt_p(rt['p_bonferroni'].min())}). "
+                     + _pooled_line(pooled)),
          "files": [files["tests_rmfast"], files["medians"]]},
         {"id": f"{fid}-lmm", "title": f"Fig. {fig} mixed model (base × category × framing)",
          "paper_claim": CLAIM_LMM,
-         "holds": bool((mi.loc[inter_terms, "p_value"] < 0.05).any()) if inter_terms else None,
+         "holds": (bool((mi.loc[inter_terms, "p_value"] < 0.05).any())
+                   if inter_terms and bool(mixed["converged"].all()) else None),
          "summary": (f"not fitted: {mixed_failed}" if mixed_failed else
-                     f"{lmm_parts}{slope_note}; REML, {med['model'].nunique()} models, "
+                     ("" if bool(mixed["converged"].all()) else "the random-intercept fit did NOT converge "
+                      f"({'; '.join(sorted(set(mixed['fit_check'])))}), so no verdict: ")
+                     + f"{lmm_parts}{slope_note}; REML, {med['model'].nunique()} models, "
                      f"{len(med)} rows. The paper fits the random intercept only"),
          "files": [files["mixed"]]},
         {"id": f"{fid}-summaries", "title": f"Fig. {fig}: three summaries of the same medians",
@@ -205,13 +255,23 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
          "holds": None, "summary": _summaries_line(paper.summaries, ga, gb, big_two),
          "files": [files["summaries"], files["avg_ranks"]]},
     ]
-    if big_two and not slope_failed:
+    if big_two and not slope_failed and bool(slope["converged"].all()):
         findings.append({"id": f"{fid}-units", "title": "Why the verdicts differ: what each "
                          "test treats as independent", "paper_claim": CLAIM_FIG1, "holds": None,
-                         "summary": _units_paragraph(pt, ours.permutation, mi, ms, inter_terms,
+                         "summary": _units_paragraph(pt, rt, mi, ms, inter_terms,
                                                      n_models, n_rows),
                          "files": [files["tests_paper"], files["tests_rmfast"], files["mixed"]]})
     return findings
+
+
+def _rmfast_parts(perm: pd.DataFrame, big_two: bool):
+    """rmfast's tests split by family: (the paper's panels, the exploratory pooled rows, direction per panel,
+    panels with Bonferroni p < .05, relabellings)."""
+    rt = perm[perm["family"] == FAMILY_PANELS]
+    pooled = perm[perm["family"] == FAMILY_POOLED]
+    ok_r = [_direction_ok(r.mean_a, r.mean_b, r.category, r.framing) for r in rt.itertuples()] \
+        if big_two else []
+    return rt, pooled, ok_r, int((rt["p_bonferroni"] < 0.05).sum()), len(perm) and int(perm["n_perm"].iloc[0])
 
 
 def _summaries_line(summ: pd.DataFrame, ga: str, gb: str, big_two: bool) -> str:
@@ -251,8 +311,8 @@ def _units_paragraph(pt, rt, mi, ms, inter_terms, n_models, n_rows) -> str:
         f"SE by {ratio:.1f} ({mi.loc[t, 'se']:.2f} → {ms.loc[t, 'se']:.2f}; p_z "
         f"{_fmt_p(ms.loc[t, 'p_z'])}): the evidence now comes from how the {total} RMs differ, "
         f"as in rmfast's test, where the RM is the unit ({n_models.get('Gemma', 0)} vs "
-        f"{n_models.get('Llama', 0)}) and no test reaches Bonferroni p < .05 (smallest "
-        f"{_fmt_p(rt['p_bonferroni'].min())}). All agree on the direction; they disagree on "
+        f"{n_models.get('Llama', 0)}) and no panel test reaches Bonferroni p < .05 (smallest "
+        f"{_fmt_p(rt['p_bonferroni'].min())}; smallest attainable {_fmt_p(rt['min_p_bonferroni'].min())}). All agree on the direction; they disagree on "
         "whether ten RMs are enough to call it more than these particular RMs.")
 
 

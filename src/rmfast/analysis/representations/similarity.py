@@ -77,6 +77,7 @@ from ...states import StatesSet, canonical_layer, open_states
 from ..data.results import Result
 from .similarity_guards import MEASURES, check_replicates, undefined_reasons
 from .similarity_progress import progress_bar
+from .similarity_bootstrap import MIN_TRUSTED_BOOTSTRAP, bootstrap_interval  # noqa: F401 (re-exported)
 
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
@@ -135,6 +136,8 @@ class _Side:
     r2: float  # Σ w r²
     rz: np.ndarray  # (p,) Σ w r z
     q2: float = 0.0  # Σ w² r² (bootstrap, rows centred exactly: Σ over copy pairs of K_ij²)
+    q1: float = 0.0  # Σ w² r (bootstrap: Σ over copy pairs of K_ij, the copy blocks' share of 1'K1)
+    q3: float = 0.0  # Σ w³ r² (bootstrap: ‖(copy blocks of K) 1‖²)
 
     @classmethod
     def zeros(cls, p: int) -> "_Side":
@@ -152,6 +155,8 @@ class _Side:
         self.rz += rw @ Z
         if w is not None:
             self.q2 += float((rw * w) @ r)
+            self.q1 += float(rw @ w)
+            self.q3 += float((rw * w * w) @ r)
 
 
 @dataclass
@@ -163,6 +168,7 @@ class _Cross:
     rw: np.ndarray  # (q,) Σ r w
     tz: np.ndarray  # (p,) Σ t z
     q2: float = 0.0  # Σ w² r t (bootstrap, rows centred exactly)
+    q3: float = 0.0  # Σ w³ r t (bootstrap: 1'(copy blocks of K)(copy blocks of L)1)
 
     @classmethod
     def zeros(cls, p: int, q: int) -> "_Cross":
@@ -179,6 +185,7 @@ class _Cross:
         self.tz += tw @ Z
         if w is not None:
             self.q2 += float((rw * w) @ t)
+            self.q3 += float((rw * w * w) @ t)
 
 
 @dataclass
@@ -189,6 +196,8 @@ class _Centred:
     T: float  # ‖Xc'Xc‖²_F = tr K²
     D: float  # Σ a_i²
     Dw: float = math.nan  # Σ w_i² a_i² (bootstrap: every copy pair of a candidate)
+    A2: float = math.nan  # Σ w_i² a_i (bootstrap)
+    D3: float = math.nan  # Σ w_i³ a_i² (bootstrap)
 
 
 def _centre(side: _Side) -> _Centred:
@@ -198,15 +207,20 @@ def _centre(side: _Side) -> _Centred:
     Sc = side.S - n * np.outer(m, m)  # (p, p) Xc'Xc
     D = (side.r2 - 4.0 * float(side.rz @ m) + 4.0 * float(m @ side.S @ m)
          + 2.0 * cm * side.r1 - 3.0 * n * cm * cm)
-    return _Centred(m, cm, float(np.trace(Sc)), float((Sc * Sc).sum()), D, side.q2)
+    return _Centred(m, cm, float(np.trace(Sc)), float((Sc * Sc).sum()), D, side.q2, side.q1, side.q3)
 
 
 def _finish(n: float, x: _Centred, y: _Centred, sx: _Side, sy: _Side, c: _Cross,
             copies: bool = False) -> dict:
     """The measures (and rv_null_mean) from the accumulated sums; formulas in the module doc.
 
-    ``copies`` (a bootstrap resample, rows centred by its exact mean): RV2 leaves out every
-    pair of copies of one candidate, not only the diagonal (Σ w_i² a_i b_i instead of D).
+    ``copies`` (a bootstrap resample, rows centred by its exact mean): every measure leaves out the pairs of
+    copies of one candidate (i ≠ j, both copies of one candidate: K_ij = a_i), which are not pairs of distinct
+    candidates and would count each candidate's own similarity again. RV2 leaves out the copy blocks with the
+    diagonal (Σ w_i² a_i b_i instead of D); CKA/RV keep each copy's own diagonal and leave out the rest
+    (T − Σ w_i² a_i b_i + Σ w_i a_i b_i); debiased CKA removes the copy blocks as it removes the diagonal
+    (its K̃ = K − blockdiag(a_i J_{w_i}): 1'K̃1 = −Σ w_i² a_i, 1'K̃L̃1 = Σ w_i³ a_i b_i). Without this, copies
+    inflate plain and debiased CKA (issue 52 §4: n = 40, no replicate below the estimate).
     """
     C = c.S - n * np.outer(x.m, y.m)  # (p, q) Xc'Yc
     T = float((C * C).sum())
@@ -219,11 +233,19 @@ def _finish(n: float, x: _Centred, y: _Centred, sx: _Side, sy: _Side, c: _Cross,
     def h(t, d, a, b):  # n(n−3)·HSIC_u of centred Gram matrices
         return t - n / (n - 2) * d + a * b / ((n - 1) * (n - 2))
 
-    rv = ratio(T, x.T, y.T)
-    out = {"cka": rv, "rv": rv,
-           "rv2": ratio(T - c.q2, x.T - x.Dw, y.T - y.Dw) if copies else ratio(T - D, x.T - x.D, y.T - y.D),
-           "cka_debiased": ratio(h(T, D, x.A, y.A), h(x.T, x.D, x.A, x.A), h(y.T, y.D, y.A, y.A))
-           if n > 3 else math.nan}
+    def hc(t, q2, q3, a2, b2):  # the same with every copy block removed like the diagonal
+        return t - q2 + a2 * b2 / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * q3
+
+    if copies:
+        rv = ratio(T - c.q2 + D, x.T - x.Dw + x.D, y.T - y.Dw + y.D)
+        out = {"cka": rv, "rv": rv, "rv2": ratio(T - c.q2, x.T - x.Dw, y.T - y.Dw),
+               "cka_debiased": ratio(hc(T, c.q2, c.q3, x.A2, y.A2), hc(x.T, x.Dw, x.D3, x.A2, x.A2),
+                                     hc(y.T, y.Dw, y.D3, y.A2, y.A2)) if n > 3 else math.nan}
+    else:
+        rv = ratio(T, x.T, y.T)
+        out = {"cka": rv, "rv": rv, "rv2": ratio(T - D, x.T - x.D, y.T - y.D),
+               "cka_debiased": ratio(h(T, D, x.A, y.A), h(x.T, x.D, x.A, x.A), h(y.T, y.D, y.A, y.A))
+               if n > 3 else math.nan}
     bx = x.A ** 2 / x.T if x.T > 0 else math.nan
     by = y.A ** 2 / y.T if y.T > 0 else math.nan
     out["rv_null_mean"] = math.sqrt(bx * by) / (n - 1)
@@ -455,33 +477,6 @@ def _shifts(s: StatesSet, layers, rows) -> dict[str, np.ndarray]:
     return {l: s.take(l, head).astype(np.float64).mean(0) for l in layers}  # layer -> (d,)
 
 
-#: Replicates below which the notes warn that the interval ends are Monte-Carlo noise (the
-#: 2.5 % end of 200 replicates is their 5th smallest); also the default.
-MIN_TRUSTED_BOOTSTRAP = 200
-
-
-def bootstrap_interval(obs: float, boot: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Bias-corrected bootstrap interval of an estimate ``obs`` from its replicates ``boot``.
-
-    The percentile interval of the replicates shifted by their median bias (median(boot) − obs):
-    ``[q(α) − bias, q(1 − α) − bias]``. It contains ``obs`` by construction (q(α) ≤ median ≤
-    q(1 − α)), which the plain percentile interval does not when the statistic is biased under
-    resampling (CKA's copies of a candidate raise every replicate). NaN replicates are dropped;
-    none left (or a NaN estimate) gives (nan, nan).
-
-    >>> bootstrap_interval(0.19, np.array([0.20, 0.25, 0.30, 0.35, 0.50]), level=0.5)
-    (0.14, 0.24)
-    """
-    boot = np.asarray(boot, dtype="float64")
-    boot = boot[np.isfinite(boot)]
-    if not len(boot) or not np.isfinite(obs):
-        return math.nan, math.nan
-    alpha = (1 - level) / 2
-    bias = float(np.median(boot)) - obs
-    lo, hi = (float(np.quantile(boot, alpha)) - bias, float(np.quantile(boot, 1 - alpha)) - bias)
-    return min(lo, obs), max(hi, obs)  # rounding must not push obs a hair outside
-
-
 def _pvalue(obs: float, perm: np.ndarray) -> float:
     if not np.isfinite(obs):
         return math.nan
@@ -492,7 +487,8 @@ def _pvalue(obs: float, perm: np.ndarray) -> float:
 @dataclass(kw_only=True)
 class SimilarityResult(Result):
     """pairs: one row per layer pair: layer_a, layer_b, n, cka, cka_debiased, rv, rv2, d_a, d_b, rv_null_mean, per
-    measure ``<m>_lo``, ``<m>_hi`` (bias-corrected bootstrap interval over candidates, :func:`bootstrap_interval`),
+    measure ``<m>_lo``, ``<m>_hi`` (median-recentred percentile bootstrap interval over candidates,
+    :func:`bootstrap_interval`),
     ``p_<m>`` (permutation p-value, "more similar than chance"), and ``undefined``: why the pair's measures are
     NaN ("" where defined, e.g. "A 0 (constant across candidates)"). alignment: set, rows, duplicated, not_shared, shared.
     """
@@ -635,12 +631,14 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
             f"gives a chance level of plain RV/CKA up to {worst['rv_null_mean']:.3f}, at {worst['layer_a']} × "
             f"{worst['layer_b']}): plain RV and CKA are inflated here; read rv2 and cka_debiased")
     if bootstrap:
-        res.notes.append(f"{level:.0%} bias-corrected bootstrap intervals over candidates ({bootstrap} replicates, "
-                         f"seed {seed}): the replicates' percentiles shifted by their median bias, so each interval "
-                         "contains its estimate; they cover resampling the candidates (other tokens of the same "
-                         "vocabulary), not other models or prompts. A resample's RV2 leaves out the pairs of copies "
-                         "of a candidate; its CKA, RV and debiased CKA count copies as distinct items, which shifts "
-                         "their replicates upward (the shift the correction removes; docs/representations.md)"
+        res.notes.append(f"{level:.0%} median-recentred percentile bootstrap intervals over candidates ({bootstrap} "
+                         f"replicates, seed {seed}; not Efron's bias-corrected interval): the replicates' percentiles "
+                         "shifted by median(replicates) − estimate, so each interval contains its estimate; they "
+                         "cover resampling the candidates (other tokens of the same vocabulary), not other models or "
+                         "prompts. Every measure of a resample leaves out the pairs of copies of a candidate (copies "
+                         "counted as distinct items inflated CKA and debiased CKA). Measured coverage at 95 % "
+                         "(docs/representations.md): debiased CKA and RV2 near nominal; plain CKA/RV below it, "
+                         "because the estimate itself is biased upward at small n"
                          + ("" if bootstrap >= MIN_TRUSTED_BOOTSTRAP else
                             f"; {bootstrap} replicates are too few for {level:.0%} interval ends (their "
                             f"Monte-Carlo error is large): use at least {MIN_TRUSTED_BOOTSTRAP}"))
