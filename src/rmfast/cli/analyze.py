@@ -32,7 +32,8 @@ note, and a skipped file that would drop a model is an error unless --allow-skip
 
 ``similarity A B`` compares two sets of hidden states (scans written with ``--states``, or
 states folders; docs/representations.md): layer × layer CKA, debiased CKA, RV and RV2 with
-bootstrap intervals and permutation p-values, one row per layer pair, to stdout or ``--out``.
+permutation p-values (19 by default) and, when asked (``--bootstrap 200``), bootstrap intervals, one row
+per layer pair, to stdout or ``--out``; a cost line on stderr says about how long before the replicates start.
 With three or more sets, ``similarity A B C ... --metadata FILE`` gives the models × models
 table at one layer (``--layers-a``, default last_prenorm) and, with ``--table rsa``, its RSA with the
 metadata predictors (permutation over models, ``--n-perm``).
@@ -215,13 +216,16 @@ def register(subparsers) -> None:
                    help="similarity: no bar and no estimate on stderr (default: both)")
     a.add_argument("--layers-a", metavar="L,L", help="similarity: layers of A (default all)")
     a.add_argument("--layers-b", metavar="L,L", help="similarity: layers of B (default all)")
-    # 200 = analysis.similarity.MIN_TRUSTED_BOOTSTRAP (the CLI does not import the analyses to
-    # build its parser; tests/test_similarity_intervals.py checks the two agree)
-    a.add_argument("--bootstrap", type=nonneg_int, default=200,
-                   help="similarity: bootstrap replicates for the bias-corrected intervals (default 200, "
-                   "fewer are noted as too few for their 95%% ends, at most 10,000; each costs one pass)")
-    a.add_argument("--permutations", type=nonneg_int, default=49,
-                   help="similarity: permutations for the p-values (default 49, at most 10,000; each costs one pass)")
+    # defaults sized for a first look (issue 51: 200 + 49 replicates took ~9 min on 1,000 candidates × 4 layers):
+    # no intervals until asked (fewer than 200 replicates give untrustworthy 95% ends, so none rather than
+    # few; 200 = analysis.similarity.MIN_TRUSTED_BOOTSTRAP, which the CLI does not import to build its parser),
+    # and 19 permutations, a valid test down to p = 0.05; a cost line says the time before the replicates start
+    a.add_argument("--bootstrap", type=nonneg_int, default=0,
+                   help="similarity: bootstrap replicates for the bias-corrected intervals (default 0: none; give "
+                   "200 or more for 95%% ends, fewer are noted as too few; at most 10,000; each costs one pass)")
+    a.add_argument("--permutations", type=nonneg_int, default=19,
+                   help="similarity: permutations for the p-values (default 19: p down to 0.05; at most 10,000; "
+                   "each costs one pass)")
     a.set_defaults(func=run_analyze)
 
     r = subparsers.add_parser("report", help="write one self-contained HTML report",
@@ -352,6 +356,9 @@ def _run_similarity(args) -> int:
         res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
                          bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
                          join=args.join or "auto", progress=not args.no_progress)
+        if not args.bootstrap:  # the CLI's default: say what is missing and how to get it
+            res.notes.append("no bootstrap intervals (the <measure>_lo and _hi columns are empty; the default): "
+                             "--bootstrap 200 gives 95% intervals, 200 more passes (the cost line gives one's time)")
     else:  # three or more: the models × models matrix at one layer, and its RSA with --metadata
         layer = args.layers_a or "last_prenorm"
         if "," in layer or args.layers_b:
