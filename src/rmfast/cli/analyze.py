@@ -78,6 +78,7 @@ class _Loaded:
     scores_source: str  # where the model scores come from, in words
     human_source: str | None  # where the human scores come from, in words
     left_out: "Ledger"  # rows of the scan files left out when loading (a NaN score)
+    meanings: dict  # what `score` is: model -> its scans' score_meaning, or {"": one text for every model}
 
 
 def _inputs(args) -> _Loaded:
@@ -91,7 +92,7 @@ def _inputs(args) -> _Loaded:
     from ..analysis.paper_a.eloeverything import (elo_scores_source, is_eloeverything_dir,
                                           load_eloeverything, load_human_scores)
     from ..analysis.data.ledger import Ledger
-    from ..analysis.data.scans import SOURCE_ATTR, by_candidate_set, load_scans, scans_source
+    from ..analysis.data.scans import MEANING_ATTR, SOURCE_ATTR, by_candidate_set, load_scans, scans_source
 
     from ..analysis.paper_b.published import is_published_scores_dir, load_published_scores
 
@@ -116,13 +117,15 @@ def _inputs(args) -> _Loaded:
         if dup and len(published) > 1:
             raise UserError("the score folders hold the same model twice; give each model once")
         source = ", ".join(str(p) for p in published)
-        return _Loaded(scans, None, source, f"published score CSVs in {source}", None, left_out)
+        scores_source = f"published score CSVs in {source}"
+        return _Loaded(scans, None, source, scores_source, None, left_out, _published_meaning(scores_source))
     elo = [(d, load_eloeverything(d)) for d in elo_dirs]
     human, human_source = (elo[0][1].human, elo[0][1].human.attrs.get(SOURCE_ATTR)) if elo \
         else (None, None)
     if scan_paths:
-        scans = by_candidate_set(load_scans(scan_paths, ledger=left_out),
-                                 pool=getattr(args, "pool_candidates", False), ledger=left_out)
+        loaded = load_scans(scan_paths, ledger=left_out)
+        meanings = loaded.attrs.get(MEANING_ATTR, {})
+        scans = by_candidate_set(loaded, pool=getattr(args, "pool_candidates", False), ledger=left_out)
         scores_source = scans_source(scan_paths)
         if elo:
             scores_source += (" (the model scores stored in the EloEverything CSVs are not used; "
@@ -131,12 +134,41 @@ def _inputs(args) -> _Loaded:
         scans = pd.concat([data.scans for _, data in elo], ignore_index=True)
         scores_source = "; ".join(elo_scores_source(d, data.scans["model"].nunique())
                                   for d, data in elo)
+        meanings = _published_meaning(scores_source)
     if getattr(args, "human", None):
         human = load_human_scores(args.human, item_column=args.human_item,
                                   score_column=args.human_score)
         human_source = human.attrs.get(SOURCE_ATTR)
     source = ", ".join(str(p) for p in elo_dirs + scan_paths)
-    return _Loaded(scans, human, source, scores_source, human_source, left_out)
+    return _Loaded(scans, human, source, scores_source, human_source, left_out, meanings)
+
+
+def _published_meaning(scores_source: str) -> dict:
+    """What `score` is where the scores are not rmfast scans: one text for every model."""
+    return {"": f"the reward model's score as published ({scores_source}), in its own units; higher = preferred"}
+
+
+def with_score_meaning(table: "pd.DataFrame", meanings: dict) -> "pd.DataFrame":
+    """``table`` with a ``score_meaning`` column where it holds a ``score`` column (a CSV has no schema metadata
+    to say it in): per row, the meaning of the row's model (a label such as ``org/RM [items]`` takes its scan's,
+    the longest model name it starts with), else the one text of ``meanings[""]``; tables without scores as given.
+
+    >>> import pandas as pd
+    >>> t = pd.DataFrame({"model": ["a [items]", "b"], "score": [1.0, 2.0]})
+    >>> with_score_meaning(t, {"a": "reward", "b": "log p"})["score_meaning"].tolist()
+    ['reward', 'log p']
+    """
+    if "score" not in table.columns or not meanings:
+        return table
+    names = sorted((k for k in meanings if k), key=len, reverse=True)
+
+    def of(label) -> str | None:
+        label = str(label)
+        return meanings.get(label) or next((meanings[n] for n in names if label.startswith(n)), meanings.get(""))
+
+    col = table["model"].map(of) if "model" in table.columns else meanings.get("") or (
+        next(iter(meanings.values())) if len(set(meanings.values())) == 1 else None)
+    return table.assign(score_meaning=col)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -417,13 +449,14 @@ def _run_lens(args) -> int:
     if name not in tables:
         raise UserError(f"lens has no table {name!r}; choose one of {list(tables)}")
     if args.out:
-        write_csv(args.out, tables[name])
         from ..io import model_label, read_manifest
 
         try:  # the model and whether its head is random, from the scan's manifest (the title said the file stem)
             man = read_manifest(path, required=False) or {}
         except UserError:  # a manifest of another write: the figure is still the table's
             man = {}
+        meaning = man.get("score_meaning")
+        write_csv(args.out, with_score_meaning(tables[name], {"": meaning} if meaning else {}))
         png = write_lens_figure(res, Path(args.out).with_suffix(".png"),
                                 title=f"reward lens: {model_label(man, default=path.stem)}")
         print(f"rmfast: wrote {len(tables[name]):,} rows of lens/{name} to {args.out} and the figure {png}",
@@ -478,7 +511,7 @@ def run_analyze(args) -> int:
     _report_drops(res)
     if args.out:
         out = Path(args.out)
-        write_csv(out, table)
+        write_csv(out, with_score_meaning(table, data.meanings))
         print(f"rmfast: wrote {len(table):,} rows of {args.name}/{name} to {out}", file=sys.stderr)
     else:
         with pd.option_context("display.width", 200, "display.max_columns", 30,
