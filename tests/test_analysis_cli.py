@@ -172,3 +172,24 @@ def test_help_is_for_users(capsys):
     out = capsys.readouterr().out
     assert "rmfast analyze" in out and "lead" not in out and ":func:" not in out and ":mod:" not in out
     assert "``" not in out
+
+
+def test_analysis_tables_with_scores_say_what_score_is(tmp_path, capsys, shared_data):
+    """Issue 51 item 5: a table `rmfast analyze --out` writes with a score column carries score_meaning (a column:
+    CSV has no schema metadata), per model from its scans' manifests; published scores say so; tables without
+    scores are as they were."""
+    _write_scans(tmp_path)
+    for f in tmp_path.glob("*.parquet.json"):  # A is a reward model, B and C were scanned with the logprob head
+        man = json.loads(f.read_text())
+        man["score_meaning"] = "reward" if man["model"]["name"] == "org/A-gemma" else "log p, nats"
+        f.write_text(json.dumps(man))
+    out = tmp_path / "ext.csv"
+    assert main(["analyze", "extremes", str(tmp_path), "--k", "2", "--out", str(out)]) == 0
+    t = pd.read_csv(out)
+    assert (t["score_meaning"] == t["model"].map(lambda m: "reward" if m.startswith("org/A") else "log p, nats")).all()
+    assert main(["analyze", "agreement", str(tmp_path), "--join", "id", "--out", str(tmp_path / "agree.csv")]) == 0
+    assert "score_meaning" not in pd.read_csv(tmp_path / "agree.csv")
+    out = tmp_path / "elo.csv"
+    assert main(["analyze", "extremes", "--eloeverything", str(shared_data / "eloeverything"), "--k", "1",
+                 "--out", str(out)]) == 0
+    assert pd.read_csv(out)["score_meaning"].str.startswith("the reward model's score as published").all()

@@ -210,3 +210,18 @@ def test_device_map_auto_on_the_plain_hf_path(work):
     assert a.manifest["decisions"]["engine"]["reason"].startswith("--device-map")
     with pytest.raises(UserError, match="one device"):
         score_texts(big.model, big.tokenizer, PROMPTS["best"], TEXTS, device_map="auto", engine="fast", progress=False)
+
+
+def test_a_ranks_shard_says_what_its_scores_are(tmp_path):
+    """Issue 51 item 5: a rank's shard Parquet (kept until the output is written) carries the scan's provenance,
+    score_meaning included, in its schema metadata, as the merged scan does."""
+    from rmfast.io import read_provenance
+    from rmfast.scoring.plan import score_meaning
+    from rmfast.scoring.results import ScanResult
+
+    man = {"model": {"name": "org/rm"}, "prompt": "Best?", "head": "score", "score_meaning": score_meaning("score")}
+    res = ScanResult(np.arange(3), np.array([0.5, 2.0, 1.0], np.float32), list("abc"), list("abc"), man)
+    out = tmp_path / "scan.parquet"
+    merged = dist.gather_shards(dist.Dist(0, 1), out, res, np.arange(3))
+    assert merged.manifest["score_meaning"] == score_meaning("score")
+    assert read_provenance(dist.shard_path(out, 0, 1))["score_meaning"] == score_meaning("score")

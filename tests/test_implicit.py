@@ -279,3 +279,16 @@ def test_real_pair_end_to_end(smollm2):
         refs.append(float(lp[int(row[f"token_id_{side}"])]))
     assert row["logp_a"] == pytest.approx(refs[0], abs=2e-5) and row["logp_b"] == pytest.approx(refs[1], abs=2e-5)
     assert row["log_ratio"] == pytest.approx(refs[0] - refs[1], abs=4e-5)
+
+
+def test_implicit_tables_say_what_their_scores_are(pair, tmp_path):
+    """Issue 51 item 5: the implicit-reward Parquet carries score_meaning (its columns' meaning) in its schema
+    metadata and manifest, as a scan's does."""
+    from rmfast.implicit import SCORE_MEANING
+    from rmfast.io import read_provenance
+
+    out = implicit(pair[0], pair[1], PROMPT).to_parquet(tmp_path / "imp.parquet")
+    meta = read_provenance(out)
+    assert meta["score_meaning"] == SCORE_MEANING and meta["prompt"] == PROMPT
+    assert "log_ratio = logp_a - logp_b" in SCORE_MEANING and "nats" in SCORE_MEANING
+    assert json.loads((tmp_path / "imp.parquet.json").read_text())["score_meaning"] == SCORE_MEANING

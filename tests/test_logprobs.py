@@ -145,3 +145,22 @@ def test_real_smollm2_matches_hf(smollm2):
     want = torch.log_softmax(full[:, len(ids) - 1].float(), -1)[torch.arange(3), torch.tensor(cands)]
     got = logprobs(smollm2.model, smollm2.tokenizer, PROMPT, token_ids=cands).scores
     np.testing.assert_allclose(got, want.numpy(), atol=2e-5, rtol=1e-5)
+
+
+def test_logprobs_say_what_score_is(tmp_path, smol_tokenizer, capsys):
+    """Issue 51 item 5: `rmfast logprobs` wrote no score_meaning (scan does): its manifest, its Parquet's schema
+    metadata and the printed table now say what `score` is."""
+    from rmfast.io import read_provenance
+    from rmfast.scoring.plan import score_meaning
+
+    d = tmp_path / "tiny-lm"
+    T.tiny("llama", "causal_lm", seed=1).save_pretrained(d)
+    smol_tokenizer.save_pretrained(d)
+    out = tmp_path / "o.parquet"
+    rc = main(["logprobs", str(d), "--prompt", PROMPT, "--token-ids", "0:20", "--out", str(out), "--top", "3"])
+    assert rc == 0, capsys.readouterr().err
+    want = score_meaning("next_token_logprob")
+    assert want.startswith("log p(first response token | prompt side)") and "nats" in want
+    assert json.loads((tmp_path / "o.parquet.json").read_text())["score_meaning"] == want
+    assert read_provenance(out)["score_meaning"] == want
+    assert f"score: {want}" in capsys.readouterr().out

@@ -117,7 +117,7 @@ def test_models_command(capsys):
     for m in MODELS.values():
         line = next(ln for ln in out.splitlines() if ln.startswith(m.alias + " "))
         assert m.hub_id in line and f"{m.vocab_size:,}" in line and support.coverage(m).text(m) in line
-        assert line.split()[2] == (m.revision[:12] if m.revision else "-"), m.alias  # the pinned revision
+        assert line.split()[2] == (m.revision[:12] if m.revision else "unpinned"), m.alias  # the pinned revision
     assert out.splitlines()[0].split()[:4] == ["alias", "hub", "id", "revision"]
     assert main(["models", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -129,6 +129,36 @@ def test_models_command(capsys):
     assert json.loads(capsys.readouterr().out)["hub_id"] == "Skywork/Skywork-Reward-V2-Llama-3.2-1B"
     assert main(["models", "nope"]) == 2
     assert capsys.readouterr().err.count("rmfast: error") == 1
+
+
+def test_models_says_unpinned_and_which_are_in_the_cache(tmp_path, monkeypatch, capsys):
+    """Issue 51 item 6: no revision is "unpinned", never "-"; a cached column says, by path, which models the
+    local HF cache holds (the pinned snapshot, or only another revision), nothing downloaded."""
+    import huggingface_hub.constants as C
+
+    hub = tmp_path / "hub"
+    def snapshot(m, rev):
+        repo = hub / ("models--" + m.hub_id.replace("/", "--"))
+        (repo / "snapshots" / rev).mkdir(parents=True)
+        (repo / "snapshots" / rev / "config.json").write_text("{}")
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(rev)
+    snapshot(MODELS["S-Lla-1B-V2"], "1" * 40)  # unpinned: refs/main is what an alias loads
+    snapshot(MODELS["F-Lla-8B-v0.1"], "2" * 40)  # pinned 39aadadd...: only another revision is here
+    monkeypatch.setattr(C, "HF_HUB_CACHE", str(hub))
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:5] == ["alias", "hub", "id", "revision", "cached"]
+    cells = {ln.split()[0]: ln.split() for ln in lines[2:]}
+    assert not any(c[2] == "-" for c in cells.values())
+    assert cells["S-Lla-1B-V2"][2:4] == ["unpinned", "yes"]
+    assert cells["F-Lla-8B-v0.1"][2:4] == ["39aadadd6d1b", "other-revision"]
+    assert cells["N-Gem-27B"][3] == "no"
+    assert main(["models", "S-Lla-1B-V2", "--json"]) == 0
+    e = json.loads(capsys.readouterr().out)
+    assert e["revision"] is None and e["cached"] == "yes"
+    assert main(["models", "S-Lla-3B-V2"]) == 0
+    assert "revision: unpinned" in capsys.readouterr().out
 
 
 def test_an_alias_absent_from_the_cache_says_how_to_get_it(tmp_path, monkeypatch, capsys):

@@ -243,6 +243,9 @@ def test_cli_score_writes_beside_the_input_and_resumes(tok, tmp_path, capsys, mo
     assert list(got.columns) == ["p", "r", "score"] and got[["p", "r"]].equals(df)
     man = json.loads((tmp_path / "pairs.scores.parquet.json").read_text())  # the fields every job's manifest ends with
     assert {"rmfast_version", "versions", "created", "wall_s", "options"} <= set(man) and man["decisions"]["attention"]
+    from rmfast.io import read_provenance  # what `score` is, in the Parquet alone too (issue 51 item 5)
+
+    assert read_provenance(out)["score_meaning"] == man["score_meaning"] and "score head" in man["score_meaning"]
     s = RewardScorer(model, tok, batch_size=1).score(list(got["p"]), [[r] for r in got["r"]])
     np.testing.assert_array_equal(got["score"].to_numpy(), np.array([x[0] for x in s], np.float32))
     assert not (tmp_path / "pairs.scores.parquet.partial.npz").exists()

@@ -3,6 +3,7 @@
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -432,3 +433,26 @@ def test_absurd_replicate_counts_are_refused_with_the_time(tmp_path):
         assert not (tmp_path / "sim.csv").exists()
     res = similarity(a, b, bootstrap=10_000 // 1000, permutations=3)  # within the bound: computed
     assert len(res.pairs) and res.permutations == 3
+
+
+def test_cli_defaults_are_a_first_look_with_the_cost_said_before_the_replicates(tmp_path):
+    """Issue 51 item 4: at its defaults `analyze similarity` took ~9 min on 1,000 candidates × 4 layers (200
+    bootstrap replicates + 49 permutations) with no hint. Now: no bootstrap (none rather than too few for 95%
+    ends) and 19 permutations until asked, a cost line (replicates × one timed pass) before the bar, and notes
+    saying how many were used and how to get intervals."""
+    from rmfast.cli import build_parser
+
+    args = build_parser().parse_args(["analyze", "similarity"])
+    assert (args.bootstrap, args.permutations) == (0, 19)
+    a, b, _, _ = _write_pair(tmp_path)
+    out = tmp_path / "sim.csv"
+    r = _cli(a, b, "--out", out)
+    assert r.returncode == 0, r.stderr
+    cost = next(ln for ln in r.stderr.splitlines() if "bootstrap replicates and" in ln)
+    assert "0 bootstrap replicates and 19 permutations over 120 candidates × 2 × 2 layer pairs" in cost, cost
+    assert re.search(r"one pass \(the observed measures\) took [\d.e-]+ s here", cost) and "to go" in cost, cost
+    assert r.stderr.index(cost) < r.stderr.index("rmfast: note:")  # said before the work, not after
+    assert "19 permutations of B's rows" in r.stderr and "no bootstrap intervals" in r.stderr
+    assert "--bootstrap 200" in r.stderr
+    t = pd.read_csv(out)
+    assert t["rv2_lo"].isna().all() and t["p_rv2"].min() >= 1 / 20

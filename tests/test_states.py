@@ -450,3 +450,18 @@ def test_two_folders_with_one_vocabulary_join_on_token_id(tiny_dir, tmp_path, ca
 
     assert a.manifest["scan"]["vocab_sha256"] == vocab_sha256(AutoTokenizer.from_pretrained(tiny_dir))
     assert json.loads((tmp_path / "a.parquet.json").read_text())["vocab_sha256"] == a.manifest["scan"]["vocab_sha256"]
+
+
+def test_analyze_lens_entry_table_says_what_score_is(tiny_dir, tmp_path, capsys):
+    """Issue 51 item 5: the lens's entry table holds the scan's scores; its CSV says what they are (the scan's
+    score_meaning, a column: a CSV has no schema metadata); the layers table, without scores, is as it was."""
+    rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--lens")
+    assert rc == 0, se
+    meaning = json.loads((tmp_path / "s.parquet.json").read_text())["score_meaning"]
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "s.parquet"), "--table", "entry", "--k", "5",
+                     "--out", str(tmp_path / "entry.csv")], capsys)
+    assert rc == 0, se
+    e = pd.read_csv(tmp_path / "entry.csv")
+    assert "score" in e and (e["score_meaning"] == meaning).all()
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "s.parquet"), "--out", str(tmp_path / "layers.csv")], capsys)
+    assert rc == 0 and "score_meaning" not in pd.read_csv(tmp_path / "layers.csv"), se

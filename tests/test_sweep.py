@@ -451,3 +451,25 @@ def test_a_folder_model_edited_in_place_is_scored_again(models_dir, tmp_path, sm
     assert rc == 0, se
     fresh = load_results(tmp_path / "fresh").set_index(["model", "token_id"])["score"]
     assert after.loc["rm-edit"].equals(fresh.loc["rm-edit"])  # exactly what a fresh sweep of the new weights gives
+
+
+def test_every_table_of_a_sweep_says_what_score_is(models_dir, tmp_path, capsys):
+    """Issue 51 item 5: a part's Parquet and the store's export (`results --out`, Parquet or CSV) say what `score`
+    is, per model where the models' heads differ (a reward head and a causal LM's logprob head here)."""
+    from rmfast.io import read_provenance
+    from rmfast.scoring.plan import score_meaning
+
+    cfg = write_cfg(models_dir, "meaning.yaml", models=["./rm-a", {"model": "./lm-c", "head": "logprob"}],
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:40"}}})
+    store = tmp_path / "store"
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0, se
+    want = {"rm-a": score_meaning("score"), "lm-c": score_meaning("logprob")}
+    for f in part_files(store):
+        part = f.with_name("part.parquet")
+        assert read_provenance(part)["score_meaning"] in want.values(), part
+    assert run(["results", store, "--out", tmp_path / "tidy.parquet"], capsys)[0] == 0
+    assert read_provenance(tmp_path / "tidy.parquet")["score_meaning"] == want
+    assert run(["results", store, "--out", tmp_path / "tidy.csv"], capsys)[0] == 0
+    csv = pd.read_csv(tmp_path / "tidy.csv")
+    assert (csv["score_meaning"] == csv["model"].map(want)).all()

@@ -221,6 +221,10 @@ def test_callback_scan_equals_a_fresh_scan_of_the_checkpoint(tmp_path, tok):
     np.testing.assert_array_equal(mine.scores, fresh.scores)  # bit for bit
     first = ScanResult.from_parquet(tmp_path / "xray" / "checkpoint-1" / "greatest.parquet")
     assert not np.array_equal(first.scores, mine.scores)  # training moved the scores between the two saves
+    from rmfast.io import read_provenance  # the callback's tables say what `score` is, as scan's (issue 51 item 5)
+
+    assert read_provenance(tmp_path / "xray" / "checkpoint-2" / "greatest.parquet")["score_meaning"] == \
+        read_provenance(out)["score_meaning"]
     logged = [e for e in tr.state.log_history if "rmfast/xray_s" in e]
     assert [e["step"] for e in logged] == [1, 2] and "rmfast/greatest/score_max" in logged[0]
 

@@ -40,7 +40,8 @@ import pandas as pd
 
 from .version import __version__
 from .errors import UserError
-from .io import check_output, manifest_path, read_text, write_csv, write_json, write_parquet, yaml_load_unique, yaml_problem
+from .io import (check_output, manifest_path, provenance, read_text, write_csv, write_json, write_parquet,
+                 yaml_load_unique, yaml_problem)
 from .analysis.stats.permutation import N_PERM
 
 __all__ = [
@@ -61,6 +62,11 @@ AGGS = ("max", "logsumexp")
 COLUMNS = ["text", "token_id_a", "token_id_b", "logp_a", "logp_b", "log_ratio", "mwlr",
            "rank_a", "rank_b", "rank_log_ratio", "rank_mwlr", "n_tokens_a", "n_tokens_b"]
 DEMO_TEMPLATE_B = "User: {prompt}\nAssistant:"
+#: what the table's scores are (the manifest's and the Parquet's ``score_meaning``, as a scan's says what ``score`` is)
+SCORE_MEANING = ("no score column: logp_a, logp_b are log p(first response token | prompt side) of each shared string "
+                 "under model a and model b, in nats (its tokens collapsed by the agg rule); log_ratio = logp_a - "
+                 "logp_b, the implicit reward of a against reference b (beta = 1), higher = a prefers it more; "
+                 "mwlr = 0.5*(p_a + p_b)*log_ratio")
 
 
 def reward_terms(logp_a, logp_b) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +198,7 @@ class ImplicitResult:
     def to_parquet(self, path, overwrite: bool = False) -> Path:
         """Write ``path`` (Parquet) and ``path.json`` (manifest), each atomically."""
         p = check_output(path, overwrite)
-        write_parquet(p, self.table)
+        write_parquet(p, self.table, provenance(self.manifest))  # the Parquet alone says what its scores are
         write_json(manifest_path(p), self.manifest)
         return p
 
@@ -269,6 +275,7 @@ def implicit(a, b, prompt: str | None = None, *, template_a: str | None = None, 
         "prompt": pa if pa is not None else pb,
         "model_a": _model_name(ra.manifest, "a"),
         "model_b": _model_name(rb.manifest, "b"),
+        "score_meaning": SCORE_MEANING,
         "definition": {"log_ratio": "log p_a - log p_b", "mwlr": "0.5*(p_a+p_b)*(log p_a - log p_b)",
                        "join": join, "agg": agg, "ranks": "1 = highest, within the shared strings"},
         "counts": counts,

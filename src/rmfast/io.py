@@ -375,9 +375,10 @@ def _parquet_file(path, df, write_id: str | None = None, meta: dict | None = Non
     pq.write_table(table, path)
 
 
-def write_parquet(path: str | os.PathLike, df) -> None:
-    """Write a DataFrame to Parquet atomically."""
-    atomic_write(Path(path), lambda tmp: _parquet_file(tmp, df))
+def write_parquet(path: str | os.PathLike, df, meta: dict | None = None) -> None:
+    """Write a DataFrame to Parquet atomically, with ``meta`` (:func:`provenance`: what its scores mean) in its
+    schema metadata when given, for :func:`read_provenance`."""
+    atomic_write(Path(path), lambda tmp: _parquet_file(tmp, df, meta=meta))
 
 
 def write_csv(path: str | os.PathLike, df) -> None:

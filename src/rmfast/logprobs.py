@@ -192,7 +192,7 @@ def logprobs(
         >>> res.top(5)  # doctest: +SKIP
     """
     from .scoring.options import ScoringOptions
-    from .scoring.plan import decide, finish_manifest
+    from .scoring.plan import decide, finish_manifest, score_meaning
     from .scoring.results import ScanResult
 
     t0 = time.perf_counter()
@@ -218,6 +218,7 @@ def logprobs(
         "prompt": prompt,
         "template": info,
         "head": HEAD,
+        "score_meaning": score_meaning(HEAD),  # what `score` is, in the manifest and the Parquet, as scan's
         "dtype": str(p.dtype).replace("torch.", ""),
         "logsoftmax_dtype": "float32",
         "device": str(p.device),

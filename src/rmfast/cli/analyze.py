@@ -32,7 +32,8 @@ note, and a skipped file that would drop a model is an error unless --allow-skip
 
 ``similarity A B`` compares two sets of hidden states (scans written with ``--states``, or
 states folders; docs/representations.md): layer × layer CKA, debiased CKA, RV and RV2 with
-bootstrap intervals and permutation p-values, one row per layer pair, to stdout or ``--out``.
+permutation p-values (19 by default) and, when asked (``--bootstrap 200``), bootstrap intervals, one row
+per layer pair, to stdout or ``--out``; a cost line on stderr says about how long before the replicates start.
 With three or more sets, ``similarity A B C ... --metadata FILE`` gives the models × models
 table at one layer (``--layers-a``, default last_prenorm) and, with ``--table rsa``, its RSA with the
 metadata predictors (permutation over models, ``--n-perm``).
@@ -77,6 +78,7 @@ class _Loaded:
     scores_source: str  # where the model scores come from, in words
     human_source: str | None  # where the human scores come from, in words
     left_out: "Ledger"  # rows of the scan files left out when loading (a NaN score)
+    meanings: dict  # what `score` is: model -> its scans' score_meaning, or {"": one text for every model}
 
 
 def _inputs(args) -> _Loaded:
@@ -90,7 +92,7 @@ def _inputs(args) -> _Loaded:
     from ..analysis.paper_a.eloeverything import (elo_scores_source, is_eloeverything_dir,
                                           load_eloeverything, load_human_scores)
     from ..analysis.data.ledger import Ledger
-    from ..analysis.data.scans import SOURCE_ATTR, by_candidate_set, load_scans, scans_source
+    from ..analysis.data.scans import MEANING_ATTR, SOURCE_ATTR, by_candidate_set, load_scans, scans_source
 
     from ..analysis.paper_b.published import is_published_scores_dir, load_published_scores
 
@@ -115,13 +117,15 @@ def _inputs(args) -> _Loaded:
         if dup and len(published) > 1:
             raise UserError("the score folders hold the same model twice; give each model once")
         source = ", ".join(str(p) for p in published)
-        return _Loaded(scans, None, source, f"published score CSVs in {source}", None, left_out)
+        scores_source = f"published score CSVs in {source}"
+        return _Loaded(scans, None, source, scores_source, None, left_out, _published_meaning(scores_source))
     elo = [(d, load_eloeverything(d)) for d in elo_dirs]
     human, human_source = (elo[0][1].human, elo[0][1].human.attrs.get(SOURCE_ATTR)) if elo \
         else (None, None)
     if scan_paths:
-        scans = by_candidate_set(load_scans(scan_paths, ledger=left_out),
-                                 pool=getattr(args, "pool_candidates", False), ledger=left_out)
+        loaded = load_scans(scan_paths, ledger=left_out)
+        meanings = loaded.attrs.get(MEANING_ATTR, {})
+        scans = by_candidate_set(loaded, pool=getattr(args, "pool_candidates", False), ledger=left_out)
         scores_source = scans_source(scan_paths)
         if elo:
             scores_source += (" (the model scores stored in the EloEverything CSVs are not used; "
@@ -130,12 +134,41 @@ def _inputs(args) -> _Loaded:
         scans = pd.concat([data.scans for _, data in elo], ignore_index=True)
         scores_source = "; ".join(elo_scores_source(d, data.scans["model"].nunique())
                                   for d, data in elo)
+        meanings = _published_meaning(scores_source)
     if getattr(args, "human", None):
         human = load_human_scores(args.human, item_column=args.human_item,
                                   score_column=args.human_score)
         human_source = human.attrs.get(SOURCE_ATTR)
     source = ", ".join(str(p) for p in elo_dirs + scan_paths)
-    return _Loaded(scans, human, source, scores_source, human_source, left_out)
+    return _Loaded(scans, human, source, scores_source, human_source, left_out, meanings)
+
+
+def _published_meaning(scores_source: str) -> dict:
+    """What `score` is where the scores are not rmfast scans: one text for every model."""
+    return {"": f"the reward model's score as published ({scores_source}), in its own units; higher = preferred"}
+
+
+def with_score_meaning(table: "pd.DataFrame", meanings: dict) -> "pd.DataFrame":
+    """``table`` with a ``score_meaning`` column where it holds a ``score`` column (a CSV has no schema metadata
+    to say it in): per row, the meaning of the row's model (a label such as ``org/RM [items]`` takes its scan's,
+    the longest model name it starts with), else the one text of ``meanings[""]``; tables without scores as given.
+
+    >>> import pandas as pd
+    >>> t = pd.DataFrame({"model": ["a [items]", "b"], "score": [1.0, 2.0]})
+    >>> with_score_meaning(t, {"a": "reward", "b": "log p"})["score_meaning"].tolist()
+    ['reward', 'log p']
+    """
+    if "score" not in table.columns or not meanings:
+        return table
+    names = sorted((k for k in meanings if k), key=len, reverse=True)
+
+    def of(label) -> str | None:
+        label = str(label)
+        return meanings.get(label) or next((meanings[n] for n in names if label.startswith(n)), meanings.get(""))
+
+    col = table["model"].map(of) if "model" in table.columns else meanings.get("") or (
+        next(iter(meanings.values())) if len(set(meanings.values())) == 1 else None)
+    return table.assign(score_meaning=col)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -215,13 +248,16 @@ def register(subparsers) -> None:
                    help="similarity: no bar and no estimate on stderr (default: both)")
     a.add_argument("--layers-a", metavar="L,L", help="similarity: layers of A (default all)")
     a.add_argument("--layers-b", metavar="L,L", help="similarity: layers of B (default all)")
-    # 200 = analysis.similarity.MIN_TRUSTED_BOOTSTRAP (the CLI does not import the analyses to
-    # build its parser; tests/test_similarity_intervals.py checks the two agree)
-    a.add_argument("--bootstrap", type=nonneg_int, default=200,
-                   help="similarity: bootstrap replicates for the median-recentred percentile intervals (default 200, "
-                   "fewer are noted as too few for their 95%% ends, at most 10,000; each costs one pass)")
-    a.add_argument("--permutations", type=nonneg_int, default=49,
-                   help="similarity: permutations for the p-values (default 49, at most 10,000; each costs one pass)")
+    # defaults sized for a first look (issue 51: 200 + 49 replicates took ~9 min on 1,000 candidates × 4 layers):
+    # no intervals until asked (fewer than 200 replicates give untrustworthy 95% ends, so none rather than
+    # few; 200 = analysis.similarity.MIN_TRUSTED_BOOTSTRAP, which the CLI does not import to build its parser),
+    # and 19 permutations, a valid test down to p = 0.05; a cost line says the time before the replicates start
+    a.add_argument("--bootstrap", type=nonneg_int, default=0,
+                   help="similarity: bootstrap replicates for the median-recentred percentile intervals (default 0: none; give "
+                   "200 or more for 95%% ends, fewer are noted as too few; at most 10,000; each costs one pass)")
+    a.add_argument("--permutations", type=nonneg_int, default=19,
+                   help="similarity: permutations for the p-values (default 19: p down to 0.05; at most 10,000; "
+                   "each costs one pass)")
     a.set_defaults(func=run_analyze)
 
     r = subparsers.add_parser("report", help="write one self-contained HTML report",
@@ -352,6 +388,9 @@ def _run_similarity(args) -> int:
         res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
                          bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
                          join=args.join or "auto", progress=not args.no_progress)
+        if not args.bootstrap:  # the CLI's default: say what is missing and how to get it
+            res.notes.append("no bootstrap intervals (the <measure>_lo and _hi columns are empty; the default): "
+                             "--bootstrap 200 gives 95% intervals, 200 more passes (the cost line gives one's time)")
     else:  # three or more: the models × models matrix at one layer, and its RSA with --metadata
         layer = args.layers_a or "last_prenorm"
         if "," in layer or args.layers_b:
@@ -410,13 +449,14 @@ def _run_lens(args) -> int:
     if name not in tables:
         raise UserError(f"lens has no table {name!r}; choose one of {list(tables)}")
     if args.out:
-        write_csv(args.out, tables[name])
         from ..io import model_label, read_manifest
 
         try:  # the model and whether its head is random, from the scan's manifest (the title said the file stem)
             man = read_manifest(path, required=False) or {}
         except UserError:  # a manifest of another write: the figure is still the table's
             man = {}
+        meaning = man.get("score_meaning")
+        write_csv(args.out, with_score_meaning(tables[name], {"": meaning} if meaning else {}))
         png = write_lens_figure(res, Path(args.out).with_suffix(".png"),
                                 title=f"reward lens: {model_label(man, default=path.stem)}")
         print(f"rmfast: wrote {len(tables[name]):,} rows of lens/{name} to {args.out} and the figure {png}",
@@ -471,7 +511,7 @@ def run_analyze(args) -> int:
     _report_drops(res)
     if args.out:
         out = Path(args.out)
-        write_csv(out, table)
+        write_csv(out, with_score_meaning(table, data.meanings))
         print(f"rmfast: wrote {len(table):,} rows of {args.name}/{name} to {out}", file=sys.stderr)
     else:
         with pd.option_context("display.width", 200, "display.max_columns", 30,

@@ -7,10 +7,13 @@ import json
 from ..errors import UserError
 from ..loading.registry import BASES, MODELS, find, short_revision
 
+#: the table's revision where the registry pins none (no recorded commit: loading takes the cache's refs/main)
+UNPINNED = "unpinned"
+
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("models", help="list the known reward models: alias, hub id, pinned revision, "
-                                             "architecture, head, status",
+    p = subparsers.add_parser("models", help="list the known reward models: alias, hub id, pinned revision (or "
+                                             "unpinned), whether it is in the local HF cache, architecture, head, status",
                               description="The papers' ten reward models and RewardBench 2's open leaders. Any alias "
                                           "(or hub id) works wherever a model is named, from the local Hugging Face "
                                           "cache, and with `rmfast bench --random-init ALIAS`.")
@@ -21,10 +24,12 @@ def register(subparsers) -> None:
 
 def entry(m) -> dict:
     """One model as the JSON output gives it: every registry field, the computed counts and the status."""
+    from ..loading.sources import cache_state
     from ..loading.support import coverage  # imports torch: not for `rmfast --help`
 
     cov = coverage(m)
-    return {"alias": m.alias, "hub_id": m.hub_id, "revision": m.revision, "source": m.source, "base": m.base,
+    return {"alias": m.alias, "hub_id": m.hub_id, "revision": m.revision, "cached": cache_state(m),
+            "source": m.source, "base": m.base,
             "base_hub_id": BASES[m.base].hub_id, "model_type": m.model_type, "hf_class": m.hf_class, "head": m.head,
             "score_read": m.score_read, "vocab_size": m.vocab_size, "params": m.n_params,
             "params_published_b": m.params_b, "template": m.template, "replica_test": m.replica_test,
@@ -32,10 +37,13 @@ def entry(m) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    cols = [("alias", "alias"), ("hub id", "hub_id"), ("revision", "revision"), ("arch", "model_type"),
-            ("head", "head"), ("vocab", "vocab_size"), ("params", "params"), ("status", "status")]
+    """The ``rmfast models`` table: one line per model, the columns split on spaces."""
+    cols = [("alias", "alias"), ("hub id", "hub_id"), ("revision", "revision"), ("cached", "cached"),
+            ("arch", "model_type"), ("head", "head"), ("vocab", "vocab_size"), ("params", "params"),
+            ("status", "status")]
+    # no pinned commit is said in words: a "-" read as "pinned, not shown"; an unpinned alias loads the cache's main
     fmt = {"vocab_size": lambda v: f"{v:,}", "params": lambda v: f"{v / 1e9:.2f}B",
-           "revision": lambda v: short_revision(v) or "-"}  # "-": none pinned, the hub's newest is used
+           "revision": lambda v: short_revision(v) or UNPINNED, "cached": lambda v: v.replace(" ", "-")}
     cells = [[fmt.get(k, str)(r[k]) for _, k in cols] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (h, _) in enumerate(cols)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
@@ -52,6 +60,7 @@ def run(args) -> int:
             print(json.dumps(e, indent=1))
         else:
             for k, v in e.items():
+                v = UNPINNED if k == "revision" and v is None else v
                 print(f"{k:>18}: {json.dumps(v) if isinstance(v, dict) else v}")
         return 0
     rows = [entry(m) for m in MODELS.values()]

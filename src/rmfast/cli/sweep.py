@@ -57,7 +57,8 @@ def register(subparsers) -> None:
     r.add_argument("store", help="a sweep's results directory")
     r.add_argument("--parts", action="store_true", help="list every part")
     r.add_argument("--out", default=None, help="write the tidy table (model, prompt, token_id, text, score, rank, ...) "
-                                               "to this .parquet or .csv")
+                                               "to this .parquet (what score is in its schema metadata, "
+                                               "rmfast.io.read_provenance) or .csv (a score_meaning column)")
     r.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     r.add_argument("--allow-missing", action="store_true",
                    help="with --out, export the parts that are there when some are missing (never computed, or their "
@@ -115,14 +116,14 @@ def results(args) -> int:
         df["states"] = df["states"].map(lambda v: ",".join(v) if v else "-")
         print(df[["done", "model", "prompt_name", "candidates", "rows", "states", "path"]].to_string(index=False))
     if args.out:
-        from ..sweep.store import load_results
+        from ..sweep.store import Store, load_results
 
         tidy = load_results(args.store, token_ids=False)
-        out = Path(args.out)
-        if out.suffix.lower() == ".csv":
-            write_csv(out, tidy)
+        st, out = Store(args.store), Path(args.out)
+        if out.suffix.lower() == ".csv":  # no schema metadata in a CSV: what `score` is goes in a column
+            write_csv(out, tidy.assign(score_meaning=tidy["model"].map(st.score_meanings())))
         else:
-            write_parquet(out, tidy)
+            write_parquet(out, tidy, st.export_provenance())
         print(f"wrote {len(tidy)} rows to {out}")
         if missing:
             print(f"rmfast: warning: exported without them: {missing}", file=sys.stderr)

@@ -324,6 +324,22 @@ def hub_snapshot(spec: str) -> tuple[Path, str | None]:
     return folder, revision
 
 
+def cache_state(m: registry.RewardModel) -> str:
+    """Whether known model ``m`` is in the local Hugging Face cache, by path (nothing is downloaded): "yes" (the
+    snapshot an alias loads: the pinned revision, else refs/main), "other revision" (snapshots, none the
+    pinned one: the alias would refuse, :func:`hub_snapshot`), or "no"."""
+    try:
+        hub_snapshot(m.alias)
+        return "yes"
+    except UserError:
+        pass
+    import huggingface_hub.constants as C  # read at call time: HF_HUB_CACHE may be set after import
+
+    snaps = Path(C.HF_HUB_CACHE) / ("models--" + m.hub_id.replace("/", "--")) / "snapshots"
+    return "other revision" if any((s / "config.json").is_file() for s in (snaps.iterdir() if snaps.is_dir() else ())) \
+        else "no"
+
+
 def hub_folder(spec: str) -> tuple[Path, str | None]:
     """The folder and revision of a spec that names no embedded model and no existing path: a cached hub id
     (or a known reward model's alias, :func:`hub_snapshot`), else the one line that says what is missing."""

@@ -105,7 +105,12 @@ def score_meaning(head: str, head_index: int = 0, random_head_seed: int | None =
 
     >>> score_meaning("score", random_head_seed=0).split(":")[0]
     'RANDOM score head (seed 0)'
+    >>> score_meaning("next_token_logprob").split(" under")[0]
+    'log p(first response token | prompt side)'
     """
+    if head == "next_token_logprob":  # rmfast logprobs: the first factor of the logprob head's score only
+        return ("log p(first response token | prompt side) under the language model, in nats (natural log); "
+                "higher = more likely; no end of turn")
     if head == "logprob":
         return ("log p(response | prompt) + log p(end of turn | prompt, response) under the language model, in "
                 "nats (natural log); higher = more likely")

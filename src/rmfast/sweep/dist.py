@@ -161,7 +161,7 @@ def gather_shards(d: Dist, out: Path, res, order):
 
     import pandas as pd
 
-    from ..io import manifest_path, states_dir, write_json, write_parquet
+    from ..io import manifest_path, provenance, states_dir, write_json, write_parquet
     from ..scoring.pipeline import finish_states
     from ..scoring.results import merge_shards
     from ..states import StatesMerge
@@ -172,7 +172,7 @@ def gather_shards(d: Dist, out: Path, res, order):
     finish_states(res)  # this rank's states folder, complete before the barrier
     df = res.to_pandas()
     df["_order"] = order
-    write_parquet(shard(d.rank), df)
+    write_parquet(shard(d.rank), df, provenance(res.manifest))  # a shard says what its scores are, as the scan will
     write_json(manifest_path(shard(d.rank)), res.manifest)
     barrier(d)
     if not d.is_main:

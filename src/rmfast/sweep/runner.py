@@ -304,7 +304,9 @@ class _PartRunner:
         wall = time.perf_counter() - t0
         try:
             finish_states(res)  # the states folder complete and in place before the manifest that marks the part done
+            # score_meaning at the top, where write_pair's provenance takes it into the part Parquet's metadata
             store.write_part(p, df, {"model": {**lm.source, "name": m.name}, "prompt": p.prompt,
+                                     "score_meaning": man.get("score_meaning"),
                                      "prompt_name": p.prompt_name, "candidates": p.candidates, "rank": d.rank,
                                      "world": d.world, "wall_s": round(wall, 3), "scan": man, "outputs": m.outputs()})
         except OSError as e:  # a full disk, a read-only folder: the scores stay in the checkpoint

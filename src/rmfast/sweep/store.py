@@ -349,6 +349,25 @@ class Store:
         more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
         return f"{len(missing)} of {n_parts} parts of {self.root} are missing: {', '.join(names)}{more}"
 
+    def score_meanings(self) -> dict[str, str]:
+        """What ``score`` is for each model of the finished parts (model -> its part manifests' ``score_meaning``;
+        a store written before the field was lifted has it in each part's ``scan``)."""
+        out = {}
+        for part in self.plan():
+            m = self.done_manifest(part) or {}
+            meaning = m.get("score_meaning") or (m.get("scan") or {}).get("score_meaning")
+            if meaning:
+                out.setdefault(part.model, meaning)
+        return out
+
+    def export_provenance(self) -> dict:
+        """The schema metadata of an export of this store (:func:`rmfast.io.read_provenance`): what ``score`` is
+        (one text where every model's agrees, else model -> text), the store and rmfast's version."""
+        meanings = self.score_meanings()
+        same = len(set(meanings.values())) == 1
+        return {"score_meaning": next(iter(meanings.values())) if same else meanings,
+                "store": str(self.root), "rmfast_version": __version__}
+
     # ------------------------------------------------------------------ loading
     def load(self, *, token_ids: bool = False, complete: bool = False):
         """One tidy DataFrame of every finished part.

@@ -35,6 +35,9 @@ TIDY_COLUMNS = ["model", "prompt", "token_id", "text", "score", "rank"]
 REQUIRED = ["model", "prompt", "text", "score"]
 #: ``DataFrame.attrs`` key the loaders set: where the scores come from, in words (the report shows it).
 SOURCE_ATTR = "scores_source"
+#: the attrs key of what each model's ``score`` is (model label -> its manifests' ``score_meaning``), for the
+#: tables an analysis writes with a score column (issue 51: the meaning was lost outside ``scan``)
+MEANING_ATTR = "score_meaning"
 
 
 def scans_source(paths) -> str:
@@ -188,7 +191,7 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
     files = _expand(paths)
     if not files:
         raise UserError("no scan files given; pass Parquet paths or a folder of them")
-    frames = []
+    frames, meaning = [], {}
     for f in files:
         mpath = manifest_path(f)
         manifest = read_manifest(f)  # only the Parquet's own partner (io.write_pair's write id)
@@ -220,6 +223,7 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
         if manifest.get("prompt_name"):  # a sweep part's prompt id: analyses take it for the prompt (--best greatest)
             part["prompt_name"] = str(manifest["prompt_name"])
         frames.append((f, scan_variant(manifest), part))
+        meaning[str(f)] = manifest.get("score_meaning")
     if not frames:
         raise UserError(f"every scan given has no rows ({len(files)} file(s)); rerun the scans")
     df = pd.concat(_label_variants(frames), ignore_index=True)
@@ -234,6 +238,8 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
                         "scan once, or one file of overlapping subsets")
     out = validate_scans(df.drop(columns="_file"), ledger=ledger)
     out.attrs[SOURCE_ATTR] = scans_source(paths)
+    out.attrs[MEANING_ATTR] = {m: meaning[f] for m, f in df.groupby("model", sort=False)["_file"].first().items()
+                               if meaning[f]}
     return out
 
 

@@ -76,7 +76,7 @@ from ...errors import UserError
 from ...states import StatesSet, canonical_layer, open_states
 from ..data.results import Result
 from .similarity_guards import MEASURES, check_replicates, undefined_reasons
-from .similarity_progress import progress_bar
+from .similarity_progress import progress_bar, timed
 from .similarity_bootstrap import MIN_TRUSTED_BOOTSTRAP, bootstrap_interval  # noqa: F401 (re-exported)
 
 JOINS = ("auto", "id", "text")
@@ -533,15 +533,15 @@ def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_ro
     # a constant layer (layer 0 of a token scan: one template token in every row) or NaN/inf states give
     # 0/0 or inf - inf: their measures are NaN, said once in a note below (no numpy warning per product)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        check_replicates(bootstrap, permutations, lambda: [_variant_values(  # before any list of replicates
-            a, b, ra, rb, ta, tb, ["obs"], seed=seed, chunk_rows=chunk_rows, shifts=shifts) for ta, tb, _ in tiles])
-        variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
-        bar = progress_bar(tiles, variants, n, la, lb, progress)
+        values["obs"], pass_s = timed(lambda: {k: v for ta, tb, _ in tiles for k, v in _variant_values(
+            a, b, ra, rb, ta, tb, ["obs"], seed=seed, chunk_rows=chunk_rows, shifts=shifts)["obs"].items()})
+        check_replicates(bootstrap, permutations, pass_s)  # the observed pass, first and timed, is the unit
+        variants = [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
+        bar = progress_bar(tiles, variants, n, la, lb, progress, pass_s)
         for ta, tb, per in tiles:
             for i in range(0, len(variants), per):
                 batch = variants[i:i + per]
-                if any(v != "obs" and v[0] == "perm" for v in batch) and "obs" not in batch:
-                    batch = ["obs"] + batch  # perms reuse the observed sides: recompute them with the batch
+                batch = (["obs"] if any(v[0] == "perm" for v in batch) else []) + batch  # perms reuse obs's sides
                 got = _variant_values(a, b, ra, rb, ta, tb, batch, seed=seed, chunk_rows=chunk_rows, shifts=shifts)
                 for v, d in got.items():
                     values.setdefault(v, {}).update(d)
