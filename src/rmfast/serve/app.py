@@ -81,126 +81,192 @@ def _validation_line(exc) -> tuple[int, str]:
     return 422, f"{where}: {e.get('msg', 'invalid')}{more}"
 
 
+class Ctx:
+    """What every route reads: the core, the scheduler, the settings, and the helpers that turn a request's texts
+    into samples and samples into scores (errors as the module doc says)."""
+
+    def __init__(self, core: ServeCore, config: ServeConfig, sched: Scheduler):
+        self.core, self.config, self.sched, self.metrics = core, config, sched, Metrics()
+        self.tmpl_cache: dict = {}
+
+    def check_key(self, request) -> None:
+        if self.config.api_key is None:
+            return
+        got = request.headers.get("authorization", "")
+        token = got[7:].strip() if got[:7].lower() == "bearer " else ""
+        if not hmac.compare_digest(token.encode(), self.config.api_key.encode()):
+            raise ApiError(401, "no API key or a wrong one: send 'Authorization: Bearer <key>'")
+
+    async def run(self, samples) -> np.ndarray:
+        """The samples' scores through the scheduler; 429, 503, 504 and a non-finite score as ApiErrors."""
+        cfg, sched = self.config, self.sched
+        try:
+            scores = await asyncio.wait_for(sched.score(samples), timeout=cfg.timeout_s)
+        except QueueFull as e:
+            raise ApiError(429, str(e), {"Retry-After": str(e.retry_after)}) from None
+        except Draining:
+            raise ApiError(503, DRAINING) from None
+        except asyncio.TimeoutError:
+            raise ApiError(504, f"not scored within --timeout-s {cfg.timeout_s:g} s (the queue was {sched.n_waiting} "
+                                "samples); retry, or raise --timeout-s") from None
+        bad = np.flatnonzero(~np.isfinite(scores))
+        if bad.size:
+            k = int(bad[0])
+            raise ApiError(500, f"the reward model {cfg.name} gave a non-finite score ({scores[k]}) for sample {k} of "
+                                f"this request ({len(samples[k].ids)} tokens): a numeric overflow in the model (float16 "
+                                "past 65,504?); try --dtype float32 or bfloat16")
+        return scores
+
+    def sample(self, ids, k: int, prompt_ids=None, what: str = "sample"):
+        """A :class:`rmfast.serve.core.Sample` of ``ids``; 413 over --max-request-tokens or the model's positions."""
+        n, limit = len(ids), self.config.max_request_tokens
+        if limit is not None and n > limit:
+            raise ApiError(413, f"{what} {k} is {n} tokens, over --max-request-tokens {limit}")
+        if self.core.limit is not None and n > self.core.limit:
+            raise ApiError(413, f"{what} {k} is {n} tokens, over the model's {self.core.limit} positions")
+        try:
+            return self.core.sample(ids, prompt_ids)
+        except UserError as e:
+            raise ApiError(400, f"{what} {k}: {e}") from None
+
+    def tokenize(self, texts: list[str], special: bool) -> list[list[int]]:
+        return self.core.tokenizer(list(texts), add_special_tokens=special)["input_ids"] if texts else []
+
+    def conv_samples(self, prompt, responses: list[str], k: int, compat: str | None = None) -> list:
+        """A conversation's responses as samples, templated as RewardScorer does (each response's ids in context)."""
+        core = self.core
+        try:
+            conv = as_conversation(prompt, f"conversations[{k}].prompt")
+            t = self.tmpl_cache.get(conv)
+            if t is None:
+                t = build_template(core.tokenizer, conv.prompt, template=core.template, system=conv.system,
+                                   history=conv.history)
+                if len(self.tmpl_cache) > 1024:
+                    self.tmpl_cache.clear()
+                self.tmpl_cache[conv] = t
+            for j, r in enumerate(responses):
+                if not r.strip():
+                    raise UserError(f"conversations[{k}].responses[{j}] is empty; every response needs some text")
+            rows = tokenize_rows(core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses)], [t], compat=compat)
+        except UserError as e:
+            raise ApiError(422, str(e)) from None
+        # a compat row that merged with the template carries its own (the whole conversation as it re-tokenizes)
+        return [self.sample((*(row.template or t).prefix_ids, *row.ids, *(row.template or t).suffix_ids), k,
+                            t.prefix_ids, f"conversations[{k}] response") for row in rows]
+
+    def about(self) -> dict:
+        return {"model": self.config.name, "revision": self.config.revision, "score_meaning": self.core.score_meaning}
+
+
+DRAINING = "the server is shutting down: it finishes the requests it has and takes no new ones"
+
+
+def _error(status: int, message: str, headers: dict | None = None):
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "code": status}}, status_code=status, headers=headers)
+
+
 def build_app(core: ServeCore, config: ServeConfig, scheduler: Scheduler | None = None):
     """The FastAPI app serving ``core`` (the ``serve`` extra: fastapi, uvicorn)."""
-    from fastapi import Depends, FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, PlainTextResponse
-    from pydantic import BaseModel, ConfigDict
     from contextlib import asynccontextmanager
 
-    sched = scheduler or Scheduler(core)
-    metrics = Metrics()
-    tmpl_cache: dict = {}
+    from fastapi import FastAPI, Request
+
+    ctx = Ctx(core, config, scheduler or Scheduler(core))
+
+    def auth(request: Request) -> None:  # FastAPI reads the annotation: the request, not a query parameter
+        ctx.check_key(request)
+
+    ctx.auth = auth
 
     @asynccontextmanager
     async def lifespan(app):
-        await sched.start()
+        await ctx.sched.start()
         yield
-        await sched.stop()
+        await ctx.sched.stop()
 
     app = FastAPI(title="rmfast serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.core, app.state.scheduler, app.state.metrics, app.state.config = core, sched, metrics, config
+    app.state.ctx = ctx
+    _errors_and_counts(app, ctx)
+    _openrlhf_route(app, ctx)
+    _vllm_route(app, ctx)
+    _rmfast_routes(app, ctx)
+    _info_routes(app, ctx)
+    return app
 
-    def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-        return JSONResponse({"error": {"message": message, "code": status}}, status_code=status, headers=headers)
+
+def _errors_and_counts(app, ctx: Ctx) -> None:
+    """One JSON line and one log line per error; every request counted; 503 while draining."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+
+    def logged(request, status: int, line: str, headers=None):
+        log.warning("rmfast serve: %s %s -> %d: %s", request.method, request.url.path, status, line)
+        return _error(status, line, headers)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
-        log.warning("rmfast serve: %s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
-        return error(exc.status, exc.message, exc.headers)
+        return logged(request, exc.status, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc):
-        status, line = _validation_line(exc)
-        log.warning("rmfast serve: %s %s -> %d: %s", request.method, request.url.path, status, line)
-        return error(status, line)
+        return logged(request, *_validation_line(exc))
 
     @app.exception_handler(Exception)
     async def _other(request: Request, exc: Exception):
-        line = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-        log.error("rmfast serve: %s %s -> 500: %s", request.method, request.url.path, line)
-        return error(500, line)
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        return logged(request, 500, f"internal error: {type(exc).__name__}: {first}")
 
     @app.middleware("http")
     async def _count(request: Request, call_next):
         t0 = time.perf_counter()
-        if sched.draining and request.url.path not in OPEN_ROUTES:
-            resp = error(503, "the server is shutting down: it finishes the requests it has and takes no new ones")
+        if ctx.sched.draining and request.url.path not in OPEN_ROUTES:
+            resp = _error(503, DRAINING)
         else:
             resp = await call_next(request)
-        metrics.request(request.url.path, resp.status_code, time.perf_counter() - t0)
+        ctx.metrics.request(request.url.path, resp.status_code, time.perf_counter() - t0)
         return resp
 
-    def auth(request: Request) -> None:
-        if config.api_key is None:
-            return
-        got = request.headers.get("authorization", "")
-        token = got[7:].strip() if got[:7].lower() == "bearer " else ""
-        if not hmac.compare_digest(token.encode(), config.api_key.encode()):
-            raise ApiError(401, "no API key or a wrong one: send 'Authorization: Bearer <key>'")
 
-    async def run(samples) -> np.ndarray:
-        """Score through the scheduler, errors as the module doc says."""
-        try:
-            scores = await asyncio.wait_for(sched.score(samples), timeout=config.timeout_s)
-        except QueueFull as e:
-            raise ApiError(429, str(e), {"Retry-After": str(e.retry_after)}) from None
-        except Draining:
-            raise ApiError(503, "the server is shutting down: it finishes the requests it has and takes no new ones")
-        except asyncio.TimeoutError:
-            raise ApiError(504, f"not scored within --timeout-s {config.timeout_s:g} s (the queue was "
-                                f"{sched.n_waiting} samples); retry, or raise --timeout-s") from None
-        bad = np.flatnonzero(~np.isfinite(scores))
-        if bad.size:
-            raise ApiError(500, f"the reward model {config.name} gave a non-finite score ({scores[bad[0]]}) for sample "
-                                f"{int(bad[0])} of this request ({len(s := samples[int(bad[0])].ids)} tokens): a numeric "
-                                "overflow in the model (float16 past 65,504?); try --dtype float32 or bfloat16")
-        return scores
+def _openrlhf_route(app, ctx: Ctx) -> None:
+    """``POST /get_reward`` (the module doc)."""
+    from fastapi import Depends
+    from pydantic import BaseModel, ConfigDict
 
-    def sample(ids, k: int, prompt_ids=None, what="sample"):
-        n = len(ids)
-        if config.max_request_tokens is not None and n > config.max_request_tokens:
-            raise ApiError(413, f"{what} {k} is {n} tokens, over --max-request-tokens {config.max_request_tokens}")
-        if core.limit is not None and n > core.limit:
-            raise ApiError(413, f"{what} {k} is {n} tokens, over the model's {core.limit} positions")
-        try:
-            return core.sample(ids, prompt_ids)
-        except UserError as e:
-            raise ApiError(400, f"{what} {k}: {e}") from None
-
-    def tokenize(texts: list[str], special: bool) -> list[list[int]]:
-        return core.tokenizer(list(texts), add_special_tokens=special)["input_ids"] if texts else []
-
-    # ------------------------------------------------------------------ OpenRLHF
     class RewardBody(BaseModel):
         model_config = ConfigDict(extra="allow")
         query: list[str] | str
         prompts: list[str | None] | str | None = None
         labels: list | str | None = None
 
-    @app.post("/get_reward", dependencies=[Depends(auth)])
+    @app.post("/get_reward", dependencies=[Depends(ctx.auth)])
     async def get_reward(body: RewardBody):
         queries = [body.query] if isinstance(body.query, str) else body.query
         prompts = [body.prompts] if isinstance(body.prompts, str) else body.prompts
         if prompts is not None and len(prompts) != len(queries):
             raise ApiError(422, f"prompts: {len(prompts)} prompts for {len(queries)} queries; send one per query")
         rerendered = []
-        if config.rerender:
-            got = [rerender_query(core, q) for q in queries]
+        if ctx.config.rerender:
+            got = [rerender_query(ctx.core, q) for q in queries]
             rerendered = [g is not None for g in got]
-            ids = [g if g is not None else tokenize([q], False)[0] for g, q in zip(got, queries)]
+            ids = [g if g is not None else ctx.tokenize([q], False)[0] for g, q in zip(got, queries)]
         else:
-            ids = tokenize(queries, False)
-        p_ids = tokenize([p or "" for p in prompts], False) if prompts is not None else [None] * len(queries)
-        samples = [sample(i, k, p if p else None, "query") for k, (i, p) in enumerate(zip(ids, p_ids))]
-        scores = [float(s) for s in await run(samples)]
+            ids = ctx.tokenize(queries, False)
+        p_ids = ctx.tokenize([p or "" for p in prompts], False) if prompts is not None else [None] * len(queries)
+        samples = [ctx.sample(i, k, p if p else None, "query") for k, (i, p) in enumerate(zip(ids, p_ids))]
+        scores = [float(s) for s in await ctx.run(samples)]
         logs = {"rm_tokens": [len(s.ids) for s in samples], "rm_prompt_tokens": [s.split for s in samples]}
-        if config.rerender:
+        if ctx.config.rerender:
             logs["rm_rerendered"] = [int(r) for r in rerendered]
         return {"rewards": scores, "scores": scores, "extra_logs": logs}
 
-    # ------------------------------------------------------------------ vLLM /classify (verl)
+
+def _vllm_route(app, ctx: Ctx) -> None:
+    """``POST /classify``, vLLM's body and response (the module doc)."""
+    from fastapi import Depends
+    from pydantic import BaseModel, ConfigDict
+
     class ClassifyBody(BaseModel):
         model_config = ConfigDict(extra="allow")
         model: str | None = None
@@ -208,25 +274,31 @@ def build_app(core: ServeCore, config: ServeConfig, scheduler: Scheduler | None 
         use_activation: bool | None = None
         add_special_tokens: bool = True
 
-    @app.post("/classify", dependencies=[Depends(auth)])
+    @app.post("/classify", dependencies=[Depends(ctx.auth)])
     async def classify(body: ClassifyBody):
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts:
             raise ApiError(422, "input: an empty list; send a text or a list of texts")
-        ids = tokenize(texts, body.add_special_tokens)
-        samples = [sample(i, k, None, "input") for k, i in enumerate(ids)]
-        scores = [float(s) for s in await run(samples)]
+        ids = ctx.tokenize(texts, body.add_special_tokens)  # vLLM adds the special tokens (verl strips its BOS)
+        samples = [ctx.sample(i, k, None, "input") for k, i in enumerate(ids)]
+        scores = [float(s) for s in await ctx.run(samples)]
         act = body.use_activation is not False  # vLLM's default: the activation on
+        core = ctx.core
         label = (getattr(core.model.config, "id2label", None) or {}).get(core.head_index, f"LABEL_{core.head_index}")
         n_tok = sum(len(s.ids) for s in samples)
         return {"id": f"classify-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
-                "model": body.model or config.name,
+                "model": body.model or ctx.config.name,
                 "data": [{"index": k, "label": label, "probs": [_sigmoid(v) if act else v], "num_classes": 1}
                          for k, v in enumerate(scores)],
                 "usage": {"prompt_tokens": n_tok, "total_tokens": n_tok, "completion_tokens": 0,
                           "prompt_tokens_details": None}}
 
-    # ------------------------------------------------------------------ rmfast's own
+
+def _rmfast_routes(app, ctx: Ctx) -> None:
+    """``POST /v1/score`` and ``POST /v1/rerank`` (the module doc)."""
+    from fastapi import Depends
+    from pydantic import BaseModel, ConfigDict
+
     class ConvItem(BaseModel):
         model_config = ConfigDict(extra="forbid")
         prompt: str | list[dict]
@@ -244,73 +316,54 @@ def build_app(core: ServeCore, config: ServeConfig, scheduler: Scheduler | None 
         responses: list[str]
         top_n: int | None = None
 
-    def conv_samples(prompt, responses: list[str], k: int, compat: str | None = None) -> list:
-        try:
-            conv = as_conversation(prompt, f"conversations[{k}].prompt")
-            t = tmpl_cache.get(conv)
-            if t is None:
-                t = build_template(core.tokenizer, conv.prompt, template=core.template, system=conv.system,
-                                   history=conv.history)
-                if len(tmpl_cache) > 1024:
-                    tmpl_cache.clear()
-                tmpl_cache[conv] = t
-            for j, r in enumerate(responses):
-                if not r.strip():
-                    raise UserError(f"conversations[{k}].responses[{j}] is empty; every response needs some text")
-            rows = tokenize_rows(core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses)], [t], compat=compat)
-        except UserError as e:
-            raise ApiError(422, str(e)) from None
-        # a compat row that merged with the template carries its own (the whole conversation as it re-tokenizes)
-        return [sample((*(row.template or t).prefix_ids, *row.ids, *(row.template or t).suffix_ids), k, t.prefix_ids,
-                       f"conversations[{k}] response") for row in rows]
-
-    def about() -> dict:
-        return {"model": config.name, "revision": config.revision, "score_meaning": core.score_meaning}
-
-    @app.post("/v1/score", dependencies=[Depends(auth)])
+    @app.post("/v1/score", dependencies=[Depends(ctx.auth)])
     async def v1_score(body: ScoreBody):
         if body.states:
             raise ApiError(422, "states: hidden states are not served (their size per sample is the model's width); "
                                 "use RewardScorer.score_with_states or rmfast scan --states in-process")
-        per = [conv_samples(c.prompt, c.responses, k, body.compat) for k, c in enumerate(body.conversations)]
+        per = [ctx.conv_samples(c.prompt, c.responses, k, body.compat) for k, c in enumerate(body.conversations)]
         flat = [s for p in per for s in p]
-        scores = await run(flat) if flat else np.zeros(0, dtype=np.float32)
+        scores = await ctx.run(flat) if flat else np.zeros(0, dtype=np.float32)
         out, k = [], 0
         for p in per:
             out.append([float(v) for v in scores[k:k + len(p)]])
             k += len(p)
-        return {"scores": out, **about()}
+        return {"scores": out, **ctx.about()}
 
-    @app.post("/v1/rerank", dependencies=[Depends(auth)])
+    @app.post("/v1/rerank", dependencies=[Depends(ctx.auth)])
     async def v1_rerank(body: RerankBody):
-        samples = conv_samples(body.prompt, body.responses, 0)
-        scores = await run(samples) if samples else np.zeros(0, dtype=np.float32)
+        samples = ctx.conv_samples(body.prompt, body.responses, 0)
+        scores = await ctx.run(samples) if samples else np.zeros(0, dtype=np.float32)
         order = sorted(range(len(samples)), key=lambda j: (-float(scores[j]), j))  # ties: input order
         top = order[: body.top_n] if body.top_n is not None else order
         return {"results": [{"index": j, "response": body.responses[j], "score": float(scores[j])} for j in top],
-                **about()}
+                **ctx.about()}
 
-    # ------------------------------------------------------------------ about the server
+
+def _info_routes(app, ctx: Ctx) -> None:
+    """``GET /health``, ``/v1/models``, ``/metrics``."""
+    from fastapi import Depends
+    from fastapi.responses import PlainTextResponse
+
     @app.get("/health")
     async def health():
-        if sched.draining:
-            return error(503, "draining")
-        return {"status": "ok", "model": config.name}
+        if ctx.sched.draining:
+            return _error(503, "draining")
+        return {"status": "ok", "model": ctx.config.name}
 
-    @app.get("/v1/models", dependencies=[Depends(auth)])
+    @app.get("/v1/models", dependencies=[Depends(ctx.auth)])
     async def models():
-        return {"object": "list", "data": [{"id": config.name, "object": "model", "owned_by": "rmfast",
-                                            "revision": config.revision, "score_meaning": core.score_meaning,
+        core, sched, cfg = ctx.core, ctx.sched, ctx.config
+        return {"object": "list", "data": [{"id": cfg.name, "object": "model", "owned_by": "rmfast",
+                                            "revision": cfg.revision, "score_meaning": core.score_meaning,
                                             "max_model_len": core.limit, "decisions": core.decisions,
                                             "scheduler": {"max_queue": sched.max_queue, "wave_tokens": sched.wave_tokens,
                                                           "max_wait_s": sched.max_wait_s},
-                                            **config.extra}]}
+                                            **cfg.extra}]}
 
-    @app.get("/metrics", dependencies=[Depends(auth)])
+    @app.get("/metrics", dependencies=[Depends(ctx.auth)])
     async def get_metrics():
-        return PlainTextResponse(metrics.text(core, sched), media_type="text/plain; version=0.0.4")
-
-    return app
+        return PlainTextResponse(ctx.metrics.text(ctx.core, ctx.sched), media_type="text/plain; version=0.0.4")
 
 
 def _sigmoid(x: float) -> float:
