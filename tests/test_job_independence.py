@@ -148,3 +148,30 @@ def test_a_second_plan_reuses_the_full_batch_probe_until_the_weights_change(smol
     pads().identical(32)
     assert calls == [128, 32]
     assert first.verdicts[32] is True
+
+
+@pytest.mark.parametrize("damage", ["list-entry", "folder"])
+def test_a_damaged_padding_cache_is_measured_again(smol_rm, tmp_path, damage):
+    """Issue 50 item 4: an entry of pad-probe.json that is not an object ({"<key>": [1, 2]}) raised AttributeError,
+    and a folder at the file's path stopped the scan (exit 2) where an unwritable cache is skipped. Both are
+    measured again, the verdict kept for this job only."""
+    import json
+
+    from rmfast.scoring.batching import CACHE_NAME, PadSizes, shape_key
+    from rmfast.scoring.plan import plan_scoring
+    from rmfast.template import build_template
+
+    if str(next(smol_rm.model.parameters()).dtype) != "torch.float32":
+        pytest.skip("fp32 only: the cache's rule does not depend on the dtype")
+    plan = plan_scoring(smol_rm.model, build_template(smol_rm.tokenizer, PROMPT), head="score")
+    path = tmp_path / "cpu" / CACHE_NAME
+    path.parent.mkdir(parents=True)
+    if damage == "folder":
+        path.mkdir()
+    else:
+        path.write_text(json.dumps({shape_key(plan.eng, 1, 64): [1, 2]}))
+    pads = PadSizes(plan.eng, 1, 64, tmp_path)
+    assert pads.verdicts == {}
+    assert pads.rows_for(5) in (32, 64) and pads.measured == [32]
+    assert path.is_dir() if damage == "folder" else 32 in {int(k) for k in json.loads(path.read_text())[pads.key]
+                                                             if k.isdigit()}

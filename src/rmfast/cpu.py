@@ -291,32 +291,46 @@ def _probe_key(info: CpuInfo, shape) -> str:
     return "|".join([machine_key(info), f"threads={torch.get_num_threads()}", "x".join(str(s) for s in shape)])
 
 
-def _read_cache(path: Path | None) -> dict:
+def read_verdicts(path: Path | None) -> dict:
+    """A verdict file of the cache (``<cache>/cpu/*.json``: key -> entry) as a dict; {} where there is none, or it
+    cannot be read or is not a JSON object: a damaged cache is measured again, never an error. Each reader checks
+    its own entries' shape (a hand-edited entry may be anything)."""
     if path is None or not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text())
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):  # a damaged cache is re-measured, never an error
+    except (OSError, ValueError):
         return {}
+
+
+def write_verdict(path: Path | None, key: str, entry: dict) -> None:
+    """Add ``entry`` (stamped with its time) under ``key`` to the verdict file ``path``, atomically. A cache that
+    cannot take it (read-only, full, or something other than a file at ``path``: a folder) is skipped without an
+    error: the next job measures again."""
+    from .errors import UserError
+
+    if path is None:
+        return
+    try:
+        data = read_verdicts(path)
+        data[key] = {**entry, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, data)
+    except (OSError, UserError):  # UserError: write_json replaces only a regular file
+        pass
 
 
 def measured_rates(shape, cache: Path | None = None) -> tuple[dict[str, float], str]:
     """(GFLOP/s per dtype at ``shape``, "cache" or "probe"): from the cache, else measured and cached."""
     info = cpu_info()
     key, path = _probe_key(info, shape), _cache_file(cache)
-    hit = _read_cache(path).get(key)
+    hit = read_verdicts(path).get(key)
     if _measured(hit):
         return {"float32": float(hit["float32"]), "bfloat16": float(hit["bfloat16"])}, "cache"
     rates = measure_gemm(tuple(shape))
-    if path is not None and _measured(rates):  # a probe that measured nothing is not a verdict to keep
-        try:
-            data = _read_cache(path)
-            data[key] = {**rates, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(path, data)
-        except OSError:  # a read-only cache: measure again next time, no error
-            pass
+    if _measured(rates):  # a probe that measured nothing is not a verdict to keep
+        write_verdict(path, key, rates)
     return rates, "probe"
 
 

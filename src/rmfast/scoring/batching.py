@@ -248,34 +248,25 @@ class PadSizes:
         self.eng, self.n, self.rows = eng, int(n), int(rows)
         self.key = shape_key(eng, n, rows)
         self.path = None if cache is None else cache / "cpu" / CACHE_NAME
-        self.verdicts: dict[int, bool] = {int(s): bool(v) for s, v in self._read().get(self.key, {}).items()
-                                          if str(s).isdigit()}
+        self.verdicts: dict[int, bool] = self._cached()
         self.measured: list[int] = []  # sizes measured by this object (not from the cache)
         self.probe_s = 0.0  # seconds this object spent measuring (a job's rate leaves them out)
         self._full = None  # (rows,) fp32 scores of the probe ids in one full batch
 
-    def _read(self) -> dict:
-        if self.path is None or not self.path.is_file():
+    def _cached(self) -> dict[int, bool]:
+        """This key's verdicts from the cache file: {size: identical}. An entry of another shape (a list, a
+        number: a damaged or hand-edited cache) is measured again, never an error."""
+        from ..cpu import read_verdicts
+
+        entry = read_verdicts(self.path).get(self.key)
+        if not isinstance(entry, dict):
             return {}
-        try:
-            data = json.loads(self.path.read_text())
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):  # a damaged cache is measured again, never an error
-            return {}
+        return {int(s): v for s, v in entry.items() if str(s).isdigit() and isinstance(v, bool)}
 
     def _write(self) -> None:
-        if self.path is None:
-            return
-        from ..io import write_json
+        from ..cpu import write_verdict
 
-        try:
-            data = self._read()
-            data[self.key] = {**{str(s): v for s, v in self.verdicts.items()},
-                              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(self.path, data)
-        except OSError:  # a read-only cache: measure again next time
-            pass
+        write_verdict(self.path, self.key, {str(s): v for s, v in self.verdicts.items()})
 
     def _probe_ids(self, m: int) -> torch.Tensor:
         """(m, n) deterministic candidate ids spread over the vocabulary (the first m of the full batch's)."""
