@@ -597,3 +597,12 @@ def test_the_backends_names_are_at_the_top_level():
         assert name in rmfast.__all__ and name in dir(rmfast)
         obj = getattr(rmfast, name)
         assert getattr(sys.modules[obj.__module__], name) is obj
+
+
+def test_a_model_on_the_meta_device_is_refused_at_construction(tok):
+    """Issue 50 item 3: a model whose weights were never loaded (on ``meta``) failed at the first score with
+    ``NotImplementedError: Cannot copy out of meta tensor``; it is refused when the scorer is made, in one line."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2).to("meta")
+    with pytest.raises(UserError, match=r"on the meta device \(its weights were never loaded\)") as e:
+        RewardScorer((model, tok))
+    assert "\n" not in str(e.value)
