@@ -673,3 +673,15 @@ def test_cli_score_a_json_array(rm_folder, tmp_path, capsys, body, holds):
         assert rc == 0, err
     else:
         assert one_line_error(rc, err) and holds in err and "rmfast reads JSON Lines" in err, err
+
+
+def test_grpo_adapter_gives_none_for_a_completion_past_the_positions(tok):
+    """Issue 50 item 8: a completion longer than the reward model's positions raised, against the adapter's rule
+    ("a completion never stops training"): it gets None, with one warning, and the others their own scores."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    reward = rmfast_reward((model, tok))
+    long = "x " * T.COMMON["max_position_embeddings"]
+    with pytest.warns(UserWarning, match=r"1 of 3 completions are longer than the reward model's positions") as w:
+        got = reward(prompts=["Hi", "Hi", "Bye"], completions=["Hello!", long, "See you."])
+    assert len(w) == 1 and got[1] is None and None not in (got[0], got[2])
+    assert [got[0], got[2]] == [s[0] for s in RewardScorer((model, tok)).score(["Hi", "Bye"], [["Hello!"], ["See you."]])]

@@ -479,6 +479,11 @@ def ids_digest(rows: list[Row]) -> str:
     return h.hexdigest()
 
 
+class TooLong(UserError):
+    """A sequence longer than the model's positions (or a scorer's ``max_tokens``): a UserError that a caller who
+    must not stop on one input (the GRPO adapter) can tell from the rest."""
+
+
 def max_positions(model) -> int | None:
     """The model's context length (``max_position_embeddings`` of its text config), None if it has none."""
     n = getattr(text_config(model.config), "max_position_embeddings", None)
@@ -506,6 +511,6 @@ def check_context(model, n_prefix: int, n_response: int = 1, n_suffix: int = 0) 
     limit = max_positions(model)
     total = n_prefix + n_response + n_suffix
     if limit is not None and total > limit:
-        raise UserError(f"the sequence is {n_prefix} prompt + {n_response} response + {n_suffix} suffix = {total} tokens, "
+        raise TooLong(f"the sequence is {n_prefix} prompt + {n_response} response + {n_suffix} suffix = {total} tokens, "
                         f"over the model's {limit} positions (max_position_embeddings): shorten --prompt, --system "
                         "or --template")
