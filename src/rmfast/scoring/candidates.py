@@ -506,7 +506,7 @@ def check_context(model, n_prefix: int, n_response: int = 1, n_suffix: int = 0) 
     >>> check_context(m, 500, 1, 5)
     >>> check_context(m, 4031, 1, 5)
     Traceback (most recent call last):
-    rmfast.errors.UserError: the sequence is 4031 prompt + 1 response + 5 suffix = 4037 tokens, over the model's 512 positions (max_position_embeddings): shorten prompt, system or template
+    rmfast.scoring.candidates.TooLong: the sequence is 4031 prompt + 1 response + 5 suffix = 4037 tokens, over the model's 512 positions (max_position_embeddings): shorten prompt, system or template
     """
     limit = max_positions(model)
     total = n_prefix + n_response + n_suffix
