@@ -175,3 +175,21 @@ def test_a_damaged_padding_cache_is_measured_again(smol_rm, tmp_path, damage):
     assert pads.rows_for(5) in (32, 64) and pads.measured == [32]
     assert path.is_dir() if damage == "folder" else 32 in {int(k) for k in json.loads(path.read_text())[pads.key]
                                                              if k.isdigit()}
+
+
+def test_a_manifest_names_both_rates_with_enough_digits():
+    """Issue 50 item 12: a manifest's rate left the one-off padding probe out (a 5,000-id scan reported 67.6 cand/s
+    and ran at 39.6) with no rate of the job as it ran; both are given, named, and a slow job's rates keep their
+    digits (two decimals made 0.005 cand/s 0.01, and 0.004 GFLOP/s 0.0)."""
+    from types import SimpleNamespace
+
+    from rmfast.scoring.plan import finish_manifest
+
+    m = finish_manifest({"candidates_per_s": 0.003, "scan_s": 1000.0, "scored_candidates": 3}, 0.0,
+                        plan=SimpleNamespace(pad_probe_s=400.0, decisions={}))
+    assert m["pad_probe_s"] == 400.0
+    assert m["candidates_per_s"] == 0.005 and m["candidates_per_s_with_pad_probe"] == 0.003
+    m = finish_manifest({"candidates_per_s": 5000 / 126.3, "scan_s": 126.3, "scored_candidates": 5000}, 0.0,
+                        plan=SimpleNamespace(pad_probe_s=52.4, decisions={}))
+    assert m["candidates_per_s"] == pytest.approx(67.66, abs=0.01)
+    assert m["candidates_per_s_with_pad_probe"] == pytest.approx(39.59, abs=0.01)

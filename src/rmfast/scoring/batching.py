@@ -42,6 +42,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..cpu import round_rate
 from ..dims import model_dims
 from ..errors import UserNote
 from ..io import atomic_write, say_on_interrupt, then_always
@@ -570,7 +571,7 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     return scores, {
         "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,
         "scan_s": round(scan_s, 3),
-        "candidates_per_s": round(n_new / scan_s, 2) if scan_s > 0 and n_new else None,
+        "candidates_per_s": round_rate(n_new / scan_s) if scan_s > 0 and n_new else None,
         "resumed_candidates": done0,
         "scored_candidates": int(done.sum()) - done0,
     }
