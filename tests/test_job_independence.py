@@ -138,7 +138,7 @@ def test_a_second_plan_reuses_the_full_batch_probe_until_the_weights_change(smol
 
     first = pads()
     first.identical(32)
-    assert calls == [128, 32]
+    assert calls == [32, 128]  # the short batch first: its time estimates the full one's (announced before it)
     calls.clear()
     pads().identical(64)
     assert calls == [64]  # the full batch's scores from the first plan
@@ -146,7 +146,7 @@ def test_a_second_plan_reuses_the_full_batch_probe_until_the_weights_change(smol
     with torch.no_grad():
         next(smol_rm.model.parameters()).add_(0.0)  # an in-place update (here of nothing): a version bump
     pads().identical(32)
-    assert calls == [128, 32]
+    assert calls == [32, 128]
     assert first.verdicts[32] is True
 
 
@@ -193,3 +193,38 @@ def test_a_manifest_names_both_rates_with_enough_digits():
                         plan=SimpleNamespace(pad_probe_s=52.4, decisions={}))
     assert m["candidates_per_s"] == pytest.approx(67.66, abs=0.01)
     assert m["candidates_per_s_with_pad_probe"] == pytest.approx(39.59, abs=0.01)
+
+
+def test_the_padding_probe_is_announced_with_its_time_before_it_runs(smol_rm, tmp_path, monkeypatch, capsys):
+    """Issue 51 item 2: the one-off padding probe ran ~52 s without a word. Its full batch is announced, with an
+    estimate from the short batch timed first, before it runs."""
+    from rmfast.fast.engine import Engine
+    from rmfast.scoring.batching import PadSizes
+    from rmfast.scoring.plan import plan_scoring
+    from rmfast.template import build_template
+
+    if str(next(smol_rm.model.parameters()).dtype) != "torch.float32":
+        pytest.skip("fp32 only: the rule is the same")
+    monkeypatch.setattr(batching, "_FULL_SCORES", weakref.WeakKeyDictionary())
+    plan = plan_scoring(smol_rm.model, build_template(smol_rm.tokenizer, PROMPT), head="score")
+    said = []  # stderr so far, as each batch of the probe starts
+    real = Engine.score
+    monkeypatch.setattr(Engine, "score", lambda self, ids, *a, **k: said.append((ids.shape[0], capsys.readouterr().err))
+                        or real(self, ids, *a, **k))
+    pads = PadSizes(plan.eng, 1, 64, tmp_path)
+    pads.rows_for(5)
+    (n0, before_short), (n1, before_full) = said
+    assert (n0, n1) == (32, 64) and "measuring once" not in before_short
+    assert "measuring once which short batches" in before_full and "one batch of 64 rows, about " in before_full
+
+
+def test_the_progress_bar_says_what_runs_during_the_first_batch(capsys):
+    """Issue 51 item 2: a scan showed `0/N ?cand/s` for its whole first batch (minutes on a slow CPU), which looks
+    like a hang; the bar says the first batch is running, and its size."""
+    from rmfast.scoring.batching import Group, score_groups
+
+    def score(rows, b):
+        return np.zeros(len(rows), np.float32)
+
+    score_groups([Group(np.arange(10), 4, score)], np.arange(10), key="k", progress=True, desc="scan")
+    assert "first batch of 4 rows running" in capsys.readouterr().err

@@ -240,6 +240,17 @@ def shape_key(eng, n: int, rows: int) -> str:
 _FULL_SCORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def _about(seconds: float | None) -> str:
+    """ ``, about 50 s`` / ``, about 3 min``: an estimate for a line that announces a wait ("" without one).
+
+    >>> _about(52.4), _about(190), _about(0.3), _about(None)
+    (', about 52 s', ', about 3 min', ', about 1 s', '')
+    """
+    if seconds is None:
+        return ""
+    return f", about {max(1, round(seconds))} s" if seconds < 120 else f", about {round(seconds / 60)} min"
+
+
 class PadSizes:
     """Measured verdicts for one (engine, response length, full row count): which ladder sizes are bit-identical.
 
@@ -279,24 +290,27 @@ class PadSizes:
         """Whether a batch of ``size`` rows gives each row the full batch's bits (cached, else measured now)."""
         if size not in self.verdicts:
             t0 = time.perf_counter()
-            if self._full is None:
-                self._full = self._full_scores()
             part = self.eng.score(self._probe_ids(size)).cpu().numpy()  # (size,)
+            if self._full is None:  # the short batch first: its time estimates the full one's, said before it runs
+                self._full = self._full_scores(est_s=(time.perf_counter() - t0) * self.rows / size)
             self.verdicts[size] = bool(np.array_equal(part, self._full[:size], equal_nan=True))
             self.measured.append(size)
             self._write()
             self.probe_s += time.perf_counter() - t0
         return self.verdicts[size]
 
-    def _full_scores(self) -> np.ndarray:
-        """(rows,) scores of the probe ids in one full batch: scored now, or by an earlier plan of this process."""
+    def _full_scores(self, est_s: float | None = None) -> np.ndarray:
+        """(rows,) scores of the probe ids in one full batch: scored now, or by an earlier plan of this process.
+        ``est_s``: the estimated seconds of the full batch, said in the line before it runs (it can take a minute
+        and ran without a word: a scan looked hung)."""
         t, memo = self.eng.template, _FULL_SCORES.setdefault(self.eng.model, {})
         # an optimizer step (in place: a version bump) or new .data (a new pointer) makes it another model
         weights = hash(tuple((p.data_ptr(), p._version) for p in self.eng.model.parameters()))
         k = (self.key, tuple(t.prefix_ids), tuple(t.suffix_ids), tuple(t.continuation_ids), self.eng.head_index, weights)
         if k not in memo:
-            print(f"rmfast: measuring once which short batches give a full batch's bits here ({self.rows} rows; "
-                  "cached for later jobs of this shape)", file=sys.stderr, flush=True)
+            print(f"rmfast: measuring once which short batches give a full batch's bits here: one batch of "
+                  f"{self.rows} rows{_about(est_s)}, cached for later jobs of this shape, and left out of the rate",
+                  file=sys.stderr, flush=True)
             memo[k] = self.eng.score(self._probe_ids(self.rows)).cpu().numpy()  # (rows,)
         return memo[k]
 
@@ -530,8 +544,8 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
 
 
     bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
-    if status and done0 < ids.size:
-        bar.set_postfix_str(status)
+    if done0 < ids.size:  # a first batch of a slow model runs for minutes: say what runs, not a bare "0/N ?cand/s"
+        bar.set_postfix_str(status or first_batch_status(groups, done))
     t0 = last_ck = time.perf_counter()
     first_batch_s, n_since_ck = None, 0
     try:
@@ -584,6 +598,17 @@ def _say_resume(ck: Path | None, n_done: int, n: int) -> None:
         say_on_interrupt(f"rerun the same command to resume from its checkpoint {ck} ({n_done:,} of {n:,} scored)"
                          if n_done else "no batch had finished, so no checkpoint was written: a rerun starts the "
                          "scoring over")
+
+
+def first_batch_status(groups: list[Group], done: np.ndarray) -> str:
+    """What the progress bar says until the first batch is in: its size (the rate appears once it is).
+
+    >>> first_batch_status([Group(np.arange(4), 2, None), Group(np.arange(4, 10), 6, None)], np.array([True] * 4 + [False] * 6))
+    'first batch of 6 rows running'
+    """
+    g = next((g for g in groups if not done[g.rows].all()), groups[0] if groups else None)
+    rows = min(g.batch_size, int((~done[g.rows]).sum())) if g is not None else 0
+    return f"first batch of {rows} rows running"
 
 
 def _batch(g: Group, done: np.ndarray, lo: int, hi: int, bs: int):
