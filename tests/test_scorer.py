@@ -661,8 +661,9 @@ def test_cli_score_refuses_a_column_named_twice(rm_folder, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("body, holds", [('[{"p": "Hi", "r": "a"}]', None), ('["Hi", "a"]', "holds an array of str"),
-                                         ('[["Hi", "a"]]', "holds an array of list")],
-                         ids=["array-of-objects", "array-of-strings", "array-of-arrays"])
+                                         ('[["Hi", "a"]]', "holds an array of list"),
+                                         ('{\n  "p": "Hi",\n  "r": "a"\n}\n', "is not JSON Lines")],
+                         ids=["array-of-objects", "array-of-strings", "array-of-arrays", "one-object-over-lines"])
 def test_cli_score_a_json_array(rm_folder, tmp_path, capsys, body, holds):
     """Issue 50 item 11: a .json file holding an array got "no column 'prompt'"; an array of objects is read (a row
     each), any other shape is one line saying what the file holds and which shapes are read."""

@@ -90,7 +90,11 @@ def _read_json_table(p: Path):
             what = f"an array of {type(bad).__name__}" if bad is not None else "an empty array"
             raise UserError(f"input {p} holds {what}; rmfast reads {_JSON_SHAPES}, each object a row of named columns")
         return pd.DataFrame.from_records(rows)
-    df = pd.read_json(p, lines=True, dtype=False, convert_dates=False, encoding="utf-8-sig")
+    try:
+        df = pd.read_json(p, lines=True, dtype=False, convert_dates=False, encoding="utf-8-sig")
+    except ValueError as e:  # one object over several lines, or not JSON at all
+        raise UserError(f"input {p} is not JSON Lines ({str(e).splitlines()[0][:120]}); rmfast reads {_JSON_SHAPES}, "
+                        "each object a row of named columns") from None
     if len(df.columns) and all(isinstance(c, int) for c in df.columns):  # the lines are arrays, not objects
         raise UserError(f"input {p} holds JSON arrays, one per line; rmfast reads {_JSON_SHAPES}, each object a row "
                         "of named columns")
