@@ -22,6 +22,35 @@ for _k in ("RMFAST_COMPILE", "RMFAST_KERNELS", "RANK", "WORLD_SIZE", "LOCAL_RANK
 # the tests of the compiled layer ask for it (compile="on"), and choose_compile's rule is unit-tested.
 os.environ["RMFAST_COMPILE"] = "0"
 
+
+
+def _own_cache() -> Path:
+    """A per-session rmfast cache (``RMFAST_CACHE``) whose ``converted/`` is the user's own, shared.
+
+    The suite must neither depend on nor change what an earlier run or another job left in the user's cache: the
+    verdicts under ``cpu/`` (GEMM probe rates, padding verdicts) and ``sha256-index.json`` decide what a job
+    does, so they start empty in a temp folder, removed at exit. ``converted/`` (the embedded GGUF models converted to
+    HF folders, keyed by the GGUF file's hash) and ``gguf/`` (Gemma's file assembled from its package, checked
+    against its sha256) cost a minute and more each to rebuild and are written atomically, so sharing them cannot
+    change a result: each is a link to the user's (made if missing). A test about the cache itself points
+    RMFAST_CACHE elsewhere (monkeypatch)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    user = Path(os.environ.get("RMFAST_CACHE") or Path.home() / ".cache" / "rmfast").expanduser()
+    root = Path(tempfile.mkdtemp(prefix="rmfast-test-cache-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    for shared in ("converted", "gguf"):
+        try:
+            (user / shared).mkdir(parents=True, exist_ok=True)
+            (root / shared).symlink_to(user / shared, target_is_directory=True)
+        except OSError:  # a user cache that cannot be made: this session converts into its own
+            pass
+    return root
+
+
+os.environ["RMFAST_CACHE"] = str(_own_cache())
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RMFAST_SHARED_DATA", REPO.parent / "shared" / "data"))
 

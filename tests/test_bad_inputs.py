@@ -687,3 +687,15 @@ def test_the_cli_form_lasts_as_long_as_its_command(fx, tmp_path, capsys):
     with pytest.warns(UserNote, match=r"try dtype='float32'") as w:  # a score that overflowed, to a Python caller
         count_nonfinite(np.array([1.0, np.nan], np.float32), [5, 6], "token ids")
     assert "--dtype float32" in w[0].message.cli_message()
+
+
+def test_a_file_where_the_states_are_written_is_one_line(fx, tmp_path, capsys):
+    """Issue 50 item 5: a file at <out>.states.partial (where a scan's states stream until complete) stopped the scan
+    with FileExistsError from StatesWriter.prepare; it is one line naming the path and the fix."""
+    (tmp_path / "s.states.partial").write_text("x\n")
+    rc = main(["scan", str(fx["rm"]), "--token-ids", "0:5", "--states", "all", "--out", str(tmp_path / "s.parquet"),
+               "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{tmp_path / 's.states.partial'} is a regular file, not a folder" in err and "remove it" in err, err
+    assert not (tmp_path / "s.parquet").exists()

@@ -223,3 +223,43 @@ def test_compiled_kernels_are_not_shared_across_kernel_levels(tmp_path):
         assert folder.startswith(str(tmp_path)) and os.path.basename(folder).startswith("rmfast-")
         folders.add(folder)
     assert len(folders) == 2  # one cache per kernel level
+
+
+class _SlowClock:
+    """``time`` for rmfast.cpu whose perf_counter jumps 1000 s per read: every GEMM seems to run at ~1e-7 GFLOP/s
+    (a tiny model's probe on a CPU that emulates bf16, only more so)."""
+
+    def __init__(self):
+        import time
+
+        self.t, self.strftime = 0.0, time.strftime
+
+    def perf_counter(self):
+        self.t += 1000.0
+        return self.t
+
+
+def test_a_tiny_rate_never_rounds_to_zero(monkeypatch, tmp_path):
+    """Issue 50 item 1: the rates were rounded to two decimals; a tiny model's probe on an AVX2 CPU measured under
+    0.005 GFLOP/s, cached 0.0, and warn_if_slow divided by it (ZeroDivisionError for --dtype bfloat16)."""
+    monkeypatch.setattr(cpu, "time", _SlowClock())
+    monkeypatch.setattr(cpu, "cpu_info", lambda: AVX2)
+    rates = cpu.measure_gemm((32, 32, 64), seconds=0.001)
+    assert all(0 < v < 1e-3 for v in rates.values()), rates
+    with pytest.warns(UserWarning, match="bfloat16 on this CPU"):
+        f = cpu.warn_if_slow(torch.bfloat16, _cfg(32, 64), tmp_path)
+    assert f is not None and f > 0
+    cached = json.loads((tmp_path / "cpu" / "gemm-probe.json").read_text())
+    assert all(v["float32"] > 0 and v["bfloat16"] > 0 for v in cached.values())
+
+
+def test_a_probe_that_cannot_measure_says_so_in_one_line(fake_cpu, tmp_path):
+    fake_cpu(AVX2, 0.0, 0.0)
+    with pytest.warns(UserWarning) as got:
+        assert cpu.warn_if_slow(torch.bfloat16, _cfg(32, 64), tmp_path) is None
+    msgs = [str(w.message) for w in got]
+    assert any("could not measure" in m and "\n" not in m for m in msgs), msgs
+    assert not (tmp_path / "cpu" / "gemm-probe.json").exists()  # nothing cached: the next job measures again
+    fake_cpu(ZEN4, 0.0, 0.0)
+    choice = cpu.choose_cpu_dtype(_cfg(32, 64), tmp_path)
+    assert choice.dtype == "float32" and "could not measure" in choice.reason

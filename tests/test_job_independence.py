@@ -138,7 +138,7 @@ def test_a_second_plan_reuses_the_full_batch_probe_until_the_weights_change(smol
 
     first = pads()
     first.identical(32)
-    assert calls == [128, 32]
+    assert calls == [32, 128]  # the short batch first: its time estimates the full one's (announced before it)
     calls.clear()
     pads().identical(64)
     assert calls == [64]  # the full batch's scores from the first plan
@@ -146,5 +146,85 @@ def test_a_second_plan_reuses_the_full_batch_probe_until_the_weights_change(smol
     with torch.no_grad():
         next(smol_rm.model.parameters()).add_(0.0)  # an in-place update (here of nothing): a version bump
     pads().identical(32)
-    assert calls == [128, 32]
+    assert calls == [32, 128]
     assert first.verdicts[32] is True
+
+
+@pytest.mark.parametrize("damage", ["list-entry", "folder"])
+def test_a_damaged_padding_cache_is_measured_again(smol_rm, tmp_path, damage):
+    """Issue 50 item 4: an entry of pad-probe.json that is not an object ({"<key>": [1, 2]}) raised AttributeError,
+    and a folder at the file's path stopped the scan (exit 2) where an unwritable cache is skipped. Both are
+    measured again, the verdict kept for this job only."""
+    import json
+
+    from rmfast.scoring.batching import CACHE_NAME, PadSizes, shape_key
+    from rmfast.scoring.plan import plan_scoring
+    from rmfast.template import build_template
+
+    if str(next(smol_rm.model.parameters()).dtype) != "torch.float32":
+        pytest.skip("fp32 only: the cache's rule does not depend on the dtype")
+    plan = plan_scoring(smol_rm.model, build_template(smol_rm.tokenizer, PROMPT), head="score")
+    path = tmp_path / "cpu" / CACHE_NAME
+    path.parent.mkdir(parents=True)
+    if damage == "folder":
+        path.mkdir()
+    else:
+        path.write_text(json.dumps({shape_key(plan.eng, 1, 64): [1, 2]}))
+    pads = PadSizes(plan.eng, 1, 64, tmp_path)
+    assert pads.verdicts == {}
+    assert pads.rows_for(5) in (32, 64) and pads.measured == [32]
+    assert path.is_dir() if damage == "folder" else 32 in {int(k) for k in json.loads(path.read_text())[pads.key]
+                                                             if k.isdigit()}
+
+
+def test_a_manifest_names_both_rates_with_enough_digits():
+    """Issue 50 item 12: a manifest's rate left the one-off padding probe out (a 5,000-id scan reported 67.6 cand/s
+    and ran at 39.6) with no rate of the job as it ran; both are given, named, and a slow job's rates keep their
+    digits (two decimals made 0.005 cand/s 0.01, and 0.004 GFLOP/s 0.0)."""
+    from types import SimpleNamespace
+
+    from rmfast.scoring.plan import finish_manifest
+
+    m = finish_manifest({"candidates_per_s": 0.003, "scan_s": 1000.0, "scored_candidates": 3}, 0.0,
+                        plan=SimpleNamespace(pad_probe_s=400.0, decisions={}))
+    assert m["pad_probe_s"] == 400.0
+    assert m["candidates_per_s"] == 0.005 and m["candidates_per_s_with_pad_probe"] == 0.003
+    m = finish_manifest({"candidates_per_s": 5000 / 126.3, "scan_s": 126.3, "scored_candidates": 5000}, 0.0,
+                        plan=SimpleNamespace(pad_probe_s=52.4, decisions={}))
+    assert m["candidates_per_s"] == pytest.approx(67.66, abs=0.01)
+    assert m["candidates_per_s_with_pad_probe"] == pytest.approx(39.59, abs=0.01)
+
+
+def test_the_padding_probe_is_announced_with_its_time_before_it_runs(smol_rm, tmp_path, monkeypatch, capsys):
+    """Issue 51 item 2: the one-off padding probe ran ~52 s without a word. Its full batch is announced, with an
+    estimate from the short batch timed first, before it runs."""
+    from rmfast.fast.engine import Engine
+    from rmfast.scoring.batching import PadSizes
+    from rmfast.scoring.plan import plan_scoring
+    from rmfast.template import build_template
+
+    if str(next(smol_rm.model.parameters()).dtype) != "torch.float32":
+        pytest.skip("fp32 only: the rule is the same")
+    monkeypatch.setattr(batching, "_FULL_SCORES", weakref.WeakKeyDictionary())
+    plan = plan_scoring(smol_rm.model, build_template(smol_rm.tokenizer, PROMPT), head="score")
+    said = []  # stderr so far, as each batch of the probe starts
+    real = Engine.score
+    monkeypatch.setattr(Engine, "score", lambda self, ids, *a, **k: said.append((ids.shape[0], capsys.readouterr().err))
+                        or real(self, ids, *a, **k))
+    pads = PadSizes(plan.eng, 1, 64, tmp_path)
+    pads.rows_for(5)
+    (n0, before_short), (n1, before_full) = said
+    assert (n0, n1) == (32, 64) and "measuring once" not in before_short
+    assert "measuring once which short batches" in before_full and "one batch of 64 rows, about " in before_full
+
+
+def test_the_progress_bar_says_what_runs_during_the_first_batch(capsys):
+    """Issue 51 item 2: a scan showed `0/N ?cand/s` for its whole first batch (minutes on a slow CPU), which looks
+    like a hang; the bar says the first batch is running, and its size."""
+    from rmfast.scoring.batching import Group, score_groups
+
+    def score(rows, b):
+        return np.zeros(len(rows), np.float32)
+
+    score_groups([Group(np.arange(10), 4, score)], np.arange(10), key="k", progress=True, desc="scan")
+    assert "first batch of 4 rows running" in capsys.readouterr().err

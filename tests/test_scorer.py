@@ -600,3 +600,92 @@ def test_the_backends_names_are_at_the_top_level():
         assert name in rmfast.__all__ and name in dir(rmfast)
         obj = getattr(rmfast, name)
         assert getattr(sys.modules[obj.__module__], name) is obj
+
+
+def test_a_model_on_the_meta_device_is_refused_at_construction(tok):
+    """Issue 50 item 3: a model whose weights were never loaded (on ``meta``) failed at the first score with
+    ``NotImplementedError: Cannot copy out of meta tensor``; it is refused when the scorer is made, in one line."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2).to("meta")
+    with pytest.raises(UserError, match=r"on the meta device \(its weights were never loaded\)") as e:
+        RewardScorer((model, tok))
+    assert "\n" not in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def rm_folder(tok, tmp_path_factory):
+    """A tiny reward model folder with the ChatML test tokenizer."""
+    folder = tmp_path_factory.mktemp("score-rm") / "rm"
+    T.tiny("llama", num_labels=1, pad_token_id=2).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def _score_argv(inp, folder, *extra):
+    return ["score", inp, "--model", folder, "--prompt-column", "p", "--response-column", "r", "--dtype", "float32",
+            "--device", "cpu", "--no-progress", *extra]
+
+
+def test_cli_score_system_cells_that_are_not_text_are_refused(rm_folder, tmp_path, capsys):
+    """Issue 50 item 6: integers in --system-column were dropped (scores bit-equal to a run without the column, exit
+    0) where a non-text response is refused; refused, naming the row. An empty cell is no system message."""
+    inp = tmp_path / "t.parquet"
+    pd.DataFrame({"p": ["Hi", "Bye"], "r": ["a", "b"], "sys": [3, 7]}).to_parquet(inp)
+    rc, _, err = run(_score_argv(inp, rm_folder, "--system-column", "sys"), capsys)
+    assert one_line_error(rc, err) and "row 1: the system message is int, not text" in err, err
+    ok = tmp_path / "ok.parquet"
+    pd.DataFrame({"p": ["Hi", "Bye"], "r": ["a", "b"], "sys": [None, ""]}).to_parquet(ok)
+    rc, _, err = run(_score_argv(ok, rm_folder, "--system-column", "sys"), capsys)
+    assert rc == 0, err
+
+
+def test_cli_score_reads_jsonl_text_as_text(rm_folder, tmp_path, capsys):
+    """Issue 50 item 9: numeric-looking strings in JSON Lines ("1", "2") were read as numbers and refused as
+    "int, not text"; a JSON string is text, scored as the same text in a CSV is."""
+    rows = [{"p": "Pick a number.", "r": "1"}, {"p": "Pick a number.", "r": "2"}]
+    inp = tmp_path / "t.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc, _, err = run(_score_argv(inp, rm_folder), capsys)
+    assert rc == 0, err
+    got = pd.read_parquet(tmp_path / "t.scores.parquet")
+    csv = tmp_path / "t.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    rc, _, err = run(_score_argv(csv, rm_folder, "--out", tmp_path / "c.parquet"), capsys)
+    assert rc == 0, err
+    np.testing.assert_array_equal(got["score"], pd.read_parquet(tmp_path / "c.parquet")["score"])
+
+
+def test_cli_score_refuses_a_column_named_twice(rm_folder, tmp_path, capsys):
+    """Issue 50 item 10: a CSV with two 'r' columns was scored from the first without a word (pandas renamed the
+    second 'r.1')."""
+    inp = tmp_path / "t.csv"
+    inp.write_text("p,r,r\nHi,a,b\n")
+    rc, _, err = run(_score_argv(inp, rm_folder), capsys)
+    assert one_line_error(rc, err) and "names column 'r' 2 times" in err, err
+
+
+@pytest.mark.parametrize("body, holds", [('[{"p": "Hi", "r": "a"}]', None), ('["Hi", "a"]', "holds an array of str"),
+                                         ('[["Hi", "a"]]', "holds an array of list"),
+                                         ('{\n  "p": "Hi",\n  "r": "a"\n}\n', "is not JSON Lines")],
+                         ids=["array-of-objects", "array-of-strings", "array-of-arrays", "one-object-over-lines"])
+def test_cli_score_a_json_array(rm_folder, tmp_path, capsys, body, holds):
+    """Issue 50 item 11: a .json file holding an array got "no column 'prompt'"; an array of objects is read (a row
+    each), any other shape is one line saying what the file holds and which shapes are read."""
+    inp = tmp_path / "t.json"
+    inp.write_text(body)
+    rc, _, err = run(_score_argv(inp, rm_folder), capsys)
+    if holds is None:
+        assert rc == 0, err
+    else:
+        assert one_line_error(rc, err) and holds in err and "rmfast reads JSON Lines" in err, err
+
+
+def test_grpo_adapter_gives_none_for_a_completion_past_the_positions(tok):
+    """Issue 50 item 8: a completion longer than the reward model's positions raised, against the adapter's rule
+    ("a completion never stops training"): it gets None, with one warning, and the others their own scores."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    reward = rmfast_reward((model, tok))
+    long = "x " * T.COMMON["max_position_embeddings"]
+    with pytest.warns(UserWarning, match=r"1 of 3 completions are longer than the reward model's positions") as w:
+        got = reward(prompts=["Hi", "Hi", "Bye"], completions=["Hello!", long, "See you."])
+    assert len(w) == 1 and got[1] is None and None not in (got[0], got[2])
+    assert [got[0], got[2]] == [s[0] for s in RewardScorer((model, tok)).score(["Hi", "Bye"], [["Hello!"], ["See you."]])]

@@ -473,3 +473,29 @@ def test_every_table_of_a_sweep_says_what_score_is(models_dir, tmp_path, capsys)
     assert run(["results", store, "--out", tmp_path / "tidy.csv"], capsys)[0] == 0
     csv = pd.read_csv(tmp_path / "tidy.csv")
     assert (csv["score_meaning"] == csv["model"].map(want)).all()
+
+
+def test_a_part_whose_model_changed_is_stale_wherever_it_is_read(models_dir, tmp_path, capsys):
+    """Issue 50 item 7: after a part's re-score was refused (its folder's new chat template fails the template
+    check), a dry run listed it as done and `rmfast results --out` exported the old template's rows, exit 0. A part
+    whose model changed is not done for any reader until it is scored again."""
+    import json
+    import shutil
+
+    folder = tmp_path / "rm-s"
+    shutil.copytree(models_dir / "rm-a", folder)
+    cfg = write_cfg(tmp_path, "stale.yaml", models=["./rm-s"], prompts={"g": PROMPTS["greatest"]},
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:20"}}})
+    store = tmp_path / "store"
+    assert run(["sweep", cfg, "--out", store, "--no-progress"], capsys)[0] == 0
+    tc = json.loads((folder / "tokenizer_config.json").read_text())  # a template that never renders the response
+    tc["chat_template"] = "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}\n{% endif %}{% endfor %}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(tc))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 2, se  # the re-score is refused
+    rc, so, se = run(["sweep", cfg, "--out", store, "--dry-run"], capsys)
+    assert rc == 0 and "1 parts, 0 done" in so and "todo" in so and "stale" in so, so
+    rc, so, se = run(["results", store, "--out", tmp_path / "t.parquet"], capsys)
+    assert rc == 2 and "stale: its model's files changed" in se and not (tmp_path / "t.parquet").exists(), se
+    assert load_results(store).empty

@@ -249,7 +249,26 @@ def measure_gemm(shape: tuple[int, int, int], dtypes=None,
                 if el >= seconds:
                     break
             best[dt] = max(best[dt], 2.0 * M * K * N * n / el / 1e9)
-    return {str(dt).replace("torch.", ""): round(v, 2) for dt, v in best.items()}
+    return {str(dt).replace("torch.", ""): round_rate(v) for dt, v in best.items()}
+
+
+def round_rate(v: float, digits: int = 4) -> float:
+    """A measured rate (GFLOP/s, candidates/s) kept to ``digits`` significant digits, not decimals: a tiny
+    model's GEMM on a CPU that emulates bf16 runs under 0.005 GFLOP/s, which two decimals made 0.0 (and a
+    division by it). A positive rate stays positive.
+
+    >>> round_rate(0.0012345678), round_rate(1234.5678), round_rate(0.0)
+    (0.001235, 1235.0, 0.0)
+    """
+    return float(f"{v:.{digits}g}")
+
+
+def _measured(rates) -> bool:
+    """Whether ``rates`` holds a positive, finite rate for both dtypes (a cache entry or a probe's result)."""
+    import math
+
+    return isinstance(rates, dict) and all(isinstance(rates.get(k), (int, float)) and math.isfinite(rates[k])
+                                           and rates[k] > 0 for k in ("float32", "bfloat16"))
 
 
 def _cache_file(cache: Path | None) -> Path | None:
@@ -272,32 +291,46 @@ def _probe_key(info: CpuInfo, shape) -> str:
     return "|".join([machine_key(info), f"threads={torch.get_num_threads()}", "x".join(str(s) for s in shape)])
 
 
-def _read_cache(path: Path | None) -> dict:
+def read_verdicts(path: Path | None) -> dict:
+    """A verdict file of the cache (``<cache>/cpu/*.json``: key -> entry) as a dict; {} where there is none, or it
+    cannot be read or is not a JSON object: a damaged cache is measured again, never an error. Each reader checks
+    its own entries' shape (a hand-edited entry may be anything)."""
     if path is None or not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text())
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):  # a damaged cache is re-measured, never an error
+    except (OSError, ValueError):
         return {}
+
+
+def write_verdict(path: Path | None, key: str, entry: dict) -> None:
+    """Add ``entry`` (stamped with its time) under ``key`` to the verdict file ``path``, atomically. A cache that
+    cannot take it (read-only, full, or something other than a file at ``path``: a folder) is skipped without an
+    error: the next job measures again."""
+    from .errors import UserError
+
+    if path is None:
+        return
+    try:
+        data = read_verdicts(path)
+        data[key] = {**entry, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, data)
+    except (OSError, UserError):  # UserError: write_json replaces only a regular file
+        pass
 
 
 def measured_rates(shape, cache: Path | None = None) -> tuple[dict[str, float], str]:
     """(GFLOP/s per dtype at ``shape``, "cache" or "probe"): from the cache, else measured and cached."""
     info = cpu_info()
     key, path = _probe_key(info, shape), _cache_file(cache)
-    hit = _read_cache(path).get(key)
-    if isinstance(hit, dict) and hit.get("float32") and hit.get("bfloat16"):
+    hit = read_verdicts(path).get(key)
+    if _measured(hit):
         return {"float32": float(hit["float32"]), "bfloat16": float(hit["bfloat16"])}, "cache"
     rates = measure_gemm(tuple(shape))
-    if path is not None:
-        try:
-            data = _read_cache(path)
-            data[key] = {**rates, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(path, data)
-        except OSError:  # a read-only cache: measure again next time, no error
-            pass
+    if _measured(rates):  # a probe that measured nothing is not a verdict to keep
+        write_verdict(path, key, rates)
     return rates, "probe"
 
 
@@ -316,10 +349,13 @@ def choose_cpu_dtype(config=None, cache: Path | None = None) -> DtypeChoice:
     hid, inter = mlp_dims(config) or (576, 1536)
     shape = probe_shape(hid, inter)
     rates, source = measured_rates(shape, cache)
+    if not _measured(rates):  # the clock saw no time pass, or a rate of nothing: fp32 is never the slow choice
+        return DtypeChoice("float32", "probe", f"the GEMM probe could not measure this CPU ({_rates_text(rates)} "
+                           "GFLOP/s); float32 is exact and never emulated", gflops=rates, shape=list(shape), **common)
     factor = rates["bfloat16"] / rates["float32"]
     dtype = "bfloat16" if factor >= BF16_MIN_GAIN else "float32"
     reason = (f"bf16 GEMMs run {factor:.2g}x as fast as fp32 at the model's {shape[1]}x{shape[2]} projection, "
-              f"{rates['bfloat16']:.0f} vs {rates['float32']:.0f} GFLOP/s"
+              f"{_gf(rates['bfloat16'])} vs {_gf(rates['float32'])} GFLOP/s"
               + ("" if dtype == "bfloat16" else f"; auto takes bf16 from {BF16_MIN_GAIN}x"))
     return DtypeChoice(dtype, source, reason, gflops=rates, shape=list(shape), **common)
 
@@ -330,6 +366,16 @@ def announce(choice: DtypeChoice) -> None:
     if key not in _PRINTED:
         _PRINTED.add(key)
         print(choice.line(), file=sys.stderr, flush=True)
+
+
+def _gf(v: float) -> str:
+    """A GFLOP/s rate for a line: whole numbers from 10, else 3 significant digits (a tiny model's 0.0042)."""
+    return f"{v:.0f}" if v >= 10 else f"{v:.3g}"
+
+
+def _rates_text(rates: dict) -> str:
+    """``bfloat16 0 vs float32 0.5``: a probe's rates as measured, for a line that says they are unusable."""
+    return " vs ".join(f"{k} {rates.get(k)!r}" for k in ("bfloat16", "float32"))
 
 
 def warn_if_slow(dtype: torch.dtype, config=None, cache: Path | None = None) -> float | None:
@@ -347,10 +393,15 @@ def warn_if_slow(dtype: torch.dtype, config=None, cache: Path | None = None) -> 
     M, K, N = probe_shape(hid, inter)
     shape = (32, K, N) if info.native_bf16 is False else (M, K, N)
     rates, _ = measured_rates(shape, cache)
+    if not _measured(rates):
+        warnings.warn(UserNote(f"rmfast: could not measure bfloat16 against float32 on this CPU ({info.kind}): the "
+                               f"GEMM probe read {_rates_text(rates)} GFLOP/s; if the scan is slow, try --dtype "
+                               "float32 (or auto)"), stacklevel=3)
+        return None
     factor = rates["bfloat16"] / rates["float32"]
     if factor < 1:
         warnings.warn(UserNote(f"rmfast: bfloat16 on this CPU ({info.kind}) runs GEMMs at {factor:.2g}x the speed of "
-                               f"float32 ({rates['bfloat16']:.0f} vs {rates['float32']:.0f} GFLOP/s measured): --dtype "
+                               f"float32 ({_gf(rates['bfloat16'])} vs {_gf(rates['float32'])} GFLOP/s measured): --dtype "
                                "float32 (or auto) is faster and exact"), stacklevel=3)
     elif info.native_bf16 is False:  # the flags settle it; the tiny probe was noise (a loaded machine, a cold cache)
         warnings.warn(UserNote(f"rmfast: bfloat16 on this CPU ({info.kind}) is emulated (no avx512_bf16 or AMX): its "

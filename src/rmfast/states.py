@@ -416,6 +416,19 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
 # --------------------------------------------------------------------------------------------
 # the streaming writer a scan uses (layer names: rmfast.state_names, re-exported here)
 
+def partial_folder(folder: Path) -> Path:
+    """``<folder>.partial``, where a states folder is written until it is complete; one line where something other
+    than a folder is there (a file left by hand: the writer's ``mkdir`` raised FileExistsError mid-scan)."""
+    from .io import describe_path
+
+    partial = folder.with_name(folder.name + ".partial")
+    what = describe_path(partial)
+    if what not in ("nothing", "a folder"):
+        raise UserError(f"{partial} is {what}, not a folder: rmfast writes the states there until they are complete; "
+                        "remove it (or choose another --out)")
+    return partial
+
+
 class StatesWriter:
     """Writes a scan's states streaming, resumable and atomic (``rmfast-states/1``).
 
@@ -435,7 +448,7 @@ class StatesWriter:
         if dtype not in DTYPES:
             raise UserError(f"--states-dtype {dtype!r}; one of {', '.join(DTYPES)}")
         self.folder = Path(folder)
-        self.partial = self.folder.with_name(self.folder.name + ".partial")
+        self.partial = partial_folder(self.folder)
         self.layers, self.dtype, self.key = list(layers), dtype, key
         self.overwrite = overwrite
         self.job = {"job": job, "layers": self.layers, "dtype": dtype, "key": key}
@@ -629,7 +642,7 @@ class StatesMerge:
             if {k: s.manifest[k] for k in head} != head:
                 raise UserError(f"{s.path}: its layers, dtype, width or key differ from {sets[0].path}; "
                                 "the ranks' states cannot be joined")
-        partial = self.folder.with_name(self.folder.name + ".partial")
+        partial = partial_folder(self.folder)
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         shards = []

@@ -201,7 +201,9 @@ def _print_summary(res, top: int, out, world: int) -> None:
     else:
         rate = f"{m['candidates_per_s']} cand/s; " if m.get("candidates_per_s") else ""
         if m.get("pad_probe_s"):  # the rate leaves the one-off measurement out; the time holds it
-            rate += f"{m['pad_probe_s']:.1f} s of it a one-off padding measurement; "
+            with_probe = m.get("candidates_per_s_with_pad_probe")
+            rate += (f"{with_probe} cand/s with " if with_probe else "") + \
+                f"the one-off padding measurement, {m['pad_probe_s']:.1f} s of it; "
         resumed = int(m.get("resumed_candidates") or 0)
         what = (f"{m['n_candidates'] - resumed} candidates scored by this run" if resumed else f"{m['n_candidates']} candidates")
         print(f"\n{what} in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "

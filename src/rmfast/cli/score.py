@@ -23,7 +23,7 @@ def register(sub) -> None:
                        description="Score every row of a Parquet/CSV/TSV/JSONL table: the response column as the "
                                    "assistant's answer to the prompt column (a string, or a list of chat messages "
                                    "whose last is the user's). Rows sharing a prompt share one prompt encoding.")
-    p.add_argument("input", help="the table (.parquet, .csv, .tsv, .jsonl)")
+    p.add_argument("input", help="the table (.parquet, .csv, .tsv, .jsonl; .json: JSON Lines or an array of objects)")
     p.add_argument("--model", default=common.DEFAULT_MODEL,
                    help=f"hub id, local folder, .gguf file or embedded alias (default: {common.DEFAULT_MODEL})")
     common.add_model_args(p, positional=False)
@@ -45,7 +45,7 @@ def register(sub) -> None:
 
 
 def read_table(path: str):
-    """The input table as a DataFrame; one-line UserError for a missing or unreadable file."""
+    """The input table as a DataFrame, text cells as text; one-line UserError for a missing or unreadable file."""
     import pandas as pd
 
     p = Path(path)
@@ -58,11 +58,61 @@ def read_table(path: str):
         if kind == "parquet":
             return pd.read_parquet(p)
         if kind == "jsonl":
-            return pd.read_json(p, lines=True)
-        return pd.read_csv(p, sep="," if kind == "csv" else "\t", dtype=str, keep_default_na=False, encoding="utf-8-sig")
+            return _read_json_table(p)
+        sep = "," if kind == "csv" else "\t"
+        _check_header(p, sep)
+        return pd.read_csv(p, sep=sep, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except UserError:
+        raise
     except Exception as e:  # pandas/pyarrow raise many types for a malformed file
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"cannot read {p} as {kind}: {msg[:200]}") from None
+
+
+#: the JSON shapes read, named in the message for any other
+_JSON_SHAPES = "JSON Lines (one object per line, as .jsonl or .json) or a .json array of objects"
+
+
+def _read_json_table(p: Path):
+    """A JSON Lines file, or a .json file holding one array of objects, as a DataFrame. Values keep their JSON
+    types: a string stays text however it looks ("1", "2024-01-01"; pandas read them as numbers and dates), a
+    number stays a number (and is refused where text is needed). Any other shape is one line saying what the
+    file holds (it was "no column 'prompt'")."""
+    import json
+
+    import pandas as pd
+
+    text = p.read_text(encoding="utf-8-sig")
+    if p.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        rows = json.loads(text)  # (n,) objects, one per row
+        bad = next((r for r in rows if not isinstance(r, dict)), None)
+        if bad is not None or not rows:
+            what = f"an array of {type(bad).__name__}" if bad is not None else "an empty array"
+            raise UserError(f"input {p} holds {what}; rmfast reads {_JSON_SHAPES}, each object a row of named columns")
+        return pd.DataFrame.from_records(rows)
+    try:
+        df = pd.read_json(p, lines=True, dtype=False, convert_dates=False, encoding="utf-8-sig")
+    except ValueError as e:  # one object over several lines, or not JSON at all
+        raise UserError(f"input {p} is not JSON Lines ({str(e).splitlines()[0][:120]}); rmfast reads {_JSON_SHAPES}, "
+                        "each object a row of named columns") from None
+    if len(df.columns) and all(isinstance(c, int) for c in df.columns):  # the lines are arrays, not objects
+        raise UserError(f"input {p} holds JSON arrays, one per line; rmfast reads {_JSON_SHAPES}, each object a row "
+                        "of named columns")
+    return df
+
+
+def _check_header(p: Path, sep: str) -> None:
+    """A CSV/TSV header naming a column twice is refused: pandas renames the second ('response.1'), so a table
+    with two response columns was scored from the first without a word."""
+    import csv
+    from collections import Counter
+
+    with open(p, newline="", encoding="utf-8-sig") as f:
+        header = next(csv.reader(f, delimiter=sep), [])
+    twice = [c for c, n in Counter(header).items() if n > 1]
+    if twice:
+        raise UserError(f"input {p}: its header names column {twice[0]!r} {Counter(header)[twice[0]]} times; "
+                        "rename the columns so each name is one column")
 
 
 def _conversation(v, system, k: int):
@@ -95,7 +145,7 @@ def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
     for k, (p, r, s) in enumerate(zip(df[prompt_col].tolist(), df[response_col].tolist(), systems)):
         if not isinstance(r, str):
             raise UserError(f"row {k + 1}: the response is {type(r).__name__}, not text")
-        conv = _conversation(p, s if isinstance(s, str) and s else None, k)
+        conv = _conversation(p, _system(s, k), k)
         i = seen.setdefault(conv, len(convs))
         if i == len(convs):
             convs.append(conv)
@@ -103,6 +153,19 @@ def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
         where.append((i, len(lists[i])))
         lists[i].append(r)
     return convs, lists, where
+
+
+def _system(s, k: int) -> str | None:
+    """Row k's --system-column cell: text, or None where the cell is empty (None, NaN, ""); any other value (a
+    number) is refused as a response is: it was dropped, and the row scored as if the column were not there."""
+    import math
+
+    if s is None or s == "" or isinstance(s, float) and math.isnan(s):
+        return None
+    if not isinstance(s, str):
+        raise UserError(f"row {k + 1}: the system message is {type(s).__name__}, not text; give text in "
+                        "--system-column (or leave the cell empty for none)")
+    return s
 
 
 def _by_row(e: UserError, where) -> UserError:

@@ -82,7 +82,9 @@ def run(args) -> int:
     if idx.get("dry_run"):
         print(f"{root}: {idx['n_parts']} parts, {idx['n_done']} done ({idx['mode']} store); nothing run (--dry-run)")
         for s, p in zip(idx["parts"], cfg.plan()):
-            print(f"  {'done' if s['done'] else 'todo'}  {p.relpath}")
+            word = "done" if s["done"] else "todo"
+            print(f"  {word}  {p.relpath}" + ("  (stale: its model's files changed since it was scored)"
+                                               if s.get("stale") else ""))
         return 0
     if idx.get("complete") is None:
         return 0

@@ -21,6 +21,10 @@ count as 0. ``nonfinite="warn"`` goes on instead, with one warning per call and 
 (TRL 1.16: a completion that every reward function gives None is unscorable and gets advantage 0; beside
 other reward functions, this one's None counts as 0).
 
+A completion longer than the reward model takes (its positions, with the prompt and the template around it, or
+the scorer's ``max_tokens``) gets None too, with one warning per call: a score of a truncated completion would not
+be the reward model's score of what the policy wrote.
+
 A completion of several messages (a tool call and its result, then the answer) or an assistant message
 without text content gets None too, with one warning per call: the scorer scores one assistant turn of
 text, and a score of part of it would not be the reward model's.
@@ -38,6 +42,7 @@ import warnings
 
 from ..errors import UserError
 from ..scoring.batching import nonfinite_line
+from ..scoring.candidates import TooLong
 from ..scoring.scorer import RewardScorer, as_conversation
 from .remote import RemoteScorer, is_url
 
@@ -102,13 +107,19 @@ class GRPOReward:
         # an empty completion (a policy can sample one) has nothing to score: None, which TRL skips
         # (its rewards are summed with nansum) rather than a made-up number
         keep = [[t for t in ts if t.strip()] for ts in lists]
-        pos = [{t: k for k, t in enumerate(ts)} for ts in keep]
-        scores = self.scorer.score([c for c, ts in zip(convs, keep) if ts], [ts for ts in keep if ts],
-                                   nonfinite="count",  # reported below, per the module doc's rule
-                                   compat="decode-retokenize")  # a completion never stops training
-        it = iter(scores)
-        by_conv = [next(it) if ts else [] for ts in keep]
-        out = [by_conv[i][pos[i][lists[i][j]]] if lists[i][j].strip() else None for i, j in where]
+        try:
+            by_conv = self._score(convs, keep)
+        except TooLong:  # rare: the lengths are measured only then, and the long ones left out
+            long = self.scorer.too_long(convs, keep, compat="decode-retokenize")
+            n_long = sum(map(sum, long))
+            keep = [[t for t, x in zip(ts, xs) if not x] for ts, xs in zip(keep, long)]
+            warnings.warn(f"rmfast: warning: {self.__name__} reward: {n_long} of {len(completions)} completions are "
+                          "longer than the reward model's positions (with the prompt and template) or max_tokens; given "
+                          "as None (a completion never stops training; cap the policy's max_completion_length to "
+                          "score them)", stacklevel=2)
+            by_conv = self._score(convs, keep)
+        pos = [{t: k for k, t in enumerate(ts)} for ts in keep]  # a text left out (empty, too long): None
+        out = [by_conv[i][pos[i][lists[i][j]]] if lists[i][j] in pos[i] else None for i, j in where]
         bad = [k for k, r in enumerate(out) if r is not None and not math.isfinite(r)]
         if bad:
             line = nonfinite_line(len(out), bad, range(len(out)), "completions",
@@ -120,6 +131,15 @@ class GRPOReward:
             bad_set = set(bad)
             out = [None if k in bad_set else r for k, r in enumerate(out)]
         return out
+
+
+    def _score(self, convs, keep) -> list[list[float]]:
+        """Scores of the completions ``keep`` (one list per prompt of ``convs``, [] where none is left), same shape."""
+        scores = self.scorer.score([c for c, ts in zip(convs, keep) if ts], [ts for ts in keep if ts],
+                                   nonfinite="count",  # reported by the caller, per the module doc's rule
+                                   compat="decode-retokenize")  # a completion never stops training
+        it = iter(scores)
+        return [next(it) if ts else [] for ts in keep]
 
 
 def rmfast_reward(model, *, name: str = "rmfast", nonfinite: str = "raise", **scorer_kw) -> GRPOReward:

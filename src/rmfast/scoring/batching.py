@@ -42,6 +42,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..cpu import round_rate
 from ..dims import model_dims
 from ..errors import UserNote
 from ..io import atomic_write, say_on_interrupt, then_always
@@ -239,6 +240,17 @@ def shape_key(eng, n: int, rows: int) -> str:
 _FULL_SCORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def _about(seconds: float | None) -> str:
+    """ ``, about 50 s`` / ``, about 3 min``: an estimate for a line that announces a wait ("" without one).
+
+    >>> _about(52.4), _about(190), _about(0.3), _about(None)
+    (', about 52 s', ', about 3 min', ', about 1 s', '')
+    """
+    if seconds is None:
+        return ""
+    return f", about {max(1, round(seconds))} s" if seconds < 120 else f", about {round(seconds / 60)} min"
+
+
 class PadSizes:
     """Measured verdicts for one (engine, response length, full row count): which ladder sizes are bit-identical.
 
@@ -248,34 +260,25 @@ class PadSizes:
         self.eng, self.n, self.rows = eng, int(n), int(rows)
         self.key = shape_key(eng, n, rows)
         self.path = None if cache is None else cache / "cpu" / CACHE_NAME
-        self.verdicts: dict[int, bool] = {int(s): bool(v) for s, v in self._read().get(self.key, {}).items()
-                                          if str(s).isdigit()}
+        self.verdicts: dict[int, bool] = self._cached()
         self.measured: list[int] = []  # sizes measured by this object (not from the cache)
         self.probe_s = 0.0  # seconds this object spent measuring (a job's rate leaves them out)
         self._full = None  # (rows,) fp32 scores of the probe ids in one full batch
 
-    def _read(self) -> dict:
-        if self.path is None or not self.path.is_file():
+    def _cached(self) -> dict[int, bool]:
+        """This key's verdicts from the cache file: {size: identical}. An entry of another shape (a list, a
+        number: a damaged or hand-edited cache) is measured again, never an error."""
+        from ..cpu import read_verdicts
+
+        entry = read_verdicts(self.path).get(self.key)
+        if not isinstance(entry, dict):
             return {}
-        try:
-            data = json.loads(self.path.read_text())
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):  # a damaged cache is measured again, never an error
-            return {}
+        return {int(s): v for s, v in entry.items() if str(s).isdigit() and isinstance(v, bool)}
 
     def _write(self) -> None:
-        if self.path is None:
-            return
-        from ..io import write_json
+        from ..cpu import write_verdict
 
-        try:
-            data = self._read()
-            data[self.key] = {**{str(s): v for s, v in self.verdicts.items()},
-                              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(self.path, data)
-        except OSError:  # a read-only cache: measure again next time
-            pass
+        write_verdict(self.path, self.key, {str(s): v for s, v in self.verdicts.items()})
 
     def _probe_ids(self, m: int) -> torch.Tensor:
         """(m, n) deterministic candidate ids spread over the vocabulary (the first m of the full batch's)."""
@@ -287,24 +290,27 @@ class PadSizes:
         """Whether a batch of ``size`` rows gives each row the full batch's bits (cached, else measured now)."""
         if size not in self.verdicts:
             t0 = time.perf_counter()
-            if self._full is None:
-                self._full = self._full_scores()
             part = self.eng.score(self._probe_ids(size)).cpu().numpy()  # (size,)
+            if self._full is None:  # the short batch first: its time estimates the full one's, said before it runs
+                self._full = self._full_scores(est_s=(time.perf_counter() - t0) * self.rows / size)
             self.verdicts[size] = bool(np.array_equal(part, self._full[:size], equal_nan=True))
             self.measured.append(size)
             self._write()
             self.probe_s += time.perf_counter() - t0
         return self.verdicts[size]
 
-    def _full_scores(self) -> np.ndarray:
-        """(rows,) scores of the probe ids in one full batch: scored now, or by an earlier plan of this process."""
+    def _full_scores(self, est_s: float | None = None) -> np.ndarray:
+        """(rows,) scores of the probe ids in one full batch: scored now, or by an earlier plan of this process.
+        ``est_s``: the estimated seconds of the full batch, said in the line before it runs (it can take a minute
+        and ran without a word: a scan looked hung)."""
         t, memo = self.eng.template, _FULL_SCORES.setdefault(self.eng.model, {})
         # an optimizer step (in place: a version bump) or new .data (a new pointer) makes it another model
         weights = hash(tuple((p.data_ptr(), p._version) for p in self.eng.model.parameters()))
         k = (self.key, tuple(t.prefix_ids), tuple(t.suffix_ids), tuple(t.continuation_ids), self.eng.head_index, weights)
         if k not in memo:
-            print(f"rmfast: measuring once which short batches give a full batch's bits here ({self.rows} rows; "
-                  "cached for later jobs of this shape)", file=sys.stderr, flush=True)
+            print(f"rmfast: measuring once which short batches give a full batch's bits here: one batch of "
+                  f"{self.rows} rows{_about(est_s)}, cached for later jobs of this shape, and left out of the rate",
+                  file=sys.stderr, flush=True)
             memo[k] = self.eng.score(self._probe_ids(self.rows)).cpu().numpy()  # (rows,)
         return memo[k]
 
@@ -538,8 +544,8 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
 
 
     bar = tqdm(total=ids.size, initial=done0, unit="cand", desc=desc, disable=not progress, dynamic_ncols=True)
-    if status and done0 < ids.size:
-        bar.set_postfix_str(status)
+    if done0 < ids.size:  # a first batch of a slow model runs for minutes: say what runs, not a bare "0/N ?cand/s"
+        bar.set_postfix_str(status or first_batch_status(groups, done))
     t0 = last_ck = time.perf_counter()
     first_batch_s, n_since_ck = None, 0
     try:
@@ -579,7 +585,7 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     return scores, {
         "first_batch_s": round(first_batch_s, 3) if first_batch_s is not None else None,
         "scan_s": round(scan_s, 3),
-        "candidates_per_s": round(n_new / scan_s, 2) if scan_s > 0 and n_new else None,
+        "candidates_per_s": round_rate(n_new / scan_s) if scan_s > 0 and n_new else None,
         "resumed_candidates": done0,
         "scored_candidates": int(done.sum()) - done0,
     }
@@ -592,6 +598,17 @@ def _say_resume(ck: Path | None, n_done: int, n: int) -> None:
         say_on_interrupt(f"rerun the same command to resume from its checkpoint {ck} ({n_done:,} of {n:,} scored)"
                          if n_done else "no batch had finished, so no checkpoint was written: a rerun starts the "
                          "scoring over")
+
+
+def first_batch_status(groups: list[Group], done: np.ndarray) -> str:
+    """What the progress bar says until the first batch is in: its size (the rate appears once it is).
+
+    >>> first_batch_status([Group(np.arange(4), 2, None), Group(np.arange(4, 10), 6, None)], np.array([True] * 4 + [False] * 6))
+    'first batch of 6 rows running'
+    """
+    g = next((g for g in groups if not done[g.rows].all()), groups[0] if groups else None)
+    rows = min(g.batch_size, int((~done[g.rows]).sum())) if g is not None else 0
+    return f"first batch of {rows} rows running"
 
 
 def _batch(g: Group, done: np.ndarray, lo: int, hi: int, bs: int):

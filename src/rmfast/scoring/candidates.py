@@ -479,6 +479,11 @@ def ids_digest(rows: list[Row]) -> str:
     return h.hexdigest()
 
 
+class TooLong(UserError):
+    """A sequence longer than the model's positions (or a scorer's ``max_tokens``): a UserError that a caller who
+    must not stop on one input (the GRPO adapter) can tell from the rest."""
+
+
 def max_positions(model) -> int | None:
     """The model's context length (``max_position_embeddings`` of its text config), None if it has none."""
     n = getattr(text_config(model.config), "max_position_embeddings", None)
@@ -501,11 +506,11 @@ def check_context(model, n_prefix: int, n_response: int = 1, n_suffix: int = 0) 
     >>> check_context(m, 500, 1, 5)
     >>> check_context(m, 4031, 1, 5)
     Traceback (most recent call last):
-    rmfast.errors.UserError: the sequence is 4031 prompt + 1 response + 5 suffix = 4037 tokens, over the model's 512 positions (max_position_embeddings): shorten prompt, system or template
+    rmfast.scoring.candidates.TooLong: the sequence is 4031 prompt + 1 response + 5 suffix = 4037 tokens, over the model's 512 positions (max_position_embeddings): shorten prompt, system or template
     """
     limit = max_positions(model)
     total = n_prefix + n_response + n_suffix
     if limit is not None and total > limit:
-        raise UserError(f"the sequence is {n_prefix} prompt + {n_response} response + {n_suffix} suffix = {total} tokens, "
+        raise TooLong(f"the sequence is {n_prefix} prompt + {n_response} response + {n_suffix} suffix = {total} tokens, "
                         f"over the model's {limit} positions (max_position_embeddings): shorten --prompt, --system "
                         "or --template")

@@ -218,11 +218,13 @@ def merge_shards(frames: list, manifests: list[dict]):
     """
     import pandas as pd
 
+    from ..cpu import round_rate
+
     df = pd.concat(frames, ignore_index=True).sort_values("_order", kind="stable").reset_index(drop=True)
     man = dict(manifests[0])
     scan_s = max(float(m.get("scan_s") or 0) for m in manifests)
     man.update({"n_candidates": int(len(df)), "scan_s": round(scan_s, 3),
-                "candidates_per_s": round(len(df) / scan_s, 2) if scan_s > 0 else None,
+                "candidates_per_s": round_rate(len(df) / scan_s) if scan_s > 0 else None,
                 "wall_s": max(float(m.get("wall_s") or 0) for m in manifests),
                 "resumed_candidates": sum(int(m.get("resumed_candidates") or 0) for m in manifests),
                 "scored_candidates": sum(int(m.get("scored_candidates") or 0) for m in manifests),

@@ -60,7 +60,7 @@ from ..errors import UserError
 from ..state_names import ByLayer
 from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, length_buckets, score_groups
-from .candidates import check_context, tokenize_rows
+from .candidates import TooLong, check_context, max_positions, tokenize_rows
 from .conversation import Conversation, as_conversation, messages_of
 from .decisions import decide
 from .options import ScoringOptions
@@ -400,6 +400,22 @@ class RewardScorer:
         job.groups = self._groups(job)
         return job
 
+    def too_long(self, conversations, responses, *, compat: str | None = "own") -> list[list[bool]]:
+        """Whether each ``responses[i][j]`` is longer than :meth:`score` takes (the model's positions with its
+        conversation's template around it, or ``max_tokens``), tokenized as :meth:`score` would; same shape. For
+        a caller that leaves such responses out rather than stop (the GRPO adapter)."""
+        compat = self.compat if compat == "own" else compat
+        convs = [as_conversation(c, f"conversation {i}") for i, c in enumerate(conversations)]
+        tmpls = [self.template_for(c) for c in convs]
+        rows = [(i, text, i, j) for i, rs in enumerate(responses) for j, text in enumerate(rs)]
+        limit = max_positions(self.model)
+        out = [[False] * len(rs) for rs in responses]
+        for (i, _, _, j), row in zip(rows, tokenize_rows(self.tokenizer, rows, tmpls, compat=compat, head=self.head)):
+            t, n = row.template or tmpls[i], len(row.ids)
+            out[i][j] = bool(self.max_tokens is not None and n > int(self.max_tokens)
+                             or limit is not None and len(t.prefix_ids) + n + len(t.suffix_ids) > limit)
+        return out
+
     def _check_ids(self, job: Job) -> None:
         """Every id the tokenizer gave has an embedding row: a tokenizer of another model (a given
         (model, tokenizer) pair) is refused in one line, not an IndexError inside the forward."""
@@ -420,7 +436,7 @@ class RewardScorer:
             t = row.template or tmpls[ci]
             n = len(row.ids)
             if self.max_tokens is not None and n > int(self.max_tokens):
-                raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) is {n} tokens long, over "
+                raise TooLong(f"response {j} of conversation {i} ({text[:40]!r}) is {n} tokens long, over "
                                 f"max_tokens {self.max_tokens}")
             check_context(self.model, len(t.prefix_ids), n, len(t.suffix_ids))
             out.append((ci, row))

@@ -39,6 +39,7 @@ def check_loaded(model, kw: dict) -> None:
     if extra:
         raise UserError(f"RewardScorer: {', '.join(extra)} apply when RewardScorer loads the model (give its name or "
                         f"folder); this model is already loaded: pass them to rmfast.load(...) instead")
+    check_runnable(model)
     p = next(model.parameters())
     want = dtype_name(kw.get("dtype", "auto"))
     if want != "auto" and want != str(p.dtype).removeprefix("torch."):
@@ -48,6 +49,27 @@ def check_loaded(model, kw: dict) -> None:
     if str(dev) != "auto" and resolve_device(dev).type != p.device.type:
         raise UserError(f"RewardScorer: device={dev} asked, but the model given is on {p.device}; move it first "
                         "(model.to(device)) or leave device='auto'")
+
+
+#: the devices rmfast scores on (a model spread by a device_map over GPUs is on cuda too)
+RUNNABLE = ("cpu", "cuda")
+
+
+def check_runnable(model) -> None:
+    """A model whose weights are all on a device rmfast scores on, else one line: a model on ``meta`` (its weights
+    never loaded: ``from_config`` under ``init_empty_weights``, ``.to("meta")``) failed only at the first score with
+    ``NotImplementedError: Cannot copy out of meta tensor``."""
+    where = {t.device.type for t in (*model.parameters(), *model.buffers())}
+    if not where:
+        raise UserError("RewardScorer: the model given has no weights; pass a loaded model (rmfast.load(...))")
+    other = sorted(where - set(RUNNABLE))
+    if "meta" in other:
+        raise UserError("RewardScorer: the model given is on the meta device (its weights were never loaded); load "
+                        "them first (from_pretrained, or model.to_empty(device='cpu') and load_state_dict) or pass its "
+                        "name or folder")
+    if other:
+        raise UserError(f"RewardScorer: the model given is on {', '.join(other)}; rmfast scores on cpu or cuda: move "
+                        "it first (model.to('cpu'))")
 
 
 @contextlib.contextmanager

@@ -51,7 +51,6 @@ PEFT/LoRA adapter checkpoints are merged onto their base (:mod:`rmfast.loading.t
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import shutil
@@ -63,7 +62,6 @@ import numpy as np
 
 from . import dist
 from ..loading.spread import load_spread
-from ..loading.training_checkpoints import is_adapter_folder
 from ..errors import UserError
 from ..io import check_output, say_on_interrupt
 from ..io import states_dir
@@ -71,6 +69,7 @@ from .store import PART_FILE, PartRef, Store
 from ..template import unescape
 
 from .config import CandSet, ModelCfg, SweepConfig
+from .content import model_content as content_of, same_content
 
 PART_COLUMNS = ["token_id", "token", "text", "n_tokens", "score", "rank", "token_ids"]
 
@@ -338,33 +337,13 @@ def check_models(cfg: SweepConfig) -> None:
 
 
 def model_content(m: ModelCfg) -> dict | None:
-    """What names a sweep model's files' content now, as its part manifests record it (the loader's
-    provenance): a folder's (or an adapter checkpoint's) ``content_sha256`` and ``tokenizer_sha256`` (its ids and
-    chat template), a GGUF file's ``sha256``, a cached hub id's ``revision`` (the cache's ``main`` moves with a new
-    download; looked up locally). None where only loading tells (an embedded alias: its package fixes the content)."""
-    from ..loading import loader, sources
-
-    path = Path(os.path.expanduser(m.model))
-    cache = loader.cache_root(m.cache_dir)
-    if path.is_dir() and (path / "config.json").is_file() or is_adapter_folder(path):
-        return {"content_sha256": loader.content_sha256(path.resolve(), cache=cache),
-                "tokenizer_sha256": sources.files_sha256(path.resolve(), sources.TOKENIZER_FILES, cache)}
-    if path.is_file():
-        return {"sha256": loader.cached_sha256(path, cache)}
-    if sources.embedded(m.model) is None and not path.exists():
-        with contextlib.suppress(UserError):
-            _, rev = sources.hub_folder(m.model)
-            return {"revision": rev} if rev else None
-    return None
+    """What names a sweep model's files' content now (:func:`rmfast.sweep.content.model_content`)."""
+    return content_of(m.model, m.cache_dir)
 
 
 def _same_content(store: Store, p: PartRef, content: dict | None) -> bool:
-    """Whether a finished part was scored from the files the model has now (True where that is unknown: a part
-    written before rmfast recorded a name, e.g. ``tokenizer_sha256``, is judged by the names it has)."""
-    if not content:
-        return True
-    model = (store.done_manifest(p) or {}).get("model") or {}
-    return all(model.get(k) == v for k, v in content.items() if k in model)
+    """Whether a finished part was scored from the files the model has now (:func:`rmfast.sweep.content.same_content`)."""
+    return same_content(store.done_manifest(p), content)
 
 
 def _free_memory() -> None:

@@ -116,6 +116,7 @@ class Store:
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
+        self._content: dict = {}  # model name -> what names its files' content now (looked up once per Store)
 
     # ------------------------------------------------------------------ identity
     @property
@@ -215,6 +216,35 @@ class Store:
     def is_done(self, part: PartRef) -> bool:
         return self.done_manifest(part) is not None
 
+    def stale(self, part: PartRef) -> bool:
+        """Whether a finished part was scored from other files than its model has now (other weights, tokenizer or
+        chat template: :mod:`rmfast.sweep.content`). A reader counts it as not done until the sweep scores it
+        again: the runner does so at its next run, and a re-score refused (a new tokenizer that fails the template
+        check) leaves it stale, not done with the old files' rows."""
+        from .content import same_content
+
+        m = self.done_manifest(part)
+        return m is not None and not same_content(m, self._model_content(part.model))
+
+    def fresh_manifest(self, part: PartRef) -> dict | None:
+        """The manifest of a finished part scored from its model's files as they are now, else None: what every
+        reader of the store (status, index, export, load) counts as done."""
+        m = self.done_manifest(part)
+        return None if m is None or self.stale(part) else m
+
+    def _model_content(self, name: str) -> dict | None:
+        """What names the content of the config's model ``name`` now (its spec from store.json), once per Store."""
+        from .content import model_content
+
+        if name not in self._content:
+            models = ((self.info() or {}).get("config") or {}).get("models") or []
+            spec = next((m.get("model") for m in models if isinstance(m, dict) and m.get("name") == name), None)
+            try:
+                self._content[name] = model_content(spec) if spec else None
+            except (OSError, UserError):  # a model that cannot be read now: staleness unknown, as for an alias
+                self._content[name] = None
+        return self._content[name]
+
     def write_part(self, part: PartRef, df, manifest: dict) -> Path:
         """The part's Parquet and the manifest that marks it finished, as a pair (:func:`rmfast.io.write_pair`)."""
         p = self.part_path(part)
@@ -290,14 +320,15 @@ class Store:
     def status(self, plan: list[PartRef]) -> list[dict]:
         out = []
         for part in plan:
-            m = self.done_manifest(part) or {}
+            m = self.fresh_manifest(part) or {}
             done = bool(m)
             out.append({"model": part.model, "prompt_name": part.prompt_name, "prompt": part.prompt,
                         "candidates": part.candidates, "path": part.relpath + "/" + PART_FILE, "done": done,
                         "rows": m.get("rows") if done else None, "rank": m.get("rank") if done else None,
                         "wall_s": m.get("wall_s") if done else None,
                         "states": ((m.get("scan") or {}).get("states") or {}).get("layers") if done else None,
-                        "lens": bool((m.get("outputs") or {}).get("lens")) if done else None})
+                        "lens": bool((m.get("outputs") or {}).get("lens")) if done else None,
+                        "stale": not done and self.stale(part)})
         return out
 
     def write_index(self, plan: list[PartRef], config_hash: str) -> dict:
@@ -332,9 +363,11 @@ class Store:
         or replaced by another file) — exporting "what is there" would silently leave either out."""
         out = []
         for part in self.plan() if plan is None else plan:
-            if self.is_done(part):
+            if self.fresh_manifest(part) is not None:
                 continue
-            if self.part_manifest(part) is None:
+            if self.stale(part):
+                why = "stale: its model's files changed since it was scored"
+            elif self.part_manifest(part) is None:
                 why = "not computed"
             elif not self.part_path(part).is_file():
                 why = f"{PART_FILE} missing"
@@ -388,8 +421,8 @@ class Store:
             raise UserError(f"{self.missing_text(missing, len(plan))}; rerun the sweep to finish them")
         frames = []
         for part in plan:
-            m = self.done_manifest(part)
-            if m is None:
+            m = self.fresh_manifest(part)
+            if m is None:  # not finished, or stale (scored from files its model no longer has)
                 continue
             try:
                 df = pd.read_parquet(self.part_path(part))
