@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import pytest
 
-from rmfast.scoring import batching
+from rmfast.scoring import padding
 from rmfast.scoring.pipeline import scan
 
 PROMPT = "What, in one word, is the greatest thing ever?"
@@ -79,7 +79,7 @@ def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, m
     m, tok = smol_rm.model, smol_rm.tokenizer
     monkeypatch.setenv("RMFAST_CACHE", str(tmp_path))
     # a first job here: no verdict on disk, and no full batch kept by an earlier test's plan in this process
-    monkeypatch.setattr(batching, "_FULL_SCORES", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(padding, "_FULL_SCORES", weakref.WeakKeyDictionary())
     calls = []
     real = Engine.score
     monkeypatch.setattr(Engine, "score", lambda self, ids, *a, **k: calls.append(ids.shape[0]) or real(self, ids, *a, **k))
@@ -205,7 +205,7 @@ def test_the_padding_probe_is_announced_with_its_time_before_it_runs(smol_rm, tm
 
     if str(next(smol_rm.model.parameters()).dtype) != "torch.float32":
         pytest.skip("fp32 only: the rule is the same")
-    monkeypatch.setattr(batching, "_FULL_SCORES", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(padding, "_FULL_SCORES", weakref.WeakKeyDictionary())
     plan = plan_scoring(smol_rm.model, build_template(smol_rm.tokenizer, PROMPT), head="score")
     said = []  # stderr so far, as each batch of the probe starts
     real = Engine.score

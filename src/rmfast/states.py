@@ -66,11 +66,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError, UserNote
+from .errors import UserError
 from .io import states_dir
 from .state_names import (LAST, LAST_NORMED, LAST_PRENORM, OLD_LAST, canonical_layer,  # noqa: F401 (re-exported)
                           layer_index, parse_layers)
-from .states_shard import count_nonfinite, write_shard
+from .states_shard import count_nonfinite, nonfinite_per_layer, warn_nonfinite, write_shard  # noqa: F401 (re-exported)
 from .states_tie import check_scan_tie
 
 FORMAT = "rmfast-states/1"
@@ -91,29 +91,6 @@ _ST_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 _NP_RAW = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64}
 #: a shard's safetensors metadata key: its count of NaN/inf values per layer (JSON)
 _NONFINITE = "n_nonfinite"
-
-
-def nonfinite_per_layer(mats: Mapping[str, object]) -> dict[str, int]:
-    """NaN or +-inf values per layer of name -> (b, d) tensor as stored (after the cast to the stored dtype), or
-    name -> the pieces of one (a shard's buffered batches): :func:`rmfast.states_shard.count_nonfinite`."""
-    return {name: count_nonfinite(m) for name, m in mats.items()}
-
-
-def warn_nonfinite(counts: Mapping[str, int], rows: int, d: int, dtype: str, where) -> None:
-    """One warning when stored states hold NaN or inf (a float16 overflow, or the model's own): how many
-    per layer, and the fix."""
-    import warnings
-
-    bad = {k: v for k, v in counts.items() if v}
-    if not bad:
-        return
-    total = max(1, rows * d)
-    shown = ", ".join(f"{k}: {v:,} ({100 * v / total:.1f}%)" for k, v in list(bad.items())[:6])
-    fix = ("float16 overflows past 65,504: store them with --states-dtype bfloat16 or float32"
-           if dtype == "float16" else "the model's own activations overflow: try --dtype float32")
-    warnings.warn(UserNote(f"rmfast: warning: {where}: stored states are NaN or infinite ({shown} of {total:,} values "
-                           f"per layer); {fix}; counted in the states manifest's n_nonfinite, and analyses of those "
-                           "layers are undefined"), stacklevel=3)
 
 
 def is_states_folder(path: str | os.PathLike) -> bool:

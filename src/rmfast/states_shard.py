@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from .errors import UserNote
+
 #: safetensors dtype tag, the raw integer view used to count non-finite values, the exponent mask
 _DTYPES = {"float32": ("F32", np.uint32, 0x7F800000), "bfloat16": ("BF16", np.uint16, 0x7F80),
            "float16": ("F16", np.uint16, 0x7C00), "int64": ("I64", np.uint64, None)}
@@ -100,3 +102,26 @@ def write_shard(path, tensors: Mapping[str, Sequence], metadata: Mapping[str, st
                 if p.numel():
                     n += f.write(raw_bytes(p))
     return n
+
+
+def nonfinite_per_layer(mats: Mapping[str, object]) -> dict[str, int]:
+    """NaN or +-inf values per layer of name -> (b, d) tensor as stored (after the cast to the stored dtype), or
+    name -> the pieces of one (a shard's buffered batches): :func:`count_nonfinite`."""
+    return {name: count_nonfinite(m) for name, m in mats.items()}
+
+
+def warn_nonfinite(counts: Mapping[str, int], rows: int, d: int, dtype: str, where) -> None:
+    """One warning when stored states hold NaN or inf (a float16 overflow, or the model's own): how many
+    per layer, and the fix."""
+    import warnings
+
+    bad = {k: v for k, v in counts.items() if v}
+    if not bad:
+        return
+    total = max(1, rows * d)
+    shown = ", ".join(f"{k}: {v:,} ({100 * v / total:.1f}%)" for k, v in list(bad.items())[:6])
+    fix = ("float16 overflows past 65,504: store them with --states-dtype bfloat16 or float32"
+           if dtype == "float16" else "the model's own activations overflow: try --dtype float32")
+    warnings.warn(UserNote(f"rmfast: warning: {where}: stored states are NaN or infinite ({shown} of {total:,} values "
+                           f"per layer); {fix}; counted in the states manifest's n_nonfinite, and analyses of those "
+                           "layers are undefined"), stacklevel=3)
