@@ -346,3 +346,57 @@ def test_verl_compute_score_and_the_trl_remote_reward(rm):
         assert got == [w[0] for w in want]
         with pytest.raises(Exception, match="no prompt"):
             asyncio.run(compute_score("ds", "x", None, {}, url=url))
+
+
+# ---------------------------------------------------------------------------------- the command
+
+
+def test_the_command_starts_says_one_line_and_drains_on_sigterm(tiny_dir, tmp_path):
+    """``rmfast serve FOLDER``: one line at start (model, device, dtype, address, routes); on SIGTERM the request in
+    flight is answered, a new one gets 503, and the process exits 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from rmfast.serve.server import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RMFAST_API_KEY", None)
+    p = subprocess.Popen([sys.executable, "-m", "rmfast", "serve", str(tiny_dir), "--port", str(port), "--dtype",
+                          "float32", "--max-wait-ms", "1500"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        lines, deadline = [], time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = p.stderr.readline()
+            lines.append(line)
+            if "routes:" in line or not line:
+                break
+        banner = lines[-1]
+        assert f"http://127.0.0.1:{port}" in banner and "cpu, float32" in banner and "POST /get_reward" in banner, lines
+        url = f"http://127.0.0.1:{port}"
+        with cf.ThreadPoolExecutor(1) as pool:
+            first = pool.submit(httpx.post, f"{url}/get_reward", json={"query": ["Hello there, friend"]}, timeout=60)
+            time.sleep(0.5)  # the request waits for its wave (--max-wait-ms 1500)
+            p.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            late = httpx.post(f"{url}/get_reward", json={"query": ["Another one here"]}, timeout=30)
+            assert late.status_code == 503 and "shutting down" in late.json()["error"]["message"]
+            assert first.result(timeout=60).status_code == 200
+        assert p.wait(timeout=60) == 0
+        rest = p.stderr.read()
+        assert "draining" in rest and "Traceback" not in rest, rest
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_the_command_refuses_a_public_address_without_a_key(tiny_dir, capsys, monkeypatch):
+    from rmfast.cli import main
+
+    monkeypatch.delenv("RMFAST_API_KEY", raising=False)
+    assert main(["serve", str(tiny_dir), "--host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert "--insecure" in err and "--api-key-file" in err and len(err.strip().splitlines()) == 1

@@ -15,7 +15,7 @@ from .common import fraction, int_list, nonneg_int, positive_int, thread_count
 
 BEST_OF_N_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
 TINY_BEST_OF_N = "--random-init llama-3.2-1b --tiny"
-WORKLOADS = ("scan", "best-of-n", "states")
+WORKLOADS = ("scan", "best-of-n", "states", "serve")
 
 
 #: Options of one workload only (dest names).
@@ -23,11 +23,13 @@ SCAN_ONLY = ("n_naive", "naive_batch", "check_n", "full", "full_compile", "profi
              "gemm_frac", "prompt_tokens")
 BEST_OF_N_ONLY = ("prompt_tokens_list", "n_list", "prompts", "min_len", "max_len", "hf_attention")
 STATES_ONLY = ("states_modes",)
+SERVE_ONLY = ("clients",)
 #: Options of some workloads only -> those workloads; given with another they are a one-line error (exit 2).
-WORKLOAD_OPTIONS = {**{k: ("scan",) for k in SCAN_ONLY}, **{k: ("best-of-n",) for k in BEST_OF_N_ONLY},
-                    **{k: ("states",) for k in STATES_ONLY},
+WORKLOAD_OPTIONS = {**{k: ("scan",) for k in SCAN_ONLY}, **{k: ("best-of-n", "serve") for k in BEST_OF_N_ONLY},
+                    **{k: ("states",) for k in STATES_ONLY}, **{k: ("serve",) for k in SERVE_ONLY},
                     **{k: ("scan", "states") for k in ("n_candidates", "batch_size", "prompt")},
-                    **{k: ("scan", "best-of-n") for k in ("hf_batch", "seed", "no_peak")}}
+                    **{k: ("scan", "best-of-n") for k in ("hf_batch",)},
+                    **{k: ("scan", "best-of-n", "serve") for k in ("seed", "no_peak")}}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="scan: one prompt, a token scan of one-token candidates (default); best-of-n: N responses "
                         "of mixed lengths per prompt, RewardScorer vs HF AutoModelForSequenceClassification on "
                         "right-padded full conversations (rmfast.bench.best_of_n); states: the extra time of a scan "
-                        "with --states last / all over a plain one (rmfast.bench.states_overhead)")
+                        "with --states last / all over a plain one (rmfast.bench.states_overhead); serve: one sample per "
+                        "request from concurrent clients to rmfast serve, the same samples in-process, and a "
+                        "per-request padded HF server like OpenRLHF's serve_rm (rmfast.bench.serve)")
     p.add_argument("--models", default=None,
                    help=f"comma-separated configurations (default {DEFAULT_MODELS}; best-of-n, states: {BEST_OF_N_MODEL}); "
                         f"known: {', '.join(BENCH_MODELS)}; any other loadable spec is benchmarked with its default "
@@ -106,6 +110,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hf-attention", choices=["sdpa", "eager"], default=None,
                    help="the baseline's attention: sdpa (transformers' default, what users get) or eager "
                         "(default sdpa)")
+    g = p.add_argument_group("serve workload (--workload serve; also --prompt-tokens-list P, --n-list N, --prompts G "
+                             "groups, --min-len, --max-len, one value each)")
+    g.add_argument("--clients", type=positive_int, default=None,
+                   help="concurrent clients, each sending one sample per request (default 16)")
     g = p.add_argument_group("states workload (--workload states only)")
     g.add_argument("--states-modes", default=None, metavar="MODE[,MODE]",
                    help="the --states of each mode timed beside the plain scan: last_prenorm, all, last_normed or a "
@@ -141,6 +149,10 @@ def run(args) -> int:
         return run_best_of_n_cli(args)
     if args.workload == "states":
         return run_states_cli(args)
+    if args.workload == "serve":
+        from .bench_serve import run_serve_cli
+
+        return run_serve_cli(args, _random_init_configs)
     args.models = args.models or DEFAULT_MODELS
     args.dtype = args.dtype or "auto"
     if args.cost_model:

@@ -185,6 +185,7 @@ class CoreStats:
     batch_tokens: int = 0  # row tokens the GEMMs ran (pads included)
     real_tokens: int = 0  # row tokens that were the samples' own
     prompt_encodings: int = 0
+    prompt_tokens_encoded: int = 0
     prompt_reencodings: int = 0  # a prompt encoded again after its encoding left the cache
     prompt_hits: int = 0  # samples whose prompt part was encoded already (cache or earlier in the wave)
     prompt_tokens_saved: int = 0
@@ -359,6 +360,7 @@ class ServeCore:
         if len(self._seen) > 100_000:
             self._seen.popitem(last=False)
         self.stats.prompt_encodings += 1
+        self.stats.prompt_tokens_encoded += len(prompt)
         self.stats.prompt_reencodings += times > 0
         return plan, True
 

@@ -70,6 +70,7 @@ class Metrics:
                 ("batch_tokens", "row tokens the batches ran, pads included", st.batch_tokens),
                 ("row_tokens", "row tokens that were the samples' own", st.real_tokens),
                 ("prompt_encodings", "prompt parts encoded", st.prompt_encodings),
+                ("prompt_tokens_encoded", "tokens of the prompt parts encoded", st.prompt_tokens_encoded),
                 ("prompt_reencodings", "prompt parts encoded again after leaving the cache", st.prompt_reencodings),
                 ("prompt_hits", "samples whose prompt part was encoded already (cache or the same wave)", st.prompt_hits),
                 ("prompt_tokens_saved", "prompt tokens not encoded again thanks to sharing", st.prompt_tokens_saved),

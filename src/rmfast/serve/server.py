@@ -12,6 +12,9 @@ import logging
 import os
 import socket
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -142,3 +145,32 @@ def run_server(app, sched: Scheduler, opts: ServeOptions, banner: str) -> int:
         raise UserError(f"could not listen on {opts.host}:{opts.port} (in use, or not an address of this machine); "
                         "choose another --port or --host")
     return 0
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback address."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serving(app, port: int | None = None):
+    """``app`` served on 127.0.0.1 in a background thread until the block ends; yields its base URL (the tests'
+    and the bench's servers: real HTTP, no signal handling, no banner)."""
+    import uvicorn
+
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", access_log=False))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if time.monotonic() > deadline or not t.is_alive():
+            raise RuntimeError(f"the server on 127.0.0.1:{port} did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        t.join(timeout=60)

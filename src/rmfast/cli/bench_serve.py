@@ -1,0 +1,57 @@
+"""``rmfast bench --workload serve`` (:mod:`rmfast.bench.serve`): its options read, the rows written."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import UserError
+
+SERVE_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
+
+
+def run_serve_cli(args, random_init_configs) -> int:
+    """The serve workload on each model; exit 1 where rmfast serve's fp32 scores differ from the HF server's."""
+    from dataclasses import replace
+
+    from ..bench import resolve_models
+    from ..bench.models import workload_dtype
+    from ..bench.serve import ServeBenchConfig, config_record, run_serve_bench, write_serve_bench
+    from ..loading.loader import resolve_device
+
+    try:
+        import fastapi  # noqa: F401
+        import httpx  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise UserError("--workload serve needs the serve extra: pip install 'rmfast[serve]'") from None
+    one = {}
+    for k, d in (("prompt_tokens_list", 16 if args.tiny else 512), ("n_list", 4 if args.tiny else 16)):
+        v = getattr(args, k)
+        vals = [int(x) for x in v.split(",")] if v else [d]
+        if len(vals) != 1:
+            raise UserError(f"--{k.replace('_', '-')}: the serve workload takes one value")
+        one[k] = vals[0]
+    tiny = args.tiny and not args.random_init
+    device = resolve_device(args.device)
+    base = ServeBenchConfig(
+        prompt_tokens=(one["prompt_tokens_list"],), n=(one["n_list"],), groups=args.prompts or (2 if args.tiny else 8),
+        clients=args.clients or 16, min_len=args.min_len or (4 if args.tiny else 20),
+        max_len=args.max_len or (24 if args.tiny else 200), dtype=workload_dtype(args.dtype, str(device), "float32"),
+        device=str(device), threads=args.threads, seed=args.seed, layers=args.layers, tiny=args.tiny,
+        init_seed=args.init_seed, allow_pickle=args.allow_pickle, peak=not args.no_peak,
+        hf_attention=args.hf_attention or "sdpa")
+    cfgs = random_init_configs(base, args, tiny)
+    if cfgs is None:
+        cfgs = [replace(base, model=m.spec, name=m.name, random_head_seed=m.random_head_seed, template=m.template)
+                for m in resolve_models(args.models or SERVE_MODEL)]
+    rows = []
+    for cfg in cfgs:
+        rows += run_serve_bench(cfg)
+    write_serve_bench(rows, args.out, {**config_record(base), "cli": {k: v for k, v in vars(args).items() if k != "func"}},
+                      device=base.device)
+    bad = [r for r in rows if r["dtype"] == "float32" and not r["max_abs_diff"] <= 1e-3 * max(1.0, r["score_std"])]
+    if bad:
+        print(f"rmfast bench: rmfast serve and the HF server differ by up to {max(r['max_abs_diff'] for r in bad):.2e} "
+              "in float32 (max_abs_diff in the rows)", file=sys.stderr)
+        return 1
+    return 0
