@@ -92,7 +92,10 @@ PROFILE_SHAPES = {"gpu": ((2048, 64), (2048, 16), (512, 16)), "dry": ((24, 4), (
 # batch of 16,384 the 4,096 candidates were ONE batch on the H100, so `all` could not overlap anything).
 STATES_ARGS = ["--n-candidates", "8192", "--batch-size", "1024", "--repeats", "3", "--states-modes",
                "last_prenorm,all,all/sync"]
-WORKLOAD_EST_S = {"best-of-n": 60, "profile": 60, "states": 60, "states-ram": 40}
+WORKLOAD_EST_S = {"best-of-n": 60, "profile": 60, "states": 60, "states-ram": 40, "serve": 90}
+# rmfast serve (issue 49): G 8 x N 16, 512-token prompts, 16 clients sending one sample per request, against the
+# same samples in-process and a per-request HF server; needs FastAPI, uvicorn and httpx (skipped, said, without)
+SERVE_ARGS = ["--prompt-tokens-list", "512", "--n-list", "16", "--prompts", "8", "--clients", "16"]
 # The states again with their folder in RAM (tmpfs): the overhead where the "disk" keeps up (issue 33's states target is
 # <= 1.5x plain there); run where /dev/shm has room for the rounds' folders (GPU: 3 x 2.3 GB of `all` states).
 STATES_RAM = {"dir": "/dev/shm", "gpu_bytes": 16 << 30, "dry_bytes": 64 << 20}
@@ -380,6 +383,12 @@ def workload_cmds(out: Path, dry: bool) -> list[tuple[str, list[str]]]:
         bon, states = BEST_OF_N_RUNS, STATES_ARGS
     cmds = [(f"best-of-n-{k}", rm + ["--workload", "best-of-n", *model, *v, "--out", str(out / "best_of_n" / k)])
             for k, v in bon.items()]
+    if all(importlib.util.find_spec(m) is not None for m in ("fastapi", "uvicorn", "httpx")):
+        serve = (["--prompt-tokens-list", "16", "--n-list", "4", "--prompts", "2", "--clients", "4"] if dry
+                 else SERVE_ARGS)
+        cmds.append(("serve", rm + ["--workload", "serve", *model, *serve, "--out", str(out / "serve")]))
+    else:
+        say("serve: skipped: FastAPI, uvicorn or httpx is not installed here (pip install 'rmfast[serve]')")
     cmds.append(("profile", [sys.executable, str(Path(__file__).resolve()), "--profile-best-of-n",
                              str(out / "profile.txt")] + (["--dry-run"] if dry else [])))
     # in RAM first: the target's own condition (a "disk" that keeps up); the disk's run is known to be disk-bound

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import importlib.util
 import json
 import os
 import re
@@ -47,9 +48,10 @@ def test_dry_run_end_to_end(tmp_path):
 
     s = json.loads((out / "summary.json").read_text())
     ram = ["states-ram"] if gpu_check._ram_has_room(gpu_check.STATES_RAM["dry_bytes"]) else []  # the states in tmpfs
-    assert s["ok"] and s["dry_run"] and [st["status"] for st in s["steps"]] == ["ok"] * (7 + len(ram))
+    serve = ["serve"] if importlib.util.find_spec("fastapi") and importlib.util.find_spec("httpx") else []
+    assert s["ok"] and s["dry_run"] and [st["status"] for st in s["steps"]] == ["ok"] * (7 + len(ram) + len(serve))
     assert [st["step"] for st in s["steps"]] == ["env", "tests", "bench-llama-3.2-1b", "bench-gemma-2-27b",
-                                                 "best-of-n-single", "profile", *ram, "states"]
+                                                 "best-of-n-single", *serve, "profile", *ram, "states"]
     assert [w["status"] for w in s["workloads"]] == ["ok"] * (3 + len(ram))
     assert s["tests"]["counts"]["passed"] >= 3 and not s["tests"]["bad"]
     assert [m["status"] for m in s["models"]] == ["ok", "ok"]

@@ -98,6 +98,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="load pickled weights (pytorch_model.bin) when a folder has no safetensors; unpickling can "
                         "run code (default off: refused)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT}/)")
+    _workload_groups(p)
+
+
+def _workload_groups(p: argparse.ArgumentParser) -> None:
+    """The options of the best-of-n, serve and states workloads, each in its group."""
     g = p.add_argument_group("best-of-n workload (--workload best-of-n only)")
     g.add_argument("--prompt-tokens-list", type=int_list, default=None, metavar="P[,P]",
                    help="prompt lengths in tokens (default 64,512,2048; --tiny: 16,64)")
@@ -118,6 +123,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--states-modes", default=None, metavar="MODE[,MODE]",
                    help="the --states of each mode timed beside the plain scan: last_prenorm, all, last_normed or a "
                         "layer index; MODE/sync: written in the scan's thread, the reference (default last_prenorm,all)")
+
 
 
 def register(subparsers) -> None:

@@ -60,6 +60,7 @@ from ..errors import UserError
 from ..state_names import ByLayer
 from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, length_buckets, score_groups
+from .states_stream import Collect
 from .candidates import TooLong, check_context, max_positions, tokenize_rows
 from .conversation import Conversation, as_conversation, messages_of
 from .decisions import decide
@@ -67,6 +68,7 @@ from .options import ScoringOptions
 from .score_stats import ScoreStats
 from .scorer_model import eval_mode, model_and_tokenizer
 from .plan import Scored, ScoringPlan, plan_scoring, score_together
+from .rendered import check_not_rendered, score_rendered, template_marks
 from .weights import weights_fingerprint
 
 
@@ -144,25 +146,6 @@ def _split(x, shape: list[int]) -> list:
         out.append([float(v) for v in x[k:k + n]] if isinstance(x, np.ndarray) else x[k:k + n])
         k += n
     return out
-
-
-class _Collect:
-    """The in-memory states sink of :func:`rmfast.scoring.batching.score_groups`: each row's states by name."""
-
-    def __init__(self, n: int):
-        self.n, self.out = n, {}
-
-    def prepare(self, done):
-        return done
-
-    def add(self, rows, keys, states):
-        for name, t in states.items():
-            if name not in self.out:
-                self.out[name] = torch.empty(self.n, t.shape[-1], dtype=t.dtype)  # (n_rows, Dm)
-            self.out[name][torch.from_numpy(np.asarray(rows))] = t
-
-    def flush(self):
-        pass
 
 
 class RewardScorer:
@@ -294,7 +277,7 @@ class RewardScorer:
             self.last_stats = stats = self._stats(job)
             fields = {**self.key_fields(), "compat": compat}
             key = hashlib.sha256(repr(fields).encode()).hexdigest()[:16] + job.digest()
-            sink = None if states is None else _Collect(len(job.rows))
+            sink = None if states is None else Collect(len(job.rows))
             unique, timing = score_groups(job.groups, np.arange(len(job.rows), dtype=np.int64), key=key,
                                           checkpoint=checkpoint, device=self.device, progress=progress,
                                           desc="responses", job={**fields, "rows": job.digest()},
@@ -318,6 +301,17 @@ class RewardScorer:
         from .hf_path import n_layers
 
         return n_layers(self.model)
+
+    def score_rendered(self, texts, *, special_tokens: bool = False) -> list[float]:
+        """Scores of whole texts already in the model's template (:func:`rmfast.scoring.rendered.score_rendered`)."""
+        return score_rendered(self, texts, special_tokens=special_tokens)
+
+    def _fact(self, name: str, fn):
+        """A fact of the tokenizer and template, found once: the rendered texts' marks and assistant header."""
+        facts = self.__dict__.setdefault("_facts", {})
+        if name not in facts:
+            facts[name] = fn(self.tokenizer, self.template)
+        return facts[name]
 
     def score_one(self, conversation, responses) -> list[float]:
         """Scores of ``responses`` to one conversation."""
@@ -354,9 +348,10 @@ class RewardScorer:
 
     # ------------------------------------------------------------------ building the job
     def template_for(self, conv: Conversation) -> Template:
-        """The conversation's split template (cached)."""
+        """The conversation's split template (cached); a prompt rendered already is refused (:mod:`.rendered`)."""
         t = self._tmpls.get(conv)
         if t is None:
+            check_not_rendered(conv.prompt, self._fact("marks", template_marks), "the prompt")
             t = build_template(self.tokenizer, conv.prompt, template=self.template, system=conv.system,
                                history=conv.history)
             check_context(self.model, len(t.prefix_ids), 1, len(t.suffix_ids))

@@ -268,3 +268,23 @@ class BackgroundWriter:
                 self.busy_s += time.perf_counter() - t0
         finally:
             exited.set()
+
+
+class Collect:
+    """The in-memory states sink of :func:`rmfast.scoring.batching.score_groups` (``RewardScorer.score_with_states``):
+    each row's states by name."""
+
+    def __init__(self, n: int):
+        self.n, self.out = n, {}
+
+    def prepare(self, done):
+        return done
+
+    def add(self, rows, keys, states):
+        for name, t in states.items():
+            if name not in self.out:
+                self.out[name] = torch.empty(self.n, t.shape[-1], dtype=t.dtype)  # (n_rows, Dm)
+            self.out[name][torch.from_numpy(np.asarray(rows))] = t
+
+    def flush(self):
+        pass

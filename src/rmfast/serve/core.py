@@ -50,7 +50,8 @@ from ..scoring.decisions import decide
 from ..scoring.hf_path import hf_scores
 from ..scoring.options import ScoringOptions
 from ..scoring.plan import ScoringPlan, plan_scoring, score_meaning
-from ..template import Template, build_template
+from ..scoring.rendered import assistant_header, last_end
+from ..template import Template
 
 #: the rows rule's two forms (:func:`rmfast.fast.ops.gemm_rows`): one GEMM of at least PAD_ROWS rows where the
 #: probe found this machine's kernels row-invariant from there on, else chunks of CHUNK_ROWS rows
@@ -80,37 +81,6 @@ class Sample:
         return self.ids[self.split:]
 
 
-def assistant_header(tokenizer, template: str | None = None) -> tuple:
-    """The ids a chat template (or plain format) puts between the end of the user's text and the response: the
-    longest common suffix of two rendered prompts' prefixes (prompts whose last tokens differ). () where there is
-    none (a template that ends the prompt with the user's text).
-
-    >>> common = lambda a, b: a[len(a) - _common_suffix_len(a, b):]
-    >>> common((5, 1, 2, 3), (9, 1, 2, 3))
-    (1, 2, 3)
-    """
-    a = build_template(tokenizer, "hello", template=template).prefix_ids
-    b = build_template(tokenizer, "world", template=template).prefix_ids
-    n = _common_suffix_len(a, b)
-    return tuple(a[len(a) - n:]) if n else ()
-
-
-def _common_suffix_len(a, b) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
-        n += 1
-    return n
-
-
-def _last_end(ids: tuple, pat: tuple) -> int:
-    """The index just past the last occurrence of ``pat`` in ``ids`` that leaves at least one id after it; -1."""
-    n = len(pat)
-    for start in range(len(ids) - n - 1, -1, -1):
-        if ids[start:start + n] == pat:
-            return start + n
-    return -1
-
-
 def split_sample(ids, header: tuple = (), prompt_ids=None) -> Sample:
     """Where a sample's prompt part ends, by the module doc's rules (the sample's own ids only).
 
@@ -126,7 +96,7 @@ def split_sample(ids, header: tuple = (), prompt_ids=None) -> Sample:
         raise UserError(f"a sample of {len(ids)} token(s): a reward model reads a prompt and a response; send at "
                         "least two tokens")
     if header:
-        end = _last_end(ids, tuple(header))
+        end = last_end(ids, tuple(header))
         if end > 0:
             return Sample(ids, end, "header")
     if prompt_ids is not None:

@@ -1,0 +1,101 @@
+"""Conversations already rendered in the model's chat template (issue 51 item 1).
+
+RL frameworks hand a reward function, or send a reward server, text that already carries a chat template
+(OpenRLHF's queries, verl's RM inputs, a user's ``apply_chat_template(..., tokenize=False)``). Given to
+:meth:`rmfast.scoring.scorer.RewardScorer.score` as a prompt, such a text would be templated again: the template
+inside the template, a different score (0.5293 instead of 0.1706 in the issue's example) and no warning. So:
+
+- a prompt string that holds the special tokens the model's template renders (``<|im_start|>``,
+  ``<|start_header_id|>``, ...) is refused in one line (:func:`check_not_rendered`) naming the way out;
+- :func:`score_rendered` (``RewardScorer.score_rendered``) scores whole rendered texts as they are: tokenized
+  without added special tokens (the text has its own), split after the template's last assistant header (the ids
+  between the user's text and the response, :func:`assistant_header`), the part before it encoded once per distinct
+  prompt, read at the final position: the plain-HF forward of the text's ids, to rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UserError
+from ..template import Template, build_template
+from .candidates import check_context
+from .scorer_model import eval_mode
+
+
+def _common_suffix_len(a, b) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[len(a) - 1 - n] == b[len(b) - 1 - n]:
+        n += 1
+    return n
+
+
+def assistant_header(tokenizer, template: str | None = None) -> tuple:
+    """The ids a chat template (or plain format) puts between the end of the user's text and the response: the
+    longest common suffix of two rendered prompts' prefixes (prompts whose last tokens differ); () where none."""
+    a = build_template(tokenizer, "hello", template=template).prefix_ids
+    b = build_template(tokenizer, "world", template=template).prefix_ids
+    n = _common_suffix_len(a, b)
+    return tuple(a[len(a) - n:]) if n else ()
+
+
+def last_end(ids: tuple, pat: tuple) -> int:
+    """The index just past the last occurrence of ``pat`` in ``ids`` that leaves at least one id after it; -1.
+
+    >>> last_end((1, 7, 8, 4, 7, 8, 9), (7, 8)), last_end((1, 7, 8), (7, 8))
+    (6, -1)
+    """
+    n = len(pat)
+    for start in range(len(ids) - n - 1, -1, -1):
+        if ids[start:start + n] == pat:
+            return start + n
+    return -1
+
+
+def template_marks(tokenizer, template: str | None = None) -> tuple[str, ...]:
+    """The special tokens (as text) that the model's template renders around a turn: what a rendered text holds and
+    a user's prompt does not."""
+    ids = build_template(tokenizer, "hello", template=template).prefix_ids
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ()) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    marks = {tokenizer.convert_ids_to_tokens(int(i)) for i in ids if int(i) in special}
+    bos = getattr(tokenizer, "bos_token", None)
+    return tuple(sorted(m for m in marks if isinstance(m, str) and len(m) > 2 and m != bos))
+
+
+def check_not_rendered(prompt: str, marks: tuple[str, ...], where: str) -> None:
+    """UserError where a prompt string holds the template's special tokens (it is rendered already)."""
+    hit = next((m for m in marks if m in prompt), None)
+    if hit is not None:
+        raise UserError(f"{where} already holds the chat template ({hit!r}): templating it again would score the "
+                        "template inside the template. Pass the user's text or chat messages, or score the whole "
+                        "rendered text with score_rendered(texts)")
+
+
+def score_rendered(scorer, texts, *, special_tokens: bool = False) -> list[float]:
+    """Scores of whole texts already in the model's template (module doc), in order. ``special_tokens``: let the
+    tokenizer add its own (a text whose BOS was stripped, as verl sends one)."""
+    texts = list(texts)
+    if any(not isinstance(t, str) or not t.strip() for t in texts):
+        raise UserError("score_rendered: every text must be a non-empty string")
+    header = scorer._fact("header", assistant_header)
+    ids_list = scorer.tokenizer(texts, add_special_tokens=special_tokens)["input_ids"] if texts else []
+    groups: dict = {}  # prompt ids -> response length -> [(text number, response ids)]
+    for k, ids in enumerate(ids_list):
+        end = last_end(tuple(ids), header) if header else -1
+        if end <= 0:
+            raise UserError(f"text {k} holds no assistant header of the model's template with a response after it; "
+                            "score the conversation and the response with score() instead")
+        check_context(scorer.model, end, len(ids) - end)
+        groups.setdefault(tuple(ids[:end]), {}).setdefault(len(ids) - end, []).append((k, list(ids[end:])))
+    out = np.full(len(texts), np.nan, dtype=np.float32)
+    with scorer._lock, eval_mode(scorer.model):
+        scorer._drop_stale_plans()
+        scorer._fresh, scorer._wave = set(), set()
+        for prompt, by_len in groups.items():
+            plan = scorer._plan(("rendered", prompt), Template(prompt, (), 0, "", None, "ids"))
+            for n, rows in by_len.items():
+                bs = max(1, plan.rows_per_batch(n))
+                for lo in range(0, len(rows), bs):
+                    part = rows[lo:lo + bs]
+                    out[[k for k, _ in part]] = plan.score([r for _, r in part], len(part))
+    return [float(v) for v in out]

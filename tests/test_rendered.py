@@ -1,0 +1,43 @@
+"""Issue 51 item 1: a prompt that already carries the chat template is refused in one line (it would be templated
+again), and ``RewardScorer.score_rendered`` scores whole rendered texts as they are, equal to the plain-HF forward
+of their ids and to ``score`` of the conversation they render."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tiny_models as T
+from rmfast.errors import UserError
+from rmfast.scoring.scorer import RewardScorer
+
+
+@pytest.fixture(scope="module")
+def scorer(smol_tokenizer):
+    m = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=5)
+    return RewardScorer((m, smol_tokenizer), dtype="float32")
+
+
+MSGS = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_a_rendered_prompt_is_refused_not_templated_twice(scorer, smol_tokenizer):
+    rendered = smol_tokenizer.apply_chat_template(MSGS, tokenize=False, add_generation_prompt=True)
+    with pytest.raises(UserError, match="already holds the chat template .*score_rendered"):
+        scorer.score([rendered], [["Paris."]])
+    assert len(scorer.score([MSGS[0]["content"]], [["Paris."]])[0]) == 1  # the user's own text is fine
+
+
+def test_score_rendered_equals_the_conversations_score_and_hf(scorer, smol_tokenizer):
+    responses = ["Paris.", "It is Paris, of course.", "Lyon"]
+    texts = [smol_tokenizer.apply_chat_template(MSGS + [{"role": "assistant", "content": r}], tokenize=False)
+             for r in responses]
+    got = scorer.score_rendered(texts)
+    want = scorer.score([MSGS], [responses])[0]
+    assert got == pytest.approx(want, abs=1e-5)
+    with torch.no_grad():
+        hf = [float(scorer.model(torch.tensor([smol_tokenizer(t, add_special_tokens=False)["input_ids"]])).logits[0, 0])
+              for t in texts]
+    assert got == pytest.approx(hf, abs=1e-5)
+    with pytest.raises(UserError, match="no assistant header"):
+        scorer.score_rendered(["just some text"])
