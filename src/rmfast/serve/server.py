@@ -103,6 +103,10 @@ def check(opts: ServeOptions) -> None:
 def make_app(core: ServeCore, opts: ServeOptions, *, name: str, revision: str | None = None, key: str | None = None):
     """The app and its scheduler for a loaded core (tests build servers this way)."""
     sched = Scheduler(core, max_queue=opts.max_queue, wave_tokens=opts.wave_tokens, max_wait_s=opts.max_wait_ms / 1000)
+    core.reasons["waves"] = {"value": f"{opts.wave_tokens} tokens or {opts.max_wait_ms:g} ms", "reason": (
+        "a wave starts once its token budget waits or its oldest sample has waited that long: how the waves are cut "
+        "never changes a score (the rows rules), so they are cut for throughput alone; a budget of tens of thousands "
+        "of tokens keeps the GEMMs wide under load, and an idle server answers within a few ms")}
     cfg = ServeConfig(name=name, revision=revision, api_key=key, max_request_tokens=opts.max_request_tokens,
                       timeout_s=opts.timeout_s, rerender=opts.rerender)
     return build_app(core, cfg, sched), sched
