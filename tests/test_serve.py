@@ -365,7 +365,7 @@ def test_the_command_starts_says_one_line_and_drains_on_sigterm(tiny_dir, tmp_pa
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("RMFAST_API_KEY", None)
     p = subprocess.Popen([sys.executable, "-m", "rmfast", "serve", str(tiny_dir), "--port", str(port), "--dtype",
-                          "float32", "--max-wait-ms", "1500"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                          "float32", "--max-wait-ms", "3000"], stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True, env=env)
     try:
         lines, deadline = [], time.monotonic() + 120
@@ -379,7 +379,9 @@ def test_the_command_starts_says_one_line_and_drains_on_sigterm(tiny_dir, tmp_pa
         url = f"http://127.0.0.1:{port}"
         with cf.ThreadPoolExecutor(1) as pool:
             first = pool.submit(httpx.post, f"{url}/get_reward", json={"query": ["Hello there, friend"]}, timeout=60)
-            time.sleep(0.5)  # the request waits for its wave (--max-wait-ms 1500)
+            deadline = time.monotonic() + 30  # until the request waits for its wave (--max-wait-ms 3000)
+            while parse(httpx.get(f"{url}/metrics").text)["rmfast_queue_samples"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
             p.send_signal(signal.SIGTERM)
             time.sleep(0.3)
             late = httpx.post(f"{url}/get_reward", json={"query": ["Another one here"]}, timeout=30)
