@@ -291,8 +291,6 @@ def _random_init_configs(base, args, tiny: bool):
 
 def run_best_of_n_cli(args) -> int:
     """``--workload best-of-n``: each model through :func:`rmfast.bench.best_of_n.run_best_of_n`, one CSV/JSON."""
-    from dataclasses import replace
-
     from ..bench import resolve_models
     from ..loading.loader import resolve_device
     from ..bench.best_of_n import BestOfNConfig, config_record, run_best_of_n, write_best_of_n
@@ -321,19 +319,28 @@ def run_best_of_n_cli(args) -> int:
         if bad:
             raise UserError(f"--workload best-of-n compares score heads: {', '.join(bad)} "
                             f"{'uses' if len(bad) == 1 else 'use'} a logprob head")
-        cfgs = [replace(base, model=m.spec, name=m.name, random_head_seed=m.random_head_seed, template=m.template)
-                for m in models]
+        cfgs = model_configs(base, models)
     if not cfgs:
         raise UserError("--models is empty")
-    rows = []
-    for cfg in cfgs:
-        rows += run_best_of_n(cfg)
-    write_best_of_n(rows, args.out, {**config_record(base), "cli": {k: v for k, v in vars(args).items() if k != "func"}},
-                    device=base.device)
+    rows = [r for cfg in cfgs for r in run_best_of_n(cfg)]
+    return write_and_check(rows, write_best_of_n, args, config_record(base), base.device, "rmfast and HF scores")
+
+
+def model_configs(base, models) -> list:
+    """A workload's config per resolved bench model (:func:`rmfast.bench.resolve_models`)."""
+    from dataclasses import replace
+
+    return [replace(base, model=m.spec, name=m.name, random_head_seed=m.random_head_seed, template=m.template)
+            for m in models]
+
+
+def write_and_check(rows: list[dict], write, args, record: dict, device: str, what: str) -> int:
+    """A workload's rows written with its config and command line; exit 1 where fp32 scores differ past rounding."""
+    write(rows, args.out, {**record, "cli": {k: v for k, v in vars(args).items() if k != "func"}}, device=device)
     bad = [r for r in rows if r["dtype"] == "float32" and not r["max_abs_diff"] <= 1e-3 * max(1.0, r["score_std"])]
     if bad:
-        print(f"rmfast bench: rmfast and HF scores differ by up to {max(r['max_abs_diff'] for r in bad):.2e} "
-              "in float32 (max_abs_diff in the rows)", file=sys.stderr)
+        print(f"rmfast bench: {what} differ by up to {max(r['max_abs_diff'] for r in bad):.2e} in float32 "
+              "(max_abs_diff in the rows)", file=sys.stderr)
         return 1
     return 0
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from ..errors import UserError
 
 SERVE_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
@@ -11,12 +9,11 @@ SERVE_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.B
 
 def run_serve_cli(args, random_init_configs) -> int:
     """The serve workload on each model; exit 1 where rmfast serve's fp32 scores differ from the HF server's."""
-    from dataclasses import replace
-
     from ..bench import resolve_models
     from ..bench.models import workload_dtype
     from ..bench.serve import ServeBenchConfig, config_record, run_serve_bench, write_serve_bench
     from ..loading.loader import resolve_device
+    from .bench import model_configs, write_and_check
 
     try:
         import fastapi  # noqa: F401
@@ -42,16 +39,7 @@ def run_serve_cli(args, random_init_configs) -> int:
         hf_attention=args.hf_attention or "sdpa")
     cfgs = random_init_configs(base, args, tiny)
     if cfgs is None:
-        cfgs = [replace(base, model=m.spec, name=m.name, random_head_seed=m.random_head_seed, template=m.template)
-                for m in resolve_models(args.models or SERVE_MODEL)]
-    rows = []
-    for cfg in cfgs:
-        rows += run_serve_bench(cfg)
-    write_serve_bench(rows, args.out, {**config_record(base), "cli": {k: v for k, v in vars(args).items() if k != "func"}},
-                      device=base.device)
-    bad = [r for r in rows if r["dtype"] == "float32" and not r["max_abs_diff"] <= 1e-3 * max(1.0, r["score_std"])]
-    if bad:
-        print(f"rmfast bench: rmfast serve and the HF server differ by up to {max(r['max_abs_diff'] for r in bad):.2e} "
-              "in float32 (max_abs_diff in the rows)", file=sys.stderr)
-        return 1
-    return 0
+        cfgs = model_configs(base, resolve_models(args.models or SERVE_MODEL))
+    rows = [r for cfg in cfgs for r in run_serve_bench(cfg)]
+    return write_and_check(rows, write_serve_bench, args, config_record(base), base.device,
+                           "rmfast serve and the HF server")
