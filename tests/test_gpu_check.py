@@ -52,7 +52,7 @@ def test_dry_run_end_to_end(tmp_path):
     assert s["ok"] and s["dry_run"] and [st["status"] for st in s["steps"]] == ["ok"] * (7 + len(ram) + len(serve))
     assert [st["step"] for st in s["steps"]] == ["env", "tests", "bench-llama-3.2-1b", "bench-gemma-2-27b",
                                                  "best-of-n-single", *serve, "profile", *ram, "states"]
-    assert [w["status"] for w in s["workloads"]] == ["ok"] * (3 + len(ram))
+    assert [w["status"] for w in s["workloads"]] == ["ok"] * (3 + len(ram) + len(serve))
     assert s["tests"]["counts"]["passed"] >= 3 and not s["tests"]["bad"]
     assert [m["status"] for m in s["models"]] == ["ok", "ok"]
     tests = _rows(out / "tests.csv")
