@@ -266,8 +266,10 @@ def test_analyze_similarity_says_its_work_up_front_and_shows_progress(tiny_dir, 
     rc, so, se = run(["analyze", "similarity", *scans, "--bootstrap", "10", "--permutations", "9",
                       "--out", tmp_path / "sim.csv"], capsys)
     assert rc == 0, se
-    assert "20 passes (1 + bootstrap + permutations) over 200 candidates × 2 × 2 layer pairs, in 10 steps" in se
-    assert "the first of 10 steps took" in se and se.index("passes (1 +") < se.index("the first of")
+    # the work and its cost said before the replicates start (issue 51 item 4's cost line), then the progress
+    assert ("10 bootstrap replicates and 9 permutations over 200 candidates × 2 × 2 layer pairs: one pass (the "
+            "observed measures) took") in se and "in 10 steps" in se
+    assert "the first of 10 steps took" in se and se.index("one pass (the observed") < se.index("the first of")
     rc, so, se = run(["analyze", "similarity", *scans, "--bootstrap", "10", "--permutations", "9", "--no-progress",
                       "--out", tmp_path / "sim2.csv"], capsys)
     assert rc == 0 and "steps" not in se
