@@ -11,6 +11,7 @@ from ..bench.models import BENCH_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PR
 from ..errors import UserError
 from ..io import check_output, write_json
 from . import common
+from .bench_common import model_configs, random_init_configs, write_and_check
 from .common import fraction, int_list, nonneg_int, positive_int, thread_count
 
 BEST_OF_N_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
@@ -158,7 +159,7 @@ def run(args) -> int:
     if args.workload == "serve":
         from .bench_serve import run_serve_cli
 
-        return run_serve_cli(args, _random_init_configs)
+        return run_serve_cli(args)
     args.models = args.models or DEFAULT_MODELS
     args.dtype = args.dtype or "auto"
     if args.cost_model:
@@ -274,19 +275,6 @@ def _check_workload(args) -> None:
         raise UserError(f"{flags}: {what} of --workload {args.workload} ({only})")
 
 
-def _random_init_configs(base, args, tiny: bool):
-    """A workload's configs for ``--random-init`` names (or ``--tiny`` alone: a small random Llama), or None
-    (then ``--models``); CUDA asked where there is none is one line."""
-    from dataclasses import replace
-
-    import torch
-
-    if base.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda but CUDA is not available")
-    if not (args.random_init or tiny):
-        return None
-    names = args.random_init.split(",") if args.random_init else ["llama-3.2-1b"]
-    return [replace(base, random_init=n.strip(), tiny=True if tiny else args.tiny) for n in names if n.strip()]
 
 
 def run_best_of_n_cli(args) -> int:
@@ -312,7 +300,7 @@ def run_best_of_n_cli(args) -> int:
         repeats=args.repeats or 1, dtype=workload_dtype(args.dtype, str(device), "float32"), device=str(device),
         threads=args.threads, seed=args.seed, layers=args.layers, tiny=args.tiny, init_seed=args.init_seed,
         allow_pickle=args.allow_pickle, peak=not args.no_peak, hf_attention=args.hf_attention or "sdpa")
-    cfgs = _random_init_configs(base, args, tiny)
+    cfgs = random_init_configs(base, args, tiny)
     if cfgs is None:
         models = resolve_models(args.models or BEST_OF_N_MODEL)
         bad = [m.name for m in models if m.head not in ("score", "auto")]
@@ -324,25 +312,6 @@ def run_best_of_n_cli(args) -> int:
         raise UserError("--models is empty")
     rows = [r for cfg in cfgs for r in run_best_of_n(cfg)]
     return write_and_check(rows, write_best_of_n, args, config_record(base), base.device, "rmfast and HF scores")
-
-
-def model_configs(base, models) -> list:
-    """A workload's config per resolved bench model (:func:`rmfast.bench.resolve_models`)."""
-    from dataclasses import replace
-
-    return [replace(base, model=m.spec, name=m.name, random_head_seed=m.random_head_seed, template=m.template)
-            for m in models]
-
-
-def write_and_check(rows: list[dict], write, args, record: dict, device: str, what: str) -> int:
-    """A workload's rows written with its config and command line; exit 1 where fp32 scores differ past rounding."""
-    write(rows, args.out, {**record, "cli": {k: v for k, v in vars(args).items() if k != "func"}}, device=device)
-    bad = [r for r in rows if r["dtype"] == "float32" and not r["max_abs_diff"] <= 1e-3 * max(1.0, r["score_std"])]
-    if bad:
-        print(f"rmfast bench: {what} differ by up to {max(r['max_abs_diff'] for r in bad):.2e} in float32 "
-              "(max_abs_diff in the rows)", file=sys.stderr)
-        return 1
-    return 0
 
 
 def run_states_cli(args) -> int:
@@ -367,7 +336,7 @@ def run_states_cli(args) -> int:
         batch_size=args.batch_size or "auto", prompt=args.prompt, layers=args.layers, tiny=args.tiny,
         init_seed=args.init_seed, allow_pickle=args.allow_pickle)
     base.check()  # before any model is loaded
-    cfgs = _random_init_configs(base, args, tiny)
+    cfgs = random_init_configs(base, args, tiny)
     if cfgs is None:
         cfgs = [replace(base, model=m.spec, name=m.name, head=m.head,
                         random_head_seed=m.random_head_seed, template=m.template)

@@ -7,13 +7,13 @@ from ..errors import UserError
 SERVE_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
 
 
-def run_serve_cli(args, random_init_configs) -> int:
+def run_serve_cli(args) -> int:
     """The serve workload on each model; exit 1 where rmfast serve's fp32 scores differ from the HF server's."""
     from ..bench import resolve_models
     from ..bench.models import workload_dtype
     from ..bench.serve import ServeBenchConfig, config_record, run_serve_bench, write_serve_bench
     from ..loading.loader import resolve_device
-    from .bench import model_configs, write_and_check
+    from .bench_common import model_configs, random_init_configs, write_and_check
 
     try:
         import fastapi  # noqa: F401
