@@ -22,7 +22,7 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
 import tiny_models as T  # noqa: E402
-from serve_util import running  # noqa: E402
+from rmfast.serve.server import serving as running  # noqa: E402
 
 from rmfast.scoring.options import ScoringOptions  # noqa: E402
 from rmfast.serve.core import ServeCore, split_sample, width_of  # noqa: E402

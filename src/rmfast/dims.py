@@ -102,3 +102,11 @@ def model_dims(config) -> ModelDims:
         intermediate=intermediate,
         vocab=None if vocab is None else int(vocab),
     )
+
+
+def kv_bytes(model, n_tokens: int) -> int:
+    """Bytes of the keys and values of ``n_tokens`` prompt tokens in every layer, in the model's dtype: one cached
+    prompt encoding (RewardScorer's cache, rmfast serve's)."""
+    dm = model_dims(model.config)
+    return 2 * dm.layers * dm.kv_heads * dm.head_dim * int(n_tokens) * next(model.parameters()).element_size()
+

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..dims import model_dims
+from ..dims import kv_bytes
 from ..errors import UserError
 from ..state_names import ByLayer
 from ..template import Template, build_template, check_text
@@ -343,8 +343,7 @@ class RewardScorer:
 
     def prompt_bytes(self, n_prompt_tokens: int) -> int:
         """Bytes of one cached prompt encoding: its keys and values in every layer."""
-        dm = model_dims(self.model.config)
-        return 2 * dm.layers * dm.kv_heads * dm.head_dim * n_prompt_tokens * next(self.model.parameters()).element_size()
+        return kv_bytes(self.model, n_prompt_tokens)
 
     # ------------------------------------------------------------------ building the job
     def template_for(self, conv: Conversation) -> Template:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..dims import model_dims
+from ..dims import kv_bytes
 from ..errors import UserError
 from ..fast import ops
 from ..fast.engine import score_prompts
@@ -235,8 +235,7 @@ class ServeCore:
 
     def prompt_bytes(self, n: int) -> int:
         """Bytes of one cached prompt encoding of n tokens: keys and values in every layer."""
-        dm = model_dims(self.model.config)
-        return 2 * dm.layers * dm.kv_heads * dm.head_dim * int(n) * next(self.model.parameters()).element_size()
+        return kv_bytes(self.model, n)
 
     # ------------------------------------------------------------------ samples
     def sample(self, ids, prompt_ids=None) -> Sample:
