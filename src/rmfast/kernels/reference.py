@@ -184,7 +184,7 @@ def linear_rows(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rule) 
     ``("pad", m)``: one GEMM over max(M, m) rows (zero rows added); ``("chunk", c)``: GEMMs of exactly c rows.
     A GEMM of a fixed shape gives every row the same arithmetic wherever it sits, so under "chunk" a row's
     result is the same whatever else is in the batch; "pad" is that only where the library's kernel for
-    m rows and more does not change with M (measured: :func:`rmfast.serve.core.probe_gemm_rows`).
+    m rows and more does not change with M (measured: :func:`rmfast.scoring.decisions.choose_gemm_rows`).
 
     >>> x, w = torch.randn(5, 8), torch.randn(3, 8)
     >>> a = linear_rows(x, w, None, ("chunk", 4))

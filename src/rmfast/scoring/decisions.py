@@ -541,3 +541,39 @@ def choose_share_batches(share_batches, device: torch.device) -> tuple[bool, str
     on = device.type == "cuda"
     return on, ("auto: on CUDA, where a few conversations' rows leave the GEMMs narrow" if on else
                 "auto: off on CPU, where sharing measured 0.97-1.09x, no clear gain (docs/backend.md)")
+
+
+#: the rows rule's two forms (:func:`rmfast.fast.ops.gemm_rows`): one GEMM of at least PAD_ROWS rows where the
+#: probe found this machine's kernels row-invariant from there on, else chunks of CHUNK_ROWS rows
+PAD_ROWS = 64
+CHUNK_ROWS = 256
+#: the probe's reference GEMM (rows) and the row counts it compares with it (odd and even, small and large)
+PROBE_ROWS = 4096
+PROBE_SIZES = (*range(PAD_ROWS, 513, 8), 65, 127, 333, 1000, 1500, 2048, 3000, 4000)
+
+
+def choose_gemm_rows(layers, dtype, device) -> tuple:
+    """The rows rule of ``rmfast serve`` for this machine and model (:func:`rmfast.fast.ops.gemm_rows`: a row's bits
+    whatever else shares its GEMMs) and why, measured on the engine's ``layers``: ("pad", PAD_ROWS)
+    where every linear of a layer (its weights' shapes) gives each row the same bits at every row count in
+    :data:`PROBE_SIZES` as in one GEMM of :data:`PROBE_ROWS` rows, rows taken at an odd offset; else ("chunk",
+    CHUNK_ROWS), which is invariant by construction. A second or so on a CPU."""
+    w, _ = layers[0]
+    weights = [*w.w_qkv, w.w_o, *w.w_gate_up, w.w_down]
+    g = torch.Generator(device="cpu").manual_seed(0)
+    seen = set()
+    for W in weights:
+        if tuple(W.shape) in seen:
+            continue
+        seen.add(tuple(W.shape))
+        X = torch.randn(PROBE_ROWS + 3, W.shape[1], generator=g).to(device=device, dtype=dtype)  # (M, K)
+        ref = torch.nn.functional.linear(X[3:], W)  # (PROBE_ROWS, N)
+        for m in PROBE_SIZES:
+            got = torch.nn.functional.linear(X[3:3 + m], W)
+            if not torch.equal(got, ref[:m]):
+                return ("chunk", CHUNK_ROWS), (f"measured at start: a {tuple(W.shape)} GEMM of {m} rows gives other bits "
+                                               f"than one of {PROBE_ROWS}, so every linear runs in chunks of exactly "
+                                               f"{CHUNK_ROWS} rows (invariant by construction)")
+    return ("pad", PAD_ROWS), (f"measured at start: every linear of a layer gives a row the same bits at {min(PROBE_SIZES)} "
+                               f"to {PROBE_ROWS} rows here ({len(PROBE_SIZES)} sizes, rows at an odd offset), so one "
+                               f"GEMM per linear, padded to {PAD_ROWS} rows at least")

@@ -21,7 +21,7 @@ a row's arithmetic to be a function of the sample alone:
   layer computes every position (``all_positions``), not the batch's shortest;
 - the GEMMs: the libraries pick kernels by the number of rows M. Under the plan's rows rule
   (:func:`rmfast.fast.ops.gemm_rows`) every linear runs either at >= :data:`PAD_ROWS` rows in one GEMM, where
-  a probe at start (:func:`probe_gemm_rows`) measured this machine's kernels to give a row the same bits at every
+  a probe at start (:func:`rmfast.scoring.decisions.choose_gemm_rows`) measured this machine's kernels to give a row the same bits at every
   M from there on, or in fixed chunks of :data:`CHUNK_ROWS` rows (always invariant; slower);
 - the score head (a matrix-vector product): fixed chunks of 64 rows;
 - attention, norms, RoPE and the MLP's elementwise work: per row already.
@@ -46,21 +46,12 @@ from ..errors import UserError
 from ..fast import ops
 from ..fast.engine import score_prompts
 from ..scoring.candidates import max_positions
-from ..scoring.decisions import decide
+from ..scoring.decisions import CHUNK_ROWS, PAD_ROWS, choose_gemm_rows, decide
 from ..scoring.hf_path import hf_scores
 from ..scoring.options import ScoringOptions
 from ..scoring.plan import ScoringPlan, plan_scoring, score_meaning
 from ..scoring.rendered import assistant_header, last_end
 from ..template import Template
-
-#: the rows rule's two forms (:func:`rmfast.fast.ops.gemm_rows`): one GEMM of at least PAD_ROWS rows where the
-#: probe found this machine's kernels row-invariant from there on, else chunks of CHUNK_ROWS rows
-PAD_ROWS = 64
-CHUNK_ROWS = 256
-#: the probe's reference GEMM (rows) and the row counts it compares with it (odd and even, small and large)
-PROBE_ROWS = 4096
-PROBE_SIZES = (*range(PAD_ROWS, 513, 8), 65, 127, 333, 1000, 1500, 2048, 3000, 4000)
-
 
 @dataclass(frozen=True)
 class Sample:
@@ -117,32 +108,6 @@ def width_of(n: int) -> int:
     return -(-int(n) // step) * step
 
 
-def probe_gemm_rows(layers, dtype: torch.dtype, device: torch.device) -> tuple:
-    """The rows rule for this machine and model (:func:`rmfast.fast.ops.gemm_rows`) and why: ("pad", PAD_ROWS)
-    where every linear of a layer (its weights' shapes) gives each row the same bits at every row count in
-    :data:`PROBE_SIZES` as in one GEMM of :data:`PROBE_ROWS` rows, rows taken at an odd offset; else ("chunk",
-    CHUNK_ROWS), which is invariant by construction. A second or so on a CPU."""
-    w, _ = layers[0]
-    weights = [*w.w_qkv, w.w_o, *w.w_gate_up, w.w_down]
-    g = torch.Generator(device="cpu").manual_seed(0)
-    seen = set()
-    for W in weights:
-        if tuple(W.shape) in seen:
-            continue
-        seen.add(tuple(W.shape))
-        X = torch.randn(PROBE_ROWS + 3, W.shape[1], generator=g).to(device=device, dtype=dtype)  # (M, K)
-        ref = torch.nn.functional.linear(X[3:], W)  # (PROBE_ROWS, N)
-        for m in PROBE_SIZES:
-            got = torch.nn.functional.linear(X[3:3 + m], W)
-            if not torch.equal(got, ref[:m]):
-                return ("chunk", CHUNK_ROWS), (f"measured at start: a {tuple(W.shape)} GEMM of {m} rows gives other bits "
-                                               f"than one of {PROBE_ROWS}, so every linear runs in chunks of exactly "
-                                               f"{CHUNK_ROWS} rows (invariant by construction)")
-    return ("pad", PAD_ROWS), (f"measured at start: every linear of a layer gives a row the same bits at {min(PROBE_SIZES)} "
-                               f"to {PROBE_ROWS} rows here ({len(PROBE_SIZES)} sizes, rows at an odd offset), so one "
-                               f"GEMM per linear, padded to {PAD_ROWS} rows at least")
-
-
 @dataclass
 class CoreStats:
     """What the core has done, for ``/metrics`` (totals since start)."""
@@ -172,7 +137,7 @@ class ServeCore:
         options: the scoring options, passed whole (:class:`rmfast.scoring.options.ScoringOptions`).
         template: a chat template or plain format overriding the tokenizer's (as ``rmfast scan --template``).
         cache_bytes: the prompt encodings kept between waves (their keys/values), least recently used dropped.
-        gemm_rows: "auto" (:func:`probe_gemm_rows`), "pad" or "chunk".
+        gemm_rows: "auto" (:func:`rmfast.scoring.decisions.choose_gemm_rows`), "pad" or "chunk".
         name: the model's name in responses.
     """
 
@@ -199,8 +164,9 @@ class ServeCore:
         self.stats = CoreStats()
         self.reasons = {k: dict(v) for k, v in self.decided.reasons.items()}
         self.rows_rule, why = self._rows_rule(gemm_rows)
-        self.reasons["gemm_rows"] = {"value": f"{self.rows_rule[0]} {self.rows_rule[1]}" if self.rows_rule else "torch",
-                                     "reason": why}
+        # the plan's decisions record it, with its reason, as every scoring decision is (the manifest's decisions)
+        self.decided.record("gemm_rows", f"{self.rows_rule[0]} {self.rows_rule[1]}" if self.rows_rule else "torch", why)
+        self.reasons["gemm_rows"] = dict(self.decided.reasons["gemm_rows"])
         self.reasons["split"] = {"value": "header, else prompt, else none", "reason": (
             "a function of the sample alone (its ids, and the client's prompt where sent), never of what else is "
             "waiting: the RM's assistant header " + (f"{list(self.header)}" if self.header else "(none in this template)")
@@ -222,7 +188,7 @@ class ServeCore:
         self._donor = plan
         if how == "pad":
             return ("pad", PAD_ROWS), f"asked for: one GEMM per linear, at least {PAD_ROWS} rows (not measured)"
-        return probe_gemm_rows(plan.eng.layers, p.dtype, p.device)
+        return choose_gemm_rows(plan.eng.layers, p.dtype, p.device)
 
     def _new_plan(self, prompt: tuple) -> ScoringPlan:
         tmpl = Template(tuple(prompt), (), 0, "", None, "ids")
