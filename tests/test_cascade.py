@@ -201,6 +201,33 @@ def test_varlen_cascade_twin_is_the_padded_cascade(softcap):
         assert_close(got[a:e], want[b, : e - a], "twin", torch.float32)
 
 
+@pytest.mark.parametrize("rule", [("chunk", 256), ("pad", 64)])
+def test_varlen_cascade_twin_under_a_rows_rule_gives_a_row_its_own_bits(rule):
+    """Under a rows rule (rmfast serve) a row's output is the same bits packed with any other rows, at any offset,
+    as packed alone; and the twin's to fp32 rounding. Rows of 1 to 300 tokens over two prompts, GQA."""
+    w = wave([7, 30], [3, 2], S=300, lengths=[300, 1, 40, 9, 130], D=16)
+    kp, vp = torch.cat(w["kp"], 1), torch.cat(w["vp"], 1)
+    q, k, v, cu, cu_q, _ = _packed_wave(w)
+    got = cr.cascade_attention_varlen(q, k, v, kp, vp, cu_q, w["cu_kv"], cu, scale=0.25, rule=rule)
+    assert_close(got, cr.cascade_attention_varlen(q, k, v, kp, vp, cu_q, w["cu_kv"], cu, scale=0.25), "twin",
+                 torch.float32)
+    for r in range(5):  # row r packed alone, as the only row of its prompt
+        a, e = int(cu[r]), int(cu[r + 1])
+        i = 0 if r < 3 else 1
+        one = torch.tensor([0, e - a], dtype=torch.int32)
+        alone = cr.cascade_attention_varlen(q[a:e].clone(), k[a:e].clone(), v[a:e].clone(), w["kp"][i], w["vp"][i],
+                                            one, torch.tensor([0, w["kp"][i].shape[1]], dtype=torch.int32), one,
+                                            scale=0.25, rule=rule)
+        assert torch.equal(alone, got[a:e]), f"row {r}"
+
+
+def test_pad_rule_past_the_probed_rows_runs_gemms_of_at_most_that_many():
+    x, w = torch.randn(ref.PAD_MAX_ROWS + 70, 24), torch.randn(8, 24)
+    got = ref.linear_rows(x, w, None, ("pad", 64))
+    assert torch.equal(got[ref.PAD_MAX_ROWS:], ref.linear_rows(x[ref.PAD_MAX_ROWS:], w, None, ("pad", 64)))
+    assert torch.equal(got[:ref.PAD_MAX_ROWS], ref.linear_rows(x[:ref.PAD_MAX_ROWS], w, None, ("pad", 64)))
+
+
 def test_varlen_twin_writes_the_asked_dtype():
     q, k, v, cu = packed_rows([3, 9], 4, 2, 8, dtype=torch.bfloat16)
     o, lse = cr.response_part_varlen(q, k, v, cu, scale=0.3, out_dtype=torch.bfloat16)

@@ -175,6 +175,29 @@ def test_the_rows_rule_chunk_gives_the_pad_rules_scores_to_rounding(rm):
     assert np.abs(auto.score(s) - one).max() < 1e-5
 
 
+@pytest.mark.parametrize("arch", ["gemma2", "qwen3", "phi3"])
+def test_packed_and_windowed_rows_get_the_same_bits_in_any_wave(arch, smol_tokenizer):
+    """The core alone, on architectures with sliding windows (16 tokens: samples up to it run packed, longer ones
+    right-padded), softcaps, GQA, q/k norms and LongRoPE: each sample's score is the same bits alone, in one wave
+    shuffled, and in waves cut otherwise; and the plain-HF forward's to 1e-4."""
+    model = T.tiny(arch, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=5)
+    core = ServeCore(model, smol_tokenizer, ScoringOptions(dtype="float32"), name=arch)
+    assert core.decisions["rows"]["value"] == "packed up to 16 tokens"
+    rng = random.Random(11)
+    prompts = [[rng.randrange(100, 40000) for _ in range(rng.randint(3, 12))] for _ in range(4)]
+    ids = [p + [rng.randrange(100, 40000) for _ in range(rng.randint(1, 30))] for p in prompts for _ in range(5)]
+    samples = [core.sample(i, prompt_ids=ids[k - k % 5][: len(prompts[k // 5])]) for k, i in enumerate(ids)]
+    assert {core._packs(s) for s in samples} == {True, False}
+    alone = np.concatenate([core.score([s]) for s in samples])
+    order = list(range(len(samples)))
+    rng.shuffle(order)
+    wave = np.empty_like(alone)
+    wave[order] = core.score([samples[k] for k in order])
+    halves = np.concatenate([core.score(samples[:7]), core.score(samples[7:])])
+    assert np.array_equal(alone, wave) and np.array_equal(alone, halves)
+    assert np.abs(alone - [_hf(model, i) for i in ids]).max() < 1e-4
+
+
 def test_split_rule_and_widths_are_the_samples_own():
     assert split_sample((1, 5, 6, 2, 5, 6, 3, 4), header=(5, 6)).split == 6  # the last header
     assert split_sample((1, 5, 6), header=(5, 6)).rule != "header"  # nothing after it: not a split
@@ -199,7 +222,8 @@ def test_each_groups_prompt_is_encoded_once_from_single_requests(rm):
     assert m["rmfast_prompt_encodings_total"] == 8 and m["rmfast_prompt_reencodings_total"] == 0
     assert m["rmfast_prompt_hits_total"] == 56 and m['rmfast_samples_by_split_total{rule="header"}'] == 64
     assert m['rmfast_requests_total{route="/get_reward",code="200"}'] == 64
-    assert {"gemm_rows", "split", "widths", "prompt_cache", "engine"} <= set(models["decisions"])
+    assert {"gemm_rows", "split", "rows", "prompt_cache", "engine"} <= set(models["decisions"])
+    assert m["rmfast_batch_tokens_total"] == core.stats.real_tokens  # packed rows: no pad in any GEMM
 
 
 # ---------------------------------------------------------------------------------- bad input and load

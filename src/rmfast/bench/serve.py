@@ -8,7 +8,8 @@ model in one run:
     ``AutoModelForSequenceClassification`` whole (its prompt recomputed for every sample), one at a time.
 
 G groups x N responses (a GRPO step: N samples of one prompt each), prompt and response lengths as best-of-N's,
-sent by C concurrent clients in random order, every group's samples interleaved with the others'. Rows: responses/s,
+sent by C concurrent clients in random order, every group's samples interleaved with the others', from a process of
+their own (the servers' interpreter lock is theirs alone, as in a deployment). Rows: responses/s,
 p50/p99 latency, the prompt tokens (a) did not encode again, the FLOP ratio (c)'s tokens / (a)'s, the GEMM fraction,
 max |diff| against (c), machine and versions.
 """
@@ -92,6 +93,19 @@ async def _load(url: str, samples: list[dict], clients: int) -> tuple[float, lis
     return time.perf_counter() - t0, lat, scores
 
 
+def _load_sync(url: str, samples: list[dict], clients: int) -> tuple[float, list[float], dict]:
+    return asyncio.run(_load(url, samples, clients))
+
+
+def _load_apart(url: str, samples: list[dict], clients: int) -> tuple[float, list[float], dict]:
+    """:func:`_load` from a process of its own, as an RL job's clients are: in the server's process the clients'
+    Python would share its interpreter lock with the server's (a cost no deployment pays)."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_load_sync, (url, samples, clients))
+
+
 def _samples(tok, template, cfg: ServeBenchConfig, rng: random.Random) -> tuple[list, list, list[dict]]:
     """(prompts, responses per prompt, the samples as chat-templated texts, shuffled across groups)."""
     P, N = cfg.prompt_tokens[0], cfg.n[0]
@@ -143,7 +157,7 @@ def run_serve_bench(cfg: ServeBenchConfig) -> list[dict]:
     with serving(app) as url:
         asyncio.run(_load(url, warm, 2))  # first-call costs (the GEMM probe ran at start) out of the timed run
         before = parse(httpx.get(f"{url}/metrics").text)
-        t_a, lat_a, got_a = asyncio.run(_load(url, samples, cfg.clients))
+        t_a, lat_a, got_a = _load_apart(url, samples, cfg.clients)
         after = parse(httpx.get(f"{url}/metrics").text)
     d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     scorer = RewardScorer(lm, template=template, cache_prompts=0)
@@ -154,7 +168,7 @@ def run_serve_bench(cfg: ServeBenchConfig) -> list[dict]:
     lock = threading.Lock()
     with serving(_baseline_app(lm.model, lm.tokenizer, lock)) as url:
         asyncio.run(_load(url, warm, 2))
-        t_c, lat_c, got_c = asyncio.run(_load(url, samples, cfg.clients))
+        t_c, lat_c, got_c = _load_apart(url, samples, cfg.clients)
     n = len(samples)
     tokens_a = d["rmfast_prompt_tokens_encoded_total"] + d["rmfast_batch_tokens_total"]
     groups_once = 1 - d["rmfast_prompt_reencodings_total"] / max(1, cfg.groups)

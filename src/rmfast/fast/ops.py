@@ -214,8 +214,9 @@ def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q: in
 
         return cascade_attention_varlen_triton(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q, cu_seqlens, max_len,
                                                scale=scale, softcap=softcap)
+    rule = None if torch.compiler.is_compiling() else _GEMM_ROWS.get()  # rmfast serve: a row's bits its own
     return cascade_ref.cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlens, scale=scale,
-                                                softcap=softcap)
+                                                softcap=softcap, rule=rule)
 
 
 def varlen_causal_attention(q, k, v, cu_seqlens, max_len: int, *, scale, softcap=None, window=None, triton: bool):

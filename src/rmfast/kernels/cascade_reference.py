@@ -45,31 +45,43 @@ from __future__ import annotations
 
 import torch
 
+from .reference import _bmm_rows
 
-def _softmax_parts(s: torch.Tensor, visible: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+
+def _mm(a: torch.Tensor, b: torch.Tensor, rule=None) -> torch.Tensor:
+    """``a @ b``; under a rows rule (:func:`rmfast.fast.ops.gemm_rows`, ``rmfast serve``) 3-d operands made
+    contiguous and M cut in fixed chunks (:func:`rmfast.kernels.reference._bmm_rows`), so a query's result is
+    its own whatever else shares the call (a strided operand, or another M, takes other kernels)."""
+    if rule is None:
+        return a @ b
+    return _bmm_rows(a.contiguous(), b.contiguous(), rule)
+
+
+def _softmax_parts(s: torch.Tensor, visible: torch.Tensor, v: torch.Tensor, rule=None) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 scores s (..., M, K), bool visibility (broadcast to s), values v (..., K, D) fp32 ->
     (out (..., M, D) fp32, lse (..., M) fp32); an empty row gives out 0, lse -inf."""
     s = s.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)  # (..., M); -inf where nothing is visible
     p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])  # (..., M, K); 0 where masked
-    return p @ v, lse
+    return _mm(p, v, rule), lse
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, softcap: float | None) -> torch.Tensor:
-    s = (q.float() @ k.float().transpose(-1, -2)) * scale  # fp32
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, softcap: float | None, rule=None) -> torch.Tensor:
+    s = _mm(q.float(), k.float().transpose(-1, -2), rule) * scale  # fp32
     if softcap is not None:
         s = torch.tanh(s / softcap) * softcap
     return s
 
 
 def prompt_part(q, k, v, cu_rows, cu_kv, *, q_pos0: int = 0, scale: float, softcap: float | None = None,
-                window: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                window: int | None = None, rule=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows' queries over their prompt's shared K/V.
 
     q: (B, Sq, H, D); rows cu_rows[i]:cu_rows[i+1] belong to prompt i, and their query j sits at absolute
     position P_i + q_pos0 + j (q_pos0 = S - Sq: the queries are the last Sq of S row positions).
     k, v: (Hkv, sum P_i, D), prompt i's keys at cu_kv[i]:cu_kv[i+1] (absolute positions 0..P_i-1).
     window: a query at absolute position t sees prompt keys at positions > t - window.
+    rule: a rows rule (:func:`_mm`): each query's result whatever the other rows of its prompt.
     Returns (out (B, Sq, H, D) fp32, lse (B, Sq, H) fp32).
     """
     B, Sq, H, D = q.shape
@@ -85,13 +97,13 @@ def prompt_part(q, k, v, cu_rows, cu_kv, *, q_pos0: int = 0, scale: float, softc
             continue
         # (Hkv, n·Sq·G, D): every query of the prompt's rows for one kv head, one GEMM operand
         qg = q[r0:r1].reshape(n, Sq, Hkv, G, D).permute(2, 0, 1, 3, 4).reshape(Hkv, n * Sq * G, D)
-        s = _scores(qg, k[:, k0:k1], scale, softcap)  # (Hkv, n·Sq·G, P)
+        s = _scores(qg, k[:, k0:k1], scale, softcap, rule)  # (Hkv, n·Sq·G, P)
         visible = torch.ones(Sq, P, dtype=torch.bool, device=q.device)
         if window is not None:
             t = P + q_pos0 + torch.arange(Sq, device=q.device)  # (Sq,) absolute query positions
             visible = torch.arange(P, device=q.device)[None, :] > t[:, None] - window  # (Sq, P)
         vis = visible[None, None, :, None, :].expand(Hkv, n, Sq, G, P).reshape(Hkv, n * Sq * G, P)
-        o, l = _softmax_parts(s, vis, v[:, k0:k1].float())  # (Hkv, n·Sq·G, D), (Hkv, n·Sq·G)
+        o, l = _softmax_parts(s, vis, v[:, k0:k1].float(), rule)  # (Hkv, n·Sq·G, D), (Hkv, n·Sq·G)
         out[r0:r1] = o.view(Hkv, n, Sq, G, D).permute(1, 2, 0, 3, 4).reshape(n, Sq, H, D)
         lse[r0:r1] = l.view(Hkv, n, Sq, G).permute(1, 2, 0, 3).reshape(n, Sq, H)
     return out, lse
@@ -128,12 +140,13 @@ def response_part(q, k, v, lengths=None, *, scale: float, softcap: float | None 
 
 
 def response_part_varlen(q, k, v, cu_seqlens, *, scale: float, softcap: float | None = None,
-                         window: int | None = None, out_dtype: torch.dtype = torch.float32):
+                         window: int | None = None, out_dtype: torch.dtype = torch.float32, rule=None):
     """:func:`response_part` on rows packed back to back, no padding: each row's causal attention over its
     own keys.
 
     q: (T, H, D), k, v: (T, Hkv, D); cu_seqlens: (n+1,) row i's tokens at cu_seqlens[i]:cu_seqlens[i+1]
-    (row positions 0..L_i-1 there). Query t of a row sees the row's keys u <= t, t - u < window.
+    (row positions 0..L_i-1 there). Query t of a row sees the row's keys u <= t, t - u < window. ``rule``: a
+    rows rule (:func:`_mm`: contiguous operands, so a row's result does not depend on where it sits in the pack).
     Returns (out (T, H, D) in ``out_dtype``, fp32 by default, lse (T, H) fp32). Every query sees at least
     itself, so no lse is -inf.
     """
@@ -147,12 +160,12 @@ def response_part_varlen(q, k, v, cu_seqlens, *, scale: float, softcap: float | 
             continue
         kh = k[a:b].transpose(0, 1).repeat_interleave(G, dim=0)  # (H, L, D): query head h reads kv head h // G
         vh = v[a:b].transpose(0, 1).repeat_interleave(G, dim=0).float()
-        s = _scores(q[a:b].transpose(0, 1), kh, scale, softcap)  # (H, L, L)
+        s = _scores(q[a:b].transpose(0, 1), kh, scale, softcap, rule)  # (H, L, L)
         t = torch.arange(b - a, device=q.device)
         vis = t[None, :] <= t[:, None]  # (L, L): causal
         if window is not None:
             vis &= t[:, None] - t[None, :] < window
-        o, l = _softmax_parts(s, vis, vh)  # (H, L, D), (H, L)
+        o, l = _softmax_parts(s, vis, vh, rule)  # (H, L, D), (H, L)
         out[a:b], lse[a:b] = o.transpose(0, 1), l.transpose(0, 1)
     return out.to(out_dtype), lse
 
@@ -186,7 +199,7 @@ def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv,
 
 
 def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlens, *, scale: float,
-                             softcap: float | None = None) -> torch.Tensor:
+                             softcap: float | None = None, rule=None) -> torch.Tensor:
     """Rows packed back to back with no padding over prompt ⊕ own keys -> (T, H, D) in q.dtype.
 
     q: (T, H, D), k, v: (T, Hkv, D): rows grouped by prompt, row r's tokens at cu_seqlens[r]:cu_seqlens[r+1];
@@ -196,8 +209,8 @@ def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlen
     then, :func:`rmfast.fast.engine.packs_rows`). Equal to :func:`cascade_attention` of the same rows
     right-padded, to fp32 rounding, at every real position.
     """
-    out_r, lse_r = response_part_varlen(q, k, v, cu_seqlens, scale=scale, softcap=softcap)  # (T, H, D), (T, H)
+    out_r, lse_r = response_part_varlen(q, k, v, cu_seqlens, scale=scale, softcap=softcap, rule=rule)  # (T, H, D), (T, H)
     if k_prompt.shape[1] == 0:
         return out_r.to(q.dtype)
-    out_p, lse_p = prompt_part(q[:, None], k_prompt, v_prompt, cu_q, cu_kv, scale=scale, softcap=softcap)
+    out_p, lse_p = prompt_part(q[:, None], k_prompt, v_prompt, cu_q, cu_kv, scale=scale, softcap=softcap, rule=rule)
     return merge(out_p[:, 0], lse_p[:, 0], out_r, lse_r, q.dtype)

@@ -165,6 +165,9 @@ def rmsnorm_head(
 HEAD_ROWS = 64
 #: the prefix attention's rows per GEMM under a fixed-rows rule (:func:`shared_prefix_attention`)
 ATTN_ROWS = 256
+#: the most rows of one GEMM under the "pad" rule (:func:`linear_rows`): the largest row count the start-up probe
+#: compares (:func:`rmfast.scoring.decisions.choose_gemm_rows`); more rows run as GEMMs of at most this many
+PAD_MAX_ROWS = 4096
 
 
 def _bmm_rows(a: torch.Tensor, b: torch.Tensor, rule) -> torch.Tensor:
@@ -181,7 +184,8 @@ def _bmm_rows(a: torch.Tensor, b: torch.Tensor, rule) -> torch.Tensor:
 def linear_rows(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rule) -> torch.Tensor:
     """``F.linear`` with its rows cut by ``rule`` (:func:`rmfast.fast.ops.gemm_rows`): x (..., K) -> (..., N).
 
-    ``("pad", m)``: one GEMM over max(M, m) rows (zero rows added); ``("chunk", c)``: GEMMs of exactly c rows.
+    ``("pad", m)``: one GEMM over max(M, m) rows (zero rows added; past :data:`PAD_MAX_ROWS`, GEMMs of at most that
+    many); ``("chunk", c)``: GEMMs of exactly c rows.
     A GEMM of a fixed shape gives every row the same arithmetic wherever it sits, so under "chunk" a row's
     result is the same whatever else is in the batch; "pad" is that only where the library's kernel for
     m rows and more does not change with M (measured: :func:`rmfast.scoring.decisions.choose_gemm_rows`).
@@ -195,6 +199,9 @@ def linear_rows(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rule) 
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K).contiguous()  # (M, K); a strided view would take another kernel than a padded copy
     M = x2.shape[0]
+    if kind == "pad" and M > PAD_MAX_ROWS:  # past the rows the probe measured: GEMMs of at most that many
+        parts = [linear_rows(x2[i:i + PAD_MAX_ROWS], w, b, rule) for i in range(0, M, PAD_MAX_ROWS)]
+        return torch.cat(parts).reshape(*lead, w.shape[0])
     Mp = max(M, m) if kind == "pad" else -(-M // m) * m
     if Mp > M:
         x2 = torch.cat([x2, x2.new_zeros(Mp - M, K)])  # (Mp, K)

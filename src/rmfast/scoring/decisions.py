@@ -31,6 +31,7 @@ from ..errors import UserError, UserNote
 from ..fast import ops
 from ..fast.arch import arch_spec
 from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead, fused_elementwise
+from ..kernels import reference as ref
 from ..template import Template
 from .batching import MEM_FRACTION, auto_batch_size, available_memory, cap_batch_size, row_bytes
 from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
@@ -548,7 +549,7 @@ def choose_share_batches(share_batches, device: torch.device) -> tuple[bool, str
 PAD_ROWS = 64
 CHUNK_ROWS = 256
 #: the probe's reference GEMM (rows) and the row counts it compares with it (odd and even, small and large)
-PROBE_ROWS = 4096
+PROBE_ROWS = ref.PAD_MAX_ROWS  # "pad" never runs a GEMM of more rows than the probe compared
 PROBE_SIZES = (*range(PAD_ROWS, 513, 8), 65, 127, 333, 1000, 1500, 2048, 3000, 4000)
 
 
