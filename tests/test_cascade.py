@@ -25,7 +25,7 @@ import pytest  # noqa: E402
 
 import tiny_models as T  # noqa: E402
 from rmfast.errors import UserError  # noqa: E402
-from rmfast.fast.engine import Engine, packs_rows, score_prompts  # noqa: E402
+from rmfast.fast.engine import Engine, score_prompts  # noqa: E402
 from rmfast.kernels import cascade_reference as cr  # noqa: E402
 from rmfast.kernels import reference as ref  # noqa: E402
 from rmfast.template import build_template  # noqa: E402
@@ -185,17 +185,17 @@ def _packed_wave(w):
     return pack(w["q"]), pack(w["ks"]), pack(w["vs"]), cu, cu_q, int((cu_q[1:] - cu_q[:-1]).max())
 
 
-@pytest.mark.parametrize("softcap", [None, 4.0])
-def test_varlen_cascade_twin_is_the_padded_cascade(softcap):
-    """The cascade on rows packed without padding (every token a one-query row of its prompt's part) equals the
-    right-padded cascade of the same rows at every real position, fp32: several prompts (one empty, one with
-    no rows), ragged rows 1-21, GQA, head dim 24."""
+@pytest.mark.parametrize("softcap,window", [(None, None), (4.0, None), (None, 8), (4.0, 30), (None, 1)])
+def test_varlen_cascade_twin_is_the_padded_cascade(softcap, window):
+    """The cascade on rows packed without padding (every token a one-query row of its prompt's part, at its own
+    position) equals the right-padded cascade of the same rows at every real position, fp32: several prompts
+    (one empty, one with no rows), ragged rows 1-21, GQA, head dim 24, windows that bite into prompt and row."""
     w = wave([5, 37, 0, 20], [2, 1, 2, 1], S=21, lengths=[21, 3, 5, 1, 17, 9], D=24)
     kp, vp = torch.cat(w["kp"], 1), torch.cat(w["vp"], 1)
     q, k, v, cu, cu_q, _ = _packed_wave(w)
-    got = cr.cascade_attention_varlen(q, k, v, kp, vp, cu_q, w["cu_kv"], cu, scale=0.25, softcap=softcap)
+    got = cr.cascade_attention_varlen(q, k, v, kp, vp, cu_q, w["cu_kv"], cu, scale=0.25, softcap=softcap, window=window)
     want = cr.cascade_attention(w["q"], w["ks"], w["vs"], kp, vp, w["cu_rows"], w["cu_kv"], w["lengths"], scale=0.25,
-                                softcap=softcap)
+                                softcap=softcap, window=window)
     assert got.shape == q.shape
     for b, (a, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
         assert_close(got[a:e], want[b, : e - a], "twin", torch.float32)
@@ -338,16 +338,18 @@ def test_triton_cascade_matches_twin(softcap, window, dtype):
 
 
 @requires_triton
-@pytest.mark.parametrize("softcap", [None, 4.0])
+@pytest.mark.parametrize("softcap,window", [(None, None), (4.0, None), (None, 8), (4.0, 30)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_triton_varlen_cascade_matches_twin(softcap, dtype):
-    """The packed rows' cascade (three launches for every prompt and row) against its twin."""
+def test_triton_varlen_cascade_matches_twin(softcap, window, dtype):
+    """The packed rows' cascade (three launches for every prompt and row) against its twin, sliding windows by
+    each token's place in its row (q_pos) included."""
     w = wave([5, 37, 0, 20], [2, 1, 2, 1], S=21, lengths=[21, 3, 5, 1, 17, 9], D=24, dtype=dtype)
     kp, vp = torch.cat(w["kp"], 1), torch.cat(w["vp"], 1)
     q, k, v, cu, cu_q, max_q = _packed_wave(w)
+    place = torch.cat([torch.arange(n) for n in w["lengths"].tolist()]).to(device=DEVICE, dtype=torch.int32)
     got = tc.cascade_attention_varlen_triton(q, k, v, kp, vp, cu_q, w["cu_kv"], max_q, cu, 21, scale=0.25,
-                                             softcap=softcap)
-    want = cr.cascade_attention_varlen(q, k, v, kp, vp, cu_q, w["cu_kv"], cu, scale=0.25, softcap=softcap)
+                                             softcap=softcap, window=window, q_pos=place)
+    want = cr.cascade_attention_varlen(q, k, v, kp, vp, cu_q, w["cu_kv"], cu, scale=0.25, softcap=softcap, window=window)
     assert got.dtype == dtype and torch.isfinite(got).all()
     assert_close(got, want, "attention", dtype)
 
@@ -431,8 +433,9 @@ def _score_wave(model, tmpls, resp, lens, form):
 @pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3", "qwen3", "phi3", "mistral"])
 def test_engine_cascade_equals_default_form(arch):
     """Rows of three prompts (ragged, 1-14 tokens) in one batch: the cascade form (its torch twin here, ONE
-    attention call per layer for all prompts) gives the default CPU form's scores to fp32 rounding; windows
-    (gemma2/3, mistral) shorter than the prompts, softcaps (gemma2), q/k norms (gemma3, qwen3), partial rotary (phi3)."""
+    attention call per layer for all prompts, the rows packed with no pad token) gives the default CPU form's scores
+    to fp32 rounding; windows (gemma2/3, mistral, qwen3) shorter than the prompts, by each packed token's position,
+    softcaps (gemma2), q/k norms (gemma3, qwen3), partial rotary (phi3)."""
     tok = T.chatml_tokenizer()
     model = T.tiny(arch)
     tmpls = [build_template(tok, p) for p in ("Hi", "The greatest thing ever, in one word? Think first, then answer.",
@@ -463,10 +466,8 @@ def test_engine_cascade_equals_default_form(arch):
     n_layers = len(engs[0].layers)
     suffix = len(tmpls[0].suffix_ids)
     n_tokens = sum(int(n.sum()) + len(n) * suffix for n in lens)
-    packed = packs_rows(engs[0].spec, max(e.P for e in engs), 14 + suffix)
-    assert packed == (arch == "llama")  # the windowed tiny models' windows (16) are shorter than prompt + row
-    # the rows' pass: ONE call per layer for all 6 rows of the 3 prompts, packed (T real tokens) or right-padded
-    assert calls.count(("packed", n_tokens) if packed else ("padded", 6)) == n_layers
+    # the rows' pass: ONE call per layer for all 6 rows of the 3 prompts, packed (T real tokens), windows or not
+    assert calls.count(("packed", n_tokens)) == n_layers and ("padded", 6) not in calls
     torch.testing.assert_close(cascade, default, atol=2e-5, rtol=1e-5)
 
 
@@ -481,10 +482,10 @@ def _widen_windows(model, window: int):
 
 
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3", "mistral", "qwen3", "phi3", "qwen2"])
-def test_engine_cascade_packs_rows_where_no_window_bites(arch):
-    """Windows longer than prompt + row change nothing: the rows run packed (no padding, one varlen cascade call
-    per layer), softcaps, q/k norms, partial rotary (phi3) and qkv biases (qwen2) included, and give the default
-    form's scores to fp32 rounding."""
+def test_engine_cascade_packs_rows_whatever_the_windows(arch):
+    """Windows longer than prompt + row, and windows of 8 that bite into the prompts and rows: the rows run packed
+    (no padding, one varlen cascade call per layer), softcaps, q/k norms, partial rotary (phi3) and qkv biases
+    (qwen2) included, and give the default form's scores to fp32 rounding."""
     tok = T.chatml_tokenizer()
     model = T.tiny(arch)
     _widen_windows(model, 200)
@@ -506,12 +507,19 @@ def test_engine_cascade_packs_rows_where_no_window_bites(arch):
         got, engs = _score_wave(model, tmpls, resp, lens, "cascade")
     finally:
         ops.cascade_attention_varlen = real
-    assert packs_rows(engs[0].spec, max(e.P for e in engs), 30 + len(tmpls[0].suffix_ids))
     assert len(calls) == len(engs[0].layers)
     torch.testing.assert_close(got, default, atol=2e-5, rtol=1e-5)
     if arch != "qwen2":  # Qwen2's tiny config has no window at all
-        _widen_windows(model, 8)  # now a window bites: the rows run right-padded, windows by absolute positions
-        assert not packs_rows(Engine(model, tmpls[0], head="score", attention="cascade").spec, 10, 31)
+        _widen_windows(model, 8)  # now a window bites: still packed, windows by each token's own position
+        default, _ = _score_wave(model, tmpls, resp, lens, None)
+        calls.clear()
+        ops.cascade_attention_varlen = counting
+        try:
+            got, engs = _score_wave(model, tmpls, resp, lens, "cascade")
+        finally:
+            ops.cascade_attention_varlen = real
+        assert len(calls) == len(engs[0].layers) and engs[0].spec.layers[0].window in (8, None)
+        torch.testing.assert_close(got, default, atol=2e-5, rtol=1e-5)
 
 
 def test_engine_cascade_packed_rows_states_equal_default_form():
@@ -528,7 +536,6 @@ def test_engine_cascade_packed_rows_states_equal_default_form():
         e0 = Engine(model, tmpls[0], head="score", attention=form)
         engs = [e0, Engine(model, tmpls[1], head="score", layers=e0.layers, attention=form)]
         out[form] = score_prompts(engs, resp, lens, taps={0, 1, len(e0.layers)})
-    assert packs_rows(engs[0].spec, 100, 100)  # Llama: no window, the cascade's rows ran packed
     (s0, t0), (s1, t1) = out[None], out["cascade"]
     torch.testing.assert_close(s1, s0, atol=2e-5, rtol=1e-5)
     assert sorted(t1) == sorted(t0) == [0, 1, len(engs[0].layers)]

@@ -210,7 +210,7 @@ def test_engine_with_fused_elementwise_equals_torch_ops(arch, fuse, monkeypatch)
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(5, T.VOCAB, (3, 4), generator=g).to(DEVICE)
     lens = torch.tensor([4, 1, 3], device=DEVICE)
-    for form in (None, "cascade"):  # the device's own form, and the cascade (its rows packed where no window bites)
+    for form in (None, "cascade"):  # the device's own form, and the cascade (its rows packed)
         off = Engine(model, tmpl, head="score", elementwise=False, attention=form, fuse=fuse)
         on = Engine(model, tmpl, head="score", elementwise=True, attention=form, fuse=fuse)
         assert {len(w.w_qkv) for w, _ in on.layers} == {1 if fuse else 3}

@@ -93,9 +93,8 @@ def test_heads_that_read_a_row_alone_are_not_recorded_as_sharing(tok, monkeypatc
 
 
 def test_stats_count_the_batches_that_ran_packed(tok, monkeypatch):
-    """Under a sliding window, a wave whose longest row passes the window is cut into length buckets; a bucket of
-    short rows still runs packed (its own decision, which the engine obeys), so the stats count it packed with no
-    pad token; the long row's batch, alone, has neither."""
+    """Under a sliding window that the longest row passes, the wave's rows of every length still run packed (each
+    token windowed by its own position): one packed batch, no pad token, the plain-HF scores."""
     monkeypatch.setitem(T.ARCHS["mistral"][1], "sliding_window", 40)
     model = T.tiny("mistral", num_labels=1)
     ran = _counting(monkeypatch, E, "_packed_rows_pass")

@@ -500,22 +500,6 @@ def blockdiag_overhead(spec: ArchSpec, P: int) -> float:
     return 4 * H * H * D * P / layer_flops  # per token per layer: prompt scores + values, all heads' blocks
 
 
-def packs_rows(spec: ArchSpec, max_prompt: int, max_row: int) -> bool:
-    """Whether rows of prompts up to ``max_prompt`` tokens, each row up to ``max_row`` tokens (suffix included),
-    may run packed (:class:`rmfast.fast.layer.PackedRows`, the cascade form's rows' pass): when no layer's
-    sliding window bites, each window at least the longest prompt plus the longest row (every token then sees
-    its whole prompt and its whole row, as with no window). Otherwise the rows run right-padded
-    (:class:`rmfast.fast.layer.CascadePrompt`, windows by absolute positions)."""
-    limit = pack_limit(spec)
-    return limit is None or max_prompt + max_row <= limit
-
-
-def pack_limit(spec: ArchSpec) -> int | None:
-    """The most prompt + row tokens whose rows may run packed: the model's shortest sliding window (None: no
-    window, any length; :func:`packs_rows`)."""
-    return min((L.window for L in spec.layers if L.window is not None), default=None)
-
-
 def fused_elementwise(device: torch.device, triton: bool, compiled: bool) -> bool:
     """Whether the decoder layer's norms, RoPE and SiLU·up run as Triton kernels (:attr:`LayerConsts.fused`): on
     CUDA with the Triton kernels, where the layer runs eagerly (a compiled layer gets inductor's fusion; the CPU
@@ -556,19 +540,20 @@ def _packed_rows_pass(engines: list[Engine], responses: list[torch.Tensor], leng
     cu[1:] = lens.cumsum(0)  # row r's tokens at cu[r]:cu[r+1]
     row_of = torch.repeat_interleave(torch.arange(B), lens)  # (T,)
     P_row = torch.repeat_interleave(torch.tensor([e.P for e in engines]), torch.tensor(rows))  # (B,)
-    pos = torch.arange(T) - cu[row_of] + P_row[row_of]  # (T,) absolute positions: P_i + the token's place in its row
+    place = torch.arange(T) - cu[row_of]  # (T,) each token's place in its row
+    pos = place + P_row[row_of]  # (T,) absolute positions: P_i + the token's place in its row
     cu_rows = [0, *torch.tensor(rows).cumsum(0).tolist()]
     cu_q = cu[cu_rows]  # (n+1,) prompt i's rows' tokens
     max_q, max_len = int((cu_q[1:] - cu_q[:-1]).max()), int(lens.max())
     cu_kv = [0, *torch.tensor([e.P for e in engines]).cumsum(0).tolist()]
-    flat, pos, cu_d, cu_q_d, cu_kv_d = (t.to(dev, non_blocking=True) for t in
-                                        (flat, pos, cu.int(), cu_q.int(), torch.tensor(cu_kv, dtype=torch.int32)))
+    flat, pos, place, cu_d, cu_q_d, cu_kv_d = (t.to(dev, non_blocking=True) for t in (
+        flat, pos, place.int(), cu.int(), cu_q.int(), torch.tensor(cu_kv, dtype=torch.int32)))
     h = e0.spec.embed(flat[None])  # (1, T, Dm)
     rope = e0.spec.rope(pos, h)  # key -> (T, D) cos, sin
     one = len(engines) == 1  # one prompt: its K/V as they are, no per-layer concatenation
     prompts = [PackedRows(e0.kv[li][0] if one else torch.cat([e.kv[li][0] for e in engines], 1),
                           e0.kv[li][1] if one else torch.cat([e.kv[li][1] for e in engines], 1),
-                          cu_kv_d, cu_q_d, max_q, cu_d, max_len, e0.triton) for li in range(len(e0.layers))]
+                          cu_kv_d, cu_q_d, max_q, cu_d, max_len, place, e0.triton) for li in range(len(e0.layers))]
     final = cu_d[1:].long() - 1  # (B,) each row's final token
     h = e0._run_stack(h, e0.P, T, decoder_layer, None, tap, rope=rope, prompts=prompts, tap_tokens=final)
     return h[0, final]  # (B, Dm)
@@ -576,7 +561,7 @@ def _packed_rows_pass(engines: list[Engine], responses: list[torch.Tensor], leng
 
 @torch.no_grad()
 def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths: list[torch.Tensor],
-                  taps: set | None = None, packed: bool | None = None, all_positions: bool = False):
+                  taps: set | None = None, packed: bool | None = None):
     """Rows of one or several prompts, of different lengths, in ONE batch -> (B,) fp32 scores, the rows of
     ``engines[0]`` first, then ``engines[1]``'s, ... (with ``taps``: (scores, {k: (B, Dm)}) as
     :meth:`Engine.score` returns them, each at the row's own final position).
@@ -592,13 +577,11 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     each row alone to fp32 rounding (other GEMM shapes), not bit for bit. One engine: its own path,
     compiled where it compiles; several: eager.
 
-    In the cascade form, where no sliding window bites (:func:`packs_rows`), the rows do not run right-padded
-    at all: they are packed back to back, (1, T, Dm) with T the real tokens, every layer's GEMMs over those
-    only, attention :class:`rmfast.fast.layer.PackedRows` (eager; one pass whatever the rows' lengths).
-    ``packed``: the caller's plan decided it (:meth:`rmfast.scoring.decisions.Decisions.packs`); None: by that rule
-    for this batch's rows. ``all_positions``: the last layer computes every position, not just the last ones the
-    batch's rows read (``rmfast serve``: the last layer's shapes then follow the batch's width alone, never its
-    shortest row).
+    In the cascade form the rows do not run right-padded at all: they are packed back to back, (1, T, Dm) with T
+    the real tokens, every layer's GEMMs over those only, attention :class:`rmfast.fast.layer.PackedRows` (eager;
+    one pass whatever the rows' lengths; a sliding window by each token's own position). ``packed``: the caller's
+    plan decided it (the "rows" decision, :attr:`rmfast.scoring.decisions.Decisions.packed_rows`; ``rmfast serve``
+    packs in every form, the torch twin on CPU); None: the cascade form packs.
     """
     e0 = engines[0]
     if any(e.layers is not e0.layers or not e.can_score_ragged() for e in engines):
@@ -606,7 +589,7 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     S = max(r.shape[1] + len(e.suffix) for e, r in zip(engines, responses))
     tap = None if taps is None else dict.fromkeys(sorted(taps))
     if packed is None:
-        packed = e0.attention == "cascade" and packs_rows(e0.spec, max(e.P for e in engines), S)
+        packed = e0.attention == "cascade"
     if packed:
         out = e0._head_scores(_packed_rows_pass(engines, responses, lengths, S, tap))
         return out if tap is None else (out, tap)
@@ -614,7 +597,7 @@ def score_prompts(engines: list[Engine], responses: list[torch.Tensor], lengths:
     parts = [_ragged_ids(e, r, n, S) for e, r, n in zip(engines, responses, lengths)]
     ids = torch.cat([p[0] for p in parts])  # (B, S)
     back = S - 1 - torch.cat([p[1] for p in parts])  # (B,) each row's final position, counted from the last
-    n_out = S if all_positions else int(back.max()) + 1  # the last layer computes the last n_out positions
+    n_out = int(back.max()) + 1  # the last layer computes the last n_out positions
     h = e0.spec.embed(ids)  # (B, S, Dm)
     lengths = S - back  # (B,) real positions per row: the cascade form never reads keys after them
     if len(engines) == 1:

@@ -174,8 +174,8 @@ class PackedRows(NamedTuple):
     in the cascade form): the layer's h is (1, T, Dm), row r's tokens at ``cu_seqlens[r]:cu_seqlens[r+1]``,
     rows grouped by prompt, prompt i's rows' tokens at ``cu_q[i]:cu_q[i+1]``. Attention is the cascade on the
     packed q/k/v as they are (:func:`rmfast.fast.ops.cascade_attention_varlen`): each token over its prompt's
-    K/V (no mask) and its row's own keys (causal), merged; the GEMMs, norms and MLP see only real tokens.
-    Only where no sliding window bites (:func:`rmfast.fast.engine.packs_rows`)."""
+    K/V and its row's own keys (causal), a sliding window by the token's own position (``q_pos``), merged; the
+    GEMMs, norms and MLP see only real tokens."""
 
     k: torch.Tensor  # (Hkv, sum P_i, D): the prompts' K/V, concatenated along positions
     v: torch.Tensor  # (Hkv, sum P_i, D)
@@ -184,6 +184,7 @@ class PackedRows(NamedTuple):
     max_q: int  # the most tokens of one prompt's rows (sizes the prompt kernel's grid)
     cu_seqlens: torch.Tensor  # (B+1,) int32: row r's tokens
     max_len: int  # the longest row (sizes the response kernel's grid)
+    q_pos: torch.Tensor  # (T,) int32: each token's place in its row (its position is its prompt's length + that)
     triton: bool  # the Triton kernels, else the torch twin
 
 
@@ -331,7 +332,7 @@ def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePromp
     if isinstance(prompt, PackedRows):  # B = 1, Sq = S = T packed tokens
         a = ops.cascade_attention_varlen(q[0], k[0], v[0], prompt.k, prompt.v, prompt.cu_q, prompt.cu_kv, prompt.max_q,
                                          prompt.cu_seqlens, prompt.max_len, scale=c.scale, softcap=c.softcap,
-                                         triton=prompt.triton)  # (T, H, D)
+                                         window=c.window, q_pos=prompt.q_pos, triton=prompt.triton)  # (T, H, D)
         return a.view(1, Sq, H * D)
     if isinstance(prompt, PackedPrompts):  # B = 1, Sq = S = T packed tokens
         a = ops.varlen_causal_attention(q[0], k[0], v[0], prompt.cu_seqlens, prompt.max_len, scale=c.scale,

@@ -29,6 +29,8 @@ __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attenti
            "shared_prefix_attention", "cascade_attention", "cascade_attention_varlen", "varlen_causal_attention", "shared_prefix_attention_blockdiag",
            "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "linear", "gemm_rows", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
 
+#: the most rows of one GEMM under the "pad" rows rule (:func:`rmfast.kernels.reference.linear_rows`)
+PAD_MAX_ROWS = ref.PAD_MAX_ROWS
 #: how the fast engine's linears cut their rows (:func:`gemm_rows`); None: one GEMM over all rows, as torch decides
 _GEMM_ROWS: contextvars.ContextVar = contextvars.ContextVar("rmfast_gemm_rows", default=None)
 
@@ -203,20 +205,21 @@ def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv,
 
 
 def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q: int, cu_seqlens, max_len: int, *, scale,
-                             softcap=None, triton: bool):
+                             softcap=None, window=None, q_pos=None, triton: bool):
     """The cascade form on rows packed back to back with no padding: q (T, H, D), k/v (T, Hkv, D), row r's
     tokens at cu_seqlens[r]:cu_seqlens[r+1], prompt i's rows' tokens at cu_q[i]:cu_q[i+1] over its keys
-    k/v_prompt (Hkv, sum P_i, D) at cu_kv[i]:cu_kv[i+1] -> (T, H, D) in q.dtype; no sliding window
+    k/v_prompt (Hkv, sum P_i, D) at cu_kv[i]:cu_kv[i+1] -> (T, H, D) in q.dtype
     (:mod:`rmfast.kernels.cascade_reference`). ``max_q``/``max_len``: the most tokens of one prompt / one row
-    (host ints). ``triton``: the Triton kernels (three launches), else the torch twin."""
+    (host ints). ``window``: a sliding window, ``q_pos`` (T,) int32 each token's place in its row (its position is
+    its prompt's length plus that). ``triton``: the Triton kernels (three launches), else the torch twin."""
     if triton:
         from ..kernels.triton_cascade import cascade_attention_varlen_triton
 
         return cascade_attention_varlen_triton(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q, cu_seqlens, max_len,
-                                               scale=scale, softcap=softcap)
+                                               scale=scale, softcap=softcap, window=window, q_pos=q_pos)
     rule = None if torch.compiler.is_compiling() else _GEMM_ROWS.get()  # rmfast serve: a row's bits its own
     return cascade_ref.cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlens, scale=scale,
-                                                softcap=softcap, rule=rule)
+                                                softcap=softcap, window=window, rule=rule, q_pos=q_pos)
 
 
 def varlen_causal_attention(q, k, v, cu_seqlens, max_len: int, *, scale, softcap=None, window=None, triton: bool):

@@ -22,7 +22,8 @@ The same response part on rows packed back to back without padding, ``cu_seqlens
 tokens (:func:`response_part_varlen`), is the packed prompt pass's attention (:mod:`rmfast.fast.wave`).
 Rows packed that way AND attending to their prompts (:func:`cascade_attention_varlen`, the engine's packed
 rows' pass) run the prompt part with every token as a one-query "row": a token's prompt is the prompt of its
-row, so prompt i's queries are the tokens ``cu_q[i]:cu_q[i+1]``.
+row, so prompt i's queries are the tokens ``cu_q[i]:cu_q[i+1]``, each at its own position (``q_pos``: its place
+in its row) for a sliding window.
 
 Numerics: scores are formed in fp32 from the inputs (exact products of bf16/fp16 values), scaled,
 Gemma-2 softcapped (``tanh(s / cap) · cap``) and soft-maxed in fp32; each part's output is fp32; the
@@ -74,13 +75,15 @@ def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, softcap: float | Non
 
 
 def prompt_part(q, k, v, cu_rows, cu_kv, *, q_pos0: int = 0, scale: float, softcap: float | None = None,
-                window: int | None = None, rule=None) -> tuple[torch.Tensor, torch.Tensor]:
+                window: int | None = None, rule=None, q_pos=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows' queries over their prompt's shared K/V.
 
     q: (B, Sq, H, D); rows cu_rows[i]:cu_rows[i+1] belong to prompt i, and their query j sits at absolute
     position P_i + q_pos0 + j (q_pos0 = S - Sq: the queries are the last Sq of S row positions).
     k, v: (Hkv, sum P_i, D), prompt i's keys at cu_kv[i]:cu_kv[i+1] (absolute positions 0..P_i-1).
     window: a query at absolute position t sees prompt keys at positions > t - window.
+    q_pos: (B,) int, each row's own offset added to its queries' positions (rows packed back to back, every token a
+    one-query row: its place in its row), None: 0.
     rule: a rows rule (:func:`_mm`): each query's result whatever the other rows of its prompt.
     Returns (out (B, Sq, H, D) fp32, lse (B, Sq, H) fp32).
     """
@@ -98,11 +101,13 @@ def prompt_part(q, k, v, cu_rows, cu_kv, *, q_pos0: int = 0, scale: float, softc
         # (Hkv, n·Sq·G, D): every query of the prompt's rows for one kv head, one GEMM operand
         qg = q[r0:r1].reshape(n, Sq, Hkv, G, D).permute(2, 0, 1, 3, 4).reshape(Hkv, n * Sq * G, D)
         s = _scores(qg, k[:, k0:k1], scale, softcap, rule)  # (Hkv, n·Sq·G, P)
-        visible = torch.ones(Sq, P, dtype=torch.bool, device=q.device)
+        visible = torch.ones(1, Sq, P, dtype=torch.bool, device=q.device)
         if window is not None:
-            t = P + q_pos0 + torch.arange(Sq, device=q.device)  # (Sq,) absolute query positions
-            visible = torch.arange(P, device=q.device)[None, :] > t[:, None] - window  # (Sq, P)
-        vis = visible[None, None, :, None, :].expand(Hkv, n, Sq, G, P).reshape(Hkv, n * Sq * G, P)
+            t = P + q_pos0 + torch.arange(Sq, device=q.device)[None, :]  # (1, Sq) absolute query positions
+            if q_pos is not None:
+                t = t + q_pos[r0:r1, None].to(q.device)  # (n, Sq)
+            visible = torch.arange(P, device=q.device) > t[..., None] - window  # (1 or n, Sq, P)
+        vis = visible[None, :, :, None, :].expand(Hkv, n, Sq, G, P).reshape(Hkv, n * Sq * G, P)
         o, l = _softmax_parts(s, vis, v[:, k0:k1].float(), rule)  # (Hkv, n·Sq·G, D), (Hkv, n·Sq·G)
         out[r0:r1] = o.view(Hkv, n, Sq, G, D).permute(1, 2, 0, 3, 4).reshape(n, Sq, H, D)
         lse[r0:r1] = l.view(Hkv, n, Sq, G).permute(1, 2, 0, 3).reshape(n, Sq, H)
@@ -199,18 +204,24 @@ def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv,
 
 
 def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlens, *, scale: float,
-                             softcap: float | None = None, rule=None) -> torch.Tensor:
+                             softcap: float | None = None, window: int | None = None, rule=None,
+                             q_pos: torch.Tensor | None = None) -> torch.Tensor:
     """Rows packed back to back with no padding over prompt ⊕ own keys -> (T, H, D) in q.dtype.
 
     q: (T, H, D), k, v: (T, Hkv, D): rows grouped by prompt, row r's tokens at cu_seqlens[r]:cu_seqlens[r+1];
     prompt i's rows' tokens at cu_q[i]:cu_q[i+1] (n+1,), its keys k/v_prompt (Hkv, sum P_i, D) at
-    cu_kv[i]:cu_kv[i+1]. No sliding window: every token sees all of its prompt's keys, which is what a
-    window does too when it is longer than every prompt plus its longest row (the engine packs rows only
-    then, :func:`rmfast.fast.engine.packs_rows`). Equal to :func:`cascade_attention` of the same rows
-    right-padded, to fp32 rounding, at every real position.
+    cu_kv[i]:cu_kv[i+1]. ``window``: a token at place t of its row (absolute position P_i + t) sees its row's keys
+    u > t - window and its prompt's keys at positions > P_i + t - window. Equal to :func:`cascade_attention` of the
+    same rows right-padded, to fp32 rounding, at every real position. ``q_pos``: (T,) each token's place in its
+    row where the caller has it (else worked out from ``cu_seqlens``; only a window reads it).
     """
-    out_r, lse_r = response_part_varlen(q, k, v, cu_seqlens, scale=scale, softcap=softcap, rule=rule)  # (T, H, D), (T, H)
+    out_r, lse_r = response_part_varlen(q, k, v, cu_seqlens, scale=scale, softcap=softcap, window=window,
+                                        rule=rule)  # (T, H, D), (T, H)
     if k_prompt.shape[1] == 0:
         return out_r.to(q.dtype)
-    out_p, lse_p = prompt_part(q[:, None], k_prompt, v_prompt, cu_q, cu_kv, scale=scale, softcap=softcap, rule=rule)
+    if window is not None and q_pos is None:  # each token's place in its row (its prompt part's queries: P_i + that)
+        lens = cu_seqlens[1:] - cu_seqlens[:-1]
+        q_pos = torch.arange(q.shape[0], device=q.device) - torch.repeat_interleave(cu_seqlens[:-1].long(), lens.long())
+    out_p, lse_p = prompt_part(q[:, None], k_prompt, v_prompt, cu_q, cu_kv, scale=scale, softcap=softcap,
+                               window=window, rule=rule, q_pos=q_pos)
     return merge(out_p[:, 0], lse_p[:, 0], out_r, lse_r, q.dtype)

@@ -76,13 +76,13 @@ if HAVE_TRITON:
 
     @triton.jit(do_not_specialize=["n_prompts", "Sq", "G", "q_pos0", "window"])
     def _prompt_kernel(
-        Q, K, V, CU_ROWS, CU_KV, O, LSE,
+        Q, K, V, CU_ROWS, CU_KV, O, LSE, QPOS,
         stride_qb, stride_qs, stride_qh, stride_qd,
         stride_kh, stride_kn, stride_kd,  # K and V share strides
         stride_ob, stride_os, stride_oh,  # O (B, Sq, H, D) contiguous fp32; LSE (B, Sq, H) the same without D
         n_prompts, Sq, G, D, q_pos0,
         scale, softcap, window,
-        HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        HAS_SOFTCAP: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_QPOS: tl.constexpr, DOT_PRECISION: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
@@ -106,13 +106,15 @@ if HAVE_TRITON:
         q = tl.load(Q + b[:, None] * stride_qb + j[:, None] * stride_qs + h[:, None] * stride_qh
                     + offs_d[None, :] * stride_qd, mask=d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
         t = P + q_pos0 + j  # (BLOCK_M,) absolute query positions
+        if HAS_QPOS:  # packed rows, every token a one-query row: its place in its row
+            t = t + tl.load(QPOS + b)
 
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         lo = 0
         if HAS_WINDOW:  # tiles wholly before every query's window are never loaded
-            t_min = P + q_pos0 + tl.min(j, 0)
+            t_min = tl.min(t, 0)
             lo = tl.maximum(0, t_min - window + 1)
             lo = (lo // BLOCK_N) * BLOCK_N
         kv_base = kvh.to(tl.int64) * stride_kh + k0.to(tl.int64) * stride_kn
@@ -283,10 +285,11 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 0, scale: float,
-                       softcap: float | None = None, window: int | None = None):
+                       softcap: float | None = None, window: int | None = None, q_pos: torch.Tensor | None = None):
     """:func:`rmfast.kernels.cascade_reference.prompt_part` in one launch for all prompts.
 
-    cu_rows, cu_kv: (n+1,) int32 device tensors; max_rows: the most rows any prompt has (sizes the grid).
+    cu_rows, cu_kv: (n+1,) int32 device tensors; max_rows: the most rows any prompt has (sizes the grid);
+    q_pos: (B,) int32 each row's offset to its queries' positions (read only under a window), None: 0.
     Returns (out (B, Sq, H, D) fp32, lse (B, Sq, H) fp32)."""
     _check(q, _prompt_kernel)
     B, Sq, H, D = q.shape
@@ -302,12 +305,14 @@ def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 
     bm, bn, warps, stages = _blocks(block_d, q.element_size(), q.is_cuda)
     G = H // Hkv
     grid = (triton.cdiv(max_rows * Sq * G, bm), n, Hkv)
+    has_qpos = window is not None and q_pos is not None
     _prompt_kernel[grid](
-        q, k, v, cu_rows, cu_kv, out, lse,
+        q, k, v, cu_rows, cu_kv, out, lse, q_pos.to(torch.int32) if has_qpos else cu_rows,
         *q.stride(), *k.stride(), *out.stride()[:3],
         n, Sq, G, D, q_pos0,
         float(scale), float(softcap) if softcap is not None else 1.0, int(window) if window is not None else 0,
-        HAS_SOFTCAP=softcap is not None, HAS_WINDOW=window is not None, DOT_PRECISION=_precision(q.dtype),
+        HAS_SOFTCAP=softcap is not None, HAS_WINDOW=window is not None, HAS_QPOS=has_qpos,
+        DOT_PRECISION=_precision(q.dtype),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, num_warps=warps, num_stages=stages,
     )
     return out, lse
@@ -408,12 +413,18 @@ def cascade_attention_triton(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows,
 
 
 def cascade_attention_varlen_triton(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q: int, cu_seqlens, max_len: int,
-                                    *, scale: float, softcap: float | None = None) -> torch.Tensor:
+                                    *, scale: float, softcap: float | None = None, window: int | None = None,
+                                    q_pos: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`rmfast.kernels.cascade_reference.cascade_attention_varlen` in three launches (response part varlen,
     prompt part with one query per token, merge) whatever the numbers of prompts and rows. ``max_q``: the most
-    tokens of one prompt's rows, ``max_len``: the longest row (host ints sizing the grids). (T, H, D) in q.dtype."""
-    out_r, lse_r = response_part_varlen_triton(q, k, v, cu_seqlens, max_len, scale=scale, softcap=softcap)
+    tokens of one prompt's rows, ``max_len``: the longest row (host ints sizing the grids); ``q_pos`` (T,) int32 each
+    token's place in its row, needed with a ``window``. (T, H, D) in q.dtype."""
+    if window is not None and q_pos is None:
+        raise ValueError("a sliding window over packed rows needs q_pos (each token's place in its row)")
+    out_r, lse_r = response_part_varlen_triton(q, k, v, cu_seqlens, max_len, scale=scale, softcap=softcap,
+                                               window=window)
     if k_prompt.shape[1] == 0:
         return out_r.to(q.dtype)
-    out_p, lse_p = prompt_part_triton(q[:, None], k_prompt, v_prompt, cu_q, cu_kv, max_q, scale=scale, softcap=softcap)
+    out_p, lse_p = prompt_part_triton(q[:, None], k_prompt, v_prompt, cu_q, cu_kv, max_q, scale=scale, softcap=softcap,
+                                      window=window, q_pos=q_pos)
     return merge_triton(out_p[:, 0], lse_p[:, 0], out_r, lse_r, q.dtype)

@@ -236,7 +236,7 @@ class Group:
         batch_size: rows per batch (halved on out-of-memory).
         score: ``score(rows, batch_size) -> (len(rows),) float32 scores``.
         packed: its rows of several lengths run packed back to back, no padding (the fast engine's cascade
-            form, :func:`rmfast.fast.engine.packs_rows`); False: right-padded to each batch's longest.
+            form); False: right-padded to each batch's longest.
     """
 
     rows: np.ndarray

@@ -31,7 +31,6 @@ from ..errors import UserError, UserNote
 from ..fast import ops
 from ..fast.arch import arch_spec
 from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead, fused_elementwise
-from ..kernels import reference as ref
 from ..template import Template
 from .batching import MEM_FRACTION, auto_batch_size, available_memory, cap_batch_size, row_bytes
 from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
@@ -347,15 +346,10 @@ class Decisions:
     share_batches: bool = False
     ragged: bool = False  # a scorer's rows of several lengths and conversations may share a batch (its head allows)
     elementwise: bool = False  # the layer's norms, RoPE and SiLU·up as Triton kernels (fused_elementwise)
-    packed_rows: bool = False  # ragged rows run packed back to back (the cascade form), up to pack_limit tokens
-    pack_limit: int | None = None  # prompt + row tokens (the shortest sliding window); None: any
+    packed_rows: bool = False  # ragged rows run packed back to back, no pad token (the cascade form)
     host_overlap: bool = False  # a token scan's vocabulary hash and decoding on a host thread while the device scores
     fuse: bool = False  # q|k|v and gate|up as one GEMM weight each (the "projections" decision, choose_projections)
     reasons: dict = field(default_factory=dict)
-
-    def packs(self, prompt: int, row: int) -> bool:
-        """Whether rows of a ``prompt``-token prompt, up to ``row`` tokens each, run packed (the "rows" decision)."""
-        return self.packed_rows and (self.pack_limit is None or prompt + row <= self.pack_limit)
 
     @property
     def head_index(self) -> int:
@@ -461,20 +455,17 @@ def _one_length_why(engine: str, head: str, model) -> str | None:
 
 def _rows_rule(d: Decisions, model, one_length: str | None) -> None:
     """The "rows" decision of a scorer: rows of several lengths packed back to back (the cascade form: no pad
-    token, :class:`rmfast.fast.layer.PackedRows`) where no sliding window is shorter than prompt + row, else
-    right-padded in length buckets; one length per batch where the head or path takes no other."""
-    from ..fast.engine import pack_limit
-
+    token, :class:`rmfast.fast.layer.PackedRows`, sliding windows by each token's position), else right-padded in
+    length buckets; one length per batch where the head or path takes no other."""
     if one_length is not None:
         d.record("rows", "one length per batch", one_length)
         return
     if d.attention != "cascade":
         d.record("rows", "padded", f"the {d.attention} form reads rows right-padded: length buckets")
         return
-    d.packed_rows, d.pack_limit = True, pack_limit(arch_spec(model))
-    d.record("rows", "packed", "the cascade form: a wave's rows of every length back to back, no pad token" + (
-        "" if d.pack_limit is None else f", where prompt + row <= {d.pack_limit} tokens (the shortest sliding "
-                                        "window; longer ones right-padded in length buckets)"))
+    d.packed_rows = True
+    d.record("rows", "packed", "the cascade form: a wave's rows of every length back to back, no pad token "
+                               "(sliding windows by each token's own position)")
 
 
 def _engine_rule(model, head: str, o: ScoringOptions, job: str, stacklevel: int) -> tuple[str, str]:
@@ -549,7 +540,7 @@ def choose_share_batches(share_batches, device: torch.device) -> tuple[bool, str
 PAD_ROWS = 64
 CHUNK_ROWS = 256
 #: the probe's reference GEMM (rows) and the row counts it compares with it (odd and even, small and large)
-PROBE_ROWS = ref.PAD_MAX_ROWS  # "pad" never runs a GEMM of more rows than the probe compared
+PROBE_ROWS = ops.PAD_MAX_ROWS  # "pad" never runs a GEMM of more rows than the probe compared
 PROBE_SIZES = (*range(PAD_ROWS, 513, 8), 65, 127, 333, 1000, 1500, 2048, 3000, 4000)
 
 

@@ -18,7 +18,7 @@ class ScoreStats:
             batches hold exactly their rows); ``padded_tokens``: pad tokens of ragged batches (rows of
             similar lengths right-padded to the batch's longest, :func:`rmfast.scoring.batching.length_buckets`); ``packed_batches``:
             batches whose rows ran packed back to back instead (any lengths, no pad token: the fast
-            engine's cascade form where no sliding window bites, :func:`rmfast.fast.engine.packs_rows`).
+            engine's cascade form).
         response_tokens, prompt_tokens: tokens of the rows (response + suffix) and of the call's distinct prompts
             (encoded now or taken from the cache: ``prompt_passes`` says how many were encoded).
         resumed_rows: rows taken from a checkpoint rather than scored.

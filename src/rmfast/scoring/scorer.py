@@ -441,7 +441,7 @@ class RewardScorer:
         (:meth:`_ragged_ok`): conversations in waves (:meth:`_waves`), each wave's rows sorted by length
         and cut into buckets of similar lengths (:func:`length_buckets`), so that a batch holds rows of
         several conversations and lengths (right-padded, each read at its own final position); where the
-        rows run packed (:meth:`_packs`: no padding at all), the wave's rows of every length are one group.
+        rows run packed (the plan's "rows" decision: no padding at all), the wave's rows of every length are one group.
         Otherwise one group per (conversation, response length). A row that carries its own template
         (compat) is a group of its own on the plain-HF path."""
         by: dict = {}
@@ -455,12 +455,11 @@ class RewardScorer:
                     if odd < 0 and c in wave:
                         lens.setdefault(n, []).extend(idx)
                 tmpl = max((job.tmpls[c] for c in wave), key=lambda t: len(t.prefix_ids))
-                packed = self._packs(tmpl, max(lens, default=0))
+                packed = self.decided.packed_rows
                 for bucket in [sorted(lens)] if packed else length_buckets(sorted(lens)):
                     idx = np.asarray([u for n in bucket for u in lens[n]], dtype=np.int64)
-                    pk = packed or self._packs(tmpl, bucket[-1])  # a bucket of short rows packs under a window too
                     groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None),
-                                        self._rows_scorer(job, wave, pk), pk))
+                                        self._rows_scorer(job, wave, packed), packed))
         else:
             for (ci, n, odd), idx in sorted(by.items()):
                 if odd < 0:
@@ -541,11 +540,6 @@ class RewardScorer:
             for c in todo:
                 self._plans.pop(job.convs[c], None)
             raise
-
-    def _packs(self, tmpl: Template, n: int) -> bool:
-        """Whether a wave's rows run packed back to back: the plan's "rows" decision (made once for the scorer)
-        for its longest prompt (``tmpl``) and its longest row (n response tokens and the suffix)."""
-        return self.decided.packs(len(tmpl.prefix_ids), n + len(tmpl.suffix_ids))
 
     def _ragged_ok(self) -> bool:
         """Ragged batches: the fast engine, by its rule (the plan's "rows" decision, :func:`rmfast.fast.engine.ragged_ok`)."""

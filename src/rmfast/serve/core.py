@@ -19,9 +19,8 @@ a row's arithmetic to be a function of the sample alone:
 - the prompt's keys/values: one pass of the prompt's own ids, whichever sample brought it;
 - the row's layout: a wave's rows, of every prompt and length, run packed back to back with no pads
   (:class:`rmfast.fast.layer.PackedRows`), every layer at every token, attention per row over its own prompt's
-  keys and its own (the prompt part's GEMMs under the rows rule, contiguous operands); a row a sliding window
-  reaches into (decided by its own length) runs right-padded to its length rounded up a fixed ladder
-  (:func:`width_of`), not its batch's longest, and the last layer computes every position (``all_positions``);
+  keys and its own, a sliding window by each token's own position (the prompt part's GEMMs under the rows rule,
+  contiguous operands);
 - the GEMMs: the libraries pick kernels by the number of rows M. Under the plan's rows rule
   (:func:`rmfast.fast.ops.gemm_rows`) every linear runs either at >= :data:`PAD_ROWS` rows in one GEMM, where
   a probe at start (:func:`rmfast.scoring.decisions.choose_gemm_rows`) measured this machine's kernels to give a row the same bits at every
@@ -35,7 +34,6 @@ and from 8 concurrent clients.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -47,7 +45,7 @@ import torch
 from ..dims import kv_bytes
 from ..errors import UserError
 from ..fast import ops
-from ..fast.engine import pack_limit, score_prompts
+from ..fast.engine import score_prompts
 from ..scoring.candidates import max_positions
 from ..scoring.decisions import CHUNK_ROWS, PAD_ROWS, choose_gemm_rows, decide
 from ..scoring.hf_path import hf_scores
@@ -103,17 +101,6 @@ def split_sample(ids, header: tuple = (), prompt_ids=None) -> Sample:
 #: the most row tokens of one packed call (:meth:`ServeCore._score_packed`): any cut gives the same bits; this bounds
 #: the prompt part's fp32 scores on the CPU (tokens x group heads x prompt length per kv head)
 PACK_TOKENS = 8192
-
-
-def width_of(n: int) -> int:
-    """A row's padded width: its length rounded up a fixed ladder (steps of a quarter of its power of two, at
-    least 8), so a row's shapes are its own, never its batch's longest; at most 7 pads, or 25% of a long row.
-
-    >>> [width_of(n) for n in (1, 8, 9, 20, 100, 129, 1000)]
-    [8, 8, 16, 24, 112, 160, 1024]
-    """
-    step = max(8, 2 ** max(0, int(math.log2(max(1, n))) - 2))
-    return -(-int(n) // step) * step
 
 
 @dataclass
@@ -179,16 +166,11 @@ class ServeCore:
             "a function of the sample alone (its ids, and the client's prompt where sent), never of what else is "
             "waiting: the RM's assistant header " + (f"{list(self.header)}" if self.header else "(none in this template)")
             + "'s last occurrence; else the client's prompt where its ids begin the sample's; else no shared prompt")}
-        eng = self._donor.eng if self._donor is not None else None
-        self._pack_limit = pack_limit(eng.spec) if eng is not None else None
-        self.reasons["rows"] = {"value": "packed" if self._pack_limit is None else f"packed up to {self._pack_limit} tokens",
-                                "reason": (
+        self.reasons["rows"] = {"value": "packed", "reason": (
             "a wave's rows, of every prompt and length, run packed back to back with no pads, in calls of at most "
-            f"{PACK_TOKENS} tokens: every GEMM over the wave's real tokens, attention per row over its own prompt (the "
-            "rows rule keeps a token's bits its own wherever it sits)" + ("" if self._pack_limit is None else
-            "; a sample longer than the model's shortest sliding window runs right-padded to its own width (a fixed "
-            "ladder, width_of) with its prompt's other such rows, the last layer at every position")
-            + ": decided by the sample's own length, never its wave's")}
+            f"{PACK_TOKENS} tokens: every GEMM over the wave's real tokens, every layer at every token, attention per "
+            "row over its own prompt and itself (a sliding window by each token's own position); the rows rule keeps "
+            "a token's bits its own wherever it sits")}
         self.reasons["prompt_cache"] = {"value": f"{self.cache_bytes / 2**20:.0f} MiB",
                                         "reason": "prompt encodings kept between waves, least recently used dropped"}
         self.score_meaning = score_meaning("score", self.head_index, self.model_info.get("random_head_seed"))
@@ -269,23 +251,16 @@ class ServeCore:
             plans[prompt], fresh = self._plan(prompt, keep)
             self.stats.prompt_hits += len(ks) - (1 if fresh else 0)
             self.stats.prompt_tokens_saved += len(prompt) * (len(ks) - (1 if fresh else 0))
-        packed = [k for k in range(len(samples)) if self._packs(samples[k])]
-        self._score_packed(samples, packed, plans, out)
-        in_pack = set(packed)
-        self._score_padded(samples, [k for k in range(len(samples)) if k not in in_pack], plans, out)
+        self._score_packed(samples, list(range(len(samples))), plans, out)
         for prompt, ks in by_prompt.items():
             if samples[ks[0]].rule == "none":  # a sample's own prefix: not worth keeping
                 self._drop(prompt)
 
-    def _packs(self, s: Sample) -> bool:
-        """Whether the sample's row runs packed (no pads; :func:`rmfast.fast.engine.packs_rows`): decided from the
-        sample alone (its length against the model's shortest sliding window), so its path never follows its wave."""
-        return self._pack_limit is None or len(s.ids) <= self._pack_limit
-
     def _score_packed(self, samples: list[Sample], ks: list, plans: dict, out: np.ndarray) -> None:
         """Rows of every prompt and length packed back to back, no pads, in calls of at most :data:`PACK_TOKENS`
         row tokens: the GEMMs run over the wave's real tokens (the rows rule keeps each token's bits its own),
-        attention per row over its prompt (:class:`rmfast.fast.layer.PackedRows`)."""
+        attention per row over its prompt (:class:`rmfast.fast.layer.PackedRows`; any engine form: the torch twin
+        on CPU)."""
         calls, tokens = [[]], 0
         for k in ks:
             n = len(samples[k].rest)
@@ -313,27 +288,6 @@ class ServeCore:
                 out[np.asarray(order)] = got.float().cpu().numpy()
                 real = sum(int(n.sum()) for n in lens)
                 self._count_batch(len(call), real, real)
-
-    def _score_padded(self, samples: list[Sample], ks: list, plans: dict, out: np.ndarray) -> None:
-        """Rows a sliding window reaches into (:meth:`_packs`): per prompt and width, each row right-padded to its
-        own width (:func:`width_of`), the last layer at every position."""
-        groups: OrderedDict = OrderedDict()  # (prompt, width) -> [sample positions]
-        for k in ks:
-            groups.setdefault((samples[k].prompt, width_of(len(samples[k].rest))), []).append(k)
-        for (prompt, width), part_ks in groups.items():
-            plan = plans[prompt]
-            per = max(1, self.decided.rows_per_batch(self.model, plan.template, width))
-            for lo in range(0, len(part_ks), per):
-                part = part_ks[lo:lo + per]
-                x = torch.zeros(len(part), width, dtype=torch.long)  # (B, width), right-padded with id 0
-                for r, k in enumerate(part):
-                    rest = samples[k].rest
-                    x[r, : len(rest)] = torch.as_tensor(rest, dtype=torch.long)
-                lens = torch.tensor([len(samples[k].rest) for k in part])
-                with ops.gemm_rows(self.rows_rule):
-                    got = score_prompts([plan.eng], [x], [lens], None, packed=False, all_positions=True)
-                out[np.asarray(part)] = got.float().cpu().numpy()
-                self._count_batch(len(part), len(part) * width, int(lens.sum()))
 
     def _count_batch(self, rows: int, gemm_tokens: int, real_tokens: int) -> None:
         st = self.stats
