@@ -213,7 +213,8 @@ class Engine:
         tap position counted back from the last (0: the last; ragged rows end earlier).
         ``rope`` (key -> (B, S, D) cos, sin) and ``prompts`` (per layer) given: rows of several
         prompts (:func:`score_prompts`); else this engine's prompt, positions pos0.. . ``tap_tokens``: (R,) the
-        tap positions of a packed batch (h (1, T, Dm), every layer returning all T: :class:`PackedRows`)."""
+        tap positions of a packed batch (h (1, T, Dm), every layer but the last returning all T, :class:`PackedRows`;
+        the last runs its output projection and MLP at those R tokens only and returns (1, R, Dm))."""
         S = h.shape[1]
 
         def tap(x):  # (B, S', Dm) whose last position is S - 1 -> (B, Dm) copy at each row's tap position
@@ -236,14 +237,16 @@ class Engine:
             # be a second graph per suffix length (compile time, and torch.compile's recompile limit)
             # for ~1/n_layers of the work.
             fn = decoder_layer if li == last else layer_fn
-            out = fn(h, w, cos, sin, prompts[li], c, n_out if li == last else S, kvs is not None)
+            narrow = li == last and tap_tokens is not None  # packed rows: the last layer at each row's final token
+            out = fn(h, w, cos, sin, prompts[li], c, n_out if li == last else S, kvs is not None,
+                     **({"keep": tap_tokens} if narrow else {}))
             if kvs is None:
                 h = out
             else:
                 h, k, v = out  # k, v: (B, S, Hkv, D)
                 kvs.append((k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous()))  # (Hkv, S, D)
             if taps is not None and li + 1 in taps:
-                taps[li + 1] = tap(h)  # (B, Dm)
+                taps[li + 1] = h[0].clone() if narrow else tap(h)  # (B, Dm)
         return h
 
     def _no_prompt(self, h: torch.Tensor) -> PromptKV | CascadePrompt:
@@ -556,7 +559,7 @@ def _packed_rows_pass(engines: list[Engine], responses: list[torch.Tensor], leng
                           cu_kv_d, cu_q_d, max_q, cu_d, max_len, place, e0.triton) for li in range(len(e0.layers))]
     final = cu_d[1:].long() - 1  # (B,) each row's final token
     h = e0._run_stack(h, e0.P, T, decoder_layer, None, tap, rope=rope, prompts=prompts, tap_tokens=final)
-    return h[0, final]  # (B, Dm)
+    return h[0]  # (B, Dm): the last layer ran at each row's final token only
 
 
 @torch.no_grad()

@@ -386,6 +386,7 @@ def decoder_layer(
     c: LayerConsts,
     n_out: int,
     collect_kv: bool = False,
+    keep: torch.Tensor | None = None,
 ):
     """One decoder layer over a batch of rows that attend to a shared prompt.
 
@@ -396,11 +397,17 @@ def decoder_layer(
     prompt: the prompt's K/V for this layer, in the form that picks the attention (:func:`attend`).
     n_out: positions to return (the last n_out); the last layer needs only the read positions.
     collect_kv: also return this layer's roped keys and values (B, S, Hkv, D) (the prompt pass).
-    Returns (B, n_out, Dm), or (that, k, v) with collect_kv.
+    keep: (R,) positions to return instead (packed rows, B = 1, n_out = S: the last layer's each row's final token):
+        attention runs over every position, the output projection, the residual and the MLP over those R only.
+    Returns (B, n_out, Dm) (with ``keep``: (1, R, Dm)), or (that, k, v) with collect_kv.
     """
     S = h.shape[1]
     q, k, v = _q_k_v(_rms(h, w.norm_in, c), w, cos, sin, c, n_out)  # (B, Sq, H, D), (B, S, Hkv, D) x2
-    a = ops.linear(attend(q, k, v, prompt, c), w.w_o, w.b_o)  # (B, Sq, Dm)
+    a = attend(q, k, v, prompt, c)  # (B, Sq, H·D)
+    if keep is not None:  # gathers are copies: each kept token's arithmetic is what it was
+        a, h = a[:, keep], h[:, keep]  # (1, R, H·D), (1, R, Dm)
+        S = n_out = a.shape[1]
+    a = ops.linear(a, w.w_o, w.b_o)  # (B, Sq, Dm)
     if c.sandwich:
         a = _rms(a, w.norm_post_attn, c)
     # h + a and the MLP's input norm (c.fused: one kernel, the same roundings)
