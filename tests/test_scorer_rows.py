@@ -105,6 +105,21 @@ def test_stats_count_the_batches_that_ran_packed(tok, monkeypatch):
     assert ran["n"] == sc.last_stats.packed_batches == 1 and sc.last_stats.padded_tokens == 0
 
 
+def test_packed_batches_are_sized_in_tokens(tok, monkeypatch):
+    """A packed group's batches hold as many rows as fit the tokens its batch size of longest rows would: one
+    long row and many short ones at 4 rows per batch run in fewer batches than 4-row cuts, each within that budget,
+    with the plain-HF scores."""
+    model = T.tiny("llama", num_labels=1)
+    ran = _counting(monkeypatch, E, "_packed_rows_pass")
+    sc = RewardScorer(model, tok, attention="cascade", batch_size=4)
+    resp = [["a", "b", "c", "d", "e", "f", "g", "h", "ok", "no", "yes",
+             "The universe, obviously, and everything in it at once, as long as it takes to say."]]
+    got = np.array(sc.score(["Hi"], resp)[0])
+    np.testing.assert_allclose(got, _hf(model, tok, ["Hi"], resp), atol=1e-5, rtol=0)
+    st = sc.last_stats
+    assert st.n_batches == ran["n"] == st.packed_batches < -(-len(resp[0]) // 4) and st.padded_tokens == 0
+
+
 def test_a_form_that_cannot_run_as_asked_is_refused_before_any_work(tok, monkeypatch):
     """The block-diagonal form reads one prompt's packed keys per batch: asked for with shared batches, it would
     have run another form under its own name (refused now); the Triton form on a CPU without Triton's interpreter

@@ -237,23 +237,49 @@ class Group:
         score: ``score(rows, batch_size) -> (len(rows),) float32 scores``.
         packed: its rows of several lengths run packed back to back, no padding (the fast engine's cascade
             form); False: right-padded to each batch's longest.
+        tokens: (n,) each row's tokens (a packed group's batches are sized in tokens, :meth:`cut`); None: rows.
     """
 
     rows: np.ndarray
     batch_size: int
     score: Callable[[np.ndarray, int], np.ndarray]
     packed: bool = False
+    tokens: np.ndarray | None = None
+
+    def cut(self, lo: int, bs: int) -> int:
+        """The end of the batch that starts at row ``lo`` at ``bs`` rows per batch: ``bs`` rows, or, for a packed
+        group, as many rows as fit the tokens ``bs`` of its longest rows would hold (the memory ``bs`` was sized
+        for; rows of mixed lengths packed with no pad token fill it, where ``bs`` rows would leave it part empty).
+
+        >>> g = Group(np.arange(6), 2, None, packed=True, tokens=np.array([1, 1, 2, 2, 5, 5]))
+        >>> [g.cut(0, 2), g.cut(4, 2), Group(np.arange(6), 2, None).cut(0, 2)]
+        [5, 6, 2]
+        """
+        n = self.rows.size
+        if not self.packed or self.tokens is None:
+            return min(n, lo + bs)
+        fits = np.searchsorted(np.cumsum(self.tokens[lo:]), bs * int(self.tokens.max()), side="right")
+        return lo + max(1, int(fits))
+
+    def batches(self) -> list[tuple[int, int]]:
+        """The (lo, hi) row ranges of its batches at ``batch_size`` (no out-of-memory)."""
+        out, lo = [], 0
+        while lo < self.rows.size:
+            out.append((lo, self.cut(lo, self.batch_size)))
+            lo = out[-1][1]
+        return out
 
 
-def oom_batches(n: int, bs: int, device: torch.device, score, on_oom=None):
-    """Score rows 0..n-1 in batches: yields (lo, hi, out, bs) with ``out = score(lo, hi, bs)``.
+def oom_batches(n: int, bs: int, device: torch.device, score, on_oom=None, cut=None):
+    """Score rows 0..n-1 in batches: yields (lo, hi, out, bs) with ``out = score(lo, hi, bs)``; ``cut(lo, bs)``
+    gives a batch's end (:meth:`Group.cut`; None: ``lo + bs``).
 
     On out-of-memory the batch is halved (``on_oom(new_bs)`` is told) and the same rows retried;
     at one row the error propagates.
     """
     lo = 0
     while lo < n:
-        hi = min(n, lo + bs)
+        hi = min(n, lo + bs) if cut is None else cut(lo, bs)
         try:
             out = score(lo, hi, bs)
         except torch.OutOfMemoryError:
@@ -410,7 +436,7 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     try:
         for g in groups:
             for lo, hi, out, bs in oom_batches(g.rows.size, g.batch_size, device, lambda lo, hi, b, g=g: _batch(g, done, lo, hi, b),
-                                               lambda b: bar.set_postfix_str(f"OOM: batch -> {b}")):
+                                               lambda b: bar.set_postfix_str(f"OOM: batch -> {b}"), g.cut):
                 if out is None:  # already in the checkpoint
                     continue
                 if isinstance(out, tuple):  # Scored: scores, states, lens
@@ -466,7 +492,7 @@ def first_batch_status(groups: list[Group], done: np.ndarray) -> str:
     'first batch of 6 rows running'
     """
     g = next((g for g in groups if not done[g.rows].all()), groups[0] if groups else None)
-    rows = min(g.batch_size, int((~done[g.rows]).sum())) if g is not None else 0
+    rows = min(g.cut(0, g.batch_size), int((~done[g.rows]).sum())) if g is not None else 0
     return f"first batch of {rows} rows running"
 
 

@@ -458,8 +458,9 @@ class RewardScorer:
                 packed = self.decided.packed_rows
                 for bucket in [sorted(lens)] if packed else length_buckets(sorted(lens)):
                     idx = np.asarray([u for n in bucket for u in lens[n]], dtype=np.int64)
+                    toks = np.asarray([len(job.rows[u][1].ids) + len(job.tmpls[job.rows[u][0]].suffix_ids) for u in idx])
                     groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None),
-                                        self._rows_scorer(job, wave, packed), packed))
+                                        self._rows_scorer(job, wave, packed), packed, toks if packed else None))
         else:
             for (ci, n, odd), idx in sorted(by.items()):
                 if odd < 0:
@@ -581,14 +582,14 @@ class RewardScorer:
         return plan
 
     def _stats(self, job: Job) -> ScoreStats:
-        n_batches = sum(-(-g.rows.size // g.batch_size) for g in job.groups)
+        n_batches = sum(len(g.batches()) for g in job.groups)
         resp = sum(len(r.ids) + len((r.template or job.tmpls[c]).suffix_ids) for c, r in job.rows)
         pads = packed = 0
         for g in job.groups:  # rows ascend by length within a group; batches are consecutive rows
             n = np.array([len(job.rows[u][1].ids) for u in g.rows])
             c = np.array([job.rows[u][0] for u in g.rows])
-            for lo in range(0, n.size, g.batch_size):
-                b, bc = n[lo:lo + g.batch_size], c[lo:lo + g.batch_size]
+            for lo, hi in g.batches():
+                b, bc = n[lo:hi], c[lo:hi]
                 if b.min() == b.max() and bc.min() == bc.max():  # one prompt, one length: its plan's own batch
                     continue
                 if g.packed:  # back to back: no pad token (score_together)
