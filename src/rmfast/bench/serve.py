@@ -200,11 +200,11 @@ def run_serve_bench(cfg: ServeBenchConfig) -> list[dict]:
     return [row]
 
 
-def write_serve_bench(rows: list[dict], out, config: dict, device: str = "cpu"):
-    """Rows to ``<out>/serve_<timestamp>.csv`` / ``.json`` and ``serve_latest`` (machine, versions, config)."""
+def write_serve_bench(rows: list[dict], out, config: dict, device: str = "cpu", stem: str = "serve"):
+    """Rows to ``<out>/<stem>_<timestamp>.csv`` / ``.json`` and ``<stem>_latest`` (machine, versions, config)."""
     from .output import write_workload_rows
 
-    return write_workload_rows(rows, out, config, workload="serve", stem="serve", device=device)
+    return write_workload_rows(rows, out, config, workload="serve", stem=stem, device=device)
 
 
 def config_record(cfg: ServeBenchConfig) -> dict:

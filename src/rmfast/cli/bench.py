@@ -24,7 +24,7 @@ SCAN_ONLY = ("n_naive", "naive_batch", "check_n", "full", "full_compile", "profi
              "gemm_frac", "prompt_tokens")
 BEST_OF_N_ONLY = ("prompt_tokens_list", "n_list", "prompts", "min_len", "max_len", "hf_attention")
 STATES_ONLY = ("states_modes",)
-SERVE_ONLY = ("clients",)
+SERVE_ONLY = ("clients", "replicas")
 #: Options of some workloads only -> those workloads; given with another they are a one-line error (exit 2).
 WORKLOAD_OPTIONS = {**{k: ("scan",) for k in SCAN_ONLY}, **{k: ("best-of-n", "serve") for k in BEST_OF_N_ONLY},
                     **{k: ("states",) for k in STATES_ONLY}, **{k: ("serve",) for k in SERVE_ONLY},
@@ -120,6 +120,10 @@ def _workload_groups(p: argparse.ArgumentParser) -> None:
                              "groups, --min-len, --max-len, one value each)")
     g.add_argument("--clients", type=positive_int, default=None,
                    help="concurrent clients, each sending one sample per request (default 16)")
+    g.add_argument("--replicas", type=positive_int, default=None,
+                   help="the load against rmfast serve --ray with this many CPU replicas on a local Ray, with the "
+                        "prompt-affinity router and with Ray's default one (rmfast.bench.serve_ray; needs the "
+                        "serve-ray extra; default: the three single-process servers)")
     g = p.add_argument_group("states workload (--workload states only)")
     g.add_argument("--states-modes", default=None, metavar="MODE[,MODE]",
                    help="the --states of each mode timed beside the plain scan: last_prenorm, all, last_normed or a "

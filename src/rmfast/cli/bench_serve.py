@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from ..errors import UserError
 
 SERVE_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
@@ -40,6 +42,12 @@ def run_serve_cli(args) -> int:
     cfgs = random_init_configs(base, args, tiny)
     if cfgs is None:
         cfgs = model_configs(base, resolve_models(args.models or SERVE_MODEL))
+    if args.replicas:
+        from ..bench.serve_ray import run_serve_ray_bench
+
+        rows = [r for cfg in cfgs for r in run_serve_ray_bench(cfg, args.replicas)]
+        return write_and_check(rows, partial(write_serve_bench, stem="serve_ray"), args, config_record(base),
+                               base.device, "rmfast serve --ray's replicas and one process")
     rows = [r for cfg in cfgs for r in run_serve_bench(cfg)]
     return write_and_check(rows, write_serve_bench, args, config_record(base), base.device,
                            "rmfast serve and the HF server")

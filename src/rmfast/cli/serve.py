@@ -45,6 +45,13 @@ def register(sub) -> None:
     p.add_argument("--gemm-rows", default="auto", choices=["auto", "pad", "chunk"],
                    help="how the GEMMs keep a row's bits batch-independent: auto (a probe at start picks pad where "
                         "this machine's kernels allow, else chunk), pad or chunk (default auto)")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="serve on Ray Serve: --replicas replicas (one per GPU; CPU replicas where there is none) "
+                        "behind one address, each group's samples on the replica holding its prompt; ADDRESS: a "
+                        "running Ray cluster (auto, ray://host:10001), default a local one (docs/scale_out.md; "
+                        "needs pip install 'rmfast[serve-ray]')")
+    p.add_argument("--replicas", type=common.positive_int, default=1,
+                   help="with --ray: scorer replicas (default 1)")
     common.add_plan_args(p)
     p.set_defaults(func=run)
 
@@ -55,9 +62,7 @@ def run(args) -> int:
         import uvicorn  # noqa: F401
     except ImportError:
         raise UserError("rmfast serve needs FastAPI and uvicorn: pip install 'rmfast[serve]'") from None
-    from ..scoring.options import ScoringOptions
-    from ..serve.core import ServeCore
-    from ..serve.server import ROUTES, ServeOptions, api_key, check, make_app, run_server
+    from ..serve.server import ROUTES, ServeOptions, api_key, check, make_app, revision_of, run_server
 
     opts = ServeOptions(host=args.host, port=args.port, api_key_file=args.api_key_file, insecure=args.insecure,
                         max_queue=args.max_queue, max_request_tokens=args.max_request_tokens, timeout_s=args.timeout_s,
@@ -65,18 +70,31 @@ def run(args) -> int:
                         rerender=args.rerender, gemm_rows=args.gemm_rows)
     check(opts)
     key = api_key(opts)
-    options = ScoringOptions.from_args(args)
+    if args.ray is not None:
+        from .serve_ray import run_ray
+
+        return run_ray(args, opts, key, make_core)
+    if args.replicas != 1:
+        raise UserError("--replicas: one process drives one device; give --ray for replicas behind one address")
     print(f"rmfast serve: loading {args.model} ...", file=sys.stderr, flush=True)
-    lm = common.load_model(args, random_head_seed=args.random_head_seed)
-    template = common.template_arg(args, lm)
-    info = getattr(lm, "source", None) or {}
-    core = ServeCore(lm.model, lm.tokenizer, options, template=template, cache_bytes=opts.cache_mb << 20,
-                     gemm_rows=opts.gemm_rows, name=args.model, model_info=info if isinstance(info, dict) else {})
-    revision = info.get("revision") or info.get("sha256") or info.get("content_sha256") if isinstance(info, dict) else None
-    app, sched = make_app(core, opts, name=args.model, revision=revision, key=key)
-    p = next(lm.model.parameters())
+    core = make_core(args, opts)
+    app, sched = make_app(core, opts, name=args.model, revision=revision_of(core.model_info), key=key)
+    p = next(core.model.parameters())
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
     banner = (f"rmfast serve: {args.model} on {p.device}, {str(p.dtype).replace('torch.', '')}, "
               f"http://{host}:{opts.port} ({'API key required' if key else 'no API key'}; gemm rows "
               f"{core.decisions['gemm_rows']['value']}); routes: {', '.join(ROUTES)}")
     return run_server(app, sched, opts, banner)
+
+
+def make_core(args, opts):
+    """The model named by the arguments, loaded, as the server's scoring core (here, or in each Ray replica)."""
+    from ..scoring.options import ScoringOptions
+    from ..serve.core import ServeCore
+
+    lm = common.load_model(args, random_head_seed=args.random_head_seed)
+    template = common.template_arg(args, lm)
+    info = getattr(lm, "source", None) or {}
+    return ServeCore(lm.model, lm.tokenizer, ScoringOptions.from_args(args), template=template,
+                     cache_bytes=opts.cache_mb << 20, gemm_rows=opts.gemm_rows, name=args.model,
+                     model_info=info if isinstance(info, dict) else {})

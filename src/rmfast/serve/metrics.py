@@ -59,6 +59,8 @@ class Metrics:
             metric("rmfast_queue_samples", "gauge", "samples waiting for a wave", [("", scheduler.n_waiting)])
             metric("rmfast_in_flight_requests", "gauge", "requests submitted and not yet answered",
                    [("", scheduler.in_flight)])
+            for family in getattr(scheduler, "metric_families", tuple)():  # a scheduler with more to say (Ray's)
+                metric(*family)
         if core is not None:
             st = core.stats
             for name, help_, v in (

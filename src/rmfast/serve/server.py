@@ -1,8 +1,8 @@
 """Running the server: the model loaded once, the app on uvicorn, one line at start, and a drain on SIGTERM or
 Ctrl-C (requests in flight finish, new ones get 503, then exit 0; a second signal exits at once).
 
-One process drives one device (``rmfast serve MODEL --device cuda:N`` per GPU); several processes or machines
-behind one address: docs/scale_out.md.
+One process drives one device (``rmfast serve MODEL --device cuda:N`` per GPU); many replicas behind one address
+with each group's prompt on one replica: ``rmfast serve MODEL --ray`` (:mod:`rmfast.serve.ray_app`, docs/scale_out.md).
 """
 
 from __future__ import annotations
@@ -100,16 +100,33 @@ def check(opts: ServeOptions) -> None:
         raise UserError(f"--gemm-rows {opts.gemm_rows!r}: give auto, pad or chunk")
 
 
-def make_app(core: ServeCore, opts: ServeOptions, *, name: str, revision: str | None = None, key: str | None = None):
-    """The app and its scheduler for a loaded core (tests build servers this way)."""
+def make_scheduler(core: ServeCore, opts: ServeOptions) -> Scheduler:
+    """The scheduler of a loaded core (one per process, or one per Ray replica), its waves' rule in the decisions."""
     sched = Scheduler(core, max_queue=opts.max_queue, wave_tokens=opts.wave_tokens, max_wait_s=opts.max_wait_ms / 1000)
     core.reasons["waves"] = {"value": f"{opts.wave_tokens} tokens or {opts.max_wait_ms:g} ms", "reason": (
         "a wave starts once its token budget waits or its oldest sample has waited that long: how the waves are cut "
         "never changes a score (the rows rules), so they are cut for throughput alone; a budget of tens of thousands "
         "of tokens keeps the GEMMs wide under load, and an idle server answers within a few ms")}
-    cfg = ServeConfig(name=name, revision=revision, api_key=key, max_request_tokens=opts.max_request_tokens,
-                      timeout_s=opts.timeout_s, rerender=opts.rerender)
-    return build_app(core, cfg, sched), sched
+    return sched
+
+
+def serve_config(opts: ServeOptions, *, name: str, revision: str | None = None, key: str | None = None) -> ServeConfig:
+    """The app's own settings from the server's options."""
+    return ServeConfig(name=name, revision=revision, api_key=key, max_request_tokens=opts.max_request_tokens,
+                       timeout_s=opts.timeout_s, rerender=opts.rerender)
+
+
+def revision_of(info) -> str | None:
+    """The model's revision as ``/v1/models`` names it: its hub revision, else its file's hash, else None."""
+    if not isinstance(info, dict):
+        return None
+    return info.get("revision") or info.get("sha256") or info.get("content_sha256")
+
+
+def make_app(core: ServeCore, opts: ServeOptions, *, name: str, revision: str | None = None, key: str | None = None):
+    """The app and its scheduler for a loaded core (tests build servers this way)."""
+    sched = make_scheduler(core, opts)
+    return build_app(core, serve_config(opts, name=name, revision=revision, key=key), sched), sched
 
 
 def run_server(app, sched: Scheduler, opts: ServeOptions, banner: str) -> int:

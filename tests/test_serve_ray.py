@@ -1,0 +1,179 @@
+"""``rmfast serve --ray`` (issue 53): two CPU replicas of a tiny reward model on a local Ray Serve behind one
+address; each group's prompt is encoded once, on one replica, from single requests in random order; the scores are
+the single-process server's bits; a replica killed mid-load costs no request; a replica that cannot load the model
+stops the deployment with one line.
+
+One deployment for the module (Ray's start and the replicas' loads are most of the time).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import random
+import sys
+import threading
+import time
+from functools import partial
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+ray = pytest.importorskip("ray")
+serve = pytest.importorskip("ray.serve")
+
+from rmfast.cli import build_parser, main  # noqa: E402
+from rmfast.cli.serve import make_core  # noqa: E402
+from rmfast.errors import UserError  # noqa: E402
+from rmfast.serve.metrics import parse  # noqa: E402
+from rmfast.serve.router import affine, route_key  # noqa: E402
+from rmfast.serve.ray_app import LOAD_FAILED, build, deploy  # noqa: E402
+from rmfast.serve.server import ServeOptions, free_port, make_app, serve_config, serving  # noqa: E402
+
+WORDS = ["apple", "river", "blue", "quantum", "seven", "honest", "tree", "the", "is", "answer", "maybe", "why"]
+
+
+def _texts(tok, groups: int, per: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for g in range(groups):
+        msgs = [{"role": "user", "content": f"Q{seed}-{g}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 40)))}]
+        for _ in range(per):
+            resp = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 30)))
+            out.append({"group": g, "text": tok.apply_chat_template(msgs + [{"role": "assistant", "content": resp}],
+                                                                    tokenize=False)})
+    rng.shuffle(out)
+    return out
+
+
+def _send(url: str, data: list[dict]) -> list[float]:
+    """Each text as its own /get_reward request from 16 threads; the scores in ``data``'s order."""
+
+    def one(d):
+        r = httpx.post(f"{url}/get_reward", json={"query": [d["text"]]}, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()["rewards"][0]
+
+    with cf.ThreadPoolExecutor(16) as pool:
+        return list(pool.map(one, data))
+
+
+def _args(tiny_dir, *more):
+    return build_parser().parse_args(["serve", str(tiny_dir), "--dtype", "float32", "--device", "cpu", *more])
+
+
+@pytest.fixture(scope="module")
+def cluster(tiny_dir, smol_tokenizer):
+    """(Ray Serve URL, single-process server URL, its core): the same model folder and options in both."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        opts = ServeOptions(max_wait_ms=500)  # a request waits for its wave in its replica: a kill finds it there
+        args = _args(tiny_dir)
+        deploy(build(partial(make_core, args, opts), opts, serve_config(opts, name="tiny-rm"), replicas=2,
+                     actor_options={"num_cpus": 1}))
+        core = make_core(args, opts)
+        app, _ = make_app(core, opts, name="tiny-rm")
+        with serving(app) as single:
+            yield f"http://127.0.0.1:{port}", single, core
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _metrics(url: str) -> dict:
+    return parse(httpx.get(f"{url}/metrics", timeout=30).text)
+
+
+def _route(core, data: list[dict]) -> None:
+    """Each sample's replica as the ingress routes it (its prompt part's key over the live scorer replicas)."""
+    live = _scorer_replicas()
+    for d in data:
+        ids = core.tokenizer(d["text"], add_special_tokens=False)["input_ids"]
+        d["replica"] = affine(route_key(core.sample(ids).prompt), live)
+
+
+def test_groups_are_encoded_once_on_one_replica_with_the_single_servers_bits(cluster, smol_tokenizer):
+    url, single, core = cluster
+    data = _texts(smol_tokenizer, 8, 8, seed=11)
+    _route(core, data)
+    before = _metrics(url)
+    got = _send(url, data)
+    m = _metrics(url)
+    d = {k: m[k] - before.get(k, 0) for k in m}
+    assert d["rmfast_samples_total"] == 64
+    # every group's prompt encoded exactly once across both replicas: one replica per group
+    assert d["rmfast_prompt_encodings_total"] == 8 and d["rmfast_prompt_hits_total"] == 56
+    per = {k.split('"')[1]: v for k, v in m.items() if k.startswith("rmfast_replica_prompt_encodings_total{")}
+    assert per == {r: len({d["group"] for d in data if d["replica"] == r}) for r in per}  # each on its own replica
+    assert d['rmfast_routed_total{choice="affinity"}'] == 64 and d['rmfast_routed_total{choice="fallback"}'] == 0
+    assert got == _send(single, data)  # the single-process server's bits (JSON floats: exact)
+    models = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]
+    assert {"gemm_rows", "split", "waves"} <= set(models["decisions"])
+    assert models["ray_serve"] == {"replicas": 2, "routing": "affinity"}
+
+
+def _scorer_replicas() -> list[str]:
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith("SERVE_REPLICA::") and "#Scorer#" in a["name"]]
+
+
+def test_a_replica_killed_mid_load_costs_no_request_and_ray_restarts_it(cluster, smol_tokenizer):
+    url, single, core = cluster
+    data = _texts(smol_tokenizer, 8, 8, seed=12)
+    _route(core, data)
+    victim = ray.get_actor(data[0]["replica"], namespace="serve")  # it holds data[0]'s group
+    killed = []
+
+    def kill_once_it_holds_a_request():  # its calls wait for their wave (--max-wait-ms 500): one is there
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not ray.get(victim.get_num_ongoing_requests.remote()):
+            time.sleep(0.01)
+        ray.kill(victim, no_restart=True)
+        killed.append(data[0]["replica"])
+
+    killer = threading.Thread(target=kill_once_it_holds_a_request, daemon=True)
+    before = _metrics(url)
+    killer.start()
+    got = _send(url, data)
+    killer.join()
+    m = _metrics(url)
+    assert len(got) == 64 and got == _send(single, data)  # every request answered once, with the same bits
+    d = {k: m[k] - before.get(k, 0) for k in m}
+    # the victim's calls (held for their wave when it died) were sent again by the ingress and answered elsewhere
+    assert d["rmfast_retries_total"] >= 1 and d['rmfast_routed_total{choice="affinity"}'] > 64, d
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        names = _scorer_replicas()
+        st = serve.status().applications["rmfast"].deployments["Scorer"]
+        if killed[0] not in names and st.replica_states.get("RUNNING", 0) == 2:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"Ray did not start a new replica in place of {killed[0]}")
+    assert len(_send(url, data[:8])) == 8
+
+
+def test_a_replica_that_cannot_load_stops_the_deployment_with_one_line(cluster, tmp_path):
+    opts = ServeOptions()
+    make = partial(make_core, _args(tmp_path / "nowhere"), opts)
+    t0 = time.monotonic()
+    with pytest.raises(UserError) as e:
+        deploy(build(make, opts, serve_config(opts, name="broken"), replicas=1, actor_options={"num_cpus": 0}),
+               name="broken", route_prefix="/broken")
+    line = str(e.value)
+    assert line.startswith(LOAD_FAILED) and "nowhere" in line and "\n" not in line and "Traceback" not in line, line
+    assert time.monotonic() - t0 < 60 and "broken" not in serve.status().applications
+
+
+def test_without_ray_the_flag_is_one_line(tiny_dir, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.setitem(sys.modules, "ray.serve", None)
+    assert main(["serve", str(tiny_dir), "--ray", "--replicas", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs Ray Serve: pip install 'rmfast[serve-ray]'" in err and len(err.splitlines()) == 1
+    assert main(["serve", str(tiny_dir), "--replicas", "2"]) == 2  # replicas need Ray: one line too
+    err = capsys.readouterr().err.strip()
+    assert "--replicas" in err and "--ray" in err and len(err.splitlines()) == 1
