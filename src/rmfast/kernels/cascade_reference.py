@@ -49,26 +49,36 @@ import torch
 from .reference import _bmm_rows
 
 
-def _mm(a: torch.Tensor, b: torch.Tensor, rule=None) -> torch.Tensor:
+def _mm(a: torch.Tensor, b: torch.Tensor, rule=None, own_shape: bool = False) -> torch.Tensor:
     """``a @ b``; under a rows rule (:func:`rmfast.fast.ops.gemm_rows`, ``rmfast serve``) 3-d operands made
     contiguous and M cut in fixed chunks (:func:`rmfast.kernels.reference._bmm_rows`), so a query's result is
-    its own whatever else shares the call (a strided operand, or another M, takes other kernels)."""
+    its own whatever else shares the call (a strided operand, or another M, takes other kernels). ``own_shape``:
+    the shapes are one row's own (its response part), so contiguous operands suffice, no chunks."""
     if rule is None:
         return a @ b
+    if own_shape:
+        return torch.bmm(a.contiguous(), b.contiguous())
     return _bmm_rows(a.contiguous(), b.contiguous(), rule)
 
 
-def _softmax_parts(s: torch.Tensor, visible: torch.Tensor, v: torch.Tensor, rule=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 scores s (..., M, K), bool visibility (broadcast to s), values v (..., K, D) fp32 ->
-    (out (..., M, D) fp32, lse (..., M) fp32); an empty row gives out 0, lse -inf."""
-    s = s.masked_fill(~visible, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)  # (..., M); -inf where nothing is visible
-    p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])  # (..., M, K); 0 where masked
-    return _mm(p, v, rule), lse
+def _softmax_parts(s: torch.Tensor, visible: torch.Tensor | None, v: torch.Tensor, rule=None,
+                   own_shape: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 scores s (..., M, K) (a fresh tensor: overwritten), bool visibility (broadcast to s; None: every key),
+    values v (..., K, D) fp32 -> (out (..., M, D) fp32, lse (..., M) fp32); an empty row gives out 0, lse -inf.
+    The un-normalised exponentials meet v and are divided once after (a few passes over the scores, in place)."""
+    if visible is not None:
+        s.masked_fill_(~visible, float("-inf"))
+    m = s.amax(-1, keepdim=True)  # (..., M, 1)
+    m = torch.where(torch.isfinite(m), m, 0.0)  # a row that sees nothing: its exponentials are all 0
+    p = s.sub_(m).exp_()  # (..., M, K) in place; 0 where masked
+    den = p.sum(-1, keepdim=True)  # (..., M, 1)
+    out = _mm(p, v, rule, own_shape) / torch.where(den > 0, den, 1.0)
+    return out, (m + den.log()).squeeze(-1)  # lse -inf where nothing is visible
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, softcap: float | None, rule=None) -> torch.Tensor:
-    s = _mm(q.float(), k.float().transpose(-1, -2), rule) * scale  # fp32
+def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, softcap: float | None, rule=None,
+            own_shape: bool = False) -> torch.Tensor:
+    s = _mm(q.float(), k.float().transpose(-1, -2), rule, own_shape) * scale  # fp32
     if softcap is not None:
         s = torch.tanh(s / softcap) * softcap
     return s
@@ -101,13 +111,13 @@ def prompt_part(q, k, v, cu_rows, cu_kv, *, q_pos0: int = 0, scale: float, softc
         # (Hkv, n·Sq·G, D): every query of the prompt's rows for one kv head, one GEMM operand
         qg = q[r0:r1].reshape(n, Sq, Hkv, G, D).permute(2, 0, 1, 3, 4).reshape(Hkv, n * Sq * G, D)
         s = _scores(qg, k[:, k0:k1], scale, softcap, rule)  # (Hkv, n·Sq·G, P)
-        visible = torch.ones(1, Sq, P, dtype=torch.bool, device=q.device)
+        vis = None  # no window: every prompt key is visible to every query
         if window is not None:
             t = P + q_pos0 + torch.arange(Sq, device=q.device)[None, :]  # (1, Sq) absolute query positions
             if q_pos is not None:
                 t = t + q_pos[r0:r1, None].to(q.device)  # (n, Sq)
             visible = torch.arange(P, device=q.device) > t[..., None] - window  # (1 or n, Sq, P)
-        vis = visible[None, :, :, None, :].expand(Hkv, n, Sq, G, P).reshape(Hkv, n * Sq * G, P)
+            vis = visible[None, :, :, None, :].expand(Hkv, n, Sq, G, P).reshape(Hkv, n * Sq * G, P)
         o, l = _softmax_parts(s, vis, v[:, k0:k1].float(), rule)  # (Hkv, n·Sq·G, D), (Hkv, n·Sq·G)
         out[r0:r1] = o.view(Hkv, n, Sq, G, D).permute(1, 2, 0, 3, 4).reshape(n, Sq, H, D)
         lse[r0:r1] = l.view(Hkv, n, Sq, G).permute(1, 2, 0, 3).reshape(n, Sq, H)
@@ -165,12 +175,12 @@ def response_part_varlen(q, k, v, cu_seqlens, *, scale: float, softcap: float | 
             continue
         kh = k[a:b].transpose(0, 1).repeat_interleave(G, dim=0)  # (H, L, D): query head h reads kv head h // G
         vh = v[a:b].transpose(0, 1).repeat_interleave(G, dim=0).float()
-        s = _scores(q[a:b].transpose(0, 1), kh, scale, softcap, rule)  # (H, L, L)
+        s = _scores(q[a:b].transpose(0, 1), kh, scale, softcap, rule, own_shape=True)  # (H, L, L)
         t = torch.arange(b - a, device=q.device)
         vis = t[None, :] <= t[:, None]  # (L, L): causal
         if window is not None:
             vis &= t[:, None] - t[None, :] < window
-        o, l = _softmax_parts(s, vis, vh, rule)  # (H, L, D), (H, L)
+        o, l = _softmax_parts(s, vis, vh, rule, own_shape=True)  # (H, L, D), (H, L)
         out[a:b], lse[a:b] = o.transpose(0, 1), l.transpose(0, 1)
     return out.to(out_dtype), lse
 
