@@ -27,7 +27,6 @@ from rmfast.cli import build_parser, main  # noqa: E402
 from rmfast.cli.serve import make_core  # noqa: E402
 from rmfast.errors import UserError  # noqa: E402
 from rmfast.serve.metrics import parse  # noqa: E402
-from rmfast.serve.router import affine, route_key  # noqa: E402
 from rmfast.serve.ray_app import LOAD_FAILED, build, deploy  # noqa: E402
 from rmfast.serve.server import ServeOptions, free_port, make_app, serve_config, serving  # noqa: E402
 
@@ -87,18 +86,9 @@ def _metrics(url: str) -> dict:
     return parse(httpx.get(f"{url}/metrics", timeout=30).text)
 
 
-def _route(core, data: list[dict]) -> None:
-    """Each sample's replica as the ingress routes it (its prompt part's key over the live scorer replicas)."""
-    live = _scorer_replicas()
-    for d in data:
-        ids = core.tokenizer(d["text"], add_special_tokens=False)["input_ids"]
-        d["replica"] = affine(route_key(core.sample(ids).prompt), live)
-
-
 def test_groups_are_encoded_once_on_one_replica_with_the_single_servers_bits(cluster, smol_tokenizer):
     url, single, core = cluster
     data = _texts(smol_tokenizer, 8, 8, seed=11)
-    _route(core, data)
     before = _metrics(url)
     got = _send(url, data)
     m = _metrics(url)
@@ -107,7 +97,7 @@ def test_groups_are_encoded_once_on_one_replica_with_the_single_servers_bits(clu
     # every group's prompt encoded exactly once across both replicas: one replica per group
     assert d["rmfast_prompt_encodings_total"] == 8 and d["rmfast_prompt_hits_total"] == 56
     per = {k.split('"')[1]: v for k, v in m.items() if k.startswith("rmfast_replica_prompt_encodings_total{")}
-    assert per == {r: len({d["group"] for d in data if d["replica"] == r}) for r in per}  # each on its own replica
+    assert sorted(per.values()) in ([4, 4], [3, 5])  # the groups spread with bounded loads (router.assign)
     assert d['rmfast_routed_total{choice="affinity"}'] == 64 and d['rmfast_routed_total{choice="fallback"}'] == 0
     assert got == _send(single, data)  # the single-process server's bits (JSON floats: exact)
     models = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]
@@ -123,8 +113,8 @@ def _scorer_replicas() -> list[str]:
 def test_a_replica_killed_mid_load_costs_no_request_and_ray_restarts_it(cluster, smol_tokenizer):
     url, single, core = cluster
     data = _texts(smol_tokenizer, 8, 8, seed=12)
-    _route(core, data)
-    victim = ray.get_actor(data[0]["replica"], namespace="serve")  # it holds data[0]'s group
+    name = sorted(_scorer_replicas())[0]  # the groups spread over both (bounded loads): this one gets some
+    victim = ray.get_actor(name, namespace="serve")
     killed = []
 
     def kill_once_it_holds_a_request():  # its calls wait for their wave (--max-wait-ms 500): one is there
@@ -132,7 +122,7 @@ def test_a_replica_killed_mid_load_costs_no_request_and_ray_restarts_it(cluster,
         while time.monotonic() < deadline and not ray.get(victim.get_num_ongoing_requests.remote()):
             time.sleep(0.01)
         ray.kill(victim, no_restart=True)
-        killed.append(data[0]["replica"])
+        killed.append(name)
 
     killer = threading.Thread(target=kill_once_it_holds_a_request, daemon=True)
     before = _metrics(url)

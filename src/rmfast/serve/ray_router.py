@@ -6,14 +6,14 @@ imports without Ray.
 
 from __future__ import annotations
 
-from .router import affine, count, key_of, ranks
+from .router import assign, count, key_of, ranks
 
 
 def _router_class():
     from ray.serve.request_router import RequestRouter
 
     class PromptAffinityRouter(RequestRouter):
-        """A keyed call (:mod:`rmfast.serve.router`) to its affine replica, else the least loaded of the others; a
+        """A keyed call (:mod:`rmfast.serve.router`) to its key's replica, else the least loaded of the others; a
         call without a key to the least loaded of all."""
 
         async def choose_replicas(self, candidate_replicas, pending_request=None):
@@ -28,7 +28,7 @@ def _router_class():
             key = key_of(pending_request)
             if key is not None:
                 live = [r.to_full_id_str() for r in self._replicas]
-                count("affinity" if affine(key, live) == replica_id.to_full_id_str() else "fallback")
+                count("affinity" if assign(key, live) == replica_id.to_full_id_str() else "fallback")
 
     PromptAffinityRouter.__module__ = __name__
     PromptAffinityRouter.__qualname__ = "PromptAffinityRouter"

@@ -2,10 +2,13 @@
 the replica that holds (or will hold) their prompt's encoding.
 
 A scoring call carries a routing key (:func:`route_key`, a hash of the samples' prompt part as the split rule of
-:func:`rmfast.serve.core.split_sample` finds it, computed by the ingress). The replica for a key is chosen by
-rendezvous hashing over the live replicas (:func:`affine`: the replica whose hash with the key is highest), so a
-replica that dies or joins moves only its own keys. Ray Serve's router takes the ranks :func:`ranks` gives: the
-affine replica first; where its queue is full (``max_ongoing_requests``), the least loaded of the others.
+:func:`rmfast.serve.core.split_sample` finds it, computed by the ingress). A key is given a replica once
+(:func:`assign`) and keeps it while that replica lives: the first of the key's rendezvous order over the live
+replicas (:func:`affine`'s order: a replica that dies or joins moves only its own keys) that holds fewer than
+(1 + :data:`BALANCE`) x its share of the recent keys (consistent hashing with bounded loads: plain rendezvous
+hashing of the 8 groups of a step put 6 on one of 2 replicas, which then did three quarters of the work, measured in
+``benchmarks/results/serve_ray_cpu_2026-11-29``). Ray Serve's router takes the ranks :func:`ranks` gives: the
+key's replica first; where its queue is full (``max_ongoing_requests``), the least loaded of the others.
 
 :class:`rmfast.serve.ray_router.PromptAffinityRouter` (Ray Serve's own extension point, a ``RequestRouter``) does
 it with these functions, and counts its choices here (:func:`routed`: a call sent to its affine replica, or to
@@ -26,13 +29,20 @@ True
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
+from collections import Counter, OrderedDict
 
 #: the keyword argument of a scoring call that carries its routing key
 ROUTE_KWARG = "route"
+#: a replica takes a new key only while it holds fewer than (1 + BALANCE) x the mean of the recent keys per replica
+BALANCE = 0.25
+#: the keys remembered (their replicas), most recent last; an older key is assigned afresh when it comes back
+RECENT_KEYS = 4096
 
 _lock = threading.Lock()
 _counts: dict = {}
+_assigned: OrderedDict = OrderedDict()  # key -> replica id
 
 
 def route_key(prompt_ids) -> str:
@@ -44,21 +54,53 @@ def route_key(prompt_ids) -> str:
     return hashlib.blake2b(",".join(str(int(i)) for i in prompt_ids).encode(), digest_size=8).hexdigest()
 
 
+def _order(key: str, replica_ids: list[str]) -> list[str]:
+    """The key's rendezvous order: replicas by the hash of (key, replica), highest first."""
+    return sorted(replica_ids, key=lambda r: hashlib.blake2b(f"{key}|{r}".encode(), digest_size=8).digest(), reverse=True)
+
+
 def affine(key: str, replica_ids: list[str]) -> str | None:
-    """The replica for ``key`` among ``replica_ids`` (rendezvous hashing), or None where there is none."""
+    """The first replica of ``key``'s rendezvous order among ``replica_ids``, or None where there is none."""
+    return _order(key, replica_ids)[0] if replica_ids else None
+
+
+def assign(key: str, replica_ids: list[str]) -> str | None:
+    """The replica ``key``'s calls go to: the one it was given while that one lives, else the first of its
+    rendezvous order holding fewer than (1 + BALANCE) x the mean of the recent keys (module doc); None: no replica.
+
+    >>> _assigned.clear()
+    >>> got = [assign(route_key((k,)), ["a", "b"]) for k in range(40)]
+    >>> abs(got.count("a") - got.count("b")) <= 6, got == [assign(route_key((k,)), ["a", "b"]) for k in range(40)]
+    (True, True)
+    >>> [assign(route_key((k,)), ["b"]) for k in range(40)].count("b")      # "a" gone: its keys move to "b"
+    40
+    """
     if not replica_ids:
         return None
-    return max(replica_ids, key=lambda r: hashlib.blake2b(f"{key}|{r}".encode(), digest_size=8).digest())
+    with _lock:
+        got = _assigned.get(key)
+        if got in replica_ids:
+            _assigned.move_to_end(key)
+            return got
+        held = Counter(r for r in _assigned.values() if r in replica_ids)
+        cap = math.ceil((1 + BALANCE) * (sum(held.values()) + 1) / len(replica_ids))
+        order = _order(key, replica_ids)
+        pick = next((r for r in order if held[r] < cap), order[0])
+        _assigned[key] = pick
+        _assigned.move_to_end(key)
+        while len(_assigned) > RECENT_KEYS:
+            _assigned.popitem(last=False)
+        return pick
 
 
 def ranks(key: str, replicas: list, rid=str) -> list[list]:
-    """Ray's ranks for a keyed call: ``[[the affine replica], [the others]]`` (``rid``: a replica's id string).
+    """Ray's ranks for a keyed call: ``[[the key's replica], [the others]]`` (``rid``: a replica's id string).
 
     >>> ranks(route_key((5,)), ["a", "b"]) in ([["a"], ["b"]], [["b"], ["a"]])
     True
     """
     ids = [rid(r) for r in replicas]
-    first = affine(key, ids)
+    first = assign(key, ids)
     if first is None:
         return []
     rest = [r for r, i in zip(replicas, ids) if i != first]
