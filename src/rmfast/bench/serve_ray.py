@@ -25,6 +25,7 @@ import torch
 from ..errors import UserError
 from .best_of_n import MACHINE_FIELDS, VERSION_FIELDS, load_model
 from .machine import loadavg, log, machine_info
+from ..serve.router import ACTIVE_S
 from .serve import ServeBenchConfig, _load, _samples
 
 ROUTINGS = ("affinity", "default")
@@ -67,6 +68,7 @@ def _run_one(routing: str, cfg: ServeBenchConfig, replicas: int, url: str, sampl
                  actor_options={"num_cpus": 1}, routing=routing))
     try:
         asyncio.run(_load(url, warm, 2))  # first-call costs, on prompts of their own
+        time.sleep(ACTIVE_S)  # the warm-up's keys leave the router's active set, as a past RL step's would
         before, load = parse(httpx.get(f"{url}/metrics", timeout=60).text), loadavg()
         t, lat, got = asyncio.run(_load(url, samples, cfg.clients))
         after = parse(httpx.get(f"{url}/metrics", timeout=60).text)

@@ -5,7 +5,8 @@ A scoring call carries a routing key (:func:`route_key`, a hash of the samples' 
 :func:`rmfast.serve.core.split_sample` finds it, computed by the ingress). A key is given a replica once
 (:func:`assign`) and keeps it while that replica lives: the first of the key's rendezvous order over the live
 replicas (:func:`affine`'s order: a replica that dies or joins moves only its own keys) that holds fewer than
-(1 + :data:`BALANCE`) x its share of the recent keys (consistent hashing with bounded loads: plain rendezvous
+(1 + :data:`BALANCE`) x its share of the active keys, those called within :data:`ACTIVE_S` seconds (consistent
+hashing with bounded loads, Mirrokni, Thorup and Zadimoghaddam, 2018: plain rendezvous
 hashing of the 8 groups of a step put 6 on one of 2 replicas, which then did three quarters of the work, measured in
 ``benchmarks/results/serve_ray_cpu_2026-11-29``). Ray Serve's router takes the ranks :func:`ranks` gives: the
 key's replica first; where its queue is full (``max_ongoing_requests``), the least loaded of the others.
@@ -31,18 +32,24 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+import time
 from collections import Counter, OrderedDict
 
 #: the keyword argument of a scoring call that carries its routing key
 ROUTE_KWARG = "route"
-#: a replica takes a new key only while it holds fewer than (1 + BALANCE) x the mean of the recent keys per replica
-BALANCE = 0.25
+#: a replica takes a new key only while it holds fewer than (1 + BALANCE) x the mean of the active keys per replica,
+#: rounded up (0: the mean: a step of 8 groups splits 4/4 over 2 replicas; 0.25 let it split 5/3, measured 0.97x
+#: the default router's rate where 4/4 is 1.0x)
+BALANCE = 0.0
+#: a key is active (it counts in its replica's load) for this long after its last call: an RL step's groups are
+#: scored within it, and the last step's are gone by the next (the policy's generation takes longer)
+ACTIVE_S = 10.0
 #: the keys remembered (their replicas), most recent last; an older key is assigned afresh when it comes back
 RECENT_KEYS = 4096
 
 _lock = threading.Lock()
 _counts: dict = {}
-_assigned: OrderedDict = OrderedDict()  # key -> replica id
+_assigned: OrderedDict = OrderedDict()  # key -> [replica id, its last call (monotonic s)]
 
 
 def route_key(prompt_ids) -> str:
@@ -64,9 +71,9 @@ def affine(key: str, replica_ids: list[str]) -> str | None:
     return _order(key, replica_ids)[0] if replica_ids else None
 
 
-def assign(key: str, replica_ids: list[str]) -> str | None:
+def assign(key: str, replica_ids: list[str], now: float | None = None) -> str | None:
     """The replica ``key``'s calls go to: the one it was given while that one lives, else the first of its
-    rendezvous order holding fewer than (1 + BALANCE) x the mean of the recent keys (module doc); None: no replica.
+    rendezvous order holding fewer than (1 + BALANCE) x the mean of the active keys (module doc); None: no replica.
 
     >>> _assigned.clear()
     >>> got = [assign(route_key((k,)), ["a", "b"]) for k in range(40)]
@@ -74,19 +81,25 @@ def assign(key: str, replica_ids: list[str]) -> str | None:
     (True, True)
     >>> [assign(route_key((k,)), ["b"]) for k in range(40)].count("b")      # "a" gone: its keys move to "b"
     40
+    >>> later = time.monotonic() + ACTIVE_S                               # the keys above are no longer active
+    >>> got = [assign(route_key((k, 1)), ["a", "b"], now=later) for k in range(8)]
+    >>> sorted([got.count("a"), got.count("b")]) in ([4, 4], [3, 5])
+    True
     """
     if not replica_ids:
         return None
+    now = time.monotonic() if now is None else now
     with _lock:
         got = _assigned.get(key)
-        if got in replica_ids:
+        if got is not None and got[0] in replica_ids:
+            got[1] = now
             _assigned.move_to_end(key)
-            return got
-        held = Counter(r for r in _assigned.values() if r in replica_ids)
+            return got[0]
+        held = Counter(r for r, t in _assigned.values() if r in replica_ids and now - t < ACTIVE_S)
         cap = math.ceil((1 + BALANCE) * (sum(held.values()) + 1) / len(replica_ids))
         order = _order(key, replica_ids)
         pick = next((r for r in order if held[r] < cap), order[0])
-        _assigned[key] = pick
+        _assigned[key] = [pick, now]
         _assigned.move_to_end(key)
         while len(_assigned) > RECENT_KEYS:
             _assigned.popitem(last=False)
