@@ -236,8 +236,8 @@ def choose_attention(attention, device: torch.device, engine: str, compiled: boo
                           "Triton kernel")
     what = "rows of any length (texts)" if row_tokens is None else f"rows of up to {row_tokens} tokens"
     return "cascade", (f"{what} (> {CASCADE_MIN_ROW_TOKENS} tokens): cascade, prompt and response parts on tensor "
-                       "cores; rows of several lengths packed back to back, no padding, where no sliding window "
-                       "is shorter than prompt + row (else right-padded in length buckets)")
+                       "cores; rows of several lengths packed back to back, no padding (a sliding window by each "
+                       "token's own position)")
 
 
 class _PromptShape(NamedTuple):
