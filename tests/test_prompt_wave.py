@@ -207,7 +207,7 @@ def test_scorer_wave_one_prefill_scores_as_alone():
     import rmfast.fast.wave as fe
 
     real = fe.encode_prompts
-    monkey = lambda engines: (calls.append(len(engines)), real(engines))  # noqa: E731
+    monkey = lambda engines, *a: (calls.append(len(engines)), real(engines, *a))  # noqa: E731
     fe.encode_prompts = monkey
     try:
         sc = RewardScorer(model, tok, attention="cascade", share_batches=True)

@@ -201,6 +201,33 @@ def test_packed_rows_under_sliding_windows_get_the_same_bits_in_any_wave(arch, d
         assert np.abs(alone - [_hf(model, i) for i in ids]).max() < 1e-4
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_the_cascade_forms_one_prompt_prefill_keeps_the_bits(arch, smol_tokenizer, monkeypatch):
+    """In the cascade form (CUDA's; its torch twin here) a wave's new prompts are encoded in ONE packed prefill, a
+    lone new prompt too: a sample's score is the same bits whether its prompt came with others, alone, or from the
+    cache, and the plain-HF forward's to 1e-4."""
+    from rmfast.fast import wave as W
+
+    model = T.tiny(arch, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=8)
+    calls = []
+    real = W._encode_packed
+    monkeypatch.setattr(W, "_encode_packed", lambda batch, *a: (calls.append(len(batch)), real(batch, *a))[1])
+
+    def core():
+        return ServeCore(model, smol_tokenizer, ScoringOptions(dtype="float32", attention="cascade"), name=arch)
+
+    rng = random.Random(13)
+    prompts = [[rng.randrange(100, 40000) for _ in range(rng.randint(3, 25))] for _ in range(3)]
+    ids = [p + [rng.randrange(100, 40000) for _ in range(rng.randint(1, 30))] for p in prompts for _ in range(3)]
+    a, b = core(), core()
+    samples = [a.sample(i, prompt_ids=prompts[k // 3]) for k, i in enumerate(ids)]
+    assert a.decided.attention == "cascade"
+    together = a.score(samples)  # 3 new prompts: one prefill of 3
+    alone = np.concatenate([b.score([s]) for s in samples])  # each new prompt alone, then from the cache
+    assert calls == [3, 1, 1, 1] and np.array_equal(together, alone)
+    assert np.abs(together - [_hf(model, i) for i in ids]).max() < 1e-4
+
+
 def test_split_rule_is_the_samples_own():
     assert split_sample((1, 5, 6, 2, 5, 6, 3, 4), header=(5, 6)).split == 6  # the last header
     assert split_sample((1, 5, 6), header=(5, 6)).rule != "header"  # nothing after it: not a split

@@ -233,8 +233,9 @@ def varlen_causal_attention(q, k, v, cu_seqlens, max_len: int, *, scale, softcap
 
         return response_part_varlen_triton(q, k, v, cu_seqlens, max_len, scale=scale, softcap=softcap, window=window,
                                            out_dtype=q.dtype)[0]
+    rule = None if torch.compiler.is_compiling() else _GEMM_ROWS.get()  # rmfast serve: a prompt's bits its own
     return cascade_ref.response_part_varlen(q, k, v, cu_seqlens, scale=scale, softcap=softcap, window=window,
-                                            out_dtype=q.dtype)[0]
+                                            out_dtype=q.dtype, rule=rule)[0]
 
 
 def rmsnorm(x, weight, eps, *, gemma_style, fp32=False, triton=False):

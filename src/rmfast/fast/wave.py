@@ -23,24 +23,25 @@ from .layer import PackedPrompts, decoder_layer
 
 
 @contextlib.contextmanager
-def one_prompt_pass():
+def one_prompt_pass(packed_alone: bool = False):
     """Engines in the cascade form built inside this block wait for their prompt pass; on leaving it, ONE
     batched pass encodes all their prompts (:func:`encode_prompts`). Engines of other forms encode their
     prompt as they are built, as always. A block, not an argument: the scorer builds a wave's engines one by
     one through its plans (:meth:`rmfast.scoring.scorer.RewardScorer._encode_wave`), and nothing between it
     and the engine has to pass a flag down. If the block raises, the waiting engines stay unencoded (``kv``
-    None): the caller drops them."""
+    None): the caller drops them. ``packed_alone``: a wave of one prompt runs the packed prefill too (``rmfast serve``:
+    a prompt's keys/values then come from one code path whatever else its wave brought)."""
     wave: list = []
     token = _WAVE.set(wave)
     try:
         yield wave
     finally:
         _WAVE.reset(token)
-    encode_prompts(wave)
+    encode_prompts(wave, packed_alone)
 
 
 @torch.no_grad()
-def encode_prompts(engines: list[Engine]) -> None:
+def encode_prompts(engines: list[Engine], packed_alone: bool = False) -> None:
     """The prompt passes of several engines (one per prompt) in ONE batched prefill, each engine's K/V, gated
     head and prompt log-probs set as its own pass would set them (to fp32 rounding: other GEMM shapes).
 
@@ -61,18 +62,18 @@ def encode_prompts(engines: list[Engine]) -> None:
     docs/backend.md; not re-measured here).
     """
     batch = [e for e in engines if e.attention == "cascade" and e.layers is engines[0].layers] if engines else []
-    if len(batch) < 2:
+    if len(batch) < (1 if packed_alone else 2):
         batch = []
     for e in engines:
         if not any(e is b for b in batch):
             e._encode_prefix()
     if batch:  # every length in one pass: nothing is padded
-        _encode_packed(batch)
+        _encode_packed(batch, packed_alone)
 
 
-def _encode_packed(batch: list[Engine]) -> None:
+def _encode_packed(batch: list[Engine], packed_alone: bool = False) -> None:
     """One packed prompt pass for ``batch`` (sharing layers, cascade form): see :func:`encode_prompts`."""
-    if len(batch) == 1:  # its own pass: the last layer at the read positions only
+    if len(batch) == 1 and not packed_alone:  # its own pass: the last layer at the read positions only
         return batch[0]._encode_prefix()
     e0 = batch[0]
     lens = [e.P for e in batch]

@@ -16,7 +16,9 @@ and kept in a cache bounded in bytes; the rest runs as a row against it. **Batch
 does not depend on the requests it was batched with, their order or how the waves were cut) needs every piece of
 a row's arithmetic to be a function of the sample alone:
 
-- the prompt's keys/values: one pass of the prompt's own ids, whichever sample brought it;
+- the prompt's keys/values: a pass of the prompt's own ids, whichever sample brought it (in the cascade form, CUDA's,
+  a wave's new prompts share ONE packed prefill, :func:`rmfast.fast.wave.one_prompt_pass`: each prompt causal over its
+  own tokens, the GEMMs under the rows rule, so its keys/values are the same bits as its own pass's);
 - the row's layout: a wave's rows, of every prompt and length, run packed back to back with no pads
   (:class:`rmfast.fast.layer.PackedRows`), every layer at every token, attention per row over its own prompt's
   keys and its own, a sliding window by each token's own position (the prompt part's GEMMs under the rows rule,
@@ -46,6 +48,7 @@ from ..dims import kv_bytes
 from ..errors import UserError
 from ..fast import ops
 from ..fast.engine import score_prompts
+from ..fast.wave import one_prompt_pass
 from ..scoring.candidates import max_positions
 from ..scoring.decisions import CHUNK_ROWS, PAD_ROWS, choose_gemm_rows, decide
 from ..scoring.hf_path import hf_scores
@@ -247,10 +250,17 @@ class ServeCore:
         for k, s in enumerate(samples):
             by_prompt.setdefault(s.prompt, []).append(k)
         keep, plans = set(by_prompt), {}
-        for prompt, ks in by_prompt.items():
-            plans[prompt], fresh = self._plan(prompt, keep)
-            self.stats.prompt_hits += len(ks) - (1 if fresh else 0)
-            self.stats.prompt_tokens_saved += len(prompt) * (len(ks) - (1 if fresh else 0))
+        try:  # the wave's new prompts in ONE packed prefill where the engines take it (the cascade form: CUDA's)
+            with ops.gemm_rows(self.rows_rule), one_prompt_pass(packed_alone=True):
+                for prompt, ks in by_prompt.items():
+                    plans[prompt], fresh = self._plan(prompt, keep)
+                    self.stats.prompt_hits += len(ks) - (1 if fresh else 0)
+                    self.stats.prompt_tokens_saved += len(prompt) * (len(ks) - (1 if fresh else 0))
+        except BaseException:  # a prompt left unencoded never stays cached
+            for prompt, plan in plans.items():
+                if plan.eng is not None and plan.eng.kv is None:
+                    self._drop(prompt)
+            raise
         self._score_packed(samples, list(range(len(samples))), plans, out)
         for prompt, ks in by_prompt.items():
             if samples[ks[0]].rule == "none":  # a sample's own prefix: not worth keeping
