@@ -253,7 +253,7 @@ class Group:
 
         >>> g = Group(np.arange(6), 2, None, packed=True, tokens=np.array([1, 1, 2, 2, 5, 5]))
         >>> [g.cut(0, 2), g.cut(4, 2), Group(np.arange(6), 2, None).cut(0, 2)]
-        [5, 6, 2]
+        [4, 6, 2]
         """
         n = self.rows.size
         if not self.packed or self.tokens is None:
