@@ -118,34 +118,34 @@ def test_a_replica_killed_mid_load_costs_no_request_and_ray_restarts_it(cluster,
     killed = []
 
     def kill_once_it_holds_a_request():  # its calls wait for their wave (--max-wait-ms 500): one is there
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not ray.get(victim.get_num_ongoing_requests.remote()):
-            time.sleep(0.01)
+        deadline, held = time.monotonic() + 60, 0
+        while time.monotonic() < deadline and not held:
+            held = ray.get(victim.get_num_ongoing_requests.remote())
+            time.sleep(0 if held else 0.01)
         ray.kill(victim, no_restart=True)
-        killed.append(name)
+        killed.append((name, held))
 
     killer = threading.Thread(target=kill_once_it_holds_a_request, daemon=True)
     before = _metrics(url)
     killer.start()
     got = _send(url, data)
     killer.join()
-    m = _metrics(url)
+    d = {k: v - before.get(k, 0) for k, v in _metrics(url).items()}
+    assert d["rmfast_samples_total"] >= 64  # every sample scored (a retried call's samples count again)
+    assert killed and killed[0][1] > 0  # killed while it held requests (waiting for their wave)
     assert len(got) == 64 and got == _send(single, data)  # every request answered once, with the same bits
-    d = {k: m[k] - before.get(k, 0) for k in m}
-    # the victim's calls (held for their wave when it died) were sent again by the ingress and answered elsewhere
-    # a retried call is routed again: to its prompt's new replica (affinity) or, while the router still lists the
-    # dead one as its prompt's, elsewhere (fallback)
-    routed = d['rmfast_routed_total{choice="affinity"}'] + d.get('rmfast_routed_total{choice="fallback"}', 0)
-    assert d["rmfast_retries_total"] >= 1 and routed > 64, d
+    # the victim's calls were answered elsewhere: sent again by the ingress (rmfast_retries_total) or re-routed by
+    # Ray's own router before they reached it; which of the two varies with the timing (both seen), so not asserted
+    name = killed[0][0]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         names = _scorer_replicas()
         st = serve.status().applications["rmfast"].deployments["Scorer"]
-        if killed[0] not in names and st.replica_states.get("RUNNING", 0) == 2:
+        if name not in names and st.replica_states.get("RUNNING", 0) == 2:
             break
         time.sleep(0.5)
     else:
-        pytest.fail(f"Ray did not start a new replica in place of {killed[0]}")
+        pytest.fail(f"Ray did not start a new replica in place of {name}")
     assert len(_send(url, data[:8])) == 8
 
 
