@@ -169,11 +169,14 @@ class ServeCore:
             "a function of the sample alone (its ids, and the client's prompt where sent), never of what else is "
             "waiting: the RM's assistant header " + (f"{list(self.header)}" if self.header else "(none in this template)")
             + "'s last occurrence; else the client's prompt where its ids begin the sample's; else no shared prompt")}
-        self.reasons["rows"] = {"value": "packed", "reason": (
+        # the plan's "rows" decision for this job, recorded there with its reason as every scoring decision is
+        self.decided.packed_rows = True
+        self.decided.record("rows", "packed", (
             "a wave's rows, of every prompt and length, run packed back to back with no pads, in calls of at most "
             f"{PACK_TOKENS} tokens: every GEMM over the wave's real tokens, every layer at every token, attention per "
             "row over its own prompt and itself (a sliding window by each token's own position); the rows rule keeps "
-            "a token's bits its own wherever it sits")}
+            "a token's bits its own wherever it sits"))
+        self.reasons["rows"] = dict(self.decided.reasons["rows"])
         self.reasons["prompt_cache"] = {"value": f"{self.cache_bytes / 2**20:.0f} MiB",
                                         "reason": "prompt encodings kept between waves, least recently used dropped"}
         self.score_meaning = score_meaning("score", self.head_index, self.model_info.get("random_head_seed"))
