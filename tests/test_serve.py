@@ -401,6 +401,75 @@ def test_verl_compute_score_and_the_trl_remote_reward(rm):
             asyncio.run(compute_score("ds", "x", None, {}, url=url))
 
 
+def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
+    """slime's ``remote_rm`` (``--rm-type remote_rm --rm-url .../reward``): its body and its read, as it does them
+    (aiohttp, ``raise_for_status``, the JSON body taken as the reward). Its prompt as the policy rendered it, as
+    messages, or as text; a reply the template opened (Qwen 3's empty think block); an empty reply."""
+    import asyncio
+
+    aiohttp = pytest.importorskip("aiohttp")
+    model, tok = rm
+    d = _groups(tok, 2, 2, seed=12, long_first=False)[::2]  # two groups' prompts, one response each
+    app, _ = _app(rm)
+
+    async def remote_rm(url, payloads):
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+            async def one(p):
+                async with session.post(url, json=p) as resp:
+                    resp.raise_for_status()
+                    return await resp.json()
+            return await asyncio.gather(*(one(p) for p in payloads))
+
+    think = "<think>\n\n</think>\n\n"
+    with running(app) as url:
+        body = {"conversations": [{"prompt": x["msgs"], "responses": [x["response"], think + x["response"]]} for x in d]
+                + [{"prompt": d[0]["msgs"][0]["content"], "responses": [d[0]["response"]]}]}
+        want = httpx.post(f"{url}/v1/score", json=body).json()["scores"]
+        got = asyncio.run(remote_rm(f"{url}/reward", [
+            *({"prompt": x["prompt"], "response": x["response"], "label": "42"} for x in d),       # --apply-chat-template
+            *({"prompt": x["msgs"], "response": x["response"], "label": None} for x in d),         # messages
+            {"prompt": d[0]["prompt"] + think, "response": d[0]["response"], "label": {"k": 1}},  # the reply opened
+            {"prompt": d[0]["msgs"][0]["content"], "response": d[0]["response"]},                 # plain text
+            {"prompt": d[1]["prompt"], "response": ""}]))                                         # an empty reply
+        assert all(type(v) is float for v in got)  # slime's reward is the body itself
+        assert got[:2] == [w[0] for w in want[:2]] and got[2:4] == got[:2]
+        assert got[4] == want[0][1] and got[5] == want[2][0]
+        empty = tok.apply_chat_template(d[1]["msgs"] + [{"role": "assistant", "content": ""}], tokenize=True)
+        empty = empty["input_ids"] if hasattr(empty, "keys") else empty
+        assert got[6] == pytest.approx(_hf(model, empty), abs=1e-4)
+        full = [tok.apply_chat_template(x["msgs"] + [{"role": "assistant", "content": x["response"]}], tokenize=True)
+                for x in d]
+        ref = [_hf(model, f["input_ids"] if hasattr(f, "keys") else f) for f in full]
+        assert np.abs(np.array(got[:2]) - ref).max() < 1e-4
+        m = parse(httpx.get(f"{url}/metrics").text)
+        assert [m[f'rmfast_reward_prompts_total{{read="{r}"}}'] for r in ("turns", "messages", "text")] == [4, 2, 1]
+        bad = httpx.post(f"{url}/reward", json={"prompt": [{"text": "hi"}], "response": "x"})
+        assert bad.status_code == 422 and "\n" not in bad.json()["error"]["message"]
+        assert httpx.post(f"{url}/reward", json={"prompt": "hi"}).status_code == 422  # no response field
+    from rmfast.serve.server import ROUTES  # the start line's list names every route the app has
+
+    assert sorted(ROUTES) == sorted(f"{m} {r.path}" for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD")
+
+
+def test_rerender_reads_another_templates_query_in_the_rms_own(rm):
+    """``--rerender``: a query in Gemma's or Llama 3's turns is rendered with the RM's (ChatML) template, a query in
+    the RM's own format is unchanged by it, a text in no known format is scored as sent (``rm_rerendered`` says which)."""
+    model, tok = rm
+    d = _groups(tok, 1, 1, seed=13, long_first=False)[0]
+    user, reply = d["msgs"][0]["content"], d["response"]
+    gemma = f"<bos><start_of_turn>user\n{user}<end_of_turn>\n<start_of_turn>model\n{reply}<end_of_turn>\n"
+    llama3 = (f"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>"
+              f"<|start_header_id|>assistant<|end_header_id|>\n\n{reply}<|eot_id|>")
+    app, _ = _app(rm, rerender=True)
+    with running(app) as url:
+        want = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": d["msgs"], "responses": [reply]}]}
+                          ).json()["scores"][0][0]
+        got = _reward(url, [gemma, llama3, d["text"], "plain text, no turns"])
+        assert got["rewards"][:3] == [want] * 3 and got["extra_logs"]["rm_rerendered"] == [1, 1, 1, 0]
+        assert got["rewards"][3] == pytest.approx(_hf(model, tok("plain text, no turns", add_special_tokens=False)
+                                                      ["input_ids"]), abs=1e-4)
+
+
 # ---------------------------------------------------------------------------------- the command
 
 

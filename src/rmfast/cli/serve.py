@@ -9,7 +9,7 @@ from . import common
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="serve a reward model over HTTP (OpenRLHF, verl/vLLM and rmfast routes)",
+    p = sub.add_parser("serve", help="serve a reward model over HTTP (OpenRLHF, verl/vLLM, slime and rmfast routes)",
                        description="Serve a reward model over HTTP for RL frameworks that send one sample per "
                                    "request: each group's prompt is encoded once across requests, and a sample's "
                                    "score is the same bits whatever it was batched with (docs/serving.md). Needs "

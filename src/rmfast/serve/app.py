@@ -9,6 +9,10 @@
 - ``POST /classify``: vLLM's pooling route, as verl's reward loop calls it (``{"model", "input", "use_activation"}``,
   the input already in the RM's template, its BOS stripped because the server adds it): ``data[i].probs`` holds
   the head's raw output where ``use_activation`` is false, its sigmoid where true (a softmax of one logit is 1.0).
+- ``POST /reward``: slime's remote reward model (``--rm-type remote_rm --rm-url http://host:port/reward``):
+  ``{"prompt", "response", "label"}`` -> a bare JSON number (slime takes the body as the reward). The sample is
+  read in the RM's own template (:meth:`Ctx.reward_sample`): slime's prompt is chat messages, the policy's
+  rendering of them (``--apply-chat-template``), or plain text, and its response carries no end-of-turn token.
 - ``POST /v1/score``, ``POST /v1/rerank``: rmfast's own, conversations and responses templated as
   :class:`rmfast.scoring.scorer.RewardScorer` does (each response's ids in context).
 - ``GET /health``, ``GET /v1/models`` (the model, its revision, the score's meaning and every decision with its
@@ -40,7 +44,7 @@ from ..template import build_template
 from .core import ServeCore
 from .metrics import Metrics
 from .scheduler import Draining, QueueFull, Scheduler
-from .turns import rerender_query
+from .turns import prompt_turns, rerender_query
 
 log = logging.getLogger("rmfast.serve")
 
@@ -132,27 +136,57 @@ class Ctx:
     def tokenize(self, texts: list[str], special: bool) -> list[list[int]]:
         return self.core.tokenizer(list(texts), add_special_tokens=special)["input_ids"] if texts else []
 
-    def conv_samples(self, prompt, responses: list[str], k: int, compat: str | None = None) -> list:
+    def template(self, prompt, where: str):
+        """The RM's template around a conversation's reply (UserError naming ``where`` for a malformed prompt)."""
+        conv = as_conversation(prompt, where)
+        t = self.tmpl_cache.get(conv)
+        if t is None:
+            core = self.core
+            t = build_template(core.tokenizer, conv.prompt, template=core.template, system=conv.system,
+                               history=conv.history)
+            if len(self.tmpl_cache) > 1024:
+                self.tmpl_cache.clear()
+            self.tmpl_cache[conv] = t
+        return t
+
+    def conv_samples(self, prompt, responses: list[str], k: int, compat: str | None = None,
+                     where: str | None = None) -> list:
         """A conversation's responses as samples, templated as RewardScorer does (each response's ids in context)."""
-        core = self.core
+        where = f"conversations[{k}]" if where is None else where
         try:
-            conv = as_conversation(prompt, f"conversations[{k}].prompt")
-            t = self.tmpl_cache.get(conv)
-            if t is None:
-                t = build_template(core.tokenizer, conv.prompt, template=core.template, system=conv.system,
-                                   history=conv.history)
-                if len(self.tmpl_cache) > 1024:
-                    self.tmpl_cache.clear()
-                self.tmpl_cache[conv] = t
+            t = self.template(prompt, f"{where}.prompt")
             for j, r in enumerate(responses):
                 if not r.strip():
-                    raise UserError(f"conversations[{k}].responses[{j}] is empty; every response needs some text")
-            rows = tokenize_rows(core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses)], [t], compat=compat)
+                    raise UserError(f"{where}.responses[{j}] is empty; every response needs some text")
+            rows = tokenize_rows(self.core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses)], [t], compat=compat)
         except UserError as e:
             raise ApiError(422, str(e)) from None
         # a compat row that merged with the template carries its own (the whole conversation as it re-tokenizes)
         return [self.sample((*(row.template or t).prefix_ids, *row.ids, *(row.template or t).suffix_ids), k,
-                            t.prefix_ids, f"conversations[{k}] response") for row in rows]
+                            t.prefix_ids, f"{where} response") for row in rows]
+
+    def reward_sample(self, prompt, response: str):
+        """slime's sample (``POST /reward``) in the RM's own template: chat messages as they are; a text in a known
+        chat template split back into its turns (what the template opened the reply with kept in front of it);
+        any other text as the user's message. An empty reply is scored as an empty assistant turn, and a reply
+        that merges with the template as the whole conversation re-tokenizes: slime retries a refused sample
+        and then stops its run."""
+        read = "messages" if not isinstance(prompt, str) else "text"
+        got = prompt_turns(prompt) if read == "text" else None
+        if got is not None:
+            read, (prompt, opened) = "turns", got
+            response = opened + response
+        self.metrics.count("reward_prompts", read)
+        if response.strip():
+            return self.conv_samples(prompt, [response], 0, "decode-retokenize", where="body")[0]
+        try:
+            t = self.template(prompt, "body.prompt")
+        except UserError as e:
+            raise ApiError(422, str(e)) from None
+        if not t.suffix_ids:
+            raise ApiError(422, "response: empty, and the reward model's template ends the reply with no token of "
+                                "its own, so there is no position to score; send some text")
+        return self.sample((*t.prefix_ids, *t.suffix_ids), 0, t.prefix_ids, "body")
 
     def about(self) -> dict:
         return {"model": self.config.name, "revision": self.config.revision, "score_meaning": self.core.score_meaning}
@@ -191,6 +225,7 @@ def build_app(core: ServeCore, config: ServeConfig, scheduler: Scheduler | None 
     _errors_and_counts(app, ctx)
     _openrlhf_route(app, ctx)
     _vllm_route(app, ctx)
+    _slime_route(app, ctx)
     _rmfast_routes(app, ctx)
     _info_routes(app, ctx)
     return app
@@ -292,6 +327,25 @@ def _vllm_route(app, ctx: Ctx) -> None:
                          for k, v in enumerate(scores)],
                 "usage": {"prompt_tokens": n_tok, "total_tokens": n_tok, "completion_tokens": 0,
                           "prompt_tokens_details": None}}
+
+
+def _slime_route(app, ctx: Ctx) -> None:
+    """``POST /reward``: slime's remote reward model, one sample per request, answered with a bare number."""
+    from typing import Any
+
+    from fastapi import Depends
+    from pydantic import BaseModel, ConfigDict
+
+    class OneBody(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        prompt: str | list[dict]
+        response: str
+        label: Any = None  # the task's answer, for rule-based rewards; a reward model does not read it
+
+    @app.post("/reward", dependencies=[Depends(ctx.auth)])
+    async def reward(body: OneBody):
+        sample = ctx.reward_sample(body.prompt, body.response)
+        return float((await ctx.run([sample]))[0])
 
 
 def _rmfast_routes(app, ctx: Ctx) -> None:

@@ -24,8 +24,8 @@ from .scheduler import Scheduler
 
 #: the API key's environment variable (``--api-key-file`` names a file instead)
 API_KEY_ENV = "RMFAST_API_KEY"
-ROUTES = ("POST /get_reward", "POST /classify", "POST /v1/score", "POST /v1/rerank", "GET /health", "GET /v1/models",
-          "GET /metrics")
+ROUTES = ("POST /get_reward", "POST /classify", "POST /reward", "POST /v1/score", "POST /v1/rerank", "GET /health",
+          "GET /v1/models", "GET /metrics")
 
 
 @dataclass

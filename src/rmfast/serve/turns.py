@@ -25,26 +25,58 @@ from ..template import build_template
 
 #: (name, turn pattern: role and content, end of a turn, text to drop before the first turn)
 FORMATS = (
-    ("chatml", re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|<\|endoftext\|>|$)", re.S)),
-    ("llama3", re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|<\|end_of_text\|>|$)",
+    ("chatml", re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|<\|endoftext\|>|\Z)", re.S)),
+    ("llama3", re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|<\|end_of_text\|>|\Z)",
                           re.S)),
-    ("gemma", re.compile(r"<start_of_turn>(\w+)\n(.*?)(?:<end_of_turn>|<eos>|$)", re.S)),
+    ("gemma", re.compile(r"<start_of_turn>(\w+)\n(.*?)(?:<end_of_turn>|<eos>|\Z)", re.S)),
 )
+
+
+def _turns(text: str) -> list[dict] | None:
+    """The text's turns in the first known format it has, as messages ("model" read as "assistant"), each turn's
+    trailing newlines dropped but the last one's (an open turn's text is kept as the template left it)."""
+    for name, pat in FORMATS:
+        turns = [(m.group(1), m.group(2)) for m in pat.finditer(text)]
+        if turns:
+            return [{"role": "assistant" if r == "model" else r, "content": c if k == len(turns) - 1 else c.rstrip("\n")}
+                    for k, (r, c) in enumerate(turns)]
+    return None
 
 
 def split_turns(text: str) -> list[dict] | None:
     """The text's turns as chat messages (the last the assistant's), or None (module doc)."""
-    for name, pat in FORMATS:
-        turns = [(m.group(1), m.group(2)) for m in pat.finditer(text)]
-        if not turns:
-            continue
-        msgs = [{"role": "assistant" if r == "model" else r, "content": c.rstrip("\n") if r != turns[-1][0] else c}
-                for r, c in turns]
-        msgs[-1]["content"] = msgs[-1]["content"].rstrip("\n")
-        if msgs[-1]["role"] != "assistant" or len(msgs) < 2 or msgs[-2]["role"] != "user":
-            return None
-        return msgs
-    return None
+    msgs = _turns(text)
+    if msgs is None:
+        return None
+    msgs[-1]["content"] = msgs[-1]["content"].rstrip("\n")
+    if msgs[-1]["role"] != "assistant" or len(msgs) < 2 or msgs[-2]["role"] != "user":
+        return None
+    return msgs
+
+
+def prompt_turns(text: str) -> tuple[list[dict], str] | None:
+    """A policy's rendered PROMPT (its chat template, the generation prompt included, as slime's
+    ``--apply-chat-template`` renders it) as (messages up to the user's turn, the text the template opened the
+    assistant's turn with: "" mostly, Qwen 3's empty think block where thinking is off); None where the text has
+    no turns of a known format, or its last turn is neither an open assistant turn nor the user's.
+
+    >>> prompt_turns("<|im_start|>system\\nBe brief.<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n")
+    ([{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}], '')
+    >>> prompt_turns("<start_of_turn>user\\nHi<end_of_turn>\\n")   # no generation prompt: the user's turn ends it
+    ([{'role': 'user', 'content': 'Hi'}], '')
+    >>> prompt_turns("Hi") is None
+    True
+    """
+    msgs = _turns(text)
+    if msgs is None:
+        return None
+    opened = ""
+    if msgs[-1]["role"] == "assistant":
+        opened = msgs.pop()["content"]
+    if not msgs or msgs[-1]["role"] != "user":
+        return None
+    msgs[-1]["content"] = msgs[-1]["content"].rstrip("\n")
+    return msgs, opened
 
 
 def rerender_query(core, text: str) -> list[int] | None:
