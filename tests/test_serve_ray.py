@@ -103,6 +103,9 @@ def test_groups_are_encoded_once_on_one_replica_with_the_single_servers_bits(clu
     models = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]
     assert {"gemm_rows", "split", "waves"} <= set(models["decisions"])
     assert models["ray_serve"] == {"replicas": 2, "routing": "affinity"}
+    body = {"prompt": [{"role": "user", "content": "Hi"}], "response": "Hello!", "label": None}  # slime's, same route
+    one = [httpx.post(f"{u}/reward", json=body, timeout=60).json() for u in (url, single)]
+    assert type(one[0]) is float and one[0] == one[1]
 
 
 def _scorer_replicas() -> list[str]:
