@@ -430,10 +430,12 @@ def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
             *({"prompt": x["msgs"], "response": x["response"], "label": None} for x in d),         # messages
             {"prompt": d[0]["prompt"] + think, "response": d[0]["response"], "label": {"k": 1}},  # the reply opened
             {"prompt": d[0]["msgs"][0]["content"], "response": d[0]["response"]},                 # plain text
-            {"prompt": d[1]["prompt"], "response": ""}]))                                         # an empty reply
+            {"prompt": d[1]["prompt"], "response": ""},                                           # an empty reply
+            {"prompt": d[0]["prompt"], "response": d[0]["response"] + "<|im_end|>"},              # the stop token kept
+            {"prompt": d[0]["msgs"], "response": d[0]["response"] + "<|eot_id|>"}]))
         assert all(type(v) is float for v in got)  # slime's reward is the body itself
         assert got[:2] == [w[0] for w in want[:2]] and got[2:4] == got[:2]
-        assert got[4] == want[0][1] and got[5] == want[2][0]
+        assert got[4] == want[0][1] and got[5] == want[2][0] and got[7:] == [got[0]] * 2
         empty = tok.apply_chat_template(d[1]["msgs"] + [{"role": "assistant", "content": ""}], tokenize=True)
         empty = empty["input_ids"] if hasattr(empty, "keys") else empty
         assert got[6] == pytest.approx(_hf(model, empty), abs=1e-4)
@@ -442,7 +444,7 @@ def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
         ref = [_hf(model, f["input_ids"] if hasattr(f, "keys") else f) for f in full]
         assert np.abs(np.array(got[:2]) - ref).max() < 1e-4
         m = parse(httpx.get(f"{url}/metrics").text)
-        assert [m[f'rmfast_reward_prompts_total{{read="{r}"}}'] for r in ("turns", "messages", "text")] == [4, 2, 1]
+        assert [m[f'rmfast_reward_prompts_total{{read="{r}"}}'] for r in ("turns", "messages", "text")] == [5, 3, 1]
         bad = httpx.post(f"{url}/reward", json={"prompt": [{"text": "hi"}], "response": "x"})
         assert bad.status_code == 422 and "\n" not in bad.json()["error"]["message"]
         assert httpx.post(f"{url}/reward", json={"prompt": "hi"}).status_code == 422  # no response field

@@ -44,7 +44,7 @@ from ..template import build_template
 from .core import ServeCore
 from .metrics import Metrics
 from .scheduler import Draining, QueueFull, Scheduler
-from .turns import prompt_turns, rerender_query
+from .turns import drop_end_marks, prompt_turns, rerender_query
 
 log = logging.getLogger("rmfast.serve")
 
@@ -168,7 +168,7 @@ class Ctx:
     def reward_sample(self, prompt, response: str):
         """slime's sample (``POST /reward``) in the RM's own template: chat messages as they are; a text in a known
         chat template split back into its turns (what the template opened the reply with kept in front of it);
-        any other text as the user's message. An empty reply is scored as an empty assistant turn, and a reply
+        any other text as the user's message. The reply's own end-of-turn mark is dropped. An empty reply is scored as an empty assistant turn, and a reply
         that merges with the template as the whole conversation re-tokenizes: slime retries a refused sample
         and then stops its run."""
         read = "messages" if not isinstance(prompt, str) else "text"
@@ -176,6 +176,7 @@ class Ctx:
         if got is not None:
             read, (prompt, opened) = "turns", got
             response = opened + response
+        response = drop_end_marks(response, (self.core.tokenizer.eos_token,))  # the template ends the turn itself
         self.metrics.count("reward_prompts", read)
         if response.strip():
             return self.conv_samples(prompt, [response], 0, "decode-retokenize", where="body")[0]

@@ -32,6 +32,25 @@ FORMATS = (
 )
 
 
+#: the ends of a turn or a text that a policy's sampled reply may carry at its end (slime keeps the stop token:
+#: sglang's ``no_stop_trim``): ChatML's, Llama 3's, Gemma's, and Llama 2's / Mistral's end of text
+END_MARKS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<eos>", "</s>")
+
+
+def drop_end_marks(reply: str, more=()) -> str:
+    """The reply without the end-of-turn or end-of-text marks at its very end (the RM's template adds its own).
+
+    >>> drop_end_marks("Hello!<|im_end|>"), drop_end_marks("Hi<end_of_turn><eos>"), drop_end_marks("a </s> b")
+    ('Hello!', 'Hi', 'a </s> b')
+    """
+    marks = tuple(m for m in (*END_MARKS, *more) if m)
+    while True:
+        m = next((m for m in marks if reply.endswith(m)), None)
+        if m is None:
+            return reply
+        reply = reply[: -len(m)]
+
+
 def _turns(text: str) -> list[dict] | None:
     """The text's turns in the first known format it has, as messages ("model" read as "assistant"), each turn's
     trailing newlines dropped but the last one's (an open turn's text is kept as the template left it)."""
