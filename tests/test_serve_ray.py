@@ -108,6 +108,17 @@ def test_groups_are_encoded_once_on_one_replica_with_the_single_servers_bits(clu
     assert type(one[0]) is float and one[0] == one[1]
 
 
+def test_the_start_line_names_the_running_proxys_address(cluster):
+    """Where a Serve ran on the cluster already, Ray keeps its proxy's options: the line says that address."""
+    from rmfast.cli.serve_ray import serve_address
+
+    url, _, _ = cluster
+    port = int(url.rsplit(":", 1)[1])
+    assert serve_address(ServeOptions(port=port)) == (url, "")
+    got, note = serve_address(ServeOptions(port=port + 1))
+    assert got == url and f"--port {port + 1}" in note
+
+
 def _scorer_replicas() -> list[str]:
     return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
             if a["name"].startswith("SERVE_REPLICA::") and "#Scorer#" in a["name"]]

@@ -25,6 +25,22 @@ def _connect(address: str) -> None:
                         "or --ray alone for a local one") from None
 
 
+def serve_address(opts) -> tuple[str, str]:
+    """(the address Serve's HTTP proxy listens at, a note): --host/--port where this command started Serve; the
+    proxy's own where a Serve already ran on the cluster (Ray keeps its HTTP options then, and ignores ours)."""
+    host, port = opts.host, int(opts.port)
+    try:
+        from ray.serve.context import _get_global_client  # no public API reads the running proxy's options
+
+        cfg = _get_global_client().http_config
+        host, port = cfg.host, int(cfg.port)
+    except Exception:  # noqa: BLE001 - another Ray's internals: say what was asked for
+        pass
+    note = "" if (host, port) == (opts.host, int(opts.port)) else (
+        f"; the cluster's Serve was running already: its proxy's address, not --host {opts.host} --port {opts.port}")
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}", note
+
+
 def _wait_for_signal() -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -77,10 +93,10 @@ def run_ray(args, opts, key, make_core) -> int:
         print(f"rmfast serve: loading {args.model} on {args.replicas} Ray Serve replica(s), {where} each ...",
               file=sys.stderr, flush=True)
         deploy(app)
-        host = f"[{opts.host}]" if ":" in opts.host else opts.host
-        print(f"rmfast serve: {args.model} on Ray Serve, {args.replicas} replica(s), http://{host}:{opts.port} "
-              f"({'API key required' if key else 'no API key'}; prompt-affinity routing); routes: {', '.join(ROUTES)}",
-              file=sys.stderr, flush=True)
+        url, note = serve_address(opts)
+        print(f"rmfast serve: {args.model} on Ray Serve, {args.replicas} replica(s), {url} "
+              f"({'API key required' if key else 'no API key'}; prompt-affinity routing{note}); routes: "
+              f"{', '.join(ROUTES)}", file=sys.stderr, flush=True)
         _wait_for_signal()
         print("rmfast serve: stopping (Ray Serve finishes the requests in flight)", file=sys.stderr, flush=True)
     finally:
