@@ -285,6 +285,24 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         for r in (post("/get_reward", json={"query": ["x"]}),):  # one token: no prompt and response
             assert r.status_code == 400 and "at least two tokens" in r.json()["error"]["message"]
         assert all("Traceback" not in x for x in (r.text,))
+        # a hostile probe's finds: a lone surrogate (a 500 from the tokenizer), a body not in UTF-8, FastAPI's own
+        # 404/405 (its {"detail"} shape), a negative top_n (sliced all but the last)
+        for path, body in (("/get_reward", '{"query": ["ok \\ud800"]}'), ("/classify", '{"input": "\\udfff x"}'),
+                           ("/reward", '{"prompt": "hi", "response": "\\ud83d"}'),
+                           ("/v1/score", '{"conversations": [{"prompt": [{"role": "user", "content": "\\ud800"}], '
+                                         '"responses": ["ok"]}]}')):
+            r = post(path, content=body.encode(), headers={"content-type": "application/json"})
+            assert r.status_code == 422 and "not valid Unicode" in r.json()["error"]["message"], r.text
+        assert "conversations[0].prompt[0].content" in r.json()["error"]["message"]
+        r = post("/get_reward", content='{"query": ["caf\xe9 ok"]}'.encode("latin-1"),
+                 headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "UTF-8" in r.json()["error"]["message"]
+        r = post("/nope", json={})
+        assert r.status_code == 404 and "POST /reward" in r.json()["error"]["message"]
+        r = httpx.get(f"{url}/reward")
+        assert r.status_code == 405 and r.json()["error"]["message"].endswith("it takes POST")
+        r = post("/v1/rerank", json={"prompt": "hi", "responses": ["a b", "c d"], "top_n": -1})
+        assert r.status_code == 422 and r.json()["error"]["message"].startswith("top_n")
         assert httpx.get(f"{url}/health").json()["status"] == "ok"  # the server is alive
 
 

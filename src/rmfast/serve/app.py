@@ -85,6 +85,29 @@ def _validation_line(exc) -> tuple[int, str]:
     return 422, f"{where}: {e.get('msg', 'invalid')}{more}"
 
 
+def check_unicode(value, where: str = "body") -> None:
+    """422 naming the first string that is not valid Unicode (JSON's escapes can carry a lone surrogate, which no
+    tokenizer encodes), walking lists and dicts; the routes call it on their parsed body.
+
+    >>> check_unicode({"query": ["ok", "bad \\ud800"]})
+    Traceback (most recent call last):
+    ...
+    rmfast.serve.app.ApiError: body.query[1]: not valid Unicode (a lone surrogate at character 4); send UTF-8 text
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ApiError(422, f"{where}: not valid Unicode (a lone surrogate at character {e.start}); send UTF-8 "
+                                "text") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_unicode(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for k, v in enumerate(value):
+            check_unicode(v, f"{where}[{k}]")
+
+
 class Ctx:
     """What every route reads: the core, the scheduler, the settings, and the helpers that turn a request's texts
     into samples and samples into scores (errors as the module doc says)."""
@@ -236,6 +259,7 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
     """One JSON line and one log line per error; every request counted; 503 while draining."""
     from fastapi import Request
     from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     def logged(request, status: int, line: str, headers=None):
         log.warning("rmfast serve: %s %s -> %d: %s", request.method, request.url.path, status, line)
@@ -248,6 +272,10 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc):
         return logged(request, *_validation_line(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc):  # no route (404), a wrong method (405), a body not read (400)
+        return logged(request, exc.status_code, _http_line(app, request, exc), getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _other(request: Request, exc: Exception):
@@ -265,6 +293,19 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
         return resp
 
 
+def _http_line(app, request, exc) -> str:
+    """One line for an HTTP error FastAPI raised itself, naming what the server does have."""
+    routes = sorted(f"{m} {r.path}" for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD")
+    if exc.status_code == 404:
+        return f"no route {request.method} {request.url.path}; the routes: {', '.join(routes)}"
+    if exc.status_code == 405:
+        return f"{request.url.path} does not take {request.method}; it takes " + ", ".join(
+            r.split()[0] for r in routes if r.split()[1] == request.url.path)
+    if exc.status_code == 400 and "parsing the body" in str(exc.detail):
+        return "the body could not be read as JSON (is it UTF-8?)"
+    return str(exc.detail).splitlines()[0][:300] if exc.detail else f"HTTP {exc.status_code}"
+
+
 def _openrlhf_route(app, ctx: Ctx) -> None:
     """``POST /get_reward`` (the module doc)."""
     from fastapi import Depends
@@ -278,6 +319,7 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
 
     @app.post("/get_reward", dependencies=[Depends(ctx.auth)])
     async def get_reward(body: RewardBody):
+        check_unicode(body.model_dump())
         queries = [body.query] if isinstance(body.query, str) else body.query
         prompts = [body.prompts] if isinstance(body.prompts, str) else body.prompts
         if prompts is not None and len(prompts) != len(queries):
@@ -312,6 +354,7 @@ def _vllm_route(app, ctx: Ctx) -> None:
 
     @app.post("/classify", dependencies=[Depends(ctx.auth)])
     async def classify(body: ClassifyBody):
+        check_unicode(body.model_dump())
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts:
             raise ApiError(422, "input: an empty list; send a text or a list of texts")
@@ -345,14 +388,17 @@ def _slime_route(app, ctx: Ctx) -> None:
 
     @app.post("/reward", dependencies=[Depends(ctx.auth)])
     async def reward(body: OneBody):
+        check_unicode(body.model_dump())
         sample = ctx.reward_sample(body.prompt, body.response)
         return float((await ctx.run([sample]))[0])
 
 
 def _rmfast_routes(app, ctx: Ctx) -> None:
     """``POST /v1/score`` and ``POST /v1/rerank`` (the module doc)."""
+    from typing import Annotated
+
     from fastapi import Depends
-    from pydantic import BaseModel, ConfigDict
+    from pydantic import BaseModel, ConfigDict, Field
 
     class ConvItem(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -369,10 +415,11 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
         model_config = ConfigDict(extra="forbid")
         prompt: str | list[dict]
         responses: list[str]
-        top_n: int | None = None
+        top_n: Annotated[int, Field(ge=0)] | None = None
 
     @app.post("/v1/score", dependencies=[Depends(ctx.auth)])
     async def v1_score(body: ScoreBody):
+        check_unicode(body.model_dump())
         if body.states:
             raise ApiError(422, "states: hidden states are not served (their size per sample is the model's width); "
                                 "use RewardScorer.score_with_states or rmfast scan --states in-process")
@@ -387,6 +434,7 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
 
     @app.post("/v1/rerank", dependencies=[Depends(ctx.auth)])
     async def v1_rerank(body: RerankBody):
+        check_unicode(body.model_dump())
         samples = ctx.conv_samples(body.prompt, body.responses, 0)
         scores = await ctx.run(samples) if samples else np.zeros(0, dtype=np.float32)
         order = sorted(range(len(samples)), key=lambda j: (-float(scores[j]), j))  # ties: input order
