@@ -76,7 +76,7 @@ def run_ray(args, opts, key, make_core) -> int:
         from ..serve.ray_app import NEEDS_RAY
 
         raise UserError(f"rmfast serve --ray {NEEDS_RAY}") from None
-    from ..serve.ray_app import APP_NAME, build, deploy, resources
+    from ..serve.ray_app import APP_NAME, build, deploy, resources, routing_for
     from ..serve.server import ROUTES, serve_config
 
     if args.device not in ("auto", "cpu", "cuda"):
@@ -94,9 +94,13 @@ def run_ray(args, opts, key, make_core) -> int:
               file=sys.stderr, flush=True)
         deploy(app)
         url, note = serve_address(opts)
+        routing, why = routing_for("affinity", ray.__version__)  # build's own decision, said
+        if routing != "affinity":
+            print(f"rmfast serve: {why}", file=sys.stderr, flush=True)
+        router = "prompt-affinity routing" if routing == "affinity" else "Ray's own routing"
         print(f"rmfast serve: {args.model} on Ray Serve, {args.replicas} replica(s), {url} "
-              f"({'API key required' if key else 'no API key'}; prompt-affinity routing{note}); routes: "
-              f"{', '.join(ROUTES)}", file=sys.stderr, flush=True)
+              f"({'API key required' if key else 'no API key'}; {router}{note}); routes: {', '.join(ROUTES)}",
+              file=sys.stderr, flush=True)
         _wait_for_signal()
         print("rmfast serve: stopping (Ray Serve finishes the requests in flight)", file=sys.stderr, flush=True)
     finally:

@@ -233,7 +233,10 @@ def build_app(core: ServeCore, config: ServeConfig, scheduler: Scheduler | None 
 
     ctx = Ctx(core, config, scheduler or Scheduler(core))
 
-    def auth(request: Request) -> None:  # FastAPI reads the annotation: the request, not a query parameter
+    # FastAPI reads the annotation: the request, not a query parameter. Async, so that it runs on the event loop: a
+    # plain function goes to a worker thread, whose start reads asyncio's task set unlocked ("Set changed size
+    # during iteration" under Ray Serve 2.55's replica, a 500 for the request)
+    async def auth(request: Request) -> None:
         ctx.check_key(request)
 
     ctx.auth = auth

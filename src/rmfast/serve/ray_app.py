@@ -269,26 +269,50 @@ def resources(cluster: dict, replicas: int) -> dict:
     return {"num_cpus": cpus // replicas}
 
 
+#: the oldest Ray whose request router the prompt-affinity router was measured on (tests/test_serve_ray.py). On Ray
+#: 2.55 (OpenRLHF's pin) 64 requests from 16 threads stalled behind it (queue-length probes of busy replicas timed
+#: out and the keyed calls backed off until their clients gave up), while Ray's own router answered all 64
+AFFINITY_RAY = (2, 60)
+
+
+def routing_for(asked: str, ray_version: str) -> tuple[str, str]:
+    """(the routing that runs, why) for ``asked`` ("affinity" or "default") on Ray ``ray_version``.
+
+    >>> routing_for("affinity", "2.60.0")[0], routing_for("affinity", "2.55.1")[0], routing_for("default", "2.55.1")[0]
+    ('affinity', 'default', 'default')
+    """
+    if asked not in ("affinity", "default"):
+        raise UserError(f"routing {asked!r}: give affinity or default")
+    got = tuple(int(p) for p in re.findall(r"\d+", ray_version)[:2])
+    if asked == "affinity" and got < AFFINITY_RAY:
+        return "default", (f"Ray {ray_version}: prompt-affinity routing needs Ray >= {'.'.join(map(str, AFFINITY_RAY))} "
+                           "(on 2.55 its keyed calls stalled under load); Ray's own router runs, each replica still "
+                           "keeps its prompts")
+    return asked, ("a group's samples to the replica holding its prompt" if asked == "affinity" else
+                   "Ray's own router (power of two choices), as asked")
+
+
 def build(make_core, opts: ServeOptions, config: ServeConfig, *, replicas: int, actor_options: dict,
           routing: str = "affinity"):
     """The Ray Serve application (not yet running): the ingress over the scorer. ``routing``: "affinity" (the
-    prompt-affinity router) or "default" (Ray's own, power of two choices: the bench's comparison)."""
+    prompt-affinity router; Ray's own on a Ray older than :data:`AFFINITY_RAY`, :func:`routing_for`) or "default"
+    (Ray's own, power of two choices: the bench's comparison)."""
+    import ray
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
+    routing, why = routing_for(routing, ray.__version__)
     extra = {}
     if routing == "affinity":
         extra["request_router_config"] = RequestRouterConfig(
             request_router_class="rmfast.serve.ray_router.PromptAffinityRouter")
-    elif routing != "default":
-        raise UserError(f"routing {routing!r}: give affinity or default")
     scorer = serve.deployment(ScorerReplica, name="Scorer", num_replicas=int(replicas), ray_actor_options=actor_options,
                               max_ongoing_requests=opts.max_queue, max_constructor_retry_count=1, **extra)
     ingress = serve.deployment(serve.ingress(_built_app)(IngressReplica), name="Ingress", num_replicas=1,
                                ray_actor_options={"num_cpus": 0}, max_ongoing_requests=max(opts.max_queue, 1024),
                                max_constructor_retry_count=1)
-    config = dataclasses.replace(config, extra={**config.extra, "ray_serve": {"replicas": int(replicas),
-                                                                             "routing": routing}})  # /v1/models
+    config = dataclasses.replace(config, extra={**config.extra, "ray_serve": {  # /v1/models
+        "replicas": int(replicas), "routing": routing, "routing_reason": why, "ray": ray.__version__}})
     return ingress.bind(scorer.bind(make_core, opts), config, opts)
 
 
