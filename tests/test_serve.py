@@ -276,8 +276,8 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         assert r.status_code == 413 and "over --max-request-tokens 64" in r.json()["error"]["message"]
         n = len(tok(long, add_special_tokens=False)["input_ids"])
         assert f"is {n} tokens" in r.json()["error"]["message"]
-        r = post("/get_reward", json={"query": ["a b", "c d", "e f", "g h"]})
-        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        r = post("/get_reward", json={"query": ["a b", "c d", "e f", "g h"]})  # never fits: a 429 would loop
+        assert r.status_code == 413 and "--max-queue 3" in r.json()["error"]["message"]
         r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["ok"]}], "states": "last"})
         assert r.status_code == 422 and "not served" in r.json()["error"]["message"]
         r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["  "]}]})
@@ -304,6 +304,18 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         r = post("/v1/rerank", json={"prompt": "hi", "responses": ["a b", "c d"], "top_n": -1})
         assert r.status_code == 422 and r.json()["error"]["message"].startswith("top_n")
         assert httpx.get(f"{url}/health").json()["status"] == "ok"  # the server is alive
+
+
+def test_a_full_queue_is_429_with_retry_after(rm):
+    app, _ = _app(rm, max_queue=3, max_wait_ms=600, wave_tokens=10**6)  # a wave waits 0.6 s: the queue holds 2
+    with running(app) as url, cf.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(httpx.post, f"{url}/get_reward", json={"query": ["a b", "c d"]}, timeout=30)
+        deadline = time.monotonic() + 5
+        while parse(httpx.get(f"{url}/metrics").text)["rmfast_queue_samples"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        r = httpx.post(f"{url}/get_reward", json={"query": ["e f", "g h"]}, timeout=30)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1 and "retry in" in r.json()["error"]["message"]
+        assert first.result().status_code == 200  # the waiting request is answered
 
 
 def test_timeout_is_504_and_the_queue_forgets_the_request(rm):

@@ -127,6 +127,9 @@ class Ctx:
     async def run(self, samples) -> np.ndarray:
         """The samples' scores through the scheduler; 429, 503, 504 and a non-finite score as ApiErrors."""
         cfg, sched = self.config, self.sched
+        if len(samples) > sched.max_queue:  # a 429 would be retried forever: this request never fits
+            raise ApiError(413, f"this request holds {len(samples)} samples, more than the queue ever holds "
+                                f"(--max-queue {sched.max_queue}); send at most that many a request, or raise --max-queue")
         try:
             scores = await asyncio.wait_for(sched.score(samples), timeout=cfg.timeout_s)
         except QueueFull as e:
