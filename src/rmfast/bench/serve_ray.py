@@ -87,6 +87,7 @@ def run_serve_ray_bench(cfg: ServeBenchConfig, replicas: int) -> list[dict]:
 
         raise UserError(f"--workload serve --replicas {NEEDS_RAY}") from None
     from ..cpu import versions
+    from ..serve.ray_app import routing_for
     from ..serve.server import free_port
 
     cfg.check()
@@ -110,7 +111,8 @@ def run_serve_ray_bench(cfg: ServeBenchConfig, replicas: int) -> list[dict]:
     rows, n = [], len(samples)
     for routing, r in runs.items():
         d, got = r["d"], np.array([r["got"][k] for k in range(n)], dtype=np.float32)
-        row = {"model": name, "routing": routing, "replicas": replicas, "groups": cfg.groups, "n_responses": cfg.n[0],
+        row = {"model": name, "routing": routing_for(routing, ray.__version__)[0], "routing_asked": routing,
+               "ray": ray.__version__, "replicas": replicas, "groups": cfg.groups, "n_responses": cfg.n[0],
                "clients": cfg.clients, "prompt_tokens_target": cfg.prompt_tokens[0], "min_len": cfg.min_len,
                "max_len": cfg.max_len, "serve_responses_per_s": round(n / r["t"], 2),
                "serve_p50_s": round(float(np.percentile(r["lat"], 50)), 4),

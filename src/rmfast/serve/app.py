@@ -194,9 +194,9 @@ class Ctx:
     def reward_sample(self, prompt, response: str):
         """slime's sample (``POST /reward``) in the RM's own template: chat messages as they are; a text in a known
         chat template split back into its turns (what the template opened the reply with kept in front of it);
-        any other text as the user's message. The reply's own end-of-turn mark is dropped. An empty reply is scored as an empty assistant turn, and a reply
-        that merges with the template as the whole conversation re-tokenizes: slime retries a refused sample
-        and then stops its run."""
+        any other text as the user's message. The reply's own end-of-turn mark is dropped. An empty reply is
+        scored as an empty assistant turn, and a reply that merges with the template as the whole conversation
+        re-tokenizes: slime retries a refused sample and then stops its run."""
         read = "messages" if not isinstance(prompt, str) else "text"
         got = prompt_turns(prompt) if read == "text" else None
         if got is not None:
