@@ -12,7 +12,7 @@
 - ``POST /reward``: slime's remote reward model (``--rm-type remote_rm --rm-url http://host:port/reward``):
   ``{"prompt", "response", "label"}`` -> a bare JSON number (slime takes the body as the reward). The sample is
   read in the RM's own template (:meth:`Ctx.reward_sample`): slime's prompt is chat messages, the policy's
-  rendering of them (``--apply-chat-template``), or plain text, and its response carries no end-of-turn token.
+  rendering of them (``--apply-chat-template``), or plain text, and its response the policy's own text.
 - ``POST /v1/score``, ``POST /v1/rerank``: rmfast's own, conversations and responses templated as
   :class:`rmfast.scoring.scorer.RewardScorer` does (each response's ids in context).
 - ``GET /health``, ``GET /v1/models`` (the model, its revision, the score's meaning and every decision with its
