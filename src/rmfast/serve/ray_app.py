@@ -271,7 +271,9 @@ def resources(cluster: dict, replicas: int) -> dict:
 
 #: the oldest Ray whose request router the prompt-affinity router was measured on (tests/test_serve_ray.py). On Ray
 #: 2.55 (OpenRLHF's pin) 64 requests from 16 threads stalled behind it (queue-length probes of busy replicas timed
-#: out and the keyed calls backed off until their clients gave up), while Ray's own router answered all 64
+#: out and the keyed calls backed off until their clients gave up), while Ray's own router answered all 64. The
+#: likely cause, read in 2.55's router: a routing task hands the replica it found to the queue's front request,
+#: not to the request it chose for (harmless when any replica suits any request); 2.60 ties each task to its request
 AFFINITY_RAY = (2, 60)
 
 
