@@ -455,6 +455,7 @@ def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
         body = {"conversations": [{"prompt": x["msgs"], "responses": [x["response"], think + x["response"]]} for x in d]
                 + [{"prompt": d[0]["msgs"][0]["content"], "responses": [d[0]["response"]]}]}
         want = httpx.post(f"{url}/v1/score", json=body).json()["scores"]
+        before = parse(httpx.get(f"{url}/metrics").text)
         got = asyncio.run(remote_rm(f"{url}/reward", [
             *({"prompt": x["prompt"], "response": x["response"], "label": "42"} for x in d),       # --apply-chat-template
             *({"prompt": x["msgs"], "response": x["response"], "label": None} for x in d),         # messages
@@ -475,6 +476,9 @@ def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
         assert np.abs(np.array(got[:2]) - ref).max() < 1e-4
         m = parse(httpx.get(f"{url}/metrics").text)
         assert [m[f'rmfast_reward_prompts_total{{read="{r}"}}'] for r in ("turns", "messages", "text")] == [5, 3, 1]
+        # every reading found the prompt /v1/score encoded (the same ids): 9 samples, no prompt encoded again
+        assert m["rmfast_prompt_encodings_total"] == before["rmfast_prompt_encodings_total"] == 2
+        assert m["rmfast_prompt_hits_total"] - before["rmfast_prompt_hits_total"] == 9
         bad = httpx.post(f"{url}/reward", json={"prompt": [{"text": "hi"}], "response": "x"})
         assert bad.status_code == 422 and "\n" not in bad.json()["error"]["message"]
         assert httpx.post(f"{url}/reward", json={"prompt": "hi"}).status_code == 422  # no response field
