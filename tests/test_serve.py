@@ -451,9 +451,11 @@ def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
             return await asyncio.gather(*(one(p) for p in payloads))
 
     think = "<think>\n\n</think>\n\n"
+    user = d[0]["msgs"][0]["content"]
     with running(app) as url:
         body = {"conversations": [{"prompt": x["msgs"], "responses": [x["response"], think + x["response"]]} for x in d]
-                + [{"prompt": d[0]["msgs"][0]["content"], "responses": [d[0]["response"]]}]}
+                + [{"prompt": d[0]["msgs"][0]["content"], "responses": [d[0]["response"]]},
+                   {"prompt": [{"role": "system", "content": "Be brief."}, *d[0]["msgs"]], "responses": [d[0]["response"]]}]}
         want = httpx.post(f"{url}/v1/score", json=body).json()["scores"]
         before = parse(httpx.get(f"{url}/metrics").text)
         got = asyncio.run(remote_rm(f"{url}/reward", [
@@ -463,10 +465,13 @@ def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
             {"prompt": d[0]["msgs"][0]["content"], "response": d[0]["response"]},                 # plain text
             {"prompt": d[1]["prompt"], "response": ""},                                           # an empty reply
             {"prompt": d[0]["prompt"], "response": d[0]["response"] + "<|im_end|>"},              # the stop token kept
-            {"prompt": d[0]["msgs"], "response": d[0]["response"] + "<|eot_id|>"}]))
+            {"prompt": d[0]["msgs"], "response": d[0]["response"] + "<|eot_id|>"},
+            {"prompt": f"<|user|>\n{user}<|end|>\n<|assistant|>\n", "response": d[0]["response"] + "<|end|>"},  # Phi-3
+            {"prompt": f"<\uff5cbegin\u2581of\u2581sentence\uff5c>Be brief.<\uff5cUser\uff5c>{user}<\uff5cAssistant\uff5c>",
+             "response": d[0]["response"] + "<\uff5cend\u2581of\u2581sentence\uff5c>"}]))           # DeepSeek
         assert all(type(v) is float for v in got)  # slime's reward is the body itself
         assert got[:2] == [w[0] for w in want[:2]] and got[2:4] == got[:2]
-        assert got[4] == want[0][1] and got[5] == want[2][0] and got[7:] == [got[0]] * 2
+        assert got[4] == want[0][1] and got[5] == want[2][0] and got[7:10] == [got[0]] * 3 and got[10] == want[3][0]
         empty = tok.apply_chat_template(d[1]["msgs"] + [{"role": "assistant", "content": ""}], tokenize=True)
         empty = empty["input_ids"] if hasattr(empty, "keys") else empty
         assert got[6] == pytest.approx(_hf(model, empty), abs=1e-4)
@@ -475,10 +480,10 @@ def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
         ref = [_hf(model, f["input_ids"] if hasattr(f, "keys") else f) for f in full]
         assert np.abs(np.array(got[:2]) - ref).max() < 1e-4
         m = parse(httpx.get(f"{url}/metrics").text)
-        assert [m[f'rmfast_reward_prompts_total{{read="{r}"}}'] for r in ("turns", "messages", "text")] == [5, 3, 1]
-        # every reading found the prompt /v1/score encoded (the same ids): 9 samples, no prompt encoded again
-        assert m["rmfast_prompt_encodings_total"] == before["rmfast_prompt_encodings_total"] == 2
-        assert m["rmfast_prompt_hits_total"] - before["rmfast_prompt_hits_total"] == 9
+        assert [m[f'rmfast_reward_prompts_total{{read="{r}"}}'] for r in ("turns", "messages", "text")] == [7, 3, 1]
+        # every reading found the prompt /v1/score encoded (the same ids): 11 samples, no prompt encoded again
+        assert m["rmfast_prompt_encodings_total"] == before["rmfast_prompt_encodings_total"] == 3
+        assert m["rmfast_prompt_hits_total"] - before["rmfast_prompt_hits_total"] == 11
         bad = httpx.post(f"{url}/reward", json={"prompt": [{"text": "hi"}], "response": "x"})
         assert bad.status_code == 422 and "\n" not in bad.json()["error"]["message"]
         assert httpx.post(f"{url}/reward", json={"prompt": "hi"}).status_code == 422  # no response field

@@ -1,10 +1,11 @@
 """A policy's rendered conversation split back into turns, to be rendered again with the reward model's own chat
 template (``rmfast serve --rerender``; off by default, as in OpenRLHF, whose query carries the policy's template).
 
-Three template families are read: ChatML (Qwen, SmolLM: ``<|im_start|>role\\n...<|im_end|>``), Llama 3
-(``<|start_header_id|>role<|end_header_id|>\\n\\n...<|eot_id|>``) and Gemma (``<start_of_turn>role\\n...
-<end_of_turn>``, the assistant called "model"). A text in none of them, or whose last turn is not the assistant's,
-is not split (None): the server scores it as sent.
+Five template families are read: ChatML (Qwen, SmolLM: ``<|im_start|>role\\n...<|im_end|>``), Llama 3
+(``<|start_header_id|>role<|end_header_id|>\\n\\n...<|eot_id|>``), Gemma (``<start_of_turn>role\\n...
+<end_of_turn>``, the assistant called "model"), Phi-3 (``<|role|>\\n...<|end|>``) and DeepSeek (V3, R1 and its
+distills: ``<｜User｜>...<｜Assistant｜>...``, the system prompt untagged before the first turn). A text in none of
+them, or whose last turn is not the assistant's, is not split (None): the server scores it as sent.
 
 >>> split_turns("<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nHello!<|im_end|>\\n")
 [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello!'}]
@@ -23,18 +24,27 @@ from ..scoring.candidates import tokenize_rows
 from ..scoring.conversation import as_conversation
 from ..template import build_template
 
-#: (name, turn pattern: role and content, end of a turn, text to drop before the first turn)
+#: (name, turn pattern: a turn's role and content, up to its end or the text's)
 FORMATS = (
     ("chatml", re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|<\|endoftext\|>|\Z)", re.S)),
     ("llama3", re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|<\|end_of_text\|>|\Z)",
                           re.S)),
     ("gemma", re.compile(r"<start_of_turn>(\w+)\n(.*?)(?:<end_of_turn>|<eos>|\Z)", re.S)),
+    ("phi3", re.compile(r"<\|(system|user|assistant)\|>\n?(.*?)(?:<\|end\|>|<\|endoftext\|>|\Z)", re.S)),
+    # DeepSeek's (V3, R1 and its Qwen / Llama distills): a turn runs to the next one; the system prompt has no tag
+    ("deepseek", re.compile("<\uff5c(User|Assistant)\uff5c>(.*?)(?=<\uff5cUser\uff5c>|<\uff5cAssistant\uff5c>|"
+                            "<\uff5cend\u2581of\u2581sentence\uff5c>|\\Z)", re.S)),
 )
+
+#: the begin-of-text marks a rendered conversation may start with; any other text before the first turn is its
+#: system prompt (DeepSeek's has no tag of its own)
+BEGIN_MARKS = ("<|begin_of_text|>", "<bos>", "<s>", "<\uff5cbegin\u2581of\u2581sentence\uff5c>")
 
 
 #: the ends of a turn or a text that a policy's sampled reply may carry at its end (slime keeps the stop token:
-#: sglang's ``no_stop_trim``): ChatML's, Llama 3's, Gemma's, and Llama 2's / Mistral's end of text
-END_MARKS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<eos>", "</s>")
+#: sglang's ``no_stop_trim``): ChatML's, Llama 3's, Gemma's, Phi-3's, DeepSeek's, and Llama 2's / Mistral's
+END_MARKS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<eos>", "<|end|>",
+             "<\uff5cend\u2581of\u2581sentence\uff5c>", "</s>")
 
 
 def drop_end_marks(reply: str, more=()) -> str:
@@ -55,10 +65,18 @@ def _turns(text: str) -> list[dict] | None:
     """The text's turns in the first known format it has, as messages ("model" read as "assistant"), each turn's
     trailing newlines dropped but the last one's (an open turn's text is kept as the template left it)."""
     for name, pat in FORMATS:
-        turns = [(m.group(1), m.group(2)) for m in pat.finditer(text)]
-        if turns:
-            return [{"role": "assistant" if r == "model" else r, "content": c if k == len(turns) - 1 else c.rstrip("\n")}
-                    for k, (r, c) in enumerate(turns)]
+        found = list(pat.finditer(text))
+        if not found:
+            continue
+        turns = [(m.group(1).lower(), m.group(2)) for m in found]
+        msgs = [{"role": "assistant" if r == "model" else r, "content": c if k == len(turns) - 1 else c.rstrip("\n")}
+                for k, (r, c) in enumerate(turns)]
+        lead = text[: found[0].start()]
+        for mark in BEGIN_MARKS:
+            lead = lead.replace(mark, "")
+        if lead.strip() and msgs[0]["role"] != "system":
+            msgs.insert(0, {"role": "system", "content": lead.strip()})
+        return msgs
     return None
 
 
@@ -83,6 +101,10 @@ def prompt_turns(text: str) -> tuple[list[dict], str] | None:
     ([{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}], '')
     >>> prompt_turns("<start_of_turn>user\\nHi<end_of_turn>\\n")   # no generation prompt: the user's turn ends it
     ([{'role': 'user', 'content': 'Hi'}], '')
+    >>> prompt_turns("<|user|>\\nHi<|end|>\\n<|assistant|>\\n")   # Phi-3
+    ([{'role': 'user', 'content': 'Hi'}], '')
+    >>> prompt_turns("<\uff5cbegin\u2581of\u2581sentence\uff5c>Be brief.<\uff5cUser\uff5c>Hi<\uff5cAssistant\uff5c><think>\\n")
+    ([{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}], '<think>\\n')
     >>> prompt_turns("Hi") is None
     True
     """
