@@ -41,7 +41,8 @@ def register(sub) -> None:
                    help="prompt encodings kept between waves, in MiB (default 1024)")
     p.add_argument("--rerender", action="store_true",
                    help="/get_reward: render a query that splits into turns of a known chat template (ChatML, "
-                        "Llama 3, Gemma, Phi-3, DeepSeek) again with the RM's own (default off: scored as sent, as OpenRLHF does)")
+                        "Llama 3, Gemma, Phi-3, DeepSeek) again with the RM's own (default off: scored as sent, as "
+                        "OpenRLHF does)")
     p.add_argument("--gemm-rows", default="auto", choices=["auto", "pad", "chunk"],
                    help="how the GEMMs keep a row's bits batch-independent: auto (a probe at start picks pad where "
                         "this machine's kernels allow, else chunk), pad or chunk (default auto)")
