@@ -203,7 +203,7 @@ class Ctx:
             read, (prompt, opened) = "turns", got
             response = opened + response
         response = drop_end_marks(response, (self.core.tokenizer.eos_token,))  # the template ends the turn itself
-        self.metrics.count("reward_prompts", read)
+        self.metrics.reward_read(read)
         if response.strip():
             return self.conv_samples(prompt, [response], 0, "decode-retokenize", where="body")[0]
         try:

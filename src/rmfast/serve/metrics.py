@@ -26,12 +26,12 @@ class Metrics:
         self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)
         self.latency_sum = 0.0
         self.latency_n = 0
-        self.counts: dict = {}  # (name, label) -> count
+        self.reward_reads: dict = {}  # how POST /reward read its prompts -> count
 
-    def count(self, name: str, label: str) -> None:
-        """One more of ``rmfast_<name>_total{read=label}`` (how ``POST /reward`` read a prompt)."""
+    def reward_read(self, read: str) -> None:
+        """One more ``POST /reward`` prompt read as ``read`` (messages, turns, text)."""
         with self._lock:
-            self.counts[(name, label)] = self.counts.get((name, label), 0) + 1
+            self.reward_reads[read] = self.reward_reads.get(read, 0) + 1
 
     def request(self, route: str, code: int, seconds: float) -> None:
         with self._lock:
@@ -61,10 +61,10 @@ class Metrics:
             out.extend(f"rmfast_request_seconds{lab} {v}" for lab, v in rows)
             out.append(f"rmfast_request_seconds_sum {self.latency_sum:.6f}")
             out.append(f"rmfast_request_seconds_count {self.latency_n}")
-            if any(n == "reward_prompts" for n, _ in self.counts):
+            if self.reward_reads:
                 metric("rmfast_reward_prompts_total", "counter", "POST /reward's prompts by how they were read "
                        "(messages, turns of a known chat template, text as the user's message)",
-                       [(f'{{read="{r}"}}', v) for (n, r), v in sorted(self.counts.items()) if n == "reward_prompts"])
+                       [(f'{{read="{r}"}}', v) for r, v in sorted(self.reward_reads.items())])
         if scheduler is not None:
             metric("rmfast_queue_samples", "gauge", "samples waiting for a wave", [("", scheduler.n_waiting)])
             metric("rmfast_in_flight_requests", "gauge", "requests submitted and not yet answered",
