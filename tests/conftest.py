@@ -104,6 +104,19 @@ def tmpl(smol_tokenizer):
 
 
 @pytest.fixture(scope="session")
+def paper_b_published(tmp_path_factory):
+    """Paper B reproduced from the published ``iclr2026`` folder, ONCE a session (a reproduction takes
+    ~15 s here): (findings, the folder they were written to). Tests read both and write neither."""
+    ic = SHARED_DATA / "iclr2026"
+    if not ic.is_dir():
+        pytest.skip(f"shared data absent ({ic})")
+    from rmfast.analysis.paper_b.reproduce import reproduce_paper_b
+
+    out = tmp_path_factory.mktemp("paper_b_published")
+    return reproduce_paper_b(ic, out), out
+
+
+@pytest.fixture(scope="session")
 def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder {SHARED_DATA} is absent")

@@ -284,10 +284,8 @@ def _authors_fig1() -> pd.DataFrame:
 
 
 @real
-def test_fig1_medians_and_paper_tests_equal_the_authors_recipe(tmp_path):
-    from rmfast.analysis.paper_b.reproduce import reproduce_paper_b
-
-    found = reproduce_paper_b(IC, tmp_path)
+def test_fig1_medians_and_paper_tests_equal_the_authors_recipe(paper_b_published):
+    found, tmp_path = paper_b_published
     # the shared data holds the published MFD 2.0 files: Fig. 1b comes by default
     assert [f["id"] for f in found] == ["B-fig1", "B-fig1-rmfast", "B-fig1-lmm",
                                         "B-fig1-summaries", "B-fig1-units", "B-fig1b",
@@ -597,10 +595,9 @@ def test_reproduce_gains_fig1b_when_mfd_scores_are_given(tmp_path):
 
 
 @real
-def test_published_findings_name_statistics_count_distinct_runs_and_reconcile(tmp_path):
-    from rmfast.analysis.paper_b.reproduce import reproduce_paper_b
-
-    by = {f["id"]: f for f in reproduce_paper_b(IC, tmp_path)}
+def test_published_findings_name_statistics_count_distinct_runs_and_reconcile(paper_b_published):
+    found, tmp_path = paper_b_published
+    by = {f["id"]: f for f in found}
     assert "[mean_of_model_prompt_medians]" in by["B-fig1"]["summary"]
     assert "[mean_of_model_means]" in by["B-fig1-rmfast"]["summary"]
     rm = by["B-fig1-rmfast"]["summary"]  # issue 52 §1: the paper's family ×4, the pooled tests apart

@@ -98,10 +98,9 @@ def test_every_statistic_is_named_in_its_table(tmp_path, capsys):
 
 
 @mfd
-def test_fig1b_summary_does_not_call_its_avg_ranks_the_authors_block(tmp_path):
-    from rmfast.analysis.paper_b.reproduce import _fig1b
-
-    found = {f["id"]: f for f in _fig1b(IC, tmp_path)}
+def test_fig1b_summary_does_not_call_its_avg_ranks_the_authors_block(paper_b_published):
+    found, tmp_path = paper_b_published  # the whole reproduction, Fig. 1b's part included
+    found = {f["id"]: f for f in found}
     # the published folder's two prefixes, all ten RMs: Fig. 1b is drawn by default
     assert "read 10 (4 MFD20_rewards_*, 6 big2_rewards_*)" in found["B-fig1b"]["summary"]
     assert "B_fig1b.png" in found["B-fig1b"]["files"] and (tmp_path / "B_fig1b.png").exists()

@@ -24,12 +24,15 @@ from rmfast.template import build_template  # noqa: E402
 from test_prompt_wave import _launch_log, requires_triton  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU (make gpu-check) the kernels compile for real
+#: the vocabulary of these tests' model and tokenizer: the log-prob kernel runs interpreted over every tile of it
+#: (49,152 ids: ~15 s a score call), and the property tested (no new compiled variant) does not depend on its size
+V = 4096
 PROMPTS = ("Hi", "What, in one word, is the greatest thing ever? Think about it first, then answer in one word.")
 
 
 def _ids(n: int, k: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(5, T.VOCAB, (n, k), generator=g).to(DEV)  # (n, k) candidate suffixes
+    return torch.randint(5, V, (n, k), generator=g).to(DEV)  # (n, k) candidate suffixes
 
 
 @requires_triton
@@ -37,8 +40,8 @@ def _ids(n: int, k: int, seed: int) -> torch.Tensor:
 def test_scan_kernels_compile_once_per_model(arch, head, monkeypatch):
     monkeypatch.setenv("RMFAST_KERNELS", "triton")
     log = _launch_log(monkeypatch)
-    tok = T.chatml_tokenizer()
-    model = T.tiny(arch, "classifier" if head == "score" else "causal_lm").to(DEV)
+    tok = T.chatml_tokenizer(V)
+    model = T.tiny(arch, "classifier" if head == "score" else "causal_lm", vocab=V).to(DEV)
     first = Engine(model, build_template(tok, PROMPTS[0]), head=head)
     assert first.triton, "the scan should run the Triton kernels here"
     first.score(_ids(32, 1, 0))
@@ -65,8 +68,8 @@ def test_compiled_layer_around_the_triton_attention(monkeypatch):
     from torch._dynamo.utils import counters
 
     monkeypatch.setenv("RMFAST_KERNELS", "triton")
-    tok, head = T.chatml_tokenizer(), "logprob"
-    model = T.tiny("gemma2", "causal_lm").to(DEV)  # softcaps and sliding windows in the op's arguments
+    tok, head = T.chatml_tokenizer(V), "logprob"
+    model = T.tiny("gemma2", "causal_lm", vocab=V).to(DEV)  # softcaps and sliding windows in the op's arguments
     tmpl = build_template(tok, PROMPTS[1])
     eager = Engine(model, tmpl, head=head)
     fused = Engine(model, tmpl, head=head, compile=True, layers=eager.layers)

@@ -1,11 +1,12 @@
 """Representation similarity (rmfast.analysis.representations.similarity) and the states format (rmfast.states)."""
 
+import contextlib
+import io
 import itertools
 import json
 import math
 import re
-import subprocess
-import sys
+import types
 
 import numpy as np
 import pandas as pd
@@ -355,8 +356,14 @@ def test_representation_agreement_rsa(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "rmfast", "analyze", "similarity", *map(str, args)],
-                          capture_output=True, text=True)
+    """``rmfast analyze similarity ARGS`` in this process (a subprocess per call spent seconds importing torch):
+    its exit code and output, as ``subprocess.run`` gives them."""
+    from rmfast.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["analyze", "similarity", *map(str, args)])
+    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_cli(tmp_path):

@@ -83,10 +83,12 @@ def small(arch: str, kind: str = "classifier", **kw):
 
 
 def tiny(arch: str, kind: str = "classifier", *, pad_token_id: int = 2, num_labels: int = 2, seed: int = 0,
-         dtype=torch.float32):
-    """A tiny random model: kind "classifier" (…ForSequenceClassification) or "causal_lm"."""
+         dtype=torch.float32, vocab: int = VOCAB):
+    """A tiny random model: kind "classifier" (…ForSequenceClassification) or "causal_lm". ``vocab``: a smaller
+    vocabulary (with :func:`chatml_tokenizer` of the same size) for a causal LM whose log-prob head runs in the
+    Triton interpreter, where each of the vocabulary's tiles costs milliseconds of Python."""
     cfg_cls, extra, prefix = ARCHS[arch]
-    kw = {**COMMON, "tie_word_embeddings": False, **extra}
+    kw = {**COMMON, "tie_word_embeddings": False, **extra, "vocab_size": vocab}
     kw.update(DERIVED.get(arch, lambda _: {})(kw))
     cfg = cfg_cls(**kw, num_labels=num_labels, pad_token_id=pad_token_id)
     cfg._attn_implementation = "eager"  # Gemma 2 softcapping needs eager; keep all references alike
