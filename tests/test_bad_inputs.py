@@ -275,6 +275,12 @@ CASES = [
     *[pytest.param(lambda o, a=a: ["analyze", "extremes", "{scan}", *a, "--out", o / "a.csv"], id=f"analyze{'-'.join(a)}")
       for a in (("--k", "-3"), ("--n-perm", "0"), ("--max-rows", "-1"), ("--seed", "-1"))],
     pytest.param(lambda o: ["report", "{scan}", "--k", "0", "--out", o / "r.html"], id="report--k-0"),
+    # no inputs at all (each was a pandas traceback: "No objects to concatenate")
+    pytest.param(lambda o: ["report", "--out", o / "r.html"], id="report-without-inputs"),
+    pytest.param(lambda o: ["analyze", "distributions", "--out", o / "a.csv"], id="analyze-without-inputs"),
+    # a --host no resolver knows, or bytes that are no host name (was a UnicodeError traceback from the idna codec)
+    *[pytest.param(lambda o, h=h: ["serve", "{rm}", "--host", h], id=f"serve--host-{i}")
+      for i, h in enumerate(("bad host!", "a\udcff"))],
     *[pytest.param(lambda o, a=a: ["bench", "--models", "{rm}", *a, "--out", o, "--no-peak", "--no-plot"],
                    id=f"bench{'-'.join(a)}")
       for a in (("--n-candidates", "-5"), ("--n-naive", "0"), ("--batch-size", "lots"), ("--repeats", "0"),

@@ -106,6 +106,9 @@ def _inputs(args) -> _Loaded:
             published.append(p)
         else:
             scan_paths.append(p)
+    if not (scan_paths or elo_dirs or published):  # `analyze NAME` has a name; `report` has none
+        raise UserError(f"{getattr(args, 'name', 'report')} needs inputs: scan Parquet files or folders, an "
+                        "EloEverything folder (or --eloeverything DIR), or a folder of published score CSVs")
     if published:
         if scan_paths or elo_dirs:
             raise UserError("give either folders of published score CSVs or scans/EloEverything "

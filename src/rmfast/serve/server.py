@@ -89,6 +89,11 @@ def check(opts: ServeOptions) -> None:
     """One-line UserErrors for server options that cannot run, before the model loads."""
     if not 0 < int(opts.port) < 65536:
         raise UserError(f"--port {opts.port}: give a port in 1..65535")
+    try:  # a name no resolver knows (or text that is no host name) fails here, not in uvicorn after the load
+        socket.getaddrinfo(opts.host, int(opts.port))
+    except (OSError, UnicodeError):
+        raise UserError(f"--host {opts.host!r}: not an address, or a name this machine resolves; give an IP address "
+                        "(127.0.0.1: this machine only, 0.0.0.0: every interface) or a resolvable host name") from None
     for k in ("max_queue", "wave_tokens", "cache_mb"):
         if int(getattr(opts, k)) < 1:
             raise UserError(f"--{k.replace('_', '-')} must be a positive integer")
