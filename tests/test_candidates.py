@@ -218,3 +218,20 @@ def test_token_ids_repeated_in_a_file_are_scored_once_and_said(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no repeat: nothing said
         assert parse_token_ids("3:6", 100).tolist() == [3, 4, 5]
+
+
+def test_token_ids_from_python_are_integers_never_truncated():
+    """An iterable of ids: integers of any kind (and floats that are integers, as a float column holds them)
+    are ids; 1.5, NaN, True or None is one line, not id 1 scored in its place."""
+    import torch
+
+    from rmfast.errors import UserError
+    from rmfast.scoring.candidates import parse_token_ids
+
+    assert parse_token_ids(np.array([4, 2], dtype=np.int32), 10).tolist() == [2, 4]
+    assert parse_token_ids(torch.tensor([3, 1]), 10).tolist() == [1, 3]
+    assert parse_token_ids(np.array([2.0, 4.0]), 10).tolist() == [2, 4]
+    assert parse_token_ids(range(3), 10).tolist() == [0, 1, 2]
+    for bad in ([1.5], np.array([0.0, 1.5]), [float("nan")], [True], [None]):
+        with pytest.raises(UserError, match=r"token_ids\[\d\] = .* is not a token id: give integers"):
+            parse_token_ids(bad, 10)

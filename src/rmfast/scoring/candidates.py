@@ -32,6 +32,7 @@ batch are read at a pad position. :func:`authors_batches` builds those batches; 
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import warnings
 import weakref
@@ -118,6 +119,26 @@ def range_bounds(spec: str, n_vocab: int | None = None) -> tuple[int, int | None
     return lo, hi
 
 
+def _as_id(v, i: int) -> int:
+    """The ``i``-th id of an iterable as a Python int: an integer (int, NumPy's, a 0-d integer tensor) or a float
+    that is one (3.0, as a float column holds ids); anything else is a UserError, never truncated (1.5 is not id 1).
+
+    >>> _as_id(np.int32(7), 0), _as_id(3.0, 1)
+    (7, 3)
+    """
+    if not isinstance(v, (bool, np.bool_)):
+        try:
+            return operator.index(v)
+        except TypeError:
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                f = None
+            if f is not None and f.is_integer():
+                return int(f)
+    raise UserError(f"token_ids[{i}] = {v!r} is not a token id: give integers")
+
+
 def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
     """``A:B`` (half-open range), a file with one id per line, or an iterable of ints -> sorted unique ids."""
     if spec is None:
@@ -147,7 +168,8 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
         if not vals:
             raise UserError(f"--token-ids file {spec} holds no ids")
     else:
-        vals = list(spec)
+        integral = isinstance(spec, np.ndarray) and spec.dtype.kind in "iu"  # the common form, checked at once
+        vals = spec.ravel().tolist() if integral else [_as_id(v, i) for i, v in enumerate(spec)]
         where = [""] * len(vals)
     bad = [i for i, v in enumerate(vals) if not 0 <= v < n_vocab]  # Python ints: no int64 overflow before the check
     if bad:
