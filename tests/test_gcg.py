@@ -418,3 +418,20 @@ def test_readme_gcg_example_runs(smollm2, capsys, tmp_path, monkeypatch):
     assert len(base["best_ids"]) == res["manifest"]["length"]
     tmpl = build_template(smollm2.tokenizer, args.prompt)
     assert base["best_score"] == pytest.approx(hf_scores(tiny.model, tmpl, [base["best_ids"]], head="logprob")[0].item(), abs=1e-4)
+
+
+def test_a_search_width_that_cannot_fit_is_one_line_before_any_work(smol_tokenizer, tmpl, monkeypatch):
+    """A step samples search_width candidates at once: a width past half the host's available memory (here 1 GiB,
+    monkeypatched) is refused naming the width, the memory it needs and the fix; so is random search's count.
+    (A width of 10^9 was an out-of-memory kill of the whole process.)"""
+    from rmfast.gcg import search
+
+    monkeypatch.setattr(search, "available_memory", lambda device: 2**30)
+    model = T.tiny("llama")
+    with pytest.raises(UserError, match=r"search_width 10,000,000 x 4 tokens needs ~2\.2 GiB at once, over half of "
+                                        r"this machine's available 1\.0 GiB: give a smaller search_width"):
+        run(model, smol_tokenizer, PROMPT, GCGConfig(**{**SMALL, "search_width": 10**7}), progress=False, template=tmpl)
+    with pytest.raises(UserError, match="n_candidates 10,000,000 x 4 tokens"):
+        random_search(model, smol_tokenizer, PROMPT, GCGConfig(**SMALL), 10**7, template=tmpl)
+    res = run(model, smol_tokenizer, PROMPT, GCGConfig(**{**SMALL, "steps": 1}), progress=False, template=tmpl)
+    assert res.n_evaluated > 0  # a width that fits runs as before

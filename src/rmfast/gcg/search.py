@@ -56,7 +56,7 @@ from ..errors import UserError
 from .config import GCGConfig
 from .result import GCGResult, RandomSearchResult
 from .select import distance_penalty, greedy_pairs, loss_gradient
-from ..scoring.batching import oom_batches
+from ..scoring.batching import available_memory, oom_batches
 from ..scoring.plan import ScoringPlan, decide, finish_manifest, plan_scoring
 from ..template import Template, build_template, response_ids
 
@@ -269,6 +269,20 @@ class _Search:
     step_times: list[float] = field(default_factory=list)
 
 
+#: host bytes per token of one step's sampled candidates: random keys (fp32), their argsort and the rows (int64 each),
+#: and the rows as Python lists (a pointer and an int object a token)
+ROW_TOKEN_BYTES = 4 + 8 + 8 + 8 + 32
+
+
+def _check_rows_fit(rows: int, L: int, what: str) -> None:
+    """One line, before any work, for ``rows`` candidates of ``L`` tokens that cannot fit in half the host's
+    available memory at once (a search width of 10^9 was an out-of-memory kill)."""
+    need, avail = rows * L * ROW_TOKEN_BYTES, available_memory(torch.device("cpu"))
+    if avail is not None and need > avail // 2:
+        raise UserError(f"{what} {rows:,} x {L} tokens needs ~{need / 2**30:,.1f} GiB at once, over half of this "
+                        f"machine's available {avail / 2**30:.1f} GiB: give a smaller {what}")
+
+
 def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template | None) -> _Search:
     """Template, head, allowed tokens, the initial ids, the scorer and the gradient of one run."""
     tmpl = template or build_template(tokenizer, prompt, template=cfg.template, system=cfg.system)
@@ -283,6 +297,8 @@ def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template |
     init_list = _init_list(tokenizer, tmpl, cfg.init_strings, n_vocab, allowed) if cfg.init_strings else None
     L = len(init_ids) if init_ids is not None else len(init_list[0]) if init_list else cfg.length
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
+    if not cfg.greedy:  # (greedy keeps at most the pairs there are)
+        _check_rows_fit(cfg.search_width, L, "--search-width")
     k = min(cfg.topk, allowed_ids.numel())
     decided = decide(model, cfg.scoring(), "gcg", template=tmpl, response_tokens=L, stacklevel=4)
     head = decided.head  # the evaluator's and the gradient's
@@ -602,6 +618,7 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
     retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
     L = cfg.length
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
+    _check_rows_fit(n_candidates, L, "n_candidates")
     plan = plan_scoring(model, tmpl, cfg.scoring(), job="random-search", response_tokens=L, stacklevel=3)
     gen = torch.Generator().manual_seed(cfg.seed)
     seen: set[bytes] = set()
