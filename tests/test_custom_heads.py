@@ -16,7 +16,7 @@ import torch
 from scipy import stats
 
 import custom_rm_replicas as R
-from rmfast.cli import main
+import cli_run
 from rmfast.fast.engine import Engine
 from rmfast.errors import UserError
 from rmfast.loading.loader import load
@@ -150,9 +150,9 @@ def test_cli_scan_of_a_replica(replicas, name, tmp_path, capsys):
     out = tmp_path / "scan.parquet"
     ids = f"0:{len(tok)}" if len(tok) <= 4096 else "127990:128010"  # Gemma replica: all; Llama 3: words + specials
     # the CLI in this process (a subprocess would spend ~5 s a replica importing torch and transformers again)
-    argv = ["scan", str(folder), "--prompt", PROMPT, "--dtype", "float32", "--device", "cpu", "--token-ids", ids,
-            "--out", str(out), "--no-progress"]
-    assert main(argv) == 0, capsys.readouterr().err
+    rc, _, err = cli_run.run(["scan", folder, "--prompt", PROMPT, "--dtype", "float32", "--device", "cpu", "--token-ids", ids,
+                      "--out", out, "--no-progress"], capsys)
+    assert rc == 0, err
     df = pd.read_parquet(out).sort_values("token_id")
     assert json.loads(out.with_name(out.name + ".json").read_text())["engine"] == "fast"
     lm = load(str(folder), dtype="float32", device="cpu")

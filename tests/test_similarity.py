@@ -1,7 +1,5 @@
 """Representation similarity (rmfast.analysis.representations.similarity) and the states format (rmfast.states)."""
 
-import contextlib
-import io
 import itertools
 import json
 import math
@@ -16,6 +14,8 @@ from rmfast.analysis.representations.representation_rsa import representation_ag
 from rmfast.analysis.representations.similarity import MEASURES, align, gram_measures, measures, similarity
 from rmfast.errors import UserError
 from rmfast.states import open_states, write_states
+
+from cli_run import run
 
 REL = 1e-9
 
@@ -355,31 +355,27 @@ def test_representation_agreement_rsa(tmp_path):
     assert again.rsa.set_index(["measure", "predictor"]).loc[("rv2", "kendall_tau_b"), "r"] == pytest.approx(1.0)
 
 
-def _cli(*args):
-    """``rmfast analyze similarity ARGS`` in this process (a subprocess per call spent seconds importing torch):
-    its exit code and output, as ``subprocess.run`` gives them."""
-    from rmfast.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["analyze", "similarity", *map(str, args)])
-    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+def _cli(capsys, *args):
+    """``rmfast analyze similarity ARGS`` in this process (:func:`cli_run.run`; a subprocess per call spent
+    seconds importing torch): its exit code and output, named as ``subprocess.run`` names them."""
+    rc, out, err = run(["analyze", "similarity", *args], capsys)
+    return types.SimpleNamespace(returncode=rc, stdout=out, stderr=err)
 
 
-def test_cli(tmp_path):
+def test_cli(tmp_path, capsys):
     a, b, _, _ = _write_pair(tmp_path)
     out = tmp_path / "sim.csv"
-    r = _cli(a, b, "--out", out, "--bootstrap", "5", "--permutations", "4", "--layers-a", "last_prenorm")
+    r = _cli(capsys, a, b, "--out", out, "--bootstrap", "5", "--permutations", "4", "--layers-a", "last_prenorm")
     assert r.returncode == 0, r.stderr
     t = pd.read_csv(out)
     assert t["layer_b"].astype(str).tolist() == ["4", "last_prenorm"] and (t["n"] == 120).all()
-    r = _cli(a, b, "--layers-b", "nope")
+    r = _cli(capsys, a, b, "--layers-b", "nope")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no layer 'nope'" in r.stderr
-    r = _cli(a)
+    r = _cli(capsys, a)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
 
 
-def test_cli_three_sets_rsa(tmp_path):
+def test_cli_three_sets_rsa(tmp_path, capsys):
     rng = np.random.default_rng(12)
     base = rng.normal(size=(50, 4))
     paths = [write_states(tmp_path / m, np.arange(50), {"last_prenorm": base + rng.normal(size=(50, 4))},
@@ -388,16 +384,16 @@ def test_cli_three_sets_rsa(tmp_path):
     pd.DataFrame({"name": [f"org/m{i}" for i in range(1, 5)], "base_model": ["A 1", "A 1", "B 1", "B 1"]}
                  ).to_csv(meta, index=False)
     out = tmp_path / "rsa.csv"
-    r = _cli(*paths, "--metadata", meta, "--table", "rsa", "--out", out, "--n-perm", "100")
+    r = _cli(capsys, *paths, "--metadata", meta, "--table", "rsa", "--out", out, "--n-perm", "100")
     assert r.returncode == 0, r.stderr
     t = pd.read_csv(out)
     assert set(t["predictor"]) >= {"same_base_family"} and (t["n_models"] == 4).all()
     assert "does not license" in r.stderr
-    r = _cli(*paths, "--layers-a", "0,last_prenorm")
+    r = _cli(capsys, *paths, "--layers-a", "0,last_prenorm")
     assert r.returncode == 2 and "one layer" in r.stderr
 
 
-def test_constant_nan_and_inf_layers_are_undefined_not_a_traceback(tmp_path):
+def test_constant_nan_and_inf_layers_are_undefined_not_a_traceback(tmp_path, capsys):
     """Layer 0 of a token scan is constant (in --states all), a float16 overflow stores inf: their pairs are
     NaN with a note naming the layers, the defined pairs as without them; the CLI exits 0 and explore's
     similarity maps are drawn (they used to raise 'Encountered all NA values')."""
@@ -423,18 +419,18 @@ def test_constant_nan_and_inf_layers_are_undefined_not_a_traceback(tmp_path):
     note = next(n for n in same.notes if "undefined" in n)
     assert "A 0 (constant across candidates)" in note and "B 0 (constant across candidates)" in note, note
     assert both.drop(("last_prenorm", "last_prenorm"))[list(MEASURES)].isna().all().all()
-    r = _cli(a, b, "--out", tmp_path / "sim.csv", "--bootstrap", "2", "--permutations", "2")
+    r = _cli(capsys, a, b, "--out", tmp_path / "sim.csv", "--bootstrap", "2", "--permutations", "2")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     panels, _ = similarity_panels({"a": a, "b": b})
     assert len(panels) == 1 and any("undefined" in n for n in panels[0].notes)
 
 
-def test_absurd_replicate_counts_are_refused_with_the_time(tmp_path):
+def test_absurd_replicate_counts_are_refused_with_the_time(tmp_path, capsys):
     """--permutations 1e9 was killed by the kernel after a minute (every replicate listed up front), --bootstrap
     1e8 ran silently: refused in one line naming the bound and the time one pass takes here."""
     a, b, _, _ = _write_pair(tmp_path)
     for opt in ("--permutations", "--bootstrap"):
-        r = _cli(a, b, opt, "1000000000", "--out", tmp_path / "sim.csv")
+        r = _cli(capsys, a, b, opt, "1000000000", "--out", tmp_path / "sim.csv")
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert "at most 10,000 each" in r.stderr and "s here, so these would take about" in r.stderr, r.stderr
         assert not (tmp_path / "sim.csv").exists()
@@ -442,7 +438,7 @@ def test_absurd_replicate_counts_are_refused_with_the_time(tmp_path):
     assert len(res.pairs) and res.permutations == 3
 
 
-def test_cli_defaults_are_a_first_look_with_the_cost_said_before_the_replicates(tmp_path):
+def test_cli_defaults_are_a_first_look_with_the_cost_said_before_the_replicates(tmp_path, capsys):
     """Issue 51 item 4: at its defaults `analyze similarity` took ~9 min on 1,000 candidates × 4 layers (200
     bootstrap replicates + 49 permutations) with no hint. Now: no bootstrap (none rather than too few for 95%
     ends) and 19 permutations until asked, a cost line (replicates × one timed pass) before the bar, and notes
@@ -453,7 +449,7 @@ def test_cli_defaults_are_a_first_look_with_the_cost_said_before_the_replicates(
     assert (args.bootstrap, args.permutations) == (0, 19)
     a, b, _, _ = _write_pair(tmp_path)
     out = tmp_path / "sim.csv"
-    r = _cli(a, b, "--out", out)
+    r = _cli(capsys, a, b, "--out", out)
     assert r.returncode == 0, r.stderr
     cost = next(ln for ln in r.stderr.splitlines() if "bootstrap replicates and" in ln)
     assert "0 bootstrap replicates and 19 permutations over 120 candidates × 2 × 2 layer pairs" in cost, cost

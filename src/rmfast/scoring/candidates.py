@@ -32,6 +32,7 @@ batch are read at a pad position. :func:`authors_batches` builds those batches; 
 from __future__ import annotations
 
 import hashlib
+import math
 import operator
 import os
 import warnings
@@ -126,6 +127,7 @@ def _as_id(v, i: int) -> int:
     >>> _as_id(np.int32(7), 0), _as_id(3.0, 1)
     (7, 3)
     """
+    f = math.nan  # a bool is no id, though Python counts it an int
     if not isinstance(v, (bool, np.bool_)):
         try:
             return operator.index(v)
@@ -133,9 +135,9 @@ def _as_id(v, i: int) -> int:
             try:
                 f = float(v)
             except (TypeError, ValueError):
-                f = None
-            if f is not None and f.is_integer():
-                return int(f)
+                pass
+    if f.is_integer():
+        return int(f)
     raise UserError(f"token_ids[{i}] = {v!r} is not a token id: give integers")
 
 
