@@ -520,6 +520,30 @@ def test_weights_changed_through_data_drop_the_cached_plans(tok):
     assert s.last_stats.prompt_passes == 2
 
 
+def test_the_kept_fingerprint_sees_what_a_fresh_one_sees():
+    """WeightsWatch (a scorer's check at every call) keeps each parameter's sample view between calls: after each
+    kind of change (an edit through .data of a contiguous and of a non-contiguous parameter, a swapped tensor, a
+    cast, nothing) it equals a fresh weights_fingerprint, and it changes exactly when that does."""
+    from rmfast.scoring.weights import WeightsWatch, weights_fingerprint
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(40, 30), torch.nn.Linear(30, 2))
+    model[1].weight = torch.nn.Parameter(torch.randn(30, 2).t())  # (2, 30), not contiguous
+    watch = WeightsWatch()
+    last = watch(model)
+    assert last == weights_fingerprint(model) and watch(model) == last  # nothing changed: equal
+    edits = [lambda: model[0].weight.data.mul_(2),  # bypasses the version counter; read through the kept view
+             lambda: model[1].weight.data.add_(1),  # a non-contiguous parameter: sampled afresh
+             lambda: setattr(model[0].bias, "data", model[0].bias.data + 1),  # new storage
+             lambda: model[0].to(torch.bfloat16)]  # another dtype: a group of its own
+    for i, edit in enumerate(edits):
+        with torch.no_grad():
+            edit()
+        now = watch(model)
+        assert now == weights_fingerprint(model) and now != last, f"edit {i}"
+        last = now
+
+
 def test_a_tokenizer_of_another_model_is_one_line(tok):
     """RewardScorer((model, other_tokenizer)): an id past the model's embedding is refused naming both sizes
     (it was an IndexError inside the forward)."""

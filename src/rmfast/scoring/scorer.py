@@ -69,7 +69,7 @@ from .score_stats import ScoreStats
 from .scorer_model import eval_mode, model_and_tokenizer
 from .plan import Scored, ScoringPlan, plan_scoring, score_together
 from .rendered import check_not_rendered, score_rendered, template_marks
-from .weights import weights_fingerprint
+from .weights import WeightsWatch
 
 
 @dataclass
@@ -212,6 +212,7 @@ class RewardScorer:
         self._donor: ScoringPlan | None = None  # with cache_prompts=0: the last plan, for its layers only
         self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
         self._lock = threading.RLock()
+        self._weights_watch = WeightsWatch()  # the weights' fingerprint, its sample views kept between calls
         self._wave: set = set()  # the conversations of the batch being scored (never evicted meanwhile)
         self.last_stats = ScoreStats()
 
@@ -603,7 +604,7 @@ class RewardScorer:
         """Cached plans hold prompt encodings and fused weight copies: drop them all if the model's
         weights changed since (an optimizer step, a loaded state dict, an edit through ``.data``:
         :func:`rmfast.scoring.weights.weights_fingerprint`)."""
-        key = weights_fingerprint(self.model)
+        key = self._weights_watch(self.model)
         if key != getattr(self, "_weights_key", None):
             self._plans.clear()
             self._donor = None

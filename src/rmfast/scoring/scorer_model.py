@@ -77,6 +77,9 @@ def eval_mode(model):
     """The model in eval mode (no dropout) for a call, each module's own mode back after it: a trainer that
     scores with a model it also trains keeps its training mode."""
     modes = [(m, m.training) for m in model.modules()]
+    if not any(was for _, was in modes):  # already in eval mode (the usual case): nothing to set or restore
+        yield
+        return
     model.eval()
     try:
         yield
