@@ -20,7 +20,8 @@ budget (default 540 s: 9 minutes), in this order:
    (:func:`plan_batches`), so no model is refused before timing.
 4. **workloads** (8B, bf16): best-of-N (prompt 512 and 2,048 x N 16 and 64; 16 prompts x 4), one
    best-of-N call under torch.profiler (a table by kernel; the scan's batch too: its GEMM share by kernel beside
-   rmfast.bench.layer_cost's prediction; both attention forms by row length; fused vs separate projections),
+   rmfast.bench.layer_cost's prediction; both attention forms by row length; fused vs separate projections; the
+   attention kernels' launch configurations on the scan's and a best-of-N wave's shapes, rmfast.bench.attention_tune),
    the states overhead with its folder in RAM first (`all`, /dev/shm, where it has room: the overhead where the
    disk keeps up), then in the temporary folder (`last_prenorm`, `all`, `all/sync`).
 5. **bench** of Gemma-2-9B and Gemma-2-2B, as the budget allows.
@@ -92,7 +93,7 @@ PROFILE_SHAPES = {"gpu": ((2048, 64), (2048, 16), (512, 16)), "dry": ((24, 4), (
 # batch of 16,384 the 4,096 candidates were ONE batch on the H100, so `all` could not overlap anything).
 STATES_ARGS = ["--n-candidates", "8192", "--batch-size", "1024", "--repeats", "3", "--states-modes",
                "last_prenorm,all,all/sync"]
-WORKLOAD_EST_S = {"best-of-n": 60, "profile": 60, "states": 60, "states-ram": 40, "serve": 90}
+WORKLOAD_EST_S = {"best-of-n": 60, "profile": 100, "states": 60, "states-ram": 40, "serve": 90}
 # rmfast serve (issue 49): G 8 x N 16, 512-token prompts, 16 clients sending one sample per request, against the
 # same samples in-process and a per-request HF server; needs FastAPI, uvicorn and httpx (skipped, said, without)
 SERVE_ARGS = ["--prompt-tokens-list", "512", "--n-list", "16", "--prompts", "8", "--clients", "16"]
@@ -509,6 +510,7 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
     text += _scan_profile(lm, template, cuda, dry, _env_bandwidth(out.parent / "env.json"))
     text += _form_crossover(lm, template, cuda, dry)
     text += _fuse_ab(lm, template, cuda, dry)
+    text += _attention_configs(lm, template, cuda, dry, _env_bandwidth(out.parent / "env.json"))
     out.write_text("\n".join(text) + "\n")
     print(out.read_text())
 
@@ -676,6 +678,55 @@ def _scan_profile(lm, template, cuda: bool, dry: bool, bandwidth_tb_s: float | N
         lines.append(f"  the per-kernel model (rmfast.bench.layer_cost) at the GEMMs' measured {rate:,.1f} TFLOP/s and "
                      f"the copy's {bandwidth_tb_s} TB/s: the rest (elementwise + attention) "
                      f"{c['elementwise_ms'] + c['attention_ms']:.1f} ms predicted, {(total - gemm) / 1e3:.1f} ms measured")
+    return lines
+
+
+#: the configuration sweeps' shapes: the scan's batch (the plan's auto rows; the dry run: a few) and a best-of-N wave's
+#: packed rows against one prompt (GPU: prompt 2,048 x 64 rows of ~110 tokens, the profile's first call)
+TUNE = {"gpu": {"scan_rows": None, "bon": (64, 110, 2048), "tries": None},
+        "dry": {"scan_rows": 6, "bon": (3, 5, 24), "tries": 1}}  # the dry run: the plan's and one other (interpreter)
+
+
+def _attention_configs(lm, template, cuda: bool, dry: bool, bandwidth_tb_s: float | None) -> list[str]:
+    """Issue 54, item 4: the shared-prefix kernel's launch configurations on the scan's shapes (its middle layers: every
+    row position a query; its last: the final position only) beside the bandwidth model's bytes, and the cascade's
+    prompt part's on a best-of-N wave, each against the plan's own (rmfast.bench.attention_tune). CUDA, or the
+    interpreter in a dry run (TRITON_INTERPRET=1 before triton's import: the tests' subprocess)."""
+    import torch
+
+    from rmfast.bench import attention_tune as at
+    from rmfast.dims import model_dims
+    from rmfast.kernels import triton_attention
+
+    if not triton_attention.HAVE_TRITON or not (
+            cuda or type(triton_attention._shared_prefix_attn_kernel).__name__ == "InterpretedFunction"):
+        return ["attention configurations: skipped (the Triton kernels need CUDA, or TRITON_INTERPRET=1 on a CPU)"]
+    from rmfast.scoring.decisions import choose_rows_per_batch
+
+    tmpl = _scan_template(lm, template)
+    d, dev = model_dims(lm.model.config), next(lm.model.parameters()).device
+    dtype = next(lm.model.parameters()).dtype
+    cfg = TUNE["dry" if dry else "gpu"]
+    rows = cfg["scan_rows"] or choose_rows_per_batch(lm.model, tmpl, "score", 1, True, "auto")
+    S, P, reps = 1 + len(tmpl.suffix_ids), len(tmpl.prefix_ids), 1 if dry else 5
+    bw = f"the copy's {bandwidth_tb_s} TB/s" if bandwidth_tb_s else "the copy bandwidth (none on record: the env step)"
+    lines = [f"attention configurations (best of {reps}; max |diff| against the plan's own; 'of bw': the bandwidth "
+             f"model's bytes at {bw}):"]
+    for what, Sq in (("middle layers", S), ("last layer", 1)):
+        shape = dict(rows=rows, heads=d.heads, kv_heads=d.kv_heads, suffix=S, queries=Sq, prompt=P, head_dim=d.head_dim)
+        _, res = at.tune_shared_prefix(**shape, dtype=dtype, device=dev, reps=reps,
+                                       tries=at.SHARED_PREFIX_TRIES[-(cfg["tries"] or 99):])
+        lines.append(f"  shared-prefix kernel, the scan's {what}: {rows} rows x {S} tokens, "
+                     f"{Sq} {'query' if Sq == 1 else 'queries'} a row, "
+                     f"prompt {P}:")
+        lines += at.table(res, bytes_=at.shared_prefix_bytes(**shape, elem=torch.tensor([], dtype=dtype).element_size()),
+                          bandwidth_tb_s=bandwidth_tb_s)
+    n, L, P = cfg["bon"]
+    _, res = at.tune_prompt_part(rows=n, row_tokens=L, heads=d.heads, kv_heads=d.kv_heads, prompt=P,
+                                 head_dim=d.head_dim, dtype=dtype, device=dev, reps=reps,
+                                 tries=at.PROMPT_PART_TRIES[-(cfg["tries"] or 99):])
+    lines.append(f"  cascade prompt part, a best-of-N wave: {n} rows x {L} tokens packed, prompt {P}:")
+    lines += at.table(res, flops=at.prompt_part_flops(tokens=n * L, heads=d.heads, prompt=P, head_dim=d.head_dim))
     return lines
 
 

@@ -421,6 +421,38 @@ def test_attention_falls_back_to_torch_where_no_config_fits(monkeypatch):
         ops.shared_prefix_attention(q, kp, vp, ks, vs, scale=0.0625)
 
 
+@requires_triton
+def test_every_timed_configuration_is_checked_against_the_plans_own(monkeypatch):
+    """rmfast.bench.attention_tune (the GPU check's configuration sweep): every try of the shared-prefix kernel and
+    of the cascade's prompt part launches with its own tiles and gives the plan's configuration's output (fp32, to
+    the attention tolerance); a try that needs more shared memory than the device has is reported, not run."""
+    from rmfast.bench import attention_tune as at
+    from rmfast.kernels import attention_config as ac
+
+    spy = _LaunchSpy(triton_attention._shared_prefix_attn_kernel)
+    monkeypatch.setattr(triton_attention, "_shared_prefix_attn_kernel", spy)
+    monkeypatch.setattr(triton_attention, "check_device", lambda *a: None)
+    shape = dict(rows=5, heads=4, kv_heads=2, suffix=3, queries=2, prompt=9, head_dim=16, dtype=torch.float32,
+                 device=DEVICE)
+    plan, got = at.tune_shared_prefix(**shape, tries=((16, 16, 4, 1), (32, 16, 2, 2)), reps=1)
+    tiles = [(kw["BLOCK_M"], kw["BLOCK_N"]) for kw in spy.launches]
+    assert {(16, 16), (32, 16), (plan.block_m, plan.block_n)} <= set(tiles)
+    assert [r.config for r in got] == [(plan.block_m, plan.block_n, plan.num_warps, plan.num_stages),
+                                       (16, 16, 4, 1), (32, 16, 2, 2)]
+    atol, _ = TOLERANCES[("attention", torch.float32)]
+    assert got[0].max_diff is None and all(r.ms > 0 and r.max_diff <= atol for r in got[1:]), got
+    monkeypatch.setattr(ac, "device_smem_bytes", lambda device: 3_000)  # a device with almost no shared memory
+    monkeypatch.setattr(at, "device_smem_bytes", lambda device: 3_000)
+    _, small = at.tune_shared_prefix(**shape, tries=((64, 64, 4, 3),), reps=1)
+    assert small[-1].ms is None and "shared memory" in small[-1].note
+    own, part = at.tune_prompt_part(rows=3, row_tokens=5, heads=4, kv_heads=2, prompt=11, head_dim=16,
+                                    dtype=torch.float32, device=DEVICE, tries=((16, 16, 4, 1),), reps=1)
+    assert [r.config for r in part] == [own, (16, 16, 4, 1)] and part[1].max_diff <= atol, part
+    lines = at.table(got, bytes_=at.shared_prefix_bytes(**{k: v for k, v in shape.items() if k not in ("dtype", "device")},
+                                                        elem=4), bandwidth_tb_s=1.0)
+    assert len(lines) == 4 and "(plan)" in lines[1] and sum("fastest" in x for x in lines) == 1
+
+
 class _LaunchSpy:
     """Stands in for a Triton kernel: records each launch's keyword arguments, then launches the real one."""
 

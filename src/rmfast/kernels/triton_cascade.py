@@ -285,12 +285,14 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 0, scale: float,
-                       softcap: float | None = None, window: int | None = None, q_pos: torch.Tensor | None = None):
+                       softcap: float | None = None, window: int | None = None, q_pos: torch.Tensor | None = None,
+                       blocks: tuple[int, int, int, int] | None = None):
     """:func:`rmfast.kernels.cascade_reference.prompt_part` in one launch for all prompts.
 
     cu_rows, cu_kv: (n+1,) int32 device tensors; max_rows: the most rows any prompt has (sizes the grid);
     q_pos: (B,) int32 each row's offset to its queries' positions (read only under a window), None: 0.
-    Returns (out (B, Sq, H, D) fp32, lse (B, Sq, H) fp32)."""
+    blocks: (BLOCK_M, BLOCK_N, num_warps, num_stages) in place of :func:`_blocks`' (tiles >= 16; for timing others:
+    :mod:`rmfast.bench.attention_tune`). Returns (out (B, Sq, H, D) fp32, lse (B, Sq, H) fp32)."""
     _check(q, _prompt_kernel)
     B, Sq, H, D = q.shape
     Hkv = k.shape[0]
@@ -302,7 +304,7 @@ def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 
     if B == 0 or n == 0 or k.shape[1] == 0 or max_rows == 0:
         return out, lse
     block_d = max(16, next_pow2(D))
-    bm, bn, warps, stages = _blocks(block_d, q.element_size(), q.is_cuda)
+    bm, bn, warps, stages = blocks or _blocks(block_d, q.element_size(), q.is_cuda)
     G = H // Hkv
     grid = (triton.cdiv(max_rows * Sq * G, bm), n, Hkv)
     has_qpos = window is not None and q_pos is not None
