@@ -293,6 +293,80 @@ def test_triton_launches_do_not_grow_with_the_wave_and_lengths_do_not_recompile(
     assert not new, f"{len(new)} new compiled variant(s): {sorted(new)[:2]}"
 
 
+@requires_triton
+def test_a_layer_on_the_cuda_path_launches_only_its_gemms_and_kernels(monkeypatch):
+    """What one decoder layer dispatches on the path CUDA runs (Triton kernels and elementwise kernels, separate
+    projections, the cascade; here interpreted): besides the Triton kernels, torch runs the seven projection GEMMs
+    and the MLP's residual add, nothing else, in the prompt's pass and in the packed rows' pass alike. Small
+    calls are launch-bound on a GPU (gpu_h100_2026-11-27_f: a 512 x 16 best-of-N call's device busy 55% of its
+    wall): the prompt part's out/lse fills and the response part's per-layer lengths were three launches per layer
+    more, counted this way on the commit before (21 torch ops per layer over the two passes, now 16)."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    import triton.runtime.interpreter as interp
+
+    from rmfast.fast import engine as E
+    from rmfast.fast import wave
+    from rmfast.fast.layer import PackedRows, decoder_layer
+    from rmfast.scoring import decisions
+    from rmfast.scoring.options import ScoringOptions
+    from rmfast.scoring.scorer import RewardScorer
+
+    monkeypatch.setenv("RMFAST_KERNELS", "triton")
+    cuda_rule = lambda device, triton, compiled: bool(triton) and not compiled  # noqa: E731 - fused_elementwise on CUDA
+    monkeypatch.setattr(E, "fused_elementwise", cuda_rule)
+    monkeypatch.setattr(decisions, "fused_elementwise", cuda_rule)
+    state = {"in_triton": 0, "layer": None}
+    per_layer = []  # (pass, torch ops outside the Triton kernels, Triton launches) of each layer but the last
+    real_run = interp.InterpretedFunction.run
+
+    def run(self, *a, **kw):
+        state["in_triton"] += 1
+        if state["layer"] is not None:
+            state["layer"][1] += 1
+        try:
+            return real_run(self, *a, **kw)
+        finally:
+            state["in_triton"] -= 1
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if state["layer"] is not None and not state["in_triton"] and not func.is_view and \
+                    func.overloadpacket.__name__ not in ("empty", "empty_strided", "_unsafe_view"):  # no kernel either
+                state["layer"][0][func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    def counted(h, w, cos, sin, prompt, c, n_out, *a, **kw):
+        state["layer"] = [Counter(), 0]
+        try:
+            return decoder_layer(h, w, cos, sin, prompt, c, n_out, *a, **kw)
+        finally:
+            per_layer.append(("rows" if isinstance(prompt, PackedRows) else "prompt", *state["layer"]))
+            state["layer"] = None
+
+    monkeypatch.setattr(interp.InterpretedFunction, "run", run)
+    monkeypatch.setattr(E, "decoder_layer", counted)
+    monkeypatch.setattr(wave, "decoder_layer", counted)
+    tok, model = T.chatml_tokenizer(), T.tiny("llama")
+    L = model.config.num_hidden_layers
+    sc = RewardScorer(model, tok, attention="cascade", share_batches=True, cache_prompts=0,
+                      options=ScoringOptions(projections="separate"))
+    with Count():
+        sc.score(_convs(2), _responses(2, (3, 5)))  # a wave: the prompts' packed pass
+        sc.score(_convs(1), _responses(1, (3, 5)))  # one prompt: its own pass (the cascade's response part alone)
+    d = sc.last_stats.decisions
+    assert (d["elementwise"]["value"], d["projections"]["value"], d["rows"]["value"]) == ("triton", "separate", "packed")
+    assert len(per_layer) % L == 0 and len(per_layer) >= 2 * L  # whole passes: the prompts' and the rows'
+    kept = [x for i, x in enumerate(per_layer) if i % L != L - 1]  # the last layer of a pass narrows: left out
+    assert {p for p, _, _ in kept} == {"prompt", "rows"}
+    for what, ops_, launches in kept:
+        assert ops_ == {"mm": 7, "add": 1}, (what, dict(ops_))
+        # norm in, RoPE of q and of k, attention (rows: the prompt part, the response part, the merge), add + norm,
+        # SiLU·up
+        assert launches == (8 if what == "rows" else 6), (what, launches)
+
+
 def test_packed_attention_issues_no_torch_op_around_the_kernel(monkeypatch):
     """The packed prompt pass's attention is the varlen kernel alone: with it stubbed, ``attend`` on
     :class:`~rmfast.fast.layer.PackedPrompts` dispatches no torch op (views only). The scatter to padded rows

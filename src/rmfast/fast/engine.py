@@ -256,7 +256,9 @@ class Engine:
         sp = self.spec
         empty = h.new_zeros(sp.n_kv_heads, 0, sp.head_dim)  # (Hkv, 0, D)
         if self.attention == "cascade":
-            return self._cascade(empty, empty, (0,), (h.shape[0],), None)
+            # the Triton response part's lengths (all S) made once for the pass, not a fill at each layer's launch
+            full = torch.full((h.shape[0],), h.shape[1], dtype=torch.int32, device=h.device) if self.triton else None
+            return self._cascade(empty, empty, (0,), (h.shape[0],), full)
         return PromptKV(empty, empty, self.attention)
 
     def _cascade(self, k, v, kv_lens: tuple, rows: tuple, lengths) -> CascadePrompt:

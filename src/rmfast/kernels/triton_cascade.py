@@ -93,8 +93,10 @@ if HAVE_TRITON:
         k0 = tl.load(CU_KV + pid_p)
         P = tl.load(CU_KV + pid_p + 1) - k0
         n_q = (r1 - r0) * Sq * G  # this prompt's query rows for one kv head
-        if pid_m * BLOCK_M >= n_q or P == 0:
-            return  # out/lse were initialised to 0 / -inf by the launcher
+        if pid_m * BLOCK_M >= n_q:
+            return  # no query row here (the grid is sized for the prompt with most rows)
+        # An empty prompt (P = 0) runs no key tile: its rows get out 0 and lse -inf from _finish, written here, so the
+        # launcher allocates out and lse without a fill (two launches per layer fewer).
         r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query rows within the prompt
         r_ok = r < n_q
         r = tl.minimum(r, n_q - 1)  # pad rows: copies of the last (loads stay in bounds; stores masked)
@@ -289,7 +291,8 @@ def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 
                        blocks: tuple[int, int, int, int] | None = None):
     """:func:`rmfast.kernels.cascade_reference.prompt_part` in one launch for all prompts.
 
-    cu_rows, cu_kv: (n+1,) int32 device tensors; max_rows: the most rows any prompt has (sizes the grid);
+    cu_rows, cu_kv: (n+1,) int32 device tensors, every row some prompt's (cu_rows[-1] == B: a row outside them would
+    not be written); max_rows: the most rows any prompt has (sizes the grid);
     q_pos: (B,) int32 each row's offset to its queries' positions (read only under a window), None: 0.
     blocks: (BLOCK_M, BLOCK_N, num_warps, num_stages) in place of :func:`_blocks`' (tiles >= 16; for timing others:
     :mod:`rmfast.bench.attention_tune`). Returns (out (B, Sq, H, D) fp32, lse (B, Sq, H) fp32)."""
@@ -298,11 +301,14 @@ def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 
     Hkv = k.shape[0]
     if k.stride() != v.stride():
         k, v = k.contiguous(), v.contiguous()
-    out = torch.zeros(B, Sq, H, D, dtype=torch.float32, device=q.device)  # (B, Sq, H, D)
-    lse = torch.full((B, Sq, H), float("-inf"), dtype=torch.float32, device=q.device)
     n = cu_rows.numel() - 1
     if B == 0 or n == 0 or k.shape[1] == 0 or max_rows == 0:
-        return out, lse
+        return (torch.zeros(B, Sq, H, D, dtype=torch.float32, device=q.device),
+                torch.full((B, Sq, H), float("-inf"), dtype=torch.float32, device=q.device))
+    # every row is some prompt's (cu_rows[-1] == B), and the kernel writes each of its query rows, an empty prompt's
+    # too: no fill before it
+    out = torch.empty(B, Sq, H, D, dtype=torch.float32, device=q.device)  # (B, Sq, H, D)
+    lse = torch.empty(B, Sq, H, dtype=torch.float32, device=q.device)
     block_d = max(16, next_pow2(D))
     bm, bn, warps, stages = blocks or _blocks(block_d, q.element_size(), q.is_cuda)
     G = H // Hkv
