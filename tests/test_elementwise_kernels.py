@@ -101,6 +101,30 @@ def test_rope_kernel_matches_twin(Dr, per_row, dtype):
 
 @requires_triton
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Dr", [16, 8])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_rope_of_queries_and_keys_in_one_launch_is_each_ones_rope(Dr, per_row, dtype):
+    """rope_qk_triton (a layer's q and k at the same positions, one launch): each output bit-equal to its own
+    rope_triton, with more query heads than key heads (GQA) and a strided key view (a slice of a wider output);
+    None where the two differ in tokens, head dim or dtype (the caller ropes them one by one)."""
+    B, S, D = 2, 5, 16
+    q = _randn(B, S, 6, D, dtype=dtype, scale=2.0)
+    kv = _randn(B, S, 4, D, dtype=dtype, seed=1, scale=2.0)
+    k = kv[:, :, :2]  # (B, S, 2, D) read with the wider tensor's strides
+    ang = _randn(*((B, S, Dr) if per_row else (S, Dr)), dtype=torch.float32, seed=2, scale=3.0)
+    cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+    gq, gk = te.rope_qk_triton(q, k, cos, sin)
+    assert torch.equal(gq, te.rope_triton(q, cos, sin)) and torch.equal(gk, te.rope_triton(k, cos, sin))
+    _close(gk, ref.rope(k, cos, sin), dtype)
+    assert te.rope_qk_triton(q[:, 3:], k, cos, sin) is None  # other token counts (the last layer's queries)
+    other = k.float() if dtype != torch.float32 else k.half()
+    assert te.rope_qk_triton(q, other, cos, sin) is None  # another dtype
+    oq, ok = ops.rope_qk(q, other, cos, sin, triton=True)  # refused: each roped by itself
+    assert torch.equal(oq, gq) and torch.equal(ok, ops.rope(other, cos, sin, triton=True))
+
+
+@requires_triton
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1,), (1000,), (2, 2050), (3, 1, 5)])  # one block, several, a ragged last one; rows
 def test_silu_mul_kernel_matches_twin(shape, dtype):
     g, u = _randn(*shape, dtype=dtype, scale=4.0), _randn(*shape, dtype=dtype, seed=1)
@@ -194,7 +218,7 @@ def test_engine_with_fused_elementwise_equals_torch_ops(arch, fuse, monkeypatch)
     heads of one GEMM's output): the engine with the kernels scores as with torch's ops, fp32, the prompt pass and a
     wave of ragged rows; and the kernels did run (not the twins they fall back to): every norm and RoPE of every
     layer, SiLU·up where the MLP is SiLU."""
-    ran = {"rmsnorm": 0, "add_rmsnorm": 0, "rope": 0, "silu_mul": 0}
+    ran = {"rmsnorm": 0, "add_rmsnorm": 0, "rope": 0, "rope_qk": 0, "silu_mul": 0}
     for name in ran:
         fn = getattr(te, f"{name}_triton")
 
@@ -220,7 +244,8 @@ def test_engine_with_fused_elementwise_equals_torch_ops(arch, fuse, monkeypatch)
         torch.testing.assert_close(on.score(ids), off.score(ids), atol=2e-5, rtol=1e-5)
     n = len(on.layers)
     # 3 passes a form: prompt, ragged, plain; each layer's input norm alone, its MLP's with the residual add
-    assert ran["rmsnorm"] >= 2 * 3 * n and ran["add_rmsnorm"] >= 2 * 3 * n and ran["rope"] >= 2 * 3 * n
+    assert ran["rmsnorm"] >= 2 * 3 * n and ran["add_rmsnorm"] >= 2 * 3 * n
+    assert ran["rope"] + 2 * ran["rope_qk"] >= 2 * 3 * n and (ran["rope_qk"] > 0) == (not fuse)  # q and k at once
     assert (ran["silu_mul"] >= 3 * n) == (on.layers[0][1].act == "silu")
 
 
@@ -237,7 +262,7 @@ def test_the_kernels_compile_once_per_model(monkeypatch):
     first = Engine(model, build_template(tok, "Hi"), head="score", elementwise=True, fuse=False)
     first.score(torch.randint(5, T.VOCAB, (32, 1)).to(DEVICE))
     names = {name for name, _ in log}
-    assert {"_rmsnorm_kernel", "_add_rmsnorm_kernel", "_rope_kernel", "_silu_mul_kernel"} <= names, names
+    assert {"_rmsnorm_kernel", "_add_rmsnorm_kernel", "_rope_kernel", "_rope_qk_kernel", "_silu_mul_kernel"} <= names, names
     seen = {key for _, key in log}
     log.clear()
     prompt = "What, in one word, is the greatest thing ever?"
@@ -248,5 +273,5 @@ def test_the_kernels_compile_once_per_model(monkeypatch):
     for n, k in ((5, 1), (17, 2), (1, 3)):
         second.score(torch.randint(5, T.VOCAB, (n, k)).to(DEVICE))
     new = {key for name, key in log if name in ("_rmsnorm_kernel", "_add_rmsnorm_kernel", "_rope_kernel",
-                                                "_silu_mul_kernel")} - seen
+                                                "_rope_qk_kernel", "_silu_mul_kernel")} - seen
     assert not new, f"{len(new)} new compiled variant(s): {sorted(new)[:2]}"

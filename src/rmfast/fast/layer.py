@@ -313,6 +313,9 @@ def _q_k_v(x, w: LayerWeights, cos, sin, c: LayerConsts, n_out: int):
     v = _linear(x, w.w_qkv, w.b_qkv, 2).view(B, S, Hkv, D)
     if c.qk_norm:
         q, k = _rms(q, w.qk_norm[:H], c), _rms(k, w.qk_norm[H:], c)
+    if n_out == S:  # queries at every position: q and k roped together (c.fused: one launch, not two)
+        q, k = ops.rope_qk(q, k, cos, sin, triton=c.fused)
+        return q, k, v
     return _rope(q, cos[..., S - n_out :, :], sin[..., S - n_out :, :], c), _rope(k, cos, sin, c), v
 
 

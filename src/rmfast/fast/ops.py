@@ -275,6 +275,18 @@ def rope(x, cos, sin, *, triton=False):
     return ref.rope(x, cos, sin)
 
 
+def rope_qk(q, k, cos, sin, *, triton=False):
+    """:func:`rope` of a layer's queries q (B, S, H, D) and keys k (B, S, Hkv, D) at the same positions: (q', k');
+    ``triton``: both in one kernel launch where the layouts allow (each bit-equal to its own :func:`rope`)."""
+    if triton:
+        from ..kernels.triton_elementwise import rope_qk_triton
+
+        both = rope_qk_triton(q, k, cos, sin)
+        if both is not None:
+            return both
+    return rope(q, cos, sin, triton=triton), rope(k, cos, sin, triton=triton)
+
+
 def gated_act(g, u, act: str, *, triton=False):
     """The gated MLP's middle, ``act(g) * u`` (``act``: "silu" | "gelu_tanh" | "gelu" | "relu", the layer's
     :attr:`rmfast.fast.layer.LayerConsts.act`); ``triton``: SiLU·up as one kernel (:func:`silu_mul`)."""

@@ -11,7 +11,8 @@ norms) or exactly (RoPE, SiLU·up in fp32 maths with the same cast points):
 - :func:`add_rmsnorm_triton`: ``h = r + a`` (rounded as torch's add) and ``rmsnorm(h)`` in one pass: the layer's
   attention residual and the MLP's input norm (two reads and two writes instead of three and two, one launch).
 - :func:`rope_triton`: :func:`rmfast.kernels.reference.rope`, ``x·cos + rotate_half(x)·sin`` (partial rotary too), each
-  product and the sum rounded to x's dtype as torch's three ops are.
+  product and the sum rounded to x's dtype as torch's three ops are; :func:`rope_qk_triton`: a layer's queries and
+  keys at the same positions in one launch.
 - :func:`silu_mul_triton`: ``F.silu(g) * u``, silu rounded to g's dtype before the product, as two torch ops.
 
 The engine uses them on CUDA where its layer runs eagerly (a compiled layer gets inductor's own fusion);
@@ -24,7 +25,7 @@ import torch
 
 from .triton_common import HAVE_TRITON, check_device, next_pow2, tl, triton  # noqa: F401
 
-__all__ = ["HAVE_TRITON", "add_rmsnorm_triton", "rmsnorm_triton", "rope_triton", "silu_mul_triton"]
+__all__ = ["HAVE_TRITON", "add_rmsnorm_triton", "rmsnorm_triton", "rope_qk_triton", "rope_triton", "silu_mul_triton"]
 
 
 if HAVE_TRITON:
@@ -71,14 +72,11 @@ if HAVE_TRITON:
         w = tl.load(W + offs, mask=ok, other=0.0).to(tl.float32)
         tl.store(Y + row * N + offs, _rms_row(h, w, N, eps, GEMMA), mask=ok)
 
-    # Tokens, tokens per row (suffix length, prompt length) and the per-row table stride (S x Dr) vary with every
-    # job: not specialised, so a scan of another prompt or suffix length compiles nothing (tests/test_scan_launches.py)
-    @triton.jit(do_not_specialize=["n_tok", "S", "sc_b"])
-    def _rope_kernel(X, C, S_, Y, n_tok, S, n_heads, D, HALF,
-                     sx_t, sx_h, sc_b, sc_s, sy_t, sy_h,
-                     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
-        """One token (b, s) per program: its n heads x D values; the table row of (b, s) (sc_b = 0: one table)."""
-        t = tl.program_id(0).to(tl.int64)
+    @triton.jit
+    def _rope_token(X, C, S_, Y, t, S, n_heads, HALF, D, sx_t, sx_h, sc_b, sc_s, sy_t, sy_h,
+                    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+        """RoPE of token t = (b, s): its n heads x D values at X + t·sx_t + head·sx_h -> Y (same layout, sy_*); the
+        table row of (b, s) (sc_b = 0: one table)."""
         b, s = t // S, t % S
         offs_h = tl.arange(0, BLOCK_H)
         offs_d = tl.arange(0, BLOCK_D)
@@ -99,6 +97,28 @@ if HAVE_TRITON:
         a2 = (rot * sn[None, :]).to(x.dtype).to(tl.float32)  # rotate_half(x) * sin, rounded
         y = tl.where(rot_ok[None, :], (a1 + a2).to(x.dtype), x)  # the rest passes through (partial rotary)
         tl.store(Y + t * sy_t + offs_h[:, None] * sy_h + offs_d[None, :], y, mask=m)
+
+    # Tokens, tokens per row (suffix length, prompt length) and the per-row table stride (S x Dr) vary with every
+    # job: not specialised, so a scan of another prompt or suffix length compiles nothing (tests/test_scan_launches.py)
+    @triton.jit(do_not_specialize=["n_tok", "S", "sc_b"])
+    def _rope_kernel(X, C, S_, Y, n_tok, S, n_heads, D, HALF,
+                     sx_t, sx_h, sc_b, sc_s, sy_t, sy_h,
+                     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+        """One token (b, s) per program: its n heads x D values."""
+        t = tl.program_id(0).to(tl.int64)
+        _rope_token(X, C, S_, Y, t, S, n_heads, HALF, D, sx_t, sx_h, sc_b, sc_s, sy_t, sy_h, BLOCK_H, BLOCK_D)
+
+    @triton.jit(do_not_specialize=["n_tok", "S", "sc_b"])
+    def _rope_qk_kernel(Q, K, C, S_, YQ, YK, n_tok, S, n_q, n_k, D, HALF,
+                        sq_t, sq_h, sk_t, sk_h, sc_b, sc_s, syq_t, syk_t,
+                        BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+        """Program (t, 0): token t's query heads; (t, 1): its key heads. The queries and keys of one layer share
+        their tokens and tables: one launch for both (a launch-bound small wave pays one launch, not two)."""
+        t = tl.program_id(0).to(tl.int64)
+        if tl.program_id(1) == 0:
+            _rope_token(Q, C, S_, YQ, t, S, n_q, HALF, D, sq_t, sq_h, sc_b, sc_s, syq_t, D, BLOCK_H, BLOCK_D)
+        else:
+            _rope_token(K, C, S_, YK, t, S, n_k, HALF, D, sk_t, sk_h, sc_b, sc_s, syk_t, D, BLOCK_H, BLOCK_D)
 
     @triton.jit(do_not_specialize=["n_rows"])
     def _silu_mul_kernel(G, U, Y, n_rows, N, stride_g, stride_u, BLOCK: tl.constexpr):
@@ -186,21 +206,53 @@ def add_rmsnorm_triton(r: torch.Tensor, a: torch.Tensor, weight: torch.Tensor, e
     return h, y
 
 
+def _rope_layout(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Whether :func:`rope_triton` reads x (B, S, n, D) and the tables as they are laid out."""
+    B, S, n, D = x.shape
+    Dr = cos.shape[-1]
+    return not (x.stride(-1) != 1 or x.stride(0) != S * x.stride(1) or cos.stride(-1) != 1
+                or cos.stride() != sin.stride() or Dr % 2 or Dr > D or B * S == 0)
+
+
+def _table_strides(cos: torch.Tensor) -> tuple[int, int]:
+    """(per-row stride, per-token stride) of a (S, Dr) table (one for every row: 0) or a (B, S, Dr) one."""
+    return (cos.stride(0), cos.stride(1)) if cos.dim() == 3 else (0, cos.stride(0))
+
+
 def rope_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
     """``x·cos + rotate_half(x)·sin`` over the first Dr = cos.shape[-1] dims of each head (the rest as they are):
     x (B, S, n, D) with unit stride along D; cos, sin (S, Dr) or (B, S, Dr), same strides. A new contiguous
     tensor, or None where the layout is not one this kernel reads (the caller runs the torch twin)."""
-    B, S, n, D = x.shape
-    Dr = cos.shape[-1]
-    if (x.stride(-1) != 1 or x.stride(0) != S * x.stride(1) or cos.stride(-1) != 1 or cos.stride() != sin.stride()
-            or Dr % 2 or Dr > D or B * S == 0):
+    if not _rope_layout(x, cos, sin):
         return None
+    B, S, n, D = x.shape
     check_device(x, _rope_kernel)
-    sc_b, sc_s = (cos.stride(0), cos.stride(1)) if cos.dim() == 3 else (0, cos.stride(0))
+    sc_b, sc_s = _table_strides(cos)
     y = torch.empty((B, S, n, D), dtype=x.dtype, device=x.device)
-    _rope_kernel[(B * S,)](x, cos, sin, y, B * S, S, n, D, Dr // 2, x.stride(1), x.stride(2), sc_b, sc_s,
+    _rope_kernel[(B * S,)](x, cos, sin, y, B * S, S, n, D, cos.shape[-1] // 2, x.stride(1), x.stride(2), sc_b, sc_s,
                            n * D, D, BLOCK_H=next_pow2(n), BLOCK_D=next_pow2(D), num_warps=4)
     return y
+
+
+def rope_qk_triton(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                   sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """:func:`rope_triton` of q (B, S, H, D) and k (B, S, Hkv, D) at the same positions in ONE launch: (q', k'), each
+    equal to its own :func:`rope_triton` bit for bit; None where the two differ in tokens, head dim or dtype, or a
+    layout is not one the kernel reads (the caller ropes them one by one)."""
+    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1] or q.dtype != k.dtype:
+        return None
+    if not (_rope_layout(q, cos, sin) and _rope_layout(k, cos, sin)):
+        return None
+    B, S, H, D = q.shape
+    Hkv = k.shape[2]
+    check_device(q, _rope_qk_kernel)
+    sc_b, sc_s = _table_strides(cos)
+    yq = torch.empty((B, S, H, D), dtype=q.dtype, device=q.device)
+    yk = torch.empty((B, S, Hkv, D), dtype=k.dtype, device=k.device)
+    _rope_qk_kernel[(B * S, 2)](q, k, cos, sin, yq, yk, B * S, S, H, Hkv, D, cos.shape[-1] // 2,
+                                q.stride(1), q.stride(2), k.stride(1), k.stride(2), sc_b, sc_s, H * D, Hkv * D,
+                                BLOCK_H=next_pow2(max(H, Hkv)), BLOCK_D=next_pow2(D), num_warps=4)
+    return yq, yk
 
 
 def silu_mul_triton(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor | None:
