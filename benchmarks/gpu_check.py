@@ -561,16 +561,9 @@ def _best_of_n_inputs(lm, P: int, N: int, rng, dry: bool) -> tuple[list[str], li
 def _best_wall(fn, cuda: bool, reps: int = 3) -> float:
     import torch
 
-    best = float("inf")
-    for _ in range(reps):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    from rmfast.bench.machine import best_wall
+
+    return best_wall(fn, torch.device("cuda" if cuda else "cpu"), reps)
 
 
 def _elementwise_ab(lm, template, cuda: bool, dry: bool) -> list[str]:

@@ -19,12 +19,12 @@ Example (arithmetic only):
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
 from ..kernels.attention_config import AttnConfig, attention_config, device_smem_bytes, smem_estimate
+from .machine import best_wall
 
 #: (BLOCK_M, BLOCK_N, num_warps, num_stages) tried for the shared-prefix kernel besides the plan's own: smaller
 #: query tiles (fewer registers: more programs in flight on a memory-bound kernel), wider key tiles, fewer stages
@@ -59,26 +59,16 @@ class Timed:
     note: str = ""
 
 
-def _best_ms(fn, reps: int) -> float:
+def _best_ms(fn, device, reps: int) -> float:
     """Best wall of ``reps`` calls after one untimed call (its compile), in milliseconds."""
-    cuda = torch.cuda.is_available()
     fn()
-    best = float("inf")
-    for _ in range(reps):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
+    return best_wall(fn, torch.device(device), reps) * 1e3
 
 
-def _try(run, want: torch.Tensor | None, config: tuple, reps: int) -> Timed:
+def _try(run, want: torch.Tensor | None, config: tuple, device, reps: int) -> Timed:
     try:
         got = run()
-        ms = _best_ms(run, reps)
+        ms = _best_ms(run, device, reps)
     except Exception as e:  # noqa: BLE001 - a configuration that does not compile or launch is a result here
         return Timed(config, None, None, f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}")
     diff = None if want is None else float((got.float() - want.float()).abs().max())
@@ -108,7 +98,8 @@ def tune_shared_prefix(*, rows: int, heads: int, kv_heads: int, suffix: int, que
     def run_with(cfg):
         return lambda: shared_prefix_attention_triton(q, kp, vp, ks, vs, scale=scale, config=cfg)
 
-    base = _try(run_with(plan), None, _tiles(plan), reps) if plan is not None else Timed((), None, None, "no fit")
+    base = (_try(run_with(plan), None, _tiles(plan), device, reps) if plan is not None
+            else Timed((), None, None, "no configuration fits"))
     want = run_with(plan)() if base.ms is not None else None
     out = [base]
     elem, block_d = q.element_size(), plan.block_d if plan is not None else head_dim
@@ -118,7 +109,7 @@ def tune_shared_prefix(*, rows: int, heads: int, kv_heads: int, suffix: int, que
             out.append(Timed((bm, bn, warps, stages), None, None, f"needs ~{need:,} B of shared memory"))
             continue
         cfg = AttnConfig(bm, bn, block_d, warps, stages, need)
-        out.append(_try(run_with(cfg), want, (bm, bn, warps, stages), reps))
+        out.append(_try(run_with(cfg), want, (bm, bn, warps, stages), device, reps))
     return plan, out
 
 
@@ -143,9 +134,9 @@ def tune_prompt_part(*, rows: int, row_tokens: int, heads: int, kv_heads: int, p
     def run_with(blocks):
         return lambda: prompt_part_triton(q, k, v, cu_q, cu_kv, T, scale=head_dim ** -0.5, blocks=blocks)[0]
 
-    base = _try(run_with(None), None, own, reps)
+    base = _try(run_with(None), None, own, device, reps)
     want = run_with(None)() if base.ms is not None else None
-    return own, [base] + [_try(run_with(b), want, b, reps) for b in tries if b != own]
+    return own, [base] + [_try(run_with(b), want, b, device, reps) for b in tries if b != own]
 
 
 def _tiles(cfg: AttnConfig) -> tuple:
@@ -171,7 +162,8 @@ def table(results: list[Timed], *, bytes_: float | None = None, flops: float | N
         else:
             rate, share = f"{flops / r.ms / 1e9:,.1f} TFLOP/s", "-"
         diff = "-" if r.max_diff is None else f"{r.max_diff:.2e}"
-        lines.append(f"    {tiles:24s} {r.ms:9.3f} {rate:>14s} {share:>7s} {diff:>11s}" + ("   fastest" if r is best else ""))
+        mark = "   fastest" if r is best else ""
+        lines.append(f"    {tiles:24s} {r.ms:9.3f} {rate:>14s} {share:>7s} {diff:>11s}{mark}")
     return lines
 
 

@@ -97,6 +97,18 @@ def chunks(ids: np.ndarray, bs: int) -> list[np.ndarray]:
     return [ids[i : i + bs] for i in range(0, ids.size, bs)]
 
 
+def best_wall(fn, device: torch.device, repeats: int = 3) -> float:
+    """The best wall of ``repeats`` calls of ``fn()`` in seconds, the device's queued work waited for around each."""
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def time_calls(fn, device: torch.device, repeats: int) -> tuple[np.ndarray, list[float]]:
     """Call ``fn() -> list of score tensors`` ``repeats`` times; (scores of the last call, seconds per call)."""
     times, out = [], None
