@@ -116,6 +116,11 @@ def fx(tmp_path_factory):
     f["dup-prompts"].write_text("greatest: What is the greatest thing?\nworst: The worst?\ngreatest: Best food?\n")
     f["dup-metadata"] = d / "dup-metadata.yaml"  # a model given twice
     f["dup-metadata"].write_text("rm:\n  family: llama\nother:\n  family: x\nrm:\n  family: gemma\n")
+    f["mixed-jsonl"] = d / "mixed.jsonl"  # a column scored around, whose values mix types (Parquet holds one type)
+    f["mixed-jsonl"].write_text('{"prompt": "Hi", "response": "Yo", "sys": "Be nice."}\n'
+                                '{"prompt": "Hey", "response": "Ok", "sys": 5}\n')
+    f["string-json"] = d / "strings.json"  # JSON lines that are strings, not objects
+    f["string-json"].write_text('"just a string"\n"another"\n')
     f["lock-folder"] = d / "locked"  # an output whose <out>.lock is a folder
     (d / "locked.parquet.lock").mkdir(parents=True)
     scan = d / "scan.parquet"
@@ -275,6 +280,14 @@ CASES = [
     *[pytest.param(lambda o, a=a: ["analyze", "extremes", "{scan}", *a, "--out", o / "a.csv"], id=f"analyze{'-'.join(a)}")
       for a in (("--k", "-3"), ("--n-perm", "0"), ("--max-rows", "-1"), ("--seed", "-1"))],
     pytest.param(lambda o: ["report", "{scan}", "--k", "0", "--out", o / "r.html"], id="report--k-0"),
+    # an input column Parquet cannot hold (an ArrowTypeError after the scoring), JSON lines that are strings
+    *[pytest.param(lambda o, k=k: ["score", "{%s}" % k, "--model", "{rm}", "--prompt-column", "prompt",
+                                   "--response-column", "response", "--out", o / "s.parquet"], id=f"score-{k}")
+      for k in ("mixed-jsonl", "string-json")],
+    # a folder whose access bits say yes but which takes no file (/proc as root: an ENOENT traceback after the work)
+    pytest.param(lambda o: ["analyze", "distributions", "{scan}", "--out", "/proc/rmfast-x.csv"], id="analyze-out-proc"),
+    pytest.param(lambda o: ["gcg", "{rm}", "--steps", "1", "--out", "/proc/rmfast-g.json", "--no-plot", "--no-progress"],
+                 id="gcg-out-proc"),
     # no inputs at all (each was a pandas traceback: "No objects to concatenate")
     pytest.param(lambda o: ["report", "--out", o / "r.html"], id="report-without-inputs"),
     pytest.param(lambda o: ["analyze", "distributions", "--out", o / "a.csv"], id="analyze-without-inputs"),

@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import stat
+import tempfile
 from pathlib import Path
 
 from .errors import UserError
@@ -28,7 +29,8 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
       be an existing folder, which the command writes its own files into (``reproduce`` replaces it
       whole, and only with --overwrite); anything else there is refused;
     - the nearest existing ancestor must be a folder this process may write (a path under a regular
-      file, or in a read-only folder, is refused).
+      file, or in a read-only folder, is refused), and one that takes a file: a nameless temporary file is
+      opened and closed there (as root, /proc's access bits say yes to a file it cannot hold).
     """
     p = Path(path)
     if not folder and str(path).endswith(("/", os.sep)):  # Path() drops the slash: "dir/" would become a file "dir"
@@ -51,6 +53,11 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
         raise UserError(f"cannot write {p}: {near} is a file, not a folder; choose another --out")
     if not os.access(near, os.W_OK | os.X_OK):
         raise UserError(f"cannot write {p}: {near} is not writable (permission denied); choose another --out")
+    try:  # the access bits can say yes where no file can be made (/proc or /sys as root): ask the folder itself
+        with tempfile.TemporaryFile(dir=near):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write {p}: {near} takes no new file ({e.strerror}); choose another --out") from None
     return p
 
 

@@ -69,6 +69,8 @@ def read_table(path: str):
         raise UserError(f"cannot read {p} as {kind}: {msg[:200]}") from None
 
 
+#: what a JSON line that is not an object holds, named in the message
+_JSON_KINDS = {list: "arrays", str: "strings", int: "numbers", float: "numbers", bool: "booleans", type(None): "nulls"}
 #: the JSON shapes read, named in the message for any other
 _JSON_SHAPES = "JSON Lines (one object per line, as .jsonl or .json) or a .json array of objects"
 
@@ -95,10 +97,26 @@ def _read_json_table(p: Path):
     except ValueError as e:  # one object over several lines, or not JSON at all
         raise UserError(f"input {p} is not JSON Lines ({str(e).splitlines()[0][:120]}); rmfast reads {_JSON_SHAPES}, "
                         "each object a row of named columns") from None
-    if len(df.columns) and all(isinstance(c, int) for c in df.columns):  # the lines are arrays, not objects
-        raise UserError(f"input {p} holds JSON arrays, one per line; rmfast reads {_JSON_SHAPES}, each object a row "
-                        "of named columns")
+    if len(df.columns) and all(isinstance(c, int) for c in df.columns):  # the lines are not objects
+        first = next((json.loads(line) for line in text.splitlines() if line.strip()), None)
+        raise UserError(f"input {p} holds JSON {_JSON_KINDS.get(type(first), 'values')}, one per line; rmfast reads "
+                        f"{_JSON_SHAPES}, each object a row of named columns")
     return df
+
+
+def _check_parquet_columns(df, inp: Path) -> None:
+    """Every column of the input is written back beside the scores, as Parquet: a column Parquet cannot hold (a JSON
+    field whose values mix types: strings in some rows, numbers in others) is named before any scoring. (It was an
+    ArrowTypeError after the scoring, and the checkpoint left behind resumed into the same error.)"""
+    import pyarrow as pa
+
+    for c in df.columns:
+        try:
+            pa.array(df[c], from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise UserError(f"input {inp}: column {c!r} cannot be written as Parquet beside the scores ({msg[:120]}): "
+                            "its values mix types; give them one type, or drop the column") from None
 
 
 def _check_header(p: Path, sep: str) -> None:
@@ -198,13 +216,14 @@ def run(args) -> int:
     out = Path(args.out) if args.out else inp.with_name(inp.name.rsplit(".", 1)[0] + ".scores.parquet")
     if out.suffix.lower() != ".parquet":
         raise UserError(f"--out {out}: rmfast score writes Parquet (and its manifest); give a path ending in .parquet")
-    check_output(out, args.overwrite)  # before loading anything
-    df = read_table(args.input)
+    df = read_table(args.input)  # the input's own problems first (a missing file, its format, its columns)
     if args.score_column in df.columns:
         raise UserError(f"the input already has a column {args.score_column!r}; name the scores with --score-column")
     convs, lists, where = pairs(df, args.prompt_column, args.response_column, args.system_column)
     if not where:
         raise UserError(f"input {inp} has no rows")
+    _check_parquet_columns(df, inp)
+    check_output(out, args.overwrite)  # before loading the model
     lm = common.load_model(args, random_head_seed=args.random_head_seed)
     scorer = RewardScorer(lm, options=ScoringOptions.from_args(args), template=common.template_arg(args, lm),
                           compat=args.compat, max_tokens=args.max_tokens, cache_prompts=0)
