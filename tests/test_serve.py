@@ -268,8 +268,11 @@ def test_bad_input_gets_its_status_and_one_line(rm):
 
         r = post("/get_reward", content=b"{not json", headers={"content-type": "application/json"})
         assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
-        r = post("/get_reward", json={"query": 5})
-        assert r.status_code == 422 and r.json()["error"]["message"].startswith("query")
+        r = post("/get_reward", json={"query": 5})  # a union field: what it takes, not pydantic's per-member tags
+        assert r.status_code == 422 and r.json()["error"]["message"] == "query: expected a list of strings or a string"
+        r = post("/reward", json={"prompt": 5, "response": "x"})
+        assert r.status_code == 422 and r.json()["error"]["message"] == ("prompt: expected a string or a list of chat "
+                                                                         "messages (objects)")
         r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": "no list"}]})
         assert r.status_code == 422 and "responses" in r.json()["error"]["message"]
         r = post("/get_reward", json={"query": [long]})
@@ -278,8 +281,9 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         assert f"is {n} tokens" in r.json()["error"]["message"]
         r = post("/get_reward", json={"query": ["a b", "c d", "e f", "g h"]})  # never fits: a 429 would loop
         assert r.status_code == 413 and "--max-queue 3" in r.json()["error"]["message"]
-        r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["ok"]}], "states": "last"})
-        assert r.status_code == 422 and "not served" in r.json()["error"]["message"]
+        for states in ("last", True, [8]):  # whatever its type: the one documented line
+            r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["ok"]}], "states": states})
+            assert r.status_code == 422 and "not served" in r.json()["error"]["message"], r.text
         r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["  "]}]})
         assert r.status_code == 422 and "empty" in r.json()["error"]["message"]
         for r in (post("/get_reward", json={"query": ["x"]}),):  # one token: no prompt and response

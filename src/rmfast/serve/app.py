@@ -80,9 +80,37 @@ def _validation_line(exc) -> tuple[int, str]:
         e = next(e for e in errs if e.get("type") == "json_invalid")
         return 400, f"the body is not valid JSON ({e.get('ctx', {}).get('error', 'malformed')})"
     e = errs[0]
-    where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+    loc = [p for p in e.get("loc", ()) if p != "body"]
+    cut = next((i for i, p in enumerate(loc) if _is_type_tag(p)), None)
+    if cut is not None:  # a union field: pydantic reports one error per member type, each tagged with the type
+        field = loc[:cut]
+        tags = [p[cut] for p in (x.get("loc", ())[1:] if x.get("loc", ())[:1] == ("body",) else x.get("loc", ())
+                                 for x in errs) if list(p[:cut]) == field and len(p) > cut]
+        where = _where(field)
+        wants = " or ".join(dict.fromkeys(_TYPE_WORDS.get(str(t), str(t)) for t in tags))
+        rest = len(errs) - len(tags)
+        return 422, f"{where}: expected {wants}" + (f" (and {rest} more)" if rest > 0 else "")
     more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-    return 422, f"{where}: {e.get('msg', 'invalid')}{more}"
+    return 422, f"{_where(loc)}: {e.get('msg', 'invalid')}{more}"
+
+
+#: what a union member's type tag in a validation error's location means, in a client's words
+_TYPE_WORDS = {"str": "a string", "list[str]": "a list of strings", "none": "null", "int": "an integer",
+               "float": "a number", "bool": "true or false", "list[nullable[str]]": "a list of strings (or nulls)",
+               "list[any]": "a list", "list[dict[any,any]]": "a list of chat messages (objects)"}
+
+
+def _is_type_tag(p) -> bool:
+    """Whether a location element names a union member's type (``str``, ``list[str]``, ``none``), not a field or index."""
+    return isinstance(p, str) and (p in _TYPE_WORDS or "[" in p)
+
+
+def _where(loc) -> str:
+    """A location as the field path the client wrote: ``conversations[0].responses``."""
+    out = ""
+    for p in loc:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "body"
 
 
 def check_unicode(value, where: str = "body") -> None:
@@ -401,7 +429,7 @@ def _slime_route(app, ctx: Ctx) -> None:
 
 def _rmfast_routes(app, ctx: Ctx) -> None:
     """``POST /v1/score`` and ``POST /v1/rerank`` (the module doc)."""
-    from typing import Annotated
+    from typing import Annotated, Any
 
     from fastapi import Depends
     from pydantic import BaseModel, ConfigDict, Field
@@ -414,7 +442,7 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
     class ScoreBody(BaseModel):
         model_config = ConfigDict(extra="forbid")
         conversations: list[ConvItem]
-        states: str | list[str] | None = None
+        states: Any = None  # never served: any value gets the one line below, whatever its type
         compat: Literal["decode-retokenize"] | None = None
 
     class RerankBody(BaseModel):
@@ -426,7 +454,7 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
     @app.post("/v1/score", dependencies=[Depends(ctx.auth)])
     async def v1_score(body: ScoreBody):
         check_unicode(body.model_dump())
-        if body.states:
+        if body.states not in (None, False, "", []):
             raise ApiError(422, "states: hidden states are not served (their size per sample is the model's width); "
                                 "use RewardScorer.score_with_states or rmfast scan --states in-process")
         per = [ctx.conv_samples(c.prompt, c.responses, k, body.compat) for k, c in enumerate(body.conversations)]
