@@ -569,3 +569,21 @@ def test_the_command_refuses_a_public_address_without_a_key(tiny_dir, capsys, mo
     assert main(["serve", str(tiny_dir), "--host", "0.0.0.0"]) == 2
     err = capsys.readouterr().err
     assert "--insecure" in err and "--api-key-file" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_port_in_use_is_one_line_before_the_model_loads(tiny_dir, capsys, monkeypatch):
+    """A port another process listens on: one line naming it, exit 2, before the model loads (it was uvicorn's own
+    ERROR line, then ours, after the load)."""
+    from rmfast.cli import main
+    from rmfast.cli import serve as serve_cli
+
+    loads = []
+    monkeypatch.setattr(serve_cli, "make_core", lambda *a: loads.append(a))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(tiny_dir), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"rmfast: error: cannot listen on 127.0.0.1:{port}: Address already in use; "
+                                        "choose another --port (or --host)"] and not loads, err

@@ -69,7 +69,7 @@ def run(args) -> int:
                         max_queue=args.max_queue, max_request_tokens=args.max_request_tokens, timeout_s=args.timeout_s,
                         wave_tokens=args.wave_tokens, max_wait_ms=args.max_wait_ms, cache_mb=args.cache_mb,
                         rerender=args.rerender, gemm_rows=args.gemm_rows)
-    check(opts)
+    check(opts, bind=args.ray is None)  # Ray Serve's proxy listens there itself
     key = api_key(opts)
     if args.ray is not None:
         from .serve_ray import run_ray

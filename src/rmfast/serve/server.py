@@ -85,15 +85,18 @@ def api_key(opts: ServeOptions) -> str | None:
     return key
 
 
-def check(opts: ServeOptions) -> None:
-    """One-line UserErrors for server options that cannot run, before the model loads."""
+def check(opts: ServeOptions, bind: bool = True) -> None:
+    """One-line UserErrors for server options that cannot run, before the model loads. ``bind``: also take the address
+    and port for a moment (this process listens there; on Ray Serve its proxy does, perhaps one already running)."""
     if not 0 < int(opts.port) < 65536:
         raise UserError(f"--port {opts.port}: give a port in 1..65535")
     try:  # a name no resolver knows (or text that is no host name) fails here, not in uvicorn after the load
-        socket.getaddrinfo(opts.host, int(opts.port))
+        addr = socket.getaddrinfo(opts.host, int(opts.port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     except (OSError, UnicodeError):
         raise UserError(f"--host {opts.host!r}: not an address, or a name this machine resolves; give an IP address "
                         "(127.0.0.1: this machine only, 0.0.0.0: every interface) or a resolvable host name") from None
+    if bind:
+        _check_bind(opts, addr)
     for k in ("max_queue", "wave_tokens", "cache_mb"):
         if int(getattr(opts, k)) < 1:
             raise UserError(f"--{k.replace('_', '-')} must be a positive integer")
@@ -103,6 +106,19 @@ def check(opts: ServeOptions) -> None:
         raise UserError("--timeout-s must be positive and --max-wait-ms not negative")
     if opts.gemm_rows not in ("auto", "pad", "chunk"):
         raise UserError(f"--gemm-rows {opts.gemm_rows!r}: give auto, pad or chunk")
+
+
+def _check_bind(opts: ServeOptions, addr: tuple) -> None:
+    """The address and port taken for a moment, as uvicorn will take them (SO_REUSEADDR), before the model loads: a
+    port in use was uvicorn's own ERROR line and then ours, after the load."""
+    family, kind, proto, _, where = addr
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(where)
+        except OSError as e:
+            raise UserError(f"cannot listen on {opts.host}:{opts.port}: {e.strerror}; choose another --port (or "
+                            "--host)") from None
 
 
 def make_scheduler(core: ServeCore, opts: ServeOptions) -> Scheduler:
