@@ -91,6 +91,12 @@ def test_load_scans_errors(tmp_path):
     _write_parquet(tmp_path / "b.parquet", "B", "p", ["x"], [0.0])
     with pytest.raises(UserError, match="same scan was given twice"):
         load_scans([tmp_path / "b.parquet", tmp_path / "b.parquet"])
+    from rmfast.io import write_result  # rmfast score's output, given to an analysis: named as what it is
+
+    write_result(tmp_path / "pairs.scores.parquet", pd.DataFrame({"prompt": ["Hi"], "response": ["Yo"], "score": [0.5]}),
+                 {"model": {"name": "m"}, "input": {"path": "pairs.csv"}, "score_position": "final position"})
+    with pytest.raises(UserError, match=r"is rmfast score's output \(a table of scored pairs\), not a scan"):
+        load_scans([tmp_path / "pairs.scores.parquet"])
 
 
 def _manifest_set(path, **fields):

@@ -487,8 +487,8 @@ def read_manifest(path: str | os.PathLike, *, required: bool = True) -> dict | N
     except FileNotFoundError:
         if not required:
             return None
-        raise UserError(f"{path} has no manifest {mp.name} beside it (unfinished, or being replaced); "
-                        "rerun the job that writes it") from None
+        raise UserError(f"{path} has no manifest {mp.name} beside it: not an rmfast result, or one unfinished or being "
+                        "replaced; give a file an rmfast job wrote (with its .json), or rerun the job that writes it") from None
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read the manifest {mp}: {e}; rerun the job that writes it") from None
     try:

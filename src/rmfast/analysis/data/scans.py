@@ -169,6 +169,17 @@ def _expand(paths: Iterable[str | PathLike] | str | PathLike) -> list[Path]:
     return files
 
 
+def _job_of(manifest) -> str | None:
+    """What wrote a manifest that is not a scan's, in words (None: it looks like a damaged scan manifest)."""
+    if not isinstance(manifest, dict):
+        return None
+    if "input" in manifest and "score_position" in manifest:
+        return "rmfast score's output (a table of scored pairs)"
+    if "model" in manifest and "prompt" not in manifest:
+        return "another rmfast job's output"
+    return None
+
+
 def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
                ledger: Ledger | None = None) -> pd.DataFrame:
     """Build the tidy frame from rmfast scan Parquet files (or folders of them).
@@ -203,6 +214,10 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
             if not model or prompt is None:
                 raise KeyError("model.name" if not model else "prompt")
         except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            kind = _job_of(manifest)
+            if kind:  # another job's output (rmfast score's table of pairs, a GCG run): not a scan
+                raise UserError(f"{f} is {kind}, not a scan (its manifest has no model and prompt); analyses, reports "
+                                "and the explorer read scans: rmfast scan's outputs or a sweep store") from None
             raise UserError(f"manifest {mpath} is unreadable or lacks model.name/prompt "
                             f"({exc.__class__.__name__}: {exc}); fix or regenerate it") from None
         try:
