@@ -108,6 +108,20 @@ def test_vocab_views(smol_tokenizer):
 # ------------------------------------------------------------------ real data, real model
 
 
+def test_an_empty_view_names_what_emptied_it():
+    """No ids asked, or every id dropped by the filters that ran: the message names which (it listed every filter,
+    set or not)."""
+    tok = T.chatml_tokenizer()
+    with pytest.raises(UserError) as e:
+        vocab_ids(tok, T.VOCAB, token_ids=[])
+    assert "--token-ids selects none" in e.value.cli_message() and "token_ids selects none" in str(e.value)
+    with pytest.raises(UserError) as e:
+        vocab_ids(tok, T.VOCAB, token_ids="0:3", wordlike=True, dedup=True)
+    cli = e.value.cli_message()
+    assert "of the 3 ids asked, --wordlike dropped 3; drop a filter" in cli, cli
+    assert "--exclude-special" not in cli and "--dedup" not in cli  # filters that dropped nothing are not named
+
+
 def test_eloeverything_and_lexicons_on_smollm2(smollm2, shared_data):
     tok, model = smollm2.tokenizer, smollm2.model
     files = sorted((shared_data / "eloeverything").glob("*.csv"))

@@ -205,6 +205,7 @@ BAD = {
     "unknown-top": ({"modles": ["./rm-a"]}, "modles"),
     "unknown-model-key": ({"models": [{"model": "./rm-a", "dtyp": "float32"}]}, "models[0].dtyp"),
     "missing-models": ({"models": None}, "models"),
+    "empty-models": ({"models": []}, "models: the list is empty; list at least one model"),
     "missing-model-spec": ({"models": [{"name": "x"}]}, "models[0].model"),
     "missing-model-folder": ({"models": ["./rm-a", "./no-such-model"]}, "models[1].model"),
     "bad-dtype-type": ({"models": [{"model": "./rm-a", "dtype": 16}]}, "models[0].dtype"),

@@ -267,7 +267,8 @@ def implicit(a, b, prompt: str | None = None, *, template_a: str | None = None, 
     rb = _as_logprobs(b, prompt, template_b, system_b, exclude_special)
     pa, pb = ra.manifest.get("prompt"), rb.manifest.get("prompt")
     if pa is not None and pb is not None and pa != pb:
-        raise UserError(f"the two log-prob results are for different prompts ({pa!r} vs {pb!r})")
+        raise UserError(f"the two log-prob results are for different prompts ({pa!r} vs {pb!r}); give two results of "
+                        "one prompt (rmfast logprobs ... --prompt with the same text for both models)")
     table, counts = join_shared(ra, rb, join=join, agg=agg)
     manifest = {
         "rmfast_version": __version__,

@@ -431,8 +431,10 @@ def load_config(path: str | os.PathLike) -> SweepConfig:
         raise UserError(f"{file}: models: missing; list at least one model")
     if isinstance(models, (str, dict)):
         models = [models]
-    if not isinstance(models, list) or not models:
+    if not isinstance(models, list):
         raise UserError(f"{file}: models: expected a list of models")
+    if not models:
+        raise UserError(f"{file}: models: the list is empty; list at least one model")
     mcfgs = expand_runs([_model_cfg(file, i, m, defaults, base) for i, m in enumerate(models)], _slug)
     seen: dict[str, int] = {}
     for i, m in enumerate(mcfgs):
