@@ -92,7 +92,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full-compile", choices=["on", "off", "auto"], help="the --full scan's compile (default --compile's)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--cost-model", action="store_true",
-                   help="print the GPU cost model (8B Llama-3 RM, 27B Gemma-2 RM on one H100) and exit; loads no model")
+                   help="print the GPU cost model (8B Llama-3 RM, 27B Gemma-2 RM on one H100), write it to "
+                        "<--out>/cost_model.json, and exit; loads no model")
     p.add_argument("--gemm-frac", type=fraction, default=0.6, help="cost model: fraction of bf16 dense peak (default 0.6)")
     p.add_argument("--prompt-tokens", type=positive_int, default=50, help="cost model: prompt tokens (default 50)")
     p.add_argument("--allow-pickle", action="store_true",
