@@ -246,6 +246,9 @@ def time_naive(b: BenchRun) -> Timed:
     ids_nv = b.ids[:n_naive]
     b.mem.reset()
     opts = batch_options(args.naive_batch, b.dflt["naive_batches"])
+    # the slowest method (every candidate's whole sequence): said before it runs, it can take minutes on a CPU
+    log(f"  naive     {n_naive} ids as whole sequences (the papers' pipeline): a batch size from {list(opts)}, then "
+        f"{max(1, b.reps)} timed pass(es) ...")
     bs_nv, probe_nv = pick_batch(lambda bs: naive_scorer(model, tmpl, head, bs), ids_nv, opts, device)
     s_nv, t_nv = time_calls(lambda: [naive_scorer(model, tmpl, head, bs_nv)(torch.from_numpy(ids_nv)[:, None])],
                             device, b.reps)
