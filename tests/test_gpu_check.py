@@ -235,3 +235,16 @@ def test_scan_setup_profile_runs_on_a_tiny_model(capsys):
                                out, re.M)
     assert float(second[3]) <= float(second[2]) <= float(second[1])  # plan within set-up within the wall
     assert "pipeline.py" in out and "score_ids" in out  # the profile's table names the scan's own functions
+
+
+def test_scorer_call_overhead_benchmark_runs(tmp_path, capsys):
+    """benchmarks/scorer_call_overhead.py: the four per-call measurements, printed and written as CSV rows naming the
+    machine and the model's counts (its figures are the benchmark's, not asserted here: no timed unit test)."""
+    import scorer_call_overhead
+
+    out = tmp_path / "overhead.csv"
+    assert scorer_call_overhead.main(["--layers", "4", "--out", str(out)]) == 0
+    rows = {r["measurement"]: r for r in _rows(out)}
+    assert list(rows) == ["fingerprint, fresh", "fingerprint, kept views", "eval mode, model in training",
+                          "eval mode, model in eval"]
+    assert all(float(r["ms_per_call"]) > 0 and r["cpu_model"] and r["parameters"] == "39" for r in rows.values())
