@@ -511,6 +511,7 @@ def profile_best_of_n(out: Path, dry: bool) -> None:
     text += _form_crossover(lm, template, cuda, dry)
     text += _fuse_ab(lm, template, cuda, dry)
     text += _attention_configs(lm, template, cuda, dry, _env_bandwidth(out.parent / "env.json"))
+    text += _call_overhead(cuda, dry)
     out.write_text("\n".join(text) + "\n")
     print(out.read_text())
 
@@ -672,6 +673,21 @@ def _scan_profile(lm, template, cuda: bool, dry: bool, bandwidth_tb_s: float | N
                      f"the copy's {bandwidth_tb_s} TB/s: the rest (elementwise + attention) "
                      f"{c['elementwise_ms'] + c['attention_ms']:.1f} ms predicted, {(total - gemm) / 1e3:.1f} ms measured")
     return lines
+
+
+def _call_overhead(cuda: bool, dry: bool) -> list[str]:
+    """A scorer call's fixed host cost on this device (benchmarks/scorer_call_overhead.py: the weights check fresh
+    vs with kept views, the eval-mode switch; predicted ~15 ms less per call on the GPU host, never measured)."""
+    import contextlib
+    import io
+
+    import scorer_call_overhead
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        scorer_call_overhead.main(["--layers", "4" if dry else "32", "--device", "cuda" if cuda else "cpu"])
+    return ["a scorer call's fixed host cost (benchmarks/scorer_call_overhead.py, best of 5 x 50):",
+            *[f"  {line}" for line in buf.getvalue().splitlines()]]
 
 
 #: the configuration sweeps' shapes: the scan's batch (the plan's auto rows; the dry run: a few) and a best-of-N wave's

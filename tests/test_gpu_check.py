@@ -101,6 +101,7 @@ def test_dry_run_end_to_end(tmp_path):
     assert "attention forms by row length" in prof and "measured: cpu-flash last faster at" in prof
     assert "scan batches (eager" in prof and re.search(r"GEMMs [0-9.]+ ms \([0-9.]+%\)", prof) and "GEMM aten::" in prof
     assert "attention configurations" in prof  # issue 54's sweep: the interpreter here (the suite sets it), CUDA there
+    assert "a scorer call's fixed host cost" in prof and "fingerprint, kept views" in prof
     if importlib.util.find_spec("triton"):
         assert "the scan's last layer" in prof and "cascade prompt part, a best-of-N wave" in prof, prof[-3000:]
         assert prof.count("(plan)") == 3 and prof.count("fastest") == 3 and "Error" not in prof.split("attention conf")[-1]
