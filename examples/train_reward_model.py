@@ -1,7 +1,7 @@
 """Train SmolLM2-135M-Instruct as a reward model on EloEverything pairs and watch it with rmfast.
 
     PYTHONPATH=src python examples/train_reward_model.py --out runs/elo-rm          # the demo (minutes)
-    PYTHONPATH=src python examples/train_reward_model.py --out /tmp/smoke --smoke   # two steps (< 1 min)
+    PYTHONPATH=src python examples/train_reward_model.py --out /tmp/smoke --smoke   # two steps (minutes on a 2-core CPU)
     make train-demo
 
 What it does (all offline; needs ``pip install 'rmfast[train]'``):
@@ -224,7 +224,7 @@ def parse(argv=None):
     p.add_argument("--vocab-view", choices=("wordlike", "all"), default="wordlike",
                    help="wordlike: only whole-word tokens, deduplicated (the papers' view); all: every id (default wordlike)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    p.add_argument("--smoke", action="store_true", help="two steps on 16 pairs, tiny x-rays: checks the pipeline (< 1 min)")
+    p.add_argument("--smoke", action="store_true", help="two steps on 16 pairs, tiny x-rays: checks the pipeline (a few minutes on a 2-core CPU, the first run also measuring its padding once)")
     args = p.parse_args(argv)
     if args.smoke:
         args.train_pairs, args.eval_pairs, args.steps, args.batch, args.save_steps = 16, 16, 2, 4, 1

@@ -57,6 +57,7 @@ def _gguf_cut_in_its_data(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def fx(tmp_path_factory):
     """Good and broken inputs, built once: tiny models (a reward model and a causal LM) and their damaged copies."""
+    import pandas as pd
     import torch
     import yaml
     from safetensors.torch import load_file
@@ -121,6 +122,11 @@ def fx(tmp_path_factory):
                                 '{"prompt": "Hey", "response": "Ok", "sys": 5}\n')
     f["string-json"] = d / "strings.json"  # JSON lines that are strings, not objects
     f["string-json"].write_text('"just a string"\n"another"\n')
+    from rmfast.io import write_result  # a scan of texts (--candidates): no token_id column, for implicit
+
+    f["text-scan"] = write_result(d / "text-scan.parquet", pd.DataFrame({"text": ["a b"], "n_tokens": [2],
+                                                                          "score": [0.1], "rank": [1]}),
+                                  {"model": {"name": "m"}, "prompt": "hi", "head": "logprob"})
     f["lock-folder"] = d / "locked"  # an output whose <out>.lock is a folder
     (d / "locked.parquet.lock").mkdir(parents=True)
     scan = d / "scan.parquet"
@@ -284,6 +290,9 @@ CASES = [
     *[pytest.param(lambda o, k=k: ["score", "{%s}" % k, "--model", "{rm}", "--prompt-column", "prompt",
                                    "--response-column", "response", "--out", o / "s.parquet"], id=f"score-{k}")
       for k in ("mixed-jsonl", "string-json")],
+    # a scan of texts given to implicit (a KeyError traceback: it reads one log-prob per vocabulary token)
+    pytest.param(lambda o: ["implicit", "--model-a", "{text-scan}", "--model-b", "{text-scan}", "--out", o / "i.csv"],
+                 id="implicit-text-scan"),
     # a folder whose access bits say yes but which takes no file (/proc as root: an ENOENT traceback after the work)
     pytest.param(lambda o: ["analyze", "distributions", "{scan}", "--out", "/proc/rmfast-x.csv"], id="analyze-out-proc"),
     pytest.param(lambda o: ["gcg", "{rm}", "--steps", "1", "--out", "/proc/rmfast-g.json", "--no-plot", "--no-progress"],

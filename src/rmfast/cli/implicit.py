@@ -23,6 +23,10 @@ def _side(spec: str, args):
         except (OSError, ValueError) as e:  # pyarrow's errors for a damaged file are OSError / ArrowInvalid
             raise UserError(f"cannot read {spec} as a logprobs Parquet ({str(e).splitlines()[0][:160]}); "
                             "rewrite it with 'rmfast logprobs'") from None
+        except KeyError as e:  # a text-candidate or decode-retokenize scan: rows of texts, not one per token
+            raise UserError(f"{spec} is not a token scan (no {e.args[0]!r} column: a scan of texts, --candidates or "
+                            "--compat); implicit reads one log-prob per vocabulary token: rmfast logprobs MODEL "
+                            "--out FILE") from None
     lm = common.load_model(argparse.Namespace(model=spec, dtype=args.dtype, device=args.device,
                                   trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,
                                   allow_pickle=args.allow_pickle))

@@ -311,7 +311,8 @@ class ScoringPlan:
         """What --states / --lens need, checked before any work (one-line UserErrors)."""
         if lens and self.head != "score":
             raise UserError("--lens reads a score head through the final norm; this scan's head is "
-                            f"{self.head} (a logprob lens would read the LM head: not built)")
+                            f"{self.head} (a logprob lens would read the LM head: not built): scan a reward model, or "
+                            "give this LM a seeded score head with --random-head-seed N")
         if lens and self.eng is None and not (isinstance(getattr(self.model, "score", None), torch.nn.Linear)
                                               and final_norm_module(self.model) is not None):
             raise UserError("--lens on the plain-HF path needs a *ForSequenceClassification model (a final norm and "
