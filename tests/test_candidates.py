@@ -118,7 +118,7 @@ def test_an_empty_view_names_what_emptied_it():
     with pytest.raises(UserError) as e:
         vocab_ids(tok, T.VOCAB, token_ids="0:3", wordlike=True, dedup=True)
     cli = e.value.cli_message()
-    assert "of the 3 ids asked, --wordlike dropped 3; drop a filter" in cli, cli
+    assert "the view is empty (of the 3 ids asked, --wordlike dropped 3); drop a filter" in cli, cli
     assert "--exclude-special" not in cli and "--dedup" not in cli  # filters that dropped nothing are not named
 
 

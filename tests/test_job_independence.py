@@ -138,7 +138,7 @@ def test_a_second_plan_reuses_the_full_batch_probe_until_the_weights_change(smol
 
     first = pads()
     first.identical(32)
-    assert calls == [32, 128]  # the short batch first: its time estimates the full one's (announced before it)
+    assert calls == [32, 32, 128]  # the short batch, then again warm: its time estimates the full one's (said first)
     calls.clear()
     pads().identical(64)
     assert calls == [64]  # the full batch's scores from the first plan
@@ -146,7 +146,7 @@ def test_a_second_plan_reuses_the_full_batch_probe_until_the_weights_change(smol
     with torch.no_grad():
         next(smol_rm.model.parameters()).add_(0.0)  # an in-place update (here of nothing): a version bump
     pads().identical(32)
-    assert calls == [32, 128]
+    assert calls == [32, 32, 128]
     assert first.verdicts[32] is True
 
 
@@ -213,8 +213,8 @@ def test_the_padding_probe_is_announced_with_its_time_before_it_runs(smol_rm, tm
                         or real(self, ids, *a, **k))
     pads = PadSizes(plan.eng, 1, 64, tmp_path)
     pads.rows_for(5)
-    (n0, before_short), (n1, before_full) = said
-    assert (n0, n1) == (32, 64) and "measuring once" not in before_short
+    (n0, before_short), (n_warm, before_warm), (n1, before_full) = said  # the short batch, again warm, the full one
+    assert (n0, n_warm, n1) == (32, 32, 64) and "measuring once" not in before_short + before_warm
     assert "measuring once which short batches" in before_full and "one batch of 64 rows, about " in before_full
 
 

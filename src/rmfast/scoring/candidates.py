@@ -376,11 +376,12 @@ def vocab_ids(tokenizer, n_vocab: int, *, token_ids=None, exclude_special: bool 
     report["n_ids"] = int(ids.size)
     if ids.size == 0:
         if report["n_start"] == 0:
-            raise UserError("no candidate ids to score: --token-ids selects none; give a non-empty range, file or list")
+            raise UserError("no candidate ids to score: --token-ids selects none (an empty view); give a non-empty range, "
+                        "file or list")
         dropped = [f"{flag} dropped {report[k]}" for flag, k in (("--exclude-special", "dropped_special"),
                    ("--wordlike", "dropped_not_wordlike"), ("--dedup", "dropped_duplicate_text")) if report.get(k)]
-        raise UserError(f"no candidate ids left to score: of the {report['n_start']} ids asked, {', '.join(dropped)}; "
-                        "drop a filter or give other --token-ids")
+        raise UserError(f"no candidate ids left to score: the view is empty (of the {report['n_start']} ids asked, "
+                        f"{', '.join(dropped)}); drop a filter or give other --token-ids")
     return ids, report
 
 

@@ -112,26 +112,30 @@ class PadSizes:
             ids = self._probe_ids(size)
             part = self.eng.score(ids).cpu().numpy()  # (size,)
             if self._full is None:  # the short batch first: its time estimates the full one's, said before it runs
-                # timed again, warm: the first call of a shape pays its one-off set-up, which made the estimate
-                # 5-16x the full batch's time on a 2-core EPYC ("about 5 min" for 18 s)
-                t1 = time.perf_counter()
-                self.eng.score(ids)
-                self._full = self._full_scores(est_s=(time.perf_counter() - t1) * self.rows / size)
+                self._full = self._full_scores(estimate=lambda: self._warm_s(ids) * self.rows / size)
             self.verdicts[size] = bool(np.array_equal(part, self._full[:size], equal_nan=True))
             self.measured.append(size)
             self._write()
             self.probe_s += time.perf_counter() - t0
         return self.verdicts[size]
 
-    def _full_scores(self, est_s: float | None = None) -> np.ndarray:
+    def _warm_s(self, ids: torch.Tensor) -> float:
+        """Seconds of a second, warm run of the short batch ``ids``: the first run of a shape pays its one-off set-up,
+        which made the full batch's estimate 5-16x its time on a 2-core EPYC ("about 5 min" for 18 s)."""
+        t0 = time.perf_counter()
+        self.eng.score(ids)
+        return time.perf_counter() - t0
+
+    def _full_scores(self, estimate=None) -> np.ndarray:
         """(rows,) scores of the probe ids in one full batch: scored now, or by an earlier plan of this process.
-        ``est_s``: the estimated seconds of the full batch, said in the line before it runs (it can take a minute
-        and ran without a word: a scan looked hung)."""
+        ``estimate``: () -> the estimated seconds of the full batch, asked only when it runs and said in the line
+        before it (it can take a minute and ran without a word: a scan looked hung)."""
         t, memo = self.eng.template, _FULL_SCORES.setdefault(self.eng.model, {})
         # an optimizer step (in place: a version bump) or new .data (a new pointer) makes it another model
         weights = hash(tuple((p.data_ptr(), p._version) for p in self.eng.model.parameters()))
         k = (self.key, tuple(t.prefix_ids), tuple(t.suffix_ids), tuple(t.continuation_ids), self.eng.head_index, weights)
         if k not in memo:
+            est_s = estimate() if estimate is not None else None
             print(f"rmfast: measuring once which short batches give a full batch's bits here: one batch of "
                   f"{self.rows} rows{_about(est_s)}, cached for later jobs of this shape, and left out of the rate",
                   file=sys.stderr, flush=True)
