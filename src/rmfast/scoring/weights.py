@@ -50,8 +50,8 @@ class WeightsWatch:
 
     def __call__(self, model: torch.nn.Module) -> tuple:
         params = list(model.parameters())
-        key = tuple((p.data_ptr(), tensor_version(p)) for p in params)
         layout = tuple((p.data_ptr(), p.shape, p.dtype, p.device) for p in params)
+        key = tuple((lay[0], tensor_version(p)) for lay, p in zip(layout, params))  # one pointer read a parameter
         if layout != self._layout:
             groups: dict = {}
             with torch.no_grad():

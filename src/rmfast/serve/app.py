@@ -79,19 +79,16 @@ def _validation_line(exc) -> tuple[int, str]:
     if any(e.get("type") == "json_invalid" for e in errs):
         e = next(e for e in errs if e.get("type") == "json_invalid")
         return 400, f"the body is not valid JSON ({e.get('ctx', {}).get('error', 'malformed')})"
-    e = errs[0]
-    loc = [p for p in e.get("loc", ()) if p != "body"]
+    locs = [[p for p in x.get("loc", ()) if p != "body"] for x in errs]  # each error's field path as the client wrote it
+    loc = locs[0]
     cut = next((i for i, p in enumerate(loc) if _is_type_tag(p)), None)
     if cut is not None:  # a union field: pydantic reports one error per member type, each tagged with the type
-        field = loc[:cut]
-        tags = [p[cut] for p in (x.get("loc", ())[1:] if x.get("loc", ())[:1] == ("body",) else x.get("loc", ())
-                                 for x in errs) if list(p[:cut]) == field and len(p) > cut]
-        where = _where(field)
+        tags = [x[cut] for x in locs if x[:cut] == loc[:cut] and len(x) > cut]
         wants = " or ".join(dict.fromkeys(_TYPE_WORDS.get(str(t), str(t)) for t in tags))
         rest = len(errs) - len(tags)
-        return 422, f"{where}: expected {wants}" + (f" (and {rest} more)" if rest > 0 else "")
+        return 422, f"{_where(loc[:cut])}: expected {wants}" + (f" (and {rest} more)" if rest > 0 else "")
     more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-    return 422, f"{_where(loc)}: {e.get('msg', 'invalid')}{more}"
+    return 422, f"{_where(loc)}: {errs[0].get('msg', 'invalid')}{more}"
 
 
 #: what a union member's type tag in a validation error's location means, in a client's words
