@@ -294,3 +294,31 @@ def test_rows_left_out_for_a_missing_score_are_in_the_page(tmp_path):
     head = page[:page.index("<nav>")]
     assert "Left out before any analysis" in head and "Rows left out: 7" in head and "not finite" in head
     assert "3 models" in head and "1 prompt;" in head
+
+
+def test_characters_missing_from_the_font_are_one_line_naming_them():
+    """matplotlib warns once per character its font lacks (a vocabulary's CJK tokens: a screenful); to_png
+    turns them into one line naming the characters, and lets every other warning through."""
+    import warnings
+
+    from rmfast.analysis.render.plots import new_figure, to_png
+
+    fig = new_figure(3, 2)
+    ax = fig.add_subplot()
+    ax.set_title("\u5024 \u732b \u5024 ok")  # two CJK characters the default font lacks, one twice
+    draw = fig.savefig
+
+    def savefig(*a, **k):  # another warning raised while drawing
+        warnings.warn("an unrelated warning", RuntimeWarning)
+        return draw(*a, **k)
+
+    fig.savefig = savefig
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        png = to_png(fig)
+    assert png.startswith(b"\x89PNG")
+    texts = [str(w.message) for w in caught]
+    assert not any(t.startswith("Glyph") for t in texts), texts
+    ours = [t for t in texts if "not in its font" in t]
+    assert len(ours) == 1 and "2 character(s)" in ours[0] and "\u5024" in ours[0] and "\u732b" in ours[0], texts
+    assert "an unrelated warning" in texts

@@ -9,7 +9,9 @@ rank when metadata gives one.
 from __future__ import annotations
 
 import io
+import re
 import textwrap
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,10 +46,32 @@ def new_figure(w: float, h: float):
 
 
 def to_png(fig, dpi: int = PNG_DPI) -> bytes:
-    """PNG bytes of a figure."""
+    """PNG bytes of a figure.
+
+    Token labels hold characters the plotting font lacks (CJK, emoji); matplotlib warns once per
+    character, a screenful for a vocabulary's tokens. They are drawn as boxes either way, so the
+    warnings become one line naming the characters; any other warning passes through as it is.
+    """
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.savefig(buf, format="png", dpi=dpi)
+    missing = []
+    for w in caught:
+        m = _GLYPH.match(str(w.message))
+        if m is None:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        elif m.group(1) not in missing:
+            missing.append(m.group(1))
+    if missing:
+        shown = " ".join(chr(int(c)) for c in missing[:12]) + (" ..." if len(missing) > 12 else "")
+        warnings.warn(f"rmfast: {len(missing)} character(s) of the figure's labels are not in its font and are drawn "
+                      f"as boxes: {shown}", UserWarning, stacklevel=2)
     return buf.getvalue()
+
+
+#: matplotlib's warning for a character its font lacks: "Glyph 20516 (\\N{...}) missing from font(s) DejaVu Sans."
+_GLYPH = re.compile(r"Glyph (\d+) .*missing from (?:current )?font")
 
 
 def wrap(text: str, width: int = 48) -> str:
