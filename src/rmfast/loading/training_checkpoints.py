@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,7 +143,11 @@ def merge_adapter(model, folder: str | os.PathLike):
     """
     peft = _peft()
     try:
-        wrapped = peft.PeftModel.from_pretrained(model, str(folder), is_trainable=False)
+        with warnings.catch_warnings():
+            # peft asks the model a property transformers has deprecated (a FutureWarning per checkpoint of a
+            # sweep, about code neither the user nor rmfast wrote)
+            warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+            wrapped = peft.PeftModel.from_pretrained(model, str(folder), is_trainable=False)
     except (ValueError, KeyError, RuntimeError, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"cannot apply the adapter {folder} to its base ({msg}): is --base the model it was "
