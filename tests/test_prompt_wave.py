@@ -366,6 +366,11 @@ def test_a_layer_on_the_cuda_path_launches_only_its_gemms_and_kernels(monkeypatc
         # norm in, RoPE of q and k (one launch), attention (rows: the prompt part, the response part, the merge),
         # add + norm, SiLU·up
         assert launches == (7 if what == "rows" else 5), (what, launches)
+        # the cost model prices these launches (rmfast.bench.cascade_cost): its counts are these
+        from rmfast.bench import cascade_cost as cc
+
+        attention = cc.LAYER_LAUNCHES["rows_attention" if what == "rows" else "prompt_attention"]
+        assert sum(ops_.values()) + launches == cc.LAYER_LAUNCHES["layer"] + attention == cc.Gpu().kernels_per_layer + attention
 
 
 def test_packed_attention_issues_no_torch_op_around_the_kernel(monkeypatch):

@@ -38,7 +38,15 @@ class Gpu:
     l2_tb_s: float = 10.0  # L2 read bandwidth, assumed (~3x HBM on Hopper)
     attn_frac: float = 0.5  # flash attention's share of the tensor-core peak (FA2-class kernels on Hopper)
     launch_us: float = 4.0  # one kernel launch, eager
-    kernels_per_layer: int = 14  # eager launches per layer besides attention (norms, GEMMs, RoPE, act, adds)
+    kernels_per_layer: int = 12  # rmfast's launches per layer besides attention (:data:`LAYER_LAUNCHES`)
+    hf_kernels_per_layer: int = 14  # the padded HF forward's eager launches per layer besides attention (assumed)
+
+
+#: rmfast's launches per decoder layer on the CUDA path, as ``tests/test_prompt_wave.py`` counts them (a layer
+#: but a pass's last, which narrows): besides attention, the seven projection GEMMs, the residual add and four
+#: Triton kernels (norm in; RoPE of q and k; add + norm; SiLU x up); attention is three in the rows' pass (the
+#: prompt part, the response part, the merge) and one in a prompt's pass (the varlen causal kernel).
+LAYER_LAUNCHES = {"layer": 12, "rows_attention": 3, "prompt_attention": 1}
 
 
 def layer_params(m: dict) -> int:
@@ -87,7 +95,7 @@ def cascade_parts(m: dict, prompts: list[int], rows: list[list[int]], suffix: in
         if "l2_bytes" in p:
             s = max(s, p["l2_bytes"] / (gpu.l2_tb_s * 1e12))
         out[k] = {"flops": p["flops"] * L, "bytes": p["bytes"] * L, "s": s * L}
-    out["launches_s"] = L * (gpu.kernels_per_layer + 3) * gpu.launch_us * 1e-6
+    out["launches_s"] = L * (gpu.kernels_per_layer + LAYER_LAUNCHES["rows_attention"]) * gpu.launch_us * 1e-6
     out["total_s"] = sum(v["s"] for k, v in out.items() if isinstance(v, dict)) + out["launches_s"]
     return out
 
@@ -99,7 +107,7 @@ def prompt_pass(m: dict, P: int, elt: int = 2, gpu: Gpu = Gpu()) -> dict:
     a = _t(4.0 * H * D * P * (P + 1) / 2, P * (H + 2 * m["n_kv_heads"]) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac,
            gpu.hbm_tb_s)
     return {"flops": L * (2.0 * layer_params(m) * P + 4.0 * H * D * P * (P + 1) / 2),
-            "s": L * (g + a) + L * (gpu.kernels_per_layer + 1) * gpu.launch_us * 1e-6}
+            "s": L * (g + a) + L * (gpu.kernels_per_layer + LAYER_LAUNCHES["prompt_attention"]) * gpu.launch_us * 1e-6}
 
 
 def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()) -> dict:
@@ -113,7 +121,7 @@ def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()
     g = _t(2.0 * layer_params(m) * T, layer_params(m) * elt + T * m["hidden"] * elt * 8, gpu.gemm_tflops, gpu.hbm_tb_s)
     pairs = sum(P * (P + 1) / 2 for P in prompts)
     a = _t(4.0 * H * D * pairs, T * (H + 2 * Hkv) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
-    launches = L * (gpu.kernels_per_layer + 1) * gpu.launch_us * 1e-6
+    launches = L * (gpu.kernels_per_layer + LAYER_LAUNCHES["prompt_attention"]) * gpu.launch_us * 1e-6
     return {"flops": L * (2.0 * layer_params(m) * T + 4.0 * H * D * pairs), "s": L * (g + a) + launches,
             "launches_s": launches}
 
@@ -150,7 +158,7 @@ def padded_hf(m: dict, prompts: list[int], rows: list[list[int]], suffix: int, e
         f_g, f_a = 2.0 * layer_params(m) * T, 4.0 * H * D * pairs
         s += L * (_t(f_g, layer_params(m) * elt, gpu.gemm_tflops, gpu.hbm_tb_s)
                   + _t(f_a, T * (H + 2 * m["n_kv_heads"]) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s))
-        s += L * (gpu.kernels_per_layer + 1) * gpu.launch_us * 1e-6
+        s += L * (gpu.hf_kernels_per_layer + 1) * gpu.launch_us * 1e-6
         flops += L * (f_g + f_a)
         tokens += T
     return {"flops": flops, "s": s, "tokens": tokens}
