@@ -80,6 +80,11 @@ def parse_layers(spec, n_layers: int | None) -> list[str]:
     >>> parse_layers("16,0,last_prenorm", 30), parse_layers("8,last_normed", None)
     (['0', '16', 'last_prenorm'], ['8', 'last_normed'])
     """
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        spec = str(spec)  # one index
+    if not isinstance(spec, str) and (isinstance(spec, (bytes, dict)) or not hasattr(spec, "__iter__")):
+        raise UserError(f"--states: give layers as a string (e.g. '0,8,last_prenorm', or all) or a list of names "
+                        f"and indices, got {type(spec).__name__}")
     items = spec.split(",") if isinstance(spec, str) else [str(x) for x in spec]
     items = [canonical_layer(x.strip()) for x in items if x.strip()]
     if not items:

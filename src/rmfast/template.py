@@ -376,13 +376,23 @@ def check_text(text, what: str) -> None:
     Traceback (most recent call last):
     rmfast.errors.UserError: prompt is not valid text: a lone surrogate U+DCE9 at character 3 (bytes that are not UTF-8?); write it as UTF-8
     """
-    if not isinstance(text, str):
-        return
+    at = lone_surrogate(text) if isinstance(text, str) else None
+    if at is not None:
+        raise UserError(f"{what} is not valid text: a lone surrogate U+{ord(text[at]):04X} at character {at} "
+                        "(bytes that are not UTF-8?); write it as UTF-8")
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text``'s first lone surrogate is (a string no tokenizer takes: not valid text), or None.
+
+    >>> lone_surrogate("caf\udce9"), lone_surrogate("café")
+    (3, None)
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise UserError(f"{what} is not valid text: a lone surrogate U+{ord(text[e.start]):04X} at character {e.start} "
-                        "(bytes that are not UTF-8?); write it as UTF-8") from None
+        return e.start
+    return None
 
 
 def build_template(

@@ -104,7 +104,7 @@ def _read_json_table(p: Path):
     return df
 
 
-def _check_parquet_columns(df, inp: Path) -> None:
+def _check_parquet_columns(df, inp: Path, prompt_col: str) -> None:
     """Every column of the input is written back beside the scores, as Parquet: a column Parquet cannot hold (a JSON
     field whose values mix types: strings in some rows, numbers in others) is named before any scoring. (It was an
     ArrowTypeError after the scoring, and the checkpoint left behind resumed into the same error.)"""
@@ -115,8 +115,10 @@ def _check_parquet_columns(df, inp: Path) -> None:
             pa.array(df[c], from_pandas=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            fix = ("give them one type: every prompt a list of chat messages (a prompt string is "
+                   "[{'role': 'user', 'content': ...}])" if c == prompt_col else "give them one type, or drop the column")
             raise UserError(f"input {inp}: column {c!r} cannot be written as Parquet beside the scores ({msg[:120]}): "
-                            "its values mix types; give them one type, or drop the column") from None
+                            f"its values mix types; {fix}") from None
 
 
 def _check_header(p: Path, sep: str) -> None:
@@ -143,6 +145,8 @@ def _conversation(v, system, k: int):
 
     if hasattr(v, "tolist") and not isinstance(v, str):
         v = v.tolist()  # a Parquet list column comes back as a numpy array of dicts
+    if _missing(v):
+        raise UserError(f"row {k + 1}: the prompt cell is empty (a missing value); give every row a prompt")
     conv = as_conversation(v, f"row {k + 1} (prompt column)")
     if system is None or conv.system == system:
         return conv
@@ -150,6 +154,11 @@ def _conversation(v, system, k: int):
         raise UserError(f"row {k + 1}: the prompt's messages begin with a system message, and --system-column gives "
                         "another; drop the column or that message")
     return dataclasses.replace(conv, system=system)
+
+
+def _missing(v) -> bool:
+    """A table's missing value: None, or the NaN pandas reads an empty cell as."""
+    return v is None or isinstance(v, float) and v != v
 
 
 def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
@@ -162,7 +171,8 @@ def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
     systems = df[system_col].tolist() if system_col else [None] * len(df)
     for k, (p, r, s) in enumerate(zip(df[prompt_col].tolist(), df[response_col].tolist(), systems)):
         if not isinstance(r, str):
-            raise UserError(f"row {k + 1}: the response is {type(r).__name__}, not text")
+            what = "empty (a missing value)" if _missing(r) else f"{type(r).__name__}, not text"
+            raise UserError(f"row {k + 1}: the response is {what}")
         conv = _conversation(p, _system(s, k), k)
         i = seen.setdefault(conv, len(convs))
         if i == len(convs):
@@ -222,7 +232,7 @@ def run(args) -> int:
     convs, lists, where = pairs(df, args.prompt_column, args.response_column, args.system_column)
     if not where:
         raise UserError(f"input {inp} has no rows")
-    _check_parquet_columns(df, inp)
+    _check_parquet_columns(df, inp, args.prompt_column)
     check_output(out, args.overwrite)  # before loading the model
     lm = common.load_model(args, random_head_seed=args.random_head_seed)
     scorer = RewardScorer(lm, options=ScoringOptions.from_args(args), template=common.template_arg(args, lm),
@@ -238,7 +248,8 @@ def run(args) -> int:
         # float32, as every scan writes it (the head's output is fp32)
         df[args.score_column] = np.asarray([scores[i][j] for i, j in where], dtype=np.float32)
         n_bad = count_nonfinite(df[args.score_column].to_numpy(), range(len(df)), "table rows",
-                                "they are written as NaN, counted in the manifest's n_nonfinite")
+                                "they are written as NaN, counted in the manifest's n_nonfinite",
+                                dtype=scorer.key_fields()["dtype"])
         key = scorer.key_fields()
         manifest = {**key, "score_meaning": score_meaning(key["head"], key["head_index"],
                                                           (key.get("model") or {}).get("random_head_seed")),

@@ -91,8 +91,8 @@ def triton_runs_on(device: torch.device) -> bool:
 #:                   position at a time: built for the scan's 1-3 suffix tokens)
 #:   cascade:        prompt part ⊕ response part merged by log-sum-exp (:mod:`rmfast.kernels.cascade_reference`,
 #:                   Triton on CUDA: :mod:`rmfast.kernels.triton_cascade`), every prompt of a wave in one call
-#:   cpu-flash:      torch's CPU flash kernel for prompts of at least FLASH_MIN_PROMPT tokens, the ``bmm``
-#:                   reference below (:mod:`rmfast.kernels.cpu_flash`)
+#:   cpu-flash:      torch's CPU flash kernel where the prompt or the rows have at least FLASH_MIN_PROMPT tokens,
+#:                   the ``bmm`` reference below (:mod:`rmfast.kernels.cpu_flash`)
 #:   block-diagonal: the compiled CPU layer's form (:mod:`rmfast.kernels.blockdiag_attention`)
 #:   reference:      the ``bmm`` torch twin everywhere
 ATTENTION_FORMS = ("triton", "cascade", "cpu-flash", "block-diagonal", "reference")
@@ -112,8 +112,11 @@ def device_attention(device: torch.device, compiled: bool = False) -> str:
 #: prompts at least this long take the fused flash form on CPU (:mod:`rmfast.kernels.cpu_flash`), in
 #: the prompt pass and in the rows' pass alike; shorter ones the ``bmm`` reference form, which is
 #: faster there (measured on a Zen 4, 9 heads of 64: the flash form 0.5-0.8x at 40 prompt tokens,
-#: 1.0-2x at 256, 5-10x at 2,048; docs/backend.md). Decided by the prompt's length only, so every row of
-#: a prompt takes the same form whatever its batch.
+#: 1.0-2x at 256, 5-10x at 2,048; docs/backend.md). A token scan's rows are 1-3 tokens, so there the prompt's
+#: length decides, and every row of a prompt takes the same form whatever its batch. Rows this long take it
+#: too, whatever the prompt: their own causal part is then the written-out block (SmolLM2-135M, fp32, a
+#: 37-token prompt, one row of 963 tokens: 4.99 -> 2.04 s a call, 1.39x at 483 tokens, 1.16x at 259, 0.98x at
+#: 131; 2-core AVX2-only EPYC, benchmarks/long_responses.py).
 FLASH_MIN_PROMPT = 256
 
 
@@ -164,7 +167,7 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale,
         )
     P, S = k_prefix.shape[1], k_suffix.shape[2]
     rows = None if torch.compiler.is_compiling() else _GEMM_ROWS.get()
-    if (rows is None and form != "reference" and q.device.type == "cpu" and (P or S) >= FLASH_MIN_PROMPT
+    if (rows is None and form != "reference" and q.device.type == "cpu" and max(P, S) >= FLASH_MIN_PROMPT
             and cpu_flash.usable(softcap, window, P, S)):
         return cpu_flash.shared_prefix_attention_flash(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale)
     # under a rows rule (rmfast serve) the torch form, its prompt GEMMs in fixed row chunks: torch's flash kernel

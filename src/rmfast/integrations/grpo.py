@@ -43,7 +43,8 @@ import warnings
 from ..errors import UserError
 from ..scoring.batching import nonfinite_line
 from ..scoring.candidates import TooLong
-from ..scoring.scorer import RewardScorer, as_conversation
+from ..scoring.scorer import RewardScorer, as_conversation, as_list
+from ..template import lone_surrogate
 from .remote import RemoteScorer, is_url
 
 #: what the adapter does with a NaN or infinite score (the module doc's rule)
@@ -83,12 +84,13 @@ class GRPOReward:
         self.nonfinite = nonfinite
 
     def __call__(self, prompts, completions, **kwargs) -> list[float | None]:
-        prompts, completions = list(prompts), list(completions)
+        prompts = as_list(prompts, "prompts", "prompts (strings or lists of chat messages)")
+        completions = as_list(completions, "completions", "completions (strings or lists with one assistant message)")
         if len(prompts) != len(completions):
             raise UserError(f"{len(prompts)} prompts but {len(completions)} completions")
         convs, lists, where = [], [], []  # distinct prompts, their completions, (prompt, slot) per input
         seen: dict = {}
-        whole = 0  # completions that are not one assistant message of text
+        whole = invalid = 0  # completions that are not one assistant message of text; that are not valid text
         for k, (p, c) in enumerate(zip(prompts, completions)):
             conv = as_conversation(p, f"prompt {k}")
             i = seen.setdefault(conv, len(convs))
@@ -99,11 +101,17 @@ class GRPOReward:
             text = _completion_text(c, k)
             if text is None:
                 whole += 1
+            elif lone_surrogate(text) is not None:  # no tokenizer takes it; training goes on
+                invalid += 1
+                text = None
             lists[i].append(text or "")  # scored as an empty one: None
         if whole:
             warnings.warn(f"rmfast: warning: {self.__name__} reward: {whole} of {len(completions)} completions hold "
                           "several messages (tool calls) or no text; given as None (the scorer scores one assistant "
                           "message of text)", stacklevel=2)
+        if invalid:
+            warnings.warn(f"rmfast: warning: {self.__name__} reward: {invalid} of {len(completions)} completions are "
+                          "not valid text (a lone surrogate: bytes that are not UTF-8); given as None", stacklevel=2)
         # an empty completion (a policy can sample one) has nothing to score: None, which TRL skips
         # (its rewards are summed with nansum) rather than a made-up number
         keep = [[t for t in ts if t.strip()] for ts in lists]
@@ -122,8 +130,10 @@ class GRPOReward:
         out = [by_conv[i][pos[i][lists[i][j]]] if lists[i][j] in pos[i] else None for i, j in where]
         bad = [k for k, r in enumerate(out) if r is not None and not math.isfinite(r)]
         if bad:
+            model = getattr(self.scorer, "model", None)  # a server's (RemoteScorer): not known here
             line = nonfinite_line(len(out), bad, range(len(out)), "completions",
-                                  "load the reward model with dtype='float32' or 'bfloat16'")
+                                  "load the reward model with dtype='float32' or 'bfloat16'",
+                                  dtype=None if model is None else next(model.parameters()).dtype)
             if self.nonfinite == "raise":
                 raise UserError(f"{self.__name__} reward: {line}; TRL would sum a NaN reward as 0 and train on "
                                 "it (pass nonfinite='warn' to go on with None for them)")

@@ -63,8 +63,12 @@ class RemoteScorer:
 
         import httpx
 
-        body = {"conversations": [{"prompt": c if isinstance(c, (str, list)) else _as_messages(c), "responses": list(r)}
-                                  for c, r in zip(conversations, responses)]}
+        from ..scoring.conversation import as_list, call_lists
+
+        conversations, responses = call_lists(conversations, responses)  # zip below would drop extra ones unscored
+        body = {"conversations": [{"prompt": c if isinstance(c, (str, list)) else _as_messages(c),
+                                   "responses": as_list(r, f"responses[{i}]", "response strings")}
+                                  for i, (c, r) in enumerate(zip(conversations, responses))]}
         if compat not in (None, "own"):
             body["compat"] = compat
         last = None

@@ -337,7 +337,7 @@ def _other_job(z, key: str, ids: np.ndarray, job: dict | None) -> str | None:
         o, n = old["path"], new["path"]  # the decisions that differ, as they were and are
         return "it was saved on another path (" + ", ".join(f"{k}: {o.get(k)} -> {n.get(k)}" for k in sorted(set(o) | set(n))
                                                           if o.get(k) != n.get(k)) + ")"
-    return f"it was saved for another {', '.join(changed) or 'job'}"
+    return f"it was saved for a job whose {', '.join(changed)} differed" if changed else "it was saved by another job"
 
 
 def _same_but_content(a, b) -> bool:
@@ -511,12 +511,14 @@ NONFINITE_SHOWN = 5
 SCAN_KEEPS = "they are kept as NaN without a rank, counted in the manifest's n_nonfinite"
 
 
-def count_nonfinite(scores: np.ndarray, labels, what: str, keeps: str = SCAN_KEEPS, *, warn: bool = True) -> int:
+def count_nonfinite(scores: np.ndarray, labels, what: str, keeps: str = SCAN_KEEPS, *, warn: bool = True,
+                    dtype=None) -> int:
     """How many of a finished job's scores are NaN (non-finite, :func:`score_groups`); when any are (and
     ``warn``), one warning names the first few (``labels[i]`` of row i: token ids, texts, table rows), so
     a model that overflows is seen at once rather than as a hole in the ranking. ``keeps``: what the
-    caller does with them (the line's end). Every scoring surface reports through it: scan, ``rmfast
-    score``, :class:`rmfast.scoring.scorer.RewardScorer` and the GRPO adapter.
+    caller does with them (the line's end); ``dtype``: the model's, for the likely cause (:func:`nonfinite_line`).
+    Every scoring surface reports through it: scan, ``rmfast score``, :class:`rmfast.scoring.scorer.RewardScorer`
+    and the GRPO adapter.
 
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as w:
@@ -529,17 +531,23 @@ def count_nonfinite(scores: np.ndarray, labels, what: str, keeps: str = SCAN_KEE
     scores = np.asarray(scores, dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(scores))
     if bad.size and warn:
-        warnings.warn(UserNote(f"rmfast: warning: {nonfinite_line(scores.size, bad, labels, what)}; {keeps}"), stacklevel=3)
+        warnings.warn(UserNote(f"rmfast: warning: {nonfinite_line(scores.size, bad, labels, what, dtype=dtype)}; "
+                               f"{keeps}"), stacklevel=3)
     return int(bad.size)
 
 
-def nonfinite_line(n: int, bad, labels, what: str, fix: str = "try --dtype float32") -> str:
+def nonfinite_line(n: int, bad, labels, what: str, fix: str = "try --dtype float32", dtype=None) -> str:
     """What :func:`count_nonfinite` says about ``bad`` (positions) of ``n`` scores, naming the first few
-    ``labels[i]``, without what the caller does with them."""
+    ``labels[i]``, without what the caller does with them. The cause it names follows the model's ``dtype``
+    (None: not known, a server's): float16 overflows past 65,504 (``fix``); bfloat16 and float32 have float32's
+    range, so there the values were NaN or infinite already (the weights)."""
     label = lambda x: repr(x[:40]) if isinstance(x, str) else str(x)  # noqa: E731
     shown = ", ".join(label(labels[int(i)]) for i in bad[:NONFINITE_SHOWN]) + (", ..." if len(bad) > NONFINITE_SHOWN else "")
-    return (f"{len(bad)} of {n} scores came out NaN or infinite ({what + ' ' if what else ''}{shown}): "
-            f"a numeric overflow in the model (float16 overflows past 65,504: {fix})")
+    d = None if dtype is None else str(dtype).removeprefix("torch.")
+    cause = (f"a numeric overflow in the model (float16 overflows past 65,504: {fix})" if d in (None, "float16") else
+             f"NaN or infinite values in the model's weights or activations (it runs in {d}, which has float32's "
+             "range: not an overflow of the dtype; check the weights, e.g. a diverged training run)")
+    return f"{len(bad)} of {n} scores came out NaN or infinite ({what + ' ' if what else ''}{shown}): {cause}"
 
 
 def drop_checkpoint(res, checkpoint=None):

@@ -25,6 +25,31 @@ class Conversation:
     history: tuple = ()  # ((role, content), ...) between the system message and the final user turn
 
 
+def as_list(x, what: str, each: str) -> list:
+    """``x`` (a list, tuple, array or generator of ``each``) as a list. A string is refused (iterated, it would be
+    scored character by character), as are bytes, a dict, None and a scalar: one line naming ``what``.
+
+    >>> as_list(("a", "b"), "responses", "response strings")
+    ['a', 'b']
+    """
+    if isinstance(x, (str, bytes, bytearray)):
+        raise UserError(f"{what} must be a list of {each}, got one {type(x).__name__}: put it in a list ([...])")
+    if isinstance(x, dict) or not hasattr(x, "__iter__"):
+        raise UserError(f"{what} must be a list of {each}, got {type(x).__name__}")
+    return list(x)
+
+
+def call_lists(conversations, responses) -> tuple[list, list]:
+    """A score call's ``conversations`` and ``responses`` (one list of response strings per conversation) as two
+    lists of one length (:func:`as_list` each; the inner lists are checked where they are read)."""
+    conversations = as_list(conversations, "conversations", "prompts (strings or lists of chat messages)")
+    responses = as_list(responses, "responses", "response lists (one list of strings per conversation)")
+    if len(conversations) != len(responses):
+        raise UserError(f"{len(conversations)} conversations but {len(responses)} response lists; give one list "
+                        "of responses per conversation")
+    return conversations, responses
+
+
 def as_conversation(c, where: str = "conversation") -> Conversation:
     """A prompt string or a list of {"role", "content"} messages (last one the user's) as a :class:`Conversation`."""
     if isinstance(c, Conversation):
@@ -33,7 +58,7 @@ def as_conversation(c, where: str = "conversation") -> Conversation:
         if not c.strip():
             raise UserError(f"{where} is an empty prompt")
         return Conversation(c)
-    if isinstance(c, dict) or not hasattr(c, "__iter__"):
+    if isinstance(c, (dict, bytes, bytearray)) or not hasattr(c, "__iter__"):
         raise UserError(f"{where} must be a prompt string or a list of chat messages, got {type(c).__name__}")
     msgs = list(c)
     for k, m in enumerate(msgs):

@@ -33,7 +33,7 @@ from ..fast.arch import arch_spec
 from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead, fused_elementwise
 from ..template import Template
 from .batching import MEM_FRACTION, auto_batch_size, available_memory, cap_batch_size, row_bytes
-from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
+from .options import CASCADE_MIN_ROW_TOKENS, COMPILE_MODES, ENGINE_ALIASES, ScoringOptions, parse_batch_size
 
 #: the jobs a plan is made for (the manifest's ``decisions.job``)
 JOBS = ("scan", "texts", "gcg", "random-search", "sweep", "bench", "scorer", "trl", "logprobs", "implicit", "audit",
@@ -186,13 +186,6 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
     return True, f"auto: compiled on this CPU kind ({kind}), measured ~2x the eager layer"
 
 
-#: rows of more tokens than this take the cascade form on CUDA; up to it, the Triton shared-prefix kernel
-#: (a vocabulary scan's rows are 1-3 tokens). MEASURED on the H100 (gpu_h100_2026-11-27, 8B bf16, ~8,192 row
-#: tokens a batch): the shared-prefix kernel faster through 16 row tokens (187 vs 195 ms at 12, 192 vs 195 at 16),
-#: the cascade from 24 (189 vs 193 ms). The cost model predicted ~10.5
-#: (:func:`rmfast.bench.cascade_cost.crossover_row_tokens`: the cascade's fp32 part outputs cost less than it
-#: assumes); ``make gpu-check`` times both forms on every run.
-CASCADE_MIN_ROW_TOKENS = 16
 
 
 def choose_attention(attention, device: torch.device, engine: str, compiled: bool,
@@ -227,7 +220,7 @@ def choose_attention(attention, device: torch.device, engine: str, compiled: boo
         return attention, f"asked for ({kernels})" if attention in ("cascade", "triton") else "asked for"
     if base != "triton":
         why = {"block-diagonal": "the compiled CPU layer's form",
-               "cpu-flash": f"the CPU's eager form (torch's flash kernel for prompts of {ops.FLASH_MIN_PROMPT}+ tokens, "
+               "cpu-flash": f"the CPU's eager form (torch's flash kernel for prompts or rows of {ops.FLASH_MIN_PROMPT}+ tokens, "
                             "bmm below)",
                "reference": f"no Triton kernels on {device.type} (RMFAST_KERNELS=torch or triton missing)"}[base]
         return base, why
@@ -396,9 +389,10 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     most = None if response_tokens is None or template is None else row_tokens(template, head, int(response_tokens), True)
     form, form_why = choose_attention(o.attention, device, engine, compiled, most, triton)
     if form == "cpu-flash" and template is not None:  # the form's kernel follows the prompt's length: say which
-        P = len(template.prefix_ids)
+        P, F = len(template.prefix_ids), ops.FLASH_MIN_PROMPT
+        long_rows = "" if most is not None and most < F else f" (rows of {F}+ tokens: torch's flash kernel)"
         form_why += (f"; this {P}-token prompt: torch's flash kernel (bmm on layers with a softcap or a window "
-                     "shorter than the row)" if P >= ops.FLASH_MIN_PROMPT else f"; this {P}-token prompt: bmm")
+                     "shorter than the row)" if P >= F else f"; this {P}-token prompt: bmm{long_rows}")
     # rows of one known length (token scans, GCG) pad a short batch to a full one (or a measured smaller size), so a
     # row's bits do not depend on the job's size; texts of many lengths are not padded (each length would pay a batch)
     fixed = response_tokens is not None

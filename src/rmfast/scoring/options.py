@@ -22,6 +22,7 @@ rmfast.errors.UserError: unknown compile='sometimes'; use auto, on or off
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field, fields
 
 from ..errors import UserError
@@ -46,6 +47,15 @@ def _opt(default, doc: str, *, flag: bool = True, choices=None, metavar=None, ap
                                             "api_only": api_only})
 
 
+#: rows of more tokens than this take the cascade form on CUDA; up to it, the Triton shared-prefix kernel
+#: (a vocabulary scan's rows are 1-3 tokens). MEASURED on the H100 (gpu_h100_2026-11-27, 8B bf16, ~8,192 row
+#: tokens a batch): the shared-prefix kernel faster through 16 row tokens (187 vs 195 ms at 12, 192 vs 195 at 16),
+#: the cascade from 24 (189 vs 193 ms). The cost model predicted ~10.5
+#: (:func:`rmfast.bench.cascade_cost.crossover_row_tokens`: the cascade's fp32 part outputs cost less than it
+#: assumes); ``make gpu-check`` times both forms on every run.
+CASCADE_MIN_ROW_TOKENS = 16
+
+
 @dataclass(frozen=True)
 class ScoringOptions:
     """Every option that decides how candidates are scored. Frozen: a job's options cannot change under it;
@@ -65,7 +75,8 @@ class ScoringOptions:
     batch_size: int | str = _opt("auto", "rows per batch, or auto: ~4k tokens per batch on CPU, ~128k on CUDA, "
                                          "bounded by free memory")
     attention: str = _opt("auto", "the rows' attention form: auto (on CUDA the Triton shared-prefix kernel for rows "
-                                  "of up to 10 tokens, the cascade above; on CPU its own forms) or one of "
+                                  f"of up to {CASCADE_MIN_ROW_TOKENS} tokens, the cascade above; on CPU its own forms) "
+                                  "or one of "
                                   + ", ".join(ATTENTION_FORMS), choices=("auto",) + ATTENTION_FORMS)
     kernels: str = _opt("auto", "the fused kernels: auto (Triton on CUDA where installed, else torch; the "
                                 "RMFAST_KERNELS variable, read once per job, overrides auto), triton or torch",
@@ -91,8 +102,7 @@ class ScoringOptions:
         object.__setattr__(self, "engine", engine)
         if self.head not in HEADS:
             raise UserError(f"unknown head {self.head!r}; use auto, score or logprob")
-        if isinstance(self.head_index, bool) or not isinstance(self.head_index, int) or self.head_index < 0:
-            raise UserError("--head-index must be >= 0")
+        object.__setattr__(self, "head_index", whole_number(self.head_index, "--head-index", 0))
         if engine not in ENGINES:
             raise UserError(f"unknown engine {engine!r}; use auto, fast or hf")
         if isinstance(self.compile, bool):  # the API's True/False
@@ -162,6 +172,24 @@ def parse_batch_size(bs) -> int | str:
         raise UserError(f"--batch-size {bs!r} is not a positive integer or auto") from None
     if isinstance(bs, bool) or n < 1 or str(bs).strip() != str(n):
         raise UserError(f"--batch-size {bs!r} is not a positive integer or auto")
+    return n
+
+
+def whole_number(value, name: str, least: int) -> int:
+    """``value`` as an int >= ``least`` (numpy's ints too); a bool, a float, a string or None is refused in one
+    line naming ``name`` (written as the CLI's option where it is one: ``--head-index``).
+
+    >>> whole_number(3, "k", 1)
+    3
+    """
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        raise UserError(f"{name} must be an integer >= {least}, got {value!r}") from None
+    if n < least:
+        raise UserError(f"{name} must be an integer >= {least}, got {n}")
     return n
 
 

@@ -269,7 +269,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
                                   status="compiling the CPU layer (one-off)" if plan.compile else None,
                                   keep_checkpoint=keep_checkpoint, job=run_fields(manifest), states_out=st_out,
                                   lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
-    manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids")
+    manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids", dtype=manifest.get("dtype"))
     tokens, texts = host.labels()
     timing["setup_s"], timing["labels_wait_s"] = round(t_scan - t0, 3), host.waited_s["labels"]  # after the scan
     timing["plan_s"] = round(plan_s, 3)
@@ -424,8 +424,8 @@ def score_texts(
                                   checkpoint=checkpoint, device=plan.device, progress=progress, desc="texts",
                                   keep_checkpoint=keep_checkpoint, job={**run_fields(manifest), "candidates": digest},
                                   states_out=st_out, lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
-    manifest["n_nonfinite"] = (count_nonfinite(scores, source_ids, "token ids") if source_ids is not None
-                               else count_nonfinite(scores, texts, "texts"))
+    manifest["n_nonfinite"] = (count_nonfinite(scores, source_ids, "token ids", dtype=manifest.get("dtype"))
+                               if source_ids is not None else count_nonfinite(scores, texts, "texts", dtype=manifest.get("dtype")))
     finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=batch_size, compiled=compiled)
     res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
     res = _finish_states(res, st_out, tokenizer, keep_checkpoint, extra.get("lens"), plan.n_layers)

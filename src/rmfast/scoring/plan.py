@@ -396,7 +396,7 @@ def plan_scoring(model, template: Template, options: ScoringOptions | None = Non
     >>> tmpl = rmfast.template.build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
     >>> plan = plan_scoring(lm.model, tmpl, ScoringOptions(compile="off"))  # doctest: +SKIP
     >>> plan.decisions["attention"]  # doctest: +SKIP
-    {'value': 'cpu-flash', 'reason': "the CPU's eager form (torch's flash kernel for prompts of 256+ tokens, bmm below)"}
+    {'value': 'cpu-flash', 'reason': "the CPU's eager form (torch's flash kernel for prompts or rows of 256+ tokens, bmm below)"}
     >>> plan.score([[1234], [5678]])  # (2,) float32 log-probabilities  # doctest: +SKIP
     """
     if decided is None:

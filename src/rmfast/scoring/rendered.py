@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import UserError
 from ..template import Template, build_template
 from .candidates import check_context
+from .conversation import as_list
 from .scorer_model import eval_mode
 
 
@@ -67,16 +68,18 @@ def check_not_rendered(prompt: str, marks: tuple[str, ...], where: str) -> None:
     hit = next((m for m in marks if m in prompt), None)
     if hit is not None:
         raise UserError(f"{where} already holds the chat template ({hit!r}): templating it again would score the "
-                        "template inside the template. Pass the user's text or chat messages, or score the whole "
-                        "rendered text with score_rendered(texts)")
+                        "template inside the template. Pass the user's text or chat messages (a GRPO prompt: TRL's "
+                        "conversational format), or score whole rendered texts with RewardScorer.score_rendered(texts)")
 
 
 def score_rendered(scorer, texts, *, special_tokens: bool = False) -> list[float]:
     """Scores of whole texts already in the model's template (module doc), in order. ``special_tokens``: let the
     tokenizer add its own (a text whose BOS was stripped, as verl sends one)."""
-    texts = list(texts)
-    if any(not isinstance(t, str) or not t.strip() for t in texts):
-        raise UserError("score_rendered: every text must be a non-empty string")
+    texts = as_list(texts, "score_rendered: texts", "rendered texts (strings)")
+    bad = next((k for k, t in enumerate(texts) if not isinstance(t, str) or not t.strip()), None)
+    if bad is not None:
+        raise UserError(f"score_rendered: text {bad} is {'empty' if isinstance(texts[bad], str) else type(texts[bad]).__name__}; "
+                        "every text must be a non-empty string")
     header = scorer._fact("header", assistant_header)
     ids_list = scorer.tokenizer(texts, add_special_tokens=special_tokens)["input_ids"] if texts else []
     groups: dict = {}  # prompt ids -> response length -> [(text number, response ids)]

@@ -46,7 +46,7 @@ are safe and run one after another (torch already spreads one call over every co
 from __future__ import annotations
 
 import hashlib
-import operator
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -62,11 +62,11 @@ from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, length_buckets, score_groups
 from .states_stream import Collect
 from .candidates import TooLong, check_context, max_positions, tokenize_rows
-from .conversation import Conversation, as_conversation, messages_of
+from .conversation import Conversation, as_conversation, as_list, call_lists, messages_of
 from .decisions import decide
-from .options import ScoringOptions
+from .options import ScoringOptions, whole_number
 from .score_stats import ScoreStats
-from .scorer_model import eval_mode, model_and_tokenizer
+from .scorer_model import RUNNABLE, check_runnable, eval_mode, model_and_tokenizer
 from .plan import Scored, ScoringPlan, plan_scoring, score_together
 from .rendered import check_not_rendered, score_rendered, template_marks
 from .weights import WeightsWatch
@@ -194,20 +194,17 @@ class RewardScorer:
         self.options = ScoringOptions.of_changed(options, **kw)
         self.model, self.tokenizer, self.source, default_t = model_and_tokenizer(
             model, tokenizer, {"dtype": self.options.dtype, "device": self.options.device, **load_kw})
+        if template is not None and not isinstance(template, str):
+            raise UserError(f"template must be a chat template or a plain format (a string), got {type(template).__name__}")
         self.template = template if template is not None else default_t
-        self.decided = decide(self.model, self.options, "scorer", stacklevel=3)
-        self.head, self.head_index, self.engine = self.decided.head, self.options.head_index, self.decided.engine
+        self._decide(stacklevel=4)
+        self.head_index = self.options.head_index
         self.batch_size, self.attention = self.options.batch_size, self.options.attention
         if compat not in (None, "decode-retokenize"):
             raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
         self.compat = compat
-        if max_tokens is not None and int(max_tokens) < 1:
-            raise UserError("max_tokens must be a positive integer")
-        self.max_tokens = max_tokens
-        if int(cache_prompts) < 0:
-            raise UserError("cache_prompts must be >= 0")
-        self.cache_prompts = int(cache_prompts)
-        self.share_batches = self.decided.share_batches
+        self.max_tokens = None if max_tokens is None else whole_number(max_tokens, "max_tokens", 1)
+        self.cache_prompts = whole_number(cache_prompts, "cache_prompts", 0)
         self._plans: OrderedDict = OrderedDict()  # Conversation -> ScoringPlan, least recently used first
         self._donor: ScoringPlan | None = None  # with cache_prompts=0: the last plan, for its layers only
         self._tmpls: OrderedDict = OrderedDict()  # Conversation -> Template (cheap; bounded like the plans, x64)
@@ -235,6 +232,8 @@ class RewardScorer:
         ``compat``; None: refused; "decode-retokenize": scored as the template renders it). The GRPO adapter
         passes "decode-retokenize", so a sampled completion never stops training.
         """
+        if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+            raise UserError(f"checkpoint must be a file path, got {type(checkpoint).__name__}")
         return self._run(conversations, responses, progress, checkpoint, None, nonfinite, compat)[0]
 
     def score_with_states(self, conversations, responses, layers="last_prenorm", *, progress: bool = False):
@@ -287,7 +286,7 @@ class RewardScorer:
             flat = unique[job.inverse]  # (n_responses,) input order
             stats.n_nonfinite = count_nonfinite(flat, _ResponseLabels(job.shape), "responses",
                                                 "they are returned as NaN (last_stats.n_nonfinite)",
-                                                warn=nonfinite == "warn")
+                                                warn=nonfinite == "warn", dtype=next(self.model.parameters()).dtype)
             out = _split(flat, job.shape)  # (n_responses,) -> per conversation
             if self.cache_prompts == 0:  # no prompt kept; the layers (CPU: fused weight copies) are, for the next call
                 self._donor = next((p for p in self._plans.values() if p.eng is not None), self._donor)
@@ -295,8 +294,11 @@ class RewardScorer:
             stats.wall_s = round(time.perf_counter() - t0, 4)
             if sink is None:
                 return out, None
-            return out, ByLayer({name: _split(t[torch.from_numpy(job.inverse)], job.shape)
-                                 for name, t in sink.out.items()})
+            by_name = {name: _split(t[torch.from_numpy(job.inverse)], job.shape) for name, t in sink.out.items()}
+            emb = self.model.get_input_embeddings().weight  # (V, Dm)
+            for name in states:  # a call with no response: every name asked, (0, Dm) per conversation
+                by_name.setdefault(name, [emb.new_empty((0, emb.shape[1]), device="cpu") for _ in job.shape])
+            return out, ByLayer(by_name)
 
     def _n_layers(self) -> int:
         from .hf_path import n_layers
@@ -316,7 +318,7 @@ class RewardScorer:
 
     def score_one(self, conversation, responses) -> list[float]:
         """Scores of ``responses`` to one conversation."""
-        return self.score([conversation], [list(responses)])[0]
+        return self.score([conversation], [as_list(responses, "responses", "response strings")])[0]
 
     def rerank(self, conversation, responses, k: int = 1) -> list[Ranked]:
         """Best-of-N: the ``k`` highest-scoring responses, best first (ties: input order).
@@ -325,13 +327,8 @@ class RewardScorer:
         >>> [r.response for r in best]  # doctest: +SKIP
         ['blue', 'red']
         """
-        try:  # checked before the scoring, not after it
-            k = operator.index(k)  # an int, numpy's too; 1.5 is refused
-        except TypeError:
-            k = 0
-        if k < 1:
-            raise UserError("rerank: k must be an integer >= 1")
-        responses = list(responses)  # a generator too: indexed below
+        k = whole_number(k, "rerank: k", 1)  # checked before the scoring, not after it; numpy's ints too
+        responses = as_list(responses, "rerank: responses", "response strings")  # a generator too: indexed below
         s = self.score_one(conversation, responses)
         order = sorted(range(len(s)), key=lambda i: (-s[i] if s[i] == s[i] else float("inf"), i))
         return [Ranked(i, responses[i], s[i]) for i in order[:k]]
@@ -364,10 +361,7 @@ class RewardScorer:
         """Validate and tokenize a call: distinct conversations and rows, their groups (no model forward).
         ``compat``: as :meth:`score`'s."""
         compat = self.compat if compat == "own" else compat
-        conversations, responses = list(conversations), list(responses)
-        if len(conversations) != len(responses):
-            raise UserError(f"{len(conversations)} conversations but {len(responses)} response lists; give one list "
-                            "of responses per conversation")
+        conversations, responses = call_lists(conversations, responses)
         convs: dict = {}
         rows: list = []
         index: dict = {}  # (conversation number, text) -> distinct row
@@ -375,9 +369,7 @@ class RewardScorer:
         for i, (c, rs) in enumerate(zip(conversations, responses)):
             conv = as_conversation(c, f"conversation {i}")
             ci = convs.setdefault(conv, len(convs))
-            if isinstance(rs, str) or not hasattr(rs, "__iter__"):
-                raise UserError(f"responses[{i}] must be a list of response strings, got {type(rs).__name__}")
-            rs = list(rs)
+            rs = as_list(rs, f"responses[{i}]", "response strings")
             shape.append(len(rs))
             for j, text in enumerate(rs):
                 if not isinstance(text, str) or not text.strip():
@@ -400,6 +392,7 @@ class RewardScorer:
         conversation's template around it, or ``max_tokens``), tokenized as :meth:`score` would; same shape. For
         a caller that leaves such responses out rather than stop (the GRPO adapter)."""
         compat = self.compat if compat == "own" else compat
+        conversations, responses = call_lists(conversations, responses)
         convs = [as_conversation(c, f"conversation {i}") for i, c in enumerate(conversations)]
         tmpls = [self.template_for(c) for c in convs]
         rows = [(i, text, i, j) for i, rs in enumerate(responses) for j, text in enumerate(rs)]
@@ -604,11 +597,24 @@ class RewardScorer:
         """Cached plans hold prompt encodings and fused weight copies: drop them all if the model's
         weights changed since (an optimizer step, a loaded state dict, an edit through ``.data``:
         :func:`rmfast.scoring.weights.weights_fingerprint`)."""
+        p = next(self.model.parameters())
+        if p.device.type not in RUNNABLE:  # moved since (model.to("meta")): one line, not an error inside the watch
+            check_runnable(self.model)
         key = self._weights_watch(self.model)
         if key != getattr(self, "_weights_key", None):
             self._plans.clear()
             self._donor = None
             self._weights_key = key
+            if (p.device, p.dtype) != self._decided_for:  # cast or moved between calls: the forms follow the model
+                self._decide(stacklevel=5)
+
+    def _decide(self, stacklevel: int) -> None:
+        """Every decision of the scorer (:func:`rmfast.scoring.decisions.decide`) for the model as it is now: at
+        construction, and again after the model was cast or moved (``last_stats.decisions`` says what ran)."""
+        self.decided = decide(self.model, self.options, "scorer", stacklevel=stacklevel)
+        self.head, self.engine, self.share_batches = self.decided.head, self.decided.engine, self.decided.share_batches
+        p = next(self.model.parameters())
+        self._decided_for = (p.device, p.dtype)
 
     def clear_cache(self) -> None:
         """Drop every cached plan (prompt encodings and the weight copies they hold) and template: the
@@ -626,4 +632,4 @@ class RewardScorer:
         self.clear_cache()
 
 
-__all__ = ["Conversation", "Job", "Ranked", "RewardScorer", "ScoreStats", "as_conversation", "messages_of"]
+__all__ = ["Conversation", "Job", "Ranked", "RewardScorer", "ScoreStats", "as_conversation", "as_list", "messages_of"]

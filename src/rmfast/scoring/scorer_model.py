@@ -4,6 +4,7 @@ checked (never silently re-typed, moved or given a head), and in eval mode only 
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import torch
 
@@ -16,7 +17,17 @@ def model_and_tokenizer(model, tokenizer, kw: dict):
 
     if isinstance(model, (tuple, list)) and len(model) == 2 and tokenizer is None:
         model, tokenizer = model
-    if isinstance(model, str) or hasattr(model, "__fspath__"):
+    loads = isinstance(model, str) or hasattr(model, "__fspath__")
+    if tokenizer is not None and (loads or isinstance(model, LoadedModel)):  # it would be dropped without a word
+        what = "loads its own tokenizer with the model" if loads else "is a LoadedModel: it carries its tokenizer"
+        raise UserError(f"RewardScorer: a tokenizer was given, but {model if loads else 'the model'} {what}; drop "
+                        "the tokenizer (template= changes the chat template), or pass a (model, tokenizer) pair of "
+                        "objects")
+    if loads:
+        unknown = sorted(set(kw) - set(inspect.signature(load).parameters))
+        if unknown:  # a typo: named against RewardScorer's options, not load()'s
+            raise TypeError(f"RewardScorer got an unexpected keyword argument {unknown[0]!r} (besides its own options "
+                            f"it takes rmfast.load's: {', '.join(sorted(set(inspect.signature(load).parameters) - {'spec'}))})")
         lm = load(str(model), **kw)
         return lm.model, lm.tokenizer, lm.source, lm.default_template
     check_loaded(model.model if isinstance(model, LoadedModel) else model, kw)
