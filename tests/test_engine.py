@@ -66,7 +66,7 @@ def test_long_prompt_flash_form_matches_reference(arch, head, smol_tokenizer):
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma2"])
 def test_long_rows_of_a_short_prompt_take_the_flash_form(arch, short_tmpl):
     """Rows of >= FLASH_MIN_PROMPT tokens take the flash form whatever the prompt's length (their own causal part
-    was the written-out block: 2.45x slower for a 963-token response, benchmarks/long_responses.py), and still equal
+    was the written-out block: 2.3x slower for a 1,024-token response, benchmarks/long_responses.py), and still equal
     the plain-HF forward of each whole sequence in fp32; rows shorter keep the bmm form; a softcap (Gemma 2) keeps the
     reference form at any length."""
     from rmfast.fast import ops

@@ -115,8 +115,8 @@ def device_attention(device: torch.device, compiled: bool = False) -> str:
 #: 1.0-2x at 256, 5-10x at 2,048; docs/backend.md). A token scan's rows are 1-3 tokens, so there the prompt's
 #: length decides, and every row of a prompt takes the same form whatever its batch. Rows this long take it
 #: too, whatever the prompt: their own causal part is then the written-out block (SmolLM2-135M, fp32, a
-#: 37-token prompt, one row of 963 tokens: 4.99 -> 2.04 s a call, 1.39x at 483 tokens, 1.16x at 259, 0.98x at
-#: 131; 2-core AVX2-only EPYC, benchmarks/long_responses.py).
+#: 43-token prompt, one row of 1,024 tokens: 5.19 -> 2.27 s a call, plain HF 4.25 s; 1.34x at 512 tokens, 1.10x
+#: at 256; 2-core AVX2-only EPYC, benchmarks/results/long_responses_2026-11-29).
 FLASH_MIN_PROMPT = 256
 
 
