@@ -15,17 +15,16 @@ row per (length, method) with the machine, versions and config; ``max_abs_diff``
 from __future__ import annotations
 
 import argparse
-import csv
 import platform
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 import rmfast
 from rmfast.bench.flops import forward_flops, gemm_peak, model_dims
 from rmfast.bench.machine import machine_info
+from rmfast.bench.output import append_csv
 from rmfast.scoring.conversation import as_conversation
 from rmfast.version import __version__
 
@@ -98,13 +97,7 @@ def main(argv=None) -> int:
                 print(f"{n:5d} {group:4s} {method:17s} {wall:7.3f} s  x{row['vs_hf']:.2f} vs HF  "
                       f"{100 * row['of_bound']:5.1f}% of the GEMM bound  max|diff| {row['max_abs_diff']:.1e}", flush=True)
     if args.out:
-        path = Path(args.out)
-        new = not path.exists()
-        with open(path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            if new:
-                w.writeheader()
-            w.writerows(rows)
+        append_csv(rows, args.out)
     return 0
 
 

@@ -18,16 +18,15 @@ Best of 5 x 50 calls each; one CSV row per measurement with the machine, version
 from __future__ import annotations
 
 import argparse
-import csv
 import platform
 import sys
 import timeit
-from pathlib import Path
 
 import torch
 import transformers as tf
 
 from rmfast.bench.machine import machine_info
+from rmfast.bench.output import append_csv
 from rmfast.scoring.scorer_model import eval_mode
 from rmfast.scoring.weights import WeightsWatch, weights_fingerprint
 from rmfast.version import __version__
@@ -67,13 +66,7 @@ def main(argv=None) -> int:
                                                              if k in ("cpu_model", "cpu_kind", "gpu", "torch_threads")}})
         print(f"{what:32s} {ms:8.3f} ms per call  ({n_params} parameters, {n_modules} modules, {device})")
     if args.out:
-        path = Path(args.out)
-        new = not path.exists()
-        with open(path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            if new:
-                w.writeheader()
-            w.writerows(rows)
+        append_csv(rows, args.out)
     return 0
 
 

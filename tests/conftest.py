@@ -133,3 +133,14 @@ def tiny_dir(tmp_path_factory, smol_tokenizer):
     m.save_pretrained(d)
     smol_tokenizer.save_pretrained(d)
     return d
+
+
+@pytest.fixture(scope="session")
+def rm_folder(tmp_path_factory):
+    """A tiny Llama reward model folder with the ChatML test tokenizer (tests/tiny_models.py)."""
+    import tiny_models as T
+
+    folder = tmp_path_factory.mktemp("score-rm") / "rm"
+    T.tiny("llama", num_labels=1, pad_token_id=2).save_pretrained(folder)
+    T.chatml_tokenizer().save_pretrained(folder)
+    return folder

@@ -135,14 +135,6 @@ def test_nan_from_a_float32_model_is_not_called_an_fp16_overflow(tok):
     assert "dtype='float32'" not in str(e.value)
 
 
-@pytest.fixture(scope="module")
-def rm_folder(tok, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("misuse") / "rm"
-    T.tiny("llama", num_labels=1, pad_token_id=2).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.parametrize("rows, match", [
     ('{"p": "Hi", "r": "a"}\n{"p": null, "r": "b"}\n', r"row 2: the prompt cell is empty \(a missing value\)"),
     ('{"p": "Hi", "r": "a"}\n{"p": "Yo", "r": null}\n', r"row 2: the response is empty \(a missing value\)"),

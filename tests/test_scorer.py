@@ -635,15 +635,6 @@ def test_a_model_on_the_meta_device_is_refused_at_construction(tok):
     assert "\n" not in str(e.value)
 
 
-@pytest.fixture(scope="module")
-def rm_folder(tok, tmp_path_factory):
-    """A tiny reward model folder with the ChatML test tokenizer."""
-    folder = tmp_path_factory.mktemp("score-rm") / "rm"
-    T.tiny("llama", num_labels=1, pad_token_id=2).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
-
-
 def _score_argv(inp, folder, *extra):
     return ["score", inp, "--model", folder, "--prompt-column", "p", "--response-column", "r", "--dtype", "float32",
             "--device", "cpu", "--no-progress", *extra]

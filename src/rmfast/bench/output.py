@@ -54,6 +54,19 @@ def write_outputs(rows: list[dict], meta: dict, out_dir: Path) -> dict:
     return paths
 
 
+def append_csv(rows: list[dict], path: str | Path) -> Path:
+    """Append ``rows`` (dicts with the same keys) to the CSV at ``path``, its header written when the file is new: a
+    benchmark script's ``--out`` (each row names its machine, versions and config)."""
+    path = Path(path)
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 def write_workload_rows(rows: list[dict], out: str | Path, config: dict, *, workload: str, stem: str,
                         device: str = "cpu") -> tuple[Path, Path]:
     """A workload's rows (``rmfast bench --workload best-of-n|states``) to ``<out>/<stem>_<timestamp>.csv``
