@@ -500,3 +500,23 @@ def test_a_part_whose_model_changed_is_stale_wherever_it_is_read(models_dir, tmp
     rc, so, se = run(["results", store, "--out", tmp_path / "t.parquet"], capsys)
     assert rc == 2 and "stale: its model's files changed" in se and not (tmp_path / "t.parquet").exists(), se
     assert load_results(store).empty
+
+
+def test_lens_on_a_causal_lm_is_refused_before_the_store(models_dir, tmp_path, capsys):
+    """lens: true on a model whose head will be logprob (a causal LM with no random_head_seed) was refused only after
+    the store was written and the model loaded; now before either, from the model's files. A seeded score head (or a
+    reward model) runs."""
+    from rmfast.loading.loader import causal_lm_only
+
+    assert causal_lm_only(str(models_dir / "lm-c")) is True and causal_lm_only(str(models_dir / "rm-a")) is False
+    assert causal_lm_only("someone/not-a-local-model") is None and causal_lm_only("smollm2-135m-instruct") is True
+    cfg = write_cfg(models_dir, "lens-lm.yaml", models=[{"model": "./lm-c", "name": "lm-c", "lens": True}],
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:20"}}})
+    rc, _, err = run(["sweep", cfg, "--out", tmp_path / "s", "--no-progress"], capsys)
+    assert one_line_error(rc, err) and "model lm-c: the lens reads a score head" in err and "random_head_seed: N" in err
+    assert not (tmp_path / "s").exists()
+    cfg = write_cfg(models_dir, "lens-lm-seeded.yaml", prompts={"g": "hi"},
+                    models=[{"model": "./lm-c", "name": "lm-c", "lens": True, "random_head_seed": 0}],
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:20"}}})
+    rc, _, err = run(["sweep", cfg, "--out", tmp_path / "s2", "--no-progress"], capsys)
+    assert rc == 0, err

@@ -68,7 +68,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from ..loading.training_checkpoints import is_adapter_folder
-    from ..loading.loader import preflight
+    from ..errors import UserError
+    from ..loading.loader import causal_lm_only, preflight
     from ..sweep import load_config, run_sweep, with_base, with_states
 
     cfg = with_states(load_config(args.config), args.states, args.states_dtype, args.lens)
@@ -77,6 +78,10 @@ def run(args) -> int:
     for m in cfg.models:  # a broken model file stops the sweep here, before the store is touched
         if not is_adapter_folder(m.model):  # an adapter checkpoint is checked when it is loaded on its base
             preflight(m.model, cache_dir=m.cache_dir, allow_pickle=m.allow_pickle)
+        if m.lens and m.random_head_seed is None and (m.head == "logprob" or m.head == "auto" and causal_lm_only(m.model)):
+            raise UserError(f"model {m.name}: the lens reads a score head through the final norm, and {m.model} is a "
+                            "causal LM (its head: logprob); give it a seeded score head (random_head_seed: N in the "
+                            "config), or drop lens for it")
     idx = run_sweep(cfg, args.out, force=args.force, shard=args.shard, progress=not args.no_progress, dry_run=args.dry_run)
     root = Path(args.out) if args.out else cfg.out
     if idx.get("dry_run"):

@@ -13,6 +13,7 @@ import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -43,6 +44,7 @@ __all__ = [
     "check_weights",
     "check_gguf_header",
     "preflight",
+    "causal_lm_only",
 ]
 
 _DTYPES = {
@@ -482,6 +484,23 @@ def preflight(spec: str, *, cache_dir: str | os.PathLike | None = None, allow_pi
             except (SafetensorError, OSError) as exc:
                 raise UserError(f"cannot read the weights of '{path}': {f.name}: {str(exc).splitlines()[0][:200]} "
                                 "(a damaged or partial download: fetch the weight files again)") from None
+
+
+def causal_lm_only(spec: str) -> bool | None:
+    """Whether ``spec`` loads (with no random head) as a causal LM with no reward head, read off its files without
+    loading: True for an embedded alias, a .gguf, or a folder whose config names a causal LM and whose weights no
+    custom head; False for a reward model or classifier; None where the files do not say (a hub id, an adapter)."""
+    path = Path(str(spec)).expanduser()
+    gguf = path.suffix.lower() == ".gguf" or path.is_dir() and not (path / "config.json").is_file() and single_gguf(path)
+    if embedded(str(spec)) is not None or gguf:
+        return True
+    if not (path / "config.json").is_file():
+        return None
+    try:
+        config = SimpleNamespace(**json.loads((path / "config.json").read_text(encoding="utf-8")))
+        return model_kind(config) == "causal_lm" and custom_head_kind(weight_files(path)) is None
+    except (OSError, ValueError, TypeError, UserError):
+        return None  # load() names what is wrong
 
 
 # --------------------------------------------------------------------------------------------
