@@ -295,6 +295,9 @@ CASES = [
                  id="implicit-text-scan"),
     # a folder whose access bits say yes but which takes no file (/proc as root: an ENOENT traceback after the work)
     pytest.param(lambda o: ["analyze", "distributions", "{scan}", "--out", "/proc/rmfast-x.csv"], id="analyze-out-proc"),
+    # --out naming the input it reads, with --overwrite: the analysis's CSV replaced the scan, under its name
+    pytest.param(lambda o: ["analyze", "distributions", "{scan}", "--out", "{scan}", "--overwrite"],
+                 id="analyze-out-is-its-input"),
     pytest.param(lambda o: ["gcg", "{rm}", "--steps", "1", "--out", "/proc/rmfast-g.json", "--no-plot", "--no-progress"],
                  id="gcg-out-proc"),
     # no inputs at all (each was a pandas traceback: "No objects to concatenate")

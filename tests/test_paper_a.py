@@ -57,6 +57,19 @@ def test_paper_rank_gap_ties_keep_the_csv_order():
         human_comparison(scans, human, method="authors")
 
 
+def test_each_direction_lists_only_items_of_its_own_sign(recwarn):
+    """With k past half the items, "humans rank higher" ran on into items the models rank higher (rank_diff < 0),
+    under the wrong label; each list now holds its own sign only, a note saying when fewer than k qualify."""
+    scans, human = _human_planted()  # gaps (paper): x +3, y 0, z -1, w -1
+    for method in ("paper", "rmfast"):
+        res = human_comparison(scans, human, k=4, method=method)
+        d = res.differences
+        up, down = d[d["direction"] == "humans rank higher"], d[d["direction"] == "models rank higher"]
+        assert (up["rank_diff"] > 0).all() and (down["rank_diff"] < 0).all(), d
+        assert list(up["text"]) == ["x"] and set(down["text"]) <= {"z", "w", "y"} and "y" not in set(up["text"])
+        assert any("fewer than k = 4" in n for n in res.notes), res.notes
+
+
 # ------------------------------------------------------------------ AFINN / BNC joins
 def test_paper_sentiment_join_does_not_strip_and_counts_zero_as_negative():
     lex = pd.DataFrame({"word": ["good", "nice", "great", "bad", "awful", "meh"],

@@ -231,6 +231,21 @@ def quiet() -> None:
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 
 
+def check_out_is_no_input(args) -> None:
+    """``--out`` naming a file or folder another argument names (an input scan, a dictionary, a data folder) is
+    refused before any work, with --overwrite too: the output would replace what the command reads (an analysis
+    wrote its CSV over the scan it read, under the scan's name)."""
+    out = getattr(args, "out", None)
+    if not out or not os.path.exists(out):
+        return
+    for name, value in vars(args).items():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if name != "out" and isinstance(v, (str, os.PathLike)) and os.path.exists(v) and os.path.samefile(v, out):
+                flag = "input" if name in ("inputs", "input", "scans", "config", "store") else f"--{name.replace('_', '-')}"
+                raise UserError(f"--out {out} is the {flag} this command reads; writing it would replace that input: "
+                                "choose another --out")
+
+
 def run_command(func, args) -> int:
     """Run a command: a UserError (or a full disk, read-only or forbidden write) is one line on stderr
     and exit 2; Ctrl-C is 130."""
@@ -239,6 +254,7 @@ def run_command(func, args) -> int:
     forget_on_interrupt()
     try:
         with read_by_cli():  # what the library keeps of a message (a report's skipped section) names the flags
+            check_out_is_no_input(args)
             rc = int(func(args) or 0)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then the BrokenPipeError below
         return rc

@@ -214,6 +214,23 @@ def _marked(v) -> bool:
     return not (pd.isna(v) or str(v).strip() in ("", "0", "NA", "False", "false"))
 
 
+#: what marks a term in a wide dictionary's category column (lower-cased): MFD 2.0's and the Big Two's "X", a 1, a yes
+WIDE_MARKS = frozenset({"x", "1", "1.0", "true", "yes", "y", "*"})
+
+
+def _check_marks(wide: pd.DataFrame, where: str) -> None:
+    """A wide dictionary's category columns hold marks; one holding labels (several values: "A", "B") is a long
+    dictionary whose category column has another name, which read as wide made every word one category named
+    after its header."""
+    for c in wide.columns[1:]:
+        values = {str(v).strip() for v in wide[c] if _marked(v)}
+        labels = sorted(v for v in values if v.lower() not in WIDE_MARKS)
+        if labels:
+            raise UserError(f"dictionary {where}: column {c!r} holds labels ({', '.join(map(repr, labels[:3]))}), not "
+                            "the marks (X, 1) of a wide dictionary's category columns; a long dictionary names its "
+                            f"columns term (or word) and category: rename {c!r} to category")
+
+
 def _parse_dic(text: str, where: str) -> pd.DataFrame:
     lines = text.splitlines()
     marks = [i for i, ln in enumerate(lines) if ln.strip() == "%"]
@@ -264,6 +281,7 @@ def load_dictionary(path: str | PathLike) -> pd.DataFrame:
             df = wide[[term, cat]].rename(columns={term: "term", cat: "category"})
         elif len(wide.columns) >= 2:
             term = wide.columns[0]
+            _check_marks(wide, p.name)
             df = wide.melt(id_vars=[term], var_name="category", value_name="mark")
             df = df[df["mark"].map(_marked)].rename(columns={term: "term"})[["term", "category"]]
         else:

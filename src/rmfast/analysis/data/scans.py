@@ -278,15 +278,17 @@ def scan_variant(manifest: dict) -> dict:
 
 
 def _label_variants(frames: list[tuple[Path, dict, pd.DataFrame]]) -> list[pd.DataFrame]:
-    """Each file's frame, its model named apart (``name [bfloat16]``) where scans of one model, prompt and
-    candidate set differ in a setting (:func:`scan_variant`): an fp32 and a bf16 scan, or a score and a log-prob
-    one, are two columns to compare, not one scan given twice."""
+    """Each file's frame, its model named apart (``name [bfloat16]``) where scans of one model and candidate set
+    differ in a setting (:func:`scan_variant`), under any prompts: an fp32 and a bf16 scan, or a score and a
+    log-prob one, are two models to compare, not one scan given twice, and a "best" scan of one head is never
+    paired with a "worst" scan of another (the labels were given within one prompt only, so best vs worst
+    paired a log-prob scan with a reward head's as one model)."""
     groups: dict[tuple, list[dict]] = {}
     for _, variant, part in frames:
-        groups.setdefault((part["model"].iat[0], part["prompt"].iat[0], part["candidates"].iat[0]), []).append(variant)
+        groups.setdefault((part["model"].iat[0], part["candidates"].iat[0]), []).append(variant)
     out = []
     for f, variant, part in frames:
-        seen = groups[(part["model"].iat[0], part["prompt"].iat[0], part["candidates"].iat[0])]
+        seen = groups[(part["model"].iat[0], part["candidates"].iat[0])]
         differ = [k for k in VARIANT_KEYS if len({repr(v.get(k)) for v in seen}) > 1
                   and not (k == "head_index" and len({v.get("head") for v in seen}) > 1)]  # the head says it
         if differ:

@@ -69,6 +69,24 @@ def pick_prompts(prompts, best: str | None, worst: str | None, framing=None) -> 
     return best, worst
 
 
+def _check_paired(paired, disjoint, n_given, df, best: str, worst: str, ledger) -> None:
+    """Why nothing was paired, in one line (no token in common; standardizing left nothing; no model with both
+    prompts, naming the settings that make one model's scans other models); a note of the models left out."""
+    if disjoint:
+        ledger.note(f"model(s) {', '.join(map(str, disjoint))}: no token scored under both prompts; left out")
+    if not paired and disjoint:
+        raise UserError(f"the {best!r} and {worst!r} scans share no token (or text) of any model; scan the same "
+                        "--token-ids (or candidates) under both prompts")
+    if not paired and (n_given == 2).any():  # both prompts were given: standardizing left nothing
+        raise UserError(f"no model has standardized scores under both {best!r} and {worst!r}: a prompt's scores that "
+                        "are all equal (a scan of one token) have no z-score; scan more tokens, or pass --no-standardize")
+    if not paired:
+        tagged = any(str(m).endswith("]") for m in df["model"].unique())  # variants named apart (scans.py)
+        raise UserError(f"no model has both {best!r} and {worst!r}; nothing to pair" + (
+            " (scans of one model in other settings, a head, dtype, template or random head, are other models: give "
+            "a best and a worst scan of the same settings)" if tagged else ""))
+
+
 def best_worst(df: pd.DataFrame, *, best: str | None = None, worst: str | None = None,
                join: str = "text", standardize: bool = True, k: int = 10, framing=None,
                models=None) -> BestWorstResult:
@@ -87,6 +105,7 @@ def best_worst(df: pd.DataFrame, *, best: str | None = None, worst: str | None =
     df = select(validate_scans(df, ledger=ledger), models=models)
     best, worst = pick_prompts(df["prompt"].unique(), best, worst, framing)
     df = df[df["prompt"].isin([best, worst])]
+    n_given = df.groupby("model", sort=False)["prompt"].nunique()
     df = drop_unscaled(standardize_scores(df, standardize), ledger)
     if join == "text":
         df = dedupe_text(df, ledger)
@@ -96,7 +115,7 @@ def best_worst(df: pd.DataFrame, *, best: str | None = None, worst: str | None =
             raise UserError("join on token id needs token ids; these scans have text "
                             "candidates: use --join text")
         key = ["token_id", "text"]
-    paired = []
+    paired, disjoint = [], []  # models with tokens under both prompts; models whose two scans share none
     for m, g in df.groupby("model", sort=False):
         b = g[g["prompt"] == best].set_index(key)
         w = g[g["prompt"] == worst].set_index(key)
@@ -112,12 +131,14 @@ def best_worst(df: pd.DataFrame, *, best: str | None = None, worst: str | None =
         ledger.drop("pair prompts", len(w) - len(j), "token not scored (uniquely) under "
                     "the best prompt", model=m, prompt=worst)
         j = j.reset_index()
+        if j.empty:
+            disjoint.append(m)
+            continue
         if "token_id" not in j.columns:
             j["token_id"] = pd.NA
         paired.append(pd.DataFrame({"model": m, "text": j["text"], "token_id": j["token_id"],
                                     "best": j["value_b"], "worst": j["value_w"]}))
-    if not paired:
-        raise UserError(f"no model has both {best!r} and {worst!r}; nothing to pair")
+    _check_paired(paired, disjoint, n_given, df, best, worst, ledger)
     scores = pd.concat(paired, ignore_index=True)
     scores["token_id"] = scores["token_id"].astype("Int64")  # ids stay integers (<NA> for text candidates)
     scores["sum"] = scores["best"] + scores["worst"]
@@ -125,6 +146,8 @@ def best_worst(df: pd.DataFrame, *, best: str | None = None, worst: str | None =
     corr = []
     for m, g in scores.groupby("model", sort=False):
         ok = len(g) > 2
+        if not ok:
+            ledger.note(f"model {m}: {len(g)} paired token(s), too few for a correlation (NaN)")
         corr.append({"model": m, "n": len(g),
                      "pearson_r": float(np.corrcoef(g["best"], g["worst"])[0, 1]) if ok else np.nan,
                      "spearman_rho": float(stats.spearmanr(g["best"], g["worst"]).statistic)

@@ -26,6 +26,7 @@ import pandas as pd
 
 from ...errors import UserError
 from ..data import deps
+from ..data.framing import NEGATIVE, framing_map
 from ..data.ledger import Ledger
 from ..data.methods import check_method
 from ..data.results import Result
@@ -101,6 +102,11 @@ def human_comparison(scans: pd.DataFrame, human: pd.DataFrame, *, k: int = 20,
     if df.empty:
         raise UserError("no scored text matches an item with a human score; "
                         "do the item names match the scored strings exactly?")
+    negative = [p for p, f in framing_map(pd.unique(df["prompt"])).items() if f == NEGATIVE]
+    if negative:  # EloEverything's Elo answers positive questions (the greatest, the most preferred)
+        ledger.note(f"prompt(s) {negative} read as negatively framed, and human Elo scores rank items as the greater or "
+                    "more preferred: there a positive correlation means the model's 'worst' order follows the humans' "
+                    "'best' (the sign reads reversed)")
     corr, diffs, traj, rank_tables = [], [], [], []
     for p in pd.unique(df["prompt"]):
         sub = df[df["prompt"] == p]
@@ -128,7 +134,13 @@ def human_comparison(scans: pd.DataFrame, human: pd.DataFrame, *, k: int = 20,
         table = _rank_table(p, full, hs, method)
         rank_tables.append(table.reset_index(drop=True))
         for direction, asc in (("humans rank higher", False), ("models rank higher", True)):
-            top = _largest(table, k, asc, method)
+            # only items of the direction's own sign (rank_diff > 0: humans rank it higher): with k past half the
+            # items, the largest gaps of one direction ran into the other's, listed under the wrong label
+            own = table[table["rank_diff"] < 0] if asc else table[table["rank_diff"] > 0]
+            top = _largest(own, k, asc, method)
+            if len(top) < k:
+                ledger.note(f"{p!r}: {len(top)} item(s) where {direction.replace(' rank higher', '')} rank them "
+                            f"higher, fewer than k = {k}; the list holds those")
             diffs.append(top[["prompt", "text", "human_rank", "model_rank", "mean_model_rank",
                               "rank_diff"]].assign(direction=direction,
                                                    position=np.arange(1, len(top) + 1)))

@@ -268,8 +268,13 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
     df = df.assign(word=df["text"].map(normalize_word))
     cats = match_dictionary(df["word"], dic)
     hit = df["word"].isin(set(cats["word"]))
+    if not hit.any():
+        raise UserError(f"no scored text is a word of the dictionary ({dic['term'].nunique()} terms, categories "
+                        f"{', '.join(map(str, pd.unique(dic['category'])[:6]))}); is it the dictionary these scans "
+                        "scored? (a scan of the vocabulary holds single tokens: --candidates scores its words)")
     for (m, p), n in df[~hit].groupby(["model", "prompt"], sort=False).size().items():
         ledger.drop("dictionary match", n, "text is not a dictionary word", model=m, prompt=p)
+    _coverage_notes(cats, dic, ledger)
     words = df[hit]
     agg = {"mean": "mean", "max": "max", "first": "first"}[word_agg]
     n_before = len(words)
@@ -308,6 +313,21 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
     res.mixed = fit(med, measure, ledger) if mixed else pd.DataFrame()
     res.take_ledger(ledger)
     return res
+
+
+#: a category whose scans hold fewer of its dictionary's words than this (count, or share) is named in a note: its
+#: medians and tests rest on those few (a dictionary of other words matched 2 of 104 Agency words, tested at p 1e-8)
+FEW_WORDS, FEW_SHARE = 10, 0.25
+
+
+def _coverage_notes(cats: pd.DataFrame, dic: pd.DataFrame, ledger) -> None:
+    """A note per category with few of its dictionary's words in the scans (:data:`FEW_WORDS`, :data:`FEW_SHARE`)."""
+    found = cats.groupby("category")["word"].nunique()
+    for cat, n_terms in dic.groupby("category")["term"].nunique().items():
+        n = int(found.get(cat, 0))
+        if n < FEW_WORDS or n < FEW_SHARE * n_terms:
+            ledger.note(f"category {cat}: {n} of its {n_terms} dictionary words are in the scans; its medians and "
+                        f"tests rest on those {n}")
 
 
 #: the group test of both framings pooled (a row per category): a preference is signed by the framing, so a model's
@@ -420,6 +440,10 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
                                  for r in res.loc[idx].itertuples()]
         res.loc[idx, "min_p_bonferroni"] = [smallest_p(r.n_perm, r.exact, m, equal_groups=r.n_a == r.n_b)
                                             for r in res.loc[idx].itertuples()]
+    floor = res["min_p_bonferroni"].min()
+    if floor > 0.05:  # e.g. --n-perm 1: every p is 0.5; said, not only in a column
+        ledger.note(f"no test here can reach p < .05 after its correction: the smallest p these permutations allow is "
+                    f"{floor:.3g} (min_p_bonferroni); raise --n-perm")
     return _name_diff(res[cols])
 
 

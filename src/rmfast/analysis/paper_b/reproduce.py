@@ -388,6 +388,9 @@ def _fig4(data_dir: Path, out: Path) -> list[dict]:
             files.append(f"B_fig4_{name}.csv")
     shape = fig4_shape(res.categories)
     shape["same_as"] = shape["run"].map(same)
+    per_run = table.drop_duplicates("run").set_index("run")
+    for c in ("file_data_size", "file_data_source"):  # the file's own columns, where the manifest's differ
+        shape[c] = shape["run"].map(per_run[c])
     write_csv(out / "B_fig4_shape.csv", shape)
     files.append("B_fig4_shape.csv")
     sky = shape[shape["run"] == "sky_80k"]
