@@ -177,7 +177,7 @@ def test_report_with_two_models_and_with_one(tmp_path, capsys):
     assert len(_images(html)) >= 10  # every section still drew its figures
     one = scans[scans["model"] == "org/Alpha-Gemma-2B"]
     html = build_report(one, human=human, n_perm=50, k=3)
-    assert "Not run: no prompt has two models with shared strings" in html
+    assert "Not run: no prompt has two models sharing at least 3 scored strings" in html
     # the user's command line: two scan files, no other input
     files = _write_scan_files(two[two["prompt"] == BEST], tmp_path / "scans")
     assert len(files) == 2

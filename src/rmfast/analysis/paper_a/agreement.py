@@ -171,7 +171,8 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
             rsa_rows.extend(_rsa_rows(prompt, pd.DataFrame(tau, ms, ms), meta, ledger,
                                       n_perm=n_perm, seed=seed, alternative=rsa_alternative))
     if not pair_rows:
-        raise UserError("no prompt has two models with shared strings; nothing to compare")
+        raise UserError("no prompt has two models sharing at least 3 scored strings (the fewest a rank correlation "
+                        "reads); scan the same --token-ids (or candidates) with each model")
     res = AgreementResult(
         pairs=pd.DataFrame(pair_rows),
         mds=pd.DataFrame(mds_rows, columns=["prompt", "model", "x", "y", "stress1"]),

@@ -280,15 +280,16 @@ def _summaries_line(summ: pd.DataFrame, ga: str, gb: str, big_two: bool) -> str:
         v = g.set_index("statistic")[diff_column(summ)]
         parts.append(f"{cat}/{fr} {v.get('mean_of_model_prompt_medians', np.nan):+.2f} / "
                      f"{v.get('mean_of_model_medians_over_prompts', np.nan):+.2f} / "
-                     f"{v.get('r_avg_ranks', np.nan):+.2f}")
-    return (f"{gb} − {ga} in ranks, as three statistics: mean of the model × prompt medians "
+                     f"{v.get('r_avg_ranks', np.nan):+.2f} / {v.get('mean_of_model_means', np.nan):+.2f}")
+    return (f"{gb} − {ga} in ranks, as four statistics: mean of the model × prompt medians "
             "[mean_of_model_prompt_medians] / mean over models of each model's median over "
             "prompts [mean_of_model_medians_over_prompts] / mean over models of each model's "
             "median over all its word × prompt ranks [r_avg_ranks, "
             + ("the R script's 'avg ranks' block exactly" if big_two else
                "the computation of the R script's Big Two 'avg ranks' block applied to this "
                "dictionary: the script has no such block for it")
-            + "]: " + "; ".join(parts))
+            + "] / mean over models of each model's mean over prompts of its medians [mean_of_model_means, "
+            "rmfast's group test's]: " + "; ".join(parts))
 
 
 def _units_paragraph(pt, rt, mi, ms, inter_terms, n_models, n_rows) -> str:
