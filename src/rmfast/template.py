@@ -385,7 +385,7 @@ def check_text(text, what: str) -> None:
 def lone_surrogate(text: str) -> int | None:
     """Where ``text``'s first lone surrogate is (a string no tokenizer takes: not valid text), or None.
 
-    >>> lone_surrogate("caf\udce9"), lone_surrogate("café")
+    >>> lone_surrogate("caf\\udce9"), lone_surrogate("café")
     (3, None)
     """
     try:
