@@ -63,12 +63,11 @@ class RemoteScorer:
 
         import httpx
 
-        from ..scoring.conversation import as_list, call_lists
+        from ..scoring.conversation import call_lists
 
         conversations, responses = call_lists(conversations, responses)  # zip below would drop extra ones unscored
-        body = {"conversations": [{"prompt": c if isinstance(c, (str, list)) else _as_messages(c),
-                                   "responses": as_list(r, f"responses[{i}]", "response strings")}
-                                  for i, (c, r) in enumerate(zip(conversations, responses))]}
+        body = {"conversations": [{"prompt": c if isinstance(c, (str, list)) else _as_messages(c), "responses": r}
+                                  for c, r in zip(conversations, responses)]}
         if compat not in (None, "own"):
             body["compat"] = compat
         last = None

@@ -39,15 +39,15 @@ def as_list(x, what: str, each: str) -> list:
     return list(x)
 
 
-def call_lists(conversations, responses) -> tuple[list, list]:
+def call_lists(conversations, responses) -> tuple[list, list[list]]:
     """A score call's ``conversations`` and ``responses`` (one list of response strings per conversation) as two
-    lists of one length (:func:`as_list` each; the inner lists are checked where they are read)."""
+    lists of one length, each of ``responses`` a list (:func:`as_list`; a generator is read once, here)."""
     conversations = as_list(conversations, "conversations", "prompts (strings or lists of chat messages)")
     responses = as_list(responses, "responses", "response lists (one list of strings per conversation)")
     if len(conversations) != len(responses):
         raise UserError(f"{len(conversations)} conversations but {len(responses)} response lists; give one list "
                         "of responses per conversation")
-    return conversations, responses
+    return conversations, [as_list(rs, f"responses[{i}]", "response strings") for i, rs in enumerate(responses)]
 
 
 def as_conversation(c, where: str = "conversation") -> Conversation:

@@ -186,8 +186,6 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
     return True, f"auto: compiled on this CPU kind ({kind}), measured ~2x the eager layer"
 
 
-
-
 def choose_attention(attention, device: torch.device, engine: str, compiled: bool,
                      row_tokens: int | None, triton: bool | None = None) -> tuple[str, str]:
     """The rows' attention form (:data:`rmfast.fast.ops.ATTENTION_FORMS`) and why: (form, reason).

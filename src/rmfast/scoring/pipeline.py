@@ -424,8 +424,8 @@ def score_texts(
                                   checkpoint=checkpoint, device=plan.device, progress=progress, desc="texts",
                                   keep_checkpoint=keep_checkpoint, job={**run_fields(manifest), "candidates": digest},
                                   states_out=st_out, lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
-    manifest["n_nonfinite"] = (count_nonfinite(scores, source_ids, "token ids", dtype=manifest.get("dtype"))
-                               if source_ids is not None else count_nonfinite(scores, texts, "texts", dtype=manifest.get("dtype")))
+    labels, what = (source_ids, "token ids") if source_ids is not None else (texts, "texts")
+    manifest["n_nonfinite"] = count_nonfinite(scores, labels, what, dtype=manifest.get("dtype"))
     finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=batch_size, compiled=compiled)
     res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
     res = _finish_states(res, st_out, tokenizer, keep_checkpoint, extra.get("lens"), plan.n_layers)

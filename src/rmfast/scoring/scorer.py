@@ -329,7 +329,7 @@ class RewardScorer:
         """
         k = whole_number(k, "rerank: k", 1)  # checked before the scoring, not after it; numpy's ints too
         responses = as_list(responses, "rerank: responses", "response strings")  # a generator too: indexed below
-        s = self.score_one(conversation, responses)
+        s = self.score([conversation], [responses])[0]
         order = sorted(range(len(s)), key=lambda i: (-s[i] if s[i] == s[i] else float("inf"), i))
         return [Ranked(i, responses[i], s[i]) for i in order[:k]]
 
@@ -369,7 +369,6 @@ class RewardScorer:
         for i, (c, rs) in enumerate(zip(conversations, responses)):
             conv = as_conversation(c, f"conversation {i}")
             ci = convs.setdefault(conv, len(convs))
-            rs = as_list(rs, f"responses[{i}]", "response strings")
             shape.append(len(rs))
             for j, text in enumerate(rs):
                 if not isinstance(text, str) or not text.strip():
