@@ -96,3 +96,42 @@ def test_too_few_permutations_to_reach_significance_are_said():
                                                         "wildcard": False}),
                      group_by={"a": "G1", "b": "G1", "c": "G2", "d": "G2"}, mixed=False, n_perm=1)
     assert any("no test here can reach p < .05" in n for n in res.notes), res.notes
+
+
+def test_what_reading_a_dictionary_leaves_out_or_counts_twice_is_said(tmp_path):
+    """Blank rows, repeated rows and a term under two categories were taken silently."""
+    (tmp_path / "d.csv").write_text("term,category\nkind,C\n,C\nwarm,\nkind,C\nbold,A\nbold,C\nable,A\n")
+    dic = load_dictionary(tmp_path / "d.csv")
+    assert sorted(map(tuple, dic[["term", "category"]].values)) == [("able", "A"), ("bold", "A"), ("bold", "C"),
+                                                                   ("kind", "C")]
+    res = categories(_dict_scans(), tmp_path / "d.csv", mixed=False, n_perm=20)
+    notes = "\n".join(res.notes)
+    assert "d.csv: 2 row(s) without a term or a category left out" in notes, notes
+    assert "d.csv: 1 repeated term-category row(s) counted once" in notes, notes
+    assert "1 dictionary term(s) are in two or more categories (e.g. 'bold': A, C)" in notes, notes
+
+
+def test_a_small_n_perm_still_enumerates_every_relabelling():
+    """--n-perm 5 drew 5 random relabellings where all 10 (5 models, 2 vs 3) can be enumerated: now exact."""
+    from rmfast.analysis.stats.permutation import permutation_test
+
+    v = np.array([1.0, 1.2, 3.0, 3.1, 2.9])
+    r = permutation_test(v, np.array([1, 1, 0, 0, 0], bool), n_perm=5)
+    assert r["exact"] and r["n_perm"] == 10 and r["p_value"] == pytest.approx(0.1)  # the observed split alone
+    big = permutation_test(np.arange(30.0), np.arange(30) < 15, n_perm=5)  # C(30, 15) ~ 1.6e8: drawn
+    assert not big["exact"] and big["n_perm"] == 5
+
+
+def test_a_p_value_that_underflows_to_zero_is_said_to_be_below_the_floor():
+    from rmfast.analysis.paper_a.human import human_comparison
+
+    n = 3000
+    x = np.arange(n, dtype=float)
+    human = pd.DataFrame({"text": [f"item{i}" for i in range(n)], "human_score": x})
+    scans = pd.DataFrame({"model": "m", "prompt": BEST, "text": human["text"],
+                          "score": x + np.random.default_rng(0).normal(scale=n / 20, size=n)})
+    res = human_comparison(scans, human, k=3)
+    assert (res.correlations[["spearman_p", "kendall_p"]] == 0).all(axis=None)
+    assert any("2 p-value(s) printed as 0 are below ~1e-308" in s for s in res.notes), res.notes
+    weak = scans.assign(score=np.random.default_rng(1).normal(size=n))
+    assert not any("below ~1e-308" in s for s in human_comparison(weak, human, k=3).notes)

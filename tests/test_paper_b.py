@@ -22,6 +22,7 @@ from rmfast.analysis.stats.permutation import (MKINFER_R, bonferroni, mkinfer_pe
 from rmfast.errors import UserError
 
 from conftest import SHARED_DATA
+from cli_run import run
 
 IC = SHARED_DATA / "iclr2026"
 DIC = SHARED_DATA / "lexicons" / "big2_nouns.csv"
@@ -567,7 +568,7 @@ def _big2_like(root, rng):
         w.to_csv(folder / f"big2_rewards_{key}.csv", index=False)
 
 
-def test_reproduce_gains_fig1b_when_mfd_scores_are_given(tmp_path):
+def test_reproduce_gains_fig1b_when_mfd_scores_are_given(tmp_path, capsys):
     from rmfast.analysis import reproduce
 
     data = tmp_path / "data"
@@ -576,6 +577,16 @@ def test_reproduce_gains_fig1b_when_mfd_scores_are_given(tmp_path):
     by = {f["id"]: f for f in found}
     assert by["B-fig1b"]["holds"] is None and "not available" in by["B-fig1b"]["summary"]
     assert "not available" in by["B-fig4"]["summary"]
+    # `reproduce` and `analyze categories --method paper` draw the same permutations (reproduce had its own seed)
+    rc, _, err = run(["analyze", "categories", data / "iclr2026" / "dict_big2_nouns", "--dictionary",
+                      data / "lexicons" / "big2_nouns.csv", "--method", "paper", "--table", "permutation",
+                      "--out", tmp_path / "c.csv"], capsys)
+    assert rc == 0, err
+    keys = ["framing", "category"]
+    ours = pd.read_csv(tmp_path / "out0" / "B_fig1_tests_paper.csv").sort_values(keys)
+    cli = pd.read_csv(tmp_path / "c.csv").sort_values(keys)
+    assert ours["perm_p_value"].tolist() == cli["perm_p_value"].tolist()
+    assert (ours["perm_p_value"] < 1).any()  # a test whose draws matter
     folder, dicx = _mfd_like(data / "iclr2026")
     dicx.rename(folder / "mfd.dicx")  # a .dicx inside dict_MFD_20/ is used first
     out = tmp_path / "out"

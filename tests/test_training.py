@@ -293,7 +293,7 @@ def test_every_n_steps_and_summary(tmp_path, tok):
     assert [h["label"] for h in cb.history] == ["run/step-1", "run/step-2"]
     s = cb.history[-1]["scalars"]
     name = next(iter(cb.config.prompts))
-    gap = s[f"rmfast/{name}/gap/Agency-Communion"]
+    gap = s[f"rmfast/{name}/gap/Communion_minus_Agency"]
     med = {c: s[f"rmfast/{name}/median_rank/{c}"] for c in ("Agency", "Communion")}
     assert gap == med["Communion"] - med["Agency"] and len(cb.history[-1]["top"][name]) == 2
 

@@ -44,7 +44,7 @@ def test_planted_category_medians_gaps_and_changes():
     assert cat[("llama", 0, "Agency")] == 5.0 and cat[("llama", 20, "Agency")] == 2.0
     assert cat[("gemma", 10, "Communion")] == 2.0
     assert r.categories["sum_rank"].groupby([r.categories["run"], r.categories["step"]]).sum().eq(21).all()
-    gap = r.gaps.set_index(["run", "step"])["gap"]  # Communion minus Agency
+    gap = r.gaps.set_index(["run", "step"])["median_rank_b_minus_a"]  # Communion minus Agency
     assert gap[("llama", 0)] == -3.0 and gap[("llama", 20)] == 3.0 and gap[("gemma", 20)] == -3.0
     ch = r.changes[r.changes["run"] == "llama"].set_index("token")
     assert ch.loc["care", "change"] == -5.0 and ch.loc["power", "change"] == 3.0

@@ -398,11 +398,9 @@ def dictionary_summary(table: pd.DataFrame, dictionary, *, name_a: str = "a", na
     """
     from .analysis.paper_b.categories import categories, permutation_test
     from .analysis.data.framing import framing_map
-    from .analysis.data.lexicons import load_dictionary, match_dictionary
+    from .analysis.data.lexicons import as_dictionary, match_dictionary
 
-    dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
-    if "wildcard" not in dic.columns:
-        dic = dic.assign(wildcard=False)
+    dic = as_dictionary(dictionary)
     if "prompt" not in table.columns:
         table = table.assign(prompt=prompt or "prompt")
     cats = match_dictionary(pd.Series(pd.unique(table["text"])), dic)

@@ -202,7 +202,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="override a prompt's framing (repeatable)")
     p.add_argument("--n-perm", type=positive_int, default=9_999,
                    help="random permutations of every permutation test (default 9999, the paper B "
-                   "authors' R default; the tables' n_perm column says how many each test used)")
+                   "authors' R default; rmfast's own test enumerates every relabelling instead where there are "
+                   "at most 9999; the tables' n_perm and exact columns say what each test used)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the permutations (default 0)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing --out file (default: refuse; a folder --out of trajectory is added to)")

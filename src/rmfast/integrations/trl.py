@@ -177,7 +177,7 @@ def summarize(frame: pd.DataFrame, dictionary=None, *, k: int = 10) -> dict:
     >>> f = pd.DataFrame({"prompt_name": "p", "step": 5, "text": ["kind", "bold", "x"], "score": [3.0, 1.0, 2.0]})
     >>> d = pd.DataFrame({"term": ["kind", "bold"], "category": ["Communion", "Agency"]})
     >>> s = summarize(f, d, k=1)
-    >>> s["scalars"]["rmfast/p/gap/Agency-Communion"], s["top"]["p"], s["bottom"]["p"]
+    >>> s["scalars"]["rmfast/p/gap/Communion_minus_Agency"], s["top"]["p"], s["bottom"]["p"]
     (-1.0, ['kind'], ['bold'])
     """
     df = frame[["prompt_name", "step", "text", "score"]].set_axis(["run", "step", "token", "score"], axis=1)
@@ -192,8 +192,8 @@ def summarize(frame: pd.DataFrame, dictionary=None, *, k: int = 10) -> dict:
         res = trajectory(df, dictionary, k=k)
         for r in res.categories.itertuples():
             out["scalars"][f"rmfast/{r.run}/median_rank/{r.category}"] = float(r.median_rank)
-        for r in res.gaps.itertuples():  # median rank of B minus A: positive = A ranked higher
-            out["scalars"][f"rmfast/{r.run}/gap/{r.category_a}-{r.category_b}"] = float(r.gap)
+        for r in res.gaps.itertuples():  # positive = A ranked higher; the name says the direction
+            out["scalars"][f"rmfast/{r.run}/gap/{r.category_b}_minus_{r.category_a}"] = float(r.median_rank_b_minus_a)
     return out
 
 

@@ -287,14 +287,58 @@ def load_dictionary(path: str | PathLike) -> pd.DataFrame:
         else:
             raise UserError(f"{p.name}: expected a long (term, category) or wide (term + one "
                             "column per category) dictionary, or a LIWC .dic")
+    n_rows = len(df)
     df = df.dropna()
     df["term"] = df["term"].map(normalize_word)
     df["wildcard"] = df["term"].str.endswith("*")
     df["term"] = df["term"].str.rstrip("*")
-    df = df[df["term"] != ""].drop_duplicates(["term", "category"]).reset_index(drop=True)
+    df = df[df["term"] != ""]
+    n_blank = n_rows - len(df)
+    n_kept = len(df)
+    df = df.drop_duplicates(["term", "category"]).reset_index(drop=True)
     if df.empty:
         raise UserError(f"{p.name}: no dictionary terms read")
+    notes = []
+    if n_blank:
+        notes.append(f"dictionary {p.name}: {n_blank} row(s) without a term or a category left out")
+    if n_kept > len(df):
+        notes.append(f"dictionary {p.name}: {n_kept - len(df)} repeated term-category row(s) counted once")
+    df.attrs["notes"] = notes  # read by dictionary_notes()
     return df
+
+
+def as_dictionary(dictionary) -> pd.DataFrame:
+    """A dictionary path (:func:`load_dictionary`) or frame (term, category[, wildcard]) as the frame
+    :func:`match_dictionary` reads: terms normalised, a wildcard column; its notes kept in ``attrs``.
+
+    >>> as_dictionary(pd.DataFrame({"term": [" Kind"], "category": ["C"]})).values.tolist()
+    [['kind', 'C', False]]
+    """
+    dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
+    notes = list(dic.attrs.get("notes", ()))
+    if "wildcard" not in dic.columns:
+        dic = dic.assign(wildcard=False)
+    dic = dic.assign(term=dic["term"].map(normalize_word))
+    dic.attrs["notes"] = notes
+    return dic
+
+
+def dictionary_notes(dic: pd.DataFrame) -> list[str]:
+    """What reading the dictionary left out or combined, and its terms filed under several categories
+    (a word matching one counts in each).
+
+    >>> dic = pd.DataFrame({"term": ["kind", "kind", "bold"], "category": ["C", "A", "A"], "wildcard": False})
+    >>> dictionary_notes(dic)
+    ["1 dictionary term(s) are in two or more categories (e.g. 'kind': A, C); a word matching one counts in each"]
+    """
+    notes = list(dic.attrs.get("notes", ()))
+    cats = dic.groupby(["term", "wildcard"])["category"].unique()
+    multi = cats[cats.map(len) > 1]
+    if len(multi):
+        (term, _), first = next(iter(multi.items()))
+        notes.append(f"{len(multi)} dictionary term(s) are in two or more categories (e.g. {term!r}: "
+                     f"{', '.join(sorted(map(str, first)))}); a word matching one counts in each")
+    return notes
 
 
 def match_dictionary(words: pd.Series, dictionary: pd.DataFrame) -> pd.DataFrame:
@@ -321,4 +365,4 @@ def match_dictionary(words: pd.Series, dictionary: pd.DataFrame) -> pd.DataFrame
 
 
 __all__ = ["normalize_word", "paper_word", "load_afinn", "load_frequencies", "load_bnc_rows",
-           "load_dictionary", "match_dictionary"]
+           "load_dictionary", "as_dictionary", "dictionary_notes", "match_dictionary"]

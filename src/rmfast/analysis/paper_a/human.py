@@ -147,7 +147,12 @@ def human_comparison(scans: pd.DataFrame, human: pd.DataFrame, *, k: int = 20,
         traj.append(_trajectories(p, table, models_p, n_trajectory))
     cols = ["prompt", "direction", "position", "text", "human_rank", "model_rank",
             "mean_model_rank", "rank_diff"]
-    res = HumanResult(correlations=pd.DataFrame(corr),
+    corr = pd.DataFrame(corr)
+    under = int((corr[["spearman_p", "kendall_p"]] == 0).sum().sum())
+    if under:  # a p of 0.0 is below the smallest double (~1e-308), not an exact zero
+        ledger.note(f"{under} p-value(s) printed as 0 are below ~1e-308, the smallest number a double holds "
+                    "(floating-point underflow): read them as p < 1e-300, not p = 0")
+    res = HumanResult(correlations=corr,
                       differences=pd.concat(diffs, ignore_index=True)[cols],
                       trajectories=pd.concat(traj, ignore_index=True),
                       ranks=pd.concat(rank_tables, ignore_index=True), method=method)

@@ -49,7 +49,7 @@ from ...errors import UserError
 from ..data import deps
 from ..data.framing import NEGATIVE, POSITIVE, framing_map
 from ..data.ledger import Ledger
-from ..data.lexicons import load_dictionary, match_dictionary, normalize_word
+from ..data.lexicons import as_dictionary, dictionary_notes, match_dictionary, normalize_word
 from ..data.metadata import load_model_metadata, match_metadata, model_families
 from .mixed_model import paper_mixed
 from ..stats.permutation import N_PERM, bonferroni, mkinfer_perm_t_test, permutation_test
@@ -257,10 +257,9 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
     """
     virtue_vice = _check_options(rank_within, word_agg, method, virtue_vice, measure)
     ledger = Ledger()
-    dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
-    if "wildcard" not in dic.columns:
-        dic = dic.assign(wildcard=False)
-    dic = dic.assign(term=dic["term"].map(normalize_word))
+    dic = as_dictionary(dictionary)
+    for n in dictionary_notes(dic):
+        ledger.note(n)
     df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
     check_balance(df, ledger)
     frame = framing_map(df["prompt"].unique(), framing)

@@ -38,7 +38,7 @@ import pandas as pd
 
 from ...errors import UserError
 from ..data.ledger import Ledger
-from ..data.lexicons import load_dictionary, match_dictionary, normalize_word
+from ..data.lexicons import as_dictionary, dictionary_notes, match_dictionary, normalize_word
 from ..data.results import Result
 
 RUN_ATTRS = ["model_id", "base", "data_size", "data_source", "method"]
@@ -50,7 +50,7 @@ class TrajectoryResult(Result):
     """Tables (``run`` plus the run attributes present lead every table):
 
     categories: run, step, category, n_tokens, median_rank, mean_rank, sum_rank
-    gaps:       run, step, category_a, category_b, gap (median_rank b minus a)
+    gaps:       run, step, category_a, category_b, median_rank_b_minus_a (positive: A ranked higher)
     extremes:   run, step, end (top/bottom), position, token, rank
     final_corr: run, step, spearman (with the run's final step), n_tokens
     changes:    run, token, category, rank_first, rank_final, change (first - final)
@@ -126,10 +126,9 @@ def _keys(df: pd.DataFrame) -> list[str]:
 
 def _word_ranks(df, dictionary, keys, ledger) -> pd.DataFrame:
     """Dictionary words per run × step: variants averaged, ranked among the words (1 = best)."""
-    dic = dictionary if isinstance(dictionary, pd.DataFrame) else load_dictionary(dictionary)
-    if "wildcard" not in dic.columns:
-        dic = dic.assign(wildcard=False)
-    dic = dic.assign(term=dic["term"].map(normalize_word))
+    dic = as_dictionary(dictionary)
+    for n in dictionary_notes(dic):
+        ledger.note(n)
     d = df.assign(word=df["token"].map(normalize_word))
     cats = match_dictionary(d["word"], dic)
     hit = d["word"].isin(set(cats["word"]))
@@ -152,7 +151,7 @@ def _category_table(words, keys) -> pd.DataFrame:
 
 def _gaps(cat: pd.DataFrame, keys) -> pd.DataFrame:
     names = sorted(cat["category"].unique())
-    cols = keys + ["step", "category_a", "category_b", "gap"]
+    cols = keys + ["step", "category_a", "category_b", "median_rank_b_minus_a"]
     rows = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -160,7 +159,7 @@ def _gaps(cat: pd.DataFrame, keys) -> pd.DataFrame:
             cb = cat.loc[cat["category"] == b, keys + ["step", "median_rank"]]
             m = ca.merge(cb, on=keys + ["step"], suffixes=("_a", "_b"))  # NaN keys match NaN
             rows.append(m.assign(category_a=a, category_b=b,
-                                 gap=m["median_rank_b"] - m["median_rank_a"])[cols])
+                                 median_rank_b_minus_a=m["median_rank_b"] - m["median_rank_a"])[cols])
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
 
 
@@ -227,7 +226,7 @@ def trajectory(df: pd.DataFrame, dictionary=None, *, k: int = 10) -> TrajectoryR
     >>> d = pd.DataFrame({"step": [1, 1, 1, 2, 2, 2], "token": list("abc") * 2,
     ...                   "category": ["X", "X", "Y"] * 2, "score": [3, 2, 1, 1, 2, 3]})
     >>> r = trajectory(d, k=1)
-    >>> r.gaps[["step", "gap"]].values.tolist()  # median rank of Y minus X
+    >>> r.gaps[["step", "median_rank_b_minus_a"]].values.tolist()  # median rank of Y minus X
     [[1.0, 1.5], [2.0, -1.5]]
     >>> r.changes[["token", "change"]].values.tolist()
     [['c', 2.0], ['b', 0.0], ['a', -2.0]]

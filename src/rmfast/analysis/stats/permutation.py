@@ -32,6 +32,9 @@ MKINFER_R = 9999  # MKinfer::perm.t.test's default number of Monte-Carlo permuta
 #: rmfast's one default number of random permutations (every test, the CLI's --n-perm): the
 #: authors' 9,999, so p = (1 + hits) / 10,000 has a round denominator.
 N_PERM = MKINFER_R
+#: rmfast's permutation test enumerates every relabelling when there are at most this many, whatever ``n_perm``
+#: (10 models split 5/5: 252): an exact p costs less than the default number of random draws.
+ENUMERATE_UP_TO = N_PERM
 
 
 def welch_t(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -74,8 +77,10 @@ def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = N_PE
                      seed: int = 0) -> dict:
     """Two-sided permutation Welch-t test of group A vs the rest (labels permuted).
 
-    Enumerates all C(n, n_a) relabellings when there are no more than ``n_perm`` (then
-    ``p = hits / C``); otherwise draws ``n_perm`` at random (``p = (1 + hits) / (1 + n_perm)``).
+    Enumerates all C(n, n_a) relabellings when there are no more than ``n_perm`` or
+    :data:`ENUMERATE_UP_TO` (then ``p = hits / C``: exact, and cheap, so a small ``n_perm`` never
+    trades it for a few random draws); otherwise draws ``n_perm`` at random
+    (``p = (1 + hits) / (1 + n_perm)``).
 
     >>> v = np.array([1.0, 1.1, 0.9, 5.0, 5.2, 4.8]); a = np.array([1, 1, 1, 0, 0, 0], bool)
     >>> r = permutation_test(v, a); r["exact"], round(r["p_value"], 3)
@@ -88,7 +93,7 @@ def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = N_PE
     if na < 2 or n - na < 2:
         return {"t": np.nan, "p_value": np.nan, "n_perm": 0, "exact": False}
     t_obs = float(welch_t(values[in_a], values[~in_a]))
-    exact = math.comb(n, na) <= n_perm
+    exact = math.comb(n, na) <= max(n_perm, ENUMERATE_UP_TO)
     if exact:
         masks = np.zeros((math.comb(n, na), n), dtype=bool)
         for i, idx in enumerate(combinations(range(n), na)):
