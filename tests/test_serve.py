@@ -384,8 +384,10 @@ def test_a_client_that_disconnects_costs_nobody_their_result(rm):
             time.sleep(0.1)
             s.close()  # gone before its wave runs
             got = fut.result(timeout=60)["rewards"][0]
+        scored = core.stats.samples
         again = _reward(url, [data[1]["text"]])["rewards"][0]
     assert got == again
+    assert scored == 1, scored  # the gone client's sample left the queue: it was scored too (uvicorn never cancels)
 
 
 # ---------------------------------------------------------------------------------- clients

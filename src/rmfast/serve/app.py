@@ -20,7 +20,8 @@
 
 Every error is one JSON line ``{"error": {"message", "code"}}`` with its status (400 malformed, 422 a wrong field,
 413 too long, 429 queue full with ``Retry-After``, 504 past the timeout, 503 draining, 401 no or a wrong key, 500 a
-non-finite score naming the model) and one log line; never a traceback to the client.
+non-finite score naming the model) and one log line; never a traceback to the client. A client that disconnects
+takes its samples out of the queue (logged as 499).
 """
 
 # no `from __future__ import annotations`: FastAPI reads the route functions' annotations as objects (the body
@@ -149,21 +150,31 @@ class Ctx:
         if not hmac.compare_digest(token.encode(), self.config.api_key.encode()):
             raise ApiError(401, "no API key or a wrong one: send 'Authorization: Bearer <key>'")
 
-    async def run(self, samples) -> np.ndarray:
-        """The samples' scores through the scheduler; 429, 503, 504 and a non-finite score as ApiErrors."""
+    async def run(self, samples, request=None) -> np.ndarray:
+        """The samples' scores through the scheduler; 429, 503, 504 and a non-finite score as ApiErrors. ``request``:
+        the HTTP request, watched: a client that disconnects takes its samples out of the queue (499)."""
         cfg, sched = self.config, self.sched
         if len(samples) > sched.max_queue:  # a 429 would be retried forever: this request never fits
             raise ApiError(413, f"this request holds {len(samples)} samples, more than the queue ever holds "
                                 f"(--max-queue {sched.max_queue}); send at most that many a request, or raise --max-queue")
+        score = asyncio.ensure_future(sched.score(samples))
+        watch = [asyncio.ensure_future(_disconnect(request))] if request is not None else []
         try:
-            scores = await asyncio.wait_for(sched.score(samples), timeout=cfg.timeout_s)
+            done, _ = await asyncio.wait([score, *watch], timeout=cfg.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # cancelling the score while it waits takes its samples out of the queue (Scheduler.score)
+            for t in (score, *watch):
+                t.cancel()
+        if score not in done:
+            if watch and watch[0] in done:
+                raise ApiError(499, "the client disconnected before its scores; its samples left the queue")
+            raise ApiError(504, f"not scored within --timeout-s {cfg.timeout_s:g} s ({sched.n_waiting} samples waiting, "
+                                f"{sched.n_running} in the running wave); retry, or raise --timeout-s")
+        try:
+            scores = score.result()
         except QueueFull as e:
             raise ApiError(429, str(e), {"Retry-After": str(e.retry_after)}) from None
         except Draining:
             raise ApiError(503, DRAINING) from None
-        except asyncio.TimeoutError:
-            raise ApiError(504, f"not scored within --timeout-s {cfg.timeout_s:g} s (the queue was {sched.n_waiting} "
-                                "samples); retry, or raise --timeout-s") from None
         bad = np.flatnonzero(~np.isfinite(scores))
         if bad.size:
             k = int(bad[0])
@@ -245,6 +256,14 @@ class Ctx:
 
 
 DRAINING = "the server is shutting down: it finishes the requests it has and takes no new ones"
+
+
+async def _disconnect(request) -> None:
+    """Returns once the client of ``request`` (its body read) has gone. No polling: the server's next message on a
+    read request is ``http.disconnect`` (uvicorn sends it when the connection drops, or once the response is sent,
+    by which time the watch has been cancelled)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _error(status: int, message: str, headers: dict | None = None):
@@ -339,7 +358,7 @@ def _http_line(app, request, exc) -> str:
 
 def _openrlhf_route(app, ctx: Ctx) -> None:
     """``POST /get_reward`` (the module doc)."""
-    from fastapi import Depends
+    from fastapi import Depends, Request
     from pydantic import BaseModel, ConfigDict
 
     class RewardBody(BaseModel):
@@ -349,7 +368,7 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
         labels: list | str | None = None
 
     @app.post("/get_reward", dependencies=[Depends(ctx.auth)])
-    async def get_reward(body: RewardBody):
+    async def get_reward(body: RewardBody, request: Request):
         check_unicode(body.model_dump())
         queries = [body.query] if isinstance(body.query, str) else body.query
         prompts = [body.prompts] if isinstance(body.prompts, str) else body.prompts
@@ -364,7 +383,7 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
             ids = ctx.tokenize(queries, False)
         p_ids = ctx.tokenize([p or "" for p in prompts], False) if prompts is not None else [None] * len(queries)
         samples = [ctx.sample(i, k, p if p else None, "query") for k, (i, p) in enumerate(zip(ids, p_ids))]
-        scores = [float(s) for s in await ctx.run(samples)]
+        scores = [float(s) for s in await ctx.run(samples, request)]
         logs = {"rm_tokens": [len(s.ids) for s in samples], "rm_prompt_tokens": [s.split for s in samples]}
         if ctx.config.rerender:
             logs["rm_rerendered"] = [int(r) for r in rerendered]
@@ -373,7 +392,7 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
 
 def _vllm_route(app, ctx: Ctx) -> None:
     """``POST /classify``, vLLM's body and response (the module doc)."""
-    from fastapi import Depends
+    from fastapi import Depends, Request
     from pydantic import BaseModel, ConfigDict
 
     class ClassifyBody(BaseModel):
@@ -384,14 +403,14 @@ def _vllm_route(app, ctx: Ctx) -> None:
         add_special_tokens: bool = True
 
     @app.post("/classify", dependencies=[Depends(ctx.auth)])
-    async def classify(body: ClassifyBody):
+    async def classify(body: ClassifyBody, request: Request):
         check_unicode(body.model_dump())
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts:
             raise ApiError(422, "input: an empty list; send a text or a list of texts")
         ids = ctx.tokenize(texts, body.add_special_tokens)  # vLLM adds the special tokens (verl strips its BOS)
         samples = [ctx.sample(i, k, None, "input") for k, i in enumerate(ids)]
-        scores = [float(s) for s in await ctx.run(samples)]
+        scores = [float(s) for s in await ctx.run(samples, request)]
         act = body.use_activation is not False  # vLLM's default: the activation on
         core = ctx.core
         label = (getattr(core.model.config, "id2label", None) or {}).get(core.head_index, f"LABEL_{core.head_index}")
@@ -408,7 +427,7 @@ def _slime_route(app, ctx: Ctx) -> None:
     """``POST /reward``: slime's remote reward model, one sample per request, answered with a bare number."""
     from typing import Any
 
-    from fastapi import Depends
+    from fastapi import Depends, Request
     from pydantic import BaseModel, ConfigDict
 
     class OneBody(BaseModel):
@@ -418,17 +437,17 @@ def _slime_route(app, ctx: Ctx) -> None:
         label: Any = None  # the task's answer, for rule-based rewards; a reward model does not read it
 
     @app.post("/reward", dependencies=[Depends(ctx.auth)])
-    async def reward(body: OneBody):
+    async def reward(body: OneBody, request: Request):
         check_unicode(body.model_dump())
         sample = ctx.reward_sample(body.prompt, body.response)
-        return float((await ctx.run([sample]))[0])
+        return float((await ctx.run([sample], request))[0])
 
 
 def _rmfast_routes(app, ctx: Ctx) -> None:
     """``POST /v1/score`` and ``POST /v1/rerank`` (the module doc)."""
     from typing import Annotated, Any
 
-    from fastapi import Depends
+    from fastapi import Depends, Request
     from pydantic import BaseModel, ConfigDict, Field
 
     class ConvItem(BaseModel):
@@ -449,14 +468,14 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
         top_n: Annotated[int, Field(ge=0)] | None = None
 
     @app.post("/v1/score", dependencies=[Depends(ctx.auth)])
-    async def v1_score(body: ScoreBody):
+    async def v1_score(body: ScoreBody, request: Request):
         check_unicode(body.model_dump())
         if body.states not in (None, False, "", []):
             raise ApiError(422, "states: hidden states are not served (their size per sample is the model's width); "
                                 "use RewardScorer.score_with_states or rmfast scan --states in-process")
         per = [ctx.conv_samples(c.prompt, c.responses, k, body.compat) for k, c in enumerate(body.conversations)]
         flat = [s for p in per for s in p]
-        scores = await ctx.run(flat) if flat else np.zeros(0, dtype=np.float32)
+        scores = await ctx.run(flat, request) if flat else np.zeros(0, dtype=np.float32)
         out, k = [], 0
         for p in per:
             out.append([float(v) for v in scores[k:k + len(p)]])
@@ -464,10 +483,10 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
         return {"scores": out, **ctx.about()}
 
     @app.post("/v1/rerank", dependencies=[Depends(ctx.auth)])
-    async def v1_rerank(body: RerankBody):
+    async def v1_rerank(body: RerankBody, request: Request):
         check_unicode(body.model_dump())
         samples = ctx.conv_samples(body.prompt, body.responses, 0)
-        scores = await ctx.run(samples) if samples else np.zeros(0, dtype=np.float32)
+        scores = await ctx.run(samples, request) if samples else np.zeros(0, dtype=np.float32)
         order = sorted(range(len(samples)), key=lambda j: (-float(scores[j]), j))  # ties: input order
         top = order[: body.top_n] if body.top_n is not None else order
         return {"results": [{"index": j, "response": body.responses[j], "score": float(scores[j])} for j in top],

@@ -69,6 +69,9 @@ class Metrics:
             metric("rmfast_queue_samples", "gauge", "samples waiting for a wave", [("", scheduler.n_waiting)])
             metric("rmfast_in_flight_requests", "gauge", "requests submitted and not yet answered",
                    [("", scheduler.in_flight)])
+            if hasattr(scheduler, "n_running"):
+                metric("rmfast_running_samples", "gauge", "samples of the wave being scored (it runs to its end, "
+                       "whether or not their clients are still there)", [("", scheduler.n_running)])
             for family in getattr(scheduler, "metric_families", tuple)():  # a scheduler with more to say (Ray's)
                 metric(*family)
         if core is not None:

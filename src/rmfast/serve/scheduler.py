@@ -38,7 +38,7 @@ class Draining(Exception):
     """The server is shutting down: it finishes the requests it has and takes no new ones."""
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself (the queue removes it by identity)
 class _Request:
     samples: list
     future: asyncio.Future
@@ -62,6 +62,7 @@ class Scheduler:
         self.waiting: deque[_Request] = deque()
         self.n_waiting = 0  # samples
         self.in_flight = 0  # requests submitted and not yet answered
+        self.n_running = 0  # samples of the wave being scored (its clients may have gone: it runs to its end)
         self.draining = False
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -96,8 +97,13 @@ class Scheduler:
             return await req.future
         finally:
             self.in_flight -= 1
-            if not req.future.done():  # cancelled (timeout, disconnect) while waiting: leave the queue
+            if not req.future.done():  # cancelled (timeout, disconnect) while waiting: leave the queue now
                 req.future.cancel()
+                try:
+                    self.waiting.remove(req)
+                    self.n_waiting -= len(req.samples)
+                except ValueError:  # its wave is running: the result is dropped
+                    pass
 
     def retry_after(self) -> int:
         """Seconds until the queue is likely to have room: the waiting waves at the recent wave time."""
@@ -139,6 +145,7 @@ class Scheduler:
                     continue
                 samples = [s for r in wave for s in r.samples]
                 t0 = time.perf_counter()
+                self.n_running = len(samples)
                 try:
                     scores = await loop.run_in_executor(self._pool, self.core.score, samples)
                 except Exception as e:  # the wave failed: each of its requests is told, the server goes on
@@ -146,6 +153,8 @@ class Scheduler:
                         if not r.future.done():
                             r.future.set_exception(e)
                     continue
+                finally:
+                    self.n_running = 0
                 dt = time.perf_counter() - t0
                 self.wave_s_avg = dt if self.wave_s_avg == 0 else 0.8 * self.wave_s_avg + 0.2 * dt
                 k = 0
