@@ -110,6 +110,21 @@ def test_groups_are_encoded_once_on_one_replica_with_the_single_servers_bits(clu
     assert type(one[0]) is float and one[0] == one[1]
 
 
+def test_one_request_of_several_prompts_is_answered_with_the_single_servers_bits(cluster, smol_tokenizer):
+    """OpenRLHF's remote_rm_fn and /v1/score send several prompts in one request: its groups go to their replicas
+    (two, here) and come back in the request's order (it hung until --timeout-s, then a 500)."""
+    url, single, _ = cluster
+    texts = [d["text"] for d in _texts(smol_tokenizer, 6, 2, seed=12)]
+    got = [httpx.post(f"{u}/get_reward", json={"query": texts}, timeout=120) for u in (url, single)]
+    assert [r.status_code for r in got] == [200, 200], got[0].text
+    assert got[0].json()["rewards"] == got[1].json()["rewards"]
+    conv = {"conversations": [{"prompt": "What is 2+2?", "responses": ["4", "5"]},
+                              {"prompt": "Name a colour.", "responses": ["Blue"]}]}
+    got = [httpx.post(f"{u}/v1/score", json=conv, timeout=120) for u in (url, single)]
+    assert [r.status_code for r in got] == [200, 200], got[0].text
+    assert got[0].json()["scores"] == got[1].json()["scores"]
+
+
 def test_the_start_line_names_the_running_proxys_address(cluster):
     """Where a Serve ran on the cluster already, Ray keeps its proxy's options: the line says that address."""
     from rmfast.cli.serve_ray import serve_address

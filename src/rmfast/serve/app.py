@@ -167,8 +167,8 @@ class Ctx:
         if score not in done:
             if watch and watch[0] in done:
                 raise ApiError(499, "the client disconnected before its scores; its samples left the queue")
-            raise ApiError(504, f"not scored within --timeout-s {cfg.timeout_s:g} s ({sched.n_waiting} samples waiting, "
-                                f"{sched.n_running} in the running wave); retry, or raise --timeout-s")
+            raise ApiError(504, f"not scored within --timeout-s {cfg.timeout_s:g} s ({sched.load_line()}); retry, or "
+                                "raise --timeout-s")
         try:
             scores = score.result()
         except QueueFull as e:

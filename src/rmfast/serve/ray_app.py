@@ -24,6 +24,7 @@ Everything Ray is imported inside the functions: the module imports without Ray 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import re
 
@@ -182,9 +183,13 @@ class RayDispatch:
             groups.setdefault(s.prompt, []).append(k)
         self.in_flight += 1
         self.n_waiting += len(samples)
+        # Each group's call starts in an empty context. Ray Serve gives a call made while serving a request that
+        # request's internal id, and its router tracks a pending call by that id: of two concurrent calls of one
+        # request (a request of several prompts), the second was never given a replica and hung until --timeout-s.
+        calls = [contextvars.Context().run(asyncio.ensure_future, self._call([samples[k] for k in ks], route_key(p)))
+                 for p, ks in groups.items()]
         try:
-            got = await asyncio.gather(*(self._call([samples[k] for k in ks], route_key(p))
-                                         for p, ks in groups.items()))
+            got = await asyncio.gather(*calls)
         finally:
             self.in_flight -= 1
             self.n_waiting -= len(samples)
@@ -192,6 +197,10 @@ class RayDispatch:
         for ks, scores in zip(groups.values(), got):
             out[np.asarray(ks)] = scores
         return out
+
+    def load_line(self) -> str:
+        """What a 504 says of the load: the ingress sees the samples it sent, not the replicas' waves."""
+        return f"{self.n_waiting} samples sent to the replicas and not answered"
 
     async def _call(self, samples: list, key: str) -> np.ndarray:
         from ray.exceptions import RayActorError

@@ -105,6 +105,10 @@ class Scheduler:
                 except ValueError:  # its wave is running: the result is dropped
                     pass
 
+    def load_line(self) -> str:
+        """What a 504 says of the load."""
+        return f"{self.n_waiting} samples waiting, {self.n_running} in the running wave"
+
     def retry_after(self) -> int:
         """Seconds until the queue is likely to have room: the waiting waves at the recent wave time."""
         waves = max(1.0, self.n_waiting * 64 / max(1, self.wave_tokens))
