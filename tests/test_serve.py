@@ -307,6 +307,13 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         assert r.status_code == 405 and r.json()["error"]["message"].endswith("it takes POST")
         r = post("/v1/rerank", json={"prompt": "hi", "responses": ["a b", "c d"], "top_n": -1})
         assert r.status_code == 422 and r.json()["error"]["message"].startswith("top_n")
+        # a new user's finds: curl -d sends a form content type (was a 422 "Input should be a valid dictionary"),
+        # labels of another length than the queries (taken silently where prompts were refused)
+        for kind in ("application/x-www-form-urlencoded", "text/plain", None):
+            r = post("/get_reward", content=b'{"query": ["a b"]}', headers={"content-type": kind} if kind else {})
+            assert r.status_code == 415 and "Content-Type: application/json" in r.json()["error"]["message"], r.text
+        r = post("/get_reward", json={"query": ["a b"], "labels": [1, 2, 3]})
+        assert r.status_code == 422 and r.json()["error"]["message"] == "labels: 3 labels for 1 queries; send one per query"
         assert httpx.get(f"{url}/health").json()["status"] == "ok"  # the server is alive
 
 
@@ -329,6 +336,7 @@ def test_timeout_is_504_and_the_queue_forgets_the_request(rm):
     with running(app) as url:
         r = httpx.post(f"{url}/get_reward", json={"query": [text]}, timeout=30)
         assert r.status_code == 504 and "--timeout-s" in r.json()["error"]["message"]
+        assert "1 samples waiting, 0 in the running wave" in r.json()["error"]["message"], r.text
         time.sleep(1.2)
         assert parse(httpx.get(f"{url}/metrics").text)["rmfast_queue_samples"] == 0
 
@@ -419,7 +427,7 @@ def test_verl_compute_score_and_the_trl_remote_reward(rm):
     import asyncio
 
     from rmfast.integrations.grpo import rmfast_reward
-    from rmfast.integrations.verl import compute_score
+    from rmfast.integrations.verl import compute_score, compute_score_sync
 
     _, tok = rm
     d = _groups(tok, 2, 2, seed=11, long_first=False)
@@ -435,6 +443,15 @@ def test_verl_compute_score_and_the_trl_remote_reward(rm):
         assert got == [w[0] for w in want]
         with pytest.raises(Exception, match="no prompt"):
             asyncio.run(compute_score("ds", "x", None, {}, url=url))
+        # the same, not awaited (verl's NaiveRewardManager); an empty response (a policy may sample one) is the
+        # template's empty turn, as /reward scores it, not a 422 that stops the run
+        assert compute_score_sync("ds", d[0]["response"], None, {"prompt": d[0]["msgs"]}, url=url) == want[0][0]
+        empty = httpx.post(f"{url}/reward", json={"prompt": d[0]["msgs"], "response": ""}).json()
+        assert compute_score_sync("ds", "", None, {"prompt": d[0]["msgs"]}, url=url) == empty
+        assert asyncio.run(compute_score("ds", " ", None, {"prompt": d[0]["msgs"]}, url=url)) == empty
+        mixed = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": d[0]["msgs"], "responses": [
+            "", d[0]["response"]]}], "compat": "decode-retokenize"}).json()["scores"][0]
+        assert mixed == [empty, want[0][0]]
 
 
 def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
@@ -589,3 +606,24 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tiny_dir, capsys, monk
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [f"rmfast: error: cannot listen on 127.0.0.1:{port}: Address already in use; "
                                         "choose another --port (or --host)"] and not loads, err
+
+
+def test_the_start_says_a_random_head_and_a_limit_past_the_models(capsys):
+    """A new user's finds: a --random-head-seed server's start line did not say its head is random; a
+    --max-request-tokens past the model's positions was capped without a word; one line named two options."""
+    from types import SimpleNamespace
+
+    import re
+
+    from rmfast.cli.serve import start_notes
+    from rmfast.errors import UserError, read_by_cli
+    from rmfast.serve.server import ServeOptions, check
+
+    notes = start_notes(SimpleNamespace(random_head_seed=0), ServeOptions(max_request_tokens=100_000), 8192)
+    assert notes[0].startswith("the score head is RANDOM (--random-head-seed 0)") and len(notes) == 2
+    assert "--max-request-tokens 100000 is past the model's 8192 positions" in notes[1]
+    assert start_notes(SimpleNamespace(random_head_seed=None), ServeOptions(max_request_tokens=64), 8192) == []
+    for opts, line in ((ServeOptions(timeout_s=0), "--timeout-s 0: give a positive number of seconds"),
+                       (ServeOptions(max_wait_ms=-1), "--max-wait-ms -1: give 0 or more milliseconds")):
+        with read_by_cli(), pytest.raises(UserError, match=re.escape(line)):
+            check(opts, bind=False)

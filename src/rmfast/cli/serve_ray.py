@@ -101,6 +101,10 @@ def run_ray(args, opts, key, make_core) -> int:
         print(f"rmfast serve: {args.model} on Ray Serve, {args.replicas} replica(s), {url} "
               f"({'API key required' if key else 'no API key'}; {router}{note}); routes: {', '.join(ROUTES)}",
               file=sys.stderr, flush=True)
+        from .serve import start_notes
+
+        for line in start_notes(args, opts, None):
+            print(f"rmfast serve: note: {line}", file=sys.stderr, flush=True)
         _wait_for_signal()
         print("rmfast serve: stopping (Ray Serve finishes the requests in flight)", file=sys.stderr, flush=True)
     finally:

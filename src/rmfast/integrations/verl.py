@@ -9,8 +9,9 @@ In the trainer's config (docs/serving.md)::
       reward_kwargs:
         url: http://127.0.0.1:8000
 
-verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`` per sample (its
-reward loop awaits an ``async def``). The reward model needs the prompt the response answers: it is read from
+verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`` per sample.
+``compute_score`` is an ``async def``, for verl's reward loop, which awaits one (and sends many at once);
+``compute_score_sync`` is the same for a reward manager that calls it plainly (``NaiveRewardManager``), or by hand. The reward model needs the prompt the response answers: it is read from
 ``extra_info`` (``prompt``, a string or chat messages; else ``question``), or given as ``prompt=``. The server
 gathers the samples of a GRPO group, however verl interleaves them, and encodes their prompt once.
 
@@ -41,20 +42,37 @@ def _prompt_of(extra_info, prompt):
                     "(a string or chat messages), or pass prompt=")
 
 
+def _setup(extra_info, prompt, solution_str, url):
+    """(the server's address, the /v1/score body) of one sample."""
+    url = (url or os.environ.get(URL_ENV) or "").rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"rmfast verl reward: give the server as reward_kwargs url: http://host:port (or ${URL_ENV})")
+    # compat: a sampled response never stops training (one that merges with the template, an empty one: scored)
+    return url, {"conversations": [{"prompt": _prompt_of(extra_info, prompt), "responses": [solution_str]}],
+                 "compat": "decode-retokenize"}
+
+
+def _read(r, url: str, attempt: int, retries: int):
+    """A response's score, or (None, why, seconds to wait) where the server asks to be tried again."""
+    if r.status_code in (429, 503) and attempt + 1 < retries:
+        return None, _error_line(r.status_code, r.text), float(r.headers.get("retry-after", 1))
+    if r.status_code != 200:
+        raise UserError(f"rmfast serve at {url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
+    return float(r.json()["scores"][0][0]), None, 0.0
+
+
 async def compute_score(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None, *,
                         url: str | None = None, api_key: str | None = None, prompt=None, timeout_s: float = 180.0,
                         retries: int = 5, **_ignored) -> float:
-    """The reward model's score of ``solution_str`` as the answer to the sample's prompt (module doc). A server error
-    is one UserError naming it (a non-finite score is one: never a silent 0)."""
+    """The reward model's score of ``solution_str`` as the answer to the sample's prompt (module doc), for verl's
+    reward loop, which awaits it. A server error is one UserError naming it (a non-finite score is one: never a
+    silent 0); an empty response is scored as an empty assistant turn. :func:`compute_score_sync` is the same
+    for a caller that does not await."""
     import asyncio
 
     import httpx
 
-    url = (url or os.environ.get(URL_ENV) or "").rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise UserError(f"rmfast verl reward: give the server as reward_kwargs url: http://host:port (or ${URL_ENV})")
-    body = {"conversations": [{"prompt": _prompt_of(extra_info, prompt), "responses": [solution_str]}],
-            "compat": "decode-retokenize"}  # a sampled response never stops training
+    url, body = _setup(extra_info, prompt, solution_str, url)
     last = None
     async with httpx.AsyncClient(timeout=timeout_s) as client:
         for attempt in range(max(1, int(retries))):
@@ -64,14 +82,37 @@ async def compute_score(data_source=None, solution_str: str = "", ground_truth=N
                 last = f"{type(e).__name__}: {e}"
                 await asyncio.sleep(min(2 ** attempt, 10))
                 continue
-            if r.status_code in (429, 503) and attempt + 1 < retries:
-                last = _error_line(r.status_code, r.text)
-                await asyncio.sleep(float(r.headers.get("retry-after", 1)))
-                continue
-            if r.status_code != 200:
-                raise UserError(f"rmfast serve at {url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
-            return float(r.json()["scores"][0][0])
+            score, last, wait = _read(r, url, attempt, retries)
+            if score is not None:
+                return score
+            await asyncio.sleep(wait)
     raise UserError(f"rmfast serve at {url}: no answer after {retries} tries ({last})")
 
 
-__all__ = ["compute_score", "API_KEY_ENV", "URL_ENV"]
+def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None, *,
+                       url: str | None = None, api_key: str | None = None, prompt=None, timeout_s: float = 180.0,
+                       retries: int = 5, **_ignored) -> float:
+    """:func:`compute_score` for a caller that does not await: verl's ``NaiveRewardManager``
+    (``custom_reward_function.name: compute_score_sync``), a notebook."""
+    import time
+
+    import httpx
+
+    url, body = _setup(extra_info, prompt, solution_str, url)
+    last = None
+    with httpx.Client(timeout=timeout_s) as client:
+        for attempt in range(max(1, int(retries))):
+            try:
+                r = client.post(f"{url}/v1/score", json=body, headers=_headers(api_key))
+            except httpx.HTTPError as e:
+                last = f"{type(e).__name__}: {e}"
+                time.sleep(min(2 ** attempt, 10))
+                continue
+            score, last, wait = _read(r, url, attempt, retries)
+            if score is not None:
+                return score
+            time.sleep(wait)
+    raise UserError(f"rmfast serve at {url}: no answer after {retries} tries ({last})")
+
+
+__all__ = ["compute_score", "compute_score_sync", "API_KEY_ENV", "URL_ENV"]

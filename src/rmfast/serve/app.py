@@ -213,19 +213,33 @@ class Ctx:
 
     def conv_samples(self, prompt, responses: list[str], k: int, compat: str | None = None,
                      where: str | None = None) -> list:
-        """A conversation's responses as samples, templated as RewardScorer does (each response's ids in context)."""
+        """A conversation's responses as samples, templated as RewardScorer does (each response's ids in context).
+        A blank response is refused, except under ``compat`` (a policy's sampled text, which never stops training:
+        verl's reward function, slime's ``/reward``), where it is scored as an empty assistant turn."""
         where = f"conversations[{k}]" if where is None else where
+        blank = [j for j, r in enumerate(responses) if not r.strip()]
         try:
             t = self.template(prompt, f"{where}.prompt")
-            for j, r in enumerate(responses):
-                if not r.strip():
-                    raise UserError(f"{where}.responses[{j}] is empty; every response needs some text")
-            rows = tokenize_rows(self.core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses)], [t], compat=compat)
+            if blank and compat is None:
+                raise UserError(f"{where}.responses[{blank[0]}] is empty; every response needs some text (a policy's "
+                                "sampled text: send compat: decode-retokenize, which scores it as an empty turn)")
+            rows = tokenize_rows(self.core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses) if r.strip()],
+                                 [t], compat=compat)
         except UserError as e:
             raise ApiError(422, str(e)) from None
-        # a compat row that merged with the template carries its own (the whole conversation as it re-tokenizes)
-        return [self.sample((*(row.template or t).prefix_ids, *row.ids, *(row.template or t).suffix_ids), k,
-                            t.prefix_ids, f"{where} response") for row in rows]
+        if blank and not t.suffix_ids:
+            raise ApiError(422, f"{where}.responses[{blank[0]}] is empty, and the reward model's template ends the "
+                                "reply with no token of its own, so there is no position to score; send some text")
+        rows, out = iter(rows), []
+        for j in range(len(responses)):
+            if j in blank:  # the template's turn with nothing in it
+                ids = (*t.prefix_ids, *t.suffix_ids)
+            else:  # a compat row that merged with the template carries its own (the whole conversation re-tokenized)
+                row = next(rows)
+                rt = row.template or t
+                ids = (*rt.prefix_ids, *row.ids, *rt.suffix_ids)
+            out.append(self.sample(ids, k, t.prefix_ids, f"{where} response"))
+        return out
 
     def reward_sample(self, prompt, response: str):
         """slime's sample (``POST /reward``) in the RM's own template: chat messages as they are; a text in a known
@@ -240,16 +254,7 @@ class Ctx:
             response = opened + response
         response = drop_end_marks(response, (self.core.tokenizer.eos_token,))  # the template ends the turn itself
         self.metrics.reward_read(read)
-        if response.strip():
-            return self.conv_samples(prompt, [response], 0, "decode-retokenize", where="body")[0]
-        try:
-            t = self.template(prompt, "body.prompt")
-        except UserError as e:
-            raise ApiError(422, str(e)) from None
-        if not t.suffix_ids:
-            raise ApiError(422, "response: empty, and the reward model's template ends the reply with no token of "
-                                "its own, so there is no position to score; send some text")
-        return self.sample((*t.prefix_ids, *t.suffix_ids), 0, t.prefix_ids, "body")
+        return self.conv_samples(prompt, [response], 0, "decode-retokenize", where="body")[0]
 
     def about(self) -> dict:
         return {"model": self.config.name, "revision": self.config.revision, "score_meaning": self.core.score_meaning}
@@ -321,6 +326,11 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc):
+        kind = request.headers.get("content-type", "")
+        if "json" not in kind.lower() and any(tuple(e.get("loc", ())) == ("body",) for e in exc.errors()):
+            return logged(request, 415, f"the body was sent as {kind.split(';')[0] or 'no content type'}, not JSON: send "
+                                        "'Content-Type: application/json' (curl: --json, or -H 'Content-Type: "
+                                        "application/json'; requests: json=...)")
         return logged(request, *_validation_line(exc))
 
     @app.exception_handler(StarletteHTTPException)
@@ -372,8 +382,10 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
         check_unicode(body.model_dump())
         queries = [body.query] if isinstance(body.query, str) else body.query
         prompts = [body.prompts] if isinstance(body.prompts, str) else body.prompts
-        if prompts is not None and len(prompts) != len(queries):
-            raise ApiError(422, f"prompts: {len(prompts)} prompts for {len(queries)} queries; send one per query")
+        for name, got in (("prompts", prompts), ("labels", body.labels)):
+            got = [got] if isinstance(got, str) else got
+            if got is not None and len(got) != len(queries):  # a misaligned batch: refused, though labels go unread
+                raise ApiError(422, f"{name}: {len(got)} {name} for {len(queries)} queries; send one per query")
         rerendered = []
         if ctx.config.rerender:
             got = [rerender_query(ctx.core, q) for q in queries]

@@ -102,8 +102,10 @@ def check(opts: ServeOptions, bind: bool = True) -> None:
             raise UserError(f"--{k.replace('_', '-')} must be a positive integer")
     if opts.max_request_tokens is not None and int(opts.max_request_tokens) < 2:
         raise UserError("--max-request-tokens must be at least 2 (a prompt and a response)")
-    if not float(opts.timeout_s) > 0 or float(opts.max_wait_ms) < 0:
-        raise UserError("--timeout-s must be positive and --max-wait-ms not negative")
+    if not float(opts.timeout_s) > 0:
+        raise UserError(f"--timeout-s {opts.timeout_s:g}: give a positive number of seconds")
+    if not float(opts.max_wait_ms) >= 0:
+        raise UserError(f"--max-wait-ms {opts.max_wait_ms:g}: give 0 or more milliseconds")
     if opts.gemm_rows not in ("auto", "pad", "chunk"):
         raise UserError(f"--gemm-rows {opts.gemm_rows!r}: give auto, pad or chunk")
 
