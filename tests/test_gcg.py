@@ -435,3 +435,65 @@ def test_a_search_width_that_cannot_fit_is_one_line_before_any_work(smol_tokeniz
         random_search(model, smol_tokenizer, PROMPT, GCGConfig(**SMALL), 10**7, template=tmpl)
     res = run(model, smol_tokenizer, PROMPT, GCGConfig(**{**SMALL, "steps": 1}), progress=False, template=tmpl)
     assert res.n_evaluated > 0  # a width that fits runs as before
+
+
+# --------------------------------------------------------------------------------------------
+# a new user's finds: Ctrl-C kept nothing; settings past what the search has were clamped without a word
+
+
+def _interrupt_after(monkeypatch, n_calls: int):
+    """The run's scorer, raising KeyboardInterrupt (as Ctrl-C does) at its ``n_calls``-th call."""
+    from rmfast.gcg import search
+
+    real, calls = search._score_all, [0]
+
+    def call(plan, cands):
+        calls[0] += 1
+        if calls[0] == n_calls:
+            raise KeyboardInterrupt
+        return real(plan, cands)
+
+    monkeypatch.setattr(search, "_score_all", call)
+
+
+def test_an_interrupted_search_is_a_result_of_what_it_found(smol_tokenizer, tmpl, monkeypatch):
+    from rmfast.gcg import GCGInterrupted
+
+    cfg = GCGConfig(**{**SMALL, "steps": 5}, restarts=2)
+    _interrupt_after(monkeypatch, 1 + 5 + 1 + 3)  # restart 0: its start and 5 steps; restart 1: its start, 2 steps
+    with pytest.raises(GCGInterrupted) as got:
+        run(T.tiny("llama"), smol_tokenizer, PROMPT, cfg, progress=False, template=tmpl)
+    res = got.value.result
+    assert res.interrupted and [r["stopped"] for r in res.restarts] == ["steps", "interrupted"]
+    assert [r["steps_run"] for r in res.restarts] == [5, 2]
+    best = max(max(r["trajectory"]) for r in res.restarts)
+    assert res.best_score == best and res.best_score == pytest.approx(res.best_score_reference, abs=1e-4)
+    _interrupt_after(monkeypatch, 1)  # nothing scored yet: a plain interrupt
+    with pytest.raises(KeyboardInterrupt) as plain:
+        run(T.tiny("llama"), smol_tokenizer, PROMPT, cfg, progress=False, template=tmpl)
+    assert not isinstance(plain.value, GCGInterrupted)
+
+
+def test_cli_writes_the_search_so_far_on_ctrl_c(tiny_dir, capsys, tmp_path, monkeypatch):
+    from rmfast.cli import main
+
+    out = tmp_path / "g.json"
+    _interrupt_after(monkeypatch, 4)  # the start and two steps
+    argv = ["gcg", str(tiny_dir), "--prompt", "Hi", "--length", "3", "--steps", "6", "--search-width", "8", "--topk",
+            "8", "--no-progress", "--no-plot", "--dtype", "float32", "--out", str(out)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    d = json.loads(out.read_text())
+    assert d["interrupted"] is True and d["restarts"][0]["steps_run"] == 2, d["restarts"]
+    assert "interrupted after 2 step(s); wrote the best so far" in err and "go on from it with --init" in err, err
+
+
+def test_settings_past_what_the_search_has_are_said_and_recorded(smol_tokenizer, tmpl):
+    cfg = GCGConfig(**{**SMALL, "steps": 1, "topk": 10**6}, n_replace=9)
+    with pytest.warns(UserWarning) as w:
+        res = run(T.tiny("llama"), smol_tokenizer, PROMPT, cfg, progress=False, template=tmpl)
+    said = " ".join(str(x.message) for x in w)
+    assert "--topk 1000000 is more than the" in said or "topk=1000000 is more than the" in said, said
+    assert "is more than the response's 4 tokens: every candidate changes all 4" in said, said
+    sel = res.manifest["candidate_selection"]
+    assert sel["n_replace_run"] == 4 and sel["topk_run"] == res.manifest["n_allowed_tokens"]

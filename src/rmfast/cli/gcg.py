@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import os
 from pathlib import Path
 
@@ -114,7 +116,15 @@ def run(args) -> int:
     lm = common.load_model(args, random_head_seed=args.random_head_seed)
     if cfg.template is None and lm.default_template is not None:
         cfg.template = lm.default_template
-    res = job.run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source)
+    try:
+        res = job.run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source)
+    except job.GCGInterrupted as stop:  # Ctrl-C: the search so far is written, and how to go on from it said
+        stop.result.to_json(out, overwrite=True)  # `out` was checked before the load
+        _report(stop.result)
+        print(f"rmfast: gcg: interrupted after {sum(r['steps_run'] for r in stop.result.restarts)} step(s); wrote the "
+              f"best so far to {out} (\"interrupted\": true); go on from it with --init "
+              f"{shlex.quote(stop.result.best_text)} --overwrite", file=sys.stderr)
+        return 130
     if args.baseline == "random":
         res.baseline = _random_baseline(lm, args.prompt, cfg, res, say=not args.no_progress)
     res.to_json(out, overwrite=args.overwrite)

@@ -5,10 +5,11 @@
 """
 
 # imported when first used (PEP 562): the CLI's parser reads GCGConfig's defaults without torch
-_EXPORTS = {"GCGConfig": "config", "GCGResult": "result", "RandomSearchResult": "result", "run": "search",
+_EXPORTS = {"GCGConfig": "config", "GCGResult": "result", "GCGInterrupted": "result", "RandomSearchResult": "result",
+            "run": "search",
             "random_search": "search", "allowed_tokens": "search"}
 
-__all__ = ["GCGConfig", "GCGResult", "RandomSearchResult", "run", "random_search", "allowed_tokens"]
+__all__ = ["GCGConfig", "GCGResult", "GCGInterrupted", "RandomSearchResult", "run", "random_search", "allowed_tokens"]
 
 
 def __getattr__(name: str):

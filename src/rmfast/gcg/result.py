@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["GCGResult", "RandomSearchResult"]
+__all__ = ["GCGResult", "GCGInterrupted", "RandomSearchResult"]
 
 
 @dataclass
@@ -31,6 +31,8 @@ class GCGResult:
         timing: wall_s, setup_s, per_step_s and the gradient / filter / evaluation split.
         baseline: None, or what a baseline of the same budget found (``rmfast gcg --baseline random``:
             method, n_evaluated, best_ids, best_text, best_score, wall_s).
+        interrupted: True where Ctrl-C stopped the search: the best so far (the restart it stopped in says
+            "interrupted"; restarts after it never ran).
     """
 
     best_ids: list[int]
@@ -47,6 +49,7 @@ class GCGResult:
     manifest: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
     baseline: dict | None = None
+    interrupted: bool = False
 
     def to_dict(self) -> dict:
         """The result as plain dicts and lists (JSON-ready)."""
@@ -98,3 +101,13 @@ class RandomSearchResult:
     n_evaluated: int
     scores: list[float]
     best_text: str = ""  # the text that renders to best_ids in the template (else their decoded text)
+
+
+class GCGInterrupted(KeyboardInterrupt):
+    """A search stopped by Ctrl-C (SIGINT) once something was scored: ``result`` is what it had found
+    (``result.interrupted`` is True; the restart it stopped in says ``stopped: "interrupted"``). ``rmfast gcg``
+    writes it; ``--init`` with its best text goes on from there."""
+
+    def __init__(self, result: GCGResult):
+        super().__init__("gcg interrupted")
+        self.result = result

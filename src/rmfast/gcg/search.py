@@ -54,7 +54,7 @@ from ..scoring.candidates import check_context, decoded, special_ids, vocab_size
 from ..cpu import say_choice
 from ..errors import UserError
 from .config import GCGConfig
-from .result import GCGResult, RandomSearchResult
+from .result import GCGInterrupted, GCGResult, RandomSearchResult
 from .select import distance_penalty, greedy_pairs, loss_gradient
 from ..scoring.batching import available_memory, oom_batches
 from ..scoring.plan import ScoringPlan, decide, finish_manifest, plan_scoring
@@ -267,6 +267,7 @@ class _Search:
     t_filter: float = 0.0
     t_eval: float = 0.0
     step_times: list[float] = field(default_factory=list)
+    live: tuple | None = None  # the running restart's (r, start ids, buffer, trajectory, evaluations): an interrupt's
 
 
 #: host bytes per token of one step's sampled candidates: random keys (fp32), their argsort and the rows (int64 each),
@@ -281,6 +282,16 @@ def _check_rows_fit(rows: int, L: int, what: str) -> None:
     if avail is not None and need > avail // 2:
         raise UserError(f"{what} {rows:,} x {L} tokens needs ~{need / 2**30:,.1f} GiB at once, over half of this "
                         f"machine's available {avail / 2**30:.1f} GiB: give a smaller {what}")
+
+
+def _say_capped(cfg: GCGConfig, k: int, L: int) -> None:
+    """One line for a setting past what the search has, and what runs instead (the manifest records both)."""
+    if cfg.topk > k:
+        warnings.warn(f"rmfast: gcg: --topk {cfg.topk} is more than the {k:,} allowed tokens: every allowed token is a "
+                      f"substitution (topk {k:,})", stacklevel=4)
+    if not cfg.greedy and cfg.n_replace > L:
+        warnings.warn(f"rmfast: gcg: --n-replace {cfg.n_replace} is more than the response's {L} tokens: every "
+                      f"candidate changes all {L}", stacklevel=4)
 
 
 def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template | None) -> _Search:
@@ -300,6 +311,7 @@ def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template |
     if not cfg.greedy:  # (greedy keeps at most the pairs there are)
         _check_rows_fit(cfg.search_width, L, "--search-width")
     k = min(cfg.topk, allowed_ids.numel())
+    _say_capped(cfg, k, L)
     decided = decide(model, cfg.scoring(), "gcg", template=tmpl, response_tokens=L, stacklevel=4)
     head = decided.head  # the evaluator's and the gradient's
 
@@ -460,12 +472,14 @@ def _restart(s: _Search, r: int, bar) -> dict:
         buffer = [(s0, list(start_ids))]  # best first by objective sign * score
     traj, evals = [s0], [s.n_eval]
     stale, stop = 0, "steps"
+    s.live = (r, start_ids, buffer, traj, evals)  # what an interrupt keeps (run)
     for step in range(cfg.steps):
         ts = time.perf_counter()
         buffer, improved = _step(s, buffer, buffer[stale % len(buffer)][1], gen)
         stale = 0 if improved else stale + 1
         traj.append(buffer[0][0])
         evals.append(s.n_eval)
+        s.live = (r, start_ids, buffer, traj, evals)
         s.step_times.append(time.perf_counter() - ts)
         if len(s.step_times) == 1 and not bar.disable:  # the first step measures the whole run's cost
             print(f"rmfast: {run_estimate(s.step_times[0], cfg)}", file=sys.stderr, flush=True)
@@ -475,9 +489,15 @@ def _restart(s: _Search, r: int, bar) -> dict:
             stop = "patience"
             bar.update(cfg.steps - step - 1)
             break
+    s.live = None
+    return _restart_record(s, r, start_ids, buffer, traj, evals, stop)
+
+
+def _restart_record(s: _Search, r: int, start_ids, buffer, traj: list, evals: list, stop: str) -> dict:
+    """A restart's entry in the result: its start, its best, its trajectory and why it stopped."""
     best_s, best_ids = buffer[0]
     return {
-        "seed": cfg.seed + r,
+        "seed": s.cfg.seed + r,
         "init_ids": list(start_ids),
         "init_text": _text_of(s.tokenizer, s.tmpl, start_ids),
         "best_ids": best_ids,
@@ -507,6 +527,8 @@ def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
                      else "-reward" if cfg.maximize else "+reward"),
             "distance_penalty": cfg.distance_penalty,
             "candidates": "greedy: best (position, token) pairs" if cfg.greedy else "sampled from per-position top-k",
+            "topk_run": s.k,  # --topk past the allowed tokens: all of them
+            "n_replace_run": min(cfg.n_replace, s.L),  # --n-replace past the length: every position
         },
     }
 
@@ -547,10 +569,12 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     Returns:
         GCGResult; ``best_score`` is the evaluator's score of ``best_ids`` and
         ``best_score_reference`` the plain-HF path's.
+
+    Raises:
+        GCGInterrupted: on Ctrl-C once something was scored; its ``result`` is the search so far.
     """
     from tqdm.auto import tqdm
 
-    from ..scoring.hf_path import hf_scores
     cfg = config or GCGConfig()
     cfg.validate()
     t0 = time.perf_counter()
@@ -560,17 +584,32 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
 
     restarts: list[dict] = []
     bar = tqdm(total=cfg.steps * cfg.restarts, unit="step", desc="gcg", disable=not progress, dynamic_ncols=True)
-    global_best: tuple[float, list[int], int] | None = None
+    interrupted = False
     try:
         for r in range(cfg.restarts):
-            rec = _restart(s, r, bar)
-            restarts.append(rec)
-            if global_best is None or _objective(rec["best_score"], s.sign) > _objective(global_best[0], s.sign):
-                global_best = (rec["best_score"], rec["best_ids"], r)
+            restarts.append(_restart(s, r, bar))
+    except KeyboardInterrupt:  # the search so far is a result: kept (GCGInterrupted), unless nothing was scored
+        if s.live is None and not restarts:
+            raise
+        if s.live is not None:
+            restarts.append(_restart_record(s, *s.live, stop="interrupted"))
+        interrupted = True
     finally:
         bar.close()
+    res = _result(model, tokenizer, prompt, s, restarts, t0, setup_s, model_info, interrupted)
+    if interrupted:
+        raise GCGInterrupted(res)
+    return res
 
-    best_s, best_ids, best_r = global_best
+
+def _result(model, tokenizer, prompt: str, s: _Search, restarts: list[dict], t0: float, setup_s: float,
+            model_info, interrupted: bool) -> GCGResult:
+    """The result of the restarts run (all of them, or those an interrupt left)."""
+    from ..scoring.hf_path import hf_scores
+
+    cfg = s.cfg
+    best_r = max(range(len(restarts)), key=lambda i: _objective(restarts[i]["best_score"], s.sign))
+    best_s, best_ids = restarts[best_r]["best_score"], restarts[best_r]["best_ids"]
     _say_nonfinite(s)
     ref = float(hf_scores(model, s.tmpl, [best_ids], head=s.head, head_index=cfg.head_index)[0])
     wall = time.perf_counter() - t0
@@ -589,6 +628,7 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         manifest=finish_manifest({**_manifest(model, prompt, s, model_info), "n_nonfinite": s.n_nonfinite,
                                   "nonfinite_ids": s.nonfinite_ids}, t0, plan=s.plan, options=cfg.scoring()),
         timing=_timing(s, wall, setup_s),
+        interrupted=interrupted,
     )
 
 
