@@ -252,7 +252,8 @@ def test_greedy_pairs_equal_brute_force_top_k():
 def test_greedy_candidates_are_the_best_single_swaps(smol_tokenizer, tmpl):
     """A greedy step's candidates: the search_width best (position, token) swaps of a planted selection
     matrix, past the already-seen ones."""
-    from rmfast.gcg.search import _candidates, _key
+    from rmfast.gcg.search import _candidates
+    from rmfast.gcg.tokens import key as _key
 
     s = _search(T.tiny("llama"), smol_tokenizer, tmpl, greedy=True, search_width=12)
     cur = torch.tensor([300, 301, 302, 303])

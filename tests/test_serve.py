@@ -611,18 +611,15 @@ def test_a_port_in_use_is_one_line_before_the_model_loads(tiny_dir, capsys, monk
 def test_the_start_says_a_random_head_and_a_limit_past_the_models(capsys):
     """A new user's finds: a --random-head-seed server's start line did not say its head is random; a
     --max-request-tokens past the model's positions was capped without a word; one line named two options."""
-    from types import SimpleNamespace
-
     import re
 
-    from rmfast.cli.serve import start_notes
     from rmfast.errors import UserError, read_by_cli
-    from rmfast.serve.server import ServeOptions, check
+    from rmfast.serve.server import ServeOptions, check, start_notes
 
-    notes = start_notes(SimpleNamespace(random_head_seed=0), ServeOptions(max_request_tokens=100_000), 8192)
+    notes = start_notes(0, ServeOptions(max_request_tokens=100_000), 8192)
     assert notes[0].startswith("the score head is RANDOM (--random-head-seed 0)") and len(notes) == 2
     assert "--max-request-tokens 100000 is past the model's 8192 positions" in notes[1]
-    assert start_notes(SimpleNamespace(random_head_seed=None), ServeOptions(max_request_tokens=64), 8192) == []
+    assert start_notes(None, ServeOptions(max_request_tokens=64), 8192) == []
     for opts, line in ((ServeOptions(timeout_s=0), "--timeout-s 0: give a positive number of seconds"),
                        (ServeOptions(max_wait_ms=-1), "--max-wait-ms -1: give 0 or more milliseconds")):
         with read_by_cli(), pytest.raises(UserError, match=re.escape(line)):

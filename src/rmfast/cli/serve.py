@@ -63,7 +63,7 @@ def run(args) -> int:
         import uvicorn  # noqa: F401
     except ImportError:
         raise UserError("rmfast serve needs FastAPI and uvicorn: pip install 'rmfast[serve]'") from None
-    from ..serve.server import ROUTES, ServeOptions, api_key, check, make_app, revision_of, run_server
+    from ..serve.server import ROUTES, ServeOptions, api_key, check, make_app, revision_of, run_server, start_notes
 
     opts = ServeOptions(host=args.host, port=args.port, api_key_file=args.api_key_file, insecure=args.insecure,
                         max_queue=args.max_queue, max_request_tokens=args.max_request_tokens, timeout_s=args.timeout_s,
@@ -85,22 +85,9 @@ def run(args) -> int:
     banner = (f"rmfast serve: {args.model} on {p.device}, {str(p.dtype).replace('torch.', '')}, "
               f"http://{host}:{opts.port} ({'API key required' if key else 'no API key'}; gemm rows "
               f"{core.decisions['gemm_rows']['value']}); routes: {', '.join(ROUTES)}")
-    for line in start_notes(args, opts, core.limit):
+    for line in start_notes(args.random_head_seed, opts, core.limit):
         print(f"rmfast serve: note: {line}", file=sys.stderr, flush=True)
     return run_server(app, sched, opts, banner)
-
-
-def start_notes(args, opts, limit: int | None) -> list[str]:
-    """What a server's user should know before its first score: a random head, a limit past the model's
-    positions (``limit``; None where not known here)."""
-    notes = []
-    if args.random_head_seed is not None:
-        notes.append(f"the score head is RANDOM (--random-head-seed {args.random_head_seed}): a test server, its scores "
-                     "are no reward")
-    if opts.max_request_tokens is not None and limit is not None and opts.max_request_tokens > limit:
-        notes.append(f"--max-request-tokens {opts.max_request_tokens} is past the model's {limit} positions: a "
-                     f"sample longer than {limit} tokens gets 413")
-    return notes
 
 
 def make_core(args, opts):

@@ -77,7 +77,7 @@ def run_ray(args, opts, key, make_core) -> int:
 
         raise UserError(f"rmfast serve --ray {NEEDS_RAY}") from None
     from ..serve.ray_app import APP_NAME, build, deploy, resources, routing_for
-    from ..serve.server import ROUTES, serve_config
+    from ..serve.server import ROUTES, serve_config, start_notes
 
     if args.device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device {args.device} with --ray: Ray gives each replica its own GPU; give auto, cuda or cpu")
@@ -101,9 +101,7 @@ def run_ray(args, opts, key, make_core) -> int:
         print(f"rmfast serve: {args.model} on Ray Serve, {args.replicas} replica(s), {url} "
               f"({'API key required' if key else 'no API key'}; {router}{note}); routes: {', '.join(ROUTES)}",
               file=sys.stderr, flush=True)
-        from .serve import start_notes
-
-        for line in start_notes(args, opts, None):
+        for line in start_notes(args.random_head_seed, opts, None):
             print(f"rmfast serve: note: {line}", file=sys.stderr, flush=True)
         _wait_for_signal()
         print("rmfast serve: stopping (Ray Serve finishes the requests in flight)", file=sys.stderr, flush=True)

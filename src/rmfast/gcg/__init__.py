@@ -7,7 +7,7 @@
 # imported when first used (PEP 562): the CLI's parser reads GCGConfig's defaults without torch
 _EXPORTS = {"GCGConfig": "config", "GCGResult": "result", "GCGInterrupted": "result", "RandomSearchResult": "result",
             "run": "search",
-            "random_search": "search", "allowed_tokens": "search"}
+            "random_search": "search", "allowed_tokens": "tokens"}
 
 __all__ = ["GCGConfig", "GCGResult", "GCGInterrupted", "RandomSearchResult", "run", "random_search", "allowed_tokens"]
 

@@ -50,76 +50,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..scoring.candidates import check_context, decoded, special_ids, vocab_size
+from ..scoring.candidates import check_context, vocab_size
 from ..cpu import say_choice
 from ..errors import UserError
 from .config import GCGConfig
 from .result import GCGInterrupted, GCGResult, RandomSearchResult
 from .select import distance_penalty, greedy_pairs, loss_gradient
+from .tokens import Retokenizer, allowed_tokens, initial_ids, initial_list, key, random_init, response_text, text_of
 from ..scoring.batching import available_memory, oom_batches
 from ..scoring.plan import ScoringPlan, decide, finish_manifest, plan_scoring
-from ..template import Template, build_template, response_ids
+from ..template import Template, build_template
 
 __all__ = ["GCGConfig", "GCGResult", "RandomSearchResult", "run", "random_search", "allowed_tokens"]
-
-
-# --------------------------------------------------------------------------------------------
-# tokens
-
-
-def _decode(tokenizer, ids) -> str:
-    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-
-def _response_text(tokenizer, tmpl: Template, ids) -> str | None:
-    """The response text that renders, in the template, to exactly ``ids``: their decoded text, or that text without
-    its first space where the template's text before the response ends in a space the first token carries (a plain
-    "Assistant: {response}": " The" after "Assistant: " would render two spaces). None where neither does."""
-    ids = list(ids)
-    text = _decode(tokenizer, ids)
-    for t in (text, text[1:]) if text.startswith(" ") else (text,):
-        try:
-            if response_ids(tokenizer, tmpl, t) == ids:
-                return t
-        except UserError:
-            continue
-    return None
-
-
-def _text_of(tokenizer, tmpl: Template, ids) -> str:
-    """What a result reports as the text of ``ids``: :func:`_response_text`, else their decoded text (ids that no
-    text renders to, which ``retokenize_filter=False`` lets through: ``*_text_exact`` says so)."""
-    t = _response_text(tokenizer, tmpl, ids)
-    return _decode(tokenizer, ids) if t is None else t
-
-
-def allowed_tokens(tokenizer, n_vocab: int, *, allow_non_ascii: bool = False, allow_special: bool = False) -> torch.Tensor:
-    """(n_vocab,) bool: which ids GCG may place in the response.
-
-    Excluded by default: special / added tokens, and tokens whose text is not non-empty printable
-    ASCII (byte-fallback pieces, newlines, other scripts).
-    """
-    mask = torch.ones(n_vocab, dtype=torch.bool)
-    if not allow_non_ascii:
-        texts = decoded(tokenizer, range(n_vocab))
-        for i, t in enumerate(texts):
-            if not (t and t.isascii() and t.isprintable()):
-                mask[i] = False
-    if not allow_special:
-        for i in special_ids(tokenizer):
-            if 0 <= i < n_vocab:
-                mask[i] = False
-    return mask
-
-
-class _Retokenizer:
-    """Does the decoded text of ids re-encode, in template context, to the same ids?"""
-
-    def __init__(self, tokenizer, tmpl: Template):
-        self.tokenizer, self.tmpl = tokenizer, tmpl
-
-    def __call__(self, ids) -> bool:
-        return _response_text(self.tokenizer, self.tmpl, ids) is not None
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,28 +145,6 @@ def _score_all(plan: ScoringPlan, cands: torch.Tensor) -> torch.Tensor:
 # the search
 
 
-def _key(ids) -> bytes:
-    return torch.as_tensor(ids, dtype=torch.int32).numpy().tobytes()
-
-
-def _random_init(L: int, allowed_ids: torch.Tensor, gen: torch.Generator, retok: _Retokenizer | None) -> list[int]:
-    """L random allowed tokens whose text re-encodes to themselves (built token by token)."""
-    n = allowed_ids.numel()
-    for _ in range(20):
-        ids: list[int] = []
-        for _ in range(L):
-            for _ in range(64):
-                t = int(allowed_ids[torch.randint(n, (1,), generator=gen)])
-                if retok is None or retok(ids + [t]):
-                    ids.append(t)
-                    break
-            else:
-                break
-        if len(ids) == L:
-            return ids
-    raise UserError(f"found no random {L}-token response that re-tokenizes to itself; pass --init or --no-retokenize-filter")
-
-
 def _sample(start: torch.Tensor, top: torch.Tensor, width: int, n_replace: int, gen: torch.Generator) -> torch.Tensor:
     """width candidates: start with n_replace random positions set to random top-k tokens. (width, L)."""
     L, k = top.shape
@@ -247,7 +167,7 @@ class _Search:
     n_vocab: int
     allowed: torch.Tensor  # (n_vocab,) bool
     allowed_ids: torch.Tensor  # (n_allowed,) long
-    retok: _Retokenizer | None
+    retok: Retokenizer | None
     init_ids: list[int] | None
     init_list: list[list[int]] | None  # init_strings' ids (all of length L)
     L: int  # response length
@@ -302,10 +222,10 @@ def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template |
     allowed_ids = allowed.nonzero()[:, 0]
     if allowed_ids.numel() == 0:
         raise UserError("no allowed tokens left (try --allow-non-ascii / --allow-special)")
-    retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
+    retok = Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
 
-    init_ids = _init_ids(tokenizer, tmpl, cfg.init, n_vocab, allowed) if cfg.init is not None else None
-    init_list = _init_list(tokenizer, tmpl, cfg.init_strings, n_vocab, allowed) if cfg.init_strings else None
+    init_ids = initial_ids(tokenizer, tmpl, cfg.init, n_vocab, allowed) if cfg.init is not None else None
+    init_list = initial_list(tokenizer, tmpl, cfg.init_strings, n_vocab, allowed) if cfg.init_strings else None
     L = len(init_ids) if init_ids is not None else len(init_list[0]) if init_list else cfg.length
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
     if not cfg.greedy:  # (greedy keeps at most the pairs there are)
@@ -326,27 +246,6 @@ def _prepare(model, tokenizer, prompt: str, cfg: GCGConfig, template: Template |
     emb = grad_fn.W[:n_vocab].detach().float() if cfg.distance_penalty else None
     return _Search(cfg, tokenizer, tmpl, head, n_vocab, allowed, allowed_ids, retok, init_ids, init_list, L, k, plan, prefix_s,
                    grad_fn, sign, emb)
-
-
-def _init_ids(tokenizer, tmpl: Template, text: str, n_vocab: int, allowed: torch.Tensor, what: str = "--init") -> list[int]:
-    """An initial response's ids in template context (a warning if it holds tokens GCG may not place)."""
-    ids = response_ids(tokenizer, tmpl, text)
-    bad = [t for t in ids if t >= n_vocab or not allowed[t]]
-    if bad:
-        warnings.warn(f"rmfast: {what} holds {len(bad)} excluded token(s) (e.g. id {bad[0]}); GCG only replaces them "
-                      "with allowed tokens where a step picks their position", stacklevel=4)
-    return ids
-
-
-def _init_list(tokenizer, tmpl: Template, texts: list[str], n_vocab: int, allowed: torch.Tensor) -> list[list[int]]:
-    """--init-strings' ids; all must have one length (GCG optimizes a fixed-length response)."""
-    rows = [_init_ids(tokenizer, tmpl, t, n_vocab, allowed, "--init-strings") for t in texts]
-    lens = sorted({len(r) for r in rows})
-    if len(lens) > 1:
-        first = next(t for t, r in zip(texts, rows) if len(r) != len(rows[0]))
-        raise UserError(f"--init-strings tokenize to different lengths ({', '.join(map(str, lens))} tokens; e.g. "
-                        f"{texts[0][:30]!r} is {len(rows[0])}, {first[:30]!r} is not); give strings of one token length")
-    return rows
 
 
 def _evaluate(s: _Search, rows: list[list[int]]) -> torch.Tensor:
@@ -386,7 +285,7 @@ def _top_substitutions(s: _Search, sel: torch.Tensor) -> torch.Tensor:
 
 def _admit(s: _Search, row: list[int]) -> bool:
     """A candidate not evaluated before whose text re-tokenizes to itself (counted either way)."""
-    kb = _key(row)
+    kb = key(row)
     if kb in s.seen:
         s.n_dup += 1
         return False
@@ -463,12 +362,12 @@ def _restart(s: _Search, r: int, bar) -> dict:
     if r == 0 and s.init_list is not None:
         inits = [list(x) for x in dict.fromkeys(tuple(i) for i in s.init_list)]  # each distinct one once
         buffer = _merge([], inits, _evaluate(s, inits), s.sign, cfg.buffer_size)  # best first
-        s.seen.update(_key(i) for i in inits)
+        s.seen.update(key(i) for i in inits)
         start_ids, s0 = buffer[0][1], buffer[0][0]
     else:
-        start_ids = s.init_ids if (r == 0 and s.init_ids is not None) else _random_init(s.L, s.allowed_ids, gen, s.retok)
+        start_ids = s.init_ids if (r == 0 and s.init_ids is not None) else random_init(s.L, s.allowed_ids, gen, s.retok)
         s0 = float(_evaluate(s, [start_ids])[0])
-        s.seen.add(_key(start_ids))
+        s.seen.add(key(start_ids))
         buffer = [(s0, list(start_ids))]  # best first by objective sign * score
     traj, evals = [s0], [s.n_eval]
     stale, stop = 0, "steps"
@@ -499,10 +398,10 @@ def _restart_record(s: _Search, r: int, start_ids, buffer, traj: list, evals: li
     return {
         "seed": s.cfg.seed + r,
         "init_ids": list(start_ids),
-        "init_text": _text_of(s.tokenizer, s.tmpl, start_ids),
+        "init_text": text_of(s.tokenizer, s.tmpl, start_ids),
         "best_ids": best_ids,
-        "best_text": _text_of(s.tokenizer, s.tmpl, best_ids),
-        "best_text_exact": _response_text(s.tokenizer, s.tmpl, best_ids) is not None,
+        "best_text": text_of(s.tokenizer, s.tmpl, best_ids),
+        "best_text_exact": response_text(s.tokenizer, s.tmpl, best_ids) is not None,
         "best_score": best_s,
         "trajectory": traj,
         "evaluated": evals,
@@ -615,7 +514,7 @@ def _result(model, tokenizer, prompt: str, s: _Search, restarts: list[dict], t0:
     wall = time.perf_counter() - t0
     return GCGResult(
         best_ids=list(best_ids),
-        best_text=_text_of(tokenizer, s.tmpl, best_ids),
+        best_text=text_of(tokenizer, s.tmpl, best_ids),
         best_score=best_s,
         best_score_reference=ref,
         trajectory=restarts[best_r]["trajectory"],
@@ -655,7 +554,7 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
     n_vocab = vocab_size(model, tokenizer)
     allowed_ids = allowed_tokens(tokenizer, n_vocab, allow_non_ascii=cfg.allow_non_ascii,
                                  allow_special=cfg.allow_special).nonzero()[:, 0]
-    retok = _Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
+    retok = Retokenizer(tokenizer, tmpl) if cfg.retokenize_filter else None
     L = cfg.length
     check_context(model, len(tmpl.prefix_ids), L, len(tmpl.suffix_ids))
     _check_rows_fit(n_candidates, L, "n_candidates")
@@ -668,7 +567,7 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
         batch = allowed_ids[torch.randint(allowed_ids.numel(), (max(64, n_candidates), L), generator=gen)]
         for row in batch.tolist():
             tries += 1
-            kb = _key(row)
+            kb = key(row)
             if kb in seen or (retok is not None and not retok(row)):
                 continue
             seen.add(kb)
@@ -683,4 +582,4 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
                         "report; an overflow in the model's dtype does this: try --dtype float32")
     i = int(torch.argmax(ranked))
     return RandomSearchResult(best_ids=keep[i], best_score=float(scores[i]), n_evaluated=len(keep), scores=scores.tolist(),
-                              best_text=_text_of(tokenizer, tmpl, keep[i]))
+                              best_text=text_of(tokenizer, tmpl, keep[i]))

@@ -123,6 +123,23 @@ def _check_bind(opts: ServeOptions, addr: tuple) -> None:
                             "--host)") from None
 
 
+def start_notes(random_head_seed: int | None, opts: ServeOptions, limit: int | None) -> list[str]:
+    """What a server's user should know before its first score: a random head, a --max-request-tokens past the
+    model's positions (``limit``; None where not known here).
+
+    >>> start_notes(0, ServeOptions(max_request_tokens=10_000), 8192)[1]
+    "--max-request-tokens 10000 is past the model's 8192 positions: a sample longer than 8192 tokens gets 413"
+    """
+    notes = []
+    if random_head_seed is not None:
+        notes.append(f"the score head is RANDOM (--random-head-seed {random_head_seed}): a test server, its scores "
+                     "are no reward")
+    if opts.max_request_tokens is not None and limit is not None and opts.max_request_tokens > limit:
+        notes.append(f"--max-request-tokens {opts.max_request_tokens} is past the model's {limit} positions: a "
+                     f"sample longer than {limit} tokens gets 413")
+    return notes
+
+
 def make_scheduler(core: ServeCore, opts: ServeOptions) -> Scheduler:
     """The scheduler of a loaded core (one per process, or one per Ray replica), its waves' rule in the decisions."""
     sched = Scheduler(core, max_queue=opts.max_queue, wave_tokens=opts.wave_tokens, max_wait_s=opts.max_wait_ms / 1000)
