@@ -440,7 +440,7 @@ def load_config(path: str | os.PathLike) -> SweepConfig:
     for i, m in enumerate(mcfgs):
         if m.slug.lower() in seen:
             raise UserError(f"{file}: models[{i}].name: {m.name!r} clashes with models[{seen[m.slug.lower()]}]; "
-                            "give each model a distinct name:")
+                            f"give each model a distinct name: (e.g. {{model: {m.model}, name: {m.name}-2}})")
         seen[m.slug.lower()] = i
     if "prompts" not in data or data["prompts"] is None:
         raise UserError(f"{file}: prompts: missing; give a mapping name: text, a list, or a YAML file of prompts")

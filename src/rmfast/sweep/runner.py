@@ -51,6 +51,7 @@ PEFT/LoRA adapter checkpoints are merged onto their base (:mod:`rmfast.loading.t
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -62,7 +63,7 @@ import numpy as np
 
 from . import dist
 from ..loading.spread import load_spread
-from ..errors import UserError
+from ..errors import UserError, python_names
 from ..io import check_output, say_on_interrupt
 from ..io import states_dir
 from .store import PART_FILE, PartRef, Store
@@ -268,12 +269,25 @@ class _PartRunner:
                     elif not (self.store.has_outputs(p, by_model[name].outputs())
                               and _same_content(self.store, p, self.content.get(p.model))):
                         # not finished (another writer may have finished it meanwhile), or from other weights
-                        lm = lm or self._load(by_model[name])
-                        self._one(lm, by_model[name], p)
+                        with self._named(by_model[name], p):
+                            lm = lm or self._load(by_model[name])
+                            self._one(lm, by_model[name], p)
             if lm is not None:
                 del lm
                 _free_memory()
         return busy
+
+    @contextlib.contextmanager
+    def _named(self, m: ModelCfg, p: PartRef):
+        """A problem met once the model is loaded (a token id range past its vocabulary, a head it lacks) as one
+        line naming the config's file, model and candidates, the options as the config's keys (not CLI flags)."""
+        try:
+            yield
+        except UserError as e:
+            if str(self.cfg.path) in e.cli_message():  # named already (a write that failed: its own line)
+                raise
+            where = f"{self.cfg.path}: models[{self.cfg.models.index(m)}] ({m.name}) × candidates.{p.candidates}"
+            raise UserError(f"{where}: {python_names(e.cli_message())}") from None
 
     def _load(self, m: ModelCfg):
         t_load = time.perf_counter()
