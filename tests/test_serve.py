@@ -312,6 +312,10 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         for kind in ("application/x-www-form-urlencoded", "text/plain", None):
             r = post("/get_reward", content=b'{"query": ["a b"]}', headers={"content-type": kind} if kind else {})
             assert r.status_code == 415 and "Content-Type: application/json" in r.json()["error"]["message"], r.text
+        for path, body in (("/v1/rerank", {"prompt": "Q", "responses": ["5", "4"], "top_n": "1"}),
+                           ("/classify", {"input": "hi there", "use_activation": "no"})):  # were taken as 1, false
+            r = post(path, json=body)
+            assert r.status_code == 422 and "Input should be a valid" in r.json()["error"]["message"], r.text
         r = post("/get_reward", json={"query": ["a b"], "labels": [1, 2, 3]})
         assert r.status_code == 422 and r.json()["error"]["message"] == "labels: 3 labels for 1 queries; send one per query"
         assert httpx.get(f"{url}/health").json()["status"] == "ok"  # the server is alive

@@ -405,14 +405,14 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
 def _vllm_route(app, ctx: Ctx) -> None:
     """``POST /classify``, vLLM's body and response (the module doc)."""
     from fastapi import Depends, Request
-    from pydantic import BaseModel, ConfigDict
+    from pydantic import BaseModel, ConfigDict, StrictBool
 
     class ClassifyBody(BaseModel):
         model_config = ConfigDict(extra="allow")
         model: str | None = None
         input: list[str] | str
-        use_activation: bool | None = None
-        add_special_tokens: bool = True
+        use_activation: StrictBool | None = None  # strict: "no" is not false (pydantic's lax mode took it so)
+        add_special_tokens: StrictBool = True
 
     @app.post("/classify", dependencies=[Depends(ctx.auth)])
     async def classify(body: ClassifyBody, request: Request):
@@ -460,7 +460,7 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
     from typing import Annotated, Any
 
     from fastapi import Depends, Request
-    from pydantic import BaseModel, ConfigDict, Field
+    from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
     class ConvItem(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -477,7 +477,7 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
         model_config = ConfigDict(extra="forbid")
         prompt: str | list[dict]
         responses: list[str]
-        top_n: Annotated[int, Field(ge=0)] | None = None
+        top_n: Annotated[StrictInt, Field(ge=0)] | None = None  # strict: "1" is not 1
 
     @app.post("/v1/score", dependencies=[Depends(ctx.auth)])
     async def v1_score(body: ScoreBody, request: Request):
