@@ -162,6 +162,37 @@ def test_a_sample_gets_the_same_bits_however_it_is_batched(rm):
     assert np.abs(a[:8] - [_hf(model, i) for i in ids]).max() < 1e-4
 
 
+def test_long_responses_take_the_flash_kernel_and_keep_their_bits(rm, monkeypatch):
+    """Responses of 256+ tokens (a reasoning trace) run their own keys through torch's flash kernel, one call a row
+    (they wrote out a (heads, L, L) score block: 0.83x a padded HF server at 600-1,000 tokens); a wave mixing them
+    with short ones gives each the bits it has alone, and the plain HF forward's score."""
+    from rmfast.kernels import cpu_flash
+
+    model, tok = rm
+    calls = []
+    real = cpu_flash.response_part_varlen
+    monkeypatch.setattr(cpu_flash, "response_part_varlen", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    rng = random.Random(21)
+    data = []
+    for g in range(2):
+        msgs = [{"role": "user", "content": f"Think {g}: " + " ".join(rng.choice(WORDS) for _ in range(20))}]
+        for n in (300, 5, 420):
+            resp = " ".join(rng.choice(WORDS) for _ in range(n))
+            data.append(tok.apply_chat_template(msgs + [{"role": "assistant", "content": resp}], tokenize=False))
+    app, _ = _app(rm, max_wait_ms=50)
+    with running(app) as url:
+        alone = [_reward(url, [t])["rewards"][0] for t in data]
+        together = _reward(url, data[::-1])["rewards"][::-1]
+        with cf.ThreadPoolExecutor(6) as pool:
+            mixed = list(pool.map(lambda t: _reward(url, [t])["rewards"][0], data))
+    assert calls, "the long rows did not take the flash form"
+    a = _f32(alone)
+    assert np.array_equal(a, _f32(together)) and np.array_equal(a, _f32(mixed))
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in data]
+    assert max(len(i) for i in ids) > 256 + 40
+    assert np.abs(a - [_hf(model, i) for i in ids]).max() < 1e-4
+
+
 def test_the_rows_rule_chunk_gives_the_pad_rules_scores_to_rounding(rm):
     model, tok = rm
     texts = [d["text"] for d in _groups(tok, 2, 3, seed=4)]

@@ -220,9 +220,19 @@ def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q: in
 
         return cascade_attention_varlen_triton(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q, cu_seqlens, max_len,
                                                scale=scale, softcap=softcap, window=window, q_pos=q_pos)
-    rule = None if torch.compiler.is_compiling() else _GEMM_ROWS.get()  # rmfast serve: a row's bits its own
+    compiling = torch.compiler.is_compiling()
+    rule = None if compiling else _GEMM_ROWS.get()  # rmfast serve: a row's bits its own
+    part = None
+    if (not compiling and q.device.type == "cpu" and max_len >= FLASH_MIN_PROMPT
+            and cpu_flash.usable(softcap, window, 0, max_len)):
+        # rows this long take torch's flash kernel for their own keys, one call a row (a row's bits its own), as the
+        # in-process rows do (FLASH_MIN_PROMPT); the shorter ones of the wave the reference form
+        def part(q_, k_, v_, cu_):
+            return cpu_flash.response_part_varlen(q_, k_, v_, cu_, scale=scale, min_len=FLASH_MIN_PROMPT, short=lambda *a: (
+                cascade_ref.response_part_varlen(*a, scale=scale, rule=rule)))
     return cascade_ref.cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlens, scale=scale,
-                                                softcap=softcap, window=window, rule=rule, q_pos=q_pos)
+                                                softcap=softcap, window=window, rule=rule, q_pos=q_pos,
+                                                response_part=part)
 
 
 def varlen_causal_attention(q, k, v, cu_seqlens, max_len: int, *, scale, softcap=None, window=None, triton: bool):

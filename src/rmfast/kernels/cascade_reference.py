@@ -215,7 +215,7 @@ def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv,
 
 def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlens, *, scale: float,
                              softcap: float | None = None, window: int | None = None, rule=None,
-                             q_pos: torch.Tensor | None = None) -> torch.Tensor:
+                             q_pos: torch.Tensor | None = None, response_part=None) -> torch.Tensor:
     """Rows packed back to back with no padding over prompt ⊕ own keys -> (T, H, D) in q.dtype.
 
     q: (T, H, D), k, v: (T, Hkv, D): rows grouped by prompt, row r's tokens at cu_seqlens[r]:cu_seqlens[r+1];
@@ -223,10 +223,14 @@ def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlen
     cu_kv[i]:cu_kv[i+1]. ``window``: a token at place t of its row (absolute position P_i + t) sees its row's keys
     u > t - window and its prompt's keys at positions > P_i + t - window. Equal to :func:`cascade_attention` of the
     same rows right-padded, to fp32 rounding, at every real position. ``q_pos``: (T,) each token's place in its
-    row where the caller has it (else worked out from ``cu_seqlens``; only a window reads it).
+    row where the caller has it (else worked out from ``cu_seqlens``; only a window reads it). ``response_part``:
+    another form of the rows' own part, ``(q, k, v, cu_seqlens) -> (out fp32, lse)`` (None: the one here).
     """
-    out_r, lse_r = response_part_varlen(q, k, v, cu_seqlens, scale=scale, softcap=softcap, window=window,
-                                        rule=rule)  # (T, H, D), (T, H)
+    if response_part is None:
+        out_r, lse_r = response_part_varlen(q, k, v, cu_seqlens, scale=scale, softcap=softcap, window=window,
+                                            rule=rule)  # (T, H, D), (T, H)
+    else:
+        out_r, lse_r = response_part(q, k, v, cu_seqlens)
     if k_prompt.shape[1] == 0:
         return out_r.to(q.dtype)
     if window is not None and q_pos is None:  # each token's place in its row (its prompt part's queries: P_i + that)

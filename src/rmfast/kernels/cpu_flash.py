@@ -79,3 +79,43 @@ def shared_prefix_attention_flash(q, k_prefix, v_prefix, k_suffix, v_suffix, *, 
     w_p, w_s = torch.exp(lse_p - m)[..., None], torch.exp(lse_s - m)[..., None]  # (B, H, Sq, 1) fp32
     out = (out_p.float() * w_p + out_s.float() * w_s) / (w_p + w_s)
     return out.to(q.dtype).transpose(1, 2)  # (B, Sq, H, D)
+
+
+def response_part_varlen(q, k, v, cu_seqlens, *, scale: float, min_len: int, short):
+    """Each row's causal attention over its own keys, rows packed back to back (q (T, H, D), k/v (T, Hkv, D), row
+    r's tokens at cu_seqlens[r]:cu_seqlens[r+1]) -> (out (T, H, D) fp32, lse (T, H) fp32): a row of ``min_len`` or
+    more tokens through torch's flash kernel, one call a row, the others through ``short`` (the reference's
+    :func:`rmfast.kernels.cascade_reference.response_part_varlen`, on a pack of those rows alone). Each row's
+    arithmetic is a function of the row alone (its call, its shapes), so a row gets the same bits whatever it is
+    packed with (``rmfast serve``). No softcap, no window that hides a key (the caller checks :func:`usable`).
+
+    >>> q = torch.randn(300 + 5, 4, 8); cu = torch.tensor([0, 300, 305], dtype=torch.int32)
+    >>> from rmfast.kernels.cascade_reference import response_part_varlen as ref
+    >>> o, l = response_part_varlen(q, q[:, :2], q[:, :2], cu, scale=8**-0.5, min_len=256,
+    ...                             short=lambda *a: ref(*a, scale=8**-0.5))
+    >>> o2, l2 = ref(q, q[:, :2], q[:, :2], cu, scale=8**-0.5)
+    >>> bool(torch.allclose(o, o2, atol=1e-5) and torch.allclose(l, l2, atol=1e-5))
+    True
+    """
+    T, H, D = q.shape
+    G = H // k.shape[1]
+    cu = cu_seqlens.tolist()
+    spans = list(zip(cu[:-1], cu[1:]))
+    long = [(a, b) for a, b in spans if b - a >= min_len]
+    if not long:
+        return short(q, k, v, cu_seqlens)
+    out = q.new_empty(T, H, D, dtype=torch.float32)
+    lse = q.new_empty(T, H, dtype=torch.float32)
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    for a, b in long:
+        kr = k[a:b].transpose(0, 1).repeat_interleave(G, dim=0)[None]  # (1, H, L, D): head h reads kv head h // G
+        vr = v[a:b].transpose(0, 1).repeat_interleave(G, dim=0)[None]
+        o, l = op(q[a:b].transpose(0, 1)[None], kr, vr, 0.0, True, scale=scale)  # (1, H, L, D), (1, H, L)
+        out[a:b], lse[a:b] = o[0].transpose(0, 1).float(), l[0].transpose(0, 1)
+    rest = [(a, b) for a, b in spans if b - a < min_len]
+    if rest:  # the short rows as a pack of their own: the reference's per-row form, its bits the same
+        idx = torch.cat([torch.arange(a, b) for a, b in rest]).to(q.device)  # (T_short,)
+        cu_s = torch.tensor([0] + [b - a for a, b in rest], dtype=cu_seqlens.dtype).cumsum(0).to(cu_seqlens)
+        o, l = short(q[idx], k[idx], v[idx], cu_s)
+        out[idx], lse[idx] = o.float(), l
+    return out, lse
