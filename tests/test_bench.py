@@ -235,6 +235,7 @@ def test_best_of_n_chat_template_model(tiny_dir, tmp_path, capsys):
     ["--n-list", "4"],  # a best-of-n option with the default scan workload
     ["--workload", "best-of-n", "--hf-batch", "8,16"],  # best-of-n pads one batch size
     ["--workload", "best-of-n", "--tiny", "--min-len", "30", "--max-len", "10"],
+    ["--workload", "serve", "--tiny", "--min-len", "30", "--max-len", "10"],  # named as the serve bench's
     ["--workload", "best-of-n", "--tiny", "--models", "smollm2-135m-instruct"],  # --tiny alone picks the model
     ["--workload", "best-of-n", "--models", "gemma3-270m"],  # a logprob-head configuration
 ])
@@ -244,6 +245,8 @@ def test_best_of_n_bad_combination_is_one_line(argv, tmp_path, capsys):
     rc, _, err = run(["bench", *argv, "--out", tmp_path / "o"], capsys)
     assert one_line_error(rc, err), err
     assert not list((tmp_path / "o").glob("*.csv"))
+    if "serve" in argv:
+        assert "serve bench: --max-len 10 is below --min-len 30" in err, err
 
 
 @pytest.mark.parametrize("workload,runner,cpu_default", [("best-of-n", "best_of_n.run_best_of_n", "float32"),

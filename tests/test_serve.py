@@ -81,7 +81,7 @@ def _f32(x) -> np.ndarray:
 # ---------------------------------------------------------------------------------- exactness
 
 
-def test_every_route_equals_the_plain_hf_forward(rm):
+def test_every_route_equals_the_plain_hf_forward(rm, caplog):
     model, tok = rm
     app, core = _app(rm)
     data = _groups(tok, 3, 3, seed=1)
@@ -99,6 +99,10 @@ def test_every_route_equals_the_plain_hf_forward(rm):
         assert [d["index"] for d in r["data"]] == list(range(len(data)))
         assert np.abs(np.array([d["probs"][0] for d in r["data"]]) - [_hf(model, i) for i in ids_bos]).max() < 1e-4
         assert r["object"] == "list" and r["data"][0]["num_classes"] == 1 and r["usage"]["prompt_tokens"] == sum(map(len, ids_bos))
+        with caplog.at_level("WARNING", logger="rmfast.serve"):
+            for _ in range(2):  # another model's name: answered, said once in the log
+                assert httpx.post(f"{url}/classify", json={"model": "other", "input": "hi there"}).status_code == 200
+        assert sum("asked for model 'other'" in r.getMessage() for r in caplog.records) == 1
         act = httpx.post(f"{url}/classify", json={"model": "tiny-rm", "input": data[0]["text"]}, timeout=60).json()
         assert act["data"][0]["probs"][0] == pytest.approx(1 / (1 + np.exp(-r["data"][0]["probs"][0])), abs=1e-6)
 

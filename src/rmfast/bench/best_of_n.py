@@ -93,17 +93,21 @@ class BestOfNConfig(ModelChoice):
     peak: bool = True
     hf_attention: str = "sdpa"
 
+    #: the workload's name in its messages
+    WORKLOAD = "best-of-n"
+
     def check(self) -> None:
         """One-line UserErrors for values that cannot run."""
+        w = self.WORKLOAD
         if not self.prompt_tokens or not self.n or min(self.prompt_tokens) < 1 or min(self.n) < 1:
-            raise UserError("best-of-n: prompt lengths and N must be positive integers")
+            raise UserError(f"{w}: prompt lengths and N must be positive integers")
         for k in ("prompts", "min_len", "hf_batch", "repeats"):
             if int(getattr(self, k)) < 1:
-                raise UserError(f"best-of-n: {k.replace('_', '-')} must be >= 1")
+                raise UserError(f"{w}: --{k.replace('_', '-')} must be >= 1")
         if self.hf_attention not in ("sdpa", "eager"):
-            raise UserError(f"best-of-n: hf-attention {self.hf_attention!r}: give sdpa or eager")
+            raise UserError(f"{w}: --hf-attention {self.hf_attention!r}: give sdpa or eager")
         if self.max_len < self.min_len:
-            raise UserError(f"best-of-n: max-len {self.max_len} is below min-len {self.min_len}")
+            raise UserError(f"{w}: --max-len {self.max_len} is below --min-len {self.min_len}")
 
 
 def text_of(tok, n_tokens: int, rng: random.Random) -> str:

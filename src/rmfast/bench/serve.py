@@ -36,6 +36,7 @@ class ServeBenchConfig(BestOfNConfig):
     """The serve workload: ``groups`` prompts x ``n[0]`` responses of ``prompt_tokens[0]``-token prompts, sent by
     ``clients`` concurrent clients (the rest as :class:`rmfast.bench.best_of_n.BestOfNConfig`)."""
 
+    WORKLOAD = "serve bench"
     groups: int = 8
     clients: int = 16
     prompt_tokens: tuple[int, ...] = (512,)

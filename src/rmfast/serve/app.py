@@ -141,6 +141,7 @@ class Ctx:
     def __init__(self, core: ServeCore, config: ServeConfig, sched: Scheduler):
         self.core, self.config, self.sched, self.metrics = core, config, sched, Metrics()
         self.tmpl_cache: dict = {}
+        self.other_names: set = set()  # /classify model names not this server's, said once each
 
     def check_key(self, request) -> None:
         if self.config.api_key is None:
@@ -420,6 +421,12 @@ def _vllm_route(app, ctx: Ctx) -> None:
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts:
             raise ApiError(422, "input: an empty list; send a text or a list of texts")
+        if body.model and body.model != ctx.config.name and body.model not in ctx.other_names:
+            # answered all the same (a trainer's config may name the model by a path or hub id where the server was
+            # started with an alias); said once in the log, so a config pointing at the wrong server shows
+            ctx.other_names.add(body.model)
+            log.warning("rmfast serve: /classify asked for model %r; this server scores %r (answered, said once)",
+                        body.model, ctx.config.name)
         ids = ctx.tokenize(texts, body.add_special_tokens)  # vLLM adds the special tokens (verl strips its BOS)
         samples = [ctx.sample(i, k, None, "input") for k, i in enumerate(ids)]
         scores = [float(s) for s in await ctx.run(samples, request)]
