@@ -219,6 +219,12 @@ def _table_strides(cos: torch.Tensor) -> tuple[int, int]:
     return (cos.stride(0), cos.stride(1)) if cos.dim() == 3 else (0, cos.stride(0))
 
 
+#: RoPE's launches compile without fusing a multiply and an add into one FMA: x·cos + rot·sin then rounds as torch's
+#: two ops do, whatever the block shape. With fusion, the compiler fused them in one kernel's code and not in the
+#: other's: on an H200, rope_qk_triton's fp32 keys differed from rope_triton's in the last bit (gpu-check, 2026-11-29)
+NO_FMA = {"enable_fp_fusion": False}
+
+
 def rope_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
     """``x·cos + rotate_half(x)·sin`` over the first Dr = cos.shape[-1] dims of each head (the rest as they are):
     x (B, S, n, D) with unit stride along D; cos, sin (S, Dr) or (B, S, Dr), same strides. A new contiguous
@@ -230,7 +236,7 @@ def rope_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
     sc_b, sc_s = _table_strides(cos)
     y = torch.empty((B, S, n, D), dtype=x.dtype, device=x.device)
     _rope_kernel[(B * S,)](x, cos, sin, y, B * S, S, n, D, cos.shape[-1] // 2, x.stride(1), x.stride(2), sc_b, sc_s,
-                           n * D, D, BLOCK_H=next_pow2(n), BLOCK_D=next_pow2(D), num_warps=4)
+                           n * D, D, BLOCK_H=next_pow2(n), BLOCK_D=next_pow2(D), num_warps=4, **NO_FMA)
     return y
 
 
@@ -251,7 +257,7 @@ def rope_qk_triton(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     yk = torch.empty((B, S, Hkv, D), dtype=k.dtype, device=k.device)
     _rope_qk_kernel[(B * S, 2)](q, k, cos, sin, yq, yk, B * S, S, H, Hkv, D, cos.shape[-1] // 2,
                                 q.stride(1), q.stride(2), k.stride(1), k.stride(2), sc_b, sc_s, H * D, Hkv * D,
-                                BLOCK_H=next_pow2(max(H, Hkv)), BLOCK_D=next_pow2(D), num_warps=4)
+                                BLOCK_H=next_pow2(max(H, Hkv)), BLOCK_D=next_pow2(D), num_warps=4, **NO_FMA)
     return yq, yk
 
 
