@@ -197,11 +197,23 @@ def test_long_responses_take_the_flash_kernel_and_keep_their_bits(rm, monkeypatc
     assert np.abs(a - [_hf(model, i) for i in ids]).max() < 1e-4
 
 
-def test_the_rows_rule_chunk_gives_the_pad_rules_scores_to_rounding(rm):
+def test_the_rows_rule_chunk_gives_the_pad_rules_scores_to_rounding(rm, monkeypatch):
+    """... and the plan's record of the attention says what runs under a rows rule: a prompt of 256+ tokens
+    (the first group's) never takes torch's flash kernel (its work split by the batch's size)."""
+    from rmfast.fast import ops
+    from rmfast.kernels import cpu_flash
+
+    def refuse(*a, **kw):
+        raise AssertionError("a prompt took the flash kernel under a rows rule")
+
+    monkeypatch.setattr(cpu_flash, "shared_prefix_attention_flash", refuse)
     model, tok = rm
     texts = [d["text"] for d in _groups(tok, 2, 3, seed=4)]
     core = ServeCore(model, tok, ScoringOptions(dtype="float32"), gemm_rows="chunk")
     assert core.decisions["gemm_rows"]["value"] == "chunk 256"
+    why = core.decisions["attention"]["reason"]
+    assert ops.cpu_flash_from("prompt", core.rows_rule) is None and "bmm for every prompt" in why
+    assert f"rows of {ops.cpu_flash_from('rows', core.rows_rule)}+ tokens" in why
     s = [core.sample(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
     one = core.score(s)
     assert np.array_equal(np.concatenate([core.score([x]) for x in s]), one)

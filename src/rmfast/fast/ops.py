@@ -91,7 +91,7 @@ def triton_runs_on(device: torch.device) -> bool:
 #:                   position at a time: built for the scan's 1-3 suffix tokens)
 #:   cascade:        prompt part ⊕ response part merged by log-sum-exp (:mod:`rmfast.kernels.cascade_reference`,
 #:                   Triton on CUDA: :mod:`rmfast.kernels.triton_cascade`), every prompt of a wave in one call
-#:   cpu-flash:      torch's CPU flash kernel where the prompt or the rows have at least FLASH_MIN_PROMPT tokens,
+#:   cpu-flash:      torch's CPU flash kernel where the prompt or the rows are long enough (:func:`cpu_flash_from`),
 #:                   the ``bmm`` reference below (:mod:`rmfast.kernels.cpu_flash`)
 #:   block-diagonal: the compiled CPU layer's form (:mod:`rmfast.kernels.blockdiag_attention`)
 #:   reference:      the ``bmm`` torch twin everywhere
@@ -118,6 +118,38 @@ def device_attention(device: torch.device, compiled: bool = False) -> str:
 #: 43-token prompt, one row of 1,024 tokens: 5.19 -> 2.27 s a call, plain HF 4.25 s; 1.34x at 512 tokens, 1.10x
 #: at 256; 2-core AVX2-only EPYC, benchmarks/results/long_responses_2026-11-29).
 FLASH_MIN_PROMPT = 256
+
+
+def cpu_flash_from(part: str, rows_rule=None) -> int | None:
+    """The CPU's flash rule, its one definition: the least length from which attention takes torch's flash
+    kernel, or None (never). ``part`` "prompt": the shared-prefix form (a prompt pass, or rows over their prompt
+    in one call: a prompt or rows that long); "rows": packed rows' own keys (the cascade's response part). Under a rows
+    rule (``rmfast serve``, :func:`gemm_rows`) a prompt never does: torch's kernel splits its work by the
+    batch's size, so a prompt's bits would follow its wave; a long row still does, one call a row (a row's
+    bits its own). Where a layer has a softcap, or a window that hides a key, the bmm form runs
+    (:func:`rmfast.kernels.cpu_flash.usable`).
+
+    >>> cpu_flash_from("prompt"), cpu_flash_from("prompt", ("pad", 64)), cpu_flash_from("rows", ("pad", 64))
+    (256, None, 256)
+    """
+    if part not in ("prompt", "rows"):
+        raise ValueError(f"part {part!r}: prompt or rows")
+    return None if part == "prompt" and rows_rule is not None else FLASH_MIN_PROMPT
+
+
+def cpu_flash_rule(rows_rule=None) -> str:
+    """:func:`cpu_flash_from` in words, for the plan's record of the "cpu-flash" form.
+
+    >>> cpu_flash_rule()
+    "torch's flash kernel for prompts or rows of 256+ tokens, bmm below (and on layers with a softcap or a window shorter than the text)"
+    """
+    p, r = cpu_flash_from("prompt", rows_rule), cpu_flash_from("rows", rows_rule)
+    tail = "(and on layers with a softcap or a window shorter than the text)"
+    if p == r:
+        return f"torch's flash kernel for prompts or rows of {p}+ tokens, bmm below {tail}"
+    return (f"torch's flash kernel for rows of {r}+ tokens, one call a row (a row's bits its own); bmm for every "
+            f"prompt (in fixed row chunks: torch's flash kernel splits its work by the batch's size) and shorter rows "
+            f"{tail}")
 
 
 #: where Triton was chosen but its attention did not fit the device: (head_dim, dtype, shared memory per
@@ -167,7 +199,8 @@ def shared_prefix_attention(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale,
         )
     P, S = k_prefix.shape[1], k_suffix.shape[2]
     rows = None if torch.compiler.is_compiling() else _GEMM_ROWS.get()
-    if (rows is None and form != "reference" and q.device.type == "cpu" and max(P, S) >= FLASH_MIN_PROMPT
+    least = cpu_flash_from("prompt", rows)  # the shared-prefix form: a prompt and its rows in one call
+    if (form != "reference" and q.device.type == "cpu" and least is not None and max(P, S) >= least
             and cpu_flash.usable(softcap, window, P, S)):
         return cpu_flash.shared_prefix_attention_flash(q, k_prefix, v_prefix, k_suffix, v_suffix, scale=scale)
     # under a rows rule (rmfast serve) the torch form, its prompt GEMMs in fixed row chunks: torch's flash kernel
@@ -223,12 +256,13 @@ def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q: in
     compiling = torch.compiler.is_compiling()
     rule = None if compiling else _GEMM_ROWS.get()  # rmfast serve: a row's bits its own
     part = None
-    if (not compiling and q.device.type == "cpu" and max_len >= FLASH_MIN_PROMPT
+    least = cpu_flash_from("rows", rule)
+    if (not compiling and q.device.type == "cpu" and least is not None and max_len >= least
             and cpu_flash.usable(softcap, window, 0, max_len)):
         # rows this long take torch's flash kernel for their own keys, one call a row (a row's bits its own), as the
-        # in-process rows do (FLASH_MIN_PROMPT); the shorter ones of the wave the reference form
+        # in-process rows do (cpu_flash_from); the shorter ones of the wave the reference form
         def part(q_, k_, v_, cu_):
-            return cpu_flash.response_part_varlen(q_, k_, v_, cu_, scale=scale, min_len=FLASH_MIN_PROMPT, short=lambda *a: (
+            return cpu_flash.response_part_varlen(q_, k_, v_, cu_, scale=scale, min_len=least, short=lambda *a: (
                 cascade_ref.response_part_varlen(*a, scale=scale, rule=rule)))
     return cascade_ref.cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlens, scale=scale,
                                                 softcap=softcap, window=window, rule=rule, q_pos=q_pos,

@@ -218,8 +218,7 @@ def choose_attention(attention, device: torch.device, engine: str, compiled: boo
         return attention, f"asked for ({kernels})" if attention in ("cascade", "triton") else "asked for"
     if base != "triton":
         why = {"block-diagonal": "the compiled CPU layer's form",
-               "cpu-flash": f"the CPU's eager form (torch's flash kernel for prompts or rows of {ops.FLASH_MIN_PROMPT}+ tokens, "
-                            "bmm below)",
+               "cpu-flash": f"the CPU's eager form ({ops.cpu_flash_rule()})",
                "reference": f"no Triton kernels on {device.type} (RMFAST_KERNELS=torch or triton missing)"}[base]
         return base, why
     if row_tokens is not None and row_tokens <= CASCADE_MIN_ROW_TOKENS:
@@ -387,7 +386,7 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     most = None if response_tokens is None or template is None else row_tokens(template, head, int(response_tokens), True)
     form, form_why = choose_attention(o.attention, device, engine, compiled, most, triton)
     if form == "cpu-flash" and template is not None:  # the form's kernel follows the prompt's length: say which
-        P, F = len(template.prefix_ids), ops.FLASH_MIN_PROMPT
+        P, F = len(template.prefix_ids), ops.cpu_flash_from("prompt")
         long_rows = "" if most is not None and most < F else f" (rows of {F}+ tokens: torch's flash kernel)"
         form_why += (f"; this {P}-token prompt: torch's flash kernel (bmm on layers with a softcap or a window "
                      "shorter than the row)" if P >= F else f"; this {P}-token prompt: bmm{long_rows}")

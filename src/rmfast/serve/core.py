@@ -165,6 +165,10 @@ class ServeCore:
         # the plan's decisions record it, with its reason, as every scoring decision is (the manifest's decisions)
         self.decided.record("gemm_rows", f"{self.rows_rule[0]} {self.rows_rule[1]}" if self.rows_rule else "torch", why)
         self.reasons["gemm_rows"] = dict(self.decided.reasons["gemm_rows"])
+        if self.decided.attention == "cpu-flash":  # the rows rule changes where the flash kernel runs: record what runs
+            self.decided.record("attention", "cpu-flash", f"the CPU's eager form under the rows rule "
+                                                           f"({ops.cpu_flash_rule(self.rows_rule)})")
+            self.reasons["attention"] = dict(self.decided.reasons["attention"])
         self.reasons["split"] = {"value": "header, else prompt, else none", "reason": (
             "a function of the sample alone (its ids, and the client's prompt where sent), never of what else is "
             "waiting: the RM's assistant header " + (f"{list(self.header)}" if self.header else "(none in this template)")
