@@ -260,7 +260,7 @@ def test_greedy_candidates_are_the_best_single_swaps(smol_tokenizer, tmpl):
     sel = torch.randn(4, s.n_vocab, generator=torch.Generator().manual_seed(1))
     order = sorted(((sel[p, t].item(), p, t) for p in range(4) for t in s.allowed_ids.tolist() if t != cur[p]))
     rows = [[*cur[:p].tolist(), t, *cur[p + 1:].tolist()] for _, p, t in order]
-    s.seen.add(_key(rows[1]))  # already evaluated: skipped, the 13th best takes its place
+    s.seen[_key(rows[1])] = None  # already evaluated: skipped, the 13th best takes its place
     got = _candidates(s, cur, sel, torch.Generator())
     assert got == [rows[0]] + rows[2:13] and s.n_dup == 1
 
@@ -486,7 +486,7 @@ def test_cli_writes_the_search_so_far_on_ctrl_c(tiny_dir, capsys, tmp_path, monk
     err = capsys.readouterr().err
     d = json.loads(out.read_text())
     assert d["interrupted"] is True and d["restarts"][0]["steps_run"] == 2, d["restarts"]
-    assert "interrupted after 2 step(s); wrote the best so far" in err and "go on from it with --init" in err, err
+    assert "interrupted after 2 step(s); wrote the best so far" in err and "a new search from the best with --init" in err, err
 
 
 def test_settings_past_what_the_search_has_are_said_and_recorded(smol_tokenizer, tmpl):

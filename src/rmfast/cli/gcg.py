@@ -111,27 +111,43 @@ def run(args) -> int:
     cfg.validate()  # refuse bad settings before loading anything
     direction = "max" if cfg.maximize else "min"
     out = args.out or os.path.join("results", f"gcg__{slug(args.model)}__{slug(args.prompt)}__{direction}.json")
-    out = check_output(out, args.overwrite)
-    png = None if args.no_plot or not _can_plot() else check_output(Path(out).with_suffix(".png"), args.overwrite)
+    ck = Path(f"{out}.partial.npz")  # the search's last step boundary: the same command goes on from it
+    again = _interrupted_before(out, ck)  # the output an interrupted run of it wrote is replaced, as it said
+    out = check_output(out, args.overwrite or again)
+    png = None if args.no_plot or not _can_plot() else check_output(Path(out).with_suffix(".png"), args.overwrite or again)
     lm = common.load_model(args, random_head_seed=args.random_head_seed)
     if cfg.template is None and lm.default_template is not None:
         cfg.template = lm.default_template
     try:
-        res = job.run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source)
+        res = job.run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source,
+                      checkpoint=ck, keep_checkpoint=True)
     except job.GCGInterrupted as stop:  # Ctrl-C: the search so far is written, and how to go on from it said
         stop.result.to_json(out, overwrite=True)  # `out` was checked before the load
         _report(stop.result)
         print(f"rmfast: gcg: interrupted after {sum(r['steps_run'] for r in stop.result.restarts)} step(s); wrote the "
-              f"best so far to {out} (\"interrupted\": true); go on from it with --init "
+              f"best so far to {out} (\"interrupted\": true). The same command goes on from {ck} (the search's last "
+              f"step boundary) and ends as an uninterrupted run would; or start a new search from the best with --init "
               f"{shlex.quote(stop.result.best_text)} --overwrite", file=sys.stderr)
         return 130
     if args.baseline == "random":
         res.baseline = _random_baseline(lm, args.prompt, cfg, res, say=not args.no_progress)
-    res.to_json(out, overwrite=args.overwrite)
+    res.to_json(out, overwrite=args.overwrite or again)  # checked before the load
+    ck.unlink(missing_ok=True)  # only now: the result is in place
     plot = res.plot(png) if png is not None else None
     _report(res)
     print(f"wrote {out}" + (f" and {plot}" if plot else ""))
     return 0
+
+
+def _interrupted_before(out: str, ck: Path) -> bool:
+    """Whether ``out`` is what an interrupted run of this search wrote (its JSON says so, and its checkpoint is
+    there): the rerun that goes on from the checkpoint replaces it without --overwrite."""
+    import json
+
+    try:
+        return ck.is_file() and Path(out).is_file() and json.loads(Path(out).read_text()).get("interrupted") is True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _random_baseline(lm, prompt: str, cfg, res, say: bool) -> dict:

@@ -43,16 +43,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from ..scoring.candidates import check_context, vocab_size
 from ..cpu import say_choice
 from ..errors import UserError
+from . import checkpoint as ck
 from .config import GCGConfig
 from .result import GCGInterrupted, GCGResult, RandomSearchResult
 from .select import distance_penalty, greedy_pairs, loss_gradient
@@ -177,7 +180,7 @@ class _Search:
     grad_fn: _Gradient
     sign: float  # +1 maximize, -1 minimize: the objective is sign * reward
     emb: torch.Tensor | None = None  # (n_vocab, D) fp32 embedding rows, for the distance penalty
-    seen: set[bytes] = field(default_factory=set)
+    seen: dict[bytes, None] = field(default_factory=dict)  # every candidate evaluated (its key), in the order first seen
     n_eval: int = 0
     n_dup: int = 0
     n_rej: int = 0
@@ -188,6 +191,11 @@ class _Search:
     t_eval: float = 0.0
     step_times: list[float] = field(default_factory=list)
     live: tuple | None = None  # the running restart's (r, start ids, buffer, trajectory, evaluations): an interrupt's
+    checkpoint: Path | None = None  # where the search's last step boundary is saved (rmfast.gcg.checkpoint)
+    job: dict | None = None  # the job that checkpoint names
+    boundary: ck.Boundary | None = None  # the last step boundary (what a save writes)
+    saved_at: float = 0.0
+    resumed: dict | None = None  # where a checkpoint put this search (the manifest's "resumed")
 
 
 #: host bytes per token of one step's sampled candidates: random keys (fp32), their argsort and the rows (int64 each),
@@ -289,7 +297,7 @@ def _admit(s: _Search, row: list[int]) -> bool:
     if kb in s.seen:
         s.n_dup += 1
         return False
-    s.seen.add(kb)
+    s.seen[kb] = None
     if s.retok is not None and not s.retok(row):
         s.n_rej += 1
         return False
@@ -355,24 +363,25 @@ def run_estimate(first_step_s: float, cfg: GCGConfig) -> str:
             f"{_duration(total)} (less if --patience stops it; --steps and --search-width set it)")
 
 
-def _restart(s: _Search, r: int, bar) -> dict:
-    """Restart ``r`` (seed + r): its initial response, then steps until ``steps`` or ``patience``."""
+def _restart(s: _Search, r: int, bar, done: list[dict], resume: ck.Boundary | None = None) -> dict:
+    """Restart ``r`` (seed + r): its initial response, then steps until ``steps`` or ``patience``; ``resume``: a
+    checkpoint's boundary inside this restart, gone on from (its generator state: the draws it would have made).
+    ``done``: the finished restarts (what a checkpoint saves beside this one's state)."""
     cfg = s.cfg
     gen = torch.Generator().manual_seed(cfg.seed + r)
-    if r == 0 and s.init_list is not None:
-        inits = [list(x) for x in dict.fromkeys(tuple(i) for i in s.init_list)]  # each distinct one once
-        buffer = _merge([], inits, _evaluate(s, inits), s.sign, cfg.buffer_size)  # best first
-        s.seen.update(key(i) for i in inits)
-        start_ids, s0 = buffer[0][1], buffer[0][0]
+    if resume is not None:
+        gen.set_state(resume.gen_state)
+        start_ids, buffer, traj, evals, stale = resume.start_ids, resume.buffer, resume.traj, resume.evals, resume.stale
     else:
-        start_ids = s.init_ids if (r == 0 and s.init_ids is not None) else random_init(s.L, s.allowed_ids, gen, s.retok)
-        s0 = float(_evaluate(s, [start_ids])[0])
-        s.seen.add(key(start_ids))
-        buffer = [(s0, list(start_ids))]  # best first by objective sign * score
-    traj, evals = [s0], [s.n_eval]
-    stale, stop = 0, "steps"
+        start_ids, buffer = _start(s, r, gen)
+        traj, evals, stale = [buffer[0][0]], [s.n_eval], 0
+    stop = "steps"
     s.live = (r, start_ids, buffer, traj, evals)  # what an interrupt keeps (run)
-    for step in range(cfg.steps):
+    ck.mark(s, done, r, gen, stale)
+    bar.update(len(traj) - 1)
+    for step in range(len(traj) - 1, cfg.steps):
+        if stale >= cfg.patience:  # (a resumed restart whose patience was lowered)
+            break
         ts = time.perf_counter()
         buffer, improved = _step(s, buffer, buffer[stale % len(buffer)][1], gen)
         stale = 0 if improved else stale + 1
@@ -380,16 +389,30 @@ def _restart(s: _Search, r: int, bar) -> dict:
         evals.append(s.n_eval)
         s.live = (r, start_ids, buffer, traj, evals)
         s.step_times.append(time.perf_counter() - ts)
+        ck.mark(s, done, r, gen, stale)
         if len(s.step_times) == 1 and not bar.disable:  # the first step measures the whole run's cost
             print(f"rmfast: {run_estimate(s.step_times[0], cfg)}", file=sys.stderr, flush=True)
         bar.update(1)
         bar.set_postfix_str(f"restart {r} best {buffer[0][0]:.4f} evals {s.n_eval}")
         if stale >= cfg.patience:
-            stop = "patience"
-            bar.update(cfg.steps - step - 1)
             break
+    stop = "patience" if stale >= cfg.patience else stop
+    bar.update(max(cfg.steps - (len(traj) - 1), 0))
     s.live = None
     return _restart_record(s, r, start_ids, buffer, traj, evals, stop)
+
+
+def _start(s: _Search, r: int, gen: torch.Generator) -> tuple[list[int], list[tuple[float, list[int]]]]:
+    """Restart ``r``'s initial response and buffer: the best of --init-strings, --init, or a random draw."""
+    if r == 0 and s.init_list is not None:
+        inits = [list(x) for x in dict.fromkeys(tuple(i) for i in s.init_list)]  # each distinct one once
+        buffer = _merge([], inits, _evaluate(s, inits), s.sign, s.cfg.buffer_size)  # best first
+        s.seen.update(dict.fromkeys(key(i) for i in inits))
+        return buffer[0][1], buffer
+    start_ids = s.init_ids if (r == 0 and s.init_ids is not None) else random_init(s.L, s.allowed_ids, gen, s.retok)
+    s0 = float(_evaluate(s, [start_ids])[0])
+    s.seen[key(start_ids)] = None
+    return list(start_ids), [(s0, list(start_ids))]  # best first by objective sign * score
 
 
 def _restart_record(s: _Search, r: int, start_ids, buffer, traj: list, evals: list, stop: str) -> dict:
@@ -420,6 +443,7 @@ def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
         "length": s.L,
         "batch_size": s.plan.rows_per_batch(s.L),
         "n_allowed_tokens": int(s.allowed_ids.numel()),
+        "resumed": s.resumed,  # None, or where a checkpoint put the search (timing counts this process's wall only)
         "gradient": "full sequence through the HF model with autograd (no prompt cache); one-hot @ embedding weight x embedding scale",
         "candidate_selection": {
             "loss": ("the fork's (reward - 30)^2 in both directions (--compat authors: its sign bug)" if cfg.compat == "authors"
@@ -453,7 +477,8 @@ def _timing(s: _Search, wall: float, setup_s: float) -> dict:
 
 
 def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progress: bool = True,
-        model_info: dict | None = None, template: Template | None = None) -> GCGResult:
+        model_info: dict | None = None, template: Template | None = None, checkpoint: str | os.PathLike | None = None,
+        keep_checkpoint: bool = False) -> GCGResult:
     """Greedy Coordinate Gradient search over ``config.length``-token responses to ``prompt``.
 
     Args:
@@ -464,6 +489,10 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
         progress: show a progress bar with the current best (default True).
         model_info: provenance for the manifest (the loader's ``source``; default: config name).
         template: a prepared :class:`Template` (default: built from prompt, config.template, config.system).
+        checkpoint: a file where the search's last step boundary is saved (:mod:`rmfast.gcg.checkpoint`); a run
+            of the same search finding one goes on from it, and ends as an uninterrupted run would. Default None.
+        keep_checkpoint: leave it for the caller to remove once the result is written (default False: removed on
+            return).
 
     Returns:
         GCGResult; ``best_score`` is the evaluator's score of ``best_ids`` and
@@ -478,16 +507,24 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     cfg.validate()
     t0 = time.perf_counter()
     s = _prepare(model, tokenizer, prompt, cfg, template)
+    resume = ck.resume(s, checkpoint, prompt, model_info)
+    if resume is not None and progress:
+        print(f"rmfast: gcg: going on from {checkpoint} ({resume.where()}; {s.n_eval} candidates evaluated before)",
+              file=sys.stderr, flush=True)
     setup_s = time.perf_counter() - t0
     say_choice(model)  # the search starts: every check of the input is behind us
 
-    restarts: list[dict] = []
+    restarts: list[dict] = [] if resume is None else list(resume.done)
     bar = tqdm(total=cfg.steps * cfg.restarts, unit="step", desc="gcg", disable=not progress, dynamic_ncols=True)
+    bar.update(sum(x["steps_run"] for x in restarts))
     interrupted = False
     try:
-        for r in range(cfg.restarts):
-            restarts.append(_restart(s, r, bar))
+        for r in range(len(restarts), cfg.restarts):
+            within = resume if resume is not None and resume.r == r and resume.start_ids is not None else None
+            restarts.append(_restart(s, r, bar, restarts, within))
+            ck.mark(s, restarts, r + 1, None, 0, force=True)  # between restarts
     except KeyboardInterrupt:  # the search so far is a result: kept (GCGInterrupted), unless nothing was scored
+        ck.save_now(s)  # the last step boundary, whatever the time since the last save
         if s.live is None and not restarts:
             raise
         if s.live is not None:
@@ -498,6 +535,8 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     res = _result(model, tokenizer, prompt, s, restarts, t0, setup_s, model_info, interrupted)
     if interrupted:
         raise GCGInterrupted(res)
+    if checkpoint is not None and not keep_checkpoint:
+        Path(checkpoint).unlink(missing_ok=True)
     return res
 
 

@@ -310,7 +310,7 @@ def load_checkpoint(path: Path | None, key: str, ids: np.ndarray,
         return scores, done, sizes
     try:
         z = np.load(path, allow_pickle=False)
-        why = _other_job(z, key, ids, job)
+        why = other_job(z, key, job, ids)
         if why is None:
             scores = z["scores"].astype(np.float32)
             done = z["done"].astype(bool) if "done" in z else ~np.isnan(scores)  # older checkpoints: NaN = to do
@@ -322,10 +322,11 @@ def load_checkpoint(path: Path | None, key: str, ids: np.ndarray,
     return scores, done, sizes
 
 
-def _other_job(z, key: str, ids: np.ndarray, job: dict | None) -> str | None:
-    """Why the checkpoint ``z`` is not this job's (None: it is)."""
+def other_job(z, key: str, job: dict | None, ids: np.ndarray | None = None) -> str | None:
+    """Why the checkpoint ``z`` (a scan's, or a GCG search's: :mod:`rmfast.gcg.checkpoint`) is not this job's
+    (None: it is). ``ids``: the candidates a scan's checkpoint must hold (None: no candidates to compare)."""
     if str(z["key"]) == key:
-        return None if np.array_equal(z["ids"], ids) else "it holds other candidates"
+        return None if ids is None or np.array_equal(z["ids"], ids) else "it holds other candidates"
     old = json.loads(str(z["job"])) if "job" in z else None
     if not isinstance(old, dict) or not old or job is None:
         return "it was saved by another job"
