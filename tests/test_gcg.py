@@ -1,5 +1,5 @@
 """GCG (rmfast.gcg): direction, GCG vs random search, reported score vs an independent forward,
-the retokenization filter, excluded tokens, and the CLI's one-line errors.
+the retokenization filter, excluded tokens, the CLI's one-line errors, Ctrl-C and the checkpoint's resume.
 
 Tiny random models (a Llama classifier on the score head, a Gemma 2 causal LM on the logprob head,
 both with the real 49,152-token vocabulary) and the embedded SmolLM2, all fp32, small settings.
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rmfast.errors import UserError
-from rmfast.gcg import GCGConfig, allowed_tokens, random_search, run
+from rmfast.gcg import GCGConfig, GCGInterrupted, allowed_tokens, random_search, run
 from rmfast.gcg.search import _Gradient
 from rmfast.scoring.hf_path import hf_scores
 from rmfast.scoring.candidates import special_ids
@@ -458,8 +458,6 @@ def _interrupt_after(monkeypatch, n_calls: int):
 
 
 def test_an_interrupted_search_is_a_result_of_what_it_found(smol_tokenizer, tmpl, monkeypatch):
-    from rmfast.gcg import GCGInterrupted
-
     cfg = GCGConfig(**{**SMALL, "steps": 5}, restarts=2)
     _interrupt_after(monkeypatch, 1 + 5 + 1 + 3)  # restart 0: its start and 5 steps; restart 1: its start, 2 steps
     with pytest.raises(GCGInterrupted) as got:
@@ -498,3 +496,98 @@ def test_settings_past_what_the_search_has_are_said_and_recorded(smol_tokenizer,
     assert "is more than the response's 4 tokens: every candidate changes all 4" in said, said
     sel = res.manifest["candidate_selection"]
     assert sel["n_replace_run"] == 4 and sel["topk_run"] == res.manifest["n_allowed_tokens"]
+
+
+# --------------------------------------------------------------------------------------------
+# the checkpoint (rmfast.gcg.checkpoint): a search stopped anywhere (mid-step, between restarts, in restart 0 or a
+# later one) and run again with its checkpoint ends with exactly what an uninterrupted search gives (every restart's
+# trajectory, evaluations, best ids and score: the same bits); another search's checkpoint is never trusted; the
+# CLI's rerun of the same command goes on from it
+
+RESUME_CFG = dict(length=4, steps=5, search_width=24, topk=16, patience=50, restarts=2)
+
+
+@pytest.fixture(scope="module")
+def resume_model():
+    return T.tiny("llama", "classifier")
+
+
+@pytest.fixture(scope="module")
+def clean_search(resume_model, smol_tokenizer):
+    """The uninterrupted search (no checkpoint)."""
+    return run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**RESUME_CFG), progress=False)
+
+
+def _same(a, b):
+    keys = ("best_ids", "best_score", "trajectory", "evaluated", "init_ids", "steps_run", "stopped")
+    assert [{k: r[k] for k in keys} for r in a.restarts] == [{k: r[k] for k in keys} for r in b.restarts]
+    assert (a.best_ids, a.best_score, a.n_evaluated, a.n_skipped_duplicate, a.n_rejected_retokenize) == (
+        b.best_ids, b.best_score, b.n_evaluated, b.n_skipped_duplicate, b.n_rejected_retokenize)
+
+
+# scorer calls: restart 0's start (1) and 5 steps (2-6); restart 1's start (7) and steps (8-12)
+@pytest.mark.parametrize("n_call", [4, 7, 10], ids=["restart-0-mid-step", "restart-1-start", "restart-1-mid-step"])
+def test_a_search_stopped_anywhere_goes_on_to_the_uninterrupted_bits(resume_model, smol_tokenizer, clean_search, tmp_path,
+                                                                     monkeypatch, n_call):
+    ck = tmp_path / "g.partial.npz"
+    _interrupt_after(monkeypatch, n_call)
+    with pytest.raises(GCGInterrupted):
+        run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**RESUME_CFG), progress=False, checkpoint=ck)
+    assert ck.is_file()
+    monkeypatch.undo()
+    res = run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**RESUME_CFG), progress=False, checkpoint=ck)
+    _same(res, clean_search)
+    r = res.manifest["resumed"]
+    assert r["from"] == str(ck) and r["restarts_done"] == (0 if n_call < 7 else 1)
+    assert r["step"] == {4: 2, 7: 0, 10: 2}[n_call], r
+    assert not ck.exists(), "a finished search removes its checkpoint"
+    assert clean_search.manifest["resumed"] is None
+
+
+def test_another_searchs_checkpoint_is_never_trusted(resume_model, smol_tokenizer, clean_search, tmp_path, monkeypatch):
+    ck = tmp_path / "g.partial.npz"
+    _interrupt_after(monkeypatch, 4)
+    with pytest.raises(GCGInterrupted):
+        run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**{**RESUME_CFG, "seed": 1}), progress=False, checkpoint=ck)
+    monkeypatch.undo()
+    with pytest.warns(UserWarning, match=r"not resuming from .*seed.*differed|not resuming from .*gcg"):
+        res = run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**RESUME_CFG), progress=False, checkpoint=ck)
+    _same(res, clean_search)
+    assert res.manifest["resumed"] is None
+    ck.write_bytes(b"not a checkpoint")
+    with pytest.warns(UserWarning, match="it cannot be read"):
+        _same(run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**RESUME_CFG), progress=False, checkpoint=ck), clean_search)
+
+
+def test_more_restarts_on_a_rerun_go_on_after_the_saved_ones(resume_model, smol_tokenizer, clean_search, tmp_path):
+    """--restarts only decides when the search stops: a kept checkpoint of one restart goes on into the second."""
+    ck = tmp_path / "g.partial.npz"
+    one = run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**{**RESUME_CFG, "restarts": 1}), progress=False, checkpoint=ck,
+              keep_checkpoint=True)
+    assert ck.is_file() and len(one.restarts) == 1
+    _same(run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**RESUME_CFG), progress=False, checkpoint=ck), clean_search)
+
+
+def test_cli_rerun_of_the_same_command_goes_on_from_ctrl_c(tiny_dir, capsys, tmp_path, monkeypatch):
+    from rmfast.cli import main
+
+    out = tmp_path / "g.json"
+    argv = ["gcg", str(tiny_dir), "--prompt", "Hi", "--length", "3", "--steps", "4", "--search-width", "8", "--topk",
+            "8", "--no-progress", "--no-plot", "--dtype", "float32"]
+    assert main(argv + ["--out", str(tmp_path / "clean.json")]) == 0
+    clean = json.loads((tmp_path / "clean.json").read_text())
+    capsys.readouterr()
+    _interrupt_after(monkeypatch, 3)  # the start and one step
+    assert main(argv + ["--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert f"The same command goes on from {out}.partial.npz" in err, err
+    assert json.loads(out.read_text())["interrupted"] is True
+    monkeypatch.undo()
+    assert main(argv + ["--out", str(out)]) == 0, capsys.readouterr().err  # no --overwrite: it said so
+    d = json.loads(out.read_text())
+    assert not d["interrupted"] and d["manifest"]["resumed"]["step"] == 1
+    assert (d["best_ids"], d["restarts"][0]["trajectory"]) == (clean["best_ids"], clean["restarts"][0]["trajectory"])
+    assert not (tmp_path / "g.json.partial.npz").exists()
+    capsys.readouterr()
+    assert main(argv + ["--out", str(out)]) == 2  # a finished output is not replaced without --overwrite
+    assert "already exists" in capsys.readouterr().err
