@@ -113,6 +113,7 @@ def build_model(spec: str, seed: int, lora_r: int):
 def xray_callbacks(args, tok, held_out: pd.DataFrame):
     from rmfast.analysis.data.lexicons import load_dictionary
     from rmfast.integrations.trl import XrayCallback, XrayConfig
+    from rmfast.scoring.candidate_files import read_candidates
     from rmfast.scoring.pipeline import Selection
 
     dic = load_dictionary(args.dictionary)
@@ -121,7 +122,9 @@ def xray_callbacks(args, tok, held_out: pd.DataFrame):
     common = dict(prompts={"greatest": args.prompt}, name="elo-rm", every_n_steps=None, k=10)
     return {
         "vocab": XrayCallback(XrayConfig(selection=vocab, out=args.out / "xray" / "vocab", dictionary=dic, **common)),
-        "big2": XrayCallback(XrayConfig(selection=Selection(texts=sorted(set(dic["term"]))),
+        # the nouns as the sweep reads them (sweep_and_trajectory: the file's column, its order): the same batches,
+        # so the sweep of the checkpoints equals these in-training scans bit for bit
+        "big2": XrayCallback(XrayConfig(selection=Selection(texts=read_candidates(args.dictionary, "token_decoded").texts),
                                         out=args.out / "xray" / "big2", dictionary=dic, **common)),
         "heldout": XrayCallback(XrayConfig(selection=Selection(texts=held_out["name"].astype(str).tolist()),
                                            out=args.out / "xray" / "heldout", **common)),
@@ -187,14 +190,14 @@ def report(args, run: dict, sweep: dict) -> dict:
             s = steps.setdefault(h["step"], {})
             s[f"{name}_top"] = h["top"]["greatest"][:10]
             s[f"{name}_bottom"] = h["bottom"]["greatest"][:5]
-            s[f"{name}_gap_agency_minus_communion"] = h["scalars"].get("rmfast/greatest/gap/Agency-Communion")
+            s[f"{name}_gap_communion_minus_agency"] = h["scalars"].get("rmfast/greatest/gap/Communion_minus_Agency")
             s[f"{name}_xray_s"] = h["xray_s"]
     for h in run["callbacks"]["heldout"].history:
         steps.setdefault(h["step"], {})["heldout_xray_s"] = h["xray_s"]
     losses = [(e["step"], round(e["loss"], 4)) for e in run["log_history"] if "loss" in e]
     out = {"args": {k: str(v) for k, v in vars(args).items()}, "n_train_items": run["n_train_items"],
            "n_heldout_items": run["n_heldout_items"], "train_s": round(run["train_s"], 1), "train_loss": losses,
-           "heldout_pair_accuracy": acc, "steps": {k: steps[k] for k in sorted(steps)}, **sweep}
+           "heldout_pair_accuracy": {k: acc[k] for k in sorted(acc)}, "steps": {k: steps[k] for k in sorted(steps)}, **sweep}
     (args.out / "report.json").write_text(json.dumps(out, indent=1, ensure_ascii=False))
     return out
 

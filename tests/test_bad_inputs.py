@@ -251,6 +251,14 @@ CASES = [
                             "--no-progress"], id="scan-out-folder-cannot-be-made"),
     pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--out", f"{o}/sub/", "--no-progress"],
                  id="scan-out-ends-with-a-slash"),
+    # a Parquet output named .csv (it was written: Parquet bytes pandas.read_csv reads as garbage)
+    *[pytest.param(lambda o, cmd=cmd: [cmd, "{rm}" if cmd == "scan" else "{lm}", "--token-ids", "0:5", "--out",
+                                       o / "s.csv"], id=f"{cmd}-out-csv") for cmd in ("scan", "logprobs")],
+    pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--out", o / "i.csv"],
+                 id="implicit-out-csv"),
+    # a table the analysis has not: said before the work (similarity's default layers took minutes first)
+    *[pytest.param(lambda o, a=a: ["analyze", a, "{scan}", *(["{scan}"] if a == "similarity" else []), "--table",
+                                   "nosuch"], id=f"{a}-unknown-table") for a in ("similarity", "lens")],
     # a prompt that is not UTF-8 (a lone surrogate, as Python decodes such argv bytes): named as bad text
     pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "0:5", "--prompt", "caf\udce9?", "--out", o / "s.parquet",
                             "--no-progress"], id="scan-prompt-not-utf8"),
@@ -335,6 +343,10 @@ def test_bad_input_is_one_line(make_argv, fx, tmp_path, capsys, monkeypatch):
     assert lines[0].startswith("rmfast: error: "), err
     assert list(out.iterdir()) == [], "something was written for a refused input"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    if "nosuch" in argv:
+        assert "has no table 'nosuch'" in lines[0], lines[0]
+    if any(a.endswith(("/s.csv", "/i.csv")) for a in argv):
+        assert "this command writes Parquet" in lines[0], lines[0]
     if "caf\udce9?" in argv:
         assert "not valid text: a lone surrogate U+DCE9" in lines[0], lines[0]
     if LONG_PROMPT in argv:  # both lengths named

@@ -272,3 +272,23 @@ def test_explorer_panel_in_the_browser(scans_dir, tmp_path):
     finally:
         browser.close()
         pw.stop()
+
+
+def test_a_layer_constant_but_for_one_rounded_row_is_undefined():
+    """Layer 0's lens is one state read through the head in batches: a GEMM may round one row's last bit by its
+    place in the batch (a walkthrough saw 1 row of 1,500 one ulp off). Its Spearman ranked that rounding (0.015,
+    overlaps 0.0) where it is undefined; a real layer next to it keeps its numbers."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    score = rng.normal(size=300).astype(np.float32)
+    l0 = np.full(300, 1.0932901, dtype=np.float32)
+    l0[137] = np.nextafter(l0[137], np.float32(2))  # one ulp up
+    df = pd.DataFrame({"token_id": np.arange(300), "score": score, "lens_0": l0,
+                       "lens_1": (score + rng.normal(size=300)).astype(np.float32), "lens_last": score})
+    res = lens(df)
+    t = res.layers.set_index("layer")
+    assert np.isnan(t.loc["0", "spearman"]) and np.isnan(t.loc["0", "top_k_overlap"])
+    assert 0.3 < t.loc["1", "spearman"] < 0.95 and t.loc["last", "spearman"] == 1.0
+    assert "0" not in set(res.entry["first_layer"].dropna())

@@ -305,6 +305,33 @@ def test_xray_config_rejects_bad_input():
         XrayConfig(prompts=[PROMPT], every_n_steps=0)
     with pytest.raises(UserError, match="at least one prompt"):
         XrayConfig(prompts={})
+    # each of these was found only at the first save's x-ray, after the steps before it, as a traceback out of
+    # trainer.train() (a walkthrough: a missing dictionary cost both steps and their checkpoint's x-ray)
+    for kw, said in [({"prompts": "What?"}, "prompts is one str"), ({"prompts": {"a": ""}}, "not a non-empty str"),
+                     ({"k": -3}, "k must be an integer >= 1"), ({"k": 0}, "k must be an integer >= 1"),
+                     ({"k": 2.5}, "k must be an integer"), ({"batch_size": "x"}, "batch"),
+                     ({"compile": "maybe"}, "unknown compile=.maybe."), ({"dictionary": "/nonexistent/dict.csv"}, "does not exist"),
+                     ({"every_n_steps": "2"}, "every_n_steps must be an integer")]:
+        with pytest.raises(UserError, match=said):
+            XrayConfig(**{"prompts": [PROMPT], **kw})
+
+
+def test_what_needs_the_model_is_checked_at_the_trains_start(tmp_path, tok):
+    """A template without placeholders, ids past the vocabulary, layers past the model: on_train_begin refuses
+    them in one line before any training step (no checkpoint is written)."""
+    pytest.importorskip("trl")
+    for kw, said in [({"template": "no placeholders"}, "template"),
+                     ({"states": "99", "out": tmp_path / "x"}, "99")]:
+        cb = _xray(**kw)
+        tr = _trainer(_tiny_rm(), tok, tmp_path / "run", callbacks=[cb])
+        with pytest.raises(UserError, match=said):
+            tr.train()
+        assert not list((tmp_path / "run").glob("checkpoint-*")), kw
+    from rmfast.integrations.trl import XrayCallback, XrayConfig
+
+    cb = XrayCallback(XrayConfig(prompts=[PROMPT], selection=Selection(token_ids="0:999999")))
+    with pytest.raises(UserError, match="999"):
+        cb.check(_tiny_rm(), tok)
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,6 +353,8 @@ def test_demo_smoke_runs_the_trajectory_over_its_checkpoint_sweep(tmp_path, tok)
     assert rep["sweep_rc"] == 0 and rep["trajectory_rc"] == 0
     assert sorted(rep["heldout_pair_accuracy"]) == [0, 1, 2]
     assert all(0.0 <= v <= 1.0 for v in rep["heldout_pair_accuracy"].values())
+    gaps = [rep["steps"][k]["big2_gap_communion_minus_agency"] for k in (0, 1, 2)]  # (it read a key never written)
+    assert all(isinstance(g, float) for g in gaps), gaps
     cats = pd.read_csv(out / "trajectory" / "trajectory_categories.csv")
     assert sorted(cats["step"].unique()) == [1, 2] and set(cats["category"]) == {"Agency", "Communion"}
     assert (out / "trajectory" / "trajectory_categories.png").is_file()

@@ -146,3 +146,19 @@ def test_published_checkpoint_ranks_reproduce_fig4_shape():
     val = {(b, c): v for b, c, v in zip(last["base_model"], last["Category"], last["sum_value"])}
     assert val[("Llama", "Agency")] < val[("Gemma", "Agency")]
     assert val[("Gemma", "Communion")] < val[("Llama", "Communion")]
+
+
+def test_a_dictionary_that_matches_no_candidate_is_one_line(tmp_path, capsys):
+    """A vocabulary x-ray given a nouns dictionary (a walkthrough's slip) matched nothing: exit 0, one file of
+    dropped rows and no table; now a one-line error naming it (the library still returns the empty tables: the
+    training callback's summary of such an x-ray has no gaps, and training goes on)."""
+    d = pd.DataFrame({"step": [1, 1, 2, 2], "token": ["ators", "vel"] * 2, "score": [1.0, 2.0, 2.0, 1.0]})
+    d.to_csv(tmp_path / "t.csv", index=False)
+    pd.DataFrame({"term": ["kind", "bold"], "category": ["C", "A"]}).to_csv(tmp_path / "dic.csv", index=False)
+    argv = ["analyze", "trajectory", str(tmp_path / "t.csv"), "--dictionary", str(tmp_path / "dic.csv"), "--out",
+            str(tmp_path / "traj")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "none of the 2 candidates is a word of --dictionary" in err and "(e.g. 'ators', 'vel')" in err, err
+    assert not (tmp_path / "traj").exists() or not list((tmp_path / "traj").iterdir())
+    assert main(argv[:3] + argv[5:]) == 0  # without it: the token tables

@@ -369,7 +369,14 @@ def _run_trajectory(args) -> int:
     if not args.out:
         raise UserError("trajectory writes several tables and figures: give --out DIR")
     ledger = Ledger()
-    res = trajectory(load_trajectory_inputs(args.inputs, ledger=ledger), args.dictionary, k=args.k)
+    df = load_trajectory_inputs(args.inputs, ledger=ledger)
+    res = trajectory(df, args.dictionary, k=args.k)
+    if args.dictionary is not None and "token" in df and not any(len(t) for n, t in res.tables().items() if n != "dropped"):
+        # every table empty: it wrote the dropped rows alone and exited 0
+        ex = ", ".join(repr(t) for t in df["token"].drop_duplicates().head(3))
+        raise UserError(f"none of the {df['token'].nunique():,} candidates is a word of --dictionary {args.dictionary} "
+                        f"(e.g. {ex}): give the scans of its words (a scan or sweep of the dictionary's terms), or "
+                        "drop --dictionary for the token tables alone")
     _add_drops(res, ledger)
     _report_drops(res)
     files = write_trajectory(res, args.out)
@@ -381,13 +388,15 @@ def _run_similarity(args) -> int:
     """``rmfast analyze similarity A B``: layer × layer similarity of two state sets."""
     import pandas as pd
 
-    from ..analysis.representations.representation_rsa import representation_agreement
-    from ..analysis.representations.similarity import similarity
+    from ..analysis.representations.representation_rsa import RepresentationAgreementResult, representation_agreement
+    from ..analysis.representations.similarity import SimilarityResult, similarity
 
     inputs = args.inputs or []
     if len(inputs) < 2:
         raise UserError(f"similarity compares state sets: give A and B (scans with a states folder "
                         f"beside them, or states folders), got {len(inputs)}")
+    # --table before the work (the default layers of two 30-layer sets take minutes)
+    (SimilarityResult if len(inputs) == 2 else RepresentationAgreementResult).check_table(args.table, "similarity")
     if len(inputs) == 2:
         res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
                          bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
@@ -428,10 +437,11 @@ def _run_lens(args) -> int:
     """``rmfast analyze lens SCAN.parquet``: the reward lens tables, and the figure beside --out."""
     import pandas as pd
 
-    from ..analysis.representations.lens import lens, write_lens_figure
+    from ..analysis.representations.lens import LensResult, lens, write_lens_figure
 
     if len(args.inputs or []) != 1:
         raise UserError(f"lens reads one scan written with --lens; got {len(args.inputs or [])} inputs")
+    LensResult.check_table(args.table, "lens")
     if args.out:  # the figure beside --out follows the output rule too (io.check_output): no silent replace
         if Path(args.out).suffix.lower() == ".png":
             raise UserError(f"--out {args.out}: the lens table is CSV, and its figure goes beside it as .png; "

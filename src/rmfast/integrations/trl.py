@@ -102,12 +102,29 @@ class XrayConfig:
         return ScoringOptions(head="score", batch_size=self.batch_size, compile=self.compile)
 
     def __post_init__(self):
+        """Every option checked here, before any training step (the model's own checks: :meth:`XrayCallback.check`,
+        at the train's start): a bad one found at the first save would cost the steps before it."""
+        from ..analysis.data.lexicons import as_dictionary
+        from ..scoring.options import whole_number
+
+        if isinstance(self.prompts, (str, bytes)):
+            raise UserError("XrayConfig: prompts is one str; give a list of prompts or a dict name -> prompt")
         if isinstance(self.prompts, (list, tuple)):
             self.prompts = {slug(p): p for p in self.prompts}
-        if not self.prompts:
-            raise UserError("XrayConfig: give at least one prompt")
-        if self.every_n_steps is not None and self.every_n_steps < 1:
-            raise UserError(f"XrayConfig: every_n_steps must be >= 1, got {self.every_n_steps}")
+        if not isinstance(self.prompts, dict) or not self.prompts:
+            raise UserError("XrayConfig: give at least one prompt (a list of prompts or a dict name -> prompt)")
+        bad = [n for n, p in self.prompts.items() if not isinstance(p, str) or not p.strip()]
+        if bad:
+            raise UserError(f"XrayConfig: prompt {bad[0]!r} is not a non-empty str")
+        self.k = whole_number(self.k, "XrayConfig: k", 1)
+        if self.every_n_steps is not None:
+            self.every_n_steps = whole_number(self.every_n_steps, "XrayConfig: every_n_steps", 1)
+        self.scoring()  # batch_size and compile: checked as the scan checks them
+        if not isinstance(self.selection, Selection):
+            raise UserError(f"XrayConfig: selection must be a rmfast Selection, got {type(self.selection).__name__}")
+        self.selection.check()
+        if self.dictionary is not None:
+            self.dictionary = as_dictionary(self.dictionary)  # read now: a missing file is said before training
         if self.states_dtype is not None and (self.states is None or self.states_dtype not in DTYPES):
             raise UserError(f"XrayConfig: states_dtype {self.states_dtype!r} needs states and one of {', '.join(DTYPES)}")
         if self.states is not None:
@@ -214,11 +231,29 @@ class XrayCallback(TrainerCallback):
         self.history: list[dict] = []
         self._done: set[int] = set()
 
-    def on_train_begin(self, args, state, control, model=None, **kw):
-        """Bad ``states`` layers for this model fail here, before any training step."""
-        if self.config.states is not None and model is not None:
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kw):
+        """What the config cannot check alone fails here, before any training step (:meth:`check`)."""
+        self.check(model, processing_class or kw.get("tokenizer"))
+
+    def check(self, model=None, tokenizer=None) -> None:
+        """The config against this model and tokenizer: ``states`` layers, each prompt in the template, the
+        selection's ids (the first x-ray would find them at the first save, after the steps before it)."""
+        cfg = self.config
+        if model is not None and cfg.states is not None:
             n = getattr(getattr(getattr(model, "module", model), "config", None), "num_hidden_layers", None)
-            parse_layers(self.config.states, n if isinstance(n, int) else None)
+            parse_layers(cfg.states, n if isinstance(n, int) else None)
+        if tokenizer is None:
+            return
+        from ..template import build_template
+
+        for p in cfg.prompts.values():
+            build_template(tokenizer, p, template=cfg.template, system=cfg.system)
+        if model is not None and cfg.selection.texts is None:
+            from ..scoring.candidates import select_ids
+
+            sel = cfg.selection
+            select_ids(getattr(model, "module", model), tokenizer, sel.token_ids, exclude_special=sel.exclude_special,
+                       wordlike=sel.wordlike, dedup=sel.dedup)
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
         n = self.config.every_n_steps

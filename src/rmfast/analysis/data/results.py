@@ -29,6 +29,27 @@ class Result:
         out["dropped"] = self.dropped
         return out
 
+    @classmethod
+    def table_names(cls) -> list[str]:
+        """The names :meth:`tables` gives, from the class alone (its DataFrame fields): what ``--table`` may
+        name, checked before the analysis runs.
+
+        >>> from rmfast.analysis.representations.similarity import SimilarityResult
+        >>> SimilarityResult.table_names()[-1]
+        'dropped'
+        """
+        names = [f.name for f in fields(cls) if "DataFrame" in str(f.type) and f.name != "dropped"]
+        return names + ["dropped"]
+
+    @classmethod
+    def check_table(cls, name: str | None, what: str) -> None:
+        """One line where ``name`` is not one of :meth:`table_names` (None: the main table)."""
+        names = cls.table_names()
+        if name is not None and name not in names:
+            from ...errors import UserError
+
+            raise UserError(f"{what} has no table {name!r}; choose one of {names}")
+
     @property
     def table(self) -> pd.DataFrame:
         """The main tidy table."""

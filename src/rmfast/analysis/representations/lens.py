@@ -47,6 +47,22 @@ def lens_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if c.startswith(PREFIX)]
 
 
+#: a lens column whose spread is within this many float32 ulps of its magnitude is constant: the same state in
+#: every row (layer 0), read through the head in batches whose GEMMs may round a row's last bit by its place in
+#: the batch (seen: 1 row of 1,365 one ulp off), so a rank correlation of it ranks rounding, not candidates
+CONSTANT_ULPS = 16
+
+
+def constant(v: np.ndarray) -> bool:
+    """Whether a lens column is constant to float32 rounding (:data:`CONSTANT_ULPS`).
+
+    >>> constant(np.array([1.0932901, 1.0932903], dtype=np.float32)), constant(np.array([1.0, 1.01]))
+    (True, False)
+    """
+    v = np.asarray(v, dtype=np.float64)
+    return bool(np.ptp(v) <= CONSTANT_ULPS * np.finfo(np.float32).eps * max(np.abs(v).max(), np.finfo(np.float32).tiny))
+
+
 def _ranks(x: np.ndarray) -> np.ndarray:
     return pd.Series(x).rank(method="average").to_numpy()
 
@@ -76,11 +92,12 @@ def lens(df: pd.DataFrame, *, k: int = 10) -> LensResult:
         o = np.argsort(-v, kind="stable")
         t = set(o[:kk])
         # constant (layer 0: the final position holds the same template token in every row): undefined
-        rho = float(np.corrcoef(_ranks(v), rs)[0, 1]) if np.ptp(v) > 0 and np.ptp(score) > 0 else float("nan")
-        if np.isnan(rho):
-            ledger.note(f"layer {c[len(PREFIX):]}: the lens is the same for every candidate (at the final position "
-                        "the embeddings are the template's last token in every row); its Spearman is undefined")
-        const = np.ptp(v) == 0  # no top-k to speak of: overlaps undefined, nobody enters here
+        const = constant(v)  # no top-k to speak of: overlaps undefined, nobody enters here
+        rho = float(np.corrcoef(_ranks(v), rs)[0, 1]) if not const and np.ptp(score) > 0 else float("nan")
+        if const:
+            ledger.note(f"layer {c[len(PREFIX):]}: the lens is the same for every candidate, to float32 rounding "
+                        "(at the final position the embeddings are the template's last token in every row); its "
+                        "Spearman and overlaps are undefined")
         rows.append({"layer": c[len(PREFIX):], "n": n, "spearman": rho,
                      "top_k_overlap": np.nan if const else len(t & top) / kk,
                      "bottom_k_overlap": np.nan if const else len(set(o[::-1][:kk]) & bottom) / kk, "k": kk})
