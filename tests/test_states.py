@@ -349,6 +349,9 @@ def test_states_are_tied_to_their_scan(tiny_dir, tmp_path, capsys):
     write_states(tmp_path / "s.states", np.arange(600), {"last_prenorm": np.zeros((600, 4), "float32")},
                  scan={"prompt": "worst", "n_candidates": 600})
     assert open_states(out).n == 600  # the same prompt and count: accepted
+    with pytest.raises(UserError, match="token_id 0 is given 3 times"):  # (a reader dropped them, then blamed the sets)
+        write_states(tmp_path / "d.states", [0, 0, 0, 1], {"last_prenorm": np.zeros((4, 4), "float32")})
+    assert not (tmp_path / "d.states").exists()
 
 
 def test_float16_states_overflow_is_counted_and_warned(tmp_path, smol_tokenizer, capsys):

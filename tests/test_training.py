@@ -109,6 +109,10 @@ def test_run_folder_expands_into_its_checkpoints(tmp_path, tok):
     (run / "checkpoint-x").mkdir()  # not a step: ignored
     assert is_run_folder(run) and not is_run_folder(run / "checkpoint-2")
     assert [c.step for c in run_checkpoints(run)] == [2, 10]
+    from rmfast import load
+
+    with pytest.raises(UserError, match=r"is a training run \(2 checkpoints: checkpoint-2 \.\.\. checkpoint-10\)"):
+        load(str(run))  # (it said "has no config.json")
     cfg = tmp_path / "sweep.yaml"
     cfg.write_text(json.dumps({"out": str(tmp_path / "store"), "defaults": {"dtype": "float32", "compile": "off"},
                                "models": [{"model": "run", "name": "rm"}], "prompts": {"greatest": PROMPT},
@@ -200,6 +204,12 @@ def test_lora_base_override_and_one_line_error(tmp_path, tok, capsys):
     last = err.strip().splitlines()[-1]  # the sweep's status line, then the one-line error
     assert last.startswith("rmfast: error:") and "nobody/not-cached-here" in last and "--base" in last
     assert "Traceback" not in err
+    assert "adapter_config.json's base_model_name_or_path" in last
+    # a --base that cannot load is named as the one given (it said "pass --base" to one who had)
+    capsys.readouterr()
+    assert cli(["sweep", str(cfg), "--no-progress", "--base", str(tmp_path / "no-such-base"), "--force"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "no-such-base' given for it" in last and "pass --base" not in last, last
     assert cli(["sweep", str(cfg), "--no-progress", "--base", str(base), "--force"]) == 0
     from rmfast.sweep.store import load_results
 

@@ -360,6 +360,10 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
     folder = Path(folder)
     keys_t = torch.as_tensor(np.ascontiguousarray(keys, dtype=np.int64))  # (n,)
     n = len(keys_t)
+    u, counts = np.unique(keys_t.numpy(), return_counts=True)
+    if (counts > 1).any():  # a reader joins rows by key: a repeated one was dropped there, its error about other sets
+        raise UserError(f"keys: {key} {int(u[counts > 1][0])} is given {int(counts.max())} times; each row's {key} "
+                        "is its own (a states folder is read by key)")
     def as_tensor(v):  # numpy or torch (any float dtype, bfloat16 included) -> (n, d) in ``dtype``
         if isinstance(v, torch.Tensor):
             return v.detach().cpu().to(getattr(torch, dtype)).contiguous()

@@ -314,6 +314,11 @@ def _read_config(folder: Path, trust_remote_code: bool):
     from transformers import AutoConfig
 
     if not (folder / "config.json").is_file():
+        runs = checkpoints.run_checkpoints(folder) if checkpoints.is_run_folder(folder) else []
+        if runs:  # a training run's folder: its checkpoints are the models
+            raise UserError(f"'{folder}' is a training run ({len(runs)} checkpoints: {runs[0].path.name} ... "
+                            f"{runs[-1].path.name}): give one checkpoint ({runs[-1].path}), or sweep the run's folder "
+                            "(rmfast sweep takes each checkpoint in turn)")
         raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder or a .gguf file")
     try:
         return AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
@@ -624,8 +629,7 @@ def _load_adapter(folder: Path, base: str | None, *, dtype, device, trust_remote
         lm = load(spec, dtype="float32", device="cpu", trust_remote_code=trust_remote_code, cache_dir=cache_dir,
                   random_head_seed=0 if seq_cls else None, attn_implementation=attn_implementation)
     except UserError as e:
-        raise UserError(f"adapter checkpoint {folder}: cannot load its base {spec!r} ({e.cli_message()}); "
-                        "pass --base PATH/ALIAS (the model it was trained from)") from None
+        raise checkpoints.base_error(folder, spec, bool(base), e.cli_message()) from None
     if seq_cls and lm.source.get("random_head_seed") is not None and not checkpoints.adapter_saves_head(folder):
         raise UserError(f"adapter checkpoint {folder} has no score head (modules_to_save) and its base {spec!r} is not "
                         "a reward model: its scores would come from a random head")

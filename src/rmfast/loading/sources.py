@@ -365,8 +365,7 @@ def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: 
         try:
             check_model(base_spec, cache_dir=cache_dir)
         except UserError as e:
-            raise UserError(f"adapter checkpoint {path}: cannot load its base {base_spec!r} ({e.cli_message()}); "
-                            "pass --base PATH/ALIAS (the model it was trained from)") from None
+            raise checkpoints.base_error(path, base_spec, bool(base), e.cli_message()) from None
         return
     entry = embedded(spec)
     if entry is not None:

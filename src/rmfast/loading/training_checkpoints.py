@@ -125,6 +125,21 @@ def read_adapter(folder: str | os.PathLike) -> AdapterInfo:
                        peft_type=cfg.get("peft_type"))
 
 
+def base_error(folder, spec: str, given: bool, why: str) -> UserError:
+    """The one line for an adapter checkpoint whose base ``spec`` cannot be loaded: where that base came from
+    (``given``: --base, or a sweep config's ``base:``, which wins over --base; else the adapter's own
+    adapter_config.json) and what to do.
+
+    >>> print(base_error("ck", "/x/base", True, "no such folder").cli_message())
+    adapter checkpoint ck: cannot load the base '/x/base' given for it (a sweep config's base: wins over --base) (no such folder); give a base that loads
+    """
+    if given:
+        return UserError(f"adapter checkpoint {folder}: cannot load the base {spec!r} given for it (a sweep config's "
+                         f"base: wins over --base) ({why}); give a base that loads")
+    return UserError(f"adapter checkpoint {folder}: cannot load its base {spec!r} (adapter_config.json's "
+                     f"base_model_name_or_path) ({why}); pass --base PATH/ALIAS (the model it was trained from)")
+
+
 def _peft():
     try:
         import peft
