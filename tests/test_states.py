@@ -129,6 +129,23 @@ def test_states_resume_after_interrupt_is_bit_identical(tiny_dir, tmp_path, monk
     np.testing.assert_array_equal(r[["score", *lens]].to_numpy(), w[["score", *lens]].to_numpy())
 
 
+def test_a_rerun_asking_other_states_says_its_rows_are_scored_again(tiny_dir, tmp_path, monkeypatch, capsys):
+    """(It rescored the checkpoint's rows without a word: a walkthrough.)"""
+    from rmfast.scoring import batching
+
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
+    restore = interrupt_scoring_at(monkeypatch, 4)
+    out = tmp_path / "r.parquet"
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "all")
+    assert rc == 130
+    restore()
+    with pytest.warns(UserWarning, match=r"note: the checkpoint's 192 scored rows are scored again: it kept states "
+                                         r".* this scan asks for last_prenorm"):
+        rc, _, se = _scan(tiny_dir, out, capsys, "--states", "last_prenorm")
+    assert rc == 0, se
+
+
 def test_writer_drops_a_shard_the_checkpoint_does_not_cover(tmp_path):
     """A kill between a shard's write and the checkpoint's save: the rerun deletes that shard and scores
     its rows again; rows the checkpoint holds without a state are scored again too."""

@@ -455,6 +455,13 @@ class StatesWriter:
         info = self.partial / "job.json"
         old = json.loads(info.read_text()) if info.is_file() else None
         if old is None or {k: old.get(k) for k in self.job} != self.job:
+            if done.any():  # the checkpoint's scores stand, but rows without their states are scored again: said
+                was = "no states" if old is None else f"states {', '.join(old.get('layers') or [])} in {old.get('dtype')}"
+                import warnings
+
+                warnings.warn(f"rmfast: note: the checkpoint's {int(done.sum()):,} scored rows are scored again: it "
+                              f"kept {was}, this scan asks for {', '.join(self.layers)} in {self.job['dtype']}",
+                              stacklevel=3)
             shutil.rmtree(self.partial, ignore_errors=True)
             self.partial.mkdir(parents=True)
             self.run_id = uuid.uuid4().hex
