@@ -60,6 +60,7 @@ import json
 import os
 import struct
 import uuid
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -457,8 +458,6 @@ class StatesWriter:
         if old is None or {k: old.get(k) for k in self.job} != self.job:
             if done.any():  # the checkpoint's scores stand, but rows without their states are scored again: said
                 was = "no states" if old is None else f"states {', '.join(old.get('layers') or [])} in {old.get('dtype')}"
-                import warnings
-
                 warnings.warn(f"rmfast: note: the checkpoint's {int(done.sum()):,} scored rows are scored again: it "
                               f"kept {was}, this scan asks for {', '.join(self.layers)} in {self.job['dtype']}",
                               stacklevel=3)
