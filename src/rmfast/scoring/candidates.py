@@ -229,12 +229,12 @@ def id_labels(tokenizer, ids) -> tuple[list[str], list[str]]:
 
 class HostWork:
     """A token scan's host-only work on its ids (the vocabulary's hash, each id's piece and text). With ``overlap``
-    (the plan's "host_overlap": on a GPU) the pieces and texts run on a host thread from :meth:`start` on, which the
+    (the plan's "host_overlap": on a GPU) the hash, pieces and texts run on a host thread from :meth:`start` on, which the
     scan calls once its first batch is on the device: the GPU is then busy and the scan's host thread waits in a
     sync with the GIL released. Started before, beside the prompt's pass, the thread held the GIL while the pass
     launched its kernels and slowed it by the whole of its own time (a launch-bound pass hands the GIL over on each
     kernel and waits a switch interval to get it back: 0.55 s of set-up for a 69-token prompt on the H100, 2026-11-27).
-    Whatever is asked for before the thread has it runs in turn (the hash: the run key needs it before the scan).
+    Whatever is asked for before the thread has it runs in turn (a text scan takes the hash in turn).
     Each result is the same either way; an error in the thread is raised where its result is taken.
 
     >>> class Tok:

@@ -493,8 +493,9 @@ def row_tokens(template: Template, head: str, n: int, on_engine: bool) -> int:
 
 #: the "host_overlap" decision's reasons (a token scan's host-only work: the vocabulary's hash, each id's piece and text)
 HOST_OVERLAP_WHY = {
-    True: "each id's piece and text on a host thread while the GPU scores, from the first batch on (~0.3-0.5 s of host "
-          "work for 128k ids, hidden behind the scan; the vocabulary's hash in turn before it)",
+    True: "the vocabulary's hash and each id's piece and text on a host thread while the GPU scores, from the first "
+          "batch on (~0.3 s and ~0.3-0.5 s of host work for 128k ids, hidden behind the scan; the hash is not in the run "
+          "key, so nothing waits for it before the scan)",
     False: "on CPU in turn: the cores are the compute, a host thread would take them from the scan",
 }
 
