@@ -238,12 +238,17 @@ def test_best_of_n_chat_template_model(tiny_dir, tmp_path, capsys):
     ["--workload", "serve", "--tiny", "--min-len", "30", "--max-len", "10"],  # named as the serve bench's
     ["--workload", "best-of-n", "--tiny", "--models", "smollm2-135m-instruct"],  # --tiny alone picks the model
     ["--workload", "best-of-n", "--models", "gemma3-270m"],  # a logprob-head configuration
+    # options that act only beside another: ignored, and recorded in the config as if they had applied
+    ["--models", "smollm2-135m-instruct", "--layers", "2"], ["--init-seed", "3"], ["--gemm-frac", "0.4"],
+    ["--prompt-tokens", "100"], ["--full-compile", "on"],
 ])
 def test_best_of_n_bad_combination_is_one_line(argv, tmp_path, capsys):
     from cli_run import one_line_error, run
 
     rc, _, err = run(["bench", *argv, "--out", tmp_path / "o"], capsys)
     assert one_line_error(rc, err), err
+    if argv[-2] in ("--layers", "--init-seed", "--gemm-frac", "--prompt-tokens", "--full-compile"):
+        assert f"{argv[-2]} acts only with" in err, err
     assert not list((tmp_path / "o").glob("*.csv"))
     if "serve" in argv:
         assert "serve bench: --max-len 10 is below --min-len 30" in err, err
@@ -429,3 +434,23 @@ def test_layer_cost_counts_the_eager_layer():
     slow = scan_batch_cost(d, 10, 3, 20, peak_tflops=100, bandwidth_tb_s=0.3)
     assert 0 < slow["gemm_fraction"] < fast["gemm_fraction"] < 1
     assert abs(sum(fast["by_kernel"].values()) - fast["total_ms"]) < 1e-9
+
+
+def test_naive_is_timed_on_the_ids_there_are(smol_tokenizer, capsys):
+    """--n-naive past the vocabulary: naive timed the vocabulary's ids and its rate was --n-naive over their time
+    (a walkthrough: 5,000 / 4.5 s for 1,024 ids, 4.9x too fast); the run now counts the ids there are, and says so."""
+    from types import SimpleNamespace
+
+    from rmfast.bench.models import BenchModel
+    from rmfast.bench.run import prepare
+    import tiny_models as T
+
+    model = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
+    lm = SimpleNamespace(model=model, tokenizer=smol_tokenizer, default_template=None)
+    V = model.config.vocab_size
+    args = SimpleNamespace(n_candidates=V + 500, n_naive=V + 100, repeats=1, seed=0,
+                           prompt="What, in one word, is the greatest thing ever?")
+    b = prepare(BenchModel("tiny", "tiny", "score"), lm, args, torch.device("cpu"), {"n_candidates": 8, "n_naive": 4,
+                                                                                      "repeats": 1})
+    assert b.n == b.ids.size == V and b.n_naive == V
+    assert f"{V:,} candidates timed (asked {V + 500:,}), naive {V:,} (asked {V + 100:,})" in capsys.readouterr().err

@@ -98,6 +98,22 @@ def forward_flops(dims: dict, tokens: int, past: int = 0) -> float:
     return 2.0 * proj_params(dims) * tokens + 4.0 * dims["n_layers"] * dims["n_heads"] * dims["head_dim"] * pairs
 
 
+def over_bound(fractions: dict, where: str) -> str | None:
+    """One line where a method's GEMM work ran faster than the GEMM bound measured for it (a fraction over 1): the
+    bound was measured low (a busy machine: :func:`gemm_peak` times one short window; or GEMMs too small to time),
+    so no fraction of it means anything. None where every fraction is at most 1.
+
+    >>> over_bound({"rmfast": 2.55, "hf-cache": 0.8}, "gemma3-270m")
+    'note: gemma3-270m: rmfast at 255% of the measured GEMM bound: the bound was measured low (a busy machine, or GEMMs too small to time), so its fractions mean nothing here: rerun on an idle machine (or with --threads 1)'
+    """
+    over = {k: v for k, v in fractions.items() if v is not None and v > 1.0}
+    if not over:
+        return None
+    return (f"note: {where}: {', '.join(f'{k} at {v:.0%}' for k, v in over.items())} of the measured GEMM bound: the "
+            "bound was measured low (a busy machine, or GEMMs too small to time), so its fractions mean nothing here: "
+            "rerun on an idle machine (or with --threads 1)")
+
+
 def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_chunk: int = 8192,
               min_time: float = 0.25, shapes: list[tuple[int, int]] | None = None) -> dict:
     """torch.matmul throughput on the model's distinct projection shapes at M rows.

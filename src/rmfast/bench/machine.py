@@ -53,6 +53,24 @@ def loadavg() -> list[float] | None:
         return None
 
 
+def busy_note(load: list[float] | None = None, cpus: int | None = None) -> str | None:
+    """One line where the machine is busy when a benchmark starts (the 1-minute load at or over the CPUs): its
+    figures then say more of the other work than of rmfast (a walkthrough saw 2-50x between two runs of one
+    command, and 2 threads at half the speed of 1). None on an idle machine.
+
+    >>> busy_note([3.1, 2.0, 1.0], 2)
+    'note: load average 3.1 on 2 CPUs: other work is running, so these timings are unreliable (run-to-run differences of 2-50x were seen); rerun on an idle machine, or with --threads 1'
+    >>> busy_note([0.2, 0.1, 0.1], 2) is None
+    True
+    """
+    load = loadavg() if load is None else load
+    cpus = cpus or os.cpu_count() or 1
+    if not load or load[0] < cpus:
+        return None
+    return (f"note: load average {load[0]:g} on {cpus} CPUs: other work is running, so these timings are unreliable "
+            "(run-to-run differences of 2-50x were seen); rerun on an idle machine, or with --threads 1")
+
+
 class PeakMemory:
     """Peak memory of a code region: CUDA max_memory_allocated, or the process's peak RSS.
 

@@ -18,7 +18,7 @@ CSV_FIELDS = [
     "model", "method", "head", "device", "dtype", "n_timed", "batch_size", "tokens_per_candidate",
     "tokens_executed_per_candidate", "flops_per_candidate", "cand_per_s", "cand_per_s_median", "rmfast_speedup",
     "useful_gflops", "gemm_peak_gflops", "gemm_peak_float32_gflops", "gemm_peak_bfloat16_gflops", "bound_dtype",
-    "bound_gflops", "frac_gemm_peak", "peak_bound_cand_per_s", "setup_s", "est_full_vocab_s",
+    "bound_gflops", "frac_gemm_peak", "bound_note", "peak_bound_cand_per_s", "setup_s", "est_full_vocab_s",
     "full_wall_s", "peak_mem_mib", "agree_spearman", "agree_max_abs_diff", "fp32_max_abs_diff", "agree_ok",
     "truth_spearman", "rmfast_truth_spearman",
     "prefix_tokens",

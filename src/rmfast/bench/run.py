@@ -12,7 +12,7 @@ import torch
 from ..cpu import recorded
 from ..dims import model_dims as config_dims
 from .baselines import HFCacheScorer, agreement, float64_scores, fp32_check, fp32_rounding_tol, naive_scorer
-from .flops import engine_gemm_shapes, flops_per_candidate, gemm_peak, model_dims
+from .flops import engine_gemm_shapes, flops_per_candidate, gemm_peak, model_dims, over_bound
 from .machine import PeakMemory, batch_options, chunks, loadavg, log, pick_batch, sync, time_batches, time_calls
 from .models import BenchModel
 
@@ -96,11 +96,14 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
     n_vocab = vocab_size(model, tok)
     dims = model_dims(model, head)
     mem = PeakMemory(device)
-    n = args.n_candidates or dflt["n_candidates"]
-    n_naive = min(args.n_naive or dflt["n_naive"], n)
+    asked = args.n_candidates or dflt["n_candidates"]
     reps = args.repeats or dflt["repeats"]
-    ids = candidate_ids(n_vocab, n, seed=args.seed)
-    n = ids.size
+    ids = candidate_ids(n_vocab, asked, seed=args.seed)
+    n = ids.size  # at most the vocabulary: naive times its first n_naive of these (its rate was n_naive over ids.size)
+    n_naive = min(args.n_naive or dflt["n_naive"], n)
+    if n < asked or n_naive < (args.n_naive or 0):
+        log(f"  note: this vocabulary has {n_vocab:,} ids: {n:,} candidates timed (asked {asked:,})"
+            + (f", naive {n_naive:,} (asked {args.n_naive:,})" if args.n_naive and n_naive < args.n_naive else ""))
     return BenchRun(cfg, lm, args, device, dflt, head, tmpl, dtype, n_vocab, dims, mem, n, n_naive, reps, ids,
                     loadavg())
 
@@ -425,6 +428,11 @@ def method_rows(b: BenchRun, timed: dict[str, Timed], agr: dict, fpc: float, pea
                     "decisions": full["decisions"] or row["decisions"],  # the scan's own plan (eager where auto)
                     "useful_gflops": round(fpc * full["candidates_per_s"] / 1e9, 2) if tpr > 0 else None})
         rows.append(row)
+    note = over_bound({r["method"]: r.get("frac_gemm_peak") for r in rows}, b.cfg.name)
+    if note:
+        log("  " + note)
+        for r in rows:
+            r["bound_note"] = note
     return rows
 
 

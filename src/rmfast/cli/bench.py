@@ -11,7 +11,7 @@ from ..bench.models import BENCH_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PR
 from ..errors import UserError
 from ..io import check_output, write_json
 from . import common
-from .bench_common import model_configs, random_init_configs, write_and_check
+from .bench_common import model_configs, random_init_configs, ran, write_and_check
 from .common import fraction, int_list, nonneg_int, positive_int, thread_count
 
 BEST_OF_N_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
@@ -31,6 +31,10 @@ WORKLOAD_OPTIONS = {**{k: ("scan",) for k in SCAN_ONLY}, **{k: ("best-of-n", "se
                     **{k: ("scan", "states") for k in ("n_candidates", "batch_size", "prompt")},
                     **{k: ("scan", "best-of-n") for k in ("hf_batch",)},
                     **{k: ("scan", "best-of-n", "serve") for k in ("seed", "no_peak")}}
+#: Options that act only beside another (dest -> the options that give them a meaning); given alone they were
+#: ignored, and recorded in the config as if they had applied: one line, exit 2.
+NEEDS = {"layers": ("random_init", "tiny"), "init_seed": ("random_init", "tiny"), "gemm_frac": ("cost_model",),
+         "prompt_tokens": ("cost_model",), "full_compile": ("full",)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -149,14 +153,17 @@ def main(argv=None) -> int:
 def run(args) -> int:
     import torch
     
-    from ..bench import (COST_MODELS, H100_SXM, bench_model, device_defaults, format_cost_model, gpu_cost_model,
-                         loadavg, log, random_init_bench_models, random_init_model, resolve_models, write_outputs)
+    from ..bench import (bench_model, device_defaults, loadavg, log, random_init_bench_models, random_init_model,
+                         resolve_models, write_outputs)
+    from ..bench.machine import busy_note
     from ..bench.memory_check import check_batches
     from ..cpu import say_choice
     from ..loading.loader import load, resolve_device
 
     check_output(args.out, folder=True)  # before any measurement; bench adds its files to the folder
     _check_workload(args)
+    # a busy machine at the start: said with the figures, after the work (the rows keep the load averages)
+    args.busy_note = None if args.cost_model else busy_note()
     if args.workload == "best-of-n":
         return run_best_of_n_cli(args)
     if args.workload == "states":
@@ -168,12 +175,7 @@ def run(args) -> int:
     args.models = args.models or DEFAULT_MODELS
     args.dtype = args.dtype or "auto"
     if args.cost_model:
-        cm = [gpu_cost_model(c, prompt_tokens=args.prompt_tokens, gemm_frac=args.gemm_frac) for c in COST_MODELS.values()]
-        print(f"GPU cost model: {H100_SXM['name']}, {H100_SXM['bf16_dense_tflops']} TFLOP/s bf16 dense at "
-              f"{args.gemm_frac:.0%}, {H100_SXM['hbm_tb_s']} TB/s HBM at 80%, {args.prompt_tokens}-token prompt")
-        print(format_cost_model(cm))
-        write_json(Path(args.out) / "cost_model.json", cm)
-        return 0
+        return _cost_model(args)
 
     device = resolve_device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -218,12 +220,27 @@ def run(args) -> int:
     meta["machine"]["loadavg_end"] = loadavg()
     meta["total_s"] = round(time.perf_counter() - t_all, 1)
     meta["models"] = extras
+    meta["config"]["models"] = ",".join(cfg.name for cfg in models)  # what ran (--random-init, --tiny: not the default list)
     paths = write_outputs(rows, meta, out_dir)
     _print_report(rows, extras, meta, paths, out_dir, args.no_plot)
+    if args.busy_note:
+        print(f"rmfast bench: {args.busy_note}", file=sys.stderr)
     bad = [f"{r['model']}/{r['method']}" for r in rows if r.get("agree_ok") is False]
     if bad:
         print(f"rmfast bench: scores disagree with rmfast for {', '.join(bad)} (see agreement in the JSON)", file=sys.stderr)
         return 1
+    return 0
+
+
+def _cost_model(args) -> int:
+    """``--cost-model``: the GPU cost model's table, printed and written (no measurement)."""
+    from ..bench import COST_MODELS, H100_SXM, format_cost_model, gpu_cost_model
+
+    cm = [gpu_cost_model(c, prompt_tokens=args.prompt_tokens, gemm_frac=args.gemm_frac) for c in COST_MODELS.values()]
+    print(f"GPU cost model: {H100_SXM['name']}, {H100_SXM['bf16_dense_tflops']} TFLOP/s bf16 dense at "
+          f"{args.gemm_frac:.0%}, {H100_SXM['hbm_tb_s']} TB/s HBM at 80%, {args.prompt_tokens}-token prompt")
+    print(format_cost_model(cm))
+    write_json(Path(args.out) / "cost_model.json", cm)
     return 0
 
 
@@ -278,6 +295,13 @@ def _check_workload(args) -> None:
         only = (f"only of --workload {owners[0]}" if len(owners) == 1 else
                 "; ".join(f"--{k.replace('_', '-')}: --workload {', '.join(WORKLOAD_OPTIONS[k])}" for k in given))
         raise UserError(f"{flags}: {what} of --workload {args.workload} ({only})")
+    flag = lambda k: "--" + k.replace("_", "-")  # noqa: E731
+    alone = [k for k, needs in NEEDS.items()
+             if getattr(args, k, None) != dflt[k] and not any(getattr(args, n, None) for n in needs)]
+    if alone:
+        k = alone[0]
+        raise UserError(f"{flag(k)} acts only with {' or '.join(map(flag, NEEDS[k]))}, not given: it would be ignored; "
+                        f"drop it or add {flag(NEEDS[k][0])}")
 
 
 
@@ -316,7 +340,8 @@ def run_best_of_n_cli(args) -> int:
     if not cfgs:
         raise UserError("--models is empty")
     rows = [r for cfg in cfgs for r in run_best_of_n(cfg)]
-    return write_and_check(rows, write_best_of_n, args, config_record(base), base.device, "rmfast and HF scores")
+    return write_and_check(rows, write_best_of_n, args, ran(config_record, base, cfgs), base.device,
+                           "rmfast and HF scores")
 
 
 def run_states_cli(args) -> int:
@@ -351,9 +376,11 @@ def run_states_cli(args) -> int:
     rows = []
     for cfg in cfgs:
         rows += run_states_overhead(cfg)
-    write_states_overhead(rows, args.out, {**config_record(base), "cli": {k: v for k, v in vars(args).items()
-                                                                          if k != "func"}}, device=base.device)
+    write_states_overhead(rows, args.out, {**ran(config_record, base, cfgs), "cli": {k: v for k, v in vars(args).items()
+                                                                                    if k != "func"}}, device=base.device)
     print(format_states_table(rows))
+    if getattr(args, "busy_note", None):
+        print(f"rmfast bench: {args.busy_note}", file=sys.stderr)
     bad = [f"{r['model']}/{r['mode']}" for r in rows if not r["scores_identical"]]
     if bad:
         print(f"rmfast bench: scores of {', '.join(bad)} differ from the plain scan's (scores_identical in the rows)",

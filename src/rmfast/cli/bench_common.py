@@ -22,6 +22,12 @@ def random_init_configs(base, args, tiny: bool):
     return [replace(base, random_init=n.strip(), tiny=True if tiny else args.tiny) for n in names if n.strip()]
 
 
+def ran(record, base, cfgs: list) -> dict:
+    """A workload's config as its JSON records it: the base's fields, and each config that ran (the base names the
+    default model, where --random-init or --tiny ran another)."""
+    return {**record(base), "model": ",".join(c.random_init or c.model for c in cfgs), "configs": [record(c) for c in cfgs]}
+
+
 def model_configs(base, models) -> list:
     """A workload's config per resolved bench model (:func:`rmfast.bench.resolve_models`)."""
     from dataclasses import replace
@@ -33,6 +39,8 @@ def model_configs(base, models) -> list:
 def write_and_check(rows: list[dict], write, args, record: dict, device: str, what: str) -> int:
     """A workload's rows written with its config and command line; exit 1 where fp32 scores differ past rounding."""
     write(rows, args.out, {**record, "cli": {k: v for k, v in vars(args).items() if k != "func"}}, device=device)
+    if getattr(args, "busy_note", None):  # said at the start of the run (the rows keep the load averages)
+        print(f"rmfast bench: {args.busy_note}", file=sys.stderr)
     bad = [r for r in rows if r["dtype"] == "float32" and not r["max_abs_diff"] <= 1e-3 * max(1.0, r["score_std"])]
     if bad:
         print(f"rmfast bench: {what} differ by up to {max(r['max_abs_diff'] for r in bad):.2e} in float32 "

@@ -15,7 +15,7 @@ def run_serve_cli(args) -> int:
     from ..bench.models import workload_dtype
     from ..bench.serve import ServeBenchConfig, config_record, run_serve_bench, write_serve_bench
     from ..loading.loader import resolve_device
-    from .bench_common import model_configs, random_init_configs, write_and_check
+    from .bench_common import model_configs, random_init_configs, ran, write_and_check
 
     try:
         import fastapi  # noqa: F401
@@ -46,8 +46,8 @@ def run_serve_cli(args) -> int:
         from ..bench.serve_ray import run_serve_ray_bench
 
         rows = [r for cfg in cfgs for r in run_serve_ray_bench(cfg, args.replicas)]
-        return write_and_check(rows, partial(write_serve_bench, stem="serve_ray"), args, config_record(base),
+        return write_and_check(rows, partial(write_serve_bench, stem="serve_ray"), args, ran(config_record, base, cfgs),
                                base.device, "rmfast serve --ray's replicas and one process")
     rows = [r for cfg in cfgs for r in run_serve_bench(cfg)]
-    return write_and_check(rows, write_serve_bench, args, config_record(base), base.device,
+    return write_and_check(rows, write_serve_bench, args, ran(config_record, base, cfgs), base.device,
                            "rmfast serve and the HF server")
