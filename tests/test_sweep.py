@@ -104,6 +104,8 @@ def test_sweep_store_results_and_rerun(models_dir, tmp_path, capsys):
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tidy.parquet"), df)
     assert run(["results", store, "--out", tmp_path / "tidy.csv"], capsys)[0] == 0
     assert (tmp_path / "tidy.csv").read_text().startswith("model,prompt,token_id,text,score,rank,")
+    rc, so, se = run(["results", store, "--out", tmp_path / "tidy.txt"], capsys)  # (it wrote Parquet under .txt)
+    assert one_line_error(rc, se) and "give a path ending in .parquet or .csv" in se and not (tmp_path / "tidy.txt").exists()
     idx = json.loads((store / "manifest.json").read_text())
     assert idx["complete"] and idx["n_done"] == 18 and idx["rows"] == len(df)
 
@@ -298,6 +300,9 @@ def test_bad_yaml_and_foreign_stores(models_dir, tmp_path, capsys):
     assert rc == 0, se
     assert kept.stat().st_mtime_ns == t_kept and "1 already done" in se
     assert len(load_results(store)) == 2 * len(TEXTS)
+    rc, so, se = run(["sweep", small, "--out", store, "--dry-run", "--force"], capsys)  # back to g alone: b would go
+    assert rc == 0 and "remove  parts/model=rm-a/prompt=b/candidates=texts" in so, so  # (it listed no deletion)
+    assert len(load_results(store)) == 2 * len(TEXTS)  # a dry run removes nothing
     rc, so, se = run(["results", tmp_path / "nothing"], capsys)
     assert one_line_error(rc, se)
 
@@ -308,6 +313,8 @@ def test_results_export_refuses_missing_parts(models_dir, tmp_path, capsys):
     cfg = write_cfg(models_dir, "missing.yaml", models=["./rm-a"],
                     prompts={k: PROMPTS[k] for k in ("greatest", "best", "worst")}, candidates={"texts": "texts.txt"})
     store = tmp_path / "store"
+    rc, so, se = run(["sweep", cfg, "--out", store, "--shard", "1/2", "--dry-run"], capsys)  # (it listed all 3)
+    assert rc == 0 and "shard 1/2: its 1 part(s)" in so and so.count("  todo  ") == 1, so
     rc, so, se = run(["sweep", cfg, "--out", store, "--shard", "0/2", "--no-progress"], capsys)  # parts 0 and 2
     assert rc == 0, se
     gone = store / "parts/model=rm-a/prompt=worst/candidates=texts/part.parquet"
@@ -499,7 +506,8 @@ def test_a_part_whose_model_changed_is_stale_wherever_it_is_read(models_dir, tmp
     assert rc == 0 and "1 parts, 0 done" in so and "todo" in so and "stale" in so, so
     rc, so, se = run(["results", store, "--out", tmp_path / "t.parquet"], capsys)
     assert rc == 2 and "stale: its model's files changed" in se and not (tmp_path / "t.parquet").exists(), se
-    assert load_results(store).empty
+    with pytest.warns(UserWarning, match=r"1 of 1 parts of .* are missing: .*left out of these results"):
+        assert load_results(store).empty  # (it returned what was there without a word: a walkthrough's subset)
 
 
 def test_lens_on_a_causal_lm_is_refused_before_the_store(models_dir, tmp_path, capsys):

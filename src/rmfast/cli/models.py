@@ -50,11 +50,41 @@ def table(rows: list[dict]) -> str:
     return "\n".join([line([h for h, _ in cols]), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
 
+def embedded_entry(e) -> dict:
+    """An embedded model (offline, from a pip package) as ``rmfast models NAME`` gives it."""
+    import importlib.metadata
+
+    try:
+        installed = bool(importlib.metadata.distribution(e.package))
+    except importlib.metadata.PackageNotFoundError:
+        installed = False
+    return {"alias": e.alias, "name": e.display_name, "package": e.package, "installed": installed,
+            "install": e.install, "template": e.default_template or "its chat template", "about": e.doc}
+
+
+def embedded_table() -> str:
+    """The embedded models under the registry's table: the models that run offline, from pip packages."""
+    from ..loading.sources import EMBEDDED
+
+    rows = [embedded_entry(e) for e in EMBEDDED.values()]
+    lines = ["", "embedded (offline, GGUF from a pip package; a causal LM: a score head with --random-head-seed):"]
+    lines += [f"  {r['alias']:<24} {r['name']:<28} {'installed' if r['installed'] else 'not installed: ' + r['install']}"
+              for r in rows]
+    return "\n".join(lines)
+
+
 def run(args) -> int:
     if args.name is not None:
+        from ..loading.sources import embedded
+
         m = find(args.name)
+        if m is None and (e := embedded(args.name)) is not None:
+            d = embedded_entry(e)
+            print(json.dumps(d, indent=1) if args.json else "\n".join(f"{k:>18}: {v}" for k, v in d.items()))
+            return 0
         if m is None:
-            raise UserError(f"no known reward model '{args.name}': `rmfast models` lists them (alias or hub id)")
+            raise UserError(f"no known reward model '{args.name}': `rmfast models` lists them (alias or hub id) and "
+                            "the embedded models")
         e = entry(m)
         if args.json:
             print(json.dumps(e, indent=1))
@@ -64,5 +94,5 @@ def run(args) -> int:
                 print(f"{k:>18}: {json.dumps(v) if isinstance(v, dict) else v}")
         return 0
     rows = [entry(m) for m in MODELS.values()]
-    print(json.dumps(rows, indent=1) if args.json else table(rows))
+    print(json.dumps(rows, indent=1) if args.json else table(rows) + "\n" + embedded_table())
     return 0

@@ -39,7 +39,9 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true",
                    help="adopt this config in a store written by another one (unchanged parts are kept, others redone/removed)")
     p.add_argument("--shard", default=None, metavar="I/N",
-                   help="run only parts with index %% N == I (independent jobs, e.g. a SLURM array); torchrun needs no flag")
+                   help="run only shard I of N (0-based; the parts dealt by size, largest first to the least-loaded "
+                        "shard, the same split in every job: independent jobs, e.g. a SLURM array); torchrun needs no "
+                        "flag; with --dry-run, lists this shard's parts")
     p.add_argument("--dry-run", action="store_true", help="check the config and the store, list the parts, run nothing")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--base", default=None, metavar="PATH/ALIAS",
@@ -86,10 +88,17 @@ def run(args) -> int:
     root = Path(args.out) if args.out else cfg.out
     if idx.get("dry_run"):
         print(f"{root}: {idx['n_parts']} parts, {idx['n_done']} done ({idx['mode']} store); nothing run (--dry-run)")
+        mine = idx.get("mine")
+        if mine is not None:
+            print(f"  shard {args.shard}: its {len(mine)} part(s)")
         for s, p in zip(idx["parts"], cfg.plan()):
+            if mine is not None and p.relpath not in mine:  # --shard I/N: another shard's part
+                continue
             word = "done" if s["done"] else "todo"
             print(f"  {word}  {p.relpath}" + ("  (stale: its model's files changed since it was scored)"
                                                if s.get("stale") else ""))
+        for rel in idx["remove"]:  # (a dry run said "1 parts, 1 done" where the real one then removed 5)
+            print(f"  remove  {rel}  (not in the new config: --force deletes it)")
         return 0
     if idx.get("complete") is None:
         return 0
@@ -125,7 +134,11 @@ def results(args) -> int:
     if args.out:
         from ..sweep.store import Store, load_results
 
-        tidy = load_results(args.store, token_ids=False)
+        import warnings
+
+        with warnings.catch_warnings():  # the parts left out are said below, as the export's own line
+            warnings.simplefilter("ignore")
+            tidy = load_results(args.store, token_ids=False)
         st, out = Store(args.store), Path(args.out)
         if out.suffix.lower() == ".csv":  # no schema metadata in a CSV: what `score` is goes in a column
             write_csv(out, tidy.assign(score_meaning=tidy["model"].map(st.score_meanings())))
@@ -148,6 +161,9 @@ def _export_checks(args) -> str | None:
     if not args.out:
         return None
     check_output(args.out, args.overwrite)
+    if Path(args.out).suffix.lower() not in (".parquet", ".csv"):  # (anything else was written as Parquet)
+        raise UserError(f"--out {args.out}: the export is Parquet or CSV, by its name; give a path ending in .parquet "
+                        "or .csv")
     st = Store(args.store)
     plan = st.plan()
     missing = st.missing(plan)

@@ -199,7 +199,9 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
     if dry_run:
         st = store.status(plan) if mode != "new" else [{"done": False} for _ in plan]
         return {"n_parts": len(plan), "n_done": sum(bool(s["done"]) for s in st), "complete": False, "dry_run": True,
-                "parts": st, "mode": mode}
+                "parts": st, "mode": mode,
+                "remove": store.stale_parts({p.relpath for p in plan}) if mode == "adopt" else [],
+                "mine": None if d.world <= 1 else {p.relpath for p in assign(plan, cfg, d.world)[d.rank]}}
     say_on_interrupt("rerun the same command: the finished parts are kept, and the part in progress resumes from "
                      "its checkpoint", level="job")
     dist.init(d)

@@ -300,17 +300,21 @@ class Store:
         for t in list(self.root.glob(".store.json.*.tmp")) + list(self.root.glob(".manifest.json.*.tmp")):
             t.unlink(missing_ok=True)
 
-    def remove_stale(self, keep: set[str]) -> list[str]:
-        """Delete part folders whose relpath is not in ``keep`` (after --force adopted a new config)."""
-        removed = []
+    def stale_parts(self, keep: set[str]) -> list[str]:
+        """The part folders whose relpath is not in ``keep``: what --force removes when it adopts a new config (and
+        what its --dry-run lists)."""
         parts = self.root / "parts"
         if not parts.is_dir():
-            return removed
-        for m in sorted(parts.glob("model=*/prompt=*/candidates=*")):
-            rel = m.relative_to(self.root).as_posix()
-            if rel not in keep:
-                shutil.rmtree(m, ignore_errors=True)
-                removed.append(rel)
+            return []
+        rels = (m.relative_to(self.root).as_posix() for m in sorted(parts.glob("model=*/prompt=*/candidates=*")))
+        return [rel for rel in rels if rel not in keep]
+
+    def remove_stale(self, keep: set[str]) -> list[str]:
+        """Delete the :meth:`stale_parts` (after --force adopted a new config); their relpaths."""
+        removed = self.stale_parts(keep)
+        for rel in removed:
+            shutil.rmtree(self.root / rel, ignore_errors=True)
+        parts = self.root / "parts"
         for d in sorted(parts.glob("**/"), key=lambda x: -len(x.parts)):  # prune empty folders
             if d != parts and d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
@@ -412,13 +416,19 @@ class Store:
         Args:
             token_ids: also return the response ids scored (a list column).
             complete: raise UserError (before reading any part) if any part of the config is missing
-                (:meth:`missing`); else the missing parts are left out.
+                (:meth:`missing`); else the missing parts are left out, said in one warning.
         """
+        import warnings
+
         import pandas as pd
 
         plan = self.plan()
-        if complete and (missing := self.missing(plan)):  # before reading any part
+        missing = self.missing(plan)
+        if complete and missing:  # before reading any part
             raise UserError(f"{self.missing_text(missing, len(plan))}; rerun the sweep to finish them")
+        if missing:  # a running sweep's results so far, or a damaged store: never a silent subset
+            warnings.warn(f"rmfast: note: {self.missing_text(missing, len(plan))}: left out of these results "
+                          "(complete=True refuses them; rerun the sweep to finish them)", stacklevel=3)
         frames = []
         for part in plan:
             m = self.fresh_manifest(part)
