@@ -135,7 +135,7 @@ def test_the_bound_is_the_faster_dtypes_peak(tiny_dir, tmp_path, capsys, monkeyp
         assert rm["gemm_peak_gflops"] == rates[run_dtype]
         want = rm["flops_per_candidate"] * rm["cand_per_s"] / 1e9 / max(rates.values())
         assert rm["frac_gemm_peak"] == pytest.approx(want, rel=1e-3, abs=1e-4)
-        assert timed == timed_want
+        assert timed == timed_want + [rm["bound_dtype"]]  # the bound's dtype again after the methods (the larger window)
 
 
 @pytest.mark.parametrize("kind,head", [("classifier", "score"), ("causal_lm", "logprob")])
@@ -454,3 +454,23 @@ def test_naive_is_timed_on_the_ids_there_are(smol_tokenizer, capsys):
                                                                                       "repeats": 1})
     assert b.n == b.ids.size == V and b.n_naive == V
     assert f"{V:,} candidates timed (asked {V + 500:,}), naive {V:,} (asked {V + 100:,})" in capsys.readouterr().err
+
+
+def test_the_bound_is_the_larger_of_two_windows(tiny_dir, tmp_path, capsys, monkeypatch):
+    """A bound measured low in its first window (a busy machine: fractions of 255% were printed) is measured again
+    after the methods, and the larger is the bound; the JSON keeps both windows."""
+    from rmfast.bench import run as bench_run
+
+    rates = iter([20.0, 90.0])  # fp32 before (bf16, under half at the probe, is not timed), fp32 after
+    monkeypatch.setattr(bench_run, "gemm_peak", lambda dims, M, dtype, device, **kw: {
+        "M": M, "gflops": next(rates), "per_shape_gflops": {}})
+    monkeypatch.setattr("rmfast.cpu.measure_gemm", lambda shape, dtypes=None: {"float32": 100.0, "bfloat16": 10.0})
+    monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "b"
+    assert main(["--models", str(tiny_dir), "--device", "cpu", "--dtype", "float32", "--n-candidates", "32",
+                 "--n-naive", "8", "--naive-batch", "8", "--hf-batch", "16", "--repeats", "1", "--check-n", "0",
+                 "--compile", "off", "--no-plot", "--out", str(out)]) == 0, capsys.readouterr().err
+    rm = pd.read_csv(out / "bench_latest.csv").set_index("method").loc["rmfast"]
+    assert rm["bound_gflops"] == 90.0 and rm["gemm_peak_gflops"] == 90.0
+    peak = json.loads((out / "bench_latest.json").read_text())["models"][0]["gemm_peak"]
+    assert peak["windows"] == {"before": 20.0, "after": 90.0}

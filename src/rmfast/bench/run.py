@@ -213,6 +213,26 @@ def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
     return fpc, peak
 
 
+def second_window(b: BenchRun, peak: dict | None) -> None:
+    """On CPU, the bound's dtype timed again once every method has run: the bound is the larger of the two windows
+    (one ~0.25 s window on a busy machine read low, and fractions of it came out over 1). ``peak["windows"]``
+    keeps both. On CUDA one window is steady, and the GPU check's budget has no room for a second."""
+    if peak is None or b.device.type != "cpu":
+        return
+    from ..kernels.reference import CHUNK
+
+    dt = peak["bound_dtype"]
+    again = round(gemm_peak(b.dims, peak["M"], getattr(torch, dt), b.device, lm_chunk=CHUNK,
+                            shapes=engine_gemm_shapes(b.eng, b.dims))["gflops"], 1)
+    peak["windows"] = {"before": peak["bound_gflops"], "after": again}
+    if again > peak["bound_gflops"]:
+        peak["by_dtype"][dt] = peak["bound_gflops"] = again
+        if dt == str(b.dtype).removeprefix("torch."):
+            peak["gflops"] = again
+    log(f"  GEMM bound ({dt}) again after the methods: {again:.1f} GFLOP/s (before them {peak['windows']['before']:.1f}); "
+        f"the bound is the larger")
+
+
 def time_hf_cache(b: BenchRun) -> Timed:
     """hf-cache: the prompt's cache once (setup), then per batch a per-row copy of it."""
     device, args, model, tmpl, head, ids = b.device, b.args, b.model, b.tmpl, b.head, b.ids
@@ -443,6 +463,7 @@ def bench_model(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> 
     fpc, peak = measure_peak(b, rm.batch_size)
     hf = time_hf_cache(b)
     nv = time_naive(b)
+    second_window(b, peak)
     agr = check_agreement(b, rm, eg, hf, nv)
     full = full_scan(b)
     timed = {"naive": nv, "hf-cache": hf, "rmfast": rm}
