@@ -47,7 +47,7 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
                             "with --overwrite), so choose a file path that is free or holds a regular file")
         if p.exists() and not overwrite:
             raise UserError(f"output {p} already exists; pass --overwrite to replace it or choose another --out")
-        if parquet and p.suffix.lower() != ".parquet" and not str(path).endswith(("/", os.sep)):
+        if parquet and p.suffix.lower() != ".parquet":
             # (a .csv name on Parquet bytes: pandas.read_csv reads garbage from it)
             raise UserError(f"--out {path}: this command writes Parquet (its manifest beside it); give a path ending "
                             "in .parquet")

@@ -8,7 +8,7 @@ import time
 import torch
 
 from ..dims import model_dims as config_dims
-from .machine import sync
+from .machine import log, sync
 
 
 def model_dims(model, head: str) -> dict:
@@ -112,6 +112,15 @@ def over_bound(fractions: dict, where: str) -> str | None:
     return (f"note: {where}: {', '.join(f'{k} at {v:.0%}' for k, v in over.items())} of the measured GEMM bound: the "
             "bound was measured low (a busy machine, or GEMMs too small to time), so its fractions mean nothing here: "
             "rerun on an idle machine (or with --threads 1)")
+
+
+def flag_over_bound(rows: list[dict], fractions: dict, where: str, indent: str = "") -> None:
+    """:func:`over_bound`'s line, where there is one: said, and kept in each of ``rows`` as ``bound_note``."""
+    note = over_bound(fractions, where)
+    if note:
+        log(indent + note)
+        for r in rows:
+            r["bound_note"] = note
 
 
 def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_chunk: int = 8192,

@@ -12,7 +12,7 @@ import torch
 from ..cpu import recorded
 from ..dims import model_dims as config_dims
 from .baselines import HFCacheScorer, agreement, float64_scores, fp32_check, fp32_rounding_tol, naive_scorer
-from .flops import engine_gemm_shapes, flops_per_candidate, gemm_peak, model_dims, over_bound
+from .flops import engine_gemm_shapes, flag_over_bound, flops_per_candidate, gemm_peak, model_dims
 from .machine import PeakMemory, batch_options, chunks, loadavg, log, pick_batch, sync, time_batches, time_calls
 from .models import BenchModel
 
@@ -189,10 +189,9 @@ def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
     if b.tpr == 0 or b.args.no_peak:
         return fpc, None
     from ..cpu import measure_gemm, mlp_dims, probe_shape
-    from ..kernels.reference import CHUNK
 
     M = bs_rm * b.tpr
-    kw = dict(shapes=engine_gemm_shapes(b.eng, b.dims), lm_chunk=CHUNK if b.device.type == "cpu" else 8192)
+    kw = _peak_shapes(b)
     peak = gemm_peak(b.dims, M, b.dtype, b.device, **kw)
     run_dt = str(b.dtype).removeprefix("torch.")
     by = {run_dt: round(peak["gflops"], 1)}
@@ -213,17 +212,21 @@ def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
     return fpc, peak
 
 
+def _peak_shapes(b: BenchRun) -> dict:
+    """:func:`gemm_peak`'s shapes as the engine runs them, and the LM head's chunk as it reads it."""
+    from ..kernels.reference import CHUNK
+
+    return dict(shapes=engine_gemm_shapes(b.eng, b.dims), lm_chunk=CHUNK if b.device.type == "cpu" else 8192)
+
+
 def second_window(b: BenchRun, peak: dict | None) -> None:
     """On CPU, the bound's dtype timed again once every method has run: the bound is the larger of the two windows
     (one ~0.25 s window on a busy machine read low, and fractions of it came out over 1). ``peak["windows"]``
     keeps both. On CUDA one window is steady, and the GPU check's budget has no room for a second."""
     if peak is None or b.device.type != "cpu":
         return
-    from ..kernels.reference import CHUNK
-
     dt = peak["bound_dtype"]
-    again = round(gemm_peak(b.dims, peak["M"], getattr(torch, dt), b.device, lm_chunk=CHUNK,
-                            shapes=engine_gemm_shapes(b.eng, b.dims))["gflops"], 1)
+    again = round(gemm_peak(b.dims, peak["M"], getattr(torch, dt), b.device, **_peak_shapes(b))["gflops"], 1)
     peak["windows"] = {"before": peak["bound_gflops"], "after": again}
     if again > peak["bound_gflops"]:
         peak["by_dtype"][dt] = peak["bound_gflops"] = again
@@ -448,11 +451,7 @@ def method_rows(b: BenchRun, timed: dict[str, Timed], agr: dict, fpc: float, pea
                     "decisions": full["decisions"] or row["decisions"],  # the scan's own plan (eager where auto)
                     "useful_gflops": round(fpc * full["candidates_per_s"] / 1e9, 2) if tpr > 0 else None})
         rows.append(row)
-    note = over_bound({r["method"]: r.get("frac_gemm_peak") for r in rows}, b.cfg.name)
-    if note:
-        log("  " + note)
-        for r in rows:
-            r["bound_note"] = note
+    flag_over_bound(rows, {r["method"]: r.get("frac_gemm_peak") for r in rows}, b.cfg.name, indent="  ")
     return rows
 
 

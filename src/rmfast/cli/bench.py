@@ -11,7 +11,7 @@ from ..bench.models import BENCH_MODELS, DEFAULT_MODELS, DEFAULT_OUT, DEFAULT_PR
 from ..errors import UserError
 from ..io import check_output, write_json
 from . import common
-from .bench_common import model_configs, random_init_configs, ran, write_and_check
+from .bench_common import model_configs, random_init_configs, ran, say_busy, write_and_check
 from .common import fraction, int_list, nonneg_int, positive_int, thread_count
 
 BEST_OF_N_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
@@ -223,8 +223,7 @@ def run(args) -> int:
     meta["config"]["models"] = ",".join(cfg.name for cfg in models)  # what ran (--random-init, --tiny: not the default list)
     paths = write_outputs(rows, meta, out_dir)
     _print_report(rows, extras, meta, paths, out_dir, args.no_plot)
-    if args.busy_note:
-        print(f"rmfast bench: {args.busy_note}", file=sys.stderr)
+    say_busy(args)
     bad = [f"{r['model']}/{r['method']}" for r in rows if r.get("agree_ok") is False]
     if bad:
         print(f"rmfast bench: scores disagree with rmfast for {', '.join(bad)} (see agreement in the JSON)", file=sys.stderr)
@@ -379,8 +378,7 @@ def run_states_cli(args) -> int:
     write_states_overhead(rows, args.out, {**ran(config_record, base, cfgs), "cli": {k: v for k, v in vars(args).items()
                                                                                     if k != "func"}}, device=base.device)
     print(format_states_table(rows))
-    if getattr(args, "busy_note", None):
-        print(f"rmfast bench: {args.busy_note}", file=sys.stderr)
+    say_busy(args)
     bad = [f"{r['model']}/{r['mode']}" for r in rows if not r["scores_identical"]]
     if bad:
         print(f"rmfast bench: scores of {', '.join(bad)} differ from the plain scan's (scores_identical in the rows)",

@@ -36,11 +36,17 @@ def model_configs(base, models) -> list:
             for m in models]
 
 
+def say_busy(args) -> None:
+    """The busy-machine line the run found at its start (:func:`rmfast.bench.machine.busy_note`), said after the
+    figures (an error before them stays the run's one line)."""
+    if getattr(args, "busy_note", None):
+        print(f"rmfast bench: {args.busy_note}", file=sys.stderr)
+
+
 def write_and_check(rows: list[dict], write, args, record: dict, device: str, what: str) -> int:
     """A workload's rows written with its config and command line; exit 1 where fp32 scores differ past rounding."""
     write(rows, args.out, {**record, "cli": {k: v for k, v in vars(args).items() if k != "func"}}, device=device)
-    if getattr(args, "busy_note", None):  # said at the start of the run (the rows keep the load averages)
-        print(f"rmfast bench: {args.busy_note}", file=sys.stderr)
+    say_busy(args)
     bad = [r for r in rows if r["dtype"] == "float32" and not r["max_abs_diff"] <= 1e-3 * max(1.0, r["score_std"])]
     if bad:
         print(f"rmfast bench: {what} differ by up to {max(r['max_abs_diff'] for r in bad):.2e} in float32 "

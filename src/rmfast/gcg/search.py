@@ -375,11 +375,10 @@ def _restart(s: _Search, r: int, bar, done: list[dict], resume: ck.Boundary | No
     else:
         start_ids, buffer = _start(s, r, gen)
         traj, evals, stale = [buffer[0][0]], [s.n_eval], 0
-    stop = "steps"
     s.live = (r, start_ids, buffer, traj, evals)  # what an interrupt keeps (run)
     ck.mark(s, done, r, gen, stale)
     bar.update(len(traj) - 1)
-    for step in range(len(traj) - 1, cfg.steps):
+    for _ in range(len(traj) - 1, cfg.steps):
         if stale >= cfg.patience:  # (a resumed restart whose patience was lowered)
             break
         ts = time.perf_counter()
@@ -396,7 +395,7 @@ def _restart(s: _Search, r: int, bar, done: list[dict], resume: ck.Boundary | No
         bar.set_postfix_str(f"restart {r} best {buffer[0][0]:.4f} evals {s.n_eval}")
         if stale >= cfg.patience:
             break
-    stop = "patience" if stale >= cfg.patience else stop
+    stop = "patience" if stale >= cfg.patience else "steps"
     bar.update(max(cfg.steps - (len(traj) - 1), 0))
     s.live = None
     return _restart_record(s, r, start_ids, buffer, traj, evals, stop)

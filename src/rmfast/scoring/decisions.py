@@ -348,6 +348,14 @@ class Decisions:
     def record(self, name: str, value, reason: str) -> None:
         self.reasons[name] = {"value": value, "reason": reason}
 
+    def record_rows_rule(self, rule, why: str) -> None:
+        """``rmfast serve``'s rows rule (:func:`rmfast.fast.ops.gemm_rows`: ``(how, rows)``, or None for torch's own
+        GEMMs) with its reason, and what it changes of the attention: under it the CPU's eager form runs no prompt
+        through torch's flash kernel (:func:`rmfast.fast.ops.cpu_flash_rule`)."""
+        self.record("gemm_rows", f"{rule[0]} {rule[1]}" if rule else "torch", why)
+        if rule is not None and self.attention == "cpu-flash":
+            self.record("attention", "cpu-flash", f"the CPU's eager form under the rows rule ({ops.cpu_flash_rule(rule)})")
+
     def rows_per_batch(self, model, template: Template, n: int, own_template: bool = False) -> int:
         """Rows per batch for n-token responses on ``template`` (``own_template``: a row that carries its
         own, plain-HF path): :func:`choose_rows_per_batch`, before any prompt pass."""

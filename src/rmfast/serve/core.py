@@ -162,13 +162,10 @@ class ServeCore:
         self.stats = CoreStats()
         self.reasons = {k: dict(v) for k, v in self.decided.reasons.items()}
         self.rows_rule, why = self._rows_rule(gemm_rows)
-        # the plan's decisions record it, with its reason, as every scoring decision is (the manifest's decisions)
-        self.decided.record("gemm_rows", f"{self.rows_rule[0]} {self.rows_rule[1]}" if self.rows_rule else "torch", why)
-        self.reasons["gemm_rows"] = dict(self.decided.reasons["gemm_rows"])
-        if self.decided.attention == "cpu-flash":  # the rows rule changes where the flash kernel runs: record what runs
-            self.decided.record("attention", "cpu-flash", f"the CPU's eager form under the rows rule "
-                                                           f"({ops.cpu_flash_rule(self.rows_rule)})")
-            self.reasons["attention"] = dict(self.decided.reasons["attention"])
+        # the plan's decisions record it, with its reason, as every scoring decision is (the manifest's decisions),
+        # and what it changes of the attention
+        self.decided.record_rows_rule(self.rows_rule, why)
+        self.reasons.update({k: dict(self.decided.reasons[k]) for k in ("gemm_rows", "attention")})
         self.reasons["split"] = {"value": "header, else prompt, else none", "reason": (
             "a function of the sample alone (its ids, and the client's prompt where sent), never of what else is "
             "waiting: the RM's assistant header " + (f"{list(self.header)}" if self.header else "(none in this template)")

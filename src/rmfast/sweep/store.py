@@ -423,16 +423,13 @@ class Store:
         import pandas as pd
 
         plan = self.plan()
-        missing = self.missing(plan)
-        if complete and missing:  # before reading any part
+        if complete and (missing := self.missing(plan)):  # before reading any part
             raise UserError(f"{self.missing_text(missing, len(plan))}; rerun the sweep to finish them")
-        if missing:  # a running sweep's results so far, or a damaged store: never a silent subset
-            warnings.warn(f"rmfast: note: {self.missing_text(missing, len(plan))}: left out of these results "
-                          "(complete=True refuses them; rerun the sweep to finish them)", stacklevel=3)
-        frames = []
+        frames, left_out = [], False
         for part in plan:
             m = self.fresh_manifest(part)
             if m is None:  # not finished, or stale (scored from files its model no longer has)
+                left_out = True
                 continue
             try:
                 df = pd.read_parquet(self.part_path(part))
@@ -446,6 +443,9 @@ class Store:
             df["candidates"] = part.candidates
             df["prompt_name"] = part.prompt_name
             frames.append(df)
+        if left_out:  # a running sweep's results so far, or a damaged store: never a silent subset
+            warnings.warn(f"rmfast: note: {self.missing_text(self.missing(plan), len(plan))}: left out of these results "
+                          "(complete=True refuses them; rerun the sweep to finish them)", stacklevel=3)
         cols = TIDY_COLUMNS + EXTRA_COLUMNS + (["token_ids"] if token_ids else [])
         if not frames:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
