@@ -543,3 +543,50 @@ def test_a_problem_met_once_the_model_loads_names_the_config_key(models_dir, tmp
     cfg = write_cfg(models_dir, "dup.yaml", models=["./rm-a", {"model": "./rm-b", "name": "rm-a"}])
     rc, _, err = run(["sweep", cfg, "--out", tmp_path / "s2", "--dry-run"], capsys)
     assert one_line_error(rc, err) and "give each model a distinct name: (e.g. {model: " in err, err
+
+
+def test_a_store_moved_with_its_inputs_keeps_its_parts(models_dir, tmp_path, smol_tokenizer, capsys):
+    """A project folder (config, model folder, candidate and ids files, store) moved or copied elsewhere: the
+    config now names other paths, the same contents. The rerun keeps every finished part (it used to refuse the
+    store as another config, and --force scored every part again); a dry run counts them done first. A part of a
+    model whose files at the new place hold other weights is scored again; a candidate file with other content
+    is another config."""
+    import shutil
+
+    a = tmp_path / "a"
+    a.mkdir()
+    shutil.copytree(models_dir / "rm-a", a / "rm-a")
+    shutil.copytree(models_dir / "rm-b", a / "rm-b")
+    (a / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    (a / "ids.txt").write_text("3\n5\n8\n13\n21\n")
+    write_cfg(a, "moved.yaml", models=["./rm-a", "./rm-b"], prompts={"g": PROMPTS["greatest"]},
+              candidates={"ids": {"vocabulary": {"token_ids": "ids.txt"}}, "texts": "texts.txt"}, out="store")
+    assert run(["sweep", a / "moved.yaml", "--no-progress"], capsys)[0] == 0
+    before = load_results(a / "store")
+    b = tmp_path / "b"
+    shutil.move(a, b)
+    stamps = {p.relative_to(b): p.stat().st_mtime_ns for p in (b / "store").glob("parts/*/*/*/part.parquet")}
+    rc, so, se = run(["sweep", b / "moved.yaml", "--dry-run"], capsys)
+    assert rc == 0 and "4 parts, 4 done (moved store)" in so, so + se
+    rc, so, se = run(["sweep", b / "moved.yaml", "--no-progress"], capsys)
+    assert rc == 0 and "4 finished part(s) kept" in se and "4 already done" in se, se
+    assert {p.relative_to(b): p.stat().st_mtime_ns for p in (b / "store").glob("parts/*/*/*/part.parquet")} == stamps
+    pd.testing.assert_frame_equal(load_results(b / "store"), before)
+    assert json.loads((b / "store" / "store.json").read_text())["config"]["models"][0]["model"] == str((b / "rm-a").resolve())
+
+    c = tmp_path / "c"  # moved again, and one model's folder now holds other weights
+    shutil.copytree(b, c)
+    m = T.tiny("llama", "classifier", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=9)
+    m.save_pretrained(c / "rm-a")
+    rc, so, se = run(["sweep", c / "moved.yaml", "--no-progress"], capsys)
+    assert rc == 0 and "rm-a: its files changed since 2 finished part(s) were written" in se, se
+    after = load_results(c / "store").set_index(["model", "candidates", "text"])["score"].sort_index()
+    was = before.set_index(["model", "candidates", "text"])["score"].sort_index()
+    assert after.loc["rm-b"].equals(was.loc["rm-b"]) and not np.allclose(after.loc["rm-a"], was.loc["rm-a"])
+
+    (c / "texts.txt").write_text("\n".join(TEXTS[:3]) + "\n")  # other content: another config, not a move
+    shutil.copytree(c, tmp_path / "d")
+    rc, so, se = run(["sweep", tmp_path / "d" / "moved.yaml", "--no-progress"], capsys)
+    assert one_line_error(rc, se) and "holds results of a different config" in se
+    rc, so, se = run(["sweep", tmp_path / "d" / "moved.yaml", "--no-progress", "--force"], capsys)
+    assert rc == 0 and "2 already done" in se, se  # --force: the ids parts are carried, the texts parts scored

@@ -52,6 +52,7 @@ PEFT/LoRA adapter checkpoints are merged onto their base (:mod:`rmfast.loading.t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import shutil
@@ -197,7 +198,9 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
     mode = store.check(chash, cfg.normalized(), force=force)
     check_models(cfg)  # every model resolves before any work, dry run or not
     if dry_run:
-        st = store.status(plan) if mode != "new" else [{"done": False} for _ in plan]
+        keys = store.carried_keys(plan, cfg.normalized()) if mode in ("moved", "adopt") else {}
+        now = [dataclasses.replace(p, key=keys.get(p.relpath, p.key)) for p in plan]  # as the run will find them
+        st = store.status(now) if mode != "new" else [{"done": False} for _ in plan]
         return {"n_parts": len(plan), "n_done": sum(bool(s["done"]) for s in st), "complete": False, "dry_run": True,
                 "parts": st, "mode": mode,
                 "remove": store.stale_parts({p.relpath for p in plan}) if mode == "adopt" else [],
@@ -211,7 +214,12 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
             with store.lock():  # another sweep on this store may be starting too
                 store.clean_root_temp()
                 mode = store.check(chash, cfg.normalized(), force=force)
-                if mode in ("new", "adopt"):
+                if mode in ("moved", "adopt"):
+                    kept = store.rekey(plan, cfg.normalized())
+                    if mode == "moved":
+                        _log(d, f"the config's files are in other places than when {root} was written (their contents "
+                                f"the same); {kept} finished part(s) kept, each model's files checked by content")
+                if mode in ("new", "adopt", "moved"):
                     store.create(chash, cfg.normalized(), plan, source=str(cfg.path) if cfg.path else None)
                 if mode == "adopt":
                     removed = store.remove_stale({p.relpath for p in plan})

@@ -92,6 +92,50 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
+#: what stands for a local file's place in :func:`unplaced`
+LOCAL = "<a local file>"
+
+
+def unplaced(config: dict) -> dict:
+    """A normalised sweep config (or one part's share of it: ``model``, ``prompt``, ``candidates``, ...) with the
+    places of its files left out: a local model's or adapter base's path, a candidate file's path, a token-ids
+    file's path. What stays names contents (a candidate or ids file's ``sha256``; a model's files are judged by
+    their content where its parts are read, :meth:`Store.stale`), so a store whose inputs moved with it (another
+    checkout, another machine) keeps its parts.
+
+    >>> a = {"models": [{"name": "rm", "model": "/old/rm"}], "candidates": [{"name": "w", "kind": "file",
+    ...      "file": {"path": "/old/w.txt", "sha256": "ab"}}]}
+    >>> b = json.loads(json.dumps(a).replace("/old/", "/new/"))
+    >>> unplaced(a) == unplaced(b), unplaced(a)["models"][0]["model"]
+    (True, '<a local file>')
+    """
+    out = json.loads(json.dumps(config, default=str))  # a deep copy, in the form store.json keeps
+    models = out.get("models") if isinstance(out.get("models"), list) else [out.get("model")]
+    sets = out.get("candidates") if isinstance(out.get("candidates"), list) else [out.get("candidates")]
+    for m in (m for m in models if isinstance(m, dict)):
+        for k in ("model", "base"):
+            if isinstance(m.get(k), str) and os.path.isabs(m[k]):
+                m[k] = LOCAL
+    for c in (c for c in sets if isinstance(c, dict)):
+        if isinstance(c.get("file"), dict):
+            c["file"].pop("path", None)
+        ids = (c.get("view") or {}).get("token_ids") if isinstance(c.get("view"), dict) else None
+        if isinstance(ids, dict):
+            ids.pop("file", None)
+    return out
+
+
+def _share(config: dict, part: PartRef) -> dict | None:
+    """What of a normalised config makes one part's key (:meth:`rmfast.sweep.config.SweepConfig.part_key`)."""
+    model = next((m for m in config.get("models") or [] if isinstance(m, dict) and m.get("name") == part.model), None)
+    sets = next((c for c in config.get("candidates") or [] if isinstance(c, dict) and c.get("name") == part.candidates),
+                None)
+    if model is None or sets is None:
+        return None
+    return {"model": model, "prompt": part.prompt, "candidates": sets, "compat": config.get("compat"),
+            "max_tokens": config.get("max_tokens")}
+
+
 class Store:
     """A results directory (see the module docstring).
 
@@ -132,7 +176,8 @@ class Store:
         return info if isinstance(info, dict) else None  # valid JSON of another shape is not a store.json
 
     def check(self, config_hash: str, config: dict, *, force: bool = False, source: str | None = None) -> str:
-        """Whether this directory can hold results of ``config``: "new", "same" or "adopt" (with force).
+        """Whether this directory can hold results of ``config``: "new", "same", "moved" (the config differs
+        only in where its files are: :func:`unplaced`; :meth:`rekey` keeps the parts) or "adopt" (with force).
 
         Raises UserError for a file, a foreign non-empty folder, or (without force) another config.
         """
@@ -151,6 +196,8 @@ class Store:
                             "use another output directory")
         if info.get("config_hash") == config_hash:
             return "same"
+        if unplaced(info.get("config") or {}) == unplaced(config):
+            return "moved"
         if force:
             return "adopt"
         diff = _diff_keys(info.get("config") or {}, config)
@@ -172,6 +219,40 @@ class Store:
             "parts": [asdict(p) for p in plan],
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })
+
+    def carried_keys(self, plan: list[PartRef], config: dict) -> dict[str, str]:
+        """relpath -> the key its finished part holds, for each part of ``plan`` (of ``config``) whose settings
+        differ from those store.json recorded for the same folder only in where the files are (:func:`unplaced`):
+        a store moved with its inputs, or --force adopting a config whose other parts changed. A part whose model
+        is now read from another place is carried only where its manifest names the model's content, which
+        :meth:`stale` then checks against the files found there (a part that names none is scored again)."""
+        info = self.info() or {}
+        try:
+            old = {q.relpath: q for q in self.plan()}
+        except UserError:
+            return {}
+        out = {}
+        for p in plan:
+            q = old.get(p.relpath)
+            was, now = (None, None) if q is None else (_share(info.get("config") or {}, q), _share(config, p))
+            if q is None or q.key == p.key or was is None or unplaced(was) != unplaced(now):
+                continue
+            m = self.done_manifest(q) or {}
+            named = {"content_sha256", "sha256"} & set(m.get("model") or {})
+            if m and (was["model"].get("model") == now["model"].get("model") or named):
+                out[p.relpath] = q.key
+        return out
+
+    def rekey(self, plan: list[PartRef], config: dict) -> int:
+        """Give each part :meth:`carried_keys` finds the key it has in ``plan`` (its manifest rewritten, atomically;
+        its Parquet untouched); how many. Hold :meth:`lock`, before :meth:`create` records ``config``: a run
+        killed between the two finds the same parts again and carries the rest."""
+        keys = self.carried_keys(plan, config)
+        for p in plan:
+            if p.relpath in keys:
+                m = self.done_manifest(PartRef(**{**asdict(p), "key": keys[p.relpath]}))
+                write_json(manifest_path(self.part_path(p)), {**m, "key": p.key})
+        return len(keys)
 
     # ------------------------------------------------------------------ parts
     def part_path(self, part: PartRef) -> Path:
