@@ -573,6 +573,10 @@ def test_a_store_moved_with_its_inputs_keeps_its_parts(models_dir, tmp_path, smo
     assert {p.relative_to(b): p.stat().st_mtime_ns for p in (b / "store").glob("parts/*/*/*/part.parquet")} == stamps
     pd.testing.assert_frame_equal(load_results(b / "store"), before)
     assert json.loads((b / "store" / "store.json").read_text())["config"]["models"][0]["model"] == str((b / "rm-a").resolve())
+    write_cfg(b, "moved.yaml", models=["./rm-b", "./rm-a"], prompts={"g": PROMPTS["greatest"]},  # another order
+              candidates={"texts": "texts.txt", "ids": {"vocabulary": {"token_ids": "ids.txt"}}}, out="store")
+    rc, so, se = run(["sweep", b / "moved.yaml", "--no-progress"], capsys)
+    assert rc == 0 and "4 already done" in se, se
 
     c = tmp_path / "c"  # moved again, and one model's folder now holds other weights
     shutil.copytree(b, c)

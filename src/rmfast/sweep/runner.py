@@ -216,7 +216,7 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
                 mode = store.check(chash, cfg.normalized(), force=force)
                 if mode in ("moved", "adopt"):
                     kept = store.rekey(plan, cfg.normalized())
-                    if mode == "moved":
+                    if mode == "moved" and kept:  # (else only the order of models or candidate sets changed)
                         _log(d, f"the config's files are in other places than when {root} was written (their contents "
                                 f"the same); {kept} finished part(s) kept, each model's files checked by content")
                 if mode in ("new", "adopt", "moved"):

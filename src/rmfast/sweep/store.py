@@ -98,8 +98,8 @@ LOCAL = "<a local file>"
 
 def unplaced(config: dict) -> dict:
     """A normalised sweep config (or one part's share of it: ``model``, ``prompt``, ``candidates``, ...) with the
-    places of its files left out: a local model's or adapter base's path, a candidate file's path, a token-ids
-    file's path. What stays names contents (a candidate or ids file's ``sha256``; a model's files are judged by
+    places of its files left out (a local model's or adapter base's path, a candidate file's path, a token-ids
+    file's path) and its models and candidate sets in one order. What stays names contents (a candidate or ids file's ``sha256``; a model's files are judged by
     their content where its parts are read, :meth:`Store.stale`), so a store whose inputs moved with it (another
     checkout, another machine) keeps its parts.
 
@@ -122,6 +122,9 @@ def unplaced(config: dict) -> dict:
         ids = (c.get("view") or {}).get("token_ids") if isinstance(c.get("view"), dict) else None
         if isinstance(ids, dict):
             ids.pop("file", None)
+    for k in ("models", "candidates"):  # their order is the run's order, not the results'
+        if isinstance(out.get(k), list):
+            out[k] = sorted(out[k], key=lambda x: json.dumps(x, sort_keys=True))
     return out
 
 
@@ -177,7 +180,8 @@ class Store:
 
     def check(self, config_hash: str, config: dict, *, force: bool = False, source: str | None = None) -> str:
         """Whether this directory can hold results of ``config``: "new", "same", "moved" (the config differs
-        only in where its files are: :func:`unplaced`; :meth:`rekey` keeps the parts) or "adopt" (with force).
+        only in where its files are or in the order of its models or candidate sets: :func:`unplaced`;
+        :meth:`rekey` keeps the parts) or "adopt" (with force).
 
         Raises UserError for a file, a foreign non-empty folder, or (without force) another config.
         """
