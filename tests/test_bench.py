@@ -474,3 +474,20 @@ def test_the_bound_is_the_larger_of_two_windows(tiny_dir, tmp_path, capsys, monk
     assert rm["bound_gflops"] == 90.0 and rm["gemm_peak_gflops"] == 90.0
     peak = json.loads((out / "bench_latest.json").read_text())["models"][0]["gemm_peak"]
     assert peak["windows"] == {"before": 20.0, "after": 90.0}
+
+
+def test_a_batch_size_over_what_runs_is_said(tiny_dir, tmp_path, capsys):
+    """--hf-batch / --naive-batch larger than the candidates timed ran as batches of them, and the logprob head's
+    naive batches are capped as hf_scores caps them: the table showed the batch that ran, with no word on the
+    one asked for (a walkthrough). Now one note line each."""
+    from rmfast.bench.machine import say_clamped
+
+    assert main(["--models", str(tiny_dir), "--device", "cpu", "--dtype", "float32", "--n-candidates", "16",
+                 "--n-naive", "8", "--naive-batch", "32", "--hf-batch", "8,64", "--repeats", "1", "--check-n", "0",
+                 "--compile", "off", "--no-peak", "--no-plot", "--out", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert "note: --hf-batch 64 is more than the 16 candidates timed: batches of 16 run" in err
+    assert "note: --naive-batch 32 is more than the 8 candidates timed: batches of 8 run" in err
+    say_clamped("--naive-batch", "100", 500, cap=40, why="the cap")
+    say_clamped("--naive-batch", None, 5)  # not given: nothing to say
+    assert capsys.readouterr().err == "  note: --naive-batch: batches of at most 40 run (the cap)\n"

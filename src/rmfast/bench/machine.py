@@ -162,6 +162,18 @@ def batch_options(value, default) -> tuple[int, ...]:
     return out
 
 
+def say_clamped(option: str, asked, n: int, cap: int | None = None, why: str = "") -> None:
+    """One line where a batch size the user gave (``option``: ``--hf-batch``, ``--naive-batch``) is not what runs:
+    larger than the ``n`` candidates timed, or over ``cap`` (``why`` says whose cap)."""
+    if asked is None or asked == "":
+        return
+    big = [b for b in batch_options(asked, ()) if b > n]
+    if big:
+        log(f"  note: {option} {','.join(map(str, big))} is more than the {n} candidates timed: batches of {n} run")
+    if cap is not None and any(min(b, n) > cap for b in batch_options(asked, ())):
+        log(f"  note: {option}: batches of at most {cap} run ({why})")
+
+
 def pick_batch(fn_for, ids: np.ndarray, options, device: torch.device) -> tuple[int, dict | None]:
     """Warm each batch size up on one batch, time one more; the fastest per candidate wins.
 

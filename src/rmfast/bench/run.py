@@ -13,7 +13,8 @@ from ..cpu import recorded
 from ..dims import model_dims as config_dims
 from .baselines import HFCacheScorer, agreement, float64_scores, fp32_check, fp32_rounding_tol, naive_scorer
 from .flops import engine_gemm_shapes, flag_over_bound, flops_per_candidate, gemm_peak, model_dims
-from .machine import PeakMemory, batch_options, chunks, loadavg, log, pick_batch, sync, time_batches, time_calls
+from .machine import (PeakMemory, batch_options, chunks, loadavg, log, pick_batch, say_clamped, sync, time_batches,
+                      time_calls)
 from .models import BenchModel
 
 
@@ -257,6 +258,7 @@ def time_hf_cache(b: BenchRun) -> Timed:
         setup_hf = 0.0
     else:
         options = batch_options(args.hf_batch, b.dflt["hf_batches"])
+        say_clamped("--hf-batch", args.hf_batch, ids.size)
         hf_score = hfc.score
         bs_hf, probe_hf = pick_batch(lambda bs: hf_score, ids, options, device)
         s_hf, t_hf = time_batches(hfc.score, ids, bs_hf, device, b.reps)
@@ -272,6 +274,7 @@ def time_naive(b: BenchRun) -> Timed:
     ids_nv = b.ids[:n_naive]
     b.mem.reset()
     opts = batch_options(args.naive_batch, b.dflt["naive_batches"])
+    say_clamped("--naive-batch", args.naive_batch, ids_nv.size)
     # the slowest method (every candidate's whole sequence): said before it runs, it can take minutes on a CPU
     log(f"  naive     {n_naive} ids as whole sequences (the papers' pipeline): a batch size from {list(opts)}, then "
         f"{max(1, b.reps)} timed pass(es) ...")
@@ -280,7 +283,10 @@ def time_naive(b: BenchRun) -> Timed:
                             device, b.reps)
     if head == "logprob":  # the cap hf_scores applies (same formula), so the table shows the real batch
         V = config_dims(model.config).vocab
-        bs_nv = max(1, min(bs_nv, int(5e7 // ((1 + len(tmpl.continuation_ids) + 1) * V))))
+        cap = max(1, int(5e7 // ((1 + len(tmpl.continuation_ids) + 1) * V)))
+        say_clamped("--naive-batch", args.naive_batch, ids_nv.size, cap, "the logprob head's logits stay under 5e7 "
+                    "floats a batch, as hf_scores keeps them")
+        bs_nv = min(bs_nv, cap)
     mem_nv = b.mem.read_mib()
     log(f"  naive     batch {bs_nv:5d}: {n_naive / min(t_nv):10.1f} cand/s" + (f"  (probe {probe_nv})" if probe_nv else ""))
     return Timed(s_nv, t_nv, bs_nv, 0.0, mem_nv, probe_nv)
