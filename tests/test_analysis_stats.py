@@ -498,3 +498,14 @@ def test_sentiment_fits_a_word_once_whatever_its_spellings():
     assert b["n"] == b["n_words"] == 40
     for col in ("slope", "se", "p_value"):
         assert b[col] == pytest.approx(a[col])
+
+
+def test_extremes_shared_vocab_of_one_model_applies_the_rule():
+    """A prompt scanned by one model: its "shared vocabulary (papers' rule)" table listed strings the rule drops (a
+    walkthrough: ten "\\ufffd" byte tokens as SmolLM2's bottom 10); the rule's de-duplication now applies there too."""
+    a = _frame("A", BEST, ["x", "\ufffd", "y", "\ufffd", "z"], [1.0, -9.0, 2.0, -8.0, 3.0])
+    e = extremes(a, k=1, shared_vocab=True)
+    es = e.extremes.set_index("end")["text"]
+    assert es["bottom"] == "x" and es["top"] == "z"
+    assert e.dropped["rows"].sum() == 2 and any("its own strings, de-duplicated" in n for n in e.notes)
+    assert extremes(a, k=1).extremes.set_index("end")["text"]["bottom"] == "\ufffd"  # everything scored: kept

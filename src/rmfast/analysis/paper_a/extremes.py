@@ -42,11 +42,10 @@ def extremes(df: pd.DataFrame, *, k: int = 10, shared_vocab: bool = False, join:
         parts = []
         for p in pd.unique(df["prompt"]):
             sub = df[df["prompt"] == p]
-            if sub["model"].nunique() < 2:
-                ledger.note(f"prompt {p!r} has one model; its shared vocabulary is its own")
-                parts.append(sub)
-                continue
-            sv = shared_vocabulary(df, p, on=join, ledger=ledger)
+            one = sub["model"].nunique() < 2
+            if one:  # the rule's de-duplication still applies (its table kept strings the rule drops)
+                ledger.note(f"prompt {p!r} has one model; its shared vocabulary is its own strings, de-duplicated")
+            sv = shared_vocabulary(df, p, on=join, ledger=ledger, min_models=1 if one else 2)
             key = sub["text"] if join == "text" else \
                 sub["token_id"].astype("int64").astype(str) + ":" + sub["text"]
             parts.append(sub[key.isin(set(sv.wide.index))])
