@@ -675,3 +675,40 @@ def test_the_start_says_a_random_head_and_a_limit_past_the_models(capsys):
                        (ServeOptions(max_wait_ms=-1), "--max-wait-ms -1: give 0 or more milliseconds")):
         with read_by_cli(), pytest.raises(UserError, match=re.escape(line)):
             check(opts, bind=False)
+
+
+def test_every_client_tries_again_as_the_one_rule_says():
+    """RemoteScorer, verl's compute_score and compute_score_sync share one retry rule (remote.Retries; they were
+    three loops): a 429 or 503 is tried again after its Retry-After, a connection error after a wait, the last
+    try's 429 or any other error is one line naming it, and a server never reached says how many tries it had."""
+    import asyncio
+
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from rmfast.errors import UserError
+    from rmfast.integrations.remote import RemoteScorer
+    from rmfast.integrations.verl import compute_score, compute_score_sync
+
+    app, hits = FastAPI(), []
+
+    @app.post("/v1/score")
+    def score(body: dict):
+        hits.append(1)
+        if len(hits) % 3:  # two busy answers, then the score
+            return JSONResponse({"error": {"message": "queue full"}}, status_code=429 if len(hits) % 2 else 503,
+                                headers={"retry-after": "0"})
+        return {"scores": [[1.5]]}
+
+    info = {"prompt": "Q?"}
+    with running(app) as url:
+        assert RemoteScorer(url, retries=3).score(["Q?"], [["a"]]) == [[1.5]] and len(hits) == 3
+        assert asyncio.run(compute_score("ds", "a", None, info, url=url, retries=3)) == 1.5 and len(hits) == 6
+        assert compute_score_sync("ds", "a", None, info, url=url, retries=3) == 1.5 and len(hits) == 9
+        with pytest.raises(UserError, match=r"answered 503: queue full"):  # the 10th: busy, no try left
+            compute_score_sync("ds", "a", None, info, url=url, retries=1)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(UserError, match=r"no answer after 2 tries \(ConnectError"):
+        asyncio.run(compute_score("ds", "a", None, info, url=dead, retries=2))

@@ -40,6 +40,44 @@ def _error_line(status: int, text: str) -> str:
         return text.strip().splitlines()[0][:300] if text.strip() else f"HTTP {status}"
 
 
+class Retries:
+    """The one retry rule of every client of ``rmfast serve`` (:class:`RemoteScorer`, verl's ``compute_score`` and
+    ``compute_score_sync``): up to ``retries`` tries; after a connection error wait 1, 2, 4 ... (at most 10) s,
+    after a 429 or 503 the server's Retry-After; any other answer but 200 is one UserError naming it. A caller's
+    loop sleeps (or awaits) each of :meth:`waits`, tries, and hands the outcome to :meth:`answer`.
+
+    >>> from types import SimpleNamespace as R
+    >>> t = Retries("http://h:1", 2)
+    >>> [t.answer(R(status_code=429, headers={"retry-after": "0"}, text="full")) for _ in t.waits()]
+    Traceback (most recent call last):
+    rmfast.errors.UserError: rmfast serve at http://h:1 answered 429: full
+    """
+
+    def __init__(self, url: str, retries: int):
+        self.url, self.retries, self.last, self._wait = url, max(1, int(retries)), None, 0.0
+
+    def waits(self):
+        """Seconds to wait before each try (0 before the first), while tries are left."""
+        for self._attempt in range(self.retries):
+            yield self._wait
+
+    def answer(self, r):
+        """The outcome of a try (an httpx response, or the ``httpx.HTTPError`` it raised): the response where it is
+        a 200, None where the rule tries again."""
+        if isinstance(r, Exception):
+            self.last, self._wait = f"{type(r).__name__}: {r}", min(2 ** self._attempt, 10)
+            return None
+        if r.status_code in (429, 503) and self._attempt + 1 < self.retries:
+            self.last, self._wait = _error_line(r.status_code, r.text), float(r.headers.get("retry-after", 1))
+            return None
+        if r.status_code != 200:
+            raise UserError(f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
+        return r
+
+    def gave_up(self) -> UserError:
+        return UserError(f"rmfast serve at {self.url}: no answer after {self.retries} tries ({self.last})")
+
+
 class RemoteScorer:
     """``score(conversations, responses)`` over HTTP (``POST /v1/score``), shaped as ``RewardScorer.score``.
 
@@ -70,22 +108,16 @@ class RemoteScorer:
                                   for c, r in zip(conversations, responses)]}
         if compat not in (None, "own"):
             body["compat"] = compat
-        last = None
-        for attempt in range(self.retries):
+        tries = Retries(self.url, self.retries)
+        for wait in tries.waits():
+            time.sleep(wait)
             try:
                 r = httpx.post(f"{self.url}/v1/score", json=body, headers=self.headers, timeout=self.timeout_s)
             except httpx.HTTPError as e:
-                last = f"{type(e).__name__}: {e}"
-                time.sleep(min(2 ** attempt, 10))
-                continue
-            if r.status_code in (429, 503) and attempt + 1 < self.retries:
-                last = _error_line(r.status_code, r.text)
-                time.sleep(float(r.headers.get("retry-after", 1)))
-                continue
-            if r.status_code != 200:
-                raise UserError(f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
-            return r.json()["scores"]
-        raise UserError(f"rmfast serve at {self.url}: no answer after {self.retries} tries ({last})")
+                r = e
+            if tries.answer(r) is not None:
+                return r.json()["scores"]
+        raise tries.gave_up()
 
 
 def _as_messages(conv) -> list[dict]:
@@ -95,4 +127,4 @@ def _as_messages(conv) -> list[dict]:
     return messages_of(conv)
 
 
-__all__ = ["RemoteScorer", "is_url"]
+__all__ = ["RemoteScorer", "Retries", "is_url"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UserError
-from .remote import API_KEY_ENV, _error_line, _headers
+from .remote import API_KEY_ENV, Retries, _headers
 
 #: where the server is, when ``reward_kwargs`` do not say (``url``)
 URL_ENV = "RMFAST_URL"
@@ -52,15 +52,6 @@ def _setup(extra_info, prompt, solution_str, url):
                  "compat": "decode-retokenize"}
 
 
-def _read(r, url: str, attempt: int, retries: int):
-    """A response's score, or (None, why, seconds to wait) where the server asks to be tried again."""
-    if r.status_code in (429, 503) and attempt + 1 < retries:
-        return None, _error_line(r.status_code, r.text), float(r.headers.get("retry-after", 1))
-    if r.status_code != 200:
-        raise UserError(f"rmfast serve at {url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
-    return float(r.json()["scores"][0][0]), None, 0.0
-
-
 async def compute_score(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None, *,
                         url: str | None = None, api_key: str | None = None, prompt=None, timeout_s: float = 180.0,
                         retries: int = 5, **_ignored) -> float:
@@ -73,20 +64,17 @@ async def compute_score(data_source=None, solution_str: str = "", ground_truth=N
     import httpx
 
     url, body = _setup(extra_info, prompt, solution_str, url)
-    last = None
+    tries = Retries(url, retries)
     async with httpx.AsyncClient(timeout=timeout_s) as client:
-        for attempt in range(max(1, int(retries))):
+        for wait in tries.waits():
+            await asyncio.sleep(wait)
             try:
                 r = await client.post(f"{url}/v1/score", json=body, headers=_headers(api_key))
             except httpx.HTTPError as e:
-                last = f"{type(e).__name__}: {e}"
-                await asyncio.sleep(min(2 ** attempt, 10))
-                continue
-            score, last, wait = _read(r, url, attempt, retries)
-            if score is not None:
-                return score
-            await asyncio.sleep(wait)
-    raise UserError(f"rmfast serve at {url}: no answer after {retries} tries ({last})")
+                r = e
+            if tries.answer(r) is not None:
+                return float(r.json()["scores"][0][0])
+    raise tries.gave_up()
 
 
 def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None, *,
@@ -99,20 +87,17 @@ def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=No
     import httpx
 
     url, body = _setup(extra_info, prompt, solution_str, url)
-    last = None
+    tries = Retries(url, retries)
     with httpx.Client(timeout=timeout_s) as client:
-        for attempt in range(max(1, int(retries))):
+        for wait in tries.waits():
+            time.sleep(wait)
             try:
                 r = client.post(f"{url}/v1/score", json=body, headers=_headers(api_key))
             except httpx.HTTPError as e:
-                last = f"{type(e).__name__}: {e}"
-                time.sleep(min(2 ** attempt, 10))
-                continue
-            score, last, wait = _read(r, url, attempt, retries)
-            if score is not None:
-                return score
-            time.sleep(wait)
-    raise UserError(f"rmfast serve at {url}: no answer after {retries} tries ({last})")
+                r = e
+            if tries.answer(r) is not None:
+                return float(r.json()["scores"][0][0])
+    raise tries.gave_up()
 
 
 __all__ = ["compute_score", "compute_score_sync", "API_KEY_ENV", "URL_ENV"]
