@@ -220,6 +220,13 @@ BAD = {
     "bad-vocab-key": ({"candidates": {"v": {"vocabulary": {"word_like": True}}}}, "candidates.v.vocabulary.word_like"),
     "empty-id-range": ({"candidates": {"v": {"vocabulary": {"token_ids": "5:1"}}}},
                        "candidates.v.vocabulary.token_ids: range 5:1 is empty"),
+    # ids past a folder model's embedding rows: said before any part (was: when its first part loaded it)
+    "ids-past-vocab": ({"candidates": {"v": {"vocabulary": {"token_ids": "0:60000"}}}},
+                       "candidates.v.token_ids: id 59999 is outside rm-a's vocabulary 0:49152"),
+    "id-list-past-vocab": ({"candidates": {"v": {"vocabulary": {"token_ids": [3, 99999]}}}},
+                           "candidates.v.token_ids: id 99999 is outside rm-a's vocabulary"),
+    "ids-file-past-vocab": ({"candidates": {"w": "texts.txt", "v": {"vocabulary": {"token_ids": "far-ids.txt"}}}},
+                            "candidates.v.token_ids: id 70000 is outside rm-a's vocabulary"),
     "empty-cands": ({"candidates": {"e": "empty.txt"}}, "candidates.e"),
     "missing-cands": ({"candidates": {"e": "missing.txt"}}, "candidates.e"),
     "bad-compat": ({"compat": "retokenize"}, "compat"),
@@ -230,6 +237,7 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_config(case, models_dir, tmp_path, capsys):
     (models_dir / "empty.txt").write_text("\n\n")
+    (models_dir / "far-ids.txt").write_text("# ids\n5\n70000\n")
     over, key = BAD[case]
     cfg = write_cfg(models_dir, f"bad-{case}.yaml", **over)
     rc, so, se = run(["sweep", cfg, "--out", tmp_path / "s"], capsys)

@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import json
 import os
 import shutil
 import sys
@@ -68,6 +69,7 @@ from ..errors import UserError, python_names
 from ..io import check_output, say_on_interrupt
 from ..io import states_dir
 from .store import PART_FILE, PartRef, Store
+from ..scoring.candidates import range_bounds
 from ..template import unescape
 
 from .config import CandSet, ModelCfg, SweepConfig
@@ -358,6 +360,44 @@ def check_models(cfg: SweepConfig) -> None:
             check_model(m.model, cache_dir=m.cache_dir, base=m.base)
         except UserError as e:
             raise UserError(f"{cfg.path}: models[{i}] ({m.name}): {e.cli_message()}") from None
+        _check_ids_fit(cfg, m)
+
+
+def _check_ids_fit(cfg: SweepConfig, m: ModelCfg) -> None:
+    """Token ids a vocabulary set asks for past a folder model's embedding rows (its config.json's ``vocab_size``,
+    which bounds the ids a scan takes): one line now, dry run or not, not when that model's first part loads it
+    after the models before it have run. Other models (an alias, a GGUF file, a hub id, an adapter) are checked
+    when loaded."""
+    try:
+        c = json.loads((Path(m.model) / "config.json").read_text(encoding="utf-8"))
+        v = c.get("vocab_size") or (c.get("text_config") or {}).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not isinstance(v, int) or isinstance(v, bool):
+        return
+    for c in cfg.candidates:
+        top = _top_id(c.view.get("token_ids")) if c.kind == "vocabulary" else None
+        if top is not None and top >= v:
+            raise UserError(f"{cfg.path}: candidates.{c.name}.token_ids: id {top} is outside {m.name}'s vocabulary "
+                            f"0:{v} (its config.json's vocab_size); give ids below {v} for every model of the sweep")
+
+
+def _top_id(spec) -> int | None:
+    """The largest id a ``token_ids`` view names (a range's last, a list's or an ids file's largest), None where
+    only the vocabulary tells (an open range) or the file is for the scan to judge."""
+    if isinstance(spec, str):
+        hi = range_bounds(spec)[1]
+        return None if hi is None else hi - 1
+    if isinstance(spec, list):
+        return max(spec, default=None)
+    if isinstance(spec, dict):
+        try:
+            ids = [int(x) for x in (ln.strip() for ln in Path(spec["file"]).read_text(encoding="utf-8").splitlines())
+                   if x and not x.startswith("#")]
+        except (OSError, ValueError, KeyError):
+            return None
+        return max(ids, default=None)
+    return None
 
 
 def model_content(m: ModelCfg) -> dict | None:
