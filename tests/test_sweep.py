@@ -538,12 +538,19 @@ def test_lens_on_a_causal_lm_is_refused_before_the_store(models_dir, tmp_path, c
     assert rc == 0, err
 
 
-def test_a_problem_met_once_the_model_loads_names_the_config_key(models_dir, tmp_path, capsys):
+def test_a_problem_met_once_the_model_loads_names_the_config_key(models_dir, tmp_path, capsys, monkeypatch):
     """A token id range past the vocabulary, or a head the model lacks, passed the config check and then stopped
     the run naming CLI flags (--token-ids, --head) a sweep has not got: now the file, the model, the candidates and
-    the options as the config's keys. The duplicate model name's line no longer ends in a colon."""
+    the options as the config's keys. The duplicate model name's line no longer ends in a colon. (A folder model's
+    ids are checked before any part, from its config.json; the load-time check is what an alias, a GGUF file or a
+    hub id meets, reached here with the early one off.)"""
+    from rmfast.sweep import runner
+
     cfg = write_cfg(models_dir, "past-vocab.yaml", prompts={"g": "hi"}, models=["./rm-a"],
                     candidates={"v": {"vocabulary": {"token_ids": "49100:60000"}}})
+    rc, _, err = run(["sweep", cfg, "--out", tmp_path / "s0", "--dry-run"], capsys)
+    assert one_line_error(rc, err) and "candidates.v.token_ids: id 59999 is outside rm-a's vocabulary" in err, err
+    monkeypatch.setattr(runner, "_check_ids_fit", lambda cfg, m: None)
     rc, _, err = run(["sweep", cfg, "--out", tmp_path / "s", "--no-progress"], capsys)
     assert one_line_error(rc, err), err
     assert "past-vocab.yaml: models[0] (rm-a) × candidates.v: token_ids range 49100:60000 is outside" in err, err
