@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from .flops import flag_over_bound, forward_flops, gemm_peak, model_dims
+from .flops import bound_again, flag_over_bound, forward_flops, gemm_peak, model_dims
 from .machine import log, machine_info, sync
 from .models import ModelChoice
 from .random_init import load_workload_model
@@ -284,12 +284,14 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
             rows.append({"model": name, **r, "hf_attention": cfg.hf_attention, "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
                          "device": str(dev), "gemm_bound_gflops": round(peak, 1) if peak else None,
                          **{k: info.get(k) for k in MACHINE_FIELDS}, **{k: ver.get(k) for k in VERSION_FIELDS}})
-            flag_over_bound(rows[-1:], {"hf": r["hf_gemm_fraction"], "rmfast": r["rmfast_gemm_fraction"]},
-                            f"{name} P~{P} N={N}")
             log(f"P~{P:5d} N={N:3d} x{cfg.prompts}: hf {r['hf_responses_per_s']:8.2f}/s  rmfast "
                 f"{r['rmfast_responses_per_s']:8.2f}/s  speed-up {r['speedup']:5.2f}x  FLOP ratio {r['flop_ratio']:5.2f} "
                 f"({r['flop_ratio_with_padding']:.2f} padded, {r['flop_ratio_with_attention']:.2f} with attention)  "
                 f"max|diff| {r['max_abs_diff']:.2e}")
+    bound_again(rows, ("hf_gemm_fraction", "rmfast_gemm_fraction"), peak, dims, next(lm.model.parameters()).dtype, dev)
+    for r in rows:
+        flag_over_bound([r], {"hf": r["hf_gemm_fraction"], "rmfast": r["rmfast_gemm_fraction"]},
+                        f"{name} P~{r['prompt_tokens_target']} N={r['n_responses']}")
     return rows
 
 

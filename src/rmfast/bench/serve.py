@@ -27,7 +27,7 @@ import torch
 
 from ..errors import UserError
 from .best_of_n import BestOfNConfig, load_model, set_attention, text_of
-from .flops import flag_over_bound, gemm_peak, model_dims
+from .flops import bound_again, flag_over_bound, gemm_peak, model_dims
 from .machine import loadavg, log, machine_info
 
 
@@ -194,6 +194,7 @@ def run_serve_bench(cfg: ServeBenchConfig) -> list[dict]:
            "score_std": float(np.std(c)), "dtype": str(dtype).removeprefix("torch."), "device": str(dev),
            "gemm_bound_gflops": round(peak, 1) if peak else None, "loadavg": loadavg(),
            **{k: info.get(k) for k in MACHINE_FIELDS}, **{k: ver.get(k) for k in VERSION_FIELDS}}
+    bound_again([row], ("serve_gemm_fraction", "hf_server_gemm_fraction"), peak, dims, dtype, dev)
     flag_over_bound([row], {"serve": row["serve_gemm_fraction"], "HF server": row["hf_server_gemm_fraction"]}, name)
     log(f"{name}: serve {row['serve_responses_per_s']}/s, in-process {row['inprocess_responses_per_s']}/s, "
         f"HF server {row['hf_server_responses_per_s']}/s; serve/in-process {row['serve_over_inprocess']}, "
