@@ -878,8 +878,10 @@ def _pct(x) -> str:
         return ""
 
 
-def summarize_workloads(out: Path, workloads: list[dict], bon_rows: list[dict], states_rows: list[dict]) -> str:
-    """The workloads' part of the summary: every step's status, the best-of-N and states rows, the profile's top."""
+def summarize_workloads(out: Path, workloads: list[dict], bon_rows: list[dict], states_rows: list[dict],
+                        serve_rows: list[dict] = ()) -> str:
+    """The workloads' part of the summary: every step's status, the best-of-N, serve and states rows, the
+    profile's top."""
     L = ["| step | status | wall s |", "|---|---|---|"]
     L += [f"| {w['step']} | {w['status']} | {w.get('wall_s', '')} |" for w in workloads]
     if bon_rows:
@@ -893,6 +895,17 @@ def summarize_workloads(out: Path, workloads: list[dict], bon_rows: list[dict], 
               f"{r.get('speedup_over_flop_ratio', '')} | {_pct(r.get('rmfast_gemm_fraction'))} | "
               f"{r.get('rmfast_batches', '')} ({r.get('rmfast_packed_batches', '')}) | "
               f"{float(r['max_abs_diff']):.2e} |" for r in bon_rows]
+    if serve_rows:
+        L += ["", "rmfast serve (one sample per request from concurrent clients) vs the same samples in-process and a "
+              "per-request padded HF server:", "",
+              "| dtype | groups x N | clients | serve resp/s | in-process resp/s | HF server resp/s | serve / in-process "
+              "| serve / HF | FLOP ratio | serve of bound | p50 / p99 s | groups encoded once | max abs diff |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        L += [f"| {r['dtype']} | {r['groups']} x {r['n_responses']} | {r['clients']} | {r['serve_responses_per_s']} | "
+              f"{r['inprocess_responses_per_s']} | {r['hf_server_responses_per_s']} | {r['serve_over_inprocess']} | "
+              f"{r['serve_over_hf_server']} | {r['flop_ratio']} | {_pct(r.get('serve_gemm_fraction'))} | "
+              f"{r['serve_p50_s']} / {r['serve_p99_s']} | {r['groups_encoded_once']} | {float(r['max_abs_diff']):.2e} |"
+              for r in serve_rows]
     if states_rows:
         L += ["", "states overhead (a scan keeping hidden states vs a plain one):", "",
               "| folder | mode | dtype | candidates | median s | x plain | bytes per candidate | MB/s written | disk limit MB/s "
@@ -1018,6 +1031,7 @@ def main(argv=None) -> int:
     states_rows = [dict(r, folder=where) for sub, where in (("states", "temp dir"), ("states_ram", STATES_RAM["dir"]))
                    for r in _csv_rows(out / sub / "states_overhead_latest.csv")]
     write_csv(out / "states.csv", states_rows, list(states_rows[0]) if states_rows else ["model", "mode"])
+    serve_rows = _csv_rows(out / "serve" / "serve_latest.csv")  # in summary.json and .md (8 files come back)
     # A model or workload cut by the budget, skipped, or unverifiable makes the run partial; a crash, a failed
     # workload or a disagreement fails it.
     failed_wl = [w["step"] for w in workloads if w["rc"] not in (0, None)]
@@ -1026,12 +1040,12 @@ def main(argv=None) -> int:
     partial = ([m["name"] for m in models if m["status"] != "ok"] + [w["step"] for w in workloads if w["rc"] is None]
                if ok else [])  # skipped, cut or unverified
     summary = {"ok": ok, "partial": partial, "dry_run": dry, "env": env, "steps": steps, "tests": tests, "models": models,
-               "workloads": workloads,
+               "workloads": workloads, "serve": serve_rows,
                "bench": bench_meta, "cost_model": costs, "total_s": round(clock.elapsed(), 1),
                "plan": GPU_PLAN if not dry else "dry run: " + " ".join(bench_cmd("NAME", Path("OUT"), True, {}, 8)[2:])}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     text = summarize(out, env, steps, tests, models, bench_rows, costs, dry, ok, partial, clock)
-    text += "\n\n" + summarize_workloads(out, workloads, bon_rows, states_rows)
+    text += "\n\n" + summarize_workloads(out, workloads, bon_rows, states_rows, serve_rows)
     text += "\n\nsteps: " + "; ".join(f"{st['step']} {st['status']} ({st['wall_s']} s)" for st in steps)
     (out / "summary.md").write_text(text + "\n")
     log.close()

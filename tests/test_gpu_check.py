@@ -53,6 +53,8 @@ def test_dry_run_end_to_end(tmp_path):
     assert [st["step"] for st in s["steps"]] == ["env", "tests", "bench-llama-3.2-1b", "bench-gemma-2-27b",
                                                  "best-of-n-single", *serve, "profile", *ram, "states"]
     assert [w["status"] for w in s["workloads"]] == ["ok"] * (3 + len(ram) + len(serve))
+    assert len(s["serve"]) == len(serve)  # the serve row in the summary (it stayed in the tarball alone)
+    assert ("rmfast serve (one sample per request" in (out / "summary.md").read_text()) == bool(serve)
     assert s["tests"]["counts"]["passed"] >= 3 and not s["tests"]["bad"]
     assert [m["status"] for m in s["models"]] == ["ok", "ok"]
     tests = _rows(out / "tests.csv")
