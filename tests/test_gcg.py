@@ -176,6 +176,10 @@ def test_cli_refuses_existing_out(capsys, tmp_path):
     assert main(["gcg", "--minimize", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "already exists" in err and "--overwrite" in err and "\n" not in err
+    # --out x.png: the JSON was written there, then the plot (x.png too) replaced it, exit 0 ("wrote x.png and x.png")
+    assert main(["gcg", "--minimize", "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "give a path ending in .json" in err and "\n" not in err and not (tmp_path / "x.png").exists()
 
 
 def test_embedded_smollm2(smollm2, capsys, tmp_path, monkeypatch):
@@ -591,3 +595,36 @@ def test_cli_rerun_of_the_same_command_goes_on_from_ctrl_c(tiny_dir, capsys, tmp
     capsys.readouterr()
     assert main(argv + ["--out", str(out)]) == 2  # a finished output is not replaced without --overwrite
     assert "already exists" in capsys.readouterr().err
+
+
+def test_cli_ctrl_c_in_the_random_baseline_keeps_the_finished_search(tiny_dir, capsys, tmp_path, monkeypatch):
+    """Ctrl-C while --baseline random scored its responses wrote nothing and said only "interrupted" (the finished
+    search was in the checkpoint alone). Now the search is written, its baseline marked interrupted, the line says
+    how to go on, and the same command scores the baseline (the search taken from the checkpoint, its bits as
+    before). --no-progress keeps the one-line notes: the estimate, the resume, the baseline's; a resumed run's time
+    line says what it counts."""
+    from rmfast.cli import main, gcg as gcg_cli
+    from rmfast import gcg as job
+
+    out = tmp_path / "g.json"
+    argv = ["gcg", str(tiny_dir), "--prompt", "Hi", "--length", "3", "--steps", "2", "--search-width", "8", "--topk",
+            "8", "--no-progress", "--no-plot", "--dtype", "float32", "--baseline", "random", "--out", str(out)]
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job, "random_search", stop)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "the first step took" in err and "baseline: scoring" in err  # notes, with --no-progress
+    assert f"interrupted in the random baseline; the search is finished and written to {out}" in err, err
+    first = json.loads(out.read_text())
+    assert first["baseline"] == {"method": "random", "interrupted": True} and not first["interrupted"]
+    assert gcg_cli._interrupted_before(str(out), tmp_path / "g.json.partial.npz")
+    monkeypatch.undo()
+    assert main(argv) == 0  # no --overwrite: the rerun replaces what the interrupted one wrote
+    o, err = capsys.readouterr()
+    assert "going on from" in err and "in this process (it went on from a checkpoint" in o
+    d = json.loads(out.read_text())
+    assert d["baseline"]["n_evaluated"] == d["n_evaluated"] and d["best_ids"] == first["best_ids"]
+    assert d["restarts"][0]["trajectory"] == first["restarts"][0]["trajectory"]

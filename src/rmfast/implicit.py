@@ -512,7 +512,7 @@ def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None
         prompts = {k: prompts[k] for k in prompt_ids}
     dic = load_dictionary(dictionary)
     if out is not None:
-        out = check_output(out, overwrite, parquet=True)
+        out = check_output(out, overwrite, suffix=".parquet")
     a = load("smollm2-135m-instruct", dtype="float32", device="cpu", cache_dir=cache_dir)
     b = load("gemma3-270m", dtype="float32", device="cpu", cache_dir=cache_dir)
     na, nb = a.source.get("name") or "a", b.source.get("name") or "b"

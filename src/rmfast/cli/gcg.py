@@ -75,7 +75,8 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, help="output JSON (default results/gcg__<model>__<prompt>__<max|min>.json); plot beside it (.png)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
     p.add_argument("--no-plot", action="store_true", help="skip the trajectory PNG")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bar (the one-line notes stay: resuming, the run's estimate, the baseline)")
     p.set_defaults(func=run)
 
 
@@ -113,14 +114,14 @@ def run(args) -> int:
     out = args.out or os.path.join("results", f"gcg__{slug(args.model)}__{slug(args.prompt)}__{direction}.json")
     ck = Path(f"{out}.partial.npz")  # the search's last step boundary: the same command goes on from it
     again = _interrupted_before(out, ck)  # the output an interrupted run of it wrote is replaced, as it said
-    out = check_output(out, args.overwrite or again)
+    out = check_output(out, args.overwrite or again, suffix=".json")  # (--out x.png: the plot replaced the JSON)
     png = None if args.no_plot or not _can_plot() else check_output(Path(out).with_suffix(".png"), args.overwrite or again)
     lm = common.load_model(args, random_head_seed=args.random_head_seed)
     if cfg.template is None and lm.default_template is not None:
         cfg.template = lm.default_template
     try:
         res = job.run(lm.model, lm.tokenizer, args.prompt, cfg, progress=not args.no_progress, model_info=lm.source,
-                      checkpoint=ck, keep_checkpoint=True)
+                      checkpoint=ck, keep_checkpoint=True, notes=True)
     except job.GCGInterrupted as stop:  # Ctrl-C: the search so far is written, and how to go on from it said
         stop.result.to_json(out, overwrite=True)  # `out` was checked before the load
         _report(stop.result)
@@ -130,7 +131,15 @@ def run(args) -> int:
               f"{shlex.quote(stop.result.best_text)} --overwrite", file=sys.stderr)
         return 130
     if args.baseline == "random":
-        res.baseline = _random_baseline(lm, args.prompt, cfg, res, say=not args.no_progress)
+        try:
+            res.baseline = _random_baseline(lm, args.prompt, cfg, res)
+        except KeyboardInterrupt:  # the search is done: written, and the rerun scores only the baseline
+            res.baseline = {"method": "random", "interrupted": True}
+            res.to_json(out, overwrite=True)  # `out` was checked before the load
+            print(f"rmfast: gcg: interrupted in the random baseline; the search is finished and written to {out} "
+                  f"(its baseline \"interrupted\": true). The same command scores the baseline, taking the search "
+                  f"from {ck}", file=sys.stderr)
+            return 130
     res.to_json(out, overwrite=args.overwrite or again)  # checked before the load
     ck.unlink(missing_ok=True)  # only now: the result is in place
     plot = res.plot(png) if png is not None else None
@@ -145,12 +154,15 @@ def _interrupted_before(out: str, ck: Path) -> bool:
     import json
 
     try:
-        return ck.is_file() and Path(out).is_file() and json.loads(Path(out).read_text()).get("interrupted") is True
+        if not (ck.is_file() and Path(out).is_file()):
+            return False
+        d = json.loads(Path(out).read_text())
+        return d.get("interrupted") is True or (d.get("baseline") or {}).get("interrupted") is True
     except (OSError, ValueError, AttributeError):
         return False
 
 
-def _random_baseline(lm, prompt: str, cfg, res, say: bool) -> dict:
+def _random_baseline(lm, prompt: str, cfg, res) -> dict:
     """The best of as many random responses (the search's length, allowed tokens and filter) as the
     search evaluated: what the same budget finds without the gradient."""
     import dataclasses
@@ -160,9 +172,8 @@ def _random_baseline(lm, prompt: str, cfg, res, say: bool) -> dict:
     from ..gcg import random_search
 
     n, length = res.n_evaluated, res.manifest["length"]
-    if say:
-        print(f"rmfast: gcg: baseline: scoring {n} random {length}-token responses (as many as the search evaluated)",
-              file=sys.stderr, flush=True)
+    print(f"rmfast: gcg: baseline: scoring {n} random {length}-token responses (as many as the search evaluated)",
+          file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     rcfg = dataclasses.replace(cfg, length=length, init=None, init_strings=None)
     rnd = random_search(lm.model, lm.tokenizer, prompt, rcfg, n)
@@ -187,6 +198,8 @@ def _report(res) -> None:
         b = res.baseline
         print(f"random search   {b['best_score']:.6f}  {b['best_text']!r}  (best of {b['n_evaluated']} random responses: "
               f"the same number of evaluations, {b['wall_s']:.1f} s)")
-    print(f"time            {t['wall_s']:.1f} s total, {t['per_step_s']} s/step "
+    where = ("in this process (it went on from a checkpoint; what follows counts every run's steps)"
+             if m.get("resumed") else "total")
+    print(f"time            {t['wall_s']:.1f} s {where}, {t['per_step_s']} s/step "
           f"(gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, evaluation {t['evaluate_s']:.1f} s"
           + (f"; a one-off padding measurement {t['pad_probe_s']:.1f} s" if t.get("pad_probe_s") else "") + ")")

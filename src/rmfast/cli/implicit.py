@@ -72,7 +72,7 @@ def run(args) -> int:
         raise UserError("--dictionary matches words: add --join word (so 'Love' and ' love' both count as 'love')")
     dic = load_dictionary(args.dictionary) if args.dictionary else None
     if args.out:
-        check_output(args.out, args.overwrite, parquet=True)  # before loading the models
+        check_output(args.out, args.overwrite, suffix=".parquet")  # before loading the models
     a, b = _side(args.model_a, args), _side(args.model_b, args)
     files = [x for x in (a, b) if isinstance(x, ScanResult)]
     if files and prompts is not None:
@@ -90,7 +90,7 @@ def run(args) -> int:
                    else (x.source.get("name") or s), 24) for x, s in ((a, args.model_a), (b, args.model_b))]
     tag = slug(Path(args.prompts_yaml).stem) if prompts is not None else slug(prompt)
     out = args.out or f"results/implicit__{names[0]}__{names[1]}__{tag}.parquet"
-    out = check_output(out, args.overwrite, parquet=True)
+    out = check_output(out, args.overwrite, suffix=".parquet")
     kw = dict(template_a=_tmpl(args.template_a), template_b=_tmpl(args.template_b), system_a=args.system_a,
               system_b=args.system_b, join=args.join, agg=args.agg, exclude_special=args.exclude_special)
     if prompts is not None:

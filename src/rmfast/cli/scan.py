@@ -139,7 +139,7 @@ def run(args) -> int:
     d = _ranks()
     _check_states_args(args)
     if args.out:
-        check_output(args.out, args.overwrite, parquet=True)  # refuse before loading anything
+        check_output(args.out, args.overwrite, suffix=".parquet")  # refuse before loading anything
     if d is not None:
         from ..sweep import dist
 
@@ -150,7 +150,7 @@ def run(args) -> int:
                                device_map=args.device_map)
         tag = f"__{slug(sel.tag())}" if sel.tag() else ""
         out = args.out or os.path.join("results", f"{slug(lm.source.get('name') or args.model)}__{slug(args.prompt)}{tag}.parquet")
-        out = check_output(out, args.overwrite, parquet=True)
+        out = check_output(out, args.overwrite, suffix=".parquet")
         rank_tag = "" if d is None else f".{d.tag()}"
         ck = Path(f"{out}.partial{rank_tag}.npz")
         main = d is None or d.is_main

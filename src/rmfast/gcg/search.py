@@ -196,6 +196,7 @@ class _Search:
     boundary: ck.Boundary | None = None  # the last step boundary (what a save writes)
     saved_at: float = 0.0
     resumed: dict | None = None  # where a checkpoint put this search (the manifest's "resumed")
+    notes: bool = False  # print the one-line notes (going on from a checkpoint; the first step's estimate)
 
 
 #: host bytes per token of one step's sampled candidates: random keys (fp32), their argsort and the rows (int64 each),
@@ -381,7 +382,7 @@ def _restart(s: _Search, r: int, bar, done: list[dict], resume: ck.Boundary | No
     for _ in range(len(traj) - 1, cfg.steps):
         if stale >= cfg.patience:  # (a resumed restart whose patience was lowered)
             break
-        ts = time.perf_counter()
+        ts, probe0 = time.perf_counter(), s.plan.pad_probe_s
         buffer, improved = _step(s, buffer, buffer[stale % len(buffer)][1], gen)
         stale = 0 if improved else stale + 1
         traj.append(buffer[0][0])
@@ -389,8 +390,10 @@ def _restart(s: _Search, r: int, bar, done: list[dict], resume: ck.Boundary | No
         s.live = (r, start_ids, buffer, traj, evals)
         s.step_times.append(time.perf_counter() - ts)
         ck.mark(s, done, r, gen, stale)
-        if len(s.step_times) == 1 and not bar.disable:  # the first step measures the whole run's cost
-            print(f"rmfast: {run_estimate(s.step_times[0], cfg)}", file=sys.stderr, flush=True)
+        if len(s.step_times) == 1 and s.notes:  # the first step measures the whole run's cost, less a one-off
+            # padding measurement that fell in it (it had made 68 s of a 10 s step the rate)
+            print(f"rmfast: {run_estimate(s.step_times[0] - (s.plan.pad_probe_s - probe0), cfg)}", file=sys.stderr,
+                  flush=True)
         bar.update(1)
         bar.set_postfix_str(f"restart {r} best {buffer[0][0]:.4f} evals {s.n_eval}")
         if stale >= cfg.patience:
@@ -477,7 +480,7 @@ def _timing(s: _Search, wall: float, setup_s: float) -> dict:
 
 def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progress: bool = True,
         model_info: dict | None = None, template: Template | None = None, checkpoint: str | os.PathLike | None = None,
-        keep_checkpoint: bool = False) -> GCGResult:
+        keep_checkpoint: bool = False, notes: bool | None = None) -> GCGResult:
     """Greedy Coordinate Gradient search over ``config.length``-token responses to ``prompt``.
 
     Args:
@@ -492,6 +495,8 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
             of the same search finding one goes on from it, and ends as an uninterrupted run would. Default None.
         keep_checkpoint: leave it for the caller to remove once the result is written (default False: removed on
             return).
+        notes: print the one-line notes on stderr: going on from a checkpoint, and the first step's estimate of
+            the run's time (default: as ``progress``; ``rmfast gcg`` prints them with --no-progress too).
 
     Returns:
         GCGResult; ``best_score`` is the evaluator's score of ``best_ids`` and
@@ -506,8 +511,9 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     cfg.validate()
     t0 = time.perf_counter()
     s = _prepare(model, tokenizer, prompt, cfg, template)
+    s.notes = progress if notes is None else notes
     resume = ck.resume(s, checkpoint, prompt, model_info)
-    if resume is not None and progress:
+    if resume is not None and s.notes:
         print(f"rmfast: gcg: going on from {checkpoint} ({resume.where()}; {s.n_eval} candidates evaluated before)",
               file=sys.stderr, flush=True)
     setup_s = time.perf_counter() - t0
