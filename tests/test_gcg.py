@@ -554,7 +554,7 @@ def test_another_searchs_checkpoint_is_never_trusted(resume_model, smol_tokenize
     with pytest.raises(GCGInterrupted):
         run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**{**RESUME_CFG, "seed": 1}), progress=False, checkpoint=ck)
     monkeypatch.undo()
-    with pytest.warns(UserWarning, match=r"not resuming from .*seed.*differed|not resuming from .*gcg"):
+    with pytest.warns(UserWarning, match=r"not resuming from .*: it was saved for a job whose gcg \(seed: 1 -> 0\) differed"):
         res = run(resume_model, smol_tokenizer, PROMPT, GCGConfig(**RESUME_CFG), progress=False, checkpoint=ck)
     _same(res, clean_search)
     assert res.manifest["resumed"] is None

@@ -335,10 +335,26 @@ def other_job(z, key: str, job: dict | None, ids: np.ndarray | None = None) -> s
     if changed == ["model"] and _same_but_content(old["model"], new["model"]):
         return "the model's files (weights or config) changed since it was saved"
     if changed == ["path"] and isinstance(old.get("path"), dict) and isinstance(new.get("path"), dict):
-        o, n = old["path"], new["path"]  # the decisions that differ, as they were and are
-        return "it was saved on another path (" + ", ".join(f"{k}: {o.get(k)} -> {n.get(k)}" for k in sorted(set(o) | set(n))
-                                                          if o.get(k) != n.get(k)) + ")"
-    return f"it was saved for a job whose {', '.join(changed)} differed" if changed else "it was saved by another job"
+        return f"it was saved on another path ({_was_is(old['path'], new['path'])})"  # the decisions that differ
+    if not changed:
+        return "it was saved by another job"
+    named = [f"{k} ({_was_is(old[k], new[k])})" if isinstance(old.get(k), dict) and isinstance(new.get(k), dict) else k
+             for k in changed]  # (a GCG search's settings: which of them, not only "gcg")
+    return f"it was saved for a job whose {', '.join(named)} differed"
+
+
+def _was_is(o: dict, n: dict, most: int = 4) -> str:
+    """The keys of two settings that differ, as they were and are (values cut at 40 characters).
+
+    >>> _was_is({"search_width": 8, "topk": 8}, {"search_width": 16, "topk": 8})
+    'search_width: 8 -> 16'
+    """
+    def cut(v) -> str:
+        r = v if isinstance(v, str) else json.dumps(v, default=str)
+        return r if len(r) <= 40 else r[:39] + "…"
+
+    d = [f"{k}: {cut(o.get(k))} -> {cut(n.get(k))}" for k in sorted(set(o) | set(n)) if o.get(k) != n.get(k)]
+    return ", ".join(d[:most]) + (" …" if len(d) > most else "")
 
 
 def _same_but_content(a, b) -> bool:
