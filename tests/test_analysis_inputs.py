@@ -342,3 +342,21 @@ def test_a_sweeps_prompt_names_stand_for_their_prompts(tmp_path, capsys):
     capsys.readouterr()
     assert main(["analyze", "best-worst", str(tmp_path), "--best", "nope", "--out", str(tmp_path / "x.csv")]) == 2
     assert "'nope' is not a prompt of these scans" in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_a_result_is_named_as_what_it_is(tmp_path):
+    """A scan's manifest, a GCG result, a CSV or a checkpoint given where a scan belongs (explore, analyze, report):
+    each was "X has no manifest X.json beside it: ... give a file an rmfast job wrote", wrong advice for a GCG JSON
+    an rmfast job did write. Each now says what the file is and what to give."""
+    _write_parquet(tmp_path / "a.parquet", "A", "p", ["x"], [0.0])
+    (tmp_path / "g.json").write_text(json.dumps({"best_ids": [1, 2], "best_score": 0.5}))
+    (tmp_path / "t.csv").write_text("text\nx\n")
+    (tmp_path / "o.json").write_text("{}")
+    (tmp_path / "s.parquet.partial.npz").write_bytes(b"x")
+    for name, said in [("a.parquet.json", r"is the manifest of a.parquet; give .*a.parquet itself"),
+                       ("g.json", r"is a GCG search's result \(JSON\), not a table of scores"),
+                       ("t.csv", r"is a text table \(.csv\), not a result"),
+                       ("o.json", r"is a JSON file, not a result table"),
+                       ("s.parquet.partial.npz", r"is the checkpoint of a job in progress")]:
+        with pytest.raises(UserError, match=said):
+            load_scans([tmp_path / name])

@@ -277,7 +277,7 @@ def test_duplicate_key_in_a_prompts_file_is_refused(models_dir, tmp_path, capsys
 
 def test_yaml_merge_keys_may_be_overridden(tmp_path):
     """``<<`` merges defaults that a mapping then overrides: that is not a duplicate."""
-    from rmfast.io import yaml_load_unique
+    from rmfast.yaml_keys import yaml_load_unique
 
     assert yaml_load_unique("d: &d {dtype: float32, device: cpu}\nm:\n  <<: *d\n  dtype: bfloat16\n")["m"] == \
         {"dtype": "bfloat16", "device": "cpu"}

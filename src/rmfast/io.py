@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
@@ -484,6 +483,32 @@ def parquet_write_id(path: str | os.PathLike) -> str | None:
     return v.decode() if v is not None else None
 
 
+def _not_a_result(p: Path) -> str | None:
+    """What a file given where a result Parquet belongs is instead, in words with the fix (None: unknown): the
+    manifest beside a result, another job's JSON (GCG's), a job's checkpoint, a text table.
+
+    >>> _not_a_result(Path("scan.parquet.partial.npz"))
+    'the checkpoint of a job in progress: rerun the job that writes it to finish it, then give its .parquet'
+    """
+    name = p.name.lower()
+    if name.endswith(".partial.npz"):
+        return "the checkpoint of a job in progress: rerun the job that writes it to finish it, then give its .parquet"
+    if name.endswith(".json"):
+        if Path(str(p)[:-5]).is_file():
+            return f"the manifest of {Path(str(p)[:-5]).name}; give {Path(str(p)[:-5])} itself"
+        try:
+            d = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            d = None
+        if isinstance(d, dict) and "best_ids" in d:
+            return "a GCG search's result (JSON), not a table of scores; give the Parquet a scan wrote"
+        return "a JSON file, not a result table; give the Parquet an rmfast job wrote (its manifest .json beside it)"
+    if p.suffix.lower() in (".csv", ".tsv", ".txt"):
+        return (f"a text table ({p.suffix}), not a result; give the Parquet an rmfast job wrote (its manifest .json "
+                "beside it), or score a table of texts with rmfast score")
+    return None
+
+
 def read_manifest(path: str | os.PathLike, *, required: bool = True) -> dict | None:
     """The manifest of the result Parquet ``path``, checked to be its partner (:func:`write_pair`).
 
@@ -497,6 +522,8 @@ def read_manifest(path: str | os.PathLike, *, required: bool = True) -> dict | N
     except FileNotFoundError:
         if not required:
             return None
+        if (what := _not_a_result(Path(path))) is not None:
+            raise UserError(f"{path} is {what}") from None
         raise UserError(f"{path} has no manifest {mp.name} beside it: not an rmfast result, or one unfinished or being "
                         "replaced; give a file an rmfast job wrote (with its .json), or rerun the job that writes it") from None
     except (OSError, ValueError) as e:
@@ -564,65 +591,6 @@ def read_text(path: str | os.PathLike, what: str) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise UserError(f"{what} {p} is not UTF-8 text (bad byte at offset {e.start}); re-save it as UTF-8") from None
-
-
-def yaml_load_unique(text: str):
-    """``yaml.safe_load(text)``, except that a key given twice in one mapping (at any depth) is a YAML
-    error marked at the second one.
-
-    PyYAML keeps the last of two equal keys, so a config with a model or a prompt listed twice under
-    one key would silently lose the first. Keys that a ``<<`` merge brings in may be overridden (that is
-    what merging is for); only keys written twice in the same mapping are refused.
-
-    >>> yaml_load_unique("a: 1\\nb: {c: 2}\\n")
-    {'a': 1, 'b': {'c': 2}}
-    >>> yaml_load_unique("a: 1\\nb:\\n  c: 2\\n  c: 3\\n")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    yaml.constructor.ConstructorError: ...duplicate key 'c', first given at line 3...
-    """
-    import yaml
-
-    return yaml.load(text, Loader=_unique_key_loader())
-
-
-def yaml_problem(e) -> str:
-    """A PyYAML error in a few words with its line: ``at line 4 (duplicate key 'a', ...)``.
-
-    >>> import yaml
-    >>> try:
-    ...     yaml_load_unique("a: 1\\na: 2\\n")
-    ... except yaml.YAMLError as e:
-    ...     yaml_problem(e)
-    "at line 2 (duplicate key 'a', first given at line 1; give each key once)"
-    """
-    mark = getattr(e, "problem_mark", None)
-    at = f"at line {mark.line + 1} " if mark is not None else ""
-    return f"{at}({getattr(e, 'problem', None) or str(e).splitlines()[0] or type(e).__name__})"
-
-
-@functools.lru_cache(maxsize=None)
-def _unique_key_loader():
-    """The SafeLoader subclass behind :func:`yaml_load_unique` (built on first use: yaml is imported lazily)."""
-    import yaml
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
-            seen = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    first = seen.setdefault(key, key_node.start_mark)
-                except TypeError:  # an unhashable key: the base class says so
-                    break
-                if first is not key_node.start_mark:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}, first given at line {first.line + 1}; give each key once",
-                        key_node.start_mark)
-            return super().construct_mapping(node, deep=deep)
-
-    return UniqueKeyLoader
 
 
 def read_csv(path: str | os.PathLike, what: str, **kw):

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..io import file_sha256, slug, yaml_load_unique
+from ..io import file_sha256, slug
+from ..yaml_keys import yaml_load_unique
 from ..loading.sources import model_name
 from ..loading.training_checkpoints import expand_runs, is_adapter_folder
 from ..scoring.audit import DEFAULT_AUDIT_N
