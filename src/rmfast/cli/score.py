@@ -201,6 +201,11 @@ def _by_row(e: UserError, where) -> UserError:
     import re
 
     m = re.match(r"response (\d+) of conversation (\d+)(.*)", e.cli_message(), re.S)
+    p = re.match(r"the prompt of conversation (\d+): (.*)", e.cli_message(), re.S)
+    if p is not None:  # a prompt too long: its first row, and the fix in the table's terms (score has no --prompt)
+        k = next((k for k, (i, _) in enumerate(where) if i == int(p.group(1))), None)
+        rest = p.group(2).replace("shorten --prompt, --system or --template", "shorten that row's prompt")
+        return e if k is None else UserError(f"row {k + 1} (prompt column): {rest}")
     if m is None:
         return e
     try:

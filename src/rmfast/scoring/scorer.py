@@ -357,18 +357,27 @@ class RewardScorer:
                 self._tmpls.popitem(last=False)
         return t
 
+    def _template_of(self, conv: Conversation, i: int) -> Template:
+        """:meth:`template_for`, a prompt too long for the model named as conversation ``i``'s."""
+        try:
+            return self.template_for(conv)
+        except TooLong as e:
+            raise TooLong(f"the prompt of conversation {i}: {e}") from None
+
     def prepare(self, conversations, responses, compat: str | None = "own") -> Job:
         """Validate and tokenize a call: distinct conversations and rows, their groups (no model forward).
         ``compat``: as :meth:`score`'s."""
         compat = self.compat if compat == "own" else compat
         conversations, responses = call_lists(conversations, responses)
         convs: dict = {}
+        first: dict = {}  # distinct conversation -> the first of its numbers (what an error names)
         rows: list = []
         index: dict = {}  # (conversation number, text) -> distinct row
         inverse, shape = [], []
         for i, (c, rs) in enumerate(zip(conversations, responses)):
             conv = as_conversation(c, f"conversation {i}")
             ci = convs.setdefault(conv, len(convs))
+            first.setdefault(ci, i)
             shape.append(len(rs))
             for j, text in enumerate(rs):
                 if not isinstance(text, str) or not text.strip():
@@ -380,7 +389,7 @@ class RewardScorer:
                     rows.append((ci, text, i, j))
                 inverse.append(index[(ci, text)])
         conv_list = list(convs)
-        tmpls = [self.template_for(c) for c in conv_list]
+        tmpls = [self._template_of(c, first[ci]) for ci, c in enumerate(conv_list)]
         job = Job(conv_list, tmpls, self._tokenize(rows, tmpls, compat), np.asarray(inverse, dtype=np.int64), shape)
         self._check_ids(job)
         job.groups = self._groups(job)
