@@ -385,3 +385,20 @@ def test_scan_batches_fit_planted_memory(tiny_dir, monkeypatch):
     whole = pipeline.scan(lm.model, lm.tokenizer, PROMPT, **kw)
     np.testing.assert_array_equal(resumed.scores, whole.scores)
     assert not ck.exists()
+
+
+def test_a_logprob_scan_without_an_end_of_turn_says_none_is_scored(smol_tokenizer):
+    """A causal LM under a plain template ('User: {prompt}\\nAssistant: {response}'): nothing follows the response,
+    so the score is log p(response | prompt) alone (the scan says "no end-of-turn to score"), but score_meaning
+    said "+ log p(end of turn | prompt, response)" in the manifest and the Parquet (a walkthrough)."""
+    import tiny_models as T
+    from rmfast.scoring.plan import score_meaning
+
+    m = T.tiny("llama", "causal_lm", pad_token_id=smol_tokenizer.pad_token_id, seed=2)
+    plain = pipeline.scan(m, smol_tokenizer, PROMPT, token_ids="0:3", head="logprob", compile="off", progress=False,
+                          template="User: {prompt}\nAssistant: {response}").manifest
+    assert plain["tokens_per_row"] == 0 and plain["score_meaning"] == score_meaning("logprob", end_of_turn=False)
+    assert "none is scored" in plain["score_meaning"] and "end of turn |" not in plain["score_meaning"]
+    chat = pipeline.scan(m, smol_tokenizer, PROMPT, token_ids="0:3", head="logprob", compile="off",
+                         progress=False).manifest
+    assert chat["score_meaning"] == score_meaning("logprob") and "log p(end of turn | prompt, response)" in chat["score_meaning"]

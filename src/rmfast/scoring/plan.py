@@ -99,7 +99,7 @@ def lens_names(L: int) -> list[str]:
 RUN_FIELDS = ("model", "prompt", "template", "head", "head_index", "dtype", "engine")
 
 
-def score_meaning(head: str, head_index: int = 0, random_head_seed: int | None = None) -> str:
+def score_meaning(head: str, head_index: int = 0, random_head_seed: int | None = None, end_of_turn: bool = True) -> str:
     """What a job's ``score`` column is, in words: its head, units and direction (the manifest's
     ``score_meaning``, copied into the Parquet's schema metadata). A seeded random head says so first.
 
@@ -107,10 +107,15 @@ def score_meaning(head: str, head_index: int = 0, random_head_seed: int | None =
     'RANDOM score head (seed 0)'
     >>> score_meaning("next_token_logprob").split(" under")[0]
     'log p(first response token | prompt side)'
+    >>> score_meaning("logprob", end_of_turn=False).split(" under")[0]  # a template with no end of turn after it
+    'log p(response | prompt)'
     """
     if head == "next_token_logprob":  # rmfast logprobs: the first factor of the logprob head's score only
         return ("log p(first response token | prompt side) under the language model, in nats (natural log); "
                 "higher = more likely; no end of turn")
+    if head == "logprob" and not end_of_turn:  # (it said "+ log p(end of turn ...)" where none was scored)
+        return ("log p(response | prompt) under the language model, in nats (natural log); higher = more likely; the "
+                "template has no end of turn after the response, so none is scored")
     if head == "logprob":
         return ("log p(response | prompt) + log p(end of turn | prompt, response) under the language model, in "
                 "nats (natural log); higher = more likely")
@@ -336,7 +341,8 @@ class ScoringPlan:
             "template": self.template.manifest(),
             "head": self.head,
             "head_index": self.head_index,
-            "score_meaning": score_meaning(self.head, self.head_index, (model_info or {}).get("random_head_seed")),
+            "score_meaning": score_meaning(self.head, self.head_index, (model_info or {}).get("random_head_seed"),
+                                           end_of_turn=bool(self.template.continuation_ids)),
             "dtype": str(p.dtype).replace("torch.", ""),
             **cpu.manifest_fields(m),
             "device": str(p.device),
