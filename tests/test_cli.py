@@ -357,3 +357,19 @@ def test_the_top_and_bottom_tables_never_show_a_row_twice(n, want, unwanted, cap
     assert all(w in so for w in want) and not any(u in so for u in unwanted), so
     assert so.rstrip().endswith("score: the reward, higher = better")  # what the numbers are, under them
     assert sum(so.count(f"'w{i}'") for i in range(n)) == min(n, 10)  # each row at most once
+
+
+def test_the_scan_line_says_the_padding_measurement_before_the_rates(capsys):
+    """"300 candidates in 52.6 s (22.19 cand/s; 5.702 cand/s with the one-off padding measurement, 39.1 s of it"
+    did not divide (the time held the measurement, the first rate did not); a walkthrough. The time is now said with
+    what of it the measurement took, then each rate named."""
+    from types import SimpleNamespace
+
+    from rmfast.cli.scan import _print_summary
+
+    m = {"n_candidates": 300, "scan_s": 52.6, "wall_s": 55.0, "candidates_per_s": 22.19, "pad_probe_s": 39.1,
+         "candidates_per_s_with_pad_probe": 5.702, "engine": "fast", "dtype": "float32", "device": "cpu",
+         "tokens_per_row": 3, "batch_size": 1365}
+    _print_summary(SimpleNamespace(manifest=m), 0, "x.parquet", 1)
+    assert ("300 candidates in 52.6 s, 39.1 s of it a one-off padding measurement (22.19 cand/s without it, 5.702 "
+            "with it; fast engine, float32, cpu, batch 1365); total 55.0 s") in capsys.readouterr().out

@@ -200,13 +200,14 @@ def _print_summary(res, top: int, out, world: int) -> None:
               f"total {m['wall_s']:.1f} s")
     else:
         rate = f"{m['candidates_per_s']} cand/s; " if m.get("candidates_per_s") else ""
-        if m.get("pad_probe_s"):  # the rate leaves the one-off measurement out; the time holds it
+        probe = ""
+        if m.get("pad_probe_s"):  # the rate leaves the one-off measurement out; the time holds it, and says so first
+            probe = f", {m['pad_probe_s']:.1f} s of it a one-off padding measurement"
             with_probe = m.get("candidates_per_s_with_pad_probe")
-            rate += (f"{with_probe} cand/s with " if with_probe else "") + \
-                f"the one-off padding measurement, {m['pad_probe_s']:.1f} s of it; "
+            rate = rate.replace(" cand/s; ", " cand/s without it" + (f", {with_probe} with it; " if with_probe else "; "))
         resumed = int(m.get("resumed_candidates") or 0)
         what = (f"{m['n_candidates'] - resumed} candidates scored by this run" if resumed else f"{m['n_candidates']} candidates")
-        print(f"\n{what} in {m['scan_s']:.1f} s ({rate}{m['engine']} engine{compiled}, "
+        print(f"\n{what} in {m['scan_s']:.1f} s{probe} ({rate}{m['engine']} engine{compiled}, "
               f"{m['dtype']}, {m['device']}{batch}{ranks}); total {m['wall_s']:.1f} s"
               + (f"; {resumed} more from the checkpoint, {m['n_candidates']} in all" if resumed else ""))
     ca = m.get("compat_authors")
