@@ -604,9 +604,15 @@ def test_an_output_replaces_only_a_regular_file(argv, kind, overwrite, words, fx
 
 @pytest.mark.parametrize("cmd", ["report", "analyze"])
 def test_overwrite_replaces_a_regular_file(cmd, fx, tmp_path, capsys):
-    """report and analyze have --overwrite now (before it they wrote over anything, a scan's Parquet included)."""
-    out = tmp_path / "old.parquet"
+    """report and analyze have --overwrite now (before it they wrote over anything, a scan's Parquet included). A
+    report's page is HTML: a .parquet name is refused, --overwrite or not."""
+    out = tmp_path / ("old.html" if cmd == "report" else "old.parquet")
     shutil.copy(fx["scan"], out)
+    if cmd == "report":
+        shutil.copy(fx["scan"], tmp_path / "scan.parquet")
+        argv = [_fill(a, fx) if a != "OUT" else str(tmp_path / "scan.parquet") for a in FILE_OUTPUTS[cmd]]
+        assert main(argv + ["--overwrite"]) == 2 and "give a path ending in .html" in capsys.readouterr().err
+        assert (tmp_path / "scan.parquet").read_bytes() == fx["scan"].read_bytes()
     argv = [_fill(a, fx) if a != "OUT" else str(out) for a in FILE_OUTPUTS[cmd]]
     assert main(argv + ["--overwrite"]) == 0, capsys.readouterr().err
     assert out.read_bytes() != fx["scan"].read_bytes()

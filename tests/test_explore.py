@@ -193,6 +193,14 @@ def test_cli_writes_the_page(tmp_path, capsys):
     assert main(["explore", str(tmp_path / "nope.parquet"), "--out", str(tmp_path / "x.html")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not exist" in err
+    # the same dictionary twice: its categories once (the filter listed each twice); a page under .parquet: refused
+    assert main(["explore", *map(str, paths), "--out", str(tmp_path / "d.html"), "--dictionary", str(dic),
+                 "--dictionary", str(dic)]) == 0
+    assert unpack((tmp_path / "d.html").read_text(encoding="utf-8")).categories == ["toy: C", "toy: A"]
+    capsys.readouterr()
+    assert main(["explore", str(paths[0]), "--out", str(tmp_path / "page.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "writes an HTML page; give a path ending in .html" in err and not (tmp_path / "page.parquet").exists()
 
 
 def test_reads_a_sweep_store(tmp_path):

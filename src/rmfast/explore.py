@@ -274,7 +274,12 @@ def category_masks(texts, dictionaries) -> tuple[np.ndarray, list[str]]:
     words = pd.Series([normalize_word(t) for t in texts])
     masks = np.zeros(len(texts), dtype=np.uint32)
     names: list[str] = []
+    seen: set = set()
     for item in dictionaries:
+        if not isinstance(item, tuple):  # a file given twice: its categories once (they were listed twice)
+            if (where := Path(item).resolve()) in seen:
+                continue
+            seen.add(where)
         name, dic = item if isinstance(item, tuple) else (Path(item).stem, load_dictionary(item))
         hits = match_dictionary(words, dic)
         for cat in pd.unique(dic["category"]):

@@ -16,10 +16,12 @@ from .errors import UserError
 
 
 #: what an output of each suffix :func:`check_output` may insist on holds, in words
-_SUFFIX_KINDS = {".parquet": "Parquet (its manifest beside it)", ".json": "JSON (its plot beside it, as .png)"}
+_SUFFIX_KINDS = {".parquet": "Parquet (its manifest beside it)", ".json": "JSON (its plot beside it, as .png)",
+                 ".html": "an HTML page"}
 
 
-def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bool = False, suffix: str | None = None) -> Path:
+def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bool = False,
+                 suffix: str | tuple[str, ...] | None = None) -> Path:
     """``path`` if a command may write its output there, else a one-line UserError naming the fix.
 
     The one rule for every command's outputs (and the library's writers), checked before any work,
@@ -31,8 +33,8 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
     - a folder output (``folder``: bench, ``analyze trajectory``, a sweep's store, ``reproduce``) may
       be an existing folder, which the command writes its own files into (``reproduce`` replaces it
       whole, and only with --overwrite); anything else there is refused;
-    - ``suffix``: the output's name ends in it (".parquet": its readers go by the suffix; ".json": GCG's, whose
-      plot goes beside it under the same name as .png);
+    - ``suffix``: the output's name ends in it, or in one of them (".parquet": its readers go by the suffix;
+      ".json": GCG's, whose plot goes beside it under the same name as .png; ".html", ".htm": a page);
     - the nearest existing ancestor must be a folder this process may write (a path under a regular
       file, or in a read-only folder, is refused), and one that takes a file: a nameless temporary file is
       opened and closed there (as root, /proc's access bits say yes to a file it cannot hold).
@@ -51,10 +53,11 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
                             "with --overwrite), so choose a file path that is free or holds a regular file")
         if p.exists() and not overwrite:
             raise UserError(f"output {p} already exists; pass --overwrite to replace it or choose another --out")
-        if suffix is not None and p.suffix.lower() != suffix:
+        ok = (suffix,) if isinstance(suffix, str) else suffix
+        if ok is not None and p.suffix.lower() not in ok:
             # (a .csv name on Parquet bytes: pandas.read_csv reads garbage from it; a GCG --out x.png: the plot
-            # replaced the search's JSON)
-            raise UserError(f"--out {path}: this command writes {_SUFFIX_KINDS[suffix]}; give a path ending in {suffix}")
+            # replaced the search's JSON; an HTML page under .parquet)
+            raise UserError(f"--out {path}: this command writes {_SUFFIX_KINDS[ok[0]]}; give a path ending in {ok[0]}")
     near = p if folder else p.parent
     while not near.exists() and near != near.parent:
         near = near.parent

@@ -540,7 +540,7 @@ def run_report(args) -> int:
     from ..analysis.report import build_report, explorer_beside, write_report
     from ..analysis.representations.views import states_beside
 
-    check_output(args.out, args.overwrite)  # before the work
+    check_output(args.out, args.overwrite, suffix=(".html", ".htm"))  # before the work
     framing = _check_options(args)
     data = _inputs(args)
     for line in data.left_out.summary() + data.left_out.notes:

@@ -44,7 +44,7 @@ def run(args) -> int:
     from ..errors import UserError
     from ..explore import build_explorer, load_inputs, render_html, write_explorer
 
-    out = check_output(args.out, args.overwrite)
+    out = check_output(args.out, args.overwrite, suffix=(".html", ".htm"))
     if args.similarity and not Path(args.similarity).is_file():
         raise UserError(f"--similarity {args.similarity}: no such file; give a CSV of rmfast analyze similarity")
     left_out = Ledger()
