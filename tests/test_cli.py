@@ -373,3 +373,30 @@ def test_the_scan_line_says_the_padding_measurement_before_the_rates(capsys):
     _print_summary(SimpleNamespace(manifest=m), 0, "x.parquet", 1)
     assert ("300 candidates in 52.6 s, 39.1 s of it a one-off padding measurement (22.19 cand/s without it, 5.702 "
             "with it; fast engine, float32, cpu, batch 1365); total 55.0 s") in capsys.readouterr().out
+
+
+def test_two_prompts_never_share_a_default_output(tmp_path, monkeypatch):
+    """A default --out is cut from the prompt: "...greatest thing ever?" and "...greatest thing of all?" shared one
+    name, and every prompt of CJK or Cyrillic letters was "x"; the second run's "already exists; pass --overwrite"
+    would destroy the first's result (a walkthrough). A name another prompt's result holds gets a hash of this
+    prompt; letters the slug drops are named by a hash."""
+    import json
+    from pathlib import Path
+
+    from rmfast.cli.common import default_output
+    from rmfast.io import slug
+
+    monkeypatch.chdir(tmp_path)
+    a, b = "What, in one word, is the greatest thing ever?", "What, in one word, is the greatest thing of all?"
+    assert slug(a) == slug(b)
+    first = default_output("rm", a, ".parquet")
+    Path(first).parent.mkdir()
+    Path(first).write_bytes(b"x")
+    Path(first + ".json").write_text(json.dumps({"prompt": a}))
+    assert default_output("rm", a, ".parquet") == first  # its own: the same name (a rerun, a resume)
+    second = default_output("rm", b, ".parquet")
+    assert second != first and second.startswith(first.removesuffix(".parquet") + "-")
+    g = default_output("gcg__rm", a, "__max.json")  # GCG's JSON holds its prompt in its manifest
+    Path(g).write_text(json.dumps({"manifest": {"prompt": a}}))
+    assert default_output("gcg__rm", a, "__max.json") == g != default_output("gcg__rm", b, "__max.json")
+    assert len({slug("日本語は？"), slug("Что лучше всего?"), slug("?")}) == 3

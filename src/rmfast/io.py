@@ -554,9 +554,14 @@ def slug(s: str, n: int = 40, *, exact: bool = False) -> str:
     'what-in-one-word-is-the-greatest-thing'
     >>> slug("SmolLM2 135M/Instruct", exact=True)
     'SmolLM2-135M-Instruct'
+    >>> slug("日本語は？"), slug("Что лучше всего?") != slug("日本語は？")  # letters it drops: a hash names them
+    ('x-581c8d6b', True)
     """
     if not exact:
-        return _cut_at_word(re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower(), n) or "x"
+        out = _cut_at_word(re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower(), n) or "x"
+        if any(ord(c) > 127 and c.isalnum() for c in s):  # (every such prompt was "x": one file for all of them)
+            out = _cut_at_word(out, n - 9) + "-" + hashlib.sha256(s.encode()).hexdigest()[:8]
+        return out
     out = re.sub(r"[^A-Za-z0-9._-]+", "-", str(s)).strip("-.")
     if len(out) > n:
         out = out[:n - 9].rstrip("-.") + "-" + hashlib.sha256(str(s).encode()).hexdigest()[:8]

@@ -78,6 +78,38 @@ def add_states_view_args(p: argparse.ArgumentParser) -> None:
                    "(default 4096; 0: all)")
 
 
+def default_output(stem: str, prompt: str, tail: str) -> str:
+    """``results/<stem>__<the prompt's slug><tail>``: the default --out of scan, logprobs and gcg. A slug is cut at
+    ~40 characters, so two prompts can share one; where that file holds another prompt's result, this prompt's
+    name gets a hash of the prompt (the other's "already exists; pass --overwrite" would have destroyed it).
+
+    >>> default_output("rm", "What, in one word, is the greatest thing ever?", ".parquet")
+    'results/rm__what-in-one-word-is-the-greatest-thing.parquet'
+    """
+    import hashlib
+
+    from ..io import slug
+
+    base = os.path.join("results", f"{stem}__{slug(prompt)}{tail}")
+    other = _recorded_prompt(base)
+    if other is None or other == prompt:
+        return base
+    return os.path.join("results", f"{stem}__{slug(prompt)}-{hashlib.sha256(prompt.encode()).hexdigest()[:8]}{tail}")
+
+
+def _recorded_prompt(path: str) -> str | None:
+    """The prompt a result at ``path`` was made for (a GCG JSON's manifest, a Parquet's manifest beside it);
+    None where there is none or it cannot be read."""
+    import json
+
+    try:
+        if path.endswith(".json"):
+            return (json.loads(open(path, encoding="utf-8").read()).get("manifest") or {}).get("prompt")
+        return json.loads(open(path + ".json", encoding="utf-8").read()).get("prompt")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def template_arg(args, lm=None):
     """The --template option as the library takes it: unescaped; else the loaded model's default,
     said in one line (a base model without a chat template gets a plain format)."""

@@ -111,7 +111,7 @@ def run(args) -> int:
     )
     cfg.validate()  # refuse bad settings before loading anything
     direction = "max" if cfg.maximize else "min"
-    out = args.out or os.path.join("results", f"gcg__{slug(args.model)}__{slug(args.prompt)}__{direction}.json")
+    out = args.out or common.default_output(f"gcg__{slug(args.model)}", args.prompt, f"__{direction}.json")
     ck = Path(f"{out}.partial.npz")  # the search's last step boundary: the same command goes on from it
     again = _interrupted_before(out, ck)  # the output an interrupted run of it wrote is replaced, as it said
     out = check_output(out, args.overwrite or again, suffix=".json")  # (--out x.png: the plot replaced the JSON)

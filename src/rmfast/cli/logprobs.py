@@ -36,7 +36,7 @@ def run(args) -> int:
     lm = common.load_model(args)
     if lm.kind != "causal_lm":
         raise UserError(f"{args.model} is a {lm.kind}, not a causal language model; logprobs needs an LM head")
-    out = args.out or f"results/{slug(lm.source.get('name') or args.model)}__{slug(args.prompt)}__logprobs.parquet"
+    out = args.out or common.default_output(slug(lm.source.get('name') or args.model), args.prompt, "__logprobs.parquet")
     out = check_output(out, args.overwrite, suffix=".parquet")
     res = logprobs(lm.model, lm.tokenizer, args.prompt, template=common.template_arg(args), system=args.system,
                    token_ids=args.token_ids, exclude_special=args.exclude_special, model_info=lm.source)

@@ -149,7 +149,7 @@ def run(args) -> int:
                                device=args.device if d is None else dist.device_for(d, args.device),
                                device_map=args.device_map)
         tag = f"__{slug(sel.tag())}" if sel.tag() else ""
-        out = args.out or os.path.join("results", f"{slug(lm.source.get('name') or args.model)}__{slug(args.prompt)}{tag}.parquet")
+        out = args.out or common.default_output(slug(lm.source.get('name') or args.model), args.prompt, f"{tag}.parquet")
         out = check_output(out, args.overwrite, suffix=".parquet")
         rank_tag = "" if d is None else f".{d.tag()}"
         ck = Path(f"{out}.partial{rank_tag}.npz")
