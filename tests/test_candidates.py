@@ -28,9 +28,11 @@ def test_read_lines_blanks_duplicates(tmp_path):
     f = tmp_path / "c.txt"
     f.write_bytes("\ufeffLove\r\n\r\n  Water  \nLove\nthe universe\n".encode())
     with pytest.warns(UserWarning, match="1 duplicate"):
-        c = read_candidates(f)
+        with pytest.warns(UserWarning, match=r"1 candidate\(s\) had spaces around them, scored without them \('  Water  '"):
+            c = read_candidates(f)  # (the stripping was silent: " ever" is another response than "ever")
     assert c.texts == ["Love", "Water", "the universe"] and c.rows == [1, 3, 5]
     assert c.source["n_blank"] == 1 and c.source["n_duplicates"] == 1 and c.source["duplicates"] == ["Love"]
+    assert c.source["n_stripped"] == 1  # the BOM and the line ends are not spaces around a candidate
 
 
 def test_read_tables(tmp_path):

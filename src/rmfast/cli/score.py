@@ -38,7 +38,8 @@ def register(sub) -> None:
                    help="score a response that merges with the template as the template renders it (default: error)")
     p.add_argument("--max-tokens", type=common.positive_int, default=None,
                    help="longest response in tokens (default: the model's position limit)")
-    common.add_output_args(p, "<input>.scores.parquet beside the input; manifest at <out>.json")
+    common.add_output_args(p, "<input without its extension>.scores.parquet beside the input (pairs.csv: "
+                              "pairs.scores.parquet); manifest at <out>.json")
     common.add_plan_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)

@@ -85,7 +85,7 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         values, col_used = _read_lines(p, raw), column
     else:
         values, col_used = _read_table_column(p, kind, column, header)
-    texts, rows, blank, dups = _dedupe(values)
+    texts, rows, blank, dups, trimmed = _dedupe(values)
     if not texts:
         raise UserError(f"candidate file {p} holds no candidates (only blank entries)")
     nulls = [i for i in blank if _is_null(values[i - 1])]
@@ -98,6 +98,10 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         what = " and ".join(w for w, n in (("with no value (null)", nulls), ("blank", empty)) if n)
         warnings.warn(f"rmfast: {p.name}: {len(left)} candidate row(s) {what} left out (rows {shown}; "
                       "1-based, header not counted)", stacklevel=2)
+    if trimmed:  # " ever" is another response than "ever" to a BPE tokenizer: said, not done silently
+        shown = ", ".join(repr(t) for t in trimmed[:3]) + (" …" if len(trimmed) > 3 else "")
+        warnings.warn(f"rmfast: {p.name}: {len(trimmed)} candidate(s) had spaces around them, scored without them "
+                      f"({shown}; ' ever' is scored as 'ever')", stacklevel=2)
     if dups:
         shown = ", ".join(repr(d) for d in dups[:3]) + (" …" if len(dups) > 3 else "")
         warnings.warn(f"rmfast: {p.name}: {len(dups)} duplicate candidate(s) kept once ({shown})", stacklevel=2)
@@ -110,6 +114,7 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         "n_blank": len(blank),
         "n_null": len(nulls),
         "n_duplicates": len(dups),
+        "n_stripped": len(trimmed),
         "duplicates": sorted(set(dups))[:50],
         "n_candidates": len(texts),
     }
@@ -163,23 +168,26 @@ def _is_null(v) -> bool:
     return v is None or (isinstance(v, float) and np.isnan(v))
 
 
-def _dedupe(values: list) -> tuple[list[str], list[int], list[int], list[str]]:
+def _dedupe(values: list) -> tuple[list[str], list[int], list[int], list[str], list[str]]:
     """Stripped, non-blank values, each once (first occurrence): (texts, their 1-based rows, the blank (or null)
-    values' 1-based rows, duplicates dropped)."""
+    values' 1-based rows, duplicates dropped, the values that had whitespace around them)."""
     texts: list[str] = []
     rows: list[int] = []
     seen: dict[str, int] = {}
     dups: list[str] = []
     blank: list[int] = []
+    trimmed: list[str] = []
     for i, v in enumerate(values, 1):
         s = "" if _is_null(v) else str(v).strip()
         if not s:
             blank.append(i)
             continue
+        if s != str(v).rstrip("\r\n"):
+            trimmed.append(str(v).rstrip("\r\n"))
         if s in seen:
             dups.append(s)
             continue
         seen[s] = i
         texts.append(s)
         rows.append(i)
-    return texts, rows, blank, dups
+    return texts, rows, blank, dups, trimmed
