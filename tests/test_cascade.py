@@ -686,3 +686,45 @@ def test_cost_model_threshold_is_near_the_plans():
 
     for D in (64, 128, 256):
         assert CASCADE_MIN_ROW_TOKENS / 2 <= crossover_row_tokens(D) <= CASCADE_MIN_ROW_TOKENS
+
+
+@pytest.mark.parametrize("fn", [torch.nn.functional.silu, torch.exp, torch.tanh,
+                                lambda x: torch.nn.functional.gelu(x, approximate="tanh")], ids=["silu", "exp", "tanh", "gelu"])
+def test_an_elementwise_op_under_the_rows_rule_gives_each_row_its_own_bits(fn):
+    """Torch splits a large elementwise op between threads, and the elements at the split and at a call's end take
+    a scalar path whose exp is not the vector one's on an AVX-512 Zen 4: there, SiLU over (T, 96) gave other bits
+    for odd T of 343 rows and more, and `rmfast serve` gave a sample other bits with other rows beside it (1 of 64
+    in tests/test_serve.py). Under the rows rule the op runs in calls of one size (reference.each_alike): a row's
+    bits are its own, on any CPU and thread count."""
+    x = torch.randn(1200, 96)
+    full = ref.each_alike(fn, x)
+    for T, off in ((1, 0), (7, 3), (343, 0), (345, 11), (700, 101)):
+        assert torch.equal(ref.each_alike(fn, x[off:off + T]), full[off:off + T]), (T, off)
+    assert torch.allclose(full, fn(x), rtol=1e-6, atol=1e-6)  # the op's values, to its vector code's rounding
+
+
+def test_rotary_tables_under_the_rows_rule_are_each_positions_own():
+    """A wave's cos/sin tables were made for exactly its tokens' positions (a tensor whose size is the wave's): under
+    the rows rule they are made in blocks of ROPE_BLOCK positions from 0 and gathered (ops.rope_tables), so a
+    position's values do not depend on the others; a model's length limit ends the last block."""
+    from rmfast.fast import ops
+
+    calls = []
+
+    def make(pos, like):
+        calls.append((int(pos[0]), len(pos)))
+        f = pos[:, None].float() * torch.linspace(0.01, 1, 48)[None, :]
+        return {"default": (f.cos(), f.sin())}
+
+    pos = torch.tensor([5, 900, 17, 511, 512])
+    with ops.gemm_rows(("pad", 64)):
+        got = ops.rope_tables(make, pos, None)["default"]
+        assert calls == [(0, 512), (512, 512)]
+        alone = ops.rope_tables(make, pos[1:2], None)["default"]
+        assert torch.equal(alone[0], got[0][1:2]) and torch.equal(alone[1], got[1][1:2])
+        calls.clear()
+        ops.rope_tables(make, pos, None, limit=1000)
+        assert calls == [(0, 512), (512, 488)]  # the last block ends at the model's limit
+    calls.clear()
+    ops.rope_tables(make, pos, None)  # no rule: the positions as they are
+    assert calls == [(5, 5)]

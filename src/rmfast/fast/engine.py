@@ -554,7 +554,7 @@ def _packed_rows_pass(engines: list[Engine], responses: list[torch.Tensor], leng
     flat, pos, place, cu_d, cu_q_d, cu_kv_d = (t.to(dev, non_blocking=True) for t in (
         flat, pos, place.int(), cu.int(), cu_q.int(), torch.tensor(cu_kv, dtype=torch.int32)))
     h = e0.spec.embed(flat[None])  # (1, T, Dm)
-    rope = e0.spec.rope(pos, h)  # key -> (T, D) cos, sin
+    rope = ops.rope_tables(e0.spec.rope, pos, h, e0.spec.rope_max_len)  # key -> (T, D) cos, sin (each alike)
     one = len(engines) == 1  # one prompt: its K/V as they are, no per-layer concatenation
     prompts = [PackedRows(e0.kv[li][0] if one else torch.cat([e.kv[li][0] for e in engines], 1),
                           e0.kv[li][1] if one else torch.cat([e.kv[li][1] for e in engines], 1),

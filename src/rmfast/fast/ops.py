@@ -27,7 +27,7 @@ from ..kernels.reference import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
            "shared_prefix_attention", "cascade_attention", "cascade_attention_varlen", "varlen_causal_attention", "shared_prefix_attention_blockdiag",
-           "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "linear", "gemm_rows", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
+           "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "linear", "gemm_rows", "rope_tables", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
 
 #: the most rows of one GEMM under the "pad" rows rule (:func:`rmfast.kernels.reference.linear_rows`)
 PAD_MAX_ROWS = ref.PAD_MAX_ROWS
@@ -310,6 +310,27 @@ def add_rmsnorm(r, a, weight, eps, *, gemma_style, triton=False):
     return h, ref.rmsnorm(h, weight, eps, gemma_style=gemma_style)
 
 
+#: positions per call of a rotary table under a rows rule (:func:`rope_tables`)
+ROPE_BLOCK = 512
+
+
+def rope_tables(make, positions, like, limit: int | None = None):
+    """``make(positions, like)`` (:meth:`rmfast.fast.arch.ArchSpec.rope`: key -> (L, D) cos, sin), under a rows rule
+    (``rmfast serve``) from tables made in blocks of :data:`ROPE_BLOCK` positions from 0 (the last ending at the
+    model's ``limit``, ``rope_max_len``, where it has one) and gathered: a position's cos and sin the same bits
+    whatever other positions share the wave (the cos of a large table's elements at its threads' split and its end
+    takes a scalar path, another last bit on some CPUs)."""
+    if torch.compiler.is_compiling() or _GEMM_ROWS.get() is None or positions.numel() == 0:
+        return make(positions, like)
+    end = -(-(int(positions.max()) + 1) // ROPE_BLOCK) * ROPE_BLOCK
+    if limit is not None and int(positions.max()) < limit:
+        end = min(end, limit)  # (a position past it: make refuses it, as without the blocks)
+    blocks = [make(torch.arange(b, min(b + ROPE_BLOCK, end), device=positions.device), like)
+              for b in range(0, end, ROPE_BLOCK)]
+    idx = positions.long()
+    return {k: (torch.cat([t[k][0] for t in blocks])[idx], torch.cat([t[k][1] for t in blocks])[idx]) for k in blocks[0]}
+
+
 def rope(x, cos, sin, *, triton=False):
     """RoPE ``x·cos + rotate_half(x)·sin`` over the first cos.shape[-1] dims of each head, HF's ops and roundings:
     x (B, S, n, D), cos/sin (S, Dr) or (B, S, Dr). ``triton``: one kernel where the layout allows."""
@@ -340,8 +361,9 @@ def gated_act(g, u, act: str, *, triton=False):
     if act == "silu":
         return silu_mul(g, u, triton=triton)
     F = torch.nn.functional
-    a = F.gelu(g, approximate="tanh") if act == "gelu_tanh" else F.relu(g) if act == "relu" else F.gelu(g)
-    return a * u
+    f = (lambda x: F.gelu(x, approximate="tanh")) if act == "gelu_tanh" else F.relu if act == "relu" else F.gelu
+    rule = None if torch.compiler.is_compiling() else _GEMM_ROWS.get()
+    return (f(g) if rule is None else ref.each_alike(f, g)) * u  # under a rows rule: each element alike
 
 
 def silu_mul(g, u, *, triton=False):
@@ -353,6 +375,8 @@ def silu_mul(g, u, *, triton=False):
         y = silu_mul_triton(g, u)
         if y is not None:
             return y
+    if not torch.compiler.is_compiling() and _GEMM_ROWS.get() is not None:  # rmfast serve: each element alike
+        return ref.each_alike(torch.nn.functional.silu, g) * u
     return torch.nn.functional.silu(g) * u
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import _bmm_rows
+from .reference import _bmm_rows, each_alike
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor, rule=None, own_shape: bool = False) -> torch.Tensor:
@@ -70,17 +70,18 @@ def _softmax_parts(s: torch.Tensor, visible: torch.Tensor | None, v: torch.Tenso
         s.masked_fill_(~visible, float("-inf"))
     m = s.amax(-1, keepdim=True)  # (..., M, 1)
     m = torch.where(torch.isfinite(m), m, 0.0)  # a row that sees nothing: its exponentials are all 0
-    p = s.sub_(m).exp_()  # (..., M, K) in place; 0 where masked
+    alike = rule is not None and not own_shape  # M rows of others too: exp and log each element alike (each_alike)
+    p = each_alike(torch.exp, s.sub_(m)) if alike else s.sub_(m).exp_()  # (..., M, K); 0 where masked
     den = p.sum(-1, keepdim=True)  # (..., M, 1)
     out = _mm(p, v, rule, own_shape) / torch.where(den > 0, den, 1.0)
-    return out, (m + den.log()).squeeze(-1)  # lse -inf where nothing is visible
+    return out, (m + (each_alike(torch.log, den) if alike else den.log())).squeeze(-1)  # lse -inf: nothing visible
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, softcap: float | None, rule=None,
             own_shape: bool = False) -> torch.Tensor:
     s = _mm(q.float(), k.float().transpose(-1, -2), rule, own_shape) * scale  # fp32
     if softcap is not None:
-        s = torch.tanh(s / softcap) * softcap
+        s = (each_alike(torch.tanh, s / softcap) if rule is not None and not own_shape else torch.tanh(s / softcap)) * softcap
     return s
 
 
@@ -185,12 +186,13 @@ def response_part_varlen(q, k, v, cu_seqlens, *, scale: float, softcap: float | 
     return out.to(out_dtype), lse
 
 
-def merge(out_a, lse_a, out_b, lse_b, dtype: torch.dtype) -> torch.Tensor:
+def merge(out_a, lse_a, out_b, lse_b, dtype: torch.dtype, rule=None) -> torch.Tensor:
     """Two parts' (.., D) fp32 outputs and (..) fp32 log-sum-exps -> the soft-max over both key sets, in
-    fp32, rounded once to ``dtype``. Both parts empty (lse -inf): 0."""
+    fp32, rounded once to ``dtype``. Both parts empty (lse -inf): 0. ``rule``: a rows rule (each exp alike)."""
     m = torch.maximum(lse_a, lse_b)
     m = torch.where(torch.isfinite(m), m, 0.0)
-    wa, wb = torch.exp(lse_a - m)[..., None], torch.exp(lse_b - m)[..., None]  # (.., 1) fp32
+    exp = torch.exp if rule is None else (lambda x: each_alike(torch.exp, x))
+    wa, wb = exp(lse_a - m)[..., None], exp(lse_b - m)[..., None]  # (.., 1) fp32
     den = wa + wb
     return ((out_a * wa + out_b * wb) / torch.where(den > 0, den, 1.0)).to(dtype)
 
@@ -238,4 +240,4 @@ def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, cu_seqlen
         q_pos = torch.arange(q.shape[0], device=q.device) - torch.repeat_interleave(cu_seqlens[:-1].long(), lens.long())
     out_p, lse_p = prompt_part(q[:, None], k_prompt, v_prompt, cu_q, cu_kv, scale=scale, softcap=softcap,
                                window=window, rule=rule, q_pos=q_pos)
-    return merge(out_p[:, 0], lse_p[:, 0], out_r, lse_r, q.dtype)
+    return merge(out_p[:, 0], lse_p[:, 0], out_r, lse_r, q.dtype, rule)

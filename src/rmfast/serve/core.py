@@ -28,7 +28,11 @@ a row's arithmetic to be a function of the sample alone:
   a probe at start (:func:`rmfast.scoring.decisions.choose_gemm_rows`) measured this machine's kernels to give a row the same bits at every
   M from there on, or in fixed chunks of :data:`CHUNK_ROWS` rows (always invariant; slower);
 - the score head (a matrix-vector product): fixed chunks of 64 rows;
-- attention, norms, RoPE and the MLP's elementwise work: per row already.
+- norms and products: per element or row already; the elementwise work with an exp, tanh or cos (SiLU or GELU, the
+  soft-max over a prompt's keys, the merge, the rotary tables) on the CPU in calls of one size or in fixed blocks of
+  positions (:func:`rmfast.kernels.reference.each_alike`, :func:`rmfast.fast.ops.rope_tables`): torch splits a large
+  op between threads, and on an AVX-512 CPU (a Zen 4) the elements at the split took a scalar exp of other last
+  bits, so a sample's score moved by one ulp with the rows beside it.
 
 ``tests/test_serve.py`` checks the result bit for bit: 64 samples alone, all at once shuffled among other traffic,
 and from 8 concurrent clients.
