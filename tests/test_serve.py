@@ -219,6 +219,7 @@ def test_the_rows_rule_chunk_gives_the_pad_rules_scores_to_rounding(rm, monkeypa
     assert np.array_equal(np.concatenate([core.score([x]) for x in s]), one)
     auto = ServeCore(model, tok, ScoringOptions(dtype="float32"))
     assert "measured at start" in auto.decisions["gemm_rows"]["reason"]
+    assert "elementwise: SiLU/GELU, soft-max over a prompt's keys" in auto.decisions["gemm_rows"]["reason"]  # the plan's record
     assert np.abs(auto.score(s) - one).max() < 1e-5
 
 

@@ -27,7 +27,7 @@ from ..kernels.reference import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
            "shared_prefix_attention", "cascade_attention", "cascade_attention_varlen", "varlen_causal_attention", "shared_prefix_attention_blockdiag",
-           "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "linear", "gemm_rows", "rope_tables", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
+           "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "linear", "gemm_rows", "rope_tables", "alike_rule", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
 
 #: the most rows of one GEMM under the "pad" rows rule (:func:`rmfast.kernels.reference.linear_rows`)
 PAD_MAX_ROWS = ref.PAD_MAX_ROWS
@@ -135,6 +135,16 @@ def cpu_flash_from(part: str, rows_rule=None) -> int | None:
     if part not in ("prompt", "rows"):
         raise ValueError(f"part {part!r}: prompt or rows")
     return None if part == "prompt" and rows_rule is not None else FLASH_MIN_PROMPT
+
+
+def alike_rule(device_type: str) -> str | None:
+    """What a rows rule does to the elementwise work with an exp, tanh or cos on ``device_type``, in words for the
+    plan's record (None: nothing; a GPU's elementwise kernels run every element alike already)."""
+    if device_type != "cpu":
+        return None
+    return (f"SiLU/GELU, soft-max over a prompt's keys, the merge and softcaps in calls of exactly "
+            f"{ref.ALIKE_CHUNK:,} elements (one thread, no scalar tail), the rotary tables in blocks of {ROPE_BLOCK} "
+            "positions from 0: a token's bits whatever shares its wave")
 
 
 def cpu_flash_rule(rows_rule=None) -> str:

@@ -350,9 +350,11 @@ class Decisions:
 
     def record_rows_rule(self, rule, why: str) -> None:
         """``rmfast serve``'s rows rule (:func:`rmfast.fast.ops.gemm_rows`: ``(how, rows)``, or None for torch's own
-        GEMMs) with its reason, and what it changes of the attention: under it the CPU's eager form runs no prompt
-        through torch's flash kernel (:func:`rmfast.fast.ops.cpu_flash_rule`)."""
-        self.record("gemm_rows", f"{rule[0]} {rule[1]}" if rule else "torch", why)
+        GEMMs) with its reason, and what it changes of the attention (under it the CPU's eager form runs no prompt
+        through torch's flash kernel: :func:`rmfast.fast.ops.cpu_flash_rule`) and of the elementwise work
+        (:func:`rmfast.fast.ops.alike_rule`)."""
+        alike = ops.alike_rule(self.device.type) if rule is not None else None
+        self.record("gemm_rows", f"{rule[0]} {rule[1]}" if rule else "torch", why + (f"; elementwise: {alike}" if alike else ""))
         if rule is not None and self.attention == "cpu-flash":
             self.record("attention", "cpu-flash", f"the CPU's eager form under the rows rule ({ops.cpu_flash_rule(rule)})")
 
