@@ -167,10 +167,11 @@ def say_clamped(option: str, asked, n: int, cap: int | None = None, why: str = "
     larger than the ``n`` candidates timed, or over ``cap`` (``why`` says whose cap)."""
     if asked is None or asked == "":
         return
-    big = [b for b in batch_options(asked, ()) if b > n]
+    sizes = batch_options(asked, ())
+    big = [b for b in sizes if b > n]
     if big:
         log(f"  note: {option} {','.join(map(str, big))} is more than the {n} candidates timed: batches of {n} run")
-    if cap is not None and any(min(b, n) > cap for b in batch_options(asked, ())):
+    if cap is not None and any(min(b, n) > cap for b in sizes):
         log(f"  note: {option}: batches of at most {cap} run ({why})")
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import warnings
+from pathlib import Path
 
 from ..errors import UserError, read_by_cli
 from ..io import forget_on_interrupt, on_interrupt, random_head_seed
@@ -103,9 +104,9 @@ def _recorded_prompt(path: str) -> str | None:
     import json
 
     try:
-        if path.endswith(".json"):
-            return (json.loads(open(path, encoding="utf-8").read()).get("manifest") or {}).get("prompt")
-        return json.loads(open(path + ".json", encoding="utf-8").read()).get("prompt")
+        if path.endswith(".json"):  # GCG's result: its prompt in its manifest
+            return (json.loads(Path(path).read_text(encoding="utf-8")).get("manifest") or {}).get("prompt")
+        return json.loads(Path(path + ".json").read_text(encoding="utf-8")).get("prompt")
     except (OSError, ValueError, AttributeError):
         return None
 

@@ -141,6 +141,22 @@ def _as_id(v, i: int) -> int:
     raise UserError(f"token_ids[{i}] = {v!r} is not a token id: give integers")
 
 
+def read_ids_file(spec: str) -> tuple[list[int], list[str]]:
+    """A token-ids file's ids (one integer per line; blank lines and # comments skipped) and, per id, where it
+    stands ("FILE:LINE: ", for a message); a UserError naming the line that is no integer."""
+    vals, where = [], []
+    for ln, line in enumerate(read_text(Path(spec), "--token-ids file").splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        try:
+            vals.append(int(s))
+        except ValueError:
+            raise UserError(f"{spec}:{ln}: {s[:30]!r} is not a token id (one integer per line)") from None
+        where.append(f"{spec}:{ln}: ")
+    return vals, where
+
+
 def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
     """``A:B`` (half-open range), a file with one id per line, or an iterable of ints -> sorted unique ids."""
     if spec is None:
@@ -157,16 +173,7 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
         path = Path(spec)
         if not path.is_file():
             raise UserError(f"--token-ids {spec!r}: no such file (give a file with one id per line, or a range A:B)")
-        vals, where = [], []
-        for ln, line in enumerate(read_text(path, "--token-ids file").splitlines(), 1):
-            s = line.strip()
-            if not s or s.startswith("#"):
-                continue
-            try:
-                vals.append(int(s))
-            except ValueError:
-                raise UserError(f"{spec}:{ln}: {s[:30]!r} is not a token id (one integer per line)") from None
-            where.append(f"{spec}:{ln}: ")
+        vals, where = read_ids_file(spec)
         if not vals:
             raise UserError(f"--token-ids file {spec} holds no ids")
     else:

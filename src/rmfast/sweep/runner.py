@@ -69,7 +69,7 @@ from ..errors import UserError, python_names
 from ..io import check_output, say_on_interrupt
 from ..io import states_dir
 from .store import PART_FILE, PartRef, Store
-from ..scoring.candidates import range_bounds
+from ..scoring.candidates import range_bounds, read_ids_file
 from ..template import unescape
 
 from .config import CandSet, ModelCfg, SweepConfig
@@ -392,11 +392,9 @@ def _top_id(spec) -> int | None:
         return max(spec, default=None)
     if isinstance(spec, dict):
         try:
-            ids = [int(x) for x in (ln.strip() for ln in Path(spec["file"]).read_text(encoding="utf-8").splitlines())
-                   if x and not x.startswith("#")]
-        except (OSError, ValueError, KeyError):
+            return max(read_ids_file(spec["file"])[0], default=None)
+        except (UserError, KeyError):  # a file the scan's own reading refuses, with its line
             return None
-        return max(ids, default=None)
     return None
 
 

@@ -99,9 +99,9 @@ LOCAL = "<a local file>"
 def unplaced(config: dict) -> dict:
     """A normalised sweep config (or one part's share of it: ``model``, ``prompt``, ``candidates``, ...) with the
     places of its files left out (a local model's or adapter base's path, a candidate file's path, a token-ids
-    file's path) and its models and candidate sets in one order. What stays names contents (a candidate or ids file's ``sha256``; a model's files are judged by
-    their content where its parts are read, :meth:`Store.stale`), so a store whose inputs moved with it (another
-    checkout, another machine) keeps its parts.
+    file's path) and its models and candidate sets in one order. What stays names contents (a candidate or ids
+    file's ``sha256``; a model's files are judged by their content where its parts are read, :meth:`Store.stale`),
+    so a store whose inputs moved with it (another checkout, another machine) keeps its parts.
 
     >>> a = {"models": [{"name": "rm", "model": "/old/rm"}], "candidates": [{"name": "w", "kind": "file",
     ...      "file": {"path": "/old/w.txt", "sha256": "ab"}}]}
