@@ -7,8 +7,8 @@ Feeds :class:`rmfast.states.StatesWriter` (in the caller's thread, and through
 as a GPU scan hands them over (fresh host buffers, taken uncopied) and its shards (256 MiB) written by 1, 2 and 4
 threads side by side (``BackgroundWriter(writers=)``); then, on the same buffered batches, the
 steps a flush may take: ``torch.cat`` of the batches, the NaN/inf count by ``torch.isfinite`` and by the bits
-(:func:`rmfast.states_shard.count_nonfinite`), ``safetensors.torch.save_file`` of the joined tensors and
-:func:`rmfast.states_shard.write_shard` of the pieces; beside a raw ``open().write()`` of the same bytes into
+(:func:`rmfast.states.shard.count_nonfinite`), ``safetensors.torch.save_file`` of the joined tensors and
+:func:`rmfast.states.shard.write_shard` of the pieces; beside a raw ``open().write()`` of the same bytes into
 the same folder (no fsync: the writer does none; page cache, then the disk once dirty pages are throttled)
 and the same with an fsync, and the states bench's fsync'ed disk probe writing 1, 2 and 4 files side by side
 (:func:`rmfast.bench.states_overhead.disk_write_mb_s`). MB/s: 1e6 bytes of states per second. Each figure is the median of
@@ -106,7 +106,7 @@ def step_round(tmp: Path, taken: list[dict], layers: list[str]) -> dict:
     out["save_file(joined)"] = _timed(lambda: save_file(cat, str(tmp / "a.safetensors")))
     (tmp / "a.safetensors").unlink()
     try:
-        from rmfast.states_shard import count_nonfinite, write_shard
+        from rmfast.states.shard import count_nonfinite, write_shard
     except ImportError:
         return out
     out["count by bits"] = _timed(lambda: [count_nonfinite(v) for v in pieces.values()])

@@ -120,7 +120,7 @@ def test_scan_stores_last_prenorm_and_last_normed_is_hf_final_hidden_state(tiny_
     last_normed is HF's own hidden_states[-1] (output_hidden_states=True) at the final position (fp32)."""
     from rmfast import load
     from rmfast.scoring.hf_path import final_norm_module
-    from rmfast.states import _read_header
+    from rmfast.states.format import read_header as _read_header
     from rmfast.template import build_template
 
     out = tmp_path / "s.parquet"

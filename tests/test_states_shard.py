@@ -1,4 +1,4 @@
-"""The shard writer (rmfast.states_shard): the bytes of safetensors' save_file on the joined tensors, written
+"""The shard writer (rmfast.states.shard): the bytes of safetensors' save_file on the joined tensors, written
 from the batches' pieces; the NaN/inf count of torch.isfinite from the bits."""
 
 import json
@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from rmfast.states import StatesWriter, open_states
-from rmfast.states_shard import count_nonfinite, write_shard
+from rmfast.states.shard import count_nonfinite, write_shard
 
 
 def _split(path):

@@ -189,7 +189,7 @@ def test_fresh_host_buffers_are_kept_uncopied_up_to_a_bound(tmp_path, monkeypatc
     """A whole batch of HostStates (fresh pinned copies on CUDA) in the stored dtype is buffered as it is, up to
     KEEP_FRESH_MAX bytes a shard; beyond it, a part of a batch, another dtype or a plain dict (views of the
     engine's) is copied; the shard's bytes are the same either way."""
-    import rmfast.states as S
+    import rmfast.states.writer as S
 
     def batches():
         g = torch.Generator().manual_seed(3)
@@ -246,7 +246,7 @@ def test_shards_are_written_side_by_side_and_bounded(tmp_path, monkeypatch):
     """A cut shard's count and write run on the pool's WRITERS threads: two shards' writes overlap (each waits,
     inside its write, until the other has started), never more than two are in flight, the shards keep the
     numbers of their cuts and hold the rows in the scan's order, and the pool's time is reported."""
-    import rmfast.states as S
+    import rmfast.states.writer as S
 
     active, most, lock, both = [0], [0], threading.Lock(), threading.Barrier(2, timeout=10)
     real = S.write_shard
@@ -284,7 +284,7 @@ def test_shards_are_written_side_by_side_and_bounded(tmp_path, monkeypatch):
 def test_no_more_shards_are_cut_than_writers_are_free(tmp_path, monkeypatch):
     """A shard is cut (its batches taken out of the buffer, into a write) only once fewer than ``writers`` writes are
     in flight, so a slow disk holds at most ``writers`` cut shards in host memory, not one more."""
-    import rmfast.states as S
+    import rmfast.states.writer as S
 
     gate, lock, n = threading.Event(), threading.Lock(), {"cut": 0, "written": 0, "most": 0}
     real_cut, real_write = StatesWriter.cut, S.write_shard
@@ -321,7 +321,7 @@ def test_no_more_shards_are_cut_than_writers_are_free(tmp_path, monkeypatch):
 
 
 def _slow_shards(monkeypatch, seconds: float):
-    import rmfast.states as S
+    import rmfast.states.writer as S
 
     real = S.write_shard
     monkeypatch.setattr(S, "write_shard", lambda path, t, meta: (__import__("time").sleep(seconds),

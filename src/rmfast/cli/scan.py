@@ -108,7 +108,7 @@ def _check_states_args(args) -> None:
 def drop_old_states(out) -> None:
     """Remove a states folder left beside ``out`` by an earlier scan of the same --out (now replaced). Only a
     folder that is a states folder (it has a states manifest) is removed; its readers would refuse it anyway
-    (its manifest names the old write, :func:`rmfast.states_tie.check_scan_tie`)."""
+    (its manifest names the old write, :func:`rmfast.states.tie.check_scan_tie`)."""
     import shutil
 
     from ..states import MANIFEST

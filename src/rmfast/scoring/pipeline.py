@@ -40,7 +40,7 @@ from .compat import (authors_batch_size, authors_diagnostics, authors_groups, au
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, LOW_PRECISION, audit_bf16
 from .options import ScoringOptions
 from .plan import ScoringPlan, finish_manifest, lens_names, plan_scoring, run_fields, run_key
-from ..state_names import ByLayer
+from ..states import ByLayer
 from ..states import DTYPES, StatesWriter, parse_layers
 from .states_stream import BackgroundWriter
 from .results import ScanResult, TextScanResult
@@ -147,9 +147,9 @@ def _finish_states(res, out: _StatesOut | None, tokenizer, keep: bool, lens, n_l
 
 def finish_states(res):
     """Write the states manifest and move the folder into place (after the scan's own output). The manifest
-    names its scan (:func:`rmfast.states_tie.scan_tie`: the write id of the Parquet just written, model, prompt,
+    names its scan (:func:`rmfast.states.tie.scan_tie`: the write id of the Parquet just written, model, prompt,
     candidate count), which every reader checks (:func:`rmfast.states.open_states`)."""
-    from ..states_tie import scan_tie
+    from ..states.tie import scan_tie
 
     if getattr(res, "states_writer", None) is not None:
         res.states_writer.finish({**res.states_scan, **scan_tie(res.manifest)})

@@ -57,7 +57,7 @@ import torch
 
 from ..dims import kv_bytes
 from ..errors import UserError
-from ..state_names import ByLayer
+from ..states import ByLayer
 from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, length_buckets, score_groups
 from .states_stream import Collect

@@ -48,7 +48,7 @@ import numpy as np
 from ..version import __version__
 from ..errors import UserError
 from ..io import WRITE_ID, check_lock, manifest_path, parquet_write_id, write_json, write_pair
-from ..state_names import canonical_layer
+from ..states import canonical_layer
 
 SCHEMA_VERSION = 1
 PART_FILE = "part.parquet"

@@ -65,7 +65,7 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_p
     ``agreement(...).matrix("kendall_tau_b")``), compared as one more predictor,
     "kendall_tau_b": do models that represent alike also score alike?
     Each RSA is :func:`~rmfast.analysis.stats.rsa.rsa_test` (Spearman, permutation over models).
-    ``layer``: a name of :mod:`rmfast.state_names` (the old ``last`` is ``last_prenorm``, with a warning).
+    ``layer``: a name of :mod:`rmfast.states.names` (the old ``last`` is ``last_prenorm``, with a warning).
 
     >>> import tempfile; from pathlib import Path; from rmfast.states import write_states
     >>> rng = np.random.default_rng(0); d = Path(tempfile.mkdtemp()); base = rng.normal(size=(80, 5))

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import UserError
-from .io import WRITE_ID, parquet_write_id, read_manifest
+from ..errors import UserError
+from ..io import WRITE_ID, parquet_write_id, read_manifest
 
 
 #: what a states folder written without its scan's write id is compared on (scan manifest vs states manifest)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import warnings
 
-from .errors import UserError
+from ..errors import UserError
 
 #: the residual stream after the last decoder layer, before the final norm (what the norm reads)
 LAST_PRENORM = "last_prenorm"

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .errors import UserNote
+from ..errors import UserNote
 
 #: safetensors dtype tag, the raw integer view used to count non-finite values, the exponent mask
 _DTYPES = {"float32": ("F32", np.uint32, 0x7F800000), "bfloat16": ("BF16", np.uint16, 0x7F80),

@@ -1,0 +1,338 @@
+"""Writing a states folder (``rmfast-states/1``, :mod:`rmfast.states.format`): :func:`write_states` from arrays,
+:class:`StatesWriter` streaming a scan's batches (resumable, atomic), :class:`StatesMerge` joining a torchrun
+scan's ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UserError
+from .format import DTYPES, FORMAT, KEYS, MANIFEST, NONFINITE, read_header
+from .names import canonical_layer
+from .reader import open_states
+from .shard import nonfinite_per_layer, warn_nonfinite, write_shard
+
+#: bytes of a scan's fresh host buffers (its pinned device-to-host copies) a shard may keep uncopied
+#: (:meth:`StatesWriter.take`); beyond it the batches are copied, so the pinned memory cached stays bounded
+KEEP_FRESH_MAX = 2 << 30
+#: a shard is written once its buffered batches hold this many bytes (or :attr:`StatesWriter.shard_rows` rows):
+#: the writer thread then writes while the scan computes. A shard per 65,536 rows alone kept a whole 8,192-row
+#: scan of every layer (2.3 GB, the 8B) in host memory and wrote it after the last batch: no overlap at all (the
+#: H100's states bench, benchmarks/results/gpu_h100_2026-11-26_c). The last shard's write is what cannot overlap,
+#: ~0.2 s at 1.4 GB/s.
+SHARD_BYTES = 256 << 20
+
+
+def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], *,
+                 dtype: str = "float32", key: str = "token_id", scan: dict | None = None,
+                 shard_rows: int = 65536, run_id: str | None = None) -> Path:
+    """Write a states folder from in-memory arrays (tests, small tools; the engine streams its own).
+
+    keys: (n,) ints; layers: name -> (n, d) array (numpy or torch), the old name ``last`` stored as
+    ``last_prenorm`` (:func:`rmfast.states.names.canonical_layer`, with its warning). Each file is written
+    atomically and the manifest last, so a reader never sees a manifest without its shards.
+    Returns the folder.
+    """
+    import torch
+
+    from ..io import atomic_write
+
+    if dtype not in DTYPES:
+        raise UserError(f"dtype {dtype!r}; one of {DTYPES}")
+    if key not in KEYS:
+        raise UserError(f"key {key!r}; one of {KEYS}")
+    folder = Path(folder)
+    keys_t = torch.as_tensor(np.ascontiguousarray(keys, dtype=np.int64))  # (n,)
+    n = len(keys_t)
+    u, counts = np.unique(keys_t.numpy(), return_counts=True)
+    if (counts > 1).any():  # a reader joins rows by key: a repeated one was dropped there, its error about other sets
+        raise UserError(f"keys: {key} {int(u[counts > 1][0])} is given {int(counts.max())} times; each row's {key} "
+                        "is its own (a states folder is read by key)")
+    def as_tensor(v):  # numpy or torch (any float dtype, bfloat16 included) -> (n, d) in ``dtype``
+        if isinstance(v, torch.Tensor):
+            return v.detach().cpu().to(getattr(torch, dtype)).contiguous()
+        return torch.as_tensor(np.ascontiguousarray(v, dtype=np.float32)).to(getattr(torch, dtype))
+
+    mats = {canonical_layer(str(name)): as_tensor(v) for name, v in layers.items()}  # name -> (n, d)
+    if len(mats) != len(layers):
+        raise UserError(f"layers {list(layers)}: 'last' and 'last_prenorm' are one layer; give it once")
+    dims = {tuple(m.shape) for m in mats.values()}
+    if len(dims) != 1 or next(iter(dims))[0] != n or len(next(iter(dims))) != 2:
+        raise UserError(f"every layer must be (n={n}, d); got {sorted(dims)}")
+    d = next(iter(dims))[1]
+    run_id = run_id or uuid.uuid4().hex
+    nonfinite = nonfinite_per_layer(mats)
+    warn_nonfinite(nonfinite, n, d, dtype, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for i, lo in enumerate(range(0, max(n, 1), shard_rows)):
+        hi = min(n, lo + shard_rows)
+        name = f"shard-{i:05d}.safetensors"
+        tensors = {"key": [keys_t[lo:hi]]}  # name -> its pieces (one here), rows lo..hi: contiguous views
+        tensors.update({f"layer.{l}": [m[lo:hi]] for l, m in mats.items()})
+        atomic_write(folder / name, lambda tmp, t=tensors: write_shard(tmp, t, {"format": FORMAT, "run_id": run_id}))
+        shards.append({"file": name, "rows": hi - lo})
+    man = {"format": FORMAT, "layers": list(mats), "dtype": dtype, "hidden_size": d, "key": key,
+           "n": n, "shards": shards, "run_id": run_id, NONFINITE: nonfinite, "scan": dict(scan or {})}
+    atomic_write(folder / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
+    return folder
+
+
+
+def partial_folder(folder: Path) -> Path:
+    """``<folder>.partial``, where a states folder is written until it is complete; one line where something other
+    than a folder is there (a file left by hand: the writer's ``mkdir`` raised FileExistsError mid-scan)."""
+    from ..io import describe_path
+
+    partial = folder.with_name(folder.name + ".partial")
+    what = describe_path(partial)
+    if what not in ("nothing", "a folder"):
+        raise UserError(f"{partial} is {what}, not a folder: rmfast writes the states there until they are complete; "
+                        "remove it (or choose another --out)")
+    return partial
+
+
+class StatesWriter:
+    """Writes a scan's states streaming, resumable and atomic (``rmfast-states/1``).
+
+    Shards go into ``<folder>.partial/`` as the scan saves its checkpoint: :meth:`add` buffers a
+    batch's rows, :meth:`flush` writes them as one shard (atomically) right after the checkpoint
+    that marks those rows done. A rerun of the same job (:meth:`prepare`) keeps the shards whose rows
+    the checkpoint holds as done, deletes any other (written just before a kill, its rows not
+    checkpointed), and returns the done rows that have states: a row the checkpoint holds without
+    states is scored again (the same bits), so every row ends with exactly one state.
+    :meth:`finish` writes the manifest and renames the folder into place. A scan writes through
+    :class:`rmfast.scoring.states_stream.BackgroundWriter` (the same steps in a thread; this is its reference).
+    ``layers``: canonical names; ``dtype``: stored dtype; ``key``: "token_id" or "row";
+    ``job``: what identifies the job (a different one wipes the partial folder).
+    """
+
+    def __init__(self, folder, layers: list[str], dtype: str, key: str, job: str, overwrite: bool = False):
+        if dtype not in DTYPES:
+            raise UserError(f"--states-dtype {dtype!r}; one of {', '.join(DTYPES)}")
+        self.folder = Path(folder)
+        self.partial = partial_folder(self.folder)
+        self.layers, self.dtype, self.key = list(layers), dtype, key
+        self.overwrite = overwrite
+        self.job = {"job": job, "layers": self.layers, "dtype": dtype, "key": key}
+        self._buf: list[tuple[np.ndarray, np.ndarray, dict]] = []
+        self.shard_rows = 65536
+        self.shard_bytes = SHARD_BYTES
+        self._buf_bytes = 0  # bytes of the buffered batches' states
+        self._have: np.ndarray | None = None  # (N,) bool: job rows with a state on disk or buffered
+        self._kept = 0  # bytes of fresh host buffers buffered as they are (take), until the next shard
+        self._next = 0  # the next shard's number (prepare, which every add needs first: after the shards kept)
+        self.run_shard = lambda cut: cut()()  # cut a shard and write it (BackgroundWriter: once a writer is free)
+        self.run_id = None
+        if self.folder.exists() and not overwrite:
+            raise UserError(f"{self.folder} exists; use --overwrite to replace it (or choose another --out)")
+
+    def _shards(self) -> list[Path]:
+        return sorted(self.partial.glob("shard-*.safetensors"))
+
+    def prepare(self, done: np.ndarray) -> np.ndarray:
+        """Match the partial folder to the checkpoint's ``done`` (N,) rows; returns done & has-state."""
+        import shutil
+
+        info = self.partial / "job.json"
+        old = json.loads(info.read_text()) if info.is_file() else None
+        if old is None or {k: old.get(k) for k in self.job} != self.job:
+            if done.any():  # the checkpoint's scores stand, but rows without their states are scored again: said
+                was = "no states" if old is None else f"states {', '.join(old.get('layers') or [])} in {old.get('dtype')}"
+                warnings.warn(f"rmfast: note: the checkpoint's {int(done.sum()):,} scored rows are scored again: it "
+                              f"kept {was}, this scan asks for {', '.join(self.layers)} in {self.job['dtype']}",
+                              stacklevel=3)
+            shutil.rmtree(self.partial, ignore_errors=True)
+            self.partial.mkdir(parents=True)
+            self.run_id = uuid.uuid4().hex
+            info.write_text(json.dumps({**self.job, "run_id": self.run_id}))
+        else:
+            self.run_id = old["run_id"]
+        self._have = np.zeros(done.size, dtype=bool)
+        for f in self.partial.glob(".shard-*.tmp"):  # a write a kill cut short (atomic_write's temporary file)
+            f.unlink()
+        for f in self._shards():
+            rows = _read_rows(f)  # (n_i,) job rows of the shard
+            if rows is None or rows.max(initial=-1) >= done.size or not done[rows].all() or self._have[rows].any():
+                f.unlink()  # after the last checkpoint (or unreadable, or a repeat): its rows are scored again
+            else:
+                self._have[rows] = True
+        self._next = max((int(f.stem.split("-")[1]) + 1 for f in self._shards()), default=0)
+        return done & self._have
+
+    def add(self, rows: np.ndarray, keys: np.ndarray, states: Mapping[str, object]) -> None:
+        """A batch: job rows (b,), their keys (b,), name -> (b, d) tensor. Rows already stored are skipped."""
+        if (got := self.claim(rows, keys)) is not None:
+            self.append(got[0], got[1], self.take(states, got[2]))
+
+    def claim(self, rows: np.ndarray, keys: np.ndarray):
+        """Mark a batch's rows not yet stored as stored: (their rows, keys, positions (k,) in the batch), or None."""
+        if not (new := ~self._have[rows]).any():  # new: (b,)
+            return None
+        self._have[rows[new]] = True
+        return rows[new], keys[new], np.flatnonzero(new)
+
+    def take(self, states: Mapping[str, object], sel: np.ndarray) -> dict:
+        """Rows ``sel`` of a batch's states as stored: name -> (k, d) contiguous CPU tensor in the stored dtype.
+
+        A copy (the states may be views of the engine's buffers), except where ``states`` says its tensors are
+        ``fresh`` (:class:`rmfast.scoring.states_stream.HostStates`: host buffers of their own, which nothing
+        writes again): a whole batch already contiguous in the stored dtype is then kept as it is, while the
+        buffered batches kept so hold at most :data:`KEEP_FRESH_MAX` bytes (pinned memory stays cached)."""
+        import torch
+
+        want, full = getattr(torch, self.dtype), len(sel) == len(states[self.layers[0]])
+        keep = full and getattr(states, "fresh", False)
+        out = {}
+        for l in self.layers:
+            x = states[l].detach().cpu()  # (B, d)
+            if keep and x.dtype == want and x.is_contiguous() and self._kept + x.nbytes <= KEEP_FRESH_MAX:
+                self._kept += x.nbytes
+                out[l] = x
+            elif full:  # one pass: the copy and the cast together (the same rounding as .to)
+                out[l] = torch.empty(x.shape, dtype=want).copy_(x)
+            else:
+                out[l] = x[torch.from_numpy(sel)].to(want)
+        return out
+
+    def append(self, rows: np.ndarray, keys: np.ndarray, mats: dict) -> None:
+        """Buffer taken rows (:meth:`take`); write them as a shard once ``shard_rows`` rows or ``shard_bytes``
+        bytes are buffered."""
+        self._buf.append((rows, keys, mats))
+        self._buf_bytes += sum(m.numel() * m.element_size() for m in mats.values())
+        if sum(len(b[0]) for b in self._buf) >= self.shard_rows or self._buf_bytes >= self.shard_bytes:
+            self.flush()  # early is safe: a shard the checkpoint does not cover is dropped on resume
+
+    def flush(self) -> None:
+        """Write the buffered rows as the next shard (atomically). Call before the checkpoint is saved."""
+        if self._buf:
+            self.run_shard(self.cut)
+
+    def cut(self):
+        """The buffered rows as the next shard, numbered and unbuffered now (in the scan's order): a callable that
+        counts its non-finite values and writes it (:meth:`flush`: at once; BackgroundWriter: on a writer thread)."""
+        if not self._buf:
+            return None
+        import torch
+
+        from ..io import atomic_write
+
+        # name -> the buffered batches' pieces, written one after another (rmfast.states.shard: never joined)
+        t = {"key": [torch.from_numpy(np.concatenate([b[1] for b in self._buf]).astype(np.int64))],
+             "rows": [torch.from_numpy(np.concatenate([b[0] for b in self._buf]).astype(np.int64))]}
+        t.update({f"layer.{l}": [b[2][l] for b in self._buf] for l in self.layers})
+        path, self._next = self.partial / f"shard-{self._next:05d}.safetensors", self._next + 1
+        self._buf, self._kept, self._buf_bytes = [], 0, 0
+
+        def write() -> None:
+            # counted per shard, in its metadata: a resumed scan's total includes the shards of the run before
+            bad = json.dumps(nonfinite_per_layer({l: t[f"layer.{l}"] for l in self.layers}))
+            meta = {"format": FORMAT, "run_id": self.run_id, NONFINITE: bad}
+            try:
+                atomic_write(path, lambda tmp: write_shard(tmp, t, meta))
+            except OSError as e:  # a full disk: the shards so far and the scan's checkpoint stay
+                raise UserError(f"cannot write a states shard in {path.parent}: {e.strerror or e}; what was done is "
+                                "kept: free space and rerun the same command to resume") from None
+        return write
+
+    def finish(self, scan: dict | None = None) -> Path:
+        """Every row has its state: write the manifest and move the folder into place. Returns it."""
+        import shutil
+
+        from ..io import atomic_write
+
+        self.flush()
+        if self._have is None or not self._have.all():
+            missing = 0 if self._have is None else int((~self._have).sum())
+            raise RuntimeError(f"states: {missing} rows have no state")  # a bug, never input
+        shards, n, d = [], 0, None
+        nonfinite = dict.fromkeys(self.layers, 0)
+        for f in self._shards():
+            header, _ = read_header(f)
+            rows = header["key"]["shape"][0]
+            d = header[f"layer.{self.layers[0]}"]["shape"][1]
+            shards.append({"file": f.name, "rows": rows})
+            n += rows
+            for l, v in _shard_nonfinite(header).items():
+                nonfinite[l] = nonfinite.get(l, 0) + v
+        warn_nonfinite(nonfinite, n, d or 0, self.dtype, self.folder)
+        man = {"format": FORMAT, "layers": self.layers, "dtype": self.dtype, "hidden_size": d, "key": self.key,
+               "n": n, "shards": shards, "run_id": self.run_id, NONFINITE: nonfinite, "scan": dict(scan or {})}
+        atomic_write(self.partial / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
+        (self.partial / "job.json").unlink(missing_ok=True)
+        if self.folder.exists():
+            shutil.rmtree(self.folder)  # --overwrite (checked at the start)
+        os.replace(self.partial, self.folder)
+        return self.folder
+
+
+def _shard_nonfinite(header: dict) -> dict[str, int]:
+    """A shard's NaN/inf count per layer, from its metadata ({} for a shard written without one)."""
+    try:
+        got = json.loads((header.get("__metadata__") or {}).get(NONFINITE) or "{}")
+        return {str(k): int(v) for k, v in got.items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _read_rows(file: Path) -> np.ndarray | None:
+    """The ``rows`` tensor of a partial shard (job rows), or None if it cannot be read."""
+    try:
+        header, base = read_header(file)
+        v = header["rows"]
+        return np.array(np.memmap(file, dtype=np.int64, mode="r", offset=base + v["data_offsets"][0],
+                                  shape=tuple(v["shape"])))
+    except (UserError, KeyError, ValueError, OSError):
+        return None
+
+
+class StatesMerge:
+    """The states of a torchrun scan: every rank's finished folder joined into one by moving its shards.
+
+    ``parts``: the ranks' folders, in rank order; ``folder``: the scan's states folder. Nothing is copied:
+    :meth:`finish` checks each part (:func:`open_states`), moves its shards into ``<folder>.partial/``
+    (renumbered, each shard entry naming its rank's ``run_id``), writes the manifest, renames the folder
+    into place and removes the parts. Keys are global already (token ids; rows of the merged scan, which
+    :class:`rmfast.scoring.pipeline.StatesRequest` ``row_keys`` gives each rank).
+    """
+
+    def __init__(self, parts, folder):
+        self.parts, self.folder = [Path(p) for p in parts], Path(folder)
+
+    def finish(self, scan: dict | None = None) -> Path:
+        import shutil
+
+        from ..io import atomic_write
+
+        sets = [open_states(p) for p in self.parts]
+        head = {k: sets[0].manifest[k] for k in ("layers", "dtype", "hidden_size", "key")}
+        for s in sets[1:]:
+            if {k: s.manifest[k] for k in head} != head:
+                raise UserError(f"{s.path}: its layers, dtype, width or key differ from {sets[0].path}; "
+                                "the ranks' states cannot be joined")
+        partial = partial_folder(self.folder)
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        shards = []
+        for s in sets:
+            for sh in s.shards:
+                name = f"shard-{len(shards):05d}.safetensors"
+                os.replace(sh.file, partial / name)
+                shards.append({"file": name, "rows": sh.rows, "run_id": s.manifest.get("run_id")})
+        nonfinite = {l: sum(int((s.manifest.get(NONFINITE) or {}).get(l, 0)) for s in sets) for l in head["layers"]}
+        man = {"format": FORMAT, **head, "n": sum(s.n for s in sets), "shards": shards, NONFINITE: nonfinite,
+               "scan": dict(scan or sets[0].manifest.get("scan") or {}), "ranks": len(sets)}
+        atomic_write(partial / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
+        if self.folder.exists():
+            shutil.rmtree(self.folder)  # --overwrite (checked at the start)
+        os.replace(partial, self.folder)
+        for p in self.parts:
+            shutil.rmtree(p, ignore_errors=True)
+        return self.folder
