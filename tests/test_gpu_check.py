@@ -47,7 +47,7 @@ def test_dry_run_end_to_end(tmp_path):
     assert "PASS" in res.stdout and "| rmfast |" in res.stdout  # the one-screen summary, cost-model table included
 
     s = json.loads((out / "summary.json").read_text())
-    ram = ["states-ram"] if gpu_check._ram_has_room(gpu_check.STATES_RAM["dry_bytes"]) else []  # the states in tmpfs
+    ram = ["states-ram"] if gpu_check.ram_has_room(gpu_check.STATES_RAM["dry_bytes"]) else []  # the states in tmpfs
     serve = ["serve"] if importlib.util.find_spec("fastapi") and importlib.util.find_spec("httpx") else []
     assert s["ok"] and s["dry_run"] and [st["status"] for st in s["steps"]] == ["ok"] * (7 + len(ram) + len(serve))
     assert [st["step"] for st in s["steps"]] == ["env", "tests", "bench-llama-3.2-1b", "bench-gemma-2-27b",
