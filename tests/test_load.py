@@ -439,3 +439,38 @@ def test_embedded_table():
         assert entry.doc and entry.install.startswith("pip install")
     assert sources.embedded("SmolLM2-135M-Instruct") is sources.EMBEDDED[SMOL]
     assert sources.embedded("nope") is None
+
+
+def test_every_reader_of_a_spec_takes_the_one_decision(tmp_path, tmp_cache):
+    """What a spec names is decided once (sources.where), and load's preflight, check_model, model_name,
+    causal_lm_only and a sweep's content check all follow it. A folder holding one .gguf and no config.json is a GGUF
+    model everywhere: before, the sweep's content check had no name for it (None), so a replaced .gguf in such a
+    folder left the old parts counted as done."""
+    from rmfast.loading.loader import causal_lm_only, preflight
+    from rmfast.sweep.content import model_content
+
+    gdir = tmp_path / "gg"
+    gdir.mkdir()
+    g = gdir / "tiny-model.gguf"
+    g.write_bytes(b"not really a gguf")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    kinds = {spec: sources.where(spec).kind for spec in (SMOL, str(adapter), str(g), str(gdir), str(other), str(tmp_path),
+                                                         "rmfast-nobody/not-a-model")}
+    assert list(kinds.values()) == ["embedded", "adapter", "gguf", "gguf", "file", "folder", "hub"]
+    assert sources.where(str(gdir)).gguf == g
+    assert sources.model_name(str(gdir)) == sources.model_name(str(g)) == "tiny-model"
+    assert causal_lm_only(str(gdir)) is True and causal_lm_only(str(other)) is None
+    with pytest.raises(UserError) as ei:  # the folder's .gguf header is read, as the file's is
+        preflight(str(gdir))
+    _one_line_user_error(ei, "tiny-model.gguf")
+    sha = sources.cached_sha256(g, tmp_cache)
+    assert model_content(str(gdir), tmp_cache) == model_content(str(g), tmp_cache) == {"sha256": sha}
+    g.write_bytes(b"another file now")
+    assert model_content(str(gdir), tmp_cache) != {"sha256": sha}
+    with pytest.raises(UserError) as ei:
+        load(str(other), cache_dir=tmp_cache, device="cpu")
+    _one_line_user_error(ei, "is a file but not a .gguf")

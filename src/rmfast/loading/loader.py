@@ -24,8 +24,8 @@ from . import custom_heads, registry
 from . import training_checkpoints as checkpoints
 from ..errors import UserError
 from .gguf import check_gguf_header, convert_gguf
-from .sources import (TOKENIZER_FILES, cache_root, cached_sha256, content_sha256, conversion_complete, converted_dir,
-                      embedded, files_sha256, hub_folder, model_name, quiet_transformers, single_gguf)
+from .sources import (TOKENIZER_FILES, Where, cache_root, cached_sha256, content_sha256, conversion_complete,
+                      converted_dir, files_sha256, hub_folder, model_name, quiet_transformers, where)
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -468,12 +468,11 @@ def preflight(spec: str, *, cache_dir: str | os.PathLike | None = None, allow_pi
     over many models (a sweep) calls this for each before it writes anything; UserError names the
     broken file. Embedded aliases and names that are not local paths are left to :func:`load`.
     """
-    if embedded(str(spec)) is not None:
-        return
-    path = Path(str(spec)).expanduser()
-    if path.is_file() and path.suffix.lower() == ".gguf":
-        check_gguf_header(path)
-    elif path.is_dir() and (path / "config.json").is_file():
+    w = where(spec)
+    path = w.path
+    if w.kind == "gguf":
+        check_gguf_header(w.gguf)
+    elif w.kind == "folder" and (path / "config.json").is_file():
         try:
             json.loads((path / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -495,11 +494,11 @@ def causal_lm_only(spec: str) -> bool | None:
     """Whether ``spec`` loads (with no random head) as a causal LM with no reward head, read off its files without
     loading: True for an embedded alias, a .gguf, or a folder whose config names a causal LM and whose weights no
     custom head; False for a reward model or classifier; None where the files do not say (a hub id, an adapter)."""
-    path = Path(str(spec)).expanduser()
-    gguf = path.suffix.lower() == ".gguf" or path.is_dir() and not (path / "config.json").is_file() and single_gguf(path)
-    if embedded(str(spec)) is not None or gguf:
+    w = where(spec)
+    path = w.path
+    if w.kind in ("embedded", "gguf") or path.suffix.lower() == ".gguf":  # a .gguf not there: load says so
         return True
-    if not (path / "config.json").is_file():
+    if w.kind != "folder" or not (path / "config.json").is_file():
         return None
     try:
         config = SimpleNamespace(**json.loads((path / "config.json").read_text(encoding="utf-8")))
@@ -525,25 +524,24 @@ def _converted(gguf: Path, cache: Path, *, check_header: bool) -> tuple[Path, st
     return folder, sha
 
 
-def _locate(spec: str, path: Path, cache: Path, source: dict) -> tuple[Path, str | None]:
-    """The Hugging Face folder a model spec names (an embedded alias or a GGUF converted once, a folder, a
-    cached hub id) and its default template; fills ``source`` (the provenance) as it goes."""
-    entry = embedded(spec)
-    default_template = None
-    if entry is not None:
-        gguf = entry.gguf_path(cache)
+def _locate(w: Where, cache: Path, source: dict) -> tuple[Path, str | None]:
+    """The Hugging Face folder a model spec names (:func:`rmfast.loading.sources.where`: an embedded alias or a
+    GGUF converted once, a folder, a cached hub id) and its default template; fills ``source`` (the provenance) as
+    it goes."""
+    spec, default_template = w.spec, None
+    if w.kind == "embedded":
+        gguf = w.entry.gguf_path(cache)
         folder, sha = _converted(gguf, cache, check_header=False)
-        source.update(type="embedded", name=model_name(spec), path=str(gguf), sha256=sha, alias=entry.alias)
-        default_template = entry.default_template
-    elif path.is_file() or (path.is_dir() and not (path / "config.json").is_file() and single_gguf(path)):
-        gguf = path if path.is_file() else single_gguf(path)
-        if gguf.suffix.lower() != ".gguf":
-            raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
-        gguf = gguf.resolve()
+        source.update(type="embedded", name=model_name(spec), path=str(gguf), sha256=sha, alias=w.entry.alias)
+        default_template = w.entry.default_template
+    elif w.kind == "file":
+        raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
+    elif w.kind == "gguf":
+        gguf = w.gguf.resolve()
         folder, sha = _converted(gguf, cache, check_header=True)
         source.update(type="gguf", name=model_name(spec), path=str(gguf), sha256=sha)
-    elif path.is_dir():
-        folder = path.resolve()
+    elif w.kind == "folder":
+        folder = w.path.resolve()
         source.update(type="folder", name=model_name(spec), path=str(folder))
     else:
         folder, revision = hub_folder(spec)
@@ -591,11 +589,11 @@ def load(
         "random_head_seed": random_head_seed,
         "content_sha256": None,
     }
-    path = Path(spec).expanduser()
-    if embedded(spec) is None and checkpoints.is_adapter_folder(path):  # an embedded alias is never an adapter
-        return _load_adapter(path.resolve(), base, dtype=dtype, device=dev, trust_remote_code=trust_remote_code,
+    w = where(spec)
+    if w.kind == "adapter":
+        return _load_adapter(w.path.resolve(), base, dtype=dtype, device=dev, trust_remote_code=trust_remote_code,
                              cache_dir=cache_dir, attn_implementation=attn_implementation)
-    folder, default_template = _locate(spec, path, cache, source)
+    folder, default_template = _locate(w, cache, source)
 
     model, tokenizer, kind, seeded = _load_folder(
         folder,

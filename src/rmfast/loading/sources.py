@@ -9,6 +9,9 @@
   parts are keyed on).
 - **Cached hub snapshots** (:func:`hub_snapshot`, no network), and :func:`check_model`: whether this
   machine has the model a spec names, without loading or converting anything.
+- **What a spec names** (:func:`where`): an embedded alias, an adapter checkpoint, a .gguf file (or a folder
+  holding one and no config.json), a model folder, or a hub id; decided once, and every reader of a spec (load,
+  its preflight, check_model, model_name, a sweep's content check, --device-map) asks it.
 - **The one name of a model** (:func:`model_name`), decided from the spec alone.
 - A quiet transformers while it loads (:func:`quiet_transformers`).
 """
@@ -274,6 +277,54 @@ def embedded(alias: str) -> EmbeddedModel | None:
 
 
 # --------------------------------------------------------------------------------------------
+# what a spec names
+
+
+#: the kinds of thing a model spec names (:func:`where`), in the order they are decided
+SPEC_KINDS = ("embedded", "adapter", "gguf", "file", "folder", "hub")
+
+
+@dataclass(frozen=True)
+class Where:
+    """What a model spec names (:func:`where`): ``kind`` one of :data:`SPEC_KINDS`; ``path`` the spec as a path
+    (``~`` expanded; kind "hub": nothing there); ``entry`` the embedded model; ``gguf`` the .gguf file (the file
+    given, or a folder's only .gguf where the folder has no config.json)."""
+
+    spec: str
+    kind: str
+    path: Path
+    entry: EmbeddedModel | None = None
+    gguf: Path | None = None
+
+
+def where(spec) -> Where:
+    """What ``spec`` names, from its name and the files' names (nothing is read or loaded): an embedded alias; an
+    adapter checkpoint (:func:`rmfast.loading.training_checkpoints.is_adapter_folder`); a .gguf file, or a folder
+    holding exactly one and no config.json ("gguf"); another file ("file": not a model); a model folder; else a
+    hub id or known alias ("hub", looked up in the cache by :func:`hub_folder`). The one decision :func:`load
+    <rmfast.loading.loader.load>`, its preflight, :func:`check_model`, :func:`model_name`, a sweep's content check
+    and ``--device-map`` share.
+
+    >>> where("smollm2-135m-instruct").kind, where("org/some-rm").kind, where("/").kind
+    ('embedded', 'hub', 'folder')
+    """
+    spec = str(spec).strip()
+    path = Path(spec).expanduser()
+    entry = embedded(spec)
+    if entry is not None:
+        return Where(spec, "embedded", path, entry=entry)
+    if checkpoints.is_adapter_folder(path):
+        return Where(spec, "adapter", path)
+    if path.is_file():
+        gguf = path.suffix.lower() == ".gguf"
+        return Where(spec, "gguf" if gguf else "file", path, gguf=path if gguf else None)
+    if path.is_dir():
+        gguf = None if (path / "config.json").is_file() else single_gguf(path)
+        return Where(spec, "folder" if gguf is None else "gguf", path, gguf=gguf)
+    return Where(spec, "hub", path)
+
+
+# --------------------------------------------------------------------------------------------
 # hub snapshots, and whether this machine has a model
 
 
@@ -355,9 +406,9 @@ def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: 
     embedded alias without its package, a hub id or known alias not in the HF cache, a missing path; an
     adapter checkpoint's base too), without loading or converting anything: a sweep checks every model
     this way before its first part (issue 37), so a missing one is found in a second, not after hours."""
-    spec = str(spec).strip()
-    path = Path(spec).expanduser()
-    if embedded(spec) is None and checkpoints.is_adapter_folder(path):
+    w = where(spec)
+    path = w.path
+    if w.kind == "adapter":
         base_spec = base or checkpoints.read_adapter(path).base
         if not base_spec:
             raise UserError(f"adapter checkpoint {path} names no base model: pass --base PATH/ALIAS (the model it "
@@ -367,11 +418,10 @@ def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: 
         except UserError as e:
             raise checkpoints.base_error(path, base_spec, bool(base), e.cli_message()) from None
         return
-    entry = embedded(spec)
-    if entry is not None:
-        entry.gguf_path(cache_root(cache_dir))  # its package is installed
-    elif not path.exists():
-        hub_folder(spec)
+    if w.kind == "embedded":
+        w.entry.gguf_path(cache_root(cache_dir))  # its package is installed
+    elif w.kind == "hub":
+        hub_folder(w.spec)
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,15 +447,12 @@ def model_name(spec: str) -> str:
     >>> model_name("smollm2-135m-instruct"), model_name("SmolLM2-135M-Instruct"), model_name("org/some-rm")
     ('SmolLM2-135M-Instruct', 'SmolLM2-135M-Instruct', 'org/some-rm')
     """
-    spec = str(spec).strip()
-    entry = embedded(spec)
-    if entry is not None:
-        return entry.display_name
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return path.stem
-    if path.is_dir():
-        gguf = None if (path / "config.json").is_file() else single_gguf(path)
-        return gguf.stem if gguf is not None else path.resolve().name
-    known = registry.find(spec)
-    return known.hub_id if known else spec
+    w = where(spec)
+    if w.kind == "embedded":
+        return w.entry.display_name
+    if w.kind in ("gguf", "file"):
+        return (w.gguf or w.path).stem
+    if w.kind in ("folder", "adapter"):
+        return w.path.resolve().name
+    known = registry.find(w.spec)
+    return known.hub_id if known else w.spec

@@ -35,11 +35,11 @@ def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_
 
     from transformers import AutoConfig, AutoTokenizer
 
-    spec = str(spec).strip()
-    path = Path(spec).expanduser()
-    if sources.embedded(spec) is not None or spec.lower().endswith(".gguf") or path.is_file():
+    w = sources.where(spec)
+    spec, path = w.spec, w.path
+    if w.kind in ("embedded", "gguf", "file") or spec.lower().endswith(".gguf"):
         raise UserError(f"--device-map is for model folders and hub ids; {spec!r} is an embedded/GGUF model that fits on one device")
-    if path.is_dir():
+    if w.kind in ("folder", "adapter"):
         folder, source = path.resolve(), {"type": "folder", "name": path.resolve().name}
     else:
         folder, revision = sources.hub_snapshot(spec)

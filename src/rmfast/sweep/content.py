@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 
 from ..errors import UserError
 
@@ -22,18 +21,17 @@ def model_content(spec: str, cache_dir: str | os.PathLike | None = None) -> dict
     chat template), a GGUF file's ``sha256``, a cached hub id's ``revision`` (the cache's ``main`` moves with a new
     download; looked up locally). None where only loading tells (an embedded alias: its package fixes the content)."""
     from ..loading import loader, sources
-    from ..loading.training_checkpoints import is_adapter_folder
 
-    path = Path(os.path.expanduser(spec))
+    w = sources.where(spec)
     cache = loader.cache_root(cache_dir)
-    if path.is_dir() and (path / "config.json").is_file() or is_adapter_folder(path):
-        return {"content_sha256": loader.content_sha256(path.resolve(), cache=cache),
-                "tokenizer_sha256": sources.files_sha256(path.resolve(), sources.TOKENIZER_FILES, cache)}
-    if path.is_file():
-        return {"sha256": loader.cached_sha256(path, cache)}
-    if sources.embedded(spec) is None and not path.exists():
+    if w.kind == "adapter" or w.kind == "folder" and (w.path / "config.json").is_file():
+        return {"content_sha256": loader.content_sha256(w.path.resolve(), cache=cache),
+                "tokenizer_sha256": sources.files_sha256(w.path.resolve(), sources.TOKENIZER_FILES, cache)}
+    if w.kind in ("gguf", "file"):  # a .gguf given, or a folder's only .gguf
+        return {"sha256": loader.cached_sha256(w.gguf or w.path, cache)}
+    if w.kind == "hub":
         with contextlib.suppress(UserError):
-            _, rev = sources.hub_folder(spec)
+            _, rev = sources.hub_folder(w.spec)
             return {"revision": rev} if rev else None
     return None
 
