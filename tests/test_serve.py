@@ -393,6 +393,51 @@ def test_timeout_is_504_and_the_queue_forgets_the_request(rm):
         assert parse(httpx.get(f"{url}/metrics").text)["rmfast_queue_samples"] == 0
 
 
+def test_a_gone_clients_samples_leave_the_queue_at_once():
+    """A request cancelled while it waits (its client timed out or disconnected) stops counting against max_queue at
+    once, not when a wave reaches it: before, cancelling the request's task cancelled the future it awaited, the
+    clean-up asked the future whether it was done, and the gone samples stayed counted (other clients got 429s)."""
+    import asyncio
+    import threading
+
+    from rmfast.serve.scheduler import QueueFull, Scheduler
+
+    gate = threading.Event()
+
+    class Core:  # a wave that holds until the test lets it go
+        def score(self, samples):
+            gate.wait(10)
+            return np.zeros(len(samples), dtype=np.float32)
+
+    def sample(n):
+        return split_sample(list(range(1, n + 1)), (), list(range(1, n)))
+
+    async def go():
+        s = Scheduler(Core(), max_queue=4, wave_tokens=1, max_wait_s=0.0)
+        await s.start()
+        running = asyncio.ensure_future(s.score([sample(3)]))  # the running wave
+        while s.n_running == 0:
+            await asyncio.sleep(0.001)
+        gone = asyncio.ensure_future(s.score([sample(3)] * 4))  # waits behind it, then its client goes
+        await asyncio.sleep(0.01)
+        assert s.n_waiting == 4
+        with pytest.raises(QueueFull):
+            await s.score([sample(3)])
+        gone.cancel()
+        await asyncio.sleep(0)
+        waiting_after = s.n_waiting
+        later = asyncio.ensure_future(s.score([sample(3)] * 4))  # room at once
+        await asyncio.sleep(0.01)
+        gate.set()
+        got = (await running, await later)
+        await s.stop()
+        return waiting_after, got
+
+    waiting_after, (a, b) = asyncio.run(go())
+    assert waiting_after == 0
+    assert len(a) == 1 and len(b) == 4
+
+
 def test_a_nonfinite_score_is_an_error_naming_the_model(smol_tokenizer):
     model = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=3)
     model.score.weight.data[0, 0] = float("nan")

@@ -44,6 +44,7 @@ class _Request:
     future: asyncio.Future
     tokens: int
     t_in: float = field(default_factory=time.perf_counter)
+    queued: bool = True  # in ``waiting`` (counted in ``n_waiting``) until a wave takes it or its client goes
 
 
 class Scheduler:
@@ -97,13 +98,15 @@ class Scheduler:
             return await req.future
         finally:
             self.in_flight -= 1
-            if not req.future.done():  # cancelled (timeout, disconnect) while waiting: leave the queue now
+            # Cancelled (a timeout, a disconnect) while waiting: leave the queue now. Asked of the request, not of its
+            # future: cancelling this task cancels the future it awaits too, so "not done" never held here, and a gone
+            # client's samples stayed counted against max_queue until a wave reached them (spurious 429s meanwhile).
+            if req.queued:
+                req.queued = False
+                self.waiting.remove(req)
+                self.n_waiting -= len(req.samples)
+            if not req.future.done():  # its wave is running: the result is dropped
                 req.future.cancel()
-                try:
-                    self.waiting.remove(req)
-                    self.n_waiting -= len(req.samples)
-                except ValueError:  # its wave is running: the result is dropped
-                    pass
 
     def load_line(self) -> str:
         """What a 504 says of the load."""
@@ -119,13 +122,10 @@ class Scheduler:
         wave, tokens = [], 0
         while self.waiting:
             req = self.waiting[0]
-            if req.future.done():  # its client has gone
-                self.waiting.popleft()
-                self.n_waiting -= len(req.samples)
-                continue
             if wave and tokens + req.tokens > self.wave_tokens:
                 break
             self.waiting.popleft()
+            req.queued = False
             self.n_waiting -= len(req.samples)
             wave.append(req)
             tokens += req.tokens
