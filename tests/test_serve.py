@@ -540,6 +540,22 @@ def test_verl_compute_score_and_the_trl_remote_reward(rm):
         assert got == [w[0] for w in want]
         with pytest.raises(Exception, match="no prompt"):
             asyncio.run(compute_score("ds", "x", None, {}, url=url))
+        # a question is never read as the prompt (verl's gsm8k keeps it without the policy's instruction) unless asked
+        with pytest.raises(Exception, match="it has 'question'.*prompt_key: question"):
+            compute_score_sync("ds", "x", None, {"question": d[0]["msgs"][0]["content"]}, url=url)
+        assert compute_score_sync("ds", d[0]["response"], None, {"question": d[0]["msgs"][0]["content"]}, url=url,
+                                  prompt_key="question") == want[0][0]
+        # a prompt that holds the RM's template already: refused as RewardScorer refuses it, never scored templated twice
+        rendered = d[0]["prompt"]
+        r = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": rendered, "responses": ["4"]}]})
+        assert r.status_code == 422 and "already holds the chat template" in r.json()["error"]["message"], r.text
+        assert "/get_reward" in r.json()["error"]["message"]
+        r = httpx.post(f"{url}/v1/rerank", json={"prompt": rendered, "responses": ["4", "5"]})
+        assert r.status_code == 422 and "already holds the chat template" in r.text
+        with pytest.raises(Exception, match="already holds the chat template"):
+            compute_score_sync("ds", "4", None, {"prompt": rendered}, url=url)
+        with pytest.raises(Exception, match="already holds the chat template"):
+            reward(prompts=[rendered], completions=["4"])
         # the same, not awaited (verl's NaiveRewardManager); an empty response (a policy may sample one) is the
         # template's empty turn, as /reward scores it, not a 422 that stops the run
         assert compute_score_sync("ds", d[0]["response"], None, {"prompt": d[0]["msgs"]}, url=url) == want[0][0]
@@ -629,6 +645,25 @@ def test_rerender_reads_another_templates_query_in_the_rms_own(rm):
         assert got["rewards"][:3] == [want] * 3 and got["extra_logs"]["rm_rerendered"] == [1, 1, 1, 0]
         assert got["rewards"][3] == pytest.approx(_hf(model, tok("plain text, no turns", add_special_tokens=False)
                                                       ["input_ids"]), abs=1e-4)
+        # what OpenRLHF sends from a ChatML policy (its sample ends in <|im_end|>, not the template's <|im_end|>\n)
+        openrlhf = d["text"].rstrip("\n")
+        assert _reward(url, [openrlhf])["rewards"] == [want]  # rendered again: the RM's own rendering
+
+
+def test_a_query_cut_short_of_the_rms_end_of_turn_is_said_once(rm, caplog):
+    """Without --rerender a ChatML policy's query (OpenRLHF's: ending in <|im_end|>) is scored as sent, one position
+    earlier than the RM's own rendering (<|im_end|> and a newline) and than /v1/score; one log line says so and names
+    --rerender (a walkthrough found the docs claimed a same-family policy gives the RM's own rendering)."""
+    _, tok = rm
+    d = _groups(tok, 1, 2, seed=14, long_first=False)
+    app, _ = _app(rm)
+    with running(app) as url, caplog.at_level("WARNING", logger="rmfast.serve"):
+        own = _reward(url, [x["text"] for x in d])["rewards"]
+        assert not [r for r in caplog.records if "--rerender" in r.getMessage()]
+        short = _reward(url, [x["text"].rstrip("\n") for x in d] * 2)["rewards"]
+    assert short[:2] != own
+    said = [r.getMessage() for r in caplog.records if "--rerender" in r.getMessage()]
+    assert len(said) == 1 and "'<|im_end|>'" in said[0] and "1 position(s) earlier" in said[0], said
 
 
 # ---------------------------------------------------------------------------------- the command
@@ -673,6 +708,48 @@ def test_the_command_starts_says_one_line_and_drains_on_sigterm(tiny_dir, tmp_pa
         assert p.wait(timeout=60) == 0
         rest = p.stderr.read()
         assert "draining" in rest and "Traceback" not in rest, rest
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_a_second_signal_exits_at_once(tiny_dir):
+    """A second SIGTERM while draining exits now (1, one line), not when the waiting request's wave has run: before, it
+    waited for the drain and then logged the lifespan's CancelledError traceback (a walkthrough's find)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from rmfast.serve.server import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RMFAST_API_KEY", None)
+    p = subprocess.Popen([sys.executable, "-m", "rmfast", "serve", str(tiny_dir), "--port", str(port), "--dtype",
+                          "float32", "--max-wait-ms", "30000", "--timeout-s", "60"], stderr=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "routes:" not in (line := p.stderr.readline()) and line:
+            pass
+        url = f"http://127.0.0.1:{port}"
+        with cf.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(httpx.post, f"{url}/get_reward", json={"query": ["Hello there, friend"]}, timeout=60)
+            deadline = time.monotonic() + 30  # until the request waits for its wave (30 s away)
+            while parse(httpx.get(f"{url}/metrics").text)["rmfast_queue_samples"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            p.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            rc = p.wait(timeout=20)
+            took = time.monotonic() - t0
+            with pytest.raises(httpx.HTTPError):  # its connection closed unanswered
+                waiting.result(timeout=30)
+        rest = p.stderr.read()
+        assert rc == 1 and took < 10, (rc, took)
+        assert "exit now (1 requests in flight not answered)" in rest and "Traceback" not in rest, rest
     finally:
         if p.poll() is None:
             p.kill()

@@ -63,13 +63,15 @@ def template_marks(tokenizer, template: str | None = None) -> tuple[str, ...]:
     return tuple(sorted(m for m in marks if isinstance(m, str) and len(m) > 2 and m != bos))
 
 
-def check_not_rendered(prompt: str, marks: tuple[str, ...], where: str) -> None:
-    """UserError where a prompt string holds the template's special tokens (it is rendered already)."""
+def check_not_rendered(prompt: str, marks: tuple[str, ...], where: str,
+                       whole: str = "RewardScorer.score_rendered(texts)") -> None:
+    """UserError where a prompt string holds the template's special tokens (it is rendered already); ``whole``: what
+    scores whole rendered texts instead (``rmfast serve``: its route)."""
     hit = next((m for m in marks if m in prompt), None)
     if hit is not None:
         raise UserError(f"{where} already holds the chat template ({hit!r}): templating it again would score the "
                         "template inside the template. Pass the user's text or chat messages (a GRPO prompt: TRL's "
-                        "conversational format), or score whole rendered texts with RewardScorer.score_rendered(texts)")
+                        f"conversational format), or score whole rendered texts with {whole}")
 
 
 def score_rendered(scorer, texts, *, special_tokens: bool = False) -> list[float]:

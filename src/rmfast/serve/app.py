@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import UserError
 from ..scoring.candidates import tokenize_rows
 from ..scoring.conversation import as_conversation
+from ..scoring.rendered import check_not_rendered, template_marks
 from ..template import build_template
 from .core import ServeCore
 from .metrics import Metrics
@@ -141,6 +142,9 @@ class Ctx:
     def __init__(self, core: ServeCore, config: ServeConfig, sched: Scheduler):
         self.core, self.config, self.sched, self.metrics = core, config, sched, Metrics()
         self.tmpl_cache: dict = {}
+        self._marks: tuple | None = None  # the RM's template's special tokens (template_marks), once
+        self._turn_end: tuple | None = None  # the ids the RM's template ends a reply with (its suffix), once
+        self.said_short_end = False
         self.other_names: set = set()  # /classify model names not this server's, said once each
 
     def check_key(self, request) -> None:
@@ -196,12 +200,42 @@ class Ctx:
         except UserError as e:
             raise ApiError(400, f"{what} {k}: {e}") from None
 
+    def note_short_end(self, ids_list) -> None:
+        """Say once (a log line) where a /get_reward query ends part-way through the RM's own end of turn: a ChatML
+        policy's sample ends in ``<|im_end|>``, the RM's rendering in ``<|im_end|>`` and a newline, so the score is read
+        one position earlier than the RM's training put it (OpenRLHF's own server reads it there too)."""
+        if self.said_short_end:
+            return
+        if self._turn_end is None:
+            core = self.core
+            self._turn_end = tuple(build_template(core.tokenizer, "hello", template=core.template).suffix_ids)
+        end = self._turn_end
+        for ids in ids_list:
+            if len(end) < 2 or tuple(ids[-len(end):]) == end:
+                continue
+            k = next((k for k in range(len(end) - 1, 0, -1) if tuple(ids[-k:]) == end[:k]), 0)
+            if k:
+                tok = self.core.tokenizer
+                log.warning("rmfast serve: /get_reward: a query ends in %r where the reward model's own rendering ends a "
+                            "reply in %r: scored as sent, %d position(s) earlier than the model's training read it (as "
+                            "OpenRLHF's own server does); --rerender scores the model's own rendering (said once)",
+                            tok.decode(list(end[:k])), tok.decode(list(end)), len(end) - k)
+                self.said_short_end = True
+                return
+
     def tokenize(self, texts: list[str], special: bool) -> list[list[int]]:
         return self.core.tokenizer(list(texts), add_special_tokens=special)["input_ids"] if texts else []
 
-    def template(self, prompt, where: str):
-        """The RM's template around a conversation's reply (UserError naming ``where`` for a malformed prompt)."""
+    def template(self, prompt, where: str, rendered_ok: bool = False):
+        """The RM's template around a conversation's reply (UserError naming ``where`` for a malformed prompt, and for
+        one that holds the RM's template already, as :meth:`RewardScorer.template_for
+        <rmfast.scoring.scorer.RewardScorer.template_for>` refuses it: templated again it is scored silently wrong;
+        ``rendered_ok``: read it as the user's text, slime's ``/reward``)."""
         conv = as_conversation(prompt, where)
+        if not rendered_ok:
+            if self._marks is None:
+                self._marks = template_marks(self.core.tokenizer, self.core.template)
+            check_not_rendered(conv.prompt, self._marks, where, "POST /get_reward or /classify (the whole text)")
         t = self.tmpl_cache.get(conv)
         if t is None:
             core = self.core
@@ -213,14 +247,14 @@ class Ctx:
         return t
 
     def conv_samples(self, prompt, responses: list[str], k: int, compat: str | None = None,
-                     where: str | None = None) -> list:
+                     where: str | None = None, rendered_ok: bool = False) -> list:
         """A conversation's responses as samples, templated as RewardScorer does (each response's ids in context).
         A blank response is refused, except under ``compat`` (a policy's sampled text, which never stops training:
         verl's reward function, slime's ``/reward``), where it is scored as an empty assistant turn."""
         where = f"conversations[{k}]" if where is None else where
         blank = [j for j, r in enumerate(responses) if not r.strip()]
         try:
-            t = self.template(prompt, f"{where}.prompt")
+            t = self.template(prompt, f"{where}.prompt", rendered_ok)
             if blank and compat is None:
                 raise UserError(f"{where}.responses[{blank[0]}] is empty; every response needs some text (a policy's "
                                 "sampled text: send compat: decode-retokenize, which scores it as an empty turn)")
@@ -255,7 +289,8 @@ class Ctx:
             response = opened + response
         response = drop_end_marks(response, (self.core.tokenizer.eos_token,))  # the template ends the turn itself
         self.metrics.reward_read(read)
-        return self.conv_samples(prompt, [response], 0, "decode-retokenize", where="body")[0]
+        # a text in no known template is the user's message, marks and all: slime retries a refused sample, then stops
+        return self.conv_samples(prompt, [response], 0, "decode-retokenize", where="body", rendered_ok=True)[0]
 
     def about(self) -> dict:
         return {"model": self.config.name, "revision": self.config.revision, "score_meaning": self.core.score_meaning}
@@ -394,6 +429,7 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
             ids = [g if g is not None else ctx.tokenize([q], False)[0] for g, q in zip(got, queries)]
         else:
             ids = ctx.tokenize(queries, False)
+            ctx.note_short_end(ids)
         p_ids = ctx.tokenize([p or "" for p in prompts], False) if prompts is not None else [None] * len(queries)
         samples = [ctx.sample(i, k, p if p else None, "query") for k, (i, p) in enumerate(zip(ids, p_ids))]
         scores = [float(s) for s in await ctx.run(samples, request)]

@@ -1,5 +1,6 @@
 """Running the server: the model loaded once, the app on uvicorn, one line at start, and a drain on SIGTERM or
-Ctrl-C (requests in flight finish, new ones get 503, then exit 0; a second signal exits at once).
+Ctrl-C (requests in flight finish, new ones get 503, then exit 0; a second signal exits at once, 1, its requests
+unanswered).
 
 One process drives one device (``rmfast serve MODEL --device cuda:N`` per GPU); many replicas behind one address
 with each group's prompt on one replica: ``rmfast serve MODEL --ray`` (:mod:`rmfast.serve.ray_app`, docs/scale_out.md).
@@ -178,9 +179,11 @@ def run_server(app, sched: Scheduler, opts: ServeOptions, banner: str) -> int:
 
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig, frame):  # not uvicorn's: it would raise the signal again after the shutdown
-            if sched.draining:  # a second signal: now
-                self.should_exit = self.force_exit = True
-                return
+            if sched.draining:  # a second signal: now. Not through uvicorn's forced shutdown: that still waited for the
+                # running wave (the scheduler's worker thread) and then logged the lifespan's CancelledError traceback
+                print(f"rmfast serve: a second signal: exit now ({sched.in_flight} requests in flight not answered)",
+                      file=sys.stderr, flush=True)
+                os._exit(1)
             sched.draining = True
             print(f"rmfast serve: draining ({sched.in_flight} requests in flight; new ones get 503), then exit; "
                   "a second signal exits now", file=sys.stderr, flush=True)
