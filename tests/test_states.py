@@ -335,6 +335,30 @@ def test_logprob_head_states_equal_hf(smol_tokenizer):
 
 # ------------------------------------------------------------------ issue 35: states under hostile input
 
+def test_a_link_or_a_file_where_the_states_go_is_refused_before_any_work(tiny_dir, tmp_path, capsys):
+    """States moved to another disk and linked back (or a file at ``<stem>.states``): a scan with --states --overwrite
+    is one line, exit 2, before any work; the scan, its Parquet and the linked states are kept. Before, it scored
+    everything, replaced the Parquet, then stopped with a traceback (rmtree on a link) and the old states orphaned."""
+    import hashlib
+
+    out = tmp_path / "ln.parquet"
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "last_prenorm")
+    assert rc == 0, se
+    away = tmp_path / "disk2" / "ln.states"
+    away.parent.mkdir()
+    (tmp_path / "ln.states").rename(away)
+    (tmp_path / "ln.states").symlink_to(away, target_is_directory=True)
+    md5 = hashlib.md5(out.read_bytes()).hexdigest()
+    rc, _, se = _scan(tiny_dir, out, capsys, "--prompt", "worst", "--states", "last_prenorm", "--overwrite")
+    assert one_line_error(rc, se) and "ln.states is a symbolic link, not a states folder" in se, se
+    assert hashlib.md5(out.read_bytes()).hexdigest() == md5 and open_states(out).n == 600  # nothing lost
+    (tmp_path / "ln.states").unlink()
+    (tmp_path / "ln.states").write_text("x")
+    rc, _, se = _scan(tiny_dir, out, capsys, "--prompt", "worst", "--states", "last_prenorm", "--overwrite")
+    assert one_line_error(rc, se) and "ln.states is a regular file, not a states folder" in se, se
+    assert hashlib.md5(out.read_bytes()).hexdigest() == md5
+
+
 def test_states_are_tied_to_their_scan(tiny_dir, tmp_path, capsys):
     """An overwrite without --states removes the old states; a states folder of another write of the scan
     (or of another prompt, written without a write id) beside it is refused in one line by every reader."""

@@ -95,14 +95,14 @@ def _states_request(args, out, d):
 
 def _check_states_args(args) -> None:
     """--states/--lens checks that need no model: syntax, an existing states folder."""
-    from ..states import parse_layers
+    from ..states import check_states_target, parse_layers
 
     if args.states is None and args.states_dtype is not None:
         raise UserError("--states-dtype needs --states LAYERS")
     if args.states is not None:
         args.states = ",".join(parse_layers(args.states, None))  # names (an old 'last' noted once); ranges once loaded
-        if args.out and states_dir(args.out).exists() and not args.overwrite:
-            raise UserError(f"{states_dir(args.out)} exists; use --overwrite to replace it (or choose another --out)")
+        if args.out:
+            check_states_target(states_dir(args.out), args.overwrite)
 
 
 def drop_old_states(out) -> None:

@@ -26,9 +26,10 @@ from .format import DTYPES, FORMAT, KEYS, MANIFEST, is_states_folder
 from .names import LAST, LAST_NORMED, LAST_PRENORM, OLD_LAST, ByLayer, canonical_layer, layer_index, parse_layers
 from .reader import Shard, StatesSet, open_states
 from .shard import count_nonfinite, nonfinite_per_layer, warn_nonfinite, write_shard
-from .writer import KEEP_FRESH_MAX, SHARD_BYTES, StatesMerge, StatesWriter, partial_folder, write_states
+from .writer import (KEEP_FRESH_MAX, SHARD_BYTES, StatesMerge, StatesWriter, check_states_target, partial_folder,
+                     write_states)
 
 __all__ = ["DTYPES", "FORMAT", "KEYS", "MANIFEST", "is_states_folder", "LAST", "LAST_NORMED", "LAST_PRENORM",
            "OLD_LAST", "ByLayer", "canonical_layer", "layer_index", "parse_layers", "Shard", "StatesSet", "open_states",
            "count_nonfinite", "nonfinite_per_layer", "warn_nonfinite", "write_shard", "KEEP_FRESH_MAX", "SHARD_BYTES",
-           "StatesMerge", "StatesWriter", "partial_folder", "write_states"]
+           "StatesMerge", "StatesWriter", "check_states_target", "partial_folder", "write_states"]

@@ -86,6 +86,24 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
 
 
 
+def check_states_target(folder, overwrite: bool) -> None:
+    """Whether a states folder may be written at ``folder`` (a scan's ``<stem>.states``), checked before any work: one
+    line where something other than a folder is there (a symbolic link: states moved to another disk and linked back;
+    a file), or a folder without ``overwrite``. The writer replaces the folder when the scan is done; a link it cannot
+    replace (it would be the link's target or nothing), and before this check a scan with --overwrite scored
+    everything, replaced its Parquet, then stopped with a traceback and the old states orphaned."""
+    from ..io import describe_path
+
+    folder = Path(folder)
+    what = describe_path(folder)
+    if what not in ("nothing", "a folder"):
+        raise UserError(f"{folder} is {what}, not a states folder: rmfast writes the states folder there and replaces "
+                        "it when the scan is done; move what is there away (states moved to another disk: move them "
+                        "back), or choose another --out")
+    if what == "a folder" and not overwrite:
+        raise UserError(f"{folder} exists; use --overwrite to replace it (or choose another --out)")
+
+
 def partial_folder(folder: Path) -> Path:
     """``<folder>.partial``, where a states folder is written until it is complete; one line where something other
     than a folder is there (a file left by hand: the writer's ``mkdir`` raised FileExistsError mid-scan)."""
@@ -131,8 +149,7 @@ class StatesWriter:
         self._next = 0  # the next shard's number (prepare, which every add needs first: after the shards kept)
         self.run_shard = lambda cut: cut()()  # cut a shard and write it (BackgroundWriter: once a writer is free)
         self.run_id = None
-        if self.folder.exists() and not overwrite:
-            raise UserError(f"{self.folder} exists; use --overwrite to replace it (or choose another --out)")
+        check_states_target(self.folder, overwrite)
 
     def _shards(self) -> list[Path]:
         return sorted(self.partial.glob("shard-*.safetensors"))
@@ -305,6 +322,7 @@ class StatesMerge:
 
     def __init__(self, parts, folder):
         self.parts, self.folder = [Path(p) for p in parts], Path(folder)
+        check_states_target(self.folder, True)  # --overwrite was checked by the scan's own; a link or file is not
 
     def finish(self, scan: dict | None = None) -> Path:
         import shutil
