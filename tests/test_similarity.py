@@ -273,6 +273,27 @@ def test_small_n_note_and_rv2_near_zero(tmp_path):
     assert any("small relative to the dimension" in n for n in res.notes)
 
 
+def test_one_candidate_that_dominates_a_layer_is_named(tmp_path):
+    """One row carrying most of a layer's variance (a special token's state, 14,971 against a median of 106 in a
+    walkthrough of the README's example) sets every measure of its pairs: plain CKA near 1 where both layers share
+    it, debiased CKA and RV2 far apart. A note names the layer and the candidate; the same sets without it, none."""
+    rng = np.random.default_rng(7)
+    n, d = 400, 16
+    x, y = rng.normal(size=(n, d)), rng.normal(size=(n, d))
+    x[0], y[0] = 300.0, -300.0  # row 0 (token id 0): far from every other in both sets
+    write_states(tmp_path / "a", np.arange(n), {"l": x})
+    write_states(tmp_path / "b", np.arange(n), {"l": y})
+    res = similarity(tmp_path / "a", tmp_path / "b", bootstrap=0, permutations=0)
+    row = res.pairs.iloc[0]
+    assert row["cka"] > 0.9  # set by the one row: the rest are unrelated
+    note = [m for m in res.notes if "dominates a layer's variance" in m]
+    assert len(note) == 1 and "A l: token_id 0 carries 9" in note[0] and "B l: token_id 0" in note[0], res.notes
+    write_states(tmp_path / "a2", np.arange(1, n), {"l": x[1:]})
+    write_states(tmp_path / "b2", np.arange(1, n), {"l": y[1:]})
+    res = similarity(tmp_path / "a2", tmp_path / "b2", bootstrap=0, permutations=0)
+    assert res.pairs.iloc[0]["cka"] < 0.2 and not [m for m in res.notes if "dominates" in m]
+
+
 def _scan(path, ids, texts):
     pd.DataFrame({"model": "m", "prompt": "p", "token_id": ids, "text": texts,
                   "score": np.zeros(len(ids))}).to_parquet(path)

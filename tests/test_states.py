@@ -88,9 +88,10 @@ def _scan(tiny_dir, out, capsys, *extra):
 def test_scan_states_scores_bit_identical_and_lens(tiny_dir, tmp_path, capsys):
     rc, _, se = _scan(tiny_dir, tmp_path / "plain.parquet", capsys)
     assert rc == 0, se
-    rc, _, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--states", "0,2,last_prenorm,last_normed", "--lens",
-                      "--states-dtype", "bfloat16")
+    rc, so, se = _scan(tiny_dir, tmp_path / "s.parquet", capsys, "--states", "0,2,last_prenorm,last_normed", "--lens",
+                       "--states-dtype", "bfloat16")
     assert rc == 0, se
+    assert f"and {tmp_path / 's.states'}/ (4 layers, bfloat16)" in so, so  # where the states went, said
     plain, s = pd.read_parquet(tmp_path / "plain.parquet"), pd.read_parquet(tmp_path / "s.parquet")
     np.testing.assert_array_equal(s["score"].to_numpy(), plain["score"].to_numpy())
     np.testing.assert_array_equal(s["lens_last"].to_numpy(), s["score"].to_numpy())

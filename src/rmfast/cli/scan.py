@@ -41,8 +41,9 @@ def register(sub) -> None:
                         "fp32 and reports the agreement and what it cost (manifest bf16_audit; default 512, 0: off)")
     p.add_argument("--states", default=None, metavar="LAYERS",
                    help="also keep each candidate's hidden state at the final position, from the same forward, in "
-                        "<out stem>.states/: residual-stream indices as HF's hidden_states (0 = embeddings, the same "
-                        "for every candidate of a token scan: the template's last token; k = after decoder layer k), "
+                        "<out stem>.states/: residual-stream indices as HF's hidden_states (0 = embeddings: under a "
+                        "score head the template's last token, the same for every candidate of a token scan; under "
+                        "the logprob head the candidate's own; k = after decoder layer k), "
                         "last_prenorm (after the last layer, BEFORE the final norm: not in HF's tuple), last_normed "
                         "(after the final norm: what the head reads, HF's hidden_states[-1]), or all; e.g. "
                         "0,8,16,last_normed. The old name last means last_prenorm (docs/representations.md)")
@@ -219,4 +220,6 @@ def _print_summary(res, top: int, out, world: int) -> None:
         from ..scoring.audit import audit_line
 
         print(audit_line(m["bf16_audit"]))
-    print(f"wrote {out} and {out}.json")
+    st = m.get("states") or {}
+    folder = f" and {states_dir(out)}/ ({len(st['layers'])} layers, {st['dtype']})" if st.get("folder") else ""
+    print(f"wrote {out}, {out}.json{folder}" if folder else f"wrote {out} and {out}.json")

@@ -75,7 +75,7 @@ import pandas as pd
 from ...errors import UserError
 from ...states import StatesSet, canonical_layer, open_states
 from ..data.results import Result
-from .similarity_guards import MEASURES, check_replicates, undefined_reasons
+from .similarity_guards import MEASURES, check_replicates, dominance_note, undefined_reasons
 from .similarity_progress import progress_bar, timed
 from .similarity_bootstrap import MIN_TRUSTED_BOOTSTRAP, bootstrap_interval  # noqa: F401 (re-exported)
 
@@ -623,6 +623,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     pairs["undefined"], undefined = undefined_reasons(pairs, a, b, la, lb, ra, rb)
     if undefined:
         res.notes.append(undefined)
+    res.notes += [note] if (note := dominance_note(a, b, la, lb, ra, rb)) else []
     null = pairs["rv_null_mean"].where(np.isfinite(pairs["rv_null_mean"]))
     worst = pairs.loc[null.idxmax()] if null.notna().any() else None  # None: no pair is defined
     if worst is not None and (worst["rv_null_mean"] >= NULL_NOTE or n <= max(p, q)):
