@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 pytest.importorskip("scipy")
 
 from rmfast.analysis.representations.lens import lens
-from rmfast.analysis.representations.views import (heat_matrix, lens_by_scan, lens_payload, pick_layers,
+from rmfast.analysis.representations.views import (_similarity_html, heat_matrix, lens_by_scan, lens_payload, pick_layers,
                                              similarity_from_csv, similarity_panels, states_beside)
 from rmfast.analysis.render.report_html import table_html
 from rmfast.analysis.data.scans import load_scans
@@ -113,6 +114,22 @@ def test_states_beside_and_the_sampled_maps(scans_dir):
     assert la == lb == STATES["org/rm-a"] and np.allclose(np.diag(v), 1.0)
     with pytest.raises(UserError, match="at least 4"):
         similarity(scans_dir / "s0.states", scans_dir / "s1.states", bootstrap=0, permutations=0, max_rows=3)
+
+
+def test_a_pair_that_shares_no_candidates_is_left_out_alone(scans_dir, tmp_path):
+    """Three state sets, one of other candidates: its two pairs are left out, each named with its folders in a note,
+    and the pair that joins is still shown, in the report and the explorer alike (before, the report hid every pair
+    and the explorer made no page: a walkthrough's finds)."""
+    rng = np.random.default_rng(3)
+    other = tmp_path / "other.states"
+    write_states(other, np.arange(N, 2 * N), {"last_prenorm": rng.normal(size=(N, 6)).astype("float32")})
+    found = {**states_beside([scans_dir]), "org/other": other}
+    panels, notes = similarity_panels(found, max_layers=3, max_rows=None)
+    assert [(p.a, p.b) for p in panels] == [("org/rm-b", "org/rm-a")]
+    assert len(notes) == 2 and all("not compared" in n and str(other) in n and "share no candidates" in n for n in notes)
+    html = "".join(_similarity_html(SimpleNamespace(states=found, similarity_csv=None, states_layers=3,
+                                                    states_rows=None)))
+    assert "org/rm-b × org/rm-a" in html and html.count("not compared") == 2
 
 
 def test_similarity_csv_panel(scans_dir, tmp_path, capsys):

@@ -376,7 +376,8 @@ def align(sets: Sequence[StatesSet], join: str = "auto", names: Sequence[str] | 
     if len(common) == 0:
         sizes = ", ".join(f"{c['set']}: {c['rows']} rows" for c in counts)
         raise UserError(f"the state sets share no candidates on the {join} join ({sizes}); "
-                        "they are of different candidate sets" + ("; try --join text" if join == "id" else ""))
+                        "they are of different candidate sets" + ("; if their texts match, try the text join"
+                                                                 " (analyze similarity --join text)" if join == "id" else ""))
     rows = [ser.reindex(common).to_numpy(dtype=np.int64) for ser in deduped]
     return Alignment(rows, join, pd.DataFrame(counts))
 

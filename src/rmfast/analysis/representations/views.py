@@ -151,8 +151,12 @@ def similarity_panels(states: Mapping[str, object], *, max_layers: int | None = 
     panels = []
     for a, b in pairs:
         la, lb = pick_layers(sets[a].layers, max_layers), pick_layers(sets[b].layers, max_layers)
-        res = similarity(sets[a], sets[b], layers_a=la, layers_b=lb, bootstrap=0, permutations=0, seed=seed,
-                         max_rows=max_rows)
+        try:
+            res = similarity(sets[a], sets[b], layers_a=la, layers_b=lb, bootstrap=0, permutations=0, seed=seed,
+                             max_rows=max_rows)
+        except UserError as e:  # this pair only (no shared candidates): the others are still shown
+            notes.append(f"{a} × {b} not compared ({sets[a].path} and {sets[b].path}): {e.cli_message()}")
+            continue
         panels.append(SimilarityPanel(a, b, res.pairs, la, lb, len(sets[a].layers), len(sets[b].layers),
                                       notes=list(res.notes)))
     return panels, notes
@@ -273,8 +277,8 @@ def _similarity_html(x) -> list[str]:
     if x.similarity_csv is not None:
         panels.append(similarity_from_csv(x.similarity_csv))
     if not panels:
-        return ['<p class="note">No states folder beside these scans (scan with <code>--states</code>) '
-                "and no similarity CSV given.</p>"]
+        return ['<p class="note">' + (html.escape(" ".join(notes)) if notes else "No states folder beside these scans "
+                "(scan with <code>--states</code>) and no similarity CSV given.") + "</p>"]
     out = []
     for p in panels:
         head = f"{p.a} × {p.b}" if p.source == "computed" else f"{p.source} (A × B)"
