@@ -180,6 +180,7 @@ def test_no_other_reader_of_the_config_dimensions():
     allowed = {
         "states/reader.py": {"hidden_size"},  # the states folder's manifest and its property
         "analysis/representations/similarity.py": {"hidden_size"},  # States.hidden_size
+        "analysis/representations/representation_rsa.py": {"hidden_size"},  # StatesSet.hidden_size
         "bench/states_overhead.py": {"hidden_size", "num_hidden_layers"},  # a states manifest; getattr(..., None)
         "bench/random_init.py": {"num_attention_heads", "head_dim"},  # TINY, the table config_dict writes from
         "integrations/trl.py": {"num_hidden_layers"},  # getattr(config, ..., None) of any wrapped trainer model

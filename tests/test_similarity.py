@@ -270,7 +270,7 @@ def test_small_n_note_and_rv2_near_zero(tmp_path):
     # Grams' off-diagonals); debiased CKA is centred at 0
     assert row["cka"] > 0.8 and row["rv_null_mean"] > 0.8
     assert row["rv2"] < 0.5 * row["cka"] and abs(row["cka_debiased"]) < 0.15
-    assert any("small relative to the dimension" in n for n in res.notes)
+    assert any("is at most the dimension" in n and "plain RV and CKA are inflated" in n for n in res.notes)
 
 
 def test_one_candidate_that_dominates_a_layer_is_named(tmp_path):
@@ -412,6 +412,24 @@ def test_cli_three_sets_rsa(tmp_path, capsys):
     assert "does not license" in r.stderr
     r = _cli(capsys, *paths, "--layers-a", "0,last_prenorm")
     assert r.returncode == 2 and "one layer" in r.stderr
+
+
+def test_three_sets_of_one_model_and_the_matrixs_chance_level(tmp_path, capsys):
+    """Three state sets of one model (prompts, checkpoints) are compared, each named by its file too (they were
+    refused: "both named"); the models × models table carries plain CKA's chance level (rv_null_mean) and its note,
+    as the two-set table does (a walkthrough found two unrelated sets read CKA 0.10 beside debiased -0.002, unsaid)."""
+    rng = np.random.default_rng(13)
+    paths = [write_states(tmp_path / f"p{i}.states", np.arange(40), {"last_prenorm": rng.normal(size=(40, 30))},
+                          scan={"model": "org/one"}) for i in range(3)]
+    out = tmp_path / "m.csv"
+    r = _cli(capsys, *paths, "--out", out)
+    assert r.returncode == 0, r.stderr
+    t = pd.read_csv(out)
+    assert set(t["model_a"]) | set(t["model_b"]) == {f"org/one [p{i}]" for i in range(3)}
+    assert (t["rv_null_mean"] > 0.3).all() and (t["cka"] > t["cka_debiased"] + 0.2).all()
+    assert "plain RV and CKA are inflated" in r.stderr and "named by their files too" in r.stderr
+    r = _cli(capsys, paths[0], paths[0], paths[1])
+    assert r.returncode == 2 and "given twice" in r.stderr
 
 
 def test_constant_nan_and_inf_layers_are_undefined_not_a_traceback(tmp_path, capsys):

@@ -410,15 +410,20 @@ def _run_similarity(args) -> int:
             raise UserError("with three or more state sets give one layer, as --layers-a LAYER")
         from ..states import open_states
 
+        opened = [open_states(p) for p in inputs]
+        seen = [s.path.resolve() for s in opened]
+        if len(set(seen)) < len(seen):
+            twice = next(p for p in seen if seen.count(p) > 1)
+            raise UserError(f"{twice}: given twice; give each state set once")
+        many = {s.name for s in opened if [o.name for o in opened].count(s.name) > 1}
         sets = {}
-        for p in inputs:
-            s = open_states(p)
-            if s.name in sets:
-                raise UserError(f"two state sets are both named {s.name!r} (manifest scan.model); "
-                                "compare them as A B instead")
-            sets[s.name] = s
+        for s in opened:  # sets of one model (prompts, checkpoints): each by its scan file's (or folder's) name too
+            name = f"{s.name} [{(s.scan_path or s.path).stem}]" if s.name in many else s.name
+            sets[f"{s.name} [{s.scan_path or s.path}]" if name in sets else name] = s  # one stem in two folders
         res = representation_agreement(sets, layer=layer, metadata=args.metadata, n_perm=args.n_perm,
                                        seed=args.seed, join=args.join or "auto")
+        if many:
+            res.notes.append(f"sets of one model are named by their files too: {', '.join(k for k in sets if '[' in k)}")
     _report_drops(res)
     tables = res.tables()
     name = args.table or next(iter(tables))

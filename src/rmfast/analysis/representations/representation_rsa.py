@@ -16,7 +16,7 @@ from ...states import canonical_layer
 from ..stats.permutation import N_PERM
 from ..data.results import Result
 from .similarity import MEASURES, _as_set, _check_n, _shifts, _variant_values, align
-from .similarity_guards import LAYER0_WHY, layer_defect
+from .similarity_guards import LAYER0_WHY, dominance_note, layer_defect, small_n_note
 
 
 LICENSE = (
@@ -31,8 +31,8 @@ LICENSE = (
 
 @dataclass(kw_only=True)
 class RepresentationAgreementResult(Result):
-    """pairs: model_a, model_b, layer, n, cka, cka_debiased, rv, rv2, undefined (why the measures are NaN, ""
-    where defined) (one row per unordered pair).
+    """pairs: model_a, model_b, layer, n, cka, cka_debiased, rv, rv2, rv_null_mean (plain RV/CKA's chance level),
+    undefined (why the measures are NaN, "" where defined) (one row per unordered pair).
     rsa: measure, predictor, r, p_value, n_perm, exact, n_models, n_pairs.
     alignment: set, rows, duplicated, not_shared, shared (the candidates every model shares).
     """
@@ -99,9 +99,13 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_p
             o = _variant_values(a, b, ra, rb, [layer], [layer], ["obs"], seed=seed,
                                 chunk_rows=chunk_rows, shifts=sh)["obs"][(layer, layer)]
             rows.append({"model_a": names[i], "model_b": names[j], "layer": layer, "n": al.n,
-                         **{m: o[m] for m in MEASURES}})
+                         **{m: o[m] for m in MEASURES}, "rv_null_mean": o["rv_null_mean"]})
     res = RepresentationAgreementResult(pairs=pd.DataFrame(rows), alignment=al.counts, layer=layer)
     _say_undefined(res, dict(zip(names, zip(opened, al.rows))), layer)
+    # the pairwise table's two notes, for the matrix: plain CKA near its chance level, one candidate setting a layer
+    for note in (small_n_note(res.pairs, al.n, {k: s.hidden_size for k, s in zip(names, opened)}),
+                 dominance_note([(k, s, [layer], r) for k, s, r in zip(names, opened, al.rows)])):
+        res.notes += [note] if note else []
     preds: dict[str, pd.DataFrame] = {}
     if metadata is not None:
         matched, unmatched = match_metadata(names, load_model_metadata(metadata))

@@ -75,14 +75,12 @@ import pandas as pd
 from ...errors import UserError
 from ...states import StatesSet, canonical_layer, open_states
 from ..data.results import Result
-from .similarity_guards import MEASURES, check_replicates, dominance_note, undefined_reasons
+from .similarity_guards import MEASURES, NULL_NOTE, check_replicates, dominance_note, small_n_note, undefined_reasons  # noqa: F401
 from .similarity_progress import progress_bar, timed
 from .similarity_bootstrap import MIN_TRUSTED_BOOTSTRAP, bootstrap_interval  # noqa: F401 (re-exported)
 
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
-#: the note on small n: plain RV/CKA's chance level (rv_null_mean) at or above this
-NULL_NOTE = 0.05
 
 
 # ---------------------------------------------------------------- n × n definitions (tests)
@@ -624,14 +622,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     pairs["undefined"], undefined = undefined_reasons(pairs, a, b, la, lb, ra, rb)
     if undefined:
         res.notes.append(undefined)
-    res.notes += [note] if (note := dominance_note(a, b, la, lb, ra, rb)) else []
-    null = pairs["rv_null_mean"].where(np.isfinite(pairs["rv_null_mean"]))
-    worst = pairs.loc[null.idxmax()] if null.notna().any() else None  # None: no pair is defined
-    if worst is not None and (worst["rv_null_mean"] >= NULL_NOTE or n <= max(p, q)):
-        res.notes.append(
-            f"n = {n:,} is small relative to the dimension (d_a = {p}, d_b = {q}; effective dimension "
-            f"gives a chance level of plain RV/CKA up to {worst['rv_null_mean']:.3f}, at {worst['layer_a']} × "
-            f"{worst['layer_b']}): plain RV and CKA are inflated here; read rv2 and cka_debiased")
+    res.notes += [note] if (note := dominance_note([("A", a, la, ra), ("B", b, lb, rb)])) else []
+    res.notes += [note] if (note := small_n_note(pairs, n, {"A": p, "B": q})) else []
     if bootstrap:
         res.notes.append(f"{level:.0%} median-recentred percentile bootstrap intervals over candidates ({bootstrap} "
                          f"replicates, seed {seed}; not Efron's bias-corrected interval): the replicates' percentiles "

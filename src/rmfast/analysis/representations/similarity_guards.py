@@ -96,15 +96,16 @@ def dominant_row(s, layer: str, rows: np.ndarray, chunk: int = 4096) -> tuple[fl
     return (float(a[i] / a.sum()) if a.sum() > 0 else float("nan")), i
 
 
-def dominance_note(a, b, la, lb, ra, rb) -> str | None:
-    """One note naming every layer of either set where one candidate carries a large share of the variance
+def dominance_note(sides) -> str | None:
+    """``sides``: (label, state set, layers, rows compared) each. One note naming every layer of any set where one
+    candidate carries a large share of the variance
     (:data:`DOMINANT_SHARE`), and which candidate: e.g. ``<|endoftext|>`` at 95% of a SmolLM2 layer over 1,000 tokens,
     where plain CKA read 0.997 and debiased CKA 0.063 for one pair, and 0.81/0.80 without that token (a walkthrough
     of the README's own example); None where no layer has one."""
-    n = len(ra)
+    n = len(sides[0][3])
     floor = max(DOMINANT_SHARE, DOMINANT_TIMES / max(n, 1))
     hits = []
-    for side, s, layers, rows in (("A", a, la, ra), ("B", b, lb, rb)):
+    for side, s, layers, rows in sides:
         texts = None
         for l in layers:
             share, i = dominant_row(s, l, rows)
@@ -120,3 +121,24 @@ def dominance_note(a, b, la, lb, ra, rb) -> str | None:
             "a layer is set by that one row (CKA reads near 1 where both layers share it and near 0 where one does "
             "not; debiased CKA and RV2 can disagree widely), so read them without it: leave it out of the scan (a "
             "special token: --exclude-special) and compare again")
+
+
+#: the note on small n: plain RV/CKA's chance level (rv_null_mean) at or above this
+NULL_NOTE = 0.05
+
+
+def small_n_note(pairs: pd.DataFrame, n: int, dims: dict) -> str | None:
+    """The note where plain RV/CKA are inflated: the largest chance level of ``pairs`` (its ``rv_null_mean``) at or
+    above :data:`NULL_NOTE`, or n at most a set's dimension (``dims``: label -> d); None otherwise."""
+    null = pairs["rv_null_mean"].where(np.isfinite(pairs["rv_null_mean"]))
+    if not null.notna().any():  # no pair is defined
+        return None
+    worst = pairs.loc[null.idxmax()]
+    if worst["rv_null_mean"] < NULL_NOTE and n > max(dims.values()):
+        return None
+    at = " × ".join(str(worst[c]) for c in (("model_a", "model_b") if "model_a" in worst.index else ("layer_a", "layer_b")))
+    d = ", ".join(f"d of {k} = {v}" for k, v in dims.items())
+    why = (f"n = {n:,} is at most the dimension ({d})" if n <= max(dims.values()) else
+           f"the layers' effective dimension against n = {n:,} ({d})")
+    return (f"{why} gives plain RV/CKA a chance level up to {worst['rv_null_mean']:.3f} (at {at}): "
+            "plain RV and CKA are inflated here; read rv2 and cka_debiased")
