@@ -327,6 +327,9 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         assert r.status_code == 413 and "over --max-request-tokens 64" in r.json()["error"]["message"]
         n = len(tok(long, add_special_tokens=False)["input_ids"])
         assert f"is {n} tokens" in r.json()["error"]["message"]
+        r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["ok", "x " * 1_100_000]}]})
+        assert r.status_code == 413 and "2,200,000 characters" in r.text, r.text[:300]
+        assert "merges" not in r.text  # what it said before: with advice to score it another way
         r = post("/get_reward", json={"query": ["a b", "c d", "e f", "g h"]})  # never fits: a 429 would loop
         assert r.status_code == 413 and "--max-queue 3" in r.json()["error"]["message"]
         for states in ("last", True, [8]):  # whatever its type: the one documented line

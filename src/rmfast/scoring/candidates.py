@@ -440,7 +440,7 @@ def tokenize_in_context(tokenizer, tmpl, texts: list[str], *, compat: str | None
         rows = []
         for i, (t, ids) in enumerate(zip(texts, responses_ids(tokenizer, tmpl, texts))):  # one tokenizer batch
             if ids is None:
-                raise UserError(f"candidate {i + 1} {t[:40]!r} merges with the template around it when tokenized in "
+                raise MergesWithTemplate(f"candidate {i + 1} {t[:40]!r} merges with the template around it when tokenized in "
                                 "context, so its ids are not its own; drop it, or score the whole re-tokenized "
                                 "conversation with --compat decode-retokenize")
             rows.append(Row(ids))
@@ -468,13 +468,20 @@ def tokenize_rows(tokenizer, rows, tmpls, *, compat: str | None = None, head: st
 
 
 def _one_row(tokenizer, r, tmpls, compat: str | None, head: str) -> Row:
+    from ..template import RENDER_CHARS
+
     ci, text, i, j = r
     try:
         (row,) = tokenize_in_context(tokenizer, tmpls[ci], [text], compat=compat, head=head)
-    except UserError:
+    except MergesWithTemplate:
         raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) merges with the template around it "
                         "when tokenized in context, so its ids are not its own; drop it, or score the whole "
                         "re-tokenized conversation with compat='decode-retokenize'") from None
+    except UserError as e:  # the template's renderer refused it (its size bound): named, never called a merge
+        if len(text) > RENDER_CHARS:
+            raise TooLong(f"response {j} of conversation {i} is {len(text):,} characters: over the chat template "
+                          f"renderer's limit of {RENDER_CHARS:,} (and far past the model's positions); shorten it") from None
+        raise UserError(f"response {j} of conversation {i}: {e.cli_message()}") from None
     return row
 
 
@@ -513,6 +520,10 @@ def ids_digest(rows: list[Row]) -> str:
         h.update(np.asarray(r.ids, dtype=np.int64).tobytes())
         h.update(b"|" if r.template is None else b"#" + np.asarray(r.template.prefix_ids, dtype=np.int64).tobytes())
     return h.hexdigest()
+
+
+class MergesWithTemplate(UserError):
+    """A text whose ids, tokenized in context, are not its own (it merges with the template around it)."""
 
 
 class TooLong(UserError):

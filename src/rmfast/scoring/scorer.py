@@ -406,7 +406,19 @@ class RewardScorer:
         rows = [(i, text, i, j) for i, rs in enumerate(responses) for j, text in enumerate(rs)]
         limit = max_positions(self.model)
         out = [[False] * len(rs) for rs in responses]
-        for (i, _, _, j), row in zip(rows, tokenize_rows(self.tokenizer, rows, tmpls, compat=compat, head=self.head)):
+        try:
+            got = tokenize_rows(self.tokenizer, rows, tmpls, compat=compat, head=self.head)
+        except TooLong:  # a response past what the template renders (millions of characters): it, not the call
+            got = []
+            for r in rows:
+                try:
+                    got.append(tokenize_rows(self.tokenizer, [r], tmpls, compat=compat, head=self.head)[0])
+                except TooLong:
+                    got.append(None)
+        for (i, _, _, j), row in zip(rows, got):
+            if row is None:
+                out[i][j] = True
+                continue
             t, n = row.template or tmpls[i], len(row.ids)
             out[i][j] = bool(self.max_tokens is not None and n > int(self.max_tokens)
                              or limit is not None and len(t.prefix_ids) + n + len(t.suffix_ids) > limit)

@@ -39,7 +39,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import UserError
-from ..scoring.candidates import tokenize_rows
+from ..scoring.candidates import TooLong, tokenize_rows
 from ..scoring.conversation import as_conversation
 from ..scoring.rendered import check_not_rendered, template_marks
 from ..template import build_template
@@ -260,6 +260,8 @@ class Ctx:
                                 "sampled text: send compat: decode-retokenize, which scores it as an empty turn)")
             rows = tokenize_rows(self.core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses) if r.strip()],
                                  [t], compat=compat)
+        except TooLong as e:  # a response past what the template renders (millions of characters)
+            raise ApiError(413, str(e)) from None
         except UserError as e:
             raise ApiError(422, str(e)) from None
         if blank and not t.suffix_ids:
