@@ -299,6 +299,7 @@ def test_each_groups_prompt_is_encoded_once_from_single_requests(rm):
     assert m["rmfast_prompt_encodings_total"] == 8 and m["rmfast_prompt_reencodings_total"] == 0
     assert m["rmfast_prompt_hits_total"] == 56 and m['rmfast_samples_by_split_total{rule="header"}'] == 64
     assert m['rmfast_requests_total{route="/get_reward",code="200"}'] == 64
+    assert m["rmfast_request_seconds_count"] == 64 and m["rmfast_wave_seconds_total"] > 0
     assert {"gemm_rows", "split", "rows", "prompt_cache", "engine"} <= set(models["decisions"])
     assert m["rmfast_batch_tokens_total"] == core.stats.real_tokens  # packed rows: no pad in any GEMM
 
@@ -370,6 +371,13 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         r = post("/get_reward", json={"query": ["a b"], "labels": [1, 2, 3]})
         assert r.status_code == 422 and r.json()["error"]["message"] == "labels: 3 labels for 1 queries; send one per query"
         assert httpx.get(f"{url}/health").json()["status"] == "ok"  # the server is alive
+        # an unknown path is counted as "other" (a label per path grew without bound), and only scoring requests
+        # answered 200 are in the latency histogram (errors and /health mixed into it)
+        m = parse(httpx.get(f"{url}/metrics").text)
+        assert not [k for k in m if "/nope" in k] and m['rmfast_requests_total{route="other",code="404"}'] >= 1
+        ok = sum(v for k, v in m.items() if k.startswith("rmfast_requests_total") and 'code="200"' in k
+                 and 'route="/health"' not in k and 'route="/metrics"' not in k)
+        assert m["rmfast_request_seconds_count"] == ok
 
 
 def test_a_full_queue_is_429_with_retry_after(rm):
@@ -697,6 +705,7 @@ def test_the_command_starts_says_one_line_and_drains_on_sigterm(tiny_dir, tmp_pa
                 break
         banner = lines[-1]
         assert f"http://127.0.0.1:{port}" in banner and "cpu, float32" in banner and "POST /get_reward" in banner, lines
+        assert "queries as sent" in banner and "at most 4096 samples waiting" in banner, banner  # --rerender, limits
         url = f"http://127.0.0.1:{port}"
         with cf.ThreadPoolExecutor(1) as pool:
             first = pool.submit(httpx.post, f"{url}/get_reward", json={"query": ["Hello there, friend"]}, timeout=60)

@@ -82,9 +82,13 @@ def run(args) -> int:
     app, sched = make_app(core, opts, name=args.model, revision=revision_of(core.model_info), key=key)
     p = next(core.model.parameters())
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
-    banner = (f"rmfast serve: {args.model} on {p.device}, {str(p.dtype).replace('torch.', '')}, "
+    limit = opts.max_request_tokens or core.limit
+    banner = (f"rmfast serve: {args.model} on {p.device}, {str(p.dtype).replace('torch.', '')} "
+              f"({core.decisions.get('dtype', {}).get('reason', 'asked for').split(':')[0]}), "
               f"http://{host}:{opts.port} ({'API key required' if key else 'no API key'}; gemm rows "
-              f"{core.decisions['gemm_rows']['value']}); routes: {', '.join(ROUTES)}")
+              f"{core.decisions['gemm_rows']['value']}; /get_reward queries {'rendered again' if opts.rerender else 'as sent'}"
+              f"; at most {opts.max_queue} samples waiting, {limit if limit else 'any number of'} tokens a sample, "
+              f"{opts.timeout_s:g} s a request); routes: {', '.join(ROUTES)}")
     for line in start_notes(args.random_head_seed, opts, core.limit):
         print(f"rmfast serve: note: {line}", file=sys.stderr, flush=True)
     return run_server(app, sched, opts, banner)

@@ -145,7 +145,14 @@ class Ctx:
         self._marks: tuple | None = None  # the RM's template's special tokens (template_marks), once
         self._turn_end: tuple | None = None  # the ids the RM's template ends a reply with (its suffix), once
         self.said_short_end = False
+        self._paths: frozenset | None = None
         self.other_names: set = set()  # /classify model names not this server's, said once each
+
+    def paths(self, app) -> frozenset:
+        """The app's route paths (the metrics' route labels; any other path is counted as "other")."""
+        if self._paths is None:
+            self._paths = frozenset(r.path for r in app.routes if hasattr(r, "methods"))
+        return self._paths
 
     def check_key(self, request) -> None:
         if self.config.api_key is None:
@@ -387,7 +394,10 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
             resp = _error(503, DRAINING)
         else:
             resp = await call_next(request)
-        ctx.metrics.request(request.url.path, resp.status_code, time.perf_counter() - t0)
+        path = request.url.path
+        route = path if path in ctx.paths(app) else "other"
+        ctx.metrics.request(route, resp.status_code, time.perf_counter() - t0,
+                            scored=request.method == "POST" and route != "other" and resp.status_code == 200)
         return resp
 
 

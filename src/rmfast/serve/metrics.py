@@ -33,12 +33,16 @@ class Metrics:
         with self._lock:
             self.reward_reads[read] = self.reward_reads.get(read, 0) + 1
 
-    def request(self, route: str, code: int, seconds: float) -> None:
+    def request(self, route: str, code: int, seconds: float, scored: bool = True) -> None:
+        """One request answered: counted by ``route`` (one of the app's, or "other": a label per unknown path would
+        grow without bound under a port scanner) and ``code``; its latency in the histogram where ``scored`` (an
+        answered scoring request: 4xx, 429s and /health would mix into the scoring latency)."""
         with self._lock:
             self.requests[(route, int(code))] = self.requests.get((route, int(code)), 0) + 1
-            self.buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
-            self.latency_sum += seconds
-            self.latency_n += 1
+            if scored:
+                self.buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+                self.latency_sum += seconds
+                self.latency_n += 1
 
     def text(self, core, scheduler) -> str:
         out = []
@@ -56,7 +60,7 @@ class Metrics:
             for le, n in zip([*map(str, LATENCY_BUCKETS), "+Inf"], self.buckets):
                 cum += n
                 rows.append((f'_bucket{{le="{le}"}}', cum))
-            out.append("# HELP rmfast_request_seconds request latency, arrival to answer")
+            out.append("# HELP rmfast_request_seconds latency of the scoring requests answered 200, arrival to answer")
             out.append("# TYPE rmfast_request_seconds histogram")
             out.extend(f"rmfast_request_seconds{lab} {v}" for lab, v in rows)
             out.append(f"rmfast_request_seconds_sum {self.latency_sum:.6f}")
@@ -69,6 +73,10 @@ class Metrics:
             metric("rmfast_queue_samples", "gauge", "samples waiting for a wave", [("", scheduler.n_waiting)])
             metric("rmfast_in_flight_requests", "gauge", "requests submitted and not yet answered",
                    [("", scheduler.in_flight)])
+            if hasattr(scheduler, "wave_s_total"):
+                metric("rmfast_wave_seconds_total", "counter", "seconds the waves took to score (over "
+                       "rmfast_waves_total: the mean wave time; over rmfast_samples_total: per sample)",
+                       [("", round(scheduler.wave_s_total, 6))])
             if hasattr(scheduler, "n_running"):
                 metric("rmfast_running_samples", "gauge", "samples of the wave being scored (it runs to its end, "
                        "whether or not their clients are still there)", [("", scheduler.n_running)])

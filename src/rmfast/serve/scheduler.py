@@ -69,6 +69,7 @@ class Scheduler:
         self._task: asyncio.Task | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmfast-wave")
         self.wave_s_avg = 0.0  # for Retry-After
+        self.wave_s_total = 0.0  # /metrics
 
     async def start(self) -> None:
         self._wake = asyncio.Event()
@@ -161,6 +162,7 @@ class Scheduler:
                     self.n_running = 0
                 dt = time.perf_counter() - t0
                 self.wave_s_avg = dt if self.wave_s_avg == 0 else 0.8 * self.wave_s_avg + 0.2 * dt
+                self.wave_s_total += dt
                 k = 0
                 for r in wave:
                     n = len(r.samples)
