@@ -331,6 +331,14 @@ def test_bad_inputs(tmp_path):
     a, b, _, _ = _write_pair(tmp_path)
     with pytest.raises(UserError, match="no layer '7'"):
         similarity(a, b, layers_a="7", bootstrap=0, permutations=0)
+    both = similarity(a, b, layers_a="all", layers_b="last_prenorm", bootstrap=0, permutations=0)  # --states' word
+    assert list(both.pairs["layer_a"]) == open_states(a).layers
+    s = open_states(a)  # rows are positions: a fraction was read as its floor (1.7 as row 1)
+    with pytest.raises(UserError, match=r"whole numbers .*\[1.7\]"):
+        s.take("last_prenorm", np.array([1.7]))
+    assert (s.take("last_prenorm", np.array([1.0, 2])) == s.take("last_prenorm", np.array([1, 2]))).all()
+    with pytest.raises(UserError, match=r"out of range .*token_ids are in .keys"):
+        s.take("last_prenorm", np.array([s.n]))
     # no overlap (token ids of another candidate set)
     write_states(tmp_path / "c", np.arange(500, 520), {"last_prenorm": np.ones((20, 3))})
     with pytest.raises(UserError, match="share no candidates"):

@@ -272,6 +272,9 @@ def test_analyze_lens_bad_input(tiny_dir, tmp_path, capsys):
     assert one_line_error(rc, se) and "--lens" in se, se
     rc, _, se = run(["analyze", "lens", str(tmp_path / "nope.parquet")], capsys)
     assert one_line_error(rc, se), se
+    rc, _, se = _scan(tiny_dir, tmp_path / "l.parquet", capsys, "--lens")
+    rc, _, se = run(["analyze", "lens", str(tmp_path / "l.parquet"), "--k", "5000"], capsys)  # 600 rows
+    assert rc == 0 and "k = 5,000 is cut to 600 of the 600 rows" in se, se  # was cut silently, every overlap 1
 
 
 def test_disk_full_mid_scan_keeps_what_was_done(tiny_dir, tmp_path, monkeypatch, capsys):

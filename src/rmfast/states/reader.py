@@ -98,9 +98,14 @@ class StatesSet:
         Returns (len(rows), d) float32; bfloat16 is widened exactly, float16 exactly.
         """
         tensor = f"layer.{self.stored_name(layer)}"
-        rows = np.asarray(rows, dtype=np.int64)  # (m,)
+        got = np.asarray(rows)
+        if got.size and (got.dtype.kind not in "iuf" or got.dtype.kind == "f" and not np.array_equal(got, np.floor(got))):
+            raise UserError(f"{self.path}: rows must be whole numbers (row positions 0..{self.n - 1}), got "
+                            f"{got.ravel()[:3].tolist()}")  # 1.7 was read as row 1
+        rows = got.astype(np.int64).reshape(-1)  # (m,)
         if len(rows) and (rows.min() < 0 or rows.max() >= self.n):
-            raise UserError(f"{self.path}: row out of range 0..{self.n - 1}")
+            raise UserError(f"{self.path}: row out of range 0..{self.n - 1} (rows are positions in the set; its "
+                            f"{self.key}s are in .keys)")
         out = np.empty((len(rows), self.hidden_size), dtype=np.float32)  # (m, d)
         starts = np.cumsum([0] + [s.rows for s in self.shards])  # (shards+1,)
         which = np.searchsorted(starts, rows, side="right") - 1  # (m,) shard of each row

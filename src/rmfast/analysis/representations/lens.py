@@ -82,6 +82,9 @@ def lens(df: pd.DataFrame, *, k: int = 10) -> LensResult:
     if n < 2:
         raise UserError(f"the lens needs at least 2 scored rows; this scan has {n}")
     kk = min(k, n)
+    if kk * 2 > n:  # the top and bottom k then overlap, and at k >= n every overlap is 1 whatever the lens
+        ledger.note(f"k = {k:,} {'is cut to' if kk < k else 'is'} {kk:,} of the {n:,} rows: the top and bottom k "
+                    "overlap, so the overlaps say little (every one is 1 at k = n); give k under half the rows")
     score = d["score"].to_numpy(np.float64)
     order = np.argsort(-score, kind="stable")
     top, bottom = set(order[:kk]), set(order[::-1][:kk])

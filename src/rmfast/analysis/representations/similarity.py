@@ -505,7 +505,7 @@ def _layers(s: StatesSet, layers) -> list[str]:
     if layers is None:
         return s.layers
     if isinstance(layers, str):
-        layers = [x.strip() for x in layers.split(",") if x.strip()]
+        layers = s.layers if layers.strip() == "all" else [x.strip() for x in layers.split(",") if x.strip()]
     layers = [canonical_layer(str(l)) for l in layers]  # the old 'last': last_prenorm, with a warning
     for l in layers:
         s.check_layer(l)
