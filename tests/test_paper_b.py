@@ -123,6 +123,12 @@ def test_categories_paper_method_welch_over_rows_per_category_framing_panel():
     assert a_pos.mean_b < a_pos.mean_a and a_pos.p_bonferroni < 0.01  # llama ranks A higher
     with pytest.raises(UserError, match="method"):
         categories(d, dic, group_by=groups, method="R")
+    # a model none of whose texts is a dictionary word is named as left out (it vanished, only counted before)
+    gone = d[d["model"] == d["model"].iloc[0]].assign(model="org/no-words", text="zzz-not-a-word")
+    res = categories(pd.concat([d, gone]), dic, group_by={**groups, "org/no-words": "Llama"}, method="paper",
+                     mixed=False, n_perm=99)
+    assert "org/no-words" not in set(res.medians["model"])
+    assert any(n.startswith("left out: org/no-words: no scored text of it is a dictionary word") for n in res.notes)
 
 
 def test_paper_mixed_recovers_planted_effects_and_uses_nlme_df():

@@ -273,6 +273,10 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
                         "scored? (a scan of the vocabulary holds single tokens: --candidates scores its words)")
     for (m, p), n in df[~hit].groupby(["model", "prompt"], sort=False).size().items():
         ledger.drop("dictionary match", n, "text is not a dictionary word", model=m, prompt=p)
+    gone = [m for m in pd.unique(df["model"]) if not hit[df["model"] == m].any()]
+    if gone:  # a whole model left out: named, not only counted among the dropped rows
+        ledger.note(f"left out: {', '.join(map(str, gone))}: no scored text of {'it' if len(gone) == 1 else 'theirs'} is a "
+                    "dictionary word (a vocabulary scan holds single tokens: --candidates scores the dictionary's words)")
     _coverage_notes(cats, dic, ledger)
     words = df[hit]
     agg = {"mean": "mean", "max": "max", "first": "first"}[word_agg]
