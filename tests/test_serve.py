@@ -324,6 +324,8 @@ def test_bad_input_gets_its_status_and_one_line(rm):
                                                                          "messages (objects)")
         r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": "no list"}]})
         assert r.status_code == 422 and "responses" in r.json()["error"]["message"]
+        r = post("/v1/score", json={"convs": [{"prompt": "hi", "responses": ["ok"]}]})  # the misspelt field is named
+        assert r.status_code == 422 and r.json()["error"]["message"] == "conversations: Field required; not a field: convs"
         r = post("/get_reward", json={"query": [long]})
         assert r.status_code == 413 and "over --max-request-tokens 64" in r.json()["error"]["message"]
         n = len(tok(long, add_special_tokens=False)["input_ids"])

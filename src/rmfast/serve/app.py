@@ -89,8 +89,14 @@ def _validation_line(exc) -> tuple[int, str]:
         wants = " or ".join(dict.fromkeys(_TYPE_WORDS.get(str(t), str(t)) for t in tags))
         rest = len(errs) - len(tags)
         return 422, f"{_where(loc[:cut])}: expected {wants}" + (f" (and {rest} more)" if rest > 0 else "")
-    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-    return 422, f"{_where(loc)}: {errs[0].get('msg', 'invalid')}{more}"
+    extra = [_where(x) for x, e in zip(locs, errs) if e.get("type") == "extra_forbidden"]
+    if extra and errs[0].get("type") != "extra_forbidden":  # a missing field beside an unknown one: a misspelling?
+        extra_words = f"; not a field: {', '.join(extra[:3])}"
+    else:
+        extra_words = ""
+    n_more = len(errs) - 1 - (len(extra) if extra_words else 0)
+    more = f" (and {n_more} more)" if n_more > 0 else ""
+    return 422, f"{_where(loc)}: {errs[0].get('msg', 'invalid')}{extra_words}{more}"
 
 
 #: what a union member's type tag in a validation error's location means, in a client's words
