@@ -153,7 +153,7 @@ def test_order_stats_cache_and_errors(tok):
     assert st.n_responses == 17 and st.n_batches >= st.n_rows / 2
     s.score(CONVS[:1], RESPONSES[:1])
     assert s.last_stats.prompts_from_cache == 1
-    for convs, resps, msg in [(["a"], [], "1 conversations but 0"), (["a"], [[""]], "empty"),
+    for convs, resps, msg in [(["a"], [], "1 conversations but 0"), (["a"], [[""]], "is empty"), (["a"], [[" \n"]], "is only whitespace"),
                               ([[{"role": "assistant", "content": "x"}]], [["y"]], "last message must be the user's"),
                               (["a"], ["not a list"], "must be a list")]:
         with pytest.raises(UserError, match=msg):
@@ -497,7 +497,7 @@ def test_cli_score_system_column_with_message_prompts(tok, tmp_path, capsys):
     rows = tmp_path / "rows.csv"
     pd.DataFrame({"p": ["Hi", "Bye"] * 4, "r": ["a", "b", "c", "d", "e", "f", "g", "  "]}).to_csv(rows, index=False)
     rc, _, err = run(["score", rows, *argv[2:-2]], capsys)
-    assert one_line_error(rc, err) and "row 8 (response column) is empty" in err, err
+    assert one_line_error(rc, err) and "row 8 (response column) is only whitespace" in err, err
 
 
 def test_weights_changed_through_data_drop_the_cached_plans(tok):

@@ -339,7 +339,7 @@ def test_bad_input_gets_its_status_and_one_line(rm):
             r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["ok"]}], "states": states})
             assert r.status_code == 422 and "not served" in r.json()["error"]["message"], r.text
         r = post("/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["  "]}]})
-        assert r.status_code == 422 and "empty" in r.json()["error"]["message"]
+        assert r.status_code == 422 and "responses[0] is only whitespace" in r.json()["error"]["message"]
         for r in (post("/get_reward", json={"query": ["x"]}),):  # one token: no prompt and response
             assert r.status_code == 400 and "at least two tokens" in r.json()["error"]["message"]
         assert all("Traceback" not in x for x in (r.text,))

@@ -139,6 +139,11 @@ class _Where:
         return f"conversation {self.conversation} response {self.response}"
 
 
+def _blank(text) -> str:
+    """What a response that is no text is, in words: "empty", "only whitespace", or its type."""
+    return type(text).__name__ if not isinstance(text, str) else "only whitespace" if text else "empty"
+
+
 def _split(x, shape: list[int]) -> list:
     """A flat (n,) array as a list of float lists, or a flat (n, Dm) tensor as a list of tensors, of ``shape`` rows."""
     out, k = [], 0
@@ -381,7 +386,7 @@ class RewardScorer:
             shape.append(len(rs))
             for j, text in enumerate(rs):
                 if not isinstance(text, str) or not text.strip():
-                    raise UserError(f"response {j} of conversation {i} is {'empty' if isinstance(text, str) else type(text).__name__}; "
+                    raise UserError(f"response {j} of conversation {i} is {_blank(text)}; "
                                     "every response needs some text")
                 check_text(text, f"response {j} of conversation {i}")  # not "merges with the template"
                 if (ci, text) not in index:

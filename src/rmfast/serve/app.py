@@ -269,7 +269,8 @@ class Ctx:
         try:
             t = self.template(prompt, f"{where}.prompt", rendered_ok)
             if blank and compat is None:
-                raise UserError(f"{where}.responses[{blank[0]}] is empty; every response needs some text (a policy's "
+                raise UserError(f"{where}.responses[{blank[0]}] is {'only whitespace' if responses[blank[0]] else 'empty'}; "
+                                "every response needs some text (a policy's "
                                 "sampled text: send compat: decode-retokenize, which scores it as an empty turn)")
             rows = tokenize_rows(self.core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses) if r.strip()],
                                  [t], compat=compat)
