@@ -153,7 +153,8 @@ def test_order_stats_cache_and_errors(tok):
     assert st.n_responses == 17 and st.n_batches >= st.n_rows / 2
     s.score(CONVS[:1], RESPONSES[:1])
     assert s.last_stats.prompts_from_cache == 1
-    for convs, resps, msg in [(["a"], [], "1 conversations but 0"), (["a"], [[""]], "is empty"), (["a"], [[" \n"]], "is only whitespace"),
+    for convs, resps, msg in [(["a"], [], "1 conversations but 0"), (["a"], [[""]], "is empty"),
+                              (["a"], [[" \n"]], "is only whitespace"),
                               ([[{"role": "assistant", "content": "x"}]], [["y"]], "last message must be the user's"),
                               (["a"], ["not a list"], "must be a list")]:
         with pytest.raises(UserError, match=msg):
@@ -161,6 +162,13 @@ def test_order_stats_cache_and_errors(tok):
         assert s.last_stats.n_responses == 0  # a refused call leaves no earlier call's figures
     with pytest.raises(UserError, match="max_tokens 2"):
         RewardScorer(model, tok, max_tokens=2).score(["a"], [["one two three four"]])
+    # past what the chat template renders: TooLong naming its length (it was "merges with the template"), and
+    # too_long (the GRPO adapter's) marks it rather than raise
+    huge = "x " * 1_100_000
+    with pytest.raises(UserError, match="response 1 of conversation 0 is 2,200,000 characters") as e:
+        s.score(["a"], [["ok", huge]])
+    assert type(e.value).__name__ == "TooLong" and "merges" not in str(e.value)
+    assert s.too_long(["a"], [["ok", huge]]) == [[False, True]]
 
 
 def test_threads_get_the_serial_scores(tok):

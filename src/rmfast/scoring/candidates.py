@@ -449,7 +449,8 @@ def tokenize_in_context(tokenizer, tmpl, texts: list[str], *, compat: str | None
     return [_compat_row(tmpl, ids, head) for ids in render(list(texts))]  # authors rows: the same response ids
 
 
-def tokenize_rows(tokenizer, rows, tmpls, *, compat: str | None = None, head: str = "score") -> list[Row]:
+def tokenize_rows(tokenizer, rows, tmpls, *, compat: str | None = None, head: str = "score",
+                  long_ok: bool = False) -> list[Row | None]:
     """:func:`tokenize_in_context` of a job's rows, ``(conversation number, text, i, j)`` each (response j of
     input conversation i), a conversation's texts in one batch; a text that merges with the template around
     it is named by response and conversation (its conversation's texts re-tried one by one to find it)."""
@@ -461,13 +462,13 @@ def tokenize_rows(tokenizer, rows, tmpls, *, compat: str | None = None, head: st
         try:
             batch = tokenize_in_context(tokenizer, tmpls[ci], [rows[k][1] for k in ks], compat=compat, head=head)
         except UserError:
-            batch = [_one_row(tokenizer, rows[k], tmpls, compat, head) for k in ks]  # raises, naming the response
+            batch = [_one_row(tokenizer, rows[k], tmpls, compat, head, long_ok) for k in ks]  # raises, naming it
         for k, row in zip(ks, batch):
             got[k] = row
     return got
 
 
-def _one_row(tokenizer, r, tmpls, compat: str | None, head: str) -> Row:
+def _one_row(tokenizer, r, tmpls, compat: str | None, head: str, long_ok: bool = False) -> Row | None:
     from ..template import RENDER_CHARS
 
     ci, text, i, j = r
@@ -478,6 +479,8 @@ def _one_row(tokenizer, r, tmpls, compat: str | None, head: str) -> Row:
                         "when tokenized in context, so its ids are not its own; drop it, or score the whole "
                         "re-tokenized conversation with compat='decode-retokenize'") from None
     except UserError as e:  # the template's renderer refused it (its size bound): named, never called a merge
+        if len(text) > RENDER_CHARS and long_ok:
+            return None
         if len(text) > RENDER_CHARS:
             raise TooLong(f"response {j} of conversation {i} is {len(text):,} characters: over the chat template "
                           f"renderer's limit of {RENDER_CHARS:,} (and far past the model's positions); shorten it") from None

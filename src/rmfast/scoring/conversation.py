@@ -25,6 +25,15 @@ class Conversation:
     history: tuple = ()  # ((role, content), ...) between the system message and the final user turn
 
 
+def blank_words(text) -> str:
+    """What a response that is no text is, in words: "empty", "only whitespace", or its type.
+
+    >>> blank_words(""), blank_words("  "), blank_words(None)
+    ('empty', 'only whitespace', 'NoneType')
+    """
+    return type(text).__name__ if not isinstance(text, str) else "only whitespace" if text else "empty"
+
+
 def as_list(x, what: str, each: str) -> list:
     """``x`` (a list, tuple, array or generator of ``each``) as a list. A string is refused (iterated, it would be
     scored character by character), as are bytes, a dict, None and a scalar: one line naming ``what``.

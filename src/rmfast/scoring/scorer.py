@@ -62,7 +62,7 @@ from ..template import Template, build_template, check_text
 from .batching import Group, count_nonfinite, length_buckets, score_groups
 from .states_stream import Collect
 from .candidates import TooLong, check_context, max_positions, tokenize_rows
-from .conversation import Conversation, as_conversation, as_list, call_lists, messages_of
+from .conversation import Conversation, as_conversation, as_list, blank_words, call_lists, messages_of
 from .decisions import decide
 from .options import ScoringOptions, whole_number
 from .score_stats import ScoreStats
@@ -137,11 +137,6 @@ class _Where:
 
     def __str__(self) -> str:
         return f"conversation {self.conversation} response {self.response}"
-
-
-def _blank(text) -> str:
-    """What a response that is no text is, in words: "empty", "only whitespace", or its type."""
-    return type(text).__name__ if not isinstance(text, str) else "only whitespace" if text else "empty"
 
 
 def _split(x, shape: list[int]) -> list:
@@ -386,7 +381,7 @@ class RewardScorer:
             shape.append(len(rs))
             for j, text in enumerate(rs):
                 if not isinstance(text, str) or not text.strip():
-                    raise UserError(f"response {j} of conversation {i} is {_blank(text)}; "
+                    raise UserError(f"response {j} of conversation {i} is {blank_words(text)}; "
                                     "every response needs some text")
                 check_text(text, f"response {j} of conversation {i}")  # not "merges with the template"
                 if (ci, text) not in index:
@@ -411,21 +406,10 @@ class RewardScorer:
         rows = [(i, text, i, j) for i, rs in enumerate(responses) for j, text in enumerate(rs)]
         limit = max_positions(self.model)
         out = [[False] * len(rs) for rs in responses]
-        try:
-            got = tokenize_rows(self.tokenizer, rows, tmpls, compat=compat, head=self.head)
-        except TooLong:  # a response past what the template renders (millions of characters): it, not the call
-            got = []
-            for r in rows:
-                try:
-                    got.append(tokenize_rows(self.tokenizer, [r], tmpls, compat=compat, head=self.head)[0])
-                except TooLong:
-                    got.append(None)
-        for (i, _, _, j), row in zip(rows, got):
-            if row is None:
-                out[i][j] = True
-                continue
-            t, n = row.template or tmpls[i], len(row.ids)
-            out[i][j] = bool(self.max_tokens is not None and n > int(self.max_tokens)
+        for (i, _, _, j), row in zip(rows, tokenize_rows(self.tokenizer, rows, tmpls, compat=compat, head=self.head,
+                                                          long_ok=True)):  # None: past what the template renders
+            t, n = (tmpls[i], 0) if row is None else (row.template or tmpls[i], len(row.ids))
+            out[i][j] = bool(row is None or self.max_tokens is not None and n > int(self.max_tokens)
                              or limit is not None and len(t.prefix_ids) + n + len(t.suffix_ids) > limit)
         return out
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..scoring.candidates import TooLong, tokenize_rows
-from ..scoring.conversation import as_conversation
+from ..scoring.conversation import as_conversation, blank_words
 from ..scoring.rendered import check_not_rendered, template_marks
 from ..template import build_template
 from .core import ServeCore
@@ -269,7 +269,7 @@ class Ctx:
         try:
             t = self.template(prompt, f"{where}.prompt", rendered_ok)
             if blank and compat is None:
-                raise UserError(f"{where}.responses[{blank[0]}] is {'only whitespace' if responses[blank[0]] else 'empty'}; "
+                raise UserError(f"{where}.responses[{blank[0]}] is {blank_words(responses[blank[0]])}; "
                                 "every response needs some text (a policy's "
                                 "sampled text: send compat: decode-retokenize, which scores it as an empty turn)")
             rows = tokenize_rows(self.core.tokenizer, [(0, r, k, j) for j, r in enumerate(responses) if r.strip()],
