@@ -155,7 +155,8 @@ def test_order_stats_cache_and_errors(tok):
     assert s.last_stats.prompts_from_cache == 1
     for convs, resps, msg in [(["a"], [], "1 conversations but 0"), (["a"], [[""]], "is empty"),
                               (["a"], [[" \n"]], "is only whitespace"),
-                              ([[{"role": "assistant", "content": "x"}]], [["y"]], "last message must be the user's"),
+                              ([[{"role": "assistant", "content": "x"}]], [["y"]], "last message must be the user's .*; its last is a 'assistant' message"),
+                              ([[{"role": "wizard", "content": "x"}]], [["y"]], "its last is a 'wizard' message"),
                               (["a"], ["not a list"], "must be a list")]:
         with pytest.raises(UserError, match=msg):
             s.score(convs, resps)

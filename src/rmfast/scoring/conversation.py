@@ -79,7 +79,9 @@ def as_conversation(c, where: str = "conversation") -> Conversation:
                             "conversations of role and content only (the chat template would render the others, so "
                             "dropping them would change the score): remove them, or fold them into the content")
     if not msgs or msgs[-1]["role"] != "user":
-        raise UserError(f"{where}: the last message must be the user's (the response is the assistant's next turn)")
+        got = f"; its last is a {msgs[-1]['role']!r} message" if msgs else "; there is none"
+        raise UserError(f"{where}: the last message must be the user's (the response is the assistant's next turn)"
+                        + got)
     if not msgs[-1]["content"].strip():
         raise UserError(f"{where}: the final user message is empty")
     system = msgs[0]["content"] if msgs[0]["role"] == "system" else None
