@@ -508,6 +508,23 @@ def test_a_client_that_disconnects_costs_nobody_their_result(rm):
     assert scored == 1, scored  # the gone client's sample left the queue: it was scored too (uvicorn never cancels)
 
 
+def test_a_client_gone_mid_body_is_logged_as_gone(rm, caplog):
+    """A client that closes halfway through sending its body is logged as gone, not as a body that is not UTF-8."""
+    app, _ = _app(rm)
+    with running(app) as url, caplog.at_level("WARNING", logger="rmfast.serve"):
+        port = int(url.rsplit(":", 1)[1])
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                  b'{"conversations": [')
+        time.sleep(0.2)
+        s.close()
+        deadline = time.monotonic() + 10
+        while not [r for r in caplog.records if "/v1/score" in r.getMessage()] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    said = [r.getMessage() for r in caplog.records if "/v1/score" in r.getMessage()]
+    assert said and "-> 499: the client disconnected while sending its body" in said[0], said
+
+
 # ---------------------------------------------------------------------------------- clients
 
 

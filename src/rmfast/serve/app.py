@@ -387,7 +387,8 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc):  # no route (404), a wrong method (405), a body not read (400)
-        return logged(request, exc.status_code, _http_line(app, request, exc), getattr(exc, "headers", None))
+        return logged(request, 499 if _gone_mid_body(exc) else exc.status_code, _http_line(app, request, exc),
+                      getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _other(request: Request, exc: Exception):
@@ -408,6 +409,13 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
         return resp
 
 
+def _gone_mid_body(exc) -> bool:
+    """Whether FastAPI's 400 "error parsing the body" was the client going away while it sent the body."""
+    from starlette.requests import ClientDisconnect
+
+    return exc.status_code == 400 and isinstance(exc.__cause__, ClientDisconnect)
+
+
 def _http_line(app, request, exc) -> str:
     """One line for an HTTP error FastAPI raised itself, naming what the server does have."""
     routes = sorted(f"{m} {r.path}" for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD")
@@ -416,6 +424,8 @@ def _http_line(app, request, exc) -> str:
     if exc.status_code == 405:
         return f"{request.url.path} does not take {request.method}; it takes " + ", ".join(
             r.split()[0] for r in routes if r.split()[1] == request.url.path)
+    if _gone_mid_body(exc):  # not a bad body (nobody reads the answer): a 499 in the log and the metrics
+        return "the client disconnected while sending its body"
     if exc.status_code == 400 and "parsing the body" in str(exc.detail):
         return "the body could not be read as JSON (is it UTF-8?)"
     return str(exc.detail).splitlines()[0][:300] if exc.detail else f"HTTP {exc.status_code}"
