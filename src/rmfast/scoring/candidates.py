@@ -440,9 +440,9 @@ def tokenize_in_context(tokenizer, tmpl, texts: list[str], *, compat: str | None
         rows = []
         for i, (t, ids) in enumerate(zip(texts, responses_ids(tokenizer, tmpl, texts))):  # one tokenizer batch
             if ids is None:
-                raise MergesWithTemplate(f"candidate {i + 1} {t[:40]!r} merges with the template around it when tokenized in "
-                                "context, so its ids are not its own; drop it, or score the whole re-tokenized "
-                                "conversation with --compat decode-retokenize")
+                raise MergesWithTemplate(f"candidate {i + 1} {t[:40]!r} merges with the template around it when "
+                                         "tokenized in context, so its ids are not its own; drop it, or score the whole "
+                                         "re-tokenized conversation with --compat decode-retokenize")
             rows.append(Row(ids))
         return rows
     _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
@@ -479,9 +479,9 @@ def _one_row(tokenizer, r, tmpls, compat: str | None, head: str, long_ok: bool =
                         "when tokenized in context, so its ids are not its own; drop it, or score the whole "
                         "re-tokenized conversation with compat='decode-retokenize'") from None
     except UserError as e:  # the template's renderer refused it (its size bound): named, never called a merge
-        if len(text) > RENDER_CHARS and long_ok:
-            return None
         if len(text) > RENDER_CHARS:
+            if long_ok:
+                return None
             raise TooLong(f"response {j} of conversation {i} is {len(text):,} characters: over the chat template "
                           f"renderer's limit of {RENDER_CHARS:,} (and far past the model's positions); shorten it") from None
         raise UserError(f"response {j} of conversation {i}: {e.cli_message()}") from None
