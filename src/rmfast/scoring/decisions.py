@@ -246,13 +246,20 @@ def elementwise_reason(device: torch.device, triton: bool, compiled: bool) -> st
     return "torch's ops: " + ("no CUDA device" if device.type != "cuda" else "the kernels decision is torch")
 
 
+# make gpu-check's profile, H200 2026-11-29 (benchmarks/results/gpu_h200_2026-11-29/profile.txt)
+_FUSED_ON_GPU = ("the fused form measured within noise of separate on a GPU: separate / fused 0.98-1.05 on an H200 "
+                 "(8B shapes), 1.036 on an H100's scan")
+
+
 def choose_projections(model, device: torch.device, projections: str = "auto") -> tuple[bool, str]:
     """Whether the fast engine's layers run q|k|v and gate|up as one GEMM weight each (fused) or as the model stores
     them (separate), and why (:func:`rmfast.fast.layer.build_layers`' ``fuse``; the Triton elementwise kernels read
     either layout). ``auto``: fused on CPU, where one GEMM call instead of three saves measurable overhead on the
-    small models a CPU runs (unless the copy would take more than half the available memory); separate elsewhere,
-    where the copy costs device memory and its speed is not yet measured (``make gpu-check``'s profile times both in
-    one process). ``fused`` on a device without room for the copy is refused (UserError), before any work."""
+    small models a CPU runs (unless the copy would take more than half the available memory); separate elsewhere:
+    the copy costs device memory and bought little where measured (``make gpu-check``'s profile times both in one
+    process; Llama-3.1-8B shapes: on an H200, 2026-11-29, separate / fused 0.98-1.05 over four shapes, 1.00 on the
+    scan; an H100 run measured 3.6% on the scan; neither a gain on best-of-N). ``fused`` on a device without room for
+    the copy is refused (UserError), before any work."""
     spec = arch_spec(model)
     stored = spec is not None and len(spec.layers[0].qkv) == 1 and len(spec.layers[0].gate_up) == 1
     copy = 0 if spec is None or stored else sum(m.weight.numel() * m.weight.element_size()
@@ -274,9 +281,9 @@ def choose_projections(model, device: torch.device, projections: str = "auto") -
         return True, "CPU: q|k|v and gate|up as one GEMM each (fewer, bigger GEMM calls on the small models a CPU runs)"
     if stored:
         return False, ("separate GEMMs on row slices of the model's own fused q|k|v and gate|up (no copy either way); "
-                       "the fused form's speed on a GPU is not yet measured")
+                       f"{_FUSED_ON_GPU}")
     return False, (f"the model's own q, k, v, gate, up weights (fusing them would copy {gib:.1f} GiB onto the device; "
-                   "the fused form's speed on a GPU is not yet measured)")
+                   f"{_FUSED_ON_GPU})")
 
 
 def choose_kernels(kernels: str, device: torch.device) -> tuple[bool, str]:
