@@ -609,3 +609,48 @@ def test_a_store_moved_with_its_inputs_keeps_its_parts(models_dir, tmp_path, smo
     assert one_line_error(rc, se) and "holds results of a different config" in se
     rc, so, se = run(["sweep", tmp_path / "d" / "moved.yaml", "--no-progress", "--force"], capsys)
     assert rc == 0 and "2 already done" in se, se  # --force: the ids parts are carried, the texts parts scored
+
+
+def test_dtype_auto_is_one_dtype_per_model_in_a_store(models_dir, tmp_path, capsys, monkeypatch):
+    """``dtype: auto`` resolves per machine (bf16 on CUDA; on a CPU by a measurement), so a sweep resumed or sharded
+    on another kind of machine kept its fp32 parts and scored the rest in bf16 under the same keys: one model, two
+    dtypes, silently. Now the store pins what auto became: the finished parts' dtype, else the first loader's."""
+    import json
+    import shutil
+
+    from rmfast import cpu
+
+    shutil.copytree(models_dir / "rm-a", tmp_path / "rm-a")
+    cfg = write_cfg(tmp_path, "auto.yaml", defaults={"dtype": "auto", "device": "cpu"}, models=["./rm-a"],
+                    prompts={"g": PROMPTS["greatest"], "b": PROMPTS["best"]},
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:40"}}})
+    machine = {"dtype": "float32"}  # what this "machine" measures auto to be
+    monkeypatch.setattr(cpu, "choose_cpu_dtype", lambda config=None, cache=None: cpu.DtypeChoice(
+        machine["dtype"], "flags", f"the test's machine takes {machine['dtype']}", "test CPU", "test"))
+    store = tmp_path / "store"
+    assert run(["sweep", cfg, "--out", store, "--no-progress"], capsys)[0] == 0
+    first = load_results(store)
+    assert list(json.loads((store / "dtypes.json").read_text()).values()) == ["float32"]
+    # one part lost (as if its writer died before it landed), then the sweep resumed on a machine that takes bf16
+    lost = sorted(store.glob("parts/*/prompt=b*/*/part.parquet.json"))[0]
+    lost.unlink()
+    machine["dtype"] = "bfloat16"
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0 and "rm-a: dtype auto is float32 in this store: its 1 finished part(s) were scored in it" in se, se
+    man = json.loads(lost.read_text())
+    assert man["scan"]["dtype"] == "float32" and "dtype auto is float32" in man["dtype_auto"]
+    again = load_results(store)
+    pd.testing.assert_frame_equal(again, first)  # the same bits as the part first scored
+    # no finished part yet (another writer pinned it while loading): the pin holds on this machine too
+    for f in store.glob("parts/*/*/*/part.parquet.json"):
+        f.unlink()
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0 and "pinned by the writer that loaded it first" in se, se
+    pd.testing.assert_frame_equal(load_results(store), first)
+    # a store an earlier rmfast mixed: its reader says so
+    f = sorted(store.glob("parts/*/*/*/part.parquet.json"))[0]
+    man = json.loads(f.read_text())
+    man["scan"]["dtype"] = "bfloat16"
+    f.write_text(json.dumps(man))
+    with pytest.warns(UserWarning, match=r"rm-a's parts were scored in different dtypes \(1 in bfloat16, 1 in float32\)"):
+        load_results(store)

@@ -122,6 +122,10 @@ class SweepConfig:
         return _hash({"schema": SCHEMA_VERSION, "model": m.result_fields(), "prompt": prompt,
                       "candidates": c.result_fields(), "compat": self.compat, "max_tokens": self.max_tokens})
 
+    def model_key(self, m: ModelCfg) -> str:
+        """What names ``m``'s settings in the store (the key its ``dtype: auto`` is pinned under)."""
+        return _hash({"schema": SCHEMA_VERSION, "model": m.result_fields()})
+
     def plan(self) -> list[PartRef]:
         """Every part, model-major (model, then prompt, then candidate set)."""
         return [PartRef(model=m.name, model_slug=m.slug, prompt_name=pn, prompt_slug=self.prompt_slugs[pn], prompt=pt,

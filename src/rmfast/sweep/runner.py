@@ -41,7 +41,8 @@ The config (YAML; relative paths are relative to the config file)::
 Every model × prompt × candidate set is one *part* of the store (:mod:`rmfast.sweep.store`); finished
 parts are skipped, so an interrupted sweep resumes where it stopped, and a part in progress
 resumes from its checkpoint. Under torchrun (or ``--shard I/N``) the parts are split across
-ranks (:mod:`rmfast.sweep.dist`).
+ranks (:mod:`rmfast.sweep.dist`). ``dtype: auto`` is one dtype per model in a store (the first writer's choice,
+kept: :meth:`_PartRunner._load`), however many kinds of machine finish it.
 
 A model that is a training run's output folder (``checkpoint-N/`` subfolders, as the Hugging Face
 Trainer writes them, and no model of its own) becomes one model per checkpoint, named
@@ -267,6 +268,7 @@ class _PartRunner:
         self.store, self.cfg, self.d, self.plan, self.chash, self.bars, self.n = store, cfg, d, plan, chash, bars, n
         self.content = content or {}  # model name -> what names its files' content now (:func:`model_content`)
         self.k = 0  # parts computed by this process
+        self.dtype_why: dict[str, str] = {}  # model name -> why its dtype: auto is what the store pinned
 
     def parts(self, parts: list[PartRef], *, wait: bool) -> list[PartRef]:
         """Compute ``parts`` (model-major); returns those another writer holds (none with ``wait``)."""
@@ -302,11 +304,47 @@ class _PartRunner:
             raise UserError(f"{where}: {python_names(e.cli_message())}") from None
 
     def _load(self, m: ModelCfg):
+        """``m`` loaded for its parts. ``dtype: auto`` means one dtype per model in a store: the one its finished parts
+        were scored in, else the one the first writer to load it pinned (:meth:`Store.pin_dtype`), else this
+        machine's choice, pinned now: "auto" resolves per machine, and a store resumed or sharded on another kind
+        would otherwise hold one model's parts in two dtypes, their scores apart by more than rounding."""
+        dtype = self._store_dtype(m)
+        lm = self._load_as(m, dtype)
+        if dtype == "auto":  # the first to load it: its choice holds for every later writer of the store
+            got = str(next(lm.model.parameters()).dtype).removeprefix("torch.")
+            with self.store.lock():
+                pinned = self.store.pin_dtype(self.cfg.model_key(m), got)
+            if pinned != got:  # another writer, on a machine that chooses otherwise, pinned it meanwhile
+                self.dtype_why[m.name] = f"dtype auto is {pinned} in this store: pinned by the writer that loaded it first"
+                _log(self.d, f"{m.name}: {self.dtype_why[m.name]} (this machine chose {got}); loading it again")
+                del lm
+                _free_memory()
+                lm = self._load_as(m, pinned)
+        return lm
+
+    def _store_dtype(self, m: ModelCfg) -> str:
+        """The dtype to load ``m`` in: its own, or what ``auto`` already means in this store ("auto": not yet decided)."""
+        if m.dtype != "auto":
+            return m.dtype
+        seen = self.store.parts_dtypes(self.plan, m.name)
+        if seen:
+            d = max(seen, key=lambda k: seen[k])
+            self.dtype_why[m.name] = (f"dtype auto is {d} in this store: its {sum(seen.values())} finished part(s) were "
+                                      f"scored in it{' (most of them)' if len(seen) > 1 else ''}")
+            with self.store.lock():
+                self.store.pin_dtype(self.cfg.model_key(m), d)
+        elif d := self.store.pin_dtype(self.cfg.model_key(m)):
+            self.dtype_why[m.name] = f"dtype auto is {d} in this store: pinned by the writer that loaded it first"
+        else:
+            return "auto"
+        _log(self.d, f"{m.name}: {self.dtype_why[m.name]} (one dtype per model in a store; set dtype: to choose)")
+        return d
+
+    def _load_as(self, m: ModelCfg, dtype: str):
         t_load = time.perf_counter()
-        lm = load_spread(m.model, dtype=m.dtype, device=dist.device_for(self.d, m.device), device_map=m.device_map,
-                             trust_remote_code=m.trust_remote_code, cache_dir=m.cache_dir,
-                             random_head_seed=m.random_head_seed, allow_pickle=m.allow_pickle,
-                             base=m.base)
+        lm = load_spread(m.model, dtype=dtype, device=dist.device_for(self.d, m.device), device_map=m.device_map,
+                         trust_remote_code=m.trust_remote_code, cache_dir=m.cache_dir,
+                         random_head_seed=m.random_head_seed, allow_pickle=m.allow_pickle, base=m.base)
         _log(self.d, f"loaded {m.name} in {time.perf_counter() - t_load:.1f} s")
         return lm
 
@@ -333,7 +371,8 @@ class _PartRunner:
             store.write_part(p, df, {"model": {**lm.source, "name": m.name}, "prompt": p.prompt,
                                      "score_meaning": man.get("score_meaning"),
                                      "prompt_name": p.prompt_name, "candidates": p.candidates, "rank": d.rank,
-                                     "world": d.world, "wall_s": round(wall, 3), "scan": man, "outputs": m.outputs()})
+                                     "world": d.world, "wall_s": round(wall, 3), "scan": man, "outputs": m.outputs(),
+                                     **({"dtype_auto": self.dtype_why[m.name]} if m.name in self.dtype_why else {})})
         except OSError as e:  # a full disk, a read-only folder: the scores stay in the checkpoint
             raise UserError(f"cannot write {store.part_path(p)}: {e.strerror or e}; the part's scores are kept in "
                             f"{ck} — free space (or fix the folder) and rerun the sweep to write them without "

@@ -13,7 +13,8 @@ Layout::
                                         complete before the part's manifest is written
           part.states.partial/          states of a part in progress (resumed with its checkpoint)
           .part.lock                    held by the process computing the part
-      .store.lock                       held while store.json / manifest.json are written
+      dtypes.json                       the dtype ``dtype: auto`` became for each model, once (:meth:`Store.pin_dtype`)
+      .store.lock                       held while store.json / manifest.json / dtypes.json are written
 
 Every file is written atomically (temp file + rename), a part's Parquet and manifest as a pair
 (:func:`rmfast.io.write_pair`). A part counts as finished only when its manifest exists, names the
@@ -336,6 +337,30 @@ class Store:
         write_pair(p, df, {**manifest, "key": part.key, "rows": int(len(df)), "schema": SCHEMA_VERSION})
         return p
 
+    # ------------------------------------------------------------------ one dtype per model
+    def parts_dtypes(self, plan: list[PartRef], model: str) -> dict[str, int]:
+        """How many of ``model``'s finished parts (of ``plan``) were scored in each dtype (their manifests')."""
+        seen: dict[str, int] = {}
+        for p in plan:
+            m = self.done_manifest(p) if p.model == model else None
+            d = ((m or {}).get("scan") or {}).get("dtype")
+            if d:
+                seen[d] = seen.get(d, 0) + 1
+        return seen
+
+    def pin_dtype(self, key: str, dtype: str | None = None) -> str | None:
+        """The dtype ``dtype: auto`` stands for in this store for the model whose settings hash to ``key``: the one
+        pinned before, else ``dtype`` pinned now (None: only read). "auto" resolves per machine (bf16 on CUDA; on a
+        CPU fp32 unless a measurement finds bf16 faster there), so a sweep resumed, or sharded, on other machines
+        would otherwise score one model's parts in two dtypes. Call under :meth:`lock` when pinning."""
+        path = self.root / "dtypes.json"
+        pins = _read_json(path)
+        pins = pins if isinstance(pins, dict) else {}
+        if key in pins or dtype is None:
+            return pins.get(key)
+        write_json(path, {**pins, key: dtype})
+        return dtype
+
     # ------------------------------------------------------------------ writers
     @contextlib.contextmanager
     def claim(self, part: PartRef, *, wait: bool = False):
@@ -510,12 +535,15 @@ class Store:
         plan = self.plan()
         if complete and (missing := self.missing(plan)):  # before reading any part
             raise UserError(f"{self.missing_text(missing, len(plan))}; rerun the sweep to finish them")
-        frames, left_out = [], False
+        frames, left_out, dtypes = [], False, {}
         for part in plan:
             m = self.fresh_manifest(part)
             if m is None:  # not finished, or stale (scored from files its model no longer has)
                 left_out = True
                 continue
+            d = (m.get("scan") or {}).get("dtype")
+            dtypes.setdefault(part.model, {}).setdefault(d, 0)
+            dtypes[part.model][d] += 1
             try:
                 df = pd.read_parquet(self.part_path(part))
             except Exception as e:
@@ -531,6 +559,12 @@ class Store:
         if left_out:  # a running sweep's results so far, or a damaged store: never a silent subset
             warnings.warn(f"rmfast: note: {self.missing_text(self.missing(plan), len(plan))}: left out of these results "
                           "(complete=True refuses them; rerun the sweep to finish them)", stacklevel=3)
+        for model, seen in dtypes.items():  # a store an rmfast before dtypes.json wrote on two kinds of machine
+            if len(seen) > 1:
+                each = ", ".join(f"{n} in {d}" for d, n in sorted(seen.items(), key=str))
+                warnings.warn(f"rmfast: note: {model}'s parts were scored in different dtypes ({each}): their scores "
+                              "differ by more than rounding; set its dtype in the config and rerun the sweep",
+                              stacklevel=3)
         cols = TIDY_COLUMNS + EXTRA_COLUMNS + (["token_ids"] if token_ids else [])
         if not frames:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
