@@ -441,3 +441,62 @@ def test_two_threads_reading_host_states_at_once_both_wait_for_the_copies():
     h = Switching({"0": torch.zeros(2, 3)}, Event())
     h.wait()  # raised AttributeError ('NoneType' has no synchronize) when the event was read twice
     assert waited == ["writer", threading.current_thread().name] and not h.pending
+
+
+@pytest.mark.parametrize("left", ["", "[1, 2]", '{"job": "j"'])
+def test_an_unreadable_job_file_starts_the_states_afresh(tmp_path, left):
+    """A full disk (or a kill) can leave job.json empty or cut short: the rerun that the full disk's message asks for
+    met a JSONDecodeError traceback at every try. Now such a folder is another job's: started afresh, one note."""
+    w = StatesWriter(tmp_path / "j.states", ["0"], "float32", "row", job="j")
+    w.prepare(np.zeros(4, dtype=bool))
+    (w.partial / "job.json").write_text(left)
+    w = StatesWriter(tmp_path / "j.states", ["0"], "float32", "row", job="j")
+    with pytest.warns(UserWarning, match="the checkpoint's 4 scored rows are scored again"):
+        assert not w.prepare(np.ones(4, dtype=bool)).any()
+    assert json.loads((w.partial / "job.json").read_text())["job"] == "j"
+    w.add(np.arange(4), np.arange(4), {"0": torch.ones(4, 2)})
+    w.finish({"model": "m"})
+    assert sorted(p.name for p in (tmp_path / "j.states").iterdir()) == ["manifest.json", "shard-00000.safetensors"]
+
+
+def test_a_kill_between_finishing_steps_keeps_the_states(tmp_path, monkeypatch):
+    """finish() dropped job.json before renaming the folder into place: a kill between the two left a complete
+    partial folder that the rerun took for another job's, and every row was scored again. The torchrun merge moved
+    the ranks' shards one by one before its manifest: a kill there lost the ranks' finished folders."""
+    import os as _os
+
+    from rmfast.states import StatesMerge
+    from rmfast.states import writer as W
+
+    real = _os.replace
+
+    def killed(src, dst):  # the kill, at the folder's rename into place (a file's atomic write goes on)
+        if _os.path.isdir(src):
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    w = StatesWriter(tmp_path / "f.states", ["0"], "float32", "row", job="j")
+    w.prepare(np.zeros(4, dtype=bool))
+    w.add(np.arange(4), np.arange(4), {"0": torch.ones(4, 2)})
+    with monkeypatch.context() as m:
+        m.setattr(W.os, "replace", killed)
+        with pytest.raises(KeyboardInterrupt):
+            w.finish({"model": "m"})
+    w = StatesWriter(tmp_path / "f.states", ["0"], "float32", "row", job="j")  # the rerun
+    assert w.prepare(np.ones(4, dtype=bool)).all()  # its states are kept: nothing scored again
+    w.finish({"model": "m"})
+    assert open_states(tmp_path / "f.states").take("0", np.arange(4)).tolist() == [[1.0, 1.0]] * 4
+    ranks = []
+    for r in range(2):
+        wr = StatesWriter(tmp_path / f"r{r}.states", ["0"], "float32", "token_id", job="j")
+        wr.prepare(np.zeros(2, dtype=bool))
+        wr.add(np.arange(2), np.arange(2 * r, 2 * r + 2), {"0": torch.full((2, 2), float(r))})
+        ranks.append(wr.finish({"model": "m"}))
+    with monkeypatch.context() as m:
+        m.setattr(W.os, "replace", killed)
+        with pytest.raises(KeyboardInterrupt):
+            StatesMerge(ranks, tmp_path / "all.states").finish()
+    assert all(open_states(p).n == 2 for p in ranks)  # the ranks' folders whole: the rerun joins them again
+    merged = open_states(StatesMerge(ranks, tmp_path / "all.states").finish())
+    assert merged.take("0", np.arange(4)).tolist() == [[0.0, 0.0]] * 2 + [[1.0, 1.0]] * 2
+    assert not any(p.exists() for p in ranks) and _os.path.isdir(tmp_path / "all.states")

@@ -158,8 +158,10 @@ class StatesWriter:
         """Match the partial folder to the checkpoint's ``done`` (N,) rows; returns done & has-state."""
         import shutil
 
+        from ..io import atomic_write
+
         info = self.partial / "job.json"
-        old = json.loads(info.read_text()) if info.is_file() else None
+        old = _read_job(info)
         if old is None or {k: old.get(k) for k in self.job} != self.job:
             if done.any():  # the checkpoint's scores stand, but rows without their states are scored again: said
                 was = "no states" if old is None else f"states {', '.join(old.get('layers') or [])} in {old.get('dtype')}"
@@ -169,7 +171,7 @@ class StatesWriter:
             shutil.rmtree(self.partial, ignore_errors=True)
             self.partial.mkdir(parents=True)
             self.run_id = uuid.uuid4().hex
-            info.write_text(json.dumps({**self.job, "run_id": self.run_id}))
+            atomic_write(info, lambda tmp: Path(tmp).write_text(json.dumps({**self.job, "run_id": self.run_id})))
         else:
             self.run_id = old["run_id"]
         self._have = np.zeros(done.size, dtype=bool)
@@ -283,10 +285,11 @@ class StatesWriter:
         man = {"format": FORMAT, "layers": self.layers, "dtype": self.dtype, "hidden_size": d, "key": self.key,
                "n": n, "shards": shards, "run_id": self.run_id, NONFINITE: nonfinite, "scan": dict(scan or {})}
         atomic_write(self.partial / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
-        (self.partial / "job.json").unlink(missing_ok=True)
         if self.folder.exists():
             shutil.rmtree(self.folder)  # --overwrite (checked at the start)
         os.replace(self.partial, self.folder)
+        # only now: a kill before the rename leaves the partial folder its job, so the rerun finishes it again
+        (self.folder / "job.json").unlink(missing_ok=True)
         return self.folder
 
 
@@ -297,6 +300,16 @@ def _shard_nonfinite(header: dict) -> dict[str, int]:
         return {str(k): int(v) for k, v in got.items()}
     except (ValueError, TypeError, AttributeError):
         return {}
+
+
+def _read_job(info: Path) -> dict | None:
+    """A partial folder's job.json, or None where there is none or it cannot be read (a full disk's empty file):
+    the folder is then another job's, started afresh."""
+    try:
+        job = json.loads(info.read_text())
+    except (OSError, ValueError):
+        return None
+    return job if isinstance(job, dict) and isinstance(job.get("run_id"), str) else None
 
 
 def _read_rows(file: Path) -> np.ndarray | None:
@@ -310,13 +323,23 @@ def _read_rows(file: Path) -> np.ndarray | None:
         return None
 
 
-class StatesMerge:
-    """The states of a torchrun scan: every rank's finished folder joined into one by moving its shards.
+def _link_or_copy(src: Path, dst: Path) -> None:
+    import shutil
 
-    ``parts``: the ranks' folders, in rank order; ``folder``: the scan's states folder. Nothing is copied:
-    :meth:`finish` checks each part (:func:`open_states`), moves its shards into ``<folder>.partial/``
-    (renumbered, each shard entry naming its rank's ``run_id``), writes the manifest, renames the folder
-    into place and removes the parts. Keys are global already (token ids; rows of the merged scan, which
+    try:
+        os.link(src, dst)
+    except OSError:  # no hard links here (or another device): the bytes copied
+        shutil.copyfile(src, dst)
+
+
+class StatesMerge:
+    """The states of a torchrun scan: every rank's finished folder joined into one by linking its shards.
+
+    ``parts``: the ranks' folders, in rank order; ``folder``: the scan's states folder. :meth:`finish` checks each
+    part (:func:`open_states`), hard-links its shards into ``<folder>.partial/`` (renumbered, each shard entry naming
+    its rank's ``run_id``; copied where the file system has no hard links), writes the manifest, renames the folder
+    into place and only then removes the parts: a kill at any step leaves the ranks' folders whole, and the rerun
+    joins them again. Keys are global already (token ids; rows of the merged scan, which
     :class:`rmfast.scoring.pipeline.StatesRequest` ``row_keys`` gives each rank).
     """
 
@@ -342,7 +365,7 @@ class StatesMerge:
         for s in sets:
             for sh in s.shards:
                 name = f"shard-{len(shards):05d}.safetensors"
-                os.replace(sh.file, partial / name)
+                _link_or_copy(sh.file, partial / name)
                 shards.append({"file": name, "rows": sh.rows, "run_id": s.manifest.get("run_id")})
         nonfinite = {l: sum(int((s.manifest.get(NONFINITE) or {}).get(l, 0)) for s in sets) for l in head["layers"]}
         man = {"format": FORMAT, **head, "n": sum(s.n for s in sets), "shards": shards, NONFINITE: nonfinite,

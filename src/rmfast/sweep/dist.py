@@ -156,7 +156,7 @@ def gather_shards(d: Dist, out: Path, res, order):
 
     With states, each rank first finishes its own states folder (beside its shard); the merged result
     then joins them into ``<out stem>.states`` when :func:`rmfast.scoring.pipeline.finish_states` is
-    called on it, after the scan is written (:class:`rmfast.states.StatesMerge`: the shards are moved)."""
+    called on it, after the scan is written (:class:`rmfast.states.StatesMerge`: its shards are linked, the ranks removed once it is in place)."""
     import json
 
     import pandas as pd
