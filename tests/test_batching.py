@@ -33,6 +33,28 @@ def test_oom_batches_halve_and_retry():
         list(oom_batches(4, 2, torch.device("cpu"), never))
 
 
+def test_a_batch_size_halved_after_an_oom_is_recorded_and_resumed(tmp_path):
+    """After an out-of-memory back-off the job ran batches of 4, but the manifest said 16 (Group.batch_size) and the
+    checkpoint kept 16, so a resumed job paid the halvings again. Now both hold 4, and the manifest counts them."""
+    ran = []
+
+    def score(rows, bs):
+        if bs > 4:
+            raise torch.OutOfMemoryError("fake")
+        ran.append(len(rows))
+        return rows.astype(np.float32)
+
+    ck = tmp_path / "x.partial.npz"
+    g = batching.Group(np.arange(32), 16, score)
+    scores, timing = batching.score_groups([g], np.arange(100, 132), key="k", checkpoint=ck, progress=False,
+                                           keep_checkpoint=True)
+    assert ran == [4] * 8 and g.batch_size == 4 and timing["oom_halvings"] == 2
+    assert np.load(ck)["batch_sizes"].tolist() == [4]
+    again = batching.Group(np.arange(32), 16, score)  # the same job resumed: the checkpoint's sizes
+    batching.score_groups([again], np.arange(100, 132), key="k", checkpoint=ck, progress=False)
+    assert again.batch_size == 4 and ran == [4] * 8  # every row from the checkpoint, no OOM again
+
+
 def test_checkpoint_by_candidates_not_only_time(tmp_path, monkeypatch):
     """With the default cadence, a job checkpoints after ~1k candidates even when that took only
     seconds (a clock here, advanced 1 s per batch): kills a few seconds apart still make progress."""

@@ -449,11 +449,19 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     if done0 < ids.size:  # a first batch of a slow model runs for minutes: say what runs, not a bare "0/N ?cand/s"
         bar.set_postfix_str(status or first_batch_status(groups, done))
     t0 = last_ck = time.perf_counter()
-    first_batch_s, n_since_ck = None, 0
+    first_batch_s, n_since_ck, halved = None, 0, 0
+
+    def on_oom(b):
+        nonlocal halved
+        halved += 1
+        bar.set_postfix_str(f"OOM: batch -> {b}")
+
     try:
-        for g in groups:
+        for i, g in enumerate(groups):
             for lo, hi, out, bs in oom_batches(g.rows.size, g.batch_size, device, lambda lo, hi, b, g=g: _batch(g, done, lo, hi, b),
-                                               lambda b: bar.set_postfix_str(f"OOM: batch -> {b}"), g.cut):
+                                               on_oom, g.cut):
+                if bs != g.batch_size:  # halved after an out-of-memory: the manifest and a resumed job run it too
+                    g.batch_size = sizes[i] = bs
                 if out is None:  # already in the checkpoint
                     continue
                 if isinstance(out, tuple):  # Scored: scores, states, lens
@@ -490,6 +498,7 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         "candidates_per_s": round_rate(n_new / scan_s) if scan_s > 0 and n_new else None,
         "resumed_candidates": done0,
         "scored_candidates": int(done.sum()) - done0,
+        **({"oom_halvings": halved} if halved else {}),
     }
 
 
