@@ -451,6 +451,41 @@ def test_a_gone_clients_samples_leave_the_queue_at_once():
     assert len(a) == 1 and len(b) == 4
 
 
+def test_one_request_that_fails_its_wave_fails_alone():
+    """A wave whose scoring raised (a CUDA out-of-memory from one client's long prompt) answered every request in it
+    with that 500, other clients' included. Now the wave is scored again a request at a time (a score does not
+    depend on its wave): the others get their scores, the failing request its error, and /metrics counts it."""
+    import asyncio
+
+    from rmfast.serve.metrics import Metrics
+    from rmfast.serve.scheduler import Scheduler
+
+    class Core:
+        calls = []
+
+        def score(self, samples):
+            self.calls.append(len(samples))
+            if any(s.ids[0] == 666 for s in samples):
+                raise RuntimeError("CUDA out of memory (one long prompt)")
+            return np.array([float(s.ids[1]) for s in samples], np.float32)
+
+    async def go():
+        s = Scheduler(Core(), max_queue=64, wave_tokens=10_000, max_wait_s=0.05)  # the three in one wave
+        await s.start()
+        good = [asyncio.ensure_future(s.score([split_sample([1, i, 3], (), [1, i])])) for i in (5, 6)]
+        bad = asyncio.ensure_future(s.score([split_sample([666, 1, 2], (), [666, 1])]))
+        got = [await g for g in good]
+        with pytest.raises(RuntimeError, match="one long prompt"):
+            await bad
+        await s.stop()
+        return s, got
+
+    s, got = asyncio.run(go())
+    assert [g.tolist() for g in got] == [[5.0], [6.0]]
+    assert Core.calls == [3, 1, 1, 1] and s.waves_split == 1
+    assert "rmfast_waves_split_total 1" in Metrics().text(None, s)
+
+
 def test_a_nonfinite_score_is_an_error_naming_the_model(smol_tokenizer):
     model = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=3)
     model.score.weight.data[0, 0] = float("nan")

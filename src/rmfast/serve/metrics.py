@@ -77,6 +77,9 @@ class Metrics:
                 metric("rmfast_wave_seconds_total", "counter", "seconds the waves took to score (over "
                        "rmfast_waves_total: the mean wave time; over rmfast_samples_total: per sample)",
                        [("", round(scheduler.wave_s_total, 6))])
+            if hasattr(scheduler, "waves_split"):
+                metric("rmfast_waves_split_total", "counter", "waves that failed and were scored again one request "
+                       "at a time (only a request that fails alone gets the error)", [("", scheduler.waves_split)])
             if hasattr(scheduler, "n_running"):
                 metric("rmfast_running_samples", "gauge", "samples of the wave being scored (it runs to its end, "
                        "whether or not their clients are still there)", [("", scheduler.n_running)])

@@ -9,7 +9,8 @@ straddles waves finds its prompt in the core's cache. How the waves are cut neve
 (:mod:`rmfast.serve.core`), so the scheduler is free to cut them for throughput alone.
 
 A request whose client has gone (a timeout, a disconnect) is dropped from the queue if it is still waiting, or its
-result is discarded if its wave is running: nobody else's result depends on it.
+result is discarded if its wave is running: nobody else's result depends on it. Nor on its failure: a wave that
+fails is scored again one request at a time, so only a request that fails alone gets the error.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Scheduler:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmfast-wave")
         self.wave_s_avg = 0.0  # for Retry-After
         self.wave_s_total = 0.0  # /metrics
+        self.waves_split = 0  # /metrics: waves that failed and were scored again one request at a time
 
     async def start(self) -> None:
         self._wake = asyncio.Event()
@@ -108,6 +110,23 @@ class Scheduler:
                 self.n_waiting -= len(req.samples)
             if not req.future.done():  # its wave is running: the result is dropped
                 req.future.cancel()
+
+    async def _alone(self, wave: list[_Request], loop) -> None:
+        """A failed wave's requests scored one at a time: a score does not depend on its wave (the same bits), so one
+        request's failure (a CUDA out-of-memory from its long prompt, say) is its own 500, not every co-batched
+        client's. Requests whose clients have gone are skipped."""
+        for r in wave:
+            if r.future.done():
+                continue
+            self.n_running = len(r.samples)
+            try:
+                got = await loop.run_in_executor(self._pool, self.core.score, r.samples)
+            except Exception as e:  # noqa: BLE001 - this request's own failure, told to it alone
+                got = e
+            finally:
+                self.n_running = 0
+            if not r.future.done():
+                r.future.set_exception(got) if isinstance(got, Exception) else r.future.set_result(got)
 
     def load_line(self) -> str:
         """What a 504 says of the load."""
@@ -153,10 +172,13 @@ class Scheduler:
                 self.n_running = len(samples)
                 try:
                     scores = await loop.run_in_executor(self._pool, self.core.score, samples)
-                except Exception as e:  # the wave failed: each of its requests is told, the server goes on
-                    for r in wave:
-                        if not r.future.done():
-                            r.future.set_exception(e)
+                except Exception as e:  # the wave failed: its requests alone, so only one that fails alone is told
+                    self.n_running = 0
+                    if len(wave) > 1:
+                        self.waves_split += 1
+                        await self._alone(wave, loop)
+                    elif not wave[0].future.done():
+                        wave[0].future.set_exception(e)
                     continue
                 finally:
                     self.n_running = 0
