@@ -95,3 +95,41 @@ def test_a_job_refused_inside_the_output_lock_leaves_no_folders_it_made(tmp_path
     with output_lock(out):
         out.write_text("x")
     assert out.read_text() == "x" and not Path(str(out) + ".lock").exists()
+
+
+def test_files_are_on_the_disk_before_the_name_that_marks_them_finished(tmp_path, monkeypatch):
+    """Without fsync a power loss after the rename can leave the new name empty (the rename on the disk, the bytes
+    not yet): results, checkpoints and manifests are flushed before their renames, the folder after; a states
+    folder's shards (written without a flush, side by side) before its manifest."""
+    import os
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    import rmfast.io as io
+    from rmfast.states import StatesWriter
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(io.os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                   real_fsync(fd))[1])
+    monkeypatch.setattr(io.os, "replace", lambda a, b: (events.append(("replace", str(a))), real_replace(a, b))[1])
+    io.atomic_write(tmp_path / "a.txt", lambda tmp: Path(tmp).write_text("x"))
+    tmp = events[1][1]
+    assert events == [("fsync", tmp), ("replace", tmp), ("fsync", str(tmp_path))]
+    events.clear()
+    io.write_pair(tmp_path / "r.parquet", pd.DataFrame({"score": [1.0]}), {"prompt": "p"})
+    kinds = [k for k, _ in events]
+    assert kinds == ["fsync", "fsync", "replace", "replace", "fsync"] and {f for k, f in events[:2]} == {
+        f for k, f in events[2:4]}
+    events.clear()
+    w = StatesWriter(tmp_path / "s.states", ["0"], "float32", "row", job="j")
+    w.prepare(np.zeros(4, dtype=bool))
+    w.shard_bytes = 2 * 2 * 4  # a shard a batch
+    for b in range(2):
+        w.add(np.arange(2 * b, 2 * b + 2), np.arange(2 * b, 2 * b + 2), {"0": torch.ones(2, 2)})
+    w.finish({"model": "m"})
+    manifest = next(i for i, (k, f) in enumerate(events) if k == "replace" and "manifest.json" in f)
+    synced = {Path(f).name for k, f in events[:manifest] if k == "fsync"}
+    assert synced >= {"shard-00000.safetensors", "shard-00001.safetensors"}

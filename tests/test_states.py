@@ -291,12 +291,12 @@ def test_disk_full_mid_scan_keeps_what_was_done(tiny_dir, tmp_path, monkeypatch,
     monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
     real, calls = rmfast.io.atomic_write, {"n": 0}
 
-    def full(path, write):
+    def full(path, write, **kw):
         if str(path).endswith(".safetensors"):
             calls["n"] += 1
             if calls["n"] >= 3:
                 raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, write)
+        return real(path, write, **kw)
 
     monkeypatch.setattr(rmfast.io, "atomic_write", full)
     out = tmp_path / "r.parquet"

@@ -107,12 +107,12 @@ def test_a_failed_write_in_the_thread_is_the_synchronous_one_line(overflowing, t
     for background in (False, True):
         calls = {"n": 0}
 
-        def full(path, write, calls=calls):
+        def full(path, write, calls=calls, **kw):
             if str(path).endswith(".safetensors"):
                 calls["n"] += 1
                 if calls["n"] >= 3:  # the disk stays full
                     raise OSError(errno.ENOSPC, "No space left on device")
-            return real(path, write)
+            return real(path, write, **kw)
 
         monkeypatch.setattr(rmfast.io, "atomic_write", full)
         folder, ck = tmp_path / f"{background}" / "s.states", tmp_path / f"{background}" / "s.npz"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -262,10 +263,40 @@ def on_interrupt() -> str | None:
     return _ON_INTERRUPT["job"] or _ON_INTERRUPT["checkpoint"]
 
 
-def atomic_write(path: str | os.PathLike, write) -> Path:
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush ``path``'s bytes to the disk. Without it a power loss after a rename can leave the new name empty or
+    short (the rename reached the disk, the data not yet). A file system that cannot (EINVAL) is left as it is."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """The folder's entries (a rename) to the disk, where the OS allows a folder to be opened (not on Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, write, *, durable: bool = True) -> Path:
     """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, which
     is then renamed over ``path``. Nothing half-written is ever left under the final name, and the
     temporary file is removed if ``write`` fails (or Ctrl-C). The folder is created if missing.
+    ``durable``: the bytes are flushed to the disk before the rename and the rename after it, so a power
+    loss too leaves the old file or the new one (False: the caller flushes them, :func:`fsync_file`, before
+    whatever names the file as finished: a states folder's shards, before its manifest).
 
     The file is created as any program would create it: mode 0666 & ~umask (0644 under the
     usual umask 022), not the 0600 of ``tempfile.mkstemp``.
@@ -291,8 +322,12 @@ def atomic_write(path: str | os.PathLike, write) -> Path:
     tmp = _temp_beside(path)
     try:
         write(str(tmp))
+        if durable:
+            fsync_file(tmp)
         _check_replaceable(path)
         os.replace(tmp, path)
+        if durable:
+            _fsync_dir(path.parent)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -463,9 +498,12 @@ def write_pair(path: str | os.PathLike, df, manifest: dict) -> dict:
         with open(tj, "w") as f:
             json.dump(man, f, indent=2, default=str)
             f.write("\n")
+        fsync_file(tp)  # both on the disk before either is renamed: a power loss leaves no empty pair
+        fsync_file(tj)
         mp.unlink(missing_ok=True)  # from here until the last rename, the Parquet has no manifest: unfinished
         os.replace(tp, p)
         os.replace(tj, mp)
+        _fsync_dir(p.parent)
     except BaseException:
         for t in (tp, tj):
             if t is not None:

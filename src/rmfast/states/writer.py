@@ -42,7 +42,7 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
     """
     import torch
 
-    from ..io import atomic_write
+    from ..io import atomic_write, fsync_file
 
     if dtype not in DTYPES:
         raise UserError(f"dtype {dtype!r}; one of {DTYPES}")
@@ -77,8 +77,11 @@ def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], 
         name = f"shard-{i:05d}.safetensors"
         tensors = {"key": [keys_t[lo:hi]]}  # name -> its pieces (one here), rows lo..hi: contiguous views
         tensors.update({f"layer.{l}": [m[lo:hi]] for l, m in mats.items()})
-        atomic_write(folder / name, lambda tmp, t=tensors: write_shard(tmp, t, {"format": FORMAT, "run_id": run_id}))
+        atomic_write(folder / name, lambda tmp, t=tensors: write_shard(tmp, t, {"format": FORMAT, "run_id": run_id}),
+                     durable=False)
         shards.append({"file": name, "rows": hi - lo})
+    for sh in shards:  # every shard on the disk before the manifest that names them
+        fsync_file(folder / sh["file"])
     man = {"format": FORMAT, "layers": list(mats), "dtype": dtype, "hidden_size": d, "key": key,
            "n": n, "shards": shards, "run_id": run_id, NONFINITE: nonfinite, "scan": dict(scan or {})}
     atomic_write(folder / MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(man, indent=1)))
@@ -255,7 +258,7 @@ class StatesWriter:
             bad = json.dumps(nonfinite_per_layer({l: t[f"layer.{l}"] for l in self.layers}))
             meta = {"format": FORMAT, "run_id": self.run_id, NONFINITE: bad}
             try:
-                atomic_write(path, lambda tmp: write_shard(tmp, t, meta))
+                atomic_write(path, lambda tmp: write_shard(tmp, t, meta), durable=False)  # flushed at finish
             except OSError as e:  # a full disk: the shards so far and the scan's checkpoint stay
                 raise UserError(f"cannot write a states shard in {path.parent}: {e.strerror or e}; what was done is "
                                 "kept: free space and rerun the same command to resume") from None
@@ -265,7 +268,7 @@ class StatesWriter:
         """Every row has its state: write the manifest and move the folder into place. Returns it."""
         import shutil
 
-        from ..io import atomic_write
+        from ..io import atomic_write, fsync_file
 
         self.flush()
         if self._have is None or not self._have.all():
@@ -281,6 +284,7 @@ class StatesWriter:
             n += rows
             for l, v in _shard_nonfinite(header).items():
                 nonfinite[l] = nonfinite.get(l, 0) + v
+            fsync_file(f)  # on the disk before the manifest that names it (written without a flush, side by side)
         warn_nonfinite(nonfinite, n, d or 0, self.dtype, self.folder)
         man = {"format": FORMAT, "layers": self.layers, "dtype": self.dtype, "hidden_size": d, "key": self.key,
                "n": n, "shards": shards, "run_id": self.run_id, NONFINITE: nonfinite, "scan": dict(scan or {})}
