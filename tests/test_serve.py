@@ -103,6 +103,14 @@ def test_every_route_equals_the_plain_hf_forward(rm, caplog):
             for _ in range(2):  # another model's name: answered, said once in the log
                 assert httpx.post(f"{url}/classify", json={"model": "other", "input": "hi there"}).status_code == 200
         assert sum("asked for model 'other'" in r.getMessage() for r in caplog.records) == 1
+        from rmfast.serve import app as serve_app
+
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="rmfast.serve"):  # a name per step: the set and the log stay bounded
+            for k in range(serve_app.OTHER_NAMES + 5):
+                assert httpx.post(f"{url}/classify", json={"model": f"run-{k}", "input": "hi"}).status_code == 200
+        said = [r.getMessage() for r in caplog.records if "asked for model 'run-" in r.getMessage()]
+        assert len(said) == serve_app.OTHER_NAMES - 1 and "more go unsaid" in said[-1]
         act = httpx.post(f"{url}/classify", json={"model": "tiny-rm", "input": data[0]["text"]}, timeout=60).json()
         assert act["data"][0]["probs"][0] == pytest.approx(1 / (1 + np.exp(-r["data"][0]["probs"][0])), abs=1e-6)
 
@@ -901,3 +909,31 @@ def test_every_client_tries_again_as_the_one_rule_says():
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(UserError, match=r"no answer after 2 tries \(ConnectError"):
         asyncio.run(compute_score("ds", "a", None, info, url=dead, retries=2))
+
+
+def test_the_ray_ingress_gauges_count_only_the_replicas_alive():
+    """A replica that died and was started again under a new id left its last report on the ingress's board: the
+    prompt-cache gauges kept summing the dead one's cache. Now they sum the deployment's N replicas that reported
+    last (the _total counters still count every report: what the dead one did, it did). A replica's counters are
+    copied with by_rule in one step (asdict's loop could meet the wave thread's first count of a rule)."""
+    import time as _time
+
+    from rmfast.serve.core import CoreStats
+    from rmfast.serve.ray_app import Front, RayDispatch, ScorerReplica
+    from rmfast.serve.server import ServeOptions
+
+    d = RayDispatch(None, ServeOptions(), replicas=2)
+    for r, prompts in (("dead", 7), ("a", 2), ("b", 3)):  # "dead" reported first, then died; "b" replaced it
+        d.board[r] = {**vars(CoreStats()), "by_rule": {}, "samples": 10, "cached_prompts": prompts, "cached_bytes": prompts * 100}
+        d.reported[r] = _time.monotonic()
+        _time.sleep(0.01)
+    front = Front.__new__(Front)
+    front.dispatch = d
+    assert (front.cached_prompts, front.cached_bytes, front.stats.samples) == (5, 500, 30)
+
+    rep = ScorerReplica.__new__(ScorerReplica)
+    rep.core = type("C", (), {"stats": CoreStats(samples=3, by_rule={"header": 3}), "cached_prompts": 1,
+                              "cached_bytes": 64})()
+    rep.sched = type("S", (), {"n_waiting": 0})()
+    st = rep.stats()
+    assert st["by_rule"] == {"header": 3} and st["by_rule"] is not rep.core.stats.by_rule and st["samples"] == 3

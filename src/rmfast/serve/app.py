@@ -141,6 +141,10 @@ def check_unicode(value, where: str = "body") -> None:
             check_unicode(v, f"{where}[{k}]")
 
 
+#: /classify model names other than the server's said in the log (each once); past them, no more are
+OTHER_NAMES = 64
+
+
 class Ctx:
     """What every route reads: the core, the scheduler, the settings, and the helpers that turn a request's texts
     into samples and samples into scores (errors as the module doc says)."""
@@ -488,10 +492,13 @@ def _vllm_route(app, ctx: Ctx) -> None:
             raise ApiError(422, "input: an empty list; send a text or a list of texts")
         if body.model and body.model != ctx.config.name and body.model not in ctx.other_names:
             # answered all the same (a trainer's config may name the model by a path or hub id where the server was
-            # started with an alias); said once in the log, so a config pointing at the wrong server shows
-            ctx.other_names.add(body.model)
-            log.warning("rmfast serve: /classify asked for model %r; this server scores %r (answered, said once)",
-                        body.model, ctx.config.name)
+            # started with an alias); said once in the log, so a config pointing at the wrong server shows. The
+            # names are the clients': kept up to OTHER_NAMES (a name per run or step would grow without bound)
+            if len(ctx.other_names) < OTHER_NAMES:
+                ctx.other_names.add(body.model)
+                log.warning("rmfast serve: /classify asked for model %r; this server scores %r (answered, said once%s)",
+                            body.model, ctx.config.name,
+                            "; the last name said: more go unsaid" if len(ctx.other_names) == OTHER_NAMES else "")
         ids = ctx.tokenize(texts, body.add_special_tokens)  # vLLM adds the special tokens (verl strips its BOS)
         samples = [ctx.sample(i, k, None, "input") for k, i in enumerate(ids)]
         scores = [float(s) for s in await ctx.run(samples, request)]

@@ -27,6 +27,7 @@ import asyncio
 import contextvars
 import dataclasses
 import re
+import time
 
 import numpy as np
 
@@ -97,8 +98,11 @@ class ScorerReplica:
 
     def stats(self) -> dict:
         core, sched = self.core, self.sched
-        return {**dataclasses.asdict(core.stats), "cached_prompts": core.cached_prompts,
-                "cached_bytes": core.cached_bytes, "queue": sched.n_waiting}
+        # the wave's thread may add a split rule's first count to by_rule meanwhile: asdict's Python loop over it could
+        # meet the change mid-way, dict() copies it in one step (the core's lock would wait for the running wave)
+        st = {f.name: (dict(v) if isinstance(v := getattr(core.stats, f.name), dict) else v)
+              for f in dataclasses.fields(core.stats)}
+        return {**st, "cached_prompts": core.cached_prompts, "cached_bytes": core.cached_bytes, "queue": sched.n_waiting}
 
     def describe(self) -> dict:
         """What the ingress needs of the core: the tokenizer, the split rule, the limits, the decisions."""
@@ -150,24 +154,25 @@ class Front:
 
     @property
     def cached_prompts(self) -> int:
-        return sum(s["cached_prompts"] for s in self.dispatch.board.values())
+        return sum(s["cached_prompts"] for s in self.dispatch.live())
 
     @property
     def cached_bytes(self) -> int:
-        return sum(s["cached_bytes"] for s in self.dispatch.board.values())
+        return sum(s["cached_bytes"] for s in self.dispatch.live())
 
 
 class RayDispatch:
     """The ingress's stand-in for the scheduler: a request's samples grouped by prompt part, each group one call to
     the scorer with its routing key; a call whose replica died is sent again (``retries`` times, backing off)."""
 
-    def __init__(self, handle, opts: ServeOptions, retries: int = 6):
-        self.handle, self.retries = handle, int(retries)
+    def __init__(self, handle, opts: ServeOptions, retries: int = 6, replicas: int | None = None):
+        self.handle, self.retries, self.replicas = handle, int(retries), replicas
         self.max_queue, self.wave_tokens, self.max_wait_s = opts.max_queue, opts.wave_tokens, opts.max_wait_ms / 1000
         self.draining, self.waiting = False, ()
         self.n_waiting = 0  # samples sent to the scorer and not yet answered
         self.in_flight = 0  # requests
         self.board: dict = {}  # replica -> its latest counters
+        self.reported: dict = {}  # replica -> when its latest counters came (time.monotonic)
         self.answered: dict = {}  # replica -> calls it answered
         self.retried = 0
 
@@ -219,9 +224,17 @@ class RayDispatch:
             r = got["replica"]
             if got["stats"]["waves"] >= self.board.get(r, {}).get("waves", -1):  # answers may arrive out of order
                 self.board[r] = got["stats"]
+            self.reported[r] = time.monotonic()
             self.answered[r] = self.answered.get(r, 0) + 1
             return got["scores"]
         raise AssertionError("unreachable")
+
+    def live(self) -> list[dict]:
+        """The latest counters of the replicas taken to be alive, for the gauges (a cache's size, not a total): the
+        ``replicas`` that reported last. A replica that died and was started again under a new id leaves its last
+        report on the board, where its totals still count, but its cache is gone."""
+        ids = sorted(self.board, key=lambda r: self.reported.get(r, 0.0), reverse=True)[: self.replicas or None]
+        return [self.board[r] for r in ids]
 
     def metric_families(self) -> list:
         """The replicas' own counters and the router's choices, for ``/metrics`` (:class:`rmfast.serve.metrics.Metrics`)."""
@@ -254,7 +267,7 @@ class IngressReplica:
 
     async def __init__(self, scorer, config: ServeConfig, opts: ServeOptions):
         info = await scorer.describe.remote()
-        dispatch = RayDispatch(scorer, opts)
+        dispatch = RayDispatch(scorer, opts, replicas=(config.extra.get("ray_serve") or {}).get("replicas"))
         front = Front(info, dispatch)
         config = dataclasses.replace(config, revision=config.revision or info["revision"])
         _BUILT.append(build_app(front, config, dispatch))
