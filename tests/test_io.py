@@ -133,3 +133,31 @@ def test_files_are_on_the_disk_before_the_name_that_marks_them_finished(tmp_path
     manifest = next(i for i, (k, f) in enumerate(events) if k == "replace" and "manifest.json" in f)
     synced = {Path(f).name for k, f in events[:manifest] if k == "fsync"}
     assert synced >= {"shard-00000.safetensors", "shard-00001.safetensors"}
+
+
+def test_a_lock_taken_on_a_removed_lock_file_is_taken_again_on_the_paths(tmp_path, monkeypatch):
+    """output_lock removed its lock file after releasing it: a job that had opened the old file could lock it while
+    a third job created and locked a new file at the same name, and both wrote the same output. Now the file is
+    removed while held, and a lock found on a file no longer at the path is taken again on the path's own."""
+    from filelock import FileLock
+
+    import rmfast.io as io
+
+    name = str(tmp_path / "r.parquet.lock")
+    a = FileLock(name)
+    a.acquire(timeout=0)
+    Path(name).unlink()  # a finished job's removal, while held
+    c = FileLock(name)  # a third job: a new file at the name
+    c.acquire(timeout=0)
+    assert not io._holds_the_file_at(a, name) and io._holds_the_file_at(c, name)
+    a.release(), c.release()
+    real, seen = io._holds_the_file_at, []
+
+    def first_on_a_removed_file(lock, n):
+        seen.append(real(lock, n))
+        return len(seen) > 1 and seen[-1]
+
+    monkeypatch.setattr(io, "_holds_the_file_at", first_on_a_removed_file)
+    with io.output_lock(tmp_path / "r.parquet"):
+        assert len(seen) == 2 and Path(name).exists()
+    assert not Path(name).exists()

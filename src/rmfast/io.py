@@ -149,17 +149,26 @@ def _check_replaceable(path: Path) -> None:
 def output_lock(path: str | os.PathLike):
     """Hold ``<path>.lock`` while a job writes ``path``: a second job for the same output stops at
     once with one line instead of doing all the work and then clashing. The lock dies with its
-    process (an OS file lock), so a killed job never leaves a stale one."""
+    process (an OS file lock), so a killed job never leaves a stale one.
+
+    The finished job removes the lock file while it still holds it, and a job that locked a file no longer at the
+    path (removed between its open and its lock) takes the path's new one: otherwise two jobs could each hold a
+    lock, one on the removed file, one on a new file at the same name, and write the same output."""
     from filelock import FileLock, Timeout
 
-    check_lock(str(path) + ".lock", "remove it or choose another --out")
-    lock = FileLock(str(path) + ".lock")
+    name = str(path) + ".lock"
+    check_lock(name, "remove it or choose another --out")
+    lock = FileLock(name)
     made = [q for q in (Path(path).parent, *Path(path).parent.parents) if not q.exists()]  # deepest first
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)  # the lock file is the first thing written there
-        # made here first: filelock reads a lock file it cannot create (/proc, a read-only folder) as one held
-        os.close(os.open(str(path) + ".lock", os.O_WRONLY | os.O_CREAT, 0o666))
-        lock.acquire(timeout=0)
+        for _ in range(3):
+            # made here first: filelock reads a lock file it cannot create (/proc, a read-only folder) as one held
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT, 0o666))
+            lock.acquire(timeout=0)
+            if _holds_the_file_at(lock, name):
+                break
+            lock.release()  # a lock on a removed file guards nothing: the path's own, again
     except Timeout:
         raise UserError(f"another rmfast job is writing {path} (it holds {path}.lock); wait for it to finish "
                         "or choose another --out") from None
@@ -169,13 +178,26 @@ def output_lock(path: str | os.PathLike):
     try:
         yield
     finally:
+        Path(name).unlink(missing_ok=True)  # while held: a job that locks the old file now sees it gone
         lock.release()
-        Path(str(path) + ".lock").unlink(missing_ok=True)
         for q in made:  # a job refused (or failed) before writing leaves no empty folders it made
             try:
                 q.rmdir()
             except OSError:  # not empty (the output, or anything else now there): kept
                 break
+
+
+def _holds_the_file_at(lock, name: str) -> bool:
+    """Whether the file ``lock`` (a filelock FileLock, held) locked is the one at ``name`` now; True where this
+    filelock does not say which file it holds (its descriptor: ``_context.lock_file_fd``, or older ``_lock_file_fd``)."""
+    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)
+    fd = getattr(lock, "_lock_file_fd", None) if fd is None else fd
+    if fd is None:
+        return True
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(name))
+    except OSError:  # removed: not the path's file
+        return False
 
 
 def _temp_beside(path: Path) -> Path:
