@@ -108,7 +108,7 @@ def test_every_route_equals_the_plain_hf_forward(rm, caplog):
         caplog.clear()
         with caplog.at_level("WARNING", logger="rmfast.serve"):  # a name per step: the set and the log stay bounded
             for k in range(serve_app.OTHER_NAMES + 5):
-                assert httpx.post(f"{url}/classify", json={"model": f"run-{k}", "input": "hi"}).status_code == 200
+                assert httpx.post(f"{url}/classify", json={"model": f"run-{k}", "input": "hi there"}).status_code == 200
         said = [r.getMessage() for r in caplog.records if "asked for model 'run-" in r.getMessage()]
         assert len(said) == serve_app.OTHER_NAMES - 1 and "more go unsaid" in said[-1]
         act = httpx.post(f"{url}/classify", json={"model": "tiny-rm", "input": data[0]["text"]}, timeout=60).json()
@@ -937,3 +937,29 @@ def test_the_ray_ingress_gauges_count_only_the_replicas_alive():
     rep.sched = type("S", (), {"n_waiting": 0})()
     st = rep.stats()
     assert st["by_rule"] == {"header": 3} and st["by_rule"] is not rep.core.stats.by_rule and st["samples"] == 3
+
+
+def test_an_unsplit_sample_evicts_no_groups_cached_prompt(rm):
+    """A sample with no shared prompt (split rule "none": a /classify text with no assistant header) went into the
+    prompt cache like any prompt, pushing out the encodings of groups whose other samples were still to come, and
+    was dropped after its wave; one whose prefix equalled a cached group's prompt dropped that group's. Now such a
+    prefix is encoded for its wave only: the cache keeps the groups' prompts, and the scores are the same bits."""
+    model, tok = rm
+
+    def chat(q, a):
+        return list(tok.apply_chat_template([{"role": "user", "content": q}, {"role": "assistant", "content": a}],
+                                            tokenize=True, return_dict=True)["input_ids"])
+
+    probe = ServeCore(model, tok, ScoringOptions(dtype="float32"))
+    a, b = probe.sample(chat("What is the best fruit?", "apple")), probe.sample(chat("Name a colour.", "blue"))
+    core = ServeCore(model, tok, ScoringOptions(dtype="float32"),
+                     cache_bytes=probe.prompt_bytes(a.split) + probe.prompt_bytes(b.split) + 64)  # room for the two
+    core.score([a, b])
+    plain = core.sample(tok("a plain text with no chat template at all, " * 3, add_special_tokens=False)["input_ids"])
+    assert plain.rule == "none"
+    got = core.score([plain])
+    assert core.cached_prompts == 2  # the groups' encodings stay
+    again = core.score([core.sample(chat("What is the best fruit?", "pear"))])
+    assert core.stats.prompt_reencodings == 0 and core.stats.prompt_encodings == 3
+    assert np.array_equal(got, probe.score([plain])) and np.array_equal(again, probe.score([probe.sample(
+        chat("What is the best fruit?", "pear"))]))

@@ -261,7 +261,8 @@ class ServeCore:
         try:  # the wave's new prompts in ONE packed prefill where the engines take it (the cascade form: CUDA's)
             with ops.gemm_rows(self.rows_rule), one_prompt_pass(packed_alone=True):
                 for prompt, ks in by_prompt.items():
-                    plans[prompt], fresh = self._plan(prompt, keep)
+                    # a prompt only "none" samples have is each one's own prefix: encoded for this wave, never cached
+                    plans[prompt], fresh = self._plan(prompt, keep, all(samples[k].rule == "none" for k in ks))
                     self.stats.prompt_hits += len(ks) - (1 if fresh else 0)
                     self.stats.prompt_tokens_saved += len(prompt) * (len(ks) - (1 if fresh else 0))
         except BaseException:  # a prompt left unencoded never stays cached
@@ -270,9 +271,6 @@ class ServeCore:
                     self._drop(prompt)
             raise
         self._score_packed(samples, list(range(len(samples))), plans, out)
-        for prompt, ks in by_prompt.items():
-            if samples[ks[0]].rule == "none":  # a sample's own prefix: not worth keeping
-                self._drop(prompt)
 
     def _score_packed(self, samples: list[Sample], ks: list, plans: dict, out: np.ndarray) -> None:
         """Rows of every prompt and length packed back to back, no pads, in calls of at most :data:`PACK_TOKENS`
@@ -314,12 +312,18 @@ class ServeCore:
         st.batch_tokens += gemm_tokens
         st.real_tokens += real_tokens
 
-    def _plan(self, prompt: tuple, keep: set) -> tuple[ScoringPlan, bool]:
-        """The prompt's plan (encoded now, or from the cache) and whether it was encoded now."""
+    def _plan(self, prompt: tuple, keep: set, transient: bool = False) -> tuple[ScoringPlan, bool]:
+        """The prompt's plan (encoded now, or from the cache) and whether it was encoded now. ``transient``: a plan
+        for this wave only, never cached, so it evicts nothing (an unsplit sample's own prefix would push out the
+        encodings of groups whose other samples are still to come, and be dropped after its wave anyway)."""
         plan = self._plans.get(prompt)
         if plan is not None:
             self._plans.move_to_end(prompt)
             return plan, False
+        if transient:
+            self.stats.prompt_encodings += 1
+            self.stats.prompt_tokens_encoded += len(prompt)
+            return self._new_plan(prompt), True
         need = self.prompt_bytes(len(prompt))
         for old in [p for p in self._plans if p not in keep]:  # least recently used first; never this wave's
             if self._bytes + need <= self.cache_bytes:
