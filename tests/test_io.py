@@ -84,7 +84,7 @@ def test_a_job_refused_inside_the_output_lock_leaves_no_folders_it_made(tmp_path
     """The lock made the output's folders; a job that stops before writing takes them away again (only the empty
     ones it made: a folder that was there, or one that now holds the output, stays)."""
     from rmfast.errors import UserError
-    from rmfast.io import output_lock
+    from rmfast.locks import output_lock
 
     out = tmp_path / "new" / "deeper" / "r.parquet"
     with pytest.raises(UserError):
@@ -141,7 +141,7 @@ def test_a_lock_taken_on_a_removed_lock_file_is_taken_again_on_the_paths(tmp_pat
     removed while held, and a lock found on a file no longer at the path is taken again on the path's own."""
     from filelock import FileLock
 
-    import rmfast.io as io
+    import rmfast.locks as io
 
     name = str(tmp_path / "r.parquet.lock")
     a = FileLock(name)

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 from ..errors import UserError
-from ..io import check_output, output_lock, slug, states_dir
+from ..io import check_output, slug, states_dir
+from ..locks import output_lock
 from . import common
 
 

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from ..io import check_output, file_sha256, output_lock
+from ..io import check_output, file_sha256
+from ..locks import output_lock
 from . import common
 
 _READERS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}

@@ -449,13 +449,8 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     if done0 < ids.size:  # a first batch of a slow model runs for minutes: say what runs, not a bare "0/N ?cand/s"
         bar.set_postfix_str(status or first_batch_status(groups, done))
     t0 = last_ck = time.perf_counter()
-    first_batch_s, n_since_ck, halved = None, 0, 0
-
-    def on_oom(b):
-        nonlocal halved
-        halved += 1
-        bar.set_postfix_str(f"OOM: batch -> {b}")
-
+    first_batch_s, n_since_ck, halved = None, 0, []  # halved: the sizes an out-of-memory cut batches to
+    on_oom = lambda b: (halved.append(b), bar.set_postfix_str(f"OOM: batch -> {b}"))  # noqa: E731
     try:
         for i, g in enumerate(groups):
             for lo, hi, out, bs in oom_batches(g.rows.size, g.batch_size, device, lambda lo, hi, b, g=g: _batch(g, done, lo, hi, b),
@@ -498,7 +493,7 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         "candidates_per_s": round_rate(n_new / scan_s) if scan_s > 0 and n_new else None,
         "resumed_candidates": done0,
         "scored_candidates": int(done.sum()) - done0,
-        **({"oom_halvings": halved} if halved else {}),
+        **({"oom_halvings": len(halved)} if halved else {}),
     }
 
 

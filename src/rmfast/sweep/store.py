@@ -48,7 +48,8 @@ import numpy as np
 
 from ..version import __version__
 from ..errors import UserError
-from ..io import WRITE_ID, check_lock, manifest_path, parquet_write_id, write_json, write_pair
+from ..io import WRITE_ID, manifest_path, parquet_write_id, write_json, write_pair
+from ..locks import check_lock
 from ..states import canonical_layer
 
 SCHEMA_VERSION = 1
