@@ -140,3 +140,24 @@ def test_a_form_that_cannot_run_as_asked_is_refused_before_any_work(tok, monkeyp
     monkeypatch.setenv("RMFAST_KERNELS", "triton")
     with pytest.raises(UserError, match="RMFAST_KERNELS=triton: Triton kernels need CUDA"):
         RewardScorer(model, tok)
+
+
+def test_a_bidirectional_gemma3_takes_the_plain_hf_path(tok):
+    """A Gemma 3 config with use_bidirectional_attention (EmbeddingGemma-style: every token attends to every other)
+    was taken onto the fast path, causal by construction: its scores were another model's, off by ~0.1 on a tiny
+    model, with no word. Now it is not on the fast path: auto takes the plain-HF path with a line saying why, and
+    --engine fast is refused."""
+    from rmfast.fast.arch import bidirectional
+
+    m = T.tiny("gemma3", num_labels=1, pad_token_id=tok.pad_token_id, seed=0)
+    m.config.use_bidirectional_attention = True
+    for layer in m.model.layers:  # as a model built from such a config has it
+        layer.self_attn.is_causal = False
+    assert bidirectional(m.config) and arch_spec(m) is None
+    prompt, resps = "What is the best thing?", ["Love", "A cup of tea.", "x" * 20]
+    with pytest.warns(UserWarning, match="'gemma3_text' with bidirectional attention .* is not on the fast path"):
+        sc = RewardScorer(m, tok, dtype="float32", device="cpu")
+        got = np.asarray(sc.score([prompt], [resps])[0])
+    assert np.abs(got - _hf(m, tok, [prompt], [resps])).max() < 1e-5
+    with pytest.raises(UserError, match="bidirectional attention"):
+        RewardScorer(m, tok, dtype="float32", device="cpu", engine="fast")

@@ -141,10 +141,10 @@ def arch_spec(model: nn.Module) -> ArchSpec | None:
     """Read the engine's facts off ``model``; None when the architecture is not on the fast path
     (an unknown model type, or a layer the decoder-layer function has no form for: an activation
     outside :data:`ACTIVATIONS`, an MLP that is not gate/up/down, q/k norms with their own epsilon,
-    a length-dependent RoPE with per-layer-type tables)."""
+    a length-dependent RoPE with per-layer-type tables, bidirectional attention: :func:`bidirectional`)."""
     cfg = model.config
     mt = getattr(cfg, "model_type", None)
-    if mt not in SUPPORTED:
+    if mt not in SUPPORTED or bidirectional(cfg):
         return None
     family = SUPPORTED[mt]
     bb = backbone_of(model)
@@ -192,6 +192,15 @@ def arch_spec(model: nn.Module) -> ArchSpec | None:
         rope_max_len=rope_max_len,
         custom_head=getattr(model, "rmfast_head", None),
     )
+
+
+def bidirectional(cfg) -> bool:
+    """Whether the config asks every token to attend to every other (``use_bidirectional_attention``, e.g.
+    EmbeddingGemma-style Gemma 3 configs): the engine is causal by construction, so such a model is not on the fast
+    path (its scores were silently another model's). HF's Gemma 1/2 keep a causal mask with the flag; refused all
+    the same, the plain-HF path being correct either way."""
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    return bool(getattr(cfg, "use_bidirectional_attention", False) or getattr(text, "use_bidirectional_attention", False))
 
 
 def _eps(norm: nn.Module) -> float | None:

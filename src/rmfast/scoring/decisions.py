@@ -29,7 +29,7 @@ import torch
 
 from ..errors import UserError, UserNote
 from ..fast import ops
-from ..fast.arch import arch_spec
+from ..fast.arch import arch_spec, bidirectional
 from ..fast.engine import MAX_BLOCKDIAG_EXTRA, blockdiag_overhead, fused_elementwise
 from ..template import Template
 from .batching import MEM_FRACTION, auto_batch_size, available_memory, cap_batch_size, row_bytes
@@ -113,15 +113,17 @@ def choose_engine(model, head: str, head_index: int, engine: str, stacklevel: in
     spec = arch_spec(model)
     engine = engine_name(engine)
     on_fast_path = spec is not None and (head != "score" or spec.score_outputs is not None)
-    kind = getattr(model.config, "model_type", "?")
+    kind = repr(getattr(model.config, "model_type", "?"))
+    if bidirectional(model.config):  # the engine is causal by construction
+        kind += " with bidirectional attention (use_bidirectional_attention)"
     if engine == "auto":
         engine = "fast" if on_fast_path else "hf"
         if engine == "hf":
-            warnings.warn(f"rmfast: architecture {kind!r} is not on the fast path; using the plain Hugging Face path "
+            warnings.warn(f"rmfast: architecture {kind} is not on the fast path; using the plain Hugging Face path "
                           "(correct, slower)", stacklevel=stacklevel)
     elif engine == "fast" and not on_fast_path:
         what = "is not on the fast path" if spec is None else "has no reward head the fast path reads"
-        raise UserError(f"--engine fast: architecture {kind!r} {what}; use --engine auto or hf (the plain Hugging Face "
+        raise UserError(f"--engine fast: architecture {kind} {what}; use --engine auto or hf (the plain Hugging Face "
                         "path, correct and slower)")
     if head == "score" and spec is not None and spec.score_outputs is not None and head_index >= spec.score_outputs:
         raise UserError(f"--head-index {head_index} is out of range: the score head has {spec.score_outputs} outputs")
