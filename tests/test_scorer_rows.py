@@ -107,11 +107,13 @@ def test_stats_count_the_batches_that_ran_packed(tok, monkeypatch):
 
 def test_packed_batches_are_sized_in_tokens(tok, monkeypatch):
     """A packed group's batches hold as many rows as fit the tokens its batch size of longest rows would: one
-    long row and many short ones at 4 rows per batch run in fewer batches than 4-row cuts, each within that budget,
-    with the plain-HF scores."""
+    long row and many short ones at 4 rows per batch (auto's choice, here made 4) run in fewer batches than 4-row
+    cuts, each within that budget, with the plain-HF scores. (A batch size the caller asks for caps the rows too:
+    test_batch_size_one_scores_each_row_alone_in_the_packed_form.)"""
     model = T.tiny("llama", num_labels=1)
     ran = _counting(monkeypatch, E, "_packed_rows_pass")
-    sc = RewardScorer(model, tok, attention="cascade", batch_size=4)
+    sc = RewardScorer(model, tok, attention="cascade")
+    monkeypatch.setattr(sc.decided, "rows_per_batch", lambda *a, **k: 4)
     resp = [["a", "b", "c", "d", "e", "f", "g", "h", "ok", "no", "yes",
              "The universe, obviously, and everything in it at once, as long as it takes to say."]]
     got = np.array(sc.score(["Hi"], resp)[0])
@@ -161,3 +163,23 @@ def test_a_bidirectional_gemma3_takes_the_plain_hf_path(tok):
     assert np.abs(got - _hf(m, tok, [prompt], [resps])).max() < 1e-5
     with pytest.raises(UserError, match="bidirectional attention"):
         RewardScorer(m, tok, dtype="float32", device="cpu", engine="fast")
+
+
+def test_batch_size_one_scores_each_row_alone_in_the_packed_form(tok):
+    """docs/backend.md: "batch_size=1 makes every score independent of the rest of the call". In the packed cascade
+    form (CUDA's form for texts) a batch was sized in tokens only (batch_size x the longest row), so short rows were
+    packed together and their last bits moved with the call (6 of 8 here). A batch size asked for now caps a packed
+    batch's rows too; auto still packs by tokens."""
+    m = T.tiny("llama", num_labels=1, pad_token_id=tok.pad_token_id, seed=7)
+    prompt = "What, in one word, is the greatest thing ever? " * 3
+    resps = [" ".join(["word"] * n) for n in (1, 60, 5, 32, 17, 50, 3, 25)]
+    sc = RewardScorer(m, tok, dtype="float32", device="cpu", batch_size=1, attention="cascade")
+    whole = sc.score([prompt], [resps])[0]
+    assert sc.last_stats.n_batches == len(resps)
+    alone = [sc.score([prompt], [[r]])[0][0] for r in resps]
+    assert np.array_equal(np.asarray(alone), np.asarray(whole))
+    two = RewardScorer(m, tok, dtype="float32", device="cpu", batch_size=2, attention="cascade")
+    two.score([prompt], [resps])
+    assert two.last_stats.n_batches == 4
+    auto = RewardScorer(m, tok, dtype="float32", device="cpu", attention="cascade")
+    assert np.abs(np.asarray(auto.score([prompt], [resps])[0]) - whole).max() < 1e-5 and auto.last_stats.n_batches == 1

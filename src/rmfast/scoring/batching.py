@@ -238,6 +238,8 @@ class Group:
         packed: its rows of several lengths run packed back to back, no padding (the fast engine's cascade
             form); False: right-padded to each batch's longest.
         tokens: (n,) each row's tokens (a packed group's batches are sized in tokens, :meth:`cut`); None: rows.
+        rows_cap: a packed group's batches hold at most ``batch_size`` rows too (a batch size the caller asked for:
+            rows per batch, as documented; ``batch_size=1`` scores each row alone, independent of the call's others).
     """
 
     rows: np.ndarray
@@ -245,6 +247,7 @@ class Group:
     score: Callable[[np.ndarray, int], np.ndarray]
     packed: bool = False
     tokens: np.ndarray | None = None
+    rows_cap: bool = False
 
     def cut(self, lo: int, bs: int) -> int:
         """The end of the batch that starts at row ``lo`` at ``bs`` rows per batch: ``bs`` rows, or, for a packed
@@ -254,12 +257,14 @@ class Group:
         >>> g = Group(np.arange(6), 2, None, packed=True, tokens=np.array([1, 1, 2, 2, 5, 5]))
         >>> [g.cut(0, 2), g.cut(4, 2), Group(np.arange(6), 2, None).cut(0, 2)]
         [4, 6, 2]
+        >>> Group(np.arange(6), 2, None, packed=True, tokens=np.array([1, 1, 2, 2, 5, 5]), rows_cap=True).cut(0, 2)
+        2
         """
         n = self.rows.size
         if not self.packed or self.tokens is None:
             return min(n, lo + bs)
-        fits = np.searchsorted(np.cumsum(self.tokens[lo:]), bs * int(self.tokens.max()), side="right")
-        return lo + max(1, int(fits))
+        fits = max(1, int(np.searchsorted(np.cumsum(self.tokens[lo:]), bs * int(self.tokens.max()), side="right")))
+        return lo + (min(fits, bs) if self.rows_cap else fits)
 
     def batches(self) -> list[tuple[int, int]]:
         """The (lo, hi) row ranges of its batches at ``batch_size`` (no out-of-memory)."""
