@@ -161,3 +161,16 @@ def test_a_lock_taken_on_a_removed_lock_file_is_taken_again_on_the_paths(tmp_pat
     with io.output_lock(tmp_path / "r.parquet"):
         assert len(seen) == 2 and Path(name).exists()
     assert not Path(name).exists()
+
+
+def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path):
+    """--out with a 300-byte name was an OSError traceback (ENAMETOOLONG from lstat); one of 240 passed the checks and
+    failed at the first checkpoint, whose temporary name is 26 bytes longer. Both are one line before any work now."""
+    from rmfast.errors import UserError
+    from rmfast.io import NAME_EXTRA, check_output
+
+    with pytest.raises(UserError, match="the name is too long for the file system"):
+        check_output(tmp_path / ("x" * 300 + ".parquet"))
+    with pytest.raises(UserError, match=f"rmfast writes names {NAME_EXTRA} bytes longer"):
+        check_output(tmp_path / ("y" * 235 + ".parquet"))
+    assert check_output(tmp_path / ("z" * 200 + ".parquet")).name.startswith("zzz")

@@ -64,6 +64,8 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
         near = near.parent
     if not near.is_dir():
         raise UserError(f"cannot write {p}: {near} is a file, not a folder; choose another --out")
+    if not folder:
+        _check_name_fits(p, near)
     if not os.access(near, os.W_OK | os.X_OK):
         raise UserError(f"cannot write {p}: {near} is not writable (permission denied); choose another --out")
     try:  # the access bits can say yes where no file can be made (/proc or /sys as root): ask the folder itself
@@ -72,6 +74,24 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
     except OSError as e:
         raise UserError(f"cannot write {p}: {near} takes no new file ({e.strerror}); choose another --out") from None
     return p
+
+
+#: what the longest name rmfast writes beside an output adds to its name: ".NAME.partial.npz.0a1b2c3d.tmp"
+#: (the checkpoint's atomic write)
+NAME_EXTRA = len("..partial.npz.0a1b2c3d.tmp")
+
+
+def _check_name_fits(p: Path, near: Path) -> None:
+    """The output's name, and the checkpoint and temporary names beside it, within the file system's limit: a name
+    over it failed with a traceback, or after the scoring, at the first checkpoint."""
+    try:
+        limit = os.pathconf(near, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # not on this OS: the usual limit
+        limit = 255
+    n = len(os.fsencode(p.name))
+    if n + NAME_EXTRA > limit:
+        raise UserError(f"--out {p.name[:40]}…: a name of {n} bytes, and rmfast writes names {NAME_EXTRA} bytes longer "
+                        f"beside it (its checkpoint), over this file system's {limit}; choose a shorter name")
 
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
@@ -85,6 +105,10 @@ def describe_path(path: str | os.PathLike) -> str:
         mode = os.lstat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return "nothing"
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise UserError(f"{str(path)[:60]}…: the name is too long for the file system; choose a shorter path") from None
+        raise
     if stat.S_ISREG(mode):
         return "a regular file"
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
