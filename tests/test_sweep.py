@@ -654,3 +654,49 @@ def test_dtype_auto_is_one_dtype_per_model_in_a_store(models_dir, tmp_path, caps
     f.write_text(json.dumps(man))
     with pytest.warns(UserWarning, match=r"rm-a's parts were scored in different dtypes \(1 in bfloat16, 1 in float32\)"):
         load_results(store)
+
+
+def test_a_sweep_whose_store_another_config_adopts_stops_writing_there(models_dir, tmp_path, capsys, monkeypatch):
+    """Sweep A ran while sweep B adopted the same store with --force: A went on writing its parts (prompts B's config
+    does not have) and its own index into B's store, and `rmfast analyze STORE` then read them. Now A stops at its
+    next part with one line, and writes nothing more there."""
+    import json
+
+    from rmfast.sweep import runner
+
+    cfg = write_cfg(models_dir, "adopted.yaml", models=["./rm-a"], candidates={"vocab": {"vocabulary": {"token_ids": "0:20"}}})
+    store = tmp_path / "store"
+    real, calls = runner._PartRunner._one, []
+
+    def one_then_adopted(self, lm, m, p):
+        real(self, lm, m, p)
+        calls.append(p)
+        if len(calls) == 1:  # B's --force, between A's parts
+            info = json.loads((store / "store.json").read_text())
+            (store / "store.json").write_text(json.dumps({**info, "config_hash": "b" * 20, "config_file": "b.yaml"}))
+
+    monkeypatch.setattr(runner._PartRunner, "_one", one_then_adopted)
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert one_line_error(rc, se) and "was adopted by another config (b.yaml) while this sweep ran" in se, se
+    assert len(calls) == 1 and len(part_files(store)) == 1
+
+
+def test_analyze_reads_a_store_as_its_configs_finished_parts(models_dir, tmp_path, capsys):
+    """`rmfast analyze X STORE` (or STORE/parts) globbed every part file under it, so parts another config had left
+    there (a --force, a sweep that wrote on after one) were analysed as this store's. Now a store given as its
+    folder or its parts/ folder reads as load_results does: the config's finished parts only."""
+    import shutil
+
+    cfg = write_cfg(models_dir, "analyzed.yaml", models=["./rm-a"], prompts={"g": PROMPTS["greatest"], "b": PROMPTS["best"]},
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:30"}}})
+    store = tmp_path / "store"
+    assert run(["sweep", cfg, "--out", store, "--no-progress"], capsys)[0] == 0
+    part = next(store.glob("parts/*/prompt=b*/*"))
+    foreign = part.parent.parent / "prompt=worst" / part.name  # a part of another config, left in the folder
+    shutil.copytree(part, foreign)
+    (foreign / "part.parquet.json").write_text((foreign / "part.parquet.json").read_text().replace(
+        PROMPTS["best"], PROMPTS["worst"]))
+    for where in (store, store / "parts"):
+        rc, so, se = run(["analyze", "distributions", where], capsys)
+        assert rc == 0, se
+        assert PROMPTS["greatest"] in so and PROMPTS["best"] in so and PROMPTS["worst"] not in so, so

@@ -124,28 +124,16 @@ class ExplorerData:
 
 # ---------------------------------------------------------------- inputs
 def load_inputs(paths, ledger=None) -> tuple[pd.DataFrame, str]:
-    """The tidy scan frame of scan Parquet files / folders of them, or of one sweep store folder.
-
-    A folder with a ``store.json`` is a results store (:func:`rmfast.sweep.store.load_results`, finished
-    parts only); anything else goes through :func:`rmfast.analysis.data.scans.load_scans`. Rows left out
-    (a NaN score: a scan whose model overflowed) are recorded in ``ledger``
-    (:class:`rmfast.analysis.data.ledger.Ledger`), for the caller to say so.
+    """The tidy scan frame of scan Parquet files / folders of them, or of one sweep store folder
+    (:func:`rmfast.sweep.store.read_scans`), and where its scores come from. Rows left out (a NaN score: a scan
+    whose model overflowed) are recorded in ``ledger`` (:class:`rmfast.analysis.data.ledger.Ledger`), for the
+    caller to say so.
     """
-    from .analysis.data.scans import load_scans, scans_source, validate_scans
-    from .sweep.store import load_results
+    from .analysis.data.scans import SOURCE_ATTR
+    from .sweep.store import read_scans
 
-    paths = [Path(p) for p in ([paths] if isinstance(paths, (str, PathLike)) else paths)]
-    if not paths:
-        raise UserError("no inputs: give scan Parquet files, folders of them, or a sweep store folder")
-    stores = [p for p in paths if p.is_dir() and (p / "store.json").is_file()]
-    if stores and len(paths) > 1:
-        raise UserError(f"{stores[0]} is a sweep store; give it alone (one store, or scan files)")
-    if stores:
-        df = load_results(stores[0])
-        if df.empty:
-            raise UserError(f"the store {stores[0]} has no finished parts yet; run the sweep first")
-        return validate_scans(df, ledger=ledger), f"sweep store {stores[0]}"
-    return load_scans(paths, ledger=ledger), scans_source(paths)
+    df = read_scans(paths, ledger=ledger)
+    return df, df.attrs[SOURCE_ATTR]
 
 
 def _column_keys(df: pd.DataFrame) -> pd.Series:

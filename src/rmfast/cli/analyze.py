@@ -92,7 +92,8 @@ def _inputs(args) -> _Loaded:
     from ..analysis.paper_a.eloeverything import (elo_scores_source, is_eloeverything_dir,
                                           load_eloeverything, load_human_scores)
     from ..analysis.data.ledger import Ledger
-    from ..analysis.data.scans import MEANING_ATTR, SOURCE_ATTR, by_candidate_set, load_scans, scans_source
+    from ..analysis.data.scans import MEANING_ATTR, SOURCE_ATTR, by_candidate_set, scans_source
+    from ..sweep.store import read_scans
 
     from ..analysis.paper_b.published import is_published_scores_dir, load_published_scores
 
@@ -126,10 +127,10 @@ def _inputs(args) -> _Loaded:
     human, human_source = (elo[0][1].human, elo[0][1].human.attrs.get(SOURCE_ATTR)) if elo \
         else (None, None)
     if scan_paths:
-        loaded = load_scans(scan_paths, ledger=left_out)
+        loaded = read_scans(scan_paths, ledger=left_out)  # a sweep store: its config's finished parts only
         meanings = loaded.attrs.get(MEANING_ATTR, {})
         scans = by_candidate_set(loaded, pool=getattr(args, "pool_candidates", False), ledger=left_out)
-        scores_source = scans_source(scan_paths)
+        scores_source = loaded.attrs.get(SOURCE_ATTR) or scans_source(scan_paths)
         if elo:
             scores_source += (" (the model scores stored in the EloEverything CSVs are not used; "
                               "the CSVs give the human Elo only)")

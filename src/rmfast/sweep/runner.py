@@ -282,6 +282,7 @@ class _PartRunner:
                         busy.append(p)
                     elif not (self.store.has_outputs(p, by_model[name].outputs())
                               and _same_content(self.store, p, self.content.get(p.model))):
+                        self.store.check_still_ours(self.chash)
                         # not finished (another writer may have finished it meanwhile), or from other weights
                         with self._named(by_model[name], p):
                             lm = lm or self._load(by_model[name])
@@ -366,6 +367,7 @@ class _PartRunner:
         man = res.manifest
         wall = time.perf_counter() - t0
         try:
+            store.check_still_ours(self.chash)  # a --force of another config meanwhile: its store now, not ours
             finish_states(res)  # the states folder complete and in place before the manifest that marks the part done
             # score_meaning at the top, where write_pair's provenance takes it into the part Parquet's metadata
             store.write_part(p, df, {"model": {**lm.source, "name": m.name}, "prompt": p.prompt,

@@ -446,7 +446,16 @@ class Store:
                         "stale": not done and self.stale(part)})
         return out
 
+    def check_still_ours(self, config_hash: str) -> None:
+        """One line where another config adopted the store (``rmfast sweep --force``) while this sweep ran: its
+        parts and index would be written into a store that no longer holds its config."""
+        info = self.info() or {}
+        if info.get("config_hash") != config_hash:
+            raise UserError(f"{self.root} was adopted by another config ({info.get('config_file') or 'rmfast sweep --force'}) "
+                            "while this sweep ran; its parts are no longer written there: rerun it with another --out")
+
     def write_index(self, plan: list[PartRef], config_hash: str) -> dict:
+        self.check_still_ours(config_hash)
         st = self.status(plan)
         idx = {
             "schema": SCHEMA_VERSION,
@@ -582,6 +591,40 @@ class Store:
         if dup:
             raise UserError(f"{int(dup)} duplicated rows in {self.root}; the store is corrupt")
         return df[cols]
+
+
+def store_root(path: str | os.PathLike) -> Path | None:
+    """The results store ``path`` names (its folder, or its ``parts/`` folder), else None."""
+    p = Path(path)
+    for root in (p, p.parent if p.name == "parts" else None):
+        if root is not None and p.is_dir() and (root / "store.json").is_file():
+            return root
+    return None
+
+
+def read_scans(paths, ledger=None):
+    """The tidy scan frame of scan Parquet files or folders of them (:func:`rmfast.analysis.data.scans.load_scans`),
+    or of ONE sweep store, given as its folder or its ``parts/`` folder: the store's own config's finished parts
+    scored from its models' files as they are (:meth:`Store.load`), never a part another config (a ``--force``) or
+    other model files left there. Its attrs name the scores' source and what ``score`` is."""
+    from ..analysis.data.scans import MEANING_ATTR, SOURCE_ATTR, load_scans, validate_scans
+
+    paths = [Path(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    if not paths:
+        raise UserError("no inputs: give scan Parquet files, folders of them, or a sweep store folder")
+    stores = [r for r in map(store_root, paths) if r is not None]
+    if stores and len(paths) > 1:
+        raise UserError(f"{stores[0]} is a sweep store; give it alone (one store, or scan files)")
+    if not stores:
+        return load_scans(paths, ledger=ledger)
+    st = Store(stores[0])
+    df = st.load()
+    if df.empty:
+        raise UserError(f"the store {stores[0]} has no finished parts yet; run the sweep first")
+    out = validate_scans(df, ledger=ledger)
+    out.attrs[SOURCE_ATTR] = f"sweep store {stores[0]}"
+    out.attrs[MEANING_ATTR] = st.score_meanings()
+    return out
 
 
 def load_results(path: str | os.PathLike, **kw):
