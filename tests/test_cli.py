@@ -400,3 +400,38 @@ def test_two_prompts_never_share_a_default_output(tmp_path, monkeypatch):
     Path(g).write_text(json.dumps({"manifest": {"prompt": a}}))
     assert default_output("gcg__rm", a, "__max.json") == g != default_output("gcg__rm", b, "__max.json")
     assert len({slug("日本語は？"), slug("Что лучше всего?"), slug("?")}) == 3
+
+
+def test_sigterm_saves_the_checkpoint_as_ctrl_c_does(tiny_dir, tmp_path, monkeypatch, capsys):
+    """SIGTERM (timeout, docker stop, a scheduler's preemption) killed a scan with no line and lost the work since
+    the last periodic save, where Ctrl-C saves it. Now it is taken as Ctrl-C: the checkpoint saved, one line, 143;
+    the rerun resumes and ends with the uninterrupted scores."""
+    import os
+    import signal
+
+    from rmfast.fast.engine import Engine
+    from rmfast.scoring import batching
+
+    args = ["scan", str(tiny_dir), "--dtype", "float32", "--token-ids", "0:512", "--batch-size", "64",
+            "--no-progress", "--top", "0"]
+    assert run(args + ["--out", str(tmp_path / "whole.parquet")], capsys)[0] == 0
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_S", 3600.0)  # no periodic save: only the signal's
+    real, calls = Engine.score, {"n": 0}
+
+    def terminated_at_the_third(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Engine, "score", terminated_at_the_third)
+    out, before = tmp_path / "t.parquet", signal.getsignal(signal.SIGTERM)
+    rc, _, se = run(args + ["--out", str(out)], capsys)
+    assert rc == 143 and "rmfast: stopped by SIGTERM; rerun the same command to resume from its checkpoint" in se, se
+    assert "Traceback" not in se and (tmp_path / "t.parquet.partial.npz").exists() and not out.exists()
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's handler is gone with it
+    monkeypatch.setattr(Engine, "score", real)
+    rc, so, se = run(args + ["--out", str(out)], capsys)
+    assert rc == 0 and "more from the checkpoint" in so, se
+    np.testing.assert_array_equal(pd.read_parquet(out)["score"].to_numpy(),
+                                  pd.read_parquet(tmp_path / "whole.parquet")["score"].to_numpy())

@@ -6,9 +6,11 @@ Only the CLI imports this package; the library below it never does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import re
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -279,14 +281,37 @@ def check_out_is_no_input(args) -> None:
                                 "choose another --out")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``docker stop``, a scheduler's preemption), taken as Ctrl-C is: a job saves what it has
+    done and says how to resume; exit 143."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises :class:`Terminated` in the main thread while a command runs (a server installs its own)."""
+    try:
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (a test's, an embedding's): as before
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def run_command(func, args) -> int:
     """Run a command: a UserError (or a full disk, read-only or forbidden write) is one line on stderr
-    and exit 2; Ctrl-C is 130."""
+    and exit 2; Ctrl-C is 130, SIGTERM 143 (each after the job saved what it can resume from)."""
     before = warnings.formatwarning  # the CLI's one-line form is for this command's warnings only
-    quiet()
-    forget_on_interrupt()
     try:
-        with read_by_cli():  # what the library keeps of a message (a report's skipped section) names the flags
+        with _sigterm_as_interrupt(), read_by_cli():  # read_by_cli: the library's messages name the flags
+            quiet()  # (inside: a Ctrl-C while transformers imports is the one line below, not a traceback)
+            forget_on_interrupt()
             check_out_is_no_input(args)
             rc = int(func(args) or 0)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then the BrokenPipeError below
@@ -304,12 +329,14 @@ def run_command(func, args) -> int:
         if e.errno not in _WRITE_ERRNOS:
             raise
         where = f": {e.filename}" if e.filename else ""
-        print(f"rmfast: error: {e.strerror}{where} (free space, fix the permissions, or choose another path)",
-              file=sys.stderr)
+        rerun = on_interrupt()  # a checkpoint save that found the disk full: the last save is kept
+        print(f"rmfast: error: {e.strerror}{where} (free space, fix the permissions, or choose another path"
+              f"{'; then ' + rerun if rerun else ''})", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         rerun = on_interrupt()  # said by the job that can resume (a scan's checkpoint, a sweep's store), if any
-        print(f"rmfast: interrupted{'; ' + rerun if rerun else ''}", file=sys.stderr)
-        return 130
+        what = "stopped by SIGTERM" if isinstance(e, Terminated) else "interrupted"
+        print(f"rmfast: {what}{'; ' + rerun if rerun else ''}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     finally:
         warnings.formatwarning = before
