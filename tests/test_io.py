@@ -174,3 +174,37 @@ def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path):
     with pytest.raises(UserError, match=f"rmfast writes names {NAME_EXTRA} bytes longer"):
         check_output(tmp_path / ("y" * 235 + ".parquet"))
     assert check_output(tmp_path / ("z" * 200 + ".parquet")).name.startswith("zzz")
+
+
+def test_what_a_killed_write_leaves_is_finished_or_cleaned_by_the_rerun(tmp_path):
+    """A kill between write_pair's renames left the Parquet without its manifest beside the job's checkpoint: the
+    rerun said "already exists; pass --overwrite", reading as "throw it away". It is an unfinished result now, which
+    the same command finishes. The killed writes' temporary files (megabytes each) stayed beside the output for
+    good: the next job holding its lock removes them. A folder where the manifest or the checkpoint goes was found
+    only after the scoring: refused before any work now."""
+    from rmfast.errors import UserError
+    from rmfast.io import check_output, unfinished_result
+    from rmfast.locks import output_lock
+
+    out = tmp_path / "s.parquet"
+    out.write_bytes(b"PAR1")
+    with pytest.raises(UserError, match="already exists"):
+        check_output(out)  # no checkpoint: a file someone put there
+    (tmp_path / "s.parquet.partial.npz").write_bytes(b"ck")
+    assert unfinished_result(out) and check_output(out) == out  # the same command finishes it
+    (tmp_path / "s.parquet.json").write_text("{}")
+    with pytest.raises(UserError, match="already exists"):
+        check_output(out)  # a pair: a finished result
+    junk = [".s.parquet.0a1b2c3d.tmp", ".s.parquet.json.ffee0011.tmp", ".s.parquet.partial.npz.12345678.tmp"]
+    kept = [".s.parquet.rank0.0a1b2c3d.tmp", ".t.parquet.0a1b2c3d.tmp", "s.parquet.partial.npz"]
+    for n in junk + kept:
+        (tmp_path / n).write_bytes(b"x")
+    with output_lock(out):
+        pass
+    assert not any((tmp_path / n).exists() for n in junk) and all((tmp_path / n).exists() for n in kept)
+    (tmp_path / "m.parquet.json").mkdir()
+    with pytest.raises(UserError, match="m.parquet.json is a folder, not a regular file: rmfast writes .* manifest"):
+        check_output(tmp_path / "m.parquet")
+    (tmp_path / "c.parquet.partial.npz").mkdir()
+    with pytest.raises(UserError, match="checkpoint there"):
+        check_output(tmp_path / "c.parquet")

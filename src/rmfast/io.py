@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -52,7 +53,11 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
         if other:
             raise UserError(f"--out {p} is {other}, not a regular file; rmfast replaces only regular files (and only "
                             "with --overwrite), so choose a file path that is free or holds a regular file")
-        if p.exists() and not overwrite:
+        for beside in (manifest_path(p), Path(f"{p}.partial.npz")):  # its manifest, its checkpoint: found now,
+            if other := not_a_regular_file(beside):  # not once the scoring is done
+                raise UserError(f"{beside} is {other}, not a regular file: rmfast writes {p}'s "
+                                f"{'manifest' if beside.suffix == '.json' else 'checkpoint'} there; choose another --out")
+        if p.exists() and not overwrite and not unfinished_result(p):
             raise UserError(f"output {p} already exists; pass --overwrite to replace it or choose another --out")
         ok = (suffix,) if isinstance(suffix, str) else suffix
         if ok is not None and p.suffix.lower() not in ok:
@@ -96,6 +101,14 @@ def _check_name_fits(p: Path, near: Path) -> None:
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def unfinished_result(path: str | os.PathLike) -> bool:
+    """A result Parquet that a job killed between :func:`write_pair`'s renames left without its manifest, beside that
+    job's checkpoint: the same command finishes it (no --overwrite), as it would had the kill come a moment earlier."""
+    p = Path(path)
+    return (p.is_file() and not os.path.lexists(manifest_path(p))
+            and any(p.parent.glob(glob.escape(p.name) + ".partial*.npz")))
 
 
 def describe_path(path: str | os.PathLike) -> str:

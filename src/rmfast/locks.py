@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 from .errors import UserError
@@ -45,6 +46,7 @@ def output_lock(path: str | os.PathLike):
             if _holds_the_file_at(lock, name):
                 break
             lock.release()  # a lock on a removed file guards nothing: the path's own, again
+        _drop_killed_writes(Path(path))
     except Timeout:
         raise UserError(f"another rmfast job is writing {path} (it holds {path}.lock); wait for it to finish "
                         "or choose another --out") from None
@@ -61,6 +63,19 @@ def output_lock(path: str | os.PathLike):
                 q.rmdir()
             except OSError:  # not empty (the output, or anything else now there): kept
                 break
+
+
+def _drop_killed_writes(path: Path) -> None:
+    """The temporary files a killed job's writes of ``path`` left beside it (:func:`rmfast.io.atomic_write`'s and
+    :func:`rmfast.io.write_pair`'s: ``.NAME.<8 hex>.tmp``, its manifest's and its checkpoint's): this job, holding the
+    output's lock, is the only writer of those names. A full-vocabulary Parquet's is megabytes, one per kill."""
+    ours = re.compile(rf"\.{re.escape(path.name)}(\.json|\.partial\.npz)?\.[0-9a-f]{{8}}\.tmp")
+    try:
+        for f in path.parent.iterdir():
+            if ours.fullmatch(f.name):
+                f.unlink(missing_ok=True)
+    except OSError:  # an unreadable folder: the write that follows says so
+        pass
 
 
 def _holds_the_file_at(lock, name: str) -> bool:
