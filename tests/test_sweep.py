@@ -700,3 +700,21 @@ def test_analyze_reads_a_store_as_its_configs_finished_parts(models_dir, tmp_pat
         rc, so, se = run(["analyze", "distributions", where], capsys)
         assert rc == 0, se
         assert PROMPTS["greatest"] in so and PROMPTS["best"] in so and PROMPTS["worst"] not in so, so
+
+
+def test_force_leaves_a_part_another_sweep_is_computing(tmp_path):
+    """--force removed every part folder its new config does not have, the one another running sweep was computing
+    included (its lock held): that sweep then recreated it and wrote a part of a config the store no longer had.
+    Now such a part is left to its writer (which stops before writing it); a later --force removes it."""
+    from filelock import FileLock
+
+    from rmfast.sweep.store import Store
+
+    st = Store(tmp_path / "s")
+    for rel in ("parts/model=m/prompt=a/candidates=c", "parts/model=m/prompt=b/candidates=c"):
+        (st.root / rel).mkdir(parents=True)
+    busy = "parts/model=m/prompt=b/candidates=c"
+    with FileLock(str(st.root / busy / ".part.lock")):  # another sweep computes it
+        assert st.remove_stale(set()) == ["parts/model=m/prompt=a/candidates=c"]
+        assert (st.root / busy).is_dir()
+    assert st.remove_stale(set()) == [busy] and not (st.root / busy).exists()

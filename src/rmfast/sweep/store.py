@@ -421,10 +421,20 @@ class Store:
         return [rel for rel in rels if rel not in keep]
 
     def remove_stale(self, keep: set[str]) -> list[str]:
-        """Delete the :meth:`stale_parts` (after --force adopted a new config); their relpaths."""
-        removed = self.stale_parts(keep)
-        for rel in removed:
-            shutil.rmtree(self.root / rel, ignore_errors=True)
+        """Delete the :meth:`stale_parts` (after --force adopted a new config); their relpaths. A part another sweep
+        is computing (its lock held) is left to it: that sweep stops before writing it (:meth:`check_still_ours`),
+        and a later --force removes the folder."""
+        from filelock import FileLock, Timeout
+
+        removed = []
+        for rel in self.stale_parts(keep):
+            lock = FileLock(str(self.root / rel / ".part.lock"))
+            try:
+                with lock.acquire(timeout=0):
+                    shutil.rmtree(self.root / rel, ignore_errors=True)
+                removed.append(rel)
+            except Timeout:
+                continue
         parts = self.root / "parts"
         for d in sorted(parts.glob("**/"), key=lambda x: -len(x.parts)):  # prune empty folders
             if d != parts and d.is_dir() and not any(d.iterdir()):
