@@ -125,7 +125,9 @@ def test_sweep_survives_kill_9(models_dir, tmp_path, capsys):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
     kill_9_when(proc, lambda: bool(part_files(store) and list(store.glob("parts/*/*/*/part.partial.npz"))), 120)
     done_before = part_files(store)
-    checkpoints = list(store.glob("parts/*/*/*/part.partial.npz"))
+    # the part killed mid-way (a kill between a part's write and its checkpoint's removal leaves one beside a
+    # finished part, which the rerun removes)
+    checkpoints = [c for c in store.glob("parts/*/*/*/part.partial.npz") if not (c.parent / "part.parquet.json").exists()]
     assert 1 <= len(done_before) < 8
     # resume; then a clean run elsewhere
     rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
@@ -718,3 +720,16 @@ def test_force_leaves_a_part_another_sweep_is_computing(tmp_path):
         assert st.remove_stale(set()) == ["parts/model=m/prompt=a/candidates=c"]
         assert (st.root / busy).is_dir()
     assert st.remove_stale(set()) == [busy] and not (st.root / busy).exists()
+
+
+def test_a_finished_parts_leftover_checkpoint_is_removed_by_the_rerun(models_dir, tmp_path, capsys):
+    """A kill between a part's write and its checkpoint's removal left the checkpoint beside the finished part for
+    good (a rerun skips finished parts). The rerun removes it now, holding the part's lock."""
+    cfg = write_cfg(models_dir, "leftover.yaml", models=["./rm-a"], prompts={"g": PROMPTS["greatest"]},
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:20"}}})
+    store = tmp_path / "store"
+    assert run(["sweep", cfg, "--out", store, "--no-progress"], capsys)[0] == 0
+    ck = part_files(store)[0].parent / "part.partial.npz"
+    ck.write_bytes(b"left by a kill")
+    rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
+    assert rc == 0 and "1 already done" in se and not ck.exists()

@@ -240,6 +240,11 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
         if short:
             _log(d, f"{len(short)} finished part(s) lack the states or lens asked; scoring them again (the same scores)")
         todo = [p for p in mine if p in changed or p in short or not store.is_done(p)]
+        for p in mine:  # a finished part's checkpoint, left by a kill between the part's write and its removal
+            if p not in todo and store.checkpoint_path(p).exists():
+                with store.claim(p) as held:
+                    if held:
+                        store.checkpoint_path(p).unlink(missing_ok=True)
         _log(d, f"{len(plan)} parts ({len(cfg.models)} models × {len(cfg.prompts)} prompts × {len(cfg.candidates)} "
                 f"candidate sets); this process: {len(mine)}, {len(mine) - len(todo)} already done")
         run = _PartRunner(store, cfg, d, plan, chash, progress and (d.is_main or not d.group), len(todo), content)
