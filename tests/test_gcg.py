@@ -628,3 +628,19 @@ def test_cli_ctrl_c_in_the_random_baseline_keeps_the_finished_search(tiny_dir, c
     d = json.loads(out.read_text())
     assert d["baseline"]["n_evaluated"] == d["n_evaluated"] and d["best_ids"] == first["best_ids"]
     assert d["restarts"][0]["trajectory"] == first["restarts"][0]["trajectory"]
+
+
+def test_a_second_search_for_the_same_out_stops_at_once(tiny_dir, capsys, tmp_path):
+    """Two searches for one --out: gcg took no output lock, so both ran, shared the checkpoint, and the later
+    silently replaced the earlier's result. Now the second stops at once with one line, as scan and score do."""
+    from rmfast.cli import main
+    from rmfast.locks import output_lock
+
+    out = tmp_path / "g.json"
+    argv = ["gcg", str(tiny_dir), "--prompt", "Hi", "--length", "3", "--steps", "1", "--search-width", "8", "--topk",
+            "8", "--no-progress", "--no-plot", "--dtype", "float32", "--out", str(out)]
+    with output_lock(out):  # the first search, running
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"another rmfast job is writing {out}" in err and "Traceback" not in err and not out.exists()
+    assert main(argv) == 0 and out.exists()

@@ -208,3 +208,29 @@ def test_what_a_killed_write_leaves_is_finished_or_cleaned_by_the_rerun(tmp_path
     (tmp_path / "c.parquet.partial.npz").mkdir()
     with pytest.raises(UserError, match="checkpoint there"):
         check_output(tmp_path / "c.parquet")
+
+
+def test_a_manifest_that_hangs_or_nests_past_the_limit_is_one_line(tmp_path):
+    """A FIFO at a result's manifest hung every reader; a manifest of 100,000 nested '[' was a RecursionError
+    traceback. Both are one line now. A GCG JSON (no manifest) beside its own search's checkpoint is not an
+    unfinished Parquet: a second search for it is refused, not silently replacing the first's result."""
+    import os
+
+    from rmfast.errors import UserError
+    from rmfast.io import check_output, read_manifest, unfinished_result
+
+    p = tmp_path / "s.parquet"
+    p.write_bytes(b"PAR1")
+    os.mkfifo(tmp_path / "s.parquet.json")
+    with pytest.raises(UserError, match="is a FIFO"):
+        read_manifest(p)
+    os.unlink(tmp_path / "s.parquet.json")
+    (tmp_path / "s.parquet.json").write_text("[" * 100_000)
+    with pytest.raises(UserError, match="cannot read the manifest"):
+        read_manifest(p)
+    g = tmp_path / "g.json"
+    g.write_text('{"best_text": "A"}')
+    (tmp_path / "g.json.partial.npz").write_bytes(b"ck")
+    assert not unfinished_result(g)
+    with pytest.raises(UserError, match="already exists"):
+        check_output(g, suffix=".json")

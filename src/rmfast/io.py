@@ -106,8 +106,8 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S
 def unfinished_result(path: str | os.PathLike) -> bool:
     """A result Parquet that a job killed between :func:`write_pair`'s renames left without its manifest, beside that
     job's checkpoint: the same command finishes it (no --overwrite), as it would had the kill come a moment earlier."""
-    p = Path(path)
-    return (p.is_file() and not os.path.lexists(manifest_path(p))
+    p = Path(path)  # (a Parquet only: a GCG JSON has no manifest, and its own search's checkpoint is beside it)
+    return (p.suffix == ".parquet" and p.is_file() and not os.path.lexists(manifest_path(p))
             and any(p.parent.glob(glob.escape(p.name) + ".partial*.npz")))
 
 
@@ -552,6 +552,8 @@ def read_manifest(path: str | os.PathLike, *, required: bool = True) -> dict | N
     Files written before write ids existed (neither carries one) are accepted.
     """
     mp = manifest_path(path)
+    if (other := not_a_regular_file(mp)) and other != "a symbolic link":  # a FIFO there would hang the read
+        raise UserError(f"the manifest {mp} is {other}, not a file; rerun the job that writes it")
     try:
         man = json.loads(mp.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -561,7 +563,7 @@ def read_manifest(path: str | os.PathLike, *, required: bool = True) -> dict | N
             raise UserError(f"{path} is {what}") from None
         raise UserError(f"{path} has no manifest {mp.name} beside it: not an rmfast result, or one unfinished or being "
                         "replaced; give a file an rmfast job wrote (with its .json), or rerun the job that writes it") from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # (RecursionError: JSON nested past Python's limit)
         raise UserError(f"cannot read the manifest {mp}: {e}; rerun the job that writes it") from None
     try:
         pid = parquet_write_id(path)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..io import check_output, slug
+from ..locks import output_lock
 from . import common
 from .common import template_arg
 
@@ -116,6 +117,15 @@ def run(args) -> int:
     again = _interrupted_before(out, ck)  # the output an interrupted run of it wrote is replaced, as it said
     out = check_output(out, args.overwrite or again, suffix=".json")  # (--out x.png: the plot replaced the JSON)
     png = None if args.no_plot or not _can_plot() else check_output(Path(out).with_suffix(".png"), args.overwrite or again)
+    with output_lock(out):  # a second search for the same --out stops at once (it and its checkpoint are this one's)
+        check_output(out, args.overwrite or again, suffix=".json")  # again, holding the lock: one just finished
+        return _search(args, cfg, out, ck, png, again)
+
+
+def _search(args, cfg, out, ck: Path, png, again: bool) -> int:
+    """The search itself, holding ``out``'s lock: load, run (resuming from ``ck``), write ``out`` and its plot."""
+    from .. import gcg as job
+
     lm = common.load_model(args, random_head_seed=args.random_head_seed)
     if cfg.template is None and lm.default_template is not None:
         cfg.template = lm.default_template
