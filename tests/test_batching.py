@@ -50,8 +50,9 @@ def test_a_batch_size_halved_after_an_oom_is_recorded_and_resumed(tmp_path):
                                            keep_checkpoint=True)
     assert ran == [4] * 8 and g.batch_size == 4 and timing["oom_halvings"] == 2
     assert np.load(ck)["batch_sizes"].tolist() == [4]
-    again = batching.Group(np.arange(32), 16, score)  # the same job resumed: the checkpoint's sizes
-    batching.score_groups([again], np.arange(100, 132), key="k", checkpoint=ck, progress=False)
+    again = batching.Group(np.arange(32), 16, score)  # the same job resumed: the checkpoint's sizes, said
+    with pytest.warns(UserWarning, match=r"resuming with the checkpoint's batches of 4 rows, not 16 .* delete"):
+        batching.score_groups([again], np.arange(100, 132), key="k", checkpoint=ck, progress=False)
     assert again.batch_size == 4 and ran == [4] * 8  # every row from the checkpoint, no OOM again
 
 

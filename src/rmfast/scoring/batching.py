@@ -432,8 +432,13 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     ck = Path(checkpoint) if checkpoint else None
     scores, done, sizes = load_checkpoint(ck, key, ids, job)
     if sizes is not None and len(sizes) == len(groups):
+        other = [(g.batch_size, int(b)) for g, b in zip(groups, sizes) if g.batch_size != int(b)]
         for g, b in zip(groups, sizes):
             g.batch_size = int(b)
+        if other:  # kept for the bits, and said: a batch size lowered after a kill by the OOM killer would be lost
+            warnings.warn(f"rmfast: note: resuming with the checkpoint's batches of {other[0][1]} rows, not "
+                          f"{other[0][0]} (the same batches give the same bits); to run {other[0][0]}, delete {ck}",
+                          stacklevel=2)
     sizes = [g.batch_size for g in groups]
     lens, done = load_lens(ck, ids.size, lens_k, done) if lens_k else (None, done)
     done = states_out.prepare(done) if states_out is not None else done
