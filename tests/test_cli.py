@@ -1,5 +1,6 @@
 """CLI: the scan command end to end, and every bad input -> one line, exit 2, no traceback."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -435,3 +436,17 @@ def test_sigterm_saves_the_checkpoint_as_ctrl_c_does(tiny_dir, tmp_path, monkeyp
     assert rc == 0 and "more from the checkpoint" in so, se
     np.testing.assert_array_equal(pd.read_parquet(out)["score"].to_numpy(),
                                   pd.read_parquet(tmp_path / "whole.parquet")["score"].to_numpy())
+
+
+def test_a_file_size_limit_at_a_write_is_one_line(capsys):
+    """`ulimit -f` (EFBIG) at a checkpoint save was six chained tracebacks; it is the full disk's one line now."""
+    import errno
+
+    from rmfast.cli.common import run_command
+
+    def save(args):
+        raise OSError(errno.EFBIG, "File too large", "u.parquet.partial.npz")
+
+    assert run_command(save, argparse.Namespace()) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rmfast: error: File too large: u.parquet.partial.npz") and "Traceback" not in err

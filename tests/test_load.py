@@ -474,3 +474,37 @@ def test_every_reader_of_a_spec_takes_the_one_decision(tmp_path, tmp_cache):
     with pytest.raises(UserError) as ei:
         load(str(other), cache_dir=tmp_cache, device="cpu")
     _one_line_user_error(ei, "is a file but not a .gguf")
+
+
+def test_a_damaged_converted_copy_names_the_folder_to_delete(tmp_path, monkeypatch):
+    """A damaged file in rmfast's own converted copy of a GGUF said "a damaged or partial download: fetch it again",
+    though nothing was downloaded, and every rerun failed the same way. It names the folder to delete now (the next
+    run converts again); a folder of the user's keeps the download's fix. A conversion killed while saving left its
+    hidden temporary folder (400 MB-1.1 GB) for good: the next conversion removes one left an hour or more."""
+    import os
+    import time
+
+    from rmfast.loading import gguf
+    from rmfast.loading.loader import damaged_fix
+
+    monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "cache"))
+    conv = tmp_path / "cache" / "converted" / "SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f"
+    conv.mkdir(parents=True)
+    assert damaged_fix(conv) == (f"rmfast's converted copy of the GGUF is damaged: delete {conv.resolve()} and rerun, "
+                                 "and rmfast converts it again")
+    assert damaged_fix(tmp_path / "my-rm") == "a damaged or partial download: fetch the weight files again"
+    stale, live = conv.parent / f".{conv.name}.dead0001", conv.parent / f".{conv.name}.live0001"
+    for d in (stale, live):
+        d.mkdir()
+    os.utime(stale, (time.time() - 2 * gguf.STALE_TEMP_S,) * 2)
+    # the cleaning runs where a conversion starts; the test drives it through a conversion that stops at once
+    monkeypatch.setattr(gguf, "conversion_complete", lambda t: False)
+    monkeypatch.setattr(gguf, "_load_gguf_direct", lambda g: (_ for _ in ()).throw(KeyboardInterrupt))
+    src = tmp_path / "m.gguf"
+    src.write_bytes(b"GGUF")
+    monkeypatch.setattr(gguf, "converted_dir", lambda g, sha, cache: conv)
+    try:
+        gguf.convert_gguf(src, tmp_path / "cache", sha256="0" * 64)
+    except KeyboardInterrupt:
+        pass
+    assert live.exists() and not stale.exists()

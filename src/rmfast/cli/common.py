@@ -263,7 +263,7 @@ def quiet() -> None:
 
 #: Write failures that are the machine's state, not a bug: the disk or quota is full, the filesystem is
 #: read-only, permission is denied. Met in the middle of any command's writes, they are one line.
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 
 def check_out_is_no_input(args) -> None:

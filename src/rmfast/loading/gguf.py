@@ -147,6 +147,10 @@ def _save_tokenizer(tok, folder: Path) -> None:
     raise RuntimeError(f"the tokenizer saved in {folder} does not reload identically")
 
 
+#: a conversion's temporary folder untouched this long is a killed conversion's (one takes a minute or two)
+STALE_TEMP_S = 3600.0
+
+
 def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: str | None = None) -> Path:
     """Dequantize ``gguf`` once into ``<cache>/converted/<stem>-<sha256[:16]>/`` and return the folder.
 
@@ -161,6 +165,9 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
     if conversion_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    for old in target.parent.glob(f".{target.name}.*"):  # a conversion killed while saving (400 MB-1.1 GB each);
+        if old.is_dir() and time.time() - old.stat().st_mtime > STALE_TEMP_S:  # a live one is younger
+            shutil.rmtree(old, ignore_errors=True)
     print(f"rmfast: converting {gguf.name} once into {target} (a minute or two; 3 steps)", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     model, tok = _load_gguf_direct(gguf)

@@ -76,6 +76,20 @@ class LoadedModel:
 SOURCE_ATTR = "_rmfast_source"
 
 
+
+def damaged_fix(folder) -> str:
+    """What fixes a model folder whose files cannot be read: fetch them again, or, for rmfast's own converted copy of
+    a GGUF (``<cache>/converted/``), delete it: the next run converts the GGUF again (it was never downloaded)."""
+    folder = Path(folder).resolve()
+    try:
+        conv = (cache_root() / "converted").resolve()
+    except UserError:
+        conv = None
+    if conv is not None and conv in folder.parents:
+        top = conv / folder.relative_to(conv).parts[0]
+        return f"rmfast's converted copy of the GGUF is damaged: delete {top} and rerun, and rmfast converts it again"
+    return "a damaged or partial download: fetch the weight files again"
+
 def recorded_source(model) -> dict | None:
     """The manifest's model entry (spec, name, path, hashes) of a model :func:`load` gave, else None."""
     return getattr(model, SOURCE_ATTR, None)
@@ -231,7 +245,7 @@ def weight_files(folder: Path) -> dict[str, Path]:
             wm = json.loads(index.read_text())["weight_map"]
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
             raise UserError(f"cannot read the weights index of '{folder}': {index.name}: {type(exc).__name__} "
-                            "(a damaged or partial download: fetch it again)") from None
+                            f"({damaged_fix(folder)})") from None
         return {k: folder / v for k, v in wm.items()}
     single = folder / "model.safetensors"
     if not single.is_file():
@@ -241,7 +255,7 @@ def weight_files(folder: Path) -> dict[str, Path]:
             return {k: single for k in f.keys()}
     except (SafetensorError, OSError) as exc:
         raise UserError(f"cannot read the weights of '{folder}': {single.name}: {str(exc).splitlines()[0][:200]} "
-                        "(a damaged or partial download: fetch it again)") from None
+                        f"({damaged_fix(folder)})") from None
 
 
 def custom_head_kind(names) -> str | None:
@@ -339,8 +353,7 @@ def _from_pretrained(cls, folder: Path, config, kind: str, attn_implementation: 
             return cls.from_pretrained(folder, output_loading_info=True, **kwargs)
         except (SafetensorError, OSError, EOFError, pickle.UnpicklingError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise UserError(f"cannot read the weights of '{folder}': {msg[:200]} (a damaged or partial download: "
-                            "fetch the weight files again)") from None
+            raise UserError(f"cannot read the weights of '{folder}': {msg[:200]} ({damaged_fix(folder)})") from None
         except ValueError as exc:
             text = str(exc)
             if "trust_remote_code" in text:
@@ -487,7 +500,7 @@ def preflight(spec: str, *, cache_dir: str | os.PathLike | None = None, allow_pi
                     pass
             except (SafetensorError, OSError) as exc:
                 raise UserError(f"cannot read the weights of '{path}': {f.name}: {str(exc).splitlines()[0][:200]} "
-                                "(a damaged or partial download: fetch the weight files again)") from None
+                                f"({damaged_fix(path)})") from None
 
 
 def causal_lm_only(spec: str) -> bool | None:
