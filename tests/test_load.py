@@ -485,7 +485,7 @@ def test_a_damaged_converted_copy_names_the_folder_to_delete(tmp_path, monkeypat
     import time
 
     from rmfast.loading import gguf
-    from rmfast.loading.loader import damaged_fix
+    from rmfast.loading.sources import damaged_fix
 
     monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "cache"))
     conv = tmp_path / "cache" / "converted" / "SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f"

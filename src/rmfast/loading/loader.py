@@ -25,7 +25,7 @@ from . import training_checkpoints as checkpoints
 from ..errors import UserError
 from .gguf import check_gguf_header, convert_gguf
 from .sources import (TOKENIZER_FILES, Where, cache_root, cached_sha256, content_sha256, conversion_complete,
-                      converted_dir, files_sha256, hub_folder, model_name, quiet_transformers, where)
+                      converted_dir, damaged_fix, files_sha256, hub_folder, model_name, quiet_transformers, where)
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -75,20 +75,6 @@ class LoadedModel:
 #: the attribute a loaded model carries its loader's ``source`` in (:func:`recorded_source`)
 SOURCE_ATTR = "_rmfast_source"
 
-
-
-def damaged_fix(folder) -> str:
-    """What fixes a model folder whose files cannot be read: fetch them again, or, for rmfast's own converted copy of
-    a GGUF (``<cache>/converted/``), delete it: the next run converts the GGUF again (it was never downloaded)."""
-    folder = Path(folder).resolve()
-    try:
-        conv = (cache_root() / "converted").resolve()
-    except UserError:
-        conv = None
-    if conv is not None and conv in folder.parents:
-        top = conv / folder.relative_to(conv).parts[0]
-        return f"rmfast's converted copy of the GGUF is damaged: delete {top} and rerun, and rmfast converts it again"
-    return "a damaged or partial download: fetch the weight files again"
 
 def recorded_source(model) -> dict | None:
     """The manifest's model entry (spec, name, path, hashes) of a model :func:`load` gave, else None."""

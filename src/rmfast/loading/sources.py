@@ -456,3 +456,17 @@ def model_name(spec: str) -> str:
         return w.path.resolve().name
     known = registry.find(w.spec)
     return known.hub_id if known else w.spec
+
+
+def damaged_fix(folder) -> str:
+    """What fixes a model folder whose files cannot be read: fetch them again, or, for rmfast's own converted copy of
+    a GGUF (``<cache>/converted/``), delete it: the next run converts the GGUF again (it was never downloaded)."""
+    folder = Path(folder).resolve()
+    try:
+        conv = (cache_root() / "converted").resolve()
+    except UserError:
+        conv = None
+    if conv is not None and conv in folder.parents:
+        top = conv / folder.relative_to(conv).parts[0]
+        return f"rmfast's converted copy of the GGUF is damaged: delete {top} and rerun, and rmfast converts it again"
+    return "a damaged or partial download: fetch the weight files again"

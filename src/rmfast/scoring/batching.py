@@ -431,14 +431,7 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
     device = torch.device(device or "cpu")
     ck = Path(checkpoint) if checkpoint else None
     scores, done, sizes = load_checkpoint(ck, key, ids, job)
-    if sizes is not None and len(sizes) == len(groups):
-        other = [(g.batch_size, int(b)) for g, b in zip(groups, sizes) if g.batch_size != int(b)]
-        for g, b in zip(groups, sizes):
-            g.batch_size = int(b)
-        if other:  # kept for the bits, and said: a batch size lowered after a kill by the OOM killer would be lost
-            warnings.warn(f"rmfast: note: resuming with the checkpoint's batches of {other[0][1]} rows, not "
-                          f"{other[0][0]} (the same batches give the same bits); to run {other[0][0]}, delete {ck}",
-                          stacklevel=2)
+    _resume_sizes(groups, sizes, ck)
     sizes = [g.batch_size for g in groups]
     lens, done = load_lens(ck, ids.size, lens_k, done) if lens_k else (None, done)
     done = states_out.prepare(done) if states_out is not None else done
@@ -505,6 +498,19 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
         "scored_candidates": int(done.sum()) - done0,
         **({"oom_halvings": len(halved)} if halved else {}),
     }
+
+
+def _resume_sizes(groups: list[Group], sizes, ck: Path | None) -> None:
+    """The checkpoint's batch sizes for its groups (a resumed job runs the batches of an uninterrupted one: the same
+    bits), said where they differ from this run's: a batch size lowered after the OOM killer's kill would be lost."""
+    if sizes is None or len(sizes) != len(groups):
+        return
+    other = [(g.batch_size, int(b)) for g, b in zip(groups, sizes) if g.batch_size != int(b)]
+    for g, b in zip(groups, sizes):
+        g.batch_size = int(b)
+    if other:
+        warnings.warn(f"rmfast: note: resuming with the checkpoint's batches of {other[0][1]} rows, not {other[0][0]} "
+                      f"(the same batches give the same bits); to run {other[0][0]}, delete {ck}", stacklevel=3)
 
 
 def _say_resume(ck: Path | None, n_done: int, n: int) -> None:
