@@ -4,6 +4,7 @@ check that a lock's path is a lock file (:func:`check_lock`; the sweep store's l
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 from pathlib import Path
@@ -46,7 +47,8 @@ def output_lock(path: str | os.PathLike):
             if _holds_the_file_at(lock, name):
                 break
             lock.release()  # a lock on a removed file guards nothing: the path's own, again
-        _drop_killed_writes(Path(path))
+        for mine in (str(path), f"{path}.json", f"{path}.partial.npz"):  # killed writes' temporaries: ours
+            drop_temps(mine)
     except Timeout:
         raise UserError(f"another rmfast job is writing {path} (it holds {path}.lock); wait for it to finish "
                         "or choose another --out") from None
@@ -65,17 +67,20 @@ def output_lock(path: str | os.PathLike):
                 break
 
 
-def _drop_killed_writes(path: Path) -> None:
-    """The temporary files a killed job's writes of ``path`` left beside it (:func:`rmfast.io.atomic_write`'s and
-    :func:`rmfast.io.write_pair`'s: ``.NAME.<8 hex>.tmp``, its manifest's and its checkpoint's): this job, holding the
-    output's lock, is the only writer of those names. A full-vocabulary Parquet's is megabytes, one per kill."""
-    ours = re.compile(rf"\.{re.escape(path.name)}(\.json|\.partial\.npz)?\.[0-9a-f]{{8}}\.tmp")
+def drop_temps(path: str | os.PathLike) -> int:
+    """Remove the temporary files killed writes of ``path`` left beside it (:func:`rmfast.io.atomic_write`'s temporary names,
+    ``.NAME.<8 hex>.tmp``); the caller must be the only writer of ``path`` (it holds its lock). Returns how many."""
+    path = Path(path)
+    ours = re.compile(rf"\.{re.escape(path.name)}\.[0-9a-f]{{8}}\.tmp")
+    n = 0
     try:
-        for f in path.parent.iterdir():
+        for f in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
             if ours.fullmatch(f.name):
                 f.unlink(missing_ok=True)
+                n += 1
     except OSError:  # an unreadable folder: the write that follows says so
         pass
+    return n
 
 
 def _holds_the_file_at(lock, name: str) -> bool:

@@ -49,7 +49,7 @@ import numpy as np
 from ..version import __version__
 from ..errors import UserError
 from ..io import WRITE_ID, manifest_path, parquet_write_id, write_json, write_pair
-from ..locks import check_lock
+from ..locks import check_lock, drop_temps
 from ..states import canonical_layer
 
 SCHEMA_VERSION = 1
@@ -408,8 +408,8 @@ class Store:
 
     def clean_root_temp(self) -> None:
         """Remove temp files of store.json / manifest.json left by a killed writer (hold :meth:`lock`)."""
-        for t in list(self.root.glob(".store.json.*.tmp")) + list(self.root.glob(".manifest.json.*.tmp")):
-            t.unlink(missing_ok=True)
+        drop_temps(self.info_path)
+        drop_temps(self.index_path)
 
     def stale_parts(self, keep: set[str]) -> list[str]:
         """The part folders whose relpath is not in ``keep``: what --force removes when it adopts a new config (and
