@@ -346,6 +346,7 @@ class Decisions:
     ragged: bool = False  # a scorer's rows of several lengths and conversations may share a batch (its head allows)
     elementwise: bool = False  # the layer's norms, RoPE and SiLU·up as Triton kernels (fused_elementwise)
     packed_rows: bool = False  # ragged rows run packed back to back, no pad token (the cascade form)
+    rows_cap: bool = False  # a packed batch holds at most batch_size rows too (a batch size asked for), else tokens only
     host_overlap: bool = False  # a token scan's vocabulary hash and decoding on a host thread while the device scores
     fuse: bool = False  # q|k|v and gate|up as one GEMM weight each (the "projections" decision, choose_projections)
     reasons: dict = field(default_factory=dict)
@@ -442,9 +443,12 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     if job in ("scan", "sweep", "audit"):
         d.host_overlap = device.type != "cpu"
         d.record("host_overlap", d.host_overlap, HOST_OVERLAP_WHY[d.host_overlap])
-    d.record("batch_size", o.batch_size, "asked for" if o.batch_size != "auto" else
+    d.rows_cap = o.batch_size != "auto"
+    d.record("batch_size", o.batch_size, ("asked for" + ("; a packed batch holds at most that many rows too (batch_size=1: "
+                                                          "each row alone)" if d.packed_rows else "")) if d.rows_cap else
              "auto: ~4k tokens per batch on CPU, ~128k on CUDA, at most half the free memory, per response length; "
-             "on CUDA one-token rows split the model's vocabulary into equal batches (multiples of 256 rows)")
+             "on CUDA one-token rows split the model's vocabulary into equal batches (multiples of 256 rows)"
+             + ("; a packed batch holds the rows its longest rows' memory fits" if d.packed_rows else ""))
     return d
 
 

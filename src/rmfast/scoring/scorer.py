@@ -464,7 +464,7 @@ class RewardScorer:
                     toks = np.asarray([len(job.rows[u][1].ids) + len(job.tmpls[job.rows[u][0]].suffix_ids) for u in idx])
                     groups.append(Group(idx, self._rows_per_batch(tmpl, bucket[-1], None),
                                         self._rows_scorer(job, wave, packed), packed, toks if packed else None,
-                                        rows_cap=self.batch_size != "auto"))
+                                        rows_cap=self.decided.rows_cap))
         else:
             for (ci, n, odd), idx in sorted(by.items()):
                 if odd < 0:
