@@ -641,6 +641,7 @@ def test_dtype_auto_is_one_dtype_per_model_in_a_store(models_dir, tmp_path, caps
     assert rc == 0 and "rm-a: dtype auto is float32 in this store: its 1 finished part(s) were scored in it" in se, se
     man = json.loads(lost.read_text())
     assert man["scan"]["dtype"] == "float32" and "dtype auto is float32" in man["dtype_auto"]
+    assert man["scan"]["decisions"]["dtype"]["reason"] == "auto: " + man["dtype_auto"]
     again = load_results(store)
     pd.testing.assert_frame_equal(again, first)  # the same bits as the part first scored
     # no finished part yet (another writer pinned it while loading): the pin holds on this machine too

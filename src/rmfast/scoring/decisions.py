@@ -315,10 +315,18 @@ def device_reason(options: ScoringOptions, device: torch.device) -> str:
     return "asked for" if asked == str(device) or asked == device.type else f"asked for {asked}"
 
 
+#: where a job that chose the dtype a model was loaded in for ``auto`` says why (a sweep store's pin: one dtype per
+#: model in a store), for :func:`dtype_reason`
+DTYPE_WHY_ATTR = "_rmfast_dtype_why"
+
+
 def dtype_reason(model, options: ScoringOptions) -> str:
-    """Why the weights are in their dtype: the measured CPU choice, CUDA's config rule, or asked for."""
+    """Why the weights are in their dtype: the measured CPU choice, CUDA's config rule, a job's own choice for
+    ``auto`` (:data:`DTYPE_WHY_ATTR`), or asked for."""
     from .. import cpu
 
+    if getattr(model, DTYPE_WHY_ATTR, None):
+        return f"auto: {getattr(model, DTYPE_WHY_ATTR)}"
     c = cpu.recorded(model)
     if c:
         return f"auto on CPU [{c.get('cpu_kind')}]: {c.get('reason')}"

@@ -347,10 +347,14 @@ class _PartRunner:
         return d
 
     def _load_as(self, m: ModelCfg, dtype: str):
+        from ..scoring.decisions import DTYPE_WHY_ATTR
+
         t_load = time.perf_counter()
         lm = load_spread(m.model, dtype=dtype, device=dist.device_for(self.d, m.device), device_map=m.device_map,
                          trust_remote_code=m.trust_remote_code, cache_dir=m.cache_dir,
                          random_head_seed=m.random_head_seed, allow_pickle=m.allow_pickle, base=m.base)
+        if dtype != m.dtype:  # auto, as the store pinned it: the plan's dtype decision says so
+            setattr(lm.model, DTYPE_WHY_ATTR, self.dtype_why[m.name])
         _log(self.d, f"loaded {m.name} in {time.perf_counter() - t_load:.1f} s")
         return lm
 
