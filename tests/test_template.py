@@ -113,3 +113,41 @@ def test_bounds_leave_real_templates_alone(smol_tokenizer):
     own = build_template(smol_tokenizer, PROMPT)
     assert list(own.prefix_ids) + mid + list(own.suffix_ids) == chat_ids(smol_tokenizer, PROMPT, "love")
     assert response_ids(smol_tokenizer, build_template(smol_tokenizer, PROMPT, template=tagged), "love") == mid
+
+
+def test_end_of_turn_flagged_special_but_unnamed_ends_the_continuation():
+    """A GGUF-converted tokenizer (the embedded Gemma 3's) flags its end-of-turn token special in
+    ``added_tokens_decoder`` but lists it in no special-token attribute, so it is not in ``all_special_ids``.
+    The log-prob head scored the template's '\\n' after it too (1-2.5 nats, response-dependent), and engine='hf'
+    shares the template, so only a reference over the whole conversation sees it."""
+    import torch
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    import tiny_models as T
+    from rmfast import RewardScorer
+
+    named = T.chatml_tokenizer()
+    tk = Tokenizer(models.BPE(vocab=dict(named.get_vocab()), merges=[]))
+    tk.pre_tokenizer, tk.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tk.add_special_tokens([AddedToken(s, special=True, normalized=False)
+                           for s in ("<|endoftext|>", "<|im_end|>", "<|pad|>", "<|im_start|>")])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<|pad|>")  # no eos / extra names
+    tok.chat_template = T.CHATML
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert end not in tok.all_special_ids and tok.added_tokens_decoder[end].special  # the case itself
+    t = build_template(tok, PROMPT)
+    assert tok.convert_ids_to_tokens(list(t.suffix_ids)) == ["<|im_end|>", "Ċ"] and t.n_continuation == 1
+
+    model = T.tiny("llama", "causal_lm")
+    texts = ["love", " a very long answer", "x"]
+    pre = len(build_template(tok, PROMPT).prefix_ids)
+    want = []
+    for text in texts:
+        ids = T.chat_ids(tok, PROMPT, text)
+        lp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].double(), -1)
+        terms = lp[pre - 1:len(ids) - 1].gather(-1, torch.tensor(ids[pre:])[:, None])[:, 0]
+        want.append(float(terms[:-1].sum()))  # the response and <|im_end|>, not the '\n' after it
+    for engine in ("fast", "hf"):
+        got = RewardScorer((model, tok), head="logprob", engine=engine).score([PROMPT], [texts])[0]
+        assert got == pytest.approx(want, abs=1e-3), engine

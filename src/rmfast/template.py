@@ -65,8 +65,8 @@ class Template:
         prefix_ids: ids before the response (BOS, system turn, user turn, assistant header).
         suffix_ids: ids after the response (end of turn and whatever the template appends).
         n_continuation: how many leading suffix ids form the end-of-turn continuation scored by
-            the logprob head (up to and including the first special token; all of a suffix
-            without special tokens).
+            the logprob head (up to and including the first token the tokenizer flags special,
+            :func:`special_flagged_ids`; all of a suffix without special tokens).
         prompt, system, kind ("chat_template" | "jinja" | "plain"), format: what was rendered.
         history: earlier turns between the system message and the final user turn, as
             ((role, content), ...) pairs (multi-turn conversations; () for one turn).
@@ -450,7 +450,7 @@ def build_template(
     if prompt.strip() not in tokenizer.decode(list(prefix)):
         raise UserError("cannot split the template: the prompt does not appear before the response slot; check --template")
 
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    special = special_flagged_ids(tokenizer)
     n_cont = len(suffix)
     for i, t in enumerate(suffix):
         if t in special:
@@ -467,6 +467,15 @@ def build_template(
         probe_check={w: list(m) for w, m in check.items()},
         history=history,
     )
+
+
+def special_flagged_ids(tokenizer) -> set[int]:
+    """Ids the tokenizer flags special: its named special tokens (``all_special_ids``) and every added token
+    marked ``special``. A tokenizer converted from a GGUF (Gemma 3's) flags ``<end_of_turn>`` special in
+    ``added_tokens_decoder`` but names it nowhere, so ``all_special_ids`` alone misses the end of a turn."""
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return ids | {int(i) for i, t in added.items() if getattr(t, "special", False)}
 
 
 def response_ids(tokenizer, tmpl: Template, text: str) -> list[int]:
