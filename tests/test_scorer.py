@@ -529,6 +529,23 @@ def test_weights_changed_through_data_drop_the_cached_plans(tok):
     assert s.last_stats.prompt_passes == 2
 
 
+def test_a_chat_template_changed_on_a_live_scorer_drops_what_it_rendered():
+    """tokenizer.chat_template changed between calls (a default system turn added): the cached splits and plans
+    were the old template's. Every response was refused as one that "merges with the template", and a plan kept
+    past its split scored the old conversation. Now the next call renders afresh: a fresh scorer's scores."""
+    base = T.chatml_tokenizer()
+    t = copy.deepcopy(base)
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    s = RewardScorer(model, t)
+    before = s.score(CONVS[:1], RESPONSES[:1])
+    t.chat_template = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nBe a strict judge.<|im_end|>\n"
+                       "{% endif %}" + T.CHATML)
+    after = s.score(CONVS[:1], RESPONSES[:1])
+    assert after == RewardScorer(model, t).score(CONVS[:1], RESPONSES[:1]) and after != before
+    assert after == RewardScorer(model, base, template=t.chat_template).score(CONVS[:1], RESPONSES[:1])
+    assert s.last_stats.prompt_passes == 1
+
+
 def test_the_kept_fingerprint_sees_what_a_fresh_one_sees():
     """WeightsWatch (a scorer's check at every call) keeps each parameter's sample view between calls: after each
     kind of change (an edit through .data of a contiguous and of a non-contiguous parameter, a swapped tensor, a

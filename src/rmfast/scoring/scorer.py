@@ -346,6 +346,10 @@ class RewardScorer:
     # ------------------------------------------------------------------ building the job
     def template_for(self, conv: Conversation) -> Template:
         """The conversation's split template (cached); a prompt rendered already is refused (:mod:`.rendered`)."""
+        now = getattr(self.tokenizer, "chat_template", None)  # changed on a live scorer: what it rendered goes
+        if now != self.__dict__.setdefault("_chat_template", now):
+            self.clear_cache()
+        self._chat_template = now
         t = self._tmpls.get(conv)
         if t is None:
             check_not_rendered(conv.prompt, self._fact("marks", template_marks), "the prompt")
@@ -634,7 +638,7 @@ class RewardScorer:
         with self._lock:
             self._plans.clear()
             self._donor = None
-            self._tmpls.clear()
+            self._tmpls.clear(), self.__dict__.pop("_facts", None)
             self._weights_key = None
 
     def close(self) -> None:
