@@ -163,6 +163,27 @@ def test_a_lock_taken_on_a_removed_lock_file_is_taken_again_on_the_paths(tmp_pat
     assert not Path(name).exists()
 
 
+def test_a_lock_file_that_cannot_be_removed_hides_no_error(tmp_path, monkeypatch):
+    """The lock file's removal at the end raised over the job's own error: a checkpoint that could not be written
+    (an immutable folder) was reported as "Operation not permitted: r.parquet.lock", and a finished job whose lock
+    alone could not be removed was reported as failed."""
+    import rmfast.locks as L
+
+    real = Path.unlink
+
+    def refused(self, *a, **kw):
+        if self.name.endswith(".lock"):
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "unlink", refused)
+    with pytest.raises(OSError, match="No space left"):
+        with L.output_lock(tmp_path / "r.parquet"):
+            raise OSError(28, "No space left on device")
+    with L.output_lock(tmp_path / "r.parquet"):  # the job's success stays one
+        pass
+
+
 def test_a_name_too_long_for_the_file_system_is_one_line(tmp_path):
     """--out with a 300-byte name was an OSError traceback (ENAMETOOLONG from lstat); one of 240 passed the checks and
     failed at the first checkpoint, whose temporary name is 26 bytes longer. Both are one line before any work now."""

@@ -104,6 +104,70 @@ def test_scan_states_scores_bit_identical_and_lens(tiny_dir, tmp_path, capsys):
     assert man["states"]["folder"] == "s.states" and man["lens"]["layers"][-1] == "last"
 
 
+def test_a_scan_killed_before_its_states_rename_is_finished_by_the_same_command(tiny_dir, tmp_path, monkeypatch,
+                                                                                capsys):
+    """A kill after the Parquet and its manifest were written but before the states folder's rename: the rerun said
+    "already exists; pass --overwrite" (reading as "rescore"), and readers took the Parquet as complete. The same
+    command finishes it now from the checkpoint, scoring nothing again: scores and states equal an unbroken run's."""
+    import os as _os
+
+    from rmfast.states import writer as W
+
+    rc, _, se = _scan(tiny_dir, tmp_path / "whole.parquet", capsys, "--states", "0,last_normed")
+    assert rc == 0, se
+    real = _os.replace
+
+    def killed(src, dst):  # the kill, at the states folder's rename into place
+        if _os.path.isdir(src):
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    out = tmp_path / "s.parquet"
+    with monkeypatch.context() as m:
+        m.setattr(W.os, "replace", killed)
+        rc, _, se = _scan(tiny_dir, out, capsys, "--states", "0,last_normed")
+    assert rc == 130 and out.exists() and (tmp_path / "s.parquet.json").exists()
+    assert (tmp_path / "s.states.partial").is_dir() and not (tmp_path / "s.states").exists()
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "0,last_normed")
+    assert rc == 0, se
+    assert json.loads((tmp_path / "s.parquet.json").read_text())["resumed_candidates"] == 600  # nothing rescored
+    whole, got = pd.read_parquet(tmp_path / "whole.parquet"), pd.read_parquet(out)
+    np.testing.assert_array_equal(got["score"].to_numpy(), whole["score"].to_numpy())
+    a, b = open_states(tmp_path / "whole.parquet"), open_states(out)
+    ids = np.arange(600)
+    for layer in ("0", "last_normed"):
+        np.testing.assert_array_equal(b.take(layer, ids), a.take(layer, ids))
+    assert not (tmp_path / "s.states.partial").exists() and not (tmp_path / "s.parquet.partial.npz").exists()
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "0,last_normed")
+    assert one_line_error(rc, se) and "exists; use --overwrite" in se  # finished: a third run is refused as ever
+
+
+def test_a_finished_scans_leftover_checkpoint_is_removed_by_the_rerun(tiny_dir, tmp_path, monkeypatch, capsys):
+    """A kill after the output (and its states) were in place but before the checkpoint's removal left the checkpoint
+    beside a finished scan for good: the rerun refused ("already exists") and nothing removed it. The rerun removes
+    it now, the finished job's own only: another job's checkpoint there is kept."""
+    from rmfast.scoring import pipeline
+
+    def killed(res, checkpoint=None):
+        raise KeyboardInterrupt
+
+    out, ck = tmp_path / "s.parquet", tmp_path / "s.parquet.partial.npz"
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "drop_checkpoint", killed)
+        rc, _, se = _scan(tiny_dir, out, capsys, "--states", "0")
+    assert rc == 130 and ck.is_file() and (tmp_path / "s.states").is_dir()
+    before = out.read_bytes()
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "0")
+    assert one_line_error(rc, se) and "exists; use --overwrite" in se
+    assert not ck.exists() and not (tmp_path / "s.parquet.lock").exists() and out.read_bytes() == before
+    with monkeypatch.context() as m:  # another job's checkpoint (other candidates) beside the finished scan: kept
+        m.setattr(pipeline, "drop_checkpoint", killed)
+        rc, _, se = _scan(tiny_dir, tmp_path / "t.parquet", capsys, "--token-ids", "0:100")
+    (tmp_path / "t.parquet.partial.npz").rename(ck)
+    rc, _, se = _scan(tiny_dir, out, capsys, "--states", "0")
+    assert one_line_error(rc, se) and ck.is_file()
+
+
 def test_states_resume_after_interrupt_is_bit_identical(tiny_dir, tmp_path, monkeypatch, capsys):
     from rmfast.scoring import batching
 

@@ -104,11 +104,20 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S
 
 
 def unfinished_result(path: str | os.PathLike) -> bool:
-    """A result Parquet that a job killed between :func:`write_pair`'s renames left without its manifest, beside that
-    job's checkpoint: the same command finishes it (no --overwrite), as it would had the kill come a moment earlier."""
+    """A result Parquet that a killed job left beside its checkpoint without its manifest (killed between
+    :func:`write_pair`'s renames), or whose manifest names states still in their ``.partial`` folder (killed before
+    that folder's rename): the same command finishes it (no --overwrite), as it would had the kill come earlier."""
     p = Path(path)  # (a Parquet only: a GCG JSON has no manifest, and its own search's checkpoint is beside it)
-    return (p.suffix == ".parquet" and p.is_file() and not os.path.lexists(manifest_path(p))
-            and any(p.parent.glob(glob.escape(p.name) + ".partial*.npz")))
+    if not (p.suffix == ".parquet" and p.is_file() and any(p.parent.glob(glob.escape(p.name) + ".partial*.npz"))):
+        return False
+    if not os.path.lexists(manifest_path(p)):
+        return True
+    states = states_dir(p)
+    try:
+        return (not states.exists() and states.with_name(states.name + ".partial").is_dir()
+                and "states" in (read_manifest(p, required=False) or {}))
+    except UserError:  # a damaged manifest: not this rule's case (check_output refuses)
+        return False
 
 
 def describe_path(path: str | os.PathLike) -> str:
@@ -185,30 +194,6 @@ def _temp_beside(path: Path) -> Path:
             continue
         return tmp
     raise FileExistsError(f"no free temporary name beside {path}")
-
-
-def random_head_seed(manifest: dict) -> int | None:
-    """The seed of a result's RANDOM score head (a causal LM given a seeded random head: its ranking is noise), or
-    None where the head is the model's own.
-
-    >>> random_head_seed({"model": {"name": "m", "random_head_seed": 3}, "head": "score"}), random_head_seed({})
-    (3, None)
-    """
-    model = manifest.get("model")
-    seed = model.get("random_head_seed") if isinstance(model, dict) else None
-    return seed if manifest.get("head", "score") == "score" else None
-
-
-def model_label(manifest: dict, default: str = "") -> str:
-    """The model's name as a title gives it, a random head said (``SmolLM2 (RANDOM score head, seed 3)``).
-
-    >>> model_label({"model": {"name": "m", "random_head_seed": 3}, "head": "score"})
-    'm (RANDOM score head, seed 3)'
-    """
-    model = manifest.get("model")
-    name = (model.get("name") if isinstance(model, dict) else model) or default
-    seed = random_head_seed(manifest)
-    return f"{name} (RANDOM score head, seed {seed})" if seed is not None else str(name)
 
 
 #: what a rerun of an interrupted command would do, said by the jobs that know (the CLI prints it on Ctrl-C):

@@ -58,7 +58,8 @@ def output_lock(path: str | os.PathLike):
     try:
         yield
     finally:
-        Path(name).unlink(missing_ok=True)  # while held: a job that locks the old file now sees it gone
+        with contextlib.suppress(OSError):  # never over the job's own error (or a finished job's success)
+            Path(name).unlink(missing_ok=True)  # while held: a job that locks the old file now sees it gone
         lock.release()
         for q in made:  # a job refused (or failed) before writing leaves no empty folders it made
             try:

@@ -469,7 +469,8 @@ def _run_lens(args) -> int:
     if name not in tables:
         raise UserError(f"lens has no table {name!r}; choose one of {list(tables)}")
     if args.out:
-        from ..io import model_label, read_manifest
+        from ..io import read_manifest
+        from ..scoring.results import model_label
 
         try:  # the model and whether its head is random, from the scan's manifest (the title said the file stem)
             man = read_manifest(path, required=False) or {}

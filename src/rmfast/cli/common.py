@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import UserError, read_by_cli
-from ..io import forget_on_interrupt, on_interrupt, random_head_seed
+from ..io import forget_on_interrupt, on_interrupt
 from ..template import unescape
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -142,6 +142,8 @@ def load_model(args, random_head_seed=None, **kw):
 def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) -> None:
     """The top (and bottom) k rows of a result: rank, token id, text (repr), n_tokens, score."""
     import pandas as pd
+
+    from ..scoring.results import random_head_seed
 
     seed = random_head_seed(res.manifest)
     n = len(res.scores)

@@ -132,6 +132,26 @@ def _ranks():
     return d if d.world > 1 else None
 
 
+def _drop_finished_leftovers(out) -> None:
+    """A finished scan's checkpoint and lock file, left by a kill between the output's write and their removal:
+    removed (holding the lock, so never a running job's), as that job would have. Nothing else is touched."""
+    from ..io import read_manifest, unfinished_result
+    from ..scoring.batching import finished_checkpoint
+    from ..scoring.plan import run_key
+
+    ck = Path(f"{out}.partial.npz")
+    try:
+        if not ck.is_file() or unfinished_result(out) or not (man := read_manifest(out, required=False)):
+            return
+        import pandas as pd
+
+        with output_lock(out):
+            if finished_checkpoint(ck, run_key(man), pd.read_parquet(out, columns=["token_id"])["token_id"].to_numpy()):
+                ck.unlink(missing_ok=True)
+    except Exception:  # noqa: BLE001 - busy, damaged, unwritable: check_output and the job itself say so
+        pass
+
+
 def run(args) -> int:
     from ..scoring.options import ScoringOptions
     from ..scoring.pipeline import drop_checkpoint, finish_states, run_scan
@@ -139,6 +159,8 @@ def run(args) -> int:
     sel = selection(args)
     options = ScoringOptions.from_args(args)  # the one options value, checked before anything loads
     d = _ranks()
+    if args.out:
+        _drop_finished_leftovers(args.out)
     _check_states_args(args)
     if args.out:
         check_output(args.out, args.overwrite, suffix=".parquet")  # refuse before loading anything

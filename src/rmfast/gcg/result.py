@@ -70,7 +70,8 @@ class GCGResult:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from ..io import atomic_write, model_label
+        from ..io import atomic_write
+        from ..scoring.results import model_label
 
         fig, ax = plt.subplots(figsize=(7, 4))
         for i, r in enumerate(self.restarts):

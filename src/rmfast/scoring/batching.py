@@ -587,6 +587,17 @@ def nonfinite_line(n: int, bad, labels, what: str, fix: str = "try --dtype float
     return f"{len(bad)} of {n} scores came out NaN or infinite ({what + ' ' if what else ''}{shown}): {cause}"
 
 
+def finished_checkpoint(path: Path, key: str, ids: np.ndarray) -> bool:
+    """Whether the checkpoint at ``path`` is a finished job's (saved under ``key``, every row of ``ids``, in any
+    order, done): the leftover of a job killed between its output's write and the checkpoint's removal."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return (str(z["key"]) == key and bool(z["done"].all())
+                    and np.array_equal(np.sort(z["ids"]), np.sort(np.asarray(ids))))
+    except Exception:  # noqa: BLE001 - unreadable, or no checkpoint: not known to be finished
+        return False
+
+
 def drop_checkpoint(res, checkpoint=None):
     """Drop the checkpoint of a finished job. Call after the output is safely written."""
     if checkpoint is not None:

@@ -241,3 +241,27 @@ def merge_shards(frames: list, manifests: list[dict]):
                              df["token_id"].to_numpy(np.int64) if "token_id" in df else None)
     res.columns.update({c: df[c].to_numpy() for c in df.columns if str(c).startswith("lens_")})  # the reward lens
     return res
+
+
+def random_head_seed(manifest: dict) -> int | None:
+    """The seed of a result's RANDOM score head (a causal LM given a seeded random head: its ranking is noise), or
+    None where the head is the model's own.
+
+    >>> random_head_seed({"model": {"name": "m", "random_head_seed": 3}, "head": "score"}), random_head_seed({})
+    (3, None)
+    """
+    model = manifest.get("model")
+    seed = model.get("random_head_seed") if isinstance(model, dict) else None
+    return seed if manifest.get("head", "score") == "score" else None
+
+
+def model_label(manifest: dict, default: str = "") -> str:
+    """The model's name as a title gives it, a random head said (``SmolLM2 (RANDOM score head, seed 3)``).
+
+    >>> model_label({"model": {"name": "m", "random_head_seed": 3}, "head": "score"})
+    'm (RANDOM score head, seed 3)'
+    """
+    model = manifest.get("model")
+    name = (model.get("name") if isinstance(model, dict) else model) or default
+    seed = random_head_seed(manifest)
+    return f"{name} (RANDOM score head, seed {seed})" if seed is not None else str(name)
