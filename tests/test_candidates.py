@@ -35,6 +35,15 @@ def test_read_lines_blanks_duplicates(tmp_path):
     assert c.source["n_stripped"] == 1  # the BOM and the line ends are not spaces around a candidate
 
 
+def test_a_notes_quotes_are_cut(tmp_path):
+    """A candidate line of 1 MB with spaces around it was quoted whole in the note: a 1,000,110-character line."""
+    f = tmp_path / "c.txt"
+    f.write_text(" " + "word " * 200_000 + "\nLove\n")
+    with pytest.warns(UserWarning, match="had spaces around them") as got:
+        read_candidates(f)
+    assert max(len(str(w.message)) for w in got) < 300
+
+
 def test_read_tables(tmp_path):
     pd.DataFrame({"id": [1, 2, 3], "name": ["NA", "null", "Water"]}).to_csv(tmp_path / "a.csv", index=False)
     assert read_candidates(tmp_path / "a.csv", "name").texts == ["NA", "null", "Water"]  # words, not missing values

@@ -438,11 +438,13 @@ def test_sigterm_saves_the_checkpoint_as_ctrl_c_does(tiny_dir, tmp_path, monkeyp
                                   pd.read_parquet(tmp_path / "whole.parquet")["score"].to_numpy())
 
 
-def test_a_file_size_limit_at_a_write_is_one_line(capsys):
+def test_a_file_size_limit_at_a_write_is_one_line(capsys, tmp_path):
     """`ulimit -f` (EFBIG) at a checkpoint save was six chained tracebacks; it is the full disk's one line now."""
     import errno
 
     from rmfast.cli.common import run_command
+
+    from rmfast.io import atomic_write
 
     def save(args):
         raise OSError(errno.EFBIG, "File too large", "u.parquet.partial.npz")
@@ -450,3 +452,11 @@ def test_a_file_size_limit_at_a_write_is_one_line(capsys):
     assert run_command(save, argparse.Namespace()) == 2
     err = capsys.readouterr().err
     assert err.startswith("rmfast: error: File too large: u.parquet.partial.npz") and "Traceback" not in err
+    assert "`ulimit -f`" in err and "free space" not in err  # the fix for a size limit, not a full disk's
+
+    def write(tmp):  # a write() past the limit names no file: the line named none
+        raise OSError(errno.EFBIG, "File too large")
+
+    assert run_command(lambda args: atomic_write(tmp_path / "v.parquet.partial.npz", write), argparse.Namespace()) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rmfast: error: File too large: {tmp_path / 'v.parquet.partial.npz'} (raise"), err

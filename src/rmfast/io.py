@@ -307,11 +307,13 @@ def atomic_write(path: str | os.PathLike, write, *, durable: bool = True) -> Pat
         os.replace(tmp, path)
         if durable:
             _fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and e.filename is None:  # a write's error names no file: the one being written
+            e.filename = str(path)
         raise
     return path
 

@@ -332,8 +332,9 @@ def run_command(func, args) -> int:
             raise
         where = f": {e.filename}" if e.filename else ""
         rerun = on_interrupt()  # a checkpoint save that found the disk full: the last save is kept
-        print(f"rmfast: error: {e.strerror}{where} (free space, fix the permissions, or choose another path"
-              f"{'; then ' + rerun if rerun else ''})", file=sys.stderr)
+        fix = ("raise the limit on a file's size (`ulimit -f`) or choose another file system" if e.errno == errno.EFBIG
+               else "free space, fix the permissions, or choose another path")
+        print(f"rmfast: error: {e.strerror}{where} ({fix}{'; then ' + rerun if rerun else ''})", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         rerun = on_interrupt()  # said by the job that can resume (a scan's checkpoint, a sweep's store), if any

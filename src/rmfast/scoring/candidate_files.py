@@ -99,11 +99,11 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         warnings.warn(f"rmfast: {p.name}: {len(left)} candidate row(s) {what} left out (rows {shown}; "
                       "1-based, header not counted)", stacklevel=2)
     if trimmed:  # " ever" is another response than "ever" to a BPE tokenizer: said, not done silently
-        shown = ", ".join(repr(t) for t in trimmed[:3]) + (" …" if len(trimmed) > 3 else "")
+        shown = ", ".join(repr(t[:40]) for t in trimmed[:3]) + (" …" if len(trimmed) > 3 else "")  # a line of 1 MB too
         warnings.warn(f"rmfast: {p.name}: {len(trimmed)} candidate(s) had spaces around them, scored without them "
                       f"({shown}; ' ever' is scored as 'ever')", stacklevel=2)
     if dups:
-        shown = ", ".join(repr(d) for d in dups[:3]) + (" …" if len(dups) > 3 else "")
+        shown = ", ".join(repr(d[:40]) for d in dups[:3]) + (" …" if len(dups) > 3 else "")
         warnings.warn(f"rmfast: {p.name}: {len(dups)} duplicate candidate(s) kept once ({shown})", stacklevel=2)
     source = {
         "path": str(p),
