@@ -438,6 +438,29 @@ def test_sigterm_saves_the_checkpoint_as_ctrl_c_does(tiny_dir, tmp_path, monkeyp
                                   pd.read_parquet(tmp_path / "whole.parquet")["score"].to_numpy())
 
 
+def test_a_cache_that_takes_no_write_names_its_setting(capsys, tmp_path, monkeypatch):
+    """A read-only RMFAST_CACHE said "Read-only file system: <path> (free space, fix the permissions, or choose
+    another path)": no setting named. It names RMFAST_CACHE (or --cache-dir) now; a write elsewhere is as before."""
+    import errno
+
+    from rmfast.cli.common import run_command
+
+    monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "cache"))
+
+    def convert(path):
+        def run(args):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return run
+
+    assert run_command(convert(tmp_path / "cache" / "converted" / "x"), argparse.Namespace()) == 2
+    err = capsys.readouterr().err
+    assert f"in the rmfast cache {tmp_path / 'cache'}: free space there, or set RMFAST_CACHE (or --cache-dir)" in err
+    assert run_command(convert(tmp_path / "c2" / "y"), argparse.Namespace(cache_dir=str(tmp_path / "c2"))) == 2
+    assert "or set --cache-dir to a writable folder" in capsys.readouterr().err
+    assert run_command(convert(tmp_path / "out.parquet"), argparse.Namespace()) == 2
+    assert "(free space, fix the permissions, or choose another path)" in capsys.readouterr().err
+
+
 def test_a_file_size_limit_at_a_write_is_one_line(capsys, tmp_path):
     """`ulimit -f` (EFBIG) at a checkpoint save was six chained tracebacks; it is the full disk's one line now."""
     import errno

@@ -306,6 +306,19 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, old)
 
 
+def _write_fix(e: OSError, args) -> str:
+    """What to do about a write the machine refused: a size limit's fix; the cache's setting where the file was
+    in the rmfast cache (a read-only or full cache said "choose another path" and named no setting)."""
+    if e.errno == errno.EFBIG:
+        return "raise the limit on a file's size (`ulimit -f`) or choose another file system"
+    flag = "--cache-dir" if getattr(args, "cache_dir", None) else "RMFAST_CACHE (or --cache-dir)"
+    cache = getattr(args, "cache_dir", None) or os.environ.get("RMFAST_CACHE") or Path.home() / ".cache" / "rmfast"
+    cache = Path(os.path.abspath(os.path.expanduser(cache)))
+    if e.filename and Path(os.path.abspath(os.fsdecode(e.filename))).is_relative_to(cache):
+        return f"it is in the rmfast cache {cache}: free space there, or set {flag} to a writable folder"
+    return "free space, fix the permissions, or choose another path"
+
+
 def run_command(func, args) -> int:
     """Run a command: a UserError (or a full disk, read-only or forbidden write) is one line on stderr
     and exit 2; Ctrl-C is 130, SIGTERM 143 (each after the job saved what it can resume from)."""
@@ -332,9 +345,8 @@ def run_command(func, args) -> int:
             raise
         where = f": {e.filename}" if e.filename else ""
         rerun = on_interrupt()  # a checkpoint save that found the disk full: the last save is kept
-        fix = ("raise the limit on a file's size (`ulimit -f`) or choose another file system" if e.errno == errno.EFBIG
-               else "free space, fix the permissions, or choose another path")
-        print(f"rmfast: error: {e.strerror}{where} ({fix}{'; then ' + rerun if rerun else ''})", file=sys.stderr)
+        print(f"rmfast: error: {e.strerror}{where} ({_write_fix(e, args)}{'; then ' + rerun if rerun else ''})",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         rerun = on_interrupt()  # said by the job that can resume (a scan's checkpoint, a sweep's store), if any
