@@ -255,3 +255,47 @@ def test_a_manifest_that_hangs_or_nests_past_the_limit_is_one_line(tmp_path):
     assert not unfinished_result(g)
     with pytest.raises(UserError, match="already exists"):
         check_output(g, suffix=".json")
+
+
+def test_a_damaged_result_is_one_line_not_another_score(tmp_path, capsys):
+    """A flipped byte in a result Parquet's score column was read as another score without a word (Parquet pages
+    carried no checksum), and one in its text column was a traceback in the explorer. rmfast writes page checksums
+    now and checks them on reading, with the text's UTF-8: a damaged file is one line. Files written before, without
+    checksums, still read, and their text is still checked."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cli_run import one_line_error, run
+    from rmfast.errors import UserError
+    from rmfast.io import read_parquet, write_parquet
+
+    df = pd.DataFrame({"token_id": np.arange(500), "text": [f"w{i}" for i in range(500)],
+                       "score": np.linspace(-3, 3, 500).astype(np.float32)})
+    p = tmp_path / "s.parquet"
+    write_parquet(p, df)
+    pd.testing.assert_frame_equal(read_parquet(p), pd.read_parquet(p))
+    raw = bytearray(p.read_bytes())
+    at = raw.find(np.float32(df["score"][250]).tobytes())  # a score's own bytes
+    assert at > 0
+    raw[at + 2] ^= 0x40
+    p.write_bytes(bytes(raw))
+    assert not np.array_equal(pd.read_parquet(p)["score"], df["score"])  # unchecked: another score, no word
+    with pytest.raises(UserError, match="s.parquet is damaged .*checksum.*rerun the job that wrote it"):
+        read_parquet(p)
+    old = tmp_path / "old.parquet"  # no checksums (an older rmfast's), a text byte no longer UTF-8
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), old, compression="none")
+    raw = bytearray(old.read_bytes())
+    raw[raw.find(b"w250") + 1] = 0xFF
+    old.write_bytes(bytes(raw))
+    with pytest.raises(UserError, match="old.parquet is damaged .*Invalid UTF8"):
+        read_parquet(old)
+    (tmp_path / "old.parquet.json").write_text('{"model": {"name": "m"}, "prompt": "p", "head": "score"}')
+    for cmd in (["explore", old, "--out", tmp_path / "e.html"], ["analyze", "distributions", old]):
+        rc, _, err = run(cmd, capsys)
+        assert one_line_error(rc, err) and "old.parquet is damaged" in err, err
+    clean = tmp_path / "clean.parquet"
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), clean)
+    assert read_parquet(clean, columns=["score"])["score"].tolist() == df["score"].tolist()
+

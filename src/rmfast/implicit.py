@@ -40,7 +40,8 @@ import pandas as pd
 
 from .version import __version__
 from .errors import UserError
-from .io import check_output, manifest_path, provenance, read_text, write_csv, write_json, write_parquet
+from .io import check_output, manifest_path, provenance, write_csv, write_json, write_parquet
+from .user_files import read_text
 from .yaml_keys import yaml_load_unique, yaml_problem
 from .analysis.stats.permutation import N_PERM
 

@@ -407,7 +407,32 @@ def _parquet_file(path, df, write_id: str | None = None, meta: dict | None = Non
         extra[PROVENANCE.encode()] = json.dumps(meta, default=str).encode()
     if extra:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
-    pq.write_table(table, path)
+    pq.write_table(table, path, write_page_checksum=True)  # a page damaged later is found by read_parquet
+
+
+def read_parquet(path: str | os.PathLike, columns=None):
+    """A Parquet file as a DataFrame, its pages checked against their checksums (:func:`write_parquet` writes them;
+    files without any are read unchecked) and its text checked to be UTF-8: a flipped byte was read as another
+    score without a word, or as a traceback deep in the explorer. A damaged file is a one-line UserError; what
+    is no Parquet at all raises as pyarrow does (the callers name it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def damaged(e):
+        return UserError(f"{path} is damaged ({str(e)[:80]}): its bytes changed after it was written; "
+                         "rerun the job that wrote it")
+
+    try:
+        table = pq.read_table(path, columns=columns, page_checksum_verification=True)
+    except OSError as e:
+        if "checksum" in str(e):
+            raise damaged(e) from None
+        raise
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise damaged(e) from None
+    return table.to_pandas()
 
 
 def write_parquet(path: str | os.PathLike, df, meta: dict | None = None) -> None:
@@ -596,42 +621,3 @@ def _cut_at_word(s: str, n: int) -> str:
         return s
     end = s.rfind("-", 0, n + 1)  # a '-' at index n means s[:n] already ends on a whole word
     return s[:end] if end > 0 else s[:n]
-
-
-def read_text(path: str | os.PathLike, what: str) -> str:
-    """A user's text file as a str (UTF-8, a BOM allowed); one-line UserError for a missing, binary or
-    non-UTF-8 file. ``what`` names the option in the message, e.g. "--token-ids file".
-
-    >>> import tempfile
-    >>> p = Path(tempfile.mkdtemp()) / "ids.txt"
-    >>> _ = p.write_bytes(b"\\x00\\x89PNG")
-    >>> read_text(p, "--token-ids file")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    rmfast.errors.UserError: token_ids file ... is binary, not text; give a UTF-8 text file
-    """
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read {what} {p}: {e.strerror}") from None
-    if b"\x00" in raw:
-        raise UserError(f"{what} {p} is binary, not text; give a UTF-8 text file")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{what} {p} is not UTF-8 text (bad byte at offset {e.start}); re-save it as UTF-8") from None
-
-
-def read_csv(path: str | os.PathLike, what: str, **kw):
-    """A user's CSV as a DataFrame (``pandas.read_csv`` keywords); one-line UserError for a missing,
-    binary, non-UTF-8, empty or malformed file (rows with the wrong number of fields)."""
-    import io
-
-    import pandas as pd
-
-    text = read_text(path, what)
-    try:
-        return pd.read_csv(io.StringIO(text), **kw)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as e:
-        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        raise UserError(f"{what} {path} is not a well-formed CSV ({msg[:160]}); fix the file") from None

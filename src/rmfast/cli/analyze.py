@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 
 from ..analysis import registry
 from ..errors import UserError
-from ..io import check_output, write_csv
+from ..io import check_output, read_parquet, write_csv
 from .common import add_states_view_args, nonneg_int, positive_int
 
 if TYPE_CHECKING:  # pandas is imported where it is used: `rmfast --help` needs none of it
@@ -457,7 +457,9 @@ def _run_lens(args) -> int:
     if not path.is_file():
         raise UserError(f"{path}: no such scan file")
     try:
-        df = pd.read_parquet(path)
+        df = read_parquet(path)
+    except UserError:
+        raise
     except Exception as e:
         raise UserError(f"{path}: not a readable Parquet scan ({type(e).__name__})") from None
     if "score" not in df:

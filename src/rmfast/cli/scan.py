@@ -135,7 +135,7 @@ def _ranks():
 def _drop_finished_leftovers(out) -> None:
     """A finished scan's checkpoint and lock file, left by a kill between the output's write and their removal:
     removed (holding the lock, so never a running job's), as that job would have. Nothing else is touched."""
-    from ..io import read_manifest, unfinished_result
+    from ..io import read_manifest, read_parquet, unfinished_result
     from ..scoring.batching import finished_checkpoint
     from ..scoring.plan import run_key
 
@@ -143,10 +143,8 @@ def _drop_finished_leftovers(out) -> None:
     try:
         if not ck.is_file() or unfinished_result(out) or not (man := read_manifest(out, required=False)):
             return
-        import pandas as pd
-
         with output_lock(out):
-            if finished_checkpoint(ck, run_key(man), pd.read_parquet(out, columns=["token_id"])["token_id"].to_numpy()):
+            if finished_checkpoint(ck, run_key(man), read_parquet(out, columns=["token_id"])["token_id"].to_numpy()):
                 ck.unlink(missing_ok=True)
     except Exception:  # noqa: BLE001 - busy, damaged, unwritable: check_output and the job itself say so
         pass

@@ -45,7 +45,8 @@ import numpy as np
 
 from ..dims import text_config
 from ..errors import UserError, UserNote
-from ..io import file_sha256, read_text
+from ..io import file_sha256
+from ..user_files import read_text
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import WRITE_ID, check_output, read_manifest, write_pair
+from ..io import WRITE_ID, check_output, read_manifest, read_parquet, write_pair
 
 
 def _write(res, path, overwrite: bool) -> Path:
@@ -142,10 +142,8 @@ class ScanResult(_Result):
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "ScanResult":
-        import pandas as pd
-
         manifest = read_manifest(path, required=False) or {}
-        df = pd.read_parquet(path).sort_values("token_id")
+        df = read_parquet(path).sort_values("token_id")
         return cls(
             df["token_id"].to_numpy(np.int64),
             df["score"].to_numpy(np.float32),
@@ -199,10 +197,8 @@ class TextScanResult(_Result):
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike) -> "TextScanResult":
-        import pandas as pd
-
         manifest = read_manifest(path, required=False) or {}
-        df = pd.read_parquet(path)
+        df = read_parquet(path)
         tids = [list(map(int, r)) for r in df["token_ids"]] if "token_ids" in df else [[] for _ in range(len(df))]
         src = df["token_id"].to_numpy(np.int64) if "token_id" in df else None
         return cls(df["text"].tolist(), df["score"].to_numpy(np.float32), df["n_tokens"].to_numpy(np.int64), tids,

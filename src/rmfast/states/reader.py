@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from ..io import states_dir
+from ..io import read_parquet, states_dir
 from .format import MANIFEST, NONFINITE, NP_RAW, ST_DTYPE, check_manifest, read_header
 from .names import canonical_layer
 from .tie import check_scan_tie
@@ -130,7 +130,9 @@ class StatesSet:
 
         cols = ["text"] if self.key == "row" else ["token_id", "text"]
         try:
-            df = pd.read_parquet(self.scan_path, columns=cols)
+            df = read_parquet(self.scan_path, columns=cols)
+        except UserError:
+            raise
         except Exception as e:
             raise UserError(f"{self.scan_path}: cannot read its text column ({e})") from None
         if self.key == "row":

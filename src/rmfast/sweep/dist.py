@@ -159,9 +159,7 @@ def gather_shards(d: Dist, out: Path, res, order):
     called on it, after the scan is written (:class:`rmfast.states.StatesMerge`: its shards are linked, the ranks removed once it is in place)."""
     import json
 
-    import pandas as pd
-
-    from ..io import manifest_path, provenance, states_dir, write_json, write_parquet
+    from ..io import manifest_path, provenance, read_parquet, states_dir, write_json, write_parquet
     from ..scoring.pipeline import finish_states
     from ..scoring.results import merge_shards
     from ..states import StatesMerge
@@ -177,7 +175,7 @@ def gather_shards(d: Dist, out: Path, res, order):
     barrier(d)
     if not d.is_main:
         return None
-    frames = [pd.read_parquet(shard(r)) for r in range(d.world)]
+    frames = [read_parquet(shard(r)) for r in range(d.world)]
     merged = merge_shards(frames, [json.loads(manifest_path(shard(r)).read_text()) for r in range(d.world)])
     if (res.manifest.get("states") or {}).get("folder"):
         merged.states_writer = StatesMerge([states_dir(shard(r)) for r in range(d.world)], states_dir(out))

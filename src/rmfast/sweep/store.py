@@ -48,7 +48,7 @@ import numpy as np
 
 from ..version import __version__
 from ..errors import UserError
-from ..io import WRITE_ID, manifest_path, parquet_write_id, write_json, write_pair
+from ..io import WRITE_ID, manifest_path, parquet_write_id, read_parquet, write_json, write_pair
 from ..locks import check_lock, drop_temps
 from ..states import canonical_layer
 
@@ -565,7 +565,9 @@ class Store:
             dtypes.setdefault(part.model, {}).setdefault(d, 0)
             dtypes[part.model][d] += 1
             try:
-                df = pd.read_parquet(self.part_path(part))
+                df = read_parquet(self.part_path(part))
+            except UserError:
+                raise
             except Exception as e:
                 raise UserError(f"cannot read {self.part_path(part)} ({type(e).__name__}); delete it and rerun the sweep") from None
             if len(df) != m.get("rows"):

@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...errors import UserError
-from ...io import read_text
+from ...user_files import read_text
 from . import deps
 
 

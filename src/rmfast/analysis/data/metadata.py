@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
-from ...io import read_csv, read_text
+from ...user_files import read_csv, read_text
 from ...yaml_keys import yaml_load_unique, yaml_problem
 
 META_COLUMNS = ["model", "nickname", "developer", "base", "base_family", "params_b",

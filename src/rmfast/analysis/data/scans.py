@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
-from ...io import candidate_set, manifest_path, read_manifest  # noqa: F401  (candidate_set: re-exported)
+from ...io import candidate_set, manifest_path, read_manifest, read_parquet  # noqa: F401  (candidate_set: re-exported)
 from .ledger import Ledger
 
 TIDY_COLUMNS = ["model", "prompt", "token_id", "text", "score", "rank"]
@@ -221,7 +221,9 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
             raise UserError(f"manifest {mpath} is unreadable or lacks model.name/prompt "
                             f"({exc.__class__.__name__}: {exc}); fix or regenerate it") from None
         try:
-            part = pd.read_parquet(f)
+            part = read_parquet(f)
+        except UserError:  # damaged: said so
+            raise
         except Exception as exc:  # pyarrow raises many types
             raise UserError(f"cannot read {f} as Parquet ({exc.__class__.__name__}); "
                             "is it an rmfast scan file?") from None

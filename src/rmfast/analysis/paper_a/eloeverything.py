@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...errors import UserError
-from ...io import read_csv
+from ...user_files import read_csv
 from ..data.ledger import Ledger
 from ..data.scans import SOURCE_ATTR, validate_scans
 
