@@ -41,3 +41,25 @@ def test_score_rendered_equals_the_conversations_score_and_hf(scorer, smol_token
     assert got == pytest.approx(hf, abs=1e-5)
     with pytest.raises(UserError, match="no assistant header"):
         scorer.score_rendered(["just some text"])
+
+
+def test_score_rendered_with_the_logprob_head_stops_at_the_end_of_turn(smol_tokenizer):
+    """The log-prob head summed every id after the assistant header, the template's '\\n' after <|im_end|> too
+    (-42.47 where score() and HF give -32.16). It takes score()'s end of turn now; a text cut after its end-of-turn
+    token, or before it, scores what it holds."""
+    m = T.tiny("llama", "causal_lm", seed=5)
+    sc = RewardScorer((m, smol_tokenizer), head="logprob", dtype="float32")
+    responses = ["Paris.", "It is Paris, of course."]
+    texts = [smol_tokenizer.apply_chat_template(MSGS + [{"role": "assistant", "content": r}], tokenize=False)
+             for r in responses]
+    assert all(t.endswith("<|im_end|>\n") for t in texts)
+    want = sc.score([MSGS], [responses])[0]
+    assert sc.score_rendered(texts) == pytest.approx(want, abs=1e-4)
+    assert sc.score_rendered([t[:-1] for t in texts]) == pytest.approx(want, abs=1e-4)  # no '\n': the same
+    pre = smol_tokenizer.apply_chat_template(MSGS, tokenize=False, add_generation_prompt=True)
+    n = len(smol_tokenizer(pre, add_special_tokens=False)["input_ids"])
+    ids = smol_tokenizer(pre + "Paris.", add_special_tokens=False)["input_ids"]  # cut before the end of turn
+    with torch.no_grad():
+        lp = torch.log_softmax(m(torch.tensor([ids])).logits[0].double(), -1)
+    want_cut = float(lp[n - 1:-1].gather(-1, torch.tensor(ids[n:])[:, None]).sum())
+    assert sc.score_rendered([pre + "Paris."]) == pytest.approx([want_cut], abs=1e-4)

@@ -74,30 +74,56 @@ def check_not_rendered(prompt: str, marks: tuple[str, ...], where: str,
                         f"conversational format), or score whole rendered texts with {whole}")
 
 
+def end_of_turn(tokenizer, template: str | None = None) -> tuple[tuple, int]:
+    """The template's suffix after a response and how many of its leading ids end the turn
+    (:attr:`rmfast.template.Template.n_continuation`): what the log-prob head scores after a response."""
+    t = build_template(tokenizer, "hello", template=template)
+    return tuple(t.suffix_ids), t.n_continuation
+
+
+def _ending(tail: tuple, suffix: tuple) -> int:
+    """How many of ``tail``'s last ids are the longest start of ``suffix`` it ends with, at least one id of the
+    response left (a text cut after its end-of-turn token ends with the suffix's first id only); 0 where none.
+
+    >>> _ending((5, 6, 1, 2), (1, 2)), _ending((5, 6, 1), (1, 2)), _ending((5, 6), (1, 2)), _ending((1, 2), (1, 2))
+    (2, 1, 0, 0)
+    """
+    for k in range(min(len(suffix), len(tail) - 1), 0, -1):
+        if tail[len(tail) - k:] == suffix[:k]:
+            return k
+    return 0
+
+
 def score_rendered(scorer, texts, *, special_tokens: bool = False) -> list[float]:
     """Scores of whole texts already in the model's template (module doc), in order. ``special_tokens``: let the
-    tokenizer add its own (a text whose BOS was stripped, as verl sends one)."""
+    tokenizer add its own (a text whose BOS was stripped, as verl sends one). The log-prob head sums the response
+    and the template's end of turn (:func:`end_of_turn`), as :meth:`score` does: not the ids the template puts after
+    it, which the text ends with (a text cut before its end of turn: what it holds)."""
     texts = as_list(texts, "score_rendered: texts", "rendered texts (strings)")
     bad = next((k for k, t in enumerate(texts) if not isinstance(t, str) or not t.strip()), None)
     if bad is not None:
         raise UserError(f"score_rendered: text {bad} is {'empty' if isinstance(texts[bad], str) else type(texts[bad]).__name__}; "
                         "every text must be a non-empty string")
     header = scorer._fact("header", assistant_header)
+    # the log-prob head's end of turn: the template's own (score()'s), not every id to the text's end
+    turn_end = scorer._fact("turn_end", end_of_turn) if scorer.head == "logprob" else ((), 0)
     ids_list = scorer.tokenizer(texts, add_special_tokens=special_tokens)["input_ids"] if texts else []
-    groups: dict = {}  # prompt ids -> response length -> [(text number, response ids)]
+    groups: dict = {}  # (prompt ids, suffix ids) -> response length -> [(text number, response ids)]
     for k, ids in enumerate(ids_list):
         end = last_end(tuple(ids), header) if header else -1
         if end <= 0:
             raise UserError(f"text {k} holds no assistant header of the model's template with a response after it; "
                             "score the conversation and the response with score() instead")
         check_context(scorer.model, end, len(ids) - end)
-        groups.setdefault(tuple(ids[:end]), {}).setdefault(len(ids) - end, []).append((k, list(ids[end:])))
+        n = len(ids) - end - _ending(tuple(ids[end:]), turn_end[0])
+        groups.setdefault((tuple(ids[:end]), tuple(ids[end + n:])), {}).setdefault(n, []).append((k, list(ids[end:end + n])))
     out = np.full(len(texts), np.nan, dtype=np.float32)
     with scorer._lock, eval_mode(scorer.model):
         scorer._drop_stale_plans()
         scorer._fresh, scorer._wave = set(), set()
-        for prompt, by_len in groups.items():
-            plan = scorer._plan(("rendered", prompt), Template(prompt, (), 0, "", None, "ids"))
+        for (prompt, suffix), by_len in groups.items():
+            tmpl = Template(prompt, suffix, min(turn_end[1], len(suffix)), "", None, "ids")
+            plan = scorer._plan(("rendered", prompt, suffix), tmpl)
             for n, rows in by_len.items():
                 bs = max(1, plan.rows_per_batch(n))
                 for lo in range(0, len(rows), bs):
