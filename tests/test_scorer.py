@@ -730,3 +730,48 @@ def test_grpo_adapter_gives_none_for_a_completion_past_the_positions(tok):
         got = reward(prompts=["Hi", "Hi", "Bye"], completions=["Hello!", long, "See you."])
     assert len(w) == 1 and got[1] is None and None not in (got[0], got[2])
     assert [got[0], got[2]] == [s[0] for s in RewardScorer((model, tok)).score(["Hi", "Bye"], [["Hello!"], ["See you."]])]
+
+
+def test_a_response_the_template_renders_as_nothing(tok):
+    """A template that drops an assistant message's <think> block renders such a response as nothing. The strict
+    path called it one that "merges with the template"; decode-retokenize's log-prob head summed every id to the
+    end of the sequence (the '\\n' after <|im_end|> too). Now: the message says what happened, and the log-prob is
+    the end of turn's, as for any response; the reward head reads the same whole sequence."""
+    t = copy.deepcopy(tok)
+    t.chat_template = ("{% for m in messages %}{% set c = m['content'] %}{% if m['role'] == 'assistant' and '</think>' "
+                       "in c %}{% set c = c.split('</think>')[-1] %}{% endif %}{{ '<|im_start|>' + m['role'] + '\\n' + c"
+                       " + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                       "{% endif %}")
+    conv, r = [{"role": "user", "content": "Capital of France?"}], "<think>It is Paris.</think>"
+    model = T.tiny("llama", "causal_lm")
+    with pytest.raises(UserError, match=r"response 0 of conversation 0 .* is rendered as nothing by the chat template"):
+        RewardScorer(model, t, head="logprob").score([conv], [[r]])
+    full = full_ids(t, conv, r)
+    pre = t.apply_chat_template(conv, add_generation_prompt=True, tokenize=True, return_dict=False)
+    pre = list(pre["input_ids"] if hasattr(pre, "keys") else pre)
+    assert full[len(pre):] == t.convert_tokens_to_ids(["<|im_end|>", "Ċ"])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(input_ids=torch.tensor([full])).logits[0].double(), -1)
+    want = float(lp[len(pre) - 1, full[len(pre)]])  # log p(<|im_end|> | the conversation)
+    got = RewardScorer(model, t, head="logprob", compat="decode-retokenize").score([conv], [[r]])[0]
+    assert got == pytest.approx([want], abs=1e-4)
+    rm = T.tiny("llama", num_labels=1, pad_token_id=2)
+    got = RewardScorer(rm, t, compat="decode-retokenize").score([conv], [[r]])[0]
+    assert got == pytest.approx(direct(rm, t, [conv], [[r]]).tolist(), abs=1e-5)
+
+
+@pytest.mark.parametrize("norm, prompt", [("lowercase", "What is the capital of France?"),
+                                          ("nfkc", "What is the ﬁnal answer, Ｈｉ?")])
+def test_a_normalizing_tokenizer_is_split_not_refused(tok, norm, prompt):
+    """An uncased tokenizer (a BERT-style classifier's) was refused for every template ("the template changes the
+    response text": the probe decoded lower-cased), and a prompt an NFKC normalizer folds ('ﬁ', full-width letters)
+    as "the prompt does not appear before the response slot". Both are split now, to the plain-HF scores."""
+    from tokenizers import normalizers
+
+    t = copy.deepcopy(tok)
+    t.backend_tokenizer.normalizer = normalizers.Lowercase() if norm == "lowercase" else normalizers.NFKC()
+    assert t.decode(t("Paris ﬁ")["input_ids"], skip_special_tokens=True).strip() != "Paris ﬁ"  # the case itself
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    responses = [["Paris.", "Lyon, I think"]]
+    got = RewardScorer(model, t).score([prompt], responses)[0]
+    assert got == pytest.approx(direct(model, t, [prompt], responses).tolist(), abs=1e-5)

@@ -5,7 +5,11 @@ model's own logits at the last position (so Gemma's final-logit softcapping, whe
 applies it, is included). The result is a :class:`rmfast.scoring.pipeline.ScanResult`, written in the same
 format as ``scan`` (columns token_id, token, text, score, rank; manifest ``head:
 "next_token_logprob"``). The full response log-probability including end-of-turn is
-``scan --head logprob``; this is its first factor only.
+``scan --head logprob``; this is its first factor only where the chat template renders the start of an answer
+as its generation prompt does (ChatML, Llama 3, Gemma, Mistral, Phi-3). A template that renders a finished
+assistant turn otherwise (Qwen3's empty ``<think>`` block, which its generation prompt lacks) conditions the two on
+different ids: this gives the token's log-probability as the model starts to answer (the generation prompt),
+``scan --head logprob`` as part of the rendered conversation (-8.559 vs -8.521 on one such template).
 
 What precedes the first response token (the "prompt side"):
 

@@ -440,14 +440,15 @@ def build_template(
         middle = ids[n_pre : len(ids) - n_suf]
         text = tokenizer.decode(middle)
         check[word] = middle
-        if not middle or text.strip() != word:
+        if not middle or text.strip() not in (word, normalized(tokenizer, word).strip()):  # an uncased tokenizer's
             raise UserError(
                 f"cannot split the template around the response: the probe {word!r} rendered as {text!r} between a "
                 "shared prefix and suffix; the template changes the response text — pass a --template that inserts it verbatim"
             )
     if not prefix:
         raise UserError("cannot split the template: nothing precedes the response slot (the prompt is missing from the rendering); check --template")
-    if prompt.strip() not in tokenizer.decode(list(prefix)):
+    seen = tokenizer.decode(list(prefix))
+    if prompt.strip() not in seen and normalized(tokenizer, prompt).strip() not in seen:  # (NFKC: 'ﬁ' as 'fi')
         raise UserError("cannot split the template: the prompt does not appear before the response slot; check --template")
 
     special = special_flagged_ids(tokenizer)
@@ -467,6 +468,13 @@ def build_template(
         probe_check={w: list(m) for w, m in check.items()},
         history=history,
     )
+
+
+def normalized(tokenizer, text: str) -> str:
+    """``text`` as the tokenizer's normalizer reads it (lower-cased by an uncased one, NFKC-folded by a
+    SentencePiece ``nmt_nfkc`` one); ``text`` where it has none. Its decoded ids hold this form, not the text."""
+    norm = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
+    return norm.normalize_str(text) if norm is not None else text
 
 
 def special_flagged_ids(tokenizer) -> set[int]:

@@ -419,6 +419,13 @@ def _compat_row(tmpl, full: list[int], head: str) -> Row:
     P, S = len(tmpl.prefix_ids), len(tmpl.suffix_ids)
     if tuple(full[:P]) == tmpl.prefix_ids and (not S or tuple(full[len(full) - S:]) == tmpl.suffix_ids) and len(full) > P + S:
         return Row(full[P:len(full) - S])
+    if S and full == [*tmpl.prefix_ids, *tmpl.suffix_ids]:
+        # the template renders the response as nothing (a <think> block it drops): the end of turn is the row, the
+        # sequence unchanged (the log-prob head scored the ids after the end of turn too)
+        k = max(1, tmpl.n_continuation)
+        return Row(full[P:P + k], Template(prefix_ids=tmpl.prefix_ids, suffix_ids=tuple(full[P + k:]), n_continuation=0,
+                                           prompt=tmpl.prompt, system=tmpl.system, kind=tmpl.kind, format=tmpl.format,
+                                           history=tmpl.history))
     # The response merged with its surroundings (e.g. "\t" after the header's "\n"): score the
     # whole sequence on the plain-HF path, split where it leaves the template's prefix and where
     # the template's suffix starts. Score head: final position of the whole sequence. Logprob
@@ -433,6 +440,17 @@ def _compat_row(tmpl, full: list[int], head: str) -> Row:
     return Row(full[p:e], t)
 
 
+def _not_its_own(tokenizer, tmpl, text: str) -> str:
+    """Why a response has no ids of its own in context, in words: the template renders it as nothing (a <think>
+    block it drops), or it merges with the template's ids around it."""
+    from ..template import renderer
+
+    _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
+    if list(render([text])[0]) == [*tmpl.prefix_ids, *tmpl.suffix_ids]:
+        return "is rendered as nothing by the chat template (it drops the text), so there is no response to score"
+    return "merges with the template around it when tokenized in context, so its ids are not its own"
+
+
 def tokenize_in_context(tokenizer, tmpl, texts: list[str], *, compat: str | None = None, head: str = "score") -> list[Row]:
     """Response ids of each text as the chat template tokenizes it in context (linear in the texts)."""
     from ..template import renderer, responses_ids
@@ -441,9 +459,8 @@ def tokenize_in_context(tokenizer, tmpl, texts: list[str], *, compat: str | None
         rows = []
         for i, (t, ids) in enumerate(zip(texts, responses_ids(tokenizer, tmpl, texts))):  # one tokenizer batch
             if ids is None:
-                raise MergesWithTemplate(f"candidate {i + 1} {t[:40]!r} merges with the template around it when "
-                                         "tokenized in context, so its ids are not its own; drop it, or score the whole "
-                                         "re-tokenized conversation with --compat decode-retokenize")
+                raise MergesWithTemplate(f"candidate {i + 1} {t[:40]!r} {_not_its_own(tokenizer, tmpl, t)}; drop it, or "
+                                         "score the whole re-tokenized conversation with --compat decode-retokenize")
             rows.append(Row(ids))
         return rows
     _, render = renderer(tokenizer, tmpl.prompt, tmpl.format, tmpl.system, tmpl.history)
@@ -476,9 +493,8 @@ def _one_row(tokenizer, r, tmpls, compat: str | None, head: str, long_ok: bool =
     try:
         (row,) = tokenize_in_context(tokenizer, tmpls[ci], [text], compat=compat, head=head)
     except MergesWithTemplate:
-        raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) merges with the template around it "
-                        "when tokenized in context, so its ids are not its own; drop it, or score the whole "
-                        "re-tokenized conversation with compat='decode-retokenize'") from None
+        raise UserError(f"response {j} of conversation {i} ({text[:40]!r}) {_not_its_own(tokenizer, tmpls[ci], text)}; "
+                        "drop it, or score the whole re-tokenized conversation with compat='decode-retokenize'") from None
     except UserError as e:  # the template's renderer refused it (its size bound): named, never called a merge
         if len(text) > RENDER_CHARS:
             if long_ok:
