@@ -181,6 +181,30 @@ def test_agreement_with_metadata_and_a_missing_prompt():
     assert len(res.matrix("rbo", WORST)) == 3
 
 
+def test_agreement_says_what_a_referee_asks_of_its_numbers():
+    """(The statistics review.) The pairs table printed p = 0.0 for 42 of 45 real pairs with no note (an underflow,
+    noted in the human table only); RBO broke tied scores in an arbitrary order with no count of them; the RSA's
+    Monte-Carlo p did not record its seed."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    latent = rng.normal(size=n)
+    texts = [f"w{i}" for i in range(n)]
+    frames = [_frame(f"org/M{k}-{fam}", BEST, texts, (latent + 0.05 * rng.normal(size=n)).round(1 if k == 0 else 15))
+              for k, fam in enumerate(["gemma", "gemma", "llama", "llama", "llama", "qwen", "qwen", "qwen"])]
+    df = pd.concat(frames, ignore_index=True)
+    meta = pd.DataFrame({"name": sorted(df["model"].unique()), "base_model": ["Gemma"] * 2 + ["Llama"] * 3 + ["Qwen"] * 3,
+                         "size": ["2B", "27B", "8B", "8B", "70B", "7B", "14B", "72B"],
+                         "reward_bench_rank": list(range(1, 9))})
+    res = agreement(df, metadata=meta, n_perm=200)
+    assert (res.pairs["kendall_p"] == 0).sum() > 0  # the case itself: below the smallest double
+    assert any("printed as 0 are below ~1e-308" in x for x in res.notes)
+    m0 = res.pairs["model_a"] == "org/M0-gemma"
+    assert (res.pairs.loc[m0, "tied_a"] > 2000).all() and (res.pairs.loc[~m0, ["tied_a", "tied_b"]] == 0).all().all()
+    assert any("7 of 28 pairs rank tied scores" in x for x in res.notes), res.notes
+    tested = res.rsa.dropna(subset=["r"])
+    assert len(tested) >= 3 and not tested["exact"].any() and (tested["seed"] == 0).all() and (tested["n_perm"] == 200).all()
+
+
 # ---------------------------------------------------------------- regression / sentiment
 def test_ols_matches_statsmodels():
     rng = np.random.default_rng(6)

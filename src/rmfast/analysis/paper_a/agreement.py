@@ -29,8 +29,8 @@ from ..stats.mds import mds
 from ..data.metadata import load_model_metadata, match_metadata
 from ..data.methods import check_method
 from ..stats.permutation import N_PERM
-from ..stats.rank_stats import footrule, ndcg, ndcg_baselines
-from ..stats.rbo import paper_ranking, rbo, rbo_truncated
+from ..stats.rank_stats import footrule, ndcg, ndcg_baselines, note_underflow
+from ..stats.rbo import n_tied, paper_ranking, rbo, rbo_truncated
 from ..data.results import Result
 from ..stats.rsa import predictor_matrices, rsa_test
 from ..data.scans import check_balance, select, validate_scans
@@ -156,7 +156,8 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
                                   "kendall_p": float(kt.pvalue),
                                   "spearman_rho": float(rho[i, j]),
                                   "spearman_p": float(sp.pvalue),
-                                  **_pair_stats(vals, i, j, order, rbo_p, method)})
+                                  **_pair_stats(vals, i, j, order, rbo_p, method),
+                                  "tied_a": n_tied(vals[:, i]), "tied_b": n_tied(vals[:, j])})
         if len(ms) >= 3 and not np.isnan(tau).any():
             fit = mds(1.0 - tau)
             for k, m in enumerate(ms):
@@ -173,11 +174,18 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
     if not pair_rows:
         raise UserError("no prompt has two models sharing at least 3 scored strings (the fewest a rank correlation "
                         "reads); scan the same --token-ids (or candidates) with each model")
+    pairs = pd.DataFrame(pair_rows)
+    note_underflow(pairs, ["kendall_p", "spearman_p"], ledger)
+    tied = pairs[(pairs["tied_a"] > 0) | (pairs["tied_b"] > 0)]
+    if len(tied):  # RBO reads a ranking: tied scores are ordered by the shared vocabulary's order, arbitrary
+        ledger.note(f"{len(tied)} of {len(pairs)} pairs rank tied scores (up to {int(tied[['tied_a', 'tied_b']].max().max()):,} "
+                    "shared strings of one model share a score): their RBO breaks the ties in the shared "
+                    "vocabulary's order, which can move it in the second decimal; tied_a/tied_b count them")
     res = AgreementResult(
-        pairs=pd.DataFrame(pair_rows),
+        pairs=pairs,
         mds=pd.DataFrame(mds_rows, columns=["prompt", "model", "x", "y", "stress1"]),
         rsa=pd.DataFrame(rsa_rows, columns=["prompt", "predictor", "r", "p_value", "n_perm",
-                                            "exact", "n_models", "n_pairs"]),
+                                            "exact", "seed", "n_models", "n_pairs"]),
         vocabulary=pd.concat(vocab, ignore_index=True)[
             ["prompt", "model", "rows", "duplicated", "not_shared", "shared"]],
         join=join, rbo_p=rbo_p, method=method)

@@ -32,6 +32,7 @@ from ..data.methods import check_method
 from ..data.results import Result
 from ..data.scans import check_balance, select, validate_scans
 from ..data.shared_vocab import dedupe_text
+from ..stats.rank_stats import note_underflow
 
 HUMAN = "human"
 
@@ -148,10 +149,7 @@ def human_comparison(scans: pd.DataFrame, human: pd.DataFrame, *, k: int = 20,
     cols = ["prompt", "direction", "position", "text", "human_rank", "model_rank",
             "mean_model_rank", "rank_diff"]
     corr = pd.DataFrame(corr)
-    under = int((corr[["spearman_p", "kendall_p"]] == 0).sum().sum())
-    if under:  # a p of 0.0 is below the smallest double (~1e-308), not an exact zero
-        ledger.note(f"{under} p-value(s) printed as 0 are below ~1e-308, the smallest number a double holds "
-                    "(floating-point underflow): read them as p < 1e-300, not p = 0")
+    note_underflow(corr, ["spearman_p", "kendall_p"], ledger)
     res = HumanResult(correlations=corr,
                       differences=pd.concat(diffs, ignore_index=True)[cols],
                       trajectories=pd.concat(traj, ignore_index=True),

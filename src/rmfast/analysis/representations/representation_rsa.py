@@ -127,7 +127,7 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_p
                 continue
             rsa_rows.append({"measure": measure, "predictor": pname,
                              **rsa_test(obs.loc[ms, ms], pm, n_perm=n_perm, seed=seed)})
-    res.rsa = pd.DataFrame(rsa_rows, columns=["measure", "predictor", "r", "p_value", "n_perm", "exact",
+    res.rsa = pd.DataFrame(rsa_rows, columns=["measure", "predictor", "r", "p_value", "n_perm", "exact", "seed",
                                               "n_models", "n_pairs"])
     if not preds:
         res.notes.append("no metadata and no score matrix: RSA not run")

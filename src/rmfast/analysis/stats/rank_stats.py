@@ -141,3 +141,13 @@ def ndcg_baselines(true, k: int | None = None, method: str = "rmfast") -> dict[s
         rnd = float(gain.mean() * disc.sum()) / idcg if idcg > 0 else float("nan")
     rev = ndcg(true, -true, k=k, method=method)
     return {"random": rnd, "reversed": rev}
+
+
+def note_underflow(table: pd.DataFrame, columns, ledger) -> None:
+    """Say, on ``ledger``, how many of ``table``'s p-values in ``columns`` are printed as 0: below ~1e-308, the
+    smallest number a double holds (an asymptotic p of a strong correlation over thousands of items), not 0."""
+    under = int((table[list(columns)] == 0).sum().sum()) if len(table) else 0
+    if under:
+        ledger.note(f"{under} p-value(s) printed as 0 are below ~1e-308, the smallest number a double holds "
+                    "(floating-point underflow): read them as p < 1e-300, not p = 0")
+

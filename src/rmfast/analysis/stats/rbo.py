@@ -25,6 +25,16 @@ def _positions(scores: np.ndarray) -> np.ndarray:
     return pos
 
 
+def n_tied(scores) -> int:
+    """How many items share their score with another item: those whose order RBO breaks by input order.
+
+    >>> n_tied([3.0, 1.0, 1.0, 2.0, 1.0])
+    3
+    """
+    _, counts = np.unique(np.asarray(scores, dtype="float64"), return_counts=True)
+    return int(counts[counts > 1].sum())
+
+
 def rbo(a, b, p: float = 0.9, depth: int | None = None) -> float:
     """Extrapolated RBO of two score vectors over the same items (higher score = better).
 

@@ -80,7 +80,7 @@ def rsa_test(observed: pd.DataFrame, predictor: pd.DataFrame, *, n_perm: int = N
     """Spearman RSA of two model × model matrices with a label-permutation p-value.
 
     With few models every permutation is enumerated (exact test) when that is no more
-    than ``n_perm``. Returns r, p_value, n_perm (used), exact, n_models, n_pairs.
+    than ``n_perm``. Returns r, p_value, n_perm (used), exact, seed (None where exact), n_models, n_pairs.
 
     >>> idx = list("abcde"); x = np.arange(5.0)
     >>> obs = pd.DataFrame(-abs(x[:, None] - x[None, :]), idx, idx)
@@ -97,7 +97,7 @@ def rsa_test(observed: pd.DataFrame, predictor: pd.DataFrame, *, n_perm: int = N
     base = {"n_models": n, "n_pairs": n * (n - 1) // 2}
     o_up = _upper(obs)
     if n < 3 or np.ptp(_upper(pred)) == 0 or np.ptp(o_up) == 0:
-        return {**base, "r": np.nan, "p_value": np.nan, "n_perm": 0, "exact": False}
+        return {**base, "r": np.nan, "p_value": np.nan, "n_perm": 0, "exact": False, "seed": None}
     o_rank = _rankdata(o_up)
     r_obs = float(_corr_rows(o_rank, _rankdata(_upper(pred)))[()])
     exact = math.factorial(n) <= n_perm
@@ -121,4 +121,5 @@ def rsa_test(observed: pd.DataFrame, predictor: pd.DataFrame, *, n_perm: int = N
         p = hits / len(perms)
     else:
         p = (1 + hits) / (1 + len(perms))
-    return {**base, "r": r_obs, "p_value": float(p), "n_perm": int(len(perms)), "exact": exact}
+    return {**base, "r": r_obs, "p_value": float(p), "n_perm": int(len(perms)), "exact": exact,
+            "seed": None if exact else seed}  # a Monte-Carlo p is reproducible from its seed
