@@ -552,3 +552,34 @@ def test_an_empty_tokenizer_json_is_one_line_naming_the_fix(tiny_dir, tmp_path, 
     with pytest.raises(UserError) as ei:
         load(str(tmp_path / "mine"), device="cpu")
     _one_line_user_error(ei, "cannot load a tokenizer from")
+
+
+def test_a_damaged_converted_copy_of_the_right_size_is_found(tmp_path, monkeypatch, smollm2):
+    """rmfast's converted copy of a GGUF was trusted by its folder's name (the GGUF's hash): 16 bytes flipped in its
+    weights scored silently wrong (64 of 64 scores off, max 4.33) under the GGUF's provenance. Each file's sha256 is
+    recorded (at the conversion; an older copy's at its next load) and checked at every load now."""
+    import json
+    import os
+
+    from rmfast.loading.sources import CONVERSION_VERSION, SOURCE_FILE, check_converted, converted_copy
+
+    real = converted_copy(smollm2.model.name_or_path)  # the session's conversion (or its first load) recorded them
+    assert real is not None and "model.safetensors" in json.loads((real / SOURCE_FILE).read_text())["files_sha256"]
+    monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "cache"))
+    conv = tmp_path / "cache" / "converted" / "m-0123456789abcdef"
+    conv.mkdir(parents=True)
+    (conv / "config.json").write_text("{}")
+    (conv / "model.safetensors").write_bytes(os.urandom(4096))
+    (conv / SOURCE_FILE).write_text(json.dumps({"conversion_version": CONVERSION_VERSION}))  # an older copy: none
+    check_converted(conv)
+    assert set(json.loads((conv / SOURCE_FILE).read_text())["files_sha256"]) == {"config.json", "model.safetensors"}
+    check_converted(conv)  # unchanged: fine
+    raw = bytearray((conv / "model.safetensors").read_bytes())
+    raw[2000:2016] = bytes(b ^ 0xFF for b in raw[2000:2016])
+    (conv / "model.safetensors").write_bytes(bytes(raw))
+    with pytest.raises(UserError) as ei:
+        check_converted(conv)
+    _one_line_user_error(ei, "model.safetensors is not the file its conversion wrote", f"delete {conv.resolve()}")
+    (conv / "model.safetensors").unlink()
+    with pytest.raises(UserError, match="model.safetensors is missing"):
+        check_converted(conv)

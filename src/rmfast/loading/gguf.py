@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from ..io import write_json
+from ..io import file_sha256, write_json
 from .sources import CONVERSION_VERSION, SOURCE_FILE, cache_root, cached_sha256, conversion_complete, converted_dir
 
 __all__ = ["convert_gguf", "check_gguf_header"]
@@ -189,6 +189,9 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
         write_json(
             tmp / SOURCE_FILE,
             {
+                # every file's sha256, checked at each load (sources.check_converted): the folder is found by the
+                # GGUF's hash in its name, which says nothing of its own bytes
+                "files_sha256": {f.name: file_sha256(f) for f in sorted(tmp.iterdir()) if f.is_file()},
                 "conversion_version": CONVERSION_VERSION,
                 "gguf_path": str(gguf),
                 "gguf_name": gguf.name,

@@ -24,9 +24,9 @@ from . import custom_heads, registry
 from . import training_checkpoints as checkpoints
 from ..errors import UserError
 from .gguf import check_gguf_header, convert_gguf
-from .sources import (TOKENIZER_FILES, Where, cache_root, cached_sha256, content_sha256, conversion_complete,
-                      converted_copy, converted_dir, damaged_fix, files_sha256, hub_folder, model_name,
-                      quiet_transformers, where)
+from .sources import (TOKENIZER_FILES, Where, cache_root, cached_sha256, check_converted, content_sha256,
+                      conversion_complete, converted_copy, converted_dir, damaged_fix, files_sha256, hub_folder,
+                      model_name, quiet_transformers, where)
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -521,6 +521,7 @@ def _converted(gguf: Path, cache: Path, *, check_header: bool) -> tuple[Path, st
         if check_header:
             check_gguf_header(gguf)
         folder = convert_gguf(gguf, cache, sha256=sha)
+    check_converted(folder, cache)
     return folder, sha
 
 

@@ -146,6 +146,29 @@ def converted_dir(gguf: Path, sha: str, cache: Path) -> Path:
     return cache / "converted" / f"{stem}-{sha[:16]}"
 
 
+def check_converted(folder: Path, cache: Path | None = None) -> None:
+    """A UserError where a file of rmfast's converted copy of a GGUF is not the one its conversion wrote (its
+    sha256, memoized by :func:`cached_sha256`, against ``files_sha256`` in its ``rmfast_source.json``): damaged
+    weights of the right size scored silently wrong, under the GGUF's provenance. A copy converted before the
+    hashes were recorded gets them now, from its files as they are (checked from then on)."""
+    try:
+        info = json.loads((folder / SOURCE_FILE).read_text())
+        recorded = info.get("files_sha256") or {}
+    except (OSError, ValueError, AttributeError):
+        return  # conversion_complete said no to it: converted again
+    if not recorded:
+        info["files_sha256"] = {f.name: cached_sha256(f, cache) for f in sorted(folder.iterdir())
+                                if f.is_file() and f.name != SOURCE_FILE}
+        with contextlib.suppress(OSError):  # a read-only cache: checked from the next writable run on
+            write_json(folder / SOURCE_FILE, info)
+        return
+    for name, sha in recorded.items():
+        f = folder / name
+        if not f.is_file() or cached_sha256(f, cache) != sha:
+            raise UserError(f"{f} is {'missing' if not f.is_file() else 'not the file its conversion wrote (another sha256)'}"
+                            f" ({damaged_fix(folder)})")
+
+
 def conversion_complete(folder: Path) -> bool:
     """Whether ``folder`` holds a finished conversion of the current format (else it is converted again)."""
     try:
