@@ -121,13 +121,15 @@ def exposure(df: pd.DataFrame, frequencies, afinn=None, *, missing_valence: str 
             rows.append(row)
             continue
         row.update(slope_log_freq=fit.coef[1], se_log_freq=fit.se[1], p_log_freq=fit.p[1],
+                   se_hc3_log_freq=fit.se_hc3[1], p_hc3_log_freq=fit.p_hc3[1],
                    slope_log_freq_per_sd=fit.coef[1] * float(g["log_freq"].std()), r2=fit.r2)
         if use_valence:
-            row.update(slope_valence=fit.coef[2], se_valence=fit.se[2], p_valence=fit.p[2])
+            row.update(slope_valence=fit.coef[2], se_valence=fit.se[2], p_valence=fit.p[2],
+                       se_hc3_valence=fit.se_hc3[2], p_hc3_valence=fit.p_hc3[2])
         rows.append(row)
     cols = ["model", "prompt", "framing", "n", "n_words", "slope_log_freq", "se_log_freq",
-            "p_log_freq", "slope_log_freq_per_sd", "slope_valence", "se_valence", "p_valence",
-            "r2", "units"]
+            "p_log_freq", "se_hc3_log_freq", "p_hc3_log_freq", "slope_log_freq_per_sd", "slope_valence",
+            "se_valence", "p_valence", "se_hc3_valence", "p_hc3_valence", "r2", "units"]
     res = ExposureResult(
         slopes=pd.DataFrame(rows).reindex(columns=cols),
         tokens=tok[["model", "prompt", "text", "word", "frequency", "log_freq", "valence",

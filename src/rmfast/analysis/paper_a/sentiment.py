@@ -116,7 +116,8 @@ def sentiment(df: pd.DataFrame, afinn=None, *, standardize: bool | None = None, 
         fit = ols(g["value"], g["valence"]) if len(g) >= min_words else None
         row = {"model": m, "prompt": p, "framing": frame[p], "sign": s, "n": len(g),
                "n_words": g["word"].nunique(), "slope": np.nan, "se": np.nan,
-               "intercept": np.nan, "r": np.nan, "p_value": np.nan, "units": units(standardize)}
+               "intercept": np.nan, "r": np.nan, "p_value": np.nan, "se_hc3": np.nan, "p_value_hc3": np.nan,
+               "units": units(standardize)}
         if fit is None:
             ledger.note(f"{m} / {p} / {s} words: {len(g)} tokens over "
                         f"{g['valence'].nunique()} valence level(s); a slope needs at least "
@@ -124,7 +125,7 @@ def sentiment(df: pd.DataFrame, afinn=None, *, standardize: bool | None = None, 
         else:
             r = np.corrcoef(g["valence"], g["value"])[0, 1] if g["value"].std() > 0 else np.nan
             row.update(slope=fit.coef[1], se=fit.se[1], intercept=fit.coef[0], r=r,
-                       p_value=fit.p[1])
+                       p_value=fit.p[1], se_hc3=fit.se_hc3[1], p_value_hc3=fit.p_hc3[1])
         rows.append(row)
     slopes = pd.DataFrame(rows).sort_values(["prompt", "model", "sign"], kind="stable")
     res = SentimentResult(

@@ -1,4 +1,5 @@
-"""Ordinary least squares with classical standard errors (numpy + scipy's t distribution).
+"""Ordinary least squares with classical and heteroskedasticity-robust (HC3) standard errors (numpy + scipy's t
+distribution).
 
 Small and dependency-light so that hundreds of model × prompt fits stay fast; tests
 check it against statsmodels.
@@ -13,7 +14,9 @@ import numpy as np
 
 @dataclass
 class OLSFit:
-    """Coefficients (intercept first), standard errors, t, two-sided p, n, R²."""
+    """Coefficients (intercept first), classical standard errors, t, two-sided p, n, R²; and the HC3 standard errors
+    and p (MacKinnon & White 1985: robust to residuals whose variance changes with the predictor, as a reward's
+    does across valence levels; statsmodels' ``cov_type="HC3"``)."""
 
     coef: np.ndarray
     se: np.ndarray
@@ -21,6 +24,8 @@ class OLSFit:
     p: np.ndarray
     n: int
     r2: float
+    se_hc3: np.ndarray
+    p_hc3: np.ndarray
 
 
 def ols(y, *columns) -> OLSFit | None:
@@ -41,11 +46,15 @@ def ols(y, *columns) -> OLSFit | None:
     resid = y - x @ coef
     dof = n - k
     sigma2 = float(resid @ resid) / dof
-    cov = sigma2 * np.linalg.inv(x.T @ x)
-    se = np.sqrt(np.diag(cov))
+    xtx_inv = np.linalg.inv(x.T @ x)  # (k, k)
+    se = np.sqrt(np.diag(sigma2 * xtx_inv))
+    lev = np.einsum("ij,jk,ik->i", x, xtx_inv, x)  # (n,) the hat matrix's diagonal
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = coef / se
+        w = resid**2 / (1.0 - lev) ** 2  # (n,) a leverage-1 row (its own level) gives inf: no robust SE
+        se_hc3 = np.sqrt(np.diag(xtx_inv @ (x.T * w) @ x @ xtx_inv))
+        t, t_hc3 = coef / se, coef / se_hc3
     p = 2 * tdist.sf(np.abs(t), dof)
+    p_hc3 = 2 * tdist.sf(np.abs(t_hc3), dof)
     tss = float(((y - y.mean()) ** 2).sum())
     r2 = 1 - float(resid @ resid) / tss if tss > 0 else np.nan
-    return OLSFit(coef=coef, se=se, t=t, p=p, n=n, r2=r2)
+    return OLSFit(coef=coef, se=se, t=t, p=p, n=n, r2=r2, se_hc3=se_hc3, p_hc3=p_hc3)
