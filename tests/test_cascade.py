@@ -26,8 +26,8 @@ import pytest  # noqa: E402
 import tiny_models as T  # noqa: E402
 from rmfast.errors import UserError  # noqa: E402
 from rmfast.fast.engine import Engine, score_prompts  # noqa: E402
-from rmfast.kernels import cascade_reference as cr  # noqa: E402
-from rmfast.kernels import reference as ref  # noqa: E402
+from rmfast.kernels import cascade_torch as cr  # noqa: E402
+from rmfast.kernels import torch_twins as ref  # noqa: E402
 from rmfast.template import build_template  # noqa: E402
 
 CUDA = torch.cuda.is_available()

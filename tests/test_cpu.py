@@ -184,7 +184,7 @@ def test_importing_rmfast_makes_mkl_reproducible(math_first, want):
 _HEAD_UPDATE = """
 import sys, torch
 from rmfast import cpu
-from rmfast.kernels.reference import lse_update
+from rmfast.kernels.torch_twins import lse_update
 from torch._inductor.runtime.cache_dir_utils import cache_dir
 cache_dir()  # loading a model through transformers fixes the folder like this, before rmfast compiles
 f = cpu.compile_here(lse_update)

@@ -21,7 +21,7 @@ import tiny_models as T  # noqa: E402
 
 from rmfast.fast import ops  # noqa: E402
 from rmfast.fast.engine import Engine, fused_elementwise  # noqa: E402
-from rmfast.kernels import reference as ref  # noqa: E402
+from rmfast.kernels import torch_twins as ref  # noqa: E402
 from rmfast.template import build_template  # noqa: E402
 
 CUDA = torch.cuda.is_available()

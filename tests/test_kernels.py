@@ -31,7 +31,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import rmfast.kernels  # noqa: E402
-from rmfast.kernels import reference as ref  # noqa: E402
+from rmfast.kernels import torch_twins as ref  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -308,7 +308,7 @@ def test_blockdiag_prefix_is_packed_once_per_layer():
 ])
 @pytest.mark.parametrize("pad_rows", [None, 40])
 def test_cpu_logprob_matches_naive(gemma_style, final_softcap, V, N, chunk, dtype, pad_rows):
-    from rmfast.kernels.reference import rmsnorm_lmhead_logprob_cpu
+    from rmfast.kernels.torch_twins import rmsnorm_lmhead_logprob_cpu
 
     x, w, _, _, lm, targets = head_inputs(N, 24, 1, V, dtype, device="cpu")
     targets[0] = V - 1  # last column, in the ragged final chunk
@@ -320,7 +320,7 @@ def test_cpu_logprob_matches_naive(gemma_style, final_softcap, V, N, chunk, dtyp
 
 
 def test_cpu_logprob_bf16_matches_reference():
-    from rmfast.kernels.reference import rmsnorm_lmhead_logprob_cpu
+    from rmfast.kernels.torch_twins import rmsnorm_lmhead_logprob_cpu
 
     x, w, _, _, lm, targets = head_inputs(300, 64, 1, 5000, torch.bfloat16, device="cpu")
     got = rmsnorm_lmhead_logprob_cpu(x, w, 1e-6, lm, targets, gemma_style=True, final_softcap=30.0, chunk=1024)

@@ -215,7 +215,7 @@ def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
 
 def _peak_shapes(b: BenchRun) -> dict:
     """:func:`gemm_peak`'s shapes as the engine runs them, and the LM head's chunk as it reads it."""
-    from ..kernels.reference import CHUNK
+    from ..kernels.torch_twins import CHUNK
 
     return dict(shapes=engine_gemm_shapes(b.eng, b.dims), lm_chunk=CHUNK if b.device.type == "cpu" else 8192)
 

@@ -280,7 +280,7 @@ def _rms(x: torch.Tensor, w: torch.Tensor, c: LayerConsts) -> torch.Tensor:
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, c: LayerConsts) -> torch.Tensor:
-    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (:func:`rmfast.kernels.reference.rope`; ``c.fused``: one Triton
+    """RoPE, HF's ``x·cos + rotate_half(x)·sin`` (:func:`rmfast.kernels.torch_twins.rope`; ``c.fused``: one Triton
     kernel, the same roundings): x (B, S, n, D), cos/sin (S, Dr), or (B, S, Dr) per row (rows of several prompts
     start at different positions, :class:`MultiPrompt`)."""
     return ops.rope(x, cos, sin, triton=c.fused)
@@ -327,7 +327,7 @@ def attend(q, k, v, prompt: PromptKV | PackedPrompt | MultiPrompt | CascadePromp
     suffix keys; in bf16 the reference/Triton form rounds scores after each op as HF does, the packed
     form keeps the scaled scores fp32 (see each). A :class:`MultiPrompt` runs each prompt's rows
     against its own K/V (a row's attention never depends on the other rows); a :class:`CascadePrompt` runs
-    every prompt's rows in one call, in fp32 soft-max tiles merged once (``rmfast.kernels.cascade_reference``);
+    every prompt's rows in one call, in fp32 soft-max tiles merged once (``rmfast.kernels.cascade_torch``);
     :class:`PackedPrompts` (several prompts' own passes, packed) runs the cascade's response part on them in the
     varlen layout (no padding); :class:`PackedRows` (rows packed, no padding) the whole cascade in that layout.
     """

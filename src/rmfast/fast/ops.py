@@ -19,17 +19,17 @@ import warnings
 import torch
 
 from ..kernels import blockdiag_attention as bd
-from ..kernels import cascade_reference as cascade_ref
+from ..kernels import cascade_torch as cascade_ref
 from ..kernels import cpu_flash
-from ..kernels import reference as ref
+from ..kernels import torch_twins as ref
 from ..kernels import triton_available
-from ..kernels.reference import lse_update
+from ..kernels.torch_twins import lse_update
 
 __all__ = ["ATTENTION_FORMS", "device_attention", "uses_triton", "triton_attention_config", "ATTENTION_FALLBACKS",
            "shared_prefix_attention", "cascade_attention", "cascade_attention_varlen", "varlen_causal_attention", "shared_prefix_attention_blockdiag",
            "pack_prefix", "visibility_bias", "rmsnorm", "rmsnorm_head", "linear", "gemm_rows", "rope_tables", "alike_rule", "rmsnorm_lmhead_logprob", "lse_update", "vocab_logprobs"]
 
-#: the most rows of one GEMM under the "pad" rows rule (:func:`rmfast.kernels.reference.linear_rows`)
+#: the most rows of one GEMM under the "pad" rows rule (:func:`rmfast.kernels.torch_twins.linear_rows`)
 PAD_MAX_ROWS = ref.PAD_MAX_ROWS
 #: how the fast engine's linears cut their rows (:func:`gemm_rows`); None: one GEMM over all rows, as torch decides
 _GEMM_ROWS: contextvars.ContextVar = contextvars.ContextVar("rmfast_gemm_rows", default=None)
@@ -41,7 +41,7 @@ def gemm_rows(rule):
     result never depends on the other rows in its GEMM (``rmfast serve``: a sample's bits whatever it is batched
     with). ``("pad", m)``: one GEMM, at least m rows (fewer are padded with zero rows; the GEMM libraries pick
     other kernels for a handful of rows); ``("chunk", c)``: GEMMs of exactly c rows each, the last padded;
-    None: torch's own. :func:`rmfast.kernels.reference.linear_rows` does the cutting."""
+    None: torch's own. :func:`rmfast.kernels.torch_twins.linear_rows` does the cutting."""
     token = _GEMM_ROWS.set(rule)
     try:
         yield
@@ -89,7 +89,7 @@ def triton_runs_on(device: torch.device) -> bool:
 #: the attention forms of the rows' pass (docs/backend.md, "Attention forms"):
 #:   triton:         the Triton shared-prefix kernel (one kernel; its own-key phase walks the row's keys one
 #:                   position at a time: built for the scan's 1-3 suffix tokens)
-#:   cascade:        prompt part ⊕ response part merged by log-sum-exp (:mod:`rmfast.kernels.cascade_reference`,
+#:   cascade:        prompt part ⊕ response part merged by log-sum-exp (:mod:`rmfast.kernels.cascade_torch`,
 #:                   Triton on CUDA: :mod:`rmfast.kernels.triton_cascade`), every prompt of a wave in one call
 #:   cpu-flash:      torch's CPU flash kernel where the prompt or the rows are long enough (:func:`cpu_flash_from`),
 #:                   the ``bmm`` reference below (:mod:`rmfast.kernels.cpu_flash`)
@@ -240,7 +240,7 @@ def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv,
     """The cascade form: q (B, Sq, H, D) of rows grouped by prompt (cu_rows (n+1,)) over their prompt's K/V
     (k/v_prompt (Hkv, sum P_i, D), cu_kv (n+1,)) ⊕ their own keys k/v_suffix (B, S, Hkv, D), ``lengths`` (B,)
     real positions per row or None -> (B, Sq, H, D) in q.dtype, one call for all prompts
-    (:mod:`rmfast.kernels.cascade_reference`). ``triton``: the Triton kernels, else the torch twin."""
+    (:mod:`rmfast.kernels.cascade_torch`). ``triton``: the Triton kernels, else the torch twin."""
     if triton:
         from ..kernels.triton_cascade import cascade_attention_triton
 
@@ -255,7 +255,7 @@ def cascade_attention_varlen(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q: in
     """The cascade form on rows packed back to back with no padding: q (T, H, D), k/v (T, Hkv, D), row r's
     tokens at cu_seqlens[r]:cu_seqlens[r+1], prompt i's rows' tokens at cu_q[i]:cu_q[i+1] over its keys
     k/v_prompt (Hkv, sum P_i, D) at cu_kv[i]:cu_kv[i+1] -> (T, H, D) in q.dtype
-    (:mod:`rmfast.kernels.cascade_reference`). ``max_q``/``max_len``: the most tokens of one prompt / one row
+    (:mod:`rmfast.kernels.cascade_torch`). ``max_q``/``max_len``: the most tokens of one prompt / one row
     (host ints). ``window``: a sliding window, ``q_pos`` (T,) int32 each token's place in its row (its position is
     its prompt's length plus that). ``triton``: the Triton kernels (three launches), else the torch twin."""
     if triton:
@@ -283,7 +283,7 @@ def varlen_causal_attention(q, k, v, cu_seqlens, max_len: int, *, scale, softcap
     """Rows packed back to back with no padding, each causal over its own tokens: q (T, H, D), k/v (T, Hkv, D),
     row i's tokens at cu_seqlens[i]:cu_seqlens[i+1] ((n+1,) int32; ``max_len`` the longest row, a host int)
     -> (T, H, D) in q.dtype: the cascade's response part in the varlen layout
-    (:func:`rmfast.kernels.cascade_reference.response_part_varlen`), the packed prompt pass's attention.
+    (:func:`rmfast.kernels.cascade_torch.response_part_varlen`), the packed prompt pass's attention.
     ``triton``: the Triton kernel (one launch, written in q.dtype), else the torch twin."""
     if triton:
         from ..kernels.triton_cascade import response_part_varlen_triton
@@ -409,7 +409,7 @@ def rmsnorm_lmhead_logprob(x, norm_weight, eps, lm_weight, targets, *, gemma_sty
                            update_fn=None, pad_rows=None, fp32=True, triton=None):
     """Final RMSNorm + LM head + log-softmax gather on (N, D) rows -> (N,) fp32, no (N, V) block.
 
-    CUDA: the Triton kernel. CPU: :func:`.kernels.reference.rmsnorm_lmhead_logprob_cpu` (``update_fn``: the engine's compiled
+    CUDA: the Triton kernel. CPU: :func:`.kernels.torch_twins.rmsnorm_lmhead_logprob_cpu` (``update_fn``: the engine's compiled
     chunk update when it compiles; ``pad_rows``: its compiled row count). fp32 (default): logits
     from fp32 normed rows and upcast weights, not rounded to the model dtype. ``triton``: as for :func:`rmsnorm_head`.
     """

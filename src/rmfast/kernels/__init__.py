@@ -1,4 +1,4 @@
-"""Kernels: torch twins (:mod:`.reference`) and their Triton versions (:mod:`.triton_*`).
+"""Kernels: torch twins (:mod:`.torch_twins`) and their Triton versions (:mod:`.triton_*`).
 
 Nothing here imports triton: ``triton.jit`` decides between compiled and interpreted
 kernels when a ``triton_*`` module is imported, so importing them eagerly would freeze

@@ -1,7 +1,7 @@
 """Shared-prompt attention as two plain GEMMs against a block-diagonal copy of the prompt's K/V.
 
-The CPU twin of :func:`rmfast.kernels.reference.shared_prefix_attention`, laid out for the
-decoder layer on CPU (:mod:`rmfast.fast.layer`, eager or compiled). The reference multiplies per kv
+The CPU twin of :func:`rmfast.kernels.torch_twins.shared_prefix_attention`, laid out for the
+decoder layer on CPU (:mod:`rmfast.fast.layer`, eager or compiled). The torch twin multiplies per kv
 head with ``bmm``, which needs the queries permuted into ``(Hkv, B·G·Sq, D)`` and the output
 permuted back: two layout copies per layer, and GEMMs with K = 64, N ≈ P that run far below the
 machine's GEMM rate.

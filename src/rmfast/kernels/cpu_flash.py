@@ -1,6 +1,6 @@
 """Shared-prefix attention on CPU from torch's fused flash-attention kernel: for long prompts.
 
-The reference form (:func:`rmfast.kernels.reference.shared_prefix_attention`) writes every score
+The torch twin form (:func:`rmfast.kernels.torch_twins.shared_prefix_attention`) writes every score
 out: a (rows, heads, queries, P + S) block, then a mask, a soft-max and copies over it. For a
 2,000-token prompt that block, not the GEMMs, is most of the time (the prompt pass attends 2,000
 queries to 2,000 keys; each row's queries attend to all 2,000 prompt keys). Here each part runs
@@ -14,9 +14,9 @@ and returns each query's log-sum-exp, and the two parts are merged exactly as a 
     merged:       (out_p · e^(lse_p - m) + out_s · e^(lse_s - m)) / (e^(lse_p - m) + e^(lse_s - m))
 
 Numerics: fp32 accumulation and soft-max, merged in fp32, rounded once to q.dtype. In fp32 this
-equals the reference to rounding (another summation order); in bf16/fp16 it is closer to fp32 truth
+equals the torch twin to rounding (another summation order); in bf16/fp16 it is closer to fp32 truth
 than HF eager's rounding points (scores are not rounded to bf16 before the soft-max). No softcap, and
-no sliding window that hides a key (:func:`usable`); the caller keeps the reference form there.
+no sliding window that hides a key (:func:`usable`); the caller keeps the torch twin form there.
 
 Example:
     >>> import torch
@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 
-#: torch's CPU flash kernel returning the log-sum-exp (torch >= 2.3); without it the reference form runs
+#: torch's CPU flash kernel returning the log-sum-exp (torch >= 2.3); without it the torch twin form runs
 HAVE_FLASH = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
 
 
@@ -59,7 +59,7 @@ def _flash(q, k, v, scale: float, causal_from: int | None):
 
 def shared_prefix_attention_flash(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float) -> torch.Tensor:
     """q (B, H, Sq, D): the last Sq of each row's S suffix positions; k/v_prefix (Hkv, P, D), shared;
-    k/v_suffix (B, Hkv, S, D). Returns (B, Sq, H, D) in q.dtype (the reference's layout)."""
+    k/v_suffix (B, Hkv, S, D). Returns (B, Sq, H, D) in q.dtype (the torch twin's layout)."""
     B, H, Sq, D = q.shape
     Hkv, P, _ = k_prefix.shape
     S = k_suffix.shape[2]
@@ -84,13 +84,13 @@ def shared_prefix_attention_flash(q, k_prefix, v_prefix, k_suffix, v_suffix, *, 
 def response_part_varlen(q, k, v, cu_seqlens, *, scale: float, min_len: int, short):
     """Each row's causal attention over its own keys, rows packed back to back (q (T, H, D), k/v (T, Hkv, D), row
     r's tokens at cu_seqlens[r]:cu_seqlens[r+1]) -> (out (T, H, D) fp32, lse (T, H) fp32): a row of ``min_len`` or
-    more tokens through torch's flash kernel, one call a row, the others through ``short`` (the reference's
-    :func:`rmfast.kernels.cascade_reference.response_part_varlen`, on a pack of those rows alone). Each row's
+    more tokens through torch's flash kernel, one call a row, the others through ``short`` (the torch twin's
+    :func:`rmfast.kernels.cascade_torch.response_part_varlen`, on a pack of those rows alone). Each row's
     arithmetic is a function of the row alone (its call, its shapes), so a row gets the same bits whatever it is
     packed with (``rmfast serve``). No softcap, no window that hides a key (the caller checks :func:`usable`).
 
     >>> q = torch.randn(300 + 5, 4, 8); cu = torch.tensor([0, 300, 305], dtype=torch.int32)
-    >>> from rmfast.kernels.cascade_reference import response_part_varlen as ref
+    >>> from rmfast.kernels.cascade_torch import response_part_varlen as ref
     >>> o, l = response_part_varlen(q, q[:, :2], q[:, :2], cu, scale=8**-0.5, min_len=256,
     ...                             short=lambda *a: ref(*a, scale=8**-0.5))
     >>> o2, l2 = ref(q, q[:, :2], q[:, :2], cu, scale=8**-0.5)
@@ -113,7 +113,7 @@ def response_part_varlen(q, k, v, cu_seqlens, *, scale: float, min_len: int, sho
         o, l = op(q[a:b].transpose(0, 1)[None], kr, vr, 0.0, True, scale=scale)  # (1, H, L, D), (1, H, L)
         out[a:b], lse[a:b] = o[0].transpose(0, 1).float(), l[0].transpose(0, 1)
     rest = [(a, b) for a, b in spans if b - a < min_len]
-    if rest:  # the short rows as a pack of their own: the reference's per-row form, its bits the same
+    if rest:  # the short rows as a pack of their own: the torch twin's per-row form, its bits the same
         idx = torch.cat([torch.arange(a, b) for a, b in rest]).to(q.device)  # (T_short,)
         cu_s = torch.tensor([0] + [b - a for a, b in rest], dtype=cu_seqlens.dtype).cumsum(0).to(cu_seqlens)
         o, l = short(q[idx], k[idx], v[idx], cu_s)

@@ -16,7 +16,7 @@ Layout of the work (why it is not one program per (row, head)):
 One online softmax (running max m, running sum l, fp32 accumulator) spans both phases, so
 the result equals softmax over the concatenated key set.
 
-Semantics are those of :func:`rmfast.kernels.reference.shared_prefix_attention`.
+Semantics are those of :func:`rmfast.kernels.torch_twins.shared_prefix_attention`.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ if HAVE_TRITON:
     def _scores(s, scale, softcap, DT: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
         """Raw fp32 q.k products -> scaled (softcapped) fp32 scores.
 
-        The reference (like HF eager attention) forms scores in q.dtype: the product is
+        The torch twin (like HF eager attention) forms scores in q.dtype: the product is
         rounded to q.dtype, and so is each of `* scale`, `/ softcap`, `tanh`, `* softcap`.
-        Rounding at the same points keeps bf16 scores equal to the reference's instead of
+        Rounding at the same points keeps bf16 scores equal to the torch twin's instead of
         off by up to |s| * 2**-9, which would move the softmax by far more than the
         accumulation-order noise.  For fp32 inputs every cast is a no-op.
         """
@@ -187,7 +187,7 @@ def _max_offset(strides, extents) -> int:
 def shared_prefix_attention_triton(q, k_prefix, v_prefix, k_suffix, v_suffix, *, scale: float,
                                    softcap: float | None = None,
                                    window: int | None = None, config: AttnConfig | None = None) -> torch.Tensor:
-    """Triton twin of :func:`rmfast.kernels.reference.shared_prefix_attention`.
+    """Triton twin of :func:`rmfast.kernels.torch_twins.shared_prefix_attention`.
 
     q: (B, H, Sq, D); k_prefix, v_prefix: (Hkv, P, D) one shared copy; k_suffix, v_suffix:
     (B, Hkv, S, D).  Returns (B, Sq, H, D) in q.dtype.  Works on CUDA tensors, and on CPU

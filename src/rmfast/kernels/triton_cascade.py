@@ -1,4 +1,4 @@
-"""Triton cascade attention: the twin of :mod:`rmfast.kernels.cascade_reference` (the maths, the layouts
+"""Triton cascade attention: the twin of :mod:`rmfast.kernels.cascade_torch` (the maths, the layouts
 and the numerics are stated there), for responses of any length and many prompts per call.
 
 Four kernels, each one launch per layer for a whole wave (the packed response part in its prompt pass, the
@@ -291,7 +291,7 @@ def _precision(dtype: torch.dtype) -> str:
 def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 0, scale: float,
                        softcap: float | None = None, window: int | None = None, q_pos: torch.Tensor | None = None,
                        blocks: tuple[int, int, int, int] | None = None):
-    """:func:`rmfast.kernels.cascade_reference.prompt_part` in one launch for all prompts.
+    """:func:`rmfast.kernels.cascade_torch.prompt_part` in one launch for all prompts.
 
     cu_rows, cu_kv: (n+1,) int32 device tensors, every row some prompt's (cu_rows[-1] == B: a row outside them would
     not be written); max_rows: the most rows any prompt has (sizes the grid);
@@ -330,7 +330,7 @@ def prompt_part_triton(q, k, v, cu_rows, cu_kv, max_rows: int, *, q_pos0: int = 
 
 def response_part_triton(q, k, v, lengths=None, *, scale: float, softcap: float | None = None,
                          window: int | None = None):
-    """:func:`rmfast.kernels.cascade_reference.response_part`: q (B, Sq, H, D), k/v (B, S, Hkv, D), lengths
+    """:func:`rmfast.kernels.cascade_torch.response_part`: q (B, Sq, H, D), k/v (B, S, Hkv, D), lengths
     (B,) int32 on the device (None: S). Returns (out (B, Sq, H, D) fp32, lse (B, Sq, H) fp32)."""
     _check(q, _response_kernel)
     B, Sq, H, D = q.shape
@@ -360,7 +360,7 @@ def response_part_triton(q, k, v, lengths=None, *, scale: float, softcap: float 
 
 def response_part_varlen_triton(q, k, v, cu_seqlens, max_len: int, *, scale: float, softcap: float | None = None,
                                 window: int | None = None, out_dtype: torch.dtype = torch.float32):
-    """:func:`rmfast.kernels.cascade_reference.response_part_varlen` in one launch: q (T, H, D), k/v (T, Hkv, D)
+    """:func:`rmfast.kernels.cascade_torch.response_part_varlen` in one launch: q (T, H, D), k/v (T, Hkv, D)
     packed rows, cu_seqlens (n+1,) int32 on the device, max_len the longest row (sizes the grid; a host int).
     Returns (out (T, H, D) in ``out_dtype``, lse (T, H) fp32)."""
     _check(q, _response_varlen_kernel)
@@ -388,7 +388,7 @@ def response_part_varlen_triton(q, k, v, cu_seqlens, max_len: int, *, scale: flo
 
 
 def merge_triton(out_a, lse_a, out_b, lse_b, dtype: torch.dtype) -> torch.Tensor:
-    """:func:`rmfast.kernels.cascade_reference.merge` for contiguous (.., D) fp32 parts and (..) lses."""
+    """:func:`rmfast.kernels.cascade_torch.merge` for contiguous (.., D) fp32 parts and (..) lses."""
     _check(out_a, _merge_kernel)
     D = out_a.shape[-1]
     out = torch.empty(out_a.shape, dtype=dtype, device=out_a.device)
@@ -405,7 +405,7 @@ def merge_triton(out_a, lse_a, out_b, lse_b, dtype: torch.dtype) -> torch.Tensor
 def cascade_attention_triton(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv, lengths=None, *,
                              max_rows: int, scale: float, softcap: float | None = None,
                              window: int | None = None) -> torch.Tensor:
-    """:func:`rmfast.kernels.cascade_reference.cascade_attention` in three launches (prompt part, response
+    """:func:`rmfast.kernels.cascade_torch.cascade_attention` in three launches (prompt part, response
     part, merge) whatever the number of prompts. Returns (B, Sq, H, D) in q.dtype."""
     B, Sq, H, D = q.shape
     S, Hkv = k_suffix.shape[1], k_suffix.shape[2]
@@ -425,7 +425,7 @@ def cascade_attention_triton(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows,
 def cascade_attention_varlen_triton(q, k, v, k_prompt, v_prompt, cu_q, cu_kv, max_q: int, cu_seqlens, max_len: int,
                                     *, scale: float, softcap: float | None = None, window: int | None = None,
                                     q_pos: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`rmfast.kernels.cascade_reference.cascade_attention_varlen` in three launches (response part varlen,
+    """:func:`rmfast.kernels.cascade_torch.cascade_attention_varlen` in three launches (response part varlen,
     prompt part with one query per token, merge) whatever the numbers of prompts and rows. ``max_q``: the most
     tokens of one prompt's rows, ``max_len``: the longest row (host ints sizing the grids); ``q_pos`` (T,) int32 each
     token's place in its row, needed with a ``window``. (T, H, D) in q.dtype."""

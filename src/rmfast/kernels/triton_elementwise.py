@@ -7,10 +7,10 @@ best-of-N profile, benchmarks/results/gpu_h100_2026-11-26_b: ``mul``, ``copy``, 
 memory and rounds where the torch ops round, so it agrees with its torch twin to fp32 reduction order (the
 norms) or exactly (RoPE, SiLU·up in fp32 maths with the same cast points):
 
-- :func:`rmsnorm_triton`: :func:`rmfast.kernels.reference.rmsnorm` (HF's cast points, Llama or Gemma style).
+- :func:`rmsnorm_triton`: :func:`rmfast.kernels.torch_twins.rmsnorm` (HF's cast points, Llama or Gemma style).
 - :func:`add_rmsnorm_triton`: ``h = r + a`` (rounded as torch's add) and ``rmsnorm(h)`` in one pass: the layer's
   attention residual and the MLP's input norm (two reads and two writes instead of three and two, one launch).
-- :func:`rope_triton`: :func:`rmfast.kernels.reference.rope`, ``x·cos + rotate_half(x)·sin`` (partial rotary too), each
+- :func:`rope_triton`: :func:`rmfast.kernels.torch_twins.rope`, ``x·cos + rotate_half(x)·sin`` (partial rotary too), each
   product and the sum rounded to x's dtype as torch's three ops are; :func:`rope_qk_triton`: a layer's queries and
   keys at the same positions in one launch.
 - :func:`silu_mul_triton`: ``F.silu(g) * u``, silu rounded to g's dtype before the product, as two torch ops.
@@ -161,7 +161,7 @@ def _rows_in_groups(x: torch.Tensor) -> tuple[int, int, int, int] | None:
 
 
 def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, *, gemma_style: bool) -> torch.Tensor | None:
-    """RMSNorm over the last dim, rounded as :func:`rmfast.kernels.reference.rmsnorm` (fp32=False) rounds: a new
+    """RMSNorm over the last dim, rounded as :func:`rmfast.kernels.torch_twins.rmsnorm` (fp32=False) rounds: a new
     contiguous tensor of x's shape and dtype. x's rows may be one strided (rows, N) view or the heads of a fused
     q|k slab (:func:`_rows_in_groups`); ``weight`` (N,), or (n, N) per head of x (..., n, N). None where x or the
     weight is laid out otherwise (the caller runs the torch twin)."""

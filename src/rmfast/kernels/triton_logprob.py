@@ -7,13 +7,13 @@ log_softmax(lm_head(norm(x)))[n, targets[n]] as (N,) fp32 without ever materiali
 Each program owns BLOCK_N rows and one contiguous slice of the vocabulary ("split").  It
 streams over BLOCK_V-wide vocabulary tiles; for each tile it accumulates the logits over
 D chunks in fp32 (re-normalising each x chunk on the fly, which is cheap elementwise work,
-rather than writing the normalised rows out), rounds them to x.dtype as the reference's
+rather than writing the normalised rows out), rounds them to x.dtype as the torch twin's
 x.dtype matmul does, applies the optional final softcap, and updates a running max and
 sum-exp; the target logit is picked when its tile passes by.  Splitting the vocabulary
 keeps the GPU busy when N is small: every split writes (max, sum-exp, target logit)
 partials of shape (N, n_splits), which a tiny torch epilogue merges by log-sum-exp.
 
-Semantics are those of :func:`rmfast.kernels.reference.rmsnorm_lmhead_logprob`.  Targets
+Semantics are those of :func:`rmfast.kernels.torch_twins.rmsnorm_lmhead_logprob`.  Targets
 must lie in [0, V); an out-of-range target yields -inf (it is never found) instead of an
 indexing error, because checking would need a device-to-host sync.
 """
@@ -88,7 +88,7 @@ if HAVE_TRITON:
             if FP32:
                 logits = acc  # fp32 head: the logits are not rounded
             else:
-                # The reference's matmul runs in x.dtype: round, then go back to fp32.
+                # The torch twin's matmul runs in x.dtype: round, then go back to fp32.
                 logits = acc.to(LM.dtype.element_ty).to(tl.float32)  # (BLOCK_N, BLOCK_V)
             if HAS_SOFTCAP:
                 logits = final_softcap * _tanh(logits / final_softcap)
@@ -163,7 +163,7 @@ def _launch(x, norm_weight, eps, lm_weight, targets, *, gemma_style, final_softc
 def rmsnorm_lmhead_logprob_triton(x, norm_weight, eps: float, lm_weight, targets, *,
                                   gemma_style: bool, final_softcap: float | None = None,
                                   chunk: int = 8192, fp32: bool = False) -> torch.Tensor:
-    """Triton twin of :func:`rmfast.kernels.reference.rmsnorm_lmhead_logprob`.
+    """Triton twin of :func:`rmfast.kernels.torch_twins.rmsnorm_lmhead_logprob`.
 
     fp32: normed rows kept fp32, weight tiles upcast, logits not rounded, IEEE fp32 products
     (:func:`~rmfast.kernels.triton_common.dot_precision`: TF32 rounded the normed rows to 10

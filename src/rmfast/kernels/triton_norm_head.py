@@ -7,7 +7,7 @@ memory:
     out = (y @ head_weight.T + head_bias).float()          # (N, K) fp32
 or, with fp32=True (the engine's default), y and the head in fp32 without those casts.
 The rounding points (cast of the normalised row to x.dtype, head output rounded to x.dtype,
-bias added in x.dtype) copy :func:`rmfast.kernels.reference.rmsnorm_head`, which copies
+bias added in x.dtype) copy :func:`rmfast.kernels.torch_twins.rmsnorm_head`, which copies
 the HF modules, so that bf16 scores match the model's own to within accumulation order.
 
 Each program owns BLOCK_N rows and BLOCK_K head outputs.  Pass 1 streams over D to get
@@ -115,7 +115,7 @@ if HAVE_TRITON:
 
 def rmsnorm_head_triton(x, norm_weight, eps: float, head_weight, head_bias=None, *,
                         gemma_style: bool, fp32: bool = False) -> torch.Tensor:
-    """Triton twin of :func:`rmfast.kernels.reference.rmsnorm_head` (``fp32``: fp32 norm and head, IEEE
+    """Triton twin of :func:`rmfast.kernels.torch_twins.rmsnorm_head` (``fp32``: fp32 norm and head, IEEE
     products: the head has few outputs, so full precision costs nothing).
 
     x: (N, D) in the model dtype; norm_weight: (D,); head_weight: (K, D) in x.dtype;

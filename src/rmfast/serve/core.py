@@ -30,7 +30,7 @@ a row's arithmetic to be a function of the sample alone:
 - the score head (a matrix-vector product): fixed chunks of 64 rows;
 - norms and products: per element or row already; the elementwise work with an exp, tanh or cos (SiLU or GELU, the
   soft-max over a prompt's keys, the merge, the rotary tables) on the CPU in calls of one size or in fixed blocks of
-  positions (:func:`rmfast.kernels.reference.each_alike`, :func:`rmfast.fast.ops.rope_tables`): torch splits a large
+  positions (:func:`rmfast.kernels.torch_twins.each_alike`, :func:`rmfast.fast.ops.rope_tables`): torch splits a large
   op between threads, and on an AVX-512 CPU (a Zen 4) the elements at the split took a scalar exp of other last
   bits, so a sample's score moved by one ulp with the rows beside it.
 

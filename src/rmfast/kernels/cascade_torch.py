@@ -27,7 +27,7 @@ in its row) for a sliding window.
 
 Numerics: scores are formed in fp32 from the inputs (exact products of bf16/fp16 values), scaled,
 Gemma-2 softcapped (``tanh(s / cap) · cap``) and soft-maxed in fp32; each part's output is fp32; the
-merge rounds once. In fp32 this is :func:`rmfast.kernels.reference.shared_prefix_attention` to fp32
+merge rounds once. In fp32 this is :func:`rmfast.kernels.torch_twins.shared_prefix_attention` to fp32
 rounding (another summation order); in bf16 it is closer to fp32 truth than HF eager's rounding points,
 as :mod:`rmfast.kernels.cpu_flash` is. A query that sees no key in a part (a window that ends before the
 prompt, or a pad position of a short row under a window) gets out 0 and lse -inf from that part; the
@@ -46,12 +46,12 @@ from __future__ import annotations
 
 import torch
 
-from .reference import _bmm_rows, each_alike
+from .torch_twins import _bmm_rows, each_alike
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor, rule=None, own_shape: bool = False) -> torch.Tensor:
     """``a @ b``; under a rows rule (:func:`rmfast.fast.ops.gemm_rows`, ``rmfast serve``) 3-d operands made
-    contiguous and M cut in fixed chunks (:func:`rmfast.kernels.reference._bmm_rows`), so a query's result is
+    contiguous and M cut in fixed chunks (:func:`rmfast.kernels.torch_twins._bmm_rows`), so a query's result is
     its own whatever else shares the call (a strided operand, or another M, takes other kernels). ``own_shape``:
     the shapes are one row's own (its response part), so contiguous operands suffice, no chunks."""
     if rule is None:
@@ -203,7 +203,7 @@ def cascade_attention(q, k_suffix, v_suffix, k_prompt, v_prompt, cu_rows, cu_kv,
 
     q: (B, Sq, H, D); k/v_suffix: (B, S, Hkv, D), the rows' own keys (right-padded; ``lengths`` (B,) real
     positions, None: all S); k/v_prompt: (Hkv, sum P_i, D) with cu_kv (n+1,); cu_rows (n+1,): rows per
-    prompt (see the module docstring). Equal to :func:`rmfast.kernels.reference.shared_prefix_attention`
+    prompt (see the module docstring). Equal to :func:`rmfast.kernels.torch_twins.shared_prefix_attention`
     of each prompt's rows to fp32 rounding, at every real position.
     """
     S, Sq = k_suffix.shape[1], q.shape[1]

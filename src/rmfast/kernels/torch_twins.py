@@ -4,7 +4,7 @@ Each function states its numerics precisely, because the engine's exactness rest
 matching Hugging Face's upcast/cast points (fp32 softmax, fp32 RMSNorm statistics).
 
 The CPU's final norm + LM head + log-softmax gather (:func:`rmsnorm_lmhead_logprob_cpu`) is the
-reference's own stream over vocabulary chunks at the CPU's chunk size, each chunk ONE fused update
+the twin's own stream over vocabulary chunks at the CPU's chunk size, each chunk ONE fused update
 (:func:`lse_update`, which the engine compiles).
 """
 
