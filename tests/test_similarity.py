@@ -259,6 +259,20 @@ def test_permutation_p_value_uniformish_for_unrelated(tmp_path):
     assert row["p_rv2"] > 0.05 and row["p_cka"] > 0.05
 
 
+def test_layer_pairs_carry_holm_adjusted_p(tmp_path):
+    """(The statistics review.) A layer × layer table is a family of tests per measure, with no correction: Holm's
+    adjusted p sit beside the raw ones now, equal to statsmodels' multipletests."""
+    from statsmodels.stats.multitest import multipletests
+
+    a, b, _, _ = _write_pair(tmp_path)
+    res = similarity(a, b, bootstrap=0, permutations=19, chunk_rows=16)
+    for m in MEASURES:
+        raw = res.pairs[f"p_{m}"].to_numpy()
+        np.testing.assert_allclose(res.pairs[f"p_{m}_holm"], multipletests(raw, method="holm")[1], rtol=1e-12)
+    assert any("Holm over the 4 layer pairs" in x for x in res.notes)
+    assert "p_rv2_holm" not in similarity(a, b, bootstrap=0, permutations=0, chunk_rows=16).pairs
+
+
 def test_small_n_note_and_rv2_near_zero(tmp_path):
     rng = np.random.default_rng(5)
     write_states(tmp_path / "a", np.arange(30), {"l": rng.normal(size=(30, 200))})

@@ -75,6 +75,7 @@ import pandas as pd
 from ...errors import UserError
 from ...states import StatesSet, canonical_layer, open_states
 from ..data.results import Result
+from ..stats.permutation import holm
 from .similarity_guards import MEASURES, NULL_NOTE, check_replicates, dominance_note, small_n_note, undefined_reasons  # noqa: F401
 from .similarity_progress import progress_bar, timed
 from .similarity_bootstrap import MIN_TRUSTED_BOOTSTRAP, bootstrap_interval  # noqa: F401 (re-exported)
@@ -637,6 +638,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
                             f"; {bootstrap} replicates are too few for {level:.0%} interval ends (their "
                             f"Monte-Carlo error is large): use at least {MIN_TRUSTED_BOOTSTRAP}"))
     if permutations:
-        res.notes.append(f"p_<measure>: {permutations} permutations of B's rows (seed {seed}); "
-                         f"smallest possible p = {1 / (1 + permutations):.3g}")
+        for m in MEASURES:  # the layer pairs are one family of tests per measure
+            pairs[f"p_{m}_holm"] = holm(pairs[f"p_{m}"].to_numpy())
+        res.notes.append(f"p_<measure>: {permutations} permutations of B's rows (seed {seed}); smallest possible p = "
+                         f"{1 / (1 + permutations):.3g}; p_<measure>_holm: Holm over the {len(pairs)} layer pairs")
     return res

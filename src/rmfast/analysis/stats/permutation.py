@@ -160,5 +160,22 @@ def bonferroni(p, m: int | None = None) -> np.ndarray:
     return np.minimum(p * m, 1.0)
 
 
-__all__ = ["MKINFER_R", "N_PERM", "bonferroni", "mkinfer_perm_t_test", "permutation_test", "welch_df",
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error, uniformly more powerful than Bonferroni): the k-th
+    smallest of m times (m − k + 1), made monotone, capped at 1; NaN stays NaN and is not counted in m.
+    statsmodels' ``multipletests(p, method="holm")``.
+
+    >>> holm([0.01, 0.04, 0.03, float("nan")]).tolist()
+    [0.03, 0.06, 0.06, nan]
+    """
+    p = np.asarray(p, dtype="float64")
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(~np.isnan(p))
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = len(order)
+    out[order] = np.minimum(np.maximum.accumulate(p[order] * (m - np.arange(m))), 1.0)
+    return out
+
+
+__all__ = ["MKINFER_R", "N_PERM", "bonferroni", "holm", "mkinfer_perm_t_test", "permutation_test", "welch_df",
            "welch_t"]
