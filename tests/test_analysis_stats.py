@@ -201,6 +201,7 @@ def test_agreement_says_what_a_referee_asks_of_its_numbers():
     m0 = res.pairs["model_a"] == "org/M0-gemma"
     assert (res.pairs.loc[m0, "tied_a"] > 2000).all() and (res.pairs.loc[~m0, ["tied_a", "tied_b"]] == 0).all().all()
     assert any("7 of 28 pairs rank tied scores" in x for x in res.notes), res.notes
+    assert any("RSA p-values: one-sided (greater), each test alone: 5 tests" in x for x in res.notes)
     tested = res.rsa.dropna(subset=["r"])
     assert len(tested) >= 3 and not tested["exact"].any() and (tested["seed"] == 0).all() and (tested["n_perm"] == 200).all()
 

@@ -191,6 +191,10 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
         join=join, rbo_p=rbo_p, method=method)
     if meta is None:
         ledger.note("no model metadata given: RSA not run (pass metadata= / --metadata)")
+    elif rsa_rows:
+        sides = "two-sided" if rsa_alternative == "two-sided" else f"one-sided ({rsa_alternative})"
+        ledger.note(f"RSA p-values: {sides}, each test alone: {len(rsa_rows)} tests (predictors × prompts), "
+                    "no correction over them")
     res.take_ledger(ledger)
     return res
 
