@@ -544,6 +544,23 @@ def test_a_chat_template_changed_on_a_live_scorer_drops_what_it_rendered():
     assert after == RewardScorer(model, t).score(CONVS[:1], RESPONSES[:1]) and after != before
     assert after == RewardScorer(model, base, template=t.chat_template).score(CONVS[:1], RESPONSES[:1])
     assert s.last_stats.prompt_passes == 1
+    # score_rendered first after a change (its facts were cached for good), and the scorer's own template set live
+    lm, msgs = T.tiny("llama", "causal_lm"), [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
+    s = RewardScorer(lm, base, head="logprob")
+    s.score_rendered([base.apply_chat_template(msgs, tokenize=False)])
+    old_template = base.chat_template
+    base.chat_template = T.CHATML.replace("'<|im_end|>' + '\\n'", "'<|im_end|>' + '\\n\\n'")  # a blank line after
+    try:
+        texts = [base.apply_chat_template(msgs, tokenize=False)]
+        assert texts[0].endswith("<|im_end|>\n\n")
+        assert s.score_rendered(texts) == RewardScorer(lm, base, head="logprob").score_rendered(texts)
+    finally:
+        base.chat_template = old_template
+    s = RewardScorer(model, base)
+    s.score(CONVS[:1], RESPONSES[:1])
+    s.template = "User: {prompt}\nAssistant: {response}"
+    assert s.score(CONVS[:1], RESPONSES[:1]) == RewardScorer(model, base, template=s.template).score(CONVS[:1],
+                                                                                                      RESPONSES[:1])
 
 
 def test_the_kept_fingerprint_sees_what_a_fresh_one_sees():

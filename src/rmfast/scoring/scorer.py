@@ -309,12 +309,17 @@ class RewardScorer:
         """Scores of whole texts already in the model's template (:func:`rmfast.scoring.rendered.score_rendered`)."""
         return score_rendered(self, texts, special_tokens=special_tokens)
 
-    def _fact(self, name: str, fn):
-        """A fact of the tokenizer and template, found once: the rendered texts' marks and assistant header."""
+    def _fact(self, name: str | None, fn=None):
+        """A fact of the tokenizer and template, found once: the rendered texts' marks and assistant header. A chat
+        template changed on a live scorer (the tokenizer's, or ``template``) first drops all it rendered."""
+        now = (getattr(self.tokenizer, "chat_template", None), self.template)
+        if now != self.__dict__.setdefault("_rendered_with", now):
+            self.clear_cache()
+            self._rendered_with = now
         facts = self.__dict__.setdefault("_facts", {})
-        if name not in facts:
+        if name is not None and name not in facts:
             facts[name] = fn(self.tokenizer, self.template)
-        return facts[name]
+        return facts.get(name)
 
     def score_one(self, conversation, responses) -> list[float]:
         """Scores of ``responses`` to one conversation."""
@@ -346,10 +351,7 @@ class RewardScorer:
     # ------------------------------------------------------------------ building the job
     def template_for(self, conv: Conversation) -> Template:
         """The conversation's split template (cached); a prompt rendered already is refused (:mod:`.rendered`)."""
-        now = getattr(self.tokenizer, "chat_template", None)  # changed on a live scorer: what it rendered goes
-        if now != self.__dict__.setdefault("_chat_template", now):
-            self.clear_cache()
-        self._chat_template = now
+        self._fact(None)  # a template changed on a live scorer: what it rendered goes
         t = self._tmpls.get(conv)
         if t is None:
             check_not_rendered(conv.prompt, self._fact("marks", template_marks), "the prompt")
@@ -641,9 +643,7 @@ class RewardScorer:
             self._tmpls.clear(), self.__dict__.pop("_facts", None)
             self._weights_key = None
 
-    def close(self) -> None:
-        """Drop every cached plan (their prompt encodings): :meth:`clear_cache`."""
-        self.clear_cache()
+    close = clear_cache  # (what a server calls at its shutdown: every cached plan dropped)
 
 
 __all__ = ["Conversation", "Job", "Ranked", "RewardScorer", "ScoreStats", "as_conversation", "as_list", "messages_of"]
