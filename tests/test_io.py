@@ -299,3 +299,32 @@ def test_a_damaged_result_is_one_line_not_another_score(tmp_path, capsys):
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), clean)
     assert read_parquet(clean, columns=["score"])["score"].tolist() == df["score"].tolist()
 
+
+
+def test_only_states_tied_to_the_parquet_make_it_unfinished(tmp_path):
+    """(The recheck.) A finished --states result whose states folder the user deleted, beside another (killed) job's
+    checkpoint and partial states, counted as unfinished: a different command then replaced the finished result
+    without --overwrite. Only finished partial states tied to this very Parquet (its write id) count now."""
+    import json
+
+    import pandas as pd
+
+    from rmfast.errors import UserError
+    from rmfast.io import STATES_MANIFEST, WRITE_ID, check_output, parquet_write_id, unfinished_result, write_pair
+    from rmfast.states.format import MANIFEST
+
+    assert STATES_MANIFEST == MANIFEST
+    out = tmp_path / "r.parquet"
+    write_pair(out, pd.DataFrame({"token_id": [1, 2], "score": [0.5, 0.25]}), {"prompt": "p", "states": {}})
+    (tmp_path / "r.parquet.partial.npz").write_bytes(b"ck")
+    partial = tmp_path / "r.states.partial"
+    partial.mkdir()
+    assert not unfinished_result(out)  # no manifest in the partial folder: another job's, unfinished
+    (partial / MANIFEST).write_text(json.dumps({"scan": {WRITE_ID: "another-write"}}))
+    assert not unfinished_result(out)
+    with pytest.raises(UserError, match="already exists"):
+        check_output(out)
+    (partial / MANIFEST).write_text(json.dumps({"scan": {WRITE_ID: parquet_write_id(out)}}))
+    assert unfinished_result(out) and check_output(out) == out  # this Parquet's states, killed before the rename
+    (tmp_path / "r.states").mkdir()
+    assert not unfinished_result(out)

@@ -156,10 +156,14 @@ def test_a_finished_scans_leftover_checkpoint_is_removed_by_the_rerun(tiny_dir, 
         m.setattr(pipeline, "drop_checkpoint", killed)
         rc, _, se = _scan(tiny_dir, out, capsys, "--states", "0")
     assert rc == 130 and ck.is_file() and (tmp_path / "s.states").is_dir()
-    before = out.read_bytes()
+    before, saved = out.read_bytes(), ck.read_bytes()
     rc, _, se = _scan(tiny_dir, out, capsys, "--states", "0")
     assert one_line_error(rc, se) and "exists; use --overwrite" in se
     assert not ck.exists() and not (tmp_path / "s.parquet.lock").exists() and out.read_bytes() == before
+    ck.write_bytes(saved)  # the same key, every row done, but saved after the output: a later job's (a killed
+    _scan(tiny_dir, out, capsys, "--states", "0")  # --lens or --states --overwrite rerun has that key): kept
+    assert ck.is_file()
+    ck.unlink()
     with monkeypatch.context() as m:  # another job's checkpoint (other candidates) beside the finished scan: kept
         m.setattr(pipeline, "drop_checkpoint", killed)
         rc, _, se = _scan(tiny_dir, tmp_path / "t.parquet", capsys, "--token-ids", "0:100")

@@ -103,10 +103,15 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
 
+#: a states folder's manifest (:data:`rmfast.states.format.MANIFEST`; io is below states)
+STATES_MANIFEST = "manifest.json"
+
+
 def unfinished_result(path: str | os.PathLike) -> bool:
     """A result Parquet that a killed job left beside its checkpoint without its manifest (killed between
-    :func:`write_pair`'s renames), or whose manifest names states still in their ``.partial`` folder (killed before
-    that folder's rename): the same command finishes it (no --overwrite), as it would had the kill come earlier."""
+    :func:`write_pair`'s renames), or whose states wait, finished, in their ``.partial`` folder, tied to this very
+    Parquet by its write id (killed before that folder's rename): the same command finishes it (no --overwrite), as
+    it would had the kill come earlier. A finished result beside another job's leftovers is not unfinished."""
     p = Path(path)  # (a Parquet only: a GCG JSON has no manifest, and its own search's checkpoint is beside it)
     if not (p.suffix == ".parquet" and p.is_file() and any(p.parent.glob(glob.escape(p.name) + ".partial*.npz"))):
         return False
@@ -114,9 +119,10 @@ def unfinished_result(path: str | os.PathLike) -> bool:
         return True
     states = states_dir(p)
     try:
-        return (not states.exists() and states.with_name(states.name + ".partial").is_dir()
-                and "states" in (read_manifest(p, required=False) or {}))
-    except UserError:  # a damaged manifest: not this rule's case (check_output refuses)
+        tie = json.loads((states.with_name(states.name + ".partial") / STATES_MANIFEST).read_text())["scan"]
+        wid = parquet_write_id(p)
+        return wid is not None and tie[WRITE_ID] == wid and not os.path.lexists(states)
+    except Exception:  # noqa: BLE001 - no finished partial states, or none tied to this Parquet: check_output refuses
         return False
 
 

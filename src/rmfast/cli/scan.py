@@ -134,14 +134,18 @@ def _ranks():
 
 def _drop_finished_leftovers(out) -> None:
     """A finished scan's checkpoint and lock file, left by a kill between the output's write and their removal:
-    removed (holding the lock, so never a running job's), as that job would have. Nothing else is touched."""
+    removed (holding the lock, so never a running job's), as that job would have. Nothing else is touched: not a
+    checkpoint saved after the output (a later job's, killed: a --states or --lens rerun has the same key), nor one
+    beside partial states."""
     from ..io import read_manifest, read_parquet, unfinished_result
     from ..scoring.batching import finished_checkpoint
     from ..scoring.plan import run_key
 
     ck = Path(f"{out}.partial.npz")
     try:
-        if not ck.is_file() or unfinished_result(out) or not (man := read_manifest(out, required=False)):
+        if (not ck.is_file() or ck.stat().st_mtime_ns > Path(out).stat().st_mtime_ns or unfinished_result(out)
+                or states_dir(out).with_name(states_dir(out).name + ".partial").exists()
+                or not (man := read_manifest(out, required=False))):
             return
         with output_lock(out):
             if finished_checkpoint(ck, run_key(man), read_parquet(out, columns=["token_id"])["token_id"].to_numpy()):
