@@ -226,6 +226,9 @@ def test_ols_matches_statsmodels():
     tvals = fit.coef / fit.se_hc3
     from scipy.stats import t as tdist
     np.testing.assert_allclose(fit.p_hc3, 2 * tdist.sf(np.abs(tvals), 197), rtol=1e-10)
+    # a row alone at its level (every word but one at one valence) has leverage 1: HC3 is undefined, not a number
+    lone = ols(rng.normal(size=10), [2.0] * 9 + [4.0])
+    assert np.isfinite(lone.se).all() and np.isnan(lone.se_hc3).all() and np.isnan(lone.p_hc3).all()
     assert ols([1.0, 2.0], [0.0, 1.0]) is None  # too few rows
 
 

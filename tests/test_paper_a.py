@@ -222,6 +222,9 @@ def test_agreement_paper_method_columns():
     # every NDCG beside its two baselines on the same scores (issue 52 §2)
     assert ours["ndcg_random_a_b"] < 1.0 and ours["ndcg_reversed_a_b"] < ours["ndcg_random_a_b"]
     assert {"ndcg_random_b_a", "ndcg_reversed_b_a"} <= set(ours.index)
+    tied = d.assign(score=np.r_[x // 2, x])  # model a scores in pairs: its ties are broken by each method's order
+    assert any("breaks the ties in each model's own token-id order" in n for n in agreement(tied, n_perm=0, method="paper").notes)
+    assert any("breaks the ties in the shared vocabulary's order" in n for n in agreement(tied, n_perm=0).notes)
 
 
 # ------------------------------------------------------------------ prompts, p-values

@@ -178,9 +178,10 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
     note_underflow(pairs, ["kendall_p", "spearman_p"], ledger)
     tied = pairs[(pairs["tied_a"] > 0) | (pairs["tied_b"] > 0)]
     if len(tied):  # RBO reads a ranking: tied scores are ordered by the shared vocabulary's order, arbitrary
+        order = "each model's own token-id order" if method == "paper" else "the shared vocabulary's order"
         ledger.note(f"{len(tied)} of {len(pairs)} pairs rank tied scores (up to {int(tied[['tied_a', 'tied_b']].max().max()):,} "
-                    "shared strings of one model share a score): their RBO breaks the ties in the shared "
-                    "vocabulary's order, which can move it in the second decimal; tied_a/tied_b count them")
+                    f"shared strings of one model share a score): their RBO breaks the ties in {order}, which can "
+                    "move it in the second decimal; tied_a/tied_b count them")
     res = AgreementResult(
         pairs=pairs,
         mds=pd.DataFrame(mds_rows, columns=["prompt", "model", "x", "y", "stress1"]),

@@ -26,12 +26,14 @@ def _positions(scores: np.ndarray) -> np.ndarray:
 
 
 def n_tied(scores) -> int:
-    """How many items share their score with another item: those whose order RBO breaks by input order.
+    """How many items share their score with another item: those whose order RBO breaks by input order (a missing
+    score, NaN, ties with nothing).
 
-    >>> n_tied([3.0, 1.0, 1.0, 2.0, 1.0])
+    >>> n_tied([3.0, 1.0, 1.0, 2.0, 1.0, float("nan"), float("nan")])
     3
     """
-    _, counts = np.unique(np.asarray(scores, dtype="float64"), return_counts=True)
+    scores = np.asarray(scores, dtype="float64")
+    _, counts = np.unique(scores[~np.isnan(scores)], return_counts=True)
     return int(counts[counts > 1].sum())
 
 
