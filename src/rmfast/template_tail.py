@@ -157,7 +157,7 @@ def _plan(tokenizer, render_probes, add: bool, prefix_ids: tuple[int, ...]) -> T
     text = a[:n]
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
-    added = _added_table(tokenizer)
+    added = added_table(tokenizer)
     k = _cut_token(text, ids, offsets, added.by_id)
     if k is None:
         return "no added token to cut at in the text before the response (a plain format: ordinary text)"
@@ -216,12 +216,14 @@ class _Added:
 
     Attributes:
         by_id: id -> AddedToken.
+        special: the ids of those flagged special (:func:`rmfast.template.special_flagged_ids`).
         strips: whether any strips the whitespace beside it (lstrip / rstrip).
         raw: the texts of those matched on the raw text (not normalized); ``joined``: them, each after a NUL
             (one string to search in C, not thousands in Python); ``starts``: where each begins in it.
     """
 
     by_id: dict
+    special: frozenset
     strips: bool
     raw: tuple[str, ...]
     joined: str
@@ -243,7 +245,7 @@ class _Added:
         return None
 
 
-def _added_table(tokenizer) -> _Added:
+def added_table(tokenizer) -> _Added:
     """:class:`_Added` of ``tokenizer``, kept per tokenizer and vocabulary size (Gemma's 6,384 added tokens take
     ~10 ms to list)."""
     n = len(tokenizer)
@@ -259,7 +261,8 @@ def _added_table(tokenizer) -> _Added:
     for c in raw:
         starts.append(pos + 1)
         pos += 1 + len(c)
-    table = _Added(by_id=by_id, strips=any(t.lstrip or t.rstrip for t in by_id.values()), raw=raw,
+    table = _Added(by_id=by_id, special=frozenset(int(i) for i, t in by_id.items() if t.special),
+                   strips=any(t.lstrip or t.rstrip for t in by_id.values()), raw=raw,
                    joined="".join("\0" + c for c in raw), starts=tuple(starts))
     try:
         _added[tokenizer] = (n, table)
