@@ -93,6 +93,11 @@ def test_reproduce_paper_a_published(tmp_path, capsys):
     assert "Kendall tau-b between two prompts' scores" in md and "rank gap = model rank" in md
     assert "NDCG of model b's order with model a's scores as gains" in md
     assert "undefined in 63/90 ordered pairs" in md and "random order 0.926–0.969" in md
+    # the docs' paper-vs-rmfast figures are the ones reproduce writes (paper_methods.md quoted an RBO it never wrote)
+    doc = (Path(__file__).parents[1] / "docs" / "paper_methods.md").read_text()
+    rows = pd.read_csv(tmp_path / "r" / "A-methods.csv").set_index("difference")["value"]
+    rbo, rho = rows["rbo"].split("; rho ")
+    assert f"max difference {rbo}, Spearman between the two {rho}" in doc, rows["rbo"]
 
 
 def test_index_html_has_the_summary_table_one_verdict_word_and_what_cannot_be_drawn(tmp_path):
