@@ -26,6 +26,10 @@ def test_a_rendered_prompt_is_refused_not_templated_twice(scorer, smol_tokenizer
     with pytest.raises(UserError, match="already holds the chat template .*score_rendered"):
         scorer.score([rendered], [["Paris."]])
     assert len(scorer.score([MSGS[0]["content"]], [["Paris."]])[0]) == 1  # the user's own text is fine
+    # SmolLM2's BOS, <|im_start|>, also opens every turn: a prompt holding it is rendered too (it was scored
+    # silently, templated twice, where docs/serving.md promised a refusal)
+    with pytest.raises(UserError, match=r"already holds the chat template \('<\|im_start\|>'\)"):
+        scorer.score(["<|im_start|>user\nhi"], [["4"]])
 
 
 def test_score_rendered_equals_the_conversations_score_and_hf(scorer, smol_tokenizer):

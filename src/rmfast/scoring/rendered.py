@@ -59,8 +59,11 @@ def template_marks(tokenizer, template: str | None = None) -> tuple[str, ...]:
     ids = build_template(tokenizer, "hello", template=template).prefix_ids
     special = set(getattr(tokenizer, "all_special_ids", ()) or ()) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
     marks = {tokenizer.convert_ids_to_tokens(int(i)) for i in ids if int(i) in special}
-    bos = getattr(tokenizer, "bos_token", None)
-    return tuple(sorted(m for m in marks if isinstance(m, str) and len(m) > 2 and m != bos))
+    # a BOS that only begins the text is no turn's mark (a user's "<s>" is a strike-through); one that also opens the
+    # template's turns (SmolLM2's <|im_start|>) is
+    bos, bos_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)
+    opens_turns = bos_id is not None and list(ids[1:]).count(bos_id) > 0
+    return tuple(sorted(m for m in marks if isinstance(m, str) and len(m) > 2 and (m != bos or opens_turns)))
 
 
 def check_not_rendered(prompt: str, marks: tuple[str, ...], where: str,
