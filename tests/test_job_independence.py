@@ -102,6 +102,22 @@ def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, m
     np.testing.assert_array_equal(first.scores, second.scores)  # bit for bit against a whole job: the test above
 
 
+def test_a_job_under_one_asked_batch_runs_alone_not_padded(smol_rm, tmp_path, monkeypatch):
+    """A --batch-size asked for above the job's rows padded the job to that whole batch and probed it first: 10 ids
+    under a huge size (lowered to 129,136 rows by memory) took 6 minutes. The job is one batch of its own rows now,
+    said in the padding decision; under auto it is padded as before (the test above)."""
+    from rmfast.fast.engine import Engine
+
+    monkeypatch.setenv("RMFAST_CACHE", str(tmp_path))
+    calls = []
+    real = Engine.score
+    monkeypatch.setattr(Engine, "score", lambda self, ids, *a, **k: calls.append(ids.shape[0]) or real(self, ids, *a, **k))
+    res = scan(smol_rm.model, smol_rm.tokenizer, PROMPT, token_ids=np.arange(2000, 2010), batch_size=4096,
+               progress=False)
+    assert calls == [10] and res.manifest["decisions"]["padding"]["value"] == "none"
+    assert "fewer than one batch of the --batch-size asked for (4096 rows)" in res.manifest["decisions"]["padding"]["reason"]
+
+
 def test_a_size_measured_to_differ_is_never_used(smol_rm, tmp_path):
     """A ladder size whose rows differ from the full batch's (a verdict False) is skipped: the next size up,
     at worst the full row count."""

@@ -264,6 +264,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
         return plan.score(torch.from_numpy(ids[rows])[:, None], b, states=layers, lens=lens, on_launched=host.start)
 
     group = Group(np.arange(ids.size), plan.rows_per_batch(1), score)
+    plan.one_batch_of_its_own(ids.size, group.batch_size)
     say_choice(model)  # the work starts: every check of the input is behind us
     t_scan = time.perf_counter()
     scores, timing = score_groups([group], ids, key=run_key(manifest), checkpoint=checkpoint,

@@ -290,10 +290,19 @@ class ScoringPlan:
         """Seconds this plan's jobs spent measuring padded sizes (:class:`rmfast.scoring.batching.PadSizes`)."""
         return sum(p.probe_s for p in self._pads.values())
 
+    def one_batch_of_its_own(self, n_rows: int, rows: int) -> None:
+        """A job of fewer rows than one batch of a --batch-size asked for runs as one batch of just its rows: there is
+        no full batch of the job to match, and padding to one cost that whole batch, or its probe (10 ids took 6
+        min under a huge --batch-size lowered to 129,136 rows). Said in the padding decision."""
+        if self.fixed_shapes and self.batch_size != "auto" and n_rows < rows:
+            self.fixed_shapes = False
+            self._own_batch = (f"none: the job's {n_rows} rows are fewer than one batch of the --batch-size asked for "
+                               f"({rows} rows): one batch of just its rows (its last bits may differ from a full batch's)")
+
     def padding(self) -> str:
         """How short batches were padded, for the manifest (the measured verdicts, or why the full row count)."""
         if not self.fixed_shapes:
-            return "none: every batch holds just its rows (a row's last bits may depend on its batch)"
+            return getattr(self, "_own_batch", None) or "none: every batch holds just its rows (a row's last bits may depend on its batch)"
         if not self._pads:
             why = ("the plain-HF engine" if self.eng is None else "the compiled layer (one graph per shape)"
                    if self.eng.compile else f"not measured on {self.device.type}" if self.device.type != "cpu" else
