@@ -42,6 +42,17 @@ def test_a_notes_quotes_are_cut(tmp_path):
     with pytest.warns(UserWarning, match="had spaces around them") as got:
         read_candidates(f)
     assert max(len(str(w.message)) for w in got) < 300
+    assert any("word word'…" in str(w.message) for w in got)  # the cut is marked
+    # a damaged Parquet of candidates (an rmfast result used as candidates) was read silently, one text another
+    from rmfast.io import write_parquet
+
+    p = tmp_path / "c.parquet"
+    write_parquet(p, pd.DataFrame({"text": [f"candidate{i:04d}" for i in range(1000)]}))
+    raw = bytearray(p.read_bytes())
+    raw[raw.find(b"candidate0472") + 12] ^= 0x01
+    p.write_bytes(bytes(raw))
+    with pytest.raises(UserError, match="c.parquet is damaged"):
+        read_candidates(p, "text")
 
 
 def test_read_tables(tmp_path):

@@ -284,6 +284,22 @@ def test_a_damaged_result_is_one_line_not_another_score(tmp_path, capsys):
     assert not np.array_equal(pd.read_parquet(p)["score"], df["score"])  # unchecked: another score, no word
     with pytest.raises(UserError, match="s.parquet is damaged .*checksum.*rerun the job that wrote it"):
         read_parquet(p)
+    write_parquet(p, df)  # the footer (schema, pandas metadata) has no checksum: any error there, between intact
+    raw = p.read_bytes()  # magic bytes, is damage too (the recheck: raw pyarrow/JSON/KeyError errors)
+    n_footer = int.from_bytes(raw[-8:-4], "little")
+    for at in range(len(raw) - 8 - n_footer, len(raw) - 8, max(1, n_footer // 40)):
+        bad = bytearray(raw)
+        bad[at] ^= 0x10
+        p.write_bytes(bytes(bad))
+        try:
+            got = read_parquet(p)
+        except UserError as e:
+            assert "is damaged" in str(e)
+        else:  # a flip pyarrow reads past (a statistic, a name's case): the data itself is intact
+            pd.testing.assert_frame_equal(got[["token_id", "score"]], df[["token_id", "score"]])
+    p.write_bytes(raw)
+    with pytest.raises(Exception, match="No match for FieldRef"):  # a column absent: no damage, pyarrow's own
+        read_parquet(p, columns=["nope"])
     old = tmp_path / "old.parquet"  # no checksums (an older rmfast's), a text byte no longer UTF-8
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), old, compression="none")
     raw = bytearray(old.read_bytes())

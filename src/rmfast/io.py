@@ -430,15 +430,29 @@ def read_parquet(path: str | os.PathLike, columns=None):
 
     try:
         table = pq.read_table(path, columns=columns, page_checksum_verification=True)
-    except OSError as e:
-        if "checksum" in str(e):
+    except (OSError, pa.ArrowException) as e:  # a page's checksum, or a footer no longer one between intact magic
+        if "checksum" in str(e) or (_parquet_magic(path) and "FieldRef" not in str(e)):  # (not: a column absent)
             raise damaged(e) from None
         raise
     try:
         table.validate(full=True)
-    except pa.ArrowInvalid as e:
+        meta = table.schema.pandas_metadata  # the column names twice in the footer: a flip in one shows
+        if columns is None and meta and [c["name"] for c in meta["columns"]] != table.schema.names:
+            raise ValueError(f"its columns {table.schema.names} are not its pandas metadata's")
+        return table.to_pandas()
+    except Exception as e:  # noqa: BLE001 - invalid UTF-8; a schema's pandas metadata no longer JSON, or its keys
         raise damaged(e) from None
-    return table.to_pandas()
+
+
+def _parquet_magic(path) -> bool:
+    """Whether ``path`` begins and ends with Parquet's magic bytes (a file cut short does not end with them)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(-4, os.SEEK_END)
+            return head == b"PAR1" and f.read(4) == b"PAR1"
+    except OSError:
+        return False
 
 
 def write_parquet(path: str | os.PathLike, df, meta: dict | None = None) -> None:

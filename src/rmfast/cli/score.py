@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from ..io import check_output, file_sha256
+from ..io import check_output, file_sha256, read_parquet
 from ..locks import output_lock
 from . import common
 
@@ -58,7 +58,7 @@ def read_table(path: str):
         raise UserError(f"input {p}: unknown format {p.suffix!r}; give a .parquet, .csv, .tsv or .jsonl file")
     try:
         if kind == "parquet":
-            return pd.read_parquet(p)
+            return read_parquet(p)
         if kind == "jsonl":
             return _read_json_table(p)
         sep = "," if kind == "csv" else "\t"

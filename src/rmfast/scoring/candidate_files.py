@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
+from ..io import read_parquet
 
 _FORMATS = {".csv": "csv", ".dicx": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet"}
 
@@ -99,11 +100,11 @@ def read_candidates(path: str | os.PathLike, column: str | int | None = None, *,
         warnings.warn(f"rmfast: {p.name}: {len(left)} candidate row(s) {what} left out (rows {shown}; "
                       "1-based, header not counted)", stacklevel=2)
     if trimmed:  # " ever" is another response than "ever" to a BPE tokenizer: said, not done silently
-        shown = ", ".join(repr(t[:40]) for t in trimmed[:3]) + (" …" if len(trimmed) > 3 else "")  # a line of 1 MB too
+        shown = ", ".join(_quote(t) for t in trimmed[:3]) + (" …" if len(trimmed) > 3 else "")  # a line of 1 MB too
         warnings.warn(f"rmfast: {p.name}: {len(trimmed)} candidate(s) had spaces around them, scored without them "
                       f"({shown}; ' ever' is scored as 'ever')", stacklevel=2)
     if dups:
-        shown = ", ".join(repr(d[:40]) for d in dups[:3]) + (" …" if len(dups) > 3 else "")
+        shown = ", ".join(_quote(d) for d in dups[:3]) + (" …" if len(dups) > 3 else "")
         warnings.warn(f"rmfast: {p.name}: {len(dups)} duplicate candidate(s) kept once ({shown})", stacklevel=2)
     source = {
         "path": str(p),
@@ -139,11 +140,13 @@ def _read_table_column(p: Path, kind: str, column: str | int | None, header: boo
 
     try:
         if kind == "parquet":
-            df = pd.read_parquet(p)
+            df = read_parquet(p)
         else:
             df = pd.read_csv(p, sep="," if kind == "csv" else "\t", dtype=str, keep_default_na=False,
                              na_filter=False, header=0 if header else None, encoding="utf-8-sig",
                              quoting=3 if kind == "tsv" else 0)
+    except UserError:  # damaged: said so
+        raise
     except Exception as e:  # pandas/pyarrow raise many types for a malformed file
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"cannot read candidate file {p} as {kind.upper()}: {msg[:200]}") from None
@@ -161,6 +164,15 @@ def _read_table_column(p: Path, kind: str, column: str | int | None, header: boo
             raise UserError(f"candidate file {p} has no column {column!r}; its columns are {_names(cols)}")
         col_used = key
     return df[col_used].tolist(), col_used
+
+
+def _quote(text: str, n: int = 40) -> str:
+    """``text`` quoted for a note, cut at ``n`` characters with a mark of the cut (a 1 MB line was quoted whole).
+
+    >>> _quote("word " * 20, 10), _quote("Love")
+    ("'word word '…", "'Love'")
+    """
+    return repr(text[:n]) + ("…" if len(text) > n else "")
 
 
 def _is_null(v) -> bool:
