@@ -490,6 +490,7 @@ def test_a_damaged_converted_copy_names_the_folder_to_delete(tmp_path, monkeypat
     monkeypatch.setenv("RMFAST_CACHE", str(tmp_path / "cache"))
     conv = tmp_path / "cache" / "converted" / "SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f"
     conv.mkdir(parents=True)
+    (conv / "rmfast_source.json").write_text("{}")  # what makes it rmfast's copy (written before it is in place)
     assert damaged_fix(conv) == (f"rmfast's converted copy of the GGUF is damaged: delete {conv.resolve()} and rerun, "
                                  "and rmfast converts it again")
     assert damaged_fix(tmp_path / "my-rm") == "a damaged or partial download: fetch the weight files again"
@@ -546,12 +547,18 @@ def test_an_empty_tokenizer_json_is_one_line_naming_the_fix(tiny_dir, tmp_path, 
     for folder in (conv, tmp_path / "mine"):
         shutil.copytree(tiny_dir, folder)
         (folder / "tokenizer.json").write_text("")
+    (conv / "rmfast_source.json").write_text("{}")
     with pytest.raises(UserError) as ei:
         load(str(conv), device="cpu")
     _one_line_user_error(ei, f"rmfast's converted copy of the GGUF is damaged: delete {conv.resolve()}")
     with pytest.raises(UserError) as ei:
         load(str(tmp_path / "mine"), device="cpu")
     _one_line_user_error(ei, "cannot load a tokenizer from")
+    other = tmp_path / "elsewhere" / "converted" / conv.name  # a copy in a --cache-dir, not RMFAST_CACHE's: the same fix
+    shutil.copytree(conv, other)
+    with pytest.raises(UserError) as ei:
+        load(str(other), device="cpu")
+    _one_line_user_error(ei, f"rmfast's converted copy of the GGUF is damaged: delete {other.resolve()}")
 
 
 def test_a_damaged_converted_copy_of_the_right_size_is_found(tmp_path, monkeypatch, smollm2):

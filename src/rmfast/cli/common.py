@@ -314,9 +314,10 @@ def _write_fix(e: OSError, args) -> str:
     flag = "--cache-dir" if getattr(args, "cache_dir", None) else "RMFAST_CACHE (or --cache-dir)"
     cache = getattr(args, "cache_dir", None) or os.environ.get("RMFAST_CACHE") or Path.home() / ".cache" / "rmfast"
     cache = Path(os.path.abspath(os.path.expanduser(cache)))
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT)
     if e.filename and Path(os.path.abspath(os.fsdecode(e.filename))).is_relative_to(cache):
-        return f"it is in the rmfast cache {cache}: free space there, or set {flag} to a writable folder"
-    return "free space, fix the permissions, or choose another path"
+        return f"it is in the rmfast cache {cache}: {'free space there, or ' if full else ''}set {flag} to a writable folder"
+    return "free space, or choose another path" if full else "fix the permissions, or choose another path"
 
 
 def run_command(func, args) -> int:

@@ -509,14 +509,12 @@ def model_name(spec: str) -> str:
 
 
 def converted_copy(folder) -> Path | None:
-    """The folder of rmfast's own converted copy of a GGUF (``<cache>/converted/<name>``) that ``folder`` is or lies
-    in; None for any other folder."""
+    """The folder of rmfast's own converted copy of a GGUF (``<any cache>/converted/<name>/``, holding its
+    ``rmfast_source.json``) that ``folder`` is or lies in; None for any other folder. Whatever cache the load used
+    (``--cache-dir`` too, not only the default's)."""
     folder = Path(folder).resolve()
-    try:
-        conv = (cache_root() / "converted").resolve()
-    except UserError:
-        return None
-    return conv / folder.relative_to(conv).parts[0] if conv in folder.parents else None
+    return next((p for p in (folder, *folder.parents) if p.parent.name == "converted" and (p / SOURCE_FILE).is_file()),
+                None)
 
 
 def damaged_fix(folder, what: str = "the weight files") -> str:

@@ -518,8 +518,8 @@ def _say_resume(ck: Path | None, n_done: int, n: int) -> None:
     ``ck`` where it holds rows, else start the scoring over; nothing for a job without a checkpoint."""
     if ck is not None:
         say_on_interrupt(f"rerun the same command to resume from its checkpoint {ck} ({n_done:,} of {n:,} scored)"
-                         if n_done else "no batch had finished, so no checkpoint was written: a rerun starts the "
-                         "scoring over")
+                         if n_done else "no checkpoint was written yet (none due, or its write is what failed): a "
+                         "rerun starts the scoring over")
 
 
 def first_batch_status(groups: list[Group], done: np.ndarray) -> str:
