@@ -520,21 +520,22 @@ def test_a_killed_gemma_assembly_leaves_no_temporary_for_good(tmp_path):
     import sys
     import time
 
-    from rmfast.loading.sources import _drop_killed_assemblies
+    from rmfast.loading.sources import _assembly_temp, _drop_killed_assemblies
 
     target = tmp_path / "gguf" / "gemma-3-270m-q4_k_m.gguf"
     target.parent.mkdir()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    dead = target.with_name(f".{target.name}.{gone.pid}.tmp")
-    live = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    stale = target.with_name(f".{target.name}.1.tmp")  # a live pid (init), untouched for 20 minutes
+    live = _assembly_temp(target)  # this process's: .NAME.<host>-<pid>.tmp
+    dead = live.with_name(live.name.replace(f"-{os.getpid()}.tmp", f"-{gone.pid}.tmp"))
+    stale = live.with_name(live.name.replace(f"-{os.getpid()}.tmp", "-1.tmp"))  # a live pid (init), untouched 20 min
+    remote = target.with_name(f".{target.name}.otherhost-{gone.pid}.tmp")  # another machine's, fresh: its pid is not ours
     other = target.with_name(f".other.gguf.{gone.pid}.tmp")
-    for f in (dead, live, stale, other):
+    for f in (dead, live, stale, remote, other):
         f.write_bytes(b"x")
     os.utime(stale, (time.time() - 1200, time.time() - 1200))
     _drop_killed_assemblies(target)
-    assert not dead.exists() and not stale.exists() and live.exists() and other.exists()
+    assert not dead.exists() and not stale.exists() and live.exists() and remote.exists() and other.exists()
 
 
 def test_an_empty_tokenizer_json_is_one_line_naming_the_fix(tiny_dir, tmp_path, monkeypatch):
@@ -590,3 +591,23 @@ def test_a_damaged_converted_copy_of_the_right_size_is_found(tmp_path, monkeypat
     (conv / "model.safetensors").unlink()
     with pytest.raises(UserError, match="model.safetensors is missing"):
         check_converted(conv)
+
+
+def test_a_cache_that_keeps_no_index_hashes_a_file_once_a_process(tmp_path, monkeypatch):
+    """(The recheck.) On a read-only cache the sha256 index cannot be written, and every check of a converted
+    copy hashed its ~1 GB again (about 1 s each load). A process now hashes a file once while it is unchanged;
+    a changed file (its ctime) is hashed again."""
+    from rmfast.loading import sources
+
+    calls = []
+    real = sources.file_sha256
+    monkeypatch.setattr(sources, "file_sha256", lambda p: calls.append(p) or real(p))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"x" * 1000)
+    cache = blocked / "cache"  # under a regular file: no index can be read or written there
+    assert sources.cached_sha256(f, cache) == sources.cached_sha256(f, cache) and len(calls) == 1
+    f.write_bytes(b"y" * 1000)
+    sources.cached_sha256(f, cache)
+    assert len(calls) == 2

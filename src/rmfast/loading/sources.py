@@ -26,6 +26,7 @@ import importlib.metadata
 import json
 import os
 import re
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,10 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return root
 
 
+#: (path, size, mtime, ctime, inode) -> sha256: the hashes this process made
+_SHA_SEEN: dict = {}
+
+
 def cached_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
     """sha256 of a file, memoized in ``<cache>/sha256-index.json`` by its path, size, mtime, ctime and inode.
 
@@ -76,6 +81,9 @@ def cached_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
     path = Path(path).resolve()
     st = path.stat()
     stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+    seen = _SHA_SEEN.get((str(path), *stamp.values()))
+    if seen is not None:  # this process hashed it already (a read-only cache keeps no index)
+        return seen
     index_path = (cache or cache_root()) / "sha256-index.json"
     index: dict = {}
     with contextlib.suppress(OSError, ValueError):
@@ -83,7 +91,7 @@ def cached_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
     entry = index.get(str(path))
     if isinstance(entry, dict) and all(entry.get(k) == v for k, v in stamp.items()) and entry.get("sha256"):
         return entry["sha256"]
-    sha = file_sha256(path)
+    sha = _SHA_SEEN[(str(path), *stamp.values())] = file_sha256(path)
     index = {k: v for k, v in index.items() if os.path.exists(k)}  # files since deleted (temporary folders)
     index[str(path)] = {**stamp, "sha256": sha}
     with contextlib.suppress(OSError):
@@ -157,9 +165,11 @@ def check_converted(folder: Path, cache: Path | None = None) -> None:
     except (OSError, ValueError, AttributeError):
         return  # conversion_complete said no to it: converted again
     if not recorded:
+        if not os.access(folder, os.W_OK):  # a read-only cache: recorded (and checked) from the next writable run on,
+            return  # not hashed at every load for nothing (about 1 s a GB)
         info["files_sha256"] = {f.name: cached_sha256(f, cache) for f in sorted(folder.iterdir())
                                 if f.is_file() and f.name != SOURCE_FILE}
-        with contextlib.suppress(OSError):  # a read-only cache: checked from the next writable run on
+        with contextlib.suppress(OSError):
             write_json(folder / SOURCE_FILE, info)
         return
     for name, sha in recorded.items():
@@ -222,12 +232,19 @@ def _locate_smollm2(model: EmbeddedModel, cache: Path) -> Path:
     return path
 
 
+def _assembly_temp(target: Path) -> Path:
+    """Where this process assembles ``target``: a hidden name with this machine's name and the process id."""
+    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:40] or "host"
+    return target.with_name(f".{target.name}.{host}-{os.getpid()}.tmp")
+
+
 def _drop_killed_assemblies(target: Path) -> None:
-    """Remove the temporaries (up to 253 MB each) of assemblies of ``target`` that were killed: their process is
-    gone, or they are untouched for ten minutes (an assembly takes seconds; a live one, here or on another
-    machine sharing the cache, writes all the time)."""
+    """Remove the temporaries (up to 253 MB each) of assemblies of ``target`` that were killed: this machine's whose
+    process is gone, and any untouched for ten minutes (an assembly takes seconds; a live one, here or on another
+    machine sharing the cache, writes all the time; another machine's process cannot be asked)."""
+    mine = _assembly_temp(target).name.rsplit("-", 1)[0] + "-"
     for old in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
-        pid = old.name[len(target.name) + 2:-len(".tmp")]
+        pid = old.name[len(mine):-len(".tmp")] if old.name.startswith(mine) else ""
         try:
             dead = pid.isdigit() and not _alive(int(pid))
             if dead or time.time() - old.stat().st_mtime > 600:
@@ -265,7 +282,7 @@ def _locate_gemma3(model: EmbeddedModel, cache: Path) -> Path:
     # Assemble into a temporary name and rename, so an interrupted run leaves no partial file
     # under the final name.
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp = _assembly_temp(target)
     try:
         pkg.assemble(tmp, overwrite=True)  # verifies the sha256 itself
         os.replace(tmp, target)
