@@ -611,3 +611,18 @@ def test_a_cache_that_keeps_no_index_hashes_a_file_once_a_process(tmp_path, monk
     f.write_bytes(b"y" * 1000)
     sources.cached_sha256(f, cache)
     assert len(calls) == 2
+
+
+def test_a_conversions_own_hashes_are_not_read_again(tmp_path, monkeypatch):
+    """(The recheck.) A conversion hashes its files (files_sha256) before its folder's rename, and the first load
+    hashed them all again under their final paths (1-1.7 s a GB): remember_sha256 records them as they are."""
+    from rmfast.loading import sources
+
+    f = tmp_path / "model.safetensors"
+    f.write_bytes(b"z" * 4096)
+    sha = sources.file_sha256(f)
+    sources.remember_sha256(f, sha, tmp_path)
+    monkeypatch.setattr(sources, "_SHA_SEEN", {})  # another process: the index on disk only
+    calls = []
+    monkeypatch.setattr(sources, "file_sha256", lambda p: calls.append(p) or "")
+    assert sources.cached_sha256(f, tmp_path) == sha and calls == []

@@ -19,7 +19,8 @@ import torch
 
 from ..errors import UserError
 from ..io import file_sha256, write_json
-from .sources import CONVERSION_VERSION, SOURCE_FILE, cache_root, cached_sha256, conversion_complete, converted_dir
+from .sources import (CONVERSION_VERSION, SOURCE_FILE, cache_root, cached_sha256, conversion_complete, converted_dir,
+                      remember_sha256)
 
 __all__ = ["convert_gguf", "check_gguf_header"]
 
@@ -208,6 +209,8 @@ def convert_gguf(gguf: str | os.PathLike, cache: Path | None = None, *, sha256: 
             shutil.rmtree(target, ignore_errors=True)  # stale or foreign leftover
         try:
             os.replace(tmp, target)
+            for name, f_sha in json.loads((target / SOURCE_FILE).read_text())["files_sha256"].items():
+                remember_sha256(target / name, f_sha, cache)  # hashed moments ago: the first load reads none again
         except OSError:
             if not conversion_complete(target):  # another process finished first: use its folder
                 raise

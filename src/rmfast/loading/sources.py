@@ -91,7 +91,21 @@ def cached_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
     entry = index.get(str(path))
     if isinstance(entry, dict) and all(entry.get(k) == v for k, v in stamp.items()) and entry.get("sha256"):
         return entry["sha256"]
-    sha = _SHA_SEEN[(str(path), *stamp.values())] = file_sha256(path)
+    return remember_sha256(path, file_sha256(path), cache, index)
+
+
+def remember_sha256(path: Path, sha: str, cache: Path | None = None, index: dict | None = None) -> str:
+    """Record ``sha`` as the sha256 of ``path`` as it is now (:func:`cached_sha256`'s memo and index): a file this
+    process just hashed (a conversion's, before its folder's rename) is not read again at its first load."""
+    path = Path(path).resolve()
+    st = path.stat()
+    stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+    _SHA_SEEN[(str(path), *stamp.values())] = sha
+    index_path = (cache or cache_root()) / "sha256-index.json"
+    if index is None:
+        index = {}
+        with contextlib.suppress(OSError, ValueError):
+            index = json.loads(index_path.read_text())
     index = {k: v for k, v in index.items() if os.path.exists(k)}  # files since deleted (temporary folders)
     index[str(path)] = {**stamp, "sha256": sha}
     with contextlib.suppress(OSError):
