@@ -269,7 +269,8 @@ def test_a_damaged_result_is_one_line_not_another_score(tmp_path, capsys):
 
     from cli_run import one_line_error, run
     from rmfast.errors import UserError
-    from rmfast.io import read_parquet, write_parquet
+    from rmfast.io import write_parquet
+    from rmfast.parquet_read import read_parquet
 
     df = pd.DataFrame({"token_id": np.arange(500), "text": [f"w{i}" for i in range(500)],
                        "score": np.linspace(-3, 3, 500).astype(np.float32)})
@@ -300,6 +301,14 @@ def test_a_damaged_result_is_one_line_not_another_score(tmp_path, capsys):
     p.write_bytes(raw)
     with pytest.raises(Exception, match="No match for FieldRef"):  # a column absent: no damage, pyarrow's own
         read_parquet(p, columns=["nope"])
+    # intact files pandas or pyarrow wrote otherwise are read as pandas reads them (the second recheck: a stored
+    # index, whose metadata name is None, was "damaged"; so was a table pyarrow edited after from_pandas)
+    q = tmp_path / "other.parquet"
+    for frame in (df.sort_values("score"), df.set_index("text"), pd.concat([df, df])):
+        frame.to_parquet(q)
+        pd.testing.assert_frame_equal(read_parquet(q), pd.read_parquet(q))
+    pq.write_table(pa.Table.from_pandas(df).append_column("extra", pa.array(range(len(df)))), q)
+    pd.testing.assert_frame_equal(read_parquet(q), pd.read_parquet(q))
     old = tmp_path / "old.parquet"  # no checksums (an older rmfast's), a text byte no longer UTF-8
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), old, compression="none")
     raw = bytearray(old.read_bytes())
@@ -338,7 +347,10 @@ def test_only_states_tied_to_the_parquet_make_it_unfinished(tmp_path):
     assert not unfinished_result(out)  # no manifest in the partial folder: another job's, unfinished
     (partial / MANIFEST).write_text(json.dumps({"scan": {WRITE_ID: "another-write"}}))
     assert not unfinished_result(out)
-    with pytest.raises(UserError, match="already exists"):
+    # not provably this Parquet's (a kill before the states manifest is written, or another job's): refused, naming
+    # the checkpoint and how the job it belongs to finishes from it
+    with pytest.raises(UserError, match=r"already exists \(beside it, r.parquet.partial.npz: an unfinished job's; "
+                                         r"the same command with overwrite=True finishes it from there\)"):
         check_output(out)
     (partial / MANIFEST).write_text(json.dumps({"scan": {WRITE_ID: parquet_write_id(out)}}))
     assert unfinished_result(out) and check_output(out) == out  # this Parquet's states, killed before the rename

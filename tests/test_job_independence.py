@@ -112,10 +112,11 @@ def test_a_job_under_one_asked_batch_runs_alone_not_padded(smol_rm, tmp_path, mo
     calls = []
     real = Engine.score
     monkeypatch.setattr(Engine, "score", lambda self, ids, *a, **k: calls.append(ids.shape[0]) or real(self, ids, *a, **k))
-    res = scan(smol_rm.model, smol_rm.tokenizer, PROMPT, token_ids=np.arange(2000, 2010), batch_size=4096,
+    res = scan(smol_rm.model, smol_rm.tokenizer, PROMPT, token_ids=np.arange(2000, 2010), batch_size=9000,
                progress=False)
     assert calls == [10] and res.manifest["decisions"]["padding"]["value"] == "none"
-    assert "fewer than one batch of the --batch-size asked for (4096 rows)" in res.manifest["decisions"]["padding"]["reason"]
+    assert res.manifest["fixed_shapes"] is False  # the manifest agrees with its padding decision
+    assert "fewer than one batch of the --batch-size asked for (9000 rows, over 8,192)" in res.manifest["decisions"]["padding"]["reason"]
 
 
 def test_a_size_measured_to_differ_is_never_used(smol_rm, tmp_path):

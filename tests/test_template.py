@@ -139,6 +139,21 @@ def test_end_of_turn_flagged_special_but_unnamed_ends_the_continuation():
     t = build_template(tok, PROMPT)
     assert tok.convert_ids_to_tokens(list(t.suffix_ids)) == ["<|im_end|>", "Ċ"] and t.n_continuation == 1
 
+    class Wrapped:  # a delegating wrapper (the second recheck: its class has no added_tokens_decoder of its own)
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def __len__(self):
+            return len(self._inner)
+
+        def __call__(self, *a, **kw):
+            return self._inner(*a, **kw)
+
+    assert build_template(Wrapped(tok), PROMPT).n_continuation == 1
+
     model = T.tiny("llama", "causal_lm")
     texts = ["love", " a very long answer", "x"]
     pre = len(build_template(tok, PROMPT).prefix_ids)

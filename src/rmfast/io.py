@@ -58,7 +58,10 @@ def check_output(path: str | os.PathLike, overwrite: bool = False, *, folder: bo
                 raise UserError(f"{beside} is {other}, not a regular file: rmfast writes {p}'s "
                                 f"{'manifest' if beside.suffix == '.json' else 'checkpoint'} there; choose another --out")
         if p.exists() and not overwrite and not unfinished_result(p):
-            raise UserError(f"output {p} already exists; pass --overwrite to replace it or choose another --out")
+            ck = next(iter(sorted(p.parent.glob(glob.escape(p.name) + ".partial*.npz"))), None) if p.is_file() else None
+            beside = (f" (beside it, {ck.name}: an unfinished job's; the same command with --overwrite finishes it from "
+                      "there)" if ck is not None else "")
+            raise UserError(f"output {p} already exists{beside}; pass --overwrite to replace it or choose another --out")
         ok = (suffix,) if isinstance(suffix, str) else suffix
         if ok is not None and p.suffix.lower() not in ok:
             # (a .csv name on Parquet bytes: pandas.read_csv reads garbage from it; a GCG --out x.png: the plot
@@ -414,45 +417,6 @@ def _parquet_file(path, df, write_id: str | None = None, meta: dict | None = Non
     if extra:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
     pq.write_table(table, path, write_page_checksum=True)  # a page damaged later is found by read_parquet
-
-
-def read_parquet(path: str | os.PathLike, columns=None):
-    """A Parquet file as a DataFrame, its pages checked against their checksums (:func:`write_parquet` writes them;
-    files without any are read unchecked) and its text checked to be UTF-8: a flipped byte was read as another
-    score without a word, or as a traceback deep in the explorer. A damaged file is a one-line UserError; what
-    is no Parquet at all raises as pyarrow does (the callers name it)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    def damaged(e):
-        return UserError(f"{path} is damaged ({str(e)[:80]}): its bytes changed after it was written; "
-                         "rerun the job that wrote it")
-
-    try:
-        table = pq.read_table(path, columns=columns, page_checksum_verification=True)
-    except (OSError, pa.ArrowException) as e:  # a page's checksum, or a footer no longer one between intact magic
-        if "checksum" in str(e) or (_parquet_magic(path) and "FieldRef" not in str(e)):  # (not: a column absent)
-            raise damaged(e) from None
-        raise
-    try:
-        table.validate(full=True)
-        meta = table.schema.pandas_metadata  # the column names twice in the footer: a flip in one shows
-        if columns is None and meta and [c["name"] for c in meta["columns"]] != table.schema.names:
-            raise ValueError(f"its columns {table.schema.names} are not its pandas metadata's")
-        return table.to_pandas()
-    except Exception as e:  # noqa: BLE001 - invalid UTF-8; a schema's pandas metadata no longer JSON, or its keys
-        raise damaged(e) from None
-
-
-def _parquet_magic(path) -> bool:
-    """Whether ``path`` begins and ends with Parquet's magic bytes (a file cut short does not end with them)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-            f.seek(-4, os.SEEK_END)
-            return head == b"PAR1" and f.read(4) == b"PAR1"
-    except OSError:
-        return False
 
 
 def write_parquet(path: str | os.PathLike, df, meta: dict | None = None) -> None:

@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING
 
 from ..analysis import registry
 from ..errors import UserError
-from ..io import check_output, read_parquet, write_csv
+from ..io import check_output, write_csv
+from ..parquet_read import read_parquet
 from .common import add_states_view_args, nonneg_int, positive_int
 
 if TYPE_CHECKING:  # pandas is imported where it is used: `rmfast --help` needs none of it

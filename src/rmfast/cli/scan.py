@@ -137,7 +137,8 @@ def _drop_finished_leftovers(out) -> None:
     removed (holding the lock, so never a running job's), as that job would have. Nothing else is touched: not a
     checkpoint saved after the output (a later job's, killed: a --states or --lens rerun has the same key), nor one
     beside partial states."""
-    from ..io import read_manifest, read_parquet, unfinished_result
+    from ..io import read_manifest, unfinished_result
+    from ..parquet_read import read_parquet
     from ..scoring.batching import finished_checkpoint
     from ..scoring.plan import run_key
 

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from ..io import check_output, file_sha256, read_parquet
+from ..io import check_output, file_sha256
+from ..parquet_read import read_parquet
 from ..locks import output_lock
 from . import common
 

@@ -248,7 +248,8 @@ def _locate_smollm2(model: EmbeddedModel, cache: Path) -> Path:
 
 def _assembly_temp(target: Path) -> Path:
     """Where this process assembles ``target``: a hidden name with this machine's name and the process id."""
-    host = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:40] or "host"
+    name = socket.gethostname()  # kept readable (no '-': it ends the name) and told apart by a hash of it whole
+    host = re.sub(r"[^A-Za-z0-9]", "_", name)[:32] + "_" + hashlib.sha256(name.encode()).hexdigest()[:8]
     return target.with_name(f".{target.name}.{host}-{os.getpid()}.tmp")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from ..io import read_parquet
+from ..parquet_read import read_parquet
 
 _FORMATS = {".csv": "csv", ".dicx": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet"}
 

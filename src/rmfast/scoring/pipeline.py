@@ -254,6 +254,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
     t_plan = time.perf_counter()
     plan = plan_scoring(model, tmpl, options, job=job, decided=decided)
     plan_s = time.perf_counter() - t_plan  # the engine's set-up and the prompt's pass: most of setup_s
+    plan.one_batch_of_its_own(ids.size, plan.rows_per_batch(1))  # before the manifest, which says fixed_shapes
     manifest = plan.manifest(prompt, model_info)
     # the vocabulary's hash is not in the run key (RUN_FIELDS): taken after the scan, from the host thread that
     # made it beside the scan (a 128k vocabulary's hash was ~0.3 s of the scan's set-up, waited for before it)
@@ -264,7 +265,6 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
         return plan.score(torch.from_numpy(ids[rows])[:, None], b, states=layers, lens=lens, on_launched=host.start)
 
     group = Group(np.arange(ids.size), plan.rows_per_batch(1), score)
-    plan.one_batch_of_its_own(ids.size, group.batch_size)
     say_choice(model)  # the work starts: every check of the input is behind us
     t_scan = time.perf_counter()
     scores, timing = score_groups([group], ids, key=run_key(manifest), checkpoint=checkpoint,

@@ -153,6 +153,10 @@ def run_key(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(run_fields(manifest), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+#: the rows of a batch asked for (--batch-size) above which a smaller job runs alone, unpadded (:meth:`ScoringPlan.one_batch_of_its_own`)
+ALONE_ROWS = 8192
+
+
 @dataclass
 class ScoringPlan:
     """How one job scores: built by :func:`plan_scoring`, used by every batch of the job.
@@ -291,13 +295,15 @@ class ScoringPlan:
         return sum(p.probe_s for p in self._pads.values())
 
     def one_batch_of_its_own(self, n_rows: int, rows: int) -> None:
-        """A job of fewer rows than one batch of a --batch-size asked for runs as one batch of just its rows: there is
-        no full batch of the job to match, and padding to one cost that whole batch, or its probe (10 ids took 6
-        min under a huge --batch-size lowered to 129,136 rows). Said in the padding decision."""
-        if self.fixed_shapes and self.batch_size != "auto" and n_rows < rows:
+        """A job of fewer rows than one batch of a --batch-size asked for over :data:`ALONE_ROWS` rows runs as one batch
+        of just its rows: padding to such a batch cost that whole batch, or its probe (10 ids took 6 min under a huge
+        --batch-size lowered to 129,136 rows). A smaller batch asked for still pads, so a subset of a job run at that
+        size keeps the whole job's bits. Said in the padding decision."""
+        if self.fixed_shapes and self.batch_size != "auto" and n_rows < rows and rows > ALONE_ROWS:
             self.fixed_shapes = False
             self._own_batch = (f"none: the job's {n_rows} rows are fewer than one batch of the --batch-size asked for "
-                               f"({rows} rows): one batch of just its rows (its last bits may differ from a full batch's)")
+                               f"({rows} rows, over {ALONE_ROWS:,}): one batch of just its rows (its last bits may "
+                               "differ from a full batch's)")
 
     def padding(self) -> str:
         """How short batches were padded, for the manifest (the measured verdicts, or why the full row count)."""

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import WRITE_ID, check_output, read_manifest, read_parquet, write_pair
+from ..io import WRITE_ID, check_output, read_manifest, write_pair
+from ..parquet_read import read_parquet
 
 
 def _write(res, path, overwrite: bool) -> Path:

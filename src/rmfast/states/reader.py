@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from ..io import read_parquet, states_dir
+from ..io import states_dir
+from ..parquet_read import read_parquet
 from .format import MANIFEST, NONFINITE, NP_RAW, ST_DTYPE, check_manifest, read_header
 from .names import canonical_layer
 from .tie import check_scan_tie

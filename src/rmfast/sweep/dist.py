@@ -159,7 +159,8 @@ def gather_shards(d: Dist, out: Path, res, order):
     called on it, after the scan is written (:class:`rmfast.states.StatesMerge`: its shards are linked, the ranks removed once it is in place)."""
     import json
 
-    from ..io import manifest_path, provenance, read_parquet, states_dir, write_json, write_parquet
+    from ..io import manifest_path, provenance, states_dir, write_json, write_parquet
+    from ..parquet_read import read_parquet
     from ..scoring.pipeline import finish_states
     from ..scoring.results import merge_shards
     from ..states import StatesMerge

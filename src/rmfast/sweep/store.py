@@ -48,7 +48,8 @@ import numpy as np
 
 from ..version import __version__
 from ..errors import UserError
-from ..io import WRITE_ID, manifest_path, parquet_write_id, read_parquet, write_json, write_pair
+from ..io import WRITE_ID, manifest_path, parquet_write_id, write_json, write_pair
+from ..parquet_read import read_parquet
 from ..locks import check_lock, drop_temps
 from ..states import canonical_layer
 

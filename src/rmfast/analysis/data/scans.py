@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
-from ...io import candidate_set, manifest_path, read_manifest, read_parquet  # noqa: F401  (candidate_set: re-exported)
+from ...io import candidate_set, manifest_path, read_manifest  # noqa: F401  (candidate_set: re-exported)
+from ...parquet_read import read_parquet
 from .ledger import Ledger
 
 TIDY_COLUMNS = ["model", "prompt", "token_id", "text", "score", "rank"]
