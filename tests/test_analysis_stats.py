@@ -229,6 +229,12 @@ def test_ols_matches_statsmodels():
     # a row alone at its level (every word but one at one valence) has leverage 1: HC3 is undefined, not a number
     lone = ols(rng.normal(size=10), [2.0] * 9 + [4.0])
     assert np.isfinite(lone.se).all() and np.isnan(lone.se_hc3).all() and np.isnan(lone.p_hc3).all()
+    # a one-row dummy moves only its own coefficient: the others keep statsmodels' HC3 (the second recheck)
+    y2, dummy = rng.normal(size=60), np.eye(60)[7]
+    fit = ols(y2, x1[:60], dummy)
+    ref = sm.OLS(y2, sm.add_constant(np.column_stack([x1[:60], dummy]))).fit(cov_type="HC3")
+    np.testing.assert_allclose(fit.se_hc3[:2], ref.bse[:2], rtol=1e-8)
+    assert np.isnan(fit.se_hc3[2])
     assert ols([1.0, 2.0], [0.0, 1.0]) is None  # too few rows
 
 

@@ -16,8 +16,8 @@ import numpy as np
 class OLSFit:
     """Coefficients (intercept first), classical standard errors, t, two-sided p, n, R²; and the HC3 standard errors
     and p (MacKinnon & White 1985: robust to residuals whose variance changes with the predictor, as a reward's
-    does across valence levels; statsmodels' ``cov_type="HC3"``). NaN where a row has leverage 1 (alone at its
-    predictor level), where HC3 is undefined (statsmodels returns a rounding artefact there)."""
+    does across valence levels; statsmodels' ``cov_type="HC3"``). NaN for the coefficients a row of leverage 1
+    (alone at its predictor level) moves, where HC3 is undefined (statsmodels returns a rounding artefact there)."""
 
     coef: np.ndarray
     se: np.ndarray
@@ -50,11 +50,14 @@ def ols(y, *columns) -> OLSFit | None:
     xtx_inv = np.linalg.inv(x.T @ x)  # (k, k)
     se = np.sqrt(np.diag(sigma2 * xtx_inv))
     lev = np.einsum("ij,jk,ik->i", x, xtx_inv, x)  # (n,) the hat matrix's diagonal
+    # a row alone at its level (leverage 1) fits itself: 1 - h and its residual are rounding noise, their ratio an
+    # arbitrary number. It adds nothing to the coefficients it cannot move; those it moves have no HC3 value (NaN)
+    lone = lev > 1.0 - 1e-8  # (n,)
+    infl = xtx_inv @ x.T  # (k, n): how each row moves each coefficient
+    moved = (np.abs(infl[:, lone]) > 1e-9 * np.abs(infl).max()).any(axis=1)  # (k,)
     with np.errstate(divide="ignore", invalid="ignore"):
-        w = resid**2 / (1.0 - lev) ** 2  # (n,)
-        se_hc3 = np.sqrt(np.diag(xtx_inv @ (x.T * w) @ x @ xtx_inv))
-        if np.any(lev > 1.0 - 1e-8):  # a row alone at its level fits itself: 1 - h and its residual are rounding
-            se_hc3 = np.full(k, np.nan)  # noise, their ratio an arbitrary number; HC3 has no value here
+        w = np.where(lone, 0.0, resid**2 / (1.0 - lev) ** 2)  # (n,)
+        se_hc3 = np.where(moved, np.nan, np.sqrt(np.diag((infl * w) @ infl.T)))
         t, t_hc3 = coef / se, coef / se_hc3
     p = 2 * tdist.sf(np.abs(t), dof)
     p_hc3 = 2 * tdist.sf(np.abs(t_hc3), dof)
