@@ -69,6 +69,12 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 _SHA_SEEN: dict = {}
 
 
+def _stamp(path: Path) -> dict:
+    """What says a file is unchanged since it was hashed: size, mtime, ctime and inode."""
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+
+
 def cached_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
     """sha256 of a file, memoized in ``<cache>/sha256-index.json`` by its path, size, mtime, ctime and inode.
 
@@ -79,8 +85,7 @@ def cached_sha256(path: str | os.PathLike, cache: Path | None = None) -> str:
     within the filesystem's timestamp granularity (milliseconds) of the hashing itself.
     """
     path = Path(path).resolve()
-    st = path.stat()
-    stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+    stamp = _stamp(path)
     seen = _SHA_SEEN.get((str(path), *stamp.values()))
     if seen is not None:  # this process hashed it already (a read-only cache keeps no index)
         return seen
@@ -98,8 +103,7 @@ def remember_sha256(path: Path, sha: str, cache: Path | None = None, index: dict
     """Record ``sha`` as the sha256 of ``path`` as it is now (:func:`cached_sha256`'s memo and index): a file this
     process just hashed (a conversion's, before its folder's rename) is not read again at its first load."""
     path = Path(path).resolve()
-    st = path.stat()
-    stamp = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+    stamp = _stamp(path)
     _SHA_SEEN[(str(path), *stamp.values())] = sha
     index_path = (cache or cache_root()) / "sha256-index.json"
     if index is None:

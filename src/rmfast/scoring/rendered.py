@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..template import Template, build_template
-from .candidates import check_context
+from .candidates import check_context, special_ids
 from .conversation import as_list
 from .scorer_model import eval_mode
 
@@ -57,7 +57,7 @@ def template_marks(tokenizer, template: str | None = None) -> tuple[str, ...]:
     """The special tokens (as text) that the model's template renders around a turn: what a rendered text holds and
     a user's prompt does not."""
     ids = build_template(tokenizer, "hello", template=template).prefix_ids
-    special = set(getattr(tokenizer, "all_special_ids", ()) or ()) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    special = special_ids(tokenizer)
     marks = {tokenizer.convert_ids_to_tokens(int(i)) for i in ids if int(i) in special}
     # a BOS that only begins the text is no turn's mark (a user's "<s>" is a strike-through); one that also opens the
     # template's turns (SmolLM2's <|im_start|>) is
