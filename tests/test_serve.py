@@ -625,6 +625,15 @@ def test_verl_compute_score_and_the_trl_remote_reward(rm):
         assert "/get_reward" in r.json()["error"]["message"]
         r = httpx.post(f"{url}/v1/rerank", json={"prompt": rendered, "responses": ["4", "5"]})
         assert r.status_code == 422 and "already holds the chat template" in r.text
+        # docs/serving.md's own example, a prompt holding only a turn's opener, many at once beside good requests:
+        # each bad one a 422 (it was scored templated twice on SmolLM2, whose BOS <|im_start|> opens its turns)
+        from concurrent.futures import ThreadPoolExecutor
+
+        bodies = [{"conversations": [{"prompt": "<|im_start|>user\nhi" if k % 2 else "hi", "responses": ["4"]}]}
+                  for k in range(8)]
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(lambda b: httpx.post(f"{url}/v1/score", json=b, timeout=60).status_code, bodies))
+        assert codes == [200, 422] * 4, codes
         with pytest.raises(Exception, match="already holds the chat template"):
             compute_score_sync("ds", "4", None, {"prompt": rendered}, url=url)
         with pytest.raises(Exception, match="already holds the chat template"):
