@@ -7,11 +7,13 @@ known population value checks what the intervals cover."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from rmfast.analysis.representations.similarity import (MEASURES, MIN_TRUSTED_BOOTSTRAP, bootstrap_interval,
                                                        similarity)
 from rmfast.cli import build_parser
+from rmfast.errors import UserError
 from rmfast.states import write_states
 
 
@@ -47,6 +49,11 @@ def test_default_replicates_are_enough_for_95_percent_ends():
     assert inspect.signature(similarity).parameters["bootstrap"].default == MIN_TRUSTED_BOOTSTRAP
     # the CLI's first look asks for none (issue 51 item 4), never for too few
     assert build_parser().parse_args(["analyze", "similarity"]).bootstrap in (0, MIN_TRUSTED_BOOTSTRAP)
+    # the parser's --interval choices (written out there: the CLI builds its parser without the analysis modules)
+    from rmfast.analysis.representations.similarity_bootstrap import INTERVALS
+
+    for k in INTERVALS:
+        assert build_parser().parse_args(["analyze", "similarity", "--interval", k]).interval == k
 
 
 def _masked(K, L, idx):
@@ -86,37 +93,95 @@ def test_every_measure_of_a_resample_leaves_out_the_pairs_of_copies():
             assert b[m][i] == pytest.approx(v, rel=1e-9), (m, i)
 
 
-def _coverage(R=40, B=100, n=40, p=6, q=4, s2=4.0, seed=0):
-    """R data sets of n rows from a model with a known population CKA: X ~ N(0, I_p), Y = XW + sqrt(s2)·E,
-    population CKA = ‖W‖² / (√p ‖W'W + s2·I‖_F) (the value debiased CKA estimates without bias)."""
-    from rmfast.analysis.representations.similarity_replicates import bootstrap_measures
-
-    rng = np.random.default_rng(seed)
-    W = rng.normal(size=(p, q))  # (p, q)
-    Syy = W.T @ W + s2 * np.eye(q)
-    truth = float((W * W).sum() / np.sqrt(p * (Syy * Syy).sum()))
-    out = {m: {"below": [], "recentred": [], "percentile": []} for m in ("cka", "cka_debiased")}
-    for r in range(R):
-        X = rng.normal(size=(n, p))
-        Y = X @ W + np.sqrt(s2) * rng.normal(size=(n, q))
-        b = bootstrap_measures(X, Y, B, seed=r)
-        for m in out:
-            obs, boot = b["obs"][m], b[m]
-            lo, hi = bootstrap_interval(obs, boot)
-            plo, phi = np.quantile(boot, [0.025, 0.975])
-            out[m]["below"].append(np.mean(boot < obs))
-            out[m]["recentred"].append(lo <= truth <= hi)
-            out[m]["percentile"].append(plo <= truth <= phi)
-    return truth, {m: {k: float(np.mean(v)) for k, v in d.items()} for m, d in out.items()}
-
-
 def test_coverage_simulation_with_a_known_truth():
     """Issue 52 §4: with copies counted, debiased CKA's replicates sat above its estimate (about 1 in 5 below,
     none at n = 40 in 48 dimensions) and its percentile interval covered the truth less often than nominal.
     Resampling without that bias leaves about half the replicates below the estimate, and debiased CKA's
     95 % intervals cover the population value near nominal (docs/representations.md tables a longer run)."""
-    truth, cov = _coverage()
+    from rmfast.analysis.representations.similarity_replicates import coverage_simulation
+
+    truth, cov = coverage_simulation()
     assert 0.3 < truth < 0.5
     for m in ("cka", "cka_debiased"):
         assert 0.38 < cov[m]["below"] < 0.62, (m, cov[m])
     assert cov["cka_debiased"]["recentred"] >= 0.85 and cov["cka_debiased"]["percentile"] >= 0.85, cov
+    assert cov["cka_debiased"]["bca"] >= 0.85, cov
+
+
+def _bca_by_hand(obs, boot, jack, level):
+    """Efron & Tibshirani (1993) §14.3, written out apart from rmfast's code: scipy's normal, np.percentile."""
+    from scipy.stats import norm
+
+    z0 = norm.ppf(np.mean(boot < obs))
+    u = jack.mean() - jack
+    a = (u ** 3).sum() / (6 * (u ** 2).sum() ** 1.5)
+    z = norm.ppf([(1 - level) / 2, (1 + level) / 2])
+    levels = norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))
+    return tuple(np.percentile(boot, 100 * levels))
+
+
+def test_bca_interval_is_efrons_formula():
+    rng = np.random.default_rng(3)
+    boot = rng.gamma(2.0, size=500)  # (500,) skewed replicates, no ties with the estimate
+    jack = rng.gamma(3.0, size=20)  # (20,) skewed jackknife values: a clearly non-zero acceleration
+    for obs, level in ((1.7, 0.95), (2.4, 0.9), (1.1, 0.5)):
+        assert bootstrap_interval(obs, boot, level, "bca", jack) == pytest.approx(
+            _bca_by_hand(obs, boot, jack, level), rel=1e-12)
+    # every replicate above the estimate: no bias correction is finite, so no interval (not a made-up one)
+    assert np.isnan(bootstrap_interval(0.0, boot, 0.95, "bca", jack)).all()
+    with pytest.raises(ValueError, match="jackknife"):
+        bootstrap_interval(1.7, boot, 0.95, "bca")
+    assert bootstrap_interval(1.7, boot, 0.9, "percentile") == pytest.approx(tuple(np.quantile(boot, [0.05, 0.95])))
+    lo, hi = np.quantile(boot, [0.05, 0.95])
+    assert bootstrap_interval(1.7, boot, 0.9, "basic") == pytest.approx((2 * 1.7 - hi, 2 * 1.7 - lo))
+
+
+def test_jackknife_replicates_are_the_measures_without_their_block():
+    from rmfast.analysis.representations.similarity import measures
+    from rmfast.analysis.representations.similarity_bootstrap import jackknife_blocks
+    from rmfast.analysis.representations.similarity_replicates import bootstrap_measures
+
+    rng = np.random.default_rng(0)
+    n = 41
+    X = rng.normal(size=(n, 5))  # (n, 5)
+    Y = X @ rng.normal(size=(5, 3)) + rng.normal(size=(n, 3))  # (n, 3)
+    jack = bootstrap_measures(X, Y, 0, seed=3, jackknife=True)["jack"]
+    blocks = jackknife_blocks(n, 3)
+    assert len(blocks) == 20 and sorted(np.concatenate(blocks).tolist()) == list(range(n))
+    for g, block in enumerate(blocks):
+        keep = np.setdiff1d(np.arange(n), block)
+        ref = measures(X[keep], Y[keep])
+        for m in MEASURES:
+            assert jack[m][g] == pytest.approx(getattr(ref, m), rel=1e-10), (m, g)
+
+
+def test_similarity_bca_through_the_api_and_the_command_line(tmp_path, capsys):
+    from cli_run import run
+
+    rng = np.random.default_rng(2)
+    n = 60
+    X = rng.normal(size=(n, 6)).astype("float32")
+    write_states(tmp_path / "a.states", np.arange(n), {"last_prenorm": X})
+    write_states(tmp_path / "b.states", np.arange(n), {"last_prenorm": X @ rng.normal(size=(6, 4)).astype("float32")
+                                                       + rng.normal(size=(n, 4)).astype("float32")})
+    kw = dict(bootstrap=40, permutations=0, seed=1)
+    bca = similarity(tmp_path / "a.states", tmp_path / "b.states", interval="bca", **kw)
+    rec = similarity(tmp_path / "a.states", tmp_path / "b.states", **kw)
+    row, base = bca.pairs.iloc[0], rec.pairs.iloc[0]
+    assert bca.interval == "bca" and any("BCa" in t and "20 random blocks" in t for t in bca.notes)
+    for m in MEASURES:
+        assert row[m] == base[m]  # the estimates do not depend on the interval
+        assert np.isfinite([row[f"{m}_lo"], row[f"{m}_hi"]]).all() and row[f"{m}_lo"] < row[f"{m}_hi"]
+    assert any(row[f"{m}_lo"] != base[f"{m}_lo"] for m in MEASURES)
+    with pytest.raises(UserError, match="interval 'bcaa'"):
+        similarity(tmp_path / "a.states", tmp_path / "b.states", interval="bcaa", **kw)
+    out = tmp_path / "sim.csv"
+    rc, _, err = run(["analyze", "similarity", str(tmp_path / "a.states"), str(tmp_path / "b.states"), "--bootstrap",
+                      "40", "--permutations", "0", "--seed", "1", "--interval", "bca", "--out", str(out),
+                      "--no-progress"], capsys)
+    assert rc == 0, err
+    got = pd.read_csv(out).iloc[0]
+    assert got["rv2_lo"] == pytest.approx(row["rv2_lo"]) and got["rv2_hi"] == pytest.approx(row["rv2_hi"])
+    rc, _, err = run(["analyze", "similarity", str(tmp_path / "a.states"), str(tmp_path / "b.states"),
+                      "--interval", "bc"], capsys)
+    assert rc == 2 and "--interval" in err

@@ -259,8 +259,11 @@ def register(subparsers) -> None:
     # few; 200 = analysis.similarity.MIN_TRUSTED_BOOTSTRAP, which the CLI does not import to build its parser),
     # and 19 permutations, a valid test down to p = 0.05; a cost line says the time before the replicates start
     a.add_argument("--bootstrap", type=nonneg_int, default=0,
-                   help="similarity: bootstrap replicates for the median-recentred percentile intervals (default 0: none; give "
+                   help="similarity: bootstrap replicates for the intervals (--interval; default 0: none; give "
                    "200 or more for 95%% ends, fewer are noted as too few; at most 10,000; each costs one pass)")
+    a.add_argument("--interval", choices=("recentred", "bca", "percentile", "basic"), default="recentred",
+                   help="similarity: which bootstrap interval (default recentred: the median-recentred percentile "
+                   "interval; bca: Efron's BCa, 20 more passes for its jackknife; percentile; basic)")
     a.add_argument("--permutations", type=nonneg_int, default=19,
                    help="similarity: permutations for the p-values (default 19: p down to 0.05; at most 10,000; "
                    "each costs one pass)")
@@ -401,7 +404,8 @@ def _run_similarity(args) -> int:
     (SimilarityResult if len(inputs) == 2 else RepresentationAgreementResult).check_table(args.table, "similarity")
     if len(inputs) == 2:
         res = similarity(*inputs, layers_a=args.layers_a, layers_b=args.layers_b,
-                         bootstrap=args.bootstrap, permutations=args.permutations, seed=args.seed,
+                         bootstrap=args.bootstrap, permutations=args.permutations, interval=args.interval,
+                         seed=args.seed,
                          join=args.join or "auto", progress=not args.no_progress)
         if not args.bootstrap:  # the CLI's default: say what is missing and how to get it
             res.notes.append("no bootstrap intervals (the <measure>_lo and _hi columns are empty; the default): "
@@ -426,6 +430,9 @@ def _run_similarity(args) -> int:
                                        seed=args.seed, join=args.join or "auto")
         if many:
             res.notes.append(f"sets of one model are named by their files too: {', '.join(k for k in sets if '[' in k)}")
+        if args.bootstrap or args.interval != "recentred":
+            res.notes.append("--bootstrap and --interval apply to two state sets (A B); the models × models table has "
+                             "no intervals (its RSA's p-value takes --n-perm)")
     _report_drops(res)
     tables = res.tables()
     name = args.table or next(iter(tables))

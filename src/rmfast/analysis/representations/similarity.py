@@ -78,7 +78,8 @@ from ..data.results import Result
 from ..stats.permutation import holm
 from .similarity_guards import MEASURES, NULL_NOTE, check_replicates, dominance_note, small_n_note, undefined_reasons  # noqa: F401
 from .similarity_progress import progress_bar, timed
-from .similarity_bootstrap import MIN_TRUSTED_BOOTSTRAP, bootstrap_interval  # noqa: F401 (re-exported)
+from .similarity_bootstrap import (MIN_TRUSTED_BOOTSTRAP, bootstrap_interval,  # noqa: F401 (re-exported)
+                                   JACKKNIFE_BLOCKS, check_interval, interval_note, jackknife_blocks)
 
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
@@ -416,6 +417,9 @@ def _variant_values(a, b, ra, rb, la, lb, variants, *, seed, chunk_rows, shifts)
         if v != "obs" and v[0] == "boot":  # (n,) multinomial copy counts of replicate v[1]
             weights[v] = np.bincount(np.random.default_rng([seed, 0, v[1]]).integers(0, n, n),
                                      minlength=n).astype(np.float64)
+        elif v != "obs" and v[0] == "jack":  # (n,) 1, but 0 for block v[1] (the grouped jackknife, BCa's a)
+            weights[v] = np.ones(n)
+            weights[v][jackknife_blocks(n, seed, min(JACKKNIFE_BLOCKS, n))[v[1]]] = 0.0
         elif v != "obs":  # (n,) partner of row i in Y
             perms[v] = np.random.default_rng([seed, 1, v[1]]).permutation(n)
     sides = {v: ({l: _Side.zeros(p) for l in la}, {l: _Side.zeros(q) for l in lb})
@@ -429,8 +433,8 @@ def _variant_values(a, b, ra, rb, la, lb, variants, *, seed, chunk_rows, shifts)
             for side, s, rows, ls in ((0, a, ra, la), (1, b, rb, lb)):
                 for l in ls:
                     Z = _read(s, l, rows[lo:hi], shifts[side][l])[0]  # (c, d)
-                    for v in weights:
-                        means[v][side][l] += weights[v][lo:hi] @ Z / n
+                    for v in weights:  # a jackknife replicate's own mean: over the rows it keeps
+                        means[v][side][l] += weights[v][lo:hi] @ Z / weights[v].sum()
     cross = {v: {(x, y): _Cross.zeros(p, q) for x in la for y in lb} for v in variants}
     for lo in range(0, n, chunk_rows):
         hi = min(n, lo + chunk_rows)
@@ -487,8 +491,8 @@ def _pvalue(obs: float, perm: np.ndarray) -> float:
 @dataclass(kw_only=True)
 class SimilarityResult(Result):
     """pairs: one row per layer pair: layer_a, layer_b, n, cka, cka_debiased, rv, rv2, d_a, d_b, rv_null_mean, per
-    measure ``<m>_lo``, ``<m>_hi`` (median-recentred percentile bootstrap interval over candidates,
-    :func:`bootstrap_interval`),
+    measure ``<m>_lo``, ``<m>_hi`` (the bootstrap interval over candidates that ``interval`` names,
+    :func:`bootstrap_interval`; median-recentred percentile by default),
     ``p_<m>`` (permutation p-value, "more similar than chance"), and ``undefined``: why the pair's measures are
     NaN ("" where defined, e.g. "A 0 (constant across candidates)"). alignment: set, rows, duplicated, not_shared, shared.
     """
@@ -500,6 +504,7 @@ class SimilarityResult(Result):
     permutations: int = 0
     seed: int = 0
     level: float = 0.95
+    interval: str = "recentred"
 
 
 def _layers(s: StatesSet, layers) -> list[str]:
@@ -520,13 +525,13 @@ def _as_set(x) -> StatesSet:
 
 
 def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_rows, max_bytes, shifts,
-                progress, n) -> dict:
+                progress, n, jackknife: int = 0) -> dict:
     """variant -> {(layer_a, layer_b): measures} for the observed pairs, every bootstrap replicate and every
     permutation, streamed in batches of variants that fit ``max_bytes`` (after :func:`check_replicates`)."""
     p, q = a.hidden_size, b.hidden_size
     # replicates per step: what fits in max_bytes, but at most a tenth of them, so the bar moves (a step re-reads
     # the rows: cheap beside its products)
-    most = max(1, math.ceil((1 + bootstrap + permutations) / 10))
+    most = max(1, math.ceil((1 + bootstrap + jackknife + permutations) / 10))
     tiles = [(ta, tb, min(most, max(1, max_bytes // _block_bytes(p, q, len(ta), len(tb)))))
              for ta, tb in _tiles(la, lb, p, q, max_bytes)]
     values: dict = {}
@@ -536,7 +541,8 @@ def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_ro
         values["obs"], pass_s = timed(lambda: {k: v for ta, tb, _ in tiles for k, v in _variant_values(
             a, b, ra, rb, ta, tb, ["obs"], seed=seed, chunk_rows=chunk_rows, shifts=shifts)["obs"].items()})
         check_replicates(bootstrap, permutations, pass_s)  # the observed pass, first and timed, is the unit
-        variants = [("boot", i) for i in range(bootstrap)] + [("perm", i) for i in range(permutations)]
+        variants = ([("boot", i) for i in range(bootstrap)] + [("jack", g) for g in range(jackknife)]
+                    + [("perm", i) for i in range(permutations)])
         bar = progress_bar(tiles, variants, n, la, lb, progress, pass_s)
         for ta, tb, per in tiles:
             for i in range(0, len(variants), per):
@@ -551,7 +557,7 @@ def _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, *, seed, chunk_ro
 
 
 def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUSTED_BOOTSTRAP,
-               permutations: int = 49,
+               permutations: int = 49, interval: str = "recentred",
                seed: int = 0, level: float = 0.95, join: str = "auto", chunk_rows: int = 4096,
                max_bytes: int = 1 << 30, max_rows: int | None = None, progress: bool = False) -> SimilarityResult:
     """Layer × layer CKA, debiased CKA, RV and RV2 of two state sets (paths or :class:`StatesSet`).
@@ -561,6 +567,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     layer pair's O(p² + q² + pq), whatever n is). Same seed, same intervals and p-values.
     ``max_rows``: compute on at most this many of the shared candidates, a seeded random sample
     (``default_rng([seed, 2])``, kept in A's order; a note says so), e.g. for a quick look.
+    ``interval``: which bootstrap interval (:func:`bootstrap_interval`: "recentred", "bca", "percentile", "basic");
+    "bca" costs :data:`JACKKNIFE_BLOCKS` more passes (its acceleration's grouped jackknife).
     ``bootstrap`` and ``permutations``: at most :data:`rmfast.analysis.representations.similarity_guards.MAX_REPLICATES` each (more
     is refused with the time they would take, measured on one pass). ``progress``: a line on stderr saying how
     much work there is, a bar over it (layer tiles × batches of replicates), and after its first step what the
@@ -583,6 +591,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
         raise UserError(f"level {level}: give a number in (0, 1)")
     if bootstrap < 0 or permutations < 0 or chunk_rows < 1:
         raise UserError("bootstrap, permutations must be >= 0 and chunk_rows >= 1")
+    check_interval(interval)
     names = [f"A: {a.name}", f"B: {b.name}"]
     al = align([a, b], join, names)
     ra, rb = al.rows
@@ -596,8 +605,9 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
         ra, rb, n = ra[keep], rb[keep], max_rows
     p, q = a.hidden_size, b.hidden_size
     shifts = (_shifts(a, la, ra), _shifts(b, lb, rb))
+    blocks = min(JACKKNIFE_BLOCKS, n) if interval == "bca" and bootstrap else 0
     values = _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, seed=seed, chunk_rows=chunk_rows,
-                         max_bytes=max_bytes, shifts=shifts, progress=progress, n=n)
+                         max_bytes=max_bytes, shifts=shifts, progress=progress, n=n, jackknife=blocks)
     rows = []
     for x in la:
         for y in lb:
@@ -606,14 +616,15 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
                    "d_a": p, "d_b": q, "rv_null_mean": o["rv_null_mean"]}
             for m in MEASURES:
                 boot = np.array([values[("boot", i)][(x, y)][m] for i in range(bootstrap)])
-                row[f"{m}_lo"], row[f"{m}_hi"] = bootstrap_interval(o[m], boot, level)
+                jack = np.array([values[("jack", g)][(x, y)][m] for g in range(blocks)])
+                row[f"{m}_lo"], row[f"{m}_hi"] = bootstrap_interval(o[m], boot, level, interval, jack)
             for m in MEASURES:
                 perm = np.array([values[("perm", i)][(x, y)][m] for i in range(permutations)])
                 row[f"p_{m}"] = _pvalue(o[m], perm) if permutations else math.nan
             rows.append(row)
     pairs = pd.DataFrame(rows)
     res = SimilarityResult(pairs=pairs, alignment=al.counts, join=al.join, bootstrap=bootstrap,
-                           permutations=permutations, seed=seed, level=level)
+                           permutations=permutations, seed=seed, level=level, interval=interval)
     res.notes.append(f"joined on {'token id' if al.join == 'id' else 'decoded text'}: {n:,} shared candidates; "
                      + "; ".join(f"{c.set}: {c.duplicated} duplicated, {c.not_shared} not shared"
                                  for c in al.counts.itertuples()))
@@ -626,17 +637,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     res.notes += [note] if (note := dominance_note([("A", a, la, ra), ("B", b, lb, rb)])) else []
     res.notes += [note] if (note := small_n_note(pairs, n, {"A": p, "B": q})) else []
     if bootstrap:
-        res.notes.append(f"{level:.0%} median-recentred percentile bootstrap intervals over candidates ({bootstrap} "
-                         f"replicates, seed {seed}; not Efron's bias-corrected interval): the replicates' percentiles "
-                         "shifted by median(replicates) − estimate, so each interval contains its estimate; they "
-                         "cover resampling the candidates (other tokens of the same vocabulary), not other models or "
-                         "prompts. Every measure of a resample leaves out the pairs of copies of a candidate (copies "
-                         "counted as distinct items inflated CKA and debiased CKA). Measured coverage at 95 % "
-                         "(docs/representations.md): debiased CKA and RV2 near nominal; plain CKA/RV below it, "
-                         "because the estimate itself is biased upward at small n"
-                         + ("" if bootstrap >= MIN_TRUSTED_BOOTSTRAP else
-                            f"; {bootstrap} replicates are too few for {level:.0%} interval ends (their "
-                            f"Monte-Carlo error is large): use at least {MIN_TRUSTED_BOOTSTRAP}"))
+        res.notes.append(interval_note(interval, level, bootstrap, seed, blocks))
     if permutations:
         for m in MEASURES:  # the layer pairs are one family of tests per measure
             pairs[f"p_{m}_holm"] = holm(pairs[f"p_{m}"].to_numpy())

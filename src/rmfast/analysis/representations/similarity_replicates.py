@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import similarity as sim
+from .similarity_bootstrap import JACKKNIFE_BLOCKS
 from .similarity_guards import MEASURES
 
 
@@ -20,10 +21,12 @@ class _Arrays:
         return self.Z[rows]
 
 
-def bootstrap_measures(X, Y, bootstrap: int, *, seed: int = 0) -> dict[str, np.ndarray]:
+def bootstrap_measures(X, Y, bootstrap: int, *, seed: int = 0, jackknife: bool = False) -> dict[str, np.ndarray]:
     """The measures of ``bootstrap`` resamples of the rows of two in-memory arrays, by the same code as
     :func:`similarity`'s replicates (copies of a candidate left out as :func:`_finish` says); returns
-    {"obs": {measure: float}, measure: (bootstrap,) replicates}. For tests and coverage simulations.
+    {"obs": {measure: float}, measure: (bootstrap,) replicates} and, with ``jackknife``, "jack": {measure: (G,) the
+    estimate without each block of :func:`.similarity_bootstrap.jackknife_blocks`} (G = min(JACKKNIFE_BLOCKS, n)). For tests
+    and coverage simulations.
 
     >>> rng = np.random.default_rng(0); X = rng.normal(size=(30, 3)); Y = X @ rng.normal(size=(3, 2))
     >>> b = bootstrap_measures(X, Y, 5)
@@ -36,13 +39,48 @@ def bootstrap_measures(X, Y, bootstrap: int, *, seed: int = 0) -> dict[str, np.n
     sim._check_n(n)
     rows = np.arange(n)
     shifts = ({"x": X[:sim.SHIFT_ROWS].mean(0)}, {"y": Y[:sim.SHIFT_ROWS].mean(0)})
-    variants = ["obs"] + [("boot", i) for i in range(bootstrap)]
+    blocks = min(JACKKNIFE_BLOCKS, n) if jackknife else 0
+    variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("jack", g) for g in range(blocks)]
     vals = sim._variant_values(_Arrays(X, "x"), _Arrays(Y, "y"), rows, rows, ["x"], ["y"], variants, seed=seed,
                            chunk_rows=max(n, 1), shifts=shifts)
     out = {"obs": vals["obs"][("x", "y")]}
     for m in MEASURES:
         out[m] = np.array([vals[("boot", i)][("x", "y")][m] for i in range(bootstrap)])
+    if jackknife:
+        out["jack"] = {m: np.array([vals[("jack", g)][("x", "y")][m] for g in range(blocks)]) for m in MEASURES}
     return out
 
 
-__all__ = ["bootstrap_measures"]
+def coverage_simulation(R: int = 40, B: int = 100, n: int = 40, p: int = 6, q: int = 4, s2: float = 4.0,
+                        seed: int = 0, level: float = 0.95) -> tuple[float, dict]:
+    """How often each interval covers a known population value: R data sets of n rows from X ~ N(0, I_p),
+    Y = XW + sqrt(s2)·E (W fixed by ``seed``), population CKA = ‖W‖²_F / (√p ‖W'W + s2·I‖_F), the value debiased
+    CKA estimates without bias; B replicates (and the jackknife) per data set. Returns (truth, {measure:
+    {"below": mean share of replicates below the estimate, interval: coverage}}) for CKA and debiased CKA
+    (docs/representations.md's table: ``benchmarks/similarity_coverage.py``).
+
+    >>> truth, cov = coverage_simulation(R=2, B=20)
+    >>> round(truth, 3), sorted(cov["cka"])
+    (0.402, ['basic', 'bca', 'below', 'percentile', 'recentred'])
+    """
+    from .similarity_bootstrap import INTERVALS, bootstrap_interval
+
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(p, q))  # (p, q)
+    Syy = W.T @ W + s2 * np.eye(q)  # (q, q)
+    truth = float((W * W).sum() / np.sqrt(p * (Syy * Syy).sum()))
+    hits: dict = {m: {k: [] for k in ("below", *INTERVALS)} for m in ("cka", "cka_debiased")}
+    for r in range(R):
+        X = rng.normal(size=(n, p))  # (n, p)
+        Y = X @ W + np.sqrt(s2) * rng.normal(size=(n, q))  # (n, q)
+        b = bootstrap_measures(X, Y, B, seed=r, jackknife=True)
+        for m, d in hits.items():
+            obs, boot = b["obs"][m], b[m]
+            d["below"].append(np.mean(boot < obs))
+            for k in INTERVALS:
+                lo, hi = bootstrap_interval(obs, boot, level, k, b["jack"][m])
+                d[k].append(lo <= truth <= hi)
+    return truth, {m: {k: float(np.mean(v)) for k, v in d.items()} for m, d in hits.items()}
+
+
+__all__ = ["bootstrap_measures", "coverage_simulation"]
