@@ -164,9 +164,14 @@ def test_cli_scan_of_a_replica(replicas, name, tmp_path, capsys):
                                         ("armorm", "reward_transform_matrix"), ("qrm-llama", "reward_transform_matrix"),
                                         ("qrm-gemma", "reward_transform_matrix"),
                                         ("qrm-gemma-27b", "regression_layer.weight"),
-                                        ("qrm-gemma-27b", "gating.logit_scale")])
+                                        ("qrm-gemma-27b", "gating.logit_scale"),
+                                        ("armorm", "gating.layers.3.bias"), ("armorm", "gating.layers.1.bias"),
+                                        ("urm", "weights.fc.4.bias"), ("urm", "weights.fc.0.bias"),
+                                        ("qrm-gemma-27b", "gating.layers.2.running_var")])
 def test_a_custom_head_without_its_weights_is_an_error(llama_tok, tmp_path, name, drop):
-    """Only the published QRM-Gemma-2 layout (Dropout slots) goes without a transform matrix."""
+    """Only the published QRM-Gemma-2 layout (Dropout slots) goes without a transform matrix. A Linear's bias is
+    part of the head where the layout has one (ArmoRM's and URM's Linears all do): a missing one was read as "no
+    bias" and scored silently; a BatchNorm without its running variance was a KeyError traceback."""
     tok = R.gemma_tokenizer() if R.KINDS[name][0] == "gemma2" else llama_tok
     folder = R.make_replica(name, tmp_path / "rm", tok, drop=(drop,))
     with pytest.raises(UserError, match=f"no weights for {drop}"):
@@ -199,3 +204,25 @@ def test_gcg_runs_on_a_gated_head(replicas, name):
     tmpl = build_template(tok, "What is the best thing?")
     r, g = _Gradient(lm.model, tmpl, "score", 0)(torch.tensor(res.best_ids))
     assert r == pytest.approx(res.best_score_reference, abs=1e-4) and g.shape[0] == 4 and torch.isfinite(g).all()
+
+
+def test_a_gated_head_under_a_template_without_its_pattern_is_one_line(replicas):
+    """ArmoRM under a plain template (no Llama 3 header to gate at): a UserError naming the fix, not a ValueError
+    traceback (found by a loading probe)."""
+    folder, tok = replicas["armorm"]
+    lm = load(str(folder), dtype="float32", device="cpu")
+    tmpl = build_template(tok, PROMPT, template="User: {prompt}\nAssistant: {response}")
+    with pytest.raises(UserError, match="no gating pattern.*use its chat template"):
+        Engine(lm.model, tmpl, head="score").score(torch.tensor([[5], [6]]))
+
+
+@pytest.mark.parametrize("name", ["armorm", "urm"])
+def test_a_custom_head_is_not_spread_over_devices(replicas, name):
+    """--device-map loaded a custom head as transformers' plain classifier: ArmoRM with a random score head (ranks
+    -0.24 with its own), silently. Now refused in one line (rmfast builds these heads on one device)."""
+    pytest.importorskip("accelerate")
+    from rmfast.loading.spread import load_spread
+
+    folder, _ = replicas[name]
+    with pytest.raises(UserError, match="builds on one device: load it without"):
+        load_spread(str(folder), dtype="float32", device_map="auto")

@@ -152,7 +152,9 @@ def arch_spec(model: nn.Module) -> ArchSpec | None:
         return None
     dims = model_dims(cfg)
     n_heads, n_kv, head_dim = dims.heads, dims.kv_heads, dims.head_dim
-    softcap = getattr(cfg, "attn_logit_softcapping", None) if family in ("gemma2", "gemma3") else None
+    # Gemma 2's attention softcap; Gemma 3's config keeps the key, but HF's Gemma3Attention never applies it (qk-norm
+    # took its place): read it there and the engine would compute another model than HF's
+    softcap = getattr(cfg, "attn_logit_softcapping", None) if family == "gemma2" else None
     # HF's Gemma 2/3 MLPs read hidden_activation, the others hidden_act.
     act = (getattr(cfg, "hidden_activation", None) if family in ("gemma2", "gemma3") else None) or getattr(
         cfg, "hidden_act", None

@@ -35,6 +35,7 @@ import torch
 
 from . import ops
 from ..cpu import compile_here
+from ..errors import UserError
 from .layer import (CascadePrompt, MultiPrompt, PackedPrompt, PackedRows, PromptKV, build_layers, compile_layer,
                     decoder_layer)
 from .arch import ArchSpec, arch_spec
@@ -324,8 +325,8 @@ class Engine:
         if isinstance(self.score_head, GatedHead):
             g = self.score_head.gate_position(prefix)
             if g is None:
-                raise ValueError(f"the prompt has no gating pattern {self.score_head.pattern}: this gated reward "
-                                 f"model reads its gating position at the end of the user turn (use its chat template)")
+                raise UserError(f"the prompt has no gating pattern {self.score_head.pattern}: this gated reward "
+                                f"model reads its gating position at the end of the user turn (use its chat template)")
             self.gate_pos = g
         self.kv = None  # set by the prompt pass (this engine's own, or a wave's: rmfast.fast.wave.encode_prompts)
 

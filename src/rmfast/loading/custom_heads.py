@@ -1,7 +1,7 @@
 """Reward models with custom heads (ArmoRM, QRM, URM), loaded without running their remote code.
 
 Their checkpoints ship modeling code for ``trust_remote_code``; rmfast never runs it. It
-recognizes them from the safetensors weight names (:func:`rmfast.loading.loader.custom_head_kind`), builds
+recognizes them from the safetensors weight names (:func:`rmfast.loading.folder_checks.custom_head_kind`), builds
 the backbone with transformers' own class for the config's ``model_type`` (``LlamaModel``,
 ``Gemma2Model``: the fast path's :func:`rmfast.fast.arch.arch_spec` reads it like any other), and
 loads the head tensors into rmfast's own head (:mod:`rmfast.fast.heads`). The facts, from the
@@ -70,6 +70,13 @@ def _missing(folder: Path, files: dict, required, what: str) -> None:
                         f"a reward model without its head cannot score; pass the complete checkpoint")
 
 
+def _complete(folder: Path, layer: str, got: dict, needs) -> None:
+    """A head layer's tensors as its layout has them: a missing one (a bias too) refused, never read as absent."""
+    if gone := [f"{layer}.{p}" for p in needs if p not in got]:
+        raise UserError(f"{folder} has no weights for {', '.join(gone)}: a reward model without its whole head "
+                        "cannot score; pass the complete checkpoint")
+
+
 def _gating_layers(folder: Path, t: dict[str, torch.Tensor]) -> tuple[list[GatingLayer], bool]:
     """The gating MLP's steps from its weight names (ArmoRM: Linear+ReLU; QRM: Linear, ReLU, BatchNorm;
     QRM-Gemma-2: the same with Dropout between blocks), and whether that layout has Dropout slots."""
@@ -100,9 +107,12 @@ def _gating_layers(folder: Path, t: dict[str, torch.Tensor]) -> tuple[list[Gatin
                 raise UserError(f"{folder}: gating.layers.{i} is missing (after a {prev} layer): not an ArmoRM/QRM "
                                 "gating network; pass the complete checkpoint")
         elif "running_mean" in g:
+            _complete(folder, f"gating.layers.{i}", g, ("weight", "bias", "running_mean", "running_var"))
             layers.append(GatingLayer("batchnorm", g["weight"], g["bias"], g["running_mean"], g["running_var"]))
             prev = "batchnorm"
         else:
+            # ArmoRM's Linears all carry a bias (nn.Linear's default); QRM's hidden ones have none by design
+            _complete(folder, f"gating.layers.{i}", g, ("weight",) if batchnorm else ("weight", "bias"))
             layers.append(GatingLayer("linear", g["weight"], g.get("bias")))
             prev = "linear"
             if not batchnorm and i < idx[-1]:
@@ -131,8 +141,10 @@ def build_head(folder: Path, config: dict, kind: str, files: dict, tokenizer, mo
         _missing(folder, files, _URM_REQUIRED, "URM reward model")
         t = _read(files, [n for n in files if n == "score.weight" or n.startswith("weights.fc.")])
         lin = sorted({int(n.split(".")[2]) for n in t if n.startswith("weights.fc.")})
-        mlp = [(t[f"weights.fc.{i}.weight"].float(), t.get(f"weights.fc.{i}.bias", torch.zeros(0)).float()) for i in lin]
-        mlp = [(w, b if b.numel() else None) for w, b in mlp]
+        for i in lin:  # URM's Linears all carry a bias (nn.Linear's default)
+            _complete(folder, f"weights.fc.{i}", {n.split(".")[3]: 1 for n in t if n.startswith(f"weights.fc.{i}.")},
+                      ("weight", "bias"))
+        mlp = [(t[f"weights.fc.{i}.weight"].float(), t[f"weights.fc.{i}.bias"].float()) for i in lin]
         return URMHead(t["score.weight"].float(), mlp)
     what = "gated reward model (ArmoRM/QRM)"
     _missing(folder, files, [n for n in _GATED_REQUIRED if n != _TRANSFORM], what)
@@ -224,7 +236,8 @@ class CustomRewardModel(nn.Module):
                              "position is found from the tokens")
         pos = [head.gate_position(r) for r in tokens.tolist()]
         if any(p is None for p in pos):
-            raise ValueError(f"the gating pattern {head.pattern} does not occur in a row")
+            raise UserError(f"the gating pattern {head.pattern} does not occur in a row: this gated reward model reads "
+                            "its gating position at the end of the user turn (use its chat template)")
         return CustomOutput(head(h, hs[rows, torch.tensor(pos, device=hs.device)])[:, None])
 
 

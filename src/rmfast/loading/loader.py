@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +22,8 @@ from .. import cpu
 from . import custom_heads, registry
 from . import training_checkpoints as checkpoints
 from ..errors import UserError
+from .folder_checks import (check_rope_type, check_vocab_size, check_weights, custom_head_kind,  # noqa: F401
+                            embedding_names, mismatch_error, warn_unexpected, weight_files)
 from .gguf import check_gguf_header, convert_gguf
 from .sources import (TOKENIZER_FILES, Where, cache_root, cached_sha256, check_converted, content_sha256,
                       conversion_complete, converted_copy, converted_dir, damaged_fix, files_sha256, hub_folder,
@@ -209,107 +210,6 @@ def _init_random_head(model, seed: int) -> None:
             head.bias.zero_()
 
 
-_PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
-
-
-def check_weights(folder: Path, allow_pickle: bool = False) -> None:
-    """Refuse a folder whose only weights are pickles (unpickling can run code) unless ``allow_pickle``."""
-    if allow_pickle or any(folder.glob("*.safetensors")):
-        return
-    pickles = sorted(p.name for pat in _PICKLES for p in folder.glob(pat))
-    if pickles:
-        raise UserError(f"model folder '{folder}' has only pickled weights ({', '.join(pickles[:3])}), and loading a "
-                        "pickle can run code: convert them to safetensors, or pass --allow-pickle if you trust them (a sweep config: allow_pickle: true)")
-
-
-def weight_files(folder: Path) -> dict[str, Path]:
-    """Tensor name -> safetensors file, from model.safetensors(.index.json); {} without safetensors."""
-    from safetensors import SafetensorError, safe_open
-
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            wm = json.loads(index.read_text())["weight_map"]
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-            raise UserError(f"cannot read the weights index of '{folder}': {index.name}: {type(exc).__name__} "
-                            f"({damaged_fix(folder)})") from None
-        return {k: folder / v for k, v in wm.items()}
-    single = folder / "model.safetensors"
-    if not single.is_file():
-        return {}
-    try:
-        with safe_open(str(single), "pt") as f:
-            return {k: single for k in f.keys()}
-    except (SafetensorError, OSError) as exc:
-        raise UserError(f"cannot read the weights of '{folder}': {single.name}: {str(exc).splitlines()[0][:200]} "
-                        f"({damaged_fix(folder)})") from None
-
-
-def custom_head_kind(names) -> str | None:
-    """The custom reward head a checkpoint's weight names show (:mod:`rmfast.loading.custom_heads`): "gated"
-    (ArmoRM/QRM), "urm", or None (not a custom head rmfast knows).
-
-    >>> custom_head_kind({"model.embed_tokens.weight", "score.weight"}) is None
-    True
-    >>> custom_head_kind({"score.weight", "weights.fc.0.weight"})
-    'urm'
-    """
-    names = set(names)
-    if any(n.startswith("gating.layers.") for n in names) or "reward_transform_matrix" in names:
-        return "gated"
-    if any(n.startswith("weights.fc.") for n in names) and "score.weight" in names:
-        return "urm"
-    return None
-
-
-#: how the input embedding is named across the architectures transformers loads
-_EMBEDDING_SUFFIXES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight",
-                       "tok_embeddings.weight")
-
-
-def embedding_names(names) -> list[str]:
-    """The input-embedding tensor names among a checkpoint's weight names."""
-    return sorted(n for n in names if n.endswith(_EMBEDDING_SUFFIXES))
-
-
-def _vocab_sizes(config) -> list[tuple[str, int]]:
-    out = []
-    for where, cfg in (("", config), ("text_config.", getattr(config, "text_config", None))):
-        v = getattr(cfg, "vocab_size", None) if cfg is not None else None
-        if isinstance(v, int):
-            out.append((where + "vocab_size", v))
-    return out
-
-
-def check_vocab_size(folder: Path, config, files: dict[str, Path]) -> None:
-    """Refuse a folder whose config ``vocab_size`` is not the embedding's row count (``files``: tensor name ->
-    safetensors file; nothing is checked without safetensors)."""
-    from safetensors import SafetensorError, safe_open
-
-    sizes = _vocab_sizes(config)
-    names = embedding_names(files)
-    if not sizes or not names:
-        return
-    name = names[0]
-    try:
-        with safe_open(str(files[name]), "pt") as f:
-            rows = f.get_slice(name).get_shape()[0]
-    except (SafetensorError, OSError, IndexError):
-        return  # a damaged file: the weight loader names it
-    if all(v != rows for _, v in sizes):
-        key, v = sizes[0]
-        raise UserError(f"'{folder}': config.json says {key} {v} but the embedding {name} has {rows} rows: the config "
-                        f"does not belong to these weights; set {key} to {rows} in config.json, or fetch the model again")
-
-
-def mismatch_error(folder: Path, exc: BaseException) -> UserError | None:
-    """transformers' size-mismatch RuntimeError as one line; None for any other error."""
-    if "ignore_mismatched_sizes" not in str(exc):
-        return None
-    return UserError(f"'{folder}': the weights' shapes do not match config.json (transformers refuses to load them): "
-                     "the config does not belong to these weights; fetch the model again")
-
-
 def _read_config(folder: Path, trust_remote_code: bool):
     """The folder's config, or one line saying what is wrong with it."""
     from transformers import AutoConfig
@@ -372,11 +272,15 @@ def _load_folder(
     random_head_seed: int | None,
     attn_implementation: str | None,
     allow_pickle: bool = False,
+    spread: dict | None = None,
 ):
+    """(model, tokenizer, kind, seeded) of a model folder, every check of :mod:`.folder_checks` applied. ``spread``:
+    accelerate's placement (``device_map``, ``max_memory``: :mod:`.spread`) in place of moving it to ``device``."""
     from transformers import AutoTokenizer
 
     config = _read_config(folder, trust_remote_code)
     check_weights(folder, allow_pickle)
+    check_rope_type(folder, config)
     # config.dtype: transformers 5 reads a config.json's old torch_dtype into it (config.torch_dtype would log
     # its deprecation)
     model_dtype, choice = dtype_and_choice(dtype, device, getattr(config, "dtype", None), config=config)
@@ -390,6 +294,9 @@ def _load_folder(
     files = {} if trust_remote_code else weight_files(folder)
     check_vocab_size(folder, config, files)
     custom = custom_head_kind(files)
+    if custom is not None and spread:
+        raise UserError(f"'{folder}' has an {custom_heads.KINDS[custom]}, which rmfast builds on one device: load it "
+                        "without --device-map")
     if custom is not None:  # ArmoRM / QRM / URM: transformers' backbone + rmfast's head, no remote code
         with quiet_transformers():
             try:
@@ -397,7 +304,7 @@ def _load_folder(
                                                           dtype=model_dtype, attn_implementation=attn_implementation)
             except RuntimeError as exc:
                 raise (mismatch_error(folder, exc) or exc) from None
-        _warn_missing(folder, missing)
+        _refuse_missing(folder, missing)
         return _finish(model, tokenizer, device, choice), tokenizer, "classifier", False
     kind = model_kind(config)
 
@@ -419,7 +326,9 @@ def _load_folder(
         cls = auto_class(config, kind)
     if not allow_pickle:
         kwargs["use_safetensors"] = True  # never unpickle unless asked (check_weights said why)
+    kwargs.update(spread or {})
     model, info = _from_pretrained(cls, folder, config, kind, attn_implementation, kwargs)
+    warn_unexpected(folder, info.get("unexpected_keys"))
     missing = sorted(info.get("missing_keys") or [])
     head = {n for n, _ in model.named_parameters() if n.split(".")[0] in ("score", "classifier")}
     head_missing = [k for k in missing if k in head]
@@ -434,29 +343,30 @@ def _load_folder(
     if seeded:
         _init_random_head(model, random_head_seed)
         missing = [k for k in missing if k not in head]
-    _warn_missing(folder, missing)
-    return _finish(model, tokenizer, device, choice), tokenizer, kind, seeded
+    _refuse_missing(folder, missing)
+    return _finish(model, tokenizer, None if spread else device, choice), tokenizer, kind, seeded
 
 
-def _warn_missing(folder, missing: list[str]) -> None:
-    """Backbone weights absent from the checkpoint (randomly initialised by transformers): one warning."""
+def _refuse_missing(folder, missing: list[str]) -> None:
+    """Backbone weights absent from the checkpoint: transformers would draw them at random, so a ranking would not be
+    the model's (as a missing head: never a result). One line naming them."""
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        warnings.warn(
-            f"rmfast: {folder} has no weights for {shown}; they are randomly initialised, so scores are "
-            f"not meaningful",
-            stacklevel=4,
-        )
+        raise UserError(f"{folder} has no weights for {shown}: transformers would draw them at random, so its scores "
+                        "would not be the model's; pass the complete checkpoint (or fix config.json if it describes "
+                        "layers these weights do not have)")
 
 
 def _finish(model, tokenizer, device, choice=None):
-    """Pad id from the tokenizer, on the device, eval mode, no gradients; the dtype choice recorded."""
+    """Pad id from the tokenizer, on the device (None: where accelerate placed it), eval mode, no gradients; the
+    dtype choice recorded."""
     cpu.record(model, choice)
     if tokenizer.pad_token_id is not None:
         # the checkpoint's own pad id: the published loop pools with it (--compat authors, rmfast.scoring.hf_path)
         model._rmfast_checkpoint_pad_id = model.config.pad_token_id
         model.config.pad_token_id = tokenizer.pad_token_id
-    model.to(device)
+    if device is not None:
+        model.to(device)
     model.eval()
     model.requires_grad_(False)
     return model

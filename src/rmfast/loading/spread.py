@@ -31,10 +31,6 @@ def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_
         import accelerate  # noqa: F401
     except ImportError:
         raise UserError("--device-map needs the package 'accelerate': run `pip install accelerate`") from None
-    from pathlib import Path
-
-    from transformers import AutoConfig, AutoTokenizer
-
     w = sources.where(spec)
     spec, path = w.spec, w.path
     if w.kind in ("embedded", "gguf", "file") or spec.lower().endswith(".gguf"):
@@ -44,29 +40,14 @@ def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_
     else:
         folder, revision = sources.hub_snapshot(spec)
         source = {"type": "hub", "name": spec, "revision": revision}
-    if not (folder / "config.json").is_file():
-        raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder")
-    L.check_weights(folder, allow_pickle)
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
-    kind = L.model_kind(config)
     first = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model_dtype, choice = L.dtype_and_choice(dtype, first, getattr(config, "dtype", None), config=config)
-    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
-    cls = L.auto_class(config, kind)
-    kw = dict(dtype=model_dtype, trust_remote_code=trust_remote_code, local_files_only=True, device_map=device_map,
-              attn_implementation="eager")
-    if max_memory:
-        kw["max_memory"] = max_memory
-    with sources.quiet_transformers():
-        try:
-            model = cls.from_pretrained(folder, **kw)
-        except ValueError as exc:
-            raise UserError(f"cannot load '{folder}' with device_map={device_map!r}: {str(exc).splitlines()[0]}") from None
-    if tok.pad_token_id is not None:
-        model.config.pad_token_id = tok.pad_token_id
-    model.eval()
-    model.requires_grad_(False)
-    L.cpu.record(model, choice)
+    kw = {"device_map": device_map, **({"max_memory": max_memory} if max_memory else {})}
+    try:  # every check of a one-device load (rmfast.loading.folder_checks), the placement accelerate's
+        model, tok, kind, _ = L._load_folder(folder, dtype=dtype, device=first, trust_remote_code=trust_remote_code,
+                                            random_head_seed=None, attn_implementation="eager",
+                                            allow_pickle=allow_pickle, spread=kw)
+    except ValueError as exc:
+        raise UserError(f"cannot load '{folder}' with device_map={device_map!r}: {str(exc).splitlines()[0]}") from None
     placement = {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {}).items()}
     source.update(spec=spec, path=str(folder), sha256=None, alias=None, random_head_seed=None,
                   content_sha256=sources.content_sha256(folder, source.get("revision"), sources.cache_root(cache_dir)),
