@@ -313,6 +313,8 @@ def test_bad_yaml_and_foreign_stores(models_dir, tmp_path, capsys):
     rc, so, se = run(["sweep", small, "--out", store, "--dry-run", "--force"], capsys)  # back to g alone: b would go
     assert rc == 0 and "remove  parts/model=rm-a/prompt=b/candidates=texts" in so, so  # (it listed no deletion)
     assert len(load_results(store)) == 2 * len(TEXTS)  # a dry run removes nothing
+    rc, so, se = run(["sweep", small, "--out", store], capsys)  # the refusal names what --force would delete
+    assert one_line_error(rc, se) and "the 1 part(s) it lacks are deleted: model=rm-a/prompt=b/candidates=texts" in se
     rc, so, se = run(["results", tmp_path / "nothing"], capsys)
     assert one_line_error(rc, se)
 
@@ -516,6 +518,8 @@ def test_a_part_whose_model_changed_is_stale_wherever_it_is_read(models_dir, tmp
     assert rc == 0 and "1 parts, 0 done" in so and "todo" in so and "stale" in so, so
     rc, so, se = run(["results", store, "--out", tmp_path / "t.parquet"], capsys)
     assert rc == 2 and "stale: its model's files changed" in se and not (tmp_path / "t.parquet").exists(), se
+    rc, so, se = run(["results", store], capsys)  # the listing names it too (it said only "done 0")
+    assert rc == 0 and "stale: parts/model=rm-s" in so and "scores it again" in so, so
     with pytest.warns(UserWarning, match=r"1 of 1 parts of .* are missing: .*left out of these results"):
         assert load_results(store).empty  # (it returned what was there without a word: a walkthrough's subset)
 
@@ -734,3 +738,34 @@ def test_a_finished_parts_leftover_checkpoint_is_removed_by_the_rerun(models_dir
     ck.write_bytes(b"left by a kill")
     rc, so, se = run(["sweep", cfg, "--out", store, "--no-progress"], capsys)
     assert rc == 0 and "1 already done" in se and not ck.exists()
+
+
+def test_trajectory_of_a_store_reads_its_fresh_parts_by_each_checkpoints_own_step(models_dir, tmp_path, capsys):
+    """A loading/GCG probe: `analyze trajectory STORE/parts` read every Parquet under the folder (a part scored from
+    weights since replaced included, with no note), and took the step from the FIRST step-like part of a name, so a
+    run named after its SFT start (`r-step9`) put every checkpoint at step 9 (correlation 1.0, every change 0)."""
+    import shutil
+
+    from rmfast.analysis.data.scans import load_scans
+
+    for name in ("rm-a", "rm-b"):
+        shutil.copytree(models_dir / name, tmp_path / name)
+    cfg = write_cfg(tmp_path, "traj.yaml", prompts={"g": PROMPTS["greatest"]},
+                    models=[{"model": "./rm-a", "name": "r-step9-checkpoint-5"},
+                            {"model": "./rm-b", "name": "r-step9-checkpoint-20"}],
+                    candidates={"vocab": {"vocabulary": {"token_ids": "0:40"}}})
+    store = tmp_path / "store"
+    assert run(["sweep", cfg, "--out", store, "--no-progress"], capsys)[0] == 0
+    out = tmp_path / "traj"
+    rc, _, err = run(["analyze", "trajectory", store / "parts", "--out", out], capsys)
+    assert rc == 0, err
+    corr = pd.read_csv(out / "trajectory_final_corr.csv")
+    assert sorted(corr["step"]) == [5, 20] and set(corr["run"].str.split(" | ", regex=False).str[0]) == {"r-step9"}, corr
+    # checkpoint 5's weights replaced (a retrained run in the same output_dir): its part is stale, not read
+    shutil.copy(tmp_path / "rm-b" / "model.safetensors", tmp_path / "rm-a" / "model.safetensors")
+    with pytest.warns(UserWarning, match="1 of 2 parts"):
+        rc, _, err = run(["analyze", "trajectory", store / "parts", "--out", tmp_path / "traj2"], capsys)
+    assert rc == 0, err
+    assert sorted(pd.read_csv(tmp_path / "traj2" / "trajectory_final_corr.csv")["step"]) == [20]
+    with pytest.raises(Exception, match="is a sweep store: give its folder alone"):
+        load_scans([store / "parts"])  # the Parquet reader never reads a store's files behind its back

@@ -373,8 +373,10 @@ def _run_trajectory(args) -> int:
                         "of checkpoints (files or folders)")
     if not args.out:
         raise UserError("trajectory writes several tables and figures: give --out DIR")
+    from ..sweep.store import read_scans
+
     ledger = Ledger()
-    df = load_trajectory_inputs(args.inputs, ledger=ledger)
+    df = load_trajectory_inputs(args.inputs, ledger=ledger, read_scans=read_scans)  # a store: its fresh parts
     res = trajectory(df, args.dictionary, k=args.k)
     if args.dictionary is not None and "token" in df and not any(len(t) for n, t in res.tables().items() if n != "dropped"):
         # every table empty: it wrote the dropped rows alone and exited 0

@@ -127,6 +127,8 @@ def results(args) -> int:
         g = df.groupby(["model", "candidates"], sort=False).agg(parts=("done", "size"), done=("done", "sum"),
                                                                  rows=("rows", lambda r: int(pd.to_numeric(r).fillna(0).sum())))
         print(g.reset_index().to_string(index=False))
+        for p in df[df["stale"]].itertuples():  # finished once, from files its model no longer has: not done
+            print(f"  stale: {p.path} (its model's files changed since it was scored; `rmfast sweep` scores it again)")
     if args.parts and not df.empty:
         print()
         df["states"] = df["states"].map(lambda v: ",".join(v) if v else "-")

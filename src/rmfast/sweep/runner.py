@@ -198,7 +198,7 @@ def run_sweep(cfg: SweepConfig, out: str | os.PathLike | None = None, *, force: 
     plan = cfg.plan()
     chash = cfg.config_hash()
     store = Store(root)
-    mode = store.check(chash, cfg.normalized(), force=force)
+    mode = store.check(chash, cfg.normalized(), force=force, keep={p.relpath for p in plan})
     check_models(cfg)  # every model resolves before any work, dry run or not
     if dry_run:
         keys = store.carried_keys(plan, cfg.normalized()) if mode in ("moved", "adopt") else {}

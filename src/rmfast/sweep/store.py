@@ -181,13 +181,14 @@ class Store:
         info = _read_json(self.info_path)
         return info if isinstance(info, dict) else None  # valid JSON of another shape is not a store.json
 
-    def check(self, config_hash: str, config: dict, *, force: bool = False, source: str | None = None) -> str:
+    def check(self, config_hash: str, config: dict, *, force: bool = False, source: str | None = None,
+              keep: set[str] | None = None) -> str:
         """Whether this directory can hold results of ``config``: "new", "same", "moved" (the config differs
         only in where its files are or in the order of its models or candidate sets: :func:`unplaced`;
         :meth:`rekey` keeps the parts) or "adopt" (with force).
 
-        Raises UserError for a file, a foreign non-empty folder, or (without force) another config.
-        """
+        Raises UserError for a file, a foreign non-empty folder, or (without force) another config (naming the
+        parts ``--force`` deletes: those not in ``keep``, the new config's part folders)."""
         r = self.root
         if r.exists() and not r.is_dir():
             raise UserError(f"results path {r} is a file; give a directory for the results store")
@@ -209,8 +210,11 @@ class Store:
             return "adopt"
         diff = _diff_keys(info.get("config") or {}, config)
         what = ", ".join(diff[:4]) + (" …" if len(diff) > 4 else "") if diff else "settings"
+        gone = [r.split("/", 1)[1] for r in self.stale_parts(keep)] if keep is not None else []
         raise UserError(f"{r} holds results of a different config ({what} differ{'s' if len(diff) == 1 else ''}); "
-                        "use another output directory, or --force to adopt this config (unchanged parts are kept)")
+                        "use another output directory, or --force to adopt this config (unchanged parts are kept"
+                        + (f", and the {len(gone)} part(s) it lacks are deleted: {', '.join(gone[:2])}"
+                           f"{' …' * (len(gone) > 2)}; copy them elsewhere first to keep them" if gone else "") + ")")
 
     def create(self, config_hash: str, config: dict, plan: list[PartRef], source: str | None = None) -> None:
         """Write store.json (atomically) for ``config`` and its parts."""
@@ -305,10 +309,9 @@ class Store:
         return self.done_manifest(part) is not None
 
     def stale(self, part: PartRef) -> bool:
-        """Whether a finished part was scored from other files than its model has now (other weights, tokenizer or
-        chat template: :mod:`rmfast.sweep.content`). A reader counts it as not done until the sweep scores it
-        again: the runner does so at its next run, and a re-score refused (a new tokenizer that fails the template
-        check) leaves it stale, not done with the old files' rows."""
+        """Whether a finished part was scored from other files than its model has now (weights, tokenizer, chat
+        template: :mod:`rmfast.sweep.content`). Readers count it as not done until the sweep scores it again (at its
+        next run; a refused re-score, e.g. a new tokenizer failing the template check, leaves it stale)."""
         from .content import same_content
 
         m = self.done_manifest(part)
@@ -640,8 +643,7 @@ def read_scans(paths, ledger=None):
     return out
 
 
-def load_results(path: str | os.PathLike, **kw):
-    """The tidy DataFrame of a results store (see :meth:`Store.load`)."""
+def load_results(path: str | os.PathLike, **kw):  # the tidy DataFrame of a results store (Store.load)
     st = Store(path)
     if not st.info_path.is_file():
         raise UserError(f"{path} is not an rmfast results store (no store.json); give the sweep's output directory")

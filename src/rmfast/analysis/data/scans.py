@@ -159,6 +159,13 @@ def _expand(paths: Iterable[str | PathLike] | str | PathLike) -> list[Path]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
+            # a sweep store holds parts of other configs and of model files since changed: read it by its store.json
+            above = p.parent / "store.json" if p.name == "parts" else None  # a store's parts/ folder
+            stores = [above] if above is not None and above.is_file() else sorted(p.rglob("store.json"))
+            if stores:
+                raise UserError(f"{stores[0].parent} is a sweep store: give its folder alone to an rmfast command (it "
+                                "reads the store's own finished, fresh parts; rmfast.sweep.store.read_scans in Python), "
+                                "not its Parquet files, which may be another config's or scored from older weights")
             found = sorted(p.rglob("*.parquet"))
             if not found:
                 raise UserError(f"{p} holds no .parquet files; point at rmfast scan output")

@@ -63,14 +63,29 @@ class TrajectoryResult(Result):
     changes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
+def _last_step(name: str):
+    """The LAST step-like match in a name: a checkpoint's own ``checkpoint-N`` comes after its run's name, which may
+    hold one too (a reward model trained from ``sft-step1200`` named after it)."""
+    found = list(_STEP_RE.finditer(str(name)))
+    return found[-1] if found else None
+
+
 def step_of(name: str) -> int | None:
-    """The training step in a checkpoint's name, or None.
+    """The training step in a checkpoint's name (its last step-like part), or None.
 
     >>> step_of("runs/rm/checkpoint-1500"), step_of("gemma_step-20"), step_of("final")
     (1500, 20, None)
+    >>> step_of("rm-from-sft-step1200/checkpoint-5"), step_of("iter2-rm-checkpoint-40")
+    (5, 40)
     """
-    m = _STEP_RE.search(str(name))
+    m = _last_step(name)
     return int(next(g for g in m.groups() if g)) if m else None
+
+
+def _run_stem(name: str) -> str:
+    """A checkpoint's run: its name without the last step-like part."""
+    name, m = str(name), _last_step(name)
+    return (name[:m.start()] + name[m.end():] if m else name).rstrip("/-_") or "run"
 
 
 def from_scans(scans: pd.DataFrame) -> pd.DataFrame:
@@ -92,7 +107,7 @@ def from_scans(scans: pd.DataFrame) -> pd.DataFrame:
             raise UserError(f"no training step in model name(s) {bad[:3]}; name checkpoints "
                             "'checkpoint-N' (as the HF Trainer does) or add a 'step' column")
         df["step"] = df["model"].map(steps)
-    stem = df["model"].map(lambda m: _STEP_RE.sub("", str(m)).rstrip("/-_") or "run")
+    stem = df["model"].map(_run_stem)
     df["run"] = stem + " | " + df["prompt"].astype(str)
     # the trajectory's token is the decoded text; scan files and store parts also carry the raw
     # vocabulary piece as "token", which would otherwise become a second "token" column
@@ -259,12 +274,15 @@ def trajectory(df: pd.DataFrame, dictionary=None, *, k: int = 10) -> TrajectoryR
     return res
 
 
-def load_trajectory_inputs(paths, *, ledger: Ledger | None = None) -> pd.DataFrame:
+def load_trajectory_inputs(paths, *, ledger: Ledger | None = None, read_scans=None) -> pd.DataFrame:
     """Read trajectory inputs: paper B's ``rank_results_*.csv`` (or its data folder), long CSV
-    tables, or rmfast scan Parquet files / a sweep store of checkpoints."""
+    tables, or rmfast scan Parquet files / a sweep store of checkpoints. ``read_scans``: the reader of the scan
+    inputs (default :func:`rmfast.analysis.data.scans.load_scans`, which refuses a sweep store; the CLI passes
+    :func:`rmfast.sweep.store.read_scans`, which reads a store's own fresh parts)."""
     from .published import load_checkpoint_ranks
     from ..data.scans import load_scans
 
+    read_scans = read_scans or load_scans
     ledger = ledger if ledger is not None else Ledger()
     published, csvs, scans = [], [], []
     for p in [paths] if isinstance(paths, (str, Path)) else list(paths):
@@ -287,7 +305,7 @@ def load_trajectory_inputs(paths, *, ledger: Ledger | None = None) -> pd.DataFra
         frames.append(load_checkpoint_ranks(published, ledger=ledger))
     frames += csvs
     if scans:
-        frames.append(from_scans(load_scans(scans, ledger=ledger)))
+        frames.append(from_scans(read_scans(scans, ledger=ledger)))
     return pd.concat(frames, ignore_index=True)
 
 
