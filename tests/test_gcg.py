@@ -644,3 +644,17 @@ def test_a_second_search_for_the_same_out_stops_at_once(tiny_dir, capsys, tmp_pa
     err = capsys.readouterr().err
     assert f"another rmfast job is writing {out}" in err and "Traceback" not in err and not out.exists()
     assert main(argv) == 0 and out.exists()
+
+
+def test_the_report_says_when_the_best_text_is_not_the_best_ids():
+    """A GCG probe: with --no-retokenize-filter the printed best text re-tokenized to other ids (HF scored it -0.22
+    where the ids score 1.14), said only deep in the JSON; the report now says so beside the text."""
+    from types import SimpleNamespace
+
+    from rmfast.cli.gcg import _text_exact
+
+    res = SimpleNamespace(best_ids=[5, 6], restarts=[{"best_ids": [1], "best_text_exact": True},
+                                                     {"best_ids": [5, 6], "best_text_exact": False}])
+    assert not _text_exact(res)
+    res.restarts[1]["best_text_exact"] = True
+    assert _text_exact(res)

@@ -792,3 +792,37 @@ def test_a_normalizing_tokenizer_is_split_not_refused(tok, norm, prompt):
     responses = [["Paris.", "Lyon, I think"]]
     got = RewardScorer(model, t).score([prompt], responses)[0]
     assert got == pytest.approx(direct(model, t, [prompt], responses).tolist(), abs=1e-5)
+
+
+def test_a_checkpoint_left_by_a_call_is_not_resumed_after_the_weights_changed(tok, tmp_path, monkeypatch):
+    """An RL walk: a finished call's periodic checkpoint stayed on disk and the same call after an in-place weight
+    change resumed from it: 2,518 of 3,000 rows came back with the old model's scores, silently. The checkpoint's key
+    now holds the weights' sampled bits."""
+    from rmfast.scoring import batching
+
+    monkeypatch.setattr(batching, "CHECKPOINT_EVERY_N", 1)  # a save after every batch (a long call's periodic one)
+    monkeypatch.setattr(batching, "CHECKPOINT_MIN_S", 0.0)
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    scorer = RewardScorer(model, tok, batch_size=2)
+    ck = tmp_path / "ck.npz"
+    texts = [["a", "b b", "c", "dd d", "e"]]
+    first = scorer.score(["Hi"], texts, checkpoint=ck)
+    assert ck.exists()  # what a finished call may leave behind
+    with torch.no_grad():
+        model.score.weight.mul_(-2)
+    again = scorer.score(["Hi"], texts, checkpoint=ck)
+    assert scorer.last_stats.resumed_rows == 0
+    np.testing.assert_allclose(again[0], -2 * np.array(first[0]), rtol=1e-5, atol=1e-6)
+    scorer.score(["Hi"], texts, checkpoint=ck)  # unchanged weights: the checkpoint resumes
+    assert scorer.last_stats.resumed_rows > 0
+
+
+def test_grpo_prompt_longer_than_the_model_gives_none_not_a_stop(tok):
+    """An RL walk: a prompt past the RM's positions raised TooLong a second time inside the adapter's own handler,
+    so the whole reward call failed (training stopped). Its completions are None now, with the one warning."""
+    model = T.tiny("llama", num_labels=1, pad_token_id=2)
+    reward = rmfast_reward(RewardScorer(model, tok))
+    with pytest.warns(UserWarning, match="1 of 3 completions are longer"):
+        got = reward(prompts=["Hi", "word " * 600, "Hi"], completions=["a", "b", "c"])
+    assert got[1] is None
+    np.testing.assert_allclose(got[::2], direct(model, tok, ["Hi"], [["a", "c"]]), rtol=1e-5, atol=1e-5)

@@ -972,3 +972,43 @@ def test_an_unsplit_sample_evicts_no_groups_cached_prompt(rm):
     assert core.stats.prompt_reencodings == 0 and core.stats.prompt_encodings == 3
     assert np.array_equal(got, probe.score([plain])) and np.array_equal(again, probe.score([probe.sample(
         chat("What is the best fruit?", "pear"))]))
+
+
+def test_a_too_long_sample_through_the_remote_adapter_is_none_and_its_413_names_it(rm):
+    """An RL walk: the remote GRPO adapter raised on the server's 413 (training stopped, the batch's rewards lost)
+    where docs/serving.md promises the local adapter's rules (None and one warning); and the 413 named the
+    conversation's number as the response's (conversations[0] response 0 for response 1)."""
+    import numpy as np
+
+    from rmfast.integrations.grpo import rmfast_reward
+
+    model, tok = rm
+    app, _ = _app(rm, max_request_tokens=64)
+    long = "word " * 80
+    with running(app) as url:
+        r = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["ok"]},
+                                                                  {"prompt": "hi", "responses": ["fine", long]}]})
+        assert r.status_code == 413 and "conversations[1] response 1 is" in r.json()["error"]["message"], r.text
+        reward = rmfast_reward(url)
+        with pytest.warns(UserWarning, match="1 of 3 completions are longer"):
+            got = reward(prompts=["hi", "hi", "hi"], completions=["ok", long, "fine"])
+        want = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["ok", "fine"]}]})
+        assert got[1] is None and np.allclose([got[0], got[2]], want.json()["scores"][0])
+
+
+def test_verl_prompt_as_any_sequence_of_messages():
+    """A pandas-read Parquet list column is a numpy array of dicts: it was "has no 'prompt'" (false); a list of
+    strings was a raw ValueError from dict()."""
+    import numpy as np
+
+    from rmfast.errors import UserError
+    from rmfast.integrations.verl import _prompt_of
+
+    msgs = [{"role": "user", "content": "Hi"}]
+    for v in (msgs, tuple(msgs), np.array(msgs, dtype=object)):
+        assert _prompt_of({"prompt": v}, None) == msgs
+    assert _prompt_of({"prompt": "Hi"}, None) == "Hi"
+    with pytest.raises(UserError, match=r"holding a str \('q'\), not chat messages"):
+        _prompt_of({"prompt": ["q"]}, None)
+    with pytest.raises(UserError, match="has no 'prompt'"):
+        _prompt_of({"prompt": []}, None)

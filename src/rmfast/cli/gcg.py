@@ -191,6 +191,12 @@ def _random_baseline(lm, prompt: str, cfg, res) -> dict:
             "best_score": rnd.best_score, "wall_s": round(time.perf_counter() - t0, 3)}
 
 
+def _text_exact(res) -> bool:
+    """Whether the best text renders back to the best ids (every best of a run with the retokenization filter does)."""
+    best = next((r for r in res.restarts if list(r.get("best_ids") or []) == list(res.best_ids)), None)
+    return best is None or best.get("best_text_exact", True)
+
+
 def _report(res) -> None:
     """The result in a few lines: the start, the best, the baseline (if any) and the time."""
     m, t = res.manifest, res.timing
@@ -200,6 +206,9 @@ def _report(res) -> None:
     print(f"best score      {res.best_score:.6f}")
     print(f"reference score {res.best_score_reference:.6f}  (plain-HF forward of the same ids)")
     print(f"best text       {res.best_text!r}")
+    if not _text_exact(res):  # --no-retokenize-filter: the text renders to other ids than the ones scored
+        print("                (this text re-tokenizes to other ids: the scores are those of the ids below, and the "
+              "text scored afresh, or given to --init, is another response)")
     print(f"best ids        {res.best_ids}")
     print(f"start -> best   {res.trajectory[0]:.4f} -> {res.trajectory[-1]:.4f} in {len(res.trajectory) - 1} steps; "
           f"{res.n_evaluated} evaluated, {res.n_rejected_retokenize} rejected by the retokenization filter"

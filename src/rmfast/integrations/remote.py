@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UserError
+from ..scoring.candidates import TooLong
 
 #: the API key's environment variable (as the server's)
 API_KEY_ENV = "RMFAST_API_KEY"
@@ -70,8 +71,9 @@ class Retries:
         if r.status_code in (429, 503) and self._attempt + 1 < self.retries:
             self.last, self._wait = _error_line(r.status_code, r.text), float(r.headers.get("retry-after", 1))
             return None
-        if r.status_code != 200:
-            raise UserError(f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
+        if r.status_code != 200:  # 413: a sample longer than the server takes (the GRPO adapter gives it None)
+            raise (TooLong if r.status_code == 413 else UserError)(
+                f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
         return r
 
     def gave_up(self) -> UserError:
@@ -118,6 +120,22 @@ class RemoteScorer:
             if tries.answer(r) is not None:
                 return r.json()["scores"]
         raise tries.gave_up()
+
+
+    def too_long(self, conversations, responses, *, compat: str | None = None) -> list[list[bool]]:
+        """Whether the server refuses each ``responses[i][j]`` as too long (413: its positions or
+        --max-request-tokens), asked one sample at a time: what the GRPO adapter leaves out (as None) after a call
+        was refused, as it does with a local scorer's :meth:`rmfast.scoring.scorer.RewardScorer.too_long`."""
+        out = []
+        for c, rs in zip(conversations, responses):
+            out.append([])
+            for r in rs:
+                try:
+                    self.score([c], [[r]], compat=compat)
+                    out[-1].append(False)
+                except TooLong:
+                    out[-1].append(True)
+        return out
 
 
 def _as_messages(conv) -> list[dict]:

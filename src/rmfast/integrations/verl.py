@@ -44,8 +44,16 @@ def _prompt_of(extra_info, prompt, prompt_key: str = "prompt"):
         return prompt
     info = extra_info if hasattr(extra_info, "get") else {}
     v = info.get(prompt_key)
-    if isinstance(v, (str, list)) and v:
-        return [dict(m) for m in v] if isinstance(v, list) else v
+    if isinstance(v, str) and v:
+        return v
+    if v is not None and not isinstance(v, (str, bytes, dict)) and hasattr(v, "__len__") and len(v):
+        # chat messages: a list, a tuple, or the numpy array of dicts a Parquet list column gives through pandas
+        if all(hasattr(m, "keys") for m in v):
+            return [dict(m) for m in v]
+        bad = next(m for m in v if not hasattr(m, "keys"))
+        raise UserError(f"rmfast verl reward: extra_info[{prompt_key!r}] is a sequence holding a {type(bad).__name__} "
+                        f"({str(bad)[:40]!r}), not chat messages: give a string, or messages as "
+                        "[{'role': 'user', 'content': ...}]")
     other = [k for k in NOT_THE_PROMPT if k != prompt_key and info.get(k)]
     hint = (f" (it has {other[0]!r}, which may not be the prompt the policy saw: verl's own gsm8k data keeps the "
             f"question there without the instruction; if it is that prompt, set reward_kwargs prompt_key: {other[0]})"

@@ -1,8 +1,11 @@
-"""What one :meth:`rmfast.scoring.scorer.RewardScorer.score` call did: :class:`ScoreStats` (``scorer.last_stats``)."""
+"""What one :meth:`rmfast.scoring.scorer.RewardScorer.score` call did: :class:`ScoreStats` (``scorer.last_stats``);
+:class:`ResponseLabels`, its responses' places, named on demand (a warning's labels)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 
 @dataclass
@@ -54,3 +57,25 @@ class ScoreStats:
     def padding_waste(self) -> float:
         """Fraction of the row tokens run that were padding."""
         return self.padded_tokens / max(1, self.response_tokens + self.padded_tokens)
+
+
+class ResponseLabels:
+    """``labels[k]`` of the k-th input response (row-major): conversation i response j, made on demand."""
+
+    def __init__(self, shape: list[int]):
+        self.starts = np.cumsum([0] + list(shape))  # (n_conversations + 1,)
+
+    def __getitem__(self, k: int) -> "_Where":
+        i = int(np.searchsorted(self.starts, k, side="right")) - 1
+        return _Where(i, k - int(self.starts[i]))
+
+
+@dataclass(frozen=True)
+class _Where:
+    """A response's place in a call (not a str: a warning quotes texts, not places)."""
+
+    conversation: int
+    response: int
+
+    def __str__(self) -> str:
+        return f"conversation {self.conversation} response {self.response}"

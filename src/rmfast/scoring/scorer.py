@@ -65,7 +65,7 @@ from .candidates import TooLong, check_context, max_positions, tokenize_rows
 from .conversation import Conversation, as_conversation, as_list, blank_words, call_lists, messages_of
 from .decisions import decide
 from .options import ScoringOptions, whole_number
-from .score_stats import ScoreStats
+from .score_stats import ResponseLabels, ScoreStats
 from .scorer_model import RUNNABLE, check_runnable, eval_mode, model_and_tokenizer
 from .plan import Scored, ScoringPlan, plan_scoring, score_together
 from .rendered import check_not_rendered, score_rendered, template_marks
@@ -115,28 +115,6 @@ class Job:
 WAVE_PROMPTS = 64
 #: ... and at most this many bytes of their prompts' keys/values (all held while the wave runs)
 WAVE_KV_BYTES = 1 << 30
-
-
-class _ResponseLabels:
-    """``labels[k]`` of the k-th input response (row-major): conversation i response j, made on demand."""
-
-    def __init__(self, shape: list[int]):
-        self.starts = np.cumsum([0] + list(shape))  # (n_conversations + 1,)
-
-    def __getitem__(self, k: int) -> "_Where":
-        i = int(np.searchsorted(self.starts, k, side="right")) - 1
-        return _Where(i, k - int(self.starts[i]))
-
-
-@dataclass(frozen=True)
-class _Where:
-    """A response's place in a call (not a str: a warning quotes texts, not places)."""
-
-    conversation: int
-    response: int
-
-    def __str__(self) -> str:
-        return f"conversation {self.conversation} response {self.response}"
 
 
 def _split(x, shape: list[int]) -> list:
@@ -275,7 +253,8 @@ class RewardScorer:
             self._wave: set = set()
             self._states = states
             self.last_stats = stats = self._stats(job)
-            fields = {**self.key_fields(), "compat": compat}
+            weights = hashlib.sha256(b"".join(self._weights_key[1])).hexdigest()[:16]  # sampled bits, no pointers:
+            fields = {**self.key_fields(), "compat": compat, "weights": weights}  # weights changed since: not resumed
             key = hashlib.sha256(repr(fields).encode()).hexdigest()[:16] + job.digest()
             sink = None if states is None else Collect(len(job.rows))
             unique, timing = score_groups(job.groups, np.arange(len(job.rows), dtype=np.int64), key=key,
@@ -284,7 +263,7 @@ class RewardScorer:
                                           states_out=sink)
             stats.resumed_rows = int(timing["resumed_candidates"])
             flat = unique[job.inverse]  # (n_responses,) input order
-            stats.n_nonfinite = count_nonfinite(flat, _ResponseLabels(job.shape), "responses",
+            stats.n_nonfinite = count_nonfinite(flat, ResponseLabels(job.shape), "responses",
                                                 "they are returned as NaN (last_stats.n_nonfinite)",
                                                 warn=nonfinite == "warn", dtype=next(self.model.parameters()).dtype)
             out = _split(flat, job.shape)  # (n_responses,) -> per conversation
@@ -338,8 +317,7 @@ class RewardScorer:
         order = sorted(range(len(s)), key=lambda i: (-s[i] if s[i] == s[i] else float("inf"), i))
         return [Ranked(i, responses[i], s[i]) for i in order[:k]]
 
-    def key_fields(self) -> dict:
-        """What decides the scores besides the rows: model, head, dtype, engine, template override, compat."""
+    def key_fields(self) -> dict:  # what decides the scores besides the rows (and the weights' own bits)
         return {"model": self.source, "head": self.head, "head_index": self.head_index,
                 "dtype": str(next(self.model.parameters()).dtype).replace("torch.", ""), "engine": self.engine,
                 "template": self.template, "compat": self.compat}
@@ -407,17 +385,22 @@ class RewardScorer:
         a caller that leaves such responses out rather than stop (the GRPO adapter)."""
         compat = self.compat if compat == "own" else compat
         conversations, responses = call_lists(conversations, responses)
-        convs = [as_conversation(c, f"conversation {i}") for i, c in enumerate(conversations)]
-        tmpls = [self.template_for(c) for c in convs]
-        rows = [(i, text, i, j) for i, rs in enumerate(responses) for j, text in enumerate(rs)]
+        tmpls = [self._fits(as_conversation(c, f"conversation {i}")) for i, c in enumerate(conversations)]
+        rows = [(i, text, i, j) for i, rs in enumerate(responses) if tmpls[i] for j, text in enumerate(rs)]
         limit = max_positions(self.model)
-        out = [[False] * len(rs) for rs in responses]
+        out = [[tmpls[i] is None] * len(rs) for i, rs in enumerate(responses)]  # a prompt too long alone: all are
         for (i, _, _, j), row in zip(rows, tokenize_rows(self.tokenizer, rows, tmpls, compat=compat, head=self.head,
                                                           long_ok=True)):  # None: past what the template renders
             t, n = (tmpls[i], 0) if row is None else (row.template or tmpls[i], len(row.ids))
             out[i][j] = bool(row is None or self.max_tokens is not None and n > int(self.max_tokens)
                              or limit is not None and len(t.prefix_ids) + n + len(t.suffix_ids) > limit)
         return out
+
+    def _fits(self, conv: Conversation) -> Template | None:
+        try:
+            return self.template_for(conv)
+        except TooLong:
+            return None
 
     def _check_ids(self, job: Job) -> None:
         """Every id the tokenizer gave has an embedding row: a tokenizer of another model (a given

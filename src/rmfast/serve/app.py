@@ -293,7 +293,7 @@ class Ctx:
                 row = next(rows)
                 rt = row.template or t
                 ids = (*rt.prefix_ids, *row.ids, *rt.suffix_ids)
-            out.append(self.sample(ids, k, t.prefix_ids, f"{where} response"))
+            out.append(self.sample(ids, j, t.prefix_ids, f"{where} response"))  # response j (k: the conversation)
         return out
 
     def reward_sample(self, prompt, response: str):
