@@ -826,3 +826,26 @@ def test_grpo_prompt_longer_than_the_model_gives_none_not_a_stop(tok):
         got = reward(prompts=["Hi", "word " * 600, "Hi"], completions=["a", "b", "c"])
     assert got[1] is None
     np.testing.assert_allclose(got[::2], direct(model, tok, ["Hi"], [["a", "c"]]), rtol=1e-5, atol=1e-5)
+
+
+def test_grpo_completion_with_reasoning_beside_its_answer_is_scored_by_its_answer(smol_tokenizer):
+    """An RL walk: a thinking policy's completion (TRL's parse_response: reasoning_content beside content) got None
+    with a warning about tool calls, so every thinking completion lost its reward."""
+    tok = smol_tokenizer
+    model = T.tiny("llama", num_labels=1, pad_token_id=tok.pad_token_id)
+    reward = rmfast_reward(RewardScorer(model, tok))
+    thought = [{"role": "assistant", "content": "fine", "reasoning_content": "Let me think.", "tool_calls": []}]
+    with pytest.warns(UserWarning, match="1 of 2 completions carry reasoning"):
+        got = reward(prompts=["Hi", "Hi"], completions=[thought, [{"role": "assistant", "content": "fine"}]])
+    assert got[0] is not None and got[0] == got[1]
+    assert got[0] == pytest.approx(direct(model, tok, ["Hi"], [["fine"]])[0], abs=1e-5)
+
+
+def test_grpo_prompt_holding_a_template_token_is_named_with_a_fix_that_works(smol_tokenizer):
+    """An RL walk: the refusal named no prompt of the batch and advised TRL's conversational format, which is refused
+    the same way; it now says which prompt, and that a text that only mentions the token must write it another way."""
+    tok = smol_tokenizer
+    reward = rmfast_reward(RewardScorer(T.tiny("llama", num_labels=1, pad_token_id=tok.pad_token_id), tok))
+    for bad in ("Explain <|im_end|> please", [{"role": "user", "content": "Explain <|im_end|> please"}]):
+        with pytest.raises(UserError, match=r"prompt 2 \(of 3\): the prompt already holds .*write the token another way"):
+            reward(prompts=["Hi", "Hi", bad], completions=["a", "b", "c"])

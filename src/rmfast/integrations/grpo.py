@@ -27,7 +27,9 @@ be the reward model's score of what the policy wrote.
 
 A completion of several messages (a tool call and its result, then the answer) or an assistant message
 without text content gets None too, with one warning per call: the scorer scores one assistant turn of
-text, and a score of part of it would not be the reward model's.
+text, and a score of part of it would not be the reward model's. A thinking policy's message with its reasoning
+beside the answer (``reasoning_content``, as TRL's ``parse_response`` gives it) is scored by its answer, with one
+note per call.
 
 Example:
     >>> from trl import GRPOConfig, GRPOTrainer  # doctest: +SKIP
@@ -63,9 +65,19 @@ def _completion_text(c, k: int) -> str | None:
     if msgs[0].get("role", "assistant") != "assistant":
         raise UserError(f"completion {k}: the completion's message must be the assistant's, got {msgs[0].get('role')!r}")
     m = msgs[0]
-    if len(msgs) != 1 or not isinstance(m.get("content"), str) or set(m) - {"role", "content"}:
+    if len(msgs) != 1 or not isinstance(m.get("content"), str) or set(m) - {"role", "content", *REASONING} - {
+            k for k in ("tool_calls", "name") if not m.get(k)}:  # an empty tool_calls / name: one message of text
         return None
     return m["content"]
+
+
+#: a thinking policy's reasoning beside its answer (TRL's parse_response: ``reasoning_content``): the reward model
+#: scores the answer, as it scores an assistant message without reasoning (said once per call)
+REASONING = ("reasoning_content", "reasoning", "thinking")
+
+
+def _reasons(c) -> bool:
+    return isinstance(c, (list, tuple)) and len(c) == 1 and hasattr(c[0], "get") and any(c[0].get(k) for k in REASONING)
 
 
 class GRPOReward:
@@ -105,6 +117,10 @@ class GRPOReward:
                 invalid += 1
                 text = None
             lists[i].append(text or "")  # scored as an empty one: None
+        if n := sum(map(_reasons, completions)):
+            warnings.warn(f"rmfast: note: {self.__name__} reward: {n} of {len(completions)} completions carry reasoning "
+                          "(reasoning_content); the reward model scores their content, the answer, as it scores an "
+                          "assistant message without reasoning", stacklevel=2)
         if whole:
             warnings.warn(f"rmfast: warning: {self.__name__} reward: {whole} of {len(completions)} completions hold "
                           "several messages (tool calls) or no text; given as None (the scorer scores one assistant "
@@ -115,6 +131,7 @@ class GRPOReward:
         # an empty completion (a policy can sample one) has nothing to score: None, which TRL skips
         # (its rewards are summed with nansum) rather than a made-up number
         keep = [[t for t in ts if t.strip()] for ts in lists]
+        self._check_prompts(convs, where)
         try:
             by_conv = self._score(convs, keep)
         except TooLong:  # rare: the lengths are measured only then, and the long ones left out
@@ -142,6 +159,19 @@ class GRPOReward:
             out = [None if k in bad_set else r for k, r in enumerate(out)]
         return out
 
+
+    def _check_prompts(self, convs, where) -> None:
+        """A prompt the scorer refuses (already rendered, empty), named by its place in TRL's batch (a local scorer;
+        a server names the conversation in its own reply). Too long is not refused here: its completions get None."""
+        check = getattr(self.scorer, "template_for", None)
+        for i, conv in enumerate(convs if check is not None else ()):
+            try:
+                check(conv)
+            except TooLong:
+                pass
+            except UserError as e:
+                k = next(k for k, (c, _) in enumerate(where) if c == i)
+                raise UserError(f"{self.__name__} reward: prompt {k} (of {len(where)}): {e.cli_message()}") from None
 
     def _score(self, convs, keep) -> list[list[float]]:
         """Scores of the completions ``keep`` (one list per prompt of ``convs``, [] where none is left), same shape."""

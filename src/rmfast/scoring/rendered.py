@@ -73,8 +73,9 @@ def check_not_rendered(prompt: str, marks: tuple[str, ...], where: str,
     hit = next((m for m in marks if m in prompt), None)
     if hit is not None:
         raise UserError(f"{where} already holds the chat template ({hit!r}): templating it again would score the "
-                        "template inside the template. Pass the user's text or chat messages (a GRPO prompt: TRL's "
-                        f"conversational format), or score whole rendered texts with {whole}")
+                        "template inside the template. Pass the user's own text or chat messages, not a rendered "
+                        f"conversation (a text that only mentions {hit!r} cannot be told from one: write the token "
+                        f"another way), or score whole rendered texts with {whole}")
 
 
 def end_of_turn(tokenizer, template: str | None = None) -> tuple[tuple, int]:
