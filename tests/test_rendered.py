@@ -67,3 +67,21 @@ def test_score_rendered_with_the_logprob_head_stops_at_the_end_of_turn(smol_toke
         lp = torch.log_softmax(m(torch.tensor([ids])).logits[0].double(), -1)
     want_cut = float(lp[n - 1:-1].gather(-1, torch.tensor(ids[n:])[:, None]).sum())
     assert sc.score_rendered([pre + "Paris."]) == pytest.approx([want_cut], abs=1e-4)
+
+
+def test_score_rendered_says_when_a_text_starts_with_two_bos():
+    """An RL walk: special_tokens=True on a text that keeps its BOS scored a double-BOS sequence without a word."""
+    import custom_rm_replicas as R
+
+    tok = R.gemma_tokenizer()
+    scorer = RewardScorer(T.tiny("gemma", num_labels=1, pad_token_id=tok.pad_token_id, vocab=len(tok)), tok)
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "fine"}]
+    text = tok.apply_chat_template(msgs, tokenize=False)
+    assert text.startswith("<bos>")
+    with pytest.warns(UserWarning, match="1 of 2 texts .* start with two BOS tokens"):
+        scorer.score_rendered([text[len("<bos>"):], text], special_tokens=True)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scorer.score_rendered([text])  # its own BOS, none added: no warning

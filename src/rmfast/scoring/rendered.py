@@ -15,6 +15,8 @@ inside the template, a different score (0.5293 instead of 0.1706 in the issue's 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..errors import UserError
@@ -112,6 +114,12 @@ def score_rendered(scorer, texts, *, special_tokens: bool = False) -> list[float
     # the log-prob head's end of turn: the template's own (score()'s), not every id to the text's end
     turn_end = scorer._fact("turn_end", end_of_turn) if scorer.head == "logprob" else ((), 0)
     ids_list = scorer.tokenizer(texts, add_special_tokens=special_tokens)["input_ids"] if texts else []
+    bos = getattr(scorer.tokenizer, "bos_token_id", None)
+    doubled = [k for k, ids in enumerate(ids_list) if special_tokens and bos is not None and ids[:2] == [bos, bos]]
+    if doubled:  # the text kept its BOS and the tokenizer added one: scored as it is (vLLM does the same), said
+        warnings.warn(f"rmfast: warning: score_rendered: {len(doubled)} of {len(texts)} texts (text {doubled[0]} first) "
+                      "start with two BOS tokens: the text holds its own and special_tokens=True added another; pass "
+                      "special_tokens=False for texts that keep their BOS", stacklevel=3)
     groups: dict = {}  # (prompt ids, suffix ids) -> response length -> [(text number, response ids)]
     for k, ids in enumerate(ids_list):
         end = last_end(tuple(ids), header) if header else -1
