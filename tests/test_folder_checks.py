@@ -97,3 +97,17 @@ def test_gemma3_attention_softcap_is_not_applied_as_hf_does_not(smol_tokenizer):
     ref = hf_scores(model, tmpl, resp.tolist(), head="score")
     assert ref.std() > 1e-4
     torch.testing.assert_close(fast, ref, atol=2e-5, rtol=0)
+
+
+def test_a_folder_with_a_config_and_no_weights_is_refused_before_any_part(rm_folder, tmp_path):
+    """A GCG/checkpoint probe: `sweep --dry-run` passed a checkpoint with no weight file (one still being saved); the
+    real sweep then stopped there with a fix for a damaged download. check_model (what a sweep runs on every model
+    first) now says what it is."""
+    from rmfast.loading.sources import check_model
+
+    folder = tmp_path / "checkpoint-50"
+    folder.mkdir()
+    shutil.copy(rm_folder / "config.json", folder / "config.json")
+    with pytest.raises(UserError, match="config.json but no weight files: a training checkpoint still being saved"):
+        check_model(str(folder))
+    check_model(str(rm_folder))  # a complete folder passes

@@ -185,3 +185,18 @@ def test_similarity_bca_through_the_api_and_the_command_line(tmp_path, capsys):
     rc, _, err = run(["analyze", "similarity", str(tmp_path / "a.states"), str(tmp_path / "b.states"),
                       "--interval", "bc"], capsys)
     assert rc == 2 and "--interval" in err
+
+
+def test_a_nan_bca_interval_beside_a_finite_estimate_is_noted(tmp_path):
+    """A recheck: BCa is NaN where a jackknife block's measure is undefined (B varies on one candidate only: the
+    block without it is constant); the columns were NaN without a word."""
+    rng = np.random.default_rng(0)
+    n = 40
+    Y = np.zeros((n, 3), dtype="float32")
+    Y[7] = [1.0, -2.0, 0.5]  # one candidate differs from the rest
+    write_states(tmp_path / "a.states", np.arange(n), {"last_prenorm": rng.normal(size=(n, 4)).astype("float32")})
+    write_states(tmp_path / "b.states", np.arange(n), {"last_prenorm": Y})
+    res = similarity(tmp_path / "a.states", tmp_path / "b.states", bootstrap=30, permutations=0, interval="bca")
+    row = res.pairs.iloc[0]
+    assert np.isfinite(row["rv"]) and np.isnan(row["rv_lo"])
+    assert any("BCa interval(s) are NaN beside a finite estimate" in t for t in res.notes), res.notes

@@ -769,3 +769,13 @@ def test_trajectory_of_a_store_reads_its_fresh_parts_by_each_checkpoints_own_ste
     assert sorted(pd.read_csv(tmp_path / "traj2" / "trajectory_final_corr.csv")["step"]) == [20]
     with pytest.raises(Exception, match="is a sweep store: give its folder alone"):
         load_scans([store / "parts"])  # the Parquet reader never reads a store's files behind its back
+    part = next(store.glob("parts/model=r-step9-checkpoint-5/*/*"))  # a recheck: a part's folder or file did
+    for inside in (part, part / "part.parquet", part.parents[1]):
+        rc, _, err = run(["analyze", "trajectory", inside, "--out", tmp_path / "traj3"], capsys)
+        assert one_line_error(rc, err) and "is a sweep store" in err, (inside, err)
+    (tmp_path / "scans").mkdir()  # an unrelated store.json beside plain scans is not a store
+    shutil.copy(next(store.glob("parts/model=r-step9-checkpoint-20/*/*/part.parquet")), tmp_path / "scans" / "a.parquet")
+    shutil.copy(next(store.glob("parts/model=r-step9-checkpoint-20/*/*/part.parquet.json")),
+                tmp_path / "scans" / "a.parquet.json")
+    (tmp_path / "scans" / "store.json").write_text("{}")
+    assert len(load_scans([tmp_path / "scans"])) == 40

@@ -123,7 +123,11 @@ def test_run_folder_expands_into_its_checkpoints(tmp_path, tok):
     assert cli(["sweep", str(cfg), "--no-progress"]) == 0
     from rmfast.analysis.paper_b.trajectory import load_trajectory_inputs
 
-    t = load_trajectory_inputs(tmp_path / "store" / "parts")
+    from rmfast.sweep.store import read_scans
+
+    t = load_trajectory_inputs(tmp_path / "store" / "parts", read_scans=read_scans)  # a store: by its store.json
+    with pytest.raises(UserError, match="is a sweep store: give its folder alone"):
+        load_trajectory_inputs(tmp_path / "store" / "parts")  # never every Parquet under it
     assert sorted(t["step"].unique()) == [2, 10] and set(t["run"]) == {"rm | " + PROMPT}
     assert list(t.columns).count("token") == 1  # the decoded text, not also the raw piece
     assert cli(["analyze", "trajectory", str(tmp_path / "store" / "parts"), "--out", str(tmp_path / "traj")]) == 0

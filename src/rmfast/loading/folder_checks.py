@@ -114,9 +114,12 @@ def mismatch_error(folder: Path, exc: BaseException) -> UserError | None:
                      "the config does not belong to these weights; fetch the model again")
 
 
-def check_rope_type(folder: Path, config) -> None:
+def check_rope_type(folder: Path, config, trust_remote_code: bool = False) -> None:
     """Refuse a config whose RoPE type the installed transformers does not know (a newer one): transformers would
-    stop with a KeyError deep in the model's construction."""
+    stop with a KeyError deep in the model's construction. Not with ``trust_remote_code``: the model's own code may
+    define a type transformers lacks (early Phi-3-128k's "su")."""
+    if trust_remote_code:
+        return
     try:
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     except ImportError:  # pragma: no cover - an older transformers: it checks its own

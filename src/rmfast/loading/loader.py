@@ -280,7 +280,7 @@ def _load_folder(
 
     config = _read_config(folder, trust_remote_code)
     check_weights(folder, allow_pickle)
-    check_rope_type(folder, config)
+    check_rope_type(folder, config, trust_remote_code)
     # config.dtype: transformers 5 reads a config.json's old torch_dtype into it (config.torch_dtype would log
     # its deprecation)
     model_dtype, choice = dtype_and_choice(dtype, device, getattr(config, "dtype", None), config=config)

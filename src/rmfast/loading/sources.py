@@ -508,6 +508,11 @@ def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: 
         w.entry.gguf_path(cache_root(cache_dir))  # its package is installed
     elif w.kind == "hub":
         hub_folder(w.spec)
+    elif w.kind == "folder" and (path / "config.json").is_file() and not any(
+            next(path.glob(pat), None) for pat in ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")):
+        raise UserError(f"model folder {path} has a config.json but no weight files: a training checkpoint still "
+                        "being saved (or saved without its weights) has nothing to score yet; wait for its save to "
+                        "finish, or leave it out")
 
 
 # --------------------------------------------------------------------------------------------

@@ -158,14 +158,16 @@ def _expand(paths: Iterable[str | PathLike] | str | PathLike) -> list[Path]:
     files: list[Path] = []
     for p in paths:
         p = Path(p)
+        # a sweep store holds parts of other configs and of model files since changed: it is read by its store.json
+        # (rmfast.sweep.store.read_scans), never by its Parquet files, whether given as the store, its parts/ folder,
+        # a part's folder or file, or a folder holding a store
+        inside = next((d for d in p.resolve().parents if _is_store(d)), None) if p.exists() else None
+        below = sorted(x.parent for x in p.rglob("store.json") if _is_store(x.parent)) if p.is_dir() else []
+        if inside is not None or below:
+            raise UserError(f"{inside or below[0]} is a sweep store: give its folder alone to an rmfast command (it "
+                            "reads the store's own finished, fresh parts; rmfast.sweep.store.read_scans in Python), "
+                            "not its Parquet files, which may be another config's or scored from older weights")
         if p.is_dir():
-            # a sweep store holds parts of other configs and of model files since changed: read it by its store.json
-            above = p.parent / "store.json" if p.name == "parts" else None  # a store's parts/ folder
-            stores = [above] if above is not None and above.is_file() else sorted(p.rglob("store.json"))
-            if stores:
-                raise UserError(f"{stores[0].parent} is a sweep store: give its folder alone to an rmfast command (it "
-                                "reads the store's own finished, fresh parts; rmfast.sweep.store.read_scans in Python), "
-                                "not its Parquet files, which may be another config's or scored from older weights")
             found = sorted(p.rglob("*.parquet"))
             if not found:
                 raise UserError(f"{p} holds no .parquet files; point at rmfast scan output")
@@ -175,6 +177,11 @@ def _expand(paths: Iterable[str | PathLike] | str | PathLike) -> list[Path]:
         else:
             raise UserError(f"{p} does not exist; give scan Parquet files or a folder of them")
     return files
+
+
+def _is_store(d: Path) -> bool:
+    """A sweep store's folder: its store.json beside its parts/ (an unrelated store.json is not one)."""
+    return (d / "store.json").is_file() and (d / "parts").is_dir()
 
 
 def _job_of(manifest) -> str | None:

@@ -43,6 +43,8 @@ from ..data.results import Result
 
 RUN_ATTRS = ["model_id", "base", "data_size", "data_source", "method"]
 _STEP_RE = re.compile(r"(?:checkpoint|step|ckpt|iter)[-_=]?(\d+)|[-_/](\d+)$", re.IGNORECASE)
+#: the named step parts alone (``checkpoint-N``, ``step_N``, ...): a bare trailing number counts only without one
+_NAMED_STEP_RE = re.compile(r"(?:checkpoint|step|ckpt|iter)[-_=]?(\d+)", re.IGNORECASE)
 
 
 @dataclass(kw_only=True)
@@ -64,10 +66,11 @@ class TrajectoryResult(Result):
 
 
 def _last_step(name: str):
-    """The LAST step-like match in a name: a checkpoint's own ``checkpoint-N`` comes after its run's name, which may
-    hold one too (a reward model trained from ``sft-step1200`` named after it)."""
-    found = list(_STEP_RE.finditer(str(name)))
-    return found[-1] if found else None
+    """The LAST named step part of a name (a checkpoint's own ``checkpoint-N`` comes after its run's name, which may
+    hold one too: a reward model trained from ``sft-step1200`` named after it), else a trailing ``-N``; a number
+    after the named step (``step_100_seed-1``, ``checkpoint-500-lr1e-6``) is not the step."""
+    named = list(_NAMED_STEP_RE.finditer(str(name)))
+    return named[-1] if named else _STEP_RE.search(str(name))
 
 
 def step_of(name: str) -> int | None:
@@ -75,8 +78,10 @@ def step_of(name: str) -> int | None:
 
     >>> step_of("runs/rm/checkpoint-1500"), step_of("gemma_step-20"), step_of("final")
     (1500, 20, None)
-    >>> step_of("rm-from-sft-step1200/checkpoint-5"), step_of("iter2-rm-checkpoint-40")
-    (5, 40)
+    >>> step_of("rm-from-sft-step1200/checkpoint-5"), step_of("iter2-rm-checkpoint-40"), step_of("rm/step_100_seed-1")
+    (5, 40, 100)
+    >>> step_of("rm-checkpoint-500-lr1e-6"), step_of("run-7"), step_of("rm/epoch3")
+    (500, 7, None)
     """
     m = _last_step(name)
     return int(next(g for g in m.groups() if g)) if m else None

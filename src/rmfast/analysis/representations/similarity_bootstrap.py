@@ -147,5 +147,16 @@ def interval_note(method: str, level: float, bootstrap: int, seed: int, blocks: 
                f"large): use at least {MIN_TRUSTED_BOOTSTRAP}"))
 
 
-__all__ = ["INTERVALS", "JACKKNIFE_BLOCKS", "MIN_TRUSTED_BOOTSTRAP", "acceleration", "bca_levels",
+def bca_gaps_note(pairs) -> str | None:
+    """The note where a BCa interval is NaN beside a finite estimate (every replicate on one side of it, or a
+    jackknife block whose measure is undefined: no acceleration), else None."""
+    from .similarity_guards import MEASURES
+
+    gaps = sum(int((np.isfinite(pairs[m]) & ~np.isfinite(pairs[f"{m}_lo"])).sum()) for m in MEASURES)
+    return (f"{gaps} BCa interval(s) are NaN beside a finite estimate: every replicate lies on one side of it, or a "
+            "jackknife block's measure is undefined (a layer constant on those candidates); read the default "
+            "(--interval recentred) there") if gaps else None
+
+
+__all__ = ["INTERVALS", "bca_gaps_note", "JACKKNIFE_BLOCKS", "MIN_TRUSTED_BOOTSTRAP", "acceleration", "bca_levels",
            "bootstrap_interval", "check_interval", "interval_note", "jackknife_blocks"]
