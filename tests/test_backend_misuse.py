@@ -137,13 +137,17 @@ def test_nan_from_a_float32_model_is_not_called_an_fp16_overflow(tok):
 
 @pytest.mark.parametrize("rows, match", [
     ('{"p": "Hi", "r": "a"}\n{"p": null, "r": "b"}\n', r"row 2: the prompt cell is empty \(a missing value\)"),
-    ('{"p": "Hi", "r": "a"}\n{"p": "Yo", "r": null}\n', r"row 2: the response is empty \(a missing value\)"),
+    ('{"p": "Hi", "r": "a"}\n{"p": "Yo", "r": null}\n',
+     r"row 2: the response is empty \(a missing value\); give every row a response to score \(or drop the row\)$"),
+    # a rendered prompt: was no row named, and Python's score_rendered as the fix
+    ('{"p": "Hi", "r": "a"}\n{"p": "<|im_start|>user\\nYo<|im_end|>", "r": "b"}\n',
+     r"row 2 \(prompt column\): the prompt already holds the chat template .*write the token another way\)$"),
     ('{"p": "Hi", "r": "a"}\n{"p": [{"role": "user", "content": "Yo"}], "r": "b"}\n',
      r"column 'p' .* mix types; give them one type: every prompt a list of chat messages"),
     # a prompt past the model's positions: was no row named, and "shorten --prompt", an option score has not got
     ('{"p": "Hi", "r": "a"}\n{"p": "' + "word " * 5000 + '", "r": "b"}\n',
      r"row 2 \(prompt column\): the sequence is \d+ prompt .* positions .*: shorten that row's prompt$"),
-], ids=["null-prompt", "null-response", "prompt-strings-and-messages", "prompt-too-long"])
+], ids=["null-prompt", "null-response", "rendered-prompt", "prompt-strings-and-messages", "prompt-too-long"])
 def test_score_names_a_missing_cell_and_a_prompt_column_of_two_kinds(rm_folder, tmp_path, capsys, rows, match):
     inp = tmp_path / "t.jsonl"
     inp.write_text(rows)

@@ -175,7 +175,7 @@ def pairs(df, prompt_col: str, response_col: str, system_col: str | None):
     for k, (p, r, s) in enumerate(zip(df[prompt_col].tolist(), df[response_col].tolist(), systems)):
         if not isinstance(r, str):
             what = "empty (a missing value)" if _missing(r) else f"{type(r).__name__}, not text"
-            raise UserError(f"row {k + 1}: the response is {what}")
+            raise UserError(f"row {k + 1}: the response is {what}; give every row a response to score (or drop the row)")
         conv = _conversation(p, _system(s, k), k)
         i = seen.setdefault(conv, len(convs))
         if i == len(convs):
@@ -207,7 +207,8 @@ def _by_row(e: UserError, where) -> UserError:
     p = re.match(r"the prompt of conversation (\d+): (.*)", e.cli_message(), re.S)
     if p is not None:  # a prompt too long: its first row, and the fix in the table's terms (score has no --prompt)
         k = next((k for k, (i, _) in enumerate(where) if i == int(p.group(1))), None)
-        rest = p.group(2).replace("shorten --prompt, --system or --template", "shorten that row's prompt")
+        rest = p.group(2).replace("shorten --prompt, --system or --template", "shorten that row's prompt").replace(
+            ", or score whole rendered texts with RewardScorer.score_rendered(texts)", "")  # (Python's; not score's)
         return e if k is None else UserError(f"row {k + 1} (prompt column): {rest}")
     if m is None:
         return e

@@ -342,11 +342,11 @@ class RewardScorer:
         return t
 
     def _template_of(self, conv: Conversation, i: int) -> Template:
-        """:meth:`template_for`, a prompt too long for the model named as conversation ``i``'s."""
+        """:meth:`template_for`, a prompt it refuses (too long, rendered already) named as conversation ``i``'s."""
         try:
             return self.template_for(conv)
-        except TooLong as e:
-            raise TooLong(f"the prompt of conversation {i}: {e}") from None
+        except UserError as e:  # TooLong stays TooLong (the GRPO adapter tells it from the rest)
+            raise type(e)(f"the prompt of conversation {i}: {e.cli_message()}") from None
 
     def prepare(self, conversations, responses, compat: str | None = "own") -> Job:
         """Validate and tokenize a call: distinct conversations and rows, their groups (no model forward).
