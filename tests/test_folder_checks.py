@@ -111,3 +111,13 @@ def test_a_folder_with_a_config_and_no_weights_is_refused_before_any_part(rm_fol
     with pytest.raises(UserError, match="config.json but no weight files: a training checkpoint still being saved"):
         check_model(str(folder))
     check_model(str(rm_folder))  # a complete folder passes
+
+
+def test_a_random_head_seed_on_a_reward_model_is_said_to_be_unused(rm_folder, tmp_path, capsys):
+    """A GCG probe: `--random-head-seed N` on a model with its own head gave the same run as without it, no word."""
+    from cli_run import run
+
+    rc, _, err = run(["scan", str(rm_folder), "--token-ids", "0:8", "--dtype", "float32", "--random-head-seed", "3",
+                      "--no-progress", "--out", str(tmp_path / "s.parquet")], capsys)
+    assert rc == 0, err
+    assert "--random-head-seed 3 is not used" in err and "its own trained head" in err

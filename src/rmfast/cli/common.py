@@ -134,9 +134,13 @@ def load_model(args, random_head_seed=None, **kw):
     else:
         from ..loading.spread import load_spread as load
 
-    return load(args.model, dtype=args.dtype, device=kw.pop("device", args.device),
-                trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,
-                random_head_seed=random_head_seed, allow_pickle=getattr(args, "allow_pickle", False), **kw)
+    lm = load(args.model, dtype=args.dtype, device=kw.pop("device", args.device),
+              trust_remote_code=args.trust_remote_code, cache_dir=args.cache_dir,
+              random_head_seed=random_head_seed, allow_pickle=getattr(args, "allow_pickle", False), **kw)
+    if random_head_seed is not None and lm.source.get("random_head_seed") is None and lm.kind == "classifier":
+        print(f"rmfast: note: --random-head-seed {random_head_seed} is not used: {args.model} is a reward model with "
+              "its own trained head, which is what is scored", file=sys.stderr)
+    return lm
 
 
 def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) -> None:
