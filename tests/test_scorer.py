@@ -656,7 +656,7 @@ def test_message_fields_beside_role_and_content_are_refused(tok):
     conv = [{"role": "user", "content": "Weather?"},
             {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "w", "arguments": {}}}]},
             {"role": "user", "content": "So?"}]
-    with pytest.raises(UserError, match=r"message 2: field\(s\) \['tool_calls'\] beside 'role' and 'content'"):
+    with pytest.raises(UserError, match=r"messages\[1\]: field\(s\) \['tool_calls'\] beside 'role' and 'content'"):
         s.score([conv], [["Sunny."]])
 
 

@@ -426,7 +426,7 @@ def build_template(
     check_text(prompt, "the prompt")
     check_text(system, "the system message")
     for k, (_, content) in enumerate(history):
-        check_text(content, f"message {k + 1} of the history")
+        check_text(content, f"history message {k} (counted from 0)")
     kind, render = renderer(tokenizer, prompt, template, system, history)
     rendered = render(list(PROBES))
     n_pre = common_prefix_len(rendered)

@@ -72,10 +72,10 @@ def as_conversation(c, where: str = "conversation") -> Conversation:
     msgs = list(c)
     for k, m in enumerate(msgs):
         if not (hasattr(m, "get") and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-            raise UserError(f"{where}, message {k + 1}: each message needs a string 'role' and a string 'content'")
+            raise UserError(f"{where}, messages[{k}]: each message needs a string 'role' and a string 'content'")
         other = sorted(set(m) - {"role", "content"}) if hasattr(m, "keys") else []
         if other:  # a chat template renders them (tool calls, names): dropped, the score would not be the model's
-            raise UserError(f"{where}, message {k + 1}: field(s) {other} beside 'role' and 'content'; rmfast scores "
+            raise UserError(f"{where}, messages[{k}]: field(s) {other} beside 'role' and 'content'; rmfast scores "
                             "conversations of role and content only (the chat template would render the others, so "
                             "dropping them would change the score): remove them, or fold them into the content")
     if not msgs or msgs[-1]["role"] != "user":
