@@ -263,7 +263,7 @@ def _from_pretrained(cls, folder: Path, config, kind: str, attn_implementation: 
             raise err from None
 
 
-def _load_folder(
+def load_folder(
     folder: Path,
     *,
     dtype: str,
@@ -506,7 +506,7 @@ def load(
                              cache_dir=cache_dir, attn_implementation=attn_implementation)
     folder, default_template = _locate(w, cache, source)
 
-    model, tokenizer, kind, seeded = _load_folder(
+    model, tokenizer, kind, seeded = load_folder(
         folder,
         dtype=dtype,
         device=dev,

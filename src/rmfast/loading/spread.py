@@ -43,7 +43,7 @@ def load_spread(spec: str, *, dtype: str = "auto", device: str = "auto", device_
     first = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kw = {"device_map": device_map, **({"max_memory": max_memory} if max_memory else {})}
     try:  # every check of a one-device load (rmfast.loading.folder_checks), the placement accelerate's
-        model, tok, kind, _ = L._load_folder(folder, dtype=dtype, device=first, trust_remote_code=trust_remote_code,
+        model, tok, kind, _ = L.load_folder(folder, dtype=dtype, device=first, trust_remote_code=trust_remote_code,
                                             random_head_seed=None, attn_implementation="eager",
                                             allow_pickle=allow_pickle, spread=kw)
     except ValueError as exc:
