@@ -1,7 +1,9 @@
-"""A plain ``rmfast scan`` runs functions in at most 23 rmfast files (issue 34; 20 until the padding probe left
+"""A plain ``rmfast scan`` runs functions in at most 24 rmfast files (issue 34; 20 until the padding probe left
 ``scoring/batching.py`` for a file of its own, ``scoring/padding.py``, when batching passed 650 lines; 21 until the
 output's lock left ``io.py`` for ``locks.py``, when io passed 650 lines; 22 until the end of turn read the tokenizer's
-special flags from ``template_tail``'s per-tokenizer table of added tokens, its one place, rather than list them again).
+special flags from ``template_tail``'s per-tokenizer table of added tokens, its one place, rather than list them again;
+23 until the model folder's checks left ``loading/loader.py`` for ``loading/folder_checks.py``, one definition for the
+one-device and the ``--device-map`` load, which had skipped them all).
 
 Its path is a few modules, each one concept, and it calls into no module of a feature it does not use: the
 bf16 audit (``--audit 0``, or an fp32 scan), ``--device-map``, torchrun's ranks, adapter checkpoints, a GGUF
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import rmfast
 
-MAX_FILES = 23
+MAX_FILES = 24
 PACKAGE = Path(rmfast.__file__).resolve().parent
 
 
@@ -48,7 +50,7 @@ def _functions_by_file(profile: cProfile.Profile) -> dict[str, list[tuple[str, i
     return dict(by_file)
 
 
-def test_a_plain_scan_runs_functions_in_at_most_23_files(smollm2, tmp_path, monkeypatch, capsys):
+def test_a_plain_scan_runs_functions_in_at_most_24_files(smollm2, tmp_path, monkeypatch, capsys):
     """The issue's command: SmolLM2 (embedded; converted once by the fixture, which skips where its package is
     absent), 64 token ids, float32, no audit."""
     from rmfast.cli import build_parser
