@@ -79,8 +79,7 @@ from ..stats.permutation import holm
 from .similarity_guards import MEASURES, NULL_NOTE, check_replicates, dominance_note, small_n_note, undefined_reasons  # noqa: F401
 from .similarity_progress import progress_bar, timed
 from .similarity_bootstrap import (MIN_TRUSTED_BOOTSTRAP, bootstrap_interval,  # noqa: F401 (re-exported)
-                                   JACKKNIFE_BLOCKS, bca_gaps_note, check_interval, interval_note,
-                                   jackknife_blocks)
+                                   bca_gaps_note, check_interval, interval_note, jackknife_blocks, jackknife_count)
 
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
@@ -414,13 +413,14 @@ def _variant_values(a, b, ra, rb, la, lb, variants, *, seed, chunk_rows, shifts)
     n = len(ra)
     p, q = a.hidden_size, b.hidden_size
     weights, perms = {}, {}
+    blocks = jackknife_blocks(n, seed) if any(v[0] == "jack" for v in variants if v != "obs") else None  # one for all
     for v in variants:
         if v != "obs" and v[0] == "boot":  # (n,) multinomial copy counts of replicate v[1]
             weights[v] = np.bincount(np.random.default_rng([seed, 0, v[1]]).integers(0, n, n),
                                      minlength=n).astype(np.float64)
         elif v != "obs" and v[0] == "jack":  # (n,) 1, but 0 for block v[1] (the grouped jackknife, BCa's a)
             weights[v] = np.ones(n)
-            weights[v][jackknife_blocks(n, seed, min(JACKKNIFE_BLOCKS, n))[v[1]]] = 0.0
+            weights[v][blocks[v[1]]] = 0.0
         elif v != "obs":  # (n,) partner of row i in Y
             perms[v] = np.random.default_rng([seed, 1, v[1]]).permutation(n)
     sides = {v: ({l: _Side.zeros(p) for l in la}, {l: _Side.zeros(q) for l in lb})
@@ -429,13 +429,14 @@ def _variant_values(a, b, ra, rb, la, lb, variants, *, seed, chunk_rows, shifts)
     # are centred exactly and RV2 can leave out the pairs of copies (Σ w_i² a_i b_i)
     means: dict = {v: ({l: np.zeros(p) for l in la}, {l: np.zeros(q) for l in lb}) for v in weights}
     if weights:
+        kept = {v: w.sum() for v, w in weights.items()}  # a resample's rows (n; fewer for a jackknife replicate)
         for lo in range(0, n, chunk_rows):
             hi = min(n, lo + chunk_rows)
             for side, s, rows, ls in ((0, a, ra, la), (1, b, rb, lb)):
                 for l in ls:
                     Z = _read(s, l, rows[lo:hi], shifts[side][l])[0]  # (c, d)
-                    for v in weights:  # a jackknife replicate's own mean: over the rows it keeps
-                        means[v][side][l] += weights[v][lo:hi] @ Z / weights[v].sum()
+                    for v in weights:  # a replicate's own mean: over the rows it keeps
+                        means[v][side][l] += weights[v][lo:hi] @ Z / kept[v]
     cross = {v: {(x, y): _Cross.zeros(p, q) for x in la for y in lb} for v in variants}
     for lo in range(0, n, chunk_rows):
         hi = min(n, lo + chunk_rows)
@@ -569,7 +570,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     ``max_rows``: compute on at most this many of the shared candidates, a seeded random sample
     (``default_rng([seed, 2])``, kept in A's order; a note says so), e.g. for a quick look.
     ``interval``: which bootstrap interval (:func:`bootstrap_interval`: "recentred", "bca", "percentile", "basic");
-    "bca" costs :data:`JACKKNIFE_BLOCKS` more passes (its acceleration's grouped jackknife).
+    "bca" costs :data:`.similarity_bootstrap.JACKKNIFE_BLOCKS` more passes (its acceleration's grouped jackknife).
     ``bootstrap`` and ``permutations``: at most :data:`rmfast.analysis.representations.similarity_guards.MAX_REPLICATES` each (more
     is refused with the time they would take, measured on one pass). ``progress``: a line on stderr saying how
     much work there is, a bar over it (layer tiles × batches of replicates), and after its first step what the
@@ -606,7 +607,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
         ra, rb, n = ra[keep], rb[keep], max_rows
     p, q = a.hidden_size, b.hidden_size
     shifts = (_shifts(a, la, ra), _shifts(b, lb, rb))
-    blocks = min(JACKKNIFE_BLOCKS, n) if interval == "bca" and bootstrap else 0
+    blocks = jackknife_count(n) if interval == "bca" and bootstrap else 0
     values = _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, seed=seed, chunk_rows=chunk_rows,
                          max_bytes=max_bytes, shifts=shifts, progress=progress, n=n, jackknife=blocks)
     rows = []
@@ -639,7 +640,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     res.notes += [note] if (note := small_n_note(pairs, n, {"A": p, "B": q})) else []
     if bootstrap:
         res.notes += [interval_note(interval, level, bootstrap, seed, blocks)] + (
-            [n] if interval == "bca" and (n := bca_gaps_note(pairs)) else [])
+            [gaps] if interval == "bca" and (gaps := bca_gaps_note(pairs)) else [])
     if permutations:
         for m in MEASURES:  # the layer pairs are one family of tests per measure
             pairs[f"p_{m}_holm"] = holm(pairs[f"p_{m}"].to_numpy())

@@ -26,15 +26,20 @@ def check_interval(interval: str) -> None:
         raise UserError(f"interval {interval!r}: give one of {', '.join(INTERVALS)}")
 
 
+def jackknife_count(n: int, blocks: int = JACKKNIFE_BLOCKS) -> int:
+    """How many blocks the grouped jackknife of n candidates has (each a pass): ``blocks``, or n if fewer."""
+    return min(blocks, n)
+
+
 def jackknife_blocks(n: int, seed: int, blocks: int = JACKKNIFE_BLOCKS) -> list[np.ndarray]:
     """The grouped jackknife's blocks: a random partition of rows 0..n-1 (``default_rng([seed, 3])``) into
-    ``min(blocks, n)`` nearly equal parts, each (m,) sorted.
+    :func:`jackknife_count` nearly equal parts, each (m,) sorted.
 
     >>> [b.tolist() for b in jackknife_blocks(5, 0, blocks=2)]
     [[0, 2, 3], [1, 4]]
     """
     order = np.random.default_rng([seed, 3]).permutation(n)  # (n,)
-    return [np.sort(b) for b in np.array_split(order, min(blocks, n))]
+    return [np.sort(b) for b in np.array_split(order, jackknife_count(n, blocks))]
 
 
 def acceleration(jack: np.ndarray) -> float:
@@ -53,28 +58,20 @@ def acceleration(jack: np.ndarray) -> float:
     return float((u ** 3).sum() / (6.0 * s2 ** 1.5)) if s2 > 0 else math.nan
 
 
-def _norm_cdf(z: float) -> float:
-    return 0.5 * math.erfc(-z / math.sqrt(2.0))
-
-
-def _norm_ppf(p: float) -> float:
-    from scipy.special import ndtri
-
-    return float(ndtri(p))
-
-
 def bca_levels(obs: float, boot: np.ndarray, a: float, level: float) -> tuple[float, float]:
     """BCa's quantile levels (α1, α2) of the replicates: z0 = Φ⁻¹(share of replicates below the estimate, ties
     counted half), α_i = Φ(z0 + (z0 + z_i) / (1 − a (z0 + z_i))) for z_i = Φ⁻¹(α), Φ⁻¹(1 − α). NaN where z0 is
     infinite (every replicate on one side of the estimate: no BCa interval) or a is NaN."""
+    from scipy.special import ndtr, ndtri  # the standard normal's CDF and its inverse
+
     below = (np.count_nonzero(boot < obs) + 0.5 * np.count_nonzero(boot == obs)) / len(boot)
     if not 0 < below < 1 or not np.isfinite(a):
         return math.nan, math.nan
-    z0, alpha = _norm_ppf(below), (1 - level) / 2
+    z0, alpha = float(ndtri(below)), (1 - level) / 2
     out = []
-    for z in (_norm_ppf(alpha), _norm_ppf(1 - alpha)):
+    for z in (float(ndtri(alpha)), float(ndtri(1 - alpha))):
         d = 1.0 - a * (z0 + z)
-        out.append(_norm_cdf(z0 + (z0 + z) / d) if d > 0 else math.nan)
+        out.append(float(ndtr(z0 + (z0 + z) / d)) if d > 0 else math.nan)
     return out[0], out[1]
 
 
@@ -159,4 +156,4 @@ def bca_gaps_note(pairs) -> str | None:
 
 
 __all__ = ["INTERVALS", "bca_gaps_note", "JACKKNIFE_BLOCKS", "MIN_TRUSTED_BOOTSTRAP", "acceleration", "bca_levels",
-           "bootstrap_interval", "check_interval", "interval_note", "jackknife_blocks"]
+           "bootstrap_interval", "check_interval", "interval_note", "jackknife_blocks", "jackknife_count"]

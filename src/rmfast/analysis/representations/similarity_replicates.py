@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import similarity as sim
-from .similarity_bootstrap import JACKKNIFE_BLOCKS
+from .similarity_bootstrap import INTERVALS, bootstrap_interval, jackknife_count
 from .similarity_guards import MEASURES
 
 
@@ -25,7 +25,7 @@ def bootstrap_measures(X, Y, bootstrap: int, *, seed: int = 0, jackknife: bool =
     """The measures of ``bootstrap`` resamples of the rows of two in-memory arrays, by the same code as
     :func:`similarity`'s replicates (copies of a candidate left out as :func:`_finish` says); returns
     {"obs": {measure: float}, measure: (bootstrap,) replicates} and, with ``jackknife``, "jack": {measure: (G,) the
-    estimate without each block of :func:`.similarity_bootstrap.jackknife_blocks`} (G = min(JACKKNIFE_BLOCKS, n)). For tests
+    estimate without each block of :func:`.similarity_bootstrap.jackknife_blocks`} (G = :func:`.similarity_bootstrap.jackknife_count`). For tests
     and coverage simulations.
 
     >>> rng = np.random.default_rng(0); X = rng.normal(size=(30, 3)); Y = X @ rng.normal(size=(3, 2))
@@ -39,7 +39,7 @@ def bootstrap_measures(X, Y, bootstrap: int, *, seed: int = 0, jackknife: bool =
     sim._check_n(n)
     rows = np.arange(n)
     shifts = ({"x": X[:sim.SHIFT_ROWS].mean(0)}, {"y": Y[:sim.SHIFT_ROWS].mean(0)})
-    blocks = min(JACKKNIFE_BLOCKS, n) if jackknife else 0
+    blocks = jackknife_count(n) if jackknife else 0
     variants = ["obs"] + [("boot", i) for i in range(bootstrap)] + [("jack", g) for g in range(blocks)]
     vals = sim._variant_values(_Arrays(X, "x"), _Arrays(Y, "y"), rows, rows, ["x"], ["y"], variants, seed=seed,
                            chunk_rows=max(n, 1), shifts=shifts)
@@ -63,8 +63,6 @@ def coverage_simulation(R: int = 40, B: int = 100, n: int = 40, p: int = 6, q: i
     >>> round(truth, 3), sorted(cov["cka"])
     (0.402, ['basic', 'bca', 'below', 'percentile', 'recentred'])
     """
-    from .similarity_bootstrap import INTERVALS, bootstrap_interval
-
     rng = np.random.default_rng(seed)
     W = rng.normal(size=(p, q))  # (p, q)
     Syy = W.T @ W + s2 * np.eye(q)  # (q, q)
