@@ -122,7 +122,7 @@ def unfinished_result(path: str | os.PathLike) -> bool:
         return True
     states = states_dir(p)
     try:
-        tie = json.loads((states.with_name(states.name + ".partial") / STATES_MANIFEST).read_text())["scan"]
+        tie = json.loads((partial_states(states) / STATES_MANIFEST).read_text())["scan"]
         wid = parquet_write_id(p)
         return wid is not None and tie[WRITE_ID] == wid and not os.path.lexists(states)
     except Exception:  # noqa: BLE001 - no finished partial states, or none tied to this Parquet: check_output refuses
@@ -446,6 +446,16 @@ def states_dir(path: str | os.PathLike) -> Path:
     if p.suffix == ".parquet":
         return p.with_suffix(".states")
     return p
+
+
+def partial_states(folder: str | os.PathLike) -> Path:
+    """Where a states folder is written until it is complete: ``<folder>.partial``.
+
+    >>> partial_states("runs/a.states").as_posix()
+    'runs/a.states.partial'
+    """
+    folder = Path(folder)
+    return folder.with_name(folder.name + ".partial")
 
 
 def write_result(path: str | os.PathLike, df, manifest: dict, overwrite: bool = False) -> Path:

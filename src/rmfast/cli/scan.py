@@ -137,7 +137,7 @@ def _drop_finished_leftovers(out) -> None:
     removed (holding the lock, so never a running job's), as that job would have. Nothing else is touched: not a
     checkpoint saved after the output (a later job's, killed: a --states or --lens rerun has the same key), nor one
     beside partial states."""
-    from ..io import read_manifest, unfinished_result
+    from ..io import partial_states, read_manifest, unfinished_result
     from ..parquet_read import read_parquet
     from ..scoring.batching import finished_checkpoint
     from ..scoring.plan import run_key
@@ -145,7 +145,7 @@ def _drop_finished_leftovers(out) -> None:
     ck = Path(f"{out}.partial.npz")
     try:
         if (not ck.is_file() or ck.stat().st_mtime_ns > Path(out).stat().st_mtime_ns or unfinished_result(out)
-                or states_dir(out).with_name(states_dir(out).name + ".partial").exists()
+                or partial_states(states_dir(out)).exists()
                 or not (man := read_manifest(out, required=False))):
             return
         with output_lock(out):

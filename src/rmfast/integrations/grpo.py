@@ -53,6 +53,11 @@ from .remote import RemoteScorer, is_url
 NONFINITE = ("raise", "warn")
 
 
+#: a thinking policy's reasoning beside its answer (TRL's parse_response: ``reasoning_content``): the reward model
+#: scores the answer, as it scores an assistant message without reasoning (said once per call)
+REASONING = ("reasoning_content", "reasoning", "thinking")
+
+
 def _completion_text(c, k: int) -> str | None:
     """A completion as text: a string, or a conversational completion (one assistant message of text). None
     for one the scorer cannot score whole: several messages (tool calls), or no text content."""
@@ -65,15 +70,11 @@ def _completion_text(c, k: int) -> str | None:
     if msgs[0].get("role", "assistant") != "assistant":
         raise UserError(f"completion {k}: the completion's message must be the assistant's, got {msgs[0].get('role')!r}")
     m = msgs[0]
-    if len(msgs) != 1 or not isinstance(m.get("content"), str) or set(m) - {"role", "content", *REASONING} - {
-            k for k in ("tool_calls", "name") if not m.get(k)}:  # an empty tool_calls / name: one message of text
+    # fields besides the text and its reasoning; an empty tool_calls or name leaves one message of text
+    extra = [f for f, v in m.items() if f not in ("role", "content", *REASONING) and (v or f not in ("tool_calls", "name"))]
+    if len(msgs) != 1 or not isinstance(m.get("content"), str) or extra:
         return None
     return m["content"]
-
-
-#: a thinking policy's reasoning beside its answer (TRL's parse_response: ``reasoning_content``): the reward model
-#: scores the answer, as it scores an assistant message without reasoning (said once per call)
-REASONING = ("reasoning_content", "reasoning", "thinking")
 
 
 def _reasons(c) -> bool:
@@ -158,7 +159,6 @@ class GRPOReward:
             bad_set = set(bad)
             out = [None if k in bad_set else r for k, r in enumerate(out)]
         return out
-
 
     def _check_prompts(self, convs, where) -> None:
         """A prompt the scorer refuses (already rendered, empty), named by its place in TRL's batch (a local scorer;

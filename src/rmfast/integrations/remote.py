@@ -121,7 +121,6 @@ class RemoteScorer:
                 return r.json()["scores"]
         raise tries.gave_up()
 
-
     def too_long(self, conversations, responses, *, compat: str | None = None) -> list[list[bool]]:
         """Whether the server refuses each ``responses[i][j]`` as too long (413: its positions or
         --max-request-tokens), asked one sample at a time: what the GRPO adapter leaves out (as None) after a call

@@ -11,16 +11,14 @@ import warnings
 from pathlib import Path
 
 from ..errors import UserError
-from .sources import damaged_fix
-
-_PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+from .sources import PICKLE_GLOBS, damaged_fix
 
 
 def check_weights(folder: Path, allow_pickle: bool = False) -> None:
     """Refuse a folder whose only weights are pickles (unpickling can run code) unless ``allow_pickle``."""
     if allow_pickle or any(folder.glob("*.safetensors")):
         return
-    pickles = sorted(p.name for pat in _PICKLES for p in folder.glob(pat))
+    pickles = sorted(p.name for pat in PICKLE_GLOBS for p in folder.glob(pat))
     if pickles:
         raise UserError(f"model folder '{folder}' has only pickled weights ({', '.join(pickles[:3])}), and loading a "
                         "pickle can run code: convert them to safetensors, or pass --allow-pickle if you trust them (a sweep config: allow_pickle: true)")

@@ -65,6 +65,8 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     return root
 
 
+#: weight files a model folder may hold that unpickling reads (refused unless --allow-pickle: it can run code)
+PICKLE_GLOBS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 #: (path, size, mtime, ctime, inode) -> sha256: the hashes this process made
 _SHA_SEEN: dict = {}
 
@@ -509,7 +511,7 @@ def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: 
     elif w.kind == "hub":
         hub_folder(w.spec)
     elif w.kind == "folder" and (path / "config.json").is_file() and not any(
-            next(path.glob(pat), None) for pat in ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")):
+            next(path.glob(pat), None) for pat in ("*.safetensors", "*.gguf", *PICKLE_GLOBS)):
         raise UserError(f"model folder {path} has a config.json but no weight files: a training checkpoint still "
                         "being saved (or saved without its weights) has nothing to score yet; wait for its save to "
                         "finish, or leave it out")

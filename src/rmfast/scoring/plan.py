@@ -189,6 +189,7 @@ class ScoringPlan:
     decided: Decisions | None = None
     _rows: dict = field(default_factory=dict, repr=False)
     _pads: dict = field(default_factory=dict, repr=False)  # (n, rows) -> PadSizes
+    _own_batch: str | None = field(default=None, repr=False)  # why the job runs as one batch of its own rows
 
     @property
     def decisions(self) -> dict:
@@ -308,7 +309,7 @@ class ScoringPlan:
     def padding(self) -> str:
         """How short batches were padded, for the manifest (the measured verdicts, or why the full row count)."""
         if not self.fixed_shapes:
-            return getattr(self, "_own_batch", None) or "none: every batch holds just its rows (a row's last bits may depend on its batch)"
+            return self._own_batch or "none: every batch holds just its rows (a row's last bits may depend on its batch)"
         if not self._pads:
             why = ("the plain-HF engine" if self.eng is None else "the compiled layer (one graph per shape)"
                    if self.eng.compile else f"not measured on {self.device.type}" if self.device.type != "cpu" else

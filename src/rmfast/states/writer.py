@@ -110,9 +110,9 @@ def check_states_target(folder, overwrite: bool) -> None:
 def partial_folder(folder: Path) -> Path:
     """``<folder>.partial``, where a states folder is written until it is complete; one line where something other
     than a folder is there (a file left by hand: the writer's ``mkdir`` raised FileExistsError mid-scan)."""
-    from ..io import describe_path
+    from ..io import describe_path, partial_states
 
-    partial = folder.with_name(folder.name + ".partial")
+    partial = partial_states(folder)
     what = describe_path(partial)
     if what not in ("nothing", "a folder"):
         raise UserError(f"{partial} is {what}, not a folder: rmfast writes the states there until they are complete; "

@@ -68,7 +68,7 @@ from . import dist
 from ..loading.spread import load_spread
 from ..errors import UserError, python_names
 from ..io import check_output, say_on_interrupt
-from ..io import states_dir
+from ..io import partial_states, states_dir
 from .store import PART_FILE, PartRef, Store
 from ..scoring.candidates import range_bounds, read_ids_file
 from ..template import unescape
@@ -369,7 +369,7 @@ class _PartRunner:
         t0 = time.perf_counter()
         ck = store.checkpoint_path(p)
         if not m.states:  # computed again without states: states of earlier scores would not be its own
-            for f in (store.states_path(p), store.states_path(p).with_name("part.states.partial")):
+            for f in (store.states_path(p), partial_states(store.states_path(p))):
                 shutil.rmtree(f, ignore_errors=True)
         df, res = _score_part(lm, m, self.cfg, p.prompt, {c.name: c for c in self.cfg.candidates}[p.candidates], ck,
                               self.bars)
