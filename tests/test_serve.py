@@ -1012,3 +1012,43 @@ def test_verl_prompt_as_any_sequence_of_messages():
         _prompt_of({"prompt": ["q"]}, None)
     with pytest.raises(UserError, match="has no 'prompt'"):
         _prompt_of({"prompt": []}, None)
+
+
+def test_verl_prompts_read_from_parquet_many_at_once(rm, tmp_path):
+    """verl's reward loop awaits many compute_score calls at once, each sample's extra_info read from the dataset's
+    Parquet through pandas: its prompt column is a numpy array of message dicts (it was refused as "has no prompt").
+    Sixteen at once, two of them bad (a list of strings; a prompt past --max-request-tokens): the good ones get the
+    scores /v1/score gives, each bad one one line naming it."""
+    import asyncio
+
+    import pandas as pd
+
+    from rmfast.errors import UserError
+    from rmfast.integrations.verl import compute_score
+
+    _, tok = rm
+    msgs = [[{"role": "user", "content": f"Q{i}: name a colour"}] for i in range(4)]
+    pd.DataFrame({"prompt": msgs, "id": range(4)}).to_parquet(tmp_path / "train.parquet")
+    rows = pd.read_parquet(tmp_path / "train.parquet").to_dict("records")
+    assert type(rows[0]["prompt"]).__name__ == "ndarray"  # what verl's dataset hands over
+    answers = ["blue", "green", "red", "teal"]
+    app, _ = _app(rm, max_request_tokens=64)
+    with running(app) as url:
+        want = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": m, "responses": answers}
+                                                                     for m in msgs]}).json()["scores"]
+        calls = [(answers[j], {"prompt": rows[i]["prompt"]}) for i in range(4) for j in range(4)]
+        calls[3] = ("blue", {"prompt": ["Q0: name a colour"]})  # a list of strings, not messages
+        calls[9] = ("blue", {"prompt": [{"role": "user", "content": "word " * 80}]})  # past the server's limit
+
+        async def all_at_once():
+            return await asyncio.gather(*(compute_score("ds", s, None, info, url=url) for s, info in calls),
+                                        return_exceptions=True)
+
+        got = asyncio.run(all_at_once())
+    for k, g in enumerate(got):
+        if k == 3:
+            assert isinstance(g, UserError) and "holding a str" in str(g) and "\n" not in str(g), g
+        elif k == 9:
+            assert isinstance(g, UserError) and "413" in str(g) and "--max-request-tokens" in g.cli_message(), g
+        else:
+            assert g == want[k // 4][k % 4], (k, g)
