@@ -1052,3 +1052,28 @@ def test_verl_prompts_read_from_parquet_many_at_once(rm, tmp_path):
             assert isinstance(g, UserError) and "413" in str(g) and "--max-request-tokens" in g.cli_message(), g
         else:
             assert g == want[k // 4][k % 4], (k, g)
+
+
+def test_remote_grpo_rewards_from_several_trainers_at_once_each_too_long_one_none(rm):
+    """Four GRPO ranks calling one server at once, each batch holding one completion over the server's limit: each
+    gets None there and the server's scores elsewhere, with its one warning; none stops (a 413 stopped training)."""
+    import warnings
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rmfast.integrations.grpo import rmfast_reward
+
+    app, _ = _app(rm, max_request_tokens=64)
+    long = "word " * 80
+    with running(app) as url:
+        want = httpx.post(f"{url}/v1/score", json={"conversations": [
+            {"prompt": f"rank {r}", "responses": ["ok", "fine"]} for r in range(4)]}).json()["scores"]
+
+        def rank(r):
+            return rmfast_reward(url)(prompts=[f"rank {r}"] * 3, completions=["ok", long, "fine"])
+
+        with warnings.catch_warnings(record=True) as said, ThreadPoolExecutor(4) as pool:  # (warnings: process-wide)
+            warnings.simplefilter("always")
+            results = list(pool.map(rank, range(4)))
+    for r, got in enumerate(results):
+        assert got[1] is None and got[0] == pytest.approx(want[r][0]) and got[2] == pytest.approx(want[r][1])
+    assert sum("1 of 3 completions are longer" in str(w.message) for w in said) == 4, [str(w.message) for w in said]
