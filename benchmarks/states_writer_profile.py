@@ -94,6 +94,32 @@ def writer_round(tmp: Path, batches: list, layers: list[str], background: bool, 
     return out
 
 
+def scan_round(tmp: Path, batches: list, layers: list[str], gap: float, shard_bytes: int | None) -> tuple[float, float]:
+    """The batches handed over as a GPU scan does, one every ``gap`` seconds (the device computing, the host idle),
+    through the background writer with its pool, shards cut at ``shard_bytes`` (None: the tree's own
+    ``SHARD_BYTES``): (seconds from the first batch to ``finish`` returned, seconds of that after the last batch)."""
+    from rmfast.scoring.states_stream import BackgroundWriter, HostStates
+    from rmfast.states import StatesWriter
+
+    w = StatesWriter(tmp / "scan.states", layers, "bfloat16", "row", job="profile")
+    if shard_bytes is not None:
+        w.shard_bytes = shard_bytes
+    ww = BackgroundWriter(w)
+    n = sum(len(b[layers[0]]) for b in batches)
+    ww.prepare(np.zeros(n, dtype=bool))
+    lo, t0 = 0, time.perf_counter()
+    for b in batches:
+        time.sleep(gap)
+        rows = np.arange(lo, lo + len(b[layers[0]]))
+        lo += len(rows)
+        ww.add(rows, rows, HostStates(b, _Fired()))
+    t1 = time.perf_counter()
+    ww.finish({})
+    t2 = time.perf_counter()
+    shutil.rmtree(tmp / "scan.states")
+    return t2 - t0, t2 - t1
+
+
 def step_round(tmp: Path, taken: list[dict], layers: list[str]) -> dict:
     """A flush's possible steps, each alone, on the taken batches (name -> (b, d) bf16)."""
     from safetensors.torch import save_file
@@ -123,6 +149,9 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default=None, help="folder to write in (default: the system's temporary folder)")
+    ap.add_argument("--gap", type=float, default=None,
+                    help="only the scan-shaped rounds: a batch every GAP seconds (the H200's 8B scan: ~0.05), shards cut "
+                         "at 256 and 64 MiB; time over the batches' own, and after the last batch")
     a = ap.parse_args()
     layers = [str(i) for i in range(a.layers)]
     g = torch.Generator().manual_seed(0)
@@ -132,6 +161,9 @@ def main() -> None:
     print(f"{a.batches} batches x {a.layers} layers x ({a.rows}, {a.hidden}) bf16 = {nbytes / 1e6:,.0f} MB; "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs")
     res: dict[str, list[float]] = {}
+    if a.gap is not None:
+        scan_rounds(a, batches)
+        return
     with tempfile.TemporaryDirectory(prefix="rmfast-writer-prof-", dir=a.dir) as d:
         tmp = Path(d)
         bufs = [t.view(torch.uint8).numpy() for b in batches for t in b.values()]
@@ -164,6 +196,23 @@ def main() -> None:
     for k, ts in res.items():
         m = statistics.median(ts)
         print(f"{k:>34}: {m:7.3f} s  {nbytes / m / 1e6:8,.0f} MB/s  ({raw / m:5.2f} of raw write)")
+
+
+def scan_rounds(a, batches: list) -> None:
+    """``--gap``: :func:`scan_round` at each shard cap, interleaved, ``--repeats`` times; medians."""
+    layers = list(batches[0])
+    caps = {"256 MiB": 256 << 20, "64 MiB": 64 << 20}
+    res: dict[str, list[tuple[float, float]]] = {k: [] for k in caps}
+    with tempfile.TemporaryDirectory(prefix="rmfast-writer-scan-", dir=a.dir) as d:
+        for _ in range(a.repeats):
+            for k, cap in caps.items():
+                res[k].append(scan_round(Path(d), batches, layers, a.gap, cap))
+    busy = a.gap * len(batches)
+    print(f"scan-shaped: a batch every {a.gap} s ({busy:.2f} s of batches), 4 shard writers, medians of {a.repeats}")
+    for k, v in res.items():
+        total, tail = statistics.median(t for t, _ in v), statistics.median(t for _, t in v)
+        print(f"  shards of {k:>7}: {total:6.3f} s = {total / busy:4.2f}x the batches' time; "
+              f"{tail:6.3f} s after the last batch")
 
 
 if __name__ == "__main__":

@@ -231,7 +231,8 @@ def test_writer_drops_a_shard_the_checkpoint_does_not_cover(tmp_path):
     np.testing.assert_array_equal(w2.prepare(done), done)
     assert len(list(w2.partial.glob("shard-*"))) == 2
     w3 = StatesWriter(folder, ["last_prenorm"], "float32", "token_id", job="another job")
-    assert not w3.prepare(np.ones(6, dtype=bool)).any()  # another job's shards: wiped, everything rescored
+    with pytest.warns(UserWarning, match=r"kept states last_prenorm in float32 for another job \(its job\)"):
+        assert not w3.prepare(np.ones(6, dtype=bool)).any()  # another job's shards: wiped, everything rescored
     w3.add(np.arange(6), np.arange(6) + 100, {"last_prenorm": torch.arange(18.0).view(6, 3)})
     w3.finish({"model": "m"})
     s = open_states(folder)

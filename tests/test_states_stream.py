@@ -242,6 +242,35 @@ def test_a_shard_is_written_once_its_bytes_reach_the_cap(tmp_path):
     assert s.take("0", np.arange(20)).tolist() == x.tolist()
 
 
+def test_a_batch_bigger_than_a_shard_is_split_by_rows(tmp_path):
+    """A batch of more bytes than a shard is cut by rows into full shards, the rest kept for the next batch (the 8B's
+    --states all made one 285 MB shard of the last batch, written by one thread after the scan: the 0.22 s it waited on
+    the H200): batches of 5 rows into shards of 3 make 3, 3, 3, 1 rows, the first three cut before finish; the
+    background writer's files are the same bytes; the states read back are the rows added, in order."""
+    x = torch.arange(60.0).view(10, 6)  # 10 rows, two layers of 3
+
+    def write(folder, background: bool) -> list[bytes]:
+        w = StatesWriter(folder, ["0", "last"], "float32", "row", job="j")
+        ww = BackgroundWriter(w, writers=3) if background else w
+        ww.prepare(np.zeros(10, dtype=bool))
+        w.shard_bytes = 3 * (3 + 3) * 4 + 5  # three rows of (3 + 3) float32 values, not four
+        cut = []
+        for b in range(2):
+            rows = np.arange(5 * b, 5 * b + 5)
+            ww.add(rows, rows, {"0": x[rows, :3], "last": x[rows, 3:]})
+            if not background:
+                cut.append(len(w._shards()))
+        assert background or cut == [1, 3]  # a full shard from the first batch; the rest with the second's
+        ww.finish({"model": "m"})
+        s = open_states(folder)
+        assert [sh.rows for sh in s.shards] == [3, 3, 3, 1]
+        assert s.take("0", np.arange(10)).tolist() == x[:, :3].tolist()
+        assert s.take("last", np.arange(10)).tolist() == x[:, 3:].tolist()
+        return [sh.file.read_bytes().split(b"run_id")[1][40:] for sh in s.shards]  # the tensors' bytes
+
+    assert write(tmp_path / "sync.states", False) == write(tmp_path / "bg.states", True)
+
+
 def test_shards_are_written_side_by_side_and_bounded(tmp_path, monkeypatch):
     """A cut shard's count and write run on the pool's WRITERS threads: two shards' writes overlap (each waits,
     inside its write, until the other has started), never more than two are in flight, the shards keep the
@@ -353,7 +382,7 @@ def test_a_failed_checkpoint_save_still_drains_the_writer(tmp_path, monkeypatch)
 
     monkeypatch.setattr(batching, "save_checkpoint", save)
     w = StatesWriter(tmp_path / "s.states", ["0"], "float32", "token_id", job="j")
-    w.shard_bytes = 1  # a shard per batch
+    w.shard_bytes = 4 * 4 * 4  # a shard per batch of 4 rows x 4 values x 4 bytes
     score = lambda rows, b: Scored(np.zeros(len(rows), np.float32), {"0": torch.ones(len(rows), 4)}, None)  # noqa: E731
     with pytest.raises(OSError, match="No space left"):
         score_groups([Group(np.arange(16), 4, score)], np.arange(16), key="k", checkpoint=tmp_path / "ck.npz",
@@ -374,7 +403,7 @@ def test_ctrl_c_while_draining_skips_the_queue_and_waits_for_the_writes(tmp_path
 
     _slow_shards(monkeypatch, 0.4)
     w = StatesWriter(tmp_path / "c.states", ["0"], "float32", "row", job="j")
-    w.shard_bytes = 1  # a shard per batch
+    w.shard_bytes = 4 * 3 * 4  # a shard per batch of 4 rows x 3 values x 4 bytes
     bw = BackgroundWriter(w, depth=8, writers=1)
     bw.prepare(np.zeros(32, dtype=bool))
     for b in range(8):

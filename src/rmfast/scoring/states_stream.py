@@ -22,7 +22,8 @@ Two parts, each checked against the synchronous path it stands in for (tests/tes
   on one of :data:`WRITERS` threads, so shards are written side by side (one writer thread wrote 1.5 GB/s of bf16
   states into tmpfs on the H100's host, a 16-thread AMX Xeon, where the 8B's `--states all` needs ~3.5 GB/s for 1.5x a plain scan); a
   shard is cut only once fewer than that many are in flight, so at most that many cut shards are held (each at most
-  :data:`rmfast.states.SHARD_BYTES`, or one batch where a batch is bigger).
+  :data:`rmfast.states.SHARD_BYTES`: a bigger batch is split by rows, so the last batch's shards are written side
+  by side too).
 
 The checkpoint semantics are :class:`~rmfast.states.StatesWriter`'s: a shard is written after the
 checkpoint that holds its rows as done, and a resumed scan scores again every row the checkpoint holds

@@ -22,12 +22,16 @@ from .shard import nonfinite_per_layer, warn_nonfinite, write_shard
 #: bytes of a scan's fresh host buffers (its pinned device-to-host copies) a shard may keep uncopied
 #: (:meth:`StatesWriter.take`); beyond it the batches are copied, so the pinned memory cached stays bounded
 KEEP_FRESH_MAX = 2 << 30
-#: a shard is written once its buffered batches hold this many bytes (or :attr:`StatesWriter.shard_rows` rows):
-#: the writer thread then writes while the scan computes. A shard per 65,536 rows alone kept a whole 8,192-row
-#: scan of every layer (2.3 GB, the 8B) in host memory and wrote it after the last batch: no overlap at all (the
-#: H100's states bench, benchmarks/results/gpu_h100_2026-11-26_c). The last shard's write is what cannot overlap,
-#: ~0.2 s at 1.4 GB/s.
-SHARD_BYTES = 256 << 20
+#: a shard holds at most this many bytes (or :attr:`StatesWriter.shard_rows` rows): once the buffered batches hold a
+#: shard's worth, it is cut and written (the writer threads then write while the scan computes), a batch bigger than a
+#: shard split by rows. A shard per 65,536 rows alone kept a whole 8,192-row scan of every layer (2.3 GB, the 8B) in
+#: host memory and wrote it after the last batch: no overlap at all (the H100's states bench,
+#: benchmarks/results/gpu_h100_2026-11-26_c). What cannot overlap is the last batch's write: at 256 MiB a shard, with
+#: the 8B's 285 MB batches one shard each, that was one writer thread writing the whole last batch (~0.25 s at the
+#: H200 host's ~1.1 GB/s a thread, the 0.22 s the scan waited there: benchmarks/results/gpu_h200_2026-11-29/states.csv);
+#: at 64 MiB the last batch is ~5 shards, written side by side by the writer pool
+#: (:data:`rmfast.scoring.states_stream.WRITERS`)
+SHARD_BYTES = 64 << 20
 
 
 def write_states(folder: str | os.PathLike, keys, layers: Mapping[str, object], *,
@@ -124,7 +128,7 @@ class StatesWriter:
     """Writes a scan's states streaming, resumable and atomic (``rmfast-states/1``).
 
     Shards go into ``<folder>.partial/`` as the scan saves its checkpoint: :meth:`add` buffers a
-    batch's rows, :meth:`flush` writes them as one shard (atomically) right after the checkpoint
+    batch's rows, :meth:`flush` writes them as shards (atomically) right after the checkpoint
     that marks those rows done. A rerun of the same job (:meth:`prepare`) keeps the shards whose rows
     the checkpoint holds as done, deletes any other (written just before a kill, its rows not
     checkpointed), and returns the done rows that have states: a row the checkpoint holds without
@@ -146,9 +150,9 @@ class StatesWriter:
         self._buf: list[tuple[np.ndarray, np.ndarray, dict]] = []
         self.shard_rows = 65536
         self.shard_bytes = SHARD_BYTES
-        self._buf_bytes = 0  # bytes of the buffered batches' states
+        self._buf_rows = 0  # rows buffered
         self._have: np.ndarray | None = None  # (N,) bool: job rows with a state on disk or buffered
-        self._kept = 0  # bytes of fresh host buffers buffered as they are (take), until the next shard
+        self._kept = 0  # bytes of fresh host buffers buffered as they are (take), at most what is buffered
         self._next = 0  # the next shard's number (prepare, which every add needs first: after the shards kept)
         self.run_shard = lambda cut: cut()()  # cut a shard and write it (BackgroundWriter: once a writer is free)
         self.run_id = None
@@ -168,6 +172,8 @@ class StatesWriter:
         if old is None or {k: old.get(k) for k in self.job} != self.job:
             if done.any():  # the checkpoint's scores stand, but rows without their states are scored again: said
                 was = "no states" if old is None else f"states {', '.join(old.get('layers') or [])} in {old.get('dtype')}"
+                if old is not None and [old.get(k) for k in ("layers", "dtype")] == [self.layers, self.dtype]:
+                    was += f" for another job (its {' and '.join(k for k in self.job if old.get(k) != self.job[k])})"
                 warnings.warn(f"rmfast: note: the checkpoint's {int(done.sum()):,} scored rows are scored again: it "
                               f"kept {was}, this scan asks for {', '.join(self.layers)} in {self.job['dtype']}",
                               stacklevel=3)
@@ -225,33 +231,52 @@ class StatesWriter:
         return out
 
     def append(self, rows: np.ndarray, keys: np.ndarray, mats: dict) -> None:
-        """Buffer taken rows (:meth:`take`); write them as a shard once ``shard_rows`` rows or ``shard_bytes``
-        bytes are buffered."""
+        """Buffer taken rows (:meth:`take`); cut a shard from the front of the buffer while it holds a shard's worth
+        (:meth:`_shard_size`); the rest stays buffered for the next batch or :meth:`flush`."""
         self._buf.append((rows, keys, mats))
-        self._buf_bytes += sum(m.numel() * m.element_size() for m in mats.values())
-        if sum(len(b[0]) for b in self._buf) >= self.shard_rows or self._buf_bytes >= self.shard_bytes:
-            self.flush()  # early is safe: a shard the checkpoint does not cover is dropped on resume
+        self._buf_rows += len(rows)
+        while self._buf_rows >= self._shard_size():
+            self.run_shard(self.cut)  # early is safe: a shard the checkpoint does not cover is dropped on resume
 
     def flush(self) -> None:
-        """Write the buffered rows as the next shard (atomically). Call before the checkpoint is saved."""
-        if self._buf:
+        """Write every buffered row, as shards of at most :meth:`_shard_size` rows (atomically). Call before the
+        checkpoint is saved."""
+        while self._buf:
             self.run_shard(self.cut)
 
+    def _shard_size(self) -> int:
+        """Rows of a full shard: ``shard_rows``, fewer where those would take more than ``shard_bytes``."""
+        if not self._buf:
+            return self.shard_rows
+        row = sum(m[0].numel() * m.element_size() if len(m) else 0 for m in self._buf[0][2].values())  # bytes a row
+        return max(1, min(self.shard_rows, self.shard_bytes // max(row, 1)))
+
     def cut(self):
-        """The buffered rows as the next shard, numbered and unbuffered now (in the scan's order): a callable that
-        counts its non-finite values and writes it (:meth:`flush`: at once; BackgroundWriter: on a writer thread)."""
+        """The next shard, taken from the front of the buffer (at most :meth:`_shard_size` rows; a batch split by rows
+        where it straddles two shards, as views) and numbered now, in the scan's order: a callable that counts its
+        non-finite values and writes it (:meth:`flush`: at once; BackgroundWriter: on a writer thread)."""
         if not self._buf:
             return None
         import torch
 
         from ..io import atomic_write
 
-        # name -> the buffered batches' pieces, written one after another (rmfast.states.shard: never joined)
-        t = {"key": [torch.from_numpy(np.concatenate([b[1] for b in self._buf]).astype(np.int64))],
-             "rows": [torch.from_numpy(np.concatenate([b[0] for b in self._buf]).astype(np.int64))]}
-        t.update({f"layer.{l}": [b[2][l] for b in self._buf] for l in self.layers})
+        size, pieces = self._shard_size(), []
+        while self._buf and (left := size - sum(len(p[0]) for p in pieces)) > 0:
+            rows, keys, mats = self._buf[0]
+            if len(rows) <= left:
+                pieces.append(self._buf.pop(0))
+            else:  # the batch's first rows into this shard; row slices of (b, d) tensors stay contiguous
+                pieces.append((rows[:left], keys[:left], {l: m[:left] for l, m in mats.items()}))
+                self._buf[0] = (rows[left:], keys[left:], {l: m[left:] for l, m in mats.items()})
+        self._buf_rows -= sum(len(p[0]) for p in pieces)
+        # name -> the pieces, written one after another (rmfast.states.shard: never joined)
+        t = {"key": [torch.from_numpy(np.concatenate([p[1] for p in pieces]).astype(np.int64))],
+             "rows": [torch.from_numpy(np.concatenate([p[0] for p in pieces]).astype(np.int64))]}
+        t.update({f"layer.{l}": [p[2][l] for p in pieces] for l in self.layers})
         path, self._next = self.partial / f"shard-{self._next:05d}.safetensors", self._next + 1
-        self._buf, self._kept, self._buf_bytes = [], 0, 0
+        # the fresh buffers kept uncopied (take) are still buffered at most as many bytes as the buffer holds
+        self._kept = min(self._kept, sum(m.nbytes for b in self._buf for m in b[2].values()))
 
         def write() -> None:
             # counted per shard, in its metadata: a resumed scan's total includes the shards of the run before
