@@ -32,7 +32,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=1, help="conversations per configuration (default 1)")
     ap.add_argument("--min-len", type=int, default=20)
     ap.add_argument("--max-len", type=int, default=200)
-    ap.add_argument("--hf-batch", type=int, default=16, help="conversations per padded HF batch (default 16)")
+    ap.add_argument("--hf-batch", type=int, nargs="+", default=list(BestOfNConfig.hf_batch),
+                    help="rows per padded HF batch: each timed, the fastest counts (default 1 16 64)")
     ap.add_argument("--repeats", type=int, default=1, help="timed passes per method; the best counts (default 1)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", default="cpu")
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
     cfg = BestOfNConfig(prompt_tokens=tuple(args.prompt_tokens), n=tuple(args.n), prompts=args.prompts,
-                        min_len=args.min_len, max_len=args.max_len, hf_batch=args.hf_batch, repeats=args.repeats,
+                        min_len=args.min_len, max_len=args.max_len, hf_batch=tuple(args.hf_batch), repeats=args.repeats,
                         dtype=args.dtype, device=args.device, threads=args.threads, seed=args.seed)
     rows = run_best_of_n(cfg)
     write_best_of_n(rows, args.out, {**config_record(cfg), "args": vars(args)}, device=args.device)

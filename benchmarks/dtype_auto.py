@@ -31,11 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from rmfast.cpu import cpu_info  # noqa: E402
+from rmfast.cpu import cpu_id, cpu_info, versions  # noqa: E402
 
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
-FIELDS = ["cpu_model", "cpu_kind", "cpu_flags", "emulated", "threads", "model", "dtype", "compile", "n", "wall_s",
-          "scan_s", "cand_per_s", "ran_dtype", "dtype_source", "dtype_reason", "rmfast_commit", "timestamp"]
+FIELDS = ["cpu_model", "cpu_id", "cpu_kind", "cpu_flags", "emulated", "threads", "model", "dtype", "compile", "n", "wall_s",
+          "scan_s", "cand_per_s", "ran_dtype", "dtype_source", "dtype_reason", "rmfast_commit", "torch", "timestamp"]
 
 
 def one_scan(model: str, dtype: str, n: int, compile_: str, env: dict, threads: int) -> dict:
@@ -95,15 +95,15 @@ def main(argv=None) -> int:
     if a.emulate_avx2:
         env.update(AVX2_ENV)
     info = cpu_info()
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    ver = versions()
     rows = []
     runs = [(int(n), dt) for _ in range(a.repeats) for n in a.sizes.split(",") for dt in a.dtypes.split(",")]
     for n, dt in runs:
         r = one_scan(a.model, dt, n, a.compile, env, a.threads)
         emu = "AVX2 kernels (" + ", ".join(f"{k}={v}" for k, v in AVX2_ENV.items()) + ")" if a.emulate_avx2 else ""
-        rows.append({"cpu_model": info.model, "cpu_kind": info.kind, "cpu_flags": " ".join(info.flags), "emulated": emu,
+        rows.append({"cpu_model": info.model, "cpu_id": cpu_id(), "cpu_kind": info.kind, "cpu_flags": " ".join(info.flags), "emulated": emu,
                      "threads": a.threads, "model": a.model, "dtype": dt, "compile": a.compile, "n": n, **r,
-                     "rmfast_commit": commit, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                     "rmfast_commit": ver["rmfast_commit"], "torch": ver["torch"], "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")})
         print(f"{dt:9s} n={n:6d}: {r['wall_s']:7.1f} s wall ({r['ran_dtype']}, {r['dtype_source']})", flush=True)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

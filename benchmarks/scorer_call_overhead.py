@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The fixed host cost of every ``RewardScorer.score`` call, apart from its scoring: the check that the weights are
-unchanged, and the switch to eval mode. On a GPU host run f's profile found them ~15% of a small best-of-N call
+unchanged, and the switch to eval mode (:func:`rmfast.scoring.model_mode.scoring_mode`, autocast off too). On a GPU host run f's profile found them ~15% of a small best-of-N call
 (``benchmarks/results/gpu_h100_2026-11-27_f/profile.txt``: 512 x 16, 106.6 ms wall).
 
     PYTHONPATH=src python benchmarks/scorer_call_overhead.py [--layers 32] [--device cpu] [--out CSV]
@@ -27,7 +27,7 @@ import transformers as tf
 
 from rmfast.bench.machine import machine_info
 from rmfast.bench.output import append_csv
-from rmfast.scoring.scorer_model import eval_mode
+from rmfast.scoring.model_mode import scoring_mode
 from rmfast.scoring.weights import WeightsWatch, weights_fingerprint
 from rmfast.version import __version__
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     watch = WeightsWatch()
 
     def switch():
-        with eval_mode(model):
+        with scoring_mode(model):
             pass
 
     rows = []

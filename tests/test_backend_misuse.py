@@ -164,3 +164,128 @@ def test_a_completion_that_is_not_valid_text_does_not_stop_training(scorer):
     with pytest.warns(UserWarning, match=r"1 of 2 completions are not valid text \(a lone surrogate"):
         got = f(["Hi", "Hi"], ["caf\udce9", "fine"])
     assert got[0] is None and got[1] == scorer.score(["Hi"], [["fine"]])[0][0]
+
+
+@pytest.fixture(scope="module")
+def dropout_model():
+    """A tiny Llama classifier whose attention drops half its weights in training mode (the plain-HF engine runs it)."""
+    m = T.tiny("llama", num_labels=1, pad_token_id=2)
+    m.config.attention_dropout = 0.5
+    return m
+
+
+def test_a_model_in_training_mode_or_under_autocast_is_scored_as_in_eval_and_fp32(tok, dropout_model):
+    """A trainer's model in training mode, or a call inside the caller's torch.autocast region: rmfast.scan on the
+    plain-HF engine scored with dropout (two identical scans disagreed, and the global RNG moved), and autocast made
+    every layer and the head bf16 while the manifest said float32. Now every entry point scores in eval mode with
+    autocast off, and the model's mode is back after the call."""
+    import rmfast
+
+    m = dropout_model
+    kw = dict(token_ids="100:140", engine="hf", progress=False)
+    want = rmfast.scan(m.eval(), tok, "Hi", **kw).scores
+    m.train()
+    rng = torch.get_rng_state()
+    got = [rmfast.scan(m, tok, "Hi", **kw).scores for _ in range(2)]
+    assert m.training and all(x.training for x in m.modules())  # the caller's mode, back
+    assert torch.equal(rng, torch.get_rng_state())  # no dropout drew from it
+    for g in got:
+        np.testing.assert_array_equal(g, want)
+    texts = rmfast.score_texts(m, tok, "Hi", ["Paris", "a cat"], engine="hf", progress=False).scores
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fast = rmfast.scan(m, tok, "Hi", token_ids="100:140", engine="fast", progress=False)
+        np.testing.assert_array_equal(rmfast.scan(m, tok, "Hi", **kw).scores, want)
+        np.testing.assert_array_equal(rmfast.score_texts(m, tok, "Hi", ["Paris", "a cat"], engine="hf",
+                                                         progress=False).scores, texts)
+        s = RewardScorer((m, tok))
+        under = s.score(["Hi"], [["Paris", "a cat"]])
+    assert fast.manifest["dtype"] == "float32"
+    np.testing.assert_array_equal(fast.scores, rmfast.scan(m, tok, "Hi", token_ids="100:140", engine="fast",
+                                                           progress=False).scores)
+    assert under == s.score(["Hi"], [["Paris", "a cat"]])
+    assert m.training
+    m.eval()
+
+
+def test_a_scorers_decided_attributes_cannot_be_set_to_be_ignored(scorer):
+    """head_index, head, batch_size set on a made scorer read back and went into key_fields while its scores kept the
+    decided ones (a 2-output head scored output 0 labelled output 1): each is one line naming how to change it."""
+    for name, value in (("head_index", 1), ("head", "logprob"), ("batch_size", 1), ("engine", "hf")):
+        _refused(lambda: setattr(scorer, name, value), rf"RewardScorer\.{name} is decided when the scorer is made.*"
+                                                       rf"RewardScorer\(\.\.\., {name}=")
+    assert scorer.head_index == 0 and scorer.key_fields()["head_index"] == 0
+
+
+def test_two_threads_changing_one_models_pad_token_leave_it_as_it_was():
+    """pad_token_as saves, sets and restores the config's pad_token_id: two calls on one model in two threads (two
+    HF-engine scorers, a scan and a scorer) each saved the other's temporary -1, and the config kept -1 for good (the
+    caller's own padded HF forward then pooled a pad position). Now the model's calls take turns."""
+    import threading
+    import time
+
+    from rmfast.scoring.hf_path import pad_token_as
+
+    m = T.tiny("llama", num_labels=1, pad_token_id=2)
+    inside = threading.Event()
+
+    def call(delay):
+        with pad_token_as(m, -1):
+            inside.set()
+            time.sleep(delay)
+
+    a = threading.Thread(target=call, args=(0.3,))
+    a.start()
+    inside.wait(10)
+    b = threading.Thread(target=call, args=(0.6,))  # enters while a's -1 is set, ends after a
+    b.start()
+    a.join(), b.join()
+    assert m.config.pad_token_id == 2
+
+
+def test_overlapping_calls_on_one_model_keep_it_in_eval_until_the_last_ends(dropout_model):
+    """Two scorers of one trained model in two threads: the first call to end restored training mode while the
+    other's call still ran (1 call in ~100 scored with dropout). The mode comes back when the last call ends."""
+    import threading
+
+    from rmfast.scoring.model_mode import scoring_mode
+
+    m = dropout_model.train()
+    entered, release, seen = threading.Event(), threading.Event(), []
+
+    def long_call():
+        with scoring_mode(m):
+            entered.set()
+            release.wait(10)
+            seen.append(m.training)
+
+    t = threading.Thread(target=long_call)
+    t.start()
+    entered.wait(10)
+    with scoring_mode(m):  # a short call overlapping it, ending first
+        assert not m.training
+    assert not m.training  # the long call still runs
+    release.set()
+    t.join()
+    assert seen == [False] and m.training
+    m.eval()
+
+
+def test_the_scan_entry_points_name_a_wrong_argument_in_one_line(tok, scorer, tmp_path):
+    """Slips a library caller makes, each a raw Python error from deep inside before (AttributeError on a list prompt,
+    TypeError on one int id or no tokenizer, IsADirectoryError after batches were scored, TypeError at the first score
+    of an Engine with an unknown head), and a set of responses scored in its hash order, which changes between
+    processes: now one line each, before any scoring."""
+    import rmfast
+    from rmfast.fast.engine import Engine
+    from rmfast.template import build_template
+
+    m = scorer.model
+    _refused(lambda: rmfast.scan(m, tok, ["Hi"], token_ids="0:8", progress=False), "the prompt must be one string")
+    _refused(lambda: rmfast.scan(m, tok, "Hi", token_ids=7, progress=False), r"token_ids 7: .*\[7\]")
+    _refused(lambda: rmfast.scan(m, None, "Hi", token_ids="0:8", progress=False), "give the model, then its tokenizer")
+    _refused(lambda: rmfast.scan(tok, m, "Hi", token_ids="0:8", progress=False), "give the model, then its tokenizer")
+    _refused(lambda: rmfast.scan(m, tok, "Hi", token_ids="0:8", progress=False, checkpoint=tmp_path),
+             "is a folder; give a file path")
+    _refused(lambda: scorer.score(["Hi"], [{"Paris", "a cat"}]), "got a set, whose order changes between processes")
+    with pytest.raises(ValueError, match="head 'bogus'"):
+        Engine(m, build_template(tok, "Hi"), head="bogus")

@@ -37,6 +37,12 @@ def test_bench_runs_every_method_and_writes_rows(tiny_dir, tmp_path, capsys):
     assert rm["bound_dtype"] == max(peaks, key=peaks.get) and rm["bound_gflops"] == max(peaks.values())
     want = rm["flops_per_candidate"] * rm["cand_per_s"] / 1e9 / rm["bound_gflops"]
     assert rm["frac_gemm_peak"] == pytest.approx(want, rel=1e-3, abs=1e-4)
+    # the baselines run transformers' default attention and the whole last layer; rmfast only the head's position
+    by = df.set_index("method")
+    assert (df["hf_attention"] == "sdpa").all()
+    assert by.loc["hf-cache", "executed_flops_per_candidate"] > by.loc["rmfast", "executed_flops_per_candidate"] >= \
+        rm["flops_per_candidate"]
+    assert df["rmfast_commit"].notna().all() and df["cpu_id"].notna().all()
     decisions = json.loads(rm["decisions"])  # the bench's plan, every decision with its reason (JSON in the CSV)
     assert decisions["job"]["value"] == "bench" and decisions["compile"]["value"] is True  # the rmfast-eager row beside it
     assert all(v["reason"] for v in decisions.values())
@@ -209,9 +215,17 @@ def test_best_of_n_tiny_through_the_cli(tmp_path, capsys):
 
     out = tmp_path / "bon"
     rc, _, err = run(["bench", "--workload", "best-of-n", "--tiny", "--prompts", "2", "--n-list", "2,3",
-                      "--prompt-tokens-list", "16", "--threads", "2", "--device", "cpu", "--out", out], capsys)
+                      "--prompt-tokens-list", "16", "--threads", "2", "--device", "cpu", "--hf-batch", "1,4,64",
+                      "--out", out], capsys)
     assert rc == 0, err
     df = _best_of_n_rows(out, 2)
+    # the HF baseline's batch is tuned as a user would: each size timed (64 capped at the 4 and 6 rows), the fastest
+    # counted; its attention is transformers' default; ranks agree (the bf16 rows' measure)
+    probes = [dict(p.split(": ") for p in row.split(", ")) for row in df["hf_batch_probe"]]
+    assert [sorted(map(int, p)) for p in probes] == [[1, 4], [1, 4, 6]]
+    for p, b in zip(probes, df["hf_batch"]):
+        assert float(p[str(b)].removesuffix(" s")) == min(float(v.removesuffix(" s")) for v in p.values())
+    assert (df["hf_attention"] == "sdpa").all() and (df["spearman"] > 0.99).all()
     assert set(df["model"]) == {"llama-3.2-1b@random-tiny"} and (df["n_prompts"] == 2).all()
     assert list(df["n_responses"]) == [2, 3]
     assert (df["rmfast_attention"] == "cpu-flash").all()  # the form the plan chose for the rows, recorded per row
@@ -235,7 +249,6 @@ def test_best_of_n_chat_template_model(tiny_dir, tmp_path, capsys):
 @pytest.mark.parametrize("argv", [
     ["--workload", "best-of-n", "--n-candidates", "8"],  # a scan option
     ["--n-list", "4"],  # a best-of-n option with the default scan workload
-    ["--workload", "best-of-n", "--hf-batch", "8,16"],  # best-of-n pads one batch size
     ["--workload", "best-of-n", "--tiny", "--min-len", "30", "--max-len", "10"],
     ["--workload", "serve", "--tiny", "--min-len", "30", "--max-len", "10"],  # named as the serve bench's
     ["--workload", "best-of-n", "--tiny", "--models", "smollm2-135m-instruct"],  # --tiny alone picks the model
@@ -514,3 +527,50 @@ def test_the_workloads_bound_is_the_larger_window(monkeypatch, capsys):
     flops.bound_again(same, ("a",), 90.0, {}, torch.float32, torch.device("meta"))  # not a CPU: one window
     flops.bound_again(same, ("a",), None, {}, torch.float32, torch.device("cpu"))  # --no-peak
     assert same == [{"a": 0.5}]
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_flop_counts_are_what_the_engine_runs(fuse):
+    """The bench's FLOP counts are the engine's own GEMMs, counted by torch's FlopCounterMode: the last layer's o and
+    MLP only at the position the score head reads, its queries too where q, k and v are separate GEMMs (the GPU's
+    default), at every position where they are one fused GEMM (the CPU's). The old count ran the whole last layer at
+    every row token (a 3-layer model's rmfast came out at 109% of its GEMM bound); HF's cached forward runs that."""
+    import tiny_models as T
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from rmfast.bench.flops import flops_per_candidate, forward_flops, model_dims
+    from rmfast.fast.engine import Engine
+    from rmfast.template import build_template
+
+    model = T.tiny("llama")
+    eng = Engine(model, build_template(T.chatml_tokenizer(), "What is the greatest thing?"), head="score", fuse=fuse,
+                 attention="reference")
+    ids = torch.randint(5, 500, (8, 1))  # (n, 1) one-token candidates
+    t = 1 + len(eng.template.suffix_ids)
+    with FlopCounterMode(display=False) as fc:
+        eng.score(ids)
+    got = {str(k): v for k, v in fc.get_flop_counts()["Global"].items()}
+    dims = model_dims(model, "score")
+    head = 2 * dims["hidden"] * model.config.num_labels  # the score head, per row
+    assert t > 1 and got["aten.mm"] == 8 * (flops_per_candidate(dims, t, n_out=1, q=not fuse) + head)
+    assert flops_per_candidate(dims, t, n_out=1) < flops_per_candidate(dims, t, n_out=1, q=False) < \
+        flops_per_candidate(dims, t)
+    # forward_flops' attention term with n_out: the last layer's one query attends to the prompt and the row; the
+    # earlier layers' masked-out pairs (t (t - 1) / 2 a row) are computed by this bmm form, not counted there
+    P, L, pair = len(eng.template.prefix_ids), dims["n_layers"], 4 * dims["n_heads"] * dims["head_dim"]
+    attn = forward_flops(dims, t, past=P, n_out=1) - flops_per_candidate(dims, t, n_out=1)
+    assert got["aten.bmm"] == 8 * (attn + pair * (L - 1) * t * (t - 1) // 2)
+
+
+def test_the_baselines_attention_is_sdpa_unless_the_model_refuses_it():
+    """The HF baselines ran eager attention in the scan workload (sdpa in best-of-N), unrecorded; and best-of-N on a
+    Gemma 2 stopped with transformers' ValueError (it refuses sdpa). Now sdpa, eager where refused, with a note."""
+    import tiny_models as T
+
+    from rmfast.bench.baselines import set_attention
+
+    assert set_attention(T.tiny("llama"), "sdpa") == ("sdpa", None)
+    m = T.tiny("gemma2")
+    got, note = set_attention(m, "sdpa")
+    assert got == "eager" and m.config._attn_implementation == "eager" and note.startswith(
+        "the baseline's attention: sdpa refused (") and "\n" not in note

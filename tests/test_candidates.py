@@ -235,7 +235,7 @@ def test_host_work_waits_counted():
     assert turn.labels() == (["a", "b"], ["a", "b"]) and turn.waited_s["labels"] >= 0.05
     beside = HostWork(Slow(), [0, 1], overlap=True)
     beside.start()  # the scan's first batch is on the device
-    time.sleep(0.3)  # the caller's own work (a GPU scan)
+    beside._thread.join(30)  # the caller's own work (a GPU scan) outlasted the thread's (not a sleep: a loaded box)
     assert beside.labels() == (["a", "b"], ["a", "b"]) and beside.waited_s["labels"] < 0.05
     early = HostWork(Slow(), [0, 1], overlap=True)  # asked for before start(): in turn, and the thread skips it
     assert early.labels() == (["a", "b"], ["a", "b"]) and early.waited_s["labels"] >= 0.05

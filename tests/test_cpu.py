@@ -174,11 +174,14 @@ def test_importing_rmfast_makes_mkl_reproducible(math_first, want):
     if cpu.mkl_cbwr() is None:
         pytest.skip("this torch has no MKL (or does not expose its mode)")
     code = ("import torch\n" + ("a = torch.randn(64, 64); a @ a\n" if math_first else "")
-            + "import rmfast\nfrom rmfast import cpu\na = torch.randn(64, 64); a @ a\nprint(cpu.mkl_cbwr())\n")
+            + "import rmfast\nfrom rmfast import cpu\na = torch.randn(64, 64); a @ a\nprint(cpu.mkl_cbwr())\n"
+            + "m = torch.nn.Linear(2, 2)\nfor _ in range(2):\n    cpu.manifest_fields(m)\n")
     env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip().splitlines()[-1] == want
+    # a library caller whose MKL started first is told once (it was said only in the manifest's mkl_cbwr)
+    assert p.stderr.count("MKL started before rmfast was imported") == (want == "OFF")
 
 
 _HEAD_UPDATE = """

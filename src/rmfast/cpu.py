@@ -57,7 +57,7 @@ from pathlib import Path
 
 from .dims import mlp_dims  # the probe's shape (also rmfast.cpu.mlp_dims for its callers)
 from .io import write_json
-from .version import __version__
+from .version import __version__, source_commit
 
 #: the CPU flags rmfast reads: bf16 support (the dtype choice) and the kernel levels (the compile cache)
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "bf16", "sve")
@@ -81,6 +81,28 @@ def proc_cpuinfo() -> tuple[str, frozenset[str]]:
     except OSError:
         pass
     return model or platform.processor() or platform.machine(), frozenset(flags)
+
+
+@lru_cache(maxsize=1)
+def cpu_id() -> str:
+    """The CPU's vendor, family, model and stepping from Linux's /proc/cpuinfo (x86), e.g. ``AuthenticAMD family 26
+    model 2 stepping 1``: the model name alone ("AMD EPYC" in a VM) does not tell one generation from the next. ""
+    where there is none."""
+    got: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key in ("vendor_id", "cpu family", "model", "stepping") and key not in got:
+                    got[key] = val.strip()
+                elif not key and got:  # the first processor's block ends
+                    break
+    except OSError:
+        return ""
+    parts = [got.get("vendor_id", "")] + [f"{k.removeprefix('cpu ')} {got[k]}" for k in ("cpu family", "model", "stepping")
+                                          if k in got]
+    return " ".join(p for p in parts if p)
 
 
 def isa_env() -> str:
@@ -455,13 +477,35 @@ def mkl_cbwr() -> str | None:
     return branch + (",STRICT" if mode & 0x10000 else "")
 
 
+_MKL_SAID: list = []  # the one note of a process whose MKL started before rmfast was imported (said once)
+
+
+def mkl_mode_noted() -> str | None:
+    """:func:`mkl_cbwr`, and once per process a note where it is "OFF": a library caller that ran torch math before
+    ``import rmfast`` (its MKL started in its default mode) gets fp32 scores that can differ from the CLI's and
+    another process's in the last bits (169 of 300 SmolLM2 scores, max 1.1e-5, in a new user's walk), which only
+    the manifest's ``mkl_cbwr`` said before."""
+    mode = mkl_cbwr()
+    if mode == "OFF" and not _MKL_SAID:
+        _MKL_SAID.append(True)
+        import warnings
+
+        from .errors import UserNote
+
+        warnings.warn(UserNote("rmfast: note: MKL started before rmfast was imported, in its default mode, so CPU "
+                               "scores may differ from the CLI's (and another process's) in the last bits: import "
+                               "rmfast before any torch math, or set MKL_CBWR=AUTO,STRICT in the environment "
+                               "(docs/determinism.md)"), stacklevel=3)
+    return mode
+
+
 def manifest_fields(model) -> dict:
     """What every job's manifest records about the CPU side of its numbers: the measured dtype choice
-    (models loaded with ``--dtype auto`` on CPU) and MKL's reproducibility mode (CPU jobs)."""
+    (models loaded with ``--dtype auto`` on CPU) and MKL's reproducibility mode (CPU jobs; noted once where off)."""
     p = next(model.parameters())
     out = {"dtype_choice": recorded(model)} if recorded(model) else {}
     if p.device.type == "cpu":
-        out["mkl_cbwr"] = mkl_cbwr()
+        out["mkl_cbwr"] = mkl_mode_noted()
     return out
 
 
@@ -483,6 +527,7 @@ def versions() -> dict:
 
     return {
         "rmfast": __version__,
+        "rmfast_commit": source_commit(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "numpy": np.__version__,

@@ -420,6 +420,9 @@ def build_template(
         UserError: empty prompt, no chat template and no ``template``, or a template whose
             rendering cannot be split into prefix + response + suffix.
     """
+    if prompt is not None and not isinstance(prompt, str):
+        raise UserError(f"the prompt must be one string (the user turn), got {type(prompt).__name__}; for many prompts "
+                        "call once per prompt, or use RewardScorer.score(conversations, responses)")
     if prompt is None or not prompt.strip():
         raise UserError("the prompt is empty; pass --prompt 'What, in one word, is the greatest thing ever?'")
     history = tuple((m["role"], m["content"]) if isinstance(m, dict) else tuple(m) for m in history or ())

@@ -17,6 +17,26 @@ import torch
 from ..scoring.hf_path import flat_lm_head  # shared with the plain-HF reference
 
 
+def set_attention(model, impl: str) -> tuple[str, str | None]:
+    """The HF baselines' attention implementation (transformers' ``set_attn_implementation``): ``impl`` where the
+    model takes it, else eager, which every model takes (Gemma 2 refuses sdpa: its logit soft-capping); returns
+    (the implementation set, a one-line note where it is not ``impl``). rmfast's engine has its own attention, so
+    this changes only the baselines (and the plain-HF engine, for an architecture off the fast path)."""
+    def put(name: str) -> None:
+        if hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation(name)
+        else:
+            model.config._attn_implementation = name
+
+    try:
+        put(impl)
+        return impl, None
+    except (ValueError, ImportError) as e:
+        put("eager")
+        why = str(e).split(". ")[0].split("\n")[0]
+        return "eager", f"the baseline's attention: {impl} refused ({why}); eager"
+
+
 class HFCacheScorer:
     """Plain Hugging Face with the prompt's KV cache reused: the strongest baseline without rmfast.
 

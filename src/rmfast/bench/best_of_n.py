@@ -7,7 +7,8 @@ each of mixed lengths drawn uniformly from [``min_len``, ``max_len``] tokens.
 - ``hf``: the HF ``AutoModelForSequenceClassification`` (the same loaded model) on right-padded batches
   of ``hf_batch`` full conversations (the chat template's text, ``tokenizer(padding=True)``; a plain
   format's text with the tokenizer's BOS), read by HF's own pooling (the last non-pad token);
-  tokenization included.
+  tokenization included. Each of ``hf_batch``'s sizes is timed and the fastest counts (``hf_batch``,
+  ``hf_batch_probe`` in the row): the batch a user would tune to, not one fixed size.
 - ``rmfast``: ``RewardScorer.score`` (each prompt encoded once, responses of similar lengths in ragged
   batches, rows of several prompts in one batch where each has fewer), tokenization included, no plan
   cache between repeats (``cache_prompts=0``).
@@ -20,8 +21,10 @@ method's projection GFLOP/s as a fraction of the GEMM bound measured on this mac
 projection shapes (:func:`rmfast.bench.flops.gemm_peak`), and the largest score difference between the
 two (the exactness check; in float32 it is rounding only).
 
-* ``flop_ratio``: tokens the baseline runs (no padding) / tokens rmfast runs (prompts once + rows);
-  ``flop_ratio_with_padding``: the same with the baseline's pad tokens. Projections only.
+* ``flop_ratio``: projection FLOPs of the tokens the baseline runs (no padding) / of the tokens rmfast runs
+  (prompts once + rows; its last layer's q, o and MLP only at the positions the head reads, one per prompt pass
+  and per row: :func:`rmfast.bench.flops.narrow_params`); ``flop_ratio_with_padding``: the same with the
+  baseline's pad tokens. Projections only.
 * ``flop_ratio_with_attention``: total FLOPs, projections and attention
   (:func:`rmfast.bench.flops.forward_flops`), baseline / rmfast: every position of each padded HF row
   attends to the positions before it in that row; rmfast runs each prompt once, and each row's tokens
@@ -41,7 +44,8 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from .flops import bound_again, flag_over_bound, forward_flops, gemm_peak, model_dims
+from .baselines import agreement, set_attention
+from .flops import bound_again, flag_over_bound, forward_flops, gemm_peak, model_dims, narrowed_tokens
 from .machine import log, machine_info, sync
 from .models import ModelChoice
 from .random_init import load_workload_model
@@ -52,8 +56,8 @@ WORDS = ("the of and to in is was for on that with as by at from this be it an a
          "mountain city market letter evening morning paper table story friend language science").split()
 
 #: Machine and version fields written into every row.
-MACHINE_FIELDS = ("cpu_model", "cpu_kind", "cpu_count", "torch_threads", "gpu", "platform")
-VERSION_FIELDS = ("torch", "transformers", "rmfast")
+MACHINE_FIELDS = ("cpu_model", "cpu_id", "cpu_kind", "cpu_count", "torch_threads", "gpu", "platform")
+VERSION_FIELDS = ("torch", "transformers", "rmfast", "rmfast_commit")
 
 
 @dataclass
@@ -65,7 +69,9 @@ class BestOfNConfig(ModelChoice):
         n: responses per prompt, one configuration each per prompt length (default (4, 16, 64)).
         prompts: conversations per configuration, each with its own N responses (default 1).
         min_len, max_len: response lengths in tokens, drawn uniformly (default 20 and 200).
-        hf_batch: conversations per padded HF batch (default 16).
+        hf_batch: rows (whole conversations) per padded HF batch, or several: each is timed and the fastest counts,
+            as a user would tune it (default (1, 16, 64): one is the best on a CPU at long prompts, where padding
+            costs most; the GPU's wide GEMMs want many), capped at a configuration's rows.
         repeats: timed passes per method; the best counts (default 1).
         dtype: model dtype (default "float32": the score difference is then rounding only; `rmfast bench` on CUDA
             passes "auto", the model's dtype: :func:`rmfast.bench.models.workload_dtype`).
@@ -84,7 +90,7 @@ class BestOfNConfig(ModelChoice):
     prompts: int = 1
     min_len: int = 20
     max_len: int = 200
-    hf_batch: int = 16
+    hf_batch: tuple[int, ...] = (1, 16, 64)
     repeats: int = 1
     dtype: str = "float32"
     device: str = "cpu"
@@ -101,9 +107,13 @@ class BestOfNConfig(ModelChoice):
         w = self.WORKLOAD
         if not self.prompt_tokens or not self.n or min(self.prompt_tokens) < 1 or min(self.n) < 1:
             raise UserError(f"{w}: prompt lengths and N must be positive integers")
-        for k in ("prompts", "min_len", "hf_batch", "repeats"):
+        for k in ("prompts", "min_len", "repeats"):
             if int(getattr(self, k)) < 1:
                 raise UserError(f"{w}: --{k.replace('_', '-')} must be >= 1")
+        if isinstance(self.hf_batch, int):
+            self.hf_batch = (self.hf_batch,)
+        if not self.hf_batch or min(self.hf_batch) < 1:
+            raise UserError(f"{w}: --hf-batch must be positive integers")
         if self.hf_attention not in ("sdpa", "eager"):
             raise UserError(f"{w}: --hf-attention {self.hf_attention!r}: give sdpa or eager")
         if self.max_len < self.min_len:
@@ -172,8 +182,8 @@ def attention_flops_ratio(dims: dict, hf_shapes, prompt_lens, row_lens) -> float
     """Total FLOPs (projections and attention, :func:`forward_flops`) of the padded HF batches over
     rmfast's: each prompt once, each row after its prompt."""
     hf = sum(rows * forward_flops(dims, T) for rows, T in hf_shapes)
-    rm = sum(forward_flops(dims, P) + sum(forward_flops(dims, t, past=P) for t in ts)
-             for P, ts in zip(prompt_lens, row_lens))
+    rm = sum(forward_flops(dims, P, n_out=1) + sum(forward_flops(dims, t, past=P, n_out=1) for t in ts)
+             for P, ts in zip(prompt_lens, row_lens))  # the last layer at the head's positions only
     return hf / rm
 
 
@@ -186,20 +196,28 @@ def run_config(lm, scorer, template, P: int, N: int, cfg: BestOfNConfig, rng: ra
     lens = [[rng.randint(cfg.min_len, cfg.max_len) for _ in range(N)] for _ in convs]
     responses = [[text_of(tok, n, rng) for n in ls] for ls in lens]
     times: dict[str, list[float]] = {"hf": [], "rmfast": []}
+    sizes = sorted({min(b, cfg.prompts * N) for b in cfg.hf_batch})  # the HF batch sizes tried: the fastest counts
+    by_size: dict[int, tuple[float, tuple]] = {}  # rows per batch -> (best seconds, (scores, real, shapes))
     for _ in range(cfg.repeats):
-        sync(dev)
-        t0 = time.perf_counter()
-        hf, real, shapes = hf_padded(lm.model, tok, template, convs, responses, cfg.hf_batch)
-        sync(dev)
-        times["hf"].append(time.perf_counter() - t0)
+        for b in sizes:
+            sync(dev)
+            t0 = time.perf_counter()
+            got = hf_padded(lm.model, tok, template, convs, responses, b)
+            sync(dev)
+            dt = time.perf_counter() - t0
+            if b not in by_size or dt < by_size[b][0]:
+                by_size[b] = (dt, got)
         t0 = time.perf_counter()
         rm = np.array([x for s in scorer.score(convs, responses) for x in s])
         sync(dev)
         times["rmfast"].append(time.perf_counter() - t0)
+    hf_b = min(by_size, key=lambda b: by_size[b][0])
+    times["hf"], (hf, real, shapes) = [by_size[hf_b][0]], by_size[hf_b][1]
     st = scorer.last_stats
     n = st.n_responses
     padded = sum(r * T for r, T in shapes)
     rm_tokens = st.response_tokens + st.prompt_tokens  # every token rmfast runs through the layers
+    rm_work = narrowed_tokens(dims, rm_tokens, len(convs) + st.n_rows)  # the last layer at the head's positions only
     t_hf, t_rm = min(times["hf"]), min(times["rmfast"])
     speedup = t_hf / t_rm
     ratio_attn = attention_flops_ratio(dims, shapes, *rmfast_lengths(tok, template, convs, responses))
@@ -211,19 +229,22 @@ def run_config(lm, scorer, template, P: int, N: int, cfg: BestOfNConfig, rng: ra
         "prompt_tokens_target": P, "n_responses": N, "n_prompts": cfg.prompts,
         "prompt_tokens": round(st.prompt_tokens / len(convs), 1),
         "response_tokens_mean": round(st.response_tokens / st.n_rows, 1),
-        "hf_s": round(t_hf, 4), "rmfast_s": round(t_rm, 4),
+        "hf_s": round(t_hf, 4), "rmfast_s": round(t_rm, 4), "hf_batch": hf_b,
+        "hf_batch_probe": ", ".join(f"{b}: {by_size[b][0]:.4g} s" for b in sizes),
         "hf_responses_per_s": round(n / t_hf, 2), "rmfast_responses_per_s": round(n / t_rm, 2),
         "speedup": round(speedup, 2),
-        "flop_ratio": round(real / rm_tokens, 2), "flop_ratio_with_padding": round(padded / rm_tokens, 2),
+        "flop_ratio": round(real / rm_work, 2), "flop_ratio_with_padding": round(padded / rm_work, 2),
         "flop_ratio_with_attention": round(ratio_attn, 2),
-        "speedup_over_flop_ratio": round(speedup / (real / rm_tokens), 3),
+        "speedup_over_flop_ratio": round(speedup / (real / rm_work), 3),
         "speedup_over_flop_ratio_with_attention": round(speedup / ratio_attn, 3),
-        "hf_gemm_fraction": gemm_fraction(padded, t_hf), "rmfast_gemm_fraction": gemm_fraction(rm_tokens, t_rm),
+        "hf_gemm_fraction": gemm_fraction(padded, t_hf), "rmfast_gemm_fraction": gemm_fraction(rm_work, t_rm),
         "rmfast_batches": st.n_batches, "rmfast_padded_rows": st.padded_rows, "rmfast_padded_tokens": st.padded_tokens,
         "rmfast_packed_batches": st.packed_batches,
         "rmfast_padding_waste": round(st.padding_waste, 4), "rmfast_attention": st.attention,
         "hf_padding_fraction": round(1 - real / padded, 3),
         "max_abs_diff": float(np.abs(hf - rm).max()), "score_std": float(np.std(hf)),
+        # rank agreement, the bf16 rows' measure (fp32 rows are checked elementwise: rmfast bench exits 1 past rounding)
+        "spearman": agreement(hf, rm)["spearman"],
     }
 
 
@@ -237,14 +258,6 @@ def load_model(cfg: BestOfNConfig):
     return lm, name, template
 
 
-def set_attention(model, impl: str) -> None:
-    """Switch the HF model's attention implementation (transformers' ``set_attn_implementation``)."""
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(impl)
-    else:
-        model.config._attn_implementation = impl
-
-
 def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     """Every (prompt length, N) configuration of ``cfg`` on its model; one row each (figures, model, dtype,
     device, the GEMM bound, the machine and versions)."""
@@ -255,7 +268,9 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     lm, name, template = load_model(cfg)
-    set_attention(lm.model, cfg.hf_attention)  # the baseline's; rmfast's engine has its own attention
+    attention, note = set_attention(lm.model, cfg.hf_attention)  # the baseline's; rmfast's engine has its own
+    if note:
+        log(f"{name}: note: {note}")
     scorer = RewardScorer(lm, cache_prompts=0, template=template)
     dev = next(lm.model.parameters()).device
     try:
@@ -275,13 +290,14 @@ def run_best_of_n(cfg: BestOfNConfig) -> list[dict]:
     for n_conv, lens in ((1, (4, 4)), (1, (4, 7)), (2, (5, 3))):
         convs = [text_of(lm.tokenizer, 8 + i, warm) for i in range(n_conv)]
         resp = [[text_of(lm.tokenizer, n, warm) for n in lens] for _ in convs]
-        hf_padded(lm.model, lm.tokenizer, template, convs, resp, cfg.hf_batch)
+        for b in cfg.hf_batch:
+            hf_padded(lm.model, lm.tokenizer, template, convs, resp, b)
         scorer.score(convs, resp)
     rng, rows = random.Random(cfg.seed), []
     for P in cfg.prompt_tokens:
         for N in cfg.n:
             r = run_config(lm, scorer, template, P, N, cfg, rng, dims, peak)
-            rows.append({"model": name, **r, "hf_attention": cfg.hf_attention, "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
+            rows.append({"model": name, **r, "hf_attention": attention, "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
                          "device": str(dev), "gemm_bound_gflops": round(peak, 1) if peak else None,
                          **{k: info.get(k) for k in MACHINE_FIELDS}, **{k: ver.get(k) for k in VERSION_FIELDS}})
             log(f"P~{P:5d} N={N:3d} x{cfg.prompts}: hf {r['hf_responses_per_s']:8.2f}/s  rmfast "

@@ -59,9 +59,39 @@ def engine_gemm_shapes(eng, dims: dict) -> list[tuple[int, int]]:
     return shapes
 
 
-def flops_per_candidate(dims: dict, tokens_per_row: int) -> float:
-    """2 * (projection params [+ LM head for logprob]) * tokens per candidate."""
-    return 2.0 * (dims["gemm_params"] + dims["lm_head_params"]) * tokens_per_row
+def narrow_params(dims: dict, q: bool = True) -> int:
+    """The last layer's projection weights that only the positions the head reads need: q and o (``D x H*hd``
+    each) and the MLP (``3 * D x I``). Keys and values are needed at every position (the head's position attends to
+    them), so k and v are not in it. rmfast's engine computes the last layer only where the head reads
+    (:mod:`rmfast.fast.engine`), except q where it runs one fused q|k|v GEMM (its CPU default: ``q=False``); a
+    plain Hugging Face forward computes it everywhere."""
+    D, I, hq = dims["hidden"], dims["intermediate"], dims["n_heads"] * dims["head_dim"]
+    return (2 if q else 1) * D * hq + 3 * D * I
+
+
+def narrowed_tokens(dims: dict, tokens: float, outputs: float) -> float:
+    """Tokens whose full projection work equals rmfast's for ``tokens`` run through the layers when its last layer's
+    q, o and MLP run at only ``outputs`` of them (the head's positions: one per prompt pass and per row of a score
+    head), for FLOP ratios and GEMM fractions counted in tokens.
+
+        >>> narrowed_tokens({"gemm_params": 100, "hidden": 2, "n_heads": 1, "head_dim": 2, "intermediate": 3}, 10, 2)
+        7.92
+    """
+    return tokens - (tokens - outputs) * narrow_params(dims) / dims["gemm_params"]
+
+
+def flops_per_candidate(dims: dict, tokens_per_row: int, n_out: int | None = None, q: bool = True) -> float:
+    """Projection FLOPs of one candidate row: ``2 * (params [+ LM head for logprob]) * tokens``; with ``n_out``, the
+    last layer's q, o and MLP only at the final ``n_out`` positions (:func:`narrow_params`: what the score needs, and
+    what rmfast runs, its q at every position where ``q`` is False; a score head reads one position). None: every
+    position (a plain forward; the logprob head, which reads every row position).
+
+        >>> d = {"gemm_params": 100, "lm_head_params": 0, "hidden": 2, "n_heads": 1, "head_dim": 2, "intermediate": 3}
+        >>> flops_per_candidate(d, 2), flops_per_candidate(d, 2, n_out=1)    # narrow = 2*2*2 + 3*2*3 = 26
+        (400.0, 348.0)
+    """
+    cut = 0 if n_out is None else (tokens_per_row - n_out) * narrow_params(dims, q)
+    return 2.0 * ((dims["gemm_params"] + dims["lm_head_params"]) * tokens_per_row - cut)
 
 
 def proj_params(dims: dict) -> int:
@@ -77,11 +107,14 @@ def proj_params(dims: dict) -> int:
     return dims["n_layers"] * (2 * D * hq + 2 * D * hkv + 3 * D * I)
 
 
-def forward_flops(dims: dict, tokens: int, past: int = 0) -> float:
+def forward_flops(dims: dict, tokens: int, past: int = 0, n_out: int | None = None) -> float:
     """FLOPs of one causal forward of ``tokens`` positions after ``past`` already-encoded positions
     (a cached prompt), projections and attention:
 
     ``2 * proj_params(dims) * tokens + 4 * L * H * hd * pairs``, ``pairs = tokens * past + tokens * (tokens + 1) / 2``
+
+    With ``n_out`` (rmfast's engine, :func:`narrow_params`), the last layer runs its q, o and MLP, and attends, only
+    at the final ``n_out`` positions; None: every position (a plain forward).
 
     Position ``i`` (0-based) of the new ones attends to the ``past`` positions and to itself and the
     ``i`` before it (causal mask); each (query, key) pair costs ``2 * hd`` for ``q . k`` and ``2 * hd``
@@ -94,8 +127,13 @@ def forward_flops(dims: dict, tokens: int, past: int = 0) -> float:
         >>> forward_flops(d, 2, past=3)    # 2*(32+32+96)*2 + 4*1*1*4*(2*3 + 3)
         784.0
     """
+    L, per_pair = dims["n_layers"], 4.0 * dims["n_heads"] * dims["head_dim"]
     pairs = tokens * past + tokens * (tokens + 1) // 2
-    return 2.0 * proj_params(dims) * tokens + 4.0 * dims["n_layers"] * dims["n_heads"] * dims["head_dim"] * pairs
+    if n_out is None:
+        return 2.0 * proj_params(dims) * tokens + per_pair * L * pairs
+    k = tokens - n_out  # positions the last layer skips: its queries 0..k-1
+    last = n_out * past + (tokens * (tokens + 1) - k * (k + 1)) // 2  # the final n_out queries' pairs
+    return 2.0 * (proj_params(dims) * tokens - k * narrow_params(dims)) + per_pair * ((L - 1) * pairs + last)
 
 
 def over_bound(fractions: dict, where: str) -> str | None:
@@ -158,7 +196,7 @@ def gemm_peak(dims: dict, M: int, dtype: torch.dtype, device: torch.device, lm_c
     if dims["lm_head_params"]:
         V, D = dims["vocab"], dims["hidden"]
         key = (M, D, min(lm_chunk, V))
-        counts[key] = counts.get(key, 0) + V / lm_chunk
+        counts[key] = counts.get(key, 0) + V / min(lm_chunk, V)  # V / chunk chunks; one GEMM where V is under one
     per_shape = {}
     tot_flops = tot_time = 0.0
     g = torch.Generator(device=device).manual_seed(0)  # operands drawn on the device: no host copy of GBs
@@ -273,12 +311,16 @@ def cost_rows(rows: list[dict], cost_configs: dict | None = None, *, hbm_tb_s: f
 
     At the GEMM peak measured in the same run (on the model's own shapes, M = one rmfast batch):
 
-    * ``predicted_s``: the timed candidates' useful FLOPs (``flops_per_candidate``, the same for every
-      method) at that peak; ``measured_s``: the best pass; ``fraction`` = predicted / measured
+    * ``predicted_s``: the timed candidates' useful FLOPs (``flops_per_candidate``: what the score needs, the same
+      for every method) at that peak; ``measured_s``: the best pass; ``fraction`` = predicted / measured
       (= ``frac_gemm_peak``).
-    * ``executed_*``: the same with the tokens the method really runs per candidate (naive: the
-      whole sequence, P + 1 + S), i.e. how close each method's own work comes to the peak.
-    * ``predicted_full_vocab_s`` = V x useful FLOPs / peak, beside the measured ``est_full_vocab_s``.
+    * ``executed_*``: the same with the FLOPs the method really runs per candidate (the row's
+      ``executed_flops_per_candidate``: naive the whole sequence, P + 1 + S, and the baselines the last layer at
+      every position; rows from before that column: useful x tokens executed / tokens), i.e. how close each
+      method's own work comes to the peak.
+    * ``predicted_full_vocab_s`` = V x useful FLOPs / peak, beside ``estimated_full_vocab_s`` (the row's
+      ``est_full_vocab_s``: its set-up, compile included, + V / its rate: an extrapolation from the timed
+      candidates, not a measured whole scan; ``rmfast bench --full`` measures one, its ``rmfast-full`` row).
     * With ``cost_configs[model]`` (:data:`COST_MODELS`' form) the analytic model
       (:func:`gpu_cost_model`) at the measured peak (``gemm_frac`` 1) and, when given, the measured
       memory bandwidth ``hbm_tb_s`` (``hbm_frac`` 1; else the H100's 3.35 TB/s at 80 %): its
@@ -297,10 +339,11 @@ def cost_rows(rows: list[dict], cost_configs: dict | None = None, *, hbm_tb_s: f
         measured = n / cps if cps else None
         row = {"model": r["model"], "method": r["method"], "n_timed": n, "tokens_per_candidate": t,
                "tokens_executed_per_candidate": e, "flops_per_candidate": fpc,
-               "executed_flops_per_candidate": (fpc * e / t) if (fpc and t and e) else None,
+               "executed_flops_per_candidate": r.get("executed_flops_per_candidate")
+               or ((fpc * e / t) if (fpc and t and e) else None),
                "gemm_peak_gflops": r.get("gemm_peak_gflops"), "measured_s": measured,
                "predicted_s": None, "fraction": None, "executed_predicted_s": None, "executed_fraction": None,
-               "predicted_full_vocab_s": None, "measured_full_vocab_s": r.get("est_full_vocab_s"),
+               "predicted_full_vocab_s": None, "estimated_full_vocab_s": r.get("est_full_vocab_s"),
                "analytic_full_vocab_s_min": None, "analytic_full_vocab_s_max": None}
         if peak and fpc and measured:
             row["predicted_s"] = n * fpc / peak
@@ -328,7 +371,7 @@ def format_cost_rows(rows: list[dict]) -> str:
         return "–" if x is None else fmt.format(x)
 
     hdr = ("| model | method | GFLOP/cand (executed) | predicted s at peak | measured s | fraction (executed) | "
-           "full vocab s: at peak / analytic / measured |")
+           "full vocab s: at peak / analytic / estimated (set-up + V / rate) |")
     out = [hdr, "|" + "|".join(["---"] * (hdr.count("|") - 1)) + "|"]
     for r in rows:
         gf = s(r["flops_per_candidate"] and r["flops_per_candidate"] / 1e9)
@@ -337,5 +380,5 @@ def format_cost_rows(rows: list[dict]) -> str:
               else f"{r['analytic_full_vocab_s_min']:.3g}–{r['analytic_full_vocab_s_max']:.3g}")
         out.append(f"| {r['model']} | {r['method']} | {gf} ({ex}) | {s(r['predicted_s'])} | {s(r['measured_s'])} | "
                    f"{s(r['fraction'], '{:.1%}')} ({s(r['executed_fraction'], '{:.1%}')}) | "
-                   f"{s(r['predicted_full_vocab_s'])} / {an} / {s(r['measured_full_vocab_s'])} |")
+                   f"{s(r['predicted_full_vocab_s'])} / {an} / {s(r['estimated_full_vocab_s'])} |")
     return "\n".join(out)

@@ -28,12 +28,13 @@ def sync(device: torch.device) -> None:
 def machine_info(device: torch.device) -> dict:
     """Platform, CPU model, kind and bf16-relevant flags (:func:`rmfast.cpu.cpu_info`), cores, torch
     threads, GPU name, load average."""
-    from ..cpu import cpu_info, isa_env
+    from ..cpu import cpu_id, cpu_info, isa_env
 
     c = cpu_info()
     info = {
         "platform": platform.platform(),
         "cpu_model": c.model,
+        "cpu_id": cpu_id(),  # vendor, family, model, stepping: "AMD EPYC" alone is every generation of it
         "cpu_kind": c.kind,
         "cpu_flags": " ".join(c.flags),
         "isa_env": isa_env(),  # kernels limited by the environment (e.g. AVX2 kernels on an AVX-512 CPU)

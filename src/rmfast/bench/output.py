@@ -16,15 +16,15 @@ METHODS = ("naive", "hf-cache", "rmfast-eager", "rmfast")
 
 CSV_FIELDS = [
     "model", "method", "head", "device", "dtype", "n_timed", "batch_size", "tokens_per_candidate",
-    "tokens_executed_per_candidate", "flops_per_candidate", "cand_per_s", "cand_per_s_median", "rmfast_speedup",
+    "tokens_executed_per_candidate", "flops_per_candidate", "executed_flops_per_candidate", "cand_per_s", "cand_per_s_median", "rmfast_speedup",
     "useful_gflops", "gemm_peak_gflops", "gemm_peak_float32_gflops", "gemm_peak_bfloat16_gflops", "bound_dtype",
     "bound_gflops", "frac_gemm_peak", "bound_note", "peak_bound_cand_per_s", "setup_s", "est_full_vocab_s",
     "full_wall_s", "peak_mem_mib", "agree_spearman", "agree_max_abs_diff", "fp32_max_abs_diff", "agree_ok",
     "truth_spearman", "rmfast_truth_spearman",
     "prefix_tokens",
-    "suffix_tokens", "vocab", "gemm_params", "lm_head_params", "gemm_peak_M", "repeats", "pass_s", "loadavg_start",
-    "loadavg_end", "cpu_model", "cpu_kind", "cpu_flags", "isa_env", "dtype_source", "cpu_count", "torch_threads", "gpu", "platform", "torch", "transformers", "rmfast",
-    "timestamp", "decisions",
+    "suffix_tokens", "vocab", "hf_attention", "gemm_params", "lm_head_params", "gemm_peak_M", "repeats", "pass_s", "loadavg_start",
+    "loadavg_end", "cpu_model", "cpu_id", "cpu_kind", "cpu_flags", "isa_env", "dtype_source", "cpu_count", "torch_threads", "gpu", "platform", "torch", "transformers", "rmfast",
+    "rmfast_commit", "timestamp", "decisions",
 ]
 
 
@@ -35,9 +35,9 @@ def write_outputs(rows: list[dict], meta: dict, out_dir: Path) -> dict:
     flat = []
     for r in rows:
         f = dict(r)
-        f.update({k: meta["machine"].get(k) for k in ("cpu_model", "cpu_kind", "cpu_flags", "isa_env", "cpu_count", "torch_threads",
+        f.update({k: meta["machine"].get(k) for k in ("cpu_model", "cpu_id", "cpu_kind", "cpu_flags", "isa_env", "cpu_count", "torch_threads",
                                                       "gpu", "platform")})
-        f.update({k: meta["versions"].get(k) for k in ("torch", "transformers", "rmfast")})
+        f.update({k: meta["versions"].get(k) for k in ("torch", "transformers", "rmfast", "rmfast_commit")})
         f["timestamp"] = meta["timestamp"]
         flat.append(f)
     paths = {}

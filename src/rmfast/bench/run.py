@@ -11,7 +11,8 @@ import torch
 
 from ..cpu import recorded
 from ..dims import model_dims as config_dims
-from .baselines import HFCacheScorer, agreement, float64_scores, fp32_check, fp32_rounding_tol, naive_scorer
+from .baselines import (HFCacheScorer, agreement, float64_scores, fp32_check, fp32_rounding_tol, naive_scorer,
+                        set_attention)
 from .flops import engine_gemm_shapes, flag_over_bound, flops_per_candidate, gemm_peak, model_dims
 from .machine import (PeakMemory, batch_options, chunks, loadavg, log, pick_batch, say_clamped, sync, time_batches,
                       time_calls)
@@ -58,6 +59,7 @@ class BenchRun:
     reps: int
     ids: np.ndarray
     load_start: list[float] | None
+    hf_attention: str = "sdpa"  # the baselines' attention implementation (set_attention)
     eng: object = None
     tpr: int = 0
     whole: bool = False
@@ -90,6 +92,10 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
     from ..scoring.candidates import vocab_size
 
     model, tok = lm.model, lm.tokenizer
+    # the baselines' attention: transformers' default (sdpa), what a user runs; eager where the model refuses it
+    attention, note = set_attention(model, getattr(args, "hf_attention", None) or "sdpa")
+    if note:
+        log(f"  note: {note}")
     head = default_head(model) if cfg.head == "auto" else cfg.head
     tmpl_str = cfg.template if cfg.template is not None else lm.default_template
     tmpl = build_template(tok, args.prompt, template=tmpl_str)
@@ -106,7 +112,7 @@ def prepare(cfg: BenchModel, lm, args, device: torch.device, dflt: dict) -> Benc
         log(f"  note: this vocabulary has {n_vocab:,} ids: {n:,} candidates timed (asked {asked:,})"
             + (f", naive {n_naive:,} (asked {args.n_naive:,})" if args.n_naive and n_naive < args.n_naive else ""))
     return BenchRun(cfg, lm, args, device, dflt, head, tmpl, dtype, n_vocab, dims, mem, n, n_naive, reps, ids,
-                    loadavg())
+                    loadavg(), attention)
 
 
 def _eager(model, tmpl, head):
@@ -186,7 +192,7 @@ def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
     model's projection shows it under half the run dtype's speed (it cannot be the bound; an emulated
     bf16 would take minutes to time at full size).
     """
-    fpc = flops_per_candidate(b.dims, b.tpr)
+    fpc = useful_flops(b)
     if b.tpr == 0 or b.args.no_peak:
         return fpc, None
     from ..cpu import measure_gemm, mlp_dims, probe_shape
@@ -213,6 +219,21 @@ def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
     return fpc, peak
 
 
+def useful_flops(b: BenchRun) -> float:
+    """Projection FLOPs a candidate's score needs (:func:`rmfast.bench.flops.flops_per_candidate`): the score head
+    reads the final position, so the last layer's q, o and MLP run at one position (rmfast's engine does that; the
+    baselines run them at every position, their ``executed_flops_per_candidate``); the logprob head reads every
+    row position."""
+    return flops_per_candidate(b.dims, b.tpr, n_out=1 if b.head == "score" and b.tpr else None)
+
+
+def rmfast_flops(b: BenchRun) -> float:
+    """Projection FLOPs rmfast's engine runs per candidate: :func:`useful_flops`, and the last layer's queries at every
+    row position where it runs one fused q|k|v GEMM (its CPU default; tests/test_bench.py counts them)."""
+    fused = b.eng is not None and len(b.eng.layers[-1][0].w_qkv) == 1
+    return flops_per_candidate(b.dims, b.tpr, n_out=1 if b.head == "score" and b.tpr else None, q=not fused)
+
+
 def _peak_shapes(b: BenchRun) -> dict:
     """:func:`gemm_peak`'s shapes as the engine runs them, and the LM head's chunk as it reads it."""
     from ..kernels.torch_twins import CHUNK
@@ -227,12 +248,15 @@ def second_window(b: BenchRun, peak: dict | None) -> None:
     if peak is None or b.device.type != "cpu":
         return
     dt = peak["bound_dtype"]
-    again = round(gemm_peak(b.dims, peak["M"], getattr(torch, dt), b.device, **_peak_shapes(b))["gflops"], 1)
+    second = gemm_peak(b.dims, peak["M"], getattr(torch, dt), b.device, **_peak_shapes(b))
+    again = round(second["gflops"], 1)
     peak["windows"] = {"before": peak["bound_gflops"], "after": again}
+    # each window's per-shape rates, so that the bound recomputes from the figures beside it
+    peak["per_shape_windows"] = {"before": peak["per_shape_gflops"], "after": second["per_shape_gflops"]}
     if again > peak["bound_gflops"]:
         peak["by_dtype"][dt] = peak["bound_gflops"] = again
         if dt == str(b.dtype).removeprefix("torch."):
-            peak["gflops"] = again
+            peak["gflops"], peak["per_shape_gflops"] = again, second["per_shape_gflops"]
     log(f"  GEMM bound ({dt}) again after the methods: {again:.1f} GFLOP/s (before them {peak['windows']['before']:.1f}); "
         f"the bound is the larger")
 
@@ -400,6 +424,7 @@ def common_fields(b: BenchRun, fpc: float, peak: dict | None) -> dict:
         "gemm_peak_M": peak["M"] if peak else None,
         "peak_bound_cand_per_s": round(peak["bound_gflops"] * 1e9 / fpc, 1) if peak else None,
         "dtype_source": (recorded(b.model) or {}).get("source", "explicit"),
+        "hf_attention": b.hf_attention,  # the baselines' (naive, hf-cache); rmfast's engine has its own
         "mem_how": b.mem.how, "loadavg_start": b.load_start, "loadavg_end": loadavg(),
         "whole_vocab_timed": b.whole,
         "rmfast_compiled": bool(b.compile_rm),
@@ -416,20 +441,23 @@ def method_rows(b: BenchRun, timed: dict[str, Timed], agr: dict, fpc: float, pea
     rm, eg = timed["rmfast"], timed.get("rmfast-eager")
     cand_rm = b.n / min(rm.times)
     P, S = len(b.tmpl.prefix_ids), len(b.tmpl.suffix_ids)
-    # (method, timed, candidates, setup_s, agreement, tokens executed per candidate)
-    methods = [("naive", timed["naive"], b.n_naive, 0.0, agr["nv"], P + 1 + S),
-               ("hf-cache", timed["hf-cache"], b.n, timed["hf-cache"].setup_s, agr["hf"], tpr)]
+    # (method, timed, candidates, setup_s, agreement, tokens executed per candidate, projection FLOPs executed per
+    # candidate: the baselines run every position through every layer, rmfast the last layer where the head reads)
+    methods = [("naive", timed["naive"], b.n_naive, 0.0, agr["nv"], P + 1 + S, flops_per_candidate(b.dims, P + 1 + S)),
+               ("hf-cache", timed["hf-cache"], b.n, timed["hf-cache"].setup_s, agr["hf"], tpr,
+                flops_per_candidate(b.dims, tpr))]
     if eg is not None:
-        methods.append(("rmfast-eager", eg, b.n, rm.setup_s, agr["eg"], tpr))
+        methods.append(("rmfast-eager", eg, b.n, rm.setup_s, agr["eg"], tpr, rmfast_flops(b)))
     # rmfast's one-off compile is part of its cost for one scan: est_full_vocab_s includes it
-    methods.append(("rmfast", rm, b.n, rm.setup_s + (b.compile_s or 0.0), None, tpr))
+    methods.append(("rmfast", rm, b.n, rm.setup_s + (b.compile_s or 0.0), None, tpr, rmfast_flops(b)))
     rows = []
-    for method, t, cnt, setup, a, executed in methods:
+    for method, t, cnt, setup, a, executed, ex_flops in methods:
         cps = cnt / min(t.times)
         row = dict(common)
         row.update({
             "method": method, "n_timed": cnt, "batch_size": t.batch_size, "batch_probe": t.probe,
             "tokens_executed_per_candidate": executed, "repeats": len(t.times),
+            "executed_flops_per_candidate": ex_flops if tpr > 0 else None,
             "pass_s": [round(x, 4) for x in t.times], "cand_per_s": round(cps, 2),
             "cand_per_s_median": round(cnt / float(np.median(t.times)), 2),
             "rmfast_speedup": round(cand_rm / cps, 2),
@@ -455,7 +483,10 @@ def method_rows(b: BenchRun, timed: dict[str, Timed], agr: dict, fpc: float, pea
                     "cand_per_s": full["candidates_per_s"], "full_wall_s": full["wall_s"], "full_scan_s": full["scan_s"],
                     "peak_mem_mib": full["peak_mem_mib"], "setup_s": full["setup_s"],
                     "decisions": full["decisions"] or row["decisions"],  # the scan's own plan (eager where auto)
-                    "useful_gflops": round(fpc * full["candidates_per_s"] / 1e9, 2) if tpr > 0 else None})
+                    "useful_gflops": round(fpc * full["candidates_per_s"] / 1e9, 2) if tpr > 0 else None,
+                    # the whole scan's rate, padding and host work included, beside the timed batches' (issue 54)
+                    "frac_gemm_peak": round(fpc * full["candidates_per_s"] / 1e9 / peak["bound_gflops"], 4)
+                    if peak and tpr > 0 else None})
         rows.append(row)
     flag_over_bound(rows, {r["method"]: r.get("frac_gemm_peak") for r in rows}, b.cfg.name, indent="  ")
     return rows

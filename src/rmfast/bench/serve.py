@@ -10,8 +10,8 @@ model in one run:
 G groups x N responses (a GRPO step: N samples of one prompt each), prompt and response lengths as best-of-N's,
 sent by C concurrent clients in random order, every group's samples interleaved with the others', from a process of
 their own (the servers' interpreter lock is theirs alone, as in a deployment). Rows: responses/s,
-p50/p99 latency, the prompt tokens (a) did not encode again, the FLOP ratio (c)'s tokens / (a)'s, the GEMM fraction,
-max |diff| against (c), machine and versions.
+p50/p99 latency, the prompt tokens (a) did not encode again, the FLOP ratio (c)'s tokens / (a)'s (its last
+layer counted only at the positions the head reads), the GEMM fraction, max |diff| against (c), machine and versions.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from .best_of_n import BestOfNConfig, load_model, set_attention, text_of
-from .flops import bound_again, flag_over_bound, gemm_peak, model_dims
+from .baselines import set_attention
+from .best_of_n import BestOfNConfig, load_model, text_of
+from .flops import bound_again, flag_over_bound, gemm_peak, model_dims, narrowed_tokens
 from .machine import loadavg, log, machine_info
 
 
@@ -142,7 +143,9 @@ def run_serve_bench(cfg: ServeBenchConfig) -> list[dict]:
     lm, name, template = load_model(cfg)
     if template is not None and "{" in template and "{%" not in template:
         raise UserError("serve bench: a plain-format template; give a model with a chat template")
-    set_attention(lm.model, cfg.hf_attention)
+    attention, note = set_attention(lm.model, cfg.hf_attention)  # the HF server's; rmfast's engine has its own
+    if note:
+        log(f"{name}: note: {note}")
     dev, dtype = next(lm.model.parameters()).device, next(lm.model.parameters()).dtype
     dims = model_dims(lm.model, "score")
     peak = gemm_peak(dims, 512, dtype, dev)["gflops"] if cfg.peak else None
@@ -174,7 +177,8 @@ def run_serve_bench(cfg: ServeBenchConfig) -> list[dict]:
     tokens_a = d["rmfast_prompt_tokens_encoded_total"] + d["rmfast_batch_tokens_total"]
     groups_once = 1 - d["rmfast_prompt_reencodings_total"] / max(1, cfg.groups)
     a, c = np.array([got_a[k] for k in range(n)]), np.array([got_c[k] for k in range(n)])
-    flop_ratio = tokens_c / tokens_a
+    work_a = narrowed_tokens(dims, tokens_a, d["rmfast_prompt_encodings_total"] + n)  # the head's positions only
+    flop_ratio = tokens_c / work_a
     gemm = (lambda tok, t: None if not peak else round(2.0 * dims["gemm_params"] * tok / t / 1e9 / peak, 3))
     row = {"model": name, "groups": cfg.groups, "n_responses": cfg.n[0], "clients": cfg.clients,
            "prompt_tokens_target": cfg.prompt_tokens[0], "min_len": cfg.min_len, "max_len": cfg.max_len,
@@ -189,9 +193,9 @@ def run_serve_bench(cfg: ServeBenchConfig) -> list[dict]:
            "prompt_encodings": int(d["rmfast_prompt_encodings_total"]),
            "groups_encoded_once": round(groups_once, 3), "serve_waves": int(d["rmfast_waves_total"]),
            "serve_tokens": int(tokens_a), "hf_server_tokens": int(tokens_c),
-           "serve_gemm_fraction": gemm(tokens_a, t_a), "hf_server_gemm_fraction": gemm(tokens_c, t_c),
+           "serve_gemm_fraction": gemm(work_a, t_a), "hf_server_gemm_fraction": gemm(tokens_c, t_c),
            "gemm_rows": core.decisions["gemm_rows"]["value"], "max_abs_diff": float(np.abs(a - c).max()),
-           "score_std": float(np.std(c)), "dtype": str(dtype).removeprefix("torch."), "device": str(dev),
+           "score_std": float(np.std(c)), "hf_attention": attention, "dtype": str(dtype).removeprefix("torch."), "device": str(dev),
            "gemm_bound_gflops": round(peak, 1) if peak else None, "loadavg": loadavg(),
            **{k: info.get(k) for k in MACHINE_FIELDS}, **{k: ver.get(k) for k in VERSION_FIELDS}}
     bound_again([row], ("serve_gemm_fraction", "hf_server_gemm_fraction"), peak, dims, dtype, dev)

@@ -22,12 +22,13 @@ WORKLOADS = ("scan", "best-of-n", "states", "serve")
 #: Options of one workload only (dest names).
 SCAN_ONLY = ("n_naive", "naive_batch", "check_n", "full", "full_compile", "profile", "compile", "no_plot", "cost_model",
              "gemm_frac", "prompt_tokens")
-BEST_OF_N_ONLY = ("prompt_tokens_list", "n_list", "prompts", "min_len", "max_len", "hf_attention")
+BEST_OF_N_ONLY = ("prompt_tokens_list", "n_list", "prompts", "min_len", "max_len")
 STATES_ONLY = ("states_modes",)
 SERVE_ONLY = ("clients", "replicas")
 #: Options of some workloads only -> those workloads; given with another they are a one-line error (exit 2).
 WORKLOAD_OPTIONS = {**{k: ("scan",) for k in SCAN_ONLY}, **{k: ("best-of-n", "serve") for k in BEST_OF_N_ONLY},
                     **{k: ("states",) for k in STATES_ONLY}, **{k: ("serve",) for k in SERVE_ONLY},
+                    "hf_attention": ("scan", "best-of-n", "serve"),
                     **{k: ("scan", "states") for k in ("n_candidates", "batch_size", "prompt")},
                     **{k: ("scan", "best-of-n") for k in ("hf_batch",)},
                     **{k: ("scan", "best-of-n", "serve") for k in ("seed", "no_peak")}}
@@ -75,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=None, help="rmfast rows per batch (default: scan's auto)")
     p.add_argument("--hf-batch", type=int_list, default=None,
                    help="hf-cache batch, or a comma list to probe (default: best of 64,128,256; CUDA 512,2048); "
-                        "best-of-n: conversations per padded HF batch, one number (default 16)")
+                        "best-of-n: rows per padded HF batch, each of a comma list timed and the fastest counted "
+                        "(default 1,16,64)")
     p.add_argument("--naive-batch", type=int_list, default=None,
                    help="naive batch, or a comma list to probe (default: best of 32,64,128; CUDA 256,1024)")
     p.add_argument("--repeats", type=positive_int, default=None,
@@ -119,7 +121,8 @@ def _workload_groups(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-len", type=positive_int, default=None, help="shortest response in tokens (default 20; --tiny: 4)")
     g.add_argument("--max-len", type=positive_int, default=None, help="longest response in tokens (default 200; --tiny: 24)")
     g.add_argument("--hf-attention", choices=["sdpa", "eager"], default=None,
-                   help="the baseline's attention: sdpa (transformers' default, what users get) or eager "
+                   help="the HF baselines' attention (scan, best-of-n, serve): sdpa (transformers' default, what "
+                        "users get; eager where a model refuses it, e.g. Gemma 2, said and recorded) or eager "
                         "(default sdpa)")
     g = p.add_argument_group("serve workload (--workload serve; also --prompt-tokens-list P, --n-list N, --prompts G "
                              "groups, --min-len, --max-len, one value each)")
@@ -254,7 +257,11 @@ def _run_meta(args, device, dflt) -> dict:
         "config": {k: v for k, v in vars(args).items() if k != "func"},
         "defaults": {k: list(v) if isinstance(v, tuple) else v for k, v in dflt.items()},
         "formulas": {
-            "flops_per_candidate": "2 * (gemm_params [+ V*D for logprob]) * tokens_per_candidate",
+            "flops_per_candidate": "2 * ((gemm_params [+ V*D for logprob]) * tokens_per_candidate - (tokens_per_candidate - 1)"
+                                   " * last layer's q, o and MLP params [score head only: it reads one position])",
+            "executed_flops_per_candidate": "what the method runs: rmfast flops_per_candidate; hf-cache 2 * gemm_params * "
+                                            "tokens_per_candidate (every position); naive the same over "
+                                            "tokens_executed_per_candidate",
             "tokens_per_candidate": "score: 1 + len(suffix_ids); logprob: len(continuation_ids) (one-token responses)",
             "useful_gflops": "flops_per_candidate * cand_per_s / 1e9",
             "peak_bound_cand_per_s": "bound_gflops * 1e9 / flops_per_candidate",
@@ -312,9 +319,7 @@ def run_best_of_n_cli(args) -> int:
     from ..bench.best_of_n import BestOfNConfig, config_record, run_best_of_n, write_best_of_n
     from ..bench.models import workload_dtype
 
-    hf = [int(x) for x in (args.hf_batch or "16").split(",")]
-    if len(hf) != 1:
-        raise UserError("--hf-batch: best-of-n takes one batch size (conversations per padded batch)")
+    hf = tuple(int(x) for x in args.hf_batch.split(",")) if args.hf_batch else BestOfNConfig.hf_batch
     tiny = args.tiny and not args.random_init  # --tiny alone: a small random Llama
     if tiny and args.models:
         raise UserError(f"--tiny with --workload best-of-n means {TINY_BEST_OF_N}; drop --models or --tiny")
@@ -324,7 +329,7 @@ def run_best_of_n_cli(args) -> int:
     base = BestOfNConfig(
         prompt_tokens=ints(args.prompt_tokens_list, (16, 64) if short else BestOfNConfig.prompt_tokens),
         n=ints(args.n_list, (2, 4) if short else BestOfNConfig.n), prompts=args.prompts or 1,
-        min_len=args.min_len or (4 if short else 20), max_len=args.max_len or (24 if short else 200), hf_batch=hf[0],
+        min_len=args.min_len or (4 if short else 20), max_len=args.max_len or (24 if short else 200), hf_batch=hf,
         repeats=args.repeats or 1, dtype=workload_dtype(args.dtype, str(device), "float32"), device=str(device),
         threads=args.threads, seed=args.seed, layers=args.layers, tiny=args.tiny, init_seed=args.init_seed,
         allow_pickle=args.allow_pickle, peak=not args.no_peak, hf_attention=args.hf_attention or "sdpa")

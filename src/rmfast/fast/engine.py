@@ -102,6 +102,8 @@ class Engine:
         fp32_head: bool = True, layers: list | None = None, attention: str | None = None, triton: bool | None = None,
         elementwise: bool | None = None,
     ):
+        if head not in ("score", "logprob"):  # another value ran to a TypeError at the first score
+            raise ValueError(f"head {head!r}: give 'score' or 'logprob'")
         spec = arch_spec(model)
         if spec is None:
             raise ValueError(f"architecture {model.config.model_type!r} is not on the fast path")

@@ -484,7 +484,8 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     """Greedy Coordinate Gradient search over ``config.length``-token responses to ``prompt``.
 
     Args:
-        model: an HF classifier / reward model or causal LM, eval mode (any dtype/device).
+        model: an HF classifier / reward model or causal LM (any dtype/device; searched in eval mode with autocast
+            off, the model's own mode back after it).
         tokenizer: its tokenizer.
         prompt: the user turn.
         config: a :class:`GCGConfig` (default: all defaults).
@@ -505,6 +506,16 @@ def run(model, tokenizer, prompt: str, config: GCGConfig | None = None, *, progr
     Raises:
         GCGInterrupted: on Ctrl-C once something was scored; its ``result`` is the search so far.
     """
+    from ..scoring.model_mode import scoring_mode
+
+    with scoring_mode(model):  # eval mode (no dropout in the gradient or the scores) and no caller's autocast
+        return _search(model, tokenizer, prompt, config, progress=progress, model_info=model_info, template=template,
+                       checkpoint=checkpoint, keep_checkpoint=keep_checkpoint, notes=notes)
+
+
+def _search(model, tokenizer, prompt: str, config: GCGConfig | None, *, progress: bool, model_info: dict | None,
+            template: Template | None, checkpoint, keep_checkpoint: bool, notes: bool | None) -> GCGResult:
+    """:func:`run`'s search, in the model's scoring mode."""
     from tqdm.auto import tqdm
 
     cfg = config or GCGConfig()

@@ -41,7 +41,7 @@ import torch
 
 from ..cpu import round_rate
 from ..dims import model_dims
-from ..errors import UserNote
+from ..errors import UserError, UserNote
 from ..io import atomic_write, say_on_interrupt, then_always
 
 
@@ -430,6 +430,8 @@ def score_groups(groups: list[Group], ids: np.ndarray, *, key: str, checkpoint=N
 
     device = torch.device(device or "cpu")
     ck = Path(checkpoint) if checkpoint else None
+    if ck is not None and ck.is_dir():  # its first save raised IsADirectoryError after batches were scored
+        raise UserError(f"checkpoint {ck} is a folder; give a file path for the checkpoint (e.g. {ck / 'scan.ckpt.npz'})")
     scores, done, sizes = load_checkpoint(ck, key, ids, job)
     _resume_sizes(groups, sizes, ck)
     sizes = [g.batch_size for g in groups]

@@ -55,6 +55,10 @@ from ..user_files import read_text
 
 def vocab_size(model, tokenizer) -> int:
     """Ids that both the tokenizer and the embedding matrix know: 0 .. n-1."""
+    if not hasattr(model, "get_input_embeddings") or tokenizer is None or not hasattr(tokenizer, "__len__"):
+        got = f"a {type(model).__name__} and {'no tokenizer' if tokenizer is None else 'a ' + type(tokenizer).__name__}"
+        raise UserError(f"give the model, then its tokenizer (got {got}): rmfast.scan(lm.model, lm.tokenizer, ...) with "
+                        "lm = rmfast.load(...)")
     n_emb = model.get_input_embeddings().weight.shape[0]
     return min(len(tokenizer), n_emb)
 
@@ -162,6 +166,9 @@ def parse_token_ids(spec, n_vocab: int) -> np.ndarray:
     """``A:B`` (half-open range), a file with one id per line, or an iterable of ints -> sorted unique ids."""
     if spec is None:
         return np.arange(n_vocab, dtype=np.int64)
+    if isinstance(spec, (int, np.integer)) or getattr(spec, "ndim", None) == 0:  # one id (a 0-d array or tensor too)
+        raise UserError(f"--token-ids {int(spec)}: give a range 'A:B', a file of ids, or a list of ids ([{int(spec)}] "
+                        "for this one)")
     if isinstance(spec, str):
         if ":" in spec and not os.path.exists(spec):
             try:

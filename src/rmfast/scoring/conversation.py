@@ -45,6 +45,9 @@ def as_list(x, what: str, each: str) -> list:
         raise UserError(f"{what} must be a list of {each}, got one {type(x).__name__}: put it in a list ([...])")
     if isinstance(x, dict) or not hasattr(x, "__iter__"):
         raise UserError(f"{what} must be a list of {each}, got {type(x).__name__}")
+    if isinstance(x, (set, frozenset)):  # its order is the hash's, another in every process: scores would not line up
+        raise UserError(f"{what} must be a list of {each}, got a {type(x).__name__}, whose order changes between "
+                        "processes: give a list (sorted(...), if any order will do)")
     return list(x)
 
 

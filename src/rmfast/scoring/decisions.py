@@ -395,6 +395,10 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; one of {JOBS}")
     device = next(model.parameters()).device
+    if device.type == "cpu":
+        from ..cpu import mkl_mode_noted
+
+        mkl_mode_noted()  # one note per process where MKL started before rmfast (a library caller's own torch math)
     head = choose_head(model, o.head, o.head_index)
     engine, engine_why = _engine_rule(model, head, o, job, stacklevel + 1)
     shape = None

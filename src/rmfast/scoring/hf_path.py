@@ -25,7 +25,18 @@ from ..template import Template
 @contextlib.contextmanager
 def pad_token_as(model, value):
     """Temporarily set the (text) config's pad_token_id: -1 (never occurs) or None both make HF's
-    sequence-classifier pooling read the final position."""
+    sequence-classifier pooling read the final position. Under the model's lock
+    (:func:`rmfast.scoring.model_mode.model_lock`): two scorers or scans of one model in two threads each saved the
+    other's temporary value, and the last to finish left the config's pad_token_id at -1 for good."""
+    from .model_mode import model_lock
+
+    with model_lock(model):
+        with _pad_token_set(model, value):
+            yield
+
+
+@contextlib.contextmanager
+def _pad_token_set(model, value):
     cfgs = [model.config]
     text_cfg = text_config(model.config)
     if text_cfg is not model.config:

@@ -35,6 +35,7 @@ from ..cpu import say_choice
 from ..errors import UserError
 from .batching import Group, count_nonfinite, drop_checkpoint, score_groups
 from .decisions import decide
+from .model_mode import scoring_mode
 from .compat import (authors_batch_size, authors_diagnostics, authors_groups, authors_manifest, authors_plan,
                      check_authors)
 from .audit import DEFAULT_AUDIT_N, DEFAULT_AUDIT_SEED, LOW_PRECISION, audit_bf16
@@ -188,7 +189,9 @@ def scan(
     """Score candidate token ids as the one-token assistant response to ``prompt``.
 
     Args:
-        model: an HF model (``…ForSequenceClassification``, a custom reward model, or a causal LM), eval mode.
+        model: an HF model (``…ForSequenceClassification``, a custom reward model, or a causal LM), in any mode:
+            the call scores in eval mode with autocast off, and the model's own mode is back after it
+            (:func:`rmfast.scoring.model_mode.scoring_mode`).
         tokenizer: its tokenizer.
         prompt: the user turn.
         head: "auto" (default: "score" for classifiers, "logprob" for causal LMs), "score" or "logprob".
@@ -267,11 +270,12 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
     group = Group(np.arange(ids.size), plan.rows_per_batch(1), score)
     say_choice(model)  # the work starts: every check of the input is behind us
     t_scan = time.perf_counter()
-    scores, timing = score_groups([group], ids, key=run_key(manifest), checkpoint=checkpoint,
-                                  device=plan.device, progress=progress, desc="scan",
-                                  status="compiling the CPU layer (one-off)" if plan.compile else None,
-                                  keep_checkpoint=keep_checkpoint, job=run_fields(manifest), states_out=st_out,
-                                  lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
+    with scoring_mode(model):  # eval mode and no caller's autocast for the whole job (each batch's own is then cheap)
+        scores, timing = score_groups([group], ids, key=run_key(manifest), checkpoint=checkpoint,
+                                      device=plan.device, progress=progress, desc="scan",
+                                      status="compiling the CPU layer (one-off)" if plan.compile else None,
+                                      keep_checkpoint=keep_checkpoint, job=run_fields(manifest), states_out=st_out,
+                                      lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids", dtype=manifest.get("dtype"))
     manifest["vocab_sha256"] = host.vocab_sha256()
     tokens, texts = host.labels()
@@ -364,7 +368,8 @@ def score_texts(
     """Score response texts (any number of tokens) as the assistant's answer to ``prompt``.
 
     Args:
-        model, tokenizer: an HF reward model / causal LM (eval mode) and its tokenizer.
+        model, tokenizer: an HF reward model / causal LM (scored in eval mode, autocast off, as :func:`scan`) and its
+            tokenizer.
         prompt: the user turn.
         texts: the candidates (strings). Exact duplicates are scored once (and reported).
         options: the scoring options, whole (:class:`rmfast.scoring.options.ScoringOptions`); ``option_kw``
@@ -424,10 +429,12 @@ def score_texts(
               else _text_groups(rows, plan, layers, lens))
     compiled = bool(plan.eng is not None and plan.eng.compile)
     say_choice(model)
-    scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=run_key(manifest) + digest,
-                                  checkpoint=checkpoint, device=plan.device, progress=progress, desc="texts",
-                                  keep_checkpoint=keep_checkpoint, job={**run_fields(manifest), "candidates": digest},
-                                  states_out=st_out, lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
+    with scoring_mode(model):
+        scores, timing = score_groups(groups, np.arange(len(rows), dtype=np.int64), key=run_key(manifest) + digest,
+                                      checkpoint=checkpoint, device=plan.device, progress=progress, desc="texts",
+                                      keep_checkpoint=keep_checkpoint, job={**run_fields(manifest),
+                                                                            "candidates": digest},
+                                      states_out=st_out, lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     labels, what = (source_ids, "token ids") if source_ids is not None else (texts, "texts")
     manifest["n_nonfinite"] = count_nonfinite(scores, labels, what, dtype=manifest.get("dtype"))
     finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=batch_size, compiled=compiled)

@@ -34,6 +34,7 @@ from .. import cpu
 from ..fast.engine import Engine, score_prompts
 from ..errors import UserError
 from .hf_path import final_norm_module, hf_scores, n_layers
+from .model_mode import scoring_mode
 from ..states import LAST_NORMED, layer_index
 from .states_stream import host_states
 from .batching import PadSizes
@@ -252,12 +253,13 @@ class ScoringPlan:
         L = self.n_layers
         idx, taps = _taps(states, lens, L)
         on_engine = self.eng is not None and template is None
-        if on_engine:
-            out = self.eng.score(cands, taps) if taps is not None else self.eng.score(cands)
-        else:
-            hf_taps = None if taps is None else taps | ({"normed"} if LAST_NORMED in idx or lens else set())
-            out = hf_scores(self.model, template or self.template, cands.tolist(), head=self.head,
-                            head_index=self.head_index, batch_size=max(rows, cands.shape[0]), taps=hf_taps)
+        with scoring_mode(self.model):  # eval mode, no caller's autocast (a job's own call holds it already: cheap)
+            if on_engine:
+                out = self.eng.score(cands, taps) if taps is not None else self.eng.score(cands)
+            else:
+                hf_taps = None if taps is None else taps | ({"normed"} if LAST_NORMED in idx or lens else set())
+                out = hf_scores(self.model, template or self.template, cands.tolist(), head=self.head,
+                                head_index=self.head_index, batch_size=max(rows, cands.shape[0]), taps=hf_taps)
         if on_launched is not None:
             on_launched()
         if taps is None:
@@ -415,7 +417,8 @@ def plan_scoring(model, template: Template, options: ScoringOptions | None = Non
 
     >>> import rmfast  # doctest: +SKIP
     >>> lm = rmfast.load("smollm2-135m-instruct")  # doctest: +SKIP
-    >>> tmpl = rmfast.template.build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
+    >>> from rmfast.template import build_template  # doctest: +SKIP
+    >>> tmpl = build_template(lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
     >>> plan = plan_scoring(lm.model, tmpl, ScoringOptions(compile="off"))  # doctest: +SKIP
     >>> plan.decisions["attention"]  # doctest: +SKIP
     {'value': 'cpu-flash', 'reason': "the CPU's eager form (torch's flash kernel for prompts or rows of 256+ tokens, bmm below)"}
@@ -430,8 +433,9 @@ def plan_scoring(model, template: Template, options: ScoringOptions | None = Non
         raise ValueError("share_with: its layers' projections differ from this plan's decision (decide once, share it)")
     eng = None
     if d.engine == "fast":
-        eng = Engine(model, template, head=d.head, head_index=d.head_index, layers=layers, compile=d.compile,
-                     attention=d.attention, triton=d.triton, elementwise=d.elementwise, fuse=d.fuse)
+        with scoring_mode(model):  # the prompt pass: eval mode, no caller's autocast (as every batch after it)
+            eng = Engine(model, template, head=d.head, head_index=d.head_index, layers=layers, compile=d.compile,
+                         attention=d.attention, triton=d.triton, elementwise=d.elementwise, fuse=d.fuse)
     return ScoringPlan(model, template, d.head, d.head_index, d.engine, d.compile, d.options.batch_size,
                        d.fixed_shapes if fixed_shapes is None else fixed_shapes, eng,
                        compile_reason=d.reasons["compile"]["reason"], attention=d.attention,

@@ -23,7 +23,7 @@ from ..errors import UserError
 from ..template import Template, build_template
 from .candidates import check_context, special_ids
 from .conversation import as_list
-from .scorer_model import eval_mode
+from .model_mode import scoring_mode
 
 
 def _common_suffix_len(a, b) -> int:
@@ -130,7 +130,7 @@ def score_rendered(scorer, texts, *, special_tokens: bool = False) -> list[float
         n = len(ids) - end - _ending(tuple(ids[end:]), turn_end[0])
         groups.setdefault((tuple(ids[:end]), tuple(ids[end + n:])), {}).setdefault(n, []).append((k, list(ids[end:end + n])))
     out = np.full(len(texts), np.nan, dtype=np.float32)
-    with scorer._lock, eval_mode(scorer.model):
+    with scorer._lock, scoring_mode(scorer.model):
         scorer._drop_stale_plans()
         scorer._fresh, scorer._wave = set(), set()
         for (prompt, suffix), by_len in groups.items():

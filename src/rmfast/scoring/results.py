@@ -167,7 +167,7 @@ class TextScanResult(_Result):
         source_ids: vocabulary ids the texts were decoded from (compat vocabulary scans), else None.
 
     Example:
-        >>> res = rmfast.scoring.pipeline.score_texts(model, tok, "What is the greatest thing ever?", ["Love", "The universe"])  # doctest: +SKIP
+        >>> res = rmfast.score_texts(model, tok, "What is the greatest thing ever?", ["Love", "The universe"])  # doctest: +SKIP
         >>> res.top(2)  # doctest: +SKIP
     """
 

@@ -66,7 +66,8 @@ from .conversation import Conversation, as_conversation, as_list, blank_words, c
 from .decisions import decide
 from .options import ScoringOptions, whole_number
 from .score_stats import ResponseLabels, ScoreStats
-from .scorer_model import RUNNABLE, check_runnable, eval_mode, model_and_tokenizer
+from .model_mode import scoring_mode
+from .scorer_model import RUNNABLE, check_runnable, model_and_tokenizer
 from .plan import Scored, ScoringPlan, plan_scoring, score_together
 from .rendered import check_not_rendered, score_rendered, template_marks
 from .weights import WeightsWatch
@@ -126,6 +127,14 @@ def _split(x, shape: list[int]) -> list:
     return out
 
 
+def _frozen(name: str):
+    """The setter of a scorer's decided attribute: one line saying how to change it."""
+    def refuse(self, value) -> None:
+        raise UserError(f"RewardScorer.{name} is decided when the scorer is made (its scores, caches and key_fields "
+                        f"follow it); make a new one: RewardScorer(..., {name}={value!r})")
+    return refuse
+
+
 class RewardScorer:
     """Scores many responses per conversation with one shared prompt encoding each (see the module doc).
 
@@ -176,8 +185,6 @@ class RewardScorer:
             raise UserError(f"template must be a chat template or a plain format (a string), got {type(template).__name__}")
         self.template = template if template is not None else default_t
         self._decide(stacklevel=4)
-        self.head_index = self.options.head_index
-        self.batch_size, self.attention = self.options.batch_size, self.options.attention
         if compat not in (None, "decode-retokenize"):
             raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
         self.compat = compat
@@ -194,6 +201,15 @@ class RewardScorer:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    # decided at construction (the options and the model's decisions): read-only, a new scorer changes them. As plain
+    # attributes a set one read back and was recorded in key_fields, while the scores kept the decided value.
+    head = property(lambda self: self.decided.head, _frozen("head"))
+    engine = property(lambda self: self.decided.engine, _frozen("engine"))
+    share_batches = property(lambda self: self.decided.share_batches, _frozen("share_batches"))
+    head_index = property(lambda self: self.options.head_index, _frozen("head_index"))
+    batch_size = property(lambda self: self.options.batch_size, _frozen("batch_size"))
+    attention = property(lambda self: self.options.attention, _frozen("attention"))
 
     # ------------------------------------------------------------------ public calls
     def score(self, conversations, responses, *, progress: bool = False, checkpoint=None,
@@ -244,7 +260,7 @@ class RewardScorer:
         compat = self.compat if compat == "own" else compat
         if compat not in (None, "decode-retokenize"):
             raise UserError(f"unknown compat {compat!r}; use None or 'decode-retokenize'")
-        with self._lock, eval_mode(self.model):
+        with self._lock, scoring_mode(self.model):
             t0 = time.perf_counter()
             self.last_stats = ScoreStats()  # a call refused below leaves no earlier call's figures behind
             job = self.prepare(conversations, responses, compat=compat)
@@ -308,8 +324,8 @@ class RewardScorer:
         """Best-of-N: the ``k`` highest-scoring responses, best first (ties: input order).
 
         >>> best = scorer.rerank("Name a color.", ["blue", "a table", "red"], k=2)  # doctest: +SKIP
-        >>> [r.response for r in best]  # doctest: +SKIP
-        ['blue', 'red']
+        >>> [r.response for r in best]  # the class example's scorer: a seeded RANDOM head  # doctest: +SKIP
+        ['blue', 'a table']
         """
         k = whole_number(k, "rerank: k", 1)  # checked before the scoring, not after it; numpy's ints too
         responses = as_list(responses, "rerank: responses", "response strings")  # a generator too: indexed below
@@ -611,7 +627,6 @@ class RewardScorer:
         """Every decision of the scorer (:func:`rmfast.scoring.decisions.decide`) for the model as it is now: at
         construction, and again after the model was cast or moved (``last_stats.decisions`` says what ran)."""
         self.decided = decide(self.model, self.options, "scorer", stacklevel=stacklevel)
-        self.head, self.engine, self.share_batches = self.decided.head, self.decided.engine, self.decided.share_batches
         p = next(self.model.parameters())
         self._decided_for = (p.device, p.dtype)
 

@@ -81,19 +81,3 @@ def check_runnable(model) -> None:
     if other:
         raise UserError(f"RewardScorer: the model given is on {', '.join(other)}; rmfast scores on cpu or cuda: move "
                         "it first (model.to('cpu'))")
-
-
-@contextlib.contextmanager
-def eval_mode(model):
-    """The model in eval mode (no dropout) for a call, each module's own mode back after it: a trainer that
-    scores with a model it also trains keeps its training mode."""
-    modes = [(m, m.training) for m in model.modules()]
-    if not any(was for _, was in modes):  # already in eval mode (the usual case): nothing to set or restore
-        yield
-        return
-    model.eval()
-    try:
-        yield
-    finally:
-        for m, was in modes:
-            m.training = was
