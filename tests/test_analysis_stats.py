@@ -552,3 +552,68 @@ def test_extremes_shared_vocab_of_one_model_applies_the_rule():
     assert es["bottom"] == "x" and es["top"] == "z"
     assert e.dropped["rows"].sum() == 2 and any("its own strings, de-duplicated" in n for n in e.notes)
     assert extremes(a, k=1).extremes.set_index("end")["text"]["bottom"] == "\ufffd"  # everything scored: kept
+
+
+def test_degenerate_inputs_give_undefined_statistics_not_numbers(tmp_path):
+    """From a walk with degenerate models: an RSA whose observed matrix held a NaN (a model with constant scores)
+    printed r = NaN beside p = 0.01 (p = 0 when exact); Spearman's p was 0 for |rho| = 1 at any n (3 items: exactly
+    1/3) and was then called an underflow; a constant model's footrule was 0.5, more agreement than an unrelated
+    model's. Each is now undefined, or exact."""
+    import math
+    from itertools import permutations
+
+    from rmfast.analysis.stats.rank_stats import footrule, spearman_p
+    from rmfast.analysis.stats.rsa import rsa_test
+
+    idx = list("abcde")
+    x = np.arange(5.0)
+    obs = pd.DataFrame(-abs(x[:, None] - x[None, :]), idx, idx)
+    pred = obs.copy()
+    obs.loc["a", "b"] = obs.loc["b", "a"] = np.nan
+    for n_perm in (99, 9999):  # Monte Carlo and exact (5! = 120 <= 9999)
+        got = rsa_test(obs, pred, n_perm=n_perm)
+        assert np.isnan(got["r"]) and np.isnan(got["p_value"])
+    assert np.isnan(footrule([1.0, 2.0, 3.0], [5.0, 5.0, 5.0]))
+    assert spearman_p([1, 2, 3], [10, 20, 30]) == pytest.approx(1 / 3)
+    assert spearman_p(range(12), range(12)) == 2 / math.factorial(12)
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 3, 6).astype(float), rng.normal(size=6)  # ties in a: average ranks
+    ra, rb = stats.rankdata(a), stats.rankdata(b)
+    r0 = abs(stats.spearmanr(a, b).statistic)
+    want = np.mean([abs(np.corrcoef(ra, rb[list(p)])[0, 1]) >= r0 - 1e-12 for p in permutations(range(6))])
+    assert spearman_p(a, b) == pytest.approx(want)
+
+
+def test_text_with_a_carriage_return_and_nan_in_a_manifest_round_trip(tmp_path):
+    """A CSV field holding a lone carriage return (SmolLM2's token 201) was written unquoted and read back as two rows;
+    a manifest's NaN (a one-row bf16 audit's Spearman) was written as bare NaN, which JSON.parse refuses."""
+    import json
+
+    from rmfast.io import write_csv, write_json
+
+    df = pd.DataFrame({"text": ["a", "\r", "b\rc", "d"], "score": [1.0, np.nan, 2.5, -3.0]})
+    write_csv(tmp_path / "t.csv", df)
+    back = pd.read_csv(tmp_path / "t.csv")
+    assert len(back) == 4 and back["text"].tolist() == df["text"].tolist()
+    np.testing.assert_array_equal(back["score"].to_numpy(), df["score"].to_numpy())
+    write_json(tmp_path / "m.json", {"bf16_audit": {"spearman": float("nan"), "max": float("inf"), "n": 1}})
+
+    def refuse(c):
+        raise ValueError(f"not JSON: {c}")
+
+    assert json.loads((tmp_path / "m.json").read_text(), parse_constant=refuse) == {
+        "bf16_audit": {"spearman": None, "max": None, "n": 1}}
+
+
+def test_a_model_whose_scores_are_all_nan_is_named_when_it_leaves():
+    """A model whose every score is NaN left the analyses with only '512 rows left out: validate', and then 'MDS
+    needs 3 models, this prompt has 2' after three were given: it is named."""
+    from rmfast.analysis.data.ledger import Ledger
+    from rmfast.analysis.data.scans import validate_scans
+
+    df = pd.DataFrame({"model": ["a"] * 3 + ["gone"] * 3, "prompt": "p", "text": list("xyz") * 2,
+                       "score": [1.0, 2.0, 3.0, np.nan, np.nan, np.inf]})
+    led = Ledger()
+    out = validate_scans(df, ledger=led)
+    assert set(out["model"]) == {"a"}
+    assert led.notes == ["model gone is left out for prompt 'p': every one of its 3 scores is missing or not finite"]

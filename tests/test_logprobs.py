@@ -164,3 +164,14 @@ def test_logprobs_say_what_score_is(tmp_path, smol_tokenizer, capsys):
     assert json.loads((tmp_path / "o.parquet.json").read_text())["score_meaning"] == want
     assert read_provenance(out)["score_meaning"] == want
     assert f"score: {want}" in capsys.readouterr().out
+
+
+def test_nan_log_probabilities_are_counted_and_said(smol_tokenizer):
+    """An LM head with a NaN row makes every log-probability NaN (the softmax's sum): `rmfast logprobs` printed a
+    top table of NaN, exit 0, with nothing said and no n_nonfinite; it is now one warning, as a scan's."""
+    m = T.tiny("llama", "causal_lm", seed=1)
+    with torch.no_grad():
+        m.lm_head.weight[7] = float("nan")
+    with pytest.warns(UserWarning, match=r"12 of 12 scores came out NaN or infinite \(token ids 0, 1, 2"):
+        res = logprobs(m, smol_tokenizer, PROMPT, token_ids="0:12")
+    assert res.manifest["n_nonfinite"] == 12 and np.isnan(res.scores).all()

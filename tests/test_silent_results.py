@@ -165,3 +165,18 @@ def test_analyze_says_how_many_rows_it_leaves_out(scan_with_nan, capsys):
     rc, _, err = run(["analyze", "distributions", scan_with_nan], capsys)
     assert rc == 0, err
     assert "rmfast: 2 rows left out:" in err and "validate: 2 (score is missing or not finite)" in err
+
+
+def test_a_model_whose_scores_are_all_equal_is_said_once():
+    """A zeroed score head scores every candidate alike: the scan printed identical top and bottom tables (the ids in
+    order) without a word, and analyses ranked them. One warning now says the model ranks nothing."""
+    import rmfast
+
+    m = T.tiny("llama", num_labels=1)
+    with torch.no_grad():
+        m.score.weight.zero_()
+    tok = T.chatml_tokenizer()
+    with pytest.warns(UserWarning, match=r"all 40 finite scores are 0 \(token ids\): the model ranks nothing"):
+        rmfast.scan(m, tok, "Hi", token_ids="100:140", progress=False)
+    with pytest.warns(UserWarning, match=r"all 3 finite scores are 0 \(texts\)"):
+        rmfast.score_texts(m, tok, "Hi", ["a", "b", "c"], progress=False)

@@ -7,6 +7,7 @@ import errno
 import glob
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -336,12 +337,28 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def json_safe(obj):
+    """``obj`` with every NaN or infinite float as None (JSON's null): Python's json writes them as bare ``NaN`` /
+    ``Infinity``, which is not JSON (a browser's or Node's JSON.parse refuses the whole manifest).
+
+    >>> json_safe({"a": float("nan"), "b": [1.5, float("inf")], "c": (2, "x")})
+    {'a': None, 'b': [1.5, None], 'c': [2, 'x']}
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def write_json(path: str | os.PathLike, obj) -> None:
-    """Write JSON atomically (temp file in the same folder + rename)."""
+    """Write JSON atomically (temp file in the same folder + rename); NaN and infinities as null (:func:`json_safe`)."""
 
     def w(tmp):
         with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, default=str)
+            json.dump(json_safe(obj), f, indent=2, default=str)
             f.write("\n")
 
     atomic_write(Path(path), w)
@@ -426,8 +443,15 @@ def write_parquet(path: str | os.PathLike, df, meta: dict | None = None) -> None
 
 
 def write_csv(path: str | os.PathLike, df) -> None:
-    """Write a DataFrame to CSV atomically."""
-    atomic_write(Path(path), lambda tmp: df.to_csv(tmp, index=False))
+    """Write a DataFrame to CSV atomically. Every text field is quoted where any holds a carriage return: pandas
+    quotes a field with a newline but not one with a lone ``\r`` (SmolLM2's token 201 is one), which readers take as a
+    line break, so its row came back as two (an ``analyze extremes`` CSV of 10 rows read back as 12)."""
+    import csv
+
+    text = df.select_dtypes(include=["object", "string"])
+    cr = any(text[c].astype(str).str.contains("\r", regex=False).any() for c in text.columns)
+    quoting = csv.QUOTE_NONNUMERIC if cr else csv.QUOTE_MINIMAL
+    atomic_write(Path(path), lambda tmp: df.to_csv(tmp, index=False, quoting=quoting))
 
 
 def manifest_path(parquet_path: str | os.PathLike) -> Path:
@@ -496,7 +520,7 @@ def write_pair(path: str | os.PathLike, df, manifest: dict) -> dict:
         _parquet_file(str(tp), df, man[WRITE_ID], provenance(man))
         tj = _temp_beside(mp)
         with open(tj, "w") as f:
-            json.dump(man, f, indent=2, default=str)
+            json.dump(json_safe(man), f, indent=2, default=str)
             f.write("\n")
         fsync_file(tp)  # both on the disk before either is renamed: a power loss leaves no empty pair
         fsync_file(tj)

@@ -195,6 +195,7 @@ def logprobs(
         >>> res = logprobs(lm.model, lm.tokenizer, "What, in one word, is the greatest thing ever?")  # doctest: +SKIP
         >>> res.top(5)  # doctest: +SKIP
     """
+    from .scoring.batching import count_nonfinite
     from .scoring.options import ScoringOptions
     from .scoring.plan import decide, finish_manifest, score_meaning
     from .scoring.results import ScanResult
@@ -233,5 +234,7 @@ def logprobs(
         "exclude_special": exclude_special,
         "score_position": "last prompt-side position (next-token distribution of the first response token)",
         "forward_s": round(fwd_s, 3),
+        # one warning naming them, as a scan's (all 512 NaN printed a top table of NaN, exit 0, nothing said)
+        "n_nonfinite": count_nonfinite(scores, cand, "token ids", dtype=str(p.dtype).replace("torch.", "")),
     }
     return ScanResult(cand, scores, tokens, texts, finish_manifest(manifest, t0, decisions=decided.reasons))

@@ -348,6 +348,14 @@ def _step(s: _Search, buffer: list[tuple[float, list[int]]], start: list[int],
     return buffer, _objective(buffer[0][0], s.sign) > _objective(best_before, s.sign)
 
 
+def nonfinite_cause(model) -> str:
+    """Why scores come out NaN or inf in the model's dtype (an fp32 run was told to try --dtype float32)."""
+    dt = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if dt == "float16":
+        return "float16 overflows past 65,504: try --dtype float32"
+    return f"{dt} has float32's range, so the model's own weights or activations are not finite"
+
+
 def _duration(seconds: float) -> str:
     """A duration in words: "45 s", "12 min", "5.1 h"."""
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
@@ -592,10 +600,10 @@ def _say_nonfinite(s: _Search) -> None:
     if not s.n_nonfinite:
         return
     what = (f"{s.n_nonfinite} of {s.n_eval} candidates scored NaN or inf (e.g. ids {s.nonfinite_ids[0]}); "
-            "an overflow in the model's dtype does this")
+            f"{nonfinite_cause(s.plan.model)}")
     if s.n_nonfinite >= s.n_eval:
         raise UserError(f"gcg: every candidate scored NaN or inf ({s.n_eval} evaluated): no best to report; "
-                        "an overflow in the model's dtype does this: try --dtype float32")
+                        f"{nonfinite_cause(s.plan.model)}")
     warnings.warn(f"rmfast: gcg: {what}; they were never taken as best (n_nonfinite in the result)", stacklevel=3)
 
 
@@ -634,7 +642,7 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
     ranked = torch.where(torch.isfinite(scores), sign * scores, -math.inf)  # NaN/inf is never the best
     if not torch.isfinite(scores).any():
         raise UserError(f"random search: every candidate scored NaN or inf ({len(keep)} evaluated): no best to "
-                        "report; an overflow in the model's dtype does this: try --dtype float32")
+                        f"report; {nonfinite_cause(plan.model)}")
     i = int(torch.argmax(ranked))
     return RandomSearchResult(best_ids=keep[i], best_score=float(scores[i]), n_evaluated=len(keep), scores=scores.tolist(),
                               best_text=text_of(tokenizer, tmpl, keep[i]))

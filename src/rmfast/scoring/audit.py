@@ -86,15 +86,21 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 
 def agreement(low: np.ndarray, high: np.ndarray, k: int) -> dict:
-    """How the low-precision scores ``low`` agree with the fp32 ones ``high`` (same rows)."""
+    """How the low-precision scores ``low`` agree with the fp32 ones ``high`` (same rows), over the rows both scored
+    finite (an fp32 rescoring that overflows too: its NaN was ranked as the largest value, and max |diff| was NaN);
+    ``n_nonfinite_fp32`` counts the rows left out. Spearman is None where undefined (one row, a constant side)."""
     low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    ok = np.isfinite(low) & np.isfinite(high)
+    lost = int((~ok).sum())
+    low, high = low[ok], high[ok]
     d = np.abs(low - high)
     rl, rh = _ranks(low), _ranks(high)
     rho = float(np.corrcoef(rl, rh)[0, 1]) if low.size > 1 and rl.std() > 0 and rh.std() > 0 else float("nan")
     k = min(k, low.size)
     top = lambda x: set(np.argsort(-x, kind="stable")[:k].tolist())  # noqa: E731  (ties: the earlier row)
     return {"max_abs_diff": float(d.max()) if d.size else 0.0, "mean_abs_diff": float(d.mean()) if d.size else 0.0,
-            "spearman": round(rho, 6), "top_k": int(k), "top_k_overlap": len(top(low) & top(high))}
+            "spearman": round(rho, 6) if rho == rho else None, "top_k": int(k),
+            "top_k_overlap": len(top(low) & top(high)), "n_nonfinite_fp32": lost}
 
 
 def fp32_copy(model) -> tuple[torch.nn.Module | None, str]:
@@ -186,8 +192,11 @@ def audit_line(a: dict | None) -> str | None:
     tag = {"bfloat16": "bf16", "float16": "fp16"}.get(a.get("dtype"), a.get("dtype"))
     if a.get("skipped"):
         return f"{tag} audit skipped: {a['skipped']}"
-    return (f"{tag} audit: {a['n']} {a.get('rows', 'ids')} rescored in fp32: Spearman {a['spearman']:.3f}, top-{a['top_k']} overlap "
-            f"{a['top_k_overlap']}/{a['top_k']}, max |diff| {a['max_abs_diff']:.3g}, mean {a['mean_abs_diff']:.2g} "
+    rho = a.get("spearman")
+    rho = "undefined (one row, or one score)" if rho is None or rho != rho else f"{rho:.3f}"
+    lost = f"; {a['n_nonfinite_fp32']} NaN or infinite in fp32 too, left out" if a.get("n_nonfinite_fp32") else ""
+    return (f"{tag} audit: {a['n']} {a.get('rows', 'ids')} rescored in fp32: Spearman {rho}, top-{a['top_k']} overlap "
+            f"{a['top_k_overlap']}/{a['top_k']}, max |diff| {a['max_abs_diff']:.3g}, mean {a['mean_abs_diff']:.2g}{lost} "
             f"({a['wall_s']:.1f} s{_cost(a)})")
 
 

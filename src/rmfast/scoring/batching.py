@@ -575,6 +575,28 @@ def count_nonfinite(scores: np.ndarray, labels, what: str, keeps: str = SCAN_KEE
     return int(bad.size)
 
 
+def warn_constant(scores: np.ndarray, what: str) -> bool:
+    """One warning where a scan's 3+ finite scores are all one value: the model ranks nothing (a zeroed or untrained
+    head), and its top and bottom tables were the same ids, printed without a word. True where they are.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as w:
+    ...     warnings.simplefilter("always")
+    ...     warn_constant(np.zeros(4, np.float32), "token ids")
+    True
+    >>> print(w[0].message)
+    rmfast: warning: all 4 finite scores are 0 (token ids): the model ranks nothing here (a zeroed or untrained score head?); a top or bottom list of them is the candidates' order
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    s = s[np.isfinite(s)]
+    if s.size < 3 or s.min() != s.max():
+        return False
+    warnings.warn(UserNote(f"rmfast: warning: all {s.size:,} finite scores are {s[0]:.6g} ({what}): the model ranks "
+                           "nothing here (a zeroed or untrained score head?); a top or bottom list of them is the "
+                           "candidates' order"), stacklevel=3)
+    return True
+
+
 def nonfinite_line(n: int, bad, labels, what: str, fix: str = "try --dtype float32", dtype=None) -> str:
     """What :func:`count_nonfinite` says about ``bad`` (positions) of ``n`` scores, naming the first few
     ``labels[i]``, without what the caller does with them. The cause it names follows the model's ``dtype``

@@ -33,7 +33,7 @@ from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, HostWork, check_conte
                          tokenize_in_context, vocab_sha256)
 from ..cpu import say_choice
 from ..errors import UserError
-from .batching import Group, count_nonfinite, drop_checkpoint, score_groups
+from .batching import Group, count_nonfinite, drop_checkpoint, score_groups, warn_constant
 from .decisions import decide
 from .model_mode import scoring_mode
 from .compat import (authors_batch_size, authors_diagnostics, authors_groups, authors_manifest, authors_plan,
@@ -277,6 +277,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
                                       keep_checkpoint=keep_checkpoint, job=run_fields(manifest), states_out=st_out,
                                       lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     manifest["n_nonfinite"] = count_nonfinite(scores, ids, "token ids", dtype=manifest.get("dtype"))
+    warn_constant(scores, "token ids")
     manifest["vocab_sha256"] = host.vocab_sha256()
     tokens, texts = host.labels()
     timing["setup_s"], timing["labels_wait_s"] = round(t_scan - t0, 3), host.waited_s["labels"]  # after the scan
@@ -437,6 +438,7 @@ def score_texts(
                                       states_out=st_out, lens_k=plan.n_layers + 1 if lens else 0, extra=(extra := {}))
     labels, what = (source_ids, "token ids") if source_ids is not None else (texts, "texts")
     manifest["n_nonfinite"] = count_nonfinite(scores, labels, what, dtype=manifest.get("dtype"))
+    warn_constant(scores, what)
     finish_manifest(manifest, t0, plan=plan, options=options, timing=timing, batch_size=batch_size, compiled=compiled)
     res = TextScanResult(texts, scores, n_tok, [list(map(int, r.ids)) for r in rows], manifest, source_ids)
     res = _finish_states(res, st_out, tokenizer, keep_checkpoint, extra.get("lens"), plan.n_layers)

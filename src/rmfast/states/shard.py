@@ -121,7 +121,8 @@ def warn_nonfinite(counts: Mapping[str, int], rows: int, d: int, dtype: str, whe
     total = max(1, rows * d)
     shown = ", ".join(f"{k}: {v:,} ({100 * v / total:.1f}%)" for k, v in list(bad.items())[:6])
     fix = ("float16 overflows past 65,504: store them with --states-dtype bfloat16 or float32"
-           if dtype == "float16" else "the model's own activations overflow: try --dtype float32")
+           if dtype == "float16" else "the model's own activations are not finite (a float16 model overflows: try "
+           "--dtype float32; in bfloat16 or float32, its weights or inputs)")
     warnings.warn(UserNote(f"rmfast: warning: {where}: stored states are NaN or infinite ({shown} of {total:,} values "
                            f"per layer); {fix}; counted in the states manifest's n_nonfinite, and analyses of those "
                            "layers are undefined"), stacklevel=3)

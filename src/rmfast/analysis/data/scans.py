@@ -138,8 +138,12 @@ def validate_scans(df: pd.DataFrame, *, ledger: Ledger | None = None,
     out["prompt"] = out["prompt"].astype(str)
     out["text"] = out["text"].astype(str)
     bad = ~np.isfinite(out["score"].to_numpy())
+    total = out.groupby(["model", "prompt"]).size()
     for (m, p), n in out[bad].groupby(["model", "prompt"]).size().items():
         ledger.drop("validate", n, "score is missing or not finite", model=m, prompt=p)
+        if n == total[(m, p)]:  # the whole model x prompt goes: named (it vanished from the tables unnamed)
+            ledger.note(f"model {m} is left out for prompt {p!r}: every one of its {n:,} scores is missing or not "
+                        "finite")
     out = out[~bad]
     if out.empty:
         raise UserError("no scored rows left in the scan results (all scores missing?); "

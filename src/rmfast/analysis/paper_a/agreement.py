@@ -29,7 +29,7 @@ from ..stats.mds import mds
 from ..data.metadata import load_model_metadata, match_metadata
 from ..data.methods import check_method
 from ..stats.permutation import N_PERM
-from ..stats.rank_stats import footrule, ndcg, ndcg_baselines, note_underflow
+from ..stats.rank_stats import footrule, ndcg, ndcg_baselines, note_underflow, spearman_p
 from ..stats.rbo import n_tied, paper_ranking, rbo, rbo_truncated
 from ..data.results import Result
 from ..stats.rsa import predictor_matrices, rsa_test
@@ -149,13 +149,12 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
         for i in range(len(ms)):
             for j in range(i + 1, len(ms)):
                 kt = stats.kendalltau(vals[:, i], vals[:, j], variant="b")
-                sp = stats.spearmanr(vals[:, i], vals[:, j])
                 tau[i, j] = tau[j, i] = kt.statistic
                 pair_rows.append({"prompt": prompt, "model_a": ms[i], "model_b": ms[j],
                                   "n_shared": n, "kendall_tau_b": float(kt.statistic),
                                   "kendall_p": float(kt.pvalue),
                                   "spearman_rho": float(rho[i, j]),
-                                  "spearman_p": float(sp.pvalue),
+                                  "spearman_p": spearman_p(vals[:, i], vals[:, j]),
                                   **_pair_stats(vals, i, j, order, rbo_p, method),
                                   "tied_a": n_tied(vals[:, i]), "tied_b": n_tied(vals[:, j])})
         if len(ms) >= 3 and not np.isnan(tau).any():
@@ -240,6 +239,18 @@ def _baselines(gains_a, gains_b, method: str) -> dict:
             "ndcg_random_b_a": b["random"], "ndcg_reversed_b_a": b["reversed"]}
 
 
+def _rsa_undefined(observed: pd.DataFrame, predictor: pd.DataFrame) -> str:
+    """Why an RSA correlation is undefined: the models whose agreement is NaN (constant or NaN scores), else which
+    matrix is constant."""
+    o = observed.to_numpy(dtype="float64")
+    bad = [m for m, row in zip(observed.index, o) if np.isnan(np.delete(row, list(observed.index).index(m))).any()]
+    if bad:
+        worst = sorted(bad, key=lambda m: -int(np.isnan(observed.loc[m].drop(m).to_numpy(dtype="float64")).sum()))
+        return f"the agreement of {', '.join(map(str, worst[:3]))} with other models is NaN (constant or NaN scores)"
+    return "the predictor is constant over the models" if np.ptp(predictor.to_numpy(dtype="float64")) == 0 else \
+        "the agreement is equal for every pair of models"
+
+
 def _rsa_rows(prompt, tau: pd.DataFrame, meta, ledger, **kw) -> list[dict]:
     matched, unmatched = match_metadata(list(tau.index), meta)
     if unmatched:
@@ -253,7 +264,6 @@ def _rsa_rows(prompt, tau: pd.DataFrame, meta, ledger, **kw) -> list[dict]:
     for name, mat in preds.items():
         out = rsa_test(tau.loc[ms, ms], mat, **kw)
         if np.isnan(out["r"]):
-            ledger.note(f"RSA {name} for {prompt!r}: predictor is constant over the models; "
-                        "no correlation")
+            ledger.note(f"RSA {name} for {prompt!r}: {_rsa_undefined(tau.loc[ms, ms], mat)}; no correlation, no p")
         rows.append({"prompt": prompt, "predictor": name, **out})
     return rows

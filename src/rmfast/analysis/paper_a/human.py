@@ -32,7 +32,7 @@ from ..data.methods import check_method
 from ..data.results import Result
 from ..data.scans import check_balance, select, validate_scans
 from ..data.shared_vocab import dedupe_text
-from ..stats.rank_stats import note_underflow
+from ..stats.rank_stats import note_underflow, spearman_p
 
 HUMAN = "human"
 
@@ -124,10 +124,13 @@ def human_comparison(scans: pd.DataFrame, human: pd.DataFrame, *, k: int = 20,
             col = wide[m].dropna()
             x = hs.reindex(col.index).to_numpy()
             y = col.to_numpy()
+            if len(y) < 3:  # two points always lie on a line: rho = +-1 at p = 1 said nothing (as agreement refuses)
+                ledger.note(f"{m} for {p!r}: {len(y)} human-scored item(s); correlations need at least 3, not computed")
+                continue
             sp = stats.spearmanr(x, y)
             kt = stats.kendalltau(x, y, variant="b")
             corr.append({"model": m, "prompt": p, "n": len(y),
-                         "spearman_rho": float(sp.statistic), "spearman_p": float(sp.pvalue),
+                         "spearman_rho": float(sp.statistic), "spearman_p": spearman_p(x, y),
                          "kendall_tau_b": float(kt.statistic), "kendall_p": float(kt.pvalue)})
         full = wide.dropna()
         if method == "paper":  # the CSV's item order decides ties, as pandas' nlargest does
@@ -148,7 +151,8 @@ def human_comparison(scans: pd.DataFrame, human: pd.DataFrame, *, k: int = 20,
         traj.append(_trajectories(p, table, models_p, n_trajectory))
     cols = ["prompt", "direction", "position", "text", "human_rank", "model_rank",
             "mean_model_rank", "rank_diff"]
-    corr = pd.DataFrame(corr)
+    corr = pd.DataFrame(corr, columns=["model", "prompt", "n", "spearman_rho", "spearman_p", "kendall_tau_b",
+                                       "kendall_p"])
     note_underflow(corr, ["spearman_p", "kendall_p"], ledger)
     res = HumanResult(correlations=corr,
                       differences=pd.concat(diffs, ignore_index=True)[cols],

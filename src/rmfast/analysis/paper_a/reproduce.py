@@ -82,7 +82,9 @@ def _write(out_dir: Path, name: str, obj) -> str:
     """Write a CSV (DataFrame) or PNG (figure) into out_dir; return its relative name."""
     path = out_dir / name
     if isinstance(obj, pd.DataFrame):
-        obj.to_csv(path, index=False)
+        from ...io import write_csv
+
+        write_csv(path, obj)  # the one CSV writer (a token text holding a carriage return stays one row)
     else:
         path.write_bytes(to_png(obj))
     return name

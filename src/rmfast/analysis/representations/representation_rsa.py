@@ -125,8 +125,11 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_p
             if len(ms) < 4:
                 res.notes.append(f"RSA {measure} ~ {pname}: {len(ms)} models; needs at least 4")
                 continue
-            rsa_rows.append({"measure": measure, "predictor": pname,
-                             **rsa_test(obs.loc[ms, ms], pm, n_perm=n_perm, seed=seed)})
+            got = rsa_test(obs.loc[ms, ms], pm, n_perm=n_perm, seed=seed)
+            if np.isnan(got["r"]) and not np.isfinite(obs.loc[ms, ms].to_numpy(dtype="float64")).all():
+                res.notes.append(f"RSA {measure} ~ {pname}: undefined, no p: the {measure} of some pairs is NaN (a "
+                                 "layer that is constant or not finite in a set)")
+            rsa_rows.append({"measure": measure, "predictor": pname, **got})
     res.rsa = pd.DataFrame(rsa_rows, columns=["measure", "predictor", "r", "p_value", "n_perm", "exact", "seed",
                                               "n_models", "n_pairs"])
     if not preds:

@@ -18,6 +18,8 @@ code does; ``method="rmfast"`` fixes what is wrong:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -34,16 +36,21 @@ def _pair(a, b) -> tuple[np.ndarray, np.ndarray]:
 
 
 def footrule(a, b, method: str = "rmfast") -> float:
-    """Footrule similarity of two score vectors (1 = same order, 0 = reversed).
+    """Footrule similarity of two score vectors (1 = same order, 0 = reversed); NaN where either is constant (no
+    order to compare: average ranks gave it 0.5, more than an unrelated model's ~1/3, while tau and rho were NaN).
 
     >>> footrule([1, 2, 3, 4], [4, 3, 2, 1])  # D = 3+1+1+3 = 8 = 4²/2
     0.0
     >>> footrule([1, 2, 3], [3, 2, 1]), round(footrule([1, 2, 3], [3, 2, 1], method="paper"), 4)
     (0.0, 0.1111)
+    >>> footrule([1, 2, 3], [5, 5, 5])
+    nan
     """
     check_method(method)
     a, b = _pair(a, b)
     n = len(a)
+    if n and (np.ptp(a) == 0 or np.ptp(b) == 0):
+        return float("nan")
     dist = float(np.abs(pd.Series(a).rank().to_numpy() - pd.Series(b).rank().to_numpy()).sum())
     most = n * n / 2 if method == "paper" else float(n * n // 2)
     return 1.0 - dist / most if most > 0 else float("nan")
@@ -141,6 +148,39 @@ def ndcg_baselines(true, k: int | None = None, method: str = "rmfast") -> dict[s
         rnd = float(gain.mean() * disc.sum()) / idcg if idcg > 0 else float("nan")
     rev = ndcg(true, -true, k=k, method=method)
     return {"random": rnd, "reversed": rev}
+
+
+#: pairs of up to this many items get Spearman's exact permutation p (every ordering: 8! = 40,320 of them)
+SPEARMAN_EXACT_N = 8
+
+
+def spearman_p(x, y) -> float:
+    """Two-sided p of Spearman's rho between ``x`` and ``y``: exact for n <= :data:`SPEARMAN_EXACT_N` (every
+    ordering of ``y``'s average ranks against ``x``'s), scipy's t approximation above it, except for a perfect
+    correlation without ties, where the exact 2 / n! (the approximation gave 0 or 1e-24 there at any n). Three items in
+    one order printed p = 0 and were called an underflow; their exact p is 1/3, as Kendall's column said.
+
+    >>> spearman_p([1, 2, 3], [10, 20, 30]), spearman_p(range(12), range(12)) == 2 / math.factorial(12)
+    (0.3333333333333333, True)
+    """
+    from itertools import permutations
+
+    from scipy import stats
+
+    x, y = np.asarray(x, dtype="float64"), np.asarray(y, dtype="float64")
+    n = len(x)
+    sp = stats.spearmanr(x, y)
+    if n < 3 or not np.isfinite(sp.statistic):
+        return float(sp.pvalue)
+    rx, ry = stats.rankdata(x), stats.rankdata(y)
+    if n <= SPEARMAN_EXACT_N:
+        perms = ry[np.array(list(permutations(range(n))))]  # (n!, n) y's ranks in every order
+        dx, dp = rx - rx.mean(), perms - perms.mean(axis=1, keepdims=True)
+        rho = dp @ dx / np.sqrt((dp * dp).sum(axis=1) * (dx @ dx))  # (n!,)
+        return float(np.mean(np.abs(rho) >= abs(sp.statistic) - 1e-12))
+    if abs(sp.statistic) > 1 - 1e-12 and len(np.unique(x)) == n == len(np.unique(y)):
+        return 2 / math.factorial(n)  # two orderings of n! reach |rho| = 1 (0.0 past n = 170: then an underflow)
+    return float(sp.pvalue)
 
 
 def note_underflow(table: pd.DataFrame, columns, ledger) -> None:

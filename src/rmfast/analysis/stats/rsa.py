@@ -96,7 +96,11 @@ def rsa_test(observed: pd.DataFrame, predictor: pd.DataFrame, *, n_perm: int = N
     n = len(models)
     base = {"n_models": n, "n_pairs": n * (n - 1) // 2}
     o_up = _upper(obs)
-    if n < 3 or np.ptp(_upper(pred)) == 0 or np.ptp(o_up) == 0:
+    # undefined: too few models, a constant predictor or observed matrix, or a NaN in either (a model whose scores
+    # are constant or NaN: np.ptp of a NaN array is NaN, never 0, and every comparison with a NaN r was False, so
+    # the test ran and reported p = 1/(n_perm + 1), or 0 when exact: "significant" beside r = NaN)
+    if n < 3 or not (np.isfinite(o_up).all() and np.isfinite(_upper(pred)).all()) \
+            or np.ptp(_upper(pred)) == 0 or np.ptp(o_up) == 0:
         return {**base, "r": np.nan, "p_value": np.nan, "n_perm": 0, "exact": False, "seed": None}
     o_rank = _rankdata(o_up)
     r_obs = float(_corr_rows(o_rank, _rankdata(_upper(pred)))[()])
