@@ -1,9 +1,11 @@
-"""A plain ``rmfast scan`` runs functions in at most 24 rmfast files (issue 34; 20 until the padding probe left
+"""A plain ``rmfast scan`` runs functions in at most 25 rmfast files (issue 34; 20 until the padding probe left
 ``scoring/batching.py`` for a file of its own, ``scoring/padding.py``, when batching passed 650 lines; 21 until the
 output's lock left ``io.py`` for ``locks.py``, when io passed 650 lines; 22 until the end of turn read the tokenizer's
 special flags from ``template_tail``'s per-tokenizer table of added tokens, its one place, rather than list them again;
 23 until the model folder's checks left ``loading/loader.py`` for ``loading/folder_checks.py``, one definition for the
-one-device and the ``--device-map`` load, which had skipped them all).
+one-device and the ``--device-map`` load, which had skipped them all; 24 until the model's scoring mode, eval mode and no
+caller's autocast for the length of a call, became ``scoring/model_mode.py``, one definition for every entry point:
+only RewardScorer had set eval mode, and a scan on the plain-HF engine scored with dropout).
 
 Its path is a few modules, each one concept, and it calls into no module of a feature it does not use: the
 bf16 audit (``--audit 0``, or an fp32 scan), ``--device-map``, torchrun's ranks, adapter checkpoints, a GGUF
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import rmfast
 
-MAX_FILES = 24
+MAX_FILES = 25
 PACKAGE = Path(rmfast.__file__).resolve().parent
 
 

@@ -57,7 +57,7 @@ from pathlib import Path
 
 from .dims import mlp_dims  # the probe's shape (also rmfast.cpu.mlp_dims for its callers)
 from .io import write_json
-from .version import __version__, source_commit
+from .version import __version__
 
 #: the CPU flags rmfast reads: bf16 support (the dtype choice) and the kernel levels (the compile cache)
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "bf16", "sve")
@@ -516,6 +516,27 @@ def compile_here(fn, **options):
 
     isolate_compile_cache()
     return torch.compile(fn, dynamic=False, options=options or None)
+
+
+@lru_cache(maxsize=1)
+def source_commit() -> str | None:
+    """The git commit rmfast runs from, ``-dirty`` where tracked files differ from it (a source checkout, as
+    ``make`` installs it), or None (an installed wheel, no git): a benchmark row or manifest names the code
+    behind its numbers, not only the version, which does not change between commits."""
+    import subprocess
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=10", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
 def versions() -> dict:
