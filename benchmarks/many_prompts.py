@@ -34,8 +34,8 @@ from rmfast.io import write_json
 from rmfast.cpu import versions
 
 
-def timed(scorer, convs, responses, waves: bool) -> tuple[float, np.ndarray, int]:
-    scorer.share_batches = waves
+def timed(scorers, convs, responses, waves: bool) -> tuple[float, np.ndarray, int]:
+    scorer = scorers[waves]  # share_batches is decided when a scorer is made: one scorer each way, one model
     t0 = time.perf_counter()
     out = scorer.score(convs, responses)
     return time.perf_counter() - t0, np.array([x for s in out for x in s]), scorer.last_stats.n_batches
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
     lm = load("smollm2-135m-instruct", random_head_seed=0, dtype=args.dtype, device="cpu")
-    scorer = RewardScorer(lm, cache_prompts=0)
+    scorer = {w: RewardScorer(lm, cache_prompts=0, share_batches=w) for w in (False, True)}
     info, rng, rows = machine_info(next(lm.model.parameters()).device), random.Random(args.seed), []
     for P in args.prompt_tokens:
         convs = [text_of(lm.tokenizer, P, rng) for _ in range(args.prompts)]

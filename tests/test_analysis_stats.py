@@ -576,6 +576,13 @@ def test_degenerate_inputs_give_undefined_statistics_not_numbers(tmp_path):
     assert np.isnan(footrule([1.0, 2.0, 3.0], [5.0, 5.0, 5.0]))
     assert spearman_p([1, 2, 3], [10, 20, 30]) == pytest.approx(1 / 3)
     assert spearman_p(range(12), range(12)) == 2 / math.factorial(12)
+    # a perfect correlation with ties past the enumerated sizes: the share of the 9! orderings that reach it
+    x9 = np.array([1, 1, 2, 3, 4, 5, 5, 6, 7.0])
+    r9 = stats.rankdata(x9)
+    every = r9[np.array(list(permutations(range(9))))]  # (9!, 9)
+    dev = every - every.mean(axis=1, keepdims=True)
+    rho = dev @ (r9 - r9.mean()) / np.sqrt((dev * dev).sum(axis=1) * ((r9 - r9.mean()) ** 2).sum())
+    assert spearman_p(x9, 2 * x9) == pytest.approx(np.mean(np.abs(rho) >= 1 - 1e-12))
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 3, 6).astype(float), rng.normal(size=6)  # ties in a: average ranks
     ra, rb = stats.rankdata(a), stats.rankdata(b)

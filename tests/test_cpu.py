@@ -266,3 +266,30 @@ def test_a_probe_that_cannot_measure_says_so_in_one_line(fake_cpu, tmp_path):
     fake_cpu(ZEN4, 0.0, 0.0)
     choice = cpu.choose_cpu_dtype(_cfg(32, 64), tmp_path)
     assert choice.dtype == "float32" and "could not measure" in choice.reason
+
+
+def test_the_commit_recorded_is_rmfasts_own_checkout_or_none(tmp_path):
+    """Every manifest and bench row names the commit behind it; rmfast installed in a virtual environment inside a
+    user's own repository recorded the user's commit (and dirty state). Only a repository tracking the file counts."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("no git here")
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], capture_output=True, text=True, check=True)  # noqa: E731
+    git("init", "-q")
+    (tmp_path / "app.py").write_text("x = 1\n")
+    venv = tmp_path / "venv" / "rmfast"
+    venv.mkdir(parents=True)
+    (venv / "cpu.py").write_text("# an installed copy\n")
+    git("add", "app.py")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "user's project")
+    assert cpu.source_commit(str(venv / "cpu.py")) is None  # not tracked there: not rmfast's checkout
+    git("add", "venv/rmfast/cpu.py")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "tracked")
+    head = git("rev-parse", "--short=10", "HEAD").stdout.strip()
+    cpu.source_commit.cache_clear()  # one lookup a process (a path): cleared to look again
+    assert cpu.source_commit(str(venv / "cpu.py")) == head
+    (tmp_path / "app.py").write_text("x = 2\n")
+    cpu.source_commit.cache_clear()
+    assert cpu.source_commit(str(venv / "cpu.py")) == head + "-dirty"

@@ -178,5 +178,24 @@ def test_a_model_whose_scores_are_all_equal_is_said_once():
     tok = T.chatml_tokenizer()
     with pytest.warns(UserWarning, match=r"all 40 finite scores are 0 \(token ids\): the model ranks nothing"):
         rmfast.scan(m, tok, "Hi", token_ids="100:140", progress=False)
-    with pytest.warns(UserWarning, match=r"all 3 finite scores are 0 \(texts\)"):
-        rmfast.score_texts(m, tok, "Hi", ["a", "b", "c"], progress=False)
+    texts = [f"text {i}" for i in range(12)]
+    with pytest.warns(UserWarning, match=r"all 12 finite scores are 0 \(texts\)"):
+        rmfast.score_texts(m, tok, "Hi", texts, progress=False)
+    import warnings
+
+    with warnings.catch_warnings():  # a few texts can tie for real: not said under ten
+        warnings.simplefilter("error")
+        rmfast.score_texts(m, tok, "Hi", texts[:3], progress=False)
+
+
+def test_the_audit_leaves_out_rows_its_fp32_rescoring_lost_too():
+    """The bf16 audit ranked an fp32 NaN as the largest score (Spearman over it) and printed max |diff| nan; where every
+    fp32 rescore was NaN it must not read as perfect agreement."""
+    from rmfast.scoring.audit import agreement, audit_line
+
+    a = agreement(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 2.0, np.nan, 4.0]), 2)
+    assert a["n_nonfinite_fp32"] == 1 and a["spearman"] == 1.0 and a["max_abs_diff"] == 0.0
+    none = agreement(np.array([1.0, 2.0]), np.array([np.nan, np.inf]), 2)
+    assert none["max_abs_diff"] is None and none["spearman"] is None
+    line = audit_line({"dtype": "bfloat16", "n": 2, "seed": 0, **none, "fp32_on": "cpu", "wall_s": 0.1, "job_s": 1.0})
+    assert "every one came out NaN or infinite there too: nothing to compare" in line and "max |diff| 0" not in line

@@ -519,21 +519,27 @@ def compile_here(fn, **options):
 
 
 @lru_cache(maxsize=1)
-def source_commit() -> str | None:
-    """The git commit rmfast runs from, ``-dirty`` where tracked files differ from it (a source checkout, as
-    ``make`` installs it), or None (an installed wheel, no git): a benchmark row or manifest names the code
-    behind its numbers, not only the version, which does not change between commits."""
+def source_commit(path: str | None = None) -> str | None:
+    """The git commit rmfast runs from, ``-dirty`` where its tracked files differ from it (a source checkout, as
+    ``make`` installs it), or None (an installed package, no git): a benchmark row or manifest names the code
+    behind its numbers, not only the version, which does not change between commits. Only a repository that
+    tracks this very file counts: rmfast installed in a virtual environment inside a user's own repository
+    recorded that repository's commit (and ran ``git status`` over it)."""
     import subprocess
     from pathlib import Path
 
-    here = Path(__file__).resolve().parent
+    here = Path(path or __file__).resolve()  # ``path``: another file (tests)
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(here.parent), *args], capture_output=True, text=True, timeout=5)
+
     try:
-        head = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=10", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
+        if git("ls-files", "--error-unmatch", here.name).returncode != 0:  # not rmfast's own checkout
+            return None
+        head = git("rev-parse", "--short=10", "HEAD")
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
     return head.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")

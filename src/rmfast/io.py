@@ -448,7 +448,7 @@ def write_csv(path: str | os.PathLike, df) -> None:
     line break, so its row came back as two (an ``analyze extremes`` CSV of 10 rows read back as 12)."""
     import csv
 
-    text = df.select_dtypes(include=["object", "string"])
+    text = df.select_dtypes(include=["object", "string", "category"])
     cr = any(text[c].astype(str).str.contains("\r", regex=False).any() for c in text.columns)
     quoting = csv.QUOTE_NONNUMERIC if cr else csv.QUOTE_MINIMAL
     atomic_write(Path(path), lambda tmp: df.to_csv(tmp, index=False, quoting=quoting))

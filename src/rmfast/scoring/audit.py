@@ -98,7 +98,7 @@ def agreement(low: np.ndarray, high: np.ndarray, k: int) -> dict:
     rho = float(np.corrcoef(rl, rh)[0, 1]) if low.size > 1 and rl.std() > 0 and rh.std() > 0 else float("nan")
     k = min(k, low.size)
     top = lambda x: set(np.argsort(-x, kind="stable")[:k].tolist())  # noqa: E731  (ties: the earlier row)
-    return {"max_abs_diff": float(d.max()) if d.size else 0.0, "mean_abs_diff": float(d.mean()) if d.size else 0.0,
+    return {"max_abs_diff": float(d.max()) if d.size else None, "mean_abs_diff": float(d.mean()) if d.size else None,
             "spearman": round(rho, 6) if rho == rho else None, "top_k": int(k),
             "top_k_overlap": len(top(low) & top(high)), "n_nonfinite_fp32": lost}
 
@@ -192,6 +192,9 @@ def audit_line(a: dict | None) -> str | None:
     tag = {"bfloat16": "bf16", "float16": "fp16"}.get(a.get("dtype"), a.get("dtype"))
     if a.get("skipped"):
         return f"{tag} audit skipped: {a['skipped']}"
+    if a.get("max_abs_diff") is None and a.get("n_nonfinite_fp32"):  # nothing left to compare
+        return (f"{tag} audit: {a['n']} {a.get('rows', 'ids')} rescored in fp32, and every one came out NaN or infinite "
+                f"there too: nothing to compare ({a['wall_s']:.1f} s{_cost(a)})")
     rho = a.get("spearman")
     rho = "undefined (one row, or one score)" if rho is None or rho != rho else f"{rho:.3f}"
     lost = f"; {a['n_nonfinite_fp32']} NaN or infinite in fp32 too, left out" if a.get("n_nonfinite_fp32") else ""

@@ -575,21 +575,22 @@ def count_nonfinite(scores: np.ndarray, labels, what: str, keeps: str = SCAN_KEE
     return int(bad.size)
 
 
-def warn_constant(scores: np.ndarray, what: str) -> bool:
-    """One warning where a scan's 3+ finite scores are all one value: the model ranks nothing (a zeroed or untrained
-    head), and its top and bottom tables were the same ids, printed without a word. True where they are.
+def warn_constant(scores: np.ndarray, what: str, least: int = 10) -> bool:
+    """One warning where a scan's ``least``+ finite scores are all one value: the model ranks nothing (a zeroed or
+    untrained head), and its top and bottom tables were the same ids, printed without a word. True where they are.
+    (A few texts can tie for real: three that differ only past a sliding window's reach.)
 
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as w:
     ...     warnings.simplefilter("always")
-    ...     warn_constant(np.zeros(4, np.float32), "token ids")
+    ...     warn_constant(np.zeros(12, np.float32), "token ids")
     True
     >>> print(w[0].message)
-    rmfast: warning: all 4 finite scores are 0 (token ids): the model ranks nothing here (a zeroed or untrained score head?); a top or bottom list of them is the candidates' order
+    rmfast: warning: all 12 finite scores are 0 (token ids): the model ranks nothing here (a zeroed or untrained score head?); a top or bottom list of them is the candidates' order
     """
     s = np.asarray(scores, dtype=np.float64)
     s = s[np.isfinite(s)]
-    if s.size < 3 or s.min() != s.max():
+    if s.size < least or s.min() != s.max():
         return False
     warnings.warn(UserNote(f"rmfast: warning: all {s.size:,} finite scores are {s[0]:.6g} ({what}): the model ranks "
                            "nothing here (a zeroed or untrained score head?); a top or bottom list of them is the "

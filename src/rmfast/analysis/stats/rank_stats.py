@@ -157,7 +157,8 @@ SPEARMAN_EXACT_N = 8
 def spearman_p(x, y) -> float:
     """Two-sided p of Spearman's rho between ``x`` and ``y``: exact for n <= :data:`SPEARMAN_EXACT_N` (every
     ordering of ``y``'s average ranks against ``x``'s), scipy's t approximation above it, except for a perfect
-    correlation without ties, where the exact 2 / n! (the approximation gave 0 or 1e-24 there at any n). Three items in
+    correlation, where the exact count of orderings that reach it (2 / n! without ties; the approximation gave 0 or
+    1e-24 there at any n). Three items in
     one order printed p = 0 and were called an underflow; their exact p is 1/3, as Kendall's column said.
 
     >>> spearman_p([1, 2, 3], [10, 20, 30]), spearman_p(range(12), range(12)) == 2 / math.factorial(12)
@@ -178,8 +179,10 @@ def spearman_p(x, y) -> float:
         dx, dp = rx - rx.mean(), perms - perms.mean(axis=1, keepdims=True)
         rho = dp @ dx / np.sqrt((dp * dp).sum(axis=1) * (dx @ dx))  # (n!,)
         return float(np.mean(np.abs(rho) >= abs(sp.statistic) - 1e-12))
-    if abs(sp.statistic) > 1 - 1e-12 and len(np.unique(x)) == n == len(np.unique(y)):
-        return 2 / math.factorial(n)  # two orderings of n! reach |rho| = 1 (0.0 past n = 170: then an underflow)
+    if abs(sp.statistic) > 1 - 1e-12:  # every ordering of y that keeps its tie groups reaches it: prod(t!) of n!, and
+        groups = list(np.unique(ry, return_counts=True)[1])  # as many reversed where the groups read the same reversed
+        ways = math.prod(math.factorial(int(t)) for t in groups) * (1 + (groups == groups[::-1]))
+        return ways / math.factorial(n)  # 0.0 past n = 170 without ties: an underflow, as the note says
     return float(sp.pvalue)
 
 
