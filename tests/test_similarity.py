@@ -434,6 +434,14 @@ def test_cli_three_sets_rsa(tmp_path, capsys):
     assert "does not license" in r.stderr
     r = _cli(capsys, *paths, "--layers-a", "0,last_prenorm")
     assert r.returncode == 2 and "one layer" in r.stderr
+    # sets scanned with another layer only: the default layer is missing, and the line says which to pass (it named
+    # no fix); without metadata no RSA runs, so no paragraph on how to read its p
+    normed = [write_states(tmp_path / f"n{i}", np.arange(50), {"last_normed": base + rng.normal(size=(50, 4))})
+              for i in range(3)]
+    r = _cli(capsys, *normed)
+    assert r.returncode == 2 and "no layer 'last_prenorm'" in r.stderr and "pass --layers-a last_normed" in r.stderr
+    r = _cli(capsys, *normed, "--layers-a", "last_normed")
+    assert r.returncode == 0 and "RSA not run" in r.stderr and "does not license" not in r.stderr
 
 
 def test_three_sets_of_one_model_and_the_matrixs_chance_level(tmp_path, capsys):

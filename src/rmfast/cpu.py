@@ -480,7 +480,7 @@ def mkl_cbwr() -> str | None:
 _MKL_SAID: list = []  # the one note of a process whose MKL started before rmfast was imported (said once)
 
 
-def mkl_mode_noted() -> str | None:
+def mkl_mode_noted(stacklevel: int = 3) -> str | None:
     """:func:`mkl_cbwr`, and once per process a note where it is "OFF": a library caller that ran torch math before
     ``import rmfast`` (its MKL started in its default mode) gets fp32 scores that can differ from the CLI's and
     another process's in the last bits (169 of 300 SmolLM2 scores, max 1.1e-5, in a new user's walk), which only
@@ -495,7 +495,7 @@ def mkl_mode_noted() -> str | None:
         warnings.warn(UserNote("rmfast: note: MKL started before rmfast was imported, in its default mode, so CPU "
                                "scores may differ from the CLI's (and another process's) in the last bits: import "
                                "rmfast before any torch math, or set MKL_CBWR=AUTO,STRICT in the environment "
-                               "(docs/determinism.md)"), stacklevel=3)
+                               "(docs/determinism.md)"), stacklevel=stacklevel)
     return mode
 
 

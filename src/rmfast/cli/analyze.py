@@ -252,7 +252,8 @@ def register(subparsers) -> None:
     a.add_argument("--max-rows", type=positive_int, default=40, help="rows printed (default 40)")
     a.add_argument("--no-progress", action="store_true",
                    help="similarity: no bar and no estimate on stderr (default: both)")
-    a.add_argument("--layers-a", metavar="L,L", help="similarity: layers of A (default all)")
+    a.add_argument("--layers-a", metavar="L,L", help="similarity: layers of A (default all; with three or more sets "
+                                                      "one layer, default last_prenorm)")
     a.add_argument("--layers-b", metavar="L,L", help="similarity: layers of B (default all)")
     # defaults sized for a first look (issue 51: 200 + 49 replicates took ~9 min on 1,000 candidates × 4 layers):
     # no intervals until asked (fewer than 200 replicates give untrustworthy 95% ends, so none rather than
@@ -416,9 +417,15 @@ def _run_similarity(args) -> int:
         layer = args.layers_a or "last_prenorm"
         if "," in layer or args.layers_b:
             raise UserError("with three or more state sets give one layer, as --layers-a LAYER")
-        from ..states import open_states
+        from ..states import canonical_layer, open_states
 
         opened = [open_states(p) for p in inputs]
+        lacking = [s for s in opened if canonical_layer(layer, note=False) not in s.layers]
+        if lacking:  # the reader's own line named no fix
+            common = [l for l in lacking[0].layers if all(l in s.layers for s in opened)]
+            raise UserError(f"{lacking[0].path}: no layer {layer!r}; it has {lacking[0].layers}"
+                            + (f": pass --layers-a {common[0]} (a layer every set has)" if common else
+                               ": every set needs the layer compared (scan them with the same --states)"))
         seen = [s.path.resolve() for s in opened]
         if len(set(seen)) < len(seen):
             twice = next(p for p in seen if seen.count(p) > 1)

@@ -398,7 +398,7 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     if device.type == "cpu":
         from ..cpu import mkl_mode_noted
 
-        mkl_mode_noted()  # one note per process where MKL started before rmfast (a library caller's own torch math)
+        mkl_mode_noted(stacklevel + 1)  # one note a process where MKL started first (a library caller's torch math)
     head = choose_head(model, o.head, o.head_index)
     engine, engine_why = _engine_rule(model, head, o, job, stacklevel + 1)
     shape = None

@@ -134,7 +134,8 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_p
                                               "n_models", "n_pairs"])
     if not preds:
         res.notes.append("no metadata and no score matrix: RSA not run")
-    res.notes.append(LICENSE)
+    if len(res.rsa):  # how to read an RSA's p: said only where one was computed
+        res.notes.append(LICENSE)
     return res
 
 
