@@ -78,6 +78,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hf-cache batch, or a comma list to probe (default: best of 64,128,256; CUDA 512,2048); "
                         "best-of-n: rows per padded HF batch, each of a comma list timed and the fastest counted "
                         "(default 1,16,64)")
+    p.add_argument("--hf-attention", choices=["sdpa", "eager"], default=None,
+                   help="the HF baselines' attention (scan, best-of-n, serve): sdpa (transformers' default, what "
+                        "users get; eager where a model refuses it, e.g. Gemma 2, said and recorded) or eager "
+                        "(default sdpa)")
     p.add_argument("--naive-batch", type=int_list, default=None,
                    help="naive batch, or a comma list to probe (default: best of 32,64,128; CUDA 256,1024)")
     p.add_argument("--repeats", type=positive_int, default=None,
@@ -120,10 +124,6 @@ def _workload_groups(p: argparse.ArgumentParser) -> None:
                    help="conversations per configuration, each with N responses (default 1)")
     g.add_argument("--min-len", type=positive_int, default=None, help="shortest response in tokens (default 20; --tiny: 4)")
     g.add_argument("--max-len", type=positive_int, default=None, help="longest response in tokens (default 200; --tiny: 24)")
-    g.add_argument("--hf-attention", choices=["sdpa", "eager"], default=None,
-                   help="the HF baselines' attention (scan, best-of-n, serve): sdpa (transformers' default, what "
-                        "users get; eager where a model refuses it, e.g. Gemma 2, said and recorded) or eager "
-                        "(default sdpa)")
     g = p.add_argument_group("serve workload (--workload serve; also --prompt-tokens-list P, --n-list N, --prompts G "
                              "groups, --min-len, --max-len, one value each)")
     g.add_argument("--clients", type=positive_int, default=None,

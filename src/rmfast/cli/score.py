@@ -249,6 +249,9 @@ def run(args) -> int:
     ck = Path(f"{out}.partial.npz")
     with output_lock(out):
         check_output(out, args.overwrite)
+        from ..cpu import manifest_fields, say_choice
+
+        say_choice(lm.model)  # the --dtype auto line a scan prints (README's quick start), as the work starts
         try:
             scores = scorer.score(convs, lists, progress=not args.no_progress, checkpoint=ck, nonfinite="count")
         except UserError as e:
@@ -267,7 +270,8 @@ def run(args) -> int:
                                                    "response_column": args.response_column,
                                                    "system_column": args.system_column},
                     "stats": {k: getattr(st, k) for k in st.__dataclass_fields__ if k != "decisions"},  # those: below
-                    "score_position": "final position of the whole conversation + response", "n_nonfinite": n_bad}
+                    "score_position": "final position of the whole conversation + response", "n_nonfinite": n_bad,
+                    **manifest_fields(lm.model)}  # dtype_choice (the measurement behind --dtype auto), mkl_cbwr
         # the fields every job's manifest ends with: decisions as they ran, options, wall time, versions, creation
         finish_manifest(manifest, t0, decisions=st.decisions, options=scorer.options, rmfast_version=__version__)
         write_result(out, df, manifest, overwrite=args.overwrite)
