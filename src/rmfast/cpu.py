@@ -66,40 +66,34 @@ ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL
 
 
 @lru_cache(maxsize=1)
-def proc_cpuinfo() -> tuple[str, frozenset[str]]:
-    """(model name, flags) from Linux's /proc/cpuinfo; elsewhere platform's words and no flags."""
-    model, flags = "", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                key = key.strip()
-                if key == "model name" and not model:
-                    model = val.strip()
-                elif key in ("flags", "Features") and not flags:  # x86 / aarch64
-                    flags = set(val.split())
-    except OSError:
-        pass
-    return model or platform.processor() or platform.machine(), frozenset(flags)
-
-
-@lru_cache(maxsize=1)
-def cpu_id() -> str:
-    """The CPU's vendor, family, model and stepping from Linux's /proc/cpuinfo (x86), e.g. ``AuthenticAMD family 26
-    model 2 stepping 1``: the model name alone ("AMD EPYC" in a VM) does not tell one generation from the next. ""
-    where there is none."""
+def _first_cpu() -> dict[str, str]:
+    """The first processor's fields in Linux's /proc/cpuinfo (key -> value; {} where there is none)."""
     got: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, val = line.partition(":")
                 key = key.strip()
-                if key in ("vendor_id", "cpu family", "model", "stepping") and key not in got:
-                    got[key] = val.strip()
-                elif not key and got:  # the first processor's block ends
+                if not key and got:  # the first processor's block ends
                     break
+                got.setdefault(key, val.strip())
     except OSError:
-        return ""
+        pass
+    return got
+
+
+def proc_cpuinfo() -> tuple[str, frozenset[str]]:
+    """(model name, flags) from Linux's /proc/cpuinfo; elsewhere platform's words and no flags."""
+    c = _first_cpu()
+    flags = c.get("flags") or c.get("Features") or ""  # x86 / aarch64
+    return c.get("model name") or platform.processor() or platform.machine(), frozenset(flags.split())
+
+
+def cpu_id() -> str:
+    """The CPU's vendor, family, model and stepping from Linux's /proc/cpuinfo (x86), e.g. ``AuthenticAMD family 26
+    model 2 stepping 1``: the model name alone ("AMD EPYC" in a VM) does not tell one generation from the next. ""
+    where there is none."""
+    got = _first_cpu()
     parts = [got.get("vendor_id", "")] + [f"{k.removeprefix('cpu ')} {got[k]}" for k in ("cpu family", "model", "stepping")
                                           if k in got]
     return " ".join(p for p in parts if p)

@@ -219,19 +219,18 @@ def measure_peak(b: BenchRun, bs_rm: int) -> tuple[float, dict | None]:
     return fpc, peak
 
 
-def useful_flops(b: BenchRun) -> float:
+def useful_flops(b: BenchRun, fused_q: bool = False) -> float:
     """Projection FLOPs a candidate's score needs (:func:`rmfast.bench.flops.flops_per_candidate`): the score head
     reads the final position, so the last layer's q, o and MLP run at one position (rmfast's engine does that; the
     baselines run them at every position, their ``executed_flops_per_candidate``); the logprob head reads every
-    row position."""
-    return flops_per_candidate(b.dims, b.tpr, n_out=1 if b.head == "score" and b.tpr else None)
+    row position. ``fused_q``: the last layer's queries at every row position too (one fused q|k|v GEMM)."""
+    return flops_per_candidate(b.dims, b.tpr, n_out=1 if b.head == "score" and b.tpr else None, q=not fused_q)
 
 
 def rmfast_flops(b: BenchRun) -> float:
-    """Projection FLOPs rmfast's engine runs per candidate: :func:`useful_flops`, and the last layer's queries at every
-    row position where it runs one fused q|k|v GEMM (its CPU default; tests/test_bench.py counts them)."""
-    fused = b.eng is not None and len(b.eng.layers[-1][0].w_qkv) == 1
-    return flops_per_candidate(b.dims, b.tpr, n_out=1 if b.head == "score" and b.tpr else None, q=not fused)
+    """Projection FLOPs rmfast's engine runs per candidate: :func:`useful_flops`, with its queries at every row
+    position where it fuses q|k|v (its CPU default; tests/test_bench.py counts them)."""
+    return useful_flops(b, fused_q=b.eng is not None and len(b.eng.layers[-1][0].w_qkv) == 1)
 
 
 def _peak_shapes(b: BenchRun) -> dict:

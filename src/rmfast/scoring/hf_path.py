@@ -30,25 +30,19 @@ def pad_token_as(model, value):
     other's temporary value, and the last to finish left the config's pad_token_id at -1 for good."""
     from .model_mode import model_lock
 
-    with model_lock(model):
-        with _pad_token_set(model, value):
-            yield
-
-
-@contextlib.contextmanager
-def _pad_token_set(model, value):
     cfgs = [model.config]
     text_cfg = text_config(model.config)
     if text_cfg is not model.config:
         cfgs.append(text_cfg)
-    saved = [c.pad_token_id for c in cfgs]
-    try:
-        for c in cfgs:
-            c.pad_token_id = value
-        yield
-    finally:
-        for c, s in zip(cfgs, saved):
-            c.pad_token_id = s
+    with model_lock(model):
+        saved = [c.pad_token_id for c in cfgs]
+        try:
+            for c in cfgs:
+                c.pad_token_id = value
+            yield
+        finally:
+            for c, s in zip(cfgs, saved):
+                c.pad_token_id = s
 
 
 def reward_from_outputs(out, head_index: int) -> torch.Tensor:
