@@ -90,6 +90,7 @@ def test_a_small_job_runs_a_measured_size_not_a_whole_batch(smol_rm, tmp_path, m
     (v,) = verdicts.values()
     expect = next((s for s in ladder(rows) if s >= ids.size and v.get(str(s))), rows)
     assert calls[-1] == expect and "measured now" in first.manifest["decisions"]["padding"]["reason"]
+    assert first.manifest["rows_run"] == {str(expect): 1}  # what ran, beside the batch planned (the probe's not counted)
     # the one-off measurement is said (one line), timed, and left out of the job's rate
     assert "rmfast: measuring once which short batches" in capsys.readouterr().err
     fm = first.manifest
@@ -117,6 +118,12 @@ def test_a_job_under_one_asked_batch_runs_alone_not_padded(smol_rm, tmp_path, mo
     assert calls == [10] and res.manifest["decisions"]["padding"]["value"] == "none"
     assert res.manifest["fixed_shapes"] is False  # the manifest agrees with its padding decision
     assert "fewer than one batch of the --batch-size asked for (9000 rows, over 8,192)" in res.manifest["decisions"]["padding"]["reason"]
+    # the summary said "batch 9000" alone, read as 9,000 rows run for a 10-id job
+    from rmfast.cli.scan import _batch_said
+
+    assert res.manifest["rows_run"] == {"10": 1} and _batch_said(res.manifest) == ", batch 9000; ran 1 batch of 10 rows"
+    assert _batch_said({"batch_size": 64, "rows_run": {"64": 3, "32": 1}}) == ", batch 64; ran 3 batches of 64 rows, 1 of 32 rows"
+    assert _batch_said({"batch_size": 64, "rows_run": {"64": 3}}) == ", batch 64"
 
 
 def test_a_size_measured_to_differ_is_never_used(smol_rm, tmp_path):
@@ -203,11 +210,11 @@ def test_a_manifest_names_both_rates_with_enough_digits():
     from rmfast.scoring.plan import finish_manifest
 
     m = finish_manifest({"candidates_per_s": 0.003, "scan_s": 1000.0, "scored_candidates": 3}, 0.0,
-                        plan=SimpleNamespace(pad_probe_s=400.0, decisions={}))
+                        plan=SimpleNamespace(pad_probe_s=400.0, decisions={}, rows_run={}))
     assert m["pad_probe_s"] == 400.0
     assert m["candidates_per_s"] == 0.005 and m["candidates_per_s_with_pad_probe"] == 0.003
     m = finish_manifest({"candidates_per_s": 5000 / 126.3, "scan_s": 126.3, "scored_candidates": 5000}, 0.0,
-                        plan=SimpleNamespace(pad_probe_s=52.4, decisions={}))
+                        plan=SimpleNamespace(pad_probe_s=52.4, decisions={}, rows_run={}))
     assert m["candidates_per_s"] == pytest.approx(67.66, abs=0.01)
     assert m["candidates_per_s_with_pad_probe"] == pytest.approx(39.59, abs=0.01)
 

@@ -214,13 +214,27 @@ def run(args) -> int:
             dist.finish(d)
 
 
+def _batch_said(m: dict) -> str:
+    """", batch N" as planned, and the rows that ran where a batch ran as another size (a short job padded to a smaller
+    measured size, or run as just its rows): "batch 2048" alone read as 2,048 rows run for a 10-id job."""
+    bs = m.get("batch_size")
+    if bs in (None, "auto"):
+        return ""
+    ran = {int(r): n for r, n in (m.get("rows_run") or {}).items()}
+    if not ran or set(ran) == {int(bs)}:
+        return f", batch {bs}"
+    said = [f"{n} of {r} rows" for r, n in sorted(ran.items(), reverse=True)]
+    said[0] = said[0].replace(" of ", f" batch{'es' if ran[max(ran)] > 1 else ''} of ", 1)
+    return f", batch {bs}; ran {', '.join(said)}"
+
+
 def _print_summary(res, top: int, out, world: int) -> None:
     m = res.manifest
     if top:
         common.print_tables(res, top)
     ranks = f", {world} ranks" if world > 1 else ""
     compiled = " (compiled)" if m.get("compiled") else ""
-    batch = f", batch {m['batch_size']}" if m.get("batch_size") not in (None, "auto") else ""
+    batch = _batch_said(m)
     if m.get("tokens_per_row") == 0:  # every score came from the prompt's one forward pass
         print(f"\n{m['n_candidates']} candidates from one forward pass over the prompt (no per-candidate work: the "
               f"template has no end-of-turn to score; {m['engine']} engine, {m['dtype']}, {m['device']}); "

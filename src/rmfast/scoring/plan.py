@@ -191,6 +191,7 @@ class ScoringPlan:
     _rows: dict = field(default_factory=dict, repr=False)
     _pads: dict = field(default_factory=dict, repr=False)  # (n, rows) -> PadSizes
     _own_batch: str | None = field(default=None, repr=False)  # why the job runs as one batch of its own rows
+    rows_run: dict = field(default_factory=dict, repr=False)  # rows a batch ran as (padding included) -> batches
 
     @property
     def decisions(self) -> dict:
@@ -250,6 +251,7 @@ class ScoringPlan:
         if self.fixed_shapes and B < rows:
             rows = self.padded_rows(B, rows, cands.shape[1], template)
             cands = torch.cat([cands, cands[:1].expand(rows - B, -1)])  # (rows, n)
+        self.rows_run[cands.shape[0]] = self.rows_run.get(cands.shape[0], 0) + 1  # what ran, said beside the batch size
         L = self.n_layers
         idx, taps = _taps(states, lens, L)
         on_engine = self.eng is not None and template is None
@@ -392,6 +394,8 @@ def finish_manifest(manifest: dict, t0: float, *, plan: ScoringPlan | None = Non
         n_new = manifest.get("scored_candidates") or manifest.get("n_candidates")
         manifest.update(pad_probe_s=probe_s, candidates_per_s=cpu.round_rate(n_new / (manifest["scan_s"] - probe_s)),
                         candidates_per_s_with_pad_probe=cpu.round_rate(n_new / manifest["scan_s"]))
+    if plan is not None and plan.rows_run:  # {rows: batches}, keys as text (JSON's)
+        manifest["rows_run"] = {str(r): n for r, n in sorted(plan.rows_run.items(), reverse=True)}
     if options is not None:
         manifest["options"] = options.as_dict()
     manifest.update({"wall_s": round(time.perf_counter() - t0, 3), "versions": cpu.versions(),
