@@ -232,3 +232,21 @@ def test_without_ray_the_flag_is_one_line(tiny_dir, capsys, monkeypatch):
     assert main(["serve", str(tiny_dir), "--replicas", "2"]) == 2  # replicas need Ray: one line too
     err = capsys.readouterr().err.strip()
     assert "--replicas" in err and "--ray" in err and len(err.splitlines()) == 1
+
+
+def test_a_replicas_load_error_names_the_cli_options():
+    """A replica's UserError reached the CLI in the Python caller's words ("load this one with random_head_seed"),
+    the same error without --ray in the CLI's ("--random-head-seed"): the replica keeps the message as written,
+    and the UserError made of Ray's deploy error names each reader's options."""
+    from rmfast.errors import read_by_cli
+    from rmfast.serve.ray_app import ScorerReplica, deploy_error_line
+
+    def make_core():
+        raise UserError("this model has no score head: load it with --random-head-seed N for a test server")
+
+    with pytest.raises(RuntimeError) as e:
+        ScorerReplica(make_core, ServeOptions())
+    err = UserError(deploy_error_line(f"Deploying failed\nTraceback ...\nRuntimeError: {e.value}\n"))
+    with read_by_cli():
+        assert str(err).endswith("load it with --random-head-seed N for a test server"), str(err)
+    assert "random_head_seed N" in str(err)  # a Python caller's reading of the same error

@@ -44,7 +44,7 @@ NEEDS_RAY = "needs Ray Serve: pip install 'rmfast[serve-ray]'"
 APP_NAME = "rmfast"
 
 
-def _first_line(e: BaseException) -> str:
+def _first_line(e: BaseException | str) -> str:
     return (str(e).strip().splitlines() or [""])[0][:300]
 
 
@@ -77,8 +77,8 @@ class ScorerReplica:
     def __init__(self, make_core, opts: ServeOptions):
         try:
             self.core = make_core()
-        except UserError as e:
-            raise RuntimeError(LOAD_FAILED + _first_line(e)) from None
+        except UserError as e:  # its CLI form: the deploy error becomes a UserError again, which names each reader's options
+            raise RuntimeError(LOAD_FAILED + _first_line(e.cli_message())) from None
         except Exception as e:  # a load error is the replica's end: one line, no retry (max_constructor_retry_count)
             raise RuntimeError(f"{LOAD_FAILED}{type(e).__name__}: {_first_line(e)}") from None
         self.sched = make_scheduler(self.core, opts)
