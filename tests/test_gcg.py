@@ -206,6 +206,16 @@ def test_embedded_smollm2(smollm2, capsys, tmp_path, monkeypatch):
     t = mn["timing"]
     assert t["pad_probe_s"] >= 0 and t["evaluated_per_s"] == pytest.approx(mn["n_evaluated"] / t["evaluate_s"], rel=0.02)
     assert ("a one-off padding measurement" in printed) == (t["pad_probe_s"] > 0)
+    # the time line's parts add up to the wall (the steps' split had been given beside the starts' evaluation too, and
+    # summed past the steps' time): the evaluation inside the steps is within them, the rest is named
+    import re
+
+    line = next(ln for ln in printed.splitlines() if ln.startswith("time "))
+    parts = [float(x) for x in re.findall(r"(?:set-up|steps|evaluation|the rest) ([\d.]+) s(?!/)", line)]
+    setup, steps, ev_in, ev_start, rest = parts
+    assert t["evaluate_in_steps_s"] <= sum(t["step_s"]) + 1e-3 and ev_in == pytest.approx(t["evaluate_in_steps_s"], abs=0.06)
+    assert setup + steps + ev_start + rest == pytest.approx(t["wall_s"], abs=0.2), line
+    assert ev_start == pytest.approx(t["evaluate_s"] - t["evaluate_in_steps_s"], abs=0.06) and ev_start > 0
 
     mx = run(model, tok, PROMPT, GCGConfig(length=3, steps=4, search_width=24, topk=24), progress=False, template=tmpl)
     assert mx.best_score > mn["best_score"]

@@ -217,8 +217,22 @@ def _report(res) -> None:
         b = res.baseline
         print(f"random search   {b['best_score']:.6f}  {b['best_text']!r}  (best of {b['n_evaluated']} random responses: "
               f"the same number of evaluations, {b['wall_s']:.1f} s)")
-    where = ("in this process (it went on from a checkpoint; what follows counts every run's steps)"
-             if m.get("resumed") else "total")
-    print(f"time            {t['wall_s']:.1f} s {where}, {t['per_step_s']} s/step "
-          f"(gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, evaluation {t['evaluate_s']:.1f} s"
-          + (f"; a one-off padding measurement {t['pad_probe_s']:.1f} s" if t.get("pad_probe_s") else "") + ")")
+    print(f"time            {time_line(t, bool(m.get('resumed')))}")
+
+
+def time_line(t: dict, resumed: bool) -> str:
+    """The search's time in parts that add up: set-up, the steps (gradient, filter and evaluation inside them), the
+    evaluation of each restart's start, and the rest (the reference score, the result). The steps' parts had been
+    given beside the whole evaluation, the starts' included, and summed past the steps' time."""
+    steps = sum(t.get("step_s") or [])
+    in_steps = t.get("evaluate_in_steps_s", t["evaluate_s"])
+    probe = f" (a one-off padding measurement {t['pad_probe_s']:.1f} s inside these)" if t.get("pad_probe_s") else ""
+    split = (f"{t['per_step_s']} s/step: gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, "
+             f"evaluation {in_steps:.1f} s")
+    if resumed:  # the counters hold every run's steps, the wall this process's: no sum to give
+        return (f"{t['wall_s']:.1f} s in this process (it went on from a checkpoint); {t['steps']} steps in all runs "
+                f"({split}){probe}")
+    start = max(t["evaluate_s"] - in_steps, 0.0)
+    rest = max(t["wall_s"] - t["setup_s"] - steps - start, 0.0)
+    return (f"{t['wall_s']:.1f} s total: set-up {t['setup_s']:.1f} s, {t['steps']} steps {steps:.1f} s ({split}), "
+            f"the start's evaluation {start:.1f} s, the reference score and the rest {rest:.1f} s{probe}")

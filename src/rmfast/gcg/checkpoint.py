@@ -58,7 +58,8 @@ SAVE_EVERY_S = 30.0
 STOP_FIELDS = ("steps", "patience", "restarts")
 
 #: the search's counters a checkpoint keeps (rmfast.gcg.search._Search's fields of those names)
-COUNTERS = ("n_eval", "n_dup", "n_rej", "n_nonfinite", "nonfinite_ids", "t_grad", "t_filter", "t_eval", "step_times")
+COUNTERS = ("n_eval", "n_dup", "n_rej", "n_nonfinite", "nonfinite_ids", "t_grad", "t_filter", "t_eval", "t_eval_steps",
+            "step_times")
 
 
 @dataclass

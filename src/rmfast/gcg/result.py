@@ -11,7 +11,29 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["GCGResult", "GCGInterrupted", "RandomSearchResult"]
+__all__ = ["GCGResult", "GCGInterrupted", "RandomSearchResult", "search_timing"]
+
+
+def search_timing(s, wall: float, setup_s: float) -> dict:
+    """A search's (:class:`rmfast.gcg.search._Search`) times: wall and set-up, per step, the gradient / filter /
+    evaluation split, and the evaluation outside the steps (each restart's start), so that the parts add up."""
+    n_steps = len(s.step_times)
+    probe = s.plan.pad_probe_s  # a one-off measurement inside the first short evaluation, not the search's rate
+    t_eval = max(s.t_eval - probe, 0.0)
+    return {
+        "wall_s": round(wall, 3),
+        "setup_s": round(setup_s, 3),
+        "prompt_encode_s": round(s.prefix_s, 4),
+        "steps": n_steps,
+        "per_step_s": round(sum(s.step_times) / n_steps, 4) if n_steps else None,
+        "gradient_s": round(s.t_grad, 3),
+        "sample_filter_s": round(s.t_filter, 3),
+        "evaluate_s": round(t_eval, 3),
+        "evaluate_in_steps_s": round(min(max(s.t_eval_steps, 0.0), t_eval), 3),
+        "evaluated_per_s": round(s.n_eval / t_eval, 1) if t_eval > 0 else None,
+        "pad_probe_s": round(probe, 3),
+        "step_s": [round(x, 4) for x in s.step_times],
+    }
 
 
 @dataclass

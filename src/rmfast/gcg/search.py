@@ -57,7 +57,7 @@ from ..cpu import say_choice
 from ..errors import UserError
 from . import checkpoint as ck
 from .config import GCGConfig
-from .result import GCGInterrupted, GCGResult, RandomSearchResult
+from .result import GCGInterrupted, GCGResult, RandomSearchResult, search_timing
 from .select import distance_penalty, greedy_pairs, loss_gradient
 from .tokens import Retokenizer, allowed_tokens, initial_ids, initial_list, key, random_init, response_text, text_of
 from ..scoring.batching import available_memory, oom_batches
@@ -189,6 +189,7 @@ class _Search:
     t_grad: float = 0.0
     t_filter: float = 0.0
     t_eval: float = 0.0
+    t_eval_steps: float = 0.0  # of t_eval, inside the steps (the rest: each restart's start)
     step_times: list[float] = field(default_factory=list)
     live: tuple | None = None  # the running restart's (r, start ids, buffer, trajectory, evaluations): an interrupt's
     checkpoint: Path | None = None  # where the search's last step boundary is saved (rmfast.gcg.checkpoint)
@@ -391,7 +392,9 @@ def _restart(s: _Search, r: int, bar, done: list[dict], resume: ck.Boundary | No
         if stale >= cfg.patience:  # (a resumed restart whose patience was lowered)
             break
         ts, probe0 = time.perf_counter(), s.plan.pad_probe_s
+        e0 = s.t_eval
         buffer, improved = _step(s, buffer, buffer[stale % len(buffer)][1], gen)
+        s.t_eval_steps += s.t_eval - e0 - (s.plan.pad_probe_s - probe0)
         stale = 0 if improved else stale + 1
         traj.append(buffer[0][0])
         evals.append(s.n_eval)
@@ -463,26 +466,6 @@ def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
             "topk_run": s.k,  # --topk past the allowed tokens: all of them
             "n_replace_run": min(cfg.n_replace, s.L),  # --n-replace past the length: every position
         },
-    }
-
-
-def _timing(s: _Search, wall: float, setup_s: float) -> dict:
-    """Wall and setup time, per-step time and the gradient / filter / evaluation split."""
-    n_steps = len(s.step_times)
-    probe = s.plan.pad_probe_s  # a one-off measurement inside the first short evaluation, not the search's rate
-    t_eval = max(s.t_eval - probe, 0.0)
-    return {
-        "wall_s": round(wall, 3),
-        "setup_s": round(setup_s, 3),
-        "prompt_encode_s": round(s.prefix_s, 4),
-        "steps": n_steps,
-        "per_step_s": round(sum(s.step_times) / n_steps, 4) if n_steps else None,
-        "gradient_s": round(s.t_grad, 3),
-        "sample_filter_s": round(s.t_filter, 3),
-        "evaluate_s": round(t_eval, 3),
-        "evaluated_per_s": round(s.n_eval / t_eval, 1) if t_eval > 0 else None,
-        "pad_probe_s": round(probe, 3),
-        "step_s": [round(x, 4) for x in s.step_times],
     }
 
 
@@ -589,7 +572,7 @@ def _result(model, tokenizer, prompt: str, s: _Search, restarts: list[dict], t0:
         config={**dataclasses.asdict(cfg), "length": len(best_ids)},  # the length that ran (an init text sets it)
         manifest=finish_manifest({**_manifest(model, prompt, s, model_info), "n_nonfinite": s.n_nonfinite,
                                   "nonfinite_ids": s.nonfinite_ids}, t0, plan=s.plan, options=cfg.scoring()),
-        timing=_timing(s, wall, setup_s),
+        timing=search_timing(s, wall, setup_s),
         interrupted=interrupted,
     )
 
