@@ -90,6 +90,21 @@ def test_round_trip_text_join():
     assert len(back.texts) == 300 - 2 + 10
 
 
+def test_token_scans_joined_on_text_because_of_text_sets_say_so():
+    """A store of token scans and text sets joined everything on decoded text (auto), dropping the token scans' rows
+    whose text repeats, without a word on why; the note names the text candidates and the way to join on id."""
+    from rmfast.explore import join_columns
+
+    tok = pd.DataFrame({"model": "a", "prompt": "p", "token_id": [1, 2, 3], "text": ["x", "x", "y"], "score": [1.0, 2, 3]})
+    items = pd.DataFrame({"model": "a", "prompt": "q", "token_id": [None, None], "text": ["an item", "y"],
+                          "score": [0.5, 0.7]})
+    notes = []
+    join, *_ = join_columns(pd.concat([tok, items], ignore_index=True), notes=notes)
+    assert join == "text" and any("2 rows are text candidates" in n and "join them on the id" in n for n in notes), notes
+    notes = []
+    assert join_columns(tok, notes=notes)[0] == "id" and not any("text candidates" in n for n in notes)
+
+
 def test_round_trip_id_join_and_flags():
     n = 200
     v = _vocab(n, 1)

@@ -154,7 +154,9 @@ def _one_tokenizer(df: pd.DataFrame) -> bool:
     return all(len(a & b) >= 0.5 * min(len(a), len(b)) for k, a in enumerate(ids) for b in ids[k + 1:])
 
 
-def _choose_join(df: pd.DataFrame, join: str) -> str:
+def _choose_join(df: pd.DataFrame, join: str, notes: list | None = None) -> str:
+    """The join rule asked for, or auto's (on id where every row has one in one tokenizer); auto's text join of token
+    scans because text candidates came with them is said (a token scan's rows were de-duplicated by text unasked)."""
     if join not in JOIN_RULES:
         raise UserError(f"unknown join rule {join!r}; use one of {JOIN_RULES}")
     ids_ok = df["token_id"].notna().all()
@@ -164,6 +166,10 @@ def _choose_join(df: pd.DataFrame, join: str) -> str:
     if join == "id" and not one_tokenizer:
         raise UserError("join on token id needs one tokenizer, but an id decodes to different texts in "
                         "different scans; use --join text (or auto)")
+    has_ids = df["token_id"].notna()
+    if join == "auto" and not ids_ok and has_ids.any() and notes is not None:  # several tokenizers: text, as the papers
+        notes.append(f"token scans joined on decoded text, not on the token id: {int((~has_ids).sum()):,} rows are "
+                     "text candidates (no id); explore the token scans on their own to join them on the id")
     return join if join != "auto" else ("id" if one_tokenizer else "text")
 
 
@@ -187,7 +193,7 @@ def join_columns(df: pd.DataFrame, join: str = "auto", notes: list | None = None
     df = validate_scans(df, ledger=left_out)
     if notes is not None:
         notes.extend(left_out.summary())
-    join = _choose_join(df, join)
+    join = _choose_join(df, join, notes)
     df = df.assign(_col=_column_keys(df))
     col_keys = list(pd.unique(df["_col"]))
     rows = df.groupby("_col", sort=False).size()
