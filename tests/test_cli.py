@@ -484,3 +484,19 @@ def test_a_file_size_limit_at_a_write_is_one_line(capsys, tmp_path):
     assert run_command(lambda args: atomic_write(tmp_path / "v.parquet.partial.npz", write), argparse.Namespace()) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"rmfast: error: File too large: {tmp_path / 'v.parquet.partial.npz'} (raise"), err
+
+
+def test_a_subset_scan_has_its_own_default_output():
+    """`--token-ids 0:50` defaulted to the whole vocabulary's file name (a later full scan found it and refused, or a
+    reader took it for the full scan): the selection is in the name, as the help's [__<candidates>] says."""
+    from rmfast.cli.common import default_output
+    from rmfast.io import slug
+    from rmfast.scoring.pipeline import Selection
+
+    prompt = "What, in one word, is the greatest thing ever?"
+    names = {default_output("rm", prompt, f"__{slug(t)}.parquet" if (t := sel.tag()) else ".parquet")
+             for sel in (Selection(), Selection(token_ids="0:50"), Selection(token_ids=":50"), Selection(token_ids="50:"),
+                         Selection(wordlike=True), Selection(token_ids="0:50", wordlike=True), Selection(token_ids=[1, 5]))}
+    assert len(names) == 6, names  # ":50" is "0:50"
+    assert "results/rm__what-in-one-word-is-the-greatest-thing__ids-0-50.parquet" in names
+    assert "results/rm__what-in-one-word-is-the-greatest-thing.parquet" in names  # the full scan's name is as it was

@@ -535,7 +535,26 @@ class Selection:
         """What distinguishes this selection in a default output name ('' for a plain vocabulary scan)."""
         if self.texts_info and self.texts_info.get("path"):
             return Path(self.texts_info["path"]).stem
-        return "compat" if self.compat else ""
+        parts = [_ids_tag(self.token_ids)] + [name for name, on in (("no-special", self.exclude_special),
+                                                                  ("wordlike", self.wordlike), ("dedup", self.dedup),
+                                                                  ("compat", self.compat)) if on]
+        return "-".join(p for p in parts if p)  # a subset's default name had been the whole vocabulary's
+
+
+def _ids_tag(token_ids) -> str:
+    """--token-ids in a default output name: the range ("ids-0-50"), the file's name, or the count of ids given.
+
+    >>> _ids_tag("0:50"), _ids_tag("picked.txt"), _ids_tag([3, 4, 9]), _ids_tag(None)
+    ('ids-0-50', 'picked', '3-ids', '')
+    """
+    if token_ids is None:
+        return ""
+    if isinstance(token_ids, str):
+        if ":" in token_ids and not os.path.exists(token_ids):
+            lo, _, hi = token_ids.partition(":")
+            return f"ids-{lo.strip() or '0'}-{hi.strip() or 'end'}"
+        return Path(token_ids).stem
+    return f"{len(list(token_ids))}-ids"
 
 
 def run_scan(model, tokenizer, prompt: str, selection: Selection | None = None, options: ScoringOptions | None = None,
