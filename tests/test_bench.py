@@ -418,6 +418,11 @@ def test_forward_flops_by_hand():
     attn = 2 * 2 * pairs * (2 * 4 + 2 * 4)  # layers x heads x pairs x (q.k + weights.v)
     assert forward_flops(d, 3, past=5) == 2 * 2 * per_layer * 3 + attn == 8256
     assert forward_flops(d, 1) == 2 * 2 * per_layer + 2 * 2 * 1 * 16  # one token alone attends to itself
+    # a sliding window of 6 on the first layer: the 3 queries see 6, 6, 6 keys (not 6, 7, 8); the second layer as above
+    windowed = 2 * 2 * per_layer * 3 + 2 * (6 + 6 + 6) * 16 + 2 * (6 + 7 + 8) * 16
+    assert forward_flops({**d, "windows": [6, None]}, 3, past=5) == windowed  # (sliding windows were not counted)
+    # the last layer's final query only (n_out=1): 8 keys, or 6 under a window there
+    assert forward_flops({**d, "windows": [None, 6]}, 3, past=5, n_out=1) - forward_flops(d, 3, past=5, n_out=1) == 2 * (6 - 8) * 16
 
 
 def test_proj_params_is_the_models_gemm_params():

@@ -42,6 +42,7 @@ def model_dims(model, head: str) -> dict:
         "lm_head_params": (V * D) if (head == "logprob" and V is not None) else 0,
         "vocab": V,
         "layer_shapes": shapes,
+        "windows": [L.window for L in sp.layers],  # per layer: its sliding window, or None (forward_flops' pairs)
         "total_params": sum(p.numel() for p in model.parameters()),
     }
 
@@ -107,11 +108,20 @@ def proj_params(dims: dict) -> int:
     return dims["n_layers"] * (2 * D * hq + 2 * D * hkv + 3 * D * I)
 
 
+def _keys_seen(n: int, window: int | None) -> int:
+    """(query, key) pairs of the first ``n`` positions of a causal sequence: position j sees j + 1 keys, at most
+    ``window`` (a sliding window; None: all)."""
+    if window is None or n <= window:
+        return n * (n + 1) // 2
+    return window * (window + 1) // 2 + (n - window) * window
+
+
 def forward_flops(dims: dict, tokens: int, past: int = 0, n_out: int | None = None) -> float:
     """FLOPs of one causal forward of ``tokens`` positions after ``past`` already-encoded positions
     (a cached prompt), projections and attention:
 
-    ``2 * proj_params(dims) * tokens + 4 * L * H * hd * pairs``, ``pairs = tokens * past + tokens * (tokens + 1) / 2``
+    ``2 * proj_params(dims) * tokens + 4 * H * hd * sum over layers of pairs``, ``pairs = tokens * past +
+    tokens * (tokens + 1) / 2`` (a layer with a sliding window of w, ``dims["windows"]``: each query's keys at most w)
 
     With ``n_out`` (rmfast's engine, :func:`narrow_params`), the last layer runs its q, o and MLP, and attends, only
     at the final ``n_out`` positions; None: every position (a plain forward).
@@ -119,21 +129,27 @@ def forward_flops(dims: dict, tokens: int, past: int = 0, n_out: int | None = No
     Position ``i`` (0-based) of the new ones attends to the ``past`` positions and to itself and the
     ``i`` before it (causal mask); each (query, key) pair costs ``2 * hd`` for ``q . k`` and ``2 * hd``
     for the weighted sum of ``v``, per query head and layer (grouped K/V heads do not change that: they
-    save projection FLOPs, counted in :func:`proj_params`). Masked-out pairs, softmax, norms, RoPE and
-    the activation are not counted. A right-padded row of length ``T`` counts as ``tokens=T`` (its pad
-    positions run the projections and attend like the others).
+    save projection FLOPs, counted in :func:`proj_params`). Masked-out pairs (outside the causal mask or a layer's
+    window), softmax, norms, RoPE and the activation are not counted. A right-padded row of length ``T`` counts as
+    ``tokens=T`` (its pad positions run the projections and attend like the others).
 
         >>> d = {"n_layers": 1, "hidden": 4, "n_heads": 1, "n_kv_heads": 1, "head_dim": 4, "intermediate": 8}
         >>> forward_flops(d, 2, past=3)    # 2*(32+32+96)*2 + 4*1*1*4*(2*3 + 3)
         784.0
+        >>> forward_flops({**d, "windows": [2]}, 2, past=3)    # each of the 2 queries sees 2 keys: 4 pairs, not 9
+        704.0
     """
     L, per_pair = dims["n_layers"], 4.0 * dims["n_heads"] * dims["head_dim"]
-    pairs = tokens * past + tokens * (tokens + 1) // 2
+    windows = dims.get("windows") or [None] * L
+    k = 0 if n_out is None else tokens - n_out  # positions the last layer skips: its queries 0..k-1
+
+    def pairs(w: int | None, skip: int = 0) -> int:  # the queries past+skip .. past+tokens-1, in a layer of window w
+        return _keys_seen(past + tokens, w) - _keys_seen(past + skip, w)
+
+    attn = sum(pairs(w) for w in windows[:-1]) + pairs(windows[-1], k)
     if n_out is None:
-        return 2.0 * proj_params(dims) * tokens + per_pair * L * pairs
-    k = tokens - n_out  # positions the last layer skips: its queries 0..k-1
-    last = n_out * past + (tokens * (tokens + 1) - k * (k + 1)) // 2  # the final n_out queries' pairs
-    return 2.0 * (proj_params(dims) * tokens - k * narrow_params(dims)) + per_pair * ((L - 1) * pairs + last)
+        return 2.0 * proj_params(dims) * tokens + per_pair * attn
+    return 2.0 * (proj_params(dims) * tokens - k * narrow_params(dims)) + per_pair * attn
 
 
 def over_bound(fractions: dict, where: str) -> str | None:

@@ -108,6 +108,23 @@ def choose_head(model, head: str, head_index: int) -> str:
     return head
 
 
+def head_output_read(model, head_index: int, stacklevel: int = 3) -> str:
+    """Which output of a multi-output score head is the reward, for the head's reason; said in one note too: a
+    2- or 3-label classifier was read at output 0 without a word (a sentiment model's "negative" logit ranks its
+    best responses last). "" for a one-output head (every reward model, the gated heads' one score included)."""
+    if getattr(model, "rmfast_head", None) is not None:
+        return ""
+    n = getattr(getattr(model, "score", None), "out_features", None) or int(getattr(model.config, "num_labels", 1) or 1)
+    if n <= 1:
+        return ""
+    labels = getattr(model.config, "id2label", None) or {}
+    label = labels.get(head_index, labels.get(str(head_index)))
+    named = f" ({label!r})" if label is not None and str(label) != f"LABEL_{head_index}" else ""
+    warnings.warn(UserNote(f"rmfast: the score head has {n} outputs; output {head_index}{named} is read as the reward "
+                           "(--head-index picks another)"), stacklevel=stacklevel)
+    return f"; output {head_index}{named} of the head's {n}"
+
+
 def choose_engine(model, head: str, head_index: int, engine: str, stacklevel: int = 3) -> str:
     """"auto" -> "fast" where the architecture is on the fast path, else "hf" with a warning."""
     spec = arch_spec(model)
@@ -431,7 +448,8 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     d.record("job", job, "the kind of work this plan scores for")
     d.record("device", str(device), device_reason(o, device))
     d.record("dtype", str(next(model.parameters()).dtype).replace("torch.", ""), dtype_reason(model, o))
-    d.record("head", head, "asked for" if o.head != "auto" else f"auto: {'a reward head' if head == 'score' else 'a causal LM'}")
+    d.record("head", head, ("asked for" if o.head != "auto" else f"auto: {'a reward head' if head == 'score' else 'a causal LM'}")
+             + (head_output_read(model, o.head_index, stacklevel + 1) if head == "score" else ""))
     d.record("engine", engine, engine_why)
     d.record("compile", compiled, compile_why)
     d.record("kernels", "triton" if triton else "torch", kernels_why)
