@@ -179,3 +179,23 @@ def test_host_work_beside_the_scan_changes_nothing(tiny_rm, smol_tokenizer, monk
             scan(tiny_rm, smol_tokenizer, "Best?", **kw)
     finally:
         smol_tokenizer.__class__ = cls
+
+
+def test_a_multi_output_head_says_which_output_it_reads(smol_tokenizer):
+    """A 2- or 3-label classifier was read at output 0 without a word (a sentiment model's "negative" logit would
+    rank its best responses last): one note names the output and its label, and the head's reason records it; a
+    one-output reward head says nothing."""
+    import warnings as w
+
+    from rmfast.errors import UserNote
+
+    m = T.tiny("llama", num_labels=3, pad_token_id=smol_tokenizer.pad_token_id)
+    m.config.id2label = {0: "negative", 1: "neutral", 2: "positive"}
+    with pytest.warns(UserNote, match=r"the score head has 3 outputs; output 2 \('positive'\) is read as the reward"):
+        res = scan(m, smol_tokenizer, PROMPT, token_ids="100:104", head_index=2, progress=False)
+    assert res.manifest["decisions"]["head"]["reason"].endswith("; output 2 ('positive') of the head's 3")
+    one = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
+    with w.catch_warnings(record=True) as got:
+        w.simplefilter("always")
+        res = scan(one, smol_tokenizer, PROMPT, token_ids="100:104", progress=False)
+    assert not [g for g in got if "outputs" in str(g.message)] and "output" not in res.manifest["decisions"]["head"]["reason"]
