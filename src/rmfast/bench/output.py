@@ -95,14 +95,14 @@ def write_workload_rows(rows: list[dict], out: str | Path, config: dict, *, work
 
 def plot(rows: list[dict], path: Path, title: str) -> Path | None:
     """Bar chart of candidates/s per method per model (log scale) with the GEMM-peak bound."""
-    try:
-        import matplotlib
+    from ..analysis.data.deps import plots_available
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("note: matplotlib is not installed; skipping the plot (pip install matplotlib)")
+    if not plots_available("the bench's plot"):
         return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     models = list(dict.fromkeys(r["model"] for r in rows))
     colors = {"naive": "#9e9e9e", "hf-cache": "#4c72b0", "rmfast-eager": "#f0b27a", "rmfast": "#dd8452"}
     fig, ax = plt.subplots(figsize=(2.2 + 3.6 * len(models), 5.2))

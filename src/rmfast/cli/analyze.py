@@ -387,7 +387,9 @@ def _run_trajectory(args) -> int:
                         "drop --dictionary for the token tables alone")
     _add_drops(res, ledger)
     _report_drops(res)
-    files = write_trajectory(res, args.out)
+    from ..analysis.data.deps import plots_available
+
+    files = write_trajectory(res, args.out, figures=plots_available("the trajectory figures"))
     print(f"rmfast: wrote {len(files)} files to {args.out}: {', '.join(files)}", file=sys.stderr)
     return 0
 
@@ -497,10 +499,13 @@ def _run_lens(args) -> int:
             man = {}
         meaning = man.get("score_meaning")
         write_csv(args.out, with_score_meaning(tables[name], {"": meaning} if meaning else {}))
-        png = write_lens_figure(res, Path(args.out).with_suffix(".png"),
-                                title=f"reward lens: {model_label(man, default=path.stem)}")
-        print(f"rmfast: wrote {len(tables[name]):,} rows of lens/{name} to {args.out} and the figure {png}",
-              file=sys.stderr)
+        from ..analysis.data.deps import plots_available
+
+        png = (write_lens_figure(res, Path(args.out).with_suffix(".png"),
+                                 title=f"reward lens: {model_label(man, default=path.stem)}")
+               if plots_available("the lens figure") else None)
+        print(f"rmfast: wrote {len(tables[name]):,} rows of lens/{name} to {args.out}"
+              + (f" and the figure {png}" if png else ""), file=sys.stderr)
     else:
         with pd.option_context("display.width", 200, "display.max_columns", 20):
             print(tables[name].to_string(max_rows=args.max_rows, index=False))
@@ -520,7 +525,8 @@ def _check_options(args) -> dict[str, str]:
              *(("--dictionary", d) for d in dictionaries)]
     for option, path in files:
         if path is not None and not Path(path).is_file():
-            raise UserError(f"{option} {path}: no such file; give an existing file")
+            what = "no such file" if not Path(path).exists() else "not a regular file (a folder or a device)"
+            raise UserError(f"{option} {path}: {what}; give an existing file")
     return parse_framing_args(args.framing)
 
 

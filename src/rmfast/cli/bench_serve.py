@@ -21,8 +21,11 @@ def run_serve_cli(args) -> int:
         import fastapi  # noqa: F401
         import httpx  # noqa: F401
         import uvicorn  # noqa: F401
-    except ImportError:
-        raise UserError("--workload serve needs the serve extra: pip install 'rmfast[serve]'") from None
+    except ImportError:  # --replicas runs on Ray Serve: its extra (which holds the serve extra) named at once
+        many = (getattr(args, "replicas", None) or 1) > 1
+        raise UserError(f"--workload serve{' --replicas' if many else ''} needs the "
+                        f"{'serve-ray' if many else 'serve'} extra: pip install "
+                        f"'rmfast[{'serve-ray' if many else 'serve'}]'") from None
     one = {}
     for k, d in (("prompt_tokens_list", 16 if args.tiny else 512), ("n_list", 4 if args.tiny else 16)):
         v = getattr(args, k)

@@ -15,7 +15,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from ..errors import UserError, read_by_cli
+from ..errors import UserError, missing_package, read_by_cli
 from ..io import forget_on_interrupt, on_interrupt
 from ..template import unescape
 
@@ -345,6 +345,14 @@ def run_command(func, args) -> int:
     except UserError as e:
         print(f"rmfast: error: {e.cli_message()}", file=sys.stderr)
         return e.exit_code
+    except ImportError as e:  # an optional package met where no check named it first: one line naming its extra
+        cmd = getattr(args, "command", None)
+        what = " ".join(str(w) for w in (cmd, getattr(args, "name", None) if cmd == "analyze" else None) if w)
+        err = missing_package(e, f"rmfast {what}" if what else "this command")
+        if err is None:
+            raise
+        print(f"rmfast: error: {err.cli_message()}", file=sys.stderr)
+        return err.exit_code
     except OSError as e:
         if e.errno not in _WRITE_ERRNOS:
             raise

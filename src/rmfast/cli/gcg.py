@@ -16,14 +16,10 @@ from .common import template_arg
 
 
 def _can_plot() -> bool:
-    """The trajectory PNG needs matplotlib (the analysis extra); without it, one line and no plot."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        print("rmfast: note: no trajectory plot (matplotlib is not installed: pip install 'rmfast[analysis]'); "
-              "the JSON is written as usual")
-        return False
-    return True
+    """The trajectory PNG needs matplotlib (the analysis extra); without it, one note and no plot."""
+    from ..analysis.data.deps import plots_available
+
+    return plots_available("the trajectory plot")
 
 
 def register(subparsers) -> None:
@@ -228,7 +224,7 @@ def time_line(t: dict, resumed: bool) -> str:
     in_steps = t.get("evaluate_in_steps_s", t["evaluate_s"])
     probe = f" (a one-off padding measurement {t['pad_probe_s']:.1f} s inside these)" if t.get("pad_probe_s") else ""
     split = (f"{t['per_step_s']} s/step: gradient {t['gradient_s']:.1f} s, filter {t['sample_filter_s']:.1f} s, "
-             f"evaluation {in_steps:.1f} s")
+             f"evaluation {in_steps:.1f} s") if t.get("steps") else "none finished"  # (interrupted in the first)
     if resumed:  # the counters hold every run's steps, the wall this process's: no sum to give
         return (f"{t['wall_s']:.1f} s in this process (it went on from a checkpoint); {t['steps']} steps in all runs "
                 f"({split}){probe}")

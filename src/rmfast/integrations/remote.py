@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import UserError
+from ..errors import UserError, missing_package
 from ..scoring.candidates import TooLong
 
 #: the API key's environment variable (as the server's)
@@ -25,6 +25,16 @@ API_KEY_ENV = "RMFAST_API_KEY"
 def is_url(x) -> bool:
     """Whether ``x`` names a server (http:// or https://) rather than a model."""
     return isinstance(x, str) and x.startswith(("http://", "https://"))
+
+
+def httpx_module():
+    """httpx (the serve extra), or one UserError naming the extra: a bare ModuleNotFoundError had been the reward
+    function's first call, inside a GRPO run."""
+    try:
+        import httpx
+    except ImportError as e:
+        raise (missing_package(e, "a client of rmfast serve") or e) from None
+    return httpx
 
 
 def _headers(api_key: str | None) -> dict:
@@ -95,15 +105,16 @@ class RemoteScorer:
             raise UserError(f"url {url!r}: give the server's address as http://host:port (or https://...)")
         self.url, self.timeout_s, self.retries = url.rstrip("/"), float(timeout_s), max(1, int(retries))
         self.headers = _headers(api_key)
+        httpx_module()  # checked when the reward is built, not at its first call
 
     def score(self, conversations, responses, *, nonfinite: str = "warn", compat: str | None = None, **_ignored):
         """Scores of ``responses[i][j]`` to ``conversations[i]``, the same shape; a server error is one UserError.
         ``compat``: "decode-retokenize" scores a response that merges with the template as the template renders it."""
         import time
 
-        import httpx
-
         from ..scoring.conversation import call_lists
+
+        httpx = httpx_module()
 
         conversations, responses = call_lists(conversations, responses)  # zip below would drop extra ones unscored
         body = {"conversations": [{"prompt": c if isinstance(c, (str, list)) else _as_messages(c), "responses": r}

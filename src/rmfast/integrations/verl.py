@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UserError
-from .remote import API_KEY_ENV, Retries, _headers
+from .remote import API_KEY_ENV, Retries, _headers, httpx_module
 
 #: where the server is, when ``reward_kwargs`` do not say (``url``)
 URL_ENV = "RMFAST_URL"
@@ -81,8 +81,7 @@ async def compute_score(data_source=None, solution_str: str = "", ground_truth=N
     for a caller that does not await."""
     import asyncio
 
-    import httpx
-
+    httpx = httpx_module()
     url, body = _setup(extra_info, prompt, solution_str, url, prompt_key)
     tries = Retries(url, retries)
     async with httpx.AsyncClient(timeout=timeout_s) as client:
@@ -104,8 +103,7 @@ def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=No
     (``custom_reward_function.name: compute_score_sync``), a notebook."""
     import time
 
-    import httpx
-
+    httpx = httpx_module()
     url, body = _setup(extra_info, prompt, solution_str, url, prompt_key)
     tries = Retries(url, retries)
     with httpx.Client(timeout=timeout_s) as client:

@@ -10,17 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ...errors import UserError
-
-_EXTRA = {
-    "scipy": "rmfast[analysis]",
-    "scipy.stats": "rmfast[analysis]",
-    "matplotlib": "rmfast[analysis]",
-    "statsmodels": "rmfast[analysis]",
-    "statsmodels.formula.api": "rmfast[analysis]",
-    "wordfreq": "rmfast[analysis]",
-    "afinn": "rmfast[analysis]",
-}
+from ...errors import EXTRAS, UserError, missing_package
 
 
 def require(module: str, feature: str) -> ModuleType:
@@ -32,13 +22,28 @@ def require(module: str, feature: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        pkg = _EXTRA.get(module, module.split(".")[0])
-        raise UserError(
-            f"{feature} needs the Python package '{module.split('.')[0]}' ({exc.__class__.__name__}: {exc}); "
-            f"install it with: pip install '{pkg}'"
-        ) from None
+        err = missing_package(exc, feature)
+        if err is None:  # a package no extra installs (or a broken install): named with the error itself
+            raise UserError(f"{feature} needs the Python package '{module.split('.')[0]}' ({exc.__class__.__name__}: "
+                            f"{exc}); install it with: pip install {module.split('.')[0]}") from None
+        raise err from None
 
 
 def stats():
     """``scipy.stats``, imported on first use."""
     return require("scipy.stats", "this analysis")
+
+
+def plots_available(skipped: str) -> bool:
+    """Whether matplotlib imports; without it one note on stderr naming the extra and what is left out (``skipped``),
+    and the caller writes everything else as usual: a missing plotting package is no reason to fail a job whose
+    tables are written (``analyze lens --out`` wrote its CSV, then exited 2, and the rerun refused to overwrite it)."""
+    import sys
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"rmfast: note: {skipped} left out: matplotlib is not installed (pip install "
+              f"'rmfast[{EXTRAS['matplotlib']}]'); everything else is written as usual", file=sys.stderr)
+        return False
+    return True

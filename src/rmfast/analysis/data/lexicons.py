@@ -77,8 +77,8 @@ def load_afinn(path: str | PathLike | None = None) -> pd.DataFrame:
             ref = resources.files("afinn").joinpath("data/AFINN-111.txt")
             text = ref.read_text(encoding="utf-8")
         except (ImportError, ModuleNotFoundError, FileNotFoundError):
-            raise UserError("no AFINN file given and the 'afinn' package is not installed; "
-                            "pass --afinn PATH/AFINN-111.txt or pip install 'rmfast[analysis]'") from None
+            raise UserError("no AFINN file given and the 'afinn' package is not installed: pip install "
+                            "'rmfast[analysis]' (it holds AFINN-111), or pass --afinn PATH/AFINN-111.txt") from None
         where = "afinn package AFINN-111"
     else:
         p = _exists(path)

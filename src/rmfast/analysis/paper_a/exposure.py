@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
+from ..data.deps import require
 from ..data.framing import framing_map
 from ..data.ledger import Ledger
 from ..data.lexicons import load_afinn, load_bnc_rows, load_frequencies, normalize_word
@@ -76,6 +77,7 @@ def exposure(df: pd.DataFrame, frequencies, afinn=None, *, missing_valence: str 
         raise UserError("method='paper' joins AFINN first (missing_valence='drop', "
                         "use_valence=True), as paper A's script did")
     standardize = (method == "rmfast") if standardize is None else standardize
+    require("scipy.stats", "analyze exposure (its regressions)")  # before the lexicons: an --afinn given led into it
     ledger = Ledger()
     df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)
     check_balance(df, ledger)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import UserError
+from ..data.deps import require
 from ..data.framing import framing_map
 from ..data.ledger import Ledger
 from ..data.lexicons import load_afinn
@@ -87,6 +88,7 @@ def sentiment(df: pd.DataFrame, afinn=None, *, standardize: bool | None = None, 
     """
     check_method(method)
     standardize = (method == "rmfast") if standardize is None else standardize
+    require("scipy.stats", "analyze sentiment (its regressions)")  # before the lexicons: an --afinn given led into it
     ledger = Ledger()
     lex = _lexicon(afinn)
     df = select(validate_scans(df, ledger=ledger), models=models, prompts=prompts)

@@ -377,8 +377,8 @@ def trajectory_figures(res: TrajectoryResult, *, max_runs: int = 30,
 
 
 def write_trajectory(res: TrajectoryResult, out_dir, *, prefix: str = "trajectory_",
-                     n_ranked: int | None = None) -> list[str]:
-    """Write every non-empty table as CSV and every figure as PNG into ``out_dir``; returns the
+                     n_ranked: int | None = None, figures: bool = True) -> list[str]:
+    """Write every non-empty table as CSV and (``figures``) every figure as PNG into ``out_dir``; returns the
     file names written (relative to ``out_dir``). ``n_ranked``: see :func:`trajectory_figures`."""
     from ...io import atomic_write, write_csv
     from ..render.plots import to_png
@@ -390,7 +390,7 @@ def write_trajectory(res: TrajectoryResult, out_dir, *, prefix: str = "trajector
         if len(table):
             write_csv(out / f"{prefix}{name}.csv", table)
             files.append(f"{prefix}{name}.csv")
-    for name, fig in trajectory_figures(res, n_ranked=n_ranked).items():
+    for name, fig in (trajectory_figures(res, n_ranked=n_ranked) if figures else {}).items():
         png = to_png(fig)
         atomic_write(out / f"{prefix}{name}.png", lambda tmp, b=png: Path(tmp).write_bytes(b))
         files.append(f"{prefix}{name}.png")

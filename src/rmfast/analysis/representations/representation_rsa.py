@@ -84,6 +84,10 @@ def representation_agreement(sets: Mapping[str, object], *, layer: str = "last_p
     names = list(sets)
     if len(names) < 2:
         raise UserError("representation agreement needs at least 2 state sets")
+    if metadata is not None and len(names) >= 4:  # its RSA ranks with scipy: checked before the matrix is computed
+        from ..data.deps import require
+
+        require("scipy.stats", "the representation RSA (--metadata)")
     opened = [_as_set(sets[k]) for k in names]
     layer = canonical_layer(layer)
     for s in opened:

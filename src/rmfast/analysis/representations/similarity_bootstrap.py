@@ -22,8 +22,14 @@ JACKKNIFE_BLOCKS = 20
 
 
 def check_interval(interval: str) -> None:
+    """A known interval method, and for ``bca`` scipy (its normal quantiles), checked before any work: a missing scipy
+    met at the first interval lost every replicate already run (minutes to hours)."""
     if interval not in INTERVALS:
         raise UserError(f"interval {interval!r}: give one of {', '.join(INTERVALS)}")
+    if interval == "bca":
+        from ..data.deps import require
+
+        require("scipy.special", "--interval bca (the default --interval recentred does not)")
 
 
 def jackknife_count(n: int, blocks: int = JACKKNIFE_BLOCKS) -> int:
@@ -62,7 +68,10 @@ def bca_levels(obs: float, boot: np.ndarray, a: float, level: float) -> tuple[fl
     """BCa's quantile levels (α1, α2) of the replicates: z0 = Φ⁻¹(share of replicates below the estimate, ties
     counted half), α_i = Φ(z0 + (z0 + z_i) / (1 − a (z0 + z_i))) for z_i = Φ⁻¹(α), Φ⁻¹(1 − α). NaN where z0 is
     infinite (every replicate on one side of the estimate: no BCa interval) or a is NaN."""
-    from scipy.special import ndtr, ndtri  # the standard normal's CDF and its inverse
+    from ..data.deps import require
+
+    sp = require("scipy.special", "--interval bca")  # the standard normal's CDF and its inverse
+    ndtr, ndtri = sp.ndtr, sp.ndtri
 
     below = (np.count_nonzero(boot < obs) + 0.5 * np.count_nonzero(boot == obs)) / len(boot)
     if not 0 < below < 1 or not np.isfinite(a):
