@@ -219,6 +219,18 @@ def test_lora_base_override_and_one_line_error(tmp_path, tok, capsys):
 
     got = load_results(tmp_path / "store", token_ids=False)
     assert sorted(got["model"].unique()) == ["run/checkpoint-1", "run/checkpoint-2"]
+    # another base of the same shapes: its parts are scored again (a corrected --base had kept every score the old
+    # base's, "their contents the same", exit 0)
+    other = _save(tiny("llama", kind="causal_lm", seed=7), tok, tmp_path / "other")
+    assert cli(["sweep", str(cfg), "--no-progress", "--base", str(other)]) == 0
+    again = load_results(tmp_path / "store", token_ids=False)
+    fresh = tmp_path / "fresh.yaml"
+    fresh.write_text(cfg.read_text().replace(str(tmp_path / "store"), str(tmp_path / "store2")))
+    assert cli(["sweep", str(fresh), "--no-progress", "--base", str(other)]) == 0
+    want = load_results(tmp_path / "store2", token_ids=False)
+    key = ["model", "token_id"] if "token_id" in want else ["model", "text"]
+    np.testing.assert_array_equal(again.sort_values(key)["score"].to_numpy(), want.sort_values(key)["score"].to_numpy())
+    assert not np.allclose(again.sort_values(key)["score"].to_numpy(), got.sort_values(key)["score"].to_numpy())
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,18 +15,28 @@ import os
 from ..errors import UserError
 
 
-def model_content(spec: str, cache_dir: str | os.PathLike | None = None) -> dict | None:
+def model_content(spec: str, cache_dir: str | os.PathLike | None = None, base: str | None = None) -> dict | None:
     """What names the content of the model ``spec`` now, as its part manifests record it (the loader's
     provenance): a folder's (or an adapter checkpoint's) ``content_sha256`` and ``tokenizer_sha256`` (its ids and
     chat template), a GGUF file's ``sha256``, a cached hub id's ``revision`` (the cache's ``main`` moves with a new
-    download; looked up locally). None where only loading tells (an embedded alias: its package fixes the content)."""
+    download; looked up locally). None where only loading tells (an embedded alias: its package fixes the content).
+    An adapter's ``base`` too (``base``: the one given, else the one it names): its scores are the merged model's,
+    and a part scored on another base had been kept as fresh (a --base corrected left every score the old base's)."""
     from ..loading import loader, sources
+    from ..loading.training_checkpoints import read_adapter
 
     w = sources.where(spec)
     cache = loader.cache_root(cache_dir)
     if w.kind == "adapter" or w.kind == "folder" and (w.path / "config.json").is_file():
-        return {"content_sha256": loader.content_sha256(w.path.resolve(), cache=cache),
-                "tokenizer_sha256": sources.files_sha256(w.path.resolve(), sources.TOKENIZER_FILES, cache)}
+        out = {"content_sha256": loader.content_sha256(w.path.resolve(), cache=cache),
+               "tokenizer_sha256": sources.files_sha256(w.path.resolve(), sources.TOKENIZER_FILES, cache)}
+        if w.kind == "adapter":
+            with contextlib.suppress(UserError):  # an unreadable adapter config: loading says so, with its line
+                under = base or read_adapter(w.path).base
+                b = model_content(under, cache_dir) if under else None
+                if b:
+                    out["base"] = b
+        return out
     if w.kind in ("gguf", "file"):  # a .gguf given, or a folder's only .gguf
         return {"sha256": loader.cached_sha256(w.gguf or w.path, cache)}
     if w.kind == "hub":
@@ -42,5 +52,17 @@ def same_content(manifest: dict | None, content: dict | None) -> bool:
     the names it has."""
     if not content:
         return True
-    model = (manifest or {}).get("model") or {}
-    return all(model.get(k) == v for k, v in content.items() if k in model)
+    return _recorded_as(((manifest or {}).get("model") or {}), content)
+
+
+def _recorded_as(recorded: dict, now: dict) -> bool:
+    """Every name of ``now`` that ``recorded`` has is equal there (nested: an adapter's base's names in its ``base``)."""
+    for k, v in now.items():
+        if k not in recorded:
+            continue
+        if isinstance(v, dict):
+            if not isinstance(recorded[k], dict) or not _recorded_as(recorded[k], v):
+                return False
+        elif recorded[k] != v:
+            return False
+    return True

@@ -450,7 +450,7 @@ def _top_id(spec) -> int | None:
 
 def model_content(m: ModelCfg) -> dict | None:
     """What names a sweep model's files' content now (:func:`rmfast.sweep.content.model_content`)."""
-    return content_of(m.model, m.cache_dir)
+    return content_of(m.model, m.cache_dir, base=m.base)
 
 
 def _same_content(store: Store, p: PartRef, content: dict | None) -> bool:
