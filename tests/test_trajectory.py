@@ -101,6 +101,38 @@ def test_steps_from_checkpoint_names_and_scan_frames():
     assert len(trajectory(t, DIC).categories) == 2 * 3 * 2
 
 
+def test_candidate_sets_of_a_store_are_trajectories_apart_and_mixed_scores_are_noted():
+    """A store's two candidate sets were pooled into one trajectory, a word in both averaged over both (the sweep
+    walk: a Communion-Agency gap of 3.0 where the set alone gave 9.5); each set is its own run now, --pool-candidates
+    pools them, said either way. A run whose checkpoints' scores mean different things is noted."""
+    from rmfast.analysis.data.ledger import Ledger
+    from rmfast.analysis.data.scans import MEANING_ATTR
+
+    s = _planted().rename(columns={"token": "text"})
+    s = s[s["run"] == "llama"]
+    s["model"] = "rm/checkpoint-" + s["step"].astype(str)
+    s["prompt"] = "Best?"
+    words = s.assign(candidates="big2")
+    other = s.assign(candidates="vocab", score=-s["score"])  # the same texts, ordered the other way
+    both = pd.concat([words, other], ignore_index=True).drop(columns=["step", "run"])
+    ledger = Ledger()
+    t = from_scans(both, ledger=ledger)
+    assert set(t["run"]) == {"rm | Best? | big2", "rm | Best? | vocab"}
+    assert any("each set's trajectory apart" in n for n in ledger.notes)
+    apart = trajectory(t, DIC).categories.set_index(["run", "step", "category"])["median_rank"]
+    alone = trajectory(from_scans(words.drop(columns=["step", "run"])), DIC).categories
+    np.testing.assert_array_equal(apart.loc["rm | Best? | big2"].to_numpy(), alone["median_rank"].to_numpy())
+    ledger = Ledger()
+    pooled = from_scans(both, pool=True, ledger=ledger)
+    assert set(pooled["run"]) == {"rm | Best?"} and any("pooled" in n for n in ledger.notes)
+    mixed = both[both["candidates"] == "big2"].copy()
+    mixed.attrs[MEANING_ATTR] = {"rm/checkpoint-0": "log p(response | prompt)", "rm/checkpoint-10": "reward",
+                                 "rm/checkpoint-20": "reward"}
+    ledger = Ledger()
+    from_scans(mixed, ledger=ledger)
+    assert any("not one quantity" in n for n in ledger.notes), ledger.notes
+
+
 def test_write_and_cli(tmp_path, capsys):
     csv = tmp_path / "traj.csv"
     _planted().to_csv(csv, index=False)

@@ -377,7 +377,8 @@ def _run_trajectory(args) -> int:
     from ..sweep.store import read_scans
 
     ledger = Ledger()
-    df = load_trajectory_inputs(args.inputs, ledger=ledger, read_scans=read_scans)  # a store: its fresh parts
+    df = load_trajectory_inputs(args.inputs, ledger=ledger, read_scans=read_scans,  # a store: its fresh parts
+                                pool=getattr(args, "pool_candidates", False))
     res = trajectory(df, args.dictionary, k=args.k)
     if args.dictionary is not None and "token" in df and not any(len(t) for n, t in res.tables().items() if n != "dropped"):
         # every table empty: it wrote the dropped rows alone and exited 0

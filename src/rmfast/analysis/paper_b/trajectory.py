@@ -40,6 +40,7 @@ from ...errors import UserError
 from ..data.ledger import Ledger
 from ..data.lexicons import as_dictionary, dictionary_notes, match_dictionary, normalize_word
 from ..data.results import Result
+from ..data.scans import MEANING_ATTR
 
 RUN_ATTRS = ["model_id", "base", "data_size", "data_source", "method"]
 _STEP_RE = re.compile(r"(?:checkpoint|step|ckpt|iter)[-_=]?(\d+)|[-_/](\d+)$", re.IGNORECASE)
@@ -93,11 +94,15 @@ def _run_stem(name: str) -> str:
     return (name[:m.start()] + name[m.end():] if m else name).rstrip("/-_") or "run"
 
 
-def from_scans(scans: pd.DataFrame) -> pd.DataFrame:
+def from_scans(scans: pd.DataFrame, *, pool: bool = False, ledger: Ledger | None = None) -> pd.DataFrame:
     """A tidy scan frame of checkpoints (one model per checkpoint) as a trajectory table.
 
     The step comes from a ``step`` column when present, else from the model name; the run is
-    the prompt (and the model name without its step when several runs are mixed).
+    the prompt (and the model name without its step when several runs are mixed), and the candidate set where a
+    checkpoint × prompt holds several (a store's ``vocab`` and ``big2``: each set's trajectory apart, as the other
+    analyses keep sets apart; they had been pooled, a word in both sets averaged over both; ``pool``: together, said).
+    A run whose checkpoints' scores mean different things (a causal LM's log-probability beside reward scores) is
+    noted in ``ledger``.
 
     >>> s = pd.DataFrame({"model": ["rm/checkpoint-10"] * 2 + ["rm/checkpoint-20"] * 2,
     ...                   "prompt": "Best?", "text": ["a", "b"] * 2, "score": [1.0, 0, 0, 1]})
@@ -114,9 +119,31 @@ def from_scans(scans: pd.DataFrame) -> pd.DataFrame:
         df["step"] = df["model"].map(steps)
     stem = df["model"].map(_run_stem)
     df["run"] = stem + " | " + df["prompt"].astype(str)
+    ledger = ledger if ledger is not None else Ledger()
+    _note_mixed_meanings(df, scans.attrs.get(MEANING_ATTR) or {}, ledger)
+    if "candidates" in df.columns and df.groupby(["model", "prompt"])["candidates"].nunique().max() > 1:
+        names = ", ".join(map(repr, pd.unique(df["candidates"].astype(str))))
+        if pool:
+            ledger.note(f"candidate sets {names} pooled into one trajectory per run (--pool-candidates); a text in "
+                        "several sets is averaged over them")
+        else:
+            df["run"] = df["run"] + " | " + df["candidates"].astype(str)
+            ledger.note(f"several candidate sets ({names}): each set's trajectory apart, as 'run | prompt | set' "
+                        "(--pool-candidates pools them)")
     # the trajectory's token is the decoded text; scan files and store parts also carry the raw
     # vocabulary piece as "token", which would otherwise become a second "token" column
     return df.drop(columns=["model", "token"], errors="ignore").rename(columns={"text": "token"})
+
+
+def _note_mixed_meanings(df: pd.DataFrame, meanings: dict, ledger: Ledger) -> None:
+    """One note per run whose checkpoints' scores are not one quantity (``meanings``: model -> what its score is)."""
+    if not meanings:
+        return
+    for run, models in df.groupby("run", sort=False)["model"].unique().items():
+        kinds = {meanings.get(m) for m in models} - {None}
+        if len(kinds) > 1:
+            ledger.note(f"run {run!r}: its checkpoints' scores are not one quantity ({'; '.join(sorted(kinds))}); "
+                        "their ranks are compared as one trajectory")
 
 
 def _normalise_input(df: pd.DataFrame, ledger: Ledger) -> pd.DataFrame:
@@ -279,11 +306,11 @@ def trajectory(df: pd.DataFrame, dictionary=None, *, k: int = 10) -> TrajectoryR
     return res
 
 
-def load_trajectory_inputs(paths, *, ledger: Ledger | None = None, read_scans=None) -> pd.DataFrame:
+def load_trajectory_inputs(paths, *, ledger: Ledger | None = None, read_scans=None, pool: bool = False) -> pd.DataFrame:
     """Read trajectory inputs: paper B's ``rank_results_*.csv`` (or its data folder), long CSV
     tables, or rmfast scan Parquet files / a sweep store of checkpoints. ``read_scans``: the reader of the scan
     inputs (default :func:`rmfast.analysis.data.scans.load_scans`, which refuses a sweep store; the CLI passes
-    :func:`rmfast.sweep.store.read_scans`, which reads a store's own fresh parts)."""
+    :func:`rmfast.sweep.store.read_scans`, which reads a store's own fresh parts). ``pool``: :func:`from_scans`'."""
     from .published import load_checkpoint_ranks
     from ..data.scans import load_scans
 
@@ -310,7 +337,7 @@ def load_trajectory_inputs(paths, *, ledger: Ledger | None = None, read_scans=No
         frames.append(load_checkpoint_ranks(published, ledger=ledger))
     frames += csvs
     if scans:
-        frames.append(from_scans(read_scans(scans, ledger=ledger)))
+        frames.append(from_scans(read_scans(scans, ledger=ledger), pool=pool, ledger=ledger))
     return pd.concat(frames, ignore_index=True)
 
 
