@@ -133,6 +133,10 @@ def test_run_folder_expands_into_its_checkpoints(tmp_path, tok):
     assert cli(["analyze", "trajectory", str(tmp_path / "store" / "parts"), "--out", str(tmp_path / "traj")]) == 0
     corr = pd.read_csv(tmp_path / "traj" / "trajectory_final_corr.csv")
     assert corr["step"].tolist() == [2, 10] and corr["spearman"].iloc[-1] == pytest.approx(1.0)
+    # a checkpoint-N without a config (half-saved, or copied without it) had vanished from the run without a word
+    (run / "checkpoint-6").mkdir()
+    with pytest.raises(UserError, match=r"checkpoint-6 holds no config.json or adapter_config.json"):
+        load_config(cfg)
 
 
 def test_expand_runs_keeps_plain_models(tmp_path, tok):

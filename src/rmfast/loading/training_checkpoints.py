@@ -106,6 +106,12 @@ def expand_runs(models: list, slugify) -> list:
         if not is_run_folder(m.model):
             out.append(m)
             continue
+        odd = sorted((sub.name for sub in Path(m.model).iterdir() if CHECKPOINT_RE.match(sub.name) and sub.is_dir()
+                      and not _is_model_folder(sub)), key=lambda n: int(CHECKPOINT_RE.match(n).group(1)))
+        if odd:  # left out, its step vanished from the store and the trajectory without a word
+            raise UserError(f"training run {m.model}: {', '.join(odd[:3])}{' ...' if len(odd) > 3 else ''} holds no "
+                            f"config.json or {ADAPTER_CONFIG} (a checkpoint still being saved, or copied without it): "
+                            "wait for its save, or move it out of the run folder")
         for c in run_checkpoints(m.model):
             name = f"{m.name}/{c.path.name}"
             out.append(dataclasses.replace(m, name=name, slug=slugify(name), model=str(c.path.resolve())))
