@@ -395,3 +395,33 @@ def test_demo_smoke_runs_the_trajectory_over_its_checkpoint_sweep(tmp_path, tok)
     assert len(both) == len(cb) > 200
     np.testing.assert_array_equal(both["score_sweep"].to_numpy(), both["score_cb"].to_numpy())
     shutil.rmtree(out / "run")
+
+
+def test_a_model_that_cannot_load_is_found_before_any_part(tmp_path, tok):
+    """An empty folder, a run folder with no checkpoint, a file, and an adapter without its weights (or with pickled
+    ones) passed the sweep's check and --dry-run, and failed after the models before them were scored (the adapter
+    ones as "no score head"): each is one line from check_model now, the loader's own wording."""
+    _need_train()
+    from rmfast.loading.sources import check_model
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "run" / "logs").mkdir(parents=True)
+    (tmp_path / "notes.txt").write_text("x")
+    for spec, what in ((tmp_path / "empty", "has no config.json"), (tmp_path / "run", "has no config.json"),
+                       (tmp_path / "notes.txt", "is a file but not a .gguf")):
+        with pytest.raises(UserError, match=what):
+            check_model(str(spec))
+    base = _save(tiny("llama", kind="causal_lm"), tok, tmp_path / "base")
+    ck = tmp_path / "lora" / "checkpoint-1"
+    _lora_checkpoint(tok, base, ck)
+    check_model(str(ck))  # whole: fine
+    (ck / "adapter_model.safetensors").rename(ck / "adapter_model.bin")
+    with pytest.raises(UserError, match=r"pickled weights \(adapter_model.bin\)"):
+        check_model(str(ck))
+    (ck / "adapter_model.bin").unlink()
+    with pytest.raises(UserError, match=r"has no adapter weights \(adapter_model.safetensors\)"):
+        check_model(str(ck))
+    from rmfast.loading.loader import load
+
+    with pytest.raises(UserError, match="has no adapter weights"):
+        load(str(ck))

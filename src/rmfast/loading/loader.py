@@ -27,7 +27,7 @@ from .folder_checks import (check_rope_type, check_vocab_size, check_weights, cu
 from .gguf import check_gguf_header, convert_gguf
 from .sources import (TOKENIZER_FILES, Where, cache_root, cached_sha256, check_converted, content_sha256,
                       conversion_complete, converted_copy, converted_dir, damaged_fix, files_sha256, hub_folder,
-                      model_name, quiet_transformers, where)
+                      model_name, no_model_here, quiet_transformers, where)
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -215,12 +215,7 @@ def _read_config(folder: Path, trust_remote_code: bool):
     from transformers import AutoConfig
 
     if not (folder / "config.json").is_file():
-        runs = checkpoints.run_checkpoints(folder) if checkpoints.is_run_folder(folder) else []
-        if runs:  # a training run's folder: its checkpoints are the models
-            raise UserError(f"'{folder}' is a training run ({len(runs)} checkpoints: {runs[0].path.name} ... "
-                            f"{runs[-1].path.name}): give one checkpoint ({runs[-1].path}), or sweep the run's folder "
-                            "(rmfast sweep takes each checkpoint in turn)")
-        raise UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder or a .gguf file")
+        raise no_model_here(Where(str(folder), "folder", folder))
     try:
         return AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=True)
     except (ValueError, OSError) as exc:  # transformers reports broken JSON as OSError
@@ -446,7 +441,7 @@ def _locate(w: Where, cache: Path, source: dict) -> tuple[Path, str | None]:
         source.update(type="embedded", name=model_name(spec), path=str(gguf), sha256=sha, alias=w.entry.alias)
         default_template = w.entry.default_template
     elif w.kind == "file":
-        raise UserError(f"'{spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
+        raise no_model_here(w)
     elif w.kind == "gguf":
         gguf = w.gguf.resolve()
         folder, sha = _converted(gguf, cache, check_header=True)
@@ -529,6 +524,9 @@ def _load_adapter(folder: Path, base: str | None, *, dtype, device, trust_remote
                   attn_implementation) -> LoadedModel:
     """An adapter checkpoint: its base loaded in float32 on the CPU, the adapter merged, then cast and moved."""
     info = checkpoints.read_adapter(folder)
+    err = checkpoints.adapter_weights_error(folder)
+    if err is not None:
+        raise err
     spec = base or info.base
     if not spec:
         raise UserError(f"adapter checkpoint {folder} names no base model: pass --base PATH/ALIAS (the model it was trained from)")

@@ -502,6 +502,24 @@ def hub_folder(spec: str) -> tuple[Path, str | None]:
     raise _not_found_hub(spec)
 
 
+def no_model_here(w: "Where") -> UserError | None:
+    """The error a file or folder that holds no model ends in (a file that is no .gguf; a folder with no config.json,
+    a training run's folder named as such), else None: one wording for :func:`load <rmfast.loading.loader.load>` and
+    :func:`check_model` (a sweep's empty run folder had passed its check and --dry-run, and failed after hours)."""
+    if w.kind == "file":
+        return UserError(f"'{w.spec}' is a file but not a .gguf: pass a .gguf file or a model folder")
+    folder = w.path
+    if w.kind != "folder" or (folder / "config.json").is_file():
+        return None
+    runs = checkpoints.run_checkpoints(folder) if checkpoints.is_run_folder(folder) else []
+    if runs:  # a training run's folder: its checkpoints are the models
+        return UserError(f"'{folder}' is a training run ({len(runs)} checkpoints: {runs[0].path.name} ... "
+                         f"{runs[-1].path.name}): give one checkpoint ({runs[-1].path}), or sweep the run's folder "
+                         "(rmfast sweep takes each checkpoint in turn)")
+    return UserError(f"model folder '{folder}' has no config.json: pass a Hugging Face model folder, a .gguf file or a "
+                     "training run's folder (checkpoint-N/ subfolders; none here)")
+
+
 def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: str | None = None) -> None:
     """Raise the UserError :func:`load` would raise because ``spec`` names no model this machine has (an
     embedded alias without its package, a hub id or known alias not in the HF cache, a missing path; an
@@ -510,6 +528,9 @@ def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: 
     w = where(spec)
     path = w.path
     if w.kind == "adapter":
+        err = checkpoints.adapter_weights_error(path)
+        if err is not None:
+            raise err
         base_spec = base or checkpoints.read_adapter(path).base
         if not base_spec:
             raise UserError(f"adapter checkpoint {path} names no base model: pass --base PATH/ALIAS (the model it "
@@ -519,6 +540,9 @@ def check_model(spec: str, *, cache_dir: str | os.PathLike | None = None, base: 
         except UserError as e:
             raise checkpoints.base_error(path, base_spec, bool(base), e.cli_message()) from None
         return
+    err = no_model_here(w)
+    if err is not None:
+        raise err
     if w.kind == "embedded":
         w.entry.gguf_path(cache_root(cache_dir))  # its package is installed
     elif w.kind == "hub":

@@ -176,6 +176,20 @@ def merge_adapter(model, folder: str | os.PathLike):
     return wrapped.merge_and_unload()
 
 
+def adapter_weights_error(folder: str | os.PathLike) -> UserError | None:
+    """Why an adapter checkpoint's weights cannot be read (none saved yet; pickled ones), else None: both had been
+    reported as "no score head (modules_to_save)", after the models before them were scored."""
+    f = Path(folder)
+    if (f / "adapter_model.safetensors").is_file():
+        return None
+    if (f / "adapter_model.bin").is_file():
+        return UserError(f"adapter checkpoint {f} holds pickled weights (adapter_model.bin), which rmfast does not read "
+                         "(loading a pickle runs its code): save the adapter as safetensors (peft's save_pretrained "
+                         "default)")
+    return UserError(f"adapter checkpoint {f} has no adapter weights (adapter_model.safetensors): a checkpoint still "
+                     "being saved (or saved without them) has nothing to score yet; wait for its save, or leave it out")
+
+
 def adapter_saves_head(folder: str | os.PathLike) -> bool:
     """Whether the adapter's weights include a full ``score``/``classifier`` head (modules_to_save)."""
     from safetensors import safe_open
@@ -187,5 +201,5 @@ def adapter_saves_head(folder: str | os.PathLike) -> bool:
         return any(re.search(r"(^|\.)(score|classifier)\.", k) for k in fh.keys())
 
 
-__all__ = ["AdapterInfo", "Checkpoint", "adapter_saves_head", "expand_runs", "is_adapter_folder", "is_run_folder",
+__all__ = ["AdapterInfo", "Checkpoint", "adapter_saves_head", "adapter_weights_error", "expand_runs", "is_adapter_folder", "is_run_folder",
            "merge_adapter", "read_adapter", "run_checkpoints"]
