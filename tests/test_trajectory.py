@@ -147,8 +147,16 @@ def test_write_and_cli(tmp_path, capsys):
     assert main(["analyze", "trajectory", str(csv)]) == 2  # no --out
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"token": ["a"], "score": [1.0]}).to_csv(bad, index=False)
-    assert main(["analyze", "trajectory", str(bad), "--out", str(out)]) == 2
+    assert main(["analyze", "trajectory", str(bad), "--out", str(out), "--overwrite"]) == 2
     assert "step" in capsys.readouterr().err
+    # a folder holding another trajectory: refused, or replaced whole with --overwrite (a second run into it had
+    # replaced some files and left the others from the first beside them)
+    assert main(["analyze", "trajectory", str(csv), "--out", str(out)]) == 2
+    assert "already holds a trajectory" in capsys.readouterr().err
+    before = {f.name for f in out.glob("trajectory_*")}
+    assert main(["analyze", "trajectory", str(csv), "--out", str(out), "--overwrite"]) == 0  # no --dictionary now
+    after = {f.name for f in out.glob("trajectory_*")}
+    assert "trajectory_categories.csv" in before and "trajectory_categories.csv" not in after and after < before
 
 
 @real

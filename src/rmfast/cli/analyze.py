@@ -208,7 +208,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "at most 9999; the tables' n_perm and exact columns say what each test used)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="random seed of the permutations (default 0)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing --out file (default: refuse; a folder --out of trajectory is added to)")
+                   help="replace an existing --out file, or the trajectory a folder --out holds (default: refuse)")
 
 
 def _plain(doc: str) -> str:
@@ -376,6 +376,11 @@ def _run_trajectory(args) -> int:
         raise UserError("trajectory writes several tables and figures: give --out DIR")
     from ..sweep.store import read_scans
 
+    # another trajectory there: refused, or replaced whole (its files not written again had stayed beside the new ones)
+    old = sorted(Path(args.out).glob("trajectory_*")) if Path(args.out).is_dir() else []
+    if old and not args.overwrite:
+        raise UserError(f"--out {args.out} already holds a trajectory ({old[0].name}{', ...' if len(old) > 1 else ''}); "
+                        "pass --overwrite to replace it, or choose another --out")
     ledger = Ledger()
     df = load_trajectory_inputs(args.inputs, ledger=ledger, read_scans=read_scans,  # a store: its fresh parts
                                 pool=getattr(args, "pool_candidates", False))
@@ -391,6 +396,9 @@ def _run_trajectory(args) -> int:
     from ..analysis.data.deps import plots_available
 
     files = write_trajectory(res, args.out, figures=plots_available("the trajectory figures"))
+    for f in old:  # the earlier trajectory's files this one did not write again
+        if f.name not in files:
+            f.unlink(missing_ok=True)
     print(f"rmfast: wrote {len(files)} files to {args.out}: {', '.join(files)}", file=sys.stderr)
     return 0
 
