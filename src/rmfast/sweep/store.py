@@ -85,14 +85,36 @@ def _read_json(p: Path):
 
 
 def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """What differs between two configs, in words: a key's old and new value, and in lists of named entries (models,
+    candidate sets) the names added, gone or changed ("models differs" had been all a run that gained a checkpoint
+    was told).
+
+    >>> _diff_keys({"models": [{"name": "r/checkpoint-1", "dtype": "float32"}]},
+    ...            {"models": [{"name": "r/checkpoint-1", "dtype": "bfloat16"}, {"name": "r/checkpoint-2"}]})
+    ["models[r/checkpoint-1].dtype 'float32' -> 'bfloat16'", 'models: r/checkpoint-2 added']
+    """
     out = []
     for k in sorted(set(a) | set(b), key=str):
         va, vb = a.get(k), b.get(k)
         if isinstance(va, dict) and isinstance(vb, dict):
             out += _diff_keys(va, vb, f"{prefix}{k}.")
+        elif _named(va) and _named(vb):
+            na, nb = {x["name"]: x for x in va}, {x["name"]: x for x in vb}
+            for n in na.keys() & nb.keys():
+                out += _diff_keys(na[n], nb[n], f"{prefix}{k}[{n}].")
+            for what, names in (("added", [n for n in nb if n not in na]), ("gone", [n for n in na if n not in nb])):
+                if names:
+                    out.append(f"{prefix}{k}: {', '.join(names[:3])}{' …' if len(names) > 3 else ''} {what}")
+        elif k not in a or k not in b:
+            out.append(f"{prefix}{k} {'added' if k not in a else 'gone'}")
         elif va != vb:
-            out.append(f"{prefix}{k}")
+            short = all(isinstance(v, (str, int, float, bool, type(None))) and len(repr(v)) < 40 for v in (va, vb))
+            out.append(f"{prefix}{k} {va!r} -> {vb!r}" if short else f"{prefix}{k}")
     return out
+
+
+def _named(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) and "name" in x for x in v)
 
 
 #: what stands for a local file's place in :func:`unplaced`
@@ -209,9 +231,9 @@ class Store:
         if force:
             return "adopt"
         diff = _diff_keys(info.get("config") or {}, config)
-        what = ", ".join(diff[:4]) + (" …" if len(diff) > 4 else "") if diff else "settings"
+        what = "; ".join(diff[:4]) + (" …" if len(diff) > 4 else "") if diff else "its settings differ"
         gone = [r.split("/", 1)[1] for r in self.stale_parts(keep)] if keep is not None else []
-        raise UserError(f"{r} holds results of a different config ({what} differ{'s' if len(diff) == 1 else ''}); "
+        raise UserError(f"{r} holds results of a different config ({what}); "
                         "use another output directory, or --force to adopt this config (unchanged parts are kept"
                         + (f", and the {len(gone)} part(s) it lacks are deleted: {', '.join(gone[:2])}"
                            f"{' …' * (len(gone) > 2)}; copy them elsewhere first to keep them" if gone else "") + ")")
