@@ -564,7 +564,7 @@ def test_a_problem_met_once_the_model_loads_names_the_config_key(models_dir, tmp
     assert "--token-ids" not in err
     cfg = write_cfg(models_dir, "dup.yaml", models=["./rm-a", {"model": "./rm-b", "name": "rm-a"}])
     rc, _, err = run(["sweep", cfg, "--out", tmp_path / "s2", "--dry-run"], capsys)
-    assert one_line_error(rc, err) and "give each model a distinct name: (e.g. {model: " in err, err
+    assert one_line_error(rc, err) and "give each model a distinct name (e.g. {model: " in err, err
 
 
 def test_a_store_moved_with_its_inputs_keeps_its_parts(models_dir, tmp_path, smol_tokenizer, capsys):

@@ -425,3 +425,26 @@ def test_a_model_that_cannot_load_is_found_before_any_part(tmp_path, tok):
 
     with pytest.raises(UserError, match="has no adapter weights"):
         load(str(ck))
+
+
+def test_config_errors_name_the_yaml_entry_of_a_run(tmp_path, tok, capsys):
+    """Errors counted a run's expanded checkpoints ("models[2]" of a two-model YAML); a run's name clash suggested
+    replacing the run by one checkpoint. Each names the YAML's entry, and the fix names the run."""
+    for seed in (0, 1):
+        for step in (1, 2):
+            _save(tiny("llama", num_labels=1, seed=step), tok, tmp_path / f"s{seed}" / "run" / f"checkpoint-{step}")
+    (tmp_path / "empty").mkdir()
+    cfg = tmp_path / "sweep.yaml"
+
+    def sweep(models):
+        cfg.write_text(json.dumps({"out": str(tmp_path / "store"), "defaults": {"dtype": "float32"}, "models": models,
+                                   "prompts": {"greatest": PROMPT}, "candidates": {"v": {"vocabulary": {"token_ids": "0:8"}}}}))
+        capsys.readouterr()
+        assert cli(["sweep", str(cfg), "--dry-run"]) == 2
+        return capsys.readouterr().err.strip().splitlines()[-1]
+
+    err = sweep([str(tmp_path / "s0" / "run"), str(tmp_path / "empty")])
+    assert ": models[1] (empty): " in err and "has no config.json" in err, err
+    err = sweep([str(tmp_path / "s0" / "run"), str(tmp_path / "s1" / "run")])
+    assert "models[1].name: 'run/checkpoint-1' clashes with models[0]" in err, err
+    assert f"{{model: {tmp_path / 's1' / 'run'}, name: run-2}}: a run's checkpoints are named after it" in err, err

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +62,7 @@ class ModelCfg:
     states: str | None = None  # hidden states to keep, "0,8,last_prenorm" / "all" (docs/representations.md); None: none
     states_dtype: str | None = None  # their stored dtype (None: the model's)
     lens: bool = False  # the reward lens columns lens_<layer> in each part
+    key: str = ""  # where the config gives it ("models[1]"; a run's checkpoints share their run's): errors name it
 
     def scoring(self, compat: str | None = None):
         """This model's scoring options as one value (:class:`rmfast.scoring.options.ScoringOptions`): what its
@@ -243,7 +245,7 @@ def _model_cfg(file: str, i: int, item, defaults: dict, base: Path) -> ModelCfg:
         allow_pickle=c.get("allow_pickle", "bool", False, allow_none=False),
         base=_base_spec(c.get("base", "str"), base),
         states=_states_spec(c), lens=c.get("lens", "bool", False, allow_none=False),
-        states_dtype=c.get("states_dtype", "str", choices=DTYPES),
+        states_dtype=c.get("states_dtype", "str", choices=DTYPES), key=where,
     )
     if m.states_dtype is not None and m.states is None:
         raise c.err("states_dtype", "needs states: LAYERS")
@@ -441,12 +443,15 @@ def load_config(path: str | os.PathLike) -> SweepConfig:
     if not models:
         raise UserError(f"{file}: models: the list is empty; list at least one model")
     mcfgs = expand_runs([_model_cfg(file, i, m, defaults, base) for i, m in enumerate(models)], _slug)
-    seen: dict[str, int] = {}
-    for i, m in enumerate(mcfgs):
+    seen: dict[str, ModelCfg] = {}
+    for m in mcfgs:
         if m.slug.lower() in seen:
-            raise UserError(f"{file}: models[{i}].name: {m.name!r} clashes with models[{seen[m.slug.lower()]}]; "
-                            f"give each model a distinct name: (e.g. {{model: {m.model}, name: {m.name}-2}})")
-        seen[m.slug.lower()] = i
+            run = m.name.rsplit("/checkpoint-", 1)[0] if re.search(r"/checkpoint-\d+$", m.name) else None
+            fix = (f"{{model: {Path(m.model).parent}, name: {run}-2}}: a run's checkpoints are named after it" if run
+                   else f"{{model: {m.model}, name: {m.name}-2}}")  # a run's own: its name, not one checkpoint in place of it
+            raise UserError(f"{file}: {m.key}.name: {m.name!r} clashes with {seen[m.slug.lower()].key}; give each model a "
+                            f"distinct name (e.g. {fix})")
+        seen[m.slug.lower()] = m
     if "prompts" not in data or data["prompts"] is None:
         raise UserError(f"{file}: prompts: missing; give a mapping name: text, a list, or a YAML file of prompts")
     prompts = _prompts(file, data["prompts"], base)

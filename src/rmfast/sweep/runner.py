@@ -306,7 +306,7 @@ class _PartRunner:
         except UserError as e:
             if str(self.cfg.path) in e.cli_message():  # named already (a write that failed: its own line)
                 raise
-            where = f"{self.cfg.path}: models[{self.cfg.models.index(m)}] ({m.name}) × candidates.{p.candidates}"
+            where = f"{self.cfg.path}: {m.key or f'models[{self.cfg.models.index(m)}]'} ({m.name}) × candidates.{p.candidates}"
             raise UserError(f"{where}: {python_names(e.cli_message())}") from None
 
     def _load(self, m: ModelCfg):
@@ -409,7 +409,7 @@ def check_models(cfg: SweepConfig) -> None:
         try:
             check_model(m.model, cache_dir=m.cache_dir, base=m.base)
         except UserError as e:
-            raise UserError(f"{cfg.path}: models[{i}] ({m.name}): {e.cli_message()}") from None
+            raise UserError(f"{cfg.path}: {m.key or f'models[{i}]'} ({m.name}): {e.cli_message()}") from None
         _check_ids_fit(cfg, m)
 
 
