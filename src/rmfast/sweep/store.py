@@ -606,7 +606,8 @@ class Store:
             frames.append(df)
         if left_out:  # a running sweep's results so far, or a damaged store: never a silent subset
             warnings.warn(f"rmfast: note: {self.missing_text(self.missing(plan), len(plan))}: left out of these results "
-                          "(complete=True refuses them; rerun the sweep to finish them)", stacklevel=3)
+                          "(rerun the sweep to finish them; from Python, load_results(..., complete=True) refuses an unfinished "
+                          "store)", stacklevel=3)
         for model, seen in dtypes.items():  # a store an rmfast before dtypes.json wrote on two kinds of machine
             if len(seen) > 1:
                 each = ", ".join(f"{n} in {d}" for d, n in sorted(seen.items(), key=str))
