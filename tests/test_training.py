@@ -448,3 +448,11 @@ def test_config_errors_name_the_yaml_entry_of_a_run(tmp_path, tok, capsys):
     err = sweep([str(tmp_path / "s0" / "run"), str(tmp_path / "s1" / "run")])
     assert "models[1].name: 'run/checkpoint-1' clashes with models[0]" in err, err
     assert f"{{model: {tmp_path / 's1' / 'run'}, name: run-2}}: a run's checkpoints are named after it" in err, err
+
+
+def test_a_run_folder_given_to_an_analysis_says_sweep_it_first(tmp_path, tok, capsys):
+    for step in (1, 2):
+        _save(tiny("llama", num_labels=1, seed=step), tok, tmp_path / "run" / f"checkpoint-{step}")
+    assert cli(["analyze", "trajectory", str(tmp_path / "run"), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "is a training run's folder (checkpoint-N/ models), not scores: sweep it first" in err, err

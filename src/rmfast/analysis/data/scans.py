@@ -174,6 +174,11 @@ def _expand(paths: Iterable[str | PathLike] | str | PathLike) -> list[Path]:
         if p.is_dir():
             found = sorted(p.rglob("*.parquet"))
             if not found:
+                from ...loading.training_checkpoints import is_run_folder
+
+                if is_run_folder(p):  # its checkpoints are models, not scores yet
+                    raise UserError(f"{p} is a training run's folder (checkpoint-N/ models), not scores: sweep it first "
+                                    "(rmfast sweep, docs/training.md) and give its store")
                 raise UserError(f"{p} holds no .parquet files; point at rmfast scan output")
             files.extend(found)
         elif p.exists():
