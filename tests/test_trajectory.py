@@ -202,3 +202,16 @@ def test_a_dictionary_that_matches_no_candidate_is_one_line(tmp_path, capsys):
     assert "none of the 2 candidates is a word of --dictionary" in err and "(e.g. 'ators', 'vel')" in err, err
     assert not (tmp_path / "traj").exists() or not list((tmp_path / "traj").iterdir())
     assert main(argv[:3] + argv[5:]) == 0  # without it: the token tables
+
+
+def test_ids_sharing_a_decoded_text_are_kept_apart():
+    """300 ids of a vocabulary scan became 188 'tokens': ids decoding to one text (byte pieces, '\ufffd') were averaged
+    into one row of every token table. They are kept apart by id (with a note); a dictionary still matches by text."""
+    d = pd.DataFrame({"step": [1] * 4 + [2] * 4, "token": ["\ufffd", "\ufffd", "a", "b"] * 2,
+                      "token_id": [7, 8, 1, 2] * 2, "score": [4.0, 1.0, 3.0, 2.0, 1.0, 4.0, 3.0, 2.0]})
+    r = trajectory(d, k=2)
+    ch = r.changes.set_index("token")
+    assert set(ch.index) == {"\ufffd [id 7]", "\ufffd [id 8]", "a", "b"}
+    assert ch.loc["\ufffd [id 7]", "change"] == -3.0 and ch.loc["\ufffd [id 8]", "change"] == 3.0
+    assert r.final_corr["n_tokens"].tolist() == [4, 4] and any("kept apart" in n for n in r.notes)
+

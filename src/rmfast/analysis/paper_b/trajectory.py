@@ -218,6 +218,23 @@ def _token_ranks(df, keys) -> pd.DataFrame:
     return t
 
 
+def _ids_apart(df: pd.DataFrame, keys, ledger: Ledger) -> pd.DataFrame:
+    """Vocabulary rows whose ids share one decoded text (byte pieces all '\ufffd', a piece and its copy) kept apart,
+    as "text [id N]": the token tables had averaged them into one (300 ids became 188 tokens), without a word. A
+    dictionary's words are matched by their text instead (:func:`_word_ranks`: its variants averaged, as the paper)."""
+    if "token_id" not in df.columns or df["token_id"].isna().any():
+        return df
+    shared = df.groupby(keys + ["step", "token"], dropna=False)["token_id"].transform("nunique") > 1
+    if not shared.any():
+        return df
+    ledger.note(f"{df.loc[shared, 'token'].nunique():,} decoded texts are several token ids' (e.g. "
+                f"{df.loc[shared, 'token'].iloc[0]!r}): kept apart as 'text [id N]'")
+    out = df.copy()
+    out.loc[shared, "token"] = (out.loc[shared, "token"].astype(str) + " [id "
+                                + out.loc[shared, "token_id"].astype("int64").astype(str) + "]")
+    return out
+
+
 def _extremes(t, keys, k) -> pd.DataFrame:
     out = []
     for key, g in t.groupby(keys + ["step"], dropna=False, sort=True):
@@ -294,7 +311,7 @@ def trajectory(df: pd.DataFrame, dictionary=None, *, k: int = 10) -> TrajectoryR
             res.categories = _category_table(words, keys)
             t = words
         else:
-            t = _token_ranks(df, keys)
+            t = _token_ranks(_ids_apart(df, keys, ledger), keys)
             if "category" in t.columns:
                 res.categories = _category_table(t.dropna(subset=["category"]), keys)
         res.extremes = _extremes(t, keys, k)
