@@ -108,6 +108,13 @@ def test_run_folder_expands_into_its_checkpoints(tmp_path, tok):
         _save(tiny("llama", num_labels=1, seed=step), tok, run / f"checkpoint-{step}")
     (run / "checkpoint-x").mkdir()  # not a step: ignored
     assert is_run_folder(run) and not is_run_folder(run / "checkpoint-2")
+    from rmfast.errors import UserNote
+    from rmfast.sweep import ModelCfg
+
+    final = _save(tiny("llama", num_labels=1, seed=5), tok, tmp_path / "final")  # the final model beside checkpoints
+    _save(tiny("llama", num_labels=1, seed=6), tok, final / "checkpoint-4")
+    with pytest.warns(UserNote, match=r"holds a model of its own and 1 checkpoint\(s\).*list its checkpoint-N folders"):
+        assert expand_runs([ModelCfg(name="f", slug="f", model=str(final))], str)[0].model == str(final)
     assert [c.step for c in run_checkpoints(run)] == [2, 10]
     from rmfast import load
 

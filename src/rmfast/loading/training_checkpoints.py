@@ -26,7 +26,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import UserError, UserNote
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 ADAPTER_CONFIG = "adapter_config.json"
@@ -104,6 +104,11 @@ def expand_runs(models: list, slugify) -> list:
     out = []
     for m in models:
         if not is_run_folder(m.model):
+            inner = run_checkpoints(m.model) if _is_model_folder(Path(m.model)) else []
+            if inner:  # the final model saved beside its checkpoints: documented, said where it happens
+                warnings.warn(UserNote(f"rmfast: {m.model} holds a model of its own and {len(inner)} checkpoint(s) "
+                                       f"({inner[0].path.name} ... {inner[-1].path.name}): the folder's own model is "
+                                       "scored; list its checkpoint-N folders to sweep them"), stacklevel=2)
             out.append(m)
             continue
         odd = sorted((sub.name for sub in Path(m.model).iterdir() if CHECKPOINT_RE.match(sub.name) and sub.is_dir()
