@@ -242,6 +242,19 @@ def test_lora_base_override_and_one_line_error(tmp_path, tok, capsys):
     key = ["model", "token_id"] if "token_id" in want else ["model", "text"]
     np.testing.assert_array_equal(again.sort_values(key)["score"].to_numpy(), want.sort_values(key)["score"].to_numpy())
     assert not np.allclose(again.sort_values(key)["score"].to_numpy(), got.sort_values(key)["score"].to_numpy())
+    # the store's readers judge the parts by the base the sweep used (--base), not the one adapter_config.json names:
+    # with that one present, every reader had called the parts stale (0 done, "incomplete") right after scoring them
+    for step in (1, 2):
+        ac = run / f"checkpoint-{step}" / "adapter_config.json"
+        ac.write_text(json.dumps({**json.loads(ac.read_text()), "base_model_name_or_path": str(base)}))
+    third = tmp_path / "third.yaml"
+    third.write_text(cfg.read_text().replace(str(tmp_path / "store"), str(tmp_path / "store3")))
+    assert cli(["sweep", str(third), "--no-progress", "--base", str(other)]) == 0
+    from rmfast.sweep.store import Store
+
+    st = Store(tmp_path / "store3")
+    assert [p.model for p in st.plan() if st.fresh_manifest(p) is None] == []
+    assert len(load_results(tmp_path / "store3", token_ids=False)) == len(want)
 
 
 # --------------------------------------------------------------------------------------------

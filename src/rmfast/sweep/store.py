@@ -351,9 +351,10 @@ class Store:
 
         if name not in self._content:
             models = ((self.info() or {}).get("config") or {}).get("models") or []
-            spec = next((m.get("model") for m in models if isinstance(m, dict) and m.get("name") == name), None)
-            try:
-                self._content[name] = model_content(spec) if spec else None
+            entry = next((m for m in models if isinstance(m, dict) and m.get("name") == name), {})
+            spec = entry.get("model")
+            try:  # an adapter's base as the runner read it: the one the config gives, else its own (content.py)
+                self._content[name] = model_content(spec, base=entry.get("base")) if spec else None
             except (OSError, UserError):  # a model that cannot be read now: staleness unknown, as for an alias
                 self._content[name] = None
         return self._content[name]
