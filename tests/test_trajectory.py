@@ -157,6 +157,12 @@ def test_write_and_cli(tmp_path, capsys):
     assert main(["analyze", "trajectory", str(csv), "--out", str(out), "--overwrite"]) == 0  # no --dictionary now
     after = {f.name for f in out.glob("trajectory_*")}
     assert "trajectory_categories.csv" in before and "trajectory_categories.csv" not in after and after < before
+    # a user's own trajectory_* file or folder there is theirs: kept, and no crash (a folder had raised
+    # IsADirectoryError after the new files were written; a notes file was deleted)
+    (out / "trajectory_backup").mkdir()
+    (out / "trajectory_notes.txt").write_text("mine")
+    assert main(["analyze", "trajectory", str(csv), "--dictionary", str(dic), "--out", str(out), "--overwrite"]) == 0
+    assert (out / "trajectory_notes.txt").read_text() == "mine" and (out / "trajectory_backup").is_dir()
 
 
 @real

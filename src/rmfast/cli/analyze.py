@@ -367,7 +367,7 @@ def _report_drops(res) -> None:
 def _run_trajectory(args) -> int:
     """``rmfast analyze trajectory INPUT... --out DIR``: every table and figure into DIR."""
     from ..analysis.data.ledger import Ledger
-    from ..analysis.paper_b.trajectory import load_trajectory_inputs, trajectory, write_trajectory
+    from ..analysis.paper_b.trajectory import load_trajectory_inputs, trajectory, trajectory_files, write_trajectory
 
     if not args.inputs:
         raise UserError("trajectory needs inputs: rank_results_*.csv, long CSV tables, or scans "
@@ -377,7 +377,7 @@ def _run_trajectory(args) -> int:
     from ..sweep.store import read_scans
 
     # another trajectory there: refused, or replaced whole (its files not written again had stayed beside the new ones)
-    old = sorted(Path(args.out).glob("trajectory_*")) if Path(args.out).is_dir() else []
+    old = trajectory_files(args.out)
     if old and not args.overwrite:
         raise UserError(f"--out {args.out} already holds a trajectory ({old[0].name}{', ...' if len(old) > 1 else ''}); "
                         "pass --overwrite to replace it, or choose another --out")

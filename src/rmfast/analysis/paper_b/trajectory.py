@@ -420,6 +420,14 @@ def trajectory_figures(res: TrajectoryResult, *, max_runs: int = 30,
     return figs
 
 
+def trajectory_files(out_dir, prefix: str = "trajectory_") -> list[Path]:
+    """The files of a trajectory written into ``out_dir`` earlier: plain files of the names :func:`write_trajectory`
+    writes (a table's CSV, a figure's PNG), nothing else (a user's own ``trajectory_notes.txt`` or folder is theirs)."""
+    out = Path(out_dir)
+    names = [f"{prefix}{t}{ext}" for t in TrajectoryResult.table_names() for ext in (".csv", ".png")]
+    return [out / n for n in names if (out / n).is_file() and not (out / n).is_symlink()] if out.is_dir() else []
+
+
 def write_trajectory(res: TrajectoryResult, out_dir, *, prefix: str = "trajectory_",
                      n_ranked: int | None = None, figures: bool = True) -> list[str]:
     """Write every non-empty table as CSV and (``figures``) every figure as PNG into ``out_dir``; returns the
@@ -441,5 +449,5 @@ def write_trajectory(res: TrajectoryResult, out_dir, *, prefix: str = "trajector
     return files
 
 
-__all__ = ["TrajectoryResult", "from_scans", "load_trajectory_inputs", "step_of", "trajectory",
+__all__ = ["TrajectoryResult", "from_scans", "load_trajectory_inputs", "step_of", "trajectory", "trajectory_files",
            "trajectory_figures", "write_trajectory"]
