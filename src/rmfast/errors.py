@@ -126,13 +126,28 @@ def missing_package(exc: BaseException, feature: str = "this command") -> "UserE
     """The one-line error for an optional package ``exc`` (an ImportError) did not find: which, and the extra that
     installs it (:data:`EXTRAS`); None where the missing module is not one of them (a bug: its traceback stays).
 
-    >>> print(missing_package(ModuleNotFoundError("No module named 'scipy'", name="scipy"), "analyze human"))
+    >>> print(install_line("scipy", "analyze human"))
     analyze human needs the Python package 'scipy' (not installed); install it with: pip install 'rmfast[analysis]'
     >>> missing_package(ModuleNotFoundError("No module named 'foo'", name="foo")) is None
     True
     """
     root = (getattr(exc, "name", None) or "").split(".")[0]
-    if root not in EXTRAS:
-        return None
-    return UserError(f"{feature} needs the Python package '{root}' (not installed); install it with: "
-                     f"pip install 'rmfast[{EXTRAS[root]}]'")
+    if root not in EXTRAS or not _absent(root):  # installed but broken (a name its version lacks, a compiled part
+        return None  # that fails to load): not "not installed", and its traceback is the user's to read
+    return UserError(install_line(root, feature))
+
+
+def install_line(package: str, feature: str) -> str:
+    """What a missing optional ``package`` (one of :data:`EXTRAS`) is said as, for ``feature``."""
+    return (f"{feature} needs the Python package '{package}' (not installed); install it with: "
+            f"pip install 'rmfast[{EXTRAS[package]}]'")
+
+
+def _absent(package: str) -> bool:
+    """Whether ``package`` is not installed (no import spec; a None entry in ``sys.modules`` reads the same)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is None
+    except (ImportError, ValueError):
+        return True

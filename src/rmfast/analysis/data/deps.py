@@ -42,7 +42,9 @@ def plots_available(skipped: str) -> bool:
 
     try:
         import matplotlib  # noqa: F401
-    except ImportError:
+    except ImportError as e:
+        if missing_package(e) is None:  # installed but broken: its own error, not "not installed"
+            raise
         print(f"rmfast: note: {skipped} left out: matplotlib is not installed (pip install "
               f"'rmfast[{EXTRAS['matplotlib']}]'); everything else is written as usual", file=sys.stderr)
         return False
