@@ -500,3 +500,23 @@ def test_a_subset_scan_has_its_own_default_output():
     assert len(names) == 6, names  # ":50" is "0:50"
     assert "results/rm__what-in-one-word-is-the-greatest-thing__ids-0-50.parquet" in names
     assert "results/rm__what-in-one-word-is-the-greatest-thing.parquet" in names  # the full scan's name is as it was
+    # names that words alone made alike (a cut part, both compat modes, one file name in two folders) differ by a hash
+    long = dict(token_ids="0:20000", exclude_special=True, wordlike=True)
+    tags = {Selection(**long, dedup=True).tag(), Selection(**long).tag(), Selection(**long, compat="authors").tag(),
+            Selection(**long, compat="decode-retokenize").tag()}
+    assert len(tags) == 4 and all(len(t) <= 40 for t in tags), tags
+    assert Selection(compat="authors").tag() != Selection(compat="decode-retokenize").tag()
+
+
+def test_one_file_name_in_two_folders_names_two_outputs(tmp_path):
+    from rmfast.scoring.pipeline import Selection
+
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "picked.txt").write_text("1\n2\n")
+    a, b = (Selection(token_ids=str(tmp_path / d / "picked.txt")).tag() for d in ("a", "b"))
+    assert a != b and a.startswith("picked-") and b.startswith("picked-")
+    texts = [Selection(texts=["x"], texts_info={"path": str(tmp_path / "a" / "picked.txt"), "column": c}, compat=m).tag()
+             for c, m in ((None, None), ("name", None), (None, "authors"))]
+    assert len(set(texts)) == 3, texts
+

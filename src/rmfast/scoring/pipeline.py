@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import time
 import warnings
@@ -29,6 +30,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .text_checks import check_lengths, check_texts, texts_manifest
 from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, HostWork, check_context, ids_digest, max_response_len, select_ids,
                          tokenize_in_context, vocab_sha256)
 from ..cpu import say_choice
@@ -294,36 +296,6 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
 # text candidates
 
 
-def _unique_texts(texts) -> list[str]:
-    if isinstance(texts, str):
-        raise UserError("texts must be a list of strings, not one string")
-    texts = list(texts)
-    bad = [t for t in texts if not isinstance(t, str)]
-    if bad:
-        raise UserError(f"candidates must be strings; got {type(bad[0]).__name__} {bad[0]!r}")
-    uniq = list(dict.fromkeys(texts))
-    if len(uniq) < len(texts):
-        dup = next(t for i, t in enumerate(texts) if t in texts[:i])
-        warnings.warn(f"rmfast: {len(texts) - len(uniq)} duplicate candidate(s) scored once ({dup!r}…)", stacklevel=3)
-    empty = [i for i, t in enumerate(uniq) if not t.strip()]
-    if empty:
-        raise UserError(f"candidate {empty[0] + 1} is empty; every candidate needs some text")
-    return uniq
-
-
-def _check_lengths(rows, texts, model, tmpl, max_tokens) -> int:
-    if max_tokens is None or int(max_tokens) < 1:
-        raise UserError("--max-tokens must be a positive integer")
-    limit, pos_limit = int(max_tokens), max_response_len(model, tmpl)
-    for i, r in enumerate(rows):
-        n = len(r.ids)
-        if n > limit or (pos_limit is not None and n > pos_limit):
-            which = f"--max-tokens {limit}" if n > limit else f"the model's position limit ({pos_limit} response tokens)"
-            raise UserError(f"candidate {i + 1} {texts[i][:40]!r} is {n} tokens long, over {which}; "
-                            "shorten it, drop it, or raise --max-tokens")
-    return limit
-
-
 def _text_groups(rows, plan: ScoringPlan, layers=None, lens: bool = False) -> list[Group]:
     """One group per response length on the shared template; one per row that did not split (it
     carries its own template and runs the plain-HF path)."""
@@ -396,7 +368,7 @@ def score_texts(
     t0 = time.perf_counter()
     options = ScoringOptions.of(options, **option_kw)
     compat, batch_size = options.compat, options.batch_size
-    texts, source_ids = _check_texts(texts, source_ids, compat)
+    texts, source_ids = check_texts(texts, source_ids, compat)
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))  # the prompt alone; each text below
     authors = compat == "authors"
@@ -408,11 +380,11 @@ def score_texts(
     if authors:
         check_authors(head, options.engine)
     rows = tokenize_in_context(tokenizer, tmpl, texts, compat=compat, head=head)
-    limit = _check_lengths(rows, texts, model, tmpl, max_tokens)
+    limit = check_lengths(rows, texts, model, tmpl, max_tokens)
     n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
     n_odd = sum(r.template is not None for r in rows)
     manifest = plan.manifest(prompt, model_info)
-    manifest.update(_texts_manifest(rows, compat, source_ids, candidates_info, limit), vocab_sha256=vocab_sha256(tokenizer))
+    manifest.update(texts_manifest(rows, compat, source_ids, candidates_info, limit), vocab_sha256=vocab_sha256(tokenizer))
     if authors:
         bs_a, bs_from = authors_batch_size(batch_size, manifest["model"].get("name"))
         convs, where = authors_plan(tokenizer, tmpl, texts, source_ids, bs_a)
@@ -444,40 +416,6 @@ def score_texts(
     res = _finish_states(res, st_out, tokenizer, keep_checkpoint, extra.get("lens"), plan.n_layers)
     return res if keep_checkpoint else drop_checkpoint(res, checkpoint)
 
-
-
-def _check_texts(texts, source_ids, compat):
-    """The texts (de-duplicated unless they came from vocabulary ids) and their ids, checked."""
-    if compat is not None and compat not in COMPAT_MODES:
-        raise UserError(f"unknown --compat {compat!r}; use {', '.join(COMPAT_MODES)}")
-    if source_ids is not None:
-        texts, source_ids = list(texts), np.asarray(source_ids, dtype=np.int64)
-        if source_ids.size != len(texts):
-            raise UserError("source_ids must give one vocabulary id per text")
-    else:
-        texts = _unique_texts(texts)
-    if not texts:
-        raise UserError("no candidates to score")
-    return texts, source_ids
-
-
-def _texts_manifest(rows, compat, source_ids, candidates_info, limit) -> dict:
-    """What a text scan records about its candidates and how they were tokenized."""
-    n_tok = np.array([len(r.ids) for r in rows], dtype=np.int64)
-    return {
-        "candidate_kind": "vocabulary-decoded" if source_ids is not None else "text",
-        "candidates": candidates_info,
-        "compat": compat,
-        "n_candidates": len(rows),
-        "n_tokens": {"min": int(n_tok.min()), "max": int(n_tok.max()), "mean": round(float(n_tok.mean()), 3)},
-        "max_tokens": limit,
-        "rows_not_split": sum(r.template is not None for r in rows),
-        "tokenization": ("apply_chat_template(tokenize=True) of the whole conversation, sliced between the template's "
-                         "prefix and suffix" if compat is None else
-                         "decode-retokenize: the whole re-tokenized conversation is scored as it is"
-                         if compat != "authors" else
-                         "authors: the conversation rendered as text, re-tokenized with special tokens, batches padded"),
-    }
 
 
 def decode_retokenize_scan(model, tokenizer, prompt: str, ids, options: ScoringOptions | None = None,
@@ -532,27 +470,51 @@ class Selection:
             raise UserError("--max-tokens must be a positive integer")
 
     def tag(self) -> str:
-        """What distinguishes this selection in a default output name ('' for a plain vocabulary scan)."""
+        """What distinguishes this selection in a default output name ('' for a plain vocabulary scan): its parts in
+        words (the ids' range or file, the views, the compat mode; a texts file's name and column), at most 40
+        characters, ending in a short hash of the whole selection where words alone could name two selections alike
+        (a part cut off, a file's name that another folder's file shares). A subset's default name had been the
+        whole vocabulary's, and cut names had collided.
+
+        >>> Selection(token_ids="0:50").tag(), Selection(wordlike=True, compat="authors").tag(), Selection().tag()
+        ('ids-0-50', 'wordlike-compat-authors', '')
+        """
+        from ..io import slug
+
+        compat = {"authors": "compat-authors", "decode-retokenize": "decode-retokenize"}.get(self.compat or "", "")
         if self.texts_info and self.texts_info.get("path"):
-            return Path(self.texts_info["path"]).stem
-        parts = [_ids_tag(self.token_ids)] + [name for name, on in (("no-special", self.exclude_special),
-                                                                  ("wordlike", self.wordlike), ("dedup", self.dedup),
-                                                                  ("compat", self.compat)) if on]
-        return "-".join(p for p in parts if p)  # a subset's default name had been the whole vocabulary's
+            words = [Path(self.texts_info["path"]).stem, str(self.texts_info.get("column") or ""), compat]
+            exact = [str(Path(self.texts_info["path"]).resolve()), self.texts_info.get("column"), self.compat]
+        else:
+            words = [_ids_tag(self.token_ids)] + [name for name, on in (("no-special", self.exclude_special),
+                                                                      ("wordlike", self.wordlike), ("dedup", self.dedup))
+                                                  if on] + [compat]
+            ids = self.token_ids
+            exact = [str(Path(ids).resolve()) if isinstance(ids, str) and os.path.isfile(ids) else _ids_tag(ids),
+                     self.exclude_special, self.wordlike, self.dedup, self.compat]
+        if not any(words):
+            return ""
+        full = slug("-".join(w for w in words if w), 1000)
+        files = isinstance(self.token_ids, str) and os.path.isfile(self.token_ids) or bool(self.texts_info)
+        if len(full) <= 40 and not files:
+            return full
+        return f"{slug(full, 33)}-{hashlib.sha256(repr(exact).encode()).hexdigest()[:6]}"
 
 
 def _ids_tag(token_ids) -> str:
-    """--token-ids in a default output name: the range ("ids-0-50"), the file's name, or the count of ids given.
+    """--token-ids in a default output name: the range ("ids-0-50"; open ends as 0 and the vocabulary's end), the
+    file's name, or the count of ids given.
 
-    >>> _ids_tag("0:50"), _ids_tag("picked.txt"), _ids_tag([3, 4, 9]), _ids_tag(None)
-    ('ids-0-50', 'picked', '3-ids', '')
+    >>> _ids_tag("0:50"), _ids_tag(" :50"), _ids_tag("picked.txt"), _ids_tag([3, 4, 9]), _ids_tag(None)
+    ('ids-0-50', 'ids-0-50', 'picked', '3-ids', '')
     """
     if token_ids is None:
         return ""
     if isinstance(token_ids, str):
         if ":" in token_ids and not os.path.exists(token_ids):
-            lo, _, hi = token_ids.partition(":")
-            return f"ids-{lo.strip() or '0'}-{hi.strip() or 'end'}"
+            lo, _, hi = token_ids.strip().partition(":")
+            lo, hi = lo.strip().lstrip("0") or "0", hi.strip()
+            return f"ids-{lo}-{(hi.lstrip('0') or '0') if hi else 'end'}"
         return Path(token_ids).stem
     return f"{len(list(token_ids))}-ids"
 
