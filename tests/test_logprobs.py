@@ -66,6 +66,25 @@ def test_gemma2_final_logit_softcapping_included(smol_tokenizer):
     assert not np.allclose(res.scores, torch.log_softmax(raw, -1).numpy(), atol=1e-3)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_a_bf16_model_s_head_multiplies_in_fp32(smol_tokenizer, arch):
+    """A bf16 model's logits had been bf16 (its fp32 log-softmax kept 8 bits: SmolLM2's 49,152 log-probs took 298
+    values, 'The' and 'That' tied at rank 1): the LM head multiplies in fp32 on the model's own bf16 state, the
+    model's final softcap applied to those fp32 logits (Gemma 2); the head is the model's again afterwards."""
+    m = T.tiny(arch, "causal_lm", seed=4).to(torch.bfloat16)
+    res = logprobs(m, smol_tokenizer, PROMPT, template="User: {prompt}\nAssistant:")
+    ids = res.manifest["template"]["prefix_ids"]
+    with torch.no_grad():
+        h = m.model(torch.tensor([ids])).last_hidden_state[0, -1]  # (D,) bf16: the model's normed state
+        raw = h.float() @ m.lm_head.weight.float().T  # (V,) fp32
+    cap = getattr(m.config, "final_logit_softcapping", None)
+    want = torch.log_softmax(cap * torch.tanh(raw / cap) if cap else raw, -1)
+    np.testing.assert_allclose(res.scores, want.numpy(), atol=2e-5, rtol=0)
+    assert len(np.unique(res.scores)) > 0.9 * T.VOCAB and res.manifest["lm_head_dtype"] == "float32"
+    assert "forward" not in vars(m.lm_head)  # the module's own forward again
+    assert m.lm_head(h[None]).dtype == torch.bfloat16
+
+
 def test_plain_templates(smol_tokenizer):
     # a {response} slot: exactly scan's prefix (the space before the slot belongs to the answer)
     fmt = "User: {prompt}\nAssistant: {response}"
@@ -175,3 +194,15 @@ def test_nan_log_probabilities_are_counted_and_said(smol_tokenizer):
     with pytest.warns(UserWarning, match=r"12 of 12 scores came out NaN or infinite \(token ids 0, 1, 2"):
         res = logprobs(m, smol_tokenizer, PROMPT, token_ids="0:12")
     assert res.manifest["n_nonfinite"] == 12 and np.isnan(res.scores).all()
+
+
+def test_a_tokenizer_bigger_than_the_model_is_one_line(smol_tokenizer, capsys, tmp_path):
+    """A model of 1,000 ids with SmolLM2's tokenizer: logprobs, and a scan, ended in an IndexError from inside the
+    embedding (the size check came after the forward)."""
+    m = T.tiny("llama", "causal_lm", seed=1, vocab=1000)
+    with pytest.raises(UserError, match=r"go up to id \d+, but the model embeds only ids 0..999: the tokenizer is not"):
+        logprobs(m, smol_tokenizer, PROMPT, token_ids="0:100")
+    from rmfast.scoring.pipeline import scan
+
+    with pytest.raises(UserError, match="the model embeds only ids 0..999"):
+        scan(m, smol_tokenizer, PROMPT, token_ids="0:100", head="logprob", progress=False)

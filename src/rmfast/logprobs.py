@@ -33,6 +33,7 @@ What precedes the first response token (the "prompt side"):
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 
 from .version import __version__
-from .scoring.candidates import check_context, decoded, select_ids
+from .scoring.candidates import check_context, check_embedded, decoded, select_ids
 from .errors import UserError
 from .fast import ops
 from .template import is_plain_format, build_template
@@ -121,19 +122,52 @@ def prompt_ids(tokenizer, prompt: str, *, template: str | None = None, system: s
     return ids, info
 
 
+#: output rows of the LM head multiplied at once in :func:`fp32_lm_head` (bounds its fp32 copy of the weights)
+HEAD_CHUNK = 16384
+
+
+@contextlib.contextmanager
+def fp32_lm_head(model):
+    """Inside, the model's LM head multiplies in float32 (its weights cast chunk by chunk, its input once): a bf16
+    model's logits had been bf16, and the fp32 log-softmax of them kept their 8 bits (SmolLM2's 49,152 log-probs took
+    298 distinct values; 'The' and 'That' tied at rank 1, 0.04 nats apart in fp32). The model's own forward runs
+    around it (its final softcap, a logit scale: applied to fp32 logits). A float32 head is left as it is."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    w = getattr(head, "weight", None)
+    if not isinstance(head, torch.nn.Linear) or w is None or w.dtype == torch.float32:
+        yield
+        return
+    b = None if head.bias is None else head.bias.float()
+
+    def forward(x):  # x (..., D) -> (..., V) fp32
+        xf = x.float()
+        out = torch.cat([xf @ w[i:i + HEAD_CHUNK].float().T for i in range(0, w.shape[0], HEAD_CHUNK)], dim=-1)
+        return out if b is None else out + b
+
+    head.forward = forward
+    try:
+        yield
+    finally:
+        del head.forward  # the class's own forward again
+
+
 @torch.inference_mode()
 def next_token_logprobs(model, ids) -> torch.Tensor:
-    """fp32 ``log_softmax`` of the model's logits at the last position of ``ids`` (one forward pass).
+    """fp32 ``log_softmax`` of the model's logits at the last position of ``ids`` (one forward pass), the LM head
+    multiplied in fp32 (:func:`fp32_lm_head`).
 
     Returns a CPU tensor over the model's full output dimension.
     """
     p = next(model.parameters())
     x = torch.as_tensor([list(ids)], dtype=torch.long, device=p.device)
     mask = torch.ones_like(x)
-    try:
-        out = model(input_ids=x, attention_mask=mask, logits_to_keep=1, use_cache=False)
-    except TypeError:  # models that do not take logits_to_keep
-        out = model(input_ids=x, attention_mask=mask, use_cache=False)
+    from .scoring.model_mode import model_lock
+
+    with model_lock(model), fp32_lm_head(model):  # (its head's forward swapped: one call on a model at a time)
+        try:
+            out = model(input_ids=x, attention_mask=mask, logits_to_keep=1, use_cache=False)
+        except TypeError:  # models that do not take logits_to_keep
+            out = model(input_ids=x, attention_mask=mask, use_cache=False)
     logits = getattr(out, "logits", None)
     if logits is None:
         raise UserError("this model returns no logits; logprobs needs a causal language model")
@@ -207,6 +241,7 @@ def logprobs(
         raise UserError("logprobs needs a causal language model; this model has no LM head") from None
     ids, info = prompt_ids(tokenizer, prompt, template=template, system=system)
     check_context(model, len(ids), 0)  # the scored token is predicted after the last prompt position
+    check_embedded(model, ids)  # before the forward: an IndexError from inside the embedding had been all it said
     cand, n_vocab, _ = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special)
     t_fwd = time.perf_counter()
     lp = next_token_logprobs(model, ids)
@@ -226,6 +261,7 @@ def logprobs(
         "score_meaning": score_meaning(HEAD),  # what `score` is, in the manifest and the Parquet, as scan's
         "dtype": str(p.dtype).replace("torch.", ""),
         "logsoftmax_dtype": "float32",
+        "lm_head_dtype": "float32",  # fp32_lm_head: the logits too, not only their softmax
         "device": str(p.device),
         "engine": "single_forward",
         "vocab_size": n_vocab,

@@ -569,6 +569,26 @@ def max_response_len(model, tmpl) -> int | None:
     return None if n is None else n - len(tmpl.prefix_ids) - len(tmpl.suffix_ids)
 
 
+def check_embedded(model, *id_lists) -> None:
+    """UserError where the prompt side's (or template's) ids go past the model's embedding rows: a tokenizer that is
+    not the model's (its ids reach past the vocabulary the model was built with). It had been an IndexError traceback
+    from inside the embedding, after the forward started.
+
+    >>> import torch
+    >>> m = torch.nn.Module(); m.get_input_embeddings = lambda: torch.nn.Embedding(10, 2)
+    >>> check_embedded(m, [1, 2], [9])
+    >>> check_embedded(m, [1, 12])
+    Traceback (most recent call last):
+    rmfast.errors.UserError: the prompt's tokens go up to id 12, but the model embeds only ids 0..9: the tokenizer is not this model's (give the model's own, or the model it belongs to)
+    """
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    n = getattr(emb, "num_embeddings", None)
+    top = max((int(i) for ids in id_lists for i in ids), default=-1)
+    if n is not None and top >= n:
+        raise UserError(f"the prompt's tokens go up to id {top}, but the model embeds only ids 0..{n - 1}: the tokenizer "
+                        "is not this model's (give the model's own, or the model it belongs to)")
+
+
 def check_context(model, n_prefix: int, n_response: int = 1, n_suffix: int = 0) -> None:
     """UserError unless prompt side + response + suffix fit the model's positions.
 

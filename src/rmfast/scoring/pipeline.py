@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .text_checks import check_lengths, check_texts, texts_manifest
-from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, HostWork, check_context, ids_digest, max_response_len, select_ids,
+from .candidates import (COMPAT_MODES, check_embedded, DEFAULT_MAX_TOKENS, HostWork, check_context, ids_digest, max_response_len, select_ids,
                          tokenize_in_context, vocab_sha256)
 from ..cpu import say_choice
 from ..errors import UserError
@@ -254,6 +254,7 @@ def score_ids(model, tokenizer, prompt: str, ids: np.ndarray, options: ScoringOp
     options = ScoringOptions.of(options, **option_kw)
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))
+    check_embedded(model, tmpl.prefix_ids, tmpl.suffix_ids)  # (the candidates: select_ids checks them)
     decided = decide(model, options, job, template=tmpl, response_tokens=1, stacklevel=4)
     host = HostWork(tokenizer, ids, decided.host_overlap)  # the hash, pieces, texts: beside the scan, from its first batch
     t_plan = time.perf_counter()
@@ -371,6 +372,7 @@ def score_texts(
     texts, source_ids = check_texts(texts, source_ids, compat)
     tmpl = template if isinstance(template, Template) else build_template(tokenizer, prompt, template=template, system=system)
     check_context(model, len(tmpl.prefix_ids), 1, len(tmpl.suffix_ids))  # the prompt alone; each text below
+    check_embedded(model, tmpl.prefix_ids, tmpl.suffix_ids)
     authors = compat == "authors"
     # Texts of many lengths would pad every length's batch to full size: their batches are as long as
     # the texts (a text's fp32 score may then differ in the last bits between jobs; docs/determinism.md):

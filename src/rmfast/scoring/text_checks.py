@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 from ..errors import UserError
-from .candidates import COMPAT_MODES, max_response_len
+from .candidates import COMPAT_MODES, check_embedded, max_response_len
 
 
 def unique_texts(texts) -> list[str]:
@@ -32,6 +32,7 @@ def check_lengths(rows, texts, model, tmpl, max_tokens) -> int:
     if max_tokens is None or int(max_tokens) < 1:
         raise UserError("--max-tokens must be a positive integer")
     limit, pos_limit = int(max_tokens), max_response_len(model, tmpl)
+    check_embedded(model, *(r.ids for r in rows))
     for i, r in enumerate(rows):
         n = len(r.ids)
         if n > limit or (pos_limit is not None and n > pos_limit):
