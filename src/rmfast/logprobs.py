@@ -42,6 +42,7 @@ import torch
 
 from .version import __version__
 from .scoring.candidates import check_context, check_embedded, decoded, select_ids
+from .cpu import say_choice
 from .errors import UserError
 from .fast import ops
 from .template import is_plain_format, build_template
@@ -243,6 +244,7 @@ def logprobs(
     check_context(model, len(ids), 0)  # the scored token is predicted after the last prompt position
     check_embedded(model, ids)  # before the forward: an IndexError from inside the embedding had been all it said
     cand, n_vocab, _ = select_ids(model, tokenizer, token_ids, exclude_special=exclude_special)
+    say_choice(model)  # the --dtype auto line, as a scan prints it (bf16 picked here had been said nowhere)
     t_fwd = time.perf_counter()
     lp = next_token_logprobs(model, ids)
     fwd_s = time.perf_counter() - t_fwd
