@@ -40,8 +40,10 @@ def test_join_keeps_highest_and_counts():
     a = sr(["x", "x", "y", "z", "\ufffd", "\ufffd"], np.log([0.1, 0.4, 0.2, 0.1, 0.05, 0.15]))
     b = sr(["x", "y", "y", "w"], np.log([0.5, 0.05, 0.4, 0.05]))
     t, c = join_shared(a, b)
-    assert c == {"join": "text", "agg": "max", "tokens_a": 6, "tokens_b": 4, "strings_a": 4, "strings_b": 3,
-                 "collapsed_a": 2, "collapsed_b": 1, "shared": 2, "dropped_a": 2, "dropped_b": 1}
+    # the U+FFFD byte pieces are no string to compare: left out, counted (they had been one joined key)
+    assert c == {"join": "text", "agg": "max", "tokens_a": 6, "tokens_b": 4, "strings_a": 3, "strings_b": 3,
+                 "collapsed_a": 1, "collapsed_b": 1, "shared": 2, "dropped_a": 1, "dropped_b": 1,
+                 "nonfinite_a": 0, "nonfinite_b": 0, "unreadable_a": 2, "unreadable_b": 0}
     t = t.set_index("text")
     assert t.loc["x", "token_id_a"] == 1 and t.loc["y", "token_id_b"] == 2  # the most probable token
     np.testing.assert_allclose(t.loc["x", ["logp_a", "logp_b"]].astype(float), np.log([0.4, 0.5]), rtol=1e-6)
@@ -50,6 +52,19 @@ def test_join_keeps_highest_and_counts():
     # ranks within the shared strings, 1 = highest
     assert t.loc["x", "rank_log_ratio"] == 1 and t.loc["y", "rank_log_ratio"] == 2
     assert t.loc["x", "rank_a"] == 1 and t.loc["x", "n_tokens_a"] == 2
+
+
+def test_nonfinite_log_probs_are_counted_and_said():
+    """NaN and infinite log-probs were dropped without a word (the counts stopped adding up, NaN rows counted as
+    blank, a word took a weaker spelling's value silently)."""
+    from rmfast.errors import UserNote
+
+    a = sr(["That", " that", "x", " "], np.array([np.nan, -2.0, -1.0, -3.0]))
+    b = sr(["that", "x"], np.log([0.5, 0.5]))
+    with pytest.warns(UserNote, match="1 of model a's log-probabilities are NaN or infinite"):
+        t, c = join_shared(a, b, join="word")
+    assert c["nonfinite_a"] == 1 and c["blank_a"] == 1 and c["nonfinite_b"] == 0
+    assert c["tokens_a"] == c["strings_a"] + c["collapsed_a"] + c["nonfinite_a"] + c["blank_a"] + c["unreadable_a"]
 
 
 def test_logsumexp_and_word_join():
@@ -101,6 +116,8 @@ def test_shared_vocabulary_two_real_tokenizers(smol_tokenizer, gemma_tokenizer):
     for r in (a, b):  # independent: a plain dict of the highest log-prob per decoded string
         d = {}
         for t, s in zip(r.texts, r.scores.tolist()):
+            if "\ufffd" in t:  # byte pieces: no string to compare (left out of the join, counted)
+                continue
             if t not in d or s > d[t]:
                 d[t] = s
         best.append(d)
@@ -109,10 +126,12 @@ def test_shared_vocabulary_two_real_tokenizers(smol_tokenizer, gemma_tokenizer):
     assert c["shared"] == len(shared) == len(t) and set(t["text"]) == shared
     assert c["strings_a"] == len(best[0]) and c["strings_b"] == len(best[1])
     assert c["dropped_a"] == len(best[0]) - len(shared) and c["dropped_b"] == len(best[1]) - len(shared)
-    assert c["collapsed_a"] == 49152 - len(best[0]) > 0 and c["collapsed_b"] == 262144 - len(best[1]) > 0
+    assert c["collapsed_a"] == 49152 - len(best[0]) - c["unreadable_a"] and c["unreadable_a"] > 0  # (all 314: byte pieces)
+    assert c["collapsed_b"] == 262144 - len(best[1]) - c["unreadable_b"] > 0
     assert 40_000 < c["shared"] < 49_152
     tt = t.set_index("text")
-    for s in (" love", "love", " the", "\n", "\ufffd"):
+    assert not any("\ufffd" in x for x in tt.index)
+    for s in (" love", "love", " the", "\n"):
         assert s in tt.index, s
         assert tt.loc[s, "logp_a"] == pytest.approx(best[0][s], abs=1e-6)
         assert tt.loc[s, "logp_b"] == pytest.approx(best[1][s], abs=1e-6)
@@ -186,6 +205,15 @@ def test_a_scan_of_another_quantity_is_not_joined(pair):
         implicit(la, other)
     with pytest.raises(UserError, match="exclude-special|exclude_special"):
         implicit(la, la, exclude_special=True)
+    # a file without its manifest (a reward scan copied alone had been read as log-probs), or two prompts' rows in one
+    bare = sr(la.texts, la.scores, la.token_ids)
+    bare.manifest.pop("head", None)
+    with pytest.raises(UserError, match="no manifest saying what its scores are"):
+        implicit(bare, la)
+    twice = sr(la.texts * 2, np.concatenate([la.scores] * 2), np.concatenate([la.token_ids] * 2))
+    twice.manifest["head"] = la.manifest["head"]
+    with pytest.raises(UserError, match="holds a token id more than once"):
+        implicit(twice, la)
 
 
 def test_read_paper_b_prompts(shared_data):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .version import __version__
-from .errors import UserError
+from .errors import UserError, UserNote
 from .io import check_output, manifest_path, provenance, write_csv, write_json, write_parquet
 from .user_files import read_text
 from .yaml_keys import yaml_load_unique, yaml_problem
@@ -113,7 +114,9 @@ def collapse(res, *, join: str = "text", agg: str = "max") -> pd.DataFrame:
     })
     if join == "word":
         df = df[df["key"] != ""]
-    df = df[np.isfinite(df["logp"].to_numpy())]
+    # a byte piece decodes to U+FFFD: its "string" is no text, and two models' pieces under that key are not the
+    # same string (it had joined unrelated pieces, even of one tokenizer); NaN/inf are no log-probability
+    df = df[~df["key"].astype(str).str.contains("\ufffd", regex=False) & np.isfinite(df["logp"].to_numpy())]
     df = df.sort_values(["logp", "token_id"], ascending=[False, True], kind="stable")
     g = df.groupby("key", sort=False)
     out = g.head(1).set_index("key")
@@ -125,6 +128,14 @@ def collapse(res, *, join: str = "text", agg: str = "max") -> pd.DataFrame:
     return out.reset_index()[["key", "text", "token_id", "logp", "n_tokens"]]
 
 
+def _gone(res, join: str) -> int:
+    """Rows of ``res`` that :func:`collapse` leaves out for another reason than a blank word: unreadable or non-finite."""
+    key = _key(res.texts, join).astype(str)
+    keep_blank = key != ""
+    return int((keep_blank & (key.str.contains("\ufffd", regex=False).to_numpy()
+                              | ~np.isfinite(np.asarray(res.scores, dtype=np.float64)))).sum())
+
+
 def join_shared(a, b, *, join: str = "text", agg: str = "max") -> tuple[pd.DataFrame, dict]:
     """Join two ScanResults of log-probabilities on their shared keys.
 
@@ -132,7 +143,9 @@ def join_shared(a, b, *, join: str = "text", agg: str = "max") -> tuple[pd.DataF
     the shared decoded string, or the normalised word), ranks 1 = highest within the shared
     set; counts has tokens_a/b (rows given), strings_a/b (distinct keys), collapsed_a/b
     (tokens folded into a key held by a more probable token), shared, dropped_a/b (keys of
-    one model the other lacks), and under ``join="word"`` blank_a/b (whitespace-only tokens).
+    one model the other lacks), nonfinite_a/b (NaN or infinite log-probs, left out, with a note), unreadable_a/b
+    (tokens decoding to U+FFFD, byte pieces: left out, no string to compare), and under ``join="word"`` blank_a/b
+    (whitespace-only tokens).
     """
     ca, cb = collapse(a, join=join, agg=agg), collapse(b, join=join, agg=agg)
     m = ca.merge(cb, on="key", suffixes=("_a", "_b"))
@@ -152,6 +165,13 @@ def join_shared(a, b, *, join: str = "text", agg: str = "max") -> tuple[pd.DataF
     t["n_tokens_b"] = m["n_tokens_b"].astype(np.int64)
     t = t.sort_values(["rank_log_ratio", "text"], kind="stable").reset_index(drop=True)
     n_a, n_b = len(a.token_ids), len(b.token_ids)
+    bad = {side: int((~np.isfinite(np.asarray(r.scores, dtype=np.float64))).sum()) for side, r in (("a", a), ("b", b))}
+    unreadable = {side: int(_key(r.texts, join).astype(str).str.contains("\ufffd", regex=False).sum())
+                  for side, r in (("a", a), ("b", b))}
+    for side, n in bad.items():  # left out, and said: the counts had stopped adding up without a word
+        if n:
+            warnings.warn(UserNote(f"rmfast: implicit: {n} of model {side}'s log-probabilities are NaN or infinite: left "
+                                   f"out of the join (nonfinite_{side} in the counts)"), stacklevel=2)
     counts = {
         "join": join, "agg": agg,
         "tokens_a": int(n_a), "tokens_b": int(n_b),
@@ -160,9 +180,11 @@ def join_shared(a, b, *, join: str = "text", agg: str = "max") -> tuple[pd.DataF
         "shared": int(len(t)),
         "dropped_a": int(len(ca) - len(t)), "dropped_b": int(len(cb) - len(t)),
     }
-    if join == "word":
-        counts["blank_a"] = int(n_a - ca["n_tokens"].sum())
-        counts["blank_b"] = int(n_b - cb["n_tokens"].sum())
+    counts.update({"nonfinite_a": bad["a"], "nonfinite_b": bad["b"],
+                   "unreadable_a": unreadable["a"], "unreadable_b": unreadable["b"]})
+    if join == "word":  # whitespace-only tokens: what no other count holds
+        counts["blank_a"] = int(n_a - ca["n_tokens"].sum() - _gone(a, join))
+        counts["blank_b"] = int(n_b - cb["n_tokens"].sum() - _gone(b, join))
     if t.empty:
         raise UserError(f"the two models share no {'decoded strings' if join == 'text' else 'words'}; nothing to compare")
     return t, counts
@@ -226,7 +248,14 @@ def _as_logprobs(side, prompt, template, system, exclude_special):
         if prompt is not None and got is not None and got != prompt:
             raise UserError(f"a log-prob result is for the prompt {got!r}, not {prompt!r}")
         head = side.manifest.get("head")
-        if head not in (None, HEAD):  # a scan's 'logprob' is log p(token + end of turn): another quantity
+        if head is None:  # a reward scan copied without its .json had been read as log-probs, then crashed the CLI
+            raise UserError("a log-prob input has no manifest saying what its scores are (a .parquet without the "
+                            ".json `rmfast logprobs` writes beside it?): give the file with its manifest, or make it "
+                            "again with `rmfast logprobs`")
+        if np.unique(side.token_ids).size < side.token_ids.size:
+            raise UserError("a log-prob input holds a token id more than once (several prompts' rows in one file?): "
+                            "give one `rmfast logprobs` output per prompt")
+        if head != HEAD:  # a scan's 'logprob' is log p(token + end of turn): another quantity
             raise UserError(f"an input scan holds {'reward scores' if head == 'score' else 'log p(token + end of turn)'} "
                             f"(head {head!r}), not next-token log-probabilities; make it with `rmfast logprobs`")
         if exclude_special:

@@ -109,9 +109,7 @@ def run(args) -> int:
     cts = [m["counts"]] if isinstance(m["counts"], dict) else m["counts"]
     c = cts[0]
     print(f"shared {c['shared']} {'strings' if args.join == 'text' else 'words'}"
-          f"{' (first prompt)' if len(cts) > 1 else ''}; a: {c['tokens_a']} tokens -> {c['strings_a']} keys "
-          f"({c['collapsed_a']} collapsed), {c['dropped_a']} dropped; b: {c['tokens_b']} tokens -> {c['strings_b']} keys "
-          f"({c['collapsed_b']} collapsed), {c['dropped_b']} dropped")
+          f"{' (first prompt)' if len(cts) > 1 else ''}; a: {_counts_of(c, 'a')}; b: {_counts_of(c, 'b')}")
     if args.top and prompts is None:
         cols = ["text", "logp_a", "logp_b", "log_ratio", "mwlr"]
         for by in ("log_ratio", "mwlr"):
@@ -130,6 +128,16 @@ def _tmpl(t):
     from ..logprobs import RAW
 
     return RAW if t == "raw" else None if t is None else unescape(t)  # raw: the raw prompt, chat template or not
+
+
+def _counts_of(c: dict, side: str) -> str:
+    """One model's counts, every token accounted for: keys, tokens collapsed into them, and those left out (byte pieces
+    decoding to U+FFFD, NaN/inf log-probs, whitespace-only words); then the keys the other model lacks."""
+    out = [f"{c.get(f'{k}_{side}', 0)} {what}" for k, what in (("unreadable", "unreadable byte pieces"),
+                                                             ("nonfinite", "NaN/inf"), ("blank", "blank"))
+           if c.get(f"{k}_{side}")]
+    return (f"{c[f'tokens_{side}']} tokens -> {c[f'strings_{side}']} keys ({c[f'collapsed_{side}']} collapsed"
+            + "".join(f", {o}" for o in out) + f"), {c[f'dropped_{side}']} dropped")
 
 
 def register(sub) -> None:
