@@ -320,3 +320,26 @@ def test_implicit_tables_say_what_their_scores_are(pair, tmp_path):
     assert meta["score_meaning"] == SCORE_MEANING and meta["prompt"] == PROMPT
     assert "log_ratio = logp_a - logp_b" in SCORE_MEANING and "nats" in SCORE_MEANING
     assert json.loads((tmp_path / "imp.parquet.json").read_text())["score_meaning"] == SCORE_MEANING
+
+
+def test_options_a_file_or_the_demo_would_ignore_are_refused(pair, tmp_path, capsys):
+    """--template-a/--system-a with a logprobs file, and model options with --demo, had been ignored without a word;
+    the same file on both sides gave an all-zero table; a manifest given for its Parquet read as 'not a .gguf'."""
+    from rmfast.cli import main
+
+    (ma, tok), _ = pair
+    f = tmp_path / "a.parquet"
+    logprobs(ma, tok, PROMPT).to_parquet(f)
+    g = tmp_path / "b.parquet"
+    logprobs(pair[1][0], tok, PROMPT).to_parquet(g)
+    cases = [(["--model-a", str(f), "--model-b", str(g), "--template-a", "raw"], "--template-a applies to a model"),
+             (["--model-a", str(f), "--model-b", str(f)], "are both"),
+             (["--model-a", f"{f}.json", "--model-b", str(g)], "is a manifest; give the logprobs .parquet beside it"),
+             (["--demo", "--model-a", str(f)], "--demo compares the embedded pair on words"),
+             (["--demo", "--join", "text"], "--join would change that")]
+    for argv, want in cases:
+        capsys.readouterr()
+        assert main(["implicit", *argv, "--out", str(tmp_path / "o.parquet")]) == 2, argv
+        err = capsys.readouterr().err
+        assert want in err and err.count("\n") == 1, (argv, err)
+    assert not (tmp_path / "o.parquet").exists()

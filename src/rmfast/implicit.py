@@ -434,7 +434,8 @@ def dictionary_summary(table: pd.DataFrame, dictionary, *, name_a: str = "a", na
         table = table.assign(prompt=prompt or "prompt")
     cats = match_dictionary(pd.Series(pd.unique(table["text"])), dic)
     if cats.empty:
-        raise UserError("no dictionary word is among the shared strings (use join='word' for dictionary analysis)")
+        raise UserError("no dictionary word is among the shared strings: the dictionary's terms must be words both "
+                        "models have as one token (under --join word, 'Love' and ' love' count as 'love')")
     sub = table[table["text"].isin(set(cats["word"]))]
     scores = {f"log p {name_a}": "logp_a", f"log p {name_b}": "logp_b",
               f"log ratio ({name_a} - {name_b})": "log_ratio", f"MWLR ({name_a} vs {name_b})": "mwlr"}

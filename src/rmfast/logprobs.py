@@ -27,7 +27,7 @@ What precedes the first response token (the "prompt side"):
   that carry their own leading space (``" love"``) are then the natural answers. A text ending
   in whitespace is kept as given (with a warning): the next token is then conditioned on a
   lone space token, which real tokenizations of an answer rarely contain;
-* base models without a chat template and no ``template``: the raw prompt (with BOS), as in
+* base models without a chat template and no ``template``: the raw prompt (with the BOS the tokenizer adds, if any), as in
   Paper B.
 """
 

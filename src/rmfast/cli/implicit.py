@@ -15,6 +15,8 @@ def _side(spec: str, args):
     """A loaded model, or a ScanResult when ``spec`` is a logprobs Parquet file."""
     from ..scoring.results import ScanResult
 
+    if spec.lower().endswith(".parquet.json"):
+        raise UserError(f"{spec} is a manifest; give the logprobs .parquet beside it ({spec[:-5]})")
     if spec.lower().endswith(".parquet"):
         if not Path(spec).is_file():
             raise UserError(f"{spec}: no such file")
@@ -33,6 +35,17 @@ def _side(spec: str, args):
     if lm.kind != "causal_lm":
         raise UserError(f"{spec} is a {lm.kind}, not a causal language model; implicit needs two LMs")
     return lm
+
+
+def _demo_fixed(args) -> None:
+    """--demo runs a fixed comparison (the embedded pair, words, max per word, the chat template for a): an option that
+    would change it is refused (they had been ignored without a word)."""
+    fixed = [f"--{k.replace('_', '-')}" for k in ("model_a", "model_b", "prompt", "template_a", "system_a", "system_b",
+                                                  "join", "agg") if getattr(args, k, None) is not None]
+    fixed += ["--exclude-special"] if args.exclude_special else []
+    if fixed:
+        raise UserError(f"--demo compares the embedded pair on words, as documented; {fixed[0]} would change that: drop "
+                        "it, or run the comparison without --demo")
 
 
 def _prompts(args, read_prompts) -> dict | None:
@@ -58,13 +71,15 @@ def run(args) -> int:
     from ..scoring.results import ScanResult
 
     if args.demo:
+        _demo_fixed(args)
         r = agency_communion_demo(prompts_yaml=args.prompts_yaml, dictionary=args.dictionary, prompt_ids=args.prompt_id,
                                   out=args.out, overwrite=args.overwrite, cache_dir=args.cache_dir,
-                                  template_b=_tmpl(args.template_b) or DEMO_TEMPLATE_B)
+                                  template_b=_tmpl(args.template_b) or DEMO_TEMPLATE_B, progress=not args.no_progress)
         print(r["text"])
-        if args.out:
-            print(f"\nwrote {args.out}, {args.out}.json and {args.out}.categories.csv")
+        print(f"\nwrote {args.out}, {args.out}.json and {args.out}.categories.csv" if args.out else
+              "\n(nothing written: --out FILE.parquet keeps the table, its manifest and the category medians)")
         return 0
+    args.join, args.agg = args.join or "text", args.agg or "max"
     if not args.model_a or not args.model_b:
         raise UserError("give --model-a and --model-b (models, or logprobs Parquet files), or --demo")
     prompts = _prompts(args, read_prompts)
@@ -73,7 +88,16 @@ def run(args) -> int:
     dic = load_dictionary(args.dictionary) if args.dictionary else None
     if args.out:
         check_output(args.out, args.overwrite, suffix=".parquet")  # before loading the models
+    if Path(args.model_a).resolve() == Path(args.model_b).resolve() if Path(args.model_a).exists() else \
+            args.model_a == args.model_b:
+        raise UserError(f"--model-a and --model-b are both {args.model_a}: every log ratio would be 0; give the two "
+                        "models (or their logprobs files) to compare")
     a, b = _side(args.model_a, args), _side(args.model_b, args)
+    for x, s in ((a, "a"), (b, "b")):  # a file's prompt side is in it: options for a model's were ignored
+        given = [f"--{o}-{s}" for o in ("template", "system") if getattr(args, f"{o}_{s}") is not None]
+        if isinstance(x, ScanResult) and given:
+            raise UserError(f"{given[0]} applies to a model; model {s} is a logprobs file, made with its own prompt side "
+                            f"(in its manifest): drop {given[0]}, or give the model")
     files = [x for x in (a, b) if isinstance(x, ScanResult)]
     if files and prompts is not None:
         raise UserError("a logprobs Parquet input holds one prompt; use --prompt (or compute both sides from models)")
@@ -156,16 +180,17 @@ def register(sub) -> None:
                        help=f"model {s}'s prompt side: 'User: {{prompt}}\\nAssistant:' (\\n unescaped), a Jinja template, or 'raw' "
                        "(default: chat template + generation prompt; the raw prompt for base models)")
         p.add_argument(f"--system-{s}", default=None, help=f"system message for model {s}")
-    p.add_argument("--join", default="text", choices=("text", "word"),  # rmfast.implicit.JOINS (tests/test_new_user.py)
+    p.add_argument("--join", default=None, choices=("text", "word"),  # rmfast.implicit.JOINS (tests/test_new_user.py)
                    help="text (default): exact decoded strings; word: stripped, lower-cased (dictionary analyses)")
-    p.add_argument("--agg", default="max", choices=("max", "logsumexp"),  # rmfast.implicit.AGGS
+    p.add_argument("--agg", default=None, choices=("max", "logsumexp"),  # rmfast.implicit.AGGS
                    help="several tokens with one key: max (default, the highest log-prob) or logsumexp")
     p.add_argument("--exclude-special", action="store_true", help="drop special/added tokens before the join")
     p.add_argument("--dictionary", default=None, help="category dictionary (e.g. big2_nouns.csv): median rank per "
                    "category of log p_a, log p_b, log ratio, MWLR (use with --join word)")
     p.add_argument("--demo", action="store_true", help="Big Two agency vs communion on the embedded pair "
                    "(SmolLM2-135M-Instruct vs Gemma 3 270M, all 54 Paper B prompts unless --prompt-id)")
-    p.add_argument("--out", default=None, help="output Parquet (default results/implicit__<a>__<b>__<prompt>.parquet)")
+    p.add_argument("--out", default=None, help="output Parquet (default results/implicit__<a>__<b>__<prompt>.parquet; "
+                   "--demo writes only with --out)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output (default: refuse)")
     p.add_argument("--top", type=common.nonneg_int, default=10, help="rows in the printed tables (single prompt; default 10)")
     p.add_argument("--no-progress", action="store_true", help="no per-prompt progress lines")
