@@ -343,3 +343,12 @@ def test_options_a_file_or_the_demo_would_ignore_are_refused(pair, tmp_path, cap
         err = capsys.readouterr().err
         assert want in err and err.count("\n") == 1, (argv, err)
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_result_s_prompt_serves_the_model_side_and_top_names_its_columns(pair):
+    (ma, tok), _ = pair
+    la = logprobs(ma, tok, PROMPT)
+    r = implicit(la, pair[1])  # the prompt from the result (it had asked for one)
+    assert r.manifest["prompt"] == PROMPT and r.manifest["b"]["prompt"] == PROMPT
+    with pytest.raises(UserError, match="give one of log_ratio, mwlr"):
+        r.top(3, by="ratio")

@@ -212,10 +212,15 @@ class ImplicitResult:
 
     def top(self, k: int = 20, by: str = "log_ratio") -> pd.DataFrame:
         """The k strings with the highest ``by`` (log_ratio, mwlr, logp_a, logp_b)."""
-        return self.table.sort_values([by, "text"], ascending=[False, True]).head(k).reset_index(drop=True)
+        return self.table.sort_values([self._by(by), "text"], ascending=[False, True]).head(k).reset_index(drop=True)
 
     def bottom(self, k: int = 20, by: str = "log_ratio") -> pd.DataFrame:
-        return self.table.sort_values([by, "text"], ascending=[True, True]).head(k).reset_index(drop=True)
+        return self.table.sort_values([self._by(by), "text"], ascending=[True, True]).head(k).reset_index(drop=True)
+
+    def _by(self, by: str) -> str:
+        if by not in ("log_ratio", "mwlr", "logp_a", "logp_b"):  # a bare KeyError had been all
+            raise UserError(f"by={by!r}: give one of log_ratio, mwlr, logp_a, logp_b")
+        return by
 
     def to_parquet(self, path, overwrite: bool = False) -> Path:
         """Write ``path`` (Parquet) and ``path.json`` (manifest), each atomically."""
@@ -292,6 +297,9 @@ def implicit(a, b, prompt: str | None = None, *, template_a: str | None = None, 
         ...              template_b="User: {prompt}\\nAssistant:")  # doctest: +SKIP
         >>> r.counts["shared"], r.top(5)  # doctest: +SKIP
     """
+    if prompt is None:  # a log-prob result carries its prompt: the other side's is that one
+        prompt = next((x.manifest.get("prompt") for x in (a, b) if hasattr(x, "manifest") and x.manifest.get("prompt")),
+                      None)
     ra = _as_logprobs(a, prompt, template_a, system_a, exclude_special)
     rb = _as_logprobs(b, prompt, template_b, system_b, exclude_special)
     pa, pb = ra.manifest.get("prompt"), rb.manifest.get("prompt")
