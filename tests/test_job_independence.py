@@ -124,6 +124,15 @@ def test_a_job_under_one_asked_batch_runs_alone_not_padded(smol_rm, tmp_path, mo
     assert res.manifest["rows_run"] == {"10": 1} and _batch_said(res.manifest) == ", batch 9000; ran 1 batch of 10 rows"
     assert _batch_said({"batch_size": 64, "rows_run": {"64": 3, "32": 1}}) == ", batch 64; ran 3 batches of 64 rows, 1 of 32 rows"
     assert _batch_said({"batch_size": 64, "rows_run": {"64": 3}}) == ", batch 64"
+    # a batch out of memory, run again halved, is not a batch that ran (it had been counted: {32: 1, 16: 1, 8: 5})
+    def small_only(self, ids, *a, **k):
+        if ids.shape[0] > 8:
+            raise torch.OutOfMemoryError("simulated")
+        return real(self, ids, *a, **k)
+
+    monkeypatch.setattr(Engine, "score", small_only)
+    res = scan(smol_rm.model, smol_rm.tokenizer, PROMPT, token_ids=np.arange(2000, 2040), batch_size=32, progress=False)
+    assert res.manifest["rows_run"] == {"8": 5}, res.manifest["rows_run"]
 
 
 def test_a_size_measured_to_differ_is_never_used(smol_rm, tmp_path):

@@ -251,7 +251,6 @@ class ScoringPlan:
         if self.fixed_shapes and B < rows:
             rows = self.padded_rows(B, rows, cands.shape[1], template)
             cands = torch.cat([cands, cands[:1].expand(rows - B, -1)])  # (rows, n)
-        self.rows_run[cands.shape[0]] = self.rows_run.get(cands.shape[0], 0) + 1  # what ran, said beside the batch size
         L = self.n_layers
         idx, taps = _taps(states, lens, L)
         on_engine = self.eng is not None and template is None
@@ -262,6 +261,8 @@ class ScoringPlan:
                 hf_taps = None if taps is None else taps | ({"normed"} if LAST_NORMED in idx or lens else set())
                 out = hf_scores(self.model, template or self.template, cands.tolist(), head=self.head,
                                 head_index=self.head_index, batch_size=max(rows, cands.shape[0]), taps=hf_taps)
+        # what ran, said beside the batch size: counted once it ran (a batch out of memory, run again halved, is not)
+        self.rows_run[cands.shape[0]] = self.rows_run.get(cands.shape[0], 0) + 1
         if on_launched is not None:
             on_launched()
         if taps is None:
