@@ -188,11 +188,15 @@ def test_a_multi_output_head_says_which_output_it_reads(smol_tokenizer):
     import warnings as w
 
     from rmfast.errors import UserNote
+    from rmfast.scoring.pipeline import Selection, run_scan
 
     m = T.tiny("llama", num_labels=3, pad_token_id=smol_tokenizer.pad_token_id)
     m.config.id2label = {0: "negative", 1: "neutral", 2: "positive"}
-    with pytest.warns(UserNote, match=r"the score head has 3 outputs; output 2 \('positive'\) is read as the reward"):
-        res = scan(m, smol_tokenizer, PROMPT, token_ids="100:104", head_index=2, progress=False)
+    with pytest.warns(UserNote, match=r"the score head has 3 outputs; output 2 \('positive'\) is read as the reward") as got:
+        res, *_ = run_scan(m.to(torch.bfloat16), smol_tokenizer, PROMPT, Selection(token_ids="100:104"), head_index=2,
+                           progress=False)
+    assert sum("score head has 3 outputs" in str(g.message) for g in got) == 1  # once, not again for the bf16 audit
+    assert res.manifest["bf16_audit"]["n"] == 4
     assert res.manifest["decisions"]["head"]["reason"].endswith("; output 2 ('positive') of the head's 3")
     one = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id)
     with w.catch_warnings(record=True) as got:

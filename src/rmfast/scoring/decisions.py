@@ -108,7 +108,7 @@ def choose_head(model, head: str, head_index: int) -> str:
     return head
 
 
-def head_output_read(model, head_index: int, stacklevel: int = 3) -> str:
+def head_output_read(model, head_index: int, stacklevel: int = 3, say: bool = True) -> str:
     """Which output of a multi-output score head is the reward, for the head's reason; said in one note too: a
     2- or 3-label classifier was read at output 0 without a word (a sentiment model's "negative" logit ranks its
     best responses last). "" for a one-output head (every reward model, the gated heads' one score included)."""
@@ -120,8 +120,9 @@ def head_output_read(model, head_index: int, stacklevel: int = 3) -> str:
     labels = getattr(model.config, "id2label", None) or {}
     label = labels.get(head_index, labels.get(str(head_index)))
     named = f" ({label!r})" if label is not None and str(label) != f"LABEL_{head_index}" else ""
-    warnings.warn(UserNote(f"rmfast: the score head has {n} outputs; output {head_index}{named} is read as the reward "
-                           "(--head-index picks another)"), stacklevel=stacklevel)
+    if say:  # (a scan's bf16 audit rescoring its rows had said it a second time)
+        warnings.warn(UserNote(f"rmfast: the score head has {n} outputs; output {head_index}{named} is read as the "
+                               "reward (--head-index picks another)"), stacklevel=stacklevel)
     return f"; output {head_index}{named} of the head's {n}"
 
 
@@ -449,7 +450,7 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     d.record("device", str(device), device_reason(o, device))
     d.record("dtype", str(next(model.parameters()).dtype).replace("torch.", ""), dtype_reason(model, o))
     d.record("head", head, ("asked for" if o.head != "auto" else f"auto: {'a reward head' if head == 'score' else 'a causal LM'}")
-             + (head_output_read(model, o.head_index, stacklevel + 1) if head == "score" else ""))
+             + (head_output_read(model, o.head_index, stacklevel + 1, say=job != "audit") if head == "score" else ""))
     d.record("engine", engine, engine_why)
     d.record("compile", compiled, compile_why)
     d.record("kernels", "triton" if triton else "torch", kernels_why)
