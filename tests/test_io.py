@@ -71,13 +71,14 @@ def test_slug_cuts_at_a_word_boundary(text, n, want):
 
 
 def test_scan_default_out_names_whole_words(tiny_dir, tmp_path, monkeypatch, capsys):
-    """The default --out, results/<model>__<prompt slug>.parquet, ends on a whole word of the prompt."""
+    """The default --out, results/<model>__<prompt slug>__<selection>.parquet, ends the prompt's part on a whole
+    word, and names the subset after it."""
     monkeypatch.chdir(tmp_path)
     rc, _, se = run(["scan", tiny_dir, "--token-ids", "0:10", "--no-progress",
                      "--prompt", "What, in one word, is the greatest thing ever?"], capsys)
     assert rc == 0, se
     [out] = (tmp_path / "results").glob("*.parquet")
-    assert out.name.endswith("__what-in-one-word-is-the-greatest-thing.parquet")
+    assert out.name.endswith("__what-in-one-word-is-the-greatest-thing__ids-0-10.parquet")
 
 
 def test_a_job_refused_inside_the_output_lock_leaves_no_folders_it_made(tmp_path):
