@@ -172,7 +172,7 @@ def sweep_and_trajectory(args) -> dict:
     rc = cli(["sweep", str(cfg), "--no-progress"])
     sweep_s = time.perf_counter() - t0
     rc2 = cli(["analyze", "trajectory", str(args.out / "store" / "parts"), "--dictionary", str(args.dictionary),
-               "--out", str(args.out / "trajectory")])
+               "--out", str(args.out / "trajectory"), "--overwrite"])  # its own folder: a rerun replaces it
     return {"sweep_rc": rc, "trajectory_rc": rc2, "sweep_s": round(sweep_s, 1)}
 
 
