@@ -37,6 +37,24 @@ def _side(spec: str, args):
     return lm
 
 
+def _sides(args):
+    """Models a and b (or their logprobs files), refusing what would be ignored or meaningless: the same one on both
+    sides (an all-zero table), a model's prompt-side options for a file (made with its own, in its manifest)."""
+    from ..scoring.results import ScanResult
+
+    if Path(args.model_a).resolve() == Path(args.model_b).resolve() if Path(args.model_a).exists() else \
+            args.model_a == args.model_b:
+        raise UserError(f"--model-a and --model-b are both {args.model_a}: every log ratio would be 0; give the two "
+                        "models (or their logprobs files) to compare")
+    a, b = _side(args.model_a, args), _side(args.model_b, args)
+    for x, s in ((a, "a"), (b, "b")):
+        given = [f"--{o}-{s}" for o in ("template", "system") if getattr(args, f"{o}_{s}") is not None]
+        if isinstance(x, ScanResult) and given:
+            raise UserError(f"{given[0]} applies to a model; model {s} is a logprobs file, made with its own prompt side "
+                            f"(in its manifest): drop {given[0]}, or give the model")
+    return a, b
+
+
 def _demo_fixed(args) -> None:
     """--demo runs a fixed comparison (the embedded pair, words, max per word, the chat template for a): an option that
     would change it is refused (they had been ignored without a word)."""
@@ -88,16 +106,7 @@ def run(args) -> int:
     dic = load_dictionary(args.dictionary) if args.dictionary else None
     if args.out:
         check_output(args.out, args.overwrite, suffix=".parquet")  # before loading the models
-    if Path(args.model_a).resolve() == Path(args.model_b).resolve() if Path(args.model_a).exists() else \
-            args.model_a == args.model_b:
-        raise UserError(f"--model-a and --model-b are both {args.model_a}: every log ratio would be 0; give the two "
-                        "models (or their logprobs files) to compare")
-    a, b = _side(args.model_a, args), _side(args.model_b, args)
-    for x, s in ((a, "a"), (b, "b")):  # a file's prompt side is in it: options for a model's were ignored
-        given = [f"--{o}-{s}" for o in ("template", "system") if getattr(args, f"{o}_{s}") is not None]
-        if isinstance(x, ScanResult) and given:
-            raise UserError(f"{given[0]} applies to a model; model {s} is a logprobs file, made with its own prompt side "
-                            f"(in its manifest): drop {given[0]}, or give the model")
+    a, b = _sides(args)
     files = [x for x in (a, b) if isinstance(x, ScanResult)]
     if files and prompts is not None:
         raise UserError("a logprobs Parquet input holds one prompt; use --prompt (or compute both sides from models)")
