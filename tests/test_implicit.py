@@ -59,11 +59,12 @@ def test_nonfinite_log_probs_are_counted_and_said():
     blank, a word took a weaker spelling's value silently)."""
     from rmfast.errors import UserNote
 
-    a = sr(["That", " that", "x", " "], np.array([np.nan, -2.0, -1.0, -3.0]))
+    a = sr(["That", " that", "x", " ", "\ufffd", " "], np.array([np.nan, -2.0, -1.0, -3.0, np.nan, np.inf]))
     b = sr(["that", "x"], np.log([0.5, 0.5]))
-    with pytest.warns(UserNote, match="1 of model a's log-probabilities are NaN or infinite"):
+    with pytest.warns(UserNote, match="3 of model a's log-probabilities are NaN or infinite"):
         t, c = join_shared(a, b, join="word")
-    assert c["nonfinite_a"] == 1 and c["blank_a"] == 1 and c["nonfinite_b"] == 0
+    # each left-out token counted once (a NaN byte piece, an infinite blank had been counted twice)
+    assert c["nonfinite_a"] == 3 and c["blank_a"] == 1 and c["unreadable_a"] == 0 and c["nonfinite_b"] == 0
     assert c["tokens_a"] == c["strings_a"] + c["collapsed_a"] + c["nonfinite_a"] + c["blank_a"] + c["unreadable_a"]
 
 
@@ -336,7 +337,8 @@ def test_options_a_file_or_the_demo_would_ignore_are_refused(pair, tmp_path, cap
              (["--model-a", str(f), "--model-b", str(f)], "are both"),
              (["--model-a", f"{f}.json", "--model-b", str(g)], "is a manifest; give the logprobs .parquet beside it"),
              (["--demo", "--model-a", str(f)], "--demo compares the embedded pair on words"),
-             (["--demo", "--join", "text"], "--join would change that")]
+             (["--demo", "--join", "text"], "--join would change that"),
+             (["--model-a", str(tmp_path / "m"), "--model-b", str(tmp_path / "m")], "with one prompt side")]
     for argv, want in cases:
         capsys.readouterr()
         assert main(["implicit", *argv, "--out", str(tmp_path / "o.parquet")]) == 2, argv

@@ -83,6 +83,11 @@ def test_a_bf16_model_s_head_multiplies_in_fp32(smol_tokenizer, arch):
     assert len(np.unique(res.scores)) > 0.9 * T.VOCAB and res.manifest["lm_head_dtype"] == "float32"
     assert "forward" not in vars(m.lm_head)  # the module's own forward again
     assert m.lm_head(h[None]).dtype == torch.bfloat16
+    # a head with a forward of its own (accelerate's hooks under device_map) keeps it: it had been replaced, then deleted
+    own = m.lm_head.forward
+    m.lm_head.forward = lambda x: own(x)
+    res = logprobs(m, smol_tokenizer, PROMPT, template="User: {prompt}\nAssistant:")
+    assert "forward" in vars(m.lm_head) and res.manifest["lm_head_dtype"] == "bfloat16"
 
 
 def test_plain_templates(smol_tokenizer):

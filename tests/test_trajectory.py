@@ -220,4 +220,8 @@ def test_ids_sharing_a_decoded_text_are_kept_apart():
     assert set(ch.index) == {"\ufffd [id 7]", "\ufffd [id 8]", "a", "b"}
     assert ch.loc["\ufffd [id 7]", "change"] == -3.0 and ch.loc["\ufffd [id 8]", "change"] == 3.0
     assert r.final_corr["n_tokens"].tolist() == [4, 4] and any("kept apart" in n for n in r.notes)
+    # one label across the run's steps: id 7 alone at step 2 is still '\ufffd [id 7]' (it had dropped out of changes)
+    d2 = d[~((d["step"] == 2) & (d["token_id"] == 8))]
+    ch2 = trajectory(d2, k=2).changes.set_index("token")
+    assert "\ufffd [id 7]" in ch2.index and ch2.loc["\ufffd [id 7]", "change"] == -2.0
 

@@ -128,12 +128,14 @@ def collapse(res, *, join: str = "text", agg: str = "max") -> pd.DataFrame:
     return out.reset_index()[["key", "text", "token_id", "logp", "n_tokens"]]
 
 
-def _gone(res, join: str) -> int:
-    """Rows of ``res`` that :func:`collapse` leaves out for another reason than a blank word: unreadable or non-finite."""
+def _left_out(res, join: str) -> dict:
+    """Rows of ``res`` that :func:`collapse` leaves out, each counted once (a NaN byte piece had been counted twice):
+    nonfinite (NaN/inf), else unreadable (decodes to U+FFFD), else blank (a whitespace-only word, ``join="word"``)."""
     key = _key(res.texts, join).astype(str)
-    keep_blank = key != ""
-    return int((keep_blank & (key.str.contains("\ufffd", regex=False).to_numpy()
-                              | ~np.isfinite(np.asarray(res.scores, dtype=np.float64)))).sum())
+    nf = ~np.isfinite(np.asarray(res.scores, dtype=np.float64))
+    unread = key.str.contains("\ufffd", regex=False).to_numpy() & ~nf
+    blank = (key.to_numpy() == "") & ~nf & ~unread if join == "word" else np.zeros_like(nf)
+    return {"nonfinite": int(nf.sum()), "unreadable": int(unread.sum()), "blank": int(blank.sum())}
 
 
 def join_shared(a, b, *, join: str = "text", agg: str = "max") -> tuple[pd.DataFrame, dict]:
@@ -165,9 +167,8 @@ def join_shared(a, b, *, join: str = "text", agg: str = "max") -> tuple[pd.DataF
     t["n_tokens_b"] = m["n_tokens_b"].astype(np.int64)
     t = t.sort_values(["rank_log_ratio", "text"], kind="stable").reset_index(drop=True)
     n_a, n_b = len(a.token_ids), len(b.token_ids)
-    bad = {side: int((~np.isfinite(np.asarray(r.scores, dtype=np.float64))).sum()) for side, r in (("a", a), ("b", b))}
-    unreadable = {side: int(_key(r.texts, join).astype(str).str.contains("\ufffd", regex=False).sum())
-                  for side, r in (("a", a), ("b", b))}
+    out = {"a": _left_out(a, join), "b": _left_out(b, join)}
+    bad = {side: o["nonfinite"] for side, o in out.items()}
     for side, n in bad.items():  # left out, and said: the counts had stopped adding up without a word
         if n:
             warnings.warn(UserNote(f"rmfast: implicit: {n} of model {side}'s log-probabilities are NaN or infinite: left "
@@ -180,11 +181,10 @@ def join_shared(a, b, *, join: str = "text", agg: str = "max") -> tuple[pd.DataF
         "shared": int(len(t)),
         "dropped_a": int(len(ca) - len(t)), "dropped_b": int(len(cb) - len(t)),
     }
-    counts.update({"nonfinite_a": bad["a"], "nonfinite_b": bad["b"],
-                   "unreadable_a": unreadable["a"], "unreadable_b": unreadable["b"]})
-    if join == "word":  # whitespace-only tokens: what no other count holds
-        counts["blank_a"] = int(n_a - ca["n_tokens"].sum() - _gone(a, join))
-        counts["blank_b"] = int(n_b - cb["n_tokens"].sum() - _gone(b, join))
+    counts.update({"nonfinite_a": out["a"]["nonfinite"], "nonfinite_b": out["b"]["nonfinite"],
+                   "unreadable_a": out["a"]["unreadable"], "unreadable_b": out["b"]["unreadable"]})
+    if join == "word":  # whitespace-only tokens
+        counts["blank_a"], counts["blank_b"] = out["a"]["blank"], out["b"]["blank"]
     if t.empty:
         raise UserError(f"the two models share no {'decoded strings' if join == 'text' else 'words'}; nothing to compare")
     return t, counts
@@ -297,9 +297,9 @@ def implicit(a, b, prompt: str | None = None, *, template_a: str | None = None, 
         ...              template_b="User: {prompt}\\nAssistant:")  # doctest: +SKIP
         >>> r.counts["shared"], r.top(5)  # doctest: +SKIP
     """
-    if prompt is None:  # a log-prob result carries its prompt: the other side's is that one
-        prompt = next((x.manifest.get("prompt") for x in (a, b) if hasattr(x, "manifest") and x.manifest.get("prompt")),
-                      None)
+    results = [x for x in (a, b) if hasattr(x, "manifest")]
+    if prompt is None and len(results) == 1:  # a log-prob result carries its prompt: the model side's is that one
+        prompt = results[0].manifest.get("prompt")
     ra = _as_logprobs(a, prompt, template_a, system_a, exclude_special)
     rb = _as_logprobs(b, prompt, template_b, system_b, exclude_special)
     pa, pb = ra.manifest.get("prompt"), rb.manifest.get("prompt")

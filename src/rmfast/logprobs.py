@@ -127,17 +127,27 @@ def prompt_ids(tokenizer, prompt: str, *, template: str | None = None, system: s
 HEAD_CHUNK = 16384
 
 
+def fp32_head_applies(model) -> bool:
+    """Whether :func:`fp32_lm_head` changes the model's head: a plain, non-float32 ``Linear`` of real weights, whose
+    forward is its class's (a hooked or offloaded head, accelerate's ``device_map``, keeps its own: a meta weight
+    cannot be cast, and a replaced forward would drop the hook)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    w = getattr(head, "weight", None)
+    return (isinstance(head, torch.nn.Linear) and w is not None and w.dtype != torch.float32 and w.device.type != "meta"
+            and "forward" not in vars(head) and not hasattr(head, "_hf_hook"))
+
+
 @contextlib.contextmanager
 def fp32_lm_head(model):
     """Inside, the model's LM head multiplies in float32 (its weights cast chunk by chunk, its input once): a bf16
     model's logits had been bf16, and the fp32 log-softmax of them kept their 8 bits (SmolLM2's 49,152 log-probs took
     298 distinct values; 'The' and 'That' tied at rank 1, 0.04 nats apart in fp32). The model's own forward runs
     around it (its final softcap, a logit scale: applied to fp32 logits). A float32 head is left as it is."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    w = getattr(head, "weight", None)
-    if not isinstance(head, torch.nn.Linear) or w is None or w.dtype == torch.float32:
+    if not fp32_head_applies(model):
         yield
         return
+    head = model.get_output_embeddings()
+    w = head.weight
     b = None if head.bias is None else head.bias.float()
 
     def forward(x):  # x (..., D) -> (..., V) fp32
@@ -173,6 +183,11 @@ def next_token_logprobs(model, ids) -> torch.Tensor:
     if logits is None:
         raise UserError("this model returns no logits; logprobs needs a causal language model")
     return ops.vocab_logprobs(logits[0, -1]).cpu()  # (V,) fp32; the model's forward applied any final softcap
+
+
+def _head_dtype(model) -> str | None:
+    w = getattr(model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None, "weight", None)
+    return None if w is None else str(w.dtype).replace("torch.", "")
 
 
 _STRINGS: dict = {}  # (id(tokenizer), len(tokenizer)) -> (tokens, texts) over 0..n-1
@@ -263,7 +278,7 @@ def logprobs(
         "score_meaning": score_meaning(HEAD),  # what `score` is, in the manifest and the Parquet, as scan's
         "dtype": str(p.dtype).replace("torch.", ""),
         "logsoftmax_dtype": "float32",
-        "lm_head_dtype": "float32",  # fp32_lm_head: the logits too, not only their softmax
+        "lm_head_dtype": "float32" if fp32_head_applies(model) else _head_dtype(model),  # the logits' (fp32_lm_head)
         "device": str(p.device),
         "engine": "single_forward",
         "vocab_size": n_vocab,

@@ -42,10 +42,13 @@ def _sides(args):
     sides (an all-zero table), a model's prompt-side options for a file (made with its own, in its manifest)."""
     from ..scoring.results import ScanResult
 
-    if Path(args.model_a).resolve() == Path(args.model_b).resolve() if Path(args.model_a).exists() else \
-            args.model_a == args.model_b:
-        raise UserError(f"--model-a and --model-b are both {args.model_a}: every log ratio would be 0; give the two "
-                        "models (or their logprobs files) to compare")
+    same = (Path(args.model_a).resolve() == Path(args.model_b).resolve() if Path(args.model_a).exists() else
+            args.model_a == args.model_b)
+    if same and (args.model_a.lower().endswith(".parquet") or (args.template_a, args.system_a) == (args.template_b,
+                                                                                                   args.system_b)):
+        # (one model under two prompt sides is a comparison: chat template against the raw prompt)
+        raise UserError(f"--model-a and --model-b are both {args.model_a}, with one prompt side: every log ratio would "
+                        "be 0; give two models, or two prompt sides (--template-a/-b)")
     a, b = _side(args.model_a, args), _side(args.model_b, args)
     for x, s in ((a, "a"), (b, "b")):
         given = [f"--{o}-{s}" for o in ("template", "system") if getattr(args, f"{o}_{s}") is not None]
@@ -58,8 +61,9 @@ def _sides(args):
 def _demo_fixed(args) -> None:
     """--demo runs a fixed comparison (the embedded pair, words, max per word, the chat template for a): an option that
     would change it is refused (they had been ignored without a word)."""
-    fixed = [f"--{k.replace('_', '-')}" for k in ("model_a", "model_b", "prompt", "template_a", "system_a", "system_b",
-                                                  "join", "agg") if getattr(args, k, None) is not None]
+    fixed = [f"--{k.replace('_', '-')}" for k in ("model_a", "model_b", "prompt", "template_a", "system_a", "system_b")
+             if getattr(args, k, None) is not None]
+    fixed += [f"--{k}" for k, demo in (("join", "word"), ("agg", "max")) if getattr(args, k) not in (None, demo)]
     fixed += ["--exclude-special"] if args.exclude_special else []
     if fixed:
         raise UserError(f"--demo compares the embedded pair on words, as documented; {fixed[0]} would change that: drop "

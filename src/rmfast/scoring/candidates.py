@@ -569,7 +569,7 @@ def max_response_len(model, tmpl) -> int | None:
     return None if n is None else n - len(tmpl.prefix_ids) - len(tmpl.suffix_ids)
 
 
-def check_embedded(model, *id_lists) -> None:
+def check_embedded(model, *id_lists, what: str = "the prompt's tokens") -> None:
     """UserError where the prompt side's (or template's) ids go past the model's embedding rows: a tokenizer that is
     not the model's (its ids reach past the vocabulary the model was built with). It had been an IndexError traceback
     from inside the embedding, after the forward started.
@@ -585,7 +585,7 @@ def check_embedded(model, *id_lists) -> None:
     n = getattr(emb, "num_embeddings", None)
     top = max((int(i) for ids in id_lists for i in ids), default=-1)
     if n is not None and top >= n:
-        raise UserError(f"the prompt's tokens go up to id {top}, but the model embeds only ids 0..{n - 1}: the tokenizer "
+        raise UserError(f"{what} go up to id {top}, but the model embeds only ids 0..{n - 1}: the tokenizer "
                         "is not this model's (give the model's own, or the model it belongs to)")
 
 

@@ -224,7 +224,8 @@ def _ids_apart(df: pd.DataFrame, keys, ledger: Ledger) -> pd.DataFrame:
     dictionary's words are matched by their text instead (:func:`_word_ranks`: its variants averaged, as the paper)."""
     if "token_id" not in df.columns or df["token_id"].isna().any():
         return df
-    shared = df.groupby(keys + ["step", "token"], dropna=False)["token_id"].transform("nunique") > 1
+    # decided over every step of a run: a token labelled at one step only had dropped out of the changes table
+    shared = df.groupby(keys + ["token"], dropna=False)["token_id"].transform("nunique") > 1
     if not shared.any():
         return df
     ledger.note(f"{df.loc[shared, 'token'].nunique():,} decoded texts are several token ids' (e.g. "
