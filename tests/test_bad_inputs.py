@@ -188,7 +188,7 @@ CASES = [
                  id="logprobs-prompt-over-context"),
     pytest.param(lambda o: ["gcg", "{rm}", "--prompt", LONG_PROMPT, "--steps", "1", "--out", o / "g.json", "--no-plot"],
                  id="gcg-prompt-over-context"),
-    pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--prompt", LONG_PROMPT,
+    pytest.param(lambda o: ["implicit", "--model-a", "{lm}", "--model-b", "{lm}", "--template-b", "raw", "--prompt", LONG_PROMPT,
                             "--out", o / "i.parquet"], id="implicit-prompt-over-context"),
     # data files: binary, malformed, corrupt
     pytest.param(lambda o: ["scan", "{rm}", "--token-ids", "{binary}", "--out", o / "s.parquet"], id="scan-binary-token-ids"),
