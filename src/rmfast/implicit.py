@@ -112,11 +112,7 @@ def collapse(res, *, join: str = "text", agg: str = "max") -> pd.DataFrame:
         "token_id": np.asarray(res.token_ids, dtype=np.int64),
         "logp": np.asarray(res.scores, dtype=np.float64),
     })
-    if join == "word":
-        df = df[df["key"] != ""]
-    # a byte piece decodes to U+FFFD: its "string" is no text, and two models' pieces under that key are not the
-    # same string (it had joined unrelated pieces, even of one tokenizer); NaN/inf are no log-probability
-    df = df[~df["key"].astype(str).str.contains("\ufffd", regex=False) & np.isfinite(df["logp"].to_numpy())]
+    df = df[~np.logical_or.reduce(list(_left_out_masks(res, join)))]
     df = df.sort_values(["logp", "token_id"], ascending=[False, True], kind="stable")
     g = df.groupby("key", sort=False)
     out = g.head(1).set_index("key")
@@ -128,13 +124,20 @@ def collapse(res, *, join: str = "text", agg: str = "max") -> pd.DataFrame:
     return out.reset_index()[["key", "text", "token_id", "logp", "n_tokens"]]
 
 
-def _left_out(res, join: str) -> dict:
-    """Rows of ``res`` that :func:`collapse` leaves out, each counted once (a NaN byte piece had been counted twice):
-    nonfinite (NaN/inf), else unreadable (decodes to U+FFFD), else blank (a whitespace-only word, ``join="word"``)."""
+def _left_out_masks(res, join: str):
+    """(nonfinite, unreadable, blank): the rows of ``res`` no key keeps, each in one mask only. NaN/inf are no
+    log-probability; a byte piece decodes to U+FFFD, whose "string" is no text (two models' pieces under that key are
+    not the same string: it had joined unrelated pieces, even of one tokenizer); a whitespace-only word (``join="word"``)."""
     key = _key(res.texts, join).astype(str)
     nf = ~np.isfinite(np.asarray(res.scores, dtype=np.float64))
     unread = key.str.contains("\ufffd", regex=False).to_numpy() & ~nf
     blank = (key.to_numpy() == "") & ~nf & ~unread if join == "word" else np.zeros_like(nf)
+    return nf, unread, blank
+
+
+def _left_out(res, join: str) -> dict:
+    """:func:`_left_out_masks` counted (each row once: a NaN byte piece had been counted twice)."""
+    nf, unread, blank = _left_out_masks(res, join)
     return {"nonfinite": int(nf.sum()), "unreadable": int(unread.sum()), "blank": int(blank.sum())}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from ..errors import UserError
+from . import common
 
 SERVE_MODEL = "smollm2-135m-instruct"  # with random_head_seed=0 (bench.models.BENCH_MODELS)
 
@@ -17,15 +18,8 @@ def run_serve_cli(args) -> int:
     from ..loading.loader import resolve_device
     from .bench_common import model_configs, random_init_configs, ran, write_and_check
 
-    try:
-        import fastapi  # noqa: F401
-        import httpx  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:  # --replicas runs on Ray Serve: its extra (which holds the serve extra) named at once
-        many = (getattr(args, "replicas", None) or 1) > 1
-        raise UserError(f"--workload serve{' --replicas' if many else ''} needs the "
-                        f"{'serve-ray' if many else 'serve'} extra: pip install "
-                        f"'rmfast[{'serve-ray' if many else 'serve'}]'") from None
+    many = (getattr(args, "replicas", None) or 1) > 1  # replicas run on Ray Serve
+    common.require_serve(f"--workload serve{' --replicas' if many else ''}", many, ("fastapi", "httpx", "uvicorn"))
     one = {}
     for k, d in (("prompt_tokens_list", 16 if args.tiny else 512), ("n_list", 4 if args.tiny else 16)):
         v = getattr(args, k)

@@ -324,6 +324,21 @@ def _write_fix(e: OSError, args) -> str:
     return "free space, or choose another path" if full else "fix the permissions, or choose another path"
 
 
+def require_serve(what: str, ray: bool, modules=("fastapi", "uvicorn")) -> None:
+    """The server's packages, or one line naming the extra that installs them all: ``serve-ray`` where Ray Serve runs
+    it (that extra holds the serve extra: one install, not two in turn), else ``serve``."""
+    import importlib
+
+    try:
+        for m in modules:
+            importlib.import_module(m)
+    except ImportError as e:
+        if missing_package(e) is None:  # installed but broken: its own error
+            raise
+        extra = "serve-ray" if ray else "serve"
+        raise UserError(f"{what} needs the {extra} extra: pip install 'rmfast[{extra}]'") from None
+
+
 def run_command(func, args) -> int:
     """Run a command: a UserError (or a full disk, read-only or forbidden write) is one line on stderr
     and exit 2; Ctrl-C is 130, SIGTERM 143 (each after the job saved what it can resume from)."""

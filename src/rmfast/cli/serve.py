@@ -58,13 +58,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:  # --ray names its own extra at once (it holds the serve extra): one install, not two in turn
-        extra = "serve-ray" if getattr(args, "ray", False) else "serve"
-        raise UserError(f"rmfast serve{' --ray' if extra == 'serve-ray' else ''} needs FastAPI and uvicorn"
-                        f"{' and Ray Serve' if extra == 'serve-ray' else ''}: pip install 'rmfast[{extra}]'") from None
+    ray = bool(getattr(args, "ray", False))
+    common.require_serve(f"rmfast serve{' --ray' if ray else ''}", ray)
     from ..serve.server import ROUTES, ServeOptions, api_key, check, make_app, revision_of, run_server, start_notes
 
     opts = ServeOptions(host=args.host, port=args.port, api_key_file=args.api_key_file, insecure=args.insecure,

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .text_checks import check_lengths, check_texts, texts_manifest
-from .candidates import (COMPAT_MODES, check_embedded, DEFAULT_MAX_TOKENS, HostWork, check_context, ids_digest, max_response_len, select_ids,
+from .candidates import (COMPAT_MODES, DEFAULT_MAX_TOKENS, HostWork, check_context, check_embedded, ids_digest, max_response_len, select_ids,
                          tokenize_in_context, vocab_sha256)
 from ..cpu import say_choice
 from ..errors import UserError
@@ -485,20 +485,20 @@ class Selection:
 
         compat = {"authors": "compat-authors", "decode-retokenize": "decode-retokenize"}.get(self.compat or "", "")
         if self.texts_info and self.texts_info.get("path"):
-            words = [Path(self.texts_info["path"]).stem, str(self.texts_info.get("column") or ""), compat]
+            words, id_file = [Path(self.texts_info["path"]).stem, str(self.texts_info.get("column") or ""), compat], False
             exact = [str(Path(self.texts_info["path"]).resolve()), self.texts_info.get("column"), self.compat]
         else:
             words = [_ids_tag(self.token_ids)] + [name for name, on in (("no-special", self.exclude_special),
                                                                       ("wordlike", self.wordlike), ("dedup", self.dedup))
                                                   if on] + [compat]
             ids = self.token_ids
-            exact = [str(Path(ids).resolve()) if isinstance(ids, str) and os.path.isfile(ids) else _ids_tag(ids),
-                     self.exclude_special, self.wordlike, self.dedup, self.compat]
+            id_file = isinstance(ids, str) and os.path.isfile(ids)
+            exact = [str(Path(ids).resolve()) if id_file else _ids_tag(ids), self.exclude_special, self.wordlike,
+                     self.dedup, self.compat]
         if not any(words):
             return ""
         full = slug("-".join(w for w in words if w), 1000)
-        files = isinstance(self.token_ids, str) and os.path.isfile(self.token_ids) or bool(self.texts_info)
-        if len(full) <= 40 and not files:
+        if len(full) <= 40 and not (self.texts_info or id_file):
             return full
         return f"{slug(full, 33)}-{hashlib.sha256(repr(exact).encode()).hexdigest()[:6]}"
 

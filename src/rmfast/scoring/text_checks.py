@@ -32,8 +32,11 @@ def check_lengths(rows, texts, model, tmpl, max_tokens) -> int:
     if max_tokens is None or int(max_tokens) < 1:
         raise UserError("--max-tokens must be a positive integer")
     limit, pos_limit = int(max_tokens), max_response_len(model, tmpl)
-    for i, r in enumerate(rows):  # the first candidate past the embedding, named
-        check_embedded(model, r.ids, what=f"candidate {i + 1} {texts[i][:40]!r}'s tokens")
+    try:
+        check_embedded(model, *(r.ids for r in rows))
+    except UserError:  # the first candidate past the embedding, named
+        for i, r in enumerate(rows):
+            check_embedded(model, r.ids, what=f"candidate {i + 1} {texts[i][:40]!r}'s tokens")
     for i, r in enumerate(rows):
         n = len(r.ids)
         if n > limit or (pos_limit is not None and n > pos_limit):
