@@ -81,6 +81,8 @@ def test_a_bf16_model_s_head_multiplies_in_fp32(smol_tokenizer, arch):
     want = torch.log_softmax(cap * torch.tanh(raw / cap) if cap else raw, -1)
     np.testing.assert_allclose(res.scores, want.numpy(), atol=2e-5, rtol=0)
     assert len(np.unique(res.scores)) > 0.9 * T.VOCAB and res.manifest["lm_head_dtype"] == "float32"
+    d = res.manifest["decisions"]["lm_head_dtype"]  # the plan's decision, with its reason
+    assert d["value"] == "float32" and "bfloat16 last state" in d["reason"]
     assert "forward" not in vars(m.lm_head)  # the module's own forward again
     assert m.lm_head(h[None]).dtype == torch.bfloat16
     # a head with a forward of its own (accelerate's hooks under device_map) keeps it: it had been replaced, then deleted

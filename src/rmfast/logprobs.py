@@ -128,13 +128,12 @@ HEAD_CHUNK = 16384
 
 
 def fp32_head_applies(model) -> bool:
-    """Whether :func:`fp32_lm_head` changes the model's head: a plain, non-float32 ``Linear`` of real weights, whose
-    forward is its class's (a hooked or offloaded head, accelerate's ``device_map``, keeps its own: a meta weight
-    cannot be cast, and a replaced forward would drop the hook)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    w = getattr(head, "weight", None)
-    return (isinstance(head, torch.nn.Linear) and w is not None and w.dtype != torch.float32 and w.device.type != "meta"
-            and "forward" not in vars(head) and not hasattr(head, "_hf_hook"))
+    """Whether :func:`fp32_lm_head` changes the model's head (the plan's rule:
+    :func:`rmfast.scoring.decisions.choose_lm_head_dtype`)."""
+    from .scoring.decisions import choose_lm_head_dtype
+
+    value, _ = choose_lm_head_dtype(model)
+    return value == "float32" and model.get_output_embeddings().weight.dtype != torch.float32
 
 
 @contextlib.contextmanager
@@ -183,11 +182,6 @@ def next_token_logprobs(model, ids) -> torch.Tensor:
     if logits is None:
         raise UserError("this model returns no logits; logprobs needs a causal language model")
     return ops.vocab_logprobs(logits[0, -1]).cpu()  # (V,) fp32; the model's forward applied any final softcap
-
-
-def _head_dtype(model) -> str | None:
-    w = getattr(model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None, "weight", None)
-    return None if w is None else str(w.dtype).replace("torch.", "")
 
 
 _STRINGS: dict = {}  # (id(tokenizer), len(tokenizer)) -> (tokens, texts) over 0..n-1
@@ -278,7 +272,7 @@ def logprobs(
         "score_meaning": score_meaning(HEAD),  # what `score` is, in the manifest and the Parquet, as scan's
         "dtype": str(p.dtype).replace("torch.", ""),
         "logsoftmax_dtype": "float32",
-        "lm_head_dtype": "float32" if fp32_head_applies(model) else _head_dtype(model),  # the logits' (fp32_lm_head)
+        "lm_head_dtype": decided.reasons["lm_head_dtype"]["value"],  # the logits' (the plan's decision, its reason)
         "device": str(p.device),
         "engine": "single_forward",
         "vocab_size": n_vocab,

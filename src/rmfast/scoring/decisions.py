@@ -126,6 +126,22 @@ def head_output_read(model, head_index: int, stacklevel: int = 3, say: bool = Tr
     return f"; output {head_index}{named} of the head's {n}"
 
 
+def choose_lm_head_dtype(model) -> tuple[str | None, str]:
+    """(the dtype an LM head multiplies in for next-token log-probs, why): float32 for a plain, non-float32 ``Linear`` of
+    real weights whose forward is its class's (:func:`rmfast.logprobs.fp32_lm_head`: a bf16 head's logits kept 8 bits,
+    SmolLM2's 49,152 log-probs 298 values), else the head's own (a hooked or offloaded head, accelerate's device_map,
+    keeps its forward: a meta weight cannot be cast, and a replaced forward would drop the hook)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    w = getattr(head, "weight", None)
+    own = None if w is None else str(w.dtype).replace("torch.", "")
+    if w is None or w.dtype == torch.float32:
+        return own, "the head's own (float32)" if w is not None else "no LM head weight to read"
+    if not isinstance(head, torch.nn.Linear) or w.device.type == "meta" or "forward" in vars(head) \
+            or hasattr(head, "_hf_hook"):
+        return own, "the head's own: hooked, offloaded or not a plain Linear (its forward is kept)"
+    return "float32", f"float32 on the model's {own} last state: {own} logits would keep its few bits (ties in rank)"
+
+
 def choose_engine(model, head: str, head_index: int, engine: str, stacklevel: int = 3) -> str:
     """"auto" -> "fast" where the architecture is on the fast path, else "hf" with a warning."""
     spec = arch_spec(model)
@@ -452,6 +468,8 @@ def decide(model, options: ScoringOptions | None = None, job: str = "scan", *, t
     d.record("head", head, ("asked for" if o.head != "auto" else f"auto: {'a reward head' if head == 'score' else 'a causal LM'}")
              + (head_output_read(model, o.head_index, stacklevel + 1, say=job != "audit") if head == "score" else ""))
     d.record("engine", engine, engine_why)
+    if job == "logprobs":  # the head of its one forward (the engine's logprob head reads in fp32 already)
+        d.record("lm_head_dtype", *choose_lm_head_dtype(model))
     d.record("compile", compiled, compile_why)
     d.record("kernels", "triton" if triton else "torch", kernels_why)
     d.record("attention", form, form_why)
