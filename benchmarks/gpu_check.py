@@ -59,7 +59,7 @@ from gpu_kit.probe import probe
 from gpu_kit.profile import profile_best_of_n
 from gpu_kit.steps import Clock, csv_rows, parse_junit, run_step, say, write_csv
 from gpu_kit.summary import summarize, summarize_workloads
-from gpu_kit.workloads import ram_has_room, run_workloads  # noqa: F401
+from gpu_kit.workloads import WORKLOAD_KINDS, ram_has_room, run_workloads  # noqa: F401
 
 
 def main(argv=None) -> int:
@@ -74,6 +74,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-workloads", action="store_true", help="skip best-of-N, the profile and the states workload")
+    ap.add_argument("--workloads", default=None,
+                    help=f"comma list of the workloads to run, of {','.join(WORKLOAD_KINDS)} (default: all)")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)  # internal: step 1 in its own process
     ap.add_argument("--profile-best-of-n", default=None, help=argparse.SUPPRESS)  # internal: the profile step
     args = ap.parse_args(argv)
@@ -84,6 +86,9 @@ def main(argv=None) -> int:
         profile_best_of_n(Path(args.profile_best_of_n), args.dry_run)
         return 0
 
+    only = None if args.workloads is None else [w.strip() for w in args.workloads.split(",") if w.strip()]
+    if only is not None and (bad := sorted(set(only) - set(WORKLOAD_KINDS))):
+        ap.error(f"--workloads: unknown {', '.join(bad)}; choose from {', '.join(WORKLOAD_KINDS)}")
     sys.path.insert(0, str(SRC))
     clock = Clock(args.budget_s)
     out = Path(args.out).resolve()
@@ -136,7 +141,7 @@ def main(argv=None) -> int:
     todo = [] if args.skip_bench else names
     for name in [n for n in todo if not plans.get(n, {}).get("late")]:
         models.append(bench_model(name, plans.get(name), ctx))
-    workloads = [] if args.skip_workloads else run_workloads(ctx)
+    workloads = [] if args.skip_workloads else run_workloads(ctx, only)
     for name in [n for n in todo if plans.get(n, {}).get("late")]:
         models.append(bench_model(name, plans.get(name), ctx))
 

@@ -44,6 +44,9 @@ def workload_cmds(out: Path, dry: bool) -> list[tuple[str, list[str]]]:
     return cmds
 
 
+WORKLOAD_KINDS = ("best-of-n", "serve", "profile", "states")  # what --workloads names
+
+
 def ram_has_room(need: int) -> bool:
     """Whether the tmpfs of :data:`STATES_RAM` exists and has ``need`` bytes free."""
     try:
@@ -52,10 +55,16 @@ def ram_has_room(need: int) -> bool:
         return False
 
 
-def run_workloads(ctx: dict) -> list[dict]:
-    """Step 4: each workload as a subprocess, skipped (and said so) when the budget left is below its estimate."""
+def run_workloads(ctx: dict, only: list[str] | None = None) -> list[dict]:
+    """Step 4: each workload as a subprocess, skipped (and said so) when the budget left is below its estimate or
+    when ``only`` (kinds: best-of-n, serve, profile, states) leaves it out."""
     done = []
     for name, cmd in workload_cmds(ctx["out"], ctx["dry"]):
+        kind = "best-of-n" if name.startswith("best-of-n") else "states" if name.startswith("states") else name
+        if only is not None and kind not in only:
+            done.append({"step": name, "rc": None, "status": "skipped: not in --workloads"})
+            say(f"{name}: {done[-1]['status']}", ctx["log"])
+            continue
         est = 5 if ctx["dry"] else WORKLOAD_EST_S["best-of-n" if name.startswith("best-of-n") else name]
         if ctx["clock"].left() < est:
             done.append({"step": name, "rc": None, "status": f"skipped: {max(0, ctx['clock'].left()):.0f} s of budget "
