@@ -494,6 +494,48 @@ def test_one_request_that_fails_its_wave_fails_alone():
     assert "rmfast_waves_split_total 1" in Metrics().text(None, s)
 
 
+def test_a_fixed_pool_of_clients_fills_its_waves_after_the_first():
+    """A pool of clients, each sending its next sample once answered (an RL job's reward workers), was cut in two:
+    the half whose samples came while a wave ran left at its end alone, and the half it answered waited for the
+    next, so every wave was half full (16 clients ran 16 waves of 8 on the H200, where a wave of 8 short rows costs
+    nearly a full one). Now the next wave waits up to max_wait_s from the last wave's end for the clients it
+    answered (the linger): 4 clients of 4 requests each, two of them starting while the first wave runs, take
+    5 waves, not 8. Waves counted, not timed."""
+    import asyncio
+    import time
+
+    from rmfast.serve.metrics import Metrics
+    from rmfast.serve.scheduler import Scheduler
+
+    class Core:
+        waves = []
+
+        def score(self, samples):
+            self.waves.append(len(samples))
+            time.sleep(0.5)  # >= LINGER_RATIO x max_wait_s: the linger is worth its wait
+            return np.zeros(len(samples), np.float32)
+
+    async def go():
+        s = Scheduler(Core(), max_queue=64, wave_tokens=10_000, max_wait_s=0.05)
+        await s.start()
+
+        async def client(delay):
+            await asyncio.sleep(delay)
+            for i in range(4):
+                await s.score([split_sample([1, 2, 3], (), [1, 2])])
+
+        await asyncio.gather(client(0), client(0), client(0.15), client(0.15))
+        await s.stop()
+        return s
+
+    s = asyncio.run(go())
+    assert Core.waves == [2, 4, 4, 4, 2], Core.waves
+    # the second wave waited for the first's two clients, and the last for two that had finished: the waves
+    # between found their queue empty at the end of the last, so the old rule gathered the pool
+    assert s.waves_lingered == 2
+    assert "rmfast_waves_lingered_total 2" in Metrics().text(None, s)
+
+
 def test_a_nonfinite_score_is_an_error_naming_the_model(smol_tokenizer):
     model = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=3)
     model.score.weight.data[0, 0] = float("nan")

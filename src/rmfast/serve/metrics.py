@@ -80,6 +80,10 @@ class Metrics:
             if hasattr(scheduler, "waves_split"):
                 metric("rmfast_waves_split_total", "counter", "waves that failed and were scored again one request "
                        "at a time (only a request that fails alone gets the error)", [("", scheduler.waves_split)])
+            if hasattr(scheduler, "waves_lingered"):
+                metric("rmfast_waves_lingered_total", "counter", "waves that waited for the clients the last wave "
+                       "answered to send their next samples (the linger: docs/serving.md)",
+                       [("", scheduler.waves_lingered)])
             if hasattr(scheduler, "n_running"):
                 metric("rmfast_running_samples", "gauge", "samples of the wave being scored (it runs to its end, "
                        "whether or not their clients are still there)", [("", scheduler.n_running)])

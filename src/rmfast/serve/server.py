@@ -147,7 +147,9 @@ def make_scheduler(core: ServeCore, opts: ServeOptions) -> Scheduler:
     core.reasons["waves"] = {"value": f"{opts.wave_tokens} tokens or {opts.max_wait_ms:g} ms", "reason": (
         "a wave starts once its token budget waits or its oldest sample has waited that long: how the waves are cut "
         "never changes a score (the rows rules), so they are cut for throughput alone; a budget of tens of thousands "
-        "of tokens keeps the GEMMs wide under load, and an idle server answers within a few ms")}
+        "of tokens keeps the GEMMs wide under load, and an idle server answers within a few ms; where the last wave "
+        "took 10x that wait or more, the next also waits that long from its end for the clients it answered (a "
+        "fixed pool of clients otherwise splits into half-full waves)")}
     return sched
 
 
