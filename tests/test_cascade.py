@@ -677,6 +677,43 @@ def test_cost_model_arithmetic_by_hand():
     assert cc.cascade_parts(m, [3], [[1, 2]], 1, gpu=gpu)["response_part"]["s"] == pytest.approx(144 / 500)
 
 
+def test_cost_model_counts_each_layers_sliding_window_as_its_mask_does():
+    """The cost models counted full attention for windowed layers (Gemma 2/3, Mistral), where a query sees w keys
+    at most. Now each layer's pairs follow its window; checked against a brute-force count of HF's sliding mask
+    (key k visible to query q when q - w < k <= q) for every part: the rows' prompt and own keys, a prompt's pass,
+    a packed wave of prompts, the padded HF forward and the scan's cost model."""
+    from rmfast.bench import cascade_cost as cc
+    from rmfast.bench.flops import gpu_cost_model
+
+    def seen(q0, q1, k0, w):  # (query, key) pairs of queries q0..q1-1 over keys k0..q (visible under window w)
+        return sum(1 for q in range(q0, q1) for k in range(k0, q + 1) if w is None or q - k < w)
+
+    windows = [3, None, 5, 3]
+    m = dict(n_layers=4, hidden=4, n_heads=2, n_kv_heads=1, head_dim=2, intermediate=3, windows=windows)
+    full = dict(m, windows=None)
+    prompts, rows, suffix = [4, 7], [[1, 6], [2]], 1
+    per_pair = 4 * 2 * 2  # 4·H·D
+    pre = sum(seen(P, P + n + suffix, 0, w) - seen(P, P + n + suffix, P, w) for w in windows
+              for P, r in zip(prompts, rows) for n in r)
+    own = sum(seen(P, P + n + suffix, P, w) for w in windows for P, r in zip(prompts, rows) for n in r)
+    parts = cc.cascade_parts(m, prompts, rows, suffix)
+    assert parts["prompt_part"]["flops"] == per_pair * pre and parts["response_part"]["flops"] == per_pair * own
+    assert parts["gemm"]["flops"] == cc.cascade_parts(full, prompts, rows, suffix)["gemm"]["flops"]
+    assert parts["prompt_part"]["flops"] < cc.cascade_parts(full, prompts, rows, suffix)["prompt_part"]["flops"]
+    g = 2 * cc.layer_params(m)
+    assert cc.prompt_pass(m, 7)["flops"] == 4 * g * 7 + per_pair * sum(seen(0, 7, 0, w) for w in windows)
+    assert cc.wave_prompt_pass(m, prompts)["flops"] == 4 * g * 11 + per_pair * sum(
+        seen(0, P, 0, w) for w in windows for P in prompts)
+    seqs = [P + n + suffix for P, r in zip(prompts, rows) for n in r]  # one batch, padded to the longest
+    assert cc.padded_hf(m, prompts, rows, suffix)["flops"] == 4 * g * max(seqs) * len(seqs) + per_pair * len(seqs) * sum(
+        seen(0, max(seqs), 0, w) for w in windows)
+    cfg = dict(label="t", layers=4, d=4, inter=3, heads=2, kv_heads=1, head_dim=2, vocab=10, suffix=1, norms=2)
+    P, t = 6, 2
+    attn = 4 * 2 * 2 * sum(seen(P, P + t, 0, w) for w in windows)  # the row tokens over the prompt and their own
+    assert gpu_cost_model(dict(cfg, windows=windows), prompt_tokens=P)["attn_gflop_per_candidate"] == attn / 1e9
+    assert gpu_cost_model(cfg, prompt_tokens=P)["attn_gflop_per_candidate"] == 4 * 2 * 2 * 4 * seen(P, P + t, 0, None) / 1e9
+
+
 def test_cost_model_threshold_is_near_the_plans():
     """The plan's cascade threshold is the H100's measured crossover (16: the shared-prefix kernel faster through
     16 row tokens, the cascade from 24); the cost model's prediction lies within 2x below it, on the same side

@@ -19,11 +19,18 @@ H query heads, Hkv kv heads, head dim D, e bytes per element):
 
 The padded HF forward: every row is prompt + response + suffix, padded to the batch's longest, causal
 attention over all of it (SDPA's flash kernel: T(T+1)/2 pairs per row), weights read once per batch.
+
+A layer with a sliding window of w (``m["windows"]``: one entry per layer, None for full attention; Gemma 2/3,
+Mistral) counts each query's keys at most w (:func:`rmfast.bench.flops.keys_seen`, HF's window): the prompt part
+of a row's token at position q sees min(q + 1, w) keys less its own row's, so prompt keys drop out first.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+
+from .flops import keys_seen
 
 #: the Llama-3.1-8B shapes (the issue's table)
 LLAMA_31_8B = dict(n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128, intermediate=14336, vocab=128256)
@@ -55,6 +62,28 @@ def layer_params(m: dict) -> int:
     return Dm * (H * D + 2 * Hkv * D) + H * D * Dm + 3 * Dm * inter
 
 
+def layer_windows(m: dict) -> Counter:
+    """{window: layers}: each layer's sliding window (None: full attention), from ``m["windows"]`` (absent: all full).
+
+    >>> sorted(layer_windows({"n_layers": 4, "windows": [2, None, 2, None]}).items(), key=str)
+    [(2, 2), (None, 2)]
+    """
+    w = m.get("windows") or [None] * m["n_layers"]
+    if len(w) != m["n_layers"]:
+        raise ValueError(f"windows: {len(w)} entries for {m['n_layers']} layers")
+    return Counter(w)
+
+
+def row_pairs(P: int, t: int, w: int | None) -> tuple[int, int]:
+    """(prompt-key pairs, own-key pairs) of a row of ``t`` tokens after a prompt of ``P``, in a layer of window ``w``.
+
+    >>> row_pairs(5, 3, None), row_pairs(5, 3, 4), row_pairs(5, 3, 2)
+    ((15, 6), (6, 6), (1, 5))
+    """
+    own = keys_seen(t, w)
+    return keys_seen(P + t, w) - keys_seen(P, w) - own, own
+
+
 def _t(flops: float, bytes_: float, tflops: float, tb_s: float) -> float:
     """Roofline seconds: the slower of compute and memory."""
     return max(flops / (tflops * 1e12), bytes_ / (tb_s * 1e12))
@@ -69,32 +98,37 @@ def cascade_parts(m: dict, prompts: list[int], rows: list[list[int]], suffix: in
     real tokens: rows run packed back to back; ``pad_frac`` of :func:`best_of_n` prices right-padded buckets).
     Returns {part: {"flops", "bytes", "s"}} per layer summed over layers, and "total_s".
     """
-    L, H, Hkv, D = m["n_layers"], m["n_heads"], m["n_kv_heads"], m["head_dim"]
+    H, Hkv, D = m["n_heads"], m["n_kv_heads"], m["head_dim"]
     G = H // Hkv
     lens = [n + suffix for r in rows for n in r]  # row tokens
     T = sum(lens)
-    pre_pairs = sum(P * (n + suffix) for P, r in zip(prompts, rows) for n in r)  # (query, prompt key) pairs per head
-    own_pairs = sum(t * (t + 1) // 2 for t in lens)
     fp32_part = T * H * (D + 1) * 4  # one part's fp32 output and lse
-    # prompt K/V re-read once per BLOCK_M query rows (each prompt's rows x positions x G heads), from L2
-    kv_reads = sum(2 * Hkv * P * D * elt * -(-(sum(n + suffix for n in r) * G) // block_m) for P, r in zip(prompts, rows))
-    parts = {
-        # weights once, activations in and out of the seven projections (~8 hidden-wide rows per token)
-        "gemm": dict(flops=2.0 * layer_params(m) * T, bytes=layer_params(m) * elt + T * m["hidden"] * elt * 8),
-        "prompt_part": dict(flops=4.0 * H * D * pre_pairs, bytes=T * H * D * elt + fp32_part,
-                            l2_bytes=kv_reads),
-        "response_part": dict(flops=4.0 * H * D * own_pairs, bytes=T * (H + 2 * Hkv) * D * elt + fp32_part),
-        "merge": dict(flops=0.0, bytes=2 * fp32_part + T * H * D * elt),
-    }
-    if len(prompts) > 1:  # the wave's prompt K/V concatenated per layer (read and written once)
-        parts["kv_concat"] = dict(flops=0.0, bytes=2 * 2 * Hkv * sum(prompts) * D * elt)
-    out = {}
-    for k, p in parts.items():
+    out: dict = {}
+
+    def add(k: str, p: dict, layers: int) -> None:
         tf = gpu.gemm_tflops if k == "gemm" else gpu.gemm_tflops * gpu.attn_frac
         s = _t(p["flops"], p["bytes"], tf, gpu.hbm_tb_s)
         if "l2_bytes" in p:
             s = max(s, p["l2_bytes"] / (gpu.l2_tb_s * 1e12))
-        out[k] = {"flops": p["flops"] * L, "bytes": p["bytes"] * L, "s": s * L}
+        o = out.setdefault(k, {"flops": 0.0, "bytes": 0.0, "s": 0.0})
+        o["flops"], o["bytes"], o["s"] = o["flops"] + p["flops"] * layers, o["bytes"] + p["bytes"] * layers, o["s"] + s * layers
+
+    L = m["n_layers"]
+    # weights once, activations in and out of the seven projections (~8 hidden-wide rows per token)
+    add("gemm", dict(flops=2.0 * layer_params(m) * T, bytes=layer_params(m) * elt + T * m["hidden"] * elt * 8), L)
+    for w, layers in layer_windows(m).items():  # the attention parts by each layer's window
+        pairs = [row_pairs(P, n + suffix, w) for P, r in zip(prompts, rows) for n in r]
+        pre_pairs, own_pairs = sum(p for p, _ in pairs), sum(o for _, o in pairs)  # (query, key) pairs per head
+        # prompt K/V re-read once per BLOCK_M query rows (each prompt's rows x positions x G heads), from L2; a
+        # window reads its last w keys at most
+        kv_reads = sum(2 * Hkv * min(P, w or P) * D * elt * -(-(sum(n + suffix for n in r) * G) // block_m)
+                       for P, r in zip(prompts, rows))
+        add("prompt_part", dict(flops=4.0 * H * D * pre_pairs, bytes=T * H * D * elt + fp32_part, l2_bytes=kv_reads),
+            layers)
+        add("response_part", dict(flops=4.0 * H * D * own_pairs, bytes=T * (H + 2 * Hkv) * D * elt + fp32_part), layers)
+    add("merge", dict(flops=0.0, bytes=2 * fp32_part + T * H * D * elt), L)
+    if len(prompts) > 1:  # the wave's prompt K/V concatenated per layer (read and written once)
+        add("kv_concat", dict(flops=0.0, bytes=2 * 2 * Hkv * sum(prompts) * D * elt), L)
     out["launches_s"] = L * (gpu.kernels_per_layer + LAYER_LAUNCHES["rows_attention"]) * gpu.launch_us * 1e-6
     out["total_s"] = sum(v["s"] for k, v in out.items() if isinstance(v, dict)) + out["launches_s"]
     return out
@@ -104,10 +138,11 @@ def prompt_pass(m: dict, P: int, elt: int = 2, gpu: Gpu = Gpu()) -> dict:
     """One prompt's own pass (batch 1, causal over P tokens): GEMMs weight-read bound for short prompts."""
     L, H, D = m["n_layers"], m["n_heads"], m["head_dim"]
     g = _t(2.0 * layer_params(m) * P, layer_params(m) * elt, gpu.gemm_tflops, gpu.hbm_tb_s)
-    a = _t(4.0 * H * D * P * (P + 1) / 2, P * (H + 2 * m["n_kv_heads"]) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac,
-           gpu.hbm_tb_s)
-    return {"flops": L * (2.0 * layer_params(m) * P + 4.0 * H * D * P * (P + 1) / 2),
-            "s": L * (g + a) + L * (gpu.kernels_per_layer + LAYER_LAUNCHES["prompt_attention"]) * gpu.launch_us * 1e-6}
+    f_a = {w: 4.0 * H * D * keys_seen(P, w) for w in layer_windows(m)}  # per layer, by its window
+    a = sum(n * _t(f_a[w], P * (H + 2 * m["n_kv_heads"]) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
+            for w, n in layer_windows(m).items())
+    return {"flops": L * 2.0 * layer_params(m) * P + sum(n * f_a[w] for w, n in layer_windows(m).items()),
+            "s": L * g + a + L * (gpu.kernels_per_layer + LAYER_LAUNCHES["prompt_attention"]) * gpu.launch_us * 1e-6}
 
 
 def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()) -> dict:
@@ -119,11 +154,12 @@ def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()
     L, H, Hkv, D = m["n_layers"], m["n_heads"], m["n_kv_heads"], m["head_dim"]
     T = sum(prompts)
     g = _t(2.0 * layer_params(m) * T, layer_params(m) * elt + T * m["hidden"] * elt * 8, gpu.gemm_tflops, gpu.hbm_tb_s)
-    pairs = sum(P * (P + 1) / 2 for P in prompts)
-    a = _t(4.0 * H * D * pairs, T * (H + 2 * Hkv) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
+    f_a = {w: 4.0 * H * D * sum(keys_seen(P, w) for P in prompts) for w in layer_windows(m)}  # per layer, by window
+    a = sum(n * _t(f_a[w], T * (H + 2 * Hkv) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
+            for w, n in layer_windows(m).items())
     launches = L * (gpu.kernels_per_layer + LAYER_LAUNCHES["prompt_attention"]) * gpu.launch_us * 1e-6
-    return {"flops": L * (2.0 * layer_params(m) * T + 4.0 * H * D * pairs), "s": L * (g + a) + launches,
-            "launches_s": launches}
+    return {"flops": L * 2.0 * layer_params(m) * T + sum(n * f_a[w] for w, n in layer_windows(m).items()),
+            "s": L * g + a + launches, "launches_s": launches}
 
 
 def prompt_waves(m: dict, prompts: list[int], elt: int = 2) -> list[list[int]]:
@@ -154,12 +190,14 @@ def padded_hf(m: dict, prompts: list[int], rows: list[list[int]], suffix: int, e
     for i in range(0, len(seqs), b):
         batch = seqs[i : i + b]
         T = max(batch) * len(batch)
-        pairs = len(batch) * max(batch) * (max(batch) + 1) / 2
-        f_g, f_a = 2.0 * layer_params(m) * T, 4.0 * H * D * pairs
-        s += L * (_t(f_g, layer_params(m) * elt, gpu.gemm_tflops, gpu.hbm_tb_s)
-                  + _t(f_a, T * (H + 2 * m["n_kv_heads"]) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s))
+        f_g = 2.0 * layer_params(m) * T
+        s += L * _t(f_g, layer_params(m) * elt, gpu.gemm_tflops, gpu.hbm_tb_s)
+        for w, n in layer_windows(m).items():  # a padded row of max(batch) tokens, causal (a window: w keys at most)
+            f_a = 4.0 * H * D * len(batch) * keys_seen(max(batch), w)
+            s += n * _t(f_a, T * (H + 2 * m["n_kv_heads"]) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
+            flops += n * f_a
         s += L * (gpu.hf_kernels_per_layer + 1) * gpu.launch_us * 1e-6
-        flops += L * (f_g + f_a)
+        flops += L * f_g
         tokens += T
     return {"flops": flops, "s": s, "tokens": tokens}
 

@@ -108,7 +108,7 @@ def proj_params(dims: dict) -> int:
     return dims["n_layers"] * (2 * D * hq + 2 * D * hkv + 3 * D * I)
 
 
-def _keys_seen(n: int, window: int | None) -> int:
+def keys_seen(n: int, window: int | None) -> int:
     """(query, key) pairs of the first ``n`` positions of a causal sequence: position j sees j + 1 keys, at most
     ``window`` (a sliding window; None: all)."""
     if window is None or n <= window:
@@ -144,7 +144,7 @@ def forward_flops(dims: dict, tokens: int, past: int = 0, n_out: int | None = No
     k = 0 if n_out is None else tokens - n_out  # positions the last layer skips: its queries 0..k-1
 
     def pairs(w: int | None, skip: int = 0) -> int:  # the queries past+skip .. past+tokens-1, in a layer of window w
-        return _keys_seen(past + tokens, w) - _keys_seen(past + skip, w)
+        return keys_seen(past + tokens, w) - keys_seen(past + skip, w)
 
     attn = sum(pairs(w) for w in windows[:-1]) + pairs(windows[-1], k)
     if n_out is None:
@@ -275,7 +275,10 @@ def gpu_cost_model(cfg: dict, *, prompt_tokens: int = 50, gemm_frac: float = 0.6
     peak = gpu["bf16_dense_tflops"] * 1e12 * gemm_frac
     bw = gpu["hbm_tb_s"] * 1e12 * hbm_frac
     flops_gemm = 2 * n_proj * t
-    flops_attn = L * t * 4 * (P + t) * hq  # QK^T and PV over the prompt + own suffix
+    # QK^T and PV of the t row tokens over the prompt + their own, per layer by its sliding window (cfg["windows"],
+    # one entry a layer; absent: full attention, as in COST_MODELS: at a scan's prompt lengths no window drops a key)
+    windows = cfg.get("windows") or [None] * L
+    flops_attn = sum(4 * hq * (keys_seen(P + t, w) - keys_seen(P, w)) for w in windows)
     # bf16 bytes per token per layer through HBM by unfused elementwise ops / GEMM inputs+outputs
     act_elems = 2 * cfg["norms"] * d + 2 * (hq + 2 * hkv) + 2 * (hq + hkv) + 2 * hq + 10 * d + 6 * I
     act_bytes_tok = 2 * L * act_elems
@@ -297,7 +300,7 @@ def gpu_cost_model(cfg: dict, *, prompt_tokens: int = 50, gemm_frac: float = 0.6
         out[name] = {"rows_per_batch": rows, "gemm_s": t_gemm, "weights_s": t_w, "activations_s_max": t_act,
                      "kv_copy_s": t_kv, "total_s_min": t_gemm + t_w + t_kv, "total_s_max": t_gemm + t_w + t_kv + t_act}
     tn = P + t  # naive: the whole sequence per candidate
-    t_naive = V * (2 * n_proj * tn + L * 4 * tn * tn / 2 * hq) / peak
+    t_naive = V * (2 * n_proj * tn + sum(4 * hq * keys_seen(tn, w) for w in windows)) / peak
     out["naive"] = {"tokens_per_candidate": tn, "gemm_s": t_naive, "total_s_min": t_naive,
                     "total_s_max": t_naive + V * tn * act_bytes_tok / bw}
     return out
