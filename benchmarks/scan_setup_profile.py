@@ -29,7 +29,31 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true", help="the architecture's tiny config (a CPU check of this script)")
     ap.add_argument("--ids", default=None, help="token ids to scan (default: the whole vocabulary)")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--batches", action="store_true",
+                    help="also each batch's seconds in both runs (the device synchronised after each: where the first "
+                         "batch's extra time goes, and whether a second scan in the process still pays it)")
     args = ap.parse_args(argv)
+    times: list[float] = []
+    if args.batches:
+        import time
+
+        import torch
+
+        from rmfast.scoring import batching
+
+        real = batching.oom_batches
+
+        def timed(n, bs, device, score, *a, **kw):  # each batch's score() call, the device synchronised after it
+            def one(lo, hi, b):
+                t0 = time.perf_counter()
+                out = score(lo, hi, b)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+                return out
+            return real(n, bs, device, one, *a, **kw)
+
+        batching.oom_batches = timed
 
     from rmfast.bench.random_init import random_init_model
     from rmfast.scoring.pipeline import scan
@@ -41,10 +65,14 @@ def main(argv=None) -> int:
         return scan(lm.model, lm.tokenizer, prompt, engine="fast", progress=False, token_ids=args.ids)
 
     first = run().manifest
+    first_times, times[:] = list(times), []
     prof = cProfile.Profile()
     prof.enable()
     m = run().manifest
     prof.disable()
+    if args.batches:
+        for tag, ts in (("first", first_times), ("second (profiled)", times)):
+            print(f"{tag} run's batches (s): " + " ".join(f"{t:.3f}" for t in ts))
     for tag, x in (("first", first), ("second (profiled)", m)):
         print(f"{tag}: wall {x['wall_s']} s, setup {x['setup_s']} s (plan {x.get('plan_s')} s), scan {x['scan_s']} s, "
               f"{x['candidates_per_s']} cand/s, batch {x['batch_size']}")
