@@ -55,6 +55,10 @@ DEPTH = 2
 #: MB/s on a 2-core AMD EPYC with avx512_bf16 (native bf16; benchmarks/results/states_writer_2026-11-27/); the H100's
 #: host (a 16-thread Xeon with AMX) has more cores
 WRITERS = 4
+#: shards written at once while the scan still computes (its batches arrive): more writer threads there slow the scan's
+#: own thread (every torch call it makes hands the GIL over) more than they speed the writes; after the last batch
+#: (:meth:`BackgroundWriter.drain`) all :data:`WRITERS` write the tail side by side
+SCAN_WRITERS = 2
 
 
 class HostStates(Mapping):
@@ -138,6 +142,7 @@ class BackgroundWriter:
         self._skip = self._ending = False  # skip the queued steps (a Ctrl-C while draining); the end was queued
         self._exited = threading.Event()  # set by the writer thread as it ends
         self.wait_s = self.busy_s = self.write_s = 0.0
+        self._tail = False  # drain began: no batch follows, every writer may write (the last batch's shards)
         self._lock = threading.Lock()  # write_s: added to from the shard writers
         writer.run_shard = self._submit  # the writer's cut shards go to the pool (from the writer thread)
 
@@ -169,7 +174,11 @@ class BackgroundWriter:
     def drain(self) -> None:
         """Wait until every queued step is done and stop the thread; raise the error a step met."""
         t0 = time.perf_counter()
-        self._stop()
+        self._tail = True
+        try:
+            self._stop()
+        finally:
+            self._tail = False
         self.wait_s += time.perf_counter() - t0
         self._check()
 
@@ -181,7 +190,7 @@ class BackgroundWriter:
 
     def stats(self) -> dict:
         return {"background": True, "wait_s": round(self.wait_s, 4), "busy_s": round(self.busy_s, 4),
-                "write_s": round(self.write_s, 4), "writers": self.writers}
+                "write_s": round(self.write_s, 4), "writers": self.writers, "scan_writers": min(self.writers, SCAN_WRITERS)}
 
     def _submit(self, cut) -> None:
         """Cut a shard (:meth:`rmfast.states.StatesWriter.cut`) once fewer than ``writers`` are in flight, and write it
@@ -191,8 +200,9 @@ class BackgroundWriter:
 
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.writers, thread_name_prefix="rmfast-shard")
-        while len(self._writes) >= self.writers:
-            self._writes.pop(0).result()
+        while len(self._writes) >= (self.writers if self._tail else min(self.writers, SCAN_WRITERS)):
+            self._writes[0].result()  # (popped below, in the loop: the tail may widen while this waits)
+            self._writes.pop(0)
         self._writes.append(self._pool.submit(self._timed, cut()))
 
     def _timed(self, write) -> None:
