@@ -87,8 +87,15 @@ def smollm2():
 
 
 @pytest.fixture(scope="session")
-def smol_tokenizer(smollm2):
-    return smollm2.tokenizer
+def smol_tokenizer(request):
+    """SmolLM2's tokenizer; with ``RMFAST_TEST_SMOL_TOKENIZER`` set, read from that folder of its tokenizer files (a
+    lent GPU machine has no room for the embedded model's package: the serve tests' same-bits checks run there)."""
+    folder = os.environ.get("RMFAST_TEST_SMOL_TOKENIZER")
+    if folder:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(folder)
+    return request.getfixturevalue("smollm2").tokenizer
 
 
 #: the prompt most tests score against (paper A's)
