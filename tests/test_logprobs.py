@@ -107,6 +107,9 @@ def test_plain_templates(smol_tokenizer):
     assert len(ids3) == len(ids) + 1  # a lone space token
     with pytest.raises(UserError, match="prompt"):
         prompt_ids(smol_tokenizer, PROMPT, template="Assistant:")
+    # a mistyped placeholder was kept as literal text in a format without {response} (scan's refused it)
+    with pytest.raises(UserError, match=r"placeholder \{sytem\}"):
+        prompt_ids(smol_tokenizer, PROMPT, template="{sytem}\nUser: {prompt}\nAssistant:")
     with pytest.raises(UserError, match="empty"):
         prompt_ids(smol_tokenizer, "  ")
 

@@ -45,7 +45,7 @@ from .scoring.candidates import check_context, check_embedded, decoded, select_i
 from .cpu import say_choice
 from .errors import UserError
 from .fast import ops
-from .template import is_plain_format, build_template
+from .template import build_template, check_placeholders, is_plain_format
 
 __all__ = ["logprobs", "prompt_ids", "next_token_logprobs", "vocab_strings"]
 
@@ -96,6 +96,7 @@ def prompt_ids(tokenizer, prompt: str, *, template: str | None = None, system: s
     elif template is not None and "{prompt}" in template and "{%" not in template and "{{" not in template:
         if system is not None and "{system}" not in template:
             raise UserError("--system given but the plain --template has no {system} placeholder; add one or drop --system")
+        check_placeholders(template)
         text = template.replace("{system}", system or "").replace("{prompt}", prompt)
         if text != text.rstrip():
             warnings.warn(

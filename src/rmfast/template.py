@@ -157,8 +157,18 @@ def _check_plain(template: str, system: str | None, history) -> None:
         raise UserError("--template plain format needs a {prompt} placeholder, e.g. 'User: {prompt}\\nAssistant: {response}'")
     if system is not None and "{system}" not in template:
         raise UserError("--system given but the plain --template has no {system} placeholder; add one or drop --system")
+    check_placeholders(template)
+
+
+def check_placeholders(template: str) -> None:
+    """Refuse a plain format's placeholder it does not fill: a typo such as {promt} would be scored as literal text.
+
+    >>> check_placeholders("User: {promt} Assistant:")
+    Traceback (most recent call last):
+    rmfast.errors.UserError: template has the placeholder {promt}, which a plain format does not fill: it knows {system}, {prompt} and {response}
+    """
     unknown = sorted(set(re.findall(r"\{(\w+)\}", template)) - {"system", "prompt", "response"})
-    if unknown:  # a typo such as {promt} would be scored as literal text
+    if unknown:
         raise UserError(f"--template has the placeholder {{{unknown[0]}}}, which a plain format does not fill: it "
                         "knows {system}, {prompt} and {response}")
 
