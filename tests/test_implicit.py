@@ -245,6 +245,20 @@ def test_sweep_and_dictionary_summary(pair):
     assert set(tests.index) == {"all", "positive", "negative"} and tests.loc["all", "n_1"] == 2
 
 
+def test_a_sweep_says_each_warning_once(pair):
+    """A prompt format ending in whitespace warned once per prompt and side (54 times over Paper B's prompts); a
+    sweep now says each distinct warning once, naming the format's tail (the same for every prompt)."""
+    import warnings
+
+    prompts = {"best": "What is the best thing?", "worst": "What is the worst thing?", "ok": "What is fine?"}
+    fmt = "User: {prompt}\nAssistant: "
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        implicit_sweep(pair[0], pair[1], prompts, template_a=fmt, template_b=fmt)
+    said = [str(w.message) for w in got if "whitespace" in str(w.message)]
+    assert len(said) == 1 and "{prompt}'\\nAssistant: '" in said[0], said
+
+
 def test_cli_implicit(pair, tmp_path, shared_data, capsys):
     (ma, tok), (mb, _) = pair
     fa, fb = tmp_path / "a.parquet", tmp_path / "b.parquet"

@@ -363,11 +363,17 @@ def implicit_sweep(a, b, prompts: dict[str, str], *, template_a=None, template_b
 
     ``manifest["counts"]`` lists the per-prompt counts; ``counts`` holds their totals.
     """
-    frames, per_prompt, first = [], [], None
+    frames, per_prompt, first, said = [], [], None, set()
     t0 = time.perf_counter()
     for i, (pid, prompt) in enumerate(prompts.items(), 1):
-        r = implicit(a, b, prompt, template_a=template_a, template_b=template_b, system_a=system_a,
-                     system_b=system_b, join=join, agg=agg, exclude_special=exclude_special)
+        with warnings.catch_warnings(record=True) as got:  # each distinct warning once a sweep, not once a prompt
+            warnings.simplefilter("always")
+            r = implicit(a, b, prompt, template_a=template_a, template_b=template_b, system_a=system_a,
+                         system_b=system_b, join=join, agg=agg, exclude_special=exclude_special)
+        for w in got:
+            if (str(w.message), w.category) not in said:
+                said.add((str(w.message), w.category))
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         frames.append(r.table.assign(prompt_id=pid, prompt=prompt))
         per_prompt.append({"prompt_id": pid, "prompt": prompt, **r.counts})
         first = first or r.manifest

@@ -100,9 +100,9 @@ def prompt_ids(tokenizer, prompt: str, *, template: str | None = None, system: s
         text = template.replace("{system}", system or "").replace("{prompt}", prompt)
         if text != text.rstrip():
             warnings.warn(
-                "rmfast: the prompt text ends in whitespace; the next token is conditioned on it (answers such as "
-                "' love' carry their own leading space: usually 'Assistant:' without a trailing space is wanted)",
-                stacklevel=3,
+                f"rmfast: the prompt text ends in whitespace (...{{prompt}}{template.rsplit('{prompt}', 1)[-1]!r}); the next token is conditioned on it "
+                "(answers such as ' love' carry their own leading space: usually 'Assistant:' without a trailing space "
+                "is wanted)", stacklevel=3,
             )
         ids, kind = list(tokenizer(text, add_special_tokens=True)["input_ids"]), "plain_text"
     elif template is not None and ("{%" in template or "{{" in template):
