@@ -69,6 +69,10 @@ def test_whole_vocabulary_equals_their_loop(rm, tok):
     ca = res.manifest["compat_authors"]
     assert ca["n_double_bos"] == N_TOK and ca["config_pad_id"] == 1 and ca["tokenizer_pad_id"] == 2
     assert ca["n_pad_reads"] > 0 and ca["batch_size"] == 16
+    from rmfast.cli.scan import _batch_said
+
+    assert res.manifest["rows_run"] == {"16": 18, "12": 1}  # 300 ids: the published last batch holds 12
+    assert _batch_said(res.manifest) == ", batch 16; ran 18 batches of 16 rows, 1 of 12 rows"
 
 
 def test_subset_is_padded_as_in_the_full_run(rm, tok):
@@ -76,6 +80,8 @@ def test_subset_is_padded_as_in_the_full_run(rm, tok):
     full = their_loop(rm, tok, PROMPT, list(range(N_TOK)), 16)
     res = _scan(rm, tok, "130:150", 16)
     np.testing.assert_array_equal(res.scores, full[130:150])
+    # the rows that ran: both published batches whole (the summary had no rows_run for --compat authors)
+    assert res.manifest["rows_run"] == {"16": 2}
 
 
 def test_pad_reads_are_the_shorter_rows(rm, tok):

@@ -177,8 +177,9 @@ def authors_diagnostics(model, tokenizer, convs, where) -> dict:
             "padding_side": tokenizer.padding_side, "tokenizer_pad_id": tokenizer.pad_token_id,
             "config_pad_id": _config_pad(model)}
 
-def authors_groups(model, tokenizer, convs, where, head_index: int) -> list[Group]:
-    """One group per published batch: every call scores the WHOLE batch (its padding decides the reads)."""
+def authors_groups(model, tokenizer, convs, where, head_index: int, rows_run: dict | None = None) -> list[Group]:
+    """One group per published batch: every call scores the WHOLE batch (its padding decides the reads); each batch
+    run is counted in ``rows_run`` (rows -> batches: the plan's, for the manifest and the summary), after its forward."""
     by_batch: dict[int, list[tuple[int, int]]] = {}
     for i, (b, j) in enumerate(where):
         by_batch.setdefault(b, []).append((j, i))
@@ -188,6 +189,8 @@ def authors_groups(model, tokenizer, convs, where, head_index: int) -> list[Grou
 
         def score(sel, _bs, b=b, slot=slot):
             s, _ = authors_scores(model, tokenizer, convs[b], head_index=head_index)
+            if rows_run is not None:
+                rows_run[len(convs[b])] = rows_run.get(len(convs[b]), 0) + 1
             return s.numpy()[[slot[int(i)] for i in sel]]
 
         rows = np.asarray([i for _, i in sorted(by_batch[b])], dtype=np.int64)

@@ -400,7 +400,7 @@ def score_texts(
                         "(padded batches): not supported together")
     digest = ids_digest(rows)[:16]
     layers, st_out = _states_setup(states, lens, plan, "row", run_key(manifest) + digest)
-    groups = (authors_groups(model, tokenizer, convs, where, options.head_index) if authors
+    groups = (authors_groups(model, tokenizer, convs, where, options.head_index, plan.rows_run) if authors
               else _text_groups(rows, plan, layers, lens))
     compiled = bool(plan.eng is not None and plan.eng.compile)
     say_choice(model)
