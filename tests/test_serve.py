@@ -512,11 +512,11 @@ def test_a_fixed_pool_of_clients_fills_its_waves_after_the_first():
 
         def score(self, samples):
             self.waves.append(len(samples))
-            time.sleep(0.5)  # >= LINGER_RATIO x max_wait_s: the linger is worth its wait
+            time.sleep(1.0)  # >= LINGER_RATIO x max_wait_s: the linger is worth its wait
             return np.zeros(len(samples), np.float32)
 
     async def go():
-        s = Scheduler(Core(), max_queue=64, wave_tokens=10_000, max_wait_s=0.05)
+        s = Scheduler(Core(), max_queue=64, wave_tokens=10_000, max_wait_s=0.1)  # margins for a loaded machine
         await s.start()
 
         async def client(delay):
@@ -524,7 +524,7 @@ def test_a_fixed_pool_of_clients_fills_its_waves_after_the_first():
             for i in range(4):
                 await s.score([split_sample([1, 2, 3], (), [1, 2])])
 
-        await asyncio.gather(client(0), client(0), client(0.15), client(0.15))
+        await asyncio.gather(client(0), client(0), client(0.4), client(0.4))  # two during the first wave
         await s.stop()
         return s
 
