@@ -175,14 +175,16 @@ def main(argv=None) -> int:
     failed_wl = [w["step"] for w in workloads if w["rc"] not in (0, None)]
     ok = (bool(tests.get("ok", args.skip_tests)) and not any(m.get("failed") for m in models) and not failed_wl
           and (bool(ran) or args.skip_bench))
-    partial = ([m["name"] for m in models if m["status"] != "ok"] + [w["step"] for w in workloads if w["rc"] is None]
+    left_out = [w["step"] for w in workloads if w["status"].endswith("not in --workloads")]  # by choice: not partial
+    partial = ([m["name"] for m in models if m["status"] != "ok"]
+               + [w["step"] for w in workloads if w["rc"] is None and w["step"] not in left_out]
                if ok else [])  # skipped, cut or unverified
-    summary = {"ok": ok, "partial": partial, "dry_run": dry, "env": env, "steps": steps, "tests": tests, "models": models,
+    summary = {"ok": ok, "partial": partial, "left_out": left_out, "dry_run": dry, "env": env, "steps": steps, "tests": tests, "models": models,
                "workloads": workloads, "serve": serve_rows,
                "bench": bench_meta, "cost_model": costs, "total_s": round(clock.elapsed(), 1),
                "plan": GPU_PLAN if not dry else "dry run: " + " ".join(bench_cmd("NAME", Path("OUT"), True, {}, 8)[2:])}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    text = summarize(out, env, steps, tests, models, bench_rows, costs, dry, ok, partial, clock)
+    text = summarize(out, env, steps, tests, models, bench_rows, costs, dry, ok, partial, clock, left_out)
     text += "\n\n" + summarize_workloads(out, workloads, bon_rows, states_rows, serve_rows)
     text += "\n\nsteps: " + "; ".join(f"{st['step']} {st['status']} ({st['wall_s']} s)" for st in steps)
     (out / "summary.md").write_text(text + "\n")

@@ -94,6 +94,10 @@ def smol_tokenizer(request):
     if folder:
         from transformers import AutoTokenizer
 
+        if not os.path.isfile(os.path.join(folder, "tokenizer.json")):
+            pytest.fail(f"RMFAST_TEST_SMOL_TOKENIZER={folder}: no tokenizer.json there "
+                        "(bash benchmarks/gpu_followup.sh --prepare writes one to .gpu_tok)")
+
         return AutoTokenizer.from_pretrained(folder)
     return request.getfixturevalue("smollm2").tokenizer
 

@@ -712,6 +712,14 @@ def test_cost_model_counts_each_layers_sliding_window_as_its_mask_does():
     attn = 4 * 2 * 2 * sum(seen(P, P + t, 0, w) for w in windows)  # the row tokens over the prompt and their own
     assert gpu_cost_model(dict(cfg, windows=windows), prompt_tokens=P)["attn_gflop_per_candidate"] == attn / 1e9
     assert gpu_cost_model(cfg, prompt_tokens=P)["attn_gflop_per_candidate"] == 4 * 2 * 2 * 4 * seen(P, P + t, 0, None) / 1e9
+    with pytest.raises(ValueError, match="3 entries for 4 layers"):  # a short list dropped layers' attention silently
+        gpu_cost_model(dict(cfg, windows=windows[:3]), prompt_tokens=P)
+    with pytest.raises(ValueError, match="3 entries for 4 layers"):
+        cc.cascade_parts(dict(m, windows=windows[:3]), prompts, rows, suffix)
+    from rmfast.bench.random_init import cost_model_config  # the bench's configs carry the engine's windows
+
+    g = cost_model_config("gemma-2-27b", layers=4)
+    assert g["windows"] == [4096, None, 4096, None] and cost_model_config("llama-3.1-8b", layers=2)["windows"] is None
 
 
 def test_cost_model_threshold_is_near_the_plans():

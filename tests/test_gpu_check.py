@@ -240,6 +240,28 @@ def test_scan_setup_profile_runs_on_a_tiny_model(capsys):
     assert "pipeline.py" in out and "score_ids" in out  # the profile's table names the scan's own functions
 
 
+def test_scan_setup_profile_times_each_batch_of_both_scans_unprofiled(capsys):
+    """--batches: each batch's seconds in both scans (where the whole vocabulary's first batch spends its extra), the
+    second scan not under cProfile, so the two compare."""
+    import scan_setup_profile
+
+    assert scan_setup_profile.main(["--model", "llama-3.2-1b", "--device", "cpu", "--dtype", "float32", "--tiny",
+                                    "--ids", "0:64", "--batches"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^first run's batches \(s\): [\d.]+", out, re.M) and re.search(r"^second run's batches", out, re.M)
+    assert "profiled" not in out and "cumulative" not in out
+
+
+def test_a_workload_left_out_by_choice_is_not_a_partial_run():
+    """--workloads serve: the other workloads are named as left out by choice, not as a partial run (a budget cut)."""
+    from gpu_kit.steps import Clock
+    from gpu_kit.summary import summarize
+
+    text = summarize(Path("/nowhere"), {}, [], {"status": "ok"}, [], [], [], True, True, [], Clock(60),
+                     ["profile", "states"])
+    assert text.splitlines()[0].endswith(": PASS (left out by --workloads: profile, states)")
+
+
 def test_scorer_call_overhead_benchmark_runs(tmp_path, capsys):
     """benchmarks/scorer_call_overhead.py: the four per-call measurements, printed and written as CSV rows naming the
     machine and the model's counts (its figures are the benchmark's, not asserted here: no timed unit test)."""

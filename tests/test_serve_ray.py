@@ -103,6 +103,8 @@ def test_groups_are_encoded_once_on_one_replica_with_the_single_servers_bits(clu
         assert d["rmfast_prompt_encodings_total"] == 8 and d["rmfast_prompt_hits_total"] == 56
         per = {k.split('"')[1]: v for k, v in m.items() if k.startswith("rmfast_replica_prompt_encodings_total{")}
         assert sorted(per.values()) in ([4, 4], [3, 5])  # the groups spread with bounded loads (router.assign)
+        # each replica's linger count is on the ingress's /metrics (its own scheduler's)
+        assert len([k for k in m if k.startswith("rmfast_replica_waves_lingered_total{")]) == 2
         assert d['rmfast_routed_total{choice="affinity"}'] == 64 and d['rmfast_routed_total{choice="fallback"}'] == 0
     assert got == _send(single, data)  # the single-process server's bits (JSON floats: exact)
     body = {"prompt": [{"role": "user", "content": "Hi"}], "response": "Hello!", "label": None}  # slime's, same route

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from . import flops
 from .flops import keys_seen
 
 #: the Llama-3.1-8B shapes (the issue's table)
@@ -68,10 +69,7 @@ def layer_windows(m: dict) -> Counter:
     >>> sorted(layer_windows({"n_layers": 4, "windows": [2, None, 2, None]}).items(), key=str)
     [(2, 2), (None, 2)]
     """
-    w = m.get("windows") or [None] * m["n_layers"]
-    if len(w) != m["n_layers"]:
-        raise ValueError(f"windows: {len(w)} entries for {m['n_layers']} layers")
-    return Counter(w)
+    return Counter(flops.layer_windows(m.get("windows"), m["n_layers"]))
 
 
 def row_pairs(P: int, t: int, w: int | None) -> tuple[int, int]:

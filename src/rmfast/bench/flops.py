@@ -116,6 +116,20 @@ def keys_seen(n: int, window: int | None) -> int:
     return window * (window + 1) // 2 + (n - window) * window
 
 
+def layer_windows(windows, n_layers: int) -> list:
+    """Each layer's sliding window (None: full attention) from ``windows`` (None or empty: every layer full), refusing
+    a list of another length (a short list would drop layers' attention without a word).
+
+    >>> layer_windows(None, 2), layer_windows([4, None], 2)
+    ([None, None], [4, None])
+    """
+    if not windows:
+        return [None] * n_layers
+    if len(windows) != n_layers:
+        raise ValueError(f"windows: {len(windows)} entries for {n_layers} layers")
+    return list(windows)
+
+
 def forward_flops(dims: dict, tokens: int, past: int = 0, n_out: int | None = None) -> float:
     """FLOPs of one causal forward of ``tokens`` positions after ``past`` already-encoded positions
     (a cached prompt), projections and attention:
@@ -140,7 +154,7 @@ def forward_flops(dims: dict, tokens: int, past: int = 0, n_out: int | None = No
         704.0
     """
     L, per_pair = dims["n_layers"], 4.0 * dims["n_heads"] * dims["head_dim"]
-    windows = dims.get("windows") or [None] * L
+    windows = layer_windows(dims.get("windows"), L)
     k = 0 if n_out is None else tokens - n_out  # positions the last layer skips: its queries 0..k-1
 
     def pairs(w: int | None, skip: int = 0) -> int:  # the queries past+skip .. past+tokens-1, in a layer of window w
@@ -276,8 +290,8 @@ def gpu_cost_model(cfg: dict, *, prompt_tokens: int = 50, gemm_frac: float = 0.6
     bw = gpu["hbm_tb_s"] * 1e12 * hbm_frac
     flops_gemm = 2 * n_proj * t
     # QK^T and PV of the t row tokens over the prompt + their own, per layer by its sliding window (cfg["windows"],
-    # one entry a layer; absent: full attention, as in COST_MODELS: at a scan's prompt lengths no window drops a key)
-    windows = cfg.get("windows") or [None] * L
+    # one entry a layer: random_init.cost_model_config sets it; absent, as in COST_MODELS: full attention)
+    windows = layer_windows(cfg.get("windows"), L)
     flops_attn = sum(4 * hq * (keys_seen(P + t, w) - keys_seen(P, w)) for w in windows)
     # bf16 bytes per token per layer through HBM by unfused elementwise ops / GEMM inputs+outputs
     act_elems = 2 * cfg["norms"] * d + 2 * (hq + 2 * hkv) + 2 * (hq + hkv) + 2 * hq + 10 * d + 6 * I

@@ -311,9 +311,13 @@ def cost_model_config(name: str, *, layers: int | None = None, tiny: bool = Fals
     d = config_dict(name, layers=layers, tiny=tiny)
     dm = config_dims(d)
     gemma = d["model_type"] == "gemma2"
+    from .flops import model_dims  # each layer's sliding window, as the engine reads it (meta device: no memory)
+
+    windows = model_dims(random_init_shapes(name, layers=layers, tiny=tiny).model, "score")["windows"]
     return {"label": label(name, layers=layers, tiny=tiny), "layers": dm.layers, "d": dm.hidden, "inter": dm.intermediate,
             "heads": dm.heads, "kv_heads": dm.kv_heads, "head_dim": dm.head_dim, "vocab": dm.vocab,
-            "suffix": FAMILIES[d["model_type"]]["suffix"], "norms": 4 if gemma else 2}
+            "suffix": FAMILIES[d["model_type"]]["suffix"], "norms": 4 if gemma else 2,
+            "windows": windows if any(w is not None for w in windows) else None}
 
 
 def load_workload_model(cfg):

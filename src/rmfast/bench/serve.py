@@ -192,6 +192,7 @@ def run_serve_bench(cfg: ServeBenchConfig) -> list[dict]:
            "prompt_tokens_saved": int(d["rmfast_prompt_tokens_saved_total"]),
            "prompt_encodings": int(d["rmfast_prompt_encodings_total"]),
            "groups_encoded_once": round(groups_once, 3), "serve_waves": int(d["rmfast_waves_total"]),
+           "serve_waves_lingered": int(d.get("rmfast_waves_lingered_total", 0)),
            "serve_tokens": int(tokens_a), "hf_server_tokens": int(tokens_c),
            "serve_gemm_fraction": gemm(work_a, t_a), "hf_server_gemm_fraction": gemm(tokens_c, t_c),
            "gemm_rows": core.decisions["gemm_rows"]["value"], "max_abs_diff": float(np.abs(a - c).max()),

@@ -64,12 +64,12 @@ def embedded_entry(e) -> dict:
 
 def embedded_table() -> str:
     """The embedded models under the registry's table: the models that run offline, from pip packages."""
-    from ..loading.sources import EMBEDDED
+    from ..loading.sources import EMBEDDED, install_hint
 
-    rows = [embedded_entry(e) for e in EMBEDDED.values()]
+    rows = [(embedded_entry(e), e) for e in EMBEDDED.values()]
     lines = ["", "embedded (offline, GGUF from a pip package; a causal LM: a score head with --random-head-seed):"]
-    lines += [f"  {r['alias']:<24} {r['name']:<28} {'installed' if r['installed'] else 'not installed: ' + r['install']}"
-              for r in rows]
+    lines += [f"  {r['alias']:<24} {r['name']:<28} {'installed' if r['installed'] else 'not installed: ' + install_hint(e)}"
+              for r, e in rows]
     return "\n".join(lines)
 
 

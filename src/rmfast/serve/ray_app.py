@@ -102,7 +102,8 @@ class ScorerReplica:
         # meet the change mid-way, dict() copies it in one step (the core's lock would wait for the running wave)
         st = {f.name: (dict(v) if isinstance(v := getattr(core.stats, f.name), dict) else v)
               for f in dataclasses.fields(core.stats)}
-        return {**st, "cached_prompts": core.cached_prompts, "cached_bytes": core.cached_bytes, "queue": sched.n_waiting}
+        return {**st, "cached_prompts": core.cached_prompts, "cached_bytes": core.cached_bytes, "queue": sched.n_waiting,
+                "waves_lingered": sched.waves_lingered}
 
     def describe(self) -> dict:
         """What the ingress needs of the core: the tokenizer, the split rule, the limits, the decisions."""
@@ -240,10 +241,12 @@ class RayDispatch:
         """The replicas' own counters and the router's choices, for ``/metrics`` (:class:`rmfast.serve.metrics.Metrics`)."""
         per = sorted(self.board.items())
         fams = [(f"rmfast_replica_{k}_total", "counter", f"{what}, by the replica (as it last reported)",
-                 [(f'{{replica="{r}"}}', s[k]) for r, s in per])
+                 [(f'{{replica="{r}"}}', s.get(k, 0)) for r, s in per])
                 for k, what in (("samples", "samples scored"), ("prompt_encodings", "prompt parts encoded"),
                                 ("prompt_hits", "samples whose prompt part was encoded already"),
-                                ("prompt_tokens_saved", "prompt tokens not encoded again"))]
+                                ("prompt_tokens_saved", "prompt tokens not encoded again"),
+                                ("waves_lingered", "waves that waited for the clients the last wave answered (the "
+                                                   "linger)"))]
         fams.append(("rmfast_replica_calls_total", "counter", "scoring calls answered, by the replica",
                      [(f'{{replica="{r}"}}', n) for r, n in sorted(self.answered.items())]))
         choices = routed()

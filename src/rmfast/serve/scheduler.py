@@ -175,6 +175,10 @@ class Scheduler:
         return (self.last_wave_s >= LINGER_RATIO * self.max_wait_s and self._since_answered < self._answered
                 and now - self._answered_at < self.max_wait_s)
 
+    def _lingering_only(self, now: float) -> bool:
+        """Whether only the linger keeps the next wave waiting (its oldest sample's max_wait_s is over)."""
+        return bool(self.waiting) and now - self.waiting[0].t_in >= self.max_wait_s and self._lingering(now)
+
     def _wait_left(self) -> float:
         """Seconds the next wave may still wait for samples: its oldest sample's max_wait_s, or the linger's."""
         if not self.waiting:  # its clients went while it waited
@@ -194,14 +198,14 @@ class Scheduler:
             await self._wake.wait()
             self._wake.clear()
             while self.waiting:
-                lingered = False
+                lingered = False  # the linger, not the oldest sample's own wait, kept this wave waiting
                 while self._waiting_tokens() < self.wave_tokens and (left := self._wait_left()) > 0:
-                    lingered = lingered or self._lingering(time.perf_counter())
+                    lingered = lingered or self._lingering_only(time.perf_counter())
                     await asyncio.sleep(min(left, 0.001))
-                self.waves_lingered += lingered
                 wave = self._take()
                 if not wave:
                     continue
+                self.waves_lingered += lingered
                 samples = [s for r in wave for s in r.samples]
                 t0 = time.perf_counter()
                 self.n_running = len(samples)
