@@ -172,8 +172,8 @@ class Scheduler:
         """Whether the next wave waits for the last wave's clients (the linger, module doc): the last wave took at
         least LINGER_RATIO x max_wait_s, fewer requests have come since it ended than it answered, and its end was
         under max_wait_s ago."""
-        return (self.last_wave_s >= LINGER_RATIO * self.max_wait_s and self._since_answered < self._answered
-                and now - self._answered_at < self.max_wait_s)
+        return (not self.draining and self.last_wave_s >= LINGER_RATIO * self.max_wait_s
+                and self._since_answered < self._answered and now - self._answered_at < self.max_wait_s)
 
     def _lingering_only(self, now: float) -> bool:
         """Whether only the linger keeps the next wave waiting (its oldest sample's max_wait_s is over)."""
@@ -218,6 +218,7 @@ class Scheduler:
                         await self._alone(wave, loop)
                     elif not wave[0].future.done():
                         wave[0].future.set_exception(e)
+                    self._answered = 0  # no linger after a failed wave (its clients' next samples are no wave's)
                     continue
                 finally:
                     self.n_running = 0
