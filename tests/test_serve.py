@@ -990,7 +990,7 @@ def test_the_ray_ingress_gauges_count_only_the_replicas_alive():
     rep = ScorerReplica.__new__(ScorerReplica)
     rep.core = type("C", (), {"stats": CoreStats(samples=3, by_rule={"header": 3}), "cached_prompts": 1,
                               "cached_bytes": 64})()
-    rep.sched = type("S", (), {"n_waiting": 0})()
+    rep.sched = type("S", (), {"n_waiting": 0, "waves_lingered": 0})()
     st = rep.stats()
     assert st["by_rule"] == {"header": 3} and st["by_rule"] is not rep.core.stats.by_rule and st["samples"] == 3
 
