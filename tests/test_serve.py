@@ -541,6 +541,32 @@ def test_a_fixed_pool_of_clients_fills_its_waves_after_the_first():
     assert "rmfast_waves_lingered_total 1" in Metrics().text(None, s)
 
 
+def test_the_gather_waits_without_polling():
+    """The gather waited for more samples by polling every millisecond, each wake-up taking the interpreter lock from
+    the wave's worker thread (on the H200 the worker launches the kernels): a lone request with max_wait_s 0.2 s
+    woke it ~200 times. Now it sleeps until a sample comes or a deadline passes: a few wake-ups."""
+    import asyncio
+
+    from rmfast.serve.scheduler import Scheduler
+
+    class Core:
+        def score(self, samples):
+            return np.zeros(len(samples), np.float32)
+
+    async def go():
+        s = Scheduler(Core(), max_queue=8, wave_tokens=10_000, max_wait_s=0.2)
+        checks = []
+        real = s._wait_left
+        s._wait_left = lambda: (checks.append(1), real())[1]
+        await s.start()
+        got = await s.score([split_sample([1, 2, 3], (), [1, 2])])
+        await s.stop()
+        return got, len(checks)
+
+    got, checks = asyncio.run(go())
+    assert got.tolist() == [0.0] and checks <= 4, checks
+
+
 def test_a_nonfinite_score_is_an_error_naming_the_model(smol_tokenizer):
     model = T.tiny("llama", num_labels=1, pad_token_id=smol_tokenizer.pad_token_id, seed=3)
     model.score.weight.data[0, 0] = float("nan")

@@ -399,18 +399,37 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
         return logged(request, 500, f"internal error: {type(exc).__name__}: {first}")
 
-    @app.middleware("http")
-    async def _count(request: Request, call_next):
-        t0 = time.perf_counter()
-        if ctx.sched.draining and request.url.path not in OPEN_ROUTES:
-            resp = _error(503, DRAINING)
+    app.add_middleware(_Count, ctx=ctx, routes=app)
+
+
+class _Count:
+    """Every request counted (route, status, seconds) and 503 while draining: a plain ASGI middleware, where
+    ``@app.middleware("http")`` (Starlette's BaseHTTPMiddleware) ran each request in an anyio task group with
+    memory streams, on the event loop thread, whose interpreter lock the wave's worker thread waits for."""
+
+    def __init__(self, app, ctx: Ctx, routes):
+        self.app, self.ctx, self.routes = app, ctx, routes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ctx, t0, path = self.ctx, time.perf_counter(), scope["path"]
+        status = 500
+        if ctx.sched.draining and path not in OPEN_ROUTES:
+            status = 503
+            await _error(503, DRAINING)(scope, receive, send)
         else:
-            resp = await call_next(request)
-        path = request.url.path
-        route = path if path in ctx.paths(app) else "other"
-        ctx.metrics.request(route, resp.status_code, time.perf_counter() - t0,
-                            scored=request.method == "POST" and route != "other" and resp.status_code == 200)
-        return resp
+            async def counted(message):
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            await self.app(scope, receive, counted)  # an exception past the handlers: not counted (as before)
+        route = path if path in ctx.paths(self.routes) else "other"
+        ctx.metrics.request(route, status, time.perf_counter() - t0,
+                            scored=scope["method"] == "POST" and route != "other" and status == 200)
 
 
 def _gone_mid_body(exc) -> bool:

@@ -78,6 +78,7 @@ class Scheduler:
         self.n_running = 0  # samples of the wave being scored (its clients may have gone: it runs to its end)
         self.draining = False
         self._wake: asyncio.Event | None = None
+        self._nap: asyncio.Future | None = None  # the gather's wait for a sample or its deadline (:meth:`_wait`)
         self._task: asyncio.Task | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmfast-wave")
         self.wave_s_avg = 0.0  # for Retry-After
@@ -114,6 +115,8 @@ class Scheduler:
         self.in_flight += 1
         self._since_answered += 1
         self._wake.set()
+        if self._nap is not None and not self._nap.done():  # the gather re-checks its budget and its clock now
+            self._nap.set_result(None)
         try:
             return await req.future
         finally:
@@ -189,6 +192,17 @@ class Scheduler:
             left = max(left, self.max_wait_s - (now - self._answered_at))
         return left
 
+    async def _wait(self, loop, left: float) -> None:
+        """Until a sample comes or ``left`` seconds pass, whichever is first (no polling: the event loop thread's
+        wake-ups take the interpreter lock from the wave's worker thread)."""
+        self._nap = fut = loop.create_future()
+        timer = loop.call_later(left, lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._nap = None
+
     def _waiting_tokens(self) -> int:
         return sum(r.tokens for r in self.waiting)
 
@@ -201,7 +215,10 @@ class Scheduler:
                 lingered = False  # the linger, not the oldest sample's own wait, kept this wave waiting
                 while self._waiting_tokens() < self.wave_tokens and (left := self._wait_left()) > 0:
                     lingered = lingered or self._lingering_only(time.perf_counter())
-                    await asyncio.sleep(min(left, 0.001))
+                    # woken at the oldest sample's own deadline too, where the linger outlasts it: the wave counts
+                    # as lingered from then on (_lingering_only), as the 1 ms polling saw it
+                    own = self.max_wait_s - (time.perf_counter() - self.waiting[0].t_in)
+                    await self._wait(loop, own if 0 < own < left else left)
                 wave = self._take()
                 if not wave:
                     continue
