@@ -500,6 +500,11 @@ def test_cli_writes_the_search_so_far_on_ctrl_c(tiny_dir, capsys, tmp_path, monk
     d = json.loads(out.read_text())
     assert d["interrupted"] is True and d["restarts"][0]["steps_run"] == 2, d["restarts"]
     assert "interrupted after 2 step(s); wrote the best so far" in err and "a new search from the best with --init" in err, err
+    # the third step, stopped in its evaluation, has its own time (it had landed in "the rest")
+    from rmfast.cli.gcg import time_line
+
+    t = d["timing"]
+    assert t["unfinished_step_s"] > 0 and "the step Ctrl-C stopped" in time_line(t, False)
 
 
 def test_settings_past_what_the_search_has_are_said_and_recorded(smol_tokenizer, tmpl):

@@ -229,6 +229,8 @@ def time_line(t: dict, resumed: bool) -> str:
         return (f"{t['wall_s']:.1f} s in this process (it went on from a checkpoint); {t['steps']} steps in all runs "
                 f"({split}){probe}")
     start = max(t["evaluate_s"] - in_steps, 0.0)
-    rest = max(t["wall_s"] - t["setup_s"] - steps - start, 0.0)
-    return (f"{t['wall_s']:.1f} s total: set-up {t['setup_s']:.1f} s, {t['steps']} steps {steps:.1f} s ({split}), "
+    cut = t.get("unfinished_step_s") or 0.0  # the step Ctrl-C stopped (its parts are in the split's)
+    rest = max(t["wall_s"] - t["setup_s"] - steps - cut - start, 0.0)
+    unfinished = f", the step Ctrl-C stopped {cut:.1f} s" if cut else ""
+    return (f"{t['wall_s']:.1f} s total: set-up {t['setup_s']:.1f} s, {t['steps']} steps {steps:.1f} s ({split}){unfinished}, "
             f"the start's evaluation {start:.1f} s, the reference score and the rest {rest:.1f} s{probe}")

@@ -191,6 +191,7 @@ class _Search:
     t_eval: float = 0.0
     t_eval_steps: float = 0.0  # of t_eval, inside the steps (the rest: each restart's start)
     step_times: list[float] = field(default_factory=list)
+    unfinished_step_s: float = 0.0  # a step Ctrl-C stopped: its time until then
     live: tuple | None = None  # the running restart's (r, start ids, buffer, trajectory, evaluations): an interrupt's
     checkpoint: Path | None = None  # where the search's last step boundary is saved (rmfast.gcg.checkpoint)
     job: dict | None = None  # the job that checkpoint names
@@ -393,8 +394,13 @@ def _restart(s: _Search, r: int, bar, done: list[dict], resume: ck.Boundary | No
             break
         ts, probe0 = time.perf_counter(), s.plan.pad_probe_s
         e0 = s.t_eval
-        buffer, improved = _step(s, buffer, buffer[stale % len(buffer)][1], gen)
-        s.t_eval_steps += s.t_eval - e0 - (s.plan.pad_probe_s - probe0)
+        try:
+            buffer, improved = _step(s, buffer, buffer[stale % len(buffer)][1], gen)
+        except KeyboardInterrupt:  # Ctrl-C mid-step: its time so far is the unfinished step's, not "the rest"
+            s.unfinished_step_s = time.perf_counter() - ts
+            raise
+        finally:
+            s.t_eval_steps += s.t_eval - e0 - (s.plan.pad_probe_s - probe0)
         stale = 0 if improved else stale + 1
         traj.append(buffer[0][0])
         evals.append(s.n_eval)
