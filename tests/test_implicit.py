@@ -361,6 +361,27 @@ def test_options_a_file_or_the_demo_would_ignore_are_refused(pair, tmp_path, cap
     assert not (tmp_path / "o.parquet").exists()
 
 
+def test_the_demo_loads_its_pair_in_the_dtype_and_on_the_device_asked_for(shared_data, monkeypatch):
+    """--demo --dtype bfloat16 --device ... had been accepted and ignored (the pair always loaded fp32 on the CPU)."""
+    from rmfast.cli import main
+    from rmfast.loading import loader
+
+    asked = []
+
+    class Loaded(Exception):
+        pass
+
+    def load(spec, **kw):
+        asked.append((spec, kw["dtype"], kw["device"]))
+        raise Loaded
+
+    monkeypatch.setattr(loader, "load", load)
+    with pytest.raises(Loaded):
+        main(["implicit", "--demo", "--prompt-id", "best_ever_one", "--dtype", "bfloat16", "--device", "cpu",
+              "--no-progress"])
+    assert asked == [("smollm2-135m-instruct", "bfloat16", "cpu")]
+
+
 def test_a_result_s_prompt_serves_the_model_side_and_top_names_its_columns(pair):
     (ma, tok), _ = pair
     la = logprobs(ma, tok, PROMPT)

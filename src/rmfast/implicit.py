@@ -531,7 +531,8 @@ def shared_data() -> Path:
 
 
 def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None, out=None, overwrite: bool = False,
-                          template_b: str | None = DEMO_TEMPLATE_B, cache_dir=None, progress: bool = True) -> dict:
+                          template_b: str | None = DEMO_TEMPLATE_B, cache_dir=None, progress: bool = True,
+                          dtype: str = "float32", device: str = "cpu") -> dict:
     """Big Two (agency vs communion) on the embedded pair: SmolLM2-135M-Instruct (a) vs Gemma 3 270M (b).
 
     SmolLM2 gets its chat template + generation prompt; Gemma (a base model) gets
@@ -556,8 +557,8 @@ def agency_communion_demo(*, prompts_yaml=None, dictionary=None, prompt_ids=None
     dic = load_dictionary(dictionary)
     if out is not None:
         out = check_output(out, overwrite, suffix=".parquet")
-    a = load("smollm2-135m-instruct", dtype="float32", device="cpu", cache_dir=cache_dir)
-    b = load("gemma3-270m", dtype="float32", device="cpu", cache_dir=cache_dir)
+    a = load("smollm2-135m-instruct", dtype=dtype, device=device, cache_dir=cache_dir)
+    b = load("gemma3-270m", dtype=dtype, device=device, cache_dir=cache_dir)
     na, nb = a.source.get("name") or "a", b.source.get("name") or "b"
     res = implicit_sweep(a, b, prompts, template_b=template_b, join="word", progress=progress)
     cov = dictionary_coverage(dic, {na: a.tokenizer, nb: b.tokenizer})

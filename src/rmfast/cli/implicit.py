@@ -96,7 +96,8 @@ def run(args) -> int:
         _demo_fixed(args)
         r = agency_communion_demo(prompts_yaml=args.prompts_yaml, dictionary=args.dictionary, prompt_ids=args.prompt_id,
                                   out=args.out, overwrite=args.overwrite, cache_dir=args.cache_dir,
-                                  template_b=_tmpl(args.template_b) or DEMO_TEMPLATE_B, progress=not args.no_progress)
+                                  template_b=_tmpl(args.template_b) or DEMO_TEMPLATE_B, progress=not args.no_progress,
+                                  dtype=args.dtype, device=args.device)  # (they had been ignored: fp32 on the CPU)
         print(r["text"])
         print(f"\nwrote {args.out}, {args.out}.json and {args.out}.categories.csv" if args.out else
               "\n(nothing written: --out FILE.parquet keeps the table, its manifest and the category medians)")
