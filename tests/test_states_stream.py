@@ -272,28 +272,40 @@ def test_a_batch_bigger_than_a_shard_is_split_by_rows(tmp_path):
     assert write(tmp_path / "sync.states", False) == write(tmp_path / "bg.states", True)
 
 
+def _count_writes(monkeypatch, S, hold) -> list[int]:
+    """Patch ``S.write_shard`` (``S``: rmfast.states.writer) to count the writes in flight, each calling ``hold(its first
+    row)`` before it writes; returns [the most at once], updated as they run."""
+    active, most, lock = [0], [0], threading.Lock()
+    real = S.write_shard
+
+    def write(path, t, meta):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            hold(int(t["rows"][0][0]))
+            return real(path, t, meta)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(S, "write_shard", write)
+    return most
+
+
 def test_shards_are_written_side_by_side_and_bounded(tmp_path, monkeypatch):
     """A cut shard's count and write run on the pool's WRITERS threads: two shards' writes overlap (each waits,
     inside its write, until the other has started), never more than two are in flight, the shards keep the
     numbers of their cuts and hold the rows in the scan's order, and the pool's time is reported."""
     import rmfast.states.writer as S
 
-    active, most, lock, both = [0], [0], threading.Lock(), threading.Barrier(2, timeout=10)
-    real = S.write_shard
+    both = threading.Barrier(2, timeout=10)
 
-    def slow(path, t, meta):
-        with lock:
-            active[0] += 1
-            most[0] = max(most[0], active[0])
-        try:
-            if int(t["rows"][0][0]) < 8:  # the first two shards meet: each waits for the other to be writing
-                both.wait()
-            return real(path, t, meta)
-        finally:
-            with lock:
-                active[0] -= 1
+    def hold(first_row):  # the first two shards meet: each waits for the other to be writing
+        if first_row < 8:
+            both.wait()
 
-    monkeypatch.setattr(S, "write_shard", slow)
+    most = _count_writes(monkeypatch, S, hold)
     w = StatesWriter(tmp_path / "pool.states", ["0"], "float32", "row", job="j")
     bw = BackgroundWriter(w, writers=2)
     bw.prepare(np.zeros(24, dtype=bool))
@@ -359,26 +371,15 @@ def test_fewer_shards_are_written_at_once_while_the_scan_runs_than_after_it(tmp_
     import rmfast.states.writer as S
 
     monkeypatch.setattr(SS, "SCAN_WRITERS", 2)
-    gate, four, lock = threading.Event(), threading.Barrier(4, timeout=20), threading.Lock()
-    active, most = [0], [0]
-    real = S.write_shard
+    gate, four = threading.Event(), threading.Barrier(4, timeout=20)
 
-    def write(path, t, meta):
-        first = int(t["rows"][0][0])
-        with lock:
-            active[0] += 1
-            most[0] = max(most[0], active[0])
-        try:
-            if first < 8:
-                gate.wait(20)
-            elif first < 24:
-                four.wait()  # four writes at once, or a BrokenBarrierError
-            return real(path, t, meta)
-        finally:
-            with lock:
-                active[0] -= 1
+    def hold(first):
+        if first < 8:
+            gate.wait(20)
+        elif first < 24:
+            four.wait()  # four writes at once, or a BrokenBarrierError
 
-    monkeypatch.setattr(S, "write_shard", write)
+    most = _count_writes(monkeypatch, S, hold)
     w = StatesWriter(tmp_path / "tail.states", ["0"], "float32", "row", job="j")
     bw = BackgroundWriter(w, depth=16, writers=4)
     bw.prepare(np.zeros(32, dtype=bool))

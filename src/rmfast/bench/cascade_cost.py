@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from . import flops
 from .flops import keys_seen
+from .flops import layer_windows as windows_per_layer
 
 #: the Llama-3.1-8B shapes (the issue's table)
 LLAMA_31_8B = dict(n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128, intermediate=14336, vocab=128256)
@@ -69,7 +69,7 @@ def layer_windows(m: dict) -> Counter:
     >>> sorted(layer_windows({"n_layers": 4, "windows": [2, None, 2, None]}).items(), key=str)
     [(2, 2), (None, 2)]
     """
-    return Counter(flops.layer_windows(m.get("windows"), m["n_layers"]))
+    return Counter(windows_per_layer(m.get("windows"), m["n_layers"]))
 
 
 def row_pairs(P: int, t: int, w: int | None) -> tuple[int, int]:
@@ -136,10 +136,11 @@ def prompt_pass(m: dict, P: int, elt: int = 2, gpu: Gpu = Gpu()) -> dict:
     """One prompt's own pass (batch 1, causal over P tokens): GEMMs weight-read bound for short prompts."""
     L, H, D = m["n_layers"], m["n_heads"], m["head_dim"]
     g = _t(2.0 * layer_params(m) * P, layer_params(m) * elt, gpu.gemm_tflops, gpu.hbm_tb_s)
-    f_a = {w: 4.0 * H * D * keys_seen(P, w) for w in layer_windows(m)}  # per layer, by its window
+    lw = layer_windows(m)
+    f_a = {w: 4.0 * H * D * keys_seen(P, w) for w in lw}  # per layer, by its window
     a = sum(n * _t(f_a[w], P * (H + 2 * m["n_kv_heads"]) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
-            for w, n in layer_windows(m).items())
-    return {"flops": L * 2.0 * layer_params(m) * P + sum(n * f_a[w] for w, n in layer_windows(m).items()),
+            for w, n in lw.items())
+    return {"flops": L * 2.0 * layer_params(m) * P + sum(n * f_a[w] for w, n in lw.items()),
             "s": L * g + a + L * (gpu.kernels_per_layer + LAYER_LAUNCHES["prompt_attention"]) * gpu.launch_us * 1e-6}
 
 
@@ -152,11 +153,12 @@ def wave_prompt_pass(m: dict, prompts: list[int], elt: int = 2, gpu: Gpu = Gpu()
     L, H, Hkv, D = m["n_layers"], m["n_heads"], m["n_kv_heads"], m["head_dim"]
     T = sum(prompts)
     g = _t(2.0 * layer_params(m) * T, layer_params(m) * elt + T * m["hidden"] * elt * 8, gpu.gemm_tflops, gpu.hbm_tb_s)
-    f_a = {w: 4.0 * H * D * sum(keys_seen(P, w) for P in prompts) for w in layer_windows(m)}  # per layer, by window
+    lw = layer_windows(m)
+    f_a = {w: 4.0 * H * D * sum(keys_seen(P, w) for P in prompts) for w in lw}  # per layer, by its window
     a = sum(n * _t(f_a[w], T * (H + 2 * Hkv) * D * elt * 2, gpu.gemm_tflops * gpu.attn_frac, gpu.hbm_tb_s)
-            for w, n in layer_windows(m).items())
+            for w, n in lw.items())
     launches = L * (gpu.kernels_per_layer + LAYER_LAUNCHES["prompt_attention"]) * gpu.launch_us * 1e-6
-    return {"flops": L * 2.0 * layer_params(m) * T + sum(n * f_a[w] for w, n in layer_windows(m).items()),
+    return {"flops": L * 2.0 * layer_params(m) * T + sum(n * f_a[w] for w, n in lw.items()),
             "s": L * g + a + launches, "launches_s": launches}
 
 

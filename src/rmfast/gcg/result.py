@@ -33,7 +33,7 @@ def search_timing(s, wall: float, setup_s: float) -> dict:
         "evaluated_per_s": round(s.n_eval / t_eval, 1) if t_eval > 0 else None,
         "pad_probe_s": round(probe, 3),
         "step_s": [round(x, 4) for x in s.step_times],
-        "unfinished_step_s": round(getattr(s, "unfinished_step_s", 0.0), 3),
+        "unfinished_step_s": round(s.unfinished_step_s, 3),
     }
 
 

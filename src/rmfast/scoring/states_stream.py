@@ -143,6 +143,7 @@ class BackgroundWriter:
         self._exited = threading.Event()  # set by the writer thread as it ends
         self.wait_s = self.busy_s = self.write_s = 0.0
         self._tail = False  # drain began: no batch follows, every writer may write (the last batch's shards)
+        self.scan_writers = min(self.writers, SCAN_WRITERS)  # writes at once while batches still arrive
         self._lock = threading.Lock()  # write_s: added to from the shard writers
         writer.run_shard = self._submit  # the writer's cut shards go to the pool (from the writer thread)
 
@@ -190,7 +191,7 @@ class BackgroundWriter:
 
     def stats(self) -> dict:
         return {"background": True, "wait_s": round(self.wait_s, 4), "busy_s": round(self.busy_s, 4),
-                "write_s": round(self.write_s, 4), "writers": self.writers, "scan_writers": min(self.writers, SCAN_WRITERS)}
+                "write_s": round(self.write_s, 4), "writers": self.writers, "scan_writers": self.scan_writers}
 
     def _submit(self, cut) -> None:
         """Cut a shard (:meth:`rmfast.states.StatesWriter.cut`) once fewer than ``writers`` are in flight, and write it
@@ -200,7 +201,7 @@ class BackgroundWriter:
 
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.writers, thread_name_prefix="rmfast-shard")
-        while len(self._writes) >= (self.writers if self._tail else min(self.writers, SCAN_WRITERS)):
+        while len(self._writes) >= (self.writers if self._tail else self.scan_writers):
             self._writes[0].result()  # (popped below, in the loop: the tail may widen while this waits)
             self._writes.pop(0)
         self._writes.append(self._pool.submit(self._timed, cut()))

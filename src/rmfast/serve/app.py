@@ -399,7 +399,7 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
         return logged(request, 500, f"internal error: {type(exc).__name__}: {first}")
 
-    app.add_middleware(_Count, ctx=ctx, routes=app)
+    app.add_middleware(_Count, ctx=ctx, owner=app)
 
 
 class _Count:
@@ -407,8 +407,8 @@ class _Count:
     ``@app.middleware("http")`` (Starlette's BaseHTTPMiddleware) ran each request in an anyio task group with
     memory streams, on the event loop thread, whose interpreter lock the wave's worker thread waits for."""
 
-    def __init__(self, app, ctx: Ctx, routes):
-        self.app, self.ctx, self.routes = app, ctx, routes
+    def __init__(self, app, ctx: Ctx, owner):  # app: the next ASGI app; owner: the FastAPI app (its routes' paths)
+        self.app, self.ctx, self.owner = app, ctx, owner
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -427,7 +427,7 @@ class _Count:
                 await send(message)
 
             await self.app(scope, receive, counted)  # an exception past the handlers: not counted (as before)
-        route = path if path in ctx.paths(self.routes) else "other"
+        route = path if path in ctx.paths(self.owner) else "other"
         ctx.metrics.request(route, status, time.perf_counter() - t0,
                             scored=scope["method"] == "POST" and route != "other" and status == 200)
 

@@ -77,8 +77,7 @@ class Scheduler:
         self.in_flight = 0  # requests submitted and not yet answered
         self.n_running = 0  # samples of the wave being scored (its clients may have gone: it runs to its end)
         self.draining = False
-        self._wake: asyncio.Event | None = None
-        self._nap: asyncio.Future | None = None  # the gather's wait for a sample or its deadline (:meth:`_wait`)
+        self._nap: asyncio.Future | None = None  # the loop's wait for a sample (or the gather's deadline): :meth:`_wait`
         self._task: asyncio.Task | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmfast-wave")
         self.wave_s_avg = 0.0  # for Retry-After
@@ -91,7 +90,6 @@ class Scheduler:
         self._since_answered = 0  # requests submitted since
 
     async def start(self) -> None:
-        self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
@@ -114,8 +112,7 @@ class Scheduler:
         self.n_waiting += len(samples)
         self.in_flight += 1
         self._since_answered += 1
-        self._wake.set()
-        if self._nap is not None and not self._nap.done():  # the gather re-checks its budget and its clock now
+        if self._nap is not None and not self._nap.done():  # the loop wakes: idle, or the gather re-checks its budget
             self._nap.set_result(None)
         try:
             return await req.future
@@ -178,29 +175,25 @@ class Scheduler:
         return (not self.draining and self.last_wave_s >= LINGER_RATIO * self.max_wait_s
                 and self._since_answered < self._answered and now - self._answered_at < self.max_wait_s)
 
-    def _lingering_only(self, now: float) -> bool:
-        """Whether only the linger keeps the next wave waiting (its oldest sample's max_wait_s is over)."""
-        return bool(self.waiting) and now - self.waiting[0].t_in >= self.max_wait_s and self._lingering(now)
-
-    def _wait_left(self) -> float:
-        """Seconds the next wave may still wait for samples: its oldest sample's max_wait_s, or the linger's."""
-        if not self.waiting:  # its clients went while it waited
-            return 0.0
+    def _wait_left(self) -> tuple[float, float]:
+        """Seconds the next wave may still wait for samples: (its oldest sample's own max_wait_s, the linger's; 0 where
+        it does not linger). Both 0 where the queue emptied meanwhile (its clients went)."""
+        if not self.waiting:
+            return 0.0, 0.0
         now = time.perf_counter()
-        left = self.max_wait_s - (now - self.waiting[0].t_in)
-        if self._lingering(now):
-            left = max(left, self.max_wait_s - (now - self._answered_at))
-        return left
+        linger = self.max_wait_s - (now - self._answered_at) if self._lingering(now) else 0.0
+        return self.max_wait_s - (now - self.waiting[0].t_in), linger
 
-    async def _wait(self, loop, left: float) -> None:
-        """Until a sample comes or ``left`` seconds pass, whichever is first (no polling: the event loop thread's
-        wake-ups take the interpreter lock from the wave's worker thread)."""
+    async def _wait(self, loop, left: float | None) -> None:
+        """Until a sample comes or ``left`` seconds pass (None: a sample), whichever is first (no polling: the event
+        loop thread's wake-ups take the interpreter lock from the wave's worker thread)."""
         self._nap = fut = loop.create_future()
-        timer = loop.call_later(left, lambda: fut.done() or fut.set_result(None))
+        timer = None if left is None else loop.call_later(left, lambda: fut.done() or fut.set_result(None))
         try:
             await fut
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._nap = None
 
     def _waiting_tokens(self) -> int:
@@ -209,16 +202,18 @@ class Scheduler:
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            if not self.waiting:
+                await self._wait(loop, None)
             while self.waiting:
                 lingered = False  # the linger, not the oldest sample's own wait, kept this wave waiting
-                while self._waiting_tokens() < self.wave_tokens and (left := self._wait_left()) > 0:
-                    lingered = lingered or self._lingering_only(time.perf_counter())
+                while self._waiting_tokens() < self.wave_tokens:
+                    own, linger = self._wait_left()
+                    if max(own, linger) <= 0:
+                        break
+                    lingered = lingered or own <= 0
                     # woken at the oldest sample's own deadline too, where the linger outlasts it: the wave counts
-                    # as lingered from then on (_lingering_only), as the 1 ms polling saw it
-                    own = self.max_wait_s - (time.perf_counter() - self.waiting[0].t_in)
-                    await self._wait(loop, own if 0 < own < left else left)
+                    # as lingered from then on
+                    await self._wait(loop, own if 0 < own < linger else max(own, linger))
                 wave = self._take()
                 if not wave:
                     continue
