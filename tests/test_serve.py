@@ -393,6 +393,27 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         ok = sum(v for k, v in m.items() if k.startswith("rmfast_requests_total") and 'code="200"' in k
                  and 'route="/health"' not in k and 'route="/metrics"' not in k)
         assert m["rmfast_request_seconds_count"] == ok
+        # errors raised inside a route are counted under it with their code (the counter reads the response's start)
+        assert m['rmfast_requests_total{route="/v1/score",code="422"}'] >= 4
+        assert m['rmfast_requests_total{route="/get_reward",code="413"}'] == 2
+
+
+def test_bad_requests_among_good_ones_at_once_each_get_their_answer(rm):
+    """Many requests at once, bad among good, as a client pool sends them (OpenRLHF's body, one sample each): each
+    gets its own answer (a 422 naming the field, or its score), none hangs, and the counter (a plain ASGI middleware)
+    counts each under its route and code."""
+    app, _ = _app(rm, max_wait_ms=5)
+    with running(app) as url:
+        good, bad = {"query": ["hello there"]}, {"query": 5}
+        with cf.ThreadPoolExecutor(16) as pool:
+            got = list(pool.map(lambda k: httpx.post(f"{url}/get_reward", json=bad if k % 3 == 0 else good, timeout=60),
+                                range(48)))
+        m = parse(httpx.get(f"{url}/metrics").text)
+    assert [r.status_code for r in got] == [422 if k % 3 == 0 else 200 for k in range(48)]
+    assert {r.json()["error"]["message"] for r in got[::3]} == {"query: expected a list of strings or a string"}
+    assert len({r.json()["rewards"][0] for r in got if r.status_code == 200}) == 1  # the same sample, the same bits
+    key = 'rmfast_requests_total{route="/get_reward",code="%s"}'
+    assert m[key % 422] == 16 and m[key % 200] == 32
 
 
 def test_a_full_queue_is_429_with_retry_after(rm):
