@@ -76,7 +76,8 @@ def test_other_batches_and_threads_agree_to_rounding(model, smol_tokenizer, thre
         R.assert_agree_to_rounding(base, s, ref)
     print(f"{name}: {sum((s != base).any() for s in runs.values())} of {len(runs)} runs differ in some bit from "
           f"(2 threads, auto); largest difference {max(np.abs(s.astype(float) - base).max() for s in runs.values()):.3g}, "
-          f"2E = {2 * R.fp32_error(base, ref):.3g}")
+          f"2E = {2 * R.fp32_error(base, ref):.3g} (E = {R.fp32_error(base, ref) / (R.U32 * np.abs(ref).max()):.0f}u of the "
+          f"largest |score| {np.abs(ref).max():.3g})")
 
 
 @pytest.mark.slow
@@ -89,4 +90,5 @@ def test_smollm2_logprob_batches_and_threads_agree_to_rounding(smollm2, threads)
     base = _scores(m, tok, "auto", ids)
     threads(1)
     for bs in (7, 50):
-        print("smollm2-logprob", bs, R.assert_agree_to_rounding(base, _scores(m, tok, bs, ids), ref))
+        print("smollm2-logprob", bs, R.assert_agree_to_rounding(base, _scores(m, tok, bs, ids), ref),
+              f"E = {R.fp32_error(base, ref) / (R.U32 * np.abs(ref).max()):.0f}u, scores {ref.min():.3g}..{ref.max():.3g}")
