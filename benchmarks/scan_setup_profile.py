@@ -34,6 +34,7 @@ def main(argv=None) -> int:
                          "batch's extra time goes, and whether a second scan in the process still pays it)")
     args = ap.parse_args(argv)
     times: list[float] = []
+    mallocs: list[tuple] = []  # after each batch (CUDA): (device allocations so far, MiB reserved)
     if args.batches:
         import time
 
@@ -50,10 +51,15 @@ def main(argv=None) -> int:
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
+                if device.type == "cuda":  # the caching allocator's trips to the driver (a first batch's new blocks)
+                    st = torch.cuda.memory_stats()
+                    mallocs.append((st.get("num_device_alloc", st.get("segment.all.allocated", -1)),
+                                    torch.cuda.memory_reserved() / 2**20))
                 return out
             return real(n, bs, device, one, *a, **kw)
 
         batching.oom_batches = timed
+        kernel_calls = _time_kernel_launches()
 
     from rmfast.bench.random_init import random_init_model
     from rmfast.scoring.pipeline import scan
@@ -66,14 +72,26 @@ def main(argv=None) -> int:
 
     first = run().manifest
     first_times, times[:] = list(times), []
+    first_mallocs, mallocs[:] = list(mallocs), []
+    first_kernels = {k: list(v) for k, v in kernel_calls.items()} if args.batches else {}
+    if args.batches:
+        kernel_calls.clear()
     prof = cProfile.Profile()
     if not args.batches:  # with --batches the second scan runs unprofiled: its batches' times compare with the first's
         prof.enable()
     m = run().manifest
     prof.disable()
     if args.batches:
-        for tag, ts in (("first", first_times), ("second", times)):
+        for tag, ts, ms, ks in (("first", first_times, first_mallocs, first_kernels),
+                                ("second", times, mallocs, kernel_calls)):
             print(f"{tag} run's batches (s): " + " ".join(f"{t:.3f}" for t in ts))
+            if ms:
+                print(f"{tag} run's device allocations so far / MiB reserved, after each batch: "
+                      + " ".join(f"{n}/{r:.0f}" for n, r in ms))
+            for name, calls in sorted(ks.items(), key=lambda kv: -kv[1][0]):
+                rest = sorted(calls[1:])
+                print(f"{tag} run: Triton kernel {name}: first launch {calls[0] * 1e3:.2f} ms host, then median "
+                      f"{rest[len(rest) // 2] * 1e3 if rest else float('nan'):.3f} ms over {len(rest)} launches")
     for tag, x in (("first", first), ("second" if args.batches else "second (profiled)", m)):
         print(f"{tag}: wall {x['wall_s']} s, setup {x['setup_s']} s (plan {x.get('plan_s')} s), scan {x['scan_s']} s, "
               f"{x['candidates_per_s']} cand/s, batch {x['batch_size']}")
@@ -82,6 +100,29 @@ def main(argv=None) -> int:
         pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(args.top)
         print(s.getvalue())
     return 0
+
+
+def _time_kernel_launches() -> dict:
+    """Each Triton kernel's launches' host seconds, by kernel name, in call order (the first launch in a process
+    finds or compiles the kernel and loads its module: is that where a first batch's extra time goes?). Empty where
+    Triton is absent or unused (the CPU)."""
+    import time
+
+    calls: dict = {}
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return calls
+    real = JITFunction.run
+
+    def run(self, *a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return real(self, *a, **kw)
+        finally:
+            calls.setdefault(getattr(self.fn, "__name__", "?"), []).append(time.perf_counter() - t0)
+    JITFunction.run = run
+    return calls
 
 
 if __name__ == "__main__":
