@@ -207,6 +207,23 @@ def test_cuda_copies_run_on_their_own_stream_and_survive_the_sources_reuse():
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_cuda_states_bring_their_rows_nonfinite_counts(dtype):
+    """host_states counts each row's NaN/inf on the device before the copy (the shard writers then only sum them):
+    the counts are the host bytes' own, row by row."""
+    from rmfast.scoring.states_stream import host_states
+    from rmfast.states.shard import count_nonfinite
+
+    x = torch.randn(3000, 512, device="cuda").to(dtype)
+    x[5, 3], x[5, 9], x[2999, 0], x[100, 511] = float("nan"), float("inf"), float("-inf"), float("nan")
+    st = host_states({"0": x})
+    got = st.row_counts()["0"]  # (3000,) int32, waited for
+    host = st["0"]
+    assert got.device.type == "cpu" and got.tolist() == [count_nonfinite(host[i:i + 1]) for i in range(3000)]
+    assert int(got.sum()) == 4
+
+
+@requires_cuda
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_serve_gives_a_sample_its_own_bits_in_any_wave(arch, dtype, tok):

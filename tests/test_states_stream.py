@@ -582,3 +582,31 @@ def test_a_kill_between_finishing_steps_keeps_the_states(tmp_path, monkeypatch):
     merged = open_states(StatesMerge(ranks, tmp_path / "all.states").finish())
     assert merged.take("0", np.arange(4)).tolist() == [[0.0, 0.0]] * 2 + [[1.0, 1.0]] * 2
     assert not any(p.exists() for p in ranks) and _os.path.isdir(tmp_path / "all.states")
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_counts_the_states_brought_are_summed_per_shard_and_kept_only_where_the_dtype_keeps_them(tmp_path, background):
+    """A GPU scan's states bring each row's NaN/inf count (counted on the device before the copy: HostStates'
+    row_counts), so the shard writers sum those instead of reading every byte (a third of their time on the
+    H200's host). A shard of a split batch sums its own rows' counts; where the stored dtype is narrower than the
+    computed one (float32 states stored as float16: a finite value may round to inf) the bytes are counted. The
+    counts below are deliberately not the data's (which holds no NaN), so the manifest shows which was used."""
+    x = torch.arange(60.0).view(10, 6)  # finite
+    fake = torch.tensor([1, 0, 2, 0, 0, 3, 0, 0, 0, 4], dtype=torch.int32)  # "NaN/inf" per row, as a device said
+
+    def write(name, dtype, src=torch.float32):
+        w = StatesWriter(tmp_path / name, ["0"], dtype, "row", job="j")
+        ww = BackgroundWriter(w, writers=2) if background else w
+        ww.prepare(np.zeros(10, dtype=bool))
+        w.shard_bytes = 3 * 6 * torch.finfo(getattr(torch, dtype)).bits // 8  # shards of 3 rows: batches split
+        for rows in (np.arange(0, 5), np.arange(3, 10)):  # rows 3 and 4 again: the second batch's counts are selected
+            ww.add(rows, rows, HostStates({"0": x[rows].to(src)}, counts={"0": fake[rows]}))
+        ww.finish({"model": "m"})
+        s = open_states(tmp_path / name)
+        return s.manifest["n_nonfinite"]["0"], [json.loads(sh.metadata["n_nonfinite"])["0"]
+                                                 for sh in s.shards]
+
+    assert write("kept.states", "float32") == (10, [3, 3, 0, 4])  # rows 0-2, 3-5, 6-8, 9
+    assert write("wider.states", "float32", torch.bfloat16) == (10, [3, 3, 0, 4])  # bf16 into float32: each as it was
+    assert write("narrow.states", "float16") == (0, [0, 0, 0, 0])  # counted from the stored bytes
+    assert write("narrow2.states", "bfloat16") == (0, [0, 0, 0, 0])  # float32's largest values pass bfloat16's

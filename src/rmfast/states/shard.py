@@ -64,6 +64,20 @@ def count_nonfinite(pieces) -> int:
     return total
 
 
+def row_nonfinite(x) -> "torch.Tensor":
+    """(B,) int32: each row's NaN or +-inf values of a (B, d) float tensor, on its own device: what
+    :func:`count_nonfinite` counts, row by row (a GPU scan counts its states before their copy to the host, so the
+    shard writers on the host only sum these; :meth:`rmfast.states.StatesWriter.row_counts`).
+
+    >>> import torch
+    >>> row_nonfinite(torch.tensor([[1.0, float("nan")], [float("-inf"), float("inf")]])).tolist()
+    [1, 2]
+    """
+    import torch
+
+    return (~torch.isfinite(x)).sum(dim=1, dtype=torch.int32)
+
+
 def shard_header(tensors: Mapping[str, Sequence], metadata: Mapping[str, str] | None) -> tuple[bytes, list[str]]:
     """The safetensors header of tensors given as name -> pieces (each (b_i, ...) with the same trailing shape
     and dtype, joined along dim 0): (the 8-byte length + padded JSON, the names in file order)."""

@@ -147,7 +147,7 @@ class StatesWriter:
         self.layers, self.dtype, self.key = list(layers), dtype, key
         self.overwrite = overwrite
         self.job = {"job": job, "layers": self.layers, "dtype": dtype, "key": key}
-        self._buf: list[tuple[np.ndarray, np.ndarray, dict]] = []
+        self._buf: list[tuple[np.ndarray, np.ndarray, dict, dict | None]] = []  # rows, keys, mats, their row counts
         self.shard_rows = 65536
         self.shard_bytes = SHARD_BYTES
         self._buf_rows = 0  # rows buffered
@@ -198,7 +198,13 @@ class StatesWriter:
     def add(self, rows: np.ndarray, keys: np.ndarray, states: Mapping[str, object]) -> None:
         """A batch: job rows (b,), their keys (b,), name -> (b, d) tensor. Rows already stored are skipped."""
         if (got := self.claim(rows, keys)) is not None:
-            self.append(got[0], got[1], self.take(states, got[2]))
+            self.keep(*got, states)
+
+    def keep(self, rows: np.ndarray, keys: np.ndarray, sel: np.ndarray, states: Mapping[str, object]) -> None:
+        """A claimed batch's rows ``sel`` taken (:meth:`take`) and buffered (:meth:`append`) with the non-finite
+        counts its states brought along (:meth:`row_counts`)."""
+        mats = self.take(states, sel)
+        self.append(rows, keys, mats, self.row_counts(states, sel, mats))
 
     def claim(self, rows: np.ndarray, keys: np.ndarray):
         """Mark a batch's rows not yet stored as stored: (their rows, keys, positions (k,) in the batch), or None."""
@@ -230,10 +236,32 @@ class StatesWriter:
                 out[l] = x[torch.from_numpy(sel)].to(want)
         return out
 
-    def append(self, rows: np.ndarray, keys: np.ndarray, mats: dict) -> None:
-        """Buffer taken rows (:meth:`take`); cut a shard from the front of the buffer while it holds a shard's worth
-        (:meth:`_shard_size`); the rest stays buffered for the next batch or :meth:`flush`."""
-        self._buf.append((rows, keys, mats))
+    def row_counts(self, states: Mapping[str, object], sel: np.ndarray, mats: dict) -> dict | None:
+        """name -> (k,) int32 NaN/inf counts of the taken rows ``sel``, where the states brought them (a GPU scan's
+        :class:`rmfast.scoring.states_stream.HostStates`: counted on the device before the copy, so the shard
+        writers do not read every byte on the host) and the stored dtype keeps them: the same dtype, or one whose
+        range holds the computed one's (a narrower one may round a finite value to inf). Else None: the shard's
+        writer counts its bytes (:func:`rmfast.states.shard.count_nonfinite`)."""
+        import torch
+
+        got = getattr(states, "row_counts", lambda: None)()
+        if got is None:
+            return None
+        out = {}
+        for l in self.layers:
+            src, dst = states[l].dtype, mats[l].dtype
+            if src != dst and not (src.is_floating_point and dst.is_floating_point
+                                   and torch.finfo(dst).max >= torch.finfo(src).max):
+                return None
+            c = got[l].numpy()  # (B,)
+            out[l] = c if len(sel) == len(c) else c[sel]
+        return out
+
+    def append(self, rows: np.ndarray, keys: np.ndarray, mats: dict, counts: dict | None = None) -> None:
+        """Buffer taken rows (:meth:`take`) and their NaN/inf counts where known (:meth:`row_counts`); cut a shard
+        from the front of the buffer while it holds a shard's worth (:meth:`_shard_size`); the rest stays buffered
+        for the next batch or :meth:`flush`."""
+        self._buf.append((rows, keys, mats, counts))
         self._buf_rows += len(rows)
         while self._buf_rows >= self._shard_size():
             self.run_shard(self.cut)  # early is safe: a shard the checkpoint does not cover is dropped on resume
@@ -263,12 +291,13 @@ class StatesWriter:
 
         size, pieces = self._shard_size(), []
         while self._buf and (left := size - sum(len(p[0]) for p in pieces)) > 0:
-            rows, keys, mats = self._buf[0]
+            rows, keys, mats, counts = self._buf[0]
             if len(rows) <= left:
                 pieces.append(self._buf.pop(0))
             else:  # the batch's first rows into this shard; row slices of (b, d) tensors stay contiguous
-                pieces.append((rows[:left], keys[:left], {l: m[:left] for l, m in mats.items()}))
-                self._buf[0] = (rows[left:], keys[left:], {l: m[left:] for l, m in mats.items()})
+                head, tail = slice(None, left), slice(left, None)
+                pieces.append((rows[head], keys[head], _rows_of(mats, head), _rows_of(counts, head)))
+                self._buf[0] = (rows[tail], keys[tail], _rows_of(mats, tail), _rows_of(counts, tail))
         self._buf_rows -= sum(len(p[0]) for p in pieces)
         # name -> the pieces, written one after another (rmfast.states.shard: never joined)
         t = {"key": [torch.from_numpy(np.concatenate([p[1] for p in pieces]).astype(np.int64))],
@@ -279,8 +308,12 @@ class StatesWriter:
         self._kept = min(self._kept, sum(m.nbytes for b in self._buf for m in b[2].values()))
 
         def write() -> None:
-            # counted per shard, in its metadata: a resumed scan's total includes the shards of the run before
-            bad = json.dumps(nonfinite_per_layer({l: t[f"layer.{l}"] for l in self.layers}))
+            # counted per shard, in its metadata: a resumed scan's total includes the shards of the run before; from
+            # the counts the states brought (a GPU's), else from the bytes
+            if all(p[3] is not None for p in pieces):
+                bad = json.dumps({l: int(sum(int(p[3][l].sum()) for p in pieces)) for l in self.layers})
+            else:
+                bad = json.dumps(nonfinite_per_layer({l: t[f"layer.{l}"] for l in self.layers}))
             meta = {"format": FORMAT, "run_id": self.run_id, NONFINITE: bad}
             try:
                 atomic_write(path, lambda tmp: write_shard(tmp, t, meta), durable=False)  # flushed at finish
@@ -320,6 +353,11 @@ class StatesWriter:
         # only now: a kill before the rename leaves the partial folder its job, so the rerun finishes it again
         (self.folder / "job.json").unlink(missing_ok=True)
         return self.folder
+
+
+def _rows_of(per_layer: dict | None, rows: slice) -> dict | None:
+    """name -> rows of each (b, ...) array or tensor (views), or None for None."""
+    return None if per_layer is None else {l: m[rows] for l, m in per_layer.items()}
 
 
 def _shard_nonfinite(header: dict) -> dict[str, int]:
