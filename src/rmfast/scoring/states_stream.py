@@ -10,7 +10,9 @@ Two parts, each checked against the synchronous path it stands in for (tests/tes
   in use by the copy stream (``record_stream``), so its memory is not handed to the next batch before its
   copy has read it. One CUDA event is recorded after the batch's copies; the
   :class:`HostStates` it returns waits for that event before any of its tensors is read, so no reader can
-  see an unfinished copy. On CPU: ``.cpu()`` of each, as before (the tensors themselves).
+  see an unfinished copy. Each row's NaN/inf values are counted there too, on the device, and copied along
+  (:meth:`HostStates.row_counts`), so the shard writers sum counts instead of reading every byte.
+  On CPU: ``.cpu()`` of each, as before (the tensors themselves; the writers count the bytes).
 - :class:`BackgroundWriter`: :class:`rmfast.states.StatesWriter`'s steps, the slow ones in a thread. The
   scan's thread marks a batch's rows as stored (``claim``) and queues the rest, at most ``depth`` batches
   (so the host memory in flight stays bounded; a full queue makes the scan wait, counted in ``wait_s``):
