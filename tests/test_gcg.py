@@ -491,8 +491,20 @@ def test_an_interrupted_search_is_a_result_of_what_it_found(smol_tokenizer, tmpl
 def test_cli_writes_the_search_so_far_on_ctrl_c(tiny_dir, capsys, tmp_path, monkeypatch):
     from rmfast.cli import main
 
+    import re
+    import time as _time
+
+    from rmfast.gcg import search
+
     out = tmp_path / "g.json"
     _interrupt_after(monkeypatch, 4)  # the start and two steps
+    inner = search._score_all
+
+    def slow(plan, cands):  # each evaluation 0.3 s first, the interrupted one's too: the cut step's share shows
+        _time.sleep(0.3)
+        return inner(plan, cands)
+
+    monkeypatch.setattr(search, "_score_all", slow)
     argv = ["gcg", str(tiny_dir), "--prompt", "Hi", "--length", "3", "--steps", "6", "--search-width", "8", "--topk",
             "8", "--no-progress", "--no-plot", "--dtype", "float32", "--out", str(out)]
     assert main(argv) == 130
@@ -504,7 +516,12 @@ def test_cli_writes_the_search_so_far_on_ctrl_c(tiny_dir, capsys, tmp_path, monk
     from rmfast.cli.gcg import time_line
 
     t = d["timing"]
-    assert t["unfinished_step_s"] > 0 and "the step Ctrl-C stopped" in time_line(t, False)
+    line = time_line(t, False)
+    assert t["unfinished_step_s"] >= 0.3 and "the step Ctrl-C stopped" in line  # its 0.3 s evaluation is its own
+    rest = float(re.search(r"the rest ([0-9.]+) s", line).group(1))  # and not in the rest as well: the parts add up
+    start = max(t["evaluate_s"] - t["evaluate_in_steps_s"], 0.0)
+    parts = t["setup_s"] + sum(t["step_s"]) + t["unfinished_step_s"] + start + rest
+    assert abs(parts - t["wall_s"]) < 0.15, (parts, t)
 
 
 def test_settings_past_what_the_search_has_are_said_and_recorded(smol_tokenizer, tmpl):

@@ -520,6 +520,33 @@ def test_one_request_that_fails_its_wave_fails_alone():
     assert "rmfast_waves_split_total 1" in Metrics().text(None, s)
 
 
+def test_an_internal_error_is_one_counted_500_and_the_clients_connection_lives(rm, caplog):
+    """An exception past the routes' handlers (a wave that fails alone: a CUDA out-of-memory) was answered 500 by
+    Starlette's outer handler, which then re-raised: the 500 was never counted, and uvicorn closed the connection,
+    so the same client's next request on it (a good one) was reset, 20 times in 20. Now the counter answers it: one
+    line, counted under its route, and the connection kept."""
+    app, core = _app(rm)
+    real = core.score
+
+    def score(samples):
+        if any("boom" in core.tokenizer.decode(list(s.ids)) for s in samples):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nsecond line")
+        return real(samples)
+
+    core.score = score
+    with running(app) as url, httpx.Client(timeout=30) as c:
+        for _ in range(5):
+            r = c.post(f"{url}/get_reward", json={"query": ["boom boom"]})
+            assert r.status_code == 500, r.text
+            assert r.json()["error"]["message"] == ("internal error: RuntimeError: CUDA out of memory. Tried to allocate "
+                                                    "2.00 GiB")
+            assert c.post(f"{url}/get_reward", json={"query": ["a fine answer"]}).status_code == 200  # no reset
+        m = parse(c.get(f"{url}/metrics").text)
+    assert m['rmfast_requests_total{route="/get_reward",code="500"}'] == 5
+    assert m['rmfast_requests_total{route="/get_reward",code="200"}'] == 5
+    assert sum("-> 500: internal error: RuntimeError" in r.getMessage() for r in caplog.records) == 5
+
+
 def test_a_fixed_pool_of_clients_fills_its_waves_after_the_first():
     """A pool of clients, each sending its next sample once answered (an RL job's reward workers), was cut in two:
     the half whose samples came while a wave ran left at its end alone, and the half it answered waited for the
@@ -560,6 +587,86 @@ def test_a_fixed_pool_of_clients_fills_its_waves_after_the_first():
     # found their queue empty at the last wave's end, and their oldest sample's own wait gathered the pool
     assert s.waves_lingered == 1
     assert "rmfast_waves_lingered_total 1" in Metrics().text(None, s)
+
+
+class _TimedCore:
+    """A scheduler test's core: each wave sleeps ``dur`` s and scores 0; the waves' sizes in ``waves``."""
+
+    def __init__(self, dur: float = 0.0):
+        self.dur, self.waves = dur, []
+
+    def score(self, samples):
+        self.waves.append(len(samples))
+        time.sleep(self.dur)
+        return np.zeros(len(samples), dtype=np.float32)
+
+
+def _one():
+    return split_sample([1, 2, 3], (), [1, 2])
+
+
+def test_a_sample_that_fills_the_budget_mid_gather_starts_the_wave_at_once():
+    """The gather sleeps until its oldest sample's deadline (2 s here) unless a sample comes: the one that fills the
+    wave's budget wakes it, and the wave starts then (a recheck's mutant that woke the loop only when idle made every
+    full wave sit out max_wait, and no test saw it)."""
+    import asyncio
+
+    from rmfast.serve.scheduler import Scheduler
+
+    async def go():
+        core = _TimedCore()
+        s = Scheduler(core, wave_tokens=6, max_wait_s=2.0)
+        await s.start()
+        t0 = time.perf_counter()
+        first = asyncio.ensure_future(s.score([_one()]))
+        await asyncio.sleep(0.05)  # the loop sleeps in the gather now
+        await asyncio.gather(first, s.score([_one()]))  # 3 + 3 tokens: the budget
+        dt = time.perf_counter() - t0
+        await s.stop()
+        return core.waves, dt
+
+    waves, dt = asyncio.run(go())
+    assert waves == [2] and dt < 1.0, (waves, dt)
+
+
+@pytest.mark.parametrize("when", ["before the wave ends", "during the linger"])
+def test_no_linger_once_the_drain_begins(when, monkeypatch):
+    """A drain means no client sends again, so the next wave does not wait for the last wave's clients: neither where
+    it began during the wave nor where it began during the linger itself (the loop's wait is woken; before, a linger
+    under way ran to its end)."""
+    import asyncio
+
+    from rmfast.serve import scheduler as S
+
+    monkeypatch.setattr(S, "LINGER_RATIO", 1)  # a 2 s wave lingers up to max_wait_s (1 s) after it
+
+    async def go():
+        core = _TimedCore(dur=2.0)
+        s = S.Scheduler(core, wave_tokens=10_000, max_wait_s=1.0)
+        await s.start()
+        first = [asyncio.ensure_future(s.score([_one()])) for _ in range(2)]
+        while not s.n_running:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)
+        core.dur = 0.0  # the waves after this one (it sleeps its 2 s already)
+        during = asyncio.ensure_future(s.score([_one()]))  # came mid-wave: its own wait is over when the wave ends
+        if when == "before the wave ends":
+            await asyncio.sleep(0.05)
+            s.drain()
+        await asyncio.gather(*first)
+        t_end = time.perf_counter()
+        if when == "during the linger":
+            await asyncio.sleep(0.05)
+            assert s._lingering(time.perf_counter())
+            s.drain()
+        await during
+        dt = time.perf_counter() - t_end
+        await s.stop()
+        return dt, s.waves_lingered
+
+    dt, lingered = asyncio.run(go())
+    assert dt < 0.5, dt  # the linger would have held it ~1 s
+    assert lingered == (0 if when == "before the wave ends" else 1)
 
 
 def test_the_gather_waits_without_polling():

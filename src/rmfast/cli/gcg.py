@@ -229,7 +229,7 @@ def time_line(t: dict, resumed: bool) -> str:
         return (f"{t['wall_s']:.1f} s in this process (it went on from a checkpoint); {t['steps']} steps in all runs "
                 f"({split}){probe}")
     start = max(t["evaluate_s"] - in_steps, 0.0)
-    cut = t.get("unfinished_step_s") or 0.0  # the step Ctrl-C stopped (its parts are in the split's)
+    cut = t.get("unfinished_step_s") or 0.0  # the step Ctrl-C stopped (its gradient and filter are in the split's too)
     rest = max(t["wall_s"] - t["setup_s"] - steps - cut - start, 0.0)
     unfinished = f", the step Ctrl-C stopped {cut:.1f} s" if cut else ""
     return (f"{t['wall_s']:.1f} s total: set-up {t['setup_s']:.1f} s, {t['steps']} steps {steps:.1f} s ({split}){unfinished}, "

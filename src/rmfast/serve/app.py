@@ -395,9 +395,8 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
                       getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
-    async def _other(request: Request, exc: Exception):
-        first = str(exc).splitlines()[0][:300] if str(exc) else ""
-        return logged(request, 500, f"internal error: {type(exc).__name__}: {first}")
+    async def _other(request: Request, exc: Exception):  # (an error in the counter itself: the rest are _Count's)
+        return logged(request, 500, _internal_line(exc))
 
     app.add_middleware(_Count, ctx=ctx, owner=app)
 
@@ -421,15 +420,32 @@ class _Count:
             await _error(503, DRAINING)(scope, receive, send)
         else:
             async def counted(message):
-                nonlocal status
+                nonlocal status, started
                 if message["type"] == "http.response.start":
-                    status = message["status"]
+                    status, started = message["status"], True
                 await send(message)
 
-            await self.app(scope, receive, counted)  # an exception past the handlers: not counted (as before)
+            started = False
+            try:
+                await self.app(scope, receive, counted)
+            except Exception as exc:  # past the route's handlers (a wave that failed alone: a CUDA out-of-memory)
+                if started:
+                    raise
+                # answered and counted here: Starlette's outer handler would answer too, but re-raise, and uvicorn
+                # then closes the connection, so the client's next request on it (a good one) was reset
+                line = _internal_line(exc)
+                log.warning("rmfast serve: %s %s -> 500: %s", scope["method"], path, line)
+                log.debug("rmfast serve: the internal error's traceback", exc_info=True)
+                await _error(500, line)(scope, receive, counted)
         route = path if path in ctx.paths(self.owner) else "other"
         ctx.metrics.request(route, status, time.perf_counter() - t0,
                             scored=scope["method"] == "POST" and route != "other" and status == 200)
+
+
+def _internal_line(exc: Exception) -> str:
+    """A 500's one line: the exception's type and first line (never a traceback to the client)."""
+    first = str(exc).splitlines()[0][:300] if str(exc) else ""
+    return f"internal error: {type(exc).__name__}: {first}"
 
 
 def _gone_mid_body(exc) -> bool:

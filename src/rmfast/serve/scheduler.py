@@ -74,11 +74,13 @@ class Scheduler:
         self.max_queue, self.wave_tokens, self.max_wait_s = int(max_queue), int(wave_tokens), float(max_wait_s)
         self.waiting: deque[_Request] = deque()
         self.n_waiting = 0  # samples
+        self._tokens_waiting = 0  # their tokens (kept, not summed at each wake-up: one a request)
         self.in_flight = 0  # requests submitted and not yet answered
         self.n_running = 0  # samples of the wave being scored (its clients may have gone: it runs to its end)
         self.draining = False
         self._nap: asyncio.Future | None = None  # the loop's wait for a sample (or the gather's deadline): :meth:`_wait`
         self._task: asyncio.Task | None = None
+        self._loop_of: asyncio.AbstractEventLoop | None = None  # the loop the scheduler runs on (:meth:`drain`)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmfast-wave")
         self.wave_s_avg = 0.0  # for Retry-After
         self.wave_s_total = 0.0  # /metrics
@@ -90,7 +92,20 @@ class Scheduler:
         self._since_answered = 0  # requests submitted since
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._loop_of = asyncio.get_running_loop()
+        self._task = self._loop_of.create_task(self._loop())
+
+    def drain(self) -> None:
+        """Take no new requests (:class:`Draining`), and end a linger under way now: no client sends again. Safe from
+        a signal handler (the wake-up goes through the loop's thread-safe call)."""
+        self.draining = True
+        if self._loop_of is not None and not self._loop_of.is_closed():
+            self._loop_of.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        """The loop's wait (:meth:`_wait`) ends: a sample came, or the drain began."""
+        if self._nap is not None and not self._nap.done():
+            self._nap.set_result(None)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -110,10 +125,10 @@ class Scheduler:
         req = _Request(list(samples), asyncio.get_running_loop().create_future(), sum(len(s.ids) for s in samples))
         self.waiting.append(req)
         self.n_waiting += len(samples)
+        self._tokens_waiting += req.tokens
         self.in_flight += 1
         self._since_answered += 1
-        if self._nap is not None and not self._nap.done():  # the loop wakes: idle, or the gather re-checks its budget
-            self._nap.set_result(None)
+        self._wake()  # idle, or the gather re-checks its budget
         try:
             return await req.future
         finally:
@@ -125,6 +140,7 @@ class Scheduler:
                 req.queued = False
                 self.waiting.remove(req)
                 self.n_waiting -= len(req.samples)
+                self._tokens_waiting -= req.tokens
             if not req.future.done():  # its wave is running: the result is dropped
                 req.future.cancel()
 
@@ -164,6 +180,7 @@ class Scheduler:
             self.waiting.popleft()
             req.queued = False
             self.n_waiting -= len(req.samples)
+            self._tokens_waiting -= req.tokens
             wave.append(req)
             tokens += req.tokens
         return wave
@@ -196,9 +213,6 @@ class Scheduler:
                 timer.cancel()
             self._nap = None
 
-    def _waiting_tokens(self) -> int:
-        return sum(r.tokens for r in self.waiting)
-
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -206,7 +220,7 @@ class Scheduler:
                 await self._wait(loop, None)
             while self.waiting:
                 lingered = False  # the linger, not the oldest sample's own wait, kept this wave waiting
-                while self._waiting_tokens() < self.wave_tokens:
+                while self._tokens_waiting < self.wave_tokens:
                     own, linger = self._wait_left()
                     if max(own, linger) <= 0:
                         break

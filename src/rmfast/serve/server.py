@@ -186,7 +186,7 @@ def run_server(app, sched: Scheduler, opts: ServeOptions, banner: str) -> int:
                 print(f"rmfast serve: a second signal: exit now ({sched.in_flight} requests in flight not answered)",
                       file=sys.stderr, flush=True)
                 os._exit(1)
-            sched.draining = True
+            sched.drain()
             print(f"rmfast serve: draining ({sched.in_flight} requests in flight; new ones get 503), then exit; "
                   "a second signal exits now", file=sys.stderr, flush=True)
 
