@@ -157,12 +157,13 @@ def _rank_gaps(res: dict, prompts: list[str], out_dir: Path) -> dict:
         parts.append(f"{_short(p)}: paper method "
                      f"{' and '.join(f'{v}/10' for v in ov['paper'].values())}, rmfast's "
                      f"{' and '.join(f'{v}/10' for v in ov['rmfast'].values())}")
-    bp = {m: _position(r.ranks, GE, "Black people", m) for m, r in res.items()}
+    bp = "; ".join(f"{_short(p)} #{_position(res['paper'].ranks, p, 'Black people', 'paper')} under method='paper', "
+                   f"#{_position(res['rmfast'].ranks, p, 'Black people', 'rmfast')} under rmfast's" for p in prompts
+                   if (res["paper"].ranks["prompt"] == p).any())
     summary = ("statistic: rank gap = model rank (median of the 11 ranks incl. human, 1 = best) − human rank over "
                f"n = {n_items:,} items (positive: humans rank the item higher); top-10 overlap with the paper's "
                "lists (humans higher/models higher): "
-               + "; ".join(parts) + f". 'Black people' on GE: #{bp['paper']} under "
-               f"method='paper', #{bp['rmfast']} under rmfast's")
+               + "; ".join(parts) + f". 'Black people' (humans higher): {bp}")
     return _finding("A-fig5b-a7", "Items humans rank far above / below the models "
                     "(Fig. 5B, A7)", "Fig. 5B (GE prompt) and A7 list the ten items with the "
                     "largest model-minus-human rank gap each way, e.g. on GE: Fingering (sexual "

@@ -249,7 +249,7 @@ def fig1_findings(scans: pd.DataFrame, dictionary, out: Path, *, fig: str = "1",
                      + f"{lmm_parts}{slope_note}; REML, {med['model'].nunique()} models, "
                      f"{len(med)} rows. The paper fits the random intercept only"),
          "files": [files["mixed"]]},
-        {"id": f"{fid}-summaries", "title": f"Fig. {fig}: three summaries of the same medians",
+        {"id": f"{fid}-summaries", "title": f"Fig. {fig}: four summaries of the same medians (three distinct values)",
          "paper_claim": ("the text quotes average ranks per base model (the R script's 'avg "
                          "ranks' block, under '# summary stats for main text')"),
          "holds": None, "summary": _summaries_line(paper.summaries, ga, gb, big_two),
