@@ -746,6 +746,9 @@ def test_an_elementwise_op_under_the_rows_rule_gives_each_row_its_own_bits(fn):
     for T, off in ((1, 0), (7, 3), (343, 0), (345, 11), (700, 101)):
         assert torch.equal(ref.each_alike(fn, x[off:off + T]), full[off:off + T]), (T, off)
     assert torch.allclose(full, fn(x), rtol=1e-6, atol=1e-6)  # the op's values, to its vector code's rounding
+    seen = []  # a small op is padded to a multiple of ALIKE_ALIGN, not to a whole chunk (32,768 logs for 5 row sums)
+    ref.each_alike(lambda t: seen.append(t.numel()) or fn(t), x[:1, :5])
+    assert seen == [ref.ALIKE_ALIGN]
 
 
 def test_rotary_tables_under_the_rows_rule_are_each_positions_own():

@@ -143,7 +143,7 @@ def alike_rule(device_type: str) -> str | None:
     if device_type != "cpu":
         return None
     return (f"SiLU/GELU, soft-max over a prompt's keys, the merge and softcaps in calls of exactly "
-            f"{ref.ALIKE_CHUNK:,} elements (one thread, no scalar tail), the rotary tables in blocks of {ROPE_BLOCK} "
+            f"at most {ref.ALIKE_CHUNK:,} elements, a multiple of {ref.ALIKE_ALIGN} (one thread, no scalar tail), the rotary tables in blocks of {ROPE_BLOCK} "
             "positions from 0: a token's bits whatever shares its wave")
 
 

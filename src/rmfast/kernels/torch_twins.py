@@ -161,15 +161,20 @@ def rmsnorm_head(
     return out.float()
 
 
-#: elements per call of an elementwise op under a rows rule (:func:`each_alike`): torch's grain size, so one thread
-#: runs each call, and a multiple of every vector loop's step (two AVX-512 vectors of bf16: 64), so no element
-#: takes the loop's scalar tail
+#: elements per call of an elementwise op under a rows rule (:func:`each_alike`) at the most: torch's grain size, so
+#: one thread runs each call
 ALIKE_CHUNK = 32768
+#: ... and every call a multiple of this many elements: a multiple of every vector loop's step (two AVX-512 vectors of
+#: bf16: 64; two of fp32: 32; AVX2's: 16), so no element takes the loop's scalar tail. A small op is padded to this,
+#: not to a whole chunk (a soft-max's log of a few dozen row sums had computed 32,768 logs: a third of a CPU serve
+#: wave's time on a tiny model)
+ALIKE_ALIGN = 256
 
 
 def each_alike(fn, *xs: torch.Tensor) -> torch.Tensor:
-    """``fn(*xs)``, an elementwise op (xs broadcast to one shape), in calls of exactly :data:`ALIKE_CHUNK` elements:
-    every element through the same vectorised code whatever the tensor's size. Where torch splits a large tensor
+    """``fn(*xs)``, an elementwise op (xs broadcast to one shape), in calls of :data:`ALIKE_CHUNK` elements (the last
+    one fewer, a multiple of :data:`ALIKE_ALIGN`: zeros pad it): every element through the same vectorised code on one
+    thread whatever the tensor's size. Where torch splits a large tensor
     between threads, the elements at the split, and at a call's end, take a scalar path; its exp (SiLU, GELU,
     soft-max) or cos is not the vector one's to the last bit on every CPU (measured on an AVX-512 Zen 4: a sample's
     score moved by one float32 ulp with the rows beside it), so under a rows rule (``rmfast serve``) a token's
@@ -186,7 +191,7 @@ def each_alike(fn, *xs: torch.Tensor) -> torch.Tensor:
     shape = torch.broadcast_shapes(*(x.shape for x in xs))
     flat = [x.expand(shape).reshape(-1) for x in xs]  # (n,) each
     n, C = flat[0].numel(), ALIKE_CHUNK
-    pad = -(-n // C) * C - n
+    pad = -n % ALIKE_ALIGN
     if pad:
         flat = [torch.cat([f, f.new_zeros(pad)]) for f in flat]  # (n + pad,)
     out = torch.cat([fn(*(f[i:i + C] for f in flat)) for i in range(0, n + pad, C)])
