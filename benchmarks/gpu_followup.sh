@@ -11,7 +11,10 @@
 # 2. --states all into /dev/shm under SCAN_WRITERS 4/2/1 and the NaN count's chunk (benchmarks/states_writers_sweep.py);
 # 3. the whole 8B vocabulary twice in one process, each batch timed (where the first batch's extra 0.16 s goes);
 # 4. the serve tests' same-bits checks with their models on CUDA (RMFAST_TEST_DEVICE=cuda: the cascade's Triton
-#    kernels; SmolLM2's tokenizer from .gpu_tok). Each step's time limit below; 550 s in all.
+#    kernels; SmolLM2's tokenizer from .gpu_tok), and the states' device-side NaN/inf counts (test_gpu.py).
+# Steps 2 and 3 also measure what came after 2026-12-01's first run: the states counted on the device (2), each Triton
+# kernel's first launch and the allocator's growth in the whole vocabulary's first batch (3). Each step's time limit
+# below; 550 s in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--prepare" ]; then  # SmolLM2's tokenizer files (the embedded package is too big to carry)
@@ -35,5 +38,5 @@ TMPDIR=/dev/shm timeout 100 python3 benchmarks/states_writers_sweep.py --out "$R
 tail -6 "$R/states_sweep.log"
 timeout 90 python3 benchmarks/scan_setup_profile.py --batches --top 30 > "$R/scan_batches.txt" 2>&1; head -4 "$R/scan_batches.txt"
 RMFAST_TEST_DEVICE=cuda RMFAST_TEST_SMOL_TOKENIZER=.gpu_tok timeout 140 python3 -m pytest -q -p no:cacheprovider -rfEs \
-  tests/test_serve.py -k "same_bits or one_prompt_prefill" \
+  tests/test_serve.py tests/test_gpu.py -k "same_bits or one_prompt_prefill or nonfinite_counts" \
   > "$R/serve_bits.txt" 2>&1; tail -4 "$R/serve_bits.txt"
