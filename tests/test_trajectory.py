@@ -52,6 +52,26 @@ def test_planted_category_medians_gaps_and_changes():
     assert r.changes[r.changes["run"] == "gemma"]["change"].eq(0).all()
 
 
+def test_a_category_column_ranks_among_all_tokens_and_says_so():
+    """Categories from the input's own column rank each token among all the step's tokens (uncategorised ones too)
+    and keep spelling variants apart, where a dictionary ranks its words among themselves, variants averaged: the
+    two paths' medians differ (a referee's case: 9.0 against 4.5), so the result says which it used."""
+    t = _planted()
+    extra = t[t["token"] == "love"].assign(token="Love", score=lambda d: d["score"] - 0.5)  # a spelling variant
+    t = pd.concat([t, extra, t[t["token"] == "care"].assign(token="zzz", score=-1.0)], ignore_index=True)
+    t["category"] = t["token"].str.lower().map(dict(zip(DIC["term"], DIC["category"])))  # "zzz": none
+    by_col = trajectory(t)
+    by_dic = trajectory(t.drop(columns="category"), DIC)
+    col = by_col.categories.set_index(["run", "step", "category"])["median_rank"]
+    dic = by_dic.categories.set_index(["run", "step", "category"])["median_rank"]
+    # step 0 of gemma, best first: love, Love, care, trust, power, skill, drive, zzz. The column: Communion's 4 tokens
+    # ranks 1-4, Agency's 5-7 (zzz, uncategorised, 8th); the dictionary: 6 words (love and Love one), ranks 1-6
+    assert (col[("gemma", 0, "Communion")], col[("gemma", 0, "Agency")]) == (2.5, 6.0)
+    assert (dic[("gemma", 0, "Communion")], dic[("gemma", 0, "Agency")]) == (2.0, 5.0)
+    assert any("category column" in n and "different scales" in n for n in by_col.notes)
+    assert not any("category column" in n for n in by_dic.notes)
+
+
 def test_planted_extremes_and_correlation_with_final():
     r = trajectory(_planted(), DIC, k=2)
     ex = r.extremes

@@ -17,8 +17,10 @@ names (``checkpoint-500``, ``step-500``, ``..._500``); see :func:`from_scans`.
 
 What :func:`trajectory` computes, per run × step:
 
-- ``categories``: per dictionary category the median, mean and sum of the words' ranks (ranked
-  among the dictionary words, variants of a word averaged first, as paper B's Fig. 5 script);
+- ``categories``: per dictionary category the median, mean and sum of the words' ranks (with ``dictionary``:
+  ranked among the dictionary words, variants of a word averaged first, as paper B's Fig. 5 script; from a
+  ``category`` column instead: each token ranked among ALL the run × step's tokens, variants apart, so the medians
+  are on the vocabulary's scale and not comparable with the dictionary path's; a note says which);
 - ``gaps``: between two categories, ``median_rank[b] - median_rank[a]`` (positive: A ranked higher);
 - ``extremes``: the top and bottom ``k`` tokens;
 - ``final_corr``: Spearman correlation of each checkpoint's ranking with the final one's;
@@ -315,6 +317,10 @@ def trajectory(df: pd.DataFrame, dictionary=None, *, k: int = 10) -> TrajectoryR
             t = _token_ranks(_ids_apart(df, keys, ledger), keys)
             if "category" in t.columns:
                 res.categories = _category_table(t.dropna(subset=["category"]), keys)
+                ledger.note("categories from the input's category column: each token ranked among all the run × "
+                            "step's tokens (categorised or not), spelling variants apart; a dictionary "
+                            "(--dictionary) ranks its words among themselves, variants averaged (paper B's Fig. 5): "
+                            "the two paths' medians are on different scales")
         res.extremes = _extremes(t, keys, k)
         res.final_corr = _final_corr(t, keys)
         res.changes = _changes(t, keys)

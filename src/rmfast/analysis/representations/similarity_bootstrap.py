@@ -146,8 +146,9 @@ def interval_note(method: str, level: float, bootstrap: int, seed: int, blocks: 
             "they cover resampling the candidates (other tokens of the same vocabulary), not other models or "
             "prompts. Every measure of a resample leaves out the pairs of copies of a candidate (copies counted as "
             "distinct items inflated CKA and debiased CKA). Measured coverage at 95 % (docs/representations.md): "
-            "debiased CKA and RV2 near nominal; plain CKA/RV below it, because the estimate itself is biased upward "
-            "at small n"
+            "debiased CKA and RV2 at or above nominal (too wide, about 1.25-1.5x, where the candidates are fewer "
+            "than ~5x the hidden size: 98-100 % there); plain CKA/RV below it, because the estimate itself is biased "
+            "upward at small n"
             + ("" if bootstrap >= MIN_TRUSTED_BOOTSTRAP else
                f"; {bootstrap} replicates are too few for {level:.0%} interval ends (their Monte-Carlo error is "
                f"large): use at least {MIN_TRUSTED_BOOTSTRAP}"))
