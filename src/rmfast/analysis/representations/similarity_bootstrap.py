@@ -17,7 +17,9 @@ MIN_TRUSTED_BOOTSTRAP = 200
 #: the intervals offered: the default first
 INTERVALS = ("recentred", "bca", "percentile", "basic")
 #: blocks of the grouped jackknife that estimates BCa's acceleration: each is one more pass over the states (a
-#: leave-one-out jackknife would be n passes); the blocks are a seeded random partition of the candidates
+#: leave-one-out jackknife would be n passes); the blocks are a seeded random partition of the candidates. The
+#: acceleration is then a skewness of 20 values: noisy (a referee's case, n = 40: SD 0.017 over partitions, where
+#: leave-one-out gives ~0), which moves BCa's 2.5/97.5 % levels by about a point at most
 JACKKNIFE_BLOCKS = 20
 
 
