@@ -5,8 +5,9 @@ An 8B scan's ``--states all`` (``--batches`` batches of 34 layers x (1024, 4096)
 :class:`rmfast.scoring.states_stream.BackgroundWriter` as :func:`rmfast.scoring.states_stream.host_states` hands
 them over on CUDA (fresh host buffers, their copies done): before each batch the scan's thread runs a "launch loop"
 (``--launches`` tiny torch ops: each hands the interpreter lock over, as a GPU scan's kernel launches do) and
-sleeps ``--sleep`` s (the device's time). ``--counts device``: the batches bring each row's NaN/inf count, as a
-GPU's do since 2026-12-01 (counted on the device before the copy); ``host``: the shard writers count the bytes.
+sleeps ``--sleep`` s (the device's time). ``--counts device``: the batches bring each row's finite-value count, as a
+GPU's do since 2026-12-01 (counted on the device before the copy: the scan's thread makes the count's 2L + 3 calls
+too, emulated as tiny torch ops); ``host``: the shard writers count the bytes.
 Prints medians over ``--repeats`` rounds (after a warm-up): the whole run, the launch loops' sum, the tail the scan
 waited for after its last batch, and the writers' summed time.
 
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
     layers = [str(i) for i in range(34)]
     g = torch.Generator().manual_seed(0)
     src = [{l: torch.randn(1024, 4096, generator=g).to(torch.bfloat16) for l in layers} for _ in range(a.batches)]
-    zero = torch.zeros(1024, dtype=torch.int32)
+    full = torch.full((len(layers), 1024), 4096, dtype=torch.int32)  # (L, B) finite values a row: no NaN/inf
     runs = []
     with tempfile.TemporaryDirectory(dir=a.dir) as d:
         for r in range(a.repeats + 1):
@@ -61,8 +62,14 @@ def main(argv=None) -> int:
                 launch += time.perf_counter() - t
                 time.sleep(a.sleep)
                 rows = np.arange(1024 * i, 1024 * (i + 1))
-                counts = {l: zero for l in layers} if a.counts == "device" else None
-                ww.add(rows, rows, HostStates(dict(b), Fired(), counts=counts))
+                finite = None
+                if a.counts == "device":  # the count's own launches on the scan's thread (host_states: 2L + 3 calls)
+                    t = time.perf_counter()
+                    for _ in range(2 * len(layers) + 3):
+                        y = torch.add(y, 1.0)
+                    launch += time.perf_counter() - t
+                    finite = full
+                ww.add(rows, rows, HostStates(dict(b), Fired(), finite=finite))
             t = time.perf_counter()
             ww.finish({})
             tail, total, st = time.perf_counter() - t, time.perf_counter() - t0, ww.stats()

@@ -733,19 +733,34 @@ def test_cost_model_threshold_is_near_the_plans():
         assert CASCADE_MIN_ROW_TOKENS / 2 <= crossover_row_tokens(D) <= CASCADE_MIN_ROW_TOKENS
 
 
+@pytest.mark.parametrize("threads", [None, 3, 6, 8])
 @pytest.mark.parametrize("fn", [torch.nn.functional.silu, torch.exp, torch.tanh,
                                 lambda x: torch.nn.functional.gelu(x, approximate="tanh")], ids=["silu", "exp", "tanh", "gelu"])
-def test_an_elementwise_op_under_the_rows_rule_gives_each_row_its_own_bits(fn):
+def test_an_elementwise_op_under_the_rows_rule_gives_each_row_its_own_bits(fn, threads):
     """Torch splits a large elementwise op between threads, and the elements at the split and at a call's end take
     a scalar path whose exp is not the vector one's on an AVX-512 Zen 4: there, SiLU over (T, 96) gave other bits
     for odd T of 343 rows and more, and `rmfast serve` gave a sample other bits with other rows beside it (1 of 64
     in tests/test_serve.py). Under the rows rule the op runs in calls of one size (reference.each_alike): a row's
-    bits are its own, on any CPU and thread count."""
-    x = torch.randn(1200, 96)
-    full = ref.each_alike(fn, x)
-    for T, off in ((1, 0), (7, 3), (343, 0), (345, 11), (700, 101)):
-        assert torch.equal(ref.each_alike(fn, x[off:off + T]), full[off:off + T]), (T, off)
-    assert torch.allclose(full, fn(x), rtol=1e-6, atol=1e-6)  # the op's values, to its vector code's rounding
+    bits are its own, on any CPU and thread count: torch's GELU splits calls past 16,384 elements between threads
+    (at 3, 6 or 8 threads a piece ended off the vector step: Gemma's gelu_tanh gave a token its wave's bits), so the
+    calls are at most that; and in bf16 at Gemma-2-2B's MLP width, 40 tokens of a wave against slices of them."""
+    n = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        x = torch.randn(1200, 96)
+        full = ref.each_alike(fn, x)
+        for T, off in ((1, 0), (7, 3), (343, 0), (345, 11), (700, 101)):
+            assert torch.equal(ref.each_alike(fn, x[off:off + T]), full[off:off + T]), (T, off)
+        assert torch.allclose(full, fn(x), rtol=1e-6, atol=1e-6)  # the op's values, to its vector code's rounding
+        g = (torch.randn(40, 9216, generator=torch.Generator().manual_seed(0)) * 2).to(torch.bfloat16)
+        wave = ref.each_alike(fn, g)
+        for a, b in ((0, 1), (3, 5), (6, 11), (21, 22), (33, 38)):
+            assert torch.equal(ref.each_alike(fn, g[a:b]), wave[a:b]), (a, b)
+        xt = x[:, :64].t()  # non-contiguous: copied first (a strided input ran torch's slower loop, other bits)
+        assert torch.equal(ref.each_alike(fn, xt), ref.each_alike(fn, xt.contiguous()))
+    finally:
+        torch.set_num_threads(n)
     seen = []  # a small op is padded to a multiple of ALIKE_ALIGN, not to a whole chunk (32,768 logs for 5 row sums)
     ref.each_alike(lambda t: seen.append(t.numel()) or fn(t), x[:1, :5])
     assert seen == [ref.ALIKE_ALIGN]

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from rmfast.states import StatesWriter, open_states
-from rmfast.states.shard import count_nonfinite, row_nonfinite, write_shard
+from rmfast.states.shard import count_nonfinite, rows_finite, write_shard
 
 
 def _split(path):
@@ -63,9 +63,10 @@ def test_count_nonfinite_is_isfinite(dtype):
     assert count_nonfinite(t) == want
     assert count_nonfinite([t[:300], t[300:]]) == want
     assert count_nonfinite(torch.arange(5)) == 0
-    rows = row_nonfinite(t)  # (1000,): the device's per-row count, the same values row by row
-    assert rows.dtype == torch.int32 and int(rows.sum()) == want
-    assert [count_nonfinite(t[i:i + 1]) for i in range(0, 1000, 37)] == rows[::37].tolist()
+    rows = 7 - rows_finite([t, t[:, :3]])  # (2, 1000): the device's per-row count, the same values row by row
+    assert rows.dtype == torch.int32 and int(rows[0].sum()) == want
+    assert [count_nonfinite(t[i:i + 1]) for i in range(0, 1000, 37)] == rows[0, ::37].tolist()
+    assert (rows[1] - 4).tolist() == [count_nonfinite(t[i:i + 1, :3]) for i in range(1000)]  # each tensor its own row
 
 
 def test_writer_shard_is_the_joined_batches(tmp_path):

@@ -161,9 +161,11 @@ def rmsnorm_head(
     return out.float()
 
 
-#: elements per call of an elementwise op under a rows rule (:func:`each_alike`) at the most: torch's grain size, so
-#: one thread runs each call
-ALIKE_CHUNK = 32768
+#: elements per call of an elementwise op under a rows rule (:func:`each_alike`) at the most, so one thread runs each
+#: call: torch's grain size is 32,768, but its GELU splits any call over 16,384 elements between the threads
+#: (``GELU_MIN_ELEMENTS_FOR_MULTI_THREADING``; at 3, 6 or 12 threads a piece then ends off the vector step: a token's
+#: bits followed its wave under Gemma's gelu_tanh, a recheck found)
+ALIKE_CHUNK = 16384
 #: ... and every call a multiple of this many elements: a multiple of every vector loop's step (two AVX-512 vectors of
 #: bf16: 64; two of fp32: 32; AVX2's: 16), so no element takes the loop's scalar tail. A small op is padded to this,
 #: not to a whole chunk (a soft-max's log of a few dozen row sums had computed 32,768 logs: a third of a CPU serve
@@ -189,7 +191,7 @@ def each_alike(fn, *xs: torch.Tensor) -> torch.Tensor:
     if xs[0].device.type != "cpu":  # a GPU's elementwise kernels run every element alike already
         return fn(*xs)
     shape = torch.broadcast_shapes(*(x.shape for x in xs))
-    flat = [x.expand(shape).reshape(-1) for x in xs]  # (n,) each
+    flat = [x.expand(shape).reshape(-1).contiguous() for x in xs]  # (n,) each: contiguous, so the vector loop runs
     n, C = flat[0].numel(), ALIKE_CHUNK
     pad = -n % ALIKE_ALIGN
     if pad:

@@ -433,9 +433,8 @@ class _Count:
                     raise
                 # answered and counted here: Starlette's outer handler would answer too, but re-raise, and uvicorn
                 # then closes the connection, so the client's next request on it (a good one) was reset
-                line = _internal_line(exc)
-                log.warning("rmfast serve: %s %s -> 500: %s", scope["method"], path, line)
-                log.debug("rmfast serve: the internal error's traceback", exc_info=True)
+                line = _internal_line(exc)  # the client gets one line; the log the traceback (a bug's is needed)
+                log.error("rmfast serve: %s %s -> 500: %s", scope["method"], path, line, exc_info=exc)
                 await _error(500, line)(scope, receive, counted)
         route = path if path in ctx.paths(self.owner) else "other"
         ctx.metrics.request(route, status, time.perf_counter() - t0,

@@ -64,18 +64,18 @@ def count_nonfinite(pieces) -> int:
     return total
 
 
-def row_nonfinite(x) -> "torch.Tensor":
-    """(B,) int32: each row's NaN or +-inf values of a (B, d) float tensor, on its own device: what
-    :func:`count_nonfinite` counts, row by row (a GPU scan counts its states before their copy to the host, so the
-    shard writers on the host only sum these; :meth:`rmfast.states.StatesWriter.row_counts`).
+def rows_finite(xs) -> "torch.Tensor":
+    """(L, B) int32: each row's finite values in each of the L (B, d_l) float tensors, on their device, as one tensor
+    (two ops a tensor and a stack: a GPU scan counts its states so before their copy to the host, so the shard writers
+    there only sum; ``d_l`` minus it is what :func:`count_nonfinite` counts, row by row).
 
     >>> import torch
-    >>> row_nonfinite(torch.tensor([[1.0, float("nan")], [float("-inf"), float("inf")]])).tolist()
-    [1, 2]
+    >>> rows_finite([torch.tensor([[1.0, float("nan")], [float("-inf"), float("inf")]])]).tolist()
+    [[1, 0]]
     """
     import torch
 
-    return (~torch.isfinite(x)).sum(dim=1, dtype=torch.int32)
+    return torch.stack([torch.isfinite(x).sum(dim=1, dtype=torch.int32) for x in xs])
 
 
 def shard_header(tensors: Mapping[str, Sequence], metadata: Mapping[str, str] | None) -> tuple[bytes, list[str]]:
