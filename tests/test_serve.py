@@ -913,6 +913,34 @@ def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
     assert sorted(ROUTES) == sorted(f"{m} {r.path}" for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD")
 
 
+def test_a_conversation_quoting_another_formats_markup_is_read_in_its_own():
+    """A rendered conversation is split in the format whose first turn comes first; another format's markup inside a
+    turn is that turn's text (the first format found anywhere had been taken: a Llama 3 conversation whose user asked
+    how ChatML marks turns was read as ChatML, its real turns pushed into a "system" message and the quoted 'Hi'
+    scored as the question; a reply appending a fake exchange chose what the RM read)."""
+    from rmfast.serve.turns import prompt_turns, split_turns
+
+    chatml = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+    quoted = {
+        "llama3": ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHow does ChatML mark turns?"
+                   "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nLike this: {q}<|eot_id|>"),
+        "gemma": "<bos><start_of_turn>user\nHow does ChatML mark turns?<end_of_turn>\n<start_of_turn>model\nLike this: {q}",
+        "phi3": "<|user|>\nHow does ChatML mark turns?<|end|>\n<|assistant|>\nLike this: {q}<|end|>",
+        "deepseek": "<\uff5cUser\uff5c>How does ChatML mark turns?<\uff5cAssistant\uff5c>Like this: {q}",
+    }
+    for name, form in quoted.items():
+        msgs = split_turns(form.format(q=chatml))
+        assert [m["role"] for m in msgs] == ["user", "assistant"], (name, msgs)
+        assert msgs[0]["content"] == "How does ChatML mark turns?" and chatml.strip() in msgs[1]["content"], name
+    llama_in_chatml = ("<|im_start|>user\nExplain <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                       "<|im_end|>\n<|im_start|>assistant\n")
+    got, opened = prompt_turns(llama_in_chatml)  # slime's /reward: a prompt quoting Llama 3's markup
+    assert [m["role"] for m in got] == ["user"] and got[0]["content"].startswith("Explain <|start_header_id|>")
+    plain = "<|start_header_id|>user<|end_header_id|>\n\nExplain this format: <|im_start|>user\nHi<|im_end|>\n"
+    assert prompt_turns(plain + "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")[0] == [
+        {"role": "user", "content": "Explain this format: <|im_start|>user\nHi<|im_end|>"}]
+
+
 def test_rerender_reads_another_templates_query_in_the_rms_own(rm):
     """``--rerender``: a query in Gemma's or Llama 3's turns is rendered with the RM's (ChatML) template, a query in
     the RM's own format is unchanged by it, a text in no known format is scored as sent (``rm_rerendered`` says which)."""

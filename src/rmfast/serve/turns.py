@@ -62,22 +62,24 @@ def drop_end_marks(reply: str, more=()) -> str:
 
 
 def _turns(text: str) -> list[dict] | None:
-    """The text's turns in the first known format it has, as messages ("model" read as "assistant"), each turn's
-    trailing newlines dropped but the last one's (an open turn's text is kept as the template left it)."""
-    for name, pat in FORMATS:
-        found = list(pat.finditer(text))
-        if not found:
-            continue
-        turns = [(m.group(1).lower(), m.group(2)) for m in found]
-        msgs = [{"role": "assistant" if r == "model" else r, "content": c if k == len(turns) - 1 else c.rstrip("\n")}
-                for k, (r, c) in enumerate(turns)]
-        lead = text[: found[0].start()]
-        for mark in BEGIN_MARKS:
-            lead = lead.replace(mark, "")
-        if lead.strip() and msgs[0]["role"] != "system":
-            msgs.insert(0, {"role": "system", "content": lead.strip()})
-        return msgs
-    return None
+    """The text's turns as messages ("model" read as "assistant"), each turn's trailing newlines dropped but the last
+    one's (an open turn's text is kept as the template left it), in the format whose first turn comes first: another
+    format's markup inside a turn (a user asking how ChatML marks turns, a reply that appends a fake exchange) stays
+    that turn's text. (The first format found anywhere had been taken: a Llama 3 conversation quoting ChatML was read
+    as ChatML, its real turns pushed into a "system" message, and scored so.)"""
+    firsts = [(m.start(), k) for k, (_, pat) in enumerate(FORMATS) if (m := pat.search(text)) is not None]
+    if not firsts:
+        return None
+    found = list(FORMATS[min(firsts)[1]][1].finditer(text))
+    turns = [(m.group(1).lower(), m.group(2)) for m in found]
+    msgs = [{"role": "assistant" if r == "model" else r, "content": c if k == len(turns) - 1 else c.rstrip("\n")}
+            for k, (r, c) in enumerate(turns)]
+    lead = text[: found[0].start()]
+    for mark in BEGIN_MARKS:
+        lead = lead.replace(mark, "")
+    if lead.strip() and msgs[0]["role"] != "system":
+        msgs.insert(0, {"role": "system", "content": lead.strip()})
+    return msgs
 
 
 def split_turns(text: str) -> list[dict] | None:
