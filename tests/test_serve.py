@@ -1227,6 +1227,34 @@ def test_a_too_long_sample_through_the_remote_adapter_is_none_and_its_413_names_
         assert got[1] is None and np.allclose([got[0], got[2]], want.json()["scores"][0])
 
 
+def test_a_grpo_batch_past_the_servers_queue_is_sent_in_parts_that_fit(rm):
+    """A TRL GRPO step's batch holds more samples than a queue sized for one-sample clients: the server's 413 for it
+    was read as "too long" (16 one-sample probes, a warning that 0 of 16 were too long, then the same 413 raised and
+    the step stopped). It has a type of its own (too_many_samples, its max_queue): the client sends the batch again in
+    parts that fit, and every later batch so; a real too-long sample is still None."""
+    from rmfast.integrations.grpo import rmfast_reward
+    from rmfast.integrations.remote import RemoteScorer
+
+    app, _ = _app(rm, max_queue=5, max_request_tokens=64)
+    long = "word " * 80
+    with running(app) as url:
+        r = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": "hi", "responses": ["a"] * 6}]})
+        assert r.status_code == 413 and r.json()["error"]["type"] == "too_many_samples"
+        assert r.json()["error"]["max_queue"] == 5
+        prompts = [f"question {k}" for k in range(4) for _ in range(4)]
+        texts = [f"answer {k}" for k in range(16)]
+        reward = rmfast_reward(url)
+        got = reward(prompts=prompts, completions=texts)  # 16 samples: parts of at most 5, no warning
+        one = RemoteScorer(url)
+        assert got == [one.score([p], [[t]])[0][0] for p, t in zip(prompts, texts)]  # each as it is alone
+        with pytest.warns(UserWarning, match="1 of 16 completions are longer"):
+            got = reward(prompts=prompts, completions=texts[:7] + [long] + texts[8:])
+        assert got[7] is None and got[:7] == [one.score([p], [[t]])[0][0] for p, t in zip(prompts[:7], texts[:7])]
+        m = parse(httpx.get(f"{url}/metrics").text)
+    # the probe; the first batch (then sent in parts); the part holding the long one and its own one-sample probe
+    assert m['rmfast_requests_total{route="/v1/score",code="413"}'] == 4
+
+
 def test_verl_prompt_as_any_sequence_of_messages():
     """A pandas-read Parquet list column is a numpy array of dicts: it was "has no 'prompt'" (false); a list of
     strings was a raw ValueError from dict()."""

@@ -51,6 +51,26 @@ def _error_line(status: int, text: str) -> str:
         return text.strip().splitlines()[0][:300] if text.strip() else f"HTTP {status}"
 
 
+def _queue_limit(text: str) -> int | None:
+    """The server's --max-queue where its 413 refused a request of more samples than the queue holds, else None."""
+    try:
+        import json
+
+        err = json.loads(text)["error"]
+        return int(err["max_queue"]) if err.get("type") == "too_many_samples" else None
+    except Exception:
+        return None
+
+
+class TooManySamples(UserError):
+    """A request of more samples than the server's queue ever holds (its 413 of type ``too_many_samples``): not a
+    sample too long. ``limit``: the most samples a request may hold (:class:`RemoteScorer` splits by it)."""
+
+    def __init__(self, message: str, limit: int):
+        super().__init__(message)
+        self.limit = limit
+
+
 class Retries:
     """The one retry rule of every client of ``rmfast serve`` (:class:`RemoteScorer`, verl's ``compute_score`` and
     ``compute_score_sync``): up to ``retries`` tries; after a connection error wait 1, 2, 4 ... (at most 10) s,
@@ -81,9 +101,11 @@ class Retries:
         if r.status_code in (429, 503) and self._attempt + 1 < self.retries:
             self.last, self._wait = _error_line(r.status_code, r.text), float(r.headers.get("retry-after", 1))
             return None
-        if r.status_code != 200:  # 413: a sample longer than the server takes (the GRPO adapter gives it None)
-            raise (TooLong if r.status_code == 413 else UserError)(
-                f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}")
+        if r.status_code != 200:  # 413: a sample longer than the server takes (the GRPO adapter gives it None), or more
+            line = f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}"
+            if r.status_code == 413 and (limit := _queue_limit(r.text)) is not None:  # samples than its queue holds
+                raise TooManySamples(line, limit)
+            raise (TooLong if r.status_code == 413 else UserError)(line)
         return r
 
     def gave_up(self) -> UserError:
@@ -105,20 +127,36 @@ class RemoteScorer:
             raise UserError(f"url {url!r}: give the server's address as http://host:port (or https://...)")
         self.url, self.timeout_s, self.retries = url.rstrip("/"), float(timeout_s), max(1, int(retries))
         self.headers = _headers(api_key)
+        self.max_samples: int | None = None  # a request's samples at most, once the server said (TooManySamples)
         httpx_module()  # checked when the reward is built, not at its first call
 
     def score(self, conversations, responses, *, nonfinite: str = "warn", compat: str | None = None, **_ignored):
         """Scores of ``responses[i][j]`` to ``conversations[i]``, the same shape; a server error is one UserError.
-        ``compat``: "decode-retokenize" scores a response that merges with the template as the template renders it."""
-        import time
-
+        ``compat``: "decode-retokenize" scores a response that merges with the template as the template renders it.
+        A request of more samples than the server's queue holds is sent again in parts that fit (the server's 413
+        names its --max-queue), and so is every later one."""
         from ..scoring.conversation import call_lists
 
-        httpx = httpx_module()
-
         conversations, responses = call_lists(conversations, responses)  # zip below would drop extra ones unscored
-        body = {"conversations": [{"prompt": c if isinstance(c, (str, list)) else _as_messages(c), "responses": r}
-                                  for c, r in zip(conversations, responses)]}
+        convs = [c if isinstance(c, (str, list)) else _as_messages(c) for c in conversations]
+        if self.max_samples is None:
+            try:
+                return self._post(convs, responses, compat)
+            except TooManySamples as e:  # a GRPO step's batch past a queue sized for one-sample clients: split
+                self.max_samples = e.limit
+        out = [[None] * len(rs) for rs in responses]
+        for part in _parts(responses, self.max_samples):  # [(conversation i, first j, end j)] of <= max_samples
+            got = self._post([convs[i] for i, _, _ in part], [responses[i][a:b] for i, a, b in part], compat)
+            for (i, a, b), g in zip(part, got):
+                out[i][a:b] = g
+        return out
+
+    def _post(self, convs: list, responses: list, compat: str | None) -> list:
+        """One ``POST /v1/score`` under the retry rule: the scores, as ``responses``."""
+        import time
+
+        httpx = httpx_module()
+        body = {"conversations": [{"prompt": c, "responses": r} for c, r in zip(convs, responses)]}
         if compat not in (None, "own"):
             body["compat"] = compat
         tries = Retries(self.url, self.retries)
@@ -148,6 +186,27 @@ class RemoteScorer:
         return out
 
 
+def _parts(responses: list, most: int):
+    """The (conversation, first response, end) slices of ``responses`` in order, in requests of at most ``most``
+    samples (a conversation's responses split where they do not fit).
+
+    >>> list(_parts([["a", "b", "c"], ["d"], ["e", "f"]], 2))
+    [[(0, 0, 2)], [(0, 2, 3), (1, 0, 1)], [(2, 0, 2)]]
+    """
+    part, n = [], 0
+    for i, rs in enumerate(responses):
+        j = 0
+        while j < len(rs):
+            take = min(len(rs) - j, most - n)
+            part.append((i, j, j + take))
+            j, n = j + take, n + take
+            if n == most:
+                yield part
+                part, n = [], 0
+    if part:
+        yield part
+
+
 def _as_messages(conv) -> list[dict]:
     """A :class:`rmfast.scoring.conversation.Conversation` as chat messages (what /v1/score takes)."""
     from ..scoring.conversation import messages_of
@@ -155,4 +214,4 @@ def _as_messages(conv) -> list[dict]:
     return messages_of(conv)
 
 
-__all__ = ["RemoteScorer", "Retries", "is_url"]
+__all__ = ["RemoteScorer", "Retries", "TooManySamples", "is_url"]

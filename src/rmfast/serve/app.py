@@ -19,10 +19,10 @@
   reason), ``GET /metrics`` (Prometheus text).
 
 Every error is one JSON line ``{"error": {"message", "code"}}`` with its status (400 malformed, 422 a wrong field,
-413 too long, 429 queue full with ``Retry-After``, 504 past the timeout, 503 draining, 401 no or a wrong key, 500 a
-non-finite score naming the model) and one log line; never a traceback to the client. A client that disconnects
-takes its samples out of the queue (logged as 499).
-"""
+413 too long or more samples than the queue holds (``"type": "too_many_samples"``, ``max_queue``), 429 queue full
+with ``Retry-After``, 504 past the timeout, 503 draining, 401 no or a wrong key, 500 a non-finite score naming the
+model) and one log line; never a traceback to the client. A client that disconnects takes its samples out of the
+queue (logged as 499)."""
 
 # no `from __future__ import annotations`: FastAPI reads the route functions' annotations as objects (the body
 # models are made inside build_app, so that importing this module needs neither FastAPI nor pydantic)
@@ -68,11 +68,11 @@ class ServeConfig:
 
 
 class ApiError(Exception):
-    """An error answered to the client: its status, one line, and headers (Retry-After)."""
+    """An error answered to the client: its status, one line, headers (Retry-After) and extra fields of its body."""
 
-    def __init__(self, status: int, message: str, headers: dict | None = None):
+    def __init__(self, status: int, message: str, headers: dict | None = None, extra: dict | None = None):
         super().__init__(message)
-        self.status, self.message, self.headers = int(status), message, headers or {}
+        self.status, self.message, self.headers, self.extra = int(status), message, headers or {}, extra or {}
 
 
 def _validation_line(exc) -> tuple[int, str]:
@@ -178,7 +178,8 @@ class Ctx:
         cfg, sched = self.config, self.sched
         if len(samples) > sched.max_queue:  # a 429 would be retried forever: this request never fits
             raise ApiError(413, f"this request holds {len(samples)} samples, more than the queue ever holds "
-                                f"(--max-queue {sched.max_queue}); send at most that many a request, or raise --max-queue")
+                                f"(--max-queue {sched.max_queue}); send at most that many a request, or raise --max-queue",
+                           extra={"type": "too_many_samples", "max_queue": sched.max_queue})
         score = asyncio.ensure_future(sched.score(samples))
         watch = [asyncio.ensure_future(_disconnect(request))] if request is not None else []
         try:
@@ -327,10 +328,10 @@ async def _disconnect(request) -> None:
         pass
 
 
-def _error(status: int, message: str, headers: dict | None = None):
+def _error(status: int, message: str, headers: dict | None = None, extra: dict | None = None):
     from fastapi.responses import JSONResponse
 
-    return JSONResponse({"error": {"message": message, "code": status}}, status_code=status, headers=headers)
+    return JSONResponse({"error": {"message": message, "code": status, **(extra or {})}}, status, headers)
 
 
 def build_app(core: ServeCore, config: ServeConfig, scheduler: Scheduler | None = None):
@@ -372,13 +373,13 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
     from fastapi.exceptions import RequestValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    def logged(request, status: int, line: str, headers=None):
+    def logged(request, status: int, line: str, headers=None, extra=None):
         log.warning("rmfast serve: %s %s -> %d: %s", request.method, request.url.path, status, line)
-        return _error(status, line, headers)
+        return _error(status, line, headers, extra)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
-        return logged(request, exc.status, exc.message, exc.headers)
+        return logged(request, exc.status, exc.message, exc.headers, exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc):
