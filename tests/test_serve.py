@@ -1179,6 +1179,23 @@ def test_the_ray_ingress_gauges_count_only_the_replicas_alive():
     assert st["by_rule"] == {"header": 3} and st["by_rule"] is not rep.core.stats.by_rule and st["samples"] == 3
 
 
+def test_a_wave_of_many_prompts_leaves_the_cache_within_its_bytes(rm):
+    """A wave keeps every prompt of its own encoded while it runs, whatever their bytes; after it the cache was left
+    over its bound (74 MiB at --cache-mb 20 after one request of 300 prompts, until a later new prompt evicted). Now
+    the least recently used are dropped at the wave's end: within the bound, the wave's last prompts kept."""
+    model, tok = rm
+    probe = ServeCore(model, tok, ScoringOptions(dtype="float32"))
+    samples = [probe.sample(tok.apply_chat_template([{"role": "user", "content": f"Question number {k}?"},
+                                                     {"role": "assistant", "content": "yes"}], tokenize=True,
+                                                    return_dict=True)["input_ids"]) for k in range(6)]
+    two = probe.prompt_bytes(samples[-1].split) + probe.prompt_bytes(samples[-2].split)
+    core = ServeCore(model, tok, ScoringOptions(dtype="float32"), cache_bytes=two)
+    got = core.score(samples)
+    assert core.cached_bytes <= two and core.cached_prompts == 2  # the wave's last two prompts
+    assert core.score(samples[-2:]) is not None and core.stats.prompt_reencodings == 0  # ... kept: not encoded again
+    assert np.array_equal(got, probe.score(samples))
+
+
 def test_an_unsplit_sample_evicts_no_groups_cached_prompt(rm):
     """A sample with no shared prompt (split rule "none": a /classify text with no assistant header) went into the
     prompt cache like any prompt, pushing out the encodings of groups whose other samples were still to come, and

@@ -228,7 +228,10 @@ class ServeCore:
                 for k, s in enumerate(samples):
                     out[k] = self._score_alone(s)
             else:
-                self._score_rows(samples, out)
+                try:
+                    self._score_rows(samples, out)
+                finally:  # a wave keeps its own prompts while it runs, whatever their bytes; then the bound holds again
+                    self._trim()
             st = self.stats
             st.samples += len(samples)
             st.tokens += sum(len(s.ids) for s in samples)
@@ -341,6 +344,12 @@ class ServeCore:
         self.stats.prompt_tokens_encoded += len(prompt)
         self.stats.prompt_reencodings += times > 0
         return plan, True
+
+    def _trim(self) -> None:
+        """Least recently used prompt encodings dropped until the cache is within its bytes (a wave of many prompts
+        had left it over its bound until a later wave's new prompt came)."""
+        while self._bytes > self.cache_bytes and self._plans:
+            self._drop(next(iter(self._plans)))
 
     def _drop(self, prompt: tuple) -> None:
         if self._plans.pop(prompt, None) is not None:
