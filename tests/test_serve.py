@@ -733,6 +733,21 @@ def test_a_non_local_bind_without_a_key_is_refused(monkeypatch):
         api_key(ServeOptions())
 
 
+def test_a_key_file_with_a_byte_order_mark_gives_the_key_and_an_unsendable_key_is_refused(tmp_path, monkeypatch):
+    """A key file saved with a UTF-8 byte-order mark (PowerShell's UTF8) kept the mark in the key: every request 401,
+    while the banner said "API key required". The mark is dropped; a key no HTTP header can carry is refused."""
+    from rmfast.errors import UserError
+    from rmfast.serve.server import api_key
+
+    monkeypatch.delenv("RMFAST_API_KEY", raising=False)
+    f = tmp_path / "key.txt"
+    f.write_bytes(b"\xef\xbb\xbfsecret-key-123456\r\n")
+    assert api_key(ServeOptions(api_key_file=str(f))) == "secret-key-123456"
+    f.write_text("s\u00e9cret-key-123456\n", encoding="utf-8")
+    with pytest.raises(UserError, match="printable ASCII"):
+        api_key(ServeOptions(api_key_file=str(f)))
+
+
 def test_a_client_that_disconnects_costs_nobody_their_result(rm):
     _, tok = rm
     data = _groups(tok, 1, 3, seed=9, long_first=False)

@@ -71,7 +71,9 @@ def api_key(opts: ServeOptions) -> str | None:
     key = None
     if opts.api_key_file:
         try:
-            key = open(opts.api_key_file, encoding="utf-8").read().strip().splitlines()[0].strip()
+            # utf-8-sig: a file some editors save with a byte-order mark (PowerShell's UTF8) had kept it in the key,
+            # which no header can carry: every request 401 while the banner said "API key required"
+            key = open(opts.api_key_file, encoding="utf-8-sig").read().strip().splitlines()[0].strip()
         except (OSError, UnicodeDecodeError, IndexError) as e:
             raise UserError(f"--api-key-file {opts.api_key_file}: cannot read a key from it "
                             f"({getattr(e, 'strerror', None) or 'empty or not text'}); write the key on its first line") from None
@@ -79,6 +81,9 @@ def api_key(opts: ServeOptions) -> str | None:
         key = os.environ[API_KEY_ENV].strip()
     if key is not None and len(key) < 8:
         raise UserError("the API key is shorter than 8 characters; use a long random one (e.g. `openssl rand -hex 32`)")
+    if key is not None and not (key.isascii() and key.isprintable()):
+        raise UserError("the API key holds characters an HTTP header cannot carry (not printable ASCII), so no client "
+                        "could send it; use a long random one (e.g. `openssl rand -hex 32`)")
     if key is None and not opts.insecure and not is_local(opts.host):
         raise UserError(f"--host {opts.host} exposes the server beyond this machine without an API key: give "
                         f"--api-key-file FILE or ${API_KEY_ENV} (clients send 'Authorization: Bearer <key>'), or "
