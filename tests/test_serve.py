@@ -1259,6 +1259,25 @@ def test_a_too_long_sample_through_the_remote_adapter_is_none_and_its_413_names_
         assert got[1] is None and np.allclose([got[0], got[2]], want.json()["scores"][0])
 
 
+def test_a_request_past_the_queue_is_refused_before_its_texts_are_tokenized(rm, monkeypatch):
+    """200,000 short queries in one request were all tokenized on the event loop (every client and /health held
+    7 s) before the 413 that no request of more samples than the queue holds can pass: each route now asks first."""
+    from rmfast.serve import app as A
+
+    def never(*a, **k):
+        raise AssertionError("tokenized before the count was checked")
+
+    app, _ = _app(rm, max_queue=3)
+    monkeypatch.setattr(A.Ctx, "tokenize", never)
+    monkeypatch.setattr(A.Ctx, "conv_samples", never)
+    with running(app) as url:
+        for route, body in (("/get_reward", {"query": ["a"] * 4}), ("/classify", {"input": ["a"] * 4}),
+                            ("/v1/score", {"conversations": [{"prompt": "q", "responses": ["a"] * 2}] * 2}),
+                            ("/v1/rerank", {"prompt": "q", "responses": ["a"] * 4})):
+            r = httpx.post(f"{url}{route}", json=body)
+            assert r.status_code == 413 and r.json()["error"]["type"] == "too_many_samples", (route, r.text)
+
+
 def test_a_grpo_batch_past_the_servers_queue_is_sent_in_parts_that_fit(rm):
     """A TRL GRPO step's batch holds more samples than a queue sized for one-sample clients: the server's 413 for it
     was read as "too long" (16 one-sample probes, a warning that 0 of 16 were too long, then the same 413 raised and

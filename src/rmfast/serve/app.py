@@ -44,6 +44,8 @@ from ..scoring.conversation import as_conversation, blank_words
 from ..scoring.rendered import check_not_rendered, template_marks
 from ..template import build_template
 from .core import ServeCore
+from .errors import (ApiError, check_unicode, error_response, gone_mid_body, http_line, internal_line,
+                     validation_line)
 from .metrics import Metrics
 from .scheduler import Draining, QueueFull, Scheduler
 from .turns import drop_end_marks, prompt_turns, rerender_query
@@ -65,80 +67,6 @@ class ServeConfig:
     timeout_s: float = 180.0
     rerender: bool = False
     extra: dict = field(default_factory=dict)
-
-
-class ApiError(Exception):
-    """An error answered to the client: its status, one line, headers (Retry-After) and extra fields of its body."""
-
-    def __init__(self, status: int, message: str, headers: dict | None = None, extra: dict | None = None):
-        super().__init__(message)
-        self.status, self.message, self.headers, self.extra = int(status), message, headers or {}, extra or {}
-
-
-def _validation_line(exc) -> tuple[int, str]:
-    """A FastAPI validation error as (status, one line naming the field): 400 for a body that is not JSON."""
-    errs = exc.errors()
-    if any(e.get("type") == "json_invalid" for e in errs):
-        e = next(e for e in errs if e.get("type") == "json_invalid")
-        return 400, f"the body is not valid JSON ({e.get('ctx', {}).get('error', 'malformed')})"
-    locs = [[p for p in x.get("loc", ()) if p != "body"] for x in errs]  # each error's field path as the client wrote it
-    loc = locs[0]
-    cut = next((i for i, p in enumerate(loc) if _is_type_tag(p)), None)
-    if cut is not None:  # a union field: pydantic reports one error per member type, each tagged with the type
-        tags = [x[cut] for x in locs if x[:cut] == loc[:cut] and len(x) > cut]
-        wants = " or ".join(dict.fromkeys(_TYPE_WORDS.get(str(t), str(t)) for t in tags))
-        rest = len(errs) - len(tags)
-        return 422, f"{_where(loc[:cut])}: expected {wants}" + (f" (and {rest} more)" if rest > 0 else "")
-    extra = [_where(x) for x, e in zip(locs, errs) if e.get("type") == "extra_forbidden"]
-    if extra and errs[0].get("type") != "extra_forbidden":  # a missing field beside an unknown one: a misspelling?
-        extra_words = f"; not a field: {', '.join(extra[:3])}"
-    else:
-        extra_words = ""
-    n_more = len(errs) - 1 - (len(extra) if extra_words else 0)
-    more = f" (and {n_more} more)" if n_more > 0 else ""
-    return 422, f"{_where(loc)}: {errs[0].get('msg', 'invalid')}{extra_words}{more}"
-
-
-#: what a union member's type tag in a validation error's location means, in a client's words
-_TYPE_WORDS = {"str": "a string", "list[str]": "a list of strings", "none": "null", "int": "an integer",
-               "float": "a number", "bool": "true or false", "list[nullable[str]]": "a list of strings (or nulls)",
-               "list[any]": "a list", "list[dict[any,any]]": "a list of chat messages (objects)"}
-
-
-def _is_type_tag(p) -> bool:
-    """Whether a location element names a union member's type (``str``, ``list[str]``, ``none``), not a field or index."""
-    return isinstance(p, str) and (p in _TYPE_WORDS or "[" in p)
-
-
-def _where(loc) -> str:
-    """A location as the field path the client wrote: ``conversations[0].responses``."""
-    out = ""
-    for p in loc:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "body"
-
-
-def check_unicode(value, where: str = "body") -> None:
-    """422 naming the first string that is not valid Unicode (JSON's escapes can carry a lone surrogate, which no
-    tokenizer encodes), walking lists and dicts; the routes call it on their parsed body.
-
-    >>> check_unicode({"query": ["ok", "bad \\ud800"]})
-    Traceback (most recent call last):
-    ...
-    rmfast.serve.app.ApiError: body.query[1]: not valid Unicode (a lone surrogate at character 4); send UTF-8 text
-    """
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ApiError(422, f"{where}: not valid Unicode (a lone surrogate at character {e.start}); send UTF-8 "
-                                "text") from None
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            check_unicode(v, f"{where}.{k}")
-    elif isinstance(value, (list, tuple)):
-        for k, v in enumerate(value):
-            check_unicode(v, f"{where}[{k}]")
 
 
 #: /classify model names other than the server's said in the log (each once); past them, no more are
@@ -176,10 +104,7 @@ class Ctx:
         """The samples' scores through the scheduler; 429, 503, 504 and a non-finite score as ApiErrors. ``request``:
         the HTTP request, watched: a client that disconnects takes its samples out of the queue (499)."""
         cfg, sched = self.config, self.sched
-        if len(samples) > sched.max_queue:  # a 429 would be retried forever: this request never fits
-            raise ApiError(413, f"this request holds {len(samples)} samples, more than the queue ever holds "
-                                f"(--max-queue {sched.max_queue}); send at most that many a request, or raise --max-queue",
-                           extra={"type": "too_many_samples", "max_queue": sched.max_queue})
+        self.fits(len(samples))
         score = asyncio.ensure_future(sched.score(samples))
         watch = [asyncio.ensure_future(_disconnect(request))] if request is not None else []
         try:
@@ -205,6 +130,14 @@ class Ctx:
                                 f"this request ({len(samples[k].ids)} tokens): a numeric overflow in the model (float16 "
                                 "past 65,504?); try --dtype float32 or bfloat16")
         return scores
+
+    def fits(self, n: int) -> None:
+        """413 for a request of more samples than the queue ever holds (a 429 would be retried forever); the routes
+        ask before they tokenize (200,000 short queries had held every client for 7 s before this answer)."""
+        if n > self.sched.max_queue:
+            raise ApiError(413, f"this request holds {n} samples, more than the queue ever holds (--max-queue "
+                                f"{self.sched.max_queue}); send at most that many a request, or raise --max-queue",
+                           extra={"type": "too_many_samples", "max_queue": self.sched.max_queue})
 
     def sample(self, ids, k: int, prompt_ids=None, what: str = "sample"):
         """A :class:`rmfast.serve.core.Sample` of ``ids``; 413 over --max-request-tokens or the model's positions."""
@@ -328,12 +261,6 @@ async def _disconnect(request) -> None:
         pass
 
 
-def _error(status: int, message: str, headers: dict | None = None, extra: dict | None = None):
-    from fastapi.responses import JSONResponse
-
-    return JSONResponse({"error": {"message": message, "code": status, **(extra or {})}}, status, headers)
-
-
 def build_app(core: ServeCore, config: ServeConfig, scheduler: Scheduler | None = None):
     """The FastAPI app serving ``core`` (the ``serve`` extra: fastapi, uvicorn)."""
     from contextlib import asynccontextmanager
@@ -375,7 +302,7 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
 
     def logged(request, status: int, line: str, headers=None, extra=None):
         log.warning("rmfast serve: %s %s -> %d: %s", request.method, request.url.path, status, line)
-        return _error(status, line, headers, extra)
+        return error_response(status, line, headers, extra)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
@@ -388,16 +315,16 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
             return logged(request, 415, f"the body was sent as {kind.split(';')[0] or 'no content type'}, not JSON: send "
                                         "'Content-Type: application/json' (curl: --json, or -H 'Content-Type: "
                                         "application/json'; requests: json=...)")
-        return logged(request, *_validation_line(exc))
+        return logged(request, *validation_line(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc):  # no route (404), a wrong method (405), a body not read (400)
-        return logged(request, 499 if _gone_mid_body(exc) else exc.status_code, _http_line(app, request, exc),
+        return logged(request, 499 if gone_mid_body(exc) else exc.status_code, http_line(app, request, exc),
                       getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _other(request: Request, exc: Exception):  # (an error in the counter itself: the rest are _Count's)
-        return logged(request, 500, _internal_line(exc))
+        return logged(request, 500, internal_line(exc))
 
     app.add_middleware(_Count, ctx=ctx, owner=app)
 
@@ -418,7 +345,7 @@ class _Count:
         status = 500
         if ctx.sched.draining and path not in OPEN_ROUTES:
             status = 503
-            await _error(503, DRAINING)(scope, receive, send)
+            await error_response(503, DRAINING)(scope, receive, send)
         else:
             async def counted(message):
                 nonlocal status, started
@@ -434,40 +361,12 @@ class _Count:
                     raise
                 # answered and counted here: Starlette's outer handler would answer too, but re-raise, and uvicorn
                 # then closes the connection, so the client's next request on it (a good one) was reset
-                line = _internal_line(exc)  # the client gets one line; the log the traceback (a bug's is needed)
+                line = internal_line(exc)  # the client gets one line; the log the traceback (a bug's is needed)
                 log.error("rmfast serve: %s %s -> 500: %s", scope["method"], path, line, exc_info=exc)
-                await _error(500, line)(scope, receive, counted)
+                await error_response(500, line)(scope, receive, counted)
         route = path if path in ctx.paths(self.owner) else "other"
         ctx.metrics.request(route, status, time.perf_counter() - t0,
                             scored=scope["method"] == "POST" and route != "other" and status == 200)
-
-
-def _internal_line(exc: Exception) -> str:
-    """A 500's one line: the exception's type and first line (never a traceback to the client)."""
-    first = str(exc).splitlines()[0][:300] if str(exc) else ""
-    return f"internal error: {type(exc).__name__}: {first}"
-
-
-def _gone_mid_body(exc) -> bool:
-    """Whether FastAPI's 400 "error parsing the body" was the client going away while it sent the body."""
-    from starlette.requests import ClientDisconnect
-
-    return exc.status_code == 400 and isinstance(exc.__cause__, ClientDisconnect)
-
-
-def _http_line(app, request, exc) -> str:
-    """One line for an HTTP error FastAPI raised itself, naming what the server does have."""
-    routes = sorted(f"{m} {r.path}" for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD")
-    if exc.status_code == 404:
-        return f"no route {request.method} {request.url.path}; the routes: {', '.join(routes)}"
-    if exc.status_code == 405:
-        return f"{request.url.path} does not take {request.method}; it takes " + ", ".join(
-            r.split()[0] for r in routes if r.split()[1] == request.url.path)
-    if _gone_mid_body(exc):  # not a bad body (nobody reads the answer): a 499 in the log and the metrics
-        return "the client disconnected while sending its body"
-    if exc.status_code == 400 and "parsing the body" in str(exc.detail):
-        return "the body could not be read as JSON (is it UTF-8?)"
-    return str(exc.detail).splitlines()[0][:300] if exc.detail else f"HTTP {exc.status_code}"
 
 
 def _openrlhf_route(app, ctx: Ctx) -> None:
@@ -485,6 +384,7 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
     async def get_reward(body: RewardBody, request: Request):
         check_unicode(body.model_dump())
         queries = [body.query] if isinstance(body.query, str) else body.query
+        ctx.fits(len(queries))
         prompts = [body.prompts] if isinstance(body.prompts, str) else body.prompts
         for name, got in (("prompts", prompts), ("labels", body.labels)):
             got = [got] if isinstance(got, str) else got
@@ -525,6 +425,7 @@ def _vllm_route(app, ctx: Ctx) -> None:
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts:
             raise ApiError(422, "input: an empty list; send a text or a list of texts")
+        ctx.fits(len(texts))
         if body.model and body.model != ctx.config.name and body.model not in ctx.other_names:
             # answered all the same (a trainer's config may name the model by a path or hub id where the server was
             # started with an alias); said once in the log, so a config pointing at the wrong server shows. The
@@ -599,6 +500,7 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
         if body.states not in (None, False, "", []):
             raise ApiError(422, "states: hidden states are not served (their size per sample is the model's width); "
                                 "use RewardScorer.score_with_states or rmfast scan --states in-process")
+        ctx.fits(sum(len(c.responses) for c in body.conversations))
         per = [ctx.conv_samples(c.prompt, c.responses, k, body.compat) for k, c in enumerate(body.conversations)]
         flat = [s for p in per for s in p]
         scores = await ctx.run(flat, request) if flat else np.zeros(0, dtype=np.float32)
@@ -611,6 +513,7 @@ def _rmfast_routes(app, ctx: Ctx) -> None:
     @app.post("/v1/rerank", dependencies=[Depends(ctx.auth)])
     async def v1_rerank(body: RerankBody, request: Request):
         check_unicode(body.model_dump())
+        ctx.fits(len(body.responses))
         samples = ctx.conv_samples(body.prompt, body.responses, 0)
         scores = await ctx.run(samples, request) if samples else np.zeros(0, dtype=np.float32)
         order = sorted(range(len(samples)), key=lambda j: (-float(scores[j]), j))  # ties: input order
@@ -627,7 +530,7 @@ def _info_routes(app, ctx: Ctx) -> None:
     @app.get("/health")
     async def health():
         if ctx.sched.draining:
-            return _error(503, "draining")
+            return error_response(503, "draining")
         return {"status": "ok", "model": ctx.config.name}
 
     @app.get("/v1/models", dependencies=[Depends(ctx.auth)])

@@ -46,9 +46,8 @@ weighted by the copy count, n → Σw), which equals the definitions applied to 
 resampled rows, duplicates included; for RV2 the resample's rows are first centred by its
 own mean (a cheap O(n·d) first read) and every pair of copies of one candidate is left out,
 Σ_i w_i² a_i b_i in place of D (copies of a candidate are the resample's analogue of the
-diagonal; counting them as distinct items inflates RV2 the way the diagonal inflates RV). With the copy pairs left out
-a replicate's measure is no longer shift-invariant (the invariance above is HSIC_u's over all pairs): centring by
-the resample's own mean is then part of its definition, which makes it origin-free. A permutation replicate pairs row i of X with row
+diagonal; counting them as distinct items inflates RV2 the way the diagonal inflates RV). Without the copy pairs a
+measure is not shift-invariant: centring by the resample's mean is part of its definition. A permutation replicate pairs row i of X with row
 π(i) of Y; only the cross terms change.
 
 Chance level (Josse, Pagès & Husson 2008): under row permutation E[RV] = √(β_x β_y)/(n−1),
