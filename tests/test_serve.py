@@ -1166,6 +1166,42 @@ def test_every_client_tries_again_as_the_one_rule_says():
         asyncio.run(compute_score("ds", "a", None, info, url=dead, retries=2))
 
 
+def test_busy_answers_are_tried_again_while_patience_lasts_with_jittered_growing_waits(monkeypatch):
+    """After a 429 every client waited exactly the server's Retry-After (1 s under overload) and gave up after 5
+    tries: a thousand verl calls at once came back together, again and again, and 144 raised while the server, never
+    stopped, worked through the rest. Now each wait is jittered (x0.5-1.5) and grows with each busy answer, and by
+    default the tries go on while the client's patience (its timeout) lasts."""
+    import time as _time
+    from types import SimpleNamespace as R
+
+    from rmfast.errors import UserError
+    from rmfast.integrations.remote import Retries
+
+    clock = [0.0]
+    monkeypatch.setattr(_time, "monotonic", lambda: clock[0])
+    busy = R(status_code=429, headers={"retry-after": "1"}, text='{"error": {"message": "queue full"}}')
+    t, waits = Retries("http://h:1", patience_s=60.0), []
+    for w in t.waits():  # busy 11 times, then answered: past the old 5 tries
+        waits.append(w)
+        clock[0] += w
+        got = t.answer(busy if len(waits) <= 11 else R(status_code=200, headers={}, text="{}"))
+        if got is not None:
+            break
+    assert got.status_code == 200 and len(waits) == 12 and waits[0] == 0
+    growth = [min(1 + 0.5 * k, 30.0) for k in range(11)]  # x1, x1.5, x2 ... of Retry-After
+    assert all(0.5 * g <= w <= 1.5 * g for w, g in zip(waits[1:], growth)) and len(set(waits[1:])) == 11  # jittered
+    t = Retries("http://h:1", patience_s=10.0)
+    with pytest.raises(UserError, match="answered 429: queue full"):  # patience spent: the busy answer, one line
+        for w in t.waits():
+            clock[0] += w
+            t.answer(busy)
+    dead = Retries("http://h:1", patience_s=20.0)
+    for w in dead.waits():
+        clock[0] += w
+        dead.answer(OSError("connection refused"))
+    assert "no answer after" in str(dead.gave_up()) and "patience 20 s" in str(dead.gave_up())
+
+
 def test_the_ray_ingress_gauges_count_only_the_replicas_alive():
     """A replica that died and was started again under a new id left its last report on the ingress's board: the
     prompt-cache gauges kept summing the dead one's cache. Now they sum the deployment's N replicas that reported

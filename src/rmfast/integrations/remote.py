@@ -73,9 +73,13 @@ class TooManySamples(UserError):
 
 class Retries:
     """The one retry rule of every client of ``rmfast serve`` (:class:`RemoteScorer`, verl's ``compute_score`` and
-    ``compute_score_sync``): up to ``retries`` tries; after a connection error wait 1, 2, 4 ... (at most 10) s,
-    after a 429 or 503 the server's Retry-After; any other answer but 200 is one UserError naming it. A caller's
-    loop sleeps (or awaits) each of :meth:`waits`, tries, and hands the outcome to :meth:`answer`.
+    ``compute_score_sync``). After a connection error wait 1, 2, 4 ... (at most 10) s; after a 429 or 503 the
+    server's Retry-After, longer after each (x1, x1.5, x2 ..., at most 30 s); every wait jittered by x0.5-1.5, so the
+    clients a full queue turned away do not all come back at the same instant (a thousand verl calls at once had:
+    144 gave up in 5 tries while the server, never stopped, worked through the rest). Tries go on while
+    ``patience_s`` lasts (a rolling restart, a model loading), or, where ``retries`` is given, at most that many. Any
+    other answer but 200 is one UserError naming it. A caller's loop sleeps (or awaits) each of :meth:`waits`,
+    tries, and hands the outcome to :meth:`answer`.
 
     >>> from types import SimpleNamespace as R
     >>> t = Retries("http://h:1", 2)
@@ -84,23 +88,48 @@ class Retries:
     rmfast.errors.UserError: rmfast serve at http://h:1 answered 429: full
     """
 
-    def __init__(self, url: str, retries: int):
-        self.url, self.retries, self.last, self._wait = url, max(1, int(retries)), None, 0.0
+    def __init__(self, url: str, retries: int | None = None, patience_s: float = 180.0):
+        self.url, self.last, self._wait = url, None, 0.0
+        self.retries = None if retries is None else max(1, int(retries))
+        self.patience_s = float(patience_s)
+        self._attempt = self._busy = 0
+        self._t0, self._done = None, False
 
     def waits(self):
         """Seconds to wait before each try (0 before the first), while tries are left."""
-        for self._attempt in range(self.retries):
+        import time
+
+        self._t0, self._attempt, self._wait, self._done = time.monotonic(), 0, 0.0, False
+        while True:
             yield self._wait
+            if self._done:
+                return
+            self._attempt += 1
+
+    def _more(self, wait: float) -> bool:
+        """Whether another try is left after ``wait`` more seconds."""
+        import time
+
+        if self.retries is not None:
+            return self._attempt + 1 < self.retries
+        return time.monotonic() - self._t0 + wait <= self.patience_s
 
     def answer(self, r):
         """The outcome of a try (an httpx response, or the ``httpx.HTTPError`` it raised): the response where it is
-        a 200, None where the rule tries again."""
+        a 200, None where the rule tries again (or, after a connection error, has no try left: :meth:`gave_up`)."""
+        import random
+
         if isinstance(r, Exception):
-            self.last, self._wait = f"{type(r).__name__}: {r}", min(2 ** self._attempt, 10)
+            self.last, self._wait = f"{type(r).__name__}: {r}", min(2 ** self._attempt, 10) * random.uniform(0.5, 1.5)
+            self._done = not self._more(self._wait)
             return None
-        if r.status_code in (429, 503) and self._attempt + 1 < self.retries:
-            self.last, self._wait = _error_line(r.status_code, r.text), float(r.headers.get("retry-after", 1))
-            return None
+        if r.status_code in (429, 503):
+            self._busy += 1
+            after = float(r.headers.get("retry-after", 1))
+            wait = min(after * (1 + 0.5 * (self._busy - 1)), 30.0) * random.uniform(0.5, 1.5)
+            if self._more(wait):
+                self.last, self._wait = _error_line(r.status_code, r.text), wait
+                return None
         if r.status_code != 200:  # 413: a sample longer than the server takes (the GRPO adapter gives it None), or more
             line = f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}"
             if r.status_code == 413 and (limit := _queue_limit(r.text)) is not None:  # samples than its queue holds
@@ -109,7 +138,11 @@ class Retries:
         return r
 
     def gave_up(self) -> UserError:
-        return UserError(f"rmfast serve at {self.url}: no answer after {self.retries} tries ({self.last})")
+        import time
+
+        took = f"{self._attempt + 1} tries" + ("" if self.retries is not None else
+                                               f" in {time.monotonic() - self._t0:.0f} s (patience {self.patience_s:g} s)")
+        return UserError(f"rmfast serve at {self.url}: no answer after {took} ({self.last})")
 
 
 class RemoteScorer:
@@ -119,13 +152,15 @@ class RemoteScorer:
         url: the server, ``http://host:port``.
         api_key: the server's key (default: $RMFAST_API_KEY, else none).
         timeout_s: per request (default 180 s, OpenRLHF's).
-        retries: tries on a connection error, 429 (after its Retry-After) or 503 (default 5).
+        retries: at most this many tries on a connection error, 429 (after its Retry-After) or 503; default: tries
+            for as long as ``timeout_s`` (:class:`Retries`).
     """
 
-    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 180.0, retries: int = 5):
+    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 180.0, retries: int | None = None):
         if not is_url(url):
             raise UserError(f"url {url!r}: give the server's address as http://host:port (or https://...)")
-        self.url, self.timeout_s, self.retries = url.rstrip("/"), float(timeout_s), max(1, int(retries))
+        self.url, self.timeout_s = url.rstrip("/"), float(timeout_s)
+        self.retries = None if retries is None else max(1, int(retries))
         self.headers = _headers(api_key)
         self.max_samples: int | None = None  # a request's samples at most, once the server said (TooManySamples)
         httpx_module()  # checked when the reward is built, not at its first call
@@ -159,7 +194,7 @@ class RemoteScorer:
         body = {"conversations": [{"prompt": c, "responses": r} for c, r in zip(convs, responses)]}
         if compat not in (None, "own"):
             body["compat"] = compat
-        tries = Retries(self.url, self.retries)
+        tries = Retries(self.url, self.retries, self.timeout_s)
         for wait in tries.waits():
             time.sleep(wait)
             try:

@@ -74,7 +74,7 @@ def _setup(extra_info, prompt, solution_str, url, prompt_key: str = "prompt"):
 
 async def compute_score(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None, *,
                         url: str | None = None, api_key: str | None = None, prompt=None, timeout_s: float = 180.0,
-                        retries: int = 5, prompt_key: str = "prompt", **_ignored) -> float:
+                        retries: int | None = None, prompt_key: str = "prompt", **_ignored) -> float:
     """The reward model's score of ``solution_str`` as the answer to the sample's prompt (module doc), for verl's
     reward loop, which awaits it. A server error is one UserError naming it (a non-finite score is one: never a
     silent 0); an empty response is scored as an empty assistant turn. :func:`compute_score_sync` is the same
@@ -83,7 +83,7 @@ async def compute_score(data_source=None, solution_str: str = "", ground_truth=N
 
     httpx = httpx_module()
     url, body = _setup(extra_info, prompt, solution_str, url, prompt_key)
-    tries = Retries(url, retries)
+    tries = Retries(url, retries, timeout_s)
     async with httpx.AsyncClient(timeout=timeout_s) as client:
         for wait in tries.waits():
             await asyncio.sleep(wait)
@@ -98,14 +98,14 @@ async def compute_score(data_source=None, solution_str: str = "", ground_truth=N
 
 def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None, *,
                        url: str | None = None, api_key: str | None = None, prompt=None, timeout_s: float = 180.0,
-                       retries: int = 5, prompt_key: str = "prompt", **_ignored) -> float:
+                       retries: int | None = None, prompt_key: str = "prompt", **_ignored) -> float:
     """:func:`compute_score` for a caller that does not await: verl's ``NaiveRewardManager``
     (``custom_reward_function.name: compute_score_sync``), a notebook."""
     import time
 
     httpx = httpx_module()
     url, body = _setup(extra_info, prompt, solution_str, url, prompt_key)
-    tries = Retries(url, retries)
+    tries = Retries(url, retries, timeout_s)
     with httpx.Client(timeout=timeout_s) as client:
         for wait in tries.waits():
             time.sleep(wait)
