@@ -62,7 +62,20 @@ def _queue_limit(text: str) -> int | None:
         return None
 
 
-class TooManySamples(UserError):
+class ServerAnswer(UserError):
+    """A server's error relayed to a Python caller: its line names the SERVER's options as it wrote them
+    (``--max-queue``, ``--timeout-s``), where a UserError's names them as this process's Python arguments ("raise
+    timeout_s" named the client's own argument, which would not help)."""
+
+    def __str__(self) -> str:
+        return self.cli_message()
+
+
+class ServerTooLong(ServerAnswer, TooLong):
+    """The server's 413 for a sample longer than it takes (a :class:`TooLong`: the GRPO adapter gives it None)."""
+
+
+class TooManySamples(ServerAnswer):
     """A request of more samples than the server's queue ever holds (its 413 of type ``too_many_samples``): not a
     sample too long. ``limit``: the most samples a request may hold (:class:`RemoteScorer` splits by it)."""
 
@@ -134,7 +147,7 @@ class Retries:
             line = f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}"
             if r.status_code == 413 and (limit := _queue_limit(r.text)) is not None:  # samples than its queue holds
                 raise TooManySamples(line, limit)
-            raise (TooLong if r.status_code == 413 else UserError)(line)
+            raise (ServerTooLong if r.status_code == 413 else ServerAnswer)(line)
         return r
 
     def gave_up(self) -> UserError:
