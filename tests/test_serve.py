@@ -1344,6 +1344,29 @@ def test_a_grpo_batch_past_the_servers_queue_is_sent_in_parts_that_fit(rm):
     assert m['rmfast_requests_total{route="/v1/score",code="413"}'] == 4
 
 
+def test_verl_gives_a_response_too_long_for_the_server_its_too_long_score_where_asked(rm):
+    """One response past the server's limit stopped a verl step (verl needs a number for every sample): by default it
+    still does, the error naming the option that scores such a response instead; with too_long_score it is that
+    number, with one warning. A response within the limit is scored as before."""
+    import asyncio
+
+    from rmfast.errors import UserError
+    from rmfast.integrations.verl import compute_score, compute_score_sync
+
+    app, _ = _app(rm, max_request_tokens=64)
+    info, long = {"prompt": "Q?"}, "word " * 80
+    with running(app) as url:
+        with pytest.raises(UserError, match="over --max-request-tokens 64; to score such a response instead of "
+                                            "stopping, give reward_kwargs too_long_score"):
+            compute_score_sync("ds", long, None, info, url=url)
+        with pytest.warns(UserWarning, match="given too_long_score -1.0"):
+            assert asyncio.run(compute_score("ds", long, None, info, url=url, too_long_score=-1.0)) == -1.0
+        with pytest.warns(UserWarning, match="given too_long_score -2"):
+            assert compute_score_sync("ds", long, None, info, url=url, too_long_score=-2) == -2.0
+        fine = compute_score_sync("ds", "a short answer", None, info, url=url, too_long_score=-1.0)
+        assert fine != -1.0 and fine == compute_score_sync("ds", "a short answer", None, info, url=url)
+
+
 def test_verl_prompt_as_any_sequence_of_messages():
     """A pandas-read Parquet list column is a numpy array of dicts: it was "has no 'prompt'" (false); a list of
     strings was a raw ValueError from dict()."""

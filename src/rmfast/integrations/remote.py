@@ -98,7 +98,7 @@ class Retries:
     >>> t = Retries("http://h:1", 2)
     >>> [t.answer(R(status_code=429, headers={"retry-after": "0"}, text="full")) for _ in t.waits()]
     Traceback (most recent call last):
-    rmfast.errors.UserError: rmfast serve at http://h:1 answered 429: full
+    rmfast.integrations.remote.ServerAnswer: rmfast serve at http://h:1 answered 429: full
     """
 
     def __init__(self, url: str, retries: int | None = None, patience_s: float = 180.0):

@@ -27,10 +27,24 @@ from __future__ import annotations
 import os
 
 from ..errors import UserError
-from .remote import API_KEY_ENV, Retries, _headers, httpx_module
+from ..scoring.candidates import TooLong
+from .remote import API_KEY_ENV, Retries, ServerAnswer, _headers, httpx_module
 
 #: where the server is, when ``reward_kwargs`` do not say (``url``)
 URL_ENV = "RMFAST_URL"
+
+
+def _too_long(e, too_long_score):
+    """A response the server refuses as too long (413): ``too_long_score`` where given (said in one warning), else the
+    server's one line, naming the option. verl needs a number for every sample, so the default stops the step."""
+    import warnings
+
+    if too_long_score is None:
+        raise ServerAnswer(f"{e.cli_message()}; to score such a response instead of stopping, give reward_kwargs "
+                        "too_long_score (a number), or raise the server's limit") from None
+    warnings.warn(f"rmfast verl reward: a response the reward model cannot read whole (the server: "
+                  f"{e.cli_message()}) is given too_long_score {too_long_score}", UserWarning, stacklevel=3)
+    return float(too_long_score)
 
 
 #: extra_info keys that hold a question, not necessarily the prompt the policy saw: named in the error, never read
@@ -74,11 +88,13 @@ def _setup(extra_info, prompt, solution_str, url, prompt_key: str = "prompt"):
 
 async def compute_score(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None, *,
                         url: str | None = None, api_key: str | None = None, prompt=None, timeout_s: float = 180.0,
-                        retries: int | None = None, prompt_key: str = "prompt", **_ignored) -> float:
+                        retries: int | None = None, prompt_key: str = "prompt", too_long_score: float | None = None,
+                        **_ignored) -> float:
     """The reward model's score of ``solution_str`` as the answer to the sample's prompt (module doc), for verl's
     reward loop, which awaits it. A server error is one UserError naming it (a non-finite score is one: never a
-    silent 0); an empty response is scored as an empty assistant turn. :func:`compute_score_sync` is the same
-    for a caller that does not await."""
+    silent 0); an empty response is scored as an empty assistant turn; one longer than the server reads is
+    ``too_long_score`` where given (with a warning), else that error. :func:`compute_score_sync` is the same for a
+    caller that does not await."""
     import asyncio
 
     httpx = httpx_module()
@@ -91,14 +107,18 @@ async def compute_score(data_source=None, solution_str: str = "", ground_truth=N
                 r = await client.post(f"{url}/v1/score", json=body, headers=_headers(api_key))
             except httpx.HTTPError as e:
                 r = e
-            if tries.answer(r) is not None:
-                return float(r.json()["scores"][0][0])
+            try:
+                if tries.answer(r) is not None:
+                    return float(r.json()["scores"][0][0])
+            except TooLong as e:
+                return _too_long(e, too_long_score)
     raise tries.gave_up()
 
 
 def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None, *,
                        url: str | None = None, api_key: str | None = None, prompt=None, timeout_s: float = 180.0,
-                       retries: int | None = None, prompt_key: str = "prompt", **_ignored) -> float:
+                       retries: int | None = None, prompt_key: str = "prompt", too_long_score: float | None = None,
+                       **_ignored) -> float:
     """:func:`compute_score` for a caller that does not await: verl's ``NaiveRewardManager``
     (``custom_reward_function.name: compute_score_sync``), a notebook."""
     import time
@@ -113,8 +133,11 @@ def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=No
                 r = client.post(f"{url}/v1/score", json=body, headers=_headers(api_key))
             except httpx.HTTPError as e:
                 r = e
-            if tries.answer(r) is not None:
-                return float(r.json()["scores"][0][0])
+            try:
+                if tries.answer(r) is not None:
+                    return float(r.json()["scores"][0][0])
+            except TooLong as e:
+                return _too_long(e, too_long_score)
     raise tries.gave_up()
 
 
