@@ -1316,6 +1316,35 @@ def test_a_request_past_the_queue_is_refused_before_its_texts_are_tokenized(rm, 
             assert r.status_code == 413 and r.json()["error"]["type"] == "too_many_samples", (route, r.text)
 
 
+def test_a_text_no_tokenization_could_fit_is_refused_before_it_is_tokenized(rm, monkeypatch):
+    """A 20 MiB query was tokenized on the event loop (every client and /health held ~10 s, the process 2 GB) before
+    its 413: a text of more characters than the positions times the longest token's cannot fit, tokenized or not,
+    and is refused first; a long text that may fit is tokenized as before (and refused by its token count)."""
+    from rmfast.serve import app as A
+
+    app, core = _app(rm, max_request_tokens=64)
+    most = 64 * core.longest_token_chars
+    assert core.longest_token_chars == max(len(p) for p in core.tokenizer.convert_ids_to_tokens(
+        list(range(len(core.tokenizer)))) if p)
+    real = A.Ctx.tokenize
+    seen = []
+
+    def counted(self, texts, special):
+        seen.append(max(map(len, texts), default=0))
+        return real(self, texts, special)
+
+    monkeypatch.setattr(A.Ctx, "tokenize", counted)
+    with running(app) as url:
+        for route, body in (("/get_reward", {"query": ["x" * (most + 1)]}), ("/classify", {"input": ["x" * (most + 1)]}),
+                            ("/v1/score", {"conversations": [{"prompt": "q", "responses": ["x" * (most + 1)]}]}),
+                            ("/reward", {"prompt": "q", "response": "x" * (most + 1)})):
+            r = httpx.post(f"{url}{route}", json=body)
+            assert r.status_code == 413 and "characters: more than 64 tokens could hold" in r.text, (route, r.text)
+        assert not seen  # none was tokenized
+        r = httpx.post(f"{url}/get_reward", json={"query": ["word " * 100]})  # 500 characters: may fit, is counted
+        assert r.status_code == 413 and "over --max-request-tokens 64" in r.text and seen == [500]
+
+
 def test_a_grpo_batch_past_the_servers_queue_is_sent_in_parts_that_fit(rm):
     """A TRL GRPO step's batch holds more samples than a queue sized for one-sample clients: the server's 413 for it
     was read as "too long" (16 one-sample probes, a warning that 0 of 16 were too long, then the same 413 raised and

@@ -139,6 +139,21 @@ class Ctx:
                                 f"{self.sched.max_queue}); send at most that many a request, or raise --max-queue",
                            extra={"type": "too_many_samples", "max_queue": self.sched.max_queue})
 
+    def fits_chars(self, texts, what: str) -> None:
+        """413 for a text no tokenization could fit in the positions (more characters than the limit times the
+        longest token's: :attr:`rmfast.serve.core.ServeCore.longest_token_chars`), before it is tokenized: a 20 MiB
+        query had held every client and /health ~10 s on the event loop before its 413. ``texts``: (k, text or chat
+        messages) of one request."""
+        limit = min(x for x in (self.config.max_request_tokens, self.core.limit, math.inf) if x is not None)
+        if limit == math.inf:
+            return
+        most = int(limit) * self.core.longest_token_chars
+        for k, t in texts:
+            n = len(t) if isinstance(t, str) else sum(len(str(m.get("content", ""))) for m in t if hasattr(m, "get"))
+            if n > most:
+                raise ApiError(413, f"{what} {k} is {n:,} characters: more than {int(limit):,} tokens could hold "
+                                    f"(at most {self.core.longest_token_chars} characters a token here); shorten it")
+
     def sample(self, ids, k: int, prompt_ids=None, what: str = "sample"):
         """A :class:`rmfast.serve.core.Sample` of ``ids``; 413 over --max-request-tokens or the model's positions."""
         n, limit = len(ids), self.config.max_request_tokens
@@ -203,6 +218,8 @@ class Ctx:
         A blank response is refused, except under ``compat`` (a policy's sampled text, which never stops training:
         verl's reward function, slime's ``/reward``), where it is scored as an empty assistant turn."""
         where = f"conversations[{k}]" if where is None else where
+        self.fits_chars([(k, prompt)], "conversation prompt")
+        self.fits_chars(list(enumerate(responses)), f"{where} response")
         blank = [j for j, r in enumerate(responses) if not r.strip()]
         try:
             t = self.template(prompt, f"{where}.prompt", rendered_ok)
@@ -385,6 +402,7 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
         check_unicode(body.model_dump())
         queries = [body.query] if isinstance(body.query, str) else body.query
         ctx.fits(len(queries))
+        ctx.fits_chars(list(enumerate(queries)), "query")
         prompts = [body.prompts] if isinstance(body.prompts, str) else body.prompts
         for name, got in (("prompts", prompts), ("labels", body.labels)):
             got = [got] if isinstance(got, str) else got
@@ -426,6 +444,7 @@ def _vllm_route(app, ctx: Ctx) -> None:
         if not texts:
             raise ApiError(422, "input: an empty list; send a text or a list of texts")
         ctx.fits(len(texts))
+        ctx.fits_chars(list(enumerate(texts)), "input")
         if body.model and body.model != ctx.config.name and body.model not in ctx.other_names:
             # answered all the same (a trainer's config may name the model by a path or hub id where the server was
             # started with an alias); said once in the log, so a config pointing at the wrong server shows. The

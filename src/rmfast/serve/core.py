@@ -157,6 +157,11 @@ class ServeCore:
         self.header = assistant_header(tokenizer, template)
         self.cache_bytes = int(cache_bytes)
         self.limit = max_positions(model)
+        # the most characters one token spells (its raw string: a byte-level piece's characters are its bytes, never
+        # fewer than the text's), at least 1: a text of more characters than the positions times this cannot fit,
+        # tokenized or not (rmfast.serve.app.Ctx.fits_chars: refused before the event loop tokenizes it)
+        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self.longest_token_chars = max([1, *(len(p) for p in pieces if isinstance(p, str))])
         self.model_info = model_info or {}
         self._plans: OrderedDict = OrderedDict()  # prompt ids -> ScoringPlan, least recently used first
         self._bytes = 0

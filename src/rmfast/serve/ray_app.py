@@ -110,6 +110,7 @@ class ScorerReplica:
         core = self.core
         p = next(core.model.parameters())
         return {"tokenizer": core.tokenizer, "template": core.template, "header": core.header, "limit": core.limit,
+                "longest_token_chars": core.longest_token_chars,
                 "head_index": core.head_index, "score_meaning": core.score_meaning, "decisions": core.decisions,
                 "config": core.model.config, "name": core.name, "model_info": core.model_info,
                 "revision": revision_of(core.model_info), "device": str(p.device),
@@ -136,6 +137,7 @@ class Front:
         self.head_index, self.score_meaning, self.name = info["head_index"], info["score_meaning"], info["name"]
         self.model_info, self.model = info["model_info"], _ConfigOnly(info["config"])
         self._decisions, self.dispatch = info["decisions"], dispatch
+        self.longest_token_chars = info["longest_token_chars"]
 
     @property
     def decisions(self) -> dict:
