@@ -330,6 +330,9 @@ def test_bad_input_gets_its_status_and_one_line(rm):
 
         r = post("/get_reward", content=b"{not json", headers={"content-type": "application/json"})
         assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+        deep = b'{"query": ' + b"[" * 5000 + b"]" * 5000 + b"}"  # valid UTF-8 JSON past the parser's depth
+        r = post("/get_reward", content=deep, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "nested too deeply" in r.json()["error"]["message"], r.text
         r = post("/get_reward", json={"query": 5})  # a union field: what it takes, not pydantic's per-member tags
         assert r.status_code == 422 and r.json()["error"]["message"] == "query: expected a list of strings or a string"
         r = post("/reward", json={"prompt": 5, "response": "x"})

@@ -109,5 +109,7 @@ def http_line(app, request, exc) -> str:
     if gone_mid_body(exc):  # not a bad body (nobody reads the answer): a 499 in the log and the metrics
         return "the client disconnected while sending its body"
     if exc.status_code == 400 and "parsing the body" in str(exc.detail):
+        if isinstance(exc.__cause__, RecursionError):  # valid text, nested past the parser's depth
+            return "the body's JSON is nested too deeply to read; send the fields as the route documents them"
         return "the body could not be read as JSON (is it UTF-8?)"
     return str(exc.detail).splitlines()[0][:300] if exc.detail else f"HTTP {exc.status_code}"
