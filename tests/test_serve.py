@@ -1348,6 +1348,32 @@ def test_a_text_no_tokenization_could_fit_is_refused_before_it_is_tokenized(rm, 
         assert r.status_code == 413 and "over --max-request-tokens 64" in r.text and seen == [500]
 
 
+def test_long_texts_are_tokenized_off_the_event_loop_with_the_same_scores(rm, monkeypatch):
+    """A long request's tokenization held every client and /health on the event loop: past OFF_LOOP_CHARS characters
+    /get_reward and /classify tokenize in a worker thread (short ones inline); the scores are the same bits."""
+    import asyncio
+
+    from rmfast.serve import app as A
+
+    _, tok = rm
+    texts = [d["text"] for d in _groups(tok, 2, 2, seed=5, long_first=False)]
+    app, _ = _app(rm)
+    hops, real = [], asyncio.to_thread
+
+    async def recorded(fn, *a, **k):
+        hops.append(getattr(fn, "__name__", "?"))
+        return await real(fn, *a, **k)
+
+    monkeypatch.setattr(A.asyncio, "to_thread", recorded)
+    with running(app) as url:
+        inline = _reward(url, texts)["rewards"], httpx.post(f"{url}/classify", json={"input": texts}).json()
+        assert hops == []  # short: inline
+        monkeypatch.setattr(A, "OFF_LOOP_CHARS", 10)
+        off = _reward(url, texts)["rewards"], httpx.post(f"{url}/classify", json={"input": texts}).json()
+    assert hops == ["tokenize", "tokenize"]  # the queries, the inputs
+    assert off[0] == inline[0] and [d["probs"] for d in off[1]["data"]] == [d["probs"] for d in inline[1]["data"]]
+
+
 def test_a_grpo_batch_past_the_servers_queue_is_sent_in_parts_that_fit(rm):
     """A TRL GRPO step's batch holds more samples than a queue sized for one-sample clients: the server's 413 for it
     was read as "too long" (16 one-sample probes, a warning that 0 of 16 were too long, then the same 413 raised and

@@ -71,6 +71,9 @@ class ServeConfig:
 
 #: /classify model names other than the server's said in the log (each once); past them, no more are
 OTHER_NAMES = 64
+#: a request's characters from which its texts are tokenized off the event loop (Ctx.tokenize_off_loop): ~0.1 s of
+#: a fast tokenizer's time
+OFF_LOOP_CHARS = 200_000
 
 
 class Ctx:
@@ -191,6 +194,14 @@ class Ctx:
 
     def tokenize(self, texts: list[str], special: bool) -> list[list[int]]:
         return self.core.tokenizer(list(texts), add_special_tokens=special)["input_ids"] if texts else []
+
+    async def tokenize_off_loop(self, texts: list[str], special: bool) -> list[list[int]]:
+        """:meth:`tokenize`, in a worker thread where the texts are long (at least :data:`OFF_LOOP_CHARS` characters;
+        a fast tokenizer lets go of the interpreter lock while it encodes), so a long request does not hold every
+        other client and /health while it is tokenized; short ones inline (a thread hop costs more than they do)."""
+        if sum(len(t) for t in texts) < OFF_LOOP_CHARS:
+            return self.tokenize(texts, special)
+        return await asyncio.to_thread(self.tokenize, texts, special)
 
     def template(self, prompt, where: str, rendered_ok: bool = False):
         """The RM's template around a conversation's reply (UserError naming ``where`` for a malformed prompt, and for
@@ -414,9 +425,10 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
             rerendered = [g is not None for g in got]
             ids = [g if g is not None else ctx.tokenize([q], False)[0] for g, q in zip(got, queries)]
         else:
-            ids = ctx.tokenize(queries, False)
+            ids = await ctx.tokenize_off_loop(queries, False)
             ctx.note_short_end(ids)
-        p_ids = ctx.tokenize([p or "" for p in prompts], False) if prompts is not None else [None] * len(queries)
+        p_ids = (await ctx.tokenize_off_loop([p or "" for p in prompts], False) if prompts is not None
+                 else [None] * len(queries))
         samples = [ctx.sample(i, k, p if p else None, "query") for k, (i, p) in enumerate(zip(ids, p_ids))]
         scores = [float(s) for s in await ctx.run(samples, request)]
         logs = {"rm_tokens": [len(s.ids) for s in samples], "rm_prompt_tokens": [s.split for s in samples]}
@@ -454,7 +466,7 @@ def _vllm_route(app, ctx: Ctx) -> None:
                 log.warning("rmfast serve: /classify asked for model %r; this server scores %r (answered, said once%s)",
                             body.model, ctx.config.name,
                             "; the last name said: more go unsaid" if len(ctx.other_names) == OTHER_NAMES else "")
-        ids = ctx.tokenize(texts, body.add_special_tokens)  # vLLM adds the special tokens (verl strips its BOS)
+        ids = await ctx.tokenize_off_loop(texts, body.add_special_tokens)  # vLLM adds them (verl strips its BOS)
         samples = [ctx.sample(i, k, None, "input") for k, i in enumerate(ids)]
         scores = [float(s) for s in await ctx.run(samples, request)]
         act = body.use_activation is not False  # vLLM's default: the activation on
