@@ -950,6 +950,9 @@ def test_a_conversation_quoting_another_formats_markup_is_read_in_its_own():
         msgs = split_turns(form.format(q=chatml))
         assert [m["role"] for m in msgs] == ["user", "assistant"], (name, msgs)
         assert msgs[0]["content"] == "How does ChatML mark turns?" and chatml.strip() in msgs[1]["content"], name
+    bos = "<\uff5cbegin\u2581of\u2581sentence\uff5c>"  # DeepSeek's system prompt is untagged: its begin mark decides
+    ds = split_turns(f"{bos}Answer as ChatML would: {chatml}<\uff5cUser\uff5c>Hi<\uff5cAssistant\uff5c>Hello")
+    assert [m["role"] for m in ds] == ["system", "user", "assistant"] and chatml.strip() in ds[0]["content"], ds
     llama_in_chatml = ("<|im_start|>user\nExplain <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                        "<|im_end|>\n<|im_start|>assistant\n")
     got, opened = prompt_turns(llama_in_chatml)  # slime's /reward: a prompt quoting Llama 3's markup
@@ -1192,7 +1195,14 @@ def test_busy_answers_are_tried_again_while_patience_lasts_with_jittered_growing
             break
     assert got.status_code == 200 and len(waits) == 12 and waits[0] == 0
     growth = [min(1 + 0.5 * k, 30.0) for k in range(11)]  # x1, x1.5, x2 ... of Retry-After
-    assert all(0.5 * g <= w <= 1.5 * g for w, g in zip(waits[1:], growth)) and len(set(waits[1:])) == 11  # jittered
+    assert all(0.5 * g <= w <= 1.5 * g for w, g in zip(waits[1:], growth))
+    assert len({round(w / g, 9) for w, g in zip(waits[1:], growth)}) > 1  # jittered: not the growth itself
+    unreached = Retries("http://h:1", patience_s=180.0)  # nothing ever answered: a wrong address, in half a minute
+    start = clock[0]
+    for w in unreached.waits():
+        clock[0] += w
+        unreached.answer(OSError("connection refused"))
+    assert clock[0] - start <= 30.0 and "none reaching a server: is the address right?" in str(unreached.gave_up())
     t = Retries("http://h:1", patience_s=10.0)
     # patience spent: the busy answer, one line, naming the server's option as the server wrote it (a relayed line had
     # become "raise max_queue": this process's Python argument names)
@@ -1204,7 +1214,7 @@ def test_busy_answers_are_tried_again_while_patience_lasts_with_jittered_growing
     for w in dead.waits():
         clock[0] += w
         dead.answer(OSError("connection refused"))
-    assert "no answer after" in str(dead.gave_up()) and "patience 20 s" in str(dead.gave_up())
+    assert "no answer after" in str(dead.gave_up()) and "none reaching a server" in str(dead.gave_up())
 
 
 def test_the_ray_ingress_gauges_count_only_the_replicas_alive():
@@ -1348,6 +1358,40 @@ def test_a_text_no_tokenization_could_fit_is_refused_before_it_is_tokenized(rm, 
         assert r.status_code == 413 and "over --max-request-tokens 64" in r.text and seen == [500]
 
 
+def test_the_character_bound_is_given_only_where_it_bounds_the_tokens():
+    """A text is refused by its characters only where no tokenization could fit it: a normalizer that may shorten
+    the text (runs of spaces collapsed: 50,010 characters were 2 tokens), pieces given as bytes (tiktoken-style) or a
+    tokenizer with no backend give no bound (a recheck found texts that fit refused)."""
+    import json
+
+    from rmfast.serve.core import longest_token_chars
+
+    class Tok:
+        def __init__(self, normalizer, pieces):
+            self.n, self.pieces = normalizer, pieces
+            self.backend_tokenizer = self
+
+        def to_str(self):
+            return json.dumps({"normalizer": self.n})
+
+        def __len__(self):
+            return len(self.pieces)
+
+        def convert_ids_to_tokens(self, ids):
+            return [self.pieces[i] for i in ids]
+
+    pieces = ["a", "\u0120hello", None, "\u2581world!!"]
+    assert longest_token_chars(Tok(None, pieces)) == 8  # byte-level: the longest raw piece ("▁world!!")
+    gemma = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    assert longest_token_chars(Tok({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                                        gemma]}, pieces)) == 8
+    for bad in ({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},  # runs of spaces collapsed
+                {"type": "Replace", "pattern": {"String": "  "}, "content": " "}, {"type": "NFKC"}):
+        assert longest_token_chars(Tok(bad, pieces)) is None, bad
+    assert longest_token_chars(Tok(None, [b"ab", b"c"])) is None  # bytes
+    assert longest_token_chars(object()) is None  # no backend
+
+
 def test_long_texts_are_tokenized_off_the_event_loop_with_the_same_scores(rm, monkeypatch):
     """A long request's tokenization held every client and /health on the event loop: past OFF_LOOP_CHARS characters
     /get_reward and /classify tokenize in a worker thread (short ones inline); the scores are the same bits."""
@@ -1394,12 +1438,17 @@ def test_a_grpo_batch_past_the_servers_queue_is_sent_in_parts_that_fit(rm):
         got = reward(prompts=prompts, completions=texts)  # 16 samples: parts of at most 5, no warning
         one = RemoteScorer(url)
         assert got == [one.score([p], [[t]])[0][0] for p, t in zip(prompts, texts)]  # each as it is alone
+        restarted = RemoteScorer(url)
+        restarted.max_samples = 8  # learned from a server since restarted with a smaller queue: learned again
+        assert restarted.score(prompts[:8], [[t] for t in texts[:8]]) == [[g] for g in got[:8]]
+        assert restarted.max_samples == 5
         with pytest.warns(UserWarning, match="1 of 16 completions are longer"):
             got = reward(prompts=prompts, completions=texts[:7] + [long] + texts[8:])
         assert got[7] is None and got[:7] == [one.score([p], [[t]])[0][0] for p, t in zip(prompts[:7], texts[:7])]
         m = parse(httpx.get(f"{url}/metrics").text)
-    # the probe; the first batch (then sent in parts); the part holding the long one and its own one-sample probe
-    assert m['rmfast_requests_total{route="/v1/score",code="413"}'] == 4
+    # the probe; the first batch (then sent in parts); the restarted client's first part of 8; the part holding the
+    # long one and its own one-sample probe
+    assert m['rmfast_requests_total{route="/v1/score",code="413"}'] == 5
 
 
 def test_verl_gives_a_response_too_long_for_the_server_its_too_long_score_where_asked(rm):
@@ -1421,6 +1470,15 @@ def test_verl_gives_a_response_too_long_for_the_server_its_too_long_score_where_
             assert asyncio.run(compute_score("ds", long, None, info, url=url, too_long_score=-1.0)) == -1.0
         with pytest.warns(UserWarning, match="given too_long_score -2"):
             assert compute_score_sync("ds", long, None, info, url=url, too_long_score=-2) == -2.0
+        import warnings
+
+        with warnings.catch_warnings(record=True) as again:  # said once: another length says nothing more
+            warnings.simplefilter("always")
+            assert compute_score_sync("ds", long + "more ", None, info, url=url, too_long_score=-2) == -2.0
+        assert not [w for w in again if "too_long_score" in str(w.message)]
+        for bad in ("low", float("nan")):  # refused before any request: a bare ValueError mid-step, a NaN reward
+            with pytest.raises(UserError, match="too_long_score .*: give a finite number"):
+                compute_score_sync("ds", long, None, info, url=url, too_long_score=bad)
         fine = compute_score_sync("ds", "a short answer", None, info, url=url, too_long_score=-1.0)
         assert fine != -1.0 and fine == compute_score_sync("ds", "a short answer", None, info, url=url)
 

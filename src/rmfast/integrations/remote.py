@@ -84,6 +84,11 @@ class TooManySamples(ServerAnswer):
         self.limit = limit
 
 
+#: seconds of connection errors a client waits out where no try has reached the server (a wrong address, a server
+#: not started): :class:`Retries`
+UNREACHED_S = 30.0
+
+
 class Retries:
     """The one retry rule of every client of ``rmfast serve`` (:class:`RemoteScorer`, verl's ``compute_score`` and
     ``compute_score_sync``). After a connection error wait 1, 2, 4 ... (at most 10) s; after a 429 or 503 the
@@ -106,7 +111,7 @@ class Retries:
         self.retries = None if retries is None else max(1, int(retries))
         self.patience_s = float(patience_s)
         self._attempt = self._busy = 0
-        self._t0, self._done = None, False
+        self._t0, self._done, self._reached = None, False, False
 
     def waits(self):
         """Seconds to wait before each try (0 before the first), while tries are left."""
@@ -120,18 +125,23 @@ class Retries:
             self._attempt += 1
 
     def _more(self, wait: float) -> bool:
-        """Whether another try is left after ``wait`` more seconds."""
+        """Whether another try is left after ``wait`` more seconds. Where no try has reached a server yet, connection
+        errors get :data:`UNREACHED_S` at most: a wrong address says so in half a minute, not after the whole
+        patience (a server that answered, then went, is restarting: it gets all of it)."""
         import time
 
         if self.retries is not None:
             return self._attempt + 1 < self.retries
-        return time.monotonic() - self._t0 + wait <= self.patience_s
+        patience = self.patience_s if self._reached else min(self.patience_s, UNREACHED_S)
+        return time.monotonic() - self._t0 + wait <= patience
 
     def answer(self, r):
         """The outcome of a try (an httpx response, or the ``httpx.HTTPError`` it raised): the response where it is
         a 200, None where the rule tries again (or, after a connection error, has no try left: :meth:`gave_up`)."""
         import random
 
+        if not isinstance(r, Exception):
+            self._reached = True
         if isinstance(r, Exception):
             self.last, self._wait = f"{type(r).__name__}: {r}", min(2 ** self._attempt, 10) * random.uniform(0.5, 1.5)
             self._done = not self._more(self._wait)
@@ -153,8 +163,9 @@ class Retries:
     def gave_up(self) -> UserError:
         import time
 
-        took = f"{self._attempt + 1} tries" + ("" if self.retries is not None else
-                                               f" in {time.monotonic() - self._t0:.0f} s (patience {self.patience_s:g} s)")
+        took = f"{self._attempt + 1} tries" + (
+            "" if self.retries is not None else f" in {time.monotonic() - self._t0:.0f} s (patience {self.patience_s:g} s)"
+            if self._reached else f" in {time.monotonic() - self._t0:.0f} s, none reaching a server: is the address right?")
         return UserError(f"rmfast serve at {self.url}: no answer after {took} ({self.last})")
 
 
@@ -192,12 +203,18 @@ class RemoteScorer:
                 return self._post(convs, responses, compat)
             except TooManySamples as e:  # a GRPO step's batch past a queue sized for one-sample clients: split
                 self.max_samples = e.limit
-        out = [[None] * len(rs) for rs in responses]
-        for part in _parts(responses, self.max_samples):  # [(conversation i, first j, end j)] of <= max_samples
-            got = self._post([convs[i] for i, _, _ in part], [responses[i][a:b] for i, a, b in part], compat)
-            for (i, a, b), g in zip(part, got):
-                out[i][a:b] = g
-        return out
+        while True:
+            out = [[None] * len(rs) for rs in responses]
+            try:
+                for part in _parts(responses, self.max_samples):  # [(conversation i, first j, end j)], <= max_samples
+                    got = self._post([convs[i] for i, _, _ in part], [responses[i][a:b] for i, a, b in part], compat)
+                    for (i, a, b), g in zip(part, got):
+                        out[i][a:b] = g
+                return out
+            except TooManySamples as e:  # the server came back with a smaller queue: parts of its new size
+                if e.limit >= self.max_samples:
+                    raise
+                self.max_samples = e.limit
 
     def _post(self, convs: list, responses: list, compat: str | None) -> list:
         """One ``POST /v1/score`` under the retry rule: the scores, as ``responses``."""
@@ -241,7 +258,7 @@ def _parts(responses: list, most: int):
     >>> list(_parts([["a", "b", "c"], ["d"], ["e", "f"]], 2))
     [[(0, 0, 2)], [(0, 2, 3), (1, 0, 1)], [(2, 0, 2)]]
     """
-    part, n = [], 0
+    part, n, most = [], 0, max(1, int(most))
     for i, rs in enumerate(responses):
         j = 0
         while j < len(rs):

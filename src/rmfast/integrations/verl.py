@@ -42,9 +42,31 @@ def _too_long(e, too_long_score):
     if too_long_score is None:
         raise ServerAnswer(f"{e.cli_message()}; to score such a response instead of stopping, give reward_kwargs "
                         "too_long_score (a number), or raise the server's limit") from None
-    warnings.warn(f"rmfast verl reward: a response the reward model cannot read whole (the server: "
-                  f"{e.cli_message()}) is given too_long_score {too_long_score}", UserWarning, stacklevel=3)
-    return float(too_long_score)
+    if too_long_score not in _SAID_TOO_LONG:  # once a process and value, not once per response's length
+        _SAID_TOO_LONG.add(too_long_score)
+        warnings.warn(f"rmfast verl reward: a response longer than the reward model reads is given too_long_score "
+                      f"{too_long_score} (said once; the first: {e.cli_message()})", UserWarning, stacklevel=3)
+    return too_long_score
+
+
+_SAID_TOO_LONG: set = set()  # the too_long_score values said so far (_too_long)
+
+
+def _check_too_long_score(x) -> float | None:
+    """``too_long_score`` as a finite float (checked before the first request: "low" had raised a bare ValueError
+    mid-step, and NaN went to verl as a reward), or None."""
+    import math
+
+    if x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not math.isfinite(v):
+        raise UserError(f"rmfast verl reward: too_long_score {x!r}: give a finite number (or none: such a response "
+                        "then stops the step with the server's error)")
+    return v
 
 
 #: extra_info keys that hold a question, not necessarily the prompt the policy saw: named in the error, never read
@@ -98,6 +120,7 @@ async def compute_score(data_source=None, solution_str: str = "", ground_truth=N
     import asyncio
 
     httpx = httpx_module()
+    too_long_score = _check_too_long_score(too_long_score)
     url, body = _setup(extra_info, prompt, solution_str, url, prompt_key)
     tries = Retries(url, retries, timeout_s)
     async with httpx.AsyncClient(timeout=timeout_s) as client:
@@ -124,6 +147,7 @@ def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=No
     import time
 
     httpx = httpx_module()
+    too_long_score = _check_too_long_score(too_long_score)
     url, body = _setup(extra_info, prompt, solution_str, url, prompt_key)
     tries = Retries(url, retries, timeout_s)
     with httpx.Client(timeout=timeout_s) as client:

@@ -148,7 +148,7 @@ class Ctx:
         query had held every client and /health ~10 s on the event loop before its 413. ``texts``: (k, text or chat
         messages) of one request."""
         limit = min(x for x in (self.config.max_request_tokens, self.core.limit, math.inf) if x is not None)
-        if limit == math.inf:
+        if limit == math.inf or self.core.longest_token_chars is None:  # (no bound this tokenizer can give)
             return
         most = int(limit) * self.core.longest_token_chars
         for k, t in texts:

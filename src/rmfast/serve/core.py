@@ -105,6 +105,31 @@ def split_sample(ids, header: tuple = (), prompt_ids=None) -> Sample:
     return Sample(ids, len(ids) - 1, "none")
 
 
+def longest_token_chars(tokenizer) -> int | None:
+    """The most characters one token of ``tokenizer`` can stand for, where that bounds a text's tokens from below (a
+    text of more characters than the positions times this cannot fit, tokenized or not: refused before it is
+    tokenized, :meth:`rmfast.serve.app.Ctx.fits_chars`); None where it does not: a normalizer that may shorten the
+    text (whitespace collapsed, Unicode composed), pieces given as bytes, a tokenizer that is not a fast one.
+
+    The longest raw piece: a byte-level piece's characters are its bytes (never fewer than the text's), a
+    SentencePiece one's its characters with "▁" for a space."""
+    import json
+
+    try:
+        norm = json.loads(tokenizer.backend_tokenizer.to_str()).get("normalizer")
+        steps = [] if norm is None else norm.get("normalizers", [norm]) if norm.get("type") == "Sequence" else [norm]
+        for n in steps:  # only steps that never shorten the text: a prefix, a string replaced by one as long
+            if not (n.get("type") == "Prepend" or (n.get("type") == "Replace" and "String" in n.get("pattern", {})
+                                                    and len(n.get("content", "")) >= len(n["pattern"]["String"]))):
+                return None
+        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    except Exception:  # noqa: BLE001 - no backend (a slow tokenizer), or pieces it cannot name: no bound
+        return None
+    if not all(isinstance(p, str) for p in pieces if p is not None):
+        return None
+    return max([1, *(len(p) for p in pieces if p is not None)])
+
+
 #: the most row tokens of one packed call (:meth:`ServeCore._score_packed`): any cut gives the same bits; this bounds
 #: the prompt part's fp32 scores on the CPU (tokens x group heads x prompt length per kv head)
 PACK_TOKENS = 8192
@@ -157,11 +182,7 @@ class ServeCore:
         self.header = assistant_header(tokenizer, template)
         self.cache_bytes = int(cache_bytes)
         self.limit = max_positions(model)
-        # the most characters one token spells (its raw string: a byte-level piece's characters are its bytes, never
-        # fewer than the text's), at least 1: a text of more characters than the positions times this cannot fit,
-        # tokenized or not (rmfast.serve.app.Ctx.fits_chars: refused before the event loop tokenizes it)
-        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        self.longest_token_chars = max([1, *(len(p) for p in pieces if isinstance(p, str))])
+        self.longest_token_chars = longest_token_chars(tokenizer)
         self.model_info = model_info or {}
         self._plans: OrderedDict = OrderedDict()  # prompt ids -> ScoringPlan, least recently used first
         self._bytes = 0

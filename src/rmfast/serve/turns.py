@@ -39,6 +39,8 @@ FORMATS = (
 #: the begin-of-text marks a rendered conversation may start with; any other text before the first turn is its
 #: system prompt (DeepSeek's has no tag of its own)
 BEGIN_MARKS = ("<|begin_of_text|>", "<bos>", "<s>", "<\uff5cbegin\u2581of\u2581sentence\uff5c>")
+#: DeepSeek's begin mark: a text that starts with it is DeepSeek's, whatever its untagged system prompt quotes
+DEEPSEEK_BEGIN = BEGIN_MARKS[-1]
 
 
 #: the ends of a turn or a text that a policy's sampled reply may carry at its end (slime keeps the stop token:
@@ -70,7 +72,11 @@ def _turns(text: str) -> list[dict] | None:
     firsts = [(m.start(), k) for k, (_, pat) in enumerate(FORMATS) if (m := pat.search(text)) is not None]
     if not firsts:
         return None
-    found = list(FORMATS[min(firsts)[1]][1].finditer(text))
+    first = min(firsts)[1]
+    deepseek = next(k for k, (name, _) in enumerate(FORMATS) if name == "deepseek")
+    if text.lstrip().startswith(DEEPSEEK_BEGIN) and any(k == deepseek for _, k in firsts):
+        first = deepseek  # its begin mark: DeepSeek's untagged system prompt may quote another format's turns
+    found = list(FORMATS[first][1].finditer(text))
     turns = [(m.group(1).lower(), m.group(2)) for m in found]
     msgs = [{"role": "assistant" if r == "model" else r, "content": c if k == len(turns) - 1 else c.rstrip("\n")}
             for k, (r, c) in enumerate(turns)]
