@@ -421,7 +421,7 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
                 raise ApiError(422, f"{name}: {len(got)} {name} for {len(queries)} queries; send one per query")
         rerendered = []
         if ctx.config.rerender:
-            got = [rerender_query(ctx.core, q) for q in queries]
+            got = [rerender_query(ctx.core, q, p) for q, p in zip(queries, prompts or [None] * len(queries))]
             rerendered = [g is not None for g in got]
             ids = [g if g is not None else ctx.tokenize([q], False)[0] for g, q in zip(got, queries)]
         else:

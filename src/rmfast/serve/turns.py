@@ -128,10 +128,17 @@ def prompt_turns(text: str) -> tuple[list[dict], str] | None:
     return msgs, opened
 
 
-def rerender_query(core, text: str) -> list[int] | None:
+def rerender_query(core, text: str, prompt: str | None = None) -> list[int] | None:
     """The query's conversation rendered with the reward model's template, as ids (the response's in context), or
-    None where the text does not split into turns or its response merges with the template."""
-    msgs = split_turns(text)
+    None where the text does not split into turns or its response merges with the template. ``prompt``: the
+    client's prompt (OpenRLHF's ``prompts``), where the query begins with it: only the prompt is split into turns,
+    and the rest is the reply as sampled, whatever markup it holds (a reply that appended a fake exchange of the
+    conversation's own format had been split as turns and chose what the RM read)."""
+    if prompt and text.startswith(prompt) and (got := prompt_turns(prompt)) is not None:
+        msgs, opened = got
+        msgs = [*msgs, {"role": "assistant", "content": drop_end_marks(opened + text[len(prompt):]).rstrip("\n")}]
+    else:
+        msgs = split_turns(text)
     if msgs is None or not msgs[-1]["content"].strip():
         return None
     try:
