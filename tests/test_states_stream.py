@@ -595,21 +595,20 @@ def test_counts_the_states_brought_are_summed_per_shard_and_kept_only_where_the_
     x[9, 0] = 70000.0  # finite in float32 and bfloat16; inf once stored as float16 (its largest value is 65,504)
     fake = torch.tensor([1, 0, 2, 0, 0, 3, 0, 0, 0, 4], dtype=torch.int32)  # "NaN/inf" per row, as a device said
 
-    def write(name, dtype, src=torch.float32, finite=False):
+    def write(name, dtype, src=torch.float32):
         w = StatesWriter(tmp_path / name, ["0"], dtype, "row", job="j")
         ww = BackgroundWriter(w, writers=2) if background else w
         ww.prepare(np.zeros(10, dtype=bool))
         w.shard_bytes = 3 * 6 * torch.finfo(getattr(torch, dtype)).bits // 8  # shards of 3 rows: batches split
         for rows in (np.arange(0, 5), np.arange(3, 10)):  # rows 3 and 4 again: the second batch's counts are selected
-            brought = dict(finite=(6 - fake[rows])[None]) if finite else dict(counts={"0": fake[rows]})  # (L=1, b)
-            ww.add(rows, rows, HostStates({"0": x[rows].to(src)}, **brought))
+            finite = (6 - fake[rows])[None]  # (L=1, b): finite values a row, as CUDA brings them
+            ww.add(rows, rows, HostStates({"0": x[rows].to(src)}, finite=finite))
         ww.finish({"model": "m"})
         s = open_states(tmp_path / name)
         return s.manifest["n_nonfinite"]["0"], [json.loads(sh.metadata["n_nonfinite"])["0"]
                                                  for sh in s.shards]
 
     assert write("kept.states", "float32") == (10, [3, 3, 0, 4])  # rows 0-2, 3-5, 6-8, 9
-    assert write("finite.states", "float32", finite=True) == (10, [3, 3, 0, 4])  # as CUDA brings them: finite values
     assert write("wider.states", "float32", torch.bfloat16) == (10, [3, 3, 0, 4])  # bf16 into float32: each as it was
     assert write("narrow.states", "float16") == (1, [0, 0, 0, 1])  # counted from the stored bytes: row 9's inf
     assert write("narrow2.states", "bfloat16") == (0, [0, 0, 0, 0])  # float32's largest values pass bfloat16's

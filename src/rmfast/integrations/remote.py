@@ -42,24 +42,22 @@ def _headers(api_key: str | None) -> dict:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _error_line(status: int, text: str) -> str:
-    try:
-        import json
-
-        return json.loads(text)["error"]["message"]
-    except Exception:
-        return text.strip().splitlines()[0][:300] if text.strip() else f"HTTP {status}"
-
-
-def _queue_limit(text: str) -> int | None:
-    """The server's --max-queue where its 413 refused a request of more samples than the queue holds, else None."""
+def _error_body(text: str) -> dict:
+    """The server's error object (``{"message", "code", ...}``) in an answer's text, or {} where it holds none."""
     try:
         import json
 
         err = json.loads(text)["error"]
-        return int(err["max_queue"]) if err.get("type") == "too_many_samples" else None
+        return err if isinstance(err, dict) else {}
     except Exception:
-        return None
+        return {}
+
+
+def _error_line(status: int, text: str) -> str:
+    msg = _error_body(text).get("message")
+    if msg is not None:
+        return msg
+    return text.strip().splitlines()[0][:300] if text.strip() else f"HTTP {status}"
 
 
 class ServerAnswer(UserError):
@@ -140,12 +138,11 @@ class Retries:
         a 200, None where the rule tries again (or, after a connection error, has no try left: :meth:`gave_up`)."""
         import random
 
-        if not isinstance(r, Exception):
-            self._reached = True
         if isinstance(r, Exception):
             self.last, self._wait = f"{type(r).__name__}: {r}", min(2 ** self._attempt, 10) * random.uniform(0.5, 1.5)
             self._done = not self._more(self._wait)
             return None
+        self._reached = True
         if r.status_code in (429, 503):
             self._busy += 1
             after = float(r.headers.get("retry-after", 1))
@@ -155,17 +152,19 @@ class Retries:
                 return None
         if r.status_code != 200:  # 413: a sample longer than the server takes (the GRPO adapter gives it None), or more
             line = f"rmfast serve at {self.url} answered {r.status_code}: {_error_line(r.status_code, r.text)}"
-            if r.status_code == 413 and (limit := _queue_limit(r.text)) is not None:  # samples than its queue holds
-                raise TooManySamples(line, limit)
+            err = _error_body(r.text)
+            if r.status_code == 413 and err.get("type") == "too_many_samples":  # samples than its queue holds
+                raise TooManySamples(line, int(err["max_queue"]))
             raise (ServerTooLong if r.status_code == 413 else ServerAnswer)(line)
         return r
 
     def gave_up(self) -> UserError:
         import time
 
-        took = f"{self._attempt + 1} tries" + (
-            "" if self.retries is not None else f" in {time.monotonic() - self._t0:.0f} s (patience {self.patience_s:g} s)"
-            if self._reached else f" in {time.monotonic() - self._t0:.0f} s, none reaching a server: is the address right?")
+        took = f"{self._attempt + 1} tries"
+        if self.retries is None:
+            took += f" in {time.monotonic() - self._t0:.0f} s" + (
+                f" (patience {self.patience_s:g} s)" if self._reached else ", none reaching a server: is the address right?")
         return UserError(f"rmfast serve at {self.url}: no answer after {took} ({self.last})")
 
 

@@ -70,17 +70,17 @@ class HostStates(Mapping):
 
     fresh = True
 
-    def __init__(self, tensors: dict, event=None, counts: dict | None = None, finite: torch.Tensor | None = None):
-        self._t, self._event, self._counts, self._finite = tensors, event, counts, finite
+    def __init__(self, tensors: dict, event=None, finite: torch.Tensor | None = None):
+        self._t, self._event, self._finite = tensors, event, finite  # finite: (L, B), rows_finite of the tensors
 
     def row_counts(self) -> dict | None:
-        """name -> (B,) int32 CPU tensor: each row's NaN/inf values, counted on the device before the copy (``finite``:
-        (L, B) finite values a row, the tensors' order, :func:`rmfast.states.shard.rows_finite`), or None; waits for
-        the copies as a read does."""
+        """name -> (B,) int32 CPU tensor: each row's NaN/inf values, counted on the device before the copy (from
+        ``finite``, :func:`rmfast.states.shard.rows_finite` in the tensors' order), or None; waits for the copies as a
+        read does."""
         self.wait()
-        if self._counts is None and self._finite is not None:
-            self._counts = {k: (v.shape[1] - self._finite[i]).to(torch.int32) for i, (k, v) in enumerate(self._t.items())}
-        return self._counts
+        if self._finite is None:
+            return None
+        return {k: (v.shape[1] - self._finite[i]).to(torch.int32) for i, (k, v) in enumerate(self._t.items())}
 
     @property
     def pending(self) -> bool:

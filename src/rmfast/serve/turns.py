@@ -41,6 +41,7 @@ FORMATS = (
 BEGIN_MARKS = ("<|begin_of_text|>", "<bos>", "<s>", "<\uff5cbegin\u2581of\u2581sentence\uff5c>")
 #: DeepSeek's begin mark: a text that starts with it is DeepSeek's, whatever its untagged system prompt quotes
 DEEPSEEK_BEGIN = BEGIN_MARKS[-1]
+_DEEPSEEK = [name for name, _ in FORMATS].index("deepseek")
 
 
 #: the ends of a turn or a text that a policy's sampled reply may carry at its end (slime keeps the stop token:
@@ -73,9 +74,8 @@ def _turns(text: str) -> list[dict] | None:
     if not firsts:
         return None
     first = min(firsts)[1]
-    deepseek = next(k for k, (name, _) in enumerate(FORMATS) if name == "deepseek")
-    if text.lstrip().startswith(DEEPSEEK_BEGIN) and any(k == deepseek for _, k in firsts):
-        first = deepseek  # its begin mark: DeepSeek's untagged system prompt may quote another format's turns
+    if text.lstrip().startswith(DEEPSEEK_BEGIN) and any(k == _DEEPSEEK for _, k in firsts):
+        first = _DEEPSEEK  # its begin mark: DeepSeek's untagged system prompt may quote another format's turns
     found = list(FORMATS[first][1].finditer(text))
     turns = [(m.group(1).lower(), m.group(2)) for m in found]
     msgs = [{"role": "assistant" if r == "model" else r, "content": c if k == len(turns) - 1 else c.rstrip("\n")}
