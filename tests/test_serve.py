@@ -419,6 +419,42 @@ def test_bad_requests_among_good_ones_at_once_each_get_their_answer(rm):
     assert m[key % 422] == 16 and m[key % 200] == 32
 
 
+def test_the_new_refusals_among_good_requests_at_once_each_get_their_answer(rm):
+    """This session's refusals, sent as a pool of clients sends them, mixed with good ones, each client reusing its
+    connection: a request of more samples than the queue holds (413 too_many_samples) and a text no tokenization could
+    fit (413 naming its characters), on OpenRLHF's and rmfast's routes. Each gets its own answer, none hangs, the
+    connection serves on, and the counter counts each."""
+    import threading
+
+    app, core = _app(rm, max_wait_ms=5, max_queue=16, max_request_tokens=64)  # 12 clients' single samples fit
+    huge = "x" * (64 * core.longest_token_chars + 1)
+    kinds = [("/get_reward", {"query": ["hello there"]}, 200), ("/get_reward", {"query": ["a"] * 17}, 413),
+             ("/get_reward", {"query": [huge]}, 413), ("/v1/score", {"conversations": [{"prompt": "q",
+                                                                                        "responses": [huge]}]}, 413),
+             ("/v1/score", {"conversations": [{"prompt": "q", "responses": ["fine"]}]}, 200)]
+    local = threading.local()
+
+    def send(k):
+        if not hasattr(local, "c"):
+            local.c = httpx.Client(timeout=60)  # a client's own keep-alive connection, reused after each answer
+        route, body, _ = kinds[k % len(kinds)]
+        return local.c.post(f"{url}{route}", json=body)
+
+    with running(app) as url:
+        with cf.ThreadPoolExecutor(12) as pool:
+            got = list(pool.map(send, range(60)))
+        m = parse(httpx.get(f"{url}/metrics").text)
+    assert [r.status_code for r in got] == [kinds[k % len(kinds)][2] for k in range(60)]
+    for k, r in enumerate(got):
+        if k % len(kinds) == 1:
+            assert r.json()["error"]["type"] == "too_many_samples" and r.json()["error"]["max_queue"] == 16
+        elif r.status_code == 413:
+            assert "characters: more than 64 tokens could hold" in r.json()["error"]["message"]
+    assert m['rmfast_requests_total{route="/get_reward",code="413"}'] == 24
+    assert m['rmfast_requests_total{route="/v1/score",code="413"}'] == 12
+    assert m['rmfast_requests_total{route="/get_reward",code="200"}'] == m['rmfast_requests_total{route="/v1/score",code="200"}'] == 12
+
+
 def test_a_full_queue_is_429_with_retry_after(rm):
     app, _ = _app(rm, max_queue=3, max_wait_ms=600, wave_tokens=10**6)  # a wave waits 0.6 s: the queue holds 2
     with running(app) as url, cf.ThreadPoolExecutor(1) as pool:
