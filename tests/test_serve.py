@@ -455,6 +455,66 @@ def test_the_new_refusals_among_good_requests_at_once_each_get_their_answer(rm):
     assert m['rmfast_requests_total{route="/get_reward",code="200"}'] == m['rmfast_requests_total{route="/v1/score",code="200"}'] == 12
 
 
+def test_a_body_past_the_cap_is_413_unparsed_and_the_connection_serves_on(rm):
+    """The server read a body of any size whole, then parsed it into Python objects several times its size, before
+    any field was checked (a 2 GB body: gigabytes of its memory). Now a body past --max-body-mb is one 413 of type
+    body_too_large: refused by its Content-Length before the route reads it, or counted as it comes when sent in
+    chunks; the rest is read and dropped, so the client reads the 413 and its keep-alive connection serves the next
+    request; a client that waits for 100 Continue is answered before it sends its body."""
+    cap = 4096
+    app, _ = _app(rm, max_body_mb=cap / (1 << 20))
+    good = {"conversations": [{"prompt": "q", "responses": ["fine"]}]}
+    big = {"conversations": [{"prompt": "q", "responses": ["word " * 1000]}]}  # ~5 KB: no route ever reads it
+
+    def chunks():  # no Content-Length: Transfer-Encoding chunked
+        text = json.dumps(big).encode()
+        for k in range(0, len(text), 1000):
+            yield text[k:k + 1000]
+
+    with running(app) as url, httpx.Client(timeout=30) as c:
+        want = c.post(f"{url}/v1/score", json=good).json()["scores"]
+        for send in (lambda: c.post(f"{url}/v1/score", json=big),
+                     lambda: c.post(f"{url}/get_reward", json={"query": ["word " * 1000]}),
+                     lambda: c.post(f"{url}/v1/score", content=chunks(), headers={"content-type": "application/json"})):
+            r = send()
+            assert r.status_code == 413, r.text
+            err = r.json()["error"]
+            assert err["type"] == "body_too_large" and err["max_body_bytes"] == cap
+            assert "over --max-body-mb" in err["message"] and "send fewer samples a request" in err["message"]
+            assert c.post(f"{url}/v1/score", json=good).json()["scores"] == want  # the same connection, the same bits
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # curl's way past 1 MB
+            s.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 10000000\r\nExpect: 100-continue\r\n\r\n")
+            head = s.recv(65536).decode()
+        assert head.startswith("HTTP/1.1 413") and "body_too_large" in head, head  # no 100 Continue: no body sent
+        models = c.get(f"{url}/v1/models").json()["data"][0]
+        m = parse(c.get(f"{url}/metrics").text)
+    assert models["max_body_bytes"] == cap
+    assert m['rmfast_requests_total{route="/v1/score",code="413"}'] == 3
+    assert m['rmfast_requests_total{route="/get_reward",code="413"}'] == 1
+
+
+def test_remote_scorer_splits_a_request_past_the_body_cap(rm):
+    """RemoteScorer sends a call whose body is past the server's --max-body-mb again in halves until the parts fit
+    (each sample's score as it is alone), and a single sample past it is too long: the GRPO adapter gives it None."""
+    from rmfast.integrations.grpo import rmfast_reward
+    from rmfast.integrations.remote import RemoteScorer, ServerTooLong
+
+    app, _ = _app(rm, max_body_mb=2048 / (1 << 20))
+    texts = [f"answer {k} " + "word " * 60 for k in range(8)]  # ~320 bytes each: 8 of them past 2 KB, 2 within
+    with running(app) as url:
+        one = RemoteScorer(url)
+        alone = [one.score(["q"], [[t]])[0][0] for t in texts]
+        split = RemoteScorer(url)
+        assert split.score(["q"], [texts]) == [alone] and split.max_samples in (2, 4)
+        with pytest.raises(ServerTooLong, match="body_too_large|over --max-body-mb"):
+            RemoteScorer(url).score(["q"], [["word " * 600]])
+        with pytest.warns(UserWarning, match="1 of 3 completions are longer"):
+            got = rmfast_reward(url)(prompts=["q"] * 3, completions=[texts[0], "word " * 600, texts[1]])
+    assert got == [alone[0], None, alone[1]]
+
+
 def test_a_full_queue_is_429_with_retry_after(rm):
     app, _ = _app(rm, max_queue=3, max_wait_ms=600, wave_tokens=10**6)  # a wave waits 0.6 s: the queue holds 2
     with running(app) as url, cf.ThreadPoolExecutor(1) as pool:
@@ -1182,7 +1242,8 @@ def test_the_start_says_a_random_head_and_a_limit_past_the_models(capsys):
     assert "--max-request-tokens 100000 is past the model's 8192 positions" in notes[1]
     assert start_notes(None, ServeOptions(max_request_tokens=64), 8192) == []
     for opts, line in ((ServeOptions(timeout_s=0), "--timeout-s 0: give a positive number of seconds"),
-                       (ServeOptions(max_wait_ms=-1), "--max-wait-ms -1: give 0 or more milliseconds")):
+                       (ServeOptions(max_wait_ms=-1), "--max-wait-ms -1: give 0 or more milliseconds"),
+                       (ServeOptions(max_body_mb=0), "--max-body-mb 0: give a positive number of MiB")):
         with read_by_cli(), pytest.raises(UserError, match=re.escape(line)):
             check(opts, bind=False)
 
@@ -1267,6 +1328,62 @@ def test_busy_answers_are_tried_again_while_patience_lasts_with_jittered_growing
         clock[0] += w
         dead.answer(OSError("connection refused"))
     assert "no answer after" in str(dead.gave_up()) and "none reaching a server" in str(dead.gave_up())
+
+
+def test_a_try_gets_only_what_is_left_of_the_patience(monkeypatch):
+    """Each try had the whole patience as its own limit, so a try begun at 170 s of a 180 s patience could wait 180 s
+    more: the client's timeout_s was not when it stopped. Now a try's limit is what is left (Retries.timeout), in
+    RemoteScorer and both verl functions."""
+    import asyncio
+    import time as _time
+    from types import SimpleNamespace as R
+
+    import httpx
+
+    from rmfast.errors import UserError
+    from rmfast.integrations.remote import RemoteScorer, Retries
+    from rmfast.integrations.verl import compute_score, compute_score_sync
+
+    clock = [1000.0]
+    monkeypatch.setattr(_time, "monotonic", lambda: clock[0])
+    t = Retries("http://h:1", patience_s=180.0)
+    waits = t.waits()
+    next(waits)
+    clock[0] += 170.0
+    assert t.timeout() == pytest.approx(10.0)
+    clock[0] += 20.0
+    assert t.timeout() == 1.0  # never 0 or less (an httpx timeout of 0 would not wait at all)
+    assert Retries("http://h:1", retries=3, patience_s=180.0).timeout() == 180.0  # counted tries: each its own limit
+
+    limits = []
+
+    def slow(url, *, timeout, **kw):  # every try takes 70 s of the clock and is answered busy
+        limits.append(timeout)
+        clock[0] += 70.0
+        return R(status_code=503, headers={"retry-after": "0"}, text='{"error": {"message": "draining"}}')
+
+    class Client:  # httpx.Client / AsyncClient as verl's functions use them
+        def __init__(self, **kw): pass
+        def __enter__(self): return self
+        def __exit__(self, *a): return False
+        async def __aenter__(self): return self
+        async def __aexit__(self, *a): return False
+        def post(self, url, **kw): return slow(url, **kw)
+
+    class AsyncClient(Client):
+        async def post(self, url, **kw): return slow(url, **kw)
+
+    monkeypatch.setattr(httpx, "post", slow)
+    monkeypatch.setattr(httpx, "Client", Client)
+    monkeypatch.setattr(httpx, "AsyncClient", AsyncClient)
+    info = {"prompt": "Q?"}
+    for call in (lambda: RemoteScorer("http://h:1", timeout_s=180.0).score(["Q?"], [["a"]]),
+                 lambda: compute_score_sync("ds", "a", None, info, url="http://h:1", timeout_s=180.0),
+                 lambda: asyncio.run(compute_score("ds", "a", None, info, url="http://h:1", timeout_s=180.0))):
+        limits.clear()
+        with pytest.raises(UserError, match="answered 503: draining"):
+            call()
+        assert limits == pytest.approx([180.0, 110.0, 40.0])  # tries begun at 0, 70 and 140 s: all ended by 180 s
 
 
 def test_the_ray_ingress_gauges_count_only_the_replicas_alive():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import UserError
+from ..serve.body_cap import DEFAULT_MB
 from . import common
 
 
@@ -31,6 +32,9 @@ def register(sub) -> None:
                    help="samples that may wait; more get 429 with Retry-After (default 4096)")
     p.add_argument("--max-request-tokens", type=common.positive_int, default=None,
                    help="longest sample in tokens; longer get 413 (default: the model's positions)")
+    p.add_argument("--max-body-mb", type=common.positive_int, default=DEFAULT_MB,
+                   help=f"largest request body in MiB; larger get 413 of type body_too_large, unparsed (default "
+                        f"{DEFAULT_MB})")
     p.add_argument("--timeout-s", type=float, default=180.0,
                    help="a request not answered within this many seconds gets 504 (default 180, OpenRLHF's)")
     p.add_argument("--wave-tokens", type=common.positive_int, default=32768,
@@ -65,7 +69,7 @@ def run(args) -> int:
     opts = ServeOptions(host=args.host, port=args.port, api_key_file=args.api_key_file, insecure=args.insecure,
                         max_queue=args.max_queue, max_request_tokens=args.max_request_tokens, timeout_s=args.timeout_s,
                         wave_tokens=args.wave_tokens, max_wait_ms=args.max_wait_ms, cache_mb=args.cache_mb,
-                        rerender=args.rerender, gemm_rows=args.gemm_rows)
+                        rerender=args.rerender, gemm_rows=args.gemm_rows, max_body_mb=args.max_body_mb)
     check(opts, bind=args.ray is None)  # Ray Serve's proxy listens there itself
     key = api_key(opts)
     if args.ray is not None:

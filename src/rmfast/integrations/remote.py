@@ -82,6 +82,11 @@ class TooManySamples(ServerAnswer):
         self.limit = limit
 
 
+class BodyTooLarge(ServerAnswer):
+    """A request whose body is past the server's ``--max-body-mb`` (its 413 of type ``body_too_large``):
+    :class:`RemoteScorer` sends it again in smaller parts; a single sample past it is a :class:`ServerTooLong`."""
+
+
 #: seconds of connection errors a client waits out where no try has reached the server (a wrong address, a server
 #: not started): :class:`Retries`
 UNREACHED_S = 30.0
@@ -95,7 +100,7 @@ class Retries:
     144 gave up in 5 tries while the server, never stopped, worked through the rest). Tries go on while
     ``patience_s`` lasts (a rolling restart, a model loading), or, where ``retries`` is given, at most that many. Any
     other answer but 200 is one UserError naming it. A caller's loop sleeps (or awaits) each of :meth:`waits`,
-    tries, and hands the outcome to :meth:`answer`.
+    tries with :meth:`timeout` as the try's own limit, and hands the outcome to :meth:`answer`.
 
     >>> from types import SimpleNamespace as R
     >>> t = Retries("http://h:1", 2)
@@ -121,6 +126,20 @@ class Retries:
             if self._done:
                 return
             self._attempt += 1
+
+    def timeout(self) -> float:
+        """Seconds the next try may take: what is left of ``patience_s`` (at least 1 s), so that the last try ends
+        with the patience (a try given the whole patience as its own limit had run up to twice it: a try begun at
+        170 s of 180 waited 180 s more); ``patience_s`` itself where ``retries`` counts the tries.
+
+        >>> Retries("http://h:1", patience_s=60).timeout() <= 60
+        True
+        """
+        import time
+
+        if self.retries is not None or self._t0 is None:
+            return self.patience_s
+        return max(1.0, self.patience_s - (time.monotonic() - self._t0))
 
     def _more(self, wait: float) -> bool:
         """Whether another try is left after ``wait`` more seconds. Where no try has reached a server yet, connection
@@ -155,6 +174,8 @@ class Retries:
             err = _error_body(r.text)
             if r.status_code == 413 and err.get("type") == "too_many_samples":  # samples than its queue holds
                 raise TooManySamples(line, int(err["max_queue"]))
+            if r.status_code == 413 and err.get("type") == "body_too_large":  # or a body past its --max-body-mb
+                raise BodyTooLarge(line)
             raise (ServerTooLong if r.status_code == 413 else ServerAnswer)(line)
         return r
 
@@ -192,7 +213,8 @@ class RemoteScorer:
         """Scores of ``responses[i][j]`` to ``conversations[i]``, the same shape; a server error is one UserError.
         ``compat``: "decode-retokenize" scores a response that merges with the template as the template renders it.
         A request of more samples than the server's queue holds is sent again in parts that fit (the server's 413
-        names its --max-queue), and so is every later one."""
+        names its --max-queue), and so is every later one; a request whose body is past the server's --max-body-mb,
+        in halves until the parts fit (a single sample past it is a :class:`ServerTooLong`)."""
         from ..scoring.conversation import call_lists
 
         conversations, responses = call_lists(conversations, responses)  # zip below would drop extra ones unscored
@@ -200,8 +222,8 @@ class RemoteScorer:
         if self.max_samples is None:
             try:
                 return self._post(convs, responses, compat)
-            except TooManySamples as e:  # a GRPO step's batch past a queue sized for one-sample clients: split
-                self.max_samples = e.limit
+            except (TooManySamples, BodyTooLarge) as e:  # a GRPO step's batch past a queue or body cap: split
+                self._smaller(e, sum(len(rs) for rs in responses))
         while True:
             out = [[None] * len(rs) for rs in responses]
             try:
@@ -210,10 +232,19 @@ class RemoteScorer:
                     for (i, a, b), g in zip(part, got):
                         out[i][a:b] = g
                 return out
-            except TooManySamples as e:  # the server came back with a smaller queue: parts of its new size
-                if e.limit >= self.max_samples:
-                    raise
-                self.max_samples = e.limit
+            except (TooManySamples, BodyTooLarge) as e:  # the server's queue shrank, or a part's body is too large
+                self._smaller(e, sum(b - a for _, a, b in part))
+
+    def _smaller(self, e: Exception, n: int) -> None:
+        """The parts' size after the server refused a request of ``n`` samples (``e``), or ``e`` again where no
+        smaller part could help: the queue's own size (:class:`TooManySamples`) or half the request's samples
+        (:class:`BodyTooLarge`; one sample alone is too long)."""
+        most = e.limit if isinstance(e, TooManySamples) else n // 2
+        if isinstance(e, BodyTooLarge) and n <= 1:
+            raise ServerTooLong(str(e)) from None
+        if self.max_samples is not None and most >= self.max_samples:
+            raise e
+        self.max_samples = max(1, most)
 
     def _post(self, convs: list, responses: list, compat: str | None) -> list:
         """One ``POST /v1/score`` under the retry rule: the scores, as ``responses``."""
@@ -227,7 +258,7 @@ class RemoteScorer:
         for wait in tries.waits():
             time.sleep(wait)
             try:
-                r = httpx.post(f"{self.url}/v1/score", json=body, headers=self.headers, timeout=self.timeout_s)
+                r = httpx.post(f"{self.url}/v1/score", json=body, headers=self.headers, timeout=tries.timeout())
             except httpx.HTTPError as e:
                 r = e
             if tries.answer(r) is not None:
@@ -278,4 +309,4 @@ def _as_messages(conv) -> list[dict]:
     return messages_of(conv)
 
 
-__all__ = ["RemoteScorer", "Retries", "TooManySamples", "is_url"]
+__all__ = ["BodyTooLarge", "RemoteScorer", "Retries", "TooManySamples", "is_url"]

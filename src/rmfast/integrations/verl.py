@@ -127,7 +127,7 @@ async def compute_score(data_source=None, solution_str: str = "", ground_truth=N
         for wait in tries.waits():
             await asyncio.sleep(wait)
             try:
-                r = await client.post(f"{url}/v1/score", json=body, headers=_headers(api_key))
+                r = await client.post(f"{url}/v1/score", json=body, headers=_headers(api_key), timeout=tries.timeout())
             except httpx.HTTPError as e:
                 r = e
             try:
@@ -154,7 +154,7 @@ def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=No
         for wait in tries.waits():
             time.sleep(wait)
             try:
-                r = client.post(f"{url}/v1/score", json=body, headers=_headers(api_key))
+                r = client.post(f"{url}/v1/score", json=body, headers=_headers(api_key), timeout=tries.timeout())
             except httpx.HTTPError as e:
                 r = e
             try:

@@ -19,7 +19,8 @@
   reason), ``GET /metrics`` (Prometheus text).
 
 Every error is one JSON line ``{"error": {"message", "code"}}`` with its status (400 malformed, 422 a wrong field,
-413 too long or more samples than the queue holds (``"type": "too_many_samples"``, ``max_queue``), 429 queue full
+413 too long, more samples than the queue holds (``"type": "too_many_samples"``, ``max_queue``) or a body past
+``--max-body-mb`` (``"type": "body_too_large"``, ``max_body_bytes``: :mod:`rmfast.serve.body_cap`), 429 queue full
 with ``Retry-After``, 504 past the timeout, 503 draining, 401 no or a wrong key, 500 a non-finite score naming the
 model) and one log line; never a traceback to the client. A client that disconnects takes its samples out of the
 queue (logged as 499)."""
@@ -43,6 +44,7 @@ from ..scoring.candidates import TooLong, tokenize_rows
 from ..scoring.conversation import as_conversation, blank_words
 from ..scoring.rendered import check_not_rendered, template_marks
 from ..template import build_template
+from .body_cap import DEFAULT_MB, PastCap, capped, content_length, drain, expects_continue, too_large
 from .core import ServeCore
 from .errors import (ApiError, check_unicode, error_response, gone_mid_body, http_line, internal_line,
                      validation_line)
@@ -66,6 +68,7 @@ class ServeConfig:
     max_request_tokens: int | None = None
     timeout_s: float = 180.0
     rerender: bool = False
+    max_body_bytes: int = DEFAULT_MB << 20
     extra: dict = field(default_factory=dict)
 
 
@@ -347,6 +350,9 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc):  # no route (404), a wrong method (405), a body not read (400)
+        if isinstance(exc.__cause__, PastCap):  # a chunked body past the cap (FastAPI's 400 "parsing the body")
+            line, extra = too_large(ctx.config.max_body_bytes)
+            return logged(request, 413, line, extra=extra)
         return logged(request, 499 if gone_mid_body(exc) else exc.status_code, http_line(app, request, exc),
                       getattr(exc, "headers", None))
 
@@ -370,11 +376,18 @@ class _Count:
             await self.app(scope, receive, send)
             return
         ctx, t0, path = self.ctx, time.perf_counter(), scope["path"]
-        status = 500
+        status, limit, size = 500, ctx.config.max_body_bytes, content_length(scope)
         if ctx.sched.draining and path not in OPEN_ROUTES:
             status = 503
             await error_response(503, DRAINING)(scope, receive, send)
+        elif size is not None and size > limit:  # refused unread (body_cap's module doc)
+            status, (line, extra) = 413, too_large(limit, size)
+            log.warning("rmfast serve: %s %s -> 413: %s", scope["method"], path, line)
+            if not expects_continue(scope):
+                await drain(receive)
+            await error_response(413, line, extra=extra)(scope, receive, send)
         else:
+            receive = capped(receive, limit)
             async def counted(message):
                 nonlocal status, started
                 if message["type"] == "http.response.start":
@@ -569,7 +582,8 @@ def _info_routes(app, ctx: Ctx) -> None:
         core, sched, cfg = ctx.core, ctx.sched, ctx.config
         return {"object": "list", "data": [{"id": cfg.name, "object": "model", "owned_by": "rmfast",
                                             "revision": cfg.revision, "score_meaning": core.score_meaning,
-                                            "max_model_len": core.limit, "decisions": core.decisions,
+                                            "max_model_len": core.limit, "max_body_bytes": cfg.max_body_bytes,
+                                            "decisions": core.decisions,
                                             "scheduler": {"max_queue": sched.max_queue, "wave_tokens": sched.wave_tokens,
                                                           "max_wait_s": sched.max_wait_s},
                                             **cfg.extra}]}

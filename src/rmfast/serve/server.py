@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from .app import ServeConfig, build_app
+from .body_cap import DEFAULT_MB
 from .core import ServeCore
 from .scheduler import Scheduler
 
@@ -45,6 +46,7 @@ class ServeOptions:
     cache_mb: int = 1024
     rerender: bool = False
     gemm_rows: str = "auto"
+    max_body_mb: float = DEFAULT_MB  # MiB (a fraction in tests)
 
 
 def is_local(host: str) -> bool:
@@ -110,6 +112,8 @@ def check(opts: ServeOptions, bind: bool = True) -> None:
         raise UserError("--max-request-tokens must be at least 2 (a prompt and a response)")
     if not float(opts.timeout_s) > 0:
         raise UserError(f"--timeout-s {opts.timeout_s:g}: give a positive number of seconds")
+    if not float(opts.max_body_mb) > 0:
+        raise UserError(f"--max-body-mb {opts.max_body_mb:g}: give a positive number of MiB")
     if not float(opts.max_wait_ms) >= 0:
         raise UserError(f"--max-wait-ms {opts.max_wait_ms:g}: give 0 or more milliseconds")
     if opts.gemm_rows not in ("auto", "pad", "chunk"):
@@ -161,7 +165,7 @@ def make_scheduler(core: ServeCore, opts: ServeOptions) -> Scheduler:
 def serve_config(opts: ServeOptions, *, name: str, revision: str | None = None, key: str | None = None) -> ServeConfig:
     """The app's own settings from the server's options."""
     return ServeConfig(name=name, revision=revision, api_key=key, max_request_tokens=opts.max_request_tokens,
-                       timeout_s=opts.timeout_s, rerender=opts.rerender)
+                       timeout_s=opts.timeout_s, rerender=opts.rerender, max_body_bytes=int(float(opts.max_body_mb) * (1 << 20)))
 
 
 def revision_of(info) -> str | None:
