@@ -8,6 +8,7 @@ best is several random-search spreads beyond random search's best).
 """
 
 import json
+import math
 
 import pytest
 import torch
@@ -315,6 +316,30 @@ def test_authors_sign_bug_only_under_compat(smol_tokenizer, tmpl):
     assert torch.equal(sel[None, True], -sel[None, False])
 
 
+def test_authors_keeps_the_forks_pick_closest_to_30():
+    """--compat authors kept rmfast's pick (the largest or smallest reward) where the fork keeps the least loss, the
+    reward closest to +30 (maximize) or -30 (minimize): the two differ once a reward passes 30 (a QA probe: the fork
+    keeps 35.07 where rmfast kept 35.79). Now the buffer, the step's "improved" and the best restart follow the fork
+    under compat, and rmfast's own pick without it; a checkpoint of the old rule is another search."""
+    import dataclasses
+
+    from rmfast.gcg import checkpoint as gck
+    from rmfast.gcg.search import _merge, _objective
+
+    rows = [[1], [2], [3], [4]]
+    up = torch.tensor([35.79, 35.07, 10.0, float("nan")])
+    assert [r for _, r in _merge([], rows, up, 1.0, 4)] == [[1], [2], [3]]
+    assert [r for _, r in _merge([], rows, up, 1.0, 4, "authors")] == [[2], [1], [3]]
+    down = torch.tensor([-35.0, -29.0, 5.0, float("inf")])
+    assert [r for _, r in _merge([], rows, down, -1.0, 4)] == [[1], [2], [3]]
+    assert [r for _, r in _merge([], rows, down, -1.0, 4, "authors")] == [[2], [1], [3]]
+    assert [r for _, r in _merge([(31.0, [9])], rows, up, 1.0, 2, "authors")] == [[9], [2]]  # 31 beats 35.07
+    assert _objective(float("nan"), 1.0, "authors") == -math.inf
+    cfg = GCGConfig(compat="authors")
+    assert gck.job_of({}, cfg)["gcg"]["keep"] == "closest to +-30"
+    assert "keep" not in gck.job_of({}, dataclasses.replace(cfg, compat=None))["gcg"]  # old plain checkpoints resume
+
+
 def test_short_runs_with_each_fork_option(smol_tokenizer, tmpl):
     """Each option on a tiny classifier: it runs, moves the reward its way, and reports an exact score."""
     model = T.tiny("llama")
@@ -328,6 +353,9 @@ def test_short_runs_with_each_fork_option(smol_tokenizer, tmpl):
         sign = 1 if kw.get("maximize", True) else -1
         assert sign * (res.trajectory[-1] - res.trajectory[0]) >= 0, kw
         assert res.config["greedy"] == kw.get("greedy", False) and res.config["compat"] == kw.get("compat")
+        keep = res.manifest["candidate_selection"]["keep"]
+        assert keep == (f"the fork's: the reward closest to {'+' if sign > 0 else '-'}30 (its loss.argmin())"
+                        if kw.get("compat") else "the largest reward"), kw
     # init strings: restart 0 starts from the best of them
     res = run(model, smol_tokenizer, PROMPT, GCGConfig(**base, init_strings=inits), progress=False, template=tmpl)
     ids = [response_ids(smol_tokenizer, tmpl, t) for t in inits]

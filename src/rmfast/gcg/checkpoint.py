@@ -95,6 +95,8 @@ def job_of(fields: dict, config) -> dict:
     """The job a checkpoint belongs to: the scoring job's run fields and the search's settings but those that
     only decide when it stops."""
     cfg = {k: v for k, v in dataclasses.asdict(config).items() if k not in STOP_FIELDS}
+    if cfg.get("compat") == "authors":  # it keeps the fork's pick since 2026-12-01: an older one's is another search
+        cfg["keep"] = "closest to +-30"
     return json.loads(json.dumps({**fields, "gcg": cfg}, sort_keys=True, default=str))
 
 

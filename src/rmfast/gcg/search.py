@@ -58,7 +58,7 @@ from ..errors import UserError
 from . import checkpoint as ck
 from .config import GCGConfig
 from .result import GCGInterrupted, GCGResult, RandomSearchResult, search_timing
-from .select import distance_penalty, greedy_pairs, loss_gradient
+from .select import distance_penalty, greedy_pairs, loss_gradient, objective
 from .tokens import Retokenizer, allowed_tokens, initial_ids, initial_list, key, random_init, response_text, text_of
 from ..scoring.batching import available_memory, oom_batches
 from ..scoring.plan import ScoringPlan, decide, finish_manifest, plan_scoring
@@ -271,9 +271,10 @@ def _evaluate(s: _Search, rows: list[list[int]]) -> torch.Tensor:
     return scores
 
 
-def _objective(score: float, sign: float) -> float:
-    """``sign * score``, and -inf for a NaN or infinite score: such a candidate is never better than any."""
-    return sign * score if math.isfinite(score) else -math.inf
+def _objective(score: float, sign: float, compat: str | None = None) -> float:
+    """:func:`~rmfast.gcg.select.objective` (``sign * score``, or the fork's closeness to +-30 under ``compat``), and
+    -inf for a NaN or infinite score: such a candidate is never better than any."""
+    return objective(score, sign, compat) if math.isfinite(score) else -math.inf
 
 
 def _loss_matrix(s: _Search, cur: torch.Tensor) -> torch.Tensor:
@@ -327,14 +328,14 @@ def _candidates(s: _Search, cur: torch.Tensor, sel: torch.Tensor, gen: torch.Gen
 
 
 def _merge(buffer: list[tuple[float, list[int]]], rows: list[list[int]], scores: torch.Tensor, sign: float,
-           size: int) -> list[tuple[float, list[int]]]:
-    """The buffer: the ``size`` best (score, ids) of the old buffer and the newly scored rows, best first.
-    Rows scored NaN or +-inf never enter it; a buffer of such rows only (a start scored NaN) keeps one
-    entry to step from until a finite score replaces it."""
+           size: int, compat: str | None = None) -> list[tuple[float, list[int]]]:
+    """The buffer: the ``size`` best (score, ids) of the old buffer and the newly scored rows, best first by
+    :func:`_objective`. Rows scored NaN or +-inf never enter it; a buffer of such rows only (a start scored NaN)
+    keeps one entry to step from until a finite score replaces it."""
     finite = torch.isfinite(scores)
-    order = torch.argsort(torch.where(finite, sign * scores, -math.inf), descending=True)[:size].tolist()
+    order = torch.argsort(torch.where(finite, objective(scores, sign, compat), -math.inf), descending=True)[:size].tolist()
     merged = buffer + [(float(scores[i]), rows[i]) for i in order if finite[i]]
-    merged.sort(key=lambda e: -_objective(e[0], sign))
+    merged.sort(key=lambda e: -_objective(e[0], sign, compat))
     ok = [e for e in merged if math.isfinite(e[0])]
     return ok[:size] if ok else merged[:1]
 
@@ -346,8 +347,8 @@ def _step(s: _Search, buffer: list[tuple[float, list[int]]], start: list[int],
     keep = _candidates(s, cur, _loss_matrix(s, cur), gen)
     best_before = buffer[0][0]
     if keep:
-        buffer = _merge(buffer, keep, _evaluate(s, keep), s.sign, s.cfg.buffer_size)
-    return buffer, _objective(buffer[0][0], s.sign) > _objective(best_before, s.sign)
+        buffer = _merge(buffer, keep, _evaluate(s, keep), s.sign, s.cfg.buffer_size, s.cfg.compat)
+    return buffer, _objective(buffer[0][0], s.sign, s.cfg.compat) > _objective(best_before, s.sign, s.cfg.compat)
 
 
 def nonfinite_cause(model) -> str:
@@ -425,7 +426,7 @@ def _start(s: _Search, r: int, gen: torch.Generator) -> tuple[list[int], list[tu
     """Restart ``r``'s initial response and buffer: the best of --init-strings, --init, or a random draw."""
     if r == 0 and s.init_list is not None:
         inits = [list(x) for x in dict.fromkeys(tuple(i) for i in s.init_list)]  # each distinct one once
-        buffer = _merge([], inits, _evaluate(s, inits), s.sign, s.cfg.buffer_size)  # best first
+        buffer = _merge([], inits, _evaluate(s, inits), s.sign, s.cfg.buffer_size, s.cfg.compat)  # best first
         s.seen.update(dict.fromkeys(key(i) for i in inits))
         return buffer[0][1], buffer
     start_ids = s.init_ids if (r == 0 and s.init_ids is not None) else random_init(s.L, s.allowed_ids, gen, s.retok)
@@ -467,6 +468,8 @@ def _manifest(model, prompt: str, s: _Search, model_info: dict | None) -> dict:
         "candidate_selection": {
             "loss": ("the fork's (reward - 30)^2 in both directions (--compat authors: its sign bug)" if cfg.compat == "authors"
                      else "-reward" if cfg.maximize else "+reward"),
+            "keep": (f"the fork's: the reward closest to {'+' if cfg.maximize else '-'}30 (its loss.argmin())"
+                     if cfg.compat == "authors" else "the largest reward" if cfg.maximize else "the smallest reward"),
             "distance_penalty": cfg.distance_penalty,
             "candidates": "greedy: best (position, token) pairs" if cfg.greedy else "sampled from per-position top-k",
             "topk_run": s.k,  # --topk past the allowed tokens: all of them
@@ -559,7 +562,7 @@ def _result(model, tokenizer, prompt: str, s: _Search, restarts: list[dict], t0:
     from ..scoring.hf_path import hf_scores
 
     cfg = s.cfg
-    best_r = max(range(len(restarts)), key=lambda i: _objective(restarts[i]["best_score"], s.sign))
+    best_r = max(range(len(restarts)), key=lambda i: _objective(restarts[i]["best_score"], s.sign, cfg.compat))
     best_s, best_ids = restarts[best_r]["best_score"], restarts[best_r]["best_ids"]
     _say_nonfinite(s)
     ref = float(hf_scores(model, s.tmpl, [best_ids], head=s.head, head_index=cfg.head_index)[0])

@@ -14,7 +14,9 @@ three differences from nanoGCG, each reproduced here as an option of :class:`rmf
 * its loss: the squared error to a target of 30 (:data:`AUTHORS_TARGET`), whose gradient the fork
   takes with the target +30 in BOTH directions (:func:`loss_gradient` with ``compat="authors"``):
   when minimizing, the gradient still proposes the tokens that RAISE the reward (the sign bug),
-  and only the evaluation (squared error to -30) pulls the other way.
+  and only the evaluation (squared error to -30) pulls the other way. What the fork keeps is the
+  candidate of least loss (``loss.argmin()``, its buffer the least losses): the reward closest to
+  +30 (maximize) or -30 (minimize), not the largest or smallest (:func:`objective`).
 
 Lower selection scores are better throughout (they estimate the change of the loss).
 """
@@ -43,6 +45,23 @@ def loss_gradient(g: torch.Tensor, reward: float, sign: float, compat: str | Non
     if compat == "authors":
         return 2.0 * (reward - AUTHORS_TARGET) * g
     return -sign * g
+
+
+def objective(score, sign: float, compat: str | None = None):
+    """What the search keeps the most of, for a score (a float or a tensor of them): ``sign * score`` (rmfast:
+    the largest reward, or the smallest); ``compat="authors"``: the fork's ``-(score - sign * 30)**2``, the
+    candidate closest to +30 or -30 (its ``loss.argmin()``). The two agree while every reward stays inside
+    (-30, 30); past it the fork keeps a reward of 30.1 over one of 35.
+
+    Example:
+        >>> objective(35.0, 1.0) > objective(30.1, 1.0), objective(35.0, 1.0, "authors") > objective(30.1, 1.0, "authors")
+        (True, False)
+        >>> objective(-2.0, -1.0, "authors") > objective(1.0, -1.0, "authors")  # minimize: closer to -30
+        True
+    """
+    if compat == "authors":
+        return -((score - sign * AUTHORS_TARGET) ** 2)
+    return sign * score
 
 
 def distance_penalty(W: torch.Tensor, cur: torch.Tensor, w: float) -> torch.Tensor:
