@@ -641,3 +641,24 @@ def test_published_findings_name_statistics_count_distinct_runs_and_reconcile(pa
     shape = pd.read_csv(tmp_path / "B_fig4_shape.csv")
     assert set(shape.loc[shape["same_as"].notna(), "run"]) == {"uf_27"}
     assert (tmp_path / "B_fig1.png").stat().st_size > 0
+
+
+def test_a_measure_equal_for_every_model_gets_no_p_not_zero():
+    """A category matched by one word that every model scores best has median rank 1 for every model (the other's
+    3): Welch t is 0/0, and the permutation test had given p = 0 (no relabelling reaches a NaN t), Bonferroni 0,
+    "***", with a note saying the groups were too small (4 and 6 models). Now no p (NaN) and the note says why; the
+    paper's method likewise (R's t.test stops on constant data)."""
+    models = [f"org/Gemma-{k}" for k in range(4)] + [f"org/Llama-{k}" for k in range(6)]
+    words = ["kind", "bold", "brave", "smart"]
+    dic = pd.DataFrame({"term": words, "category": ["C", "A", "A", "A"], "wildcard": False})
+    d = pd.DataFrame([{"model": m, "prompt": p, "text": w, "score": s}
+                      for m in models for p in ("best thing ever?", "worst thing ever?")
+                      for w, s in zip(words, (9.0, 3.0, 2.0, 1.0))])
+    res = categories(d, dic, mixed=False)
+    perm = res.permutation
+    assert len(perm) and perm["t"].isna().all() and perm["p_value"].isna().all(), perm[["t", "p_value"]]
+    assert perm["p_bonferroni"].isna().all()
+    assert any("the measure is the same for every model (no t, no p)" in n for n in res.notes)
+    assert not any("needs at least 2 models per group" in n for n in res.notes)
+    paper = categories(d, dic, mixed=False, method="paper").permutation
+    assert paper["perm_p_value"].isna().all() and paper["perm_p_bonferroni"].isna().all()

@@ -52,7 +52,7 @@ from ..data.ledger import Ledger
 from ..data.lexicons import as_dictionary, dictionary_notes, match_dictionary, normalize_word
 from ..data.metadata import load_model_metadata, match_metadata, model_families
 from .mixed_model import paper_mixed
-from ..stats.permutation import N_PERM, bonferroni, mkinfer_perm_t_test, permutation_test
+from ..stats.permutation import N_PERM, bonferroni, mkinfer_perm_t_test, no_test_why, permutation_test
 from ..data.results import Result
 from ..data.scans import check_balance, select, validate_scans
 
@@ -372,7 +372,7 @@ def _signed_pool(med: pd.DataFrame, measure: str) -> pd.DataFrame:
     return (m[POSITIVE] - m[NEGATIVE]).rename(measure).dropna().reset_index()
 
 
-def _contrast_rows(med, measure, cats, group_names, n_perm, seed) -> list[dict]:
+def _contrast_rows(med, measure, cats, group_names, n_perm, seed, ledger) -> list[dict]:
     """With two categories: the group test of each model's within-model contrast, its signed pool of the second
     category minus the first's (Big Two: Communion − Agency). A model whose whole ranking moves more between
     positive and negative prompts moves both categories' signed pools alike; the contrast removes that."""
@@ -384,6 +384,8 @@ def _contrast_rows(med, measure, cats, group_names, n_perm, seed) -> list[dict]:
         in_b = (g2["group"] == gb).to_numpy()
         vals = g2[measure].to_numpy()
         out = permutation_test(vals, in_b, n_perm=n_perm, seed=seed)
+        if np.isnan(out["t"]):
+            ledger.note(f"group test {ga} vs {gb} ({cats[1]} − {cats[0]}, pooled): " + no_test_why(vals, in_b))
         how = (f"every one of the {out['n_perm']:,} relabellings" if out["exact"]
                else f"{out['n_perm']:,} random relabellings")
         rows.append({"family": FAMILY_POOLED, "framing": POOLED, "category": f"{cats[1]} − {cats[0]}",
@@ -417,8 +419,7 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
                 vals = g2[measure].to_numpy()
                 out = permutation_test(vals, in_b, n_perm=n_perm, seed=seed)  # t of b − a
                 if np.isnan(out["t"]):
-                    ledger.note(f"group test {ga} vs {gb} ({cat}, {fr}): needs at least 2 "
-                                "models per group")
+                    ledger.note(f"group test {ga} vs {gb} ({cat}, {fr}): " + no_test_why(vals, in_b))
                 how = (f"every one of the {out['n_perm']:,} relabellings" if out["exact"]
                        else f"{out['n_perm']:,} random relabellings")
                 rows.append({"family": FAMILY_POOLED if fr == POOLED else FAMILY_PANELS,
@@ -432,7 +433,7 @@ def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
                              f"permutation p (group labels permuted over models, {how}, two-sided)"})
     cats = sorted(med["category"].unique())
     if POOLED in levels and len(cats) == 2:
-        rows += _contrast_rows(med, measure, cats, group_names, n_perm, seed)
+        rows += _contrast_rows(med, measure, cats, group_names, n_perm, seed, ledger)
     res = pd.DataFrame(rows)
     res["diff"] = res["mean_b"] - res["mean_a"]
     for fam, idx in res.groupby("family", sort=False).groups.items():
@@ -469,6 +470,9 @@ def _permutations_paper(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
         a = g.loc[g["group"] == ga, measure].to_numpy()
         b = g.loc[g["group"] == gb, measure].to_numpy()
         out = mkinfer_perm_t_test(b, a, R=n_perm, seed=seed)  # t of b − a: one sign everywhere
+        if np.isnan(out["t"]):
+            why = no_test_why(np.r_[a, b], np.arange(len(a) + len(b)) < len(a))
+            ledger.note(f"group test {ga} vs {gb} ({cat}, {fr}): {why}")
         rows.append({"framing": fr, "category": cat, "group_a": ga, "group_b": gb,
                      "n_a": len(a), "n_b": len(b), "mean_a": a.mean() if len(a) else np.nan,
                      "mean_b": b.mean() if len(b) else np.nan, **out,

@@ -80,11 +80,14 @@ def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = N_PE
     Enumerates all C(n, n_a) relabellings when there are no more than ``n_perm`` or
     :data:`ENUMERATE_UP_TO` (then ``p = hits / C``: exact, and cheap, so a small ``n_perm`` never
     trades it for a few random draws); otherwise draws ``n_perm`` at random
-    (``p = (1 + hits) / (1 + n_perm)``).
+    (``p = (1 + hits) / (1 + n_perm)``). A measure equal for every unit has no t (0/0) and no p: NaN, not the
+    0 that no relabelling reaching a NaN t had given (a "***" beside t = NaN).
 
     >>> v = np.array([1.0, 1.1, 0.9, 5.0, 5.2, 4.8]); a = np.array([1, 1, 1, 0, 0, 0], bool)
     >>> r = permutation_test(v, a); r["exact"], round(r["p_value"], 3)
     (True, 0.1)
+    >>> permutation_test(np.full(6, 5.0), a)["p_value"]
+    nan
     """
     check_n_perm(n_perm)
     values = np.asarray(values, dtype="float64")
@@ -93,6 +96,8 @@ def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = N_PE
     if na < 2 or n - na < 2:
         return {"t": np.nan, "p_value": np.nan, "n_perm": 0, "exact": False}
     t_obs = float(welch_t(values[in_a], values[~in_a]))
+    if math.isnan(t_obs):  # every value the same: 0/0 (a t of +-inf, equal within groups only, is tested)
+        return {"t": np.nan, "p_value": np.nan, "n_perm": 0, "exact": False}
     exact = math.comb(n, na) <= max(n_perm, ENUMERATE_UP_TO)
     if exact:
         masks = np.zeros((math.comb(n, na), n), dtype=bool)
@@ -111,6 +116,18 @@ def permutation_test(values: np.ndarray, in_a: np.ndarray, *, n_perm: int = N_PE
     return {"t": t_obs, "p_value": float(p), "n_perm": int(len(masks)), "exact": exact}
 
 
+def no_test_why(values, in_a) -> str:
+    """Why a two-group test of ``values`` gave no t (NaN): too few units in a group, or one value everywhere.
+
+    >>> no_test_why([1.0, 2.0, 3.0], [True, False, False]), no_test_why([4.0] * 4, [True, True, False, False])
+    ('needs at least 2 models per group', 'the measure is the same for every model (no t, no p)')
+    """
+    values, in_a = np.asarray(values, dtype="float64"), np.asarray(in_a, dtype=bool)
+    if min(int(in_a.sum()), int((~in_a).sum())) < 2:
+        return "needs at least 2 models per group"
+    return "the measure is the same for every model (no t, no p)"
+
+
 def mkinfer_perm_t_test(x, y, *, R: int = MKINFER_R, seed: int = 0) -> dict:
     """R ``MKinfer::perm.t.test(x, y)`` with its defaults (Welch, two-sided, symmetric).
 
@@ -122,6 +139,8 @@ def mkinfer_perm_t_test(x, y, *, R: int = MKINFER_R, seed: int = 0) -> dict:
     >>> r = mkinfer_perm_t_test([1.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0])
     >>> r["exact"], r["n_perm"], round(r["p_value"], 4), round(r["perm_p_value"], 4)
     (True, 5040, 0.1443, 0.2)
+    >>> mkinfer_perm_t_test([5.0] * 3, [5.0] * 4)["perm_p_value"]  # R: "data are essentially constant"
+    nan
     """
     from scipy.stats import t as tdist
 
@@ -133,6 +152,8 @@ def mkinfer_perm_t_test(x, y, *, R: int = MKINFER_R, seed: int = 0) -> dict:
         return {"t": np.nan, "df": np.nan, "p_value": np.nan, "perm_p_value": np.nan,
                 "n_perm": 0, "exact": False}
     t_obs = float(welch_t(x, y))
+    if math.isnan(t_obs):  # every value the same: no t, no p (R's t.test stops: "data are essentially constant")
+        return {"t": np.nan, "df": np.nan, "p_value": np.nan, "perm_p_value": np.nan, "n_perm": 0, "exact": False}
     df = welch_df(x, y)
     z = np.concatenate([x, y])
     n = nx + ny
