@@ -20,7 +20,8 @@
    ~27 times and so overstates the evidence (see docs/paper_methods_b.md).
 4. A linear mixed model ``median_rank ~ group * category * framing`` with a random
    intercept per model: rmfast's (statsmodels' coding, every factor's first sorted level as
-   reference, Wald z) or, with ``method="paper"``, the paper's exactly
+   reference; t with nlme's containment df as the paper's, the Wald z beside it as ``p_z``) or,
+   with ``method="paper"``, the paper's exactly
    (:func:`~.mixed_model.paper_mixed`: positive framing as reference, nlme's t and df). The
    table's ``test`` and ``reference`` columns say which.
 
@@ -51,7 +52,7 @@ from ..data.framing import NEGATIVE, POSITIVE, framing_map
 from ..data.ledger import Ledger
 from ..data.lexicons import as_dictionary, dictionary_notes, match_dictionary, normalize_word
 from ..data.metadata import load_model_metadata, match_metadata, model_families
-from .mixed_model import paper_mixed
+from .mixed_model import containment_df, paper_mixed
 from ..stats.permutation import N_PERM, bonferroni, mkinfer_perm_t_test, no_test_why, permutation_test
 from ..data.results import Result
 from ..data.scans import check_balance, select, validate_scans
@@ -398,6 +399,10 @@ def _contrast_rows(med, measure, cats, group_names, n_perm, seed, ledger) -> lis
     return rows
 
 
+#: what the default mixed model's ``test`` column says
+TEST = "t with nlme's containment df (p_value, ci); p_z: Wald z, the normal approximation (statsmodels)"
+
+
 def _permutations(med, measure, n_perm, seed, ledger) -> pd.DataFrame:
     group_names = sorted(med["group"].unique())
     cols = ["family", "framing", "category", "group_a", "group_b", "n_a", "n_b", "statistic", "mean_a",
@@ -557,9 +562,10 @@ def _mixed_paper(med, measure, ledger) -> pd.DataFrame:
 
 def _mixed(med, measure, ledger) -> pd.DataFrame:
     """rmfast's mixed model: statsmodels' own coding (every factor's first level in sorted order
-    is its reference, so the framing's is *negative*) and Wald z-tests; :func:`paper_mixed` is
-    the paper's (positive framing as reference, nlme's t)."""
-    cols = ["term", "meaning", "coef", "se", "z", "p_value", "ci_low", "ci_high", "test", "reference"]
+    is its reference, so the framing's is *negative*), t-tests with nlme's containment df (the Wald
+    z's p beside them, ``p_z``: it had been the p, 26x too small for the group term on the Big Two);
+    :func:`paper_mixed` is the paper's (positive framing as reference)."""
+    cols = ["term", "meaning", "coef", "se", "df", "t", "p_value", "p_z", "ci_low", "ci_high", "test", "reference"]
     terms = [t for t in ("group", "category", "framing") if med[t].nunique() > 1]
     for t in ("group", "category", "framing"):
         if t not in terms:
@@ -578,8 +584,10 @@ def _mixed(med, measure, ledger) -> pd.DataFrame:
             return pd.DataFrame(columns=cols)
     for w in caught:
         ledger.note(f"mixed model warning: {str(w.message).splitlines()[0]}")
-    ci = fit.conf_int()
     names = [n for n in fit.fe_params.index]
+    dfs = np.array(containment_df(fit)[0], dtype=float)
+    coef, se = fit.fe_params[names].to_numpy(), fit.bse_fe[names].to_numpy()
+    half = deps.require("scipy.stats", "the mixed model").t.ppf(0.975, dfs) * se
     refs = {t: sorted(med[t].unique())[0] for t in terms}
 
     def meaning(name: str) -> str:  # a treatment-coded term: a contrast at the reference of every factor it omits
@@ -591,13 +599,18 @@ def _mixed(med, measure, ledger) -> pd.DataFrame:
         return (what + (f" at the reference ({', '.join(at)})" if at else "")
                 + ("; not a main effect" if at and len(parts) == 1 else ""))
 
-    out = pd.DataFrame({"term": names, "meaning": [meaning(n) for n in names],
-                        "coef": fit.fe_params[names].to_numpy(),
-                        "se": fit.bse_fe[names].to_numpy(),
-                        "z": fit.tvalues[names].to_numpy(), "p_value": fit.pvalues[names].to_numpy(),
-                        "ci_low": ci.loc[names, 0].to_numpy(), "ci_high": ci.loc[names, 1].to_numpy(),
-                        "test": "Wald z (normal approximation; statsmodels)",
+    tdist = deps.require("scipy.stats", "the mixed model").t
+    out = pd.DataFrame({"term": names, "meaning": [meaning(n) for n in names], "coef": coef, "se": se,
+                        "df": dfs.astype(int), "t": coef / se, "p_value": 2 * tdist.sf(np.abs(coef / se), dfs),
+                        "p_z": fit.pvalues[names].to_numpy(), "ci_low": coef - half, "ci_high": coef + half,
+                        "test": TEST,
                         "reference": ", ".join(f"{t} {sorted(med[t].unique())[0]}" for t in terms)})
     ledger.note(f"mixed model: {formula}, random intercept per model ({med['model'].nunique()} "
                 f"models, {len(med)} rows)")
+    if "group" in terms:
+        ledger.note("mixed model: a term with group AND category (or framing) is judged against each model's own "
+                    "prompts as replicates (its df counts model × prompt rows), which assumes every model of a group "
+                    "shares the group's preference; a per-model category slope widened its SE ~4x on paper B's Big "
+                    "Two (docs/paper_methods_b.md, 'Three verdicts'): for those terms read the permutation table, "
+                    "models as units")
     return out
