@@ -15,9 +15,10 @@ import time
 from rmfast.analysis.representations.similarity_replicates import coverage_simulation
 from rmfast.cpu import cpu_info
 
-#: (data sets, replicates, n, p, q, sigma^2): the docs' two settings, then a strong and a larger-n one
+#: (data sets, replicates, n, p, q, sigma^2): the docs' two settings, then a strong and a larger-n one, then n = d
+#: (the report's maps: 4,096 candidates of 2,048-4,096 dimensions) and n = 5d (a referee's RV2 settings)
 SETTINGS = [(200, 200, 40, 6, 4, 4.0), (100, 200, 40, 48, 48, 400.0), (200, 200, 40, 6, 4, 0.25),
-            (200, 200, 100, 6, 4, 1.0)]
+            (200, 200, 100, 6, 4, 1.0), (100, 200, 100, 100, 100, 900.0), (100, 200, 240, 48, 48, 400.0)]
 
 
 def main() -> None:

@@ -108,6 +108,36 @@ def test_coverage_simulation_with_a_known_truth():
     assert cov["cka_debiased"]["bca"] >= 0.85, cov
 
 
+def test_rv2s_own_intervals_under_cover_where_the_candidates_are_as_many_as_the_hidden_size():
+    """Every result's note had said RV2's intervals cover at or above nominal, never measured (a statistics referee):
+    where the candidates are about as many as the hidden size (the report's maps), RV2's replicates sit almost all
+    above its estimate and its percentile and BCa intervals cover far below 95 %; only the default recentred one
+    holds. The simulation now tracks RV2, the docs table it, and a result whose interval would under-cover says so."""
+    from rmfast.analysis.representations.similarity_bootstrap import interval_note
+    from rmfast.analysis.representations.similarity_replicates import coverage_simulation
+
+    truth, cov = coverage_simulation(R=24, B=60, n=40, p=48, q=48, s2=400.0)
+    rv2 = cov["rv2"]
+    assert rv2["below"] < 0.15 and rv2["percentile"] < 0.7 and rv2["recentred"] >= 0.85, rv2
+    assert "RV2 too with the default recentred interval" in interval_note("bca", 0.95, 200, 0)
+    assert "debiased CKA and RV2 at or above nominal" not in interval_note("bca", 0.95, 200, 0)
+
+
+def test_a_result_whose_rv2_interval_would_under_cover_says_so(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 12)).astype("float32")
+    Y = (X @ rng.normal(size=(12, 12)) + 3 * rng.normal(size=(40, 12))).astype("float32")
+    write_states(tmp_path / "a.states", np.arange(40), {"last_prenorm": X})
+    write_states(tmp_path / "b.states", np.arange(40), {"last_prenorm": Y})
+    said = {}
+    for interval in ("recentred", "percentile"):
+        res = similarity(tmp_path / "a.states", tmp_path / "b.states", bootstrap=20, permutations=0,
+                         interval=interval)
+        said[interval] = [n for n in res.notes if n.startswith("RV2's")]
+    assert said["recentred"] == [] and len(said["percentile"]) == 1
+    assert "40 candidates against a hidden size of 12" in said["percentile"][0]
+
+
 def _bca_by_hand(obs, boot, jack, level):
     """Efron & Tibshirani (1993) §14.3, written out apart from rmfast's code: scipy's normal, np.percentile."""
     from scipy.stats import norm

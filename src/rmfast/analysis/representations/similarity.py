@@ -80,7 +80,8 @@ from ..stats.permutation import holm
 from .similarity_guards import MEASURES, NULL_NOTE, check_replicates, dominance_note, small_n_note, undefined_reasons  # noqa: F401
 from .similarity_progress import progress_bar, timed
 from .similarity_bootstrap import (MIN_TRUSTED_BOOTSTRAP, bootstrap_interval,  # noqa: F401 (re-exported)
-                                   bca_gaps_note, check_interval, interval_note, jackknife_blocks, jackknife_count)
+                                   bca_gaps_note, check_interval, interval_note, jackknife_blocks, jackknife_count,
+                                   rv2_note)
 
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
@@ -641,7 +642,8 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     res.notes += [note] if (note := small_n_note(pairs, n, {"A": p, "B": q})) else []
     if bootstrap:
         res.notes += [interval_note(interval, level, bootstrap, seed, blocks)] + (
-            [gaps] if interval == "bca" and (gaps := bca_gaps_note(pairs)) else [])
+            [gaps] if interval == "bca" and (gaps := bca_gaps_note(pairs)) else []) + (
+            [rv2] if (rv2 := rv2_note(interval, n, max(p, q))) else [])
     if permutations:
         for m in MEASURES:  # the layer pairs are one family of tests per measure
             pairs[f"p_{m}_holm"] = holm(pairs[f"p_{m}"].to_numpy())

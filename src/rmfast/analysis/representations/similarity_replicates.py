@@ -56,18 +56,21 @@ def coverage_simulation(R: int = 40, B: int = 100, n: int = 40, p: int = 6, q: i
     """How often each interval covers a known population value: R data sets of n rows from X ~ N(0, I_p),
     Y = XW + sqrt(s2)·E (W fixed by ``seed``), population CKA = ‖W‖²_F / (√p ‖W'W + s2·I‖_F), the value debiased
     CKA estimates without bias; B replicates (and the jackknife) per data set. Returns (truth, {measure:
-    {"below": mean share of replicates below the estimate, interval: coverage}}) for CKA and debiased CKA
-    (docs/representations.md's table: ``benchmarks/similarity_coverage.py``).
+    {"below": mean share of replicates below the estimate, interval: coverage}}) for CKA, debiased CKA and RV2
+    (docs/representations.md's table: ``benchmarks/similarity_coverage.py``; RV2's population value is the same
+    ratio: the RV coefficient of the population covariances).
 
     >>> truth, cov = coverage_simulation(R=2, B=20)
     >>> round(truth, 3), sorted(cov["cka"])
     (0.402, ['basic', 'bca', 'below', 'percentile', 'recentred'])
+    >>> sorted(cov)
+    ['cka', 'cka_debiased', 'rv2']
     """
     rng = np.random.default_rng(seed)
     W = rng.normal(size=(p, q))  # (p, q)
     Syy = W.T @ W + s2 * np.eye(q)  # (q, q)
     truth = float((W * W).sum() / np.sqrt(p * (Syy * Syy).sum()))
-    hits: dict = {m: {k: [] for k in ("below", *INTERVALS)} for m in ("cka", "cka_debiased")}
+    hits: dict = {m: {k: [] for k in ("below", *INTERVALS)} for m in ("cka", "cka_debiased", "rv2")}
     for r in range(R):
         X = rng.normal(size=(n, p))  # (n, p)
         Y = X @ W + np.sqrt(s2) * rng.normal(size=(n, q))  # (n, q)
