@@ -204,6 +204,12 @@ def test_agreement_says_what_a_referee_asks_of_its_numbers():
     assert any("RSA p-values: one-sided (greater), each test alone: 5 tests" in x for x in res.notes)
     tested = res.rsa.dropna(subset=["r"])
     assert len(tested) >= 3 and not tested["exact"].any() and (tested["seed"] == 0).all() and (tested["n_perm"] == 200).all()
+    # the figure's stars say what the ledger says: one-sided, uncorrected over the figure's tests (it said neither)
+    from rmfast.analysis.render.plots import rsa_bars
+
+    assert (res.rsa["alternative"] == "greater").all()
+    title = rsa_bars(res.rsa).axes[0].get_title()
+    assert f"one-sided (greater), each of {len(tested)} tests uncorrected" in title, title
 
 
 # ---------------------------------------------------------------- regression / sentiment

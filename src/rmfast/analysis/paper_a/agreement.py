@@ -185,7 +185,7 @@ def agreement(df: pd.DataFrame, *, join: str = "text", metadata=None, rbo_p: flo
         pairs=pairs,
         mds=pd.DataFrame(mds_rows, columns=["prompt", "model", "x", "y", "stress1"]),
         rsa=pd.DataFrame(rsa_rows, columns=["prompt", "predictor", "r", "p_value", "n_perm",
-                                            "exact", "seed", "n_models", "n_pairs"]),
+                                            "exact", "seed", "n_models", "n_pairs"]).assign(alternative=rsa_alternative),
         vocabulary=pd.concat(vocab, ignore_index=True)[
             ["prompt", "model", "rows", "duplicated", "not_shared", "shared"]],
         join=join, rbo_p=rbo_p, method=method)

@@ -346,6 +346,17 @@ def repel_labels(points: np.ndarray, sizes: np.ndarray, radius: float, *, bounds
     return centers
 
 
+def rsa_title(sides: str, tests: int) -> str:
+    """The RSA figure's title: what its stars are (the p-values' sides, and that they are not corrected over the
+    figure's tests: 11 of 15 had stars on EloEverything with collinear predictors, and the figure said neither).
+
+    >>> rsa_title("one-sided (greater)", 15).splitlines()[1]
+    '(* p<.05, ** p<.01, *** p<.001: permutation p, one-sided (greater), each of 15 tests uncorrected)'
+    """
+    return ("RSA: model agreement vs model metadata\n(* p<.05, ** p<.01, *** p<.001: permutation p, "
+            f"{sides}, each of {tests} tests uncorrected)")
+
+
 def rsa_bars(rsa: pd.DataFrame):
     """RSA correlation per metadata predictor (bars) per prompt, with permutation p-values."""
     prompts = list(pd.unique(rsa["prompt"]))
@@ -369,8 +380,9 @@ def rsa_bars(rsa: pd.DataFrame):
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(np.arange(len(preds)), [p.replace("_", " ") for p in preds], fontsize=9)
     ax.set_ylabel("Spearman r (tau matrix vs predictor)")
-    ax.set_title("RSA: model agreement vs model metadata  (* p<.05, ** p<.01, *** p<.001; "
-                 "permutation)", fontsize=10)
+    alt = str(rsa["alternative"].iloc[0]) if "alternative" in rsa and len(rsa) else "greater"
+    sides = "two-sided" if alt == "two-sided" else f"one-sided ({alt})"
+    ax.set_title(rsa_title(sides, int(rsa["r"].notna().sum())), fontsize=10)
     fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="outside lower center")
     ax.grid(axis="y", alpha=0.3)
     return fig
