@@ -87,6 +87,20 @@ def test_mds_recovers_a_planar_configuration():
     np.testing.assert_allclose(got, delta, atol=1e-6)
 
 
+def test_mds_stress1_is_kruskals():
+    """stress-1 is Kruskal's, sqrt(Σ (d − δ)² / Σ d²) over the fitted distances d (it had been divided by Σ δ²,
+    the dissimilarities': 0.256 where Kruskal's gives 0.265 on EloEverything; a referee's check)."""
+    rng = np.random.default_rng(4)
+    pts = rng.normal(size=(8, 5))  # 5-d points in 2-d: a fit that cannot be perfect
+    delta = np.sqrt(((pts[:, None] - pts[None]) ** 2).sum(-1))
+    fit = mds(delta)
+    d = np.sqrt(((fit.coords[:, None] - fit.coords[None]) ** 2).sum(-1))
+    iu = np.triu_indices(8, 1)
+    want = np.sqrt(((d[iu] - delta[iu]) ** 2).sum() / (d[iu] ** 2).sum())
+    assert fit.stress1 == pytest.approx(want, rel=1e-9) and 0.05 < want
+    assert fit.stress1 != pytest.approx(np.sqrt(((d[iu] - delta[iu]) ** 2).sum() / (delta[iu] ** 2).sum()), rel=1e-4)
+
+
 # ---------------------------------------------------------------- RSA
 def _family_tau(fams, within=0.7, across=0.3, noise=0.02, seed=0):
     rng = np.random.default_rng(seed)

@@ -235,6 +235,13 @@ def test_prompt_agreement_planted():
     m = prompt_agreement(d).matrix("m")
     # p vs r: one discordant pair (c, d) of 6 → tau = (5 − 1)/6
     assert m.loc["p", "q"] == -1.0 and m.loc["p", "r"] == pytest.approx(4 / 6)
+    # two shared texts: tau +-1 with p = 1, no correlation at all; left out with a note (agreement refuses below 3)
+    two = d.assign(score=d["score"].where(~((d["prompt"] == "r") & d["text"].isin(["a", "b"]))))
+    res = prompt_agreement(two)
+    assert set(zip(res.pairs["prompt_a"], res.pairs["prompt_b"])) == {("p", "q")}
+    assert any("prompts 'p' and 'r' share 2 scored text(s); fewer than 3" in n for n in res.notes), res.notes
+    with pytest.raises(UserError, match="sharing at least 3 scored texts"):
+        prompt_agreement(d[d["text"].isin(["a", "b"])])
 
 
 def test_significance_levels():

@@ -20,6 +20,7 @@ from ..data.ledger import Ledger
 from ..data.results import Result
 from ..data.scans import select, validate_scans
 from ..data.shared_vocab import dedupe_text
+from ..stats.rank_stats import note_underflow
 
 
 @dataclass(kw_only=True)
@@ -68,12 +69,17 @@ def prompt_agreement(df: pd.DataFrame, *, models=None, prompts=None) -> PromptAg
         for i, a in enumerate(ps):
             for b in ps[i + 1:]:
                 both = wide[[a, b]].dropna()
+                if len(both) < 3:  # 2 texts give tau = +-1 with p = 1 (agreement and human refuse below 3 too)
+                    ledger.note(f"model {m!r}: prompts {a!r} and {b!r} share {len(both)} scored text(s); fewer than "
+                                "3: no rank correlation")
+                    continue
                 kt = stats.kendalltau(both[a], both[b], variant="b")
                 rows.append({"model": m, "prompt_a": a, "prompt_b": b, "n": len(both),
                              "kendall_tau_b": float(kt.statistic), "kendall_p": float(kt.pvalue)})
     if not rows:
-        raise UserError("no model has two prompts; prompt agreement needs scans of one model "
-                        "under at least two prompts")
+        raise UserError("no model has two prompts sharing at least 3 scored texts; prompt agreement needs scans of "
+                        "one model under at least two prompts, of the same candidates")
     res = PromptAgreementResult(pairs=pd.DataFrame(rows))
+    note_underflow(res.pairs, ["kendall_p"], ledger)
     res.take_ledger(ledger)
     return res
