@@ -230,3 +230,18 @@ def test_a_nan_bca_interval_beside_a_finite_estimate_is_noted(tmp_path):
     row = res.pairs.iloc[0]
     assert np.isfinite(row["rv"]) and np.isnan(row["rv_lo"])
     assert any("BCa interval(s) are NaN beside a finite estimate" in t for t in res.notes), res.notes
+
+
+def test_a_holm_floor_at_or_past_05_is_said(tmp_path):
+    """With 19 permutations and 2 layer pairs no Holm-adjusted p can reach .05 (its floor is 2/20); the note gave only
+    the unadjusted floor (a referee's nit). Now it says so and how many permutations would do."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(30, 6)).astype("float32")
+    write_states(tmp_path / "a.states", np.arange(30), {"last_prenorm": X, "layer_1": X[:, ::-1].copy()})
+    write_states(tmp_path / "b.states", np.arange(30), {"last_prenorm": X + rng.normal(size=(30, 6)).astype("float32")})
+    res = similarity(tmp_path / "a.states", tmp_path / "b.states", bootstrap=0, permutations=19)
+    assert len(res.pairs) == 2
+    assert any("its smallest possible is 0.1: no pair can reach .05; give at least 40 permutations" in n
+               for n in res.notes), res.notes
+    res = similarity(tmp_path / "a.states", tmp_path / "b.states", bootstrap=0, permutations=99)
+    assert not any("no pair can reach" in n for n in res.notes)

@@ -81,7 +81,7 @@ from .similarity_guards import MEASURES, NULL_NOTE, check_replicates, dominance_
 from .similarity_progress import progress_bar, timed
 from .similarity_bootstrap import (MIN_TRUSTED_BOOTSTRAP, bootstrap_interval,  # noqa: F401 (re-exported)
                                    bca_gaps_note, check_interval, interval_note, jackknife_blocks, jackknife_count,
-                                   rv2_note)
+                                   lost_note, permutation_note, rv2_note)
 
 JOINS = ("auto", "id", "text")
 SHIFT_ROWS = 1024
@@ -612,7 +612,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
     blocks = jackknife_count(n) if interval == "bca" and bootstrap else 0
     values = _all_values(a, b, ra, rb, la, lb, bootstrap, permutations, seed=seed, chunk_rows=chunk_rows,
                          max_bytes=max_bytes, shifts=shifts, progress=progress, n=n, jackknife=blocks)
-    rows = []
+    rows, lost = [], {}  # lost: per measure, the most replicates of one layer pair that came out NaN
     for x in la:
         for y in lb:
             o = values["obs"][(x, y)]
@@ -622,6 +622,7 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
                 boot = np.array([values[("boot", i)][(x, y)][m] for i in range(bootstrap)])
                 jack = np.array([values[("jack", g)][(x, y)][m] for g in range(blocks)])
                 row[f"{m}_lo"], row[f"{m}_hi"] = bootstrap_interval(o[m], boot, level, interval, jack)
+                lost[m] = max(lost.get(m, 0), int((~np.isfinite(boot)).sum()))  # left out by bootstrap_interval
             for m in MEASURES:
                 perm = np.array([values[("perm", i)][(x, y)][m] for i in range(permutations)])
                 row[f"p_{m}"] = _pvalue(o[m], perm) if permutations else math.nan
@@ -636,17 +637,14 @@ def similarity(a, b, *, layers_a=None, layers_b=None, bootstrap: int = MIN_TRUST
         res.notes.append(f"measured on {n:,} of the {shared:,} shared candidates: a random sample (seed {seed}, "
                          "max_rows)")
     pairs["undefined"], undefined = undefined_reasons(pairs, a, b, la, lb, ra, rb)
-    if undefined:
-        res.notes.append(undefined)
-    res.notes += [note] if (note := dominance_note([("A", a, la, ra), ("B", b, lb, rb)])) else []
-    res.notes += [note] if (note := small_n_note(pairs, n, {"A": p, "B": q})) else []
+    said = [undefined, dominance_note([("A", a, la, ra), ("B", b, lb, rb)]), small_n_note(pairs, n, {"A": p, "B": q})]
     if bootstrap:
-        res.notes += [interval_note(interval, level, bootstrap, seed, blocks)] + (
-            [gaps] if interval == "bca" and (gaps := bca_gaps_note(pairs)) else []) + (
-            [rv2] if (rv2 := rv2_note(interval, n, max(p, q))) else [])
+        said += [interval_note(interval, level, bootstrap, seed, blocks),
+                 bca_gaps_note(pairs) if interval == "bca" else None, rv2_note(interval, n, max(p, q)),
+                 lost_note(lost, bootstrap)]
+    res.notes += [x for x in said if x]
     if permutations:
         for m in MEASURES:  # the layer pairs are one family of tests per measure
             pairs[f"p_{m}_holm"] = holm(pairs[f"p_{m}"].to_numpy())
-        res.notes.append(f"p_<measure>: {permutations} permutations of B's rows (seed {seed}); smallest possible p = "
-                         f"{1 / (1 + permutations):.3g}; p_<measure>_holm: Holm over the {len(pairs)} layer pairs")
+        res.notes.append(permutation_note(permutations, seed, len(pairs)))
     return res

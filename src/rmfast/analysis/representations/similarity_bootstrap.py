@@ -173,6 +173,32 @@ def rv2_note(method: str, n: int, hidden: int) -> str | None:
             "interval with --interval recentred (the default, 97-98 % there), or debiased CKA's")
 
 
+def lost_note(lost: dict, bootstrap: int) -> str | None:
+    """The note where replicates came out NaN and :func:`bootstrap_interval` left them out (``lost``: per measure,
+    the most of one layer pair), else None: an interval end may rest on fewer replicates than the note names.
+
+    >>> lost_note({"cka": 0, "rv2": 3}, 200)
+    'replicates undefined (NaN) were left out of the intervals: up to 3 of 200 for rv2 in a layer pair'
+    """
+    said = [f"{v} of {bootstrap} for {m}" for m, v in lost.items() if v]
+    return ("replicates undefined (NaN) were left out of the intervals: up to " + ", ".join(said) + " in a layer pair"
+            if said else None)
+
+
+def permutation_note(permutations: int, seed: int, pairs: int) -> str:
+    """The note on the permutation p-values: their floor, and Holm's over the layer pairs where it is .05 or more
+    (no adjusted p can then reach .05: with 19 permutations, any two pairs).
+
+    >>> "is 0.2: no pair can reach .05; give at least 80 permutations" in permutation_note(19, 0, 4)
+    True
+    """
+    floor = 1 / (1 + permutations)
+    return (f"p_<measure>: {permutations} permutations of B's rows (seed {seed}); smallest possible p = {floor:.3g}; "
+            f"p_<measure>_holm: Holm over the {pairs} layer pairs"
+            + (f" (its smallest possible is {min(1.0, floor * pairs):.3g}: no pair can reach .05; give at least "
+               f"{20 * pairs} permutations where a p matters)" if floor * pairs >= 0.05 else ""))
+
+
 def bca_gaps_note(pairs) -> str | None:
     """The note where a BCa interval is NaN beside a finite estimate (every replicate on one side of it, or a
     jackknife block whose measure is undefined: no acceleration), else None."""
@@ -184,5 +210,5 @@ def bca_gaps_note(pairs) -> str | None:
             "(--interval recentred) there") if gaps else None
 
 
-__all__ = ["INTERVALS", "bca_gaps_note", "rv2_note", "JACKKNIFE_BLOCKS", "MIN_TRUSTED_BOOTSTRAP", "acceleration", "bca_levels",
+__all__ = ["INTERVALS", "bca_gaps_note", "lost_note", "permutation_note", "rv2_note", "JACKKNIFE_BLOCKS", "MIN_TRUSTED_BOOTSTRAP", "acceleration", "bca_levels",
            "bootstrap_interval", "check_interval", "interval_note", "jackknife_blocks", "jackknife_count"]
