@@ -94,7 +94,8 @@ def fig1_figure(med: pd.DataFrame, tests: pd.DataFrame, *, fig_id: str, dictiona
         Line2D([], [], ls="", marker="o", ms=6, mfc="none", mec="grey",
                label="one model: mean over prompts of those medians"),
         Line2D([], [], ls="", marker="D", ms=5, color="black",
-               label="group: mean of the model × prompt medians ± SE"),
+               label="group: mean of the model × prompt medians ± SE over those rows (the paper's; "
+                     "over models: 2-4.5x wider)"),
         Line2D([], [], ls="-", color="black", lw=0.8,
                label=f"paper's test: Welch t of {' − '.join(groups[::-1])} over the "
                f"{_rows_per_panel(med)} model × prompt rows per panel, {corr} "
