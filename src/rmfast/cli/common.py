@@ -306,8 +306,9 @@ def _sigterm_as_interrupt():
         return
     try:
         yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    finally:  # put back only its own: a drained server ignores a second signal, to the process's very end
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, old)
 
 
 def _write_fix(e: OSError, args) -> str:

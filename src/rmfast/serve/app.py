@@ -91,6 +91,7 @@ class Ctx:
         self.said_short_end = False
         self._paths: frozenset | None = None
         self.other_names: set = set()  # /classify model names not this server's, said once each
+        self.admitted = 0  # requests whose whole body came and that are not yet answered: a drain waits for them
 
     def paths(self, app) -> frozenset:
         """The app's route paths (the metrics' route labels; any other path is counted as "other")."""
@@ -127,7 +128,7 @@ class Ctx:
             scores = score.result()
         except QueueFull as e:
             raise ApiError(429, str(e), {"Retry-After": str(e.retry_after)}) from None
-        except Draining:
+        except Draining:  # the scheduler stopped (a body that came after the drain ended)
             raise ApiError(503, DRAINING) from None
         bad = np.flatnonzero(~np.isfinite(scores))
         if bad.size:
@@ -379,6 +380,7 @@ class _Count:
         status, limit, size = 500, ctx.config.max_body_bytes, content_length(scope)
         if ctx.sched.draining and path not in OPEN_ROUTES:
             status = 503
+            log.warning("rmfast serve: %s %s -> 503: %s", scope["method"], path, DRAINING)
             await error_response(503, DRAINING)(scope, receive, send)
         elif size is not None and size > limit:  # refused unread (body_cap's module doc)
             status, (line, extra) = 413, too_large(limit, size)
@@ -387,7 +389,15 @@ class _Count:
                 await drain(receive)
             await error_response(413, line, extra=extra)(scope, receive, send)
         else:
-            receive = capped(receive, limit)
+            admitted = False
+
+            def arrived():  # the whole body came: taken, so answered even if a drain begins now (server.run_server)
+                nonlocal admitted
+                if not admitted:
+                    admitted, ctx.admitted = True, ctx.admitted + 1
+
+            receive = capped(receive, limit, arrived)
+
             async def counted(message):
                 nonlocal status, started
                 if message["type"] == "http.response.start":
@@ -405,6 +415,9 @@ class _Count:
                 line = internal_line(exc)  # the client gets one line; the log the traceback (a bug's is needed)
                 log.error("rmfast serve: %s %s -> 500: %s", scope["method"], path, line, exc_info=exc)
                 await error_response(500, line)(scope, receive, counted)
+            finally:
+                if admitted:
+                    ctx.admitted -= 1
         route = path if path in ctx.paths(self.owner) else "other"
         ctx.metrics.request(route, status, time.perf_counter() - t0,
                             scored=scope["method"] == "POST" and route != "other" and status == 200)
@@ -590,7 +603,8 @@ def _info_routes(app, ctx: Ctx) -> None:
 
     @app.get("/metrics", dependencies=[Depends(ctx.auth)])
     async def get_metrics():
-        return PlainTextResponse(ctx.metrics.text(ctx.core, ctx.sched), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(ctx.metrics.text(ctx.core, ctx.sched, ctx.admitted),
+                                 media_type="text/plain; version=0.0.4")
 
 
 def _sigmoid(x: float) -> float:

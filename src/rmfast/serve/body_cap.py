@@ -42,8 +42,9 @@ async def drain(receive) -> None:
             return
 
 
-def capped(receive, limit: int):
-    """``receive`` that counts the body's bytes and raises :class:`PastCap` (the rest drained) past ``limit``."""
+def capped(receive, limit: int, arrived=None):
+    """``receive`` that counts the body's bytes and raises :class:`PastCap` (the rest drained) past ``limit``;
+    ``arrived()`` is called once the whole body has come (the server's drain counts the request from then on)."""
     seen = 0
 
     async def counted():
@@ -55,6 +56,8 @@ def capped(receive, limit: int):
                 if m.get("more_body", False):
                     await drain(receive)
                 raise PastCap(seen)
+            if not m.get("more_body", False) and arrived is not None:
+                arrived()
         return m
 
     return counted

@@ -44,7 +44,8 @@ class Metrics:
                 self.latency_sum += seconds
                 self.latency_n += 1
 
-    def text(self, core, scheduler) -> str:
+    def text(self, core, scheduler, admitted: int | None = None) -> str:
+        """The Prometheus text; ``admitted``: the app's requests taken and not yet answered (:class:`rmfast.serve.app.Ctx`)."""
         out = []
 
         def metric(name: str, kind: str, help_: str, samples):
@@ -73,6 +74,10 @@ class Metrics:
             metric("rmfast_queue_samples", "gauge", "samples waiting for a wave", [("", scheduler.n_waiting)])
             metric("rmfast_in_flight_requests", "gauge", "requests submitted and not yet answered",
                    [("", scheduler.in_flight)])
+            if admitted is not None:
+                metric("rmfast_taken_requests", "gauge", "requests whose whole body came and that are not yet answered "
+                       "(some still being read or tokenized: a drain answers them all before the exit)",
+                       [("", admitted)])
             if hasattr(scheduler, "wave_s_total"):
                 metric("rmfast_wave_seconds_total", "counter", "seconds the waves took to score (over "
                        "rmfast_waves_total: the mean wave time; over rmfast_samples_total: per sample)",

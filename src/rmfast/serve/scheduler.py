@@ -46,7 +46,7 @@ class QueueFull(Exception):
 
 
 class Draining(Exception):
-    """The server is shutting down: it finishes the requests it has and takes no new ones."""
+    """The scheduler has stopped (the server's shutdown, after its drain): no wave will run for these samples."""
 
 
 @dataclass(eq=False)  # a request is itself (the queue removes it by identity)
@@ -78,6 +78,7 @@ class Scheduler:
         self.in_flight = 0  # requests submitted and not yet answered
         self.n_running = 0  # samples of the wave being scored (its clients may have gone: it runs to its end)
         self.draining = False
+        self.stopped = False  # stop() ran: no wave runs any more
         self._nap: asyncio.Future | None = None  # the loop's wait for a sample (or the gather's deadline): :meth:`_wait`
         self._task: asyncio.Task | None = None
         self._loop_of: asyncio.AbstractEventLoop | None = None  # the loop the scheduler runs on (:meth:`drain`)
@@ -96,8 +97,9 @@ class Scheduler:
         self._task = self._loop_of.create_task(self._loop())
 
     def drain(self) -> None:
-        """Take no new requests (:class:`Draining`), and end a linger under way now: no client sends again. Safe from
-        a signal handler (the wake-up goes through the loop's thread-safe call)."""
+        """The drain: the server's door (:class:`rmfast.serve.app._Count`) takes no new requests; those it took are
+        still scored here, in waves that wait for nothing more (no linger, no --max-wait-ms: :meth:`_wait_left`).
+        Safe from a signal handler (the wake-up goes through the loop's thread-safe call)."""
         self.draining = True
         if self._loop_of is not None and not self._loop_of.is_closed():
             self._loop_of.call_soon_threadsafe(self._wake)
@@ -108,6 +110,7 @@ class Scheduler:
             self._nap.set_result(None)
 
     async def stop(self) -> None:
+        self.stopped = True
         if self._task is not None:
             self._task.cancel()
             try:
@@ -117,8 +120,9 @@ class Scheduler:
         self._pool.shutdown(wait=True)
 
     async def score(self, samples: list[Sample]) -> np.ndarray:
-        """The samples' scores, once their wave has run (raises :class:`QueueFull`, :class:`Draining`)."""
-        if self.draining:
+        """The samples' scores, once their wave has run (raises :class:`QueueFull`, :class:`Draining` once stopped).
+        Taken while draining too: a request the server took before the drain (tokenized meanwhile) is answered."""
+        if self.stopped:
             raise Draining()
         if self.n_waiting + len(samples) > self.max_queue:
             raise QueueFull(self.n_waiting, self.max_queue, self.retry_after())
@@ -194,8 +198,9 @@ class Scheduler:
 
     def _wait_left(self) -> tuple[float, float]:
         """Seconds the next wave may still wait for samples: (its oldest sample's own max_wait_s, the linger's; 0 where
-        it does not linger). Both 0 where the queue emptied meanwhile (its clients went)."""
-        if not self.waiting:
+        it does not linger). Both 0 where the queue emptied meanwhile (its clients went), and while draining (no client
+        sends again: the samples waiting are scored now, where they had waited out --max-wait-ms)."""
+        if not self.waiting or self.draining:
             return 0.0, 0.0
         now = time.perf_counter()
         linger = self.max_wait_s - (now - self._answered_at) if self._lingering(now) else 0.0

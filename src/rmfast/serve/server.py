@@ -1,6 +1,6 @@
 """Running the server: the model loaded once, the app on uvicorn, one line at start, and a drain on SIGTERM or
-Ctrl-C (requests in flight finish, new ones get 503, then exit 0; a second signal exits at once, 1, its requests
-unanswered).
+Ctrl-C (every request taken finishes, those still being tokenized too (:func:`drained`), new ones get 503, then exit
+0; a second signal exits at once, 1, its requests unanswered; after the drain the signals are ignored).
 
 One process drives one device (``rmfast serve MODEL --device cuda:N`` per GPU); many replicas behind one address
 with each group's prompt on one replica: ``rmfast serve MODEL --ray`` (:mod:`rmfast.serve.ray_app`, docs/scale_out.md).
@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -188,21 +189,34 @@ def run_server(app, sched: Scheduler, opts: ServeOptions, banner: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("rmfast.serve").setLevel(logging.INFO)
 
+    ctx = app.state.ctx  # its admitted requests: taken before the drain (their bodies in), answered before the exit
+
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig, frame):  # not uvicorn's: it would raise the signal again after the shutdown
             if sched.draining:  # a second signal: now. Not through uvicorn's forced shutdown: that still waited for the
                 # running wave (the scheduler's worker thread) and then logged the lifespan's CancelledError traceback
-                print(f"rmfast serve: a second signal: exit now ({sched.in_flight} requests in flight not answered)",
+                print(f"rmfast serve: a second signal: exit now ({ctx.admitted} requests in flight not answered)",
                       file=sys.stderr, flush=True)
                 os._exit(1)
             sched.drain()
-            print(f"rmfast serve: draining ({sched.in_flight} requests in flight; new ones get 503), then exit; "
+            print(f"rmfast serve: draining ({ctx.admitted} requests in flight; new ones get 503), then exit; "
                   "a second signal exits now", file=sys.stderr, flush=True)
 
         async def on_tick(self, counter: int) -> bool:
             if sched.draining:
-                return sched.in_flight == 0 and not sched.waiting
+                return drained(ctx, sched)
             return await super().on_tick(counter)
+
+        @contextmanager
+        def capture_signals(self):  # uvicorn's gives the signals back to their defaults once serve() ends: a second
+            # one in the rest of the teardown (asyncio.run's, then the interpreter's: a second or two) killed the
+            # process by the signal. Every request is answered by then: the signals are ignored instead (a Python
+            # handler would not do: the interpreter's finalization resets those to the default, not an ignore)
+            with super().capture_signals():
+                yield
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_IGN)
 
         async def startup(self, sockets=None):
             await super().startup(sockets)
@@ -220,6 +234,12 @@ def run_server(app, sched: Scheduler, opts: ServeOptions, banner: str) -> int:
         raise UserError(f"could not listen on {opts.host}:{opts.port} (in use, or not an address of this machine); "
                         "choose another --port or --host")
     return 0
+
+
+def drained(ctx, sched: Scheduler) -> bool:
+    """Whether a draining server has answered every request it took: those whose bodies came (``ctx.admitted``, some
+    still being tokenized: they had got 503 and the server had exited under them) and those in the scheduler."""
+    return ctx.admitted == 0 and sched.in_flight == 0 and not sched.waiting
 
 
 def free_port() -> int:
