@@ -1035,6 +1035,28 @@ def test_verl_compute_score_and_the_trl_remote_reward(rm):
         assert mixed == [empty, want[0][0]]
 
 
+def test_slimes_sample_is_bounded_before_its_end_marks_are_read(rm, monkeypatch):
+    """/reward dropped a reply's end marks one at a time, copying the reply each time, before any size check: a reply
+    of 400,000 '</s>' held every client 11 s on the event loop (a hostile walk). The marks are now cut in one slice,
+    and a text no tokenization could fit is refused before they are read."""
+    from rmfast.serve import app as A
+    from rmfast.serve.turns import drop_end_marks
+
+    assert drop_end_marks("x" + "</s>" * 1000 + "<|im_end|>") == "x"
+    assert drop_end_marks("a</s>b</s>") == "a</s>b"
+    app, core = _app(rm)
+    huge = "x" + "</s>" * (512 * core.longest_token_chars // 4 + 1)
+
+    def never(*a, **k):
+        raise AssertionError("the reply was read before its size was checked")
+
+    monkeypatch.setattr(A, "drop_end_marks", never)
+    monkeypatch.setattr(A, "prompt_turns", never)
+    with running(app) as url:
+        r = httpx.post(f"{url}/reward", json={"prompt": "hi", "response": huge}, timeout=60)
+    assert r.status_code == 413 and "characters: more than 512 tokens could hold" in r.json()["error"]["message"]
+
+
 def test_slimes_remote_rm_reads_a_bare_number_in_the_rms_own_template(rm):
     """slime's ``remote_rm`` (``--rm-type remote_rm --rm-url .../reward``): its body and its read, as it does them
     (aiohttp, ``raise_for_status``, the JSON body taken as the reward). Its prompt as the policy rendered it, as

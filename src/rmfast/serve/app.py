@@ -268,6 +268,7 @@ class Ctx:
         any other text as the user's message. The reply's own end-of-turn mark is dropped. An empty reply is
         scored as an empty assistant turn, and a reply that merges with the template as the whole conversation
         re-tokenizes: slime retries a refused sample and then stops its run."""
+        self.fits_chars([(0, prompt), (0, response)], "sample")  # before any reading of the texts (module doc)
         read = "messages" if not isinstance(prompt, str) else "text"
         got = prompt_turns(prompt) if read == "text" else None
         if got is not None:
