@@ -212,8 +212,8 @@ class RemoteScorer:
     def score(self, conversations, responses, *, nonfinite: str = "warn", compat: str | None = None, **_ignored):
         """Scores of ``responses[i][j]`` to ``conversations[i]``, the same shape; a server error is one UserError.
         ``compat``: "decode-retokenize" scores a response that merges with the template as the template renders it.
-        A request of more samples than the server's queue holds is sent again in parts that fit (the server's 413
-        names its --max-queue), and so is every later one; a request whose body is past the server's --max-body-mb,
+        A request of more samples than the server's queue holds is sent again in parts of half of it (the server's
+        413 names its --max-queue), and so is every later one; a request whose body is past the server's --max-body-mb,
         in halves until the parts fit (a single sample past it is a :class:`ServerTooLong`)."""
         from ..scoring.conversation import call_lists
 
@@ -237,9 +237,10 @@ class RemoteScorer:
 
     def _smaller(self, e: Exception, n: int) -> None:
         """The parts' size after the server refused a request of ``n`` samples (``e``), or ``e`` again where no
-        smaller part could help: the queue's own size (:class:`TooManySamples`) or half the request's samples
-        (:class:`BodyTooLarge`; one sample alone is too long)."""
-        most = e.limit if isinstance(e, TooManySamples) else n // 2
+        smaller part could help: half the queue's size (:class:`TooManySamples`: a part of the whole queue fits only
+        an empty one, so with other clients' samples waiting every try was a 429 until the patience ran out) or half
+        the request's samples (:class:`BodyTooLarge`; one sample alone is too long)."""
+        most = e.limit // 2 if isinstance(e, TooManySamples) else n // 2
         if isinstance(e, BodyTooLarge) and n <= 1:
             raise ServerTooLong(str(e)) from None
         if self.max_samples is not None and most >= self.max_samples:
