@@ -203,9 +203,14 @@ class Ctx:
         """:meth:`tokenize`, in a worker thread where the texts are long (at least :data:`OFF_LOOP_CHARS` characters;
         a fast tokenizer lets go of the interpreter lock while it encodes), so a long request does not hold every
         other client and /health while it is tokenized; short ones inline (a thread hop costs more than they do)."""
-        if sum(len(t) for t in texts) < OFF_LOOP_CHARS:
-            return self.tokenize(texts, special)
-        return await asyncio.to_thread(self.tokenize, texts, special)
+        return await self.off_loop(sum(len(t) for t in texts), self.tokenize, texts, special)
+
+    async def off_loop(self, chars: int, fn, *args):
+        """``fn(*args)``, in a worker thread where it reads at least :data:`OFF_LOOP_CHARS` characters (tokenizing,
+        or rendering again with the RM's template, which tokenizes), inline below."""
+        if chars < OFF_LOOP_CHARS:
+            return fn(*args)
+        return await asyncio.to_thread(fn, *args)
 
     def template(self, prompt, where: str, rendered_ok: bool = False):
         """The RM's template around a conversation's reply (UserError naming ``where`` for a malformed prompt, and for
@@ -447,10 +452,13 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
             if got is not None and len(got) != len(queries):  # a misaligned batch: refused, though labels go unread
                 raise ApiError(422, f"{name}: {len(got)} {name} for {len(queries)} queries; send one per query")
         rerendered = []
-        if ctx.config.rerender:
-            got = [rerender_query(ctx.core, q, p) for q, p in zip(queries, prompts or [None] * len(queries))]
+        if ctx.config.rerender:  # off the event loop where long, as tokenizing is (it held /health 2.7 s on 4 MB)
+            got = await ctx.off_loop(sum(map(len, queries)), lambda: [
+                rerender_query(ctx.core, q, p) for q, p in zip(queries, prompts or [None] * len(queries))])
             rerendered = [g is not None for g in got]
-            ids = [g if g is not None else ctx.tokenize([q], False)[0] for g, q in zip(got, queries)]
+            plain = [q for g, q in zip(got, queries) if g is None]
+            as_sent = iter(await ctx.tokenize_off_loop(plain, False))
+            ids = [g if g is not None else next(as_sent) for g in got]
         else:
             ids = await ctx.tokenize_off_loop(queries, False)
             ctx.note_short_end(ids)
