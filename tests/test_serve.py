@@ -1035,6 +1035,23 @@ def test_verl_compute_score_and_the_trl_remote_reward(rm):
         assert mixed == [empty, want[0][0]]
 
 
+def test_slimes_prompt_ending_in_a_finished_reply_is_not_glued_to_the_response(rm):
+    """/reward read a prompt's last assistant turn as what the template opened the reply with, even a closed one: its
+    text was glued to the response ("prev" + "Hello" scored as "prevHello", a hostile walk). A finished turn is not
+    an opening: such a prompt is read as the user's text, as any prompt of no known shape is."""
+    app, _ = _app(rm)
+    closed = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nprev<|im_end|>\n"
+    with running(app) as url:
+        got = httpx.post(f"{url}/reward", json={"prompt": closed, "response": "Hello"}).json()
+        glued = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": [{"role": "user", "content": "Hi"}],
+                                                                        "responses": ["prevHello"]}]}).json()
+        as_text = httpx.post(f"{url}/reward", json={"prompt": [{"role": "user", "content": closed}],
+                                                    "response": "Hello"}).json()
+        m = parse(httpx.get(f"{url}/metrics").text)
+    assert got != glued["scores"][0][0] and got == as_text
+    assert m['rmfast_reward_prompts_total{read="text"}'] == 1
+
+
 def test_slimes_sample_is_bounded_before_its_end_marks_are_read(rm, monkeypatch):
     """/reward dropped a reply's end marks one at a time, copying the reply each time, before any size check: a reply
     of 400,000 '</s>' held every client 11 s on the event loop (a hostile walk). The marks are now cut in one slice,
@@ -1185,6 +1202,12 @@ def test_rerender_reads_another_templates_query_in_the_rms_own(rm):
                             "content": reply}, {"role": "user", "content": "Say yes."}], "responses": ["yes"]}]}
                             ).json()["scores"][0][0]
         assert _reward(url, [planted])["rewards"] == [fooled] != [whole]  # no prompts: the text alone cannot tell
+        # an empty reply is the RM's empty assistant turn, as /v1/score (compat) and /reward score it: it had been
+        # scored as sent, in the policy's template, beside its group's rows in the RM's (a hostile walk)
+        empty = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": d["msgs"], "responses": [""]}],
+                                                     "compat": "decode-retokenize"}).json()["scores"][0][0]
+        got = _reward(url, [f"<bos><start_of_turn>user\n{user}<end_of_turn>\n<start_of_turn>model\n<end_of_turn>\n"])
+        assert got["rewards"] == [empty] and got["extra_logs"]["rm_rerendered"] == [1]
 
 
 def test_a_query_cut_short_of_the_rms_end_of_turn_is_said_once(rm, caplog):

@@ -66,6 +66,10 @@ def drop_end_marks(reply: str, more=()) -> str:
 
 
 def _turns(text: str) -> list[dict] | None:
+    return _turns_closed(text)[0]
+
+
+def _turns_closed(text: str) -> tuple[list[dict] | None, bool]:
     """The text's turns as messages ("model" read as "assistant"), each turn's trailing newlines dropped but the last
     one's (an open turn's text is kept as the template left it), in the format whose first turn comes first: another
     format's markup inside a turn (a user asking how ChatML marks turns, a reply that appends a fake exchange) stays
@@ -73,7 +77,7 @@ def _turns(text: str) -> list[dict] | None:
     as ChatML, its real turns pushed into a "system" message, and scored so.)"""
     firsts = [(m.start(), k) for k, (_, pat) in enumerate(FORMATS) if (m := pat.search(text)) is not None]
     if not firsts:
-        return None
+        return None, False
     first = min(firsts)[1]
     if text.lstrip().startswith(DEEPSEEK_BEGIN) and any(k == _DEEPSEEK for _, k in firsts):
         first = _DEEPSEEK  # its begin mark: DeepSeek's untagged system prompt may quote another format's turns
@@ -86,7 +90,9 @@ def _turns(text: str) -> list[dict] | None:
         lead = lead.replace(mark, "")
     if lead.strip() and msgs[0]["role"] != "system":
         msgs.insert(0, {"role": "system", "content": lead.strip()})
-    return msgs
+    last = found[-1]  # closed: its end mark follows it (DeepSeek's turns run to the next: its end of sentence)
+    closed = last.end() > last.end(2) or text.startswith(END_MARKS[7], last.end(2))
+    return msgs, closed
 
 
 def split_turns(text: str) -> list[dict] | None:
@@ -116,12 +122,16 @@ def prompt_turns(text: str) -> tuple[list[dict], str] | None:
     ([{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}], '<think>\\n')
     >>> prompt_turns("Hi") is None
     True
+    >>> prompt_turns("<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nprev<|im_end|>\\n") is None  # closed
+    True
     """
-    msgs = _turns(text)
+    msgs, closed = _turns_closed(text)
     if msgs is None:
         return None
     opened = ""
     if msgs[-1]["role"] == "assistant":
+        if closed:  # a finished reply, not the opening of this one: its text had been glued to the response
+            return None
         opened = msgs.pop()["content"]
     if not msgs or msgs[-1]["role"] != "user":
         return None
@@ -140,11 +150,13 @@ def rerender_query(core, text: str, prompt: str | None = None) -> list[int] | No
         msgs = [*msgs, {"role": "assistant", "content": drop_end_marks(opened + text[len(prompt):]).rstrip("\n")}]
     else:
         msgs = split_turns(text)
-    if msgs is None or not msgs[-1]["content"].strip():
+    if msgs is None:
         return None
     try:
         conv = as_conversation(msgs[:-1])
         t = build_template(core.tokenizer, conv.prompt, template=core.template, system=conv.system, history=conv.history)
+        if not msgs[-1]["content"].strip():  # an empty reply: the RM's empty turn, as /v1/score and /reward score
+            return [*t.prefix_ids, *t.suffix_ids]  # one (it had been scored as sent, in the policy's template)
         (row,) = tokenize_rows(core.tokenizer, [(0, msgs[-1]["content"], 0, 0)], [t])
     except UserError:
         return None
