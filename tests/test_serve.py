@@ -1035,6 +1035,27 @@ def test_verl_compute_score_and_the_trl_remote_reward(rm):
         assert mixed == [empty, want[0][0]]
 
 
+def test_the_template_cache_keeps_no_refused_prompt_and_holds_a_bounded_count_of_ids(rm, monkeypatch):
+    """Every conversation's template was cached before its sample's length was checked: 300 distinct prompts, each
+    refused (413), had added 150 MB (a hostile walk). A prompt no sample of it could fit is not kept, and the cache
+    is bounded by the ids it holds as well as by count."""
+    from rmfast.serve import app as A
+
+    app, core = _app(rm)
+    ctx = app.state.ctx
+    with running(app) as url:
+        long = [{"conversations": [{"prompt": f"q{k} " + "word " * 600, "responses": ["ok"]}]} for k in range(5)]
+        assert {httpx.post(f"{url}/v1/score", json=b).status_code for b in long} == {413}
+        assert len(ctx.tmpl_cache) == 0 and ctx._tmpl_ids == 0
+        monkeypatch.setattr(A, "TEMPLATE_CACHE_IDS", 200)  # a few short prompts' worth
+        for k in range(12):
+            r = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": f"question {k}", "responses": ["a"]}]})
+            assert r.status_code == 200
+            assert ctx._tmpl_ids <= 200 and ctx._tmpl_ids == sum(len(t.prefix_ids) + len(t.suffix_ids)
+                                                                for t in ctx.tmpl_cache.values())
+    assert 0 < len(ctx.tmpl_cache) < 12
+
+
 def test_slimes_prompt_ending_in_a_finished_reply_is_not_glued_to_the_response(rm):
     """/reward read a prompt's last assistant turn as what the template opened the reply with, even a closed one: its
     text was glued to the response ("prev" + "Hello" scored as "prevHello", a hostile walk). A finished turn is not

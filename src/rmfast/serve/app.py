@@ -74,6 +74,8 @@ class ServeConfig:
 
 #: /classify model names other than the server's said in the log (each once); past them, no more are
 OTHER_NAMES = 64
+#: the conversations' templates kept (Ctx.template): at most this many, and this many ids in all
+TEMPLATE_CACHE, TEMPLATE_CACHE_IDS = 1024, 1 << 22
 #: a request's characters from which its texts are tokenized off the event loop (Ctx.tokenize_off_loop): ~0.1 s of
 #: a fast tokenizer's time
 OFF_LOOP_CHARS = 200_000
@@ -85,7 +87,8 @@ class Ctx:
 
     def __init__(self, core: ServeCore, config: ServeConfig, sched: Scheduler):
         self.core, self.config, self.sched, self.metrics = core, config, sched, Metrics()
-        self.tmpl_cache: dict = {}
+        self.tmpl_cache: dict = {}  # conversation -> its template (TEMPLATE_CACHE entries, TEMPLATE_CACHE_IDS ids)
+        self._tmpl_ids = 0
         self._marks: tuple | None = None  # the RM's template's special tokens (template_marks), once
         self._turn_end: tuple | None = None  # the ids the RM's template ends a reply with (its suffix), once
         self.said_short_end = False
@@ -227,9 +230,15 @@ class Ctx:
             core = self.core
             t = build_template(core.tokenizer, conv.prompt, template=core.template, system=conv.system,
                                history=conv.history)
-            if len(self.tmpl_cache) > 1024:
-                self.tmpl_cache.clear()
-            self.tmpl_cache[conv] = t
+            limit = min(x for x in (self.config.max_request_tokens, core.limit, math.inf) if x is not None)
+            if len(t.prefix_ids) < limit:  # a prompt no sample of it could fit is refused (413), not kept: 300
+                # refused prompts had held 150 MB; and the cache is bounded by the ids it holds, not only by count
+                n = len(t.prefix_ids) + len(t.suffix_ids)
+                if len(self.tmpl_cache) >= TEMPLATE_CACHE or self._tmpl_ids + n > TEMPLATE_CACHE_IDS:
+                    self.tmpl_cache.clear()
+                    self._tmpl_ids = 0
+                self.tmpl_cache[conv] = t
+                self._tmpl_ids += n
         return t
 
     def conv_samples(self, prompt, responses: list[str], k: int, compat: str | None = None,
