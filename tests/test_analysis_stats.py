@@ -373,6 +373,11 @@ def test_best_worst_prompt_choice_errors():
     with pytest.raises(UserError, match="need one positive"):
         pick_prompts([BEST, "What is the greatest?", WORST], None, None)
     assert pick_prompts(["Q1", "Q2"], None, None, {"Q1": "positive", "Q2": "negative"}) == ("Q1", "Q2")
+    # three positive prompts and no negative one (EloEverything's): the missing negative is said first, where "name
+    # the best with --best" had been, whose fix led straight to this (a new user's walk)
+    with pytest.raises(UserError, match=r"needs a negatively framed \('worst'\) prompt; none of the 3 prompts is one "
+                                        r"\(3 positive, 0 negative"):
+        pick_prompts([BEST, "What is the greatest?", "Name the greatest thing."], None, None)
 
 
 # ---------------------------------------------------------------- human comparison

@@ -51,6 +51,14 @@ def pick_prompts(prompts, best: str | None, worst: str | None, framing=None) -> 
     frame = framing_map(prompts, framing)
     check_named_prompts(prompts, [("best prompt", best), ("worst prompt", worst)])
     picked = []
+    missing = [(kind, label) for given, kind, label in ((best, POSITIVE, "best"), (worst, NEGATIVE, "worst"))
+               if given is None and not any(frame[p] == kind for p in prompts)]
+    if missing:  # said first: a prompt of one kind that is not there cannot be picked by naming the other kind's
+        kind, label = missing[-1] if len(missing) == 1 or missing[-1][0] == NEGATIVE else missing[0]
+        counts = {k: sum(frame[p] == k for p in prompts) for k in (POSITIVE, NEGATIVE)}
+        raise UserError(f"best vs worst needs a {kind}ly framed ('{label}') prompt; none of the {len(prompts)} "
+                        f"prompts is one ({counts[POSITIVE]} positive, {counts[NEGATIVE]} negative; name it with "
+                        f"--{label}, or --framing PROMPT={kind})")
     for given, kind, label in ((best, POSITIVE, "best"), (worst, NEGATIVE, "worst")):
         if given is None:
             found = [p for p in prompts if frame[p] == kind]
