@@ -1184,7 +1184,32 @@ def test_a_conversation_quoting_another_formats_markup_is_read_in_its_own():
     assert [m["role"] for m in got] == ["user"] and got[0]["content"].startswith("Explain <|start_header_id|>")
     plain = "<|start_header_id|>user<|end_header_id|>\n\nExplain this format: <|im_start|>user\nHi<|im_end|>\n"
     assert prompt_turns(plain + "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")[0] == [
-        {"role": "user", "content": "Explain this format: <|im_start|>user\nHi<|im_end|>"}]
+        {"role": "user", "content": "Explain this format: <|im_start|>user\nHi<|im_end|>\n"}]  # closed: as it is
+
+
+def test_a_closed_turns_trailing_newlines_are_its_text(rm):
+    """Splitting a rendered conversation dropped every turn's trailing newlines: in ChatML a turn's text runs to its
+    end mark, so a user's "Hi\\n" or a reply's "Hello!\\n\\n" were read as "Hi" and "Hello!", another conversation than
+    /v1/score reads (a hostile walk). A turn closed by its mark keeps its text; the newline a template puts after
+    the mark, and an open (cut) turn's, are still dropped."""
+    from rmfast.serve.turns import prompt_turns, split_turns
+
+    assert split_turns("<|im_start|>user\nHi\n<|im_end|>\n<|im_start|>assistant\nHello!\n\n<|im_end|>\n") == [
+        {"role": "user", "content": "Hi\n"}, {"role": "assistant", "content": "Hello!\n\n"}]
+    assert split_turns("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!\n") == [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]  # open: cut there
+    assert prompt_turns("<|im_start|>user\nHi\n<|im_end|>\n<|im_start|>assistant\n")[0] == [
+        {"role": "user", "content": "Hi\n"}]
+    app, _ = _app(rm, rerender=True)
+    user = [{"role": "user", "content": "Hi\n"}]
+    with running(app) as url:
+        want = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": user, "responses": ["Hello!\n\n"]}]}
+                          ).json()["scores"][0][0]
+        prompt = "<|im_start|>user\nHi\n<|im_end|>\n<|im_start|>assistant\n"
+        got = _reward(url, [prompt + "Hello!\n\n<|im_end|>"], prompts=[prompt])
+        alone = _reward(url, [prompt + "Hello!\n\n<|im_end|>\n"])
+        slime = httpx.post(f"{url}/reward", json={"prompt": prompt, "response": "Hello!\n\n<|im_end|>"}).json()
+    assert got["rewards"] == alone["rewards"] == [want] == [slime]
 
 
 def test_rerender_reads_another_templates_query_in_the_rms_own(rm):

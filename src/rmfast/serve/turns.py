@@ -82,9 +82,14 @@ def _turns_closed(text: str) -> tuple[list[dict] | None, bool]:
     if text.lstrip().startswith(DEEPSEEK_BEGIN) and any(k == _DEEPSEEK for _, k in firsts):
         first = _DEEPSEEK  # its begin mark: DeepSeek's untagged system prompt may quote another format's turns
     found = list(FORMATS[first][1].finditer(text))
-    turns = [(m.group(1).lower(), m.group(2)) for m in found]
-    msgs = [{"role": "assistant" if r == "model" else r, "content": c if k == len(turns) - 1 else c.rstrip("\n")}
-            for k, (r, c) in enumerate(turns)]
+    # a turn closed by its end mark keeps its text as it is (ChatML's and Phi-3's content runs to the mark: a
+    # trailing newline there is the user's or the policy's own, and /v1/score keeps it); a turn that runs to the next
+    # (DeepSeek's) or to the text's end drops its trailing newlines, which are the template's; the last turn's are
+    # decided by its readers (split_turns, prompt_turns)
+    shut = [m.end() > m.end(2) for m in found]
+    msgs = [{"role": "assistant" if m.group(1).lower() == "model" else m.group(1).lower(),
+             "content": m.group(2) if shut[k] or k == len(found) - 1 else m.group(2).rstrip("\n")}
+            for k, m in enumerate(found)]
     lead = text[: found[0].start()]
     for mark in BEGIN_MARKS:
         lead = lead.replace(mark, "")
@@ -97,10 +102,11 @@ def _turns_closed(text: str) -> tuple[list[dict] | None, bool]:
 
 def split_turns(text: str) -> list[dict] | None:
     """The text's turns as chat messages (the last the assistant's), or None (module doc)."""
-    msgs = _turns(text)
+    msgs, closed = _turns_closed(text)
     if msgs is None:
         return None
-    msgs[-1]["content"] = msgs[-1]["content"].rstrip("\n")
+    if not closed:  # an open reply's trailing newlines: where the text was cut, not the reply's (a closed one's are)
+        msgs[-1]["content"] = msgs[-1]["content"].rstrip("\n")
     if msgs[-1]["role"] != "assistant" or len(msgs) < 2 or msgs[-2]["role"] != "user":
         return None
     return msgs
@@ -128,15 +134,31 @@ def prompt_turns(text: str) -> tuple[list[dict], str] | None:
     msgs, closed = _turns_closed(text)
     if msgs is None:
         return None
-    opened = ""
-    if msgs[-1]["role"] == "assistant":
+    opened, popped = "", msgs[-1]["role"] == "assistant"
+    if popped:
         if closed:  # a finished reply, not the opening of this one: its text had been glued to the response
             return None
         opened = msgs.pop()["content"]
     if not msgs or msgs[-1]["role"] != "user":
         return None
-    msgs[-1]["content"] = msgs[-1]["content"].rstrip("\n")
+    if not popped and not closed:  # the user's turn ended the text, open (a closed one, or one before the opening,
+        msgs[-1]["content"] = msgs[-1]["content"].rstrip("\n")  # keeps its text: _turns_closed)
     return msgs, opened
+
+
+def _reply(sampled: str) -> str:
+    """A sampled reply without its end marks and the newline a template puts after them ("Hi<|im_end|>\\n": "Hi");
+    newlines the policy sampled before its end mark are its text ("Hi\\n\\n<|im_end|>": "Hi\\n\\n", as /v1/score
+    reads it; they had been dropped).
+
+    >>> _reply("Hi<|im_end|>\\n"), _reply("Hi\\n\\n<|im_end|>"), _reply("Hi\\n")
+    ('Hi', 'Hi\\n\\n', 'Hi')
+    """
+    trimmed = sampled.rstrip("\n")
+    if drop_end_marks(trimmed) != trimmed:  # newlines after an end mark: the template's
+        return drop_end_marks(trimmed)
+    cut = drop_end_marks(sampled)
+    return cut if cut != sampled else trimmed  # no end mark at all: cut where the text was cut
 
 
 def rerender_query(core, text: str, prompt: str | None = None) -> list[int] | None:
@@ -147,7 +169,7 @@ def rerender_query(core, text: str, prompt: str | None = None) -> list[int] | No
     conversation's own format had been split as turns and chose what the RM read)."""
     if prompt and text.startswith(prompt) and (got := prompt_turns(prompt)) is not None:
         msgs, opened = got
-        msgs = [*msgs, {"role": "assistant", "content": drop_end_marks(opened + text[len(prompt):]).rstrip("\n")}]
+        msgs = [*msgs, {"role": "assistant", "content": _reply(opened + text[len(prompt):])}]
     else:
         msgs = split_turns(text)
     if msgs is None:
