@@ -401,6 +401,39 @@ def test_bad_input_gets_its_status_and_one_line(rm):
         assert m['rmfast_requests_total{route="/get_reward",code="413"}'] == 2
 
 
+def test_the_hostile_walks_small_refusals(rm, caplog):
+    """A hostile walk's nits, each a wrong status or a misleading line: HEAD /health (a load balancer's probe) was 405;
+    text/json was a 422 on 'body' where the 415's hint belongs; a 5,000-digit number was "is it UTF-8?"; an empty
+    /get_reward ran a wave of nothing; /classify echoed and logged a client's 100,000-character model name; OpenRLHF's
+    prompts escaped the character bound; a long prompt's 413 blamed its one-token response; --max-wait-ms past
+    --timeout-s was taken (every request then waited for a full wave and got 504)."""
+    from rmfast.errors import UserError, read_by_cli
+    from rmfast.serve.server import check
+
+    app, core = _app(rm, max_request_tokens=64)
+    with running(app) as url, caplog.at_level("WARNING", logger="rmfast.serve"):
+        assert httpx.head(f"{url}/health").status_code == 200
+        r = httpx.post(f"{url}/get_reward", content=b'{"query": ["hi"]}', headers={"content-type": "text/json"})
+        assert r.status_code == 415 and "Content-Type: application/json" in r.json()["error"]["message"]
+        r = httpx.post(f"{url}/get_reward", content=b'{"query": ["hi"], "labels": [' + b"1" * 5000 + b"]}",
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "a number too long to read" in r.json()["error"]["message"], r.text
+        waves = parse(httpx.get(f"{url}/metrics").text).get("rmfast_waves_total", 0)
+        r = httpx.post(f"{url}/get_reward", json={"query": []})
+        assert r.status_code == 200 and r.json()["rewards"] == []
+        assert parse(httpx.get(f"{url}/metrics").text).get("rmfast_waves_total", 0) == waves
+        r = httpx.post(f"{url}/classify", json={"model": "m" * 100_000, "input": "hello there, friend"})
+        assert r.status_code == 200 and r.json()["model"] == "tiny-rm"
+        huge = "x" * (64 * core.longest_token_chars + 1)
+        r = httpx.post(f"{url}/get_reward", json={"query": ["a"], "prompts": [huge]})
+        assert r.status_code == 413 and "prompt 0 is" in r.json()["error"]["message"] and "characters" in r.text
+        r = httpx.post(f"{url}/v1/score", json={"conversations": [{"prompt": "word " * 100, "responses": ["ok"]}]})
+        assert r.status_code == 413 and "of them its prompt's), over --max-request-tokens 64" in r.text, r.text
+    assert max(len(x.getMessage()) for x in caplog.records) < 1000
+    with read_by_cli(), pytest.raises(UserError, match="--max-wait-ms 200000 is past --timeout-s 180"):
+        check(ServeOptions(max_wait_ms=200_000), bind=False)
+
+
 def test_bad_requests_among_good_ones_at_once_each_get_their_answer(rm):
     """Many requests at once, bad among good, as a client pool sends them (OpenRLHF's body, one sample each): each
     gets its own answer (a 422 naming the field, or its score), none hangs, and the counter (a plain ASGI middleware)

@@ -46,7 +46,7 @@ from ..scoring.rendered import check_not_rendered, template_marks
 from ..template import build_template
 from .body_cap import DEFAULT_MB, PastCap, capped, content_length, drain, expects_continue, too_large
 from .core import ServeCore
-from .errors import (ApiError, check_unicode, error_response, gone_mid_body, http_line, internal_line,
+from .errors import (ApiError, check_unicode, error_response, gone_mid_body, http_line, internal_line, json_type,
                      validation_line)
 from .metrics import Metrics
 from .scheduler import Draining, QueueFull, Scheduler
@@ -167,10 +167,12 @@ class Ctx:
     def sample(self, ids, k: int, prompt_ids=None, what: str = "sample"):
         """A :class:`rmfast.serve.core.Sample` of ``ids``; 413 over --max-request-tokens or the model's positions."""
         n, limit = len(ids), self.config.max_request_tokens
+        # the prompt's share said: a long prompt's 413 had blamed a one-token response
+        size = f"{n} tokens" + (f" ({len(prompt_ids)} of them its prompt's)" if prompt_ids else "")
         if limit is not None and n > limit:
-            raise ApiError(413, f"{what} {k} is {n} tokens, over --max-request-tokens {limit}")
+            raise ApiError(413, f"{what} {k} is {size}, over --max-request-tokens {limit}")
         if self.core.limit is not None and n > self.core.limit:
-            raise ApiError(413, f"{what} {k} is {n} tokens, over the model's {self.core.limit} positions")
+            raise ApiError(413, f"{what} {k} is {size}, over the model's {self.core.limit} positions")
         try:
             return self.core.sample(ids, prompt_ids)
         except UserError as e:
@@ -358,7 +360,7 @@ def _errors_and_counts(app, ctx: Ctx) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc):
         kind = request.headers.get("content-type", "")
-        if "json" not in kind.lower() and any(tuple(e.get("loc", ())) == ("body",) for e in exc.errors()):
+        if not json_type(kind) and any(tuple(e.get("loc", ())) == ("body",) for e in exc.errors()):
             return logged(request, 415, f"the body was sent as {kind.split(';')[0] or 'no content type'}, not JSON: send "
                                         "'Content-Type: application/json' (curl: --json, or -H 'Content-Type: "
                                         "application/json'; requests: json=...)")
@@ -456,10 +458,14 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
         ctx.fits(len(queries))
         ctx.fits_chars(list(enumerate(queries)), "query")
         prompts = [body.prompts] if isinstance(body.prompts, str) else body.prompts
+        if prompts is not None:  # tokenized too: bounded as the queries are (they had escaped the bound)
+            ctx.fits_chars([(k, p) for k, p in enumerate(prompts) if p], "prompt")
         for name, got in (("prompts", prompts), ("labels", body.labels)):
             got = [got] if isinstance(got, str) else got
             if got is not None and len(got) != len(queries):  # a misaligned batch: refused, though labels go unread
                 raise ApiError(422, f"{name}: {len(got)} {name} for {len(queries)} queries; send one per query")
+        if not queries:  # nothing to score: no wave (an empty one had run, and could get 429 or 504)
+            return {"rewards": [], "scores": [], "extra_logs": {"rm_tokens": [], "rm_prompt_tokens": []}}
         rerendered = []
         if ctx.config.rerender:  # off the event loop where long, as tokenizing is (it held /health 2.7 s on 4 MB)
             got = await ctx.off_loop(sum(map(len, queries)), lambda: [
@@ -508,7 +514,7 @@ def _vllm_route(app, ctx: Ctx) -> None:
             if len(ctx.other_names) < OTHER_NAMES:
                 ctx.other_names.add(body.model)
                 log.warning("rmfast serve: /classify asked for model %r; this server scores %r (answered, said once%s)",
-                            body.model, ctx.config.name,
+                            body.model[:200] + ("..." if len(body.model) > 200 else ""), ctx.config.name,
                             "; the last name said: more go unsaid" if len(ctx.other_names) == OTHER_NAMES else "")
         ids = await ctx.tokenize_off_loop(texts, body.add_special_tokens)  # vLLM adds them (verl strips its BOS)
         samples = [ctx.sample(i, k, None, "input") for k, i in enumerate(ids)]
@@ -518,7 +524,8 @@ def _vllm_route(app, ctx: Ctx) -> None:
         label = (getattr(core.model.config, "id2label", None) or {}).get(core.head_index, f"LABEL_{core.head_index}")
         n_tok = sum(len(s.ids) for s in samples)
         return {"id": f"classify-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
-                "model": body.model or ctx.config.name,
+                "model": ctx.config.name,  # the model that scored (vLLM's answer names its own; the client's, up to
+                # 100,000 characters, had been echoed)
                 "data": [{"index": k, "label": label, "probs": [_sigmoid(v) if act else v], "num_classes": 1}
                          for k, v in enumerate(scores)],
                 "usage": {"prompt_tokens": n_tok, "total_tokens": n_tok, "completion_tokens": 0,
@@ -602,7 +609,7 @@ def _info_routes(app, ctx: Ctx) -> None:
     from fastapi import Depends
     from fastapi.responses import PlainTextResponse
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # load balancers' probes send HEAD too (it had been a 405)
     async def health():
         if ctx.sched.draining:
             return error_response(503, "draining")

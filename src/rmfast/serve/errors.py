@@ -79,6 +79,17 @@ def check_unicode(value, where: str = "body") -> None:
             check_unicode(v, f"{where}[{k}]")
 
 
+def json_type(content_type: str) -> bool:
+    """Whether FastAPI reads a body of this type as JSON: application/json or application/<anything>+json (text/json is
+    not: it had been a 422 on 'body' where the 415's hint belongs).
+
+    >>> [json_type(t) for t in ("application/json; charset=utf-8", "application/vnd.api+json", "text/json", "")]
+    [True, True, False, False]
+    """
+    kind = content_type.split(";")[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
 def error_response(status: int, message: str, headers: dict | None = None, extra: dict | None = None):
     from fastapi.responses import JSONResponse
 
@@ -111,5 +122,7 @@ def http_line(app, request, exc) -> str:
     if exc.status_code == 400 and "parsing the body" in str(exc.detail):
         if isinstance(exc.__cause__, RecursionError):  # valid text, nested past the parser's depth
             return "the body's JSON is nested too deeply to read; send the fields as the route documents them"
+        if isinstance(exc.__cause__, ValueError) and "digits" in str(exc.__cause__):  # Python's int-digit limit
+            return "the body holds a number too long to read (over 4,300 digits); send the fields as documented"
         return "the body could not be read as JSON (is it UTF-8?)"
     return str(exc.detail).splitlines()[0][:300] if exc.detail else f"HTTP {exc.status_code}"

@@ -117,6 +117,9 @@ def check(opts: ServeOptions, bind: bool = True) -> None:
         raise UserError(f"--max-body-mb {opts.max_body_mb:g}: give a positive number of MiB")
     if not float(opts.max_wait_ms) >= 0:
         raise UserError(f"--max-wait-ms {opts.max_wait_ms:g}: give 0 or more milliseconds")
+    if float(opts.max_wait_ms) >= 1000 * float(opts.timeout_s):  # every request would wait past its own timeout
+        raise UserError(f"--max-wait-ms {opts.max_wait_ms:g} is past --timeout-s {opts.timeout_s:g} (every sample "
+                        "would wait for a full wave and then get 504); give a wait under the timeout")
     if opts.gemm_rows not in ("auto", "pad", "chunk"):
         raise UserError(f"--gemm-rows {opts.gemm_rows!r}: give auto, pad or chunk")
 
