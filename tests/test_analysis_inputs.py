@@ -121,8 +121,18 @@ def test_load_scans_names_apart_scans_of_one_model_that_differ_in_a_setting(tmp_
     assert sorted(df["model"].unique()) == ["M [logprob]", "M [score]"]
     _write_parquet(tmp_path / "f32b.parquet", "M", "p", ["x"], [0.0])
     _manifest_set(tmp_path / "f32b.parquet", dtype="float32", head="score")
-    with pytest.raises(UserError, match=r"1 ids repeat .*f32\.parquet, .*f32b\.parquet are scans of the same"):
+    # a subset beside the whole (a quick --token-ids scan beside the vocabulary's): which one to drop is said
+    with pytest.raises(UserError, match=r"f32b\.parquet's 1 ids are all in .*f32\.parquet \(scans of the same model, "
+                                        r"prompt, head, dtype and template\): give only one of them"):
         load_scans([tmp_path / "f32.parquet", tmp_path / "f32b.parquet"])
+    _write_parquet(tmp_path / "f32c.parquet", "M", "p", ["y", "z", "w"], [0.0, 2.0, 1.0])
+    pd.read_parquet(tmp_path / "f32c.parquet").assign(token_id=[1, 2, 3]).to_parquet(tmp_path / "f32c.parquet")
+    _manifest_set(tmp_path / "f32c.parquet", dtype="float32", head="score")
+    with pytest.raises(UserError, match=r"1 ids repeat across .*f32\.parquet, .*f32c\.parquet \(.*overlapping\); give "
+                                        r"scans of disjoint ids"):
+        load_scans([tmp_path / "f32.parquet", tmp_path / "f32c.parquet"])
+    with pytest.raises(UserError, match=r"ids repeat in .*f32\.parquet: the same scan was given twice"):
+        load_scans([tmp_path / "f32.parquet", tmp_path / "f32.parquet"])
 
 
 def test_load_scans_takes_only_a_parquet_with_its_own_manifest(tmp_path):

@@ -44,6 +44,9 @@ def test_best_and_worst_scans_of_other_heads_are_other_models(tmp_path):
         best_worst(df)
     same = load_scans([_write(tmp_path / "best.parquet", BEST, range(40)), worst])
     assert set(same["model"]) == {"m"} and len(best_worst(same).correlations) == 1
+    # a random head is said even alone (a new user's walk: analyze's tables showed it as any model's ranking)
+    with pytest.warns(UserWarning, match=r"m: a RANDOM score head \(--random-head-seed 0\): its scores are no reward"):
+        load_scans([worst])
 
 
 def test_best_and_worst_scans_of_no_common_token_are_one_line(tmp_path):

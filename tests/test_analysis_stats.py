@@ -180,6 +180,27 @@ def test_agreement_equals_scipy_and_orders_pairs():
     assert res.rsa.empty and any("RSA not run" in n for n in res.notes)
 
 
+def test_agreement_over_two_candidate_sets_names_a_fix_that_works():
+    """A sweep of two models over a word set and an item set: each set is its own 'model [set]', and a word set and
+    an item set share no string, so agreement stopped with "use the text join (--join text)", the join it was using
+    (a new user's walk). The line now names the sets and the fixes that work (one set's models, or pooling)."""
+    from rmfast.analysis.data.scans import by_candidate_set
+    from rmfast.errors import read_by_cli
+
+    rng = np.random.default_rng(0)
+    frames = [_frame(m, BEST, texts, rng.normal(size=len(texts))).assign(candidates=c)
+              for m in ("org/A", "org/B") for c, texts in (("words", ["w1", "w2", "w3", "w4"]),
+                                                           ("items", ["i1", "i2", "i3", "i4"]))]
+    df = by_candidate_set(pd.concat(frames, ignore_index=True))
+    with read_by_cli(), pytest.raises(UserError, match=r"the candidate sets 'words', 'items' share no text .* "
+                                                       r"--models 'org/A \[items\]' 'org/B \[items\]', or rank the "
+                                                       r"sets together with --pool-candidates") as e:
+        agreement(df, n_perm=0)
+    assert "join text" not in str(e.value)
+    res = agreement(df[df["model"].str.endswith("[items]")], n_perm=0)  # the named fix works
+    assert len(res.pairs) == 1
+
+
 def test_agreement_with_metadata_and_a_missing_prompt():
     df = _latent_models()
     extra = _latent_models(seed=5).assign(prompt=WORST)

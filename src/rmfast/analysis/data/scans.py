@@ -272,11 +272,15 @@ def load_scans(paths: Iterable[str | PathLike] | str | PathLike, *,
     dup = df.duplicated(key, keep=False) & df["token_id"].notna() \
         if "token_id" in df.columns else pd.Series(False, index=df.index)
     if dup.any():
-        where = sorted(pd.unique(df.loc[dup, "_file"]))
-        what = ("the same scan was given twice" if len(where) == 1 else
-                f"{', '.join(where[:3])} are scans of the same model, prompt, head, dtype and template")
-        raise UserError(f"{int(dup.sum()) // 2 or 1} ids repeat across the given files ({what}); pass each "
-                        "scan once, or one file of overlapping subsets")
+        raise UserError(_repeat_line(df, dup))
+    for model, seed in sorted({(p["model"].iat[0], v["random_head_seed"]) for _, v, p in frames
+                               if v.get("random_head_seed") is not None}):
+        msg = (f"{model}: a RANDOM score head (--random-head-seed {seed}): its scores are no reward and its "
+               "ranking is no model's preference")  # the scan said so; analyze's tables had shown it as any model
+        if ledger is not None:
+            ledger.note(msg)
+        else:
+            warnings.warn(f"rmfast: {msg}", stacklevel=2)
     out = validate_scans(df.drop(columns="_file"), ledger=ledger)
     out.attrs[SOURCE_ATTR] = scans_source(paths)
     out.attrs[MEANING_ATTR] = {m: meaning[f] for m, f in df.groupby("model", sort=False)["_file"].first().items()
@@ -324,6 +328,24 @@ def _label_variants(frames: list[tuple[Path, dict, pd.DataFrame]]) -> list[pd.Da
         part["_file"] = str(f)
         out.append(part)
     return out
+
+
+def _repeat_line(df: pd.DataFrame, dup: pd.Series) -> str:
+    """Why ids repeat across the given files, naming what to leave out: the same file twice, or a scan whose ids are
+    all in another's (a quick --token-ids scan beside the whole vocabulary's, the README's own two), or two scans
+    that overlap. ("pass each scan once, or one file of overlapping subsets" had not said which file.)"""
+    where = sorted(pd.unique(df.loc[dup, "_file"]))
+    n = int(dup.sum()) // 2 or 1
+    if len(where) == 1:
+        return f"{n} ids repeat in {where[0]}: the same scan was given twice; pass it once"
+    ids = {f: set(g["token_id"].dropna()) for f, g in df[df["_file"].isin(where)].groupby("_file")}
+    small, big = sorted(where[:2], key=lambda f: len(ids[f]))
+    same = "scans of the same model, prompt, head, dtype and template"
+    if ids[small] <= ids[big]:
+        return (f"{small}'s {len(ids[small]):,} ids are all in {big} ({same}): give only one of them (the larger "
+                "holds every score of the smaller)")
+    return (f"{n} ids repeat across {', '.join(where[:3])} ({same}, overlapping); give scans of disjoint ids, or "
+            "only one of them")
 
 
 def select(df: pd.DataFrame, *, models: Iterable[str] | None = None,

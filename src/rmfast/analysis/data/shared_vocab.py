@@ -107,10 +107,25 @@ def shared_vocabulary(df: pd.DataFrame, prompt: str, *, on: str = "text",
     counts["shared"] = len(shared)
     counts = counts.astype("int64").reset_index()
     if shared.empty:
-        raise UserError(f"prompt {prompt!r}: the models share no {on}s after de-duplication; "
-                        "with different tokenizers use the text join (--join text)")
+        raise UserError(_nothing_shared(sub, models, prompt, on))
     text = keyed.drop_duplicates("_key").set_index("_key")["text"].reindex(shared.index)
     shared.index.name = "key"
     text.index.name = "key"
     shared.columns.name = None
     return SharedVocabulary(prompt=prompt, wide=shared, text=text, counts=counts)
+
+
+def _nothing_shared(sub: pd.DataFrame, models: list, prompt: str, on: str) -> str:
+    """Why no string (or id) is every model's, naming a fix that changes something: several candidate sets (a sweep's
+    words and items, each analysed as 'model [set]': a word set and an item set share nothing), or the join (only
+    where it is not the text join already: the line had said "use --join text" to a text join)."""
+    sets = list(pd.unique(sub["candidates"].astype(str))) if "candidates" in sub.columns else []
+    if len(sets) > 1:
+        one = [m for m in models if str(m).endswith(f"[{sets[-1]}]")]
+        return (f"prompt {prompt!r}: the candidate sets {', '.join(map(repr, sets))} share no {on} (each set is "
+                f"analysed as its own 'model [set]', and every one must share the strings compared): compare one "
+                f"set, e.g. --models {' '.join(repr(str(m)) for m in one)}, or rank the sets together with "
+                "--pool-candidates")
+    fix = ("with different tokenizers use the text join (--join text)" if on != "text" else
+           "scan the same candidates (--token-ids, --candidates) with each model")
+    return f"prompt {prompt!r}: the models share no {on}s after de-duplication; {fix}"
