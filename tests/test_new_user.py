@@ -215,6 +215,10 @@ def test_score_writes_float32_and_best_worst_integer_ids(journey, tmp_path, caps
     out = tmp_path / "pairs.scores.parquet"
     assert str(pq.read_schema(out).field("score").type) == "float"
     assert read_manifest(out)["score_meaning"].startswith("RANDOM score head (seed 0)")
+    # the screen shows the first rows' scores and what the number is (it had shown only a count)
+    got = pd.read_parquet(out)["score"]
+    assert "first 3 of 3 rows:" in so and f"{got.iat[0]:>12.6f}  'Love'" in so
+    assert "score: RANDOM score head (seed 0)" in so
     rc, so, se = run(["analyze", "best-worst", journey["tokens"], journey["worst"], "--out", tmp_path / "bw.csv"], capsys)
     assert rc == 0, se
     ids = pd.read_csv(tmp_path / "bw.csv")["token_id"]

@@ -276,7 +276,22 @@ def run(args) -> int:
         finish_manifest(manifest, t0, decisions=st.decisions, options=scorer.options, rmfast_version=__version__)
         write_result(out, df, manifest, overwrite=args.overwrite)
         ck.unlink(missing_ok=True)  # only now: the output is in place
+    _print_preview(df, args)
+    print(f"score: {manifest['score_meaning']}")  # what the number is, as scan and logprobs say it
     print(f"{len(df)} rows ({st.n_prompts} prompts, {st.n_rows} distinct rows, {st.n_batches} batches, "
           f"0 padded rows{f', {st.resumed_rows} rows from the checkpoint' if st.resumed_rows else ''}) in "
           f"{st.wall_s:.1f} s; wrote {out} and {out}.json")
     return 0
+
+
+def _print_preview(df, args, n: int = 5) -> None:
+    """The first rows' prompt, response and score (a CSV of pairs in, and nothing on the screen but a count: the
+    scores had to be read from the Parquet; a new user's walk)."""
+    def cut(v, w: int) -> str:
+        t = repr(v if isinstance(v, str) else str(v))
+        return t if len(t) <= w else t[: w - 4] + "...'"
+
+    print(f"first {min(n, len(df))} of {len(df)} rows:")
+    for _, r in df.head(n).iterrows():
+        print(f"  {r[args.score_column]:>12.6f}  {cut(r[args.response_column], 40):<40}  "
+              f"prompt {cut(r[args.prompt_column], 50)}")
