@@ -662,6 +662,10 @@ def test_a_measure_equal_for_every_model_gets_no_p_not_zero():
     assert not any("needs at least 2 models per group" in n for n in res.notes)
     paper = categories(d, dic, mixed=False, method="paper").permutation
     assert paper["perm_p_value"].isna().all() and paper["perm_p_bonferroni"].isna().all()
+    # a scored text that is no dictionary word is named in a note ("20 rows left out" alone had read as a fault)
+    extra = pd.concat([d, d[d["text"] == "kind"].assign(text="discussion", score=0.0)], ignore_index=True)
+    notes = categories(extra, dic, mixed=False).notes
+    assert any("1 scored text(s) are not words of the dictionary" in n and "'discussion'" in n for n in notes), notes
 
 
 BIG2 = SHARED_DATA / "iclr2026" / "dict_big2_nouns"

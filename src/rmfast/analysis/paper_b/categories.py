@@ -274,6 +274,10 @@ def categories(df: pd.DataFrame, dictionary, *, group_by="base_family", metadata
                         "scored? (a scan of the vocabulary holds single tokens: --candidates scores its words)")
     for (m, p), n in df[~hit].groupby(["model", "prompt"], sort=False).size().items():
         ledger.drop("dictionary match", n, "text is not a dictionary word", model=m, prompt=p)
+    if (~hit).any():  # the words themselves: "1,080 rows left out" beside "1,080 rows written" had read as a fault
+        other = sorted(pd.unique(df.loc[~hit, "text"].astype(str)))
+        ledger.note(f"{len(other):,} scored text(s) are not words of the dictionary, left out in every model × prompt "
+                    f"they were scored in: {', '.join(map(repr, other[:5]))}{' ...' if len(other) > 5 else ''}")
     gone = [m for m in pd.unique(df["model"]) if not hit[df["model"] == m].any()]
     if gone:  # a whole model left out: named, not only counted among the dropped rows
         ledger.note(f"left out: {', '.join(map(str, gone))}: no scored text of {'it' if len(gone) == 1 else 'theirs'} is a "
