@@ -149,7 +149,7 @@ def _rmfast_join(df, freq, afinn, ledger, missing_valence: str, use_valence: boo
     lex = afinn[["word", "valence"]] if isinstance(afinn, pd.DataFrame) else load_afinn(afinn)
     if missing_valence == "drop":
         return join_words(tok.drop(columns="word"), lex, ledger=ledger, step="afinn join",
-                          what="AFINN lexicon (missing_valence='drop')")
+                          what="AFINN lexicon: valence is a covariate, so a word without one is left out")
     tok = tok.merge(lex, on="word", how="left")
     tok["valence"] = tok["valence"].fillna(0).astype(int)
     return tok
