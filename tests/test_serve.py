@@ -918,6 +918,13 @@ def test_api_key_is_required_where_set_and_compared_in_constant_time(rm):
         assert httpx.get(f"{url}/health").status_code == 200  # open: readiness probes
         ok = httpx.post(f"{url}/get_reward", json={"query": ["a b c"]}, headers={"Authorization": "Bearer s3cret-key-123"})
         assert ok.status_code == 200
+        # the key is asked before the body is read: a client without it got the JSON parser's details (400), and an
+        # unknown path the server's route list (404)
+        r = httpx.post(f"{url}/get_reward", content=b'{"query": [', headers={"content-type": "application/json"})
+        assert r.status_code == 401 and "Bearer" in r.json()["error"]["message"]
+        assert httpx.get(f"{url}/nowhere").status_code == 401
+        m = parse(httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer s3cret-key-123"}).text)
+    assert m['rmfast_requests_total{route="/get_reward",code="401"}'] == 3
 
 
 def test_a_non_local_bind_without_a_key_is_refused(monkeypatch):

@@ -29,7 +29,6 @@ queue (logged as 499)."""
 # models are made inside build_app, so that importing this module needs neither FastAPI nor pydantic)
 
 import asyncio
-import hmac
 import logging
 import math
 import time
@@ -47,7 +46,7 @@ from ..template import build_template
 from .body_cap import DEFAULT_MB, PastCap, capped, content_length, drain, expects_continue, too_large
 from .core import ServeCore
 from .errors import (ApiError, check_unicode, error_response, gone_mid_body, http_line, internal_line, json_type,
-                     validation_line)
+                     key_refusal, validation_line)
 from .metrics import Metrics
 from .scheduler import Draining, QueueFull, Scheduler
 from .turns import drop_end_marks, prompt_turns, rerender_query
@@ -102,13 +101,10 @@ class Ctx:
             self._paths = frozenset(r.path for r in app.routes if hasattr(r, "methods"))
         return self._paths
 
-    def check_key(self, request) -> None:
-        if self.config.api_key is None:
-            return
-        got = request.headers.get("authorization", "")
-        token = got[7:].strip() if got[:7].lower() == "bearer " else ""
-        if not hmac.compare_digest(token.encode(), self.config.api_key.encode()):
-            raise ApiError(401, "no API key or a wrong one: send 'Authorization: Bearer <key>'")
+    def check_key(self, headers) -> None:
+        """401 unless ``headers`` (a request's) carry the API key, where the server has one."""
+        if (refused := key_refusal(self.config.api_key, headers)) is not None:
+            raise refused
 
     async def run(self, samples, request=None) -> np.ndarray:
         """The samples' scores through the scheduler; 429, 503, 504 and a non-finite score as ApiErrors. ``request``:
@@ -322,7 +318,7 @@ def build_app(core: ServeCore, config: ServeConfig, scheduler: Scheduler | None 
     # plain function goes to a worker thread, whose start reads asyncio's task set unlocked ("Set changed size
     # during iteration" under Ray Serve 2.55's replica, a 500 for the request)
     async def auth(request: Request) -> None:
-        ctx.check_key(request)
+        ctx.check_key(request.headers)
 
     ctx.auth = auth
 
@@ -388,6 +384,9 @@ class _Count:
 
     def __init__(self, app, ctx: Ctx, owner):  # app: the next ASGI app; owner: the FastAPI app (its routes' paths)
         self.app, self.ctx, self.owner = app, ctx, owner
+        from starlette.datastructures import Headers
+
+        self.headers = Headers  # a request's headers, read for its key before its body
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -399,6 +398,10 @@ class _Count:
             status = 503
             log.warning("rmfast serve: %s %s -> 503: %s", scope["method"], path, DRAINING)
             await error_response(503, DRAINING)(scope, receive, send)
+        elif path not in OPEN_ROUTES and (refused := key_refusal(ctx.config.api_key, self.headers(scope=scope))):
+            status = 401  # before the body is read: a client without the key had got the JSON parser's details (400)
+            log.warning("rmfast serve: %s %s -> 401: %s", scope["method"], path, refused.message)
+            await error_response(401, refused.message)(scope, receive, send)
         elif size is not None and size > limit:  # refused unread (body_cap's module doc)
             status, (line, extra) = 413, too_large(limit, size)
             log.warning("rmfast serve: %s %s -> 413: %s", scope["method"], path, line)

@@ -90,6 +90,20 @@ def json_type(content_type: str) -> bool:
     return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
 
 
+def key_refusal(key: str | None, headers) -> ApiError | None:
+    """The 401 of a request whose ``headers`` lack the API key ``key`` (compared in constant time), or None (the key
+    given, or no key set)."""
+    import hmac
+
+    if key is None:
+        return None
+    got = headers.get("authorization", "")
+    token = got[7:].strip() if got[:7].lower() == "bearer " else ""
+    if not hmac.compare_digest(token.encode(), key.encode()):
+        return ApiError(401, "no API key or a wrong one: send 'Authorization: Bearer <key>'")
+    return None
+
+
 def error_response(status: int, message: str, headers: dict | None = None, extra: dict | None = None):
     from fastapi.responses import JSONResponse
 
