@@ -313,6 +313,9 @@ def trajectory(df: pd.DataFrame, dictionary=None, *, k: int = 10) -> TrajectoryR
             words = _word_ranks(df, dictionary, keys, ledger)
             res.categories = _category_table(words, keys)
             t = words
+            ledger.note(f"with a dictionary the token tables (extremes, final_corr, changes) read its "
+                        f"{words['token'].nunique():,} words found, ranked among themselves, not the "
+                        f"{df['token'].nunique():,} tokens scanned (without --dictionary they read every token)")
         else:
             t = _token_ranks(_ids_apart(df, keys, ledger), keys)
             if "category" in t.columns:
