@@ -248,3 +248,15 @@ def test_ids_sharing_a_decoded_text_are_kept_apart():
     ch2 = trajectory(d2, k=2).changes.set_index("token")
     assert "\ufffd [id 7]" in ch2.index and ch2.loc["\ufffd [id 7]", "change"] == -2.0
 
+
+
+@real
+def test_the_published_sum_value_is_said_to_be_read_as_a_median():
+    """The files call the column sum_value; rmfast reads it as the median rank (the authors' script computes a median):
+    said in a note, where the rename had been silent (the data's README calls it a sum; a new user's walk)."""
+    from rmfast.analysis.data.ledger import Ledger
+    from rmfast.analysis.paper_b.published import load_checkpoint_ranks
+
+    ledger = Ledger()
+    load_checkpoint_ranks(TRAIN, ledger=ledger)
+    assert any("sum_value is read as the category's MEDIAN rank" in n for n in ledger.notes)

@@ -251,6 +251,8 @@ def load_checkpoint_ranks(paths, *, ledger: Ledger | None = None) -> pd.DataFram
             raise UserError(f"{p} does not exist; give rank_results_*.csv files or their folder")
     if not files:
         raise UserError(f"no rank_results_*.csv files in {paths}; give paper B's data folder")
+    ledger.note("the files' sum_value is read as the category's MEDIAN rank among the expanded dictionary's words "
+                "(median_rank): the authors' Fig. 4 script computes sum_value = median(rank), despite its name")
     frames, seen = [], {}
     for f in files:
         raw = pd.read_csv(f)
