@@ -334,3 +334,22 @@ def test_import_rmfast_still_isolates_the_compile_cache_without_torch(tmp_path):
         got.append(out[0])
     assert all(g.startswith(str(tmp_path)) and os.path.basename(g).startswith("rmfast-") for g in got[:2])
     assert got[0] != got[1] and got[2] == str(tmp_path / "mine")  # one folder per kernel level; the user's kept
+
+
+def test_a_head_a_causal_lm_cannot_give_is_refused_before_the_load(monkeypatch, capsys):
+    """--lens (or --head score) on a causal LM was refused only once the model had loaded (7.7 s for SmolLM2, minutes
+    for an 8B model): where the files tell (an embedded model, a GGUF, a folder's config.json), it is refused before
+    the load, with the plan's own line; --random-head-seed still makes both fine."""
+    from rmfast.loading import loader
+
+    def never(*a, **k):
+        raise AssertionError("the model was loaded before the head was checked")
+
+    monkeypatch.setattr(loader, "load", never)
+    for extra, said in ((["--lens"], "--lens reads a score head through the final norm; this scan's head is logprob"),
+                        (["--head", "score"], "--head score needs a reward model or classifier")):
+        rc, so, se = run(["scan", MODEL, "--token-ids", "0:4", *extra, "--out", "/tmp/never.parquet"], capsys)
+        assert one_line_error(rc, se) and said in se, se
+    with pytest.raises(AssertionError, match="loaded before"):  # a random head: checked by the plan, loaded
+        run(["scan", MODEL, "--token-ids", "0:4", "--lens", "--random-head-seed", "0", "--out", "/tmp/never.parquet"],
+            capsys)

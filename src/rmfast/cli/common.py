@@ -127,6 +127,7 @@ def template_arg(args, lm=None):
 def load_model(args, random_head_seed=None, **kw):
     """The model named by the arguments (:func:`rmfast.loading.loader.load`, or over devices with --device-map:
     :func:`rmfast.loading.spread.load_spread`, only then)."""
+    _check_head_before_load(args, random_head_seed)
     if kw.get("device_map") is None:
         from ..loading.loader import load
 
@@ -141,6 +142,22 @@ def load_model(args, random_head_seed=None, **kw):
         print(f"rmfast: note: --random-head-seed {random_head_seed} is not used: {args.model} is a reward model with "
               "its own trained head, which is what is scored", file=sys.stderr)
     return lm
+
+
+def _check_head_before_load(args, random_head_seed) -> None:
+    """A --head score or --lens that a causal LM (no --random-head-seed) cannot give, refused before the load where the
+    model's files tell (:func:`rmfast.loading.sources.predicted_kind`): the plan refuses the same after it, minutes
+    later for an 8B model. Other specs (a hub id) are left to the plan."""
+    from ..loading.sources import predicted_kind
+    from ..scoring.decisions import LENS_NEEDS_SCORE, score_on_lm
+
+    if random_head_seed is not None or predicted_kind(args.model) != "causal_lm":
+        return
+    head = getattr(args, "head", "auto")
+    if head == "score":
+        raise UserError(score_on_lm(args.model))
+    if getattr(args, "lens", False):
+        raise UserError(LENS_NEEDS_SCORE.format(head="logprob" if head == "auto" else head))
 
 
 def print_tables(res, k: int, *, bottom: bool = True, title: str | None = None) -> None:

@@ -430,6 +430,33 @@ def where(spec) -> Where:
     return Where(spec, "hub", path)
 
 
+def predicted_kind(spec) -> str | None:
+    """What head a model spec's files say it has, read before any load (names and config.json only): "causal_lm"
+    (an embedded model, a GGUF file, a folder whose config names an LM head), "classifier", or None where that
+    cannot be told this cheaply (a hub id, an adapter). What a wrong --head or --lens is refused by before an 8B
+    model loads (it had been refused after).
+
+    >>> predicted_kind("smollm2-135m-instruct"), predicted_kind("org/some-rm")
+    ('causal_lm', None)
+    """
+    import json
+
+    w = where(spec)
+    if w.kind in ("embedded", "gguf"):
+        return "causal_lm"
+    if w.kind != "folder":
+        return None
+    try:
+        archs = list(json.loads((w.path / "config.json").read_text()).get("architectures") or [])
+    except (OSError, ValueError, AttributeError):
+        return None
+    if any(a.endswith("ForSequenceClassification") or "RewardModel" in a for a in archs):
+        return "classifier"
+    if any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in archs):
+        return "causal_lm"
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # hub snapshots, and whether this machine has a model
 

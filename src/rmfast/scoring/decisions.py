@@ -99,10 +99,7 @@ def choose_head(model, head: str, head_index: int) -> str:
 
         name = ((recorded_source(model) or {}).get("name") or getattr(model.config, "name_or_path", None)
                 or type(model).__name__)  # the model's name, not a converted copy's folder in the cache
-        raise UserError(f"--head score needs a reward model or classifier, and {name} is a causal LM (no "
-                        "score head: its next-token logits would be read as rewards); use --head logprob (or auto), "
-                        "or load it with a seeded random score head (--random-head-seed N; random_head_seed: "
-                        "N in a sweep; rmfast.load(..., random_head_seed=N))")
+        raise UserError(score_on_lm(name))
     if head == "score" and head_index < 0:
         raise UserError("--head-index must be >= 0")
     return head
@@ -220,6 +217,20 @@ def choose_compile(compile, device: torch.device, engine: str, eng: Engine | Non
     if eng is not None and eng.blockdiag_overhead() > MAX_BLOCKDIAG_EXTRA:
         return False, "auto: the prompt's block-diagonal attention would add over half a layer's FLOPs"
     return True, f"auto: compiled on this CPU kind ({kind}), measured ~2x the eager layer"
+
+
+def score_on_lm(name: str) -> str:
+    """The line refusing ``--head score`` on a causal LM (said before the load where the files tell: cli.common)."""
+    return (f"--head score needs a reward model or classifier, and {name} is a causal LM (no score head: its "
+            "next-token logits would be read as rewards); use --head logprob (or auto), or load it with a seeded "
+            "random score head (--random-head-seed N; random_head_seed: N in a sweep; rmfast.load(..., "
+            "random_head_seed=N))")
+
+
+#: the line refusing ``--lens`` where the head is not a score head (said before the load where the files tell)
+LENS_NEEDS_SCORE = ("--lens reads a score head through the final norm; this scan's head is {head} (a logprob lens "
+                    "would read the LM head: not built): scan a reward model, or give this LM a seeded score head "
+                    "with --random-head-seed N")
 
 
 def choose_attention(attention, device: torch.device, engine: str, compiled: bool,

@@ -41,9 +41,9 @@ from .batching import PadSizes
 from ..template import Template
 from ..version import __version__
 # the decisions and their rules (one site each: rmfast.scoring.decisions), named here too for callers
-from .decisions import (CASCADE_MIN_ROW_TOKENS, COMPILE_CPU_KINDS, Decisions, choose_attention,  # noqa: F401
-                        choose_compile, choose_engine, choose_head, choose_kernels, compile_mode, decide, default_head,
-                        engine_name, lm_only, row_tokens)
+from .decisions import (CASCADE_MIN_ROW_TOKENS, COMPILE_CPU_KINDS, LENS_NEEDS_SCORE, Decisions,  # noqa: F401
+                        choose_attention, choose_compile, choose_engine, choose_head, choose_kernels, compile_mode,
+                        decide, default_head, engine_name, lm_only, row_tokens)
 from .options import COMPILE_MODES, ENGINE_ALIASES, ScoringOptions  # noqa: F401
 
 #: the engines
@@ -336,9 +336,7 @@ class ScoringPlan:
     def check_states(self, lens: bool, states: bool) -> None:
         """What --states / --lens need, checked before any work (one-line UserErrors)."""
         if lens and self.head != "score":
-            raise UserError("--lens reads a score head through the final norm; this scan's head is "
-                            f"{self.head} (a logprob lens would read the LM head: not built): scan a reward model, or "
-                            "give this LM a seeded score head with --random-head-seed N")
+            raise UserError(LENS_NEEDS_SCORE.format(head=self.head))
         if lens and self.eng is None and not (isinstance(getattr(self.model, "score", None), torch.nn.Linear)
                                               and final_norm_module(self.model) is not None):
             raise UserError("--lens on the plain-HF path needs a *ForSequenceClassification model (a final norm and "
