@@ -56,6 +56,7 @@ def test_analyze_writes_csv_and_prints(tmp_path, capsys):
     assert main(["analyze", "extremes", str(tmp_path), "--k", "2", "--models", "org/A-gemma"]) == 0
     printed = capsys.readouterr().out
     assert "org/A-gemma" in printed and "org/B-llama" not in printed
+    assert "' w" in printed  # texts quoted: a token's leading space shows (" w1" and "w1" had printed alike)
     assert main(["analyze", "best-worst", str(tmp_path), "--k", "3"]) == 0
 
 

@@ -462,8 +462,7 @@ def _run_similarity(args) -> int:
         write_csv(args.out, tables[name])
         print(f"rmfast: wrote {len(tables[name]):,} rows of similarity/{name} to {args.out}", file=sys.stderr)
     else:
-        with pd.option_context("display.width", 200, "display.max_columns", 40):
-            print(tables[name].to_string(max_rows=args.max_rows, index=False))
+        _show(tables[name], args.max_rows, 40)
     return 0
 
 
@@ -516,8 +515,7 @@ def _run_lens(args) -> int:
         print(f"rmfast: wrote {len(tables[name]):,} rows of lens/{name} to {args.out}"
               + (f" and the figure {png}" if png else ""), file=sys.stderr)
     else:
-        with pd.option_context("display.width", 200, "display.max_columns", 20):
-            print(tables[name].to_string(max_rows=args.max_rows, index=False))
+        _show(tables[name], args.max_rows, 20)
     return 0
 
 
@@ -569,10 +567,21 @@ def run_analyze(args) -> int:
         write_csv(out, with_score_meaning(table, data.meanings))
         print(f"rmfast: wrote {len(table):,} rows of {args.name}/{name} to {out}", file=sys.stderr)
     else:
-        with pd.option_context("display.width", 200, "display.max_columns", 30,
-                               "display.max_colwidth", 60):
-            print(table.to_string(max_rows=args.max_rows, index=False))
+        _show(table, args.max_rows, 30)
     return 0
+
+
+def _show(table, max_rows: int, max_columns: int) -> None:
+    """A table on the screen, its text columns quoted as the scan's tables quote them: a token's leading space shows
+    (" Love" and "Love", two tokens, had printed alike; the CSV kept the space)."""
+    import pandas as pd
+
+    shown = table.copy()
+    for c in shown.columns:
+        if (c in ("text", "token") or str(c).endswith("_text")) and not pd.api.types.is_numeric_dtype(shown[c]):
+            shown[c] = shown[c].map(lambda v: repr(v) if isinstance(v, str) else v)
+    with pd.option_context("display.width", 200, "display.max_columns", max_columns, "display.max_colwidth", 60):
+        print(shown.to_string(max_rows=max_rows, index=False))
 
 
 def run_report(args) -> int:
