@@ -534,17 +534,33 @@ def test_remote_scorer_splits_a_request_past_the_body_cap(rm):
     from rmfast.integrations.grpo import rmfast_reward
     from rmfast.integrations.remote import RemoteScorer, ServerTooLong
 
+    import asyncio
+
+    from rmfast.integrations.verl import compute_score, compute_score_sync
+
     app, _ = _app(rm, max_body_mb=2048 / (1 << 20))
     texts = [f"answer {k} " + "word " * 60 for k in range(8)]  # ~320 bytes each: 8 of them past 2 KB, 2 within
     with running(app) as url:
         one = RemoteScorer(url)
         alone = [one.score(["q"], [[t]])[0][0] for t in texts]
         split = RemoteScorer(url)
-        assert split.score(["q"], [texts]) == [alone] and split.max_samples in (2, 4)
+        assert split.score(["q"], [texts]) == [alone]
         with pytest.raises(ServerTooLong, match="body_too_large|over --max-body-mb"):
-            RemoteScorer(url).score(["q"], [["word " * 600]])
+            split.score(["q"], [texts[:3] + ["word " * 600] + texts[3:6]])
+        # the halving was that call's: the next small call is one request again (a recheck: one long completion had
+        # left the adapter's scorer at one sample a request for every later step)
+        before = parse(httpx.get(f"{url}/metrics").text)['rmfast_requests_total{route="/v1/score",code="200"}']
+        assert split.max_samples is None and split.score(["q"], [texts[:2]]) == [alone[:2]]
+        after = parse(httpx.get(f"{url}/metrics").text)['rmfast_requests_total{route="/v1/score",code="200"}']
+        assert after - before == 1
+        reward = rmfast_reward(url)
         with pytest.warns(UserWarning, match="1 of 3 completions are longer"):
-            got = rmfast_reward(url)(prompts=["q"] * 3, completions=[texts[0], "word " * 600, texts[1]])
+            got = reward(prompts=["q"] * 3, completions=[texts[0], "word " * 600, texts[1]])
+        # verl sends one sample a request: past the body cap is too long, its too_long_score (it had stopped the step)
+        info = {"prompt": "q"}
+        with pytest.warns(UserWarning, match="too_long_score"):
+            assert compute_score_sync("ds", "word " * 600, None, info, url=url, too_long_score=-5.0) == -5.0
+        assert asyncio.run(compute_score("ds", "word " * 600, None, info, url=url, too_long_score=-5.0)) == -5.0
     assert got == [alone[0], None, alone[1]]
 
 

@@ -213,39 +213,41 @@ class RemoteScorer:
         """Scores of ``responses[i][j]`` to ``conversations[i]``, the same shape; a server error is one UserError.
         ``compat``: "decode-retokenize" scores a response that merges with the template as the template renders it.
         A request of more samples than the server's queue holds is sent again in parts of half of it (the server's
-        413 names its --max-queue), and so is every later one; a request whose body is past the server's --max-body-mb,
-        in halves until the parts fit (a single sample past it is a :class:`ServerTooLong`)."""
+        413 names its --max-queue), and so is every later one; a part whose body is past the server's --max-body-mb
+        is sent again in halves, in this call only (a single sample past it is a :class:`ServerTooLong`, the parts
+        scored already are kept)."""
         from ..scoring.conversation import call_lists
 
         conversations, responses = call_lists(conversations, responses)  # zip below would drop extra ones unscored
         convs = [c if isinstance(c, (str, list)) else _as_messages(c) for c in conversations]
-        if self.max_samples is None:
-            try:
-                return self._post(convs, responses, compat)
-            except (TooManySamples, BodyTooLarge) as e:  # a GRPO step's batch past a queue or body cap: split
-                self._smaller(e, sum(len(rs) for rs in responses))
         while True:
             out = [[None] * len(rs) for rs in responses]
             try:
-                for part in _parts(responses, self.max_samples):  # [(conversation i, first j, end j)], <= max_samples
-                    got = self._post([convs[i] for i, _, _ in part], [responses[i][a:b] for i, a, b in part], compat)
-                    for (i, a, b), g in zip(part, got):
-                        out[i][a:b] = g
+                most = self.max_samples or max(1, sum(len(rs) for rs in responses))
+                for part in _parts(responses, most):  # [(conversation i, first j, end j)], <= most samples
+                    self._fill(out, convs, responses, part, compat)
                 return out
-            except (TooManySamples, BodyTooLarge) as e:  # the server's queue shrank, or a part's body is too large
-                self._smaller(e, sum(b - a for _, a, b in part))
+            except TooManySamples as e:  # past a queue sized for one-sample clients (or one that shrank): split
+                most = max(1, e.limit // 2)  # half: a part of the whole queue fits only an empty one (every try a
+                if self.max_samples is not None and most >= self.max_samples:  # 429 beside other clients' samples)
+                    raise
+                self.max_samples = most
 
-    def _smaller(self, e: Exception, n: int) -> None:
-        """The parts' size after the server refused a request of ``n`` samples (``e``), or ``e`` again where no
-        smaller part could help: half the queue's size (:class:`TooManySamples`: a part of the whole queue fits only
-        an empty one, so with other clients' samples waiting every try was a 429 until the patience ran out) or half
-        the request's samples (:class:`BodyTooLarge`; one sample alone is too long)."""
-        most = e.limit // 2 if isinstance(e, TooManySamples) else n // 2
-        if isinstance(e, BodyTooLarge) and n <= 1:
-            raise ServerTooLong(str(e)) from None
-        if self.max_samples is not None and most >= self.max_samples:
-            raise e
-        self.max_samples = max(1, most)
+    def _fill(self, out: list, convs: list, responses: list, part: list, compat: str | None) -> None:
+        """``out``'s slices of ``part`` scored: one request, or, where its body is past the server's cap, its two
+        halves (each the same way). The halving is this call's: the cap is a matter of these samples' lengths (one
+        long completion had left the scorer at one sample a request for every later GRPO step)."""
+        try:
+            got = self._post([convs[i] for i, _, _ in part], [responses[i][a:b] for i, a, b in part], compat)
+        except BodyTooLarge as e:
+            samples = [(i, j) for i, a, b in part for j in range(a, b)]
+            if len(samples) <= 1:
+                raise ServerTooLong(str(e)) from None
+            for half in (samples[: len(samples) // 2], samples[len(samples) // 2:]):
+                self._fill(out, convs, responses, _slices(half), compat)
+            return
+        for (i, a, b), g in zip(part, got):
+            out[i][a:b] = g
 
     def _post(self, convs: list, responses: list, compat: str | None) -> list:
         """One ``POST /v1/score`` under the retry rule: the scores, as ``responses``."""
@@ -301,6 +303,21 @@ def _parts(responses: list, most: int):
                 part, n = [], 0
     if part:
         yield part
+
+
+def _slices(samples: list) -> list:
+    """(conversation, response) pairs, in order, as the (conversation, first, end) slices :func:`_parts` gives.
+
+    >>> _slices([(0, 1), (0, 2), (1, 0)])
+    [(0, 1, 3), (1, 0, 1)]
+    """
+    out = []
+    for i, j in samples:
+        if out and out[-1][0] == i and out[-1][2] == j:
+            out[-1] = (i, out[-1][1], j + 1)
+        else:
+            out.append((i, j, j + 1))
+    return out
 
 
 def _as_messages(conv) -> list[dict]:

@@ -28,7 +28,7 @@ import os
 
 from ..errors import UserError
 from ..scoring.candidates import TooLong
-from .remote import API_KEY_ENV, Retries, ServerAnswer, _headers, httpx_module
+from .remote import API_KEY_ENV, BodyTooLarge, Retries, ServerAnswer, _headers, httpx_module
 
 #: where the server is, when ``reward_kwargs`` do not say (``url``)
 URL_ENV = "RMFAST_URL"
@@ -133,7 +133,7 @@ async def compute_score(data_source=None, solution_str: str = "", ground_truth=N
             try:
                 if tries.answer(r) is not None:
                     return float(r.json()["scores"][0][0])
-            except TooLong as e:
+            except (TooLong, BodyTooLarge) as e:  # one sample a request: past the body cap is too long too
                 return _too_long(e, too_long_score)
     raise tries.gave_up()
 
@@ -160,7 +160,7 @@ def compute_score_sync(data_source=None, solution_str: str = "", ground_truth=No
             try:
                 if tries.answer(r) is not None:
                     return float(r.json()["scores"][0][0])
-            except TooLong as e:
+            except (TooLong, BodyTooLarge) as e:  # one sample a request: past the body cap is too long too
                 return _too_long(e, too_long_score)
     raise tries.gave_up()
 
