@@ -43,7 +43,7 @@ from ..scoring.candidates import TooLong, tokenize_rows
 from ..scoring.conversation import as_conversation, blank_words
 from ..scoring.rendered import check_not_rendered, template_marks
 from ..template import build_template
-from .body_cap import DEFAULT_MB, PastCap, capped, content_length, drain, expects_continue, too_large
+from .body_cap import DEFAULT_MB, DRAIN_MAX, PastCap, capped, content_length, drain, expects_continue, too_large
 from .core import ServeCore
 from .errors import (ApiError, check_unicode, error_response, gone_mid_body, http_line, internal_line, json_type,
                      key_refusal, validation_line)
@@ -405,9 +405,9 @@ class _Count:
         elif size is not None and size > limit:  # refused unread (body_cap's module doc)
             status, (line, extra) = 413, too_large(limit, size)
             log.warning("rmfast serve: %s %s -> 413: %s", scope["method"], path, line)
-            if not expects_continue(scope):
-                await drain(receive)
-            await error_response(413, line, extra=extra)(scope, receive, send)
+            whole = not expects_continue(scope) and size <= limit + DRAIN_MAX and await drain(receive)
+            close = None if whole else {"connection": "close"}  # a body not read: the connection cannot go on
+            await error_response(413, line, close, extra)(scope, receive, send)
         else:
             admitted = False
 

@@ -3,15 +3,19 @@ by nothing but a byte count. Without it a client could send a body of any size, 
 Python objects several times its size, before any field was checked (a 2 GB body: gigabytes of the server's memory).
 
 A body whose Content-Length says it is too large is refused before the route sees it; one sent in chunks is counted
-as it comes (:func:`capped`). Either way the rest of the body is read and dropped before the answer, so that a client
-still sending it (one that does not wait for ``100 Continue``) reads the 413 and not a reset connection; a client
-that asked ``Expect: 100-continue`` (curl, past 1 MB) is answered at once and never sends it."""
+as it comes (:func:`capped`). Either way the rest of the body, up to :data:`DRAIN_MAX` past the cap, is read and
+dropped before the answer, so that a client still sending it (one that does not wait for ``100 Continue``) reads the
+413 and not a reset connection; past that (a declared 10 GB) the answer closes the connection at once, as it does
+for a client that asked ``Expect: 100-continue`` (curl, past 1 MB) and never sends its body (kept open, the
+connection's next request had been read as that body, and hung)."""
 
 from __future__ import annotations
 
 #: the default cap in MiB (``--max-body-mb``): ~16M tokens of JSON text, a GRPO step of 4096 samples of ~4k
 #: tokens; TGI and TEI cap theirs at 2 MB
 DEFAULT_MB = 64
+#: bytes past the cap read and dropped before a 413 (a client still sending reads the answer); beyond, it is closed
+DRAIN_MAX = 64 << 20
 
 
 class PastCap(Exception):
@@ -34,12 +38,17 @@ def expects_continue(scope) -> bool:
     return any(k == b"expect" and v.lower() == b"100-continue" for k, v in scope.get("headers", ()))
 
 
-async def drain(receive) -> None:
-    """Read the rest of the body and drop it (a client still sending it then reads the answer)."""
+async def drain(receive, most: int = DRAIN_MAX) -> bool:
+    """Read the rest of the body and drop it (a client still sending it then reads the answer), at most ``most``
+    bytes; whether it was all read (else the answer closes the connection)."""
+    seen = 0
     while True:
         m = await receive()
         if m["type"] != "http.request" or not m.get("more_body", False):
-            return
+            return True
+        seen += len(m.get("body", b""))
+        if seen > most:
+            return False
 
 
 def capped(receive, limit: int, arrived=None):
@@ -54,7 +63,7 @@ def capped(receive, limit: int, arrived=None):
             seen += len(m.get("body", b""))
             if seen > limit:
                 if m.get("more_body", False):
-                    await drain(receive)
+                    await drain(receive)  # (the rest past DRAIN_MAX: uvicorn closes a connection it did not read)
                 raise PastCap(seen)
             if not m.get("more_body", False) and arrived is not None:
                 arrived()
