@@ -1148,7 +1148,7 @@ def test_slimes_sample_is_bounded_before_its_end_marks_are_read(rm, monkeypatch)
     def never(*a, **k):
         raise AssertionError("the reply was read before its size was checked")
 
-    monkeypatch.setattr(A, "drop_end_marks", never)
+    monkeypatch.setattr(A, "sampled_reply", never)
     monkeypatch.setattr(A, "prompt_turns", never)
     with running(app) as url:
         r = httpx.post(f"{url}/reward", json={"prompt": "hi", "response": huge}, timeout=60)
@@ -1257,7 +1257,7 @@ def test_a_closed_turns_trailing_newlines_are_its_text(rm):
     assert split_turns("<|im_start|>user\nHi\n<|im_end|>\n<|im_start|>assistant\nHello!\n\n<|im_end|>\n") == [
         {"role": "user", "content": "Hi\n"}, {"role": "assistant", "content": "Hello!\n\n"}]
     assert split_turns("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!\n") == [
-        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]  # open: cut there
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!\n"}]  # cut short: its text too
     assert prompt_turns("<|im_start|>user\nHi\n<|im_end|>\n<|im_start|>assistant\n")[0] == [
         {"role": "user", "content": "Hi\n"}]
     app, _ = _app(rm, rerender=True)
@@ -1269,7 +1269,14 @@ def test_a_closed_turns_trailing_newlines_are_its_text(rm):
         got = _reward(url, [prompt + "Hello!\n\n<|im_end|>"], prompts=[prompt])
         alone = _reward(url, [prompt + "Hello!\n\n<|im_end|>\n"])
         slime = httpx.post(f"{url}/reward", json={"prompt": prompt, "response": "Hello!\n\n<|im_end|>"}).json()
+        # DeepSeek's turns run to the next tag, its template adding nothing: a user's newline is the user's (a
+        # recheck); and /reward reads a reply as /get_reward --rerender does (its end mark and the newline after it
+        # dropped, where it had kept the mark as text)
+        ds = "<\uff5cbegin\u2581of\u2581sentence\uff5c><\uff5cUser\uff5c>Hi\n<\uff5cAssistant\uff5c>"
+        deepseek = _reward(url, [ds + "Hello!\n\n<\uff5cend\u2581of\u2581sentence\uff5c>"])
+        marked = httpx.post(f"{url}/reward", json={"prompt": prompt, "response": "Hello!\n\n<|im_end|>\n"}).json()
     assert got["rewards"] == alone["rewards"] == [want] == [slime]
+    assert deepseek["rewards"] == [want] == [marked]
 
 
 def test_rerender_reads_another_templates_query_in_the_rms_own(rm):

@@ -49,7 +49,7 @@ from .errors import (ApiError, check_unicode, error_response, gone_mid_body, htt
                      key_refusal, validation_line)
 from .metrics import Metrics
 from .scheduler import Draining, QueueFull, Scheduler
-from .turns import drop_end_marks, prompt_turns, rerender_query
+from .turns import sampled_reply, prompt_turns, rerender_query
 
 log = logging.getLogger("rmfast.serve")
 
@@ -286,7 +286,7 @@ class Ctx:
         if got is not None:
             read, (prompt, opened) = "turns", got
             response = opened + response
-        response = drop_end_marks(response, (self.core.tokenizer.eos_token,))  # the template ends the turn itself
+        response = sampled_reply(response, (self.core.tokenizer.eos_token,))  # the template ends the turn itself
         self.metrics.reward_read(read)
         # a text in no known template is the user's message, marks and all: slime retries a refused sample, then stops
         return self.conv_samples(prompt, [response], 0, "decode-retokenize", where="body", rendered_ok=True)[0]

@@ -82,14 +82,12 @@ def _turns_closed(text: str) -> tuple[list[dict] | None, bool]:
     if text.lstrip().startswith(DEEPSEEK_BEGIN) and any(k == _DEEPSEEK for _, k in firsts):
         first = _DEEPSEEK  # its begin mark: DeepSeek's untagged system prompt may quote another format's turns
     found = list(FORMATS[first][1].finditer(text))
-    # a turn closed by its end mark keeps its text as it is (ChatML's and Phi-3's content runs to the mark: a
-    # trailing newline there is the user's or the policy's own, and /v1/score keeps it); a turn that runs to the next
-    # (DeepSeek's) or to the text's end drops its trailing newlines, which are the template's; the last turn's are
-    # decided by its readers (split_turns, prompt_turns)
-    shut = [m.end() > m.end(2) for m in found]
-    msgs = [{"role": "assistant" if m.group(1).lower() == "model" else m.group(1).lower(),
-             "content": m.group(2) if shut[k] or k == len(found) - 1 else m.group(2).rstrip("\n")}
-            for k, m in enumerate(found)]
+    # every turn but the last keeps its text as it is: ChatML's and Phi-3's content runs to its end mark, DeepSeek's
+    # to the next turn's tag (its template puts nothing after a turn's text), so a trailing newline there is the
+    # user's or the policy's own, and /v1/score keeps it (they had been dropped); the last turn's are decided by its
+    # readers (split_turns, prompt_turns: an open turn's, where the text was cut, are dropped)
+    msgs = [{"role": "assistant" if m.group(1).lower() == "model" else m.group(1).lower(), "content": m.group(2)}
+            for m in found]
     lead = text[: found[0].start()]
     for mark in BEGIN_MARKS:
         lead = lead.replace(mark, "")
@@ -102,11 +100,9 @@ def _turns_closed(text: str) -> tuple[list[dict] | None, bool]:
 
 def split_turns(text: str) -> list[dict] | None:
     """The text's turns as chat messages (the last the assistant's), or None (module doc)."""
-    msgs, closed = _turns_closed(text)
+    msgs = _turns(text)
     if msgs is None:
         return None
-    if not closed:  # an open reply's trailing newlines: where the text was cut, not the reply's (a closed one's are)
-        msgs[-1]["content"] = msgs[-1]["content"].rstrip("\n")
     if msgs[-1]["role"] != "assistant" or len(msgs) < 2 or msgs[-2]["role"] != "user":
         return None
     return msgs
@@ -146,19 +142,19 @@ def prompt_turns(text: str) -> tuple[list[dict], str] | None:
     return msgs, opened
 
 
-def _reply(sampled: str) -> str:
-    """A sampled reply without its end marks and the newline a template puts after them ("Hi<|im_end|>\\n": "Hi");
-    newlines the policy sampled before its end mark are its text ("Hi\\n\\n<|im_end|>": "Hi\\n\\n", as /v1/score
-    reads it; they had been dropped).
+def sampled_reply(sampled: str, more=()) -> str:
+    """A sampled reply without its end marks (``more``: the RM's own EOS too) and the newline a template puts after
+    them ("Hi<|im_end|>\\n": "Hi"); newlines the policy sampled are its text, before an end mark or at the end of a
+    reply cut short ("Hi\\n\\n<|im_end|>", "Hi\\n\\n": "Hi\\n\\n", as /v1/score reads them). The one rule of
+    /get_reward --rerender and /reward (they had read the same reply two ways).
 
-    >>> _reply("Hi<|im_end|>\\n"), _reply("Hi\\n\\n<|im_end|>"), _reply("Hi\\n")
-    ('Hi', 'Hi\\n\\n', 'Hi')
+    >>> sampled_reply("Hi<|im_end|>\\n"), sampled_reply("Hi\\n\\n<|im_end|>"), sampled_reply("Hi\\n")
+    ('Hi', 'Hi\\n\\n', 'Hi\\n')
     """
     trimmed = sampled.rstrip("\n")
-    if drop_end_marks(trimmed) != trimmed:  # newlines after an end mark: the template's
-        return drop_end_marks(trimmed)
-    cut = drop_end_marks(sampled)
-    return cut if cut != sampled else trimmed  # no end mark at all: cut where the text was cut
+    if drop_end_marks(trimmed, more) != trimmed:  # newlines after an end mark: the template's
+        return drop_end_marks(trimmed, more)
+    return drop_end_marks(sampled, more)
 
 
 def rerender_query(core, text: str, prompt: str | None = None) -> list[int] | None:
@@ -169,7 +165,7 @@ def rerender_query(core, text: str, prompt: str | None = None) -> list[int] | No
     conversation's own format had been split as turns and chose what the RM read)."""
     if prompt and text.startswith(prompt) and (got := prompt_turns(prompt)) is not None:
         msgs, opened = got
-        msgs = [*msgs, {"role": "assistant", "content": _reply(opened + text[len(prompt):])}]
+        msgs = [*msgs, {"role": "assistant", "content": sampled_reply(opened + text[len(prompt):])}]
     else:
         msgs = split_turns(text)
     if msgs is None:
