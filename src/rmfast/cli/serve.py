@@ -92,7 +92,20 @@ def run(args) -> int:
               f"{opts.timeout_s:g} s a request); routes: {', '.join(ROUTES)}")
     for line in start_notes(args.random_head_seed, opts, core.limit):
         print(f"rmfast serve: note: {line}", file=sys.stderr, flush=True)
-    return run_server(app, sched, opts, banner)
+    rc = run_server(app, sched, opts, banner)
+    ignore_after_drain()
+    return rc
+
+
+def ignore_after_drain() -> None:
+    """The command, drained, is exiting: a second signal in the interpreter's teardown (a second or two) is ignored, as
+    it was in the server's (it had killed the process by the signal); its exit status is the drain's."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def make_core(args, opts):

@@ -213,8 +213,8 @@ def run_server(app, sched: Scheduler, opts: ServeOptions, banner: str) -> int:
         @contextmanager
         def capture_signals(self):  # uvicorn's gives the signals back to their defaults once serve() ends: a second
             # one in the rest of the teardown (asyncio.run's, then the interpreter's: a second or two) killed the
-            # process by the signal. Every request is answered by then: the signals are ignored instead (a Python
-            # handler would not do: the interpreter's finalization resets those to the default, not an ignore)
+            # process by the signal. Every request is answered by then: the signals are ignored until run_server
+            # returns (a Python handler would not do: the interpreter's finalization resets those to the default)
             with super().capture_signals():
                 yield
             if threading.current_thread() is threading.main_thread():
@@ -229,10 +229,15 @@ def run_server(app, sched: Scheduler, opts: ServeOptions, banner: str) -> int:
     config = uvicorn.Config(app, host=opts.host, port=int(opts.port), log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5)
     server = DrainingServer(config)
+    main = threading.current_thread() is threading.main_thread()
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
         server.run()
     except SystemExit:  # uvicorn exits 1 where it cannot bind, after logging why
         pass
+    finally:  # the caller's handlers back (a notebook's Ctrl-C): the drain's ignoring was for the teardown only;
+        for sig, handler in before.items():  # the CLI, exiting, ignores them again (cli.serve.ignore_after_drain)
+            signal.signal(sig, handler)
     if not server.started:
         raise UserError(f"could not listen on {opts.host}:{opts.port} (in use, or not an address of this machine); "
                         "choose another --port or --host")
