@@ -340,6 +340,19 @@ def test_authors_keeps_the_forks_pick_closest_to_30():
     assert "keep" not in gck.job_of({}, dataclasses.replace(cfg, compat=None))["gcg"]  # old plain checkpoints resume
 
 
+def test_the_random_baseline_keeps_the_searchs_pick_under_compat(smol_tokenizer, tmpl, monkeypatch):
+    """--baseline random kept the largest (or smallest) reward where GCG under --compat authors keeps the one closest
+    to +-30: once rewards pass 30 the two were picked by different rules (a recheck)."""
+    from rmfast.gcg import search as S
+
+    planted = torch.tensor([35.79, 35.07, 10.0, 29.0, 40.0, 31.5, -3.0, 5.0])
+    monkeypatch.setattr(S, "_score_all", lambda plan, ids: planted[: len(ids)])
+    model = T.tiny("llama")
+    for compat, want in ((None, 40.0), ("authors", 29.0)):
+        rnd = S.random_search(model, smol_tokenizer, PROMPT, GCGConfig(length=3, compat=compat), 8, template=tmpl)
+        assert rnd.best_score == pytest.approx(want), compat
+
+
 def test_short_runs_with_each_fork_option(smol_tokenizer, tmpl):
     """Each option on a tiny classifier: it runs, moves the reward its way, and reports an exact score."""
     model = T.tiny("llama")

@@ -631,7 +631,8 @@ def random_search(model, tokenizer, prompt: str, config: GCGConfig | None = None
                 break
     scores = _score_all(plan, torch.tensor(keep, dtype=torch.long))
     sign = 1.0 if cfg.maximize else -1.0
-    ranked = torch.where(torch.isfinite(scores), sign * scores, -math.inf)  # NaN/inf is never the best
+    # NaN/inf is never the best; the search's own pick (the fork's closest to +-30 under --compat authors)
+    ranked = torch.where(torch.isfinite(scores), objective(scores, sign, cfg.compat), -math.inf)
     if not torch.isfinite(scores).any():
         raise UserError(f"random search: every candidate scored NaN or inf ({len(keep)} evaluated): no best to "
                         f"report; {nonfinite_cause(plan.model)}")

@@ -229,9 +229,10 @@ class Ctx:
             t = build_template(core.tokenizer, conv.prompt, template=core.template, system=conv.system,
                                history=conv.history)
             limit = min(x for x in (self.config.max_request_tokens, core.limit, math.inf) if x is not None)
-            if len(t.prefix_ids) < limit:  # a prompt no sample of it could fit is refused (413), not kept: 300
-                # refused prompts had held 150 MB; and the cache is bounded by the ids it holds, not only by count
-                n = len(t.prefix_ids) + len(t.suffix_ids)
+            n = len(t.prefix_ids) + len(t.suffix_ids)
+            if len(t.prefix_ids) < limit and n <= TEMPLATE_CACHE_IDS:  # a prompt no sample of which fits (413) is not
+                # kept (300 refused prompts had held 150 MB), nor one past the whole bound; the cache is bounded by
+                # the ids it holds, not only by count
                 if len(self.tmpl_cache) >= TEMPLATE_CACHE or self._tmpl_ids + n > TEMPLATE_CACHE_IDS:
                     self.tmpl_cache.clear()
                     self._tmpl_ids = 0
@@ -402,7 +403,7 @@ class _Count:
             status = 401  # before the body is read: a client without the key had got the JSON parser's details (400)
             log.warning("rmfast serve: %s %s -> 401: %s", scope["method"], path, refused.message)
             await error_response(401, refused.message)(scope, receive, send)
-        elif size is not None and size > limit:  # refused unread (body_cap's module doc)
+        elif size is not None and size > limit and path not in OPEN_ROUTES:  # refused unread (body_cap's module doc)
             status, (line, extra) = 413, too_large(limit, size)
             log.warning("rmfast serve: %s %s -> 413: %s", scope["method"], path, line)
             whole = not expects_continue(scope) and size <= limit + DRAIN_MAX and await drain(receive)
@@ -468,7 +469,8 @@ def _openrlhf_route(app, ctx: Ctx) -> None:
             if got is not None and len(got) != len(queries):  # a misaligned batch: refused, though labels go unread
                 raise ApiError(422, f"{name}: {len(got)} {name} for {len(queries)} queries; send one per query")
         if not queries:  # nothing to score: no wave (an empty one had run, and could get 429 or 504)
-            return {"rewards": [], "scores": [], "extra_logs": {"rm_tokens": [], "rm_prompt_tokens": []}}
+            logs = {"rm_tokens": [], "rm_prompt_tokens": [], **({"rm_rerendered": []} if ctx.config.rerender else {})}
+            return {"rewards": [], "scores": [], "extra_logs": logs}
         rerendered = []
         if ctx.config.rerender:  # off the event loop where long, as tokenizing is (it held /health 2.7 s on 4 MB)
             got = await ctx.off_loop(sum(map(len, queries)), lambda: [

@@ -137,6 +137,9 @@ def http_line(app, request, exc) -> str:
         if isinstance(exc.__cause__, RecursionError):  # valid text, nested past the parser's depth
             return "the body's JSON is nested too deeply to read; send the fields as the route documents them"
         if isinstance(exc.__cause__, ValueError) and "digits" in str(exc.__cause__):  # Python's int-digit limit
-            return "the body holds a number too long to read (over 4,300 digits); send the fields as documented"
+            import sys
+
+            return (f"the body holds a number too long to read (over {sys.get_int_max_str_digits():,} digits); send "
+                    "the fields as documented")
         return "the body could not be read as JSON (is it UTF-8?)"
     return str(exc.detail).splitlines()[0][:300] if exc.detail else f"HTTP {exc.status_code}"

@@ -125,7 +125,11 @@ def no_test_why(values, in_a) -> str:
     values, in_a = np.asarray(values, dtype="float64"), np.asarray(in_a, dtype=bool)
     if min(int(in_a.sum()), int((~in_a).sum())) < 2:
         return "needs at least 2 models per group"
-    return "the measure is the same for every model (no t, no p)"
+    if np.isnan(values).any():
+        return f"{int(np.isnan(values).sum())} model(s) have no value of the measure (NaN): no t, no p"
+    if np.ptp(values) == 0:
+        return "the measure is the same for every model (no t, no p)"
+    return "the measure is constant within each group (no spread to test against: no t, no p)"
 
 
 def mkinfer_perm_t_test(x, y, *, R: int = MKINFER_R, seed: int = 0) -> dict:
@@ -141,6 +145,8 @@ def mkinfer_perm_t_test(x, y, *, R: int = MKINFER_R, seed: int = 0) -> dict:
     (True, 5040, 0.1443, 0.2)
     >>> mkinfer_perm_t_test([5.0] * 3, [5.0] * 4)["perm_p_value"]  # R: "data are essentially constant"
     nan
+    >>> mkinfer_perm_t_test([1.0] * 3, [2.0] * 3)["p_value"]  # constant within each group: R stops too
+    nan
     """
     from scipy.stats import t as tdist
 
@@ -152,7 +158,8 @@ def mkinfer_perm_t_test(x, y, *, R: int = MKINFER_R, seed: int = 0) -> dict:
         return {"t": np.nan, "df": np.nan, "p_value": np.nan, "perm_p_value": np.nan,
                 "n_perm": 0, "exact": False}
     t_obs = float(welch_t(x, y))
-    if math.isnan(t_obs):  # every value the same: no t, no p (R's t.test stops: "data are essentially constant")
+    if not math.isfinite(t_obs):  # each group constant (0/0, or a difference over 0): R's t.test stops ("data are
+        # essentially constant"), so the paper's script has no p there
         return {"t": np.nan, "df": np.nan, "p_value": np.nan, "perm_p_value": np.nan, "n_perm": 0, "exact": False}
     df = welch_df(x, y)
     z = np.concatenate([x, y])
