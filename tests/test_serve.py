@@ -1915,8 +1915,15 @@ def test_a_grpo_batch_past_the_servers_queue_is_sent_in_parts_that_fit(rm):
         assert got == [one.score([p], [[t]])[0][0] for p, t in zip(prompts, texts)]  # each as it is alone
         restarted = RemoteScorer(url)
         restarted.max_samples = 8  # learned from a server since restarted with a smaller queue: learned again
+        restarted._learned_at = time.monotonic()
         assert restarted.score(prompts[:8], [[t] for t in texts[:8]]) == [[g] for g in got[:8]]
         assert restarted.max_samples == 2  # half the queue: room left for other clients' samples
+        # ... and, RELEARN_S later, asked again (a server restarted with a larger queue had been split for good)
+        import rmfast.integrations.remote as R
+
+        restarted._learned_at -= R.RELEARN_S + 1
+        assert restarted.score(prompts[:4], [[t] for t in texts[:4]]) == [[g] for g in got[:4]]
+        assert restarted.max_samples is None  # 4 samples fit the queue of 5 in one request: nothing to learn
         with pytest.warns(UserWarning, match="1 of 16 completions are longer"):
             got = reward(prompts=prompts, completions=texts[:7] + [long] + texts[8:])
         assert got[7] is None and got[:7] == [one.score([p], [[t]])[0][0] for p, t in zip(prompts[:7], texts[:7])]

@@ -87,6 +87,10 @@ class BodyTooLarge(ServerAnswer):
     :class:`RemoteScorer` sends it again in smaller parts; a single sample past it is a :class:`ServerTooLong`."""
 
 
+#: seconds a learned request size (:attr:`RemoteScorer.max_samples`) is kept before the server is asked again (one
+#: 413 then, where its queue is as it was)
+RELEARN_S = 600.0
+
 #: seconds of connection errors a client waits out where no try has reached the server (a wrong address, a server
 #: not started): :class:`Retries`
 UNREACHED_S = 30.0
@@ -206,7 +210,8 @@ class RemoteScorer:
         self.url, self.timeout_s = url.rstrip("/"), float(timeout_s)
         self.retries = None if retries is None else max(1, int(retries))
         self.headers = _headers(api_key)
-        self.max_samples: int | None = None  # a request's samples at most, once the server said (TooManySamples)
+        self.max_samples: int | None = None  # a request's samples at most, once the server said (TooManySamples) ...
+        self._learned_at = 0.0  # ... when (time.monotonic): forgotten after RELEARN_S, so a larger queue is found
         httpx_module()  # checked when the reward is built, not at its first call
 
     def score(self, conversations, responses, *, nonfinite: str = "warn", compat: str | None = None, **_ignored):
@@ -218,8 +223,12 @@ class RemoteScorer:
         scored already are kept)."""
         from ..scoring.conversation import call_lists
 
+        import time
+
         conversations, responses = call_lists(conversations, responses)  # zip below would drop extra ones unscored
         convs = [c if isinstance(c, (str, list)) else _as_messages(c) for c in conversations]
+        if self.max_samples is not None and time.monotonic() - self._learned_at > RELEARN_S:
+            self.max_samples = None  # asked again: a server restarted with a larger queue had been split for good
         while True:
             out = [[None] * len(rs) for rs in responses]
             try:
@@ -231,7 +240,7 @@ class RemoteScorer:
                 most = max(1, e.limit // 2)  # half: a part of the whole queue fits only an empty one (every try a
                 if self.max_samples is not None and most >= self.max_samples:  # 429 beside other clients' samples)
                     raise
-                self.max_samples = most
+                self.max_samples, self._learned_at = most, time.monotonic()
 
     def _fill(self, out: list, convs: list, responses: list, part: list, compat: str | None) -> None:
         """``out``'s slices of ``part`` scored: one request, or, where its body is past the server's cap, its two
