@@ -237,8 +237,10 @@ class RemoteScorer:
                     self._fill(out, convs, responses, part, compat)
                 return out
             except TooManySamples as e:  # past a queue sized for one-sample clients (or one that shrank): split
-                most = max(1, e.limit // 2)  # half: a part of the whole queue fits only an empty one (every try a
-                if self.max_samples is not None and most >= self.max_samples:  # 429 beside other clients' samples)
+                # in halves of the queue: a part of the whole queue fits only an empty one (every try a 429 beside
+                # other clients' samples)
+                most = max(1, e.limit // 2)
+                if self.max_samples is not None and most >= self.max_samples:
                     raise
                 self.max_samples, self._learned_at = most, time.monotonic()
 

@@ -65,13 +65,9 @@ def drop_end_marks(reply: str, more=()) -> str:
         end -= len(m)
 
 
-def _turns(text: str) -> list[dict] | None:
-    return _turns_closed(text)[0]
-
-
 def _turns_closed(text: str) -> tuple[list[dict] | None, bool]:
-    """The text's turns as messages ("model" read as "assistant"), each turn's trailing newlines dropped but the last
-    one's (an open turn's text is kept as the template left it), in the format whose first turn comes first: another
+    """The text's turns as messages ("model" read as "assistant"), each turn's text as it is, and whether the last turn
+    is closed by its end mark, in the format whose first turn comes first: another
     format's markup inside a turn (a user asking how ChatML marks turns, a reply that appends a fake exchange) stays
     that turn's text. (The first format found anywhere had been taken: a Llama 3 conversation quoting ChatML was read
     as ChatML, its real turns pushed into a "system" message, and scored so.)"""
@@ -85,7 +81,7 @@ def _turns_closed(text: str) -> tuple[list[dict] | None, bool]:
     # every turn but the last keeps its text as it is: ChatML's and Phi-3's content runs to its end mark, DeepSeek's
     # to the next turn's tag (its template puts nothing after a turn's text), so a trailing newline there is the
     # user's or the policy's own, and /v1/score keeps it (they had been dropped); the last turn's are decided by its
-    # readers (split_turns, prompt_turns: an open turn's, where the text was cut, are dropped)
+    # readers (prompt_turns drops an open user turn's, where the text was cut)
     msgs = [{"role": "assistant" if m.group(1).lower() == "model" else m.group(1).lower(), "content": m.group(2)}
             for m in found]
     lead = text[: found[0].start()]
@@ -100,7 +96,7 @@ def _turns_closed(text: str) -> tuple[list[dict] | None, bool]:
 
 def split_turns(text: str) -> list[dict] | None:
     """The text's turns as chat messages (the last the assistant's), or None (module doc)."""
-    msgs = _turns(text)
+    msgs = _turns_closed(text)[0]
     if msgs is None:
         return None
     if msgs[-1]["role"] != "assistant" or len(msgs) < 2 or msgs[-2]["role"] != "user":
@@ -152,9 +148,8 @@ def sampled_reply(sampled: str, more=()) -> str:
     ('Hi', 'Hi\\n\\n', 'Hi\\n')
     """
     trimmed = sampled.rstrip("\n")
-    if drop_end_marks(trimmed, more) != trimmed:  # newlines after an end mark: the template's
-        return drop_end_marks(trimmed, more)
-    return drop_end_marks(sampled, more)
+    cut = drop_end_marks(trimmed, more)
+    return cut if cut != trimmed else drop_end_marks(sampled, more)  # newlines after an end mark: the template's
 
 
 def rerender_query(core, text: str, prompt: str | None = None) -> list[int] | None:
