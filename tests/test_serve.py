@@ -569,6 +569,49 @@ def test_remote_scorer_splits_a_request_past_the_body_cap(rm):
     assert got == [alone[0], None, alone[1]]
 
 
+def test_bodies_past_the_cap_among_good_requests_at_once_each_get_their_answer(rm):
+    """A pool of clients, each reusing its connection, sends good requests (OpenRLHF's and rmfast's bodies, as their
+    clients build them) among bodies past --max-body-mb, by Content-Length and chunked, and one without the key: each
+    gets its own answer (413 body_too_large, 401, or the same score's bits), none hangs, the connections serve on,
+    and the counter counts each."""
+    import threading
+
+    app, _ = _app(rm, max_wait_ms=5, max_body_mb=8192 / (1 << 20), key="s3cret-key-123")
+    key = {"Authorization": "Bearer s3cret-key-123"}
+    big = {"conversations": [{"prompt": "q", "responses": ["word " * 2000]}]}
+
+    def chunks():
+        text = json.dumps(big).encode()
+        for k in range(0, len(text), 4000):
+            yield text[k:k + 4000]
+
+    kinds = [(lambda c: c.post(f"{URL[0]}/get_reward", json={"query": ["hello there"]}, headers=key), 200),
+             (lambda c: c.post(f"{URL[0]}/v1/score", json=big, headers=key), 413),
+             (lambda c: c.post(f"{URL[0]}/v1/score", content=chunks(), headers={**key, "content-type":
+                                                                                 "application/json"}), 413),
+             (lambda c: c.post(f"{URL[0]}/get_reward", json={"query": ["hello there"]}), 401),
+             (lambda c: c.post(f"{URL[0]}/v1/score", json={"conversations": [{"prompt": "q", "responses": ["fine"]}]},
+                               headers=key), 200)]
+    URL, local = [None], threading.local()
+
+    def send(k):
+        if not hasattr(local, "c"):
+            local.c = httpx.Client(timeout=60)
+        return kinds[k % len(kinds)][0](local.c)
+
+    with running(app) as url:
+        URL[0] = url
+        with cf.ThreadPoolExecutor(12) as pool:
+            got = list(pool.map(send, range(60)))
+        m = parse(httpx.get(f"{url}/metrics", headers=key).text)
+    assert [r.status_code for r in got] == [kinds[k % len(kinds)][1] for k in range(60)]
+    assert all(r.json()["error"]["type"] == "body_too_large" for r in got if r.status_code == 413)
+    assert len({r.json()["rewards"][0] for r in got[::5]}) == 1  # the same sample, the same bits
+    assert m['rmfast_requests_total{route="/v1/score",code="413"}'] == 24
+    assert m['rmfast_requests_total{route="/get_reward",code="401"}'] == 12
+    assert m['rmfast_requests_total{route="/get_reward",code="200"}'] == m['rmfast_requests_total{route="/v1/score",code="200"}'] == 12
+
+
 def test_a_full_queue_is_429_with_retry_after(rm):
     app, _ = _app(rm, max_queue=3, max_wait_ms=600, wave_tokens=10**6)  # a wave waits 0.6 s: the queue holds 2
     with running(app) as url, cf.ThreadPoolExecutor(1) as pool:
